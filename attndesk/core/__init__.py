@@ -1,0 +1,24 @@
+"""attndesk's attention core: pure torch + numpy, no Qt.
+
+>>> from attndesk.core import AttentionConfig, run_attention
+>>> result = run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat")
+>>> result.weights.shape
+(2, 3, 3)
+"""
+
+from .attention import MultiHeadAttention, SingleHeadAttention, masked_softmax, scaled_dot_product_attention
+from .config import MASK_KINDS, AttentionConfig, divisors
+from .devices import available_devices, device_availability
+from .errors import Cancelled, ConfigError
+from .masks import causal_mask, padding_mask
+from .memory import estimate_run, format_bytes
+from .pipeline import run_attention
+from .positional import sinusoidal_encoding
+from .result import AttentionResult
+
+__all__ = [
+    "AttentionConfig", "AttentionResult", "Cancelled", "ConfigError", "MASK_KINDS",
+    "MultiHeadAttention", "SingleHeadAttention", "available_devices", "causal_mask",
+    "device_availability", "divisors", "estimate_run", "format_bytes", "masked_softmax",
+    "padding_mask", "run_attention", "scaled_dot_product_attention", "sinusoidal_encoding",
+]

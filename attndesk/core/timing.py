@@ -1,0 +1,70 @@
+"""Per-stage wall-clock timing that waits for the device, so GPU timings are real."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+
+from .devices import synchronize
+from .errors import Cancelled
+
+
+class StageTimer:
+    """Accumulates seconds per named stage, in first-seen order.
+
+    ``timer.stage("scores")`` is a context manager; it synchronises the device before reading
+    the clock at both ends, checks ``should_cancel`` before the stage starts, and reports
+    ``progress`` after it ends (fractions follow ``plan``, the expected stage names).
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        plan: tuple[str, ...] = (),
+        progress: Callable[[float, str], None] | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+    ):
+        self.device = device
+        self.seconds: dict[str, float] = {name: 0.0 for name in plan}
+        self._plan = plan
+        self._progress = progress
+        self._should_cancel = should_cancel
+
+    def check_cancel(self) -> None:
+        if self._should_cancel is not None and self._should_cancel():
+            raise Cancelled("cancelled")
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.check_cancel()
+        synchronize(self.device)
+        start = time.perf_counter()
+        yield
+        synchronize(self.device)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        if self._progress is not None and name in self._plan:
+            self._progress((self._plan.index(name) + 1) / len(self._plan), name)
+
+    def total(self) -> dict[str, float]:
+        """The stage timings followed by their sum under "total"."""
+        out = dict(self.seconds)
+        out["total"] = sum(self.seconds.values())
+        return out
+
+
+class NullTimer:
+    """A timer that measures nothing: the modules' plain forward uses it."""
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        yield
+
+    def check_cancel(self) -> None:
+        return None
+
+
+NULL_TIMER = NullTimer()

@@ -27,6 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
+	$(PY) benchmarks/bench_pretrained.py
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py

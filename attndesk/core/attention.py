@@ -192,12 +192,14 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         scale: float | None = None,
+        head_mask: torch.Tensor | None = None,
         timer=NULL_TIMER,
         keep: Keep | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """query [B, Lq, E], key/value [B, Lk, E] (default: query, i.e. self-attention).
 
         mask: bool broadcastable to [B, H, Lq, Lk] (or [B, Lq, Lk]), True = may attend.
+        head_mask: [H] factors on each head's context before the merge (0 ablates a head).
         Returns (output [B, Lq, E], weights [B, H, Lq, Lk]).
         """
         key = query if key is None else key
@@ -223,6 +225,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v, _broadcast_mask(mask), scale=1.0 if fold else scale, dropout=dropout, timer=timer, keep=keep
         )
         with timer.stage("merge+output projection"):
+            if head_mask is not None:
+                context = context * head_mask.to(context.dtype)[:, None, None]  # [H] -> [H, 1, 1]
             output = self.out_proj(rearrange(context, "b h l d -> b l (h d)"))
         if keep is not None:
             keep["output"] = output

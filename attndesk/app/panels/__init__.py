@@ -1,0 +1,1 @@
+"""The window's panels, one concern per module (tokens, parameters, heatmaps, timing)."""

@@ -1,0 +1,455 @@
+"""Per-head attention heatmaps: a reflowing grid, a mean view, one enlarged head.
+
+Everything drawn comes from a ``HeatmapSource`` (see heatmap_source.py). Each heatmap is a
+pyqtgraph ``ImageItem`` placed over the token rectangle (0, 0, Lk, L), so cell (q, k) is the unit
+square at x=k, y=q whatever the source's downsampling; masked cells get a hatched overlay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .heatmap_source import MEAN, Head, HeatmapSource
+from .token_axis import TokenAxis
+
+COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))
+SCALE_MODES = (("shared", "shared across heads"), ("per-head", "per head"))
+ALL = "all"
+
+_HATCH_DARK = (150, 150, 150, 255)
+_HATCH_LIGHT = (220, 220, 220, 255)
+_HIGHLIGHT = QColor(255, 64, 64)
+
+
+def hatch_overlay(masked: np.ndarray) -> np.ndarray:
+    """RGBA [rows*k, cols*k, 4]: diagonal grey stripes where masked, transparent elsewhere."""
+    rows, cols = masked.shape
+    k = max(1, min(8, 256 // max(rows, cols, 1)))
+    big = np.repeat(np.repeat(masked, k, axis=0), k, axis=1)
+    i, j = np.indices(big.shape)
+    stripes = ((i + j) // 2) % 2 == 0
+    out = np.zeros((*big.shape, 4), dtype=np.uint8)
+    out[big & stripes] = _HATCH_DARK
+    out[big & ~stripes] = _HATCH_LIGHT
+    return out
+
+
+def readout_text(source: HeatmapSource, head: Head, q: int, k: int) -> str:
+    """The hover line, e.g. ``head 2 · query "cat" (3) → key "sat" (2): 0.2314``."""
+    value = source.value_at(head, q, k)
+    who = "mean of heads" if head == MEAN else f"head {int(head)}"
+    masked = source.mask is not None and not bool(source.mask[q, k])
+    tail = " (masked)" if masked else ""
+    return (f'{who} · query "{source.query_labels[q]}" ({q}) → '
+            f'key "{source.key_labels[k]}" ({k}): {value:.4f}{tail}')
+
+
+class _ClickLabel(pg.LabelItem):
+    """A small text item that reports clicks (the per-heatmap export link)."""
+
+    def __init__(self, text: str, callback, **kw) -> None:
+        super().__init__(text, **kw)
+        self._callback = callback
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setToolTip("Export this heatmap (image or numbers)")
+
+    def mouseClickEvent(self, ev):  # noqa: N802 - Qt's name
+        if ev.button() == Qt.MouseButton.LeftButton:
+            ev.accept()
+            self._callback()
+
+
+@dataclass
+class _Cell:
+    head: Head
+    plot: pg.PlotItem
+    image: pg.ImageItem
+    overlay: pg.ImageItem
+    highlight: QGraphicsRectItem
+    title: pg.LabelItem
+    left: TokenAxis
+    bottom: TokenAxis
+
+
+class HeatmapPanel(QWidget):
+    """The ``heatmapView`` widget. Call ``set_source``; listen to ``hovered``/``exportRequested``."""
+
+    hovered = Signal(str)  # the read-out line ("" when the mouse leaves the cells)
+    exportRequested = Signal(object)  # "all", "mean" or a head index
+    viewChanged = Signal(object)  # the new view target
+    appearanceChanged = Signal()  # colormap or scale mode changed
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("heatmapView")
+        self._source: HeatmapSource | None = None
+        self._cells: list[_Cell] = []
+        self._target: Head = ALL
+        self._columns = 0
+        self._hover: tuple[int, int] | None = None
+
+        bar = QHBoxLayout()
+        bar.setContentsMargins(4, 2, 4, 2)
+        self.viewCombo = QComboBox(objectName="heatmapViewCombo")
+        self.viewCombo.setToolTip("Show every head, the mean over heads, or one head enlarged "
+                                  "(click a heatmap to enlarge it)")
+        self.colormapCombo = QComboBox(objectName="colormapCombo")
+        for name, label in COLORMAPS:
+            self.colormapCombo.addItem(label, name)
+        self.scaleModeCombo = QComboBox(objectName="scaleModeCombo")
+        for name, label in SCALE_MODES:
+            self.scaleModeCombo.addItem(label, name)
+        self.scaleModeCombo.setToolTip("Shared: one colour scale for all heads (compare heads). "
+                                       "Per head: each head from 0 to its own maximum.")
+        self.exportButton = QPushButton("Export…", objectName="heatmapExportButton")
+        self.exportButton.setToolTip("Export the heatmaps on screen (Ctrl+E)")
+        bar.addWidget(QLabel("Show"))
+        bar.addWidget(self.viewCombo)
+        bar.addSpacing(8)
+        bar.addWidget(QLabel("Colormap"))
+        bar.addWidget(self.colormapCombo)
+        bar.addSpacing(8)
+        bar.addWidget(QLabel("Scale"))
+        bar.addWidget(self.scaleModeCombo)
+        self._extra = QHBoxLayout()  # later modes add controls here (e.g. a layer selector)
+        bar.addLayout(self._extra)
+        bar.addStretch(1)
+        bar.addWidget(self.exportButton)
+
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("w")
+        self.graphics.ci.setSpacing(2)
+        self.graphics.ci.setContentsMargins(2, 2, 2, 2)
+        self.graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.colorBar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=pg.colormap.get("viridis"),
+                                        interactive=False, width=12)
+        self.readout = QLabel(" ", objectName="heatmapReadout")
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.note = QLabel("", objectName="heatmapNote")
+        self.note.setStyleSheet("color: #666;")
+        self.placeholder = QLabel("Type some text to see its attention.", alignment=Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setStyleSheet("color: #777; font-size: 14px;")
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(self.placeholder, 1)
+        layout.addWidget(self.graphics, 1)
+        foot = QHBoxLayout()
+        foot.setContentsMargins(6, 0, 6, 2)
+        foot.addWidget(self.readout, 1)
+        foot.addWidget(self.note)
+        layout.addLayout(foot)
+        self.graphics.hide()
+
+        self._reflow_timer = QTimer(self, singleShot=True, interval=60)
+        self._reflow_timer.timeout.connect(self._reflow_if_needed)
+        self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.graphics.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self.viewCombo.activated.connect(self._on_view_combo)
+        self.colormapCombo.currentIndexChanged.connect(self._on_appearance)
+        self.scaleModeCombo.currentIndexChanged.connect(self._on_appearance)
+        self.exportButton.clicked.connect(lambda: self.exportRequested.emit(self._target))
+        self._fill_view_combo()
+
+    # -- public API --------------------------------------------------------------------------
+    def add_toolbar_widget(self, widget: QWidget) -> None:
+        """Let a mode add its own control (e.g. a layer selector) to the heatmap toolbar."""
+        self._extra.addWidget(widget)
+
+    def source(self) -> HeatmapSource | None:
+        return self._source
+
+    def set_source(self, source: HeatmapSource | None) -> None:
+        """Draw a new source; keeps the view (grid / mean / head n) when it still exists."""
+        old = self._source
+        self._source = source
+        if source is None:
+            self._clear_cells()
+            self.graphics.hide()
+            self.placeholder.show()
+            self._fill_view_combo()
+            return
+        self.placeholder.hide()
+        self.graphics.show()
+        if isinstance(self._target, int) and self._target >= source.num_heads:
+            self._target = ALL
+        self._fill_view_combo()
+        heads = self._heads_for_target()
+        same_layout = (old is not None and [c.head for c in self._cells] == heads
+                       and self._columns == self._best_columns(len(heads)))
+        if not same_layout:
+            self._build_cells()
+        self._update_images()
+        self.note.setText(source.downsample_note())
+        self._hover = None
+        self.readout.setText(" ")
+
+    def view_target(self) -> Head:
+        return self._target
+
+    def set_view_target(self, target: Head) -> None:
+        if target not in (ALL, MEAN) and not isinstance(target, (int, np.integer)):
+            raise ValueError(f"unknown heatmap view {target!r}")
+        if isinstance(target, (int, np.integer)):
+            target = int(target)
+        self._target = target
+        self._fill_view_combo()
+        if self._source is not None:
+            self._build_cells()
+            self._update_images()
+        self.viewChanged.emit(target)
+
+    def colormap_name(self) -> str:
+        return self.colormapCombo.currentData()
+
+    def set_colormap_name(self, name: str) -> None:
+        index = self.colormapCombo.findData(name)
+        if index < 0:
+            raise ValueError(f"unknown colormap {name!r}; choose one of: {', '.join(n for n, _ in COLORMAPS)}")
+        self.colormapCombo.setCurrentIndex(index)
+
+    def shared_scale(self) -> bool:
+        return self.scaleModeCombo.currentData() == "shared"
+
+    def set_shared_scale(self, shared: bool) -> None:
+        self.scaleModeCombo.setCurrentIndex(0 if shared else 1)
+
+    def displayed_heads(self) -> list[Head]:
+        return [c.head for c in self._cells]
+
+    def displayed_arrays(self) -> list[np.ndarray]:
+        """The arrays the ImageItems draw, in displayed order (for tests and exports)."""
+        return [c.image.image for c in self._cells]
+
+    def image_levels(self) -> list[tuple[float, float]]:
+        return [tuple(map(float, c.image.levels)) for c in self._cells]
+
+    def hover_cell(self, q: int, k: int) -> str:
+        """Show the read-out for cell (q, k) of the first displayed heatmap and highlight it."""
+        if not self._cells:
+            return ""
+        self._set_hover(self._cells[0], q, k)
+        return self.readout.text()
+
+    def highlighted_cells(self) -> list[tuple[int, int] | None]:
+        out = []
+        for c in self._cells:
+            if not c.highlight.isVisible():
+                out.append(None)
+            else:
+                r = c.highlight.rect()
+                out.append((int(r.y()), int(r.x())))
+        return out
+
+    # -- layout --------------------------------------------------------------------------------
+    def _heads_for_target(self) -> list[Head]:
+        if self._source is None:
+            return []
+        if self._target == ALL:
+            return list(range(self._source.num_heads))
+        return [self._target]
+
+    def _best_columns(self, n: int) -> int:
+        """Columns that make the cells closest to square in the current widget."""
+        if n <= 1:
+            return 1
+        w = max(1, self.graphics.width() - 80)  # the colour bar takes ~80 px
+        h = max(1, self.graphics.height())
+        best, best_side = 1, -1.0
+        for cols in range(1, n + 1):
+            rows = math.ceil(n / cols)
+            side = min(w / cols, h / rows)
+            if side > best_side + 1e-9:
+                best, best_side = cols, side
+        return best
+
+    def _clear_cells(self) -> None:
+        self.graphics.ci.clear()
+        self._cells = []
+        self._columns = 0
+
+    def _build_cells(self) -> None:
+        source = self._source
+        self._clear_cells()
+        heads = self._heads_for_target()
+        n = len(heads)
+        cols = self._best_columns(n)
+        rows = math.ceil(n / cols)
+        self._columns = cols
+        single = n == 1
+        L, Lk = source.shape
+        for i, head in enumerate(heads):
+            r, c = divmod(i, cols)
+            cell_layout = pg.GraphicsLayout()
+            cell_layout.setSpacing(0)
+            cell_layout.setContentsMargins(0, 0, 0, 0)
+            title = pg.LabelItem(source.head_title(head), size="9pt", bold=single, color="#222222")
+            export = _ClickLabel("⤓ export", lambda h=head: self.exportRequested.emit(h), size="8pt",
+                                 color="#2a62c9")
+            cell_layout.addItem(title, row=0, col=0)
+            cell_layout.addItem(export, row=0, col=1)
+            left, bottom = TokenAxis("left"), TokenAxis("bottom")
+            plot = pg.PlotItem(axisItems={"left": left, "bottom": bottom})
+            plot.setMenuEnabled(False)
+            plot.hideButtons()
+            plot.invertY(True)  # query 0 at the top, like a matrix
+            plot.setMouseEnabled(single, single)
+            plot.vb.setDefaultPadding(0.0)
+            # Small multiples share their axes: token labels on the outer edges only.
+            left.set_labels(source.query_labels)
+            bottom.set_labels(source.key_labels)
+            left.set_show_labels(single or c == 0)
+            bottom.set_show_labels(single or r == rows - 1 or i + cols >= n)
+            image = pg.ImageItem(axisOrder="row-major")
+            overlay = pg.ImageItem(axisOrder="row-major")
+            overlay.setZValue(5)
+            plot.addItem(image)
+            plot.addItem(overlay)
+            highlight = QGraphicsRectItem(0, 0, 1, 1)
+            pen = QPen(_HIGHLIGHT)
+            pen.setWidth(2)
+            pen.setCosmetic(True)
+            highlight.setPen(pen)
+            highlight.setZValue(10)
+            highlight.hide()
+            plot.vb.addItem(highlight, ignoreBounds=True)
+            plot.vb.setLimits(xMin=0, xMax=Lk, yMin=0, yMax=L)
+            plot.vb.setRange(xRange=(0, Lk), yRange=(0, L), padding=0)
+            cell_layout.addItem(plot, row=1, col=0, colspan=2)
+            self.graphics.ci.addItem(cell_layout, row=r, col=c)
+            self._cells.append(_Cell(head, plot, image, overlay, highlight, title, left, bottom))
+        self.graphics.ci.addItem(self.colorBar, row=0, col=cols, rowspan=max(1, rows))
+
+    def _update_images(self) -> None:
+        source = self._source
+        if source is None:
+            return
+        L, Lk = source.shape
+        cmap = pg.colormap.get(self.colormap_name())
+        shared = self.shared_scale()
+        top = max([source.level_max(h) for h in range(source.num_heads)] + [source.level_max(MEAN)]) if shared else 1.0
+        top = top if top > 0 else 1.0
+        mask = source.display_mask()
+        hatch = hatch_overlay(mask) if mask is not None else None
+        rect = QRectF(0, 0, Lk, L)
+        for cell in self._cells:
+            data = source.display_matrix(cell.head)
+            hi = top if shared else (source.level_max(cell.head) or 1.0)
+            cell.image.setColorMap(cmap)
+            cell.image.setImage(data, autoLevels=False, levels=(0.0, hi))
+            cell.image.setRect(rect)
+            cell.title.setText(source.head_title(cell.head))
+            if hatch is not None:
+                cell.overlay.setImage(hatch, autoLevels=False, levels=(0, 255))
+                cell.overlay.setRect(rect)
+                cell.overlay.show()
+            else:
+                cell.overlay.hide()
+            cell.left.set_labels(source.query_labels)
+            cell.bottom.set_labels(source.key_labels)
+        self.colorBar.setColorMap(cmap)
+        if shared:
+            self.colorBar.setLevels(values=(0.0, top))
+            self.colorBar.axis.setLabel("weight")
+        else:
+            self.colorBar.setLevels(values=(0.0, 1.0))
+            self.colorBar.axis.setLabel("fraction of each head's max")
+
+    def _fill_view_combo(self) -> None:
+        combo = self.viewCombo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("all heads", ALL)
+        combo.addItem("mean over heads", MEAN)
+        if self._source is not None:
+            for h in range(self._source.num_heads):
+                combo.addItem(f"head {h} (enlarged)", h)
+        index = combo.findData(self._target)
+        combo.setCurrentIndex(max(0, index))
+        combo.blockSignals(False)
+
+    def resizeEvent(self, event):  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._reflow_timer.start()
+
+    @Slot()
+    def _reflow_if_needed(self) -> None:
+        if self._source is None or not self._cells:
+            return
+        if self._best_columns(len(self._cells)) != self._columns:
+            self._build_cells()
+            self._update_images()
+
+    # -- interaction ---------------------------------------------------------------------------
+    @Slot(int)
+    def _on_view_combo(self, index: int) -> None:
+        self.set_view_target(self.viewCombo.itemData(index))
+
+    @Slot()
+    def _on_appearance(self) -> None:
+        self._update_images()
+        self.appearanceChanged.emit()
+
+    def _cell_at(self, scene_pos) -> tuple[_Cell, int, int] | None:
+        if self._source is None:
+            return None
+        L, Lk = self._source.shape
+        for cell in self._cells:
+            if cell.plot.vb.sceneBoundingRect().contains(scene_pos):
+                point = cell.plot.vb.mapSceneToView(scene_pos)
+                k, q = int(math.floor(point.x())), int(math.floor(point.y()))
+                if 0 <= q < L and 0 <= k < Lk:
+                    return cell, q, k
+        return None
+
+    def _set_hover(self, cell: _Cell, q: int, k: int) -> None:
+        self._hover = (q, k)
+        for c in self._cells:  # the same cell in every head
+            c.highlight.setRect(QRectF(k, q, 1, 1))
+            c.highlight.show()
+        text = readout_text(self._source, cell.head, q, k)
+        self.readout.setText(text)
+        self.hovered.emit(text)
+
+    def _clear_hover(self) -> None:
+        if self._hover is None:
+            return
+        self._hover = None
+        for c in self._cells:
+            c.highlight.hide()
+        self.readout.setText(" ")
+        self.hovered.emit("")
+
+    @Slot(object)
+    def _on_mouse_moved(self, scene_pos) -> None:
+        hit = self._cell_at(scene_pos)
+        if hit is None:
+            self._clear_hover()
+        else:
+            self._set_hover(*hit)
+
+    @Slot(object)
+    def _on_mouse_clicked(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or self._target != ALL:
+            return
+        hit = self._cell_at(event.scenePos())
+        if hit is not None:
+            self.set_view_target(hit[0].head)

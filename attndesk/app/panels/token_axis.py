@@ -1,0 +1,117 @@
+"""An axis that labels cells with tokens: elided, rotated on the x axis, thinned when crowded."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetricsF
+
+MAX_LABEL_CHARS = 12
+
+
+def elide(label: str, limit: int = MAX_LABEL_CHARS) -> str:
+    label = label.replace("\n", "⏎")
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+class TokenAxis(pg.AxisItem):
+    """Cell i spans [i, i+1); its label sits at i + 0.5. Only every n-th label is drawn when the
+    cells are narrower than a line of text, so labels never overlap (zooming in shows them all).
+    The bottom axis draws its labels vertically (long tokens stay readable in narrow columns)."""
+
+    def __init__(self, orientation: str, font_px: int = 10) -> None:
+        super().__init__(orientation)
+        self._labels: list[str] = []
+        self._font = QFont()
+        self._font.setPixelSize(font_px)
+        self._metrics = QFontMetricsF(self._font)
+        self._show = True
+        self.setTickFont(self._font)
+        self.setTextPen("#333333")
+        self.setPen("#888888")
+        self.setStyle(tickLength=-3, tickTextOffset=3, autoExpandTextSpace=True)
+        if orientation == "bottom":
+            # We draw the text ourselves (rotated); pyqtgraph only draws the tick marks.
+            self.setStyle(showValues=False)
+
+    def set_labels(self, labels: Sequence[str]) -> None:
+        self._labels = [elide(str(t)) for t in labels]
+        self._fit()
+        self.picture = None
+        self.update()
+
+    def set_show_labels(self, show: bool) -> None:
+        self._show = show
+        if self.orientation != "bottom":
+            self.setStyle(showValues=show)
+        self._fit()
+        self.picture = None
+        self.update()
+
+    def _fit(self) -> None:
+        """Room for the widest label (pyqtgraph would otherwise drop labels that overflow)."""
+        widest = max((self._metrics.horizontalAdvance(t) for t in self._labels), default=0)
+        room = int(math.ceil(widest)) + 10 if self._show and self._labels else 6
+        if self.orientation == "bottom":
+            self.setHeight(room)
+        else:
+            self.setWidth(room)
+
+    def label_stride(self, cells: float, pixels: float) -> int:
+        """Draw every n-th label so that neighbouring labels are a text line apart."""
+        if cells <= 0 or pixels <= 0:
+            return 1
+        per_cell = pixels / cells
+        need = self._metrics.height() + 1
+        return max(1, math.ceil(need / per_cell))
+
+    def visible_ticks(self, min_val: float, max_val: float, size: float) -> list[int]:
+        lo, hi = sorted((min_val, max_val))
+        n = len(self._labels)
+        first, last = max(0, math.floor(lo)), min(n - 1, math.ceil(hi) - 1)
+        if last < first:
+            return []
+        stride = self.label_stride(hi - lo, size)
+        start = (first + stride - 1) // stride * stride
+        return list(range(start, last + 1, stride))
+
+    # pyqtgraph hooks --------------------------------------------------------------------------
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802 - pyqtgraph's name
+        if not self._labels:
+            return []
+        ticks = self.visible_ticks(minVal, maxVal, size)
+        return [(1.0, [i + 0.5 for i in ticks])]
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802
+        out = []
+        for v in values:
+            i = int(math.floor(v))
+            out.append(self._labels[i] if 0 <= i < len(self._labels) else "")
+        return out
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):  # noqa: N802
+        super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
+        if self.orientation != "bottom" or not self._show or not self._labels:
+            return
+        bounds = self.mapRectFromParent(self.geometry())
+        lo, hi = self.range
+        if hi == lo:
+            return
+        width = bounds.width()
+        p.setFont(self._font)
+        p.setPen(self.textPen())
+        line = self._metrics.height()
+        room = bounds.height() - 6
+        for i in self.visible_ticks(lo, hi, width):
+            x = bounds.left() + (i + 0.5 - lo) / (hi - lo) * width
+            if x < bounds.left() - 1 or x > bounds.right() + 1:
+                continue
+            p.save()
+            p.translate(x, bounds.top() + 4)
+            p.rotate(-90)  # text runs upward, ending just below the axis line
+            p.drawText(QRectF(-room, -line / 2, room, line),
+                       int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), self._labels[i])
+            p.restore()

@@ -1,0 +1,273 @@
+"""Run any long job off the GUI thread: latest request wins, cancel is cooperative.
+
+``JobRunner`` lives in the GUI thread and owns one ``QThread`` with a ``_Worker`` moved onto it.
+``submit(generation, fn, *args, **kwargs)`` parks the job in a one-slot mailbox (a newer request
+replaces a queued one) and wakes the worker through a queued signal. The worker calls ``fn``; if
+``fn`` accepts ``progress`` / ``should_cancel`` keywords it gets them (the core's convention:
+``progress(fraction, message)``, ``should_cancel() -> bool``, raise ``Cancelled``).
+The worker's signals are connected to slots of the runner, so they are delivered in the GUI
+thread; the runner drops anything from a generation older than the latest submitted one and
+re-emits the rest as ``finished`` / ``failed`` / ``progress``. Nothing here knows about attention.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+import traceback
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+_THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
+
+# At most this many progress signals per second cross to the GUI thread (a blocked core may
+# report thousands of blocks; each queued signal costs the event loop a little).
+_PROGRESS_INTERVAL_S = 0.05
+
+
+def running_threads() -> list[QThread]:
+    """Every QThread started by a JobRunner that is still running (the test suite checks this)."""
+    alive = []
+    for thread in list(_THREADS):
+        try:
+            if thread.isRunning():
+                alive.append(thread)
+        except RuntimeError:  # the C++ object is already gone
+            pass
+    return alive
+
+
+def _accepted_keywords(fn: Callable[..., Any]) -> set[str]:
+    """Which of progress/should_cancel ``fn`` can take (any **kwargs takes both)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    names = {p.name for p in params}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return {"progress", "should_cancel"}
+    return names & {"progress", "should_cancel"}
+
+
+@dataclass
+class _Job:
+    generation: int
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class _Worker(QObject):
+    """Lives in the worker thread; runs whatever the mailbox holds when woken."""
+
+    done = Signal(int, object)
+    error = Signal(int, str)
+    cancelled = Signal(int)
+    progressed = Signal(int, float, str)
+    began = Signal(int)
+
+    def __init__(self, runner: "JobRunner") -> None:
+        super().__init__()
+        self._runner = runner
+
+    @Slot()
+    def run_pending(self) -> None:
+        job = self._runner._take_pending()
+        if job is None:  # a newer wake already took it
+            return
+        self.began.emit(job.generation)
+        last_emit = [0.0]
+
+        def progress(fraction: float, message: str = "") -> None:
+            now = time.monotonic()
+            if fraction >= 1.0 or now - last_emit[0] >= _PROGRESS_INTERVAL_S:
+                last_emit[0] = now
+                self.progressed.emit(job.generation, float(fraction), str(message))
+
+        def should_cancel() -> bool:
+            return job.cancel.is_set()
+
+        extra = {}
+        accepted = _accepted_keywords(job.fn)
+        if "progress" in accepted and "progress" not in job.kwargs:
+            extra["progress"] = progress
+        if "should_cancel" in accepted and "should_cancel" not in job.kwargs:
+            extra["should_cancel"] = should_cancel
+        try:
+            result = job.fn(*job.args, **job.kwargs, **extra)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message, never a crash
+            if _is_cancelled(exc) or job.cancel.is_set():
+                self.cancelled.emit(job.generation)
+            else:
+                self.error.emit(job.generation, _describe(exc))
+        else:
+            if job.cancel.is_set():
+                self.cancelled.emit(job.generation)
+            else:
+                self.done.emit(job.generation, result)
+        finally:
+            self._runner._job_ended(job)
+
+
+def _is_cancelled(exc: BaseException) -> bool:
+    try:
+        from attndesk.core.errors import Cancelled
+    except ImportError:  # core not importable: fall back to the name
+        return type(exc).__name__ == "Cancelled"
+    return isinstance(exc, Cancelled)
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line message for the status bar; the traceback goes to stderr for bug reports."""
+    expected = type(exc).__name__ in ("ConfigError",)
+    if not expected:
+        traceback.print_exception(exc)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        return f"out of memory: {text or 'the allocation failed'}; try a shorter text or fewer heads"
+    if expected:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class JobRunner(QObject):
+    """GUI-side handle: submit jobs, cancel, shut down. Signals arrive in the GUI thread."""
+
+    finished = Signal(int, object)  # generation, result
+    failed = Signal(int, str)  # generation, message
+    progress = Signal(int, float, str)  # generation, fraction, message
+    started = Signal(int)  # generation: the worker picked it up
+    cancelled = Signal(int)  # generation: stopped on request (or superseded while running)
+
+    _wake = Signal()
+
+    def __init__(self, parent: QObject | None = None, name: str = "attndesk-worker") -> None:
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._pending: _Job | None = None
+        self._running: _Job | None = None
+        self._latest = 0  # newest generation submitted; older results are stale
+        self._name = name
+        self._thread: QThread | None = None
+        self._worker: _Worker | None = None
+        self._shut = False
+
+    # -- public API --------------------------------------------------------------------------
+    def submit(self, generation: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(*args, **kwargs)``; replaces a queued job and cancels a running older one."""
+        if self._shut:
+            raise RuntimeError("the job runner has been shut down")
+        self._ensure_thread()
+        with self._lock:
+            self._latest = max(self._latest, generation)
+            self._pending = _Job(generation, fn, args, kwargs)
+            if self._running is not None and self._running.generation < generation:
+                self._running.cancel.set()  # its result would be dropped anyway
+        self._wake.emit()
+
+    def cancel(self) -> None:
+        """Drop the queued job, ask the running one to stop, and stop waiting for either."""
+        with self._lock:
+            dropped = self._pending
+            self._pending = None
+            running = self._running
+            if running is not None:
+                running.cancel.set()
+            self._latest += 1  # whatever still arrives is stale now
+        if dropped is not None:
+            self.cancelled.emit(dropped.generation)
+        if running is not None:
+            self.cancelled.emit(running.generation)
+
+    def is_busy(self) -> bool:
+        with self._lock:
+            return self._pending is not None or self._running is not None
+
+    @property
+    def latest_generation(self) -> int:
+        return self._latest
+
+    def next_generation(self) -> int:
+        """A generation newer than anything submitted or cancelled so far."""
+        with self._lock:
+            return self._latest + 1
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Cancel, stop the thread and join it. Returns False only if ``timeout_s`` ran out."""
+        self._shut = True
+        self.cancel()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.quit()
+        if timeout_s is None:
+            thread.wait()
+        elif not thread.wait(int(timeout_s * 1000)):
+            return False
+        self._thread = None
+        if self._worker is not None:
+            self._worker.deleteLater()
+            self._worker = None
+        return True
+
+    # -- internals ----------------------------------------------------------------------------
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        thread = QThread()  # no parent: we join and drop it ourselves in shutdown()
+        thread.setObjectName(self._name)
+        worker = _Worker(self)
+        worker.moveToThread(thread)
+        self._wake.connect(worker.run_pending)  # queued: runner and worker live in different threads
+        worker.done.connect(self._on_done)
+        worker.error.connect(self._on_error)
+        worker.cancelled.connect(self._on_cancelled)
+        worker.progressed.connect(self._on_progress)
+        worker.began.connect(self._on_began)
+        _THREADS.add(thread)
+        self._thread, self._worker = thread, worker
+        thread.start()
+
+    def _take_pending(self) -> _Job | None:  # worker thread
+        with self._lock:
+            job, self._pending = self._pending, None
+            self._running = job
+            return job
+
+    def _job_ended(self, job: _Job) -> None:  # worker thread
+        with self._lock:
+            if self._running is job:
+                self._running = None
+
+    def _fresh(self, generation: int) -> bool:
+        return generation >= self._latest
+
+    @Slot(int)
+    def _on_began(self, generation: int) -> None:
+        if self._fresh(generation):
+            self.started.emit(generation)
+
+    @Slot(int, object)
+    def _on_done(self, generation: int, result: object) -> None:
+        if self._fresh(generation):
+            self.finished.emit(generation, result)
+
+    @Slot(int, str)
+    def _on_error(self, generation: int, message: str) -> None:
+        if self._fresh(generation):
+            self.failed.emit(generation, message)
+
+    @Slot(int)
+    def _on_cancelled(self, generation: int) -> None:
+        if self._fresh(generation):
+            self.cancelled.emit(generation)
+
+    @Slot(int, float, str)
+    def _on_progress(self, generation: int, fraction: float, message: str) -> None:
+        if self._fresh(generation):
+            self.progress.emit(generation, fraction, message)

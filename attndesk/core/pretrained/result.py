@@ -1,0 +1,134 @@
+"""The record of one pretrained-encoder run: plain numpy and Python, safe to hand to any thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import AttentionConfig
+from ..result import AttentionResult
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two vectors (0.0 if either is all zero)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b / norm) if norm > 0 else 0.0
+
+
+@dataclass
+class PretrainedResult:
+    """Everything a view needs to draw one pretrained run (layers N, heads H, L tokens, width E).
+
+    ``weights`` [N, H, L, L] float32: row = query token, column = key token, layer 0 first.
+    ``hidden_states`` [N + 1, L, E] float32: the embeddings' output, then each layer's output.
+    ``embedding`` [E]: mean over real tokens of the last hidden state, L2-normalised.
+    ``special`` [L] bool: True for [CLS] / [SEP] / [PAD] (tokens a view may hide).
+    ``mask`` [L, L] bool (True = may attend) when a causal mask was forced, else None.
+    ``timings``: "embed", "layer 0" ... "layer N-1", "pooling", then "total" (seconds).
+    When the run was altered (unscaled, causal or ablated heads), ``normal_embedding`` is the
+    unaltered run's embedding and ``cosine_to_normal`` their cosine; otherwise both are None.
+    """
+
+    model_name: str
+    tokens: list[str]
+    token_ids: np.ndarray  # [L] int64
+    special: np.ndarray  # [L] bool
+    weights: np.ndarray  # [N, H, L, L] float32
+    hidden_states: np.ndarray  # [N + 1, L, E] float32
+    embedding: np.ndarray  # [E] float32, unit length
+    timings: dict[str, float]
+    device: str
+    scaled: bool = True
+    causal: bool = False
+    ablate: tuple[tuple[int, int], ...] = ()
+    mask: np.ndarray | None = None
+    notices: list[str] = field(default_factory=list)
+    dropped_tokens: int = 0
+    normal_embedding: np.ndarray | None = None
+    cosine_to_normal: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- shape conveniences -----------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.weights.shape[1])
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def keys(self) -> list[str]:
+        """Key-axis labels (self-attention: the tokens), as ``AttentionResult.keys``."""
+        return self.tokens
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self.timings.get("total", sum(self.timings.values())))
+
+    @property
+    def altered(self) -> bool:
+        return (not self.scaled) or self.causal or bool(self.ablate)
+
+    def is_ablated(self, layer: int, head: int) -> bool:
+        return (int(layer), int(head)) in self.ablate
+
+    # -- views of the weights ---------------------------------------------------------------
+    def layer_weights(self, layer: int) -> np.ndarray:
+        """[H, L, L] for one layer."""
+        self._check_layer(layer)
+        return self.weights[layer]
+
+    def follow_token(self, query: int, head: int | None = None) -> np.ndarray:
+        """Where one query token looks at every layer: [N, L] (head None = mean over heads)."""
+        if not 0 <= int(query) < self.length:
+            raise IndexError(f"token {query} out of range: the input has {self.length} tokens")
+        rows = self.weights[:, :, int(query), :]  # [N, H, L]
+        if head is None:
+            return rows.mean(axis=1, dtype=np.float64).astype(np.float32)
+        return rows[:, int(head), :]
+
+    def visible_indices(self, hide_special: bool) -> np.ndarray:
+        """Token positions a view shows: all, or all but [CLS]/[SEP]/[PAD]."""
+        return np.flatnonzero(~self.special) if hide_special else np.arange(self.length)
+
+    def without_special(self, layer: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """One layer's weights with special tokens removed from both axes, NOT re-normalised.
+
+        Returns (weights [H, L', L'], tokens [L'], hidden_mass [H, L']) where hidden_mass is the
+        share of each remaining row that went to the hidden keys (so rows sum to 1 - hidden_mass).
+        """
+        keep = self.visible_indices(True)
+        w = self.layer_weights(layer)[:, keep][:, :, keep]  # [H, L', L']
+        hidden = self.layer_weights(layer)[:, keep].sum(axis=-1) - w.sum(axis=-1)  # [H, L']
+        return w, [self.tokens[i] for i in keep], np.clip(hidden, 0.0, None).astype(np.float32)
+
+    def layer_result(self, layer: int) -> AttentionResult:
+        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export)."""
+        self._check_layer(layer)
+        n_heads, e = self.num_heads, int(self.hidden_states.shape[-1])
+        config = AttentionConfig(
+            embed_dim=e, hidden_dim=e, num_heads=n_heads, mask="causal" if self.causal else "none",
+            scaled=self.scaled, positional=True, vocab_size=max(3, int(self.token_ids.max(initial=0)) + 1),
+        )
+        timings = {"layer": self.timings.get(f"layer {layer}", 0.0)}
+        timings["total"] = timings["layer"]
+        return AttentionResult(
+            tokens=list(self.tokens), token_ids=self.token_ids, weights=self.weights[layer],
+            output=self.hidden_states[layer + 1], timings=timings, flops=0, peak_bytes=0,
+            device=self.device, config=config, mask=self.mask, notices=list(self.notices),
+            extra={"pretrained": self.model_name, "layer": int(layer), "special": self.special,
+                   "ablated_heads": [h for (l, h) in self.ablate if l == layer]},
+        )
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= int(layer) < self.num_layers:
+            raise IndexError(f"layer {layer} out of range: the model has {self.num_layers} layers (0..{self.num_layers - 1})")

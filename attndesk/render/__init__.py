@@ -1,0 +1,54 @@
+"""Figures of attention heatmaps painted with QPainter: for the window, exports and the CLI.
+
+Everything here is a view over plain numpy arrays (an AttentionResult or a HeatmapFigure);
+pyqtgraph's exporters are never used (its SVGExporter crashes on Qt >= 6.11).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def has_display() -> bool:
+    """False on Linux/BSD when neither X11 nor Wayland is reachable through the environment."""
+    if not sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def ensure_gui_app(*, headless: bool = False):
+    """Return the running QGuiApplication, creating one if needed (fonts need it).
+
+    Without a display (or with ``headless``) the offscreen platform is chosen before the
+    application exists, so Qt never aborts looking for an X server. An explicit
+    QT_QPA_PLATFORM set by the user is respected.
+    """
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtGui import QGuiApplication
+
+    app = QCoreApplication.instance()
+    if app is not None:
+        if not isinstance(app, QGuiApplication):
+            raise RuntimeError("a QCoreApplication without GUI support is running; rendering needs a QGuiApplication")
+        return app
+    if not os.environ.get("QT_QPA_PLATFORM") and (headless or not has_display()):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    return QGuiApplication(sys.argv[:1] or ["attndesk"])
+
+
+from .figure import HeatmapFigure, figure_from_result, paint_figure, suggested_size  # noqa: E402
+from .export import ExportError, default_filename, export_figure, export_weights  # noqa: E402
+
+__all__ = [
+    "ExportError",
+    "HeatmapFigure",
+    "default_filename",
+    "ensure_gui_app",
+    "export_figure",
+    "export_weights",
+    "figure_from_result",
+    "has_display",
+    "paint_figure",
+    "suggested_size",
+]

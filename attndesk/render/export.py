@@ -1,0 +1,272 @@
+"""Writing figures (PNG/SVG/PDF) and raw weights (NPY/CSV) to disk, atomically.
+
+Every file is produced in memory first, written to a temporary file in the target folder and
+moved into place with os.replace, so a failure never leaves a partial file behind. Problems the
+user can fix (missing folder, no permission, unknown format, silly size) raise ExportError with
+a readable reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .figure import HeatmapFigure, paint_figure, parse_which, suggested_size
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+WEIGHT_FORMATS = ("npy", "csv")
+MAX_SIDE = 16384
+MAX_PIXELS = 64 * 2**20
+
+
+class ExportError(Exception):
+    """An export could not be written; ``str(err)`` says why in one line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# atomic writes
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would race with other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _check_target(path: Path) -> Path:
+    path = Path(path).expanduser()
+    folder = path.parent
+    if not folder.exists():
+        raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
+    if not folder.is_dir():
+        raise ExportError(f"cannot write {path}: {folder} is not a folder")
+    if path.is_dir():
+        raise ExportError(f"cannot write {path}: a folder of that name exists")
+    return path
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
+    path = _check_target(Path(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp makes the file private (0600); a saved figure gets the usual permissions
+        mode = (path.stat().st_mode & 0o777) if path.exists() else (0o666 & ~_umask())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
+        raise
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def _format_of(path: Path, allowed: Sequence[str]) -> str:
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in allowed:
+        shown = f"'.{suffix}'" if suffix else "no extension"
+        raise ExportError(f"cannot write {path}: unknown format {shown}; use " + ", ".join(f".{a}" for a in allowed))
+    return suffix
+
+
+def _check_size(size: Any, dpi: Any) -> tuple[int, int, float]:
+    try:
+        width, height = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise ExportError(f"size must be (width, height) in pixels, got {size!r}") from None
+    if not (16 <= width <= MAX_SIDE and 16 <= height <= MAX_SIDE) or width * height > MAX_PIXELS:
+        raise ExportError(
+            f"size {width}x{height} is out of range: each side 16..{MAX_SIDE} px, at most {MAX_PIXELS // 2**20} Mpx"
+        )
+    try:
+        dpi = float(dpi)
+    except (TypeError, ValueError):
+        raise ExportError(f"dpi must be a number, got {dpi!r}") from None
+    if not 10 <= dpi <= 2400:
+        raise ExportError(f"dpi {dpi:g} is out of range 10..2400")
+    return width, height, dpi
+
+
+def render_png_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF
+    from PySide6.QtGui import QImage, QImageWriter, QPainter
+
+    image = QImage(width, height, QImage.Format.Format_RGB32)
+    dots_per_meter = round(dpi / 0.0254)
+    image.setDotsPerMeterX(dots_per_meter)  # becomes the PNG pHYs chunk
+    image.setDotsPerMeterY(dots_per_meter)
+    image.fill(0xFFFFFFFF)
+    painter = QPainter(image)
+    try:
+        paint_figure(painter, QRectF(0, 0, width, height), figure)
+    finally:
+        painter.end()
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    writer = QImageWriter(buffer, b"png")
+    if not writer.write(image):
+        raise ExportError(f"PNG encoding failed: {writer.errorString()}")
+    buffer.close()
+    return bytes(data)
+
+
+def render_svg_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRect, QRectF, QSize
+    from PySide6.QtGui import QPainter
+    from PySide6.QtSvg import QSvgGenerator
+
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    generator = QSvgGenerator()
+    generator.setOutputDevice(buffer)
+    generator.setSize(QSize(width, height))
+    generator.setViewBox(QRect(0, 0, width, height))
+    generator.setResolution(round(dpi))
+    generator.setTitle(figure.suptitle or "attention heatmaps")
+    generator.setDescription(figure.caption or "made with attndesk")
+    painter = QPainter(generator)
+    try:
+        paint_figure(painter, QRectF(0, 0, width, height), figure)
+    finally:
+        painter.end()
+    buffer.close()
+    return bytes(data)
+
+
+def render_pdf_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRectF, QSizeF
+    from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
+
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    writer = QPdfWriter(buffer)
+    writer.setResolution(round(dpi))
+    # the page is exactly width x height pixels at dpi: w/dpi inches = 72*w/dpi points
+    page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk", QPageSize.SizeMatchPolicy.ExactMatch)
+    writer.setPageLayout(QPageLayout(page, QPageLayout.Orientation.Portrait, QMarginsF(0, 0, 0, 0)))
+    writer.setTitle(figure.suptitle or "attention heatmaps")
+    writer.setCreator("attndesk")
+    painter = QPainter(writer)
+    try:
+        if not painter.isActive():
+            raise ExportError("the PDF writer could not start")
+        device = painter.device()
+        paint_figure(painter, QRectF(0, 0, device.width(), device.height()), figure)
+    finally:
+        painter.end()
+    buffer.close()
+    return bytes(data)
+
+
+_RENDERERS = {"png": render_png_bytes, "svg": render_svg_bytes, "pdf": render_pdf_bytes}
+
+
+def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
+    """Write ``figure`` to ``path`` as PNG, SVG or PDF (chosen by the suffix); return the path.
+
+    ``size`` is (width, height) in pixels (default: suggested_size(figure)); a PNG has exactly
+    that many pixels and ``dpi`` in its metadata, SVG/PDF have that size at ``dpi``.
+    """
+    from . import ensure_gui_app
+
+    path = Path(path).expanduser()
+    fmt = _format_of(path, FIGURE_FORMATS)
+    width, height, dpi = _check_size(size if size is not None else suggested_size(figure), dpi)
+    _check_target(path)  # fail before painting when the folder is missing
+    ensure_gui_app()
+    data = _RENDERERS[fmt](figure, width, height, dpi)
+    return atomic_write(path, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# raw numbers
+
+
+def weights_csv_text(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str]) -> str:
+    """CSV: a header row of key labels, then one row per query (label, then the weights).
+
+    Values are written with the shortest text that reads back to the same float32/float64
+    (numpy's repr algorithm), so parsing the CSV returns the exact numbers.
+    """
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise ExportError(f"a CSV holds one [L, Lk] matrix, got shape {matrix.shape}; choose a head or the mean, or use .npy")
+    if len(query_labels) != matrix.shape[0] or len(key_labels) != matrix.shape[1]:
+        raise ExportError(
+            f"{len(query_labels)} query and {len(key_labels)} key labels do not fit a {matrix.shape[0]}x{matrix.shape[1]} matrix"
+        )
+    if not np.issubdtype(matrix.dtype, np.floating):
+        matrix = matrix.astype(np.float64)
+    text = matrix.astype(str)  # shortest round-trip repr per element, done in C
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(["query \\ key", *map(str, key_labels)])
+    for label, row in zip(query_labels, text):
+        writer.writerow([str(label), *row.tolist()])
+    return out.getvalue()
+
+
+def export_weights(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], path: str | os.PathLike) -> Path:
+    """Write raw weights: ``.npy`` (any shape, exact) or ``.csv`` (one [L, Lk] matrix with labels)."""
+    path = Path(path).expanduser()
+    fmt = _format_of(path, WEIGHT_FORMATS)
+    _check_target(path)
+    matrix = np.asarray(matrix)
+    if fmt == "npy":
+        buffer = io.BytesIO()
+        np.save(buffer, matrix, allow_pickle=False)
+        data = buffer.getvalue()
+    else:
+        data = weights_csv_text(matrix, query_labels, key_labels).encode("utf-8")
+    return atomic_write(path, data)
+
+
+def default_filename(result: Any, which: Any, ext: str) -> str:
+    """A file name that says what is in the file, e.g. attn_head3_h8_e64_causal_scaled_seed0.png."""
+    cfg = result.config
+    num_heads = int(np.asarray(result.weights).shape[0])
+    which = parse_which(which, num_heads)
+    tag = which if isinstance(which, str) else f"head{which}"
+    parts = ["attn", tag, f"h{num_heads}", f"e{cfg.embed_dim}", cfg.mask.replace("+", "-"), "scaled" if cfg.scaled else "unscaled"]
+    if not cfg.positional:
+        parts.append("nopos")
+    if cfg.dropout and cfg.training:
+        parts.append(f"drop{cfg.dropout:g}")
+    parts.append(f"seed{cfg.seed}")
+    if cfg.dtype != "float32":
+        parts.append(cfg.dtype)
+    return "_".join(parts) + "." + ext.lstrip(".").lower()

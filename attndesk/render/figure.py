@@ -1,0 +1,906 @@
+"""A publication-style grid of attention heatmaps, painted with QPainter onto any paint device.
+
+The same ``paint_figure`` draws into a QImage (PNG export, the window), a QSvgGenerator and a
+QPdfWriter, so exported files look like the app. Text (titles, token labels, colour-bar ticks)
+is always drawn as text, so SVG/PDF keep it selectable. Cells are vector rectangles on vector
+devices while the figure stays small (``VECTOR_CELL_LIMIT``); beyond that, and always on raster
+devices, each heatmap is one image, block-averaged down to the pixels it occupies, so a
+2048 x 2048 matrix never becomes millions of drawing operations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontInfo,
+    QFontMetricsF,
+    QImage,
+    QPainter,
+    QPainterPath,
+    QPaintEngine,
+    QPen,
+)
+
+from . import colormaps
+
+# Vector output draws at most this many cells in total as rectangles (about 256 x 256); larger
+# figures embed one raster image per heatmap while labels and the colour bar stay text.
+VECTOR_CELL_LIMIT = 256 * 256
+_VECTOR_ENGINES = {
+    QPaintEngine.Type.SVG,
+    QPaintEngine.Type.Pdf,
+    QPaintEngine.Type.Picture,
+}
+_TEXT_RGB = (40, 40, 40)
+_MUTED_RGB = (100, 100, 100)
+_FRAME_RGB = (90, 90, 90)
+
+
+@dataclass
+class HeatmapFigure:
+    """What to draw: n heatmaps sharing token labels, a colormap and (optionally) a scale.
+
+    ``matrices`` [n, L, Lk]; ``mask`` [L, Lk] bool with True = may attend (None: nothing
+    masked). Non-finite values (e.g. -inf masked scores) are drawn like masked cells.
+    ``vmin``/``vmax`` fix the colour range (else 0..max, or symmetric around 0 when
+    ``diverging``). With ``shared_scale=False`` each heatmap uses its own range and the colour
+    bar reads as a fraction of each heatmap's range. ``annotate`` writes the value in each cell
+    (None: only when cells are big enough to hold it).
+    """
+
+    matrices: np.ndarray
+    titles: list[str]
+    query_labels: list[str]
+    key_labels: list[str]
+    mask: np.ndarray | None = None
+    colormap: str = "viridis"
+    shared_scale: bool = True
+    vmin: float | None = None
+    vmax: float | None = None
+    diverging: bool = False
+    suptitle: str = ""
+    caption: str = ""
+    value_label: str = "attention weight"
+    x_title: str = "key tokens"
+    y_title: str = "query tokens"
+    annotate: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        matrices = np.asarray(self.matrices)
+        if matrices.ndim == 2:
+            matrices = matrices[None]
+        if matrices.ndim != 3 or matrices.shape[0] == 0 or 0 in matrices.shape[1:]:
+            raise ValueError(f"matrices must be [n, L, Lk] with n, L, Lk > 0, got shape {matrices.shape}")
+        self.matrices = matrices
+        n, rows, cols = matrices.shape
+        self.titles = list(self.titles) if self.titles else [f"{i}" for i in range(n)]
+        if len(self.titles) != n:
+            raise ValueError(f"{len(self.titles)} titles for {n} heatmaps")
+        self.query_labels = [str(t) for t in self.query_labels]
+        self.key_labels = [str(t) for t in self.key_labels]
+        if len(self.query_labels) != rows:
+            raise ValueError(f"{len(self.query_labels)} query labels for {rows} rows")
+        if len(self.key_labels) != cols:
+            raise ValueError(f"{len(self.key_labels)} key labels for {cols} columns")
+        if self.mask is not None:
+            mask = np.asarray(self.mask, dtype=bool)
+            if mask.shape != (rows, cols):
+                raise ValueError(f"mask shape {mask.shape} does not match the heatmaps' {(rows, cols)}")
+            self.mask = mask
+        if not colormaps.is_known(self.colormap_name):
+            raise ValueError(f"unknown colormap {self.colormap!r}; choose one of: {', '.join(colormaps.COLORMAPS)}")
+
+    @property
+    def colormap_name(self) -> str:
+        """The map actually used: a diverging figure never uses a sequential map."""
+        if self.diverging and self.colormap not in colormaps.DIVERGING_COLORMAPS:
+            return colormaps.DEFAULT_DIVERGING
+        return self.colormap
+
+    def masked(self, index: int) -> np.ndarray:
+        """Bool [L, Lk]: cells of heatmap ``index`` drawn as masked (mask False or non-finite)."""
+        hidden = ~np.isfinite(self.matrices[index])
+        if self.mask is not None:
+            hidden |= ~self.mask
+        return hidden
+
+    def value_range(self, index: int | None = None) -> tuple[float, float]:
+        """(vmin, vmax) of heatmap ``index``, or of all of them (the shared scale) when None."""
+        data = self.matrices if index is None else self.matrices[index]
+        finite = data[np.isfinite(data)]
+        lo = float(finite.min()) if finite.size else 0.0
+        hi = float(finite.max()) if finite.size else 1.0
+        if self.diverging:
+            bound = max(abs(lo), abs(hi)) or 1.0
+            lo, hi = -bound, bound
+        else:
+            lo = min(0.0, lo)
+        if self.vmin is not None:
+            lo = float(self.vmin)
+        if self.vmax is not None:
+            hi = float(self.vmax)
+        if not hi > lo:
+            hi = lo + 1.0
+        return lo, hi
+
+    def scale_for(self, index: int) -> tuple[float, float]:
+        return self.value_range(None if self.shared_scale else index)
+
+    @property
+    def relative_colorbar(self) -> bool:
+        """True when heatmaps differ in range, so the bar shows fractions of each one's range."""
+        if self.shared_scale or self.matrices.shape[0] == 1:
+            return False
+        return len({self.value_range(i) for i in range(self.matrices.shape[0])}) > 1
+
+
+# ---------------------------------------------------------------------------------------------
+# building a figure from a core result
+
+
+def parse_which(which: Any, num_heads: int) -> str | int:
+    """Normalise ``which`` to "all", "mean" or a head index in range; ValueError otherwise."""
+    if isinstance(which, str):
+        text = which.strip().lower()
+        if text in ("all", "mean"):
+            return text
+        if text.startswith("head"):
+            text = text[4:]
+        try:
+            which = int(text)
+        except ValueError:
+            raise ValueError(f"which must be 'all', 'mean' or a head number 0..{num_heads - 1}, got {which!r}") from None
+    if isinstance(which, (bool, np.bool_)) or not isinstance(which, (int, np.integer)):
+        raise ValueError(f"which must be 'all', 'mean' or a head number, got {which!r}")
+    if not 0 <= int(which) < num_heads:
+        raise ValueError(f"head {int(which)} does not exist: this run has heads 0..{num_heads - 1}")
+    return int(which)
+
+
+def settings_summary(result: Any) -> str:
+    """One line naming everything that shaped these weights (for captions and file names)."""
+    cfg = result.config
+    num_heads = result.weights.shape[0]
+    queries, keys = result.weights.shape[1], result.weights.shape[2]
+    parts = [
+        f"{queries} tokens" if keys == queries and result.key_tokens is None else f"{queries} query x {keys} key tokens",
+        f"{num_heads} head{'s' if num_heads != 1 else ''}",
+        f"embed {cfg.embed_dim}",
+        f"d_k {cfg.head_dim}",
+        f"mask: {cfg.mask}",
+        "scaled by 1/\u221ad_k" if cfg.scaled else "unscaled",
+        "sinusoidal positions" if cfg.positional else "no positional encoding",
+    ]
+    if cfg.dropout:
+        parts.append(f"dropout {cfg.dropout:g} ({'training' if cfg.training else 'eval, off'})")
+    parts += [f"seed {cfg.seed}", f"{result.device} {cfg.dtype}"]
+    return " \u00b7 ".join(parts)
+
+
+def figure_from_result(result: Any, which: Any = "all", colormap: str = "viridis", shared_scale: bool = True) -> HeatmapFigure:
+    """The heatmaps of one run: ``which`` = "all" (every head), "mean" (over heads) or a head index."""
+    weights = np.asarray(result.weights)  # [H, L, Lk]
+    num_heads = weights.shape[0]
+    which = parse_which(which, num_heads)
+    if which == "all":
+        matrices = weights
+        titles = [f"head {h}" for h in range(num_heads)]
+        suptitle = f"Attention weights, all {num_heads} heads" if num_heads > 1 else "Attention weights, single head"
+    elif which == "mean":
+        # mean over heads in float64, stored back as the weights' dtype: [1, L, Lk]
+        matrices = weights.mean(axis=0, dtype=np.float64, keepdims=True).astype(weights.dtype)
+        titles = [f"mean over {num_heads} heads"]
+        suptitle = f"Attention weights, mean over {num_heads} heads"
+    else:
+        matrices = weights[which : which + 1]
+        titles = [f"head {which}"]
+        suptitle = f"Attention weights, head {which} of {num_heads}"
+    return HeatmapFigure(
+        matrices=matrices,
+        titles=titles,
+        query_labels=list(result.tokens),
+        key_labels=list(result.keys),
+        mask=result.mask,
+        colormap=colormap,
+        shared_scale=shared_scale,
+        suptitle=suptitle,
+        caption=settings_summary(result),
+    )
+
+
+def suggested_size(figure: HeatmapFigure) -> tuple[int, int]:
+    """A pixel size (at 96 dpi) in which the figure's labels have room."""
+    n = figure.matrices.shape[0]
+    if n == 1:
+        return (1100, 1000)
+    if n <= 2:
+        return (1600, 900)
+    if n <= 4:
+        return (1500, 1300)
+    return (1800, 1500)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _qcolor(rgb: Sequence[int]) -> QColor:
+    return QColor(int(rgb[0]), int(rgb[1]), int(rgb[2]))
+
+
+def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
+    """Round-numbered tick values inside [lo, hi] (about ``target`` of them)."""
+    span = hi - lo
+    if not span > 0 or not math.isfinite(span):
+        return [lo]
+    raw = span / max(1, target)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9:
+        ticks.append(0.0 if abs(value) < step * 1e-9 else value)
+        value = first + len(ticks) * step
+    return ticks
+
+
+def _tick_format(ticks: Sequence[float]) -> str:
+    if len(ticks) < 2:
+        return "{:.3g}"
+    step = abs(ticks[1] - ticks[0])
+    decimals = max(0, min(6, -math.floor(math.log10(step) + 1e-9)))
+    if any(abs(t) >= 1e5 for t in ticks):
+        return "{:.2g}"
+    if step * 10**decimals % 1 > 1e-6:  # steps like 0.25 need one more digit
+        decimals += 1
+    return "{:.%df}" % decimals
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _label_step(count: int, cell: float, line: float) -> int:
+    """Show every k-th label (k from 1, 2, 5, 10, 20, 25, 50, ...) so labels never overlap."""
+    if cell >= line * 0.92:
+        return 1
+    need = line * 1.05 / max(cell, 1e-9)
+    mag = 1
+    while True:
+        for m in (1, 2, 5, 10, 20, 25, 50):
+            if m * mag >= need:
+                return min(m * mag, max(1, count))
+        mag *= 100
+
+
+def block_mean(values: np.ndarray, hidden: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average [L, Lk] down to [rows, cols] blocks over attendable cells only.
+
+    Returns (means, block_hidden); a block is hidden only when every cell in it is. Uneven
+    blocks (L not a multiple of rows) are handled by np.add.reduceat on the block starts.
+    """
+    length, key_length = values.shape
+    r_starts = np.linspace(0, length, rows, endpoint=False).astype(np.intp)
+    c_starts = np.linspace(0, key_length, cols, endpoint=False).astype(np.intp)
+    visible = ~hidden
+    data = np.where(visible, values, 0.0).astype(np.float64)
+    sums = np.add.reduceat(np.add.reduceat(data, r_starts, axis=0), c_starts, axis=1)
+    counts = np.add.reduceat(np.add.reduceat(visible.astype(np.int64), r_starts, axis=0), c_starts, axis=1)
+    means = sums / np.maximum(counts, 1)
+    return means, counts == 0
+
+
+def _row_runs(hidden: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Masked cells as rectangles (row0, row1, col0, col1), half-open, merged along rows and
+    then down identical consecutive rows (a padding column becomes one rectangle)."""
+    runs: list[tuple[int, int, int, int]] = []
+    open_runs: dict[tuple[int, int], int] = {}  # (col0, col1) -> start row of a run still growing
+    for r in range(hidden.shape[0]):
+        row = np.concatenate(([False], hidden[r], [False]))
+        edges = np.flatnonzero(row[1:] != row[:-1])
+        spans = set(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+        for span in list(open_runs):
+            if span not in spans:
+                runs.append((open_runs.pop(span), r, span[0], span[1]))
+        for span in spans:
+            open_runs.setdefault(span, r)
+    for span, start in open_runs.items():
+        runs.append((start, hidden.shape[0], span[0], span[1]))
+    return runs
+
+
+def hatch_segments(rects: Sequence[QRectF], spacing: float) -> list[QLineF]:
+    """45-degree hatch lines covering the union of ``rects``, merged where they continue from
+    one rectangle into the next so a masked triangle costs one line per stroke, not per row."""
+    if not rects:
+        return []
+    step = spacing * math.sqrt(2.0)  # along x + y = c, perpendicular spacing -> c spacing
+    cs, xs, xe = [], [], []
+    for rect in rects:
+        x0, y0, x1, y1 = rect.left(), rect.top(), rect.right(), rect.bottom()
+        c = np.arange(math.floor((x0 + y0) / step) + 1, math.ceil((x1 + y1) / step)) * step
+        if c.size == 0:
+            continue
+        start = np.maximum(x0, c - y1)
+        end = np.minimum(x1, c - y0)
+        keep = end > start + 1e-9
+        cs.append(c[keep])
+        xs.append(start[keep])
+        xe.append(end[keep])
+    if not cs:
+        return []
+    c = np.concatenate(cs)
+    x_start = np.concatenate(xs)
+    x_end = np.concatenate(xe)
+    order = np.lexsort((x_start, c))
+    c, x_start, x_end = c[order], x_start[order], x_end[order]
+    # a new stroke starts where c changes or where the previous piece stops short of this one
+    # (pieces on one line never overlap, so comparing with the previous end suffices)
+    breaks = np.ones(len(c), dtype=bool)
+    breaks[1:] = (c[1:] != c[:-1]) | (x_start[1:] > x_end[:-1] + 1e-6)
+    first = np.flatnonzero(breaks)
+    last = np.append(first[1:], len(c)) - 1
+    lines = []
+    for i, j in zip(first.tolist(), last.tolist()):
+        x_a, x_b, cc = x_start[i], x_end[j], c[i]
+        lines.append(QLineF(x_a, cc - x_a, x_b, cc - x_b))
+    return lines
+
+
+def _rgb_image(rgb: np.ndarray) -> QImage:
+    """QImage (owning its pixels) from a uint8 [h, w, 3] array."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    height, width = rgb.shape[:2]
+    return QImage(rgb.data, width, height, 3 * width, QImage.Format.Format_RGB888).copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+
+@dataclass
+class _Fonts:
+    tick: QFont
+    title: QFont
+    suptitle: QFont
+    caption: QFont
+    axis: QFont
+    cell: QFont
+
+
+@dataclass
+class _Layout:
+    cols: int
+    rows: int
+    map_w: float
+    map_h: float
+    origin_x: float  # left edge of the first map
+    origin_y: float  # top edge of the first row's title
+    title_h: float
+    gap_x: float
+    gap_y: float
+    rotated: bool
+    tick_pt: float
+    x_step: int
+    y_step: int
+    x_extent: float = 0.0  # how far the key labels reach below a map (label offset excluded)
+    y_extent: float = 0.0  # how far the query labels reach left of a map
+    label_offset: float = 0.0  # gap between a map's edge and its labels (tick included)
+
+    def map_rect(self, index: int) -> QRectF:
+        r, c = divmod(index, self.cols)
+        x = self.origin_x + c * (self.map_w + self.gap_x)
+        y = self.origin_y + r * (self.title_h + self.map_h + self.gap_y) + self.title_h
+        return QRectF(x, y, self.map_w, self.map_h)
+
+
+class _Painter:
+    """One painting pass: measures, lays out and draws a HeatmapFigure in a rectangle."""
+
+    def __init__(self, painter: QPainter, rect: QRectF, figure: HeatmapFigure, vector: bool | None):
+        self.p = painter
+        self.rect = QRectF(rect)
+        self.fig = figure
+        device = painter.device()
+        self.dpi = float(device.logicalDpiY()) if device is not None else 96.0
+        engine = painter.paintEngine()
+        if vector is None:
+            vector = engine is not None and engine.type() in _VECTOR_ENGINES
+        self.vector = bool(vector)
+        self.family = QFontInfo(QFont()).family()
+        n, length, key_length = figure.matrices.shape
+        self.n, self.L, self.Lk = n, length, key_length
+        self.cmap = figure.colormap_name
+        self.any_hidden = any(figure.masked(i).any() for i in range(n))
+        # sizes scale with the smaller side so small exports stay balanced
+        side_inch = min(self.rect.width(), self.rect.height()) / self.dpi
+        self.zoom = float(np.clip(side_inch / 9.0, 0.75, 1.6))
+
+    # units ------------------------------------------------------------------------------------
+    def pt(self, points: float) -> float:
+        """Device pixels of a length given in points (1/72 inch) on this device."""
+        return points * self.dpi / 72.0
+
+    def font(self, points: float, bold: bool = False) -> QFont:
+        font = QFont(self.family)
+        font.setPixelSize(max(1, round(self.pt(points * self.zoom))))
+        font.setBold(bold)
+        return font
+
+    def metrics(self, font: QFont) -> QFontMetricsF:
+        return QFontMetricsF(font, self.p.device())
+
+    # layout -----------------------------------------------------------------------------------
+    def measure_header(self, fonts: _Fonts) -> float:
+        width = self.rect.width() - 2 * self.margin
+        height = 0.0
+        if self.fig.suptitle:
+            height += self.metrics(fonts.suptitle).height() * 1.25
+        if self.fig.caption:
+            box = self.metrics(fonts.caption).boundingRect(
+                QRectF(0, 0, width, 1e6), int(Qt.TextFlag.TextWordWrap), self.fig.caption
+            )
+            height += box.height() + self.metrics(fonts.caption).height() * 0.3
+        return height + (self.pt(6) if height else 0.0)
+
+    def label_texts(self, labels: Sequence[str], step: int) -> list[tuple[int, str]]:
+        if step == 1:
+            return list(enumerate(labels))
+        # a subset: name the position too, so a reader can place the token
+        return [(i, f"{labels[i]} ({i})") for i in range(0, len(labels), step)]
+
+    def max_label_width(self, font: QFont, labels: Sequence[str]) -> float:
+        fm = self.metrics(font)
+        widest = max((fm.horizontalAdvance(t) for t in labels), default=0.0)
+        return min(widest, self.label_cap(font))
+
+    def label_cap(self, font: QFont) -> float:
+        # about 14 average characters, and never more than a fifth of the figure
+        fm = self.metrics(font)
+        return min(fm.averageCharWidth() * 14, 0.2 * min(self.rect.width(), self.rect.height()))
+
+    def colorbar_width(self, fonts: _Fonts) -> float:
+        fm = self.metrics(fonts.tick)
+        lo, hi = (0.0, 1.0) if self.fig.relative_colorbar else self.fig.value_range()
+        ticks = nice_ticks(lo, hi)
+        fmt = _tick_format(ticks)
+        tick_w = max(fm.horizontalAdvance(fmt.format(t)) for t in ticks)
+        width = self.pt(12) + self.pt(4) + tick_w + self.pt(6) + self.metrics(fonts.axis).height()
+        if self.any_hidden:
+            width = max(width, self.pt(14) + self.pt(4) + self.metrics(fonts.tick).horizontalAdvance("masked"))
+        return self.pt(14) + width
+
+    def layout(self, fonts: _Fonts, grid: QRectF, tick_pt: float, rotated: bool) -> _Layout | None:
+        # label subsets depend on the cell size, which depends on the room the labels take:
+        # iterate until the shown labels are the ones that were measured
+        x_step = y_step = 1
+        lay = None
+        for _ in range(4):
+            lay = self._layout_once(fonts, grid, tick_pt, rotated, x_step, y_step)
+            if lay is None or (lay.x_step <= x_step and lay.y_step <= y_step):
+                break
+            x_step, y_step = max(x_step, lay.x_step), max(y_step, lay.y_step)
+        if lay is not None:
+            lay.x_step, lay.y_step = max(x_step, lay.x_step), max(y_step, lay.y_step)
+        return lay
+
+    def _layout_once(self, fonts: _Fonts, grid: QRectF, tick_pt: float, rotated: bool, x_step: int, y_step: int) -> _Layout | None:
+        font = self.font(tick_pt)
+        fm = self.metrics(font)
+        line = fm.height()
+        pad = self.pt(3)
+        offset = pad + self.pt(2.5)
+        axis_h = self.metrics(fonts.axis).height()
+        y_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.query_labels, y_step)])
+        y_band = y_extent + offset + pad + axis_h
+        x_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.key_labels, x_step)]) if rotated else line
+        x_band = x_extent + offset + pad + axis_h
+        title_h = self.metrics(fonts.title).height() * 1.35
+        gap_x = self.pt(10)
+        gap_y = self.pt(8)
+        aspect_limit = 1.0 if self.L == self.Lk else 4.0
+        best = None
+        for cols in range(1, self.n + 1):
+            rows = math.ceil(self.n / cols)
+            if rows * cols - self.n >= cols:
+                continue
+            avail_w = grid.width() - y_band - (cols - 1) * gap_x
+            avail_h = grid.height() - x_band - rows * title_h - (rows - 1) * gap_y
+            if avail_w <= 0 or avail_h <= 0:
+                continue
+            cw, ch = avail_w / cols / self.Lk, avail_h / rows / self.L
+            cell = min(cw, ch)
+            cw, ch = min(cw, cell * aspect_limit), min(ch, cell * aspect_limit)
+            score = cw * ch
+            if best is None or score > best[0] * 1.0001:
+                best = (score, cols, rows, cw, ch)
+        if best is None:
+            return None
+        _, cols, rows, cw, ch = best
+        map_w, map_h = cw * self.Lk, ch * self.L
+        used_w = y_band + cols * map_w + (cols - 1) * gap_x
+        used_h = rows * (title_h + map_h) + (rows - 1) * gap_y + x_band
+        origin_x = grid.left() + (grid.width() - used_w) / 2 + y_band
+        origin_y = grid.top() + (grid.height() - used_h) / 2
+        x_step = max(x_step, _label_step(self.Lk, cw, line))
+        y_step = max(y_step, _label_step(self.L, ch, line))
+        return _Layout(
+            cols, rows, map_w, map_h, origin_x, origin_y, title_h, gap_x, gap_y, rotated, tick_pt,
+            x_step, y_step, x_extent, y_extent, offset,
+        )
+
+    def choose_layout(self, fonts: _Fonts, grid: QRectF) -> _Layout:
+        fallback = None
+        for tick_pt in (9.0, 8.0, 7.0):
+            font = self.font(tick_pt)
+            fm = self.metrics(font)
+            horizontal = self.layout(fonts, grid, tick_pt, rotated=False)
+            if horizontal is not None and horizontal.y_step == 1:
+                cell_w = horizontal.map_w / self.Lk
+                widest = max(fm.horizontalAdvance(t) for t in self.fig.key_labels)
+                if widest + self.pt(3) <= cell_w:
+                    return horizontal
+            rotated = self.layout(fonts, grid, tick_pt, rotated=True)
+            if rotated is None:
+                continue
+            if rotated.x_step == 1 and rotated.y_step == 1:
+                return rotated
+            if fallback is None:
+                fallback = rotated
+        if fallback is not None:
+            return fallback
+        # pathological sizes: squeeze everything with the smallest font
+        return self.layout(fonts, grid, 7.0, rotated=True) or _Layout(
+            1, self.n, max(1.0, grid.width()), max(1.0, grid.height() / self.n), grid.left(), grid.top(), 0, 0, 0, True, 7.0, self.Lk, self.L
+        )
+
+    # drawing ----------------------------------------------------------------------------------
+    def paint(self) -> None:
+        p = self.p
+        p.save()
+        try:
+            p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+            p.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
+            p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+            p.fillRect(self.rect, QColor(255, 255, 255))
+            self.margin = self.pt(10) * self.zoom
+            fonts = _Fonts(
+                tick=self.font(9),
+                title=self.font(10.5, bold=True),
+                suptitle=self.font(13, bold=True),
+                caption=self.font(9),
+                axis=self.font(9),
+                cell=self.font(7.5),
+            )
+            header_h = self.measure_header(fonts)
+            self.draw_header(fonts)
+            bar_w = self.colorbar_width(fonts)
+            grid = QRectF(
+                self.rect.left() + self.margin,
+                self.rect.top() + self.margin + header_h,
+                self.rect.width() - 2 * self.margin - bar_w,
+                self.rect.height() - 2 * self.margin - header_h,
+            )
+            lay = self.choose_layout(fonts, grid)
+            fonts.tick = self.font(lay.tick_pt)
+            for i in range(self.n):
+                self.draw_panel(i, lay, fonts)
+            self.draw_axis_labels(lay, fonts)
+            first = lay.map_rect(0)
+            last_row_bottom = lay.map_rect((lay.rows - 1) * lay.cols).bottom()
+            maps_right = max(lay.map_rect(i).right() for i in range(self.n))
+            bar_x = min(grid.right(), maps_right + self.pt(6)) + self.pt(14)
+            self.draw_colorbar(QRectF(bar_x, first.top(), self.pt(12), last_row_bottom - first.top()), fonts)
+        finally:
+            p.restore()
+
+    def draw_header(self, fonts: _Fonts) -> None:
+        p = self.p
+        x, y = self.rect.left() + self.margin, self.rect.top() + self.margin
+        width = self.rect.width() - 2 * self.margin
+        if self.fig.suptitle:
+            p.setFont(fonts.suptitle)
+            p.setPen(_qcolor(_TEXT_RGB))
+            h = self.metrics(fonts.suptitle).height()
+            text = self.metrics(fonts.suptitle).elidedText(self.fig.suptitle, Qt.TextElideMode.ElideRight, width)
+            p.drawText(QRectF(x, y, width, h), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+            y += h * 1.25
+        if self.fig.caption:
+            p.setFont(fonts.caption)
+            p.setPen(_qcolor(_MUTED_RGB))
+            p.drawText(QRectF(x, y, width, 1e6), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap), self.fig.caption)
+
+    def draw_panel(self, index: int, lay: _Layout, fonts: _Fonts) -> None:
+        p = self.p
+        target = lay.map_rect(index)
+        # title, centred over the map (may use the gap beside it when the map is narrow)
+        title = self.fig.titles[index]
+        if self.fig.relative_colorbar:
+            lo, hi = self.fig.scale_for(index)
+            title = f"{title}  (max {hi:.3g})" if lo == 0 else f"{title}  ({lo:.3g} to {hi:.3g})"
+        p.setFont(fonts.title)
+        p.setPen(_qcolor(_TEXT_RGB))
+        title_w = target.width() + lay.gap_x * 0.9
+        tm = self.metrics(fonts.title)
+        p.drawText(
+            QRectF(target.center().x() - title_w / 2, target.top() - lay.title_h, title_w, lay.title_h),
+            int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter),
+            tm.elidedText(title, Qt.TextElideMode.ElideRight, title_w),
+        )
+        values = np.asarray(self.fig.matrices[index], dtype=np.float64)
+        hidden = self.fig.masked(index)
+        vmin, vmax = self.fig.scale_for(index)
+        cells = self.L * self.Lk * self.n
+        if self.vector and cells <= VECTOR_CELL_LIMIT:
+            self.draw_cells_vector(target, values, hidden, vmin, vmax)
+            mask_rows, mask_cols, block_hidden = self.L, self.Lk, hidden
+        else:
+            mask_rows, mask_cols, block_hidden = self.draw_cells_image(target, values, hidden, vmin, vmax)
+        if block_hidden.any():
+            self.draw_hatch(target, block_hidden, mask_rows, mask_cols)
+        if self.annotate_cells(target, fonts):
+            self.draw_values(target, values, hidden, vmin, vmax, fonts)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.setPen(QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5))))
+        p.drawRect(target)
+        r, c = divmod(index, lay.cols)
+        if c == 0:
+            self.draw_y_labels(target, lay, fonts)
+        below = index + lay.cols
+        if below >= self.n:
+            self.draw_x_labels(target, lay, fonts)
+
+    def draw_cells_image(self, target: QRectF, values: np.ndarray, hidden: np.ndarray, vmin: float, vmax: float):
+        # device pixels the map covers; never build an image larger than that (x2 for print)
+        scale = 2.0 if self.vector else 1.0
+        t = self.p.transform()
+        px_w = max(1, int(math.ceil(target.width() * math.hypot(t.m11(), t.m12()) * scale)))
+        px_h = max(1, int(math.ceil(target.height() * math.hypot(t.m21(), t.m22()) * scale)))
+        rows, cols = min(self.L, px_h), min(self.Lk, px_w)
+        if (rows, cols) != (self.L, self.Lk):
+            values, hidden = block_mean(values, hidden, rows, cols)
+        rgb = colormaps.map_values(values, self.cmap, vmin, vmax)  # [rows, cols, 3]
+        rgb[hidden] = colormaps.mask_rgb(self.cmap)
+        self.p.drawImage(target, _rgb_image(rgb))
+        return rows, cols, hidden
+
+    def draw_cells_vector(self, target: QRectF, values: np.ndarray, hidden: np.ndarray, vmin: float, vmax: float) -> None:
+        p = self.p
+        lut = colormaps.lookup_table(self.cmap)
+        index = colormaps.value_indices(values, vmin, vmax, len(lut))
+        index[hidden] = -1  # masked: painted below in the mask colour
+        cw, ch = target.width() / self.Lk, target.height() / self.L
+        overlap = min(cw, ch) * 0.02  # hides hairline seams between neighbouring cells in viewers
+        paths: dict[int, QPainterPath] = {}
+        for r in range(self.L):
+            row = index[r]
+            edges = np.flatnonzero(np.diff(row)) + 1
+            starts = np.concatenate(([0], edges))
+            ends = np.concatenate((edges, [self.Lk]))
+            y = target.top() + r * ch
+            for s, e in zip(starts.tolist(), ends.tolist()):
+                code = int(row[s])
+                path = paths.get(code)
+                if path is None:
+                    path = paths[code] = QPainterPath()
+                right_pad = overlap if e < self.Lk else 0.0
+                bottom_pad = overlap if r < self.L - 1 else 0.0
+                path.addRect(QRectF(target.left() + s * cw, y, (e - s) * cw + right_pad, ch + bottom_pad))
+        p.setPen(Qt.PenStyle.NoPen)
+        for code, path in paths.items():
+            color = _qcolor(colormaps.mask_rgb(self.cmap)) if code < 0 else _qcolor(lut[code])
+            p.fillPath(path, color)
+
+    def draw_hatch(self, target: QRectF, hidden: np.ndarray, rows: int, cols: int) -> None:
+        p = self.p
+        cw, ch = target.width() / cols, target.height() / rows
+        rects = [
+            QRectF(target.left() + c0 * cw, target.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
+            for r0, r1, c0, c1 in _row_runs(hidden)
+        ]
+        clip = QPainterPath()
+        for rect in rects:
+            clip.addRect(rect)
+        p.save()
+        # exact pixels in PNG: the hatch is either the hatch colour or the mask colour, never a blend
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, self.vector)
+        p.setClipPath(clip, Qt.ClipOperation.IntersectClip)
+        p.setPen(QPen(_qcolor(colormaps.hatch_rgb(self.cmap)), max(1.0, self.pt(0.6)) if not self.vector else self.pt(0.6)))
+        p.drawLines(hatch_segments(rects, max(4.0, self.pt(3.5))))
+        p.restore()
+
+    def annotate_cells(self, target: QRectF, fonts: _Fonts) -> bool:
+        if self.fig.annotate is not None:
+            return self.fig.annotate
+        fm = self.metrics(fonts.cell)
+        cw, ch = target.width() / self.Lk, target.height() / self.L
+        return cw >= fm.horizontalAdvance("0.00") * 1.3 and ch >= fm.height() * 1.6
+
+    def draw_values(self, target: QRectF, values: np.ndarray, hidden: np.ndarray, vmin: float, vmax: float, fonts: _Fonts) -> None:
+        p = self.p
+        p.setFont(fonts.cell)
+        rgb = colormaps.map_values(values, self.cmap, vmin, vmax).astype(np.float64)
+        luminance = rgb @ np.array([0.2126, 0.7152, 0.0722])
+        cw, ch = target.width() / self.Lk, target.height() / self.L
+        dark, light = QColor(20, 20, 20), QColor(250, 250, 250)
+        for r in range(self.L):
+            for c in range(self.Lk):
+                if hidden[r, c]:
+                    continue
+                p.setPen(dark if luminance[r, c] > 140 else light)
+                p.drawText(
+                    QRectF(target.left() + c * cw, target.top() + r * ch, cw, ch),
+                    int(Qt.AlignmentFlag.AlignCenter),
+                    f"{values[r, c]:.2f}",
+                )
+
+    def draw_y_labels(self, target: QRectF, lay: _Layout, fonts: _Fonts) -> None:
+        p = self.p
+        fm = self.metrics(fonts.tick)
+        cap = self.label_cap(fonts.tick)
+        ch = target.height() / self.L
+        pad = self.pt(3)
+        tick = self.pt(2.5)
+        p.setFont(fonts.tick)
+        pen = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
+        for i, text in self.label_texts(self.fig.query_labels, lay.y_step):
+            y = target.top() + (i + 0.5) * ch
+            if lay.y_step > 1:
+                p.setPen(pen)
+                p.drawLine(QPointF(target.left() - tick, y), QPointF(target.left(), y))
+            p.setPen(_qcolor(_TEXT_RGB))
+            label = fm.elidedText(text, Qt.TextElideMode.ElideRight, cap)
+            p.drawText(
+                QRectF(target.left() - pad - cap - tick, y - fm.height() / 2, cap, fm.height()),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                label,
+            )
+
+    def draw_x_labels(self, target: QRectF, lay: _Layout, fonts: _Fonts) -> None:
+        p = self.p
+        fm = self.metrics(fonts.tick)
+        cap = self.label_cap(fonts.tick)
+        cw = target.width() / self.Lk
+        pad = self.pt(3)
+        tick = self.pt(2.5)
+        p.setFont(fonts.tick)
+        pen = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
+        for i, text in self.label_texts(self.fig.key_labels, lay.x_step):
+            x = target.left() + (i + 0.5) * cw
+            if lay.x_step > 1:
+                p.setPen(pen)
+                p.drawLine(QPointF(x, target.bottom()), QPointF(x, target.bottom() + tick))
+            p.setPen(_qcolor(_TEXT_RGB))
+            if lay.rotated:
+                label = fm.elidedText(text, Qt.TextElideMode.ElideRight, cap)
+                p.save()
+                p.translate(x, target.bottom() + pad + tick)
+                p.rotate(-90)  # reads bottom to top, ending at the axis
+                p.drawText(
+                    QRectF(-cap, -fm.height() / 2, cap, fm.height()),
+                    int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                    label,
+                )
+                p.restore()
+            else:
+                p.drawText(
+                    QRectF(x - cw / 2, target.bottom() + pad, cw, fm.height()),
+                    int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+                    text,
+                )
+
+    def draw_axis_labels(self, lay: _Layout, fonts: _Fonts) -> None:
+        p = self.p
+        p.setFont(fonts.axis)
+        p.setPen(_qcolor(_MUTED_RGB))
+        fm = self.metrics(fonts.axis)
+        pad = self.pt(3)
+        x_note = f", every {_ordinal(lay.x_step)} labelled" if lay.x_step > 1 else ""
+        y_note = f", every {_ordinal(lay.y_step)} labelled" if lay.y_step > 1 else ""
+        # x title under the bottom row's maps, y title left of the first column's labels
+        bottom_left = lay.map_rect((lay.rows - 1) * lay.cols)
+        last = lay.map_rect(self.n - 1)
+        span_left, span_right = bottom_left.left(), bottom_left.left() + lay.cols * lay.map_w + (lay.cols - 1) * lay.gap_x
+        if lay.rows > 1 and self.n % lay.cols:
+            span_right = last.right()
+        y = bottom_left.bottom() + lay.label_offset + lay.x_extent + pad
+        p.drawText(
+            QRectF(span_left, y, span_right - span_left, fm.height()),
+            int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+            fm.elidedText(self.fig.x_title + x_note, Qt.TextElideMode.ElideRight, span_right - span_left),
+        )
+        top = lay.map_rect(0).top()
+        bottom = bottom_left.bottom()
+        x = lay.origin_x - lay.label_offset - lay.y_extent - pad - fm.height()
+        p.save()
+        p.translate(x, bottom)
+        p.rotate(-90)
+        p.drawText(
+            QRectF(0, 0, bottom - top, fm.height()),
+            int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+            fm.elidedText(self.fig.y_title + y_note, Qt.TextElideMode.ElideRight, bottom - top),
+        )
+        p.restore()
+
+    def draw_colorbar(self, bar: QRectF, fonts: _Fonts) -> None:
+        p = self.p
+        fm = self.metrics(fonts.tick)
+        if self.any_hidden:
+            # leave room under the bar for the "masked" key
+            bar.setBottom(bar.bottom() - self.pt(14) - fm.height())
+        if bar.height() <= 0:
+            return
+        lut = colormaps.lookup_table(self.cmap)
+        gradient = lut[::-1][:, None, :]  # [256, 1, 3], top = high values
+        p.drawImage(bar, _rgb_image(gradient))
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        frame = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
+        p.setPen(frame)
+        p.drawRect(bar)
+        relative = self.fig.relative_colorbar
+        lo, hi = (0.0, 1.0) if relative else self.fig.value_range()
+        ticks = nice_ticks(lo, hi)
+        fmt = _tick_format(ticks)
+        p.setFont(fonts.tick)
+        tick_len = self.pt(3)
+        widest = 0.0
+        for t in ticks:
+            y = bar.bottom() - (t - lo) / (hi - lo) * bar.height()
+            p.setPen(frame)
+            p.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + tick_len, y))
+            p.setPen(_qcolor(_TEXT_RGB))
+            text = fmt.format(t)
+            widest = max(widest, fm.horizontalAdvance(text))
+            p.drawText(
+                QRectF(bar.right() + tick_len + self.pt(1.5), y - fm.height() / 2, fm.horizontalAdvance(text) + 2, fm.height()),
+                int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                text,
+            )
+        label = self.fig.value_label
+        if relative:
+            label = f"{label}, fraction of each head's range" if self.fig.vmin is None else f"{label} (per-head range)"
+        afm = self.metrics(fonts.axis)
+        p.setFont(fonts.axis)
+        p.setPen(_qcolor(_MUTED_RGB))
+        p.save()
+        p.translate(bar.right() + tick_len + self.pt(6) + widest, bar.bottom())
+        p.rotate(-90)
+        p.drawText(
+            QRectF(0, 0, bar.height(), afm.height()),
+            int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+            afm.elidedText(label, Qt.TextElideMode.ElideRight, bar.height()),
+        )
+        p.restore()
+        if self.any_hidden:
+            swatch = QRectF(bar.left(), bar.bottom() + self.pt(10), self.pt(12), self.pt(12))
+            p.fillRect(swatch, _qcolor(colormaps.mask_rgb(self.cmap)))
+            self.draw_hatch(swatch, np.ones((1, 1), dtype=bool), 1, 1)
+            p.setPen(frame)
+            p.drawRect(swatch)
+            p.setFont(fonts.tick)
+            p.setPen(_qcolor(_TEXT_RGB))
+            p.drawText(
+                QRectF(swatch.right() + self.pt(4), swatch.center().y() - fm.height() / 2, fm.horizontalAdvance("masked") + 4, fm.height()),
+                int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                "masked",
+            )
+
+
+def paint_figure(painter: QPainter, rect: QRectF, figure: HeatmapFigure, *, vector: bool | None = None) -> None:
+    """Draw ``figure`` into ``rect`` with an active ``painter``.
+
+    ``vector`` None picks vector cells for SVG/PDF/QPicture devices (within VECTOR_CELL_LIMIT)
+    and one image per heatmap elsewhere. Lengths are in device pixels; text sizes follow the
+    device's DPI, so the same figure at a higher DPI prints the same physical size.
+    """
+    _Painter(painter, rect, figure, vector).paint()

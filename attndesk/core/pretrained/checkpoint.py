@@ -98,6 +98,11 @@ def read_spec(path: str | Path) -> BertSpec:
         cfg = json.loads(where.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{where} cannot be read as JSON: {exc}") from None
+    return parse_config(cfg, where, default_name=folder.name)
+
+
+def parse_config(cfg: dict, where: str | Path = "config.json", *, default_name: str = "model") -> BertSpec:
+    """A Hugging Face BERT config (as a dict) -> ``BertSpec``; ConfigError names a bad field."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where} must hold a JSON object")
     model_type = cfg.get("model_type")
@@ -122,7 +127,7 @@ def read_spec(path: str | Path) -> BertSpec:
         raise ConfigError(f"{where}: layer_norm_eps must be a small positive number, got {eps!r}")
     pad = cfg.get("pad_token_id", 0)
     return BertSpec(
-        name=cfg.get("_name_or_path") or folder.name,
+        name=cfg.get("_name_or_path") or default_name,
         vocab_size=_positive_int(cfg, "vocab_size", where),
         hidden_size=hidden,
         num_layers=_positive_int(cfg, "num_hidden_layers", where),

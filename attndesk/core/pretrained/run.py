@@ -99,10 +99,19 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         return model
 
 
-def clear_cache() -> None:
-    """Forget every loaded model (tests and "reload" use it)."""
+def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:
+    """Forget loaded models: all of them, or (``everything=False``) all but the packaged one, or
+    just the one in folder ``path``. A "reload" action and the tests use it."""
     with _models_lock:
-        _models.clear()
+        if path is not None:
+            folder = str(Path(path).expanduser().resolve())
+            for key in [k for k in _models if k[0] == folder]:
+                del _models[key]
+        elif everything:
+            _models.clear()
+        else:
+            for key in [k for k, m in _models.items() if m.name != PACKAGED_NAME]:
+                del _models[key]
 
 
 @dataclass

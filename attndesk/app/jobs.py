@@ -1,0 +1,44 @@
+"""Jobs the window hands to the worker thread, and what they hand back.
+
+A job runs entirely in the worker thread: it computes and also prepares everything the view
+needs (the heatmap source's means, maxima and overview), so the GUI thread only swaps arrays in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from attndesk.core import run_attention
+from attndesk.core.config import AttentionConfig
+from attndesk.core.errors import Cancelled
+
+from .panels.heatmap_source import HeatmapSource, ResultHeatmapSource
+
+
+@dataclass
+class ViewPayload:
+    """One finished computation, ready to show."""
+
+    result: Any  # an AttentionResult (or a mode's own result with tokens/timings)
+    source: HeatmapSource
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Job:
+    """What ``MainWindow._make_job`` returns: the callable, its arguments, and a status line."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    description: str = "computing"
+
+
+def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *,
+            progress=None, should_cancel=None) -> ViewPayload:
+    """Run the toy model and build its heatmap source (both off the GUI thread)."""
+    result = run_attention(config, text, key_text=key_text, progress=progress, should_cancel=should_cancel)
+    if should_cancel is not None and should_cancel():
+        raise Cancelled("superseded by a newer request")
+    return ViewPayload(result, ResultHeatmapSource(result), list(result.notices))

@@ -1,0 +1,145 @@
+"""Sessions: the text, every parameter and the view settings as a small JSON file.
+
+Loading validates everything before anything is applied, so a corrupt or incompatible file is
+rejected with one clear message and the window stays as it was. Saving is atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attndesk.core.config import AttentionConfig
+from attndesk.core.devices import device_availability
+from attndesk.core.errors import ConfigError
+
+FORMAT = "attndesk-session"
+VERSION = 1
+COLORMAP_NAMES = ("viridis", "magma", "CET-L1")
+MAX_BYTES = 8 * 2**20  # a session holds one text; anything bigger is not a session
+
+
+class SessionError(ValueError):
+    """The file cannot be used as a session; the message says why."""
+
+
+@dataclass
+class Session:
+    text: str
+    config: dict[str, Any]
+    key_text: str = ""
+    cross: bool = False
+    mode: str = "Toy model"
+    colormap: str = "viridis"
+    shared_scale: bool = True
+    view: str | int = "all"  # "all", "mean" or a head index
+    notices: list[str] = field(default_factory=list, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("notices")
+        return {"format": FORMAT, "version": VERSION, **data}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Session":
+        """Validate a parsed JSON document; raises SessionError naming the first problem."""
+        if not isinstance(data, dict):
+            raise SessionError("not an attndesk session: the file does not hold a JSON object")
+        if data.get("format") != FORMAT:
+            raise SessionError("not an attndesk session: the 'format' field is missing or wrong")
+        version = data.get("version")
+        if version != VERSION:
+            raise SessionError(f"session version {version!r} is not supported (this attndesk reads version {VERSION})")
+        known = {"format", "version", "text", "config", "key_text", "cross", "mode", "colormap",
+                 "shared_scale", "view"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SessionError(f"unknown session field(s): {', '.join(unknown)}")
+        expect = {"text": str, "config": dict, "key_text": str, "cross": bool, "mode": str, "colormap": str,
+                  "shared_scale": bool}
+        for name, kind in expect.items():
+            if name in ("text", "config"):
+                if name not in data:
+                    raise SessionError(f"the session has no '{name}'")
+            elif name not in data:
+                continue
+            if not isinstance(data[name], kind):
+                raise SessionError(f"session field '{name}' should be a {kind.__name__}, got {type(data[name]).__name__}")
+        view = data.get("view", "all")
+        if not (view in ("all", "mean") or (isinstance(view, int) and not isinstance(view, bool) and view >= 0)):
+            raise SessionError(f"session field 'view' should be 'all', 'mean' or a head index, got {view!r}")
+        if data.get("colormap", "viridis") not in COLORMAP_NAMES:
+            raise SessionError(f"unknown colormap {data['colormap']!r}; known: {', '.join(COLORMAP_NAMES)}")
+        notices: list[str] = []
+        config = dict(data["config"])
+        device = config.get("device")
+        if isinstance(device, str) and device_availability().get(device, None) is not None:
+            notices.append(f"the session used device {device!r}, which is not available here; using cpu")
+            config["device"] = "cpu"
+        try:
+            AttentionConfig.from_dict(config).validate()
+        except (ConfigError, TypeError) as exc:
+            raise SessionError(f"the session's parameters are invalid: {exc}") from None
+        if isinstance(view, int) and view >= config.get("num_heads", 0):
+            view = "all"
+        kwargs = {k: data[k] for k in expect if k in data}
+        kwargs["config"] = config
+        return cls(view=view, notices=notices, **kwargs)
+
+
+def save_session(session: Session, path: str | os.PathLike) -> Path:
+    """Write the session as JSON, atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    try:
+        AttentionConfig.from_dict(session.config).validate()
+    except (ConfigError, TypeError) as exc:
+        raise SessionError(f"fix the parameters before saving: {exc}") from None
+    text = json.dumps(session.to_json(), indent=2, ensure_ascii=False)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise SessionError(f"cannot write to {folder}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise SessionError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def parse_session(text: str) -> Session:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SessionError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    return Session.from_json(data)
+
+
+def load_session(path: str | os.PathLike) -> Session:
+    """Read and validate a session file; raises SessionError (never applies anything itself)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise SessionError(f"{path.name} is {size:,} bytes: too large to be an attndesk session")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SessionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SessionError(f"{path.name} is not a text (UTF-8 JSON) file") from None
+    try:
+        return parse_session(text)
+    except SessionError as exc:
+        raise SessionError(f"{path.name}: {exc}") from None

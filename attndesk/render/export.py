@@ -100,7 +100,8 @@ def _format_of(path: Path, allowed: Sequence[str]) -> str:
     return suffix
 
 
-def _check_size(size: Any, dpi: Any) -> tuple[int, int, float]:
+def check_size(size: Any, dpi: Any) -> tuple[int, int, float]:
+    """(width, height, dpi) validated; ExportError naming the allowed range otherwise."""
     try:
         width, height = (int(v) for v in size)
     except (TypeError, ValueError):
@@ -205,7 +206,7 @@ def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple
 
     path = Path(path).expanduser()
     fmt = _format_of(path, FIGURE_FORMATS)
-    width, height, dpi = _check_size(size if size is not None else suggested_size(figure), dpi)
+    width, height, dpi = check_size(size if size is not None else suggested_size(figure), dpi)
     _check_target(path)  # fail before painting when the folder is missing
     ensure_gui_app()
     data = _RENDERERS[fmt](figure, width, height, dpi)

@@ -1,0 +1,351 @@
+"""Comparisons: two results cell by cell (B - A), the one-click teaching pairs, and attndesk's
+attention layer against PyTorch's own implementations on the same weights and input."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from .config import AttentionConfig
+from .devices import resolve_device
+from .errors import ConfigError
+from .masks import build_mask
+from .pipeline import build_model, run_attention
+from .positional import sinusoidal_encoding
+from .result import AttentionResult
+from .statistics import head_statistics
+from .tokenizer import PAD_ID, WordTokenizer
+from .tutorial import EXPLANATION as TUTORIAL_EXPLANATION
+from .tutorial import TutorialEffect, tutorial_effect
+
+
+class ComparisonError(ValueError):
+    """A and B cannot be compared cell by cell; the message says why and what to change."""
+
+
+# --- B - A ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResultDiff:
+    """``diff`` = B - A exactly (float64 of the stored values), cell by cell."""
+
+    a: np.ndarray
+    b: np.ndarray
+    diff: np.ndarray
+    max_abs: float
+    argmax: tuple[int, ...]  # index of the largest |difference| (first one on ties)
+    what: str  # which array: "weights", "output", or an intermediate's name
+    notes: tuple[str, ...] = ()
+
+
+def _describe(shape: tuple[int, ...], what: str) -> str:
+    if what == "weights" and len(shape) == 3:
+        return f"{shape[0]} head(s) x {shape[1]} queries x {shape[2]} keys"
+    return " x ".join(map(str, shape))
+
+
+def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> ResultDiff:
+    """B - A of two same-shaped arrays; a ComparisonError names both shapes otherwise."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape != b.shape:
+        hint = ""
+        if what == "weights" and a.ndim == b.ndim == 3:
+            if a.shape[0] != b.shape[0]:
+                hint = f": set the heads back to {a.shape[0]}, or pin B as the new A"
+            elif a.shape[1:] != b.shape[1:]:
+                hint = ": the texts have different token counts; match them (or pad both to one length), or pin again"
+        raise ComparisonError(
+            f"cannot compare {what}: A is {_describe(a.shape, what)}, B is {_describe(b.shape, what)}{hint}"
+        )
+    # float64 of float32 values: the subtraction is exact for weights in [0, 1]
+    with np.errstate(invalid="ignore"):  # -inf - -inf (a cell masked in both) is NaN: no difference to show
+        diff = np.subtract(b, a, dtype=np.float64)
+    finite = np.where(np.isfinite(diff), np.abs(diff), 0.0)
+    if diff.size:
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(finite)), diff.shape))
+        max_abs = float(finite[idx])
+    else:
+        idx, max_abs = (), 0.0
+    return ResultDiff(a=a, b=b, diff=diff, max_abs=max_abs, argmax=idx, what=what, notes=tuple(notes))
+
+
+def _array(result: AttentionResult, what: str) -> np.ndarray:
+    if what in ("weights", "output"):
+        return getattr(result, what)
+    if result.intermediates is None or what not in result.intermediates:
+        raise ComparisonError(f"cannot compare {what}: the result kept no such intermediate")
+    return result.intermediates[what]
+
+
+def diff_results(a: AttentionResult, b: AttentionResult, what: str = "weights") -> ResultDiff:
+    """B - A of two results' ``what`` (weights by default). Different shapes are a ComparisonError
+    with the reason; different tokens at the same length are compared position by position and
+    said so in ``notes``."""
+    notes = []
+    if list(a.tokens) != list(b.tokens) or list(a.keys) != list(b.keys):
+        first = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y), None)
+        where = f" (first at position {first}: {a.tokens[first]!r} vs {b.tokens[first]!r})" if first is not None else ""
+        notes.append(f"A and B have different tokens{where}: cells are compared position by position")
+    return diff_arrays(_array(a, what), _array(b, what), what, tuple(notes))
+
+
+# --- one-click teaching comparisons ---------------------------------------------------------
+
+TEACHING_KINDS = {
+    "scaled": "scaled vs unscaled",
+    "masked": "masked vs unmasked",
+    "tutorial": "padding mask vs the tutorial's variant (a bug)",
+}
+
+
+@dataclass
+class TeachingComparison:
+    kind: str
+    title: str
+    a: AttentionResult
+    b: AttentionResult
+    a_label: str
+    b_label: str
+    diff: ResultDiff
+    explanation: str
+    effect: TutorialEffect | None = None
+
+
+def _mean_entropy(result: AttentionResult) -> float:
+    return float(np.nanmean([s.entropy for s in head_statistics(result.weights)]))
+
+
+def _compare_scaled(config: AttentionConfig, text: str) -> TeachingComparison:
+    a = run_attention(config.replace(scaled=True), text)
+    b = run_attention(config.replace(scaled=False), text)
+    dk = config.head_dim
+    explanation = (
+        f"Without the 1/sqrt(d_k) factor (d_k = {dk}) every score is sqrt({dk}) = {math.sqrt(dk):.2f} times "
+        "larger. Dot products of d_k roughly independent components have a spread growing like sqrt(d_k); "
+        "unscaled, the softmax saturates: rows put nearly all weight on one key and its gradients vanish.\n"
+        f"mean row entropy: scaled {_mean_entropy(a):.3f} nats, unscaled {_mean_entropy(b):.3f} nats; "
+        f"largest weight: scaled {float(a.weights.max()):.3f}, unscaled {float(b.weights.max()):.3f}."
+    )
+    return TeachingComparison("scaled", TEACHING_KINDS["scaled"], a, b, "A: scaled by 1/sqrt(d_k)",
+                              "B: unscaled", diff_results(a, b), explanation)
+
+
+def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
+    kind = config.mask if config.mask != "none" else "causal"
+    a = run_attention(config.replace(mask=kind), text)
+    b = run_attention(config.replace(mask="none"), text)
+    blocked = ~a.mask if a.mask is not None else np.zeros(a.weights.shape[1:], dtype=bool)
+    leaked = float(b.weights[:, blocked].sum(axis=-1).mean()) if blocked.any() else 0.0
+    per_row = b.weights * blocked  # [H, L, Lk]: unmasked weight on the cells A blocks
+    explanation = (
+        f"A uses the {kind} mask, B none. A masked cell is removed before the softmax (score -inf, "
+        "weight exactly 0), so the rest of the row is re-normalised over the allowed keys: masking changes "
+        "every weight of a row, not only the masked ones.\n"
+        f"B puts {float(per_row.sum(axis=-1).mean()):.3f} of each row's weight (mean) on keys A masks"
+        + (f" ({leaked:.3f} summed over masked cells, mean per head)." if blocked.any() else ".")
+    )
+    return TeachingComparison("masked", TEACHING_KINDS["masked"], a, b, f"A: {kind} mask", "B: no mask",
+                              diff_results(a, b), explanation)
+
+
+def _padded_length(config: AttentionConfig, text: str) -> int:
+    n = len(WordTokenizer(config.vocab_size).split(text))
+    if config.pad_to is not None and config.pad_to > n:
+        return config.pad_to
+    return n + max(2, n // 2)  # pad so the mask has something to do
+
+
+def _out_projection(config: AttentionConfig, context: np.ndarray) -> np.ndarray:
+    """context [H, L, d] -> [L, E] through the same seeded model's output projection."""
+    device = resolve_device(config.device)
+    model = build_model(config, device)
+    ctx = torch.as_tensor(context, device=device).to(config.torch_dtype)
+    with torch.inference_mode():
+        if config.num_heads == 1:
+            out = rearrange(ctx, "1 l d -> l d")
+        else:
+            out = model.attention.out_proj(rearrange(ctx, "h l d -> l (h d)"))
+    return out.float().cpu().numpy()
+
+
+def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
+    cfg = config.replace(mask="padding", pad_to=_padded_length(config, text), dropout=0.0)
+    a = run_attention(cfg, text, keep_intermediates=True)
+    # The variant acts on the same scores (this run's, scaled as configured) in the run's dtype.
+    scores = torch.as_tensor(a.intermediates["scaled"]).to(cfg.torch_dtype)  # [H, L, L]
+    effect = tutorial_effect(scores, torch.as_tensor(a.token_ids))
+    weights = effect.tutorial[0].float().numpy()  # [H, L, L]
+    context = np.einsum("hqk,hkd->hqd", weights, a.intermediates["v"])
+    b = dataclasses.replace(
+        a, weights=weights, output=_out_projection(cfg, context), intermediates=None,
+        extra={**a.extra, "variant": "tutorial: attention_prob += mask * -1e5, mask [B, 1, L, 1]"},
+    )
+    explanation = TUTORIAL_EXPLANATION + "\n" + effect.summary()
+    if not config.scaled:
+        explanation += "\n(the tutorial itself never scales by sqrt(d_k); both sides here use this run's scores)"
+    return TeachingComparison(
+        "tutorial", TEACHING_KINDS["tutorial"], a, b, "A: padding mask (keys, -inf)",
+        "B: tutorial's += mask * -1e5 (BUG)", diff_results(a, b), explanation, effect,
+    )
+
+
+def teaching_comparison(kind: str, config: AttentionConfig, text: str) -> TeachingComparison:
+    """Run one of TEACHING_KINDS for ``config`` and ``text``: A, B, B - A and what it shows.
+    Qt-free and thread-safe like run_attention (run it in the worker)."""
+    config.validate()
+    if kind not in TEACHING_KINDS:
+        raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join(TEACHING_KINDS)}")
+    return {"scaled": _compare_scaled, "masked": _compare_masked, "tutorial": _compare_tutorial}[kind](config, text)
+
+
+# --- attndesk vs PyTorch's implementations ----------------------------------------------------
+
+IMPLEMENTATIONS = ("attndesk MultiHeadAttention", "F.scaled_dot_product_attention", "nn.MultiheadAttention")
+
+
+@dataclass
+class ImplementationComparison:
+    """Best-of-``repeats`` seconds per implementation and max |difference| from attndesk's result."""
+
+    timings: dict[str, float]
+    max_abs_output: dict[str, float]  # vs attndesk (attndesk itself: 0.0)
+    max_abs_weights: dict[str, float | None]  # None: that implementation returns no weights
+    length: int
+    device: str
+    dtype: str
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
+        """(name, seconds, max |d output|, max |d weights|) in IMPLEMENTATIONS order."""
+        return [
+            (name, self.timings.get(name), self.max_abs_output.get(name), self.max_abs_weights.get(name))
+            for name in IMPLEMENTATIONS
+            if name in self.timings
+        ]
+
+
+def _best_time(fn, repeats: int, device: torch.device):
+    result = None
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        result = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return result, best
+
+
+def _max_abs(ref: torch.Tensor, other: torch.Tensor, notes: list[str], name: str) -> float:
+    d = (other.double() - ref.double()).abs()
+    bad = ~torch.isfinite(d)
+    if bool(bad.any()):  # e.g. SDPA gives NaN for a query whose keys are all masked; attndesk gives 0
+        notes.append(f"{name}: {int(bad.sum())} non-finite value(s) (rows with every key masked) left out")
+        d = d[~bad]
+    return float(d.max()) if d.numel() else 0.0
+
+
+def compare_implementations(config: AttentionConfig, text: str, *, repeats: int = 3) -> ImplementationComparison:
+    """The config's input (embeddings + positions, mask) through attndesk's attention layer,
+    F.scaled_dot_product_attention and nn.MultiheadAttention, all with the same projection weights,
+    in eval mode (no dropout). Timings cover projections, attention and the output projection."""
+    config.validate()
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("type some text to attend over: the input is empty")
+    ids = WordTokenizer(config.vocab_size).encode(text, config.pad_to).ids
+    if not ids:
+        raise ConfigError("type some text to attend over: no tokens found")
+    device = resolve_device(config.device)
+    model = build_model(config, device)
+    layer = model.attention
+    notes = []
+    if config.training and config.dropout > 0:
+        notes.append("compared in eval mode: dropout off for all three")
+    scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
+    heads = config.num_heads
+    timings, out_diff, w_diff = {}, {}, {}
+
+    with torch.inference_mode():
+        was_training = layer.training
+        layer.eval()
+        try:
+            id_t = torch.tensor([ids], device=device)  # [1, L]
+            x = model.embedding(id_t)  # [1, L, E]
+            if config.positional:
+                x = x + sinusoidal_encoding(len(ids), config.embed_dim, dtype=x.dtype, device=device)
+            mask = build_mask(config.mask, id_t, pad_id=PAD_ID)  # bool, True = may attend
+            length = len(ids)
+
+            if heads == 1:
+                ours = lambda: layer(x, mask, scale=scale)  # noqa: E731
+            else:
+                ours = lambda: layer(x, mask=mask, scale=scale)  # noqa: E731
+            (ref_out, ref_w), timings[IMPLEMENTATIONS[0]] = _best_time(ours, repeats, device)
+            if heads == 1:
+                ref_w = ref_w[:, None]  # [B, L, L] -> [B, 1, L, L]
+            out_diff[IMPLEMENTATIONS[0]], w_diff[IMPLEMENTATIONS[0]] = 0.0, 0.0
+
+            def sdpa():
+                split = "b l (h d) -> b h l d"
+                q = rearrange(layer.q_proj(x), split, h=heads)
+                k = rearrange(layer.k_proj(x), split, h=heads)
+                v = rearrange(layer.v_proj(x), split, h=heads)
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+                ctx = rearrange(ctx, "b h l d -> b l (h d)")
+                return ctx if heads == 1 else layer.out_proj(ctx)
+
+            out, timings[IMPLEMENTATIONS[1]] = _best_time(sdpa, repeats, device)
+            out_diff[IMPLEMENTATIONS[1]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[1])
+            w_diff[IMPLEMENTATIONS[1]] = None
+
+            if heads == 1:
+                notes.append(
+                    "nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
+                    "output projection, which nn.MultiheadAttention cannot express"
+                )
+            else:
+                mha = nn.MultiheadAttention(
+                    config.embed_dim, heads, bias=config.bias, batch_first=True, device=device, dtype=x.dtype
+                ).eval()
+                # nn.MultiheadAttention always divides by sqrt(d_k): fold the wanted scale into its Q weights
+                q_factor = scale * math.sqrt(config.head_dim)
+                mha.in_proj_weight.copy_(torch.cat([layer.q_proj.weight * q_factor, layer.k_proj.weight, layer.v_proj.weight]))
+                if config.bias:
+                    mha.in_proj_bias.copy_(torch.cat([layer.q_proj.bias * q_factor, layer.k_proj.bias, layer.v_proj.bias]))
+                    mha.out_proj.bias.copy_(layer.out_proj.bias)
+                mha.out_proj.weight.copy_(layer.out_proj.weight)
+                if not config.scaled:
+                    notes.append("unscaled: nn.MultiheadAttention's fixed 1/sqrt(d_k) is undone in its query weights")
+                # its bool mask means the opposite: True = may NOT attend; [L, L]
+                blocked = None if mask is None else ~torch.broadcast_to(mask, (1, 1, length, length))[0, 0]
+
+                def torch_mha():
+                    return mha(x, x, x, attn_mask=blocked, need_weights=True, average_attn_weights=False)
+
+                (out, w), timings[IMPLEMENTATIONS[2]] = _best_time(torch_mha, repeats, device)
+                out_diff[IMPLEMENTATIONS[2]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[2])
+                w_diff[IMPLEMENTATIONS[2]] = _max_abs(ref_w, w, notes, IMPLEMENTATIONS[2] + " weights")
+        finally:
+            layer.train(was_training)
+
+    return ImplementationComparison(
+        timings=timings, max_abs_output=out_diff, max_abs_weights=w_diff, length=length,
+        device=str(device), dtype=config.dtype, notes=notes,
+    )
+
+
+__all__ = [
+    "ComparisonError", "IMPLEMENTATIONS", "ImplementationComparison", "ResultDiff", "TEACHING_KINDS",
+    "TeachingComparison", "compare_implementations", "diff_arrays", "diff_results", "teaching_comparison",
+]

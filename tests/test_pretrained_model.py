@@ -184,6 +184,15 @@ def test_views_of_the_weights(model):
     np.testing.assert_array_equal(layer.output, result.hidden_states[5])
     with pytest.raises(IndexError):
         result.layer_result(6)
+    hidden_view = result.layer_result(3, hide_special=True)
+    assert hidden_view.tokens == ["the", "cat", "sat", "."]
+    np.testing.assert_array_equal(hidden_view.weights, w)
+    np.testing.assert_array_equal(hidden_view.extra["hidden_mass"], hidden)
+    assert "NOT re-normalised" in hidden_view.extra["legend"] and hidden_view.notices[-1] == hidden_view.extra["legend"]
+    causal = run_pretrained(model, "The cat sat.", causal=True).layer_result(0, hide_special=True)
+    assert causal.mask.shape == (4, 4) and not causal.mask[0, 1] and causal.mask[1, 0]
+    assert "layer 0 of 6" in causal.extra["summary"] and "causal" in causal.extra["summary"]
+    assert "seed" not in causal.extra["summary"] and causal.extra["file_tag"] == "all-MiniLM-L6-v2_layer0_causal"
 
 
 def test_cached_once_and_thread_safe(model):

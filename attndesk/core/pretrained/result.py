@@ -111,9 +111,26 @@ class PretrainedResult:
         hidden = self.layer_weights(layer)[:, keep].sum(axis=-1) - w.sum(axis=-1)  # [H, L']
         return w, [self.tokens[i] for i in keep], np.clip(hidden, 0.0, None).astype(np.float32)
 
-    def layer_result(self, layer: int) -> AttentionResult:
-        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export)."""
+    def layer_result(self, layer: int, hide_special: bool = False) -> AttentionResult:
+        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export).
+
+        ``hide_special`` drops [CLS]/[SEP]/[PAD] from both axes WITHOUT re-normalising the rows:
+        ``extra["hidden_mass"]`` [H, L'] is what each row gave the hidden keys, and ``extra["legend"]``
+        (also the last notice) says so in words for the view's legend.
+        """
         self._check_layer(layer)
+        keep = self.visible_indices(hide_special)
+        if hide_special and keep.size == 0:
+            raise ValueError("every token is special: nothing is left to show with special tokens hidden")
+        weights = self.weights[layer]
+        mask = self.mask
+        legend = "rows sum to 1 over all tokens"
+        hidden_mass = None
+        if hide_special:
+            weights, _, hidden_mass = self.without_special(layer)
+            mask = None if mask is None else mask[np.ix_(keep, keep)]
+            legend = (f"[CLS]/[SEP] hidden, rows NOT re-normalised: they miss the hidden tokens' share "
+                      f"(mean {float(hidden_mass.mean()):.0%}, up to {float(hidden_mass.max(initial=0.0)):.0%})")
         n_heads, e = self.num_heads, int(self.hidden_states.shape[-1])
         config = AttentionConfig(
             embed_dim=e, hidden_dim=e, num_heads=n_heads, mask="causal" if self.causal else "none",
@@ -121,13 +138,44 @@ class PretrainedResult:
         )
         timings = {"layer": self.timings.get(f"layer {layer}", 0.0)}
         timings["total"] = timings["layer"]
+        notices = list(self.notices) + ([legend] if hide_special else [])
+        ablated = [h for (l, h) in self.ablate if l == layer]
         return AttentionResult(
-            tokens=list(self.tokens), token_ids=self.token_ids, weights=self.weights[layer],
-            output=self.hidden_states[layer + 1], timings=timings, flops=0, peak_bytes=0,
-            device=self.device, config=config, mask=self.mask, notices=list(self.notices),
-            extra={"pretrained": self.model_name, "layer": int(layer), "special": self.special,
-                   "ablated_heads": [h for (l, h) in self.ablate if l == layer]},
+            tokens=[self.tokens[i] for i in keep], token_ids=self.token_ids[keep], weights=weights,
+            output=self.hidden_states[layer + 1][keep], timings=timings, flops=0, peak_bytes=0,
+            device=self.device, config=config, mask=mask, notices=notices,
+            extra={"pretrained": self.model_name, "layer": int(layer), "special": self.special[keep],
+                   "hide_special": bool(hide_special), "hidden_mass": hidden_mass, "legend": legend,
+                   "ablated_heads": ablated, "summary": self.summary(layer, len(keep)),
+                   "file_tag": self.file_tag(layer)},
         )
+
+    def summary(self, layer: int | None = None, tokens: int | None = None) -> str:
+        """One caption line: model, layer, what was toggled (the toy summary's "seed"/"sinusoidal"
+        do not apply here: positions are learned, weights are the checkpoint's)."""
+        parts = [self.model_name]
+        if layer is not None:
+            parts.append(f"layer {layer} of {self.num_layers}")
+        parts += [f"{self.length if tokens is None else tokens} tokens", f"{self.num_heads} heads",
+                  f"d_k {int(self.hidden_states.shape[-1]) // self.num_heads}",
+                  "causal mask (forced)" if self.causal else "no mask",
+                  "scaled by 1/\u221ad_k" if self.scaled else "unscaled", "learned positions"]
+        ablated = [f"L{l}H{h}" for (l, h) in self.ablate if layer is None or l == layer]
+        if ablated:
+            parts.append("ablated " + ",".join(ablated))
+        if self.cosine_to_normal is not None:
+            parts.append(f"cosine to normal {self.cosine_to_normal:.4f}")
+        parts.append(f"{self.device} float32")
+        return " \u00b7 ".join(parts)
+
+    def file_tag(self, layer: int | None = None) -> str:
+        """A file-name stem, e.g. all-MiniLM-L6-v2_layer2_causal_unscaled_abl3."""
+        stem = "".join(c if c.isalnum() or c in "-." else "-" for c in self.model_name)
+        parts = [stem, "all-layers" if layer is None else f"layer{layer}"]
+        parts += (["causal"] if self.causal else []) + ([] if self.scaled else ["unscaled"])
+        if self.ablate:
+            parts.append(f"abl{len(self.ablate)}")
+        return "_".join(parts)
 
     def _check_layer(self, layer: int) -> None:
         if not 0 <= int(layer) < self.num_layers:

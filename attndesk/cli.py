@@ -261,24 +261,6 @@ def config_from_args(args: argparse.Namespace):
     ).validate()
 
 
-def _crop(figure, region):
-    """The figure restricted to query rows q0:q1 and key columns k0:k1 (exact, not resampled)."""
-    import dataclasses
-
-    (q0, q1), (k0, k1) = region
-    rows, cols = figure.matrices.shape[1:]
-    if q1 > rows or k1 > cols:
-        raise CliError(f"region {q0}:{q1},{k0}:{k1} is outside the {rows}x{cols} weights", EXIT_USAGE)
-    return dataclasses.replace(
-        figure,
-        matrices=figure.matrices[:, q0:q1, k0:k1],
-        query_labels=figure.query_labels[q0:q1],
-        key_labels=figure.key_labels[k0:k1],
-        mask=None if figure.mask is None else figure.mask[q0:q1, k0:k1],
-        suptitle=f"{figure.suptitle}, queries {q0}-{q1 - 1} x keys {k0}-{k1 - 1}",
-    )
-
-
 def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     """Run the core and write every requested file; returns the paths in the order written.
 
@@ -326,11 +308,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     try:
         for which in args.which:
             try:
-                figure = figure_from_result(result, which, colormap=args.colormap, shared_scale=not args.per_head_scale)
+                figure = figure_from_result(
+                    result, which, colormap=args.colormap, shared_scale=not args.per_head_scale, region=args.region
+                )
             except ValueError as exc:
                 raise CliError(str(exc), EXIT_USAGE) from None
-            if args.region is not None:
-                figure = _crop(figure, args.region)
             for fmt in args.format:
                 name = default_filename(result, which, fmt).removesuffix(f".{fmt}") + suffix + f".{fmt}"
                 written.append(export_figure(figure, out_dir / name, size=args.size, dpi=args.dpi))

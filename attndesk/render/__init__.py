@@ -18,7 +18,7 @@ def has_display() -> bool:
 
 
 def ensure_gui_app(*, headless: bool = False):
-    """Return the running QGuiApplication, creating one if needed (fonts need it).
+    """Return the running QGuiApplication, creating one (a QApplication) if needed: fonts need it.
 
     Without a display (or with ``headless``) the offscreen platform is chosen before the
     application exists, so Qt never aborts looking for an X server. An explicit
@@ -34,14 +34,22 @@ def ensure_gui_app(*, headless: bool = False):
         return app
     if not os.environ.get("QT_QPA_PLATFORM") and (headless or not has_display()):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    return QGuiApplication(sys.argv[:1] or ["attndesk"])
+    argv = sys.argv[:1] or ["attndesk"]
+    try:
+        # a QApplication (a QGuiApplication that also allows widgets), so that a window or a
+        # pytest-qt test created later in the same process still works
+        from PySide6.QtWidgets import QApplication
+    except ImportError:
+        return QGuiApplication(argv)
+    return QApplication(argv)
 
 
-from .figure import HeatmapFigure, figure_from_result, paint_figure, suggested_size  # noqa: E402
+from .figure import FigureGeometry, HeatmapFigure, figure_from_result, paint_figure, suggested_size  # noqa: E402
 from .export import ExportError, default_filename, export_figure, export_weights  # noqa: E402
 
 __all__ = [
     "ExportError",
+    "FigureGeometry",
     "HeatmapFigure",
     "default_filename",
     "ensure_gui_app",

@@ -71,6 +71,9 @@ class HeatmapFigure:
     x_title: str = "key tokens"
     y_title: str = "query tokens"
     annotate: bool | None = None
+    tokens_per_cell: int = 1  # > 1: an overview whose cells are f x f tiles of tokens (labels stay per token)
+    first_query: int = 0  # token position of the first row/column (a region keeps real positions)
+    first_key: int = 0
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,10 +89,14 @@ class HeatmapFigure:
             raise ValueError(f"{len(self.titles)} titles for {n} heatmaps")
         self.query_labels = [str(t) for t in self.query_labels]
         self.key_labels = [str(t) for t in self.key_labels]
-        if len(self.query_labels) != rows:
-            raise ValueError(f"{len(self.query_labels)} query labels for {rows} rows")
-        if len(self.key_labels) != cols:
-            raise ValueError(f"{len(self.key_labels)} key labels for {cols} columns")
+        f = int(self.tokens_per_cell)
+        if f < 1:
+            raise ValueError(f"tokens_per_cell must be >= 1, got {self.tokens_per_cell!r}")
+        self.tokens_per_cell = f
+        if -(-len(self.query_labels) // f) != rows:
+            raise ValueError(f"{len(self.query_labels)} query labels for {rows} rows of {f} token(s)")
+        if -(-len(self.key_labels) // f) != cols:
+            raise ValueError(f"{len(self.key_labels)} key labels for {cols} columns of {f} token(s)")
         if self.mask is not None:
             mask = np.asarray(self.mask, dtype=bool)
             if mask.shape != (rows, cols):
@@ -169,7 +176,7 @@ def settings_summary(result: Any) -> str:
     """One line naming everything that shaped these weights (for captions and file names)."""
     cfg = result.config
     num_heads = result.weights.shape[0]
-    queries, keys = result.weights.shape[1], result.weights.shape[2]
+    queries, keys = len(result.tokens), len(result.keys)
     parts = [
         f"{queries} tokens" if keys == queries and result.key_tokens is None else f"{queries} query x {keys} key tokens",
         f"{num_heads} head{'s' if num_heads != 1 else ''}",
@@ -185,34 +192,107 @@ def settings_summary(result: Any) -> str:
     return " \u00b7 ".join(parts)
 
 
-def figure_from_result(result: Any, which: Any = "all", colormap: str = "viridis", shared_scale: bool = True) -> HeatmapFigure:
-    """The heatmaps of one run: ``which`` = "all" (every head), "mean" (over heads) or a head index."""
+def _region_mask(result: Any, q0: int, q1: int, k0: int, k1: int) -> np.ndarray | None:
+    """[q1-q0, k1-k0] bool (True = may attend) of a region, without building the full mask."""
+    if getattr(result, "pyramid", None) is None:
+        return None if result.mask is None else np.asarray(result.mask)[q0:q1, k0:k1]
+    spec = getattr(result.pyramid, "mask_spec", None)
+    rows = None if spec is None else spec.rows(q0, q1)  # [q1-q0 or 1, Lk] torch bool, or None
+    if rows is None:
+        return None
+    rows = np.asarray(rows.cpu().numpy() if hasattr(rows, "cpu") else rows, dtype=bool)[:, k0:k1]
+    return np.broadcast_to(rows, (q1 - q0, k1 - k0)).copy()
+
+
+def _region_matrices(result: Any, heads: list[Any], q0: int, q1: int, k0: int, k1: int) -> np.ndarray:
+    """Exact weights of the region for each entry of ``heads`` (an int or "mean"): [n, q1-q0, k1-k0]."""
+    if getattr(result, "pyramid", None) is not None:
+        return np.stack([np.asarray(result.pyramid.region(h, q0, q1, k0, k1), dtype=np.float32) for h in heads])
     weights = np.asarray(result.weights)  # [H, L, Lk]
-    num_heads = weights.shape[0]
+    out = []
+    for h in heads:
+        if h == "mean":
+            out.append(weights[:, q0:q1, k0:k1].mean(axis=0, dtype=np.float64).astype(np.float32))
+        else:
+            out.append(weights[h, q0:q1, k0:k1].astype(np.float32, copy=False))
+    return np.stack(out)
+
+
+def figure_from_result(
+    result: Any,
+    which: Any = "all",
+    colormap: str = "viridis",
+    shared_scale: bool = True,
+    *,
+    region: tuple[tuple[int, int], tuple[int, int]] | None = None,
+) -> HeatmapFigure:
+    """The heatmaps of one run: ``which`` = "all" (every head), "mean" (over heads) or a head index.
+
+    ``region`` = ((q0, q1), (k0, k1)) restricts to query rows q0..q1-1 and key columns k0..k1-1
+    with exact values. A memory-bounded run that kept only a display pyramid is drawn from its
+    overview (each cell the max of an f x f tile, labels still per token) unless a region asks
+    for exact cells.
+    """
+    queries, keys = list(result.tokens), list(result.keys)
+    pyramid = getattr(result, "pyramid", None)
+    num_heads = int(getattr(pyramid, "num_heads", 0) or np.asarray(result.weights).shape[0])
     which = parse_which(which, num_heads)
     if which == "all":
-        matrices = weights
-        titles = [f"head {h}" for h in range(num_heads)]
+        heads: list[Any] = list(range(num_heads))
+        titles = [f"head {h}" for h in heads]
         suptitle = f"Attention weights, all {num_heads} heads" if num_heads > 1 else "Attention weights, single head"
     elif which == "mean":
-        # mean over heads in float64, stored back as the weights' dtype: [1, L, Lk]
-        matrices = weights.mean(axis=0, dtype=np.float64, keepdims=True).astype(weights.dtype)
+        heads = ["mean"]
         titles = [f"mean over {num_heads} heads"]
         suptitle = f"Attention weights, mean over {num_heads} heads"
     else:
-        matrices = weights[which : which + 1]
+        heads = [which]
         titles = [f"head {which}"]
         suptitle = f"Attention weights, head {which} of {num_heads}"
+    caption = settings_summary(result)
+    value_label = "attention weight"
+    factor = 1
+    first_query = first_key = 0
+    if region is not None:
+        (q0, q1), (k0, k1) = region
+        if not (0 <= q0 < q1 <= len(queries) and 0 <= k0 < k1 <= len(keys)):
+            raise ValueError(f"region {q0}:{q1},{k0}:{k1} is outside the {len(queries)}x{len(keys)} weights")
+        matrices = _region_matrices(result, heads, q0, q1, k0, k1)
+        mask = _region_mask(result, q0, q1, k0, k1)
+        queries, keys = queries[q0:q1], keys[k0:k1]
+        first_query, first_key = q0, k0
+        suptitle += f", queries {q0}-{q1 - 1} x keys {k0}-{k1 - 1}"
+    elif pyramid is not None:
+        # the overview: tile maxima, so one sharp weight is never averaged away
+        matrices = np.stack([np.asarray(pyramid.overview(h, "max"), dtype=np.float32) for h in heads])
+        dead = pyramid.levels[0].all_masked
+        mask = None if dead is None else ~np.asarray(dead, dtype=bool)
+        factor = int(pyramid.factor)
+        value_label = f"attention weight, max of each {factor}x{factor} tile"
+        caption += f" \u00b7 overview: {factor}x{factor} tokens per cell"
+    else:
+        weights = np.asarray(result.weights)  # [H, L, Lk], float32 (float16 when stored halved)
+        if which == "mean":
+            # mean over heads in float64, stored as float32: [1, L, Lk]
+            matrices = weights.mean(axis=0, dtype=np.float64, keepdims=True).astype(np.float32)
+        else:
+            chosen = weights if which == "all" else weights[which : which + 1]  # a view, no copy
+            matrices = chosen.astype(np.float32, copy=False)
+        mask = result.mask
     return HeatmapFigure(
         matrices=matrices,
         titles=titles,
-        query_labels=list(result.tokens),
-        key_labels=list(result.keys),
-        mask=result.mask,
+        query_labels=queries,
+        key_labels=keys,
+        mask=mask,
         colormap=colormap,
         shared_scale=shared_scale,
         suptitle=suptitle,
-        caption=settings_summary(result),
+        caption=caption,
+        value_label=value_label,
+        tokens_per_cell=factor,
+        first_query=first_query,
+        first_key=first_key,
     )
 
 
@@ -369,6 +449,19 @@ def _rgb_image(rgb: np.ndarray) -> QImage:
 
 
 @dataclass
+class FigureGeometry:
+    """Where paint_figure put things (device coordinates): one rect per heatmap, the colour bar.
+
+    Cell (r, c) of heatmap i spans ``maps[i]`` divided into L rows and Lk columns; useful for
+    hit-testing a preview and for tests that read pixels back.
+    """
+
+    maps: list[QRectF]
+    colorbar: QRectF | None
+    label_steps: tuple[int, int]  # (query, key): every k-th label is shown
+
+
+@dataclass
 class _Fonts:
     tick: QFont
     title: QFont
@@ -419,7 +512,9 @@ class _Painter:
         self.vector = bool(vector)
         self.family = QFontInfo(QFont()).family()
         n, length, key_length = figure.matrices.shape
-        self.n, self.L, self.Lk = n, length, key_length
+        self.n, self.L, self.Lk = n, length, key_length  # cells (tiles when tokens_per_cell > 1)
+        self.f = figure.tokens_per_cell
+        self.nq, self.nk = len(figure.query_labels), len(figure.key_labels)  # tokens
         self.cmap = figure.colormap_name
         self.any_hidden = any(figure.masked(i).any() for i in range(n))
         # sizes scale with the smaller side so small exports stay balanced
@@ -453,11 +548,11 @@ class _Painter:
             height += box.height() + self.metrics(fonts.caption).height() * 0.3
         return height + (self.pt(6) if height else 0.0)
 
-    def label_texts(self, labels: Sequence[str], step: int) -> list[tuple[int, str]]:
+    def label_texts(self, labels: Sequence[str], step: int, first: int = 0) -> list[tuple[int, str]]:
         if step == 1:
             return list(enumerate(labels))
-        # a subset: name the position too, so a reader can place the token
-        return [(i, f"{labels[i]} ({i})") for i in range(0, len(labels), step)]
+        # a subset: name the token's position too, so a reader can place it
+        return [(i, f"{labels[i]} ({first + i})") for i in range(0, len(labels), step)]
 
     def max_label_width(self, font: QFont, labels: Sequence[str]) -> float:
         fm = self.metrics(font)
@@ -501,9 +596,9 @@ class _Painter:
         pad = self.pt(3)
         offset = pad + self.pt(2.5)
         axis_h = self.metrics(fonts.axis).height()
-        y_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.query_labels, y_step)])
+        y_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.query_labels, y_step, self.fig.first_query)])
         y_band = y_extent + offset + pad + axis_h
-        x_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.key_labels, x_step)]) if rotated else line
+        x_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.key_labels, x_step, self.fig.first_key)]) if rotated else line
         x_band = x_extent + offset + pad + axis_h
         title_h = self.metrics(fonts.title).height() * 1.35
         gap_x = self.pt(10)
@@ -532,8 +627,8 @@ class _Painter:
         used_h = rows * (title_h + map_h) + (rows - 1) * gap_y + x_band
         origin_x = grid.left() + (grid.width() - used_w) / 2 + y_band
         origin_y = grid.top() + (grid.height() - used_h) / 2
-        x_step = max(x_step, _label_step(self.Lk, cw, line))
-        y_step = max(y_step, _label_step(self.L, ch, line))
+        x_step = max(x_step, _label_step(self.nk, cw / self.f, line))
+        y_step = max(y_step, _label_step(self.nq, ch / self.f, line))
         return _Layout(
             cols, rows, map_w, map_h, origin_x, origin_y, title_h, gap_x, gap_y, rotated, tick_pt,
             x_step, y_step, x_extent, y_extent, offset,
@@ -546,7 +641,7 @@ class _Painter:
             fm = self.metrics(font)
             horizontal = self.layout(fonts, grid, tick_pt, rotated=False)
             if horizontal is not None and horizontal.y_step == 1:
-                cell_w = horizontal.map_w / self.Lk
+                cell_w = horizontal.map_w / self.Lk / self.f
                 widest = max(fm.horizontalAdvance(t) for t in self.fig.key_labels)
                 if widest + self.pt(3) <= cell_w:
                     return horizontal
@@ -561,11 +656,11 @@ class _Painter:
             return fallback
         # pathological sizes: squeeze everything with the smallest font
         return self.layout(fonts, grid, 7.0, rotated=True) or _Layout(
-            1, self.n, max(1.0, grid.width()), max(1.0, grid.height() / self.n), grid.left(), grid.top(), 0, 0, 0, True, 7.0, self.Lk, self.L
+            1, self.n, max(1.0, grid.width()), max(1.0, grid.height() / self.n), grid.left(), grid.top(), 0, 0, 0, True, 7.0, self.nk, self.nq
         )
 
     # drawing ----------------------------------------------------------------------------------
-    def paint(self) -> None:
+    def paint(self) -> FigureGeometry:
         p = self.p
         p.save()
         try:
@@ -600,7 +695,9 @@ class _Painter:
             last_row_bottom = lay.map_rect((lay.rows - 1) * lay.cols).bottom()
             maps_right = max(lay.map_rect(i).right() for i in range(self.n))
             bar_x = min(grid.right(), maps_right + self.pt(6)) + self.pt(14)
-            self.draw_colorbar(QRectF(bar_x, first.top(), self.pt(12), last_row_bottom - first.top()), fonts)
+            bar = QRectF(bar_x, first.top(), self.pt(12), last_row_bottom - first.top())
+            bar = self.draw_colorbar(bar, fonts)
+            return FigureGeometry([lay.map_rect(i) for i in range(self.n)], bar, (lay.y_step, lay.x_step))
         finally:
             p.restore()
 
@@ -666,7 +763,9 @@ class _Painter:
         t = self.p.transform()
         px_w = max(1, int(math.ceil(target.width() * math.hypot(t.m11(), t.m12()) * scale)))
         px_h = max(1, int(math.ceil(target.height() * math.hypot(t.m21(), t.m22()) * scale)))
-        rows, cols = min(self.L, px_h), min(self.Lk, px_w)
+        # vector files: at most 1024 px per side, so a 2048 x 2048 matrix stays a few MB
+        limit = 1024 if self.vector else 1 << 30
+        rows, cols = min(self.L, px_h, limit), min(self.Lk, px_w, limit)
         if (rows, cols) != (self.L, self.Lk):
             values, hidden = block_mean(values, hidden, rows, cols)
         rgb = colormaps.map_values(values, self.cmap, vmin, vmax)  # [rows, cols, 3]
@@ -720,6 +819,8 @@ class _Painter:
         p.restore()
 
     def annotate_cells(self, target: QRectF, fonts: _Fonts) -> bool:
+        if self.f > 1:  # tiles are not single weights
+            return False
         if self.fig.annotate is not None:
             return self.fig.annotate
         fm = self.metrics(fonts.cell)
@@ -748,12 +849,12 @@ class _Painter:
         p = self.p
         fm = self.metrics(fonts.tick)
         cap = self.label_cap(fonts.tick)
-        ch = target.height() / self.L
+        ch = target.height() / self.L / self.f  # one token's height
         pad = self.pt(3)
         tick = self.pt(2.5)
         p.setFont(fonts.tick)
         pen = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
-        for i, text in self.label_texts(self.fig.query_labels, lay.y_step):
+        for i, text in self.label_texts(self.fig.query_labels, lay.y_step, self.fig.first_query):
             y = target.top() + (i + 0.5) * ch
             if lay.y_step > 1:
                 p.setPen(pen)
@@ -770,12 +871,12 @@ class _Painter:
         p = self.p
         fm = self.metrics(fonts.tick)
         cap = self.label_cap(fonts.tick)
-        cw = target.width() / self.Lk
+        cw = target.width() / self.Lk / self.f  # one token's width
         pad = self.pt(3)
         tick = self.pt(2.5)
         p.setFont(fonts.tick)
         pen = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
-        for i, text in self.label_texts(self.fig.key_labels, lay.x_step):
+        for i, text in self.label_texts(self.fig.key_labels, lay.x_step, self.fig.first_key):
             x = target.left() + (i + 0.5) * cw
             if lay.x_step > 1:
                 p.setPen(pen)
@@ -832,14 +933,14 @@ class _Painter:
         )
         p.restore()
 
-    def draw_colorbar(self, bar: QRectF, fonts: _Fonts) -> None:
+    def draw_colorbar(self, bar: QRectF, fonts: _Fonts) -> QRectF | None:
         p = self.p
         fm = self.metrics(fonts.tick)
         if self.any_hidden:
             # leave room under the bar for the "masked" key
             bar.setBottom(bar.bottom() - self.pt(14) - fm.height())
         if bar.height() <= 0:
-            return
+            return None
         lut = colormaps.lookup_table(self.cmap)
         gradient = lut[::-1][:, None, :]  # [256, 1, 3], top = high values
         p.drawImage(bar, _rgb_image(gradient))
@@ -894,13 +995,15 @@ class _Painter:
                 int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
                 "masked",
             )
+        return bar
 
 
-def paint_figure(painter: QPainter, rect: QRectF, figure: HeatmapFigure, *, vector: bool | None = None) -> None:
+def paint_figure(painter: QPainter, rect: QRectF, figure: HeatmapFigure, *, vector: bool | None = None) -> FigureGeometry:
     """Draw ``figure`` into ``rect`` with an active ``painter``.
 
     ``vector`` None picks vector cells for SVG/PDF/QPicture devices (within VECTOR_CELL_LIMIT)
     and one image per heatmap elsewhere. Lengths are in device pixels; text sizes follow the
     device's DPI, so the same figure at a higher DPI prints the same physical size.
+    Returns where the heatmaps and the colour bar went.
     """
-    _Painter(painter, rect, figure, vector).paint()
+    return _Painter(painter, rect, figure, vector).paint()

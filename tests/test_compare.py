@@ -87,6 +87,7 @@ def test_teaching_tutorial_variant_shows_its_real_effect(dtype):
     t = teaching_comparison("tutorial", cfg, TEXT)
     a, b = t.a, t.b
     assert a.tokens[-1] == "[PAD]" and a.config.mask == "padding"
+    assert b.mask is None  # nothing is really masked in B
     pad = a.token_ids == 0
     real = ~pad
     # A: the correct mask; B: the variant's weights, recomputed here from A's scores

@@ -187,6 +187,7 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
     context = np.einsum("hqk,hkd->hqd", weights, a.intermediates["v"])
     b = dataclasses.replace(
         a, weights=weights, output=_out_projection(cfg, context), intermediates=None,
+        mask=None,  # the variant masks no cell: views must not hatch its padded keys
         extra={**a.extra, "variant": "tutorial: attention_prob += mask * -1e5, mask [B, 1, L, 1]"},
     )
     explanation = TUTORIAL_EXPLANATION + "\n" + effect.summary()

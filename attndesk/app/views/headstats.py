@@ -1,0 +1,217 @@
+"""Per-head statistics: a sortable table and an entropy-vs-distance scatter, one point per head.
+
+Selecting a row (or clicking a point) emits ``headSelected(head)`` (and ``layerHeadSelected(layer,
+head)``, layer -1 for the toy model) so the window can open that head. The table exports to CSV.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
+    QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
+
+# (field, header, tooltip)
+COLUMNS = (
+    ("layer", "layer", "encoder layer (pretrained mode)"),
+    ("head", "head", "head index"),
+    ("entropy", "entropy", "mean entropy of the attention rows, nats (ln L = uniform, 0 = one key)"),
+    ("max_weight", "max w", "largest single weight"),
+    ("mean_distance", "mean dist", "mean attention distance Σ w·|i−j|, tokens"),
+    ("self_share", "self", "share of weight on the query's own token"),
+    ("previous_share", "prev", "share on the previous token"),
+    ("next_share", "next", "share on the next token"),
+    ("first_share", "first", "share on the first token ([CLS])"),
+    ("special_share", "special", "share on special tokens ([PAD], [UNK], [CLS], [SEP])"),
+)
+ROLE_SORT = Qt.ItemDataRole.UserRole
+ROLE_KEY = Qt.ItemDataRole.UserRole + 1
+
+
+class _NumberItem(QTableWidgetItem):
+    """Shows a rounded number, sorts by the exact one."""
+
+    def __init__(self, value, text: str):
+        super().__init__(text)
+        self.setData(ROLE_SORT, float("nan") if value is None else float(value))
+        self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.setFlags(self.flags() & ~Qt.ItemFlag.ItemIsEditable)
+
+    def __lt__(self, other):  # noqa: D105 - numeric sort (NaN last)
+        a, b = self.data(ROLE_SORT), other.data(ROLE_SORT)
+        if a != a:
+            return False
+        if b != b:
+            return True
+        return a < b
+
+
+class HeadStatsView(QWidget):
+    """API: ``set_result(result)`` (toy: weights [H, L, Lk]), ``set_weights(weights, tokens=None)``
+    ([H, L, Lk] or [layers, H, L, Lk]), ``stats()``, ``select_head(head, layer=None)``,
+    ``export_csv(path)``. Signals ``headSelected(int)``, ``layerHeadSelected(int, int)``."""
+
+    headSelected = Signal(int)
+    layerHeadSelected = Signal(int, int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("headStatsView")
+        self._stats: list[HeadStats] = []
+        self._layered = False
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("headStatsTable")
+        self.table.setHorizontalHeaderLabels([c[1] for c in COLUMNS])
+        for i, (_, _, tip) in enumerate(COLUMNS):
+            self.table.horizontalHeaderItem(i).setToolTip(tip)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setSortingEnabled(True)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._on_selection)
+
+        self.scatter = pg.PlotWidget()
+        self.scatter.setObjectName("headStatsScatter")
+        self.scatter.setBackground("w")
+        self.scatter.setLabel("bottom", "mean attention distance (tokens)")
+        self.scatter.setLabel("left", "mean row entropy (nats)")
+        self.scatter.setMenuEnabled(False)
+        self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
+        self.points.sigClicked.connect(self._on_point_clicked)
+        self.scatter.addItem(self.points)
+        self._labels: list[pg.TextItem] = []
+
+        self.exportButton = QPushButton("Export CSV…")
+        self.exportButton.setObjectName("headStatsExportButton")
+        self.exportButton.clicked.connect(self._on_export_clicked)
+        self.infoLabel = QLabel("")
+        self.infoLabel.setObjectName("headStatsInfo")
+        self.infoLabel.setWordWrap(True)
+
+        bar = QHBoxLayout()
+        bar.addWidget(self.infoLabel, 1)
+        bar.addWidget(self.exportButton)
+        body = QHBoxLayout()
+        body.addWidget(self.table, 3)
+        body.addWidget(self.scatter, 2)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addLayout(body, 1)
+
+    # -- API -------------------------------------------------------------------------------------
+    def stats(self) -> list[HeadStats]:
+        return list(self._stats)
+
+    def set_result(self, result) -> None:
+        if result is None:
+            return
+        self.set_weights(result.weights, list(result.keys))
+
+    def set_weights(self, weights, tokens=None) -> None:
+        """``weights`` [H, L, Lk] or [layers, H, L, Lk]; ``tokens`` the key labels (for special_share)."""
+        w = np.asarray(weights)
+        self._layered = w.ndim == 4
+        special = tokens if tokens is not None else None
+        self._stats = layer_statistics(w, special=special) if self._layered else head_statistics(w, special=special)
+        self._fill_table()
+        self._fill_scatter()
+        n = len(self._stats)
+        where = f"{w.shape[0]} layers × {w.shape[1]} heads" if self._layered else f"{n} heads"
+        self.infoLabel.setText(
+            f"{where}, {w.shape[-2]} queries × {w.shape[-1]} keys. Click a column to sort, a row to open the head."
+        )
+
+    def select_head(self, head: int, layer: int | None = None) -> None:
+        for row in range(self.table.rowCount()):
+            key = self.table.item(row, 1).data(ROLE_KEY)
+            if key == (layer if self._layered else None, head):
+                self.table.selectRow(row)
+                return
+
+    def export_csv(self, path: str) -> str:
+        """Write the table (every head, full precision) to ``path`` atomically."""
+        from attndesk.render.export import atomic_write
+
+        columns = [c[0] for c in COLUMNS] if self._layered else [c[0] for c in COLUMNS[1:]]
+        return str(atomic_write(path, statistics_csv(self._stats, columns).encode("utf-8")))
+
+    # -- filling ---------------------------------------------------------------------------------
+    def _fill_table(self) -> None:
+        table = self.table
+        table.setSortingEnabled(False)
+        table.blockSignals(True)
+        table.clearContents()
+        table.setRowCount(len(self._stats))
+        table.setColumnHidden(0, not self._layered)
+        for row, s in enumerate(self._stats):
+            record = s.as_row()
+            for col, (name, _, _) in enumerate(COLUMNS):
+                value = record[name]
+                if name in ("layer", "head"):
+                    text = "" if value is None else str(value)
+                else:
+                    text = "—" if value is None or value != value else f"{value:.3f}"
+                item = _NumberItem(value, text)
+                item.setData(ROLE_KEY, (s.layer, s.head))
+                table.setItem(row, col, item)
+        table.blockSignals(False)
+        table.setSortingEnabled(True)
+
+    def _fill_scatter(self) -> None:
+        for label in self._labels:
+            self.scatter.removeItem(label)
+        self._labels = []
+        spots = []
+        for s in self._stats:
+            if not (np.isfinite(s.mean_distance) and np.isfinite(s.entropy)):
+                continue
+            spots.append({"pos": (s.mean_distance, s.entropy), "data": (s.layer, s.head)})
+            name = f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}"
+            label = pg.TextItem(name, color="#333", anchor=(-0.15, 0.5))
+            label.setPos(s.mean_distance, s.entropy)
+            self.scatter.addItem(label)
+            self._labels.append(label)
+        self.points.setData(spots)
+
+    def scatter_points(self) -> np.ndarray:
+        """[n, 2] (mean_distance, entropy) of the plotted points (for tests)."""
+        x, y = self.points.getData()
+        return np.column_stack([x, y])
+
+    # -- interaction -----------------------------------------------------------------------------
+    @Slot()
+    def _on_selection(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        layer, head = self.table.item(rows[0].row(), 1).data(ROLE_KEY)
+        self.headSelected.emit(int(head))
+        self.layerHeadSelected.emit(-1 if layer is None else int(layer), int(head))
+
+    def _on_point_clicked(self, _item, points, *args) -> None:
+        if len(points):
+            layer, head = points[0].data()
+            self.select_head(head, layer)
+
+    @Slot()
+    def _on_export_clicked(self) -> None:
+        from attndesk.render import ExportError
+
+        if not self._stats:
+            self.infoLabel.setText("nothing to export yet")
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export head statistics", "head_statistics.csv", "CSV (*.csv)")
+        if not path:
+            return
+        try:
+            self.export_csv(path)
+            self.infoLabel.setText(f"saved {path}")
+        except (ExportError, OSError) as exc:
+            self.infoLabel.setText(f"export failed: {exc}")

@@ -1,0 +1,301 @@
+"""One labelled matrix heatmap for the teaching views: exact values kept, drawn downsampled.
+
+``MatrixPlot`` draws any [rows, cols] matrix with a pyqtgraph ImageItem over the rectangle
+(0, 0, cols, rows), so cell (r, c) is the unit square at x=c, y=r whatever the display
+resolution. Masked (non-finite, e.g. -inf) cells are never a colour: they get the hatched
+overlay the attention heatmaps use. Rows or columns can be highlighted, and an Export button
+writes the figure (PNG/SVG/PDF) or the exact numbers (NPY/CSV) through attndesk.render.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Signal, Slot
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import (
+    QFileDialog, QGraphicsRectItem, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
+)
+
+from ..panels.heatmap_source import tile_reduce
+from ..panels.heatmaps import hatch_overlay
+from ..panels.token_axis import TokenAxis
+
+MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, hover stays exact
+SEQUENTIAL = "viridis"
+DIVERGING = "CET-D1"
+_ROW_PEN = QColor(255, 64, 64)
+
+
+def display_reduce(matrix: np.ndarray, masked: np.ndarray, max_display: int = MAX_DISPLAY):
+    """(image, masked image, factor): ``matrix`` reduced so no axis exceeds ``max_display``.
+
+    Non-negative matrices keep each tile's max (one sharp weight stays visible, as in the
+    heatmap panel); signed ones the tile's mean over unmasked cells. A tile is masked when
+    all its cells are.
+    """
+    factor = max(1, math.ceil(max(matrix.shape) / max_display))
+    if factor == 1:
+        return matrix, masked, 1
+    finite = np.where(masked, 0.0, matrix)
+    if not (finite < 0).any():
+        image = tile_reduce(finite, factor)
+    else:
+        total = _tile_sum(finite, factor)
+        count = _tile_sum((~masked).astype(np.float64), factor)
+        image = total / np.maximum(count, 1)
+    return image, tile_reduce(masked, factor, "all"), factor
+
+
+def _tile_sum(matrix: np.ndarray, factor: int) -> np.ndarray:
+    rows, cols = matrix.shape
+    out_r, out_c = math.ceil(rows / factor), math.ceil(cols / factor)
+    padded = np.zeros((out_r * factor, out_c * factor))
+    padded[:rows, :cols] = matrix
+    return padded.reshape(out_r, factor, out_c, factor).sum(axis=(1, 3))  # [out_r, f, out_c, f] -> tiles
+
+
+class MatrixPlot(QWidget):
+    """A titled heatmap of one matrix. ``cellHovered(row, col)`` reports the exact cell under the
+    mouse; ``hoverLeft()`` when the mouse leaves the matrix."""
+
+    cellHovered = Signal(int, int)
+    hoverLeft = Signal()
+
+    def __init__(self, title: str = "", parent: QWidget | None = None, *, square: bool = False) -> None:
+        super().__init__(parent)
+        self.matrix: np.ndarray | None = None  # exact values, as given
+        self.masked: np.ndarray | None = None  # bool, True = masked cell
+        self.image_data: np.ndarray | None = None  # what the ImageItem draws
+        self.levels: tuple[float, float] = (0.0, 1.0)
+        self.colormap_name = SEQUENTIAL
+        self.factor = 1
+        self.row_labels: list[str] = []
+        self.col_labels: list[str] = []
+        self._hover: tuple[int, int] | None = None
+
+        self.title = QLabel(title)
+        self.title.setWordWrap(True)
+        self.title.setTextFormat(pg.QtCore.Qt.TextFormat.RichText)
+        self.exportButton = QToolButton()
+        self.exportButton.setText("⤓")
+        self.exportButton.setToolTip("Export this matrix: PNG/SVG/PDF figure or NPY/CSV numbers")
+        self.exportButton.clicked.connect(self._on_export_clicked)
+        self.message = QLabel("")
+        self.message.setStyleSheet("color: #a33")
+        self.message.hide()
+
+        self.left, self.bottom = TokenAxis("left"), TokenAxis("bottom")
+        self.graphics = pg.PlotWidget(axisItems={"left": self.left, "bottom": self.bottom})
+        self.graphics.setBackground("w")
+        self.plot = self.graphics.getPlotItem()
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)  # row 0 at the top, like a matrix
+        self.plot.vb.setDefaultPadding(0.0)
+        if square:
+            self.plot.vb.setAspectLocked(True)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.overlay = pg.ImageItem(axisOrder="row-major")
+        self.overlay.setZValue(5)
+        self.plot.addItem(self.image)
+        self.plot.addItem(self.overlay)
+        self.row_marks = self._mark_item(QColor(255, 64, 64, 60))
+        self.col_marks = self._mark_item(QColor(255, 64, 64, 60))
+        self.cell_mark = self._mark_item(None)
+        self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.graphics.setMinimumSize(160, 160)
+        self.graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.exportButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(head)
+        layout.addWidget(self.message)
+        layout.addWidget(self.graphics, 1)
+
+    def _mark_item(self, fill: QColor | None) -> QGraphicsRectItem:
+        item = QGraphicsRectItem(0, 0, 1, 1)
+        pen = QPen(_ROW_PEN)
+        pen.setWidth(2)
+        pen.setCosmetic(True)
+        item.setPen(pen)
+        if fill is not None:
+            item.setBrush(fill)
+        item.setZValue(10)
+        item.hide()
+        self.plot.vb.addItem(item, ignoreBounds=True)
+        return item
+
+    # -- content ---------------------------------------------------------------------------------
+    def set_title(self, html: str) -> None:
+        self.title.setText(html)
+
+    def set_matrix(
+        self,
+        matrix,
+        *,
+        row_labels: Sequence[str] | None = None,
+        col_labels: Sequence[str] | None = None,
+        colormap: str | None = None,
+        diverging: bool = False,
+        levels: tuple[float, float] | None = None,
+        masked=None,
+    ) -> None:
+        """Draw ``matrix`` [rows, cols]. Non-finite cells (and ``masked`` True) are hatched.
+        ``diverging`` picks CET-D1 with levels symmetric around 0 (unless ``levels`` is given)."""
+        m = np.asarray(matrix)
+        if m.ndim != 2:
+            raise ValueError(f"a heatmap needs a 2-D matrix, got shape {m.shape}")
+        hidden = ~np.isfinite(m)
+        if masked is not None:
+            hidden = hidden | np.asarray(masked, dtype=bool)
+        self.matrix, self.masked = m, hidden
+        rows, cols = m.shape
+        self.row_labels = [str(t) for t in row_labels] if row_labels is not None else [str(i) for i in range(rows)]
+        self.col_labels = [str(t) for t in col_labels] if col_labels is not None else [str(i) for i in range(cols)]
+        finite = m[~hidden]
+        if levels is None:
+            if diverging:
+                bound = float(np.abs(finite).max()) if finite.size else 0.0
+                levels = (-bound, bound) if bound > 0 else (-1.0, 1.0)
+            else:
+                lo = min(0.0, float(finite.min())) if finite.size else 0.0
+                hi = float(finite.max()) if finite.size else 1.0
+                levels = (lo, hi if hi > lo else lo + 1.0)
+        self.levels = (float(levels[0]), float(levels[1]))
+        self.colormap_name = colormap or (DIVERGING if diverging else SEQUENTIAL)
+        image, hidden_image, self.factor = display_reduce(m.astype(np.float64), hidden)
+        image = np.where(hidden_image, self.levels[0], image)  # hidden under the hatching anyway
+        self.image_data = image
+        self.image.setColorMap(pg.colormap.get(self.colormap_name))
+        self.image.setImage(image, autoLevels=False, levels=self.levels)
+        rect = QRectF(0, 0, cols, rows)
+        self.image.setRect(rect)
+        if hidden_image.any():
+            self.overlay.setImage(hatch_overlay(hidden_image), autoLevels=False, levels=(0, 255))
+            self.overlay.setRect(rect)
+            self.overlay.show()
+        else:
+            self.overlay.hide()
+        self.left.set_labels(self.row_labels)
+        self.bottom.set_labels(self.col_labels)
+        self.plot.vb.setLimits(xMin=0, xMax=max(cols, 1), yMin=0, yMax=max(rows, 1))
+        self.plot.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+        self.image.show()
+        self.message.hide()
+        self.clear_marks()
+
+    def clear(self, message: str = "") -> None:
+        self.matrix = self.masked = self.image_data = None
+        self.image.hide()
+        self.overlay.hide()
+        self.clear_marks()
+        self.message.setText(message)
+        self.message.setVisible(bool(message))
+
+    # -- highlights ------------------------------------------------------------------------------
+    def highlight_row(self, row: int | None) -> None:
+        self._mark(self.row_marks, None if row is None else QRectF(0, row, self._cols(), 1))
+
+    def highlight_col(self, col: int | None) -> None:
+        self._mark(self.col_marks, None if col is None else QRectF(col, 0, 1, self._rows()))
+
+    def highlight_cell(self, row: int | None, col: int | None = None) -> None:
+        self._mark(self.cell_mark, None if row is None or col is None else QRectF(col, row, 1, 1))
+
+    def clear_marks(self) -> None:
+        for item in (self.row_marks, self.col_marks, self.cell_mark):
+            item.hide()
+
+    def highlighted(self) -> dict[str, tuple[int, ...] | None]:
+        """Which row / column / cell is highlighted (for tests): {"row": (r,), "col": (c,), "cell": (r, c)}."""
+        def where(item: QGraphicsRectItem, kind: str):
+            if not item.isVisible():
+                return None
+            r = item.rect()
+            return {"row": (int(r.y()),), "col": (int(r.x()),), "cell": (int(r.y()), int(r.x()))}[kind]
+
+        return {"row": where(self.row_marks, "row"), "col": where(self.col_marks, "col"), "cell": where(self.cell_mark, "cell")}
+
+    def _rows(self) -> int:
+        return 0 if self.matrix is None else self.matrix.shape[0]
+
+    def _cols(self) -> int:
+        return 0 if self.matrix is None else self.matrix.shape[1]
+
+    def _mark(self, item: QGraphicsRectItem, rect: QRectF | None) -> None:
+        if rect is None or self.matrix is None:
+            item.hide()
+        else:
+            item.setRect(rect)
+            item.show()
+
+    # -- hover -----------------------------------------------------------------------------------
+    def cell_at(self, scene_pos) -> tuple[int, int] | None:
+        if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        c, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        if 0 <= r < self._rows() and 0 <= c < self._cols():
+            return r, c
+        return None
+
+    @Slot(object)
+    def _on_mouse_moved(self, scene_pos) -> None:
+        hit = self.cell_at(scene_pos)
+        if hit is None:
+            if self._hover is not None:
+                self._hover = None
+                self.hoverLeft.emit()
+            return
+        if hit != self._hover:
+            self._hover = hit
+            self.cellHovered.emit(*hit)
+
+    # -- export ----------------------------------------------------------------------------------
+    def plain_title(self) -> str:
+        doc = pg.QtGui.QTextDocument()
+        doc.setHtml(self.title.text())
+        return doc.toPlainText().replace("\n", " ").strip()
+
+    def export(self, path: str) -> str:
+        """Write the matrix to ``path``: .png/.svg/.pdf as a figure, .npy/.csv as exact numbers.
+        Raises attndesk.render.ExportError (or ValueError) with the reason."""
+        from attndesk.render import ExportError, HeatmapFigure, export_figure, export_weights
+
+        if self.matrix is None:
+            raise ExportError("nothing to export yet")
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+        if suffix in ("npy", "csv"):
+            return str(export_weights(self.matrix, self.row_labels, self.col_labels, path))
+        diverging = self.colormap_name.startswith("CET-D")
+        figure = HeatmapFigure(
+            matrices=np.where(self.masked, np.nan, self.matrix.astype(np.float64))[None],
+            titles=[self.plain_title()], query_labels=self.row_labels, key_labels=self.col_labels,
+            colormap=self.colormap_name, diverging=diverging, vmin=self.levels[0], vmax=self.levels[1],
+            value_label="value",
+        )
+        return str(export_figure(figure, path))
+
+    @Slot()
+    def _on_export_clicked(self) -> None:
+        from attndesk.render import ExportError
+
+        name = (self.plain_title().split(" ")[0] or "matrix").strip(":") + ".png"
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export matrix", name, "Figure (*.png *.svg *.pdf);;Numbers (*.npy *.csv)"
+        )
+        if not path:
+            return
+        try:
+            self.export(path)
+        except (ExportError, ValueError, OSError) as exc:
+            self.message.setText(f"export failed: {exc}")
+            self.message.show()

@@ -1,0 +1,93 @@
+"""The sinusoidal positional encoding and why it encodes relative distance.
+
+Left: PE [positions x dims] (sin on even dims, cos on odd ones, wavelengths growing along the
+dims). Right: PE . PE^T [positions x positions]: for an even dim every diagonal is constant,
+PE(p) . PE(p + k) = sum_i cos(k w_i) depends on the distance k only, not on p.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PySide6.QtCore import Slot
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from attndesk.core.positional import positional_similarity, sinusoidal_encoding
+
+from .heatmap import MatrixPlot
+
+
+class PositionalView(QWidget):
+    """API: ``set_result(result)`` (follows its token count and embed_dim), ``set_shape(length, dim)``;
+    ``encoding`` [L, dim] and ``similarity`` [L, L] are the exact float64 matrices shown."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("positionalView")
+        self.encoding: np.ndarray | None = None
+        self.similarity: np.ndarray | None = None
+        self.shape: tuple[int, int] | None = None
+        self.encodingPlot = MatrixPlot("positional encoding")
+        self.encodingPlot.setObjectName("peMatrixPlot")
+        self.similarityPlot = MatrixPlot("PE · PEᵀ")
+        self.similarityPlot.setObjectName("peSimilarityPlot")
+        self.similarityPlot.cellHovered.connect(self.hover_similarity)
+        self.encodingPlot.cellHovered.connect(self.hover_encoding)
+        self.infoLabel = QLabel("")
+        self.infoLabel.setObjectName("peInfoLabel")
+        self.infoLabel.setWordWrap(True)
+        self.readout = QLabel(" ")
+        self.readout.setObjectName("peReadout")
+        plots = QHBoxLayout()
+        plots.addWidget(self.encodingPlot, 1)
+        plots.addWidget(self.similarityPlot, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.infoLabel)
+        layout.addLayout(plots, 1)
+        layout.addWidget(self.readout)
+
+    def set_result(self, result) -> None:
+        if result is None:
+            return
+        note = "" if result.config.positional else " (positional encoding is OFF in this run: it is shown, not added)"
+        self.set_shape(len(result.tokens), int(result.config.embed_dim), note=note)
+
+    @Slot(int, int)
+    def set_shape(self, length: int, dim: int, *, note: str = "") -> None:
+        length, dim = int(length), int(dim)
+        if length <= 0 or dim <= 0:
+            self.infoLabel.setText("type some text to see its positions")
+            return
+        if (length, dim) != self.shape:
+            self.shape = (length, dim)
+            pe = sinusoidal_encoding(length, dim, dtype=torch.float64)
+            self.encoding = pe.numpy()
+            self.similarity = positional_similarity(pe).numpy()
+            positions = [str(i) for i in range(length)]
+            self.encodingPlot.set_title(
+                f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), "
+                f"PE(p, 2i+1) = cos(same)"
+            )
+            self.encodingPlot.set_matrix(self.encoding, row_labels=positions, diverging=True, levels=(-1.0, 1.0))
+            self.similarityPlot.set_title(
+                f"<b>PE · PE<sup>T</sup></b> [{length} × {length}]<br>"
+                "constant along each diagonal: depends only on the distance |p − q|"
+            )
+            self.similarityPlot.set_matrix(self.similarity, row_labels=positions, col_labels=positions, diverging=True)
+        self.infoLabel.setText(
+            f"{length} positions × {dim} dims: low dims oscillate fast, high dims slowly; "
+            f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}"
+        )
+
+    @Slot(int, int)
+    def hover_similarity(self, p: int, q: int) -> str:
+        text = f"PE({p}) · PE({q}) = {self.similarity[p, q]:.5g}   (distance {abs(p - q)})"
+        self.readout.setText(text)
+        return text
+
+    @Slot(int, int)
+    def hover_encoding(self, p: int, i: int) -> str:
+        fn = "sin" if i % 2 == 0 else "cos"
+        text = f"PE({p}, {i}) = {fn}({p} / 10000^({i - i % 2}/{self.shape[1]})) = {self.encoding[p, i]:.5g}"
+        self.readout.setText(text)
+        return text

@@ -1,0 +1,255 @@
+"""The whole computation of one head as a left-to-right strip of heatmaps.
+
+embeddings (+PE) -> Q, K, V -> scores Q K^T -> / sqrt(d_k) -> masked (-inf, hatched) -> softmax
+weights -> weighted sum (context) -> merged output. Each stage shows its shape and formula.
+Hovering a weight highlights the query row of Q and the key row of K that produced it and
+spells out the arithmetic: q . k, / sqrt(d_k), exp, / row sum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QHBoxLayout, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from .heatmap import MatrixPlot
+
+# (intermediate key, title, formula); formulas depend on the config, filled in _formula()
+STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
+PER_HEAD = {"q", "k", "v", "scores", "scaled", "masked", "weights", "context"}
+SEQUENTIAL = {"weights"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
+
+
+@dataclass(frozen=True)
+class CellArithmetic:
+    """How weight[head, q, k] came about, recomputed in float64 from the stored Q and K."""
+
+    head: int
+    query: int
+    key: int
+    dot: float  # q . k
+    scale: float  # 1/sqrt(d_k), or 1.0 unscaled
+    scaled: float  # dot * scale
+    masked: bool
+    row_max: float  # softmax subtracts it (it cancels)
+    exp: float  # exp(scaled - row_max), 0 when masked
+    row_sum: float  # sum over the row's unmasked keys of exp(scaled_j - row_max)
+    weight: float  # exp / row_sum
+    stored: float  # the core's weight for comparison
+
+
+class StepThroughView(QWidget):
+    """Per-head step-through of ``result.intermediates`` (run with keep_intermediates=True).
+
+    API: ``set_result(result)``, ``set_head(h)`` / ``head()``, ``stage_matrix(name)`` (the exact
+    matrix a stage shows), ``hover_weight(q, k)`` (what hovering does; returns CellArithmetic).
+    Signal ``headChanged(int)``.
+    """
+
+    headChanged = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("stepThroughView")
+        self._result = None
+        self._head = 0
+
+        self.headSpin = QSpinBox()
+        self.headSpin.setObjectName("stepHeadSpin")
+        self.headSpin.setPrefix("head ")
+        self.headSpin.setRange(0, 0)
+        self.headSpin.valueChanged.connect(self.set_head)
+        self.infoLabel = QLabel("Run once to see every step.")
+        self.infoLabel.setObjectName("stepInfoLabel")
+        self.infoLabel.setWordWrap(True)
+        self.arithmeticLabel = QLabel("Hover a cell of the weights to see how it is computed.")
+        self.arithmeticLabel.setObjectName("stepArithmeticLabel")
+        self.arithmeticLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.arithmeticLabel.setStyleSheet("font-family: monospace")
+        self.arithmeticLabel.setMinimumHeight(80)
+        self.arithmeticLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+
+        self.plots: dict[str, MatrixPlot] = {}
+        strip = QWidget()
+        row = QHBoxLayout(strip)
+        row.setContentsMargins(0, 0, 0, 0)
+        for name in STAGES:
+            plot = MatrixPlot(name)
+            plot.setObjectName(f"stage_{name}")
+            plot.setMinimumWidth(230)
+            self.plots[name] = plot
+            row.addWidget(plot)
+            if name != STAGES[-1]:
+                arrow = QLabel("→")
+                arrow.setStyleSheet("font-size: 18px; color: #666")
+                row.addWidget(arrow)
+        self.plots["weights"].cellHovered.connect(self.hover_weight)
+        self.plots["weights"].hoverLeft.connect(self.clear_hover)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(strip)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+
+        top = QHBoxLayout()
+        top.addWidget(self.headSpin)
+        top.addWidget(self.infoLabel, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.arithmeticLabel)
+
+    # -- API -------------------------------------------------------------------------------------
+    def result(self):
+        return self._result
+
+    def head(self) -> int:
+        return self._head
+
+    def set_result(self, result) -> None:
+        """Show ``result`` (an AttentionResult). Without intermediates the strip says how to get them."""
+        self._result = result
+        inter = getattr(result, "intermediates", None) if result is not None else None
+        if not inter:
+            for plot in self.plots.values():
+                plot.clear()
+            self.infoLabel.setText(
+                "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
+                if result is not None else "Run once to see every step."
+            )
+            return
+        heads = int(inter["weights"].shape[0])
+        self.headSpin.blockSignals(True)
+        self.headSpin.setRange(0, heads - 1)
+        self._head = min(self._head, heads - 1)
+        self.headSpin.setValue(self._head)
+        self.headSpin.blockSignals(False)
+        self._update()
+
+    @Slot(int)
+    def set_head(self, head: int) -> None:
+        """Show head ``head`` (clamped to the result's heads); also what headSelected connects to."""
+        head = int(head)
+        if self._result is not None and self._result.intermediates:
+            head = max(0, min(head, int(self._result.intermediates["weights"].shape[0]) - 1))
+        changed = head != self._head
+        self._head = head
+        if self.headSpin.value() != head:
+            self.headSpin.blockSignals(True)
+            self.headSpin.setValue(head)
+            self.headSpin.blockSignals(False)
+        if self._result is not None and self._result.intermediates:
+            self._update()
+        if changed:
+            self.headChanged.emit(head)
+
+    def stage_matrix(self, name: str) -> np.ndarray:
+        """The exact 2-D matrix stage ``name`` shows for the current head."""
+        inter = self._result.intermediates
+        data = inter[name]
+        return data[self._head] if name in PER_HEAD else data
+
+    def scale(self) -> float:
+        cfg = self._result.config
+        return 1.0 / math.sqrt(self._d_k()) if cfg.scaled else 1.0
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _d_k(self) -> int:
+        return int(self._result.intermediates["q"].shape[-1])
+
+    def _formula(self, name: str) -> str:
+        cfg = self._result.config
+        d_k = self._d_k()
+        single = int(self._result.intermediates["weights"].shape[0]) == 1
+        return {
+            "embeddings": "X = embed(tokens) + PE" if cfg.positional else "X = embed(tokens)  (no PE)",
+            "q": "Q = X W<sub>Q</sub> + b", "k": "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
+            "scores": "S = Q K<sup>T</sup>",
+            "scaled": f"S / √d<sub>k</sub> = S / √{d_k}" if cfg.scaled else "S (unscaled: × 1)",
+            "masked": "−∞ where masked (hatched)" if cfg.mask != "none" else "no mask: = scaled",
+            "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
+            "context": "C = A V",
+            "output": "C (single head: no W<sub>O</sub>)" if single else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
+        }[name]
+
+    def _update(self) -> None:
+        result = self._result
+        inter = result.intermediates
+        tokens, keys = list(result.tokens), list(result.keys)
+        h = self._head
+        heads = int(inter["weights"].shape[0])
+        self.infoLabel.setText(
+            f"head {h} of {heads} · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
+            + (" · scaled" if result.config.scaled else " · unscaled")
+        )
+        for name, plot in self.plots.items():
+            m = self.stage_matrix(name)
+            square = name in ("scores", "scaled", "masked", "weights")
+            col_labels = keys if square else [str(i) for i in range(m.shape[1])]
+            shape = " × ".join(map(str, m.shape))
+            where = f" (head {h})" if name in PER_HEAD else ""
+            plot.set_title(f"<b>{name}</b>{where} <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
+            # masked weights are 0, but drawn hatched like the -inf they came from, not as a small weight
+            hidden = ~np.isfinite(inter["masked"][h]) if name == "weights" else None
+            plot.set_matrix(m, row_labels=tokens, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)
+
+    # -- hover -----------------------------------------------------------------------------------
+    def arithmetic(self, q: int, k: int) -> CellArithmetic:
+        inter = self._result.intermediates
+        h = self._head
+        qv = inter["q"][h, q].astype(np.float64)
+        kv = inter["k"][h, k].astype(np.float64)
+        dot = float(qv @ kv)
+        scale = self.scale()
+        scaled = dot * scale
+        row = inter["masked"][h, q].astype(np.float64)  # -inf where masked
+        finite = np.isfinite(row)
+        masked = not bool(finite[k])
+        if finite.any():
+            row_max = float(row[finite].max())
+            row_sum = float(np.exp(row[finite] - row_max).sum())
+        else:  # every key masked: the core gives this query all-zero weights
+            row_max, row_sum = float("-inf"), 0.0
+        e = 0.0 if masked else math.exp(scaled - row_max)
+        weight = e / row_sum if row_sum > 0 else 0.0
+        return CellArithmetic(h, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
+                              float(inter["weights"][h, q, k]))
+
+    @Slot(int, int)
+    def hover_weight(self, q: int, k: int) -> CellArithmetic | None:
+        """Highlight query row q of Q, key row k of K, the cell in every square stage; explain it."""
+        if self._result is None or not self._result.intermediates:
+            return None
+        a = self.arithmetic(q, k)
+        for name in ("q", "embeddings"):
+            self.plots[name].highlight_row(q)
+        self.plots["k"].highlight_row(k)
+        self.plots["v"].highlight_row(k)
+        for name in ("scores", "scaled", "masked", "weights"):
+            self.plots[name].highlight_cell(q, k)
+        tokens, keys = self._result.tokens, self._result.keys
+        d_k = self._d_k()
+        lines = [f'head {a.head} · query "{tokens[q]}" ({q}) → key "{keys[k]}" ({k})']
+        lines.append(f"q·k = Σ of {d_k} products = {a.dot:.6g}")
+        if self._result.config.scaled:
+            lines.append(f"÷ √d_k = ÷ {math.sqrt(d_k):.4g}  → {a.scaled:.6g}")
+        else:
+            lines.append(f"unscaled → {a.scaled:.6g}")
+        if a.masked:
+            lines.append("masked → −∞ → exp(−∞) = 0 → weight 0")
+        else:
+            lines.append(f"exp({a.scaled:.6g} − row max {a.row_max:.6g}) = {a.exp:.6g}   (the row max cancels)")
+            lines.append(f"÷ row sum {a.row_sum:.6g} → {a.weight:.6g}   (core's weight: {a.stored:.6g})")
+        if self._result.config.training and self._result.config.dropout:
+            lines.append("dropout acted after the softmax, so the stored weight may be 0 or scaled by 1/(1-p)")
+        self.arithmeticLabel.setText("\n".join(lines))
+        return a
+
+    @Slot()
+    def clear_hover(self) -> None:
+        for plot in self.plots.values():
+            plot.clear_marks()

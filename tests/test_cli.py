@@ -1,0 +1,154 @@
+"""``attndesk render`` and ``main.py``: files written, one-line errors, the no-display fallback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+from attndesk.cli import TEXT_FILE_LIMIT, main, read_text_file
+from attndesk.core import AttentionConfig, run_attention
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+def test_render_writes_every_requested_file(qapp, capsys, tmp_path):
+    code, out, err = run_cli(
+        capsys, "render", "--text", "the cat sat on the mat", "--heads", "2", "--embed-dim", "8",
+        "--mask", "causal", "--out", str(tmp_path / "figs"), "--format", "png,svg", "--which", "all,1",
+        "--size", "700x500", "--weights", "csv", "--seed", "3",
+    )
+    assert code == 0, err
+    paths = [Path(line) for line in out]
+    stem = "_h2_e8_causal_scaled_seed3"
+    expected_names = {
+        f"attn_all{stem}.png", f"attn_all{stem}.svg", f"attn_head1{stem}.png", f"attn_head1{stem}.svg",
+        f"attn_head0{stem}.csv", f"attn_head1{stem}.csv",  # "all" writes one CSV per head
+    }
+    assert {p.name for p in paths} == expected_names
+    assert all(p.is_file() for p in paths)
+    assert {p.name for p in (tmp_path / "figs").iterdir()} == expected_names
+    image = QImage(str(tmp_path / "figs" / "attn_all_h2_e8_causal_scaled_seed3.png"))
+    assert (image.width(), image.height()) == (700, 500)
+    ET.parse(tmp_path / "figs" / "attn_head1_h2_e8_causal_scaled_seed3.svg")
+    # the CSV holds exactly the core's numbers for the same settings
+    expected = run_attention(AttentionConfig(embed_dim=8, num_heads=2, mask="causal", seed=3), "the cat sat on the mat")
+    rows = (tmp_path / "figs" / "attn_head1_h2_e8_causal_scaled_seed3.csv").read_text().splitlines()
+    values = np.array([[np.float32(v) for v in r.split(",")[1:]] for r in rows[1:]], dtype=np.float32)
+    np.testing.assert_array_equal(values, expected.weights[1])
+
+
+def test_npy_weights_and_text_file(qapp, capsys, tmp_path):
+    text = tmp_path / "doc.txt"
+    text.write_text("\ufeffIl \u00e9tait une fois, un chat.", encoding="utf-8")
+    code, out, err = run_cli(capsys, "render", "--text-file", str(text), "--which", "mean", "--weights", "npy",
+                             "--out", str(tmp_path), "--format", "pdf", "--size", "600x500", "--heads", "1", "--mask", "none")
+    assert code == 0, err
+    npy = [Path(p) for p in out if p.endswith(".npy")]
+    assert len(npy) == 1
+    expected = run_attention(AttentionConfig(num_heads=1, mask="none"), "Il \u00e9tait une fois, un chat.")
+    np.testing.assert_array_equal(np.load(npy[0]), expected.weights[0])
+    assert any(p.endswith(".pdf") and Path(p).read_bytes().startswith(b"%PDF") for p in out)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--heads", "6"], "valid head counts"),
+        (["--heads", "many"], "--heads"),
+        (["--mask", "diagonal"], "--mask"),
+        (["--dropout", "1.5"], "dropout"),
+        (["--which", "7"], "head 7"),
+        (["--size", "big"], "WIDTHxHEIGHT"),
+        (["--size", "4x4"], "out of range"),
+        (["--format", "gif"], "gif"),
+        (["--text", "   "], "type some text"),
+        (["--region", "0:99,0:2"], "outside"),
+        (["--no-such-flag"], "unrecognized"),
+    ],
+)
+def test_bad_values_give_one_line_and_no_file(qapp, capsys, tmp_path, args, fragment):
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(capsys, "render", "--out", str(out_dir), "--text", "a b c", *args)
+    assert code != 0
+    assert len(err) == 1 and err[0].startswith("attndesk: error:") and fragment in err[0], err
+    assert not out_dir.exists() or not any(out_dir.iterdir())
+
+
+def test_text_files_that_are_not_text_are_refused(tmp_path):
+    binary = tmp_path / "image.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
+    with pytest.raises(ValueError, match="binary"):
+        read_text_file(binary)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("caf\u00e9 cr\u00e8me".encode("latin-1"))
+    with pytest.raises(ValueError, match="not UTF-8"):
+        read_text_file(latin)
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"word " * (TEXT_FILE_LIMIT // 5 + 1))
+    with pytest.raises(ValueError, match="1 MB"):
+        read_text_file(big)
+    with pytest.raises(ValueError, match="no such file"):
+        read_text_file(tmp_path / "missing.txt")
+    ok = tmp_path / "ok.txt"
+    ok.write_bytes(b"word " * (TEXT_FILE_LIMIT // 5))  # exactly at the limit is fine
+    assert read_text_file(ok).startswith("word word")
+
+
+def test_help_documents_every_flag(capsys):
+    code, out, _ = run_cli(capsys, "render", "--help")
+    assert code == 0
+    text = "\n".join(out)
+    for flag in ("--text", "--text-file", "--heads", "--embed-dim", "--hidden-dim", "--mask", "--no-scale",
+                 "--no-positional", "--dropout", "--train", "--seed", "--device", "--dtype", "--pad-to",
+                 "--vocab-size", "--no-bias", "--memory-budget", "--out", "--format", "--which", "--colormap",
+                 "--per-head-scale", "--size", "--dpi", "--weights", "--region", "--key-text"):
+        assert flag in text, flag
+
+
+def _env_without_display(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["HOME"] = str(tmp_path)  # keep any settings away from the user's
+    return env
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the no-display fallback is for Linux")
+def test_main_py_without_display_renders_headless(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=_env_without_display(tmp_path),
+        capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert "no display" in lines[0]
+    folder = Path(lines[-1])
+    assert folder == (tmp_path / "render-out").resolve()
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    assert len(pngs) == 2 and pngs[0].startswith("attn_all_") and pngs[1].startswith("attn_mean_")
+    image = QImage(str(folder / pngs[0]))
+    assert image.width() > 500 and image.height() > 500
+
+
+def test_python_dash_m_bad_value_exits_with_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "attndesk", "render", "--heads", "5", "--out", str(tmp_path / "o")],
+        cwd=tmp_path, env=_env_without_display(tmp_path), capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "valid head counts" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "o").exists()

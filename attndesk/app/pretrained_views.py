@@ -1,0 +1,730 @@
+"""Standalone widgets for the pretrained mode (a PretrainedResult: weights [layers, heads, L, L]).
+
+- ``LayerHeadGrid`` (objectName ``layerHeadGrid``): every layer x head as a small heatmap, like a
+  model view. Click one -> ``headActivated(layer, head)``; Ctrl+click toggles ablating that head
+  -> ``ablationChanged(list[(layer, head)])``. Hover -> ``headHovered(layer, head)`` and a tooltip.
+- ``FollowTokenView`` (``followTokenView``): for one query token, its attention over the keys at
+  every layer (a layers x keys heatmap), mean over heads or one head.
+- ``PretrainedControls`` (``pretrainedControls``): ``layerSpin``, ``allLayersCheck``,
+  ``hideSpecialCheck``, ``clearAblationButton`` and the ``pretrainedSummary`` label.
+- ``export_painting`` writes any of these paintings as PNG / SVG / PDF (vector text), atomically.
+
+The widgets only draw what they are given (plain numpy); they never run the model. Painting goes
+through plain ``paint(painter, rect)`` methods so the window, the export and the tests share it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QMouseEvent, QPainter, QPen
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip, QVBoxLayout,
+    QWidget,
+)
+
+from attndesk.app.panels.heatmap_source import tile_reduce
+from attndesk.render.colormaps import hatch_rgb, lookup_table, mask_rgb, value_indices
+
+THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
+SCALES = ("per-head", "shared")
+_ABLATED_RGB = (200, 30, 30)
+_CURRENT_RGB = (255, 140, 0)
+_HOVER_RGB = (40, 120, 220)
+
+
+def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray | None = None) -> np.ndarray:
+    """[rows, cols] weights -> uint8 [rows, cols, 3]: 0..vmax through the colormap, masked cells
+    (mask False) in the colormap's "masked" colour so they never read as a small weight."""
+    lut = lookup_table(colormap)
+    rgb = lut[value_indices(matrix, 0.0, vmax if vmax > 0 else 1.0, len(lut))]
+    if mask is not None:
+        rgb[~mask] = mask_rgb(colormap)
+    return rgb
+
+
+def rgb_image(rgb: np.ndarray) -> QImage:
+    """uint8 [h, w, 3] -> a QImage that owns its pixels."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    h, w = rgb.shape[:2]
+    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+
+
+def _font(points: float, bold: bool = False) -> QFont:
+    font = QFont()
+    font.setPointSizeF(points)
+    font.setBold(bold)
+    return font
+
+
+def _check_weights(weights: np.ndarray) -> np.ndarray:
+    weights = np.asarray(weights, dtype=np.float32)
+    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be [layers, heads, L, L], got shape {weights.shape}")
+    return weights
+
+
+# ---------------------------------------------------------------------------------------------
+# layers x heads grid
+
+
+class LayerGridPainting:
+    """What the grid draws, independent of any widget: thumbnails, labels, ablation marks.
+
+    ``weights`` [N, H, L, L]; ``mask`` [L, L] bool (True = may attend) or None; ``scale``
+    "per-head" (each thumbnail 0..its own max) or "shared" (0..the largest weight anywhere).
+    """
+
+    margin_left = 30.0
+    margin_top = 18.0
+    margin_bottom = 20.0
+    gap = 3.0
+
+    def __init__(self, weights: np.ndarray, *, mask: np.ndarray | None = None, ablated: Iterable = (),
+                 colormap: str = "viridis", scale: str = "per-head", caption: str = "") -> None:
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        self.weights = _check_weights(weights)
+        self.num_layers, self.num_heads, length = (int(v) for v in self.weights.shape[:3])
+        self.mask = None if mask is None else np.asarray(mask, dtype=bool)
+        if self.mask is not None and self.mask.shape != (length, length):
+            raise ValueError(f"mask must be [{length}, {length}], got {self.mask.shape}")
+        self.ablated = {(int(l), int(h)) for l, h in ablated}
+        self.colormap, self.scale, self.caption = colormap, scale, caption
+        self.factor = max(1, math.ceil(length / THUMB_CELLS))
+        small = tile_reduce(self.weights, self.factor) if length else self.weights  # [N, H, l, l]
+        small_mask = None
+        if self.mask is not None and self.factor > 1:
+            small_mask = ~tile_reduce(~self.mask, self.factor, "all")  # a tile is masked only if all of it is
+        elif self.mask is not None:
+            small_mask = self.mask
+        self.head_max = self.weights.reshape(self.num_layers, self.num_heads, -1).max(axis=-1, initial=0.0)  # [N, H]
+        top = float(self.head_max.max(initial=0.0))
+        self.images: list[list[QImage]] = [
+            [rgb_image(weights_rgb(small[l, h], colormap,
+                                   float(self.head_max[l, h]) if scale == "per-head" else top, small_mask))
+             for h in range(self.num_heads)]
+            for l in range(self.num_layers)
+        ]
+
+    # -- geometry ---------------------------------------------------------------------------
+    def cell_size(self, rect: QRectF) -> float:
+        width = rect.width() - self.margin_left - self.gap * (self.num_heads - 1)
+        height = rect.height() - self.margin_top - self.margin_bottom - self.gap * (self.num_layers - 1)
+        return max(2.0, min(width / max(1, self.num_heads), height / max(1, self.num_layers)))
+
+    def cell_rect(self, rect: QRectF, layer: int, head: int) -> QRectF:
+        size = self.cell_size(rect)
+        x = rect.left() + self.margin_left + head * (size + self.gap)
+        y = rect.top() + self.margin_top + layer * (size + self.gap)
+        return QRectF(x, y, size, size)
+
+    def hit(self, rect: QRectF, point: QPointF) -> tuple[int, int] | None:
+        size = self.cell_size(rect)
+        x = point.x() - rect.left() - self.margin_left
+        y = point.y() - rect.top() - self.margin_top
+        if x < 0 or y < 0:
+            return None
+        head, layer = int(x // (size + self.gap)), int(y // (size + self.gap))
+        if head >= self.num_heads or layer >= self.num_layers:
+            return None
+        if x - head * (size + self.gap) > size or y - layer * (size + self.gap) > size:
+            return None  # in the gap between thumbnails
+        return layer, head
+
+    def preferred_size(self, cell: float = 56.0) -> QSize:
+        w = self.margin_left + self.num_heads * cell + self.gap * (self.num_heads - 1) + 4
+        h = self.margin_top + self.num_layers * cell + self.gap * (self.num_layers - 1) + self.margin_bottom
+        return QSize(int(w), int(h))
+
+    # -- drawing ----------------------------------------------------------------------------
+    def paint(self, painter: QPainter, rect: QRectF, *, current: tuple[int, int] | None = None,
+              hover: tuple[int, int] | None = None, background: bool = True) -> None:
+        painter.save()
+        if background:
+            painter.fillRect(rect, QColor(255, 255, 255))
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)  # cells stay sharp
+        label_font = _font(7.5)
+        painter.setFont(label_font)
+        painter.setPen(QColor(60, 60, 60))
+        size = self.cell_size(rect)
+        for head in range(self.num_heads):
+            r = self.cell_rect(rect, 0, head)
+            painter.drawText(QRectF(r.left(), rect.top(), size, self.margin_top - 2),
+                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), f"H{head}")
+        for layer in range(self.num_layers):
+            r = self.cell_rect(rect, layer, 0)
+            painter.drawText(QRectF(rect.left(), r.top(), self.margin_left - 4, size),
+                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"L{layer}")
+        for layer in range(self.num_layers):
+            for head in range(self.num_heads):
+                r = self.cell_rect(rect, layer, head)
+                painter.drawImage(r, self.images[layer][head])
+                if (layer, head) in self.ablated:
+                    self._paint_ablated(painter, r)
+        for cell, rgb in ((hover, _HOVER_RGB), (current, _CURRENT_RGB)):
+            if cell is not None and 0 <= cell[0] < self.num_layers and 0 <= cell[1] < self.num_heads:
+                painter.setPen(QPen(QColor(*rgb), 2.0))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.drawRect(self.cell_rect(rect, *cell).adjusted(-1.5, -1.5, 1.5, 1.5))
+        if self.caption:
+            painter.setPen(QColor(60, 60, 60))
+            painter.setFont(_font(7.5))
+            bottom = self.cell_rect(rect, self.num_layers - 1, 0).bottom()
+            caption_rect = QRectF(rect.left() + 2, bottom + 3, rect.width() - 4, self.margin_bottom - 3)
+            text = QFontMetricsF(painter.font()).elidedText(self.caption, Qt.TextElideMode.ElideRight, caption_rect.width())
+            painter.drawText(caption_rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop), text)
+        painter.restore()
+
+    @staticmethod
+    def _paint_ablated(painter: QPainter, r: QRectF) -> None:
+        painter.fillRect(r, QColor(255, 255, 255, 150))  # dimmed: this head's output is zeroed
+        painter.setPen(QPen(QColor(*_ABLATED_RGB), 2.0))
+        painter.drawLine(r.topLeft(), r.bottomRight())
+        painter.drawLine(r.topRight(), r.bottomLeft())
+
+
+def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = None, factor: int = 1) -> str:
+    """The legend line under the grid: colour scale, special tokens, downsampling, controls."""
+    parts = ["colour: each head 0..its max" if scale == "per-head" else "colour: 0..largest weight"]
+    if hide_special:
+        share = "" if hidden_share is None else f": on average {hidden_share:.0%} of each row went to them"
+        parts.append(f"[CLS]/[SEP] hidden, rows not re-normalised{share}")
+    if factor > 1:
+        parts.append(f"each pixel = max of {factor}x{factor} cells")
+    parts.append("click: open · Ctrl+click: ablate")
+    return " · ".join(parts)
+
+
+class LayerHeadGrid(QWidget):
+    """Every layer x head of a pretrained run as a thumbnail; click to open one large."""
+
+    headActivated = Signal(int, int)  # layer, head: clicked (or Enter on the current one)
+    headHovered = Signal(int, int)  # layer, head under the mouse; (-1, -1) when it leaves
+    ablationChanged = Signal(list)  # the full sorted list of (layer, head) pairs to ablate
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("layerHeadGrid")
+        self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self._painting: LayerGridPainting | None = None
+        self._current: tuple[int, int] | None = None
+        self._hover: tuple[int, int] | None = None
+        self._ablated: set[tuple[int, int]] = set()
+        self._colormap, self._scale = "viridis", "per-head"
+        self._source: tuple | None = None  # what set_weights got, to rebuild on colormap/scale change
+
+    # -- feeding it ---------------------------------------------------------------------------
+    def set_result(self, result, *, hide_special: bool = False) -> None:
+        """Show a ``PretrainedResult``; with ``hide_special`` [CLS]/[SEP]/[PAD] rows and columns are
+        left out (rows NOT re-normalised; the caption says so)."""
+        weights, mask, hidden = result.weights, result.mask, None
+        if hide_special:
+            keep = result.visible_indices(True)
+            if keep.size:
+                hidden = float(1.0 - weights[:, :, keep][..., keep].sum(-1).mean()) if weights.size else 0.0
+                weights = weights[:, :, keep][..., keep]  # [N, H, L', L']
+                mask = None if mask is None else mask[np.ix_(keep, keep)]
+        self._ablated = set(result.ablate)
+        self.set_weights(weights, mask=mask, hide_special=hide_special, hidden_share=hidden)
+
+    def set_weights(self, weights: np.ndarray, *, mask: np.ndarray | None = None, hide_special: bool = False,
+                    hidden_share: float | None = None) -> None:
+        self._source = (weights, mask, hide_special, hidden_share)
+        self._rebuild()
+
+    def clear(self) -> None:
+        self._source, self._painting, self._current, self._hover = None, None, None, None
+        self.update()
+
+    def set_colormap(self, name: str) -> None:
+        lookup_table(name)  # raises ValueError for an unknown name before anything changes
+        self._colormap = name
+        self._rebuild()
+
+    def set_scale(self, scale: str) -> None:
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        self._scale = scale
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        if self._source is None:
+            self._painting = None
+        else:
+            weights, mask, hide_special, hidden = self._source
+            weights = _check_weights(weights)
+            factor = max(1, math.ceil(weights.shape[-1] / THUMB_CELLS))
+            self._painting = LayerGridPainting(
+                weights, mask=mask, ablated=self._ablated, colormap=self._colormap, scale=self._scale,
+                caption=grid_caption(self._scale, hide_special, hidden, factor),
+            )
+            if self._current is not None and not self._valid(self._current):
+                self._current = None
+        self.updateGeometry()
+        self.update()
+
+    # -- state ----------------------------------------------------------------------------------
+    def painting(self) -> LayerGridPainting | None:
+        return self._painting
+
+    def current(self) -> tuple[int, int] | None:
+        return self._current
+
+    def set_current(self, layer: int, head: int) -> None:
+        """Highlight one thumbnail (no signal: the caller already knows)."""
+        self._current = (int(layer), int(head)) if self._valid((layer, head)) else None
+        self.update()
+
+    def ablated(self) -> list[tuple[int, int]]:
+        return sorted(self._ablated)
+
+    def set_ablated(self, pairs: Iterable) -> None:
+        """Mark heads as ablated (no signal); e.g. after the window restored a session."""
+        self._ablated = {(int(l), int(h)) for l, h in pairs}
+        if self._painting is not None:
+            self._painting.ablated = set(self._ablated)
+        self.update()
+
+    def toggle_ablation(self, layer: int, head: int) -> None:
+        cell = (int(layer), int(head))
+        self._ablated.symmetric_difference_update({cell})
+        if self._painting is not None:
+            self._painting.ablated = set(self._ablated)
+        self.update()
+        self.ablationChanged.emit(self.ablated())
+
+    def cell_rect(self, layer: int, head: int) -> QRectF:
+        if self._painting is None:
+            return QRectF()
+        return self._painting.cell_rect(QRectF(self.rect()), layer, head)
+
+    def _valid(self, cell) -> bool:
+        p = self._painting
+        return p is not None and 0 <= int(cell[0]) < p.num_layers and 0 <= int(cell[1]) < p.num_heads
+
+    # -- Qt ---------------------------------------------------------------------------------------
+    def sizeHint(self) -> QSize:
+        return self._painting.preferred_size() if self._painting is not None else QSize(400, 240)
+
+    def minimumSizeHint(self) -> QSize:
+        return self._painting.preferred_size(10.0) if self._painting is not None else QSize(100, 60)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt naming
+        painter = QPainter(self)
+        try:
+            if self._painting is None:
+                painter.fillRect(self.rect(), QColor(255, 255, 255))
+                painter.setPen(QColor(120, 120, 120))
+                painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignCenter), "no pretrained run yet")
+            else:
+                self._painting.paint(painter, QRectF(self.rect()), current=self._current, hover=self._hover)
+        finally:
+            painter.end()
+
+    def _hit(self, pos) -> tuple[int, int] | None:
+        if self._painting is None:
+            return None
+        return self._painting.hit(QRectF(self.rect()), QPointF(pos))
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        cell = self._hit(event.position())
+        if cell is None or event.button() != Qt.MouseButton.LeftButton:
+            return super().mousePressEvent(event)
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.toggle_ablation(*cell)
+        else:
+            self._current = cell
+            self.update()
+            self.headActivated.emit(*cell)
+        event.accept()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        cell = self._hit(event.position())
+        if cell != self._hover:
+            self._hover = cell
+            self.update()
+            self.headHovered.emit(*(cell if cell is not None else (-1, -1)))
+            if cell is not None and self._painting is not None:
+                state = " · ablated" if cell in self._ablated else ""
+                QToolTip.showText(event.globalPosition().toPoint(),
+                                  f"layer {cell[0]} · head {cell[1]} · max weight "
+                                  f"{self._painting.head_max[cell]:.3f}{state}", self)
+        super().mouseMoveEvent(event)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802
+        if self._hover is not None:
+            self._hover = None
+            self.update()
+            self.headHovered.emit(-1, -1)
+        super().leaveEvent(event)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802
+        if self._current is not None and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self.headActivated.emit(*self._current)
+            return
+        super().keyPressEvent(event)
+
+
+# ---------------------------------------------------------------------------------------------
+# follow a token
+
+
+class FollowTokenPainting:
+    """A layers x keys heatmap: row n = where the query token looks in layer n."""
+
+    def __init__(self, matrix: np.ndarray, key_labels: Sequence[str], title: str, *, colormap: str = "viridis",
+                 caption: str = "") -> None:
+        self.matrix = np.asarray(matrix, dtype=np.float32)  # [N, L]
+        if self.matrix.ndim != 2 or self.matrix.shape[1] != len(key_labels):
+            raise ValueError(f"matrix must be [layers, {len(key_labels)}], got {self.matrix.shape}")
+        self.key_labels, self.title, self.caption, self.colormap = list(key_labels), title, caption, colormap
+        self.vmax = float(self.matrix.max(initial=0.0))
+        self.image = rgb_image(weights_rgb(self.matrix, colormap, self.vmax))
+
+    def _label_band(self) -> float:
+        metrics = QFontMetricsF(_font(7.5))
+        return min(90.0, max((metrics.horizontalAdvance(t) for t in self.key_labels), default=0.0) + 8)
+
+    def map_rect(self, rect: QRectF) -> QRectF:
+        left, top, right = 34.0, 20.0, 46.0
+        bottom = self._label_band() + (16.0 if self.caption else 2.0)
+        return QRectF(rect.left() + left, rect.top() + top, max(10.0, rect.width() - left - right),
+                      max(10.0, rect.height() - top - bottom))
+
+    def hit(self, rect: QRectF, point: QPointF) -> tuple[int, int] | None:
+        m = self.map_rect(rect)
+        if not m.contains(point):
+            return None
+        rows, cols = self.matrix.shape
+        return (min(rows - 1, int((point.y() - m.top()) / m.height() * rows)),
+                min(cols - 1, int((point.x() - m.left()) / m.width() * cols)))
+
+    def paint(self, painter: QPainter, rect: QRectF, *, background: bool = True) -> None:
+        painter.save()
+        if background:
+            painter.fillRect(rect, QColor(255, 255, 255))
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+        m = self.map_rect(rect)
+        rows, cols = self.matrix.shape
+        painter.drawImage(m, self.image)
+        painter.setPen(QColor(30, 30, 30))
+        painter.setFont(_font(9, bold=True))
+        painter.drawText(QRectF(rect.left() + 4, rect.top(), rect.width() - 8, 18),
+                         int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), self.title)
+        painter.setFont(_font(7.5))
+        painter.setPen(QColor(60, 60, 60))
+        row_h, col_w = m.height() / max(1, rows), m.width() / max(1, cols)
+        for n in range(rows):
+            painter.drawText(QRectF(rect.left(), m.top() + n * row_h, m.left() - rect.left() - 4, row_h),
+                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"L{n}")
+        line = QFontMetricsF(painter.font()).height()
+        step = max(1, math.ceil(line / max(col_w, 1e-6)))
+        band = self._label_band()
+        for k in range(0, cols, step):  # key labels, rotated to read bottom-up
+            painter.save()
+            painter.translate(m.left() + (k + 0.5) * col_w, m.bottom() + 4)
+            painter.rotate(-90)
+            painter.drawText(QRectF(-band, -line / 2, band - 4, line),
+                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), self.key_labels[k])
+            painter.restore()
+        bar = QRectF(m.right() + 8, m.top(), 10, m.height())  # colour bar 0..vmax, top = high
+        lut = lookup_table(self.colormap)
+        painter.drawImage(bar, rgb_image(lut[::-1][:, None, :].repeat(2, axis=1)))
+        painter.drawText(QRectF(bar.right() + 2, m.top() - 6, 40, 12), int(Qt.AlignmentFlag.AlignLeft), f"{self.vmax:.2f}")
+        painter.drawText(QRectF(bar.right() + 2, m.bottom() - 6, 40, 12), int(Qt.AlignmentFlag.AlignLeft), "0")
+        if self.caption:
+            cap = QRectF(rect.left() + 4, m.bottom() + band + 2, rect.width() - 8, 14)
+            text = QFontMetricsF(painter.font()).elidedText(self.caption, Qt.TextElideMode.ElideRight, cap.width())
+            painter.drawText(cap, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+        painter.restore()
+
+
+class _FollowCanvas(QWidget):
+    hovered = Signal(int, int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMouseTracking(True)
+        self.setMinimumSize(200, 160)
+        self.painting: FollowTokenPainting | None = None
+        self.describe: Callable[[int, int], str] | None = None
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        try:
+            if self.painting is None:
+                painter.fillRect(self.rect(), QColor(255, 255, 255))
+            else:
+                self.painting.paint(painter, QRectF(self.rect()))
+        finally:
+            painter.end()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if self.painting is not None:
+            cell = self.painting.hit(QRectF(self.rect()), event.position())
+            if cell is not None and self.describe is not None:
+                QToolTip.showText(event.globalPosition().toPoint(), self.describe(*cell), self)
+                self.hovered.emit(*cell)
+        super().mouseMoveEvent(event)
+
+
+MEAN_OF_HEADS = "mean of heads"
+
+
+class FollowTokenView(QWidget):
+    """Pick a query token (``followTokenCombo``) and a head (``followHeadCombo``: mean or one head);
+    see its attention over the keys at every layer."""
+
+    tokenChanged = Signal(int)  # query token index
+    headChanged = Signal(int)  # -1 = mean over heads
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("followTokenView")
+        self.token_combo = QComboBox(objectName="followTokenCombo")
+        self.token_combo.setToolTip("the query token to follow through the layers")
+        self.head_combo = QComboBox(objectName="followHeadCombo")
+        self.canvas = _FollowCanvas(self)
+        self.canvas.setObjectName("followTokenCanvas")
+        self.canvas.describe = self._describe
+        top = QHBoxLayout()
+        top.addWidget(QLabel("follow token"))
+        top.addWidget(self.token_combo, 1)
+        top.addWidget(self.head_combo)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(top)
+        layout.addWidget(self.canvas, 1)
+        self._result = None
+        self._colormap = "viridis"
+        self.token_combo.currentIndexChanged.connect(self._on_token)
+        self.head_combo.currentIndexChanged.connect(self._on_head)
+
+    def set_result(self, result, token: int | None = None) -> None:
+        """Show a ``PretrainedResult``; keeps the followed token index when it still exists."""
+        previous = self.token_index()
+        self._result = result
+        for combo in (self.token_combo, self.head_combo):
+            combo.blockSignals(True)
+        head = self.head_index()
+        self.token_combo.clear()
+        self.token_combo.addItems([f"{i}: {t}" for i, t in enumerate(result.tokens)])
+        self.head_combo.clear()
+        self.head_combo.addItems([MEAN_OF_HEADS, *(f"head {h}" for h in range(result.num_heads))])
+        wanted = token if token is not None else (previous if 0 <= previous < result.length else min(1, result.length - 1))
+        self.token_combo.setCurrentIndex(max(0, min(wanted, result.length - 1)))
+        self.head_combo.setCurrentIndex(head + 1 if 0 <= head < result.num_heads else 0)
+        for combo in (self.token_combo, self.head_combo):
+            combo.blockSignals(False)
+        self._refresh()
+
+    def set_token(self, index: int) -> None:
+        self.token_combo.setCurrentIndex(int(index))
+
+    def set_head(self, head: int | None) -> None:
+        self.head_combo.setCurrentIndex(0 if head is None or head < 0 else int(head) + 1)
+
+    def set_colormap(self, name: str) -> None:
+        lookup_table(name)
+        self._colormap = name
+        self._refresh()
+
+    def token_index(self) -> int:
+        return self.token_combo.currentIndex()
+
+    def head_index(self) -> int:
+        """-1 = mean over heads."""
+        return self.head_combo.currentIndex() - 1
+
+    def matrix(self) -> np.ndarray | None:
+        """The displayed [layers, keys] matrix (exact, float32)."""
+        return None if self.canvas.painting is None else self.canvas.painting.matrix
+
+    def painting(self) -> FollowTokenPainting | None:
+        return self.canvas.painting
+
+    def _on_token(self, index: int) -> None:
+        self._refresh()
+        if index >= 0:
+            self.tokenChanged.emit(index)
+
+    def _on_head(self, index: int) -> None:
+        self._refresh()
+        if index >= 0:
+            self.headChanged.emit(index - 1)
+
+    def _refresh(self) -> None:
+        r = self._result
+        q = self.token_index()
+        if r is None or not 0 <= q < r.length:
+            self.canvas.painting = None
+        else:
+            head = self.head_index()
+            matrix = r.follow_token(q, None if head < 0 else head)
+            which = "mean over heads" if head < 0 else f"head {head}"
+            self.canvas.painting = FollowTokenPainting(
+                matrix, r.tokens, f'where "{r.tokens[q]}" ({q}) looks, layer by layer · {which}',
+                colormap=self._colormap, caption="rows: layers · columns: key tokens · colour 0..max of this view",
+            )
+        self.canvas.update()
+
+    def _describe(self, layer: int, key: int) -> str:
+        r, q, head = self._result, self.token_index(), self.head_index()
+        value = self.canvas.painting.matrix[layer, key]
+        which = "mean of heads" if head < 0 else f"head {head}"
+        return f'layer {layer} · {which} · query "{r.tokens[q]}" ({q}) → key "{r.tokens[key]}" ({key}): {value:.4f}'
+
+
+# ---------------------------------------------------------------------------------------------
+# controls
+
+
+def describe_run(result) -> str:
+    """One status line for a pretrained run: model, tokens, what was altered, cosine, notices."""
+    parts = [f"{result.model_name}: {result.length} tokens, {result.num_layers} layers x {result.num_heads} heads, "
+             f"{result.total_seconds * 1000:.0f} ms"]
+    changes = []
+    if not result.scaled:
+        changes.append("unscaled")
+    if result.causal:
+        changes.append("causal mask")
+    if result.ablate:
+        changes.append(f"{len(result.ablate)} head{'s' if len(result.ablate) != 1 else ''} ablated")
+    if changes and result.cosine_to_normal is not None:
+        parts.append(f"altered ({', '.join(changes)}): cosine to the normal embedding {result.cosine_to_normal:.4f}")
+    parts += list(result.notices)
+    return " · ".join(parts)
+
+
+class PretrainedControls(QWidget):
+    """Layer selector, "all layers" (the grid), hide special tokens, clear ablations, summary."""
+
+    layerChanged = Signal(int)
+    allLayersToggled = Signal(bool)
+    hideSpecialToggled = Signal(bool)
+    clearAblationRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("pretrainedControls")
+        self.layer_spin = QSpinBox(objectName="layerSpin")
+        self.layer_spin.setRange(0, 0)
+        self.layer_spin.setPrefix("layer ")
+        self.layer_spin.setToolTip("which layer's attention the heatmaps show (0 = first)")
+        self.all_layers_check = QCheckBox("all layers", objectName="allLayersCheck")
+        self.all_layers_check.setToolTip("show every layer x head as thumbnails; click one to open it")
+        self.hide_special_check = QCheckBox("hide [CLS]/[SEP]", objectName="hideSpecialCheck")
+        self.hide_special_check.setToolTip(
+            "leave special tokens out of the heatmaps; rows are NOT re-normalised, so they sum to less than 1")
+        self.clear_button = QPushButton("clear ablations", objectName="clearAblationButton")
+        self.clear_button.setToolTip("Ctrl+click a thumbnail in the grid to ablate a head; this restores all")
+        self.clear_button.setEnabled(False)
+        self.summary = QLabel(objectName="pretrainedSummary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row = QHBoxLayout()
+        for w in (self.layer_spin, self.all_layers_check, self.hide_special_check, self.clear_button):
+            row.addWidget(w)
+        row.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(row)
+        layout.addWidget(self.summary)
+        self.layer_spin.valueChanged.connect(self.layerChanged)
+        self.all_layers_check.toggled.connect(self._on_all_layers)
+        self.hide_special_check.toggled.connect(self.hideSpecialToggled)
+        self.clear_button.clicked.connect(self.clearAblationRequested)
+
+    def set_num_layers(self, n: int) -> None:
+        self.layer_spin.setRange(0, max(0, int(n) - 1))
+
+    def set_result(self, result) -> None:
+        self.set_num_layers(result.num_layers)
+        self.clear_button.setEnabled(bool(result.ablate))
+        self.summary.setText(describe_run(result))
+
+    def layer(self) -> int:
+        return self.layer_spin.value()
+
+    def all_layers(self) -> bool:
+        return self.all_layers_check.isChecked()
+
+    def hide_special(self) -> bool:
+        return self.hide_special_check.isChecked()
+
+    def _on_all_layers(self, on: bool) -> None:
+        self.layer_spin.setEnabled(not on)
+        self.allLayersToggled.emit(on)
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def export_painting(painting, path: str | Path, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
+    """Write a ``LayerGridPainting`` or ``FollowTokenPainting`` as PNG, SVG or PDF (by suffix),
+    atomically; labels are text in SVG/PDF. Raises ``ExportError`` with a one-line reason."""
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRect, QSizeF
+    from PySide6.QtGui import QImageWriter, QPageLayout, QPageSize, QPdfWriter
+    from PySide6.QtSvg import QSvgGenerator
+
+    from attndesk.render.export import ExportError, atomic_write, check_size
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg", "pdf"):
+        raise ExportError(f"cannot export a figure as {path.suffix or 'a file without suffix'}: use .png, .svg or .pdf")
+    if size is None:
+        hint = painting.preferred_size() if hasattr(painting, "preferred_size") else QSize(900, 420)
+        size = (hint.width(), hint.height())
+    width, height, dpi = check_size(size, dpi)
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if fmt == "png":
+        image = QImage(width, height, QImage.Format.Format_RGB32)
+        image.fill(0xFFFFFFFF)
+        painter = QPainter(image)
+        try:
+            painting.paint(painter, QRectF(0, 0, width, height))
+        finally:
+            painter.end()
+        writer = QImageWriter(buffer, b"png")
+        if not writer.write(image):
+            raise ExportError(f"PNG encoding failed: {writer.errorString()}")
+    elif fmt == "svg":
+        generator = QSvgGenerator()
+        generator.setOutputDevice(buffer)
+        generator.setSize(QSize(width, height))
+        generator.setViewBox(QRect(0, 0, width, height))
+        generator.setResolution(round(dpi))
+        generator.setTitle(getattr(painting, "title", "") or "attention, all layers and heads")
+        painter = QPainter(generator)
+        try:
+            painting.paint(painter, QRectF(0, 0, width, height))
+        finally:
+            painter.end()
+    else:
+        writer = QPdfWriter(buffer)
+        writer.setResolution(round(dpi))
+        page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk",
+                         QPageSize.SizeMatchPolicy.ExactMatch)
+        writer.setPageLayout(QPageLayout(page, QPageLayout.Orientation.Portrait, QMarginsF(0, 0, 0, 0)))
+        writer.setCreator("attndesk")
+        painter = QPainter(writer)
+        try:
+            if not painter.isActive():
+                raise ExportError("the PDF writer could not start")
+            device = painter.device()
+            painting.paint(painter, QRectF(0, 0, device.width(), device.height()))
+        finally:
+            painter.end()
+    buffer.close()
+    return atomic_write(path, bytes(data))

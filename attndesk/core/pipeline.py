@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections import OrderedDict
 from functools import lru_cache
 from typing import Callable
@@ -17,7 +19,10 @@ from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
 from .masks import build_mask
+from .blocked import ExactAttention, FullSink, MaskSpec, blocked_attention
 from .memory import estimate_run, format_bytes
+from .plan import PYRAMID, RunPlan, plan_run
+from .pyramid import PyramidBuilder
 from .positional import sinusoidal_encoding
 from .result import STAGES, AttentionResult
 from .timing import StageTimer
@@ -75,22 +80,8 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def run_attention(
-    config: AttentionConfig,
-    text: str,
-    keep_intermediates: bool = False,
-    *,
-    key_text: str | None = None,
-    progress: Callable[[float, str], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-) -> AttentionResult:
-    """Tokenize ``text``, embed it (+ sinusoidal positions), run the attention layer, time each stage.
-
-    ``key_text`` makes it cross-attention: queries from ``text``, keys and values from ``key_text``.
-    ``progress(fraction, stage)`` is called after each stage; ``should_cancel()`` is polled between
-    stages and raises ``Cancelled``. Raises ``ConfigError`` for bad settings or empty text, and
-    for a sequence whose weights would not fit the memory budget.
-    """
+def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
+    """Validate the config and texts; return (queries, keys, cross) as the tokenizer sees them."""
     config.validate()
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("type some text to attend over: the input is empty")
@@ -107,19 +98,52 @@ def run_attention(
         raise ConfigError("type some text to attend over: no tokens found")
     if not keys.ids:
         raise ConfigError("the key/value text has no tokens")
+    return queries, keys, cross
+
+
+def plan_text(config: AttentionConfig, text: str, key_text: str | None = None, *,
+              half_storage: str | None = None) -> RunPlan:
+    """What ``run_attention(config, text, key_text=...)`` will do, worked out before it starts
+    (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first."""
+    queries, keys, _ = _tokenize(config, text, key_text)
+    return plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage)
+
+
+def run_attention(
+    config: AttentionConfig,
+    text: str,
+    keep_intermediates: bool = False,
+    *,
+    key_text: str | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    plan: RunPlan | None = None,
+    half_storage: str | None = None,
+) -> AttentionResult:
+    """Tokenize ``text``, embed it (+ sinusoidal positions), run the attention layer, time each stage.
+
+    ``key_text`` makes it cross-attention: queries from ``text``, keys and values from ``key_text``.
+    ``progress(fraction, stage)`` is called after each stage (on the blocked paths after each head
+    of each query block); ``should_cancel()`` is polled between stages (between blocks) and raises
+    ``Cancelled``. Raises ``ConfigError`` for bad settings or empty text.
+
+    What the run keeps follows ``plan`` (default: ``plan_run`` from ``config.budget_bytes``, see
+    ``plan_text``): a run whose full weights fit takes the unblocked path and returns every
+    weight; a larger one goes through query blocks and returns a display pyramid with exact
+    values on demand (or, with ``half_storage="float16"``, every weight in float16 when that fits).
+    """
+    queries, keys, cross = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
 
     estimate = estimate_run(config, lq, lk)
-    budget = config.budget_bytes
-    if estimate.peak_bytes > budget:
-        raise ConfigError(
-            f"{config.num_heads} heads x {lq} x {lk} tokens would need {format_bytes(estimate.peak_bytes)} "
-            f"({estimate.peak_bytes:,} bytes; weights alone {format_bytes(estimate.weights_bytes)}), over the "
-            f"memory budget of {format_bytes(budget)}: shorten the text, use fewer heads, or raise the budget"
-        )
+    if plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads):
+        plan = plan_run(config, lq, lk, half_storage=half_storage)
 
     device = resolve_device(config.device)
     model = build_model(config, device)
+    if plan.blocked:
+        return _run_blocked(config, plan, queries, keys, cross, model, device, keep_intermediates,
+                            progress=progress, should_cancel=should_cancel)
     timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
     keep: dict | None = {} if keep_intermediates else None
     scale = None if config.scaled else 1.0
@@ -181,4 +205,123 @@ def run_attention(
         intermediates=intermediates,
         notices=notices,
         extra={"unknown": queries.unknown, "key_unknown": keys.unknown if cross else None},
+        plan=plan,
+    )
+
+
+def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: bool, model: ToyModel,
+                 device: torch.device, keep_intermediates: bool, *, progress, should_cancel) -> AttentionResult:
+    """The memory-bounded run: the same model and the same numbers as the full path, but the
+    weights stream through query blocks into ``plan``'s sink (a pyramid, or stored float16/32)."""
+    if config.training and config.dropout > 0:
+        raise ConfigError(
+            "dropout in training mode needs the whole weight matrix at once, which does not fit the "
+            "memory budget here: switch to eval mode, shorten the text, or raise the budget"
+        )
+    lq, lk, heads = plan.lq, plan.lk, config.num_heads
+    timer = StageTimer(device, plan=STAGES, should_cancel=should_cancel)  # progress is per block below
+    scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
+    model.train(False)
+    notices = [plan.describe()]
+    if keep_intermediates:
+        notices.append("memory-bounded run: the score and weight matrices are not kept as intermediates")
+
+    def report(fraction: float, message: str) -> None:
+        if progress is not None:
+            progress(fraction, message)
+
+    def block_done(block: int, blocks: int, head: int, num: int) -> None:
+        done = block * num + head + 1
+        report(0.05 + 0.9 * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
+
+    with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(config.seed)
+        q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
+        k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
+        with timer.stage("embed"):
+            x = model.embedding(q_ids)  # [1, Lq, E]
+            x_kv = model.embedding(k_ids) if cross else x
+            if config.positional:
+                x = x + sinusoidal_encoding(lq, config.embed_dim, dtype=x.dtype, device=device)
+                x_kv = x_kv + sinusoidal_encoding(lk, config.embed_dim, dtype=x.dtype, device=device) if cross else x
+        report(0.02, "embed")
+        attention = model.attention
+        with timer.stage("projections"):
+            fused = getattr(attention, "_fused_qkv", None) if heads > 1 and not cross else None
+            if fused is not None:  # as the full path does: one GEMM, the scale folded into Q
+                q, k, v = fused(x, scale)
+                score_scale = 1.0
+            else:
+                split = "b l (h d) -> b h l d"
+                q = rearrange(attention.q_proj(x), split, h=heads)
+                k = rearrange(attention.k_proj(x_kv), split, h=heads)
+                v = rearrange(attention.v_proj(x_kv), split, h=heads)
+                score_scale = scale
+            # [1, H, L, d] -> [H, L, d], contiguous per head for the block GEMMs
+            q, k, v = (t[0].contiguous() for t in (q, k, v))
+        report(0.05, "projections")
+        spec = MaskSpec(
+            lq, lk,
+            key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
+            causal="causal" in config.mask,
+        )
+        if plan.kind == PYRAMID:
+            sink = PyramidBuilder(heads, lq, lk, plan.factor, device=device)
+        else:
+            sink = FullSink(heads, lq, lk, np.float16 if plan.storage == "float16" else np.float32)
+        context = blocked_attention(q, k, v, spec, scale=score_scale, block_rows=plan.block_rows, sink=sink,
+                                    timer=timer, progress=block_done, should_cancel=should_cancel)
+        with timer.stage("merge+output projection"):
+            if heads > 1:
+                output = attention.out_proj(rearrange(context, "h l d -> 1 l (h d)"))  # [1, Lq, E]
+            else:
+                output = context  # single head [1, Lq, hidden]: the context is the output
+        exact = ExactAttention(q, k, spec, scale=score_scale)
+        overview_seconds = timer.seconds.pop("overview", 0.0)
+        start = time.perf_counter()
+        pyramid = None
+        if plan.kind == PYRAMID:
+            pyramid = sink.finish(exact, spec)
+            weights_np = pyramid.levels[0].max[:heads]  # [H, R, C] tile maxima
+            dead = pyramid.levels[0].all_masked
+            mask_np = None if dead is None else ~dead  # [R, C], True = some cell may attend
+        else:
+            weights_np = sink.weights  # [H, Lq, Lk]
+            mask_np = spec.to_numpy()
+        overview_seconds += time.perf_counter() - start
+        output_np = _to_numpy(output[0])  # [Lq, E]
+        intermediates = None
+        if keep_intermediates:
+            intermediates = {"embeddings": _to_numpy(x[0]), "q": _to_numpy(q), "k": _to_numpy(k),
+                             "v": _to_numpy(v), "context": _to_numpy(context), "output": output_np}
+    report(1.0, "merge+output projection")
+
+    timings = {name: timer.seconds.get(name, 0.0) for name in STAGES}
+    timings["total"] = sum(timings.values()) + overview_seconds
+    unknown = sum(queries.unknown) + (sum(keys.unknown) if cross else 0)
+    if unknown:
+        notices.append(f"{unknown} token(s) outside the {config.vocab_size}-word vocabulary map to [UNK]")
+    peak = plan.peak_bytes
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    return AttentionResult(
+        tokens=queries.tokens,
+        token_ids=np.asarray(queries.ids, dtype=np.int64),
+        weights=weights_np,
+        output=output_np,
+        timings=timings,
+        flops=plan.flops,
+        peak_bytes=int(peak),
+        device=str(device),
+        config=config,
+        mask=mask_np,
+        key_tokens=keys.tokens if cross else None,
+        key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
+        intermediates=intermediates,
+        notices=notices,
+        extra={"unknown": queries.unknown, "key_unknown": keys.unknown if cross else None,
+               "overview_seconds": overview_seconds},
+        plan=plan,
+        pyramid=pyramid,
+        exact=exact,
     )

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .config import AttentionConfig
+
+if TYPE_CHECKING:  # only for annotations: result.py stays import-light
+    from .blocked import ExactAttention
+    from .plan import RunPlan
+    from .pyramid import AttentionPyramid
 
 STAGES = ("embed", "projections", "scores", "mask+softmax", "weighted sum", "merge+output projection")
 
@@ -19,6 +24,23 @@ class AttentionResult:
     Shapes (batch of one, L query tokens, Lk key tokens, H heads, E embed dim):
     ``weights`` [H, L, Lk] float32; ``output`` [L, E] (or [L, hidden_dim] single-head);
     ``mask`` [L, Lk] bool, True = may attend (None when nothing is masked).
+
+    Memory-bounded runs (``plan.kind != "full"``, chosen when the full weights would not fit
+    the memory budget) differ only in what ``weights``/``mask`` hold:
+
+    - ``plan.kind == "pyramid"``: ``weights`` is the display overview, float32 [H, R, C] where
+      each cell is the MAX of an f x f tile of the real matrix (f = ``pyramid.factor``;
+      R = ceil(L/f), C = ceil(Lk/f)), and ``mask`` is [R, C] (False where the whole tile is
+      masked). Safe to draw as-is; NOT indexable by token position. ``pyramid`` holds the tile
+      max and mean of every head and of the head mean at several levels, and exact values of any
+      cell/rows/region (``pyramid.value``, ``pyramid.region``).
+    - ``plan.kind == "blocked"``: ``weights`` is the full [H, L, Lk] matrix in ``plan.storage``
+      (float16 to halve it, or float32); ``mask`` is [L, Lk].
+
+    In both, ``exact`` recomputes exact weights on demand; ``weight_at(h, q, k)`` works for
+    every kind of run, and ``exact_weights`` says whether ``weights`` is the exact float32 matrix.
+    ``timings`` keeps the same stage names; on the blocked paths the time spent building the
+    overview is in ``extra["overview_seconds"]`` and included in "total".
     """
 
     tokens: list[str]
@@ -36,10 +58,31 @@ class AttentionResult:
     intermediates: dict[str, np.ndarray] | None = None
     notices: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    plan: "RunPlan | None" = None  # what the run kept (None: a full run made before plans existed)
+    pyramid: "AttentionPyramid | None" = None  # the overview + exact access (pyramid runs only)
+    exact: "ExactAttention | None" = None  # exact recomputation (memory-bounded runs only)
 
     @property
     def num_heads(self) -> int:
         return int(self.weights.shape[0])
+
+    @property
+    def exact_weights(self) -> bool:
+        """True when ``weights`` is the exact float32 [H, L, Lk] matrix (every full run)."""
+        return self.pyramid is None and self.weights.dtype == np.float32
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(queries L, keys Lk) of the attention matrix, whatever ``weights`` holds."""
+        return (len(self.tokens), len(self.keys))
+
+    def weight_at(self, head: int | str, q: int, k: int) -> float:
+        """The exact weight of query q on key k for ``head`` (an int, or "mean" over heads)."""
+        if self.exact is not None and not self.exact_weights:
+            return self.exact.value(head, q, k)
+        if head == "mean":
+            return float(self.weights[:, q, k].astype(np.float64).mean())
+        return float(self.weights[int(head), q, k])
 
     @property
     def keys(self) -> list[str]:

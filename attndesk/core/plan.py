@@ -1,0 +1,167 @@
+"""Decide, before a run starts, what it keeps: the full weights when they fit the memory budget,
+else (optionally) full weights in float16, else a display pyramid + exact values on demand.
+
+``plan_run`` is cheap (arithmetic only) so the app can show ``RunPlan.describe()`` before it
+starts computing, e.g. "8 heads x 16,384 tokens: full weights 8.0 GiB exceed the 2.0 GiB budget,
+keeping a 2048 px overview + exact on demand".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import AttentionConfig
+from .devices import DTYPES
+from .errors import ConfigError
+from .memory import estimate_run, format_bytes
+
+FULL, BLOCKED, PYRAMID = "full", "blocked", "pyramid"
+OVERVIEW_PX = 2048  # the overview's larger side, in tiles (pixels), when the budget allows
+MIN_OVERVIEW_PX = 256
+BLOCK_BYTES = 16 * 2**20  # one [block, Lk] score buffer; small enough to stay near the caches
+HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storage on offer
+
+# Rough sustained rates of the attention work (GFLOP/s) for the time estimate only; measured by
+# benchmarks/bench_long.py on a 2-core CPU. A GPU is much faster; we do not guess how much.
+_RATE = {"cpu": 25e9}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run of ``num_heads`` x ``lq`` x ``lk`` will keep, and what it will cost.
+
+    kind: "full" (the unblocked fast path, float32 weights), "blocked" (blocked path storing
+    every weight in ``storage``, e.g. float16) or "pyramid" (blocked path keeping an overview of
+    ``overview_px`` px at ``factor`` cells per pixel + exact recomputation on demand).
+    """
+
+    kind: str
+    num_heads: int
+    lq: int
+    lk: int
+    budget: int
+    weights_bytes: int  # the full float32 [H, Lq, Lk] weights
+    full_peak_bytes: int  # what the full path would allocate at its peak
+    peak_bytes: int  # this plan's estimated peak
+    storage: str  # "float32", "float16" or "pyramid"
+    block_rows: int  # queries per block on the blocked paths (Lq on the full path)
+    factor: int  # cells per overview pixel (1 = every cell)
+    overview_px: int
+    flops: int
+    seconds: float | None  # a rough time estimate, None when we cannot guess
+
+    @property
+    def blocked(self) -> bool:
+        return self.kind != FULL
+
+    def describe(self) -> str:
+        """One line for the status bar: sizes, budget, and what will be kept."""
+        size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
+        head = f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
+        budget = format_bytes(self.budget)
+        weights = format_bytes(self.weights_bytes)
+        eta = "" if self.seconds is None else f" ({_duration(self.seconds)})"
+        if self.kind == FULL:
+            return f"{head}: full weights {weights} fit the {budget} budget{eta}"
+        if self.full_peak_bytes <= self.budget:
+            why = f"full weights {weights} fit the {budget} budget but a blocked run was asked for"
+        elif self.weights_bytes > self.budget:
+            why = f"full weights {weights} exceed the {budget} budget"
+        else:
+            why = f"the full path needs {format_bytes(self.full_peak_bytes)} (weights {weights}), over the {budget} budget"
+        if self.kind == BLOCKED:
+            return f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)}) + exact on demand{eta}"
+        return f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{eta}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
+    if seconds < 90:
+        return f"about {seconds:.0f} s"
+    return f"about {seconds / 60:.0f} min"
+
+
+def _blocked_peak(config: AttentionConfig, lq: int, lk: int, block_rows: int, stored: int) -> int:
+    """Bytes alive at the peak of the blocked path: inputs, projections (kept for exact
+    read-outs), context and output, two block buffers + the head-mean block, plus what is stored."""
+    e, width, h = config.embed_dim, config.num_heads * config.head_dim, config.num_heads
+    item = DTYPES[config.dtype].itemsize
+    small = item * ((lq + lk) * e + 2 * (lq + 2 * lk) * width + lq * width + lq * e)  # fused qkv + contiguous heads
+    blocks = item * 3 * block_rows * lk + 4 * 2 * block_rows * lk  # scores, weights, head mean; float32 reductions
+    return int(small + blocks + stored + 4 * lk)
+
+
+def _pyramid_bytes(num_heads: int, lq: int, lk: int, factor: int) -> int:
+    """Level 0 (max and sum, H+1 matrices) and the coarser levels (a third more), built once in float32."""
+    tiles = _ceil_div(lq, factor) * _ceil_div(lk, factor)
+    return int(2 * (num_heads + 1) * tiles * 4 * (1 + 1 / 3) * 1.5)  # x1.5: the mean levels made at the end
+
+
+def plan_run(
+    config: AttentionConfig,
+    lq: int,
+    lk: int | None = None,
+    *,
+    half_storage: str | None = None,
+    overview_px: int = OVERVIEW_PX,
+    block_bytes: int = BLOCK_BYTES,
+    force: str | None = None,
+) -> RunPlan:
+    """Plan a run of ``lq`` queries over ``lk`` keys (default: self-attention) within ``config.budget_bytes``.
+
+    The full path is chosen exactly when it fits (so in-budget runs are unchanged); otherwise,
+    with ``half_storage="float16"``, every weight is kept in float16 when that fits; otherwise a
+    pyramid whose overview is the largest power-of-two size up to ``overview_px`` that fits.
+    ``force`` ("full", "blocked", "pyramid") overrides the choice (tests, benchmarks).
+    """
+    lk = lq if lk is None else lk
+    if lq < 1 or lk < 1:
+        raise ConfigError("a run needs at least one query and one key token")
+    if half_storage is not None and half_storage not in HALF_STORAGE:
+        raise ConfigError(f"half storage must be one of: {', '.join(HALF_STORAGE)}; got {half_storage!r}")
+    if force is not None and force not in (FULL, BLOCKED, PYRAMID):
+        raise ConfigError(f"unknown plan kind {force!r}; choose full, blocked or pyramid")
+    h = config.num_heads
+    item = DTYPES[config.dtype].itemsize
+    budget = config.budget_bytes
+    estimate = estimate_run(config, lq, lk)
+    rate = _RATE.get(str(config.device))
+    seconds = estimate.flops / rate if rate else None
+    common = dict(num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
+                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds)
+
+    kind = force
+    if kind is None:
+        kind = FULL if estimate.peak_bytes <= budget else None
+    if kind == FULL:
+        return RunPlan(kind=FULL, peak_bytes=estimate.peak_bytes, storage="float32", block_rows=lq,
+                       factor=1, overview_px=max(lq, lk), **common)
+
+    # a score block is at most a sixteenth of the budget, so a small budget means small blocks
+    block_rows = max(1, min(lq, min(block_bytes, budget // 16) // max(1, lk * item)))
+    if kind in (None, BLOCKED):
+        storage = half_storage or ("float32" if kind == BLOCKED else None)
+        if storage is not None:
+            stored = h * lq * lk * (2 if storage == "float16" else 4)
+            peak = _blocked_peak(config, lq, lk, block_rows, stored)
+            if kind == BLOCKED or peak <= budget:
+                return RunPlan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
+                               factor=1, overview_px=max(lq, lk), **common)
+
+    # the pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits
+    floor = min(MIN_OVERVIEW_PX, overview_px)
+    px = overview_px
+    while True:
+        factor = max(1, _ceil_div(max(lq, lk), px))
+        # whole tile rows per block keep the pyramid's fold a plain reshape
+        rows = max(factor, block_rows // factor * factor)
+        peak = _blocked_peak(config, lq, lk, rows, _pyramid_bytes(h, lq, lk, factor))
+        if peak <= budget or px <= floor:
+            break
+        px //= 2
+    return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor, overview_px=min(px, max(lq, lk)), **common)

@@ -1,0 +1,238 @@
+"""The display pyramid of a long run: per head, tiles of f x f cells keeping BOTH their mean and
+their max (a single sharp weight must not be averaged away), at the overview size and at
+coarser levels (each halving the previous), plus exact recomputation of any cell or region.
+
+``PyramidBuilder`` is a ``blocked_attention`` sink: it folds each exact [b, Lk] weights block into
+the level-0 tiles as the block streams past, so the [H, Lq, Lk] matrix never exists. Index
+``num_heads`` of every level holds the mean over heads (its tiles' max is the max of the
+head-mean matrix, not a mean of maxima).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .blocked import MEAN, ExactAttention, MaskSpec
+from .memory import format_bytes
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _col_max(t: torch.Tensor, f: int) -> torch.Tensor:
+    """[n, Lk] -> [n, ceil(Lk/f)]: max over groups of f keys (the last group may be short)."""
+    return torch.nn.functional.max_pool1d(t[None], f, f, ceil_mode=True)[0]
+
+
+def _col_sum(t: torch.Tensor, f: int) -> torch.Tensor:
+    """[n, Lk] -> [n, ceil(Lk/f)]: sum over groups of f keys (the last group may be short)."""
+    n, lk = t.shape
+    full = lk // f * f
+    sums = t[:, :full].reshape(n, full // f, f).sum(dim=-1)  # [n, C_full]
+    if full < lk:
+        sums = torch.cat([sums, t[:, full:].sum(dim=-1, keepdim=True)], dim=1)
+    return sums
+
+
+def _pool2(t: torch.Tensor, how: str) -> torch.Tensor:
+    """Halve the last two axes (zero-padding an odd edge; values are >= 0): [..., R, C] -> [..., R/2, C/2]."""
+    *lead, r, c = t.shape
+    r2, c2 = _ceil_div(r, 2), _ceil_div(c, 2)
+    if (r2 * 2, c2 * 2) != (r, c):
+        t = torch.nn.functional.pad(t, (0, c2 * 2 - c, 0, r2 * 2 - r))
+    tiles = t.reshape(*lead, r2, 2, c2, 2)  # [..., R/2, 2, C/2, 2]
+    return tiles.amax(dim=(-3, -1)) if how == "max" else tiles.sum(dim=(-3, -1))
+
+
+class PyramidBuilder:
+    """Sink for ``blocked_attention``: accumulates level-0 tile max and sum for every head and
+    for the mean over heads. Memory: 2 x (H+1) x R x C float32 plus one [block, Lk] buffer."""
+
+    def __init__(self, num_heads: int, lq: int, lk: int, factor: int, *, device: torch.device | str = "cpu"):
+        if factor < 1:
+            raise ValueError(f"factor must be >= 1, got {factor}")
+        self.num_heads, self.lq, self.lk, self.factor = num_heads, lq, lk, factor
+        self.rows, self.cols = _ceil_div(lq, factor), _ceil_div(lk, factor)
+        shape = (num_heads + 1, self.rows, self.cols)  # index H = mean over heads
+        self.maxes = torch.zeros(shape, dtype=torch.float32, device=device)
+        self.sums = torch.zeros(shape, dtype=torch.float32, device=device)
+        self._mean_rows: torch.Tensor | None = None  # [b, Lk]: the running sum over heads of a block
+
+    # -- sink protocol ---------------------------------------------------------------------------
+    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
+        self._fold(head, row0, weights)
+        if self.num_heads > 1:
+            b = weights.shape[0]
+            if head == 0:
+                if self._mean_rows is None or self._mean_rows.shape[0] < b or self._mean_rows.dtype != weights.dtype:
+                    self._mean_rows = torch.empty((b, self.lk), dtype=weights.dtype, device=weights.device)
+                self._mean_rows[:b].copy_(weights)
+            else:
+                self._mean_rows[:b].add_(weights)
+
+    def end_block(self, row0: int, row1: int) -> None:
+        if self.num_heads > 1:
+            self._fold(self.num_heads, row0, self._mean_rows[: row1 - row0].div_(self.num_heads))
+        else:  # one head: its mean is itself
+            r0, r1 = row0 // self.factor, _ceil_div(row1, self.factor)
+            self.maxes[1, r0:r1] = self.maxes[0, r0:r1]
+            self.sums[1, r0:r1] = self.sums[0, r0:r1]
+
+    # -- folding ---------------------------------------------------------------------------------
+    def _fold(self, index: int, row0: int, weights: torch.Tensor) -> None:
+        """Fold exact rows row0.. of one matrix into its tiles (any alignment of rows to tiles)."""
+        w = weights if weights.dtype == torch.float32 else weights.float()
+        f, b = self.factor, w.shape[0]
+        if f == 1:
+            self.maxes[index, row0 : row0 + b] = w
+            self.sums[index, row0 : row0 + b] = w
+            return
+        t0 = row0 // f
+        if row0 % f == 0 and (b % f == 0 or row0 + b == self.lq):
+            # whole tile rows (the last may be short at the matrix edge): reduce the f rows of each
+            # tile first (a reduction over a middle axis, fast), then groups of f columns
+            n = _ceil_div(b, f)
+            if b % f:
+                w = torch.nn.functional.pad(w, (0, 0, 0, n * f - b))  # zero rows: weights are >= 0
+            rows = w.view(n, f, w.shape[1])  # [n, f, Lk]
+            self.maxes[index, t0 : t0 + n] = _col_max(rows.amax(dim=1), f)  # [n, C]
+            self.sums[index, t0 : t0 + n] = _col_sum(rows.sum(dim=1), f)
+            return
+        # rows straddle tiles: reduce columns, then scatter each row into its tile, combining
+        # with what earlier blocks left there
+        col_max, col_sum = _col_max(w, f), _col_sum(w, f)  # [b, C]
+        tile_of_row = torch.arange(row0, row0 + b, device=w.device) // f - t0  # [b]
+        t1 = (row0 + b - 1) // f + 1
+        self.maxes[index, t0:t1].index_reduce_(0, tile_of_row, col_max, "amax", include_self=True)
+        self.sums[index, t0:t1].index_add_(0, tile_of_row, col_sum)
+
+    def counts(self, factor: int | None = None) -> torch.Tensor:
+        """Cells per tile [R, C] (edge tiles are short) at ``factor`` (default: level 0)."""
+        f = self.factor if factor is None else factor
+        rows = torch.clamp(self.lq - torch.arange(_ceil_div(self.lq, f)) * f, max=f)  # [R]
+        cols = torch.clamp(self.lk - torch.arange(_ceil_div(self.lk, f)) * f, max=f)  # [C]
+        return (rows[:, None] * cols[None, :]).to(torch.float32)
+
+    def finish(self, exact: ExactAttention | None, mask: MaskSpec, *, min_side: int = 256) -> "AttentionPyramid":
+        """The finished pyramid: level 0 plus halvings down to about ``min_side`` px."""
+        levels: list[PyramidLevel] = []
+        maxes, sums = self.maxes.cpu(), self.sums.cpu()
+        factor = self.factor
+        while True:
+            counts = self.counts(factor)
+            levels.append(PyramidLevel(
+                factor=factor,
+                max=maxes.numpy(),
+                mean=(sums / counts).numpy(),
+                all_masked=mask.tile_all_masked(factor),
+            ))
+            if max(maxes.shape[-2:]) <= min_side:
+                break
+            maxes, sums, factor = _pool2(maxes, "max"), _pool2(sums, "sum"), factor * 2
+        return AttentionPyramid(self.num_heads, self.lq, self.lk, levels, exact, mask)
+
+
+@dataclass(frozen=True)
+class PyramidLevel:
+    """One level: every tile covers ``factor`` x ``factor`` cells (fewer at the ragged edge).
+
+    ``max`` and ``mean`` are float32 [H+1, R, C] (index H = mean over heads); ``all_masked`` [R, C]
+    is True where every cell of the tile is masked (None when nothing is masked).
+    """
+
+    factor: int
+    max: np.ndarray
+    mean: np.ndarray
+    all_masked: np.ndarray | None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.max.shape[1]), int(self.max.shape[2]))
+
+
+class AttentionPyramid:
+    """Downsampled views of every head's weights plus exact access to any cell, row or region.
+
+    ``head`` arguments are an int in 0..H-1 or ``"mean"`` (mean over heads).
+    """
+
+    def __init__(self, num_heads: int, lq: int, lk: int, levels: list[PyramidLevel],
+                 exact: ExactAttention | None, mask: MaskSpec):
+        self.num_heads, self.lq, self.lk = num_heads, lq, lk
+        self.levels, self.exact, self.mask_spec = levels, exact, mask
+        self._head_max = levels[0].max.reshape(num_heads + 1, -1).max(axis=1)  # [H+1]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.lq, self.lk)
+
+    @property
+    def factor(self) -> int:
+        """Cells per overview pixel along each axis at level 0."""
+        return self.levels[0].factor
+
+    def _index(self, head) -> int:
+        if head == MEAN:
+            return self.num_heads
+        if isinstance(head, (int, np.integer)) and 0 <= head < self.num_heads:
+            return int(head)
+        raise IndexError(f"head {head!r} out of range 0..{self.num_heads - 1} (or {MEAN!r})")
+
+    def overview(self, head, how: str = "max", level: int = 0) -> np.ndarray:
+        """[R, C] float32 tiles of one head at ``level``: their ``how`` = "max" or "mean"."""
+        lv = self.levels[level]
+        if how not in ("max", "mean"):
+            raise ValueError(f"how must be 'max' or 'mean', got {how!r}")
+        return (lv.max if how == "max" else lv.mean)[self._index(head)]
+
+    def level_for(self, max_side: int) -> int:
+        """The finest level whose larger side is at most ``max_side`` px (the coarsest if none is)."""
+        for i, lv in enumerate(self.levels):
+            if max(lv.shape) <= max_side:
+                return i
+        return len(self.levels) - 1
+
+    def head_max(self, head) -> float:
+        """The largest weight of one head (exact: the max survives every tile)."""
+        return float(self._head_max[self._index(head)])
+
+    def value(self, head, q: int, k: int) -> float:
+        """The exact weight of one cell, recomputed."""
+        self._index(head)
+        return self.exact.value(head, q, k)
+
+    def allowed(self, q: int, k: int) -> bool:
+        return self.mask_spec.allowed(q, k)
+
+    def rows(self, head, q0: int, q1: int) -> np.ndarray:
+        self._index(head)
+        return self.exact.rows(head, q0, q1)
+
+    def region(self, head, q0: int, q1: int, k0: int, k1: int) -> np.ndarray:
+        """Exact float32 weights of queries q0..q1-1 x keys k0..k1-1 (for zoom and region export)."""
+        self._index(head)
+        return self.exact.region(head, q0, q1, k0, k1)
+
+    def region_view(self, head, q0: int, q1: int, k0: int, k1: int, max_side: int = 1024) -> tuple[np.ndarray, int]:
+        """A region for drawing: exact when it fits ``max_side`` px, else max-tiled from exact rows.
+
+        Returns (array, factor) where factor is the cells per pixel (1 = exact cells).
+        """
+        self._index(head)
+        side = max(q1 - q0, k1 - k0)
+        factor = max(1, _ceil_div(side, max_side))
+        return self.exact.region_overview(head, q0, q1, k0, k1, factor), factor
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lv.max.nbytes + lv.mean.nbytes for lv in self.levels)
+
+    def describe(self) -> str:
+        lv = self.levels[0]
+        return (f"overview {lv.shape[1]} x {lv.shape[0]} px ({lv.factor} x {lv.factor} cells per pixel, "
+                f"tile max and mean), {len(self.levels)} level(s), {format_bytes(self.nbytes)}; "
+                "hover and zoom values are recomputed exactly")

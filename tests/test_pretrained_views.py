@@ -224,3 +224,27 @@ def test_real_model_grid_and_export(grid, tmp_path):
         export_painting(painting, tmp_path / "missing" / "grid.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["follow.svg", "grid.pdf", "grid.png", "grid.svg"]
     assert "6 layers x 12 heads" in describe_run(result)
+
+
+def test_export_all_weights_npy_and_csv(tmp_path):
+    import csv
+
+    from attndesk.app.pretrained_views import export_all_weights
+
+    result = _synthetic()
+    npy = export_all_weights(result, tmp_path / "all.npy")
+    np.testing.assert_array_equal(np.load(npy), result.weights)
+    hidden = export_all_weights(result, tmp_path / "visible.npy", hide_special=True)
+    np.testing.assert_array_equal(np.load(hidden), result.weights[:, :, 1:5, 1:5])
+    rows = list(csv.DictReader(export_all_weights(result, tmp_path / "all.csv").open()))
+    assert len(rows) == 3 * 4 * 6 * 6
+    row = next(r for r in rows if (r["layer"], r["head"], r["query"], r["key"]) == ("2", "1", "3", "5"))
+    assert row["query_token"] == "t3" and row["key_token"] == "[SEP]"
+    assert float(row["weight"]) == pytest.approx(float(result.weights[2, 1, 3, 5]), rel=1e-6)
+    with pytest.raises(ExportError):
+        export_all_weights(result, tmp_path / "all.txt")
+    assert not (tmp_path / "all.txt").exists()
+    big = _synthetic(layers=6, heads=12, length=200)
+    with pytest.raises(ExportError, match="export .npy instead"):
+        export_all_weights(big, tmp_path / "big.csv")
+    assert not (tmp_path / "big.csv").exists()

@@ -7,7 +7,8 @@
   every layer (a layers x keys heatmap), mean over heads or one head.
 - ``PretrainedControls`` (``pretrainedControls``): ``layerSpin``, ``allLayersCheck``,
   ``hideSpecialCheck``, ``clearAblationButton`` and the ``pretrainedSummary`` label.
-- ``export_painting`` writes any of these paintings as PNG / SVG / PDF (vector text), atomically.
+- ``export_painting`` writes any of these paintings as PNG / SVG / PDF (vector text), atomically;
+  ``export_all_weights`` writes every layer's raw weights as .npy or .csv.
 
 The widgets only draw what they are given (plain numpy); they never run the model. Painting goes
 through plain ``paint(painter, rect)`` methods so the window, the export and the tests share it.
@@ -32,6 +33,7 @@ from attndesk.render.colormaps import hatch_rgb, lookup_table, mask_rgb, value_i
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
+CSV_MAX_CELLS = 2_000_000  # a long-format CSV row per weight: ~40 bytes each, slow to write in Python
 _ABLATED_RGB = (200, 30, 30)
 _CURRENT_RGB = (255, 140, 0)
 _HOVER_RGB = (40, 120, 220)
@@ -728,3 +730,42 @@ def export_painting(painting, path: str | Path, size: tuple[int, int] | None = N
             painter.end()
     buffer.close()
     return atomic_write(path, bytes(data))
+
+
+def export_all_weights(result, path: str | Path, *, hide_special: bool = False) -> Path:
+    """Every layer's raw weights: ``.npy`` = the [layers, heads, L, L] float32 array; ``.csv`` = one
+    row per cell (layer, head, query index, query token, key index, key token, weight). Atomic;
+    ``ExportError`` with a one-line reason otherwise. Hidden special tokens are left out, rows
+    not re-normalised (as on screen)."""
+    import csv
+    import io
+
+    from attndesk.render.export import ExportError, atomic_write
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    keep = result.visible_indices(hide_special)
+    weights = result.weights[:, :, keep][..., keep]  # [N, H, L', L']
+    tokens = [result.tokens[i] for i in keep]
+    if fmt == "npy":
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(weights, dtype=np.float32), allow_pickle=False)
+        return atomic_write(path, buffer.getvalue())
+    if fmt != "csv":
+        raise ExportError(f"cannot write {path}: unknown format {path.suffix or 'without suffix'}; use .npy or .csv")
+    if weights.size > CSV_MAX_CELLS:
+        raise ExportError(
+            f"cannot write {path}: {weights.size:,} weights make a CSV of about {weights.size * 40 / 2**30:.1f} GiB "
+            f"(limit {CSV_MAX_CELLS:,} cells); export .npy instead, or one layer as CSV"
+        )
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["layer", "head", "query", "query_token", "key", "key_token", "weight"])
+    n_layers, n_heads, length = weights.shape[:3]
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            for q in range(length):
+                row = weights[layer, head, q]
+                for k in range(length):
+                    writer.writerow([layer, head, int(keep[q]), tokens[q], int(keep[k]), tokens[k], f"{row[k]:.8g}"])
+    return atomic_write(path, text.getvalue().encode("utf-8"))

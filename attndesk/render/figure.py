@@ -792,6 +792,7 @@ class _Painter:
                 path = paths.get(code)
                 if path is None:
                     path = paths[code] = QPainterPath()
+                    path.setFillRule(Qt.FillRule.WindingFill)  # overlaps must not cancel (even-odd would)
                 right_pad = overlap if e < self.Lk else 0.0
                 bottom_pad = overlap if r < self.L - 1 else 0.0
                 path.addRect(QRectF(target.left() + s * cw, y, (e - s) * cw + right_pad, ch + bottom_pad))
@@ -808,6 +809,7 @@ class _Painter:
             for r0, r1, c0, c1 in _row_runs(hidden)
         ]
         clip = QPainterPath()
+        clip.setFillRule(Qt.FillRule.WindingFill)
         for rect in rects:
             clip.addRect(rect)
         p.save()
@@ -842,7 +844,7 @@ class _Painter:
                 p.drawText(
                     QRectF(target.left() + c * cw, target.top() + r * ch, cw, ch),
                     int(Qt.AlignmentFlag.AlignCenter),
-                    f"{values[r, c]:.2f}",
+                    f"{values[r, c]:.2f}".replace("-0.00", "0.00"),
                 )
 
     def draw_y_labels(self, target: QRectF, lay: _Layout, fonts: _Fonts) -> None:

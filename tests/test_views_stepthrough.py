@@ -154,3 +154,16 @@ def test_long_input_is_downsampled_but_exact_on_hover(view):
     assert plot.matrix.shape == (600, 600)
     a = view.hover_weight(3, 1)
     assert a.weight == pytest.approx(float(result.weights[0, 3, 1]), rel=1e-5)
+
+
+def test_cross_attention_labels_keys_on_k_and_v(view):
+    result = run_attention(AttentionConfig(num_heads=2, embed_dim=8, mask="none"), "the cat sat",
+                           keep_intermediates=True, key_text="a dog ran far away")
+    view.set_result(result)
+    assert view.stage_matrix("k").shape == (5, 4) and view.stage_matrix("weights").shape == (3, 5)
+    assert view.plots["k"].row_labels == result.key_tokens
+    assert view.plots["q"].row_labels == result.tokens
+    assert view.plots["weights"].col_labels == result.key_tokens
+    a = view.hover_weight(2, 4)
+    assert a.weight == pytest.approx(float(result.weights[0, 2, 4]), rel=1e-5)
+    assert view.plots["k"].highlighted()["row"] == (4,)

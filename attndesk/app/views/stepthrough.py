@@ -190,12 +190,13 @@ class StepThroughView(QWidget):
             m = self.stage_matrix(name)
             square = name in ("scores", "scaled", "masked", "weights")
             col_labels = keys if square else [str(i) for i in range(m.shape[1])]
+            row_labels = keys if name in ("k", "v") else tokens  # K and V rows are the keys (cross-attention)
             shape = " × ".join(map(str, m.shape))
             where = f" (head {h})" if name in PER_HEAD else ""
             plot.set_title(f"<b>{name}</b>{where} <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
             # masked weights are 0, but drawn hatched like the -inf they came from, not as a small weight
             hidden = ~np.isfinite(inter["masked"][h]) if name == "weights" else None
-            plot.set_matrix(m, row_labels=tokens, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)
+            plot.set_matrix(m, row_labels=row_labels, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)
 
     # -- hover -----------------------------------------------------------------------------------
     def arithmetic(self, q: int, k: int) -> CellArithmetic:

@@ -1,0 +1,68 @@
+"""MatrixPlot: exact matrix kept, downsampled drawing, hatching for non-finite cells, exports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+from attndesk.app.views.heatmap import MatrixPlot, display_reduce
+from attndesk.render import ExportError
+
+
+@pytest.fixture
+def plot(qtbot):
+    p = MatrixPlot("<b>scores</b> [3 × 4]")
+    qtbot.addWidget(p)
+    p.resize(400, 400)
+    p.show()
+    return p
+
+
+def test_display_reduce_max_for_weights_mean_for_signed():
+    w = np.zeros((600, 600))
+    w[5, 7] = 0.9
+    image, hidden, factor = display_reduce(w, np.zeros_like(w, dtype=bool))
+    assert factor == 3 and image.shape == (200, 200) and image[1, 2] == 0.9  # a sharp weight survives
+    signed = np.tile([[1.0, -1.0]], (300, 300))  # [300, 600]
+    masked = np.zeros(signed.shape, dtype=bool)
+    masked[:, 1::2] = True  # only the +1 columns count
+    image, hidden, factor = display_reduce(signed, masked)
+    assert factor == 3 and np.allclose(image, 1.0) and not hidden.any()
+    masked[:] = True
+    assert display_reduce(signed, masked)[1].all()
+
+
+def test_non_finite_cells_are_hatched_and_diverging_levels_symmetric(plot):
+    m = np.array([[1.0, -np.inf, -2.0, 0.5], [0.0, 3.0, -np.inf, 1.0], [-1.0, 0.0, 0.0, 0.0]])
+    plot.set_matrix(m, diverging=True)
+    assert plot.levels == (-3.0, 3.0)
+    assert np.array_equal(plot.masked, ~np.isfinite(m))
+    assert plot.overlay.isVisible()
+    plot.set_matrix(np.abs(np.nan_to_num(m, neginf=0)))
+    assert plot.levels == (0.0, 3.0) and not plot.overlay.isVisible()
+
+
+def test_exports_numbers_and_figures(plot, tmp_path):
+    m = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    plot.set_matrix(m, row_labels=["a", "b", "c"], col_labels=["w", "x", "y", "z"])
+    plot.export(str(tmp_path / "m.npy"))
+    assert np.array_equal(np.load(tmp_path / "m.npy"), m)
+    plot.export(str(tmp_path / "m.csv"))
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    assert lines[0].split(",")[1:] == ["w", "x", "y", "z"] and lines[2].startswith("b,")
+    plot.export(str(tmp_path / "m.png"))
+    image = QImage(str(tmp_path / "m.png"))
+    assert not image.isNull() and image.width() > 50
+    plot.export(str(tmp_path / "m.svg"))
+    assert "scores" in (tmp_path / "m.svg").read_text()
+    with pytest.raises(ExportError):
+        plot.export(str(tmp_path / "nope" / "m.png"))
+    assert not (tmp_path / "nope").exists()
+
+
+def test_empty_plot_refuses_export(qtbot, tmp_path):
+    p = MatrixPlot("x")
+    qtbot.addWidget(p)
+    with pytest.raises(ExportError, match="nothing"):
+        p.export(str(tmp_path / "a.png"))

@@ -85,3 +85,12 @@ def test_layers_and_csv_export(view, tmp_path):
     assert float(rows[1]["self_share"]) == 1.0  # layer 0 head 1 = identity
     assert float(rows[3]["self_share"]) == pytest.approx(0.25)  # layer 1 head 0 = previous-token
     assert float(rows[0]["entropy"]) == pytest.approx(np.log(4))
+
+
+def test_rows_start_in_layer_head_order(view):
+    w = np.stack([hand_made(), hand_made()[::-1]])
+    view.set_weights(w)
+    order = [(view.table.item(r, 0).text(), view.table.item(r, 1).text()) for r in range(6)]
+    assert order == [(str(layer), str(head)) for layer in range(2) for head in range(3)]
+    view.set_weights(hand_made())
+    assert [view.table.item(r, 1).text() for r in range(3)] == ["0", "1", "2"]

@@ -5,11 +5,12 @@
 - ``HeadStatsView``: sortable per-head statistics + entropy-vs-distance scatter; ``headSelected(int)``.
 - ``CompareView``: pin A, current B, B - A; one-click teaching comparisons.
 - ``ImplementationPanel``: attndesk vs torch SDPA vs nn.MultiheadAttention timings and differences.
+- ``RolloutView``: pretrained mode: attention rollout across layers and "follow a token".
 """
 
 from __future__ import annotations
 
-__all__ = ["CompareView", "HeadStatsView", "ImplementationPanel", "MatrixPlot", "PositionalView", "StepThroughView"]
+__all__ = ["CompareView", "HeadStatsView", "ImplementationPanel", "MatrixPlot", "PositionalView", "RolloutView", "StepThroughView"]
 
 
 def __getattr__(name: str):
@@ -30,6 +31,10 @@ def __getattr__(name: str):
         from . import compare
 
         return getattr(compare, name)
+    if name == "RolloutView":
+        from .rollout import RolloutView
+
+        return RolloutView
     if name == "MatrixPlot":
         from .heatmap import MatrixPlot
 

@@ -64,6 +64,7 @@ class HeadStatsView(QWidget):
         self.setObjectName("headStatsView")
         self._stats: list[HeadStats] = []
         self._layered = False
+        self._user_sorted = False  # keep a column the user sorted by across new results
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("headStatsTable")
@@ -76,6 +77,7 @@ class HeadStatsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.itemSelectionChanged.connect(self._on_selection)
+        self.table.horizontalHeader().sectionClicked.connect(self._on_header_clicked)
 
         self.scatter = pg.PlotWidget()
         self.scatter.setObjectName("headStatsScatter")
@@ -85,6 +87,7 @@ class HeadStatsView(QWidget):
         self.scatter.setMenuEnabled(False)
         self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
         self.points.sigClicked.connect(self._on_point_clicked)
+        self.points.setToolTip("click a point to select its head")
         self.scatter.addItem(self.points)
         self._labels: list[pg.TextItem] = []
 
@@ -162,17 +165,30 @@ class HeadStatsView(QWidget):
                 item.setData(ROLE_KEY, (s.layer, s.head))
                 table.setItem(row, col, item)
         table.blockSignals(False)
-        table.setSortingEnabled(True)
+        header = table.horizontalHeader()
+        column = header.sortIndicatorSection()
+        if not self._user_sorted or table.isColumnHidden(column):
+            column = 0 if self._layered else 1  # layer then head: rows were added in that order (stable sort)
+            header.setSortIndicator(column, Qt.SortOrder.AscendingOrder)
+        table.setSortingEnabled(True)  # sorts by the indicator: the user's last choice, else layer/head
 
     def _fill_scatter(self) -> None:
         for label in self._labels:
             self.scatter.removeItem(label)
         self._labels = []
         spots = []
+        layers = 1 + max((s.layer for s in self._stats if s.layer is not None), default=0)
+        cmap = pg.colormap.get("viridis")
+        labelled = len(self._stats) <= 16  # beyond that the names would pile up; hover/click instead
         for s in self._stats:
             if not (np.isfinite(s.mean_distance) and np.isfinite(s.entropy)):
                 continue
-            spots.append({"pos": (s.mean_distance, s.entropy), "data": (s.layer, s.head)})
+            spot = {"pos": (s.mean_distance, s.entropy), "data": (s.layer, s.head)}
+            if s.layer is not None:  # colour by layer: early layers dark, late layers yellow
+                spot["brush"] = pg.mkBrush(cmap.map(s.layer / max(1, layers - 1), mode="qcolor"))
+            spots.append(spot)
+            if not labelled:
+                continue
             name = f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}"
             label = pg.TextItem(name, color="#333", anchor=(-0.15, 0.5))
             label.setPos(s.mean_distance, s.entropy)
@@ -194,6 +210,10 @@ class HeadStatsView(QWidget):
         layer, head = self.table.item(rows[0].row(), 1).data(ROLE_KEY)
         self.headSelected.emit(int(head))
         self.layerHeadSelected.emit(-1 if layer is None else int(layer), int(head))
+
+    @Slot(int)
+    def _on_header_clicked(self, _section: int) -> None:
+        self._user_sorted = True
 
     def _on_point_clicked(self, _item, points, *args) -> None:
         if len(points):

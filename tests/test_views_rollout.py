@@ -1,0 +1,63 @@
+"""The rollout view shows attention_rollout through the chosen layers and one token's path."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from attndesk.app.views.rollout import RolloutView
+from attndesk.core import AttentionConfig, run_attention
+
+
+def fake_pretrained(layers=3, heads=2, length=5, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.random((layers, heads, length, length))
+    w /= w.sum(-1, keepdims=True)
+    return SimpleNamespace(weights=w.astype(np.float32), tokens=["[CLS]", "a", "b", "c", "[SEP]"][:length])
+
+
+@pytest.fixture
+def view(qtbot):
+    v = RolloutView()
+    qtbot.addWidget(v)
+    v.resize(900, 450)
+    v.show()
+    return v
+
+
+def manual_rollout(w, n):
+    r = np.eye(w.shape[-1])
+    for layer in range(n):
+        a = w[layer].astype(np.float64).mean(0) + np.eye(w.shape[-1])
+        r = (a / a.sum(-1, keepdims=True)) @ r
+    return r
+
+
+def test_rollout_through_all_and_fewer_layers(view):
+    result = fake_pretrained()
+    view.set_result(result)
+    np.testing.assert_allclose(view.rolloutPlot.matrix, manual_rollout(result.weights, 3), atol=1e-12)
+    np.testing.assert_allclose(view.rollout.sum(-1), 1.0)
+    view.set_layers(1)
+    np.testing.assert_allclose(view.rolloutPlot.matrix, manual_rollout(result.weights, 1), atol=1e-12)
+    assert "layers 0–0" in view.rolloutPlot.title.text()
+
+
+def test_follow_a_token(view, qtbot):
+    result = fake_pretrained()
+    view.set_result(result)
+    with qtbot.waitSignal(view.queryChanged) as blocker:
+        view.set_query(2)
+    assert blocker.args == [2]
+    np.testing.assert_allclose(view.followPlot.matrix, result.weights[:, :, 2, :].mean(axis=1), atol=1e-7)
+    assert view.followPlot.row_labels == ["layer 0", "layer 1", "layer 2"]
+    view.set_head(1)
+    assert np.array_equal(view.followPlot.matrix, result.weights[:, 1, 2, :])
+    assert '"b"' in view.followPlot.title.text()
+
+
+def test_toy_result_shows_a_note(view):
+    view.set_result(run_attention(AttentionConfig(num_heads=2, embed_dim=8), "a b c"))
+    assert view.rolloutPlot.matrix is None and "pretrained" in view.rolloutPlot.message.text()

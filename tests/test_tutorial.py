@@ -154,3 +154,14 @@ def test_tutorial_effect_numbers(dtype):
 def test_explanation_says_the_facts():
     for phrase in ("QUERY", "KEY axis", "softmax(x + c) = softmax(x)", "2^-7", "masks nothing"):
         assert phrase in EXPLANATION
+
+
+def test_float32_valued_scores_in_float64_are_not_rounded_at_all():
+    # every bit of a float32 score (|x| >= 2^-13) fits the float64 grid next to 1e5 (step 2^-36):
+    # x - 1e5 is exact, and the variant's weights equal the unmasked ones bit for bit
+    x = scores(torch.float32).double()
+    assert torch.all(x.abs() >= 2.0**-13)
+    w = tutorial_masked_softmax(x, create_padding_mark(IDS))
+    assert torch.equal(w, torch.softmax(x, dim=-1))
+    effect = tutorial_effect(x, IDS)
+    assert effect.max_vs_unmasked == 0 and "survived x - 1e5 exactly" in effect.summary()

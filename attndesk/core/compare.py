@@ -144,14 +144,13 @@ def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
     a = run_attention(config.replace(mask=kind), text)
     b = run_attention(config.replace(mask="none"), text)
     blocked = ~a.mask if a.mask is not None else np.zeros(a.weights.shape[1:], dtype=bool)
-    leaked = float(b.weights[:, blocked].sum(axis=-1).mean()) if blocked.any() else 0.0
     per_row = b.weights * blocked  # [H, L, Lk]: unmasked weight on the cells A blocks
     explanation = (
         f"A uses the {kind} mask, B none. A masked cell is removed before the softmax (score -inf, "
         "weight exactly 0), so the rest of the row is re-normalised over the allowed keys: masking changes "
         "every weight of a row, not only the masked ones.\n"
-        f"B puts {float(per_row.sum(axis=-1).mean()):.3f} of each row's weight (mean) on keys A masks"
-        + (f" ({leaked:.3f} summed over masked cells, mean per head)." if blocked.any() else ".")
+        f"Without the mask, a row puts {float(per_row.sum(axis=-1).mean()):.3f} of its weight (mean over rows "
+        "and heads) on keys the mask blocks."
     )
     return TeachingComparison("masked", TEACHING_KINDS["masked"], a, b, f"A: {kind} mask", "B: no mask",
                               diff_results(a, b), explanation)

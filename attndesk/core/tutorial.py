@@ -122,6 +122,9 @@ class TutorialEffect:
             f"padding mask {self.padded_key_share_correct:.4f}",
             f"  padded query rows unchanged by the variant: {'yes' if self.padded_rows_unchanged else 'no'}",
         ]
+        if self.max_vs_unmasked == 0:
+            lines.append("  (0: every score here survived x - 1e5 exactly, its bits fit the grid next to 1e5 "
+                         "in this dtype, e.g. float32-stored scores in float64)")
         if not self.has_padding:
             lines.append("  (this input has no padding: set a pad length to see the difference)")
         return "\n".join(lines)

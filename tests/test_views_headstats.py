@@ -94,3 +94,12 @@ def test_rows_start_in_layer_head_order(view):
     assert order == [(str(layer), str(head)) for layer in range(2) for head in range(3)]
     view.set_weights(hand_made())
     assert [view.table.item(r, 1).text() for r in range(3)] == ["0", "1", "2"]
+
+
+def test_statistics_computed_elsewhere(view):
+    from attndesk.core.statistics import layer_statistics
+
+    stats = layer_statistics(np.stack([hand_made(), hand_made()]))
+    view.set_statistics(stats, (4, 4))
+    assert view.stats() == stats and view.table.rowCount() == 6
+    assert "2 layers × 3 heads" in view.infoLabel.text()

@@ -53,7 +53,7 @@ class _NumberItem(QTableWidgetItem):
 
 class HeadStatsView(QWidget):
     """API: ``set_result(result)`` (toy: weights [H, L, Lk]), ``set_weights(weights, tokens=None)``
-    ([H, L, Lk] or [layers, H, L, Lk]), ``stats()``, ``select_head(head, layer=None)``,
+    ([H, L, Lk] or [layers, H, L, Lk]), ``set_statistics(stats, shape)``, ``stats()``, ``select_head(head, layer=None)``,
     ``export_csv(path)``. Signals ``headSelected(int)``, ``layerHeadSelected(int, int)``."""
 
     headSelected = Signal(int)
@@ -120,15 +120,24 @@ class HeadStatsView(QWidget):
     def set_weights(self, weights, tokens=None) -> None:
         """``weights`` [H, L, Lk] or [layers, H, L, Lk]; ``tokens`` the key labels (for special_share)."""
         w = np.asarray(weights)
-        self._layered = w.ndim == 4
-        special = tokens if tokens is not None else None
-        self._stats = layer_statistics(w, special=special) if self._layered else head_statistics(w, special=special)
+        layered = w.ndim == 4
+        stats = layer_statistics(w, special=tokens) if layered else head_statistics(w, special=tokens)
+        self.set_statistics(stats, (int(w.shape[-2]), int(w.shape[-1])))
+
+    def set_statistics(self, stats: list[HeadStats], shape: tuple[int, int]) -> None:
+        """Show statistics computed elsewhere (e.g. head_statistics in the worker: at L = 2048 it takes
+        about a second); ``shape`` is (queries, keys) for the caption."""
+        self._stats = list(stats)
+        self._layered = any(s.layer is not None for s in self._stats)
         self._fill_table()
         self._fill_scatter()
-        n = len(self._stats)
-        where = f"{w.shape[0]} layers × {w.shape[1]} heads" if self._layered else f"{n} heads"
+        if self._layered:
+            layers = 1 + max(s.layer for s in self._stats)
+            where = f"{layers} layers × {len(self._stats) // layers} heads"
+        else:
+            where = f"{len(self._stats)} heads"
         self.infoLabel.setText(
-            f"{where}, {w.shape[-2]} queries × {w.shape[-1]} keys. Click a column to sort, a row to open the head."
+            f"{where}, {shape[0]} queries × {shape[1]} keys. Click a column to sort, a row to open the head."
         )
 
     def select_head(self, head: int, layer: int | None = None) -> None:

@@ -171,7 +171,7 @@ class MatrixPlot(QWidget):
                 levels = (lo, hi if hi > lo else lo + 1.0)
         self.levels = (float(levels[0]), float(levels[1]))
         self.colormap_name = colormap or (DIVERGING if diverging else SEQUENTIAL)
-        image, hidden_image, self.factor = display_reduce(m.astype(np.float64), hidden)
+        image, hidden_image, self.factor = display_reduce(m, hidden)
         image = np.where(hidden_image, self.levels[0], image)  # hidden under the hatching anyway
         self.image_data = image
         self.image.setColorMap(pg.colormap.get(self.colormap_name))

@@ -228,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--which", type=_which, default=["all", "mean"], metavar="WHICH", help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)")
     out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map (default %(default)s); CET-L1 is a perceptual grey")
     out.add_argument("--per-head-scale", action="store_true", help="scale each head's colours to its own range (default: one shared scale)")
+    out.add_argument("--vmin", type=_float, default=None, help="weight at the bottom of the colour scale (default 0)")
+    out.add_argument("--vmax", type=_float, default=None, help="weight at the top of the colour scale (default: the largest weight); larger weights saturate, e.g. --vmax 0.05 for long causal runs")
     out.add_argument("--size", type=_size, default=None, metavar="WxH", help="image size in pixels, e.g. 1600x1200 (default: fits the number of heads)")
     out.add_argument("--dpi", type=_float, default=96.0, help="dots per inch: PNG metadata and the physical size of SVG/PDF; text scales with it (default %(default)g)")
     out.add_argument("--weights", choices=("npy", "csv", "none"), default="none", help="also write the raw weights: npy (all selected heads, exact) or csv (one matrix per file, with token labels)")
@@ -276,6 +278,8 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
         key_text = read_text_file(args.key_text_file) if args.key_text_file else args.key_text
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    if args.vmin is not None and args.vmax is not None and not args.vmin < args.vmax:
+        raise CliError(f"--vmin {args.vmin:g} must be below --vmax {args.vmax:g}", EXIT_USAGE)
     try:
         if args.size is not None:
             check_size(args.size, args.dpi)
@@ -313,6 +317,7 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
                 )
             except ValueError as exc:
                 raise CliError(str(exc), EXIT_USAGE) from None
+            figure.vmin, figure.vmax = args.vmin, args.vmax
             for fmt in args.format:
                 name = default_filename(result, which, fmt).removesuffix(f".{fmt}") + suffix + f".{fmt}"
                 written.append(export_figure(figure, out_dir / name, size=args.size, dpi=args.dpi))

@@ -77,6 +77,7 @@ def test_npy_weights_and_text_file(qapp, capsys, tmp_path):
         (["--text", "   "], "type some text"),
         (["--region", "0:99,0:2"], "outside"),
         (["--no-such-flag"], "unrecognized"),
+        (["--vmin", "0.5", "--vmax", "0.1"], "--vmin"),
     ],
 )
 def test_bad_values_give_one_line_and_no_file(qapp, capsys, tmp_path, args, fragment):

@@ -136,17 +136,20 @@ def test_large_matrix_is_block_averaged_and_stays_fast(qapp):
     assert geometry.label_steps[0] > 1 and geometry.label_steps[1] > 1
 
 
-def test_block_mean_handles_uneven_blocks_and_masks():
-    values = np.arange(35, dtype=np.float64).reshape(5, 7)
+def test_block_mean_handles_ragged_tiles_and_masks():
+    values = np.arange(35, dtype=np.float32).reshape(5, 7)
     hidden = np.zeros((5, 7), dtype=bool)
+    means, tile_hidden = block_mean(values, hidden, 2, 3)  # tiles: rows [0:2] [2:4] [4:5], cols [0:3] [3:6] [6:7]
+    assert means.shape == (3, 3) and not tile_hidden.any()
+    assert means[0, 0] == values[0:2, 0:3].mean()
+    assert means[2, 2] == values[4, 6]  # the short corner tile is the mean of its one cell
     hidden[:, 6] = True
-    means, block_hidden = block_mean(values, hidden, 2, 3)
-    # row blocks [0:2], [2:5]; column blocks [0:2], [2:4], [4:7] (the last without column 6)
-    assert means[0, 0] == values[0:2, 0:2].mean()
-    assert means[1, 2] == values[2:5, 4:6].mean()
-    assert not block_hidden.any()
-    all_hidden = np.ones((5, 7), dtype=bool)
-    assert block_mean(values, all_hidden, 2, 3)[1].all()
+    hidden[4, :] = True
+    means, tile_hidden = block_mean(values, hidden, 2, 3)
+    assert tile_hidden[:, 2].all() and tile_hidden[2, :].all() and not tile_hidden[:2, :2].any()
+    hidden[0, 0] = True  # a partly masked tile averages its attendable cells only
+    means, _ = block_mean(values, hidden, 2, 3)
+    assert means[0, 0] == pytest.approx(values[0:2, 0:3].sum() / 5)
 
 
 def test_hatch_lines_stay_inside_and_join_across_rows():
@@ -248,3 +251,17 @@ def test_figure_rejects_inconsistent_input():
     # an overview: 2x2 tiles of 3 tokens still take per-token labels
     tiled = HeatmapFigure(np.zeros((1, 2, 2)), ["x"], list("abc"), list("abcd"), tokens_per_cell=2)
     assert tiled.tokens_per_cell == 2
+
+
+def test_fixed_vmax_saturates_larger_weights(qapp, small_figure):
+    small_figure.vmax = 0.5
+    image, geometry = paint_png(small_figure)
+    rect = geometry.maps[0]
+    top = tuple(int(v) for v in colormaps.lookup_table("magma")[-1])
+    r, c = np.unravel_index(np.argmax(np.where(small_figure.mask, small_figure.matrices[0], -1)), (4, 5))
+    assert small_figure.matrices[0, r, c] > 0.5
+    x, y = rect.left() + (c + 0.5) * rect.width() / 5, rect.top() + (r + 0.5) * rect.height() / 4
+    assert pixel(image, x, y) == top
+    # the colour bar says that larger values exist: a triangle in the top colour above the bar
+    bar = geometry.colorbar
+    assert pixel(image, bar.center().x(), bar.top() - bar.width() * 0.3) == top

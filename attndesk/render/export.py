@@ -13,7 +13,7 @@ import io
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import numpy as np
 
@@ -61,8 +61,11 @@ def _check_target(path: Path) -> Path:
     return path
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
+def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None]) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace.
+
+    ``data`` is the bytes, or a function that writes them to the open file (so a large array
+    streams to disk without a second copy in memory)."""
     path = _check_target(Path(path))
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
@@ -70,7 +73,10 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
         raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         # mkstemp makes the file private (0600); a saved figure gets the usual permissions
@@ -248,12 +254,8 @@ def export_weights(matrix: np.ndarray, query_labels: Sequence[str], key_labels: 
     _check_target(path)
     matrix = np.asarray(matrix)
     if fmt == "npy":
-        buffer = io.BytesIO()
-        np.save(buffer, matrix, allow_pickle=False)
-        data = buffer.getvalue()
-    else:
-        data = weights_csv_text(matrix, query_labels, key_labels).encode("utf-8")
-    return atomic_write(path, data)
+        return atomic_write(path, lambda fh: np.save(fh, matrix, allow_pickle=False))
+    return atomic_write(path, weights_csv_text(matrix, query_labels, key_labels).encode("utf-8"))
 
 
 def default_filename(result: Any, which: Any, ext: str) -> str:

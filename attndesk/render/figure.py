@@ -121,10 +121,7 @@ class HeatmapFigure:
 
     def value_range(self, index: int | None = None) -> tuple[float, float]:
         """(vmin, vmax) of heatmap ``index``, or of all of them (the shared scale) when None."""
-        data = self.matrices if index is None else self.matrices[index]
-        finite = data[np.isfinite(data)]
-        lo = float(finite.min()) if finite.size else 0.0
-        hi = float(finite.max()) if finite.size else 1.0
+        lo, hi = finite_range(self.matrices if index is None else self.matrices[index])
         if self.diverging:
             bound = max(abs(lo), abs(hi)) or 1.0
             lo, hi = -bound, bound
@@ -147,6 +144,16 @@ class HeatmapFigure:
         if self.shared_scale or self.matrices.shape[0] == 1:
             return False
         return len({self.value_range(i) for i in range(self.matrices.shape[0])}) > 1
+
+
+def finite_range(data: np.ndarray) -> tuple[float, float]:
+    """(min, max) over the finite cells; (0, 1) when there are none."""
+    lo, hi = float(data.min()), float(data.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # -inf masked scores, NaN: finite cells only
+        finite = data[np.isfinite(data)]
+        lo = float(finite.min()) if finite.size else 0.0
+        hi = float(finite.max()) if finite.size else 1.0
+    return lo, hi
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,20 +370,40 @@ def _label_step(count: int, cell: float, line: float) -> int:
         mag *= 100
 
 
-def block_mean(values: np.ndarray, hidden: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """Average [L, Lk] down to [rows, cols] blocks over attendable cells only.
+def _tile_sum(a: np.ndarray, fr: int, fc: int) -> np.ndarray:
+    """Sum [L, Lk] float32 over fr x fc tiles (zero-padded at the ragged edge): [ceil(L/fr), ceil(Lk/fc)]."""
+    length, key_length = a.shape
+    rows, cols = -(-length // fr), -(-key_length // fc)
+    if (rows * fr, cols * fc) != a.shape:
+        padded = np.zeros((rows * fr, cols * fc), dtype=np.float32)
+        padded[:length, :key_length] = a
+        a = padded
+    # reduce the row groups first (contiguous), then the column groups: much faster than reduceat
+    return a.reshape(rows, fr, cols * fc).sum(axis=1).reshape(rows, cols, fc).sum(axis=2)
 
-    Returns (means, block_hidden); a block is hidden only when every cell in it is. Uneven
-    blocks (L not a multiple of rows) are handled by np.add.reduceat on the block starts.
+
+def block_mean(values: np.ndarray, hidden: np.ndarray, fr: int, fc: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average [L, Lk] over tiles of fr x fc cells, counting attendable cells only.
+
+    Returns (means [ceil(L/fr), ceil(Lk/fc)], tile_hidden); a tile is hidden only when every
+    cell in it is. Edge tiles are short (the padding is neither a weight nor masked).
     """
-    length, key_length = values.shape
-    r_starts = np.linspace(0, length, rows, endpoint=False).astype(np.intp)
-    c_starts = np.linspace(0, key_length, cols, endpoint=False).astype(np.intp)
-    visible = ~hidden
-    data = np.where(visible, values, 0.0).astype(np.float64)
-    sums = np.add.reduceat(np.add.reduceat(data, r_starts, axis=0), c_starts, axis=1)
-    counts = np.add.reduceat(np.add.reduceat(visible.astype(np.int64), r_starts, axis=0), c_starts, axis=1)
-    means = sums / np.maximum(counts, 1)
+    values = np.asarray(values)
+    if hidden.any():
+        visible = ~hidden
+        sums = _tile_sum(np.where(visible, values, 0).astype(np.float32, copy=False), fr, fc)
+        counts = _tile_sum(visible.astype(np.float32), fr, fc)
+    else:
+        sums = _tile_sum(values.astype(np.float32, copy=False), fr, fc)
+        counts = _tile_sum(np.ones(values.shape, np.float32), fr, fc) if values.size < 4096 else None
+        if counts is None:  # without a mask only the ragged edge tiles are short
+            length, key_length = values.shape
+            row_sizes = np.full(sums.shape[0], fr, np.float32)
+            row_sizes[-1] = length - fr * (sums.shape[0] - 1)
+            col_sizes = np.full(sums.shape[1], fc, np.float32)
+            col_sizes[-1] = key_length - fc * (sums.shape[1] - 1)
+            counts = np.outer(row_sizes, col_sizes)
+    means = sums.astype(np.float64) / np.maximum(counts, 1)
     return means, counts == 0
 
 
@@ -516,7 +543,12 @@ class _Painter:
         self.f = figure.tokens_per_cell
         self.nq, self.nk = len(figure.query_labels), len(figure.key_labels)  # tokens
         self.cmap = figure.colormap_name
-        self.any_hidden = any(figure.masked(i).any() for i in range(n))
+        # computed once: each is a pass over every cell, and a figure may hold 8 x 2048 x 2048
+        self.hidden = [figure.masked(i) for i in range(n)]
+        self.any_hidden = any(h.any() for h in self.hidden)
+        self.full_range = figure.value_range()
+        self.ranges = [self.full_range] * n if figure.shared_scale else [figure.value_range(i) for i in range(n)]
+        self.relative = not figure.shared_scale and n > 1 and len(set(self.ranges)) > 1
         # sizes scale with the smaller side so small exports stay balanced
         side_inch = min(self.rect.width(), self.rect.height()) / self.dpi
         self.zoom = float(np.clip(side_inch / 9.0, 0.75, 1.6))
@@ -566,7 +598,7 @@ class _Painter:
 
     def colorbar_width(self, fonts: _Fonts) -> float:
         fm = self.metrics(fonts.tick)
-        lo, hi = (0.0, 1.0) if self.fig.relative_colorbar else self.fig.value_range()
+        lo, hi = (0.0, 1.0) if self.relative else self.full_range
         ticks = nice_ticks(lo, hi)
         fmt = _tick_format(ticks)
         tick_w = max(fm.horizontalAdvance(fmt.format(t)) for t in ticks)
@@ -601,7 +633,7 @@ class _Painter:
         x_extent = self.max_label_width(font, [t for _, t in self.label_texts(self.fig.key_labels, x_step, self.fig.first_key)]) if rotated else line
         x_band = x_extent + offset + pad + axis_h
         title_h = self.metrics(fonts.title).height() * 1.35
-        gap_x = self.pt(10)
+        gap_x = max(self.pt(10), line * 1.3)  # rotated labels of neighbouring maps must not touch
         gap_y = self.pt(8)
         aspect_limit = 1.0 if self.L == self.Lk else 4.0
         best = None
@@ -722,8 +754,8 @@ class _Painter:
         target = lay.map_rect(index)
         # title, centred over the map (may use the gap beside it when the map is narrow)
         title = self.fig.titles[index]
-        if self.fig.relative_colorbar:
-            lo, hi = self.fig.scale_for(index)
+        if self.relative:
+            lo, hi = self.ranges[index]
             title = f"{title}  (max {hi:.3g})" if lo == 0 else f"{title}  ({lo:.3g} to {hi:.3g})"
         p.setFont(fonts.title)
         p.setPen(_qcolor(_TEXT_RGB))
@@ -734,17 +766,17 @@ class _Painter:
             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter),
             tm.elidedText(title, Qt.TextElideMode.ElideRight, title_w),
         )
-        values = np.asarray(self.fig.matrices[index], dtype=np.float64)
-        hidden = self.fig.masked(index)
-        vmin, vmax = self.fig.scale_for(index)
+        values = self.fig.matrices[index]  # no float64 copy: a head may hold 2048 x 2048 cells
+        hidden = self.hidden[index]
+        vmin, vmax = self.ranges[index]
         cells = self.L * self.Lk * self.n
         if self.vector and cells <= VECTOR_CELL_LIMIT:
             self.draw_cells_vector(target, values, hidden, vmin, vmax)
-            mask_rows, mask_cols, block_hidden = self.L, self.Lk, hidden
+            grid, block_hidden = target, hidden
         else:
-            mask_rows, mask_cols, block_hidden = self.draw_cells_image(target, values, hidden, vmin, vmax)
+            grid, block_hidden = self.draw_cells_image(target, values, hidden, vmin, vmax)
         if block_hidden.any():
-            self.draw_hatch(target, block_hidden, mask_rows, mask_cols)
+            self.draw_hatch(grid, block_hidden, bounds=target)
         if self.annotate_cells(target, fonts):
             self.draw_values(target, values, hidden, vmin, vmax, fonts)
         p.setBrush(Qt.BrushStyle.NoBrush)
@@ -765,13 +797,21 @@ class _Painter:
         px_h = max(1, int(math.ceil(target.height() * math.hypot(t.m21(), t.m22()) * scale)))
         # vector files: at most 1024 px per side, so a 2048 x 2048 matrix stays a few MB
         limit = 1024 if self.vector else 1 << 30
-        rows, cols = min(self.L, px_h, limit), min(self.Lk, px_w, limit)
-        if (rows, cols) != (self.L, self.Lk):
-            values, hidden = block_mean(values, hidden, rows, cols)
+        fr = max(1, -(-self.L // min(px_h, limit)))  # cells per tile along each axis
+        fc = max(1, -(-self.Lk // min(px_w, limit)))
+        grid = QRectF(target)
+        if (fr, fc) != (1, 1):
+            values, hidden = block_mean(values, hidden, fr, fc)
+            # tiles at the ragged edge are short: the tile grid reaches past the map, clipped below
+            grid.setWidth(target.width() * values.shape[1] * fc / self.Lk)
+            grid.setHeight(target.height() * values.shape[0] * fr / self.L)
         rgb = colormaps.map_values(values, self.cmap, vmin, vmax)  # [rows, cols, 3]
         rgb[hidden] = colormaps.mask_rgb(self.cmap)
-        self.p.drawImage(target, _rgb_image(rgb))
-        return rows, cols, hidden
+        self.p.save()
+        self.p.setClipRect(target, Qt.ClipOperation.IntersectClip)
+        self.p.drawImage(grid, _rgb_image(rgb))
+        self.p.restore()
+        return grid, hidden
 
     def draw_cells_vector(self, target: QRectF, values: np.ndarray, hidden: np.ndarray, vmin: float, vmax: float) -> None:
         p = self.p
@@ -801,13 +841,17 @@ class _Painter:
             color = _qcolor(colormaps.mask_rgb(self.cmap)) if code < 0 else _qcolor(lut[code])
             p.fillPath(path, color)
 
-    def draw_hatch(self, target: QRectF, hidden: np.ndarray, rows: int, cols: int) -> None:
+    def draw_hatch(self, target: QRectF, hidden: np.ndarray, bounds: QRectF | None = None) -> None:
+        """Fill and hatch the hidden cells of a rows x cols grid spanning ``target``."""
         p = self.p
+        rows, cols = hidden.shape
         cw, ch = target.width() / cols, target.height() / rows
         rects = [
             QRectF(target.left() + c0 * cw, target.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
             for r0, r1, c0, c1 in _row_runs(hidden)
         ]
+        if bounds is not None:  # a tile grid may reach past the map; SVG ignores clipping, so cut here
+            rects = [r for r in (rect.intersected(bounds) for rect in rects) if not r.isEmpty()]
         clip = QPainterPath()
         clip.setFillRule(Qt.FillRule.WindingFill)
         for rect in rects:
@@ -950,8 +994,24 @@ class _Painter:
         frame = QPen(_qcolor(_FRAME_RGB), max(0.5, self.pt(0.5)))
         p.setPen(frame)
         p.drawRect(bar)
-        relative = self.fig.relative_colorbar
-        lo, hi = (0.0, 1.0) if relative else self.fig.value_range()
+        relative = self.relative
+        lo, hi = (0.0, 1.0) if relative else self.full_range
+        if not relative:
+            # a fixed vmin/vmax that cuts the data: triangles say "beyond this end" (as matplotlib's extend)
+            data_lo, data_hi = finite_range(self.fig.matrices)
+            tip = bar.width() * 0.9
+            for beyond, y_base, y_tip, rgb in (
+                (data_hi > hi + 1e-12 * abs(hi), bar.top(), bar.top() - tip, lut[-1]),
+                (data_lo < lo - 1e-12 * abs(lo), bar.bottom(), bar.bottom() + tip, lut[0]),
+            ):
+                if beyond:
+                    triangle = QPainterPath()
+                    triangle.moveTo(bar.left(), y_base)
+                    triangle.lineTo(bar.right(), y_base)
+                    triangle.lineTo(bar.center().x(), y_tip)
+                    triangle.closeSubpath()
+                    p.fillPath(triangle, _qcolor(rgb))
+                    p.drawPath(triangle)
         ticks = nice_ticks(lo, hi)
         fmt = _tick_format(ticks)
         p.setFont(fonts.tick)
@@ -987,7 +1047,7 @@ class _Painter:
         if self.any_hidden:
             swatch = QRectF(bar.left(), bar.bottom() + self.pt(10), self.pt(12), self.pt(12))
             p.fillRect(swatch, _qcolor(colormaps.mask_rgb(self.cmap)))
-            self.draw_hatch(swatch, np.ones((1, 1), dtype=bool), 1, 1)
+            self.draw_hatch(swatch, np.ones((1, 1), dtype=bool))
             p.setPen(frame)
             p.drawRect(swatch)
             p.setFont(fonts.tick)

@@ -158,3 +158,9 @@ def test_max_abs_sees_differences_and_skips_nan():
     other = torch.tensor([[0.25, 0.75], [float("nan"), float("nan")]])
     assert _max_abs(ref, other, notes, "x") == 0.25
     assert notes and "2 non-finite" in notes[0]
+
+
+def test_teaching_masked_falls_back_to_causal_when_the_mask_blocks_nothing():
+    t = teaching_comparison("masked", CFG.replace(mask="padding"), TEXT)  # no padding in TEXT
+    assert t.a.config.mask == "causal" and "blocks nothing" in t.explanation
+    assert t.diff.max_abs > 0

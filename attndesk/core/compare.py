@@ -142,10 +142,15 @@ def _compare_scaled(config: AttentionConfig, text: str) -> TeachingComparison:
 def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
     kind = config.mask if config.mask != "none" else "causal"
     a = run_attention(config.replace(mask=kind), text)
+    note = ""
+    if a.mask is None or a.mask.all():  # e.g. a padding mask on text without padding: nothing to see
+        note = f"The {kind} mask blocks nothing in this input (no padding), so this shows the causal mask.\n"
+        kind = "causal"
+        a = run_attention(config.replace(mask=kind), text)
     b = run_attention(config.replace(mask="none"), text)
     blocked = ~a.mask if a.mask is not None else np.zeros(a.weights.shape[1:], dtype=bool)
     per_row = b.weights * blocked  # [H, L, Lk]: unmasked weight on the cells A blocks
-    explanation = (
+    explanation = note + (
         f"A uses the {kind} mask, B none. A masked cell is removed before the softmax (score -inf, "
         "weight exactly 0), so the rest of the row is re-normalised over the allowed keys: masking changes "
         "every weight of a row, not only the masked ones.\n"
@@ -214,7 +219,8 @@ IMPLEMENTATIONS = ("attndesk MultiHeadAttention", "F.scaled_dot_product_attentio
 
 @dataclass
 class ImplementationComparison:
-    """Best-of-``repeats`` seconds per implementation and max |difference| from attndesk's result."""
+    """Best-of-``repeats`` seconds per implementation (after one untimed warm-up call) and the max
+    |difference| from attndesk's result."""
 
     timings: dict[str, float]
     max_abs_output: dict[str, float]  # vs attndesk (attndesk itself: 0.0)
@@ -234,7 +240,7 @@ class ImplementationComparison:
 
 
 def _best_time(fn, repeats: int, device: torch.device):
-    result = None
+    result = fn()  # warm-up, untimed: first calls pay for allocations and kernel selection
     best = math.inf
     for _ in range(max(1, repeats)):
         if device.type == "cuda":

@@ -91,24 +91,27 @@ class PyramidBuilder:
             self.maxes[index, row0 : row0 + b] = w
             self.sums[index, row0 : row0 + b] = w
             return
-        t0 = row0 // f
-        if row0 % f == 0 and (b % f == 0 or row0 + b == self.lq):
-            # whole tile rows (the last may be short at the matrix edge): reduce the f rows of each
-            # tile first (a reduction over a middle axis, fast), then groups of f columns
-            n = _ceil_div(b, f)
-            if b % f:
-                w = torch.nn.functional.pad(w, (0, 0, 0, n * f - b))  # zero rows: weights are >= 0
-            rows = w.view(n, f, w.shape[1])  # [n, f, Lk]
+        end, r = row0 + b, row0
+        if r % f:
+            # the block starts inside a tile an earlier block began: combine with what is there
+            stop = min(end, (r // f + 1) * f)
+            seg = w[: stop - row0]
+            t = r // f
+            torch.maximum(self.maxes[index, t], _col_max(seg.amax(dim=0, keepdim=True), f)[0], out=self.maxes[index, t])
+            self.sums[index, t] += _col_sum(seg.sum(dim=0, keepdim=True), f)[0]
+            r = stop
+        if r < end:
+            # from a tile boundary on, these tiles are new: reduce the f rows of each tile first
+            # (a reduction over a middle axis, fast), then groups of f columns; a short last tile
+            # is zero-padded (weights are >= 0) and completed by the next block if there is one
+            seg = w[r - row0 :]
+            n = _ceil_div(seg.shape[0], f)
+            if seg.shape[0] % f:
+                seg = torch.nn.functional.pad(seg, (0, 0, 0, n * f - seg.shape[0]))
+            rows = seg.reshape(n, f, seg.shape[1])  # [n, f, Lk]
+            t0 = r // f
             self.maxes[index, t0 : t0 + n] = _col_max(rows.amax(dim=1), f)  # [n, C]
             self.sums[index, t0 : t0 + n] = _col_sum(rows.sum(dim=1), f)
-            return
-        # rows straddle tiles: reduce columns, then scatter each row into its tile, combining
-        # with what earlier blocks left there
-        col_max, col_sum = _col_max(w, f), _col_sum(w, f)  # [b, C]
-        tile_of_row = torch.arange(row0, row0 + b, device=w.device) // f - t0  # [b]
-        t1 = (row0 + b - 1) // f + 1
-        self.maxes[index, t0:t1].index_reduce_(0, tile_of_row, col_max, "amax", include_self=True)
-        self.sums[index, t0:t1].index_add_(0, tile_of_row, col_sum)
 
     def counts(self, factor: int | None = None) -> torch.Tensor:
         """Cells per tile [R, C] (edge tiles are short) at ``factor`` (default: level 0)."""

@@ -162,3 +162,18 @@ def test_implementation_panel(qtbot):
         assert float(panel.table.item(r, 3).text()) == pytest.approx(d_out, rel=1e-2, abs=1e-12)
         assert d_out < 1e-5
     assert "8 tokens" in panel.notesLabel.text()
+
+
+def test_pretrained_layer_results_disable_the_toy_experiments(view, qtbot):
+    import dataclasses
+
+    result = run_attention(CFG, TEXT)
+    layer = dataclasses.replace(result, extra={"pretrained": "all-MiniLM-L6-v2", "layer": 2})
+    view.set_result(layer)
+    assert not any(b.isEnabled() for b in view.teachButtons.values())
+    view.set_result(result)
+    assert all(b.isEnabled() for b in view.teachButtons.values())
+    panel = ImplementationPanel()
+    qtbot.addWidget(panel)
+    panel.set_result(layer)
+    assert not panel.runButton.isEnabled() and panel.run_now() is None

@@ -31,6 +31,11 @@ MEAN = -1  # headCombo data for "mean over heads"
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
 
 
+def is_pretrained(result) -> bool:
+    """A pretrained layer's AttentionResult (PretrainedResult.layer_result) rather than a toy run."""
+    return bool(getattr(result, "extra", None) and result.extra.get("pretrained"))
+
+
 def text_of(result) -> str:
     """The input text back from a toy result: its tokens without padding, joined by spaces
     (the word tokenizer splits that into the same tokens; padding comes back from pad_to)."""
@@ -125,9 +130,15 @@ class CompareView(QWidget):
         self._runner = runner
 
     def set_result(self, result, text: str | None = None) -> None:
-        """The current run becomes B (a shown teaching comparison gives way to the live A/B)."""
+        """The current run becomes B (a shown teaching comparison gives way to the live A/B).
+        Pretrained mode: pass ``pretrained_result.layer_result(layer)``; the teaching pairs are
+        toy-model experiments and are disabled for it."""
         self._b = result
         self._text = text
+        toy = result is None or not is_pretrained(result)
+        for button in self.teachButtons.values():
+            button.setEnabled(toy)
+            button.setToolTip("" if toy else "toy model only: switch the mode to Toy model")
         if self._teaching is not None:
             self._teaching = None
             self._a_label, self._b_label = "A (pinned)", "B (current)"
@@ -346,8 +357,13 @@ class ImplementationPanel(QWidget):
 
     def set_result(self, result, text: str | None = None) -> None:
         """Take the input (config and text) from the current result."""
-        if result is not None:
+        toy = result is not None and not is_pretrained(result)
+        self.runButton.setEnabled(toy)
+        self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
+        if toy:
             self.set_input(result.config, text or text_of(result))
+        else:
+            self._config = None
 
     def run_now(self, repeats: int = 3) -> ImplementationComparison | None:
         if self._config is None:

@@ -50,6 +50,8 @@ class PositionalView(QWidget):
         if result is None:
             return
         note = "" if result.config.positional else " (positional encoding is OFF in this run: it is shown, not added)"
+        if getattr(result, "extra", None) and result.extra.get("pretrained"):
+            note = " (the pretrained model learns its positions: this sinusoidal table is the toy model's, for comparison)"
         self.set_shape(len(result.tokens), int(result.config.embed_dim), note=note)
 
     @Slot(int, int)

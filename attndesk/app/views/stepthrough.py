@@ -117,10 +117,13 @@ class StepThroughView(QWidget):
         if not inter:
             for plot in self.plots.values():
                 plot.clear()
-            self.infoLabel.setText(
-                "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
-                if result is not None else "Run once to see every step."
-            )
+            if result is None:
+                text = "Run once to see every step."
+            elif getattr(result, "extra", None) and result.extra.get("pretrained"):
+                text = "The step-through follows the toy model's single attention layer: switch the mode to Toy model."
+            else:
+                text = "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
+            self.infoLabel.setText(text)
             return
         heads = int(inter["weights"].shape[0])
         self.headSpin.blockSignals(True)

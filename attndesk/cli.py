@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-TEXT_FILE_LIMIT = 1_000_000  # bytes; longer documents are refused with a message
 _FALLBACK_SAMPLE = "The cat sat on the mat because it was tired."
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -49,31 +48,12 @@ def sample_text() -> str:
         return _FALLBACK_SAMPLE
 
 
-def read_text_file(path: str | os.PathLike, limit: int = TEXT_FILE_LIMIT) -> str:
-    """A UTF-8 text file's contents; ValueError with a one-line reason for anything else."""
-    path = Path(path).expanduser()
-    try:
-        size = path.stat().st_size
-        if path.is_dir():
-            raise ValueError(f"{path} is a folder, not a text file")
-        if size > limit:
-            raise ValueError(f"{path} is {size:,} bytes; text files are limited to {limit:,} bytes (1 MB)")
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except PermissionError:
-        raise ValueError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise ValueError(f"{path} is larger than {limit:,} bytes (1 MB)")
-    if b"\x00" in data:
-        raise ValueError(f"{path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not UTF-8 text (undecodable byte at offset {exc.start}); save it as UTF-8") from None
+def read_text_file(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's contents (the core's reader, the same rules as File > Open text);
+    ValueError (a ConfigError) with a one-line reason for anything else."""
+    from attndesk.core.textfile import read_text_file as core_read_text_file
+
+    return core_read_text_file(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     text = render.add_argument_group("input")
     source = text.add_mutually_exclusive_group()
     source.add_argument("--text", help="the text to attend over (default: the app's sample sentence)")
-    source.add_argument("--text-file", metavar="PATH", help="read the text from a UTF-8 file (at most 1 MB)")
+    source.add_argument("--text-file", metavar="PATH", help="read the text from a UTF-8 file (at most 1 MiB)")
     keys = text.add_mutually_exclusive_group()
     keys.add_argument("--key-text", help="cross-attention: keys/values come from this second text")
     keys.add_argument("--key-text-file", metavar="PATH", help="cross-attention: read the key/value text from a UTF-8 file")

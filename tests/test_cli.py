@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QImage
 
-from attndesk.cli import TEXT_FILE_LIMIT, main, read_text_file
+from attndesk.cli import main, read_text_file
+from attndesk.core.textfile import MAX_TEXT_BYTES
 from attndesk.core import AttentionConfig, run_attention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,13 +99,13 @@ def test_text_files_that_are_not_text_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not UTF-8"):
         read_text_file(latin)
     big = tmp_path / "big.txt"
-    big.write_bytes(b"word " * (TEXT_FILE_LIMIT // 5 + 1))
-    with pytest.raises(ValueError, match="1 MB"):
+    big.write_bytes(b"word " * (MAX_TEXT_BYTES // 5 + 1))
+    with pytest.raises(ValueError, match="up to 1"):
         read_text_file(big)
     with pytest.raises(ValueError, match="no such file"):
         read_text_file(tmp_path / "missing.txt")
     ok = tmp_path / "ok.txt"
-    ok.write_bytes(b"word " * (TEXT_FILE_LIMIT // 5))  # exactly at the limit is fine
+    ok.write_bytes(b"word " * (MAX_TEXT_BYTES // 5))  # exactly at the limit is fine
     assert read_text_file(ok).startswith("word word")
 
 
@@ -152,4 +153,13 @@ def test_python_dash_m_bad_value_exits_with_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "valid head counts" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_binary_text_file_is_refused_in_one_line(capsys, tmp_path):
+    binary = tmp_path / "photo.jpg"
+    binary.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")
+    code, out, err = run_cli(capsys, "render", "--text-file", str(binary), "--out", str(tmp_path / "o"))
+    assert code == 2 and out == []
+    assert len(err) == 1 and "binary" in err[0]
     assert not (tmp_path / "o").exists()

@@ -1,0 +1,270 @@
+"""Benchmark: attndesk's attention core against PyTorch's own attention, side by side.
+
+    .venv/bin/python benchmarks/bench_core.py [--lengths 128 512 1024 2048 4096] [--repeats 7]
+
+Batch 1, embed 512, 8 heads, float32, a padding mask (the last few keys are padding), for each
+sequence length L:
+- attndesk: ``attndesk.core.MultiHeadAttention`` in inference mode, returning every weight;
+- MHA: ``torch.nn.MultiheadAttention(need_weights=True, average_attn_weights=False)`` with the
+  same parameters (so its weights must equal attndesk's; the max abs difference is printed);
+- SDPA: the same layer built on ``torch.nn.functional.scaled_dot_product_attention`` (fused QKV
+  projection, SDPA, output projection), which returns no weights at all.
+Times are medians of interleaved repeats after warm-up (the machines are noisy). GFLOP/s counts
+the layer's matmul work (8 L E^2 + 4 L^2 E) against this machine's float32 GEMM peak, measured in
+the same run. Peak memory is measured per case in a fresh subprocess (growth of the resident set's high-water
+mark during one warm call, the returned tensors included). Prints a Markdown table and whether the targets are met:
+at L >= 1024, attndesk <= 0.6x MHA and <= 2x SDPA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+# Must precede the first torch import: the allocator reads it once (huge pages make the fresh
+# [H, L, L] buffers ~10x cheaper to fault in). attndesk/__init__ sets it too.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import attndesk  # noqa: E402  (before torch, see above)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from attndesk.core import MultiHeadAttention  # noqa: E402
+from attndesk.core import attention as core_attention  # noqa: E402
+
+EMBED, HEADS, PADDED = 512, 8, 5
+IMPLS = ("attndesk", "MHA", "SDPA")
+TARGET_MHA, TARGET_SDPA, TARGET_FROM = 0.6, 2.0, 1024
+
+
+def build(length: int, seed: int = 0):
+    """The three implementations over one input; returns ({name: call}, attndesk's module, mha)."""
+    torch.manual_seed(seed)
+    ours = MultiHeadAttention(EMBED, HEADS).eval()
+    mha = torch.nn.MultiheadAttention(EMBED, HEADS, batch_first=True).eval()
+    with torch.no_grad():  # the same parameters in both layers
+        mha.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        mha.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        mha.out_proj.weight.copy_(ours.out_proj.weight)
+        mha.out_proj.bias.copy_(ours.out_proj.bias)
+    x = torch.randn(1, length, EMBED)
+    keep = torch.ones(1, length, dtype=torch.bool)
+    keep[:, length - min(PADDED, length - 1):] = False  # the last keys are padding
+    key_mask = keep[:, None, None, :]  # [B, 1, 1, L], True = may attend (attndesk, SDPA)
+    padding = ~keep  # [B, L], True = padding (nn.MultiheadAttention's convention)
+
+    def run_ours():
+        return ours(x, mask=key_mask)
+
+    def run_mha():
+        return mha(x, x, x, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
+
+    def run_sdpa():
+        qkv = F.linear(x, mha.in_proj_weight, mha.in_proj_bias)  # [B, L, 3E]
+        q, k, v = qkv.view(1, length, 3, HEADS, EMBED // HEADS).permute(2, 0, 3, 1, 4)  # 3 x [B, H, L, d]
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        return mha.out_proj(context.transpose(1, 2).reshape(1, length, EMBED)), None
+
+    return {"attndesk": run_ours, "MHA": run_mha, "SDPA": run_sdpa}
+
+
+def layer_flops(length: int) -> float:
+    """Matmul FLOPs of one layer: QKV and output projections (8 L E^2), Q K^T and A V (4 L^2 E)."""
+    return 8.0 * length * EMBED**2 + 4.0 * length**2 * EMBED
+
+
+def median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
+    """float32 GEMM GFLOP/s on this machine: torch.mm (MKL here) and oneDNN (what attndesk uses)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    flops = 2.0 * size**3
+    out = {}
+    with torch.inference_mode():
+        torch.mm(a, b)
+        out["torch.mm"] = flops / median_seconds(lambda: torch.mm(a, b), repeats) / 1e9
+        onednn = core_attention._onednn()
+        if onednn is not None:
+            bt = b.t().contiguous()
+            onednn(a, bt, None, "none", [None], "")
+            out["oneDNN"] = flops / median_seconds(lambda: onednn(a, bt, None, "none", [None], ""), repeats) / 1e9
+    return out
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def memory_case(impl: str, length: int) -> None:
+    """Subprocess body: print how far one call grows the resident set above where it started.
+
+    VmHWM, not ru_maxrss: a child inherits its parent's ru_maxrss across fork + exec. Writing 5 to
+    clear_refs resets the high-water mark to the current resident set just before the call.
+    """
+    call = build(length)[impl]
+    with torch.inference_mode():
+        call()  # first-call one-offs (primitive caches, lazy library state) are not the call's cost
+        try:  # hand the freed heap back, or the measured call could reuse it unseen
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_bytes("VmRSS")
+        result = call()
+        peak = _status_bytes("VmHWM")
+        del result
+    print(max(0, peak - before))
+
+
+def peak_memory(impl: str, length: int) -> int | None:
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None  # Linux only
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--memory-case", impl, str(length)],
+        capture_output=True, text=True, check=False,
+    )
+    try:
+        return int(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"memory measurement for {impl} at L={length} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+
+
+def weights_difference(calls) -> tuple[float, float]:
+    """Max abs difference of attndesk's weights and output from nn.MultiheadAttention's."""
+    with torch.inference_mode():
+        out_ours, w_ours = calls["attndesk"]()
+        out_mha, w_mha = calls["MHA"]()
+    if w_ours.shape != w_mha.shape:
+        raise SystemExit(f"weights shapes differ: attndesk {tuple(w_ours.shape)} vs MHA {tuple(w_mha.shape)}")
+    return float((w_ours - w_mha).abs().max()), float((out_ours - out_mha).abs().max())
+
+
+def time_length(calls, repeats: int) -> dict[str, float]:
+    """Medians per implementation; repeats interleave the three, in a rotating order."""
+    times: dict[str, list[float]] = {name: [] for name in IMPLS}
+    with torch.inference_mode():
+        for name in IMPLS:  # warm-up: primitive caches, the first faults of fresh memory
+            for _ in range(2):
+                calls[name]()
+        for r in range(repeats):
+            for i in range(len(IMPLS)):
+                name = IMPLS[(r + i) % len(IMPLS)]
+                start = time.perf_counter()
+                result = calls[name]()
+                times[name].append(time.perf_counter() - start)
+                del result
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024, 2048, 4096])
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats per implementation and length")
+    parser.add_argument("--no-memory", action="store_true", help="skip the per-case peak memory subprocesses")
+    parser.add_argument("--memory-case", nargs=2, metavar=("IMPL", "L"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_case:
+        memory_case(args.memory_case[0], int(args.memory_case[1]))
+        return 0
+    if any(n < 2 for n in args.lengths) or args.repeats < 1:
+        parser.error("lengths must be >= 2 and repeats >= 1")
+
+    began = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}, "
+        f"oneDNN GEMMs in attndesk: {'yes' if core_attention._onednn() is not None else 'no (MKL)'}, "
+        f"load average at start {load:.2f}"
+    )
+    peaks = matmul_peak()
+    peak = max(peaks.values())
+    print("float32 GEMM peak (2048^3): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+
+    rows = []
+    for length in args.lengths:
+        calls = build(length)
+        diff_w, diff_out = weights_difference(calls)
+        med = time_length(calls, args.repeats)
+        del calls
+        rows.append({"L": length, "t": med, "diff_w": diff_w, "diff_out": diff_out})
+        print(
+            f"  L={length}: " + ", ".join(f"{n} {med[n] * 1e3:.1f} ms" for n in IMPLS)
+            + f"; max|w - w_MHA| {diff_w:.1e}", flush=True,
+        )
+    if not args.no_memory:
+        for row in rows:
+            row["mem"] = {name: peak_memory(name, row["L"]) for name in IMPLS}
+    peaks_after = matmul_peak(repeats=5)
+    peak = max(peak, *peaks_after.values())
+
+    print()
+    print(
+        "| L | attndesk (ms) | nn.MHA (ms) | SDPA (ms) | attndesk/MHA | attndesk/SDPA | attndesk GFLOP/s "
+        "| % of fp32 GEMM peak | peak mem attndesk / MHA / SDPA | max abs Δ weights vs MHA |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    verdicts = []
+    for row in rows:
+        length, t = row["L"], row["t"]
+        vs_mha, vs_sdpa = t["attndesk"] / t["MHA"], t["attndesk"] / t["SDPA"]
+        gflops = layer_flops(length) / t["attndesk"] / 1e9
+        mem = row.get("mem")
+        mem_text = " / ".join(format_bytes(mem[n]) for n in IMPLS) if mem else "not measured"
+        print(
+            f"| {length} | {t['attndesk'] * 1e3:.1f} | {t['MHA'] * 1e3:.1f} | {t['SDPA'] * 1e3:.1f} | {vs_mha:.2f}x "
+            f"| {vs_sdpa:.2f}x | {gflops:.0f} | {100 * gflops / peak:.0f}% | {mem_text} | {row['diff_w']:.1e} |"
+        )
+        if length >= TARGET_FROM:
+            verdicts.append((length, vs_mha <= TARGET_MHA, vs_sdpa <= TARGET_SDPA, vs_mha, vs_sdpa))
+    print()
+    print(
+        f"Batch 1, E={EMBED}, H={HEADS}, float32, padding mask ({PADDED} padded keys); medians of {args.repeats} "
+        f"interleaved repeats after warm-up. SDPA = fused QKV projection + F.scaled_dot_product_attention + output "
+        f"projection (no weights). fp32 GEMM peak {peak:.0f} GFLOP/s (best of "
+        + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + "). "
+        f"Max abs difference of outputs vs MHA: {max(r['diff_out'] for r in rows):.1e}."
+    )
+    if verdicts:
+        met = all(ok_mha and ok_sdpa for _, ok_mha, ok_sdpa, _, _ in verdicts)
+        print(f"Targets at L >= {TARGET_FROM} (attndesk <= {TARGET_MHA}x MHA and <= {TARGET_SDPA:g}x SDPA): "
+              + ("MET" if met else "NOT MET"))
+        for length, ok_mha, ok_sdpa, vs_mha, vs_sdpa in verdicts:
+            print(f"  L={length}: {vs_mha:.2f}x MHA ({'ok' if ok_mha else 'over'}), "
+                  f"{vs_sdpa:.2f}x SDPA ({'ok' if ok_sdpa else 'over'})")
+    else:
+        print(f"No length >= {TARGET_FROM} measured: the targets were not checked.")
+    print(f"benchmark took {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

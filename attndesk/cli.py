@@ -273,6 +273,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
         # every figure must exist before the first file is written
         for which in args.which:
             parse_which(which, result.num_heads)
+        if args.weights != "none" and args.region is None and getattr(result, "pyramid", None) is not None:
+            raise ConfigError(
+                "the full weights exceed the memory budget, so only an overview was kept; "
+                "write exact numbers of a part with --region Q0:Q1,K0:K1, or raise --memory-budget"
+            )
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     for notice in result.notices:

@@ -163,3 +163,22 @@ def test_binary_text_file_is_refused_in_one_line(capsys, tmp_path):
     assert code == 2 and out == []
     assert len(err) == 1 and "binary" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp_path):
+    text = " ".join(f"w{i % 40}" for i in range(600))
+    common = ["render", "--text", text, "--heads", "2", "--embed-dim", "8", "--mask", "causal",
+              "--memory-budget", "256K", "--size", "600x500", "--out", str(tmp_path)]
+    code, out, err = run_cli(capsys, *common, "--which", "mean")
+    assert code == 0, err
+    assert any("overview" in line or "budget" in line for line in err)  # the core's notice
+    assert QImage(out[0]).width() == 600
+    # raw numbers of the whole matrix do not exist: refused before anything is written
+    code, out, err = run_cli(capsys, *common, "--which", "0", "--weights", "npy", "--out", str(tmp_path / "n"))
+    assert code == 2 and len(err) == 1 and "--region" in err[0] and not (tmp_path / "n").exists()
+    # a region is exact: equal to the full run's weights (a budget large enough to keep them)
+    code, out, err = run_cli(capsys, *common, "--which", "1", "--weights", "npy", "--region", "500:520,480:510")
+    assert code == 0, err
+    region = np.load([p for p in out if p.endswith(".npy")][0])
+    full = run_attention(AttentionConfig(embed_dim=8, num_heads=2, mask="causal"), text)
+    np.testing.assert_allclose(region, full.weights[1, 500:520, 480:510], rtol=1e-5, atol=1e-7)

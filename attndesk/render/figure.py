@@ -875,10 +875,14 @@ class _Painter:
 
     def draw_values(self, target: QRectF, values: np.ndarray, hidden: np.ndarray, vmin: float, vmax: float, fonts: _Fonts) -> None:
         p = self.p
-        p.setFont(fonts.cell)
+        cw, ch = target.width() / self.Lk, target.height() / self.L
+        # the numbers grow with the cells (within 7.5-11 pt) so big cells do not hold tiny text
+        font = QFont(fonts.cell)
+        low, high = fonts.cell.pixelSize(), self.pt(11 * self.zoom)
+        font.setPixelSize(max(1, round(min(high, max(low, min(ch * 0.3, cw * 0.24))))))
+        p.setFont(font)
         rgb = colormaps.map_values(values, self.cmap, vmin, vmax).astype(np.float64)
         luminance = rgb @ np.array([0.2126, 0.7152, 0.0722])
-        cw, ch = target.width() / self.Lk, target.height() / self.L
         dark, light = QColor(20, 20, 20), QColor(250, 250, 250)
         for r in range(self.L):
             for c in range(self.Lk):

@@ -3,7 +3,7 @@
 - ``LayerHeadGrid`` (objectName ``layerHeadGrid``): every layer x head as a small heatmap, like a
   model view. Click one -> ``headActivated(layer, head)``; Ctrl+click toggles ablating that head
   -> ``ablationChanged(list[(layer, head)])``. Hover -> ``headHovered(layer, head)`` and a tooltip.
-- ``FollowTokenView`` (``followTokenView``): for one query token, its attention over the keys at
+- ``FollowTokenView`` (``pretrainedFollowView``): for one query token, its attention over the keys at
   every layer (a layers x keys heatmap), mean over heads or one head.
 - ``PretrainedControls`` (``pretrainedControls``): ``layerSpin``, ``allLayersCheck``,
   ``hideSpecialCheck``, ``clearAblationButton`` and the ``pretrainedSummary`` label.
@@ -481,20 +481,20 @@ MEAN_OF_HEADS = "mean of heads"
 
 
 class FollowTokenView(QWidget):
-    """Pick a query token (``followTokenCombo``) and a head (``followHeadCombo``: mean or one head);
-    see its attention over the keys at every layer."""
+    """Pick a query token (``pretrainedFollowTokenCombo``) and a head (``pretrainedFollowHeadCombo``:
+    mean or one head); see its attention over the keys at every layer."""
 
     tokenChanged = Signal(int)  # query token index
     headChanged = Signal(int)  # -1 = mean over heads
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setObjectName("followTokenView")
-        self.token_combo = QComboBox(objectName="followTokenCombo")
+        self.setObjectName("pretrainedFollowView")
+        self.token_combo = QComboBox(objectName="pretrainedFollowTokenCombo")
         self.token_combo.setToolTip("the query token to follow through the layers")
-        self.head_combo = QComboBox(objectName="followHeadCombo")
+        self.head_combo = QComboBox(objectName="pretrainedFollowHeadCombo")
         self.canvas = _FollowCanvas(self)
-        self.canvas.setObjectName("followTokenCanvas")
+        self.canvas.setObjectName("pretrainedFollowCanvas")
         self.canvas.describe = self._describe
         top = QHBoxLayout()
         top.addWidget(QLabel("follow token"))

@@ -46,21 +46,22 @@ def test_weights_fit_but_the_full_peak_does_not():
 
 
 def test_half_storage_when_asked_and_it_fits():
-    config = AttentionConfig(embed_dim=32, num_heads=4, mask="padding", pad_to=301)
-    full = run_attention(config, TEXT)
-    # float32 weights 1.4 MiB (peak ~3 MiB) exceed 2.2 MiB, float16 0.7 MiB fit
-    small = config.replace(memory_budget=int(2.2 * 2**20))
-    plan = plan_text(small, TEXT, half_storage="float16")
-    assert plan.kind == "blocked" and plan.storage == "float16"
+    config = AttentionConfig(embed_dim=32, num_heads=4, mask="padding", pad_to=1100)
+    text = TEXT * 3  # 900 tokens, padded to 1100
+    full = run_attention(config, text)
+    # the full path (peak ~39 MiB) exceeds 32 MiB; float16 weights (9.2 MiB) + a 367 px overview fit
+    small = config.replace(memory_budget=32 * 2**20)
+    plan = plan_text(small, text, half_storage="float16")
+    assert plan.kind == "blocked" and plan.storage == "float16" and plan.factor == 3
     assert "keeping every weight as float16" in plan.describe()
-    half = run_attention(small, TEXT, half_storage="float16")
+    half = run_attention(small, text, half_storage="float16")
     assert half.weights.dtype == np.float16 and half.weights.shape == full.weights.shape
-    assert not half.exact_weights
+    assert not half.exact_weights and half.pyramid is not None and half.pyramid.factor == 3
     np.testing.assert_allclose(half.weights.astype(np.float32), full.weights, atol=1e-3)
     # hover stays exact though the storage is not
-    assert half.weight_at(1, 200, 17) == pytest.approx(float(full.weights[1, 200, 17]), abs=2e-7)
+    assert half.weight_at(1, 800, 17) == pytest.approx(float(full.weights[1, 800, 17]), abs=2e-7)
     # without the option the same budget gives the pyramid
-    assert plan_text(small, TEXT).kind == "pyramid"
+    assert plan_text(small, text).kind == "pyramid"
 
 
 def test_a_small_budget_shrinks_the_overview():

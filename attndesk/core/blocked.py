@@ -128,6 +128,21 @@ class FullSink:
         return None
 
 
+class TeeSink:
+    """Hands every block to several sinks (e.g. stored weights and the overview)."""
+
+    def __init__(self, *sinks: WeightsSink):
+        self.sinks = sinks
+
+    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
+        for sink in self.sinks:
+            sink.add(head, row0, weights)
+
+    def end_block(self, row0: int, row1: int) -> None:
+        for sink in self.sinks:
+            sink.end_block(row0, row1)
+
+
 def blocked_attention(
     q: torch.Tensor,
     k: torch.Tensor,

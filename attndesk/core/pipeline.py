@@ -19,7 +19,7 @@ from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
 from .masks import build_mask
-from .blocked import ExactAttention, FullSink, MaskSpec, blocked_attention
+from .blocked import ExactAttention, FullSink, MaskSpec, TeeSink, blocked_attention
 from .memory import estimate_run, format_bytes
 from .plan import PYRAMID, RunPlan, plan_run
 from .pyramid import PyramidBuilder
@@ -265,10 +265,9 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
             key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
             causal="causal" in config.mask,
         )
-        if plan.kind == PYRAMID:
-            sink = PyramidBuilder(heads, lq, lk, plan.factor, device=device)
-        else:
-            sink = FullSink(heads, lq, lk, np.float16 if plan.storage == "float16" else np.float32)
+        builder = PyramidBuilder(heads, lq, lk, plan.factor, device=device)
+        stored = None if plan.kind == PYRAMID else FullSink(heads, lq, lk, np.float16 if plan.storage == "float16" else np.float32)
+        sink = builder if stored is None else TeeSink(stored, builder)
         context = blocked_attention(q, k, v, spec, scale=score_scale, block_rows=plan.block_rows, sink=sink,
                                     timer=timer, progress=block_done, should_cancel=should_cancel)
         with timer.stage("merge+output projection"):
@@ -279,14 +278,13 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
         exact = ExactAttention(q, k, spec, scale=score_scale)
         overview_seconds = timer.seconds.pop("overview", 0.0)
         start = time.perf_counter()
-        pyramid = None
-        if plan.kind == PYRAMID:
-            pyramid = sink.finish(exact, spec)
+        pyramid = builder.finish(exact, spec)
+        if stored is None:
             weights_np = pyramid.levels[0].max[:heads]  # [H, R, C] tile maxima
             dead = pyramid.levels[0].all_masked
             mask_np = None if dead is None else ~dead  # [R, C], True = some cell may attend
         else:
-            weights_np = sink.weights  # [H, Lq, Lk]
+            weights_np = stored.weights  # [H, Lq, Lk]
             mask_np = spec.to_numpy()
         overview_seconds += time.perf_counter() - start
         output_np = _to_numpy(output[0])  # [Lq, E]

@@ -18,6 +18,7 @@ from .memory import estimate_run, format_bytes
 FULL, BLOCKED, PYRAMID = "full", "blocked", "pyramid"
 OVERVIEW_PX = 2048  # the overview's larger side, in tiles (pixels), when the budget allows
 MIN_OVERVIEW_PX = 256
+STORED_OVERVIEW_PX = 512  # the overview kept beside float16 weights
 BLOCK_BYTES = 16 * 2**20  # one [block, Lk] score buffer; small enough to stay near the caches
 HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storage on offer
 
@@ -35,8 +36,9 @@ class RunPlan:
     """What a run of ``num_heads`` x ``lq`` x ``lk`` will keep, and what it will cost.
 
     kind: "full" (the unblocked fast path, float32 weights), "blocked" (blocked path storing
-    every weight in ``storage``, e.g. float16) or "pyramid" (blocked path keeping an overview of
-    ``overview_px`` px at ``factor`` cells per pixel + exact recomputation on demand).
+    every weight in ``storage``, e.g. float16, plus the overview) or "pyramid" (blocked path
+    keeping only an overview of ``overview_px`` px at ``factor`` cells per pixel); both blocked
+    kinds recompute exact values on demand.
     """
 
     kind: str
@@ -149,9 +151,13 @@ def plan_run(
         if storage is not None:
             stored = h * lq * lk * (2 if storage == "float16" else 4)
             peak = _blocked_peak(config, lq, lk, block_rows, stored)
+            # a small overview is built alongside (for drawing; exact cells come from the storage)
+            px = min(overview_px, STORED_OVERVIEW_PX)
+            factor = max(1, _ceil_div(max(lq, lk), px))
+            peak += _pyramid_bytes(h, lq, lk, factor)
             if kind == BLOCKED or peak <= budget:
                 return RunPlan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
-                               factor=1, overview_px=max(lq, lk), **common)
+                               factor=factor, overview_px=min(px, max(lq, lk)), **common)
 
     # the pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits
     floor = min(MIN_OVERVIEW_PX, overview_px)

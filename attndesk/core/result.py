@@ -35,7 +35,7 @@ class AttentionResult:
       max and mean of every head and of the head mean at several levels, and exact values of any
       cell/rows/region (``pyramid.value``, ``pyramid.region``).
     - ``plan.kind == "blocked"``: ``weights`` is the full [H, L, Lk] matrix in ``plan.storage``
-      (float16 to halve it, or float32); ``mask`` is [L, Lk].
+      (float16 to halve it, or float32); ``mask`` is [L, Lk]; ``pyramid`` is built as well.
 
     In both, ``exact`` recomputes exact weights on demand; ``weight_at(h, q, k)`` works for
     every kind of run, and ``exact_weights`` says whether ``weights`` is the exact float32 matrix.
@@ -59,7 +59,7 @@ class AttentionResult:
     notices: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     plan: "RunPlan | None" = None  # what the run kept (None: a full run made before plans existed)
-    pyramid: "AttentionPyramid | None" = None  # the overview + exact access (pyramid runs only)
+    pyramid: "AttentionPyramid | None" = None  # the overview + exact access (memory-bounded runs only)
     exact: "ExactAttention | None" = None  # exact recomputation (memory-bounded runs only)
 
     @property
@@ -69,7 +69,8 @@ class AttentionResult:
     @property
     def exact_weights(self) -> bool:
         """True when ``weights`` is the exact float32 [H, L, Lk] matrix (every full run)."""
-        return self.pyramid is None and self.weights.dtype == np.float32
+        kept_all = self.plan is None or self.plan.kind != "pyramid"
+        return kept_all and self.weights.dtype == np.float32
 
     @property
     def shape(self) -> tuple[int, int]:

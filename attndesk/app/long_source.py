@@ -1,0 +1,139 @@
+"""The heatmap panel's source for a long (memory-bounded) run: draws the pyramid, reads exact values.
+
+Qt-free (numpy + the core), so the worker thread builds it and the GUI thread only draws.
+It has the same interface as ``panels.heatmap_source.ResultHeatmapSource``; ``source_for_result``
+picks the right source for any ``AttentionResult``:
+
+- ``display_matrix(head)``: the tile-MAX overview at the finest pyramid level that fits
+  ``max_display`` px, so a single sharp weight stays visible; ``display_mean(head)`` the tile mean.
+- ``value_at(head, q, k)``: the exact weight, recomputed from the kept Q and K (about a
+  millisecond at 16k tokens), never a downsampled value.
+- ``region(head, q0, q1, k0, k1, max_side)``: what a zoomed view draws over the rectangle
+  (k0, q0, k1-k0, q1-q0): exact cells once they fit ``max_side`` px, else max tiles computed from
+  exact rows. Its cost is (q1-q0) x Lk x head_dim multiply-adds, so call it off the GUI thread.
+- ``mask[q, k]``: whether query q may attend to key k, without an [L, Lk] matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from attndesk.core.blocked import MEAN, MaskSpec
+
+from .panels.heatmap_source import MAX_DISPLAY, ResultHeatmapSource
+
+
+class CellMask:
+    """``mask[q, k]`` -> bool (True = may attend) for an [L, Lk] mask that is never materialised."""
+
+    def __init__(self, spec: MaskSpec):
+        self.spec = spec
+        self.shape = (spec.lq, spec.lk)
+        self.ndim = 2
+        self.dtype = np.dtype(np.bool_)
+
+    def __getitem__(self, index) -> bool:
+        if not (isinstance(index, tuple) and len(index) == 2
+                and all(isinstance(i, (int, np.integer)) for i in index)):
+            raise TypeError("index the long-run mask one cell at a time: mask[q, k]")
+        q, k = (int(i) for i in index)
+        if not (0 <= q < self.spec.lq and 0 <= k < self.spec.lk):
+            raise IndexError(f"cell ({q}, {k}) outside {self.spec.lq} x {self.spec.lk}")
+        return self.spec.allowed(q, k)
+
+
+class PyramidHeatmapSource:
+    """A ``HeatmapSource`` over ``result.pyramid`` (an over-budget run): overview + exact values."""
+
+    def __init__(self, result, max_display: int = MAX_DISPLAY, *, title_prefix: str = "head") -> None:
+        pyramid = result.pyramid
+        if pyramid is None:
+            raise ValueError("this result has no pyramid: use ResultHeatmapSource (or source_for_result)")
+        self.result = result
+        self.pyramid = pyramid
+        self.num_heads = pyramid.num_heads
+        self.shape = pyramid.shape  # (queries L, keys Lk): the real matrix, not the overview
+        self.query_labels: Sequence[str] = list(result.tokens)
+        self.key_labels: Sequence[str] = list(result.keys)
+        self.mask = None if pyramid.mask_spec.is_none else CellMask(pyramid.mask_spec)
+        self._title_prefix = title_prefix
+        self.set_max_display(max_display)
+
+    # -- level of detail ---------------------------------------------------------------------
+    def set_max_display(self, max_display: int) -> None:
+        """Pick the pyramid level drawn by ``display_matrix``: the finest within ``max_display`` px."""
+        self.level = self.pyramid.level_for(max_display)
+        self.factor = self.pyramid.levels[self.level].factor
+
+    @property
+    def levels(self) -> list[tuple[int, int, int]]:
+        """(factor, rows, cols) of every pyramid level, finest first."""
+        return [(lv.factor, *lv.shape) for lv in self.pyramid.levels]
+
+    # -- the HeatmapSource interface ---------------------------------------------------------
+    def display_matrix(self, head) -> np.ndarray:
+        """[ceil(L/f), ceil(Lk/f)] float32 tile maxima, drawn over the rectangle (0, 0, Lk, L)."""
+        return self.pyramid.overview(head, "max", self.level)
+
+    def display_mean(self, head) -> np.ndarray:
+        """The same tiles' means (a smoother picture, where sharp weights fade)."""
+        return self.pyramid.overview(head, "mean", self.level)
+
+    def display_mask(self) -> np.ndarray | None:
+        """True where every cell of the tile is masked (shaped like ``display_matrix``), or None."""
+        return self.pyramid.levels[self.level].all_masked
+
+    def value_at(self, head, q: int, k: int) -> float:
+        """The exact weight of one cell (recomputed; ``head`` an int or ``"mean"``)."""
+        return self.pyramid.value(head, int(q), int(k))
+
+    def level_max(self, head) -> float:
+        return self.pyramid.head_max(head)
+
+    def global_max(self) -> float:
+        return max((self.pyramid.head_max(h) for h in range(self.num_heads)), default=0.0)
+
+    def head_title(self, head) -> str:
+        if head == MEAN:
+            return f"mean over {self.num_heads} heads"
+        return f"{self._title_prefix} {int(head)}"
+
+    def downsample_note(self) -> str:
+        lq, lk = self.shape
+        if self.factor == 1:
+            return f"{lq:,} x {lk:,} cells; hover values are recomputed exactly"
+        return (f"overview of {lq:,} x {lk:,} cells: each pixel is the max of a {self.factor}x{self.factor} "
+                "tile; zoom in for exact cells, hover values are exact")
+
+    # -- zoom and export ---------------------------------------------------------------------
+    def region(self, head, q0: int, q1: int, k0: int, k1: int, max_side: int = 1024) -> tuple[np.ndarray, int]:
+        """What to draw for the visible rows q0..q1-1 x keys k0..k1-1: (array, cells per pixel).
+
+        Exact cells when the region fits ``max_side`` px (factor 1), else max tiles of exact rows.
+        Indices are clipped to the matrix. Costs (q1-q0) x Lk x head_dim: call it in the worker.
+        """
+        lq, lk = self.shape
+        q0, q1 = max(0, int(q0)), min(lq, int(q1))
+        k0, k1 = max(0, int(k0)), min(lk, int(k1))
+        if q1 <= q0 or k1 <= k0:
+            return np.zeros((0, 0), dtype=np.float32), 1
+        return self.pyramid.region_view(head, q0, q1, k0, k1, max_side)
+
+    def exact_region(self, head, q0: int, q1: int, k0: int, k1: int) -> np.ndarray:
+        """Exact float32 weights of a region (for region export); refuses very large regions."""
+        return self.pyramid.region(head, q0, q1, k0, k1)
+
+    def plan_line(self) -> str:
+        """The one-line plan the run followed (for the status bar)."""
+        plan = getattr(self.result, "plan", None)
+        return plan.describe() if plan is not None else ""
+
+
+def source_for_result(result, max_display: int = MAX_DISPLAY):
+    """The heatmap source for any run: the pyramid source when the run kept one, else the
+    plain ``ResultHeatmapSource`` over the exact weights."""
+    if getattr(result, "pyramid", None) is not None:
+        return PyramidHeatmapSource(result, max_display)
+    return ResultHeatmapSource(result, max_display)

@@ -182,6 +182,10 @@ def test_views_of_the_weights(model):
     layer = result.layer_result(4)
     assert layer.weights.shape == (12, 6, 6) and layer.tokens == result.tokens
     np.testing.assert_array_equal(layer.output, result.hidden_states[5])
+    assert layer.timings == result.timings and layer.flops == result.flops > 0
+    # 6 layers x (8*L*E^2 + 4*L^2*E + 4*L*E*I) at L=6, E=384, I=1536
+    assert result.flops == 6 * (8 * 6 * 384**2 + 4 * 36 * 384 + 4 * 6 * 384 * 1536)
+    assert result.peak_bytes >= result.weights.nbytes + result.hidden_states.nbytes
     with pytest.raises(IndexError):
         result.layer_result(6)
     hidden_view = result.layer_result(3, hide_special=True)

@@ -50,6 +50,8 @@ class PretrainedResult:
     dropped_tokens: int = 0
     normal_embedding: np.ndarray | None = None
     cosine_to_normal: float | None = None
+    flops: int = 0  # estimated floating-point operations of the forward pass
+    peak_bytes: int = 0  # estimated activation memory held (weights of every layer, hidden states, one layer's temporaries)
     extra: dict[str, Any] = field(default_factory=dict)
 
     # -- shape conveniences -----------------------------------------------------------------
@@ -112,7 +114,8 @@ class PretrainedResult:
         return w, [self.tokens[i] for i in keep], np.clip(hidden, 0.0, None).astype(np.float32)
 
     def layer_result(self, layer: int, hide_special: bool = False) -> AttentionResult:
-        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export).
+        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export);
+        timings, FLOPs and memory are the whole run's (the timing panel shows every layer's time).
 
         ``hide_special`` drops [CLS]/[SEP]/[PAD] from both axes WITHOUT re-normalising the rows:
         ``extra["hidden_mass"]`` [H, L'] is what each row gave the hidden keys, and ``extra["legend"]``
@@ -136,13 +139,12 @@ class PretrainedResult:
             embed_dim=e, hidden_dim=e, num_heads=n_heads, mask="causal" if self.causal else "none",
             scaled=self.scaled, positional=True, vocab_size=max(3, int(self.token_ids.max(initial=0)) + 1),
         )
-        timings = {"layer": self.timings.get(f"layer {layer}", 0.0)}
-        timings["total"] = timings["layer"]
         notices = list(self.notices) + ([legend] if hide_special else [])
         ablated = [h for (l, h) in self.ablate if l == layer]
         return AttentionResult(
             tokens=[self.tokens[i] for i in keep], token_ids=self.token_ids[keep], weights=weights,
-            output=self.hidden_states[layer + 1][keep], timings=timings, flops=0, peak_bytes=0,
+            output=self.hidden_states[layer + 1][keep], timings=dict(self.timings), flops=self.flops,
+            peak_bytes=self.peak_bytes,
             device=self.device, config=config, mask=mask, notices=notices,
             extra={"pretrained": self.model_name, "layer": int(layer), "special": self.special[keep],
                    "hide_special": bool(hide_special), "hidden_mass": hidden_mass, "legend": legend,

@@ -255,6 +255,11 @@ def run_pretrained(
     unknown = sum(1 for t in encoded.tokens if t == "[UNK]")
     if unknown:
         notices.append(f"{unknown} token(s) are not in the model's vocabulary and became [UNK]")
+    spec = model.spec
+    e, i, h, n_layers = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers
+    # per layer: Q,K,V,out projections 4*2LE^2, scores and weighted sum 2*2L^2E, feed-forward 2*2LEI
+    flops = n_layers * (8 * length * e * e + 4 * length * length * e + 4 * length * e * i)
+    peak = 4 * (weights_np.size + hidden_np.size + h * length * length + length * i)
     return PretrainedResult(
         model_name=model.name,
         tokens=encoded.tokens,
@@ -273,6 +278,8 @@ def run_pretrained(
         dropped_tokens=encoded.dropped,
         normal_embedding=normal,
         cosine_to_normal=cos,
+        flops=int(flops),
+        peak_bytes=int(peak),
     )
 
 

@@ -333,7 +333,7 @@ def _echo(path: Path, echo: bool) -> None:
 
 def launch_app(argv: Sequence[str] | None = None) -> int:
     """Open the window; without a display (or without the app), render the sample headless."""
-    from attndesk.render import has_display
+    from attndesk.render import display_problem, has_display
 
     if not has_display():
         print(
@@ -341,6 +341,10 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
             "rendering the sample heatmaps headless instead",
             flush=True,
         )
+        return headless_fallback()
+    problem = display_problem()
+    if problem:
+        print(f"attndesk: {problem}; rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()
     try:
         from attndesk.app import main as app_main

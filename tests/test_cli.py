@@ -182,3 +182,35 @@ def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp
     region = np.load([p for p in out if p.endswith(".npy")][0])
     full = run_attention(AttentionConfig(embed_dim=8, num_heads=2, mask="causal"), text)
     np.testing.assert_allclose(region, full.weights[1, 500:520, 480:510], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X display sockets are checked on Linux")
+def test_stale_display_is_detected_and_a_live_one_is_not(monkeypatch):
+    import socket
+
+    from attndesk.render import display_problem
+
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    number = 4000 + os.getpid() % 1000
+    monkeypatch.setenv("DISPLAY", f":{number}")
+    assert "no X server" in display_problem()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(f"\0/tmp/.X11-unix/X{number}")  # an abstract socket, as X servers also offer
+        server.listen(1)
+        assert display_problem() is None
+    finally:
+        server.close()
+    monkeypatch.setenv("DISPLAY", "remotehost:0")
+    assert display_problem() is None  # remote displays are left to Qt
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the no-display fallback is for Linux")
+def test_main_py_with_a_stale_display_falls_back(tmp_path):
+    env = _env_without_display(tmp_path)
+    env["DISPLAY"] = f":{5000 + os.getpid() % 1000}"
+    proc = subprocess.run([sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "no X server answers" in proc.stdout.splitlines()[0] and "Traceback" not in proc.stderr
+    assert len(list((tmp_path / "render-out").glob("*.png"))) == 2

@@ -17,6 +17,35 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+def display_problem() -> str | None:
+    """Why the X display in $DISPLAY cannot be used, or None when it answers (or is not X/local).
+
+    Qt aborts the process when it cannot open the display, so a stale DISPLAY (an SSH session
+    without forwarding, a stopped Xvfb) is checked first by connecting to the X server's socket.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    display = os.environ.get("DISPLAY", "")
+    host, _, rest = display.rpartition(":")
+    number = rest.split(".")[0]
+    if host not in ("", "unix") or not number.isdigit():
+        return None  # a remote or unusual display: let Qt try
+    import socket
+
+    path = f"/tmp/.X11-unix/X{number}"
+    for address in (path, "\0" + path):  # the socket file, then Linux's abstract namespace
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(address)
+            return None
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return f"DISPLAY={display} is set but no X server answers there"
+
+
 def ensure_gui_app(*, headless: bool = False):
     """Return the running QGuiApplication, creating one (a QApplication) if needed: fonts need it.
 
@@ -56,6 +85,7 @@ __all__ = [
     "export_figure",
     "export_weights",
     "figure_from_result",
+    "display_problem",
     "has_display",
     "paint_figure",
     "suggested_size",

@@ -46,6 +46,7 @@ def _fresh_cache():
 def test_tiny_folder_loads_and_runs(tmp_path):
     model = load_pretrained(_tiny_folder(tmp_path / "tiny"))
     assert (model.num_layers, model.num_heads, model.max_tokens) == (2, 2, 12)
+    assert model.name == "tiny"  # an opened folder is called by its folder name
     result = run_pretrained(model, "the cat sat on the mat")
     assert result.weights.shape == (2, 2, 8, 8)
     np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-5)

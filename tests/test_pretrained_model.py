@@ -200,7 +200,8 @@ def test_views_of_the_weights(model):
 
 
 def test_cached_once_and_thread_safe(model):
-    assert is_loaded() and load_pretrained() is model
+    assert is_loaded() and load_pretrained() is model and model.name == "all-MiniLM-L6-v2"
+    assert load_pretrained(packaged_model_dir()) is model  # the same folder by path: the same cache entry
     got = []
     threads = [threading.Thread(target=lambda: got.append(load_pretrained())) for _ in range(4)]
     for t in threads:

@@ -92,11 +92,18 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         encoder = build_encoder(spec, tensors, torch_device)
         report(0.9, "reading the tokenizer")
         tokenizer = read_tokenizer(folder)
-        name = PACKAGED_NAME if path is None else (spec.name.rsplit("/", 1)[-1] or folder.name)
+        name = PACKAGED_NAME if path is None or _is_packaged(folder) else folder.name
         model = PretrainedModel(name, folder, spec, encoder, tokenizer, torch_device, time.perf_counter() - start)
         _models[key] = model
         report(1.0, f"loaded {name}")
         return model
+
+
+def _is_packaged(folder: Path) -> bool:
+    try:
+        return folder.resolve() == packaged_model_dir().resolve()
+    except ConfigError:
+        return False
 
 
 def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:

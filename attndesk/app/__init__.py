@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import sys
 
+from .pyside_fix import pin_singletons
+
+pin_singletons()  # before any signal is emitted: PySide6 6.12 over-releases None/True (see module)
+
 __all__ = ["MainWindow", "main"]
 
 

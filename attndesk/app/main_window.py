@@ -69,6 +69,7 @@ class MainWindow(QMainWindow):
         self._payload: ViewPayload | None = None
         self._closed = False
         self._export_dialog = None
+        self._announce: ViewPayload | None = None
 
         # views ------------------------------------------------------------------------------
         self.tokensPanel = TokensPanel()
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
         self.parametersPanel.changed.connect(self.schedule_compute)
         self.parametersPanel.modeChanged.connect(self.schedule_compute)
         self.heatmapPanel.exportRequested.connect(self.open_export_dialog)
+        self.heatmapPanel.shown.connect(self._on_heatmaps_shown)
         self.cancelButton.clicked.connect(self.cancel_compute)
         app = QApplication.instance()
         if app is not None:
@@ -264,7 +266,6 @@ class MainWindow(QMainWindow):
         """Put a finished computation on screen (heatmaps, tokens, timing) and announce it."""
         result = payload.result
         self._payload = payload
-        self.heatmapPanel.set_source(payload.source)
         self.tokensPanel.show_result(result)
         self.timingPanel.show_result(result)
         L = len(result.tokens)
@@ -275,7 +276,15 @@ class MainWindow(QMainWindow):
         if payload.notices:
             message += " · " + "; ".join(payload.notices)
         self._set_status(message)
-        self.resultDisplayed.emit(result)
+        # resultDisplayed follows once every heatmap is drawn (many heads are drawn in slices)
+        self._announce = payload
+        self.heatmapPanel.set_source(payload.source)
+
+    @Slot()
+    def _on_heatmaps_shown(self) -> None:
+        payload, self._announce = self._announce, None
+        if payload is not None and payload is self._payload:
+            self.resultDisplayed.emit(payload.result)
 
     @Slot(int, str)
     def _on_failed(self, generation: int, message: str) -> None:
@@ -285,8 +294,7 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _on_cancelled(self, generation: int) -> None:
-        if self.runner.is_busy() and generation < self.runner.latest_generation:
-            return  # superseded by a newer request that is still running
+        # the runner reports only explicit cancels (superseded requests are stale and dropped)
         self._set_busy(False)
         keep = "; the previous result is still shown" if self._payload is not None else ""
         self._set_status(f"cancelled{keep}")

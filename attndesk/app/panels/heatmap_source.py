@@ -18,8 +18,9 @@ MEAN = "mean"  # the head argument that means "mean over heads"
 Head = Union[int, str]
 
 # Beyond this many cells per axis the overview is downsampled (max of each tile, so a single
-# sharp weight survives); a 2048-token run would otherwise mean 16 x 4M-pixel images.
-MAX_DISPLAY = 512
+# sharp weight survives); a 2048-token run would otherwise mean 16 x 4M-pixel images, and
+# colouring 16 x 512^2 pixels alone takes the GUI thread ~170 ms.
+MAX_DISPLAY = 256
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ square at x=k, y=q whatever the source's downsampling; masked cells get a hatche
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,11 +27,12 @@ from PySide6.QtWidgets import (
 )
 
 from .heatmap_source import MEAN, Head, HeatmapSource
-from .token_axis import TokenAxis
+from .token_axis import AxisLabels, TokenAxis, label_font
 
 COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))
 SCALE_MODES = (("shared", "shared across heads"), ("per-head", "per head"))
 ALL = "all"
+_SLICE_S = 0.02  # the longest the GUI thread spends building cells before serving events again
 
 _HATCH_DARK = (150, 150, 150, 255)
 _HATCH_LIGHT = (220, 220, 220, 255)
@@ -78,7 +80,7 @@ class _ClickLabel(pg.LabelItem):
 @dataclass
 class _Cell:
     head: Head
-    plot: pg.PlotItem
+    vb: pg.ViewBox
     image: pg.ImageItem
     overlay: pg.ImageItem
     highlight: QGraphicsRectItem
@@ -94,6 +96,7 @@ class HeatmapPanel(QWidget):
     exportRequested = Signal(object)  # "all", "mean" or a head index
     viewChanged = Signal(object)  # the new view target
     appearanceChanged = Signal()  # colormap or scale mode changed
+    shown = Signal()  # every heatmap of the current source is drawn
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -103,6 +106,9 @@ class HeatmapPanel(QWidget):
         self._target: Head = ALL
         self._columns = 0
         self._hover: tuple[int, int] | None = None
+        self._labels: tuple[AxisLabels, AxisLabels] | None = None
+        self._levels: dict = {}
+        self._build_token = 0
 
         bar = QHBoxLayout()
         bar.setContentsMargins(4, 2, 4, 2)
@@ -183,6 +189,7 @@ class HeatmapPanel(QWidget):
         old = self._source
         self._source = source
         if source is None:
+            self._build_token += 1
             self._clear_cells()
             self.graphics.hide()
             self.placeholder.show()
@@ -190,18 +197,23 @@ class HeatmapPanel(QWidget):
             return
         self.placeholder.hide()
         self.graphics.show()
+        font = label_font()
+        self._labels = (AxisLabels(source.query_labels, font), AxisLabels(source.key_labels, font))
         if isinstance(self._target, int) and self._target >= source.num_heads:
             self._target = ALL
         self._fill_view_combo()
         heads = self._heads_for_target()
         same_layout = (old is not None and [c.head for c in self._cells] == heads
                        and self._columns == self._best_columns(len(heads)))
-        if not same_layout:
-            self._build_cells()
-        self._update_images()
         self.note.setText(source.downsample_note())
         self._hover = None
         self.readout.setText(" ")
+        if same_layout:
+            self._build_token += 1  # a build still in progress for an older source stops
+            self._update_images()
+            self.shown.emit()
+        else:
+            self._build_cells(incremental=True)
 
     def view_target(self) -> Head:
         return self._target
@@ -215,7 +227,6 @@ class HeatmapPanel(QWidget):
         self._fill_view_combo()
         if self._source is not None:
             self._build_cells()
-            self._update_images()
         self.viewChanged.emit(target)
 
     def colormap_name(self) -> str:
@@ -287,92 +298,144 @@ class HeatmapPanel(QWidget):
         self._cells = []
         self._columns = 0
 
-    def _build_cells(self) -> None:
-        source = self._source
+    def _build_cells(self, *, incremental: bool = False) -> None:
+        """Lay out one cell per displayed head and draw the images.
+
+        ``incremental`` spreads the work over event-loop turns (a few cells per ~20 ms slice), so
+        showing 16 new heatmaps never freezes the window; ``shown`` is emitted when done.
+        """
+        self._build_token += 1
+        token = self._build_token
         self._clear_cells()
         heads = self._heads_for_target()
         n = len(heads)
         cols = self._best_columns(n)
         rows = math.ceil(n / cols)
         self._columns = cols
+        self._levels = self._compute_levels()
+        self.graphics.ci.addItem(self.colorBar, row=0, col=cols, rowspan=max(1, rows))
+        self._update_colorbar()
+        pending = list(enumerate(heads))
+        if not incremental:
+            for i, head in pending:
+                self._add_cell(i, head, n, cols, rows)
+            self.shown.emit()
+            return
+
+        def step() -> None:
+            if token != self._build_token:
+                return  # a newer source or view replaced this build
+            start = time.monotonic()
+            while pending and time.monotonic() - start < _SLICE_S:
+                i, head = pending.pop(0)
+                self._add_cell(i, head, n, cols, rows)
+            if pending:
+                QTimer.singleShot(1, step)  # a timer, not a posted event: posted events would starve other timers
+            else:
+                self.shown.emit()
+
+        QTimer.singleShot(1, step)
+
+    def is_building(self) -> bool:
+        return len(self._cells) < len(self._heads_for_target())
+
+    def _add_cell(self, i: int, head: Head, n: int, cols: int, rows: int) -> None:
+        source = self._source
         single = n == 1
         L, Lk = source.shape
-        for i, head in enumerate(heads):
-            r, c = divmod(i, cols)
-            cell_layout = pg.GraphicsLayout()
-            cell_layout.setSpacing(0)
-            cell_layout.setContentsMargins(0, 0, 0, 0)
-            title = pg.LabelItem(source.head_title(head), size="9pt", bold=single, color="#222222")
-            export = _ClickLabel("⤓ export", lambda h=head: self.exportRequested.emit(h), size="8pt",
-                                 color="#2a62c9")
-            cell_layout.addItem(title, row=0, col=0)
-            cell_layout.addItem(export, row=0, col=1)
-            left, bottom = TokenAxis("left"), TokenAxis("bottom")
-            plot = pg.PlotItem(axisItems={"left": left, "bottom": bottom})
-            plot.setMenuEnabled(False)
-            plot.hideButtons()
-            plot.invertY(True)  # query 0 at the top, like a matrix
-            plot.setMouseEnabled(single, single)
-            plot.vb.setDefaultPadding(0.0)
-            # Small multiples share their axes: token labels on the outer edges only.
-            left.set_labels(source.query_labels)
-            bottom.set_labels(source.key_labels)
-            left.set_show_labels(single or c == 0)
-            bottom.set_show_labels(single or r == rows - 1 or i + cols >= n)
-            image = pg.ImageItem(axisOrder="row-major")
-            overlay = pg.ImageItem(axisOrder="row-major")
-            overlay.setZValue(5)
-            plot.addItem(image)
-            plot.addItem(overlay)
-            highlight = QGraphicsRectItem(0, 0, 1, 1)
-            pen = QPen(_HIGHLIGHT)
-            pen.setWidth(2)
-            pen.setCosmetic(True)
-            highlight.setPen(pen)
-            highlight.setZValue(10)
-            highlight.hide()
-            plot.vb.addItem(highlight, ignoreBounds=True)
-            plot.vb.setLimits(xMin=0, xMax=Lk, yMin=0, yMax=L)
-            plot.vb.setRange(xRange=(0, Lk), yRange=(0, L), padding=0)
-            cell_layout.addItem(plot, row=1, col=0, colspan=2)
-            self.graphics.ci.addItem(cell_layout, row=r, col=c)
-            self._cells.append(_Cell(head, plot, image, overlay, highlight, title, left, bottom))
-        self.graphics.ci.addItem(self.colorBar, row=0, col=cols, rowspan=max(1, rows))
+        r, c = divmod(i, cols)
+        cell_layout = pg.GraphicsLayout()
+        cell_layout.setSpacing(0)
+        cell_layout.setContentsMargins(0, 0, 0, 0)
+        title = pg.LabelItem(source.head_title(head), size="9pt", bold=single, color="#222222")
+        export = _ClickLabel("⤓ export", lambda h=head: self.exportRequested.emit(h), size="8pt",
+                             color="#2a62c9")
+        cell_layout.addItem(title, row=0, col=1)
+        cell_layout.addItem(export, row=0, col=2)
+        left, bottom = TokenAxis("left"), TokenAxis("bottom")
+        # A bare ViewBox with two linked axes: a PlotItem per head costs ~10 ms to build.
+        vb = pg.ViewBox(enableMenu=False, invertY=True, defaultPadding=0.0)  # query 0 at the top
+        vb.setMouseEnabled(single, single)
+        left.linkToView(vb)
+        bottom.linkToView(vb)
+        # Small multiples share their axes: token labels on the outer edges only.
+        left.set_labels(self._labels[0])
+        bottom.set_labels(self._labels[1])
+        left.set_show_labels(single or c == 0)
+        bottom.set_show_labels(single or r == rows - 1 or i + cols >= n)
+        image = pg.ImageItem(axisOrder="row-major")
+        overlay = pg.ImageItem(axisOrder="row-major")
+        overlay.setZValue(5)
+        vb.addItem(image)
+        vb.addItem(overlay)
+        highlight = QGraphicsRectItem(0, 0, 1, 1)
+        pen = QPen(_HIGHLIGHT)
+        pen.setWidth(2)
+        pen.setCosmetic(True)
+        highlight.setPen(pen)
+        highlight.setZValue(10)
+        highlight.hide()
+        vb.addItem(highlight, ignoreBounds=True)
+        vb.setLimits(xMin=0, xMax=Lk, yMin=0, yMax=L)
+        vb.setRange(xRange=(0, Lk), yRange=(0, L), padding=0)
+        cell_layout.addItem(left, row=1, col=0)
+        cell_layout.addItem(vb, row=1, col=1, colspan=2)
+        cell_layout.addItem(bottom, row=2, col=1, colspan=2)
+        self.graphics.ci.addItem(cell_layout, row=r, col=c)
+        cell = _Cell(head, vb, image, overlay, highlight, title, left, bottom)
+        self._cells.append(cell)
+        self._draw_cell(cell)
 
-    def _update_images(self) -> None:
+    def _compute_levels(self) -> dict:
+        """Colour scale and the masked-cell hatch, shared by every cell of one source."""
         source = self._source
-        if source is None:
-            return
-        L, Lk = source.shape
-        cmap = pg.colormap.get(self.colormap_name())
         shared = self.shared_scale()
-        top = max([source.level_max(h) for h in range(source.num_heads)] + [source.level_max(MEAN)]) if shared else 1.0
-        top = top if top > 0 else 1.0
+        heads = [source.level_max(h) for h in range(source.num_heads)] + [source.level_max(MEAN)]
+        top = max(heads) if shared else 1.0
         mask = source.display_mask()
-        hatch = hatch_overlay(mask) if mask is not None else None
-        rect = QRectF(0, 0, Lk, L)
-        for cell in self._cells:
-            data = source.display_matrix(cell.head)
-            hi = top if shared else (source.level_max(cell.head) or 1.0)
-            cell.image.setColorMap(cmap)
-            cell.image.setImage(data, autoLevels=False, levels=(0.0, hi))
-            cell.image.setRect(rect)
-            cell.title.setText(source.head_title(cell.head))
-            if hatch is not None:
-                cell.overlay.setImage(hatch, autoLevels=False, levels=(0, 255))
-                cell.overlay.setRect(rect)
-                cell.overlay.show()
-            else:
-                cell.overlay.hide()
-            cell.left.set_labels(source.query_labels)
-            cell.bottom.set_labels(source.key_labels)
-        self.colorBar.setColorMap(cmap)
-        if shared:
-            self.colorBar.setLevels(values=(0.0, top))
+        return {
+            "cmap": pg.colormap.get(self.colormap_name()),
+            "shared": shared,
+            "top": top if top > 0 else 1.0,
+            "hatch": hatch_overlay(mask) if mask is not None else None,
+            "rect": QRectF(0, 0, source.shape[1], source.shape[0]),
+        }
+
+    def _draw_cell(self, cell: _Cell) -> None:
+        source, lv = self._source, self._levels
+        data = source.display_matrix(cell.head)
+        hi = lv["top"] if lv["shared"] else (source.level_max(cell.head) or 1.0)
+        cell.image.setColorMap(lv["cmap"])
+        cell.image.setImage(data, autoLevels=False, levels=(0.0, hi))
+        cell.image.setRect(lv["rect"])
+        cell.title.setText(source.head_title(cell.head))
+        if lv["hatch"] is not None:
+            cell.overlay.setImage(lv["hatch"], autoLevels=False, levels=(0, 255))
+            cell.overlay.setRect(lv["rect"])
+            cell.overlay.show()
+        else:
+            cell.overlay.hide()
+
+    def _update_colorbar(self) -> None:
+        lv = self._levels
+        self.colorBar.setColorMap(lv["cmap"])
+        if lv["shared"]:
+            self.colorBar.setLevels(values=(0.0, lv["top"]))
             self.colorBar.axis.setLabel("weight")
         else:
             self.colorBar.setLevels(values=(0.0, 1.0))
             self.colorBar.axis.setLabel("fraction of each head's max")
+
+    def _update_images(self) -> None:
+        """Redraw the existing cells (new data of the same shape, colormap or scale change)."""
+        if self._source is None:
+            return
+        self._levels = self._compute_levels()
+        for cell in self._cells:
+            cell.left.set_labels(self._labels[0])
+            cell.bottom.set_labels(self._labels[1])
+            self._draw_cell(cell)
+        self._update_colorbar()
 
     def _fill_view_combo(self) -> None:
         combo = self.viewCombo
@@ -395,9 +458,8 @@ class HeatmapPanel(QWidget):
     def _reflow_if_needed(self) -> None:
         if self._source is None or not self._cells:
             return
-        if self._best_columns(len(self._cells)) != self._columns:
+        if not self.is_building() and self._best_columns(len(self._cells)) != self._columns:
             self._build_cells()
-            self._update_images()
 
     # -- interaction ---------------------------------------------------------------------------
     @Slot(int)
@@ -414,8 +476,8 @@ class HeatmapPanel(QWidget):
             return None
         L, Lk = self._source.shape
         for cell in self._cells:
-            if cell.plot.vb.sceneBoundingRect().contains(scene_pos):
-                point = cell.plot.vb.mapSceneToView(scene_pos)
+            if cell.vb.sceneBoundingRect().contains(scene_pos):
+                point = cell.vb.mapSceneToView(scene_pos)
                 k, q = int(math.floor(point.x())), int(math.floor(point.y()))
                 if 0 <= q < L and 0 <= k < Lk:
                     return cell, q, k

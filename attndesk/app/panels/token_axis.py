@@ -17,6 +17,24 @@ def elide(label: str, limit: int = MAX_LABEL_CHARS) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
+class AxisLabels:
+    """Elided labels and the pixel width of the widest, computed once per source and shared
+    by every axis (measuring thousands of tokens per axis would stall the GUI thread)."""
+
+    def __init__(self, labels, font: QFont) -> None:
+        self.texts = [elide(str(t)) for t in labels]
+        metrics = QFontMetricsF(font)
+        # the widest label is among the longest by character count; measure only those
+        longest = sorted(self.texts, key=len, reverse=True)[:32]
+        self.widest = max((metrics.horizontalAdvance(t) for t in longest), default=0.0)
+
+
+def label_font(px: int = 10) -> QFont:
+    font = QFont()
+    font.setPixelSize(px)
+    return font
+
+
 class TokenAxis(pg.AxisItem):
     """Cell i spans [i, i+1); its label sits at i + 0.5. Only every n-th label is drawn when the
     cells are narrower than a line of text, so labels never overlap (zooming in shows them all).
@@ -25,8 +43,8 @@ class TokenAxis(pg.AxisItem):
     def __init__(self, orientation: str, font_px: int = 10) -> None:
         super().__init__(orientation)
         self._labels: list[str] = []
-        self._font = QFont()
-        self._font.setPixelSize(font_px)
+        self._widest = 0.0
+        self._font = label_font(font_px)
         self._metrics = QFontMetricsF(self._font)
         self._show = True
         self.setTickFont(self._font)
@@ -37,8 +55,11 @@ class TokenAxis(pg.AxisItem):
             # We draw the text ourselves (rotated); pyqtgraph only draws the tick marks.
             self.setStyle(showValues=False)
 
-    def set_labels(self, labels: Sequence[str]) -> None:
-        self._labels = [elide(str(t)) for t in labels]
+    def set_labels(self, labels: "Sequence[str] | AxisLabels") -> None:
+        if not isinstance(labels, AxisLabels):
+            labels = AxisLabels(labels, self._font)
+        self._labels = labels.texts
+        self._widest = labels.widest
         self._fit()
         self.picture = None
         self.update()
@@ -53,8 +74,7 @@ class TokenAxis(pg.AxisItem):
 
     def _fit(self) -> None:
         """Room for the widest label (pyqtgraph would otherwise drop labels that overflow)."""
-        widest = max((self._metrics.horizontalAdvance(t) for t in self._labels), default=0)
-        room = int(math.ceil(widest)) + 10 if self._show and self._labels else 6
+        room = int(math.ceil(self._widest)) + 10 if self._show and self._labels else 6
         if self.orientation == "bottom":
             self.setHeight(room)
         else:

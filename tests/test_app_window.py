@@ -1,0 +1,278 @@
+"""The main window end to end (offscreen): live recompute, inline errors, failures, closing."""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QCoreApplication, QElapsedTimer, QEvent, QPointF, Qt, QTimer
+
+from attndesk.app import MainWindow
+from attndesk.app.main_window import app_settings
+from attndesk.app.panels.heatmap_source import MEAN
+from attndesk.app.worker import running_threads
+from attndesk.core import AttentionConfig, run_attention
+
+TIMEOUT_MS = 15000
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()
+
+
+def dispose(w) -> None:
+    """Close and really delete a window now (deleteLater alone waits for an event loop that
+    pytest-qt never runs, and Qt objects left for interpreter shutdown can crash it)."""
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow()
+    w.resize(1300, 850)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass  # the first result of the sample sentence
+    yield w
+    dispose(w)
+
+
+def wait_result(qtbot, w, action):
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
+        action()
+    return blocker.args[0]
+
+
+def core_weights(w) -> np.ndarray:
+    """The core's weights for the window's current text and parameters, computed independently."""
+    config = AttentionConfig.from_dict(w.parametersPanel.values())
+    return run_attention(config, w.tokensPanel.text(), key_text=w.tokensPanel.key_text()).weights
+
+
+def test_window_contract(window):
+    names = ["tokenInput", "embedDimSpin", "hiddenDimSpin", "headsSpin", "maskCombo", "scaleCheck",
+             "positionalCheck", "dropoutSpin", "seedSpin", "deviceCombo", "dtypeCombo", "heatmapView",
+             "timingPanel", "modeCombo", "viewTabs", "trainCheck", "crossCheck"]
+    from PySide6.QtWidgets import QWidget
+
+    for name in names:
+        assert window.findChild(QWidget, name) is not None, name
+    assert window.exportAction.objectName() == "exportAction"
+    assert window.exportAction.shortcut().toString() == "Ctrl+E"
+    assert window.viewTabs.widget(0) is window.heatmapPanel
+    assert window.displayed_result() is not None
+    assert window.status_text().startswith("done in")
+
+
+def test_heads_change_shows_that_many_heatmaps_equal_to_core(qtbot, window):
+    result = wait_result(qtbot, window, lambda: window.parametersPanel.headsSpin.setValue(8))
+    assert result is window.displayed_result()
+    arrays = window.heatmapPanel.displayed_arrays()
+    assert len(arrays) == 8 == result.num_heads
+    expected = core_weights(window)
+    for h, array in enumerate(arrays):
+        np.testing.assert_array_equal(array, expected[h])
+    # and the mean view draws the mean over heads
+    window.heatmapPanel.set_view_target(MEAN)
+    (mean,) = window.heatmapPanel.displayed_arrays()
+    np.testing.assert_allclose(mean, expected.mean(axis=0), rtol=1e-6, atol=1e-7)
+    # the timing panel shows this run's stages
+    stages = window.timingPanel.stage_milliseconds()
+    assert "scores" in stages and stages["scores"] == pytest.approx(result.timings["scores"] * 1e3)
+
+
+def test_causal_mask_zeroes_every_cell_above_the_diagonal(qtbot, window):
+    result = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    assert result.config.mask == "causal"
+    arrays = window.heatmapPanel.displayed_arrays()
+    assert len(arrays) == result.num_heads
+    for array in arrays:
+        assert np.all(np.triu(array, k=1) == 0)
+        assert np.all(np.diag(array) > 0)
+        np.testing.assert_allclose(array.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_invalid_heads_show_inline_message_and_compute_nothing(qtbot, window):
+    before = window.displayed_result()
+    panel = window.parametersPanel
+    with qtbot.assertNotEmitted(window.resultDisplayed, wait=500):
+        panel.headsSpin.setValue(6)  # 64 dims: 6 does not divide
+    assert panel.headsError.isVisibleTo(window)
+    assert "1, 2, 4, 8, 16, 32, 64" in panel.headsError.text()
+    assert not window.runner.is_busy()
+    assert window.displayed_result() is before
+    assert "fix the parameters" in window.status_text()
+    # fixing it computes again and clears the message
+    result = wait_result(qtbot, window, lambda: panel.headsSpin.setValue(16))
+    assert result.num_heads == 16
+    assert not panel.headsError.isVisibleTo(window)
+
+
+def test_worker_error_is_reported_and_previous_result_kept(qtbot, window, monkeypatch):
+    import attndesk.app.jobs as jobs
+
+    before = window.displayed_result()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(jobs, "run_attention", broken)
+    with qtbot.waitSignal(window.runner.failed, timeout=TIMEOUT_MS):
+        window.parametersPanel.seedSpin.setValue(5)
+    assert "out of memory" in window.status_text()
+    assert "previous result" in window.status_text()
+    assert window.displayed_result() is before
+    assert len(window.heatmapPanel.displayed_arrays()) == before.num_heads
+    # the app keeps working once the failure goes away
+    monkeypatch.undo()
+    result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(6))
+    assert result.config.seed == 6
+
+
+def test_hover_readout_and_highlight_in_every_head(qtbot, window):
+    panel = window.heatmapPanel
+    result = window.displayed_result()
+    cell = panel._cells[1]  # head 1
+    q, k = 3, 2
+    scene = cell.vb.mapViewToScene(QPointF(k + 0.5, q + 0.5))
+    panel._on_mouse_moved(scene)
+    text = panel.readout.text()
+    expected = f'head 1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
+    assert text == expected
+    assert re.fullmatch(r'head \d+ · query ".*" \(\d+\) → key ".*" \(\d+\): \d\.\d{4}', text)
+    assert panel.highlighted_cells() == [(q, k)] * result.num_heads
+
+
+def test_click_enlarges_a_head(qtbot, window):
+    panel = window.heatmapPanel
+    cell = panel._cells[2]
+
+    class Click:
+        def button(self):
+            return Qt.MouseButton.LeftButton
+
+        def scenePos(self):  # noqa: N802
+            return cell.vb.mapViewToScene(QPointF(1.5, 1.5))
+
+    panel._on_mouse_clicked(Click())
+    assert panel.view_target() == 2
+    assert panel.displayed_heads() == [2]
+    np.testing.assert_array_equal(panel.displayed_arrays()[0], window.displayed_result().weights[2])
+
+
+def test_per_head_colour_scale_uses_each_heads_max(qtbot, window):
+    panel = window.heatmapPanel
+    weights = window.displayed_result().weights
+    panel.set_shared_scale(False)
+    for h, (lo, hi) in enumerate(panel.image_levels()):
+        assert lo == 0 and hi == pytest.approx(float(weights[h].max()))
+    panel.set_shared_scale(True)
+    for lo, hi in panel.image_levels():
+        assert lo == 0 and hi == pytest.approx(float(weights.max()))
+    panel.set_colormap_name("CET-L1")
+    assert panel.colormap_name() == "CET-L1"
+
+
+def test_masked_cells_are_hatched_not_coloured(qtbot, window):
+    wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    cell = window.heatmapPanel._cells[0]
+    assert cell.overlay.isVisible()
+    overlay = cell.overlay.image  # RGBA over the whole matrix
+    L = window.displayed_result().weights.shape[1]
+    k = overlay.shape[0] // L
+    # above the diagonal: opaque grey stripes (two shades); on/below it: transparent
+    top_right = overlay[: k, (L - 1) * k :]
+    assert (top_right[..., 3] == 255).all()
+    assert len({tuple(px) for px in top_right.reshape(-1, 4)}) == 2
+    assert (overlay[(L - 1) * k :, : k, 3] == 0).all()
+
+
+def test_cross_attention_uses_the_second_text_as_keys(qtbot, window):
+    tokens = window.tokensPanel
+
+    def switch_on():
+        tokens.keyInput.setPlainText("a dog barked")
+        tokens.crossCheck.setChecked(True)
+
+    result = wait_result(qtbot, window, switch_on)
+    assert result.key_tokens == ["a", "dog", "barked"]
+    arrays = window.heatmapPanel.displayed_arrays()
+    assert arrays[0].shape == (len(result.tokens), 3)
+    np.testing.assert_array_equal(np.stack(arrays), core_weights(window))
+
+
+def long_text(n: int) -> str:
+    return " ".join(f"w{i % 500}" for i in range(n))
+
+
+def set_large(w):
+    p = w.parametersPanel
+    p.set_values({"embed_dim": 256, "num_heads": 16, "mask": "none"})
+    w.tokensPanel.tokenInput.setPlainText(long_text(2048))
+
+
+def test_event_loop_stays_responsive_during_a_large_run(qtbot, window):
+    set_large(window)
+    gaps = []
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.elapsed()]
+
+    def tick():
+        now = clock.elapsed()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    timer.start()
+    try:
+        with qtbot.waitSignal(window.resultDisplayed, timeout=60000) as blocker:
+            window.compute_now()
+        qtbot.wait(30)
+    finally:
+        timer.stop()
+    result = blocker.args[0]
+    assert result.weights.shape == (16, 2048, 2048)
+    assert len(gaps) > 20
+    assert max(gaps) < 100, f"event loop stalled for {max(gaps)} ms"
+
+
+def test_closing_during_a_long_run_exits_cleanly(qtbot, qtlog):
+    w = MainWindow()
+    w.show()
+    set_large(w)
+    w.compute_now()
+    qtbot.waitUntil(lambda: w.runner._running is not None, timeout=TIMEOUT_MS)
+    start = time.monotonic()
+    w.close()
+    assert time.monotonic() - start < 10
+    assert running_threads() == []
+    dispose(w)
+    assert not any("Destroyed while thread" in rec.message for rec in qtlog.records)
+
+
+def test_cancel_keeps_the_previous_result(qtbot, window):
+    before = window.displayed_result()
+    set_large(window)
+    window.compute_now()
+    qtbot.waitUntil(lambda: window.runner._running is not None, timeout=TIMEOUT_MS)
+    with qtbot.assertNotEmitted(window.resultDisplayed, wait=0):
+        window.cancelAction.trigger()
+    assert window.status_text().startswith("cancelled")
+    assert window.displayed_result() is before
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+    assert window.displayed_result() is before

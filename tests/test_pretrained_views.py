@@ -212,6 +212,7 @@ def test_real_model_grid_and_export(grid, tmp_path):
     assert (image.width(), image.height()) == (800, 420)
     svg = export_painting(painting, tmp_path / "grid.svg").read_text()
     assert ">L5<" in svg and ">H11<" in svg
+    assert "colour: each head" in svg and "Ctrl+click" not in svg  # the on-screen hint is not exported
     pdf = export_painting(painting, tmp_path / "grid.pdf").read_bytes()
     assert pdf.startswith(b"%PDF")
     view = FollowTokenView()

@@ -33,6 +33,7 @@ from attndesk.render.colormaps import hatch_rgb, lookup_table, mask_rgb, value_i
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
+GRID_HINT = "click: open · Ctrl+click: ablate"
 CSV_MAX_CELLS = 2_000_000  # a long-format CSV row per weight: ~40 bytes each, slow to write in Python
 _ABLATED_RGB = (200, 30, 30)
 _CURRENT_RGB = (255, 140, 0)
@@ -145,7 +146,8 @@ class LayerGridPainting:
 
     # -- drawing ----------------------------------------------------------------------------
     def paint(self, painter: QPainter, rect: QRectF, *, current: tuple[int, int] | None = None,
-              hover: tuple[int, int] | None = None, background: bool = True) -> None:
+              hover: tuple[int, int] | None = None, background: bool = True, hint: str = "") -> None:
+        """Draw into ``rect``; ``hint`` (the widget's "click: open ...") follows the caption on screen only."""
         painter.save()
         if background:
             painter.fillRect(rect, QColor(255, 255, 255))
@@ -173,12 +175,13 @@ class LayerGridPainting:
                 painter.setPen(QPen(QColor(*rgb), 2.0))
                 painter.setBrush(Qt.BrushStyle.NoBrush)
                 painter.drawRect(self.cell_rect(rect, *cell).adjusted(-1.5, -1.5, 1.5, 1.5))
-        if self.caption:
+        caption = " · ".join(part for part in (self.caption, hint) if part)
+        if caption:
             painter.setPen(QColor(60, 60, 60))
             painter.setFont(_font(7.5))
             bottom = self.cell_rect(rect, self.num_layers - 1, 0).bottom()
             caption_rect = QRectF(rect.left() + 2, bottom + 3, rect.width() - 4, self.margin_bottom - 3)
-            text = QFontMetricsF(painter.font()).elidedText(self.caption, Qt.TextElideMode.ElideRight, caption_rect.width())
+            text = QFontMetricsF(painter.font()).elidedText(caption, Qt.TextElideMode.ElideRight, caption_rect.width())
             painter.drawText(caption_rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop), text)
         painter.restore()
 
@@ -191,14 +194,13 @@ class LayerGridPainting:
 
 
 def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = None, factor: int = 1) -> str:
-    """The legend line under the grid: colour scale, special tokens, downsampling, controls."""
+    """The legend line under the grid: colour scale, special tokens, downsampling."""
     parts = ["colour: each head 0..its max" if scale == "per-head" else "colour: 0..largest weight"]
     if hide_special:
         share = "" if hidden_share is None else f": on average {hidden_share:.0%} of each row went to them"
         parts.append(f"[CLS]/[SEP] hidden, rows not re-normalised{share}")
     if factor > 1:
         parts.append(f"each pixel = max of {factor}x{factor} cells")
-    parts.append("click: open · Ctrl+click: ablate")
     return " · ".join(parts)
 
 
@@ -326,7 +328,8 @@ class LayerHeadGrid(QWidget):
                 painter.setPen(QColor(120, 120, 120))
                 painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignCenter), "no pretrained run yet")
             else:
-                self._painting.paint(painter, QRectF(self.rect()), current=self._current, hover=self._hover)
+                self._painting.paint(painter, QRectF(self.rect()), current=self._current, hover=self._hover,
+                                     hint=GRID_HINT)
         finally:
             painter.end()
 

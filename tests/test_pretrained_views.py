@@ -249,3 +249,18 @@ def test_export_all_weights_npy_and_csv(tmp_path):
     with pytest.raises(ExportError, match="export .npy instead"):
         export_all_weights(big, tmp_path / "big.csv")
     assert not (tmp_path / "big.csv").exists()
+
+
+def test_keyboard_moves_opens_and_ablates(grid, qtbot):
+    grid.set_result(_synthetic())
+    qtbot.keyClick(grid, Qt.Key.Key_Right)  # nothing highlighted yet: starts at (0, 0)
+    assert grid.current() == (0, 0)
+    for key in (Qt.Key.Key_Right, Qt.Key.Key_Right, Qt.Key.Key_Down, Qt.Key.Key_Down, Qt.Key.Key_Down):
+        qtbot.keyClick(grid, key)
+    assert grid.current() == (2, 2)  # the last Down stops at the bottom row
+    with qtbot.waitSignal(grid.headActivated, timeout=1000) as blocker:
+        qtbot.keyClick(grid, Qt.Key.Key_Return)
+    assert blocker.args == [2, 2]
+    with qtbot.waitSignal(grid.ablationChanged, timeout=1000) as blocker:
+        qtbot.keyClick(grid, Qt.Key.Key_Space)
+    assert blocker.args == [[(2, 2)]]

@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.panels.heatmap_source import tile_reduce
-from attndesk.render.colormaps import hatch_rgb, lookup_table, mask_rgb, value_indices
+from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
-GRID_HINT = "click: open · Ctrl+click: ablate"
+GRID_HINT = "click / Enter: open · Ctrl+click / Space: ablate"
 CSV_MAX_CELLS = 2_000_000  # a long-format CSV row per weight: ~40 bytes each, slow to write in Python
 _ABLATED_RGB = (200, 30, 30)
 _CURRENT_RGB = (255, 140, 0)
@@ -370,9 +370,24 @@ class LayerHeadGrid(QWidget):
             self.headHovered.emit(-1, -1)
         super().leaveEvent(event)
 
+    _MOVES = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1), Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
+
     def keyPressEvent(self, event) -> None:  # noqa: N802
-        if self._current is not None and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+        """Arrows move the highlight, Enter opens it, Space toggles ablating it."""
+        key = event.key()
+        if self._painting is not None and key in self._MOVES:
+            layer, head = self._current or (0, 0)
+            if self._current is not None:
+                dl, dh = self._MOVES[key]
+                layer = min(max(layer + dl, 0), self._painting.num_layers - 1)
+                head = min(max(head + dh, 0), self._painting.num_heads - 1)
+            self.set_current(layer, head)
+            return
+        if self._current is not None and key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             self.headActivated.emit(*self._current)
+            return
+        if self._current is not None and key == Qt.Key.Key_Space:
+            self.toggle_ablation(*self._current)
             return
         super().keyPressEvent(event)
 

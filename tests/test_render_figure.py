@@ -265,3 +265,22 @@ def test_fixed_vmax_saturates_larger_weights(qapp, small_figure):
     # the colour bar says that larger values exist: a triangle in the top colour above the bar
     bar = geometry.colorbar
     assert pixel(image, bar.center().x(), bar.top() - bar.width() * 0.3) == top
+
+
+def test_many_pyside_void_calls_do_not_free_none():
+    """Each void PySide6 call drops a reference to None on Python < 3.12 (PySide6 6.12); without
+    the guard in attndesk.render, 300,000 calls abort the interpreter (none_dealloc)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import attndesk.render\n"
+        "from PySide6.QtGui import QColor\n"
+        "c = QColor(1, 2, 3)\n"
+        "for _ in range(300_000):\n"
+        "    c.setRed(5)\n"
+        "print('alive')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "alive", proc.stderr[-500:]

@@ -14,11 +14,12 @@ from .masks import causal_mask, padding_mask
 from .memory import estimate_run, format_bytes
 from .pipeline import run_attention
 from .positional import sinusoidal_encoding
+from .pretrained import PretrainedResult, load_pretrained, run_pretrained
 from .result import AttentionResult
 
 __all__ = [
     "AttentionConfig", "AttentionResult", "Cancelled", "ConfigError", "MASK_KINDS",
     "MultiHeadAttention", "SingleHeadAttention", "available_devices", "causal_mask",
     "device_availability", "divisors", "estimate_run", "format_bytes", "masked_softmax",
-    "padding_mask", "run_attention", "scaled_dot_product_attention", "sinusoidal_encoding",
+    "padding_mask", "PretrainedResult", "load_pretrained", "run_attention", "run_pretrained", "scaled_dot_product_attention", "sinusoidal_encoding",
 ]

@@ -92,7 +92,7 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(self.tokensDock, self.parametersDock, Qt.Orientation.Vertical)
         self.resizeDocks([self.tokensDock], [340], Qt.Orientation.Horizontal)
         self.resizeDocks([self.tokensDock, self.parametersDock], [380, 470], Qt.Orientation.Vertical)
-        self.resizeDocks([self.timingDock], [210], Qt.Orientation.Vertical)
+        self.resizeDocks([self.timingDock], [230], Qt.Orientation.Vertical)
         self._default_state = self.saveState(STATE_VERSION)
 
         # status bar -------------------------------------------------------------------------

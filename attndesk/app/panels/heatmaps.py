@@ -108,6 +108,7 @@ class HeatmapPanel(QWidget):
         self._hover: tuple[int, int] | None = None
         self._labels: tuple[AxisLabels, AxisLabels] | None = None
         self._levels: dict = {}
+        self._cell_size = (100.0, 100.0)
         self._build_token = 0
 
         bar = QHBoxLayout()
@@ -280,17 +281,14 @@ class HeatmapPanel(QWidget):
         return [self._target]
 
     def _best_columns(self, n: int) -> int:
-        """Columns that make the cells closest to square in the current widget."""
-        if n <= 1:
+        """Columns that give the largest heatmaps in the current panel."""
+        if n <= 1 or self._source is None:
             return 1
-        w = max(1, self.graphics.width() - 80)  # the colour bar takes ~80 px
-        h = max(1, self.graphics.height())
-        best, best_side = 1, -1.0
+        best, best_w = 1, -1.0
         for cols in range(1, n + 1):
-            rows = math.ceil(n / cols)
-            side = min(w / cols, h / rows)
-            if side > best_side + 1e-9:
-                best, best_side = cols, side
+            w, _ = self._cell_dims(n, cols, math.ceil(n / cols))
+            if w > best_w + 1e-9:
+                best, best_w = cols, w
         return best
 
     def _clear_cells(self) -> None:
@@ -313,7 +311,11 @@ class HeatmapPanel(QWidget):
         rows = math.ceil(n / cols)
         self._columns = cols
         self._levels = self._compute_levels()
+        self._cell_size = self._cell_dims(n, cols, rows)
         self.graphics.ci.addItem(self.colorBar, row=0, col=cols, rowspan=max(1, rows))
+        # spare room goes to an empty last column/row, so cells keep their square-ish size
+        self.graphics.ci.addItem(self._spacer(), row=0, col=cols + 1)
+        self.graphics.ci.addItem(self._spacer(), row=rows, col=0)
         self._update_colorbar()
         pending = list(enumerate(heads))
         if not incremental:
@@ -383,8 +385,36 @@ class HeatmapPanel(QWidget):
         cell_layout.addItem(bottom, row=2, col=1, colspan=2)
         self.graphics.ci.addItem(cell_layout, row=r, col=c)
         cell = _Cell(head, vb, image, overlay, highlight, title, left, bottom)
+        self._size_cell(cell)
         self._cells.append(cell)
         self._draw_cell(cell)
+
+    @staticmethod
+    def _spacer() -> pg.GraphicsWidget:
+        spacer = pg.GraphicsWidget()
+        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        spacer.setMinimumSize(0, 0)
+        return spacer
+
+    def _cell_dims(self, n: int, cols: int, rows: int) -> tuple[float, float]:
+        """Pixel size of one heatmap: as large as fits, cells square (L x Lk keeps its aspect)."""
+        L, Lk = self._source.shape
+        left_w = self._labels[0].widest + 16
+        bottom_h = self._labels[1].widest + 16
+        avail_w = self.width() - 110 - left_w - cols * 12  # colour bar, labels, gaps
+        avail_h = self.height() - 80 - bottom_h - rows * 26  # toolbar, read-out, titles
+        aspect = Lk / L  # width / height of the matrix
+        width = max(40.0, min(avail_w / cols, avail_h / rows * aspect))
+        return width, max(40.0, width / aspect)
+
+    def _size_cell(self, cell: _Cell) -> None:
+        w, h = self._cell_size
+        cell.vb.setMinimumSize(w, h)
+        cell.vb.setMaximumSize(w, h)
+        cell.bottom.setMinimumWidth(w)  # the axis maps the view range onto its own width
+        cell.bottom.setMaximumWidth(w)
+        cell.left.setMinimumHeight(h)
+        cell.left.setMaximumHeight(h)
 
     def _compute_levels(self) -> dict:
         """Colour scale and the masked-cell hatch, shared by every cell of one source."""
@@ -458,8 +488,15 @@ class HeatmapPanel(QWidget):
     def _reflow_if_needed(self) -> None:
         if self._source is None or not self._cells:
             return
-        if not self.is_building() and self._best_columns(len(self._cells)) != self._columns:
+        if self.is_building():
+            return
+        if self._best_columns(len(self._cells)) != self._columns:
             self._build_cells()
+            return
+        n = len(self._cells)
+        self._cell_size = self._cell_dims(n, self._columns, math.ceil(n / self._columns))
+        for cell in self._cells:
+            self._size_cell(cell)
 
     # -- interaction ---------------------------------------------------------------------------
     @Slot(int)

@@ -6,6 +6,7 @@ from collections import deque
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 HISTORY = 50
@@ -34,6 +35,16 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _titled(title: str, widget: QWidget) -> QVBoxLayout:
+    box = QVBoxLayout()
+    box.setSpacing(0)
+    label = QLabel(title)
+    label.setStyleSheet("color: #333;")
+    box.addWidget(label)
+    box.addWidget(widget, 1)
+    return box
+
+
 class TimingPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -41,13 +52,16 @@ class TimingPanel(QWidget):
         self._history: deque[float] = deque(maxlen=HISTORY)
         self._stages: list[str] = []
 
+        small = QFont()
+        small.setPixelSize(10)
         self.bars = pg.PlotWidget(background="w")
         self.bars.setMenuEnabled(False)
         self.bars.hideButtons()
         self.bars.setMouseEnabled(False, False)
-        self.bars.setTitle("last run, per stage", size="9pt", color="#222")
-        self.bars.setLabel("bottom", "ms")
         self.bars.getPlotItem().invertY(True)
+        for name in ("left", "bottom"):
+            self.bars.getAxis(name).setTickFont(small)
+            self.bars.getAxis(name).setTextPen("#333")
         self._bar_item = pg.BarGraphItem(x0=[], y=[], height=0.6, width=[], brush="#4c72b0", pen=None)
         self.bars.addItem(self._bar_item)
 
@@ -55,13 +69,13 @@ class TimingPanel(QWidget):
         self.history.setMenuEnabled(False)
         self.history.hideButtons()
         self.history.setMouseEnabled(False, False)
-        self.history.setTitle(f"total time, last {HISTORY} runs", size="9pt", color="#222")
-        self.history.setLabel("left", "ms")
-        self.history.setLabel("bottom", "run")
+        for name in ("left", "bottom"):
+            self.history.getAxis(name).setTickFont(small)
+            self.history.getAxis(name).setTextPen("#333")
         self._line = self.history.plot([], [], pen=pg.mkPen("#dd8452", width=2), symbol="o", symbolSize=4,
                                        symbolBrush="#dd8452", symbolPen=None)
         for w in (self.bars, self.history):
-            w.setMinimumHeight(120)
+            w.setMinimumHeight(110)
 
         self.totalLabel = QLabel("–", objectName="timingTotal")
         self.flopsLabel = QLabel("–", objectName="timingFlops")
@@ -79,9 +93,9 @@ class TimingPanel(QWidget):
         facts_box.setMinimumWidth(190)
 
         row = QHBoxLayout(self)
-        row.setContentsMargins(4, 4, 4, 4)
-        row.addWidget(self.bars, 3)
-        row.addWidget(self.history, 2)
+        row.setContentsMargins(4, 2, 4, 2)
+        row.addLayout(_titled("Last run: milliseconds per stage", self.bars), 3)
+        row.addLayout(_titled(f"Total milliseconds of the last {HISTORY} runs", self.history), 2)
         col = QVBoxLayout()
         col.addWidget(facts_box)
         col.addStretch(1)
@@ -110,6 +124,8 @@ class TimingPanel(QWidget):
         hist = np.array(self._history)
         self._line.setData(np.arange(len(hist)) + 1, hist)
         self.history.setXRange(0.5, max(len(hist), 5) + 0.5, padding=0)
+        step = max(1, len(hist) // 5)
+        self.history.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, max(len(hist), 5) + 1, step)]])
         self.history.setYRange(0, float(hist.max()) * 1.15 if hist.max() > 0 else 1.0, padding=0)
 
         self.totalLabel.setText(format_seconds(total))

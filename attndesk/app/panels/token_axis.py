@@ -121,6 +121,7 @@ class TokenAxis(pg.AxisItem):
         if hi == lo:
             return
         width = bounds.width()
+        p.setClipping(False)  # the base class clipped to the axis; the first label may overhang
         p.setFont(self._font)
         p.setPen(self.textPen())
         line = self._metrics.height()

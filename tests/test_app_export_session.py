@@ -205,3 +205,17 @@ def test_session_file_round_trip_without_window(tmp_path):
     with pytest.raises(SessionError, match="fix the parameters"):
         save_session(Session(text="x", config={"num_heads": 5}), tmp_path / "b.json")
     assert not (tmp_path / "b.json").exists()
+
+
+def test_session_view_of_a_head_the_current_result_lacks(qtbot, window, tmp_path):
+    from attndesk.app.session import save_session
+    from attndesk.core import AttentionConfig
+
+    assert window.displayed_result().num_heads == 4
+    path = save_session(Session(text="one two three", config=AttentionConfig(num_heads=8).to_dict(), view=6),
+                        tmp_path / "v.json")
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
+        window.load_session_from(path)
+    assert window.heatmapPanel.view_target() == 6
+    assert window.heatmapPanel.displayed_heads() == [6]
+    np.testing.assert_array_equal(window.heatmapPanel.displayed_arrays()[0], window.displayed_result().weights[6])

@@ -82,6 +82,7 @@ class ExportDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
+        self.setMinimumWidth(560)
         self._result = result
         self._colormap = colormap
         self._shared = shared_scale
@@ -208,6 +209,7 @@ class ExportDialog(QDialog):
         if fmt == "csv" and which == "all":
             problem = "A CSV holds one matrix: choose one head or the mean (or export all heads as .npy)."
         self._show_error(problem)
+        self.exportButton.setEnabled(not problem)
 
     def _on_name_edited(self, _text: str) -> None:
         self._name_edited = True

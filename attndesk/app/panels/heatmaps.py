@@ -225,6 +225,8 @@ class HeatmapPanel(QWidget):
         if isinstance(target, (int, np.integer)):
             target = int(target)
         self._target = target
+        if isinstance(target, int) and (self._source is None or target >= self._source.num_heads):
+            return  # e.g. a session's head 7 before its 8-head result arrives: set_source shows it
         self._fill_view_combo()
         if self._source is not None:
             self._build_cells()

@@ -276,3 +276,16 @@ def test_cancel_keeps_the_previous_result(qtbot, window):
     assert window.displayed_result() is before
     qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
     assert window.displayed_result() is before
+
+
+def test_grid_reflows_with_the_window_shape(qtbot, window):
+    wait_result(qtbot, window, lambda: window.parametersPanel.headsSpin.setValue(8))
+    panel = window.heatmapPanel
+    window.resize(2200, 700)
+    qtbot.waitUntil(lambda: panel._columns >= 4 and not panel.is_building(), timeout=5000)
+    wide = panel._columns
+    window.resize(900, 1600)
+    qtbot.waitUntil(lambda: panel._columns < wide and not panel.is_building(), timeout=5000)
+    assert len(panel.displayed_arrays()) == 8
+    w, h = panel._cell_size
+    assert abs(w - h) < 1  # square matrix, square heatmap

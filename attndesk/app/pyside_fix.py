@@ -19,12 +19,16 @@ _EXTRA = 1 << 40  # far more than any program run can drain
 def pin_singletons() -> bool:
     """Make None/True/False effectively immortal on CPython < 3.12; True if it did anything."""
     global _PINNED
-    if _PINNED or sys.version_info >= (3, 12) or sys.implementation.name != "cpython":
+    if (_PINNED or sys.version_info >= (3, 12) or sys.implementation.name != "cpython"
+            or hasattr(sys, "gettotalrefcount")):  # immortal already, or a debug build's layout
         return False
     import ctypes
 
     for obj in (None, True, False):
-        # ob_refcnt is the first field of every CPython object (Py_ssize_t)
-        ctypes.c_ssize_t.from_address(id(obj)).value += _EXTRA
+        # ob_refcnt is the first field of every CPython object (Py_ssize_t); attndesk.render
+        # raises None's count too, so add only where nobody has yet
+        refcount = ctypes.c_ssize_t.from_address(id(obj))
+        if refcount.value < _EXTRA:
+            refcount.value += _EXTRA
     _PINNED = True
     return True

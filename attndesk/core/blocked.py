@@ -104,6 +104,19 @@ def attention_rows(q: torch.Tensor, k: torch.Tensor, mask_rows: torch.Tensor | N
     return masked_softmax(scores, mask_rows, inplace=True)
 
 
+def _masked_softmax_into(scores: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """``attention.masked_softmax`` (the same operations, so the same numbers) writing into a
+    reused buffer: a fresh [block, Lk] tensor per head and block would page-fault every time."""
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    torch.softmax(scores, dim=-1, out=out)
+    if mask is not None:
+        row_has_key = mask.any(dim=-1, keepdim=True)  # [b or 1, 1]
+        if not bool(row_has_key.all()):
+            out.masked_fill_(~row_has_key, 0.0)  # softmax of an all -inf row is NaN: attend to nothing
+    return out
+
+
 class WeightsSink(Protocol):
     """Receives each exact weights block once; keeps what it wants of it."""
 
@@ -159,7 +172,7 @@ def blocked_attention(
     """Attention per head over query blocks: q [H, Lq, d], k [H, Lk, d], v [H, Lk, dv] -> context [H, Lq, dv].
 
     Live memory beyond the inputs and the context is one [block_rows, Lk] score buffer and its
-    softmax. ``timer`` accumulates the usual stages (scores, mask+softmax, weighted sum) over all
+    softmax, both reused by every block (sinks must copy what they keep). ``timer`` accumulates the usual stages (scores, mask+softmax, weighted sum) over all
     blocks; the sink's own time is added to ``timer.seconds["overview"]`` when the timer has seconds.
     ``progress(block, blocks, head, heads)`` follows each head of each block; ``should_cancel`` is
     polled before each one and raises ``Cancelled`` (within one block's time of the request).
@@ -167,7 +180,11 @@ def blocked_attention(
     if block_rows < 1:
         raise ConfigError(f"block_rows must be at least 1, got {block_rows}")
     heads, lq, _ = q.shape
+    lk = k.shape[1]
     context = torch.empty((heads, lq, v.shape[-1]), dtype=v.dtype, device=v.device)  # [H, Lq, dv]
+    rows_max = min(block_rows, lq)
+    score_buf = torch.empty((rows_max, lk), dtype=q.dtype, device=q.device)  # reused by every block
+    weight_buf = torch.empty((rows_max, lk), dtype=q.dtype, device=q.device)
     blocks = -(-lq // block_rows)
     seconds = getattr(timer, "seconds", None)
     for b, row0 in enumerate(range(0, lq, block_rows)):
@@ -177,12 +194,11 @@ def blocked_attention(
             if should_cancel is not None and should_cancel():
                 raise Cancelled("cancelled")
             with timer.stage("scores"):
-                scores = torch.matmul(q[h, row0:row1], k[h].transpose(-2, -1))  # [b, Lk]
+                scores = torch.matmul(q[h, row0:row1], k[h].transpose(-2, -1), out=score_buf[: row1 - row0])  # [b, Lk]
                 if scale != 1.0:
                     scores.mul_(scale)
             with timer.stage("mask+softmax"):
-                weights = masked_softmax(scores, rows, inplace=True)  # [b, Lk]
-                del scores
+                weights = _masked_softmax_into(scores, rows, weight_buf[: row1 - row0])  # [b, Lk]
             with timer.stage("weighted sum"):
                 torch.matmul(weights, v[h], out=context[h, row0:row1])
             if sink is not None:
@@ -190,7 +206,6 @@ def blocked_attention(
                 sink.add(h, row0, weights)
                 if seconds is not None:
                     seconds["overview"] = seconds.get("overview", 0.0) + time.perf_counter() - start
-            del weights
             if progress is not None:
                 progress(b, blocks, h, heads)
         if sink is not None:

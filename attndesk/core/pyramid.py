@@ -23,29 +23,54 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _col_max(t: torch.Tensor, f: int) -> torch.Tensor:
-    """[n, Lk] -> [n, ceil(Lk/f)]: max over groups of f keys (the last group may be short)."""
-    return torch.nn.functional.max_pool1d(t[None], f, f, ceil_mode=True)[0]
+def _cols_into(t: torch.Tensor, f: int, out: torch.Tensor, how: str) -> None:
+    """Reduce groups of f keys of t [n, Lk] into out [n, ceil(Lk/f)] (the last group may be short).
 
-
-def _col_sum(t: torch.Tensor, f: int) -> torch.Tensor:
-    """[n, Lk] -> [n, ceil(Lk/f)]: sum over groups of f keys (the last group may be short)."""
+    Strided elementwise passes written straight into ``out``: torch reduces a tiny last axis
+    about 10x slower, and a temporary would cost a copy.
+    """
     n, lk = t.shape
     full = lk // f * f
-    sums = t[:, :full].reshape(n, full // f, f).sum(dim=-1)  # [n, C_full]
+    body, dest = t[:, :full], out[:, : full // f]
+    op = torch.maximum if how == "max" else torch.add
+    if full:
+        if f == 1:
+            dest.copy_(body)
+        else:
+            op(body[:, 0::f], body[:, 1::f], out=dest)
+            for j in range(2, f):
+                op(dest, body[:, j::f], out=dest)
     if full < lk:
-        sums = torch.cat([sums, t[:, full:].sum(dim=-1, keepdim=True)], dim=1)
-    return sums
+        tail = t[:, full:]
+        out[:, -1] = tail.amax(dim=-1) if how == "max" else tail.sum(dim=-1)
+
+
+def _rows_max_sum(rows: torch.Tensor, mx: torch.Tensor, sm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n, f, Lk] -> (max, sum) over the f rows into mx, sm [n, Lk], by elementwise passes (fast)."""
+    f = rows.shape[1]
+    if f == 1:
+        return rows[:, 0], rows[:, 0]
+    if f > 2:  # one reduction over the middle axis beats f-1 small ops (fewer thread hand-offs)
+        torch.amax(rows, dim=1, out=mx)
+        torch.sum(rows, dim=1, out=sm)
+        return mx, sm
+    torch.maximum(rows[:, 0], rows[:, 1], out=mx)
+    torch.add(rows[:, 0], rows[:, 1], out=sm)
+    for j in range(2, f):
+        torch.maximum(mx, rows[:, j], out=mx)
+        sm.add_(rows[:, j])
+    return mx, sm
 
 
 def _pool2(t: torch.Tensor, how: str) -> torch.Tensor:
-    """Halve the last two axes (zero-padding an odd edge; values are >= 0): [..., R, C] -> [..., R/2, C/2]."""
-    *lead, r, c = t.shape
-    r2, c2 = _ceil_div(r, 2), _ceil_div(c, 2)
-    if (r2 * 2, c2 * 2) != (r, c):
-        t = torch.nn.functional.pad(t, (0, c2 * 2 - c, 0, r2 * 2 - r))
-    tiles = t.reshape(*lead, r2, 2, c2, 2)  # [..., R/2, 2, C/2, 2]
-    return tiles.amax(dim=(-3, -1)) if how == "max" else tiles.sum(dim=(-3, -1))
+    """Halve the last two axes of [N, R, C] (an odd edge is zero-padded: values are >= 0),
+    keeping the max or the sum of each 2 x 2 tile; rows first, by strided elementwise passes."""
+    _, r, c = t.shape
+    if r % 2 or c % 2:
+        t = torch.nn.functional.pad(t, (0, c % 2, 0, r % 2))
+    op = torch.maximum if how == "max" else torch.add
+    rows = op(t[:, 0::2], t[:, 1::2])  # [N, R/2, C]
+    return op(rows[..., 0::2], rows[..., 1::2])  # [N, R/2, C/2]
 
 
 class PyramidBuilder:
@@ -58,9 +83,12 @@ class PyramidBuilder:
         self.num_heads, self.lq, self.lk, self.factor = num_heads, lq, lk, factor
         self.rows, self.cols = _ceil_div(lq, factor), _ceil_div(lk, factor)
         shape = (num_heads + 1, self.rows, self.cols)  # index H = mean over heads
-        self.maxes = torch.zeros(shape, dtype=torch.float32, device=device)
-        self.sums = torch.zeros(shape, dtype=torch.float32, device=device)
+        # no zero fill: rows arrive in order, so every tile row is first written by an assignment
+        # (a block that starts inside a tile follows the one that assigned it)
+        self.maxes = torch.empty(shape, dtype=torch.float32, device=device)
+        self.sums = torch.empty(shape, dtype=torch.float32, device=device)
         self._mean_rows: torch.Tensor | None = None  # [b, Lk]: the running sum over heads of a block
+        self._scratch: torch.Tensor | None = None  # [2, b/f, Lk]: row-reduced max and sum, reused
 
     # -- sink protocol ---------------------------------------------------------------------------
     def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
@@ -97,8 +125,11 @@ class PyramidBuilder:
             stop = min(end, (r // f + 1) * f)
             seg = w[: stop - row0]
             t = r // f
-            torch.maximum(self.maxes[index, t], _col_max(seg.amax(dim=0, keepdim=True), f)[0], out=self.maxes[index, t])
-            self.sums[index, t] += _col_sum(seg.sum(dim=0, keepdim=True), f)[0]
+            part = torch.empty((2, self.cols), dtype=torch.float32, device=w.device)
+            _cols_into(seg.amax(dim=0, keepdim=True), f, part[0:1], "max")
+            _cols_into(seg.sum(dim=0, keepdim=True), f, part[1:2], "sum")
+            torch.maximum(self.maxes[index, t], part[0], out=self.maxes[index, t])
+            self.sums[index, t] += part[1]
             r = stop
         if r < end:
             # from a tile boundary on, these tiles are new: reduce the f rows of each tile first
@@ -108,10 +139,13 @@ class PyramidBuilder:
             n = _ceil_div(seg.shape[0], f)
             if seg.shape[0] % f:
                 seg = torch.nn.functional.pad(seg, (0, 0, 0, n * f - seg.shape[0]))
-            rows = seg.reshape(n, f, seg.shape[1])  # [n, f, Lk]
+            if self._scratch is None or self._scratch.shape[1] < n:
+                self._scratch = torch.empty((2, n, self.lk), dtype=torch.float32, device=w.device)
+            rows_max, rows_sum = _rows_max_sum(seg.reshape(n, f, seg.shape[1]),  # [n, f, Lk] -> [n, Lk]
+                                               self._scratch[0, :n], self._scratch[1, :n])
             t0 = r // f
-            self.maxes[index, t0 : t0 + n] = _col_max(rows.amax(dim=1), f)  # [n, C]
-            self.sums[index, t0 : t0 + n] = _col_sum(rows.sum(dim=1), f)
+            _cols_into(rows_max, f, self.maxes[index, t0 : t0 + n], "max")  # [n, C]
+            _cols_into(rows_sum, f, self.sums[index, t0 : t0 + n], "sum")
 
     def counts(self, factor: int | None = None) -> torch.Tensor:
         """Cells per tile [R, C] (edge tiles are short) at ``factor`` (default: level 0)."""
@@ -126,13 +160,8 @@ class PyramidBuilder:
         maxes, sums = self.maxes.cpu(), self.sums.cpu()
         factor = self.factor
         while True:
-            counts = self.counts(factor)
-            levels.append(PyramidLevel(
-                factor=factor,
-                max=maxes.numpy(),
-                mean=(sums / counts).numpy(),
-                all_masked=mask.tile_all_masked(factor),
-            ))
+            levels.append(PyramidLevel(factor=factor, max=maxes.numpy(), sums=sums.numpy(),
+                                       counts=self.counts(factor).numpy(), all_masked=mask.tile_all_masked(factor)))
             if max(maxes.shape[-2:]) <= min_side:
                 break
             maxes, sums, factor = _pool2(maxes, "max"), _pool2(sums, "sum"), factor * 2
@@ -143,18 +172,24 @@ class PyramidBuilder:
 class PyramidLevel:
     """One level: every tile covers ``factor`` x ``factor`` cells (fewer at the ragged edge).
 
-    ``max`` and ``mean`` are float32 [H+1, R, C] (index H = mean over heads); ``all_masked`` [R, C]
-    is True where every cell of the tile is masked (None when nothing is masked).
+    ``max`` and ``sums`` are float32 [H+1, R, C] (index H = mean over heads), ``counts`` [R, C]
+    the cells per tile; ``mean(i)`` divides on demand (no second full-size array is kept).
+    ``all_masked`` [R, C] is True where every cell of the tile is masked (None: nothing masked).
     """
 
     factor: int
     max: np.ndarray
-    mean: np.ndarray
+    sums: np.ndarray
+    counts: np.ndarray
     all_masked: np.ndarray | None
 
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.max.shape[1]), int(self.max.shape[2]))
+
+    def mean(self, index: int) -> np.ndarray:
+        """[R, C] tile means of matrix ``index``."""
+        return self.sums[index] / self.counts
 
 
 class AttentionPyramid:
@@ -190,7 +225,8 @@ class AttentionPyramid:
         lv = self.levels[level]
         if how not in ("max", "mean"):
             raise ValueError(f"how must be 'max' or 'mean', got {how!r}")
-        return (lv.max if how == "max" else lv.mean)[self._index(head)]
+        index = self._index(head)
+        return lv.max[index] if how == "max" else lv.mean(index)
 
     def level_for(self, max_side: int) -> int:
         """The finest level whose larger side is at most ``max_side`` px (the coarsest if none is)."""
@@ -232,7 +268,7 @@ class AttentionPyramid:
 
     @property
     def nbytes(self) -> int:
-        return sum(lv.max.nbytes + lv.mean.nbytes for lv in self.levels)
+        return sum(lv.max.nbytes + lv.sums.nbytes + lv.counts.nbytes for lv in self.levels)
 
     def describe(self) -> str:
         lv = self.levels[0]

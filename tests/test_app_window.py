@@ -160,8 +160,13 @@ def test_click_enlarges_a_head(qtbot, window):
     cell = panel._cells[2]
 
     class Click:
+        double_click = False
+
         def button(self):
             return Qt.MouseButton.LeftButton
+
+        def double(self):
+            return self.double_click
 
         def scenePos(self):  # noqa: N802
             return cell.vb.mapViewToScene(QPointF(1.5, 1.5))
@@ -170,6 +175,10 @@ def test_click_enlarges_a_head(qtbot, window):
     assert panel.view_target() == 2
     assert panel.displayed_heads() == [2]
     np.testing.assert_array_equal(panel.displayed_arrays()[0], window.displayed_result().weights[2])
+    back = Click()
+    back.double_click = True
+    panel._on_mouse_clicked(back)
+    assert panel.view_target() == "all" and len(panel.displayed_heads()) == 4
 
 
 def test_per_head_colour_scale_uses_each_heads_max(qtbot, window):
@@ -289,3 +298,35 @@ def test_grid_reflows_with_the_window_shape(qtbot, window):
     assert len(panel.displayed_arrays()) == 8
     w, h = panel._cell_size
     assert abs(w - h) < 1  # square matrix, square heatmap
+
+
+def test_unavailable_devices_are_greyed_with_the_reason(window):
+    from attndesk.core.devices import device_availability
+
+    combo = window.parametersPanel.deviceCombo
+    model = combo.model()
+    for name, reason in device_availability().items():
+        item = model.item(combo.findData(name))
+        assert item.isEnabled() == (reason is None)
+        if reason is not None:
+            assert reason in item.toolTip()
+
+
+def test_rapid_edits_compute_only_the_latest(qtbot, window):
+    shown = []
+    window.resultDisplayed.connect(shown.append)
+    spin = window.parametersPanel.headsSpin
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
+        for heads in (2, 8, 16, 32):
+            spin.setValue(heads)
+    qtbot.wait(400)  # nothing else arrives later
+    assert [r.num_heads for r in shown] == [32]
+
+
+def test_train_switch_turns_dropout_on(qtbot, window):
+    panel = window.parametersPanel
+    result = wait_result(qtbot, window, lambda: panel.set_values({"dropout": 0.5, "training": False}))
+    np.testing.assert_allclose(result.weights.sum(axis=-1), 1.0, rtol=1e-5)  # eval: dropout off
+    result = wait_result(qtbot, window, lambda: panel.trainCheck.setChecked(True))
+    assert result.config.training and (result.weights == 0).any()  # dropped weights
+    np.testing.assert_array_equal(np.stack(window.heatmapPanel.displayed_arrays()), core_weights(window))

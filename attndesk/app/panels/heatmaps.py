@@ -550,7 +550,11 @@ class HeatmapPanel(QWidget):
 
     @Slot(object)
     def _on_mouse_clicked(self, event) -> None:
-        if event.button() != Qt.MouseButton.LeftButton or self._target != ALL:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        if self._target != ALL:
+            if event.double():  # back from the enlarged head (or the mean) to the grid
+                self.set_view_target(ALL)
             return
         hit = self._cell_at(event.scenePos())
         if hit is not None:

@@ -37,6 +37,7 @@ _SLICE_S = 0.02  # the longest the GUI thread spends building cells before servi
 _HATCH_DARK = (150, 150, 150, 255)
 _HATCH_LIGHT = (220, 220, 220, 255)
 _HIGHLIGHT = QColor(255, 64, 64)
+HINT = "Hover a cell for its exact weight · click a heatmap to enlarge it, double-click to go back"
 
 
 def hatch_overlay(masked: np.ndarray) -> np.ndarray:
@@ -148,6 +149,7 @@ class HeatmapPanel(QWidget):
                                         interactive=False, width=12)
         self.colorBar.axis.enableAutoSIPrefix(False)  # weights read 0.2, not "200 (x0.001)"
         self.readout = QLabel(" ", objectName="heatmapReadout")
+        self.readout.setTextFormat(Qt.TextFormat.PlainText)  # tokens may contain "<"
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note = QLabel("", objectName="heatmapNote")
         self.note.setStyleSheet("color: #666;")
@@ -206,9 +208,12 @@ class HeatmapPanel(QWidget):
         heads = self._heads_for_target()
         same_layout = (old is not None and [c.head for c in self._cells] == heads
                        and self._columns == self._best_columns(len(heads)))
-        self.note.setText(source.downsample_note())
+        notes = [source.downsample_note()]
+        if source.display_mask() is not None:
+            notes.insert(0, "hatched = masked (the query may not attend there)")
+        self.note.setText(" · ".join(n for n in notes if n))
         self._hover = None
-        self.readout.setText(" ")
+        self._show_hint()
         if same_layout:
             self._build_token += 1  # a build still in progress for an older source stops
             self._update_images()
@@ -528,6 +533,7 @@ class HeatmapPanel(QWidget):
             c.highlight.setRect(QRectF(k, q, 1, 1))
             c.highlight.show()
         text = readout_text(self._source, cell.head, q, k)
+        self.readout.setStyleSheet("")
         self.readout.setText(text)
         self.hovered.emit(text)
 
@@ -537,8 +543,12 @@ class HeatmapPanel(QWidget):
         self._hover = None
         for c in self._cells:
             c.highlight.hide()
-        self.readout.setText(" ")
+        self._show_hint()
         self.hovered.emit("")
+
+    def _show_hint(self) -> None:
+        self.readout.setStyleSheet("color: #888;")
+        self.readout.setText(HINT)
 
     @Slot(object)
     def _on_mouse_moved(self, scene_pos) -> None:

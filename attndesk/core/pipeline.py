@@ -220,6 +220,9 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
         )
     lq, lk, heads = plan.lq, plan.lk, config.num_heads
     timer = StageTimer(device, plan=STAGES, should_cancel=should_cancel)  # progress is per block below
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
     scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
     model.train(False)
     notices = [plan.describe()]
@@ -301,7 +304,7 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
         notices.append(f"{unknown} token(s) outside the {config.vocab_size}-word vocabulary map to [UNK]")
     peak = plan.peak_bytes
     if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
+        peak = torch.cuda.max_memory_allocated(device) - base
     return AttentionResult(
         tokens=queries.tokens,
         token_ids=np.asarray(queries.ids, dtype=np.int64),

@@ -176,3 +176,14 @@ def test_training_dropout_is_refused_on_the_bounded_path():
     config = AttentionConfig(embed_dim=16, num_heads=2, dropout=0.1, training=True, memory_budget=10_000)
     with pytest.raises(ConfigError, match="training mode"):
         run_attention(config, _text(60))
+
+
+def test_bounded_intermediates_keep_only_the_small_tensors():
+    config = AttentionConfig(embed_dim=16, num_heads=2, mask="padding", pad_to=40)
+    full = run_attention(config, _text(30), keep_intermediates=True)
+    bounded = run_attention(config.replace(memory_budget=5_000), _text(30), keep_intermediates=True)
+    assert bounded.plan.kind == "pyramid"
+    assert set(bounded.intermediates) == {"embeddings", "q", "k", "v", "context", "output"}
+    for name in ("embeddings", "q", "k", "v", "context", "output"):
+        np.testing.assert_allclose(bounded.intermediates[name], full.intermediates[name], atol=2e-6)
+    assert any("not kept as intermediates" in n for n in bounded.notices)

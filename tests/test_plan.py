@@ -108,3 +108,10 @@ def test_over_budget_chooses_the_pyramid_and_never_allocates_the_full_matrix():
     assert bounded.plan.block_rows < length
     assert largest < one_head  # not even one head's full matrix, let alone all of them
     np.testing.assert_allclose(bounded.output, full.output, atol=2e-6)
+
+
+def test_a_bounded_run_that_still_exceeds_the_budget_says_so():
+    # 200k tokens (a 1 MiB document): Q, K and V alone take more than 2 GiB
+    plan = plan_run(AttentionConfig(embed_dim=512, num_heads=8, memory_budget=2 * GIB), 200_000)
+    assert plan.kind == "pyramid" and plan.peak_bytes > 2 * GIB
+    assert plan.describe().endswith("over the budget") and "min)" in plan.describe()

@@ -250,8 +250,10 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
         report(0.02, "embed")
         attention = model.attention
         with timer.stage("projections"):
-            fused = getattr(attention, "_fused_qkv", None) if heads > 1 and not cross else None
-            if fused is not None:  # as the full path does: one GEMM, the scale folded into Q
+            # as the full path does: one GEMM with the scale folded into Q, unless the caller wants
+            # the intermediates (then Q is kept unscaled, as there)
+            fused = getattr(attention, "_fused_qkv", None) if heads > 1 and not cross and not keep_intermediates else None
+            if fused is not None:
                 q, k, v = fused(x, scale)
                 score_scale = 1.0
             else:

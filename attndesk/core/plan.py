@@ -77,7 +77,10 @@ class RunPlan:
             why = f"the full path needs {format_bytes(self.full_peak_bytes)} (weights {weights}), over the {budget} budget"
         if self.kind == BLOCKED:
             return f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)}) + exact on demand{eta}"
-        return f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{eta}"
+        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{eta}"
+        if self.peak_bytes > self.budget:  # the projections alone outgrow the budget: say so
+            line += f"; even so it needs about {format_bytes(self.peak_bytes)}, over the budget"
+        return line
 
 
 def _duration(seconds: float) -> str:

@@ -20,7 +20,7 @@ from .devices import resolve_device
 from .errors import ConfigError
 from .masks import build_mask
 from .blocked import ExactAttention, FullSink, MaskSpec, TeeSink, blocked_attention
-from .memory import estimate_run, format_bytes
+from .memory import estimate_run
 from .plan import PYRAMID, RunPlan, plan_run
 from .pyramid import PyramidBuilder
 from .positional import sinusoidal_encoding

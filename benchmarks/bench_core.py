@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from attndesk.core import attention as core_attention  # noqa: E402
 EMBED, HEADS, PADDED = 512, 8, 5
 IMPLS = ("attndesk", "MHA", "SDPA")
 TARGET_MHA, TARGET_SDPA, TARGET_FROM = 0.6, 2.0, 1024
+BUSY_SHARE = 0.1  # share of the CPU used by other processes above which the timings are suspect
 
 
 def build(length: int, seed: int = 0):
@@ -178,6 +180,29 @@ def time_length(calls, repeats: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def cpu_times() -> tuple[float, float] | None:
+    """(seconds all CPUs were busy, seconds this process and its children ran), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    ours = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+    return busy, ours
+
+
+def others_cpu_share(start: tuple[float, float] | None, wall: float) -> float | None:
+    """Share of the machine's CPU time that other processes took since ``start``."""
+    end = cpu_times()
+    if start is None or end is None or wall <= 0:
+        return None
+    others = (end[0] - start[0]) - (end[1] - start[1])
+    return max(0.0, others / (wall * (os.cpu_count() or 1)))
+
+
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "n/a"
@@ -197,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(n < 2 for n in args.lengths) or args.repeats < 1:
         parser.error("lengths must be >= 2 and repeats >= 1")
 
-    began = time.perf_counter()
+    began, cpu_start = time.perf_counter(), cpu_times()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
@@ -262,6 +287,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{vs_sdpa:.2f}x SDPA ({'ok' if ok_sdpa else 'over'})")
     else:
         print(f"No length >= {TARGET_FROM} measured: the targets were not checked.")
+    others = others_cpu_share(cpu_start, time.perf_counter() - began)
+    if others is not None:
+        print(f"Other processes used {100 * others:.0f}% of this machine's CPU time during the run.")
+        if others > BUSY_SHARE:
+            print(
+                "WARNING: the machine was shared, so every time above is inflated, attndesk's most: its blocked "
+                "path hands work between the OpenMP threads many times per call, and each hand-off waits "
+                "whenever a core is taken. Rerun on a quiet machine for the README."
+            )
     print(f"benchmark took {time.perf_counter() - began:.0f} s")
     return 0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     # a throw-away settings organisation: a screenshot never reads or changes the user's layout
-    os.environ["ATTNDESK_SETTINGS_ORG"] = "attndesk-screenshot-" + next(tempfile._get_candidate_names())
+    os.environ["ATTNDESK_SETTINGS_ORG"] = "attndesk-screenshot"
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 

@@ -13,7 +13,8 @@ from attndesk.core import run_attention
 from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import Cancelled
 
-from .panels.heatmap_source import HeatmapSource, ResultHeatmapSource
+from .long_source import source_for_result
+from .panels.heatmap_source import HeatmapSource
 
 
 @dataclass
@@ -37,8 +38,9 @@ class Job:
 
 def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *,
             progress=None, should_cancel=None) -> ViewPayload:
-    """Run the toy model and build its heatmap source (both off the GUI thread)."""
+    """Run the toy model and build its heatmap source (both off the GUI thread): exact weights
+    when the run kept them, the long-run pyramid when it kept only an overview."""
     result = run_attention(config, text, key_text=key_text, progress=progress, should_cancel=should_cancel)
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
-    return ViewPayload(result, ResultHeatmapSource(result), list(result.notices))
+    return ViewPayload(result, source_for_result(result), list(result.notices))

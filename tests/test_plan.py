@@ -114,4 +114,5 @@ def test_a_bounded_run_that_still_exceeds_the_budget_says_so():
     # 200k tokens (a 1 MiB document): Q, K and V alone take more than 2 GiB
     plan = plan_run(AttentionConfig(embed_dim=512, num_heads=8, memory_budget=2 * GIB), 200_000)
     assert plan.kind == "pyramid" and plan.peak_bytes > 2 * GIB
+    assert plan.overview_px >= 1024 and plan.block_rows < plan.factor  # tiles taller than a block
     assert plan.describe().endswith("over the budget") and "min)" in plan.describe()

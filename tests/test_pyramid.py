@@ -36,7 +36,7 @@ def _feed(weights: np.ndarray, factor: int, block: int) -> PyramidBuilder:
     return builder
 
 
-@pytest.mark.parametrize("factor, block", [(1, 5), (3, 3), (3, 7), (4, 8), (4, 5), (5, 50), (8, 13)])
+@pytest.mark.parametrize("factor, block", [(1, 5), (3, 3), (3, 7), (4, 8), (4, 5), (5, 50), (8, 13), (8, 3)])
 def test_builder_equals_the_reference_tiles(factor, block):
     rng = np.random.default_rng(factor * 100 + block)
     weights = rng.random((3, 47, 38)).astype(np.float32)  # ragged against every factor

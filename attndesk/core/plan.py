@@ -162,15 +162,23 @@ def plan_run(
                 return RunPlan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
                                factor=factor, overview_px=min(px, max(lq, lk)), **common)
 
-    # the pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits
+    # the pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
+    # when even the smallest does not fit (the projections of a huge document alone are over
+    # the budget) shrinking it all the way would only lose detail: it just keeps the overview
+    # itself within a quarter of the budget
     floor = min(MIN_OVERVIEW_PX, overview_px)
-    px = overview_px
-    while True:
+
+    def sized(px: int) -> tuple[int, int, int]:
         factor = max(1, _ceil_div(max(lq, lk), px))
-        # whole tile rows per block keep the pyramid's fold a plain reshape
-        rows = max(factor, block_rows // factor * factor)
-        peak = _blocked_peak(config, lq, lk, rows, _pyramid_bytes(h, lq, lk, factor))
-        if peak <= budget or px <= floor:
-            break
+        # whole tile rows per block keep the pyramid's fold simplest; a tile taller than a block
+        # (a huge document) is folded across blocks instead of growing the block
+        rows = block_rows // factor * factor if block_rows >= factor else block_rows
+        return factor, rows, _blocked_peak(config, lq, lk, rows, _pyramid_bytes(h, lq, lk, factor))
+
+    px = overview_px
+    factor, rows, peak = sized(px)
+    fits_at_all = sized(floor)[2] <= budget
+    while px > floor and (peak > budget if fits_at_all else _pyramid_bytes(h, lq, lk, factor) > budget // 4):
         px //= 2
+        factor, rows, peak = sized(px)
     return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor, overview_px=min(px, max(lq, lk)), **common)

@@ -24,7 +24,7 @@ HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storag
 
 # Rough sustained rates of the attention work (GFLOP/s) for the time estimate only; measured by
 # benchmarks/bench_long.py on a 2-core CPU. A GPU is much faster; we do not guess how much.
-_RATE = {"cpu": 25e9}
+_RATE = {"cpu": 50e9}
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from attndesk.render import guard_none_refcount
+from attndesk.qtfix import pin_singletons
 
 # before any window or figure exists: PySide6 6.12 on Python 3.11 over-releases None (see there)
-guard_none_refcount()
+pin_singletons()
 
 _FALLBACK_SAMPLE = "The cat sat on the mat because it was tired."
 EXIT_USAGE = 2

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from .pyside_fix import pin_singletons
+from attndesk.qtfix import pin_singletons
 
-pin_singletons()  # before any signal is emitted: PySide6 6.12 over-releases None/True (see module)
+pin_singletons()  # before any signal is emitted: see attndesk.qtfix
 
 __all__ = ["MainWindow", "main"]
 

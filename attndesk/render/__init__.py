@@ -10,29 +10,9 @@ import os
 import sys
 
 
-def guard_none_refcount() -> bool:
-    """Keep PySide6 from killing the process by over-releasing ``None`` (CPython < 3.12 only).
+from attndesk.qtfix import pin_singletons
 
-    With PySide6/shiboken6 6.12 on Python 3.11 every call of a C++ method that returns void
-    drops one reference to ``None`` that it never took (measured: -1 per call; one rendered
-    8-head figure costs ~490). None's count starts near 60,000, so after a few thousand paints
-    the interpreter aborts with "Fatal Python error: none_dealloc". Python 3.12 made None
-    immortal; here the same is done by hand: its count is raised so far that it cannot reach
-    zero. None is never freed either way, so the extra count changes nothing else.
-    Returns True when the count was raised.
-    """
-    if sys.version_info >= (3, 12) or sys.implementation.name != "cpython" or hasattr(sys, "gettotalrefcount"):
-        return False  # immortal None, another interpreter, or a debug build with a different layout
-    import ctypes
-
-    refcount = ctypes.c_ssize_t.from_address(id(None))  # ob_refcnt is the first field of PyObject
-    if refcount.value >= 1 << 60:
-        return False
-    refcount.value += 1 << 61
-    return True
-
-
-guard_none_refcount()
+pin_singletons()  # before any Qt call: see attndesk.qtfix
 
 
 def has_display() -> bool:
@@ -107,7 +87,6 @@ __all__ = [
     "HeatmapFigure",
     "default_filename",
     "ensure_gui_app",
-    "guard_none_refcount",
     "export_figure",
     "export_weights",
     "figure_from_result",

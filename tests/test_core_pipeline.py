@@ -156,9 +156,13 @@ def test_empty_text_is_refused(text):
         run_attention(AttentionConfig(), text)
 
 
-def test_over_budget_is_refused_with_the_bytes_needed():
-    with pytest.raises(ConfigError, match=r"would need .*bytes.*budget"):
-        run_attention(AttentionConfig(memory_budget=10_000), TEXT * 10)
+def test_over_budget_takes_the_bounded_path_and_says_so():
+    result = run_attention(AttentionConfig(memory_budget=10_000), TEXT * 10)
+    assert result.plan.kind == "pyramid"
+    assert result.shape == (110, 110)
+    assert any("exceed" in notice for notice in result.notices), result.notices
+    full = run_attention(AttentionConfig(), TEXT * 10)
+    assert result.weight_at(2, 57, 13) == pytest.approx(float(full.weights[2, 57, 13]), abs=1e-6)
 
 
 def test_config_dict_round_trip_and_unknown_fields():

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -250,6 +251,9 @@ def test_onednn_linear_agrees_with_torch_linear():
     with torch.inference_mode():
         got = core._linear(x, layer)
     torch.testing.assert_close(got, layer(x).detach(), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():  # odd layouts: a transposed batch, a strided last axis, one vector
+        for odd in (x.transpose(0, 1), torch.randn(24, 5).t(), x[0, 0]):
+            torch.testing.assert_close(core._linear(odd, layer), F.linear(odd, layer.weight, layer.bias))
     if core._onednn() is not None:  # and its -inf bias stays -inf, the key-mask trick relies on it
         bias = torch.zeros(10).masked_fill_(torch.arange(10) > 6, float("-inf"))
         scores = core._onednn()(x[0], layer.weight.detach(), bias, "none", [None], "")

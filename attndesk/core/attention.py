@@ -73,7 +73,7 @@ def _linear(x: torch.Tensor, layer: nn.Linear, weight: torch.Tensor | None = Non
     """layer(x), through oneDNN when nothing needs a gradient and x is float32 on the CPU."""
     weight = layer.weight if weight is None else weight
     bias = layer.bias if bias is ... else bias
-    if x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32:
+    if x.dim() >= 2 and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32:
         params = (x, weight) if bias is None else (x, weight, bias)
         op = _onednn() if _no_grad_needed(*params) else None
         if op is not None:

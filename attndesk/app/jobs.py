@@ -24,6 +24,7 @@ class ViewPayload:
     result: Any  # an AttentionResult (or a mode's own result with tokens/timings)
     source: HeatmapSource
     notices: list[str] = field(default_factory=list)
+    run: Any = None  # the mode's whole result when ``result`` is one view of it (a PretrainedResult)
 
 
 @dataclass
@@ -36,11 +37,14 @@ class Job:
     description: str = "computing"
 
 
-def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *,
+def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *, keep_intermediates: bool = False,
             progress=None, should_cancel=None) -> ViewPayload:
     """Run the toy model and build its heatmap source (both off the GUI thread): exact weights
-    when the run kept them, the long-run pyramid when it kept only an overview."""
-    result = run_attention(config, text, key_text=key_text, progress=progress, should_cancel=should_cancel)
+    when the run kept them, the long-run pyramid when it kept only an overview. The step-through
+    tab asks for ``keep_intermediates``; the input texts ride along in ``extra`` for the teaching tabs."""
+    result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
+                           should_cancel=should_cancel)
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
+    result.extra.update(text=text, key_text=key_text)
     return ViewPayload(result, source_for_result(result), list(result.notices))

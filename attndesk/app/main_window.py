@@ -34,6 +34,7 @@ from .panels.parameters import TOY_MODE, ParametersPanel
 from .panels.timing import TimingPanel, format_seconds
 from .panels.tokens import TokensPanel
 from .session import Session, SessionError, load_session, parse_session, save_session
+from .teaching_tabs import TeachingTabs
 from .worker import JobRunner
 
 DEBOUNCE_MS = 150
@@ -110,6 +111,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.cancelButton)
 
         self._build_actions()
+        self.teachingTabs = TeachingTabs(self)  # step-through, positions, head stats, compare, rollout tabs
 
         # computation ------------------------------------------------------------------------
         self.runner = JobRunner(self)
@@ -221,7 +223,9 @@ class MainWindow(QMainWindow):
             if key_text is not None and not key_text.strip():
                 raise _TextProblem("type some text for the keys/values, or switch cross-attention off")
             heads = "1 head" if config.num_heads == 1 else f"{config.num_heads} heads"
-            return Job(toy_job, (config, text, key_text), {}, f"computing {heads}, {config.mask} mask")
+            keep = self.teachingTabs.keep_intermediates(config, text, key_text)
+            return Job(toy_job, (config, text, key_text), {"keep_intermediates": keep},
+                       f"computing {heads}, {config.mask} mask")
         raise ConfigError(f"unknown mode {mode!r}")
 
     @Slot()
@@ -278,6 +282,7 @@ class MainWindow(QMainWindow):
         self._set_status(message)
         # resultDisplayed follows once every heatmap is drawn (many heads are drawn in slices)
         self._announce = payload
+        self.teachingTabs.show_payload(payload)
         self.heatmapPanel.set_source(payload.source)
 
     @Slot()
@@ -433,6 +438,7 @@ class MainWindow(QMainWindow):
         self._closed = True
         self._debounce.stop()
         self.runner.shutdown()  # cancels, then joins the worker thread
+        self.teachingTabs.shutdown()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         if not self._closed:

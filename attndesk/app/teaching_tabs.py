@@ -1,0 +1,383 @@
+"""The teaching tabs of the main window: step-through, positions, head statistics, compare,
+rollout, and the attndesk-vs-PyTorch table in the timing dock.
+
+``TeachingTabs(window)`` builds the views, adds them as tabs, and owns three side ``JobRunner``s so
+their work never cancels (or is cancelled by) the main run:
+
+- ``prepRunner``: what the visible tab needs and the main run did not bring (head statistics,
+  a rerun that keeps the intermediates); the newest request wins, like the tabs themselves.
+- ``teachRunner``: the one-click teaching comparisons (they run the model two or three times).
+- ``implRunner``: the implementation comparison (timed runs of three implementations).
+
+Results arrive in GUI-thread slots of this object. Only the visible tab is updated when a result
+arrives; the others catch up when shown. The window calls ``keep_intermediates`` while building
+a job, ``show_payload`` after each result, and ``shutdown`` when closing.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtWidgets import QTabWidget, QWidget
+
+from attndesk.core import run_attention
+from attndesk.core.compare import ImplementationComparison, TeachingComparison, compare_implementations, teaching_comparison
+from attndesk.core.statistics import head_statistics, layer_statistics
+from attndesk.core.tokenizer import WordTokenizer
+
+from .views.compare import CompareView, ImplementationPanel, text_of
+from .views.headstats import HeadStatsView
+from .views.positional import PositionalView
+from .views.rollout import RolloutView
+from .views.stepthrough import StepThroughView
+from .worker import JobRunner
+
+# Intermediates cost about 4 * H * L * Lk float32 (scores, scaled, masked, weights): keep them
+# with every run only up to this many H * L * Lk cells (8M cells ~ 128 MB); beyond, only while
+# the step-through tab is visible (or rerun when it is opened).
+KEEP_INTERMEDIATES_CELLS = 8_000_000
+
+
+def _statistics_job(weights, special, layered: bool):
+    """Worker thread: per-head (or per layer and head) statistics of ``weights``."""
+    if layered:
+        return "stats", layer_statistics(weights, special=special)
+    return "stats", head_statistics(weights, special=special)
+
+
+def _intermediates_job(config, text, key_text):
+    """Worker thread: the same run again, this time keeping every intermediate."""
+    return "intermediates", run_attention(config, text, keep_intermediates=True, key_text=key_text)
+
+
+def _teaching_job(kind, config, text):
+    return teaching_comparison(kind, config, text)
+
+
+def _implementation_job(config, text):
+    return compare_implementations(config, text, repeats=3)
+
+
+def pretrained_run(payload):
+    """The PretrainedResult behind a payload (``payload.run`` or its result's ``extra["run"]``),
+    or None in toy mode."""
+    run = getattr(payload, "run", None)
+    if run is None:
+        run = (getattr(getattr(payload, "result", None), "extra", None) or {}).get("run")
+    return run
+
+
+def is_toy(payload) -> bool:
+    result = payload.result
+    return pretrained_run(payload) is None and not (getattr(result, "extra", None) or {}).get("pretrained")
+
+
+class TeachingTabs(QObject):
+    """Creates and feeds the teaching views of ``window`` (a MainWindow)."""
+
+    statisticsShown = Signal()  # the head-statistics table shows the current result
+    stepThroughShown = Signal()  # the step-through shows the current result (with intermediates)
+    teachingShown = Signal(object)  # a TeachingComparison is on screen
+    implementationShown = Signal(object)  # an ImplementationComparison is in the timing dock
+    sideFailed = Signal(str)  # a side job failed (the message is also shown in its view)
+
+    TITLES = ("Step-through", "Positions", "Head stats", "Compare", "Rollout")
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window = window
+        self.stepThroughView = StepThroughView()
+        self.positionalView = PositionalView()
+        self.headStatsView = HeadStatsView()
+        self.compareView = CompareView()
+        self.rolloutView = RolloutView()
+        self.implementationPanel = ImplementationPanel()
+        self.views: dict[str, QWidget] = dict(zip(self.TITLES, (
+            self.stepThroughView, self.positionalView, self.headStatsView, self.compareView, self.rolloutView)))
+        for title, view in self.views.items():
+            window.add_view_tab(view, title)
+        tabs = window.viewTabs
+        tabs.setTabToolTip(tabs.indexOf(self.stepThroughView), "one head's computation, stage by stage")
+        tabs.setTabToolTip(tabs.indexOf(self.positionalView), "the sinusoidal positional encoding")
+        tabs.setTabToolTip(tabs.indexOf(self.headStatsView), "entropy, distance and where each head looks")
+        tabs.setTabToolTip(tabs.indexOf(self.compareView), "pin a result, change anything, see B − A")
+        tabs.setTabToolTip(tabs.indexOf(self.rolloutView), "pretrained mode: rollout across layers, follow a token")
+
+        # the timing dock becomes two tabs: the timing panel and the implementation comparison
+        self.timingTabs = QTabWidget(objectName="timingTabs")
+        self.timingTabs.setDocumentMode(True)
+        self.timingTabs.addTab(window.timingPanel, "Timing")
+        self.timingTabs.addTab(self.implementationPanel, "attndesk vs PyTorch")
+        self.timingTabs.setTabToolTip(1, "the same attention through attndesk, F.scaled_dot_product_attention "
+                                         "and nn.MultiheadAttention: timings and max differences")
+        window.timingDock.setWidget(self.timingTabs)
+
+        self.prepRunner = JobRunner(self, name="attndesk-prepare")
+        self.teachRunner = JobRunner(self, name="attndesk-teaching")
+        self.implRunner = JobRunner(self, name="attndesk-implementations")
+        self.prepRunner.finished.connect(self._on_prepared)
+        self.prepRunner.failed.connect(self._on_prep_failed)
+        self.teachRunner.finished.connect(self._on_teaching)
+        self.teachRunner.failed.connect(self._on_teaching_failed)
+        self.teachRunner.cancelled.connect(self._on_teaching_cancelled)
+        self.implRunner.finished.connect(self._on_implementation)
+        self.implRunner.failed.connect(self._on_implementation_failed)
+        self.implRunner.cancelled.connect(self._on_implementation_cancelled)
+        self.compareView.set_teaching_runner(self._run_teaching)
+        self.implementationPanel.set_runner(self._run_implementation)
+        self.headStatsView.headSelected.connect(self.open_head)
+        tabs.currentChanged.connect(self._on_tab_changed)
+
+        self._payload = None
+        self._fresh: set[str] = set()  # views already showing the current payload
+        self._prep_for: tuple[str, int] | None = None  # (kind, id(payload)) requested and not back yet
+        self._stats_payload = None  # the payload whose statistics the table shows
+        self._prep_payload = None  # the payload the running prep job works for
+        self._closed = False
+
+    # -- called by the window -------------------------------------------------------------------
+    def keep_intermediates(self, config, text: str, key_text: str | None = None) -> bool:
+        """Whether the next toy run should keep its intermediates: always when they are small,
+        otherwise only while the step-through tab is on screen."""
+        if self.window.viewTabs.currentWidget() is self.stepThroughView:
+            return True
+        tokenizer = WordTokenizer(config.vocab_size)
+        lq = len(tokenizer.split(text))
+        lk = len(tokenizer.split(key_text)) if key_text is not None else lq
+        if config.pad_to is not None:
+            lq = max(lq, config.pad_to)
+            lk = max(lk, config.pad_to) if key_text is None else lk
+        return config.num_heads * lq * lk <= KEEP_INTERMEDIATES_CELLS
+
+    def show_payload(self, payload) -> None:
+        """A new result is on screen: drop side work for the old one, refresh the visible tab."""
+        self._payload = payload
+        self._fresh = set()
+        self._prep_for = None
+        self.prepRunner.cancel()  # statistics / reruns for the previous result are stale now
+        self.teachRunner.cancel()  # a teaching pair for the old settings would confuse
+        result = payload.result
+        text = self._text_of(result) if is_toy(payload) else None
+        # cheap and always current: the timing dock's comparison input, the rollout tab's state
+        self.implementationPanel.set_result(result, text)
+        self._update_rollout_tab()
+        self._refresh(self.window.viewTabs.currentWidget())
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for runner in (self.prepRunner, self.teachRunner, self.implRunner):
+            runner.shutdown()
+
+    # -- what each tab shows --------------------------------------------------------------------
+    def payload(self):
+        return self._payload
+
+    def _text_of(self, result) -> str:
+        extra = getattr(result, "extra", None) or {}
+        return extra.get("text") or text_of(result)
+
+    @Slot(int)
+    def _on_tab_changed(self, index: int) -> None:
+        self._refresh(self.window.viewTabs.widget(index))
+
+    def _refresh(self, widget) -> None:
+        """Bring ``widget`` (a tab) up to date with the current payload, once per payload."""
+        payload = self._payload
+        if payload is None or self._closed:
+            return
+        name = next((t for t, v in self.views.items() if v is widget), None)
+        if name is None or name in self._fresh:
+            return
+        result = payload.result
+        pres = pretrained_run(payload)
+        if name == "Step-through":
+            self._show_step_through(payload)
+        elif name == "Positions":
+            self.positionalView.set_result(result)
+            self._fresh.add(name)
+        elif name == "Head stats":
+            self._request_statistics(payload)
+        elif name == "Compare":
+            layer_result = result
+            if pres is not None and not (result.extra or {}).get("pretrained"):
+                layer_result = pres.layer_result(int((result.extra or {}).get("layer", 0)))
+            if layer_result.weights is None:
+                self.compareView.maxLabel.setText(
+                    "this run is too long to keep every weight (memory-bounded): shorten the text to compare")
+            else:
+                self.compareView.set_result(layer_result, None if pres is not None else self._text_of(result))
+            self._fresh.add(name)
+        elif name == "Rollout":
+            self._update_rollout_tab()
+            self._fresh.add(name)
+
+    def _update_rollout_tab(self) -> None:
+        pres = pretrained_run(self._payload) if self._payload is not None else None
+        index = self.window.viewTabs.indexOf(self.rolloutView)
+        if pres is None:
+            self.rolloutView.set_result(None)
+            self.rolloutView.infoLabel.setText(
+                "Attention rollout and “follow a token” trace attention through the layers of a model: "
+                "the toy model has one attention layer. Switch the mode to the pretrained model to use this tab.")
+            self.rolloutView.setEnabled(True)
+            for widget in (self.rolloutView.layersSpin, self.rolloutView.queryCombo, self.rolloutView.headCombo):
+                widget.setEnabled(False)
+            self.window.viewTabs.setTabToolTip(index, "pretrained mode only: rollout across layers, follow a token")
+        else:
+            for widget in (self.rolloutView.layersSpin, self.rolloutView.queryCombo, self.rolloutView.headCombo):
+                widget.setEnabled(True)
+            if self.rolloutView._result is not pres:
+                self.rolloutView.set_result(pres)
+
+    def _show_step_through(self, payload) -> None:
+        result = payload.result
+        if not is_toy(payload):
+            self.stepThroughView.set_result(result)  # says it follows the toy model
+            self._fresh.add("Step-through")
+            return
+        inter = result.intermediates
+        if inter and "weights" in inter:
+            self.stepThroughView.set_result(result)
+            self._fresh.add("Step-through")
+            self.stepThroughShown.emit()
+            return
+        if inter and "weights" not in inter or getattr(getattr(result, "plan", None), "blocked", False):
+            self.stepThroughView.set_result(None)
+            self.stepThroughView.infoLabel.setText(
+                "This run is memory-bounded (too long to hold every score matrix at once), so the step-through "
+                "cannot show its stages: shorten the text or use fewer heads.")
+            self._fresh.add("Step-through")
+            return
+        self.stepThroughView.infoLabel.setText("computing the intermediates of this run…")
+        self._submit_prep("intermediates", payload, _intermediates_job, result.config,
+                          self._text_of(result), (result.extra or {}).get("key_text"))
+
+    def _request_statistics(self, payload) -> None:
+        if self._stats_payload is payload:
+            self._fresh.add("Head stats")
+            return
+        result = payload.result
+        pres = pretrained_run(payload)
+        if pres is not None:
+            self.headStatsView.infoLabel.setText("computing the statistics of every layer and head…")
+            self._submit_prep("stats", payload, _statistics_job, pres.weights, list(pres.tokens), True)
+            return
+        if result.weights is None:
+            self.headStatsView.set_statistics([], (len(result.tokens), len(result.keys)))
+            self.headStatsView.infoLabel.setText(
+                "this run is too long to keep every weight (memory-bounded): shorten the text for head statistics")
+            self._fresh.add("Head stats")
+            return
+        self.headStatsView.infoLabel.setText("computing head statistics…")
+        self._submit_prep("stats", payload, _statistics_job, result.weights, list(result.keys), False)
+
+    def _submit_prep(self, kind: str, payload, fn, *args) -> None:
+        key = (kind, id(payload))
+        if self._prep_for == key:
+            return  # already on its way
+        self._prep_for = key
+        self._prep_payload = payload
+        self.prepRunner.submit(self.prepRunner.next_generation(), fn, *args)
+
+    @Slot(int, object)
+    def _on_prepared(self, _generation: int, answer) -> None:
+        kind, value = answer
+        payload = self._prep_payload
+        self._prep_for = None
+        if payload is not self._payload:
+            return  # a newer result arrived meanwhile
+        result = payload.result
+        if kind == "stats":
+            self._stats_payload = payload
+            self.headStatsView.set_statistics(value, (len(result.tokens), len(result.keys)))
+            self._fresh.add("Head stats")
+            self.statisticsShown.emit()
+        elif kind == "intermediates":
+            # the rerun has the same config, text and seed: the displayed result with its intermediates
+            if list(value.tokens) != list(result.tokens):
+                return
+            result.intermediates = value.intermediates
+            self.stepThroughView.set_result(result)
+            self._fresh.add("Step-through")
+            self.stepThroughShown.emit()
+
+    @Slot(int, str)
+    def _on_prep_failed(self, _generation: int, message: str) -> None:
+        self._prep_for = None
+        self.headStatsView.infoLabel.setText(f"failed: {message}")
+        self.stepThroughView.infoLabel.setText(f"failed: {message}")
+        self.sideFailed.emit(message)
+
+    # -- head selection ---------------------------------------------------------------------------
+    @Slot(int)
+    def open_head(self, head: int) -> None:
+        """A head chosen in the statistics: open it in the step-through, compare and heatmaps."""
+        result = self._payload.result if self._payload is not None else None
+        if result is None:
+            return
+        toy = is_toy(self._payload)
+        num_heads = result.weights.shape[0] if result.weights is not None else result.num_heads
+        if head < num_heads:
+            self.window.heatmapPanel.set_view_target(int(head))
+        self.compareView.set_head(head)
+        if toy:
+            self.stepThroughView.set_head(head)
+            self.window.viewTabs.setCurrentWidget(self.stepThroughView)
+        else:
+            self.window.viewTabs.setCurrentWidget(self.window.heatmapPanel)
+
+    # -- teaching comparisons ---------------------------------------------------------------------
+    def _run_teaching(self, kind: str, config, text: str) -> None:
+        for button in self.compareView.teachButtons.values():
+            button.setEnabled(False)
+        self.compareView.maxLabel.setText(f"running the comparison “{kind}” in the background…")
+        self.teachRunner.submit(self.teachRunner.next_generation(), _teaching_job, kind, config, text)
+
+    def _teaching_done(self) -> None:
+        toy = self._payload is not None and is_toy(self._payload)
+        for button in self.compareView.teachButtons.values():
+            button.setEnabled(toy)
+
+    @Slot(int, object)
+    def _on_teaching(self, _generation: int, comparison: TeachingComparison) -> None:
+        self._teaching_done()
+        self.compareView.show_teaching(comparison)
+        self.teachingShown.emit(comparison)
+
+    @Slot(int, str)
+    def _on_teaching_failed(self, _generation: int, message: str) -> None:
+        self._teaching_done()
+        self.compareView.maxLabel.setText(f"<span style='color:#a33'>comparison failed: {message}</span>")
+        self.sideFailed.emit(message)
+
+    @Slot(int)
+    def _on_teaching_cancelled(self, _generation: int) -> None:
+        self._teaching_done()
+
+    # -- implementation comparison ----------------------------------------------------------------
+    def _run_implementation(self, config, text: str) -> None:
+        self.implementationPanel.runButton.setEnabled(False)
+        self.implementationPanel.notesLabel.setText(
+            "timing attndesk, F.scaled_dot_product_attention and nn.MultiheadAttention in the background…")
+        self.timingTabs.setCurrentWidget(self.implementationPanel)
+        self.implRunner.submit(self.implRunner.next_generation(), _implementation_job, config, text)
+
+    @Slot(int, object)
+    def _on_implementation(self, _generation: int, comparison: ImplementationComparison) -> None:
+        self.implementationPanel.runButton.setEnabled(self.implementationPanel._config is not None)
+        self.implementationPanel.set_comparison(comparison)
+        self.implementationShown.emit(comparison)
+
+    @Slot(int, str)
+    def _on_implementation_failed(self, _generation: int, message: str) -> None:
+        self.implementationPanel.runButton.setEnabled(self.implementationPanel._config is not None)
+        self.implementationPanel.notesLabel.setText(f"comparison failed: {message}")
+        self.sideFailed.emit(message)
+
+    @Slot(int)
+    def _on_implementation_cancelled(self, _generation: int) -> None:
+        self.implementationPanel.runButton.setEnabled(self.implementationPanel._config is not None)
+
+
+__all__ = ["KEEP_INTERMEDIATES_CELLS", "TeachingTabs", "is_toy", "pretrained_run"]

@@ -38,12 +38,12 @@ class Job:
 
 
 def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *, keep_intermediates: bool = False,
-            progress=None, should_cancel=None) -> ViewPayload:
+            plan=None, progress=None, should_cancel=None) -> ViewPayload:
     """Run the toy model and build its heatmap source (both off the GUI thread): exact weights
     when the run kept them, the long-run pyramid when it kept only an overview. The step-through
     tab asks for ``keep_intermediates``; the input texts ride along in ``extra`` for the teaching tabs."""
     result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
-                           should_cancel=should_cancel)
+                           should_cancel=should_cancel, plan=plan)  # plan: made already (long_mode), not twice
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
     result.extra.update(text=text, key_text=key_text)

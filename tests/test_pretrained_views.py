@@ -1,5 +1,5 @@
 """Pretrained-mode widgets: thumbnails show the real weights, clicks and Ctrl+clicks signal the right
-(layer, head), follow-a-token shows result.follow_token, exports are real files."""
+(layer, head), exports are real files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from PySide6.QtCore import QPoint, QRectF, Qt
 from PySide6.QtGui import QColor, QImage
 
 from attndesk.app.pretrained_views import (
-    FollowTokenView, LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_painting,
+    LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_painting,
     weights_rgb,
 )
 from attndesk.core.pretrained import PretrainedResult, load_pretrained, run_pretrained
@@ -154,34 +154,6 @@ def test_scale_and_colormap_switches(grid):
         grid.set_weights(np.zeros((2, 3, 4)))
 
 
-def test_follow_token_view_shows_follow_token(qtbot):
-    result = _synthetic()
-    view = FollowTokenView()
-    qtbot.addWidget(view)
-    view.resize(600, 300)
-    view.set_result(result, token=3)
-    np.testing.assert_allclose(view.matrix(), result.follow_token(3), atol=1e-7)
-    with qtbot.waitSignal(view.headChanged, timeout=1000) as blocker:
-        view.set_head(2)
-    assert blocker.args == [2]
-    np.testing.assert_array_equal(view.matrix(), result.weights[:, 2, 3, :])
-    with qtbot.waitSignal(view.tokenChanged, timeout=1000) as blocker:
-        view.set_token(1)
-    assert blocker.args == [1]
-    np.testing.assert_array_equal(view.matrix(), result.weights[:, 2, 1, :])
-    assert view._describe(2, 4).endswith(f"{result.weights[2, 2, 1, 4]:.4f}")
-    view.set_result(_synthetic(seed=1))  # a new run keeps the followed token and head
-    assert view.token_index() == 1 and view.head_index() == 2
-    shot = view.canvas.grab().toImage()
-    painting = view.painting()
-    m = painting.map_rect(QRectF(view.canvas.rect()))
-    top_layer = view.matrix()[0]
-    k = int(np.argmax(top_layer))
-    x, y = int(m.left() + (k + 0.5) * m.width() / 6), int(m.top() + 0.5 * m.height() / 3)
-    expected = tuple(weights_rgb(view.matrix(), "viridis", painting.vmax)[0, k])
-    assert _rgb(shot, x, y) == expected
-
-
 def test_controls_signals_and_summary(qtbot):
     controls = PretrainedControls()
     qtbot.addWidget(controls)
@@ -215,15 +187,11 @@ def test_real_model_grid_and_export(grid, tmp_path):
     assert "colour: each head" in svg and "Ctrl+click" not in svg  # the on-screen hint is not exported
     pdf = export_painting(painting, tmp_path / "grid.pdf").read_bytes()
     assert pdf.startswith(b"%PDF")
-    view = FollowTokenView()
-    view.set_result(result, token=2)
-    assert ">cat<" in export_painting(view.painting(), tmp_path / "follow.svg").read_text()
-    view.deleteLater()
     with pytest.raises(ExportError):
         export_painting(painting, tmp_path / "grid.bmp")
     with pytest.raises(ExportError):
         export_painting(painting, tmp_path / "missing" / "grid.png")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["follow.svg", "grid.pdf", "grid.png", "grid.svg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.pdf", "grid.png", "grid.svg"]
     assert "6 layers x 12 heads" in describe_run(result)
 
 

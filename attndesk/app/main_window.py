@@ -33,6 +33,7 @@ from .panels.heatmaps import HeatmapPanel
 from .panels.parameters import TOY_MODE, ParametersPanel
 from .panels.timing import TimingPanel, format_seconds
 from .panels.tokens import TokensPanel
+from .pretrained_mode import PretrainedMode
 from .session import Session, SessionError, load_session, parse_session, save_session
 from .teaching_tabs import TeachingTabs
 from .worker import JobRunner
@@ -127,6 +128,7 @@ class MainWindow(QMainWindow):
         self.heatmapPanel.exportRequested.connect(self.open_export_dialog)
         self.heatmapPanel.shown.connect(self._on_heatmaps_shown)
         self.cancelButton.clicked.connect(self.cancel_compute)
+        self.pretrained = PretrainedMode(self)  # pretrained-model modes: their controls, grid tab and jobs
         app = QApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self._shutdown)
@@ -226,6 +228,10 @@ class MainWindow(QMainWindow):
             keep = self.teachingTabs.keep_intermediates(config, text, key_text)
             return Job(toy_job, (config, text, key_text), {"keep_intermediates": keep},
                        f"computing {heads}, {config.mask} mask")
+        if self.pretrained.handles(mode):
+            if not text.strip():
+                raise _TextProblem("type some text to attend over: the input is empty")
+            return self.pretrained.make_job(mode, text, key_text)
         raise ConfigError(f"unknown mode {mode!r}")
 
     @Slot()
@@ -266,12 +272,13 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         self.show_payload(payload)
 
-    def show_payload(self, payload: ViewPayload) -> None:
+    def show_payload(self, payload: ViewPayload, *, new_run: bool = True) -> None:
         """Put a finished computation on screen (heatmaps, tokens, timing) and announce it."""
         result = payload.result
         self._payload = payload
         self.tokensPanel.show_result(result)
-        self.timingPanel.show_result(result)
+        if new_run:  # another view of the same run (e.g. a pretrained layer) is not a new timing
+            self.timingPanel.show_result(result)
         L = len(result.tokens)
         Lk = len(result.keys)
         size = f"{L} tokens" if L == Lk and result.key_tokens is None else f"{L} queries × {Lk} keys"
@@ -343,7 +350,7 @@ class MainWindow(QMainWindow):
     # -- sessions -----------------------------------------------------------------------------
     def current_session(self) -> Session:
         target = self.heatmapPanel.view_target()
-        return Session(
+        return self.pretrained.fill_session(Session(
             text=self.tokensPanel.text(),
             key_text=self.tokensPanel.keyInput.toPlainText(),
             cross=self.tokensPanel.crossCheck.isChecked(),
@@ -352,10 +359,11 @@ class MainWindow(QMainWindow):
             colormap=self.heatmapPanel.colormap_name(),
             shared_scale=self.heatmapPanel.shared_scale(),
             view=target,
-        )
+        ))
 
     def apply_session(self, session: Session) -> None:
         """Show a validated session (load_session/parse_session already checked it)."""
+        self.pretrained.prepare_session(session)  # may list the session's model folder as a mode
         if self.parametersPanel.modeCombo.findData(session.mode) < 0:
             raise SessionError(f"mode {session.mode!r} is not available in this attndesk")
         self.tokensPanel.set_texts(session.text, session.key_text, session.cross)
@@ -364,6 +372,7 @@ class MainWindow(QMainWindow):
         self.heatmapPanel.set_colormap_name(session.colormap)
         self.heatmapPanel.set_shared_scale(session.shared_scale)
         self.heatmapPanel.set_view_target(session.view)
+        self.pretrained.apply_session(session)
         for notice in session.notices:
             self._set_status(notice)
         self.schedule_compute()

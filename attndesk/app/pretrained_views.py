@@ -3,11 +3,9 @@
 - ``LayerHeadGrid`` (objectName ``layerHeadGrid``): every layer x head as a small heatmap, like a
   model view. Click one -> ``headActivated(layer, head)``; Ctrl+click toggles ablating that head
   -> ``ablationChanged(list[(layer, head)])``. Hover -> ``headHovered(layer, head)`` and a tooltip.
-- ``FollowTokenView`` (``pretrainedFollowView``): for one query token, its attention over the keys at
-  every layer (a layers x keys heatmap), mean over heads or one head.
 - ``PretrainedControls`` (``pretrainedControls``): ``layerSpin``, ``allLayersCheck``,
   ``hideSpecialCheck``, ``clearAblationButton`` and the ``pretrainedSummary`` label.
-- ``export_painting`` writes any of these paintings as PNG / SVG / PDF (vector text), atomically;
+- ``export_painting`` writes the grid painting as PNG / SVG / PDF (vector text), atomically;
   ``export_all_weights`` writes every layer's raw weights as .npy or .csv.
 
 The widgets only draw what they are given (plain numpy); they never run the model. Painting goes
@@ -18,13 +16,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip, QVBoxLayout,
+    QCheckBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip,
     QWidget,
 )
 
@@ -393,216 +391,6 @@ class LayerHeadGrid(QWidget):
 
 
 # ---------------------------------------------------------------------------------------------
-# follow a token
-
-
-class FollowTokenPainting:
-    """A layers x keys heatmap: row n = where the query token looks in layer n."""
-
-    def __init__(self, matrix: np.ndarray, key_labels: Sequence[str], title: str, *, colormap: str = "viridis",
-                 caption: str = "") -> None:
-        self.matrix = np.asarray(matrix, dtype=np.float32)  # [N, L]
-        if self.matrix.ndim != 2 or self.matrix.shape[1] != len(key_labels):
-            raise ValueError(f"matrix must be [layers, {len(key_labels)}], got {self.matrix.shape}")
-        self.key_labels, self.title, self.caption, self.colormap = list(key_labels), title, caption, colormap
-        self.vmax = float(self.matrix.max(initial=0.0))
-        self.image = rgb_image(weights_rgb(self.matrix, colormap, self.vmax))
-
-    def _label_band(self) -> float:
-        metrics = QFontMetricsF(_font(7.5))
-        return min(90.0, max((metrics.horizontalAdvance(t) for t in self.key_labels), default=0.0) + 8)
-
-    def map_rect(self, rect: QRectF) -> QRectF:
-        left, top, right = 34.0, 20.0, 46.0
-        bottom = self._label_band() + (16.0 if self.caption else 2.0)
-        return QRectF(rect.left() + left, rect.top() + top, max(10.0, rect.width() - left - right),
-                      max(10.0, rect.height() - top - bottom))
-
-    def hit(self, rect: QRectF, point: QPointF) -> tuple[int, int] | None:
-        m = self.map_rect(rect)
-        if not m.contains(point):
-            return None
-        rows, cols = self.matrix.shape
-        return (min(rows - 1, int((point.y() - m.top()) / m.height() * rows)),
-                min(cols - 1, int((point.x() - m.left()) / m.width() * cols)))
-
-    def paint(self, painter: QPainter, rect: QRectF, *, background: bool = True) -> None:
-        painter.save()
-        if background:
-            painter.fillRect(rect, QColor(255, 255, 255))
-        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-        m = self.map_rect(rect)
-        rows, cols = self.matrix.shape
-        painter.drawImage(m, self.image)
-        painter.setPen(QColor(30, 30, 30))
-        painter.setFont(_font(9, bold=True))
-        painter.drawText(QRectF(rect.left() + 4, rect.top(), rect.width() - 8, 18),
-                         int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), self.title)
-        painter.setFont(_font(7.5))
-        painter.setPen(QColor(60, 60, 60))
-        row_h, col_w = m.height() / max(1, rows), m.width() / max(1, cols)
-        for n in range(rows):
-            painter.drawText(QRectF(rect.left(), m.top() + n * row_h, m.left() - rect.left() - 4, row_h),
-                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"L{n}")
-        line = QFontMetricsF(painter.font()).height()
-        step = max(1, math.ceil(line / max(col_w, 1e-6)))
-        band = self._label_band()
-        for k in range(0, cols, step):  # key labels, rotated to read bottom-up
-            painter.save()
-            painter.translate(m.left() + (k + 0.5) * col_w, m.bottom() + 4)
-            painter.rotate(-90)
-            painter.drawText(QRectF(-band, -line / 2, band - 4, line),
-                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), self.key_labels[k])
-            painter.restore()
-        bar = QRectF(m.right() + 8, m.top(), 10, m.height())  # colour bar 0..vmax, top = high
-        lut = lookup_table(self.colormap)
-        painter.drawImage(bar, rgb_image(lut[::-1][:, None, :].repeat(2, axis=1)))
-        painter.drawText(QRectF(bar.right() + 2, m.top() - 6, 40, 12), int(Qt.AlignmentFlag.AlignLeft), f"{self.vmax:.2f}")
-        painter.drawText(QRectF(bar.right() + 2, m.bottom() - 6, 40, 12), int(Qt.AlignmentFlag.AlignLeft), "0")
-        if self.caption:
-            cap = QRectF(rect.left() + 4, m.bottom() + band + 2, rect.width() - 8, 14)
-            text = QFontMetricsF(painter.font()).elidedText(self.caption, Qt.TextElideMode.ElideRight, cap.width())
-            painter.drawText(cap, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
-        painter.restore()
-
-
-class _FollowCanvas(QWidget):
-    hovered = Signal(int, int)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMouseTracking(True)
-        self.setMinimumSize(200, 160)
-        self.painting: FollowTokenPainting | None = None
-        self.describe: Callable[[int, int], str] | None = None
-
-    def paintEvent(self, event) -> None:  # noqa: N802
-        painter = QPainter(self)
-        try:
-            if self.painting is None:
-                painter.fillRect(self.rect(), QColor(255, 255, 255))
-            else:
-                self.painting.paint(painter, QRectF(self.rect()))
-        finally:
-            painter.end()
-
-    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
-        if self.painting is not None:
-            cell = self.painting.hit(QRectF(self.rect()), event.position())
-            if cell is not None and self.describe is not None:
-                QToolTip.showText(event.globalPosition().toPoint(), self.describe(*cell), self)
-                self.hovered.emit(*cell)
-        super().mouseMoveEvent(event)
-
-
-MEAN_OF_HEADS = "mean of heads"
-
-
-class FollowTokenView(QWidget):
-    """Pick a query token (``pretrainedFollowTokenCombo``) and a head (``pretrainedFollowHeadCombo``:
-    mean or one head); see its attention over the keys at every layer."""
-
-    tokenChanged = Signal(int)  # query token index
-    headChanged = Signal(int)  # -1 = mean over heads
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("pretrainedFollowView")
-        self.token_combo = QComboBox(objectName="pretrainedFollowTokenCombo")
-        self.token_combo.setToolTip("the query token to follow through the layers")
-        self.head_combo = QComboBox(objectName="pretrainedFollowHeadCombo")
-        self.canvas = _FollowCanvas(self)
-        self.canvas.setObjectName("pretrainedFollowCanvas")
-        self.canvas.describe = self._describe
-        top = QHBoxLayout()
-        top.addWidget(QLabel("follow token"))
-        top.addWidget(self.token_combo, 1)
-        top.addWidget(self.head_combo)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(top)
-        layout.addWidget(self.canvas, 1)
-        self._result = None
-        self._colormap = "viridis"
-        self.token_combo.currentIndexChanged.connect(self._on_token)
-        self.head_combo.currentIndexChanged.connect(self._on_head)
-
-    def set_result(self, result, token: int | None = None) -> None:
-        """Show a ``PretrainedResult``; keeps the followed token index when it still exists."""
-        previous = self.token_index()
-        self._result = result
-        for combo in (self.token_combo, self.head_combo):
-            combo.blockSignals(True)
-        head = self.head_index()
-        self.token_combo.clear()
-        self.token_combo.addItems([f"{i}: {t}" for i, t in enumerate(result.tokens)])
-        self.head_combo.clear()
-        self.head_combo.addItems([MEAN_OF_HEADS, *(f"head {h}" for h in range(result.num_heads))])
-        wanted = token if token is not None else (previous if 0 <= previous < result.length else min(1, result.length - 1))
-        self.token_combo.setCurrentIndex(max(0, min(wanted, result.length - 1)))
-        self.head_combo.setCurrentIndex(head + 1 if 0 <= head < result.num_heads else 0)
-        for combo in (self.token_combo, self.head_combo):
-            combo.blockSignals(False)
-        self._refresh()
-
-    def set_token(self, index: int) -> None:
-        self.token_combo.setCurrentIndex(int(index))
-
-    def set_head(self, head: int | None) -> None:
-        self.head_combo.setCurrentIndex(0 if head is None or head < 0 else int(head) + 1)
-
-    def set_colormap(self, name: str) -> None:
-        lookup_table(name)
-        self._colormap = name
-        self._refresh()
-
-    def token_index(self) -> int:
-        return self.token_combo.currentIndex()
-
-    def head_index(self) -> int:
-        """-1 = mean over heads."""
-        return self.head_combo.currentIndex() - 1
-
-    def matrix(self) -> np.ndarray | None:
-        """The displayed [layers, keys] matrix (exact, float32)."""
-        return None if self.canvas.painting is None else self.canvas.painting.matrix
-
-    def painting(self) -> FollowTokenPainting | None:
-        return self.canvas.painting
-
-    def _on_token(self, index: int) -> None:
-        self._refresh()
-        if index >= 0:
-            self.tokenChanged.emit(index)
-
-    def _on_head(self, index: int) -> None:
-        self._refresh()
-        if index >= 0:
-            self.headChanged.emit(index - 1)
-
-    def _refresh(self) -> None:
-        r = self._result
-        q = self.token_index()
-        if r is None or not 0 <= q < r.length:
-            self.canvas.painting = None
-        else:
-            head = self.head_index()
-            matrix = r.follow_token(q, None if head < 0 else head)
-            which = "mean over heads" if head < 0 else f"head {head}"
-            self.canvas.painting = FollowTokenPainting(
-                matrix, r.tokens, f'where "{r.tokens[q]}" ({q}) looks, layer by layer · {which}',
-                colormap=self._colormap, caption="rows: layers · columns: key tokens · colour 0..max of this view",
-            )
-        self.canvas.update()
-
-    def _describe(self, layer: int, key: int) -> str:
-        r, q, head = self._result, self.token_index(), self.head_index()
-        value = self.canvas.painting.matrix[layer, key]
-        which = "mean of heads" if head < 0 else f"head {head}"
-        return f'layer {layer} · {which} · query "{r.tokens[q]}" ({q}) → key "{r.tokens[key]}" ({key}): {value:.4f}'
-
-
-# ---------------------------------------------------------------------------------------------
 # controls
 
 
@@ -646,17 +434,14 @@ class PretrainedControls(QWidget):
         self.clear_button = QPushButton("clear ablations", objectName="clearAblationButton")
         self.clear_button.setToolTip("Ctrl+click a thumbnail in the grid to ablate a head; this restores all")
         self.clear_button.setEnabled(False)
+        # the summary is a separate line: the owner places it (the window puts it under the toolbar)
         self.summary = QLabel(objectName="pretrainedSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        row = QHBoxLayout()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
         for w in (self.layer_spin, self.all_layers_check, self.hide_special_check, self.clear_button):
             row.addWidget(w)
-        row.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(row)
-        layout.addWidget(self.summary)
         self.layer_spin.valueChanged.connect(self.layerChanged)
         self.all_layers_check.toggled.connect(self._on_all_layers)
         self.hide_special_check.toggled.connect(self.hideSpecialToggled)
@@ -689,7 +474,7 @@ class PretrainedControls(QWidget):
 
 
 def export_painting(painting, path: str | Path, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
-    """Write a ``LayerGridPainting`` or ``FollowTokenPainting`` as PNG, SVG or PDF (by suffix),
+    """Write a ``LayerGridPainting`` as PNG, SVG or PDF (by suffix),
     atomically; labels are text in SVG/PDF. Raises ``ExportError`` with a one-line reason."""
     from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRect, QSizeF
     from PySide6.QtGui import QImageWriter, QPageLayout, QPageSize, QPdfWriter

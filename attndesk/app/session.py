@@ -37,11 +37,16 @@ class Session:
     colormap: str = "viridis"
     shared_scale: bool = True
     view: str | int = "all"  # "all", "mean" or a head index
+    # pretrained mode: {"folder": str | None, "layer": int, "hide_special": bool, "all_layers": bool,
+    # "ablate": [[layer, head], ...]}; None (and absent from the file) for toy sessions
+    pretrained: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("notices")
+        if data["pretrained"] is None:
+            data.pop("pretrained")  # toy sessions stay byte-for-byte what older attndesk wrote
         return {"format": FORMAT, "version": VERSION, **data}
 
     @classmethod
@@ -55,7 +60,7 @@ class Session:
         if version != VERSION:
             raise SessionError(f"session version {version!r} is not supported (this attndesk reads version {VERSION})")
         known = {"format", "version", "text", "config", "key_text", "cross", "mode", "colormap",
-                 "shared_scale", "view"}
+                 "shared_scale", "view", "pretrained"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SessionError(f"unknown session field(s): {', '.join(unknown)}")
@@ -88,7 +93,41 @@ class Session:
             view = "all"
         kwargs = {k: data[k] for k in expect if k in data}
         kwargs["config"] = config
-        return cls(view=view, notices=notices, **kwargs)
+        pretrained = _check_pretrained(data.get("pretrained"))
+        return cls(view=view, notices=notices, pretrained=pretrained, **kwargs)
+
+
+def _check_pretrained(value: Any) -> dict[str, Any] | None:
+    """The session's pretrained-mode state, checked field by field (the layer and heads are
+    checked against the model only once it is known)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SessionError("session field 'pretrained' should be an object")
+    unknown = sorted(set(value) - {"folder", "layer", "hide_special", "all_layers", "ablate"})
+    if unknown:
+        raise SessionError(f"unknown field(s) in 'pretrained': {', '.join(unknown)}")
+    folder = value.get("folder")
+    if folder is not None and not isinstance(folder, str):
+        raise SessionError("'pretrained.folder' should be a folder path or null")
+    layer = value.get("layer", 0)
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise SessionError(f"'pretrained.layer' should be a layer number >= 0, got {layer!r}")
+    flags = {}
+    for name in ("hide_special", "all_layers"):
+        flags[name] = value.get(name, False)
+        if not isinstance(flags[name], bool):
+            raise SessionError(f"'pretrained.{name}' should be true or false")
+    ablate = value.get("ablate", [])
+    pairs = []
+    if not isinstance(ablate, list):
+        raise SessionError("'pretrained.ablate' should be a list of [layer, head] pairs")
+    for item in ablate:
+        if (not isinstance(item, list) or len(item) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in item)):
+            raise SessionError(f"'pretrained.ablate' holds {item!r}, not a [layer, head] pair")
+        pairs.append([int(item[0]), int(item[1])])
+    return {"folder": folder, "layer": layer, "ablate": pairs, **flags}
 
 
 def save_session(session: Session, path: str | os.PathLike) -> Path:

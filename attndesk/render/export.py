@@ -264,6 +264,11 @@ def default_filename(result: Any, which: Any, ext: str) -> str:
     num_heads = int(np.asarray(result.weights).shape[0])
     which = parse_which(which, num_heads)
     tag = which if isinstance(which, str) else f"head{which}"
+    extra = getattr(result, "extra", None) or {}
+    if "pretrained" in extra and extra.get("file_tag"):
+        # e.g. attn_head3_all-MiniLM-L6-v2_layer2_unscaled.png (hidden special tokens say so too)
+        hidden = ["nospecial"] if extra.get("hide_special") else []
+        return "_".join(["attn", tag, str(extra["file_tag"]), *hidden]) + "." + ext.lstrip(".").lower()
     parts = ["attn", tag, f"h{num_heads}", f"e{cfg.embed_dim}", cfg.mask.replace("+", "-"), "scaled" if cfg.scaled else "unscaled"]
     if not cfg.positional:
         parts.append("nopos")

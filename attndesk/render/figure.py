@@ -181,6 +181,9 @@ def parse_which(which: Any, num_heads: int) -> str | int:
 
 def settings_summary(result: Any) -> str:
     """One line naming everything that shaped these weights (for captions and file names)."""
+    extra = getattr(result, "extra", None) or {}
+    if "pretrained" in extra and extra.get("summary"):
+        return str(extra["summary"])  # a pretrained layer: the model's own line (no seed, learned positions)
     cfg = result.config
     num_heads = result.weights.shape[0]
     queries, keys = len(result.tokens), len(result.keys)

@@ -184,6 +184,10 @@ class HeatmapPanel(QWidget):
         """Let a mode add its own control (e.g. a layer selector) to the heatmap toolbar."""
         self._extra.addWidget(widget)
 
+    def add_header_widget(self, widget: QWidget) -> None:
+        """Let a mode add a full-width line (e.g. a run summary) just under the toolbar."""
+        self.layout().insertWidget(1, widget)
+
     def source(self) -> HeatmapSource | None:
         return self._source
 

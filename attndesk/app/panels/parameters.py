@@ -225,6 +225,14 @@ class ParametersPanel(QWidget):
     def _mark(widget: QWidget, bad: bool) -> None:
         widget.setStyleSheet("QSpinBox { border: 1px solid #b00020; }" if bad else "")
 
+    def add_row(self, label: str, widget: QWidget) -> None:
+        """A mode's own line in the form (e.g. a pretrained model's fixed numbers); hide it with
+        ``set_row_visible``."""
+        self._form.addRow(label, widget)
+
+    def set_row_visible(self, widget: QWidget, visible: bool) -> None:
+        self._form.setRowVisible(widget, visible)
+
     def set_architecture_locked(self, values: dict[str, Any] | None) -> None:
         """Show a fixed architecture read-only (a pretrained model), or unlock it with None."""
         locked = values is not None

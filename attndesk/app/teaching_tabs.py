@@ -216,17 +216,13 @@ class TeachingTabs(QObject):
         pres = pretrained_run(self._payload) if self._payload is not None else None
         index = self.window.viewTabs.indexOf(self.rolloutView)
         if pres is None:
-            self.rolloutView.set_result(None)
-            self.rolloutView.infoLabel.setText(
-                "Attention rollout and “follow a token” trace attention through the layers of a model: "
-                "the toy model has one attention layer. Switch the mode to the pretrained model to use this tab.")
-            self.rolloutView.setEnabled(True)
-            for widget in (self.rolloutView.layersSpin, self.rolloutView.queryCombo, self.rolloutView.headCombo):
-                widget.setEnabled(False)
+            self.rolloutView.set_unavailable(
+                "Attention rollout and “follow a token” trace attention through the layers of a model, "
+                "and the toy model has a single attention layer: there is nothing to trace. "
+                "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab.")
             self.window.viewTabs.setTabToolTip(index, "pretrained mode only: rollout across layers, follow a token")
         else:
-            for widget in (self.rolloutView.layersSpin, self.rolloutView.queryCombo, self.rolloutView.headCombo):
-                widget.setEnabled(True)
+            self.window.viewTabs.setTabToolTip(index, "rollout across layers, follow a token")
             if self.rolloutView._result is not pres:
                 self.rolloutView.set_result(pres)
 

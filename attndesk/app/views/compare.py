@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton,
+    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSplitter,
     QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
@@ -102,7 +102,7 @@ class CompareView(QWidget):
         self.explanationText = QPlainTextEdit()
         self.explanationText.setObjectName("explanationText")
         self.explanationText.setReadOnly(True)
-        self.explanationText.setMaximumHeight(170)
+        self.explanationText.setMinimumHeight(60)
         self.explanationText.setStyleSheet("font-family: monospace")
         self.explanationText.hide()
 
@@ -112,16 +112,29 @@ class CompareView(QWidget):
         bar.addWidget(self.whatCombo)
         bar.addWidget(self.headCombo)
         bar.addStretch(1)
-        plots = QHBoxLayout()
+        plots_box = QWidget()
+        plots = QHBoxLayout(plots_box)
+        plots.setContentsMargins(0, 0, 0, 0)
         for plot in (self.plotA, self.plotB, self.plotDiff):
             plots.addWidget(plot, 1)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(plots_box, 1)
+        top_layout.addWidget(self.readout)
+        # the explanation is the point of a teaching pair: a splitter lets it take the room it needs
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("compareSplitter")
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(self.explanationText)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addLayout(teach)
         layout.addWidget(self.maxLabel)
-        layout.addLayout(plots, 1)
-        layout.addWidget(self.readout)
-        layout.addWidget(self.explanationText)
+        layout.addWidget(self.splitter, 1)
 
     # -- API -------------------------------------------------------------------------------------
     def set_teaching_runner(self, runner: Callable[[str, object, str], None] | None) -> None:
@@ -178,6 +191,8 @@ class CompareView(QWidget):
         self._a_label, self._b_label = comparison.a_label, comparison.b_label
         self.explanationText.setPlainText(f"{comparison.title}\n\n{comparison.explanation}")
         self.explanationText.show()
+        total = max(1, sum(self.splitter.sizes()))
+        self.splitter.setSizes([total * 11 // 20, total * 9 // 20])  # room to read it
         index = self.whatCombo.findData("weights")
         self.whatCombo.blockSignals(True)
         self.whatCombo.setCurrentIndex(index)
@@ -338,16 +353,28 @@ class ImplementationPanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.notesLabel = QLabel("")
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.notesLabel = QLabel(
+            "Runs the current settings through attndesk's attention layer, "
+            "torch.nn.functional.scaled_dot_product_attention and torch.nn.MultiheadAttention with the same "
+            "projection weights: time of each (best of 3) and how far their outputs are from attndesk's."
+        )
         self.notesLabel.setObjectName("implementationNotes")
         self.notesLabel.setWordWrap(True)
-        bar = QHBoxLayout()
-        bar.addWidget(self.runButton)
-        bar.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.addLayout(bar)
+        self.notesLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.notesLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        side = QVBoxLayout()
+        side.addWidget(self.runButton)
+        side.addWidget(self.notesLabel, 1)
+        side_box = QWidget()
+        side_box.setLayout(side)
+        side_box.setFixedWidth(330)
+        # side by side: the dock is short, the three rows of the table must stay visible
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.addWidget(side_box)
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.notesLabel)
 
     def set_runner(self, runner: Callable[[object, str], None] | None) -> None:
         self._runner = runner

@@ -107,7 +107,7 @@ class MatrixPlot(QWidget):
         self.col_marks = self._mark_item(QColor(255, 64, 64, 60))
         self.cell_mark = self._mark_item(None)
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
-        self.graphics.setMinimumSize(160, 160)
+        self.graphics.setMinimumSize(120, 120)
         self.graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
         head = QHBoxLayout()

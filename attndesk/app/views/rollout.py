@@ -63,11 +63,18 @@ class RolloutView(QWidget):
         plots = QHBoxLayout()
         plots.addWidget(self.rolloutPlot, 1)
         plots.addWidget(self.followPlot, 1)
+        # controls and plots together, hidden while there is nothing to trace (toy mode)
+        self.body = QWidget()
+        self.body.setObjectName("rolloutBody")
+        body = QVBoxLayout(self.body)
+        body.setContentsMargins(0, 0, 0, 0)
+        body.addLayout(bar)
+        body.addLayout(plots, 1)
+        body.addWidget(self.readout)
         layout = QVBoxLayout(self)
         layout.addWidget(self.infoLabel)
-        layout.addLayout(bar)
-        layout.addLayout(plots, 1)
-        layout.addWidget(self.readout)
+        layout.addWidget(self.body, 1)
+        layout.addStretch(0)
 
     def set_result(self, result) -> None:
         weights = None if result is None else np.asarray(getattr(result, "weights", None))
@@ -77,6 +84,7 @@ class RolloutView(QWidget):
             self.followPlot.clear("")
             return
         self._result = result
+        self.body.show()
         layers, heads = weights.shape[:2]
         tokens = list(result.tokens)
         for widget in (self.layersSpin, self.queryCombo, self.headCombo):
@@ -101,6 +109,12 @@ class RolloutView(QWidget):
         )
         self._update_rollout()
         self._update_follow()
+
+    def set_unavailable(self, message: str) -> None:
+        """Nothing to trace (e.g. the toy model's single layer): say why, hide the empty plots."""
+        self.set_result(None)
+        self.infoLabel.setText(message)
+        self.body.hide()
 
     def set_layers(self, n: int) -> None:
         self.layersSpin.setValue(int(n))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget,
+    QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from .heatmap import MatrixPlot
@@ -22,6 +22,7 @@ from .heatmap import MatrixPlot
 # (intermediate key, title, formula); formulas depend on the config, filled in _formula()
 STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
 PER_HEAD = {"q", "k", "v", "scores", "scaled", "masked", "weights", "context"}
+PER_ROW = 5  # stages per row of the strip
 SEQUENTIAL = {"weights"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
 
 
@@ -76,24 +77,35 @@ class StepThroughView(QWidget):
 
         self.plots: dict[str, MatrixPlot] = {}
         strip = QWidget()
-        row = QHBoxLayout(strip)
-        row.setContentsMargins(0, 0, 0, 0)
-        for name in STAGES:
+        # the strip wraps after PER_ROW stages (a 10-wide row would hide the weights off screen):
+        # row 1 builds Q, K, V and the scores, row 2 turns them into weights and the output
+        grid = QGridLayout(strip)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(2)
+        for i, name in enumerate(STAGES):
             plot = MatrixPlot(name)
             plot.setObjectName(f"stage_{name}")
-            plot.setMinimumWidth(230)
+            plot.setMinimumSize(160, 190)
+            # no word wrap: a wrapping title makes the scroll area size the strip by height-for-width,
+            # which stacks the plots' full size hints and pushes the second row off screen
+            plot.title.setWordWrap(False)
+            plot.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             self.plots[name] = plot
-            row.addWidget(plot)
+            row, col = divmod(i, PER_ROW)
+            grid.addWidget(plot, row, 2 * col)
+            grid.setColumnStretch(2 * col, 1)
             if name != STAGES[-1]:
-                arrow = QLabel("→")
+                arrow = QLabel("→" if col < PER_ROW - 1 else "↩")
+                arrow.setToolTip("the next stage" if col < PER_ROW - 1 else "continues on the next row")
                 arrow.setStyleSheet("font-size: 18px; color: #666")
-                row.addWidget(arrow)
+                grid.addWidget(arrow, row, 2 * col + 1)
         self.plots["weights"].cellHovered.connect(self.hover_weight)
         self.plots["weights"].hoverLeft.connect(self.clear_hover)
         self.scroll = QScrollArea()
         self.scroll.setWidget(strip)
         self.scroll.setWidgetResizable(True)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         top = QHBoxLayout()
         top.addWidget(self.headSpin)
@@ -173,7 +185,7 @@ class StepThroughView(QWidget):
             "q": "Q = X W<sub>Q</sub> + b", "k": "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
             "scores": "S = Q K<sup>T</sup>",
             "scaled": f"S / √d<sub>k</sub> = S / √{d_k}" if cfg.scaled else "S (unscaled: × 1)",
-            "masked": "−∞ where masked (hatched)" if cfg.mask != "none" else "no mask: = scaled",
+            "masked": "−∞ where masked" if cfg.mask != "none" else "no mask: = scaled",
             "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
             "context": "C = A V",
             "output": "C (single head: no W<sub>O</sub>)" if single else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
@@ -188,6 +200,7 @@ class StepThroughView(QWidget):
         self.infoLabel.setText(
             f"head {h} of {heads} · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
             + (" · scaled" if result.config.scaled else " · unscaled")
+            + (" · hatched cells = masked (−∞)" if result.config.mask != "none" else "")
         )
         for name, plot in self.plots.items():
             m = self.stage_matrix(name)
@@ -195,8 +208,9 @@ class StepThroughView(QWidget):
             col_labels = keys if square else [str(i) for i in range(m.shape[1])]
             row_labels = keys if name in ("k", "v") else tokens  # K and V rows are the keys (cross-attention)
             shape = " × ".join(map(str, m.shape))
-            where = f" (head {h})" if name in PER_HEAD else ""
-            plot.set_title(f"<b>{name}</b>{where} <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
+            where = f" of head {h}" if name in PER_HEAD else ""  # the info line names the head too
+            plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
+            plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}")
             # masked weights are 0, but drawn hatched like the -inf they came from, not as a small weight
             hidden = ~np.isfinite(inter["masked"][h]) if name == "weights" else None
             plot.set_matrix(m, row_labels=row_labels, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)

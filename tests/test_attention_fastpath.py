@@ -280,3 +280,16 @@ def test_property_rows_sum_to_one_or_zero(lq, lk, heads, rows_per_block, mask_ki
     has_key = full.any(-1)
     torch.testing.assert_close(sums[has_key], torch.ones_like(sums[has_key]), **TOL[dtype])
     assert (sums[~has_key] == 0).all() and (w[~full] == 0).all()
+
+
+@pytest.mark.parametrize("lead", [(), (4,)], ids=["2-D", "3-D"])
+def test_unbatched_and_3d_inputs(fast_everywhere, lead):
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(*lead, n, D, generator=gen) for n in (LQ, LK, LK))
+    mask = make_mask((LQ, LK), seed=12)
+    with torch.inference_mode():
+        out, w = scaled_dot_product_attention(q, k, v, mask, scale=0.5)
+    assert fast_everywhere and w.shape == (*lead, LQ, LK) and out.shape == (*lead, LQ, D)
+    want_out, want_w = textbook(q, k, v, mask, 0.5)
+    torch.testing.assert_close(w.double(), want_w, **TOL[torch.float32])
+    torch.testing.assert_close(out.double(), want_out, **TOL[torch.float32])

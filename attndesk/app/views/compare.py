@@ -64,6 +64,7 @@ class CompareView(QWidget):
         self._teaching: TeachingComparison | None = None
         self._runner: Callable[[str, object, str], None] | None = None
         self._a_label, self._b_label = "A (pinned)", "B (current)"
+        self._head_wanted: int | None = None  # set_head before a result had that head
 
         self.pinButton = QPushButton("Pin current as A")
         self.pinButton.setObjectName("pinButton")
@@ -214,9 +215,14 @@ class CompareView(QWidget):
 
     @Slot(int)
     def set_head(self, head: int) -> None:
+        """Show head ``head`` (MEAN = -1: the mean); before a result with that head exists, it is
+        remembered and applied when one arrives."""
         index = self.headCombo.findData(int(head))
         if index >= 0:
+            self._head_wanted = None
             self.headCombo.setCurrentIndex(index)
+        else:
+            self._head_wanted = int(head)
 
     # -- drawing ---------------------------------------------------------------------------------
     def _on_teach(self, kind: str) -> None:
@@ -232,6 +238,8 @@ class CompareView(QWidget):
     def _fill_heads(self) -> None:
         heads = int(self._b.weights.shape[0]) if self._b is not None else 0
         current = self.headCombo.currentData()
+        if self._head_wanted is not None and self._head_wanted < heads:
+            current, self._head_wanted = self._head_wanted, None
         self.headCombo.blockSignals(True)
         self.headCombo.clear()
         self.headCombo.addItem("mean over heads", MEAN)

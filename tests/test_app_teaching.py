@@ -1,0 +1,273 @@
+"""The teaching tabs inside the real main window: step-through, head statistics, compare, the
+teaching comparisons and the implementation comparison (side workers), rollout in toy mode."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent
+
+import attndesk.app.teaching_tabs as teaching_tabs
+from attndesk.app import MainWindow
+from attndesk.app.main_window import app_settings
+from attndesk.app.views.stepthrough import STAGES
+from attndesk.app.worker import running_threads
+from attndesk.core import AttentionConfig, run_attention
+from attndesk.core.compare import IMPLEMENTATIONS
+from attndesk.core.statistics import head_statistics
+
+TIMEOUT_MS = 20000
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()
+
+
+def dispose(w) -> None:
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow()
+    w.resize(1300, 850)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass
+    yield w
+    dispose(w)
+
+
+def wait_result(qtbot, w, action):
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
+        action()
+    return blocker.args[0]
+
+
+def core_run(w, keep=True):
+    """The core's run for the window's current text and parameters, computed independently."""
+    config = AttentionConfig.from_dict(w.parametersPanel.values())
+    return run_attention(config, w.tokensPanel.text(), keep, key_text=w.tokensPanel.key_text())
+
+
+def _check_stages(w, head):
+    view = w.teachingTabs.stepThroughView
+    shown = w.displayed_result()
+    core = core_run(w)
+    assert view.result() is shown and view.head() == head
+    for name in STAGES:
+        expected = core.intermediates[name][head] if name not in ("embeddings", "output") else core.intermediates[name]
+        np.testing.assert_array_equal(view.stage_matrix(name), expected, err_msg=name)
+        np.testing.assert_array_equal(view.plots[name].matrix, expected, err_msg=name)
+    # the weights stage is the displayed result's weights, and softmax(masked) reproduces them
+    np.testing.assert_array_equal(view.plots["weights"].matrix, shown.weights[head])
+    masked = view.stage_matrix("masked").astype(np.float64)
+    soft = np.exp(masked - masked.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(soft / soft.sum(axis=1, keepdims=True), shown.weights[head], atol=1e-6)
+
+
+def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
+    titles = [window.viewTabs.tabText(i) for i in range(window.viewTabs.count())]
+    ours = ["Step-through", "Positions", "Head stats", "Compare", "Rollout"]
+    assert titles[0] == "Heatmaps" and [t for t in titles if t in ours] == ours
+    tabs = window.teachingTabs
+    assert window.timingDock.widget() is tabs.timingTabs
+    assert tabs.timingTabs.indexOf(window.timingPanel) >= 0
+    assert tabs.timingTabs.indexOf(tabs.implementationPanel) >= 0
+
+
+def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot, window):
+    tabs = window.teachingTabs
+    assert window.displayed_result().intermediates is not None  # small runs keep them
+    window.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    _check_stages(window, 0)
+    tabs.stepThroughView.headSpin.setValue(2)
+    _check_stages(window, 2)
+    # a new result (causal mask) reaches the visible step-through at once
+    wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    _check_stages(window, 2)
+    assert np.isneginf(tabs.stepThroughView.stage_matrix("masked")[0, 1])
+    a = tabs.stepThroughView.hover_weight(4, 2)
+    assert a.weight == pytest.approx(float(window.displayed_result().weights[2, 4, 2]), rel=1e-5)
+    assert tabs.stepThroughView.plots["k"].highlighted()["row"] == (2,)
+
+
+def test_large_runs_keep_no_intermediates_until_the_step_through_asks(qtbot, window, monkeypatch):
+    monkeypatch.setattr(teaching_tabs, "KEEP_INTERMEDIATES_CELLS", 0)  # everything counts as large
+    result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(3))
+    assert result.intermediates is None
+    tabs = window.teachingTabs
+    # opening the tab reruns the same input in a side worker and shows the intermediates
+    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    _check_stages(window, 0)
+    # while the step-through is visible, the main run keeps them itself
+    result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(4))
+    assert result.intermediates is not None
+    _check_stages(window, 0)
+
+
+def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
+    tabs = window.teachingTabs
+    threads = []
+    real = teaching_tabs._statistics_job
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(teaching_tabs, "_statistics_job", spy)
+    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(tabs.headStatsView)
+    assert threads and threads[0] != threading.get_ident()
+    shown = window.displayed_result()
+    expected = head_statistics(shown.weights, special=list(shown.keys))
+    assert tabs.headStatsView.stats() == expected
+    assert tabs.headStatsView.table.rowCount() == shown.num_heads
+
+    tabs.headStatsView.select_head(3)
+    assert window.viewTabs.currentWidget() is tabs.stepThroughView
+    assert tabs.stepThroughView.head() == 3
+    assert window.heatmapPanel.view_target() == 3
+    np.testing.assert_array_equal(tabs.stepThroughView.plots["weights"].matrix, shown.weights[3])
+    window.viewTabs.setCurrentWidget(tabs.compareView)  # filled when shown, on the chosen head
+    assert tabs.compareView.headCombo.currentData() == 3
+    np.testing.assert_array_equal(tabs.compareView.displayed()[1], shown.weights[3])
+
+
+def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
+    tabs = window.teachingTabs
+    view = tabs.compareView
+    window.viewTabs.setCurrentWidget(view)
+    a = window.displayed_result()
+    view.pin()
+    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    assert b is not a and view.pinned_result() is a
+    diff = view.diff()
+    np.testing.assert_array_equal(diff.diff, b.weights.astype(np.float64) - a.weights.astype(np.float64))
+    assert diff.max_abs == float(np.abs(b.weights.astype(np.float64) - a.weights).max()) > 0
+    view.set_head(1)
+    shown_a, shown_b, shown_diff = view.displayed()
+    np.testing.assert_array_equal(shown_a, a.weights[1])
+    np.testing.assert_array_equal(shown_b, b.weights[1])
+    np.testing.assert_array_equal(shown_diff, b.weights[1].astype(np.float64) - a.weights[1])
+    assert f"{diff.max_abs:.6g}" in view.maxLabel.text()
+
+
+def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, window, monkeypatch):
+    tabs = window.teachingTabs
+    view = tabs.compareView
+    window.viewTabs.setCurrentWidget(view)
+    threads = []
+    real = teaching_tabs._teaching_job
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(teaching_tabs, "_teaching_job", spy)
+    with qtbot.waitSignal(tabs.teachingShown, timeout=TIMEOUT_MS) as blocker:
+        view.teachButtons["tutorial"].click()
+        assert not view.teachButtons["tutorial"].isEnabled()  # while it runs
+    comparison = blocker.args[0]
+    assert threads and threads[0] != threading.get_ident()
+    assert view.teachButtons["tutorial"].isEnabled()
+    assert view.teaching() is comparison and comparison.kind == "tutorial"
+    text = view.explanationText.toPlainText()
+    assert view.explanationText.isVisibleTo(window)
+    assert "masks nothing" in text and "QUERY" in text and "measured here" in text
+    # the variant's real effect: real queries still attend to the padded keys; the true mask gives 0
+    ids = comparison.a.token_ids
+    pad = ids == 0
+    assert pad.any()
+    real_rows = ~pad
+    assert (comparison.b.weights[:, real_rows][:, :, pad].sum(axis=-1) > 0.01).all()
+    assert np.all(comparison.a.weights[:, real_rows][:, :, pad] == 0)
+    shown_a, shown_b, shown_diff = view.displayed()
+    np.testing.assert_array_equal(shown_a, comparison.a.weights.mean(axis=0))
+    np.testing.assert_array_equal(shown_diff, (comparison.b.weights.astype(np.float64) - comparison.a.weights).mean(axis=0))
+    # the next live result replaces the teaching pair
+    wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(9))
+    assert view.teaching() is None and not view.explanationText.isVisibleTo(window)
+
+
+def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(qtbot, window, monkeypatch):
+    tabs = window.teachingTabs
+    panel = tabs.implementationPanel
+    threads = []
+    real = teaching_tabs._implementation_job
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(teaching_tabs, "_implementation_job", spy)
+    with qtbot.waitSignal(tabs.implementationShown, timeout=TIMEOUT_MS):
+        panel.runButton.click()
+    assert threads and threads[0] != threading.get_ident()
+    assert tabs.timingTabs.currentWidget() is panel
+    table = panel.table
+    assert table.rowCount() == 3
+    names = [table.item(r, 0).text() for r in range(3)]
+    assert names == list(IMPLEMENTATIONS)
+    times = [float(table.item(r, 1).text()) for r in range(3)]
+    assert all(t > 0 for t in times)
+    for r in range(1, 3):
+        assert float(table.item(r, 3).text()) < 1e-4  # max |d output| vs attndesk
+    assert float(table.item(2, 4).text()) < 1e-5  # nn.MultiheadAttention's weights
+    assert table.item(1, 4).text() == "no weights"
+    assert "tokens on cpu" in panel.notesLabel.text()
+
+
+def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
+    tabs = window.teachingTabs
+    window.viewTabs.setCurrentWidget(tabs.rolloutView)
+    assert "pretrained" in tabs.rolloutView.infoLabel.text()
+    assert not tabs.rolloutView.body.isVisibleTo(window)
+
+
+def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
+    tabs = window.teachingTabs
+    for view in (tabs.stepThroughView, tabs.positionalView, tabs.compareView):
+        window.viewTabs.setCurrentWidget(view)
+        plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]
+        assert plots, view.objectName()
+        for plot in plots:
+            assert plot.exportButton.isVisibleTo(window)
+        plot = plots[0]
+        png = plot.export(str(tmp_path / f"{view.objectName()}.png"))
+        npy = plot.export(str(tmp_path / f"{view.objectName()}.npy"))
+        assert (tmp_path / png).stat().st_size > 0
+        np.testing.assert_array_equal(np.load(npy), plot.matrix)
+    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(tabs.headStatsView)
+    assert tabs.headStatsView.exportButton.isVisibleTo(window)
+    csv = (tmp_path / "stats.csv")
+    tabs.headStatsView.export_csv(str(csv))
+    lines = csv.read_text().splitlines()
+    assert len(lines) == 1 + window.displayed_result().num_heads and lines[0].startswith("head,entropy")
+
+
+def test_closing_during_side_jobs_leaves_no_thread(qtbot):
+    w = MainWindow()
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass
+    tabs = w.teachingTabs
+    w.viewTabs.setCurrentWidget(tabs.compareView)
+    tabs.compareView.teachButtons["scaled"].click()
+    tabs.implementationPanel.runButton.click()
+    dispose(w)
+    assert not running_threads()  # closing joined the main and the side workers

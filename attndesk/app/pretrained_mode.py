@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import (
-    PACKAGED_NAME, PretrainedResult, is_loaded, packaged_model_dir, pretrained_job, read_spec,
+    PACKAGED_NAME, PretrainedResult, is_loaded, load_pretrained, packaged_model_dir, pretrained_job, read_spec,
+    run_pretrained,
 )
 
 from .jobs import Job, ViewPayload
@@ -81,7 +82,7 @@ def slice_payload(run: PretrainedResult, layer: int, hide_special: bool) -> View
     except ValueError:  # every token is special: nothing would be left
         result = run.layer_result(layer, False)
         notices.append("every token is a special token: showing them")
-    notices = list(result.notices) + notices
+    notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *result.notices, *notices]
     if run.altered and run.cosine_to_normal is not None:
         notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
     return ViewPayload(result, LayerSource(result), notices, run=run)
@@ -89,8 +90,22 @@ def slice_payload(run: PretrainedResult, layer: int, hide_special: bool) -> View
 
 def pretrained_view_job(folder: str | None, text: str, layer: int, hide_special: bool, *, scaled: bool = True,
                         causal: bool = False, ablate=(), progress=None, should_cancel=None) -> ViewPayload:
-    """Worker thread: load (cached) and run the model, then slice the chosen layer."""
-    run = pretrained_job(folder, text, scaled=scaled, causal=causal, ablate=ablate, progress=progress,
+    """Worker thread: load (cached) and run the model, then slice the chosen layer.
+
+    The first forward pass after a load pays ~0.8 s of torch's one-off set-up (kernels, thread
+    pool), mostly in layer 0; a throw-away pass on two words takes it, so the timings shown are the
+    model's own."""
+    report = progress or (lambda fraction, message: None)
+    if not is_loaded(folder):
+        model = load_pretrained(folder, lambda f, m: report(0.4 * f, f"loading model: {m}"))
+        if should_cancel is not None and should_cancel():
+            raise Cancelled("superseded by a newer request")
+        report(0.45, "warming up (first run only)")
+        run_pretrained(model, "warm up")
+        stage = lambda f, m: report(0.6 + 0.4 * f, m)  # noqa: E731
+    else:
+        stage = report
+    run = pretrained_job(folder, text, scaled=scaled, causal=causal, ablate=ablate, progress=stage,
                          should_cancel=should_cancel)
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
@@ -134,6 +149,7 @@ class PretrainedMode(QObject):
         self.modelInfo.setToolTip("a pretrained model's architecture is fixed by its checkpoint; "
                                   "scale and the causal mask still act, heads can be ablated in the All layers tab")
         self.panel.add_row("Model", self.modelInfo)
+        self._mask_tip = self.panel.maskCombo.toolTip()
 
         # heatmap toolbar and the summary line under it
         self.controls = PretrainedControls()
@@ -273,10 +289,15 @@ class PretrainedMode(QObject):
 
     def _lock(self, spec) -> None:
         values = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim, **_FIXED}
+        mask = self.panel.values().get("mask") or "none"
+        if "padding" in mask:  # one text has no padding: show what acts (causal or nothing)
+            values["mask"] = "causal" if "causal" in mask else "none"
         self.panel.set_architecture_locked(values)
         for w in (self.panel.dropoutSpin, self.panel.trainCheck, self.panel.deviceCombo, self.panel.dtypeCombo):
             w.setEnabled(False)
         self.panel.hiddenDimSpin.setEnabled(False)
+        self.panel.maskCombo.setToolTip("pretrained model: 'causal' forces a causal mask in every layer "
+                                        "(one text has no padding to mask)")
         self.controls.set_num_layers(spec.num_layers)
         name = PACKAGED_NAME if self._active == PACKAGED_MODE else spec.name
         self.modelInfo.setText(
@@ -293,8 +314,11 @@ class PretrainedMode(QObject):
         self.panel.set_architecture_locked(None)
         for w in (self.panel.dropoutSpin, self.panel.trainCheck, self.panel.deviceCombo, self.panel.dtypeCombo):
             w.setEnabled(True)
-        if self._toy_values is not None:  # scale and mask stay as the user left them
+        self.panel.maskCombo.setToolTip(self._mask_tip)
+        if self._toy_values is not None:  # scale and causal mask stay as the user left them
             live = {k: v for k, v in self.panel.values().items() if k in ("scaled", "mask")}
+            if "padding" in (self._toy_values.get("mask") or ""):  # the padding the toy model had
+                live["mask"] = "padding+causal" if "causal" in live["mask"] else "padding"
             self.panel.set_values({**self._toy_values, **live})
         self._set_visible(False)
 
@@ -476,6 +500,8 @@ class PretrainedMode(QObject):
             return session
         if self._toy_values is not None:  # the locked controls show the model, not the user's toy settings
             live = {k: session.config[k] for k in ("scaled", "mask") if k in session.config}
+            if "padding" in (self._toy_values.get("mask") or ""):
+                live["mask"] = "padding+causal" if "causal" in live.get("mask", "") else "padding"
             session.config = {**session.config, **self._toy_values, **live}
         session.pretrained = {
             "folder": mode_folder(session.mode), "layer": self.controls.layer(),

@@ -82,6 +82,7 @@ class LayerGridPainting:
 
     margin_left = 30.0
     margin_top = 18.0
+    margin_right = 6.0  # the current/hover frame of the last column stays inside
     margin_bottom = 20.0
     gap = 3.0
 
@@ -114,7 +115,7 @@ class LayerGridPainting:
 
     # -- geometry ---------------------------------------------------------------------------
     def cell_size(self, rect: QRectF) -> float:
-        width = rect.width() - self.margin_left - self.gap * (self.num_heads - 1)
+        width = rect.width() - self.margin_left - self.margin_right - self.gap * (self.num_heads - 1)
         height = rect.height() - self.margin_top - self.margin_bottom - self.gap * (self.num_layers - 1)
         return max(2.0, min(width / max(1, self.num_heads), height / max(1, self.num_layers)))
 
@@ -138,7 +139,7 @@ class LayerGridPainting:
         return layer, head
 
     def preferred_size(self, cell: float = 56.0) -> QSize:
-        w = self.margin_left + self.num_heads * cell + self.gap * (self.num_heads - 1) + 4
+        w = self.margin_left + self.num_heads * cell + self.gap * (self.num_heads - 1) + self.margin_right
         h = self.margin_top + self.num_layers * cell + self.gap * (self.num_layers - 1) + self.margin_bottom
         return QSize(int(w), int(h))
 

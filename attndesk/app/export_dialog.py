@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QSettings, Signal, Slot
+
+from attndesk.core.errors import ConfigError
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -42,8 +44,48 @@ def _settings() -> QSettings:
     return app_settings()
 
 
-def weights_for(result, which) -> np.ndarray:
-    """The raw numbers of a target: [H, L, Lk] for "all", [L, Lk] for "mean" or one head."""
+def kept_overview_only(result) -> bool:
+    """A memory-bounded run that kept only a display overview: its ``weights`` are tile maxima,
+    never to be written out as weights (export an exact region instead)."""
+    plan = getattr(result, "plan", None)
+    return getattr(result, "pyramid", None) is not None and plan is not None and plan.kind == "pyramid"
+
+
+def _region_weights(result, which, region) -> np.ndarray:
+    """Exact weights of a region ((q0, q1), (k0, k1)): [H, q, k] for "all", else [q, k]."""
+    from attndesk.render.export import ExportError
+
+    (q0, q1), (k0, k1) = region
+    pyramid = getattr(result, "pyramid", None)
+    num_heads = pyramid.num_heads if pyramid is not None else int(np.asarray(result.weights).shape[0])
+    heads = list(range(num_heads)) if which == "all" else [which if which == "mean" else int(which)]
+    out = []
+    for h in heads:
+        if pyramid is not None:
+            try:  # recomputed exactly from the kept projections
+                out.append(np.asarray(pyramid.region(h, q0, q1, k0, k1), dtype=np.float32))
+            except ConfigError as exc:  # a region too large to hold at once
+                raise ExportError(str(exc)) from None
+        else:
+            w = np.asarray(result.weights)
+            cells = w[:, q0:q1, k0:k1].mean(axis=0, dtype=np.float64) if h == "mean" else w[h, q0:q1, k0:k1]
+            out.append(np.asarray(cells, dtype=np.float32))
+    return np.stack(out) if which == "all" else out[0]
+
+
+def weights_for(result, which, region=None) -> np.ndarray:
+    """The raw numbers of a target: [H, L, Lk] for "all", [L, Lk] for "mean" or one head;
+    with ``region`` ((q0, q1), (k0, k1)) only those exact cells."""
+    from attndesk.render.export import ExportError
+
+    if region is not None:
+        return _region_weights(result, which, region)
+    if kept_overview_only(result):
+        lq, lk = result.shape
+        raise ExportError(
+            f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory budget): "
+            "zoom into an enlarged heatmap and export that exact region, export an image, or raise the memory budget"
+        )
     weights = np.asarray(result.weights)
     if which == "all":
         return weights
@@ -53,8 +95,11 @@ def weights_for(result, which) -> np.ndarray:
 
 
 def perform_export(result, which, fmt: str, path: str | os.PathLike, *, size=(1200, 1000), dpi: float = 96,
-                   colormap: str = "viridis", shared_scale: bool = True) -> Path:
-    """Write one export; raises ``attndesk.render.export.ExportError`` with a readable reason."""
+                   colormap: str = "viridis", shared_scale: bool = True, region=None) -> Path:
+    """Write one export; raises ``attndesk.render.export.ExportError`` with a readable reason.
+
+    ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
+    a memory-bounded run's image is its labelled overview and its numbers are refused."""
     from attndesk.render.export import ExportError, export_figure, export_weights
     from attndesk.render.figure import figure_from_result
 
@@ -64,13 +109,17 @@ def perform_export(result, which, fmt: str, path: str | os.PathLike, *, size=(12
         raise ExportError(f"the file name {path.name!r} does not end in .{fmt}")
     if fmt in IMAGE_FORMATS:
         try:
-            figure = figure_from_result(result, which, colormap=colormap, shared_scale=shared_scale)
-        except ValueError as exc:
+            figure = figure_from_result(result, which, colormap=colormap, shared_scale=shared_scale, region=region)
+        except (ValueError, ConfigError) as exc:
             raise ExportError(str(exc)) from None
         return export_figure(figure, path, size=tuple(size), dpi=dpi)
     if fmt == "csv" and which == "all":
         raise ExportError("a CSV holds one matrix: choose one head or the mean, or export all heads as .npy")
-    return export_weights(weights_for(result, which), list(result.tokens), list(result.keys), path)
+    queries, keys = list(result.tokens), list(result.keys)
+    if region is not None:
+        (q0, q1), (k0, k1) = region
+        queries, keys = queries[q0:q1], keys[k0:k1]
+    return export_weights(weights_for(result, which, region), queries, keys, path)
 
 
 class ExportDialog(QDialog):
@@ -78,7 +127,7 @@ class ExportDialog(QDialog):
     failedExport = Signal(str)  # the reason
 
     def __init__(self, result, target="all", colormap: str = "viridis", shared_scale: bool = True,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, region=None) -> None:
         super().__init__(parent)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
@@ -95,6 +144,16 @@ class ExportDialog(QDialog):
         self.targetCombo.addItem("mean over heads", "mean")
         self.targetCombo.addItem("one head", "head")
         self.headSpin = QSpinBox(objectName="exportHeadSpin", minimum=0, maximum=max(0, num_heads - 1))
+        # the whole matrix, or the exact cells zoomed into (long runs keep only an overview)
+        self.areaCombo = QComboBox(objectName="exportAreaCombo")
+        whole = "whole matrix (overview: max of each tile)" if kept_overview_only(result) else "whole matrix"
+        self.areaCombo.addItem(whole, None)
+        if region is not None:
+            (q0, q1), (k0, k1) = region
+            self.areaCombo.addItem(f"zoomed region, exact: queries {q0}–{q1 - 1} × keys {k0}–{k1 - 1}",
+                                   ((int(q0), int(q1)), (int(k0), int(k1))))
+            self.areaCombo.setCurrentIndex(1)
+        self.areaCombo.setEnabled(region is not None)
         self.formatCombo = QComboBox(objectName="exportFormatCombo")
         for fmt, label in FORMATS:
             self.formatCombo.addItem(label, fmt)
@@ -121,6 +180,7 @@ class ExportDialog(QDialog):
         path_row.addWidget(browse)
         form = QFormLayout()
         form.addRow("What", target_row)
+        form.addRow("Area", self.areaCombo)
         form.addRow("Format", self.formatCombo)
         form.addRow("Size", size_row)
         form.addRow("File", path_row)
@@ -136,6 +196,7 @@ class ExportDialog(QDialog):
         self.targetCombo.currentIndexChanged.connect(self._on_choice)
         self.headSpin.valueChanged.connect(self._on_choice)
         self.formatCombo.currentIndexChanged.connect(self._on_choice)
+        self.areaCombo.currentIndexChanged.connect(self._on_choice)
         self.pathEdit.textEdited.connect(self._on_name_edited)
         browse.clicked.connect(self._browse)
         buttons.rejected.connect(self.reject)
@@ -163,6 +224,10 @@ class ExportDialog(QDialog):
 
     def fmt(self) -> str:
         return self.formatCombo.currentData()
+
+    def region(self):
+        """((q0, q1), (k0, k1)) when the zoomed region is chosen, else None (the whole matrix)."""
+        return self.areaCombo.currentData()
 
     def set_path(self, path: str | os.PathLike) -> None:
         self.pathEdit.setText(str(path))
@@ -194,12 +259,16 @@ class ExportDialog(QDialog):
             w.setEnabled(image)
         if image and not self._size_set:
             try:
-                w, h = suggested_size(figure_from_result(self._result, which, self._colormap, self._shared))
+                w, h = suggested_size(figure_from_result(self._result, which, self._colormap, self._shared,
+                                                         region=self.region()))
                 self.widthSpin.setValue(w)
                 self.heightSpin.setValue(h)
-            except ValueError:
+            except (ValueError, ConfigError):
                 pass
         name = default_filename(self._result, which, fmt)
+        if self.region() is not None:
+            (q0, q1), (k0, k1) = self.region()
+            name = f"{Path(name).stem}_q{q0}-{q1 - 1}_k{k0}-{k1 - 1}.{fmt}"
         current = self.pathEdit.text().strip()
         if not current or not self._name_edited:
             self.pathEdit.setText(str(self._folder() / name))
@@ -208,6 +277,9 @@ class ExportDialog(QDialog):
         problem = ""
         if fmt == "csv" and which == "all":
             problem = "A CSV holds one matrix: choose one head or the mean (or export all heads as .npy)."
+        elif not image and self.region() is None and kept_overview_only(self._result):
+            problem = ("This run kept only an overview (the full weights exceed the memory budget): zoom into an "
+                       "enlarged heatmap and export that exact region, or export an image of the overview.")
         self._show_error(problem)
         self.exportButton.setEnabled(not problem)
 
@@ -234,7 +306,7 @@ class ExportDialog(QDialog):
         try:
             path = perform_export(self._result, self.which(), self.fmt(), self.pathEdit.text().strip(),
                                   size=(self.widthSpin.value(), self.heightSpin.value()), dpi=self.dpiSpin.value(),
-                                  colormap=self._colormap, shared_scale=self._shared)
+                                  colormap=self._colormap, shared_scale=self._shared, region=self.region())
         except ExportError as exc:
             self._show_error(str(exc))
             self.failedExport.emit(str(exc))

@@ -16,13 +16,15 @@ picks the right source for any ``AttentionResult``:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from attndesk.core.blocked import MEAN, MaskSpec
 
-from .panels.heatmap_source import MAX_DISPLAY, ResultHeatmapSource
+from .panels.heatmap_source import MAX_DISPLAY, ResultHeatmapSource, tile_reduce
 
 
 class CellMask:
@@ -137,3 +139,94 @@ def source_for_result(result, max_display: int = MAX_DISPLAY):
     if getattr(result, "pyramid", None) is not None:
         return PyramidHeatmapSource(result, max_display)
     return ResultHeatmapSource(result, max_display)
+
+
+@dataclass
+class ZoomTile:
+    """What a zoomed heatmap draws over the visible cells: ``array`` [rows, cols] where each
+    pixel is the max of a ``factor`` x ``factor`` tile of cells starting at (q0, k0); factor 1 =
+    exact cells. ``masked`` (same shape, or None) is True where every cell of the tile is masked."""
+
+    head: object
+    q0: int
+    k0: int
+    factor: int
+    array: np.ndarray
+    masked: np.ndarray | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.factor == 1
+
+    def rect(self) -> tuple[int, int, int, int]:
+        """(x=k0, y=q0, width, height) in cells; the last tile may reach past the matrix edge
+        (the view never shows beyond it), so every pixel covers exactly factor x factor cells."""
+        rows, cols = self.array.shape
+        return self.k0, self.q0, cols * self.factor, rows * self.factor
+
+
+def zoom_factor(q0: int, q1: int, k0: int, k1: int, max_side: int) -> int:
+    """Cells per pixel needed to draw the region within ``max_side`` px on its larger side."""
+    return max(1, math.ceil(max(q1 - q0, k1 - k0) / max(1, int(max_side))))
+
+
+def _region_masked(mask, q0: int, q1: int, k0: int, k1: int, factor: int) -> np.ndarray | None:
+    """[ceil(rows/f), ceil(cols/f)] True where the whole tile is masked, or None (nothing masked)."""
+    if mask is None:
+        return None
+    if isinstance(mask, CellMask):
+        rows = mask.spec.rows(q0, q1)  # [q1-q0 or 1, Lk] torch bool (True = may attend), or None
+        if rows is None:
+            return None
+        allowed = np.broadcast_to(rows[:, k0:k1].cpu().numpy(), (q1 - q0, k1 - k0))
+    else:
+        allowed = np.asarray(mask)[q0:q1, k0:k1]
+    masked = ~allowed
+    if not masked.any():
+        return None
+    return tile_reduce(np.ascontiguousarray(masked), factor, "all")
+
+
+def zoom_region(source, head, q0: int, q1: int, k0: int, k1: int, max_side: int) -> ZoomTile | None:
+    """The finest picture of the visible cells q0..q1-1 x k0..k1-1 that ``max_side`` px can show,
+    or None when the source's own display is already that fine. Runs in a worker thread.
+
+    A pyramid source answers from its finest stored level when that is fine enough (instant),
+    else from exact rows (exact cells once a cell is at least a pixel); a full-weights source
+    slices its weights.
+    """
+    lq, lk = source.shape
+    q0, q1 = max(0, int(q0)), min(lq, int(q1))
+    k0, k1 = max(0, int(k0)), min(lk, int(k1))
+    if q1 <= q0 or k1 <= k0:
+        return None
+    need = zoom_factor(q0, q1, k0, k1, max_side)
+    shown = int(getattr(source, "factor", 1))
+    if need >= shown:
+        return None  # the overview already has a pixel per screen pixel (or finer)
+    if isinstance(source, PyramidHeatmapSource):
+        levels = source.pyramid.levels
+        usable = [i for i, lv in enumerate(levels) if lv.factor <= need]
+        if usable:  # a stored level is fine enough: slice it, aligned to its tiles
+            lv = levels[usable[-1]]
+            f = lv.factor
+            r0, c0 = q0 // f, k0 // f
+            r1, c1 = -(-q1 // f), -(-k1 // f)
+            index = source.num_heads if head == MEAN else int(head)
+            array = np.ascontiguousarray(lv.max[index, r0:r1, c0:c1])
+            dead = None if lv.all_masked is None else np.ascontiguousarray(lv.all_masked[r0:r1, c0:c1])
+            if dead is not None and not dead.any():
+                dead = None
+            return ZoomTile(head, r0 * f, c0 * f, f, array, dead)
+        array, f = source.region(head, q0, q1, k0, k1, max_side)  # exact rows, max-tiled
+        return ZoomTile(head, q0, k0, f, np.asarray(array, dtype=np.float32),
+                        _region_masked(source.mask, q0, q1, k0, k1, f))
+    weights = source.mean if head == MEAN else source.weights[int(head)]  # [L, Lk]
+    array = tile_reduce(np.asarray(weights[q0:q1, k0:k1], dtype=np.float32), need)
+    return ZoomTile(head, q0, k0, need, np.ascontiguousarray(array),
+                    _region_masked(source.mask, q0, q1, k0, k1, need))
+
+
+def zoom_job(source, head, q0: int, q1: int, k0: int, k1: int, max_side: int):
+    """The zoom worker's job: (the request, its ZoomTile or None)."""
+    return (source, head, (q0, q1, k0, k1)), zoom_region(source, head, q0, q1, k0, k1, max_side)

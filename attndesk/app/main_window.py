@@ -29,6 +29,7 @@ from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import ConfigError
 
 from .jobs import Job, ViewPayload, toy_job
+from .long_mode import LongModeController
 from .panels.heatmaps import HeatmapPanel
 from .panels.parameters import TOY_MODE, ParametersPanel
 from .panels.timing import TimingPanel, format_seconds
@@ -121,7 +122,7 @@ class MainWindow(QMainWindow):
         self.runner.progress.connect(self._on_progress)
         self.runner.cancelled.connect(self._on_cancelled)
         self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
-        self._debounce.timeout.connect(self.compute_now)
+        self._debounce.timeout.connect(lambda: self.compute_now(explicit=False))  # typing never starts a long run
         self.tokensPanel.changed.connect(self.schedule_compute)
         self.parametersPanel.changed.connect(self.schedule_compute)
         self.parametersPanel.modeChanged.connect(self.schedule_compute)
@@ -129,6 +130,7 @@ class MainWindow(QMainWindow):
         self.heatmapPanel.shown.connect(self._on_heatmaps_shown)
         self.cancelButton.clicked.connect(self.cancel_compute)
         self.pretrained = PretrainedMode(self)  # pretrained-model modes: their controls, grid tab and jobs
+        self.longMode = LongModeController(self)  # open/drop text files, plan before running, zoom regions
         app = QApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self._shutdown)
@@ -235,8 +237,10 @@ class MainWindow(QMainWindow):
         raise ConfigError(f"unknown mode {mode!r}")
 
     @Slot()
-    def compute_now(self) -> None:
-        """Validate and submit the current request at once (skipping the debounce)."""
+    def compute_now(self, explicit: bool = True) -> None:
+        """Validate and submit the current request at once (skipping the debounce).
+
+        ``explicit`` False (the typing debounce) lets a run estimated long wait for Run/F5."""
         if self._closed:
             return
         self._debounce.stop()
@@ -255,6 +259,7 @@ class MainWindow(QMainWindow):
             self._set_busy(False)
             return
         self.parametersPanel.show_error(None)
+        job = self.longMode.prepare(job, explicit)  # the worker plans first (and may hold a long run)
         generation = self.runner.next_generation()
         self.runner.submit(generation, job.fn, *job.args, **job.kwargs)
         self._set_status(f"{job.description}…")
@@ -270,6 +275,8 @@ class MainWindow(QMainWindow):
     @Slot(int, object)
     def _on_finished(self, generation: int, payload: ViewPayload) -> None:
         self._set_busy(False)
+        if self.longMode.take_held(payload):
+            return  # a long run waits for Run/F5; the previous result stays
         self.show_payload(payload)
 
     def show_payload(self, payload: ViewPayload, *, new_run: bool = True) -> None:
@@ -340,7 +347,8 @@ class MainWindow(QMainWindow):
             return None
         dialog = ExportDialog(self._payload.result, target=target if target is not None else "all",
                               colormap=self.heatmapPanel.colormap_name(),
-                              shared_scale=self.heatmapPanel.shared_scale(), parent=self)
+                              shared_scale=self.heatmapPanel.shared_scale(), parent=self,
+                              region=self.longMode.export_region())
         dialog.exported.connect(lambda path: self._set_status(f"exported {path}"))
         dialog.failedExport.connect(lambda msg: self._set_status(f"export failed: {msg}", error=True))
         self._export_dialog = dialog
@@ -448,6 +456,7 @@ class MainWindow(QMainWindow):
         self._debounce.stop()
         self.runner.shutdown()  # cancels, then joins the worker thread
         self.teachingTabs.shutdown()
+        self.longMode.shutdown()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         if not self._closed:

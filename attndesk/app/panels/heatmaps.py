@@ -263,6 +263,10 @@ class HeatmapPanel(QWidget):
         """The arrays the ImageItems draw, in displayed order (for tests and exports)."""
         return [c.image.image for c in self._cells]
 
+    def cell_views(self) -> list[tuple[Head, pg.ViewBox, pg.ImageItem]]:
+        """(head, view box, image) of each displayed heatmap: zoom pictures attach here."""
+        return [(c.head, c.vb, c.image) for c in self._cells]
+
     def image_levels(self) -> list[tuple[float, float]]:
         return [tuple(map(float, c.image.levels)) for c in self._cells]
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.config import MASK_KINDS, AttentionConfig, divisors
+from attndesk.core.config import MASK_KINDS, AttentionConfig, default_memory_budget, divisors
 from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
 
 TOY_MODE = "Toy model"
@@ -25,7 +25,7 @@ ERROR_STYLE = "color: #b00020;"
 
 # The config fields this panel edits (the rest keep AttentionConfig's defaults).
 FIELDS = ("embed_dim", "hidden_dim", "num_heads", "mask", "scaled", "positional", "dropout",
-          "training", "seed", "device", "dtype", "pad_to")
+          "training", "seed", "device", "dtype", "pad_to", "memory_budget")
 
 
 def _error_label(name: str) -> QLabel:
@@ -78,6 +78,13 @@ class ParametersPanel(QWidget):
         self.padToSpin = QSpinBox(objectName="padToSpin", minimum=0, maximum=100000, value=0)
         self.padToSpin.setSpecialValueText("no padding")
         self.padToSpin.setToolTip("Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
+        # memory_budget in MiB; 0 = auto (the config's default, from this machine's RAM)
+        auto_mib = default_memory_budget() // 2**20
+        self.memoryBudgetSpin = QSpinBox(objectName="memoryBudgetSpin", minimum=0, maximum=2**20, value=0,
+                                         singleStep=256, suffix=" MiB")
+        self.memoryBudgetSpin.setSpecialValueText(f"auto ({auto_mib:,} MiB)")
+        self.memoryBudgetSpin.setToolTip("Memory the attention weights may take. Runs whose weights do not fit "
+                                         "keep a zoomable overview and recompute exact values on demand.")
 
         self.deviceCombo = QComboBox(objectName="deviceCombo")
         self.dtypeCombo = QComboBox(objectName="dtypeCombo")
@@ -102,13 +109,15 @@ class ParametersPanel(QWidget):
         form.addRow("Seed", self.seedSpin)
         form.addRow("Device", self.deviceCombo)
         form.addRow("Dtype", self.dtypeCombo)
+        form.addRow("Memory budget", self.memoryBudgetSpin)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.generalError)
         layout.addStretch(1)
         self._form = form
 
-        for spin in (self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.seedSpin, self.padToSpin):
+        for spin in (self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.seedSpin, self.padToSpin,
+                     self.memoryBudgetSpin):
             spin.valueChanged.connect(self._on_change)
         self.dropoutSpin.valueChanged.connect(self._on_change)
         for combo in (self.maskCombo, self.deviceCombo, self.dtypeCombo):
@@ -155,13 +164,14 @@ class ParametersPanel(QWidget):
             "device": self.deviceCombo.currentData(),
             "dtype": self.dtypeCombo.currentData(),
             "pad_to": self.padToSpin.value() or None,
+            "memory_budget": self.memoryBudgetSpin.value() * 2**20 or None,  # None = auto
         }
 
     def set_values(self, values: dict[str, Any]) -> None:
         """Set controls from config fields (unknown keys ignored); emits ``changed`` once."""
         widgets = [self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.maskCombo, self.scaleCheck,
                    self.positionalCheck, self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo,
-                   self.dtypeCombo, self.padToSpin]
+                   self.dtypeCombo, self.padToSpin, self.memoryBudgetSpin]
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -192,6 +202,9 @@ class ParametersPanel(QWidget):
                 self.dtypeCombo.setCurrentIndex(max(0, self.dtypeCombo.findData(v["dtype"])))
             if "pad_to" in v:
                 self.padToSpin.setValue(int(v["pad_to"] or 0))
+            if "memory_budget" in v:  # bytes (None = auto) shown in whole MiB
+                budget = v["memory_budget"]
+                self.memoryBudgetSpin.setValue(0 if not budget else max(1, -(-int(budget) // 2**20)))
         finally:
             for w in widgets:
                 w.blockSignals(False)
@@ -226,9 +239,9 @@ class ParametersPanel(QWidget):
         widget.setStyleSheet("QSpinBox { border: 1px solid #b00020; }" if bad else "")
 
     def add_row(self, label: str, widget: QWidget) -> None:
-        """A mode's own line in the form (e.g. a pretrained model's fixed numbers); hide it with
-        ``set_row_visible``."""
-        self._form.addRow(label, widget)
+        """A mode's own line in the form, just under Mode (e.g. a pretrained model's fixed numbers);
+        hide it with ``set_row_visible``."""
+        self._form.insertRow(1, label, widget)
 
     def set_row_visible(self, widget: QWidget, visible: bool) -> None:
         self._form.setRowVisible(widget, visible)

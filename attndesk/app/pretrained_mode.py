@@ -175,6 +175,7 @@ class PretrainedMode(QObject):
         self.gridExportButton.setMenu(menu)
         top = QHBoxLayout()
         top.addWidget(self.gridSummary, 1)
+        top.addWidget(self.controls.clear_button)  # ablating happens here (Ctrl+click), so does undoing it
         top.addWidget(self.gridScaleCombo)
         top.addWidget(self.gridExportButton)
         box = QVBoxLayout(self.gridTab)

@@ -441,8 +441,9 @@ class PretrainedControls(QWidget):
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.layer_spin, self.all_layers_check, self.hide_special_check, self.clear_button):
+        for w in (self.layer_spin, self.all_layers_check, self.hide_special_check):
             row.addWidget(w)
+        # clear_button is not in this row either: the owner puts it next to the grid, where heads are ablated
         self.layer_spin.valueChanged.connect(self.layerChanged)
         self.all_layers_check.toggled.connect(self._on_all_layers)
         self.hide_special_check.toggled.connect(self.hideSpecialToggled)

@@ -542,3 +542,25 @@ class PretrainedMode(QObject):
         self.controls.layer_spin.setValue(min(int(state.get("layer", 0)), spec.num_layers - 1))
         self.controls.hide_special_check.setChecked(bool(state.get("hide_special", False)))
         self.controls.all_layers_check.setChecked(bool(state.get("all_layers", False)))
+
+
+README_SENTENCE = "The animal didn't cross the street because it was too tired."
+
+
+def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE,
+                   size: tuple[int, int] = (1240, 640)) -> Path:
+    """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
+    ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
+    from attndesk.app.pretrained_mode import write_grid_png; write_grid_png()"``."""
+    from attndesk.core.pretrained import load_pretrained, run_pretrained
+
+    from .pretrained_views import LayerGridPainting, grid_caption
+
+    run = run_pretrained(load_pretrained(), text)
+    keep = run.visible_indices(True)
+    weights = run.weights[:, :, keep][..., keep]  # [N, H, L', L']: special tokens hidden, not re-normalised
+    hidden = float(1.0 - weights.sum(-1).mean())
+    caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '
+               + grid_caption("per-head", True, hidden))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return export_painting(LayerGridPainting(weights, caption=caption), path, size=size)

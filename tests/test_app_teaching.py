@@ -4,6 +4,7 @@ teaching comparisons and the implementation comparison (side workers), rollout i
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import numpy as np
@@ -23,7 +24,9 @@ TIMEOUT_MS = 20000
 
 
 @pytest.fixture(autouse=True)
-def fresh_settings():
+def fresh_settings(monkeypatch):
+    # a settings organisation of our own: other test processes on this machine save sessions too
+    monkeypatch.setenv("ATTNDESK_SETTINGS_ORG", f"attndesk-tests-teaching-{os.getpid()}")
     settings = app_settings()
     settings.clear()
     settings.sync()
@@ -41,7 +44,7 @@ def dispose(w) -> None:
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow()
+    w = MainWindow(restore=False)
     w.resize(1300, 850)
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
@@ -214,8 +217,10 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
         return real(*args)
 
     monkeypatch.setattr(teaching_tabs, "_implementation_job", spy)
-    with qtbot.waitSignal(tabs.implementationShown, timeout=TIMEOUT_MS):
+    assert panel.runButton.isEnabled()
+    with qtbot.waitSignal(tabs.implementationShown, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
         panel.runButton.click()
+    assert blocker.signal_triggered, (panel.notesLabel.text(), threads, tabs.implRunner.is_busy())
     assert threads and threads[0] != threading.get_ident()
     assert tabs.timingTabs.currentWidget() is panel
     table = panel.table
@@ -261,7 +266,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
 
 
 def test_closing_during_side_jobs_leaves_no_thread(qtbot):
-    w = MainWindow()
+    w = MainWindow(restore=False)
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass

@@ -124,13 +124,13 @@ class TeachingTabs(QObject):
         self.implRunner.cancelled.connect(self._on_implementation_cancelled)
         self.compareView.set_teaching_runner(self._run_teaching)
         self.implementationPanel.set_runner(self._run_implementation)
-        self.headStatsView.headSelected.connect(self.open_head)
+        self.headStatsView.layerHeadSelected.connect(self._on_head_row)
         tabs.currentChanged.connect(self._on_tab_changed)
 
         self._payload = None
         self._fresh: set[str] = set()  # views already showing the current payload
         self._prep_for: tuple[str, int] | None = None  # (kind, id(payload)) requested and not back yet
-        self._stats_payload = None  # the payload whose statistics the table shows
+        self._stats_for = None  # what the table's statistics describe: a toy payload, or a pretrained run
         self._prep_payload = None  # the payload the running prep job works for
         self._closed = False
 
@@ -250,11 +250,11 @@ class TeachingTabs(QObject):
                           self._text_of(result), (result.extra or {}).get("key_text"))
 
     def _request_statistics(self, payload) -> None:
-        if self._stats_payload is payload:
-            self._fresh.add("Head stats")
-            return
         result = payload.result
         pres = pretrained_run(payload)
+        if self._stats_for is not None and self._stats_for is (pres if pres is not None else payload):
+            self._fresh.add("Head stats")  # e.g. another layer of the same pretrained run
+            return
         if pres is not None:
             self.headStatsView.infoLabel.setText("computing the statistics of every layer and head…")
             self._submit_prep("stats", payload, _statistics_job, pres.weights, list(pres.tokens), True)
@@ -281,11 +281,14 @@ class TeachingTabs(QObject):
         kind, value = answer
         payload = self._prep_payload
         self._prep_for = None
-        if payload is not self._payload:
-            return  # a newer result arrived meanwhile
+        same_run = pretrained_run(payload) is not None and pretrained_run(payload) is pretrained_run(self._payload)
+        if payload is not self._payload and not (kind == "stats" and same_run):
+            return  # a newer result arrived meanwhile (another layer of the same run keeps its statistics)
+        payload = self._payload
         result = payload.result
         if kind == "stats":
-            self._stats_payload = payload
+            pres = pretrained_run(payload)
+            self._stats_for = pres if pres is not None else payload
             self.headStatsView.set_statistics(value, (len(result.tokens), len(result.keys)))
             self._fresh.add("Head stats")
             self.statisticsShown.emit()
@@ -306,6 +309,18 @@ class TeachingTabs(QObject):
         self.sideFailed.emit(message)
 
     # -- head selection ---------------------------------------------------------------------------
+    @Slot(int, int)
+    def _on_head_row(self, layer: int, head: int) -> None:
+        """A row of the statistics: layer -1 is the toy model's single layer."""
+        if layer < 0 or self._payload is None or is_toy(self._payload):
+            self.open_head(head)
+            return
+        self.compareView.set_head(head)
+        pretrained = getattr(self.window, "pretrained", None)
+        if pretrained is not None and hasattr(pretrained, "open_head"):
+            pretrained.open_head(layer, head)  # that layer, that head, large in the Heatmaps tab
+        self.window.viewTabs.setCurrentWidget(self.window.heatmapPanel)
+
     @Slot(int)
     def open_head(self, head: int) -> None:
         """A head chosen in the statistics: open it in the step-through, compare and heatmaps."""

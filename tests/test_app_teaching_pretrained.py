@@ -1,0 +1,94 @@
+"""The teaching tabs in pretrained mode: statistics per layer and head (side worker), rollout and
+follow-a-token on the run's weights, compare on the shown layer, toy-only tools disabled."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent
+
+from attndesk.app import MainWindow
+from attndesk.app.main_window import app_settings
+from attndesk.app.pretrained_mode import PACKAGED_MODE
+from attndesk.core.pretrained import load_pretrained
+from attndesk.core.rollout import attention_rollout
+from attndesk.core.statistics import layer_statistics
+
+TIMEOUT_MS = 60000
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_pretrained()  # cached for the process: the window's worker reuses it
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings(monkeypatch):
+    # a settings organisation of our own: other test processes on this machine save sessions too
+    monkeypatch.setenv("ATTNDESK_SETTINGS_ORG", f"attndesk-tests-teaching-{os.getpid()}")
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()
+
+
+@pytest.fixture
+def window(qtbot, model):
+    w = MainWindow(restore=False)
+    w.resize(1300, 850)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass
+
+    def pretrained(r):
+        return bool(r.extra.get("pretrained"))
+
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=pretrained):
+        w.tokensPanel.set_texts(TEXT, None, False)
+        combo = w.parametersPanel.modeCombo
+        combo.setCurrentIndex(combo.findData(PACKAGED_MODE))
+    qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
+    yield w
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+def test_pretrained_tabs(qtbot, window):
+    w = window
+    tabs = w.teachingTabs
+    run = w.pretrained.run()
+    layers, heads = run.weights.shape[:2]
+
+    # head statistics: every layer x head, from the side worker
+    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+        w.viewTabs.setCurrentWidget(tabs.headStatsView)
+    assert tabs.headStatsView.stats() == layer_statistics(run.weights, special=list(run.tokens))
+    assert tabs.headStatsView.table.rowCount() == layers * heads
+    # a row opens that layer's head large in the heatmaps
+    tabs.headStatsView.select_head(5, layer=2)
+    qtbot.waitUntil(lambda: w.displayed_result().extra.get("layer") == 2, timeout=TIMEOUT_MS)
+    assert w.viewTabs.currentWidget() is w.heatmapPanel
+    assert w.heatmapPanel.view_target() == 5
+
+    # rollout and follow-a-token work on the whole run
+    w.viewTabs.setCurrentWidget(tabs.rolloutView)
+    assert tabs.rolloutView.body.isVisibleTo(w)
+    np.testing.assert_allclose(tabs.rolloutView.rollout, attention_rollout(run.weights), rtol=1e-6, atol=1e-9)
+    tabs.rolloutView.set_query(3)
+    np.testing.assert_allclose(tabs.rolloutView.follow, run.weights[:, :, 3, :].mean(axis=1), rtol=1e-6)
+
+    # compare shows the displayed layer; teaching pairs and the PyTorch comparison are toy-only
+    w.viewTabs.setCurrentWidget(tabs.compareView)
+    np.testing.assert_array_equal(tabs.compareView.displayed()[1], run.weights[2, 5])  # head 5 chosen above
+    assert not any(b.isEnabled() for b in tabs.compareView.teachButtons.values())
+    assert not tabs.implementationPanel.runButton.isEnabled()
+    w.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    assert "Toy model" in tabs.stepThroughView.infoLabel.text()

@@ -309,3 +309,32 @@ def test_long_text_truncation_notice(window, qtbot):
                     lambda r: len(r.tokens) == 512)
     assert "so 90 were dropped" in w.status_text()
     assert "so 90 were dropped" in w.pretrained.summary.text()
+
+
+def test_first_load_runs_in_the_worker_with_progress(toy_window, qtbot):
+    """After forgetting the cached model, switching to it loads in the worker: the event loop keeps
+    ticking (loading + the warm-up pass take > 1 s on this machine; in the GUI thread that would
+    be one long gap) and the status bar reports the loading."""
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from attndesk.core.pretrained import clear_cache, is_loaded
+
+    w = toy_window
+    clear_cache()
+    assert not is_loaded()
+    ticks, messages = [], []
+    timer = QTimer(interval=5)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    w.runner.progress.connect(lambda _g, _f, message: messages.append(message))
+    timer.start()
+    try:
+        start = time.perf_counter()
+        wait_pretrained(qtbot, w, lambda: (w.tokensPanel.set_texts(TEXT, None, False), select_mode(w, PACKAGED_MODE)))
+        elapsed = time.perf_counter() - start
+    finally:
+        timer.stop()
+    gaps = np.diff(ticks)
+    assert is_loaded() and any(m.startswith("loading model") for m in messages)
+    assert len(ticks) > 20 and gaps.max() < min(0.6, 0.5 * elapsed), (gaps.max(), elapsed)

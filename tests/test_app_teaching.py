@@ -276,3 +276,36 @@ def test_closing_during_side_jobs_leaves_no_thread(qtbot):
     tabs.implementationPanel.runButton.click()
     dispose(w)
     assert not running_threads()  # closing joined the main and the side workers
+
+
+def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch):
+    import attndesk.app.views.compare as compare_view
+
+    monkeypatch.setattr(compare_view, "ASYNC_DIFF_CELLS", 0)  # everything counts as large
+    threads = []
+    real = teaching_tabs._diff_job
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(teaching_tabs, "_diff_job", spy)
+    view = window.teachingTabs.compareView
+    window.viewTabs.setCurrentWidget(view)
+    a = window.displayed_result()
+    view.pin()
+    qtbot.waitUntil(lambda: view.diff() is not None, timeout=TIMEOUT_MS)
+    assert view.diff().max_abs == 0.0
+    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    qtbot.waitUntil(lambda: view.diff() is not None and view.diff().b is b.weights, timeout=TIMEOUT_MS)
+    assert threads and all(t != threading.get_ident() for t in threads)
+    expected = b.weights.astype(np.float64) - a.weights
+    np.testing.assert_array_equal(view.diff().diff, expected)
+    np.testing.assert_array_equal(view.displayed()[2], expected.mean(axis=0))  # the worker's mean
+    # leaving for another tab's work and coming back asks again instead of waiting forever
+    view.pin()
+    assert view.is_computing()
+    window.viewTabs.setCurrentWidget(window.teachingTabs.headStatsView)
+    window.viewTabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
+    assert view.diff().max_abs == 0.0

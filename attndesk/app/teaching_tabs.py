@@ -20,7 +20,9 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QTabWidget, QWidget
 
 from attndesk.core import run_attention
-from attndesk.core.compare import ImplementationComparison, TeachingComparison, compare_implementations, teaching_comparison
+from attndesk.core.compare import (
+    ImplementationComparison, TeachingComparison, compare_implementations, diff_results, teaching_comparison,
+)
 from attndesk.core.statistics import head_statistics, layer_statistics
 from attndesk.core.tokenizer import WordTokenizer
 
@@ -47,6 +49,13 @@ def _statistics_job(weights, special, layered: bool):
 def _intermediates_job(config, text, key_text):
     """Worker thread: the same run again, this time keeping every intermediate."""
     return "intermediates", run_attention(config, text, keep_intermediates=True, key_text=key_text)
+
+
+def _diff_job(a, b, what):
+    """Worker thread: B - A of a large pair, and its mean over heads (what the view shows first)."""
+    diff = diff_results(a, b, what)
+    mean = diff.diff.mean(axis=0) if what == "weights" else None
+    return "diff", (a, b, what, diff, mean)
 
 
 def _teaching_job(kind, config, text):
@@ -123,6 +132,7 @@ class TeachingTabs(QObject):
         self.implRunner.failed.connect(self._on_implementation_failed)
         self.implRunner.cancelled.connect(self._on_implementation_cancelled)
         self.compareView.set_teaching_runner(self._run_teaching)
+        self.compareView.set_diff_runner(self._run_diff)
         self.implementationPanel.set_runner(self._run_implementation)
         self.headStatsView.layerHeadSelected.connect(self._on_head_row)
         tabs.currentChanged.connect(self._on_tab_changed)
@@ -187,6 +197,9 @@ class TeachingTabs(QObject):
         if payload is None or self._closed:
             return
         name = next((t for t, v in self.views.items() if v is widget), None)
+        if name == "Compare" and name in self._fresh and self.compareView.is_computing():
+            self.compareView.refresh()  # its B - A job gave way to another tab's work: ask again
+            return
         if name is None or name in self._fresh:
             return
         result = payload.result
@@ -276,11 +289,19 @@ class TeachingTabs(QObject):
         self._prep_payload = payload
         self.prepRunner.submit(self.prepRunner.next_generation(), fn, *args)
 
+    def _run_diff(self, a, b, what: str) -> None:
+        """The compare view's B - A for large results: in the worker (the newest request wins)."""
+        self._prep_for = None
+        self.prepRunner.submit(self.prepRunner.next_generation(), _diff_job, a, b, what)
+
     @Slot(int, object)
     def _on_prepared(self, _generation: int, answer) -> None:
         kind, value = answer
         payload = self._prep_payload
         self._prep_for = None
+        if kind == "diff":
+            self.compareView.show_diff(*value)  # the view ignores a pair it no longer shows
+            return
         same_run = pretrained_run(payload) is not None and pretrained_run(payload) is pretrained_run(self._payload)
         if payload is not self._payload and not (kind == "stats" and same_run):
             return  # a newer result arrived meanwhile (another layer of the same run keeps its statistics)
@@ -306,6 +327,8 @@ class TeachingTabs(QObject):
         self._prep_for = None
         self.headStatsView.infoLabel.setText(f"failed: {message}")
         self.stepThroughView.infoLabel.setText(f"failed: {message}")
+        if self.compareView.is_computing():
+            self.compareView.maxLabel.setText(f"<span style='color:#a33'>B − A failed: {message}</span>")
         self.sideFailed.emit(message)
 
     # -- head selection ---------------------------------------------------------------------------

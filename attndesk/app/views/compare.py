@@ -28,6 +28,9 @@ from attndesk.core.tokenizer import PAD_ID
 from .heatmap import MatrixPlot
 
 MEAN = -1  # headCombo data for "mean over heads"
+# B - A of more cells than this goes to the diff runner when one is set (at 16 heads x 2048^2 the
+# float64 difference alone is half a gigabyte: seconds of work the GUI thread must not do)
+ASYNC_DIFF_CELLS = 2_000_000
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
 
 
@@ -65,6 +68,9 @@ class CompareView(QWidget):
         self._runner: Callable[[str, object, str], None] | None = None
         self._a_label, self._b_label = "A (pinned)", "B (current)"
         self._head_wanted: int | None = None  # set_head before a result had that head
+        self._diff_runner: Callable[[object, object, str], None] | None = None
+        self._pending_diff: tuple | None = None  # (a, b, what) handed to the diff runner
+        self._means: dict[int, np.ndarray] = {}  # id(array) -> its mean over heads (cached per A/B pair)
 
         self.pinButton = QPushButton("Pin current as A")
         self.pinButton.setObjectName("pinButton")
@@ -142,6 +148,31 @@ class CompareView(QWidget):
         """``runner(kind, config, text)`` starts a teaching comparison elsewhere (e.g. the worker)
         and later calls ``show_teaching``; None = run inline in the GUI thread."""
         self._runner = runner
+
+    def set_diff_runner(self, runner: Callable[[object, object, str], None] | None) -> None:
+        """``runner(a, b, what)`` computes ``diff_results(a, b, what)`` elsewhere (the worker) for
+        large results and later calls ``show_diff(a, b, what, diff)``; None = always inline."""
+        self._diff_runner = runner
+
+    def show_diff(self, a, b, what: str, diff: ResultDiff, mean: np.ndarray | None = None) -> bool:
+        """A difference computed by the diff runner; ignored (False) unless it is still the one
+        waited for. ``mean`` is its mean over heads when the runner computed that too."""
+        pending = self._pending_diff
+        if pending is None or pending[0] is not a or pending[1] is not b or pending[2] != what:
+            return False
+        self._pending_diff = None
+        self._diff = diff
+        if mean is not None:
+            self._means[id(diff.diff)] = mean
+        self._redraw()
+        return True
+
+    def is_computing(self) -> bool:
+        return self._pending_diff is not None
+
+    def refresh(self) -> None:
+        """Compute and draw A, B and B - A again (e.g. after a diff job was dropped)."""
+        self._recompute()
 
     def set_result(self, result, text: str | None = None) -> None:
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
@@ -254,7 +285,21 @@ class CompareView(QWidget):
     def _recompute(self) -> None:
         self._fill_heads()
         self._diff = None
+        self._pending_diff = None
+        self._means = {}
         if self._a is not None and self._b is not None:
+            what = self._what()
+            a_arr, b_arr = getattr(self._a, what, None), getattr(self._b, what, None)
+            if (self._diff_runner is not None and a_arr is not None and b_arr is not None
+                    and np.shape(a_arr) == np.shape(b_arr) and np.size(b_arr) > ASYNC_DIFF_CELLS):
+                self._pending_diff = (self._a, self._b, what)
+                self._draw_one(self.plotA, self._a, self._a_label)
+                self._draw_one(self.plotB, self._b, self._b_label)
+                self.plotDiff.clear("computing B − A in the background…")
+                self.plotDiff.set_title("<b>B − A</b>")
+                self.maxLabel.setText("computing B − A in the background…")
+                self._diff_runner(self._a, self._b, what)
+                return
             try:
                 self._diff = diff_results(self._a, self._b, self._what())
             except ComparisonError as exc:
@@ -271,7 +316,10 @@ class CompareView(QWidget):
             return array
         head = self.headCombo.currentData()
         if head is None or head == MEAN:
-            return array.mean(axis=0)  # float64 in -> float64 out; a mean of B - A = B mean - A mean
+            key = id(array)
+            if key not in self._means:  # float64 in -> float64 out; a mean of B - A = B mean - A mean
+                self._means[key] = array.mean(axis=0)
+            return self._means[key]
         return array[int(head)]
 
     def _draw_one(self, plot: MatrixPlot, result, label: str) -> None:

@@ -11,9 +11,12 @@ Two exact paths compute the same numbers:
 - the CPU inference fast path (``_blocked_attention``): at long lengths the [B, H, L, L] passes
   dominate, so it walks one head and one block of query rows at a time, keeping that block's
   scores in cache from the GEMM through the softmax, which writes each weight exactly once,
-  straight into the returned buffer; one GEMM per head then forms the weighted sum. A key padding mask becomes an additive
-  0/-inf bias inside the score GEMM (no pass over the scores at all); float32 GEMMs go through
-  oneDNN, which uses AVX-512 where MKL's fp32 GEMM does not on AMD CPUs (about 2x here).
+  straight into the returned buffer; one GEMM per head then forms the weighted sum. A key
+  padding mask becomes an additive 0/-inf bias inside the score GEMM (no pass over the scores
+  at all); float32 GEMMs go through oneDNN, which uses AVX-512 where MKL's fp32 GEMM does not on
+  AMD CPUs (about 2x here). Its many short parallel regions suffer when other processes hold the
+  cores and libgomp spins 300,000 rounds before yielding; GOMP_SPINCOUNT=2000, set before torch
+  loads, avoids that (benchmarks/bench_core.py sets it).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ Keep = dict  # stage name -> tensor, filled when a caller asks for intermediates
 # ([..., Lq, Lk] in total) the whole-tensor reference path is quicker.
 FAST_PATH_MIN_ELEMENTS = 1 << 19  # e.g. 8 heads x 256 x 256
 # Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
-# a block stays in the L2/L3 caches between its GEMM, its softmax and its weighted sum.
+# a block stays in the L2/L3 caches between its GEMM and its softmax (4 MiB measured best here).
 BLOCK_BYTES = 4 << 20
 _FAST_DTYPES = (torch.float32, torch.float64)
 

@@ -309,3 +309,21 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     window.viewTabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
+
+
+def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
+    from attndesk.app.jobs import toy_job
+
+    text = " ".join(f"w{i % 300}" for i in range(600))
+    payload = toy_job(AttentionConfig(num_heads=4, memory_budget=2_000_000), text, keep_intermediates=True)
+    assert not payload.result.exact_weights  # only an overview: not indexable by token position
+    window.show_payload(payload)
+    tabs = window.teachingTabs
+    for view in (tabs.stepThroughView, tabs.headStatsView, tabs.compareView, tabs.positionalView):
+        window.viewTabs.setCurrentWidget(view)
+    assert "memory-bounded" in tabs.stepThroughView.infoLabel.text()
+    assert "memory-bounded" in tabs.headStatsView.infoLabel.text()
+    assert "memory-bounded" in tabs.compareView.maxLabel.text()
+    assert tabs.compareView.displayed() == (None, None, None)
+    assert tabs.positionalView.encoding.shape == (600, 64)
+    assert not tabs.prepRunner.is_busy()  # nothing was started for weights that do not exist

@@ -16,6 +16,7 @@ a job, ``show_payload`` after each result, and ``shutdown`` when closing.
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QTabWidget, QWidget
 
@@ -73,6 +74,15 @@ def pretrained_run(payload):
     if run is None:
         run = (getattr(getattr(payload, "result", None), "extra", None) or {}).get("run")
     return run
+
+
+def indexable_weights(result) -> bool:
+    """Whether ``result.weights`` holds every [H, L, Lk] weight by position (a memory-bounded run
+    may keep only a downsampled overview, useless for statistics or B - A)."""
+    w = getattr(result, "weights", None)
+    if w is None or np.ndim(w) != 3:
+        return False
+    return tuple(np.shape(w)[1:]) == (len(result.tokens), len(result.keys))
 
 
 def is_toy(payload) -> bool:
@@ -215,7 +225,8 @@ class TeachingTabs(QObject):
             layer_result = result
             if pres is not None and not (result.extra or {}).get("pretrained"):
                 layer_result = pres.layer_result(int((result.extra or {}).get("layer", 0)))
-            if layer_result.weights is None:
+            if not indexable_weights(layer_result):
+                self.compareView.set_result(None)  # no stale B left on screen
                 self.compareView.maxLabel.setText(
                     "this run is too long to keep every weight (memory-bounded): shorten the text to compare")
             else:
@@ -272,7 +283,7 @@ class TeachingTabs(QObject):
             self.headStatsView.infoLabel.setText("computing the statistics of every layer and head…")
             self._submit_prep("stats", payload, _statistics_job, pres.weights, list(pres.tokens), True)
             return
-        if result.weights is None:
+        if not indexable_weights(result):
             self.headStatsView.set_statistics([], (len(result.tokens), len(result.keys)))
             self.headStatsView.infoLabel.setText(
                 "this run is too long to keep every weight (memory-bounded): shorten the text for head statistics")
@@ -324,9 +335,12 @@ class TeachingTabs(QObject):
 
     @Slot(int, str)
     def _on_prep_failed(self, _generation: int, message: str) -> None:
+        kind = self._prep_for[0] if self._prep_for else None
         self._prep_for = None
-        self.headStatsView.infoLabel.setText(f"failed: {message}")
-        self.stepThroughView.infoLabel.setText(f"failed: {message}")
+        if kind == "stats":
+            self.headStatsView.infoLabel.setText(f"head statistics failed: {message}")
+        elif kind == "intermediates":
+            self.stepThroughView.infoLabel.setText(f"the step-through failed: {message}")
         if self.compareView.is_computing():
             self.compareView.maxLabel.setText(f"<span style='color:#a33'>B − A failed: {message}</span>")
         self.sideFailed.emit(message)
@@ -351,7 +365,7 @@ class TeachingTabs(QObject):
         if result is None:
             return
         toy = is_toy(self._payload)
-        num_heads = result.weights.shape[0] if result.weights is not None else result.num_heads
+        num_heads = result.num_heads
         if head < num_heads:
             self.window.heatmapPanel.set_view_target(int(head))
         self.compareView.set_head(head)

@@ -62,7 +62,8 @@ class LayerSource(ResultHeatmapSource):
 
     def __init__(self, result) -> None:
         super().__init__(result, title_prefix=f"L{result.extra['layer']} head")
-        self.legend = result.extra["legend"] if result.extra.get("hide_special") else ""
+        # short: it shares the footer line with the hover read-out (the summary line has the numbers)
+        self.legend = "[CLS]/[SEP] hidden: rows NOT re-normalised" if result.extra.get("hide_special") else ""
 
     def head_title(self, head) -> str:
         if head == "mean":
@@ -144,19 +145,23 @@ class PretrainedMode(QObject):
                                          Qt.ItemDataRole.ToolTipRole)
 
         # parameters dock: the numbers the locked controls cannot show
-        self.modelInfo = QLabel("", objectName="pretrainedModelInfo")
-        self.modelInfo.setWordWrap(True)
+        self.modelInfo = QLabel("", objectName="pretrainedModelInfo")  # two short lines: a wrapped label squeezes in a form
         self.modelInfo.setToolTip("a pretrained model's architecture is fixed by its checkpoint; "
                                   "scale and the causal mask still act, heads can be ablated in the All layers tab")
         self.panel.add_row("Model", self.modelInfo)
         self._mask_tip = self.panel.maskCombo.toolTip()
 
-        # heatmap toolbar and the summary line under it
+        # one line under the heatmap toolbar (which is full already): layer, switches, run summary
         self.controls = PretrainedControls()
         self.controls.all_layers_check.setToolTip("show every layer x head in the All layers tab; click one to open it")
-        window.heatmapPanel.add_toolbar_widget(self.controls)
         self.summary = self.controls.summary
-        window.heatmapPanel.add_header_widget(self.summary)
+        self.header = QWidget(objectName="pretrainedHeader")
+        line = QHBoxLayout(self.header)
+        line.setContentsMargins(4, 0, 4, 0)
+        line.addWidget(self.controls)
+        line.addSpacing(12)
+        line.addWidget(self.summary, 1)
+        window.heatmapPanel.add_header_widget(self.header)
 
         # the All layers tab
         self.grid = LayerHeadGrid()
@@ -300,11 +305,8 @@ class PretrainedMode(QObject):
         self.panel.maskCombo.setToolTip("pretrained model: 'causal' forces a causal mask in every layer "
                                         "(one text has no padding to mask)")
         self.controls.set_num_layers(spec.num_layers)
-        name = PACKAGED_NAME if self._active == PACKAGED_MODE else spec.name
-        self.modelInfo.setText(
-            f"{name}: {spec.num_layers} layers × {spec.num_heads} heads, embed {spec.hidden_size}, "
-            f"d_k {spec.head_dim}, up to {spec.max_positions} tokens (fixed; longer text is cut)"
-        )
+        self.modelInfo.setText(f"{spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n"
+                               f"up to {spec.max_positions} tokens (longer text is cut)")
 
     def _leave(self) -> None:
         if self._active is None:
@@ -329,8 +331,7 @@ class PretrainedMode(QObject):
         if not on and tabs.currentIndex() == index:
             tabs.setCurrentWidget(self.window.heatmapPanel)
         tabs.setTabVisible(index, on)
-        self.controls.setVisible(on)
-        self.summary.setVisible(on)
+        self.header.setVisible(on)
         self.panel.set_row_visible(self.modelInfo, on)
 
     # -- computing --------------------------------------------------------------------------------
@@ -372,6 +373,7 @@ class PretrainedMode(QObject):
         payload = slice_payload(self._run, layer, hide)
         self._shown = (layer, hide)
         self.window.show_payload(payload, new_run=False)
+        self._update_summary()
         current = self.grid.current()
         if current is not None and current[0] != layer:
             self.grid.set_current(layer, current[1])
@@ -408,6 +410,9 @@ class PretrainedMode(QObject):
         text = describe_run(run)
         if run.ablate:
             text += " · ablated " + ", ".join(f"L{l}H{h}" for l, h in run.ablate)
+        payload = self.window.displayed_payload()
+        if payload is not None and payload.run is run and payload.result.extra.get("hide_special"):
+            text += " · " + payload.result.extra["legend"]
         style = _NOTICE_STYLE if run.dropped_tokens else ""
         for label in (self.summary, self.gridSummary):
             label.setText(text)

@@ -93,33 +93,27 @@ def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
 
 def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot, window):
     tabs = window.teachingTabs
-    assert window.displayed_result().intermediates is not None  # small runs keep them
-    window.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    # on the heatmap tab a run keeps no intermediates and equals the core's plain run
+    assert window.displayed_result().intermediates is None
+    np.testing.assert_array_equal(window.displayed_result().weights, core_run(window, keep=False).weights)
+    # opening the step-through recomputes the input with every intermediate kept, and shows it
+    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    assert window.displayed_result().intermediates is not None
     _check_stages(window, 0)
     tabs.stepThroughView.headSpin.setValue(2)
     _check_stages(window, 2)
-    # a new result (causal mask) reaches the visible step-through at once
+    # while it is visible, a new result (causal mask) keeps them and reaches the strip at once
     wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
     _check_stages(window, 2)
     assert np.isneginf(tabs.stepThroughView.stage_matrix("masked")[0, 1])
     a = tabs.stepThroughView.hover_weight(4, 2)
     assert a.weight == pytest.approx(float(window.displayed_result().weights[2, 4, 2]), rel=1e-5)
     assert tabs.stepThroughView.plots["k"].highlighted()["row"] == (2,)
-
-
-def test_large_runs_keep_no_intermediates_until_the_step_through_asks(qtbot, window, monkeypatch):
-    monkeypatch.setattr(teaching_tabs, "KEEP_INTERMEDIATES_CELLS", 0)  # everything counts as large
-    result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(3))
-    assert result.intermediates is None
-    tabs = window.teachingTabs
-    # opening the tab reruns the same input in a side worker and shows the intermediates
-    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
-    _check_stages(window, 0)
-    # while the step-through is visible, the main run keeps them itself
+    # back on the heatmaps, runs drop them again (they cost ~4 x the weights' memory)
+    window.viewTabs.setCurrentWidget(window.heatmapPanel)
     result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(4))
-    assert result.intermediates is not None
-    _check_stages(window, 0)
+    assert result.intermediates is None
 
 
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
@@ -140,10 +134,12 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
     assert tabs.headStatsView.stats() == expected
     assert tabs.headStatsView.table.rowCount() == shown.num_heads
 
-    tabs.headStatsView.select_head(3)
+    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
+        tabs.headStatsView.select_head(3)
     assert window.viewTabs.currentWidget() is tabs.stepThroughView
     assert tabs.stepThroughView.head() == 3
     assert window.heatmapPanel.view_target() == 3
+    shown = window.displayed_result()
     np.testing.assert_array_equal(tabs.stepThroughView.plots["weights"].matrix, shown.weights[3])
     window.viewTabs.setCurrentWidget(tabs.compareView)  # filled when shown, on the chosen head
     assert tabs.compareView.headCombo.currentData() == 3
@@ -245,6 +241,8 @@ def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
 
 def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
     tabs = window.teachingTabs
+    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
     for view in (tabs.stepThroughView, tabs.positionalView, tabs.compareView):
         window.viewTabs.setCurrentWidget(view)
         plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]

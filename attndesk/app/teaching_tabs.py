@@ -5,13 +5,19 @@ rollout, and the attndesk-vs-PyTorch table in the timing dock.
 their work never cancels (or is cancelled by) the main run:
 
 - ``prepRunner``: what the visible tab needs and the main run did not bring (head statistics,
-  a rerun that keeps the intermediates); the newest request wins, like the tabs themselves.
+  a large B - A); the newest request wins, like the tabs themselves.
 - ``teachRunner``: the one-click teaching comparisons (they run the model two or three times).
 - ``implRunner``: the implementation comparison (timed runs of three implementations).
 
 Results arrive in GUI-thread slots of this object. Only the visible tab is updated when a result
 arrives; the others catch up when shown. The window calls ``keep_intermediates`` while building
 a job, ``show_payload`` after each result, and ``shutdown`` when closing.
+
+Intermediates (about 4 * H * L * Lk float32 more: ~1 GB at 16 heads x 2048 tokens) are kept only
+while the step-through tab is visible; opening it on a result without them recomputes the current
+input through the main runner. A rerun rather than a side job: with intermediates the core keeps Q
+unscaled instead of folding the scale into its fused projection, so the weights can differ in the
+last bits (~1e-7), and the step-through must show the very result on screen.
 """
 
 from __future__ import annotations
@@ -20,12 +26,10 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QTabWidget, QWidget
 
-from attndesk.core import run_attention
 from attndesk.core.compare import (
     ImplementationComparison, TeachingComparison, compare_implementations, diff_results, teaching_comparison,
 )
 from attndesk.core.statistics import head_statistics, layer_statistics
-from attndesk.core.tokenizer import WordTokenizer
 
 from .views.compare import CompareView, ImplementationPanel, text_of
 from .views.headstats import HeadStatsView
@@ -34,22 +38,11 @@ from .views.rollout import RolloutView
 from .views.stepthrough import StepThroughView
 from .worker import JobRunner
 
-# Intermediates cost about 4 * H * L * Lk float32 (scores, scaled, masked, weights): keep them
-# with every run only up to this many H * L * Lk cells (8M cells ~ 128 MB); beyond, only while
-# the step-through tab is visible (or rerun when it is opened).
-KEEP_INTERMEDIATES_CELLS = 8_000_000
-
-
 def _statistics_job(weights, special, layered: bool):
     """Worker thread: per-head (or per layer and head) statistics of ``weights``."""
     if layered:
         return "stats", layer_statistics(weights, special=special)
     return "stats", head_statistics(weights, special=special)
-
-
-def _intermediates_job(config, text, key_text):
-    """Worker thread: the same run again, this time keeping every intermediate."""
-    return "intermediates", run_attention(config, text, keep_intermediates=True, key_text=key_text)
 
 
 def _diff_job(a, b, what):
@@ -155,18 +148,9 @@ class TeachingTabs(QObject):
         self._closed = False
 
     # -- called by the window -------------------------------------------------------------------
-    def keep_intermediates(self, config, text: str, key_text: str | None = None) -> bool:
-        """Whether the next toy run should keep its intermediates: always when they are small,
-        otherwise only while the step-through tab is on screen."""
-        if self.window.viewTabs.currentWidget() is self.stepThroughView:
-            return True
-        tokenizer = WordTokenizer(config.vocab_size)
-        lq = len(tokenizer.split(text))
-        lk = len(tokenizer.split(key_text)) if key_text is not None else lq
-        if config.pad_to is not None:
-            lq = max(lq, config.pad_to)
-            lk = max(lk, config.pad_to) if key_text is None else lk
-        return config.num_heads * lq * lk <= KEEP_INTERMEDIATES_CELLS
+    def keep_intermediates(self, config=None, text: str | None = None, key_text: str | None = None) -> bool:
+        """Whether the next toy run should keep its intermediates: while the step-through is on screen."""
+        return self.window.viewTabs.currentWidget() is self.stepThroughView
 
     def show_payload(self, payload) -> None:
         """A new result is on screen: drop side work for the old one, refresh the visible tab."""
@@ -269,9 +253,13 @@ class TeachingTabs(QObject):
                 "cannot show its stages: shorten the text or use fewer heads.")
             self._fresh.add("Step-through")
             return
-        self.stepThroughView.infoLabel.setText("computing the intermediates of this run…")
-        self._submit_prep("intermediates", payload, _intermediates_job, result.config,
-                          self._text_of(result), (result.extra or {}).get("key_text"))
+        # the step-through is visible now, so this run keeps its intermediates
+        self.stepThroughView.set_result(None)
+        self.stepThroughView.infoLabel.setText("recomputing this input with every intermediate kept…")
+        self.window.compute_now()
+        if not self.window.runner.is_busy():  # the current parameters or text cannot run
+            self.stepThroughView.infoLabel.setText(
+                f"the step-through needs a new run with its intermediates: {self.window.status_text()}")
 
     def _request_statistics(self, payload) -> None:
         result = payload.result
@@ -324,14 +312,6 @@ class TeachingTabs(QObject):
             self.headStatsView.set_statistics(value, (len(result.tokens), len(result.keys)))
             self._fresh.add("Head stats")
             self.statisticsShown.emit()
-        elif kind == "intermediates":
-            # the rerun has the same config, text and seed: the displayed result with its intermediates
-            if list(value.tokens) != list(result.tokens):
-                return
-            result.intermediates = value.intermediates
-            self.stepThroughView.set_result(result)
-            self._fresh.add("Step-through")
-            self.stepThroughShown.emit()
 
     @Slot(int, str)
     def _on_prep_failed(self, _generation: int, message: str) -> None:
@@ -339,8 +319,6 @@ class TeachingTabs(QObject):
         self._prep_for = None
         if kind == "stats":
             self.headStatsView.infoLabel.setText(f"head statistics failed: {message}")
-        elif kind == "intermediates":
-            self.stepThroughView.infoLabel.setText(f"the step-through failed: {message}")
         if self.compareView.is_computing():
             self.compareView.maxLabel.setText(f"<span style='color:#a33'>B − A failed: {message}</span>")
         self.sideFailed.emit(message)
@@ -428,4 +406,4 @@ class TeachingTabs(QObject):
         self.implementationPanel.runButton.setEnabled(self.implementationPanel._config is not None)
 
 
-__all__ = ["KEEP_INTERMEDIATES_CELLS", "TeachingTabs", "is_toy", "pretrained_run"]
+__all__ = ["TeachingTabs", "indexable_weights", "is_toy", "pretrained_run"]

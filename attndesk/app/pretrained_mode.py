@@ -306,7 +306,7 @@ class PretrainedMode(QObject):
                                         "(one text has no padding to mask)")
         self.controls.set_num_layers(spec.num_layers)
         self.modelInfo.setText(f"{spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n"
-                               f"up to {spec.max_positions} tokens (longer text is cut)")
+                               f"max {spec.max_positions} tokens (more are cut)")
 
     def _leave(self) -> None:
         if self._active is None:
@@ -410,12 +410,13 @@ class PretrainedMode(QObject):
         text = describe_run(run)
         if run.ablate:
             text += " · ablated " + ", ".join(f"L{l}H{h}" for l, h in run.ablate)
+        style = _NOTICE_STYLE if run.dropped_tokens else ""
+        self.gridSummary.setText(text)  # the grid's own caption covers hidden tokens over all layers
         payload = self.window.displayed_payload()
         if payload is not None and payload.run is run and payload.result.extra.get("hide_special"):
-            text += " · " + payload.result.extra["legend"]
-        style = _NOTICE_STYLE if run.dropped_tokens else ""
+            text += " · " + payload.result.extra["legend"]  # this layer's hidden share
+        self.summary.setText(text)
         for label in (self.summary, self.gridSummary):
-            label.setText(text)
             label.setStyleSheet(style)
 
     def _update_grid(self) -> None:

@@ -167,3 +167,13 @@ def test_cross_attention_labels_keys_on_k_and_v(view):
     a = view.hover_weight(2, 4)
     assert a.weight == pytest.approx(float(result.weights[0, 2, 4]), rel=1e-5)
     assert view.plots["k"].highlighted()["row"] == (4,)
+
+
+def test_hovering_any_stage_reads_out_its_exact_value(view):
+    assert view.hover_stage("q", 0, 0) is None  # nothing shown yet
+    view.set_result(run_attention(CFG, TEXT, keep_intermediates=True))
+    text = view.hover_stage("q", 2, 5)
+    assert f"{float(view.stage_matrix('q')[2, 5]):.6g}" in text and "dim 5" in text
+    assert view.arithmeticLabel.text() == text
+    text = view.hover_stage("scaled", 1, 3)
+    assert f"{float(view.stage_matrix('scaled')[1, 3]):.6g}" in text and "(3)" in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
@@ -101,6 +102,9 @@ class StepThroughView(QWidget):
                 grid.addWidget(arrow, row, 2 * col + 1)
         self.plots["weights"].cellHovered.connect(self.hover_weight)
         self.plots["weights"].hoverLeft.connect(self.clear_hover)
+        for name, plot in self.plots.items():
+            if name != "weights":  # the other stages read out the value under the mouse
+                plot.cellHovered.connect(partial(self.hover_stage, name))
         self.scroll = QScrollArea()
         self.scroll.setWidget(strip)
         self.scroll.setWidgetResizable(True)
@@ -266,6 +270,20 @@ class StepThroughView(QWidget):
             lines.append("dropout acted after the softmax, so the stored weight may be 0 or scaled by 1/(1-p)")
         self.arithmeticLabel.setText("\n".join(lines))
         return a
+
+    def hover_stage(self, name: str, r: int, c: int) -> str | None:
+        """The exact value of stage ``name`` at (r, c), in the arithmetic line."""
+        if self._result is None or not self._result.intermediates:
+            return None
+        m = self.stage_matrix(name)
+        rows = self._result.keys if name in ("k", "v") else self._result.tokens
+        col = f'key "{self._result.keys[c]}" ({c})' if m.shape[1] == len(self._result.keys) and name in (
+            "scores", "scaled", "masked") else f"dim {c}"
+        text = f'{name} · row "{rows[r]}" ({r}), {col}: {float(m[r, c]):.6g}'
+        if name in ("scores", "scaled", "masked"):
+            text += "\nhover the weights for the whole arithmetic of a cell"
+        self.arithmeticLabel.setText(text)
+        return text
 
     @Slot()
     def clear_hover(self) -> None:

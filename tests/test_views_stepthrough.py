@@ -172,8 +172,8 @@ def test_cross_attention_labels_keys_on_k_and_v(view):
 def test_hovering_any_stage_reads_out_its_exact_value(view):
     assert view.hover_stage("q", 0, 0) is None  # nothing shown yet
     view.set_result(run_attention(CFG, TEXT, keep_intermediates=True))
-    text = view.hover_stage("q", 2, 5)
-    assert f"{float(view.stage_matrix('q')[2, 5]):.6g}" in text and "dim 5" in text
+    text = view.hover_stage("q", 2, 3)
+    assert f"{float(view.stage_matrix('q')[2, 3]):.6g}" in text and "dim 3" in text
     assert view.arithmeticLabel.text() == text
     text = view.hover_stage("scaled", 1, 3)
     assert f"{float(view.stage_matrix('scaled')[1, 3]):.6g}" in text and "(3)" in text

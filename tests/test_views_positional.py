@@ -57,3 +57,14 @@ def test_pe_uses_a_diverging_map_fixed_to_minus_one_one(view):
     view.set_shape(10, 8)
     assert view.encodingPlot.levels == (-1.0, 1.0)
     assert view.encodingPlot.colormap_name == "CET-D1"
+
+
+def test_long_documents_compare_only_the_first_positions(view, monkeypatch):
+    import attndesk.app.views.positional as positional
+
+    monkeypatch.setattr(positional, "MAX_SIMILARITY", 20)
+    view.set_shape(50, 8)
+    assert view.encodingPlot.matrix.shape == (50, 8)
+    assert view.similarityPlot.matrix.shape == (20, 20)
+    np.testing.assert_allclose(view.similarity, view.encoding[:20] @ view.encoding[:20].T, atol=1e-12)
+    assert "first 20 of 50 positions" in view.similarityPlot.title.text()

@@ -16,6 +16,10 @@ from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 
 from .heatmap import MatrixPlot
 
+# PE . PE^T is [L, L] float64: at a long document's 16k tokens that would be 2 GB. Past this many
+# positions only the first ones are compared (the pattern, constant diagonals, is the same).
+MAX_SIMILARITY = 2048
+
 
 class PositionalView(QWidget):
     """API: ``set_result(result)`` (follows its token count and embed_dim), ``set_shape(length, dim)``;
@@ -64,18 +68,21 @@ class PositionalView(QWidget):
             self.shape = (length, dim)
             pe = sinusoidal_encoding(length, dim, dtype=torch.float64)
             self.encoding = pe.numpy()
-            self.similarity = positional_similarity(pe).numpy()
+            shown = min(length, MAX_SIMILARITY)
+            self.similarity = positional_similarity(pe[:shown]).numpy()
             positions = [str(i) for i in range(length)]
             self.encodingPlot.set_title(
                 f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), "
                 f"PE(p, 2i+1) = cos(same)"
             )
             self.encodingPlot.set_matrix(self.encoding, row_labels=positions, diverging=True, levels=(-1.0, 1.0))
+            first = "" if shown == length else f", first {shown} of {length} positions"
             self.similarityPlot.set_title(
-                f"<b>PE · PE<sup>T</sup></b> [{length} × {length}]<br>"
+                f"<b>PE · PE<sup>T</sup></b> [{shown} × {shown}{first}]<br>"
                 "constant along each diagonal: depends only on the distance |p − q|"
             )
-            self.similarityPlot.set_matrix(self.similarity, row_labels=positions, col_labels=positions, diverging=True)
+            self.similarityPlot.set_matrix(self.similarity, row_labels=positions[:shown], col_labels=positions[:shown],
+                                           diverging=True)
         self.infoLabel.setText(
             f"{length} positions × {dim} dims: low dims oscillate fast, high dims slowly; "
             f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}"

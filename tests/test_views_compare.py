@@ -177,3 +177,18 @@ def test_pretrained_layer_results_disable_the_toy_experiments(view, qtbot):
     qtbot.addWidget(panel)
     panel.set_result(layer)
     assert not panel.runButton.isEnabled() and panel.run_now() is None
+
+
+def test_a_and_b_share_one_colour_scale(qtbot):
+    from attndesk.core import AttentionConfig, run_attention
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    cfg = AttentionConfig(num_heads=2, embed_dim=8)
+    a = run_attention(cfg, "the cat sat on the mat")
+    b = run_attention(cfg.replace(mask="causal"), "the cat sat on the mat")
+    view.set_result(a)
+    view.pin()
+    view.set_result(b)
+    top = max(float(a.weights.mean(axis=0).max()), float(b.weights.mean(axis=0).max()))
+    assert view.plotA.levels == view.plotB.levels == (0.0, pytest.approx(top))

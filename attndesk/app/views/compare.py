@@ -322,7 +322,25 @@ class CompareView(QWidget):
             return self._means[key]
         return array[int(head)]
 
-    def _draw_one(self, plot: MatrixPlot, result, label: str) -> None:
+    def _shared_levels(self) -> tuple[float, float] | None:
+        """One colour scale for A and B, so equal colours mean equal values side by side."""
+        shown = []
+        for result in (self._a, self._b):
+            if result is not None:
+                m = self._select(getattr(result, self._what()))
+                finite = m[np.isfinite(m)]
+                if finite.size:
+                    shown.append((float(finite.min()), float(finite.max())))
+        if not shown:
+            return None
+        lo, hi = min(s[0] for s in shown), max(s[1] for s in shown)
+        if self._what() != "weights":  # signed: symmetric around 0
+            bound = max(abs(lo), abs(hi)) or 1.0
+            return (-bound, bound)
+        lo = min(0.0, lo)
+        return (lo, hi if hi > lo else lo + 1.0)
+
+    def _draw_one(self, plot: MatrixPlot, result, label: str, levels=None) -> None:
         if result is None:
             plot.clear("pin a result as A" if plot is self.plotA else "")
             plot.set_title(f"<b>{label}</b>")
@@ -334,12 +352,13 @@ class CompareView(QWidget):
         shape = " × ".join(map(str, matrix.shape))
         plot.set_title(f"<b>{label}</b> <span style='color:#555'>[{shape}]</span>")
         plot.set_matrix(matrix, row_labels=result.tokens, col_labels=cols,
-                        diverging=self._what() != "weights", masked=masked)
+                        diverging=self._what() != "weights", masked=masked, levels=levels)
 
     @Slot()
     def _redraw(self) -> None:
-        self._draw_one(self.plotA, self._a, self._a_label)
-        self._draw_one(self.plotB, self._b, self._b_label)
+        levels = self._shared_levels()
+        self._draw_one(self.plotA, self._a, self._a_label, levels)
+        self._draw_one(self.plotB, self._b, self._b_label, levels)
         d = self._diff
         if d is None:
             self.plotDiff.clear("pin a result as A, then change anything" if self._b is not None else "")

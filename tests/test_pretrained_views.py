@@ -10,7 +10,6 @@ from PySide6.QtGui import QColor, QImage
 
 from attndesk.app.pretrained_views import (
     LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_painting,
-    weights_rgb,
 )
 from attndesk.core.pretrained import PretrainedResult, load_pretrained, run_pretrained
 from attndesk.render.colormaps import lookup_table, mask_rgb

@@ -18,6 +18,7 @@ from attndesk.app import MainWindow
 from attndesk.app.export_dialog import perform_export
 from attndesk.app.long_mode import HeldRun, needs_explicit_run, planned_toy_job
 from attndesk.app.main_window import app_settings
+from attndesk.app.panels.heatmaps import format_weight
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.pipeline import plan_text
 from attndesk.render.export import ExportError
@@ -107,6 +108,16 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     assert window.displayed_result() is previous  # nothing computed
     assert not window.runner.is_busy()
     assert elapsed < 10, f"opening and planning took {elapsed:.1f} s"
+    # Run starts it; Cancel stops it within a block and the previous result stays
+    with qtbot.waitSignal(window.runner.progress, timeout=TIMEOUT_MS,
+                          check_params_cb=lambda g, f, m: "block" in m):
+        window.longMode.runButton.click()
+    assert not window.longMode.runButton.isVisible()
+    start = time.perf_counter()
+    window.cancel_compute()
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+    assert time.perf_counter() - start < 1.0
+    assert window.displayed_result() is previous
 
 
 def test_binary_or_undecodable_file_is_refused_and_nothing_changes(qtbot, window, tmp_path):
@@ -170,8 +181,9 @@ def test_over_budget_run_shows_overview_plan_and_exact_hover(qtbot, window):
     for q, k in ((0, 0), (1234, 567), (L - 1, L - 1), (999, 1998)):
         for h in range(4):
             assert source.value_at(h, q, k) == pytest.approx(float(full[h, q, k]), rel=1e-5, abs=1e-9)
-        text = window.heatmapPanel.hover_cell(q, k)
-        assert text.endswith(f"{float(full[0, q, k]):.4f}") or text.endswith("(masked)")
+        text = window.heatmapPanel.hover_cell(q, k)  # three significant digits for weights ~1/L
+        assert text.endswith(f": {format_weight(float(full[0, q, k]))}")
+        assert float(text.rsplit(": ", 1)[1]) == pytest.approx(float(full[0, q, k]), rel=5e-3)
 
 
 def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
@@ -193,6 +205,7 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
     assert q0 <= 1500 and k0 <= 700 and q0 + rows >= 1550 and k0 + cols >= 760
     np.testing.assert_allclose(tile.array, full[1, q0:q0 + rows, k0:k0 + cols], rtol=1e-5, atol=1e-8)
     np.testing.assert_array_equal(window.longMode.zoom_image(), tile.array)
+    assert "exact cells" in window.heatmapPanel.note.text()
     (eq0, eq1), (ek0, ek1) = window.longMode.export_region()
     assert eq0 <= 1500 < 1550 <= eq1 and ek0 <= 700 < 760 <= ek1
     # a middle zoom draws a finer stored level (tile maxima), never coarser than the overview
@@ -200,6 +213,9 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
                           check_params_cb=lambda t: t.factor > 1) as blocker:
         window.longMode.zoom_fit()
     tile = blocker.args[0]
+    assert "max of a" in window.heatmapPanel.note.text()
+    window.heatmapPanel.set_view_target("all")  # back to the grid: the overview and its own note
+    assert window.longMode.zoom_tile() is None and "overview" in window.heatmapPanel.note.text()
     f = tile.factor
     block = full[1, tile.q0:tile.q0 + f, tile.k0:tile.k0 + f]
     assert tile.array[0, 0] == pytest.approx(float(block.max()), rel=1e-5)

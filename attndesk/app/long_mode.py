@@ -39,18 +39,30 @@ from .panels.heatmaps import _HATCH_DARK, _HATCH_LIGHT
 from .worker import JobRunner
 
 LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (F5)
+# The core's estimate counts FLOPs only; with small heads the per-cell softmax/exp and memory
+# traffic dominate (measured on the 2-core machine: 16k tokens x 4 heads of 16 dims took ~24 s,
+# planned "about 1 s"). This floor per attention cell keeps such runs from starting on typing.
+CELL_SECONDS = 5e-9
 ZOOM_SETTLE_MS = 120  # the view range must rest this long before a zoom region is computed
 TEXT_FILTER = "Text files (*.txt *.md *.rst *.csv *.tsv *.json *.py *.html *.xml *.tex);;All files (*)"
 
 
 # -- planning (runs in the worker) ------------------------------------------------------------
+def estimated_seconds(plan) -> float | None:
+    """The plan's time estimate, at least ``CELL_SECONDS`` per attention cell (None on a GPU)."""
+    if plan.seconds is None:
+        return None
+    return max(plan.seconds, plan.num_heads * plan.lq * plan.lk * CELL_SECONDS)
+
+
 def needs_explicit_run(plan) -> bool:
     """Whether a run should wait for Run/F5 instead of starting while the user types."""
     if plan.peak_bytes > plan.budget:
         return True  # over the memory budget even with the pyramid
-    if plan.seconds is None:  # a GPU: no time estimate, so hold the memory-bounded runs
+    seconds = estimated_seconds(plan)
+    if seconds is None:  # a GPU: no time estimate, so hold the memory-bounded runs
         return plan.kind != FULL
-    return plan.seconds > LONG_RUN_S
+    return seconds > LONG_RUN_S
 
 
 def short_plan(plan) -> str:
@@ -63,8 +75,9 @@ def short_plan(plan) -> str:
     else:
         kept = f"weights as {plan.storage} + exact on demand"
     eta = ""
-    if plan.seconds is not None:
-        eta = " · under 1 s" if plan.seconds < 1 else f" · ~{_eta(plan.seconds)}"
+    seconds = estimated_seconds(plan)
+    if seconds is not None:
+        eta = " · under 1 s" if seconds < 1 else f" · ~{_eta(seconds)}"
     over = " · OVER BUDGET" if plan.peak_bytes > plan.budget else ""
     return f"{size}: {kept}{eta}{over}"
 
@@ -144,6 +157,8 @@ class LongModeController(QObject):
         self._zoom_tile: ZoomTile | None = None
         self._watched: set[int] = set()
         self._shut = False
+        self._base_note = ""
+        self._note_source = None
 
         # File > Open text…
         self.openTextAction = QAction("Open &text…", window, objectName="openTextAction",
@@ -252,7 +267,9 @@ class LongModeController(QObject):
         if not isinstance(payload, HeldRun):
             return False
         self._held = payload.plan
-        why = "over the memory budget" if payload.plan.peak_bytes > payload.plan.budget else "a long run"
+        seconds = estimated_seconds(payload.plan)
+        why = ("over the memory budget" if payload.plan.peak_bytes > payload.plan.budget
+               else f"a long run (~{_eta(seconds)})" if seconds else "a long run")
         self.window._set_status(f"{payload.plan.describe()} — {why}: press Run (F5) to start it")
         self.runButton.show()
         return True
@@ -274,6 +291,8 @@ class LongModeController(QObject):
     def _attach_views(self) -> None:
         """New cells or a new source: drop stale zoom pictures, make the enlarged view zoomable."""
         self._clear_zoom()
+        self._base_note = self.window.heatmapPanel.note.text()
+        self._note_source = self.window.heatmapPanel.source()
         single = self._single_view()
         self.fitButton.setEnabled(single is not None)
         if single is None:
@@ -372,7 +391,21 @@ class LongModeController(QObject):
         else:
             hatch.hide()
         self._zoom_tile = tile
+        self.window.heatmapPanel.note.setText(self._zoom_note(tile))
         self.zoomShown.emit(tile)
+
+    def _zoom_note(self, tile: ZoomTile) -> str:
+        """The panel's note while a zoom picture is drawn: what one pixel is now."""
+        lq, lk = self.window.heatmapPanel.source().shape
+        rows, cols = tile.array.shape
+        q1, k1 = min(lq, tile.q0 + rows * tile.factor), min(lk, tile.k0 + cols * tile.factor)
+        where = f"queries {tile.q0:,}–{q1 - 1:,} × keys {tile.k0:,}–{k1 - 1:,}"
+        if tile.exact:
+            what = f"zoomed in: exact cells of {where}"
+        else:
+            what = f"zoomed to {where}: each pixel is the max of a {tile.factor}x{tile.factor} tile"
+        hatched = "hatched = masked" in self._base_note
+        return " · ".join((["hatched = masked"] if hatched else []) + [what, "hover values are exact"])
 
     @Slot()
     def _restyle_zoom(self) -> None:
@@ -391,6 +424,8 @@ class LongModeController(QObject):
             except RuntimeError:  # the view box (and its items) are already deleted
                 pass
         self._zoom_items = {k: v for k, v in self._zoom_items.items() if _alive(v[0])}
+        if self._zoom_tile is not None and self.window.heatmapPanel.source() is self._note_source:
+            self.window.heatmapPanel.note.setText(self._base_note)  # (a new source wrote its own note)
         self._zoom_tile = None
 
     def zoom_tile(self) -> ZoomTile | None:

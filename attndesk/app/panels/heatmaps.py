@@ -60,7 +60,13 @@ def readout_text(source: HeatmapSource, head: Head, q: int, k: int) -> str:
     masked = source.mask is not None and not bool(source.mask[q, k])
     tail = " (masked)" if masked else ""
     return (f'{who} · query "{source.query_labels[q]}" ({q}) → '
-            f'key "{source.key_labels[k]}" ({k}): {value:.4f}{tail}')
+            f'key "{source.key_labels[k]}" ({k}): {format_weight(value)}{tail}')
+
+
+def format_weight(value: float) -> str:
+    """Four decimals; three significant digits below 0.01, where long documents' weights
+    (about 1/L) would otherwise all read 0.0001 or 0.0000."""
+    return f"{value:.4f}" if value == 0 or abs(value) >= 0.01 else f"{value:.3g}"
 
 
 class _ClickLabel(pg.LabelItem):

@@ -10,7 +10,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
+    QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTableWidget,
     QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
@@ -84,6 +84,7 @@ class HeadStatsView(QWidget):
         self.scatter.setBackground("w")
         self.scatter.setLabel("bottom", "mean attention distance (tokens)")
         self.scatter.setLabel("left", "mean row entropy (nats)")
+        self.scatter.setTitle("one point per head", color="#333", size="9pt")
         self.scatter.setMenuEnabled(False)
         self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
         self.points.sigClicked.connect(self._on_point_clicked)
@@ -101,12 +102,17 @@ class HeadStatsView(QWidget):
         bar = QHBoxLayout()
         bar.addWidget(self.infoLabel, 1)
         bar.addWidget(self.exportButton)
-        body = QHBoxLayout()
-        body.addWidget(self.table, 3)
-        body.addWidget(self.scatter, 2)
+        # a splitter: the table gets the width of its columns (ten with the layer), the plot the rest
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("headStatsSplitter")
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(self.scatter)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
-        layout.addLayout(body, 1)
+        layout.addWidget(self.splitter, 1)
 
     # -- API -------------------------------------------------------------------------------------
     def stats(self) -> list[HeadStats]:
@@ -131,11 +137,14 @@ class HeadStatsView(QWidget):
         self._layered = any(s.layer is not None for s in self._stats)
         self._fill_table()
         self._fill_scatter()
+        self._fit_table()
         if self._layered:
             layers = 1 + max(s.layer for s in self._stats)
             where = f"{layers} layers × {len(self._stats) // layers} heads"
+            self.scatter.setTitle(f"colour = layer: dark 0 … yellow {layers - 1}", color="#333", size="9pt")
         else:
             where = f"{len(self._stats)} heads"
+            self.scatter.setTitle("one point per head", color="#333", size="9pt")
         self.infoLabel.setText(
             f"{where}, {shape[0]} queries × {shape[1]} keys. Click a column to sort, a row to open the head."
         )
@@ -180,6 +189,21 @@ class HeadStatsView(QWidget):
             column = 0 if self._layered else 1  # layer then head: rows were added in that order (stable sort)
             header.setSortIndicator(column, Qt.SortOrder.AscendingOrder)
         table.setSortingEnabled(True)  # sorts by the indicator: the user's last choice, else layer/head
+
+    def _fit_table(self) -> None:
+        """Give the table the width its columns need (the scatter keeps at least a third)."""
+        total = sum(self.splitter.sizes())
+        if total <= 0:
+            return
+        header = self.table.horizontalHeader()
+        need = sum(header.sectionSize(c) for c in range(self.table.columnCount()) if not self.table.isColumnHidden(c))
+        need += self.table.verticalScrollBar().sizeHint().width() + 2 * self.table.frameWidth() + 4
+        table = min(need, total * 2 // 3)
+        self.splitter.setSizes([table, total - table])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._fit_table()
 
     def _fill_scatter(self) -> None:
         for label in self._labels:

@@ -350,7 +350,9 @@ class CompareView(QWidget):
         cols = result.keys if self._what() == "weights" else [str(i) for i in range(matrix.shape[1])]
         masked = None if (self._what() != "weights" or result.mask is None) else ~result.mask
         shape = " × ".join(map(str, matrix.shape))
-        plot.set_title(f"<b>{label}</b> <span style='color:#555'>[{shape}]</span>")
+        layer = (getattr(result, "extra", None) or {}).get("layer")
+        where = f" · layer {layer}" if is_pretrained(result) and layer is not None else ""
+        plot.set_title(f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>")
         plot.set_matrix(matrix, row_labels=result.tokens, col_labels=cols,
                         diverging=self._what() != "weights", masked=masked, levels=levels)
 
@@ -364,7 +366,7 @@ class CompareView(QWidget):
             self.plotDiff.clear("pin a result as A, then change anything" if self._b is not None else "")
             self.plotDiff.set_title("<b>B − A</b>")
             if self._a is None:
-                self.maxLabel.setText("Pin a result as A, then change anything (mask, scale, heads, seed, text).")
+                self.maxLabel.setText("Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode).")
             return
         shown = self._select(d.diff)
         bound = float(np.abs(shown[np.isfinite(shown)]).max()) if np.isfinite(shown).any() else 0.0

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")  # keep QSettings away from the user's
+# QSettings of this run live in a private folder: never the user's, never another test run's.
+_CONFIG_HOME = tempfile.mkdtemp(prefix="attndesk-test-config-")
+atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
 
 import pytest
 

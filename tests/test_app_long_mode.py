@@ -16,7 +16,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
 from attndesk.app import MainWindow
 from attndesk.app.export_dialog import perform_export
-from attndesk.app.long_mode import HeldRun, needs_explicit_run, planned_toy_job
+from attndesk.app.long_mode import HeldRun, describe_plan, needs_explicit_run, planned_toy_job
 from attndesk.app.main_window import app_settings
 from attndesk.app.panels.heatmaps import format_weight
 from attndesk.core import AttentionConfig, run_attention
@@ -102,7 +102,7 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     plan = window.longMode.held_plan()
     assert plan.lq > 100_000 and plan.kind == "pyramid"
     assert "press Run (F5)" in window.status_text()
-    assert plan.describe() in window.status_text()
+    assert describe_plan(plan) in window.status_text()
     assert window.longMode.runButton.isVisible()
     assert window.longMode.planLabel.isVisible() and f"{plan.lq:,} tokens" in window.longMode.planLabel.text()
     assert window.displayed_result() is previous  # nothing computed

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 from attndesk.core.errors import ConfigError
 from attndesk.core.memory import format_bytes
 from attndesk.core.pipeline import plan_text
-from attndesk.core.plan import FULL
+from attndesk.core.plan import FULL, _duration
 from attndesk.core.textfile import read_text_file
 
 from .jobs import Job, toy_job
@@ -80,6 +80,15 @@ def short_plan(plan) -> str:
         eta = " · under 1 s" if seconds < 1 else f" · ~{_eta(seconds)}"
     over = " · OVER BUDGET" if plan.peak_bytes > plan.budget else ""
     return f"{size}: {kept}{eta}{over}"
+
+
+def describe_plan(plan) -> str:
+    """``plan.describe()`` with our time estimate in place of the core's FLOP-only one."""
+    text = plan.describe()
+    seconds = estimated_seconds(plan)
+    if plan.seconds is None or seconds is None:
+        return text
+    return text.replace(f" ({_duration(plan.seconds)})", f" ({_duration(seconds)})", 1)
 
 
 def _eta(seconds: float) -> str:
@@ -193,7 +202,7 @@ class LongModeController(QObject):
         self.fitButton = QPushButton("Fit", objectName="zoomFitButton")
         self.fitButton.setToolTip("Show the whole matrix again. In an enlarged heatmap: drag a box to zoom "
                                   "in, the wheel zooms, the middle button pans.")
-        self.fitButton.setEnabled(False)
+        self.fitButton.hide()  # only for an enlarged heatmap (the grid does not zoom)
         self.fitButton.clicked.connect(self.zoom_fit)
         window.heatmapPanel.add_toolbar_widget(self.fitButton)
         self.zoomRunner = JobRunner(self, name="attndesk-zoom")
@@ -257,20 +266,22 @@ class LongModeController(QObject):
             self.planLabel.hide()  # an everyday run: nothing to explain
             return
         self.planLabel.setText(short_plan(plan))
-        self.planLabel.setToolTip(plan.describe())
+        self.planLabel.setToolTip(describe_plan(plan))
         self.planLabel.show()
         if self.window.runner.is_busy():
-            self.window._set_status(f"computing: {plan.describe()}")
+            self.window._set_status(f"computing: {describe_plan(plan)}")
 
     def take_held(self, payload) -> bool:
         """True (and the status bar says why) when the worker held a long run instead of running it."""
         if not isinstance(payload, HeldRun):
             return False
-        self._held = payload.plan
-        seconds = estimated_seconds(payload.plan)
-        why = ("over the memory budget" if payload.plan.peak_bytes > payload.plan.budget
+        plan = self._held = payload.plan
+        seconds = estimated_seconds(plan)
+        size = f"{plan.lq:,} tokens" if plan.lq == plan.lk else f"{plan.lq:,}×{plan.lk:,} tokens"
+        why = ("over the memory budget even as an overview" if plan.peak_bytes > plan.budget
                else f"a long run (~{_eta(seconds)})" if seconds else "a long run")
-        self.window._set_status(f"{payload.plan.describe()} — {why}: press Run (F5) to start it")
+        # the action first: a narrow window cuts the end of the line (the tooltip keeps all of it)
+        self.window._set_status(f"{size}: {why} — press Run (F5) to start it · {describe_plan(plan)}")
         self.runButton.show()
         return True
 
@@ -294,7 +305,7 @@ class LongModeController(QObject):
         self._base_note = self.window.heatmapPanel.note.text()
         self._note_source = self.window.heatmapPanel.source()
         single = self._single_view()
-        self.fitButton.setEnabled(single is not None)
+        self.fitButton.setVisible(single is not None)
         if single is None:
             return
         _head, vb, _image = single

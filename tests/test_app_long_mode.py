@@ -148,6 +148,12 @@ def test_dropping_a_file_on_the_window_sets_the_text(qtbot, window, tmp_path):
     other.write_text("second file", encoding="utf-8")
     drop_file(window.tokensPanel.tokenInput.viewport(), other)
     assert window.tokensPanel.text() == "second file"
+    # with cross-attention on, a file dropped on the key text box becomes the keys/values
+    window.tokensPanel.crossCheck.setChecked(True)
+    keys = tmp_path / "keys.txt"
+    keys.write_text("le chat dort", encoding="utf-8")
+    drop_file(window.tokensPanel.keyInput.viewport(), keys)
+    assert window.tokensPanel.key_text() == "le chat dort" and window.tokensPanel.text() == "second file"
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -219,6 +225,16 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
     f = tile.factor
     block = full[1, tile.q0:tile.q0 + f, tile.k0:tile.k0 + f]
     assert tile.array[0, 0] == pytest.approx(float(block.max()), rel=1e-5)
+    # the mean over heads zooms the same way (exact cells of the mean)
+    window.heatmapPanel.set_view_target("mean")
+    vb = window.heatmapPanel.cell_views()[0][1]
+    with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS,
+                          check_params_cb=lambda t: t.factor == 1 and t.head == "mean") as blocker:
+        vb.setRange(xRange=(10, 50), yRange=(20, 45), padding=0)
+    tile = blocker.args[0]
+    rows, cols = tile.array.shape
+    mean = full.mean(axis=0, dtype=np.float64)
+    np.testing.assert_allclose(tile.array, mean[tile.q0:tile.q0 + rows, tile.k0:tile.k0 + cols], rtol=1e-4, atol=1e-8)
 
 
 def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):

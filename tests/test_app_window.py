@@ -330,3 +330,16 @@ def test_train_switch_turns_dropout_on(qtbot, window):
     result = wait_result(qtbot, window, lambda: panel.trainCheck.setChecked(True))
     assert result.config.training and (result.weights == 0).any()  # dropped weights
     np.testing.assert_array_equal(np.stack(window.heatmapPanel.displayed_arrays()), core_weights(window))
+
+
+def test_a_longer_text_shows_every_row_and_column(qtbot, window):
+    # same head count, new length: the cells must show the new L x L matrix, not the old corner of it
+    old_len = len(window.displayed_result().tokens)
+    text = " ".join(f"w{i}" for i in range(old_len + 9))
+    result = wait_result(qtbot, window, lambda: window.tokensPanel.tokenInput.setPlainText(text))
+    L = len(result.tokens)
+    assert L == old_len + 9
+    for _head, vb, image in window.heatmapPanel.cell_views():
+        assert image.image.shape == (L, L)
+        (x0, x1), (y0, y1) = vb.viewRange()
+        assert (x0, x1) == pytest.approx((0, L)) and (y0, y1) == pytest.approx((0, L))

@@ -216,7 +216,8 @@ class HeatmapPanel(QWidget):
             self._target = ALL
         self._fill_view_combo()
         heads = self._heads_for_target()
-        same_layout = (old is not None and [c.head for c in self._cells] == heads
+        # a new length needs new cells: each view box's limits and range are set to L x Lk when built
+        same_layout = (old is not None and old.shape == source.shape and [c.head for c in self._cells] == heads
                        and self._columns == self._best_columns(len(heads)))
         notes = [source.downsample_note()]
         if source.display_mask() is not None:

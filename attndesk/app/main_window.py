@@ -184,7 +184,9 @@ class MainWindow(QMainWindow):
         self.saveSessionAction.triggered.connect(self._save_session_dialog)
         self.exportAction.triggered.connect(lambda: self.open_export_dialog(self.heatmapPanel.view_target()))
         self.quitAction.triggered.connect(self.close)
-        self.recomputeAction.triggered.connect(self.compute_now)
+        # not connect(self.compute_now): triggered(checked=False) would arrive as explicit=False,
+        # and F5 could never start a held long run
+        self.recomputeAction.triggered.connect(lambda: self.compute_now(explicit=True))
         self.cancelAction.triggered.connect(self.cancel_compute)
         self.resetLayoutAction.triggered.connect(lambda: self.restoreState(self._default_state, STATE_VERSION))
 

@@ -1,0 +1,55 @@
+"""Regressions found in the final review, each through the real window (offscreen)."""
+
+from __future__ import annotations
+
+import gc
+import random
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent
+
+from attndesk.app import MainWindow
+from attndesk.app.main_window import app_settings
+
+TIMEOUT_MS = 30000
+MiB = 2**20
+WORDS = "the cat sat on a mat because it was tired and then the dog ran far away".split()
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow(restore=False)
+    w.resize(1300, 850)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass  # the sample sentence
+    yield w
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+def test_f5_starts_a_held_long_run(qtbot, window):
+    # QAction.triggered carries checked=False: it must not reach compute_now as explicit=False
+    rng = random.Random(0)
+    window.parametersPanel.set_values({"memory_budget": 16 * MiB})
+    window.tokensPanel.tokenInput.setPlainText(" ".join(rng.choice(WORDS) for _ in range(200_000)))
+    qtbot.waitUntil(lambda: window.longMode.held_plan() is not None, timeout=TIMEOUT_MS)
+    assert not window.runner.is_busy()
+    with qtbot.waitSignal(window.runner.progress, timeout=TIMEOUT_MS,
+                          check_params_cb=lambda g, f, m: "block" in m):
+        window.recomputeAction.trigger()
+    assert window.longMode.held_plan() is None
+    window.cancel_compute()
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)

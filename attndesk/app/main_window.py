@@ -100,6 +100,8 @@ class MainWindow(QMainWindow):
 
         # status bar -------------------------------------------------------------------------
         self.statusLabel = QLabel("ready", objectName="statusLabel")
+        # a long status line (a long run's plan) is cut, whole in the tooltip: never widens the window
+        self.statusLabel.setMinimumWidth(80)
         self.progressBar = QProgressBar(objectName="progressBar")
         self.progressBar.setMaximumWidth(180)
         self.progressBar.setRange(0, 1000)

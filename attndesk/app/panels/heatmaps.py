@@ -32,7 +32,9 @@ from .token_axis import AxisLabels, TokenAxis, label_font
 COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))
 SCALE_MODES = (("shared", "shared across heads"), ("per-head", "per head"))
 ALL = "all"
-_SLICE_S = 0.02  # the longest the GUI thread spends building cells before serving events again
+# Building a cell takes ~5 ms (up to ~35 ms when the CPUs are busy): a slice adds cells until
+# this much time has passed, so one slice stays well under the 100 ms an event may wait.
+_SLICE_S = 0.008
 
 _HATCH_DARK = (150, 150, 150, 255)
 _HATCH_LIGHT = (220, 220, 220, 255)
@@ -82,6 +84,20 @@ class _ClickLabel(pg.LabelItem):
         if ev.button() == Qt.MouseButton.LeftButton:
             ev.accept()
             self._callback()
+
+
+class _FootLabel(QLabel):
+    """A one-line label under the heatmaps that never widens the window: a long note (a long
+    document's overview note is ~1000 px) is cut at the panel's edge and kept whole in its tooltip.
+    A wider window would also resize the panel and rebuild every heatmap."""
+
+    def __init__(self, text: str = "", **kw) -> None:
+        super().__init__(text, **kw)
+        self.setMinimumWidth(40)  # below its text's width: the layout may shrink it that far
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self.setToolTip(text.strip())
 
 
 @dataclass
@@ -154,10 +170,10 @@ class HeatmapPanel(QWidget):
         self.colorBar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=pg.colormap.get("viridis"),
                                         interactive=False, width=12)
         self.colorBar.axis.enableAutoSIPrefix(False)  # weights read 0.2, not "200 (x0.001)"
-        self.readout = QLabel(" ", objectName="heatmapReadout")
+        self.readout = _FootLabel(" ", objectName="heatmapReadout")
         self.readout.setTextFormat(Qt.TextFormat.PlainText)  # tokens may contain "<"
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.note = QLabel("", objectName="heatmapNote")
+        self.note = _FootLabel("", objectName="heatmapNote")
         self.note.setStyleSheet("color: #666;")
         self.placeholder = QLabel("Type some text to see its attention.", alignment=Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setStyleSheet("color: #777; font-size: 14px;")
@@ -513,7 +529,7 @@ class HeatmapPanel(QWidget):
         if self.is_building():
             return
         if self._best_columns(len(self._cells)) != self._columns:
-            self._build_cells()
+            self._build_cells(incremental=True)  # 16 cells at once would freeze the window
             return
         n = len(self._cells)
         self._cell_size = self._cell_dims(n, self._columns, math.ceil(n / self._columns))

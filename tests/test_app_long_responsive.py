@@ -1,0 +1,94 @@
+"""The window's event loop never stalls over 100 ms during a long (memory-bounded) run.
+
+A timer ticking every 5 ms in the GUI thread records the largest interval between ticks from the
+moment the run is submitted until ``resultDisplayed`` (every heatmap drawn): the worker computes,
+the result crosses to the GUI thread, and the heatmaps, tokens, timing and tabs are filled in.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
+
+from attndesk.app import MainWindow
+from attndesk.app.long_source import PyramidHeatmapSource
+from attndesk.app.main_window import app_settings
+
+TIMEOUT_MS = 60000
+MiB = 2**20
+MAX_GAP_S = 0.100  # the issue's target
+TRIES = 2  # a stall by another process on these shared 2-core machines gets one more try
+WORDS = ("the cat sat on a mat because it was tired and then the dog ran far away over the hill "
+         "while birds sang softly in tall green trees near an old stone bridge").split()
+
+
+def document(n_words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow(restore=False)
+    w.resize(1300, 850)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        pass  # the sample sentence
+    yield w
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+def gaps_during_run(qtbot, w) -> tuple[list[float], float]:
+    """Submit the current input and tick every 5 ms until it is on screen: (gaps in s, run time)."""
+    ticks: list[float] = []
+    timer = QTimer(interval=5)
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        ticks.append(time.perf_counter())
+        timer.start()
+        w.compute_now()
+    ticks.append(time.perf_counter())  # resultDisplayed: the last interval counts too
+    timer.stop()
+    return [b - a for a, b in zip(ticks, ticks[1:])], ticks[-1] - ticks[0]
+
+
+def test_the_event_loop_never_stalls_over_100_ms_during_a_pyramid_run(qtbot, window):
+    w = window
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.parametersPanel.set_values({"num_heads": 8, "memory_budget": 16 * MiB})  # forces the pyramid
+    worst = []
+    for attempt in range(TRIES):
+        w.tokensPanel.tokenInput.setPlainText(document(4096, seed=attempt))  # not timed: before the run
+        gaps, elapsed = gaps_during_run(qtbot, w)
+        result = w.displayed_result()
+        assert len(result.tokens) == 4096 and result.num_heads == 8
+        assert getattr(result, "pyramid", None) is not None  # the memory-bounded path, not full weights
+        assert isinstance(w.heatmapPanel.source(), PyramidHeatmapSource)
+        assert w.heatmapPanel.displayed_heads() == list(range(8))
+        # a long status line or overview note must not widen the window (that also rebuilt every heatmap)
+        assert w.width() == 1300
+        assert len(gaps) >= 20, f"only {len(gaps)} ticks in {elapsed:.2f} s: the timer hardly ran"
+        worst.append(max(gaps))
+        if worst[-1] < MAX_GAP_S:
+            break
+    assert min(worst) < MAX_GAP_S, (
+        f"the event loop stalled {', '.join(f'{g * 1e3:.0f}' for g in worst)} ms (tries) during a "
+        f"{elapsed:.1f} s long run; the target is under {MAX_GAP_S * 1e3:.0f} ms")

@@ -53,3 +53,23 @@ def test_f5_starts_a_held_long_run(qtbot, window):
     assert window.longMode.held_plan() is None
     window.cancel_compute()
     qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+
+
+def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, window):
+    # statistics are over every token of the run ([CLS]/[SEP] included) even when the heatmaps hide them
+    from attndesk.app.pretrained_mode import PACKAGED_MODE
+
+    w = window
+    with qtbot.waitSignal(w.resultDisplayed, timeout=60000, check_params_cb=lambda r: bool(r.extra.get("pretrained"))):
+        w.tokensPanel.set_texts("The cat sat on the mat.", None, False)
+        w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.modeCombo.findData(PACKAGED_MODE))
+    qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.pretrained.controls.hide_special_check.setChecked(True)
+    run = w.pretrained.run()
+    n = len(run.tokens)
+    assert len(w.displayed_result().tokens) == n - 2  # [CLS] and [SEP] hidden
+    tabs = w.teachingTabs
+    with qtbot.waitSignal(tabs.statisticsShown, timeout=60000):
+        w.viewTabs.setCurrentWidget(tabs.headStatsView)
+    assert f"{n} queries × {n} keys" in tabs.headStatsView.infoLabel.text()

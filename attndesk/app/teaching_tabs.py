@@ -309,7 +309,9 @@ class TeachingTabs(QObject):
         if kind == "stats":
             pres = pretrained_run(payload)
             self._stats_for = pres if pres is not None else payload
-            self.headStatsView.set_statistics(value, (len(result.tokens), len(result.keys)))
+            # the statistics cover the whole run: with special tokens hidden the shown layer is smaller
+            shape = tuple(pres.weights.shape[-2:]) if pres is not None else (len(result.tokens), len(result.keys))
+            self.headStatsView.set_statistics(value, shape)
             self._fresh.add("Head stats")
             self.statisticsShown.emit()
 

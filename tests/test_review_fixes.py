@@ -73,3 +73,37 @@ def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, windo
     with qtbot.waitSignal(tabs.statisticsShown, timeout=60000):
         w.viewTabs.setCurrentWidget(tabs.headStatsView)
     assert f"{n} queries × {n} keys" in tabs.headStatsView.infoLabel.text()
+
+
+def test_a_finished_runs_plan_notice_has_no_time_estimate():
+    # the core's FLOP-only estimate said "under a second" next to "done in 9.6 s" for a 13k-token run
+    from attndesk.core import AttentionConfig, run_attention
+    from attndesk.core.pipeline import plan_text
+
+    config = AttentionConfig(memory_budget=3 * 2**20)
+    text = " ".join(["the cat sat on the mat and the dog barked at it"] * 25)
+    plan = plan_text(config, text)
+    assert plan.kind == "pyramid" and plan.seconds is not None
+    assert "(under a second)" in plan.describe()  # before a run the estimate is part of the line
+    result = run_attention(config, text)
+    assert result.notices[0] == plan.describe(eta=False)
+    assert "under a second" not in result.notices[0] and "(about" not in result.notices[0]
+
+
+def test_a_heatmap_panel_deleted_mid_build_stops_building(qtbot):
+    # the incremental build's timer must die with the panel, not add cells to a deleted layout
+    from attndesk.app.panels.heatmap_source import ResultHeatmapSource
+    from attndesk.app.panels.heatmaps import HeatmapPanel
+    from attndesk.core import AttentionConfig, run_attention
+
+    result = run_attention(AttentionConfig(embed_dim=64, num_heads=32, mask="none"), "the cat sat on the mat")
+    panel = HeatmapPanel()
+    panel.resize(1200, 800)
+    panel.show()
+    panel.set_source(ResultHeatmapSource(result))
+    qtbot.wait(5)  # the first slice or two
+    assert panel.is_building()
+    panel.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    qtbot.wait(300)  # pytest-qt fails the test on any exception raised in the event loop meanwhile
+

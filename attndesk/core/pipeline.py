@@ -225,7 +225,7 @@ def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: b
         base = torch.cuda.memory_allocated(device)
     scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
     model.train(False)
-    notices = [plan.describe()]
+    notices = [plan.describe(eta=False)]  # after the run: its measured time, not the estimate
     if keep_intermediates:
         notices.append("memory-bounded run: the score and weight matrices are not kept as intermediates")
 

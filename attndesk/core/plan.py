@@ -60,13 +60,14 @@ class RunPlan:
     def blocked(self) -> bool:
         return self.kind != FULL
 
-    def describe(self) -> str:
-        """One line for the status bar: sizes, budget, and what will be kept."""
+    def describe(self, *, eta: bool = True) -> str:
+        """One line for the status bar: sizes, budget, and what will be kept; ``eta=False`` leaves out
+        the time estimate (a finished run's notice: its real time is known, the estimate is FLOPs only)."""
         size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
         head = f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
         budget = format_bytes(self.budget)
         weights = format_bytes(self.weights_bytes)
-        eta = "" if self.seconds is None else f" ({_duration(self.seconds)})"
+        eta = "" if self.seconds is None or not eta else f" ({_duration(self.seconds)})"
         if self.kind == FULL:
             return f"{head}: full weights {weights} fit the {budget} budget{eta}"
         if self.full_peak_bytes <= self.budget:

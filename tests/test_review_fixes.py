@@ -107,3 +107,21 @@ def test_a_heatmap_panel_deleted_mid_build_stops_building(qtbot):
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     qtbot.wait(300)  # pytest-qt fails the test on any exception raised in the event loop meanwhile
 
+
+def test_step_through_hides_its_strip_without_intermediates(qtbot):
+    # e.g. pretrained mode: empty axes titled with the toy run's shapes and d_k were confusing
+    from attndesk.app.views.stepthrough import StepThroughView
+    from attndesk.core import AttentionConfig, run_attention
+
+    view = StepThroughView()
+    qtbot.addWidget(view)
+    view.show()
+    config = AttentionConfig(embed_dim=16, num_heads=2)
+    view.set_result(run_attention(config, "the cat sat", keep_intermediates=True))
+    assert view.scroll.isVisible() and view.headSpin.isEnabled()
+    view.set_result(run_attention(config, "the cat sat"))  # no intermediates
+    assert not view.scroll.isVisible() and not view.arithmeticLabel.isVisible()
+    assert not view.headSpin.isEnabled()
+    assert "intermediates" in view.infoLabel.text()
+    view.set_result(run_attention(config, "the cat sat", keep_intermediates=True))
+    assert view.scroll.isVisible() and view.arithmeticLabel.isVisible()

@@ -130,6 +130,10 @@ class StepThroughView(QWidget):
         """Show ``result`` (an AttentionResult). Without intermediates the strip says how to get them."""
         self._result = result
         inter = getattr(result, "intermediates", None) if result is not None else None
+        # without intermediates the strip would show empty axes under the last result's shapes and formulas
+        self.scroll.setVisible(bool(inter))
+        self.arithmeticLabel.setVisible(bool(inter))
+        self.headSpin.setEnabled(bool(inter))
         if not inter:
             for plot in self.plots.values():
                 plot.clear()

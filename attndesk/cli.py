@@ -289,6 +289,8 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
         print(f"attndesk: note: {notice}", file=sys.stderr)
 
     out_dir = Path(args.out).expanduser()
+    if out_dir.exists() and not out_dir.is_dir():  # mkdir would only say "File exists"
+        raise CliError(f"--out {out_dir} is a file, not a folder: give a folder to write the images into")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -125,3 +125,14 @@ def test_step_through_hides_its_strip_without_intermediates(qtbot):
     assert "intermediates" in view.infoLabel.text()
     view.set_result(run_attention(config, "the cat sat", keep_intermediates=True))
     assert view.scroll.isVisible() and view.arithmeticLabel.isVisible()
+
+
+def test_render_out_that_is_a_file_says_so(tmp_path, capsys):
+    from attndesk.cli import main
+
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me", encoding="utf-8")
+    assert main(["render", "--text", "the cat sat", "--out", str(target)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file, not a folder" in err[0] and "Traceback" not in err[0]
+    assert target.read_text(encoding="utf-8") == "keep me"

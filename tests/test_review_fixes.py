@@ -136,3 +136,19 @@ def test_render_out_that_is_a_file_says_so(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a file, not a folder" in err[0] and "Traceback" not in err[0]
     assert target.read_text(encoding="utf-8") == "keep me"
+
+
+def test_a_pretrained_sessions_head_view_survives_the_toy_head_count():
+    # the config of a pretrained session holds the toy settings (4 heads): head 9 of the model's 12 was lost
+    import json
+
+    from attndesk.app.pretrained_mode import PACKAGED_MODE
+    from attndesk.app.session import Session, parse_session
+    from attndesk.core import AttentionConfig
+
+    pretrained = {"folder": None, "layer": 3, "hide_special": False, "all_layers": False, "ablate": []}
+    saved = Session(text="the cat", config=AttentionConfig().to_dict(), mode=PACKAGED_MODE, view=9,
+                    pretrained=pretrained)
+    assert parse_session(json.dumps(saved.to_json())).view == 9
+    toy = Session(text="the cat", config=AttentionConfig().to_dict(), view=9)  # 4 heads: no head 9
+    assert parse_session(json.dumps(toy.to_json())).view == "all"

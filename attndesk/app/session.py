@@ -89,11 +89,13 @@ class Session:
             AttentionConfig.from_dict(config).validate()
         except (ConfigError, TypeError) as exc:
             raise SessionError(f"the session's parameters are invalid: {exc}") from None
-        if isinstance(view, int) and view >= config.get("num_heads", 0):
+        pretrained = _check_pretrained(data.get("pretrained"))
+        # a pretrained session's config holds the toy settings, not the model's head count (the panel
+        # falls back to all heads itself if the model has fewer)
+        if pretrained is None and isinstance(view, int) and view >= config.get("num_heads", 0):
             view = "all"
         kwargs = {k: data[k] for k in expect if k in data}
         kwargs["config"] = config
-        pretrained = _check_pretrained(data.get("pretrained"))
         return cls(view=view, notices=notices, pretrained=pretrained, **kwargs)
 
 

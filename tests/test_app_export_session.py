@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import csv
-import gc
 import json
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QCoreApplication, QEvent
 from PySide6.QtGui import QImage
 
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
 from attndesk.app.session import Session, SessionError, load_session, parse_session
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 15000
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
-
-
-def dispose(w) -> None:
-    w.close()
-    w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    gc.collect()
 
 
 def new_window(qtbot, **kw) -> MainWindow:

@@ -5,23 +5,22 @@ Small sizes with a small memory budget force the memory-bounded (pyramid) path q
 
 from __future__ import annotations
 
-import gc
 import random
 import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QCoreApplication, QEvent, QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QCoreApplication, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
 from attndesk.app import MainWindow
 from attndesk.app.export_dialog import perform_export
 from attndesk.app.long_mode import HeldRun, describe_plan, needs_explicit_run, planned_toy_job
-from attndesk.app.main_window import app_settings
 from attndesk.app.panels.heatmaps import format_weight
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.pipeline import plan_text
 from attndesk.render.export import ExportError
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 30000
 MiB = 2**20
@@ -32,23 +31,6 @@ WORDS = ("the cat sat on a mat because it was tired and then the dog ran far awa
 def document(n_words: int, seed: int = 0) -> str:
     rng = random.Random(seed)
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
-
-
-def dispose(w) -> None:
-    w.close()
-    w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    gc.collect()
 
 
 @pytest.fixture

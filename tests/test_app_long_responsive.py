@@ -16,7 +16,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 
 from attndesk.app import MainWindow
 from attndesk.app.long_source import PyramidHeatmapSource
-from attndesk.app.main_window import app_settings
+from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000
 MiB = 2**20
@@ -31,16 +31,6 @@ WORDS = ("the cat sat on a mat because it was tired and then the dog ran far awa
 def document(n_words: int, seed: int) -> str:
     rng = random.Random(seed)
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
 
 
 @pytest.fixture

@@ -4,19 +4,18 @@ nothing, sessions and exports carry the pretrained state."""
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QCoreApplication, QEvent, Qt
+from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
 from attndesk.app.pretrained_mode import FOLDER_PREFIX, PACKAGED_MODE
 from attndesk.app.session import SessionError
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 60000
 TEXT = "The cat sat on the mat."
@@ -30,23 +29,6 @@ def model():
 @pytest.fixture(scope="module")
 def reference(model):
     return run_pretrained(model, TEXT)
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
-
-
-def dispose(w) -> None:
-    w.close()
-    w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    gc.collect()
 
 
 def is_pretrained(result) -> bool:

@@ -3,43 +3,21 @@ teaching comparisons and the implementation comparison (side workers), rollout i
 
 from __future__ import annotations
 
-import gc
-import os
 import threading
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QCoreApplication, QEvent
 
 import attndesk.app.teaching_tabs as teaching_tabs
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
 from attndesk.app.views.stepthrough import STAGES
 from attndesk.app.worker import running_threads
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
 from attndesk.core.statistics import head_statistics
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 20000
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings(monkeypatch):
-    # a settings organisation of our own: other test processes on this machine save sessions too
-    monkeypatch.setenv("ATTNDESK_SETTINGS_ORG", f"attndesk-tests-teaching-{os.getpid()}")
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
-
-
-def dispose(w) -> None:
-    w.close()
-    w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    gc.collect()
 
 
 @pytest.fixture

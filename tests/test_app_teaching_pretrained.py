@@ -4,18 +4,17 @@ follow-a-token on the run's weights, compare on the shown layer, toy-only tools 
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent
 
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
 from attndesk.app.pretrained_mode import PACKAGED_MODE
 from attndesk.core.pretrained import load_pretrained
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.statistics import layer_statistics
+from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000
 TEXT = "The cat sat on the mat."
@@ -24,18 +23,6 @@ TEXT = "The cat sat on the mat."
 @pytest.fixture(scope="module")
 def model():
     return load_pretrained()  # cached for the process: the window's worker reuses it
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings(monkeypatch):
-    # a settings organisation of our own: other test processes on this machine save sessions too
-    monkeypatch.setenv("ATTNDESK_SETTINGS_ORG", f"attndesk-tests-teaching-{os.getpid()}")
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
 
 
 @pytest.fixture

@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-import gc
 import re
 import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QCoreApplication, QElapsedTimer, QEvent, QPointF, Qt, QTimer
+from PySide6.QtCore import QElapsedTimer, QPointF, Qt, QTimer
 
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
 from attndesk.app.panels.heatmap_source import MEAN
 from attndesk.app.worker import running_threads
 from attndesk.core import AttentionConfig, run_attention
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 15000
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
-
-
-def dispose(w) -> None:
-    """Close and really delete a window now (deleteLater alone waits for an event loop that
-    pytest-qt never runs, and Qt objects left for interpreter shutdown can crash it)."""
-    w.close()
-    w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    gc.collect()
 
 
 @pytest.fixture

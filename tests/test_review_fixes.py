@@ -9,21 +9,11 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QEvent
 
 from attndesk.app import MainWindow
-from attndesk.app.main_window import app_settings
+from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 30000
 MiB = 2**20
 WORDS = "the cat sat on a mat because it was tired and then the dog ran far away".split()
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    settings = app_settings()
-    settings.clear()
-    settings.sync()
-    yield
-    settings.clear()
-    settings.sync()
 
 
 @pytest.fixture

@@ -1,0 +1,30 @@
+"""Helpers shared by the tests that drive the real MainWindow."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent
+
+from attndesk.app.main_window import app_settings
+
+
+def dispose(w) -> None:
+    """Close and really delete a window now (deleteLater alone waits for an event loop that
+    pytest-qt never runs, and Qt objects left for interpreter shutdown can crash it)."""
+    w.close()
+    w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """Each test starts without a saved session or layout (conftest keeps them in a temp folder)."""
+    settings = app_settings()
+    settings.clear()
+    settings.sync()
+    yield
+    settings.clear()
+    settings.sync()

@@ -244,6 +244,79 @@ def scaled_dot_product_attention(
     return torch.matmul(weights, value), weights
 
 
+def _group_queries(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """q [..., H, Lq, d] -> [..., KV, G, Lq, d]: query head h = kv * G + g reads K/V head kv = h // G."""
+    heads = q.shape[-3]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
+    return rearrange(q, "... (kv g) l d -> ... kv g l d", kv=kv_heads)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    dropout: float | Callable[[torch.Tensor], torch.Tensor] | None = None,
+    keep: Keep | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of H query heads over KV key/value heads, every variant in one pass.
+
+    q [..., H, Lq, d], k [..., KV, Lk, d], v [..., KV, Lk, d_v] with KV dividing H: query head h
+    reads K/V head h // (H // KV) (grouped-query; KV == 1 is multi-query; KV == H is plain
+    multi-head). The scores go through, in this order:
+
+        s = Q K^T * scale              (scale defaults to 1/sqrt(d))
+        s = softcap * tanh(s / softcap) (soft-capping, when given)
+        s = s + bias                   (an additive bias such as ALiBi, broadcast to [..., H, Lq, Lk])
+        s = -inf where ``mask`` is False (bool, broadcast to [..., H, Lq, Lk], True = may attend)
+        w = softmax(s) over keys       (a row with no key left gets zeros, never NaN)
+        w = dropout(w)                 (a probability, or a module honouring its train/eval mode)
+
+    Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives
+    each stage under its ``Intermediates`` name: scores, scaled, capped, bias, masked, weights, context.
+    Half-precision inputs take their softmax in float32, as transformers' eager attention does.
+    """
+    kv_heads = k.shape[-3]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
+    scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
+    scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
+    if keep is not None:
+        keep["scores"] = scores
+    scores = scores * scale
+    if keep is not None:
+        keep["scaled"] = scores
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+        if keep is not None:
+            keep["capped"] = scores
+    if bias is not None:
+        if keep is not None:
+            keep["bias"] = torch.broadcast_to(bias, scores.shape)
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if keep is not None:
+        keep["masked"] = scores
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else None)
+    # a row whose keys were all removed is all -inf: softmax gives NaN, the row attends to nothing
+    weights = weights.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0).to(q.dtype)
+    weights = _apply_dropout(weights, dropout)
+    if keep is not None:
+        keep["weights"] = weights
+    wg = rearrange(weights, "... (kv g) q k -> ... kv g q k", kv=kv_heads)
+    context = torch.matmul(wg, v.unsqueeze(-3))  # [..., KV, G, Lq, d_v]
+    context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
+    if keep is not None:
+        keep["context"] = context
+    return context, weights
+
+
 def attend_heads(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -15,7 +15,9 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
 from attndesk.app import MainWindow
 from attndesk.app.export_dialog import perform_export
-from attndesk.app.long_mode import HeldRun, describe_plan, needs_explicit_run, planned_toy_job
+from attndesk.app.modes.toy import toy_run
+from attndesk.app.plans import describe_plan, needs_explicit_run
+from attndesk.app.results import Held
 from attndesk.app.panels.heatmaps import format_weight
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.pipeline import plan_text
@@ -45,14 +47,13 @@ def window(qtbot):
 
 
 def config_of(w) -> AttentionConfig:
-    return AttentionConfig.from_dict(w.parametersPanel.values())
+    return w.state.config
 
 
 def long_result(qtbot, w, n_words: int, budget_mib: int = 16):
     """Set a small budget and a long text, wait for the (memory-bounded) result on screen."""
-    w.parametersPanel.set_values({"memory_budget": budget_mib * MiB})
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
-        w.tokensPanel.tokenInput.setPlainText(document(n_words))
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == n_words) as blocker:
+        w.state.update({"config": w.state.config.replace(memory_budget=budget_mib * MiB), "text": document(n_words)})
     return blocker.args[0]
 
 
@@ -77,8 +78,8 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     previous = window.displayed_result()
     start = time.perf_counter()
     assert window.longMode.open_text_file(path)
-    assert window.tokensPanel.text() == text
-    # the typing debounce plans it in the worker; ~200k tokens is far too long to start unasked
+    assert window.state.text == text and window.tokensPanel.tokenInput.toPlainText() == text
+    # the worker plans it; ~200k tokens is far too long to start unasked
     qtbot.waitUntil(lambda: window.longMode.held_plan() is not None, timeout=TIMEOUT_MS)
     elapsed = time.perf_counter() - start
     plan = window.longMode.held_plan()
@@ -89,23 +90,23 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     assert window.longMode.planLabel.isVisible() and f"{plan.lq:,} tokens" in window.longMode.planLabel.text()
     assert window.displayed_result() is previous  # nothing computed
     # the planning job's result reaches the GUI a moment before its thread marks it ended
-    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=2000)
+    qtbot.waitUntil(lambda: not window.compute.runner.is_busy(), timeout=2000)
     assert window.displayed_result() is previous
     assert elapsed < 10, f"opening and planning took {elapsed:.1f} s"
     # Run starts it; Cancel stops it within a block and the previous result stays
-    with qtbot.waitSignal(window.runner.progress, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda g, f, m: "block" in m):
+    with qtbot.waitSignal(window.compute.progressed, timeout=TIMEOUT_MS,
+                          check_params_cb=lambda f, m: "block" in m):
         window.longMode.runButton.click()
     assert not window.longMode.runButton.isVisible()
     start = time.perf_counter()
-    window.cancel_compute()
-    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+    window.compute.cancel()
+    qtbot.waitUntil(lambda: not window.compute.runner.is_busy(), timeout=TIMEOUT_MS)
     assert time.perf_counter() - start < 1.0
     assert window.displayed_result() is previous
 
 
 def test_binary_or_undecodable_file_is_refused_and_nothing_changes(qtbot, window, tmp_path):
-    before = window.tokensPanel.text()
+    before = window.state.text
     binary = tmp_path / "image.png"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     assert not window.longMode.open_text_file(binary)
@@ -115,8 +116,9 @@ def test_binary_or_undecodable_file_is_refused_and_nothing_changes(qtbot, window
     latin.write_bytes("café crème".encode("latin-1"))
     assert not window.longMode.open_text_file(latin)
     assert "not UTF-8" in window.status_text()
-    assert window.tokensPanel.text() == before
-    assert not window._debounce.isActive()  # no recompute scheduled
+    assert window.state.text == before
+    qtbot.wait(50)
+    assert not window.compute.is_busy()  # nothing to recompute
 
 
 def test_dropping_a_file_on_the_window_sets_the_text(qtbot, window, tmp_path):
@@ -125,19 +127,20 @@ def test_dropping_a_file_on_the_window_sets_the_text(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
         drop = drop_file(window, path)
     assert drop.isAccepted()
-    assert window.tokensPanel.text() == "a dropped document about a cat"
-    assert blocker.args[0].tokens[:3] == ["a", "dropped", "document"]
+    assert window.state.text == "a dropped document about a cat"
+    assert blocker.args[0].map.queries[:3] == ["a", "dropped", "document"]
     # on the text box itself the file is opened too, never its URL pasted as text
     other = tmp_path / "other.txt"
     other.write_text("second file", encoding="utf-8")
     drop_file(window.tokensPanel.tokenInput.viewport(), other)
-    assert window.tokensPanel.text() == "second file"
+    assert window.state.text == "second file"
     # with cross-attention on, a file dropped on the key text box becomes the keys/values
     window.tokensPanel.crossCheck.setChecked(True)
     keys = tmp_path / "keys.txt"
     keys.write_text("le chat dort", encoding="utf-8")
     drop_file(window.tokensPanel.keyInput.viewport(), keys)
-    assert window.tokensPanel.key_text() == "le chat dort" and window.tokensPanel.text() == "second file"
+    assert window.state.keys_text() == "le chat dort" and window.state.text == "second file"
+    assert window.tokensPanel.keyInput.toPlainText() == "le chat dort"
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -147,15 +150,15 @@ def test_planned_job_holds_only_unasked_long_runs():
     plan = plan_text(config, long_text)
     assert needs_explicit_run(plan)
     seen = []
-    held = planned_toy_job(config, long_text, explicit=False, announce=seen.append)
-    assert isinstance(held, HeldRun) and held.plan == plan and seen == [plan]
-    short = planned_toy_job(config, "the cat sat", explicit=False)
-    assert not isinstance(short, HeldRun) and short.result.plan.kind == "full"
+    held = toy_run(config, long_text, explicit=False, announce=seen.append)
+    assert isinstance(held, Held) and held.plan == plan and seen == [plan]
+    short = toy_run(config, "the cat sat", explicit=False)
+    assert not isinstance(short, Held) and short.toy.result.plan.kind == "full"
 
 
 # -- pyramid runs in the window ---------------------------------------------------------------
 def test_over_budget_run_shows_overview_plan_and_exact_hover(qtbot, window):
-    result = long_result(qtbot, window, 2000)
+    result = long_result(qtbot, window, 2000).toy.result
     assert result.plan.kind == "pyramid" and result.pyramid is not None
     L = len(result.tokens)
     assert L == 2000
@@ -163,7 +166,7 @@ def test_over_budget_run_shows_overview_plan_and_exact_hover(qtbot, window):
     assert window.longMode.planLabel.isVisible() and "overview" in window.longMode.planLabel.text()
     arrays = window.heatmapPanel.displayed_arrays()
     assert len(arrays) == 4 and max(arrays[0].shape) < L  # an overview, not the matrix
-    full = run_attention(config_of(window).replace(memory_budget=None), window.tokensPanel.text()).weights
+    full = run_attention(config_of(window).replace(memory_budget=None), window.state.text).weights
     assert full.shape == (4, L, L)
     # each overview pixel is the max of its tile, so the global max survives
     assert np.isclose(arrays[1].max(), full[1].max(), rtol=1e-5)
@@ -177,9 +180,9 @@ def test_over_budget_run_shows_overview_plan_and_exact_hover(qtbot, window):
 
 
 def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
-    result = long_result(qtbot, window, 2000)
+    result = long_result(qtbot, window, 2000).toy.result
     assert result.plan.kind == "pyramid"
-    full = run_attention(config_of(window).replace(memory_budget=None), window.tokensPanel.text()).weights
+    full = run_attention(config_of(window).replace(memory_budget=None), window.state.text).weights
     with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS) as blocker:
         window.heatmapPanel.set_view_target(1)  # the enlarged head: finer than the grid's overview
     tile = blocker.args[0]
@@ -222,21 +225,17 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
 
 
 def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
+        window.state.set_config(memory_budget=16 * MiB)
     previous = window.displayed_result()
-    window.parametersPanel.set_values({"memory_budget": 16 * MiB})
-    window._debounce.stop()
-    window.tokensPanel.tokenInput.blockSignals(True)
-    window.tokensPanel.tokenInput.setPlainText(document(3000))
-    window.tokensPanel.tokenInput.blockSignals(False)
-    window._debounce.stop()
-    with qtbot.waitSignal(window.runner.progress, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda g, f, m: "block" in m):
-        window.compute_now()
+    with qtbot.waitSignal(window.compute.progressed, timeout=TIMEOUT_MS, check_params_cb=lambda f, m: "block" in m):
+        window.state.text = document(3000)  # over the budget even as an overview: it waits for F5
+        window.recomputeAction.trigger()
     assert window.longMode.current_plan().kind == "pyramid"
     start = time.perf_counter()
-    with qtbot.waitSignal(window.runner.cancelled, timeout=TIMEOUT_MS):
-        window.cancel_compute()
-    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(window.compute.cancelled, timeout=TIMEOUT_MS):
+        window.cancelAction.trigger()
+    qtbot.waitUntil(lambda: not window.compute.runner.is_busy(), timeout=TIMEOUT_MS)
     stopped = time.perf_counter() - start
     assert stopped < 1.0, f"the worker took {stopped:.2f} s to stop"
     qtbot.wait(50)
@@ -247,7 +246,8 @@ def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):
 
 # -- export -----------------------------------------------------------------------------------
 def test_export_of_a_pyramid_result_refuses_the_overview_as_weights(qtbot, window, tmp_path):
-    result = long_result(qtbot, window, 1500)
+    shown = long_result(qtbot, window, 1500)
+    result = shown.export_result
     assert result.plan.kind == "pyramid"
     with pytest.raises(ExportError, match="only an overview"):
         perform_export(result, 0, "npy", tmp_path / "w.npy")
@@ -261,7 +261,7 @@ def test_export_of_a_pyramid_result_refuses_the_overview_as_weights(qtbot, windo
     dialog.close()
 
     # zoomed in: the dialog offers the exact region, and writes exactly those cells
-    full = run_attention(config_of(window).replace(memory_budget=None), window.tokensPanel.text()).weights
+    full = run_attention(config_of(window).replace(memory_budget=None), window.state.text).weights
     window.heatmapPanel.set_view_target(0)
     vb = window.heatmapPanel.cell_views()[0][1]
     vb.setRange(xRange=(100, 140), yRange=(300, 330), padding=0)
@@ -287,14 +287,16 @@ def test_export_of_a_pyramid_result_refuses_the_overview_as_weights(qtbot, windo
 # -- the budget setting -------------------------------------------------------------------------
 def test_memory_budget_setting_reaches_the_config_and_the_session(qtbot, window):
     panel = window.parametersPanel
-    assert panel.values()["memory_budget"] is None  # auto by default
+    assert window.state.config.memory_budget is None  # auto by default
     assert panel.memoryBudgetSpin.specialValueText().startswith("auto (")
     panel.memoryBudgetSpin.setValue(48)
-    assert panel.values()["memory_budget"] == 48 * MiB
-    session = window.current_session()
-    assert session.config["memory_budget"] == 48 * MiB
+    assert window.state.config.memory_budget == 48 * MiB
+    saved = window.session()
+    assert saved.config.memory_budget == 48 * MiB
     panel.memoryBudgetSpin.setValue(0)
-    window.apply_session(session)
+    assert window.state.config.memory_budget is None
+    window.state.assign(saved)
     assert panel.memoryBudgetSpin.value() == 48
-    panel.set_values({"memory_budget": 3 * MiB + 1})  # whole MiB, rounded up
+    window.state.set_config(memory_budget=3 * MiB + 1)  # whole MiB, rounded up
     assert panel.memoryBudgetSpin.value() == 4
+    assert window.state.config.memory_budget == 3 * MiB + 1  # shown rounded, never changed by the spin box

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
-from attndesk.app.pretrained_mode import FOLDER_PREFIX, PACKAGED_MODE
+from attndesk.app.state import PACKAGED, TOY
 from attndesk.app.session import SessionError
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
@@ -31,8 +31,8 @@ def reference(model):
     return run_pretrained(model, TEXT)
 
 
-def is_pretrained(result) -> bool:
-    return bool(result.extra.get("pretrained"))
+def is_pretrained(shown) -> bool:
+    return shown.layers is not None
 
 
 def wait_pretrained(qtbot, w, action, check=lambda r: True):
@@ -42,9 +42,8 @@ def wait_pretrained(qtbot, w, action, check=lambda r: True):
     return blocker.args[0]
 
 
-def select_mode(w, mode: str) -> None:
-    combo = w.parametersPanel.modeCombo
-    combo.setCurrentIndex(combo.findData(mode))
+def select_mode(w, mode) -> None:
+    w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(mode))
 
 
 @pytest.fixture
@@ -61,8 +60,8 @@ def toy_window(qtbot):
 @pytest.fixture
 def window(qtbot, toy_window, model):
     def switch():
-        toy_window.tokensPanel.set_texts(TEXT, None, False)
-        select_mode(toy_window, PACKAGED_MODE)
+        toy_window.state.update({"text": TEXT, "cross": False})
+        select_mode(toy_window, PACKAGED)
 
     wait_pretrained(qtbot, toy_window, switch)
     qtbot.waitUntil(lambda: not toy_window.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
@@ -79,19 +78,20 @@ def test_pretrained_mode_shows_the_models_weights(window, reference):
     assert run.tokens == reference.tokens and run.tokens[0] == "[CLS]" and run.tokens[-1] == "[SEP]"
     assert w.heatmapPanel.displayed_heads() == list(range(12))
     np.testing.assert_allclose(shown(w), reference.weights[0], atol=1e-6)
-    np.testing.assert_allclose(w.displayed_result().weights, reference.weights[0], atol=1e-6)
+    np.testing.assert_allclose(w.displayed_result().map.weights, reference.weights[0], atol=1e-6)
     p = w.parametersPanel
     assert (p.embedDimSpin.value(), p.headsSpin.value(), p.hiddenDimSpin.value()) == (384, 12, 32)
     assert not p.embedDimSpin.isEnabled() and not p.headsSpin.isEnabled() and not p.seedSpin.isEnabled()
     assert p.scaleCheck.isEnabled() and p.maskCombo.isEnabled()
-    info = w.pretrained.modelInfo.text()
+    info = p.modelInfo.text()
     assert "6 layers" in info and "12 heads" in info and "512 tokens" in info and "d_k 32" in info
     assert w.pretrained.controls.isVisible() and w.pretrained.controls.layer_spin.maximum() == 5
     stages = w.timingPanel.stage_milliseconds()
     assert [f"layer {n}" for n in range(6)] == [s for s in stages if s.startswith("layer")]
     assert "all-MiniLM-L6-v2 layer 0 of 6" in w.status_text()
     # back to the toy model: the toy settings return, unlocked, and the pretrained controls go away
-    select_mode(w, "Toy model")
+    assert w.state.config.embed_dim == 64  # the state keeps the toy settings; the panel shows the model's
+    select_mode(w, TOY)
     assert p.embedDimSpin.isEnabled() and p.embedDimSpin.value() == 64 and p.headsSpin.value() == 4
     assert not w.pretrained.controls.isVisible()
     assert not w.viewTabs.isTabVisible(w.viewTabs.indexOf(w.pretrained.gridTab))
@@ -100,26 +100,27 @@ def test_pretrained_mode_shows_the_models_weights(window, reference):
 def test_layer_change_reslices_without_a_job(window, reference, qtbot):
     w = window
     started = []
-    w.runner.started.connect(started.append)
-    generation = w.runner.latest_generation
+    w.compute.runner.started.connect(started.append)
+    run_id = w.compute.current_ids()[0]
     history = len(w.timingPanel.history_milliseconds())
     result = wait_pretrained(qtbot, w, lambda: w.pretrained.controls.layer_spin.setValue(4),
-                             lambda r: r.extra["layer"] == 4)
-    np.testing.assert_allclose(result.weights, reference.weights[4], atol=1e-6)
+                             lambda r: r.layer == 4)
+    assert w.state.pretrained.layer == 4 and not result.new_run
+    np.testing.assert_allclose(result.map.weights, reference.weights[4], atol=1e-6)
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     np.testing.assert_allclose(shown(w), reference.weights[4], atol=1e-6)
     assert w.heatmapPanel.source().head_title(3) == "L4 head 3"
     qtbot.wait(300)  # longer than the debounce: a recompute would have started by now
-    assert started == [] and w.runner.latest_generation == generation and not w.runner.is_busy()
+    assert started == [] and w.compute.current_ids()[0] == run_id and not w.compute.runner.is_busy()
     assert len(w.timingPanel.history_milliseconds()) == history  # a re-slice is not a new run
 
 
 def test_hide_special_drops_rows_without_renormalising(window, reference, qtbot):
     w = window
     result = wait_pretrained(qtbot, w, lambda: w.pretrained.controls.hide_special_check.setChecked(True),
-                             lambda r: r.extra["hide_special"])
+                             lambda r: r.present_key[1])
     expected = reference.weights[0][:, 1:-1, 1:-1]  # [CLS] first, [SEP] last
-    assert "[CLS]" not in result.tokens and "[SEP]" not in result.tokens
+    assert "[CLS]" not in result.map.queries and "[SEP]" not in result.map.queries
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     np.testing.assert_allclose(shown(w), expected, atol=1e-6)
     sums = shown(w).sum(-1)
@@ -128,8 +129,9 @@ def test_hide_special_drops_rows_without_renormalising(window, reference, qtbot)
     np.testing.assert_allclose(sums, 1.0 - hidden, atol=1e-5)
     assert sums.mean() < 0.9
     assert "NOT re-normalised" in w.heatmapPanel.note.text()
-    assert len(result.tokens) == len(reference.tokens) - 2
-    assert "rows not re-normalised" in w.pretrained.grid.painting().caption
+    assert result.length == len(reference.tokens) - 2
+    qtbot.waitUntil(lambda: w.pretrained.grid.painting() is not None
+                    and "rows not re-normalised" in w.pretrained.grid.painting().caption, timeout=TIMEOUT_MS)
 
 
 def test_grid_opens_a_head_and_ablation_recomputes(window, reference, model, qtbot):
@@ -137,24 +139,24 @@ def test_grid_opens_a_head_and_ablation_recomputes(window, reference, model, qtb
     w.pretrained.controls.all_layers_check.setChecked(True)
     assert w.viewTabs.currentWidget() is w.pretrained.gridTab
     grid = w.pretrained.grid
-    qtbot.waitUntil(lambda: grid.isVisible() and grid.width() > 300, timeout=5000)
+    qtbot.waitUntil(lambda: grid.isVisible() and grid.width() > 300 and grid.painting() is not None, timeout=TIMEOUT_MS)
     painting = grid.painting()
     assert (painting.num_layers, painting.num_heads) == (6, 12)
     centre = grid.cell_rect(2, 5).center().toPoint()
     result = wait_pretrained(qtbot, w, lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton, pos=centre),
-                             lambda r: r.extra["layer"] == 2)
+                             lambda r: r.layer == 2)
     assert w.viewTabs.currentWidget() is w.heatmapPanel and not w.pretrained.controls.all_layers()
     assert w.pretrained.controls.layer() == 2 and w.heatmapPanel.view_target() == 5
     qtbot.waitUntil(lambda: w.heatmapPanel.displayed_heads() == [5], timeout=5000)
     np.testing.assert_allclose(shown(w)[0], reference.weights[2, 5], atol=1e-6)
-    np.testing.assert_allclose(result.weights, reference.weights[2], atol=1e-6)
+    np.testing.assert_allclose(result.map.weights, reference.weights[2], atol=1e-6)
 
     # Ctrl+click ablates layer 1 head 3: a new run, later layers change, the cosine is shown
     w.pretrained.show_grid(True)
     centre = grid.cell_rect(1, 3).center().toPoint()
     wait_pretrained(qtbot, w, lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton,
                                                        Qt.KeyboardModifier.ControlModifier, pos=centre),
-                    lambda r: r.extra["file_tag"].endswith("_abl1"))
+                    lambda r: r.map.file_tag.endswith("_abl1"))
     run = w.pretrained.run()
     assert run.ablate == ((1, 3),)
     expected = run_pretrained(model, TEXT, ablate=[(1, 3)])
@@ -165,19 +167,19 @@ def test_grid_opens_a_head_and_ablation_recomputes(window, reference, model, qtb
     assert f"cosine to the normal embedding {run.cosine_to_normal:.4f}" in w.pretrained.summary.text()
     assert f"cosine to the normal embedding {run.cosine_to_normal:.4f}" in w.status_text()
     assert (1, 3) in grid.painting().ablated and w.pretrained.controls.clear_button.isEnabled()
-    wait_pretrained(qtbot, w, w.pretrained.controls.clear_button.click, lambda r: "_abl" not in r.extra["file_tag"])
+    wait_pretrained(qtbot, w, w.pretrained.controls.clear_button.click, lambda r: "_abl" not in r.map.file_tag)
     assert w.pretrained.run().cosine_to_normal is None and not grid.painting().ablated
 
 
 def test_scale_and_causal_toggles_still_act(window, model, qtbot):
     w = window
     wait_pretrained(qtbot, w, lambda: w.parametersPanel.maskCombo.setCurrentIndex(
-        w.parametersPanel.maskCombo.findData("causal")), lambda r: "_causal" in r.extra["file_tag"])
+        w.parametersPanel.maskCombo.findData("causal")), lambda r: "_causal" in r.map.file_tag)
     run = w.pretrained.run()
     np.testing.assert_allclose(run.weights, run_pretrained(model, TEXT, causal=True).weights, atol=1e-6)
     assert np.all(np.triu(run.weights, k=1) == 0) and run.cosine_to_normal < 1
     wait_pretrained(qtbot, w, lambda: w.parametersPanel.scaleCheck.setChecked(False),
-                    lambda r: "_unscaled" in r.extra["file_tag"])
+                    lambda r: "_unscaled" in r.map.file_tag)
     expected = run_pretrained(model, TEXT, causal=True, scaled=False)
     np.testing.assert_allclose(w.pretrained.run().weights, expected.weights, atol=1e-6)
 
@@ -185,7 +187,7 @@ def test_scale_and_causal_toggles_still_act(window, model, qtbot):
 def test_bad_folders_show_a_message_and_change_nothing(window, tmp_path):
     w = window
     combo = w.parametersPanel.modeCombo
-    count, mode, result = combo.count(), combo.currentData(), w.displayed_result()
+    count, mode, result = combo.count(), w.state.mode, w.displayed_result()
     empty = tmp_path / "empty"
     empty.mkdir()
     assert not w.pretrained.open_folder(empty)
@@ -199,8 +201,8 @@ def test_bad_folders_show_a_message_and_change_nothing(window, tmp_path):
     assert not w.pretrained.open_folder(gpt)
     assert "unsupported architecture" in w.status_text()
     assert not w.pretrained.open_folder(tmp_path / "nowhere")
-    assert combo.count() == count and combo.currentData() == mode and w.displayed_result() is result
-    assert not w.runner.is_busy()
+    assert combo.count() == count and w.state.mode == mode and w.displayed_result() is result
+    assert not w.compute.is_busy()
 
 
 def test_an_opened_folder_becomes_a_mode(window, tmp_path, qtbot, reference):
@@ -210,11 +212,12 @@ def test_an_opened_folder_becomes_a_mode(window, tmp_path, qtbot, reference):
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         os.symlink(packaged_model_dir() / name, folder / name)
     result = wait_pretrained(qtbot, w, lambda: w.pretrained.open_folder(folder),
-                             lambda r: r.extra["pretrained"] == "my-minilm")
-    mode = w.parametersPanel.mode()
-    assert mode.startswith(FOLDER_PREFIX) and w.parametersPanel.modeCombo.currentText() == "Pretrained: my-minilm"
-    np.testing.assert_allclose(result.weights, reference.weights[0], atol=1e-6)
-    assert w.pretrained.add_folder(packaged_model_dir()) == PACKAGED_MODE  # the packaged folder is not listed twice
+                             lambda r: r.layers.model_name == "my-minilm")
+    mode = w.state.mode
+    assert mode.kind == "pretrained" and mode.path == str(folder.resolve())
+    assert w.parametersPanel.modeCombo.currentText() == "Pretrained: my-minilm"
+    np.testing.assert_allclose(result.map.weights, reference.weights[0], atol=1e-6)
+    assert w.pretrained.add_folder(packaged_model_dir()) == PACKAGED  # the packaged folder is not listed twice
 
 
 def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
@@ -222,24 +225,23 @@ def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
     w.pretrained.controls.layer_spin.setValue(3)
     w.pretrained.controls.hide_special_check.setChecked(True)
     wait_pretrained(qtbot, w, lambda: w.pretrained.set_ablation([(0, 1), (4, 11)]),
-                    lambda r: r.extra["file_tag"].endswith("_abl2"))
+                    lambda r: r.map.file_tag.endswith("_abl2"))
     path = w.save_session_to(tmp_path / "pre.json")
     data = json.loads(path.read_text())
-    assert data["mode"] == PACKAGED_MODE
-    assert data["pretrained"] == {"folder": None, "layer": 3, "hide_special": True, "all_layers": False,
-                                  "ablate": [[0, 1], [4, 11]]}
+    assert data["mode"] == {"kind": "pretrained", "path": None}
+    assert data["pretrained"] == {"layer": 3, "hide_special": True, "ablate": [[0, 1], [4, 11]], "grid_scale": "per-head"}
     assert data["config"]["embed_dim"] == 64 and data["config"]["num_heads"] == 4  # the toy settings survive
 
     other = MainWindow(restore=False)
     try:
         result = wait_pretrained(qtbot, other, lambda: other.load_session_from(path),
-                                 lambda r: r.extra["layer"] == 3 and r.extra["file_tag"].endswith("_abl2"))
-        assert other.parametersPanel.mode() == PACKAGED_MODE
-        assert other.pretrained.controls.hide_special() and result.extra["hide_special"]
+                                 lambda r: r.layer == 3 and r.map.file_tag.endswith("_abl2"))
+        assert other.state.mode == PACKAGED
+        assert other.pretrained.controls.hide_special() and result.present_key == (3, True)
         assert other.pretrained.ablation() == [(0, 1), (4, 11)]
         assert other.parametersPanel.embedDimSpin.value() == 384
-        np.testing.assert_allclose(result.weights, w.displayed_result().weights, atol=1e-6)
-        select_mode(other, "Toy model")
+        np.testing.assert_allclose(result.map.weights, w.displayed_result().map.weights, atol=1e-6)
+        select_mode(other, TOY)
         assert other.parametersPanel.embedDimSpin.value() == 64
     finally:
         dispose(other)
@@ -249,13 +251,12 @@ def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
     old.write_text(json.dumps({"format": "attndesk-session", "version": 1, "text": "a b c",
                                "config": {"embed_dim": 32, "num_heads": 2}}))
     w.load_session_from(old)
-    assert w.parametersPanel.mode() == "Toy model" and w.parametersPanel.embedDimSpin.value() == 32
+    assert w.state.mode == TOY and w.parametersPanel.embedDimSpin.value() == 32
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({**data, "mode": FOLDER_PREFIX + str(tmp_path / "gone"),
-                               "pretrained": {**data["pretrained"], "folder": str(tmp_path / "gone")}}))
+    bad.write_text(json.dumps({**data, "mode": {"kind": "pretrained", "path": str(tmp_path / "gone")}}))
     with pytest.raises(SessionError, match="model folder"):
         w.load_session_from(bad)
-    assert w.parametersPanel.mode() == "Toy model" and w.parametersPanel.embedDimSpin.value() == 32
+    assert w.state.mode == TOY and w.parametersPanel.embedDimSpin.value() == 32
 
 
 def test_export_of_a_pretrained_head_grid_and_all_layers(window, reference, tmp_path):
@@ -265,7 +266,7 @@ def test_export_of_a_pretrained_head_grid_and_all_layers(window, reference, tmp_
     from attndesk.render.export import default_filename
 
     w = window
-    result = w.displayed_result()
+    result = w.displayed_result().export_result
     name = default_filename(result, 3, "svg")
     assert name == "attn_head3_all-MiniLM-L6-v2_layer0.svg"
     svg = perform_export(result, 3, "svg", tmp_path / name).read_text()
@@ -281,14 +282,13 @@ def test_export_of_a_pretrained_head_grid_and_all_layers(window, reference, tmp_
     assert (image.width(), image.height()) == (900, 480)
     everything = w.pretrained.export_all(tmp_path / "all.npy")
     np.testing.assert_allclose(np.load(everything), reference.weights, atol=1e-6)
-    assert w.pretrained._default_name("npy") == "attn_all-MiniLM-L6-v2_all-layers.npy"
+    assert w.pretrained.default_name("npy") == "attn_all-MiniLM-L6-v2_all-layers.npy"
 
 
 def test_long_text_truncation_notice(window, qtbot):
     w = window
     text = " ".join(["word"] * 600)
-    wait_pretrained(qtbot, w, lambda: w.tokensPanel.set_texts(text, None, False),
-                    lambda r: len(r.tokens) == 512)
+    wait_pretrained(qtbot, w, lambda: setattr(w.state, "text", text), lambda r: r.length == 512)
     assert "so 90 were dropped" in w.status_text()
     assert "so 90 were dropped" in w.pretrained.summary.text()
 
@@ -309,11 +309,11 @@ def test_first_load_runs_in_the_worker_with_progress(toy_window, qtbot):
     ticks, messages = [], []
     timer = QTimer(interval=5)
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
-    w.runner.progress.connect(lambda _g, _f, message: messages.append(message))
+    w.compute.progressed.connect(lambda _f, message: messages.append(message))
     timer.start()
     try:
         start = time.perf_counter()
-        wait_pretrained(qtbot, w, lambda: (w.tokensPanel.set_texts(TEXT, None, False), select_mode(w, PACKAGED_MODE)))
+        wait_pretrained(qtbot, w, lambda: (setattr(w.state, "text", TEXT), select_mode(w, PACKAGED)))
         elapsed = time.perf_counter() - start
     finally:
         timer.stop()

@@ -8,11 +8,13 @@ import threading
 import numpy as np
 import pytest
 
-import attndesk.app.teaching_tabs as teaching_tabs
+import attndesk.app.tabs.compare as compare_tab
+import attndesk.app.tabs.headstats as headstats_tab
+import attndesk.app.tabs.implementation as implementation_tab
 from attndesk.app import MainWindow
 from attndesk.app.views.stepthrough import STAGES
 from attndesk.app.worker import running_threads
-from attndesk.core import AttentionConfig, run_attention
+from attndesk.core import run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
 from attndesk.core.statistics import head_statistics
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
@@ -39,13 +41,12 @@ def wait_result(qtbot, w, action):
 
 def core_run(w, keep=True):
     """The core's run for the window's current text and parameters, computed independently."""
-    config = AttentionConfig.from_dict(w.parametersPanel.values())
-    return run_attention(config, w.tokensPanel.text(), keep, key_text=w.tokensPanel.key_text())
+    return run_attention(w.state.config, w.state.text, keep, key_text=w.state.keys_text())
 
 
 def _check_stages(w, head):
-    view = w.teachingTabs.stepThroughView
-    shown = w.displayed_result()
+    view = w.teaching.stepThroughView
+    shown = w.displayed_result().toy.result
     core = core_run(w)
     assert view.result() is shown and view.head() == head
     for name in STAGES:
@@ -63,21 +64,21 @@ def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
     titles = [window.viewTabs.tabText(i) for i in range(window.viewTabs.count())]
     ours = ["Step-through", "Positions", "Head stats", "Compare", "Rollout"]
     assert titles[0] == "Heatmaps" and [t for t in titles if t in ours] == ours
-    tabs = window.teachingTabs
+    tabs = window.teaching
     assert window.timingDock.widget() is tabs.timingTabs
     assert tabs.timingTabs.indexOf(window.timingPanel) >= 0
     assert tabs.timingTabs.indexOf(tabs.implementationPanel) >= 0
 
 
 def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot, window):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     # on the heatmap tab a run keeps no intermediates and equals the core's plain run
-    assert window.displayed_result().intermediates is None
-    np.testing.assert_array_equal(window.displayed_result().weights, core_run(window, keep=False).weights)
+    assert window.displayed_result().toy.result.intermediates is None
+    np.testing.assert_array_equal(window.displayed_result().map.weights, core_run(window, keep=False).weights)
     # opening the step-through recomputes the input with every intermediate kept, and shows it
-    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(tabs.stepThroughView)
-    assert window.displayed_result().intermediates is not None
+    assert window.displayed_result().toy.result.intermediates is not None
     _check_stages(window, 0)
     tabs.stepThroughView.headSpin.setValue(2)
     _check_stages(window, 2)
@@ -86,38 +87,38 @@ def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot
     _check_stages(window, 2)
     assert np.isneginf(tabs.stepThroughView.stage_matrix("masked")[0, 1])
     a = tabs.stepThroughView.hover_weight(4, 2)
-    assert a.weight == pytest.approx(float(window.displayed_result().weights[2, 4, 2]), rel=1e-5)
+    assert a.weight == pytest.approx(float(window.displayed_result().map.weights[2, 4, 2]), rel=1e-5)
     assert tabs.stepThroughView.plots["k"].highlighted()["row"] == (2,)
     # back on the heatmaps, runs drop them again (they cost ~4 x the weights' memory)
     window.viewTabs.setCurrentWidget(window.heatmapPanel)
     result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(4))
-    assert result.intermediates is None
+    assert result.toy.result.intermediates is None
 
 
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     threads = []
-    real = teaching_tabs._statistics_job
+    real = headstats_tab.statistics_job
 
     def spy(*args):
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(teaching_tabs, "_statistics_job", spy)
-    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+    monkeypatch.setattr(headstats_tab, "statistics_job", spy)
+    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(tabs.headStatsView)
     assert threads and threads[0] != threading.get_ident()
-    shown = window.displayed_result()
+    shown = window.displayed_result().map
     expected = head_statistics(shown.weights, special=list(shown.keys))
     assert tabs.headStatsView.stats() == expected
     assert tabs.headStatsView.table.rowCount() == shown.num_heads
 
-    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
         tabs.headStatsView.select_head(3)
     assert window.viewTabs.currentWidget() is tabs.stepThroughView
     assert tabs.stepThroughView.head() == 3
     assert window.heatmapPanel.view_target() == 3
-    shown = window.displayed_result()
+    shown = window.displayed_result().map
     np.testing.assert_array_equal(tabs.stepThroughView.plots["weights"].matrix, shown.weights[3])
     window.viewTabs.setCurrentWidget(tabs.compareView)  # filled when shown, on the chosen head
     assert tabs.compareView.headCombo.currentData() == 3
@@ -125,12 +126,12 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
 
 
 def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     view = tabs.compareView
     window.viewTabs.setCurrentWidget(view)
-    a = window.displayed_result()
+    a = window.displayed_result().toy.result
     view.pin()
-    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal")).toy.result
     assert b is not a and view.pinned_result() is a
     diff = view.diff()
     np.testing.assert_array_equal(diff.diff, b.weights.astype(np.float64) - a.weights.astype(np.float64))
@@ -144,18 +145,18 @@ def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
 
 
 def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, window, monkeypatch):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     view = tabs.compareView
     window.viewTabs.setCurrentWidget(view)
     threads = []
-    real = teaching_tabs._teaching_job
+    real = compare_tab.teaching_comparison
 
     def spy(*args):
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(teaching_tabs, "_teaching_job", spy)
-    with qtbot.waitSignal(tabs.teachingShown, timeout=TIMEOUT_MS) as blocker:
+    monkeypatch.setattr(compare_tab, "teaching_comparison", spy)
+    with qtbot.waitSignal(tabs.compare.teachingShown, timeout=TIMEOUT_MS) as blocker:
         view.teachButtons["tutorial"].click()
         assert not view.teachButtons["tutorial"].isEnabled()  # while it runs
     comparison = blocker.args[0]
@@ -181,20 +182,20 @@ def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, 
 
 
 def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(qtbot, window, monkeypatch):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     panel = tabs.implementationPanel
     threads = []
-    real = teaching_tabs._implementation_job
+    real = implementation_tab.implementation_job
 
     def spy(*args):
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(teaching_tabs, "_implementation_job", spy)
+    monkeypatch.setattr(implementation_tab, "implementation_job", spy)
     assert panel.runButton.isEnabled()
-    with qtbot.waitSignal(tabs.implementationShown, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
+    with qtbot.waitSignal(tabs.implementation.shownComparison, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
         panel.runButton.click()
-    assert blocker.signal_triggered, (panel.notesLabel.text(), threads, tabs.implRunner.is_busy())
+    assert blocker.signal_triggered, (panel.notesLabel.text(), threads, window.compute.side.is_busy("implementations"))
     assert threads and threads[0] != threading.get_ident()
     assert tabs.timingTabs.currentWidget() is panel
     table = panel.table
@@ -211,18 +212,20 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
 
 
 def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
-    tabs = window.teachingTabs
+    tabs = window.teaching
     window.viewTabs.setCurrentWidget(tabs.rolloutView)
     assert "pretrained" in tabs.rolloutView.infoLabel.text()
     assert not tabs.rolloutView.body.isVisibleTo(window)
 
 
 def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
-    tabs = window.teachingTabs
-    with qtbot.waitSignal(tabs.stepThroughShown, timeout=TIMEOUT_MS):
+    tabs = window.teaching
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(tabs.stepThroughView)
     for view in (tabs.stepThroughView, tabs.positionalView, tabs.compareView):
         window.viewTabs.setCurrentWidget(view)
+        if view is tabs.positionalView:  # its table is a side job
+            qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
         plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]
         assert plots, view.objectName()
         for plot in plots:
@@ -232,13 +235,13 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
         npy = plot.export(str(tmp_path / f"{view.objectName()}.npy"))
         assert (tmp_path / png).stat().st_size > 0
         np.testing.assert_array_equal(np.load(npy), plot.matrix)
-    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(tabs.headStatsView)
     assert tabs.headStatsView.exportButton.isVisibleTo(window)
     csv = (tmp_path / "stats.csv")
     tabs.headStatsView.export_csv(str(csv))
     lines = csv.read_text().splitlines()
-    assert len(lines) == 1 + window.displayed_result().num_heads and lines[0].startswith("head,entropy")
+    assert len(lines) == 1 + window.displayed_result().map.num_heads and lines[0].startswith("head,entropy")
 
 
 def test_closing_during_side_jobs_leaves_no_thread(qtbot):
@@ -246,7 +249,7 @@ def test_closing_during_side_jobs_leaves_no_thread(qtbot):
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass
-    tabs = w.teachingTabs
+    tabs = w.teaching
     w.viewTabs.setCurrentWidget(tabs.compareView)
     tabs.compareView.teachButtons["scaled"].click()
     tabs.implementationPanel.runButton.click()
@@ -259,20 +262,20 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
 
     monkeypatch.setattr(compare_view, "ASYNC_DIFF_CELLS", 0)  # everything counts as large
     threads = []
-    real = teaching_tabs._diff_job
+    real = compare_tab.diff_job
 
     def spy(*args):
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(teaching_tabs, "_diff_job", spy)
-    view = window.teachingTabs.compareView
+    monkeypatch.setattr(compare_tab, "diff_job", spy)
+    view = window.teaching.compareView
     window.viewTabs.setCurrentWidget(view)
-    a = window.displayed_result()
+    a = window.displayed_result().toy.result
     view.pin()
     qtbot.waitUntil(lambda: view.diff() is not None, timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
-    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal")).toy.result
     qtbot.waitUntil(lambda: view.diff() is not None and view.diff().b is b.weights, timeout=TIMEOUT_MS)
     assert threads and all(t != threading.get_ident() for t in threads)
     expected = b.weights.astype(np.float64) - a.weights
@@ -281,25 +284,25 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     # leaving for another tab's work and coming back asks again instead of waiting forever
     view.pin()
     assert view.is_computing()
-    window.viewTabs.setCurrentWidget(window.teachingTabs.headStatsView)
+    window.viewTabs.setCurrentWidget(window.teaching.headStatsView)
     window.viewTabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
 
 
 def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
-    from attndesk.app.jobs import toy_job
-
     text = " ".join(f"w{i % 300}" for i in range(600))
-    payload = toy_job(AttentionConfig(num_heads=4, memory_budget=2_000_000), text, keep_intermediates=True)
-    assert not payload.result.exact_weights  # only an overview: not indexable by token position
-    window.show_payload(payload)
-    tabs = window.teachingTabs
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == 600) as blocker:
+        window.state.update({"text": text, "config": window.state.config.replace(num_heads=4, memory_budget=2_000_000)})
+        window.recomputeAction.trigger()
+    assert not blocker.args[0].toy.result.exact_weights  # only an overview: not indexable by token position
+    tabs = window.teaching
     for view in (tabs.stepThroughView, tabs.headStatsView, tabs.compareView, tabs.positionalView):
         window.viewTabs.setCurrentWidget(view)
-    assert "memory-bounded" in tabs.stepThroughView.infoLabel.text()
+    qtbot.waitUntil(lambda: "memory-bounded" in tabs.stepThroughView.infoLabel.text(), timeout=TIMEOUT_MS)
     assert "memory-bounded" in tabs.headStatsView.infoLabel.text()
     assert "memory-bounded" in tabs.compareView.maxLabel.text()
     assert tabs.compareView.displayed() == (None, None, None)
+    qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
     assert tabs.positionalView.encoding.shape == (600, 64)
-    assert not tabs.prepRunner.is_busy()  # nothing was started for weights that do not exist
+    assert not window.compute.side.is_busy("statistics")  # nothing was started for weights that do not exist

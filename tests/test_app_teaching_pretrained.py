@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QEvent
 
 from attndesk.app import MainWindow
-from attndesk.app.pretrained_mode import PACKAGED_MODE
+from attndesk.app.state import PACKAGED
 from attndesk.core.pretrained import load_pretrained
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.statistics import layer_statistics
@@ -33,13 +33,9 @@ def window(qtbot, model):
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass
 
-    def pretrained(r):
-        return bool(r.extra.get("pretrained"))
-
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=pretrained):
-        w.tokensPanel.set_texts(TEXT, None, False)
-        combo = w.parametersPanel.modeCombo
-        combo.setCurrentIndex(combo.findData(PACKAGED_MODE))
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None):
+        w.state.text = TEXT
+        w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(PACKAGED))
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     yield w
     w.close()
@@ -50,18 +46,18 @@ def window(qtbot, model):
 
 def test_pretrained_tabs(qtbot, window):
     w = window
-    tabs = w.teachingTabs
+    tabs = w.teaching
     run = w.pretrained.run()
     layers, heads = run.weights.shape[:2]
 
     # head statistics: every layer x head, from the side worker
-    with qtbot.waitSignal(tabs.statisticsShown, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
         w.viewTabs.setCurrentWidget(tabs.headStatsView)
     assert tabs.headStatsView.stats() == layer_statistics(run.weights, special=list(run.tokens))
     assert tabs.headStatsView.table.rowCount() == layers * heads
     # a row opens that layer's head large in the heatmaps
     tabs.headStatsView.select_head(5, layer=2)
-    qtbot.waitUntil(lambda: w.displayed_result().extra.get("layer") == 2, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.displayed_result().layer == 2, timeout=TIMEOUT_MS)
     assert w.viewTabs.currentWidget() is w.heatmapPanel
     assert w.heatmapPanel.view_target() == 5
 

@@ -33,34 +33,33 @@ def window(qtbot):
 def test_f5_starts_a_held_long_run(qtbot, window):
     # QAction.triggered carries checked=False: it must not reach compute_now as explicit=False
     rng = random.Random(0)
-    window.parametersPanel.set_values({"memory_budget": 16 * MiB})
+    window.state.set_config(memory_budget=16 * MiB)
     window.tokensPanel.tokenInput.setPlainText(" ".join(rng.choice(WORDS) for _ in range(200_000)))
     qtbot.waitUntil(lambda: window.longMode.held_plan() is not None, timeout=TIMEOUT_MS)
-    assert not window.runner.is_busy()
-    with qtbot.waitSignal(window.runner.progress, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda g, f, m: "block" in m):
+    assert not window.compute.is_busy()
+    with qtbot.waitSignal(window.compute.progressed, timeout=TIMEOUT_MS, check_params_cb=lambda f, m: "block" in m):
         window.recomputeAction.trigger()
     assert window.longMode.held_plan() is None
-    window.cancel_compute()
-    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=TIMEOUT_MS)
+    window.compute.cancel()
+    qtbot.waitUntil(lambda: not window.compute.runner.is_busy(), timeout=TIMEOUT_MS)
 
 
 def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, window):
     # statistics are over every token of the run ([CLS]/[SEP] included) even when the heatmaps hide them
-    from attndesk.app.pretrained_mode import PACKAGED_MODE
+    from attndesk.app.state import PACKAGED
 
     w = window
-    with qtbot.waitSignal(w.resultDisplayed, timeout=60000, check_params_cb=lambda r: bool(r.extra.get("pretrained"))):
-        w.tokensPanel.set_texts("The cat sat on the mat.", None, False)
-        w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.modeCombo.findData(PACKAGED_MODE))
+    with qtbot.waitSignal(w.resultDisplayed, timeout=60000, check_params_cb=lambda r: r.layers is not None):
+        w.state.update({"text": "The cat sat on the mat.", "cross": False})
+        w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(PACKAGED))
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         w.pretrained.controls.hide_special_check.setChecked(True)
     run = w.pretrained.run()
     n = len(run.tokens)
-    assert len(w.displayed_result().tokens) == n - 2  # [CLS] and [SEP] hidden
-    tabs = w.teachingTabs
-    with qtbot.waitSignal(tabs.statisticsShown, timeout=60000):
+    assert w.displayed_result().length == n - 2  # [CLS] and [SEP] hidden
+    tabs = w.teaching
+    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=60000):
         w.viewTabs.setCurrentWidget(tabs.headStatsView)
     assert f"{n} queries × {n} keys" in tabs.headStatsView.infoLabel.text()
 
@@ -132,13 +131,17 @@ def test_a_pretrained_sessions_head_view_survives_the_toy_head_count():
     # the config of a pretrained session holds the toy settings (4 heads): head 9 of the model's 12 was lost
     import json
 
-    from attndesk.app.pretrained_mode import PACKAGED_MODE
-    from attndesk.app.session import Session, parse_session
-    from attndesk.core import AttentionConfig
+    from attndesk.app.session import parse_session, session_json
+    from attndesk.app.state import PACKAGED, AppState
 
-    pretrained = {"folder": None, "layer": 3, "hide_special": False, "all_layers": False, "ablate": []}
-    saved = Session(text="the cat", config=AttentionConfig().to_dict(), mode=PACKAGED_MODE, view=9,
-                    pretrained=pretrained)
-    assert parse_session(json.dumps(saved.to_json())).view == 9
-    toy = Session(text="the cat", config=AttentionConfig().to_dict(), view=9)  # 4 heads: no head 9
-    assert parse_session(json.dumps(toy.to_json())).view == "all"
+    saved = AppState(text="the cat", mode=PACKAGED)
+    saved.view.target = 9
+    saved.pretrained.layer = 3
+    assert parse_session(json.dumps(session_json(saved))).state.view.target == 9
+    toy = AppState(text="the cat")  # 4 heads: no head 9
+    toy.view.target = 9
+    assert parse_session(json.dumps(session_json(toy))).state.view.target == "all"
+    old = {"format": "attndesk-session", "version": 1, "text": "the cat", "config": {}, "view": 9,
+           "mode": "Pretrained: all-MiniLM-L6-v2",
+           "pretrained": {"folder": None, "layer": 3, "hide_special": False, "all_layers": False, "ablate": []}}
+    assert parse_session(json.dumps(old)).state.view.target == 9

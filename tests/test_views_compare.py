@@ -8,6 +8,7 @@ import torch
 
 from attndesk.app.views.compare import CompareView, ImplementationPanel, text_of
 from attndesk.core import AttentionConfig, run_attention
+from attndesk.core.types import MEAN
 from attndesk.core.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax
 from attndesk.render import colormaps
 from views_helpers import cell_pixel, close_rgb
@@ -46,7 +47,7 @@ def test_diff_view_is_exactly_b_minus_a(view):
     assert lo == -hi == -np.abs(exact[1]).max()  # centred at 0
     assert view.plotDiff.colormap_name == "CET-D1"
     assert f"{np.abs(exact).max():.6g}" in view.maxLabel.text()
-    view.set_head(-1)  # mean over heads
+    view.set_head(MEAN)  # mean over heads
     np.testing.assert_array_equal(view.displayed()[2], exact.mean(axis=0))
 
 

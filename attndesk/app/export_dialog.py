@@ -13,6 +13,8 @@ import numpy as np
 from PySide6.QtCore import QSettings, Signal, Slot
 
 from attndesk.core.errors import ConfigError
+
+from .settings import app_settings
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -39,8 +41,6 @@ IMAGE_FORMATS = ("png", "svg", "pdf")
 
 
 def _settings() -> QSettings:
-    from .main_window import app_settings
-
     return app_settings()
 
 

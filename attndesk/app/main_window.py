@@ -1,67 +1,60 @@
-"""The attndesk main window: docks around a tabbed view area, live recompute in a worker thread.
+"""The attndesk main window: assembles the state, the compute controller, the modes and the views.
 
-Every edit restarts a short debounce; when it fires, ``_make_job`` turns the current mode, text and
-parameters into a job (or a ConfigError shown inline) and the ``JobRunner`` runs it off the GUI
-thread. The newest request wins; results, failures and progress come back as signals.
+It holds no state of its own: every choice is in ``self.state`` (``AppState``), the compute
+controller decides when to run and publishes ``Shown`` results, the panels and tabs bind to both,
+the status bar draws ``self.status``, and modes hand over their widgets and actions through the
+``Assembly`` methods below (``add_tab``, ``add_toolbar_widget``, …) and the menu registry.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication,
-    QDockWidget,
-    QFileDialog,
-    QLabel,
-    QMainWindow,
-    QProgressBar,
-    QPushButton,
-    QScrollArea,
-    QTabWidget,
+    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QProgressBar, QPushButton, QScrollArea, QTabWidget,
     QWidget,
 )
 
-from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import ConfigError
 
-from .jobs import Job, ViewPayload, toy_job
-from .long_mode import LongModeController
+from .compute import ComputeController
+from .export_dialog import ExportDialog
+from .menus import MenuRegistry
+from .modes.base import Modes
+from .modes.long import LongDocumentMode
+from .modes.pretrained import PretrainedMode
+from .modes.toy import ToyMode
 from .panels.heatmaps import HeatmapPanel
-from .panels.parameters import TOY_MODE, ParametersPanel
-from .panels.timing import TimingPanel, format_seconds
+from .panels.parameters import ParametersPanel
+from .panels.timing import TimingPanel
 from .panels.tokens import TokensPanel
-from .pretrained_mode import PretrainedMode
-from .session import Session, SessionError, load_session, parse_session, save_session
-from .teaching_tabs import TeachingTabs
-from .worker import JobRunner
+from .results import Shown
+from .session import SessionError, load_session, parse_session, save_session, session_json
+from .settings import SETTINGS_APP, app_settings, settings_org
+from .state import HEATMAPS_TAB, AppState, ModeId
+from .status import StatusModel
+from .teaching import TeachingTabs
 
-DEBOUNCE_MS = 150
-SETTINGS_APP = "attndesk"
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
+MENU_LAYOUT = {
+    "file": ("&File", [("text", "session"), ("model",), ("export",), ("quit",)]),
+    "run": ("&Run", [("run",)]),
+    "view": ("&View", [("docks",), ("layout",)]),
+}
 
-
-def settings_org() -> str:
-    """QSettings organisation: ATTNDESK_SETTINGS_ORG (tests set it) or "attndesk"."""
-    return os.environ.get("ATTNDESK_SETTINGS_ORG") or "attndesk"
-
-
-def app_settings() -> QSettings:
-    return QSettings(settings_org(), SETTINGS_APP)
-
-
-class _TextProblem(ConfigError):
-    """The text (not a parameter) is unusable: shown in the status bar, not next to a control."""
+__all__ = ["MainWindow", "SETTINGS_APP", "app_settings", "settings_org"]
 
 
 class MainWindow(QMainWindow):
     """``MainWindow()`` restores the last session and layout, then computes the first result."""
 
-    resultDisplayed = Signal(object)  # the AttentionResult now on screen
+    resultDisplayed = Signal(object)  # the Shown now on screen, every heatmap drawn
 
     def __init__(self, parent: QWidget | None = None, *, restore: bool = True) -> None:
         super().__init__(parent)
@@ -69,36 +62,76 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("attndesk — attention, live")
         self.resize(1400, 900)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
-        self._payload: ViewPayload | None = None
+        self.state = AppState()
+        self.status = StatusModel()
+        self.menus = MenuRegistry(self.menuBar())
+        self.toy, self.pretrained, self.longMode = ToyMode(), PretrainedMode(self), LongDocumentMode(self)
+        self.modes = Modes([self.toy, self.pretrained, self.longMode])
+        self.compute = ComputeController(self.state, self.modes, self.status, self)
+        self._tabs: dict[str, QWidget] = {}
+        self._drawing: Shown | None = None
+        self._export_dialog: ExportDialog | None = None
         self._closed = False
-        self._export_dialog = None
-        self._announce: ViewPayload | None = None
+        self._status_widgets = 1  # permanent widgets the modes added after the status line
+        self._build_views()
+        self._build_docks()
+        self._build_status_bar()
+        self._build_actions()
+        self.teaching = TeachingTabs(self.state, self.compute, self)
+        for tab_id, (view, title, tip) in self.teaching.tabs().items():
+            self.add_tab(tab_id, view, title, tip)
+        self.timingDock.setWidget(self.teaching.timing_tabs(self.timingPanel))
+        for mode in self.modes:
+            mode.install(self)
+        self.refresh_choices()
+        self._bind()
+        app = QApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self._shutdown)
+        if restore:
+            self._restore_settings()
+        self.compute.evaluate()
+        # The modules and widgets made so far live as long as the process: a full collection
+        # walking their ~250k objects takes ~270 ms, a stall at a random moment. Frozen, later
+        # collections walk only what came after.
+        gc.freeze()
 
-        # views ------------------------------------------------------------------------------
-        self.tokensPanel = TokensPanel()
-        self.parametersPanel = ParametersPanel()
+    # -- construction ---------------------------------------------------------------------------
+    def _build_views(self) -> None:
+        self.tokensPanel = TokensPanel(self.state)
+        self.parametersPanel = ParametersPanel(self.state)
         self.heatmapPanel = HeatmapPanel()
         self.timingPanel = TimingPanel()
         self.viewTabs = QTabWidget(objectName="viewTabs")
         self.viewTabs.setDocumentMode(True)
-        self.viewTabs.addTab(self.heatmapPanel, "Heatmaps")
         self.setCentralWidget(self.viewTabs)
+        self.add_tab(HEATMAPS_TAB, self.heatmapPanel, "Heatmaps")
 
+    def _build_docks(self) -> None:
         params_scroll = QScrollArea()
         params_scroll.setWidgetResizable(True)
         params_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         params_scroll.setWidget(self.parametersPanel)
-        self.tokensDock = self._dock("Input tokens", "tokensDock", self.tokensPanel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.parametersDock = self._dock("Model parameters", "parametersDock", params_scroll,
-                                         Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.timingDock = self._dock("Timing", "timingDock", self.timingPanel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        left, bottom = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
+        self.tokensDock = self._dock("Input tokens", "tokensDock", self.tokensPanel, left)
+        self.parametersDock = self._dock("Model parameters", "parametersDock", params_scroll, left)
+        self.timingDock = self._dock("Timing", "timingDock", self.timingPanel, bottom)
         self.splitDockWidget(self.tokensDock, self.parametersDock, Qt.Orientation.Vertical)
         self.resizeDocks([self.tokensDock], [340], Qt.Orientation.Horizontal)
         self.resizeDocks([self.tokensDock, self.parametersDock], [380, 470], Qt.Orientation.Vertical)
         self.resizeDocks([self.timingDock], [230], Qt.Orientation.Vertical)
         self._default_state = self.saveState(STATE_VERSION)
 
-        # status bar -------------------------------------------------------------------------
+    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
+        dock = QDockWidget(title, self, objectName=name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_status_bar(self) -> None:
         self.statusLabel = QLabel("ready", objectName="statusLabel")
         # a long status line (a long run's plan) is cut, whole in the tooltip: never widens the window
         self.statusLabel.setMinimumWidth(80)
@@ -114,286 +147,203 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progressBar)
         self.statusBar().addPermanentWidget(self.cancelButton)
 
-        self._build_actions()
-        self.teachingTabs = TeachingTabs(self)  # step-through, positions, head stats, compare, rollout tabs
-
-        # computation ------------------------------------------------------------------------
-        self.runner = JobRunner(self)
-        self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.progress.connect(self._on_progress)
-        self.runner.cancelled.connect(self._on_cancelled)
-        self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
-        self._debounce.timeout.connect(lambda: self.compute_now(explicit=False))  # typing never starts a long run
-        self.tokensPanel.changed.connect(self.schedule_compute)
-        self.parametersPanel.changed.connect(self.schedule_compute)
-        self.parametersPanel.modeChanged.connect(self.schedule_compute)
-        self.heatmapPanel.exportRequested.connect(self.open_export_dialog)
-        self.heatmapPanel.shown.connect(self._on_heatmaps_shown)
-        self.cancelButton.clicked.connect(self.cancel_compute)
-        self.pretrained = PretrainedMode(self)  # pretrained-model modes: their controls, grid tab and jobs
-        self.longMode = LongModeController(self)  # open/drop text files, plan before running, zoom regions
-        app = QApplication.instance()
-        if app is not None:
-            app.aboutToQuit.connect(self._shutdown)
-
-        if restore:
-            self._restore_settings()
-        self.schedule_compute()
-
-    # -- construction helpers -----------------------------------------------------------------
-    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
-        dock = QDockWidget(title, self, objectName=name)
-        dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
-                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
-        self.addDockWidget(area, dock)
-        return dock
+    def _action(self, text: str, name: str, menu: str, section: str, shortcut=None) -> QAction:
+        action = QAction(text, self, objectName=name)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        self.menus.add(menu, action, section)
+        return action
 
     def _build_actions(self) -> None:
-        menu = self.menuBar()
-        file_menu = menu.addMenu("&File")
-        self.openSessionAction = QAction("&Open session…", self, objectName="openSessionAction",
-                                         shortcut=QKeySequence.StandardKey.Open)
-        self.saveSessionAction = QAction("&Save session…", self, objectName="saveSessionAction",
-                                         shortcut=QKeySequence.StandardKey.Save)
-        self.exportAction = QAction("&Export heatmaps…", self, objectName="exportAction",
-                                    shortcut=QKeySequence("Ctrl+E"))
-        self.quitAction = QAction("&Quit", self, objectName="quitAction", shortcut=QKeySequence.StandardKey.Quit)
-        for action in (self.openSessionAction, self.saveSessionAction):
-            file_menu.addAction(action)
-        file_menu.addSeparator()
-        file_menu.addAction(self.exportAction)
-        file_menu.addSeparator()
-        file_menu.addAction(self.quitAction)
-
-        run_menu = menu.addMenu("&Run")
-        self.recomputeAction = QAction("&Recompute now", self, objectName="recomputeAction",
-                                       shortcut=QKeySequence("F5"))
-        self.cancelAction = QAction("&Cancel", self, objectName="cancelAction", shortcut=QKeySequence("Esc"))
-        run_menu.addAction(self.recomputeAction)
-        run_menu.addAction(self.cancelAction)
-
-        self.viewMenu = menu.addMenu("&View")
+        for key, (title, groups) in MENU_LAYOUT.items():
+            self.menus.declare(key, title, groups)
+        self.viewMenu = self.menus.menu("view")
+        self.openSessionAction = self._action("&Open session…", "openSessionAction", "file", "session",
+                                              QKeySequence.StandardKey.Open)
+        self.saveSessionAction = self._action("&Save session…", "saveSessionAction", "file", "session",
+                                              QKeySequence.StandardKey.Save)
+        self.exportAction = self._action("&Export heatmaps…", "exportAction", "file", "export", QKeySequence("Ctrl+E"))
+        self.quitAction = self._action("&Quit", "quitAction", "file", "quit", QKeySequence.StandardKey.Quit)
+        self.recomputeAction = self._action("&Recompute now", "recomputeAction", "run", "run", QKeySequence("F5"))
+        self.cancelAction = self._action("&Cancel", "cancelAction", "run", "run", QKeySequence("Esc"))
         for dock in (self.tokensDock, self.parametersDock, self.timingDock):
-            self.viewMenu.addAction(dock.toggleViewAction())
-        self.viewMenu.addSeparator()
-        self.resetLayoutAction = QAction("Reset &layout", self, objectName="resetLayoutAction")
-        self.viewMenu.addAction(self.resetLayoutAction)
-
+            self.menus.add("view", dock.toggleViewAction(), "docks")
+        self.resetLayoutAction = self._action("Reset &layout", "resetLayoutAction", "view", "layout")
         self.openSessionAction.triggered.connect(self._open_session_dialog)
         self.saveSessionAction.triggered.connect(self._save_session_dialog)
-        self.exportAction.triggered.connect(lambda: self.open_export_dialog(self.heatmapPanel.view_target()))
+        self.exportAction.triggered.connect(lambda: self.open_export_dialog(self.state.view.target))
         self.quitAction.triggered.connect(self.close)
-        # not connect(self.compute_now): triggered(checked=False) would arrive as explicit=False,
-        # and F5 could never start a held long run
-        self.recomputeAction.triggered.connect(lambda: self.compute_now(explicit=True))
-        self.cancelAction.triggered.connect(self.cancel_compute)
+        self.recomputeAction.triggered.connect(lambda _checked=False: self.compute.run_now())
+        self.cancelAction.triggered.connect(lambda _checked=False: self.compute.cancel())
+        self.cancelButton.clicked.connect(lambda _checked=False: self.compute.cancel())
         self.resetLayoutAction.triggered.connect(lambda: self.restoreState(self._default_state, STATE_VERSION))
 
-    # -- public API ---------------------------------------------------------------------------
-    def displayed_result(self):
-        """The AttentionResult on screen, or None."""
-        return self._payload.result if self._payload is not None else None
+    # -- bindings -------------------------------------------------------------------------------
+    def _bind(self) -> None:
+        state, view, panel = self.state, self.state.view, self.heatmapPanel
+        self.status.events.connect(lambda *_a: self._show_status())
+        self.compute.published.connect(self._show)
+        self.compute.problemChanged.connect(self.parametersPanel.show_problem)
+        panel.shown.connect(self._on_heatmaps_shown)
+        panel.exportRequested.connect(self.open_export_dialog)
+        panel.viewChanged.connect(lambda target: setattr(view, "target", target))
+        panel.appearanceChanged.connect(self._read_appearance)
+        view.events.colormap.connect(panel.set_colormap_name)
+        view.events.shared_scale.connect(panel.set_shared_scale)
+        view.events.target.connect(self._show_target)
+        view.events.tab.connect(self._show_tab)
+        self.viewTabs.currentChanged.connect(self._on_tab_changed)
+        state.events.mode.connect(self._on_mode)
+        state.events.config.connect(lambda _c: self._on_mode(state.mode))
+        self._on_mode(state.mode)
 
-    def displayed_payload(self) -> ViewPayload | None:
-        return self._payload
+    def _show_status(self) -> None:
+        status = self.status
+        self.statusLabel.setText(status.message)
+        self.statusLabel.setStyleSheet(_ERROR_STYLE if status.error else "")
+        self.statusLabel.setToolTip(status.message)
+        if status.busy:
+            if status.progress is None:
+                self.progressBar.setRange(0, 0)  # indeterminate until the first progress report
+            else:
+                self.progressBar.setRange(0, 1000)
+                self.progressBar.setValue(int(status.progress * 1000))
+        self.progressBar.setVisible(status.busy)
+        self.cancelButton.setVisible(status.busy)
 
-    def add_view_tab(self, widget: QWidget, title: str) -> int:
-        """Later views (step-through, statistics, compare…) join the central tabs here."""
-        return self.viewTabs.addTab(widget, title)
+    def _read_appearance(self) -> None:
+        self.state.view.colormap = self.heatmapPanel.colormap_name()
+        self.state.view.shared_scale = self.heatmapPanel.shared_scale()
 
-    def status_text(self) -> str:
-        return self.statusLabel.text()
+    def _show_target(self, target) -> None:
+        if target != self.heatmapPanel.view_target():
+            self.heatmapPanel.set_view_target(target)
 
-    @Slot()
-    def schedule_compute(self) -> None:
-        """Recompute after a short pause in editing (the latest edit wins)."""
-        if not self._closed:
-            self._debounce.start()
-
-    def _make_job(self) -> Job:
-        """The job for the current mode, text and parameters; raises ConfigError if they cannot work.
-
-        The single place that knows how a mode computes: a new mode adds its branch here.
-        """
-        mode = self.parametersPanel.mode()
-        text = self.tokensPanel.text()
-        key_text = self.tokensPanel.key_text()
-        if mode == TOY_MODE:
-            values = self.parametersPanel.values()
-            config = AttentionConfig.from_dict(values).validate()
-            if key_text is not None and "causal" in config.mask:
-                raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
-            if not text.strip():
-                raise _TextProblem("type some text to attend over: the input is empty")
-            if key_text is not None and not key_text.strip():
-                raise _TextProblem("type some text for the keys/values, or switch cross-attention off")
-            heads = "1 head" if config.num_heads == 1 else f"{config.num_heads} heads"
-            keep = self.teachingTabs.keep_intermediates(config, text, key_text)
-            return Job(toy_job, (config, text, key_text), {"keep_intermediates": keep},
-                       f"computing {heads}, {config.mask} mask")
-        if self.pretrained.handles(mode):
-            if not text.strip():
-                raise _TextProblem("type some text to attend over: the input is empty")
-            return self.pretrained.make_job(mode, text, key_text)
-        raise ConfigError(f"unknown mode {mode!r}")
-
-    @Slot()
-    def compute_now(self, explicit: bool = True) -> None:
-        """Validate and submit the current request at once (skipping the debounce).
-
-        ``explicit`` False (the typing debounce) lets a run estimated long wait for Run/F5."""
-        if self._closed:
+    def _show_tab(self, tab_id: str) -> None:
+        widget = self._tabs.get(tab_id)
+        index = self.viewTabs.indexOf(widget) if widget is not None else -1
+        if index < 0 or not self.viewTabs.isTabVisible(index):
+            self.state.view.tab = HEATMAPS_TAB  # a tab this mode does not offer
             return
-        self._debounce.stop()
-        try:
-            job = self._make_job()
-        except _TextProblem as exc:
-            self.parametersPanel.show_error(None)
-            self.runner.cancel()
-            self._set_status(str(exc), error=True)
-            self._set_busy(False)
-            return
-        except ConfigError as exc:
-            self.parametersPanel.show_error(str(exc))
-            self.runner.cancel()  # nothing is computed until the parameters are fixed
-            self._set_status(f"fix the parameters: {exc}", error=True)
-            self._set_busy(False)
-            return
-        self.parametersPanel.show_error(None)
-        job = self.longMode.prepare(job, explicit)  # the worker plans first (and may hold a long run)
-        generation = self.runner.next_generation()
-        self.runner.submit(generation, job.fn, *job.args, **job.kwargs)
-        self._set_status(f"{job.description}…")
-        self._set_busy(True)
+        if self.viewTabs.currentIndex() != index:
+            self.viewTabs.setCurrentIndex(index)
 
-    @Slot()
-    def cancel_compute(self) -> None:
-        if not self.runner.is_busy():
-            return
-        self.runner.cancel()
+    def _on_tab_changed(self, index: int) -> None:
+        widget = self.viewTabs.widget(index)
+        tab_id = next((t for t, w in self._tabs.items() if w is widget), None)
+        if tab_id is not None and tab_id != self.state.view.tab:
+            self.state.view.tab = tab_id
 
-    # -- results ------------------------------------------------------------------------------
-    @Slot(int, object)
-    def _on_finished(self, generation: int, payload: ViewPayload) -> None:
-        self._set_busy(False)
-        if self.longMode.take_held(payload):
-            return  # a long run waits for Run/F5; the previous result stays
-        self.show_payload(payload)
+    def _on_mode(self, mode: ModeId) -> None:
+        self.parametersPanel.set_panel_view(self.modes.for_id(mode).panel(self.state))
 
-    def show_payload(self, payload: ViewPayload, *, new_run: bool = True) -> None:
-        """Put a finished computation on screen (heatmaps, tokens, timing) and announce it."""
-        result = payload.result
-        self._payload = payload
-        self.tokensPanel.show_result(result)
-        if new_run:  # another view of the same run (e.g. a pretrained layer) is not a new timing
-            self.timingPanel.show_result(result)
-        L = len(result.tokens)
-        Lk = len(result.keys)
-        size = f"{L} tokens" if L == Lk and result.key_tokens is None else f"{L} queries × {Lk} keys"
-        message = (f"done in {format_seconds(result.total_seconds)} · {size} · {result.num_heads} "
-                   f"head{'s' if result.num_heads != 1 else ''} · {result.device}")
-        if payload.notices:
-            message += " · " + "; ".join(payload.notices)
-        self._set_status(message)
-        # resultDisplayed follows once every heatmap is drawn (many heads are drawn in slices)
-        self._announce = payload
-        self.teachingTabs.show_payload(payload)
-        self.heatmapPanel.set_source(payload.source)
+    @Slot(object)
+    def _show(self, shown: Shown) -> None:
+        """Put a published result on screen: tokens, timing (a new run only), heatmaps."""
+        self.tokensPanel.show_result(shown)
+        if shown.new_run:
+            self.timingPanel.show_result(shown.facts)
+        self._drawing = shown
+        self.heatmapPanel.set_source(shown.source)  # resultDisplayed once every heatmap is drawn
 
     @Slot()
     def _on_heatmaps_shown(self) -> None:
-        payload, self._announce = self._announce, None
-        if payload is not None and payload is self._payload:
-            self.resultDisplayed.emit(payload.result)
+        shown, self._drawing = self._drawing, None
+        if shown is not None:
+            self.compute.presented(shown.shown_id)
+            self.resultDisplayed.emit(shown)
 
-    @Slot(int, str)
-    def _on_failed(self, generation: int, message: str) -> None:
-        self._set_busy(False)
-        keep = " (the previous result is still shown)" if self._payload is not None else ""
-        self._set_status(f"error: {message}{keep}", error=True)
+    # -- the Assembly a mode gets ---------------------------------------------------------------
+    def add_tab(self, tab_id: str, widget: QWidget, title: str, tooltip: str = "") -> None:
+        index = self.viewTabs.addTab(widget, title)
+        if tooltip:
+            self.viewTabs.setTabToolTip(index, tooltip)
+        self._tabs[tab_id] = widget
 
-    @Slot(int)
-    def _on_cancelled(self, generation: int) -> None:
-        # the runner reports only explicit cancels (superseded requests are stale and dropped)
-        self._set_busy(False)
-        keep = "; the previous result is still shown" if self._payload is not None else ""
-        self._set_status(f"cancelled{keep}")
+    def set_tab_visible(self, tab_id: str, visible: bool) -> None:
+        index = self.viewTabs.indexOf(self._tabs[tab_id])
+        if not visible and self.state.view.tab == tab_id:
+            self.state.view.tab = HEATMAPS_TAB
+        self.viewTabs.setTabVisible(index, visible)
 
-    @Slot(int, float, str)
-    def _on_progress(self, generation: int, fraction: float, message: str) -> None:
-        self.progressBar.setRange(0, 1000)
-        self.progressBar.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
-        if message:
-            self._set_status(f"computing: {message} ({fraction:.0%})")
+    def add_toolbar_widget(self, widget: QWidget) -> None:
+        self.heatmapPanel.add_toolbar_widget(widget)
 
-    def _set_status(self, text: str, *, error: bool = False) -> None:
-        self.statusLabel.setText(text)
-        self.statusLabel.setStyleSheet(_ERROR_STYLE if error else "")
-        self.statusLabel.setToolTip(text)
+    def add_header_widget(self, widget: QWidget) -> None:
+        self.heatmapPanel.add_header_widget(widget)
 
-    def _set_busy(self, busy: bool) -> None:
-        if busy:
-            self.progressBar.setRange(0, 0)  # indeterminate until the first progress report
-        self.progressBar.setVisible(busy)
-        self.cancelButton.setVisible(busy)
+    def add_status_widget(self, widget: QWidget) -> None:
+        self.statusBar().insertPermanentWidget(self._status_widgets, widget)
+        self._status_widgets += 1
 
-    # -- export -------------------------------------------------------------------------------
+    def add_action(self, action: QAction) -> None:
+        self.addAction(action)
+
+    def drop_targets(self) -> list[tuple[QWidget, str]]:
+        self.setAcceptDrops(True)
+        tokens = self.tokensPanel
+        return [(self, "text"), (tokens.tokenInput, "text"), (tokens.tokenInput.viewport(), "text"),
+                (tokens.keyInput, "keys"), (tokens.keyInput.viewport(), "keys")]
+
+    def heatmaps(self) -> HeatmapPanel:
+        return self.heatmapPanel
+
+    def refresh_choices(self) -> None:
+        self.parametersPanel.set_choices(self.modes.choices())
+
+    # -- public API -----------------------------------------------------------------------------
+    def displayed_result(self) -> Shown | None:
+        """The result on screen (or on its way there), or None."""
+        return self.compute.shown()
+
+    def status_text(self) -> str:
+        return self.status.message
+
+    def tab_widget(self, tab_id: str) -> QWidget:
+        return self._tabs[tab_id]
+
+    # -- export ---------------------------------------------------------------------------------
     @Slot(object)
-    def open_export_dialog(self, target=None):
+    def open_export_dialog(self, target=None) -> ExportDialog | None:
         """Open the export dialog preset to ``target`` ("all", "mean" or a head index)."""
-        from .export_dialog import ExportDialog
-
-        if self._payload is None:
-            self._set_status("nothing to export yet: wait for a result", error=True)
+        shown = self.compute.shown()
+        if shown is None or shown.export_result is None:
+            self.status.fail("nothing to export yet: wait for a result")
             return None
-        dialog = ExportDialog(self._payload.result, target=target if target is not None else "all",
-                              colormap=self.heatmapPanel.colormap_name(),
-                              shared_scale=self.heatmapPanel.shared_scale(), parent=self,
-                              region=self.longMode.export_region())
-        dialog.exported.connect(lambda path: self._set_status(f"exported {path}"))
-        dialog.failedExport.connect(lambda msg: self._set_status(f"export failed: {msg}", error=True))
+        view = self.state.view
+        dialog = ExportDialog(shown.export_result, target=target if target is not None else "all",
+                              colormap=view.colormap, shared_scale=view.shared_scale, parent=self, region=view.region)
+        dialog.exported.connect(lambda path: self.status.say(f"exported {path}"))
+        dialog.failedExport.connect(lambda msg: self.status.fail(f"export failed: {msg}"))
         self._export_dialog = dialog
         dialog.open()
         return dialog
 
-    # -- sessions -----------------------------------------------------------------------------
-    def current_session(self) -> Session:
-        target = self.heatmapPanel.view_target()
-        return self.pretrained.fill_session(Session(
-            text=self.tokensPanel.text(),
-            key_text=self.tokensPanel.keyInput.toPlainText(),
-            cross=self.tokensPanel.crossCheck.isChecked(),
-            mode=self.parametersPanel.mode(),
-            config=AttentionConfig().to_dict() | self.parametersPanel.values(),
-            colormap=self.heatmapPanel.colormap_name(),
-            shared_scale=self.heatmapPanel.shared_scale(),
-            view=target,
-        ))
+    # -- sessions -------------------------------------------------------------------------------
+    def session(self) -> AppState:
+        """A copy of the state (what a session file holds)."""
+        return AppState.model_validate(self.state.model_dump())
 
-    def apply_session(self, session: Session) -> None:
-        """Show a validated session (load_session/parse_session already checked it)."""
-        self.pretrained.prepare_session(session)  # may list the session's model folder as a mode
-        if self.parametersPanel.modeCombo.findData(session.mode) < 0:
-            raise SessionError(f"mode {session.mode!r} is not available in this attndesk")
-        self.tokensPanel.set_texts(session.text, session.key_text, session.cross)
-        self.parametersPanel.set_values(session.config)
-        self.parametersPanel.modeCombo.setCurrentIndex(self.parametersPanel.modeCombo.findData(session.mode))
-        self.heatmapPanel.set_colormap_name(session.colormap)
-        self.heatmapPanel.set_shared_scale(session.shared_scale)
-        self.heatmapPanel.set_view_target(session.view)
-        self.pretrained.apply_session(session)
+    def apply_session(self, session) -> None:
+        """Assign a loaded session (``session.Session``); SessionError if its mode cannot be used
+        here, and then nothing has changed."""
+        state = session.state
+        try:
+            mode = self.modes.for_id(state.mode).admit(state.mode)
+        except ConfigError as exc:
+            what = "model folder" if state.mode.path is not None else "model"
+            raise SessionError(f"the session's {what} cannot be used: {exc}") from None
+        if mode != state.mode:
+            state.mode = mode
+        self.state.assign(state)
         for notice in session.notices:
-            self._set_status(notice)
-        self.schedule_compute()
+            self.status.say(notice)
 
     def save_session_to(self, path: str | os.PathLike) -> Path:
-        """Save the current session; raises SessionError with a readable reason."""
-        return save_session(self.current_session(), path)
+        """Save the current state; raises SessionError with a readable reason."""
+        return save_session(self.state, path)
 
-    def load_session_from(self, path: str | os.PathLike) -> Session:
+    def load_session_from(self, path: str | os.PathLike):
         """Load and apply a session file; on any problem raise SessionError and change nothing."""
         session = load_session(path)
         self.apply_session(session)
@@ -406,9 +356,9 @@ class MainWindow(QMainWindow):
         try:
             self.load_session_from(path)
         except SessionError as exc:
-            self._set_status(f"session not loaded: {exc}", error=True)
+            self.status.fail(f"session not loaded: {exc}")
         else:
-            self._set_status(f"opened session {Path(path).name}")
+            self.status.say(f"opened session {Path(path).name}")
 
     def _save_session_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save session", "attndesk-session.json",
@@ -418,55 +368,48 @@ class MainWindow(QMainWindow):
         try:
             self.save_session_to(path)
         except SessionError as exc:
-            self._set_status(f"session not saved: {exc}", error=True)
+            self.status.fail(f"session not saved: {exc}")
         else:
-            self._set_status(f"saved session {Path(path).name}")
+            self.status.say(f"saved session {Path(path).name}")
 
-    # -- persistence and shutdown -------------------------------------------------------------
+    # -- persistence and shutdown ---------------------------------------------------------------
     def _restore_settings(self) -> None:
         settings = app_settings()
-        geometry = settings.value("window/geometry")
-        state = settings.value("window/state")
+        geometry, layout = settings.value("window/geometry"), settings.value("window/state")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
-        if isinstance(state, QByteArray):
-            self.restoreState(state, STATE_VERSION)
+        if isinstance(layout, QByteArray):
+            self.restoreState(layout, STATE_VERSION)
         last = settings.value("session/last")
         if isinstance(last, str) and last:
             try:
                 self.apply_session(parse_session(last))
             except SessionError as exc:
-                self._set_status(f"the last session could not be restored: {exc}", error=True)
+                self.status.fail(f"the last session could not be restored: {exc}")
 
     def _save_settings(self) -> None:
         settings = app_settings()
         settings.setValue("window/geometry", self.saveGeometry())
         settings.setValue("window/state", self.saveState(STATE_VERSION))
-        session = self.current_session()
         try:
-            AttentionConfig.from_dict(session.config).validate()
-        except ConfigError:
+            self.state.config.validate()
+        except (ConfigError, TypeError):
             pass  # keep the last good session rather than one that cannot be loaded
         else:
-            import json
-
-            settings.setValue("session/last", json.dumps(session.to_json()))
+            settings.setValue("session/last", json.dumps(session_json(self.state)))
         settings.sync()
 
     def _shutdown(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._debounce.stop()
-        self.runner.shutdown()  # cancels, then joins the worker thread
-        self.teachingTabs.shutdown()
-        self.longMode.shutdown()
+        self.compute.shutdown()  # cancels, then joins the main worker and the side jobs
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         if not self._closed:
             self._save_settings()
             if self._export_dialog is not None:
                 self._export_dialog.close()
-            self._set_status("stopping…")
+            self.status.say("stopping…")
             self._shutdown()
         super().closeEvent(event)

@@ -203,6 +203,33 @@ def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = No
     return " · ".join(parts)
 
 
+def grid_weights(result, hide_special: bool) -> tuple[np.ndarray, ...]:
+    """(weights [N, H, L', L'], mask or None, hide_special, hidden share) of a ``PretrainedResult``;
+    hidden special tokens are left out of both axes, rows NOT re-normalised."""
+    weights, mask, hidden = result.weights, result.mask, None
+    if hide_special:
+        keep = result.visible_indices(True)
+        if keep.size:
+            hidden = float(1.0 - weights[:, :, keep][..., keep].sum(-1).mean()) if weights.size else 0.0
+            weights = weights[:, :, keep][..., keep]  # [N, H, L', L']
+            mask = None if mask is None else mask[np.ix_(keep, keep)]
+    return weights, mask, hide_special, hidden
+
+
+def painting_of(weights: np.ndarray, mask, ablated, colormap: str, scale: str, hide_special: bool,
+                hidden: float | None) -> LayerGridPainting:
+    weights = _check_weights(weights)
+    factor = max(1, math.ceil(weights.shape[-1] / THUMB_CELLS))
+    return LayerGridPainting(weights, mask=mask, ablated=ablated, colormap=colormap, scale=scale,
+                             caption=grid_caption(scale, hide_special, hidden, factor))
+
+
+def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, ablated=()) -> LayerGridPainting:
+    """The whole grid of a ``PretrainedResult``, ready to paint (thread-safe: numpy and QImage)."""
+    weights, mask, hide_special, hidden = grid_weights(result, hide_special)
+    return painting_of(weights, mask, ablated, colormap, scale, hide_special, hidden)
+
+
 class LayerHeadGrid(QWidget):
     """Every layer x head of a pretrained run as a thumbnail; click to open one large."""
 
@@ -227,20 +254,24 @@ class LayerHeadGrid(QWidget):
     def set_result(self, result, *, hide_special: bool = False) -> None:
         """Show a ``PretrainedResult``; with ``hide_special`` [CLS]/[SEP]/[PAD] rows and columns are
         left out (rows NOT re-normalised; the caption says so)."""
-        weights, mask, hidden = result.weights, result.mask, None
-        if hide_special:
-            keep = result.visible_indices(True)
-            if keep.size:
-                hidden = float(1.0 - weights[:, :, keep][..., keep].sum(-1).mean()) if weights.size else 0.0
-                weights = weights[:, :, keep][..., keep]  # [N, H, L', L']
-                mask = None if mask is None else mask[np.ix_(keep, keep)]
         self._ablated = set(result.ablate)
+        weights, mask, hide_special, hidden = grid_weights(result, hide_special)
         self.set_weights(weights, mask=mask, hide_special=hide_special, hidden_share=hidden)
 
     def set_weights(self, weights: np.ndarray, *, mask: np.ndarray | None = None, hide_special: bool = False,
                     hidden_share: float | None = None) -> None:
         self._source = (weights, mask, hide_special, hidden_share)
         self._rebuild()
+
+    def set_painting(self, painting: "LayerGridPainting | None") -> None:
+        """Show a painting built elsewhere (``grid_painting`` in a worker: at hundreds of tokens the
+        thumbnails take longer than a GUI-thread turn may)."""
+        self._source = None
+        self._painting = painting
+        if painting is not None:
+            self._colormap, self._scale = painting.colormap, painting.scale
+            self._ablated = set(painting.ablated)
+        self._after_change()
 
     def clear(self) -> None:
         self._source, self._painting, self._current, self._hover = None, None, None, None
@@ -258,18 +289,14 @@ class LayerHeadGrid(QWidget):
         self._rebuild()
 
     def _rebuild(self) -> None:
-        if self._source is None:
-            self._painting = None
-        else:
+        if self._source is not None:
             weights, mask, hide_special, hidden = self._source
-            weights = _check_weights(weights)
-            factor = max(1, math.ceil(weights.shape[-1] / THUMB_CELLS))
-            self._painting = LayerGridPainting(
-                weights, mask=mask, ablated=self._ablated, colormap=self._colormap, scale=self._scale,
-                caption=grid_caption(self._scale, hide_special, hidden, factor),
-            )
-            if self._current is not None and not self._valid(self._current):
-                self._current = None
+            self._painting = painting_of(weights, mask, self._ablated, self._colormap, self._scale, hide_special, hidden)
+        self._after_change()
+
+    def _after_change(self) -> None:
+        if self._current is not None and not self._valid(self._current):
+            self._current = None
         self.updateGeometry()
         self.update()
 
@@ -574,3 +601,21 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False) 
                 for k in range(length):
                     writer.writerow([layer, head, int(keep[q]), tokens[q], int(keep[k]), tokens[k], f"{row[k]:.8g}"])
     return atomic_write(path, text.getvalue().encode("utf-8"))
+
+
+README_SENTENCE = "The animal didn't cross the street because it was too tired."
+
+
+def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE,
+                   size: tuple[int, int] = (1240, 640)) -> Path:
+    """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
+    ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
+    from attndesk.app.pretrained_views import write_grid_png; write_grid_png()"``."""
+    from attndesk.core.pretrained import load_pretrained, run_pretrained
+
+    run = run_pretrained(load_pretrained(), text)
+    weights, _mask, _hide, hidden = grid_weights(run, True)
+    caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '
+               + grid_caption("per-head", True, hidden))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return export_painting(LayerGridPainting(weights, caption=caption), path, size=size)

@@ -1,26 +1,37 @@
-"""Sessions: the text, every parameter and the view settings as a small JSON file.
+"""Sessions: the window's ``AppState`` as a small JSON file.
 
-Loading validates everything before anything is applied, so a corrupt or incompatible file is
-rejected with one clear message and the window stays as it was. Saving is atomic.
+A session is the state's dump under a format/version header. Loading is parsing, validation
+(pydantic's, then ``AttentionConfig.validate()``) and nothing else: the caller assigns the
+result to the window's state, so a corrupt or impossible file is refused with one line naming
+the field and the window stays as it was. Keys a file does not have take the defaults.
+
+Version 1 files (attndesk before the state model: the mode as its display string, the view
+settings at top level, ``positional: bool`` in the config) are read by translating them to
+version 2 first. Saving is atomic (the renderer's ``atomic_write``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attndesk.core.config import AttentionConfig
+from pydantic import ValidationError
+
 from attndesk.core.devices import device_availability
 from attndesk.core.errors import ConfigError
+from attndesk.render.export import ExportError, atomic_write
+
+from .state import ALL, PACKAGED, TOY, AppState, ModeId, window_problem
 
 FORMAT = "attndesk-session"
-VERSION = 1
-COLORMAP_NAMES = ("viridis", "magma", "CET-L1")
+VERSION = 2
 MAX_BYTES = 8 * 2**20  # a session holds one text; anything bigger is not a session
+ALL_LAYERS_TAB = "all-layers"
+# version 1 named the mode by its display string
+_V1_TOY, _V1_PACKAGED, _V1_FOLDER = "Toy model", "Pretrained: all-MiniLM-L6-v2", "Pretrained folder: "
 
 
 class SessionError(ValueError):
@@ -29,147 +40,38 @@ class SessionError(ValueError):
 
 @dataclass
 class Session:
-    text: str
-    config: dict[str, Any]
-    key_text: str = ""
-    cross: bool = False
-    mode: str = "Toy model"
-    colormap: str = "viridis"
-    shared_scale: bool = True
-    view: str | int = "all"  # "all", "mean" or a head index
-    # pretrained mode: {"folder": str | None, "layer": int, "hide_special": bool, "all_layers": bool,
-    # "ablate": [[layer, head], ...]}; None (and absent from the file) for toy sessions
-    pretrained: dict[str, Any] | None = None
-    notices: list[str] = field(default_factory=list, compare=False)
+    """A loaded session: the state to assign, and what the loader changed on the way (e.g. an
+    unavailable device replaced by cpu), to tell the user."""
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("notices")
-        if data["pretrained"] is None:
-            data.pop("pretrained")  # toy sessions stay byte-for-byte what older attndesk wrote
-        return {"format": FORMAT, "version": VERSION, **data}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "Session":
-        """Validate a parsed JSON document; raises SessionError naming the first problem."""
-        if not isinstance(data, dict):
-            raise SessionError("not an attndesk session: the file does not hold a JSON object")
-        if data.get("format") != FORMAT:
-            raise SessionError("not an attndesk session: the 'format' field is missing or wrong")
-        version = data.get("version")
-        if version != VERSION:
-            raise SessionError(f"session version {version!r} is not supported (this attndesk reads version {VERSION})")
-        known = {"format", "version", "text", "config", "key_text", "cross", "mode", "colormap",
-                 "shared_scale", "view", "pretrained"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SessionError(f"unknown session field(s): {', '.join(unknown)}")
-        expect = {"text": str, "config": dict, "key_text": str, "cross": bool, "mode": str, "colormap": str,
-                  "shared_scale": bool}
-        for name, kind in expect.items():
-            if name in ("text", "config"):
-                if name not in data:
-                    raise SessionError(f"the session has no '{name}'")
-            elif name not in data:
-                continue
-            if not isinstance(data[name], kind):
-                raise SessionError(f"session field '{name}' should be a {kind.__name__}, got {type(data[name]).__name__}")
-        view = data.get("view", "all")
-        if not (view in ("all", "mean") or (isinstance(view, int) and not isinstance(view, bool) and view >= 0)):
-            raise SessionError(f"session field 'view' should be 'all', 'mean' or a head index, got {view!r}")
-        if data.get("colormap", "viridis") not in COLORMAP_NAMES:
-            raise SessionError(f"unknown colormap {data['colormap']!r}; known: {', '.join(COLORMAP_NAMES)}")
-        notices: list[str] = []
-        config = dict(data["config"])
-        device = config.get("device")
-        if isinstance(device, str) and device_availability().get(device, None) is not None:
-            notices.append(f"the session used device {device!r}, which is not available here; using cpu")
-            config["device"] = "cpu"
-        try:
-            AttentionConfig.from_dict(config).validate()
-        except (ConfigError, TypeError) as exc:
-            raise SessionError(f"the session's parameters are invalid: {exc}") from None
-        pretrained = _check_pretrained(data.get("pretrained"))
-        # a pretrained session's config holds the toy settings, not the model's head count (the panel
-        # falls back to all heads itself if the model has fewer)
-        if pretrained is None and isinstance(view, int) and view >= config.get("num_heads", 0):
-            view = "all"
-        kwargs = {k: data[k] for k in expect if k in data}
-        kwargs["config"] = config
-        return cls(view=view, notices=notices, pretrained=pretrained, **kwargs)
+    state: AppState
+    notices: list[str] = field(default_factory=list)
 
 
-def _check_pretrained(value: Any) -> dict[str, Any] | None:
-    """The session's pretrained-mode state, checked field by field (the layer and heads are
-    checked against the model only once it is known)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise SessionError("session field 'pretrained' should be an object")
-    unknown = sorted(set(value) - {"folder", "layer", "hide_special", "all_layers", "ablate"})
-    if unknown:
-        raise SessionError(f"unknown field(s) in 'pretrained': {', '.join(unknown)}")
-    folder = value.get("folder")
-    if folder is not None and not isinstance(folder, str):
-        raise SessionError("'pretrained.folder' should be a folder path or null")
-    layer = value.get("layer", 0)
-    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
-        raise SessionError(f"'pretrained.layer' should be a layer number >= 0, got {layer!r}")
-    flags = {}
-    for name in ("hide_special", "all_layers"):
-        flags[name] = value.get(name, False)
-        if not isinstance(flags[name], bool):
-            raise SessionError(f"'pretrained.{name}' should be true or false")
-    ablate = value.get("ablate", [])
-    pairs = []
-    if not isinstance(ablate, list):
-        raise SessionError("'pretrained.ablate' should be a list of [layer, head] pairs")
-    for item in ablate:
-        if (not isinstance(item, list) or len(item) != 2
-                or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in item)):
-            raise SessionError(f"'pretrained.ablate' holds {item!r}, not a [layer, head] pair")
-        pairs.append([int(item[0]), int(item[1])])
-    return {"folder": folder, "layer": layer, "ablate": pairs, **flags}
+def session_json(state: AppState) -> dict[str, Any]:
+    """The file's content: the header, then the state's dump."""
+    return {"format": FORMAT, "version": VERSION, **state.model_dump(mode="json")}
 
 
-def save_session(session: Session, path: str | os.PathLike) -> Path:
-    """Write the session as JSON, atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
+def save_session(state: AppState, path: str | os.PathLike) -> Path:
+    """Write ``state`` as a session, atomically; SessionError says why not (nothing is written
+    for parameters that could not be loaded again)."""
     try:
-        AttentionConfig.from_dict(session.config).validate()
+        state.config.validate()
     except (ConfigError, TypeError) as exc:
         raise SessionError(f"fix the parameters before saving: {exc}") from None
-    text = json.dumps(session.to_json(), indent=2, ensure_ascii=False)
-    folder = path.parent if str(path.parent) else Path(".")
+    text = json.dumps(session_json(state), indent=2, ensure_ascii=False) + "\n"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise SessionError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise SessionError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
-    return path
-
-
-def parse_session(text: str) -> Session:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SessionError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
-    return Session.from_json(data)
+        return atomic_write(path, text.encode("utf-8"))
+    except ExportError as exc:
+        raise SessionError(str(exc).replace("cannot write", "cannot save the session to", 1)) from None
 
 
 def load_session(path: str | os.PathLike) -> Session:
     """Read and validate a session file; raises SessionError (never applies anything itself)."""
     path = Path(path)
     try:
+        if not path.is_file():
+            raise SessionError(f"{path} is not a file" if path.exists() else f"{path} does not exist")
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise SessionError(f"{path.name} is {size:,} bytes: too large to be an attndesk session")
@@ -184,3 +86,117 @@ def load_session(path: str | os.PathLike) -> Session:
         return parse_session(text)
     except SessionError as exc:
         raise SessionError(f"{path.name}: {exc}") from None
+
+
+def parse_session(text: str) -> Session:
+    """A session from JSON text; SessionError names the first problem."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SessionError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    except RecursionError:
+        raise SessionError("not an attndesk session: the JSON is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise SessionError(f"not an attndesk session: {str(exc).splitlines()[0]}") from None
+    return session_from_json(data)
+
+
+def session_from_json(data: Any) -> Session:
+    """Validate a parsed JSON document (either version); raises SessionError."""
+    if not isinstance(data, dict):
+        raise SessionError("not an attndesk session: the file does not hold a JSON object")
+    if data.get("format") != FORMAT:
+        raise SessionError("not an attndesk session: the 'format' field is missing or wrong")
+    version = data.get("version")
+    if version == 1:
+        data = _from_version_1(data)
+    elif version != VERSION:
+        raise SessionError(f"session version {version!r} is not supported (this attndesk reads versions 1 and {VERSION})")
+    body = {k: v for k, v in data.items() if k not in ("format", "version")}
+    notices = _fall_back_to_cpu(body)
+    try:
+        state = AppState.model_validate(body)
+    except ValidationError as exc:
+        raise SessionError(describe_error(exc)) from None
+    except RecursionError:
+        raise SessionError("not an attndesk session: the JSON is nested too deeply") from None
+    try:
+        state.config.validate()
+    except (ConfigError, TypeError) as exc:
+        raise SessionError(f"the session's parameters are invalid: {exc}") from None
+    beyond = window_problem(state.config)
+    if beyond is not None:
+        raise SessionError(f"the session's parameters are invalid: {beyond}")
+    _drop_missing_head(state)
+    return Session(state, notices)
+
+
+def describe_error(exc: ValidationError) -> str:
+    """pydantic's first error in one line: "session field 'view.target': Input should be ..."."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"] if not str(part).startswith(("literal[", "int", "str")))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return f"unknown session field '{where}'"
+    return f"session field '{where}': {message}" if where else message
+
+
+def _fall_back_to_cpu(body: dict[str, Any]) -> list[str]:
+    """A device this machine lacks becomes cpu, with a notice (the session still loads)."""
+    config = body.get("config")
+    device = config.get("device") if isinstance(config, dict) else None
+    if isinstance(device, str) and device_availability().get(device) is not None:
+        body["config"] = {**config, "device": "cpu"}
+        return [f"the session used device {device!r}, which is not available here; using cpu"]
+    return []
+
+
+def _drop_missing_head(state: AppState) -> None:
+    """A toy session's head beyond its head count shows all heads (a pretrained session's head is
+    the model's, checked once the model is known)."""
+    target = state.view.target
+    if state.mode.kind == "toy" and isinstance(target, int) and target >= state.config.num_heads:
+        state.view.target = ALL
+
+
+def _v1_mode(mode: Any, folder: Any) -> dict[str, Any] | Any:
+    if mode == _V1_TOY:
+        return TOY.model_dump()
+    if mode == _V1_PACKAGED:
+        return PACKAGED.model_dump()
+    if isinstance(mode, str) and mode.startswith(_V1_FOLDER):
+        return ModeId(kind="pretrained", path=folder or mode[len(_V1_FOLDER):]).model_dump()
+    if isinstance(mode, str):
+        raise SessionError(f"mode {mode!r} is not available in this attndesk")
+    return mode  # the wrong type: validation names it
+
+
+_V1_FIELDS = {"format", "version", "text", "config", "key_text", "cross", "mode", "colormap", "shared_scale",
+              "view", "pretrained"}
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 document as version 2 (the same content, typed and grouped)."""
+    unknown = sorted(set(data) - _V1_FIELDS)
+    if unknown:
+        raise SessionError(f"unknown session field(s): {', '.join(unknown)}")
+    old = data.get("pretrained")
+    pretrained = dict(old) if isinstance(old, dict) else old
+    folder = pretrained.pop("folder", None) if isinstance(pretrained, dict) else None
+    all_layers = pretrained.pop("all_layers", False) if isinstance(pretrained, dict) else False
+    out: dict[str, Any] = {k: data[k] for k in ("text", "key_text", "cross", "config") if k in data}
+    if "mode" in data:
+        out["mode"] = _v1_mode(data["mode"], folder)
+    view = {k: data[k] for k in ("colormap", "shared_scale") if k in data}
+    if "view" in data:
+        view["target"] = data["view"]
+    if all_layers is True:
+        view["tab"] = ALL_LAYERS_TAB
+    out["view"] = view
+    if pretrained is not None:
+        out["pretrained"] = pretrained
+    return out
+
+
+__all__ = ["FORMAT", "Session", "SessionError", "VERSION", "describe_error", "load_session", "parse_session",
+           "save_session", "session_from_json", "session_json"]

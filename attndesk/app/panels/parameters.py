@@ -1,31 +1,30 @@
-"""Model parameters: one control per ``AttentionConfig`` field, with inline validation."""
+"""Model parameters: one control per ``AttentionConfig`` field, bound to ``state.config``.
+
+The panel holds no values of its own: an edit writes the one field into the state, and the state's
+``config`` / ``mode`` events redraw every control (signals blocked, so a redraw never writes back).
+The active mode's ``PanelView`` says what it shows fixed (a pretrained architecture, disabled)
+and which mask choices act. ``show_problem`` puts the controller's ConfigError next to the
+controls (next to the heads when it is about heads, with the valid head counts).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QDoubleSpinBox,
-    QFormLayout,
-    QLabel,
-    QSpinBox,
-    QVBoxLayout,
-    QWidget,
+    QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from attndesk.core.config import MASK_KINDS, AttentionConfig, default_memory_budget, divisors
 from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
 
-TOY_MODE = "Toy model"
-ERROR_STYLE = "color: #b00020;"
+from ..state import WINDOW_MAX, AppState, ModeChoice, PanelView
 
-# The config fields this panel edits (the rest keep AttentionConfig's defaults).
-FIELDS = ("embed_dim", "hidden_dim", "num_heads", "mask", "scaled", "positional", "dropout",
-          "training", "seed", "device", "dtype", "pad_to", "memory_budget")
+ERROR_STYLE = "color: #b00020;"
+MIB = 2**20
+_MASK_TIP = "padding: ignore [PAD] keys; causal: each token sees only earlier ones"
 
 
 def _error_label(name: str) -> QLabel:
@@ -36,230 +35,247 @@ def _error_label(name: str) -> QLabel:
     return label
 
 
+def _spin(name: str, minimum: int, maximum: int, tip: str, **kw) -> QSpinBox:
+    spin = QSpinBox(objectName=name, minimum=minimum, maximum=maximum, **kw)
+    spin.setToolTip(tip)
+    return spin
+
+
+def mask_with_causal(mask: str, causal: bool) -> str:
+    """``mask`` with its causal part set (its padding part kept)."""
+    padding = "padding" in mask
+    return {(False, False): "none", (True, False): "padding", (False, True): "causal",
+            (True, True): "padding+causal"}[(padding, causal)]
+
+
 class ParametersPanel(QWidget):
-    """Emits ``changed`` whenever any value changes; ``values()`` gives them as a config dict."""
+    """Writes edits into ``state.config`` / ``state.mode``; ``modeChosen`` is emitted on a user
+    choice of mode (the state is already set)."""
 
-    changed = Signal()
-    modeChanged = Signal(str)
+    modeChosen = Signal(object)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("parametersPanel")
-        defaults = AttentionConfig()
+        self.state = state
+        self._view = PanelView()
+        self._choices: list[ModeChoice] = []
+        self._build()
+        self._layout_form()
+        self._connect()
+        state.events.config.connect(lambda _c: self.refresh())
+        state.events.mode.connect(lambda _m: self.refresh())
+        self.refresh()
 
+    # -- construction ---------------------------------------------------------------------------
+    def _build(self) -> None:
         self.modeCombo = QComboBox(objectName="modeCombo")
-        self.modeCombo.addItem(TOY_MODE, TOY_MODE)
         self.modeCombo.setToolTip("Which model computes the attention")
-
-        self.embedDimSpin = QSpinBox(objectName="embedDimSpin", minimum=1, maximum=4096, value=defaults.embed_dim)
-        self.embedDimSpin.setToolTip("Embedding size E of every token (split across the heads)")
-        self.hiddenDimSpin = QSpinBox(objectName="hiddenDimSpin", minimum=1, maximum=4096, value=defaults.hidden_dim)
-        self.hiddenDimSpin.setToolTip("Width d_k of the single head (used only when heads = 1)")
-        self.headsSpin = QSpinBox(objectName="headsSpin", minimum=1, maximum=256, value=defaults.num_heads)
-        self.headsSpin.setToolTip("Number of heads; must divide the embedding dim")
+        self.modelInfo = QLabel("", objectName="pretrainedModelInfo")  # two short lines: a wrapped label squeezes
+        self.modelInfo.setToolTip("a pretrained model's architecture is fixed by its checkpoint; "
+                                  "scale and the causal mask still act, heads can be ablated in the All layers tab")
+        big = WINDOW_MAX["embed_dim"]
+        self.embedDimSpin = _spin("embedDimSpin", 1, big, "Embedding size E of every token (split across the heads)")
+        self.hiddenDimSpin = _spin("hiddenDimSpin", 1, big, "Width d_k of the single head (used only when heads = 1)")
+        self.headsSpin = _spin("headsSpin", 1, WINDOW_MAX["num_heads"], "Number of heads; must divide the embedding dim")
         self.headsError = _error_label("headsError")
-
         self.maskCombo = QComboBox(objectName="maskCombo")
-        for kind in MASK_KINDS:
-            self.maskCombo.addItem(kind, kind)
-        self.maskCombo.setCurrentIndex(MASK_KINDS.index(defaults.mask))
-        self.maskCombo.setToolTip("padding: ignore [PAD] keys; causal: each token sees only earlier ones")
-        self.scaleCheck = QCheckBox("Scale scores by 1/√d_k", objectName="scaleCheck", checked=defaults.scaled)
-        self.positionalCheck = QCheckBox("Positional encoding", objectName="positionalCheck",
-                                         checked=defaults.positional)
+        self.scaleCheck = QCheckBox("Scale scores by 1/√d_k", objectName="scaleCheck")
+        self.positionalCheck = QCheckBox("Positional encoding", objectName="positionalCheck")
         self.positionalCheck.setToolTip("Add the sinusoidal position encoding to the embeddings")
         self.dropoutSpin = QDoubleSpinBox(objectName="dropoutSpin", minimum=0.0, maximum=0.95, singleStep=0.05,
-                                          decimals=2, value=defaults.dropout)
+                                          decimals=2)
         self.dropoutSpin.setToolTip("Dropout on the attention weights (acts only in training mode)")
-        self.trainCheck = QCheckBox("Training mode (dropout on)", objectName="trainCheck",
-                                    checked=defaults.training)
-        self.seedSpin = QSpinBox(objectName="seedSpin", minimum=0, maximum=2**31 - 1, value=defaults.seed)
-        self.seedSpin.setToolTip("Seed of the random weights (same seed, same model)")
-        self.padToSpin = QSpinBox(objectName="padToSpin", minimum=0, maximum=100000, value=0)
+        self.trainCheck = QCheckBox("Training mode (dropout on)", objectName="trainCheck")
+        self.seedSpin = _spin("seedSpin", 0, WINDOW_MAX["seed"], "Seed of the random weights (same seed, same model)")
+        self.padToSpin = _spin("padToSpin", 0, WINDOW_MAX["pad_to"],
+                               "Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
         self.padToSpin.setSpecialValueText("no padding")
-        self.padToSpin.setToolTip("Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
-        # memory_budget in MiB; 0 = auto (the config's default, from this machine's RAM)
-        auto_mib = default_memory_budget() // 2**20
-        self.memoryBudgetSpin = QSpinBox(objectName="memoryBudgetSpin", minimum=0, maximum=2**20, value=0,
-                                         singleStep=256, suffix=" MiB")
-        self.memoryBudgetSpin.setSpecialValueText(f"auto ({auto_mib:,} MiB)")
-        self.memoryBudgetSpin.setToolTip("Memory the attention weights may take. Runs whose weights do not fit "
-                                         "keep a zoomable overview and recompute exact values on demand.")
-
+        self.memoryBudgetSpin = _spin("memoryBudgetSpin", 0, WINDOW_MAX["memory_budget"] // MIB,
+                                      "Memory the attention weights may take. Runs whose weights do not fit keep a "
+                                      "zoomable overview and recompute exact values on demand.",
+                                      singleStep=256, suffix=" MiB")
+        self.memoryBudgetSpin.setSpecialValueText(f"auto ({default_memory_budget() // MIB:,} MiB)")
         self.deviceCombo = QComboBox(objectName="deviceCombo")
         self.dtypeCombo = QComboBox(objectName="dtypeCombo")
         for name in DTYPES:
             self.dtypeCombo.addItem(name, name)
-        self._fill_devices(defaults.device)
+        self._fill_devices()
         self.generalError = _error_label("parametersError")
 
+    def _layout_form(self) -> None:
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        form.addRow("Mode", self.modeCombo)
-        form.addRow("Embedding dim", self.embedDimSpin)
-        form.addRow("Heads", self.headsSpin)
-        form.addRow("", self.headsError)
-        form.addRow("Hidden dim", self.hiddenDimSpin)
-        form.addRow("Mask", self.maskCombo)
-        form.addRow("Pad to length", self.padToSpin)
-        form.addRow("", self.scaleCheck)
-        form.addRow("", self.positionalCheck)
-        form.addRow("Dropout", self.dropoutSpin)
-        form.addRow("", self.trainCheck)
-        form.addRow("Seed", self.seedSpin)
-        form.addRow("Device", self.deviceCombo)
-        form.addRow("Dtype", self.dtypeCombo)
-        form.addRow("Memory budget", self.memoryBudgetSpin)
+        rows = (("Mode", self.modeCombo), ("Model", self.modelInfo), ("Embedding dim", self.embedDimSpin),
+                ("Heads", self.headsSpin), ("", self.headsError), ("Hidden dim", self.hiddenDimSpin),
+                ("Mask", self.maskCombo), ("Pad to length", self.padToSpin), ("", self.scaleCheck),
+                ("", self.positionalCheck), ("Dropout", self.dropoutSpin), ("", self.trainCheck), ("Seed", self.seedSpin),
+                ("Device", self.deviceCombo), ("Dtype", self.dtypeCombo), ("Memory budget", self.memoryBudgetSpin))
+        for label, widget in rows:
+            form.addRow(label, widget)
+        form.setRowVisible(self.modelInfo, False)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.generalError)
         layout.addStretch(1)
         self._form = form
 
-        for spin in (self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.seedSpin, self.padToSpin,
-                     self.memoryBudgetSpin):
-            spin.valueChanged.connect(self._on_change)
-        self.dropoutSpin.valueChanged.connect(self._on_change)
-        for combo in (self.maskCombo, self.deviceCombo, self.dtypeCombo):
-            combo.currentIndexChanged.connect(self._on_change)
-        for check in (self.scaleCheck, self.positionalCheck, self.trainCheck):
-            check.toggled.connect(self._on_change)
-        self.modeCombo.currentIndexChanged.connect(lambda _i: self.modeChanged.emit(self.mode()))
-        self._sync_enabled()
-
-    def _fill_devices(self, current: str) -> None:
+    def _fill_devices(self) -> None:
         """Every device name; unavailable ones are greyed out with the reason as tooltip."""
         reasons = device_availability()
-        combo = self.deviceCombo
-        combo.clear()
-        model: QStandardItemModel = combo.model()
+        model: QStandardItemModel = self.deviceCombo.model()
         for name in DEVICE_NAMES:
-            combo.addItem(name, name)
-            item = model.item(combo.count() - 1)
-            reason = reasons.get(name)
-            if reason is not None:
+            self.deviceCombo.addItem(name, name)
+            item = model.item(self.deviceCombo.count() - 1)
+            if reasons.get(name) is not None:
                 item.setEnabled(False)
-                item.setToolTip(f"unavailable: {reason}")
+                item.setToolTip(f"unavailable: {reasons[name]}")
             elif name == "auto":
                 item.setToolTip("the best available device")
-        index = combo.findData(current)
-        combo.setCurrentIndex(index if index >= 0 else combo.findData("cpu"))
 
-    # -- values --------------------------------------------------------------------------------
-    def mode(self) -> str:
-        return self.modeCombo.currentData()
+    def _edits(self) -> list[tuple[Any, Callable[[], dict[str, Any]]]]:
+        """(signal, the config fields the edit sets) for every control."""
+        return [
+            (self.embedDimSpin.valueChanged, lambda: {"embed_dim": self.embedDimSpin.value()}),
+            (self.hiddenDimSpin.valueChanged, lambda: {"hidden_dim": self.hiddenDimSpin.value()}),
+            (self.headsSpin.valueChanged, lambda: {"num_heads": self.headsSpin.value()}),
+            (self.maskCombo.currentIndexChanged, self._mask_edit),
+            (self.scaleCheck.toggled, lambda: {"scaled": self.scaleCheck.isChecked()}),
+            (self.positionalCheck.toggled, self._positional_edit),
+            (self.dropoutSpin.valueChanged, lambda: {"dropout": round(float(self.dropoutSpin.value()), 4)}),
+            (self.trainCheck.toggled, lambda: {"training": self.trainCheck.isChecked()}),
+            (self.seedSpin.valueChanged, lambda: {"seed": self.seedSpin.value()}),
+            (self.deviceCombo.currentIndexChanged, lambda: {"device": self.deviceCombo.currentData()}),
+            (self.dtypeCombo.currentIndexChanged, lambda: {"dtype": self.dtypeCombo.currentData()}),
+            (self.padToSpin.valueChanged, lambda: {"pad_to": self.padToSpin.value() or None}),
+            (self.memoryBudgetSpin.valueChanged, lambda: {"memory_budget": self.memoryBudgetSpin.value() * MIB or None}),
+        ]
 
-    def values(self) -> dict[str, Any]:
-        """The panel's settings as AttentionConfig fields (not validated)."""
-        return {
-            "embed_dim": self.embedDimSpin.value(),
-            "hidden_dim": self.hiddenDimSpin.value(),
-            "num_heads": self.headsSpin.value(),
-            "mask": self.maskCombo.currentData(),
-            "scaled": self.scaleCheck.isChecked(),
-            "positional": self.positionalCheck.isChecked(),
-            "dropout": round(float(self.dropoutSpin.value()), 4),
-            "training": self.trainCheck.isChecked(),
-            "seed": self.seedSpin.value(),
-            "device": self.deviceCombo.currentData(),
-            "dtype": self.dtypeCombo.currentData(),
-            "pad_to": self.padToSpin.value() or None,
-            "memory_budget": self.memoryBudgetSpin.value() * 2**20 or None,  # None = auto
-        }
+    def _connect(self) -> None:
+        for signal, fields in self._edits():
+            signal.connect(lambda *_a, fields=fields: self.state.set_config(**fields()))
+        self.modeCombo.currentIndexChanged.connect(self._on_mode_index)
 
-    def set_values(self, values: dict[str, Any]) -> None:
-        """Set controls from config fields (unknown keys ignored); emits ``changed`` once."""
-        widgets = [self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.maskCombo, self.scaleCheck,
-                   self.positionalCheck, self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo,
-                   self.dtypeCombo, self.padToSpin, self.memoryBudgetSpin]
-        for w in widgets:
+    def _controls(self) -> list[QWidget]:
+        return [self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.maskCombo, self.scaleCheck,
+                self.positionalCheck, self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo,
+                self.dtypeCombo, self.padToSpin, self.memoryBudgetSpin, self.modeCombo]
+
+    # -- state -> controls ----------------------------------------------------------------------
+    def set_choices(self, choices: list[ModeChoice]) -> None:
+        """The Mode combo's entries (the modes' choices), the state's mode selected."""
+        self._choices = list(choices)
+        self.modeCombo.blockSignals(True)
+        self.modeCombo.clear()
+        for choice in self._choices:
+            self.modeCombo.addItem(choice.label)
+            self.modeCombo.setItemData(self.modeCombo.count() - 1, choice.tooltip or None, 3)  # ToolTipRole
+        self.modeCombo.blockSignals(False)
+        self.refresh()
+
+    def set_panel_view(self, view: PanelView) -> None:
+        """How the active mode wants the config shown (fixed values, mask choices, info line)."""
+        self._view = view
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Draw every control from the state (and the mode's fixed values)."""
+        values = {**self.state.config.to_dict(), **self._view.fixed}
+        for w in self._controls():
             w.blockSignals(True)
         try:
-            v = values
-            if "embed_dim" in v:
-                self.embedDimSpin.setValue(int(v["embed_dim"]))
-            if "hidden_dim" in v:
-                self.hiddenDimSpin.setValue(int(v["hidden_dim"]))
-            if "num_heads" in v:
-                self.headsSpin.setValue(int(v["num_heads"]))
-            if "mask" in v:
-                self.maskCombo.setCurrentIndex(max(0, self.maskCombo.findData(v["mask"])))
-            if "scaled" in v:
-                self.scaleCheck.setChecked(bool(v["scaled"]))
-            if "positional" in v:
-                self.positionalCheck.setChecked(bool(v["positional"]))
-            if "dropout" in v:
-                self.dropoutSpin.setValue(float(v["dropout"]))
-            if "training" in v:
-                self.trainCheck.setChecked(bool(v["training"]))
-            if "seed" in v:
-                self.seedSpin.setValue(int(v["seed"]))
-            if "device" in v:
-                index = self.deviceCombo.findData(v["device"])
-                if index >= 0:
-                    self.deviceCombo.setCurrentIndex(index)
-            if "dtype" in v:
-                self.dtypeCombo.setCurrentIndex(max(0, self.dtypeCombo.findData(v["dtype"])))
-            if "pad_to" in v:
-                self.padToSpin.setValue(int(v["pad_to"] or 0))
-            if "memory_budget" in v:  # bytes (None = auto) shown in whole MiB
-                budget = v["memory_budget"]
-                self.memoryBudgetSpin.setValue(0 if not budget else max(1, -(-int(budget) // 2**20)))
+            self._show_values(values)
+            self._show_mode()
         finally:
-            for w in widgets:
+            for w in self._controls():
                 w.blockSignals(False)
-        self._on_change()
+        fixed = set(self._view.fixed)
+        for name, widget in self._field_widgets().items():
+            widget.setEnabled(name not in fixed)
+        # hidden dim matters only for one head
+        self.hiddenDimSpin.setEnabled("hidden_dim" not in fixed and values["num_heads"] == 1)
+        self.modelInfo.setText(self._view.info)
+        self._form.setRowVisible(self.modelInfo, bool(self._view.info))
+        self.maskCombo.setToolTip(self._view.mask_tip or _MASK_TIP)
 
-    # -- validation ----------------------------------------------------------------------------
+    def _field_widgets(self) -> dict[str, QWidget]:
+        return {"embed_dim": self.embedDimSpin, "hidden_dim": self.hiddenDimSpin, "num_heads": self.headsSpin,
+                "positional": self.positionalCheck, "dropout": self.dropoutSpin, "training": self.trainCheck,
+                "seed": self.seedSpin, "device": self.deviceCombo, "dtype": self.dtypeCombo, "pad_to": self.padToSpin,
+                "memory_budget": self.memoryBudgetSpin}
+
+    def _show_values(self, v: dict[str, Any]) -> None:
+        self.embedDimSpin.setValue(int(v["embed_dim"]))
+        self.hiddenDimSpin.setValue(int(v["hidden_dim"]))
+        self.headsSpin.setValue(int(v["num_heads"]))
+        self._show_mask(str(v["mask"]))
+        self.scaleCheck.setChecked(bool(v["scaled"]))
+        self.positionalCheck.setChecked(bool(v.get("positional", v.get("position", "sinusoidal") == "sinusoidal")))
+        self.dropoutSpin.setValue(float(v["dropout"]))
+        self.trainCheck.setChecked(bool(v["training"]))
+        self.seedSpin.setValue(int(v["seed"]))
+        self.deviceCombo.setCurrentIndex(max(0, self.deviceCombo.findData(v["device"])))
+        self.dtypeCombo.setCurrentIndex(max(0, self.dtypeCombo.findData(v["dtype"])))
+        self.padToSpin.setValue(int(v["pad_to"] or 0))
+        budget = v["memory_budget"]  # bytes (None = auto) shown in whole MiB, rounded up
+        self.memoryBudgetSpin.setValue(0 if not budget else max(1, -(-int(budget) // MIB)))
+
+    def _show_mask(self, mask: str) -> None:
+        kinds = ("none", "causal") if self._view.causal_only else MASK_KINDS
+        if [self.maskCombo.itemData(i) for i in range(self.maskCombo.count())] != list(kinds):
+            self.maskCombo.clear()
+            for kind in kinds:
+                self.maskCombo.addItem(kind, kind)
+        shown = ("causal" if "causal" in mask else "none") if self._view.causal_only else mask
+        self.maskCombo.setCurrentIndex(max(0, self.maskCombo.findData(shown)))
+
+    def _show_mode(self) -> None:
+        index = next((i for i, c in enumerate(self._choices) if c.id == self.state.mode), -1)
+        self.modeCombo.setCurrentIndex(index)
+
+    # -- controls -> state ----------------------------------------------------------------------
+    def _mask_edit(self) -> dict[str, Any]:
+        chosen = self.maskCombo.currentData() or "none"
+        if self._view.causal_only:
+            return {"mask": mask_with_causal(self.state.config.mask, "causal" in chosen)}
+        return {"mask": chosen}
+
+    def _positional_edit(self) -> dict[str, Any]:
+        on = self.positionalCheck.isChecked()
+        if hasattr(self.state.config, "position"):  # the config names where positions enter
+            return {"position": "sinusoidal" if on else "none"}
+        return {"positional": on}
+
+    def _on_mode_index(self, index: int) -> None:
+        if 0 <= index < len(self._choices):
+            self.state.mode = self._choices[index].id
+            self.modeChosen.emit(self._choices[index].id)
+
+    def mode_index(self, mode) -> int:
+        """The combo index of a ``ModeId`` (-1 when it is not listed)."""
+        return next((i for i, c in enumerate(self._choices) if c.id == mode), -1)
+
+    # -- problems -------------------------------------------------------------------------------
     def head_problem(self) -> str | None:
         """The inline message for a head count that does not divide the embedding dim."""
-        embed, heads = self.embedDimSpin.value(), self.headsSpin.value()
-        if heads == 1 or embed % heads == 0:
+        config: AttentionConfig = self.state.config
+        embed, heads = config.embed_dim, config.num_heads
+        if self._view.fixed or heads == 1 or not isinstance(embed, int) or not isinstance(heads, int) or embed % heads == 0:
             return None
-        valid = ", ".join(str(d) for d in divisors(embed))
-        return f"{heads} heads do not divide {embed} dims. Valid head counts: {valid}"
+        valid = divisors(embed)
+        listed = ", ".join(map(str, valid)) if len(valid) <= 16 else ", ".join(map(str, valid[:14])) + ", ..."
+        return f"{heads} heads do not divide {embed} dims. Valid head counts: {listed}"
 
-    def show_error(self, message: str | None) -> None:
+    def show_problem(self, message: str | None) -> None:
         """Show a ConfigError inline: next to the heads control when it is about heads."""
-        heads_msg = self.head_problem()
+        heads_msg = self.head_problem() if message else None
         self.headsError.setText(heads_msg or "")
         self.headsError.setVisible(bool(heads_msg))
-        self._mark(self.headsSpin, bool(heads_msg))
+        self.headsSpin.setStyleSheet("QSpinBox { border: 1px solid #b00020; }" if heads_msg else "")
         general = None if (message is None or heads_msg) else message
         self.generalError.setText(general or "")
         self.generalError.setVisible(bool(general))
 
     def inline_error(self) -> str:
         """The message currently shown next to the controls ("" when none)."""
-        parts = [w.text() for w in (self.headsError, self.generalError) if w.isVisible() or w.text()]
-        return "\n".join(p for p in parts if p)
-
-    @staticmethod
-    def _mark(widget: QWidget, bad: bool) -> None:
-        widget.setStyleSheet("QSpinBox { border: 1px solid #b00020; }" if bad else "")
-
-    def add_row(self, label: str, widget: QWidget) -> None:
-        """A mode's own line in the form, just under Mode (e.g. a pretrained model's fixed numbers);
-        hide it with ``set_row_visible``."""
-        self._form.insertRow(1, label, widget)
-
-    def set_row_visible(self, widget: QWidget, visible: bool) -> None:
-        self._form.setRowVisible(widget, visible)
-
-    def set_architecture_locked(self, values: dict[str, Any] | None) -> None:
-        """Show a fixed architecture read-only (a pretrained model), or unlock it with None."""
-        locked = values is not None
-        if locked:
-            self.set_values(values)
-        for w in (self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.seedSpin, self.padToSpin,
-                  self.positionalCheck):
-            w.setEnabled(not locked)
-
-    @Slot()
-    def _on_change(self, *_args) -> None:
-        self._sync_enabled()
-        self.changed.emit()
-
-    def _sync_enabled(self) -> None:
-        # hidden dim matters only for one head; dropout only while training
-        self.hiddenDimSpin.setEnabled(self.headsSpin.value() == 1 and self.headsSpin.isEnabled())
+        return "\n".join(w.text() for w in (self.headsError, self.generalError) if w.text())

@@ -1,23 +1,28 @@
-"""The last run's stage timings (bars), recent runs (line), and the run's totals."""
+"""The last run's stage timings (bars), recent runs (line), and the run's totals.
+
+The two charts are painted with QPainter (a few hundred microseconds): pyqtgraph plots re-laid
+their axes two or three times per new run, about 50 ms on a busy machine, in the same repaint as
+a new result's heatmaps.
+"""
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from attndesk.core.memory import format_bytes
+
+from ..results import RunFacts, format_seconds
 
 HISTORY = 50
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
+_BAR = QColor("#4c72b0")
+_LINE = QColor("#dd8452")
+_TEXT = QColor("#333333")
+_GRID = QColor("#dddddd")
 
 
 def format_flops(n: float) -> str:
@@ -25,14 +30,6 @@ def format_flops(n: float) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} FLOP"
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _titled(title: str, widget: QWidget) -> QVBoxLayout:
@@ -45,53 +42,125 @@ def _titled(title: str, widget: QWidget) -> QVBoxLayout:
     return box
 
 
+def _small_font() -> QFont:
+    font = QFont()
+    font.setPixelSize(10)
+    return font
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+class _Chart(QWidget):
+    """A white chart area with a small font; subclasses paint their data."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(110)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setFont(_small_font())
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        try:
+            painter.fillRect(self.rect(), Qt.GlobalColor.white)
+            painter.setFont(self.font())
+            self.draw(painter, QRectF(self.rect()).adjusted(2, 2, -4, -2))
+        finally:
+            painter.end()
+
+    def draw(self, painter: QPainter, rect: QRectF) -> None:
+        raise NotImplementedError
+
+
+class StageBars(_Chart):
+    """Horizontal bars, one per stage, labelled with its name and milliseconds."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.names: list[str] = []
+        self.values: list[float] = []
+
+    def set_bars(self, names: Sequence[str], values: Sequence[float]) -> None:
+        self.names, self.values = list(names), [float(v) for v in values]
+        self.update()
+
+    def draw(self, painter: QPainter, rect: QRectF) -> None:
+        if not self.names:
+            return
+        metrics = QFontMetricsF(self.font())
+        label_w = max(metrics.horizontalAdvance(n) for n in self.names) + 6
+        value_w = metrics.horizontalAdvance("0000.0") + 4
+        top = max(self.values) or 1.0
+        row = rect.height() / len(self.names)
+        bar_w = max(1.0, rect.width() - label_w - value_w)
+        for i, (name, value) in enumerate(zip(self.names, self.values)):
+            y = rect.top() + i * row
+            painter.setPen(_TEXT)
+            painter.drawText(QRectF(rect.left(), y, label_w - 4, row), int(Qt.AlignmentFlag.AlignRight
+                                                                          | Qt.AlignmentFlag.AlignVCenter), name)
+            length = bar_w * value / top
+            painter.fillRect(QRectF(rect.left() + label_w, y + row * 0.2, length, row * 0.6), _BAR)
+            painter.drawText(QRectF(rect.left() + label_w + length + 3, y, value_w, row),
+                             int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), _ms(value))
+
+
+class HistoryLine(_Chart):
+    """The total milliseconds of recent runs, oldest left, with the range on the left."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.values: list[float] = []
+
+    def set_values(self, values: Sequence[float]) -> None:
+        self.values = [float(v) for v in values]
+        self.update()
+
+    def draw(self, painter: QPainter, rect: QRectF) -> None:
+        if not self.values:
+            return
+        metrics = QFontMetricsF(self.font())
+        top = max(self.values) * 1.15 or 1.0
+        left = metrics.horizontalAdvance(_ms(top)) + 6
+        area = QRectF(rect.left() + left, rect.top() + 4, rect.width() - left, rect.height() - 8)
+        painter.setPen(_TEXT)
+        painter.drawText(QRectF(rect.left(), area.top() - 6, left - 4, 12), int(Qt.AlignmentFlag.AlignRight), _ms(top))
+        painter.drawText(QRectF(rect.left(), area.bottom() - 6, left - 4, 12), int(Qt.AlignmentFlag.AlignRight), "0")
+        painter.setPen(QPen(_GRID, 1))
+        painter.drawLine(area.bottomLeft(), area.bottomRight())
+        slots = max(len(self.values), 5)
+        points = [QPointF(area.left() + area.width() * (i + 0.5) / slots, area.bottom() - area.height() * v / top)
+                  for i, v in enumerate(self.values)]
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        painter.setPen(QPen(_LINE, 2))
+        painter.drawPolyline(points)
+        painter.setBrush(_LINE)
+        for point in points:
+            painter.drawEllipse(point, 2.0, 2.0)
+
+
 class TimingPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("timingPanel")
         self._history: deque[float] = deque(maxlen=HISTORY)
-        self._stages: list[str] = []
-
-        small = QFont()
-        small.setPixelSize(10)
-        self.bars = pg.PlotWidget(background="w")
-        self.bars.setMenuEnabled(False)
-        self.bars.hideButtons()
-        self.bars.setMouseEnabled(False, False)
-        self.bars.getPlotItem().invertY(True)
-        for name in ("left", "bottom"):
-            self.bars.getAxis(name).setTickFont(small)
-            self.bars.getAxis(name).setTextPen("#333")
-        self._bar_item = pg.BarGraphItem(x0=[], y=[], height=0.6, width=[], brush="#4c72b0", pen=None)
-        self.bars.addItem(self._bar_item)
-
-        self.history = pg.PlotWidget(background="w")
-        self.history.setMenuEnabled(False)
-        self.history.hideButtons()
-        self.history.setMouseEnabled(False, False)
-        for name in ("left", "bottom"):
-            self.history.getAxis(name).setTickFont(small)
-            self.history.getAxis(name).setTextPen("#333")
-        self._line = self.history.plot([], [], pen=pg.mkPen("#dd8452", width=2), symbol="o", symbolSize=4,
-                                       symbolBrush="#dd8452", symbolPen=None)
-        for w in (self.bars, self.history):
-            w.setMinimumHeight(110)
-
+        self.bars = StageBars()
+        self.bars.setObjectName("timingBars")
+        self.history = HistoryLine()
+        self.history.setObjectName("timingHistory")
         self.totalLabel = QLabel("–", objectName="timingTotal")
         self.flopsLabel = QLabel("–", objectName="timingFlops")
         self.rateLabel = QLabel("–", objectName="timingRate")
         self.memoryLabel = QLabel("–", objectName="timingMemory")
         self.deviceLabel = QLabel("–", objectName="timingDevice")
         facts = QFormLayout()
-        facts.addRow("Total", self.totalLabel)
-        facts.addRow("FLOPs", self.flopsLabel)
-        facts.addRow("Achieved", self.rateLabel)
-        facts.addRow("Peak memory", self.memoryLabel)
-        facts.addRow("Device / dtype", self.deviceLabel)
+        for label, widget in (("Total", self.totalLabel), ("FLOPs", self.flopsLabel), ("Achieved", self.rateLabel),
+                              ("Peak memory", self.memoryLabel), ("Device / dtype", self.deviceLabel)):
+            facts.addRow(label, widget)
         facts_box = QWidget()
         facts_box.setLayout(facts)
         facts_box.setMinimumWidth(190)
-
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 2, 4, 2)
         row.addLayout(_titled("Last run: milliseconds per stage", self.bars), 3)
@@ -103,34 +172,21 @@ class TimingPanel(QWidget):
 
     def stage_milliseconds(self) -> dict[str, float]:
         """What the bar chart shows: stage -> ms."""
-        return dict(zip(self._stages, self._bar_item.opts.get("width", [])))
+        return dict(zip(self.bars.names, self.bars.values))
 
     def history_milliseconds(self) -> list[float]:
         return list(self._history)
 
-    def show_result(self, result) -> None:
-        stages = [(name, sec) for name, sec in result.timings.items() if name != "total"]
-        self._stages = [name for name, _ in stages]
-        ms = np.array([sec * 1e3 for _, sec in stages], dtype=float)
-        y = np.arange(len(stages), dtype=float)
-        self._bar_item.setOpts(x0=np.zeros_like(ms), y=y, width=ms, height=0.6)
-        left = self.bars.getAxis("left")
-        left.setTicks([[(i, name) for i, name in enumerate(self._stages)]])
-        self.bars.setYRange(-0.6, max(len(stages) - 0.4, 0.6), padding=0)
-        self.bars.setXRange(0, float(ms.max()) * 1.1 if ms.size and ms.max() > 0 else 1.0, padding=0)
-
-        total = result.total_seconds
+    def show_result(self, facts: RunFacts) -> None:
+        """A new run's stages (whatever stages it carries, in order), its total in the history, its facts."""
+        stages = [(name, sec * 1e3) for name, sec in facts.timings.items() if name != "total"]
+        self.bars.set_bars([n for n, _ in stages], [ms for _, ms in stages])
+        total = facts.total_seconds
         self._history.append(total * 1e3)
-        hist = np.array(self._history)
-        self._line.setData(np.arange(len(hist)) + 1, hist)
-        self.history.setXRange(0.5, max(len(hist), 5) + 0.5, padding=0)
-        step = max(1, len(hist) // 5)
-        self.history.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, max(len(hist), 5) + 1, step)]])
-        self.history.setYRange(0, float(hist.max()) * 1.15 if hist.max() > 0 else 1.0, padding=0)
-
+        self.history.set_values(list(self._history))
         self.totalLabel.setText(format_seconds(total))
-        self.flopsLabel.setText(format_flops(result.flops))
-        self.flopsLabel.setToolTip(f"{result.flops:,} floating-point operations (estimated)")
-        self.rateLabel.setText(f"{result.gflops_per_second:.2f} GFLOP/s")
-        self.memoryLabel.setText(format_bytes(result.peak_bytes))
-        self.deviceLabel.setText(f"{result.device} / {result.config.dtype}")
+        self.flopsLabel.setText(format_flops(facts.flops))
+        self.flopsLabel.setToolTip(f"{facts.flops:,} floating-point operations (estimated)")
+        self.rateLabel.setText(f"{facts.gflops_per_second:.2f} GFLOP/s")
+        self.memoryLabel.setText(format_bytes(facts.peak_bytes))
+        self.deviceLabel.setText(f"{facts.device} / {facts.dtype}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -17,8 +17,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SAMPLE_TEXT = "The cat sat on the mat because it was tired."
-SAMPLE_KEY_TEXT = "Le chat dort sur le tapis."
+from ..results import Shown
+from ..state import AppState
+
+SAMPLE_TEXT = AppState.model_fields["text"].default
+SAMPLE_KEY_TEXT = AppState.model_fields["key_text"].default
 PAD, UNK = "[PAD]", "[UNK]"
 
 
@@ -108,24 +111,20 @@ def _table(model: TokenTableModel, name: str) -> QTableView:
 
 
 class TokensPanel(QWidget):
-    """Emits ``changed`` when either text or the cross-attention switch changes."""
+    """The input texts, bound to ``state.text`` / ``state.key_text`` / ``state.cross``, and the
+    tokens of the result on screen (``show_result``)."""
 
-    changed = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("tokensPanel")
+        self.state = state
         self.tokenInput = QPlainTextEdit(objectName="tokenInput")
         self.tokenInput.setPlaceholderText("Type the text to attend over…")
-        self.tokenInput.setPlainText(SAMPLE_TEXT)
         self.tokenInput.setMaximumHeight(90)
         self.crossCheck = QCheckBox("Cross-attention (keys/values from a 2nd text)", objectName="crossCheck")
         self.keyInput = QPlainTextEdit(objectName="keyInput")
         self.keyInput.setPlaceholderText("Text for the keys and values…")
-        self.keyInput.setPlainText(SAMPLE_KEY_TEXT)
         self.keyInput.setMaximumHeight(80)
-        self.keyInput.setVisible(False)
-
         self.queryModel = TokenTableModel(self)
         self.keyModel = TokenTableModel(self)
         self.tokenTable = _table(self.queryModel, "tokenTable")
@@ -135,10 +134,21 @@ class TokensPanel(QWidget):
         self.keyTableLabel.setVisible(False)
         self.summary = QLabel("", objectName="tokenSummary")
         self.summary.setWordWrap(True)
+        self._lay_out()
+        self.tokenInput.textChanged.connect(lambda: self._write("text", self.tokenInput))
+        self.keyInput.textChanged.connect(lambda: self._write("key_text", self.keyInput))
+        self.crossCheck.toggled.connect(lambda on: setattr(self.state, "cross", bool(on)))
+        state.events.text.connect(lambda text: self._show_text(self.tokenInput, text))
+        state.events.key_text.connect(lambda text: self._show_text(self.keyInput, text))
+        state.events.cross.connect(self._show_cross)
+        self._show_text(self.tokenInput, state.text)
+        self._show_text(self.keyInput, state.key_text)
+        self._show_cross(state.cross)
+
+    def _lay_out(self) -> None:
         legend = QLabel('<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
                         '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]')
         legend.setStyleSheet("color: #555;")
-
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Text (queries)"))
         layout.addWidget(self.tokenInput)
@@ -150,52 +160,37 @@ class TokensPanel(QWidget):
         layout.addWidget(self.keyTable, 1)
         layout.addWidget(legend)
 
-        self.tokenInput.textChanged.connect(self.changed)
-        self.keyInput.textChanged.connect(self.changed)
-        self.crossCheck.toggled.connect(self._on_cross)
+    def _write(self, name: str, editor: QPlainTextEdit) -> None:
+        setattr(self.state, name, editor.toPlainText())
 
-    def _on_cross(self, on: bool) -> None:
-        self.keyInput.setVisible(on)
-        self.changed.emit()
+    @staticmethod
+    def _show_text(editor: QPlainTextEdit, text: str) -> None:
+        if editor.toPlainText() != text:  # an edit in the box itself is already there
+            editor.blockSignals(True)
+            editor.setPlainText(text)
+            editor.blockSignals(False)
 
-    def text(self) -> str:
-        return self.tokenInput.toPlainText()
+    def _show_cross(self, on: bool) -> None:
+        self.crossCheck.blockSignals(True)
+        self.crossCheck.setChecked(bool(on))
+        self.crossCheck.blockSignals(False)
+        self.keyInput.setVisible(bool(on))
 
-    def key_text(self) -> str | None:
-        """The key/value text when cross-attention is on, else None (self-attention)."""
-        return self.keyInput.toPlainText() if self.crossCheck.isChecked() else None
-
-    def set_texts(self, text: str, key_text: str | None, cross: bool) -> None:
-        for w in (self.tokenInput, self.keyInput, self.crossCheck):
-            w.blockSignals(True)
-        try:
-            self.tokenInput.setPlainText(text)
-            if key_text is not None:
-                self.keyInput.setPlainText(key_text)
-            self.crossCheck.setChecked(cross)
-            self.keyInput.setVisible(cross)
-        finally:
-            for w in (self.tokenInput, self.keyInput, self.crossCheck):
-                w.blockSignals(False)
-        self.changed.emit()
-
-    def show_result(self, result) -> None:
-        """List the tokens of a result (query side, and the key side for cross-attention)."""
-        extra = getattr(result, "extra", {}) or {}
-        self.queryModel.set_tokens(result.tokens, result.token_ids, extra.get("unknown"))
-        cross = result.key_tokens is not None
-        if cross:
-            self.keyModel.set_tokens(result.key_tokens, result.key_token_ids, extra.get("key_unknown"))
-        self.keyTable.setVisible(cross)
-        self.keyTableLabel.setVisible(cross)
-        n = len(result.tokens)
-        pads = sum(1 for t in result.tokens if t == PAD)
-        unknown = sum(bool(u) for u in (extra.get("unknown") or []))
-        parts = [f"{n} tokens"]
+    def show_result(self, shown: Shown) -> None:
+        """List the tokens of the result on screen (query side, and the key side for cross-attention)."""
+        q, k = shown.queries, shown.keys
+        self.queryModel.set_tokens(q.tokens, q.ids, q.unknown)
+        if k is not None:
+            self.keyModel.set_tokens(k.tokens, k.ids, k.unknown)
+        self.keyTable.setVisible(k is not None)
+        self.keyTableLabel.setVisible(k is not None)
+        pads = sum(1 for t in q.tokens if t == PAD)
+        unknown = sum(bool(u) for u in (q.unknown or []))
+        parts = [f"{len(q.tokens)} tokens"]
         if pads:
             parts.append(f"{pads} padding")
         if unknown:
             parts.append(f"{unknown} unknown")
-        if cross:
-            parts.append(f"{len(result.key_tokens)} key tokens")
+        if k is not None:
+            parts.append(f"{len(k.tokens)} key tokens")
         self.summary.setText(", ".join(parts))

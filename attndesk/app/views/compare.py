@@ -24,10 +24,10 @@ from attndesk.core.compare import (
 )
 from attndesk.core.errors import ConfigError
 from attndesk.core.tokenizer import PAD_ID
+from attndesk.core.types import MEAN, Head
 
 from .heatmap import MatrixPlot
 
-MEAN = -1  # headCombo data for "mean over heads"
 # B - A of more cells than this goes to the diff runner when one is set (at 16 heads x 2048^2 the
 # float64 difference alone is half a gigabyte: seconds of work the GUI thread must not do)
 ASYNC_DIFF_CELLS = 2_000_000
@@ -71,6 +71,7 @@ class CompareView(QWidget):
         self._diff_runner: Callable[[object, object, str], None] | None = None
         self._pending_diff: tuple | None = None  # (a, b, what) handed to the diff runner
         self._means: dict[int, np.ndarray] = {}  # id(array) -> its mean over heads (cached per A/B pair)
+        self._toy = True  # the teaching pairs apply to B
 
         self.pinButton = QPushButton("Pin current as A")
         self.pinButton.setObjectName("pinButton")
@@ -174,22 +175,35 @@ class CompareView(QWidget):
         """Compute and draw A, B and B - A again (e.g. after a diff job was dropped)."""
         self._recompute()
 
-    def set_result(self, result, text: str | None = None) -> None:
+    def set_result(self, result, text: str | None = None, *, teaching: bool | None = None) -> None:
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
-        Pretrained mode: pass ``pretrained_result.layer_result(layer)``; the teaching pairs are
-        toy-model experiments and are disabled for it."""
+        ``teaching``: whether the one-click teaching pairs (toy-model experiments) apply to it
+        (default: unless it is a pretrained layer)."""
         self._b = result
         self._text = text
-        toy = result is None or not is_pretrained(result)
-        for button in self.teachButtons.values():
-            button.setEnabled(toy)
-            button.setToolTip("" if toy else "toy model only: switch the mode to Toy model")
+        self._toy = (result is None or not is_pretrained(result)) if teaching is None else bool(teaching)
+        self.set_teaching_busy(False)
         if self._teaching is not None:
             self._teaching = None
             self._a_label, self._b_label = "A (pinned)", "B (current)"
             self.explanationText.hide()
             self._a = self._pinned
         self._recompute()
+
+    def set_teaching_busy(self, busy: bool) -> None:
+        """While a teaching pair computes its buttons wait; they act only for the toy model."""
+        for button in self.teachButtons.values():
+            button.setEnabled(self._toy and not busy)
+            button.setToolTip("" if self._toy else "toy model only: switch the mode to Toy model")
+
+    def show_message(self, html: str) -> None:
+        """A line above the plots (what runs in the background, what failed)."""
+        self.maxLabel.setText(html)
+
+    def show_unavailable(self, message: str) -> None:
+        """Nothing to compare for this result (no stale B left on screen)."""
+        self.set_result(None)
+        self.maxLabel.setText(message)
 
     @Slot()
     def pin(self) -> None:
@@ -244,16 +258,16 @@ class CompareView(QWidget):
         self.show_teaching(comparison)
         return comparison
 
-    @Slot(int)
-    def set_head(self, head: int) -> None:
-        """Show head ``head`` (MEAN = -1: the mean); before a result with that head exists, it is
+    def set_head(self, head: Head) -> None:
+        """Show head ``head`` (or ``MEAN``); before a result with that head exists, it is
         remembered and applied when one arrives."""
-        index = self.headCombo.findData(int(head))
+        head = head if head == MEAN else int(head)
+        index = self.headCombo.findData(head)
         if index >= 0:
             self._head_wanted = None
             self.headCombo.setCurrentIndex(index)
         else:
-            self._head_wanted = int(head)
+            self._head_wanted = head
 
     # -- drawing ---------------------------------------------------------------------------------
     def _on_teach(self, kind: str) -> None:
@@ -269,13 +283,14 @@ class CompareView(QWidget):
     def _fill_heads(self) -> None:
         heads = int(self._b.weights.shape[0]) if self._b is not None else 0
         current = self.headCombo.currentData()
-        if self._head_wanted is not None and self._head_wanted < heads:
+        if self._head_wanted is not None and (self._head_wanted == MEAN or self._head_wanted < heads):
             current, self._head_wanted = self._head_wanted, None
         self.headCombo.blockSignals(True)
         self.headCombo.clear()
         self.headCombo.addItem("mean over heads", MEAN)
         for h in range(heads):
             self.headCombo.addItem(f"head {h}", h)
+        # (A may have fewer heads: its plot says so rather than failing)
         index = self.headCombo.findData(current)
         self.headCombo.setCurrentIndex(max(0, index))
         self.headCombo.blockSignals(False)
@@ -310,8 +325,9 @@ class CompareView(QWidget):
                 return
         self._redraw()
 
-    def _select(self, array: np.ndarray) -> np.ndarray:
-        """The 2-D slice shown: one head, the mean over heads, or the output matrix."""
+    def _select(self, array: np.ndarray) -> np.ndarray | None:
+        """The 2-D slice shown: one head, the mean over heads, or the output matrix; None when
+        ``array`` lacks the chosen head (A pinned with fewer heads than B has)."""
         if self._what() != "weights":
             return array
         head = self.headCombo.currentData()
@@ -320,14 +336,14 @@ class CompareView(QWidget):
             if key not in self._means:  # float64 in -> float64 out; a mean of B - A = B mean - A mean
                 self._means[key] = array.mean(axis=0)
             return self._means[key]
-        return array[int(head)]
+        return array[int(head)] if int(head) < array.shape[0] else None
 
     def _shared_levels(self) -> tuple[float, float] | None:
         """One colour scale for A and B, so equal colours mean equal values side by side."""
         shown = []
         for result in (self._a, self._b):
-            if result is not None:
-                m = self._select(getattr(result, self._what()))
+            m = None if result is None else self._select(getattr(result, self._what()))
+            if m is not None:
                 finite = m[np.isfinite(m)]
                 if finite.size:
                     shown.append((float(finite.min()), float(finite.max())))
@@ -347,6 +363,10 @@ class CompareView(QWidget):
             return
         data = getattr(result, self._what())
         matrix = self._select(data)
+        if matrix is None:
+            plot.clear(f"{label.split(' ')[0]} has no head {self.headCombo.currentData()}: it has {data.shape[0]}")
+            plot.set_title(f"<b>{label}</b>")
+            return
         cols = result.keys if self._what() == "weights" else [str(i) for i in range(matrix.shape[1])]
         masked = None if (self._what() != "weights" or result.mask is None) else ~result.mask
         shape = " × ".join(map(str, matrix.shape))
@@ -459,15 +479,25 @@ class ImplementationPanel(QWidget):
     def set_input(self, config, text: str) -> None:
         self._config, self._text = config, text
 
-    def set_result(self, result, text: str | None = None) -> None:
-        """Take the input (config and text) from the current result."""
-        toy = result is not None and not is_pretrained(result)
+    def set_result(self, result, text: str | None = None, *, toy: bool | None = None) -> None:
+        """Take the input (config and text) from the current result (``toy`` False: a real model's
+        layer, which the comparison of the toy layer's implementations does not cover)."""
+        toy = (result is not None and not is_pretrained(result)) if toy is None else (toy and result is not None)
         self.runButton.setEnabled(toy)
         self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
         if toy:
             self.set_input(result.config, text or text_of(result))
         else:
             self._config = None
+
+    def has_input(self) -> bool:
+        return self._config is not None
+
+    def set_busy(self, busy: bool, message: str = "") -> None:
+        """While the comparison runs elsewhere: the button waits, the note says what happens."""
+        self.runButton.setEnabled(not busy and self._config is not None)
+        if message:
+            self.notesLabel.setText(message)
 
     def run_now(self, repeats: int = 3) -> ImplementationComparison | None:
         if self._config is None:

@@ -149,6 +149,14 @@ class HeadStatsView(QWidget):
             f"{where}, {shape[0]} queries × {shape[1]} keys. Click a column to sort, a row to open the head."
         )
 
+    def show_message(self, text: str, *, clear: bool = False) -> None:
+        """Say what the table shows (or why it is empty, with ``clear``)."""
+        if clear:
+            self._stats = []
+            self._fill_table()
+            self._fill_scatter()
+        self.infoLabel.setText(text)
+
     def select_head(self, head: int, layer: int | None = None) -> None:
         for row in range(self.table.rowCount()):
             key = self.table.item(row, 1).data(ROLE_KEY)

@@ -10,6 +10,7 @@ writes the figure (PNG/SVG/PDF) or the exact numbers (NPY/CSV) through attndesk.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -56,6 +57,49 @@ def _tile_sum(matrix: np.ndarray, factor: int) -> np.ndarray:
     padded = np.zeros((out_r * factor, out_c * factor))
     padded[:rows, :cols] = matrix
     return padded.reshape(out_r, factor, out_c, factor).sum(axis=(1, 3))  # [out_r, f, out_c, f] -> tiles
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedMatrix:
+    """A matrix and everything drawing it needs, computed off the GUI thread by ``prepare_matrix``."""
+
+    matrix: np.ndarray  # exact values, as given
+    masked: np.ndarray  # bool, True = hatched
+    image: np.ndarray  # what the ImageItem draws (at most MAX_DISPLAY per axis)
+    hatch: np.ndarray | None  # RGBA stripes over masked display cells, or None
+    levels: tuple[float, float]
+    colormap: str
+    factor: int
+
+
+def prepare_matrix(matrix, *, colormap: str | None = None, diverging: bool = False,
+                   levels: tuple[float, float] | None = None, masked=None) -> PreparedMatrix:
+    """The numpy half of ``MatrixPlot.set_matrix`` (thread-safe): levels, display image, hatching."""
+    m = np.asarray(matrix)
+    if m.ndim != 2:
+        raise ValueError(f"a heatmap needs a 2-D matrix, got shape {m.shape}")
+    hidden = ~np.isfinite(m)
+    if masked is not None:
+        hidden = hidden | np.asarray(masked, dtype=bool)
+    if levels is None:
+        levels = _auto_levels(m, hidden, diverging)
+    levels = (float(levels[0]), float(levels[1]))
+    image, hidden_image, factor = display_reduce(m, hidden)
+    image = np.where(hidden_image, levels[0], image)  # hidden under the hatching anyway
+    hatch = hatch_overlay(hidden_image) if hidden_image.any() else None
+    return PreparedMatrix(m, hidden, image, hatch, levels, colormap or (DIVERGING if diverging else SEQUENTIAL), factor)
+
+
+def _auto_levels(m: np.ndarray, hidden: np.ndarray, diverging: bool) -> tuple[float, float]:
+    finite = np.where(hidden, np.nan, m) if hidden.any() else m
+    if not finite.size or (hidden.any() and hidden.all()):
+        return (-1.0, 1.0) if diverging else (0.0, 1.0)
+    lo, hi = float(np.nanmin(finite)), float(np.nanmax(finite))
+    if diverging:
+        bound = max(abs(lo), abs(hi))
+        return (-bound, bound) if bound > 0 else (-1.0, 1.0)
+    lo = min(0.0, lo)
+    return (lo, hi if hi > lo else lo + 1.0)
 
 
 class MatrixPlot(QWidget):
@@ -150,36 +194,26 @@ class MatrixPlot(QWidget):
     ) -> None:
         """Draw ``matrix`` [rows, cols]. Non-finite cells (and ``masked`` True) are hatched.
         ``diverging`` picks CET-D1 with levels symmetric around 0 (unless ``levels`` is given)."""
-        m = np.asarray(matrix)
-        if m.ndim != 2:
-            raise ValueError(f"a heatmap needs a 2-D matrix, got shape {m.shape}")
-        hidden = ~np.isfinite(m)
-        if masked is not None:
-            hidden = hidden | np.asarray(masked, dtype=bool)
-        self.matrix, self.masked = m, hidden
+        prepared = prepare_matrix(matrix, colormap=colormap, diverging=diverging, levels=levels, masked=masked)
+        self.show_prepared(prepared, row_labels=row_labels, col_labels=col_labels)
+
+    def show_prepared(self, prepared: "PreparedMatrix", *, row_labels: Sequence[str] | None = None,
+                      col_labels: Sequence[str] | None = None) -> None:
+        """Draw a matrix ``prepare_matrix`` made (elsewhere: at thousands of rows the numpy work takes
+        longer than one GUI-thread turn may); only the small display image is handed to Qt here."""
+        m = prepared.matrix
+        self.matrix, self.masked = m, prepared.masked
         rows, cols = m.shape
         self.row_labels = [str(t) for t in row_labels] if row_labels is not None else [str(i) for i in range(rows)]
         self.col_labels = [str(t) for t in col_labels] if col_labels is not None else [str(i) for i in range(cols)]
-        finite = m[~hidden]
-        if levels is None:
-            if diverging:
-                bound = float(np.abs(finite).max()) if finite.size else 0.0
-                levels = (-bound, bound) if bound > 0 else (-1.0, 1.0)
-            else:
-                lo = min(0.0, float(finite.min())) if finite.size else 0.0
-                hi = float(finite.max()) if finite.size else 1.0
-                levels = (lo, hi if hi > lo else lo + 1.0)
-        self.levels = (float(levels[0]), float(levels[1]))
-        self.colormap_name = colormap or (DIVERGING if diverging else SEQUENTIAL)
-        image, hidden_image, self.factor = display_reduce(m, hidden)
-        image = np.where(hidden_image, self.levels[0], image)  # hidden under the hatching anyway
-        self.image_data = image
+        self.levels, self.colormap_name, self.factor = prepared.levels, prepared.colormap, prepared.factor
+        self.image_data = prepared.image
         self.image.setColorMap(pg.colormap.get(self.colormap_name))
-        self.image.setImage(image, autoLevels=False, levels=self.levels)
+        self.image.setImage(prepared.image, autoLevels=False, levels=self.levels)
         rect = QRectF(0, 0, cols, rows)
         self.image.setRect(rect)
-        if hidden_image.any():
-            self.overlay.setImage(hatch_overlay(hidden_image), autoLevels=False, levels=(0, 255))
+        if prepared.hatch is not None:
+            self.overlay.setImage(prepared.hatch, autoLevels=False, levels=(0, 255))
             self.overlay.setRect(rect)
             self.overlay.show()
         else:

@@ -7,6 +7,8 @@ PE(p) . PE(p + k) = sum_i cos(k w_i) depends on the distance k only, not on p.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from PySide6.QtCore import Slot
@@ -14,11 +16,38 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 
-from .heatmap import MatrixPlot
+from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 # PE . PE^T is [L, L] float64: at a long document's 16k tokens that would be 2 GB. Past this many
 # positions only the first ones are compared (the pattern, constant diagonals, is the same).
 MAX_SIMILARITY = 2048
+
+
+POSITIONS_OFF = " (positional encoding is OFF in this run: it is shown, not added)"
+LEARNED = " (the pretrained model learns its positions: this sinusoidal table is the toy model's, for comparison)"
+
+
+@dataclass(frozen=True, eq=False)
+class PositionTable:
+    """PE [length, dim], PE . PE^T of the first positions, and both ready to draw."""
+
+    length: int
+    dim: int
+    encoding: np.ndarray
+    similarity: np.ndarray
+    encoding_image: PreparedMatrix
+    similarity_image: PreparedMatrix
+
+
+def position_table(length: int, dim: int) -> PositionTable:
+    """The sinusoidal table of ``length`` positions (thread-safe: numpy and torch only)."""
+    pe = sinusoidal_encoding(length, dim, dtype=torch.float64)
+    shown = min(length, MAX_SIMILARITY)
+    encoding = pe.numpy()
+    similarity = positional_similarity(pe[:shown]).numpy()
+    return PositionTable(length, dim, encoding, similarity,
+                         prepare_matrix(encoding, diverging=True, levels=(-1.0, 1.0)),
+                         prepare_matrix(similarity, diverging=True))
 
 
 class PositionalView(QWidget):
@@ -31,6 +60,7 @@ class PositionalView(QWidget):
         self.encoding: np.ndarray | None = None
         self.similarity: np.ndarray | None = None
         self.shape: tuple[int, int] | None = None
+        self.table: PositionTable | None = None
         self.encodingPlot = MatrixPlot("positional encoding")
         self.encodingPlot.setObjectName("peMatrixPlot")
         self.similarityPlot = MatrixPlot("PE · PEᵀ")
@@ -51,11 +81,11 @@ class PositionalView(QWidget):
         layout.addWidget(self.readout)
 
     def set_result(self, result) -> None:
+        """Follow a toy result's token count and embed_dim (the window's presenter calls
+        ``show_table`` with a table computed off the GUI thread instead)."""
         if result is None:
             return
-        note = "" if result.config.positional else " (positional encoding is OFF in this run: it is shown, not added)"
-        if getattr(result, "extra", None) and result.extra.get("pretrained"):
-            note = " (the pretrained model learns its positions: this sinusoidal table is the toy model's, for comparison)"
+        note = "" if result.config.positional else POSITIONS_OFF
         self.set_shape(len(result.tokens), int(result.config.embed_dim), note=note)
 
     @Slot(int, int)
@@ -64,29 +94,30 @@ class PositionalView(QWidget):
         if length <= 0 or dim <= 0:
             self.infoLabel.setText("type some text to see its positions")
             return
-        if (length, dim) != self.shape:
-            self.shape = (length, dim)
-            pe = sinusoidal_encoding(length, dim, dtype=torch.float64)
-            self.encoding = pe.numpy()
-            shown = min(length, MAX_SIMILARITY)
-            self.similarity = positional_similarity(pe[:shown]).numpy()
-            positions = [str(i) for i in range(length)]
-            self.encodingPlot.set_title(
-                f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), "
-                f"PE(p, 2i+1) = cos(same)"
-            )
-            self.encodingPlot.set_matrix(self.encoding, row_labels=positions, diverging=True, levels=(-1.0, 1.0))
-            first = "" if shown == length else f", first {shown} of {length} positions"
-            self.similarityPlot.set_title(
-                f"<b>PE · PE<sup>T</sup></b> [{shown} × {shown}{first}]<br>"
-                "constant along each diagonal: depends only on the distance |p − q|"
-            )
-            self.similarityPlot.set_matrix(self.similarity, row_labels=positions[:shown], col_labels=positions[:shown],
-                                           diverging=True)
+        table = self.table if (length, dim) == self.shape else position_table(length, dim)
+        self.show_table(table, note=note)
+
+    def show_message(self, text: str) -> None:
+        self.infoLabel.setText(text)
+
+    def show_table(self, table: "PositionTable", *, note: str = "") -> None:
+        """Draw a ``position_table`` (both plots, the info line)."""
+        self.table = table
+        self.shape, self.encoding, self.similarity = (table.length, table.dim), table.encoding, table.similarity
+        length, dim, shown = table.length, table.dim, table.similarity.shape[0]
+        positions = [str(i) for i in range(length)]
+        self.encodingPlot.set_title(
+            f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), PE(p, 2i+1) = cos(same)")
+        self.encodingPlot.show_prepared(table.encoding_image, row_labels=positions)
+        first = "" if shown == length else f", first {shown} of {length} positions"
+        self.similarityPlot.set_title(
+            f"<b>PE · PE<sup>T</sup></b> [{shown} × {shown}{first}]<br>"
+            "constant along each diagonal: depends only on the distance |p − q|")
+        self.similarityPlot.show_prepared(table.similarity_image, row_labels=positions[:shown],
+                                          col_labels=positions[:shown])
         self.infoLabel.setText(
             f"{length} positions × {dim} dims: low dims oscillate fast, high dims slowly; "
-            f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}"
-        )
+            f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}")
 
     @Slot(int, int)
     def hover_similarity(self, p: int, q: int) -> str:

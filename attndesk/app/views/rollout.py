@@ -12,16 +12,15 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from attndesk.core.rollout import attention_rollout
+from attndesk.core.types import MEAN
 
 from .heatmap import MatrixPlot
-
-MEAN = -1
 
 
 class RolloutView(QWidget):
     """API: ``set_result(result)`` with ``result.weights`` [layers, H, L, L] and ``result.tokens``
     (a PretrainedResult; anything else shows a note), ``set_layers(n)`` (rollout through the first
-    n layers), ``set_query(i)``, ``set_head(h)`` (-1 = mean). ``rollout`` [L, L] and ``follow``
+    n layers), ``set_query(i)``, ``set_head(h)`` (h or ``MEAN``). ``rollout`` [L, L] and ``follow``
     [layers, L] are the exact matrices shown. Signal ``queryChanged(int)``."""
 
     queryChanged = Signal(int)
@@ -122,8 +121,13 @@ class RolloutView(QWidget):
     def set_query(self, index: int) -> None:
         self.queryCombo.setCurrentIndex(int(index))
 
-    def set_head(self, head: int) -> None:
-        self.headCombo.setCurrentIndex(max(0, self.headCombo.findData(int(head))))
+    def set_head(self, head) -> None:
+        """One head (an int) or ``MEAN``."""
+        self.headCombo.setCurrentIndex(max(0, self.headCombo.findData(head if head == MEAN else int(head))))
+
+    def result(self):
+        """The run shown (weights [layers, heads, L, L]), or None."""
+        return self._result
 
     @Slot()
     def _update_rollout(self) -> None:

@@ -153,6 +153,11 @@ class StepThroughView(QWidget):
         self.headSpin.blockSignals(False)
         self._update()
 
+    def show_message(self, text: str) -> None:
+        """No strip to show: say why (and what to do)."""
+        self.set_result(None)
+        self.infoLabel.setText(text)
+
     @Slot(int)
     def set_head(self, head: int) -> None:
         """Show head ``head`` (clamped to the result's heads); also what headSelected connects to."""

@@ -1,0 +1,1 @@
+"""The modes of the window (see ``base``): ``toy``, ``pretrained``, ``long`` (long documents)."""

@@ -1,0 +1,124 @@
+"""The one small protocol every mode implements, and what the window hands a mode at assembly.
+
+A mode is a way of computing attention (the toy model, a real model) or of working with it
+(long documents). It supplies:
+
+- ``choices()``: its entries in the Mode combo (``ModeChoice``: a typed ``ModeId`` and a label);
+  a helper mode (long documents) offers none and never computes;
+- ``request(state)``: the job for the current state, as a ``Request`` whose ``key`` says which
+  inputs the run depends on (the controller runs only when the key changes); raises
+  ``ConfigError`` (shown next to the controls) or ``InputProblem`` (shown in the status line);
+- ``present_key(state)`` / ``present(shown, state)``: another view of the same run without a job
+  (e.g. another layer); the job itself returns the first ``Shown``, with its ``AttentionMap``
+  and heatmap source built in the worker;
+- ``panel(state)``: how the parameters panel shows the config while the mode is on (fixed
+  values of a pretrained architecture, which mask choices act);
+- ``views``: the tab ids whose content it can fill (the others say why they are empty);
+- ``install(ui)``: its widgets and actions, handed to the window through ``Assembly``; after
+  that it talks to the window only through the state, the compute controller, the status
+  model and the menus.
+
+Adding a mode (e.g. decoders): a ``ModeId.kind``, a module here implementing ``Mode``, and one
+line in ``main_window.MODES``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Hashable, Protocol
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QWidget
+
+from ..results import Request, Shown
+from ..state import AppState, ModeChoice, ModeId, PanelView
+
+if TYPE_CHECKING:  # annotations only
+    from ..compute import ComputeController
+    from ..menus import MenuRegistry
+    from ..status import StatusModel
+
+
+class Assembly(Protocol):
+    """What the window offers a mode at assembly (``install``)."""
+
+    state: AppState
+    compute: "ComputeController"
+    status: "StatusModel"
+    menus: "MenuRegistry"
+
+    def add_tab(self, tab_id: str, widget: QWidget, title: str, tooltip: str = "") -> None: ...
+    def set_tab_visible(self, tab_id: str, visible: bool) -> None: ...
+    def add_toolbar_widget(self, widget: QWidget) -> None: ...
+    def add_header_widget(self, widget: QWidget) -> None: ...
+    def add_status_widget(self, widget: QWidget) -> None: ...
+    def add_action(self, action: QAction) -> None: ...
+    def drop_targets(self) -> list[QWidget]: ...
+    def refresh_choices(self) -> None: ...  # the mode's ``choices()`` changed (e.g. a model folder opened)
+    def heatmaps(self) -> Any: ...  # the heatmap panel's public API (zoom pictures attach to its cells)
+
+
+class Mode(Protocol):
+    kind: str
+    views: frozenset[str]
+
+    def choices(self) -> list[ModeChoice]: ...
+    def request(self, state: AppState) -> Request: ...
+    def present_key(self, state: AppState) -> Hashable: ...
+    def present(self, shown: Shown, state: AppState) -> Shown: ...
+    def panel(self, state: AppState) -> PanelView: ...
+    def admit(self, mode: ModeId) -> ModeId: ...
+    def install(self, ui: Assembly) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class ModeBase:
+    """Defaults for the optional parts of ``Mode`` (a mode overrides what it has)."""
+
+    kind = ""
+    views: frozenset[str] = frozenset()
+
+    def choices(self) -> list[ModeChoice]:
+        return []
+
+    def present_key(self, state: AppState) -> Hashable:
+        return None
+
+    def present(self, shown: Shown, state: AppState) -> Shown:
+        return shown
+
+    def panel(self, state: AppState) -> PanelView:
+        return PanelView()
+
+    def admit(self, mode: ModeId) -> ModeId:
+        """The mode as this window can use it (e.g. a session's model folder, checked again);
+        ConfigError when it cannot be."""
+        return mode
+
+    def install(self, ui: Assembly) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Modes:
+    """The modes of one window, by ``ModeId.kind``, and every mode's combo entries."""
+
+    def __init__(self, modes: list[Any]) -> None:
+        self._all = list(modes)
+        self._by_kind = {m.kind: m for m in modes if m.kind}
+
+    def __iter__(self):
+        return iter(self._all)
+
+    def for_id(self, mode_id: ModeId):
+        return self._by_kind[mode_id.kind]
+
+    def choices(self) -> list[ModeChoice]:
+        return [choice for mode in self._all for choice in mode.choices()]
+
+    def choice(self, mode_id: ModeId) -> ModeChoice | None:
+        return next((c for c in self.choices() if c.id == mode_id), None)
+
+
+__all__ = ["Assembly", "Mode", "ModeBase", "ModeChoice", "Modes", "PanelView"]

@@ -1,0 +1,85 @@
+"""The toy model: random weights over a word tokenizer, every knob of ``AttentionConfig`` live.
+
+Its job runs in the worker: plan the run (tokenizing a 1 MB text takes ~60 ms, too long for the
+GUI thread), report the plan, hold a long run that only typing asked for, else run the core and
+build the heatmap source (the O(H L Lk) mean, maxima and overview) before handing the result over.
+"""
+
+from __future__ import annotations
+
+from attndesk.core.config import AttentionConfig
+from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.core.pipeline import plan_text, run_attention
+from attndesk.core.result import AttentionResult
+
+from ..adapters import toy_map, toy_source, unknown_flags
+from ..plans import needs_explicit_run
+from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
+from ..state import STEP_THROUGH_TAB, TOY, AppState
+from .base import ModeBase, ModeChoice
+
+INTERMEDIATES = "intermediates"
+TOY_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare"})
+
+
+def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:
+    """A toy result as the window presents it (builds the heatmap source: call it in the worker)."""
+    unknown, key_unknown = unknown_flags(result)
+    keys = None
+    if result.key_tokens is not None:
+        keys = TokenRows(list(result.key_tokens), result.key_token_ids, key_unknown)
+    facts = RunFacts(dict(result.timings), int(result.flops), int(result.peak_bytes), result.device,
+                     result.config.dtype)
+    return Shown(
+        mode=TOY, map=toy_map(result), source=toy_source(result), facts=facts,
+        queries=TokenRows(list(result.tokens), result.token_ids, unknown), keys=keys,
+        notices=notices_of(result.notices), toy=ToyRun(result, text, key_text), export_result=result,
+    )
+
+
+def toy_run(config: AttentionConfig, text: str, key_text: str | None = None, *, keep_intermediates: bool = False,
+            explicit: bool = True, announce=None, progress=None, should_cancel=None) -> Shown | Held:
+    """The worker's job: plan, tell the GUI the plan, then run (or hold a long run typing asked for)."""
+    plan = plan_text(config, text, key_text)
+    if announce is not None:
+        announce(plan)
+    if not explicit and needs_explicit_run(plan):
+        return Held(plan)
+    result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
+                           should_cancel=should_cancel, plan=plan)
+    if should_cancel is not None and should_cancel():
+        raise Cancelled("superseded by a newer request")
+    return toy_shown(result, text, key_text)
+
+
+def check_input(state: AppState, config: AttentionConfig) -> str | None:
+    """The key text, after checking that the texts can run with ``config``."""
+    key_text = state.keys_text()
+    if key_text is not None and "causal" in config.mask:
+        raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
+    check_cross = getattr(config, "check_cross_attention", None)
+    if key_text is not None and check_cross is not None:
+        check_cross()
+    if not state.text.strip():
+        raise InputProblem("type some text to attend over: the input is empty")
+    if key_text is not None and not key_text.strip():
+        raise InputProblem("type some text for the keys/values, or switch cross-attention off")
+    return key_text
+
+
+class ToyMode(ModeBase):
+    kind = "toy"
+    views = TOY_VIEWS
+
+    def choices(self) -> list[ModeChoice]:
+        return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]
+
+    def request(self, state: AppState) -> Request:
+        config = state.config.validate()
+        key_text = check_input(state, config)
+        keep = state.view.tab == STEP_THROUGH_TAB  # the step-through shows every stage of the run on screen
+        heads = "1 head" if config.num_heads == 1 else f"{config.num_heads} heads"
+        job = Job(toy_run, (config, state.text, key_text), {"keep_intermediates": keep, "explicit": False},
+                  f"computing {heads}, {config.mask} mask", announce=True)
+        return Request(key=(TOY, config, state.text, key_text), job=job,
+                       needs=frozenset({INTERMEDIATES}) if keep else frozenset())

@@ -1,0 +1,3 @@
+"""Presenters of the teaching tabs: each binds one view (``app/views``) to the state and the
+published result, runs its heavy work as side jobs of the compute controller, and turns the
+view's intents into state changes. A presenter touches only its own view."""

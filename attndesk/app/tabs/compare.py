@@ -1,0 +1,84 @@
+"""The compare tab: pin a result as A, change anything, see B − A; the one-click teaching pairs.
+
+B is the result on screen (a real model: the layer shown). Large differences and the teaching
+pairs (two or three runs of the model) are side jobs; a new result cancels a teaching pair made
+for the old settings.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from attndesk.core.compare import TeachingComparison, diff_results, teaching_comparison
+
+from ..compute import ComputeController
+from ..results import Shown
+from ..state import AppState
+from ..views.compare import CompareView
+from .base import TabPresenter
+from .headstats import indexable
+
+TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
+
+
+def diff_job(a, b, what: str):
+    """Worker: B - A of a large pair, and its mean over heads (what the view shows first)."""
+    diff = diff_results(a, b, what)
+    mean = diff.diff.mean(axis=0) if what == "weights" else None
+    return a, b, what, diff, mean
+
+
+class CompareTab(TabPresenter):
+    tab_id = "compare"
+    teachingShown = Signal(object)  # a TeachingComparison is on screen
+    failed = Signal(str)
+
+    def __init__(self, state: AppState, compute: ComputeController, view: CompareView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view = view
+        view.set_teaching_runner(self._run_teaching)
+        view.set_diff_runner(self._run_diff)
+        state.view.events.target.connect(self._follow_head)
+
+    def show(self, shown: Shown) -> None:  # noqa: A003
+        if not indexable(shown) or shown.export_result is None:
+            self.view.show_unavailable(TOO_LONG)
+            return
+        text = shown.toy.text if shown.toy is not None else None
+        self.view.set_result(shown.export_result, text, teaching=shown.toy is not None)
+
+    def _on_published(self, shown: Shown) -> None:
+        if shown.new_run:
+            self.compute.side.cancel("teaching")  # a pair for the old settings would confuse
+            self.view.set_teaching_busy(False)
+        super()._on_published(shown)
+
+    def _follow_head(self, target) -> None:
+        if isinstance(target, int):
+            self.view.set_head(target)
+
+    # -- side jobs ------------------------------------------------------------------------------
+    def _run_diff(self, a, b, what: str) -> None:
+        self.compute.side.submit("diff", diff_job, a, b, what, done=lambda answer: self.view.show_diff(*answer),
+                                 failed=self._diff_failed, scope=None)
+
+    def _diff_failed(self, message: str) -> None:
+        self.view.show_message(f"<span style='color:#a33'>B − A failed: {message}</span>")
+        self.failed.emit(message)
+
+    def _run_teaching(self, kind: str, config, text: str) -> None:
+        self.view.set_teaching_busy(True)
+        self.view.show_message(f"running the comparison “{kind}” in the background…")
+        self.compute.side.submit("teaching", teaching_comparison, kind, config, text, done=self._teaching_done,
+                                 failed=self._teaching_failed, scope="run")
+
+    def _teaching_done(self, comparison: TeachingComparison) -> None:
+        self.view.set_teaching_busy(False)
+        self.view.show_teaching(comparison)
+        self.teachingShown.emit(comparison)
+
+    def _teaching_failed(self, message: str) -> None:
+        self.view.set_teaching_busy(False)
+        self.view.show_message(f"<span style='color:#a33'>comparison failed: {message}</span>")
+        self.failed.emit(message)

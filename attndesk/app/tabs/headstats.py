@@ -1,0 +1,82 @@
+"""The head statistics tab: entropy, distance and shares of every head (of every layer for a real
+model), computed as a side job; a row opens that head."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from attndesk.core.statistics import head_statistics, layer_statistics
+
+from ..compute import ComputeController
+from ..results import Shown
+from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
+from ..views.headstats import HeadStatsView
+from .base import TabPresenter
+
+TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text for head statistics"
+
+
+def indexable(shown: Shown) -> bool:
+    """Whether the map holds every weight by position (a memory-bounded run keeps an overview)."""
+    w = shown.map.weights
+    return shown.map.pyramid is None and np.ndim(w) == 3 and tuple(np.shape(w)[1:]) == shown.map.shape
+
+
+def statistics_job(weights: np.ndarray, special: list[str], layered: bool):
+    """Worker: per-head (or per layer and head) statistics of ``weights``."""
+    return layer_statistics(weights, special=special) if layered else head_statistics(weights, special=special)
+
+
+class HeadStatsTab(TabPresenter):
+    tab_id = "head-stats"
+    shownStats = Signal()  # the table shows the statistics of the run on screen
+    failed = Signal(str)
+
+    def __init__(self, state: AppState, compute: ComputeController, view: HeadStatsView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view = view
+        view.layerHeadSelected.connect(self.open_head)
+
+    def key(self, shown: Shown):
+        return shown.run_id  # every layer of a run: one table
+
+    def show(self, shown: Shown) -> None:  # noqa: A003
+        if shown.layers is not None:  # the statistics cover the whole run, special tokens included
+            run = shown.layers
+            weights, special, layered, shape = run.weights, list(run.tokens), True, tuple(run.weights.shape[-2:])
+            message = "computing the statistics of every layer and head…"
+        elif indexable(shown):
+            weights, special, layered, shape = shown.map.weights, list(shown.map.keys), False, shown.map.shape
+            message = "computing head statistics…"
+        else:
+            self.view.show_message(TOO_LONG, clear=True)
+            return
+        self.view.show_message(message)
+        self.compute.side.submit("statistics", statistics_job, weights, special, layered,
+                                 done=lambda stats: self._done(stats, shape), failed=self._failed, scope="run")
+
+    def _done(self, stats, shape) -> None:
+        self.view.set_statistics(stats, shape)
+        self.shownStats.emit()
+
+    def _failed(self, message: str) -> None:
+        self.view.show_message(f"head statistics failed: {message}")
+        self._shown_key = None
+        self.failed.emit(message)
+
+    def open_head(self, layer: int, head: int) -> None:
+        """A row of the table: that head (and layer) in the step-through (toy) or the heatmaps."""
+        shown = self.compute.shown()
+        if shown is None:
+            return
+        view = self.state.view
+        if shown.layers is not None and layer >= 0:
+            self.state.pretrained.layer = int(layer)
+            view.target = int(head)
+            view.tab = HEATMAPS_TAB
+            return
+        if head < shown.map.num_heads:
+            view.target = int(head)
+        view.tab = STEP_THROUGH_TAB if shown.toy is not None else HEATMAPS_TAB

@@ -1,0 +1,34 @@
+"""The rollout tab: attention rollout across the layers of a real model and "follow a token"."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from ..compute import ComputeController
+from ..results import Shown
+from ..state import AppState
+from ..views.rollout import RolloutView
+from .base import TabPresenter
+
+TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention through the layers of a model, "
+               "and the toy model has a single attention layer: there is nothing to trace. "
+               "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab.")
+
+
+class RolloutTab(TabPresenter):
+    tab_id = "rollout"
+
+    def __init__(self, state: AppState, compute: ComputeController, view: RolloutView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view = view
+        view.set_unavailable(TOY_MESSAGE)
+
+    def key(self, shown: Shown):
+        return shown.run_id  # every layer of a run: one rollout
+
+    def show(self, shown: Shown) -> None:  # noqa: A003
+        if shown.layers is None:
+            self.view.set_unavailable(TOY_MESSAGE)
+        elif self.view.result() is not shown.layers:
+            self.view.set_result(shown.layers)

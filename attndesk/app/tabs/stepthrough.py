@@ -1,0 +1,65 @@
+"""The step-through tab: every stage of one head of the toy run on screen.
+
+Intermediates cost about four times the weights' memory, so a run keeps them only while this tab
+is on screen: the toy mode asks for them when ``view.tab`` is the step-through, and the compute
+controller reruns the input once. The step-through always shows the very result on screen.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from ..compute import ComputeController
+from ..results import Shown
+from ..state import STEP_THROUGH_TAB, AppState
+from ..views.stepthrough import StepThroughView
+from .base import TabPresenter
+
+TOY_ONLY = "The step-through follows the toy model's single attention layer: switch the mode to Toy model."
+BOUNDED = ("This run is memory-bounded (too long to hold every score matrix at once), so the step-through "
+           "cannot show its stages: shorten the text or use fewer heads.")
+
+
+def has_stages(result) -> bool:
+    inter = getattr(result, "intermediates", None)
+    if inter is None:
+        return False
+    weights = inter.get("weights") if isinstance(inter, dict) else getattr(inter, "weights", None)
+    return weights is not None
+
+
+class StepThroughTab(TabPresenter):
+    tab_id = STEP_THROUGH_TAB
+    shownResult = Signal()  # the strip shows the result on screen, with its intermediates
+
+    def __init__(self, state: AppState, compute: ComputeController, view: StepThroughView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view = view
+        state.view.events.target.connect(self._follow_head)
+
+    def show(self, shown: Shown) -> None:  # noqa: A003
+        if shown.toy is None:
+            self.view.show_message(TOY_ONLY)
+            return
+        result = shown.toy.result
+        if has_stages(result):
+            self.view.set_result(result)
+            self.shownResult.emit()
+            return
+        plan = getattr(result, "plan", None)
+        if "intermediates" in shown.asked or (plan is not None and plan.blocked):
+            self.view.show_message(BOUNDED)
+        elif self.compute.is_busy():
+            self.view.show_message("recomputing this input with every intermediate kept…")
+            self._shown_key = None  # the rerun's result is what this tab waits for
+        else:  # the current parameters or text cannot run
+            self._shown_key = None
+            self.view.show_message(f"the step-through needs a new run with its intermediates: {self.state_problem()}")
+
+    def state_problem(self) -> str:
+        return self.compute.status.message
+
+    def _follow_head(self, target) -> None:
+        if isinstance(target, int):
+            self.view.set_head(target)

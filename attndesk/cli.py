@@ -354,8 +354,7 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
         print(f"attndesk: {problem}; rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()
     try:
-        from attndesk.app import main as app_main
-        from attndesk.app import main_window  # noqa: F401 - fail here, not inside the event loop
+        from attndesk.app.main_window import main as app_main  # optional: without Qt widgets, render instead
     except ImportError as exc:
         print(f"attndesk: the window is not available ({exc}); rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()

@@ -61,19 +61,28 @@ class Driver:
         self.wait_for(1)
 
     def wait_for(self, count: int, timeout_s: float = 60.0) -> None:
+        """Run the real event loop (idle in C++, as in the app: a Python polling loop would take
+        the GIL from the worker) until ``count`` results were shown."""
         deadline = time.perf_counter() + timeout_s
         while len(self.shown) < count:
             if time.perf_counter() > deadline:
                 raise TimeoutError("the window showed no result in time")
-            self.app.processEvents()
-            time.sleep(0.0005)
+            self._run_loop(int(max(1, (deadline - time.perf_counter()) * 1000)), until_shown=True)
+
+    def _run_loop(self, ms: int, until_shown: bool = False) -> None:
+        from PySide6.QtCore import QEventLoop, QTimer
+
+        loop = QEventLoop()
+        QTimer.singleShot(ms, loop.quit)
+        if until_shown:
+            self.window.resultDisplayed.connect(loop.quit)
+        loop.exec()
+        if until_shown:
+            self.window.resultDisplayed.disconnect(loop.quit)
 
     def settle(self, seconds: float = 0.3) -> None:
         """Let late work (a reflow, a slice) finish so it does not count against the next change."""
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            self.app.processEvents()
-            time.sleep(0.001)
+        self._run_loop(int(seconds * 1000))
 
     def set_case(self, length: int) -> None:
         before = len(self.shown)
@@ -99,23 +108,25 @@ class Driver:
     def drag(self, seconds: float = 1.0, step_ms: float = 16.0) -> tuple[int, int, float]:
         """Step the seed every ``step_ms`` for ``seconds``: (steps, results shown, ms from the last
         step to its result)."""
+        from PySide6.QtCore import QTimer
+
         before = len(self.shown)
-        steps, last = 0, 0.0
-        end = time.perf_counter() + seconds
-        next_step = time.perf_counter()
-        while time.perf_counter() < end:
-            if time.perf_counter() >= next_step:
-                self.seed.setValue((self.seed.value() + 1) % 1000)
-                steps, last = steps + 1, time.perf_counter()
-                next_step += step_ms / 1e3
-            self.app.processEvents()
-            time.sleep(0.0005)
+        stamps: list[float] = []
+
+        def step() -> None:
+            self.seed.setValue((self.seed.value() + 1) % 1000)
+            stamps.append(time.perf_counter())
+
+        timer = QTimer(interval=int(step_ms))
+        timer.timeout.connect(step)
+        timer.start()
+        self._run_loop(int(seconds * 1000))
+        timer.stop()
         target = self.seed.value()
         deadline = time.perf_counter() + 30
         while core_seed(self.shown[-1][1]) != target and time.perf_counter() < deadline:
-            self.app.processEvents()
-            time.sleep(0.0005)
-        return steps, len(self.shown) - before, (self.shown[-1][0] - last) * 1e3
+            self._run_loop(50)
+        return len(stamps), len(self.shown) - before, (self.shown[-1][0] - stamps[-1]) * 1e3
 
     def close(self) -> None:
         self.window.close()

@@ -1,37 +1,22 @@
 """The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results.
 
-``MainWindow`` is imported lazily so that ``attndesk.app.worker`` and friends can be used
-without building the whole window.
+``attndesk.app.main_window`` assembles it (``main()`` runs it). ``MainWindow`` is also offered
+here, resolved on first use, so that importing ``attndesk.app.worker`` or ``attndesk.app.state``
+does not build the whole window.
 """
 
 from __future__ import annotations
-
-import sys
 
 from attndesk.qtfix import pin_singletons
 
 pin_singletons()  # before any signal is emitted: see attndesk.qtfix
 
-__all__ = ["MainWindow", "main"]
+__all__ = ["MainWindow"]
 
 
 def __getattr__(name: str):
     if name == "MainWindow":
-        from .main_window import MainWindow
+        from .main_window import MainWindow  # a lazy export, not a cycle: main_window never imports this package's names
 
         return MainWindow
     raise AttributeError(f"module 'attndesk.app' has no attribute {name!r}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Create the QApplication, show the window and run the event loop; returns the exit code."""
-    from PySide6.QtWidgets import QApplication
-
-    from .main_window import MainWindow, settings_org
-
-    app = QApplication.instance() or QApplication(list(sys.argv if argv is None else argv))
-    app.setOrganizationName(settings_org())
-    app.setApplicationName("attndesk")
-    window = MainWindow()
-    window.show()
-    return app.exec()

@@ -29,14 +29,33 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
 
-from .modes.base import Modes
 from .results import Held, InputProblem, Request, Shown, done_line
-from .state import AppState
+from .state import AppState, ModeChoice, ModeId
 from .status import StatusModel
 from .worker import JobRunner
 
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
+
+
+class Modes:
+    """The modes of one window, by ``ModeId.kind``, and every mode's combo entries."""
+
+    def __init__(self, modes: list[Any]) -> None:
+        self._all = list(modes)
+        self._by_kind = {m.kind: m for m in modes if m.kind}
+
+    def __iter__(self):
+        return iter(self._all)
+
+    def for_id(self, mode_id: ModeId):
+        return self._by_kind[mode_id.kind]
+
+    def choices(self) -> list[ModeChoice]:
+        return [choice for mode in self._all for choice in mode.choices()]
+
+    def choice(self, mode_id: ModeId) -> ModeChoice | None:
+        return next((c for c in self.choices() if c.id == mode_id), None)
 
 
 @dataclass
@@ -392,4 +411,4 @@ class SideJobs(QObject):
             callback(result if message is None else message)
 
 
-__all__ = ["ComputeController", "PATIENCE_S", "SideJobs"]
+__all__ = ["ComputeController", "Modes", "PATIENCE_S", "SideJobs"]

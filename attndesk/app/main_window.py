@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, Signal, Slot
@@ -22,10 +23,9 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.errors import ConfigError
 
-from .compute import ComputeController
+from .compute import ComputeController, Modes
 from .export_dialog import ExportDialog
 from .menus import MenuRegistry
-from .modes.base import Modes
 from .modes.long import LongDocumentMode
 from .modes.pretrained import PretrainedMode
 from .modes.toy import ToyMode
@@ -48,7 +48,17 @@ MENU_LAYOUT = {
     "view": ("&View", [("docks",), ("layout",)]),
 }
 
-__all__ = ["MainWindow", "SETTINGS_APP", "app_settings", "settings_org"]
+__all__ = ["MainWindow", "SETTINGS_APP", "app_settings", "main", "settings_org"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Create the QApplication, show the window and run the event loop; returns the exit code."""
+    app = QApplication.instance() or QApplication(list(sys.argv if argv is None else argv))
+    app.setOrganizationName(settings_org())
+    app.setApplicationName(SETTINGS_APP)
+    window = MainWindow()
+    window.show()
+    return app.exec()
 
 
 class MainWindow(QMainWindow):

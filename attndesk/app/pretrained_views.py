@@ -14,20 +14,30 @@ through plain ``paint(painter, rect)`` methods so the window, the export and the
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QMouseEvent, QPainter, QPen
+from PySide6.QtCore import (
+    QBuffer, QByteArray, QIODevice, QMarginsF, QPointF, QRect, QRectF, QSize, QSizeF, Qt, Signal,
+)
+from PySide6.QtGui import (
+    QColor, QFont, QFontMetricsF, QImage, QImageWriter, QMouseEvent, QPageLayout, QPageSize, QPainter, QPdfWriter, QPen,
+)
+from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import (
     QCheckBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip,
     QWidget,
 )
 
-from attndesk.app.panels.heatmap_source import tile_reduce
+from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
+from attndesk.render.export import ExportError, atomic_write, check_size
+
+from .panels.heatmap_source import tile_reduce
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
@@ -505,12 +515,6 @@ class PretrainedControls(QWidget):
 def export_painting(painting, path: str | Path, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
     """Write a ``LayerGridPainting`` as PNG, SVG or PDF (by suffix),
     atomically; labels are text in SVG/PDF. Raises ``ExportError`` with a one-line reason."""
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRect, QSizeF
-    from PySide6.QtGui import QImageWriter, QPageLayout, QPageSize, QPdfWriter
-    from PySide6.QtSvg import QSvgGenerator
-
-    from attndesk.render.export import ExportError, atomic_write, check_size
-
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg", "pdf"):
@@ -569,11 +573,6 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False) 
     row per cell (layer, head, query index, query token, key index, key token, weight). Atomic;
     ``ExportError`` with a one-line reason otherwise. Hidden special tokens are left out, rows
     not re-normalised (as on screen)."""
-    import csv
-    import io
-
-    from attndesk.render.export import ExportError, atomic_write
-
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     keep = result.visible_indices(hide_special)
@@ -611,8 +610,6 @@ def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str
     """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
     ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
     from attndesk.app.pretrained_views import write_grid_png; write_grid_png()"``."""
-    from attndesk.core.pretrained import load_pretrained, run_pretrained
-
     run = run_pretrained(load_pretrained(), text)
     weights, _mask, _hide, hidden = grid_weights(run, True)
     caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from attndesk.core.pretrained import PretrainedResult
 from attndesk.core.result import AttentionResult
 from attndesk.core.types import AttentionMap
 
-from .panels.heatmap_source import HeatmapSource
 from .state import ModeId
+
+if TYPE_CHECKING:  # annotation only: the heatmap widgets' source protocol (panels import this module)
+    from .panels.heatmap_source import HeatmapSource
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Shown:
 
     mode: ModeId
     map: AttentionMap
-    source: HeatmapSource
+    source: "HeatmapSource"
     facts: RunFacts
     queries: TokenRows
     keys: TokenRows | None  # None: self-attention (the keys are the queries)
@@ -95,6 +97,12 @@ class Shown:
     @property
     def length(self) -> int:
         return len(self.queries.tokens)
+
+    @property
+    def indexable(self) -> bool:
+        """Whether the map holds every weight by position (a memory-bounded run keeps an overview)."""
+        w = self.map.weights
+        return self.map.pyramid is None and np.ndim(w) == 3 and tuple(np.shape(w)[1:]) == self.map.shape
 
 
 @dataclass(frozen=True)

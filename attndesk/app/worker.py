@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from attndesk.core.errors import Cancelled
+
 _THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
 
 # At most this many progress signals per second cross to the GUI thread (a blocked core may
@@ -115,10 +117,6 @@ class _Worker(QObject):
 
 
 def _is_cancelled(exc: BaseException) -> bool:
-    try:
-        from attndesk.core.errors import Cancelled
-    except ImportError:  # core not importable: fall back to the name
-        return type(exc).__name__ == "Cancelled"
     return isinstance(exc, Cancelled)
 
 

@@ -101,24 +101,4 @@ class ModeBase:
         pass
 
 
-class Modes:
-    """The modes of one window, by ``ModeId.kind``, and every mode's combo entries."""
-
-    def __init__(self, modes: list[Any]) -> None:
-        self._all = list(modes)
-        self._by_kind = {m.kind: m for m in modes if m.kind}
-
-    def __iter__(self):
-        return iter(self._all)
-
-    def for_id(self, mode_id: ModeId):
-        return self._by_kind[mode_id.kind]
-
-    def choices(self) -> list[ModeChoice]:
-        return [choice for mode in self._all for choice in mode.choices()]
-
-    def choice(self, mode_id: ModeId) -> ModeChoice | None:
-        return next((c for c in self.choices() if c.id == mode_id), None)
-
-
-__all__ = ["Assembly", "Mode", "ModeBase", "ModeChoice", "Modes", "PanelView"]
+__all__ = ["Assembly", "Mode", "ModeBase", "ModeChoice", "PanelView"]

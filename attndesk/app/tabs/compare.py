@@ -16,7 +16,6 @@ from ..results import Shown
 from ..state import AppState
 from ..views.compare import CompareView
 from .base import TabPresenter
-from .headstats import indexable
 
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
 
@@ -42,7 +41,7 @@ class CompareTab(TabPresenter):
         state.view.events.target.connect(self._follow_head)
 
     def show(self, shown: Shown) -> None:  # noqa: A003
-        if not indexable(shown) or shown.export_result is None:
+        if not shown.indexable or shown.export_result is None:
             self.view.show_unavailable(TOO_LONG)
             return
         text = shown.toy.text if shown.toy is not None else None

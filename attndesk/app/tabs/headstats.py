@@ -17,12 +17,6 @@ from .base import TabPresenter
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text for head statistics"
 
 
-def indexable(shown: Shown) -> bool:
-    """Whether the map holds every weight by position (a memory-bounded run keeps an overview)."""
-    w = shown.map.weights
-    return shown.map.pyramid is None and np.ndim(w) == 3 and tuple(np.shape(w)[1:]) == shown.map.shape
-
-
 def statistics_job(weights: np.ndarray, special: list[str], layered: bool):
     """Worker: per-head (or per layer and head) statistics of ``weights``."""
     return layer_statistics(weights, special=special) if layered else head_statistics(weights, special=special)
@@ -47,7 +41,7 @@ class HeadStatsTab(TabPresenter):
             run = shown.layers
             weights, special, layered, shape = run.weights, list(run.tokens), True, tuple(run.weights.shape[-2:])
             message = "computing the statistics of every layer and head…"
-        elif indexable(shown):
+        elif shown.indexable:
             weights, special, layered, shape = shown.map.weights, list(shown.map.keys), False, shown.map.shape
             message = "computing head statistics…"
         else:

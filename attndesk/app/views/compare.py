@@ -73,6 +73,11 @@ class CompareView(QWidget):
         self._means: dict[int, np.ndarray] = {}  # id(array) -> its mean over heads (cached per A/B pair)
         self._toy = True  # the teaching pairs apply to B
 
+        self._build_controls()
+        self._build_plots()
+        self._lay_out()
+
+    def _build_controls(self) -> None:
         self.pinButton = QPushButton("Pin current as A")
         self.pinButton.setObjectName("pinButton")
         self.pinButton.clicked.connect(self.pin)
@@ -94,7 +99,9 @@ class CompareView(QWidget):
             self.teachButtons[kind] = button
             teach.addWidget(button)
         teach.addStretch(1)
+        self._teach_row = teach
 
+    def _build_plots(self) -> None:
         self.plotA = MatrixPlot("A")
         self.plotB = MatrixPlot("B")
         self.plotDiff = MatrixPlot("B − A")
@@ -114,6 +121,8 @@ class CompareView(QWidget):
         self.explanationText.setStyleSheet("font-family: monospace")
         self.explanationText.hide()
 
+    def _lay_out(self) -> None:
+        teach = self._teach_row
         bar = QHBoxLayout()
         bar.addWidget(self.pinButton)
         bar.addWidget(QLabel("show"))

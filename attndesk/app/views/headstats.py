@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
+from attndesk.render.export import ExportError, atomic_write
 
 # (field, header, tooltip)
 COLUMNS = (
@@ -166,8 +167,6 @@ class HeadStatsView(QWidget):
 
     def export_csv(self, path: str) -> str:
         """Write the table (every head, full precision) to ``path`` atomically."""
-        from attndesk.render.export import atomic_write
-
         columns = [c[0] for c in COLUMNS] if self._layered else [c[0] for c in COLUMNS[1:]]
         return str(atomic_write(path, statistics_csv(self._stats, columns).encode("utf-8")))
 
@@ -263,8 +262,6 @@ class HeadStatsView(QWidget):
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        from attndesk.render import ExportError
-
         if not self._stats:
             self.infoLabel.setText("nothing to export yet")
             return

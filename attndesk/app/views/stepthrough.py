@@ -76,6 +76,23 @@ class StepThroughView(QWidget):
         self.arithmeticLabel.setMinimumHeight(80)
         self.arithmeticLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
 
+        strip = self._build_strip()
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(strip)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+
+        top = QHBoxLayout()
+        top.addWidget(self.headSpin)
+        top.addWidget(self.infoLabel, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.arithmeticLabel)
+
+    def _build_strip(self) -> QWidget:
+        """The stages, five to a row, each a MatrixPlot with its title and hover read-out."""
         self.plots: dict[str, MatrixPlot] = {}
         strip = QWidget()
         # the strip wraps after PER_ROW stages (a 10-wide row would hide the weights off screen):
@@ -105,19 +122,7 @@ class StepThroughView(QWidget):
         for name, plot in self.plots.items():
             if name != "weights":  # the other stages read out the value under the mouse
                 plot.cellHovered.connect(partial(self.hover_stage, name))
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(strip)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-
-        top = QHBoxLayout()
-        top.addWidget(self.headSpin)
-        top.addWidget(self.infoLabel, 1)
-        layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(self.scroll, 1)
-        layout.addWidget(self.arithmeticLabel)
+        return strip
 
     # -- API -------------------------------------------------------------------------------------
     def result(self):

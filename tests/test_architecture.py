@@ -1,0 +1,54 @@
+"""The window's structure stays as designed: import-linter's contracts (pyproject.toml), no attndesk
+import hidden inside a function, and functions short enough to read at once."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "attndesk" / "app"
+# the heatmap widgets and the export dialog are the renderer's part of the window (its branch converts them)
+RENDER_OWNED = {"panels/heatmaps.py", "panels/heatmap_source.py", "panels/token_axis.py", "long_source.py",
+                "views/heatmap.py", "export_dialog.py"}
+MAX_LINES = 60
+
+
+def _app_modules():
+    for path in sorted(APP.rglob("*.py")):
+        if path.relative_to(APP).as_posix() not in RENDER_OWNED:
+            yield path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _functions(tree):
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_import_contracts_hold():
+    lint = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+def test_no_attndesk_import_hides_in_a_function():
+    hidden = []
+    for path, tree in _app_modules():
+        for fn in _functions(tree):
+            if path.name == "__init__.py" and fn.name == "__getattr__":
+                continue  # a package's lazy export (attndesk.app.MainWindow)
+            for node in ast.walk(fn):
+                relative = isinstance(node, ast.ImportFrom) and node.level > 0
+                named = (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attndesk")) or (
+                    isinstance(node, ast.Import) and any(a.name.startswith("attndesk") for a in node.names))
+                if relative or named:
+                    hidden.append(f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}")
+    assert hidden == []
+
+
+def test_functions_fit_on_a_screen():
+    long = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
+            for path, tree in _app_modules() for fn in _functions(tree) if fn.end_lineno - fn.lineno + 1 > MAX_LINES]
+    assert long == []

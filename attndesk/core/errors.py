@@ -5,5 +5,10 @@ class ConfigError(ValueError):
     """A value the user chose cannot work; the message says what to change."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A value of the wrong type (text=None, scaled="no"): a ConfigError for callers that report
+    settings, and a TypeError for callers that expect Python's usual exception for a wrong type."""
+
+
 class Cancelled(RuntimeError):
     """A long computation was stopped by its caller (``should_cancel`` returned True)."""

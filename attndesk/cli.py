@@ -160,7 +160,7 @@ def _region(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
     return (q0, q1), (k0, k1)
 
 
-_DASH_VALUE = re.compile(r"-[\d.]")  # "-1:2,0:2", "-.5": a value, not a flag
+_DASH_VALUE = re.compile(r"-([\d.]|nan|inf)", re.IGNORECASE)  # "-1:2,0:2", "-.5", "-inf": a value, not a flag
 
 
 def attach_dash_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -236,10 +236,11 @@ def scaled_dot_product_attention(
     (applied in its training mode only), acting on the weights as in the Transformer paper.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if dropout is None and _fast_path_ok(query, key, value, mask):
+    fast = dropout is None and _fast_path_ok(query, key, value, mask)
+    copies = 1 if fast else 2 if dropout is None else 4
+    _check_matrix_size(_score_shape(query, key), query.element_size(), copies, "the attention weights")
+    if fast:
         return _blocked_attention(query, key, value, mask, scale)
-    shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.shape[-2], key.shape[-2])
-    _check_matrix_size(shape, query.element_size(), 2 if dropout is None else 4, "the attention scores")
     scores = torch.matmul(query, key.transpose(-2, -1))  # [..., Lq, Lk]
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
     if scale != 1.0:
@@ -291,7 +292,7 @@ def attend(
     qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
     shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
     copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention scores")
+    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights")
     scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
     scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
     if keep is not None:
@@ -344,12 +345,14 @@ def attend_heads(
     blocked fast path (its stages interleave block by block, so a real timer gets the
     stage-by-stage reference path).
     """
-    if dropout is None and keep is None and isinstance(timer, NullTimer) and _fast_path_ok(q, k, v, mask):
+    fast = dropout is None and keep is None and isinstance(timer, NullTimer) and _fast_path_ok(q, k, v, mask)
+    # the fast path fills one weights buffer; the reference path holds scores and weights, the
+    # dropout noise and its output, and the kept stages
+    copies = 1 if fast else 2 + (dropout is not None) * 2 + (keep is not None) * 4
+    _check_matrix_size(_score_shape(q, k), q.element_size(), copies, "the attention weights")
+    if fast:
         return _blocked_attention(q, k, v, mask, scale)
     grad = torch.is_grad_enabled() and q.requires_grad
-    shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
-    copies = 2 + (dropout is not None) * 2 + (keep is not None) * 4  # scores, weights; dropout; kept stages
-    _check_matrix_size(shape, q.element_size(), copies, "the attention scores")
     with timer.stage("scores"):
         scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, Lq, Lk]
         if keep is not None:
@@ -385,6 +388,11 @@ def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> Non
     item = torch.get_default_dtype().itemsize
     need = layers * (embed_dim * width + width) * item
     require_free_memory(need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims")
+
+
+def _score_shape(q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...]:
+    """[..., Lq, Lk]: the shape of the scores of q [..., Lq, d] against k [..., Lk, d]."""
+    return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
 
 
 def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str) -> None:

@@ -24,6 +24,8 @@ PARAMETER_FLOOR = 256 * 2**20
 # Per token, beside the tensors: the tokenizer's three Python lists (tokens, ids, unknown flags:
 # a pointer each) and the int64 ids tensor.
 TOKEN_LIST_BYTES = 32
+# Below this a size is not worth reading /proc/meminfo for (validate() runs on every edit).
+SMALL_BYTES = 64 * 2**20
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -111,6 +113,8 @@ def check_parameters(config: "AttentionConfig") -> None:
     """ConfigError when the model's parameters do not fit (see ``parameter_limit``), naming the
     size field most over what fits and the largest value of it that fits."""
     estimate = estimate_parameters(config)
+    if estimate.total <= SMALL_BYTES:
+        return
     limit, where = parameter_limit(config)
     if estimate.total <= limit:
         return
@@ -157,11 +161,9 @@ def minimum_run_bytes(config: "AttentionConfig", query_len: int, key_len: int | 
 def check_length(config: "AttentionConfig", length: int, what: str) -> None:
     """ConfigError when ``length`` tokens cannot fit in free memory on any path, saying how many
     do (e.g. for pad_to, checked before the tokenizer builds a list of that many [PAD])."""
-    free = available_memory()
-    if free is None:
-        return
     need = minimum_run_bytes(config, length)
-    if need <= free:
+    free = available_memory() if need > SMALL_BYTES else None
+    if free is None or need <= free:
         return
     fit = largest_fitting(lambda n: minimum_run_bytes(config, n), 1, length, free)
     raise ConfigError(
@@ -213,7 +215,7 @@ def estimate_run(config: "AttentionConfig", query_len: int, key_len: int | None 
 def require_free_memory(need: int, what: str, fix: str) -> None:
     """The last guard before a large allocation (the layers' whole-matrix paths): ConfigError
     when ``need`` bytes exceed the free memory, with ``what`` it was for and how to ``fix`` it."""
-    if need < 64 * 2**20:  # too small to matter: skip reading /proc/meminfo on every call
+    if need <= SMALL_BYTES:
         return
     free = available_memory()
     if free is not None and need > free:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from .config import AttentionConfig
 from .devices import DTYPES
 from .errors import ConfigError
-from .memory import available_memory, estimate_run, format_bytes, largest_fitting
+from . import memory
+from .memory import estimate_run, format_bytes, largest_fitting
 
 FULL, BLOCKED, PYRAMID = "full", "blocked", "pyramid"
 OVERVIEW_PX = 2048  # the overview's larger side, in tiles (pixels), when the budget allows
@@ -196,7 +197,9 @@ def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
     """ConfigError when ``plan``'s peak exceeds the machine's free memory, saying what fits: a
     full run allowed by a budget larger than the free memory should go through blocks; a
     blocked run too large even so should be shorter (the largest length that fits is given)."""
-    free = available_memory()
+    if plan.peak_bytes <= memory.SMALL_BYTES:
+        return
+    free = memory.available_memory()
     if free is None or plan.peak_bytes <= free:
         return
     size = f"{plan.lq:,} tokens" if plan.lq == plan.lk else f"{plan.lq:,} x {plan.lk:,} tokens"

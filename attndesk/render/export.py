@@ -19,7 +19,8 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 
 from attndesk.core import atomic
-from attndesk.core.memory import available_memory, format_bytes
+from attndesk.core import memory
+from attndesk.core.memory import format_bytes
 
 from .figure import HeatmapFigure, paint_figure, parse_which, suggested_size
 
@@ -127,7 +128,7 @@ def check_image_memory(width: int, height: int) -> None:
     """A PNG is painted into a width x height RGB32 image and encoded in memory (up to about as
     large again): ExportError when that cannot fit in free memory, with the size that does."""
     need = width * height * 4 * 2
-    free = available_memory()
+    free = memory.available_memory()
     if free is None or need <= free:
         return
     shrink = math.sqrt(free / need)

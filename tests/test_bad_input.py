@@ -290,3 +290,15 @@ def test_a_model_config_json_nested_too_deeply_or_with_a_huge_number(tmp_path):
 def test_good_input_still_runs():
     result = run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat")
     np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-6)
+
+
+def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
+    from attndesk.core.compare import ComparisonError, diff_arrays
+
+    monkeypatch.setattr(memory, "available_memory", lambda: 100 * 2**20)
+    big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))  # no memory of its own
+    with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) would take "
+                                              r"488\.3 MiB, more than the 100\.0 MiB of free memory"):
+        diff_arrays(big, big)
+    small = diff_arrays(np.zeros((2, 3, 3)), np.ones((2, 3, 3)))
+    assert small.max_abs == 1.0

@@ -302,3 +302,16 @@ def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
         diff_arrays(big, big)
     small = diff_arrays(np.zeros((2, 3, 3)), np.ones((2, 3, 3)))
     assert small.max_abs == 1.0
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(embed_dim=10**6), "embed_dim"), (dict(vocab_size=10**9), "vocab_size"),
+    (dict(num_heads=1, hidden_dim=10**9), "hidden_dim"), (dict(pad_to=10**8), "pad_to"),
+    (dict(num_heads=6), "num_heads"), (dict(scaled="no"), "scaled"), (dict(dropout=2.0), "dropout"),
+    (dict(mask="x"), "mask"), (dict(seed=-1), "seed"), (dict(memory_budget=0), "memory_budget"),
+])
+def test_the_error_names_the_field_at_fault(changes, field):
+    # the window shows the message next to that field's control
+    with pytest.raises(ConfigError) as info:
+        _config(**changes).validate()
+    assert info.value.field == field

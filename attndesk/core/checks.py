@@ -33,10 +33,10 @@ def whole_number(name: str, value: Any, *, minimum: int = 1, maximum: int | None
     """An int (not a bool) in [minimum, maximum]; ConfigTypeError / ConfigError otherwise."""
     what = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigTypeError(f"{name} must be {what}, got {shown(value)} ({type_name(value)})")
+        raise ConfigTypeError(f"{name} must be {what}, got {shown(value)} ({type_name(value)})", field=name)
     if value < minimum or (maximum is not None and value > maximum):
         bound = "" if maximum is None else f" and at most {maximum:,}"
-        raise ConfigError(f"{name} must be {what}{bound}, got {shown(value)}")
+        raise ConfigError(f"{name} must be {what}{bound}, got {shown(value)}", field=name)
     return value
 
 
@@ -44,33 +44,33 @@ def real_number(name: str, value: Any, *, low: float, high: float, high_open: bo
     """A finite int or float (not a bool) in [low, high] (or [low, high)); else one line."""
     interval = f"[{low:g}, {high:g}{')' if high_open else ']'}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(f"{name} must be a number in {interval}, got {shown(value)} ({type_name(value)})")
+        raise ConfigTypeError(f"{name} must be a number in {interval}, got {shown(value)} ({type_name(value)})", field=name)
     value = float(value)
     if not math.isfinite(value) or value < low or value > high or (high_open and value == high):
-        raise ConfigError(f"{name} must be in {interval}, got {value!r}")
+        raise ConfigError(f"{name} must be in {interval}, got {value!r}", field=name)
     return value
 
 
 def boolean(name: str, value: Any) -> bool:
     """True or False only: a string such as "no" is truthy, which is why it is refused."""
     if not isinstance(value, bool):
-        raise ConfigTypeError(f"{name} must be true or false, got {shown(value)} ({type_name(value)})")
+        raise ConfigTypeError(f"{name} must be true or false, got {shown(value)} ({type_name(value)})", field=name)
     return value
 
 
 def choice(name: str, value: Any, choices: Iterable[str]) -> str:
     options = tuple(choices)
     if not isinstance(value, str) or value not in options:
-        raise ConfigError(f"unknown {name} {shown(value)}; choose one of: {', '.join(options)}")
+        raise ConfigError(f"unknown {name} {shown(value)}; choose one of: {', '.join(options)}", field=name)
     return value
 
 
 def text_argument(name: str, value: Any) -> str:
     """A str to attend over; a wrong type is named (None, bytes, a number), not called empty."""
     if isinstance(value, (bytes, bytearray)):
-        raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}: decode it first (e.g. .decode('utf-8'))")
+        raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}: decode it first (e.g. .decode('utf-8'))", field=name)
     if not isinstance(value, str):
-        raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}")
+        raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}", field=name)
     return value
 
 

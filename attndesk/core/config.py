@@ -82,17 +82,18 @@ class AttentionConfig:
         if self.embed_dim % self.num_heads:
             raise ConfigError(
                 f"{self.num_heads:,} heads do not divide embed_dim {self.embed_dim}; "
-                f"valid head counts: {_listed(divisors(self.embed_dim))}"
+                f"valid head counts: {_listed(divisors(self.embed_dim))}", field="num_heads"
             )
         if self.pad_to is not None:
-            check_length(self, self.pad_to, "pad_to")
+            check_length(self, self.pad_to, "pad_to", field="pad_to")
         return self
 
     def _check_fields(self) -> None:
         for name in _WHOLE_FIELDS:
             whole_number(name, getattr(self, name))
         if self.vocab_size < 3:
-            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}")
+            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}",
+                              field="vocab_size")
         for name in _FLAG_FIELDS:
             boolean(name, getattr(self, name))
         choice("mask", self.mask, MASK_KINDS)
@@ -110,10 +111,10 @@ class AttentionConfig:
         if self.device != "auto" and reasons[self.device] is not None:
             raise ConfigError(
                 f"device {self.device!r} is not available ({reasons[self.device]}); "
-                f"available: {', '.join(available_devices())}"
+                f"available: {', '.join(available_devices())}", field="device"
             )
         if self.dtype == "float64" and self.device == "mps":
-            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device")
+            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device", field="dtype")
 
     # -- conveniences -----------------------------------------------------------------------
     @property

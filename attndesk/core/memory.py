@@ -134,8 +134,9 @@ def check_parameters(config: "AttentionConfig") -> None:
     if size < 0.95 * estimate.total:
         line += f" ({format_bytes(estimate.total)} in all)"
     if fixable:
-        raise ConfigError(f"{line}; at most {fit:,} fits in {where}")
-    raise ConfigError(f"{line}; the model does not fit in {where} even at the smallest sizes: raise the memory budget")
+        raise ConfigError(f"{line}; at most {fit:,} fits in {where}", field=name)
+    raise ConfigError(f"{line}; the model does not fit in {where} even at the smallest sizes: raise the memory budget",
+                      field="memory_budget")
 
 
 def _part_of(name: str, estimate: ParameterEstimate) -> tuple[str, int]:
@@ -158,7 +159,7 @@ def minimum_run_bytes(config: "AttentionConfig", query_len: int, key_len: int | 
     return int(TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * config.embed_dim + (lq + 2 * lk) * width))
 
 
-def check_length(config: "AttentionConfig", length: int, what: str) -> None:
+def check_length(config: "AttentionConfig", length: int, what: str, field: str | None = None) -> None:
     """ConfigError when ``length`` tokens cannot fit in free memory on any path, saying how many
     do (e.g. for pad_to, checked before the tokenizer builds a list of that many [PAD])."""
     need = minimum_run_bytes(config, length)
@@ -168,7 +169,7 @@ def check_length(config: "AttentionConfig", length: int, what: str) -> None:
     fit = largest_fitting(lambda n: minimum_run_bytes(config, n), 1, length, free)
     raise ConfigError(
         f"{what} {length:,} needs at least {format_bytes(need)} for the token embeddings and projections; "
-        f"at most {fit:,} tokens fit in the {format_bytes(free)} of free memory"
+        f"at most {fit:,} tokens fit in the {format_bytes(free)} of free memory", field=field
     )
 
 

@@ -313,5 +313,5 @@ def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
 def test_the_error_names_the_field_at_fault(changes, field):
     # the window shows the message next to that field's control
     with pytest.raises(ConfigError) as info:
-        _config(**changes).validate()
+        AttentionConfig(**changes).validate()
     assert info.value.field == field

@@ -28,7 +28,7 @@ FREE = 8 * GIB  # the free memory every test here sees
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda: FREE)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: FREE)
 
 
 def _config(**changes) -> AttentionConfig:
@@ -119,7 +119,7 @@ def test_the_parameter_estimate_is_the_model_built(monkeypatch):
 
 
 def test_the_parameter_limit_is_the_free_memory_when_smaller(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda: 300 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 300 * 2**20)
     with pytest.raises(ConfigError, match=r"embed dim 4,096 needs .* fits in the 300\.0 MiB of free memory"):
         _config(embed_dim=4096).validate()
 
@@ -193,7 +193,7 @@ def test_whole_matrix_paths_refuse_what_cannot_fit(call):
 def test_a_run_whose_full_path_exceeds_free_memory_is_refused_before_it_starts(monkeypatch):
     text = " ".join(["the cat sat on the mat"] * 400)  # 2,400 tokens: full peak ~ 0.4 GiB at 8 heads
     config = AttentionConfig(num_heads=8, memory_budget=64 * GIB)  # a budget larger than the machine
-    monkeypatch.setattr(memory, "available_memory", lambda: 200 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 200 * 2**20)
     with pytest.raises(ConfigError, match=r"8 heads x 2,400 tokens: the full run needs .* more than the 200\.0 MiB of "
                                           r"free memory; set the memory budget below 200\.0 MiB so that it runs in blocks"):
         run_attention(config, text)
@@ -205,7 +205,7 @@ def test_a_run_whose_full_path_exceeds_free_memory_is_refused_before_it_starts(m
 def test_a_memory_bounded_run_too_large_says_how_many_tokens_fit(monkeypatch):
     config = AttentionConfig(embed_dim=512, num_heads=8, memory_budget=2 * GIB)
     text = "word " * 200_000
-    monkeypatch.setattr(memory, "available_memory", lambda: 1 * GIB)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 1 * GIB)
     with pytest.raises(ConfigError) as info:
         plan_text(config, text)
     message = str(info.value)
@@ -295,7 +295,7 @@ def test_good_input_still_runs():
 def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
     from attndesk.core.compare import ComparisonError, diff_arrays
 
-    monkeypatch.setattr(memory, "available_memory", lambda: 100 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
     big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))  # no memory of its own
     with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) would take "
                                               r"488\.3 MiB, more than the 100\.0 MiB of free memory"):
@@ -315,3 +315,18 @@ def test_the_error_names_the_field_at_fault(changes, field):
     with pytest.raises(ConfigError) as info:
         AttentionConfig(**changes).validate()
     assert info.value.field == field
+
+
+def test_free_memory_of_a_cuda_device_is_the_smaller_of_ram_and_the_gpu(monkeypatch):
+    import types
+
+    import psutil
+
+    monkeypatch.undo()  # the real available_memory, with psutil and CUDA answers of our own
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(available=20 * GIB))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (5 * GIB, 80 * GIB))
+    assert memory.available_memory() == 20 * GIB
+    assert memory.available_memory("cpu") == 20 * GIB
+    assert memory.available_memory("cuda:0") == 5 * GIB
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 * GIB, 141 * GIB))
+    assert memory.available_memory("cuda") == 20 * GIB

@@ -25,7 +25,7 @@ FREE = 8 * 2**30
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda: FREE)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: FREE)
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -88,7 +88,7 @@ def test_bad_input_is_one_line_and_no_folder(capsys, tmp_path, args, fragment):
 
 
 def test_a_png_larger_than_free_memory_says_what_fits(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda: 100 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
     code, out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--out", str(tmp_path / "o"))
     assert code == 2 and len(err) == 1
     assert "a 16384x4096 PNG needs 512.0 MiB to paint and encode, more than the 100.0 MiB of free memory; " \

@@ -16,7 +16,7 @@ from attndesk.core import AttentionConfig, memory
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda *device: 8 * 2**30)
 
 
 def _session(config: dict, **fields) -> str:

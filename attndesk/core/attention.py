@@ -238,7 +238,7 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     fast = dropout is None and _fast_path_ok(query, key, value, mask)
     copies = 1 if fast else 2 if dropout is None else 4
-    _check_matrix_size(_score_shape(query, key), query.element_size(), copies, "the attention weights")
+    _check_matrix_size(_score_shape(query, key), query.element_size(), copies, "the attention weights", query.device)
     if fast:
         return _blocked_attention(query, key, value, mask, scale)
     scores = torch.matmul(query, key.transpose(-2, -1))  # [..., Lq, Lk]
@@ -292,7 +292,7 @@ def attend(
     qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
     shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
     copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights")
+    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights", q.device)
     scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
     scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
     if keep is not None:
@@ -349,7 +349,7 @@ def attend_heads(
     # the fast path fills one weights buffer; the reference path holds scores and weights, the
     # dropout noise and its output, and the kept stages
     copies = 1 if fast else 2 + (dropout is not None) * 2 + (keep is not None) * 4
-    _check_matrix_size(_score_shape(q, k), q.element_size(), copies, "the attention weights")
+    _check_matrix_size(_score_shape(q, k), q.element_size(), copies, "the attention weights", q.device)
     if fast:
         return _blocked_attention(q, k, v, mask, scale)
     grad = torch.is_grad_enabled() and q.requires_grad
@@ -395,12 +395,13 @@ def _score_shape(q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...]:
     return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
 
 
-def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str) -> None:
+def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str, device: torch.device) -> None:
     """The whole-matrix paths allocate ``copies`` [..., Lq, Lk] buffers at once: refuse one that
     cannot fit in free memory (the planner sends long runs through query blocks before this)."""
     need = math.prod(shape) * item * copies
     require_free_memory(need, f"{what} {list(shape)} ({copies} buffers)",
-                        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)")
+                        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)",
+                        device=str(device))
 
 
 class SingleHeadAttention(nn.Module):

@@ -38,15 +38,31 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def available_memory() -> int | None:
-    """Bytes the machine can still hand out without swapping (psutil's 'available'); None when
-    it cannot be read (then only the memory budget is checked)."""
+def available_memory(device: str | None = None) -> int | None:
+    """Bytes the machine can still hand out without swapping (psutil's 'available'); for a CUDA
+    device the smaller of that and the GPU's free memory (models are built in RAM, then moved).
+    None when it cannot be read (then only the memory budget is checked)."""
     try:
         import psutil
 
-        return int(psutil.virtual_memory().available)
+        free = int(psutil.virtual_memory().available)
     except Exception:  # psutil missing or sandboxed
-        return None
+        free = None
+    if device is not None and str(device).startswith("cuda"):
+        try:
+            import torch
+
+            gpu = int(torch.cuda.mem_get_info(torch.device(device))[0])
+            free = gpu if free is None else min(free, gpu)
+        except Exception:  # no CUDA here after all: the device check reports that
+            pass
+    return free
+
+
+def _device_of(config: "AttentionConfig") -> str:
+    from .devices import resolve_device
+
+    return str(resolve_device(config.device))
 
 
 def largest_fitting(need: Callable[[int], int], low: int, high: int, limit: int) -> int:
@@ -98,7 +114,7 @@ def estimate_parameters(config: "AttentionConfig") -> ParameterEstimate:
 def parameter_limit(config: "AttentionConfig") -> tuple[int, str]:
     """(bytes the parameters may take, what that limit is, for a message)."""
     budget = max(config.budget_bytes, PARAMETER_FLOOR)
-    free = available_memory()
+    free = available_memory(_device_of(config))
     if free is not None and free < budget:
         return free, f"the {format_bytes(free)} of free memory"
     if config.budget_bytes < PARAMETER_FLOOR:
@@ -163,7 +179,7 @@ def check_length(config: "AttentionConfig", length: int, what: str, field: str |
     """ConfigError when ``length`` tokens cannot fit in free memory on any path, saying how many
     do (e.g. for pad_to, checked before the tokenizer builds a list of that many [PAD])."""
     need = minimum_run_bytes(config, length)
-    free = available_memory() if need > SMALL_BYTES else None
+    free = available_memory(_device_of(config)) if need > SMALL_BYTES else None
     if free is None or need <= free:
         return
     fit = largest_fitting(lambda n: minimum_run_bytes(config, n), 1, length, free)
@@ -213,11 +229,12 @@ def estimate_run(config: "AttentionConfig", query_len: int, key_len: int | None 
     return RunEstimate(weights_bytes=weights_bytes, peak_bytes=int(peak), flops=int(flops))
 
 
-def require_free_memory(need: int, what: str, fix: str) -> None:
+def require_free_memory(need: int, what: str, fix: str, device: str | None = None) -> None:
     """The last guard before a large allocation (the layers' whole-matrix paths): ConfigError
-    when ``need`` bytes exceed the free memory, with ``what`` it was for and how to ``fix`` it."""
+    when ``need`` bytes exceed the free memory (of ``device``), with ``what`` it was for and how
+    to ``fix`` it."""
     if need <= SMALL_BYTES:
         return
-    free = available_memory()
+    free = available_memory(device)
     if free is not None and need > free:
         raise ConfigError(f"{what} would take {format_bytes(need)}, more than the {format_bytes(free)} of free memory; {fix}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import AttentionConfig
-from .devices import DTYPES
+from .devices import DTYPES, resolve_device
 from .errors import ConfigError
 from . import memory
 from .memory import estimate_run, format_bytes, largest_fitting
@@ -199,7 +199,7 @@ def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
     blocked run too large even so should be shorter (the largest length that fits is given)."""
     if plan.peak_bytes <= memory.SMALL_BYTES:
         return
-    free = memory.available_memory()
+    free = memory.available_memory(str(resolve_device(config.device)))
     if free is None or plan.peak_bytes <= free:
         return
     size = f"{plan.lq:,} tokens" if plan.lq == plan.lk else f"{plan.lq:,} x {plan.lk:,} tokens"

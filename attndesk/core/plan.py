@@ -62,14 +62,19 @@ class RunPlan:
     intermediates: bool = False  # planned for a run that keeps its intermediates (more on the full path)
 
     @property
+    def size_text(self) -> str:
+        """'8 heads x 16,384 tokens' (or 'x 100 x 2,000 tokens' for cross-attention)."""
+        size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
+        return f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
+
+    @property
     def blocked(self) -> bool:
         return self.kind != FULL
 
     def describe(self, *, eta: bool = True) -> str:
         """One line for the status bar: sizes, budget, and what will be kept; ``eta=False`` leaves out
         the time estimate (a finished run's notice: its real time is known, the estimate is FLOPs only)."""
-        size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
-        head = f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
+        head = self.size_text
         budget = format_bytes(self.budget)
         weights = format_bytes(self.weights_bytes)
         eta = "" if self.seconds is None or not eta else f" ({_duration(self.seconds)})"
@@ -202,12 +207,10 @@ def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
     free = memory.available_memory(str(resolve_device(config.device)))
     if free is None or plan.peak_bytes <= free:
         return
-    size = f"{plan.lq:,} tokens" if plan.lq == plan.lk else f"{plan.lq:,} x {plan.lk:,} tokens"
-    head = f"{plan.num_heads} head{'s' if plan.num_heads != 1 else ''} x {size}"
     need, room = format_bytes(plan.peak_bytes), format_bytes(free)
     if plan.kind == FULL:
         raise ConfigError(
-            f"{head}: the full run needs {need}, more than the {room} of free memory; "
+            f"{plan.size_text}: the full run needs {need}, more than the {room} of free memory; "
             f"set the memory budget below {room} so that it runs in blocks"
         )
 
@@ -216,5 +219,7 @@ def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
         return plan_run(config, n, lk, keep_intermediates=plan.intermediates).peak_bytes
 
     fit = largest_fitting(peak, 1, plan.lq, free)
-    what = "nothing fits" if fit < 1 else f"at most {fit:,} query tokens fit" if plan.lq != plan.lk else f"at most {fit:,} tokens fit"
-    raise ConfigError(f"{head}: even the memory-bounded run needs about {need}, more than the {room} of free memory; {what}")
+    tokens = "tokens" if plan.lq == plan.lk else "query tokens"
+    what = f"at most {fit:,} {tokens} fit" if fit >= 1 else "not even one token fits"
+    raise ConfigError(f"{plan.size_text}: even the memory-bounded run needs about {need}, more than the {room} of "
+                      f"free memory; {what}")

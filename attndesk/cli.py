@@ -2,7 +2,8 @@
 
 ``attndesk render`` runs the same core as the window and writes the same figures (Qt offscreen,
 no display needed), so heatmaps can be scripted and ``make run`` has a fallback without a
-display. Every failure the user can fix ends in one line on stderr and a non-zero exit code.
+display. Every failure the user can fix ends in one line on stderr and a non-zero exit code,
+before anything is written; the files of one command are written all-or-nothing.
 """
 
 from __future__ import annotations

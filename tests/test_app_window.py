@@ -342,3 +342,17 @@ def test_a_longer_text_shows_every_row_and_column(qtbot, window):
         assert image.image.shape == (L, L)
         (x0, x1), (y0, y1) = vb.viewRange()
         assert (x0, x1) == pytest.approx((0, L)) and (y0, y1) == pytest.approx((0, L))
+
+
+def test_a_size_that_cannot_fit_is_said_next_to_its_control(qtbot, window):
+    before = window.displayed_result()
+    panel = window.parametersPanel
+    with qtbot.assertNotEmitted(window.resultDisplayed, wait=300):
+        panel.embedDimSpin.setValue(100_000_000)
+    label = panel.findChild(type(panel.headsError), "embed_dimError")
+    assert label.isVisibleTo(window) and "embed" in label.text() and "\n" not in label.text()
+    assert panel.embedDimSpin.styleSheet() and not panel.generalError.isVisibleTo(window)
+    assert window.state.config.embed_dim == 100_000_000  # kept as typed, never clamped
+    assert window.displayed_result() is before and "fix the parameters" in window.status_text()
+    wait_result(qtbot, window, lambda: panel.embedDimSpin.setValue(64))
+    assert not label.isVisibleTo(window) and not panel.embedDimSpin.styleSheet()

@@ -29,7 +29,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
 
-from .results import Held, InputProblem, Request, Shown, done_line
+from .results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from .state import AppState, ModeChoice, ModeId
 from .status import StatusModel
 from .worker import JobRunner
@@ -76,7 +76,7 @@ class ComputeController(QObject):
     planned = Signal(object)  # the current run's RunPlan, reported by the worker before the result
     progressed = Signal(float, str)
     cancelled = Signal()
-    problemChanged = Signal(object)  # a ConfigError's message for the controls, or None
+    problemChanged = Signal(object)  # a ConfigProblem for the controls, or None
     busyChanged = Signal(bool)
     _announced = Signal(int, object)  # (run_id, report) from the worker thread
 
@@ -88,7 +88,7 @@ class ComputeController(QObject):
         self._dirty = False
         self._last: tuple[Any, frozenset[str]] | None = None  # (key, needs) of the last run asked for
         self._shown: Shown | None = None
-        self._problem: str | None = None
+        self._problem: ConfigProblem | None = None
         self._closed = False
         self._scheduled = False
         self.runner = JobRunner(self, name="attndesk-worker")
@@ -115,7 +115,7 @@ class ComputeController(QObject):
     def is_busy(self) -> bool:
         return self._flight is not None and not self._flight.published
 
-    def problem(self) -> str | None:
+    def problem(self) -> ConfigProblem | None:
         """The config problem shown next to the controls, or None."""
         return self._problem
 
@@ -188,7 +188,7 @@ class ComputeController(QObject):
             self._refuse(None, str(exc))
             return None
         except ConfigError as exc:
-            self._refuse(str(exc), f"fix the parameters: {exc}")
+            self._refuse(ConfigProblem(str(exc), getattr(exc, "field", None)), f"fix the parameters: {exc}")
             return None
         self._set_problem(None)
         return request
@@ -197,7 +197,7 @@ class ComputeController(QObject):
         """Whether the last run asked for (whatever became of it) is this request."""
         return self._last is not None and self._last[0] == request.key and request.needs <= self._last[1]
 
-    def _refuse(self, problem: str | None, message: str) -> None:
+    def _refuse(self, problem: ConfigProblem | None, message: str) -> None:
         """Nothing runs until the input is fixed: stop what is in flight, say why."""
         self._set_problem(problem)
         self._last = None
@@ -208,7 +208,7 @@ class ComputeController(QObject):
         self.status.fail(message)
         self._set_busy(False)
 
-    def _set_problem(self, problem: str | None) -> None:
+    def _set_problem(self, problem: ConfigProblem | None) -> None:
         if problem != self._problem:
             self._problem = problem
             self.problemChanged.emit(problem)

@@ -135,6 +135,14 @@ class Held:
     plan: RunPlan
 
 
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A config the core refuses: its message, and the field at fault (None: no single one)."""
+
+    message: str
+    field: str | None = None
+
+
 class InputProblem(ValueError):
     """The text (not a parameter) is unusable: said in the status bar, not next to a control."""
 
@@ -168,5 +176,5 @@ def notices_of(*groups: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for group in groups for n in group if n))
 
 
-__all__ = ["Held", "InputProblem", "Job", "Request", "RunFacts", "Shown", "TokenRows", "ToyRun", "done_line", "format_seconds",
+__all__ = ["ConfigProblem", "Held", "InputProblem", "Job", "Request", "RunFacts", "Shown", "TokenRows", "ToyRun", "done_line", "format_seconds",
            "notices_of", "size_words"]

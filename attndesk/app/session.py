@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from attndesk.core.atomic import atomic_write
 from attndesk.core.devices import device_availability
 from attndesk.core.errors import ConfigError
-from attndesk.render.export import ExportError, atomic_write
 
 from .state import ALL, PACKAGED, TOY, AppState, ModeId, window_problem
 
@@ -32,6 +33,9 @@ MAX_BYTES = 8 * 2**20  # a session holds one text; anything bigger is not a sess
 ALL_LAYERS_TAB = "all-layers"
 # version 1 named the mode by its display string
 _V1_TOY, _V1_PACKAGED, _V1_FOLDER = "Toy model", "Pretrained: all-MiniLM-L6-v2", "Pretrained folder: "
+
+
+_TOO_DEEP = "not an attndesk session: its JSON is nested too deeply"
 
 
 class SessionError(ValueError):
@@ -62,8 +66,8 @@ def save_session(state: AppState, path: str | os.PathLike) -> Path:
     text = json.dumps(session_json(state), indent=2, ensure_ascii=False) + "\n"
     try:
         return atomic_write(path, text.encode("utf-8"))
-    except ExportError as exc:
-        raise SessionError(str(exc).replace("cannot write", "cannot save the session to", 1)) from None
+    except OSError as exc:
+        raise SessionError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
 
 
 def load_session(path: str | os.PathLike) -> Session:
@@ -95,9 +99,10 @@ def parse_session(text: str) -> Session:
     except json.JSONDecodeError as exc:
         raise SessionError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
     except RecursionError:
-        raise SessionError("not an attndesk session: the JSON is nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer of thousands of digits
-        raise SessionError(f"not an attndesk session: {str(exc).splitlines()[0]}") from None
+        raise SessionError(_TOO_DEEP) from None
+    except ValueError:  # Python refuses to read an integer of more than sys.get_int_max_str_digits() digits
+        limit = sys.get_int_max_str_digits()
+        raise SessionError(f"not an attndesk session: it holds a number of more than {limit:,} digits") from None
     return session_from_json(data)
 
 
@@ -119,7 +124,7 @@ def session_from_json(data: Any) -> Session:
     except ValidationError as exc:
         raise SessionError(describe_error(exc)) from None
     except RecursionError:
-        raise SessionError("not an attndesk session: the JSON is nested too deeply") from None
+        raise SessionError(_TOO_DEEP) from None
     try:
         state.config.validate()
     except (ConfigError, TypeError) as exc:

@@ -199,6 +199,20 @@ class AppState(EventedModel):
         self.update({name: getattr(other, name) for name in ("text", "key_text", "cross", "mode", "config")})
 
 
+def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_text: str | None = None) -> AppState:
+    """The state a command line describes (``attndesk render``): every flag whose name is a config
+    field sets it (the rest keep the core's defaults), a flag named like a view setting sets that."""
+    config_fields = set(AttentionConfig().to_dict()) | {"positional"}  # the old flag name, mapped by from_dict
+    config = AttentionConfig.from_dict({k: v for k, v in flags.items() if k in config_fields})
+    view = {k: v for k, v in flags.items() if k in ("colormap", "shared_scale")}
+    state = AppState(config=config, view=ViewState(**view))
+    if text is not None:
+        state.text = text
+    if key_text is not None:
+        state.update({"key_text": key_text, "cross": True})
+    return state
+
+
 def target_of(value: Any) -> Any:
     """A head target as the state holds it: "all", "mean" (``types.MEAN``) or an int."""
     if value in (ALL, MEAN):
@@ -208,5 +222,5 @@ def target_of(value: Any) -> Any:
 
 __all__ = [
     "ALL", "AppState", "COLORMAP_NAMES", "HEATMAPS_TAB", "ModeChoice", "ModeId", "PACKAGED", "PanelView",
-    "PretrainedState", "STEP_THROUGH_TAB", "TOY", "ViewState", "WINDOW_MAX", "target_of", "window_problem",
+    "PretrainedState", "STEP_THROUGH_TAB", "TOY", "ViewState", "WINDOW_MAX", "state_from_flags", "target_of", "window_problem",
 ]

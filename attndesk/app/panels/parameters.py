@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 from attndesk.core.config import MASK_KINDS, AttentionConfig, default_memory_budget, divisors
 from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
 
+from ..results import ConfigProblem
 from ..state import WINDOW_MAX, AppState, ModeChoice, PanelView
 
 ERROR_STYLE = "color: #b00020;"
@@ -111,8 +112,13 @@ class ParametersPanel(QWidget):
                 ("Mask", self.maskCombo), ("Pad to length", self.padToSpin), ("", self.scaleCheck),
                 ("", self.positionalCheck), ("Dropout", self.dropoutSpin), ("", self.trainCheck), ("Seed", self.seedSpin),
                 ("Device", self.deviceCombo), ("Dtype", self.dtypeCombo), ("Memory budget", self.memoryBudgetSpin))
+        self._field_errors: dict[str, QLabel] = {}
+        fields = {w: name for name, w in self._field_widgets().items() if name != "num_heads"}
         for label, widget in rows:
             form.addRow(label, widget)
+            if widget in fields:  # a size or type refused for this field is said right under it
+                self._field_errors[fields[widget]] = _error_label(f"{fields[widget]}Error")
+                form.addRow("", self._field_errors[fields[widget]])
         form.setRowVisible(self.modelInfo, False)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
@@ -266,16 +272,25 @@ class ParametersPanel(QWidget):
         listed = ", ".join(map(str, valid)) if len(valid) <= 16 else ", ".join(map(str, valid[:14])) + ", ..."
         return f"{heads} heads do not divide {embed} dims. Valid head counts: {listed}"
 
-    def show_problem(self, message: str | None) -> None:
-        """Show a ConfigError inline: next to the heads control when it is about heads."""
+    def show_problem(self, problem: ConfigProblem | None) -> None:
+        """Show a refused config next to the control at fault: the heads (with the valid counts),
+        another field's control (red frame, the message under it), or under the form."""
+        message = problem.message if problem is not None else None
         heads_msg = self.head_problem() if message else None
         self.headsError.setText(heads_msg or "")
         self.headsError.setVisible(bool(heads_msg))
-        self.headsSpin.setStyleSheet("QSpinBox { border: 1px solid #b00020; }" if heads_msg else "")
-        general = None if (message is None or heads_msg) else message
+        field = None if problem is None or heads_msg else problem.field
+        for name, widget in self._field_widgets().items():
+            bad = bool(heads_msg) if name == "num_heads" else name == field
+            widget.setStyleSheet(f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if bad else "")
+        for name, label in self._field_errors.items():
+            label.setText(message if name == field else "")
+            label.setVisible(name == field)
+        general = None if (message is None or heads_msg or field in self._field_errors) else message
         self.generalError.setText(general or "")
         self.generalError.setVisible(bool(general))
 
     def inline_error(self) -> str:
         """The message currently shown next to the controls ("" when none)."""
-        return "\n".join(w.text() for w in (self.headsError, self.generalError) if w.text())
+        labels = [self.headsError, *self._field_errors.values(), self.generalError]
+        return "\n".join(w.text() for w in labels if w.text())

@@ -80,10 +80,12 @@ def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot
         window.viewTabs.setCurrentWidget(tabs.stepThroughView)
     assert window.displayed_result().toy.result.intermediates is not None
     _check_stages(window, 0)
-    tabs.stepThroughView.headSpin.setValue(2)
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):  # drawn off the GUI thread
+        tabs.stepThroughView.headSpin.setValue(2)
     _check_stages(window, 2)
-    # while it is visible, a new result (causal mask) keeps them and reaches the strip at once
-    wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
+    # while it is visible, a new result (causal mask) keeps them and reaches the strip
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
+        wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
     _check_stages(window, 2)
     assert np.isneginf(tabs.stepThroughView.stage_matrix("masked")[0, 1])
     a = tabs.stepThroughView.hover_weight(4, 2)
@@ -262,13 +264,13 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
 
     monkeypatch.setattr(compare_view, "ASYNC_DIFF_CELLS", 0)  # everything counts as large
     threads = []
-    real = compare_tab.diff_job
+    real = compare_tab.compare_frame
 
     def spy(*args):
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(compare_tab, "diff_job", spy)
+    monkeypatch.setattr(compare_tab, "compare_frame", spy)
     view = window.teaching.compareView
     window.viewTabs.setCurrentWidget(view)
     a = window.displayed_result().toy.result

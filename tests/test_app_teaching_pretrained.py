@@ -62,10 +62,12 @@ def test_pretrained_tabs(qtbot, window):
     assert w.heatmapPanel.view_target() == 5
 
     # rollout and follow-a-token work on the whole run
-    w.viewTabs.setCurrentWidget(tabs.rolloutView)
+    with qtbot.waitSignal(tabs.rolloutView.queryChanged, timeout=TIMEOUT_MS):  # traced by a side job
+        w.viewTabs.setCurrentWidget(tabs.rolloutView)
     assert tabs.rolloutView.body.isVisibleTo(w)
     np.testing.assert_allclose(tabs.rolloutView.rollout, attention_rollout(run.weights), rtol=1e-6, atol=1e-9)
-    tabs.rolloutView.set_query(3)
+    with qtbot.waitSignal(tabs.rolloutView.queryChanged, timeout=TIMEOUT_MS, check_params_cb=lambda q: q == 3):
+        tabs.rolloutView.set_query(3)
     np.testing.assert_allclose(tabs.rolloutView.follow, run.weights[:, :, 3, :].mean(axis=1), rtol=1e-6)
 
     # compare shows the displayed layer; teaching pairs and the PyTorch comparison are toy-only

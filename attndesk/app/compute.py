@@ -115,6 +115,10 @@ class ComputeController(QObject):
     def is_busy(self) -> bool:
         return self._flight is not None and not self._flight.published
 
+    def is_pending(self) -> bool:
+        """Whether a run is in flight or about to start (a change waits for the next loop turn)."""
+        return self._scheduled or self._dirty or self.is_busy()
+
     def problem(self) -> ConfigProblem | None:
         """The config problem shown next to the controls, or None."""
         return self._problem
@@ -230,18 +234,24 @@ class ComputeController(QObject):
         self._set_busy(True)
 
     def _represent_if_needed(self) -> None:
+        """Another view of the run on screen (e.g. another layer): built by a side job (a heatmap
+        source of hundreds of tokens takes longer than a GUI-thread turn), newest choice wins."""
         shown = self._shown
         if shown is None or shown.mode != self.state.mode:
             return
         mode = self.modes.for_id(shown.mode)
-        if mode.present_key(self.state) == shown.present_key:
+        key = mode.present_key(self.state)
+        if key == shown.present_key:
+            self.side.cancel("present")  # back to what is on screen: an older request is moot
             return
-        self._publish(self._present(mode, shown, new_run=False))
+        self.side.submit("present", mode.present, shown, key, scope="run",
+                         done=lambda again, base=shown: self._presented(base, again),
+                         failed=lambda message: self.status.fail(f"error: {message}"))
 
-    def _present(self, mode, shown: Shown, *, new_run: bool) -> Shown:
-        """Another view of ``shown``'s run: same run, a new presentation number."""
-        again = mode.present(shown, self.state)
-        return again.replace(run_id=shown.run_id, shown_id=next(self._ids), asked=shown.asked, new_run=new_run)
+    def _presented(self, base: Shown, again: Shown) -> None:
+        again = again.replace(run_id=base.run_id, shown_id=next(self._ids), asked=base.asked, new_run=False)
+        self._publish(again)
+        self._represent_if_needed()  # the choice may have moved on while it was built
 
     # -- results --------------------------------------------------------------------------------
     def _current(self, run_id: int) -> bool:
@@ -262,13 +272,11 @@ class ComputeController(QObject):
             return
         shown = answer.replace(run_id=run_id, shown_id=next(self._ids), asked=self._flight.request.needs,
                                new_run=True)
-        mode = self.modes.for_id(shown.mode)
-        if shown.mode == self.state.mode and mode.present_key(self.state) != shown.present_key:
-            shown = self._present(mode, shown, new_run=True)  # e.g. the layer changed while it ran
         self._flight.published = True
         self._set_busy(False)
         self._present_timer.start()
         self._publish(shown)
+        self._represent_if_needed()  # e.g. the layer changed while it ran
 
     def _publish(self, shown: Shown) -> None:
         self._shown = shown

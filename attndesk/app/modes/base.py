@@ -8,9 +8,9 @@ A mode is a way of computing attention (the toy model, a real model) or of worki
 - ``request(state)``: the job for the current state, as a ``Request`` whose ``key`` says which
   inputs the run depends on (the controller runs only when the key changes); raises
   ``ConfigError`` (shown next to the controls) or ``InputProblem`` (shown in the status line);
-- ``present_key(state)`` / ``present(shown, state)``: another view of the same run without a job
-  (e.g. another layer); the job itself returns the first ``Shown``, with its ``AttentionMap``
-  and heatmap source built in the worker;
+- ``present_key(state)`` / ``present(shown, key)``: another view of the same run without a new
+  run (e.g. another layer), built by a side job (thread-safe, from the key alone); the job itself
+  returns the first ``Shown``, with its ``AttentionMap`` and heatmap source built in the worker;
 - ``panel(state)``: how the parameters panel shows the config while the mode is on (fixed
   values of a pretrained architecture, which mask choices act);
 - ``views``: the tab ids whose content it can fill (the others say why they are empty);
@@ -64,7 +64,7 @@ class Mode(Protocol):
     def choices(self) -> list[ModeChoice]: ...
     def request(self, state: AppState) -> Request: ...
     def present_key(self, state: AppState) -> Hashable: ...
-    def present(self, shown: Shown, state: AppState) -> Shown: ...
+    def present(self, shown: Shown, key: Hashable) -> Shown: ...
     def panel(self, state: AppState) -> PanelView: ...
     def admit(self, mode: ModeId) -> ModeId: ...
     def install(self, ui: Assembly) -> None: ...
@@ -83,7 +83,7 @@ class ModeBase:
     def present_key(self, state: AppState) -> Hashable:
         return None
 
-    def present(self, shown: Shown, state: AppState) -> Shown:
+    def present(self, shown: Shown, key: Hashable) -> Shown:
         return shown
 
     def panel(self, state: AppState) -> PanelView:

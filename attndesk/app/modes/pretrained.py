@@ -146,8 +146,8 @@ class PretrainedMode(QObject, ModeBase):
     def present_key(self, state: AppState) -> tuple[int, bool]:
         return int(state.pretrained.layer), bool(state.pretrained.hide_special)
 
-    def present(self, shown: Shown, state: AppState) -> Shown:
-        layer, hide = self.present_key(state)
+    def present(self, shown: Shown, key: tuple[int, bool]) -> Shown:
+        layer, hide = key
         return pretrained_shown(shown.layers, shown.mode, layer, hide)
 
     def panel(self, state: AppState) -> PanelView:

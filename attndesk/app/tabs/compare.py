@@ -1,7 +1,7 @@
 """The compare tab: pin a result as A, change anything, see B − A; the one-click teaching pairs.
 
-B is the result on screen (a real model: the layer shown). Large differences and the teaching
-pairs (two or three runs of the model) are side jobs; a new result cancels a teaching pair made
+B is the result on screen (a real model: the layer shown). Large pairs (A, B and B − A drawn
+from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are side jobs; a new result cancels a teaching pair made
 for the old settings.
 """
 
@@ -9,22 +9,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.compare import TeachingComparison, diff_results, teaching_comparison
+from attndesk.core.compare import TeachingComparison, teaching_comparison
 
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState
-from ..views.compare import CompareView
+from ..views.compare import CompareView, compare_frame
 from .base import TabPresenter
 
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
-
-
-def diff_job(a, b, what: str):
-    """Worker: B - A of a large pair, and its mean over heads (what the view shows first)."""
-    diff = diff_results(a, b, what)
-    mean = diff.diff.mean(axis=0) if what == "weights" else None
-    return a, b, what, diff, mean
 
 
 class CompareTab(TabPresenter):
@@ -37,7 +30,7 @@ class CompareTab(TabPresenter):
         super().__init__(state, compute, parent)
         self.view = view
         view.set_teaching_runner(self._run_teaching)
-        view.set_diff_runner(self._run_diff)
+        view.set_frame_runner(self._run_frame)
         state.view.events.target.connect(self._follow_head)
 
     def show(self, shown: Shown) -> None:  # noqa: A003
@@ -58,11 +51,12 @@ class CompareTab(TabPresenter):
             self.view.set_head(target)
 
     # -- side jobs ------------------------------------------------------------------------------
-    def _run_diff(self, a, b, what: str) -> None:
-        self.compute.side.submit("diff", diff_job, a, b, what, done=lambda answer: self.view.show_diff(*answer),
-                                 failed=self._diff_failed, scope=None)
+    def _run_frame(self, request: tuple) -> None:
+        """A, B and B − A of a large pair (a mean over heads, the difference, three images)."""
+        self.compute.side.submit("compare", compare_frame, request, done=self.view.show_frame,
+                                 failed=self._frame_failed, scope=None)
 
-    def _diff_failed(self, message: str) -> None:
+    def _frame_failed(self, message: str) -> None:
         self.view.show_message(f"<span style='color:#a33'>B − A failed: {message}</span>")
         self.failed.emit(message)
 

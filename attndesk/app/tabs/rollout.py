@@ -7,7 +7,7 @@ from PySide6.QtCore import QObject
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState
-from ..views.rollout import RolloutView
+from ..views.rollout import RolloutView, trace
 from .base import TabPresenter
 
 TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention through the layers of a model, "
@@ -22,6 +22,7 @@ class RolloutTab(TabPresenter):
                  parent: QObject | None = None) -> None:
         super().__init__(state, compute, parent)
         self.view = view
+        view.set_tracer(self._trace)
         view.set_unavailable(TOY_MESSAGE)
 
     def key(self, shown: Shown):
@@ -32,3 +33,7 @@ class RolloutTab(TabPresenter):
             self.view.set_unavailable(TOY_MESSAGE)
         elif self.view.result() is not shown.layers:
             self.view.set_result(shown.layers)
+
+    def _trace(self, request: tuple) -> None:
+        """Rollout and follow-a-token of a real model's run (layers x L x L products): a side job."""
+        self.compute.side.submit("rollout", trace, request, done=self.view.show_trace, scope=None)

@@ -12,12 +12,18 @@ from PySide6.QtCore import QObject, Signal
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import STEP_THROUGH_TAB, AppState
-from ..views.stepthrough import StepThroughView
+from ..views.stepthrough import StepThroughView, stage_images
 from .base import TabPresenter
 
 TOY_ONLY = "The step-through follows the toy model's single attention layer: switch the mode to Toy model."
 BOUNDED = ("This run is memory-bounded (too long to hold every score matrix at once), so the step-through "
            "cannot show its stages: shorten the text or use fewer heads.")
+
+
+def heads_of(result) -> int:
+    inter = result.intermediates
+    weights = inter["weights"] if isinstance(inter, dict) else inter.weights
+    return int(weights.shape[0])
 
 
 def has_stages(result) -> bool:
@@ -36,6 +42,8 @@ class StepThroughTab(TabPresenter):
                  parent: QObject | None = None) -> None:
         super().__init__(state, compute, parent)
         self.view = view
+        view.set_preparer(self._prepare)
+        view.drawn.connect(self.shownResult)
         state.view.events.target.connect(self._follow_head)
 
     def show(self, shown: Shown) -> None:  # noqa: A003
@@ -44,18 +52,29 @@ class StepThroughTab(TabPresenter):
             return
         result = shown.toy.result
         if has_stages(result):
-            self.view.set_result(result)
-            self.shownResult.emit()
+            self.view.note("drawing every stage…")
+            self._prepare(result, min(self.view.head(), heads_of(result) - 1))
             return
         plan = getattr(result, "plan", None)
         if "intermediates" in shown.asked or (plan is not None and plan.blocked):
             self.view.show_message(BOUNDED)
-        elif self.compute.is_busy():
+        elif self.compute.is_pending():
             self.view.show_message("recomputing this input with every intermediate kept…")
             self._shown_key = None  # the rerun's result is what this tab waits for
         else:  # the current parameters or text cannot run
             self._shown_key = None
             self.view.show_message(f"the step-through needs a new run with its intermediates: {self.state_problem()}")
+
+    def _prepare(self, result, head: int) -> None:
+        """The stage images of one head, made by a side job (ten matrices of up to L x L)."""
+        self.compute.side.submit("stages", stage_images, result, head, scope="shown",
+                                 done=lambda images: self._draw(result, head, images))
+
+    def _draw(self, result, head: int, images) -> None:
+        if self.view.result() is result:
+            self.view.show_stages(result, head, images)
+        else:
+            self.view.set_result(result, images)
 
     def state_problem(self) -> str:
         return self.compute.status.message

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from dataclasses import dataclass
+
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
@@ -26,11 +28,12 @@ from attndesk.core.errors import ConfigError
 from attndesk.core.tokenizer import PAD_ID
 from attndesk.core.types import MEAN, Head
 
-from .heatmap import MatrixPlot
+from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
-# B - A of more cells than this goes to the diff runner when one is set (at 16 heads x 2048^2 the
-# float64 difference alone is half a gigabyte: seconds of work the GUI thread must not do)
-ASYNC_DIFF_CELLS = 2_000_000
+# Pairs of more cells than this are drawn by the frame runner when one is set: a mean over 16 heads
+# of 2048^2 and its display image take longer than a GUI-thread turn (B - A alone is half a
+# gigabyte of float64 there)
+ASYNC_DIFF_CELLS = 200_000
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
 
 
@@ -43,6 +46,115 @@ def text_of(result) -> str:
     """The input text back from a toy result: its tokens without padding, joined by spaces
     (the word tokenizer splits that into the same tokens; padding comes back from pad_to)."""
     return " ".join(t for t, i in zip(result.tokens, result.token_ids) if int(i) != PAD_ID)
+
+
+@dataclass(frozen=True, eq=False)
+class FramePanel:
+    """One plot of a frame: the matrix ready to draw (or why there is none), its title and labels."""
+
+    prepared: PreparedMatrix | None
+    title: str
+    message: str = ""
+    rows: list[str] | None = None
+    cols: list[str] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class CompareFrame:
+    """What the compare view draws for one request (a, b, labels, what, head): A, B, B − A."""
+
+    request: tuple
+    panels: tuple[FramePanel, FramePanel, FramePanel]
+    diff: ResultDiff | None
+    summary: str
+
+
+def _select(array: np.ndarray, what: str, head) -> np.ndarray | None:
+    """The 2-D slice shown: one head, the mean over heads, or the output matrix; None when
+    ``array`` lacks the head (A pinned with fewer heads than B has)."""
+    if what != "weights":
+        return array
+    if head is None or head == MEAN:
+        return array.mean(axis=0)  # float64 in -> float64 out; a mean of B - A = B mean - A mean
+    return array[int(head)] if int(head) < array.shape[0] else None
+
+
+def _levels(matrices: list[np.ndarray], what: str) -> tuple[float, float] | None:
+    """One colour scale for A and B, so equal colours mean equal values side by side."""
+    shown = []
+    for m in matrices:
+        finite = m[np.isfinite(m)]
+        if finite.size:
+            shown.append((float(finite.min()), float(finite.max())))
+    if not shown:
+        return None
+    lo, hi = min(s[0] for s in shown), max(s[1] for s in shown)
+    if what != "weights":  # signed: symmetric around 0
+        bound = max(abs(lo), abs(hi)) or 1.0
+        return (-bound, bound)
+    lo = min(0.0, lo)
+    return (lo, hi if hi > lo else lo + 1.0)
+
+
+def _panel(result, label: str, matrix, what: str, head, levels) -> FramePanel:
+    if result is None:
+        return FramePanel(None, f"<b>{label}</b>", "pin a result as A" if label.startswith("A") else "")
+    if matrix is None:
+        heads = getattr(result, what).shape[0]
+        return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no head {head}: it has {heads}")
+    cols = list(result.keys) if what == "weights" else [str(i) for i in range(matrix.shape[1])]
+    masked = None if (what != "weights" or result.mask is None) else ~result.mask
+    shape = " × ".join(map(str, matrix.shape))
+    layer = (getattr(result, "extra", None) or {}).get("layer")
+    where = f" · layer {layer}" if is_pretrained(result) and layer is not None else ""
+    prepared = prepare_matrix(matrix, diverging=what != "weights", masked=masked, levels=levels)
+    return FramePanel(prepared, f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>", "",
+                      list(result.tokens), cols)
+
+
+def _describe_cell(d: ResultDiff, b) -> str:
+    if not d.argmax or d.max_abs == 0:
+        return ""
+    if d.what == "weights" and len(d.argmax) == 3:
+        h, q, k = d.argmax
+        return f' at head {h}, query "{b.tokens[q]}" ({q}) → key "{b.keys[k]}" ({k})'
+    return f" at {d.argmax}"
+
+
+def _diff_panel(d: ResultDiff, b, what: str, head) -> tuple[FramePanel, str]:
+    shown = _select(d.diff, what, head)
+    finite = np.isfinite(shown)
+    bound = float(np.abs(shown[finite]).max()) if finite.any() else 0.0
+    cols = list(b.keys) if what == "weights" else [str(i) for i in range(shown.shape[1])]
+    shape = " × ".join(map(str, shown.shape))
+    prepared = prepare_matrix(shown, diverging=True, levels=(-bound, bound) if bound > 0 else (-1.0, 1.0))
+    notes = "".join(f"<br><i>{n}</i>" for n in d.notes)
+    summary = (f"<b>max |B − A| = {d.max_abs:.6g}</b> over all {'heads' if d.what == 'weights' else 'cells'}"
+               f"{_describe_cell(d, b)}; shown here: {bound:.6g}{notes}")
+    panel = FramePanel(prepared, f"<b>B − A</b> <span style='color:#555'>[{shape}], 0 = white</span>", "",
+                       list(b.tokens), cols)
+    return panel, summary
+
+
+def compare_frame(request: tuple) -> CompareFrame:
+    """Everything the compare view draws for a request (a, b, labels, what, head), computed
+    anywhere (numpy only); the frame carries the request object it answers."""
+    a, b, labels, what, head = request
+    ma = None if a is None else _select(getattr(a, what), what, head)
+    mb = None if b is None else _select(getattr(b, what), what, head)
+    levels = _levels([m for m in (ma, mb) if m is not None], what)
+    panels = [_panel(a, labels[0], ma, what, head, levels), _panel(b, labels[1], mb, what, head, levels)]
+    if a is None or b is None:
+        idle = FramePanel(None, "<b>B − A</b>", "pin a result as A, then change anything" if b is not None else "")
+        hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
+        return CompareFrame(request, (*panels, idle), None, hint if a is None else "")
+    try:
+        diff = diff_results(a, b, what)
+    except ComparisonError as exc:
+        failed = FramePanel(None, "<b>B − A</b>", str(exc))
+        return CompareFrame(request, (*panels, failed), None, f"<span style='color:#a33'>{exc}</span>")
+    panel, summary = _diff_panel(diff, b, what, head)
+    return CompareFrame(request, (*panels, panel), diff, summary)
 
 
 class CompareView(QWidget):
@@ -68,9 +180,8 @@ class CompareView(QWidget):
         self._runner: Callable[[str, object, str], None] | None = None
         self._a_label, self._b_label = "A (pinned)", "B (current)"
         self._head_wanted: int | None = None  # set_head before a result had that head
-        self._diff_runner: Callable[[object, object, str], None] | None = None
-        self._pending_diff: tuple | None = None  # (a, b, what) handed to the diff runner
-        self._means: dict[int, np.ndarray] = {}  # id(array) -> its mean over heads (cached per A/B pair)
+        self._frame_runner: Callable[[tuple], None] | None = None
+        self._pending: tuple | None = None  # the request handed to the frame runner
         self._toy = True  # the teaching pairs apply to B
 
         self._build_controls()
@@ -83,7 +194,7 @@ class CompareView(QWidget):
         self.pinButton.clicked.connect(self.pin)
         self.headCombo = QComboBox()
         self.headCombo.setObjectName("compareHeadCombo")
-        self.headCombo.currentIndexChanged.connect(self._redraw)
+        self.headCombo.currentIndexChanged.connect(self._recompute)
         self.whatCombo = QComboBox()
         self.whatCombo.setObjectName("compareWhatCombo")
         for key, label in WHATS:
@@ -159,29 +270,31 @@ class CompareView(QWidget):
         and later calls ``show_teaching``; None = run inline in the GUI thread."""
         self._runner = runner
 
-    def set_diff_runner(self, runner: Callable[[object, object, str], None] | None) -> None:
-        """``runner(a, b, what)`` computes ``diff_results(a, b, what)`` elsewhere (the worker) for
-        large results and later calls ``show_diff(a, b, what, diff)``; None = always inline."""
-        self._diff_runner = runner
+    def set_frame_runner(self, runner: Callable[[tuple], None] | None) -> None:
+        """``runner(request)`` computes ``compare_frame(*request)`` elsewhere (the worker) for large
+        results and later calls ``show_frame(frame)``; None = always here."""
+        self._frame_runner = runner
 
-    def show_diff(self, a, b, what: str, diff: ResultDiff, mean: np.ndarray | None = None) -> bool:
-        """A difference computed by the diff runner; ignored (False) unless it is still the one
-        waited for. ``mean`` is its mean over heads when the runner computed that too."""
-        pending = self._pending_diff
-        if pending is None or pending[0] is not a or pending[1] is not b or pending[2] != what:
+    def show_frame(self, frame: "CompareFrame") -> bool:
+        """Draw a frame; ignored (False) when it answers a request the view no longer waits for."""
+        if self._pending is not None and frame.request is not self._pending:
             return False
-        self._pending_diff = None
-        self._diff = diff
-        if mean is not None:
-            self._means[id(diff.diff)] = mean
-        self._redraw()
+        self._pending = None
+        self._diff = frame.diff
+        for plot, panel in zip((self.plotA, self.plotB, self.plotDiff), frame.panels):
+            if panel.prepared is None:
+                plot.clear(panel.message)
+            else:
+                plot.show_prepared(panel.prepared, row_labels=panel.rows, col_labels=panel.cols)
+            plot.set_title(panel.title)
+        self.maxLabel.setText(frame.summary)
         return True
 
     def is_computing(self) -> bool:
-        return self._pending_diff is not None
+        return self._pending is not None
 
     def refresh(self) -> None:
-        """Compute and draw A, B and B - A again (e.g. after a diff job was dropped)."""
+        """Compute and draw A, B and B - A again."""
         self._recompute()
 
     def set_result(self, result, text: str | None = None, *, teaching: bool | None = None) -> None:
@@ -309,116 +422,15 @@ class CompareView(QWidget):
     def _recompute(self) -> None:
         self._fill_heads()
         self._diff = None
-        self._pending_diff = None
-        self._means = {}
-        if self._a is not None and self._b is not None:
-            what = self._what()
-            a_arr, b_arr = getattr(self._a, what, None), getattr(self._b, what, None)
-            if (self._diff_runner is not None and a_arr is not None and b_arr is not None
-                    and np.shape(a_arr) == np.shape(b_arr) and np.size(b_arr) > ASYNC_DIFF_CELLS):
-                self._pending_diff = (self._a, self._b, what)
-                self._draw_one(self.plotA, self._a, self._a_label)
-                self._draw_one(self.plotB, self._b, self._b_label)
-                self.plotDiff.clear("computing B − A in the background…")
-                self.plotDiff.set_title("<b>B − A</b>")
-                self.maxLabel.setText("computing B − A in the background…")
-                self._diff_runner(self._a, self._b, what)
-                return
-            try:
-                self._diff = diff_results(self._a, self._b, self._what())
-            except ComparisonError as exc:
-                self._draw_one(self.plotA, self._a, self._a_label)
-                self._draw_one(self.plotB, self._b, self._b_label)
-                self.plotDiff.clear(str(exc))
-                self.maxLabel.setText(f"<span style='color:#a33'>{exc}</span>")
-                return
-        self._redraw()
-
-    def _select(self, array: np.ndarray) -> np.ndarray | None:
-        """The 2-D slice shown: one head, the mean over heads, or the output matrix; None when
-        ``array`` lacks the chosen head (A pinned with fewer heads than B has)."""
-        if self._what() != "weights":
-            return array
-        head = self.headCombo.currentData()
-        if head is None or head == MEAN:
-            key = id(array)
-            if key not in self._means:  # float64 in -> float64 out; a mean of B - A = B mean - A mean
-                self._means[key] = array.mean(axis=0)
-            return self._means[key]
-        return array[int(head)] if int(head) < array.shape[0] else None
-
-    def _shared_levels(self) -> tuple[float, float] | None:
-        """One colour scale for A and B, so equal colours mean equal values side by side."""
-        shown = []
-        for result in (self._a, self._b):
-            m = None if result is None else self._select(getattr(result, self._what()))
-            if m is not None:
-                finite = m[np.isfinite(m)]
-                if finite.size:
-                    shown.append((float(finite.min()), float(finite.max())))
-        if not shown:
-            return None
-        lo, hi = min(s[0] for s in shown), max(s[1] for s in shown)
-        if self._what() != "weights":  # signed: symmetric around 0
-            bound = max(abs(lo), abs(hi)) or 1.0
-            return (-bound, bound)
-        lo = min(0.0, lo)
-        return (lo, hi if hi > lo else lo + 1.0)
-
-    def _draw_one(self, plot: MatrixPlot, result, label: str, levels=None) -> None:
-        if result is None:
-            plot.clear("pin a result as A" if plot is self.plotA else "")
-            plot.set_title(f"<b>{label}</b>")
+        request = (self._a, self._b, (self._a_label, self._b_label), self._what(), self.headCombo.currentData())
+        big = self._b is not None and np.size(getattr(self._b, self._what(), None)) > ASYNC_DIFF_CELLS
+        if self._frame_runner is not None and big:
+            self._pending = request
+            self.maxLabel.setText("computing B − A in the background…" if self._a is not None else "drawing B…")
+            self._frame_runner(request)
             return
-        data = getattr(result, self._what())
-        matrix = self._select(data)
-        if matrix is None:
-            plot.clear(f"{label.split(' ')[0]} has no head {self.headCombo.currentData()}: it has {data.shape[0]}")
-            plot.set_title(f"<b>{label}</b>")
-            return
-        cols = result.keys if self._what() == "weights" else [str(i) for i in range(matrix.shape[1])]
-        masked = None if (self._what() != "weights" or result.mask is None) else ~result.mask
-        shape = " × ".join(map(str, matrix.shape))
-        layer = (getattr(result, "extra", None) or {}).get("layer")
-        where = f" · layer {layer}" if is_pretrained(result) and layer is not None else ""
-        plot.set_title(f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>")
-        plot.set_matrix(matrix, row_labels=result.tokens, col_labels=cols,
-                        diverging=self._what() != "weights", masked=masked, levels=levels)
-
-    @Slot()
-    def _redraw(self) -> None:
-        levels = self._shared_levels()
-        self._draw_one(self.plotA, self._a, self._a_label, levels)
-        self._draw_one(self.plotB, self._b, self._b_label, levels)
-        d = self._diff
-        if d is None:
-            self.plotDiff.clear("pin a result as A, then change anything" if self._b is not None else "")
-            self.plotDiff.set_title("<b>B − A</b>")
-            if self._a is None:
-                self.maxLabel.setText("Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode).")
-            return
-        shown = self._select(d.diff)
-        bound = float(np.abs(shown[np.isfinite(shown)]).max()) if np.isfinite(shown).any() else 0.0
-        rows = self._b.tokens
-        cols = self._b.keys if self._what() == "weights" else [str(i) for i in range(shown.shape[1])]
-        shape = " × ".join(map(str, shown.shape))
-        self.plotDiff.set_title(f"<b>B − A</b> <span style='color:#555'>[{shape}], 0 = white</span>")
-        self.plotDiff.set_matrix(shown, row_labels=rows, col_labels=cols, diverging=True,
-                                 levels=(-bound, bound) if bound > 0 else (-1.0, 1.0))
-        where = self._describe_cell(d)
-        notes = "".join(f"<br><i>{n}</i>" for n in d.notes)
-        self.maxLabel.setText(
-            f"<b>max |B − A| = {d.max_abs:.6g}</b> over all {'heads' if d.what == 'weights' else 'cells'}{where}; "
-            f"shown here: {bound:.6g}{notes}"
-        )
-
-    def _describe_cell(self, d: ResultDiff) -> str:
-        if not d.argmax or d.max_abs == 0:
-            return ""
-        if d.what == "weights" and len(d.argmax) == 3:
-            h, q, k = d.argmax
-            return f' at head {h}, query "{self._b.tokens[q]}" ({q}) → key "{self._b.keys[k]}" ({k})'
-        return f" at {d.argmax}"
+        self._pending = None
+        self.show_frame(compare_frame(request))
 
     @Slot(int, int)
     def hover(self, r: int, c: int) -> str:

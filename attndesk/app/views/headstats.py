@@ -213,10 +213,7 @@ class HeadStatsView(QWidget):
         self._fit_table()
 
     def _fill_scatter(self) -> None:
-        for label in self._labels:
-            self.scatter.removeItem(label)
-        self._labels = []
-        spots = []
+        spots, names = [], []
         layers = 1 + max((s.layer for s in self._stats if s.layer is not None), default=0)
         cmap = pg.colormap.get("viridis")
         labelled = len(self._stats) <= 16  # beyond that the names would pile up; hover/click instead
@@ -227,14 +224,23 @@ class HeadStatsView(QWidget):
             if s.layer is not None:  # colour by layer: early layers dark, late layers yellow
                 spot["brush"] = pg.mkBrush(cmap.map(s.layer / max(1, layers - 1), mode="qcolor"))
             spots.append(spot)
-            if not labelled:
-                continue
-            name = f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}"
-            label = pg.TextItem(name, color="#333", anchor=(-0.15, 0.5))
-            label.setPos(s.mean_distance, s.entropy)
+            if labelled:
+                names.append((f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy))
+        self._place_labels(names)
+        self.points.setData(spots)
+
+    def _place_labels(self, names: list[tuple[str, float, float]]) -> None:
+        """One text item per labelled point; items are reused (making one costs a few ms)."""
+        while len(self._labels) < len(names):
+            label = pg.TextItem("", color="#333", anchor=(-0.15, 0.5))
             self.scatter.addItem(label)
             self._labels.append(label)
-        self.points.setData(spots)
+        for label, (name, x, y) in zip(self._labels, names):
+            label.setText(name)
+            label.setPos(x, y)
+            label.show()
+        for label in self._labels[len(names):]:
+            label.hide()
 
     def scatter_points(self) -> np.ndarray:
         """[n, 2] (mean_distance, entropy) of the plotted points (for tests)."""

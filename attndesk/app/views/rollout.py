@@ -7,6 +7,8 @@ token's attention over the keys at every layer, a layers x keys heatmap.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
@@ -14,7 +16,36 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLay
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.types import MEAN
 
-from .heatmap import MatrixPlot
+from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """The rollout through the first ``layers`` layers and one query token's path, ready to draw."""
+
+    request: tuple
+    tokens: list[str]
+    rollout: np.ndarray
+    follow: np.ndarray
+    rollout_image: PreparedMatrix
+    follow_image: PreparedMatrix
+    rollout_title: str
+    follow_title: str
+
+
+def trace(request: tuple) -> Trace:
+    """``request`` = (result with weights [layers, H, L, L], layers, query index, head or MEAN);
+    thread-safe (numpy only)."""
+    result, layers, q, head = request
+    tokens = list(result.tokens)
+    rollout = attention_rollout(result.weights, upto=layers)
+    rows = np.asarray(result.weights)[:, :, q, :]  # [layers, H, L]
+    mean = head in (None, MEAN)
+    follow = rows.mean(axis=1, dtype=np.float64) if mean else rows[:, int(head), :]
+    who = "mean over heads" if mean else f"head {head}"
+    return Trace(request, tokens, rollout, follow, prepare_matrix(rollout), prepare_matrix(follow),
+                 f"<b>attention rollout</b> through layers 0–{layers - 1} [{len(tokens)} × {len(tokens)}]",
+                 f'<b>follow "{tokens[q]}"</b> ({who}) [{follow.shape[0]} layers × {len(tokens)} keys]')
 
 
 class RolloutView(QWidget):
@@ -29,19 +60,21 @@ class RolloutView(QWidget):
         super().__init__(parent)
         self.setObjectName("rolloutView")
         self._result = None
+        self._tracer = None
+        self._pending: tuple | None = None  # (result, layers, query, head) asked of the tracer
         self.rollout: np.ndarray | None = None
         self.follow: np.ndarray | None = None
         self.layersSpin = QSpinBox()
         self.layersSpin.setObjectName("rolloutLayersSpin")
         self.layersSpin.setPrefix("through layer ")
         self.layersSpin.setRange(1, 1)
-        self.layersSpin.valueChanged.connect(self._update_rollout)
+        self.layersSpin.valueChanged.connect(self._update)
         self.queryCombo = QComboBox()
         self.queryCombo.setObjectName("followQueryCombo")
-        self.queryCombo.currentIndexChanged.connect(self._update_follow)
+        self.queryCombo.currentIndexChanged.connect(self._update)
         self.headCombo = QComboBox()
         self.headCombo.setObjectName("followHeadCombo")
-        self.headCombo.currentIndexChanged.connect(self._update_follow)
+        self.headCombo.currentIndexChanged.connect(self._update)
         self.infoLabel = QLabel("Attention rollout needs a model with several layers: switch to pretrained mode.")
         self.infoLabel.setObjectName("rolloutInfo")
         self.infoLabel.setWordWrap(True)
@@ -106,8 +139,7 @@ class RolloutView(QWidget):
             f"{layers} layers × {heads} heads, {len(tokens)} tokens. Rollout: rows = tokens after the last "
             "layer shown, columns = input tokens; rownorm(mean over heads + I), multiplied through the layers."
         )
-        self._update_rollout()
-        self._update_follow()
+        self._update()
 
     def set_unavailable(self, message: str) -> None:
         """Nothing to trace (e.g. the toy model's single layer): say why, hide the empty plots."""
@@ -129,32 +161,35 @@ class RolloutView(QWidget):
         """The run shown (weights [layers, heads, L, L]), or None."""
         return self._result
 
-    @Slot()
-    def _update_rollout(self) -> None:
-        if self._result is None:
-            return
-        n = self.layersSpin.value()
-        self.rollout = attention_rollout(self._result.weights, upto=n)
-        tokens = list(self._result.tokens)
-        self.rolloutPlot.set_title(f"<b>attention rollout</b> through layers 0–{n - 1} [{len(tokens)} × {len(tokens)}]")
-        self.rolloutPlot.set_matrix(self.rollout, row_labels=tokens, col_labels=tokens)
+    def set_tracer(self, tracer) -> None:
+        """``tracer(request)`` computes ``trace(request)`` elsewhere (a worker: the rollout multiplies
+        layers x L x L matrices) and later calls ``show_trace``; None = here."""
+        self._tracer = tracer
+
+    def show_trace(self, traced: "Trace") -> bool:
+        """Draw a trace; ignored (False) unless it answers the request the view waits for."""
+        if traced.request is not self._pending:
+            return False
+        self._pending = None
+        self.rollout, self.follow = traced.rollout, traced.follow
+        self.rolloutPlot.set_title(traced.rollout_title)
+        self.rolloutPlot.show_prepared(traced.rollout_image, row_labels=traced.tokens, col_labels=traced.tokens)
+        self.followPlot.set_title(traced.follow_title)
+        self.followPlot.show_prepared(traced.follow_image, col_labels=traced.tokens,
+                                      row_labels=[f"layer {i}" for i in range(traced.follow.shape[0])])
+        self.queryChanged.emit(traced.request[2])
+        return True
 
     @Slot()
-    def _update_follow(self) -> None:
+    def _update(self) -> None:
         if self._result is None or self.queryCombo.currentIndex() < 0:
             return
-        q = self.queryCombo.currentIndex()
-        head = self.headCombo.currentData()
-        rows = np.asarray(self._result.weights)[:, :, q, :]  # [layers, H, L]
-        self.follow = rows.mean(axis=1, dtype=np.float64) if head in (None, MEAN) else rows[:, int(head), :]
-        tokens = list(self._result.tokens)
-        who = "mean over heads" if head in (None, MEAN) else f"head {head}"
-        self.followPlot.set_title(
-            f'<b>follow "{tokens[q]}"</b> ({who}) [{self.follow.shape[0]} layers × {len(tokens)} keys]'
-        )
-        self.followPlot.set_matrix(self.follow, row_labels=[f"layer {i}" for i in range(self.follow.shape[0])],
-                                   col_labels=tokens)
-        self.queryChanged.emit(q)
+        self._pending = (self._result, self.layersSpin.value(), self.queryCombo.currentIndex(),
+                         self.headCombo.currentData())
+        if self._tracer is not None:
+            self._tracer(self._pending)
+        else:
+            self.show_trace(trace(self._pending))
 
     @Slot(int, int)
     def _hover_rollout(self, r: int, c: int) -> None:

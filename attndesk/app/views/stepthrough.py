@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from .heatmap import MatrixPlot
+from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 # (intermediate key, title, formula); formulas depend on the config, filled in _formula()
 STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
@@ -45,6 +45,26 @@ class CellArithmetic:
     stored: float  # the core's weight for comparison
 
 
+def _stage(inter, name: str):
+    """One stage of the intermediates (a dict today, the typed ``Intermediates`` record soon)."""
+    return inter[name] if isinstance(inter, dict) else getattr(inter, name)
+
+
+def stage_matrix_of(result, name: str, head: int) -> np.ndarray:
+    """The exact 2-D matrix stage ``name`` shows for ``head``."""
+    data = _stage(result.intermediates, name)
+    return data[head] if name in PER_HEAD else data
+
+
+def stage_images(result, head: int) -> dict[str, PreparedMatrix]:
+    """Every stage of ``head`` ready to draw (thread-safe: numpy only); masked weights are 0 but
+    drawn hatched like the -inf they came from, never as a small weight."""
+    hidden = ~np.isfinite(_stage(result.intermediates, "masked")[head])
+    return {name: prepare_matrix(stage_matrix_of(result, name, head), diverging=name not in SEQUENTIAL,
+                                 masked=hidden if name == "weights" else None)
+            for name in STAGES}
+
+
 class StepThroughView(QWidget):
     """Per-head step-through of ``result.intermediates`` (run with keep_intermediates=True).
 
@@ -54,12 +74,15 @@ class StepThroughView(QWidget):
     """
 
     headChanged = Signal(int)
+    drawn = Signal()  # every stage of the current head is drawn
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("stepThroughView")
         self._result = None
         self._head = 0
+        self._preparer = None
+        self._queue: list[tuple] = []  # stages still to draw, one per event-loop turn
 
         self.headSpin = QSpinBox()
         self.headSpin.setObjectName("stepHeadSpin")
@@ -131,8 +154,14 @@ class StepThroughView(QWidget):
     def head(self) -> int:
         return self._head
 
-    def set_result(self, result) -> None:
-        """Show ``result`` (an AttentionResult). Without intermediates the strip says how to get them."""
+    def set_preparer(self, preparer) -> None:
+        """``preparer(result, head)`` makes the stage images elsewhere (a worker) and later calls
+        ``show_stages``; without one they are made here, in the GUI thread (fine for small runs)."""
+        self._preparer = preparer
+
+    def set_result(self, result, images: dict[str, PreparedMatrix] | None = None) -> None:
+        """Show ``result`` (an AttentionResult). Without intermediates the strip says how to get them.
+        ``images``: the stages of the current head made by ``stage_images`` already."""
         self._result = result
         inter = getattr(result, "intermediates", None) if result is not None else None
         # without intermediates the strip would show empty axes under the last result's shapes and formulas
@@ -140,23 +169,31 @@ class StepThroughView(QWidget):
         self.arithmeticLabel.setVisible(bool(inter))
         self.headSpin.setEnabled(bool(inter))
         if not inter:
+            self._queue = []
             for plot in self.plots.values():
                 plot.clear()
-            if result is None:
-                text = "Run once to see every step."
-            elif getattr(result, "extra", None) and result.extra.get("pretrained"):
-                text = "The step-through follows the toy model's single attention layer: switch the mode to Toy model."
-            else:
-                text = "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
-            self.infoLabel.setText(text)
+            self.infoLabel.setText("Run once to see every step." if result is None else
+                                   "This result kept no intermediates: the step-through needs a run with "
+                                   "keep_intermediates=True.")
             return
-        heads = int(inter["weights"].shape[0])
+        heads = int(_stage(inter, "weights").shape[0])
         self.headSpin.blockSignals(True)
         self.headSpin.setRange(0, heads - 1)
         self._head = min(self._head, heads - 1)
         self.headSpin.setValue(self._head)
         self.headSpin.blockSignals(False)
-        self._update()
+        self._update(images)
+
+    def show_stages(self, result, head: int, images: dict[str, PreparedMatrix]) -> bool:
+        """Stage images a preparer made; ignored (False) unless they are for the result and head shown."""
+        if result is not self._result or head != self._head:
+            return False
+        self._update(images)
+        return True
+
+    def note(self, text: str) -> None:
+        """A line above the strip (e.g. while the next result is drawn); the strip stays."""
+        self.infoLabel.setText(text)
 
     def show_message(self, text: str) -> None:
         """No strip to show: say why (and what to do)."""
@@ -168,7 +205,7 @@ class StepThroughView(QWidget):
         """Show head ``head`` (clamped to the result's heads); also what headSelected connects to."""
         head = int(head)
         if self._result is not None and self._result.intermediates:
-            head = max(0, min(head, int(self._result.intermediates["weights"].shape[0]) - 1))
+            head = max(0, min(head, int(_stage(self._result.intermediates, "weights").shape[0]) - 1))
         changed = head != self._head
         self._head = head
         if self.headSpin.value() != head:
@@ -182,9 +219,7 @@ class StepThroughView(QWidget):
 
     def stage_matrix(self, name: str) -> np.ndarray:
         """The exact 2-D matrix stage ``name`` shows for the current head."""
-        inter = self._result.intermediates
-        data = inter[name]
-        return data[self._head] if name in PER_HEAD else data
+        return stage_matrix_of(self._result, name, self._head)
 
     def scale(self) -> float:
         cfg = self._result.config
@@ -192,12 +227,12 @@ class StepThroughView(QWidget):
 
     # -- drawing ---------------------------------------------------------------------------------
     def _d_k(self) -> int:
-        return int(self._result.intermediates["q"].shape[-1])
+        return int(_stage(self._result.intermediates, "q").shape[-1])
 
     def _formula(self, name: str) -> str:
         cfg = self._result.config
         d_k = self._d_k()
-        single = int(self._result.intermediates["weights"].shape[0]) == 1
+        single = int(_stage(self._result.intermediates, "weights").shape[0]) == 1
         return {
             "embeddings": "X = embed(tokens) + PE" if cfg.positional else "X = embed(tokens)  (no PE)",
             "q": "Q = X W<sub>Q</sub> + b", "k": "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
@@ -209,40 +244,63 @@ class StepThroughView(QWidget):
             "output": "C (single head: no W<sub>O</sub>)" if single else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
         }[name]
 
-    def _update(self) -> None:
-        result = self._result
-        inter = result.intermediates
+    def _update(self, images: dict[str, PreparedMatrix] | None = None) -> None:
+        """Draw the current head: the images given, else ask the preparer, else make them here."""
+        result, h = self._result, self._head
+        if images is None and self._preparer is not None:
+            self.infoLabel.setText(f"drawing head {h}…")
+            self._preparer(result, h)
+            return
+        images = images if images is not None else stage_images(result, h)
         tokens, keys = list(result.tokens), list(result.keys)
-        h = self._head
-        heads = int(inter["weights"].shape[0])
+        heads = int(_stage(result.intermediates, "weights").shape[0])
         self.infoLabel.setText(
             f"head {h} of {heads} · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
             + (" · scaled" if result.config.scaled else " · unscaled")
             + (" · hatched cells = masked (−∞)" if result.config.mask != "none" else "")
         )
-        for name, plot in self.plots.items():
-            m = self.stage_matrix(name)
-            square = name in ("scores", "scaled", "masked", "weights")
-            col_labels = keys if square else [str(i) for i in range(m.shape[1])]
-            row_labels = keys if name in ("k", "v") else tokens  # K and V rows are the keys (cross-attention)
-            shape = " × ".join(map(str, m.shape))
-            where = f" of head {h}" if name in PER_HEAD else ""  # the info line names the head too
-            plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
-            plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}")
-            # masked weights are 0, but drawn hatched like the -inf they came from, not as a small weight
-            hidden = ~np.isfinite(inter["masked"][h]) if name == "weights" else None
-            plot.set_matrix(m, row_labels=row_labels, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)
+        steps = [(name, images[name], tokens, keys) for name in STAGES]
+        if self._preparer is None:  # no worker: all at once, as the caller expects
+            for step in steps:
+                self._draw_stage(*step)
+            self.drawn.emit()
+            return
+        idle = not self._queue
+        self._queue = steps  # a newer head or result replaces what is left of the older one
+        if idle:
+            QTimer.singleShot(0, self, self._draw_next)
+
+    def _draw_next(self) -> None:
+        """One stage per event-loop turn: ten plots of thousands of labels at once stalled ~250 ms."""
+        if not self._queue:
+            return
+        self._draw_stage(*self._queue.pop(0))
+        if self._queue:
+            QTimer.singleShot(0, self, self._draw_next)
+        else:
+            self.drawn.emit()
+
+    def _draw_stage(self, name: str, prepared: PreparedMatrix, tokens: list[str], keys: list[str]) -> None:
+        plot = self.plots[name]
+        square = name in ("scores", "scaled", "masked", "weights")
+        col_labels = keys if square else [str(i) for i in range(prepared.matrix.shape[1])]
+        row_labels = keys if name in ("k", "v") else tokens  # K and V rows are the keys (cross-attention)
+        shape = " × ".join(map(str, prepared.matrix.shape))
+        where = f" of head {self._head}" if name in PER_HEAD else ""  # the info line names the head too
+        plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
+        plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}")
+        plot.show_prepared(prepared, row_labels=row_labels, col_labels=col_labels)
 
     # -- hover -----------------------------------------------------------------------------------
     def arithmetic(self, q: int, k: int) -> CellArithmetic:
         inter = self._result.intermediates
         h = self._head
-        qv = inter["q"][h, q].astype(np.float64)
-        kv = inter["k"][h, k].astype(np.float64)
+        qv = _stage(inter, "q")[h, q].astype(np.float64)
+        kv = _stage(inter, "k")[h, k].astype(np.float64)
         dot = float(qv @ kv)
         scale = self.scale()
         scaled = dot * scale
-        row = inter["masked"][h, q].astype(np.float64)  # -inf where masked
+        row = _stage(inter, "masked")[h, q].astype(np.float64)  # -inf where masked
         finite = np.isfinite(row)
         masked = not bool(finite[k])
         if finite.any():
@@ -253,7 +311,7 @@ class StepThroughView(QWidget):
         e = 0.0 if masked else math.exp(scaled - row_max)
         weight = e / row_sum if row_sum > 0 else 0.0
         return CellArithmetic(h, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
-                              float(inter["weights"][h, q, k]))
+                              float(_stage(inter, "weights")[h, q, k]))
 
     @Slot(int, int)
     def hover_weight(self, q: int, k: int) -> CellArithmetic | None:

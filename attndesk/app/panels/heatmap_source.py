@@ -51,19 +51,29 @@ class HeatmapSource(Protocol):
 
 
 def tile_reduce(matrix: np.ndarray, factor: int, how: str = "max") -> np.ndarray:
-    """Reduce the last two axes by ``factor`` (padding the ragged edge), keeping max or all."""
+    """Reduce the last two axes by ``factor`` (padding the ragged edge), keeping max or all.
+
+    Reduced one tile axis at a time with element-wise maximum / and over strided views: numpy's
+    max over the two inner axes of [.., R, f, C, f] at once ran ~15x slower (57 ms for 8 x 512^2)."""
     if factor <= 1:
         return matrix
     *lead, rows, cols = matrix.shape
     out_r, out_c = math.ceil(rows / factor), math.ceil(cols / factor)
-    fill = True if matrix.dtype == np.bool_ else 0
-    padded = np.full((*lead, out_r * factor, out_c * factor), fill, dtype=matrix.dtype)
-    padded[..., :rows, :cols] = matrix
+    padded = matrix
+    if (rows, cols) != (out_r * factor, out_c * factor):
+        fill = True if matrix.dtype == np.bool_ else 0
+        padded = np.full((*lead, out_r * factor, out_c * factor), fill, dtype=matrix.dtype)
+        padded[..., :rows, :cols] = matrix
+    combine = np.logical_and if how == "all" else np.maximum
     # [..., out_r*f, out_c*f] -> [..., out_r, f, out_c, f]
     tiles = padded.reshape(*lead, out_r, factor, out_c, factor)
-    if how == "all":
-        return tiles.all(axis=(-3, -1))
-    return tiles.max(axis=(-3, -1))
+    across = tiles[..., 0, :, :].copy()  # [..., out_r, out_c, f]
+    for i in range(1, factor):
+        combine(across, tiles[..., i, :, :], out=across)
+    out = across[..., 0].copy()  # [..., out_r, out_c]
+    for j in range(1, factor):
+        combine(out, across[..., j], out=out)
+    return out
 
 
 class ResultHeatmapSource:

@@ -1,0 +1,30 @@
+"""tile_reduce (the overview's tile maxima, reduced one axis at a time) against a plain loop."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attndesk.app.panels.heatmap_source import tile_reduce
+
+
+def brute(matrix: np.ndarray, f: int, how: str) -> np.ndarray:
+    *lead, rows, cols = matrix.shape
+    out = np.empty((*lead, math.ceil(rows / f), math.ceil(cols / f)), dtype=matrix.dtype)
+    for r in range(out.shape[-2]):
+        for c in range(out.shape[-1]):
+            tile = matrix[..., r * f:(r + 1) * f, c * f:(c + 1) * f]
+            out[..., r, c] = tile.all(axis=(-2, -1)) if how == "all" else tile.max(axis=(-2, -1))
+    return out
+
+
+@pytest.mark.parametrize("shape, factor", [((7, 9), 2), ((3, 10, 10), 5), ((2, 11, 4), 3), ((6, 6), 1), ((5, 13), 8)])
+def test_tile_reduce_equals_a_plain_loop(shape, factor):
+    rng = np.random.default_rng(sum(shape) + factor)
+    weights = rng.random(shape).astype(np.float32)
+    np.testing.assert_array_equal(tile_reduce(weights, factor), brute(weights, factor, "max") if factor > 1 else weights)
+    masked = rng.random(shape) < 0.7
+    expected = brute(masked, factor, "all") if factor > 1 else masked
+    np.testing.assert_array_equal(tile_reduce(masked, factor, "all"), expected)

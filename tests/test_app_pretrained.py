@@ -320,3 +320,25 @@ def test_first_load_runs_in_the_worker_with_progress(toy_window, qtbot):
     gaps = np.diff(ticks)
     assert is_loaded() and any(m.startswith("loading model") for m in messages)
     assert len(ticks) > 20 and gaps.max() < min(0.6, 0.5 * elapsed), (gaps.max(), elapsed)
+
+
+def test_a_model_folder_deleted_during_the_session(window, tmp_path, qtbot, reference):
+    import shutil
+
+    from attndesk.core.pretrained import clear_cache
+
+    w = window
+    folder = tmp_path / "gone-soon"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(packaged_model_dir() / name, folder / name)
+    wait_pretrained(qtbot, w, lambda: w.pretrained.open_folder(folder), lambda r: r.layers.model_name == "gone-soon")
+    before = w.displayed_result()
+    clear_cache(folder)  # as after a restart of the worker's cache: the next run must read the folder again
+    shutil.rmtree(folder)
+    with qtbot.waitSignal(w.compute.failed, timeout=TIMEOUT_MS):
+        w.state.text = "The dog sat on the mat."
+    status = w.status_text()
+    assert status.startswith("error:") and "\n" not in status and "previous result" in status
+    assert w.displayed_result() is before
+    wait_pretrained(qtbot, w, lambda: select_mode(w, PACKAGED), lambda r: r.layers.model_name == "all-MiniLM-L6-v2")

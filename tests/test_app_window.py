@@ -356,3 +356,42 @@ def test_a_size_that_cannot_fit_is_said_next_to_its_control(qtbot, window):
     assert window.displayed_result() is before and "fix the parameters" in window.status_text()
     wait_result(qtbot, window, lambda: panel.embedDimSpin.setValue(64))
     assert not label.isVisibleTo(window) and not panel.embedDimSpin.styleSheet()
+
+
+ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+             "allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)")
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), RuntimeError(ALLOCATOR)], ids=["MemoryError", "torch allocator"])
+def test_a_run_out_of_memory_is_one_line_and_the_result_stays(qtbot, window, monkeypatch, failure):
+    import attndesk.app.modes.toy as toy
+
+    before = window.displayed_result()
+
+    def broken(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(toy, "run_attention", broken)
+    with qtbot.waitSignal(window.compute.failed, timeout=TIMEOUT_MS):
+        window.parametersPanel.seedSpin.setValue(9)
+    status = window.status_text()
+    assert status.startswith("error: out of memory") and "\n" not in status and "previous result" in status
+    if isinstance(failure, RuntimeError):
+        assert "74.5 GiB were asked for" in status
+    assert window.displayed_result() is before and window.statusLabel.styleSheet()
+    assert not window.compute.is_busy() and not window.progressBar.isVisible()
+
+
+def test_a_side_job_out_of_memory_is_said_in_its_tab(qtbot, window, monkeypatch):
+    import attndesk.app.tabs.headstats as headstats_tab
+
+    def broken(*args):
+        raise MemoryError()
+
+    monkeypatch.setattr(headstats_tab, "statistics_job", broken)
+    with qtbot.waitSignal(window.teaching.headStats.failed, timeout=TIMEOUT_MS):
+        window.state.view.tab = "head-stats"
+    assert window.teaching.headStatsView.infoLabel.text().startswith("head statistics failed: out of memory")
+    monkeypatch.undo()
+    with qtbot.waitSignal(window.teaching.headStats.shownStats, timeout=TIMEOUT_MS):  # the next result works
+        window.parametersPanel.seedSpin.setValue(3)

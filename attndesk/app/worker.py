@@ -13,6 +13,7 @@ re-emits the rest as ``finished`` / ``failed`` / ``progress``. Nothing here know
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 import time
 import traceback
@@ -22,7 +23,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from attndesk.core.errors import Cancelled
+from attndesk.core.errors import Cancelled, ConfigError
 
 _THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
 
@@ -120,14 +121,22 @@ def _is_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, Cancelled)
 
 
+# how allocators say they ran out: Python, CUDA ("CUDA out of memory"), torch's CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 80000000000 bytes")
+_OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def _describe(exc: BaseException) -> str:
     """A one-line message for the status bar; the traceback goes to stderr for bug reports."""
-    expected = type(exc).__name__ in ("ConfigError",)
+    expected = isinstance(exc, ConfigError)
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MemoryError) or any(s in text.lower() for s in _OUT_OF_MEMORY):
+        wanted = re.search(r"allocate (\d+) bytes", text)
+        what = f"{int(wanted.group(1)) / 2**30:,.1f} GiB were asked for" if wanted else (text[:200] or "the allocation failed")
+        return f"out of memory: {what}; try a shorter text, fewer heads or a smaller memory budget"
     if not expected:
         traceback.print_exception(exc)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
-        return f"out of memory: {text or 'the allocation failed'}; try a shorter text or fewer heads"
+    text = text[:300]
     if expected:
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

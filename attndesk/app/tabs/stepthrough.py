@@ -68,7 +68,8 @@ class StepThroughTab(TabPresenter):
     def _prepare(self, result, head: int) -> None:
         """The stage images of one head, made by a side job (ten matrices of up to L x L)."""
         self.compute.side.submit("stages", stage_images, result, head, scope="shown",
-                                 done=lambda images: self._draw(result, head, images))
+                                 done=lambda images: self._draw(result, head, images),
+                                 failed=lambda message: self.view.note(f"the stages could not be drawn: {message}"))
 
     def _draw(self, result, head: int, images) -> None:
         if self.view.result() is result:

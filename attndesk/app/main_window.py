@@ -323,11 +323,17 @@ class MainWindow(QMainWindow):
         view = self.state.view
         dialog = ExportDialog(shown.export_result, target=target if target is not None else "all",
                               colormap=view.colormap, shared_scale=view.shared_scale, parent=self, region=view.region)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
+        dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))
         dialog.exported.connect(lambda path: self.status.say(f"exported {path}"))
         dialog.failedExport.connect(lambda msg: self.status.fail(f"export failed: {msg}"))
         self._export_dialog = dialog
         dialog.open()
         return dialog
+
+    def _forget_export_dialog(self, dialog: ExportDialog) -> None:
+        if self._export_dialog is dialog:  # a newer dialog may already be open
+            self._export_dialog = None
 
     # -- sessions -------------------------------------------------------------------------------
     def session(self) -> AppState:

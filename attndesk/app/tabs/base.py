@@ -45,7 +45,14 @@ class TabPresenter(QObject):
     def show(self, shown: Shown) -> None:  # noqa: A003 - the presenter's one job
         raise NotImplementedError
 
-    def _on_published(self, _shown: Shown) -> None:
+    def release(self) -> None:
+        """Let go of an older result the view still holds (a new run came while the tab was hidden),
+        so its memory is freed; the tab redraws when shown. Views with small content keep it."""
+
+    def _on_published(self, shown: Shown) -> None:
+        if shown.new_run and not self.visible():
+            self.release()
+            self._shown_key = None
         self.refresh()
 
     def _on_tab(self, _tab: str) -> None:

@@ -40,6 +40,10 @@ class CompareTab(TabPresenter):
         text = shown.toy.text if shown.toy is not None else None
         self.view.set_result(shown.export_result, text, teaching=shown.toy is not None)
 
+    def release(self) -> None:
+        self.compute.side.cancel("compare")
+        self.view.release()
+
     def _on_published(self, shown: Shown) -> None:
         if shown.new_run:
             self.compute.side.cancel("teaching")  # a pair for the old settings would confuse

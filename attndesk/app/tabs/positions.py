@@ -29,6 +29,10 @@ class PositionsTab(TabPresenter):
         super().__init__(state, compute, parent)
         self.view = view
 
+    def release(self) -> None:
+        if self.view.table is not None and self.view.table.length > 512:  # PE . PE^T of thousands: MBs
+            self.view.clear()
+
     def show(self, shown: Shown) -> None:  # noqa: A003
         length, dim, note = table_size(shown)
         if length <= 0 or dim <= 0:

@@ -65,6 +65,10 @@ class StepThroughTab(TabPresenter):
             self._shown_key = None
             self.view.show_message(f"the step-through needs a new run with its intermediates: {self.state_problem()}")
 
+    def release(self) -> None:
+        self.compute.side.cancel("stages")
+        self.view.show_message("")  # every stage of the old run (about four times its weights) is dropped
+
     def _prepare(self, result, head: int) -> None:
         """The stage images of one head, made by a side job (ten matrices of up to L x L)."""
         self.compute.side.submit("stages", stage_images, result, head, scope="shown",

@@ -322,6 +322,16 @@ class CompareView(QWidget):
         """A line above the plots (what runs in the background, what failed)."""
         self.maxLabel.setText(html)
 
+    def release(self) -> None:
+        """Drop B, the difference and the plots (an older run's memory); A stays pinned."""
+        self._b, self._diff, self._pending = None, None, None
+        if self._teaching is not None:
+            self._teaching = None
+            self._a = self._pinned
+            self.explanationText.hide()
+        for plot in (self.plotA, self.plotB, self.plotDiff):
+            plot.clear()
+
     def show_unavailable(self, message: str) -> None:
         """Nothing to compare for this result (no stale B left on screen)."""
         self.set_result(None)

@@ -100,6 +100,12 @@ class PositionalView(QWidget):
     def show_message(self, text: str) -> None:
         self.infoLabel.setText(text)
 
+    def clear(self) -> None:
+        """Drop the table (its memory); the next result draws a new one."""
+        self.table = self.encoding = self.similarity = self.shape = None
+        self.encodingPlot.clear()
+        self.similarityPlot.clear()
+
     def show_table(self, table: "PositionTable", *, note: str = "") -> None:
         """Draw a ``position_table`` (both plots, the info line)."""
         self.table = table

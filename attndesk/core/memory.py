@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .config import AttentionConfig
 from .devices import DTYPES
+from .masks import visible_cells
 
 
 def format_bytes(n: float) -> str:
@@ -34,15 +35,18 @@ def estimate_run(config: AttentionConfig, query_len: int, key_len: int | None = 
     lq, lk = query_len, query_len if key_len is None else key_len
     e, h, d = config.embed_dim, config.num_heads, config.head_dim
     width = h * d  # E for multi-head, hidden_dim for one head
+    kv_width = config.num_kv_heads * d  # K and V shrink with grouped-query heads
     item = DTYPES[config.dtype].itemsize
     hll = h * lq * lk
     weights_bytes = hll * 4
     # embeddings (query and key side), q/k/v, the score buffer and the softmax output, the
     # context and the merged output, plus the bool mask.
-    peak = item * ((lq + lk) * e + (lq + 2 * lk) * width + 2 * hll + 2 * lq * width) + lq * lk
+    peak = item * ((lq + lk) * e + lq * width + 2 * lk * kv_width + 2 * hll + 2 * lq * width) + lq * lk
     if config.dtype != "float32":
         peak += weights_bytes  # the float32 copy handed back
-    proj = 2 * lq * e * width + 2 * 2 * lk * e * width
+    proj = 2 * lq * e * width + 2 * 2 * lk * e * kv_width
     out = 2 * lq * width * e if h > 1 else 0
-    flops = proj + 2 * 2 * hll * d + 5 * hll + out  # QK^T and weights@V, ~5 ops/element softmax
+    # QK^T and weights@V, ~5 ops/element softmax, over the cells a causal mask or window leaves
+    cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)
+    flops = proj + 2 * 2 * cells * d + 5 * cells + out
     return RunEstimate(weights_bytes=weights_bytes, peak_bytes=int(peak), flops=int(flops))

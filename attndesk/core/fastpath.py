@@ -1,0 +1,348 @@
+"""The fast CPU path: exact attention one query block at a time, for every variant.
+
+At long lengths the [H, Lq, Lk] passes dominate, so ``fast_attention`` walks one block of query
+rows and one head at a time, keeping that block's scores in cache from the GEMM through the
+softmax, which writes each weight exactly once (into the returned weights, or into a reused
+buffer whose rows a sink folds into an overview). A key padding mask becomes an additive 0/-inf
+bias inside the score GEMM (no pass over the scores at all); float32 GEMMs go through oneDNN,
+which uses AVX-512 where MKL's fp32 GEMM does not on AMD CPUs (about 2x here).
+
+Grouped-query heads read their group's K/V; a sliding window or a causal mask restricts each
+block to the keys it can see (O(L W) work for a window W, and the weights outside the band are
+written as zeros, never computed); ALiBi's -slope |i - j| and soft-capping are applied on the
+block. The numbers equal ``attention.attend`` (the reference) to rounding; tests check both.
+
+Its phases are timed as it runs (stages "attention" and "weighted sum", the sink's work as
+"overview"), so timing a run does not change the algorithm. Many short parallel regions suffer
+when other processes hold the cores and libgomp spins 300,000 rounds before yielding;
+GOMP_SPINCOUNT=2000, set before torch loads, avoids that (attndesk/__init__ sets it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+from .alibi import distances
+from .errors import Cancelled
+from .masks import MaskSpec
+from .timing import NULL_TIMER
+
+# Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
+# a block stays in the L2/L3 caches between its GEMM and its softmax (4 MiB measured best here).
+BLOCK_BYTES = 4 << 20
+FAST_DTYPES = (torch.float32, torch.float64)
+_NEG_INF = float("-inf")
+
+_onednn_op = None  # resolved lazily by onednn(): the op, or False where it is missing or wrong
+
+
+def onednn():
+    """oneDNN's linear (x @ w^T + b) for float32 CPU tensors, or None where unavailable.
+
+    Probed once against torch.addmm so a build whose op misbehaves falls back to MKL silently.
+    """
+    global _onednn_op
+    if _onednn_op is None:
+        _onednn_op = False
+        try:
+            op = torch.ops.mkldnn._linear_pointwise
+            if torch.backends.mkldnn.is_available():
+                gen = torch.Generator().manual_seed(0)
+                a, b = torch.randn(37, 19, generator=gen), torch.randn(23, 19, generator=gen)
+                bias = torch.zeros(23).masked_fill_(torch.arange(23) % 5 == 0, _NEG_INF)
+                got = op(a, b, bias, "none", [None], "")
+                want = torch.addmm(bias, a, b.t())
+                if got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-5):
+                    _onednn_op = op
+        except (AttributeError, RuntimeError):
+            _onednn_op = False
+    return _onednn_op or None
+
+
+def softmax_rows(scores: torch.Tensor, blocked: torch.Tensor | None = None, empty: torch.Tensor | None = None,
+                 *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The one masked softmax: -inf where ``blocked`` (True = masked), softmax over the last axis,
+    zeros on the ``empty`` rows (a query with no key left attends to nothing: never NaN).
+
+    With ``out`` (the fast path's buffers; may be ``scores`` itself, row-wise safe) everything
+    happens in place; without, nothing does (safe under autograd). Half precision is softmaxed
+    in float32, as transformers' eager attention does.
+    """
+    inplace = out is not None
+    if blocked is not None:
+        scores = scores.masked_fill_(blocked, _NEG_INF) if inplace else scores.masked_fill(blocked, _NEG_INF)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+        weights = out.copy_(weights) if inplace else weights
+    else:
+        weights = torch.softmax(scores, dim=-1, out=out) if inplace else torch.softmax(scores, dim=-1)
+    if empty is not None:
+        weights = weights.masked_fill_(empty, 0.0) if inplace else weights.masked_fill(empty, 0.0)
+    return weights
+
+
+@dataclass
+class Block:
+    """What a block of queries q0..q1-1 over keys k0..k1-1 needs besides Q and K.
+
+    ``blocked`` [b|1, w] (or [H, b|1, w] per head) True = masked; ``key_bias`` [w] 0/-inf fused
+    into the score GEMM instead; ``empty`` [b|1, 1] rows with no key; ``dist`` [b, w] |i - j|
+    for ALiBi; ``bias`` [b|1, w] (or [H, ...]) an additive score bias.
+    """
+
+    q0: int
+    q1: int
+    k0: int
+    k1: int
+    blocked: torch.Tensor | None = None
+    key_bias: torch.Tensor | None = None
+    empty: torch.Tensor | None = None
+    dist: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+
+    def head(self, t: torch.Tensor | None, h: int) -> torch.Tensor | None:
+        return t[h] if t is not None and t.dim() == 3 else t
+
+
+class BlockRule(Protocol):
+    """Where each block's mask and bias come from (a run's MaskSpec, or dense tensors)."""
+
+    lq: int
+    lk: int
+
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]: ...
+
+    def block(self, n: int, q0: int, q1: int) -> Block: ...
+
+
+class SpecRule:
+    """Blocks of a ``MaskSpec`` (one sequence): rows made on the fly, a key-only padding mask
+    fused into the GEMM when that is exact (no soft-cap to turn -inf into -C, a positive scale)."""
+
+    def __init__(self, spec: MaskSpec, *, alibi: bool = False, fuse_keys: bool = True, align: int = 1,
+                 dtype=torch.float32):
+        self.spec, self.lq, self.lk, self.align = spec, spec.lq, spec.lk, align
+        self.alibi, self.dtype = alibi, dtype
+        key_only = spec.key_valid is not None and not spec.causal and spec.window is None
+        self.key_bias = None
+        if key_only and fuse_keys:
+            self.key_bias = torch.zeros(spec.lk, dtype=dtype, device=spec.device).masked_fill_(~spec.key_valid, _NEG_INF)
+
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
+        return self.spec.key_range(q0, q1, self.align)
+
+    def block(self, n: int, q0: int, q1: int) -> Block:
+        k0, k1 = self.key_range(q0, q1)
+        blk = Block(q0, q1, k0, k1, empty=self.spec.empty_rows(q0, q1))
+        if self.key_bias is not None:
+            blk.key_bias = self.key_bias[k0:k1]
+        else:
+            rows = self.spec.rows(q0, q1, k0, k1)
+            blk.blocked = None if rows is None or bool(rows.all()) else ~rows
+        if self.alibi:
+            blk.dist = distances(q0, q1, k0, k1, dtype=self.dtype, device=self.spec.device)
+        return blk
+
+
+class DenseRule:
+    """Blocks of dense tensors: ``mask`` bool and ``bias`` float, each broadcastable to
+    [*lead, H, Lq, Lk] (broadcast views, never copied); item n is lead index n (row-major)."""
+
+    def __init__(self, lead: tuple[int, ...], lq: int, lk: int, *, mask=None, bias=None,
+                 window: int | None = None, alibi: bool = False, fuse_keys: bool = True, dtype=torch.float32):
+        self.lead, self.lq, self.lk, self.window, self.alibi, self.dtype = lead, lq, lk, window, alibi, dtype
+        self.blocked = self.row_empty = self.bias = None
+        self.key_only = False
+        if mask is not None:
+            mask = _at_least_3d(mask)
+            has_key = mask.any(dim=-1, keepdim=True)  # [..., Hm, mq, 1], small
+            if not bool(has_key.all()):
+                self.row_empty = (~has_key).expand(*lead, *has_key.shape[-3:])
+            self.blocked = (~mask).expand(*lead, *mask.shape[-3:-1], lk)
+            self.key_only = mask.shape[-2] == 1 and window is None and fuse_keys
+        if bias is not None:
+            bias = _at_least_3d(bias)
+            self.bias = bias.expand(*lead, *bias.shape[-3:-1], lk)
+
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
+        if self.window is None:
+            return 0, self.lk
+        return max(0, q0 - self.window + 1), min(self.lk, q1 - 1 + self.window)
+
+    def block(self, n: int, q0: int, q1: int) -> Block:
+        k0, k1 = self.key_range(q0, q1)
+        index = tuple(int(i) for i in np.unravel_index(n, self.lead)) if self.lead else ()
+        blk = Block(q0, q1, k0, k1)
+        if self.blocked is not None:
+            rows = _one_head(_rows(self.blocked[index], q0, q1)[..., k0:k1])  # [Hm?, b|1, w]
+            if self.key_only:  # one key row per head: a 0/-inf bias inside the GEMM
+                blk.key_bias = torch.zeros(rows.shape[:-2] + (k1 - k0,), dtype=self.dtype).masked_fill_(rows[..., 0, :], _NEG_INF)
+            else:
+                blk.blocked = rows
+            if self.row_empty is not None:
+                empty = _rows(self.row_empty[index], q0, q1)  # [Hm, b|1, 1]
+                blk.empty = _one_head(empty) if bool(empty.any()) else None
+        if self.bias is not None:
+            blk.bias = _one_head(_rows(self.bias[index], q0, q1)[..., k0:k1])
+        if self.alibi:
+            blk.dist = distances(q0, q1, k0, k1, dtype=self.dtype)
+        return blk
+
+
+def _at_least_3d(t: torch.Tensor) -> torch.Tensor:
+    """[..., Lq, Lk] with a head axis (size 1 when absent)."""
+    while t.dim() < 3:
+        t = t.unsqueeze(0)
+    return t
+
+
+def _one_head(t: torch.Tensor) -> torch.Tensor:
+    """[1, ...] -> [...]: a tensor shared by every head loses its head axis."""
+    return t[0] if t.shape[0] == 1 else t
+
+
+def _rows(t: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
+    """Query rows q0..q1-1 of [..., Lq|1, X] (a broadcast row stays one row)."""
+    return t if t.shape[-2] == 1 else t[..., q0:q1, :]
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What turns Q K^T into softmax input besides the mask: ``scale``, a soft-cap C and ALiBi
+    ``slopes`` [H] (bias -slope_h |i - j|), in the reference order: scale, cap, bias, mask."""
+
+    scale: float = 1.0
+    softcap: float | None = None
+    slopes: tuple[float, ...] | None = None
+
+    @property
+    def fusable(self) -> bool:
+        """Whether a 0/-inf key bias may enter the GEMM (it must stay -inf through scale and cap)."""
+        return self.softcap is None and self.scale > 0 and math.isfinite(self.scale)
+
+
+def block_weights(q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring: Scoring,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact weights [b, w] of one head's block: q [b, d] (rows q0..q1-1), k [w, d] (keys k0..k1-1)."""
+    op = onednn() if q.dtype == torch.float32 else None
+    key_bias = blk.key_bias[h] if blk.key_bias is not None and blk.key_bias.dim() == 2 else blk.key_bias
+    if op is not None:
+        scores = op(q, k, key_bias, "none", [None], "")
+    elif key_bias is not None:
+        scores = torch.addmm(key_bias, q, k.t(), out=out) if out is not None else torch.addmm(key_bias, q, k.t())
+    else:
+        scores = torch.mm(q, k.t(), out=out) if out is not None else torch.mm(q, k.t())
+    if scoring.scale != 1.0:
+        scores.mul_(scoring.scale)
+    if scoring.softcap is not None:
+        scores.div_(scoring.softcap).tanh_().mul_(scoring.softcap)
+    if blk.bias is not None:
+        scores.add_(blk.head(blk.bias, h))
+    if scoring.slopes is not None:
+        scores.add_(blk.dist, alpha=-scoring.slopes[h])
+    return softmax_rows(scores, blk.head(blk.blocked, h), blk.head(blk.empty, h), out=scores if out is None else out)
+
+
+class WeightsSink(Protocol):
+    """Receives each exact weights block once; keeps what it wants of it."""
+
+    def add(self, head: int, row0: int, weights: torch.Tensor, col0: int = 0) -> None:
+        """weights [b, w] of ``head`` for queries row0.. and keys col0..col0+w-1 (zero elsewhere)."""
+
+    def end_block(self, row0: int, row1: int) -> None:
+        """Every head of queries row0..row1-1 has been added."""
+
+
+def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTES, band: int | None = None) -> int:
+    """Query rows per block so that one [rows, keys] score block is about ``block_bytes``; with a
+    band (a window's 2W-1 keys), a block of b rows sees about b + band keys."""
+    budget = max(1, block_bytes // item)
+    if band is not None and band < width:
+        rows = int((-band + math.sqrt(band * band + 4 * budget)) / 2)  # rows * (rows + band) = budget
+    else:
+        rows = budget // max(1, width)
+    return max(8, min(lq, rows))
+
+
+def fast_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rule: BlockRule,
+    scoring: Scoring,
+    *,
+    weights: torch.Tensor | None = None,
+    sink: WeightsSink | None = None,
+    block_rows: int,
+    timer=NULL_TIMER,
+    progress: Callable[[int, int, int, int], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> torch.Tensor:
+    """Exact attention of q [N, H, Lq, d] over k [N, KV, Lk, d], v [N, KV, Lk, dv] (KV divides H:
+    head h reads K/V head h // (H // KV)) -> context [N, H, Lq, dv].
+
+    The weights go into ``weights`` [N, H, Lq, Lk] (every cell written once: zeros outside a
+    block's keys) or, block by block, to ``sink`` (N == 1; a reused buffer: sinks copy what they
+    keep). ``progress(block, blocks, head, heads)`` follows each head of each block;
+    ``should_cancel`` is polled before each and raises ``Cancelled``.
+    """
+    items, heads, lq, _ = q.shape
+    kv_heads, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    groups = heads // kv_heads
+    context = q.new_empty(items, heads, lq, dv)
+    k = k.contiguous()
+    op = onednn() if q.dtype == torch.float32 else None
+    full_width = rule.key_range(0, lq) == (0, lk) and rule.key_range(max(0, lq - block_rows), lq) == (0, lk)
+    whole_heads = weights is not None and full_width  # one weighted-sum GEMM per head at the end
+    vt = v.transpose(-1, -2).contiguous() if op is not None and whole_heads else None  # [N, KV, dv, Lk]
+    buffer = None if weights is not None else q.new_empty(block_rows * lk)
+    blocks = -(-lq // block_rows)
+    for n in range(items):
+        for b, q0 in enumerate(range(0, lq, block_rows)):
+            q1 = min(q0 + block_rows, lq)
+            blk = rule.block(n, q0, q1)
+            k0, k1 = blk.k0, blk.k1
+            for h in range(heads):
+                if should_cancel is not None and should_cancel():
+                    raise Cancelled("cancelled")
+                kv = h // groups
+                with timer.stage("attention", report=False):
+                    if weights is not None:
+                        out = weights[n, h, q0:q1, k0:k1]
+                        if k0 > 0:
+                            weights[n, h, q0:q1, :k0].zero_()
+                        if k1 < lk:
+                            weights[n, h, q0:q1, k1:].zero_()
+                    else:
+                        out = buffer[: (q1 - q0) * (k1 - k0)].view(q1 - q0, k1 - k0)
+                    w = block_weights(q[n, h, q0:q1], k[n, kv, k0:k1], blk, h, scoring, out)
+                if not whole_heads:
+                    with timer.stage("weighted sum", report=False):
+                        torch.mm(w, v[n, kv, k0:k1], out=context[n, h, q0:q1])
+                if sink is not None:
+                    with timer.stage("overview", report=False):
+                        sink.add(h, q0, w, k0)
+                if progress is not None:
+                    progress(b, blocks, h, heads)
+            if sink is not None:
+                with timer.stage("overview", report=False):
+                    sink.end_block(q0, q1)
+        if whole_heads:
+            with timer.stage("weighted sum", report=False):
+                # one GEMM per head: as fast as per block, and fewer parallel regions (each one
+                # costs a thread hand-off, expensive when other processes share the cores)
+                for h in range(heads):
+                    if vt is not None:
+                        context[n, h] = op(weights[n, h], vt[n, h // groups], None, "none", [None], "")
+                    else:
+                        torch.mm(weights[n, h], v[n, h // groups], out=context[n, h])
+    return context
+
+
+__all__ = ["BLOCK_BYTES", "Block", "BlockRule", "DenseRule", "FAST_DTYPES", "Scoring", "SpecRule",
+           "WeightsSink", "block_rows_for", "block_weights", "fast_attention", "onednn", "softmax_rows"]

@@ -172,7 +172,8 @@ class DenseRule:
     def key_range(self, q0: int, q1: int) -> tuple[int, int]:
         if self.window is None:
             return 0, self.lk
-        return max(0, q0 - self.window + 1), min(self.lk, q1 - 1 + self.window)
+        k1 = min(self.lk, q1 - 1 + self.window)
+        return min(k1, max(0, q0 - self.window + 1)), k1
 
     def block(self, n: int, q0: int, q1: int) -> Block:
         k0, k1 = self.key_range(q0, q1)
@@ -307,6 +308,11 @@ def fast_attention(
             q1 = min(q0 + block_rows, lq)
             blk = rule.block(n, q0, q1)
             k0, k1 = blk.k0, blk.k1
+            if k1 == k0:  # no key in reach (a window past the last key): attend to nothing
+                context[n, :, q0:q1].zero_()
+                if weights is not None:
+                    weights[n, :, q0:q1].zero_()
+                continue
             for h in range(heads):
                 if should_cancel is not None and should_cancel():
                     raise Cancelled("cancelled")

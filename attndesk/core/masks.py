@@ -104,9 +104,9 @@ class MaskSpec:
             k1 = min(self.lk, q1 - 1 + self.window)
         if self.causal:
             k1 = min(k1, q1)
-        k0 = k0 // align * align
         k1 = min(self.lk, -(-k1 // align) * align)
-        return k0, max(k0, k1)
+        k0 = min(k0 // align * align, k1)
+        return k0, k1
 
     def rows(self, q0: int, q1: int, k0: int = 0, k1: int | None = None) -> torch.Tensor | None:
         """The mask of queries q0..q1-1 over keys k0..k1-1: [q1-q0, k1-k0] (or [1, k1-k0] when the

@@ -85,15 +85,16 @@ def test_dense_fast_path_equals_attend(seed, kv_heads, lq, lk, mask_kind, window
     gen = torch.Generator().manual_seed(seed + 1)
     shapes = {"none": None, "key": (2, 1, 1, lk), "row": (lq, 1), "head": (1, 4, lq, lk), "full": (2, 4, lq, lk)}
     mask = None if shapes[mask_kind] is None else torch.rand(shapes[mask_kind], generator=gen) > 0.3
-    if window is not None:
+    full_mask = mask
+    if window is not None:  # the reference gets the band as a mask; the fast path makes it per block
         band = (torch.arange(lq)[:, None] - torch.arange(lk)[None, :]).abs() < window
-        mask = band if mask is None else mask & band
+        full_mask = band if mask is None else mask & band
     extra = torch.randn(1, 4, lq, lk, generator=gen, dtype=torch.float64) if bias else None
     slopes = tuple(float(s) for s in alibi_slopes(4)) if alibi else None
     total = extra
     if alibi:
         total = alibi_bias(4, lq, lk, dtype=torch.float64) if total is None else total + alibi_bias(4, lq, lk, dtype=torch.float64)
-    want_ctx, want_w = attend(q, k, v, mask=mask, bias=total, scale=0.4, softcap=softcap)
+    want_ctx, want_w = attend(q, k, v, mask=full_mask, bias=total, scale=0.4, softcap=softcap)
     ctx, w = core._blocked_attention(q, k, v, mask, 0.4, bias=extra, softcap=softcap, slopes=slopes, window=window,
                                      block_bytes=block_bytes)
     torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)

@@ -215,7 +215,10 @@ def test_window_equals_a_banded_mask(mask, window):
         band &= j <= i
     if "padding" in mask:
         band &= np.array(result.token_ids)[None, :] != 0
-    np.testing.assert_array_equal(result.mask, band)
+    if band.all():  # a window longer than the text masks nothing
+        assert result.mask is None
+    else:
+        np.testing.assert_array_equal(result.mask, band)
     scaled = torch.from_numpy(result.intermediates.scaled).double()
     want = torch.nan_to_num(torch.softmax(scaled.masked_fill(~torch.from_numpy(band), float("-inf")), -1))
     np.testing.assert_allclose(result.weights, want.numpy(), atol=1e-6)

@@ -215,9 +215,9 @@ def _blocked_attention(
     """The fast path for dense inputs: q [..., Lq, d], k [..., Lk, d], v [..., Lk, d_v] (CPU,
     float32/float64, no gradient) whose leading axes broadcast, except that k/v's head axis (-3)
     may hold KV heads grouping q's H (head h reads h // (H // KV)). ``mask`` bool and ``bias``
-    broadcastable to [..., H, Lq, Lk]; ``window`` only narrows the keys each block visits (the
-    band itself must be in ``mask``); ``slopes`` [H] add ALiBi. Returns (context, weights) equal
-    to the reference path's. Callers check _fast_path_ok first.
+    broadcastable to [..., H, Lq, Lk]; ``window`` W masks |i - j| >= W too, and each block visits
+    only the keys in its band; ``slopes`` [H] add ALiBi. Returns (context, weights) equal to the
+    reference path's. Callers check _fast_path_ok first.
     """
     squeeze = q.dim() == 2
     if squeeze:
@@ -287,12 +287,12 @@ def attention_core(
     small inputs. ``mask`` bool broadcastable to [B, H, Lq, Lk]; ``window`` W keeps |i - j| < W;
     ``alibi`` adds -slope_h |i - j|."""
     heads, lq, lk = q.shape[-3], q.shape[-2], k.shape[-2]
-    if window is not None:
-        band = window_mask(lq, lk, window, device=q.device)
-        mask = band if mask is None else mask & band
     if dropout is None and keep is None and _fast_path_ok(q, k, v, mask):
         slopes = tuple(float(s) for s in alibi_slopes(heads)) if alibi else None
         return _blocked_attention(q, k, v, mask, scale, softcap=softcap, slopes=slopes, window=window, timer=timer)
+    if window is not None:
+        band = window_mask(lq, lk, window, device=q.device)
+        mask = band if mask is None else mask & band
     bias = alibi_bias(heads, lq, lk, dtype=q.dtype, device=q.device) if alibi else None
     return attend(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=dropout, keep=keep, timer=timer)
 

@@ -29,7 +29,7 @@ import torch
 
 from .alibi import distances
 from .errors import Cancelled
-from .masks import MaskSpec
+from .masks import BandMasks, MaskSpec
 from .timing import NULL_TIMER
 
 # Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
@@ -90,23 +90,48 @@ def softmax_rows(scores: torch.Tensor, blocked: torch.Tensor | None = None, empt
 class Block:
     """What a block of queries q0..q1-1 over keys k0..k1-1 needs besides Q and K.
 
-    ``blocked`` [b|1, w] (or [H, b|1, w] per head) True = masked; ``key_bias`` [w] 0/-inf fused
-    into the score GEMM instead; ``empty`` [b|1, 1] rows with no key; ``dist`` [b, w] |i - j|
-    for ALiBi; ``bias`` [b|1, w] (or [H, ...]) an additive score bias.
+    Masks are additive score biases (0 / -inf: adding is far faster than a boolean fill):
+    ``key_bias`` [w] fused into the score GEMM, or ``key_row`` [w] added after it (when a
+    soft-cap would turn a fused -inf into -C); ``mask_bias`` [b|1, w] (or [H, b|1, w] per head);
+    ``empty`` [b|1, 1] rows with no key (zeroed after the softmax); ``dist`` [b, w] |i - j| for
+    ALiBi; ``bias`` [b|1, w] (or [H, ...]) an additive score bias.
     """
 
     q0: int
     q1: int
     k0: int
     k1: int
-    blocked: torch.Tensor | None = None
+    mask_bias: torch.Tensor | None = None
     key_bias: torch.Tensor | None = None
+    key_row: torch.Tensor | None = None
     empty: torch.Tensor | None = None
     dist: torch.Tensor | None = None
     bias: torch.Tensor | None = None
 
     def head(self, t: torch.Tensor | None, h: int) -> torch.Tensor | None:
         return t[h] if t is not None and t.dim() == 3 else t
+
+
+class _Distances:
+    """|i - j| blocks for ALiBi, cached per block shape and offset (interior blocks share one)."""
+
+    def __init__(self, dtype, device=None):
+        self.dtype, self.device = dtype, device
+        self._cache: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def __call__(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+        key = (q0 - k0, q1 - q0, k1 - k0)
+        dist = self._cache.get(key)
+        if dist is None:
+            if len(self._cache) > 64:
+                self._cache.clear()
+            dist = self._cache[key] = distances(q0, q1, k0, k1, dtype=self.dtype, device=self.device)
+        return dist
+
+
+def _as_bias(blocked: torch.Tensor, dtype) -> torch.Tensor:
+    """bool (True = masked) -> 0 / -inf, once per block (shared by the heads)."""
+    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(blocked, _NEG_INF)
 
 
 class BlockRule(Protocol):
@@ -121,16 +146,17 @@ class BlockRule(Protocol):
 
 
 class SpecRule:
-    """Blocks of a ``MaskSpec`` (one sequence): rows made on the fly, a key-only padding mask
-    fused into the GEMM when that is exact (no soft-cap to turn -inf into -C, a positive scale)."""
+    """Blocks of a ``MaskSpec`` (one sequence): the padding mask is a key bias, fused into the
+    GEMM when that is exact (no soft-cap to turn -inf into -C, a positive scale); a causal or
+    window band is a cached additive bias per block shape."""
 
     def __init__(self, spec: MaskSpec, *, alibi: bool = False, fuse_keys: bool = True, align: int = 1,
                  dtype=torch.float32):
         self.spec, self.lq, self.lk, self.align = spec, spec.lq, spec.lk, align
-        self.alibi, self.dtype = alibi, dtype
-        key_only = spec.key_valid is not None and not spec.causal and spec.window is None
+        self.alibi, self.dtype, self.fuse_keys = alibi, dtype, fuse_keys
+        self.distances = _Distances(dtype, spec.device)
         self.key_bias = None
-        if key_only and fuse_keys:
+        if spec.key_valid is not None:
             self.key_bias = torch.zeros(spec.lk, dtype=dtype, device=spec.device).masked_fill_(~spec.key_valid, _NEG_INF)
 
     def key_range(self, q0: int, q1: int) -> tuple[int, int]:
@@ -138,24 +164,29 @@ class SpecRule:
 
     def block(self, n: int, q0: int, q1: int) -> Block:
         k0, k1 = self.key_range(q0, q1)
-        blk = Block(q0, q1, k0, k1, empty=self.spec.empty_rows(q0, q1))
+        blk = Block(q0, q1, k0, k1, empty=self.spec.empty_rows(q0, q1),
+                    mask_bias=self.spec.band_masks.bias(q0, q1, k0, k1, self.dtype))
         if self.key_bias is not None:
-            blk.key_bias = self.key_bias[k0:k1]
-        else:
-            rows = self.spec.rows(q0, q1, k0, k1)
-            blk.blocked = None if rows is None or bool(rows.all()) else ~rows
+            if self.fuse_keys:
+                blk.key_bias = self.key_bias[k0:k1]
+            else:
+                blk.key_row = self.key_bias[k0:k1]
         if self.alibi:
-            blk.dist = distances(q0, q1, k0, k1, dtype=self.dtype, device=self.spec.device)
+            blk.dist = self.distances(q0, q1, k0, k1)
         return blk
 
 
 class DenseRule:
     """Blocks of dense tensors: ``mask`` bool and ``bias`` float, each broadcastable to
-    [*lead, H, Lq, Lk] (broadcast views, never copied); item n is lead index n (row-major)."""
+    [*lead, H, Lq, Lk] (broadcast views, never copied); item n is lead index n (row-major).
+    A ``window`` W also masks |i - j| >= W, made per block (the band is never a full matrix)."""
 
     def __init__(self, lead: tuple[int, ...], lq: int, lk: int, *, mask=None, bias=None,
                  window: int | None = None, alibi: bool = False, fuse_keys: bool = True, dtype=torch.float32):
         self.lead, self.lq, self.lk, self.window, self.alibi, self.dtype = lead, lq, lk, window, alibi, dtype
+        self.bands = BandMasks(window=window)
+        self.distances = _Distances(dtype)
+        self.fuse_keys = fuse_keys
         self.blocked = self.row_empty = self.bias = None
         self.key_only = False
         if mask is not None:
@@ -164,7 +195,7 @@ class DenseRule:
             if not bool(has_key.all()):
                 self.row_empty = (~has_key).expand(*lead, *has_key.shape[-3:])
             self.blocked = (~mask).expand(*lead, *mask.shape[-3:-1], lk)
-            self.key_only = mask.shape[-2] == 1 and window is None and fuse_keys
+            self.key_only = mask.shape[-2] == 1
         if bias is not None:
             bias = _at_least_3d(bias)
             self.bias = bias.expand(*lead, *bias.shape[-3:-1], lk)
@@ -180,18 +211,28 @@ class DenseRule:
         index = tuple(int(i) for i in np.unravel_index(n, self.lead)) if self.lead else ()
         blk = Block(q0, q1, k0, k1)
         if self.blocked is not None:
-            rows = _one_head(_rows(self.blocked[index], q0, q1)[..., k0:k1])  # [Hm?, b|1, w]
-            if self.key_only:  # one key row per head: a 0/-inf bias inside the GEMM
-                blk.key_bias = torch.zeros(rows.shape[:-2] + (k1 - k0,), dtype=self.dtype).masked_fill_(rows[..., 0, :], _NEG_INF)
+            rows = _one_head(_rows(self.blocked[index], q0, q1)[..., k0:k1])  # [Hm?, b|1, w], True = masked
+            if self.key_only:  # one key row per head: a 0/-inf key bias, inside the GEMM when exact
+                keys = _as_bias(rows[..., 0, :], self.dtype)  # [Hm?, w]
+                blk.key_bias, blk.key_row = (keys, None) if self.fuse_keys else (None, keys)
             else:
-                blk.blocked = rows
-            if self.row_empty is not None:
+                blk.mask_bias = _as_bias(rows, self.dtype)
+            if self.row_empty is not None:  # rows the mask alone leaves without a key
                 empty = _rows(self.row_empty[index], q0, q1)  # [Hm, b|1, 1]
                 blk.empty = _one_head(empty) if bool(empty.any()) else None
+        band = self.bands(q0, q1, k0, k1)  # None when the window allows the whole block
+        if band is not None:
+            band_bias = self.bands.bias(q0, q1, k0, k1, self.dtype)
+            blk.mask_bias = band_bias if blk.mask_bias is None else blk.mask_bias + band_bias
+            if self.blocked is not None:  # the band and the mask together may leave a row no key
+                empty = (rows | ~band).all(dim=-1, keepdim=True)
+            else:  # the band alone: only queries past the last key's reach
+                empty = torch.arange(q0, q1)[:, None] >= self.lk + self.window - 1
+            blk.empty = empty if bool(empty.any()) else None
         if self.bias is not None:
             blk.bias = _one_head(_rows(self.bias[index], q0, q1)[..., k0:k1])
         if self.alibi:
-            blk.dist = distances(q0, q1, k0, k1, dtype=self.dtype)
+            blk.dist = self.distances(q0, q1, k0, k1)
         return blk
 
 
@@ -244,9 +285,13 @@ def block_weights(q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring:
         scores.div_(scoring.softcap).tanh_().mul_(scoring.softcap)
     if blk.bias is not None:
         scores.add_(blk.head(blk.bias, h))
+    if blk.key_row is not None:
+        scores.add_(blk.key_row[h] if blk.key_row.dim() == 2 else blk.key_row)
     if scoring.slopes is not None:
         scores.add_(blk.dist, alpha=-scoring.slopes[h])
-    return softmax_rows(scores, blk.head(blk.blocked, h), blk.head(blk.empty, h), out=scores if out is None else out)
+    if blk.mask_bias is not None:
+        scores.add_(blk.head(blk.mask_bias, h))
+    return softmax_rows(scores, None, blk.head(blk.empty, h), out=scores if out is None else out)
 
 
 class WeightsSink(Protocol):
@@ -261,12 +306,15 @@ class WeightsSink(Protocol):
 
 def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTES, band: int | None = None) -> int:
     """Query rows per block so that one [rows, keys] score block is about ``block_bytes``; with a
-    band (a window's 2W-1 keys), a block of b rows sees about b + band keys."""
+    band (a window's 2W-1 keys), a block of b rows sees about b + band keys, so blocks of about
+    W/2 rows keep most of what they compute inside the band."""
     budget = max(1, block_bytes // item)
+    rows = budget // max(1, width)
     if band is not None and band < width:
-        rows = int((-band + math.sqrt(band * band + 4 * budget)) / 2)  # rows * (rows + band) = budget
-    else:
-        rows = budget // max(1, width)
+        banded = int((-band + math.sqrt(band * band + 4 * budget)) / 2)  # rows * (rows + band) = budget
+        banded = min(banded, max(256, band // 4))
+        if banded + band < 0.8 * width:  # else the band saves too little to pay for more, smaller blocks
+            rows = banded
     return max(8, min(lq, rows))
 
 

@@ -72,6 +72,52 @@ def visible_cells(lq: int, lk: int, *, causal: bool = False, window: int | None 
     return int(np.maximum(0, hi - lo).sum())
 
 
+class BandMasks:
+    """What causality and a window allow in a block of queries q0..q1-1 x keys k0..k1-1:
+    bool [b, w], True = may attend; None when they allow every cell of it. Blocks with the same
+    shape and offset q0 - k0 share one mask (every interior block of a windowed run), so a run
+    makes only a few."""
+
+    def __init__(self, *, causal: bool = False, window: int | None = None, device=None):
+        self.causal, self.window, self.device = causal, window, device
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    def bias(self, q0: int, q1: int, k0: int, k1: int, dtype=torch.float32) -> torch.Tensor | None:
+        """The band as an additive score bias [b, w]: 0 inside, -inf outside (cached as well).
+        Adding it is ~25x faster than a boolean masked_fill on the CPU."""
+        band = self(q0, q1, k0, k1)
+        if band is None:
+            return None
+        key = (dtype, q0 - k0, q1 - q0, k1 - k0)
+        bias = self._cache.get(key)
+        if bias is None:
+            bias = self._cache[key] = torch.zeros(band.shape, dtype=dtype, device=band.device).masked_fill_(
+                ~band, float("-inf"))
+        return bias
+
+    def __call__(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        if not self.causal and self.window is None:
+            return None
+        low, high = q0 - (k1 - 1), (q1 - 1) - k0  # the smallest and largest i - j in the block
+        causal_ok = not self.causal or low >= 0
+        window_ok = self.window is None or (high < self.window and (self.causal or -low < self.window))
+        if causal_ok and window_ok:
+            return None
+        key = (q0 - k0, q1 - q0, k1 - k0)
+        band = self._cache.get(key)
+        if band is None:
+            offset = (torch.arange(q1 - q0, dtype=torch.int32, device=self.device)[:, None]
+                      - torch.arange(k1 - k0, dtype=torch.int32, device=self.device)[None, :]) + (q0 - k0)  # i - j
+            band = offset >= 0 if self.causal else None
+            if self.window is not None:
+                near = offset < self.window if self.causal else offset.abs_() < self.window
+                band = near if band is None else band & near
+            if len(self._cache) > 64:  # a few shapes recur; anything else is a one-off
+                self._cache.clear()
+            self._cache[key] = band
+        return band
+
+
 @dataclass(frozen=True)
 class MaskSpec:
     """A run's mask without its [Lq, Lk] matrix: which keys are real tokens, causality and a
@@ -113,17 +159,15 @@ class MaskSpec:
         rows do not differ); None when nothing in it is masked."""
         k1 = self.lk if k1 is None else k1
         mask = None if self.key_valid is None else self.key_valid[None, k0:k1]  # [1, w]
-        if self.causal or self.window is not None:
-            offset = (torch.arange(q0, q1, device=self.device)[:, None]
-                      - torch.arange(k0, k1, device=self.device)[None, :])  # [b, w]: i - j
-            band = None
-            if self.causal:
-                band = offset >= 0
-            if self.window is not None:
-                near = offset.abs_() < self.window if band is None else offset < self.window
-                band = near if band is None else band & near
+        band = self.band_masks(q0, q1, k0, k1)
+        if band is not None:
             mask = band if mask is None else band & mask
         return mask
+
+    @cached_property
+    def band_masks(self) -> BandMasks:
+        """The causal/window part of the mask, block by block (cached per block shape)."""
+        return BandMasks(causal=self.causal, window=self.window, device=self.device)
 
     @cached_property
     def _valid_before(self) -> torch.Tensor | None:
@@ -161,9 +205,8 @@ class MaskSpec:
 
     def to_tensor(self) -> torch.Tensor | None:
         """The full [Lq, Lk] bool matrix (only for runs small enough to hold it)."""
-        if self.is_none:
-            return None
-        return torch.broadcast_to(self.rows(0, self.lq), (self.lq, self.lk))
+        rows = None if self.is_none else self.rows(0, self.lq)
+        return None if rows is None else torch.broadcast_to(rows, (self.lq, self.lk))
 
     def to_numpy(self) -> np.ndarray | None:
         """The full [Lq, Lk] bool matrix (only for small runs); a broadcast view for padding alone."""

@@ -210,6 +210,11 @@ class DenseRule:
         k0, k1 = self.key_range(q0, q1)
         index = tuple(int(i) for i in np.unravel_index(n, self.lead)) if self.lead else ()
         blk = Block(q0, q1, k0, k1)
+        if self.bias is not None:
+            blk.bias = _one_head(_rows(self.bias[index], q0, q1)[..., k0:k1])
+        if self.alibi:
+            blk.dist = self.distances(q0, q1, k0, k1)
+        rows = None
         if self.blocked is not None:
             rows = _one_head(_rows(self.blocked[index], q0, q1)[..., k0:k1])  # [Hm?, b|1, w], True = masked
             if self.key_only:  # one key row per head: a 0/-inf key bias, inside the GEMM when exact
@@ -220,20 +225,22 @@ class DenseRule:
             if self.row_empty is not None:  # rows the mask alone leaves without a key
                 empty = _rows(self.row_empty[index], q0, q1)  # [Hm, b|1, 1]
                 blk.empty = _one_head(empty) if bool(empty.any()) else None
+        if self.window is not None:
+            self._band(blk, rows)
+        return blk
+
+    def _band(self, blk: Block, rows: torch.Tensor | None) -> None:
+        """Add the window: its bias, and the rows it leaves without a key in reach."""
+        q0, q1, k0, k1 = blk.q0, blk.q1, blk.k0, blk.k1
         band = self.bands(q0, q1, k0, k1)  # None when the window allows the whole block
         if band is not None:
             band_bias = self.bands.bias(q0, q1, k0, k1, self.dtype)
             blk.mask_bias = band_bias if blk.mask_bias is None else blk.mask_bias + band_bias
-            if self.blocked is not None:  # the band and the mask together may leave a row no key
-                empty = (rows | ~band).all(dim=-1, keepdim=True)
-            else:  # the band alone: only queries past the last key's reach
-                empty = torch.arange(q0, q1)[:, None] >= self.lk + self.window - 1
-            blk.empty = empty if bool(empty.any()) else None
-        if self.bias is not None:
-            blk.bias = _one_head(_rows(self.bias[index], q0, q1)[..., k0:k1])
-        if self.alibi:
-            blk.dist = self.distances(q0, q1, k0, k1)
-        return blk
+        if rows is not None:  # the keys in reach and the mask together may leave a row none
+            empty = (rows if band is None else rows | ~band).all(dim=-1, keepdim=True)
+        else:  # the band alone: only queries past the last key's reach
+            empty = torch.arange(q0, q1)[:, None] >= self.lk + self.window - 1
+        blk.empty = empty if bool(empty.any()) else None
 
 
 def _at_least_3d(t: torch.Tensor) -> torch.Tensor:

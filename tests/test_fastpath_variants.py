@@ -102,16 +102,22 @@ def test_dense_fast_path_equals_attend(seed, kv_heads, lq, lk, mask_kind, window
     assert not torch.isnan(w).any()
 
 
-def test_a_window_computes_only_its_band(monkeypatch):
-    """Count the score cells the fast path computes: O(L W), not O(L^2)."""
-    cells = []
+@pytest.fixture
+def cells(monkeypatch):
+    """The score cells (rows x keys) of every block the fast path computes."""
+    seen = []
     real = fastpath.block_weights
 
     def counted(q, k, *args, **kwargs):
-        cells.append(q.shape[0] * k.shape[0])
+        seen.append(q.shape[0] * k.shape[0])
         return real(q, k, *args, **kwargs)
 
     monkeypatch.setattr(fastpath, "block_weights", counted)
+    return seen
+
+
+def test_a_window_computes_only_its_band(cells):
+    """Count the score cells the fast path computes: O(L W), not O(L^2)."""
     length, window = 600, 16
     config = AttentionConfig(embed_dim=16, num_heads=2, mask="none", window=window, memory_budget=200_000)
     result = run_attention(config, _text(length))
@@ -125,22 +131,14 @@ def test_a_window_computes_only_its_band(monkeypatch):
     assert (far == 0).all()
 
 
-def test_causal_blocks_skip_the_upper_triangle_and_still_write_its_zeros(monkeypatch):
-    widths = []
-    real = fastpath.block_weights
-
-    def counted(q, k, *args, **kwargs):
-        widths.append(q.shape[0] * k.shape[0])
-        return real(q, k, *args, **kwargs)
-
-    monkeypatch.setattr(fastpath, "block_weights", counted)
+def test_causal_blocks_skip_the_upper_triangle_and_still_write_its_zeros(cells):
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 2, 64, 4, generator=gen, dtype=torch.float64) for _ in range(3))
     spec = MaskSpec(64, 64, causal=True)
     weights = torch.full((1, 2, 64, 64), float("nan"), dtype=torch.float64)  # every cell must be written
     rule = fastpath.SpecRule(spec, dtype=torch.float64)
     context = fastpath.fast_attention(q, k, v, rule, fastpath.Scoring(0.5), weights=weights, block_rows=8)
-    assert sum(widths) == 2 * sum(8 * stop for stop in range(8, 65, 8))  # each block up to its last query
+    assert sum(cells) == 2 * sum(8 * stop for stop in range(8, 65, 8))  # each block up to its last query
     want_ctx, want_w = attend(q, k, v, mask=spec.to_tensor(), scale=0.5)
     torch.testing.assert_close(weights, want_w, rtol=0, atol=1e-12)
     torch.testing.assert_close(context, want_ctx, rtol=0, atol=1e-12)

@@ -348,61 +348,68 @@ def fast_attention(
     ``should_cancel`` is polled before each and raises ``Cancelled``.
     """
     items, heads, lq, _ = q.shape
-    kv_heads, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
-    groups = heads // kv_heads
-    context = q.new_empty(items, heads, lq, dv)
+    groups, lk = heads // k.shape[1], k.shape[2]
+    context = q.new_empty(items, heads, lq, v.shape[-1])
     k = k.contiguous()
-    op = onednn() if q.dtype == torch.float32 else None
     full_width = rule.key_range(0, lq) == (0, lk) and rule.key_range(max(0, lq - block_rows), lq) == (0, lk)
     whole_heads = weights is not None and full_width  # one weighted-sum GEMM per head at the end
-    vt = v.transpose(-1, -2).contiguous() if op is not None and whole_heads else None  # [N, KV, dv, Lk]
     buffer = None if weights is not None else q.new_empty(block_rows * lk)
     blocks = -(-lq // block_rows)
     for n in range(items):
         for b, q0 in enumerate(range(0, lq, block_rows)):
-            q1 = min(q0 + block_rows, lq)
-            blk = rule.block(n, q0, q1)
-            k0, k1 = blk.k0, blk.k1
-            if k1 == k0:  # no key in reach (a window past the last key): attend to nothing
-                context[n, :, q0:q1].zero_()
+            blk = rule.block(n, q0, min(q0 + block_rows, lq))
+            if blk.k1 == blk.k0:  # no key in reach (a window past the last key): attend to nothing
+                context[n, :, blk.q0:blk.q1].zero_()
                 if weights is not None:
-                    weights[n, :, q0:q1].zero_()
+                    weights[n, :, blk.q0:blk.q1].zero_()
                 continue
             for h in range(heads):
                 if should_cancel is not None and should_cancel():
                     raise Cancelled("cancelled")
                 kv = h // groups
                 with timer.stage("attention", report=False):
-                    if weights is not None:
-                        out = weights[n, h, q0:q1, k0:k1]
-                        if k0 > 0:
-                            weights[n, h, q0:q1, :k0].zero_()
-                        if k1 < lk:
-                            weights[n, h, q0:q1, k1:].zero_()
-                    else:
-                        out = buffer[: (q1 - q0) * (k1 - k0)].view(q1 - q0, k1 - k0)
-                    w = block_weights(q[n, h, q0:q1], k[n, kv, k0:k1], blk, h, scoring, out)
+                    out = _weights_out(weights, buffer, n, h, blk)
+                    w = block_weights(q[n, h, blk.q0:blk.q1], k[n, kv, blk.k0:blk.k1], blk, h, scoring, out)
                 if not whole_heads:
                     with timer.stage("weighted sum", report=False):
-                        torch.mm(w, v[n, kv, k0:k1], out=context[n, h, q0:q1])
+                        torch.mm(w, v[n, kv, blk.k0:blk.k1], out=context[n, h, blk.q0:blk.q1])
                 if sink is not None:
                     with timer.stage("overview", report=False):
-                        sink.add(h, q0, w, k0)
+                        sink.add(h, blk.q0, w, blk.k0)
                 if progress is not None:
                     progress(b, blocks, h, heads)
             if sink is not None:
                 with timer.stage("overview", report=False):
-                    sink.end_block(q0, q1)
+                    sink.end_block(blk.q0, blk.q1)
         if whole_heads:
             with timer.stage("weighted sum", report=False):
-                # one GEMM per head: as fast as per block, and fewer parallel regions (each one
-                # costs a thread hand-off, expensive when other processes share the cores)
-                for h in range(heads):
-                    if vt is not None:
-                        context[n, h] = op(weights[n, h], vt[n, h // groups], None, "none", [None], "")
-                    else:
-                        torch.mm(weights[n, h], v[n, h // groups], out=context[n, h])
+                _whole_head_sums(weights[n], v[n], context[n], groups)
     return context
+
+
+def _weights_out(weights: torch.Tensor | None, buffer: torch.Tensor | None, n: int, h: int, blk: Block) -> torch.Tensor:
+    """Where a head's block of weights goes: its cells of ``weights`` (the cells outside the
+    block's keys written as zeros now, so every weight is written once), or the reused buffer."""
+    q0, q1, k0, k1 = blk.q0, blk.q1, blk.k0, blk.k1
+    if weights is None:
+        return buffer[: (q1 - q0) * (k1 - k0)].view(q1 - q0, k1 - k0)
+    if k0 > 0:
+        weights[n, h, q0:q1, :k0].zero_()
+    if k1 < weights.shape[-1]:
+        weights[n, h, q0:q1, k1:].zero_()
+    return weights[n, h, q0:q1, k0:k1]
+
+
+def _whole_head_sums(weights: torch.Tensor, v: torch.Tensor, context: torch.Tensor, groups: int) -> None:
+    """context[h] = weights[h] @ v[h // groups]: one GEMM per head, as fast as per block and with
+    fewer parallel regions (each costs a thread hand-off, dear when other processes share the cores)."""
+    op = onednn() if weights.dtype == torch.float32 else None
+    vt = v.transpose(-1, -2).contiguous() if op is not None else None  # [KV, dv, Lk]: oneDNN wants x @ w^T
+    for h in range(weights.shape[0]):
+        if vt is not None:
+            context[h] = op(weights[h], vt[h // groups], None, "none", [None], "")
+        else:
+            torch.mm(weights[h], v[h // groups], out=context[h])
 
 
 __all__ = ["BLOCK_BYTES", "Block", "BlockRule", "DenseRule", "FAST_DTYPES", "Scoring", "SpecRule",

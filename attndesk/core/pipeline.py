@@ -145,13 +145,7 @@ def run_attention(
     """
     queries, keys, cross = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
-    if plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads):
-        plan = plan_run(config, lq, lk, half_storage=half_storage)
-    if plan.blocked and config.training and config.dropout > 0:
-        raise ConfigError(
-            "dropout in training mode needs the whole weight matrix at once, which does not fit the "
-            "memory budget here: switch to eval mode, shorten the text, or raise the budget"
-        )
+    plan = _plan_for(config, lq, lk, plan, half_storage)
     device = resolve_device(config.device)
     model = build_model(config, device)
     timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
@@ -184,6 +178,18 @@ def run_attention(
         unknown=list(queries.unknown), key_unknown=list(keys.unknown) if cross else None,
         plan=plan, pyramid=kept.pyramid, exact=kept.exact,
     )
+
+
+def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None) -> RunPlan:
+    """The caller's plan when it is for these lengths, else a new one; refuse what cannot run."""
+    if plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads):
+        plan = plan_run(config, lq, lk, half_storage=half_storage)
+    if plan.blocked and config.training and config.dropout > 0:
+        raise ConfigError(
+            "dropout in training mode needs the whole weight matrix at once, which does not fit the "
+            "memory budget here: switch to eval mode, shorten the text, or raise the budget"
+        )
+    return plan
 
 
 class _PeakMemory:

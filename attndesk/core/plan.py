@@ -55,6 +55,7 @@ class RunPlan:
     overview_px: int
     flops: int
     seconds: float | None  # a rough time estimate, None when we cannot guess
+    window: int | None = None  # a sliding window: only its band is computed (the flops count that)
 
     @property
     def blocked(self) -> bool:
@@ -76,9 +77,11 @@ class RunPlan:
             why = f"full weights {weights} exceed the {budget} budget"
         else:
             why = f"the full path needs {format_bytes(self.full_peak_bytes)} (weights {weights}), over the {budget} budget"
+        band = "" if self.window is None else f", computing only the band |i - j| < {self.window}"
         if self.kind == BLOCKED:
-            return f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)}) + exact on demand{eta}"
-        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{eta}"
+            return (f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)})"
+                    f" + exact on demand{band}{eta}")
+        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{band}{eta}"
         if self.peak_bytes > self.budget:  # the projections alone outgrow the budget: say so
             line += f"; even so it needs about {format_bytes(self.peak_bytes)}, over the budget"
         return line
@@ -139,7 +142,7 @@ def plan_run(
     rate = _RATE.get(str(config.device))
     seconds = estimate.flops / rate if rate else None
     common = dict(num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
-                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds)
+                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds, window=config.window)
 
     kind = force
     if kind is None:

@@ -236,11 +236,25 @@ class DenseRule:
         if band is not None:
             band_bias = self.bands.bias(q0, q1, k0, k1, self.dtype)
             blk.mask_bias = band_bias if blk.mask_bias is None else blk.mask_bias + band_bias
-        if rows is not None:  # the keys in reach and the mask together may leave a row none
+        if rows is not None and self.key_only:  # count each row's real keys in reach: O(b + w)
+            empty = _no_key_in_reach(rows[..., 0, :], q0, q1, k0, self.window)
+        elif rows is not None:  # the keys in reach and the mask together may leave a row none
             empty = (rows if band is None else rows | ~band).all(dim=-1, keepdim=True)
         else:  # the band alone: only queries past the last key's reach
             empty = torch.arange(q0, q1)[:, None] >= self.lk + self.window - 1
         blk.empty = empty if bool(empty.any()) else None
+
+
+def _no_key_in_reach(masked_keys: torch.Tensor, q0: int, q1: int, k0: int, window: int) -> torch.Tensor:
+    """[..., b, 1]: True for a query whose window holds no unmasked key; ``masked_keys`` [..., w]
+    (True = masked) are keys k0.. . From a running count of the real keys, not the [b, w] block."""
+    width = masked_keys.shape[-1]
+    before = torch.zeros(*masked_keys.shape[:-1], width + 1, dtype=torch.int32)
+    before[..., 1:] = torch.cumsum((~masked_keys).to(torch.int32), dim=-1)  # real keys before each column
+    i = torch.arange(q0, q1)
+    lo = (i - window + 1 - k0).clamp_(0, width)
+    hi = (i + window - k0).clamp_(0, width)
+    return (before[..., hi] == before[..., lo])[..., None]
 
 
 def _at_least_3d(t: torch.Tensor) -> torch.Tensor:
@@ -320,7 +334,7 @@ def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTE
     if band is not None and band < width:
         banded = int((-band + math.sqrt(band * band + 4 * budget)) / 2)  # rows * (rows + band) = budget
         banded = min(banded, max(256, band // 4))
-        if banded + band < 0.8 * width:  # else the band saves too little to pay for more, smaller blocks
+        if banded + band < 0.6 * width:  # else the band saves too little to pay for more, smaller blocks
             rows = banded
     return max(8, min(lq, rows))
 
@@ -351,8 +365,13 @@ def fast_attention(
     groups, lk = heads // k.shape[1], k.shape[2]
     context = q.new_empty(items, heads, lq, v.shape[-1])
     k = k.contiguous()
-    full_width = rule.key_range(0, lq) == (0, lk) and rule.key_range(max(0, lq - block_rows), lq) == (0, lk)
-    whole_heads = weights is not None and full_width  # one weighted-sum GEMM per head at the end
+    reach = sum((k1 - k0) * (min(q0 + block_rows, lq) - q0)
+                for q0 in range(0, lq, block_rows) for k0, k1 in [rule.key_range(q0, min(q0 + block_rows, lq))])
+    # one weighted-sum GEMM per head at the end, unless most of each row is out of reach: then a
+    # GEMM per block over its keys (fewer parallel regions vs less work over zeros)
+    whole_heads = weights is not None and reach > 0.5 * lq * lk
+    if weights is not None and reach < lq * lk:
+        weights.zero_()  # one pass, so the blocks write only the cells they can reach
     buffer = None if weights is not None else q.new_empty(block_rows * lk)
     blocks = -(-lq // block_rows)
     for n in range(items):
@@ -388,15 +407,11 @@ def fast_attention(
 
 
 def _weights_out(weights: torch.Tensor | None, buffer: torch.Tensor | None, n: int, h: int, blk: Block) -> torch.Tensor:
-    """Where a head's block of weights goes: its cells of ``weights`` (the cells outside the
-    block's keys written as zeros now, so every weight is written once), or the reused buffer."""
+    """Where a head's block of weights goes: its cells of ``weights`` (zeroed beforehand where a
+    block cannot reach), or the reused buffer."""
     q0, q1, k0, k1 = blk.q0, blk.q1, blk.k0, blk.k1
     if weights is None:
         return buffer[: (q1 - q0) * (k1 - k0)].view(q1 - q0, k1 - k0)
-    if k0 > 0:
-        weights[n, h, q0:q1, :k0].zero_()
-    if k1 < weights.shape[-1]:
-        weights[n, h, q0:q1, k1:].zero_()
     return weights[n, h, q0:q1, k0:k1]
 
 

@@ -9,7 +9,7 @@ keys a windowed or causal block can see.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import torch
@@ -72,50 +72,75 @@ def visible_cells(lq: int, lk: int, *, causal: bool = False, window: int | None 
     return int(np.maximum(0, hi - lo).sum())
 
 
+_SHARED_CELLS = 1 << 20  # blocks up to this size are cached across runs (4 MiB as float32 biases)
+
+
+@lru_cache(maxsize=32)
+def _shared_band(causal: bool, window: int | None, offset: int, rows: int, cols: int, device: str | None):
+    return _make_band(causal, window, offset, rows, cols, device)
+
+
+@lru_cache(maxsize=32)
+def _shared_bias(causal: bool, window: int | None, offset: int, rows: int, cols: int, dtype, device: str | None):
+    return _make_bias(_shared_band(causal, window, offset, rows, cols, device), dtype)
+
+
+def _make_band(causal: bool, window: int | None, offset: int, rows: int, cols: int, device) -> torch.Tensor:
+    """bool [rows, cols]: True where j - i is allowed, for a block whose first query is ``offset``
+    positions after its first key."""
+    diff = (torch.arange(rows, dtype=torch.int32, device=device)[:, None]
+            - torch.arange(cols, dtype=torch.int32, device=device)[None, :]) + offset  # i - j
+    band = diff >= 0 if causal else None
+    if window is not None:
+        near = diff < window if causal else diff.abs_() < window
+        band = near if band is None else band & near
+    return band
+
+
+def _make_bias(band: torch.Tensor, dtype) -> torch.Tensor:
+    return torch.zeros(band.shape, dtype=dtype, device=band.device).masked_fill_(~band, float("-inf"))
+
+
 class BandMasks:
     """What causality and a window allow in a block of queries q0..q1-1 x keys k0..k1-1:
     bool [b, w], True = may attend; None when they allow every cell of it. Blocks with the same
-    shape and offset q0 - k0 share one mask (every interior block of a windowed run), so a run
-    makes only a few."""
+    shape and offset q0 - k0 share one mask (every interior block of a windowed run; small ones
+    across runs too), so a run makes only a few."""
 
     def __init__(self, *, causal: bool = False, window: int | None = None, device=None):
         self.causal, self.window, self.device = causal, window, device
-        self._cache: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, torch.Tensor] = {}  # this run's blocks too large to share
+
+    def _inside(self, q0: int, q1: int, k0: int, k1: int) -> bool:
+        """Whether the band allows every cell of the block (from its extreme offsets alone)."""
+        if not self.causal and self.window is None:
+            return True
+        low, high = q0 - (k1 - 1), (q1 - 1) - k0  # the smallest and largest i - j in the block
+        causal_ok = not self.causal or low >= 0
+        return causal_ok and (self.window is None or (high < self.window and (self.causal or -low < self.window)))
+
+    def _get(self, kind: str, q0: int, q1: int, k0: int, k1: int, dtype=None) -> torch.Tensor | None:
+        if self._inside(q0, q1, k0, k1):
+            return None
+        shape = (self.causal, self.window, q0 - k0, q1 - q0, k1 - k0)
+        device = None if self.device is None else str(self.device)
+        if (q1 - q0) * (k1 - k0) <= _SHARED_CELLS:
+            return _shared_band(*shape, device) if kind == "band" else _shared_bias(*shape, dtype, device)
+        key = (kind, dtype, *shape)
+        if key not in self._cache:
+            if len(self._cache) > 16:
+                self._cache.clear()
+            band = _make_band(*shape, self.device)
+            self._cache[key] = band if kind == "band" else _make_bias(band, dtype)
+        return self._cache[key]
+
+    def __call__(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        return self._get("band", q0, q1, k0, k1)
 
     def bias(self, q0: int, q1: int, k0: int, k1: int, dtype=torch.float32) -> torch.Tensor | None:
         """The band as an additive score bias [b, w]: 0 inside, -inf outside (cached as well).
         Adding it is ~25x faster than a boolean masked_fill on the CPU."""
-        band = self(q0, q1, k0, k1)
-        if band is None:
-            return None
-        key = (dtype, q0 - k0, q1 - q0, k1 - k0)
-        bias = self._cache.get(key)
-        if bias is None:
-            bias = self._cache[key] = torch.zeros(band.shape, dtype=dtype, device=band.device).masked_fill_(
-                ~band, float("-inf"))
-        return bias
-
-    def __call__(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
-        if not self.causal and self.window is None:
-            return None
-        low, high = q0 - (k1 - 1), (q1 - 1) - k0  # the smallest and largest i - j in the block
-        causal_ok = not self.causal or low >= 0
-        window_ok = self.window is None or (high < self.window and (self.causal or -low < self.window))
-        if causal_ok and window_ok:
-            return None
-        key = (q0 - k0, q1 - q0, k1 - k0)
-        band = self._cache.get(key)
-        if band is None:
-            offset = (torch.arange(q1 - q0, dtype=torch.int32, device=self.device)[:, None]
-                      - torch.arange(k1 - k0, dtype=torch.int32, device=self.device)[None, :]) + (q0 - k0)  # i - j
-            band = offset >= 0 if self.causal else None
-            if self.window is not None:
-                near = offset < self.window if self.causal else offset.abs_() < self.window
-                band = near if band is None else band & near
-            if len(self._cache) > 64:  # a few shapes recur; anything else is a one-off
-                self._cache.clear()
-            self._cache[key] = band
-        return band
+        return self._get("bias", q0, q1, k0, k1, dtype)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ At long lengths the [H, Lq, Lk] passes dominate, so ``fast_attention`` walks one
 rows and one head at a time, keeping that block's scores in cache from the GEMM through the
 softmax, which writes each weight exactly once (into the returned weights, or into a reused
 buffer whose rows a sink folds into an overview). A key padding mask becomes an additive 0/-inf
-bias inside the score GEMM (no pass over the scores at all); float32 GEMMs go through oneDNN,
-which uses AVX-512 where MKL's fp32 GEMM does not on AMD CPUs (about 2x here).
+bias inside the score GEMM (no pass over the scores at all); other masks are additive 0/-inf
+biases too (a boolean masked_fill costs ~25x an add on the CPU), a causal or window band made
+once per block shape. Float32 GEMMs go through oneDNN, which uses AVX-512 where MKL's fp32 GEMM
+does not on AMD CPUs (about 2x here).
 
 Grouped-query heads read their group's K/V; a sliding window or a causal mask restricts each
 block to the keys it can see (O(L W) work for a window W, and the weights outside the band are
@@ -364,7 +366,7 @@ def fast_attention(
     items, heads, lq, _ = q.shape
     groups, lk = heads // k.shape[1], k.shape[2]
     context = q.new_empty(items, heads, lq, v.shape[-1])
-    k = k.contiguous()
+    q, k = q.contiguous(), k.contiguous()  # rows of the fused QKV are strided: one copy, not one per block
     reach = sum((k1 - k0) * (min(q0 + block_rows, lq) - q0)
                 for q0 in range(0, lq, block_rows) for k0, k1 in [rule.key_range(q0, min(q0 + block_rows, lq))])
     # one weighted-sum GEMM per head at the end, unless most of each row is out of reach: then a

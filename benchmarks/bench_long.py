@@ -195,7 +195,7 @@ def main() -> int:
     for _, c in cases:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in c["timings"].items() if k != "total")
         print(f"L={c['length']} {c['kind']}: {c['plan']}")
-        print(f"    stages (s): {stages}; overview {c['overview_seconds']:.2f}; runs {['%.2f' % t for t in c['all_seconds']]}")
+        print(f"    stages (s): {stages}; runs {['%.2f' % t for t in c['all_seconds']]}")
     print()
     verdicts = []
     if ratio is not None:

@@ -178,3 +178,16 @@ def test_gqa_and_window_plan_less_work():
     windowed = plan_run(base.replace(window=512), 16384)
     assert windowed.flops < 0.15 * full.flops  # the projections stay; the attention is 6% of the cells
     assert windowed.seconds < 0.15 * full.seconds
+
+
+@pytest.mark.parametrize("variant", [{"position": "alibi"}, {"position": "rope", "kv_heads": 2, "window": 20,
+                                                            "softcap": 3.0, "mask": "padding+causal"}])
+def test_bfloat16_long_runs_equal_the_full_run(variant):
+    # the long path rounds each stage as the reference does (ALiBi's bias once, from exact distances)
+    config = AttentionConfig(dtype="bfloat16", pad_to=310, **variant)
+    text = " ".join(["the cat sat on the mat and the dog barked"] * 30)
+    full, bounded = run_attention(config, text), run_attention(config.replace(memory_budget=200_000), text)
+    assert bounded.plan.kind == "pyramid"
+    np.testing.assert_array_equal(bounded.output, full.output)
+    for h, q, k in [(0, 5, 3), (3, 290, 280), (2, 100, 99)]:
+        assert bounded.weight_at(h, q, k) == full.weight_at(h, q, k)

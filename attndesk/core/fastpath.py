@@ -118,7 +118,9 @@ class _Distances:
     """|i - j| blocks for ALiBi, cached per block shape and offset (interior blocks share one)."""
 
     def __init__(self, dtype, device=None):
-        self.dtype, self.device = dtype, device
+        # half precision keeps exact distances (bfloat16 rounds them above 256); see block_weights
+        self.dtype = torch.float64 if dtype in (torch.float16, torch.bfloat16) else dtype
+        self.device = device
         self._cache: dict[tuple[int, int, int], torch.Tensor] = {}
 
     def __call__(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
@@ -310,7 +312,9 @@ def block_weights(q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring:
         scores.add_(blk.head(blk.bias, h))
     if blk.key_row is not None:
         scores.add_(blk.key_row[h] if blk.key_row.dim() == 2 else blk.key_row)
-    if scoring.slopes is not None:
+    if scoring.slopes is not None and blk.dist.dtype != scores.dtype:  # half precision: round the bias
+        scores.add_((blk.dist * -scoring.slopes[h]).to(scores.dtype))  # once, as the reference does
+    elif scoring.slopes is not None:
         scores.add_(blk.dist, alpha=-scoring.slopes[h])
     if blk.mask_bias is not None:
         scores.add_(blk.head(blk.mask_bias, h))

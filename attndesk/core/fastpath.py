@@ -371,8 +371,7 @@ def fast_attention(
     groups, lk = heads // k.shape[1], k.shape[2]
     context = q.new_empty(items, heads, lq, v.shape[-1])
     q, k = q.contiguous(), k.contiguous()  # rows of the fused QKV are strided: one copy, not one per block
-    reach = sum((k1 - k0) * (min(q0 + block_rows, lq) - q0)
-                for q0 in range(0, lq, block_rows) for k0, k1 in [rule.key_range(q0, min(q0 + block_rows, lq))])
+    reach = _cells_in_reach(rule, lq, block_rows)
     # one weighted-sum GEMM per head at the end, unless most of each row is out of reach: then a
     # GEMM per block over its keys (fewer parallel regions vs less work over zeros)
     whole_heads = weights is not None and reach > 0.5 * lq * lk
@@ -410,6 +409,16 @@ def fast_attention(
             with timer.stage("weighted sum", report=False):
                 _whole_head_sums(weights[n], v[n], context[n], groups)
     return context
+
+
+def _cells_in_reach(rule: BlockRule, lq: int, block_rows: int) -> int:
+    """How many (query, key) cells the blocks compute, per head."""
+    total = 0
+    for q0 in range(0, lq, block_rows):
+        q1 = min(q0 + block_rows, lq)
+        k0, k1 = rule.key_range(q0, q1)
+        total += (k1 - k0) * (q1 - q0)
+    return total
 
 
 def _weights_out(weights: torch.Tensor | None, buffer: torch.Tensor | None, n: int, h: int, blk: Block) -> torch.Tensor:

@@ -345,26 +345,15 @@ def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTE
     return max(8, min(lq, rows))
 
 
-def fast_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    rule: BlockRule,
-    scoring: Scoring,
-    *,
-    weights: torch.Tensor | None = None,
-    sink: WeightsSink | None = None,
-    block_rows: int,
-    timer=NULL_TIMER,
-    progress: Callable[[int, int, int, int], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-) -> torch.Tensor:
+def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rule: BlockRule, scoring: Scoring, *,
+                   block_rows: int, weights: torch.Tensor | None = None, sink: WeightsSink | None = None,
+                   timer=NULL_TIMER, progress: Callable[[int, int, int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> torch.Tensor:
     """Exact attention of q [N, H, Lq, d] over k [N, KV, Lk, d], v [N, KV, Lk, dv] (KV divides H:
     head h reads K/V head h // (H // KV)) -> context [N, H, Lq, dv].
 
-    The weights go into ``weights`` [N, H, Lq, Lk] (every cell written once: zeros outside a
-    block's keys) or, block by block, to ``sink`` (N == 1; a reused buffer: sinks copy what they
-    keep). ``progress(block, blocks, head, heads)`` follows each head of each block;
+    The weights go into ``weights`` [N, H, Lq, Lk] (zeros where no block reaches) or, block by
+    block, to ``sink`` (N == 1; a reused buffer: sinks copy what they keep). ``progress(block, blocks, head, heads)`` follows each head of each block;
     ``should_cancel`` is polled before each and raises ``Cancelled``.
     """
     items, heads, lq, _ = q.shape

@@ -153,6 +153,33 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+def verdicts(cases: list, ratio: dict | None) -> list[str]:
+    """One line per target: measured, the target, MET or MISSED."""
+    lines = []
+    if ratio is not None:
+        r = ratio["blocked"] / ratio["full"]
+        lines.append(f"blocked / full at L=4096: {r:.2f}x (medians of 5 alternating warm runs: blocked "
+                        f"{ratio['blocked']:.2f} s, full {ratio['full']:.2f} s; target <= 1.5x) "
+                        f"{'MET' if r <= 1.5 else 'MISSED'}")
+    longest = max((c for label, c in cases if label != "window"), key=lambda c: c["length"])
+    windowed = next((c for label, c in cases if label == "window"), None)
+    if windowed is not None and longest["length"] == windowed["length"]:
+        r = windowed["seconds"] / longest["seconds"]
+        lines.append(f"window {WINDOW} at L={windowed['length']}: {windowed['seconds']:.2f} s vs global "
+                        f"{longest['seconds']:.2f} s ({r:.2f}x; it computes {windowed['cells']:.1%} of the cells), "
+                        f"peak RSS {_gib(windowed['peak_rss'])} {'MET' if r < 0.5 else 'MISSED'} (target < 0.5x)")
+    if longest["length"] == 16384:
+        rss = longest["peak_rss"]
+        lines.append(f"peak RSS at L=16384: {_gib(rss)} (target < 3 GiB; the full path needs "
+                        f"{_gib(longest['full_peak'])}) {'MET' if rss < 3 * GIB else 'MISSED'}")
+        hover = longest["hover_max"]
+        lines.append(f"exact hover read-out at L=16384: median {longest['hover_median'] * 1e3:.2f} ms, "
+                        f"max {hover * 1e3:.2f} ms (target well under 1 s) {'MET' if hover < 0.1 else 'MISSED'}")
+        lines.append(f"longest stall of a 5 ms ticker beside the L=16384 run: {longest['max_gap'] * 1e3:.0f} ms "
+                        f"(the window's own event-loop test lives with the app)")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs=3, metavar=("L", "KIND", "REPEATS"), help=argparse.SUPPRESS)
@@ -197,29 +224,7 @@ def main() -> int:
         print(f"L={c['length']} {c['kind']}: {c['plan']}")
         print(f"    stages (s): {stages}; runs {['%.2f' % t for t in c['all_seconds']]}")
     print()
-    verdicts = []
-    if ratio is not None:
-        r = ratio["blocked"] / ratio["full"]
-        verdicts.append(f"blocked / full at L=4096: {r:.2f}x (medians of 5 alternating warm runs: blocked "
-                        f"{ratio['blocked']:.2f} s, full {ratio['full']:.2f} s; target <= 1.5x) "
-                        f"{'MET' if r <= 1.5 else 'MISSED'}")
-    longest = max((c for label, c in cases if label != "window"), key=lambda c: c["length"])
-    windowed = next((c for label, c in cases if label == "window"), None)
-    if windowed is not None and longest["length"] == windowed["length"]:
-        r = windowed["seconds"] / longest["seconds"]
-        verdicts.append(f"window {WINDOW} at L={windowed['length']}: {windowed['seconds']:.2f} s vs global "
-                        f"{longest['seconds']:.2f} s ({r:.2f}x; it computes {windowed['cells']:.1%} of the cells), "
-                        f"peak RSS {_gib(windowed['peak_rss'])} {'MET' if r < 0.5 else 'MISSED'} (target < 0.5x)")
-    if longest["length"] == 16384:
-        rss = longest["peak_rss"]
-        verdicts.append(f"peak RSS at L=16384: {_gib(rss)} (target < 3 GiB; the full path needs "
-                        f"{_gib(longest['full_peak'])}) {'MET' if rss < 3 * GIB else 'MISSED'}")
-        hover = longest["hover_max"]
-        verdicts.append(f"exact hover read-out at L=16384: median {longest['hover_median'] * 1e3:.2f} ms, "
-                        f"max {hover * 1e3:.2f} ms (target well under 1 s) {'MET' if hover < 0.1 else 'MISSED'}")
-        verdicts.append(f"longest stall of a 5 ms ticker beside the L=16384 run: {longest['max_gap'] * 1e3:.0f} ms "
-                        f"(the window's own event-loop test lives with the app)")
-    for line in verdicts:
+    for line in verdicts(cases, ratio):
         print(line)
     return 0
 

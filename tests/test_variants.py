@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attndesk.core import AttentionConfig, ConfigError, MultiHeadAttention, run_attention
+from attndesk.core import AttentionConfig, ConfigError, ConfigTypeError, MultiHeadAttention, run_attention
 from attndesk.core import attention as core
 from attndesk.core.alibi import alibi_bias, alibi_slopes
 from attndesk.core.rope import apply_rope, rope, rope_angles, rope_cos_sin, rope_relative_scores
@@ -25,11 +25,11 @@ TEXT = "the cat sat on the mat because it was tired and the dog barked at it"
 @pytest.mark.parametrize("changes,message", [
     (dict(num_heads=8, kv_heads=3), r"3 K/V heads cannot be shared evenly by 8 query heads; valid K/V head counts: 1, 2, 4, 8"),
     (dict(num_heads=6, embed_dim=48, kv_heads=4), r"valid K/V head counts: 1, 2, 3, 6"),
-    (dict(kv_heads=0), r"kv_heads must be a positive whole number"),
-    (dict(kv_heads=True), r"kv_heads must be a positive whole number"),
+    (dict(kv_heads=0), r"kv_heads must be a positive whole number, got 0"),
+    (dict(kv_heads=True), r"kv_heads must be a positive whole number, got True \(bool\)"),
     (dict(num_heads=1, kv_heads=2), r"valid K/V head counts: 1"),
-    (dict(window=0), r"window must be a whole number of tokens >= 1"),
-    (dict(window=2.5), r"window must be a whole number"),
+    (dict(window=0), r"window must be a whole number of tokens >= 1 \(1 = each query sees only itself\) or None"),
+    (dict(window=2.5), r"window must be a positive whole number, got 2.5 \(float\)"),
     (dict(softcap=0.0), r"softcap must be a positive finite number"),
     (dict(softcap=-3), r"softcap must be a positive finite number"),
     (dict(softcap=float("inf")), r"softcap must be a positive finite number"),
@@ -57,8 +57,8 @@ def test_the_old_positional_flag_still_loads():
     assert not AttentionConfig(position="rope").positional and AttentionConfig().positional
     with pytest.raises(ConfigError, match="contradicts"):
         AttentionConfig.from_dict({"positional": False, "position": "sinusoidal"})
-    with pytest.raises(ConfigError, match="positional must be true or false"):
-        AttentionConfig.from_dict({"positional": "yes"})
+    with pytest.raises(ConfigTypeError, match=r"positional must be true or false, got 1 \(int\)"):
+        AttentionConfig.from_dict({"positional": 1})
 
 
 def test_cross_attention_refuses_distances_between_two_texts_but_takes_rope():

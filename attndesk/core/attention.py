@@ -28,10 +28,13 @@ from einops import rearrange
 from torch import nn
 
 from .alibi import alibi_bias, alibi_slopes
+from .checks import boolean, real_number, whole_number
+from .errors import ConfigError
 from .fastpath import (
     BLOCK_BYTES, FAST_DTYPES, DenseRule, Scoring, block_rows_for, fast_attention, onednn, softmax_rows,
 )
 from .masks import window_mask
+from .memory import require_free_memory
 from .rope import apply_rope, rope_cos_sin
 from .timing import NULL_TIMER
 
@@ -121,6 +124,9 @@ def attend(
     """
     kv_heads = k.shape[-3]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
+    copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
+    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights", q.device)
     with timer.stage("attention"):
         qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
         scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
@@ -259,6 +265,7 @@ def scaled_dot_product_attention(
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if dropout is None and _fast_path_ok(query, key, value, mask):
+        _check_matrix_size(_score_shape(query, key), query.element_size(), 1, "the attention weights", query.device)
         return _blocked_attention(query, key, value, mask, scale)
     # the reference on one head axis: [..., Lq, d] -> [..., 1, Lq, d] (every leading axis broadcast)
     q, k, v = query.unsqueeze(-3), key.unsqueeze(-3), value.unsqueeze(-3)
@@ -288,6 +295,8 @@ def attention_core(
     ``alibi`` adds -slope_h |i - j|."""
     heads, lq, lk = q.shape[-3], q.shape[-2], k.shape[-2]
     if dropout is None and keep is None and _fast_path_ok(q, k, v, mask):
+        # the fast path fills one weights buffer (the reference path checks its own copies)
+        _check_matrix_size(_score_shape(q, k, heads), q.element_size(), 1, "the attention weights", q.device)
         slopes = tuple(float(s) for s in alibi_slopes(heads)) if alibi else None
         return _blocked_attention(q, k, v, mask, scale, softcap=softcap, slopes=slopes, window=window, timer=timer)
     if window is not None:
@@ -295,6 +304,30 @@ def attention_core(
         mask = band if mask is None else mask & band
     bias = alibi_bias(heads, lq, lk, dtype=q.dtype, device=q.device) if alibi else None
     return attend(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=dropout, keep=keep, timer=timer)
+
+
+def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> None:
+    """Refuse a layer whose Linear weights cannot fit in free memory, before torch allocates them."""
+    item = torch.get_default_dtype().itemsize
+    need = layers * (embed_dim * width + width) * item
+    require_free_memory(need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims")
+
+
+def _score_shape(q: torch.Tensor, k: torch.Tensor, heads: int | None = None) -> tuple[int, ...]:
+    """[..., Lq, Lk]: the shape of the scores of q [..., Lq, d] against k [..., Lk, d] (with
+    ``heads`` query heads over grouped K/V heads: [..., H, Lq, Lk])."""
+    if heads is not None:
+        return (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), heads, q.shape[-2], k.shape[-2])
+    return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+
+
+def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str, device: torch.device) -> None:
+    """The whole-matrix paths allocate ``copies`` [..., Lq, Lk] buffers at once: refuse one that
+    cannot fit in free memory (the planner sends long runs through query blocks before this)."""
+    need = math.prod(shape) * item * copies
+    require_free_memory(need, f"{what} {list(shape)} ({copies} buffers)",
+                        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)",
+                        device=str(device))
 
 
 def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -389,6 +422,10 @@ class SingleHeadAttention(_AttentionLayer):
 
     def __init__(self, embed_dim: int, hidden_dim: int, bias: bool = True):
         super().__init__()
+        whole_number("embed_dim", embed_dim)
+        whole_number("hidden_dim", hidden_dim)
+        boolean("bias", bias)
+        _check_layer_size(f"SingleHeadAttention({embed_dim:,}, {hidden_dim:,})", 3, embed_dim, hidden_dim)
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.heads, self.kv_heads, self.head_dim = 1, 1, hidden_dim
         self.q_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
@@ -423,11 +460,16 @@ class MultiHeadAttention(_AttentionLayer):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  *, kv_heads: int | None = None):
         super().__init__()
-        kv_heads = num_heads if kv_heads is None else kv_heads
+        whole_number("embed_dim", embed_dim)
+        whole_number("num_heads", num_heads)
+        kv_heads = num_heads if kv_heads is None else whole_number("kv_heads", kv_heads)
+        real_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        boolean("bias", bias)
         if embed_dim % num_heads:
-            raise ValueError(f"{num_heads} heads do not divide embed_dim {embed_dim}")
-        if kv_heads < 1 or num_heads % kv_heads:
-            raise ValueError(f"{kv_heads} key/value heads do not divide {num_heads} query heads")
+            raise ConfigError(f"{num_heads} heads do not divide embed_dim {embed_dim}", field="num_heads")
+        if num_heads % kv_heads:
+            raise ConfigError(f"{kv_heads} key/value heads do not divide {num_heads} query heads", field="kv_heads")
+        _check_layer_size(f"MultiHeadAttention({embed_dim:,}, {num_heads:,})", 4, embed_dim, embed_dim)
         self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
         self.heads, self.head_dim = num_heads, embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

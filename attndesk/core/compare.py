@@ -14,11 +14,13 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .alibi import alibi_bias
+from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
-from .alibi import alibi_bias
 from .masks import build_mask, window_mask
+from .memory import estimate_run, format_bytes, largest_fitting
 from .pipeline import build_model, run_attention
 from .positional import sinusoidal_encoding
 from .rope import rope
@@ -124,11 +126,33 @@ def teaching_comparison(kind: str, config: AttentionConfig, text: str) -> Teachi
     """Run one of TEACHING_KINDS (or VARIANT_KINDS) for ``config`` and ``text``: A, B, B - A and
     what it shows. Qt-free and thread-safe like run_attention (run it in the worker)."""
     config.validate()
+    if kind not in TEACHING_KINDS and kind not in VARIANT_KINDS:
+        raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join([*TEACHING_KINDS, *VARIANT_KINDS])}")
+    if text_argument("text", text):
+        length = len(WordTokenizer(config.vocab_size).split(text))
+        length = _padded_length(config, text) if kind == "tutorial" else max(length, config.pad_to or 0)
+        # A and B whole (float32), B - A and |B - A| (float64), beside one run's peak
+        title = TEACHING_KINDS.get(kind) or VARIANT_KINDS[kind]
+        _check_full_size(config, length, 4 + 16, f"the {title} comparison")
     if kind in VARIANT_KINDS:
         return variant_comparison(kind, config, text)
-    if kind not in TEACHING_KINDS:
-        raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join([*TEACHING_KINDS, *VARIANT_KINDS])}")
     return {"scaled": _compare_scaled, "masked": _compare_masked, "tutorial": _compare_tutorial}[kind](config, text)
+
+
+def _check_full_size(config: AttentionConfig, length: int, bytes_per_cell: int, what: str) -> None:
+    """A comparison holds whole [H, L, L] matrices (no blocked path): ConfigError when one run's
+    peak plus ``bytes_per_cell`` per cell exceeds the memory budget, with the length that fits."""
+    def need(n: int) -> int:
+        return estimate_run(config, n).peak_bytes + bytes_per_cell * config.num_heads * n * n
+
+    budget = config.budget_bytes
+    if length < 1 or need(length) <= budget:
+        return
+    fit = largest_fitting(need, 1, length, budget)
+    raise ConfigError(
+        f"{what} keeps every weight of {length:,} tokens x {config.num_heads} heads: {format_bytes(need(length))}, "
+        f"over the {format_bytes(budget)} memory budget; at most {fit:,} tokens fit (shorten the text or raise the budget)"
+    )
 
 
 # --- attndesk vs PyTorch's implementations ----------------------------------------------------
@@ -243,11 +267,13 @@ def _torch_mha_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch
 
 def _input_of(config: AttentionConfig, model, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The config's embedded input [1, L, E] (+ sinusoidal positions) and its mask."""
-    if not isinstance(text, str) or not text.strip():
+    if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")
     ids = WordTokenizer(config.vocab_size).encode(text, config.pad_to).ids
     if not ids:
         raise ConfigError("type some text to attend over: no tokens found")
+    # attndesk's, SDPA's and nn.MultiheadAttention's weights and score buffers, beside one run's peak
+    _check_full_size(config, len(ids), 4 * config.torch_dtype.itemsize, "the comparison with PyTorch's implementations")
     id_t = torch.tensor([ids], device=model.embedding.weight.device)  # [1, L]
     x = model.embedding(id_t)  # [1, L, E]
     if config.position == "sinusoidal":

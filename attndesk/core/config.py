@@ -9,18 +9,31 @@ from typing import Any
 
 import torch
 
+from .checks import boolean, choice, real_number, shown, type_name, whole_number
 from .devices import DEVICE_NAMES, DTYPES, device_availability, available_devices
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
+from .memory import check_length, check_parameters
 
 MASK_KINDS = ("none", "padding", "causal", "padding+causal")
 # where token order enters: added to the embeddings (sinusoidal), rotating Q and K (rope), a
 # distance penalty on the scores (alibi), or nowhere
 POSITIONS = ("sinusoidal", "rope", "alibi", "none")
+_WHOLE_FIELDS = ("embed_dim", "hidden_dim", "num_heads", "vocab_size")
+_FLAG_FIELDS = ("scaled", "training", "bias")
 
 
 def divisors(n: int) -> list[int]:
-    """Every head count that divides an embedding dim of n."""
-    return [h for h in range(1, n + 1) if n % h == 0]
+    """Every head count that divides an embedding dim of n, ascending (O(sqrt n): a huge embed
+    dim in a session must not stall the message that lists them)."""
+    small = [h for h in range(1, math.isqrt(n) + 1) if n % h == 0]
+    return small + [n // h for h in reversed(small) if h * h != n]
+
+
+def _listed(values: list[int], most: int = 16) -> str:
+    """'1, 2, 4, ...' with at most ``most`` entries: the smallest, then the largest."""
+    if len(values) <= most:
+        return ", ".join(map(str, values))
+    return ", ".join(map(str, values[: most - 2])) + ", ..., " + ", ".join(map(str, values[-2:]))
 
 
 def default_memory_budget() -> int:
@@ -69,69 +82,66 @@ class AttentionConfig:
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> "AttentionConfig":
-        """Raise ConfigError naming the first bad value and how to fix it; return self."""
-        for name in ("embed_dim", "hidden_dim", "num_heads", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive whole number, got {value!r}")
-        if self.vocab_size < 3:
-            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}")
+        """Raise ConfigError naming the first bad value and how to fix it; return self.
+
+        Types first (a wrong type is a ``ConfigTypeError``, also a TypeError), then ranges and
+        the device, then sizes: the model's parameters and a padded length must fit in memory
+        (``memory.check_parameters``, ``memory.check_length``), checked before anything exists."""
+        self._check_fields()
+        self._check_device()
+        check_parameters(self)
         if self.embed_dim % self.num_heads:
-            valid = ", ".join(map(str, divisors(self.embed_dim)))
             raise ConfigError(
-                f"{self.num_heads} heads do not divide embed_dim {self.embed_dim}; "
-                f"valid head counts: {valid}"
+                f"{self.num_heads:,} heads do not divide embed_dim {self.embed_dim}; "
+                f"valid head counts: {_listed(divisors(self.embed_dim))}", field="num_heads"
             )
-        if self.mask not in MASK_KINDS:
-            raise ConfigError(f"unknown mask {self.mask!r}; choose one of: {', '.join(MASK_KINDS)}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}")
-        if not isinstance(self.dropout, (int, float)) or math.isnan(self.dropout) or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be a whole number in [0, 2**63), got {self.seed!r}")
-        if self.pad_to is not None and (isinstance(self.pad_to, bool) or not isinstance(self.pad_to, int) or self.pad_to <= 0):
-            raise ConfigError(f"pad_to must be a positive length or None, got {self.pad_to!r}")
-        if self.memory_budget is not None and (not isinstance(self.memory_budget, int) or self.memory_budget <= 0):
-            raise ConfigError(f"memory_budget must be a positive number of bytes or None, got {self.memory_budget!r}")
-        if self.device not in DEVICE_NAMES:
-            raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICE_NAMES)}")
-        reasons = device_availability()
-        if self.device != "auto" and reasons[self.device] is not None:
-            raise ConfigError(
-                f"device {self.device!r} is not available ({reasons[self.device]}); "
-                f"available: {', '.join(available_devices())}"
-            )
-        if self.dtype == "float64" and self.device == "mps":
-            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device")
-        self._validate_variants()
+        if self.pad_to is not None:
+            check_length(self, self.pad_to, "pad_to", field="pad_to")
+        self._check_variants()
         return self
 
-    def _validate_variants(self) -> None:
-        """The modern-attention fields: each bad value is named with what would work instead."""
+    def _check_fields(self) -> None:
+        for name in _WHOLE_FIELDS:
+            whole_number(name, getattr(self, name))
+        if self.vocab_size < 3:
+            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}",
+                              field="vocab_size")
+        for name in _FLAG_FIELDS:
+            boolean(name, getattr(self, name))
+        choice("mask", self.mask, MASK_KINDS)
+        choice("dtype", self.dtype, DTYPES)
+        real_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
+        if self.pad_to is not None:
+            whole_number("pad_to", self.pad_to)
+        if self.memory_budget is not None:
+            whole_number("memory_budget", self.memory_budget)
+        choice("device", self.device, DEVICE_NAMES)
+        choice("position", self.position, POSITIONS)
         if self.kv_heads is not None:
-            valid = ", ".join(map(str, divisors(self.num_heads)))
-            if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) or self.kv_heads <= 0:
-                raise ConfigError(f"kv_heads must be a positive whole number or None (one per query head), "
-                                  f"got {self.kv_heads!r}; valid for {self.num_heads} heads: {valid}")
-            if self.num_heads % self.kv_heads:
-                raise ConfigError(
-                    f"{self.kv_heads} K/V heads cannot be shared evenly by {self.num_heads} query heads; "
-                    f"valid K/V head counts: {valid} (1 = multi-query, {self.num_heads} = plain multi-head)"
-                )
-        if self.position not in POSITIONS:
-            raise ConfigError(f"unknown position {self.position!r}; choose one of: {', '.join(POSITIONS)}")
+            whole_number("kv_heads", self.kv_heads)
+        if isinstance(self.window, int) and not isinstance(self.window, bool) and self.window < 1:
+            raise ConfigError(f"window must be a whole number of tokens >= 1 (1 = each query sees only itself) "
+                              f"or None for global attention, got {self.window}", field="window")
+        if self.window is not None:
+            whole_number("window", self.window)
+        if self.softcap is not None and (isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float))):
+            raise ConfigTypeError(f"softcap must be a number or None, got {shown(self.softcap)} "
+                                  f"({type_name(self.softcap)})", field="softcap")
+
+    def _check_variants(self) -> None:
+        """The modern-attention fields: each bad combination is named with what would work instead."""
+        if self.kv_heads is not None and self.num_heads % self.kv_heads:
+            raise ConfigError(
+                f"{self.kv_heads:,} K/V heads cannot be shared evenly by {self.num_heads:,} query heads; valid "
+                f"K/V head counts: {_listed(divisors(self.num_heads))} (1 = multi-query, {self.num_heads:,} = "
+                "plain multi-head)", field="kv_heads")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE rotates pairs of dimensions, so the head dimension must be even, "
-                              f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}")
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
-                                        or self.window < 1):
-            raise ConfigError(f"window must be a whole number of tokens >= 1 (1 = each query sees only "
-                              f"itself) or None for global attention, got {self.window!r}")
-        if self.softcap is not None and (isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float))
-                                         or not math.isfinite(self.softcap) or self.softcap <= 0):
+                              f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}", field="position")
+        if self.softcap is not None and (not math.isfinite(self.softcap) or self.softcap <= 0):
             raise ConfigError(f"softcap must be a positive finite number (Gemma 2 uses 50) or None for "
-                              f"no cap, got {self.softcap!r}")
+                              f"no cap, got {self.softcap!r}", field="softcap")
 
     def check_cross_attention(self) -> None:
         """Refuse what needs ONE sequence: keys from another text have no distance to the queries.
@@ -142,10 +152,20 @@ class AttentionConfig:
         """
         if self.window is not None:
             raise ConfigError("a sliding window measures the distance |i - j| within one text: "
-                              "switch cross-attention off or set the window to none (global)")
+                              "switch cross-attention off or set the window to none (global)", field="window")
         if self.position == "alibi":
             raise ConfigError("ALiBi penalises the distance |i - j| within one text: switch cross-attention "
-                              "off or choose another position (sinusoidal, rope or none)")
+                              "off or choose another position (sinusoidal, rope or none)", field="position")
+
+    def _check_device(self) -> None:
+        reasons = device_availability()
+        if self.device != "auto" and reasons[self.device] is not None:
+            raise ConfigError(
+                f"device {self.device!r} is not available ({reasons[self.device]}); "
+                f"available: {', '.join(available_devices())}", field="device"
+            )
+        if self.dtype == "float64" and self.device == "mps":
+            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device", field="dtype")
 
     # -- conveniences -----------------------------------------------------------------------
     @property
@@ -201,12 +221,11 @@ def _legacy_position(data: dict[str, Any]) -> dict[str, Any]:
     if "positional" not in data:
         return data
     data = dict(data)
-    flag = data.pop("positional")
-    if not isinstance(flag, bool):
-        raise ConfigError(f"positional must be true or false, got {flag!r}")
+    flag = boolean("positional", data.pop("positional"))
     mapped = "sinusoidal" if flag else "none"
     if "position" in data and (data["position"] == "sinusoidal") != flag:
-        raise ConfigError(f"positional={flag} contradicts position={data['position']!r}: give position alone")
+        raise ConfigError(f"positional={flag} contradicts position={shown(data['position'])}: give position alone",
+                          field="position")
     data.setdefault("position", mapped)
     return data
 
@@ -215,5 +234,5 @@ def _even_head_dims_hint(config: AttentionConfig) -> str:
     if config.num_heads == 1:
         return f"choose an even hidden_dim (got {config.hidden_dim})"
     good = [h for h in divisors(config.embed_dim) if (config.embed_dim // h) % 2 == 0 and h > 1]
-    return (f"embed_dim {config.embed_dim} / {config.num_heads} heads = {config.head_dim}; head counts giving an even d_k: "
-            f"{', '.join(map(str, good)) or 'none (make embed_dim even)'}")
+    return (f"embed_dim {config.embed_dim} / {config.num_heads} heads = {config.head_dim}; head counts giving an "
+            f"even d_k: {_listed(good) if good else 'none (make embed_dim even)'}")

@@ -10,7 +10,9 @@ from einops import rearrange
 
 from .config import AttentionConfig
 from .devices import resolve_device
+from .errors import ConfigError
 from .kvcache import KVCacheRow
+from .memory import require_free_memory
 from .pipeline import build_model
 from .result import AttentionResult
 from .tutorial import TutorialEffect
@@ -55,6 +57,11 @@ def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> Res
         raise ComparisonError(
             f"cannot compare {what}: A is {_describe(a.shape, what)}, B is {_describe(b.shape, what)}{hint}"
         )
+    try:  # B - A and |B - A| in float64: four times float32 weights
+        require_free_memory(16 * a.size, f"B - A of {what} ({_describe(a.shape, what)})",
+                            "compare shorter texts or fewer heads")
+    except ConfigError as exc:
+        raise ComparisonError(str(exc)) from None
     # float64 of float32 values: the subtraction is exact for weights in [0, 1]
     with np.errstate(invalid="ignore"):  # -inf - -inf (a cell masked in both) is NaN: no difference to show
         diff = np.subtract(b, a, dtype=np.float64)

@@ -27,8 +27,8 @@ from .devices import resolve_device
 from .errors import ConfigError
 from .fastpath import Scoring, SpecRule, block_rows_for, fast_attention
 from .masks import MaskSpec
-from .memory import estimate_run
-from .plan import PYRAMID, RunPlan, plan_run
+from .checks import text_argument
+from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
 from .positional import sinusoidal_encoding
 from .pyramid import PyramidBuilder
 from .result import OVERVIEW, STAGES, AttentionResult
@@ -92,10 +92,10 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
     """Validate the config and texts; return (queries, keys, cross) as the tokenizer sees them."""
     config.validate()
-    if not isinstance(text, str) or not text.strip():
+    if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")
     cross = key_text is not None
-    if cross and not key_text.strip():
+    if cross and not text_argument("key_text", key_text).strip():
         raise ConfigError("type some text for the keys/values, or switch cross-attention off")
     if cross and "causal" in config.mask:
         raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
@@ -113,11 +113,15 @@ def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
 
 
 def plan_text(config: AttentionConfig, text: str, key_text: str | None = None, *,
-              half_storage: str | None = None) -> RunPlan:
+              half_storage: str | None = None, keep_intermediates: bool = False) -> RunPlan:
     """What ``run_attention(config, text, key_text=...)`` will do, worked out before it starts
-    (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first."""
+    (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first. Raises
+    ConfigError when even the memory-bounded run cannot fit in free memory."""
     queries, keys, _ = _tokenize(config, text, key_text)
-    return plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage)
+    plan = plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage,
+                    keep_intermediates=keep_intermediates)
+    check_memory(plan, config)
+    return plan
 
 
 def run_attention(
@@ -145,12 +149,12 @@ def run_attention(
     """
     queries, keys, cross = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
-    plan = _plan_for(config, lq, lk, plan, half_storage)
+    plan = _plan_for(config, lq, lk, plan, half_storage, keep_intermediates)
     device = resolve_device(config.device)
     model = build_model(config, device)
     timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
     keep: dict | None = {} if keep_intermediates else None
-    peak = _PeakMemory(device, plan.peak_bytes if plan.blocked else estimate_run(config, lq, lk).peak_bytes)
+    peak = _PeakMemory(device, plan.peak_bytes)
     with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(config.seed)  # dropout draws repeat for a given seed
         model.train(config.training and not plan.blocked)
@@ -180,10 +184,14 @@ def run_attention(
     )
 
 
-def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None) -> RunPlan:
-    """The caller's plan when it is for these lengths, else a new one; refuse what cannot run."""
-    if plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads):
-        plan = plan_run(config, lq, lk, half_storage=half_storage)
+def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None,
+              keep_intermediates: bool) -> RunPlan:
+    """The caller's plan when it is for this run, else a new one; refuse what cannot run."""
+    # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
+    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
+        plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
+    check_memory(plan, config)
     if plan.blocked and config.training and config.dropout > 0:
         raise ConfigError(
             "dropout in training mode needs the whole weight matrix at once, which does not fit the "

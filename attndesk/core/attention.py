@@ -117,16 +117,14 @@ def attend(
         w = softmax(s) over keys       (a row with no key left gets zeros, never NaN)
         w = dropout(w)                 (a probability, or a module honouring its train/eval mode)
 
-    Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives
-    each stage under its ``Intermediates`` name: scores, scaled, capped, bias, masked, weights, context.
-    Half-precision inputs take their softmax in float32, as transformers' eager attention does.
-    ``timer`` times "attention" (scores to weights) and "weighted sum".
+    Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives each
+    stage under its ``Intermediates`` name; ``timer`` times "attention" and "weighted sum". Half
+    precision takes its softmax in float32, as transformers' eager attention does.
     """
     kv_heads = k.shape[-3]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
     copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights", q.device)
+    _check_matrix_size(_score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device)
     with timer.stage("attention"):
         qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
         scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]

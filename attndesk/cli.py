@@ -200,7 +200,7 @@ def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from attndesk.core.config import MASK_KINDS, AttentionConfig
+    from attndesk.core.config import MASK_KINDS, POSITIONS, AttentionConfig
     from attndesk.core.devices import DEVICE_NAMES, DTYPES
     from attndesk.render.colormaps import COLORMAPS
 
@@ -222,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  attndesk render --text 'the cat sat on the mat' --heads 8 --mask causal --out figs\n"
             "  attndesk render --text-file essay.txt --which mean --format pdf --out figs\n"
-            "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150"
+            "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150\n"
+            "  attndesk render --heads 8 --kv-heads 2 --position rope --window 4 --softcap 30 --out figs"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -240,7 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--heads", type=_positive_int, default=defaults.num_heads, help="number of heads; must divide --embed-dim (default %(default)s)")
     model.add_argument("--mask", choices=MASK_KINDS, default=defaults.mask, help="which cells may not be attended (default %(default)s)")
     model.add_argument("--no-scale", action="store_true", help="do not divide the scores by sqrt(d_k)")
-    model.add_argument("--no-positional", action="store_true", help="no sinusoidal positional encoding")
+    model.add_argument("--no-positional", action="store_true", help="no positional encoding (the same as --position none)")
+    model.add_argument("--position", choices=POSITIONS, default=None,
+                       help="where token order enters: sinusoidal (added to the embeddings), rope (rotates Q and K), "
+                            f"alibi (a distance penalty on the scores) or none (default {defaults.position})")
+    model.add_argument("--kv-heads", type=_positive_int, default=None, metavar="KV",
+                       help="K/V heads shared by the query heads; must divide --heads (1 = multi-query; default: one per head)")
+    model.add_argument("--window", type=_positive_int, default=None, metavar="W",
+                       help="sliding window: query i sees key j only when |i - j| < W (default: global)")
+    model.add_argument("--softcap", type=_float, default=None, metavar="C",
+                       help="soft-cap the scaled scores at C tanh(s / C), e.g. 50 as Gemma 2 (default: none)")
     model.add_argument("--dropout", type=_float, default=defaults.dropout, help="dropout on the weights, in [0, 1); acts only with --train (default %(default)s)")
     model.add_argument("--train", action="store_true", help="training mode (dropout active); default is eval mode")
     model.add_argument("--seed", type=_int, default=defaults.seed, help="seed of the random model weights (default %(default)s)")
@@ -272,14 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace):
     from attndesk.core.config import AttentionConfig
+    from attndesk.core.errors import ConfigError
 
+    position = args.position or ("none" if args.no_positional else AttentionConfig().position)
+    if args.no_positional and position != "none":
+        raise ConfigError(f"--no-positional contradicts --position {position}: give one of them")
     return AttentionConfig(
         embed_dim=args.embed_dim,
         hidden_dim=args.hidden_dim,
         num_heads=args.heads,
         mask=args.mask,
         scaled=not args.no_scale,
-        positional=not args.no_positional,
+        position=position,
+        kv_heads=args.kv_heads,
+        window=args.window,
+        softcap=args.softcap,
         dropout=args.dropout,
         training=args.train,
         seed=args.seed,

@@ -32,7 +32,7 @@ def reference(model):
 
 
 def is_pretrained(result) -> bool:
-    return bool(result.extra.get("pretrained"))
+    return bool(getattr(result, "extra", {}).get("pretrained"))
 
 
 def wait_pretrained(qtbot, w, action, check=lambda r: True):

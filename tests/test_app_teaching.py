@@ -49,7 +49,8 @@ def _check_stages(w, head):
     core = core_run(w)
     assert view.result() is shown and view.head() == head
     for name in STAGES:
-        expected = core.intermediates[name][head] if name not in ("embeddings", "output") else core.intermediates[name]
+        stage = getattr(core.intermediates, name)
+        expected = stage[head] if name not in ("embeddings", "output") else stage
         np.testing.assert_array_equal(view.stage_matrix(name), expected, err_msg=name)
         np.testing.assert_array_equal(view.plots[name].matrix, expected, err_msg=name)
     # the weights stage is the displayed result's weights, and softmax(masked) reproduces them

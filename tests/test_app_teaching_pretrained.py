@@ -34,7 +34,7 @@ def window(qtbot, model):
         pass
 
     def pretrained(r):
-        return bool(r.extra.get("pretrained"))
+        return bool(getattr(r, "extra", {}).get("pretrained"))
 
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=pretrained):
         w.tokensPanel.set_texts(TEXT, None, False)
@@ -61,7 +61,7 @@ def test_pretrained_tabs(qtbot, window):
     assert tabs.headStatsView.table.rowCount() == layers * heads
     # a row opens that layer's head large in the heatmaps
     tabs.headStatsView.select_head(5, layer=2)
-    qtbot.waitUntil(lambda: w.displayed_result().extra.get("layer") == 2, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: getattr(w.displayed_result(), "extra", {}).get("layer") == 2, timeout=TIMEOUT_MS)
     assert w.viewTabs.currentWidget() is w.heatmapPanel
     assert w.heatmapPanel.view_target() == 5
 

@@ -70,7 +70,7 @@ def test_heads_change_shows_that_many_heatmaps_equal_to_core(qtbot, window):
     np.testing.assert_allclose(mean, expected.mean(axis=0), rtol=1e-6, atol=1e-7)
     # the timing panel shows this run's stages
     stages = window.timingPanel.stage_milliseconds()
-    assert "scores" in stages and stages["scores"] == pytest.approx(result.timings["scores"] * 1e3)
+    assert "attention" in stages and stages["attention"] == pytest.approx(result.timings["attention"] * 1e3)
 
 
 def test_causal_mask_zeroes_every_cell_above_the_diagonal(qtbot, window):

@@ -50,7 +50,10 @@ CONFIG_CASES = [
     (dict(num_heads=10**9), ConfigError, "1,000,000,000 heads do not divide embed_dim 64; valid head counts: 1, 2, 4"),
     # types: bools are bools, ints are not bools, numbers are finite
     (dict(scaled="no"), ConfigTypeError, "scaled must be true or false, got 'no' (str)"),
-    (dict(positional=1), ConfigTypeError, "positional must be true or false, got 1 (int)"),
+    (dict(position=1), ConfigError, "unknown position 1; choose one of: sinusoidal, rope, alibi, none"),
+    (dict(kv_heads="2"), ConfigTypeError, "kv_heads must be a positive whole number, got '2' (str)"),
+    (dict(window=True), ConfigTypeError, "window must be a positive whole number, got True (bool)"),
+    (dict(softcap="5"), ConfigTypeError, "softcap must be a number or None, got '5' (str)"),
     (dict(training="yes"), ConfigTypeError, "training must be true or false"),
     (dict(bias=None), ConfigTypeError, "bias must be true or false, got None (None)"),
     (dict(embed_dim=True), ConfigTypeError, "embed_dim must be a positive whole number, got True (bool)"),

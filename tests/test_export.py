@@ -139,7 +139,7 @@ def test_default_filename_names_head_and_settings(result):
     assert default_filename(result, 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
     assert default_filename(result, "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
     other = run_attention(
-        AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, positional=False, seed=7, dtype="float64"),
+        AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, position="none", seed=7, dtype="float64"),
         "a b",
     )
     assert default_filename(other, "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"

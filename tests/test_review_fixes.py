@@ -50,7 +50,7 @@ def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, windo
     from attndesk.app.pretrained_mode import PACKAGED_MODE
 
     w = window
-    with qtbot.waitSignal(w.resultDisplayed, timeout=60000, check_params_cb=lambda r: bool(r.extra.get("pretrained"))):
+    with qtbot.waitSignal(w.resultDisplayed, timeout=60000, check_params_cb=lambda r: bool(getattr(r, "extra", {}).get("pretrained"))):
         w.tokensPanel.set_texts("The cat sat on the mat.", None, False)
         w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.modeCombo.findData(PACKAGED_MODE))
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)

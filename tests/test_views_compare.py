@@ -108,7 +108,7 @@ def test_tutorial_button_shows_the_variants_real_effect(view, qtbot, dtype):
     assert pad.any()
     view.set_head(0)
     shown_a, shown_b, shown_diff = view.displayed()
-    scores = torch.as_tensor(a.intermediates["scaled"]).to(getattr(torch, dtype))[None]
+    scores = torch.as_tensor(a.intermediates.scaled).to(getattr(torch, dtype))[None]
     variant = tutorial_masked_softmax(scores, create_padding_mark(torch.as_tensor(a.token_ids)[None]))[0]
     assert np.array_equal(shown_b, variant[0].float().numpy())
     assert np.all(shown_a[:, pad] == 0)  # the correct mask: no weight on padding
@@ -167,8 +167,11 @@ def test_implementation_panel(qtbot):
 def test_pretrained_layer_results_disable_the_toy_experiments(view, qtbot):
     import dataclasses
 
+    from attndesk.core.pretrained.result import PretrainedLayerView
+
     result = run_attention(CFG, TEXT)
-    layer = dataclasses.replace(result, extra={"pretrained": "all-MiniLM-L6-v2", "layer": 2})
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    layer = PretrainedLayerView(**fields, extra={"pretrained": "all-MiniLM-L6-v2", "layer": 2})
     view.set_result(layer)
     assert not any(b.isEnabled() for b in view.teachButtons.values())
     view.set_result(result)

@@ -25,6 +25,8 @@ class ViewPayload:
     source: HeatmapSource
     notices: list[str] = field(default_factory=list)
     run: Any = None  # the mode's whole result when ``result`` is one view of it (a PretrainedResult)
+    text: str | None = None  # the input the toy result was computed from (results do not keep it)
+    key_text: str | None = None
 
 
 @dataclass
@@ -41,10 +43,9 @@ def toy_job(config: AttentionConfig, text: str, key_text: str | None = None, *, 
             plan=None, progress=None, should_cancel=None) -> ViewPayload:
     """Run the toy model and build its heatmap source (both off the GUI thread): exact weights
     when the run kept them, the long-run pyramid when it kept only an overview. The step-through
-    tab asks for ``keep_intermediates``; the input texts ride along in ``extra`` for the teaching tabs."""
+    tab asks for ``keep_intermediates``; the input texts ride along in the payload for the teaching tabs."""
     result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
                            should_cancel=should_cancel, plan=plan)  # plan: made already (long_mode), not twice
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
-    result.extra.update(text=text, key_text=key_text)
-    return ViewPayload(result, source_for_result(result), list(result.notices))
+    return ViewPayload(result, source_for_result(result), list(result.notices), text=text, key_text=key_text)

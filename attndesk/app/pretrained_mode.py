@@ -43,7 +43,7 @@ PACKAGED_MODE = f"Pretrained: {PACKAGED_NAME}"
 FOLDER_PREFIX = "Pretrained folder: "  # + the folder's absolute path = the mode's data (and session's mode)
 GRID_TAB_TITLE = "All layers"
 # what the parameters panel shows for controls a pretrained model does not have
-_FIXED = {"dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None, "positional": True}
+_FIXED = {"dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None, "position": "sinusoidal"}
 _NOTICE_STYLE = "color: #9a4b00;"
 
 

@@ -160,7 +160,7 @@ class TeachingTabs(QObject):
         self.prepRunner.cancel()  # statistics / reruns for the previous result are stale now
         self.teachRunner.cancel()  # a teaching pair for the old settings would confuse
         result = payload.result
-        text = self._text_of(result) if is_toy(payload) else None
+        text = self._text_of(payload) if is_toy(payload) else None
         # cheap and always current: the timing dock's comparison input, the rollout tab's state
         self.implementationPanel.set_result(result, text)
         self._update_rollout_tab()
@@ -177,9 +177,8 @@ class TeachingTabs(QObject):
     def payload(self):
         return self._payload
 
-    def _text_of(self, result) -> str:
-        extra = getattr(result, "extra", None) or {}
-        return extra.get("text") or text_of(result)
+    def _text_of(self, payload) -> str:
+        return getattr(payload, "text", None) or text_of(payload.result)
 
     @Slot(int)
     def _on_tab_changed(self, index: int) -> None:
@@ -207,14 +206,15 @@ class TeachingTabs(QObject):
             self._request_statistics(payload)
         elif name == "Compare":
             layer_result = result
-            if pres is not None and not (result.extra or {}).get("pretrained"):
-                layer_result = pres.layer_result(int((result.extra or {}).get("layer", 0)))
+            extra = getattr(result, "extra", None) or {}
+            if pres is not None and not extra.get("pretrained"):
+                layer_result = pres.layer_result(int(extra.get("layer", 0)))
             if not indexable_weights(layer_result):
                 self.compareView.set_result(None)  # no stale B left on screen
                 self.compareView.maxLabel.setText(
                     "this run is too long to keep every weight (memory-bounded): shorten the text to compare")
             else:
-                self.compareView.set_result(layer_result, None if pres is not None else self._text_of(result))
+                self.compareView.set_result(layer_result, None if pres is not None else self._text_of(payload))
             self._fresh.add(name)
         elif name == "Rollout":
             self._update_rollout_tab()
@@ -241,12 +241,12 @@ class TeachingTabs(QObject):
             self._fresh.add("Step-through")
             return
         inter = result.intermediates
-        if inter and "weights" in inter:
+        if inter is not None and inter.weights is not None:
             self.stepThroughView.set_result(result)
             self._fresh.add("Step-through")
             self.stepThroughShown.emit()
             return
-        if inter and "weights" not in inter or getattr(getattr(result, "plan", None), "blocked", False):
+        if inter is not None and inter.weights is None or getattr(getattr(result, "plan", None), "blocked", False):
             self.stepThroughView.set_result(None)
             self.stepThroughView.infoLabel.setText(
                 "This run is memory-bounded (too long to hold every score matrix at once), so the step-through "

@@ -24,7 +24,7 @@ TOY_MODE = "Toy model"
 ERROR_STYLE = "color: #b00020;"
 
 # The config fields this panel edits (the rest keep AttentionConfig's defaults).
-FIELDS = ("embed_dim", "hidden_dim", "num_heads", "mask", "scaled", "positional", "dropout",
+FIELDS = ("embed_dim", "hidden_dim", "num_heads", "mask", "scaled", "position", "dropout",
           "training", "seed", "device", "dtype", "pad_to", "memory_budget")
 
 
@@ -157,7 +157,7 @@ class ParametersPanel(QWidget):
             "num_heads": self.headsSpin.value(),
             "mask": self.maskCombo.currentData(),
             "scaled": self.scaleCheck.isChecked(),
-            "positional": self.positionalCheck.isChecked(),
+            "position": "sinusoidal" if self.positionalCheck.isChecked() else "none",
             "dropout": round(float(self.dropoutSpin.value()), 4),
             "training": self.trainCheck.isChecked(),
             "seed": self.seedSpin.value(),
@@ -186,7 +186,9 @@ class ParametersPanel(QWidget):
                 self.maskCombo.setCurrentIndex(max(0, self.maskCombo.findData(v["mask"])))
             if "scaled" in v:
                 self.scaleCheck.setChecked(bool(v["scaled"]))
-            if "positional" in v:
+            if "position" in v:  # the panel offers sinusoidal or none (the old "positional" flag)
+                self.positionalCheck.setChecked(v["position"] == "sinusoidal")
+            elif "positional" in v:
                 self.positionalCheck.setChecked(bool(v["positional"]))
             if "dropout" in v:
                 self.dropoutSpin.setValue(float(v["dropout"]))

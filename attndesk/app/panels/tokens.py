@@ -181,16 +181,15 @@ class TokensPanel(QWidget):
 
     def show_result(self, result) -> None:
         """List the tokens of a result (query side, and the key side for cross-attention)."""
-        extra = getattr(result, "extra", {}) or {}
-        self.queryModel.set_tokens(result.tokens, result.token_ids, extra.get("unknown"))
+        self.queryModel.set_tokens(result.tokens, result.token_ids, result.unknown)
         cross = result.key_tokens is not None
         if cross:
-            self.keyModel.set_tokens(result.key_tokens, result.key_token_ids, extra.get("key_unknown"))
+            self.keyModel.set_tokens(result.key_tokens, result.key_token_ids, result.key_unknown)
         self.keyTable.setVisible(cross)
         self.keyTableLabel.setVisible(cross)
         n = len(result.tokens)
         pads = sum(1 for t in result.tokens if t == PAD)
-        unknown = sum(bool(u) for u in (extra.get("unknown") or []))
+        unknown = sum(bool(u) for u in (result.unknown or []))
         parts = [f"{n} tokens"]
         if pads:
             parts.append(f"{pads} padding")

@@ -145,7 +145,7 @@ class StepThroughView(QWidget):
                 text = "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
             self.infoLabel.setText(text)
             return
-        heads = int(inter["weights"].shape[0])
+        heads = int(inter.weights.shape[0])
         self.headSpin.blockSignals(True)
         self.headSpin.setRange(0, heads - 1)
         self._head = min(self._head, heads - 1)
@@ -158,7 +158,7 @@ class StepThroughView(QWidget):
         """Show head ``head`` (clamped to the result's heads); also what headSelected connects to."""
         head = int(head)
         if self._result is not None and self._result.intermediates:
-            head = max(0, min(head, int(self._result.intermediates["weights"].shape[0]) - 1))
+            head = max(0, min(head, int(self._result.intermediates.weights.shape[0]) - 1))
         changed = head != self._head
         self._head = head
         if self.headSpin.value() != head:
@@ -173,8 +173,14 @@ class StepThroughView(QWidget):
     def stage_matrix(self, name: str) -> np.ndarray:
         """The exact 2-D matrix stage ``name`` shows for the current head."""
         inter = self._result.intermediates
-        data = inter[name]
+        data = getattr(inter, name)
+        if name in ("k", "v"):  # grouped-query heads share K/V heads: head h reads h // (H / KV)
+            return data[self._kv_head()]
         return data[self._head] if name in PER_HEAD else data
+
+    def _kv_head(self) -> int:
+        inter = self._result.intermediates
+        return self._head // (inter.weights.shape[0] // inter.k.shape[0])
 
     def scale(self) -> float:
         cfg = self._result.config
@@ -182,12 +188,12 @@ class StepThroughView(QWidget):
 
     # -- drawing ---------------------------------------------------------------------------------
     def _d_k(self) -> int:
-        return int(self._result.intermediates["q"].shape[-1])
+        return int(self._result.intermediates.q.shape[-1])
 
     def _formula(self, name: str) -> str:
         cfg = self._result.config
         d_k = self._d_k()
-        single = int(self._result.intermediates["weights"].shape[0]) == 1
+        single = int(self._result.intermediates.weights.shape[0]) == 1
         return {
             "embeddings": "X = embed(tokens) + PE" if cfg.positional else "X = embed(tokens)  (no PE)",
             "q": "Q = X W<sub>Q</sub> + b", "k": "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
@@ -204,7 +210,7 @@ class StepThroughView(QWidget):
         inter = result.intermediates
         tokens, keys = list(result.tokens), list(result.keys)
         h = self._head
-        heads = int(inter["weights"].shape[0])
+        heads = int(inter.weights.shape[0])
         self.infoLabel.setText(
             f"head {h} of {heads} · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
             + (" · scaled" if result.config.scaled else " · unscaled")
@@ -220,19 +226,19 @@ class StepThroughView(QWidget):
             plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
             plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}")
             # masked weights are 0, but drawn hatched like the -inf they came from, not as a small weight
-            hidden = ~np.isfinite(inter["masked"][h]) if name == "weights" else None
+            hidden = ~np.isfinite(inter.masked[h]) if name == "weights" else None
             plot.set_matrix(m, row_labels=row_labels, col_labels=col_labels, diverging=name not in SEQUENTIAL, masked=hidden)
 
     # -- hover -----------------------------------------------------------------------------------
     def arithmetic(self, q: int, k: int) -> CellArithmetic:
         inter = self._result.intermediates
         h = self._head
-        qv = inter["q"][h, q].astype(np.float64)
-        kv = inter["k"][h, k].astype(np.float64)
+        qv = inter.q[h, q].astype(np.float64)
+        kv = inter.k[self._kv_head(), k].astype(np.float64)
         dot = float(qv @ kv)
         scale = self.scale()
         scaled = dot * scale
-        row = inter["masked"][h, q].astype(np.float64)  # -inf where masked
+        row = inter.masked[h, q].astype(np.float64)  # -inf where masked
         finite = np.isfinite(row)
         masked = not bool(finite[k])
         if finite.any():
@@ -243,7 +249,7 @@ class StepThroughView(QWidget):
         e = 0.0 if masked else math.exp(scaled - row_max)
         weight = e / row_sum if row_sum > 0 else 0.0
         return CellArithmetic(h, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
-                              float(inter["weights"][h, q, k]))
+                              float(inter.weights[h, q, k]))
 
     @Slot(int, int)
     def hover_weight(self, q: int, k: int) -> CellArithmetic | None:

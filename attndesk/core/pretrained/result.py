@@ -11,6 +11,14 @@ from ..config import AttentionConfig
 from ..result import AttentionResult
 
 
+@dataclass
+class PretrainedLayerView(AttentionResult):
+    """One pretrained layer posing as a toy result for the current window (transitional: the
+    toy ``AttentionResult`` has no ``extra`` any more; ``layer_map`` will replace this view)."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine similarity of two vectors (0.0 if either is all zero)."""
     a = np.asarray(a, dtype=np.float64).ravel()
@@ -113,7 +121,7 @@ class PretrainedResult:
         hidden = self.layer_weights(layer)[:, keep].sum(axis=-1) - w.sum(axis=-1)  # [H, L']
         return w, [self.tokens[i] for i in keep], np.clip(hidden, 0.0, None).astype(np.float32)
 
-    def layer_result(self, layer: int, hide_special: bool = False) -> AttentionResult:
+    def layer_result(self, layer: int, hide_special: bool = False) -> PretrainedLayerView:
         """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export);
         timings, FLOPs and memory are the whole run's (the timing panel shows every layer's time).
 
@@ -137,11 +145,11 @@ class PretrainedResult:
         n_heads, e = self.num_heads, int(self.hidden_states.shape[-1])
         config = AttentionConfig(
             embed_dim=e, hidden_dim=e, num_heads=n_heads, mask="causal" if self.causal else "none",
-            scaled=self.scaled, positional=True, vocab_size=max(3, int(self.token_ids.max(initial=0)) + 1),
+            scaled=self.scaled, position="sinusoidal", vocab_size=max(3, int(self.token_ids.max(initial=0)) + 1),
         )
         notices = list(self.notices) + ([legend] if hide_special else [])
         ablated = [h for (l, h) in self.ablate if l == layer]
-        return AttentionResult(
+        return PretrainedLayerView(
             tokens=[self.tokens[i] for i in keep], token_ids=self.token_ids[keep], weights=weights,
             output=self.hidden_states[layer + 1][keep], timings=dict(self.timings), flops=self.flops,
             peak_bytes=self.peak_bytes,

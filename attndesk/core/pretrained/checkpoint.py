@@ -207,6 +207,14 @@ def _architecture(cfg: dict, where: Path) -> dict[str, int | None]:
     }
 
 
+def display_name(folder: Path) -> str:
+    """A folder's name; a hub cache snapshot (models--org--name/snapshots/<hash>) is called org/name."""
+    parent = folder.parent
+    if parent.name == "snapshots" and parent.parent.name.startswith("models--"):
+        return parent.parent.name[len("models--"):].replace("--", "/")
+    return folder.name
+
+
 def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     """Check folder ``path`` (files, architecture, remote code) and describe it; ConfigError says why not."""
     folder = _folder(path)
@@ -225,7 +233,7 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
         numbers["decoder_layers"] = 0
     params, f32, disk = _sizes(files, cfg)
     return ModelSpec(
-        name=name or folder.name, path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
+        name=name or display_name(folder), path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
         family=info.family, parameters=params, float32_bytes=f32, disk_bytes=disk,
         tested=str(cfg["model_type"]) in SUPPORTED, **numbers,
     )

@@ -80,7 +80,8 @@ def _start_target(model: LoadedModel) -> Encoded:
 def _target(model: LoadedModel, target: str | None) -> Encoded | None:
     if model.family != "encoder-decoder":
         if target is not None:
-            raise ConfigError(f"{model.name} is a {model.family} model: a target text needs an encoder-decoder "
+            article = "an" if model.family[0] in "aeiou" else "a"
+            raise ConfigError(f"{model.name} is {article} {model.family} model: a target text needs an encoder-decoder "
                               "(T5, BART, Marian); leave the target empty")
         return None
     return _start_target(model) if target is None else encode(model, target, target=True)

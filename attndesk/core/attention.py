@@ -252,6 +252,18 @@ def _group_queries(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return rearrange(q, "... (kv g) l d -> ... kv g l d", kv=kv_heads)
 
 
+def _rows_without_keys(mask: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """[..., Lq, 1] True where the mask and a -inf bias leave a query no key; None when none is left empty."""
+    if mask is None and bias is None:
+        return None
+    allowed = mask
+    if bias is not None:
+        finite = ~torch.isneginf(bias)
+        allowed = finite if allowed is None else allowed & finite
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    return empty if bool(empty.any()) else None
+
+
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -288,7 +300,9 @@ def attend(
     scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
     if keep is not None:
         keep["scores"] = scores
-    scores = scores * scale
+    # in place on the fresh score buffer unless a kept stage or a gradient needs the earlier values
+    fresh = keep is None and _no_grad_needed(q, k)
+    scores = scores.mul_(scale) if fresh else scores * scale
     if keep is not None:
         keep["scaled"] = scores
     if softcap is not None:
@@ -298,14 +312,18 @@ def attend(
     if bias is not None:
         if keep is not None:
             keep["bias"] = torch.broadcast_to(bias, scores.shape)
-        scores = scores + bias
+        scores = scores.add_(bias) if fresh and _no_grad_needed(bias) else scores + bias
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill_(~mask, float("-inf")) if fresh else scores.masked_fill(~mask, float("-inf"))
     if keep is not None:
         keep["masked"] = scores
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else None)
-    # a row whose keys were all removed is all -inf: softmax gives NaN, the row attends to nothing
-    weights = weights.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0).to(q.dtype)
+    # a row whose keys were all removed is all -inf: softmax gives NaN, the row attends to nothing.
+    # Found from the mask and bias (small, or once per call), not by another pass over the scores.
+    empty = _rows_without_keys(mask, bias)
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)
+    weights = weights.to(q.dtype)
     weights = _apply_dropout(weights, dropout)
     if keep is not None:
         keep["weights"] = weights

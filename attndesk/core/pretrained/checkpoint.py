@@ -93,8 +93,9 @@ def read_config(folder: Path) -> dict:
         raise ConfigError(f"{folder} is not a usable model folder: config.json missing")
     try:
         cfg = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{where} cannot be read as JSON: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8/JSON, a 5,000-digit number
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"{where} cannot be read as JSON: {reason}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where} must hold a JSON object")
     return cfg
@@ -107,7 +108,7 @@ def refuse_remote_code(folder: Path, cfg: dict) -> None:
     if tok_cfg.is_file():
         try:
             sources["tokenizer_config.json"] = json.loads(tok_cfg.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             pass  # transformers will say what is wrong with it
     for name, data in sources.items():
         if isinstance(data, dict) and data.get("auto_map"):
@@ -136,7 +137,7 @@ def weight_files(folder: Path) -> list[Path]:
             return [path]
         try:
             shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
             raise ConfigError(f"{path} cannot be read: it must be a JSON object with a weight_map") from None
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:

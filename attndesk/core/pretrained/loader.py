@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..checks import check_finite_tensors
 from ..devices import resolve_device
 from ..errors import ConfigError
 from ..memory import format_bytes
@@ -40,14 +41,6 @@ def default_model_budget() -> int:
         return int(psutil.virtual_memory().total // 2)
     except Exception:  # psutil missing or sandboxed: assume a small machine
         return 4 * 2**30
-
-
-def first_non_finite(named: object) -> str | None:
-    """The name of the first tensor holding NaN or inf among (name, tensor) pairs, or None."""
-    for name, tensor in named:
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            return name
-    return None
 
 
 @dataclass(eq=False)
@@ -168,9 +161,7 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         report(0.4, f"reading {spec.num_layers}-layer weights")
         model = _weights(transformers, spec).to(torch_device).eval()
         report(0.8, "checking the weights for NaN and inf")
-        bad = first_non_finite(model.named_parameters())
-        if bad is not None:
-            raise ConfigError(f"{spec.name}: weight {bad} holds NaN or inf values: the checkpoint is damaged")
+        check_finite_tensors(dict(model.named_parameters()), spec.name)
         report(0.9, "checking that every attention layer runs through attndesk")
         loaded = _assemble(spec, model, tokenizer, torch_device)
         loaded.load_seconds = time.perf_counter() - start
@@ -286,5 +277,5 @@ def _head_params(model: nn.Module) -> int:
     return int(weight.numel()) if weight is not None else 0
 
 
-__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "first_non_finite", "is_loaded", "load_pretrained",
+__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "is_loaded", "load_pretrained",
            "transformers_offline"]

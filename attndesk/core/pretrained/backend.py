@@ -173,6 +173,11 @@ class Capture:
 _ACTIVE: ContextVar[Capture | None] = ContextVar("attndesk_capture", default=None)
 
 
+def active() -> Capture | None:
+    """The capture of the forward pass running in this thread, if any."""
+    return _ACTIVE.get()
+
+
 @contextmanager
 def capturing(capture: Capture) -> Iterator[Capture]:
     token = _ACTIVE.set(capture)
@@ -277,5 +282,5 @@ def stage_intermediates(stages: Mapping[str, np.ndarray]) -> Intermediates:
     return Intermediates.from_arrays({k: v for k, v in stages.items() if k in names and v is not None})
 
 
-__all__ = ["Capture", "ForwardClock", "IMPLEMENTATION", "PARTS", "Site", "attndesk_attention", "attndesk_mask",
+__all__ = ["Capture", "ForwardClock", "active", "IMPLEMENTATION", "PARTS", "Site", "attndesk_attention", "attndesk_mask",
            "capturing", "patch_rotary", "register", "stage_intermediates"]

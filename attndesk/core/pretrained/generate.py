@@ -22,7 +22,7 @@ from ..errors import Cancelled, ConfigError
 from .backend import Capture, ForwardClock, capturing
 from .loader import LoadedModel
 from .result import NextToken
-from .run import _ablate_map, _ablation, _parameters_of, encode, next_token
+from .run import ablation_heads, ablation_items, forward_parameters, encode, next_token
 
 SAMPLING = ("greedy", "sample")
 
@@ -68,7 +68,7 @@ class Generator:
             raise ConfigError(f"top_k must be a whole number >= 1 (or None for all tokens), got {top_k!r}")
         self.model, self.sampling, self.temperature, self.top_k, self.top = model, sampling, float(temperature), top_k, int(top)
         self.max_new_tokens = int(max_new_tokens)
-        self._ablate = _ablate_map(_ablation(model, ablate))
+        self._ablate = ablation_heads(ablation_items(model, ablate))
         self._rng = torch.Generator().manual_seed(int(seed))
         self.source = encode(model, text)
         self.ids: list[int] = self._start(target)  # the (decoder) sequence so far
@@ -110,7 +110,7 @@ class Generator:
         model = self.model
         device = model.device
         new = torch.tensor([self.ids[self._fed:]], device=device)
-        accepts = _parameters_of(type(model.model))
+        accepts = forward_parameters(type(model.model))
         kwargs: dict = {"past_key_values": self._cache, "use_cache": True}
         if "logits_to_keep" in accepts:
             kwargs["logits_to_keep"] = 1

@@ -87,7 +87,7 @@ def _target(model: LoadedModel, target: str | None) -> Encoded | None:
     return _start_target(model) if target is None else encode(model, target, target=True)
 
 
-def _ablation(model: LoadedModel, ablate: Iterable) -> tuple[tuple, ...]:
+def ablation_items(model: LoadedModel, ablate: Iterable) -> tuple[tuple, ...]:
     """(layer, head) pairs of the self part, or (part, layer, head) triples, checked and sorted."""
     items = []
     for item in ablate or ():
@@ -106,7 +106,7 @@ def _ablation(model: LoadedModel, ablate: Iterable) -> tuple[tuple, ...]:
     return tuple(sorted(set(items), key=lambda t: (len(t), tuple(map(str, t)))))
 
 
-def _ablate_map(items: tuple[tuple, ...]) -> dict[tuple[str, int], tuple[int, ...]]:
+def ablation_heads(items: tuple[tuple, ...]) -> dict[tuple[str, int], tuple[int, ...]]:
     heads: dict[tuple[str, int], list[int]] = {}
     for item in items:
         part, layer, head = ("self", *item) if len(item) == 2 else item
@@ -145,14 +145,14 @@ def _plan(model: LoadedModel) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=64)
-def _parameters_of(cls: type) -> frozenset[str]:
+def forward_parameters(cls: type) -> frozenset[str]:
     return frozenset(inspect.signature(cls.forward).parameters)
 
 
 def _forward(model: LoadedModel, source: Encoded, target: Encoded | None):
     """One forward pass of the whole model on one sequence (and its decoder input)."""
     device = model.device
-    accepts = _parameters_of(type(model.model))
+    accepts = forward_parameters(type(model.model))
     kwargs: dict = {"input_ids": torch.tensor([source.ids], device=device), "output_hidden_states": True}
     if model.family == "encoder" and source.type_ids is not None and "token_type_ids" in accepts:
         # segment ids are an encoder's input (BERT); a decoder handed a BERT tokenizer would add them to its tokens
@@ -228,7 +228,7 @@ def run_pretrained(
     ``memory_budget`` bytes; ``Cancelled`` when ``should_cancel`` says so.
     """
     request = _Request(source=encode(model, text), target=_target(model, target), target_given=target is not None,
-                       items=_ablation(model, ablate), scaled=bool(scaled), causal=bool(causal),
+                       items=ablation_items(model, ablate), scaled=bool(scaled), causal=bool(causal),
                        forced=bool(causal) and model.family != "decoder", layer=layer)
     if layer is not None and not 0 <= int(layer) < model.num_layers:
         raise ConfigError(f"layer {layer} out of range: the model has layers 0..{model.num_layers - 1}")
@@ -237,7 +237,7 @@ def run_pretrained(
     _check_budget(model, len(source.ids), len(tgt.ids) if tgt else 0, budget)
     with model._lock, torch.inference_mode():  # one forward at a time per model: the timings stay honest
         clock = ForwardClock(_plan(model), progress, should_cancel)
-        capture = Capture(sites=model.sites, layers=model.layers, ablate=_ablate_map(request.items),
+        capture = Capture(sites=model.sites, layers=model.layers, ablate=ablation_heads(request.items),
                           force_causal=request.forced, unscaled=not scaled,
                           keep_layer=None if layer is None else int(layer), clock=clock)
         with capturing(capture):
@@ -393,5 +393,5 @@ def pretrained_job(
                           progress=run_progress, should_cancel=should_cancel)
 
 
-__all__ = ["Encoded", "encode", "next_token", "pretrained_job", "retained_bytes", "run_pretrained",
+__all__ = ["Encoded", "ablation_heads", "ablation_items", "encode", "forward_parameters", "next_token", "pretrained_job", "retained_bytes", "run_pretrained",
            "sentence_embeddings", "vocabulary_size"]

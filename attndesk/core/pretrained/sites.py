@@ -16,7 +16,7 @@ from typing import Callable
 from torch import nn
 
 from ..errors import ConfigError
-from .backend import Capture, Site, capturing
+from .backend import Capture, Site, active, capturing
 from .families import Family
 
 _CROSS_MARKS = ("encoder_attn", "encdecattention", "crossattention", "cross_attn", "cross_attention")
@@ -79,8 +79,6 @@ def check_layers(model_name: str, sites: dict[int, Site], expected: dict[str, in
 def install_hooks(model: nn.Module, sites: dict[int, Site]) -> list:
     """Hooks that tell the active capture where the forward pass is (timing, progress, cancel)
     and what each attention module took in and gave out (the step-through's stages)."""
-    from .backend import _ACTIVE
-
     modules = dict(model.named_modules())
     handles = []
     layer_sites: dict[str, Site] = {}
@@ -91,32 +89,32 @@ def install_hooks(model: nn.Module, sites: dict[int, Site]) -> list:
         layer_name, _ = layer_path(name)
         if site.part != "cross":
             layer_sites.setdefault(layer_name, site)
-        handles.append(module.register_forward_pre_hook(_io_pre(site, _ACTIVE), with_kwargs=True))
-        handles.append(module.register_forward_hook(_io_post(site, _ACTIVE)))
+        handles.append(module.register_forward_pre_hook(_io_pre(site), with_kwargs=True))
+        handles.append(module.register_forward_hook(_io_post(site)))
     for layer_name, site in layer_sites.items():
         layer = modules[layer_name]
-        handles.append(layer.register_forward_pre_hook(lambda m, a, s=site: _call(_ACTIVE, "layer_start", s)))
-        handles.append(layer.register_forward_hook(lambda m, a, o, s=site: _call(_ACTIVE, "layer_end", s)))
+        handles.append(layer.register_forward_pre_hook(lambda m, a, s=site: _call("layer_start", s)))
+        handles.append(layer.register_forward_hook(lambda m, a, o, s=site: _call("layer_end", s)))
     return handles
 
 
-def _call(active, method: str, site: Site) -> None:
-    capture = active.get()
+def _call(method: str, site: Site) -> None:
+    capture = active()
     if capture is not None and capture.sites is not None:
         getattr(capture, method)(site)
 
 
-def _io_pre(site: Site, active):
+def _io_pre(site: Site):
     def hook(module, args, kwargs):
-        capture = active.get()
+        capture = active()
         if capture is not None and capture.wants_stages(site):
             capture.attention_io(site, "embeddings", args[0] if args else kwargs.get("hidden_states"))
     return hook
 
 
-def _io_post(site: Site, active):
+def _io_post(site: Site):
     def hook(module, args, output):
-        capture = active.get()
+        capture = active()
         if capture is not None and capture.wants_stages(site):
             capture.attention_io(site, "output", output[0] if isinstance(output, tuple) else output)
     return hook

@@ -91,6 +91,26 @@ def _group_queries(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return rearrange(q, "... (kv g) l d -> ... kv g l d", kv=kv_heads)
 
 
+def _broadcasts_into(t: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``t`` broadcasts to ``target``'s shape without growing it (so an in-place op works)."""
+    try:
+        return torch.broadcast_shapes(t.shape, target.shape) == target.shape
+    except RuntimeError:
+        return False
+
+
+def _rows_without_keys(mask: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """[..., Lq, 1] True where the mask and a -inf bias leave a query no key; None when none is left empty."""
+    if mask is None and bias is None:
+        return None
+    allowed = mask
+    if bias is not None:
+        finite = ~torch.isneginf(bias)
+        allowed = finite if allowed is None else allowed & finite
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    return empty if bool(empty.any()) else None
+
+
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -130,19 +150,24 @@ def attend(
         scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
         scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
         _keep(keep, "scores", scores)
-        scores = scores * scale
+        # in place on the fresh score buffer unless a kept stage or a gradient needs the earlier values
+        fresh = keep is None and _no_grad_needed(q, k)
+        scores = scores.mul_(scale) if fresh else scores * scale
         _keep(keep, "scaled", scores)
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
             _keep(keep, "capped", scores)
         if bias is not None:
             _keep(keep, "bias", torch.broadcast_to(bias, scores.shape))
-            scores = scores + bias
+            in_place = fresh and _no_grad_needed(bias) and _broadcasts_into(bias, scores)
+            scores = scores.add_(bias) if in_place else scores + bias
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            in_place = fresh and _broadcasts_into(mask, scores)
+            scores = scores.masked_fill_(~mask, float("-inf")) if in_place else scores.masked_fill(~mask, float("-inf"))
         _keep(keep, "masked", scores)
-        # a row whose keys were all removed is all -inf: it attends to nothing
-        weights = softmax_rows(scores, empty=torch.isneginf(scores).all(dim=-1, keepdim=True)).to(q.dtype)
+        # a row whose keys were all removed attends to nothing; found from the mask and bias
+        # (small, or once per call), not by another pass over the scores
+        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias)).to(q.dtype)
         weights = _apply_dropout(weights, dropout)
         _keep(keep, "weights", weights)
     with timer.stage("weighted sum"):

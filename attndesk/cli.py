@@ -255,8 +255,10 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     from attndesk.core import run_attention
     from attndesk.core.errors import ConfigError
     from attndesk.render import ensure_gui_app
+    from attndesk.core import select
+    from attndesk.core.map_adapter import map_of
     from attndesk.render.export import ExportError, check_size, default_filename, export_figure, export_weights
-    from attndesk.render.figure import figure_from_result, parse_which
+    from attndesk.render.figure import figure_from_map
 
     try:
         text = read_text_file(args.text_file) if args.text_file else (args.text if args.text is not None else sample_text())
@@ -275,10 +277,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     try:
         config = config_from_args(args)
         result = run_attention(config, text, key_text=key_text)
+        amap = map_of(result)
         # every figure must exist before the first file is written
         for which in args.which:
-            parse_which(which, result.num_heads)
-        if args.weights != "none" and args.region is None and getattr(result, "pyramid", None) is not None:
+            select.parse_which(which, amap.num_heads)
+        if args.weights != "none" and args.region is None and amap.pyramid is not None:
             raise ConfigError(
                 "the full weights exceed the memory budget, so only an overview was kept; "
                 "write exact numbers of a part with --region Q0:Q1,K0:K1, or raise --memory-budget"
@@ -304,28 +307,26 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     try:
         for which in args.which:
             try:
-                figure = figure_from_result(
-                    result, which, colormap=args.colormap, shared_scale=not args.per_head_scale, region=args.region
+                figure = figure_from_map(
+                    amap, which, colormap=args.colormap, shared_scale=not args.per_head_scale, region=args.region
                 )
             except ValueError as exc:
                 raise CliError(str(exc), EXIT_USAGE) from None
             figure.vmin, figure.vmax = args.vmin, args.vmax
             for fmt in args.format:
-                name = default_filename(result, which, fmt).removesuffix(f".{fmt}") + suffix + f".{fmt}"
+                name = default_filename(amap, which, fmt).removesuffix(f".{fmt}") + suffix + f".{fmt}"
                 written.append(export_figure(figure, out_dir / name, size=args.size, dpi=args.dpi))
                 _echo(written[-1], echo)
             if args.weights == "npy":
-                name = default_filename(result, which, "npy").removesuffix(".npy") + suffix + ".npy"
-                matrix = figure.matrices if which == "all" else figure.matrices[0]  # [H, L, Lk] or [L, Lk]
+                name = default_filename(amap, which, "npy").removesuffix(".npy") + suffix + ".npy"
+                matrix = select.stack(amap, which, args.region) if which == "all" else select.weights(amap, which, args.region)
                 written.append(export_weights(matrix, figure.query_labels, figure.key_labels, out_dir / name))
                 _echo(written[-1], echo)
             elif args.weights == "csv":
                 # a CSV holds one labelled matrix: one file per head for "all"
-                heads = range(figure.matrices.shape[0]) if which == "all" else [None]
-                for h in heads:
-                    tag = which if h is None else h
-                    name = default_filename(result, tag, "csv").removesuffix(".csv") + suffix + ".csv"
-                    matrix = figure.matrices[0 if h is None else h]
+                for head in select.heads_of(amap, which):
+                    name = default_filename(amap, head, "csv").removesuffix(".csv") + suffix + ".csv"
+                    matrix = select.weights(amap, head, args.region)
                     written.append(export_weights(matrix, figure.query_labels, figure.key_labels, out_dir / name))
                     _echo(written[-1], echo)
     except ExportError as exc:

@@ -13,15 +13,24 @@ from PySide6.QtGui import QColor, QImage, QPainter
 
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render import colormaps
-from attndesk.render.export import render_pdf_bytes, render_svg_bytes
-from attndesk.render.figure import (
-    HeatmapFigure,
-    block_mean,
-    figure_from_result,
-    hatch_segments,
-    nice_ticks,
-    paint_figure,
-)
+from attndesk.core.map_adapter import map_of
+from attndesk.render.cells import block_mean, hatch_segments
+from attndesk.render.export import figure_bytes
+from attndesk.render.figure import HeatmapFigure, figure_from_map
+from attndesk.render.layout import nice_ticks
+from attndesk.render.paint import paint_figure
+
+
+def render_svg_bytes(figure, width, height, dpi):
+    return figure_bytes(figure, "svg", (width, height), dpi)
+
+
+def render_pdf_bytes(figure, width, height, dpi):
+    return figure_bytes(figure, "pdf", (width, height), dpi)
+
+
+def figure_from_result(result, *args, **kw):
+    return figure_from_map(map_of(result), *args, **kw)
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -97,8 +97,22 @@ def layout_problems(panel) -> list[str]:
         for b, rb in items[i + 1:]:
             if ra.intersects(rb, tol=1.0):
                 problems.append(f"{a} {ra} overlaps {b} {rb}")
+    problems += _missing_labels(panel, items)
     problems += _footer_problems(panel)
     return problems
+
+
+def _missing_labels(panel, items) -> list[str]:
+    """Maps on the grid's outer edges must show their token labels, in a band of real size."""
+    layout = panel.grid_layout()
+    if layout is None:
+        return []
+    out = []
+    for kind, labelled in (("key labels", layout.x_labelled), ("query labels", layout.y_labelled)):
+        want = {i for i in range(len(panel.displayed_heads())) if labelled(i)}
+        have = {int(name.rsplit(" ", 1)[1]) for name, r in items if name.startswith(kind) and r.w > 1 and r.h > 1}
+        out += [f"map {i} shows no {kind}" for i in sorted(want - have)]
+    return out
 
 
 def _footer_problems(panel) -> list[str]:

@@ -35,7 +35,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, QRunnable, QSize, Qt, QThreadPool, QTimer, Signal, Slot
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget,
+    QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attndesk.core import select
@@ -207,18 +207,25 @@ class HeatmapPanel(QWidget):
             self.scaleModeCombo.addItem(label, name)
         self.scaleModeCombo.setToolTip("Shared: one colour scale for all heads (compare heads). "
                                        "Per head: each head from 0 to its own maximum.")
-        self.logCheck = QCheckBox("log", objectName="heatmapLogCheck")
-        self.logCheck.setToolTip("Colour log10 of the weights: small weights stay visible next to a "
-                                 "decoder's first token, which takes most of each row")
-        self.hideFirstCheck = QCheckBox("hide 1st token (renormalised)", objectName="heatmapHideFirstCheck")
-        self.hideFirstCheck.setToolTip("Leave out key 0 (a decoder's attention sink) and renormalise each row "
-                                       "over the other keys: the weights shown are NOT the model's")
-        self.biasCheck = QCheckBox("ALiBi bias", objectName="heatmapAlibiCheck")
-        self.biasCheck.setToolTip("Show the bias -m·|i − j| ALiBi adds to each head's scores instead of the weights")
-        self.biasCheck.hide()
-        self.layerBadge = QLabel("", objectName="heatmapLayerBadge")
+        self.displayButton = QToolButton(objectName="heatmapDisplayButton", text="Display")
+        self.displayButton.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.displayButton.setToolTip("Colour and content options for decoders and ALiBi models")
+        menu = QMenu(self.displayButton)
+        self.logAction = menu.addAction("Log colour scale (sink-aware)")
+        self.logAction.setToolTip("Colour log10 of the weights: small weights stay visible next to a "
+                                  "decoder's first token, which takes most of each row")
+        self.hideFirstAction = menu.addAction("Hide the first token (rows renormalised)")
+        self.hideFirstAction.setToolTip("Leave out key 0 (a decoder's attention sink) and renormalise each row "
+                                        "over the other keys: the weights shown are NOT the model's")
+        self.alibiAction = menu.addAction("Show ALiBi's bias instead of the weights")
+        self.alibiAction.setToolTip("The bias -m·|i − j| ALiBi adds to each head's scores")
+        for action in (self.logAction, self.hideFirstAction, self.alibiAction):
+            action.setCheckable(True)
+        self.alibiAction.setVisible(False)
+        self.displayButton.setMenu(menu)
+        # what is special about this picture: local/global layer, window, hidden first token, log colours
+        self.layerBadge = _FootLabel("", objectName="heatmapLayerBadge")
         self.layerBadge.setStyleSheet("color: #9a4b00; font-weight: bold;")
-        self.layerBadge.hide()
         self.exportButton = QPushButton("Export…", objectName="heatmapExportButton")
         self.exportButton.setToolTip("Export the heatmaps on screen (Ctrl+E)")
         self._bar = QHBoxLayout()
@@ -227,11 +234,11 @@ class HeatmapPanel(QWidget):
             self._bar.addWidget(QLabel(label))
             self._bar.addWidget(widget)
             self._bar.addSpacing(6)
-        for widget in (self.logCheck, self.hideFirstCheck, self.biasCheck, self.layerBadge):
-            self._bar.addWidget(widget)
+        self._bar.addWidget(self.displayButton)
         self._extra = QHBoxLayout()  # modes add controls here (e.g. a layer selector)
         self._bar.addLayout(self._extra)
-        self._bar.addStretch(1)
+        self._bar.addSpacing(8)
+        self._bar.addWidget(self.layerBadge, 1)
         self._bar.addWidget(self.exportButton)
 
     def _build_body(self) -> None:
@@ -268,9 +275,9 @@ class HeatmapPanel(QWidget):
         self.viewCombo.activated.connect(lambda index: self.set_view_target(self.viewCombo.itemData(index)))
         self.colormapCombo.currentIndexChanged.connect(self._on_appearance)
         self.scaleModeCombo.currentIndexChanged.connect(self._on_appearance)
-        self.logCheck.toggled.connect(self.set_log_scale)
-        self.hideFirstCheck.toggled.connect(self.set_hide_first_key)
-        self.biasCheck.toggled.connect(self.set_show_alibi_bias)
+        self.logAction.toggled.connect(self.set_log_scale)
+        self.hideFirstAction.toggled.connect(self.set_hide_first_key)
+        self.alibiAction.toggled.connect(self.set_show_alibi_bias)
         self.exportButton.clicked.connect(lambda: self.exportRequested.emit(self._target))
 
     # -- public API: content -------------------------------------------------------------------
@@ -347,7 +354,7 @@ class HeatmapPanel(QWidget):
         if bool(on) == self._log:
             return
         self._log = bool(on)
-        self.logCheck.setChecked(self._log)
+        self.logAction.setChecked(self._log)
         self._on_appearance()
 
     def hide_first_key(self) -> bool:
@@ -358,7 +365,7 @@ class HeatmapPanel(QWidget):
         if bool(on) == self._hide_first:
             return
         self._hide_first = bool(on)
-        self.hideFirstCheck.setChecked(self._hide_first)
+        self.hideFirstAction.setChecked(self._hide_first)
         self._reapply_options()
 
     def show_alibi_bias(self) -> bool:
@@ -369,7 +376,7 @@ class HeatmapPanel(QWidget):
         if bool(on) == self._bias:
             return
         self._bias = bool(on)
-        self.biasCheck.setChecked(self._bias)
+        self.alibiAction.setChecked(self._bias)
         self._reapply_options()
 
     # -- public API: what is drawn (tests, zoom pictures) -----------------------------------------
@@ -477,7 +484,7 @@ class HeatmapPanel(QWidget):
         if isinstance(self._target, int) and self._target >= source.num_heads:
             self._target = ALL
         self._fill_view_combo()
-        self._update_badges(source.base_map)
+        self._update_badges(source)
         self._update_note(source)
         self._hover = None
         self._show_hint()
@@ -591,15 +598,23 @@ class HeatmapPanel(QWidget):
             bar.axis.setTicks(None)
             bar.axis.setLabel(f"fraction of each head's {'range' if name == 'bias' else 'max'}" if per_head else name)
 
-    def _update_badges(self, map: AttentionMap) -> None:
-        kind = map.layer_kind
-        text = f"{kind} layer" + (f" · window {map.window}" if map.window else "") if kind else ""
-        if not text and map.window:
-            text = f"window {map.window}"
-        self.layerBadge.setText(text)
-        self.layerBadge.setVisible(bool(text))
-        self.biasCheck.setVisible(map.alibi_slopes is not None)
-        self.hideFirstCheck.setEnabled(map.pyramid is None)
+    def _update_badges(self, source: HeatmapSource) -> None:
+        """The toolbar line that says what is special about this picture, and the options it allows."""
+        base = source.base_map
+        parts = []
+        if base.layer_kind:
+            parts.append(f"{base.layer_kind} layer")
+        if base.window:
+            parts.append(f"window {base.window}")
+        if source.key_offset:
+            parts.append(f"{base.keys[0]!r} hidden, renormalised")
+        if source.value_name == "bias":
+            parts.append("ALiBi bias, not weights")
+        elif self._log:
+            parts.append("log colours")
+        self.layerBadge.setText(" · ".join(parts))
+        self.alibiAction.setVisible(base.alibi_slopes is not None)
+        self.hideFirstAction.setEnabled(base.pyramid is None)
 
     def _update_note(self, source: HeatmapSource) -> None:
         notes = [source.downsample_note()]
@@ -624,6 +639,7 @@ class HeatmapPanel(QWidget):
     @Slot()
     def _on_appearance(self) -> None:
         if self._source is not None:
+            self._update_badges(self._source)
             self._look = _Look(self, self._source)
             for cell in self.canvas.active():
                 self._paint_cell(cell)

@@ -8,6 +8,7 @@ from typing import Sequence
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF
+from PySide6.QtWidgets import QGraphicsItem
 
 MAX_LABEL_CHARS = 12
 
@@ -80,6 +81,13 @@ class TokenAxis(pg.AxisItem):
         self._fit()
         self.picture = None
         self.update()
+
+    def itemChange(self, change, value):  # noqa: N802 - Qt's name
+        """pyqtgraph sizes a hidden axis to 0 px and does not undo it when shown: refit then."""
+        out = super().itemChange(change, value)
+        if change == QGraphicsItem.GraphicsItemChange.ItemVisibleHasChanged and value:
+            self._fit()
+        return out
 
     def labels_shown(self) -> bool:
         return self._show and bool(self._labels)

@@ -49,7 +49,7 @@ from .heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from .token_axis import AxisLabels, label_font
 
 COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))
-SCALE_MODES = (("shared", "shared across heads"), ("per-head", "per head"))
+SCALE_MODES = (("shared", "shared"), ("per-head", "per head"))
 ALL = select.ALL
 # A new cell takes ~5 ms (up to ~35 ms when the CPUs are busy), and the view repaints after every
 # slice: a slice adds cells until this much time has passed (so mostly one), keeping each
@@ -67,6 +67,8 @@ def readout_text(source: HeatmapSource, head: Head, q: int, k: int) -> str:
     """The hover line, e.g. ``head 2 · query "cat" (3) → key "sat" (2): 0.2314``."""
     value = source.value_at(head, q, k)
     who = "mean of heads" if head == MEAN else source.head_title(head)
+    if head != MEAN and source.map.groups > 1:
+        who += f" (kv {source.map.kv_head_of(head)})"
     masked = source.mask is not None and not bool(source.mask[q, k])
     tail = " (masked)" if masked else ""
     what = "bias " if source.value_name == "bias" else ""
@@ -103,7 +105,7 @@ class _FootLabel(QLabel):
         return QSize(min(hint.width(), max(40, cap)), hint.height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        return QSize(40, super().minimumSizeHint().height())
+        return QSize(self.minimumWidth(), super().minimumSizeHint().height())
 
     def shown_text(self) -> str:
         """The text as painted (elided to the label's width)."""
@@ -226,6 +228,8 @@ class HeatmapPanel(QWidget):
         # what is special about this picture: local/global layer, window, hidden first token, log colours
         self.layerBadge = _FootLabel("", objectName="heatmapLayerBadge")
         self.layerBadge.setStyleSheet("color: #9a4b00; font-weight: bold;")
+        self.layerBadge.setMinimumWidth(0)
+        self.layerBadge.hide()
         self.exportButton = QPushButton("Export…", objectName="heatmapExportButton")
         self.exportButton.setToolTip("Export the heatmaps on screen (Ctrl+E)")
         self._bar = QHBoxLayout()
@@ -233,11 +237,10 @@ class HeatmapPanel(QWidget):
         for label, widget in (("Show", self.viewCombo), ("Colormap", self.colormapCombo), ("Scale", self.scaleModeCombo)):
             self._bar.addWidget(QLabel(label))
             self._bar.addWidget(widget)
-            self._bar.addSpacing(6)
+            self._bar.addSpacing(2)
         self._bar.addWidget(self.displayButton)
         self._extra = QHBoxLayout()  # modes add controls here (e.g. a layer selector)
         self._bar.addLayout(self._extra)
-        self._bar.addSpacing(8)
         self._bar.addWidget(self.layerBadge, 1)
         self._bar.addWidget(self.exportButton)
 
@@ -479,8 +482,8 @@ class HeatmapPanel(QWidget):
         self._source = source
         self.placeholder.hide()
         self.canvas.show()
-        font = label_font()
-        self._labels = (AxisLabels(source.query_labels, font), AxisLabels(source.key_labels, font))
+        self._labels = tuple(old if old is not None and old.tokens == list(tokens) else AxisLabels(tokens, label_font())
+                             for old, tokens in zip(self._labels or (None, None), (source.query_labels, source.key_labels)))
         if isinstance(self._target, int) and self._target >= source.num_heads:
             self._target = ALL
         self._fill_view_combo()
@@ -613,6 +616,7 @@ class HeatmapPanel(QWidget):
         elif self._log:
             parts.append("log colours")
         self.layerBadge.setText(" · ".join(parts))
+        self.layerBadge.setVisible(bool(parts))
         self.alibiAction.setVisible(base.alibi_slopes is not None)
         self.hideFirstAction.setEnabled(base.pyramid is None)
 

@@ -23,7 +23,8 @@ class AxisLabels:
     by every axis (measuring thousands of tokens per axis would stall the GUI thread)."""
 
     def __init__(self, labels, font: QFont) -> None:
-        self.texts = [elide(str(t)) for t in labels]
+        self.tokens = list(labels)  # as given: a new source with the same tokens reuses these labels
+        self.texts = [elide(str(t)) for t in self.tokens]
         metrics = QFontMetricsF(font)
         # the widest label is among the longest by character count; measure only those
         longest = sorted(self.texts, key=len, reverse=True)[:32]

@@ -81,8 +81,7 @@ def test_decoder_features_are_drawn_and_do_not_overlap(qtbot, window):
     drawn()
     kinds = [kind for kind, _i, _r in panel.geometry()]
     assert kinds.count("group") >= 2 and layout_problems(panel) == []
-    headers = sorted(item.text() for item, _line in panel.canvas._groups if item.isVisible())
-    assert headers == ["kv 0: q 0\u20133", "kv 1: q 4\u20137"]
+    assert panel.canvas.group_headers() == ["kv 0: q 0\u20133", "kv 1: q 4\u20137"]
     assert panel.layerBadge.text() == "local layer \u00b7 window 4" and panel.alibiAction.isVisible()
     cell = panel.canvas.active()[0]
     assert cell.band.isVisible() and not cell.band.path().isEmpty()  # the window's edge

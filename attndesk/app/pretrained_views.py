@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.select import tile_reduce
+from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
@@ -46,13 +47,6 @@ def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray
     if mask is not None:
         rgb[~mask] = mask_rgb(colormap)
     return rgb
-
-
-def rgb_image(rgb: np.ndarray) -> QImage:
-    """uint8 [h, w, 3] -> a QImage that owns its pixels."""
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    h, w = rgb.shape[:2]
-    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
 
 
 def _font(points: float, bold: bool = False) -> QFont:

@@ -23,7 +23,7 @@ from attndesk.render import colormaps
 from attndesk.render.cells import row_runs
 from attndesk.render.layout import GridLayout, GridSpec, Rect, band_outline, pack_grid
 
-from .token_axis import TokenAxis, label_font, label_room
+from .token_axis import TokenAxis, label_room
 
 HIGHLIGHT = QColor(255, 64, 64)
 BAND = QColor(230, 60, 60)
@@ -272,6 +272,10 @@ class HeatmapCanvas(pg.GraphicsView):
             text.setPos(box.center_x - self._metrics.horizontalAdvance(shown) / 2, box.y)
             y = box.y + self._metrics.height() + 3
             line.setLine(box.x, y, box.right, y)
+
+    def group_headers(self) -> list[str]:
+        """The K/V group headers on screen, in order ("kv 0: q 0-3", ...)."""
+        return [text.text() for text, _line in self._groups if text.isVisible()]
 
     def geometry(self) -> list[tuple[str, int, QRectF]]:
         """(kind, cell index, scene rect) of every visible item, for overlap checks."""

@@ -146,3 +146,20 @@ def test_2048_tokens_x_16_heads_never_stall_the_event_loop(qtbot, panel):
                 panel.set_source(source_for_map(random_map(4, 11)))
                 drawn(qtbot, panel)
         assert min(worst) < MAX_GAP_MS, f"{name}: the event loop stalled {worst} ms"
+
+
+def test_the_colour_bar_reads_what_the_cells_use(qtbot, panel):
+    m = random_map(4, 12, seed=6)
+    panel.set_source(source_for_map(m))
+    drawn(qtbot, panel)
+    top = float(max(m.weights.max(), m.weights.mean(axis=0).max()))
+    assert panel.colorBar.levels() == pytest.approx((0.0, top))
+    panel.set_shared_scale(False)  # several heads on their own scales: a fraction of each one's max
+    assert panel.colorBar.levels() == (0.0, 1.0) and "fraction" in panel.colorBar.axis.labelText
+    panel.set_view_target(2)  # one head on its own scale: its real range
+    assert panel.colorBar.levels() == pytest.approx((0.0, float(m.weights[2].max())))
+    panel.set_log_scale(True)
+    lo, hi = panel.colorBar.levels()
+    assert (lo, hi) == pytest.approx(panel.image_levels()[0])  # the enlarged head's own log range
+    assert lo == pytest.approx(-3.0) and hi == pytest.approx(np.log10(m.weights[2].max()))
+    assert [text for _value, text in panel.colorBar.axis._tickLevels[0]] == ["0.001", "0.01", "0.1"]

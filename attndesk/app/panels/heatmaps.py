@@ -153,8 +153,9 @@ class _Look:
         self.rect = QRectF(0, 0, source.shape[1], source.shape[0])
         self._source = source
 
-    def levels(self, head: Head) -> tuple[float, float]:
-        lo, hi = self.range if self.shared else self._source.level_range(head)
+    def levels(self, head: Head | None) -> tuple[float, float]:
+        """Colour levels of ``head`` (None: the range over every head and the mean)."""
+        lo, hi = self.range if self.shared or head is None else self._source.level_range(head)
         if self.log:
             return cell_levels(np.log10(self.floor), float(np.log10(max(hi, self.floor))))
         return cell_levels(lo, hi if hi > lo else lo + 1.0)
@@ -585,12 +586,13 @@ class HeatmapPanel(QWidget):
         self.canvas.place(spec, labels)
 
     def _update_colorbar(self) -> None:
+        """One bar for every cell: the shared range, one enlarged head's own range, or (several
+        heads each on its own scale) the fraction of each head's range; powers of ten when log."""
         look, bar = self._look, self.colorBar
         bar.setColorMap(look.cmap)
-        per_head = not look.shared and self._source.num_heads > 1
-        lo, hi = (0.0, 1.0) if per_head else look.levels(MEAN if not look.shared else 0)
-        if look.shared:
-            lo, hi = look.levels(0)
+        shown = self._heads_for_target()
+        relative = not look.shared and len(shown) > 1 and not look.log
+        lo, hi = (0.0, 1.0) if relative else look.levels(None if look.shared or len(shown) > 1 else shown[0])
         bar.setLevels(values=(lo, hi))
         name = "bias" if self._source.value_name == "bias" else "weight"
         if look.log:
@@ -599,7 +601,7 @@ class HeatmapPanel(QWidget):
             bar.axis.setLabel(f"{name} (log scale)")
         else:
             bar.axis.setTicks(None)
-            bar.axis.setLabel(f"fraction of each head's {'range' if name == 'bias' else 'max'}" if per_head else name)
+            bar.axis.setLabel(f"fraction of each head's {'range' if name == 'bias' else 'max'}" if relative else name)
 
     def _update_badges(self, source: HeatmapSource) -> None:
         """The toolbar line that says what is special about this picture, and the options it allows."""

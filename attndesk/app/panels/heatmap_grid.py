@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
@@ -240,15 +240,13 @@ class HeatmapCanvas(pg.GraphicsView):
         fm = self._metrics
         full = fm.horizontalAdvance(cell.title_text)
         link = EXPORT_TEXT if full + 2 * fm.horizontalAdvance(EXPORT_TEXT) + 12 <= box.w else EXPORT_SHORT
-        cell.export.setText(link)
         link_x = box.right - fm.horizontalAdvance(link)
         y = box.y + (box.h - fm.height()) / 2
-        cell.export.setPos(link_x, y)
+        _set_text(cell.export, link, link_x, y)
         text = fm.elidedText(cell.title_text, Qt.TextElideMode.ElideRight, max(0.0, link_x - 6 - box.x))
         width = fm.horizontalAdvance(text)
         x = box.center_x - width / 2
-        cell.title.setText(text)
-        cell.title.setPos(x if x + width <= link_x - 6 else box.x, y)
+        _set_text(cell.title, text, x if x + width <= link_x - 6 else box.x, y)
 
     def _place_groups(self, layout: GridLayout, labels: list[str]) -> None:
         segments = layout.groups()
@@ -268,10 +266,10 @@ class HeatmapCanvas(pg.GraphicsView):
                 continue
             group, _members, box = segments[j]
             shown = self._metrics.elidedText(labels[group], Qt.TextElideMode.ElideRight, box.w)
-            text.setText(shown)
-            text.setPos(box.center_x - self._metrics.horizontalAdvance(shown) / 2, box.y)
+            _set_text(text, shown, box.center_x - self._metrics.horizontalAdvance(shown) / 2, box.y)
             y = box.y + self._metrics.height() + 3
-            line.setLine(box.x, y, box.right, y)
+            if line.line() != QLineF(box.x, y, box.right, y):
+                line.setLine(box.x, y, box.right, y)
 
     def group_headers(self) -> list[str]:
         """The K/V group headers on screen, in order ("kv 0: q 0-3", ...)."""
@@ -294,6 +292,15 @@ class HeatmapCanvas(pg.GraphicsView):
         if self.colorBar.isVisible():
             out.append(("colour bar", 0, self.colorBar.sceneBoundingRect()))
         return out
+
+
+def _set_text(item: QGraphicsSimpleTextItem, text: str, x: float, y: float) -> None:
+    """Change a text item only when it changes: an update anywhere repaints the region spanning
+    every update, so touching each title on every build slice would repaint the whole grid."""
+    if item.text() != text:
+        item.setText(text)
+    if item.pos() != QPointF(x, y):
+        item.setPos(x, y)
 
 
 def masked_path(masked: np.ndarray | None, factor: int, shape: tuple[int, int]) -> QPainterPath | None:

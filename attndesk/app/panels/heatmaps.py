@@ -227,7 +227,7 @@ class HeatmapPanel(QWidget):
         self.alibiAction.setVisible(False)
         self.displayButton.setMenu(menu)
         # what is special about this picture: local/global layer, window, hidden first token, log colours
-        self.layerBadge = _FootLabel("", objectName="heatmapLayerBadge")
+        self.layerBadge = _FootLabel("", share=0.5, objectName="heatmapLayerBadge")
         self.layerBadge.setStyleSheet("color: #9a4b00; font-weight: bold;")
         self.layerBadge.setMinimumWidth(0)
         self.layerBadge.hide()
@@ -242,7 +242,8 @@ class HeatmapPanel(QWidget):
         self._bar.addWidget(self.displayButton)
         self._extra = QHBoxLayout()  # modes add controls here (e.g. a layer selector)
         self._bar.addLayout(self._extra)
-        self._bar.addWidget(self.layerBadge, 1)
+        self._bar.addWidget(self.layerBadge)  # elided to the room left, never widening the window
+        self._bar.addStretch(1)
         self._bar.addWidget(self.exportButton)
 
     def _build_body(self) -> None:

@@ -33,7 +33,7 @@ bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py
 
 screenshot: $(STAMP)
-	$(PY) scripts/screenshot.py resources/screenshot.png
+	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png
 
 clean:
 	rm -rf $(VENV) render-out .pytest_cache

@@ -316,14 +316,17 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     before the first file is written (heads, regions); the files are written into a staging
     folder and moved into ``--out`` together, so a failure or Ctrl+C leaves ``--out`` as it was.
     With ``echo`` each path is printed on stdout once the set is in place."""
+    from attndesk.core.map_adapter import map_of  # TEMPORARY: result.attention_map() once it lands
+
     text, key_text = _read_inputs(args)
     _check_output_options(args)
     result, said = _compute(args, text, key_text)
     for notice in result.notices:
         if notice not in said:
             print(f"attndesk: note: {notice}", file=sys.stderr)
-    figures = _figures(args, result)  # every figure exists before the first file is written
-    written = _write_outputs(args, result, figures)
+    amap = map_of(result)
+    figures = _figures(args, amap)  # every figure exists before the first file is written
+    written = _write_outputs(args, amap, figures)
     for path in written:
         _echo(path, echo)
     return written
@@ -381,15 +384,15 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
     return result, ({plan.describe(eta=False)} if long_run else set())
 
 
-def _figures(args: argparse.Namespace, result) -> list[tuple[str | int, object]]:
+def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, object]]:
     """(which, figure) for every --which, with the colour limits checked against the data."""
-    from attndesk.render.figure import figure_from_result
+    from attndesk.render.figure import figure_from_map
 
     figures = []
     for which in args.which:
         try:
-            figure = figure_from_result(result, which, colormap=args.colormap,
-                                        shared_scale=not args.per_head_scale, region=args.region)
+            figure = figure_from_map(amap, which, colormap=args.colormap,
+                                     shared_scale=not args.per_head_scale, region=args.region)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         figure.vmin, figure.vmax = args.vmin, args.vmax
@@ -404,7 +407,7 @@ def _check_selection(args: argparse.Namespace, plan) -> None:
     must fit the budget."""
     from attndesk.core.errors import ConfigError
     from attndesk.core.memory import format_bytes
-    from attndesk.render.figure import parse_which
+    from attndesk.core.select import parse_which
 
     for which in args.which:
         parse_which(which, plan.num_heads)
@@ -442,7 +445,7 @@ def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
             "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
 
 
-def _write_outputs(args: argparse.Namespace, result, figures) -> list[Path]:
+def _write_outputs(args: argparse.Namespace, amap, figures) -> list[Path]:
     """Write every file into a staging folder, then move them all into --out together."""
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet
@@ -458,17 +461,18 @@ def _write_outputs(args: argparse.Namespace, result, figures) -> list[Path]:
     try:
         with OutputSet(out_dir) as out:
             for which, figure in figures:
-                _write_figure_files(args, result, which, figure, out, suffix)
+                _write_figure_files(args, amap, which, figure, out, suffix)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed
 
 
-def _write_figure_files(args: argparse.Namespace, result, which, figure, out, suffix: str) -> None:
+def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suffix: str) -> None:
+    """The files of one --which; the numbers are the figure's matrices, which core.select chose."""
     from attndesk.render.export import default_filename, export_figure, export_weights
 
     def name(tag, ext: str) -> str:
-        return default_filename(result, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
+        return default_filename(amap, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
 
     for fmt in args.format:
         export_figure(figure, out.path(name(which, fmt)), size=args.size, dpi=args.dpi)

@@ -265,7 +265,7 @@ def test_export_of_a_pretrained_head_grid_and_all_layers(window, reference, tmp_
     from attndesk.render.export import default_filename
 
     w = window
-    result = w.displayed_result()
+    result = w.heatmapPanel.displayed_map()
     name = default_filename(result, 3, "svg")
     assert name == "attn_head3_all-MiniLM-L6-v2_layer0.svg"
     svg = perform_export(result, 3, "svg", tmp_path / name).read_text()

@@ -14,7 +14,12 @@ from PySide6.QtGui import QColor, QImage
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render import colormaps
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
-from attndesk.render.figure import HeatmapFigure, figure_from_result
+from attndesk.core.map_adapter import map_of
+from attndesk.render.figure import HeatmapFigure, figure_from_map
+
+
+def figure_from_result(result, *args, **kw):
+    return figure_from_map(map_of(result), *args, **kw)
 
 TRICKY = [",", '"', "a,b", '""', "say \"hi\"", "line\nbreak", " pad ", "=1+1", "caf\u00e9", "[PAD]"]
 
@@ -136,15 +141,15 @@ def test_written_files_have_ordinary_permissions(tmp_path):
 
 
 def test_default_filename_names_head_and_settings(result):
-    assert default_filename(result, 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
-    assert default_filename(result, "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
+    assert default_filename(map_of(result), 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
+    assert default_filename(map_of(result), "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
     other = run_attention(
         AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, position="none", seed=7, dtype="float64"),
         "a b",
     )
-    assert default_filename(other, "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
+    assert default_filename(map_of(other), "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
     with pytest.raises(ValueError):
-        default_filename(result, 5, "png")
+        default_filename(map_of(result), 5, "png")
 
 
 def test_export_of_a_hand_made_figure_with_default_size(qapp, tmp_path):

@@ -32,10 +32,10 @@ from attndesk.core.memory import format_bytes
 from attndesk.core.pipeline import plan_text
 from attndesk.core.plan import FULL, _duration
 from attndesk.core.textfile import read_text_file
+from attndesk.render.colormaps import hatch_rgba
 
 from .jobs import Job, toy_job
 from .long_source import ZoomTile, zoom_job
-from .panels.heatmaps import _HATCH_DARK, _HATCH_LIGHT
 from .worker import JobRunner
 
 LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (F5)
@@ -468,13 +468,5 @@ def _alive(obj) -> bool:
 
 
 def _hatch(masked: np.ndarray, px: int) -> np.ndarray:
-    """RGBA stripes over masked tiles at about screen resolution (a stripe every few pixels)."""
-    rows, cols = masked.shape
-    k = max(1, min(16, px // max(rows, cols, 1)))
-    big = np.repeat(np.repeat(masked, k, axis=0), k, axis=1)
-    i, j = np.indices(big.shape)
-    stripes = ((i + j) // 3) % 2 == 0
-    out = np.zeros((*big.shape, 4), dtype=np.uint8)
-    out[big & stripes] = _HATCH_DARK
-    out[big & ~stripes] = _HATCH_LIGHT
-    return out
+    """RGBA stripes over masked tiles at about screen resolution (the panel's one hatch image)."""
+    return hatch_rgba(masked, px)

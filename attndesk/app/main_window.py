@@ -349,10 +349,11 @@ class MainWindow(QMainWindow):
         if self._payload is None:
             self._set_status("nothing to export yet: wait for a result", error=True)
             return None
-        dialog = ExportDialog(self._payload.result, target=target if target is not None else "all",
+        dialog = ExportDialog(self.heatmapPanel.displayed_map(), target=target if target is not None else "all",
                               colormap=self.heatmapPanel.colormap_name(),
                               shared_scale=self.heatmapPanel.shared_scale(), parent=self,
-                              region=self.longMode.export_region())
+                              region=self.longMode.export_region(), log_scale=self.heatmapPanel.log_scale(),
+                              settings=app_settings())
         dialog.exported.connect(lambda path: self._set_status(f"exported {path}"))
         dialog.failedExport.connect(lambda msg: self._set_status(f"export failed: {msg}", error=True))
         self._export_dialog = dialog

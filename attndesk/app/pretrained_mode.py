@@ -35,7 +35,7 @@ from attndesk.core.pretrained import (
 )
 
 from .jobs import Job, ViewPayload
-from .panels.heatmap_source import ResultHeatmapSource
+from .long_source import source_for_result
 from .pretrained_views import LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting
 from .session import Session, SessionError
 
@@ -56,24 +56,6 @@ def mode_folder(mode: str) -> str | None:
     return mode[len(FOLDER_PREFIX):] if mode.startswith(FOLDER_PREFIX) else None
 
 
-class LayerSource(ResultHeatmapSource):
-    """One layer of a pretrained run for the heatmap panel: titled "L2 head 5", and its note says
-    whether special tokens are hidden (rows then NOT re-normalised)."""
-
-    def __init__(self, result) -> None:
-        super().__init__(result, title_prefix=f"L{result.extra['layer']} head")
-        # short: it shares the footer line with the hover read-out (the summary line has the numbers)
-        self.legend = "[CLS]/[SEP] hidden: rows NOT re-normalised" if result.extra.get("hide_special") else ""
-
-    def head_title(self, head) -> str:
-        if head == "mean":
-            return f"L{self.result.extra['layer']} mean over {self.num_heads} heads"
-        return super().head_title(head)
-
-    def downsample_note(self) -> str:
-        return " · ".join(n for n in (self.legend, super().downsample_note()) if n)
-
-
 def slice_payload(run: PretrainedResult, layer: int, hide_special: bool) -> ViewPayload:
     """The view of one layer of ``run`` (cheap: slicing, a mean over heads)."""
     layer = max(0, min(int(layer), run.num_layers - 1))
@@ -86,7 +68,7 @@ def slice_payload(run: PretrainedResult, layer: int, hide_special: bool) -> View
     notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *result.notices, *notices]
     if run.altered and run.cosine_to_normal is not None:
         notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
-    return ViewPayload(result, LayerSource(result), notices, run=run)
+    return ViewPayload(result, source_for_result(result), notices, run=run)
 
 
 def pretrained_view_job(folder: str | None, text: str, layer: int, hide_special: bool, *, scaled: bool = True,

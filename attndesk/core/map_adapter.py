@@ -20,11 +20,11 @@ def map_of(result: Any) -> AttentionMap:
     """The ``AttentionMap`` of a toy ``AttentionResult`` or of one pretrained layer's result."""
     if isinstance(result, AttentionMap):
         return result
+    extra = getattr(result, "extra", None) or {}
+    if "pretrained" in extra:  # a pretrained layer posing as a toy result: its own map, not a toy one
+        return _pretrained_layer_map(result, extra)
     if hasattr(result, "attention_map"):
         return result.attention_map()
-    extra = getattr(result, "extra", None) or {}
-    if "pretrained" in extra:
-        return _pretrained_layer_map(result, extra)
     return _toy_map(result)
 
 

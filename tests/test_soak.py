@@ -1,0 +1,126 @@
+"""The random-action soak of the real window (tests/soak), and tests of the soak harness itself.
+
+``test_soak_short`` (marker ``soak``, ``make soak-short``) runs the soak for about a minute in a
+child process and asserts issue 9's criteria: no exception, no GUI-thread stall of 100 ms of work
+or more, no thread left after close, memory bounded and back near its baseline after a large
+input, and a known input drawn exactly. The other tests check the harness: it finds the window's
+controls by their Qt types, and a seed replays the same actions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+from PySide6.QtWidgets import QWidget
+
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from tests.soak import checks
+from tests.soak.controls import discover, menu_actions
+from tests.soak.driver import Soak, SoakOptions
+from tests.soak.report import STALL_CPU_S, failures, format_action, replay_command
+from tests.soak.sandbox import Sandbox
+
+SOAK_SECONDS = float(os.environ.get("ATTNDESK_SOAK_SECONDS", "45"))
+SOAK_SEED = int(os.environ.get("ATTNDESK_SOAK_SEED", "20240917"))
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """An in-process soak's files, HOME and working folder all under tmp_path."""
+    box = Sandbox.create(str(tmp_path))
+    monkeypatch.setenv("HOME", str(box.home))
+    monkeypatch.chdir(box.cwd)
+    yield box
+    box.cleanup()
+
+
+def make_window():
+    from attndesk.app.main_window import MainWindow
+
+    return MainWindow()
+
+
+def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
+    soak = Soak(SoakOptions(seed=0, seconds=0), sandbox, make_window, excluded=contextlib.nullcontext)
+    soak.open_window()
+    try:
+        found = discover(soak.main)
+        counts = found.counts()
+        # the current window: two tab bars (views, timing), parameters, the heatmap toolbar, tables
+        assert counts["tabs"] >= 2 and counts["combo"] >= 5 and counts["spin"] >= 5, counts
+        assert counts["check"] >= 3 and counts["button"] >= 2 and counts["text"] >= 1, counts
+        assert counts["graphics"] >= 1 and counts["table"] >= 1, counts
+        for name in ("viewTabs", "statusLabel", "tokenInput", "modeCombo", "headsSpin"):
+            assert isinstance(found.names.get(name), QWidget), name
+        titles = [title for title, _ in menu_actions(soak.main)]
+        for wanted in ("Open session", "Save session", "Export", "Recompute"):
+            assert any(wanted.lower() in t.lower() for t in titles), (wanted, titles)
+        assert found.drop_targets, "the window accepts dropped text files"
+        # hidden controls are not offered: the key-text editor shows only with cross-attention
+        assert all(c.widget.isVisible() for c in found.controls)
+        # and the known-input check reads the drawn heatmaps without any window API
+        expected = checks.expected_weights(str(sandbox.pool / "session-known.json"))
+        assert checks.open_session(soak, str(sandbox.pool / "session-known.json"))
+        assert checks.wait_until(lambda: checks.match_heads(soak.main, expected)[0] == expected.shape[0], 30)
+    finally:
+        soak.files.uninstall()
+        dispose(soak.main)
+
+
+def _replay(sandbox, seed: int, steps: int) -> list[tuple]:
+    soak = Soak(SoakOptions(seed=seed, seconds=600, settle=True, max_actions=steps, snapshot_state=False),
+                sandbox, make_window, excluded=contextlib.nullcontext)
+    try:
+        soak.open_window()
+        soak.run_random()
+        checks.dismiss_dialogs(soak.main)
+    finally:
+        soak.files.uninstall()
+        dispose(soak.main)
+    return [(a["kind"], a["target"], a["detail"], tuple(a.get("notes", ()))) for a in soak.actions]
+
+
+@pytest.mark.qt_no_exception_capture  # the soak counts the app's exceptions; here only the actions matter
+def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
+    first = _replay(sandbox, seed=5, steps=14)
+    from attndesk.app.main_window import app_settings
+
+    settings = app_settings()
+    settings.clear()  # the second window must not restore the first one's session
+    settings.sync()
+    (tmp_path / "again").mkdir()
+    again = Sandbox.create(str(tmp_path / "again"))
+    monkeypatch.setenv("HOME", str(again.home))
+    second = _replay(again, seed=5, steps=14)
+    settings.clear()
+    settings.sync()
+    other = _replay(again, seed=6, steps=4)
+    again.cleanup()
+    assert len([a for a in first if a[0] != "window"]) >= 14
+    # file answers name sandbox-relative paths, so two sandboxes log the same text
+    assert first == second, "\n".join(f"{a}\n{b}\n" for a, b in zip(first, second))
+    assert other[:5] != first[:5]
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1200)
+def test_soak_short(tmp_path):
+    from tests.soak.supervise import run
+
+    outcome = run(SOAK_SEED, SOAK_SECONDS, report_path=tmp_path / "soak.json", quiet=True)
+    report = outcome.report
+    replay = replay_command(SOAK_SEED, SOAK_SECONDS)
+    last = "\n".join(format_action(a) for a in report.get("actions", [])[-30:])
+    context = f"\nreplay: {replay}\nreport: {outcome.report_path}\nlast actions:\n{last}"
+    assert not report.get("crash") and not report.get("aborted"), f"{report.get('crash') or report.get('aborted')}{context}"
+    assert report["exceptions"] == [], f"exceptions: {[p['type'] + ': ' + p['message'] for p in report['exceptions']]}{context}"
+    stalls = [s for s in report["stalls"]["gaps"] + report["stalls"]["events"] if s["cpu"] >= STALL_CPU_S]
+    assert not stalls, f"{len(stalls)} GUI-thread stalls >= 100 ms of work, worst {max(stalls, key=lambda s: s['cpu'])}{context}"
+    assert not report["threads"]["qthreads_left"] and not report["threads"]["python_left"], f"{report['threads']}{context}"
+    assert report["memory"]["peak_mib"] < report["memory"]["limit_mib"], context
+    assert report["memory"]["return_check"]["ok"], f"{report['memory']['return_check']['summary']}{context}"
+    assert report["known_input"]["ok"], f"{report['known_input']['summary']}{context}"
+    assert not report["sandbox_violations"], f"{report['sandbox_violations']}{context}"
+    assert failures(report) == [] and outcome.passed

@@ -22,7 +22,7 @@ from tests.soak.driver import Soak, SoakOptions
 from tests.soak.report import STALL_CPU_S, failures, format_action, replay_command
 from tests.soak.sandbox import Sandbox
 
-SOAK_SECONDS = float(os.environ.get("ATTNDESK_SOAK_SECONDS", "45"))
+SOAK_SECONDS = float(os.environ.get("ATTNDESK_SOAK_SECONDS", "40"))
 SOAK_SEED = int(os.environ.get("ATTNDESK_SOAK_SEED", "20240917"))
 
 
@@ -67,6 +67,48 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
     finally:
         soak.files.uninstall()
         dispose(soak.main)
+
+
+def test_file_dialogs_are_answered_from_the_pool_static_and_not(qtbot, sandbox):
+    """The static getters return pool paths while installed (and are restored after); a
+    QFileDialog instance opened with open() is answered by the Answerer like any dialog."""
+    import random
+
+    from PySide6.QtWidgets import QFileDialog
+
+    from tests.soak.actions import Hands
+    from tests.soak.dialogs import Answerer, FileDialogs
+
+    notes: list[str] = []
+    rng = random.Random(3)
+    files = FileDialogs(sandbox, lambda: rng, notes.append)
+    original = QFileDialog.getOpenFileName
+    files.install()
+    try:
+        answers = {QFileDialog.getOpenFileName(None, "Open session", "", "sessions (*.json)")[0] for _ in range(40)}
+        saved, _ = QFileDialog.getSaveFileName(None, "Export", "", "PNG (*.png)")
+        folder = QFileDialog.getExistingDirectory(None, "Open model folder")
+        files.force(str(sandbox.pool / "small.txt"))
+        assert QFileDialog.getOpenFileName(None, "x")[0] == str(sandbox.pool / "small.txt")
+    finally:
+        files.uninstall()
+    assert QFileDialog.getOpenFileName is original
+    assert answers <= {c.path for c in sandbox.open_choices("Open session", "sessions (*.json)")} | {""}
+    assert any(a.endswith(".json") for a in answers) and len(answers) > 5
+    assert saved == "" or saved.startswith((str(sandbox.root), "/proc/self/attndesk-soak"))  # never elsewhere
+    assert folder in {c.path for c in sandbox.dir_choices("")}
+    assert len(notes) == 43 and all(n.startswith("file dialog") for n in notes)
+
+    dialog = QFileDialog(None, "Open text")
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)
+    chosen = []
+    dialog.fileSelected.connect(chosen.append)
+    dialog.open()
+    answerer = Answerer(Hands(sandbox), files, notes.append)
+    assert answerer.pending(None) is dialog
+    files.force(str(sandbox.pool / "medium.txt"))
+    assert "accept" in answerer.act(dialog, random.Random(0))
+    assert not dialog.isVisible() and chosen == [str(sandbox.pool / "medium.txt")]
 
 
 def _replay(sandbox, seed: int, steps: int) -> list[tuple]:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from .report import failures, print_failure, summary_line, write
+from .report import failures, summary_line, write
 
 LIMIT_EXIT = 3
 
@@ -86,7 +86,7 @@ class Run:
         checks.dismiss_dialogs(self.soak.main)
         if not self.args.no_final_checks:
             self.extra["known_input"] = checks.known_input(self.soak)
-            self.extra["return_check"] = checks.memory_return(self.soak)
+            self.extra["return_check"] = checks.memory_return(self.soak, self.extra["baseline_mib"])
         self.soak.close_window()
         self.extra["threads"] = self._threads_after_close()
         self.stall.stop()
@@ -123,7 +123,8 @@ class Run:
             "qt_warnings": {k: {"count": v[0], "first_action": v[1]} for k, v in self.errors.warnings.items()},
             "stalls": {"max_gap": list(stall.max_gap), "max_gap_cpu": list(stall.max_gap_cpu),
                        "heartbeat_ms": 5, "ticks": stall.ticks,
-                       "gaps": as_dicts(stall.gaps), "events": as_dicts(stall.events)},
+                       "gaps": as_dicts(stall.gaps + ([stall.open_gap()] if aborted and stall.open_gap() else [])),
+                       "events": as_dicts(stall.events)},
             "memory": {"limit_mib": self.args.limit_mib, "baseline_mib": self.extra.get("baseline_mib"),
                        "peak_mib": round(mem.peak[0] / 2**20, 1), "peak_t": mem.peak[1],
                        "peak_action": mem.peak[2], "before_checks_mib": self.extra.get("memory_before_checks_mib"),
@@ -146,9 +147,8 @@ class Run:
     def _over_limit(self, rss: int) -> None:
         """Memory thread: past the limit, save the report and stop now (the machine is shared)."""
         message = f"resident memory {rss / 2**30:.2f} GiB passed the {self.args.limit_mib} MiB limit"
-        report = self.save(message)
-        print_failure(report, self.args.report)
-        sys.stdout.flush()
+        self.save(message)
+        print(f"[soak] {message}: stopping (the report is written)", file=sys.__stderr__, flush=True)
         os._exit(LIMIT_EXIT)
 
 

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import faulthandler
 import os
+import re
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -116,18 +119,28 @@ def describe(receiver, event) -> str:
     return f"{kind} -> {cls}{f'({name})' if name else ''}"
 
 
-def _format_stack(frame) -> list[str]:
-    lines = []
-    for fs in traceback.extract_stack(frame)[-60:]:
-        if fs.filename == __file__ or fs.filename.startswith("<frozen"):
-            continue  # the soak's own event timing, runpy
-        short = fs.filename
-        for marker in ("/attndesk/", "/site-packages/", "/tests/"):
-            if marker in short:
-                short = short.split(marker, 1)[1] if marker != "/attndesk/" else "attndesk/" + short.split(marker, 1)[1]
-                break
-        lines.append(f"{short}:{fs.lineno} {fs.name}")
-    return lines[-30:]
+_FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def _short(filename: str) -> str:
+    for marker in ("/attndesk/", "/site-packages/", "/tests/"):
+        if marker in filename:
+            rest = filename.split(marker, 1)[1]
+            return "attndesk/" + rest if marker == "/attndesk/" else rest
+    return filename
+
+
+def _thread_stack(dump: str, ident: int) -> list[str]:
+    """One thread's frames from a faulthandler dump, innermost last, as "file:line function"."""
+    lines, inside = [], False
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            inside = int(line.split("0x", 1)[1].split()[0], 16) == ident
+            continue
+        match = _FRAME_LINE.match(line) if inside else None
+        if match and not match.group(1).startswith("<frozen") and match.group(1) != __file__:
+            lines.append(f"{_short(match.group(1))}:{match.group(2)} {match.group(3)}")
+    return list(reversed(lines))[-30:]
 
 
 class StallMonitor(QObject):
@@ -137,6 +150,7 @@ class StallMonitor(QObject):
         super().__init__()
         self.t0, self._action = t0, action
         self.gui_ident = threading.get_ident()
+        self.gui_native = threading.get_native_id()
         self.gaps: list[Stall] = []
         self.events: list[Stall] = []
         self.max_gap = (0.0, 0.0)  # (wall, cpu) of the longest gap by wall
@@ -148,6 +162,8 @@ class StallMonitor(QObject):
         self._gap_events = 0
         self._recent: collections.deque = collections.deque(maxlen=64)
         self._samples: list[list[str]] = []
+        self._excluding = 0
+        self._dump = tempfile.TemporaryFile()  # faulthandler writes stack samples here
         self._lock = threading.Lock()
         self._timer = QTimer(self, interval=HEARTBEAT_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self._tick)
@@ -163,9 +179,11 @@ class StallMonitor(QObject):
     def excluded(self):
         """Time spent by the soak itself (discovery, logging): not the app's stall."""
         w, c = time.perf_counter(), time.thread_time()
+        self._excluding += 1
         try:
             yield
         finally:
+            self._excluding -= 1
             self._excl[0] += time.perf_counter() - w
             self._excl[1] += time.thread_time() - c
 
@@ -220,17 +238,35 @@ class StallMonitor(QObject):
         self._gap_events = 0
         self._last = (now, cpu, *self._excl)
 
+    def open_gap(self) -> Stall | None:
+        """The gap still growing now (the loop has not turned since the last tick), if it is long:
+        a run stopped at the memory limit while the GUI thread was stuck reports it this way."""
+        wall = time.perf_counter() - self._last[0]
+        if wall < RECORD_S:
+            return None
+        # thread_time() only reads the calling thread: the kernel's count for the GUI thread instead
+        times = {t.id: t.user_time + t.system_time for t in psutil.Process().threads()}
+        cpu = times.get(self.gui_native, self._last[1]) - self._last[1]
+        return Stall("tick (still open when the run stopped)", round(self._last[0] - self.t0, 4), round(wall, 4),
+                     round(cpu, 3), self._action(), "", self._gap_events, self._take_samples(peek=True))
+
     # -- stack samples (called from the memory thread) ----------------------------------------------
     def sample(self, min_gap_s: float = 0.06) -> None:
         """If the loop has not turned for ``min_gap_s``, record where the GUI thread is."""
         if time.perf_counter() - self._last[0] < min_gap_s:
             return
-        frame = sys._current_frames().get(self.gui_ident)
-        if frame is not None:
-            stack = _format_stack(frame)
+        if self._excluding or len(self._samples) >= 200:
+            return  # the soak's own work (building the window, discovery) is not sampled
+        # faulthandler reads the frames as a crash handler would: safe while the thread runs
+        # (materialising another thread's frames through sys._current_frames is not, in 3.11)
+        self._dump.seek(0)
+        self._dump.truncate()
+        faulthandler.dump_traceback(self._dump, all_threads=True)
+        self._dump.seek(0)
+        stack = _thread_stack(self._dump.read().decode("utf-8", "replace"), self.gui_ident)
+        if stack:
             with self._lock:
-                if len(self._samples) < 200:
-                    self._samples.append(stack)
+                self._samples.append(stack)
 
     def _take_samples(self, peek: bool = False) -> list[str]:
         """Where the GUI thread was while the loop stood still: the innermost attndesk (else any)

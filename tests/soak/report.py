@@ -44,15 +44,18 @@ def failures(report: dict) -> list[str]:
 
 
 def first_failure_action(report: dict) -> int | None:
+    """The first exception's action, else the first stall's (exceptions are the rarer lead)."""
     marks = [p["action"] for p in report.get("exceptions", [])]
-    stalls = report.get("stalls", {})
-    marks += [s["action"] for s in stalls.get("gaps", []) + stalls.get("events", []) if s["cpu"] >= STALL_CPU_S]
+    if not marks:
+        stalls = report.get("stalls", {})
+        marks = [s["action"] for s in stalls.get("gaps", []) + stalls.get("events", []) if s["cpu"] >= STALL_CPU_S]
     return min(marks) if marks else None
 
 
 def format_action(a: dict) -> str:
     indent = "    " * a.get("depth", 0)
-    return f"  #{a['i']:<5} {a['t']:8.2f}s {indent}{a['kind']:<8} {a['target']}: {a['detail']}"
+    notes = f" [{'; '.join(a['notes'])}]" if a.get("notes") else ""
+    return f"  #{a['i']:<5} {a['t']:8.2f}s {indent}{a['kind']:<8} {a['target']}: {a['detail']}{notes}"
 
 
 def print_failure(report: dict, report_path: str | Path | None, out=sys.stdout) -> None:

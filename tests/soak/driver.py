@@ -258,7 +258,7 @@ class Soak:
         actions = [(p, a) for p, a in menu_actions(self.main) if a.isEnabled() and a.isVisible()]
         if not actions:
             return self._plan_wait(rng)
-        weights = [0.2 if any(w in p.lower() for w in ("quit", "exit")) else 1.0 for p, _ in actions]
+        weights = [0.05 if any(w in p.lower() for w in ("quit", "exit")) else 1.0 for p, _ in actions]
         path, action = rng.choices(actions, weights=weights)[0]
         self.touched.add("menu:" + path)
         self.seen.setdefault("menu", set()).update("menu:" + p for p, _ in actions)

@@ -27,11 +27,14 @@ test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
-# make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it
+# make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,
+# and make soak REPLAY=report.json repeats that report's actions exactly
 SECONDS ?= 240
 SEED ?=
+REPLAY ?=
 soak: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m tests.soak --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
+	QT_QPA_PLATFORM=offscreen $(PY) -m tests.soak --seconds $(SECONDS) $(if $(SEED),--seed $(SEED)) \
+		$(if $(REPLAY),--replay $(REPLAY))
 
 soak-short: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m soak tests/test_soak.py

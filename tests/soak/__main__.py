@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 
@@ -19,10 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit-mib", type=int, default=4096, help="stop as a failure past this resident memory")
     p.add_argument("--keep-sandbox", action="store_true", help="keep the temporary folder the window wrote to")
     p.add_argument("--no-final-checks", action="store_true", help="skip the known-input and memory checks")
+    p.add_argument("--replay", default=None, help="repeat the actions of this report (its seed; it ends "
+                                                   "with the report's last action)")
     args = p.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
-    outcome = run(seed, args.seconds, report_path=args.report, limit_mib=args.limit_mib,
-                  keep_sandbox=args.keep_sandbox, final_checks=not args.no_final_checks)
+    seconds = args.seconds
+    if args.replay:
+        with open(args.replay, encoding="utf-8") as fh:
+            recorded = json.load(fh)
+        seed, seconds = recorded["seed"], 3 * float(recorded.get("duration_s") or recorded["seconds"]) + 60
+    outcome = run(seed, seconds, report_path=args.report, limit_mib=args.limit_mib, keep_sandbox=args.keep_sandbox,
+                  final_checks=not args.no_final_checks, replay=args.replay)
     return 0 if outcome.passed else 1
 
 

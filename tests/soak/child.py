@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import json
 import os
 import sys
 import threading
@@ -35,6 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stream", required=True)
     p.add_argument("--limit-mib", type=int, default=4096)
     p.add_argument("--no-final-checks", action="store_true")
+    p.add_argument("--replay", default=None, help="a report whose actions to repeat")
     return p.parse_args(argv)
 
 
@@ -56,7 +58,11 @@ class Run:
         install_write_guard(self.box, self.violations.append)
         self.app = QApplication([sys.argv[0]])
         self.stall = StallMonitor(time.perf_counter(), lambda: self.soak.current)
-        options = SoakOptions(seed=args.seed, seconds=args.seconds, stream=args.stream)
+        replay = None
+        if args.replay:
+            with open(args.replay, encoding="utf-8") as fh:
+                replay = json.load(fh)["actions"]
+        options = SoakOptions(seed=args.seed, seconds=args.seconds, stream=args.stream, replay=replay)
         self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded)
         self.stall.t0 = self.soak.t0
         self.errors = ExceptionMonitor(self.soak.t0, lambda: self.soak.current, on_fatal=self.save)

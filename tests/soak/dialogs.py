@@ -34,8 +34,10 @@ class FileDialogs:
     """While installed, QFileDialog.get*() return a pool path chosen with ``rng()``; each answer is
     reported to ``log(text)``. ``force(path)`` makes the next answer ``path`` (the final checks)."""
 
-    def __init__(self, sandbox: Sandbox, rng: Callable[[], random.Random], log: Callable[[str], None]) -> None:
+    def __init__(self, sandbox: Sandbox, rng: Callable[[], random.Random], log: Callable[[str], None],
+                 answered: Callable[[str], None] | None = None) -> None:
         self.sandbox, self._rng, self._log = sandbox, rng, log
+        self._answered = answered or (lambda _path: None)
         self._saved: dict[str, object] = {}
         self._forced: list[str] = []
         self.calls = 0
@@ -56,6 +58,9 @@ class FileDialogs:
     def force(self, path: str) -> None:
         self._forced.append(path)
 
+    def clear_forced(self) -> None:
+        self._forced.clear()
+
     def choices(self, kind: str, caption: str, filters: str) -> list[PoolPath]:
         if kind == "dir":
             return self.sandbox.dir_choices(caption)
@@ -68,10 +73,12 @@ class FileDialogs:
         if self._forced:
             path = self._forced.pop(0)
             self._log(f"file dialog {caption!r}: forced {self.sandbox.relative(path)}")
-            return path
-        picked = choose(self._rng(), self.choices(kind, caption, filters))
-        self._log(f"file dialog {caption!r} ({kind}): {picked.label} {self.sandbox.relative(picked.path)}")
-        return picked.path
+        else:
+            picked = choose(self._rng(), self.choices(kind, caption, filters))
+            path = picked.path
+            self._log(f"file dialog {caption!r} ({kind}): {picked.label} {self.sandbox.relative(path)}")
+        self._answered(path)
+        return path
 
     def _static(self, name: str):
         kind = "dir" if "Directory" in name else "save" if "Save" in name else "open"

@@ -63,7 +63,10 @@ def print_failure(report: dict, report_path: str | Path | None, out=sys.stdout) 
     lines = failures(report)
     seed, seconds = report.get("seed"), report.get("seconds", 60)
     print(f"\nSOAK FAILED (seed {seed}): {len(lines)} problem(s)", file=out)
-    print(f"replay: {replay_command(seed, seconds)}", file=out)
+    print(f"replay: {replay_command(seed, seconds)} (the same choices while the window keeps the same pace)",
+          file=out)
+    if report_path:
+        print(f"replay these exact actions: make soak REPLAY={report_path}", file=out)
     for line in lines[:40]:
         print(f"  - {line}", file=out)
     if len(lines) > 40:

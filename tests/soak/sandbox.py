@@ -109,6 +109,10 @@ class Sandbox:
             return "<sandbox>/" + os.path.relpath(path, self.root)
         return path
 
+    def absolute(self, logged: str) -> str:
+        """The inverse of ``relative``: a logged path in this sandbox."""
+        return str(self.root / logged[len("<sandbox>/"):]) if logged.startswith("<sandbox>/") else logged
+
     def allows_write(self, path: str | bytes | int) -> bool:
         if isinstance(path, int):
             return True  # an already open descriptor

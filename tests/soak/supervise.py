@@ -75,14 +75,17 @@ def _crash_report(box: Sandbox, seed: int, seconds: float, why: str) -> dict:
 
 
 def run(seed: int, seconds: float, *, report_path: str | Path | None = None, limit_mib: int = 4096,
-        keep_sandbox: bool = False, final_checks: bool = True, quiet: bool = False) -> Outcome:
+        keep_sandbox: bool = False, final_checks: bool = True, quiet: bool = False,
+        replay: str | Path | None = None) -> Outcome:
+    """One soak run; ``replay`` (a report) repeats that report's actions (its seed and length)."""
     box = Sandbox.create(prepare=False)
     inner = box.root / "report.json"
     env = {**os.environ, **box.environment(), "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     cmd = [sys.executable, "-m", "tests.soak.child", "--root", str(box.root), "--seed", str(seed),
            "--seconds", str(seconds), "--report", str(inner), "--stream", str(box.root / "actions.jsonl"),
-           "--limit-mib", str(limit_mib)] + ([] if final_checks else ["--no-final-checks"])
+           "--limit-mib", str(limit_mib)] + ([] if final_checks else ["--no-final-checks"]) \
+        + (["--replay", str(Path(replay).resolve())] if replay else [])
     if not quiet:
         print(f"soak: seed {seed}, {seconds:g} s, sandbox {box.root}", flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)

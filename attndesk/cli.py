@@ -2,13 +2,16 @@
 
 ``attndesk render`` runs the same core as the window and writes the same figures (Qt offscreen,
 no display needed), so heatmaps can be scripted and ``make run`` has a fallback without a
-display. Every failure the user can fix ends in one line on stderr and a non-zero exit code.
+display. Every failure the user can fix ends in one line on stderr and a non-zero exit code,
+before anything is written; the files of one command are written all-or-nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -21,6 +24,7 @@ pin_singletons()
 _FALLBACK_SAMPLE = "The cat sat on the mat because it was tired."
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+LONG_RUN_S = 2.0  # a run planned longer than this (or memory-bounded) prints its plan and progress
 
 
 class CliError(Exception):
@@ -84,9 +88,12 @@ def _int(text: str) -> int:
 
 def _float(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -107,7 +114,7 @@ def _bytes(text: str) -> int:
     number = raw[: len(raw) - len(unit)]
     try:
         value = int(float(number) * units[unit])
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or inf
         raise argparse.ArgumentTypeError(f"expected a size in bytes such as 2G or 512M, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
@@ -146,9 +153,46 @@ def _region(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
         k0, k1 = (int(v) for v in k.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected Q0:Q1,K0:K1 (token index ranges, end exclusive), got {text!r}") from None
-    if not (0 <= q0 < q1 and 0 <= k0 < k1):
-        raise argparse.ArgumentTypeError(f"each range must satisfy 0 <= start < end, got {text!r}")
+    if q0 < 0 or k0 < 0:
+        raise argparse.ArgumentTypeError(
+            f"token positions count from 0 (not from the end), so a range cannot start below 0; got {text!r}")
+    if not (q0 < q1 and k0 < k1):
+        raise argparse.ArgumentTypeError(f"each range must satisfy 0 <= start < end (end exclusive), got {text!r}")
     return (q0, q1), (k0, k1)
+
+
+_DASH_VALUE = re.compile(r"-([\d.]|nan|inf)", re.IGNORECASE)  # "-1:2,0:2", "-.5", "-inf": a value, not a flag
+
+
+def attach_dash_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """argparse takes a value that starts with '-' for a flag ('--region -1:2,0:2' gives "expected
+    one argument"): join such a value to its option as '--region=-1:2,0:2', so that the option's
+    own check explains what is wrong with it. Plain negative numbers argparse already accepts."""
+    takes_value = {opt for action in _all_actions(parser) if action.nargs is None and action.option_strings
+                   for opt in action.option_strings}
+    out: list[str] = []
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] in takes_value and i + 1 < len(argv) and _DASH_VALUE.match(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The parser's actions and those of its subcommands."""
+    actions = list(parser._actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                actions += _all_actions(sub)
+    return actions
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,88 +293,177 @@ def config_from_args(args: argparse.Namespace):
 
 
 def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
-    """Run the core and write every requested file; returns the paths in the order written.
+    """Run the core and write every requested file, all or nothing; returns the paths written.
 
-    With ``echo`` each path is printed on stdout as soon as its file exists."""
-    from attndesk.core import run_attention
-    from attndesk.core.errors import ConfigError
-    from attndesk.render import ensure_gui_app
-    from attndesk.render.export import ExportError, check_size, default_filename, export_figure, export_weights
-    from attndesk.render.figure import figure_from_result, parse_which
+    Everything that can be refused is refused before the run (inputs, colour limits, sizes) or
+    before the first file is written (heads, regions); the files are written into a staging
+    folder and moved into ``--out`` together, so a failure or Ctrl+C leaves ``--out`` as it was.
+    With ``echo`` each path is printed on stdout once the set is in place."""
+    text, key_text = _read_inputs(args)
+    _check_output_options(args)
+    result, said = _compute(args, text, key_text)
+    for notice in result.notices:
+        if notice not in said:
+            print(f"attndesk: note: {notice}", file=sys.stderr)
+    figures = _figures(args, result)  # every figure exists before the first file is written
+    written = _write_outputs(args, result, figures)
+    for path in written:
+        _echo(path, echo)
+    return written
 
+
+def _read_inputs(args: argparse.Namespace) -> tuple[str, str | None]:
     try:
         text = read_text_file(args.text_file) if args.text_file else (args.text if args.text is not None else sample_text())
         key_text = read_text_file(args.key_text_file) if args.key_text_file else args.key_text
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    return text, key_text
+
+
+def _check_output_options(args: argparse.Namespace) -> None:
+    """Colour limits, image size and dpi, before anything is computed."""
+    from attndesk.render.export import ExportError, check_image_memory, check_size
+
     if args.vmin is not None and args.vmax is not None and not args.vmin < args.vmax:
         raise CliError(f"--vmin {args.vmin:g} must be below --vmax {args.vmax:g}", EXIT_USAGE)
+    if args.vmin is None and args.vmax is not None and args.vmax <= 0:
+        raise CliError(
+            f"--vmax {args.vmax:g} is at or below the bottom of the colour scale (0, the smallest weight); "
+            "give a positive --vmax, or a --vmin below it", EXIT_USAGE)
     try:
-        if args.size is not None:
-            check_size(args.size, args.dpi)
-        else:
-            check_size((100, 100), args.dpi)
+        width, height, _ = check_size(args.size if args.size is not None else (100, 100), args.dpi)
+        if args.size is not None and "png" in args.format:
+            check_image_memory(width, height)
     except ExportError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _compute(args: argparse.Namespace, text: str, key_text: str | None):
+    """Validate, plan (printed on stderr when the run is long), run with a progress line;
+    returns (result, the lines already printed, which its notices need not repeat)."""
+    from attndesk.cli_progress import ProgressLine
+    from attndesk.core import run_attention
+    from attndesk.core.pipeline import plan_text
+
     try:
         config = config_from_args(args)
-        result = run_attention(config, text, key_text=key_text)
-        # every figure must exist before the first file is written
-        for which in args.which:
-            parse_which(which, result.num_heads)
-        if args.weights != "none" and args.region is None and getattr(result, "pyramid", None) is not None:
-            raise ConfigError(
-                "the full weights exceed the memory budget, so only an overview was kept; "
-                "write exact numbers of a part with --region Q0:Q1,K0:K1, or raise --memory-budget"
-            )
-    except (ConfigError, ValueError) as exc:
+        plan = plan_text(config, text, key_text)
+        _check_selection(args, plan)
+    except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
-    for notice in result.notices:
-        print(f"attndesk: note: {notice}", file=sys.stderr)
+    long_run = plan.blocked or (plan.seconds or 0.0) >= LONG_RUN_S
+    if long_run:  # the line the window shows before a long run
+        print(f"attndesk: plan: {plan.describe()}", file=sys.stderr, flush=True)
+    with ProgressLine() as progress:
+        try:
+            result = run_attention(config, text, key_text=key_text, plan=plan,
+                                   progress=progress.update if long_run else None)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    return result, ({plan.describe(eta=False)} if long_run else set())
+
+
+def _figures(args: argparse.Namespace, result) -> list[tuple[str | int, object]]:
+    """(which, figure) for every --which, with the colour limits checked against the data."""
+    from attndesk.render.figure import figure_from_result
+
+    figures = []
+    for which in args.which:
+        try:
+            figure = figure_from_result(result, which, colormap=args.colormap,
+                                        shared_scale=not args.per_head_scale, region=args.region)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        figure.vmin, figure.vmax = args.vmin, args.vmax
+        _check_colour_limits(args, figure, which)
+        figures.append((which, figure))
+    return figures
+
+
+def _check_selection(args: argparse.Namespace, plan) -> None:
+    """--which, --region and --weights against the planned run, before it starts: a typo should
+    not cost a five-minute run. A region of a memory-bounded run is recomputed exactly, so it
+    must fit the budget."""
+    from attndesk.core.errors import ConfigError
+    from attndesk.core.memory import format_bytes
+    from attndesk.render.figure import parse_which
+
+    for which in args.which:
+        parse_which(which, plan.num_heads)
+    if args.weights != "none" and args.region is None and plan.kind == "pyramid":
+        raise ConfigError(
+            "the full weights exceed the memory budget, so only an overview will be kept; "
+            "write exact numbers of a part with --region Q0:Q1,K0:K1, or raise --memory-budget"
+        )
+    if args.region is None:
+        return
+    (q0, q1), (k0, k1) = args.region
+    if q1 > plan.lq or k1 > plan.lk:
+        raise ConfigError(f"region {q0}:{q1},{k0}:{k1} is outside the {plan.lq}x{plan.lk} weights")
+    heads = plan.num_heads if "all" in args.which else 1
+    need = 2 * heads * (q1 - q0) * (k1 - k0) * 4  # the exact weights and the figure's copy
+    if plan.kind == "pyramid" and need > plan.budget:
+        side = int((plan.budget / (2 * heads * 4)) ** 0.5)
+        raise ConfigError(
+            f"--region {q0}:{q1},{k0}:{k1} holds {(q1 - q0) * (k1 - k0):,} cells x {heads} head(s): "
+            f"{format_bytes(need)} of exact weights, over the {format_bytes(plan.budget)} memory budget; "
+            f"at most about {side:,} x {side:,} tokens fit"
+        )
+
+
+def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
+    """A --vmin at or above the largest weight (with no --vmax) would paint every cell alike."""
+    from attndesk.render.figure import finite_range
+
+    if args.vmin is None or args.vmax is not None:
+        return
+    top = finite_range(figure.matrices)[1]
+    if args.vmin >= top:
+        raise CliError(
+            f"--vmin {args.vmin:g} is at or above the largest weight of --which {which} ({top:.4g}): every cell "
+            "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
+
+
+def _write_outputs(args: argparse.Namespace, result, figures) -> list[Path]:
+    """Write every file into a staging folder, then move them all into --out together."""
+    from attndesk.render import ensure_gui_app
+    from attndesk.render.export import ExportError, OutputSet
 
     out_dir = Path(args.out).expanduser()
     if out_dir.exists() and not out_dir.is_dir():  # mkdir would only say "File exists"
         raise CliError(f"--out {out_dir} is a file, not a folder: give a folder to write the images into")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"cannot create the output folder {out_dir}: {exc.strerror or exc}") from None
     ensure_gui_app(headless=True)
-    written: list[Path] = []
     suffix = ""
     if args.region is not None:
         (q0, q1), (k0, k1) = args.region
         suffix = f"_q{q0}-{q1}_k{k0}-{k1}"
     try:
-        for which in args.which:
-            try:
-                figure = figure_from_result(
-                    result, which, colormap=args.colormap, shared_scale=not args.per_head_scale, region=args.region
-                )
-            except ValueError as exc:
-                raise CliError(str(exc), EXIT_USAGE) from None
-            figure.vmin, figure.vmax = args.vmin, args.vmax
-            for fmt in args.format:
-                name = default_filename(result, which, fmt).removesuffix(f".{fmt}") + suffix + f".{fmt}"
-                written.append(export_figure(figure, out_dir / name, size=args.size, dpi=args.dpi))
-                _echo(written[-1], echo)
-            if args.weights == "npy":
-                name = default_filename(result, which, "npy").removesuffix(".npy") + suffix + ".npy"
-                matrix = figure.matrices if which == "all" else figure.matrices[0]  # [H, L, Lk] or [L, Lk]
-                written.append(export_weights(matrix, figure.query_labels, figure.key_labels, out_dir / name))
-                _echo(written[-1], echo)
-            elif args.weights == "csv":
-                # a CSV holds one labelled matrix: one file per head for "all"
-                heads = range(figure.matrices.shape[0]) if which == "all" else [None]
-                for h in heads:
-                    tag = which if h is None else h
-                    name = default_filename(result, tag, "csv").removesuffix(".csv") + suffix + ".csv"
-                    matrix = figure.matrices[0 if h is None else h]
-                    written.append(export_weights(matrix, figure.query_labels, figure.key_labels, out_dir / name))
-                    _echo(written[-1], echo)
+        with OutputSet(out_dir) as out:
+            for which, figure in figures:
+                _write_figure_files(args, result, which, figure, out, suffix)
     except ExportError as exc:
         raise CliError(str(exc)) from None
-    return written
+    return out.committed
+
+
+def _write_figure_files(args: argparse.Namespace, result, which, figure, out, suffix: str) -> None:
+    from attndesk.render.export import default_filename, export_figure, export_weights
+
+    def name(tag, ext: str) -> str:
+        return default_filename(result, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
+
+    for fmt in args.format:
+        export_figure(figure, out.path(name(which, fmt)), size=args.size, dpi=args.dpi)
+    if args.weights == "npy":
+        matrix = figure.matrices if which == "all" else figure.matrices[0]  # [H, L, Lk] or [L, Lk]
+        export_weights(matrix, figure.query_labels, figure.key_labels, out.path(name(which, "npy")))
+    elif args.weights == "csv":
+        # a CSV holds one labelled matrix: one file per head for "all"
+        heads = range(figure.matrices.shape[0]) if which == "all" else [None]
+        for h in heads:
+            matrix = figure.matrices[0 if h is None else h]
+            export_weights(matrix, figure.query_labels, figure.key_labels, out.path(name(which if h is None else h, "csv")))
 
 
 def _echo(path: Path, echo: bool) -> None:
@@ -403,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         parser = build_parser()
         try:
-            args = parser.parse_args(argv)
+            args = parser.parse_args(attach_dash_values(argv, parser))
         except SystemExit as exc:  # --help
             return int(exc.code or 0)
         if args.command in (None, "app"):

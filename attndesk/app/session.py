@@ -1,18 +1,21 @@
 """Sessions: the text, every parameter and the view settings as a small JSON file.
 
 Loading validates everything before anything is applied, so a corrupt or incompatible file is
-rejected with one clear message and the window stays as it was. Saving is atomic.
+rejected with one clear message and the window stays as it was: malformed, too deeply nested or
+absurd JSON, wrong types, and parameters out of range or too large for memory (the core's own
+validation). Parameters the file leaves out take their defaults. Saving is atomic.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attndesk.core.atomic import atomic_write
 from attndesk.core.config import AttentionConfig
 from attndesk.core.devices import device_availability
 from attndesk.core.errors import ConfigError
@@ -80,7 +83,8 @@ class Session:
         if data.get("colormap", "viridis") not in COLORMAP_NAMES:
             raise SessionError(f"unknown colormap {data['colormap']!r}; known: {', '.join(COLORMAP_NAMES)}")
         notices: list[str] = []
-        config = dict(data["config"])
+        # a field the file leaves out takes its default, not whatever the window showed before
+        config = {**AttentionConfig().to_dict(), **data["config"]}
         device = config.get("device")
         if isinstance(device, str) and device_availability().get(device, None) is not None:
             notices.append(f"the session used device {device!r}, which is not available here; using cpu")
@@ -140,20 +144,9 @@ def save_session(session: Session, path: str | os.PathLike) -> Path:
     except (ConfigError, TypeError) as exc:
         raise SessionError(f"fix the parameters before saving: {exc}") from None
     text = json.dumps(session.to_json(), indent=2, ensure_ascii=False)
-    folder = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        atomic_write(path, (text + "\n").encode("utf-8"))
     except OSError as exc:
-        raise SessionError(f"cannot write to {folder}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise SessionError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
     return path
 
@@ -163,6 +156,11 @@ def parse_session(text: str) -> Session:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SessionError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    except RecursionError:
+        raise SessionError("not an attndesk session: its JSON is nested too deeply") from None
+    except ValueError:  # Python refuses to read an integer of more than sys.get_int_max_str_digits() digits
+        limit = sys.get_int_max_str_digits()
+        raise SessionError(f"not an attndesk session: it holds a number of more than {limit:,} digits") from None
     return Session.from_json(data)
 
 

@@ -9,7 +9,7 @@
 from .attention import MultiHeadAttention, SingleHeadAttention, masked_softmax, scaled_dot_product_attention
 from .config import MASK_KINDS, AttentionConfig, divisors
 from .devices import available_devices, device_availability
-from .errors import Cancelled, ConfigError
+from .errors import Cancelled, ConfigError, ConfigTypeError
 from .masks import causal_mask, padding_mask
 from .memory import estimate_run, format_bytes
 from .pipeline import run_attention
@@ -18,7 +18,7 @@ from .pretrained import PretrainedResult, load_pretrained, run_pretrained
 from .result import AttentionResult
 
 __all__ = [
-    "AttentionConfig", "AttentionResult", "Cancelled", "ConfigError", "MASK_KINDS",
+    "AttentionConfig", "AttentionResult", "Cancelled", "ConfigError", "ConfigTypeError", "MASK_KINDS",
     "MultiHeadAttention", "SingleHeadAttention", "available_devices", "causal_mask",
     "device_availability", "divisors", "estimate_run", "format_bytes", "masked_softmax",
     "padding_mask", "PretrainedResult", "load_pretrained", "run_attention", "run_pretrained", "scaled_dot_product_attention", "sinusoidal_encoding",

@@ -30,6 +30,9 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .checks import boolean, real_number, whole_number
+from .errors import ConfigError
+from .memory import require_free_memory
 from .timing import NULL_TIMER, NullTimer
 
 Keep = dict  # stage name -> tensor, filled when a caller asks for intermediates
@@ -233,7 +236,10 @@ def scaled_dot_product_attention(
     (applied in its training mode only), acting on the weights as in the Transformer paper.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if dropout is None and _fast_path_ok(query, key, value, mask):
+    fast = dropout is None and _fast_path_ok(query, key, value, mask)
+    copies = 1 if fast else 2 if dropout is None else 4
+    _check_matrix_size(_score_shape(query, key), query.element_size(), copies, "the attention weights", query.device)
+    if fast:
         return _blocked_attention(query, key, value, mask, scale)
     scores = torch.matmul(query, key.transpose(-2, -1))  # [..., Lq, Lk]
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
@@ -284,6 +290,9 @@ def attend(
     kv_heads = k.shape[-3]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
+    shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
+    copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
+    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights", q.device)
     scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
     scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
     if keep is not None:
@@ -336,7 +345,12 @@ def attend_heads(
     blocked fast path (its stages interleave block by block, so a real timer gets the
     stage-by-stage reference path).
     """
-    if dropout is None and keep is None and isinstance(timer, NullTimer) and _fast_path_ok(q, k, v, mask):
+    fast = dropout is None and keep is None and isinstance(timer, NullTimer) and _fast_path_ok(q, k, v, mask)
+    # the fast path fills one weights buffer; the reference path holds scores and weights, the
+    # dropout noise and its output, and the kept stages
+    copies = 1 if fast else 2 + (dropout is not None) * 2 + (keep is not None) * 4
+    _check_matrix_size(_score_shape(q, k), q.element_size(), copies, "the attention weights", q.device)
+    if fast:
         return _blocked_attention(q, k, v, mask, scale)
     grad = torch.is_grad_enabled() and q.requires_grad
     with timer.stage("scores"):
@@ -369,11 +383,36 @@ def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask
 
 
+def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> None:
+    """Refuse a layer whose Linear weights cannot fit in free memory, before torch allocates them."""
+    item = torch.get_default_dtype().itemsize
+    need = layers * (embed_dim * width + width) * item
+    require_free_memory(need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims")
+
+
+def _score_shape(q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...]:
+    """[..., Lq, Lk]: the shape of the scores of q [..., Lq, d] against k [..., Lk, d]."""
+    return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+
+
+def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str, device: torch.device) -> None:
+    """The whole-matrix paths allocate ``copies`` [..., Lq, Lk] buffers at once: refuse one that
+    cannot fit in free memory (the planner sends long runs through query blocks before this)."""
+    need = math.prod(shape) * item * copies
+    require_free_memory(need, f"{what} {list(shape)} ({copies} buffers)",
+                        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)",
+                        device=str(device))
+
+
 class SingleHeadAttention(nn.Module):
     """One head: three Linear layers (embed_dim -> hidden_dim), softmax(Q K^T / sqrt(hidden_dim)) V."""
 
     def __init__(self, embed_dim: int, hidden_dim: int, bias: bool = True):
         super().__init__()
+        whole_number("embed_dim", embed_dim)
+        whole_number("hidden_dim", hidden_dim)
+        boolean("bias", bias)
+        _check_layer_size(f"SingleHeadAttention({embed_dim:,}, {hidden_dim:,})", 3, embed_dim, hidden_dim)
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.q_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
@@ -409,8 +448,13 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
+        whole_number("embed_dim", embed_dim)
+        whole_number("num_heads", num_heads)
+        real_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        boolean("bias", bias)
         if embed_dim % num_heads:
-            raise ValueError(f"{num_heads} heads do not divide embed_dim {embed_dim}")
+            raise ConfigError(f"{num_heads} heads do not divide embed_dim {embed_dim}")
+        _check_layer_size(f"MultiHeadAttention({embed_dim:,}, {num_heads:,})", 4, embed_dim, embed_dim)
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

@@ -14,10 +14,12 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
 from .masks import build_mask
+from .memory import estimate_run, format_bytes, largest_fitting, require_free_memory
 from .pipeline import build_model, run_attention
 from .positional import sinusoidal_encoding
 from .result import AttentionResult
@@ -66,6 +68,11 @@ def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> Res
         raise ComparisonError(
             f"cannot compare {what}: A is {_describe(a.shape, what)}, B is {_describe(b.shape, what)}{hint}"
         )
+    try:  # B - A and |B - A| in float64: four times float32 weights
+        require_free_memory(16 * a.size, f"B - A of {what} ({_describe(a.shape, what)})",
+                            "compare shorter texts or fewer heads")
+    except ConfigError as exc:
+        raise ComparisonError(str(exc)) from None
     # float64 of float32 values: the subtraction is exact for weights in [0, 1]
     with np.errstate(invalid="ignore"):  # -inf - -inf (a cell masked in both) is NaN: no difference to show
         diff = np.subtract(b, a, dtype=np.float64)
@@ -209,7 +216,28 @@ def teaching_comparison(kind: str, config: AttentionConfig, text: str) -> Teachi
     config.validate()
     if kind not in TEACHING_KINDS:
         raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join(TEACHING_KINDS)}")
+    if text_argument("text", text):
+        length = len(WordTokenizer(config.vocab_size).split(text))
+        length = _padded_length(config, text) if kind == "tutorial" else max(length, config.pad_to or 0)
+        # A and B whole (float32), B - A and |B - A| (float64), beside one run's peak
+        _check_full_size(config, length, 4 + 16, f"the {TEACHING_KINDS[kind]} comparison")
     return {"scaled": _compare_scaled, "masked": _compare_masked, "tutorial": _compare_tutorial}[kind](config, text)
+
+
+def _check_full_size(config: AttentionConfig, length: int, bytes_per_cell: int, what: str) -> None:
+    """A comparison holds whole [H, L, L] matrices (no blocked path): ConfigError when one run's
+    peak plus ``bytes_per_cell`` per cell exceeds the memory budget, with the length that fits."""
+    def need(n: int) -> int:
+        return estimate_run(config, n).peak_bytes + bytes_per_cell * config.num_heads * n * n
+
+    budget = config.budget_bytes
+    if length < 1 or need(length) <= budget:
+        return
+    fit = largest_fitting(need, 1, length, budget)
+    raise ConfigError(
+        f"{what} keeps every weight of {length:,} tokens x {config.num_heads} heads: {format_bytes(need(length))}, "
+        f"over the {format_bytes(budget)} memory budget; at most {fit:,} tokens fit (shorten the text or raise the budget)"
+    )
 
 
 # --- attndesk vs PyTorch's implementations ----------------------------------------------------
@@ -267,11 +295,14 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
     F.scaled_dot_product_attention and nn.MultiheadAttention, all with the same projection weights,
     in eval mode (no dropout). Timings cover projections, attention and the output projection."""
     config.validate()
-    if not isinstance(text, str) or not text.strip():
+    if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")
     ids = WordTokenizer(config.vocab_size).encode(text, config.pad_to).ids
     if not ids:
         raise ConfigError("type some text to attend over: no tokens found")
+    # attndesk's, SDPA's and nn.MultiheadAttention's weights and score buffers, beside one run's peak
+    item = config.torch_dtype.itemsize
+    _check_full_size(config, len(ids), 4 * item, "the comparison with PyTorch's implementations")
     device = resolve_device(config.device)
     model = build_model(config, device)
     layer = model.attention

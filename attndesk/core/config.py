@@ -9,15 +9,28 @@ from typing import Any
 
 import torch
 
+from .checks import boolean, choice, real_number, whole_number
 from .devices import DEVICE_NAMES, DTYPES, device_availability, available_devices
 from .errors import ConfigError
+from .memory import check_length, check_parameters
 
 MASK_KINDS = ("none", "padding", "causal", "padding+causal")
+_WHOLE_FIELDS = ("embed_dim", "hidden_dim", "num_heads", "vocab_size")
+_FLAG_FIELDS = ("scaled", "positional", "training", "bias")
 
 
 def divisors(n: int) -> list[int]:
-    """Every head count that divides an embedding dim of n."""
-    return [h for h in range(1, n + 1) if n % h == 0]
+    """Every head count that divides an embedding dim of n, ascending (O(sqrt n): a huge embed
+    dim in a session must not stall the message that lists them)."""
+    small = [h for h in range(1, math.isqrt(n) + 1) if n % h == 0]
+    return small + [n // h for h in reversed(small) if h * h != n]
+
+
+def _listed(values: list[int], most: int = 16) -> str:
+    """'1, 2, 4, ...' with at most ``most`` entries: the smallest, then the largest."""
+    if len(values) <= most:
+        return ", ".join(map(str, values))
+    return ", ".join(map(str, values[: most - 2])) + ", ..., " + ", ".join(map(str, values[-2:]))
 
 
 def default_memory_budget() -> int:
@@ -58,42 +71,50 @@ class AttentionConfig:
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> "AttentionConfig":
-        """Raise ConfigError naming the first bad value and how to fix it; return self."""
-        for name in ("embed_dim", "hidden_dim", "num_heads", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive whole number, got {value!r}")
-        if self.vocab_size < 3:
-            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}")
+        """Raise ConfigError naming the first bad value and how to fix it; return self.
+
+        Types first (a wrong type is a ``ConfigTypeError``, also a TypeError), then ranges and
+        the device, then sizes: the model's parameters and a padded length must fit in memory
+        (``memory.check_parameters``, ``memory.check_length``), checked before anything exists."""
+        self._check_fields()
+        self._check_device()
+        check_parameters(self)
         if self.embed_dim % self.num_heads:
-            valid = ", ".join(map(str, divisors(self.embed_dim)))
             raise ConfigError(
-                f"{self.num_heads} heads do not divide embed_dim {self.embed_dim}; "
-                f"valid head counts: {valid}"
+                f"{self.num_heads:,} heads do not divide embed_dim {self.embed_dim}; "
+                f"valid head counts: {_listed(divisors(self.embed_dim))}", field="num_heads"
             )
-        if self.mask not in MASK_KINDS:
-            raise ConfigError(f"unknown mask {self.mask!r}; choose one of: {', '.join(MASK_KINDS)}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}")
-        if not isinstance(self.dropout, (int, float)) or math.isnan(self.dropout) or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be a whole number in [0, 2**63), got {self.seed!r}")
-        if self.pad_to is not None and (isinstance(self.pad_to, bool) or not isinstance(self.pad_to, int) or self.pad_to <= 0):
-            raise ConfigError(f"pad_to must be a positive length or None, got {self.pad_to!r}")
-        if self.memory_budget is not None and (not isinstance(self.memory_budget, int) or self.memory_budget <= 0):
-            raise ConfigError(f"memory_budget must be a positive number of bytes or None, got {self.memory_budget!r}")
-        if self.device not in DEVICE_NAMES:
-            raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICE_NAMES)}")
+        if self.pad_to is not None:
+            check_length(self, self.pad_to, "pad_to", field="pad_to")
+        return self
+
+    def _check_fields(self) -> None:
+        for name in _WHOLE_FIELDS:
+            whole_number(name, getattr(self, name))
+        if self.vocab_size < 3:
+            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}",
+                              field="vocab_size")
+        for name in _FLAG_FIELDS:
+            boolean(name, getattr(self, name))
+        choice("mask", self.mask, MASK_KINDS)
+        choice("dtype", self.dtype, DTYPES)
+        real_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
+        if self.pad_to is not None:
+            whole_number("pad_to", self.pad_to)
+        if self.memory_budget is not None:
+            whole_number("memory_budget", self.memory_budget)
+        choice("device", self.device, DEVICE_NAMES)
+
+    def _check_device(self) -> None:
         reasons = device_availability()
         if self.device != "auto" and reasons[self.device] is not None:
             raise ConfigError(
                 f"device {self.device!r} is not available ({reasons[self.device]}); "
-                f"available: {', '.join(available_devices())}"
+                f"available: {', '.join(available_devices())}", field="device"
             )
         if self.dtype == "float64" and self.device == "mps":
-            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device")
-        return self
+            raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device", field="dtype")
 
     # -- conveniences -----------------------------------------------------------------------
     @property

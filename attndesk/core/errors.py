@@ -2,7 +2,18 @@
 
 
 class ConfigError(ValueError):
-    """A value the user chose cannot work; the message says what to change."""
+    """A value the user chose cannot work; the message says what to change. ``field`` names the
+    configuration field at fault when there is one (so a window can show the message next to
+    its control), else None."""
+
+    def __init__(self, message: str = "", *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A value of the wrong type (text=None, scaled="no"): a ConfigError for callers that report
+    settings, and a TypeError for callers that expect Python's usual exception for a wrong type."""
 
 
 class Cancelled(RuntimeError):

@@ -1,22 +1,195 @@
-"""What a run will allocate, worked out before it starts, so that it can be refused or re-planned."""
+"""What a run will allocate, worked out before it starts, so that it can be refused or re-planned.
+
+Two limits apply. The memory budget (``AttentionConfig.budget_bytes``) bounds what a run keeps:
+the planner (plan.py) sends a run whose full weights do not fit through query blocks. The
+machine's free memory is the hard limit: a size that cannot fit at all (an embedding table of
+61 GiB, a padded length of 10^8 tokens) is refused here, before anything is allocated, with one
+line that says how large a value does fit.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-from .config import AttentionConfig
 from .devices import DTYPES
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # config.py imports this module to check sizes in validate()
+    from .config import AttentionConfig
+
+# The model's parameters may take the memory budget, and never less than this (a budget of a
+# few KiB forces blocked runs in tests and benchmarks; it should not also refuse a toy model).
+PARAMETER_FLOOR = 256 * 2**20
+# Per token, beside the tensors: the tokenizer's three Python lists (tokens, ids, unknown flags:
+# a pointer each) and the int64 ids tensor.
+TOKEN_LIST_BYTES = 32
+# Below this a size is not worth reading /proc/meminfo for (validate() runs on every edit).
+SMALL_BYTES = 64 * 2**20
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 def format_bytes(n: float) -> str:
     """1536 -> '1.5 KiB'; binary units, as RAM is sold and reported."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in _UNITS:
+        if abs(n) < 1024 or unit == _UNITS[-1]:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 
 
+def available_memory(device: str | None = None) -> int | None:
+    """Bytes the machine can still hand out without swapping (psutil's 'available'); for a CUDA
+    device the smaller of that and the GPU's free memory (models are built in RAM, then moved).
+    None when it cannot be read (then only the memory budget is checked)."""
+    try:
+        import psutil
+
+        free = int(psutil.virtual_memory().available)
+    except Exception:  # psutil missing or sandboxed
+        free = None
+    if device is not None and str(device).startswith("cuda"):
+        try:
+            import torch
+
+            gpu = int(torch.cuda.mem_get_info(torch.device(device))[0])
+            free = gpu if free is None else min(free, gpu)
+        except Exception:  # no CUDA here after all: the device check reports that
+            pass
+    return free
+
+
+def _device_of(config: "AttentionConfig") -> str:
+    from .devices import resolve_device
+
+    return str(resolve_device(config.device))
+
+
+def largest_fitting(need: Callable[[int], int], low: int, high: int, limit: int) -> int:
+    """The largest n in [low, high] with need(n) <= limit (need grows with n); low - 1 if none."""
+    if need(low) > limit:
+        return low - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if need(mid) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+# -- parameters ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParameterEstimate:
+    """Bytes of the toy model's parameters, and the copies made while building and running it."""
+
+    embedding: int  # the [vocab, E] table
+    projections: int  # Q/K/V (and output) weights and biases
+    working: int  # the float32 build before a dtype cast, or the fused [3E, E] QKV weight of a run
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.projections + self.working
+
+    def largest_part(self) -> tuple[str, int]:
+        if self.embedding >= self.projections:
+            return "the embedding table", self.embedding
+        return "the Q/K/V/output projections", self.projections
+
+
+def estimate_parameters(config: "AttentionConfig") -> ParameterEstimate:
+    """Sizes of ``ToyModel(config)`` in ``config.dtype``; arithmetic only (config fields must be
+    positive ints already)."""
+    item = DTYPES[config.dtype].itemsize
+    e = config.embed_dim
+    width = config.hidden_dim if config.num_heads == 1 else e
+    layers = 3 if config.num_heads == 1 else 4  # q, k, v (+ out)
+    projections = layers * (e * width + (width if config.bias else 0))
+    embedding = config.vocab_size * e
+    build = 4 * (embedding + projections) if config.dtype != "float32" else 0  # made in float32, then cast
+    fused = 3 * e * e * item if config.num_heads > 1 else 0
+    return ParameterEstimate(embedding * item, projections * item, max(build, fused))
+
+
+def parameter_limit(config: "AttentionConfig") -> tuple[int, str]:
+    """(bytes the parameters may take, what that limit is, for a message)."""
+    budget = max(config.budget_bytes, PARAMETER_FLOOR)
+    free = available_memory(_device_of(config))
+    if free is not None and free < budget:
+        return free, f"the {format_bytes(free)} of free memory"
+    if config.budget_bytes < PARAMETER_FLOOR:
+        return budget, f"the {format_bytes(budget)} allowed for a model's parameters"
+    return budget, f"the {format_bytes(budget)} memory budget"
+
+
+_SIZE_FIELDS = {"embed_dim": ("embed dim", 1), "vocab_size": ("vocab size", 3), "hidden_dim": ("hidden dim", 1)}
+
+
+def check_parameters(config: "AttentionConfig") -> None:
+    """ConfigError when the model's parameters do not fit (see ``parameter_limit``), naming the
+    size field most over what fits and the largest value of it that fits."""
+    estimate = estimate_parameters(config)
+    if estimate.total <= SMALL_BYTES:
+        return
+    limit, where = parameter_limit(config)
+    if estimate.total <= limit:
+        return
+    fields = [f for f in _SIZE_FIELDS if f != "hidden_dim" or config.num_heads == 1]
+    fits = {}
+    for name in fields:
+        value, low = getattr(config, name), _SIZE_FIELDS[name][1]
+        fits[name] = largest_fitting(
+            lambda n, name=name: estimate_parameters(config.replace(**{name: n})).total, low, value, limit
+        )
+    # blame the field that alone can fix it and is furthest over (1,000,000 where 7,664 fits)
+    fixable = [f for f in fields if fits[f] >= _SIZE_FIELDS[f][1]]
+    name = max(fixable or fields, key=lambda f: getattr(config, f) / max(fits[f], 1))
+    label, value, fit = _SIZE_FIELDS[name][0], getattr(config, name), fits[name]
+    part, size = _part_of(name, estimate)
+    line = f"{label} {value:,} needs {format_bytes(size)} for {part}"
+    if size < 0.95 * estimate.total:
+        line += f" ({format_bytes(estimate.total)} in all)"
+    if fixable:
+        raise ConfigError(f"{line}; at most {fit:,} fits in {where}", field=name)
+    raise ConfigError(f"{line}; the model does not fit in {where} even at the smallest sizes: raise the memory budget",
+                      field="memory_budget")
+
+
+def _part_of(name: str, estimate: ParameterEstimate) -> tuple[str, int]:
+    """The part of the model a size field grows: the table for the vocabulary, the projections
+    for the hidden dim, the larger of the two for the embed dim."""
+    if name == "vocab_size":
+        return "the embedding table", estimate.embedding
+    if name == "hidden_dim":
+        return "the Q/K/V projections", estimate.projections
+    return estimate.largest_part()
+
+
+# -- tokens ----------------------------------------------------------------------------------
+def minimum_run_bytes(config: "AttentionConfig", query_len: int, key_len: int | None = None) -> int:
+    """What any run of these lengths allocates, whichever path it takes: the token lists, the
+    embeddings and the Q/K/V projections (the blocked paths keep them all)."""
+    lq, lk = query_len, query_len if key_len is None else key_len
+    item = DTYPES[config.dtype].itemsize
+    width = config.num_heads * config.head_dim
+    return int(TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * config.embed_dim + (lq + 2 * lk) * width))
+
+
+def check_length(config: "AttentionConfig", length: int, what: str, field: str | None = None) -> None:
+    """ConfigError when ``length`` tokens cannot fit in free memory on any path, saying how many
+    do (e.g. for pad_to, checked before the tokenizer builds a list of that many [PAD])."""
+    need = minimum_run_bytes(config, length)
+    free = available_memory(_device_of(config)) if need > SMALL_BYTES else None
+    if free is None or need <= free:
+        return
+    fit = largest_fitting(lambda n: minimum_run_bytes(config, n), 1, length, free)
+    raise ConfigError(
+        f"{what} {length:,} needs at least {format_bytes(need)} for the token embeddings and projections; "
+        f"at most {fit:,} tokens fit in the {format_bytes(free)} of free memory", field=field
+    )
+
+
+# -- one run ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunEstimate:
     """Bytes of the tensors a full (unblocked) toy run allocates, and its matmul FLOPs."""
@@ -29,20 +202,39 @@ class RunEstimate:
         return f"weights {format_bytes(self.weights_bytes)}, peak {format_bytes(self.peak_bytes)}"
 
 
-def estimate_run(config: AttentionConfig, query_len: int, key_len: int | None = None) -> RunEstimate:
-    """Exact sizes of the tensors ``run_attention`` creates for these lengths (batch of one)."""
+def estimate_run(config: "AttentionConfig", query_len: int, key_len: int | None = None, *,
+                 keep_intermediates: bool = False) -> RunEstimate:
+    """Sizes of the tensors ``run_attention`` creates on its full path for these lengths (batch
+    of one), counting what dropout and kept intermediates add."""
     lq, lk = query_len, query_len if key_len is None else key_len
     e, h, d = config.embed_dim, config.num_heads, config.head_dim
     width = h * d  # E for multi-head, hidden_dim for one head
     item = DTYPES[config.dtype].itemsize
     hll = h * lq * lk
     weights_bytes = hll * 4
-    # embeddings (query and key side), q/k/v, the score buffer and the softmax output, the
-    # context and the merged output, plus the bool mask.
-    peak = item * ((lq + lk) * e + (lq + 2 * lk) * width + 2 * hll + 2 * lq * width) + lq * lk
+    # token lists, embeddings (query and key side), q/k/v, the score buffer and the softmax
+    # output, the context and the merged output, plus the bool masks (the mask, its complement)
+    peak = (TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * e + (lq + 2 * lk) * width + 2 * hll + 2 * lq * width)
+            + 2 * lq * lk)
     if config.dtype != "float32":
         peak += weights_bytes  # the float32 copy handed back
+    if config.training and config.dropout > 0:
+        peak += 2 * hll * item  # the dropout noise and the dropped weights
+    if keep_intermediates:
+        # copies of the scores, the scaled and the masked scores, and the unmasked softmax input
+        peak += 4 * hll * item + (4 * hll * 4 if config.dtype != "float32" else 0)  # + their float32 copies
     proj = 2 * lq * e * width + 2 * 2 * lk * e * width
     out = 2 * lq * width * e if h > 1 else 0
     flops = proj + 2 * 2 * hll * d + 5 * hll + out  # QK^T and weights@V, ~5 ops/element softmax
     return RunEstimate(weights_bytes=weights_bytes, peak_bytes=int(peak), flops=int(flops))
+
+
+def require_free_memory(need: int, what: str, fix: str, device: str | None = None) -> None:
+    """The last guard before a large allocation (the layers' whole-matrix paths): ConfigError
+    when ``need`` bytes exceed the free memory (of ``device``), with ``what`` it was for and how
+    to ``fix`` it."""
+    if need <= SMALL_BYTES:
+        return
+    free = available_memory(device)
+    if free is not None and need > free:
+        raise ConfigError(f"{what} would take {format_bytes(need)}, more than the {format_bytes(free)} of free memory; {fix}")

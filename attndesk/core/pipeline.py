@@ -21,7 +21,8 @@ from .errors import ConfigError
 from .masks import build_mask
 from .blocked import ExactAttention, FullSink, MaskSpec, TeeSink, blocked_attention
 from .memory import estimate_run
-from .plan import PYRAMID, RunPlan, plan_run
+from .checks import text_argument
+from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
 from .pyramid import PyramidBuilder
 from .positional import sinusoidal_encoding
 from .result import STAGES, AttentionResult
@@ -83,10 +84,10 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
     """Validate the config and texts; return (queries, keys, cross) as the tokenizer sees them."""
     config.validate()
-    if not isinstance(text, str) or not text.strip():
+    if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")
     cross = key_text is not None
-    if cross and not key_text.strip():
+    if cross and not text_argument("key_text", key_text).strip():
         raise ConfigError("type some text for the keys/values, or switch cross-attention off")
     if cross and "causal" in config.mask:
         raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
@@ -102,11 +103,15 @@ def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
 
 
 def plan_text(config: AttentionConfig, text: str, key_text: str | None = None, *,
-              half_storage: str | None = None) -> RunPlan:
+              half_storage: str | None = None, keep_intermediates: bool = False) -> RunPlan:
     """What ``run_attention(config, text, key_text=...)`` will do, worked out before it starts
-    (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first."""
+    (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first. Raises
+    ConfigError when even the memory-bounded run cannot fit in free memory."""
     queries, keys, _ = _tokenize(config, text, key_text)
-    return plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage)
+    plan = plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage,
+                    keep_intermediates=keep_intermediates)
+    check_memory(plan, config)
+    return plan
 
 
 def run_attention(
@@ -135,9 +140,12 @@ def run_attention(
     queries, keys, cross = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
 
-    estimate = estimate_run(config, lq, lk)
-    if plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads):
-        plan = plan_run(config, lq, lk, half_storage=half_storage)
+    estimate = estimate_run(config, lq, lk, keep_intermediates=keep_intermediates)
+    # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
+    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
+        plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
+    check_memory(plan, config)
 
     device = resolve_device(config.device)
     model = build_model(config, device)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import AttentionConfig
-from .devices import DTYPES
+from .devices import DTYPES, resolve_device
 from .errors import ConfigError
-from .memory import estimate_run, format_bytes
+from . import memory
+from .memory import estimate_run, format_bytes, largest_fitting
 
 FULL, BLOCKED, PYRAMID = "full", "blocked", "pyramid"
 OVERVIEW_PX = 2048  # the overview's larger side, in tiles (pixels), when the budget allows
@@ -25,6 +26,9 @@ HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storag
 # Rough sustained rates of the attention work (GFLOP/s) for the time estimate only; measured by
 # benchmarks/bench_long.py on a 2-core CPU. A GPU is much faster; we do not guess how much.
 _RATE = {"cpu": 50e9}
+# With small heads the per-cell softmax/exp and memory traffic dominate the FLOPs (16k tokens x
+# 4 heads of 16 dims took ~24 s where the FLOPs said ~1 s): at least this long per cell.
+CELL_SECONDS = 5e-9
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -55,6 +59,13 @@ class RunPlan:
     overview_px: int
     flops: int
     seconds: float | None  # a rough time estimate, None when we cannot guess
+    intermediates: bool = False  # planned for a run that keeps its intermediates (more on the full path)
+
+    @property
+    def size_text(self) -> str:
+        """'8 heads x 16,384 tokens' (or 'x 100 x 2,000 tokens' for cross-attention)."""
+        size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
+        return f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
 
     @property
     def blocked(self) -> bool:
@@ -63,8 +74,7 @@ class RunPlan:
     def describe(self, *, eta: bool = True) -> str:
         """One line for the status bar: sizes, budget, and what will be kept; ``eta=False`` leaves out
         the time estimate (a finished run's notice: its real time is known, the estimate is FLOPs only)."""
-        size = f"{self.lq:,} tokens" if self.lq == self.lk else f"{self.lq:,} x {self.lk:,} tokens"
-        head = f"{self.num_heads} head{'s' if self.num_heads != 1 else ''} x {size}"
+        head = self.size_text
         budget = format_bytes(self.budget)
         weights = format_bytes(self.weights_bytes)
         eta = "" if self.seconds is None or not eta else f" ({_duration(self.seconds)})"
@@ -117,6 +127,7 @@ def plan_run(
     overview_px: int = OVERVIEW_PX,
     block_bytes: int = BLOCK_BYTES,
     force: str | None = None,
+    keep_intermediates: bool = False,
 ) -> RunPlan:
     """Plan a run of ``lq`` queries over ``lk`` keys (default: self-attention) within ``config.budget_bytes``.
 
@@ -124,6 +135,7 @@ def plan_run(
     with ``half_storage="float16"``, every weight is kept in float16 when that fits; otherwise a
     pyramid whose overview is the largest power-of-two size up to ``overview_px`` that fits.
     ``force`` ("full", "blocked", "pyramid") overrides the choice (tests, benchmarks).
+    ``keep_intermediates`` counts the stage copies the full path then keeps (see ``estimate_run``).
     """
     lk = lq if lk is None else lk
     if lq < 1 or lk < 1:
@@ -135,11 +147,12 @@ def plan_run(
     h = config.num_heads
     item = DTYPES[config.dtype].itemsize
     budget = config.budget_bytes
-    estimate = estimate_run(config, lq, lk)
+    estimate = estimate_run(config, lq, lk, keep_intermediates=keep_intermediates)
     rate = _RATE.get(str(config.device))
-    seconds = estimate.flops / rate if rate else None
+    seconds = max(estimate.flops / rate, h * lq * lk * CELL_SECONDS) if rate else None
     common = dict(num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
-                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds)
+                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds,
+                  intermediates=keep_intermediates)
 
     kind = force
     if kind is None:
@@ -183,3 +196,30 @@ def plan_run(
         px //= 2
         factor, rows, peak = sized(px)
     return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor, overview_px=min(px, max(lq, lk)), **common)
+
+
+def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
+    """ConfigError when ``plan``'s peak exceeds the machine's free memory, saying what fits: a
+    full run allowed by a budget larger than the free memory should go through blocks; a
+    blocked run too large even so should be shorter (the largest length that fits is given)."""
+    if plan.peak_bytes <= memory.SMALL_BYTES:
+        return
+    free = memory.available_memory(str(resolve_device(config.device)))
+    if free is None or plan.peak_bytes <= free:
+        return
+    need, room = format_bytes(plan.peak_bytes), format_bytes(free)
+    if plan.kind == FULL:
+        raise ConfigError(
+            f"{plan.size_text}: the full run needs {need}, more than the {room} of free memory; "
+            f"set the memory budget below {room} so that it runs in blocks"
+        )
+
+    def peak(n: int) -> int:  # the plan's peak at n queries (keys scaled alike)
+        lk = max(1, plan.lk * n // plan.lq)
+        return plan_run(config, n, lk, keep_intermediates=plan.intermediates).peak_bytes
+
+    fit = largest_fitting(peak, 1, plan.lq, free)
+    tokens = "tokens" if plan.lq == plan.lk else "query tokens"
+    what = f"at most {fit:,} {tokens} fit" if fit >= 1 else "not even one token fits"
+    raise ConfigError(f"{plan.size_text}: even the memory-bounded run needs about {need}, more than the {room} of "
+                      f"free memory; {what}")

@@ -66,14 +66,31 @@ def _mean_over(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def _diagonal_share(p: np.ndarray, offset: int) -> np.ndarray:
-    """p [H, L, Lk] -> [H, L]: p[h, i, i + offset] where that key exists, else 0."""
-    _, lq, lk = p.shape
-    rows = np.arange(lq)
-    cols = rows + offset
-    ok = (cols >= 0) & (cols < lk)
-    out = np.zeros(p.shape[:2])
-    out[:, ok] = p[:, rows[ok], cols[ok]]
+ROW_BLOCK_CELLS = 2**20  # cells per block of rows: ~8 MiB per float64 temporary, whatever the matrix
+
+
+def _row_statistics(w: np.ndarray, first_row: int, flags: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row statistics of rows ``first_row``.. of one head, w [R, Lk] -> {name: [R]} plus
+    "valid" (the row holds weight) and "max" (the block's largest finite weight, shape [])."""
+    w = np.asarray(w, dtype=np.float64)
+    w = np.where(np.isfinite(w), w, 0.0)
+    rows, lk = w.shape
+    row_sum = w.sum(axis=-1)  # [R]
+    valid = row_sum > 0
+    p = w / np.where(valid, row_sum, 1.0)[:, None]  # each row a distribution (or all zero)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=-1)
+    query = np.arange(first_row, first_row + rows)
+    distance = np.abs(query[:, None] - np.arange(lk)[None, :])  # [R, Lk]: |i - j|
+    out = {"entropy": entropy, "mean_distance": (p * distance).sum(axis=-1), "valid": valid, "max": w.max()}
+    for name, offset in (("self_share", 0), ("previous_share", -1), ("next_share", 1)):
+        cols = query + offset
+        ok = (cols >= 0) & (cols < lk)
+        share = np.zeros(rows)
+        share[ok] = p[np.nonzero(ok)[0], cols[ok]]
+        out[name] = share
+    out["first_share"] = p[:, 0]
+    out["special_share"] = p[:, flags].sum(axis=-1)
     return out
 
 
@@ -82,34 +99,30 @@ def head_statistics(weights, *, special=None, layer: int | None = None) -> list[
 
     ``special`` flags keys for ``special_share``: a bool mask [Lk], key indices, or the key token
     labels (those in SPECIAL_TOKENS count). Distances are |i - j| between query i and key j.
+    Computed one head and one block of rows at a time, so the float64 temporaries stay a few
+    MiB however large the matrix (a whole-matrix pass took ~10x the weights' size).
     """
-    w = np.asarray(weights, dtype=np.float64)
+    w = np.asarray(weights)
     if w.ndim == 2:
         w = w[None]
     if w.ndim != 3:
         raise ValueError(f"weights must be [H, L, Lk], got shape {w.shape}")
     h, lq, lk = w.shape
     flags = _special_keys(special, lk)
-    w = np.where(np.isfinite(w), w, 0.0)
-    row_sum = w.sum(axis=-1)  # [H, L]
-    valid = row_sum > 0
-    p = w / np.where(valid, row_sum, 1.0)[..., None]  # each row a distribution (or all zero)
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(p > 0, p * np.log(p), 0.0)
-    entropy = -plogp.sum(axis=-1)  # [H, L]
-    distance = np.abs(np.arange(lq)[:, None] - np.arange(lk)[None, :])  # [L, Lk]
-    mean_distance = (p * distance).sum(axis=-1)
-    shares = {
-        "self_share": _diagonal_share(p, 0),
-        "previous_share": _diagonal_share(p, -1),
-        "next_share": _diagonal_share(p, 1),
-        "first_share": p[..., 0],
-        "special_share": p[..., flags].sum(axis=-1),
-    }
-    means = {"entropy": _mean_over(entropy, valid), "mean_distance": _mean_over(mean_distance, valid)}
-    means.update({name: _mean_over(v, valid) for name, v in shares.items()})
-    max_weight = w.reshape(h, -1).max(axis=-1) if lq * lk else np.zeros(h)
+    names = ("entropy", "mean_distance", "self_share", "previous_share", "next_share", "first_share", "special_share")
+    per_row = {name: np.zeros((h, lq)) for name in names}  # [H, L]
+    valid = np.zeros((h, lq), dtype=bool)
+    max_weight = np.zeros(h)
+    step = max(1, ROW_BLOCK_CELLS // max(1, lk))
+    for head in range(h):
+        for start in range(0, lq if lk else 0, step):
+            block = _row_statistics(w[head, start : start + step], start, flags)
+            rows = slice(start, start + len(block["valid"]))
+            for name in names:
+                per_row[name][head, rows] = block[name]
+            valid[head, rows] = block["valid"]
+            max_weight[head] = block["max"] if start == 0 else max(max_weight[head], block["max"])
+    means = {name: _mean_over(per_row[name], valid) for name in names}
     return [
         HeadStats(
             head=i,

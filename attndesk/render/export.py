@@ -1,7 +1,8 @@
 """Writing figures (PNG/SVG/PDF) and raw weights (NPY/CSV) to disk, atomically.
 
 Every file is produced in memory first, written to a temporary file in the target folder and
-moved into place with os.replace, so a failure never leaves a partial file behind. Problems the
+moved into place with os.replace, so a failure never leaves a partial file behind; a set of
+files (``OutputSet``) is written all-or-nothing. Problems the
 user can fix (missing folder, no permission, unknown format, silly size) raise ExportError with
 a readable reason.
 """
@@ -10,12 +11,16 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
+
+from attndesk.core import atomic
+from attndesk.core import memory
+from attndesk.core.memory import format_bytes
 
 from .figure import HeatmapFigure, paint_figure, parse_which, suggested_size
 
@@ -31,18 +36,6 @@ class ExportError(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # atomic writes
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask would race with other threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def _reason(exc: OSError) -> str:
@@ -68,30 +61,36 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
     streams to disk without a second copy in memory)."""
     path = _check_target(Path(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        return atomic.atomic_write(path, data)
     except OSError as exc:
         raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if callable(data):
-                data(fh)
-            else:
-                fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp makes the file private (0600); a saved figure gets the usual permissions
-        mode = (path.stat().st_mode & 0o777) if path.exists() else (0o666 & ~_umask())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as exc:
+
+
+class OutputSet(atomic.StagedFolder):
+    """Several exports written all-or-nothing into the folder ``target`` (created if missing):
+    write each file to ``out.path(name)`` inside ``with OutputSet(folder) as out:``; when the block
+    ends normally they all move into place (``out.committed``), after an exception (an export
+    error, Ctrl+C) none does and the folder is left as it was. OSError becomes ExportError."""
+
+    def __enter__(self) -> "OutputSet":
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
-        raise
-    return path
+            super().__enter__()
+        except OSError as exc:
+            raise ExportError(_folder_problem(self.target, exc)) from None
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            super().__exit__(kind, exc, tb)
+        except OSError as err:
+            raise ExportError(_folder_problem(self.target, err)) from None
+
+
+def _folder_problem(folder: Path, exc: OSError) -> str:
+    if isinstance(exc, NotADirectoryError) and folder.is_file():
+        return f"{folder} is a file, not a folder: give a folder to write the files into"
+    where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != folder else ""
+    return f"cannot write into the folder {folder}{where}: {_reason(exc)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,6 +122,21 @@ def check_size(size: Any, dpi: Any) -> tuple[int, int, float]:
     if not 10 <= dpi <= 2400:
         raise ExportError(f"dpi {dpi:g} is out of range 10..2400")
     return width, height, dpi
+
+
+def check_image_memory(width: int, height: int) -> None:
+    """A PNG is painted into a width x height RGB32 image and encoded in memory (up to about as
+    large again): ExportError when that cannot fit in free memory, with the size that does."""
+    need = width * height * 4 * 2
+    free = memory.available_memory()
+    if free is None or need <= free:
+        return
+    shrink = math.sqrt(free / need)
+    fit_w, fit_h = max(16, int(width * shrink)), max(16, int(height * shrink))
+    raise ExportError(
+        f"a {width}x{height} PNG needs {format_bytes(need)} to paint and encode, more than the "
+        f"{format_bytes(free)} of free memory; at most about {fit_w}x{fit_h} fits (or export SVG/PDF)"
+    )
 
 
 def render_png_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
@@ -214,6 +228,8 @@ def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple
     fmt = _format_of(path, FIGURE_FORMATS)
     width, height, dpi = check_size(size if size is not None else suggested_size(figure), dpi)
     _check_target(path)  # fail before painting when the folder is missing
+    if fmt == "png":
+        check_image_memory(width, height)
     ensure_gui_app()
     data = _RENDERERS[fmt](figure, width, height, dpi)
     return atomic_write(path, data)
@@ -223,6 +239,37 @@ def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple
 # raw numbers
 
 
+CSV_CHUNK_CELLS = 2**18  # cells formatted at once: ~32 MiB of text buffers, whatever the matrix
+
+
+def _check_csv(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str]) -> None:
+    if matrix.ndim != 2:
+        raise ExportError(f"a CSV holds one [L, Lk] matrix, got shape {matrix.shape}; choose a head or the mean, or use .npy")
+    if len(query_labels) != matrix.shape[0] or len(key_labels) != matrix.shape[1]:
+        raise ExportError(
+            f"{len(query_labels)} query and {len(key_labels)} key labels do not fit a {matrix.shape[0]}x{matrix.shape[1]} matrix"
+        )
+
+
+def _csv_chunks(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str]) -> Iterator[str]:
+    """The CSV text in pieces of about CSV_CHUNK_CELLS cells, so that a large matrix is never
+    formatted whole (numpy's text array takes ~128 bytes a cell)."""
+    if not np.issubdtype(matrix.dtype, np.floating):
+        matrix = matrix.astype(np.float64)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(["query \\ key", *map(str, key_labels)])
+    rows = max(1, CSV_CHUNK_CELLS // max(1, matrix.shape[1]))
+    for start in range(0, matrix.shape[0], rows):
+        text = matrix[start : start + rows].astype(str)  # shortest round-trip repr per element, done in C
+        for label, row in zip(query_labels[start : start + rows], text):
+            writer.writerow([str(label), *row.tolist()])
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+    yield out.getvalue()
+
+
 def weights_csv_text(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str]) -> str:
     """CSV: a header row of key labels, then one row per query (label, then the weights).
 
@@ -230,32 +277,26 @@ def weights_csv_text(matrix: np.ndarray, query_labels: Sequence[str], key_labels
     (numpy's repr algorithm), so parsing the CSV returns the exact numbers.
     """
     matrix = np.asarray(matrix)
-    if matrix.ndim != 2:
-        raise ExportError(f"a CSV holds one [L, Lk] matrix, got shape {matrix.shape}; choose a head or the mean, or use .npy")
-    if len(query_labels) != matrix.shape[0] or len(key_labels) != matrix.shape[1]:
-        raise ExportError(
-            f"{len(query_labels)} query and {len(key_labels)} key labels do not fit a {matrix.shape[0]}x{matrix.shape[1]} matrix"
-        )
-    if not np.issubdtype(matrix.dtype, np.floating):
-        matrix = matrix.astype(np.float64)
-    text = matrix.astype(str)  # shortest round-trip repr per element, done in C
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    writer.writerow(["query \\ key", *map(str, key_labels)])
-    for label, row in zip(query_labels, text):
-        writer.writerow([str(label), *row.tolist()])
-    return out.getvalue()
+    _check_csv(matrix, query_labels, key_labels)
+    return "".join(_csv_chunks(matrix, query_labels, key_labels))
 
 
 def export_weights(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], path: str | os.PathLike) -> Path:
-    """Write raw weights: ``.npy`` (any shape, exact) or ``.csv`` (one [L, Lk] matrix with labels)."""
+    """Write raw weights: ``.npy`` (any shape, exact) or ``.csv`` (one [L, Lk] matrix with labels,
+    streamed to the file a block of rows at a time)."""
     path = Path(path).expanduser()
     fmt = _format_of(path, WEIGHT_FORMATS)
     _check_target(path)
     matrix = np.asarray(matrix)
     if fmt == "npy":
         return atomic_write(path, lambda fh: np.save(fh, matrix, allow_pickle=False))
-    return atomic_write(path, weights_csv_text(matrix, query_labels, key_labels).encode("utf-8"))
+    _check_csv(matrix, query_labels, key_labels)
+
+    def write(fh: BinaryIO) -> None:
+        for chunk in _csv_chunks(matrix, list(query_labels), list(key_labels)):
+            fh.write(chunk.encode("utf-8"))
+
+    return atomic_write(path, write)
 
 
 def default_filename(result: Any, which: Any, ext: str) -> str:

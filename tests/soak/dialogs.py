@@ -13,7 +13,7 @@ from typing import Callable
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import (
-    QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QMenu, QMessageBox, QWidget, QWidgetAction,
+    QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QLineEdit, QMenu, QMessageBox, QWidget, QWidgetAction,
 )
 
 from . import gestures as g
@@ -152,11 +152,21 @@ class Answerer:
         mode = dialog.fileMode()
         kind = "dir" if mode == QFileDialog.FileMode.Directory else \
             "save" if dialog.acceptMode() == QFileDialog.AcceptMode.AcceptSave else "open"
+        key = id(dialog)
+        self._budget[key] = self._budget.get(key, 0) + 1
+        if self._budget[key] > 2:  # a path it keeps refusing: the user gives up
+            dialog.reject()
+            return "file dialog: cancel (the answer was refused twice)"
         path = self.files.answer(kind, dialog.windowTitle(), ";;".join(dialog.nameFilters()))
         if not path:
             dialog.reject()
             return "file dialog: cancel"
-        dialog.selectFile(path)
+        # typed into its name field, as a user would (selectFile waits for the folder to be listed)
+        edit = dialog.findChild(QLineEdit, "fileNameEdit")
+        if edit is not None:
+            edit.setText(path)
+        else:
+            dialog.selectFile(path)
         dialog.accept()
         return f"file dialog: accept {self.files.sandbox.relative(path)}"
 

@@ -44,7 +44,7 @@ def now_s(t0: float) -> float:
 
 @dataclass
 class Problem:
-    kind: str  # "exception" (sys.excepthook), "thread", "unraisable", "qt-critical", "qt-fatal"
+    kind: str  # "exception" (sys.excepthook), "thread", "unraisable", "logged-traceback", "qt-critical", "qt-fatal"
     type: str
     message: str
     traceback: str
@@ -61,8 +61,12 @@ class ExceptionMonitor:
         self.warnings: dict[str, list] = {}  # Qt warning text -> [count, first action]
         self._saved: tuple = ()
 
+    def current_action(self) -> int:
+        return self._action()
+
     def install(self) -> None:
-        self._saved = (sys.excepthook, threading.excepthook, sys.unraisablehook)
+        self._saved = (sys.excepthook, threading.excepthook, sys.unraisablehook, sys.stderr)
+        sys.stderr = LoggedTracebacks(self)
         sys.excepthook = lambda t, v, tb: self._add("exception", t, v, tb)
         threading.excepthook = lambda a: self._add("thread", a.exc_type, a.exc_value, a.exc_traceback)
         sys.unraisablehook = lambda u: self._add("unraisable", u.exc_type, u.exc_value, u.exc_traceback,
@@ -71,7 +75,7 @@ class ExceptionMonitor:
 
     def uninstall(self) -> None:
         if self._saved:
-            sys.excepthook, threading.excepthook, sys.unraisablehook = self._saved
+            sys.excepthook, threading.excepthook, sys.unraisablehook, sys.stderr = self._saved
             qInstallMessageHandler(None)
             self._saved = ()
 
@@ -94,6 +98,49 @@ class ExceptionMonitor:
         elif mode == QtMsgType.QtWarningMsg and not message.startswith(_NOISE):
             entry = self.warnings.setdefault(message[:300], [0, self._action()])
             entry[0] += 1
+
+
+class LoggedTracebacks:
+    """Tees sys.stderr and keeps each "Traceback (most recent call last):" block written to it:
+    an exception the app caught and printed (its worker prints unexpected failures) is a bug the
+    user sees only as a terse status line. Each block is added to ``monitor.problems``."""
+
+    def __init__(self, monitor: ExceptionMonitor) -> None:
+        self.monitor, self.real = monitor, sys.stderr
+        self._block: list[str] | None = None
+        self._action = -1
+
+    def write(self, text: str) -> int:
+        self.real.write(text)
+        if "Traceback (most recent call last):" in text:
+            self._close()
+            self._block, self._action = [], self.monitor.current_action()
+        if self._block is not None:
+            self._block.append(text)
+            lines = "".join(self._block).rstrip("\n").splitlines()
+            if len(lines) > 1 and lines[-1] and not lines[-1][0].isspace() and text.endswith("\n"):
+                self._close()  # "SomeError: message" ends the block
+        return len(text)
+
+    def _close(self) -> None:
+        if self._block:
+            text = "".join(self._block)
+            lines = text.rstrip().splitlines()
+            frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+            after = lines[frames[-1] + 1:] if frames else lines[1:]
+            last = next((line for line in after if line and not line[0].isspace()), lines[-1])
+            kind, _, message = last.partition(": ")
+            self.monitor.problems.append(Problem("logged-traceback", kind.strip(), message.strip()[:2000],
+                                                 text[-8000:], self._action, now_s(self.monitor.t0)))
+            print(f"[soak] logged traceback at action {self._action}: {last[:300]}", file=sys.__stderr__,
+                  flush=True)
+        self._block = None
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def __getattr__(self, name):  # fileno, encoding, isatty...: the real stream's
+        return getattr(self.real, name)
 
 
 @dataclass

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 
+from .report import load
 from .supervise import run
 
 
@@ -26,8 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
     seconds = args.seconds
     if args.replay:
-        with open(args.replay, encoding="utf-8") as fh:
-            recorded = json.load(fh)
+        recorded = load(args.replay)
         seed, seconds = recorded["seed"], 3 * float(recorded.get("duration_s") or recorded["seconds"]) + 60
     outcome = run(seed, seconds, report_path=args.report, limit_mib=args.limit_mib, keep_sandbox=args.keep_sandbox,
                   final_checks=not args.no_final_checks, replay=args.replay)

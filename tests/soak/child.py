@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import os
 import sys
 import threading
 import time
 
-from .report import failures, summary_line, write
+from .report import failures, load, summary_line, write
 
 LIMIT_EXIT = 3
 
@@ -60,8 +59,7 @@ class Run:
         self.stall = StallMonitor(time.perf_counter(), lambda: self.soak.current)
         replay = None
         if args.replay:
-            with open(args.replay, encoding="utf-8") as fh:
-                replay = json.load(fh)["actions"]
+            replay = load(args.replay)["actions"]
         options = SoakOptions(seed=args.seed, seconds=args.seconds, stream=args.stream, replay=replay)
         self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded)
         self.stall.t0 = self.soak.t0

@@ -16,31 +16,20 @@ from PySide6.QtWidgets import (
     QGraphicsView, QLineEdit, QMenu, QPlainTextEdit, QSplitterHandle, QTabBar, QTextEdit, QWidget, QWidgetAction,
 )
 
-# kind -> the Qt types it covers (checked in this order: a QCheckBox is a "check", not a "button")
+# the kinds of control the soak operates (see _TYPES)
 KINDS = ("tabs", "check", "button", "combo", "spin", "slider", "line", "text", "table", "graphics", "splitter")
 
 
+# (Qt type, kind), most specific first: a QTabBar before any widget, a checkable button is a "check"
+_TYPES = ((QTabBar, "tabs"), (QAbstractButton, "button"), (QComboBox, "combo"), (QAbstractSpinBox, "spin"),
+          (QAbstractSlider, "slider"), (QLineEdit, "line"), ((QPlainTextEdit, QTextEdit), "text"),
+          (QAbstractItemView, "table"), (QGraphicsView, "graphics"), (QSplitterHandle, "splitter"))
+
+
 def kind_of(widget: QWidget) -> str | None:
-    if isinstance(widget, QTabBar):
-        return "tabs"
-    if isinstance(widget, QAbstractButton):
-        return "check" if widget.isCheckable() else "button"
-    if isinstance(widget, QComboBox):
-        return "combo"
-    if isinstance(widget, QAbstractSpinBox):
-        return "spin"
-    if isinstance(widget, QAbstractSlider):
-        return "slider"
-    if isinstance(widget, QLineEdit):
-        return "line"
-    if isinstance(widget, (QPlainTextEdit, QTextEdit)):
-        return "text"
-    if isinstance(widget, QAbstractItemView):
-        return "table"
-    if isinstance(widget, QGraphicsView):
-        return "graphics"
-    if isinstance(widget, QSplitterHandle):
-        return "splitter"
+    for types, kind in _TYPES:
+        if isinstance(widget, types):
+            return "check" if kind == "button" and widget.isCheckable() else kind
     return None
 
 

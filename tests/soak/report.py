@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -93,6 +94,13 @@ def summary_line(report: dict) -> str:
             f"{report.get('duration_s', 0):.0f} s, {len(report.get('exceptions', []))} exceptions, "
             f"longest gap {1e3 * (stalls.get('max_gap') or [0])[0]:.0f} ms wall, "
             f"most GUI-thread CPU in one gap {1e3 * gap[1]:.0f} ms, peak RSS {mem.get('peak_mib', 0):.0f} MiB")
+
+
+def load(path: str | Path) -> dict:
+    """A report written by ``write`` (or gzipped: soak-findings keeps them as .json.gz)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def write(report: dict, path: str | Path) -> Path:

@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-from .report import STALL_CPU_S, format_action
+from .report import STALL_CPU_S, format_action, load
 
 JUMP_MIB = 150  # an RSS rise this large between two curve points (0.25 s) is listed with its action
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.soak.summarize")
     p.add_argument("reports", nargs="+")
     args = p.parse_args(argv)
-    reports = [json.load(open(path, encoding="utf-8")) for path in args.reports]
+    reports = [load(path) for path in args.reports]
     for title, lines in (("EXCEPTIONS", exceptions(reports)), ("STALLS (>= 100 ms GUI-thread CPU)", stalls(reports)),
                          ("MEMORY", memory(reports)), ("THREADS, KNOWN INPUT, STATUS ERRORS, COVERAGE", misc(reports))):
         print(f"\n# {title}\n")

@@ -174,3 +174,13 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
     with pytest.raises(ExportError, match="not a folder"):
         export_weights(np.ones((1, 1)), ["a"], ["a"], blocker / "w.npy")
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_a_file_name_too_long_is_a_message_not_an_oserror(tmp_path):
+    """Found by the soak: an export named 300 characters raised OSError (ENAMETOOLONG) from the
+    target checks (pathlib's is_dir passes that errno through) instead of an ExportError."""
+    from attndesk.render.export import atomic_write
+
+    with pytest.raises(ExportError, match="cannot write .*too long"):
+        atomic_write(tmp_path / ("n" * 300 + ".png"), b"data")
+    assert list(tmp_path.iterdir()) == []

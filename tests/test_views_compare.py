@@ -85,6 +85,22 @@ def test_shape_mismatch_is_a_message_not_a_crash(view):
     assert view.plotDiff.matrix is None and view.plotB.matrix is not None
 
 
+def test_a_head_that_a_lacks_is_a_message_not_an_index_error(view):
+    """A pinned with 2 heads, B with 4: picking head 3 (found by the soak: IndexError in _redraw)."""
+    a = run_attention(CFG, TEXT)
+    b = run_attention(CFG.replace(num_heads=4), TEXT)
+    view.set_result(a)
+    view.pin()
+    view.set_result(b)
+    view.set_head(3)  # a slot raising here fails the test (pytest-qt captures it)
+    shown_a, shown_b, shown_diff = view.displayed()
+    assert shown_a is None and "no head 3" in view.plotA.message.text()
+    assert np.array_equal(shown_b, b.weights[3]) and shown_diff is None
+    assert "heads back to 2" in view.maxLabel.text()  # the comparison's own message stays
+    view.set_head(1)  # a head both have: A is drawn again
+    assert np.array_equal(view.displayed()[0], a.weights[1])
+
+
 def test_output_difference(view):
     a = run_attention(CFG, TEXT)
     b = run_attention(CFG.replace(scaled=False), TEXT)

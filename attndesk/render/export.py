@@ -49,12 +49,15 @@ def _reason(exc: OSError) -> str:
 def _check_target(path: Path) -> Path:
     path = Path(path).expanduser()
     folder = path.parent
-    if not folder.exists():
-        raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
-    if not folder.is_dir():
-        raise ExportError(f"cannot write {path}: {folder} is not a folder")
-    if path.is_dir():
-        raise ExportError(f"cannot write {path}: a folder of that name exists")
+    try:  # pathlib passes some errors through (a name too long: ENAMETOOLONG)
+        if not folder.exists():
+            raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
+        if not folder.is_dir():
+            raise ExportError(f"cannot write {path}: {folder} is not a folder")
+        if path.is_dir():
+            raise ExportError(f"cannot write {path}: a folder of that name exists")
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
     return path
 
 

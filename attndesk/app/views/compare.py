@@ -322,11 +322,17 @@ class CompareView(QWidget):
             return self._means[key]
         return array[int(head)]
 
+    def _lacks_head(self, result) -> bool:
+        """A (pinned with fewer heads than B) has no head for the head picked from B's list."""
+        head = self.headCombo.currentData()
+        return (self._what() == "weights" and head is not None and head != MEAN
+                and int(head) >= np.shape(result.weights)[0])
+
     def _shared_levels(self) -> tuple[float, float] | None:
         """One colour scale for A and B, so equal colours mean equal values side by side."""
         shown = []
         for result in (self._a, self._b):
-            if result is not None:
+            if result is not None and not self._lacks_head(result):
                 m = self._select(getattr(result, self._what()))
                 finite = m[np.isfinite(m)]
                 if finite.size:
@@ -343,6 +349,11 @@ class CompareView(QWidget):
     def _draw_one(self, plot: MatrixPlot, result, label: str, levels=None) -> None:
         if result is None:
             plot.clear("pin a result as A" if plot is self.plotA else "")
+            plot.set_title(f"<b>{label}</b>")
+            return
+        if self._lacks_head(result):
+            heads = np.shape(result.weights)[0]
+            plot.clear(f"{label} has {heads} head{'s' if heads != 1 else ''}: no head {self.headCombo.currentData()}")
             plot.set_title(f"<b>{label}</b>")
             return
         data = getattr(result, self._what())

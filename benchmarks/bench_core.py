@@ -8,7 +8,10 @@ sequence length L:
 - MHA: ``torch.nn.MultiheadAttention(need_weights=True, average_attn_weights=False)`` with the
   same parameters (so its weights must equal attndesk's; the max abs difference is printed);
 - SDPA: the same layer built on ``torch.nn.functional.scaled_dot_product_attention`` (fused QKV
-  projection, SDPA, output projection), which returns no weights at all.
+  projection, SDPA, output projection), which returns no weights at all;
+- attndesk GQA / attndesk window: the same layer with 2 K/V heads (grouped-query), and with a
+  sliding window of 256 tokens, both returning every weight, timed in the same interleaved
+  rotation as the others, so their ratios to full attndesk are side by side (target: <= 1).
 Times are medians of interleaved repeats after warm-up (the machines are noisy). GFLOP/s counts
 the layer's matmul work (8 L E^2 + 4 L^2 E) against this machine's float32 GEMM peak, measured in
 the same run (the fastest of repeated 2048^3 GEMMs through torch.mm and through oneDNN). Peak memory is measured per case in a fresh subprocess (growth of the resident set's high-water
@@ -46,10 +49,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from attndesk.core import MultiHeadAttention  # noqa: E402
-from attndesk.core import attention as core_attention  # noqa: E402
+from attndesk.core import fastpath  # noqa: E402
 
 EMBED, HEADS, PADDED = 512, 8, 5
-IMPLS = ("attndesk", "MHA", "SDPA", "SDPA kernel")
+IMPLS = ("attndesk", "MHA", "SDPA", "SDPA kernel", "attndesk GQA", "attndesk window")
+VARIANT_IMPLS = ("attndesk GQA", "attndesk window")
+KV_HEADS, WINDOW = 2, 256
 MEMORY_IMPLS = ("attndesk", "MHA", "SDPA")
 TARGET_MHA, TARGET_SDPA, TARGET_FROM = 0.6, 2.0, 1024
 BUSY_SHARE = 0.1  # share of the CPU used by other processes above which the timings are suspect
@@ -90,7 +95,16 @@ def build(length: int, seed: int = 0):
     def run_sdpa_kernel():
         return F.scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2], attn_mask=key_mask), None
 
-    return {"attndesk": run_ours, "MHA": run_mha, "SDPA": run_sdpa, "SDPA kernel": run_sdpa_kernel}
+    grouped = MultiHeadAttention(EMBED, HEADS, kv_heads=KV_HEADS).eval()
+
+    def run_gqa():
+        return grouped(x, mask=key_mask)
+
+    def run_window():
+        return ours(x, mask=key_mask, window=WINDOW)
+
+    return {"attndesk": run_ours, "MHA": run_mha, "SDPA": run_sdpa, "SDPA kernel": run_sdpa_kernel,
+            "attndesk GQA": run_gqa, "attndesk window": run_window}
 
 
 def layer_flops(length: int) -> float:
@@ -116,7 +130,7 @@ def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
     with torch.inference_mode():
         torch.mm(a, b)
         out["torch.mm"] = flops / best_seconds(lambda: torch.mm(a, b), repeats) / 1e9
-        onednn = core_attention._onednn()
+        onednn = fastpath.onednn()
         if onednn is not None:
             bt = b.t().contiguous()
             onednn(a, bt, None, "none", [None], "")
@@ -195,6 +209,23 @@ def time_length(calls, repeats: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def print_variants(rows: list[dict]) -> None:
+    """GQA and a window against full attention at the same shape: ratios from one interleaved run."""
+    print()
+    print(f"| L | full (ms) | GQA, {KV_HEADS} K/V heads (ms) | GQA / full | window {WINDOW} (ms) | window / full |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    worst = 0.0
+    for row in rows:
+        t = row["t"]
+        gqa, win = t["attndesk GQA"] / t["attndesk"], t["attndesk window"] / t["attndesk"]
+        worst = max(worst, gqa, win)
+        print(f"| {row['L']} | {t['attndesk'] * 1e3:.1f} | {t['attndesk GQA'] * 1e3:.1f} | {gqa:.2f}x "
+              f"| {t['attndesk window'] * 1e3:.1f} | {win:.2f}x |")
+    print(f"GQA and windowed attention not slower than full attention at the same shape: "
+          f"{'MET' if worst <= 1.0 else 'NOT MET'} (worst ratio {worst:.2f}x)")
+    print()
+
+
 def cpu_times() -> tuple[float, float] | None:
     """(seconds all CPUs were busy, seconds this process and its children ran), or None off Linux."""
     try:
@@ -242,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
         f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
-        f"oneDNN GEMMs in attndesk: {'yes' if core_attention._onednn() is not None else 'no (MKL)'}, "
+        f"oneDNN GEMMs in attndesk: {'yes' if fastpath.onednn() is not None else 'no (MKL)'}, "
         f"load average at start {load:.2f}"
     )
     peaks = matmul_peak()
@@ -270,11 +301,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        "| L | attndesk (ms) | nn.MHA (ms) | SDPA layer (ms) | SDPA kernel (ms) | attndesk/MHA | attndesk/SDPA layer "
+        "| L | attndesk (ms) | nn.MHA (ms) | SDPA layer (ms) | SDPA kernel (ms) | GQA kv=2 (ms) | window 256 (ms) "
+        "| attndesk/MHA | attndesk/SDPA layer "
         "| attndesk/SDPA kernel | attndesk GFLOP/s | % of fp32 GEMM peak | peak mem attndesk / MHA / SDPA layer "
         "| max abs Δ weights vs MHA |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     verdicts = []
     for row in rows:
         length, t = row["L"], row["t"]
@@ -298,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         "(best of " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) + "). "
         f"Max abs difference of outputs vs MHA: {max(r['diff_out'] for r in rows):.1e}."
     )
+    print_variants(rows)
     if verdicts:
         met = all(ok_mha and ok_sdpa for _, ok_mha, ok_sdpa, *_ in verdicts)
         print(f"Targets at L >= {TARGET_FROM} (attndesk <= {TARGET_MHA}x MHA and <= {TARGET_SDPA:g}x SDPA, "

@@ -1,139 +1,137 @@
-"""Benchmark the pretrained encoder (all-MiniLM-L6-v2): load time, forward time at 16/128/512 tokens,
-attndesk's encoder vs a plain-torch reference forward on the same weights, peak memory.
+"""Real models through attndesk vs transformers' eager attention, same weights, side by side.
 
-    .venv/bin/python benchmarks/bench_pretrained.py [--repeats 5] [--lengths 16 128 512]
+    .venv/bin/python benchmarks/bench_pretrained.py [--repeats 7] [--lengths 128 512] [--models minilm llama]
 
-The reference is written here with nothing from attndesk: explicit matmuls, softmax(QK^T/sqrt(d))V,
-and it also materialises every layer's attention weights, so the ratio compares like with like.
-A second reference uses torch's fused scaled_dot_product_attention (no weights), for scale.
-Memory: the process's peak resident set (ru_maxrss) after each step, and the size of the
-weights array a run hands to the window.
+One row per model and length: a forward pass that returns every layer's attention weights
+(float32 numpy [layers, heads, L, L]) and hidden states, from text:
+- attndesk: ``run_pretrained(model, text)`` (transformers runs the model, attndesk's ``attend``
+  computes every attention, each layer's weights are copied once into the result array);
+- eager: the same checkpoint loaded with ``attn_implementation="eager"``, called with
+  ``output_attentions=True, output_hidden_states=True``, its tuples stacked into numpy.
+Time: medians of interleaved repeats (attndesk, eager, attndesk, ...), after a warm-up each;
+"spread" is (max - min) / median of those repeats. Peak memory: the process's peak resident set during
+one pass (reset just before it, after returning freed heap to the OS) minus its resident set
+before it, median of 3 per side. Models: the packaged all-MiniLM-L6-v2 and a random 12-layer
+LLaMA-shaped model (768 wide, 12 query heads sharing 4 K/V heads, RoPE), built in a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import ctypes
+import gc
 import os
-import resource
+import statistics
 import sys
+import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+os.environ.setdefault("GOMP_SPINCOUNT", "2000")  # before torch loads: see attndesk/core/attention.py
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from attndesk.core.errors import ConfigError  # noqa: E402
-from attndesk.core.pretrained import clear_cache, encode, load_pretrained, run_pretrained  # noqa: E402
-from attndesk.core.pretrained.checkpoint import expected_shapes, read_tensors  # noqa: E402
+from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained  # noqa: E402
+from attndesk.core.pretrained.loader import transformers_offline  # noqa: E402
 
-
-def peak_rss_mib() -> float:
-    """Peak resident set of this process so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+LLAMA = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+         "num_key_value_heads": 4, "max_position_embeddings": 1024}
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "dog"]
 
 
-class Reference:
-    """BERT written out by hand over the checkpoint's tensors (no attndesk modules)."""
-
-    def __init__(self, tensors: dict[str, torch.Tensor], spec, fused: bool = False):
-        self.t, self.spec, self.fused = tensors, spec, fused
-
-    def _ln(self, x, name):
-        return F.layer_norm(x, x.shape[-1:], self.t[name + ".weight"], self.t[name + ".bias"], self.spec.layer_norm_eps)
-
-    def _dense(self, x, name):
-        return F.linear(x, self.t[name + ".weight"], self.t[name + ".bias"])
-
-    @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor):
-        t, spec = self.t, self.spec
-        length, h = ids.shape[0], spec.num_heads
-        x = t["embeddings.word_embeddings.weight"][ids] + t["embeddings.position_embeddings.weight"][:length]
-        x = self._ln(x + t["embeddings.token_type_embeddings.weight"][0], "embeddings.LayerNorm")
-        weights = []
-        for n in range(spec.num_layers):
-            p = f"encoder.layer.{n}."
-            q, k, v = (self._dense(x, p + f"attention.self.{s}").view(length, h, -1).transpose(0, 1)
-                       for s in ("query", "key", "value"))  # [H, L, d]
-            if self.fused:
-                ctx = F.scaled_dot_product_attention(q, k, v)
-            else:
-                a = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)  # [H, L, L]
-                weights.append(a)
-                ctx = a @ v
-            ctx = ctx.transpose(0, 1).reshape(length, -1)
-            x = self._ln(x + self._dense(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
-            x = self._ln(x + self._dense(F.gelu(self._dense(x, p + "intermediate.dense")), p + "output.dense"),
-                         p + "output.LayerNorm")
-        return x, weights
-
-
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up: allocator, kernels
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return min(samples)  # best of: the least disturbed by other processes on a shared machine
-
-
-def text_of(model, tokens: int) -> str:
-    """A text that tokenizes to exactly ``tokens`` tokens ([CLS] + words + [SEP])."""
-    words = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "dog"]
-    text = " ".join(words[i % len(words)] for i in range(tokens - 2))
-    assert len(encode(model, text).ids) == tokens
+def text_of(tokenizer, tokens: int) -> str:
+    """A text of exactly ``tokens`` tokens ([CLS] + words + [SEP] with the packaged tokenizer)."""
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(tokens - 2))
+    assert len(tokenizer(text)["input_ids"]) == tokens
     return text
+
+
+def eager_pass(model, tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        out = model(input_ids=ids, output_attentions=True, output_hidden_states=True)
+    weights = np.stack([a[0].numpy() for a in out.attentions])  # [N, H, L, L]
+    hidden = np.stack([h[0].numpy() for h in out.hidden_states])  # [N + 1, L, E]
+    return weights, hidden
+
+
+_LIBC = ctypes.CDLL("libc.so.6")
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def peak_mib(fn) -> float:
+    """Peak resident memory ``fn`` adds above the resident set before it (Linux: the peak is reset
+    by writing 5 to /proc/self/clear_refs, then read back as VmHWM)."""
+    gc.collect()
+    _LIBC.malloc_trim(0)  # hand freed heap back to the OS, or a pass reusing it would show no peak
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_mib("VmRSS")
+    fn()
+    return _status_mib("VmHWM") - before
+
+
+def compare(name: str, ours, eager, length: int, repeats: int) -> dict:
+    text = text_of(ours.tokenizer, length)
+    a = run_pretrained(ours, text)
+    w, hidden = eager_pass(eager, ours.tokenizer, text)
+    diff = float(np.abs(a.weights - w).max())
+    times = {"attndesk": [], "eager": []}
+    calls = {"attndesk": lambda: run_pretrained(ours, text), "eager": lambda: eager_pass(eager, ours.tokenizer, text)}
+    for _ in range(repeats):
+        for key, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    spread = {k: (max(v) - min(v)) / med[k] for k, v in times.items()}
+    peaks = {k: statistics.median(peak_mib(fn) for _ in range(3)) for k, fn in calls.items()}
+    return {"model": name, "L": length, "ours": med["attndesk"], "eager": med["eager"], "spread_ours": spread["attndesk"],
+            "spread_eager": spread["eager"], "peak_ours": peaks["attndesk"], "peak_eager": peaks["eager"],
+            "diff": diff, "weights_mib": a.weights.nbytes / 2**20}
+
+
+def models(which: list[str], folder: str):
+    import pretrained_models
+
+    transformers_offline()
+    if "minilm" in which:
+        yield "all-MiniLM-L6-v2", load_pretrained(), pretrained_models.eager(packaged_model_dir())
+    if "llama" in which:
+        path = pretrained_models.build("llama", os.path.join(folder, "llama-12l"), **LLAMA)
+        yield "LLaMA-shaped 12L (random)", load_pretrained(path), pretrained_models.eager(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per length (the best is reported)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 128, 512], help="token counts")
+    parser.add_argument("--repeats", type=int, default=7, help="timed passes per side (interleaved; medians)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512], help="token counts")
+    parser.add_argument("--models", nargs="+", default=["minilm", "llama"], choices=["minilm", "llama"])
     args = parser.parse_args(argv)
-
-    rss_start = peak_rss_mib()
-    clear_cache()
-    start = time.perf_counter()
-    try:
-        model = load_pretrained()
-    except ConfigError as exc:
-        print(f"bench_pretrained: {exc}", file=sys.stderr)
-        return 1
-    load_s = time.perf_counter() - start
-    rss_loaded = peak_rss_mib()
-    tensors = read_tensors(model.path, model.spec)
-    assert set(tensors) == set(expected_shapes(model.spec))
-    plain, fused = Reference(tensors, model.spec), Reference(tensors, model.spec, fused=True)
-    params = sum(p.numel() for p in model.encoder.parameters())
-
-    print(f"pretrained benchmark: {model.name}  ({model.num_layers} layers x {model.num_heads} heads, "
-          f"{model.spec.hidden_size} dims, {params / 1e6:.1f} M parameters)")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {model.device}, float32")
-    print(f"load (cold: read safetensors, build encoder, tokenizer): {load_s * 1000:8.1f} ms   "
-          f"peak RSS {rss_start:.0f} -> {rss_loaded:.0f} MiB")
-    print()
-    head = (f"{'tokens':>6}  {'attndesk ms':>11}  {'reference ms':>12}  {'ratio':>6}  {'sdpa ref ms':>11}  "
-            f"{'max |dw|':>9}  {'weights MiB':>11}  {'peak RSS MiB':>12}")
+    print(f"pretrained benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, cpu float32")
+    head = (f"{'model':<26} {'L':>5} {'attndesk ms':>11} {'eager ms':>9} {'ratio':>6} {'spread a/e':>11} "
+            f"{'peak attndesk':>13} {'peak eager':>10} {'max |dw|':>9}")
     print(head)
     print("-" * len(head))
-    for length in args.lengths:
-        text = text_of(model, length)
-        ids = torch.tensor(encode(model, text).ids)
-        ours_s = timed(lambda: run_pretrained(model, text), args.repeats)
-        ref_s = timed(lambda: plain(ids), args.repeats)
-        sdpa_s = timed(lambda: fused(ids), args.repeats)
-        result = run_pretrained(model, text)
-        _, ref_w = plain(ids)
-        diff = max(float((torch.from_numpy(result.weights[n]) - ref_w[n]).abs().max()) for n in range(len(ref_w)))
-        print(f"{length:>6}  {ours_s * 1000:>11.2f}  {ref_s * 1000:>12.2f}  {ours_s / ref_s:>6.2f}  "
-              f"{sdpa_s * 1000:>11.2f}  {diff:>9.1e}  {result.weights.nbytes / 2**20:>11.2f}  {peak_rss_mib():>12.0f}")
-    print()
-    print("attndesk ms: run_pretrained end to end (tokenize, 6 timed layers, pooling, numpy copies of all")
-    print("weights and hidden states). ratio = attndesk / reference (plain torch, weights materialised).")
+    with tempfile.TemporaryDirectory() as folder:
+        for name, ours, eager in models(args.models, folder):
+            for length in args.lengths:
+                r = compare(name, ours, eager, length, args.repeats)
+                print(f"{name:<26} {length:>5} {r['ours'] * 1e3:>11.1f} {r['eager'] * 1e3:>9.1f} "
+                      f"{r['ours'] / r['eager']:>5.2f}x {r['spread_ours']:>5.0%}/{r['spread_eager']:<5.0%} "
+                      f"{r['peak_ours']:>9.0f} MiB {r['peak_eager']:>6.0f} MiB {r['diff']:>9.1e}", flush=True)
+            del ours, eager
+    print("\nratio = attndesk / eager time (target <= 1.0x); peak = memory a pass adds (target attndesk <= eager);")
+    print("max |dw| = the largest difference between the two sides' attention weights.")
     return 0
 
 

@@ -247,10 +247,10 @@ def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):
 # -- export -----------------------------------------------------------------------------------
 def test_export_of_a_pyramid_result_refuses_the_overview_as_weights(qtbot, window, tmp_path):
     shown = long_result(qtbot, window, 1500)
-    result = shown.export_result
+    result = shown.toy.result
     assert result.plan.kind == "pyramid"
     with pytest.raises(ExportError, match="only an overview"):
-        perform_export(result, 0, "npy", tmp_path / "w.npy")
+        perform_export(window.heatmapPanel.displayed_map(), 0, "npy", tmp_path / "w.npy")
     assert not (tmp_path / "w.npy").exists()
     dialog = window.open_export_dialog(0)
     dialog.set_format("csv")

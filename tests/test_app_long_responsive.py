@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 
 from attndesk.app import MainWindow
-from attndesk.app.long_source import PyramidHeatmapSource
+from attndesk.app.panels.long_source import PyramidHeatmapSource
 from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000

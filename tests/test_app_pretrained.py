@@ -193,12 +193,12 @@ def test_bad_folders_show_a_message_and_change_nothing(window, tmp_path):
     assert not w.pretrained.open_folder(empty)
     assert "config.json" in w.status_text() and "missing" in w.status_text()
     assert w.statusLabel.styleSheet()  # shown as an error
-    gpt = tmp_path / "gpt"
-    gpt.mkdir()
+    falcon = tmp_path / "falcon"  # computes its attention outside transformers' interface: refused
+    falcon.mkdir()
     for name in ("model.safetensors", "tokenizer.json"):
-        (gpt / name).write_bytes(b"{}")
-    (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
-    assert not w.pretrained.open_folder(gpt)
+        (falcon / name).write_bytes(b"{}")
+    (falcon / "config.json").write_text(json.dumps({"model_type": "falcon", "architectures": ["FalconForCausalLM"]}))
+    assert not w.pretrained.open_folder(falcon)
     assert "unsupported architecture" in w.status_text()
     assert not w.pretrained.open_folder(tmp_path / "nowhere")
     assert combo.count() == count and w.state.mode == mode and w.displayed_result() is result
@@ -266,7 +266,7 @@ def test_export_of_a_pretrained_head_grid_and_all_layers(window, reference, tmp_
     from attndesk.render.export import default_filename
 
     w = window
-    result = w.displayed_result().export_result
+    result = w.heatmapPanel.displayed_map()
     name = default_filename(result, 3, "svg")
     assert name == "attn_head3_all-MiniLM-L6-v2_layer0.svg"
     svg = perform_export(result, 3, "svg", tmp_path / name).read_text()

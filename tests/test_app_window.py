@@ -10,7 +10,8 @@ import pytest
 from PySide6.QtCore import QElapsedTimer, QPointF, Qt, QTimer
 
 from attndesk.app import MainWindow
-from attndesk.app.panels.heatmap_source import MEAN
+from attndesk.app.panels.heatmap_grid import ASPECT_LIMIT
+from attndesk.core.types import MEAN
 from attndesk.app.worker import running_threads
 from attndesk.core import run_attention
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
@@ -70,7 +71,7 @@ def test_heads_change_shows_that_many_heatmaps_equal_to_core(qtbot, window):
     np.testing.assert_allclose(mean, expected.mean(axis=0), rtol=1e-6, atol=1e-7)
     # the timing panel shows this run's stages
     stages = window.timingPanel.stage_milliseconds()
-    assert "scores" in stages and stages["scores"] == pytest.approx(result.timings["scores"] * 1e3)
+    assert "attention" in stages and stages["attention"] == pytest.approx(result.timings["attention"] * 1e3)
 
 
 def test_causal_mask_zeroes_every_cell_above_the_diagonal(qtbot, window):
@@ -125,9 +126,9 @@ def test_worker_error_is_reported_and_previous_result_kept(qtbot, window, monkey
 def test_hover_readout_and_highlight_in_every_head(qtbot, window):
     panel = window.heatmapPanel
     result = window.displayed_result().toy.result
-    cell = panel._cells[1]  # head 1
+    vb = panel.cell_views()[1][1]  # head 1
     q, k = 3, 2
-    scene = cell.vb.mapViewToScene(QPointF(k + 0.5, q + 0.5))
+    scene = vb.mapViewToScene(QPointF(k + 0.5, q + 0.5))
     panel._on_mouse_moved(scene)
     text = panel.readout.text()
     expected = f'head 1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
@@ -138,7 +139,9 @@ def test_hover_readout_and_highlight_in_every_head(qtbot, window):
 
 def test_click_enlarges_a_head(qtbot, window):
     panel = window.heatmapPanel
-    cell = panel._cells[2]
+    vb = panel.cell_views()[2][1]
+    clicked = []
+    panel.headClicked.connect(clicked.append)
 
     class Click:
         double_click = False
@@ -150,10 +153,13 @@ def test_click_enlarges_a_head(qtbot, window):
             return self.double_click
 
         def scenePos(self):  # noqa: N802
-            return cell.vb.mapViewToScene(QPointF(1.5, 1.5))
+            return vb.mapViewToScene(QPointF(1.5, 1.5))
+
+        def isAccepted(self):  # noqa: N802
+            return False
 
     panel._on_mouse_clicked(Click())
-    assert panel.view_target() == 2
+    assert panel.view_target() == 2 and clicked == [2]
     assert panel.displayed_heads() == [2]
     np.testing.assert_array_equal(panel.displayed_arrays()[0], window.displayed_result().map.weights[2])
     back = Click()
@@ -180,16 +186,24 @@ def test_per_head_colour_scale_uses_each_heads_max(qtbot, window):
 
 def test_masked_cells_are_hatched_not_coloured(qtbot, window):
     wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
-    cell = window.heatmapPanel._cells[0]
-    assert cell.overlay.isVisible()
-    overlay = cell.overlay.image  # RGBA over the whole matrix
+    from attndesk.render import colormaps
+
+    panel = window.heatmapPanel
+    vb = panel.cell_views()[0][1]
     L = window.displayed_result().map.weights.shape[1]
-    k = overlay.shape[0] // L
-    # above the diagonal: opaque grey stripes (two shades); on/below it: transparent
-    top_right = overlay[: k, (L - 1) * k :]
-    assert (top_right[..., 3] == 255).all()
-    assert len({tuple(px) for px in top_right.reshape(-1, 4)}) == 2
-    assert (overlay[(L - 1) * k :, : k, 3] == 0).all()
+    image = panel.canvas.grab().toImage()
+
+    def colours(q: int, k: int) -> set:
+        """Every pixel colour inside cell (q, k) of head 0, as drawn on screen."""
+        top_left = vb.mapViewToScene(QPointF(k + 0.15, q + 0.15))
+        bottom_right = vb.mapViewToScene(QPointF(k + 0.85, q + 0.85))
+        return {image.pixelColor(x, y).getRgb()[:3] for x in range(int(top_left.x()), int(bottom_right.x()))
+                for y in range(int(top_left.y()), int(bottom_right.y()))}
+
+    # above the diagonal: the mask colour, hatched in the hatch colour; on/below it: weights only
+    hatched = {colormaps.mask_rgb("viridis"), colormaps.hatch_rgb("viridis")}
+    assert colours(0, L - 1) == hatched
+    assert not colours(L - 1, 0) & hatched
 
 
 def test_cross_attention_uses_the_second_text_as_keys(qtbot, window):
@@ -284,13 +298,13 @@ def test_grid_reflows_with_the_window_shape(qtbot, window):
     wait_result(qtbot, window, lambda: window.parametersPanel.headsSpin.setValue(8))
     panel = window.heatmapPanel
     window.resize(2200, 700)
-    qtbot.waitUntil(lambda: panel._columns >= 4 and not panel.is_building(), timeout=5000)
-    wide = panel._columns
+    qtbot.waitUntil(lambda: panel.grid_layout().cols >= 4 and not panel.is_building(), timeout=5000)
+    wide = panel.grid_layout().cols
     window.resize(900, 1600)
-    qtbot.waitUntil(lambda: panel._columns < wide and not panel.is_building(), timeout=5000)
+    qtbot.waitUntil(lambda: panel.grid_layout().cols < wide and not panel.is_building(), timeout=5000)
     assert len(panel.displayed_arrays()) == 8
-    w, h = panel._cell_size
-    assert abs(w - h) < 1  # square matrix, square heatmap
+    layout = panel.grid_layout()
+    assert 1 / ASPECT_LIMIT - 1e-6 <= layout.map_w / layout.map_h <= ASPECT_LIMIT + 1e-6  # square matrix, near-square map
 
 
 def test_unavailable_devices_are_greyed_with_the_reason(window):

@@ -55,3 +55,23 @@ def test_grouping_that_does_not_divide_is_refused():
     q, k, v = _qkv(heads=6, kv=4)
     with pytest.raises(ValueError, match="do not divide"):
         attend(q, k, v)
+
+
+def test_in_place_fast_path_equals_the_kept_path_and_spares_the_inputs():
+    """Without ``keep`` attend scales, biases and masks its score buffer in place; the result is the
+    same, the caller's tensors are untouched, and a row emptied by a -inf bias alone is zeros."""
+    q, k, v = _qkv(heads=4, kv=2, lq=6, lk=6)
+    bias = torch.zeros(4, 6, 6, dtype=q.dtype)
+    bias[:, 3] = float("-inf")  # query 3 sees nothing, through the bias only
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    copies = [t.clone() for t in (q, k, v, bias, mask)]
+    fast = attend(q, k, v, mask=mask, bias=bias, scale=0.4)
+    kept = attend(q, k, v, mask=mask, bias=bias, scale=0.4, keep={})
+    for a, b in zip(fast, kept):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.isnan(fast[1]).any() and torch.count_nonzero(fast[1][..., 3, :]) == 0
+    for before, after in zip(copies, (q, k, v, bias, mask)):
+        assert torch.equal(before, after)
+    q.requires_grad_(True)
+    attend(q, k, v, mask=mask, scale=0.4)[0].sum().backward()  # the gradient path stays out of place
+    assert q.grad is not None and torch.isfinite(q.grad).all()

@@ -50,7 +50,10 @@ CONFIG_CASES = [
     (dict(num_heads=10**9), ConfigError, "1,000,000,000 heads do not divide embed_dim 64; valid head counts: 1, 2, 4"),
     # types: bools are bools, ints are not bools, numbers are finite
     (dict(scaled="no"), ConfigTypeError, "scaled must be true or false, got 'no' (str)"),
-    (dict(positional=1), ConfigTypeError, "positional must be true or false, got 1 (int)"),
+    (dict(position=1), ConfigError, "unknown position 1; choose one of: sinusoidal, rope, alibi, none"),
+    (dict(kv_heads="2"), ConfigTypeError, "kv_heads must be a positive whole number, got '2' (str)"),
+    (dict(window=True), ConfigTypeError, "window must be a positive whole number, got True (bool)"),
+    (dict(softcap="5"), ConfigTypeError, "softcap must be a number or None, got '5' (str)"),
     (dict(training="yes"), ConfigTypeError, "training must be true or false"),
     (dict(bias=None), ConfigTypeError, "bias must be true or false, got None (None)"),
     (dict(embed_dim=True), ConfigTypeError, "embed_dim must be a positive whole number, got True (bool)"),
@@ -258,20 +261,17 @@ def test_nan_and_inf_weights_are_named():
 
 
 def test_a_checkpoint_with_nan_weights_is_refused_naming_the_tensor(tmp_path):
-    from safetensors.torch import save_file
+    from pretrained_models import build
+    from safetensors.torch import load_file, save_file
 
-    from attndesk.core.pretrained import load_pretrained, packaged_model_dir
-    from attndesk.core.pretrained.checkpoint import expected_shapes, parse_config
+    from attndesk.core.pretrained import load_pretrained
 
-    config = {"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
-              "intermediate_size": 16, "max_position_embeddings": 12, "type_vocab_size": 2, "vocab_size": 30522}
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    shutil.copy(packaged_model_dir() / "tokenizer.json", tmp_path / "tokenizer.json")
-    tensors = {name: torch.randn(shape) for name, shape in expected_shapes(parse_config(config)).items()}
+    folder = build("bert", tmp_path / "nan-bert", num_hidden_layers=1)
+    tensors = load_file(str(folder / "model.safetensors"))
     tensors["encoder.layer.0.attention.self.key.weight"][3, 1] = math.nan
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    with pytest.raises(ConfigError, match=r"tensor 'encoder.layer.0.attention.self.key.weight' holds 1 NaN value\(s\) of 64"):
-        load_pretrained(tmp_path)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match=r"tensor 'encoder.layer.0.attention.self.key.weight' holds 1 NaN value\(s\) of 1,024"):
+        load_pretrained(folder)
 
 
 def test_a_model_config_json_nested_too_deeply_or_with_a_huge_number(tmp_path):

@@ -116,7 +116,8 @@ def test_help_documents_every_flag(capsys):
     for flag in ("--text", "--text-file", "--heads", "--embed-dim", "--hidden-dim", "--mask", "--no-scale",
                  "--no-positional", "--dropout", "--train", "--seed", "--device", "--dtype", "--pad-to",
                  "--vocab-size", "--no-bias", "--memory-budget", "--out", "--format", "--which", "--colormap",
-                 "--per-head-scale", "--size", "--dpi", "--weights", "--region", "--key-text"):
+                 "--per-head-scale", "--size", "--dpi", "--weights", "--region", "--key-text",
+                 "--kv-heads", "--position", "--window", "--softcap"):
         assert flag in text, flag
 
 

@@ -54,7 +54,7 @@ def test_diff_of_output_and_intermediates():
     d = diff_results(a, b, "output")
     assert np.array_equal(d.diff, b.output.astype(np.float64) - a.output.astype(np.float64))
     d = diff_results(a, b, "scaled")
-    assert d.diff.shape == a.intermediates["scaled"].shape
+    assert d.diff.shape == a.intermediates.scaled.shape
     with pytest.raises(ComparisonError, match="no such intermediate"):
         diff_results(run_attention(CFG, TEXT), b, "scaled")
 
@@ -92,7 +92,7 @@ def test_teaching_tutorial_variant_shows_its_real_effect(dtype):
     real = ~pad
     # A: the correct mask; B: the variant's weights, recomputed here from A's scores
     assert np.all(a.weights[:, :, pad] == 0)
-    scores = torch.as_tensor(a.intermediates["scaled"]).to(cfg.torch_dtype)[None]
+    scores = torch.as_tensor(a.intermediates.scaled).to(cfg.torch_dtype)[None]
     mark = create_padding_mark(torch.as_tensor(a.token_ids)[None])
     expected = tutorial_masked_softmax(scores, mark)[0].float().numpy()
     assert np.array_equal(b.weights, expected)

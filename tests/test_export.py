@@ -14,7 +14,11 @@ from PySide6.QtGui import QColor, QImage
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render import colormaps
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
-from attndesk.render.figure import HeatmapFigure, figure_from_result
+from attndesk.render.figure import HeatmapFigure, figure_from_map
+
+
+def figure_from_result(result, *args, **kw):
+    return figure_from_map(result.attention_map(), *args, **kw)
 
 TRICKY = [",", '"', "a,b", '""', "say \"hi\"", "line\nbreak", " pad ", "=1+1", "caf\u00e9", "[PAD]"]
 
@@ -136,15 +140,15 @@ def test_written_files_have_ordinary_permissions(tmp_path):
 
 
 def test_default_filename_names_head_and_settings(result):
-    assert default_filename(result, 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
-    assert default_filename(result, "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
+    assert default_filename(result.attention_map(), 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
+    assert default_filename(result.attention_map(), "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
     other = run_attention(
-        AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, positional=False, seed=7, dtype="float64"),
+        AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, position="none", seed=7, dtype="float64"),
         "a b",
     )
-    assert default_filename(other, "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
+    assert default_filename(other.attention_map(), "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
     with pytest.raises(ValueError):
-        default_filename(result, 5, "png")
+        default_filename(result.attention_map(), 5, "png")
 
 
 def test_export_of_a_hand_made_figure_with_default_size(qapp, tmp_path):
@@ -169,3 +173,13 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
     with pytest.raises(ExportError, match="not a folder"):
         export_weights(np.ones((1, 1)), ["a"], ["a"], blocker / "w.npy")
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_a_file_name_too_long_is_a_message_not_an_oserror(tmp_path):
+    """Found by the soak: an export named 300 characters raised OSError (ENAMETOOLONG) from the
+    target checks (pathlib's is_dir passes that errno through) instead of an ExportError."""
+    from attndesk.render.export import atomic_write
+
+    with pytest.raises(ExportError, match="cannot write .*too long"):
+        atomic_write(tmp_path / ("n" * 300 + ".png"), b"data")
+    assert list(tmp_path.iterdir()) == []

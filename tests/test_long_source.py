@@ -7,9 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from attndesk.app.long_source import CellMask, PyramidHeatmapSource, source_for_result
-from attndesk.app.panels.heatmap_source import MEAN, HeatmapSource, ResultHeatmapSource
+from attndesk.app.panels.long_source import CellMask, PyramidHeatmapSource, source_for_map
+from attndesk.app.panels.heatmap_source import ExactSource, HeatmapSource
 from attndesk.core import AttentionConfig, run_attention
+from attndesk.core.types import MEAN
+
+
+def source_for_result(result, max_display=256):
+    return source_for_map(result.attention_map(), max_display)
 
 TEXT = " ".join(["the cat sat on the mat and the dog barked at it"] * 24)  # 288 tokens
 
@@ -49,7 +54,6 @@ def test_the_source_follows_the_panel_interface(runs):
     assert source.global_max() == pytest.approx(full.weights.max(), abs=2e-6)
     assert source.head_title(MEAN) == "mean over 4 heads" and source.head_title(1) == "head 1"
     assert f"{f}x{f} tile" in source.downsample_note() and "exact" in source.downsample_note()
-    assert "exact on demand" in source.plan_line()
 
 
 def test_hover_values_and_mask_are_exact(runs):
@@ -81,7 +85,7 @@ def test_zoom_regions_are_exact_cells_once_they_fit(runs):
 
 def test_levels_of_detail(runs):
     _, bounded = runs
-    source = PyramidHeatmapSource(bounded, max_display=4096)
+    source = PyramidHeatmapSource(bounded.attention_map(), max_display=4096)
     finest = source.display_matrix(0).shape
     source.set_max_display(60)
     assert max(source.display_matrix(0).shape) <= 60 < max(finest)
@@ -91,6 +95,6 @@ def test_levels_of_detail(runs):
 def test_in_budget_results_keep_the_plain_source(runs):
     full, _ = runs
     source = source_for_result(full)
-    assert type(source) is ResultHeatmapSource
+    assert type(source) is ExactSource
     with pytest.raises(ValueError, match="no pyramid"):
-        PyramidHeatmapSource(full)
+        PyramidHeatmapSource(full.attention_map())

@@ -15,7 +15,7 @@ from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.atomic import STAGING_PREFIX, StagedFolder, current_umask
 from attndesk.render import export
 from attndesk.render.export import ExportError, OutputSet, export_figure, export_weights
-from attndesk.render.figure import figure_from_result
+from attndesk.render.figure import figure_from_map
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
 NAMES = ["attn_all_h4_e64_padding_scaled_seed0.png", "attn_head0_h4_e64_padding_scaled_seed0.csv",
@@ -150,7 +150,7 @@ def test_an_output_set_into_a_file_says_so(tmp_path):
 
 @pytest.fixture
 def figure():
-    return figure_from_result(run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat"), "all")
+    return figure_from_map(run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat").attention_map(), "all")
 
 
 @pytest.mark.parametrize("step", ["fsync", "replace"])

@@ -1,9 +1,11 @@
-"""The pretrained encoder reproduces all-MiniLM-L6-v2: published cosines, and attention weights equal
-to an independent plain-torch BERT written here from the safetensors file (no attndesk code)."""
+"""all-MiniLM-L6-v2 through transformers with attndesk's attention reproduces the model: published
+cosines, and attention weights equal to an independent plain-torch BERT written here from the
+safetensors file (no attndesk or transformers code)."""
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import numpy as np
@@ -179,24 +181,63 @@ def test_views_of_the_weights(model):
     np.testing.assert_array_equal(w, result.weights[3][:, 1:5, 1:5])  # not re-normalised
     np.testing.assert_allclose(w.sum(-1) + hidden, 1.0, atol=1e-5)
     assert hidden.min() > 0  # BERT heads put real mass on [CLS]/[SEP]
-    layer = result.layer_result(4)
-    assert layer.weights.shape == (12, 6, 6) and layer.tokens == result.tokens
-    np.testing.assert_array_equal(layer.output, result.hidden_states[5])
-    assert layer.timings == result.timings and layer.flops == result.flops > 0
     # 6 layers x (8*L*E^2 + 4*L^2*E + 4*L*E*I) at L=6, E=384, I=1536
     assert result.flops == 6 * (8 * 6 * 384**2 + 4 * 36 * 384 + 4 * 6 * 384 * 1536)
     assert result.peak_bytes >= result.weights.nbytes + result.hidden_states.nbytes
+
+
+def test_layer_map(model):
+    result = run_pretrained(model, "The cat sat.")
+    amap = result.layer_map(4)
+    assert amap.weights.shape == (12, 6, 6) and amap.queries == amap.keys == result.tokens
+    np.testing.assert_array_equal(amap.weights, result.weights[4])
+    assert amap.mask is None and amap.hidden_mass is None and amap.layer_kind == "global" and amap.window is None
+    assert amap.kv_heads == 12 and amap.groups == 1 and amap.weight_at(3, 1, 2) == float(result.weights[4, 3, 1, 2])
+    assert "layer 4 of 6" in amap.summary and amap.file_tag == "all-MiniLM-L6-v2_layer4"
     with pytest.raises(IndexError):
-        result.layer_result(6)
-    hidden_view = result.layer_result(3, hide_special=True)
-    assert hidden_view.tokens == ["the", "cat", "sat", "."]
+        result.layer_map(6)
+    with pytest.raises(ValueError, match="no 'cross' attention"):
+        result.layer_map(0, part="cross")
+    w, _, hidden = result.without_special(3)
+    hidden_view = result.layer_map(3, hide_special=True)
+    assert hidden_view.queries == hidden_view.keys == ["the", "cat", "sat", "."]
     np.testing.assert_array_equal(hidden_view.weights, w)
-    np.testing.assert_array_equal(hidden_view.extra["hidden_mass"], hidden)
-    assert "NOT re-normalised" in hidden_view.extra["legend"] and hidden_view.notices[-1] == hidden_view.extra["legend"]
-    causal = run_pretrained(model, "The cat sat.", causal=True).layer_result(0, hide_special=True)
+    np.testing.assert_array_equal(hidden_view.hidden_mass, hidden)
+    assert "[CLS]/[SEP] hidden, rows NOT re-normalised" in hidden_view.legend
+    assert hidden_view.notices[-1] == hidden_view.legend
+    causal = run_pretrained(model, "The cat sat.", causal=True).layer_map(0, hide_special=True)
     assert causal.mask.shape == (4, 4) and not causal.mask[0, 1] and causal.mask[1, 0]
-    assert "layer 0 of 6" in causal.extra["summary"] and "causal" in causal.extra["summary"]
-    assert "seed" not in causal.extra["summary"] and causal.extra["file_tag"] == "all-MiniLM-L6-v2_layer0_causal"
+    assert "layer 0 of 6" in causal.summary and "causal mask (forced)" in causal.summary
+    assert "seed" not in causal.summary and causal.file_tag == "all-MiniLM-L6-v2_layer0_causal"
+
+
+def test_a_layer_outside_the_model_is_an_index_error(model):
+    result = run_pretrained(model, "The cat sat.")
+    with pytest.raises(IndexError, match="out of range"):
+        result.layer_map(6)
+
+
+def test_intermediates_of_one_layer(model):
+    result = run_pretrained(model, FOOD, layer=2)
+    stages = result.intermediates["self"]
+    assert result.intermediates_layer == 2 and stages.q_raw is None  # learned positions: no rotary
+    np.testing.assert_array_equal(stages.weights, result.weights[2])
+    np.testing.assert_allclose(stages.scores, stages.q @ stages.k.transpose(0, 2, 1), atol=1e-4)
+    np.testing.assert_allclose(stages.scaled, stages.scores / math.sqrt(32), atol=1e-5)
+    np.testing.assert_array_equal(stages.embeddings, result.hidden_states[2])  # layer 2's input
+    np.testing.assert_allclose(stages.context, stages.weights @ stages.v, atol=1e-5)
+    assert stages.output.shape == (result.length, 384)
+    with pytest.raises(ConfigError, match="layer 6 out of range"):
+        run_pretrained(model, FOOD, layer=6)
+
+
+def test_run_memory_budget(model):
+    # 40 tokens: weights 6 x 12 x 40^2 x 4 B + hidden states 7 x 40 x 384 x 4 B = 870 KiB
+    message = ("6 layers x 12 heads x 40\u00b2 tokens of attention weights take 870.0 KiB, over the memory budget of "
+               "256.0 KiB: shorten the text to about 30 tokens or raise the budget")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_pretrained(model, "cat " * 38, memory_budget=256 * 1024)
+    assert run_pretrained(model, "cat " * 38, memory_budget=870 * 1024).length == 40
 
 
 def test_cached_once_and_thread_safe(model):

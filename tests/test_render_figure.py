@@ -13,15 +13,23 @@ from PySide6.QtGui import QColor, QImage, QPainter
 
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render import colormaps
-from attndesk.render.export import render_pdf_bytes, render_svg_bytes
-from attndesk.render.figure import (
-    HeatmapFigure,
-    block_mean,
-    figure_from_result,
-    hatch_segments,
-    nice_ticks,
-    paint_figure,
-)
+from attndesk.render.cells import block_mean, hatch_segments
+from attndesk.render.export import figure_bytes
+from attndesk.render.figure import HeatmapFigure, figure_from_map
+from attndesk.render.layout import nice_ticks
+from attndesk.render.paint import paint_figure
+
+
+def render_svg_bytes(figure, width, height, dpi):
+    return figure_bytes(figure, "svg", (width, height), dpi)
+
+
+def render_pdf_bytes(figure, width, height, dpi):
+    return figure_bytes(figure, "pdf", (width, height), dpi)
+
+
+def figure_from_result(result, *args, **kw):
+    return figure_from_map(result.attention_map(), *args, **kw)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -291,3 +299,79 @@ def test_many_pyside_void_calls_do_not_free_none():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
     assert proc.returncode == 0 and proc.stdout.strip() == "alive", proc.stderr[-500:]
+
+
+def _decoder_map():
+    from attndesk.core.types import AttentionMap
+
+    rng = np.random.default_rng(5)
+    length, window = 10, 3
+    i, j = np.indices((length, length))
+    mask = (j <= i) & (i - j < window)
+    w = np.where(mask, rng.random((8, length, length)), 0.0)
+    w[:, :, 0] += 2.0 * (np.arange(length) < window)
+    w = np.where(mask, w, 0.0)
+    w /= w.sum(-1, keepdims=True)
+    tokens = [f"w{k}" for k in range(length)]
+    return AttentionMap(queries=tokens, keys=tokens, weights=w.astype(np.float32), mask=mask, title="Layer 5",
+                        summary="a decoder layer", kv_heads=2, window=window, layer_kind="local",
+                        alibi_slopes=2.0 ** -np.arange(1, 9), file_tag="dec")
+
+
+def test_grouped_heads_sit_side_by_side_under_their_kv_header(qapp):
+    m = _decoder_map()
+    fig = figure_from_map(m, "all")
+    assert fig.group == 4 and fig.group_labels == ["kv 0: q 0\u20133", "kv 1: q 4\u20137"]
+    assert fig.titles[5] == "head 5 \u00b7 m=1/64" and fig.suptitle == "Layer 5, all 8 heads (local layer, window 3)"
+    assert fig.window == 3 and fig.causal
+    _, geometry = paint_png(fig, 1400, 900)
+    grid = geometry.layout.grid
+    assert grid.cols % 4 == 0 or 4 % grid.cols == 0
+    for g, members, header in grid.groups():
+        assert {i // 4 for i in members} == {g}
+    svg = render_svg_bytes(fig, 1400, 900, 96)
+    assert {"kv 0: q 0\u20133", "kv 1: q 4\u20137"} <= set(svg_texts(svg))
+    assert figure_from_map(m, 2).group == 1  # one head: no groups
+
+
+def test_the_window_band_is_outlined_on_its_left_edge(qapp):
+    from attndesk.render.cells import BAND_RGB
+
+    fig = figure_from_map(_decoder_map(), 0)
+    fig.annotate = False
+    image, geometry = paint_png(fig, 800, 800)
+    rect = geometry.maps[0]
+    cw, ch = rect.width() / 10, rect.height() / 10
+    # row 6 sees keys 4..6: the band's left edge is the line x = 4 cells
+    x, y = rect.left() + 4 * cw, rect.top() + 6.5 * ch
+    near = {pixel(image, x + dx, y) for dx in (-1, 0, 1)}
+    assert tuple(BAND_RGB) in near
+    assert tuple(BAND_RGB) not in {pixel(image, rect.left() + 5.5 * cw, y)}
+
+
+def test_log_scale_colours_log10_of_the_weights(qapp):
+    m = _decoder_map()
+    fig = figure_from_map(m, 0, log_scale=True)
+    fig.annotate = False
+    assert fig.log_floor == 0.01 and fig.value_label.endswith("(log scale)")  # a tenth of 1/10 keys
+    lo, hi = fig.value_range()
+    assert lo == pytest.approx(-2.0) and hi == pytest.approx(np.log10(m.weights[0].max()))
+    image, geometry = paint_png(fig, 800, 800)
+    rect = geometry.maps[0]
+    r, c = 7, 6  # an attendable cell
+    value = np.log10(max(float(m.weights[0, r, c]), 0.01))
+    expected = tuple(int(v) for v in colormaps.map_values(value, "viridis", lo, hi))
+    assert pixel(image, rect.left() + (c + 0.5) * rect.width() / 10, rect.top() + (r + 0.5) * rect.height() / 10) == expected
+    assert {"0.01", "0.1"} <= set(svg_texts(render_svg_bytes(fig, 800, 800, 96)))
+
+
+def test_alibi_bias_figure_and_a_hidden_first_token(qapp):
+    from attndesk.core import select
+
+    m = _decoder_map()
+    bias = figure_from_map(m, "all", show="alibi bias")
+    i, j = np.indices((10, 10))
+    np.testing.assert_allclose(bias.matrices[1], -0.25 * np.abs(i - j))
+    assert bias.mask is None and bias.window is None and bias.value_range() == (pytest.approx(-4.5), 0.0)
+    hidden = figure_from_map(select.drop_keys(m, [0], renormalise=True), "mean")
+    assert hidden.key_labels == m.keys[1:] and "renormalised" in hidden.caption

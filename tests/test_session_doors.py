@@ -117,3 +117,17 @@ def test_an_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch):
         save_session(AppState(text="new"), path)
     monkeypatch.undo()
     assert path.read_bytes() == before and os.listdir(tmp_path) == [path.name]
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null"])
+def test_a_device_is_refused_before_a_byte_is_read(special):
+    # /dev/zero used to be read forever on the GUI thread (RSS +150 MiB/s: soak finding M1)
+    with pytest.raises(SessionError, match="character device, not a regular file; choose an attndesk session"):
+        load_session(special)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "session.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SessionError, match="pipe"):
+        load_session(fifo)

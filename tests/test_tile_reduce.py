@@ -1,4 +1,4 @@
-"""tile_reduce (the overview's tile maxima, reduced one axis at a time) against a plain loop."""
+"""select.tile_reduce (the overview's tiles, reduced one axis at a time) against a plain loop."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from attndesk.app.panels.heatmap_source import tile_reduce
+from attndesk.core.select import tile_reduce
 
 
 def brute(matrix: np.ndarray, f: int, how: str) -> np.ndarray:
@@ -16,7 +16,7 @@ def brute(matrix: np.ndarray, f: int, how: str) -> np.ndarray:
     for r in range(out.shape[-2]):
         for c in range(out.shape[-1]):
             tile = matrix[..., r * f:(r + 1) * f, c * f:(c + 1) * f]
-            out[..., r, c] = tile.all(axis=(-2, -1)) if how == "all" else tile.max(axis=(-2, -1))
+            out[..., r, c] = getattr(tile, how)(axis=(-2, -1))
     return out
 
 
@@ -25,6 +25,9 @@ def test_tile_reduce_equals_a_plain_loop(shape, factor):
     rng = np.random.default_rng(sum(shape) + factor)
     weights = rng.random(shape).astype(np.float32)
     np.testing.assert_array_equal(tile_reduce(weights, factor), brute(weights, factor, "max") if factor > 1 else weights)
+    np.testing.assert_allclose(tile_reduce(weights, factor, "sum"), brute(weights, factor, "sum") if factor > 1 else weights,
+                               rtol=1e-6)
     masked = rng.random(shape) < 0.7
-    expected = brute(masked, factor, "all") if factor > 1 else masked
-    np.testing.assert_array_equal(tile_reduce(masked, factor, "all"), expected)
+    for how in ("all", "any"):
+        expected = brute(masked, factor, how) if factor > 1 else masked
+        np.testing.assert_array_equal(tile_reduce(masked, factor, how), expected)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.app.views.compare import CompareView, ImplementationPanel, text_of
+from attndesk.app.views.compare import CompareView, ImplementationPanel, Operand, text_of
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.types import MEAN
 from attndesk.core.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax
@@ -86,6 +86,22 @@ def test_shape_mismatch_is_a_message_not_a_crash(view):
     assert view.plotDiff.matrix is None and view.plotB.matrix is not None
 
 
+def test_a_head_that_a_lacks_is_a_message_not_an_index_error(view):
+    """A pinned with 2 heads, B with 4: picking head 3 (found by the soak: IndexError in _redraw)."""
+    a = run_attention(CFG, TEXT)
+    b = run_attention(CFG.replace(num_heads=4), TEXT)
+    view.set_result(a)
+    view.pin()
+    view.set_result(b)
+    view.set_head(3)  # a slot raising here fails the test (pytest-qt captures it)
+    shown_a, shown_b, shown_diff = view.displayed()
+    assert shown_a is None and "no head 3" in view.plotA.message.text()
+    assert np.array_equal(shown_b, b.weights[3]) and shown_diff is None
+    assert "heads back to 2" in view.maxLabel.text()  # the comparison's own message stays
+    view.set_head(1)  # a head both have: A is drawn again
+    assert np.array_equal(view.displayed()[0], a.weights[1])
+
+
 def test_output_difference(view):
     a = run_attention(CFG, TEXT)
     b = run_attention(CFG.replace(scaled=False), TEXT)
@@ -109,7 +125,7 @@ def test_tutorial_button_shows_the_variants_real_effect(view, qtbot, dtype):
     assert pad.any()
     view.set_head(0)
     shown_a, shown_b, shown_diff = view.displayed()
-    scores = torch.as_tensor(a.intermediates["scaled"]).to(getattr(torch, dtype))[None]
+    scores = torch.as_tensor(a.intermediates.scaled).to(getattr(torch, dtype))[None]
     variant = tutorial_masked_softmax(scores, create_padding_mark(torch.as_tensor(a.token_ids)[None]))[0]
     assert np.array_equal(shown_b, variant[0].float().numpy())
     assert np.all(shown_a[:, pad] == 0)  # the correct mask: no weight on padding
@@ -166,10 +182,8 @@ def test_implementation_panel(qtbot):
 
 
 def test_pretrained_layer_results_disable_the_toy_experiments(view, qtbot):
-    import dataclasses
-
     result = run_attention(CFG, TEXT)
-    layer = dataclasses.replace(result, extra={"pretrained": "all-MiniLM-L6-v2", "layer": 2})
+    layer = Operand.of_map(result.attention_map(), result.output, where="layer 2")  # as a real model's layer
     view.set_result(layer)
     assert not any(b.isEnabled() for b in view.teachButtons.values())
     view.set_result(result)

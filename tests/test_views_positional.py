@@ -44,7 +44,7 @@ def test_similarity_depends_only_on_distance(view):
 
 
 def test_hover_readouts_and_positional_off_note(view):
-    result = run_attention(AttentionConfig(num_heads=2, embed_dim=8, positional=False), "a b c")
+    result = run_attention(AttentionConfig(num_heads=2, embed_dim=8, position="none"), "a b c")
     view.set_result(result)
     assert "OFF" in view.infoLabel.text()
     text = view.hover_similarity(0, 2)

@@ -47,7 +47,8 @@ def test_every_stage_shows_the_core_intermediate(view):
         view.set_head(h)
         assert view.head() == h and view.headSpin.value() == h
         for name in STAGES:
-            expected = inter[name] if name in ("embeddings", "output") else inter[name][h]
+            stage = getattr(inter, name)
+            expected = stage if name in ("embeddings", "output") else stage[h]
             assert np.array_equal(view.stage_matrix(name), expected)
             assert view.plots[name].matrix is view.stage_matrix(name) or np.array_equal(view.plots[name].matrix, expected)
             shape = " × ".join(map(str, expected.shape))
@@ -109,8 +110,8 @@ def test_hover_explains_the_arithmetic_and_highlights_rows(view):
     a = view.hover_weight(4, 2)
     assert a.weight == pytest.approx(float(result.weights[1, 4, 2]), rel=1e-5)
     assert a.stored == float(result.weights[1, 4, 2])
-    q = result.intermediates["q"][1, 4].astype(np.float64)
-    k = result.intermediates["k"][1, 2].astype(np.float64)
+    q = result.intermediates.q[1, 4].astype(np.float64)
+    k = result.intermediates.k[1, 2].astype(np.float64)
     assert a.dot == pytest.approx(float(q @ k))
     assert a.scaled == pytest.approx(a.dot / math.sqrt(CFG.head_dim))
     assert view.plots["q"].highlighted()["row"] == (4,)

@@ -11,10 +11,6 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QSettings, Signal, Slot
-
-from attndesk.core.errors import ConfigError
-
-from .settings import app_settings
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -30,6 +26,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.core import select
+from attndesk.core.errors import ConfigError
+from attndesk.core.types import AttentionMap
+from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
+from attndesk.render.figure import figure_from_map, suggested_size
+
 FORMATS = (
     ("png", "PNG image"),
     ("svg", "SVG (vector, text labels)"),
@@ -40,105 +42,93 @@ FORMATS = (
 IMAGE_FORMATS = ("png", "svg", "pdf")
 
 
-def _settings() -> QSettings:
-    return app_settings()
-
-
-def kept_overview_only(result) -> bool:
+def kept_overview_only(map: AttentionMap) -> bool:
     """A memory-bounded run that kept only a display overview: its ``weights`` are tile maxima,
     never to be written out as weights (export an exact region instead)."""
-    plan = getattr(result, "plan", None)
-    return getattr(result, "pyramid", None) is not None and plan is not None and plan.kind == "pyramid"
+    return map.pyramid is not None
 
 
-def _region_weights(result, which, region) -> np.ndarray:
-    """Exact weights of a region ((q0, q1), (k0, k1)): [H, q, k] for "all", else [q, k]."""
-    from attndesk.render.export import ExportError
-
-    (q0, q1), (k0, k1) = region
-    pyramid = getattr(result, "pyramid", None)
-    num_heads = pyramid.num_heads if pyramid is not None else int(np.asarray(result.weights).shape[0])
-    heads = list(range(num_heads)) if which == "all" else [which if which == "mean" else int(which)]
-    out = []
-    for h in heads:
-        if pyramid is not None:
-            try:  # recomputed exactly from the kept projections
-                out.append(np.asarray(pyramid.region(h, q0, q1, k0, k1), dtype=np.float32))
-            except ConfigError as exc:  # a region too large to hold at once
-                raise ExportError(str(exc)) from None
-        else:
-            w = np.asarray(result.weights)
-            cells = w[:, q0:q1, k0:k1].mean(axis=0, dtype=np.float64) if h == "mean" else w[h, q0:q1, k0:k1]
-            out.append(np.asarray(cells, dtype=np.float32))
-    return np.stack(out) if which == "all" else out[0]
-
-
-def weights_for(result, which, region=None) -> np.ndarray:
+def weights_for(map: AttentionMap, which, region: select.Region | None = None) -> np.ndarray:
     """The raw numbers of a target: [H, L, Lk] for "all", [L, Lk] for "mean" or one head;
-    with ``region`` ((q0, q1), (k0, k1)) only those exact cells."""
-    from attndesk.render.export import ExportError
-
-    if region is not None:
-        return _region_weights(result, which, region)
-    if kept_overview_only(result):
-        lq, lk = result.shape
+    with ``region`` ((q0, q1), (k0, k1)) only those exact cells. ExportError with the reason."""
+    try:
+        if which == select.ALL:
+            return select.stack(map, which, region)
+        return select.weights(map, which, region)
+    except select.OverviewOnly:
+        lq, lk = map.shape
         raise ExportError(
             f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory budget): "
             "zoom into an enlarged heatmap and export that exact region, export an image, or raise the memory budget"
-        )
-    weights = np.asarray(result.weights)
-    if which == "all":
-        return weights
-    if which == "mean":
-        return weights.mean(axis=0, dtype=np.float64).astype(weights.dtype)  # [L, Lk]
-    return weights[int(which)]
+        ) from None
+    except (ValueError, ConfigError) as exc:  # a region too large to hold at once, a bad head
+        raise ExportError(str(exc)) from None
 
 
-def perform_export(result, which, fmt: str, path: str | os.PathLike, *, size=(1200, 1000), dpi: float = 96,
-                   colormap: str = "viridis", shared_scale: bool = True, region=None) -> Path:
-    """Write one export; raises ``attndesk.render.export.ExportError`` with a readable reason.
+def perform_export(map: AttentionMap, which, fmt: str, path: str | os.PathLike, *, size=(1200, 1000), dpi: float = 96,
+                   colormap: str = "viridis", shared_scale: bool = True, log_scale: bool = False,
+                   region: select.Region | None = None) -> Path:
+    """Write one export of ``map``; raises ``ExportError`` with a readable reason.
 
     ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
     a memory-bounded run's image is its labelled overview and its numbers are refused."""
-    from attndesk.render.export import ExportError, export_figure, export_weights
-    from attndesk.render.figure import figure_from_result
-
     path = Path(path).expanduser()
-    suffix = path.suffix.lower().lstrip(".")
-    if suffix != fmt:
+    if path.suffix.lower().lstrip(".") != fmt:
         raise ExportError(f"the file name {path.name!r} does not end in .{fmt}")
     if fmt in IMAGE_FORMATS:
         try:
-            figure = figure_from_result(result, which, colormap=colormap, shared_scale=shared_scale, region=region)
+            figure = figure_from_map(map, which, colormap=colormap, shared_scale=shared_scale, region=region,
+                                     log_scale=log_scale)
         except (ValueError, ConfigError) as exc:
             raise ExportError(str(exc)) from None
         return export_figure(figure, path, size=tuple(size), dpi=dpi)
-    if fmt == "csv" and which == "all":
+    if fmt == "csv" and which == select.ALL:
         raise ExportError("a CSV holds one matrix: choose one head or the mean, or export all heads as .npy")
-    queries, keys = list(result.tokens), list(result.keys)
+    queries, keys = list(map.queries), list(map.keys)
     if region is not None:
         (q0, q1), (k0, k1) = region
         queries, keys = queries[q0:q1], keys[k0:k1]
-    return export_weights(weights_for(result, which, region), queries, keys, path)
+    return export_weights(weights_for(map, which, region), queries, keys, path)
+
+
+def export_name(map: AttentionMap, which, fmt: str, region: select.Region | None = None) -> str:
+    """The default file name: what, which settings, and the region when there is one."""
+    name = default_filename(map, which, fmt)
+    if region is None:
+        return name
+    (q0, q1), (k0, k1) = region
+    return f"{Path(name).stem}_q{q0}-{q1 - 1}_k{k0}-{k1 - 1}.{fmt}"
 
 
 class ExportDialog(QDialog):
+    """Choices for one export of ``map`` (what is on screen); ``settings`` remembers the folder."""
+
     exported = Signal(str)  # the written path
     failedExport = Signal(str)  # the reason
 
-    def __init__(self, result, target="all", colormap: str = "viridis", shared_scale: bool = True,
-                 parent: QWidget | None = None, region=None) -> None:
+    def __init__(self, map: AttentionMap, target="all", colormap: str = "viridis", shared_scale: bool = True,
+                 parent: QWidget | None = None, region: select.Region | None = None, *, log_scale: bool = False,
+                 settings: QSettings | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
         self.setMinimumWidth(560)
-        self._result = result
-        self._colormap = colormap
-        self._shared = shared_scale
+        self._map, self._settings = map, settings
+        self._colormap, self._shared, self._log = colormap, shared_scale, log_scale
         self._name_edited = False
         self._size_set = False
-        num_heads = int(np.asarray(result.weights).shape[0])
+        self._build_controls(region)
+        self._build_layout()
+        self.set_target(target)
+        self.targetCombo.currentIndexChanged.connect(self._on_choice)
+        self.headSpin.valueChanged.connect(self._on_choice)
+        self.formatCombo.currentIndexChanged.connect(self._on_choice)
+        self.areaCombo.currentIndexChanged.connect(self._on_choice)
+        self.pathEdit.textEdited.connect(self._on_name_edited)
+        self._on_choice()
 
+    def _build_controls(self, region) -> None:
+        num_heads = self._map.num_heads
         self.targetCombo = QComboBox(objectName="exportTargetCombo")
         self.targetCombo.addItem(f"all {num_heads} heads (grid)", "all")
         self.targetCombo.addItem("mean over heads", "mean")
@@ -146,7 +136,7 @@ class ExportDialog(QDialog):
         self.headSpin = QSpinBox(objectName="exportHeadSpin", minimum=0, maximum=max(0, num_heads - 1))
         # the whole matrix, or the exact cells zoomed into (long runs keep only an overview)
         self.areaCombo = QComboBox(objectName="exportAreaCombo")
-        whole = "whole matrix (overview: max of each tile)" if kept_overview_only(result) else "whole matrix"
+        whole = "whole matrix (overview: max of each tile)" if kept_overview_only(self._map) else "whole matrix"
         self.areaCombo.addItem(whole, None)
         if region is not None:
             (q0, q1), (k0, k1) = region
@@ -161,47 +151,36 @@ class ExportDialog(QDialog):
         self.heightSpin = QSpinBox(objectName="exportHeightSpin", minimum=16, maximum=16384, value=1000, suffix=" px")
         self.dpiSpin = QSpinBox(objectName="exportDpiSpin", minimum=10, maximum=2400, value=96, suffix=" dpi")
         self.pathEdit = QLineEdit(objectName="exportPathEdit")
-        browse = QPushButton("Browse…")
         self.errorLabel = QLabel("", objectName="exportError")
         self.errorLabel.setStyleSheet("color: #b00020;")
         self.errorLabel.setWordWrap(True)
         self.errorLabel.hide()
 
-        target_row = QHBoxLayout()
-        target_row.addWidget(self.targetCombo, 1)
-        target_row.addWidget(self.headSpin)
-        size_row = QHBoxLayout()
-        size_row.addWidget(self.widthSpin)
-        size_row.addWidget(QLabel("×"))
-        size_row.addWidget(self.heightSpin)
-        size_row.addWidget(self.dpiSpin)
-        path_row = QHBoxLayout()
-        path_row.addWidget(self.pathEdit, 1)
-        path_row.addWidget(browse)
+    def _build_layout(self) -> None:
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        rows = []
+        for widgets in ((self.targetCombo, self.headSpin), (self.widthSpin, QLabel("×"), self.heightSpin, self.dpiSpin),
+                        (self.pathEdit, browse)):
+            row = QHBoxLayout()
+            for k, widget in enumerate(widgets):
+                row.addWidget(widget, 1 if k == 0 and widget in (self.targetCombo, self.pathEdit) else 0)
+            rows.append(row)
         form = QFormLayout()
-        form.addRow("What", target_row)
+        form.addRow("What", rows[0])
         form.addRow("Area", self.areaCombo)
         form.addRow("Format", self.formatCombo)
-        form.addRow("Size", size_row)
-        form.addRow("File", path_row)
+        form.addRow("Size", rows[1])
+        form.addRow("File", rows[2])
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.exportButton = buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
         self.exportButton.setObjectName("exportButton")
+        buttons.rejected.connect(self.reject)
+        self.exportButton.clicked.connect(self._on_export_clicked)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.errorLabel)
         layout.addWidget(buttons)
-
-        self.set_target(target)
-        self.targetCombo.currentIndexChanged.connect(self._on_choice)
-        self.headSpin.valueChanged.connect(self._on_choice)
-        self.formatCombo.currentIndexChanged.connect(self._on_choice)
-        self.areaCombo.currentIndexChanged.connect(self._on_choice)
-        self.pathEdit.textEdited.connect(self._on_name_edited)
-        browse.clicked.connect(self._browse)
-        buttons.rejected.connect(self.reject)
-        self.exportButton.clicked.connect(self._on_export_clicked)
-        self._on_choice()
 
     # -- choices -------------------------------------------------------------------------------
     def set_target(self, target) -> None:
@@ -243,32 +222,24 @@ class ExportDialog(QDialog):
         current = self.pathEdit.text().strip()
         if current:
             return Path(current).expanduser().parent
-        saved = _settings().value("export/folder")
+        saved = self._settings.value("export/folder") if self._settings is not None else None
         return Path(saved) if isinstance(saved, str) and Path(saved).is_dir() else Path.home()
 
     @Slot()
     def _on_choice(self, *_args) -> None:
-        from attndesk.render.export import default_filename
-        from attndesk.render.figure import figure_from_result, suggested_size
-
-        which = self.which()
-        fmt = self.fmt()
+        which, fmt = self.which(), self.fmt()
         self.headSpin.setEnabled(self.targetCombo.currentData() == "head")
         image = fmt in IMAGE_FORMATS
         for w in (self.widthSpin, self.heightSpin, self.dpiSpin):
             w.setEnabled(image)
         if image and not self._size_set:
             try:
-                w, h = suggested_size(figure_from_result(self._result, which, self._colormap, self._shared,
-                                                         region=self.region()))
+                w, h = suggested_size(figure_from_map(self._map, which, self._colormap, self._shared, region=self.region()))
                 self.widthSpin.setValue(w)
                 self.heightSpin.setValue(h)
             except (ValueError, ConfigError):
                 pass
-        name = default_filename(self._result, which, fmt)
-        if self.region() is not None:
-            (q0, q1), (k0, k1) = self.region()
-            name = f"{Path(name).stem}_q{q0}-{q1 - 1}_k{k0}-{k1 - 1}.{fmt}"
+        name = export_name(self._map, which, fmt, self.region())
         current = self.pathEdit.text().strip()
         if not current or not self._name_edited:
             self.pathEdit.setText(str(self._folder() / name))
@@ -277,7 +248,7 @@ class ExportDialog(QDialog):
         problem = ""
         if fmt == "csv" and which == "all":
             problem = "A CSV holds one matrix: choose one head or the mean (or export all heads as .npy)."
-        elif not image and self.region() is None and kept_overview_only(self._result):
+        elif not image and self.region() is None and kept_overview_only(self._map):
             problem = ("This run kept only an overview (the full weights exceed the memory budget): zoom into an "
                        "enlarged heatmap and export that exact region, or export an image of the overview.")
         self._show_error(problem)
@@ -301,18 +272,18 @@ class ExportDialog(QDialog):
     # -- export --------------------------------------------------------------------------------
     def export(self) -> Path | None:
         """Write the chosen export; on failure show why (and emit failedExport), return None."""
-        from attndesk.render.export import ExportError
-
         try:
-            path = perform_export(self._result, self.which(), self.fmt(), self.pathEdit.text().strip(),
+            path = perform_export(self._map, self.which(), self.fmt(), self.pathEdit.text().strip(),
                                   size=(self.widthSpin.value(), self.heightSpin.value()), dpi=self.dpiSpin.value(),
-                                  colormap=self._colormap, shared_scale=self._shared, region=self.region())
+                                  colormap=self._colormap, shared_scale=self._shared, log_scale=self._log,
+                                  region=self.region())
         except ExportError as exc:
             self._show_error(str(exc))
             self.failedExport.emit(str(exc))
             return None
         self._show_error("")
-        _settings().setValue("export/folder", str(path.parent))
+        if self._settings is not None:
+            self._settings.setValue("export/folder", str(path.parent))
         self.exported.emit(str(path))
         return path
 

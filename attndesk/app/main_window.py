@@ -198,8 +198,9 @@ class MainWindow(QMainWindow):
         panel.exportRequested.connect(self.open_export_dialog)
         panel.viewChanged.connect(lambda target: setattr(view, "target", target))
         panel.appearanceChanged.connect(self._read_appearance)
-        view.events.colormap.connect(panel.set_colormap_name)
-        view.events.shared_scale.connect(panel.set_shared_scale)
+        for name, setter in self._appearance(panel).items():
+            setter(getattr(view, name))
+            getattr(view.events, name).connect(setter)
         view.events.target.connect(self._show_target)
         view.events.tab.connect(self._show_tab)
         self.viewTabs.currentChanged.connect(self._on_tab_changed)
@@ -221,9 +222,18 @@ class MainWindow(QMainWindow):
         self.progressBar.setVisible(status.busy)
         self.cancelButton.setVisible(status.busy)
 
+    @staticmethod
+    def _appearance(panel: HeatmapPanel) -> dict:
+        """View-state field -> the heatmap panel's setter (its getter has the name without ``set_``)."""
+        return {"colormap": panel.set_colormap_name, "shared_scale": panel.set_shared_scale,
+                "log_scale": panel.set_log_scale, "hide_first_key": panel.set_hide_first_key,
+                "alibi_bias": panel.set_show_alibi_bias}
+
     def _read_appearance(self) -> None:
-        self.state.view.colormap = self.heatmapPanel.colormap_name()
-        self.state.view.shared_scale = self.heatmapPanel.shared_scale()
+        """The panel's own controls changed its look: the state follows (one event per field changed)."""
+        panel = self.heatmapPanel
+        self.state.view.update({name: getattr(panel, setter.__name__.removeprefix("set_"))()
+                                for name, setter in self._appearance(panel).items()})
 
     def _show_target(self, target) -> None:
         if target != self.heatmapPanel.view_target():
@@ -316,13 +326,14 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def open_export_dialog(self, target=None) -> ExportDialog | None:
         """Open the export dialog preset to ``target`` ("all", "mean" or a head index)."""
-        shown = self.compute.shown()
-        if shown is None or shown.export_result is None:
+        amap = self.heatmapPanel.displayed_map()  # what is on screen (the first key hidden, ALiBi's bias…)
+        if amap is None:
             self.status.fail("nothing to export yet: wait for a result")
             return None
         view = self.state.view
-        dialog = ExportDialog(shown.export_result, target=target if target is not None else "all",
-                              colormap=view.colormap, shared_scale=view.shared_scale, parent=self, region=view.region)
+        dialog = ExportDialog(amap, target=target if target is not None else "all", colormap=view.colormap,
+                              shared_scale=view.shared_scale, parent=self, region=view.region,
+                              log_scale=view.log_scale, settings=app_settings())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
         dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))
         dialog.exported.connect(lambda path: self.status.say(f"exported {path}"))

@@ -21,23 +21,17 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from PySide6.QtCore import (
-    QBuffer, QByteArray, QIODevice, QMarginsF, QPointF, QRect, QRectF, QSize, QSizeF, Qt, Signal,
-)
-from PySide6.QtGui import (
-    QColor, QFont, QFontMetricsF, QImage, QImageWriter, QMouseEvent, QPageLayout, QPageSize, QPainter, QPdfWriter, QPen,
-)
-from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import (
     QCheckBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip,
     QWidget,
 )
 
-from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.core.select import tile_reduce
+from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
-from attndesk.render.export import ExportError, atomic_write, check_size
-
-from .panels.heatmap_source import tile_reduce
+from attndesk.render.export import ExportError, atomic_write, write
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
@@ -56,13 +50,6 @@ def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray
     if mask is not None:
         rgb[~mask] = mask_rgb(colormap)
     return rgb
-
-
-def rgb_image(rgb: np.ndarray) -> QImage:
-    """uint8 [h, w, 3] -> a QImage that owns its pixels."""
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    h, w = rgb.shape[:2]
-    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
 
 
 def _font(points: float, bold: bool = False) -> QFont:
@@ -513,59 +500,13 @@ class PretrainedControls(QWidget):
 
 
 def export_painting(painting, path: str | Path, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
-    """Write a ``LayerGridPainting`` as PNG, SVG or PDF (by suffix),
-    atomically; labels are text in SVG/PDF. Raises ``ExportError`` with a one-line reason."""
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt not in ("png", "svg", "pdf"):
-        raise ExportError(f"cannot export a figure as {path.suffix or 'a file without suffix'}: use .png, .svg or .pdf")
+    """Write a ``LayerGridPainting`` as PNG, SVG or PDF (by suffix), atomically, through
+    ``attndesk.render.export.write``; labels are text in SVG/PDF. ``ExportError`` with a reason."""
     if size is None:
         hint = painting.preferred_size() if hasattr(painting, "preferred_size") else QSize(900, 420)
         size = (hint.width(), hint.height())
-    width, height, dpi = check_size(size, dpi)
-    data = QByteArray()
-    buffer = QBuffer(data)
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if fmt == "png":
-        image = QImage(width, height, QImage.Format.Format_RGB32)
-        image.fill(0xFFFFFFFF)
-        painter = QPainter(image)
-        try:
-            painting.paint(painter, QRectF(0, 0, width, height))
-        finally:
-            painter.end()
-        writer = QImageWriter(buffer, b"png")
-        if not writer.write(image):
-            raise ExportError(f"PNG encoding failed: {writer.errorString()}")
-    elif fmt == "svg":
-        generator = QSvgGenerator()
-        generator.setOutputDevice(buffer)
-        generator.setSize(QSize(width, height))
-        generator.setViewBox(QRect(0, 0, width, height))
-        generator.setResolution(round(dpi))
-        generator.setTitle(getattr(painting, "title", "") or "attention, all layers and heads")
-        painter = QPainter(generator)
-        try:
-            painting.paint(painter, QRectF(0, 0, width, height))
-        finally:
-            painter.end()
-    else:
-        writer = QPdfWriter(buffer)
-        writer.setResolution(round(dpi))
-        page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk",
-                         QPageSize.SizeMatchPolicy.ExactMatch)
-        writer.setPageLayout(QPageLayout(page, QPageLayout.Orientation.Portrait, QMarginsF(0, 0, 0, 0)))
-        writer.setCreator("attndesk")
-        painter = QPainter(writer)
-        try:
-            if not painter.isActive():
-                raise ExportError("the PDF writer could not start")
-            device = painter.device()
-            painting.paint(painter, QRectF(0, 0, device.width(), device.height()))
-        finally:
-            painter.end()
-    buffer.close()
-    return atomic_write(path, bytes(data))
+    title = getattr(painting, "title", "") or "attention, all layers and heads"
+    return write(painting.paint, path, size=size, dpi=dpi, title=title)
 
 
 def export_all_weights(result, path: str | Path, *, hide_special: bool = False) -> Path:
@@ -601,18 +542,3 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False) 
                     writer.writerow([layer, head, int(keep[q]), tokens[q], int(keep[k]), tokens[k], f"{row[k]:.8g}"])
     return atomic_write(path, text.getvalue().encode("utf-8"))
 
-
-README_SENTENCE = "The animal didn't cross the street because it was too tired."
-
-
-def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE,
-                   size: tuple[int, int] = (1240, 640)) -> Path:
-    """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
-    ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
-    from attndesk.app.pretrained_views import write_grid_png; write_grid_png()"``."""
-    run = run_pretrained(load_pretrained(), text)
-    weights, _mask, _hide, hidden = grid_weights(run, True)
-    caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '
-               + grid_caption("per-head", True, hidden))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return export_painting(LayerGridPainting(weights, caption=caption), path, size=size)

@@ -84,7 +84,7 @@ class Shown:
     toy: ToyRun | None = None
     layers: PretrainedResult | None = None
     layer: int | None = None  # which of ``layers`` the map shows
-    export_result: AttentionResult | None = None  # transitional: what today's export dialog and figure take
+    output: np.ndarray | None = None  # [Lq, E]: the layer's output for the map's query rows (compare's "output")
     asked: frozenset[str] = frozenset()  # what the run was asked to keep (e.g. "intermediates")
     present_key: Hashable = None  # the presentation choices this map reflects (e.g. layer, hidden tokens)
     run_id: int = 0

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from attndesk.core.atomic import atomic_write
 from attndesk.core.devices import device_availability
 from attndesk.core.errors import ConfigError
+from attndesk.core.textfile import read_regular
 
 from .state import ALL, PACKAGED, TOY, AppState, ModeId, window_problem
 
@@ -74,12 +75,12 @@ def load_session(path: str | os.PathLike) -> Session:
     """Read and validate a session file; raises SessionError (never applies anything itself)."""
     path = Path(path)
     try:
-        if not path.is_file():
-            raise SessionError(f"{path} is not a file" if path.exists() else f"{path} does not exist")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise SessionError(f"{path.name} is {size:,} bytes: too large to be an attndesk session")
-        raw = path.read_bytes()
+        # at most MAX_BYTES + 1 bytes of a regular file: /dev/zero or a FIFO would never end
+        raw = read_regular(os.fspath(path), MAX_BYTES + 1, wanted="an attndesk session (.json)")
+        if len(raw) > MAX_BYTES:
+            raise SessionError(f"{path.name} is over {MAX_BYTES:,} bytes: too large to be an attndesk session")
+    except ConfigError as exc:
+        raise SessionError(str(exc)) from None
     except OSError as exc:
         raise SessionError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:

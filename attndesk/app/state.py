@@ -12,8 +12,9 @@ dump (``session.py``). Nothing here knows about Qt widgets.
   a run or a session needs it: while the user edits, 6 heads for 64 dims is a state the panel
   explains, not an error. In the pretrained mode it keeps the toy settings; ``scaled`` and the
   causal part of ``mask`` act on the real model too.
-- ``view``: colormap, shared or per-head scale, the shown head ("all", "mean" or a head), the
-  tab on screen, the zoomed region (not saved: it depends on the result).
+- ``view``: colormap, shared or per-head scale, log colours, the shown head ("all", "mean" or a
+  head), the display options (first key hidden, ALiBi's bias), the tab on screen, the zoomed
+  region (not saved: it depends on the result).
 - ``pretrained``: the layer shown, hidden special tokens, ablated heads, the grid's scale.
 """
 
@@ -146,6 +147,9 @@ class ViewState(EventedModel):
     colormap: Literal["viridis", "magma", "CET-L1"] = "viridis"
     shared_scale: bool = True
     target: Target = ALL  # "all" heads, their "mean", or one head enlarged
+    log_scale: bool = False  # colour log10 of the weights (a decoder's sink takes most of each row)
+    hide_first_key: bool = False  # leave out key 0, rows renormalised over the rest (labelled so)
+    alibi_bias: bool = False  # draw ALiBi's bias instead of the weights (ALiBi maps only)
     tab: str = HEATMAPS_TAB
     region: Region | None = Field(default=None, exclude=True)  # ((q0, q1), (k0, k1)) zoomed, end exclusive
 
@@ -202,9 +206,12 @@ class AppState(EventedModel):
 def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_text: str | None = None) -> AppState:
     """The state a command line describes (``attndesk render``): every flag whose name is a config
     field sets it (the rest keep the core's defaults), a flag named like a view setting sets that."""
-    config_fields = set(AttentionConfig().to_dict()) | {"positional"}  # the old flag name, mapped by from_dict
-    config = AttentionConfig.from_dict({k: v for k, v in flags.items() if k in config_fields})
-    view = {k: v for k, v in flags.items() if k in ("colormap", "shared_scale")}
+    defaults = {**AttentionConfig().to_dict(), "positional": None}  # the old flag name, mapped by from_dict
+    # a flag left unset (None) keeps the default: --position unset is sinusoidal, --window unset global
+    config = AttentionConfig.from_dict({k: v for k, v in flags.items()
+                                        if k in defaults and (v is not None or defaults[k] is None) and
+                                        not (k == "positional" and v is None)})
+    view = {k: v for k, v in flags.items() if k in ("colormap", "shared_scale", "log_scale")}
     state = AppState(config=config, view=ViewState(**view))
     if text is not None:
         state.text = text

@@ -7,7 +7,7 @@
 """
 
 from .attention import MultiHeadAttention, SingleHeadAttention, masked_softmax, scaled_dot_product_attention
-from .config import MASK_KINDS, AttentionConfig, divisors
+from .config import MASK_KINDS, POSITIONS, AttentionConfig, divisors
 from .devices import available_devices, device_availability
 from .errors import Cancelled, ConfigError, ConfigTypeError
 from .masks import causal_mask, padding_mask
@@ -16,9 +16,11 @@ from .pipeline import run_attention
 from .positional import sinusoidal_encoding
 from .pretrained import PretrainedResult, load_pretrained, run_pretrained
 from .result import AttentionResult
+from .types import MEAN, AttentionMap, Head, Intermediates
 
 __all__ = [
-    "AttentionConfig", "AttentionResult", "Cancelled", "ConfigError", "ConfigTypeError", "MASK_KINDS",
+    "AttentionConfig", "AttentionMap", "AttentionResult", "Cancelled", "ConfigError", "ConfigTypeError", "Head",
+    "Intermediates", "MASK_KINDS", "MEAN", "POSITIONS",
     "MultiHeadAttention", "SingleHeadAttention", "available_devices", "causal_mask",
     "device_availability", "divisors", "estimate_run", "format_bytes", "masked_softmax",
     "padding_mask", "PretrainedResult", "load_pretrained", "run_attention", "run_pretrained", "scaled_dot_product_attention", "sinusoidal_encoding",

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and the single- and multi-head self-attention layers.
+"""Scaled dot-product attention and the single- and multi-head attention layers.
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
 
@@ -6,23 +6,20 @@ A mask removes key positions *before* the softmax (True = may attend). A query r
 all masked gets all-zero weights and a zero output (never NaN, never a spread over padding).
 
 Two exact paths compute the same numbers:
-- the reference path (autograd, dropout, CUDA, stage timing, kept intermediates): whole-tensor
-  matmul -> mask -> softmax -> matmul, in place on the score buffer where no gradient is needed;
-- the CPU inference fast path (``_blocked_attention``): at long lengths the [B, H, L, L] passes
-  dominate, so it walks one head and one block of query rows at a time, keeping that block's
-  scores in cache from the GEMM through the softmax, which writes each weight exactly once,
-  straight into the returned buffer; one GEMM per head then forms the weighted sum. A key
-  padding mask becomes an additive 0/-inf bias inside the score GEMM (no pass over the scores
-  at all); float32 GEMMs go through oneDNN, which uses AVX-512 where MKL's fp32 GEMM does not on
-  AMD CPUs (about 2x here). Its many short parallel regions suffer when other processes hold the
-  cores and libgomp spins 300,000 rounds before yielding; GOMP_SPINCOUNT=2000, set before torch
-  loads, avoids that (benchmarks/bench_core.py sets it).
+- the reference path, ``attend``: whole-tensor matmul -> scale -> soft-cap -> bias -> mask ->
+  softmax -> dropout -> matmul, every stage keepable (autograd, dropout, CUDA, intermediates);
+- the CPU inference fast path, ``fastpath.fast_attention``: query blocks in cache, fused key
+  padding, oneDNN GEMMs, only the keys a window can see. Untimed or timed, it is the same path.
+
+The layers add what real models add around that: grouped-query K/V heads (``kv_heads``), rotary
+position embedding of Q and K (``position="rope"``), ALiBi (``position="alibi"``), a sliding
+``window`` and a ``softcap`` on the scores.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -30,45 +27,23 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .alibi import alibi_bias, alibi_slopes
 from .checks import boolean, real_number, whole_number
 from .errors import ConfigError
+from .fastpath import (
+    BLOCK_BYTES, FAST_DTYPES, DenseRule, Scoring, block_rows_for, fast_attention, onednn, softmax_rows,
+)
+from .masks import window_mask
 from .memory import require_free_memory
-from .timing import NULL_TIMER, NullTimer
+from .rope import apply_rope, rope_cos_sin
+from .timing import NULL_TIMER
 
 Keep = dict  # stage name -> tensor, filled when a caller asks for intermediates
 
 # The fast path pays a few Python-level calls per head and block: below this many score entries
 # ([..., Lq, Lk] in total) the whole-tensor reference path is quicker.
 FAST_PATH_MIN_ELEMENTS = 1 << 19  # e.g. 8 heads x 256 x 256
-# Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
-# a block stays in the L2/L3 caches between its GEMM and its softmax (4 MiB measured best here).
-BLOCK_BYTES = 4 << 20
-_FAST_DTYPES = (torch.float32, torch.float64)
-
-_onednn_op = None  # resolved lazily by _onednn(): the op, or False where it is missing or wrong
-
-
-def _onednn():
-    """oneDNN's linear (x @ w^T + b) for float32 CPU tensors, or None where unavailable.
-
-    Probed once against torch.mm so a build whose op misbehaves falls back to MKL silently.
-    """
-    global _onednn_op
-    if _onednn_op is None:
-        _onednn_op = False
-        try:
-            op = torch.ops.mkldnn._linear_pointwise
-            if torch.backends.mkldnn.is_available():
-                gen = torch.Generator().manual_seed(0)
-                a, b = torch.randn(37, 19, generator=gen), torch.randn(23, 19, generator=gen)
-                bias = torch.zeros(23).masked_fill_(torch.arange(23) % 5 == 0, float("-inf"))
-                got = op(a, b, bias, "none", [None], "")
-                want = torch.addmm(bias, a, b.t())
-                if got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-5):
-                    _onednn_op = op
-        except (AttributeError, RuntimeError):
-            _onednn_op = False
-    return _onednn_op or None
+LAYER_POSITIONS = ("none", "rope", "alibi")  # what a layer itself does about positions
 
 
 def _no_grad_needed(*tensors: torch.Tensor) -> bool:
@@ -81,7 +56,7 @@ def _linear(x: torch.Tensor, layer: nn.Linear, weight: torch.Tensor | None = Non
     bias = layer.bias if bias is ... else bias
     if x.dim() >= 2 and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32:
         params = (x, weight) if bias is None else (x, weight, bias)
-        op = _onednn() if _no_grad_needed(*params) else None
+        op = onednn() if _no_grad_needed(*params) else None
         if op is not None:
             return op(x, weight, bias, "none", [None], "")
     return F.linear(x, weight, bias)
@@ -91,18 +66,13 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, *, inplace: 
     """softmax over the last axis after removing masked keys; rows with no key become all zero.
 
     ``inplace`` lets the masking reuse ``scores`` (callers pass it when no gradient is needed
-    and nobody else holds the buffer).
+    and nobody else holds the buffer). The same function as every path's (``softmax_rows``).
     """
     if mask is None:
-        return torch.softmax(scores, dim=-1)
-    blocked = ~mask
-    scores = scores.masked_fill_(blocked, float("-inf")) if inplace else scores.masked_fill(blocked, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    row_has_key = mask.any(dim=-1, keepdim=True)  # small: [..., Lq or 1, 1]
-    if not bool(row_has_key.all()):
-        # softmax of an all -inf row is NaN; such a query attends to nothing.
-        weights = weights.masked_fill_(~row_has_key, 0.0) if inplace else weights.masked_fill(~row_has_key, 0.0)
-    return weights
+        return softmax_rows(scores)
+    empty = ~mask.any(dim=-1, keepdim=True)  # small: [..., Lq or 1, 1]
+    empty = empty if bool(empty.any()) else None
+    return softmax_rows(scores, ~mask, empty, out=scores if inplace else None)
 
 
 def _apply_dropout(weights: torch.Tensor, dropout) -> torch.Tensor:
@@ -113,26 +83,148 @@ def _apply_dropout(weights: torch.Tensor, dropout) -> torch.Tensor:
     return F.dropout(weights, p=float(dropout), training=True)
 
 
-def _fast_path_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> bool:
-    """Whether _blocked_attention computes exactly what the reference path would, and pays off."""
+def _group_queries(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """q [..., H, Lq, d] -> [..., KV, G, Lq, d]: query head h = kv * G + g reads K/V head kv = h // G."""
+    heads = q.shape[-3]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
+    return rearrange(q, "... (kv g) l d -> ... kv g l d", kv=kv_heads)
+
+
+def _broadcasts_into(t: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``t`` broadcasts to ``target``'s shape without growing it (so an in-place op works)."""
+    try:
+        return torch.broadcast_shapes(t.shape, target.shape) == target.shape
+    except RuntimeError:
+        return False
+
+
+def _rows_without_keys(mask: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """[..., Lq, 1] True where the mask and a -inf bias leave a query no key; None when none is left empty."""
+    if mask is None and bias is None:
+        return None
+    allowed = mask
+    if bias is not None:
+        finite = ~torch.isneginf(bias)
+        allowed = finite if allowed is None else allowed & finite
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    return empty if bool(empty.any()) else None
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    dropout: float | Callable[[torch.Tensor], torch.Tensor] | None = None,
+    keep: Keep | None = None,
+    timer=NULL_TIMER,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of H query heads over KV key/value heads, every variant in one pass (the reference).
+
+    q [..., H, Lq, d], k [..., KV, Lk, d], v [..., KV, Lk, d_v] with KV dividing H: query head h
+    reads K/V head h // (H // KV) (grouped-query; KV == 1 is multi-query; KV == H is plain
+    multi-head). The scores go through, in this order:
+
+        s = Q K^T * scale              (scale defaults to 1/sqrt(d))
+        s = softcap * tanh(s / softcap) (soft-capping, when given)
+        s = s + bias                   (an additive bias such as ALiBi, broadcast to [..., H, Lq, Lk])
+        s = -inf where ``mask`` is False (bool, broadcast to [..., H, Lq, Lk], True = may attend)
+        w = softmax(s) over keys       (a row with no key left gets zeros, never NaN)
+        w = dropout(w)                 (a probability, or a module honouring its train/eval mode)
+
+    Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives each
+    stage under its ``Intermediates`` name; ``timer`` times "attention" and "weighted sum". Half
+    precision takes its softmax in float32, as transformers' eager attention does.
+    """
+    kv_heads = k.shape[-3]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
+    _check_matrix_size(_score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device)
+    with timer.stage("attention"):
+        qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
+        scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
+        scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
+        _keep(keep, "scores", scores)
+        # in place on the fresh score buffer unless a kept stage or a gradient needs the earlier values
+        fresh = keep is None and _no_grad_needed(q, k)
+        scores = scores.mul_(scale) if fresh else scores * scale
+        _keep(keep, "scaled", scores)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+            _keep(keep, "capped", scores)
+        if bias is not None:
+            _keep(keep, "bias", torch.broadcast_to(bias, scores.shape))
+            in_place = fresh and _no_grad_needed(bias) and _broadcasts_into(bias, scores)
+            scores = scores.add_(bias) if in_place else scores + bias
+        if mask is not None:
+            in_place = fresh and _broadcasts_into(mask, scores)
+            scores = scores.masked_fill_(~mask, float("-inf")) if in_place else scores.masked_fill(~mask, float("-inf"))
+        _keep(keep, "masked", scores)
+        # a row whose keys were all removed attends to nothing; found from the mask and bias
+        # (small, or once per call), not by another pass over the scores
+        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias)).to(q.dtype)
+        weights = _apply_dropout(weights, dropout)
+        _keep(keep, "weights", weights)
+    with timer.stage("weighted sum"):
+        wg = rearrange(weights, "... (kv g) q k -> ... kv g q k", kv=kv_heads)
+        context = torch.matmul(wg, v.unsqueeze(-3))  # [..., KV, G, Lq, d_v]
+        context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
+        _keep(keep, "context", context)
+    return context, weights
+
+
+def _keep(keep: Keep | None, name: str, tensor: torch.Tensor) -> None:
+    if keep is not None:
+        keep[name] = tensor
+
+
+# --- the generic entry points: any leading axes, dense masks ----------------------------------
+
+def _heads_of(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int] | None:
+    """(H, KV) when k's head axis (-3) groups q's (KV divides H) or q has one head to broadcast."""
+    hq = q.shape[-3] if q.dim() >= 3 else 1
+    hk = k.shape[-3] if k.dim() >= 3 else 1
+    if hq % hk == 0:
+        return hq, hk
+    if hq == 1:
+        return hk, hk
+    return None
+
+
+def _fast_path_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                  bias: torch.Tensor | None = None) -> bool:
+    """Whether the fast path computes exactly what the reference path would, and pays off."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2 or not _no_grad_needed(q, k, v):
         return False
-    if any(t.device.type != "cpu" or t.dtype != q.dtype for t in (k, v)) or q.dtype not in _FAST_DTYPES:
+    if any(t.device.type != "cpu" or t.dtype != q.dtype for t in (k, v)) or q.dtype not in FAST_DTYPES:
         return False
     lq, lk = q.shape[-2], k.shape[-2]
     if lq == 0 or lk == 0 or v.shape[-2] != lk or q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
         return False
+    heads = _heads_of(q, k)
+    if heads is None or (v.shape[-3] if v.dim() >= 3 else 1) != (k.shape[-3] if k.dim() >= 3 else 1):
+        return False
     try:
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        if mask is not None:
-            if mask.dtype != torch.bool or mask.device.type != "cpu" or mask.dim() < 2:
+        lead = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+        full = (*lead, heads[0], lq, lk)
+        for extra in (mask, bias):
+            if extra is None:
+                continue
+            if extra is mask and (mask.dtype != torch.bool or mask.dim() < 2):
                 return False
-            # the mask may broadcast into the scores but must not grow them
-            if torch.broadcast_shapes(mask.shape, (*lead, lq, lk)) != (*lead, lq, lk):
+            if extra is bias and (bias.dtype != q.dtype or bias.dim() < 2):
+                return False
+            # it may broadcast into the scores but must not grow them
+            if extra.device.type != "cpu" or torch.broadcast_shapes(extra.shape, full) != full:
                 return False
     except RuntimeError:
         return False
-    return math.prod(lead) * lq * lk >= FAST_PATH_MIN_ELEMENTS
+    return math.prod(lead) * heads[0] * lq * lk >= FAST_PATH_MIN_ELEMENTS
 
 
 def _blocked_attention(
@@ -142,81 +234,40 @@ def _blocked_attention(
     mask: torch.Tensor | None,
     scale: float,
     *,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    slopes: tuple[float, ...] | None = None,
+    window: int | None = None,
     block_bytes: int | None = None,
+    timer=NULL_TIMER,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inference-only exact attention, one head and one block of query rows at a time.
-
-    q [..., Lq, d], k [..., Lk, d], v [..., Lk, d_v] (CPU, float32/float64, no gradient);
-    ``mask`` bool broadcastable to [..., Lq, Lk] (2-D or more), True = may attend; ``scale``
-    multiplies Q K^T. Returns (context [..., Lq, d_v], weights [..., Lq, Lk]) equal to the
+    """The fast path for dense inputs: q [..., Lq, d], k [..., Lk, d], v [..., Lk, d_v] (CPU,
+    float32/float64, no gradient) whose leading axes broadcast, except that k/v's head axis (-3)
+    may hold KV heads grouping q's H (head h reads h // (H // KV)). ``mask`` bool and ``bias``
+    broadcastable to [..., H, Lq, Lk]; ``window`` W masks |i - j| >= W too, and each block visits
+    only the keys in its band; ``slopes`` [H] add ALiBi. Returns (context, weights) equal to the
     reference path's. Callers check _fast_path_ok first.
     """
-    lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    n_items = math.prod(lead)
-    # [*lead, L, d] -> [N, L, d]: a view unless an input was broadcast
-    qf = q.expand(*lead, lq, q.shape[-1]).reshape(n_items, lq, q.shape[-1])
-    kf = k.expand(*lead, lk, k.shape[-1]).reshape(n_items, lk, k.shape[-1])
-    vf = v.expand(*lead, lk, dv).reshape(n_items, lk, dv)
-    weights = q.new_empty(n_items, lq, lk)
-    context = q.new_empty(n_items, lq, dv)
-
-    onednn = _onednn() if q.dtype == torch.float32 else None
-    if onednn is not None:
-        # oneDNN computes x @ w^T: K is already [Lk, d]; V is wanted as [d_v, Lk] (small copy)
-        kf = kf.contiguous()
-        vt = vf.transpose(1, 2).contiguous()  # [N, d_v, Lk]
-
-    key_bias = row_empty = blocked = None
-    if mask is not None:
-        mq = mask.shape[-2]
-        has_key = mask.any(dim=-1, keepdim=True)  # [..., mq, 1], small
-        any_empty = not bool(has_key.all())
-        row_empty = (~has_key).expand(*lead, mq, 1) if any_empty else None
-        blocked = (~mask).expand(*lead, mq, lk)  # the only pass over the (small) mask
-        # A key-only mask (same for every query row) becomes an additive 0/-inf bias on the score
-        # GEMM; -inf * scale stays -inf only for a positive scale.
-        key_only = mq == 1 and scale > 0 and math.isfinite(scale)
-    inf = float("-inf")
-    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
-    rows = max(8, min(lq, block_bytes // max(1, lk * q.element_size())))
-
-    for n, index in enumerate(itertools.product(*(range(s) for s in lead))):
-        qn, kn = qf[n], kf[n]
-        block_mask = block_empty = None
-        if mask is not None:
-            block_mask = blocked[index]  # [mq, Lk], True = masked
-            block_empty = None if row_empty is None else row_empty[index]  # [mq, 1]
-            if key_only:
-                if block_empty is not None and bool(block_empty.all()):
-                    weights[n].zero_()  # no key at all: zero weights, zero context
-                    context[n].zero_()
-                    continue
-                key_bias = torch.zeros(lk, dtype=q.dtype).masked_fill_(block_mask[0], inf)
-                block_mask = block_empty = None
-        for start in range(0, lq, rows):
-            stop = min(start + rows, lq)
-            out = weights[n, start:stop]  # [rows, Lk], contiguous
-            if onednn is not None:
-                scores = onednn(qn[start:stop], kn, key_bias, "none", [None], "")
-            elif key_bias is not None:
-                scores = torch.addmm(key_bias, qn[start:stop], kn.t(), out=out)
-            else:
-                scores = torch.mm(qn[start:stop], kn.t(), out=out)
-            if scale != 1.0:
-                scores.mul_(scale)
-            if block_mask is not None:
-                scores.masked_fill_(block_mask if block_mask.shape[0] == 1 else block_mask[start:stop], inf)
-            torch._softmax(scores, -1, False, out=out)  # in place when scores is out: row-wise safe
-            if block_empty is not None:
-                out.masked_fill_(block_empty if block_empty.shape[0] == 1 else block_empty[start:stop], 0.0)
-        # One GEMM per head for the weighted sum: as fast as per block, and fewer parallel regions
-        # (each one costs a thread hand-off, expensive when other processes share the cores).
-        if onednn is not None:
-            context[n] = onednn(weights[n], vt[n], None, "none", [None], "")
-        else:
-            torch.mm(weights[n], vf[n], out=context[n])
-    return context.view(*lead, lq, dv), weights.view(*lead, lq, lk)
+    squeeze = q.dim() == 2
+    if squeeze:
+        q, k, v = q[None], k[None], v[None]
+    heads, kv_heads = _heads_of(q, k)
+    lq, lk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    lead = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
+    items = math.prod(lead)
+    # [*lead, H, L, d] -> [N, H, L, d]: a view unless an input was broadcast
+    qf = q.expand(*lead, heads, lq, d).reshape(items, heads, lq, d)
+    kf = k.expand(*lead, kv_heads, lk, d).reshape(items, kv_heads, lk, d)
+    vf = v.expand(*lead, kv_heads, lk, dv).reshape(items, kv_heads, lk, dv)
+    scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
+    rule = DenseRule(lead, lq, lk, mask=mask, bias=bias, window=window, alibi=slopes is not None,
+                     fuse_keys=scoring.fusable, dtype=q.dtype)
+    band = None if window is None else 2 * window - 1
+    rows = block_rows_for(lq, lk, q.element_size(), BLOCK_BYTES if block_bytes is None else block_bytes, band)
+    weights = q.new_empty(items, heads, lq, lk)
+    context = fast_attention(qf, kf, vf, rule, scoring, weights=weights, block_rows=rows, timer=timer)
+    context, weights = context.view(*lead, heads, lq, dv), weights.view(*lead, heads, lq, lk)
+    return (context[0], weights[0]) if squeeze else (context, weights)
 
 
 def scaled_dot_product_attention(
@@ -236,151 +287,46 @@ def scaled_dot_product_attention(
     (applied in its training mode only), acting on the weights as in the Transformer paper.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    fast = dropout is None and _fast_path_ok(query, key, value, mask)
-    copies = 1 if fast else 2 if dropout is None else 4
-    _check_matrix_size(_score_shape(query, key), query.element_size(), copies, "the attention weights", query.device)
-    if fast:
+    if dropout is None and _fast_path_ok(query, key, value, mask):
+        _check_matrix_size(_score_shape(query, key), query.element_size(), 1, "the attention weights", query.device)
         return _blocked_attention(query, key, value, mask, scale)
-    scores = torch.matmul(query, key.transpose(-2, -1))  # [..., Lq, Lk]
-    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
-    if scale != 1.0:
-        scores = scores * scale if grad else scores.mul_(scale)
-    weights = masked_softmax(scores, mask, inplace=not grad)
-    weights = _apply_dropout(weights, dropout)
-    return torch.matmul(weights, value), weights
+    # the reference on one head axis: [..., Lq, d] -> [..., 1, Lq, d] (every leading axis broadcast)
+    q, k, v = query.unsqueeze(-3), key.unsqueeze(-3), value.unsqueeze(-3)
+    lead = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+    q, k, v = (t.expand(*lead, *t.shape[-3:]) for t in (q, k, v))
+    context, weights = attend(q, k, v, mask=None if mask is None else mask.unsqueeze(-3), scale=scale, dropout=dropout)
+    return context.squeeze(-3), weights.squeeze(-3)
 
 
-def _group_queries(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """q [..., H, Lq, d] -> [..., KV, G, Lq, d]: query head h = kv * G + g reads K/V head kv = h // G."""
-    heads = q.shape[-3]
-    if kv_heads < 1 or heads % kv_heads:
-        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
-    return rearrange(q, "... (kv g) l d -> ... kv g l d", kv=kv_heads)
-
-
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    dropout: float | Callable[[torch.Tensor], torch.Tensor] | None = None,
-    keep: Keep | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of H query heads over KV key/value heads, every variant in one pass.
-
-    q [..., H, Lq, d], k [..., KV, Lk, d], v [..., KV, Lk, d_v] with KV dividing H: query head h
-    reads K/V head h // (H // KV) (grouped-query; KV == 1 is multi-query; KV == H is plain
-    multi-head). The scores go through, in this order:
-
-        s = Q K^T * scale              (scale defaults to 1/sqrt(d))
-        s = softcap * tanh(s / softcap) (soft-capping, when given)
-        s = s + bias                   (an additive bias such as ALiBi, broadcast to [..., H, Lq, Lk])
-        s = -inf where ``mask`` is False (bool, broadcast to [..., H, Lq, Lk], True = may attend)
-        w = softmax(s) over keys       (a row with no key left gets zeros, never NaN)
-        w = dropout(w)                 (a probability, or a module honouring its train/eval mode)
-
-    Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives
-    each stage under its ``Intermediates`` name: scores, scaled, capped, bias, masked, weights, context.
-    Half-precision inputs take their softmax in float32, as transformers' eager attention does.
-    """
-    kv_heads = k.shape[-3]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
-    shape = (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), q.shape[-3], q.shape[-2], k.shape[-2])
-    copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(shape, max(q.element_size(), 4), copies, "the attention weights", q.device)
-    scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
-    scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
-    if keep is not None:
-        keep["scores"] = scores
-    scores = scores * scale
-    if keep is not None:
-        keep["scaled"] = scores
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-        if keep is not None:
-            keep["capped"] = scores
-    if bias is not None:
-        if keep is not None:
-            keep["bias"] = torch.broadcast_to(bias, scores.shape)
-        scores = scores + bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    if keep is not None:
-        keep["masked"] = scores
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else None)
-    # a row whose keys were all removed is all -inf: softmax gives NaN, the row attends to nothing
-    weights = weights.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0).to(q.dtype)
-    weights = _apply_dropout(weights, dropout)
-    if keep is not None:
-        keep["weights"] = weights
-    wg = rearrange(weights, "... (kv g) q k -> ... kv g q k", kv=kv_heads)
-    context = torch.matmul(wg, v.unsqueeze(-3))  # [..., KV, G, Lq, d_v]
-    context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
-    if keep is not None:
-        keep["context"] = context
-    return context, weights
-
-
-def attend_heads(
+def attention_core(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
     *,
     scale: float,
+    softcap: float | None = None,
+    alibi: bool = False,
+    window: int | None = None,
     dropout: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    timer=NULL_TIMER,
     keep: Keep | None = None,
+    timer=NULL_TIMER,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The per-head core, timed stage by stage: q [B, H, Lq, d], k/v [B, H, Lk, d] -> (context, weights).
-
-    ``scale`` is the factor still to apply to Q K^T (1.0 when the caller folded it into q).
-    With ``keep`` every stage's matrix is stored unmodified: scores, scaled, masked (-inf where
-    masked), weights, context. Untimed CPU inference without ``keep`` or dropout takes the
-    blocked fast path (its stages interleave block by block, so a real timer gets the
-    stage-by-stage reference path).
-    """
-    fast = dropout is None and keep is None and isinstance(timer, NullTimer) and _fast_path_ok(q, k, v, mask)
-    # the fast path fills one weights buffer; the reference path holds scores and weights, the
-    # dropout noise and its output, and the kept stages
-    copies = 1 if fast else 2 + (dropout is not None) * 2 + (keep is not None) * 4
-    _check_matrix_size(_score_shape(q, k), q.element_size(), copies, "the attention weights", q.device)
-    if fast:
-        return _blocked_attention(q, k, v, mask, scale)
-    grad = torch.is_grad_enabled() and q.requires_grad
-    with timer.stage("scores"):
-        scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, Lq, Lk]
-        if keep is not None:
-            keep["scores"] = scores.clone()
-        if scale != 1.0:
-            scores = scores * scale if grad else scores.mul_(scale)
-        if keep is not None:
-            keep["scaled"] = scores.clone()
-    with timer.stage("mask+softmax"):
-        if keep is not None:
-            keep["masked"] = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = masked_softmax(scores, mask, inplace=not grad and keep is None)
-        if dropout is not None:
-            weights = dropout(weights)
-        if keep is not None:
-            keep["weights"] = weights
-    with timer.stage("weighted sum"):
-        context = torch.matmul(weights, v)  # [B, H, Lq, d]
-        if keep is not None:
-            keep["context"] = context
-    return context, weights
-
-
-def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Accept [Lq, Lk], [B, Lq, Lk] or [B, 1|H, Lq, Lk] masks: make a 3-D one broadcast over heads."""
-    if mask is not None and mask.dim() == 3:
-        return mask[:, None]  # [B, Lq, Lk] -> [B, 1, Lq, Lk]
-    return mask
+    """q [B, H, Lq, d], k/v [B, KV, Lk, d] -> (context, weights): the fast path for inference on
+    the CPU, the reference ``attend`` for gradients, dropout, intermediates, other devices and
+    small inputs. ``mask`` bool broadcastable to [B, H, Lq, Lk]; ``window`` W keeps |i - j| < W;
+    ``alibi`` adds -slope_h |i - j|."""
+    heads, lq, lk = q.shape[-3], q.shape[-2], k.shape[-2]
+    if dropout is None and keep is None and _fast_path_ok(q, k, v, mask):
+        # the fast path fills one weights buffer (the reference path checks its own copies)
+        _check_matrix_size(_score_shape(q, k, heads), q.element_size(), 1, "the attention weights", q.device)
+        slopes = tuple(float(s) for s in alibi_slopes(heads)) if alibi else None
+        return _blocked_attention(q, k, v, mask, scale, softcap=softcap, slopes=slopes, window=window, timer=timer)
+    if window is not None:
+        band = window_mask(lq, lk, window, device=q.device)
+        mask = band if mask is None else mask & band
+    bias = alibi_bias(heads, lq, lk, dtype=q.dtype, device=q.device) if alibi else None
+    return attend(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=dropout, keep=keep, timer=timer)
 
 
 def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> None:
@@ -390,8 +336,11 @@ def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> Non
     require_free_memory(need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims")
 
 
-def _score_shape(q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...]:
-    """[..., Lq, Lk]: the shape of the scores of q [..., Lq, d] against k [..., Lk, d]."""
+def _score_shape(q: torch.Tensor, k: torch.Tensor, heads: int | None = None) -> tuple[int, ...]:
+    """[..., Lq, Lk]: the shape of the scores of q [..., Lq, d] against k [..., Lk, d] (with
+    ``heads`` query heads over grouped K/V heads: [..., H, Lq, Lk])."""
+    if heads is not None:
+        return (*torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]), heads, q.shape[-2], k.shape[-2])
     return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
 
 
@@ -404,7 +353,94 @@ def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str
                         device=str(device))
 
 
-class SingleHeadAttention(nn.Module):
+def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Accept [Lq, Lk], [B, Lq, Lk] or [B, 1|H, Lq, Lk] masks: make a 3-D one broadcast over heads."""
+    if mask is not None and mask.dim() == 3:
+        return mask[:, None]  # [B, Lq, Lk] -> [B, 1, Lq, Lk]
+    return mask
+
+
+# --- the layers ---------------------------------------------------------------------------------
+
+@dataclass
+class Projections:
+    """A layer's projected heads: q [B, H, Lq, d] and k/v [B, KV, Lk, d], rotated under RoPE
+    (``q_raw``/``k_raw`` before the rotation, else None); ``scale`` is what is still to apply to
+    Q K^T (1.0 when the projection folded it into Q)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scale: float
+    q_raw: torch.Tensor | None = None
+    k_raw: torch.Tensor | None = None
+
+
+class _AttentionLayer(nn.Module):
+    """What both layers share: project (+ RoPE), attend, finish. Subclasses define the Linear
+    layers, ``heads``/``kv_heads``/``head_dim`` and ``finish``."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    def _fused_weights(self, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[Wq * scale; Wk; Wv] and the matching bias: one GEMM for Q, K and V."""
+        weight = torch.cat([self.q_proj.weight * scale, self.k_proj.weight, self.v_proj.weight])
+        bias = None
+        if self.q_proj.bias is not None:
+            bias = torch.cat([self.q_proj.bias * scale, self.k_proj.bias, self.v_proj.bias])
+        return weight, bias
+
+    def _can_fold(self, query, key, value) -> bool:
+        return (key is query and value is query and _no_grad_needed(query)
+                and not any(p.requires_grad and torch.is_grad_enabled() for p in self.parameters()))
+
+    def project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scale: float,
+                rope: bool = False, fold: bool = True) -> Projections:
+        """Q [B, H, Lq, d], K/V [B, KV, Lk, d]; self-attention inference (``fold`` and nothing
+        needing a gradient) takes one GEMM with the scale folded into Q. RoPE rotates Q and K by
+        their own positions 0..L-1, per head."""
+        split = "b l (h d) -> b h l d"
+        if fold and self._can_fold(query, key, value):
+            weight, bias = self._fused_weights(scale)
+            qkv = _linear(query, self.q_proj, weight, bias)  # [B, L, (H + 2 KV) d]
+            width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+            q, k, v = qkv.split([width, kv_width, kv_width], dim=-1)
+            scale = 1.0
+        else:
+            q, k, v = _linear(query, self.q_proj), _linear(key, self.k_proj), _linear(value, self.v_proj)
+        q = rearrange(q, split, h=self.heads)
+        k, v = (rearrange(t, split, h=self.kv_heads) for t in (k, v))
+        if not rope:
+            return Projections(q, k, v, scale)
+        cos_q, sin_q = rope_cos_sin(q.shape[-2], self.head_dim, dtype=q.dtype, device=q.device)
+        cos_k, sin_k = rope_cos_sin(k.shape[-2], self.head_dim, dtype=k.dtype, device=k.device)
+        return Projections(apply_rope(q, cos_q, sin_q), apply_rope(k, cos_k, sin_k), v, scale, q_raw=q, k_raw=k)
+
+    def _forward(self, query, key, value, mask, *, scale, softcap, position, window, head_mask, timer, keep):
+        if position not in LAYER_POSITIONS:
+            raise ValueError(f"a layer's position is one of {', '.join(LAYER_POSITIONS)}, got {position!r}")
+        scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
+        with timer.stage("projections"):
+            proj = self.project(query, key, value, scale=scale, rope=position == "rope", fold=keep is None)
+        if keep is not None:
+            keep.update(q=proj.q, k=proj.k, v=proj.v)
+            if proj.q_raw is not None:
+                keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
+        dropout = self.dropout if getattr(self, "dropout", None) is not None and self.training and self.dropout.p > 0 else None
+        context, weights = attention_core(
+            proj.q, proj.k, proj.v, _broadcast_mask(mask), scale=proj.scale, softcap=softcap,
+            alibi=position == "alibi", window=window, dropout=dropout, keep=keep, timer=timer,
+        )
+        with timer.stage("output projection"):
+            output = self.finish(context, head_mask)
+        if keep is not None:
+            keep["output"] = output
+        return output, weights
+
+
+class SingleHeadAttention(_AttentionLayer):
     """One head: three Linear layers (embed_dim -> hidden_dim), softmax(Q K^T / sqrt(hidden_dim)) V."""
 
     def __init__(self, embed_dim: int, hidden_dim: int, bias: bool = True):
@@ -414,64 +450,63 @@ class SingleHeadAttention(nn.Module):
         boolean("bias", bias)
         _check_layer_size(f"SingleHeadAttention({embed_dim:,}, {hidden_dim:,})", 3, embed_dim, hidden_dim)
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
+        self.heads, self.kv_heads, self.head_dim = 1, 1, hidden_dim
         self.q_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, hidden_dim, bias=bias)
+        self.dropout = None
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        *,
-        scale: float | None = None,
-        timer=NULL_TIMER,
-        keep: Keep | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def finish(self, context: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """context [B, 1, L, hidden] -> output [B, L, hidden]: one head has nothing to merge."""
+        if head_mask is not None:
+            context = context * head_mask.to(context.dtype)[:, None, None]
+        return rearrange(context, "b 1 l d -> b l d")
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, scale: float | None = None,
+                softcap: float | None = None, position: str = "none", window: int | None = None,
+                timer=NULL_TIMER, keep: Keep | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, embed_dim] -> (output [B, L, hidden_dim], weights [B, L, L])."""
-        scale = 1.0 / math.sqrt(self.hidden_dim) if scale is None else float(scale)
-        with timer.stage("projections"):
-            q, k, v = (rearrange(_linear(x, p), "b l d -> b 1 l d") for p in (self.q_proj, self.k_proj, self.v_proj))
-        if keep is not None:
-            keep.update(q=q, k=k, v=v)
-        context, weights = attend_heads(q, k, v, _broadcast_mask(mask), scale=scale, timer=timer, keep=keep)
-        with timer.stage("merge+output projection"):
-            output = rearrange(context, "b 1 l d -> b l d")
+        output, weights = self._forward(x, x, x, mask, scale=scale, softcap=softcap, position=position,
+                                        window=window, head_mask=None, timer=timer, keep=keep)
         return output, rearrange(weights, "b 1 q k -> b q k")
 
 
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention with four Linear layers (q_proj, k_proj, v_proj, out_proj: E -> E).
+class MultiHeadAttention(_AttentionLayer):
+    """Multi-head attention with four Linear layers (q_proj, k_proj, v_proj, out_proj).
 
     Project, split the last axis into heads (``b l (h d) -> b h l d``), attend per head with
-    d = E / H, merge back (``b h l d -> b l (h d)``), then the output projection.
+    d = E / H, merge back (``b h l d -> b l (h d)``), then the output projection. With
+    ``kv_heads`` KV < H the K and V projections shrink to KV heads (E -> KV d) that groups of
+    H / KV query heads share (grouped-query attention; KV = 1 is multi-query).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 *, kv_heads: int | None = None):
         super().__init__()
         whole_number("embed_dim", embed_dim)
         whole_number("num_heads", num_heads)
+        kv_heads = num_heads if kv_heads is None else whole_number("kv_heads", kv_heads)
         real_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
         boolean("bias", bias)
         if embed_dim % num_heads:
-            raise ConfigError(f"{num_heads} heads do not divide embed_dim {embed_dim}")
+            raise ConfigError(f"{num_heads} heads do not divide embed_dim {embed_dim}", field="num_heads")
+        if num_heads % kv_heads:
+            raise ConfigError(f"{kv_heads} key/value heads do not divide {num_heads} query heads", field="kv_heads")
         _check_layer_size(f"MultiHeadAttention({embed_dim:,}, {num_heads:,})", 4, embed_dim, embed_dim)
-        self.embed_dim, self.num_heads = embed_dim, num_heads
-        self.head_dim = embed_dim // num_heads
+        self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
+        self.heads, self.head_dim = num_heads, embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def _fused_qkv(self, x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention inference: one GEMM for Q, K and V, with the score scale folded into Q."""
-        weight = torch.cat([self.q_proj.weight * scale, self.k_proj.weight, self.v_proj.weight])  # [3E, E]
-        bias = None
-        if self.q_proj.bias is not None:
-            bias = torch.cat([self.q_proj.bias * scale, self.k_proj.bias, self.v_proj.bias])
-        qkv = _linear(x, self.q_proj, weight, bias)  # [B, L, 3E]
-        q, k, v = rearrange(qkv, "b l (three h d) -> three b h l d", three=3, h=self.num_heads)
-        return q, k, v
+    def finish(self, context: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """context [B, H, L, d] -> output [B, L, E]: ``head_mask`` [H] scales each head (0 ablates
+        it), then the merge and the output projection."""
+        if head_mask is not None:
+            context = context * head_mask.to(context.dtype)[:, None, None]  # [H] -> [H, 1, 1]
+        return _linear(rearrange(context, "b h l d -> b l (h d)"), self.out_proj)
 
     def forward(
         self,
@@ -481,6 +516,9 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         scale: float | None = None,
+        softcap: float | None = None,
+        position: str = "none",
+        window: int | None = None,
         head_mask: torch.Tensor | None = None,
         timer=NULL_TIMER,
         keep: Keep | None = None,
@@ -488,35 +526,18 @@ class MultiHeadAttention(nn.Module):
         """query [B, Lq, E], key/value [B, Lk, E] (default: query, i.e. self-attention).
 
         mask: bool broadcastable to [B, H, Lq, Lk] (or [B, Lq, Lk]), True = may attend.
+        ``position`` "rope" rotates Q and K, "alibi" adds -slope_h |i - j| to the scores;
+        ``window`` W keeps |i - j| < W; ``softcap`` C caps the scores at C tanh(s / C).
         head_mask: [H] factors on each head's context before the merge (0 ablates a head).
         Returns (output [B, Lq, E], weights [B, H, Lq, Lk]).
         """
         key = query if key is None else key
         value = key if value is None else value
-        scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
-        fold = (
-            key is query and value is query and keep is None
-            and not (torch.is_grad_enabled() and query.requires_grad)
-            and not any(p.requires_grad and torch.is_grad_enabled() for p in self.parameters())
-        )
-        with timer.stage("projections"):
-            if fold:
-                q, k, v = self._fused_qkv(query, scale)
-            else:
-                split = "b l (h d) -> b h l d"
-                q = rearrange(_linear(query, self.q_proj), split, h=self.num_heads)
-                k = rearrange(_linear(key, self.k_proj), split, h=self.num_heads)
-                v = rearrange(_linear(value, self.v_proj), split, h=self.num_heads)
-        if keep is not None:
-            keep.update(q=q, k=k, v=v)
-        dropout = self.dropout if self.training and self.dropout.p > 0 else None
-        context, weights = attend_heads(
-            q, k, v, _broadcast_mask(mask), scale=1.0 if fold else scale, dropout=dropout, timer=timer, keep=keep
-        )
-        with timer.stage("merge+output projection"):
-            if head_mask is not None:
-                context = context * head_mask.to(context.dtype)[:, None, None]  # [H] -> [H, 1, 1]
-            output = _linear(rearrange(context, "b h l d -> b l (h d)"), self.out_proj)
-        if keep is not None:
-            keep["output"] = output
-        return output, weights
+        return self._forward(query, key, value, mask, scale=scale, softcap=softcap, position=position,
+                             window=window, head_mask=head_mask, timer=timer, keep=keep)
+
+
+__all__ = [
+    "BLOCK_BYTES", "FAST_PATH_MIN_ELEMENTS", "MultiHeadAttention", "Projections", "SingleHeadAttention",
+    "attend", "attention_core", "masked_softmax", "scaled_dot_product_attention",
+]

@@ -1,141 +1,40 @@
-"""Query-blocked attention: the same numbers as the full path, with a score buffer of block x Lk.
+"""Long runs: the same numbers as the full path, with a score buffer of one block of rows.
 
-The full path materialises [H, Lq, Lk] scores and weights at once (8 heads x 16k tokens: 8 GiB).
-Here queries go through in blocks of ``block_rows``; for each block and head the weights row
-block [b, Lk] is computed exactly as the full path computes it (Q K^T, scale, masked softmax),
-used for the weighted sum, handed to a *sink* (which stores it or folds it into a display
-pyramid) and dropped. The mask is never built as an [Lq, Lk] matrix either: ``MaskSpec`` makes
-each block's rows on the fly.
+The full path materialises [H, Lq, Lk] weights at once (8 heads x 16k tokens: 8 GiB). Here the
+fast path (``fastpath.fast_attention``) hands each block's exact weights [b, keys] to a *sink*
+(which stores them or folds them into a display pyramid) and drops them. The mask is never built
+as an [Lq, Lk] matrix either: ``MaskSpec`` makes each block's rows on the fly, and a sliding
+window visits only its band of keys (O(L W) work and nothing stored outside the band).
 
 ``ExactAttention`` keeps the projected Q and K (O(L x E) memory) and recomputes any rows or
-cells on demand with the very same function, so hover read-outs are exact weights.
+cells on demand with the very same block function, so hover read-outs are exact weights.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 import torch
 
-from .attention import masked_softmax
-from .errors import Cancelled, ConfigError
+from .errors import ConfigError
+from .fastpath import Scoring, SpecRule, WeightsSink, block_weights, fast_attention
+from .masks import MaskSpec
 from .timing import NULL_TIMER
-
-MEAN = "mean"  # the head argument meaning "mean over heads" (the heatmap panel's convention)
-
-
-@dataclass(frozen=True)
-class MaskSpec:
-    """A run's mask without its [Lq, Lk] matrix: which keys are real tokens, and causality.
-
-    ``key_valid`` [Lk] bool (None = every key is real); ``causal``: query i sees keys 0..i.
-    True = may attend, as everywhere in attndesk.
-    """
-
-    lq: int
-    lk: int
-    key_valid: torch.Tensor | None = None
-    causal: bool = False
-
-    @property
-    def is_none(self) -> bool:
-        return self.key_valid is None and not self.causal
-
-    def rows(self, q0: int, q1: int) -> torch.Tensor | None:
-        """The mask rows of queries q0..q1-1: [q1-q0, Lk] (or [1, Lk] when rows do not differ)."""
-        mask = None if self.key_valid is None else self.key_valid[None, :]  # [1, Lk]
-        if self.causal:
-            device = self.key_valid.device if self.key_valid is not None else None
-            qi = torch.arange(q0, q1, device=device)[:, None]  # [b, 1]
-            ki = torch.arange(self.lk, device=device)[None, :]  # [1, Lk]
-            causal = ki <= qi  # [b, Lk]
-            mask = causal if mask is None else causal & mask
-        return mask
-
-    def allowed(self, q: int, k: int) -> bool:
-        """May query q attend to key k?"""
-        if self.causal and k > q:
-            return False
-        return self.key_valid is None or bool(self.key_valid[k])
-
-    def to_numpy(self) -> np.ndarray | None:
-        """The full [Lq, Lk] bool matrix (only for small runs); a broadcast view for padding alone."""
-        if self.is_none:
-            return None
-        if not self.causal:
-            return np.broadcast_to(self.key_valid.cpu().numpy()[None, :], (self.lq, self.lk))
-        return self.rows(0, self.lq).cpu().numpy()
-
-    def tile_all_masked(self, factor: int) -> np.ndarray | None:
-        """[ceil(Lq/f), ceil(Lk/f)] bool: True where every cell of the f x f tile is masked.
-
-        Worked out from the key vector and the diagonal, never from the full matrix.
-        """
-        if self.is_none:
-            return None
-        rows, cols = -(-self.lq // factor), -(-self.lk // factor)
-        out = np.zeros((rows, cols), dtype=np.bool_)
-        if self.key_valid is not None:
-            valid = self.key_valid.cpu().numpy()
-            padded = np.zeros(cols * factor, dtype=np.bool_)
-            padded[: self.lk] = valid
-            col_dead = ~padded.reshape(cols, factor).any(axis=1)  # [C]: no real key in the tile
-            out |= col_dead[None, :]
-        if self.causal:
-            # a tile is wholly above the diagonal when its first key comes after its last query
-            first_key = np.arange(cols) * factor  # [C]
-            last_query = np.minimum((np.arange(rows) + 1) * factor, self.lq) - 1  # [R]
-            out |= first_key[None, :] > last_query[:, None]
-        return out
-
-
-def attention_rows(q: torch.Tensor, k: torch.Tensor, mask_rows: torch.Tensor | None, *, scale: float) -> torch.Tensor:
-    """Exact weights of some query rows: q [..., b, d], k [..., Lk, d] -> [..., b, Lk].
-
-    The same operations, in the same order, as ``attention.attend_heads`` (Q K^T, the scale,
-    the masked softmax), so a block equals the matching rows of the full matrix.
-    """
-    scores = torch.matmul(q, k.transpose(-2, -1))  # [..., b, Lk]
-    if scale != 1.0:
-        scores.mul_(scale)
-    return masked_softmax(scores, mask_rows, inplace=True)
-
-
-def _masked_softmax_into(scores: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-    """``attention.masked_softmax`` (the same operations, so the same numbers) writing into a
-    reused buffer: a fresh [block, Lk] tensor per head and block would page-fault every time."""
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
-    torch.softmax(scores, dim=-1, out=out)
-    if mask is not None:
-        row_has_key = mask.any(dim=-1, keepdim=True)  # [b or 1, 1]
-        if not bool(row_has_key.all()):
-            out.masked_fill_(~row_has_key, 0.0)  # softmax of an all -inf row is NaN: attend to nothing
-    return out
-
-
-class WeightsSink(Protocol):
-    """Receives each exact weights block once; keeps what it wants of it."""
-
-    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
-        """weights [b, Lk] of ``head`` for queries row0..row0+b-1."""
-
-    def end_block(self, row0: int, row1: int) -> None:
-        """Every head of queries row0..row1-1 has been added."""
+from .types import MEAN
 
 
 class FullSink:
-    """Stores every weight into an [H, Lq, Lk] numpy array (float32, or float16 to halve it)."""
+    """Stores every weight into an [H, Lq, Lk] numpy array (float32, or float16 to halve it);
+    cells no block reached (outside a window's band) stay zero."""
 
     def __init__(self, num_heads: int, lq: int, lk: int, dtype=np.float32):
-        self.weights = np.empty((num_heads, lq, lk), dtype=dtype)
+        self.weights = np.zeros((num_heads, lq, lk), dtype=dtype)  # calloc: untouched pages cost nothing
 
-    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
+    def add(self, head: int, row0: int, weights: torch.Tensor, col0: int = 0) -> None:
         block = weights.detach().to("cpu", torch.float32 if self.weights.dtype == np.float32 else torch.float16)
-        self.weights[head, row0 : row0 + block.shape[0]] = block.numpy()
+        b, w = block.shape
+        self.weights[head, row0 : row0 + b, col0 : col0 + w] = block.numpy()
 
     def end_block(self, row0: int, row1: int) -> None:
         return None
@@ -147,9 +46,9 @@ class TeeSink:
     def __init__(self, *sinks: WeightsSink):
         self.sinks = sinks
 
-    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
+    def add(self, head: int, row0: int, weights: torch.Tensor, col0: int = 0) -> None:
         for sink in self.sinks:
-            sink.add(head, row0, weights)
+            sink.add(head, row0, weights, col0)
 
     def end_block(self, row0: int, row1: int) -> None:
         for sink in self.sinks:
@@ -165,64 +64,44 @@ def blocked_attention(
     scale: float,
     block_rows: int,
     sink: WeightsSink | None = None,
+    softcap: float | None = None,
+    slopes: tuple[float, ...] | None = None,
+    align: int = 1,
     timer=NULL_TIMER,
     progress: Callable[[int, int, int, int], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
-    """Attention per head over query blocks: q [H, Lq, d], k [H, Lk, d], v [H, Lk, dv] -> context [H, Lq, dv].
+    """Attention over query blocks: q [H, Lq, d], k [KV, Lk, d], v [KV, Lk, dv] -> context [H, Lq, dv].
 
-    Live memory beyond the inputs and the context is one [block_rows, Lk] score buffer and its
-    softmax, both reused by every block (sinks must copy what they keep). ``timer`` accumulates the usual stages (scores, mask+softmax, weighted sum) over all
-    blocks; the sink's own time is added to ``timer.seconds["overview"]`` when the timer has seconds.
-    ``progress(block, blocks, head, heads)`` follows each head of each block; ``should_cancel`` is
-    polled before each one and raises ``Cancelled`` (within one block's time of the request).
+    Live memory beyond the inputs and the context is one [block_rows, keys] weights buffer,
+    reused by every block (sinks must copy what they keep); a block's keys are those ``mask``
+    lets it see, widened to multiples of ``align`` (the overview's tile side). ``softcap`` and
+    ALiBi ``slopes`` [H] act as in ``attention.attend``. ``timer`` accumulates "attention",
+    "weighted sum" and the sink's "overview" over all blocks. ``progress(block, blocks, head,
+    heads)`` follows each head of each block; ``should_cancel`` is polled before each one and
+    raises ``Cancelled`` (within one block's time of the request).
     """
     if block_rows < 1:
         raise ConfigError(f"block_rows must be at least 1, got {block_rows}")
-    heads, lq, _ = q.shape
-    lk = k.shape[1]
-    context = torch.empty((heads, lq, v.shape[-1]), dtype=v.dtype, device=v.device)  # [H, Lq, dv]
-    rows_max = min(block_rows, lq)
-    score_buf = torch.empty((rows_max, lk), dtype=q.dtype, device=q.device)  # reused by every block
-    weight_buf = torch.empty((rows_max, lk), dtype=q.dtype, device=q.device)
-    blocks = -(-lq // block_rows)
-    seconds = getattr(timer, "seconds", None)
-    for b, row0 in enumerate(range(0, lq, block_rows)):
-        row1 = min(row0 + block_rows, lq)
-        rows = mask.rows(row0, row1)
-        for h in range(heads):
-            if should_cancel is not None and should_cancel():
-                raise Cancelled("cancelled")
-            with timer.stage("scores"):
-                scores = torch.matmul(q[h, row0:row1], k[h].transpose(-2, -1), out=score_buf[: row1 - row0])  # [b, Lk]
-                if scale != 1.0:
-                    scores.mul_(scale)
-            with timer.stage("mask+softmax"):
-                weights = _masked_softmax_into(scores, rows, weight_buf[: row1 - row0])  # [b, Lk]
-            with timer.stage("weighted sum"):
-                torch.matmul(weights, v[h], out=context[h, row0:row1])
-            if sink is not None:
-                start = time.perf_counter()
-                sink.add(h, row0, weights)
-                if seconds is not None:
-                    seconds["overview"] = seconds.get("overview", 0.0) + time.perf_counter() - start
-            if progress is not None:
-                progress(b, blocks, h, heads)
-        if sink is not None:
-            start = time.perf_counter()
-            sink.end_block(row0, row1)
-            if seconds is not None:
-                seconds["overview"] = seconds.get("overview", 0.0) + time.perf_counter() - start
-    return context
+    scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
+    rule = SpecRule(mask, alibi=slopes is not None, fuse_keys=scoring.fusable, align=align, dtype=q.dtype)
+    context = fast_attention(q[None], k[None], v[None], rule, scoring, sink=sink, block_rows=min(block_rows, q.shape[1]),
+                             timer=timer, progress=progress, should_cancel=should_cancel)
+    return context[0]
 
 
 class ExactAttention:
     """Exact weights on demand from the kept projections: q [H, Lq, d] (scale folded in or not),
-    k [H, Lk, d] and the mask spec. Memory O((Lq + Lk) x E); one cell costs one row (Lk x d)."""
+    k [KV, Lk, d] (head h reads K head h // (H // KV)), the mask spec, the soft-cap and ALiBi
+    slopes. Memory O((Lq + Lk) x E); one cell costs one row (the keys its query may see x d)."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, mask: MaskSpec, *, scale: float, block_bytes: int = 32 * 2**20):
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, mask: MaskSpec, *, scale: float,
+                 softcap: float | None = None, slopes: tuple[float, ...] | None = None, block_bytes: int = 32 * 2**20):
         self.q, self.k, self.mask, self.scale = q, k, mask, float(scale)
+        self.scoring = Scoring(scale=self.scale, softcap=softcap, slopes=slopes)
         self.num_heads, self.lq, self.lk = int(q.shape[0]), int(q.shape[1]), int(k.shape[1])
+        self.groups = self.num_heads // int(k.shape[0])
+        self._rule = SpecRule(mask, alibi=slopes is not None, fuse_keys=self.scoring.fusable, dtype=q.dtype)
         self._block_rows = max(1, block_bytes // max(1, self.lk * 4 * self.num_heads))
 
     @property
@@ -236,13 +115,18 @@ class ExactAttention:
             raise IndexError(f"query rows {q0}:{q1} out of range 0:{self.lq}")
 
     def _rows(self, head, q0: int, q1: int) -> torch.Tensor:
-        """[q1-q0, Lk] weights of one head (or their mean over heads) in the compute dtype."""
-        rows = self.mask.rows(q0, q1)
+        """[q1-q0, Lk] weights of one head (or their mean over heads) in the compute dtype,
+        through the fast path's own block function (zeros outside the keys the rows may see)."""
+        heads = range(self.num_heads) if head == MEAN else [int(head)]
+        out = torch.zeros((q1 - q0, self.lk), dtype=self.q.dtype, device=self.q.device)
+        if q1 == q0:
+            return out
         with torch.inference_mode():
-            if head == MEAN:
-                w = attention_rows(self.q[:, q0:q1], self.k, rows, scale=self.scale)  # [H, b, Lk]
-                return w.mean(dim=0)
-            return attention_rows(self.q[int(head), q0:q1], self.k[int(head)], rows, scale=self.scale)
+            blk = self._rule.block(0, q0, q1)
+            for h in heads:
+                w = block_weights(self.q[h, q0:q1], self.k[h // self.groups, blk.k0:blk.k1], blk, h, self.scoring)
+                out[:, blk.k0:blk.k1] += w
+        return out / len(heads) if head == MEAN else out
 
     def value(self, head, q: int, k: int) -> float:
         """The exact weight of one cell: ``head`` an int or ``"mean"`` (mean over heads)."""

@@ -14,95 +14,23 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .alibi import alibi_bias
 from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
-from .masks import build_mask
-from .memory import estimate_run, format_bytes, largest_fitting, require_free_memory
+from .masks import build_mask, window_mask
+from .memory import estimate_run, format_bytes, largest_fitting
 from .pipeline import build_model, run_attention
 from .positional import sinusoidal_encoding
+from .rope import rope
 from .result import AttentionResult
 from .statistics import head_statistics
 from .tokenizer import PAD_ID, WordTokenizer
 from .tutorial import EXPLANATION as TUTORIAL_EXPLANATION
-from .tutorial import TutorialEffect, tutorial_effect
-
-
-class ComparisonError(ValueError):
-    """A and B cannot be compared cell by cell; the message says why and what to change."""
-
-
-# --- B - A ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ResultDiff:
-    """``diff`` = B - A exactly (float64 of the stored values), cell by cell."""
-
-    a: np.ndarray
-    b: np.ndarray
-    diff: np.ndarray
-    max_abs: float
-    argmax: tuple[int, ...]  # index of the largest |difference| (first one on ties)
-    what: str  # which array: "weights", "output", or an intermediate's name
-    notes: tuple[str, ...] = ()
-
-
-def _describe(shape: tuple[int, ...], what: str) -> str:
-    if what == "weights" and len(shape) == 3:
-        return f"{shape[0]} head(s) x {shape[1]} queries x {shape[2]} keys"
-    return " x ".join(map(str, shape))
-
-
-def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> ResultDiff:
-    """B - A of two same-shaped arrays; a ComparisonError names both shapes otherwise."""
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.shape != b.shape:
-        hint = ""
-        if what == "weights" and a.ndim == b.ndim == 3:
-            if a.shape[0] != b.shape[0]:
-                hint = f": set the heads back to {a.shape[0]}, or pin B as the new A"
-            elif a.shape[1:] != b.shape[1:]:
-                hint = ": the texts have different token counts; match them (or pad both to one length), or pin again"
-        raise ComparisonError(
-            f"cannot compare {what}: A is {_describe(a.shape, what)}, B is {_describe(b.shape, what)}{hint}"
-        )
-    try:  # B - A and |B - A| in float64: four times float32 weights
-        require_free_memory(16 * a.size, f"B - A of {what} ({_describe(a.shape, what)})",
-                            "compare shorter texts or fewer heads")
-    except ConfigError as exc:
-        raise ComparisonError(str(exc)) from None
-    # float64 of float32 values: the subtraction is exact for weights in [0, 1]
-    with np.errstate(invalid="ignore"):  # -inf - -inf (a cell masked in both) is NaN: no difference to show
-        diff = np.subtract(b, a, dtype=np.float64)
-    finite = np.where(np.isfinite(diff), np.abs(diff), 0.0)
-    if diff.size:
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(finite)), diff.shape))
-        max_abs = float(finite[idx])
-    else:
-        idx, max_abs = (), 0.0
-    return ResultDiff(a=a, b=b, diff=diff, max_abs=max_abs, argmax=idx, what=what, notes=tuple(notes))
-
-
-def _array(result: AttentionResult, what: str) -> np.ndarray:
-    if what in ("weights", "output"):
-        return getattr(result, what)
-    if result.intermediates is None or what not in result.intermediates:
-        raise ComparisonError(f"cannot compare {what}: the result kept no such intermediate")
-    return result.intermediates[what]
-
-
-def diff_results(a: AttentionResult, b: AttentionResult, what: str = "weights") -> ResultDiff:
-    """B - A of two results' ``what`` (weights by default). Different shapes are a ComparisonError
-    with the reason; different tokens at the same length are compared position by position and
-    said so in ``notes``."""
-    notes = []
-    if list(a.tokens) != list(b.tokens) or list(a.keys) != list(b.keys):
-        first = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y), None)
-        where = f" (first at position {first}: {a.tokens[first]!r} vs {b.tokens[first]!r})" if first is not None else ""
-        notes.append(f"A and B have different tokens{where}: cells are compared position by position")
-    return diff_arrays(_array(a, what), _array(b, what), what, tuple(notes))
+from .tutorial import tutorial_effect
+from .diff import ComparisonError, ResultDiff, TeachingComparison, out_projection, diff_arrays, diff_results
+from .variant_compare import VARIANT_KINDS, variant_comparison
 
 
 # --- one-click teaching comparisons ---------------------------------------------------------
@@ -112,19 +40,6 @@ TEACHING_KINDS = {
     "masked": "masked vs unmasked",
     "tutorial": "padding mask vs the tutorial's variant (a bug)",
 }
-
-
-@dataclass
-class TeachingComparison:
-    kind: str
-    title: str
-    a: AttentionResult
-    b: AttentionResult
-    a_label: str
-    b_label: str
-    diff: ResultDiff
-    explanation: str
-    effect: TutorialEffect | None = None
 
 
 def _mean_entropy(result: AttentionResult) -> float:
@@ -175,33 +90,30 @@ def _padded_length(config: AttentionConfig, text: str) -> int:
     return n + max(2, n // 2)  # pad so the mask has something to do
 
 
-def _out_projection(config: AttentionConfig, context: np.ndarray) -> np.ndarray:
-    """context [H, L, d] -> [L, E] through the same seeded model's output projection."""
-    device = resolve_device(config.device)
-    model = build_model(config, device)
-    ctx = torch.as_tensor(context, device=device).to(config.torch_dtype)
-    with torch.inference_mode():
-        if config.num_heads == 1:
-            out = rearrange(ctx, "1 l d -> l d")
-        else:
-            out = model.attention.out_proj(rearrange(ctx, "h l d -> l (h d)"))
-    return out.float().cpu().numpy()
+def _softmax_input(inter) -> np.ndarray:
+    """[H, L, Lk] scores as they enter the masking: scaled, soft-capped, plus any bias."""
+    scores = inter.capped if inter.capped is not None else inter.scaled
+    return scores if inter.bias is None else scores + inter.bias
 
 
 def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
-    cfg = config.replace(mask="padding", pad_to=_padded_length(config, text), dropout=0.0)
+    # the point is the padding mask: a window would mask cells the tutorial's variant cannot
+    cfg = config.replace(mask="padding", pad_to=_padded_length(config, text), dropout=0.0, window=None)
     a = run_attention(cfg, text, keep_intermediates=True)
     # The variant acts on the same scores (this run's, scaled as configured) in the run's dtype.
-    scores = torch.as_tensor(a.intermediates["scaled"]).to(cfg.torch_dtype)  # [H, L, L]
+    scores = torch.as_tensor(_softmax_input(a.intermediates)).to(cfg.torch_dtype)  # [H, L, L]
     effect = tutorial_effect(scores, torch.as_tensor(a.token_ids))
     weights = effect.tutorial[0].float().numpy()  # [H, L, L]
-    context = np.einsum("hqk,hkd->hqd", weights, a.intermediates["v"])
+    v = np.repeat(a.intermediates.v, cfg.num_heads // cfg.num_kv_heads, axis=0)  # [KV, L, d] -> [H, L, d]
+    context = np.einsum("hqk,hkd->hqd", weights, v)
     b = dataclasses.replace(
-        a, weights=weights, output=_out_projection(cfg, context), intermediates=None,
+        a, weights=weights, output=out_projection(cfg, context), intermediates=None,
         mask=None,  # the variant masks no cell: views must not hatch its padded keys
-        extra={**a.extra, "variant": "tutorial: attention_prob += mask * -1e5, mask [B, 1, L, 1]"},
+        notices=[*a.notices, "tutorial's variant: attention_prob += mask * -1e5, mask [B, 1, L, 1]"],
     )
     explanation = TUTORIAL_EXPLANATION + "\n" + effect.summary()
+    if config.window is not None:
+        explanation += f"\n(the window of {config.window} is off on both sides: only the padding mask is compared)"
     if not config.scaled:
         explanation += "\n(the tutorial itself never scales by sqrt(d_k); both sides here use this run's scores)"
     return TeachingComparison(
@@ -211,16 +123,19 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
 
 
 def teaching_comparison(kind: str, config: AttentionConfig, text: str) -> TeachingComparison:
-    """Run one of TEACHING_KINDS for ``config`` and ``text``: A, B, B - A and what it shows.
-    Qt-free and thread-safe like run_attention (run it in the worker)."""
+    """Run one of TEACHING_KINDS (or VARIANT_KINDS) for ``config`` and ``text``: A, B, B - A and
+    what it shows. Qt-free and thread-safe like run_attention (run it in the worker)."""
     config.validate()
-    if kind not in TEACHING_KINDS:
-        raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join(TEACHING_KINDS)}")
+    if kind not in TEACHING_KINDS and kind not in VARIANT_KINDS:
+        raise ConfigError(f"unknown comparison {kind!r}; choose one of: {', '.join([*TEACHING_KINDS, *VARIANT_KINDS])}")
     if text_argument("text", text):
         length = len(WordTokenizer(config.vocab_size).split(text))
         length = _padded_length(config, text) if kind == "tutorial" else max(length, config.pad_to or 0)
         # A and B whole (float32), B - A and |B - A| (float64), beside one run's peak
-        _check_full_size(config, length, 4 + 16, f"the {TEACHING_KINDS[kind]} comparison")
+        title = TEACHING_KINDS.get(kind) or VARIANT_KINDS[kind]
+        _check_full_size(config, length, 4 + 16, f"the {title} comparison")
+    if kind in VARIANT_KINDS:
+        return variant_comparison(kind, config, text)
     return {"scaled": _compare_scaled, "masked": _compare_masked, "tutorial": _compare_tutorial}[kind](config, text)
 
 
@@ -290,99 +205,125 @@ def _max_abs(ref: torch.Tensor, other: torch.Tensor, notes: list[str], name: str
     return float(d.max()) if d.numel() else 0.0
 
 
-def compare_implementations(config: AttentionConfig, text: str, *, repeats: int = 3) -> ImplementationComparison:
-    """The config's input (embeddings + positions, mask) through attndesk's attention layer,
-    F.scaled_dot_product_attention and nn.MultiheadAttention, all with the same projection weights,
-    in eval mode (no dropout). Timings cover projections, attention and the output projection."""
-    config.validate()
+def _layer_kwargs(config: AttentionConfig, scale: float) -> dict:
+    """The variant settings attndesk's layer takes per call."""
+    position = config.position if config.position in ("rope", "alibi") else "none"
+    return dict(scale=scale, softcap=config.softcap, position=position, window=config.window)
+
+
+def _sdpa_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch.Tensor | None, scale: float):
+    """The same layer on F.scaled_dot_product_attention: the layer's projections (+ RoPE), a
+    float mask carrying ALiBi's bias, grouped K/V heads through enable_gqa."""
+    heads, kv = config.num_heads, config.num_kv_heads
+    length = x.shape[1]
+    if config.window is not None:
+        band = window_mask(length, length, config.window, device=x.device)
+        mask = band if mask is None else mask & band
+    attn_mask = mask
+    if config.position == "alibi":
+        bias = alibi_bias(heads, length, dtype=x.dtype, device=x.device)[None]  # [1, H, L, L]
+        attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+
+    def call():
+        split = "b l (h d) -> b h l d"
+        q = rearrange(layer.q_proj(x), split, h=heads)
+        k, v = (rearrange(p(x), split, h=kv) for p in (layer.k_proj, layer.v_proj))
+        if config.position == "rope":
+            q, k = rope(q), rope(k)
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale, enable_gqa=kv != heads)
+        ctx = rearrange(ctx, "b h l d -> b l (h d)")
+        return ctx if heads == 1 else layer.out_proj(ctx)
+
+    return call
+
+
+def _torch_mha_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch.Tensor | None, scale: float):
+    """The same layer as an nn.MultiheadAttention, or the reason it cannot be one."""
+    plain = config.num_kv_heads == config.num_heads and config.position in ("sinusoidal", "none")
+    if config.num_heads == 1:
+        return None, ("nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
+                      "output projection, which nn.MultiheadAttention cannot express")
+    if not plain or config.softcap is not None:
+        return None, ("nn.MultiheadAttention skipped: it has no grouped K/V heads, RoPE, ALiBi or soft-cap "
+                      "(F.scaled_dot_product_attention does this comparison)")
+    length = x.shape[1]
+    mha = nn.MultiheadAttention(config.embed_dim, config.num_heads, bias=config.bias, batch_first=True,
+                                device=x.device, dtype=x.dtype).eval()
+    # nn.MultiheadAttention always divides by sqrt(d_k): fold the wanted scale into its Q weights
+    q_factor = scale * math.sqrt(config.head_dim)
+    mha.in_proj_weight.copy_(torch.cat([layer.q_proj.weight * q_factor, layer.k_proj.weight, layer.v_proj.weight]))
+    if config.bias:
+        mha.in_proj_bias.copy_(torch.cat([layer.q_proj.bias * q_factor, layer.k_proj.bias, layer.v_proj.bias]))
+        mha.out_proj.bias.copy_(layer.out_proj.bias)
+    mha.out_proj.weight.copy_(layer.out_proj.weight)
+    if config.window is not None:
+        band = window_mask(length, length, config.window, device=x.device)
+        mask = band if mask is None else mask & band
+    # its bool mask means the opposite: True = may NOT attend; [L, L]
+    blocked = None if mask is None else ~torch.broadcast_to(mask, (1, 1, length, length))[0, 0]
+    note = "unscaled: nn.MultiheadAttention's fixed 1/sqrt(d_k) is undone in its query weights" if not config.scaled else None
+    return (lambda: mha(x, x, x, attn_mask=blocked, need_weights=True, average_attn_weights=False)), note
+
+
+def _input_of(config: AttentionConfig, model, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The config's embedded input [1, L, E] (+ sinusoidal positions) and its mask."""
     if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")
     ids = WordTokenizer(config.vocab_size).encode(text, config.pad_to).ids
     if not ids:
         raise ConfigError("type some text to attend over: no tokens found")
     # attndesk's, SDPA's and nn.MultiheadAttention's weights and score buffers, beside one run's peak
-    item = config.torch_dtype.itemsize
-    _check_full_size(config, len(ids), 4 * item, "the comparison with PyTorch's implementations")
+    _check_full_size(config, len(ids), 4 * config.torch_dtype.itemsize, "the comparison with PyTorch's implementations")
+    id_t = torch.tensor([ids], device=model.embedding.weight.device)  # [1, L]
+    x = model.embedding(id_t)  # [1, L, E]
+    if config.position == "sinusoidal":
+        x = x + sinusoidal_encoding(len(ids), config.embed_dim, dtype=x.dtype, device=x.device)
+    return x, build_mask(config.mask, id_t, pad_id=PAD_ID)  # bool, True = may attend
+
+
+def compare_implementations(config: AttentionConfig, text: str, *, repeats: int = 3) -> ImplementationComparison:
+    """The config's input (embeddings + positions, mask) through attndesk's attention layer,
+    F.scaled_dot_product_attention and nn.MultiheadAttention, all with the same projection weights,
+    in eval mode (no dropout). Timings cover projections, attention and the output projection.
+    Variants go to each as far as it can express them (SDPA has no soft-cap; nn.MHA none at all)."""
+    config.validate()
     device = resolve_device(config.device)
     model = build_model(config, device)
     layer = model.attention
-    notes = []
-    if config.training and config.dropout > 0:
-        notes.append("compared in eval mode: dropout off for all three")
+    notes = ["compared in eval mode: dropout off for all three"] if config.training and config.dropout > 0 else []
     scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
-    heads = config.num_heads
     timings, out_diff, w_diff = {}, {}, {}
-
     with torch.inference_mode():
         was_training = layer.training
         layer.eval()
         try:
-            id_t = torch.tensor([ids], device=device)  # [1, L]
-            x = model.embedding(id_t)  # [1, L, E]
-            if config.positional:
-                x = x + sinusoidal_encoding(len(ids), config.embed_dim, dtype=x.dtype, device=device)
-            mask = build_mask(config.mask, id_t, pad_id=PAD_ID)  # bool, True = may attend
-            length = len(ids)
-
-            if heads == 1:
-                ours = lambda: layer(x, mask, scale=scale)  # noqa: E731
-            else:
-                ours = lambda: layer(x, mask=mask, scale=scale)  # noqa: E731
+            x, mask = _input_of(config, model, text)
+            ours = lambda: layer(x, mask=mask, **_layer_kwargs(config, scale))  # noqa: E731
             (ref_out, ref_w), timings[IMPLEMENTATIONS[0]] = _best_time(ours, repeats, device)
-            if heads == 1:
+            if config.num_heads == 1:
                 ref_w = ref_w[:, None]  # [B, L, L] -> [B, 1, L, L]
             out_diff[IMPLEMENTATIONS[0]], w_diff[IMPLEMENTATIONS[0]] = 0.0, 0.0
-
-            def sdpa():
-                split = "b l (h d) -> b h l d"
-                q = rearrange(layer.q_proj(x), split, h=heads)
-                k = rearrange(layer.k_proj(x), split, h=heads)
-                v = rearrange(layer.v_proj(x), split, h=heads)
-                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-                ctx = rearrange(ctx, "b h l d -> b l (h d)")
-                return ctx if heads == 1 else layer.out_proj(ctx)
-
-            out, timings[IMPLEMENTATIONS[1]] = _best_time(sdpa, repeats, device)
-            out_diff[IMPLEMENTATIONS[1]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[1])
-            w_diff[IMPLEMENTATIONS[1]] = None
-
-            if heads == 1:
-                notes.append(
-                    "nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
-                    "output projection, which nn.MultiheadAttention cannot express"
-                )
+            if config.softcap is not None:
+                notes.append("F.scaled_dot_product_attention skipped: it has no soft-cap")
             else:
-                mha = nn.MultiheadAttention(
-                    config.embed_dim, heads, bias=config.bias, batch_first=True, device=device, dtype=x.dtype
-                ).eval()
-                # nn.MultiheadAttention always divides by sqrt(d_k): fold the wanted scale into its Q weights
-                q_factor = scale * math.sqrt(config.head_dim)
-                mha.in_proj_weight.copy_(torch.cat([layer.q_proj.weight * q_factor, layer.k_proj.weight, layer.v_proj.weight]))
-                if config.bias:
-                    mha.in_proj_bias.copy_(torch.cat([layer.q_proj.bias * q_factor, layer.k_proj.bias, layer.v_proj.bias]))
-                    mha.out_proj.bias.copy_(layer.out_proj.bias)
-                mha.out_proj.weight.copy_(layer.out_proj.weight)
-                if not config.scaled:
-                    notes.append("unscaled: nn.MultiheadAttention's fixed 1/sqrt(d_k) is undone in its query weights")
-                # its bool mask means the opposite: True = may NOT attend; [L, L]
-                blocked = None if mask is None else ~torch.broadcast_to(mask, (1, 1, length, length))[0, 0]
-
-                def torch_mha():
-                    return mha(x, x, x, attn_mask=blocked, need_weights=True, average_attn_weights=False)
-
-                (out, w), timings[IMPLEMENTATIONS[2]] = _best_time(torch_mha, repeats, device)
+                out, timings[IMPLEMENTATIONS[1]] = _best_time(_sdpa_call(config, layer, x, mask, scale), repeats, device)
+                out_diff[IMPLEMENTATIONS[1]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[1])
+                w_diff[IMPLEMENTATIONS[1]] = None
+            call, note = _torch_mha_call(config, layer, x, mask, scale)
+            notes += [note] if note else []
+            if call is not None:
+                (out, w), timings[IMPLEMENTATIONS[2]] = _best_time(call, repeats, device)
                 out_diff[IMPLEMENTATIONS[2]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[2])
                 w_diff[IMPLEMENTATIONS[2]] = _max_abs(ref_w, w, notes, IMPLEMENTATIONS[2] + " weights")
         finally:
             layer.train(was_training)
-
     return ImplementationComparison(
-        timings=timings, max_abs_output=out_diff, max_abs_weights=w_diff, length=length,
+        timings=timings, max_abs_output=out_diff, max_abs_weights=w_diff, length=int(x.shape[1]),
         device=str(device), dtype=config.dtype, notes=notes,
     )
 
 
 __all__ = [
-    "ComparisonError", "IMPLEMENTATIONS", "ImplementationComparison", "ResultDiff", "TEACHING_KINDS",
+    "ComparisonError", "IMPLEMENTATIONS", "ImplementationComparison", "ResultDiff", "TEACHING_KINDS", "VARIANT_KINDS",
     "TeachingComparison", "compare_implementations", "diff_arrays", "diff_results", "teaching_comparison",
 ]

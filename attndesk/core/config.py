@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .checks import boolean, choice, real_number, whole_number
+from .checks import boolean, choice, real_number, shown, type_name, whole_number
 from .devices import DEVICE_NAMES, DTYPES, device_availability, available_devices
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 from .memory import check_length, check_parameters
 
 MASK_KINDS = ("none", "padding", "causal", "padding+causal")
+# where token order enters: added to the embeddings (sinusoidal), rotating Q and K (rope), a
+# distance penalty on the scores (alibi), or nowhere
+POSITIONS = ("sinusoidal", "rope", "alibi", "none")
 _WHOLE_FIELDS = ("embed_dim", "hidden_dim", "num_heads", "vocab_size")
-_FLAG_FIELDS = ("scaled", "positional", "training", "bias")
+_FLAG_FIELDS = ("scaled", "training", "bias")
 
 
 def divisors(n: int) -> list[int]:
@@ -50,6 +53,11 @@ class AttentionConfig:
 
     ``num_heads == 1`` is the single-head case (three Linear layers into ``hidden_dim``);
     more heads use the 4-Linear multi-head layer with ``embed_dim // num_heads`` per head.
+
+    Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
+    query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
+    sees key j only when |i - j| < window; None = global) and a ``softcap`` C on the scaled
+    scores (s -> C tanh(s / C); None = none).
     """
 
     embed_dim: int = 64
@@ -57,7 +65,7 @@ class AttentionConfig:
     num_heads: int = 4
     mask: str = "padding"
     scaled: bool = True
-    positional: bool = True
+    position: str = "sinusoidal"
     dropout: float = 0.0
     training: bool = False  # dropout acts only in training mode
     seed: int = 0
@@ -67,7 +75,9 @@ class AttentionConfig:
     vocab_size: int = 16384
     bias: bool = True
     memory_budget: int | None = None  # bytes for the weights; None = default_memory_budget()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kv_heads: int | None = None  # None = num_heads (plain multi-head)
+    window: int | None = None  # tokens; None = every query sees every key
+    softcap: float | None = None  # None = no soft-capping
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> "AttentionConfig":
@@ -86,6 +96,7 @@ class AttentionConfig:
             )
         if self.pad_to is not None:
             check_length(self, self.pad_to, "pad_to", field="pad_to")
+        self._check_variants()
         return self
 
     def _check_fields(self) -> None:
@@ -105,6 +116,45 @@ class AttentionConfig:
         if self.memory_budget is not None:
             whole_number("memory_budget", self.memory_budget)
         choice("device", self.device, DEVICE_NAMES)
+        choice("position", self.position, POSITIONS)
+        if self.kv_heads is not None:
+            whole_number("kv_heads", self.kv_heads)
+        if isinstance(self.window, int) and not isinstance(self.window, bool) and self.window < 1:
+            raise ConfigError(f"window must be a whole number of tokens >= 1 (1 = each query sees only itself) "
+                              f"or None for global attention, got {self.window}", field="window")
+        if self.window is not None:
+            whole_number("window", self.window)
+        if self.softcap is not None and (isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float))):
+            raise ConfigTypeError(f"softcap must be a number or None, got {shown(self.softcap)} "
+                                  f"({type_name(self.softcap)})", field="softcap")
+
+    def _check_variants(self) -> None:
+        """The modern-attention fields: each bad combination is named with what would work instead."""
+        if self.kv_heads is not None and self.num_heads % self.kv_heads:
+            raise ConfigError(
+                f"{self.kv_heads:,} K/V heads cannot be shared evenly by {self.num_heads:,} query heads; valid "
+                f"K/V head counts: {_listed(divisors(self.num_heads))} (1 = multi-query, {self.num_heads:,} = "
+                "plain multi-head)", field="kv_heads")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"RoPE rotates pairs of dimensions, so the head dimension must be even, "
+                              f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}", field="position")
+        if self.softcap is not None and (not math.isfinite(self.softcap) or self.softcap <= 0):
+            raise ConfigError(f"softcap must be a positive finite number (Gemma 2 uses 50) or None for "
+                              f"no cap, got {self.softcap!r}", field="softcap")
+
+    def check_cross_attention(self) -> None:
+        """Refuse what needs ONE sequence: keys from another text have no distance to the queries.
+
+        A sliding window and ALiBi both use |i - j| between query i and key j; across two texts
+        that number means nothing (encoder-decoder models use neither in cross-attention).
+        RoPE and sinusoidal positions are allowed: each text is encoded by its own positions.
+        """
+        if self.window is not None:
+            raise ConfigError("a sliding window measures the distance |i - j| within one text: "
+                              "switch cross-attention off or set the window to none (global)", field="window")
+        if self.position == "alibi":
+            raise ConfigError("ALiBi penalises the distance |i - j| within one text: switch cross-attention "
+                              "off or choose another position (sinusoidal, rope or none)", field="position")
 
     def _check_device(self) -> None:
         reasons = device_availability()
@@ -123,6 +173,16 @@ class AttentionConfig:
         return self.hidden_dim if self.num_heads == 1 else self.embed_dim // self.num_heads
 
     @property
+    def num_kv_heads(self) -> int:
+        """K/V heads: ``kv_heads``, or one per query head."""
+        return self.num_heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def positional(self) -> bool:
+        """Whether sinusoidal positions are added to the embeddings (the field before ``position``)."""
+        return self.position == "sinusoidal"
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
@@ -135,17 +195,41 @@ class AttentionConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data.pop("extra")
-        return data
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AttentionConfig":
-        """Build from a plain dict (e.g. a session file); unknown keys are a ConfigError."""
+        """Build from a plain dict (e.g. a session file); unknown keys are a ConfigError.
+
+        The old ``positional`` flag still loads: True is ``position="sinusoidal"``, False "none".
+        """
         if not isinstance(data, dict):
             raise ConfigError("a configuration must be a mapping of field names to values")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        data = _legacy_position(data)
+        names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}")
         return cls(**data)
+
+
+def _legacy_position(data: dict[str, Any]) -> dict[str, Any]:
+    """Map the old ``positional: bool`` onto ``position``; both at once must agree."""
+    if "positional" not in data:
+        return data
+    data = dict(data)
+    flag = boolean("positional", data.pop("positional"))
+    mapped = "sinusoidal" if flag else "none"
+    if "position" in data and (data["position"] == "sinusoidal") != flag:
+        raise ConfigError(f"positional={flag} contradicts position={shown(data['position'])}: give position alone",
+                          field="position")
+    data.setdefault("position", mapped)
+    return data
+
+
+def _even_head_dims_hint(config: AttentionConfig) -> str:
+    if config.num_heads == 1:
+        return f"choose an even hidden_dim (got {config.hidden_dim})"
+    good = [h for h in divisors(config.embed_dim) if (config.embed_dim // h) % 2 == 0 and h > 1]
+    return (f"embed_dim {config.embed_dim} / {config.num_heads} heads = {config.head_dim}; head counts giving an "
+            f"even d_k: {_listed(good) if good else 'none (make embed_dim even)'}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from .devices import DTYPES
+from .masks import visible_cells
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # config.py imports this module to check sizes in validate()
@@ -209,23 +210,28 @@ def estimate_run(config: "AttentionConfig", query_len: int, key_len: int | None 
     lq, lk = query_len, query_len if key_len is None else key_len
     e, h, d = config.embed_dim, config.num_heads, config.head_dim
     width = h * d  # E for multi-head, hidden_dim for one head
+    kv_width = config.num_kv_heads * d  # K and V shrink with grouped-query heads
     item = DTYPES[config.dtype].itemsize
     hll = h * lq * lk
     weights_bytes = hll * 4
     # token lists, embeddings (query and key side), q/k/v, the score buffer and the softmax
     # output, the context and the merged output, plus the bool masks (the mask, its complement)
-    peak = (TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * e + (lq + 2 * lk) * width + 2 * hll + 2 * lq * width)
+    peak = (TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * e + lq * width + 2 * lk * kv_width + 2 * hll + 2 * lq * width)
             + 2 * lq * lk)
     if config.dtype != "float32":
         peak += weights_bytes  # the float32 copy handed back
     if config.training and config.dropout > 0:
         peak += 2 * hll * item  # the dropout noise and the dropped weights
     if keep_intermediates:
-        # copies of the scores, the scaled and the masked scores, and the unmasked softmax input
-        peak += 4 * hll * item + (4 * hll * 4 if config.dtype != "float32" else 0)  # + their float32 copies
-    proj = 2 * lq * e * width + 2 * 2 * lk * e * width
+        # copies of the scores, the scaled and the masked scores, and the unmasked softmax input,
+        # the soft-capped scores and the ALiBi bias when there are such
+        kept = 4 + (config.softcap is not None) + (config.position == "alibi")
+        peak += kept * hll * item + (kept * hll * 4 if config.dtype != "float32" else 0)  # + their float32 copies
+    proj = 2 * lq * e * width + 2 * 2 * lk * e * kv_width
     out = 2 * lq * width * e if h > 1 else 0
-    flops = proj + 2 * 2 * hll * d + 5 * hll + out  # QK^T and weights@V, ~5 ops/element softmax
+    # QK^T and weights@V, ~5 ops/element softmax, over the cells a causal mask or window leaves
+    cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)
+    flops = proj + 2 * 2 * cells * d + 5 * cells + out
     return RunEstimate(weights_bytes=weights_bytes, peak_bytes=int(peak), flops=int(flops))
 
 

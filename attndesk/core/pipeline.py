@@ -1,33 +1,40 @@
-"""``run_attention``: text in, every number a view needs out, one toy-model run."""
+"""``run_attention``: text in, every number a view needs out, one toy-model run.
+
+One run is four steps shared by every kind of run: embed (+ sinusoidal positions), project
+(one fused GEMM, + RoPE), attend, finish (merge + output projection). Only the attend step
+differs: the reference ``attend`` (intermediates, dropout, other devices, small inputs), the
+fast path writing every weight, or, over the memory budget, the fast path streaming its blocks
+into a display pyramid with exact values on demand.
+"""
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 import torch
-from einops import rearrange
 from torch import nn
 
-from .attention import MultiHeadAttention, SingleHeadAttention
+from .alibi import alibi_bias, alibi_slopes
+from .attention import MultiHeadAttention, Projections, SingleHeadAttention, _fast_path_ok, attend
+from .blocked import ExactAttention, FullSink, TeeSink, blocked_attention
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
-from .masks import build_mask
-from .blocked import ExactAttention, FullSink, MaskSpec, TeeSink, blocked_attention
-from .memory import estimate_run
+from .fastpath import Scoring, SpecRule, block_rows_for, fast_attention
+from .masks import MaskSpec
 from .checks import text_argument
 from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
-from .pyramid import PyramidBuilder
 from .positional import sinusoidal_encoding
-from .result import STAGES, AttentionResult
+from .pyramid import PyramidBuilder
+from .result import OVERVIEW, STAGES, AttentionResult
 from .timing import StageTimer
 from .tokenizer import PAD_ID, WordTokenizer
+from .types import Intermediates
 
 
 class ToyModel(nn.Module):
@@ -39,10 +46,11 @@ class ToyModel(nn.Module):
         if config.num_heads == 1:
             self.attention: nn.Module = SingleHeadAttention(config.embed_dim, config.hidden_dim, bias=config.bias)
         else:
-            self.attention = MultiHeadAttention(config.embed_dim, config.num_heads, config.dropout, bias=config.bias)
+            self.attention = MultiHeadAttention(config.embed_dim, config.num_heads, config.dropout, bias=config.bias,
+                                                kv_heads=config.num_kv_heads)
 
 
-_MODEL_KEYS = ("embed_dim", "hidden_dim", "num_heads", "bias", "seed", "vocab_size", "dtype", "dropout")
+_MODEL_KEYS = ("embed_dim", "hidden_dim", "num_heads", "num_kv_heads", "bias", "seed", "vocab_size", "dtype", "dropout")
 _models: OrderedDict[tuple, ToyModel] = OrderedDict()
 _models_lock = threading.Lock()
 
@@ -91,6 +99,8 @@ def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
         raise ConfigError("type some text for the keys/values, or switch cross-attention off")
     if cross and "causal" in config.mask:
         raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
+    if cross:
+        config.check_cross_attention()
 
     tokenizer = _tokenizer(config.vocab_size)
     queries = tokenizer.encode(text, config.pad_to)
@@ -125,214 +135,209 @@ def run_attention(
     plan: RunPlan | None = None,
     half_storage: str | None = None,
 ) -> AttentionResult:
-    """Tokenize ``text``, embed it (+ sinusoidal positions), run the attention layer, time each stage.
+    """Tokenize ``text``, embed it, run the attention layer, time each stage.
 
     ``key_text`` makes it cross-attention: queries from ``text``, keys and values from ``key_text``.
-    ``progress(fraction, stage)`` is called after each stage (on the blocked paths after each head
-    of each query block); ``should_cancel()`` is polled between stages (between blocks) and raises
+    ``progress(fraction, stage)`` is called after each stage (on the bounded paths after each head
+    of each query block); ``should_cancel()`` is polled between stages and blocks and raises
     ``Cancelled``. Raises ``ConfigError`` for bad settings or empty text.
 
     What the run keeps follows ``plan`` (default: ``plan_run`` from ``config.budget_bytes``, see
-    ``plan_text``): a run whose full weights fit takes the unblocked path and returns every
-    weight; a larger one goes through query blocks and returns a display pyramid with exact
-    values on demand (or, with ``half_storage="float16"``, every weight in float16 when that fits).
+    ``plan_text``): a run whose full weights fit returns every weight; a larger one goes through
+    query blocks and returns a display pyramid with exact values on demand (or, with
+    ``half_storage="float16"``, every weight in float16 when that fits).
     """
     queries, keys, cross = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
+    plan = _plan_for(config, lq, lk, plan, half_storage, keep_intermediates)
+    device = resolve_device(config.device)
+    model = build_model(config, device)
+    timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
+    keep: dict | None = {} if keep_intermediates else None
+    peak = _PeakMemory(device, plan.peak_bytes)
+    with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(config.seed)  # dropout draws repeat for a given seed
+        model.train(config.training and not plan.blocked)
+        q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
+        k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
+        x, x_kv = _embed(model, config, q_ids, k_ids if cross else None, timer)
+        spec = MaskSpec(lq, lk, key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
+                        causal="causal" in config.mask, window=config.window)
+        proj = _project(model, config, x, x_kv, timer, keep)
+        if plan.blocked:
+            kept = _attend_bounded(config, plan, proj, spec, timer, progress, should_cancel)
+        else:
+            kept = _attend_full(model, config, proj, spec, timer, keep, should_cancel)
+        with timer.stage("output projection"):
+            output = model.attention.finish(kept.context)  # [1, Lq, E]
+        intermediates = _intermediates(keep, x, proj, kept, output, plan)
+        output_np = _to_numpy(output[0])  # [Lq, E]
+    return AttentionResult(
+        tokens=queries.tokens, token_ids=np.asarray(queries.ids, dtype=np.int64), weights=kept.weights,
+        output=output_np, timings=timer.total(), flops=plan.flops, peak_bytes=peak.measured(),
+        device=str(device), config=config, mask=kept.mask,
+        key_tokens=keys.tokens if cross else None,
+        key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
+        intermediates=intermediates, notices=_notices(config, plan, queries, keys, cross, keep_intermediates),
+        unknown=list(queries.unknown), key_unknown=list(keys.unknown) if cross else None,
+        plan=plan, pyramid=kept.pyramid, exact=kept.exact,
+    )
 
-    estimate = estimate_run(config, lq, lk, keep_intermediates=keep_intermediates)
+
+def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None,
+              keep_intermediates: bool) -> RunPlan:
+    """The caller's plan when it is for this run, else a new one; refuse what cannot run."""
     # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
     stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
     if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
         plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
     check_memory(plan, config)
-
-    device = resolve_device(config.device)
-    model = build_model(config, device)
-    if plan.blocked:
-        return _run_blocked(config, plan, queries, keys, cross, model, device, keep_intermediates,
-                            progress=progress, should_cancel=should_cancel)
-    timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
-    keep: dict | None = {} if keep_intermediates else None
-    scale = None if config.scaled else 1.0
-    model.train(config.training)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-
-    with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(config.seed)  # dropout draws repeat for a given seed
-        q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
-        k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
-        with timer.stage("embed"):
-            x = model.embedding(q_ids)  # [1, Lq, E]
-            x_kv = model.embedding(k_ids) if cross else x
-            if config.positional:
-                x = x + sinusoidal_encoding(lq, config.embed_dim, dtype=x.dtype, device=device)
-                x_kv = x_kv + sinusoidal_encoding(lk, config.embed_dim, dtype=x.dtype, device=device) if cross else x
-        if keep is not None:
-            keep["embeddings"] = x
-        mask = build_mask(config.mask, q_ids, k_ids if cross else None, pad_id=PAD_ID)
-        if config.num_heads == 1:
-            output, weights = model.attention(x, mask, scale=scale, timer=timer, keep=keep)
-            weights = rearrange(weights, "b q k -> b 1 q k")
-        elif cross:
-            output, weights = model.attention(x, x_kv, x_kv, mask, scale=scale, timer=timer, keep=keep)
-        else:
-            output, weights = model.attention(x, mask=mask, scale=scale, timer=timer, keep=keep)
-        weights_np = _to_numpy(weights[0])  # [H, Lq, Lk]
-        output_np = _to_numpy(output[0])  # [Lq, E]
-        mask_np = None
-        if mask is not None:
-            mask_np = _to_numpy(torch.broadcast_to(mask, (1, 1, lq, lk))[0, 0])  # [Lq, Lk]
-        intermediates = None
-        if keep is not None:
-            keep["output"] = output
-            intermediates = {name: _to_numpy(t[0]) for name, t in keep.items()}  # drop the batch axis
-
-    peak = estimate.peak_bytes
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) - base
-    notices = []
-    unknown = sum(queries.unknown) + (sum(keys.unknown) if cross else 0)
-    if unknown:
-        notices.append(f"{unknown} token(s) outside the {config.vocab_size}-word vocabulary map to [UNK]")
-    return AttentionResult(
-        tokens=queries.tokens,
-        token_ids=np.asarray(queries.ids, dtype=np.int64),
-        weights=weights_np,
-        output=output_np,
-        timings=timer.total(),
-        flops=estimate.flops,
-        peak_bytes=int(peak),
-        device=str(device),
-        config=config,
-        mask=mask_np,
-        key_tokens=keys.tokens if cross else None,
-        key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
-        intermediates=intermediates,
-        notices=notices,
-        extra={"unknown": queries.unknown, "key_unknown": keys.unknown if cross else None},
-        plan=plan,
-    )
-
-
-def _run_blocked(config: AttentionConfig, plan: RunPlan, queries, keys, cross: bool, model: ToyModel,
-                 device: torch.device, keep_intermediates: bool, *, progress, should_cancel) -> AttentionResult:
-    """The memory-bounded run: the same model and the same numbers as the full path, but the
-    weights stream through query blocks into ``plan``'s sink (a pyramid, or stored float16/32)."""
-    if config.training and config.dropout > 0:
+    if plan.blocked and config.training and config.dropout > 0:
         raise ConfigError(
             "dropout in training mode needs the whole weight matrix at once, which does not fit the "
             "memory budget here: switch to eval mode, shorten the text, or raise the budget"
         )
-    lq, lk, heads = plan.lq, plan.lk, config.num_heads
-    timer = StageTimer(device, plan=STAGES, should_cancel=should_cancel)  # progress is per block below
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
-    model.train(False)
-    notices = [plan.describe(eta=False)]  # after the run: its measured time, not the estimate
-    if keep_intermediates:
-        notices.append("memory-bounded run: the score and weight matrices are not kept as intermediates")
+    return plan
 
-    def report(fraction: float, message: str) -> None:
-        if progress is not None:
-            progress(fraction, message)
+
+class _PeakMemory:
+    """The run's peak bytes: measured on CUDA, else the plan's estimate."""
+
+    def __init__(self, device: torch.device, estimate: int):
+        self.device, self.estimate = device, estimate
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            self.base = torch.cuda.memory_allocated(device)
+
+    def measured(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device) - self.base)
+        return int(self.estimate)
+
+
+def _embed(model: ToyModel, config: AttentionConfig, q_ids: torch.Tensor, k_ids: torch.Tensor | None,
+           timer: StageTimer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token embeddings [1, L, E] of the queries and (cross-attention) of the keys, each plus
+    its own sinusoidal positions when the config adds them."""
+    with timer.stage("embed"):
+        x = model.embedding(q_ids)
+        x_kv = x if k_ids is None else model.embedding(k_ids)
+        if config.position == "sinusoidal":
+            x = x + sinusoidal_encoding(x.shape[1], config.embed_dim, dtype=x.dtype, device=x.device)
+            x_kv = x if k_ids is None else x_kv + sinusoidal_encoding(
+                x_kv.shape[1], config.embed_dim, dtype=x.dtype, device=x.device)
+    return x, x_kv
+
+
+def _project(model: ToyModel, config: AttentionConfig, x: torch.Tensor, x_kv: torch.Tensor, timer: StageTimer,
+             keep: dict | None) -> Projections:
+    """Q, K, V (+ RoPE) of the layer; the score scale is folded into Q unless intermediates are
+    kept (then Q is kept as projected, unscaled)."""
+    layer = model.attention
+    scale = config.head_dim ** -0.5 if config.scaled else 1.0
+    with timer.stage("projections"):
+        proj = layer.project(x, x_kv, x_kv, scale=scale, rope=config.position == "rope", fold=keep is None)
+    if keep is not None:
+        keep.update(embeddings=x, q=proj.q, k=proj.k, v=proj.v)
+        if proj.q_raw is not None:
+            keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
+    return proj
+
+
+@dataclass
+class _Attended:
+    """What the attend step hands on: context [1, H, Lq, dv] and what the result keeps."""
+
+    context: torch.Tensor
+    weights: np.ndarray
+    mask: np.ndarray | None
+    pyramid: object = None
+    exact: ExactAttention | None = None
+
+
+def _scoring(config: AttentionConfig, scale: float) -> Scoring:
+    slopes = tuple(float(s) for s in alibi_slopes(config.num_heads)) if config.position == "alibi" else None
+    return Scoring(scale=scale, softcap=config.softcap, slopes=slopes)
+
+
+def _attend_full(model: ToyModel, config: AttentionConfig, proj: Projections, spec: MaskSpec, timer: StageTimer,
+                 keep: dict | None, should_cancel) -> _Attended:
+    """Every weight: the fast path, or the reference where it must (intermediates, dropout,
+    another device or dtype, inputs too small for blocks to pay)."""
+    q, k, v = proj.q, proj.k, proj.v
+    dropout = model.attention.dropout if config.training and config.dropout > 0 and config.num_heads > 1 else None
+    scoring = _scoring(config, proj.scale)
+    if keep is None and dropout is None and _fast_path_ok(q, k, v, None):
+        rule = SpecRule(spec, alibi=scoring.slopes is not None, fuse_keys=scoring.fusable, dtype=q.dtype)
+        band = None if config.window is None else 2 * config.window - 1
+        rows = block_rows_for(spec.lq, spec.lk, q.element_size(), band=band)
+        weights = q.new_empty(1, config.num_heads, spec.lq, spec.lk)
+        context = fast_attention(q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer,
+                                 should_cancel=should_cancel)
+    else:
+        bias = None
+        if scoring.slopes is not None:
+            bias = alibi_bias(config.num_heads, spec.lq, spec.lk, dtype=q.dtype, device=q.device)
+        context, weights = attend(q, k, v, mask=spec.to_tensor(), bias=bias, scale=proj.scale,
+                                  softcap=config.softcap, dropout=dropout, keep=keep, timer=timer)
+    return _Attended(context, _to_numpy(weights[0]), spec.to_numpy())
+
+
+def _attend_bounded(config: AttentionConfig, plan: RunPlan, proj: Projections, spec: MaskSpec, timer: StageTimer,
+                    progress, should_cancel) -> _Attended:
+    """The memory-bounded run: the same numbers, streamed through query blocks into ``plan``'s
+    sink (a pyramid, or stored float16/32 beside a small one); exact values on demand."""
+    heads = config.num_heads
+    q, k, v = (t[0].contiguous() for t in (proj.q, proj.k, proj.v))  # [H or KV, L, d], per head for the GEMMs
+    scoring = _scoring(config, proj.scale)
+    banded = spec.causal or spec.window is not None  # blocks see only some keys
+    builder = PyramidBuilder(heads, spec.lq, spec.lk, plan.factor, device=q.device, banded=banded)
+    stored = None if plan.kind == PYRAMID else FullSink(heads, spec.lq, spec.lk, np.float16 if plan.storage == "float16" else np.float32)
+
+    # the blocks fill the progress between the end of the projections and of the weighted sum
+    lo, hi = ((STAGES.index(name) + 1) / len(STAGES) for name in ("projections", "weighted sum"))
 
     def block_done(block: int, blocks: int, head: int, num: int) -> None:
-        done = block * num + head + 1
-        report(0.05 + 0.9 * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
+        if progress is not None:
+            done = block * num + head + 1
+            progress(lo + (hi - lo) * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
 
-    with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(config.seed)
-        q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
-        k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
-        with timer.stage("embed"):
-            x = model.embedding(q_ids)  # [1, Lq, E]
-            x_kv = model.embedding(k_ids) if cross else x
-            if config.positional:
-                x = x + sinusoidal_encoding(lq, config.embed_dim, dtype=x.dtype, device=device)
-                x_kv = x_kv + sinusoidal_encoding(lk, config.embed_dim, dtype=x.dtype, device=device) if cross else x
-        report(0.02, "embed")
-        attention = model.attention
-        with timer.stage("projections"):
-            # as the full path does: one GEMM with the scale folded into Q, unless the caller wants
-            # the intermediates (then Q is kept unscaled, as there)
-            fused = getattr(attention, "_fused_qkv", None) if heads > 1 and not cross and not keep_intermediates else None
-            if fused is not None:
-                q, k, v = fused(x, scale)
-                score_scale = 1.0
-            else:
-                split = "b l (h d) -> b h l d"
-                q = rearrange(attention.q_proj(x), split, h=heads)
-                k = rearrange(attention.k_proj(x_kv), split, h=heads)
-                v = rearrange(attention.v_proj(x_kv), split, h=heads)
-                score_scale = scale
-            # [1, H, L, d] -> [H, L, d], contiguous per head for the block GEMMs
-            q, k, v = (t[0].contiguous() for t in (q, k, v))
-        report(0.05, "projections")
-        spec = MaskSpec(
-            lq, lk,
-            key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
-            causal="causal" in config.mask,
-        )
-        builder = PyramidBuilder(heads, lq, lk, plan.factor, device=device)
-        stored = None if plan.kind == PYRAMID else FullSink(heads, lq, lk, np.float16 if plan.storage == "float16" else np.float32)
-        sink = builder if stored is None else TeeSink(stored, builder)
-        context = blocked_attention(q, k, v, spec, scale=score_scale, block_rows=plan.block_rows, sink=sink,
-                                    timer=timer, progress=block_done, should_cancel=should_cancel)
-        with timer.stage("merge+output projection"):
-            if heads > 1:
-                output = attention.out_proj(rearrange(context, "h l d -> 1 l (h d)"))  # [1, Lq, E]
-            else:
-                output = context  # single head [1, Lq, hidden]: the context is the output
-        exact = ExactAttention(q, k, spec, scale=score_scale)
-        overview_seconds = timer.seconds.pop("overview", 0.0)
-        start = time.perf_counter()
+    context = blocked_attention(q, k, v, spec, scale=scoring.scale, block_rows=plan.block_rows,
+                                sink=builder if stored is None else TeeSink(stored, builder),
+                                softcap=scoring.softcap, slopes=scoring.slopes, align=plan.factor,
+                                timer=timer, progress=block_done, should_cancel=should_cancel)
+    exact = ExactAttention(q, k, spec, scale=scoring.scale, softcap=scoring.softcap, slopes=scoring.slopes)
+    with timer.stage(OVERVIEW, report=False):
         pyramid = builder.finish(exact, spec)
-        if stored is None:
-            weights_np = pyramid.levels[0].max[:heads]  # [H, R, C] tile maxima
-            dead = pyramid.levels[0].all_masked
-            mask_np = None if dead is None else ~dead  # [R, C], True = some cell may attend
-        else:
-            weights_np = stored.weights  # [H, Lq, Lk]
-            mask_np = spec.to_numpy()
-        overview_seconds += time.perf_counter() - start
-        output_np = _to_numpy(output[0])  # [Lq, E]
-        intermediates = None
-        if keep_intermediates:
-            intermediates = {"embeddings": _to_numpy(x[0]), "q": _to_numpy(q), "k": _to_numpy(k),
-                             "v": _to_numpy(v), "context": _to_numpy(context), "output": output_np}
-    report(1.0, "merge+output projection")
+    if stored is None:
+        weights = pyramid.levels[0].max[:heads]  # [H, R, C] tile maxima
+        dead = pyramid.levels[0].all_masked
+        mask = None if dead is None else ~dead  # [R, C], True = some cell may attend
+    else:
+        weights, mask = stored.weights, spec.to_numpy()  # [H, Lq, Lk]
+    return _Attended(context[None], weights, mask, pyramid, exact)
 
-    timings = {name: timer.seconds.get(name, 0.0) for name in STAGES}
-    timings["total"] = sum(timings.values()) + overview_seconds
+
+def _intermediates(keep: dict | None, x: torch.Tensor, proj: Projections, kept: _Attended, output: torch.Tensor,
+                   plan: RunPlan) -> Intermediates | None:
+    """The kept stages without the batch axis (a bounded run keeps only the small tensors)."""
+    if keep is None:
+        return None
+    if plan.blocked:
+        keep = dict(embeddings=x, q=proj.q, k=proj.k, v=proj.v, context=kept.context)
+        if proj.q_raw is not None:
+            keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
+    keep["output"] = output
+    return Intermediates.from_arrays({name: _to_numpy(t[0]) for name, t in keep.items()})
+
+
+def _notices(config: AttentionConfig, plan: RunPlan, queries, keys, cross: bool, keep_intermediates: bool) -> list[str]:
+    notices = []
+    if plan.blocked:
+        notices.append(plan.describe(eta=False))  # after the run: its measured time, not the estimate
+        if keep_intermediates:
+            notices.append("memory-bounded run: the score and weight matrices are not kept as intermediates")
     unknown = sum(queries.unknown) + (sum(keys.unknown) if cross else 0)
     if unknown:
         notices.append(f"{unknown} token(s) outside the {config.vocab_size}-word vocabulary map to [UNK]")
-    peak = plan.peak_bytes
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) - base
-    return AttentionResult(
-        tokens=queries.tokens,
-        token_ids=np.asarray(queries.ids, dtype=np.int64),
-        weights=weights_np,
-        output=output_np,
-        timings=timings,
-        flops=plan.flops,
-        peak_bytes=int(peak),
-        device=str(device),
-        config=config,
-        mask=mask_np,
-        key_tokens=keys.tokens if cross else None,
-        key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
-        intermediates=intermediates,
-        notices=notices,
-        extra={"unknown": queries.unknown, "key_unknown": keys.unknown if cross else None,
-               "overview_seconds": overview_seconds},
-        plan=plan,
-        pyramid=pyramid,
-        exact=exact,
-    )
+    return notices

@@ -14,6 +14,7 @@ from .config import AttentionConfig
 from .devices import DTYPES, resolve_device
 from .errors import ConfigError
 from . import memory
+from .masks import visible_cells
 from .memory import estimate_run, format_bytes, largest_fitting
 
 FULL, BLOCKED, PYRAMID = "full", "blocked", "pyramid"
@@ -60,6 +61,7 @@ class RunPlan:
     flops: int
     seconds: float | None  # a rough time estimate, None when we cannot guess
     intermediates: bool = False  # planned for a run that keeps its intermediates (more on the full path)
+    window: int | None = None  # a sliding window: only its band is computed (the flops count that)
 
     @property
     def size_text(self) -> str:
@@ -86,9 +88,11 @@ class RunPlan:
             why = f"full weights {weights} exceed the {budget} budget"
         else:
             why = f"the full path needs {format_bytes(self.full_peak_bytes)} (weights {weights}), over the {budget} budget"
+        band = "" if self.window is None else f", computing only the band |i - j| < {self.window}"
         if self.kind == BLOCKED:
-            return f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)}) + exact on demand{eta}"
-        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{eta}"
+            return (f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)})"
+                    f" + exact on demand{band}{eta}")
+        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{band}{eta}"
         if self.peak_bytes > self.budget:  # the projections alone outgrow the budget: say so
             line += f"; even so it needs about {format_bytes(self.peak_bytes)}, over the budget"
         return line
@@ -149,10 +153,11 @@ def plan_run(
     budget = config.budget_bytes
     estimate = estimate_run(config, lq, lk, keep_intermediates=keep_intermediates)
     rate = _RATE.get(str(config.device))
-    seconds = max(estimate.flops / rate, h * lq * lk * CELL_SECONDS) if rate else None
+    cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)  # those computed
+    seconds = max(estimate.flops / rate, cells * CELL_SECONDS) if rate else None
     common = dict(num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
                   full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds,
-                  intermediates=keep_intermediates)
+                  intermediates=keep_intermediates, window=config.window)
 
     kind = force
     if kind is None:

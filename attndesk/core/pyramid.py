@@ -2,8 +2,9 @@
 their max (a single sharp weight must not be averaged away), at the overview size and at
 coarser levels (each halving the previous), plus exact recomputation of any cell or region.
 
-``PyramidBuilder`` is a ``blocked_attention`` sink: it folds each exact [b, Lk] weights block into
-the level-0 tiles as the block streams past, so the [H, Lq, Lk] matrix never exists. Index
+``PyramidBuilder`` is a ``blocked_attention`` sink: it folds each exact [b, keys] weights block into
+the level-0 tiles as the block streams past, so the [H, Lq, Lk] matrix never exists (and a
+windowed run folds only its band: the tiles outside it stay zero). Index
 ``num_heads`` of every level holds the mean over heads (its tiles' max is the max of the
 head-mean matrix, not a mean of maxima).
 """
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .blocked import MEAN, ExactAttention, MaskSpec
+from .blocked import ExactAttention
+from .masks import MaskSpec
 from .memory import format_bytes
+from .types import MEAN
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -77,47 +80,58 @@ class PyramidBuilder:
     """Sink for ``blocked_attention``: accumulates level-0 tile max and sum for every head and
     for the mean over heads. Memory: 2 x (H+1) x R x C float32 plus one [block, Lk] buffer."""
 
-    def __init__(self, num_heads: int, lq: int, lk: int, factor: int, *, device: torch.device | str = "cpu"):
+    def __init__(self, num_heads: int, lq: int, lk: int, factor: int, *, device: torch.device | str = "cpu",
+                 banded: bool = False):
         if factor < 1:
             raise ValueError(f"factor must be >= 1, got {factor}")
         self.num_heads, self.lq, self.lk, self.factor = num_heads, lq, lk, factor
         self.rows, self.cols = _ceil_div(lq, factor), _ceil_div(lk, factor)
         shape = (num_heads + 1, self.rows, self.cols)  # index H = mean over heads
-        # no zero fill: rows arrive in order, so every tile row is first written by an assignment
-        # (a block that starts inside a tile follows the one that assigned it)
-        self.maxes = torch.empty(shape, dtype=torch.float32, device=device)
-        self.sums = torch.empty(shape, dtype=torch.float32, device=device)
-        self._mean_rows: torch.Tensor | None = None  # [b, Lk]: the running sum over heads of a block
-        self._scratch: torch.Tensor | None = None  # [2, b/f, Lk]: row-reduced max and sum, reused
+        # no zero fill for full rows: rows arrive in order, so every tile row is first written by an
+        # assignment (a block that starts inside a tile follows the one that assigned it); a band
+        # (``banded``: blocks see only some keys, aligned to tiles) leaves tiles that stay zero
+        alloc = torch.zeros if banded else torch.empty
+        self.maxes = alloc(shape, dtype=torch.float32, device=device)
+        self.sums = alloc(shape, dtype=torch.float32, device=device)
+        self._mean_rows: torch.Tensor | None = None  # [b, w]: the running sum over heads of a block
+        self._mean_col0 = 0
+        self._scratch: torch.Tensor | None = None  # flat [2 x b/f x w]: row-reduced max and sum, reused
 
     # -- sink protocol ---------------------------------------------------------------------------
-    def add(self, head: int, row0: int, weights: torch.Tensor) -> None:
-        self._fold(head, row0, weights)
+    def add(self, head: int, row0: int, weights: torch.Tensor, col0: int = 0) -> None:
+        """Fold ``weights`` [b, w] of queries row0.. over keys col0..col0+w-1 (col0 a multiple of
+        the factor, w too unless the block reaches the last key)."""
+        self._fold(head, row0, weights, col0)
         if self.num_heads > 1:
-            b = weights.shape[0]
+            b, w = weights.shape
             if head == 0:
                 if self._mean_rows is None or self._mean_rows.shape[0] < b or self._mean_rows.dtype != weights.dtype:
                     self._mean_rows = torch.empty((b, self.lk), dtype=weights.dtype, device=weights.device)
-                self._mean_rows[:b].copy_(weights)
+                self._mean_rows[:b, :w].copy_(weights)
+                self._mean_col0, self._mean_width = col0, w
             else:
-                self._mean_rows[:b].add_(weights)
+                self._mean_rows[:b, :w].add_(weights)
 
     def end_block(self, row0: int, row1: int) -> None:
         if self.num_heads > 1:
-            self._fold(self.num_heads, row0, self._mean_rows[: row1 - row0].div_(self.num_heads))
+            mean = self._mean_rows[: row1 - row0, : self._mean_width].div_(self.num_heads)
+            self._fold(self.num_heads, row0, mean, self._mean_col0)
         else:  # one head: its mean is itself
             r0, r1 = row0 // self.factor, _ceil_div(row1, self.factor)
             self.maxes[1, r0:r1] = self.maxes[0, r0:r1]
             self.sums[1, r0:r1] = self.sums[0, r0:r1]
 
     # -- folding ---------------------------------------------------------------------------------
-    def _fold(self, index: int, row0: int, weights: torch.Tensor) -> None:
-        """Fold exact rows row0.. of one matrix into its tiles (any alignment of rows to tiles)."""
+    def _fold(self, index: int, row0: int, weights: torch.Tensor, col0: int = 0) -> None:
+        """Fold exact rows row0.. of one matrix (keys col0..) into its tiles (any alignment of rows
+        to tiles; col0 on a tile boundary)."""
         w = weights if weights.dtype == torch.float32 else weights.float()
         f, b = self.factor, w.shape[0]
+        c0, c1 = col0 // f, _ceil_div(col0 + w.shape[1], f)
+        maxes, sums = self.maxes[..., c0:c1], self.sums[..., c0:c1]
         if f == 1:
-            self.maxes[index, row0 : row0 + b] = w
-            self.sums[index, row0 : row0 + b] = w
+            maxes[index, row0 : row0 + b] = w
+            sums[index, row0 : row0 + b] = w
             return
         end, r = row0 + b, row0
         if r % f:
@@ -125,11 +139,11 @@ class PyramidBuilder:
             stop = min(end, (r // f + 1) * f)
             seg = w[: stop - row0]
             t = r // f
-            part = torch.empty((2, self.cols), dtype=torch.float32, device=w.device)
+            part = torch.empty((2, c1 - c0), dtype=torch.float32, device=w.device)
             _cols_into(seg.amax(dim=0, keepdim=True), f, part[0:1], "max")
             _cols_into(seg.sum(dim=0, keepdim=True), f, part[1:2], "sum")
-            torch.maximum(self.maxes[index, t], part[0], out=self.maxes[index, t])
-            self.sums[index, t] += part[1]
+            torch.maximum(maxes[index, t], part[0], out=maxes[index, t])
+            sums[index, t] += part[1]
             r = stop
         if r < end:
             # from a tile boundary on, these tiles are new: reduce the f rows of each tile first
@@ -139,13 +153,15 @@ class PyramidBuilder:
             n = _ceil_div(seg.shape[0], f)
             if seg.shape[0] % f:
                 seg = torch.nn.functional.pad(seg, (0, 0, 0, n * f - seg.shape[0]))
-            if self._scratch is None or self._scratch.shape[1] < n:
-                self._scratch = torch.empty((2, n, self.lk), dtype=torch.float32, device=w.device)
-            rows_max, rows_sum = _rows_max_sum(seg.reshape(n, f, seg.shape[1]),  # [n, f, Lk] -> [n, Lk]
-                                               self._scratch[0, :n], self._scratch[1, :n])
+            width = seg.shape[1]
+            if self._scratch is None or self._scratch.numel() < 2 * n * width:
+                self._scratch = torch.empty(2 * n * max(width, self.lk), dtype=torch.float32, device=w.device)
+            scratch = self._scratch[: 2 * n * width].view(2, n, width)  # reused, contiguous
+            rows_max, rows_sum = _rows_max_sum(seg.reshape(n, f, width),  # [n, f, w] -> [n, w]
+                                               scratch[0], scratch[1])
             t0 = r // f
-            _cols_into(rows_max, f, self.maxes[index, t0 : t0 + n], "max")  # [n, C]
-            _cols_into(rows_sum, f, self.sums[index, t0 : t0 + n], "sum")
+            _cols_into(rows_max, f, maxes[index, t0 : t0 + n], "max")  # [n, C]
+            _cols_into(rows_sum, f, sums[index, t0 : t0 + n], "sum")
 
     def counts(self, factor: int | None = None) -> torch.Tensor:
         """Cells per tile [R, C] (edge tiles are short) at ``factor`` (default: level 0)."""

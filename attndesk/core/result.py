@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .alibi import alibi_slopes
 from .config import AttentionConfig
+from .types import MEAN, AttentionMap, Head, Intermediates
 
 if TYPE_CHECKING:  # only for annotations: result.py stays import-light
     from .blocked import ExactAttention
     from .plan import RunPlan
     from .pyramid import AttentionPyramid
 
-STAGES = ("embed", "projections", "scores", "mask+softmax", "weighted sum", "merge+output projection")
+# the phases every run times, in order; long runs add OVERVIEW (the display pyramid) after them
+STAGES = ("embed", "projections", "attention", "weighted sum", "output projection")
+OVERVIEW = "overview"
 
 
 @dataclass
@@ -39,15 +43,17 @@ class AttentionResult:
 
     In both, ``exact`` recomputes exact weights on demand; ``weight_at(h, q, k)`` works for
     every kind of run, and ``exact_weights`` says whether ``weights`` is the exact float32 matrix.
-    ``timings`` keeps the same stage names; on the blocked paths the time spent building the
-    overview is in ``extra["overview_seconds"]`` and included in "total".
+    ``timings`` holds seconds per stage (STAGES, then OVERVIEW on the bounded paths) and their
+    sum under "total". ``unknown`` / ``key_unknown`` flag the tokens that became [UNK] (query
+    and, for cross-attention, key side). ``intermediates`` every stage of the computation when
+    the run was asked to keep them.
     """
 
     tokens: list[str]
     token_ids: np.ndarray  # [L] int64
     weights: np.ndarray  # [H, L, Lk] float32
     output: np.ndarray  # [L, E]
-    timings: dict[str, float]  # stage -> seconds, in STAGES order, then "total"
+    timings: dict[str, float]  # stage -> seconds, then "total"
     flops: int
     peak_bytes: int
     device: str
@@ -55,9 +61,10 @@ class AttentionResult:
     mask: np.ndarray | None = None  # [L, Lk] bool
     key_tokens: list[str] | None = None  # cross-attention: the key/value sequence
     key_token_ids: np.ndarray | None = None
-    intermediates: dict[str, np.ndarray] | None = None
+    intermediates: Intermediates | None = None
     notices: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    unknown: list[bool] | None = None  # [L]: the query token was outside the vocabulary
+    key_unknown: list[bool] | None = None  # [Lk] for cross-attention
     plan: "RunPlan | None" = None  # what the run kept (None: a full run made before plans existed)
     pyramid: "AttentionPyramid | None" = None  # the overview + exact access (memory-bounded runs only)
     exact: "ExactAttention | None" = None  # exact recomputation (memory-bounded runs only)
@@ -77,11 +84,11 @@ class AttentionResult:
         """(queries L, keys Lk) of the attention matrix, whatever ``weights`` holds."""
         return (len(self.tokens), len(self.keys))
 
-    def weight_at(self, head: int | str, q: int, k: int) -> float:
-        """The exact weight of query q on key k for ``head`` (an int, or "mean" over heads)."""
+    def weight_at(self, head: Head, q: int, k: int) -> float:
+        """The exact weight of query q on key k for ``head`` (an int, or MEAN over heads)."""
         if self.exact is not None and not self.exact_weights:
             return self.exact.value(head, q, k)
-        if head == "mean":
+        if head == MEAN:
             return float(self.weights[:, q, k].astype(np.float64).mean())
         return float(self.weights[int(head), q, k])
 
@@ -98,3 +105,71 @@ class AttentionResult:
     def gflops_per_second(self) -> float:
         total = self.total_seconds
         return self.flops / total / 1e9 if total > 0 else 0.0
+
+    def attention_map(self) -> AttentionMap:
+        """These weights as the map the window, the renderer and the CLI draw."""
+        cfg = self.config
+        slopes = alibi_slopes(self.num_heads).astype(np.float32) if cfg.position == "alibi" else None
+        return AttentionMap(
+            queries=list(self.tokens), keys=list(self.keys), weights=self.weights, mask=self.mask,
+            title="cross-attention" if self.key_tokens is not None else "self-attention",
+            summary=settings_summary(self), file_tag=file_tag(cfg, self.num_heads),
+            kv_heads=cfg.num_kv_heads, window=cfg.window, alibi_slopes=slopes,
+            notices=list(self.notices), pyramid=self.pyramid, exact=self.exact,
+        )
+
+
+def variant_parts(config: AttentionConfig) -> list[str]:
+    """How the attention differs from the 2017 layer, in words (empty for plain MHA)."""
+    parts = []
+    kv = config.num_kv_heads
+    if kv != config.num_heads:
+        parts.append("multi-query (1 K/V head)" if kv == 1 else f"grouped-query ({kv} K/V heads)")
+    if config.window is not None:
+        parts.append(f"window {config.window}")
+    if config.softcap is not None:
+        parts.append(f"soft-cap {config.softcap:g}")
+    return parts
+
+
+_POSITION_WORDS = {"sinusoidal": "sinusoidal positions", "rope": "RoPE", "alibi": "ALiBi",
+                   "none": "no positional encoding"}
+
+
+def settings_summary(result: AttentionResult) -> str:
+    """One line naming everything that shaped these weights (for captions)."""
+    cfg = result.config
+    queries, keys = result.shape
+    heads = result.num_heads
+    parts = [
+        f"{queries} tokens" if result.key_tokens is None else f"{queries} query x {keys} key tokens",
+        f"{heads} head{'s' if heads != 1 else ''}",
+        f"embed {cfg.embed_dim}",
+        f"d_k {cfg.head_dim}",
+        f"mask: {cfg.mask}",
+        "scaled by 1/\u221ad_k" if cfg.scaled else "unscaled",
+        _POSITION_WORDS[cfg.position],
+        *variant_parts(cfg),
+    ]
+    if cfg.dropout:
+        parts.append(f"dropout {cfg.dropout:g} ({'training' if cfg.training else 'eval, off'})")
+    parts += [f"seed {cfg.seed}", f"{result.device} {cfg.dtype}"]
+    return " \u00b7 ".join(parts)
+
+
+def file_tag(cfg: AttentionConfig, heads: int) -> str:
+    """A file-name stem, e.g. h8_e64_causal_scaled_rope_kv2_win16_seed0."""
+    parts = [f"h{heads}", f"e{cfg.embed_dim}", cfg.mask.replace("+", "-"), "scaled" if cfg.scaled else "unscaled"]
+    parts += {"sinusoidal": [], "none": ["nopos"], "rope": ["rope"], "alibi": ["alibi"]}[cfg.position]
+    if cfg.num_kv_heads != cfg.num_heads:
+        parts.append(f"kv{cfg.num_kv_heads}")
+    if cfg.window is not None:
+        parts.append(f"win{cfg.window}")
+    if cfg.softcap is not None:
+        parts.append(f"cap{cfg.softcap:g}")
+    if cfg.dropout and cfg.training:
+        parts.append(f"drop{cfg.dropout:g}")
+    parts.append(f"seed{cfg.seed}")
+    if cfg.dtype != "float32":
+        parts.append(cfg.dtype)
+    return "_".join(parts)

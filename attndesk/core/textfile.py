@@ -13,7 +13,7 @@ _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")
           (stat.S_ISSOCK, "a socket"))
 
 
-def _read_regular(name: str, limit: int) -> bytes:
+def read_regular(name: str, limit: int, *, wanted: str = "a text file") -> bytes:
     """At most ``limit`` bytes of a regular file. Opened without blocking and checked on the open
     descriptor, so a FIFO (which would wait for a writer) or /dev/zero (endless) is refused
     before a byte is read, and a file swapped for one meanwhile is caught too."""
@@ -22,7 +22,7 @@ def _read_regular(name: str, limit: int) -> bytes:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
-            raise ConfigError(f"{name} is {kind}, not a regular file; choose a text file")
+            raise ConfigError(f"{name} is {kind}, not a regular file; choose {wanted}")
         return handle.read(limit)
 
 
@@ -41,7 +41,7 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> 
     if os.path.isdir(name):
         raise ConfigError(f"{shown} is a folder; choose a text file")
     try:
-        data = _read_regular(name, max_bytes + 1)
+        data = read_regular(name, max_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"{shown} cannot be read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:

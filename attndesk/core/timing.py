@@ -39,18 +39,20 @@ class StageTimer:
             raise Cancelled("cancelled")
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str, *, report: bool = True) -> Iterator[None]:
+        """Time one stage (again: a stage entered many times, e.g. per block, accumulates);
+        ``report=False`` leaves progress to the caller (a block loop reports its own)."""
         self.check_cancel()
         synchronize(self.device)
         start = time.perf_counter()
         yield
         synchronize(self.device)
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-        if self._progress is not None and name in self._plan:
+        if report and self._progress is not None and name in self._plan:
             self._progress((self._plan.index(name) + 1) / len(self._plan), name)
 
     def total(self) -> dict[str, float]:
-        """The stage timings followed by their sum under "total"."""
+        """The stage timings (planned ones first, in order) followed by their sum under "total"."""
         out = dict(self.seconds)
         out["total"] = sum(self.seconds.values())
         return out
@@ -60,7 +62,7 @@ class NullTimer:
     """A timer that measures nothing: the modules' plain forward uses it."""
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str, *, report: bool = True) -> Iterator[None]:
         yield
 
     def check_cancel(self) -> None:

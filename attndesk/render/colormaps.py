@@ -6,6 +6,7 @@ window's ImageItems use; this module only samples them into 256-entry uint8 tabl
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -80,3 +81,35 @@ def map_values(values: np.ndarray, name: str, vmin: float, vmax: float) -> np.nd
     """RGB uint8 [..., 3] of each value under colormap ``name`` and the range [vmin, vmax]."""
     lut = lookup_table(name)
     return lut[value_indices(values, vmin, vmax, len(lut))]
+
+
+def log_floor(count: int) -> float:
+    """The smallest weight a log colour scale distinguishes: a power of ten about a tenth of a
+    uniform row's 1/count (1e-3 for 11 keys, 1e-4 for 512), so ordinary weights keep their colours."""
+    return float(10.0 ** math.floor(math.log10(0.1 / max(1, int(count)))))
+
+
+def to_log(values: np.ndarray, floor: float) -> np.ndarray:
+    """log10 of the values, clipped below at ``floor`` (masked cells are hatched over anyway)."""
+    values = np.asarray(values, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        return np.log10(np.maximum(values, np.float32(floor)))
+
+
+def hatch_rgba(masked: np.ndarray, px: int = 256, name: str = "viridis") -> np.ndarray:
+    """RGBA uint8 [rows*k, cols*k, 4]: diagonal stripes (hatch and mask colours) where ``masked``,
+    transparent elsewhere; k pixels per cell so the image has about ``px`` pixels on its larger side.
+
+    The one hatch image of the window (heatmap panel, zoomed tiles, matrix plots); the exported
+    figures draw the same colours as vector lines.
+    """
+    masked = np.asarray(masked, dtype=bool)
+    rows, cols = masked.shape
+    k = max(1, min(16, int(px) // max(rows, cols, 1)))
+    big = np.repeat(np.repeat(masked, k, axis=0), k, axis=1)
+    i, j = np.indices(big.shape)
+    stripes = ((i + j) // 2) % 2 == 0
+    out = np.zeros((*big.shape, 4), dtype=np.uint8)
+    out[big & stripes] = (*hatch_rgb(name), 255)
+    out[big & ~stripes] = (*mask_rgb(name), 255)
+    return out

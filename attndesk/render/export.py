@@ -22,7 +22,11 @@ from attndesk.core import atomic
 from attndesk.core import memory
 from attndesk.core.memory import format_bytes
 
-from .figure import HeatmapFigure, paint_figure, parse_which, suggested_size
+from attndesk.core.select import parse_which
+from attndesk.core.types import AttentionMap
+
+from .figure import HeatmapFigure, suggested_size
+from .gui import ensure_gui_app
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 WEIGHT_FORMATS = ("npy", "csv")
@@ -45,12 +49,15 @@ def _reason(exc: OSError) -> str:
 def _check_target(path: Path) -> Path:
     path = Path(path).expanduser()
     folder = path.parent
-    if not folder.exists():
-        raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
-    if not folder.is_dir():
-        raise ExportError(f"cannot write {path}: {folder} is not a folder")
-    if path.is_dir():
-        raise ExportError(f"cannot write {path}: a folder of that name exists")
+    try:  # pathlib passes some errors through (a name too long: ENAMETOOLONG)
+        if not folder.exists():
+            raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
+        if not folder.is_dir():
+            raise ExportError(f"cannot write {path}: {folder} is not a folder")
+        if path.is_dir():
+            raise ExportError(f"cannot write {path}: a folder of that name exists")
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {_reason(exc)}") from None
     return path
 
 
@@ -139,7 +146,10 @@ def check_image_memory(width: int, height: int) -> None:
     )
 
 
-def render_png_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+PaintFn = Callable[[Any, Any], Any]  # paint(painter: QPainter, rect: QRectF), on any device
+
+
+def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
     from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF
     from PySide6.QtGui import QImage, QImageWriter, QPainter
 
@@ -150,7 +160,7 @@ def render_png_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float)
     image.fill(0xFFFFFFFF)
     painter = QPainter(image)
     try:
-        paint_figure(painter, QRectF(0, 0, width, height), figure)
+        paint(painter, QRectF(0, 0, width, height))
     finally:
         painter.end()
     data = QByteArray()
@@ -163,7 +173,7 @@ def render_png_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float)
     return bytes(data)
 
 
-def render_svg_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
     from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRect, QRectF, QSize
     from PySide6.QtGui import QPainter
     from PySide6.QtSvg import QSvgGenerator
@@ -176,18 +186,18 @@ def render_svg_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float)
     generator.setSize(QSize(width, height))
     generator.setViewBox(QRect(0, 0, width, height))
     generator.setResolution(round(dpi))
-    generator.setTitle(figure.suptitle or "attention heatmaps")
-    generator.setDescription(figure.caption or "made with attndesk")
+    generator.setTitle(title)
+    generator.setDescription("made with attndesk")
     painter = QPainter(generator)
     try:
-        paint_figure(painter, QRectF(0, 0, width, height), figure)
+        paint(painter, QRectF(0, 0, width, height))
     finally:
         painter.end()
     buffer.close()
     return bytes(data)
 
 
-def render_pdf_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float) -> bytes:
+def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
     from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRectF, QSizeF
     from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
 
@@ -197,42 +207,67 @@ def render_pdf_bytes(figure: HeatmapFigure, width: int, height: int, dpi: float)
     writer = QPdfWriter(buffer)
     writer.setResolution(round(dpi))
     # the page is exactly width x height pixels at dpi: w/dpi inches = 72*w/dpi points
-    page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk", QPageSize.SizeMatchPolicy.ExactMatch)
+    page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk",
+                     QPageSize.SizeMatchPolicy.ExactMatch)
     writer.setPageLayout(QPageLayout(page, QPageLayout.Orientation.Portrait, QMarginsF(0, 0, 0, 0)))
-    writer.setTitle(figure.suptitle or "attention heatmaps")
+    writer.setTitle(title)
     writer.setCreator("attndesk")
     painter = QPainter(writer)
     try:
         if not painter.isActive():
             raise ExportError("the PDF writer could not start")
         device = painter.device()
-        paint_figure(painter, QRectF(0, 0, device.width(), device.height()), figure)
+        paint(painter, QRectF(0, 0, device.width(), device.height()))
     finally:
         painter.end()
     buffer.close()
     return bytes(data)
 
 
-_RENDERERS = {"png": render_png_bytes, "svg": render_svg_bytes, "pdf": render_pdf_bytes}
+_RENDERERS = {"png": _png_bytes, "svg": _svg_bytes, "pdf": _pdf_bytes}
+
+
+def render_bytes(paint: PaintFn, fmt: str, size: tuple[int, int], dpi: float = 96, title: str = "") -> bytes:
+    """The file contents of ``paint`` drawn as ``fmt`` ("png", "svg", "pdf") at ``size`` px and ``dpi``."""
+    if fmt not in _RENDERERS:
+        raise ExportError(f"unknown figure format {fmt!r}; use " + ", ".join(FIGURE_FORMATS))
+    width, height, dpi = check_size(size, dpi)
+    ensure_gui_app()
+    return _RENDERERS[fmt](paint, width, height, dpi, title or "attention heatmaps")
+
+
+def write(paint: PaintFn, path: str | os.PathLike, *, size: tuple[int, int], dpi: float = 96, title: str = "") -> Path:
+    """Draw ``paint(painter, rect)`` into ``path`` as PNG, SVG or PDF (by its suffix), atomically.
+
+    A PNG has exactly ``size`` pixels and ``dpi`` in its metadata; SVG and PDF have that size at
+    ``dpi``, with text kept as text. ExportError with a one-line reason otherwise."""
+    path = Path(path).expanduser()
+    fmt = _format_of(path, FIGURE_FORMATS)
+    width, height, dpi = check_size(size, dpi)
+    _check_target(path)  # fail before painting when the folder is missing
+    if fmt == "png":
+        check_image_memory(width, height)
+    return atomic_write(path, render_bytes(paint, fmt, (width, height), dpi, title))
 
 
 def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
     """Write ``figure`` to ``path`` as PNG, SVG or PDF (chosen by the suffix); return the path.
 
-    ``size`` is (width, height) in pixels (default: suggested_size(figure)); a PNG has exactly
-    that many pixels and ``dpi`` in its metadata, SVG/PDF have that size at ``dpi``.
+    ``size`` is (width, height) in pixels (default: suggested_size(figure)).
     """
-    from . import ensure_gui_app
+    return write(_figure_painter(figure), path, size=size if size is not None else suggested_size(figure), dpi=dpi,
+                 title=figure.suptitle)
 
-    path = Path(path).expanduser()
-    fmt = _format_of(path, FIGURE_FORMATS)
-    width, height, dpi = check_size(size if size is not None else suggested_size(figure), dpi)
-    _check_target(path)  # fail before painting when the folder is missing
-    if fmt == "png":
-        check_image_memory(width, height)
-    ensure_gui_app()
-    data = _RENDERERS[fmt](figure, width, height, dpi)
-    return atomic_write(path, data)
+
+def figure_bytes(figure: HeatmapFigure, fmt: str, size: tuple[int, int], dpi: float = 96) -> bytes:
+    """A figure's file contents without writing them (tests, previews)."""
+    return render_bytes(_figure_painter(figure), fmt, size, dpi, figure.suptitle)
+
+
+def _figure_painter(figure: HeatmapFigure) -> PaintFn:
+    from .paint import paint_figure
+
+    return lambda painter, rect: paint_figure(painter, rect, figure)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,23 +334,8 @@ def export_weights(matrix: np.ndarray, query_labels: Sequence[str], key_labels: 
     return atomic_write(path, write)
 
 
-def default_filename(result: Any, which: Any, ext: str) -> str:
+def default_filename(map: AttentionMap, which: Any, ext: str) -> str:
     """A file name that says what is in the file, e.g. attn_head3_h8_e64_causal_scaled_seed0.png."""
-    cfg = result.config
-    num_heads = int(np.asarray(result.weights).shape[0])
-    which = parse_which(which, num_heads)
+    which = parse_which(which, map.num_heads)
     tag = which if isinstance(which, str) else f"head{which}"
-    extra = getattr(result, "extra", None) or {}
-    if "pretrained" in extra and extra.get("file_tag"):
-        # e.g. attn_head3_all-MiniLM-L6-v2_layer2_unscaled.png (hidden special tokens say so too)
-        hidden = ["nospecial"] if extra.get("hide_special") else []
-        return "_".join(["attn", tag, str(extra["file_tag"]), *hidden]) + "." + ext.lstrip(".").lower()
-    parts = ["attn", tag, f"h{num_heads}", f"e{cfg.embed_dim}", cfg.mask.replace("+", "-"), "scaled" if cfg.scaled else "unscaled"]
-    if not cfg.positional:
-        parts.append("nopos")
-    if cfg.dropout and cfg.training:
-        parts.append(f"drop{cfg.dropout:g}")
-    parts.append(f"seed{cfg.seed}")
-    if cfg.dtype != "float32":
-        parts.append(cfg.dtype)
-    return "_".join(parts) + "." + ext.lstrip(".").lower()
+    return "_".join(p for p in ("attn", tag, map.file_tag) if p) + "." + ext.lstrip(".").lower()

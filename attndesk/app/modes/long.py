@@ -27,9 +27,9 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 from attndesk.core.errors import ConfigError
 from attndesk.core.plan import FULL
 from attndesk.core.textfile import read_text_file
+from attndesk.render.colormaps import hatch_rgba
 
-from ..long_source import ZoomTile, zoom_region
-from ..panels.heatmaps import hatch_overlay
+from ..panels.long_source import ZoomTile, zoom_region
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
 from ..state import ALL
@@ -289,7 +289,8 @@ class LongDocumentMode(QObject, ModeBase):
         image.setRect(rect)
         image.show()
         if tile.masked is not None:
-            hatch.setImage(_hatch_at(tile.masked, int(max(vb.width(), vb.height()))), autoLevels=False, levels=(0, 255))
+            px = int(max(vb.width(), vb.height()))
+            hatch.setImage(hatch_rgba(tile.masked, px, self._ui.state.view.colormap), autoLevels=False, levels=(0, 255))
             hatch.setRect(rect)
             hatch.show()
         else:
@@ -354,9 +355,3 @@ def _alive(obj) -> bool:
         return False
     return True
 
-
-def _hatch_at(masked: np.ndarray, px: int) -> np.ndarray:
-    """The heatmaps' masked-cell stripes for a zoom picture, at about screen resolution."""
-    rows, cols = masked.shape
-    k = max(1, min(16, px // max(rows, cols, 1)))
-    return hatch_overlay(np.repeat(np.repeat(masked, k, axis=0), k, axis=1))

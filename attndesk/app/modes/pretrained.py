@@ -20,20 +20,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import (
-    PACKAGED_NAME, PretrainedResult, is_loaded, load_pretrained, packaged_model_dir, pretrained_job, read_spec,
+    PACKAGED_NAME, ModelSpec, PretrainedResult, is_loaded, load_pretrained, packaged_model_dir, pretrained_job, read_spec,
     run_pretrained,
 )
+from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
-from ..adapters import layer_source, layer_view
+from ..panels.long_source import source_for_map
 from ..pretrained_views import (
-    LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting, grid_painting,
+    LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting,
+    grid_caption, grid_painting, grid_weights,
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
@@ -50,18 +52,33 @@ def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
 
 
+def layer_map(run: PretrainedResult, layer: int, hide_special: bool) -> tuple[AttentionMap, bool, list[str]]:
+    """(the layer's map, whether special tokens are hidden, notices): with every token special,
+    hiding them would leave nothing, so they are shown, with a notice."""
+    if hide_special:
+        try:
+            return run.layer_map(layer, hide_special=True), True, []
+        except ValueError:
+            pass
+    notices = ["every token is a special token: showing them"] if hide_special else []
+    return run.layer_map(layer), False, notices
+
+
 def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_special: bool) -> Shown:
-    """One layer of ``run`` as the window presents it (cheap: slicing and a mean over heads)."""
+    """One layer of ``run`` as the window presents it: its map and heatmap source (call it in a
+    worker: the source's mean and tiles are O(H L^2))."""
     layer = max(0, min(int(layer), run.num_layers - 1))
-    amap, view, notices = layer_view(run, layer, hide_special)
-    notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *view.notices, *notices]
+    amap, hidden, notices = layer_map(run, layer, hide_special)
+    keep = run.visible_indices(hidden)
+    notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *run.notices, *notices]
     if run.altered and run.cosine_to_normal is not None:
         notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
     facts = RunFacts(dict(run.timings), int(run.flops), int(run.peak_bytes), run.device, "float32")
+    output = run.hidden_states[layer + 1][keep] if run.hidden_states is not None else None  # [Lq', E]
     return Shown(
-        mode=mode, map=amap, source=layer_source(view, layer, hide_special), facts=facts,
-        queries=TokenRows(list(view.tokens), view.token_ids, None), keys=None, notices=notices_of(notices),
-        layers=run, layer=layer, export_result=view, present_key=(layer, bool(hide_special)),
+        mode=mode, map=amap, source=source_for_map(amap), facts=facts,
+        queries=TokenRows(list(amap.queries), run.token_ids[keep], None), keys=None, notices=notices_of(notices),
+        layers=run, layer=layer, output=output, present_key=(layer, bool(hide_special)),
     )
 
 
@@ -89,17 +106,6 @@ def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, *, s
     return pretrained_shown(run, mode, layer, hide_special)
 
 
-def _warm_imports() -> None:
-    """safetensors and tokenizers take ~130 ms to import: do it while the window is idle at
-    startup, not in the middle of the first load."""
-    try:
-        import safetensors  # noqa: F401
-        import safetensors.torch  # noqa: F401
-        import tokenizers  # noqa: F401
-    except ImportError:  # the load itself will say what is missing
-        pass
-
-
 class PretrainedMode(QObject, ModeBase):
     """Computes with a real model; owns its controls, its grid tab and its File menu action."""
 
@@ -109,7 +115,7 @@ class PretrainedMode(QObject, ModeBase):
     def __init__(self, parent: QObject | None = None) -> None:
         QObject.__init__(self, parent)
         self.setObjectName("pretrainedMode")
-        self._specs: dict[ModeId, object] = {}  # mode -> BertSpec (config.json read once)
+        self._specs: dict[ModeId, ModelSpec] = {}  # mode -> what config.json says (read once)
         self._folders: list[ModeId] = []  # opened folders, in the order they were opened
         self._ui: Assembly | None = None
         self._run: PretrainedResult | None = None
@@ -123,7 +129,7 @@ class PretrainedMode(QObject, ModeBase):
         return [packaged] + [ModeChoice(m, f"Pretrained: {Path(m.path).name}", m.path) for m in self._folders]
 
     def spec_for(self, mode: ModeId):
-        """The mode's BertSpec (config.json, read once); ConfigError says what is wrong."""
+        """The mode's ModelSpec (config.json, read once); ConfigError says what is wrong."""
         if mode not in self._specs:
             self._specs[mode] = read_spec(packaged_model_dir() if mode.path is None else mode.path)
         return self._specs[mode]
@@ -157,9 +163,9 @@ class PretrainedMode(QObject, ModeBase):
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
         fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
-                 "positional": True, "seed": state.config.seed}
-        info = (f"{spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n"
-                f"max {spec.max_positions} tokens (more are cut)")
+                 "position": "sinusoidal", "seed": state.config.seed}
+        limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
+        info = f"{spec.family_name}: {spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n{limit}"
         return PanelView(fixed=fixed, causal_only=True, mask_tip=_MASK_TIP, info=info)
 
     def install(self, ui: Assembly) -> None:
@@ -170,7 +176,6 @@ class PretrainedMode(QObject, ModeBase):
         ui.add_action(self.openFolderAction)
         self._bind(ui)
         self._on_mode(ui.state.mode)
-        QTimer.singleShot(0, _warm_imports)
 
     # -- widgets ----------------------------------------------------------------------------------
     def _build_widgets(self) -> None:
@@ -309,7 +314,7 @@ class PretrainedMode(QObject, ModeBase):
             n = len(state.pretrained.ablate)
             text += f" · recomputing with {n} head{'s' if n != 1 else ''} ablated…"
         shown = shown or self._ui.compute.shown()
-        if shown is not None and shown.layers is run and shown.map.legend:
+        if shown is not None and shown.layers is run and shown.map.hidden_mass is not None:
             text += " · " + shown.map.legend  # this layer's hidden share
         self.summary.setText(text)
         style = _NOTICE_STYLE if run.dropped_tokens else ""
@@ -441,4 +446,20 @@ class PretrainedMode(QObject, ModeBase):
         self._export_dialog("Export every layer's weights", "npy", "NumPy (*.npy);;CSV (*.csv)", self.export_all)
 
 
-__all__ = ["GRID_TAB", "PretrainedMode", "folder_mode", "pretrained_run", "pretrained_shown"]
+README_SENTENCE = "The animal didn't cross the street because it was too tired."
+
+
+def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE,
+                   size: tuple[int, int] = (1240, 640)) -> Path:
+    """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
+    ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
+    from attndesk.app.modes.pretrained import write_grid_png; write_grid_png()"``."""
+    run = run_pretrained(load_pretrained(), text)
+    weights, _mask, _hide, hidden = grid_weights(run, True)
+    caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '
+               + grid_caption("per-head", True, hidden))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return export_painting(LayerGridPainting(weights, caption=caption), path, size=size)
+
+
+__all__ = ["GRID_TAB", "PretrainedMode", "folder_mode", "pretrained_run", "pretrained_shown", "write_grid_png"]

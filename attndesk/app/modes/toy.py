@@ -12,7 +12,7 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import plan_text, run_attention
 from attndesk.core.result import AttentionResult
 
-from ..adapters import toy_map, toy_source, unknown_flags
+from ..panels.long_source import source_for_map
 from ..plans import needs_explicit_run
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..state import STEP_THROUGH_TAB, TOY, AppState
@@ -24,16 +24,16 @@ TOY_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "c
 
 def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:
     """A toy result as the window presents it (builds the heatmap source: call it in the worker)."""
-    unknown, key_unknown = unknown_flags(result)
     keys = None
     if result.key_tokens is not None:
-        keys = TokenRows(list(result.key_tokens), result.key_token_ids, key_unknown)
+        keys = TokenRows(list(result.key_tokens), result.key_token_ids, result.key_unknown)
     facts = RunFacts(dict(result.timings), int(result.flops), int(result.peak_bytes), result.device,
                      result.config.dtype)
+    amap = result.attention_map()
     return Shown(
-        mode=TOY, map=toy_map(result), source=toy_source(result), facts=facts,
-        queries=TokenRows(list(result.tokens), result.token_ids, unknown), keys=keys,
-        notices=notices_of(result.notices), toy=ToyRun(result, text, key_text), export_result=result,
+        mode=TOY, map=amap, source=source_for_map(amap), facts=facts,
+        queries=TokenRows(list(result.tokens), result.token_ids, result.unknown), keys=keys,
+        notices=notices_of(result.notices), toy=ToyRun(result, text, key_text), output=result.output,
     )
 
 
@@ -57,9 +57,8 @@ def check_input(state: AppState, config: AttentionConfig) -> str | None:
     key_text = state.keys_text()
     if key_text is not None and "causal" in config.mask:
         raise ConfigError("a causal mask needs self-attention: switch cross-attention off or pick another mask")
-    check_cross = getattr(config, "check_cross_attention", None)
-    if key_text is not None and check_cross is not None:
-        check_cross()
+    if key_text is not None:
+        config.check_cross_attention()  # a window or ALiBi needs one text
     if not state.text.strip():
         raise InputProblem("type some text to attend over: the input is empty")
     if key_text is not None and not key_text.strip():

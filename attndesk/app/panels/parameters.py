@@ -206,7 +206,7 @@ class ParametersPanel(QWidget):
 
     def _field_widgets(self) -> dict[str, QWidget]:
         return {"embed_dim": self.embedDimSpin, "hidden_dim": self.hiddenDimSpin, "num_heads": self.headsSpin,
-                "positional": self.positionalCheck, "dropout": self.dropoutSpin, "training": self.trainCheck,
+                "position": self.positionalCheck, "dropout": self.dropoutSpin, "training": self.trainCheck,
                 "seed": self.seedSpin, "device": self.deviceCombo, "dtype": self.dtypeCombo, "pad_to": self.padToSpin,
                 "memory_budget": self.memoryBudgetSpin}
 
@@ -216,7 +216,7 @@ class ParametersPanel(QWidget):
         self.headsSpin.setValue(int(v["num_heads"]))
         self._show_mask(str(v["mask"]))
         self.scaleCheck.setChecked(bool(v["scaled"]))
-        self.positionalCheck.setChecked(bool(v.get("positional", v.get("position", "sinusoidal") == "sinusoidal")))
+        self.positionalCheck.setChecked(v["position"] != "none")  # RoPE and ALiBi are positions too
         self.dropoutSpin.setValue(float(v["dropout"]))
         self.trainCheck.setChecked(bool(v["training"]))
         self.seedSpin.setValue(int(v["seed"]))
@@ -247,10 +247,10 @@ class ParametersPanel(QWidget):
         return {"mask": chosen}
 
     def _positional_edit(self) -> dict[str, Any]:
-        on = self.positionalCheck.isChecked()
-        if hasattr(self.state.config, "position"):  # the config names where positions enter
-            return {"position": "sinusoidal" if on else "none"}
-        return {"positional": on}
+        if not self.positionalCheck.isChecked():
+            return {"position": "none"}
+        current = self.state.config.position
+        return {"position": current if current != "none" else "sinusoidal"}
 
     def _on_mode_index(self, index: int) -> None:
         if 0 <= index < len(self._choices):

@@ -6,8 +6,9 @@ import math
 from typing import Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF
+from PySide6.QtWidgets import QGraphicsItem
 
 MAX_LABEL_CHARS = 12
 
@@ -22,11 +23,17 @@ class AxisLabels:
     by every axis (measuring thousands of tokens per axis would stall the GUI thread)."""
 
     def __init__(self, labels, font: QFont) -> None:
-        self.texts = [elide(str(t)) for t in labels]
+        self.tokens = list(labels)  # as given: a new source with the same tokens reuses these labels
+        self.texts = [elide(str(t)) for t in self.tokens]
         metrics = QFontMetricsF(font)
         # the widest label is among the longest by character count; measure only those
         longest = sorted(self.texts, key=len, reverse=True)[:32]
         self.widest = max((metrics.horizontalAdvance(t) for t in longest), default=0.0)
+
+
+def label_room(widest: float) -> float:
+    """Pixels an axis needs across for labels whose widest is ``widest`` px (tick and gap included)."""
+    return float(math.ceil(widest) + 10)
 
 
 def label_font(px: int = 10) -> QFont:
@@ -50,7 +57,7 @@ class TokenAxis(pg.AxisItem):
         self.setTickFont(self._font)
         self.setTextPen("#333333")
         self.setPen("#888888")
-        self.setStyle(tickLength=-3, tickTextOffset=3, autoExpandTextSpace=True)
+        self.setStyle(tickLength=-3, tickTextOffset=3, autoExpandTextSpace=False)  # sized by _fit
         if orientation == "bottom":
             # We draw the text ourselves (rotated); pyqtgraph only draws the tick marks.
             self.setStyle(showValues=False)
@@ -58,6 +65,8 @@ class TokenAxis(pg.AxisItem):
     def set_labels(self, labels: "Sequence[str] | AxisLabels") -> None:
         if not isinstance(labels, AxisLabels):
             labels = AxisLabels(labels, self._font)
+        if labels.texts is self._labels or (labels.widest == self._widest and labels.texts == self._labels):
+            return  # same tokens (a new seed, another head): the drawn labels stay valid
         self._labels = labels.texts
         self._widest = labels.widest
         self._fit()
@@ -65,6 +74,8 @@ class TokenAxis(pg.AxisItem):
         self.update()
 
     def set_show_labels(self, show: bool) -> None:
+        if show == self._show:
+            return
         self._show = show
         if self.orientation != "bottom":
             self.setStyle(showValues=show)
@@ -72,9 +83,19 @@ class TokenAxis(pg.AxisItem):
         self.picture = None
         self.update()
 
+    def itemChange(self, change, value):  # noqa: N802 - Qt's name
+        """pyqtgraph sizes a hidden axis to 0 px and does not undo it when shown: refit then."""
+        out = super().itemChange(change, value)
+        if change == QGraphicsItem.GraphicsItemChange.ItemVisibleHasChanged and value:
+            self._fit()
+        return out
+
+    def labels_shown(self) -> bool:
+        return self._show and bool(self._labels)
+
     def _fit(self) -> None:
         """Room for the widest label (pyqtgraph would otherwise drop labels that overflow)."""
-        room = int(math.ceil(self._widest)) + 10 if self._show and self._labels else 6
+        room = label_room(self._widest) if self._show and self._labels else 6
         if self.orientation == "bottom":
             self.setHeight(room)
         else:
@@ -97,6 +118,26 @@ class TokenAxis(pg.AxisItem):
         stride = self.label_stride(hi - lo, size)
         start = (first + stride - 1) // stride * stride
         return list(range(start, last + 1, stride))
+
+    def label_extent(self) -> QRectF | None:
+        """The scene rectangle the drawn labels cover (text overhang at the ends included),
+        or None when no label is drawn: what overlap checks compare."""
+        view = self.linkedView()
+        if not self.labels_shown() or view is None:
+            return None
+        lo, hi = self.range
+        along = self.geometry().height() if self.orientation == "left" else self.geometry().width()
+        ticks = self.visible_ticks(lo, hi, along)
+        if not ticks:
+            return None
+        half = self._metrics.height() / 2
+        box = self.mapRectToScene(QRectF(0, 0, self.geometry().width(), self.geometry().height()))
+        if self.orientation == "left":
+            ys = [view.mapViewToScene(QPointF(0, i + 0.5)).y() for i in (ticks[0], ticks[-1])]
+            return QRectF(box.left(), min(ys) - half, box.width(), abs(ys[1] - ys[0]) + 2 * half)
+        xs = [view.mapViewToScene(QPointF(i + 0.5, 0)).x() for i in (ticks[0], ticks[-1])]
+        deepest = max(self._metrics.horizontalAdvance(self._labels[i]) for i in ticks)
+        return QRectF(min(xs) - half, box.top(), abs(xs[1] - xs[0]) + 2 * half, min(box.height(), deepest + 4))
 
     # pyqtgraph hooks --------------------------------------------------------------------------
     def tickValues(self, minVal, maxVal, size):  # noqa: N802 - pyqtgraph's name

@@ -14,7 +14,7 @@ from attndesk.core.compare import TeachingComparison, teaching_comparison
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState
-from ..views.compare import CompareView, compare_frame
+from ..views.compare import CompareView, Operand, compare_frame
 from .base import TabPresenter
 
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
@@ -34,11 +34,13 @@ class CompareTab(TabPresenter):
         state.view.events.target.connect(self._follow_head)
 
     def show(self, shown: Shown) -> None:  # noqa: A003
-        if not shown.indexable or shown.export_result is None:
+        if not shown.indexable:
             self.view.show_unavailable(TOO_LONG)
-            return
-        text = shown.toy.text if shown.toy is not None else None
-        self.view.set_result(shown.export_result, text, teaching=shown.toy is not None)
+        elif shown.toy is not None:
+            self.view.set_result(shown.toy.result, shown.toy.text)
+        else:  # a real model's layer: its map and output, no toy experiments
+            where = f"layer {shown.layer}" if shown.layer is not None else ""
+            self.view.set_result(Operand.of_map(shown.map, shown.output, where))
 
     def release(self) -> None:
         self.compute.side.cancel("compare")

@@ -29,8 +29,7 @@ class ImplementationTab(QObject):
 
     def _on_published(self, shown: Shown) -> None:
         toy = shown.toy
-        self.panel.set_result(toy.result if toy is not None else shown.export_result,
-                              toy.text if toy is not None else None, toy=toy is not None)
+        self.panel.set_result(toy.result if toy is not None else None, toy.text if toy is not None else None)
         if self.compute.side.is_busy("implementations"):
             self.panel.set_busy(True)
 

@@ -9,9 +9,8 @@ view runs it inline (fine for the toy sizes the tests use).
 
 from __future__ import annotations
 
-from typing import Callable
-
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
@@ -25,8 +24,9 @@ from attndesk.core.compare import (
     compare_implementations, diff_results, teaching_comparison,
 )
 from attndesk.core.errors import ConfigError
+from attndesk.core.result import AttentionResult
 from attndesk.core.tokenizer import PAD_ID
-from attndesk.core.types import MEAN, Head
+from attndesk.core.types import MEAN, AttentionMap, Head
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
@@ -37,15 +37,39 @@ ASYNC_DIFF_CELLS = 200_000
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
 
 
-def is_pretrained(result) -> bool:
-    """A pretrained layer's AttentionResult (PretrainedResult.layer_result) rather than a toy run."""
-    return bool(getattr(result, "extra", None) and result.extra.get("pretrained"))
-
-
-def text_of(result) -> str:
+def text_of(result: AttentionResult) -> str:
     """The input text back from a toy result: its tokens without padding, joined by spaces
     (the word tokenizer splits that into the same tokens; padding comes back from pad_to)."""
     return " ".join(t for t, i in zip(result.tokens, result.token_ids) if int(i) != PAD_ID)
+
+
+@dataclass(frozen=True, eq=False)
+class Operand:
+    """One side of a comparison: weights [H, Lq, Lk] over ``tokens`` x ``keys`` (``mask`` [Lq, Lk],
+    True = may attend) and the layer's output [Lq, E] when known; ``where`` names it ("layer 2").
+    ``intermediates`` is always None (``diff_results`` compares weights and outputs only)."""
+
+    weights: np.ndarray
+    tokens: list[str]
+    keys: list[str]
+    mask: np.ndarray | None = None
+    output: np.ndarray | None = None
+    where: str = ""
+    intermediates: None = None
+
+    @classmethod
+    def of_map(cls, amap: AttentionMap, output: np.ndarray | None = None, where: str = "") -> "Operand":
+        return cls(np.asarray(amap.weights), list(amap.queries), list(amap.keys), amap.mask, output, where)
+
+    @classmethod
+    def of_result(cls, result: AttentionResult) -> "Operand":
+        return cls(result.weights, list(result.tokens), list(result.keys), result.mask, result.output)
+
+
+def as_operand(value: "Operand | AttentionResult | None") -> Operand | None:
+    if value is None or isinstance(value, Operand):
+        return value
+    return Operand.of_result(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,14 +123,15 @@ def _levels(matrices: list[np.ndarray], what: str) -> tuple[float, float] | None
 def _panel(result, label: str, matrix, what: str, head, levels) -> FramePanel:
     if result is None:
         return FramePanel(None, f"<b>{label}</b>", "pin a result as A" if label.startswith("A") else "")
+    if getattr(result, what) is None:
+        return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no {what} to compare")
     if matrix is None:
         heads = getattr(result, what).shape[0]
         return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no head {head}: it has {heads}")
     cols = list(result.keys) if what == "weights" else [str(i) for i in range(matrix.shape[1])]
     masked = None if (what != "weights" or result.mask is None) else ~result.mask
     shape = " × ".join(map(str, matrix.shape))
-    layer = (getattr(result, "extra", None) or {}).get("layer")
-    where = f" · layer {layer}" if is_pretrained(result) and layer is not None else ""
+    where = f" · {result.where}" if result.where else ""
     prepared = prepare_matrix(matrix, diverging=what != "weights", masked=masked, levels=levels)
     return FramePanel(prepared, f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>", "",
                       list(result.tokens), cols)
@@ -149,6 +174,8 @@ def compare_frame(request: tuple) -> CompareFrame:
         hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
         return CompareFrame(request, (*panels, idle), None, hint if a is None else "")
     try:
+        if getattr(a, what) is None or getattr(b, what) is None:
+            raise ComparisonError(f"cannot compare {what}: only one of A and B has it")
         diff = diff_results(a, b, what)
     except ComparisonError as exc:
         failed = FramePanel(None, "<b>B − A</b>", str(exc))
@@ -158,7 +185,8 @@ def compare_frame(request: tuple) -> CompareFrame:
 
 
 class CompareView(QWidget):
-    """API: ``set_result(result, text=None)`` (the current run = B), ``pin()`` (A := B),
+    """API: ``set_result(result, text=None)`` (the current run = B: a toy ``AttentionResult`` or an
+    ``Operand``), ``pin()`` (A := B),
     ``unpin()``, ``show_teaching(TeachingComparison)``, ``run_teaching(kind)``, ``set_head(h)``;
     ``diff()`` the ResultDiff shown (None when none), ``displayed()`` the three matrices drawn.
     Signals: ``teachingRequested(str kind)`` (always emitted on a teaching button; connect
@@ -174,6 +202,7 @@ class CompareView(QWidget):
         self._a = None  # what the A plot shows: the pinned result, or a teaching pair's A
         self._pinned = None
         self._b = None
+        self._config = None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
         self._text: str | None = None
         self._diff: ResultDiff | None = None
         self._teaching: TeachingComparison | None = None
@@ -297,13 +326,16 @@ class CompareView(QWidget):
         """Compute and draw A, B and B - A again."""
         self._recompute()
 
-    def set_result(self, result, text: str | None = None, *, teaching: bool | None = None) -> None:
+    def set_result(self, result: "AttentionResult | Operand | None", text: str | None = None, *,
+                   teaching: bool | None = None) -> None:
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
         ``teaching``: whether the one-click teaching pairs (toy-model experiments) apply to it
-        (default: unless it is a pretrained layer)."""
-        self._b = result
-        self._text = text
-        self._toy = (result is None or not is_pretrained(result)) if teaching is None else bool(teaching)
+        (default: for a toy ``AttentionResult``, not for an ``Operand`` such as a real model's layer)."""
+        toy = isinstance(result, AttentionResult)
+        self._b = as_operand(result)
+        self._config = result.config if toy else None
+        self._text = (text or text_of(result)) if toy else None
+        self._toy = (result is None or toy) if teaching is None else bool(teaching) and toy
         self.set_teaching_busy(False)
         if self._teaching is not None:
             self._teaching = None
@@ -365,7 +397,7 @@ class CompareView(QWidget):
     def show_teaching(self, comparison: TeachingComparison) -> None:
         """Show a teaching pair: its A and B, B - A and its explanation (with measured numbers)."""
         self._teaching = comparison
-        self._a, self._b = comparison.a, comparison.b
+        self._a, self._b = as_operand(comparison.a), as_operand(comparison.b)
         self._a_label, self._b_label = comparison.a_label, comparison.b_label
         self.explanationText.setPlainText(f"{comparison.title}\n\n{comparison.explanation}")
         self.explanationText.show()
@@ -379,11 +411,11 @@ class CompareView(QWidget):
 
     def run_teaching(self, kind: str) -> TeachingComparison | None:
         """Run a teaching comparison for the current B's config and text, here and now."""
-        if self._b is None:
-            self.maxLabel.setText("run once first: the comparison uses the current settings and text")
+        if self._config is None:
+            self.maxLabel.setText("run the toy model once first: the comparison uses the current settings and text")
             return None
         try:
-            comparison = teaching_comparison(kind, self._b.config, self._text or text_of(self._b))
+            comparison = teaching_comparison(kind, self._config, self._text or "")
         except ConfigError as exc:
             self.maxLabel.setText(str(exc))
             return None
@@ -404,8 +436,8 @@ class CompareView(QWidget):
     # -- drawing ---------------------------------------------------------------------------------
     def _on_teach(self, kind: str) -> None:
         self.teachingRequested.emit(kind)
-        if self._runner is not None and self._b is not None:
-            self._runner(kind, self._b.config, self._text or text_of(self._b))
+        if self._runner is not None and self._config is not None:
+            self._runner(kind, self._config, self._text or "")
         else:
             self.run_teaching(kind)
 
@@ -510,10 +542,12 @@ class ImplementationPanel(QWidget):
     def set_input(self, config, text: str) -> None:
         self._config, self._text = config, text
 
-    def set_result(self, result, text: str | None = None, *, toy: bool | None = None) -> None:
-        """Take the input (config and text) from the current result (``toy`` False: a real model's
-        layer, which the comparison of the toy layer's implementations does not cover)."""
-        toy = (result is not None and not is_pretrained(result)) if toy is None else (toy and result is not None)
+    def set_result(self, result: "AttentionResult | Operand | None", text: str | None = None, *,
+                   toy: bool | None = None) -> None:
+        """Take the input (config and text) from the current toy result (None, or ``toy`` False: a
+        real model's layer, which the comparison of the toy layer's implementations does not cover)."""
+        is_toy = isinstance(result, AttentionResult)
+        toy = is_toy if toy is None else (toy and is_toy)
         self.runButton.setEnabled(toy)
         self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
         if toy:

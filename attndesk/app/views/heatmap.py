@@ -21,8 +21,9 @@ from PySide6.QtWidgets import (
     QFileDialog, QGraphicsRectItem, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
 )
 
-from ..panels.heatmap_source import tile_reduce
-from ..panels.heatmaps import hatch_overlay
+from attndesk.core.select import tile_reduce
+from attndesk.render.colormaps import hatch_rgba
+
 from ..panels.token_axis import TokenAxis
 
 MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, hover stays exact
@@ -42,21 +43,9 @@ def display_reduce(matrix: np.ndarray, masked: np.ndarray, max_display: int = MA
     if factor == 1:
         return matrix, masked, 1
     finite = np.where(masked, 0.0, matrix)
-    if not (finite < 0).any():
-        image = tile_reduce(finite, factor)
-    else:
-        total = _tile_sum(finite, factor)
-        count = _tile_sum((~masked).astype(np.float64), factor)
-        image = total / np.maximum(count, 1)
+    how = "max" if not (finite < 0).any() else "mean"
+    image = tile_reduce(finite, factor, how, ignore=masked if how == "mean" else None)
     return image, tile_reduce(masked, factor, "all"), factor
-
-
-def _tile_sum(matrix: np.ndarray, factor: int) -> np.ndarray:
-    rows, cols = matrix.shape
-    out_r, out_c = math.ceil(rows / factor), math.ceil(cols / factor)
-    padded = np.zeros((out_r * factor, out_c * factor))
-    padded[:rows, :cols] = matrix
-    return padded.reshape(out_r, factor, out_c, factor).sum(axis=(1, 3))  # [out_r, f, out_c, f] -> tiles
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,7 +75,7 @@ def prepare_matrix(matrix, *, colormap: str | None = None, diverging: bool = Fal
     levels = (float(levels[0]), float(levels[1]))
     image, hidden_image, factor = display_reduce(m, hidden)
     image = np.where(hidden_image, levels[0], image)  # hidden under the hatching anyway
-    hatch = hatch_overlay(hidden_image) if hidden_image.any() else None
+    hatch = hatch_rgba(hidden_image) if hidden_image.any() else None
     return PreparedMatrix(m, hidden, image, hatch, levels, colormap or (DIVERGING if diverging else SEQUENTIAL), factor)
 
 

@@ -18,6 +18,8 @@ from PySide6.QtWidgets import (
     QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attndesk.core.types import Intermediates
+
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 # (intermediate key, title, formula); formulas depend on the config, filled in _formula()
@@ -45,14 +47,21 @@ class CellArithmetic:
     stored: float  # the core's weight for comparison
 
 
-def _stage(inter, name: str):
-    """One stage of the intermediates (a dict today, the typed ``Intermediates`` record soon)."""
-    return inter[name] if isinstance(inter, dict) else getattr(inter, name)
+def _stage(inter: Intermediates, name: str) -> np.ndarray:
+    return getattr(inter, name)
+
+
+def kv_head_of(inter: Intermediates, head: int) -> int:
+    """The K/V head query head ``head`` reads (grouped-query heads share them: h // (H / KV))."""
+    return head // (inter.weights.shape[0] // inter.k.shape[0])
 
 
 def stage_matrix_of(result, name: str, head: int) -> np.ndarray:
     """The exact 2-D matrix stage ``name`` shows for ``head``."""
-    data = _stage(result.intermediates, name)
+    inter = result.intermediates
+    data = _stage(inter, name)
+    if name in ("k", "v"):
+        return data[kv_head_of(inter, head)]
     return data[head] if name in PER_HEAD else data
 
 
@@ -233,12 +242,17 @@ class StepThroughView(QWidget):
         cfg = self._result.config
         d_k = self._d_k()
         single = int(_stage(self._result.intermediates, "weights").shape[0]) == 1
+        rope = cfg.position == "rope"  # Q and K rotated by position; the embeddings carry none
+        masked = ("+ ALiBi bias, " if cfg.position == "alibi" else "") + ("soft-capped, " if cfg.softcap else "")
+        masked += "−∞ where masked" if cfg.mask != "none" or cfg.window else "no mask"
         return {
-            "embeddings": "X = embed(tokens) + PE" if cfg.positional else "X = embed(tokens)  (no PE)",
-            "q": "Q = X W<sub>Q</sub> + b", "k": "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
+            "embeddings": "X = embed(tokens) + PE" if cfg.position == "sinusoidal" else
+                          f"X = embed(tokens)  (positions: {cfg.position})",
+            "q": "Q = RoPE(X W<sub>Q</sub> + b)" if rope else "Q = X W<sub>Q</sub> + b",
+            "k": "K = RoPE(X W<sub>K</sub> + b)" if rope else "K = X W<sub>K</sub> + b", "v": "V = X W<sub>V</sub> + b",
             "scores": "S = Q K<sup>T</sup>",
             "scaled": f"S / √d<sub>k</sub> = S / √{d_k}" if cfg.scaled else "S (unscaled: × 1)",
-            "masked": "−∞ where masked" if cfg.mask != "none" else "no mask: = scaled",
+            "masked": masked if masked != "no mask" else "no mask: = scaled",
             "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
             "context": "C = A V",
             "output": "C (single head: no W<sub>O</sub>)" if single else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
@@ -296,7 +310,7 @@ class StepThroughView(QWidget):
         inter = self._result.intermediates
         h = self._head
         qv = _stage(inter, "q")[h, q].astype(np.float64)
-        kv = _stage(inter, "k")[h, k].astype(np.float64)
+        kv = _stage(inter, "k")[kv_head_of(inter, h), k].astype(np.float64)
         dot = float(qv @ kv)
         scale = self.scale()
         scaled = dot * scale

@@ -1,5 +1,7 @@
-"""A real pretrained encoder (all-MiniLM-L6-v2 or any local BERT folder) run through attndesk's own
-attention layers, offline: safetensors for the weights, tokenizers for WordPiece, no transformers.
+"""Any local transformer model, run by transformers with attndesk's attention registered as its
+attention implementation: encoders (BERT, ...), decoders (GPT-2, LLaMA, Gemma, ...) and
+encoder-decoders (T5, BART, Marian), offline. Every attention weight is computed by
+``attndesk.core.attention.attend``. transformers is imported by the loader, never here.
 
 >>> from attndesk.core.pretrained import load_pretrained, run_pretrained
 >>> result = run_pretrained(load_pretrained(), "The cat sat.")   # doctest: +SKIP
@@ -7,16 +9,17 @@ attention layers, offline: safetensors for the weights, tokenizers for WordPiece
 (6, 12, 6, 6)
 """
 
-from .checkpoint import BertSpec, packaged_model_dir, read_spec
-from .encoder import BertEncoder
-from .result import PretrainedResult, cosine
-from .run import (
-    PACKAGED_NAME, PretrainedModel, clear_cache, encode, is_loaded, load_pretrained, pretrained_job,
-    run_pretrained, sentence_embeddings,
-)
+from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
+from .families import SUPPORTED, supported_names
+from .generate import GenerationStep, Generator
+from .hub_cache import CachedModel, hub_cache_dir, list_cached_models
+from .loader import LoadedModel, clear_cache, is_loaded, load_pretrained
+from .result import NextToken, PretrainedResult, cosine, kl_divergence
+from .run import encode, pretrained_job, run_pretrained, sentence_embeddings
 
 __all__ = [
-    "BertEncoder", "BertSpec", "PACKAGED_NAME", "PretrainedModel", "PretrainedResult", "clear_cache",
-    "cosine", "encode", "is_loaded", "load_pretrained", "packaged_model_dir", "pretrained_job",
-    "read_spec", "run_pretrained", "sentence_embeddings",
+    "CachedModel", "GenerationStep", "Generator", "LoadedModel", "ModelSpec", "NextToken", "PACKAGED_NAME",
+    "PretrainedResult", "SUPPORTED", "clear_cache", "cosine", "encode", "hub_cache_dir",
+    "is_loaded", "kl_divergence", "list_cached_models", "load_pretrained", "packaged_model_dir", "pretrained_job",
+    "read_spec", "run_pretrained", "sentence_embeddings", "supported_names",
 ]

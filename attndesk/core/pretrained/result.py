@@ -1,14 +1,14 @@
-"""The record of one pretrained-encoder run: plain numpy and Python, safe to hand to any thread."""
+"""The record of one real-model run: plain numpy and Python, safe to hand to any thread."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from ..config import AttentionConfig
-from ..result import AttentionResult
+from ..types import AttentionMap, Intermediates
+
+PART_TITLES = {"self": "", "decoder": "decoder self-attention", "cross": "cross-attention"}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -19,18 +19,45 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / norm) if norm > 0 else 0.0
 
 
+def kl_divergence(p_log: np.ndarray, q_log: np.ndarray) -> float:
+    """KL(P || Q) in nats from two log-probability vectors (terms where P is 0 contribute 0)."""
+    p_log, q_log = np.asarray(p_log, np.float64), np.asarray(q_log, np.float64)
+    p = np.exp(p_log)
+    terms = np.where(p > 0, p * (p_log - q_log), 0.0)
+    return float(max(0.0, terms.sum()))
+
+
+@dataclass(frozen=True, eq=False)
+class NextToken:
+    """A next-token distribution: the ``k`` most probable tokens and the whole log-distribution."""
+
+    ids: np.ndarray  # [k] int64, most probable first
+    tokens: list[str]
+    probs: np.ndarray  # [k] float32
+    logprobs: np.ndarray  # [V] float32: log-probabilities of every vocabulary entry
+
+    def top(self, k: int = 5) -> list[tuple[str, float]]:
+        return [(t, float(p)) for t, p in zip(self.tokens[:k], self.probs[:k])]
+
+
 @dataclass
 class PretrainedResult:
-    """Everything a view needs to draw one pretrained run (layers N, heads H, L tokens, width E).
+    """Everything a view needs to draw one real-model run (N layers, H query heads, L tokens).
 
-    ``weights`` [N, H, L, L] float32: row = query token, column = key token, layer 0 first.
-    ``hidden_states`` [N + 1, L, E] float32: the embeddings' output, then each layer's output.
-    ``embedding`` [E]: mean over real tokens of the last hidden state, L2-normalised.
-    ``special`` [L] bool: True for [CLS] / [SEP] / [PAD] (tokens a view may hide).
-    ``mask`` [L, L] bool (True = may attend) when a causal mask was forced, else None.
-    ``timings``: "embed", "layer 0" ... "layer N-1", "pooling", then "total" (seconds).
-    When the run was altered (unscaled, causal or ablated heads), ``normal_embedding`` is the
-    unaltered run's embedding and ``cosine_to_normal`` their cosine; otherwise both are None.
+    ``weights`` [N, H, L, L] float32: the self-attention of an encoder or decoder, or the
+    encoder's of an encoder-decoder; row = query token, column = key token, layer 0 first.
+    Encoder-decoders add ``decoder_weights`` [N_dec, H, T, T] and ``cross_weights``
+    [N_dec, H, T, L] over ``target_tokens`` (T). ``hidden_states`` [N + 1, L, E] float32: the
+    embeddings, then each (encoder) layer's output. ``special`` [L] bool marks special tokens.
+    ``mask`` [L, L] bool (True = may attend): the causal mask of a decoder's global layers or a
+    forced one, else None; ``masks[part][layer]`` holds every layer's own mask (sliding windows).
+    ``layer_kinds`` ("global" / "local") and ``window`` are per (self) layer.
+    Encoders: ``embedding`` [E] is the mean over tokens of the last hidden state, unit length;
+    when the run was altered (unscaled, causal, ablated) ``cosine_to_normal`` compares it with the
+    unaltered run's. Decoders and encoder-decoders: ``next_token`` after the text (or target);
+    an altered run adds ``normal_next`` and ``kl_to_normal`` = KL(normal || altered).
+    ``timings``: "embed", "layer 0" ... (or "encoder layer i" / "decoder layer i"), "pooling" or
+    "next token", then "total" (seconds).
     """
 
     model_name: str
@@ -38,8 +65,8 @@ class PretrainedResult:
     token_ids: np.ndarray  # [L] int64
     special: np.ndarray  # [L] bool
     weights: np.ndarray  # [N, H, L, L] float32
-    hidden_states: np.ndarray  # [N + 1, L, E] float32
-    embedding: np.ndarray  # [E] float32, unit length
+    hidden_states: np.ndarray | None  # [N + 1, L, E] float32
+    embedding: np.ndarray | None  # [E] float32, unit length (encoders)
     timings: dict[str, float]
     device: str
     scaled: bool = True
@@ -51,8 +78,24 @@ class PretrainedResult:
     normal_embedding: np.ndarray | None = None
     cosine_to_normal: float | None = None
     flops: int = 0  # estimated floating-point operations of the forward pass
-    peak_bytes: int = 0  # estimated activation memory held (weights of every layer, hidden states, one layer's temporaries)
-    extra: dict[str, Any] = field(default_factory=dict)
+    peak_bytes: int = 0  # estimated memory held: every weight and hidden state, one layer's temporaries
+    family: str = "encoder"
+    model_type: str = "bert"
+    kv_heads: int | None = None
+    layer_kinds: list[str] | None = None
+    window: list[int | None] | None = None
+    masks: dict[str, list] = field(default_factory=dict)
+    decoder_weights: np.ndarray | None = None  # [N_dec, H, T, T]
+    cross_weights: np.ndarray | None = None  # [N_dec, H, T, L]
+    target_tokens: list[str] | None = None
+    target_ids: np.ndarray | None = None
+    target_special: np.ndarray | None = None
+    next_token: NextToken | None = None
+    normal_next: NextToken | None = None
+    kl_to_normal: float | None = None
+    intermediates: dict[str, Intermediates] = field(default_factory=dict)  # part -> the requested layer's stages
+    intermediates_layer: int | None = None
+    hidden_size: int | None = None
 
     # -- shape conveniences -----------------------------------------------------------------
     @property
@@ -69,7 +112,7 @@ class PretrainedResult:
 
     @property
     def keys(self) -> list[str]:
-        """Key-axis labels (self-attention: the tokens), as ``AttentionResult.keys``."""
+        """Key-axis labels of the self-attention (the tokens)."""
         return self.tokens
 
     @property
@@ -80,14 +123,32 @@ class PretrainedResult:
     def altered(self) -> bool:
         return (not self.scaled) or self.causal or bool(self.ablate)
 
+    @property
+    def width(self) -> int:
+        if self.hidden_size:
+            return int(self.hidden_size)
+        return int(self.hidden_states.shape[-1]) if self.hidden_states is not None else 0
+
     def is_ablated(self, layer: int, head: int) -> bool:
         return (int(layer), int(head)) in self.ablate
 
     # -- views of the weights ---------------------------------------------------------------
-    def layer_weights(self, layer: int) -> np.ndarray:
-        """[H, L, L] for one layer."""
-        self._check_layer(layer)
-        return self.weights[layer]
+    def part_weights(self, part: str = "self") -> np.ndarray:
+        """[N, H, Lq, Lk] of one part: "self", "decoder" or "cross"."""
+        got = {"self": self.weights, "decoder": self.decoder_weights, "cross": self.cross_weights}.get(part)
+        if got is None:
+            raise ValueError(f"this run has no {part!r} attention ({self.family} model): parts are "
+                             f"{', '.join(self.parts())}")
+        return got
+
+    def parts(self) -> tuple[str, ...]:
+        return ("self", "decoder", "cross") if self.decoder_weights is not None else ("self",)
+
+    def layer_weights(self, layer: int, part: str = "self") -> np.ndarray:
+        """[H, Lq, Lk] for one layer."""
+        weights = self.part_weights(part)
+        self._check_layer(layer, len(weights))
+        return weights[layer]
 
     def follow_token(self, query: int, head: int | None = None) -> np.ndarray:
         """Where one query token looks at every layer: [N, L] (head None = mean over heads)."""
@@ -99,7 +160,7 @@ class PretrainedResult:
         return rows[:, int(head), :]
 
     def visible_indices(self, hide_special: bool) -> np.ndarray:
-        """Token positions a view shows: all, or all but [CLS]/[SEP]/[PAD]."""
+        """Token positions a view shows: all, or all but the special tokens."""
         return np.flatnonzero(~self.special) if hide_special else np.arange(self.length)
 
     def without_special(self, layer: int) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -109,76 +170,129 @@ class PretrainedResult:
         share of each remaining row that went to the hidden keys (so rows sum to 1 - hidden_mass).
         """
         keep = self.visible_indices(True)
-        w = self.layer_weights(layer)[:, keep][:, :, keep]  # [H, L', L']
-        hidden = self.layer_weights(layer)[:, keep].sum(axis=-1) - w.sum(axis=-1)  # [H, L']
+        full = self.layer_weights(layer)[:, keep]  # [H, L', L]
+        w = full[:, :, keep]  # [H, L', L']
+        hidden = full.sum(axis=-1) - w.sum(axis=-1)
         return w, [self.tokens[i] for i in keep], np.clip(hidden, 0.0, None).astype(np.float32)
 
-    def layer_result(self, layer: int, hide_special: bool = False) -> AttentionResult:
-        """One layer as a toy-model style ``AttentionResult`` (for the heatmap panel and export);
-        timings, FLOPs and memory are the whole run's (the timing panel shows every layer's time).
+    def layer_mask(self, layer: int, part: str = "self") -> np.ndarray | None:
+        """[Lq, Lk] bool the layer attended under (True = may attend), None when unmasked."""
+        masks = self.masks.get(part)
+        if masks is None:
+            return self.mask if part == "self" else None
+        return masks[layer]
 
-        ``hide_special`` drops [CLS]/[SEP]/[PAD] from both axes WITHOUT re-normalising the rows:
-        ``extra["hidden_mass"]`` [H, L'] is what each row gave the hidden keys, and ``extra["legend"]``
-        (also the last notice) says so in words for the view's legend.
+    def layer_kind(self, layer: int, part: str = "self") -> str:
+        return self.layer_kinds[layer] if part == "self" and self.layer_kinds else "global"
+
+    def layer_window(self, layer: int, part: str = "self") -> int | None:
+        return self.window[layer] if part == "self" and self.window else None
+
+    def _axes(self, part: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+        """(query labels, key labels, query special mask, key special mask) of a part."""
+        if part == "self":
+            return self.tokens, self.tokens, self.special, self.special
+        target, t_special = self.target_tokens or [], self.target_special
+        t_special = np.zeros(len(target), bool) if t_special is None else t_special
+        if part == "decoder":
+            return target, target, t_special, t_special
+        return target, self.tokens, t_special, self.special
+
+    def layer_map(self, layer: int, *, part: str = "self", hide_special: bool = False, hide_first: bool = False,
+                  renormalise: bool = False) -> AttentionMap:
+        """One layer of one part as an ``AttentionMap`` to draw, export or inspect.
+
+        ``hide_special`` drops special tokens from both axes and ``hide_first`` the first key (a
+        decoder's attention sink) — rows are NOT re-normalised unless ``renormalise``; either
+        way ``hidden_mass`` [H, Lq'] holds each row's share that went to the hidden keys.
+        Raises ValueError when nothing would be left to show.
         """
-        self._check_layer(layer)
-        keep = self.visible_indices(hide_special)
-        if hide_special and keep.size == 0:
-            raise ValueError("every token is special: nothing is left to show with special tokens hidden")
-        weights = self.weights[layer]
-        mask = self.mask
-        legend = "rows sum to 1 over all tokens"
-        hidden_mass = None
-        if hide_special:
-            weights, _, hidden_mass = self.without_special(layer)
-            mask = None if mask is None else mask[np.ix_(keep, keep)]
-            legend = (f"[CLS]/[SEP] hidden, rows NOT re-normalised: they miss the hidden tokens' share "
-                      f"(mean {float(hidden_mass.mean()):.0%}, up to {float(hidden_mass.max(initial=0.0)):.0%})")
-        n_heads, e = self.num_heads, int(self.hidden_states.shape[-1])
-        config = AttentionConfig(
-            embed_dim=e, hidden_dim=e, num_heads=n_heads, mask="causal" if self.causal else "none",
-            scaled=self.scaled, positional=True, vocab_size=max(3, int(self.token_ids.max(initial=0)) + 1),
-        )
-        notices = list(self.notices) + ([legend] if hide_special else [])
-        ablated = [h for (l, h) in self.ablate if l == layer]
-        return AttentionResult(
-            tokens=[self.tokens[i] for i in keep], token_ids=self.token_ids[keep], weights=weights,
-            output=self.hidden_states[layer + 1][keep], timings=dict(self.timings), flops=self.flops,
-            peak_bytes=self.peak_bytes,
-            device=self.device, config=config, mask=mask, notices=notices,
-            extra={"pretrained": self.model_name, "layer": int(layer), "special": self.special[keep],
-                   "hide_special": bool(hide_special), "hidden_mass": hidden_mass, "legend": legend,
-                   "ablated_heads": ablated, "summary": self.summary(layer, len(keep)),
-                   "file_tag": self.file_tag(layer)},
+        weights = self.layer_weights(layer, part)
+        queries, keys, q_special, k_special = self._axes(part)
+        q_hide = q_special.copy() if hide_special else np.zeros(len(queries), bool)
+        k_hide = k_special.copy() if hide_special else np.zeros(len(keys), bool)
+        if hide_first and len(keys):
+            k_hide[0] = True
+            if part != "cross":
+                q_hide[0] = True
+        q_keep, k_keep = np.flatnonzero(~q_hide), np.flatnonzero(~k_hide)
+        if q_keep.size == 0 or k_keep.size == 0:
+            raise ValueError("every token is hidden: nothing is left to show")
+        mask = self.layer_mask(layer, part)
+        hidden_mass, legend = None, "rows sum to 1 over all tokens"
+        if k_hide.any() or q_hide.any():
+            rows = weights[:, q_keep]  # [H, Lq', Lk]
+            weights = rows[:, :, k_keep]
+            hidden_mass = np.clip(rows.sum(-1) - weights.sum(-1), 0.0, None).astype(np.float32)
+            mask = None if mask is None else mask[np.ix_(q_keep, k_keep)]
+            legend = self._legend(keys, k_hide, hidden_mass, renormalise)
+            if renormalise:
+                sums = weights.sum(-1, keepdims=True)
+                weights = np.divide(weights, sums, out=np.zeros_like(weights), where=sums > 0).astype(np.float32)
+        notices = list(self.notices) + ([legend] if hidden_mass is not None else [])
+        return AttentionMap(
+            queries=[queries[i] for i in q_keep], keys=[keys[i] for i in k_keep], weights=weights, mask=mask,
+            title=" · ".join(p for p in (self.model_name, f"layer {layer}", PART_TITLES[part]) if p),
+            summary=self.summary(layer, len(q_keep), part=part), file_tag=self.file_tag(layer, part=part),
+            kv_heads=self.kv_heads if part != "cross" else None, window=self.layer_window(layer, part),
+            layer_kind=self.layer_kind(layer, part), hidden_mass=hidden_mass, legend=legend, notices=notices,
+            head_labels=[f"L{layer} head {h}" for h in range(weights.shape[0])],
         )
 
-    def summary(self, layer: int | None = None, tokens: int | None = None) -> str:
-        """One caption line: model, layer, what was toggled (the toy summary's "seed"/"sinusoidal"
-        do not apply here: positions are learned, weights are the checkpoint's)."""
+    @staticmethod
+    def _legend(keys: list[str], hidden: np.ndarray, mass: np.ndarray, renormalise: bool) -> str:
+        names = "/".join(dict.fromkeys(keys[i] for i in np.flatnonzero(hidden)))
+        share = f"(mean {float(mass.mean()):.0%}, up to {float(mass.max(initial=0.0)):.0%})"
+        if renormalise:
+            return f"{names} hidden, rows renormalised over the shown tokens: the hidden tokens held {share}"
+        return f"{names} hidden, rows NOT re-normalised: they miss the hidden tokens' share {share}"
+
+    def summary(self, layer: int | None = None, tokens: int | None = None, *, part: str = "self") -> str:
+        """One caption line: model, layer, shape, mask, what was toggled."""
         parts = [self.model_name]
         if layer is not None:
-            parts.append(f"layer {layer} of {self.num_layers}")
-        parts += [f"{self.length if tokens is None else tokens} tokens", f"{self.num_heads} heads",
-                  f"d_k {int(self.hidden_states.shape[-1]) // self.num_heads}",
-                  "causal mask (forced)" if self.causal else "no mask",
-                  "scaled by 1/\u221ad_k" if self.scaled else "unscaled", "learned positions"]
+            parts.append(f"layer {layer} of {len(self.part_weights(part))}" + (f" ({PART_TITLES[part]})" if PART_TITLES[part] else ""))
+        parts.append(f"{self.length if tokens is None else tokens} tokens")
+        heads = f"{self.num_heads} heads"
+        if self.kv_heads and self.kv_heads < self.num_heads:
+            heads += f" sharing {self.kv_heads} K/V heads"
+        parts.append(heads)
+        if self.width:
+            parts.append(f"width {self.width}")
+        parts.append(self._mask_words(layer, part))
+        parts.append("scaled" if self.scaled else "unscaled")
         ablated = [f"L{l}H{h}" for (l, h) in self.ablate if layer is None or l == layer]
         if ablated:
             parts.append("ablated " + ",".join(ablated))
         if self.cosine_to_normal is not None:
             parts.append(f"cosine to normal {self.cosine_to_normal:.4f}")
+        if self.kl_to_normal is not None:
+            parts.append(f"KL to normal {self.kl_to_normal:.4f}")
         parts.append(f"{self.device} float32")
         return " \u00b7 ".join(parts)
 
-    def file_tag(self, layer: int | None = None) -> str:
+    def _mask_words(self, layer: int | None, part: str) -> str:
+        if part == "cross":
+            return "no mask"
+        window = self.layer_window(layer, part) if layer is not None else None
+        causal = self.family != "encoder" or part == "decoder"
+        words = "causal mask (forced)" if self.causal and not causal else "causal mask" if causal else "no mask"
+        return f"{words}, window {window}" if window else words
+
+    def file_tag(self, layer: int | None = None, *, part: str = "self") -> str:
         """A file-name stem, e.g. all-MiniLM-L6-v2_layer2_causal_unscaled_abl3."""
         stem = "".join(c if c.isalnum() or c in "-." else "-" for c in self.model_name)
         parts = [stem, "all-layers" if layer is None else f"layer{layer}"]
+        parts += [] if part == "self" else [part]
         parts += (["causal"] if self.causal else []) + ([] if self.scaled else ["unscaled"])
         if self.ablate:
             parts.append(f"abl{len(self.ablate)}")
         return "_".join(parts)
 
-    def _check_layer(self, layer: int) -> None:
-        if not 0 <= int(layer) < self.num_layers:
-            raise IndexError(f"layer {layer} out of range: the model has {self.num_layers} layers (0..{self.num_layers - 1})")
+    @staticmethod
+    def _check_layer(layer: int, count: int) -> None:
+        if not 0 <= int(layer) < count:
+            raise IndexError(f"layer {layer} out of range: the model has {count} layers (0..{count - 1})")
+
+
+__all__ = ["NextToken", "PretrainedResult", "cosine", "kl_divergence"]

@@ -1,124 +1,28 @@
-"""``load_pretrained`` (cached per folder) and ``run_pretrained`` (text in, every layer's attention out)."""
+"""``run_pretrained``: text in, every layer's attention out (computed by attndesk's ``attend``)."""
 
 from __future__ import annotations
 
+import inspect
+import math
 import threading
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
-from ..devices import resolve_device
+from ..config import default_memory_budget
 from ..errors import Cancelled, ConfigError
-from ..masks import causal_mask
-from ..timing import StageTimer
-from .checkpoint import BertSpec, packaged_model_dir, read_spec, read_tensors, read_tokenizer
-from .encoder import BertEncoder, build_encoder
-from .result import PretrainedResult, cosine
+from ..memory import format_bytes
+from .backend import Capture, ForwardClock, capturing, stage_intermediates
+from .loader import LoadedModel, is_loaded, load_pretrained
+from .result import NextToken, PretrainedResult, cosine, kl_divergence
 
 Progress = Callable[[float, str], None]
-PACKAGED_NAME = "all-MiniLM-L6-v2"
-
-
-@dataclass(eq=False)
-class PretrainedModel:
-    """A loaded checkpoint: its spec, the encoder (frozen, eval) and its tokenizer."""
-
-    name: str
-    path: Path
-    spec: BertSpec
-    encoder: BertEncoder
-    tokenizer: object  # tokenizers.Tokenizer
-    device: torch.device
-    load_seconds: float
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def num_layers(self) -> int:
-        return self.spec.num_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.spec.num_heads
-
-    @property
-    def max_tokens(self) -> int:
-        return self.spec.max_positions
-
-
-_models: dict[tuple[str, str], PretrainedModel] = {}
-_models_lock = threading.Lock()  # held while loading: a second caller waits and gets the cached model
-
-
-def _cache_key(path: str | Path | None, device: str) -> tuple[Path, torch.device, tuple[str, str]]:
-    folder = packaged_model_dir() if path is None else Path(path).expanduser()
-    torch_device = resolve_device(device)
-    return folder, torch_device, (str(folder.resolve()) if folder.exists() else str(folder), str(torch_device))
-
-
-def is_loaded(path: str | Path | None = None, *, device: str = "cpu") -> bool:
-    """Whether ``load_pretrained(path)`` would answer from the cache (no progress to show)."""
-    try:
-        key = _cache_key(path, device)[2]
-    except ConfigError:
-        return False
-    with _models_lock:
-        return key in _models
-
-
-def load_pretrained(path: str | Path | None = None, progress: Progress | None = None, *, device: str = "cpu") -> PretrainedModel:
-    """The model in folder ``path`` (None = the packaged all-MiniLM-L6-v2), loaded once per session.
-
-    Raises ``ConfigError`` saying what is wrong with the folder (missing file, unsupported
-    architecture, a tensor missing or of the wrong shape) or how to install the packaged model.
-    """
-    folder, torch_device, key = _cache_key(path, device)
-    report = progress or (lambda fraction, message: None)
-    with _models_lock:
-        cached = _models.get(key)
-        if cached is not None:
-            report(1.0, f"{cached.name} (cached)")
-            return cached
-        start = time.perf_counter()
-        report(0.0, "reading config.json")
-        spec = read_spec(folder)
-        report(0.1, f"reading {spec.num_layers}-layer weights")
-        tensors = read_tensors(folder, spec)
-        report(0.7, "building the encoder")
-        encoder = build_encoder(spec, tensors, torch_device)
-        report(0.9, "reading the tokenizer")
-        tokenizer = read_tokenizer(folder)
-        name = PACKAGED_NAME if path is None or _is_packaged(folder) else folder.name
-        model = PretrainedModel(name, folder, spec, encoder, tokenizer, torch_device, time.perf_counter() - start)
-        _models[key] = model
-        report(1.0, f"loaded {name}")
-        return model
-
-
-def _is_packaged(folder: Path) -> bool:
-    try:
-        return folder.resolve() == packaged_model_dir().resolve()
-    except ConfigError:
-        return False
-
-
-def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:
-    """Forget loaded models: all of them, or (``everything=False``) all but the packaged one, or
-    just the one in folder ``path``. A "reload" action and the tests use it."""
-    with _models_lock:
-        if path is not None:
-            folder = str(Path(path).expanduser().resolve())
-            for key in [k for k in _models if k[0] == folder]:
-                del _models[key]
-        elif everything:
-            _models.clear()
-        else:
-            for key in [k for k, m in _models.items() if m.name != PACKAGED_NAME]:
-                del _models[key]
+TOP_K = 5
 
 
 @dataclass
@@ -126,7 +30,7 @@ class Encoded:
     ids: list[int]
     tokens: list[str]
     special: list[bool]
-    type_ids: list[int]
+    type_ids: list[int] | None
     total: int  # tokens before truncation
 
     @property
@@ -134,185 +38,337 @@ class Encoded:
         return self.total - len(self.ids)
 
 
-def encode(model: PretrainedModel, text: str) -> Encoded:
-    """WordPiece tokens with [CLS]/[SEP], cut to the model's limit (the final [SEP] is kept)."""
+def vocabulary_size(model: LoadedModel) -> int:
+    return int(model.model.get_input_embeddings().num_embeddings)
+
+
+def encode(model: LoadedModel, text: str, *, target: bool = False) -> Encoded:
+    """The tokenizer's ids and tokens of ``text`` (special tokens included), cut to the model's
+    positions (a closing special token is kept). ``target``: tokenized as a decoder target."""
+    what = "target" if target else "input"
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError("type some text to attend over: the input is empty")
-    enc = model.tokenizer.encode(text)
-    ids, tokens = list(enc.ids), list(enc.tokens)
-    special, types = [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids)
+        raise ConfigError(f"type some text to attend over: the {what} is empty")
+    tok = model.tokenizer
+    enc = tok(text_target=text) if target else tok(text)
+    ids = [int(i) for i in enc["input_ids"]]
     if not ids:
-        raise ConfigError("type some text to attend over: no tokens found")
+        raise ConfigError(f"type some text to attend over: the {what} has no tokens")
+    types = enc.get("token_type_ids")
+    types = None if types is None else [int(t) for t in types]
+    special_ids = set(tok.all_special_ids)
+    special = [i in special_ids for i in ids]
     total, limit = len(ids), model.max_tokens
-    if total > limit:
-        tail = 1 if special[-1] else 0  # keep the closing [SEP]
-        cut = slice(0, limit - tail)
-        ids, tokens, special, types = (seq[cut] + (seq[-1:] if tail else []) for seq in (ids, tokens, special, types))
-    bad = [i for i in ids if not 0 <= i < model.spec.vocab_size]
+    if limit is not None and total > limit:
+        tail = 1 if special[-1] else 0  # keep the closing [SEP] / </s>
+        ids, special = ids[: limit - tail] + ids[total - tail:], special[: limit - tail] + special[total - tail:]
+        types = None if types is None else types[: limit - tail] + types[total - tail:]
+    vocab = vocabulary_size(model)
+    bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
-        raise ConfigError(
-            f"the tokenizer produced id {bad[0]}, outside the model's vocabulary of {model.spec.vocab_size}: "
-            "tokenizer.json does not belong to this model"
-        )
-    return Encoded(ids, tokens, special, types, total)
+        raise ConfigError(f"the tokenizer produced id {bad[0]}, outside the model's vocabulary of {vocab}: "
+                          "the tokenizer files do not belong to this model")
+    return Encoded(ids, list(tok.convert_ids_to_tokens(ids)), special, types, total)
 
 
-def _ablation(model: PretrainedModel, ablate: Iterable) -> tuple[tuple[int, int], ...]:
-    pairs = []
+def _start_target(model: LoadedModel) -> Encoded:
+    """The decoder's start token alone: what an encoder-decoder decodes from without a target."""
+    start = getattr(model.model.config, "decoder_start_token_id", None)
+    start = 0 if start is None else int(start)
+    return Encoded([start], list(model.tokenizer.convert_ids_to_tokens([start])), [True], None, 1)
+
+
+def _target(model: LoadedModel, target: str | None) -> Encoded | None:
+    if model.family != "encoder-decoder":
+        if target is not None:
+            article = "an" if model.family[0] in "aeiou" else "a"
+            raise ConfigError(f"{model.name} is {article} {model.family} model: a target text needs an encoder-decoder "
+                              "(T5, BART, Marian); leave the target empty")
+        return None
+    return _start_target(model) if target is None else encode(model, target, target=True)
+
+
+def ablation_items(model: LoadedModel, ablate: Iterable) -> tuple[tuple, ...]:
+    """(layer, head) pairs of the self part, or (part, layer, head) triples, checked and sorted."""
+    items = []
     for item in ablate or ():
         try:
-            layer, head = (int(v) for v in item)
+            part, layer, head = ("self", *item) if len(item) == 2 else item
+            layer, head = int(layer), int(head)
         except (TypeError, ValueError):
-            raise ConfigError(f"ablate takes (layer, head) pairs, got {item!r}") from None
-        if not 0 <= layer < model.num_layers or not 0 <= head < model.num_heads:
-            raise ConfigError(
-                f"cannot ablate layer {layer} head {head}: the model has layers 0..{model.num_layers - 1} "
-                f"and heads 0..{model.num_heads - 1}"
-            )
-        pairs.append((layer, head))
-    return tuple(sorted(set(pairs)))
+            raise ConfigError(f"ablate takes (layer, head) pairs or (part, layer, head), got {item!r}") from None
+        count = model.layers.get(part)
+        if count is None:
+            raise ConfigError(f"cannot ablate a {part!r} head: {model.name} has parts {', '.join(model.layers)}")
+        if not 0 <= layer < count or not 0 <= head < model.num_heads:
+            raise ConfigError(f"cannot ablate layer {layer} head {head}: the model has layers 0..{count - 1} "
+                              f"and heads 0..{model.num_heads - 1}")
+        items.append((layer, head) if part == "self" else (part, layer, head))
+    return tuple(sorted(set(items), key=lambda t: (len(t), tuple(map(str, t)))))
 
 
-def _head_masks(model: PretrainedModel, pairs: tuple[tuple[int, int], ...]) -> list[torch.Tensor | None] | None:
-    if not pairs:
-        return None
-    masks: list[torch.Tensor | None] = [None] * model.num_layers
-    for layer, head in pairs:
-        if masks[layer] is None:
-            masks[layer] = torch.ones(model.num_heads, device=model.device)
-        masks[layer][head] = 0.0
-    return masks
+def ablation_heads(items: tuple[tuple, ...]) -> dict[tuple[str, int], tuple[int, ...]]:
+    heads: dict[tuple[str, int], list[int]] = {}
+    for item in items:
+        part, layer, head = ("self", *item) if len(item) == 2 else item
+        heads.setdefault((part, layer), []).append(head)
+    return {key: tuple(sorted(v)) for key, v in heads.items()}
 
 
-def _mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """hidden [B, L, E], real [B, L] bool -> unit-length mean over real tokens [B, E]."""
-    weights = real.to(hidden.dtype)[..., None]  # [B, L, 1]
-    pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-9)
-    return torch.nn.functional.normalize(pooled, dim=-1)
+def retained_bytes(model: LoadedModel, length: int, target: int = 0) -> int:
+    """float32 bytes a run hands back: every layer's weights (all parts) and the hidden states."""
+    h, width = model.num_heads, model.spec.hidden_size
+    total = model.layers["self"] * h * length * length + (model.spec.num_layers + 1) * length * width
+    if target:
+        total += model.layers["decoder"] * h * (target * target + target * length)
+    return 4 * total
 
 
-# The unaltered run's embedding per (model, ids): toggling a what-if does not pay for it twice.
-_normal: OrderedDict[tuple, np.ndarray] = OrderedDict()
+def _check_budget(model: LoadedModel, length: int, target: int, budget: int) -> None:
+    need = retained_bytes(model, length, target)
+    if need <= budget:
+        return
+    n, h = model.layers["self"], model.num_heads
+    fits = max(1, int(math.sqrt(budget / (4 * n * h))))
+    raise ConfigError(
+        f"{n} layers x {h} heads x {length:,}\u00b2 tokens of attention weights take {format_bytes(need)}, over the "
+        f"memory budget of {format_bytes(budget)}: shorten the text to about {fits:,} tokens or raise the budget"
+    )
+
+
+def _plan(model: LoadedModel) -> tuple[str, ...]:
+    if model.family == "encoder-decoder":
+        enc = tuple(f"encoder layer {i}" for i in range(model.layers["self"]))
+        dec = tuple(f"decoder layer {i}" for i in range(model.layers["decoder"]))
+        return ("embed", *enc, "decoder embed", *dec, "next token")
+    layers = tuple(f"layer {i}" for i in range(model.num_layers))
+    return ("embed", *layers, "pooling" if model.family == "encoder" else "next token")
+
+
+@lru_cache(maxsize=64)
+def forward_parameters(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.forward).parameters)
+
+
+def _forward(model: LoadedModel, source: Encoded, target: Encoded | None):
+    """One forward pass of the whole model on one sequence (and its decoder input)."""
+    device = model.device
+    accepts = forward_parameters(type(model.model))
+    kwargs: dict = {"input_ids": torch.tensor([source.ids], device=device), "output_hidden_states": True}
+    if model.family == "encoder" and source.type_ids is not None and "token_type_ids" in accepts:
+        # segment ids are an encoder's input (BERT); a decoder handed a BERT tokenizer would add them to its tokens
+        kwargs["token_type_ids"] = torch.tensor([source.type_ids], device=device)
+    if "use_cache" in accepts:
+        kwargs["use_cache"] = False
+    if target is not None:
+        kwargs["decoder_input_ids"] = torch.tensor([target.ids], device=device)
+    if model.family != "encoder" and "logits_to_keep" in accepts:
+        kwargs["logits_to_keep"] = 1  # only the last position's next-token logits
+    return model.model(**kwargs)
+
+
+def next_token(model: LoadedModel, logits: torch.Tensor, k: int = TOP_K) -> NextToken:
+    """The distribution after the last position: logits [V] -> top-k and all log-probabilities."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    top = torch.topk(logprobs, min(k, logprobs.numel()))
+    ids = top.indices.cpu().numpy().astype(np.int64)
+    return NextToken(ids=ids, tokens=list(model.tokenizer.convert_ids_to_tokens(ids.tolist())),
+                     probs=top.values.exp().cpu().numpy().astype(np.float32), logprobs=logprobs.cpu().numpy())
+
+
+def _outcome(model: LoadedModel, out) -> tuple[np.ndarray | None, NextToken | None]:
+    """(sentence embedding, next-token distribution) of a forward's output, as the family has them."""
+    if model.family == "encoder":
+        hidden = out.last_hidden_state[0]  # [L, E]
+        return torch.nn.functional.normalize(hidden.mean(dim=0), dim=-1).float().cpu().numpy(), None
+    return None, next_token(model, out.logits[0, -1])
+
+
+# The unaltered run's outcome per (model, ids, target ids): toggling a what-if does not pay twice.
+_normal: OrderedDict[tuple, tuple] = OrderedDict()
 _normal_lock = threading.Lock()
 
 
-def _normal_embedding(model: PretrainedModel, ids: torch.Tensor) -> np.ndarray:
-    key = (id(model), tuple(ids[0].tolist()))
+def _normal_outcome(model: LoadedModel, source: Encoded, target: Encoded | None):
+    key = (id(model), tuple(source.ids), None if target is None else tuple(target.ids))
     with _normal_lock:
         if key in _normal:
             _normal.move_to_end(key)
             return _normal[key]
     with torch.inference_mode():
-        hidden, _ = model.encoder(ids)
-        emb = _mean_pool(hidden[-1], torch.ones_like(ids, dtype=torch.bool))[0].float().cpu().numpy()
+        found = _outcome(model, _forward(model, source, target))
     with _normal_lock:
-        _normal[key] = emb
+        _normal[key] = found
         while len(_normal) > 16:
             _normal.popitem(last=False)
-    return emb
+    return found
 
 
 def run_pretrained(
-    model: PretrainedModel,
+    model: LoadedModel,
     text: str,
     *,
+    target: str | None = None,
+    layer: int | None = None,
+    ablate: Iterable = (),
     scaled: bool = True,
     causal: bool = False,
-    ablate: Iterable = (),
+    memory_budget: int | None = None,
     progress: Progress | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> PretrainedResult:
-    """Run the encoder on ``text`` and collect every layer's attention.
+    """Run the model on ``text`` (and an encoder-decoder's decoder on ``target``), every layer's
+    attention computed by attndesk.
 
-    ``scaled=False`` drops the 1/sqrt(d_k) factor, ``causal=True`` forces a causal mask in every
-    layer, ``ablate`` is (layer, head) pairs whose context is zeroed before the output
-    projection. Altered runs also report the cosine to the unaltered sentence embedding.
-    Raises ``ConfigError`` for empty text or bad ablation pairs, ``Cancelled`` when asked to stop.
+    ``layer``: also keep that layer's ``Intermediates`` (every part). ``ablate``: (layer, head)
+    pairs of the self part, or (part, layer, head), whose context is zeroed. ``scaled=False``
+    scores with scale 1; ``causal=True`` forces a causal mask on an encoder's self-attention.
+    Altered runs compare with the unaltered one: the embedding's cosine (encoders), or the
+    next-token distribution's KL divergence (decoders, encoder-decoders). Raises ConfigError
+    for empty text, a target for a decoder-only model, bad ablation pairs or layer, weights over
+    ``memory_budget`` bytes; ``Cancelled`` when ``should_cancel`` says so.
     """
-    encoded = encode(model, text)
-    pairs = _ablation(model, ablate)
-    n = model.num_layers
-    plan = ("embed", *(f"layer {i}" for i in range(n)), "pooling")
-    timer = StageTimer(model.device, plan=plan, progress=progress, should_cancel=should_cancel)
-    device = model.device
-    length = len(encoded.ids)
+    request = _Request(source=encode(model, text), target=_target(model, target), target_given=target is not None,
+                       items=ablation_items(model, ablate), scaled=bool(scaled), causal=bool(causal),
+                       forced=bool(causal) and model.family != "decoder", layer=layer)
+    if layer is not None and not 0 <= int(layer) < model.num_layers:
+        raise ConfigError(f"layer {layer} out of range: the model has layers 0..{model.num_layers - 1}")
+    source, tgt = request.source, request.target
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    _check_budget(model, len(source.ids), len(tgt.ids) if tgt else 0, budget)
     with model._lock, torch.inference_mode():  # one forward at a time per model: the timings stay honest
-        ids = torch.tensor([encoded.ids], device=device)  # [1, L]
-        mask = causal_mask(length, device=device) if causal else None  # [L, L]; a single text has no padding
-        hidden, weights = model.encoder(
-            ids, mask, scale=None if scaled else 1.0, head_masks=_head_masks(model, pairs), timer=timer
-        )
-        with timer.stage("pooling"):
-            embedding = _mean_pool(hidden[-1], torch.ones_like(ids, dtype=torch.bool))[0]
-        weights_np = torch.stack([w[0] for w in weights]).float().cpu().numpy()  # [N, H, L, L]
+        clock = ForwardClock(_plan(model), progress, should_cancel)
+        capture = Capture(sites=model.sites, layers=model.layers, ablate=ablation_heads(request.items),
+                          force_causal=request.forced, unscaled=not scaled,
+                          keep_layer=None if layer is None else int(layer), clock=clock)
+        with capturing(capture):
+            out = _forward(model, source, tgt)
+        embedding, following = _outcome(model, out)
+        clock.mark("pooling" if model.family == "encoder" else "next token")
+        hidden = out.encoder_hidden_states if tgt is not None else out.hidden_states
         hidden_np = torch.stack([h[0] for h in hidden]).float().cpu().numpy()  # [N + 1, L, E]
-        embedding_np = embedding.float().cpu().numpy()
-        normal = cos = None
-        altered = (not scaled) or causal or bool(pairs)
-        if altered:
-            timer.check_cancel()
-            normal = _normal_embedding(model, ids)
-            cos = cosine(embedding_np, normal)
-    notices = []
-    if encoded.dropped:
-        notices.append(
-            f"input had {encoded.total} tokens; the model takes {model.max_tokens}, "
-            f"so {encoded.dropped} were dropped"
-        )
-    unknown = sum(1 for t in encoded.tokens if t == "[UNK]")
+        normal = None
+        if request.altered:
+            clock.check_cancel()
+            normal = _normal_outcome(model, source, tgt)
+    result = _result(model, request, capture, clock.total(), hidden_np, embedding, following)
+    _compare(result, normal)
+    _estimates(result, model, capture)
+    return result
+
+
+@dataclass(frozen=True)
+class _Request:
+    source: Encoded
+    target: Encoded | None
+    target_given: bool
+    items: tuple
+    scaled: bool
+    causal: bool
+    forced: bool
+    layer: int | None
+
+    @property
+    def altered(self) -> bool:
+        return not self.scaled or self.forced or bool(self.items)
+
+
+def _notices(model: LoadedModel, request: _Request, capture: Capture) -> list[str]:
+    notices = list(model.notices)
+    for what, enc in (("input", request.source), ("target", request.target)):
+        if enc is not None and enc.dropped:
+            notices.append(f"{what} had {enc.total} tokens; the model takes {model.max_tokens}, "
+                           f"so {enc.dropped} were dropped")
+    unk = getattr(model.tokenizer, "unk_token", None)
+    unknown = sum(1 for t in request.source.tokens if unk is not None and t == unk)
     if unknown:
-        notices.append(f"{unknown} token(s) are not in the model's vocabulary and became [UNK]")
-    spec = model.spec
-    e, i, h, n_layers = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers
-    # per layer: Q,K,V,out projections 4*2LE^2, scores and weighted sum 2*2L^2E, feed-forward 2*2LEI
-    flops = n_layers * (8 * length * e * e + 4 * length * length * e + 4 * length * e * i)
-    peak = 4 * (weights_np.size + hidden_np.size + h * length * length + length * i)
+        notices.append(f"{unknown} token(s) are not in the model's vocabulary and became {unk}")
+    if request.target is not None and not request.target_given:
+        notices.append(f"no target text: the decoder ran on its start token {request.target.tokens[0]}")
+    if not request.scaled and capture.scales and all(s == 1.0 for s in capture.scales):
+        notices.append(f"{model.name} hands its attention a scale of 1 (the scaling is folded into its weights): "
+                       "unscaled changes nothing")
+    if request.causal and model.family == "decoder":
+        notices.append("a decoder is causal already: the causal toggle changes nothing")
+    return notices
+
+
+def _result(model: LoadedModel, request: _Request, capture: Capture, timings: dict, hidden_np: np.ndarray,
+            embedding, following) -> PretrainedResult:
+    source, tgt = request.source, request.target
+    windows = capture.windows.get("self") or [None] * model.num_layers
+    masks = {part: list(m) for part, m in capture.masks.items()}
+    first_global = next((i for i, w in enumerate(windows) if not w), 0)
+    mask = masks.get("self", [None] * model.num_layers)[first_global] if model.family == "decoder" or request.forced else None
+    array = (lambda values, dtype: None if values is None else np.asarray(values, dtype=dtype))
     return PretrainedResult(
-        model_name=model.name,
-        tokens=encoded.tokens,
-        token_ids=np.asarray(encoded.ids, dtype=np.int64),
-        special=np.asarray(encoded.special, dtype=np.bool_),
-        weights=weights_np,
-        hidden_states=hidden_np,
-        embedding=embedding_np,
-        timings=timer.total(),
-        device=str(device),
-        scaled=bool(scaled),
-        causal=bool(causal),
-        ablate=pairs,
-        mask=None if mask is None else mask.cpu().numpy(),
-        notices=notices,
-        dropped_tokens=encoded.dropped,
-        normal_embedding=normal,
-        cosine_to_normal=cos,
-        flops=int(flops),
-        peak_bytes=int(peak),
+        model_name=model.name, tokens=source.tokens, token_ids=array(source.ids, np.int64),
+        special=array(source.special, np.bool_), weights=capture.weights["self"], hidden_states=hidden_np,
+        embedding=embedding, timings=timings, device=str(model.device), scaled=request.scaled,
+        causal=request.forced, ablate=request.items, mask=mask, notices=_notices(model, request, capture),
+        dropped_tokens=source.dropped, family=model.family, model_type=model.spec.model_type,
+        kv_heads=model.kv_heads, layer_kinds=["local" if w else "global" for w in windows], window=list(windows),
+        masks=masks, decoder_weights=capture.weights.get("decoder"), cross_weights=capture.weights.get("cross"),
+        target_tokens=None if tgt is None else tgt.tokens, target_ids=array(tgt and tgt.ids, np.int64),
+        target_special=array(tgt and tgt.special, np.bool_), next_token=following,
+        intermediates={part: stage_intermediates(s) for part, s in capture.intermediates.items()},
+        intermediates_layer=request.layer, hidden_size=model.spec.hidden_size,
     )
 
 
-def sentence_embeddings(model: PretrainedModel, texts: list[str]) -> np.ndarray:
-    """Unit-length sentence embeddings [N, E] of a padded batch (padding masked on the key axis)."""
+def _compare(result: PretrainedResult, normal) -> None:
+    """An altered run against the unaltered one: the embedding's cosine, or the next-token KL."""
+    if normal is None:
+        return
+    embedding, following = normal
+    if result.embedding is not None and embedding is not None:
+        result.normal_embedding, result.cosine_to_normal = embedding, cosine(result.embedding, embedding)
+    if result.next_token is not None and following is not None:
+        result.normal_next = following
+        result.kl_to_normal = kl_divergence(following.logprobs, result.next_token.logprobs)
+
+
+def _estimates(result: PretrainedResult, model: LoadedModel, capture: Capture) -> None:
+    """FLOPs: 2 per weight of every matrix product per token, Q K^T and weights @ V as run, the LM
+    head on the last position. Peak: what the run hands back plus one layer's temporaries."""
+    length = result.length
+    target = len(result.target_tokens or ())
+    tokens = {"": length, "encoder": length, "decoder": target}
+    linear = sum(2 * tokens.get(stack, length) * count for stack, count in model.linear_params.items())
+    result.flops = int(linear + capture.flops + 2 * model.head_params)
+    kept = sum(a.nbytes for a in (result.weights, result.decoder_weights, result.cross_weights, result.hidden_states)
+               if a is not None)
+    widest = max(length, target)
+    result.peak_bytes = int(kept + 4 * (3 * result.num_heads * widest * widest + 4 * widest * model.spec.hidden_size))
+
+
+def sentence_embeddings(model: LoadedModel, texts: list[str]) -> np.ndarray:
+    """Unit-length mean-pooled embeddings [N, E] of a padded batch (encoders; padding masked)."""
+    if model.family != "encoder":
+        raise ConfigError(f"sentence embeddings come from encoders; {model.name} is a {model.family} model")
     if not texts:
         return np.zeros((0, model.spec.hidden_size), dtype=np.float32)
     encoded = [encode(model, t) for t in texts]
     width = max(len(e.ids) for e in encoded)
-    pad = model.spec.pad_token_id
+    pad = model.tokenizer.pad_token_id or 0
     ids = torch.full((len(texts), width), pad, dtype=torch.long)
-    real = torch.zeros((len(texts), width), dtype=torch.bool)
+    real = torch.zeros((len(texts), width), dtype=torch.long)
     for row, e in enumerate(encoded):
         ids[row, : len(e.ids)] = torch.tensor(e.ids)
-        real[row, : len(e.ids)] = True
+        real[row, : len(e.ids)] = 1
     ids, real = ids.to(model.device), real.to(model.device)
     with model._lock, torch.inference_mode():
-        # [B, L] -> [B, 1, 1, L]: every query ignores padded keys (the tokenizer's attention mask).
-        hidden, _ = model.encoder(ids, real[:, None, None, :])
-        return _mean_pool(hidden[-1], real).float().cpu().numpy()
+        hidden = model.model(input_ids=ids, attention_mask=real).last_hidden_state  # [B, L, E]
+        weights = real.to(hidden.dtype)[..., None]  # [B, L, 1]: padding does not count in the mean
+        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-9)
+        return torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
 
 
 def pretrained_job(
     path: str | Path | None,
     text: str,
     *,
+    target: str | None = None,
+    layer: int | None = None,
     scaled: bool = True,
     causal: bool = False,
     ablate: Iterable = (),
@@ -333,6 +389,9 @@ def pretrained_job(
     model = load_pretrained(path, load_progress if first else None)
     if should_cancel is not None and should_cancel():
         raise Cancelled("cancelled")
-    return run_pretrained(
-        model, text, scaled=scaled, causal=causal, ablate=ablate, progress=run_progress, should_cancel=should_cancel
-    )
+    return run_pretrained(model, text, target=target, layer=layer, scaled=scaled, causal=causal, ablate=ablate,
+                          progress=run_progress, should_cancel=should_cancel)
+
+
+__all__ = ["Encoded", "ablation_heads", "ablation_items", "encode", "forward_parameters", "next_token", "pretrained_job", "retained_bytes", "run_pretrained",
+           "sentence_embeddings", "vocabulary_size"]

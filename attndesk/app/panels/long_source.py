@@ -1,8 +1,8 @@
-"""The heatmap panel's source for a long (memory-bounded) run: draws the pyramid, reads exact values.
+"""The heatmap panel's source for a long (memory-bounded) run, and ``source_for_map`` for any map.
 
 Qt-free (numpy + the core), so the worker thread builds it and the GUI thread only draws.
-It has the same interface as ``panels.heatmap_source.ResultHeatmapSource``; ``source_for_result``
-picks the right source for any ``AttentionResult``:
+``PyramidHeatmapSource`` has the interface of ``panels.heatmap_source.HeatmapSource`` over a
+map's ``pyramid``; ``source_for_map`` picks the right source for any ``AttentionMap``:
 
 - ``display_matrix(head)``: the tile-MAX overview at the finest pyramid level that fits
   ``max_display`` px, so a single sharp weight stays visible; ``display_mean(head)`` the tile mean.
@@ -22,9 +22,12 @@ from typing import Sequence
 
 import numpy as np
 
-from attndesk.core.blocked import MEAN, MaskSpec
+from attndesk.core import select
+from attndesk.core.blocked import MaskSpec
+from attndesk.core.select import tile_reduce
+from attndesk.core.types import MEAN, AttentionMap
 
-from .panels.heatmap_source import MAX_DISPLAY, ResultHeatmapSource, tile_reduce
+from .heatmap_source import ALIBI_BIAS, MAX_DISPLAY, WEIGHTS, BiasSource, ExactSource, HeatmapSource
 
 
 class CellMask:
@@ -47,20 +50,21 @@ class CellMask:
 
 
 class PyramidHeatmapSource:
-    """A ``HeatmapSource`` over ``result.pyramid`` (an over-budget run): overview + exact values."""
+    """A ``HeatmapSource`` over ``map.pyramid`` (an over-budget run): overview + exact values."""
 
-    def __init__(self, result, max_display: int = MAX_DISPLAY, *, title_prefix: str = "head") -> None:
-        pyramid = result.pyramid
+    value_name = "weight"
+
+    def __init__(self, map: AttentionMap, max_display: int = MAX_DISPLAY) -> None:
+        pyramid = map.pyramid
         if pyramid is None:
-            raise ValueError("this result has no pyramid: use ResultHeatmapSource (or source_for_result)")
-        self.result = result
-        self.pyramid = pyramid
+            raise ValueError("this map has no pyramid: use ExactSource (or source_for_map)")
+        self.map, self.base_map, self.pyramid, self.key_offset = map, map, pyramid, 0
         self.num_heads = pyramid.num_heads
         self.shape = pyramid.shape  # (queries L, keys Lk): the real matrix, not the overview
-        self.query_labels: Sequence[str] = list(result.tokens)
-        self.key_labels: Sequence[str] = list(result.keys)
+        self.query_labels: Sequence[str] = list(map.queries)
+        self.key_labels: Sequence[str] = list(map.keys)
         self.mask = None if pyramid.mask_spec.is_none else CellMask(pyramid.mask_spec)
-        self._title_prefix = title_prefix
+        self.causal = bool(pyramid.mask_spec.causal)
         self.set_max_display(max_display)
 
     # -- level of detail ---------------------------------------------------------------------
@@ -94,13 +98,14 @@ class PyramidHeatmapSource:
     def level_max(self, head) -> float:
         return self.pyramid.head_max(head)
 
+    def level_range(self, head) -> tuple[float, float]:
+        return 0.0, self.level_max(head)
+
     def global_max(self) -> float:
         return max((self.pyramid.head_max(h) for h in range(self.num_heads)), default=0.0)
 
     def head_title(self, head) -> str:
-        if head == MEAN:
-            return f"mean over {self.num_heads} heads"
-        return f"{self._title_prefix} {int(head)}"
+        return select.head_title(self.map, head)
 
     def downsample_note(self) -> str:
         lq, lk = self.shape
@@ -127,18 +132,23 @@ class PyramidHeatmapSource:
         """Exact float32 weights of a region (for region export); refuses very large regions."""
         return self.pyramid.region(head, q0, q1, k0, k1)
 
-    def plan_line(self) -> str:
-        """The one-line plan the run followed (for the status bar)."""
-        plan = getattr(self.result, "plan", None)
-        return plan.describe() if plan is not None else ""
 
+def source_for_map(map: AttentionMap, max_display: int = MAX_DISPLAY, *, hide_first_key: bool = False,
+                   show: str = WEIGHTS) -> HeatmapSource:
+    """The heatmap source for any map (call it in a worker: it does the O(H·L·Lk) work).
 
-def source_for_result(result, max_display: int = MAX_DISPLAY):
-    """The heatmap source for any run: the pyramid source when the run kept one, else the
-    plain ``ResultHeatmapSource`` over the exact weights."""
-    if getattr(result, "pyramid", None) is not None:
-        return PyramidHeatmapSource(result, max_display)
-    return ResultHeatmapSource(result, max_display)
+    ``hide_first_key`` drops key 0 (a decoder's attention sink) and renormalises each row over
+    the other keys (the note says so); ``show=ALIBI_BIAS`` draws the ALiBi bias instead.
+    """
+    if show == ALIBI_BIAS:
+        return BiasSource(map, max_display)
+    if show != WEIGHTS:
+        raise ValueError(f"show must be {WEIGHTS!r} or {ALIBI_BIAS!r}, got {show!r}")
+    if map.pyramid is not None:
+        return PyramidHeatmapSource(map, max_display)
+    if hide_first_key and map.shape[1] > 1:
+        return ExactSource(select.drop_keys(map, [0], renormalise=True), max_display, key_offset=1, base_map=map)
+    return ExactSource(map, max_display)
 
 
 @dataclass

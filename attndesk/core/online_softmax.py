@@ -1,0 +1,125 @@
+"""The online softmax behind FlashAttention, step by step, for one head.
+
+FlashAttention never holds a row of weights: it walks the keys block by block, keeping for every
+query only a running maximum m, a running sum l of exp(s - m) and a partial output O. When a new
+block raises the maximum, what was summed so far was measured against the old one, so l and O
+are rescaled by exp(m_old - m_new) before the block is added. After the last block O / l is the
+attention output, equal to softmax(S) V: the weights existed only one block at a time, inside
+the kernel, which is why fast kernels cannot return them (and attndesk computes them on purpose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EXPLANATION = """\
+Why the weights are never stored. A weight w_ij = exp(s_ij - m_i) / l_i needs the row's maximum
+m_i and sum l_i, which are known only after the last key. FlashAttention does not wait: it keeps
+m, l and the partial output O per query, folds in one block of keys at a time (rescaling what it
+has by exp(m_old - m_new) whenever the maximum grows) and divides by l at the end. Memory is
+O(L d) instead of O(L^2); the [L, L] weights never exist outside one block in fast memory, so a
+fast kernel has none to return. To show weights, attndesk computes them on purpose.
+"""
+
+
+@dataclass(frozen=True)
+class OnlineStep:
+    """One block of keys folded in (arrays over the queries, float64).
+
+    ``scores`` [Lq, b] the block's softmax input (-inf where masked); ``block_max`` [Lq];
+    ``max_before``/``max_after`` the running maximum m; ``rescale`` = exp(m_before - m_after)
+    (1 where the maximum did not move); ``probs`` = exp(scores - m_after) (unnormalised, this
+    block only); ``sum_before``/``sum_after`` the running l; ``output`` [Lq, dv] = O after the
+    block, still unnormalised.
+    """
+
+    block: int
+    keys: tuple[int, int]  # (k0, k1): keys k0..k1-1
+    scores: np.ndarray
+    block_max: np.ndarray
+    max_before: np.ndarray
+    max_after: np.ndarray
+    rescale: np.ndarray
+    probs: np.ndarray
+    sum_before: np.ndarray
+    sum_after: np.ndarray
+    output: np.ndarray
+
+
+@dataclass(frozen=True)
+class OnlineSoftmaxWalk:
+    """The whole walk: ``steps``, the final ``output`` = O / l, the full softmax's
+    ``reference`` = softmax(S) V and its ``weights`` (computed here only to compare), the
+    largest difference and the bytes each way keeps per head."""
+
+    steps: list[OnlineStep]
+    output: np.ndarray  # [Lq, dv]
+    reference: np.ndarray  # [Lq, dv]
+    weights: np.ndarray  # [Lq, Lk]: the full softmax, which the walk never formed
+    max_abs_diff: float
+    kept_bytes: int  # m, l and O per query (float32): what the kernel holds
+    weights_bytes: int  # the [Lq, Lk] float32 weights it does not
+
+    def agrees_when_printed(self, digits: int = 6) -> bool:
+        """Whether every output prints the same with ``digits`` significant digits."""
+        fmt = np.vectorize(lambda x: f"{x:.{digits}g}")
+        return bool((fmt(self.output) == fmt(self.reference)).all()) if self.output.size else True
+
+
+def _full_softmax(scores: np.ndarray) -> np.ndarray:
+    """Row softmax of scores with -inf masked; an all-masked row is zeros."""
+    top = scores.max(axis=-1, keepdims=True)
+    safe = np.where(np.isneginf(top), 0.0, top)
+    e = np.exp(scores - safe)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def online_softmax(scores, values, block: int) -> OnlineSoftmaxWalk:
+    """Walk ``scores`` [Lq, Lk] (the softmax input: scaled, capped, biased, -inf where masked)
+    against ``values`` [Lk, dv] ``block`` keys at a time, as FlashAttention's inner loop does."""
+    s = np.asarray(scores, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if s.ndim != 2 or v.ndim != 2 or s.shape[1] != v.shape[0]:
+        raise ValueError(f"need scores [Lq, Lk] and values [Lk, dv], got {s.shape} and {v.shape}")
+    if block < 1:
+        raise ValueError(f"block must be at least 1 key, got {block}")
+    lq, lk = s.shape
+    m = np.full(lq, -np.inf)
+    total = np.zeros(lq)
+    out = np.zeros((lq, v.shape[1]))
+    steps = []
+    for i, k0 in enumerate(range(0, lk, block)):
+        k1 = min(k0 + block, lk)
+        part = s[:, k0:k1]
+        block_max = part.max(axis=1)
+        m_new = np.maximum(m, block_max)
+        seen = ~np.isneginf(m_new)  # rows that have met a key they may attend to
+        rescale = np.where(seen & ~np.isneginf(m), np.exp(m - np.where(seen, m_new, 0.0)), 1.0)
+        probs = np.where(seen[:, None], np.exp(part - np.where(seen, m_new, 0.0)[:, None]), 0.0)
+        total_new = rescale * total + probs.sum(axis=1)
+        out_new = rescale[:, None] * out + probs @ v[k0:k1]
+        steps.append(OnlineStep(i, (k0, k1), part, block_max, m, m_new, rescale, probs, total, total_new, out_new))
+        m, total, out = m_new, total_new, out_new
+    final = np.divide(out, total[:, None], out=np.zeros_like(out), where=total[:, None] > 0)
+    weights = _full_softmax(s)
+    reference = weights @ v
+    diff = float(np.abs(final - reference).max()) if final.size else 0.0
+    return OnlineSoftmaxWalk(steps, final, reference, weights, diff, kept_bytes=4 * lq * (v.shape[1] + 2),
+                             weights_bytes=4 * lq * lk)
+
+
+def walk_head(intermediates, head: int, block: int) -> OnlineSoftmaxWalk:
+    """The walk for one head of a run kept with intermediates: its softmax input (``masked``)
+    against the values of the K/V head it reads."""
+    if intermediates is None or intermediates.masked is None or intermediates.v is None:
+        raise ValueError("the online-softmax walk needs a run that kept its intermediates (scores and V)")
+    heads, kv_heads = intermediates.masked.shape[0], intermediates.v.shape[0]
+    if not 0 <= head < heads:
+        raise IndexError(f"head {head} out of range 0..{heads - 1}")
+    return online_softmax(intermediates.masked[head], intermediates.v[head // (heads // kv_heads)], block)
+
+
+__all__ = ["EXPLANATION", "OnlineSoftmaxWalk", "OnlineStep", "online_softmax", "walk_head"]

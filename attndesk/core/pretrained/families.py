@@ -1,0 +1,136 @@
+"""Which model types attndesk runs, and as what (encoder, decoder, encoder-decoder).
+
+The table lists the families checked against transformers' eager attention (weights equal
+within 1e-5, layer by layer). Other model types transformers knows are accepted when their
+modeling code calls transformers' attention interface (the loader then checks, on a real
+forward pass, that every layer's attention went through attndesk); types that compute their
+attention themselves (Falcon, BLOOM, MPT, ...) are refused. Nothing here imports transformers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Family = Literal["encoder", "decoder", "encoder-decoder"]
+FAMILIES: tuple[Family, ...] = ("encoder", "decoder", "encoder-decoder")
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    name: str  # how people call it: "Gemma 2"
+    family: Family
+
+
+# model_type (config.json) -> what it is
+SUPPORTED: dict[str, FamilyInfo] = {
+    "bert": FamilyInfo("BERT", "encoder"),
+    "roberta": FamilyInfo("RoBERTa", "encoder"),
+    "xlm-roberta": FamilyInfo("XLM-RoBERTa", "encoder"),
+    "distilbert": FamilyInfo("DistilBERT", "encoder"),
+    "electra": FamilyInfo("ELECTRA", "encoder"),
+    "modernbert": FamilyInfo("ModernBERT", "encoder"),
+    "gpt2": FamilyInfo("GPT-2", "decoder"),
+    "gpt_neox": FamilyInfo("GPT-NeoX", "decoder"),
+    "opt": FamilyInfo("OPT", "decoder"),
+    "llama": FamilyInfo("LLaMA", "decoder"),
+    "mistral": FamilyInfo("Mistral", "decoder"),
+    "qwen2": FamilyInfo("Qwen2", "decoder"),
+    "qwen3": FamilyInfo("Qwen3", "decoder"),
+    "gemma": FamilyInfo("Gemma", "decoder"),
+    "gemma2": FamilyInfo("Gemma 2", "decoder"),
+    "gemma3_text": FamilyInfo("Gemma 3", "decoder"),
+    "phi3": FamilyInfo("Phi-3", "decoder"),
+    "olmo": FamilyInfo("OLMo", "decoder"),
+    "olmo2": FamilyInfo("OLMo 2", "decoder"),
+    "smollm3": FamilyInfo("SmolLM3", "decoder"),
+    "t5": FamilyInfo("T5", "encoder-decoder"),
+    "mt5": FamilyInfo("mT5", "encoder-decoder"),
+    "bart": FamilyInfo("BART", "encoder-decoder"),
+    "mbart": FamilyInfo("mBART", "encoder-decoder"),
+    "marian": FamilyInfo("Marian", "encoder-decoder"),
+}
+
+# Known to compute attention outside the interface (no weights would reach attndesk).
+BYPASSES = {
+    "falcon": "Falcon", "bloom": "BLOOM", "mpt": "MPT", "gptj": "GPT-J", "gpt_neo": "GPT-Neo",
+    "codegen": "CodeGen", "deberta": "DeBERTa", "deberta-v2": "DeBERTa-v2", "mpnet": "MPNet",
+}
+# model_type -> the transformers.models sub-package holding its modeling code, where the names differ
+_MODULE_OF = {"gemma3_text": "gemma3", "xlm-roberta": "xlm_roberta", "deberta-v2": "deberta_v2"}
+INTERFACE_MARK = "ALL_ATTENTION_FUNCTIONS"  # what modeling code that uses the interface refers to
+
+
+def supported_names() -> str:
+    """"encoders: BERT, RoBERTa, ...; decoders: GPT-2, ...; encoder-decoders: T5, ..." (for messages)."""
+    parts = []
+    for family in FAMILIES:
+        names = [info.name for info in SUPPORTED.values() if info.family == family]
+        parts.append(f"{family}s: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def modeling_file(model_type: str) -> Path | None:
+    """transformers' modeling_<type>.py for ``model_type``, found without importing transformers."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package = _MODULE_OF.get(model_type, model_type.replace("-", "_"))
+    root = Path(next(iter(spec.submodule_search_locations))) / "models" / package
+    found = sorted(root.glob("modeling_*.py")) if root.is_dir() else []
+    exact = root / f"modeling_{package}.py"
+    return exact if exact in found else (found[0] if found else None)
+
+
+def uses_interface(model_type: str) -> bool | None:
+    """Whether transformers' code for ``model_type`` calls the attention interface (None: unknown type)."""
+    path = modeling_file(model_type)
+    if path is None:
+        return None
+    try:
+        return INTERFACE_MARK in path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def infer_family(config: dict) -> Family:
+    """encoder / decoder / encoder-decoder of a model type outside the table, from its config."""
+    if config.get("is_encoder_decoder"):
+        return "encoder-decoder"
+    names = " ".join(config.get("architectures") or [])
+    if config.get("is_decoder") or "CausalLM" in names or "LMHead" in names:
+        return "decoder"
+    return "encoder"
+
+
+def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
+    """(what the model is, why it is refused or None). Reads config.json's fields only."""
+    model_type = str(config.get("model_type") or "")
+    archs = ", ".join(config.get("architectures") or []) or "no architectures listed"
+    what = f"model_type {model_type!r} ({archs})"
+    if model_type in SUPPORTED:
+        return SUPPORTED[model_type], None
+    if model_type in BYPASSES:
+        info = FamilyInfo(BYPASSES[model_type], infer_family(config))
+        return info, (f"unsupported architecture: {what} computes its attention itself, outside "
+                      f"transformers' attention interface, so attndesk cannot see its weights; "
+                      f"supported: {supported_names()}")
+    if not model_type:
+        return FamilyInfo("unknown", "encoder"), "config.json has no model_type: it is not a transformers checkpoint"
+    info = FamilyInfo(model_type, infer_family(config))
+    uses = uses_interface(model_type)
+    if uses is None:
+        return info, f"unsupported architecture: {what} is unknown to the installed transformers; supported: {supported_names()}"
+    if not uses:
+        return info, (f"unsupported architecture: {what} computes its attention outside transformers' "
+                      f"attention interface; supported: {supported_names()}")
+    return info, None
+
+
+__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "SUPPORTED", "family_of", "infer_family",
+           "supported_names", "uses_interface"]

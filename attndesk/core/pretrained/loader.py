@@ -1,0 +1,281 @@
+"""``load_pretrained``: a local folder -> a transformers model whose attention is attndesk's.
+
+Offline always (the hub's offline switches are set and every read is ``local_files_only``), never
+remote code, float32 weights. A folder is checked before its weights are read (``read_spec``:
+files, architecture, remote code, size against the memory budget); after loading, the weights
+are checked for NaN/inf and a short forward pass checks that every layer's attention reaches
+attndesk. Loaded models are cached per folder and device for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..checks import check_finite_tensors
+from ..devices import resolve_device
+from ..errors import ConfigError
+from ..memory import format_bytes
+from .backend import IMPLEMENTATION, Site, patch_rotary, register
+from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
+from .sites import check_layers, discover, install_hooks, layer_path
+
+Progress = Callable[[float, str], None]
+# learned position tables that start after the padding index (RoBERTa's 514 rows hold 512 tokens)
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+_UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and never reads them
+
+
+def default_model_budget() -> int:
+    """Bytes a loaded model's float32 weights may take: half the machine's RAM."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total // 2)
+    except Exception:  # psutil missing or sandboxed: assume a small machine
+        return 4 * 2**30
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A checkpoint loaded with attndesk's attention: the transformers module, its tokenizer, and
+    where its attention layers are (``sites``: id(module) -> Site; ``layers``: count per part)."""
+
+    name: str
+    path: Path
+    spec: ModelSpec
+    model: nn.Module
+    tokenizer: object
+    device: torch.device
+    sites: dict[int, Site]
+    layers: dict[str, int]
+    num_heads: int
+    kv_heads: int
+    linear_params: dict[str, int]  # per stack: weights of the layers' matrix products (FLOPs estimate)
+    head_params: int  # the LM head's (0 for encoders)
+    load_seconds: float
+    notices: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _hooks: list = field(default_factory=list, repr=False)
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers["self"]
+
+    @property
+    def max_tokens(self) -> int | None:
+        """Tokens a text may have (its positions), or None where the model has no limit."""
+        limits = []
+        if self.spec.max_positions:
+            limits.append(self.spec.max_positions - _POSITION_OFFSET.get(self.spec.model_type, 0))
+        tokenizer_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tokenizer_max, int) and 0 < tokenizer_max < 10**7:
+            limits.append(tokenizer_max)
+        return min(limits) if limits else None
+
+
+_models: dict[tuple[str, str], LoadedModel] = {}
+_models_lock = threading.Lock()  # held while loading: a second caller waits and gets the cached model
+
+
+def _folder_and_key(path: str | Path | None, device: str) -> tuple[Path, torch.device, tuple[str, str]]:
+    folder = packaged_model_dir() if path is None else Path(path).expanduser()
+    torch_device = resolve_device(device)
+    return folder, torch_device, (str(folder.resolve()) if folder.exists() else str(folder), str(torch_device))
+
+
+def is_loaded(path: str | Path | None = None, *, device: str = "cpu") -> bool:
+    """Whether ``load_pretrained(path)`` would answer from the cache (no progress to show)."""
+    try:
+        key = _folder_and_key(path, device)[2]
+    except ConfigError:
+        return False
+    with _models_lock:
+        return key in _models
+
+
+def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:
+    """Forget loaded models: all, all but the packaged one (``everything=False``), or folder ``path``'s."""
+    with _models_lock:
+        if path is not None:
+            folder = str(Path(path).expanduser().resolve())
+            doomed = [k for k in _models if k[0] == folder]
+        elif everything:
+            doomed = list(_models)
+        else:
+            doomed = [k for k, m in _models.items() if m.name != PACKAGED_NAME]
+        for key in doomed:
+            for handle in _models.pop(key)._hooks:
+                handle.remove()
+
+
+def transformers_offline():
+    """Import transformers with the hub offline and attndesk's attention registered."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import huggingface_hub.constants as hub_constants
+    import transformers
+
+    hub_constants.HF_HUB_OFFLINE = True  # in case the hub was imported before the variable was set
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    register()
+    return transformers
+
+
+def load_pretrained(path: str | Path | None = None, progress: Progress | None = None, *,
+                    memory_budget: int | None = None, device: str = "cpu") -> LoadedModel:
+    """The model in folder ``path`` (None = the packaged all-MiniLM-L6-v2), loaded once per session.
+
+    Raises ``ConfigError`` (one line) for a folder without config / weights / tokenizer, an
+    architecture transformers does not know or that bypasses its attention interface, remote
+    code, a model over ``memory_budget`` bytes as float32 (default: half the RAM), weights
+    that do not fit the config, or NaN/inf weights.
+    """
+    folder, torch_device, key = _folder_and_key(path, device)
+    report = progress or (lambda fraction, message: None)
+    with _models_lock:
+        cached = _models.get(key)
+        if cached is not None:
+            report(1.0, f"{cached.name} (cached)")
+            return cached
+        start = time.perf_counter()
+        report(0.0, "checking the folder")
+        spec = read_spec(folder, name=PACKAGED_NAME if path is None or _is_packaged(folder) else None)
+        _check_budget(spec, default_model_budget() if memory_budget is None else int(memory_budget))
+        report(0.05, "importing transformers")
+        transformers = transformers_offline()
+        report(0.3, "reading the tokenizer")
+        tokenizer = _tokenizer(transformers, spec)
+        report(0.4, f"reading {spec.num_layers}-layer weights")
+        model = _weights(transformers, spec).to(torch_device).eval()
+        report(0.8, "checking the weights for NaN and inf")
+        check_finite_tensors(dict(model.named_parameters()), spec.name)
+        report(0.9, "checking that every attention layer runs through attndesk")
+        loaded = _assemble(spec, model, tokenizer, torch_device)
+        loaded.load_seconds = time.perf_counter() - start
+        _models[key] = loaded
+        report(1.0, f"loaded {spec.name}")
+        return loaded
+
+
+def _is_packaged(folder: Path) -> bool:
+    try:
+        return folder.resolve() == packaged_model_dir().resolve()
+    except ConfigError:
+        return False
+
+
+def _check_budget(spec: ModelSpec, budget: int) -> None:
+    if spec.float32_bytes > budget:
+        count = f"{spec.parameters / 1e6:,.0f} M parameters" if spec.parameters else f"{format_bytes(spec.disk_bytes)} of weights"
+        raise ConfigError(
+            f"{spec.name} is too large: {count} take {format_bytes(spec.float32_bytes)} as float32, over the "
+            f"memory budget of {format_bytes(budget)}; choose a smaller model or raise the budget"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _tokenizer(transformers, spec: ModelSpec):
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(spec.path), local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # tokenizers and sentencepiece raise their own (and plain) exceptions
+        raise ConfigError(f"{spec.name}: the tokenizer cannot be read: {_first_line(exc)}") from None
+
+
+def _weights(transformers, spec: ModelSpec) -> nn.Module:
+    auto = {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
+            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.family]
+    try:
+        model, info = auto.from_pretrained(
+            str(spec.path), attn_implementation=IMPLEMENTATION, dtype=torch.float32, local_files_only=True,
+            trust_remote_code=False, output_loading_info=True,
+        )
+    except Exception as exc:  # safetensors, torch.load and transformers raise many kinds
+        raise ConfigError(f"{spec.name}: the weights cannot be loaded: {_first_line(exc)}") from None
+    missing = [k for k in info.get("missing_keys", ()) if not k.startswith(_UNUSED_PREFIXES)]
+    mismatched = list(info.get("mismatched_keys", ()))
+    if mismatched:
+        raise ConfigError(f"{spec.name}: weight {mismatched[0][0]} has a shape config.json does not imply")
+    if missing:
+        raise ConfigError(f"{spec.name}: weight {sorted(missing)[0]} is missing from the checkpoint "
+                          f"({len(missing)} tensors missing): it would run with random values")
+    return model
+
+
+def _probe(spec: ModelSpec, module: nn.Module, tokenizer, device) -> Callable[[], object]:
+    """A forward pass on one short word (and the decoder's start token)."""
+    ids = tokenizer("attention", return_tensors="pt")["input_ids"][:, :8].to(device)
+    extra = {}
+    if spec.family == "encoder-decoder":
+        start = getattr(module.config, "decoder_start_token_id", None)
+        extra["decoder_input_ids"] = torch.tensor([[0 if start is None else int(start)]], device=device)
+
+    def forward():
+        with torch.inference_mode():
+            return module(input_ids=ids, **extra)
+    return forward
+
+
+def _assemble(spec: ModelSpec, model: nn.Module, tokenizer, device: torch.device) -> LoadedModel:
+    found = discover(model, spec.family, _probe(spec, model, tokenizer, device))
+    sites = {key: site for key, (site, _, _) in found.items()}
+    layers = {"self": spec.num_layers}
+    if spec.family == "encoder-decoder":
+        layers.update(decoder=spec.decoder_layers, cross=spec.decoder_layers)
+    check_layers(spec.name, sites, layers)
+    _, heads, kv_heads = next(v for v in found.values() if v[0].part == "self" and v[0].layer == 0)
+    for module in model.modules():
+        if id(module) in sites:
+            patch_rotary(type(module))
+    notices = [] if spec.tested else [
+        f"{spec.family_name} ({spec.model_type}) is not among the families attndesk was checked against; "
+        "its attention runs through attndesk (checked at load)"]
+    loaded = LoadedModel(
+        name=spec.name, path=spec.path, spec=spec, model=model, tokenizer=tokenizer, device=device, sites=sites,
+        layers=layers, num_heads=heads, kv_heads=kv_heads, linear_params=_linear_params(model, sites),
+        head_params=_head_params(model), load_seconds=0.0, notices=notices,
+    )
+    loaded._hooks = install_hooks(model, sites)
+    return loaded
+
+
+def _linear_params(model: nn.Module, sites: dict[int, Site]) -> dict[str, int]:
+    """Per stack, the weights of every matrix product in its layers (2-D weights, embeddings aside)."""
+    stacks: dict[str, str] = {}  # layer module name -> stack
+    for name, module in model.named_modules():
+        site = sites.get(id(module))
+        if site is not None:
+            stacks[layer_path(name)[0]] = site.stack
+    modules = dict(model.named_modules())
+    out: dict[str, int] = {}
+    for layer_name, stack in stacks.items():
+        total = sum(p.numel() for m in modules[layer_name].modules() if not isinstance(m, nn.Embedding)
+                    for p in m.parameters(recurse=False) if p.dim() == 2)
+        out[stack] = out.get(stack, 0) + total
+    return out
+
+
+def _head_params(model: nn.Module) -> int:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return int(weight.numel()) if weight is not None else 0
+
+
+__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "is_loaded", "load_pretrained",
+           "transformers_offline"]

@@ -1,0 +1,73 @@
+"""Small random-weight checkpoints of real architectures, saved the way transformers saves them,
+with the packaged WordPiece tokenizer (vocabulary 30522): folders ``load_pretrained`` opens.
+
+``CONFIGS`` holds one tiny config per architecture (width 32, 2-3 layers); ``build(name, folder)``
+writes config.json + model.safetensors + the tokenizer files. Used by the tests and the benchmark.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from attndesk.core.pretrained import packaged_model_dir
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+# the packaged tokenizer's [PAD], [CLS], [SEP]: the random models' pad/bos/eos
+IDS = {"vocab_size": 30522, "pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
+_DEC = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "max_position_embeddings": 64, **IDS}
+
+CONFIGS: dict[str, dict] = {
+    "bert": {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 64, "max_position_embeddings": 64, **IDS},
+    "modernbert": {"model_type": "modernbert", "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+                   "intermediate_size": 64, "max_position_embeddings": 64, "local_attention": 4,
+                   "global_attn_every_n_layers": 3, "cls_token_id": 101, "sep_token_id": 102, **IDS},
+    "gpt2": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64, **IDS},
+    "llama": {"model_type": "llama", **_DEC, "num_key_value_heads": 2},
+    "mistral": {"model_type": "mistral", **_DEC, "num_key_value_heads": 1, "sliding_window": 3},
+    "gemma2": {"model_type": "gemma2", **_DEC, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 3,
+               "attn_logit_softcapping": 5.0, "query_pre_attn_scalar": 16},
+    "qwen3": {"model_type": "qwen3", **_DEC, "num_key_value_heads": 2, "head_dim": 8},
+    "t5": {"model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+           "decoder_start_token_id": 0, **IDS},
+    "bart": {"model_type": "bart", "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+             "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
+             "decoder_ffn_dim": 64, "max_position_embeddings": 64, "decoder_start_token_id": 102, **IDS},
+}
+
+
+def auto_class(config):
+    """The Auto class attndesk's loader uses for this config's family."""
+    import transformers
+
+    if getattr(config, "is_encoder_decoder", False):
+        return transformers.AutoModelForSeq2SeqLM
+    if config.model_type in ("bert", "modernbert", "roberta", "distilbert", "electra", "xlm-roberta"):
+        return transformers.AutoModel
+    return transformers.AutoModelForCausalLM
+
+
+def build(name: str, folder: Path, *, seed: int = 0, **changes) -> Path:
+    """A random ``name`` checkpoint (CONFIGS[name] updated with ``changes``) in ``folder``."""
+    import torch
+    import transformers
+
+    fields = dict(CONFIGS[name], **changes)
+    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    torch.manual_seed(seed)
+    model = auto_class(config).from_config(config)
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    for file in TOKENIZER_FILES:
+        shutil.copy(packaged_model_dir() / file, folder / file)
+    return folder
+
+
+def eager(folder: Path):
+    """The same checkpoint with transformers' own eager attention (the reference)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+    return auto_class(config).from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()

@@ -1,0 +1,193 @@
+"""The random-action soak of the real window (tests/soak), and tests of the soak harness itself.
+
+``test_soak_short`` (marker ``soak``, ``make soak-short``) runs the soak for about a minute in a
+child process and asserts issue 9's criteria: no exception, no GUI-thread stall of 100 ms of work
+or more, no thread left after close, memory bounded and back near its baseline after a large
+input, and a known input drawn exactly. The other tests check the harness: it finds the window's
+controls by their Qt types, and a seed replays the same actions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+from PySide6.QtWidgets import QWidget
+
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from tests.soak import checks
+from tests.soak.controls import discover, menu_actions
+from tests.soak.driver import Soak, SoakOptions
+from tests.soak.report import STALL_CPU_S, failures, format_action, replay_command
+from tests.soak.sandbox import Sandbox
+
+SOAK_SECONDS = float(os.environ.get("ATTNDESK_SOAK_SECONDS", "40"))
+SOAK_SEED = int(os.environ.get("ATTNDESK_SOAK_SEED", "20240917"))
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """An in-process soak's files, HOME and working folder all under tmp_path."""
+    box = Sandbox.create(str(tmp_path))
+    monkeypatch.setenv("HOME", str(box.home))
+    monkeypatch.chdir(box.cwd)
+    yield box
+    box.cleanup()
+
+
+def make_window():
+    from attndesk.app.main_window import MainWindow
+
+    return MainWindow()
+
+
+def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
+    soak = Soak(SoakOptions(seed=0, seconds=0), sandbox, make_window, excluded=contextlib.nullcontext)
+    soak.open_window()
+    try:
+        found = discover(soak.main)
+        counts = found.counts()
+        # the current window: two tab bars (views, timing), parameters, the heatmap toolbar, tables
+        assert counts["tabs"] >= 2 and counts["combo"] >= 5 and counts["spin"] >= 5, counts
+        assert counts["check"] >= 3 and counts["button"] >= 2 and counts["text"] >= 1, counts
+        assert counts["graphics"] >= 1 and counts["table"] >= 1, counts
+        for name in ("viewTabs", "statusLabel", "tokenInput", "modeCombo", "headsSpin"):
+            assert isinstance(found.names.get(name), QWidget), name
+        titles = [title for title, _ in menu_actions(soak.main)]
+        for wanted in ("Open session", "Save session", "Export", "Recompute"):
+            assert any(wanted.lower() in t.lower() for t in titles), (wanted, titles)
+        assert found.drop_targets, "the window accepts dropped text files"
+        # hidden controls are not offered: the key-text editor shows only with cross-attention
+        assert all(c.widget.isVisible() for c in found.controls)
+        # and the known-input check reads the drawn heatmaps without any window API
+        expected = checks.expected_weights(str(sandbox.pool / "session-known.json"))
+        assert checks.open_session(soak, str(sandbox.pool / "session-known.json"))
+        assert checks.wait_until(lambda: checks.match_heads(soak.main, expected)[0] == expected.shape[0], 30)
+    finally:
+        soak.files.uninstall()
+        dispose(soak.main)
+
+
+def test_file_dialogs_are_answered_from_the_pool_static_and_not(qtbot, sandbox):
+    """The static getters return pool paths while installed (and are restored after); a
+    QFileDialog instance opened with open() is answered by the Answerer like any dialog."""
+    import random
+
+    from PySide6.QtWidgets import QFileDialog
+
+    from tests.soak.actions import Hands
+    from tests.soak.dialogs import Answerer, FileDialogs
+
+    notes: list[str] = []
+    rng = random.Random(3)
+    files = FileDialogs(sandbox, lambda: rng, notes.append)
+    original = QFileDialog.getOpenFileName
+    files.install()
+    try:
+        answers = {QFileDialog.getOpenFileName(None, "Open session", "", "sessions (*.json)")[0] for _ in range(40)}
+        saved, _ = QFileDialog.getSaveFileName(None, "Export", "", "PNG (*.png)")
+        folder = QFileDialog.getExistingDirectory(None, "Open model folder")
+        files.force(str(sandbox.pool / "small.txt"))
+        assert QFileDialog.getOpenFileName(None, "x")[0] == str(sandbox.pool / "small.txt")
+    finally:
+        files.uninstall()
+    assert QFileDialog.getOpenFileName is original
+    assert answers <= {c.path for c in sandbox.open_choices("Open session", "sessions (*.json)")} | {""}
+    assert any(a.endswith(".json") for a in answers) and len(answers) > 5
+    assert saved == "" or saved.startswith((str(sandbox.root), "/proc/self/attndesk-soak"))  # never elsewhere
+    assert folder in {c.path for c in sandbox.dir_choices("")}
+    assert len(notes) == 43 and all(n.startswith("file dialog") for n in notes)
+
+    dialog = QFileDialog(None, "Open text")
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)
+    chosen = []
+    dialog.fileSelected.connect(chosen.append)
+    dialog.open()
+    answerer = Answerer(Hands(sandbox), files, notes.append)
+    assert answerer.pending(None) is dialog
+    files.force(str(sandbox.pool / "medium.txt"))
+    assert "accept" in answerer.act(dialog, random.Random(0))
+    assert not dialog.isVisible() and chosen == [str(sandbox.pool / "medium.txt")]
+
+
+def _replay(sandbox, seed: int, steps: int, *, settle: bool = True, script: list[dict] | None = None,
+            full: bool = False):
+    options = SoakOptions(seed=seed, seconds=600, settle=settle, max_actions=steps, snapshot_state=False,
+                          replay=script)
+    soak = Soak(options, sandbox, make_window, excluded=contextlib.nullcontext)
+    try:
+        soak.open_window()
+        soak.run_random()
+        checks.dismiss_dialogs(soak.main)
+    finally:
+        soak.files.uninstall()
+        dispose(soak.main)
+    if full:
+        return soak.actions
+    return [(a["kind"], a["target"], a["detail"], tuple(a.get("notes", ()))) for a in soak.actions]
+
+
+@pytest.mark.qt_no_exception_capture  # the soak counts the app's exceptions; here only the actions matter
+def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
+    first = _replay(sandbox, seed=5, steps=10)
+    from attndesk.app.main_window import app_settings
+
+    settings = app_settings()
+    settings.clear()  # the second window must not restore the first one's session
+    settings.sync()
+    (tmp_path / "again").mkdir()
+    again = Sandbox.create(str(tmp_path / "again"))
+    monkeypatch.setenv("HOME", str(again.home))
+    second = _replay(again, seed=5, steps=10)
+    settings.clear()
+    settings.sync()
+    other = _replay(again, seed=6, steps=4)
+    again.cleanup()
+    assert len([a for a in first if a[0] != "window"]) >= 8
+    # file answers name sandbox-relative paths, so two sandboxes log the same text
+    assert first == second, "\n".join(f"{a}\n{b}\n" for a, b in zip(first, second))
+    assert other[:5] != first[:5]
+
+
+@pytest.mark.qt_no_exception_capture
+def test_a_report_replays_its_actions_at_another_pace(qtbot, sandbox, tmp_path, monkeypatch):
+    """Recorded fast (no waiting for the window), replayed waiting for it: the same targets, the
+    same file answers, in the same order."""
+    from attndesk.app.main_window import app_settings
+
+    recorded = _replay(sandbox, seed=9, steps=10, settle=False, full=True)
+    app_settings().clear()
+    (tmp_path / "again").mkdir()
+    again = Sandbox.create(str(tmp_path / "again"))
+    monkeypatch.setenv("HOME", str(again.home))
+    replayed = _replay(again, seed=9, steps=10**6, settle=True, script=recorded, full=True)
+    again.cleanup()
+
+    def key(actions):
+        return [(a["kind"], a["target"], tuple(a.get("answers", ()))) for a in actions if "step" in a]
+
+    assert len(key(recorded)) >= 8
+    assert key(replayed) == key(recorded), "\n".join(map(str, [a for a in recorded if "step" in a] + ["--"] + [a for a in replayed if "step" in a]))
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1200)
+def test_soak_short(tmp_path):
+    from tests.soak.supervise import run
+
+    outcome = run(SOAK_SEED, SOAK_SECONDS, report_path=tmp_path / "soak.json", quiet=True)
+    report = outcome.report
+    replay = replay_command(SOAK_SEED, SOAK_SECONDS)
+    last = "\n".join(format_action(a) for a in report.get("actions", [])[-30:])
+    context = f"\nreplay: {replay}\nreport: {outcome.report_path}\nlast actions:\n{last}"
+    assert not report.get("crash") and not report.get("aborted"), f"{report.get('crash') or report.get('aborted')}{context}"
+    assert report["exceptions"] == [], f"exceptions: {[p['type'] + ': ' + p['message'] for p in report['exceptions']]}{context}"
+    stalls = [s for s in report["stalls"]["gaps"] + report["stalls"]["events"] if s["cpu"] >= STALL_CPU_S]
+    assert not stalls, f"{len(stalls)} GUI-thread stalls >= 100 ms of work, worst {max(stalls, key=lambda s: s['cpu'])}{context}"
+    assert not report["threads"]["qthreads_left"] and not report["threads"]["python_left"], f"{report['threads']}{context}"
+    assert report["memory"]["peak_mib"] < report["memory"]["limit_mib"], context
+    assert report["memory"]["return_check"]["ok"], f"{report['memory']['return_check']['summary']}{context}"
+    assert report["known_input"]["ok"], f"{report['known_input']['summary']}{context}"
+    assert not report["sandbox_violations"], f"{report['sandbox_violations']}{context}"
+    assert failures(report) == [] and outcome.passed

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+
+from .alibi import alibi_slopes, distances
+from .attention import attend
+from .config import AttentionConfig
+from .types import Intermediates
 
 EXPLANATION = """\
 Why the weights are never stored. A weight w_ij = exp(s_ij - m_i) / l_i needs the row's maximum
@@ -122,4 +128,42 @@ def walk_head(intermediates, head: int, block: int) -> OnlineSoftmaxWalk:
     return online_softmax(intermediates.masked[head], intermediates.v[head // (heads // kv_heads)], block)
 
 
-__all__ = ["EXPLANATION", "OnlineSoftmaxWalk", "OnlineStep", "online_softmax", "walk_head"]
+@dataclass(frozen=True, eq=False)
+class HeadAttention:
+    """One query head of a run through ``attend``: ``scores`` [Lq, Lk] its softmax input (scaled,
+    capped, biased, -inf where masked), ``values`` [Lk, dv] of the K/V head it reads and
+    ``context`` [Lq, dv] = softmax(scores) V as the run computes it (in the run's dtype)."""
+
+    head: int
+    kv_head: int
+    scores: np.ndarray
+    values: np.ndarray
+    context: np.ndarray
+
+
+def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarray | None, head: int) -> HeadAttention:
+    """Query head ``head`` of a run's Q, K and V (``inter.q`` unscaled [H, Lq, d], ``k``/``v`` [KV, Lk, d]):
+    the same ``attend`` call as the run, for one head, so only one [Lq, Lk] matrix is formed."""
+    if inter is None or inter.q is None or inter.k is None or inter.v is None:
+        raise ValueError("the online-softmax walk needs the run's Q, K and V")
+    heads, kv_heads = inter.q.shape[0], inter.k.shape[0]
+    if not 0 <= head < heads:
+        raise IndexError(f"head {head} out of range 0..{heads - 1}")
+    kv = head // (heads // kv_heads)
+    dtype = config.torch_dtype
+    q, k, v = (torch.as_tensor(x).to(dtype)[None, None] for x in (inter.q[head], inter.k[kv], inter.v[kv]))  # [1, 1, L, d]
+    bias = None
+    if config.position == "alibi":  # this head's row of alibi_bias: -slope_h |i - j|
+        lq, lk = q.shape[-2], k.shape[-2]
+        bias = (-float(alibi_slopes(heads)[head]) * distances(0, lq, 0, lk, dtype=torch.float64)).to(dtype)
+    keep: dict = {}
+    with torch.inference_mode():
+        context, _ = attend(q, k, v, mask=None if mask is None else torch.as_tensor(np.ascontiguousarray(mask)),
+                            bias=bias, scale=config.head_dim ** -0.5 if config.scaled else 1.0,
+                            softcap=config.softcap, keep=keep)
+    scores = keep["masked"][0, 0].float().numpy()
+    return HeadAttention(head, kv, scores, inter.v[kv], context[0, 0].float().numpy())
+
+
+__all__ = ["EXPLANATION", "HeadAttention", "OnlineSoftmaxWalk", "OnlineStep", "head_attention", "online_softmax",
+           "walk_head"]

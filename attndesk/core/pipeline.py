@@ -184,6 +184,37 @@ def run_attention(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class ProjectedText:
+    """What a run computes before its scores: ``intermediates`` with embeddings, q / k / v (and
+    q_raw / k_raw under RoPE) only, the run's ``mask`` [Lq, Lk] (True = may attend; None: none)
+    and the ``scale`` still to apply to Q K^T."""
+
+    intermediates: Intermediates
+    mask: np.ndarray | None
+    scale: float
+
+
+def project_text(config: AttentionConfig, text: str, key_text: str | None = None) -> ProjectedText:
+    """Embed and project ``text`` exactly as ``run_attention`` does, without attending: one head's
+    walk needs Q, K and V, not every head's [L, L] stages (O(L d) instead of O(H L^2))."""
+    queries, keys, cross = _tokenize(config, text, key_text)
+    device = resolve_device(config.device)
+    model = build_model(config, device)
+    keep: dict = {}
+    timer = StageTimer(device)
+    with torch.inference_mode():
+        q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
+        k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
+        x, x_kv = _embed(model, config, q_ids, k_ids if cross else None, timer)
+        proj = _project(model, config, x, x_kv, timer, keep)
+        spec = MaskSpec(len(queries.ids), len(keys.ids), causal="causal" in config.mask, window=config.window,
+                        key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None)
+        mask = spec.to_numpy()
+    inter = Intermediates.from_arrays({name: _to_numpy(t[0]) for name, t in keep.items()})
+    return ProjectedText(inter, mask, proj.scale)
+
+
 def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None,
               keep_intermediates: bool) -> RunPlan:
     """The caller's plan when it is for this run, else a new one; refuse what cannot run."""

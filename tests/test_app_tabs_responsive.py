@@ -66,7 +66,7 @@ def toy_tabs(w):
     """tab id -> the signal saying it drew the result on screen (None: nothing beyond the result)."""
     t = w.teaching
     return {"step-through": t.stepThrough.shownResult, "positions": None, "head-stats": t.headStats.shownStats,
-            "compare": None, "rollout": None}
+            "compare": None, "rollout": None, "online-softmax": t.onlineSoftmaxView.stepDrawn}
 
 
 def test_every_toy_tab_at_2048_tokens_x_16_heads(qtbot, window):

@@ -19,7 +19,7 @@ from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
 
 INTERMEDIATES = "intermediates"
-TOY_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare"})
+TOY_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare", "online-softmax"})
 
 
 def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:

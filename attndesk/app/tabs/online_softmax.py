@@ -1,0 +1,125 @@
+"""The online-softmax tab: one head of the toy run on screen, walked block by block as FlashAttention
+does. Everything heavy is a side job: Q, K and V of the run (``project_text``: O(L d), not the
+[H, L, L] stages a run with intermediates would keep), the head's scores through ``attend``, the
+walk, and a large step's picture. A new run cancels a walk made for the old one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+from PySide6.QtCore import QObject, Signal
+
+from attndesk.core.config import AttentionConfig
+from attndesk.core.online_softmax import head_attention, online_softmax
+from attndesk.core.pipeline import ProjectedText, project_text
+
+from ..compute import ComputeController
+from ..results import Shown, ToyRun
+from ..state import AppState
+from ..views.online_softmax import PRINT_DIGITS, OnlineSoftmaxView, WalkShown, step_frame
+from .base import TabPresenter
+
+ONLINE_SOFTMAX_TAB = "online-softmax"
+TOY_ONLY = ("The online-softmax walk follows the toy model's attention layer: switch the mode to Toy model "
+            "(a real model's kernels never form the weights either).")
+# the walk keeps every step of one head (scores, exponentials, the full softmax to compare: a few
+# float64 [Lq, Lk] matrices), so it stops at 2,048 x 2,048 (about 130 MB)
+MAX_WALK_CELLS = 2048 * 2048
+
+
+@dataclass(frozen=True, eq=False)
+class WalkAnswer:
+    """A walk job's answer: the run's projections (reused for other heads and blocks) and the walk."""
+
+    projected: ProjectedText
+    shown: WalkShown
+
+
+def walk_job(config: AttentionConfig, toy: ToyRun, projected: ProjectedText | None, head: int,
+             block: int) -> WalkAnswer:
+    """Q, K, V of the run (once per run), ``head``'s scores through ``attend``, the walk (side job)."""
+    if projected is None:
+        projected = project_text(config, toy.text, toy.key_text)
+    one = head_attention(config, projected.intermediates, projected.mask, head)
+    walk = online_softmax(one.scores, one.values, block)
+    result = toy.result
+    shown = WalkShown(walk, head, one.kv_head, config.num_heads, block, list(result.tokens), list(result.keys),
+                      one.context, config.dtype, walk.agrees_when_printed(PRINT_DIGITS))
+    return WalkAnswer(projected, shown)
+
+
+class OnlineSoftmaxTab(TabPresenter):
+    tab_id = ONLINE_SOFTMAX_TAB
+    walkShown = Signal(object)  # a WalkShown is on screen (its first step's picture follows)
+    failed = Signal(str)
+
+    def __init__(self, state: AppState, compute: ComputeController, view: OnlineSoftmaxView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view = view
+        self._toy: ToyRun | None = None
+        self._projected: tuple[int, ProjectedText] | None = None  # (run_id, Q K V of that run)
+        view.walkRequested.connect(self._walk)
+        view.set_step_runner(self._run_step)
+        state.view.events.target.connect(self._follow_head)
+
+    def key(self, shown: Shown) -> Hashable:
+        return shown.run_id  # the walk depends on the run, not on how it is presented
+
+    def show(self, shown: Shown) -> None:  # noqa: A003
+        if shown.toy is None:
+            self._toy = None
+            self.view.clear(TOY_ONLY)
+            return
+        result = shown.toy.result
+        lq, lk = result.shape
+        if lq * lk > MAX_WALK_CELLS:
+            self._toy = None
+            self.view.clear(f"The walk shows every step of one head ({lq:,} x {lk:,} scores, kept here on purpose); "
+                            "it runs up to 2,048 x 2,048: shorten the text.")
+            return
+        self._toy = shown.toy
+        if self._projected is not None and self._projected[0] != shown.run_id:
+            self._projected = None
+        config = result.config
+        self.view.set_heads(config.num_heads, config.num_kv_heads)
+        target = self.state.view.target
+        if isinstance(target, int) and target < config.num_heads:
+            self.view.set_head(target)
+        self._walk(self.view.head(), self.view.block())
+
+    def release(self) -> None:
+        for channel in ("online", "online-step"):
+            self.compute.side.cancel(channel)
+        self._toy, self._projected = None, None
+        self.view.clear()
+
+    def _walk(self, head: int, block: int) -> None:
+        if self._toy is None or not self.visible():
+            self._shown_key = None  # walk the chosen head when the tab is shown next
+            return
+        run_id = self.compute.current_ids()[0]
+        projected = self._projected[1] if self._projected is not None and self._projected[0] == run_id else None
+        self.view.show_message(f"walking head {head} in blocks of {block} key(s) in the background…")
+        self.compute.side.submit("online", walk_job, self._toy.result.config, self._toy, projected, head, block,
+                                 done=lambda answer: self._done(run_id, answer), failed=self._failed, scope="run")
+
+    def _done(self, run_id: int, answer: WalkAnswer) -> None:
+        self._projected = (run_id, answer.projected)
+        if (answer.shown.head, answer.shown.block) != (self.view.head(), self.view.block()):
+            return  # the choice moved on while it ran: its own job is on the way
+        self.view.show_walk(answer.shown)
+        self.walkShown.emit(answer.shown)
+
+    def _failed(self, message: str) -> None:
+        self.view.clear(f"the walk failed: {message}")
+        self.failed.emit(message)
+
+    def _run_step(self, shown: WalkShown, step: int) -> None:
+        self.compute.side.submit("online-step", step_frame, shown, step, done=self.view.show_step_frame,
+                                 scope="run")
+
+    def _follow_head(self, target) -> None:
+        if isinstance(target, int):
+            self.view.set_head(target)

@@ -87,7 +87,7 @@ def test_walk_of_the_shown_head_equals_torch(qtbot, window):
     online = "[" + ", ".join(f"{x:.{PRINT_DIGITS}g}" for x in walk_shown.walk.output[row]) + "]"
     full = "[" + ", ".join(f"{x:.{PRINT_DIGITS}g}" for x in softmax[row]) + "]"
     assert f"online, block by block  {online}" in text and f"full softmax(S) V       {full}" in text
-    assert online == full and "print the same" in text
+    assert online == full and "(the same digits)" in text and "less than half its last printed digit" in text
     assert f"one head's weights are {n} x {n} = {n * n:,} numbers" in text and "32,768 tokens" in text
 
 

@@ -17,7 +17,7 @@ from attndesk.core.pipeline import ProjectedText, project_text
 from ..compute import ComputeController
 from ..results import Shown, ToyRun
 from ..state import AppState
-from ..views.online_softmax import PRINT_DIGITS, OnlineSoftmaxView, WalkShown, step_frame
+from ..views.online_softmax import AUTO, OnlineSoftmaxView, WalkShown, auto_block, below_last_digit, step_frame
 from .base import TabPresenter
 
 ONLINE_SOFTMAX_TAB = "online-softmax"
@@ -38,14 +38,16 @@ class WalkAnswer:
 
 def walk_job(config: AttentionConfig, toy: ToyRun, projected: ProjectedText | None, head: int,
              block: int) -> WalkAnswer:
-    """Q, K, V of the run (once per run), ``head``'s scores through ``attend``, the walk (side job)."""
+    """Q, K, V of the run (once per run), ``head``'s scores through ``attend``, the walk (side job);
+    ``block`` AUTO picks one for the run's length."""
     if projected is None:
         projected = project_text(config, toy.text, toy.key_text)
     one = head_attention(config, projected.intermediates, projected.mask, head)
+    block = auto_block(one.scores.shape[1]) if block == AUTO else block
     walk = online_softmax(one.scores, one.values, block)
     result = toy.result
     shown = WalkShown(walk, head, one.kv_head, config.num_heads, block, list(result.tokens), list(result.keys),
-                      one.context, config.dtype, walk.agrees_when_printed(PRINT_DIGITS))
+                      one.context, config.dtype, below_last_digit(walk.output, walk.reference))
     return WalkAnswer(projected, shown)
 
 
@@ -101,13 +103,15 @@ class OnlineSoftmaxTab(TabPresenter):
             return
         run_id = self.compute.current_ids()[0]
         projected = self._projected[1] if self._projected is not None and self._projected[0] == run_id else None
-        self.view.show_message(f"walking head {head} in blocks of {block} key(s) in the background…")
+        size = "blocks sized for this run" if block == AUTO else f"blocks of {block} key(s)"
+        self.view.show_message(f"walking head {head} in {size} in the background…")
         self.compute.side.submit("online", walk_job, self._toy.result.config, self._toy, projected, head, block,
                                  done=lambda answer: self._done(run_id, answer), failed=self._failed, scope="run")
 
     def _done(self, run_id: int, answer: WalkAnswer) -> None:
         self._projected = (run_id, answer.projected)
-        if (answer.shown.head, answer.shown.block) != (self.view.head(), self.view.block()):
+        block = self.view.block()
+        if answer.shown.head != self.view.head() or block not in (AUTO, answer.shown.block):
             return  # the choice moved on while it ran: its own job is on the way
         self.view.show_walk(answer.shown)
         self.walkShown.emit(answer.shown)

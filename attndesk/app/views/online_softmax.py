@@ -27,6 +27,8 @@ from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BLOCK = 4
+AUTO = 0  # the block combo's "auto": DEFAULT_BLOCK, doubled until the walk has at most MAX_AUTO_STEPS steps
+MAX_AUTO_STEPS = 64
 PRINT_DIGITS = 8  # significant digits the outputs are printed with (the run itself is float32)
 ASYNC_STEP_CELLS = 65_536  # a step picture of more cells is made by the step runner (a side job)
 LONG_CONTEXT = 32_768  # the length the memory line also quotes
@@ -46,7 +48,7 @@ class WalkShown:
     keys: list[str]
     context: np.ndarray  # [Lq, dv]: the run's own output of this head (its dtype)
     dtype: str
-    printed_equal: bool  # every output prints the same with PRINT_DIGITS digits, online and full
+    below_last_digit: bool  # every |online - full| is under half a unit of its PRINT_DIGITS-th digit
 
     @property
     def steps(self) -> int:
@@ -64,6 +66,22 @@ class StepFrame:
     shown: WalkShown
     step: int
     prepared: PreparedMatrix
+
+
+def below_last_digit(a: np.ndarray, b: np.ndarray, digits: int = PRINT_DIGITS) -> bool:
+    """Whether every |a - b| is under half a unit of b's ``digits``-th significant digit, so both
+    print alike with that many digits (vectorised: formatting every number would hold the GIL)."""
+    magnitude = np.abs(b)
+    exponent = np.floor(np.log10(magnitude, out=np.zeros_like(magnitude), where=magnitude > 0))
+    return bool((np.abs(a - b) < 0.5 * 10.0 ** (exponent - (digits - 1))).all())
+
+
+def auto_block(keys: int) -> int:
+    """The block size "auto" picks: at most 64 steps (4 keys a block for short texts)."""
+    block = DEFAULT_BLOCK
+    while -(-keys // block) > MAX_AUTO_STEPS and block < BLOCK_SIZES[-1]:
+        block *= 2
+    return block
 
 
 def step_matrix(walk: OnlineSoftmaxWalk, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,13 +142,16 @@ def final_text(shown: WalkShown, query: int) -> str:
     """The walk's end: O / l against the full softmax(S) V, printed, and their largest difference."""
     walk = shown.walk
     lq, dv = walk.output.shape
-    agree = (f"all {lq} x {dv} outputs print the same to {PRINT_DIGITS} significant digits" if shown.printed_equal
-             else f"some of the {lq} x {dv} outputs differ in the {PRINT_DIGITS}th digit")
+    online, full = _vector(walk.output[query]), _vector(walk.reference[query])
+    same = "the same digits" if online == full else "a tie in the last digit's rounding"
+    agree = (f"every one of the {lq} x {dv} outputs differs by less than half its last printed digit"
+             if shown.below_last_digit else f"some of the {lq} x {dv} outputs differ in their last printed digit")
     return "\n".join([
         f"After the last block the output is O / l (query {query} {shown.queries[query]!r}, block {shown.block}):",
-        f"  online, block by block  {_vector(walk.output[query])}",
-        f"  full softmax(S) V       {_vector(walk.reference[query])}",
-        f"  max |online - full| over all queries and dims = {walk.max_abs_diff:.3g} (both float64); {agree}.",
+        f"  online, block by block  {online}",
+        f"  full softmax(S) V       {full}",
+        f"  ({same}); max |online - full| over all queries and dims = {walk.max_abs_diff:.3g} (both float64):",
+        f"  {agree}.",
         f"  the run's own output of this head ({shown.dtype}, one softmax over each whole row) differs by at most "
         f"{shown.run_diff:.3g}: its rounding, not the method.",
     ])
@@ -222,9 +243,9 @@ class OnlineSoftmaxView(QWidget):
         self.headCombo.setToolTip("the query head whose weights are walked (its K/V head in brackets)")
         self.blockCombo = QComboBox(objectName="onlineBlockCombo")
         self.blockCombo.setToolTip("keys per block: FlashAttention reads K and V in tiles of 64 or 128 keys")
+        self.blockCombo.addItem(f"auto (≤ {MAX_AUTO_STEPS} steps)", AUTO)
         for b in BLOCK_SIZES:
             self.blockCombo.addItem(f"{b} key{'s' if b > 1 else ''}", b)
-        self.blockCombo.setCurrentIndex(BLOCK_SIZES.index(DEFAULT_BLOCK))
         self.headCombo.currentIndexChanged.connect(self._on_walk_choice)
         self.blockCombo.currentIndexChanged.connect(self._on_walk_choice)
         self.prevButton = QPushButton("◀ Previous block", objectName="onlinePrev")
@@ -309,7 +330,8 @@ class OnlineSoftmaxView(QWidget):
         return int(self.headCombo.currentData() or 0)
 
     def block(self) -> int:
-        return int(self.blockCombo.currentData() or DEFAULT_BLOCK)
+        """The chosen keys per block, or AUTO (0): the presenter sizes it for the run."""
+        return int(self.blockCombo.currentData() or AUTO)
 
     def step(self) -> int:
         return self._step
@@ -376,7 +398,8 @@ class OnlineSoftmaxView(QWidget):
         self.stepSlider.setValue(step)
         self.stepSlider.blockSignals(False)
         k0, k1 = self._shown.walk.steps[step].keys
-        self.stepLabel.setText(f"step {step + 1} / {self._shown.steps} · keys {k0}–{k1 - 1}")
+        self.stepLabel.setText(f"step {step + 1} / {self._shown.steps} · keys {k0}–{k1 - 1} "
+                               f"({self._shown.block} a block)")
         self.prevButton.setEnabled(step > 0)
         self.nextButton.setEnabled(step < self._shown.steps - 1)
         self.model.set_step(self._shown, step)
@@ -421,5 +444,5 @@ class OnlineSoftmaxView(QWidget):
             self.walkRequested.emit(self.head(), self.block())
 
 
-__all__ = ["BLOCK_SIZES", "OnlineSoftmaxView", "StepFrame", "WalkShown", "final_text", "memory_text",
+__all__ = ["AUTO", "BLOCK_SIZES", "auto_block", "below_last_digit", "OnlineSoftmaxView", "StepFrame", "WalkShown", "final_text", "memory_text",
            "step_frame", "step_matrix", "step_text"]

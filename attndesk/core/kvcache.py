@@ -55,4 +55,17 @@ def kv_cache_table(config: AttentionConfig, lengths: tuple[int, ...] = CACHE_LEN
     return rows
 
 
-__all__ = ["CACHE_LENGTHS", "KVCacheRow", "kv_cache_bytes", "kv_cache_table"]
+def window_cache_row(config: AttentionConfig, window: int, lengths: tuple[int, ...] = CACHE_LENGTHS, *,
+                     layers: int = 1, dtype: str | None = None) -> KVCacheRow:
+    """The config's K/V heads under a sliding window of ``window`` keys: a decoder needs only the
+    last ``window`` tokens' K and V (a rolling buffer, as Mistral keeps), so the cache stops growing."""
+    if window < 1:
+        raise ValueError(f"a window is at least 1 key, got {window}")
+    itemsize = DTYPES[dtype or config.dtype].itemsize
+    kv = config.num_kv_heads
+    per_token = kv_cache_bytes(kv, config.head_dim, 1, layers=layers, itemsize=itemsize)
+    label = f"{_label(kv, config.num_heads).split(',')[0]} + window {window} (keeps the last {window} tokens)"
+    return KVCacheRow(kv, label, per_token, {n: per_token * min(n, window) for n in lengths}, False)
+
+
+__all__ = ["CACHE_LENGTHS", "KVCacheRow", "kv_cache_bytes", "kv_cache_table", "window_cache_row"]

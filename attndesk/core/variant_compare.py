@@ -104,10 +104,15 @@ def _compare_rope(config: AttentionConfig, text: str) -> TeachingComparison:
                               diff_results(a, b), explanation)
 
 
+def comparison_window(config: AttentionConfig, length: int) -> int:
+    """The W of "full vs window W": the config's own window, else a quarter of the text (at least 2)."""
+    return config.window or max(2, length // 4)
+
+
 def _compare_window(config: AttentionConfig, text: str, window: int | None = None) -> TeachingComparison:
     a = run_attention(config.replace(window=None), text)
     lq, lk = a.shape
-    w = window or config.window or max(2, lq // 4)
+    w = window or comparison_window(config, lq)
     b = run_attention(config.replace(window=w), text)
     outside = np.abs(np.subtract.outer(np.arange(lq), np.arange(lk))) >= w  # [L, Lk] beyond the band
     mass = float((a.weights * outside).sum(axis=-1).mean())
@@ -150,4 +155,4 @@ def variant_comparison(kind: str, config: AttentionConfig, text: str) -> Teachin
     return runs[kind](config, text)
 
 
-__all__ = ["VARIANT_KINDS", "variant_comparison"]
+__all__ = ["VARIANT_KINDS", "comparison_window", "variant_comparison"]

@@ -1,5 +1,7 @@
 """Compare two results: pinned A, current B and B - A (diverging colormap centred at 0), plus the
-one-click teaching comparisons and the attndesk-vs-PyTorch implementation table.
+one-click teaching comparisons (the 2017 layer's and the modern variants': MHA vs GQA, sinusoidal
+vs RoPE, full vs a sliding window, soft-cap) with the K/V-cache table of the current shape, and the
+attndesk-vs-PyTorch implementation table.
 
 The heavy work (running the model twice, the implementation timings) lives in
 ``attndesk.core.compare`` and is Qt-free: the window should run it in its worker and hand the
@@ -27,14 +29,23 @@ from attndesk.core.errors import ConfigError
 from attndesk.core.result import AttentionResult
 from attndesk.core.tokenizer import PAD_ID
 from attndesk.core.types import MEAN, AttentionMap, Head
+from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from .kvcache_table import KVCacheTable
 
 # Pairs of more cells than this are drawn by the frame runner when one is set: a mean over 16 heads
 # of 2048^2 and its display image take longer than a GUI-thread turn (B - A alone is half a
 # gigabyte of float64 there)
 ASYNC_DIFF_CELLS = 200_000
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
+VARIANT_TIPS = {
+    "gqa": "A: one K/V head per query head. B: A's K/V heads mean-pooled into groups (as MHA checkpoints are "
+           "converted to GQA); same queries",
+    "rope": "A: sinusoidal positions added to the embeddings. B: RoPE rotates Q and K instead (base 10000)",
+    "window": "A: every key. B: query i sees key j only when |i − j| < W (the config's window, else a quarter of the text)",
+    "softcap": "A: no cap. B: scores s become C·tanh(s/C) before the mask (the config's cap, else half the largest score)",
+}
 
 
 def text_of(result: AttentionResult) -> str:
@@ -240,6 +251,20 @@ class CompareView(QWidget):
             teach.addWidget(button)
         teach.addStretch(1)
         self._teach_row = teach
+        self._variant_row = self._variant_buttons()
+
+    def _variant_buttons(self) -> QHBoxLayout:
+        """The modern variants' pairs: A is the current settings without the variant, B with it."""
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Modern variants:"))
+        for kind, label in VARIANT_KINDS.items():
+            button = QPushButton(label)
+            button.setObjectName(f"teach_{kind}")
+            button.clicked.connect(lambda _=False, k=kind: self._on_teach(k))
+            self.teachButtons[kind] = button
+            row.addWidget(button)
+        row.addStretch(1)
+        return row
 
     def _build_plots(self) -> None:
         self.plotA = MatrixPlot("A")
@@ -260,6 +285,7 @@ class CompareView(QWidget):
         self.explanationText.setMinimumHeight(60)
         self.explanationText.setStyleSheet("font-family: monospace")
         self.explanationText.hide()
+        self.kvCache = KVCacheTable()
 
     def _lay_out(self) -> None:
         teach = self._teach_row
@@ -283,13 +309,19 @@ class CompareView(QWidget):
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("compareSplitter")
         self.splitter.addWidget(top)
-        self.splitter.addWidget(self.explanationText)
+        bottom = QSplitter(Qt.Orientation.Horizontal, objectName="compareBottomSplitter")
+        bottom.addWidget(self.explanationText)
+        bottom.addWidget(self.kvCache)
+        bottom.setStretchFactor(0, 3)
+        bottom.setStretchFactor(1, 2)
+        self.splitter.addWidget(bottom)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addLayout(teach)
+        layout.addLayout(self._variant_row)
         layout.addWidget(self.maxLabel)
         layout.addWidget(self.splitter, 1)
 
@@ -336,6 +368,7 @@ class CompareView(QWidget):
         self._config = result.config if toy else None
         self._text = (text or text_of(result)) if toy else None
         self._toy = (result is None or toy) if teaching is None else bool(teaching) and toy
+        self._show_variants(result.config if toy else None, len(result.tokens) if toy else 0)
         self.set_teaching_busy(False)
         if self._teaching is not None:
             self._teaching = None
@@ -345,10 +378,25 @@ class CompareView(QWidget):
         self._recompute()
 
     def set_teaching_busy(self, busy: bool) -> None:
-        """While a teaching pair computes its buttons wait; they act only for the toy model."""
-        for button in self.teachButtons.values():
-            button.setEnabled(self._toy and not busy)
-            button.setToolTip("" if self._toy else "toy model only: switch the mode to Toy model")
+        """While a teaching pair computes its buttons wait; they act only for the toy model (and a
+        variant pair only where it can differ: GQA needs 2 or more heads)."""
+        single = self._config is not None and self._config.num_heads == 1
+        for kind, button in self.teachButtons.items():
+            unusable = kind == "gqa" and single
+            button.setEnabled(self._toy and not busy and not unusable)
+            if not self._toy:
+                button.setToolTip("toy model only: switch the mode to Toy model")
+            elif unusable:
+                button.setToolTip("one head has nothing to share: choose 2 or more heads to compare MHA with GQA")
+            else:
+                button.setToolTip(VARIANT_TIPS.get(kind, ""))
+
+    def _show_variants(self, config, length: int) -> None:
+        """The window pair's W in its label, and the K/V cache of this shape (None: not a toy run)."""
+        window = comparison_window(config, length) if config is not None else None
+        label = f"full vs window {window}" if window is not None else VARIANT_KINDS["window"]
+        self.teachButtons["window"].setText(label)
+        self.kvCache.set_config(config, window)
 
     def show_message(self, html: str) -> None:
         """A line above the plots (what runs in the background, what failed)."""

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
+from attndesk.app.state import PACKAGED
 from attndesk.app.views.online_softmax import PRINT_DIGITS
 from attndesk.core import run_attention
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
@@ -116,7 +117,6 @@ def test_a_real_model_gets_a_reason_not_a_stale_walk(qtbot, window):
     w = window
     view = open_walk(qtbot, w)
     assert view.shown() is not None
-    from attndesk.app.state import PACKAGED
     with qtbot.waitSignal(w.resultDisplayed, timeout=120000):
         w.state.mode = PACKAGED
     assert view.shown() is None and "Toy model" in view.messageLabel.text()

@@ -127,7 +127,9 @@ def step_text(shown: WalkShown, step: int, query: int) -> str:
         f" (K/V head {shown.kv_head})",
         f"query {query} {shown.queries[query]!r}:",
         f"  scores of this block s    = {_vector(s.scores[query])}",
-        f"  block max                 = {_num(s.block_max[query])}",
+        f"  block max                 = {_num(s.block_max[query])}"
+        + ("   (every key of this block is masked for this query: nothing changes)"
+           if np.isneginf(s.block_max[query]) else ""),
         f"  running max m             : {_num(s.max_before[query])} -> {_num(s.max_after[query])}",
         f"  rescale exp(m_old - m_new) = {_num(s.rescale[query])}"
         + ("   (the max did not move)" if s.rescale[query] == 1 else "   (what was summed so far shrinks)"),
@@ -277,8 +279,10 @@ class OnlineSoftmaxView(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setResizeContentsPrecision(32)  # measure the first rows only: thousands of queries
+        header.setStretchLastSection(True)
         self.table.clicked.connect(lambda index: self.set_query(index.row()))
         self.stepText = self._text_box("onlineStepText")
         self.finalText = self._text_box("onlineFinalText")
@@ -309,8 +313,8 @@ class OnlineSoftmaxView(QWidget):
         body = QSplitter(Qt.Orientation.Vertical, objectName="onlineSplitter")
         body.addWidget(top)
         body.addWidget(texts)
-        body.setStretchFactor(0, 3)
-        body.setStretchFactor(1, 2)
+        body.setStretchFactor(0, 1)
+        body.setStretchFactor(1, 1)
         body.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)

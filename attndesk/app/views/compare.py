@@ -241,23 +241,14 @@ class CompareView(QWidget):
             self.whatCombo.addItem(label, key)
         self.whatCombo.currentIndexChanged.connect(self._recompute)
         self.teachButtons: dict[str, QPushButton] = {}
-        teach = QHBoxLayout()
-        teach.addWidget(QLabel("One click:"))
-        for kind, label in TEACHING_KINDS.items():
-            button = QPushButton(label)
-            button.setObjectName(f"teach_{kind}")
-            button.clicked.connect(lambda _=False, k=kind: self._on_teach(k))
-            self.teachButtons[kind] = button
-            teach.addWidget(button)
-        teach.addStretch(1)
-        self._teach_row = teach
-        self._variant_row = self._variant_buttons()
+        self._teach_row = self._teach_buttons("One click:", TEACHING_KINDS)
+        # the modern variants' pairs: A is the current settings without the variant, B with it
+        self._variant_row = self._teach_buttons("Modern variants:", VARIANT_KINDS)
 
-    def _variant_buttons(self) -> QHBoxLayout:
-        """The modern variants' pairs: A is the current settings without the variant, B with it."""
+    def _teach_buttons(self, title: str, kinds: dict[str, str]) -> QHBoxLayout:
         row = QHBoxLayout()
-        row.addWidget(QLabel("Modern variants:"))
-        for kind, label in VARIANT_KINDS.items():
+        row.addWidget(QLabel(title))
+        for kind, label in kinds.items():
             button = QPushButton(label)
             button.setObjectName(f"teach_{kind}")
             button.clicked.connect(lambda _=False, k=kind: self._on_teach(k))

@@ -120,3 +120,23 @@ def test_a_real_model_gets_a_reason_not_a_stale_walk(qtbot, window):
     with qtbot.waitSignal(w.resultDisplayed, timeout=120000):
         w.state.mode = PACKAGED
     assert view.shown() is None and "Toy model" in view.messageLabel.text()
+
+
+def test_rows_pick_the_query_and_another_head_keeps_the_step(qtbot, window):
+    w = window
+    w.state.set_config(num_heads=2)
+    qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS).wait()
+    view = open_walk(qtbot, w)
+    with qtbot.waitSignal(view.stepDrawn, timeout=TIMEOUT_MS):
+        view.stepSlider.setValue(2)
+    view.table.setFocus()
+    qtbot.mouseClick(view.table.viewport(), Qt.MouseButton.LeftButton,
+                     pos=view.table.visualRect(view.model.index(4, 1)).center())
+    qtbot.keyClick(view.table, Qt.Key.Key_Down)
+    assert view.query() == 5 and view.plot.highlighted()["row"] == (5,)
+    s = view.shown().walk.steps[2]
+    assert f"query 5 {view.shown().queries[5]!r}:" in view.stepText.toPlainText()
+    assert f"running sum l = rescale x {s.sum_before[5]:.6g}" in view.stepText.toPlainText()
+    view = open_walk(qtbot, w, lambda: view.set_head(1))
+    assert view.shown().head == 1 and view.step() == 2 and view.query() == 5
+    assert view.table.selectionModel().isRowSelected(5)

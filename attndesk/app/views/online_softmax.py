@@ -283,7 +283,7 @@ class OnlineSoftmaxView(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setResizeContentsPrecision(32)  # measure the first rows only: thousands of queries
         header.setStretchLastSection(True)
-        self.table.clicked.connect(lambda index: self.set_query(index.row()))
+        self.table.selectionModel().currentRowChanged.connect(lambda current, _previous: self.set_query(current.row()))
         self.stepText = self._text_box("onlineStepText")
         self.finalText = self._text_box("onlineFinalText")
 
@@ -378,17 +378,20 @@ class OnlineSoftmaxView(QWidget):
         self.show_message(message)
 
     def show_walk(self, shown: WalkShown) -> None:
-        """Draw a walk from its first block."""
+        """Draw a walk: from its first block, or at the same step when only the head changed."""
+        previous = self._shown
+        same_steps = previous is not None and previous.walk.weights.shape == shown.walk.weights.shape \
+            and previous.block == shown.block
+        step = self._step if same_steps else 0
         self._shown = shown
         self._query = min(self._query, len(shown.queries) - 1)
         self.stepSlider.blockSignals(True)
         self.stepSlider.setRange(0, shown.steps - 1)
-        self.stepSlider.setValue(0)
         self.stepSlider.blockSignals(False)
         self.finalText.setPlainText(final_text(shown, self._query) + "\n\n" + memory_text(shown))
         self.show_message("")
         self._step = -1
-        self.set_step(0)
+        self.set_step(step)
 
     @Slot(int)
     def set_step(self, step: int) -> None:
@@ -407,6 +410,7 @@ class OnlineSoftmaxView(QWidget):
         self.prevButton.setEnabled(step > 0)
         self.nextButton.setEnabled(step < self._shown.steps - 1)
         self.model.set_step(self._shown, step)
+        self._select_row(self._query)  # a model reset drops the selection
         self.stepText.setPlainText(step_text(self._shown, step, self._query))
         self._request_frame(step)
 
@@ -417,7 +421,14 @@ class OnlineSoftmaxView(QWidget):
         self.stepText.setPlainText(step_text(self._shown, self._step, self._query))
         self.finalText.setPlainText(final_text(self._shown, self._query) + "\n\n" + memory_text(self._shown))
         self.plot.highlight_row(self._query)
-        self.table.selectRow(self._query)
+        self._select_row(self._query)
+
+    def _select_row(self, row: int) -> None:
+        selection = self.table.selectionModel()
+        selection.blockSignals(True)
+        self.table.selectRow(row)
+        selection.blockSignals(False)
+        self.table.viewport().update()
 
     def show_step_frame(self, frame: StepFrame) -> bool:
         """Draw a step's picture; ignored (False) when it answers a request no longer wanted."""

@@ -33,6 +33,8 @@ PRINT_DIGITS = 8  # significant digits the outputs are printed with (the run its
 ASYNC_STEP_CELLS = 65_536  # a step picture of more cells is made by the step runner (a side job)
 LONG_CONTEXT = 32_768  # the length the memory line also quotes
 _BLOCK_PEN = QColor(230, 40, 40)
+HINT = ("Step through the keys with Next / Previous or the slider; click a row (or use the arrow keys) "
+        "to follow one query. The block read at this step is outlined in red.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,14 +259,18 @@ class OnlineSoftmaxView(QWidget):
         self.stepSlider = QSlider(Qt.Orientation.Horizontal, objectName="onlineStepSlider")
         self.stepSlider.setRange(0, 0)
         self.stepSlider.valueChanged.connect(self.set_step)
+        # fixed sizes: what a walk says must not move the controls (a replayed click lands alike)
         self.stepLabel = QLabel("", objectName="onlineStepLabel")
-        self.messageLabel = QLabel("Run the toy model to walk one head's softmax block by block.",
-                                   objectName="onlineMessage")
+        self.stepLabel.setFixedWidth(self.stepLabel.fontMetrics().horizontalAdvance(
+            "step 2048 / 2048 · keys 2047–2047 (256 a block)"))
+        self.messageLabel = QLabel(HINT, objectName="onlineMessage")
         self.messageLabel.setWordWrap(True)
+        self.messageLabel.setFixedHeight(2 * self.messageLabel.fontMetrics().lineSpacing() + 4)
 
     def _build_body(self) -> None:
         self.plot = MatrixPlot("softmax over the keys read so far")
         self.plot.setObjectName("onlinePlot")
+        self.plot.title.setFixedHeight(2 * self.plot.title.fontMetrics().lineSpacing() + 4)  # a title of 1 or 2 lines
         self._block_rect = QGraphicsRectItem(0, 0, 1, 1)
         pen = QPen(_BLOCK_PEN)
         pen.setWidth(3)
@@ -364,9 +370,8 @@ class OnlineSoftmaxView(QWidget):
             self.blockCombo.setCurrentIndex(index)
 
     def show_message(self, text: str) -> None:
-        """Nothing to walk (or a walk on its way): say why; an older walk is dropped when ``clear``."""
-        self.messageLabel.setText(text)
-        self.messageLabel.setVisible(bool(text))
+        """Nothing to walk (or a walk on its way): say why ("": the hint); ``clear`` drops a walk."""
+        self.messageLabel.setText(text or HINT)
 
     def clear(self, message: str = "") -> None:
         self._shown, self._pending = None, None

@@ -230,7 +230,7 @@ def test_local_models_lists_the_hub_cache_and_opens_one(qtbot, window, folders, 
     dialog.openButton.click()
     assert w.state.mode.path == str(snap.resolve()) and not dialog.isVisible()
     label = w.parametersPanel.modeCombo.currentText()
-    assert "org/tiny-llama" in label and "LLaMA" in label  # the repo id, not the snapshot's hash
+    assert label == "Pretrained: org/tiny-llama"  # the repo id, not the snapshot's hash
     wait_shown(qtbot, w, lambda s: s.mode.path == str(snap.resolve()))
 
 
@@ -283,3 +283,43 @@ def test_extra_tabs_hook_adds_a_pretrained_only_tab(qtbot, folders, monkeypatch)
         qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
     finally:
         dispose(w)
+
+
+def test_step_through_of_a_rope_decoder_shows_q_and_k_before_and_after_rotary(qtbot, window, folders):
+    w = window
+    model = load_pretrained(folders["llama"])
+    open_model(qtbot, w, folders["llama"])
+    w.pretrained.controls.layer_spin.setValue(1)
+    wait_shown(qtbot, w, lambda s: s.layer == 1)
+    view = w.teaching.stepThroughView
+    view.set_head(3)
+    with qtbot.waitSignal(w.teaching.stepThrough.shownResult, timeout=TIMEOUT_MS):
+        w.state.view.tab = "step-through"
+    reference = run_pretrained(model, TEXT, layer=1).intermediates["self"]
+    np.testing.assert_allclose(view.stage_matrix("weights"), reference.weights[3], atol=1e-6)
+    np.testing.assert_allclose(view.stage_matrix("weights"), run_pretrained(model, TEXT).weights[1, 3], atol=1e-6)
+    np.testing.assert_array_equal(view.stage_matrix("k_raw"), reference.k_raw[1])  # head 3 reads K/V head 1
+    q_raw, q = view.stage_matrix("q_raw"), view.stage_matrix("q")
+    np.testing.assert_allclose(q[0], q_raw[0], atol=1e-6)  # position 0 is not rotated
+    assert not np.allclose(q[1:], q_raw[1:], atol=1e-3)  # the others are
+    assert view.plots["q_raw"].isVisibleTo(view) and "RoPE" in view.plots["q"].title.text()
+    cell = view.hover_weight(4, 2)
+    assert abs(cell.weight - cell.stored) < 1e-5 and abs(cell.scale - 8 ** -0.5) < 1e-6
+    assert view.hover_weight(2, 4).masked  # causal: a later key
+
+
+def test_step_through_of_cross_attention_explains_t5s_bias(qtbot, window, folders):
+    w = window
+    open_model(qtbot, w, folders["t5"])
+    w.state.update({"target_text": TARGET})
+    w.state.pretrained.part = "cross"
+    wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and len(s.layers.target_tokens) > 1)
+    view = w.teaching.stepThroughView
+    with qtbot.waitSignal(w.teaching.stepThrough.shownResult, timeout=TIMEOUT_MS):
+        w.state.view.tab = "step-through"
+    reference = run_pretrained(load_pretrained(folders["t5"]), TEXT, target=TARGET)
+    np.testing.assert_allclose(view.stage_matrix("weights"), reference.cross_weights[0, view.head()], atol=1e-6)
+    assert view.result().tokens == reference.target_tokens and view.result().keys == reference.tokens
+    assert not view.plots["q_raw"].isVisibleTo(view)  # T5 has no rotary embedding
+    cell = view.hover_weight(1, 2)
+    assert abs(cell.weight - cell.stored) < 1e-5 and cell.scale == pytest.approx(1.0)  # T5 does not scale

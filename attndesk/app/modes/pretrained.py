@@ -181,12 +181,16 @@ class PretrainedMode(QObject, ModeBase):
     def choices(self) -> list[ModeChoice]:
         packaged = ModeChoice(PACKAGED, f"Pretrained: {PACKAGED_NAME}",
                               "the real all-MiniLM-L6-v2 encoder (6 layers x 12 heads), offline")
-        return [packaged] + [ModeChoice(m, f"Pretrained: {self._label(m)}", m.path) for m in self._folders]
+        return [packaged] + [ModeChoice(m, f"Pretrained: {self._label(m)}", self._tip(m)) for m in self._folders]
 
     def _label(self, mode: ModeId) -> str:
-        """"org/name" of a hub snapshot, the folder's name otherwise; with the family."""
+        """"org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
         spec = self._specs.get(mode)
-        return Path(mode.path).name if spec is None else f"{spec.name} ({spec.family_name})"
+        return Path(mode.path).name if spec is None else spec.name
+
+    def _tip(self, mode: ModeId) -> str:
+        spec = self._specs.get(mode)
+        return mode.path if spec is None else f"{spec.family_name} {spec.family} · {mode.path}"
 
     def spec_for(self, mode: ModeId):
         """The mode's ModelSpec (config.json, read once); ConfigError says what is wrong."""

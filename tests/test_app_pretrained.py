@@ -238,7 +238,7 @@ def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
         result = wait_pretrained(qtbot, other, lambda: other.load_session_from(path),
                                  lambda r: r.layer == 3 and r.map.file_tag.endswith("_abl2"))
         assert other.state.mode == PACKAGED
-        assert other.pretrained.controls.hide_special() and result.present_key == (3, True)
+        assert other.pretrained.controls.hide_special() and result.present_key == (3, True, "self")
         assert other.pretrained.ablation() == [(0, 1), (4, 11)]
         assert other.parametersPanel.embedDimSpin.value() == 384
         np.testing.assert_allclose(result.map.weights, w.displayed_result().map.weights, atol=1e-6)

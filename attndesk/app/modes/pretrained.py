@@ -28,6 +28,7 @@ into it and redraw from it and from the published results.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -59,6 +60,7 @@ GRID_TAB_TITLE = "All layers"
 PRETRAINED_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", GRID_TAB})
 _NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
+_DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
 _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2",
                          "smollm3", "gpt_neox", "modernbert"})
 
@@ -116,6 +118,8 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
     count = len(run.part_weights(part))
     layer = max(0, min(int(layer), count - 1))
     amap, hidden, notices = layer_map(run, layer, hide_special, part)
+    if "local" not in (run.layer_kinds or []) or part != "self":
+        amap = dataclasses.replace(amap, layer_kind=None)  # "global layer" says something only next to local ones
     queries, keys, keep = _part_rows(run, part, hidden)
     where = {"self": "", "decoder": " (decoder self-attention)", "cross": " (cross-attention: target × source)"}[part]
     if part == "self" and run.family == "encoder-decoder":
@@ -230,11 +234,14 @@ class PretrainedMode(QObject, ModeBase):
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
                  "position": "rope" if spec.model_type in _ROPE_TYPES else "sinusoidal", "seed": state.config.seed,
                  "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}
+        if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
+            fixed["mask"] = "causal"
         limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
-        heads = f"{spec.num_heads} heads" + (f" sharing {spec.kv_heads} K/V heads" if spec.kv_heads < spec.num_heads else "")
-        layers = f"{spec.num_layers} + {spec.decoder_layers} decoder layers" if spec.decoder_layers else f"{spec.num_layers} layers"
-        info = f"{spec.family_name} {spec.family}: {layers} × {heads}, d_k {spec.head_dim}\n{limit}"
-        return PanelView(fixed=fixed, causal_only=True, mask_tip=_MASK_TIP, info=info)
+        heads = f"{spec.num_heads} heads" + (f" ({spec.kv_heads} K/V)" if spec.kv_heads < spec.num_heads else "")
+        layers = f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
+        info = f"{spec.family_name} {spec.family}\n{layers} × {heads}, d_k {spec.head_dim}\n{limit}"
+        tip = _DECODER_MASK_TIP if spec.family == "decoder" else _MASK_TIP
+        return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
 
     def install(self, ui: Assembly) -> None:
         self._ui = ui

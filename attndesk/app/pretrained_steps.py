@@ -52,11 +52,11 @@ def stage_formulas(inter: Intermediates, layer: int, part: str, scale: float, ma
     masked = ("soft-capped, " if inter.capped is not None else "") + ("+ position bias, " if inter.bias is not None else "")
     masked += "−∞ where masked" if mask != "none" else "no mask"
     return {
-        "embeddings": f"X = input of layer {layer}'s attention" + (" (the embeddings)" if layer == 0 else ""),
+        "embeddings": "X = the embeddings" if layer == 0 else f"X = layer {layer}'s input",
         "q": "Q = RoPE(X W<sub>Q</sub>)" if rope else "Q = X W<sub>Q</sub>",
         "k": f"K = RoPE({source} W<sub>K</sub>)" if rope else f"K = {source} W<sub>K</sub>",
         "v": f"V = {source} W<sub>V</sub>", "scores": "S = Q K<sup>T</sup>",
-        "scaled": f"S × {scale:.4g} (the layer's scale)",
+        "scaled": f"S × {scale:.4g}",
         "masked": masked, "weights": "A = softmax<sub>row</sub>(masked)", "context": "C = A V",
         "output": "concat<sub>h</sub>(C) W<sub>O</sub>",
         "q_raw": "Q before RoPE = X W<sub>Q</sub>", "k_raw": "K before RoPE = X W<sub>K</sub>",

@@ -323,3 +323,27 @@ def test_step_through_of_cross_attention_explains_t5s_bias(qtbot, window, folder
     assert not view.plots["q_raw"].isVisibleTo(view)  # T5 has no rotary embedding
     cell = view.hover_weight(1, 2)
     assert abs(cell.weight - cell.stored) < 1e-5 and cell.scale == pytest.approx(1.0)  # T5 does not scale
+
+
+def test_grid_and_export_follow_the_part_and_ablation_stays_on_the_encoder(qtbot, window, folders, tmp_path):
+    w = window
+    open_model(qtbot, w, folders["t5"])
+    w.state.target_text = TARGET
+    w.state.pretrained.part = "cross"
+    run = wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and len(s.layers.target_tokens) > 1).layers
+    w.state.view.tab = GRID_TAB
+    qtbot.waitUntil(lambda: (p := w.pretrained.grid.painting()) is not None and p.weights.shape == run.cross_weights.shape,
+                    timeout=TIMEOUT_MS)
+    np.testing.assert_array_equal(w.pretrained.grid.painting().weights, run.cross_weights)
+    assert "cross-attention" in w.pretrained.grid.painting().caption
+    saved = np.load(w.pretrained.export_all(tmp_path / "cross.npy"))
+    np.testing.assert_array_equal(saved, run.cross_weights)  # [layers, heads, T, L]
+    assert w.pretrained.default_name("npy").endswith("_cross.npy")
+    w.pretrained.grid.toggle_ablation(0, 1)  # Ctrl+click in the cross grid: refused, said, nothing ablated
+    assert w.state.pretrained.ablate == () and w.pretrained.grid.ablated() == []
+    assert w.status.error and "encoder's self-attention" in w.status_text()
+    w.state.pretrained.part = "self"
+    qtbot.waitUntil(lambda: w.pretrained.grid.painting().weights.shape == run.weights.shape, timeout=TIMEOUT_MS)
+    w.pretrained.grid.toggle_ablation(0, 1)
+    assert w.state.pretrained.ablate == ((0, 1),)
+    wait_shown(qtbot, w, lambda s: s.layers.ablate == ((0, 1),))

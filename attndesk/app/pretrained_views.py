@@ -663,16 +663,27 @@ def export_painting(painting, path: str | Path, size: tuple[int, int] | None = N
     return write(painting.paint, path, size=size, dpi=dpi, title=title)
 
 
-def export_all_weights(result, path: str | Path, *, hide_special: bool = False) -> Path:
-    """Every layer's raw weights: ``.npy`` = the [layers, heads, L, L] float32 array; ``.csv`` = one
-    row per cell (layer, head, query index, query token, key index, key token, weight). Atomic;
-    ``ExportError`` with a one-line reason otherwise. Hidden special tokens are left out, rows
-    not re-normalised (as on screen)."""
+def part_axes(result, part: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """(query positions, key positions, query tokens, key tokens) a part shows (special tokens hidden or not)."""
+    part = part if part in result.parts() else "self"
+    target = list(result.target_tokens or [])
+    queries, keys = (result.tokens, result.tokens) if part == "self" else (target, target if part == "decoder" else result.tokens)
+    q_special, k_special = part_specials(result, part)
+    q_keep, k_keep = np.arange(len(queries)), np.arange(len(keys))
+    if hide_special and (~q_special).any() and (~k_special).any():
+        q_keep, k_keep = np.flatnonzero(~q_special), np.flatnonzero(~k_special)
+    return q_keep, k_keep, [queries[i] for i in q_keep], [keys[i] for i in k_keep]
+
+
+def export_all_weights(result, path: str | Path, *, hide_special: bool = False, part: str = "self") -> Path:
+    """Every layer's raw weights of one part: ``.npy`` = the [layers, heads, Lq, Lk] float32 array;
+    ``.csv`` = one row per cell (layer, head, query index, query token, key index, key token,
+    weight). Atomic; ``ExportError`` with a one-line reason otherwise. Hidden special tokens are
+    left out, rows not re-normalised (as on screen)."""
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
-    keep = result.visible_indices(hide_special)
-    weights = result.weights[:, :, keep][..., keep]  # [N, H, L', L']
-    tokens = [result.tokens[i] for i in keep]
+    q_keep, k_keep, queries, keys = part_axes(result, part, hide_special)
+    weights = result.part_weights(part if part in result.parts() else "self")[:, :, q_keep][..., k_keep]  # [N, H, Lq', Lk']
     if fmt == "npy":
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(weights, dtype=np.float32), allow_pickle=False)
@@ -687,12 +698,12 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False) 
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["layer", "head", "query", "query_token", "key", "key_token", "weight"])
-    n_layers, n_heads, length = weights.shape[:3]
+    n_layers, n_heads = weights.shape[:2]
     for layer in range(n_layers):
         for head in range(n_heads):
-            for q in range(length):
+            for q, query in enumerate(queries):
                 row = weights[layer, head, q]
-                for k in range(length):
-                    writer.writerow([layer, head, int(keep[q]), tokens[q], int(keep[k]), tokens[k], f"{row[k]:.8g}"])
+                for k, key in enumerate(keys):
+                    writer.writerow([layer, head, int(q_keep[q]), query, int(k_keep[k]), key, f"{row[k]:.8g}"])
     return atomic_write(path, text.getvalue().encode("utf-8"))
 

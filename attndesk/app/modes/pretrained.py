@@ -573,10 +573,11 @@ class PretrainedMode(QObject, ModeBase):
         """Every layer's weights as .npy ([layers, heads, L, L]) or .csv; ExportError says why not."""
         if self._run is None:
             raise ExportError("nothing to export yet: wait for a pretrained result")
-        return export_all_weights(self._run, path, hide_special=self._ui.state.pretrained.hide_special)
+        return export_all_weights(self._run, path, hide_special=self._ui.state.pretrained.hide_special,
+                                  part=self._part())
 
     def default_name(self, ext: str) -> str:
-        tag = self._run.file_tag(None) if self._run is not None else "pretrained"
+        tag = self._run.file_tag(None, part=self._part()) if self._run is not None else "pretrained"
         hidden = "_nospecial" if self._ui.state.pretrained.hide_special else ""
         return f"attn_{tag}{hidden}.{ext}"
 

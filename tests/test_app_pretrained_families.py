@@ -260,8 +260,14 @@ def test_loading_never_opens_a_socket(qtbot, window, folders, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(None, address))
     clear_cache(folders["mistral"])  # a real load: transformers, the tokenizer, the weights
+    said = []
+    w.status.events.connect(lambda *_a: said.append(w.status.message))
     shown = open_model(qtbot, w, folders["mistral"])
     assert shown.layers.family == "decoder" and attempts == []
+    # every loading stage reached the status line, however quickly the previous one ended
+    for stage in ("checking the folder", "importing transformers", "reading the tokenizer", "weights",
+                  "every attention layer runs through attndesk"):
+        assert any(stage in line for line in said), (stage, said)
 
 
 def test_extra_tabs_hook_adds_a_pretrained_only_tab(qtbot, folders, monkeypatch):

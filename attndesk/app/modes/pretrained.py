@@ -13,8 +13,9 @@ encoder-decoders), layer by layer.
   picks the encoder's, the decoder's or the cross-attention (another presentation, no run).
 - While it is on, the parameters panel shows the model's fixed architecture read-only (a "Model"
   row adds layers and the token limit); scale and the causal mask still act.
-- The heatmap header gets the layer, "all layers" and "hide [CLS]/[SEP]" controls and a summary
-  line; an "All layers" tab holds the ``LayerHeadGrid`` of the shown part (click: open that layer
+- The heatmap header gets the layer (named local/global where layers differ), "all layers",
+  "hide special tokens", the sink-aware switches, an encoder-decoder's part and target line, and a
+  summary line; an "All layers" tab holds the ``LayerHeadGrid`` of the shown part (click: open that layer
   and head large; Ctrl+click: ablate it, self-attention heads only).
 - Other parts add their own pretrained-only tabs through ``EXTRA_TABS`` (see there): the mode
   installs them and shows them only while a pretrained model is on.
@@ -73,7 +74,7 @@ _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 #     EXTRA_TABS.append(install_generation_tab)   # from ..tabs.generate
 if TYPE_CHECKING:
     TabInstaller = Callable[["PretrainedMode", Assembly], str]
-EXTRA_TABS: list = []
+EXTRA_TABS: list["TabInstaller"] = []
 
 
 def folder_mode(path: str | Path) -> ModeId:

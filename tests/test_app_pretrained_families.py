@@ -124,6 +124,7 @@ def test_sliding_window_layers_are_marked_local_with_the_band(qtbot, window, fol
     w.pretrained.controls.all_layers_check.click()
     qtbot.waitUntil(lambda: w.pretrained.grid.painting() is not None, timeout=TIMEOUT_MS)
     assert w.pretrained.grid.painting().layer_notes == ["local", ""]
+    assert w.pretrained.grid.painting().head_labels == ["H0 · kv0", "H1 · kv0", "H2 · kv1", "H3 · kv1"]
 
 
 def test_encoder_decoder_parts_and_target_text(qtbot, window, folders):
@@ -353,3 +354,24 @@ def test_grid_and_export_follow_the_part_and_ablation_stays_on_the_encoder(qtbot
     w.pretrained.grid.toggle_ablation(0, 1)
     assert w.state.pretrained.ablate == ((0, 1),)
     wait_shown(qtbot, w, lambda s: s.layers.ablate == ((0, 1),))
+
+
+def test_session_keeps_the_target_text_and_part(qtbot, window, folders, tmp_path):
+    w = window
+    open_model(qtbot, w, folders["t5"])
+    w.state.target_text = TARGET
+    w.state.pretrained.part = "decoder"
+    wait_shown(qtbot, w, lambda s: s.present_key[2] == "decoder" and len(s.layers.target_tokens) > 1)
+    data = json.loads(w.save_session_to(tmp_path / "t5.json").read_text())
+    assert data["target_text"] == TARGET and data["pretrained"]["part"] == "decoder"
+    other = MainWindow(restore=False)
+    try:
+        other.load_session_from(tmp_path / "t5.json")
+        shown = wait_shown(qtbot, other, lambda s: s.present_key[2] == "decoder" and len(s.layers.target_tokens) > 1)
+        assert other.pretrained.controls.target_edit.text() == TARGET
+        assert other.pretrained.controls.part_combo.currentData() == "decoder"
+        np.testing.assert_allclose(np.stack(other.heatmapPanel.displayed_arrays()), shown.layers.decoder_weights[0],
+                                   atol=1e-6)
+    finally:
+        qtbot.waitUntil(lambda: not other.compute.is_busy(), timeout=TIMEOUT_MS)
+        dispose(other)

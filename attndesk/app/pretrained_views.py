@@ -115,7 +115,7 @@ class LayerGridPainting:
 
     def __init__(self, weights: np.ndarray, *, mask: np.ndarray | None = None, ablated: Iterable = (),
                  colormap: str = "viridis", scale: str = "per-head", caption: str = "", log: bool = False,
-                 layer_notes: list[str] | None = None) -> None:
+                 layer_notes: list[str] | None = None, head_labels: list[str] | None = None) -> None:
         if scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
         self.weights = _check_weights(weights)
@@ -124,6 +124,7 @@ class LayerGridPainting:
         self.ablated = {(int(l), int(h)) for l, h in ablated}
         self.colormap, self.scale, self.caption, self.log = colormap, scale, caption, bool(log)
         self.layer_notes = list(layer_notes or [""] * self.num_layers)
+        self.head_labels = list(head_labels or [f"H{h}" for h in range(self.num_heads)])
         if any(self.layer_notes):
             self.margin_left = 48.0  # "L3" and "local" under it
         self.factor = max(1, math.ceil(max(rows, cols) / THUMB_CELLS))
@@ -185,7 +186,7 @@ class LayerGridPainting:
         for head in range(self.num_heads):
             r = self.cell_rect(rect, 0, head)
             painter.drawText(QRectF(r.left(), rect.top(), size, self.margin_top - 2),
-                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), f"H{head}")
+                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), self.head_labels[head])
         for layer in range(self.num_layers):
             r = self.cell_rect(rect, layer, 0)
             label = QRectF(rect.left(), r.top(), self.margin_left - 4, size)
@@ -284,12 +285,12 @@ def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.nda
 
 def painting_of(weights: np.ndarray, mask, ablated, colormap: str, scale: str, hide_special: bool,
                 hidden: float | None, *, log: bool = False, part: str = "self", layer_notes=None,
-                names: str = "[CLS]/[SEP]") -> LayerGridPainting:
+                names: str = "[CLS]/[SEP]", head_labels=None) -> LayerGridPainting:
     weights = _check_weights(weights)
     factor = max(1, math.ceil(max(weights.shape[-2:], default=1) / THUMB_CELLS))
     caption = grid_caption(scale, hide_special, hidden, factor, log=log, part=part, special_names=names)
     return LayerGridPainting(weights, mask=mask, ablated=ablated, colormap=colormap, scale=scale, caption=caption,
-                             log=log, layer_notes=layer_notes)
+                             log=log, layer_notes=layer_notes, head_labels=head_labels)
 
 
 def layer_notes(result, part: str = "self") -> list[str]:
@@ -299,6 +300,14 @@ def layer_notes(result, part: str = "self") -> list[str]:
     return ["local" if kind == "local" else "" for kind in kinds]
 
 
+def grid_head_labels(result) -> list[str]:
+    """"H0 · kv0" where query heads share K/V heads (the grid's columns, grouped as in the heatmaps)."""
+    heads, kv = result.num_heads, result.kv_heads
+    if not kv or kv >= heads:
+        return [f"H{h}" for h in range(heads)]
+    return [f"H{h} · kv{h // (heads // kv)}" for h in range(heads)]
+
+
 def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, ablated=(), part: str = "self",
                   log: bool = False) -> LayerGridPainting:
     """The whole grid of one part of a ``PretrainedResult``, ready to paint (thread-safe: numpy and
@@ -306,7 +315,8 @@ def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, abla
     part = part if part in result.parts() else "self"
     weights, mask, hide_special, hidden = grid_weights(result, hide_special, part)
     return painting_of(weights, mask, ablated if part == "self" else (), colormap, scale, hide_special, hidden,
-                       log=log, part=part, layer_notes=layer_notes(result, part), names=special_names(result, part))
+                       log=log, part=part, layer_notes=layer_notes(result, part), names=special_names(result, part),
+                       head_labels=grid_head_labels(result))
 
 
 class LayerHeadGrid(QWidget):

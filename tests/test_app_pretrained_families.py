@@ -219,7 +219,8 @@ def test_local_models_lists_the_hub_cache_and_opens_one(qtbot, window, folders, 
     rows = {dialog.table.item(r, 0).text(): [dialog.table.item(r, c).text() for c in range(6)] for r in range(3)}
     assert rows["org/tiny-llama"][1] == "LLaMA decoder" and rows["org/tiny-llama"][2] == "LlamaForCausalLM"
     assert rows["org/tiny-llama"][5] == "yes" and rows["org/tiny-llama"][3].endswith("M")
-    assert rows["org/custom"][5].startswith("no: ") and "trust_remote_code" in rows["org/custom"][5]
+    assert rows["org/custom"][5].startswith("no: org/custom needs its own Python code") \
+        and "trust_remote_code" in rows["org/custom"][5]  # the repository, not its snapshot's hash
     assert "no snapshot" in rows["org/empty"][5]
     assert str(tmp_path) in dialog.where.text()
     custom = next(r for r in range(3) if dialog.table.item(r, 0).text() == "org/custom")

@@ -29,9 +29,17 @@ def parameters_text(count: int | None) -> str:
     return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count:,}"
 
 
+def reason_text(model: CachedModel) -> str:
+    """Why not, naming the repository rather than its snapshot folder (a commit hash)."""
+    reason = model.reason
+    if model.path is not None and reason.startswith(f"{model.path.name} "):
+        reason = model.repo_id + reason[len(model.path.name):]
+    return reason
+
+
 def row_texts(model: CachedModel) -> list[str]:
     family = f"{model.family_name} {model.family}" if model.family else model.family_name
-    supported = "yes" if model.supported else f"no: {model.reason}"
+    supported = "yes" if model.supported else f"no: {reason_text(model)}"
     return [model.repo_id, family, model.architecture or "?", parameters_text(model.parameters),
             format_bytes(model.size_bytes), supported]
 
@@ -86,7 +94,7 @@ class LocalModelsDialog(QDialog):
         for row, model in enumerate(self._models):
             for column, text in enumerate(row_texts(model)):
                 item = QTableWidgetItem(text)
-                item.setToolTip(text if column < len(COLUMNS) - 1 else (model.reason or str(model.path)))
+                item.setToolTip(text if column < len(COLUMNS) - 1 else (reason_text(model) or str(model.path)))
                 if not model.supported:
                     item.setForeground(_REFUSED)
                 self.table.setItem(row, column, item)
@@ -115,7 +123,7 @@ class LocalModelsDialog(QDialog):
         model = self._models[row] if 0 <= row < len(self._models) else None
         self.openButton.setEnabled(model is not None and model.supported)
         if model is not None and not model.supported:
-            self.show_error(f"{model.repo_id} cannot be opened: {model.reason}")
+            self.show_error(f"{model.repo_id} cannot be opened: {reason_text(model)}")
 
     def open_selected(self) -> None:
         self.open_row(self.selected_row())
@@ -126,7 +134,7 @@ class LocalModelsDialog(QDialog):
             return False
         model = self._models[row]
         if not model.supported or model.path is None:
-            self.show_error(f"{model.repo_id} cannot be opened: {model.reason}")
+            self.show_error(f"{model.repo_id} cannot be opened: {reason_text(model)}")
             return False
         self.message.setStyleSheet("")
         self.message.setText(f"opening {model.repo_id}…")
@@ -134,4 +142,4 @@ class LocalModelsDialog(QDialog):
         return True
 
 
-__all__ = ["COLUMNS", "LocalModelsDialog", "parameters_text", "row_texts"]
+__all__ = ["COLUMNS", "LocalModelsDialog", "parameters_text", "reason_text", "row_texts"]

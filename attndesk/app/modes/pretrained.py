@@ -32,6 +32,7 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
+from ..ablation_effect import ablation_effect
 from ..panels.long_source import source_for_map
 from ..pretrained_views import (
     LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting,
@@ -39,6 +40,7 @@ from ..pretrained_views import (
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
+from ..tabs.generate import install_generation
 from .base import Assembly, ModeBase, ModeChoice, PanelView
 
 GRID_TAB = "all-layers"
@@ -71,8 +73,7 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
     amap, hidden, notices = layer_map(run, layer, hide_special)
     keep = run.visible_indices(hidden)
     notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *run.notices, *notices]
-    if run.altered and run.cosine_to_normal is not None:
-        notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
+    notices.append(ablation_effect(run))  # family-aware: embedding cosine, or next-token KL and top 5
     facts = RunFacts(dict(run.timings), int(run.flops), int(run.peak_bytes), run.device, "float32")
     output = run.hidden_states[layer + 1][keep] if run.hidden_states is not None else None  # [Lq', E]
     return Shown(
@@ -175,6 +176,7 @@ class PretrainedMode(QObject, ModeBase):
         ui.menus.add("file", self.openFolderAction, "model")
         ui.add_action(self.openFolderAction)
         self._bind(ui)
+        self.generation = install_generation(ui)  # the generation stepper tab (app/tabs/generate.py), for decoders
         self._on_mode(ui.state.mode)
 
     # -- widgets ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState, ModeId
 from ..status import StatusModel
-from ..views.generate import GenerateView, GenerationSettings
+from ..views.generate import GenerateView, GenerationSettings, PreparedRow, prepare_row, probability_text
 
 GENERATE_TAB = "generate"
 COMPARE_TAB = "compare"
@@ -44,17 +44,19 @@ class Origin:
     seed: int
 
 
-def advance(generator: Generator | None, origin: Origin, settings: GenerationSettings, *,
-            should_cancel: Callable[[], bool] | None = None) -> tuple[Generator, GenerationStep]:
-    """The side job: (a new generator when ``generator`` is None, loaded model cached) one step.
-    The sampling settings apply from this step on."""
+def advance(generator: Generator | None, origin: Origin, settings: GenerationSettings, row: tuple[int, str], *,
+            should_cancel: Callable[[], bool] | None = None) -> tuple[Generator, GenerationStep, PreparedRow]:
+    """The side job: (a new generator when ``generator`` is None, loaded model cached) one step,
+    and its row prepared for drawing as ``row`` = (layer, part) asks. The sampling settings apply
+    from this step on."""
     if generator is None:
         model = load_pretrained(origin.mode.path)
         generator = Generator(model, origin.text, target=origin.target, sampling=settings.sampling,
                               temperature=settings.temperature, top_k=settings.top_k, seed=origin.seed,
                               top=TOP_TOKENS, max_new_tokens=MAX_NEW_TOKENS)
     generator.sampling, generator.temperature, generator.top_k = settings.sampling, settings.temperature, settings.top_k
-    return generator, generator.step(should_cancel=should_cancel)
+    step = generator.step(should_cancel=should_cancel)
+    return generator, step, prepare_row(step, *row)
 
 
 def full_text(generator: Generator) -> str:
@@ -145,7 +147,7 @@ class GenerationTab(QObject):
 
     def _submit(self) -> None:
         self.compute.side.submit(CHANNEL, advance, self._generator, self._origin, self.view.settings(),
-                                 done=self._stepped, failed=self._failed, scope=None)
+                                 self.view.row_choice(), done=self._stepped, failed=self._failed, scope=None)
 
     def stop(self) -> None:
         """Stop a running generation (Esc): the step in flight is cancelled inside its forward pass
@@ -173,13 +175,13 @@ class GenerationTab(QObject):
         return self._running
 
     # -- answers ----------------------------------------------------------------------------------
-    def _stepped(self, answer: tuple[Generator, GenerationStep]) -> None:
-        generator, step = answer
+    def _stepped(self, answer: tuple[Generator, GenerationStep, PreparedRow]) -> None:
+        generator, step, prepared = answer
         if not self._running:
             return
         if generator is not self._generator:
             self._generator = generator
-        self.view.set_sequence(self._prompt_tokens(generator), generator.steps)
+        self.view.set_sequence(self._prompt_tokens(generator), generator.steps, prepared)
         self._remaining -= 1
         self.stepShown.emit(step)
         if generator.finished:
@@ -189,7 +191,8 @@ class GenerationTab(QObject):
             self.view.set_busy(True, f"token {len(generator.steps)}: {step.token!r}; {self._remaining} to go… (Esc stops)")
             self._submit()
         else:
-            self._finish(f"{len(generator.steps)} tokens generated · last {step.token!r} p={step.probability:.3f}")
+            self._finish(f"{len(generator.steps)} tokens generated · last {step.token!r} "
+                         f"p={probability_text(step.probability)}")
 
     def _finish(self, message: str) -> None:
         self._running, self._remaining = False, 0

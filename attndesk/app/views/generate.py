@@ -22,12 +22,14 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.pretrained import GenerationStep
 
-from .heatmap import MatrixPlot
+from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 ALL_LAYERS = -1  # the layer combo's "every layer × head" entry
 PARTS = (("self", "decoder self-attention"), ("cross", "cross-attention (source tokens)"))
 _GENERATED_STYLE = "background: #dde8ff; font-weight: bold;"
 _SELECTED_STYLE = "background: #ffb54d; font-weight: bold;"
+PROMPT_TAIL = 40  # prompt tokens the sequence line shows before the generated ones
+GENERATED_TAIL = 200  # generated tokens it shows (the step list holds them all)
 _PIN_TIP = "the prompt and the generated tokens become the input text; once its run is on screen, Compare shows it"
 
 
@@ -42,6 +44,11 @@ class GenerationSettings:
     count: int = 10  # tokens one "Run N" generates
 
 
+def probability_text(p: float) -> str:
+    """0.312 -> '31.2%'; a random model's 3.3e-05 stays readable rather than '0.0%'."""
+    return f"{p:.1%}" if p >= 0.001 else f"{p:.2g}"
+
+
 def row_matrix(step: GenerationStep, layer: int = ALL_LAYERS, part: str = "self") -> tuple[np.ndarray, list[str]]:
     """The deciding position's attention row as a matrix to draw, with its row labels:
     every layer x head ([layers * H, K]) or one layer's heads ([H, K])."""
@@ -53,6 +60,34 @@ def row_matrix(step: GenerationStep, layer: int = ALL_LAYERS, part: str = "self"
         labels = [f"L{n} H{h}" for n in range(layers) for h in range(heads)]
         return rearrange(rows, "n h k -> (n h) k"), labels
     return rows[int(layer)], [f"head {h}" for h in range(heads)]
+
+
+def bars_of(step: GenerationStep) -> tuple[list[str], np.ndarray, int]:
+    """(tokens, probabilities, the chosen one's index): the top-k, and a sampled token from outside
+    the top-k added last, so the chosen bar is always there."""
+    dist = step.distribution
+    tokens, probs = list(dist.tokens), np.asarray(dist.probs, np.float32)
+    chosen = next((i for i, t in enumerate(dist.ids) if int(t) == step.token_id), None)
+    if chosen is None:
+        tokens, probs, chosen = tokens + [step.token], np.append(probs, np.float32(step.probability)), len(tokens)
+    return tokens, probs, chosen
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedRow:
+    """A step's row as drawn for one (layer, part) choice, made by ``prepare_row`` (thread-safe)."""
+
+    key: tuple  # (step index, layer, part)
+    labels: list[str]
+    prepared: PreparedMatrix
+
+
+def prepare_row(step: GenerationStep, layer: int = ALL_LAYERS, part: str = "self") -> PreparedRow:
+    """The numpy half of drawing a step's row (levels, display image): the stepper's side job does
+    it with the step, so the GUI thread only hands the small image to Qt."""
+    matrix, labels = row_matrix(step, layer, part)
+    prepared = prepare_matrix(matrix, levels=(0.0, max(float(matrix.max(initial=0.0)), 1e-6)))
+    return PreparedRow((step.index, layer, part), labels, prepared)
 
 
 class TopTokenBars(pg.PlotWidget):
@@ -69,7 +104,7 @@ class TopTokenBars(pg.PlotWidget):
         self.item.invertY(True)
         self.item.setMouseEnabled(False, False)
         self.item.setLabel("bottom", "probability")
-        self.item.setXRange(0.0, 1.0, padding=0.02)
+        self.item.getAxis("bottom").enableAutoSIPrefix(False)
         self.tokens: list[str] = []
         self.probs = np.zeros(0, np.float32)
         self._bars: pg.BarGraphItem | None = None
@@ -81,9 +116,12 @@ class TopTokenBars(pg.PlotWidget):
         brushes = [pg.mkBrush("#f28e2b" if i == chosen else "#4e79a7") for i in range(len(tokens))]
         self._bars = pg.BarGraphItem(x0=0.0, y=np.arange(len(tokens)), height=0.7, width=self.probs, brushes=brushes)
         self.item.addItem(self._bars)
-        ticks = [(i, f"{t!r} {p:.1%}") for i, (t, p) in enumerate(zip(tokens, self.probs))]
+        # isolated left-to-right: a right-to-left token cannot reorder its own label
+        ticks = [(i, f"\u2066{t!r}\u2069 {probability_text(float(p))}") for i, (t, p) in enumerate(zip(tokens, self.probs))]
         self.item.getAxis("left").setTicks([ticks])
         self.item.setYRange(-0.5, max(len(tokens), 1) - 0.5, padding=0.02)
+        # the longest bar near the right edge: a flat distribution's bars are still told apart
+        self.item.setXRange(0.0, float(self.probs.max(initial=0.0)) * 1.1 or 1.0, padding=0.0)
 
     def clear_bars(self) -> None:
         self.set_bars([], np.zeros(0), None)
@@ -111,6 +149,7 @@ class GenerateView(QWidget):
         self._busy = False
         self._available = False
         self._pin_ok = False
+        self._ready: PreparedRow | None = None
         self._build_controls()
         self._build_results()
         self._lay_out()
@@ -154,9 +193,10 @@ class GenerateView(QWidget):
         self.sequenceLabel.setTextFormat(Qt.TextFormat.RichText)
         self.sequenceLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.stepList = QListWidget(objectName="generateStepList")
-        self.stepList.setMaximumWidth(260)
+        self.stepList.setMaximumWidth(220)
         self.stepList.currentRowChanged.connect(self._on_row)
         self.layerCombo = QComboBox(objectName="generateLayerCombo")
+        self.layerCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.layerCombo.currentIndexChanged.connect(lambda _i: self._draw())
         self.partCombo = QComboBox(objectName="generatePartCombo")
         for key, label in PARTS:
@@ -168,6 +208,12 @@ class GenerateView(QWidget):
         self.readout = QLabel(" ", objectName="generateReadout")
         self.bars = TopTokenBars()
         self.barsTitle = QLabel("<b>next-token probabilities</b>", objectName="generateBarsTitle")
+        self.barsTitle.setWordWrap(True)
+        # text that changes every step keeps its height: a label growing by a line would relayout
+        # the splitter and both plots (~50 ms a step at 500 tokens)
+        for label, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2),
+                             (self.rowPlot.title, 2)):
+            label.setFixedHeight(label.fontMetrics().lineSpacing() * lines + 4)
 
     def _lay_out(self) -> None:
         controls = QGridLayout()
@@ -230,8 +276,16 @@ class GenerateView(QWidget):
             button.setToolTip(reason or _PIN_TIP)
         self._update_enabled()
 
-    def set_sequence(self, prompt: list[str], steps: list[GenerationStep]) -> None:
-        """The prompt tokens and every step so far; the newest step is selected and drawn."""
+    def row_choice(self) -> tuple[int, str]:
+        """(layer or ``ALL_LAYERS``, part) the row picture shows."""
+        layer = self.layerCombo.currentData() if self.layerCombo.count() else ALL_LAYERS
+        part = self.partCombo.currentData() if not self.partCombo.isHidden() else "self"
+        return layer, part
+
+    def set_sequence(self, prompt: list[str], steps: list[GenerationStep], prepared: PreparedRow | None = None) -> None:
+        """The prompt tokens and every step so far; the newest step is selected and drawn (from
+        ``prepared`` when it was made for it and the current choice)."""
+        self._ready = prepared
         grown = len(steps) > len(self._steps) and self._prompt == list(prompt)
         self._prompt, self._steps = list(prompt), list(steps)
         self._fill_layers()
@@ -239,7 +293,7 @@ class GenerateView(QWidget):
         if not grown:
             self.stepList.clear()
         for step in steps[self.stepList.count():]:
-            QListWidgetItem(f"{step.index + 1}. {step.token!r}  p={step.probability:.3f}", self.stepList)
+            QListWidgetItem(f"{step.index + 1}. {step.token!r}  p={probability_text(step.probability)}", self.stepList)
         self.stepList.blockSignals(False)
         self.select_step(len(steps) - 1 if steps else None)
         self._update_enabled()
@@ -253,7 +307,7 @@ class GenerateView(QWidget):
         self._draw()
 
     def selected_step(self) -> GenerationStep | None:
-        return None if self._selected is None else self._steps[self._selected]
+        return self._steps[self._selected] if self._selected is not None and self._selected < len(self._steps) else None
 
     def steps(self) -> list[GenerationStep]:
         return list(self._steps)
@@ -296,19 +350,19 @@ class GenerateView(QWidget):
             self.rowPlot.clear("no step yet: press Step or Run N")
             self.bars.clear_bars()
             return
-        part = self.partCombo.currentData() if self.partCombo.isVisibleTo(self) else "self"
-        matrix, labels = row_matrix(step, self.layerCombo.currentData() if self.layerCombo.count() else ALL_LAYERS, part)
-        keys = self._keys(step, part)
-        self.rowPlot.set_matrix(matrix, row_labels=labels, col_labels=keys, levels=(0.0, max(float(matrix.max()), 1e-6)))
+        layer, part = self.row_choice()
+        ready, self._ready = self._ready, None
+        if ready is None or ready.key != (step.index, layer, part):
+            ready = prepare_row(step, layer, part)  # another step or layer: one layer's rows, or a few hundred
+        matrix, keys = ready.prepared.matrix, self._keys(step, part)
+        self.rowPlot.show_prepared(ready.prepared, row_labels=ready.labels, col_labels=keys)
         who = "cross-attention over the source" if part == "cross" else "attention over the tokens so far"
         self.rowPlot.set_title(f"<b>step {step.index + 1}</b>: position {step.query_position} "
                                f"({html.escape(repr(keys[-1]) if part != 'cross' else '')}) chose "
                                f"<b>{html.escape(repr(step.token))}</b> · {who} [{matrix.shape[0]} × {matrix.shape[1]}]")
-        dist = step.distribution
-        chosen = next((i for i, t in enumerate(dist.ids) if int(t) == step.token_id), None)
-        self.bars.set_bars(dist.tokens, dist.probs, chosen)
-        self.barsTitle.setText(f"<b>next-token probabilities</b> (top {len(dist.tokens)}) · chose "
-                               f"{html.escape(repr(step.token))} p={step.probability:.3f} · {step.seconds * 1000:.0f} ms")
+        self.bars.set_bars(*bars_of(step))
+        self.barsTitle.setText(f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "
+                               f"{html.escape(repr(step.token))} p={probability_text(step.probability)} · {step.seconds * 1000:.0f} ms")
 
     def _keys(self, step: GenerationStep, part: str) -> list[str]:
         """Key labels: the sequence up to the deciding position (self), or the source (cross)."""
@@ -318,8 +372,12 @@ class GenerateView(QWidget):
         return sequence[: step.query_position + 1]
 
     def _show_sequence(self, selected: GenerationStep | None) -> None:
-        parts = [html.escape(t) for t in self._prompt]
-        for step in self._steps:
+        """The end of the prompt and every generated token (laying out hundreds of rich-text spans
+        takes longer than a GUI-thread turn: the whole prompt is in the input box anyway)."""
+        cut = max(0, len(self._prompt) - PROMPT_TAIL)
+        parts = ([f"<span style='color: gray;'>… {cut} tokens …</span>"] if cut else [])
+        parts += [html.escape(t) for t in self._prompt[cut:]]
+        for step in self._steps[-GENERATED_TAIL:]:
             style = _SELECTED_STYLE if step is selected else _GENERATED_STYLE
             parts.append(f"<span style='{style}'>{html.escape(step.token)}</span>")
         self.sequenceLabel.setText(" ".join(parts))
@@ -349,4 +407,4 @@ class GenerateView(QWidget):
             button.setEnabled(idle and self._pin_ok and bool(self._steps))
 
 
-__all__ = ["ALL_LAYERS", "GenerateView", "GenerationSettings", "TopTokenBars", "row_matrix"]
+__all__ = ["ALL_LAYERS", "GenerateView", "GenerationSettings", "PreparedRow", "TopTokenBars", "bars_of", "prepare_row", "probability_text", "row_matrix"]

@@ -214,6 +214,7 @@ class GenerateView(QWidget):
         for label, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2),
                              (self.rowPlot.title, 2)):
             label.setFixedHeight(label.fontMetrics().lineSpacing() * lines + 4)
+            label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
 
     def _lay_out(self) -> None:
         controls = QGridLayout()

@@ -208,3 +208,33 @@ def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
 def run_and_wait(qtbot, tab, count: int) -> None:
     tab.run(count)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+
+
+def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
+    """T5: the first step's decoder row and cross row (over the source tokens) are run_pretrained's
+    decoder and cross weights of the start token."""
+    folder = build("t5", tmp_path / "t5")
+    model = load_pretrained(folder)
+    w = MainWindow(restore=False)
+    w.show()
+    try:
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            pass
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
+            w.state.text = TEXT
+            assert w.pretrained.open_folder(folder)
+        w.state.view.tab = GENERATE_TAB
+        view = w.pretrained.generation.view
+        generate(qtbot, w, 2)
+        reference = run_pretrained(model, TEXT)  # the decoder ran on its start token alone
+        view.select_step(0)
+        np.testing.assert_allclose(view.shown_row(), rearrange(reference.decoder_weights[:, :, 0, :], "n h k -> (n h) k"),
+                                   atol=1e-6)
+        assert not view.partCombo.isHidden()
+        view.set_part("cross")
+        view.set_layer(1)
+        np.testing.assert_allclose(view.shown_row(), reference.cross_weights[1, :, 0, :], atol=1e-6)
+        assert view.rowPlot.col_labels == reference.tokens
+        assert not view.pinAButton.isEnabled()  # its generated text is a target: this window has no target text
+    finally:
+        dispose(w)

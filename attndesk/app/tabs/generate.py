@@ -181,11 +181,12 @@ class GenerationTab(QObject):
             return
         if generator is not self._generator:
             self._generator = generator
-        self.view.set_sequence(self._prompt_tokens(generator), generator.steps, prepared)
+        self.view.set_sequence(self._prompt_tokens(generator), generator.steps, prepared, generator.source.tokens)
         self._remaining -= 1
         self.stepShown.emit(step)
         if generator.finished:
-            self._finish(f"finished after {len(generator.steps)} tokens (end of sequence, position limit "
+            count = len(generator.steps)
+            self._finish(f"finished after {count} token{'s' if count != 1 else ''} (end of sequence, position limit "
                          f"or {MAX_NEW_TOKENS} new tokens): Start over to generate again")
         elif self._remaining > 0:
             self.view.set_busy(True, f"token {len(generator.steps)}: {step.token!r}; {self._remaining} to go… (Esc stops)")

@@ -150,6 +150,7 @@ class GenerateView(QWidget):
         self._available = False
         self._pin_ok = False
         self._ready: PreparedRow | None = None
+        self._source: list[str] = []
         self._build_controls()
         self._build_results()
         self._lay_out()
@@ -283,10 +284,12 @@ class GenerateView(QWidget):
         part = self.partCombo.currentData() if not self.partCombo.isHidden() else "self"
         return layer, part
 
-    def set_sequence(self, prompt: list[str], steps: list[GenerationStep], prepared: PreparedRow | None = None) -> None:
+    def set_sequence(self, prompt: list[str], steps: list[GenerationStep], prepared: PreparedRow | None = None,
+                     source: list[str] | None = None) -> None:
         """The prompt tokens and every step so far; the newest step is selected and drawn (from
-        ``prepared`` when it was made for it and the current choice)."""
-        self._ready = prepared
+        ``prepared`` when it was made for it and the current choice). ``source``: an
+        encoder-decoder's source tokens (the cross-attention's keys)."""
+        self._ready, self._source = prepared, list(source or [])
         grown = len(steps) > len(self._steps) and self._prompt == list(prompt)
         self._prompt, self._steps = list(prompt), list(steps)
         self._fill_layers()
@@ -368,7 +371,8 @@ class GenerateView(QWidget):
     def _keys(self, step: GenerationStep, part: str) -> list[str]:
         """Key labels: the sequence up to the deciding position (self), or the source (cross)."""
         if part == "cross":
-            return [f"src {i}" for i in range(step.cross_attention.shape[-1])]
+            count = step.cross_attention.shape[-1]
+            return self._source if len(self._source) == count else [f"src {i}" for i in range(count)]
         sequence = self._prompt + [s.token for s in self._steps]
         return sequence[: step.query_position + 1]
 

@@ -36,17 +36,23 @@ def model(folder):
     return load_pretrained(folder)
 
 
-@pytest.fixture
-def window(qtbot, folder, model):
+def open_generate_tab(qtbot, folder, text: str = TEXT) -> MainWindow:
+    """A shown window with ``folder``'s model run on ``text`` and the Generate tab on screen."""
     w = MainWindow(restore=False)
-    w.resize(1300, 850)
+    w.resize(1400, 900)
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
-        w.state.text = TEXT
+        w.state.text = text
         assert w.pretrained.open_folder(folder)
     w.state.view.tab = GENERATE_TAB
+    return w
+
+
+@pytest.fixture
+def window(qtbot, folder, model):
+    w = open_generate_tab(qtbot, folder)
     yield w
     dispose(w)
 
@@ -183,16 +189,8 @@ def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
 
     folder = build("llama", tmp_path / "wide", num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=4,
                    hidden_size=64, max_position_embeddings=4096)
-    w = MainWindow(restore=False)
-    w.resize(1400, 900)
-    w.show()
+    w = open_generate_tab(qtbot, folder, " ".join(["the cat sat on the mat because it was tired"] * 50))
     try:
-        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-            pass
-        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
-            w.state.text = " ".join(["the cat sat on the mat because it was tired"] * 50)
-            assert w.pretrained.open_folder(folder)
-        w.state.view.tab = GENERATE_TAB
         tab = w.pretrained.generation
         gaps = []
         for _ in range(TRIES):  # a parallel test run can starve the GUI thread; a real stall fails every try
@@ -215,15 +213,8 @@ def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
     decoder and cross weights of the start token."""
     folder = build("t5", tmp_path / "t5")
     model = load_pretrained(folder)
-    w = MainWindow(restore=False)
-    w.show()
+    w = open_generate_tab(qtbot, folder)
     try:
-        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-            pass
-        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
-            w.state.text = TEXT
-            assert w.pretrained.open_folder(folder)
-        w.state.view.tab = GENERATE_TAB
         view = w.pretrained.generation.view
         generate(qtbot, w, 2)
         reference = run_pretrained(model, TEXT)  # the decoder ran on its start token alone

@@ -88,7 +88,7 @@ class GenerationTab(QObject):
         view.pinRequested.connect(self.pin)
         compute.cancelRequested.connect(self.stop)
         compute.published.connect(self._on_published)
-        state.events.mode.connect(lambda _m: self._on_input())
+        state.events.mode.connect(lambda _m: self._on_mode())
         state.events.text.connect(lambda _t: self._on_input())
         self._on_input()
 
@@ -102,6 +102,11 @@ class GenerationTab(QObject):
             return read_spec(packaged_model_dir() if mode.path is None else mode.path).family
         except ConfigError:
             return None
+
+    def _on_mode(self) -> None:
+        if self._running and self._origin is not None and self._origin.mode != self.state.mode:
+            self.stop()  # another model: this one's continuation is no longer what the window shows
+        self._on_input()
 
     def _on_input(self) -> None:
         family = self.family()

@@ -361,8 +361,9 @@ class GenerateView(QWidget):
         matrix, keys = ready.prepared.matrix, self._keys(step, part)
         self.rowPlot.show_prepared(ready.prepared, row_labels=ready.labels, col_labels=keys)
         who = "cross-attention over the source" if part == "cross" else "attention over the tokens so far"
+        query = self._keys(step, "self")[-1]  # the token at the deciding position
         self.rowPlot.set_title(f"<b>step {step.index + 1}</b>: position {step.query_position} "
-                               f"({html.escape(repr(keys[-1]) if part != 'cross' else '')}) chose "
+                               f"({html.escape(repr(query))}) chose "
                                f"<b>{html.escape(repr(step.token))}</b> · {who} [{matrix.shape[0]} × {matrix.shape[1]}]")
         self.bars.set_bars(*bars_of(step))
         self.barsTitle.setText(f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "

@@ -135,6 +135,18 @@ def test_the_generated_text_is_pinned_in_compare_as_a(qtbot, window, model):
     run = run_pretrained(model, text)
     assert pinned.tokens == run.tokens and len(run.tokens) == len(encode(model, TEXT).ids) + 3
     np.testing.assert_allclose(pinned.weights, run.weights[0], atol=1e-6)
+    # the input is now the generated text: the next run continues it, and shows it as B
+    w.state.view.tab = GENERATE_TAB
+    generate(qtbot, w, 2)
+    assert tab.generator().prompt_length == len(run.tokens)
+    longer = full_text(tab.generator())
+    with qtbot.waitSignal(tab.pinned, timeout=TIMEOUT_MS, check_params_cb=lambda which: which == "B"):
+        qtbot.mouseClick(tab.view.pinBButton, Qt.MouseButton.LeftButton)
+    assert w.state.text == longer and w.state.view.tab == "compare"
+    compare = w.teaching.compareView
+    assert compare.pinned_result() is pinned  # A stays; B is the longer text's run
+    np.testing.assert_allclose(compare.displayed()[1], run_pretrained(model, longer).weights[0].mean(0), atol=1e-6)
+    assert "cannot compare" in compare.maxLabel.text()  # 2 tokens more than A: B − A says why not
 
 
 def test_a_decoders_ablation_reports_the_next_token_kl_and_top5(qtbot, window, model):

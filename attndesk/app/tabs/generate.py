@@ -81,6 +81,7 @@ class GenerationTab(QObject):
         self._remaining = 0
         self._running = False
         self._pin: tuple[str, list[int]] | None = None  # (which, the token ids of the text to pin)
+        self._families: dict[ModeId, str] = {}
         view.stepRequested.connect(lambda: self.run(1))
         view.runRequested.connect(self.run)
         view.stopRequested.connect(self.stop)
@@ -98,10 +99,12 @@ class GenerationTab(QObject):
         mode = self.state.mode
         if mode.kind != "pretrained":
             return None
-        try:
-            return read_spec(packaged_model_dir() if mode.path is None else mode.path).family
-        except ConfigError:
-            return None
+        if mode not in self._families:  # config.json and the weights' headers: once per folder, not per keystroke
+            try:
+                self._families[mode] = read_spec(packaged_model_dir() if mode.path is None else mode.path).family
+            except ConfigError:
+                return None
+        return self._families[mode]
 
     def _on_mode(self) -> None:
         if self._running and self._origin is not None and self._origin.mode != self.state.mode:

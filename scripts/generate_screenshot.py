@@ -33,7 +33,9 @@ def main(out: str = "resources/generate.png", steps: int = 8) -> Path:
     if not wait_for(window, lambda: window.pretrained.open_folder(folder)):
         raise RuntimeError(f"the model did not run: {window.status_text()}")
     window.state.view.tab = "generate"
-    tab = window.pretrained.generation
+    from attndesk.app.tabs.generate import GENERATE_TAB, GenerationTab
+
+    tab = window.tab_widget(GENERATE_TAB).findChild(GenerationTab)
     tab.view.countSpin.setValue(steps)
     tab.view.samplingCombo.setCurrentIndex(tab.view.samplingCombo.findData("sample"))  # the chosen bar is not always the top one
     tab.view.temperatureSpin.setValue(0.8)

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
 from attndesk.app.ablation_effect import ablation_effect
-from attndesk.app.tabs.generate import GENERATE_TAB, full_text
+from attndesk.app.tabs.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.views.generate import ALL_LAYERS
 from attndesk.core.pretrained import Generator, encode, load_pretrained, run_pretrained
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
@@ -34,6 +34,11 @@ def folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(folder):
     return load_pretrained(folder)
+
+
+def stepper(w) -> GenerationTab:
+    """The Generate tab's presenter (its view's child)."""
+    return w.tab_widget(GENERATE_TAB).findChild(GenerationTab)
 
 
 def open_generate_tab(qtbot, folder, text: str = TEXT) -> MainWindow:
@@ -58,7 +63,7 @@ def window(qtbot, folder, model):
 
 
 def generate(qtbot, w, count: int) -> list:
-    tab = w.pretrained.generation
+    tab = stepper(w)
     tab.view.countSpin.setValue(count)
     qtbot.mouseClick(tab.view.runButton, Qt.MouseButton.LeftButton)
     assert tab.is_running()
@@ -79,18 +84,18 @@ def test_greedy_steps_are_transformers_greedy_generate(qtbot, window, model, fol
     assert [s.token_id for s in steps] == expected
     assert [s.token_id for s in Generator(model, TEXT).run(6)] == expected
     # the bars: the step's top 10 next-token probabilities, i.e. softmax of transformers' logits
-    tokens, probs = w.pretrained.generation.view.shown_bars()
+    tokens, probs = stepper(w).view.shown_bars()
     with torch.no_grad():
         logits = reference(out[:, :-1]).logits[0, -1]
     top = torch.topk(torch.softmax(logits, -1), 10)
     np.testing.assert_allclose(probs, top.values.numpy(), rtol=1e-4, atol=1e-7)
     assert tokens == model.tokenizer.convert_ids_to_tokens(top.indices.tolist())
-    assert w.pretrained.generation.view.bars._bars is not None
+    assert stepper(w).view.bars._bars is not None
 
 
 def test_the_row_shown_is_run_pretraineds_last_row(qtbot, window, model):
     w = window
-    view = w.pretrained.generation.view
+    view = stepper(w).view
     generate(qtbot, w, 2)
     view.select_step(0)  # the first step chose its token from the prompt's last position
     reference = run_pretrained(model, TEXT).weights  # [N, H, L, L]
@@ -105,7 +110,7 @@ def test_the_row_shown_is_run_pretraineds_last_row(qtbot, window, model):
 
 def test_esc_stops_a_running_generation_and_leaves_no_job(qtbot, window):
     w = window
-    tab = w.pretrained.generation
+    tab = stepper(w)
     tab.view.countSpin.setValue(400)
     qtbot.mouseClick(tab.view.runButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(tab.view.steps()) >= 3, timeout=TIMEOUT_MS)
@@ -126,7 +131,7 @@ def test_esc_stops_a_running_generation_and_leaves_no_job(qtbot, window):
 def test_the_generated_text_is_pinned_in_compare_as_a(qtbot, window, model):
     w = window
     generate(qtbot, w, 3)
-    tab = w.pretrained.generation
+    tab = stepper(w)
     text = full_text(tab.generator())
     with qtbot.waitSignal(tab.pinned, timeout=TIMEOUT_MS):
         qtbot.mouseClick(tab.view.pinAButton, Qt.MouseButton.LeftButton)
@@ -169,7 +174,7 @@ def test_a_decoders_ablation_reports_the_next_token_kl_and_top5(qtbot, window, m
 
 def test_the_tab_explains_itself_outside_a_decoder(qtbot, window):
     w = window
-    view = w.pretrained.generation.view
+    view = stepper(w).view
     assert view.stepButton.isEnabled()
     w.state.mode = w.toy.choices()[0].id
     qtbot.waitUntil(lambda: not w.viewTabs.isTabVisible(w.viewTabs.indexOf(view)), timeout=5000)
@@ -203,7 +208,7 @@ def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
                    hidden_size=64, max_position_embeddings=4096)
     w = open_generate_tab(qtbot, folder, " ".join(["the cat sat on the mat because it was tired"] * 50))
     try:
-        tab = w.pretrained.generation
+        tab = stepper(w)
         gaps = []
         for _ in range(TRIES):  # a parallel test run can starve the GUI thread; a real stall fails every try
             gaps.append(worst_gap(qtbot, lambda: run_and_wait(qtbot, tab, 3)))
@@ -227,7 +232,7 @@ def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
     model = load_pretrained(folder)
     w = open_generate_tab(qtbot, folder)
     try:
-        view = w.pretrained.generation.view
+        view = stepper(w).view
         generate(qtbot, w, 2)
         reference = run_pretrained(model, TEXT)  # the decoder ran on its start token alone
         view.select_step(0)

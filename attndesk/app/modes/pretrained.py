@@ -40,7 +40,7 @@ from ..pretrained_views import (
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
-from ..tabs.generate import install_generation
+from ..tabs.generate import install_generation_tab
 from .base import Assembly, ModeBase, ModeChoice, PanelView
 
 GRID_TAB = "all-layers"
@@ -176,7 +176,7 @@ class PretrainedMode(QObject, ModeBase):
         ui.menus.add("file", self.openFolderAction, "model")
         ui.add_action(self.openFolderAction)
         self._bind(ui)
-        self.generation = install_generation(ui)  # the generation stepper tab (app/tabs/generate.py), for decoders
+        install_generation_tab(self, ui)  # the generation stepper tab (app/tabs/generate.py), for decoders
         self._on_mode(ui.state.mode)
 
     # -- widgets ----------------------------------------------------------------------------------

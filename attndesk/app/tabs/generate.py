@@ -125,16 +125,17 @@ class GenerationTab(QObject):
             note = " The input changed: the next step starts over from it." if changed else ""
             self.view.set_available(True, "Step generates one token from the input text; Run N generates N, "
                                           "Esc stops." + note)
-        pin_ok = family == "decoder" or (family == "encoder-decoder" and self._has_target_field())
+        pin_ok = family == "decoder" or (family == "encoder-decoder" and self._has_target())
         self.view.set_pin_allowed(pin_ok, "" if pin_ok or family != "encoder-decoder" else
                                   "an encoder-decoder's generated text is its target; this window has no target text yet")
 
-    def _has_target_field(self) -> bool:
-        return "target" in type(self.state.pretrained).model_fields
+    def _has_target(self) -> bool:
+        """Whether the state holds an encoder-decoder's target text (``AppState.target_text``, added
+        by the pretrained mode's encoder-decoder views)."""
+        return "target_text" in type(self.state).model_fields
 
     def _target(self) -> str | None:
-        target = getattr(self.state.pretrained, "target", None) if self._has_target_field() else None
-        return target or None
+        return (getattr(self.state, "target_text", "") or None) if self._has_target() else None
 
     def _current_origin(self) -> Origin:
         return Origin(self.state.mode, self.state.text, self._target(), self.view.settings().seed)
@@ -224,9 +225,10 @@ class GenerationTab(QObject):
         if generator is None or not generator.steps or self._running:
             return
         if generator.model.family != "decoder":
-            if not self._has_target_field():
+            if not self._has_target():
                 return
-            self.state.pretrained.target = generator.text
+            # the decoder's input after its start token: the target it started from and what it wrote
+            self.state.target_text = generator.model.tokenizer.decode(generator.ids[1:], skip_special_tokens=True)
             text, ids = self.state.text, None
         else:
             text = full_text(generator)
@@ -259,11 +261,12 @@ class GenerationTab(QObject):
         self.pinned.emit(which)
 
 
-def install_generation(ui) -> GenerationTab:
-    """Add the stepper tab (shown in the pretrained mode) and its presenter; ``ui`` is the window's
-    ``Assembly``. The one hook a mode calls."""
+def install_generation_tab(mode, ui) -> str:
+    """The pretrained mode's hook for its extra tabs, ``installer(mode, ui) -> tab id``: adds the
+    stepper tab (shown while a pretrained model is on) and its presenter; ``ui`` is the window's
+    ``Assembly``. The presenter is the view's child: ``ui.tab_widget(GENERATE_TAB).findChild(GenerationTab)``."""
     view = GenerateView()
-    tab = GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
+    GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
     ui.add_tab(GENERATE_TAB, view, "Generate", "decoders: generate token by token, see each step's attention row "
                                               "and next-token probabilities")
 
@@ -272,7 +275,7 @@ def install_generation(ui) -> GenerationTab:
 
     ui.state.events.mode.connect(follow_mode)
     follow_mode(ui.state.mode)
-    return tab
+    return GENERATE_TAB
 
 
-__all__ = ["GENERATE_TAB", "GenerationTab", "Origin", "advance", "full_text", "install_generation"]
+__all__ = ["GENERATE_TAB", "GenerationTab", "Origin", "advance", "full_text", "install_generation_tab"]

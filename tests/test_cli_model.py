@@ -17,10 +17,21 @@ from pretrained_models import CONFIGS, build
 TEXT = "the cat sat on the mat"
 
 
+class Folders(dict):
+    """name -> a tiny checkpoint folder, built on first use."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        self[name] = build(name, self.root / name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli-models")
-    return {name: build(name, root / name) for name in CONFIGS}
+    return Folders(tmp_path_factory.mktemp("cli-models"))
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -32,22 +43,23 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_family_writes_each_layers_figures_and_exact_weights(qapp, capsys, tmp_path, folders, name):
     out_dir = tmp_path / "figs"
-    target = ["--target", "le chat"] if name in ("t5", "bart") else []
+    model = load_pretrained(folders[name])
+    target = ["--target", "le chat"] if model.family == "encoder-decoder" else []
     code, out, err = run_cli(capsys, "render", "--model", str(folders[name]), "--text", TEXT, *target,
                              "--out", str(out_dir), "--which", "all,mean", "--weights", "npy")
     assert code == 0, err
-    run = run_pretrained(load_pretrained(folders[name]), TEXT, target=target[1] if target else None)
-    parts = {"self": ""} if run.decoder_weights is None else {"self": "", "decoder": "_decoder", "cross": "_cross"}
+    run = run_pretrained(model, TEXT, target=target[1] if target else None)
+    assert run.parts() == (("self", "decoder", "cross") if target else ("self",))
     expected = set()
-    for part, tag in parts.items():
+    for part in run.parts():
         weights = run.part_weights(part)  # [N, H, Lq, Lk]
         for layer in range(len(weights)):
-            stem = f"{name}_layer{layer}{tag}"
+            stem = run.file_tag(layer, part=part)  # e.g. t5_layer1_cross
             expected |= {f"attn_all_{stem}.png", f"attn_all_{stem}.npy", f"attn_mean_{stem}.png", f"attn_mean_{stem}.npy"}
             np.testing.assert_allclose(np.load(out_dir / f"attn_all_{stem}.npy"), weights[layer], atol=1e-6)
             np.testing.assert_allclose(np.load(out_dir / f"attn_mean_{stem}.npy"), weights[layer].mean(0), atol=1e-6)
     assert {p.name for p in out_dir.iterdir()} == expected == {Path(line).name for line in out}
-    image = QImage(str(out_dir / f"attn_all_{name}_layer0.png"))
+    image = QImage(str(out_dir / f"attn_all_{run.file_tag(0)}.png"))
     assert not image.isNull() and image.width() > 300
 
 

@@ -18,6 +18,12 @@ IDS = {"vocab_size": 30522, "pad_token_id": 0, "bos_token_id": 101, "eos_token_i
 _DEC = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "max_position_embeddings": 64, **IDS}
 
+_ENC = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+        "max_position_embeddings": 64, **IDS}
+_SEQ2SEQ = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 64,
+            **IDS}
+
 CONFIGS: dict[str, dict] = {
     "bert": {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
              "intermediate_size": 64, "max_position_embeddings": 64, **IDS},
@@ -32,9 +38,28 @@ CONFIGS: dict[str, dict] = {
     "qwen3": {"model_type": "qwen3", **_DEC, "num_key_value_heads": 2, "head_dim": 8},
     "t5": {"model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
            "decoder_start_token_id": 0, **IDS},
-    "bart": {"model_type": "bart", "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
-             "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
-             "decoder_ffn_dim": 64, "max_position_embeddings": 64, "decoder_start_token_id": 102, **IDS},
+    "bart": {"model_type": "bart", **_SEQ2SEQ, "decoder_start_token_id": 102},
+    # the rest of the families the README names as checked against eager attention
+    "roberta": {"model_type": "roberta", **_ENC, "max_position_embeddings": 80},  # positions start at pad + 1
+    "xlm-roberta": {"model_type": "xlm-roberta", **_ENC, "max_position_embeddings": 80},
+    "distilbert": {"model_type": "distilbert", "dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
+                   "max_position_embeddings": 64, **IDS},
+    "electra": {"model_type": "electra", **_ENC, "embedding_size": 16},
+    "gpt_neox": {"model_type": "gpt_neox", **_DEC},
+    "opt": {"model_type": "opt", "hidden_size": 32, "ffn_dim": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "max_position_embeddings": 64, "word_embed_proj_dim": 32, **IDS},
+    "qwen2": {"model_type": "qwen2", **_DEC, "num_key_value_heads": 2},
+    "gemma": {"model_type": "gemma", **_DEC, "num_key_value_heads": 1, "head_dim": 8},
+    "gemma3_text": {"model_type": "gemma3_text", **_DEC, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 3,
+                    "query_pre_attn_scalar": 8},
+    "phi3": {"model_type": "phi3", **_DEC, "num_key_value_heads": 2},
+    "olmo": {"model_type": "olmo", **_DEC},
+    "olmo2": {"model_type": "olmo2", **_DEC, "num_key_value_heads": 2},
+    "smollm3": {"model_type": "smollm3", **_DEC, "num_key_value_heads": 2},
+    "mt5": {"model_type": "mt5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+            "decoder_start_token_id": 0, **IDS},
+    "mbart": {"model_type": "mbart", **_SEQ2SEQ, "decoder_start_token_id": 102},
+    "marian": {"model_type": "marian", **_SEQ2SEQ, "decoder_start_token_id": 0},
 }
 
 

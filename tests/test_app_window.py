@@ -409,3 +409,14 @@ def test_a_side_job_out_of_memory_is_said_in_its_tab(qtbot, window, monkeypatch)
     monkeypatch.undo()
     with qtbot.waitSignal(window.teaching.headStats.shownStats, timeout=TIMEOUT_MS):  # the next result works
         window.parametersPanel.seedSpin.setValue(3)
+
+
+def test_achieved_rate_has_a_unit_that_fits(qtbot, window):
+    """A run of a few kFLOP in milliseconds is MFLOP/s, not "0.00 GFLOP/s"."""
+    shown = window.displayed_result()
+    facts = shown.facts
+    text = window.timingPanel.rateLabel.text()
+    assert text.endswith("FLOP/s") and not text.startswith("0.00")
+    value, unit = text.split()
+    scale = {"GFLOP/s": 1e9, "MFLOP/s": 1e6, "kFLOP/s": 1e3, "FLOP/s": 1.0}[unit]
+    assert abs(float(value) * scale - facts.gflops_per_second * 1e9) <= 0.01 * scale

@@ -1,4 +1,4 @@
-"""Random checkpoints of nine architectures across the three families, run by transformers with
+"""Random checkpoints of 25 architectures across the three families, run by transformers with
 attndesk's attention: every layer's weights (and the model's outputs) equal transformers' own
 eager attention with ``output_attentions=True``; masks, windows, soft-caps, grouped K/V heads,
 intermediates, ablation, layer maps and the generation stepper are checked on real arrays."""
@@ -19,12 +19,23 @@ TARGET = "a dog sat on a mat"
 TOL = 1e-5
 
 
+class _Folders(dict):
+    """Checkpoints built on first use (a test run with -k builds only what it needs)."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name):
+        self[name] = build(name, self.root / name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """Every architecture's checkpoint, built once for the module."""
+    """Each architecture's checkpoint, built once for the module."""
     transformers_offline()
-    root = tmp_path_factory.mktemp("families")
-    return {name: build(name, root / name) for name in CONFIGS}
+    return _Folders(tmp_path_factory.mktemp("families"))
 
 
 @pytest.fixture(scope="module")

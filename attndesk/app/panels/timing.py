@@ -187,6 +187,6 @@ class TimingPanel(QWidget):
         self.totalLabel.setText(format_seconds(total))
         self.flopsLabel.setText(format_flops(facts.flops))
         self.flopsLabel.setToolTip(f"{facts.flops:,} floating-point operations (estimated)")
-        self.rateLabel.setText(f"{facts.gflops_per_second:.2f} GFLOP/s")
+        self.rateLabel.setText(f"{format_flops(facts.gflops_per_second * 1e9)}/s")  # a tiny run is MFLOP/s, not "0.00 GFLOP/s"
         self.memoryLabel.setText(format_bytes(facts.peak_bytes))
         self.deviceLabel.setText(f"{facts.device} / {facts.dtype}")

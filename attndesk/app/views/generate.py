@@ -159,8 +159,10 @@ class GenerateView(QWidget):
     # -- construction ----------------------------------------------------------------------------
     def _build_controls(self) -> None:
         self.samplingCombo = QComboBox(objectName="samplingCombo")
-        self.samplingCombo.addItem("greedy (most probable)", "greedy")
-        self.samplingCombo.addItem("sample (temperature, top-k, seed)", "sample")
+        self.samplingCombo.addItem("greedy", "greedy")
+        self.samplingCombo.addItem("sample", "sample")
+        self.samplingCombo.setToolTip("greedy: the most probable token; sample: drawn from softmax(logits / "
+                                      "temperature), from the top-k only when top-k is set, seeded")
         self.temperatureSpin = QDoubleSpinBox(objectName="temperatureSpin", decimals=2, minimum=0.05, maximum=10.0,
                                               singleStep=0.1, value=1.0, prefix="temperature ")
         self.topKSpin = QSpinBox(objectName="topKSpin", minimum=0, maximum=100_000, value=50, prefix="top-k ")
@@ -174,8 +176,8 @@ class GenerateView(QWidget):
         self.stopButton = QPushButton("Stop (Esc)", objectName="generateStopButton")
         self.restartButton = QPushButton("Start over", objectName="generateRestartButton")
         self.restartButton.setToolTip("forget the generated tokens; the next step starts from the input text")
-        self.pinAButton = QPushButton("Pin text in Compare as A", objectName="generatePinAButton")
-        self.pinBButton = QPushButton("Show text in Compare as B", objectName="generatePinBButton")
+        self.pinAButton = QPushButton("Compare: pin as A", objectName="generatePinAButton")
+        self.pinBButton = QPushButton("Compare: show as B", objectName="generatePinBButton")
         for button in (self.pinAButton, self.pinBButton):
             button.setToolTip(_PIN_TIP)
         self.samplingCombo.currentIndexChanged.connect(lambda _i: self._update_enabled())
@@ -218,12 +220,13 @@ class GenerateView(QWidget):
             label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
 
     def _lay_out(self) -> None:
-        controls = QGridLayout()
-        for column, widget in enumerate((self.samplingCombo, self.temperatureSpin, self.topKSpin, self.seedSpin)):
-            controls.addWidget(widget, 0, column)
-        for column, widget in enumerate((self.stepButton, self.countSpin, self.runButton, self.stopButton,
-                                         self.restartButton, self.pinAButton, self.pinBButton)):
-            controls.addWidget(widget, 1, column)
+        controls = QGridLayout()  # two rows of four: the window stays as narrow as its other tabs let it
+        rows = ((self.samplingCombo, self.temperatureSpin, self.topKSpin, self.seedSpin),
+                (self.stepButton, self.countSpin, self.runButton, self.stopButton),
+                (self.restartButton, self.pinAButton, self.pinBButton))
+        for row, widgets in enumerate(rows):
+            for column, widget in enumerate(widgets):
+                controls.addWidget(widget, row, column)
         picture = QWidget()
         left = QVBoxLayout(picture)
         left.setContentsMargins(0, 0, 0, 0)

@@ -36,6 +36,8 @@ from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 from attndesk.render.export import ExportError, atomic_write, write
 
+from .ablation_effect import ablation_effect
+
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
 GRID_HINT = "click / Enter: open · Ctrl+click / Space: ablate"
@@ -525,8 +527,9 @@ def describe_run(result) -> str:
         changes.append("causal mask")
     if result.ablate:
         changes.append(f"{len(result.ablate)} head{'s' if len(result.ablate) != 1 else ''} ablated")
-    if changes and result.cosine_to_normal is not None:
-        parts.append(f"altered ({', '.join(changes)}): cosine to the normal embedding {result.cosine_to_normal:.4f}")
+    effect = ablation_effect(result)  # family-aware: embedding cosine, or next-token KL and top 5
+    if changes and effect is not None:
+        parts.append(f"altered ({', '.join(changes)}): {effect}")
     parts += list(result.notices)
     return " · ".join(parts)
 

@@ -46,6 +46,7 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
+from ..ablation_effect import ablation_effect
 from ..local_models import LocalModelsDialog
 from ..panels.long_source import source_for_map
 from ..pretrained_views import (
@@ -54,6 +55,7 @@ from ..pretrained_views import (
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
+from ..tabs.generate import install_generation_tab
 from .base import Assembly, ModeBase, ModeChoice, PanelView
 
 GRID_TAB = "all-layers"
@@ -70,11 +72,12 @@ _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 # presenter, adds them with ``ui.add_tab(tab_id, widget, title, tip)`` and returns the tab id. The
 # mode shows that tab only while a pretrained model is on, and lists it among the views it fills.
 # It reads the run through ``mode.run()`` / ``ui.compute.published`` and the model's description
-# through ``mode.spec_for(ui.state.mode)``. One line per tab, e.g.:
-#     EXTRA_TABS.append(install_generation_tab)   # from ..tabs.generate
+# through ``mode.spec_for(ui.state.mode)``. One entry per tab.
 if TYPE_CHECKING:
     TabInstaller = Callable[["PretrainedMode", Assembly], str]
-EXTRA_TABS: list["TabInstaller"] = []
+EXTRA_TABS: list["TabInstaller"] = [
+    install_generation_tab,  # the generation stepper (app/tabs/generate.py), for decoders and encoder-decoders
+]
 
 
 def folder_mode(path: str | Path) -> ModeId:
@@ -126,8 +129,7 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
     if part == "self" and run.family == "encoder-decoder":
         where = " (encoder self-attention)"
     notices = [f"{run.model_name} layer {layer} of {count}{where}", *run.notices, *notices]
-    if run.altered and run.cosine_to_normal is not None:
-        notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
+    notices.append(ablation_effect(run))  # family-aware: embedding cosine, or next-token KL and top 5
     facts = RunFacts(dict(run.timings), int(run.flops), int(run.peak_bytes), run.device, "float32")
     output = None  # [Lq', E]: the encoder's (or model's) layer output; a decoder part's is not kept
     if part == "self" and run.hidden_states is not None:

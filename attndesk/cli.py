@@ -75,6 +75,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -219,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  attndesk render --text 'the cat sat on the mat' --heads 8 --mask causal --out figs\n"
             "  attndesk render --text-file essay.txt --which mean --format pdf --out figs\n"
             "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150\n"
-            "  attndesk render --heads 8 --kv-heads 2 --position rope --window 4 --softcap 30 --out figs"
+            "  attndesk render --heads 8 --kv-heads 2 --position rope --window 4 --softcap 30 --out figs\n"
+            "  attndesk render --model ~/models/SmolLM-135M --text 'The cat sat' --layer 3 --weights npy\n"
+            "  attndesk render --model ~/models/t5-small --text 'Hello world' --target 'Hallo Welt' --out t5"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -230,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     keys = text.add_mutually_exclusive_group()
     keys.add_argument("--key-text", help="cross-attention: keys/values come from this second text")
     keys.add_argument("--key-text-file", metavar="PATH", help="cross-attention: read the key/value text from a UTF-8 file")
+
+    real = render.add_argument_group("a real model (instead of the toy model)")
+    real.add_argument("--model", metavar="PATH", default=None,
+                      help="a local transformers folder (config.json, weights, tokenizer): draws its own attention, "
+                           "one figure per layer; encoder-decoders also their decoder and cross-attention")
+    real.add_argument("--target", metavar="TEXT", default=None,
+                      help="with --model: an encoder-decoder's decoder text (T5, BART, Marian)")
+    real.add_argument("--layer", type=_non_negative_int, default=None, metavar="N",
+                      help="with --model: only layer N (from 0; default every layer)")
 
     model = render.add_argument_group("model parameters (as in the window's panel)")
     model.add_argument("--embed-dim", type=_positive_int, default=defaults.embed_dim, help="embedding dimension (default %(default)s)")
@@ -297,13 +315,18 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     With ``echo`` each path is printed on stdout once the set is in place."""
     text, key_text = _read_inputs(args)
     _check_output_options(args)
-    result, said = _compute(args, text, key_text)
-    for notice in result.notices:
-        if notice not in said:
-            print(f"attndesk: note: {notice}", file=sys.stderr)
-    amap = result.attention_map()
-    figures = _figures(args, amap)  # every figure exists before the first file is written
-    written = _write_outputs(args, amap, figures)
+    if args.model is not None:
+        maps = _model_maps(args, text)
+    else:
+        if args.target is not None or args.layer is not None:
+            raise CliError("--target and --layer go with --model (a real model's folder)", EXIT_USAGE)
+        result, said = _compute(args, text, key_text)
+        for notice in result.notices:
+            if notice not in said:
+                print(f"attndesk: note: {notice}", file=sys.stderr)
+        maps = [result.attention_map()]
+    drawn = [(amap, _figures(args, amap)) for amap in maps]  # every figure exists before the first file is written
+    written = _write_outputs(args, drawn)
     for path in written:
         _echo(path, echo)
     return written
@@ -359,6 +382,21 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
     return result, ({plan.describe(eta=False)} if long_run else set())
+
+
+def _model_maps(args: argparse.Namespace, text: str) -> list:
+    """The maps of ``--model``: flags checked, the folder loaded and run (ConfigError: one line)."""
+    from attndesk.cli_model import check_model_flags, model_maps, model_run
+
+    try:
+        check_model_flags(args, build_parser().parse_args(["render"]))
+        run = model_run(args, text)
+        maps = model_maps(run, args.layer)
+    except ValueError as exc:  # ConfigError included
+        raise CliError(str(exc), EXIT_USAGE) from None
+    for notice in run.notices:
+        print(f"attndesk: note: {notice}", file=sys.stderr)
+    return maps
 
 
 def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, object]]:
@@ -422,8 +460,8 @@ def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
             "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
 
 
-def _write_outputs(args: argparse.Namespace, amap, figures) -> list[Path]:
-    """Write every file into a staging folder, then move them all into --out together."""
+def _write_outputs(args: argparse.Namespace, drawn: list) -> list[Path]:
+    """Write every (map, figures) file into a staging folder, then move them all into --out together."""
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet
 
@@ -437,8 +475,9 @@ def _write_outputs(args: argparse.Namespace, amap, figures) -> list[Path]:
         suffix = f"_q{q0}-{q1}_k{k0}-{k1}"
     try:
         with OutputSet(out_dir) as out:
-            for which, figure in figures:
-                _write_figure_files(args, amap, which, figure, out, suffix)
+            for amap, figures in drawn:
+                for which, figure in figures:
+                    _write_figure_files(args, amap, which, figure, out, suffix)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

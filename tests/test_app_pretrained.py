@@ -229,7 +229,8 @@ def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
     path = w.save_session_to(tmp_path / "pre.json")
     data = json.loads(path.read_text())
     assert data["mode"] == {"kind": "pretrained", "path": None}
-    assert data["pretrained"] == {"layer": 3, "hide_special": True, "ablate": [[0, 1], [4, 11]], "grid_scale": "per-head"}
+    assert data["pretrained"] == {"layer": 3, "hide_special": True, "ablate": [[0, 1], [4, 11]], "grid_scale": "per-head",
+                                  "part": "self"}
     assert data["config"]["embed_dim"] == 64 and data["config"]["num_heads"] == 4  # the toy settings survive
 
     other = MainWindow(restore=False)
@@ -237,7 +238,7 @@ def test_session_round_trip_of_the_pretrained_state(window, qtbot, tmp_path):
         result = wait_pretrained(qtbot, other, lambda: other.load_session_from(path),
                                  lambda r: r.layer == 3 and r.map.file_tag.endswith("_abl2"))
         assert other.state.mode == PACKAGED
-        assert other.pretrained.controls.hide_special() and result.present_key == (3, True)
+        assert other.pretrained.controls.hide_special() and result.present_key == (3, True, "self")
         assert other.pretrained.ablation() == [(0, 1), (4, 11)]
         assert other.parametersPanel.embedDimSpin.value() == 384
         np.testing.assert_allclose(result.map.weights, w.displayed_result().map.weights, atol=1e-6)

@@ -75,5 +75,6 @@ def test_pretrained_tabs(qtbot, window):
     np.testing.assert_array_equal(tabs.compareView.displayed()[1], run.weights[2, 5])  # head 5 chosen above
     assert not any(b.isEnabled() for b in tabs.compareView.teachButtons.values())
     assert not tabs.implementationPanel.runButton.isEnabled()
-    w.viewTabs.setCurrentWidget(tabs.stepThroughView)
-    assert "Toy model" in tabs.stepThroughView.infoLabel.text()
+    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=60000):  # the real layer's stages
+        w.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    np.testing.assert_allclose(tabs.stepThroughView.stage_matrix("weights"), run.weights[2, 5], atol=1e-6)

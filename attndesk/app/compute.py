@@ -93,6 +93,7 @@ class ComputeController(QObject):
     cancelled = Signal()
     problemChanged = Signal(object)  # a ConfigProblem for the controls, or None
     busyChanged = Signal(bool)
+    cancelRequested = Signal()  # Esc / Cancel: side work the user started (a generation) stops too
     _announced = Signal(int, object)  # (run_id, report) from the worker thread
 
     def __init__(self, state: AppState, modes: Modes, status: StatusModel, parent: QObject | None = None) -> None:
@@ -151,6 +152,7 @@ class ComputeController(QObject):
     def cancel(self) -> None:
         """Stop the run in flight and forget the changes waiting for it (Esc); the result on
         screen stays. The next change runs again."""
+        self.cancelRequested.emit()
         if self.is_busy():
             self.runner.cancel()
         elif self._dirty:

@@ -3,8 +3,11 @@
 - ``LayerHeadGrid`` (objectName ``layerHeadGrid``): every layer x head as a small heatmap, like a
   model view. Click one -> ``headActivated(layer, head)``; Ctrl+click toggles ablating that head
   -> ``ablationChanged(list[(layer, head)])``. Hover -> ``headHovered(layer, head)`` and a tooltip.
-- ``PretrainedControls`` (``pretrainedControls``): ``layerSpin``, ``allLayersCheck``,
-  ``hideSpecialCheck``, ``clearAblationButton`` and the ``pretrainedSummary`` label.
+- ``PretrainedControls`` (``pretrainedControls``): ``layerSpin`` (its suffix marks a local or
+  global layer), ``allLayersCheck``, ``hideSpecialCheck``, an encoder-decoder's ``partCombo``
+  (encoder / decoder self-attention / cross-attention) and ``targetEdit`` (the target text, on
+  its own ``targetRow``), the sink-aware ``logScaleCheck`` and ``hideFirstCheck``,
+  ``clearAblationButton`` and the ``pretrainedSummary`` label.
 - ``export_painting`` writes the grid painting as PNG / SVG / PDF (vector text), atomically;
   ``export_all_weights`` writes every layer's raw weights as .npy or .csv.
 
@@ -24,7 +27,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import (
-    QCheckBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QToolTip,
+    QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSizePolicy, QSpinBox, QToolTip,
     QWidget,
 )
 
@@ -33,6 +36,8 @@ from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 from attndesk.render.export import ExportError, atomic_write, write
 
+from .ablation_effect import ablation_effect
+
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")
 GRID_HINT = "click / Enter: open · Ctrl+click / Space: ablate"
@@ -40,13 +45,25 @@ CSV_MAX_CELLS = 2_000_000  # a long-format CSV row per weight: ~40 bytes each, s
 _ABLATED_RGB = (200, 30, 30)
 _CURRENT_RGB = (255, 140, 0)
 _HOVER_RGB = (40, 120, 220)
+_LOCAL_RGB = (154, 75, 0)
+LOG_FLOOR = 1e-4  # log colours: weights below this read as the floor (a decoder's sink takes ~all of a row)
+PARTS = (("self", "encoder self-attention"), ("decoder", "decoder self-attention"),
+         ("cross", "cross-attention (target × source)"))
 
 
-def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray | None = None) -> np.ndarray:
-    """[rows, cols] weights -> uint8 [rows, cols, 3]: 0..vmax through the colormap, masked cells
-    (mask False) in the colormap's "masked" colour so they never read as a small weight."""
+def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray | None = None, *,
+                log: bool = False) -> np.ndarray:
+    """[rows, cols] weights -> uint8 [rows, cols, 3]: 0..vmax through the colormap (``log``: log10
+    of the weights from LOG_FLOOR to vmax), masked cells (mask False) in the colormap's "masked"
+    colour so they never read as a small weight."""
     lut = lookup_table(colormap)
-    rgb = lut[value_indices(matrix, 0.0, vmax if vmax > 0 else 1.0, len(lut))]
+    vmax = vmax if vmax > 0 else 1.0
+    if log:
+        top = np.log10(max(vmax, LOG_FLOOR * 10))
+        values = np.log10(np.maximum(matrix, LOG_FLOOR))
+        rgb = lut[value_indices(values, np.log10(LOG_FLOOR), top, len(lut))]
+    else:
+        rgb = lut[value_indices(matrix, 0.0, vmax, len(lut))]
     if mask is not None:
         rgb[~mask] = mask_rgb(colormap)
     return rgb
@@ -61,9 +78,22 @@ def _font(points: float, bold: bool = False) -> QFont:
 
 def _check_weights(weights: np.ndarray) -> np.ndarray:
     weights = np.asarray(weights, dtype=np.float32)
-    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must be [layers, heads, L, L], got shape {weights.shape}")
+    if weights.ndim != 4:
+        raise ValueError(f"weights must be [layers, heads, Lq, Lk], got shape {weights.shape}")
     return weights
+
+
+def _layer_masks(mask, shape: tuple[int, ...]) -> np.ndarray | None:
+    """None, one [Lq, Lk] mask for every layer, or one per layer [N, Lq, Lk] -> [N, Lq, Lk] bool."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask, dtype=bool)
+    n, _h, lq, lk = shape
+    if mask.shape == (lq, lk):
+        return np.broadcast_to(mask, (n, lq, lk))
+    if mask.shape != (n, lq, lk):
+        raise ValueError(f"mask must be [{lq}, {lk}] or [{n}, {lq}, {lk}], got {mask.shape}")
+    return mask
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,8 +103,10 @@ def _check_weights(weights: np.ndarray) -> np.ndarray:
 class LayerGridPainting:
     """What the grid draws, independent of any widget: thumbnails, labels, ablation marks.
 
-    ``weights`` [N, H, L, L]; ``mask`` [L, L] bool (True = may attend) or None; ``scale``
-    "per-head" (each thumbnail 0..its own max) or "shared" (0..the largest weight anywhere).
+    ``weights`` [N, H, Lq, Lk]; ``mask`` [Lq, Lk] or per layer [N, Lq, Lk] bool (True = may
+    attend) or None; ``scale`` "per-head" (each thumbnail 0..its own max) or "shared" (0..the
+    largest weight anywhere); ``log`` colours log10 of the weights; ``layer_notes`` a word under
+    each layer's label (a decoder's "local" sliding-window layers).
     """
 
     margin_left = 30.0
@@ -84,28 +116,29 @@ class LayerGridPainting:
     gap = 3.0
 
     def __init__(self, weights: np.ndarray, *, mask: np.ndarray | None = None, ablated: Iterable = (),
-                 colormap: str = "viridis", scale: str = "per-head", caption: str = "") -> None:
+                 colormap: str = "viridis", scale: str = "per-head", caption: str = "", log: bool = False,
+                 layer_notes: list[str] | None = None, head_labels: list[str] | None = None) -> None:
         if scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
         self.weights = _check_weights(weights)
-        self.num_layers, self.num_heads, length = (int(v) for v in self.weights.shape[:3])
-        self.mask = None if mask is None else np.asarray(mask, dtype=bool)
-        if self.mask is not None and self.mask.shape != (length, length):
-            raise ValueError(f"mask must be [{length}, {length}], got {self.mask.shape}")
+        self.num_layers, self.num_heads, rows, cols = (int(v) for v in self.weights.shape)
+        self.mask = _layer_masks(mask, self.weights.shape)  # [N, Lq, Lk] or None
         self.ablated = {(int(l), int(h)) for l, h in ablated}
-        self.colormap, self.scale, self.caption = colormap, scale, caption
-        self.factor = max(1, math.ceil(length / THUMB_CELLS))
-        small = tile_reduce(self.weights, self.factor) if length else self.weights  # [N, H, l, l]
-        small_mask = None
+        self.colormap, self.scale, self.caption, self.log = colormap, scale, caption, bool(log)
+        self.layer_notes = list(layer_notes or [""] * self.num_layers)
+        self.head_labels = list(head_labels or [f"H{h}" for h in range(self.num_heads)])
+        if any(self.layer_notes):
+            self.margin_left = 48.0  # "L3" and "local" under it
+        self.factor = max(1, math.ceil(max(rows, cols) / THUMB_CELLS))
+        small = tile_reduce(self.weights, self.factor) if rows and cols else self.weights  # [N, H, l, k]
+        small_mask = self.mask
         if self.mask is not None and self.factor > 1:
             small_mask = ~tile_reduce(~self.mask, self.factor, "all")  # a tile is masked only if all of it is
-        elif self.mask is not None:
-            small_mask = self.mask
         self.head_max = self.weights.reshape(self.num_layers, self.num_heads, -1).max(axis=-1, initial=0.0)  # [N, H]
         top = float(self.head_max.max(initial=0.0))
         self.images: list[list[QImage]] = [
-            [rgb_image(weights_rgb(small[l, h], colormap,
-                                   float(self.head_max[l, h]) if scale == "per-head" else top, small_mask))
+            [rgb_image(weights_rgb(small[l, h], colormap, float(self.head_max[l, h]) if scale == "per-head" else top,
+                                   None if small_mask is None else small_mask[l], log=self.log))
              for h in range(self.num_heads)]
             for l in range(self.num_layers)
         ]
@@ -155,11 +188,17 @@ class LayerGridPainting:
         for head in range(self.num_heads):
             r = self.cell_rect(rect, 0, head)
             painter.drawText(QRectF(r.left(), rect.top(), size, self.margin_top - 2),
-                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), f"H{head}")
+                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), self.head_labels[head])
         for layer in range(self.num_layers):
             r = self.cell_rect(rect, layer, 0)
-            painter.drawText(QRectF(rect.left(), r.top(), self.margin_left - 4, size),
-                             int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"L{layer}")
+            label = QRectF(rect.left(), r.top(), self.margin_left - 4, size)
+            note = self.layer_notes[layer]
+            painter.setPen(QColor(60, 60, 60))
+            painter.drawText(label, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                             f"L{layer}\n" if note else f"L{layer}")
+            if note:  # under the layer's name, in the heatmap badge's colour
+                painter.setPen(QColor(*_LOCAL_RGB))
+                painter.drawText(label, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"\n{note}")
         for layer in range(self.num_layers):
             for head in range(self.num_heads):
                 r = self.cell_rect(rect, layer, head)
@@ -189,42 +228,97 @@ class LayerGridPainting:
         painter.drawLine(r.topRight(), r.bottomLeft())
 
 
-def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = None, factor: int = 1) -> str:
-    """The legend line under the grid: colour scale, special tokens, downsampling."""
-    parts = ["colour: each head 0..its max" if scale == "per-head" else "colour: 0..largest weight"]
+def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = None, factor: int = 1, *,
+                 log: bool = False, part: str = "self", special_names: str = "[CLS]/[SEP]") -> str:
+    """The legend line under the grid: part, colour scale, special tokens, downsampling."""
+    parts = [] if part == "self" else [dict(PARTS)[part]]
+    parts.append("colour: each head 0..its max" if scale == "per-head" else "colour: 0..largest weight")
+    if log:
+        parts[-1] += f", log scale from {LOG_FLOOR:g}"
     if hide_special:
         share = "" if hidden_share is None else f": on average {hidden_share:.0%} of each row went to them"
-        parts.append(f"[CLS]/[SEP] hidden, rows not re-normalised{share}")
+        parts.append(f"{special_names} hidden, rows not re-normalised{share}")
     if factor > 1:
         parts.append(f"each pixel = max of {factor}x{factor} cells")
     return " · ".join(parts)
 
 
-def grid_weights(result, hide_special: bool) -> tuple[np.ndarray, ...]:
-    """(weights [N, H, L', L'], mask or None, hide_special, hidden share) of a ``PretrainedResult``;
-    hidden special tokens are left out of both axes, rows NOT re-normalised."""
-    weights, mask, hidden = result.weights, result.mask, None
+def part_specials(result, part: str = "self") -> tuple[np.ndarray, np.ndarray]:
+    """(query, key) special-token flags of one part of a ``PretrainedResult``."""
+    source = np.asarray(result.special, dtype=bool)
+    target = result.target_special
+    target = np.zeros(len(result.target_tokens or ()), bool) if target is None else np.asarray(target, dtype=bool)
+    return {"self": (source, source), "decoder": (target, target), "cross": (target, source)}[part]
+
+
+def special_names(result, part: str = "self") -> str:
+    """"[CLS]/[SEP]" or "<s>/</s>": the special tokens a part's axes hold."""
+    tokens = (result.target_tokens or []) if part == "decoder" else result.tokens
+    flags = part_specials(result, part)[1]
+    names = "/".join(dict.fromkeys(tokens[i] for i in np.flatnonzero(flags)))
+    return names or "special tokens"
+
+
+def layer_masks(result, part: str = "self") -> np.ndarray | None:
+    """Every layer's mask of a part [N, Lq, Lk] (True = may attend), or None when none is masked."""
+    weights = result.part_weights(part)
+    masks = [result.layer_mask(layer, part) for layer in range(len(weights))]
+    if all(m is None for m in masks):
+        return None
+    full = np.ones(weights.shape[-2:], dtype=bool)
+    return np.stack([full if m is None else np.asarray(m, dtype=bool) for m in masks])
+
+
+def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.ndarray, ...]:
+    """(weights [N, H, Lq', Lk'], masks [N, Lq', Lk'] or None, hide_special, hidden share) of one
+    part of a ``PretrainedResult``; hidden special tokens are left out of both axes, rows NOT
+    re-normalised."""
+    weights, mask, hidden = result.part_weights(part), layer_masks(result, part), None
     if hide_special:
-        keep = result.visible_indices(True)
-        if keep.size:
-            hidden = float(1.0 - weights[:, :, keep][..., keep].sum(-1).mean()) if weights.size else 0.0
-            weights = weights[:, :, keep][..., keep]  # [N, H, L', L']
-            mask = None if mask is None else mask[np.ix_(keep, keep)]
+        q_special, k_special = part_specials(result, part)
+        q_keep, k_keep = np.flatnonzero(~q_special), np.flatnonzero(~k_special)
+        if q_keep.size and k_keep.size:
+            rows = weights[:, :, q_keep]  # [N, H, Lq', Lk]
+            weights = rows[..., k_keep]  # [N, H, Lq', Lk']
+            hidden = float(1.0 - weights.sum(-1).mean()) if weights.size else 0.0
+            mask = None if mask is None else mask[:, q_keep][..., k_keep]
     return weights, mask, hide_special, hidden
 
 
 def painting_of(weights: np.ndarray, mask, ablated, colormap: str, scale: str, hide_special: bool,
-                hidden: float | None) -> LayerGridPainting:
+                hidden: float | None, *, log: bool = False, part: str = "self", layer_notes=None,
+                names: str = "[CLS]/[SEP]", head_labels=None) -> LayerGridPainting:
     weights = _check_weights(weights)
-    factor = max(1, math.ceil(weights.shape[-1] / THUMB_CELLS))
-    return LayerGridPainting(weights, mask=mask, ablated=ablated, colormap=colormap, scale=scale,
-                             caption=grid_caption(scale, hide_special, hidden, factor))
+    factor = max(1, math.ceil(max(weights.shape[-2:], default=1) / THUMB_CELLS))
+    caption = grid_caption(scale, hide_special, hidden, factor, log=log, part=part, special_names=names)
+    return LayerGridPainting(weights, mask=mask, ablated=ablated, colormap=colormap, scale=scale, caption=caption,
+                             log=log, layer_notes=layer_notes, head_labels=head_labels)
 
 
-def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, ablated=()) -> LayerGridPainting:
-    """The whole grid of a ``PretrainedResult``, ready to paint (thread-safe: numpy and QImage)."""
-    weights, mask, hide_special, hidden = grid_weights(result, hide_special)
-    return painting_of(weights, mask, ablated, colormap, scale, hide_special, hidden)
+def layer_notes(result, part: str = "self") -> list[str]:
+    """"local" under each sliding-window layer's label (nothing when every layer is alike and global)."""
+    count = len(result.part_weights(part))
+    kinds = [result.layer_kind(layer, part) for layer in range(count)]
+    return ["local" if kind == "local" else "" for kind in kinds]
+
+
+def grid_head_labels(result) -> list[str]:
+    """"H0 · kv0" where query heads share K/V heads (the grid's columns, grouped as in the heatmaps)."""
+    heads, kv = result.num_heads, result.kv_heads
+    if not kv or kv >= heads:
+        return [f"H{h}" for h in range(heads)]
+    return [f"H{h} · kv{h // (heads // kv)}" for h in range(heads)]
+
+
+def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, ablated=(), part: str = "self",
+                  log: bool = False) -> LayerGridPainting:
+    """The whole grid of one part of a ``PretrainedResult``, ready to paint (thread-safe: numpy and
+    QImage). Ablation marks belong to the self-attention part (the heads the window ablates)."""
+    part = part if part in result.parts() else "self"
+    weights, mask, hide_special, hidden = grid_weights(result, hide_special, part)
+    return painting_of(weights, mask, ablated if part == "self" else (), colormap, scale, hide_special, hidden,
+                       log=log, part=part, layer_notes=layer_notes(result, part), names=special_names(result, part),
+                       head_labels=grid_head_labels(result))
 
 
 class LayerHeadGrid(QWidget):
@@ -421,8 +515,11 @@ class LayerHeadGrid(QWidget):
 
 def describe_run(result) -> str:
     """One status line for a pretrained run: model, tokens, what was altered, cosine, notices."""
-    parts = [f"{result.model_name}: {result.length} tokens, {result.num_layers} layers x {result.num_heads} heads, "
-             f"{result.total_seconds * 1000:.0f} ms"]
+    size = f"{result.length} tokens"
+    if result.target_tokens is not None:
+        size = f"{result.length} source + {len(result.target_tokens)} target tokens"
+    heads = f"{result.num_heads} heads" + (f" ({result.kv_heads} K/V)" if result.kv_heads and result.kv_heads < result.num_heads else "")
+    parts = [f"{result.model_name}: {size}, {result.num_layers} layers x {heads}, {result.total_seconds * 1000:.0f} ms"]
     changes = []
     if not result.scaled:
         changes.append("unscaled")
@@ -430,51 +527,121 @@ def describe_run(result) -> str:
         changes.append("causal mask")
     if result.ablate:
         changes.append(f"{len(result.ablate)} head{'s' if len(result.ablate) != 1 else ''} ablated")
-    if changes and result.cosine_to_normal is not None:
-        parts.append(f"altered ({', '.join(changes)}): cosine to the normal embedding {result.cosine_to_normal:.4f}")
+    effect = ablation_effect(result)  # family-aware: embedding cosine, or next-token KL and top 5
+    if changes and effect is not None:
+        parts.append(f"altered ({', '.join(changes)}): {effect}")
     parts += list(result.notices)
     return " · ".join(parts)
 
 
 class PretrainedControls(QWidget):
-    """Layer selector, "all layers" (the grid), hide special tokens, clear ablations, summary."""
+    """Layer selector, "all layers" (the grid), hide special tokens, an encoder-decoder's part and
+    target text, the sink-aware colour options, clear ablations, summary. The widgets only say
+    what the user did (signals); the owner writes it into the state and sets them back."""
 
     layerChanged = Signal(int)
     allLayersToggled = Signal(bool)
     hideSpecialToggled = Signal(bool)
     clearAblationRequested = Signal()
+    partChanged = Signal(str)  # "self", "decoder" or "cross"
+    targetEdited = Signal(str)
+    logScaleToggled = Signal(bool)
+    hideFirstToggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("pretrainedControls")
+        self._kinds: list[str] = []
+        self._windows: list[int | None] = []
+        self._build()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for w in (self.part_combo, self.layer_spin, self.all_layers_check, self.hide_special_check,
+                  self.log_check, self.hide_first_check):
+            row.addWidget(w)
+        # clear_button is not in this row either: the owner puts it next to the grid, where heads are ablated
+        self.layer_spin.valueChanged.connect(self._on_layer)
+        self.all_layers_check.toggled.connect(self._on_all_layers)
+        self.hide_special_check.toggled.connect(self.hideSpecialToggled)
+        self.clear_button.clicked.connect(self.clearAblationRequested)
+        self.part_combo.activated.connect(lambda i: self.partChanged.emit(self.part_combo.itemData(i)))
+        self.target_edit.textEdited.connect(self.targetEdited)
+        self.log_check.toggled.connect(self.logScaleToggled)
+        self.hide_first_check.toggled.connect(self.hideFirstToggled)
+        self.set_family("encoder")
+
+    def _build(self) -> None:
         self.layer_spin = QSpinBox(objectName="layerSpin")
         self.layer_spin.setRange(0, 0)
         self.layer_spin.setPrefix("layer ")
         self.layer_spin.setToolTip("which layer's attention the heatmaps show (0 = first)")
         self.all_layers_check = QCheckBox("all layers", objectName="allLayersCheck")
         self.all_layers_check.setToolTip("show every layer x head as thumbnails; click one to open it")
-        self.hide_special_check = QCheckBox("hide [CLS]/[SEP]", objectName="hideSpecialCheck")
+        self.hide_special_check = QCheckBox("hide special tokens", objectName="hideSpecialCheck")
         self.hide_special_check.setToolTip(
-            "leave special tokens out of the heatmaps; rows are NOT re-normalised, so they sum to less than 1")
+            "leave special tokens ([CLS]/[SEP], <s>/</s>, ...) out of the heatmaps; rows are NOT re-normalised, "
+            "so they sum to less than 1")
+        self.part_combo = QComboBox(objectName="partCombo")
+        for part, label in PARTS:
+            self.part_combo.addItem(label, part)
+        self.part_combo.setToolTip("an encoder-decoder has three attentions: the encoder's over the source, the "
+                                   "decoder's over the target (causal), and cross-attention: target rows, source columns")
+        self.log_check = QCheckBox("log colours", objectName="logScaleCheck")
+        self.log_check.setToolTip("sink-aware: colour log10 of the weights, so the small weights stay visible next to "
+                                  "the first token, which takes most of a decoder's rows")
+        self.hide_first_check = QCheckBox("hide first token (renormalised)", objectName="hideFirstCheck")
+        self.hide_first_check.setToolTip("leave out key 0 (a decoder's attention sink) and renormalise each row over the "
+                                         "other keys: the weights shown are then NOT the model's (the badge says so)")
         self.clear_button = QPushButton("clear ablations", objectName="clearAblationButton")
         self.clear_button.setToolTip("Ctrl+click a thumbnail in the grid to ablate a head; this restores all")
         self.clear_button.setEnabled(False)
-        # the summary is a separate line: the owner places it (the window puts it under the toolbar)
+        self.target_edit = QLineEdit(objectName="targetEdit")
+        self.target_edit.setPlaceholderText("the decoder's input, e.g. a translation of the source text "
+                                            "(empty: the decoder's start token alone)")
+        self.target_edit.setToolTip("encoder-decoders (T5, BART, Marian): the target text the decoder reads; its "
+                                    "tokens are the rows of the decoder and cross-attention views")
+        self.target_edit.setClearButtonEnabled(True)
+        # the target line and the summary are separate rows: the owner places them
+        self.target_row = QWidget(objectName="targetRow")
+        line = QHBoxLayout(self.target_row)
+        line.setContentsMargins(0, 0, 0, 0)
+        line.addWidget(QLabel("Target text:"))
+        line.addWidget(self.target_edit, 1)
         self.summary = QLabel(objectName="pretrainedSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.layer_spin, self.all_layers_check, self.hide_special_check):
-            row.addWidget(w)
-        # clear_button is not in this row either: the owner puts it next to the grid, where heads are ablated
-        self.layer_spin.valueChanged.connect(self.layerChanged)
-        self.all_layers_check.toggled.connect(self._on_all_layers)
-        self.hide_special_check.toggled.connect(self.hideSpecialToggled)
-        self.clear_button.clicked.connect(self.clearAblationRequested)
+
+    def set_family(self, family: str) -> None:
+        """Show the controls a family has: the part and target for encoder-decoders only."""
+        seq2seq = family == "encoder-decoder"
+        self.part_combo.setVisible(seq2seq)
+        self.target_row.setVisible(seq2seq)
 
     def set_num_layers(self, n: int) -> None:
         self.layer_spin.setRange(0, max(0, int(n) - 1))
+
+    def set_layer_kinds(self, kinds: list[str] | None, windows: list[int | None] | None) -> None:
+        """Per layer "local"/"global" and window: the spin box names the shown layer's kind."""
+        self._kinds, self._windows = list(kinds or []), list(windows or [])
+        self._update_suffix()
+
+    def kind_text(self, layer: int) -> str:
+        if not any(k == "local" for k in self._kinds) or not 0 <= layer < len(self._kinds):
+            return ""
+        window = self._windows[layer] if layer < len(self._windows) else None
+        return f"local, window {window}" if self._kinds[layer] == "local" and window else self._kinds[layer]
+
+    def refresh_layer_label(self) -> None:
+        """The spin box's kind suffix for the layer it shows (after a value set with signals blocked)."""
+        self._update_suffix()
+
+    def _update_suffix(self) -> None:
+        kind = self.kind_text(self.layer_spin.value())
+        self.layer_spin.setSuffix(f" ({kind})" if kind else "")
+
+    def _on_layer(self, layer: int) -> None:
+        self._update_suffix()
+        self.layerChanged.emit(layer)
 
     def set_result(self, result) -> None:
         self.set_num_layers(result.num_layers)
@@ -509,16 +676,27 @@ def export_painting(painting, path: str | Path, size: tuple[int, int] | None = N
     return write(painting.paint, path, size=size, dpi=dpi, title=title)
 
 
-def export_all_weights(result, path: str | Path, *, hide_special: bool = False) -> Path:
-    """Every layer's raw weights: ``.npy`` = the [layers, heads, L, L] float32 array; ``.csv`` = one
-    row per cell (layer, head, query index, query token, key index, key token, weight). Atomic;
-    ``ExportError`` with a one-line reason otherwise. Hidden special tokens are left out, rows
-    not re-normalised (as on screen)."""
+def part_axes(result, part: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """(query positions, key positions, query tokens, key tokens) a part shows (special tokens hidden or not)."""
+    part = part if part in result.parts() else "self"
+    target = list(result.target_tokens or [])
+    queries, keys = (result.tokens, result.tokens) if part == "self" else (target, target if part == "decoder" else result.tokens)
+    q_special, k_special = part_specials(result, part)
+    q_keep, k_keep = np.arange(len(queries)), np.arange(len(keys))
+    if hide_special and (~q_special).any() and (~k_special).any():
+        q_keep, k_keep = np.flatnonzero(~q_special), np.flatnonzero(~k_special)
+    return q_keep, k_keep, [queries[i] for i in q_keep], [keys[i] for i in k_keep]
+
+
+def export_all_weights(result, path: str | Path, *, hide_special: bool = False, part: str = "self") -> Path:
+    """Every layer's raw weights of one part: ``.npy`` = the [layers, heads, Lq, Lk] float32 array;
+    ``.csv`` = one row per cell (layer, head, query index, query token, key index, key token,
+    weight). Atomic; ``ExportError`` with a one-line reason otherwise. Hidden special tokens are
+    left out, rows not re-normalised (as on screen)."""
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
-    keep = result.visible_indices(hide_special)
-    weights = result.weights[:, :, keep][..., keep]  # [N, H, L', L']
-    tokens = [result.tokens[i] for i in keep]
+    q_keep, k_keep, queries, keys = part_axes(result, part, hide_special)
+    weights = result.part_weights(part if part in result.parts() else "self")[:, :, q_keep][..., k_keep]  # [N, H, Lq', Lk']
     if fmt == "npy":
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(weights, dtype=np.float32), allow_pickle=False)
@@ -533,12 +711,12 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False) 
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["layer", "head", "query", "query_token", "key", "key_token", "weight"])
-    n_layers, n_heads, length = weights.shape[:3]
+    n_layers, n_heads = weights.shape[:2]
     for layer in range(n_layers):
         for head in range(n_heads):
-            for q in range(length):
+            for q, query in enumerate(queries):
                 row = weights[layer, head, q]
-                for k in range(length):
-                    writer.writerow([layer, head, int(keep[q]), tokens[q], int(keep[k]), tokens[k], f"{row[k]:.8g}"])
+                for k, key in enumerate(keys):
+                    writer.writerow([layer, head, int(q_keep[q]), query, int(k_keep[k]), key, f"{row[k]:.8g}"])
     return atomic_write(path, text.getvalue().encode("utf-8"))
 

@@ -15,7 +15,10 @@ dump (``session.py``). Nothing here knows about Qt widgets.
 - ``view``: colormap, shared or per-head scale, log colours, the shown head ("all", "mean" or a
   head), the display options (first key hidden, ALiBi's bias), the tab on screen, the zoomed
   region (not saved: it depends on the result).
-- ``pretrained``: the layer shown, hidden special tokens, ablated heads, the grid's scale.
+- ``pretrained``: the layer shown, hidden special tokens, ablated heads, the grid's scale, and
+  which part of an encoder-decoder is drawn (its encoder's, its decoder's self-attention, or the
+  cross-attention of target rows over source columns).
+- ``target_text``: an encoder-decoder's target (the decoder's input); other models ignore it.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ class PretrainedState(EventedModel):
     hide_special: bool = False
     ablate: Annotated[tuple[Pair, ...], BeforeValidator(_tuples)] = ()  # (layer, head) pairs whose output is zeroed, sorted
     grid_scale: Literal["per-head", "shared"] = "per-head"
+    part: Literal["self", "decoder", "cross"] = "self"  # an encoder-decoder's view; "self" otherwise
 
     @model_validator(mode="after")
     def _sorted_pairs(self) -> "PretrainedState":
@@ -180,6 +184,7 @@ class AppState(EventedModel):
     text: str = Field(default="The cat sat on the mat because it was tired.", max_length=8 * 2**20)
     key_text: str = Field(default="Le chat dort sur le tapis.", max_length=8 * 2**20)
     cross: bool = False
+    target_text: str = Field(default="", max_length=8 * 2**20)  # an encoder-decoder's decoder input
     mode: ModeId = TOY
     config: Config = Field(default_factory=AttentionConfig)
     view: ViewState = Field(default_factory=ViewState)
@@ -200,7 +205,7 @@ class AppState(EventedModel):
         for name in ("view", "pretrained"):
             getattr(self, name).update(getattr(other, name).model_dump(exclude={"region"}))
         self.view.region = None
-        self.update({name: getattr(other, name) for name in ("text", "key_text", "cross", "mode", "config")})
+        self.update({name: getattr(other, name) for name in ("text", "key_text", "cross", "target_text", "mode", "config")})
 
 
 def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_text: str | None = None) -> AppState:

@@ -30,6 +30,12 @@ _THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
 # At most this many progress signals per second cross to the GUI thread (a blocked core may
 # report thousands of blocks; each queued signal costs the event loop a little).
 _PROGRESS_INTERVAL_S = 0.05
+_NUMBERS = re.compile(r"[\d.,%/]+")
+
+
+def _stage_of(message: str) -> str:
+    """A progress message without its counters: "block 3 of 40" and "block 4 of 40" are one stage."""
+    return _NUMBERS.sub("", message)
 
 
 def running_threads() -> list[QThread]:
@@ -86,10 +92,14 @@ class _Worker(QObject):
         self.began.emit(job.generation)
         last_emit = [0.0]
 
+        last_stage = [""]
+
         def progress(fraction: float, message: str = "") -> None:
-            now = time.monotonic()
-            if fraction >= 1.0 or now - last_emit[0] >= _PROGRESS_INTERVAL_S:
-                last_emit[0] = now
+            # a new stage always crosses (its numbers aside): a dropped "importing transformers"
+            # would leave "checking the folder" on screen for the seconds the import takes
+            now, stage = time.monotonic(), _stage_of(str(message))
+            if fraction >= 1.0 or now - last_emit[0] >= _PROGRESS_INTERVAL_S or stage != last_stage[0]:
+                last_emit[0], last_stage[0] = now, stage
                 self.progressed.emit(job.generation, float(fraction), str(message))
 
         def should_cancel() -> bool:

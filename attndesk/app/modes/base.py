@@ -55,6 +55,7 @@ class Assembly(Protocol):
     def drop_targets(self) -> list[QWidget]: ...
     def refresh_choices(self) -> None: ...  # the mode's ``choices()`` changed (e.g. a model folder opened)
     def heatmaps(self) -> Any: ...  # the heatmap panel's public API (zoom pictures attach to its cells)
+    def tab_widget(self, tab_id: str) -> QWidget: ...  # a tab's view, for its public API (Compare's pin())
 
 
 class Mode(Protocol):

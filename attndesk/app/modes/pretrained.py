@@ -1,13 +1,24 @@
-"""The pretrained mode: all-MiniLM-L6-v2 (or an opened model folder), layer by layer.
+"""The pretrained mode: all-MiniLM-L6-v2 or any opened model folder (encoders, decoders,
+encoder-decoders), layer by layer.
 
 - Mode combo entries: the packaged model, and one per folder opened with File > Open model
-  folder… (checked with ``read_spec`` in the GUI thread: config.json only, milliseconds; a bad
-  folder is one status line and changes nothing).
+  folder… or chosen in File > Local models… (the local Hugging Face cache; listed by a side job).
+  A folder is checked with ``read_spec`` in the GUI thread (config.json and weight headers only,
+  milliseconds): a bad, unsupported or remote-code folder is one status line and changes nothing.
+- Decoders: the map carries the causal mask (drawn hatched), the K/V groups (heads laid out
+  "kv 0: q 0–3"), the layer's kind and window (badge, band outline, "local" in the layer spin and
+  the grid); the header's "log colours" and "hide first token (renormalised)" bind
+  ``view.log_scale`` / ``view.hide_first_key`` (the heatmap panel derives the picture).
+- Encoder-decoders: ``state.target_text`` is the decoder's input (a new run), ``state.pretrained.part``
+  picks the encoder's, the decoder's or the cross-attention (another presentation, no run).
 - While it is on, the parameters panel shows the model's fixed architecture read-only (a "Model"
   row adds layers and the token limit); scale and the causal mask still act.
-- The heatmap header gets the layer, "all layers" and "hide [CLS]/[SEP]" controls and a summary
-  line; an "All layers" tab holds the ``LayerHeadGrid`` (click: open that layer and head large;
-  Ctrl+click: ablate it).
+- The heatmap header gets the layer (named local/global where layers differ), "all layers",
+  "hide special tokens", the sink-aware switches, an encoder-decoder's part and target line, and a
+  summary line; an "All layers" tab holds the ``LayerHeadGrid`` of the shown part (click: open that layer
+  and head large; Ctrl+click: ablate it, self-attention heads only).
+- Other parts add their own pretrained-only tabs through ``EXTRA_TABS`` (see there): the mode
+  installs them and shows them only while a pretrained model is on.
 - The job loads the model (cached for the session, progress in the status line), runs it and
   presents the chosen layer; another layer or hiding the special tokens is another presentation
   of the same run (no job). Ablations, scale and mask are inputs of the run.
@@ -18,20 +29,25 @@ into it and redraw from it and from the published results.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import (
-    PACKAGED_NAME, ModelSpec, PretrainedResult, is_loaded, load_pretrained, packaged_model_dir, pretrained_job, read_spec,
-    run_pretrained,
+    PACKAGED_NAME, ModelSpec, PretrainedResult, is_loaded, list_cached_models, load_pretrained, packaged_model_dir,
+    pretrained_job, read_spec, run_pretrained,
 )
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
+from ..ablation_effect import ablation_effect
+from ..local_models import LocalModelsDialog
 from ..panels.long_source import source_for_map
 from ..pretrained_views import (
     LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting,
@@ -39,51 +55,95 @@ from ..pretrained_views import (
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
+from ..tabs.generate import install_generation_tab
 from .base import Assembly, ModeBase, ModeChoice, PanelView
 
 GRID_TAB = "all-layers"
 GRID_TAB_TITLE = "All layers"
-PRETRAINED_VIEWS = frozenset({"heatmaps", "positions", "head-stats", "compare", "rollout", GRID_TAB})
+PRETRAINED_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", GRID_TAB})
 _NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
+_DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
+_ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2",
+                         "smollm3", "gpt_neox", "modernbert"})
+
+# The hook for tabs other parts add to the pretrained mode (e.g. the generation stepper). Each entry
+# is called once when the mode is installed, as ``installer(mode, ui)``: it builds its view and
+# presenter, adds them with ``ui.add_tab(tab_id, widget, title, tip)`` and returns the tab id. The
+# mode shows that tab only while a pretrained model is on, and lists it among the views it fills.
+# It reads the run through ``mode.run()`` / ``ui.compute.published`` and the model's description
+# through ``mode.spec_for(ui.state.mode)``. One entry per tab.
+if TYPE_CHECKING:
+    TabInstaller = Callable[["PretrainedMode", Assembly], str]
+EXTRA_TABS: list["TabInstaller"] = [
+    install_generation_tab,  # the generation stepper (app/tabs/generate.py), for decoders and encoder-decoders
+]
 
 
 def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
 
 
-def layer_map(run: PretrainedResult, layer: int, hide_special: bool) -> tuple[AttentionMap, bool, list[str]]:
-    """(the layer's map, whether special tokens are hidden, notices): with every token special,
-    hiding them would leave nothing, so they are shown, with a notice."""
+def layer_map(run: PretrainedResult, layer: int, hide_special: bool,
+              part: str = "self") -> tuple[AttentionMap, bool, list[str]]:
+    """(the layer's map of ``part``, whether special tokens are hidden, notices): with every token
+    special, hiding them would leave nothing, so they are shown, with a notice."""
     if hide_special:
         try:
-            return run.layer_map(layer, hide_special=True), True, []
+            return run.layer_map(layer, part=part, hide_special=True), True, []
         except ValueError:
             pass
     notices = ["every token is a special token: showing them"] if hide_special else []
-    return run.layer_map(layer), False, notices
+    return run.layer_map(layer, part=part), False, notices
 
 
-def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_special: bool) -> Shown:
-    """One layer of ``run`` as the window presents it: its map and heatmap source (call it in a
-    worker: the source's mean and tiles are O(H L^2))."""
-    layer = max(0, min(int(layer), run.num_layers - 1))
-    amap, hidden, notices = layer_map(run, layer, hide_special)
-    keep = run.visible_indices(hidden)
-    notices = [f"{run.model_name} layer {layer} of {run.num_layers}", *run.notices, *notices]
-    if run.altered and run.cosine_to_normal is not None:
-        notices.append(f"cosine to the normal embedding {run.cosine_to_normal:.4f}")
+def shown_part(run: PretrainedResult, part: str) -> str:
+    """The part a run can show: an encoder or decoder has its own self-attention only."""
+    return part if part in run.parts() else "self"
+
+
+def _part_rows(run: PretrainedResult, part: str, hidden: bool) -> tuple[TokenRows, TokenRows | None, np.ndarray]:
+    """(query rows, key rows or None for self-attention, kept query indices) of one part's map."""
+    ids = {"self": run.token_ids, "decoder": run.target_ids, "cross": run.target_ids}[part]
+    tokens = run.tokens if part == "self" else (run.target_tokens or [])
+    flags = run.special if part == "self" else run.target_special
+    keep = np.flatnonzero(~np.asarray(flags, bool)) if hidden and flags is not None else np.arange(len(tokens))
+    queries = TokenRows([tokens[i] for i in keep], np.asarray(ids)[keep], None)
+    if part != "cross":
+        return queries, None, keep
+    k_keep = run.visible_indices(hidden)
+    return queries, TokenRows([run.tokens[i] for i in k_keep], run.token_ids[k_keep], None), keep
+
+
+def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_special: bool, part: str = "self") -> Shown:
+    """One layer of one part of ``run`` as the window presents it: its map and heatmap source (call
+    it in a worker: the source's mean and tiles are O(H L^2))."""
+    part = shown_part(run, part)
+    count = len(run.part_weights(part))
+    layer = max(0, min(int(layer), count - 1))
+    amap, hidden, notices = layer_map(run, layer, hide_special, part)
+    if "local" not in (run.layer_kinds or []) or part != "self":
+        amap = dataclasses.replace(amap, layer_kind=None)  # "global layer" says something only next to local ones
+    queries, keys, keep = _part_rows(run, part, hidden)
+    where = {"self": "", "decoder": " (decoder self-attention)", "cross": " (cross-attention: target × source)"}[part]
+    if part == "self" and run.family == "encoder-decoder":
+        where = " (encoder self-attention)"
+    notices = [f"{run.model_name} layer {layer} of {count}{where}", *run.notices, *notices]
+    notices.append(ablation_effect(run))  # family-aware: embedding cosine, or next-token KL and top 5
     facts = RunFacts(dict(run.timings), int(run.flops), int(run.peak_bytes), run.device, "float32")
-    output = run.hidden_states[layer + 1][keep] if run.hidden_states is not None else None  # [Lq', E]
+    output = None  # [Lq', E]: the encoder's (or model's) layer output; a decoder part's is not kept
+    if part == "self" and run.hidden_states is not None:
+        output = run.hidden_states[layer + 1][keep]
     return Shown(
-        mode=mode, map=amap, source=source_for_map(amap), facts=facts,
-        queries=TokenRows(list(amap.queries), run.token_ids[keep], None), keys=None, notices=notices_of(notices),
-        layers=run, layer=layer, output=output, present_key=(layer, bool(hide_special)),
+        mode=mode, map=amap, source=source_for_map(amap), facts=facts, queries=queries, keys=keys,
+        notices=notices_of(notices), layers=run, layer=layer, output=output,
+        present_key=(layer, bool(hide_special), part),
     )
 
 
-def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, *, scaled: bool = True,
-                   causal: bool = False, ablate=(), progress=None, should_cancel=None) -> Shown:
+def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, part: str = "self", *,
+                   target: str | None = None, scaled: bool = True, causal: bool = False, ablate=(),
+                   progress=None, should_cancel=None) -> Shown:
     """The worker's job: load (cached) and run the model, then present the chosen layer.
 
     The first forward pass after a load pays ~0.8 s of torch's one-off set-up (kernels, thread
@@ -99,11 +159,11 @@ def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, *, s
         stage = lambda f, m: report(0.6 + 0.4 * f, m)  # noqa: E731
     else:
         stage = report
-    run = pretrained_job(mode.path, text, scaled=scaled, causal=causal, ablate=ablate, progress=stage,
+    run = pretrained_job(mode.path, text, target=target, scaled=scaled, causal=causal, ablate=ablate, progress=stage,
                          should_cancel=should_cancel)
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
-    return pretrained_shown(run, mode, layer, hide_special)
+    return pretrained_shown(run, mode, layer, hide_special, part)
 
 
 class PretrainedMode(QObject, ModeBase):
@@ -120,13 +180,24 @@ class PretrainedMode(QObject, ModeBase):
         self._ui: Assembly | None = None
         self._run: PretrainedResult | None = None
         self._run_mode: ModeId | None = None
+        self._tab_ids: list[str] = [GRID_TAB]  # the tabs shown only in this mode (the grid, EXTRA_TABS')
+        self._local: LocalModelsDialog | None = None
         self._build_widgets()
 
     # -- the Mode protocol ------------------------------------------------------------------------
     def choices(self) -> list[ModeChoice]:
         packaged = ModeChoice(PACKAGED, f"Pretrained: {PACKAGED_NAME}",
                               "the real all-MiniLM-L6-v2 encoder (6 layers x 12 heads), offline")
-        return [packaged] + [ModeChoice(m, f"Pretrained: {Path(m.path).name}", m.path) for m in self._folders]
+        return [packaged] + [ModeChoice(m, f"Pretrained: {self._label(m)}", self._tip(m)) for m in self._folders]
+
+    def _label(self, mode: ModeId) -> str:
+        """"org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
+        spec = self._specs.get(mode)
+        return Path(mode.path).name if spec is None else spec.name
+
+    def _tip(self, mode: ModeId) -> str:
+        spec = self._specs.get(mode)
+        return mode.path if spec is None else f"{spec.family_name} {spec.family} · {mode.path}"
 
     def spec_for(self, mode: ModeId):
         """The mode's ModelSpec (config.json, read once); ConfigError says what is wrong."""
@@ -144,17 +215,18 @@ class PretrainedMode(QObject, ModeBase):
         what = f"running {name}" if is_loaded(state.mode.path) else f"loading {name} (once per session), then running it"
         if state.cross:
             what += " (cross-attention is toy-model only: the key text is ignored)"
-        layer, hide = self.present_key(state)
-        job = Job(pretrained_run, (state.mode, state.text, layer, hide),
-                  {"scaled": scaled, "causal": causal, "ablate": ablate}, what)
-        return Request(key=(state.mode, state.text, scaled, causal, ablate), job=job)
+        target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
+        layer, hide, part = self.present_key(state)
+        job = Job(pretrained_run, (state.mode, state.text, layer, hide, part),
+                  {"target": target, "scaled": scaled, "causal": causal, "ablate": ablate}, what)
+        return Request(key=(state.mode, state.text, target, scaled, causal, ablate), job=job)
 
-    def present_key(self, state: AppState) -> tuple[int, bool]:
-        return int(state.pretrained.layer), bool(state.pretrained.hide_special)
+    def present_key(self, state: AppState) -> tuple[int, bool, str]:
+        return int(state.pretrained.layer), bool(state.pretrained.hide_special), state.pretrained.part
 
-    def present(self, shown: Shown, key: tuple[int, bool]) -> Shown:
-        layer, hide = key
-        return pretrained_shown(shown.layers, shown.mode, layer, hide)
+    def present(self, shown: Shown, key: tuple[int, bool, str]) -> Shown:
+        layer, hide, part = key
+        return pretrained_shown(shown.layers, shown.mode, layer, hide, part)
 
     def panel(self, state: AppState) -> PanelView:
         try:
@@ -163,18 +235,28 @@ class PretrainedMode(QObject, ModeBase):
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
         fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
-                 "position": "sinusoidal", "seed": state.config.seed}
+                 "position": "rope" if spec.model_type in _ROPE_TYPES else "sinusoidal", "seed": state.config.seed,
+                 "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}
+        if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
+            fixed["mask"] = "causal"
         limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
-        info = f"{spec.family_name}: {spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n{limit}"
-        return PanelView(fixed=fixed, causal_only=True, mask_tip=_MASK_TIP, info=info)
+        heads = f"{spec.num_heads} heads" + (f" ({spec.kv_heads} K/V)" if spec.kv_heads < spec.num_heads else "")
+        layers = f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
+        info = f"{spec.family_name} {spec.family}\n{layers} × {heads}, d_k {spec.head_dim}\n{limit}"
+        tip = _DECODER_MASK_TIP if spec.family == "decoder" else _MASK_TIP
+        return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
 
     def install(self, ui: Assembly) -> None:
         self._ui = ui
         ui.add_header_widget(self.header)
         ui.add_tab(GRID_TAB, self.gridTab, GRID_TAB_TITLE, "pretrained mode: every layer x head; click one to open it")
-        ui.menus.add("file", self.openFolderAction, "model")
-        ui.add_action(self.openFolderAction)
+        for action in (self.openFolderAction, self.localModelsAction):
+            ui.menus.add("file", action, "model")
+            ui.add_action(action)
         self._bind(ui)
+        for installer in EXTRA_TABS:  # other parts' pretrained-only tabs (the hook above)
+            self._tab_ids.append(installer(self, ui))
+        self.views = PRETRAINED_VIEWS | frozenset(self._tab_ids)
         self._on_mode(ui.state.mode)
 
     # -- widgets ----------------------------------------------------------------------------------
@@ -183,11 +265,15 @@ class PretrainedMode(QObject, ModeBase):
         self.controls.all_layers_check.setToolTip("show every layer x head in the All layers tab; click one to open it")
         self.summary = self.controls.summary
         self.header = QWidget(objectName="pretrainedHeader")
-        line = QHBoxLayout(self.header)
-        line.setContentsMargins(4, 0, 4, 0)
+        rows = QVBoxLayout(self.header)
+        rows.setContentsMargins(4, 0, 4, 0)
+        rows.setSpacing(2)
+        line = QHBoxLayout()
         line.addWidget(self.controls)
         line.addSpacing(12)
         line.addWidget(self.summary, 1)
+        rows.addLayout(line)
+        rows.addWidget(self.controls.target_row)
         self.grid = LayerHeadGrid()
         self.gridSummary = QLabel("", objectName="pretrainedGridSummary")
         self.gridSummary.setWordWrap(True)
@@ -199,7 +285,9 @@ class PretrainedMode(QObject, ModeBase):
         self.gridTab = QWidget(objectName="pretrainedGridTab")
         self._build_grid_tab()
         self.openFolderAction = QAction("Open &model folder…", self, objectName="openModelFolderAction")
-        self.openFolderAction.setToolTip("a local BERT-family folder: config.json, model.safetensors, tokenizer.json")
+        self.openFolderAction.setToolTip("a local model folder: config.json, weights (safetensors or .bin), tokenizer files")
+        self.localModelsAction = QAction("&Local models…", self, objectName="localModelsAction")
+        self.localModelsAction.setToolTip("the models already in the local Hugging Face cache: open one (offline)")
 
     def _build_grid_tab(self) -> None:
         self.gridExportButton = QPushButton("Export…", objectName="pretrainedGridExportButton")
@@ -223,11 +311,16 @@ class PretrainedMode(QObject, ModeBase):
         self.controls.hideSpecialToggled.connect(lambda on: setattr(state.pretrained, "hide_special", bool(on)))
         self.controls.allLayersToggled.connect(self.show_grid)
         self.controls.clearAblationRequested.connect(lambda: self.set_ablation([]))
+        self.controls.partChanged.connect(lambda part: setattr(state.pretrained, "part", part))
+        self.controls.targetEdited.connect(lambda text: setattr(state, "target_text", text))
+        self.controls.logScaleToggled.connect(lambda on: setattr(state.view, "log_scale", bool(on)))
+        self.controls.hideFirstToggled.connect(lambda on: setattr(state.view, "hide_first_key", bool(on)))
         self.grid.headActivated.connect(self.open_head)
         self.grid.ablationChanged.connect(self.set_ablation)
         self.gridScaleCombo.currentIndexChanged.connect(
             lambda _i: setattr(state.pretrained, "grid_scale", self.gridScaleCombo.currentData()))
         self.openFolderAction.triggered.connect(self._open_folder_dialog)
+        self.localModelsAction.triggered.connect(self.show_local_models)
         self.exportGridAction.triggered.connect(self._export_grid_dialog)
         self.exportAllAction.triggered.connect(self._export_all_dialog)
         state.events.mode.connect(self._on_mode)
@@ -236,7 +329,11 @@ class PretrainedMode(QObject, ModeBase):
         state.pretrained.events.hide_special.connect(self._on_hide_special)
         state.pretrained.events.ablate.connect(self._on_ablate)
         state.pretrained.events.grid_scale.connect(lambda _scale: self._update_grid())
+        state.pretrained.events.part.connect(self._on_part)
+        state.events.target_text.connect(lambda _text: self._sync_controls())
         state.view.events.colormap.connect(lambda _name: self._update_grid())
+        state.view.events.log_scale.connect(lambda _on: (self._sync_controls(), self._update_grid()))
+        state.view.events.hide_first_key.connect(lambda _on: self._sync_controls())
         ui.compute.published.connect(self._on_published)
 
     # -- state -> widgets -------------------------------------------------------------------------
@@ -249,14 +346,42 @@ class PretrainedMode(QObject, ModeBase):
                 self._ui.status.fail(str(exc))
                 spec = None
             if spec is not None:
-                self.controls.set_num_layers(spec.num_layers)
+                self.controls.set_family(spec.family)
+                self._set_layer_range(spec)
                 self.summary.setText("" if is_loaded(mode.path) else f"{spec.name}: loading…")
         if not on or (self._run is not None and self._run_mode != mode):
             self._run = None
             self.grid.clear()
+            self.controls.set_layer_kinds(None, None)
         self.header.setVisible(on)
-        self._ui.set_tab_visible(GRID_TAB, on)
+        for tab_id in self._tab_ids:
+            self._ui.set_tab_visible(tab_id, on)
         self._sync_controls()
+
+    def _part(self) -> str:
+        """The part shown: the state's, where the model has it."""
+        part = self._ui.state.pretrained.part
+        return part if self._run is None else shown_part(self._run, part)
+
+    def _set_layer_range(self, spec=None) -> None:
+        """The layer spin's range and kind labels follow the part shown (a decoder may have more layers)."""
+        part, run = self._part(), self._run
+        if run is not None:
+            count = len(run.part_weights(part))
+            kinds = [run.layer_kind(layer, part) for layer in range(count)]
+            self.controls.set_layer_kinds(kinds, [run.layer_window(layer, part) for layer in range(count)])
+        elif spec is not None:
+            count = spec.decoder_layers if part != "self" and spec.decoder_layers else spec.num_layers
+        else:
+            return
+        self.controls.set_num_layers(count)
+        if self._ui.state.pretrained.layer > count - 1:
+            self._ui.state.pretrained.layer = count - 1
+
+    def _on_part(self, _part: str) -> None:
+        self._set_layer_range()
+        self._sync_controls()
+        self._update_grid()
 
     def _on_tab(self, _tab: str) -> None:
         self._sync_controls()
@@ -275,10 +400,16 @@ class PretrainedMode(QObject, ModeBase):
         c = self.controls
         for widget, setter, value in ((c.layer_spin, c.layer_spin.setValue, state.pretrained.layer),
                                       (c.hide_special_check, c.hide_special_check.setChecked, state.pretrained.hide_special),
-                                      (c.all_layers_check, c.all_layers_check.setChecked, grid_on)):
+                                      (c.all_layers_check, c.all_layers_check.setChecked, grid_on),
+                                      (c.log_check, c.log_check.setChecked, state.view.log_scale),
+                                      (c.hide_first_check, c.hide_first_check.setChecked, state.view.hide_first_key),
+                                      (c.part_combo, c.part_combo.setCurrentIndex, c.part_combo.findData(state.pretrained.part))):
             widget.blockSignals(True)
             setter(value)
             widget.blockSignals(False)
+        c.refresh_layer_label()  # the suffix follows a layer set without the spin's signal
+        if c.target_edit.text() != state.target_text:  # never while typing: the cursor would jump
+            c.target_edit.setText(state.target_text)
         c.layer_spin.setEnabled(not grid_on)
         c.clear_button.setEnabled(bool(state.pretrained.ablate))
         self.grid.set_ablated(state.pretrained.ablate)
@@ -292,8 +423,8 @@ class PretrainedMode(QObject, ModeBase):
         if shown.layers is not self._run:
             self._run, self._run_mode = shown.layers, shown.mode
             self.controls.set_result(self._run)
-            if self._ui.state.pretrained.layer > self._run.num_layers - 1:
-                self._ui.state.pretrained.layer = self._run.num_layers - 1
+            self.controls.set_family(self._run.family)
+            self._set_layer_range()
             self._update_grid()
         self._sync_controls()
         self._update_summary(shown)
@@ -329,7 +460,7 @@ class PretrainedMode(QObject, ModeBase):
         self._ui.compute.side.submit(
             "grid", grid_painting, self._run, hide_special=state.pretrained.hide_special,
             colormap=state.view.colormap, scale=state.pretrained.grid_scale, ablated=state.pretrained.ablate,
-            done=self._show_painting, scope="run")
+            part=self._part(), log=state.view.log_scale, done=self._show_painting, scope="run")
 
     def _show_painting(self, painting) -> None:
         self.grid.set_painting(painting)
@@ -347,7 +478,13 @@ class PretrainedMode(QObject, ModeBase):
         self._ui.state.pretrained.layer = int(layer)
 
     def set_ablation(self, pairs) -> None:
-        """Heads (layer, head) whose output is zeroed: a new run."""
+        """Heads (layer, head) whose output is zeroed: a new run. The window ablates self-attention
+        heads (an encoder-decoder's encoder): a Ctrl+click in the decoder or cross grid is refused."""
+        if pairs and self._part() != "self":
+            self._ui.status.fail("ablation acts on the encoder's self-attention heads: choose "
+                                 "“encoder self-attention” to ablate a head")
+            self.grid.set_ablated(self._ui.state.pretrained.ablate)
+            return
         self._ui.state.pretrained.ablate = tuple(sorted({(int(l), int(h)) for l, h in pairs}))
         self._update_summary()
 
@@ -400,10 +537,29 @@ class PretrainedMode(QObject, ModeBase):
         return True
 
     def _open_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self._dialog_parent(), "Open a BERT model folder "
-                                                "(config.json, model.safetensors, tokenizer.json)")
+        path = QFileDialog.getExistingDirectory(self._dialog_parent(), "Open a model folder "
+                                                "(config.json, model.safetensors or pytorch_model.bin, tokenizer)")
         if path:
             self.open_folder(path)
+
+    def show_local_models(self) -> LocalModelsDialog:
+        """File > Local models…: the hub cache, listed by a side job (config and weight headers of
+        every cached model); choosing a supported one opens it like a folder."""
+        if self._local is None:
+            self._local = LocalModelsDialog(self._dialog_parent())
+            self._local.modelChosen.connect(self._open_local)
+        self._local.set_busy()
+        self._local.show()
+        self._local.raise_()
+        self._ui.compute.side.submit("hub-cache", list_cached_models, done=self._local.set_models,
+                                     failed=self._local.show_error, scope=None)
+        return self._local
+
+    def _open_local(self, path: str) -> None:
+        if self.open_folder(path):
+            self._local.accept()
+        else:
+            self._local.show_error(self._ui.status.message)
 
     def _dialog_parent(self) -> QWidget | None:
         return self.header.window()
@@ -420,10 +576,11 @@ class PretrainedMode(QObject, ModeBase):
         """Every layer's weights as .npy ([layers, heads, L, L]) or .csv; ExportError says why not."""
         if self._run is None:
             raise ExportError("nothing to export yet: wait for a pretrained result")
-        return export_all_weights(self._run, path, hide_special=self._ui.state.pretrained.hide_special)
+        return export_all_weights(self._run, path, hide_special=self._ui.state.pretrained.hide_special,
+                                  part=self._part())
 
     def default_name(self, ext: str) -> str:
-        tag = self._run.file_tag(None) if self._run is not None else "pretrained"
+        tag = self._run.file_tag(None, part=self._part()) if self._run is not None else "pretrained"
         hidden = "_nospecial" if self._ui.state.pretrained.hide_special else ""
         return f"attn_{tag}{hidden}.{ext}"
 

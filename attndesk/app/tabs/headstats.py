@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 from attndesk.core.statistics import head_statistics, layer_statistics
 
 from ..compute import ComputeController
+from ..pretrained_parts import CROSS_STATS_NOTE, part_weights
 from ..results import Shown
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
 from ..views.headstats import HeadStatsView
@@ -34,13 +35,16 @@ class HeadStatsTab(TabPresenter):
         view.layerHeadSelected.connect(self.open_head)
 
     def key(self, shown: Shown):
-        return shown.run_id  # every layer of a run: one table
+        # every layer of a run (of the part shown, for an encoder-decoder): one table
+        return shown.run_id, self.state.pretrained.part if shown.layers is not None else None
 
     def show(self, shown: Shown) -> None:  # noqa: A003
+        note = ""
         if shown.layers is not None:  # the statistics cover the whole run, special tokens included
-            run = shown.layers
-            weights, special, layered, shape = run.weights, list(run.tokens), True, tuple(run.weights.shape[-2:])
-            message = "computing the statistics of every layer and head…"
+            part = part_weights(shown.layers, self.state.pretrained.part)
+            weights, special, layered, shape = part.weights, part.tokens, True, tuple(part.weights.shape[-2:])
+            message = f"computing the statistics of every layer and head ({part.name})…"
+            note = CROSS_STATS_NOTE if part.part == "cross" else ""
         elif shown.indexable:
             weights, special, layered, shape = shown.map.weights, list(shown.map.keys), False, shown.map.shape
             message = "computing head statistics…"
@@ -49,10 +53,12 @@ class HeadStatsTab(TabPresenter):
             return
         self.view.show_message(message)
         self.compute.side.submit("statistics", statistics_job, weights, special, layered,
-                                 done=lambda stats: self._done(stats, shape), failed=self._failed, scope="run")
+                                 done=lambda stats: self._done(stats, shape, note), failed=self._failed, scope="run")
 
-    def _done(self, stats, shape) -> None:
+    def _done(self, stats, shape, note: str = "") -> None:
         self.view.set_statistics(stats, shape)
+        if note:
+            self.view.show_message(f"{self.view.infoLabel.text()} · {note}")
         self.shownStats.emit()
 
     def _failed(self, message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 
 from ..compute import ComputeController
+from ..pretrained_parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
 from ..state import AppState
 from ..views.rollout import RolloutView, trace
@@ -26,13 +27,20 @@ class RolloutTab(TabPresenter):
         view.set_unavailable(TOY_MESSAGE)
 
     def key(self, shown: Shown):
-        return shown.run_id  # every layer of a run: one rollout
+        # every layer of a run's part: one rollout (an encoder-decoder's part is the state's choice)
+        return shown.run_id, self.state.pretrained.part if shown.layers is not None else None
 
     def show(self, shown: Shown) -> None:  # noqa: A003
         if shown.layers is None:
             self.view.set_unavailable(TOY_MESSAGE)
-        elif self.view.result() is not shown.layers:
+            return
+        part = part_weights(shown.layers, self.state.pretrained.part)
+        if not part.square:
+            self.view.set_unavailable(NO_CROSS_ROLLOUT)
+        elif part.part == "self" and self.view.result() is not shown.layers:
             self.view.set_result(shown.layers)
+        elif part.part != "self" and getattr(self.view.result(), "weights", None) is not part.weights:
+            self.view.set_result(part)  # the decoder's self-attention over the target tokens
 
     def _trace(self, request: tuple) -> None:
         """Rollout and follow-a-token of a real model's run (layers x L x L products): a side job."""

@@ -1,4 +1,5 @@
-"""The step-through tab: every stage of one head of the toy run on screen.
+"""The step-through tab: every stage of one head of the run on screen (the toy layer, or the real
+model's layer and part shown: a side job runs it again keeping that layer's stages).
 
 Intermediates cost about four times the weights' memory, so a run keeps them only while this tab
 is on screen: the toy mode asks for them when ``view.tab`` is the step-through, and the compute
@@ -10,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from ..compute import ComputeController
+from ..pretrained_steps import stage_run
 from ..results import Shown
 from ..state import STEP_THROUGH_TAB, AppState
 from ..views.stepthrough import StepThroughView, stage_images
@@ -47,6 +49,9 @@ class StepThroughTab(TabPresenter):
         state.view.events.target.connect(self._follow_head)
 
     def show(self, shown: Shown) -> None:  # noqa: A003
+        if shown.layers is not None:
+            self._show_pretrained(shown)
+            return
         if shown.toy is None:
             self.view.show_message(TOY_ONLY)
             return
@@ -65,7 +70,20 @@ class StepThroughTab(TabPresenter):
             self._shown_key = None
             self.view.show_message(f"the step-through needs a new run with its intermediates: {self.state_problem()}")
 
+    def _show_pretrained(self, shown: Shown) -> None:
+        """A real model's layer: its stages come from one more forward pass keeping them (a side job)."""
+        run, state = shown.layers, self.state
+        part = shown.present_key[2] if isinstance(shown.present_key, tuple) and len(shown.present_key) > 2 else "self"
+        target = state.target_text if run.family == "encoder-decoder" and state.target_text.strip() else None
+        self.view.show_message(f"running {run.model_name} again, keeping layer {shown.layer}'s stages…")
+        self.compute.side.submit(
+            "pretrained-stages", stage_run, shown.mode.path, state.text, target, shown.layer, part,
+            scaled=run.scaled, causal=run.causal, ablate=run.ablate, scope="shown",
+            done=lambda staged: self._prepare(staged, min(self.view.head(), heads_of(staged) - 1)),
+            failed=lambda message: self.view.show_message(f"the stages could not be computed: {message}"))
+
     def release(self) -> None:
+        self.compute.side.cancel("pretrained-stages")
         self.compute.side.cancel("stages")
         self.view.show_message("")  # every stage of the old run (about four times its weights) is dropped
 

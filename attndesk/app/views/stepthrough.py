@@ -24,7 +24,9 @@ from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 # (intermediate key, title, formula); formulas depend on the config, filled in _formula()
 STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
-PER_HEAD = {"q", "k", "v", "scores", "scaled", "masked", "weights", "context"}
+# Q and K before a rotary embedding (a real model's RoPE layers): a third row, shown when the run kept them
+ROTARY = ("q_raw", "k_raw")
+PER_HEAD = {"q", "k", "v", "scores", "scaled", "masked", "weights", "context", "q_raw", "k_raw"}
 PER_ROW = 5  # stages per row of the strip
 SEQUENTIAL = {"weights"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
 
@@ -60,9 +62,14 @@ def stage_matrix_of(result, name: str, head: int) -> np.ndarray:
     """The exact 2-D matrix stage ``name`` shows for ``head``."""
     inter = result.intermediates
     data = _stage(inter, name)
-    if name in ("k", "v"):
+    if name in ("k", "v", "k_raw"):
         return data[kv_head_of(inter, head)]
     return data[head] if name in PER_HEAD else data
+
+
+def shown_stages(result) -> tuple[str, ...]:
+    """The stages drawn: all of STAGES, then Q and K before the rotary embedding when kept."""
+    return STAGES + tuple(n for n in ROTARY if _stage(result.intermediates, n) is not None)
 
 
 def stage_images(result, head: int) -> dict[str, PreparedMatrix]:
@@ -71,7 +78,7 @@ def stage_images(result, head: int) -> dict[str, PreparedMatrix]:
     hidden = ~np.isfinite(_stage(result.intermediates, "masked")[head])
     return {name: prepare_matrix(stage_matrix_of(result, name, head), diverging=name not in SEQUENTIAL,
                                  masked=hidden if name == "weights" else None)
-            for name in STAGES}
+            for name in shown_stages(result)}
 
 
 class StepThroughView(QWidget):
@@ -132,7 +139,7 @@ class StepThroughView(QWidget):
         grid = QGridLayout(strip)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(2)
-        for i, name in enumerate(STAGES):
+        for i, name in enumerate(STAGES + ROTARY):
             plot = MatrixPlot(name)
             plot.setObjectName(f"stage_{name}")
             plot.setMinimumSize(160, 190)
@@ -144,7 +151,9 @@ class StepThroughView(QWidget):
             row, col = divmod(i, PER_ROW)
             grid.addWidget(plot, row, 2 * col)
             grid.setColumnStretch(2 * col, 1)
-            if name != STAGES[-1]:
+            if name in ROTARY:
+                plot.hide()  # only a run with a rotary embedding has them
+            if name not in (STAGES[-1], *ROTARY):
                 arrow = QLabel("→" if col < PER_ROW - 1 else "↩")
                 arrow.setToolTip("the next stage" if col < PER_ROW - 1 else "continues on the next row")
                 arrow.setStyleSheet("font-size: 18px; color: #666")
@@ -231,6 +240,9 @@ class StepThroughView(QWidget):
         return stage_matrix_of(self._result, name, self._head)
 
     def scale(self) -> float:
+        explicit = getattr(self._result, "attention_scale", None)  # a real model's own (T5: 1, Gemma: its scalar)
+        if explicit is not None:
+            return float(explicit)
         cfg = self._result.config
         return 1.0 / math.sqrt(self._d_k()) if cfg.scaled else 1.0
 
@@ -239,6 +251,9 @@ class StepThroughView(QWidget):
         return int(_stage(self._result.intermediates, "q").shape[-1])
 
     def _formula(self, name: str) -> str:
+        custom = getattr(self._result, "formulas", None) or {}  # a real model's layer says what it computes
+        if name in custom:
+            return custom[name]
         cfg = self._result.config
         d_k = self._d_k()
         single = int(_stage(self._result.intermediates, "weights").shape[0]) == 1
@@ -256,6 +271,7 @@ class StepThroughView(QWidget):
             "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
             "context": "C = A V",
             "output": "C (single head: no W<sub>O</sub>)" if single else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
+            "q_raw": "Q before RoPE = X W<sub>Q</sub>", "k_raw": "K before RoPE = X W<sub>K</sub>",
         }[name]
 
     def _update(self, images: dict[str, PreparedMatrix] | None = None) -> None:
@@ -273,7 +289,10 @@ class StepThroughView(QWidget):
             + (" · scaled" if result.config.scaled else " · unscaled")
             + (" · hatched cells = masked (−∞)" if result.config.mask != "none" else "")
         )
-        steps = [(name, images[name], tokens, keys) for name in STAGES]
+        stages = shown_stages(result)
+        for name in ROTARY:
+            self.plots[name].setVisible(name in stages)
+        steps = [(name, images[name], tokens, keys) for name in stages if name in images]
         if self._preparer is None:  # no worker: all at once, as the caller expects
             for step in steps:
                 self._draw_stage(*step)
@@ -298,7 +317,7 @@ class StepThroughView(QWidget):
         plot = self.plots[name]
         square = name in ("scores", "scaled", "masked", "weights")
         col_labels = keys if square else [str(i) for i in range(prepared.matrix.shape[1])]
-        row_labels = keys if name in ("k", "v") else tokens  # K and V rows are the keys (cross-attention)
+        row_labels = keys if name in ("k", "v", "k_raw") else tokens  # K and V rows are the keys (cross-attention)
         shape = " × ".join(map(str, prepared.matrix.shape))
         where = f" of head {self._head}" if name in PER_HEAD else ""  # the info line names the head too
         plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
@@ -322,7 +341,8 @@ class StepThroughView(QWidget):
             row_sum = float(np.exp(row[finite] - row_max).sum())
         else:  # every key masked: the core gives this query all-zero weights
             row_max, row_sum = float("-inf"), 0.0
-        e = 0.0 if masked else math.exp(scaled - row_max)
+        # the softmax input: the scaled score, soft-capped and biased where the layer does so
+        e = 0.0 if masked else math.exp(float(row[k]) - row_max)
         weight = e / row_sum if row_sum > 0 else 0.0
         return CellArithmetic(h, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
                               float(_stage(inter, "weights")[h, q, k]))
@@ -343,14 +363,19 @@ class StepThroughView(QWidget):
         d_k = self._d_k()
         lines = [f'head {a.head} · query "{tokens[q]}" ({q}) → key "{keys[k]}" ({k})']
         lines.append(f"q·k = Σ of {d_k} products = {a.dot:.6g}")
-        if self._result.config.scaled:
+        if getattr(self._result, "attention_scale", None) is not None:
+            lines.append(f"× the layer's scale {a.scale:.6g}  → {a.scaled:.6g}")
+        elif self._result.config.scaled:
             lines.append(f"÷ √d_k = ÷ {math.sqrt(d_k):.4g}  → {a.scaled:.6g}")
         else:
             lines.append(f"unscaled → {a.scaled:.6g}")
+        softmax_in = float(_stage(self._result.intermediates, "masked")[a.head, q, k])
+        if not a.masked and abs(softmax_in - a.scaled) > 1e-6 * max(1.0, abs(a.scaled)):
+            lines.append(f"soft-cap / position bias → softmax input {softmax_in:.6g}")
         if a.masked:
             lines.append("masked → −∞ → exp(−∞) = 0 → weight 0")
         else:
-            lines.append(f"exp({a.scaled:.6g} − row max {a.row_max:.6g}) = {a.exp:.6g}   (the row max cancels)")
+            lines.append(f"exp({softmax_in:.6g} − row max {a.row_max:.6g}) = {a.exp:.6g}   (the row max cancels)")
             lines.append(f"÷ row sum {a.row_sum:.6g} → {a.weight:.6g}   (core's weight: {a.stored:.6g})")
         if self._result.config.training and self._result.config.dropout:
             lines.append("dropout acted after the softmax, so the stored weight may be 0 or scaled by 1/(1-p)")
@@ -362,7 +387,7 @@ class StepThroughView(QWidget):
         if self._result is None or not self._result.intermediates:
             return None
         m = self.stage_matrix(name)
-        rows = self._result.keys if name in ("k", "v") else self._result.tokens
+        rows = self._result.keys if name in ("k", "v", "k_raw") else self._result.tokens
         col = f'key "{self._result.keys[c]}" ({c})' if m.shape[1] == len(self._result.keys) and name in (
             "scores", "scaled", "masked") else f"dim {c}"
         text = f'{name} · row "{rows[r]}" ({r}), {col}: {float(m[r, c]):.6g}'

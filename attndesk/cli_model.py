@@ -1,0 +1,55 @@
+"""``attndesk render --model PATH``: a local transformers checkpoint's real attention, layer by
+layer, through the same figures and files as the toy model (``render.figure.figure_from_map`` on
+``PretrainedResult.layer_map``). Encoder-decoders also write the decoder's self-attention and the
+cross-attention (``--target`` is the decoder's text). Everything that can be refused is refused
+before the first file is written."""
+
+from __future__ import annotations
+
+import argparse
+
+from attndesk.core.errors import ConfigError
+
+# flags of the toy model's panel that a real model's fixed architecture ignores: refused, not dropped
+TOY_ONLY = ("embed_dim", "hidden_dim", "num_heads", "positional", "position", "kv_heads", "window", "softcap",
+            "dropout", "training", "seed", "device", "dtype", "pad_to", "vocab_size", "bias")
+
+
+def check_model_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
+    """ConfigError naming the first flag that has no meaning for a real model."""
+    for dest in TOY_ONLY:
+        if getattr(args, dest) != getattr(defaults, dest):
+            flag = "--heads" if dest == "num_heads" else "--" + dest.replace("_", "-")
+            flag = {"--positional": "--no-positional", "--training": "--train", "--bias": "--no-bias"}.get(flag, flag)
+            raise ConfigError(f"{flag} sets the toy model; a real model (--model) has its own architecture: leave it out")
+    if args.key_text is not None or args.key_text_file is not None:
+        raise ConfigError("--key-text is the toy model's cross-attention; an encoder-decoder's decoder text is --target")
+
+
+def model_run(args: argparse.Namespace, text: str):
+    """Load the folder and run it (ConfigError: an unusable folder, a target for a decoder, ...)."""
+    from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
+
+    read_spec(args.model)  # config.json alone: a wrong path says so before any weight is read
+    model = load_pretrained(args.model, memory_budget=args.memory_budget)
+    # as in the window: a causal --mask forces a causal mask on an encoder; one text has no padding
+    run = run_pretrained(model, text, target=args.target, scaled=args.scaled, causal="causal" in args.mask,
+                         memory_budget=args.memory_budget)
+    if args.layer is not None:
+        most = max(len(run.part_weights(part)) for part in run.parts())
+        if args.layer >= most:
+            raise ConfigError(f"--layer {args.layer} is out of range: {run.model_name} has layers 0..{most - 1}")
+    return run
+
+
+def model_maps(run, layer: int | None) -> list:
+    """Every (part, layer) map to draw: all layers of every part, or one layer of each part that has it."""
+    maps = []
+    for part in run.parts():
+        count = len(run.part_weights(part))
+        for n in (range(count) if layer is None else [layer] if layer < count else []):
+            maps.append(run.layer_map(n, part=part))
+    return maps
+
+
+__all__ = ["TOY_ONLY", "check_model_flags", "model_maps", "model_run"]

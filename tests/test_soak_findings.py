@@ -130,3 +130,43 @@ def test_asking_whether_a_model_is_loaded_never_waits_for_a_load():
         waited = time.perf_counter() - start
     asker.join()
     assert answered == [False] and waited < 1.0, f"is_loaded waited {waited:.1f} s for the loader's lock"
+
+
+def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
+    """Soak: Step-through's first draw of a 1,500-token result held the loop 100-120 ms: its
+    stage slices were chained with zero timers, which Qt runs back to back in one pass (4 stages
+    and 25 paints without the heartbeat ticking). Each stage must now let timers run after it."""
+    from attndesk.app.views import stepthrough
+    from attndesk.app.views.stepthrough import STAGES, StepThroughView, stage_images
+    from attndesk.core import AttentionConfig, run_attention
+    from PySide6.QtCore import QTimer
+
+    view = StepThroughView()
+    qtbot.addWidget(view)
+    view.resize(1400, 700)
+    view.show()
+    result = run_attention(AttentionConfig(num_heads=2, embed_dim=16), "the cat sat on the mat " * 8,
+                           keep_intermediates=True)
+    view.set_preparer(lambda r, head: view.show_stages(r, head, stage_images(r, head)))
+    order: list[str] = []
+    draw = stepthrough.StepThroughView._draw_stage
+
+    def traced(self, name, *args):
+        order.append(name)
+        return draw(self, name, *args)
+
+    heartbeat = QTimer(interval=0)  # due on every pass of the event loop
+    heartbeat.timeout.connect(lambda: order.append("tick") if not order or order[-1] != "tick" else None)
+    try:
+        stepthrough.StepThroughView._draw_stage = traced
+        heartbeat.start()
+        with qtbot.waitSignal(view.drawn, timeout=30_000):
+            view.set_result(result)
+    finally:
+        heartbeat.stop()
+        stepthrough.StepThroughView._draw_stage = draw
+    stages = [name for name in order if name != "tick"]
+    assert stages == list(STAGES)
+    first = order.index(STAGES[0])
+    back_to_back = [(a, b) for a, b in zip(order[first:], order[first + 1:]) if a != "tick" and b != "tick"]
+    assert not back_to_back, f"stages drawn in one loop turn: {back_to_back} ({order})"

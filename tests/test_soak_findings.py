@@ -170,3 +170,35 @@ def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
     first = order.index(STAGES[0])
     back_to_back = [(a, b) for a, b in zip(order[first:], order[first + 1:]) if a != "tick" and b != "tick"]
     assert not back_to_back, f"stages drawn in one loop turn: {back_to_back} ({order})"
+
+
+def test_a_long_runs_zoom_hatch_is_made_off_the_gui_thread(qtbot, monkeypatch):
+    """Soak (seed 101, action 411): a zoomed tile's masked-cell hatch of a long causal run was made
+    on the GUI thread when the tile arrived (240 ms). It comes with the tile from the side job."""
+    from attndesk.app import MainWindow
+    from attndesk.app.modes import long as long_mode
+    from attndesk.render.colormaps import hatch_rgba
+    from app_helpers import dispose
+    from test_app_long_mode import TIMEOUT_MS, long_result
+
+    made_in: list[bool] = []
+
+    def traced(*args, **kwargs):
+        made_in.append(threading.current_thread() is threading.main_thread())
+        return hatch_rgba(*args, **kwargs)
+
+    monkeypatch.setattr(long_mode, "hatch_rgba", traced)
+    window = MainWindow(restore=False)
+    window.resize(1300, 850)
+    window.show()
+    try:
+        with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
+            window.state.set_config(mask="causal")
+        long_result(qtbot, window, 2000)
+        with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS) as blocker:
+            window.heatmapPanel.set_view_target(1)
+        tile = blocker.args[0]
+        assert tile.masked is not None and tile.masked.any()
+        assert made_in and not any(made_in), "the hatch was made on the GUI thread"
+    finally:
+        dispose(window)

@@ -11,16 +11,27 @@ import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QFileDialog
 
+from attndesk.app import MainWindow
 from attndesk.app.export_dialog import ExportDialog
+from attndesk.app.modes import long as long_mode
+from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
+from attndesk.app.state import AppState
+from attndesk.app.views import stepthrough
 from attndesk.app.views.headstats import HeadStatsView
 from attndesk.app.views.heatmap import MatrixPlot
+from attndesk.app.views.stepthrough import STAGES, StepThroughView, stage_images
+from attndesk.core import AttentionConfig, run_attention
+from attndesk.core.pretrained import loader
 from attndesk.core.statistics import layer_statistics
 from attndesk.core.types import AttentionMap
+from attndesk.render.colormaps import hatch_rgba
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from test_app_long_mode import TIMEOUT_MS, long_result
 
 
 def _softmax_rows(shape, seed: int = 0) -> np.ndarray:
@@ -119,8 +130,6 @@ def test_a_teaching_matrix_exports_in_the_background(qtbot, tmp_path, monkeypatc
 def test_asking_whether_a_model_is_loaded_never_waits_for_a_load():
     """Soak (seed 101, action 117): the GUI thread stood 3.7 s in ``is_loaded`` (the pretrained
     mode's request) while a worker held the model cache's lock to load a model."""
-    from attndesk.core.pretrained import loader
-
     with loader._models_lock:  # what load_pretrained holds while it loads
         start = time.perf_counter()
         answered: list[bool] = []
@@ -136,11 +145,6 @@ def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
     """Soak: Step-through's first draw of a 1,500-token result held the loop 100-120 ms: its
     stage slices were chained with zero timers, which Qt runs back to back in one pass (4 stages
     and 25 paints without the heartbeat ticking). Each stage must now let timers run after it."""
-    from attndesk.app.views import stepthrough
-    from attndesk.app.views.stepthrough import STAGES, StepThroughView, stage_images
-    from attndesk.core import AttentionConfig, run_attention
-    from PySide6.QtCore import QTimer
-
     view = StepThroughView()
     qtbot.addWidget(view)
     view.resize(1400, 700)
@@ -175,12 +179,6 @@ def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
 def test_a_long_runs_zoom_hatch_is_made_off_the_gui_thread(qtbot, monkeypatch):
     """Soak (seed 101, action 411): a zoomed tile's masked-cell hatch of a long causal run was made
     on the GUI thread when the tile arrived (240 ms). It comes with the tile from the side job."""
-    from attndesk.app import MainWindow
-    from attndesk.app.modes import long as long_mode
-    from attndesk.render.colormaps import hatch_rgba
-    from app_helpers import dispose
-    from test_app_long_mode import TIMEOUT_MS, long_result
-
     made_in: list[bool] = []
 
     def traced(*args, **kwargs):
@@ -208,9 +206,6 @@ def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
     """Soak (seed 303, action 492): File > Open text of a 200 kB file without a space (a deeply
     nested JSON) held the GUI thread 8.7 s while Qt broke its one line for the text box; 1 MiB of
     words took 0.6 s. Such texts run whole, and the box shows a read-only preview."""
-    from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
-    from attndesk.app.state import AppState
-
     state = AppState()
     panel = TokensPanel(state)
     qtbot.addWidget(panel)

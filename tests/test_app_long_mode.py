@@ -78,7 +78,10 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     previous = window.displayed_result()
     start = time.perf_counter()
     assert window.longMode.open_text_file(path)
-    assert window.state.text == text and window.tokensPanel.tokenInput.toPlainText() == text
+    # the whole text runs; the box shows a read-only preview (Qt would lay out 1 MiB on the GUI thread)
+    panel = window.tokensPanel
+    assert window.state.text == text and panel.tokenInput.isReadOnly() and text.startswith(panel.tokenInput.toPlainText())
+    assert panel.tokenPreviewNote.isVisible() and f"{len(text):,} characters" in panel.tokenPreviewNote.label.text()
     # the worker plans it; ~200k tokens is far too long to start unasked
     qtbot.waitUntil(lambda: window.longMode.held_plan() is not None, timeout=TIMEOUT_MS)
     elapsed = time.perf_counter() - start

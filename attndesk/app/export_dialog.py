@@ -32,6 +32,8 @@ from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size
 
+from .background import Background
+
 FORMATS = (
     ("png", "PNG image"),
     ("svg", "SVG (vector, text labels)"),
@@ -117,6 +119,7 @@ class ExportDialog(QDialog):
         self._colormap, self._shared, self._log = colormap, shared_scale, log_scale
         self._name_edited = False
         self._size_set = False
+        self._background = Background(self)
         self._build_controls(region)
         self._build_layout()
         self.set_target(target)
@@ -270,24 +273,51 @@ class ExportDialog(QDialog):
         self.errorLabel.setVisible(bool(message))
 
     # -- export --------------------------------------------------------------------------------
+    def _job(self):
+        """The export as chosen now, as a function of nothing (it may run in another thread)."""
+        map, which, fmt, path = self._map, self.which(), self.fmt(), self.pathEdit.text().strip()
+        options = dict(size=(self.widthSpin.value(), self.heightSpin.value()), dpi=self.dpiSpin.value(),
+                       colormap=self._colormap, shared_scale=self._shared, log_scale=self._log, region=self.region())
+        return lambda: perform_export(map, which, fmt, path, **options)
+
     def export(self) -> Path | None:
-        """Write the chosen export; on failure show why (and emit failedExport), return None."""
+        """Write the chosen export now; on failure show why (and emit failedExport), return None."""
         try:
-            path = perform_export(self._map, self.which(), self.fmt(), self.pathEdit.text().strip(),
-                                  size=(self.widthSpin.value(), self.heightSpin.value()), dpi=self.dpiSpin.value(),
-                                  colormap=self._colormap, shared_scale=self._shared, log_scale=self._log,
-                                  region=self.region())
+            path = self._job()()
         except ExportError as exc:
-            self._show_error(str(exc))
-            self.failedExport.emit(str(exc))
+            self._failed(exc)
             return None
+        self._written(path)
+        return path
+
+    def _written(self, path: Path) -> None:
         self._show_error("")
         if self._settings is not None:
             self._settings.setValue("export/folder", str(path.parent))
         self.exported.emit(str(path))
-        return path
+
+    def _failed(self, exc: ExportError) -> None:
+        self._show_error(str(exc))
+        self.failedExport.emit(str(exc))
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        if self.export() is not None:
-            self.accept()
+        """Export in a pool thread (a large PNG takes seconds to draw and encode): the window stays
+        live; the dialog closes once the file is written, or says why not and stays open."""
+        if self._background.is_busy():
+            return
+        self.exportButton.setEnabled(False)
+        self._show_error("")
+        self.setWindowTitle("Export heatmaps — exporting…")
+        self._background.start(self._job(), done=self._export_done, failed=self._export_failed,
+                               expected=(ExportError,))
+
+    def _export_done(self, path: Path) -> None:
+        self.setWindowTitle("Export heatmaps")
+        self._written(path)
+        self.accept()
+
+    def _export_failed(self, exc: ExportError) -> None:
+        self.setWindowTitle("Export heatmaps")
+        self.exportButton.setEnabled(True)  # the choice allowed it; the file name may be fixed now
+        self._failed(exc)

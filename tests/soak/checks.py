@@ -145,8 +145,10 @@ def known_input(soak, timeout_s: float = 90.0) -> dict:
     ok = wait_until(done, timeout_s, step_ms=200)
     api = {}
     displayed = getattr(soak.main, "displayed_result", None)
-    if callable(displayed) and displayed() is not None:  # the current window's API, if it still has it
-        w = np.asarray(getattr(displayed(), "weights", np.zeros(0)))
+    if callable(displayed) and displayed() is not None:  # the window's API, if it has it
+        shown = displayed()
+        amap = getattr(shown, "map", shown)  # a Shown presents an AttentionMap (older windows: a result)
+        w = np.asarray(getattr(amap, "weights", np.zeros(0)))
         api["displayed_result_max_diff"] = float(np.max(np.abs(w - expected))) if w.shape == expected.shape else None
     summary = (f"{state['matched']} of {heads} heads drawn equal to run_attention "
                f"(closest max |diff| {state['worst']:.2e})")

@@ -61,7 +61,8 @@ class Run:
         if args.replay:
             replay = load(args.replay)["actions"]
         options = SoakOptions(seed=args.seed, seconds=args.seconds, stream=args.stream, replay=replay)
-        self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded)
+        self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded,
+                         paused=self.stall.paused)
         self.stall.t0 = self.soak.t0
         self.errors = ExceptionMonitor(self.soak.t0, lambda: self.soak.current, on_fatal=self.save)
         self.memory = MemoryWatch(self.soak.t0, lambda: self.soak.current, args.limit_mib * 2**20,

@@ -153,6 +153,15 @@ class Stall:
     what: str = ""  # the event (type -> receiver) that held the loop longest
     events: int = 0  # events delivered during a gap
     stack: list[str] = field(default_factory=list)  # sampled GUI-thread Python stack, innermost last
+    blocked: float = 0.0  # a gap's time the GUI thread was neither running nor waiting for a core (a lock, I/O)
+
+
+def _open_schedstat(native_id: int) -> int | None:
+    """A descriptor of the thread's /proc schedstat (on-CPU ns, runnable-waiting ns, slices)."""
+    try:
+        return os.open(f"/proc/self/task/{native_id}/schedstat", os.O_RDONLY)
+    except OSError:
+        return None
 
 
 def describe(receiver, event) -> str:
@@ -205,18 +214,20 @@ class StallMonitor(QObject):
         self.ticks = 0
         self._open: tuple | None = None  # the event being handled: start times, action, receiver, type
         self._excl = [0.0, 0.0]  # driver time (wall, cpu) not to be counted as the app's
-        self._last = (time.perf_counter(), time.thread_time(), 0.0, 0.0)
+        self._last = (time.perf_counter(), time.thread_time(), 0.0, 0.0, 0.0)
         self._gap_events = 0
         self._recent: collections.deque = collections.deque(maxlen=64)
         self._samples: list[list[str]] = []
         self._excluding = 0
+        self._paused = 0
+        self._sched = _open_schedstat(self.gui_native)
         self._dump = tempfile.TemporaryFile()  # faulthandler writes stack samples here
         self._lock = threading.Lock()
         self._timer = QTimer(self, interval=HEARTBEAT_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self._tick)
 
     def start(self) -> None:
-        self._last = (time.perf_counter(), time.thread_time(), *self._excl)
+        self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled())
         self._timer.start()
 
     def stop(self) -> None:
@@ -234,6 +245,21 @@ class StallMonitor(QObject):
             self._excl[0] += time.perf_counter() - w
             self._excl[1] += time.thread_time() - c
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Startup: building the window and its first layout and paint (events run inside, which
+        ``excluded`` would still count). Nothing is measured; the next gap starts at the end."""
+        self._paused += 1
+        self._open = None
+        try:
+            with self.excluded():
+                yield
+        finally:
+            self._paused -= 1
+            self._open = None
+            self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled())
+            self._gap_events = 0
+
     # -- events (the application event filter, GUI thread) ---------------------------------------
     def install(self, app: QApplication) -> None:
         app.installEventFilter(self)
@@ -243,6 +269,8 @@ class StallMonitor(QObject):
 
     def eventFilter(self, receiver, event) -> bool:  # noqa: N802 - Qt's name
         """Close the previous event's span, open this one's; never consumes the event."""
+        if self._paused:
+            return False
         self._close_open_event()
         self._gap_events += 1
         what = describe(receiver, event)  # now: after its event the receiver may be gone (touching it crashes)
@@ -267,10 +295,14 @@ class StallMonitor(QObject):
 
     # -- heartbeat --------------------------------------------------------------------------------
     def _tick(self) -> None:
-        now, cpu = time.perf_counter(), time.thread_time()
-        last_wall, last_cpu, ex_w, ex_c = self._last
+        if self._paused:
+            return
+        now, cpu, scheduled = time.perf_counter(), time.thread_time(), self._scheduled()
+        last_wall, last_cpu, ex_w, ex_c, last_scheduled = self._last
         wall = now - last_wall - (self._excl[0] - ex_w)
         work = cpu - last_cpu - (self._excl[1] - ex_c)
+        # neither on a core nor waiting for one: a lock, a join, I/O (0 where the kernel has no schedstat)
+        blocked = max(0.0, now - last_wall - (scheduled - last_scheduled)) if self._sched is not None else 0.0
         self.ticks += 1
         if wall > self.max_gap[0]:
             self.max_gap = (round(wall, 4), round(work, 4))
@@ -281,9 +313,16 @@ class StallMonitor(QObject):
             worst = max(inside, key=lambda e: e.wall, default=None)
             self.gaps.append(Stall("tick", round(last_wall - self.t0, 4), round(wall, 4), round(work, 4),
                                    self._action(), worst.what if worst else "", self._gap_events,
-                                   self._take_samples()))
+                                   self._take_samples(), round(blocked, 4)))
         self._gap_events = 0
-        self._last = (now, cpu, *self._excl)
+        self._last = (now, cpu, *self._excl, scheduled)
+
+    def _scheduled(self) -> float:
+        """Seconds the GUI thread has been on a core or runnable (its kernel schedstat), or 0."""
+        if self._sched is None:
+            return 0.0
+        on_cpu, run_wait, _slices = os.pread(self._sched, 128, 0).split()
+        return (int(on_cpu) + int(run_wait)) / 1e9
 
     def open_gap(self) -> Stall | None:
         """The gap still growing now (the loop has not turned since the last tick), if it is long:

@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-from .report import STALL_CPU_S, format_action, load
+from .report import format_action, is_stall, load
 
 JUMP_MIB = 150  # an RSS rise this large between two curve points (0.25 s) is listed with its action
 
@@ -69,7 +69,7 @@ def stalls(reports: list[dict]) -> list[str]:
     groups: dict[str, list] = collections.defaultdict(list)
     for r in reports:
         for s in r.get("stalls", {}).get("gaps", []):
-            if s["cpu"] >= STALL_CPU_S:
+            if is_stall(s):
                 where = _where(s)
                 key = f"Qt C++ code during {s.get('what') or 'an unknown event'}" if where.startswith("Qt (") else \
                     _group_key(where)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("reports", nargs="+")
     args = p.parse_args(argv)
     reports = [load(path) for path in args.reports]
-    for title, lines in (("EXCEPTIONS", exceptions(reports)), ("STALLS (>= 100 ms GUI-thread CPU)", stalls(reports)),
+    for title, lines in (("EXCEPTIONS", exceptions(reports)), ("STALLS (>= 100 ms GUI-thread CPU or blocked)", stalls(reports)),
                          ("MEMORY", memory(reports)), ("THREADS, KNOWN INPUT, STATUS ERRORS, COVERAGE", misc(reports))):
         print(f"\n# {title}\n")
         print("\n".join(lines) if lines else "none")

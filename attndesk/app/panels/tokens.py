@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
@@ -9,9 +10,11 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPlainTextEdit,
+    QPushButton,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -23,6 +26,23 @@ from ..state import AppState
 SAMPLE_TEXT = AppState.model_fields["text"].default
 SAMPLE_KEY_TEXT = AppState.model_fields["key_text"].default
 PAD, UNK = "[PAD]", "[UNK]"
+# Qt lays out a text box's whole text on the GUI thread when it is set: 0.5 s for 1 MiB on one
+# line, and breaking a line without spaces grows with its square (8.7 s for a 200 kB one, soak).
+# Longer texts, or texts with a longer unbroken run, are shown as a read-only preview (the whole
+# text is still what runs).
+EDIT_CHARS = 100_000
+RUN_CHARS = 2_000
+PREVIEW_CHARS = 20_000
+_LONG_RUN = re.compile(r"\S{%d}" % (RUN_CHARS + 1))
+_PREVIEW_RUN = re.compile(r"(\S{1000})(?=\S)")
+
+
+def preview_of(text: str) -> str | None:
+    """None when a text box can hold ``text`` itself, else the preview it shows instead: the first
+    PREVIEW_CHARS characters, runs without whitespace shown in lines of 1,000."""
+    if len(text) <= EDIT_CHARS and not _LONG_RUN.search(text):
+        return None
+    return _PREVIEW_RUN.sub("\\1\n", text[:PREVIEW_CHARS])
 
 
 class TokenTableModel(QAbstractTableModel):
@@ -110,6 +130,32 @@ def _table(model: TokenTableModel, name: str) -> QTableView:
     return view
 
 
+class _PreviewNote(QWidget):
+    """Under a text box that shows a preview: what is shown, and Clear (to type another text)."""
+
+    def __init__(self, prefix: str, editor: QPlainTextEdit, clear) -> None:
+        super().__init__(objectName=f"{prefix}PreviewNote")
+        self._editor = editor
+        self.label = QLabel("", objectName=f"{prefix}PreviewLabel")
+        self.label.setWordWrap(True)
+        self.label.setStyleSheet("color: #555;")
+        self.clearButton = QPushButton("Clear", objectName=f"{prefix}ClearButton")
+        self.clearButton.setToolTip("Empty this text to type or paste another")
+        self.clearButton.clicked.connect(lambda _checked=False: clear())
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.clearButton)
+        self.hide()
+
+    def show_for(self, text: str | None) -> None:
+        """Say that a preview of ``text`` is shown (None: the box holds the text itself)."""
+        if text is not None:
+            self.label.setText(f"Preview: the first {min(len(text), PREVIEW_CHARS):,} of {len(text):,} characters, "
+                               "read-only. The whole text is used; open or drop a file to replace it.")
+        self.setVisible(text is not None and not self._editor.isHidden())
+
+
 class TokensPanel(QWidget):
     """The input texts, bound to ``state.text`` / ``state.key_text`` / ``state.cross``, and the
     tokens of the result on screen (``show_result``)."""
@@ -134,15 +180,17 @@ class TokensPanel(QWidget):
         self.keyTableLabel.setVisible(False)
         self.summary = QLabel("", objectName="tokenSummary")
         self.summary.setWordWrap(True)
+        self.tokenPreviewNote = _PreviewNote("token", self.tokenInput, lambda: setattr(self.state, "text", ""))
+        self.keyPreviewNote = _PreviewNote("key", self.keyInput, lambda: setattr(self.state, "key_text", ""))
         self._lay_out()
         self.tokenInput.textChanged.connect(lambda: self._write("text", self.tokenInput))
         self.keyInput.textChanged.connect(lambda: self._write("key_text", self.keyInput))
         self.crossCheck.toggled.connect(lambda on: setattr(self.state, "cross", bool(on)))
-        state.events.text.connect(lambda text: self._show_text(self.tokenInput, text))
-        state.events.key_text.connect(lambda text: self._show_text(self.keyInput, text))
+        state.events.text.connect(lambda text: self._show_text(self.tokenInput, self.tokenPreviewNote, text))
+        state.events.key_text.connect(lambda text: self._show_text(self.keyInput, self.keyPreviewNote, text))
         state.events.cross.connect(self._show_cross)
-        self._show_text(self.tokenInput, state.text)
-        self._show_text(self.keyInput, state.key_text)
+        self._show_text(self.tokenInput, self.tokenPreviewNote, state.text)
+        self._show_text(self.keyInput, self.keyPreviewNote, state.key_text)
         self._show_cross(state.cross)
 
     def _lay_out(self) -> None:
@@ -152,8 +200,10 @@ class TokensPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Text (queries)"))
         layout.addWidget(self.tokenInput)
+        layout.addWidget(self.tokenPreviewNote)
         layout.addWidget(self.crossCheck)
         layout.addWidget(self.keyInput)
+        layout.addWidget(self.keyPreviewNote)
         layout.addWidget(self.summary)
         layout.addWidget(self.tokenTable, 2)
         layout.addWidget(self.keyTableLabel)
@@ -161,20 +211,29 @@ class TokensPanel(QWidget):
         layout.addWidget(legend)
 
     def _write(self, name: str, editor: QPlainTextEdit) -> None:
-        setattr(self.state, name, editor.toPlainText())
+        if not editor.isReadOnly():  # a preview is never the text
+            setattr(self.state, name, editor.toPlainText())
 
     @staticmethod
-    def _show_text(editor: QPlainTextEdit, text: str) -> None:
-        if editor.toPlainText() != text:  # an edit in the box itself is already there
-            editor.blockSignals(True)
-            editor.setPlainText(text)
-            editor.blockSignals(False)
+    def _show_text(editor: QPlainTextEdit, note: "_PreviewNote", text: str) -> None:
+        preview = preview_of(text)
+        editor.blockSignals(True)
+        if preview is None:
+            if editor.isReadOnly() or editor.toPlainText() != text:  # an edit in the box is already there
+                editor.setPlainText(text)
+            editor.setReadOnly(False)
+        else:
+            editor.setPlainText(preview)
+            editor.setReadOnly(True)
+        editor.blockSignals(False)
+        note.show_for(text if preview is not None else None)
 
     def _show_cross(self, on: bool) -> None:
         self.crossCheck.blockSignals(True)
         self.crossCheck.setChecked(bool(on))
         self.crossCheck.blockSignals(False)
         self.keyInput.setVisible(bool(on))
+        self.keyPreviewNote.setVisible(bool(on) and self.keyInput.isReadOnly())
 
     def show_result(self, shown: Shown) -> None:
         """List the tokens of the result on screen (query side, and the key side for cross-attention)."""

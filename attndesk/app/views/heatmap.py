@@ -22,8 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.select import tile_reduce
+from attndesk.render import ExportError, HeatmapFigure, export_figure, export_weights
 from attndesk.render.colormaps import hatch_rgba
 
+from ..background import Background
 from ..panels.token_axis import TokenAxis
 
 MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, hover stays exact
@@ -117,6 +119,7 @@ class MatrixPlot(QWidget):
         self.exportButton.setText("⤓")
         self.exportButton.setToolTip("Export this matrix: PNG/SVG/PDF figure or NPY/CSV numbers")
         self.exportButton.clicked.connect(self._on_export_clicked)
+        self._background = Background(self)
         self.message = QLabel("")
         self.message.setStyleSheet("color: #a33")
         self.message.hide()
@@ -291,26 +294,31 @@ class MatrixPlot(QWidget):
     def export(self, path: str) -> str:
         """Write the matrix to ``path``: .png/.svg/.pdf as a figure, .npy/.csv as exact numbers.
         Raises attndesk.render.ExportError (or ValueError) with the reason."""
-        from attndesk.render import ExportError, HeatmapFigure, export_figure, export_weights
+        return self._export_job(path)()
 
+    def _export_job(self, path: str):
+        """The export of what is shown now, as a function of nothing (it may run in a pool thread)."""
         if self.matrix is None:
             raise ExportError("nothing to export yet")
+        matrix, masked, rows, cols = self.matrix, self.masked, self.row_labels, self.col_labels
         suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
         if suffix in ("npy", "csv"):
-            return str(export_weights(self.matrix, self.row_labels, self.col_labels, path))
-        diverging = self.colormap_name.startswith("CET-D")
-        figure = HeatmapFigure(
-            matrices=np.where(self.masked, np.nan, self.matrix.astype(np.float64))[None],
-            titles=[self.plain_title()], query_labels=self.row_labels, key_labels=self.col_labels,
-            colormap=self.colormap_name, diverging=diverging, vmin=self.levels[0], vmax=self.levels[1],
-            value_label="value",
-        )
-        return str(export_figure(figure, path))
+            return lambda: str(export_weights(matrix, rows, cols, path))
+        title, colormap, (vmin, vmax) = self.plain_title(), self.colormap_name, self.levels
+
+        def figure() -> str:
+            drawn = HeatmapFigure(
+                matrices=np.where(masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
+                query_labels=rows, key_labels=cols, colormap=colormap, diverging=colormap.startswith("CET-D"),
+                vmin=vmin, vmax=vmax, value_label="value",
+            )
+            return str(export_figure(drawn, path))
+
+        return figure
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        from attndesk.render import ExportError
-
+        """Ask for a file, then draw and write it in a pool thread (a large figure takes seconds)."""
         name = (self.plain_title().split(" ")[0] or "matrix").strip(":") + ".png"
         path, _ = QFileDialog.getSaveFileName(
             self, "Export matrix", name, "Figure (*.png *.svg *.pdf);;Numbers (*.npy *.csv)"
@@ -318,7 +326,19 @@ class MatrixPlot(QWidget):
         if not path:
             return
         try:
-            self.export(path)
-        except (ExportError, ValueError, OSError) as exc:
-            self.message.setText(f"export failed: {exc}")
-            self.message.show()
+            job = self._export_job(path)
+        except ExportError as exc:
+            self._export_failed(exc)
+            return
+        self.exportButton.setEnabled(False)
+        self._background.start(job, done=self._export_done, failed=self._export_failed,
+                               expected=(ExportError, ValueError, OSError))
+
+    def _export_done(self, _path: str) -> None:
+        self.exportButton.setEnabled(True)
+        self.message.hide()
+
+    def _export_failed(self, exc: Exception) -> None:
+        self.exportButton.setEnabled(True)
+        self.message.setText(f"export failed: {exc}")
+        self.message.show()

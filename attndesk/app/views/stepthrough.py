@@ -301,7 +301,7 @@ class StepThroughView(QWidget):
         idle = not self._queue
         self._queue = steps  # a newer head or result replaces what is left of the older one
         if idle:
-            QTimer.singleShot(0, self, self._draw_next)
+            QTimer.singleShot(1, self, self._draw_next)  # 1 ms: a zero timer runs in the same pass
 
     def _draw_next(self) -> None:
         """One stage per event-loop turn: ten plots of thousands of labels at once stalled ~250 ms."""
@@ -309,7 +309,7 @@ class StepThroughView(QWidget):
             return
         self._draw_stage(*self._queue.pop(0))
         if self._queue:
-            QTimer.singleShot(0, self, self._draw_next)
+            QTimer.singleShot(1, self, self._draw_next)  # 1 ms: a zero timer runs in the same pass
         else:
             self.drawn.emit()
 

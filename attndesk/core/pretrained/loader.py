@@ -101,8 +101,9 @@ def is_loaded(path: str | Path | None = None, *, device: str = "cpu") -> bool:
         key = _folder_and_key(path, device)[2]
     except ConfigError:
         return False
-    with _models_lock:
-        return key in _models
+    # no lock: it is held for the whole of a load (seconds), and the window asks from the GUI
+    # thread; one dict look-up is atomic, and a load in progress answers False, as it should
+    return key in _models
 
 
 def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:

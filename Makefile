@@ -22,9 +22,9 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) main.py
 
-# The short soak (tests/test_soak.py::test_soak_short, ~90 s: `make soak-short`) is deselected here
-# until the window passes it every time: it still finds GUI-thread paints and relayouts of
-# 100-200 ms CPU now and then (heatmap grid, step-through, head stats; README "Reliability").
+# The suite runs the ~60 s soak (tests/test_soak.py::test_soak_in_the_suite): 0 exceptions, 0 threads
+# left, memory back, never frozen; `make soak-short` holds it to issue 9's 100 ms stall criterion, which
+# a few GUI-thread paints still miss (README "Reliability").
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
 

@@ -308,3 +308,36 @@ def test_positions_tab_shows_ropes_score_depends_only_on_the_offset(qtbot, windo
     assert "offset m − n = 3" in view.hover_rope(5, 2)
     wait_result(qtbot, w, lambda: w.state.set_config(position="sinusoidal"))
     qtbot.waitUntil(lambda: "not on in this run" in view.ropeLabel.text(), timeout=TIMEOUT_MS)
+
+
+# -- responsiveness ------------------------------------------------------------------------------
+def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
+    """RoPE + soft-cap + GQA at 2,048 tokens x 8 heads: the step-through's 14 stages (angles made
+    from scratch) and the Positions tab's [2048, 2048] RoPE scores come from side jobs."""
+    from test_app_tabs_responsive import assert_smooth, worst_gap
+
+    w = window
+    text = " ".join(f"w{i % 500}" for i in range(2048))
+    with qtbot.waitSignal(w.resultDisplayed, timeout=120000, check_params_cb=lambda r: r.length == 2048):
+        w.state.update({"config": w.state.config.replace(embed_dim=128, num_heads=8, kv_heads=2, position="rope",
+                                                         softcap=1.0, mask="none"), "text": text})
+    steps = w.teaching.stepThrough.shownResult
+
+    def switch(i, tab, drawn):
+        if i:
+            w.state.view.tab = "heatmaps"
+            qtbot.wait(300)
+        return worst_gap(qtbot, lambda: setattr(w.state.view, "tab", tab), None if i else drawn, settle_ms=800)
+
+    assert_smooth(qtbot, "switching to the step-through", lambda i: switch(i, "step-through", steps))
+    assert len(w.teaching.stepThroughView.stages()) == 14
+    view = w.teaching.positionalView
+
+    def to_positions(_i):
+        w.state.view.tab = "heatmaps"
+        qtbot.wait(300)
+        # the tick timer runs while waitUntil spins the event loop: the drawing of both tables is measured
+        return worst_gap(qtbot, lambda: (setattr(w.state.view, "tab", "positions"), qtbot.waitUntil(
+            lambda: view.rope is not None and view.rope.scores.shape == (2048, 2048), timeout=120000)), settle_ms=800)
+
+    assert_smooth(qtbot, "switching to positions", to_positions)

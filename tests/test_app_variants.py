@@ -341,3 +341,19 @@ def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
             lambda: view.rope is not None and view.rope.scores.shape == (2048, 2048), timeout=120000)), settle_ms=800)
 
     assert_smooth(qtbot, "switching to positions", to_positions)
+
+
+def test_variant_choices_survive_a_session_round_trip_and_cross_attention_refuses_a_window(qtbot, window):
+    from attndesk.app.session import session_json
+
+    w, panel = window, window.parametersPanel
+    wait_result(qtbot, w, lambda: w.state.set_config(position="alibi", kv_heads=1, softcap=2.5))
+    saved = session_json(w.state)
+    assert {k: saved["config"][k] for k in ("position", "kv_heads", "window", "softcap")} == {
+        "position": "alibi", "kv_heads": 1, "window": None, "softcap": 2.5}
+    wait_result(qtbot, w, lambda: w.state.set_config(position="none", kv_heads=None, softcap=None))
+    wait_result(qtbot, w, lambda: w.apply_session(session_from_json(saved)))
+    assert panel.positionCombo.currentData() == "alibi" and panel.kvHeadsCombo.currentData() == 1
+    assert panel.variants.softcapSpin.value() == 2.5 and panel.variants.softcapCheck.isChecked()
+    # keys from a second text have no distance to the queries: ALiBi is refused under the position
+    assert_refused(qtbot, w, lambda: w.state.update({"cross": True}), "position", "ALiBi penalises the distance")

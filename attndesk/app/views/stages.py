@@ -79,6 +79,23 @@ def stage_images(result, head: int) -> dict[str, PreparedMatrix]:
     return images
 
 
+def variant_words(result, head: int) -> str:
+    """What the info line adds for a variant run: the K/V head read, the position, window, cap."""
+    inter: Intermediates = result.intermediates
+    cfg = result.config
+    parts = []
+    kv, heads = int(inter.k.shape[0]), int(inter.weights.shape[0])
+    if kv < heads:
+        parts.append(f"reads K/V head {kv_head_of(inter, head)} of {kv}")
+    if cfg.position != "sinusoidal":
+        parts.append({"rope": "RoPE", "alibi": "ALiBi", "none": "no positions"}.get(cfg.position, cfg.position))
+    if cfg.window:
+        parts.append(f"window {cfg.window}")
+    if cfg.softcap:
+        parts.append(f"soft-cap {cfg.softcap:g}")
+    return "".join(f" · {p}" for p in parts)
+
+
 def slope_of(result, head: int) -> float:
     return float(alibi_slopes(int(result.intermediates.weights.shape[0]))[head])
 
@@ -201,4 +218,4 @@ def angle_readout(result, m: int, i: int) -> str:
 
 __all__ = ["ALL_STAGES", "CellArithmetic", "EXPLAINED", "PER_HEAD", "SEQUENTIAL", "SQUARE", "STAGES", "angle_readout",
            "arithmetic_lines", "cell_arithmetic", "formula", "kv_head_of", "rotation_angles", "stage_images",
-           "stage_matrix_of", "stages_of", "wrapped"]
+           "stage_matrix_of", "stages_of", "variant_words", "wrapped"]

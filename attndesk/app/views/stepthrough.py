@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 from .heatmap import MatrixPlot, PreparedMatrix
 from .stages import (
     ALL_STAGES, EXPLAINED, PER_HEAD, SQUARE, STAGES, CellArithmetic, angle_readout, arithmetic_lines, cell_arithmetic, formula,
-    kv_head_of, stage_images, stage_matrix_of, stages_of,
+    kv_head_of, stage_images, stage_matrix_of, stages_of, variant_words,
 )
 
 PER_ROW = 5  # stages per row of the strip
@@ -237,7 +237,8 @@ class StepThroughView(QWidget):
         self.infoLabel.setText(
             f"head {h} of {heads} · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
             + (" · scaled" if result.config.scaled else " · unscaled")
-            + (" · hatched cells = masked (−∞)" if result.config.mask != "none" else "")
+            + variant_words(result, h)
+            + (" · hatched cells = masked (−∞)" if result.config.mask != "none" or result.config.window else "")
         )
         names = stages_of(result)
         self._arrange(names)

@@ -197,7 +197,7 @@ def test_a_pretrained_architecture_shows_its_values_fixed(qtbot):
     assert v.windowSpin.text() == "unknown" and not v.windowCheck.isChecked()
     panel.set_panel_view(PanelView())
     assert panel.positionCombo.count() == 4 and panel.positionCombo.isEnabled()
-    assert v.windowSpin.value() >= 1 and not v.windowSpin.isEnabled()
+    assert v.windowSpin.value() == 3 and v.softcapSpin.value() == 1.0 and not v.windowSpin.isEnabled()
 
 
 # -- heatmaps --------------------------------------------------------------------------------------

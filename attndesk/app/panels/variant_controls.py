@@ -160,36 +160,32 @@ class VariantControls:
             i for i, (_label, d) in enumerate(entries) if d == shown))
 
     def _show_window(self, window: Any, unknown: bool) -> None:
-        on = window is not None and not unknown
-        self.windowCheck.setChecked(on)
-        self.windowSpin.setSpecialValueText("unknown" if unknown else "")
-        if unknown:
-            self.windowSpin.setMinimum(0)
-            self.windowSpin.setValue(0)
-            return
-        shown = window if on and isinstance(window, int) and not isinstance(window, bool) else None
-        # a refused window (< 1, from a session) is shown as it is, not clamped to 1
-        self.windowSpin.setMinimum(max(INT_MIN, min(1, shown)) if shown is not None else 1)
-        if shown is not None:
-            self.windowSpin.setValue(min(shown, INT_MAX))
-        elif self.windowSpin.value() < 1:  # after an "unknown": the box's first tick suggests a value again
-            self.windowSpin.setValue(WINDOW_SUGGESTED)
+        whole = isinstance(window, int) and not isinstance(window, bool)
+        _show_optional(self.windowCheck, self.windowSpin, window, unknown,
+                       max(INT_MIN, min(window, INT_MAX)) if whole else None, 1, WINDOW_SUGGESTED)
 
     def _show_softcap(self, cap: Any, unknown: bool) -> None:
-        on = cap is not None and not unknown
-        self.softcapCheck.setChecked(on)
-        self.softcapSpin.setSpecialValueText("unknown" if unknown else "")
-        if unknown:
-            self.softcapSpin.setMinimum(0.0)
-            self.softcapSpin.setValue(0.0)
-            return
-        shown = float(cap) if on and isinstance(cap, (int, float)) and not isinstance(cap, bool) else None
-        finite = shown is not None and math.isfinite(shown)
-        self.softcapSpin.setMinimum(min(SOFTCAP_MIN, shown) if finite else SOFTCAP_MIN)
-        if finite:
-            self.softcapSpin.setValue(shown)
-        elif self.softcapSpin.value() < SOFTCAP_MIN:
-            self.softcapSpin.setValue(SOFTCAP_SUGGESTED)
+        number = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap)
+        _show_optional(self.softcapCheck, self.softcapSpin, cap, unknown, float(cap) if number else None,
+                       SOFTCAP_MIN, SOFTCAP_SUGGESTED)
+
+
+def _show_optional(check: QCheckBox, spin, value: Any, unknown: bool, shown, least, suggested) -> None:
+    """An "off or a value" pair: ticked with the value, unticked when None, "unknown" when a model
+    does not say. A value the core refuses (below ``least``) is shown as it is, never clamped."""
+    check.setChecked(value is not None and not unknown)
+    spin.setSpecialValueText("unknown" if unknown else "")
+    if unknown:
+        spin.setMinimum(0)
+        spin.setValue(0)
+        return
+    if shown is None and spin.value() < least:  # after an "unknown": the first tick suggests a value again
+        spin.setMinimum(least)
+        spin.setValue(suggested)
+        return
+    spin.setMinimum(min(least, shown) if shown is not None and value is not None else least)
+    if shown is not None:
+        spin.setValue(shown)
 
 
 def _row(name: str, check: QCheckBox, spin: QWidget) -> QWidget:

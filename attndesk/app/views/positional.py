@@ -163,6 +163,10 @@ class PositionalView(QWidget):
         # one curve per anchor; drawn thick-to-thin so the later ones visibly lie on the first
         styles = [(6, "#9ecae1", Qt.PenStyle.SolidLine), (3, "#3182bd", Qt.PenStyle.SolidLine),
                   (1.2, "#b00020", Qt.PenStyle.SolidLine)]  # a dashed pen over thousands of points paints slowly
+        # hidden until a table is drawn, in its own event-loop turn: two more plots painted for the
+        # first time with the tab itself would stall it
+        self.ropePlot.hide()
+        self.offsetPlot.hide()
         self.offsetCurves = [self.offsetPlot.plot([], [], pen=pg.mkPen(color, width=width, style=style),
                                                   name=f"query at position m = {anchor}")
                              for anchor, (width, color, style) in zip(ROPE_ANCHORS, styles)]
@@ -197,6 +201,8 @@ class PositionalView(QWidget):
     def show_rope(self, table: RopeTable | None, *, note: str = "") -> None:
         """Draw RoPE's scores by position and by offset (None: clear them, ``note`` says why)."""
         self.rope = table
+        self.ropePlot.setVisible(table is not None)
+        self.offsetPlot.setVisible(table is not None)
         if table is None:
             self.ropePlot.clear()
             for curve in self.offsetCurves:

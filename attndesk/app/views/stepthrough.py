@@ -115,9 +115,10 @@ class StepThroughView(QWidget):
         """Place the stages ``names`` in the grid, PER_ROW to a row, an arrow between two."""
         if names == self._arranged:
             return
-        for plot in self.plots.values():
+        for name, plot in self.plots.items():
             self._grid.removeWidget(plot)
-            plot.hide()
+            if name not in names or name not in self._arranged:
+                plot.hide()
         for arrow in self._arrows:
             self._grid.removeWidget(arrow)
             arrow.deleteLater()
@@ -125,7 +126,8 @@ class StepThroughView(QWidget):
         for i, name in enumerate(names):
             row, col = divmod(i, PER_ROW)
             self._grid.addWidget(self.plots[name], row, 2 * col)
-            self.plots[name].show()
+            # a stage new to the strip stays hidden until it is drawn (_draw_stage): showing four
+            # plots at once would paint them all in one event-loop turn
             self._grid.setColumnStretch(2 * col, 1)
             if i < len(names) - 1:
                 arrow = QLabel("→" if col < PER_ROW - 1 else "↩")
@@ -273,6 +275,7 @@ class StepThroughView(QWidget):
         why = f" — {EXPLAINED[name]}" if name in EXPLAINED else ""
         plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}{why}")
         plot.show_prepared(prepared, row_labels=row_labels, col_labels=col_labels)
+        plot.show()
 
     # -- hover -----------------------------------------------------------------------------------
     def arithmetic(self, q: int, k: int) -> CellArithmetic:

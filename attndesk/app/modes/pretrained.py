@@ -164,6 +164,7 @@ class PretrainedMode(QObject, ModeBase):
         fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
                  "position": "sinusoidal", "seed": state.config.seed}
+        fixed["kv_heads"] = spec.kv_heads if spec.kv_heads != spec.num_heads else None  # None: plain multi-head
         limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
         info = f"{spec.family_name}: {spec.num_layers} layers × {spec.num_heads} heads, d_k {spec.head_dim}\n{limit}"
         return PanelView(fixed=fixed, causal_only=True, mask_tip=_MASK_TIP, info=info)

@@ -357,3 +357,13 @@ def test_variant_choices_survive_a_session_round_trip_and_cross_attention_refuse
     assert panel.variants.softcapSpin.value() == 2.5 and panel.variants.softcapCheck.isChecked()
     # keys from a second text have no distance to the queries: ALiBi is refused under the position
     assert_refused(qtbot, w, lambda: w.state.update({"cross": True}), "position", "ALiBi penalises the distance")
+
+
+def test_the_packaged_model_shows_its_kv_heads_fixed(qtbot, window):
+    from attndesk.app.state import PACKAGED
+
+    w, panel = window, window.parametersPanel
+    wait_result(qtbot, w, lambda: setattr(w.state, "mode", PACKAGED))
+    assert panel.kvHeadsCombo.currentText() == kv_label(12, 12) and not panel.kvHeadsCombo.isEnabled()
+    assert not panel.variants.windowCheck.isEnabled() and panel.variants.windowSpin.text() == "unknown"
+    assert w.state.config.kv_heads is None  # the toy settings are kept for the toy mode

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.app import MainWindow
 from attndesk.app.panels.parameters import ParametersPanel
 from attndesk.app.panels.variant_controls import UNKNOWN, kv_label
 from attndesk.app.session import session_from_json
@@ -23,26 +22,10 @@ from attndesk.core import run_attention
 from attndesk.core.alibi import alibi_bias, alibi_slopes
 from attndesk.core.config import divisors
 from attndesk.core.rope import rope_frequencies
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from test_app_window import wait_result, window  # noqa: F401  (window: the shown MainWindow, first result drawn)
 
 TIMEOUT_MS = 20000
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass  # the sample sentence's first result
-    yield w
-    dispose(w)
-
-
-def wait_result(qtbot, w, action):
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
-        action()
-    return blocker.args[0]
 
 
 def core_run(w, keep=False):

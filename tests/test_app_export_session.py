@@ -237,7 +237,7 @@ def test_version_1_sessions_still_load(window, tmp_path):
     state = window.state
     assert (state.text, state.key_text, state.cross) == ("a b c", "x y", True)
     assert state.view.colormap == "magma" and not state.view.shared_scale and state.view.target == "mean"
-    assert state.config.embed_dim == 32 and not window.parametersPanel.positionalCheck.isChecked()
+    assert state.config.embed_dim == 32 and window.parametersPanel.positionCombo.currentData() == "none"
     assert window.tokensPanel.keyInput.toPlainText() == "x y" and window.tokensPanel.crossCheck.isChecked()
 
 

@@ -43,7 +43,7 @@ def core_weights(w) -> np.ndarray:
 
 def test_window_contract(window):
     names = ["tokenInput", "embedDimSpin", "hiddenDimSpin", "headsSpin", "maskCombo", "scaleCheck",
-             "positionalCheck", "dropoutSpin", "seedSpin", "deviceCombo", "dtypeCombo", "heatmapView",
+             "positionCombo", "kvHeadsCombo", "windowSpin", "softcapSpin", "dropoutSpin", "seedSpin", "deviceCombo", "dtypeCombo", "heatmapView",
              "timingPanel", "modeCombo", "viewTabs", "trainCheck", "crossCheck"]
     from PySide6.QtWidgets import QWidget
 

@@ -21,6 +21,9 @@ class StageFacts:
     mask: str  # "none", "causal", "causal, window 4096"
     training: bool = False  # eval mode: no dropout
     dropout: float = 0.0
+    position: str = "the model's own"  # "rotary" when the layer rotates Q and K (its own base and scaling)
+    window: int | None = None
+    softcap: float | None = None  # None: read from the layer's capped stage, if it has one
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +80,9 @@ def stage_run(path: str | Path | None, text: str, target: str | None, layer: int
     causal_part = part == "decoder" or (part == "self" and (run.family == "decoder" or run.causal))
     mask = ("causal" if causal_part else "none") + (f", window {window}" if window else "")
     scale = measured_scale(inter)
-    return StageRun(inter, list(tokens), list(keys), StageFacts(scaled=run.scaled, mask=mask), scale,
+    position = "rotary" if inter.q_raw is not None else "the model's own"
+    facts = StageFacts(scaled=run.scaled, mask=mask, position=position, window=window)
+    return StageRun(inter, list(tokens), list(keys), facts, scale,
                     stage_formulas(inter, layer, part, scale, mask), int(layer), part, run.model_name)
 
 

@@ -25,7 +25,7 @@ from .views.stepthrough import StepThroughView
 
 TITLES = {
     STEP_THROUGH_TAB: ("Step-through", "one head's computation, stage by stage"),
-    "positions": ("Positions", "the sinusoidal positional encoding"),
+    "positions": ("Positions", "the sinusoidal positional encoding, and RoPE's score by relative offset"),
     "head-stats": ("Head stats", "entropy, distance and where each head looks"),
     "compare": ("Compare", "pin a result, change anything, see B − A"),
     "rollout": ("Rollout", "pretrained mode: rollout across layers, follow a token"),

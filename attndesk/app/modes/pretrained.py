@@ -80,6 +80,14 @@ EXTRA_TABS: list["TabInstaller"] = [
     install_generation_tab,  # the generation stepper (app/tabs/generate.py), for decoders and encoder-decoders
 ]
 
+# how a model type encodes positions, as the parameters panel names it (the toy model's choices
+# plus what only real models use)
+_OTHER_POSITIONS = {"t5": "relative bias", "mt5": "relative bias", "marian": "sinusoidal"}
+
+
+def _position_of(model_type: str) -> str:
+    return "rope" if model_type in _ROPE_TYPES else _OTHER_POSITIONS.get(model_type, "learned")
+
 
 def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
@@ -237,8 +245,8 @@ class PretrainedMode(QObject, ModeBase):
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
         fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
-                 "position": "rope" if spec.model_type in _ROPE_TYPES else "sinusoidal", "seed": state.config.seed,
-                 "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}
+                 "position": _position_of(spec.model_type), "seed": state.config.seed,
+                 "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}  # None: plain multi-head
         if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
             fixed["mask"] = "causal"
         limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"

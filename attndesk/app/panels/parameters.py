@@ -22,6 +22,7 @@ from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
 
 from ..results import ConfigProblem
 from ..state import WINDOW_MAX, AppState, ModeChoice, PanelView
+from .variant_controls import VARIANT_FIELDS, VariantControls
 
 ERROR_STYLE = "color: #b00020;"
 MIB = 2**20
@@ -82,8 +83,8 @@ class ParametersPanel(QWidget):
         self.headsError = _error_label("headsError")
         self.maskCombo = QComboBox(objectName="maskCombo")
         self.scaleCheck = QCheckBox("Scale scores by 1/√d_k", objectName="scaleCheck")
-        self.positionalCheck = QCheckBox("Positional encoding", objectName="positionalCheck")
-        self.positionalCheck.setToolTip("Add the sinusoidal position encoding to the embeddings")
+        self.variants = VariantControls()  # position, K/V heads, window, soft-cap
+        self.positionCombo, self.kvHeadsCombo = self.variants.positionCombo, self.variants.kvHeadsCombo
         self.dropoutSpin = QDoubleSpinBox(objectName="dropoutSpin", minimum=0.0, maximum=0.95, singleStep=0.05,
                                           decimals=2)
         self.dropoutSpin.setToolTip("Dropout on the attention weights (acts only in training mode)")
@@ -110,10 +111,12 @@ class ParametersPanel(QWidget):
         rows = (("Mode", self.modeCombo), ("Model", self.modelInfo), ("Embedding dim", self.embedDimSpin),
                 ("Heads", self.headsSpin), ("", self.headsError), ("Hidden dim", self.hiddenDimSpin),
                 ("Mask", self.maskCombo), ("Pad to length", self.padToSpin), ("", self.scaleCheck),
-                ("", self.positionalCheck), ("Dropout", self.dropoutSpin), ("", self.trainCheck), ("Seed", self.seedSpin),
+                *[(label, row) for label, row, _name in self.variants.rows()],
+                ("Dropout", self.dropoutSpin), ("", self.trainCheck), ("Seed", self.seedSpin),
                 ("Device", self.deviceCombo), ("Dtype", self.dtypeCombo), ("Memory budget", self.memoryBudgetSpin))
         self._field_errors: dict[str, QLabel] = {}
         fields = {w: name for name, w in self._field_widgets().items() if name != "num_heads"}
+        fields.update({row: name for _label, row, name in self.variants.rows()})
         for label, widget in rows:
             form.addRow(label, widget)
             if widget in fields:  # a size or type refused for this field is said right under it
@@ -147,7 +150,7 @@ class ParametersPanel(QWidget):
             (self.headsSpin.valueChanged, lambda: {"num_heads": self.headsSpin.value()}),
             (self.maskCombo.currentIndexChanged, self._mask_edit),
             (self.scaleCheck.toggled, lambda: {"scaled": self.scaleCheck.isChecked()}),
-            (self.positionalCheck.toggled, self._positional_edit),
+            *self.variants.edits(),
             (self.dropoutSpin.valueChanged, lambda: {"dropout": round(float(self.dropoutSpin.value()), 4)}),
             (self.trainCheck.toggled, lambda: {"training": self.trainCheck.isChecked()}),
             (self.seedSpin.valueChanged, lambda: {"seed": self.seedSpin.value()}),
@@ -164,8 +167,8 @@ class ParametersPanel(QWidget):
 
     def _controls(self) -> list[QWidget]:
         return [self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.maskCombo, self.scaleCheck,
-                self.positionalCheck, self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo,
-                self.dtypeCombo, self.padToSpin, self.memoryBudgetSpin, self.modeCombo]
+                self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo, self.dtypeCombo, self.padToSpin,
+                self.memoryBudgetSpin, self.modeCombo, *self.variants.widgets()]
 
     # -- state -> controls ----------------------------------------------------------------------
     def set_choices(self, choices: list[ModeChoice]) -> None:
@@ -197,7 +200,8 @@ class ParametersPanel(QWidget):
                 w.blockSignals(False)
         fixed = set(self._view.fixed)
         for name, widget in self._field_widgets().items():
-            widget.setEnabled(name not in fixed)
+            if name not in VARIANT_FIELDS:
+                widget.setEnabled(name not in fixed)
         # hidden dim matters only for one head
         self.hiddenDimSpin.setEnabled("hidden_dim" not in fixed and values["num_heads"] == 1)
         self.modelInfo.setText(self._view.info)
@@ -206,9 +210,9 @@ class ParametersPanel(QWidget):
 
     def _field_widgets(self) -> dict[str, QWidget]:
         return {"embed_dim": self.embedDimSpin, "hidden_dim": self.hiddenDimSpin, "num_heads": self.headsSpin,
-                "position": self.positionalCheck, "dropout": self.dropoutSpin, "training": self.trainCheck,
-                "seed": self.seedSpin, "device": self.deviceCombo, "dtype": self.dtypeCombo, "pad_to": self.padToSpin,
-                "memory_budget": self.memoryBudgetSpin}
+                "dropout": self.dropoutSpin, "training": self.trainCheck, "seed": self.seedSpin,
+                "device": self.deviceCombo, "dtype": self.dtypeCombo, "pad_to": self.padToSpin,
+                "memory_budget": self.memoryBudgetSpin, **self.variants.framed()}
 
     def _show_values(self, v: dict[str, Any]) -> None:
         self.embedDimSpin.setValue(int(v["embed_dim"]))
@@ -216,7 +220,8 @@ class ParametersPanel(QWidget):
         self.headsSpin.setValue(int(v["num_heads"]))
         self._show_mask(str(v["mask"]))
         self.scaleCheck.setChecked(bool(v["scaled"]))
-        self.positionalCheck.setChecked(v["position"] != "none")  # RoPE and ALiBi are positions too
+        pretrained = bool(self._view.fixed)  # a real model's architecture: its values, or "unknown"
+        self.variants.show(v, set(VARIANT_FIELDS) - set(self._view.fixed) if pretrained else set(), pretrained)
         self.dropoutSpin.setValue(float(v["dropout"]))
         self.trainCheck.setChecked(bool(v["training"]))
         self.seedSpin.setValue(int(v["seed"]))
@@ -245,12 +250,6 @@ class ParametersPanel(QWidget):
         if self._view.causal_only:
             return {"mask": mask_with_causal(self.state.config.mask, "causal" in chosen)}
         return {"mask": chosen}
-
-    def _positional_edit(self) -> dict[str, Any]:
-        if not self.positionalCheck.isChecked():
-            return {"position": "none"}
-        current = self.state.config.position
-        return {"position": current if current != "none" else "sinusoidal"}
 
     def _on_mode_index(self, index: int) -> None:
         if 0 <= index < len(self._choices):

@@ -1,24 +1,44 @@
-"""The positions tab: the sinusoidal table for the result's length and width, computed as a side
-job (PE . PE^T of 2,048 positions and its display image take longer than one GUI-thread turn)."""
+"""The positions tab: the sinusoidal table and RoPE's relative scores for the result's length and
+widths, computed as a side job (PE . PE^T of 2,048 positions, RoPE's [n, n] scores and their
+display images take longer than one GUI-thread turn)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, QTimer
 
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState
-from ..views.positional import LEARNED, POSITIONS_OFF, PositionalView, position_table
+from ..views.positional import LEARNED, POSITIONS_OFF, ROPE_OFF, PositionalView, tables
 from .base import TabPresenter
 
+ROPE_AFTER_MS = 40  # a paint pass of the first two plots runs in between
+ODD_WIDTH = "RoPE needs an even head width (it turns pairs of dimensions): d_k = {d} has none to show"
 
-def table_size(shown: Shown) -> tuple[int, int, str]:
-    """(positions, dims, note) the tab shows for a result."""
+
+@dataclass(frozen=True)
+class TableSize:
+    """What the tab draws for a result: positions, embedding width, head width, and the notes."""
+
+    length: int
+    dim: int
+    head_dim: int
+    note: str
+    rope_note: str
+
+
+def table_size(shown: Shown) -> TableSize:
     if shown.toy is not None:
         config = shown.toy.result.config
-        return shown.length, int(config.embed_dim), "" if config.positional else POSITIONS_OFF
+        return TableSize(shown.length, int(config.embed_dim), int(config.head_dim),
+                         "" if config.positional else POSITIONS_OFF if config.position == "none"
+                         else f" (this run's positions: {config.position}; the sinusoidal table is shown, not added)",
+                         "" if config.position == "rope" else f"({ROPE_OFF}.)")
     width = int(shown.layers.hidden_states.shape[-1]) if shown.layers is not None else 64
-    return shown.length, width, LEARNED
+    heads = max(1, shown.map.num_heads)
+    return TableSize(shown.length, width, width // heads, LEARNED, "(the toy model's RoPE at this model's head width.)")
 
 
 class PositionsTab(TabPresenter):
@@ -34,13 +54,25 @@ class PositionsTab(TabPresenter):
             self.view.clear()
 
     def show(self, shown: Shown) -> None:  # noqa: A003
-        length, dim, note = table_size(shown)
-        if length <= 0 or dim <= 0:
+        size = table_size(shown)
+        if size.length <= 0 or size.dim <= 0:
             self.view.show_message("type some text to see its positions")
             return
-        if self.view.table is not None and (self.view.table.length, self.view.table.dim) == (length, dim):
-            self.view.show_table(self.view.table, note=note)
+        pe, rope = self.view.table, self.view.rope
+        if (pe is not None and (pe.length, pe.dim) == (size.length, size.dim)
+                and (rope is not None and (rope.head_dim, rope.length) == (size.head_dim, size.length)
+                     or size.head_dim % 2)):
+            self._draw(size, (pe, rope))
             return
-        self.view.show_message(f"computing the table of {length:,} positions × {dim} dims…")
-        self.compute.side.submit("positions", position_table, length, dim,
-                                 done=lambda table: self.view.show_table(table, note=note), scope="shown")
+        self.view.show_message(f"computing the tables of {size.length:,} positions × {size.dim} dims…")
+        self.compute.side.submit("positions", tables, size.length, size.dim, size.head_dim,
+                                 done=lambda both: self._draw(size, both), scope="shown")
+
+    def _draw(self, size: TableSize, both) -> None:
+        """The sinusoidal table, then RoPE's once the first one is painted: the first paint of all
+        four plots in one pass stalled the window ~140 ms at 2,048 positions."""
+        pe, rope = both
+        self.view.show_table(pe, note=size.note)
+        note = size.rope_note if rope is not None else ODD_WIDTH.format(d=size.head_dim)
+        QTimer.singleShot(ROPE_AFTER_MS, self.view,
+                          lambda: self.view.table is pe and self.view.show_rope(rope, note=note))

@@ -96,6 +96,9 @@ class Sandbox:
             "XDG_CACHE_HOME": str(self.cache), "XDG_DATA_HOME": str(self.cache), "TMPDIR": str(self.tmp),
             "ATTNDESK_SETTINGS_ORG": "attndesk-soak", "PYTHONDONTWRITEBYTECODE": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            # importing transformers imports torch._dynamo, which makes its cache folder; a test process
+            # that imported it first exports its own (/tmp/torchinductor_<user>): not the child's
+            "TORCHINDUCTOR_CACHE_DIR": str(self.tmp / "torchinductor"),
         }
 
     def cleanup(self) -> None:

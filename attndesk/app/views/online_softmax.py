@@ -302,12 +302,17 @@ class OnlineSoftmaxView(QWidget):
         return box
 
     def _lay_out(self) -> None:
-        bar = QHBoxLayout()
-        for widget in (QLabel("Head"), self.headCombo, QLabel("block"), self.blockCombo, self.prevButton):
-            bar.addWidget(widget)
-        bar.addWidget(self.stepSlider, 1)
-        bar.addWidget(self.nextButton)
-        bar.addWidget(self.stepLabel)
+        # two rows: in one the controls and the step line made the tab 854 px wide, more than the
+        # window's central area at 1000 px (the other tabs need at most 660)
+        choices = QHBoxLayout()
+        for widget in (QLabel("Head"), self.headCombo, QLabel("block"), self.blockCombo):
+            choices.addWidget(widget)
+        choices.addStretch(1)
+        choices.addWidget(self.stepLabel)
+        steps = QHBoxLayout()
+        steps.addWidget(self.prevButton)
+        steps.addWidget(self.stepSlider, 1)
+        steps.addWidget(self.nextButton)
         top = QSplitter(Qt.Orientation.Horizontal, objectName="onlineTopSplitter")
         top.addWidget(self.plot)
         top.addWidget(self.table)
@@ -323,7 +328,8 @@ class OnlineSoftmaxView(QWidget):
         body.setStretchFactor(1, 1)
         body.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
-        layout.addLayout(bar)
+        layout.addLayout(choices)
+        layout.addLayout(steps)
         layout.addWidget(self.messageLabel)
         layout.addWidget(body, 1)
 

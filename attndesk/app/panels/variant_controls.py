@@ -71,6 +71,12 @@ class VariantControls:
         self.softcapSpin = QDoubleSpinBox(objectName="softcapSpin", minimum=SOFTCAP_MIN, maximum=1e6, decimals=2,
                                           singleStep=0.5)
         self.softcapSpin.setValue(SOFTCAP_SUGGESTED)
+        # the panel's dock is ~340 px wide: a combo as wide as "4 (= heads: plain multi-head)" and a spin
+        # box sized for "2147483647 tokens" pushed every row's right edge under the dock's border
+        self.kvHeadsCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.kvHeadsCombo.setMinimumContentsLength(12)
+        for spin in (self.windowSpin, self.softcapSpin):
+            spin.setMinimumWidth(80)
         self.windowRow = _row("windowRow", self.windowCheck, self.windowSpin)
         self.softcapRow = _row("softcapRow", self.softcapCheck, self.softcapSpin)
         for name, widgets in self.by_field().items():

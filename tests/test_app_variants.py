@@ -78,7 +78,7 @@ def test_kv_heads_offer_the_divisors_and_group_the_heatmaps(qtbot, window):
     wait_result(qtbot, w, lambda: panel.headsSpin.setValue(8))
     combo = panel.kvHeadsCombo
     assert [combo.itemData(i) for i in range(combo.count())] == divisors(8) == [1, 2, 4, 8]
-    assert combo.itemText(0) == "1 (multi-query)" and combo.itemText(3) == "8 (= heads: plain multi-head)"
+    assert combo.itemText(0) == "1 (multi-query)" and combo.itemText(3) == "8 (= heads: plain MHA)"
     assert combo.currentData() == 8 and w.state.config.kv_heads is None  # plain multi-head
     shown = wait_result(qtbot, w, lambda: pick(combo, 2))
     assert w.state.config.kv_heads == 2 and shown.map.kv_heads == 2

@@ -43,10 +43,10 @@ TIPS = {
 def kv_label(kv: int, heads: int) -> str:
     """How a K/V head count reads in the combo."""
     if kv == heads:
-        return f"{kv} (= heads: plain multi-head)"
+        return f"{kv} (= heads: plain MHA)"
     if kv == 1:
         return "1 (multi-query)"
-    return f"{kv} (grouped: {heads // kv} query heads each)"
+    return f"{kv} (grouped, {heads // kv} q each)"
 
 
 def _is_count(value: Any) -> bool:
@@ -71,7 +71,7 @@ class VariantControls:
         self.softcapSpin = QDoubleSpinBox(objectName="softcapSpin", minimum=SOFTCAP_MIN, maximum=1e6, decimals=2,
                                           singleStep=0.5)
         self.softcapSpin.setValue(SOFTCAP_SUGGESTED)
-        # the panel's dock is ~340 px wide: a combo as wide as "4 (= heads: plain multi-head)" and a spin
+        # the panel's dock is ~340 px wide: a combo as wide as its longest label and a spin
         # box sized for "2147483647 tokens" pushed every row's right edge under the dock's border
         self.kvHeadsCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.kvHeadsCombo.setMinimumContentsLength(12)

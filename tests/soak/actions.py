@@ -11,7 +11,7 @@ import math
 import random
 import re
 
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QModelIndex, QPoint, Qt
 from PySide6.QtWidgets import QAbstractItemView, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QTabBar
 
 from . import gestures as g
@@ -198,7 +198,8 @@ class Hands:
     # -- views ------------------------------------------------------------------------------------
     def _table(self, w: QAbstractItemView, rng) -> str:
         model = w.model()
-        rows, cols = (model.rowCount(), model.columnCount()) if model is not None else (0, 0)
+        root = QModelIndex()  # a list model (QListWidget's) takes its parent explicitly in PySide
+        rows, cols = (model.rowCount(root), model.columnCount(root)) if model is not None else (0, 0)
         op = rng.choices(["click", "double", "ctrl-click", "header", "key", "wheel"], weights=[5, 2, 1, 1, 2, 1])[0]
         vp = w.viewport()
         if op in ("click", "double", "ctrl-click") and rows and cols:

@@ -203,11 +203,7 @@ def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from attndesk.core.config import MASK_KINDS, POSITIONS, AttentionConfig
-    from attndesk.core.devices import DEVICE_NAMES, DTYPES
-    from attndesk.render.colormaps import COLORMAPS
 
-    defaults = AttentionConfig()
     parser = _Parser(
         prog="attndesk",
         description="See inside transformer attention. Without a command, opens the desktop window.",
@@ -232,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _input_arguments(render)
+    _real_model_arguments(render)
+    _model_arguments(render)
+    _output_arguments(render)
+    return parser
+
+
+def _input_arguments(render: argparse.ArgumentParser) -> None:
     text = render.add_argument_group("input")
     source = text.add_mutually_exclusive_group()
     source.add_argument("--text", help="the text to attend over (default: the app's sample sentence)")
@@ -240,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--key-text", help="cross-attention: keys/values come from this second text")
     keys.add_argument("--key-text-file", metavar="PATH", help="cross-attention: read the key/value text from a UTF-8 file")
 
+
+def _real_model_arguments(render: argparse.ArgumentParser) -> None:
     real = render.add_argument_group("a real model (instead of the toy model)")
     real.add_argument("--model", metavar="PATH", default=None,
                       help="a local transformers folder (config.json, weights, tokenizer): draws its own attention, "
@@ -249,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument("--layer", type=_non_negative_int, default=None, metavar="N",
                       help="with --model: only layer N (from 0; default every layer)")
 
+
+def _model_arguments(render: argparse.ArgumentParser) -> None:
+    from attndesk.core.config import MASK_KINDS, POSITIONS, AttentionConfig
+    from attndesk.core.devices import DEVICE_NAMES, DTYPES
+
+    defaults = AttentionConfig()
     model = render.add_argument_group("model parameters (as in the window's panel)")
     model.add_argument("--embed-dim", type=_positive_int, default=defaults.embed_dim, help="embedding dimension (default %(default)s)")
     model.add_argument("--hidden-dim", type=_positive_int, default=defaults.hidden_dim, help="hidden dim of the single-head case, --heads 1 (default %(default)s)")
@@ -276,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--no-bias", dest="bias", action="store_false", help="Linear layers without bias")
     model.add_argument("--memory-budget", type=_bytes, default=None, metavar="BYTES", help="memory the weights may take, e.g. 2G (default: derived from RAM)")
 
+
+def _output_arguments(render: argparse.ArgumentParser) -> None:
+    from attndesk.render.colormaps import COLORMAPS
+
     out = render.add_argument_group("output")
     out.add_argument("--out", default="render-out", metavar="DIR", help="folder to write into, created if missing (default %(default)s)")
     out.add_argument("--format", type=_list_of(("png", "svg", "pdf"), "format"), default=["png"], metavar="FMT", help="png, svg or pdf; comma-separated for several (default png)")
@@ -288,7 +304,6 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--dpi", type=_float, default=96.0, help="dots per inch: PNG metadata and the physical size of SVG/PDF; text scales with it (default %(default)g)")
     out.add_argument("--weights", choices=("npy", "csv", "none"), default="none", help="also write the raw weights: npy (all selected heads, exact) or csv (one matrix per file, with token labels)")
     out.add_argument("--region", type=_region, default=None, metavar="Q0:Q1,K0:K1", help="only this block of query rows Q0..Q1-1 and key columns K0..K1-1 (exact values)")
-    return parser
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 from attndesk.core.plan import RunPlan
 from attndesk.core.pretrained import PretrainedResult
 from attndesk.core.result import AttentionResult
+from attndesk.core.timing import TimedRun
 from attndesk.core.types import AttentionMap
 
 from .state import ModeId
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # annotation only: the heatmap widgets' source protocol (pane
 
 
 @dataclass(frozen=True)
-class RunFacts:
+class RunFacts(TimedRun):
     """What the timing panel and the status line say about a run."""
 
     timings: dict[str, float]  # stage -> seconds, in order, then "total"
@@ -41,15 +42,6 @@ class RunFacts:
     peak_bytes: int
     device: str
     dtype: str
-
-    @property
-    def total_seconds(self) -> float:
-        return float(self.timings.get("total", sum(self.timings.values())))
-
-    @property
-    def gflops_per_second(self) -> float:
-        total = self.total_seconds
-        return self.flops / total / 1e9 if total > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -157,14 +157,7 @@ def attend(
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
             _keep(keep, "capped", scores)
-        if bias is not None:
-            _keep(keep, "bias", torch.broadcast_to(bias, scores.shape))
-            in_place = fresh and _no_grad_needed(bias) and _broadcasts_into(bias, scores)
-            scores = scores.add_(bias) if in_place else scores + bias
-        if mask is not None:
-            in_place = fresh and _broadcasts_into(mask, scores)
-            scores = scores.masked_fill_(~mask, float("-inf")) if in_place else scores.masked_fill(~mask, float("-inf"))
-        _keep(keep, "masked", scores)
+        scores = _bias_and_mask(scores, bias, mask, fresh, keep)
         # a row whose keys were all removed attends to nothing; found from the mask and bias
         # (small, or once per call), not by another pass over the scores
         weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias)).to(q.dtype)
@@ -176,6 +169,20 @@ def attend(
         context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
         _keep(keep, "context", context)
     return context, weights
+
+
+def _bias_and_mask(scores: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None, fresh: bool,
+                   keep: Keep | None) -> torch.Tensor:
+    """scores + bias, then -inf where ``mask`` is False; in place when ``fresh`` allows it."""
+    if bias is not None:
+        _keep(keep, "bias", torch.broadcast_to(bias, scores.shape))
+        in_place = fresh and _no_grad_needed(bias) and _broadcasts_into(bias, scores)
+        scores = scores.add_(bias) if in_place else scores + bias
+    if mask is not None:
+        in_place = fresh and _broadcasts_into(mask, scores)
+        scores = scores.masked_fill_(~mask, float("-inf")) if in_place else scores.masked_fill(~mask, float("-inf"))
+    _keep(keep, "masked", scores)
+    return scores
 
 
 def _keep(keep: Keep | None, name: str, tensor: torch.Tensor) -> None:

@@ -181,10 +181,15 @@ def plan_run(
                 return RunPlan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
                                factor=factor, overview_px=min(px, max(lq, lk)), **common)
 
-    # the pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
-    # when even the smallest does not fit (the projections of a huge document alone are over
-    # the budget) shrinking it all the way would only lose detail: it just keeps the overview
-    # itself within a quarter of the budget
+    return _pyramid_plan(config, lq, lk, block_rows, overview_px, common)
+
+
+def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, overview_px: int, common: dict) -> RunPlan:
+    """The pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
+    when even the smallest does not fit (the projections of a huge document alone are over the
+    budget) shrinking it all the way would only lose detail: it just keeps the overview itself
+    within a quarter of the budget."""
+    h, budget = config.num_heads, config.budget_bytes
     floor = min(MIN_OVERVIEW_PX, overview_px)
 
     def sized(px: int) -> tuple[int, int, int]:
@@ -200,7 +205,8 @@ def plan_run(
     while px > floor and (peak > budget if fits_at_all else _pyramid_bytes(h, lq, lk, factor) > budget // 4):
         px //= 2
         factor, rows, peak = sized(px)
-    return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor, overview_px=min(px, max(lq, lk)), **common)
+    return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor,
+                   overview_px=min(px, max(lq, lk)), **common)
 
 
 def check_memory(plan: RunPlan, config: AttentionConfig) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .alibi import alibi_slopes
 from .config import AttentionConfig
+from .timing import TimedRun
 from .types import MEAN, AttentionMap, Head, Intermediates
 
 if TYPE_CHECKING:  # only for annotations: result.py stays import-light
@@ -22,7 +23,7 @@ OVERVIEW = "overview"
 
 
 @dataclass
-class AttentionResult:
+class AttentionResult(TimedRun):
     """Everything a view needs to draw one run.
 
     Shapes (batch of one, L query tokens, Lk key tokens, H heads, E embed dim):
@@ -86,25 +87,12 @@ class AttentionResult:
 
     def weight_at(self, head: Head, q: int, k: int) -> float:
         """The exact weight of query q on key k for ``head`` (an int, or MEAN over heads)."""
-        if self.exact is not None and not self.exact_weights:
-            return self.exact.value(head, q, k)
-        if head == MEAN:
-            return float(self.weights[:, q, k].astype(np.float64).mean())
-        return float(self.weights[int(head), q, k])
+        return AttentionMap.weight_at(self, head, q, k)  # the same fields: weights, exact, exact_weights
 
     @property
     def keys(self) -> list[str]:
         """Token labels of the key axis (the query tokens for self-attention)."""
         return self.key_tokens if self.key_tokens is not None else self.tokens
-
-    @property
-    def total_seconds(self) -> float:
-        return float(self.timings.get("total", sum(self.timings.values())))
-
-    @property
-    def gflops_per_second(self) -> float:
-        total = self.total_seconds
-        return self.flops / total / 1e9 if total > 0 else 0.0
 
     def attention_map(self) -> AttentionMap:
         """These weights as the map the window, the renderer and the CLI draw."""

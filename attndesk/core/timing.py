@@ -12,6 +12,23 @@ from .devices import synchronize
 from .errors import Cancelled
 
 
+class TimedRun:
+    """What a run's ``timings`` (stage -> seconds, maybe "total") and ``flops`` say: for the
+    results of the core and the facts the window shows."""
+
+    timings: dict[str, float]
+    flops: int
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self.timings.get("total", sum(self.timings.values())))
+
+    @property
+    def gflops_per_second(self) -> float:
+        total = self.total_seconds
+        return self.flops / total / 1e9 if total > 0 else 0.0
+
+
 class StageTimer:
     """Accumulates seconds per named stage, in first-seen order.
 

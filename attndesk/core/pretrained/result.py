@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..timing import TimedRun
 from ..types import AttentionMap, Intermediates
 
 PART_TITLES = {"self": "", "decoder": "decoder self-attention", "cross": "cross-attention"}
@@ -41,7 +42,7 @@ class NextToken:
 
 
 @dataclass
-class PretrainedResult:
+class PretrainedResult(TimedRun):
     """Everything a view needs to draw one real-model run (N layers, H query heads, L tokens).
 
     ``weights`` [N, H, L, L] float32: the self-attention of an encoder or decoder, or the
@@ -114,10 +115,6 @@ class PretrainedResult:
     def keys(self) -> list[str]:
         """Key-axis labels of the self-attention (the tokens)."""
         return self.tokens
-
-    @property
-    def total_seconds(self) -> float:
-        return float(self.timings.get("total", sum(self.timings.values())))
 
     @property
     def altered(self) -> bool:

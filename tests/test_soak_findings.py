@@ -273,3 +273,21 @@ def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_
         assert not QImage(str(grid)).isNull()
     finally:
         dispose(w)
+
+
+def test_head_stats_scatter_of_identical_heads_cannot_zoom_to_nan(qtbot):
+    """Soak (seed 777, 600 s): heads that attend alike put every point on one spot, the auto
+    range was ~1e-15 wide, and wheel / drag on the scatter raised "Cannot set range [nan, nan]"."""
+    view = HeadStatsView()
+    qtbot.addWidget(view)
+    view.resize(900, 500)
+    view.show()
+    qtbot.waitExposed(view)
+    view.set_statistics(layer_statistics(np.full((1, 4, 2, 2), 0.5, np.float32)), (2, 2))
+    box = view.scatter.getPlotItem().vb
+    qtbot.waitUntil(lambda: box.viewRange()[0][0] > 0.4, timeout=5000)  # the auto range around the one spot
+    for _ in range(200):  # what a long run of wheel-ins does
+        box.scaleBy(s=[0.5, 0.5])
+    (x0, x1), (y0, y1) = box.viewRange()
+    assert np.isfinite([x0, x1, y0, y1]).all() and x1 - x0 >= 0.0099 and y1 - y0 >= 0.0099
+    assert x0 <= 0.5 <= x1 and y0 <= np.log(2) <= y1  # the one spot stays in view

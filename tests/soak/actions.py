@@ -12,7 +12,7 @@ import random
 import re
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt
-from PySide6.QtWidgets import QAbstractItemView, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QTabBar
+from PySide6.QtWidgets import QAbstractItemView, QComboBox, QDoubleSpinBox, QLineEdit, QListView, QSpinBox, QTabBar
 
 from . import gestures as g
 from .controls import Control
@@ -199,7 +199,10 @@ class Hands:
     def _table(self, w: QAbstractItemView, rng) -> str:
         model = w.model()
         root = QModelIndex()  # a list model (QListWidget's) takes its parent explicitly in PySide
-        rows, cols = (model.rowCount(root), model.columnCount(root)) if model is not None else (0, 0)
+        if model is None:
+            rows, cols = 0, 0
+        else:  # a list view's model has one column (QListWidget's hides columnCount from Python)
+            rows, cols = model.rowCount(root), 1 if isinstance(w, QListView) else model.columnCount(root)
         op = rng.choices(["click", "double", "ctrl-click", "header", "key", "wheel"], weights=[5, 2, 1, 1, 2, 1])[0]
         vp = w.viewport()
         if op in ("click", "double", "ctrl-click") and rows and cols:

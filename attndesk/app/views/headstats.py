@@ -34,6 +34,8 @@ ROLE_SORT = Qt.ItemDataRole.UserRole
 ROLE_KEY = Qt.ItemDataRole.UserRole + 1
 
 
+MIN_SPAN = 0.01  # the scatter never shows less than this many tokens / nats across
+
 class _NumberItem(QTableWidgetItem):
     """Shows a rounded number, sorts by the exact one."""
 
@@ -87,6 +89,9 @@ class HeadStatsView(QWidget):
         self.scatter.setLabel("left", "mean row entropy (nats)")
         self.scatter.setTitle("one point per head", color="#333", size="9pt")
         self.scatter.setMenuEnabled(False)
+        # heads that all attend alike (uniform rows, one token) put every point on one spot: the
+        # auto range is then ~1e-15 wide and the wheel zoomed it to a singular, NaN range (soak, seed 777)
+        self.scatter.getPlotItem().vb.setLimits(minXRange=MIN_SPAN, minYRange=MIN_SPAN)
         self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
         self.points.sigClicked.connect(self._on_point_clicked)
         self.points.setToolTip("click a point to select its head")

@@ -28,3 +28,15 @@ def fresh_settings():
     yield
     settings.clear()
     settings.sync()
+
+
+def shown_window(qtbot, size: tuple[int, int] = (1300, 850), timeout_ms: int = 120000):
+    """A fresh MainWindow (no restored session) of ``size``, shown, with its first result drawn."""
+    from attndesk.app.main_window import MainWindow
+
+    w = MainWindow(restore=False)
+    w.resize(*size)
+    w.show()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=timeout_ms):
+        pass  # the first result of the sample sentence
+    return w

@@ -12,22 +12,17 @@ import torch.nn.functional as F
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 
-from attndesk.app import MainWindow
 from attndesk.core import run_attention
 from attndesk.core.kvcache import CACHE_LENGTHS, kv_cache_table, window_cache_row
 from attndesk.core.memory import format_bytes
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 30000
 
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         w.state.set_config(num_heads=4, embed_dim=32, mask="causal")
     w.state.view.tab = "compare"

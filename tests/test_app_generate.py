@@ -18,7 +18,7 @@ from attndesk.app.ablation_effect import ablation_effect
 from attndesk.app.tabs.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.views.generate import ALL_LAYERS
 from attndesk.core.pretrained import Generator, encode, load_pretrained, run_pretrained
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build, eager
 
 TIMEOUT_MS = 60000
@@ -43,11 +43,7 @@ def stepper(w) -> GenerationTab:
 
 def open_generate_tab(qtbot, folder, text: str = TEXT) -> MainWindow:
     """A shown window with ``folder``'s model run on ``text`` and the Generate tab on screen."""
-    w = MainWindow(restore=False)
-    w.resize(1400, 900)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
         w.state.text = text
         assert w.pretrained.open_folder(folder)

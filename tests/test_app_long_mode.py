@@ -13,7 +13,6 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
-from attndesk.app import MainWindow
 from attndesk.app.export_dialog import perform_export
 from attndesk.app.modes.toy import toy_run
 from attndesk.app.plans import describe_plan, needs_explicit_run
@@ -22,7 +21,7 @@ from attndesk.app.panels.heatmaps import format_weight
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.pipeline import plan_text
 from attndesk.render.export import ExportError
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 30000
 MiB = 2**20
@@ -37,11 +36,7 @@ def document(n_words: int, seed: int = 0) -> str:
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass  # the sample sentence
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     dispose(w)
 

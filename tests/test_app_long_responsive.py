@@ -14,9 +14,8 @@ import time
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 
-from attndesk.app import MainWindow
 from attndesk.app.panels.long_source import PyramidHeatmapSource
-from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
+from app_helpers import fresh_settings, shown_window  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000
 MiB = 2**20
@@ -35,11 +34,7 @@ def document(n_words: int, seed: int) -> str:
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass  # the sample sentence
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     w.close()
     w.deleteLater()

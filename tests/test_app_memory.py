@@ -13,8 +13,7 @@ import gc
 import psutil
 import pytest
 
-from attndesk.app.main_window import MainWindow
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 120000
 ALLOWANCE_MIB = 256  # torch's kernel caches for the larger shapes, Qt's and Python's own heaps
@@ -22,11 +21,7 @@ ALLOWANCE_MIB = 256  # torch's kernel caches for the larger shapes, Qt's and Pyt
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1400, 900)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
     yield w
     dispose(w)
 

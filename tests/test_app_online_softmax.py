@@ -10,11 +10,10 @@ import torch
 import torch.nn.functional as F
 from PySide6.QtCore import Qt
 
-from attndesk.app import MainWindow
 from attndesk.app.state import PACKAGED
 from attndesk.app.views.online_softmax import PRINT_DIGITS
 from attndesk.core import run_attention
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 20000
 TAB = "online-softmax"
@@ -22,11 +21,7 @@ TAB = "online-softmax"
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     dispose(w)
 

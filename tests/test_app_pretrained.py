@@ -15,7 +15,7 @@ from attndesk.app import MainWindow
 from attndesk.app.state import PACKAGED, TOY
 from attndesk.app.session import SessionError
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 60000
 TEXT = "The cat sat on the mat."
@@ -48,11 +48,7 @@ def select_mode(w, mode) -> None:
 
 @pytest.fixture
 def toy_window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     dispose(w)
 

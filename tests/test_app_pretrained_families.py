@@ -21,7 +21,7 @@ from attndesk.app.modes.pretrained import GRID_TAB
 from attndesk.app.pretrained_parts import NO_CROSS_ROLLOUT
 from attndesk.app.state import TOY
 from attndesk.core.pretrained import clear_cache, load_pretrained, run_pretrained
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
 
 TIMEOUT_MS = 60000
@@ -37,11 +37,7 @@ def folders(tmp_path_factory):
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     w.state.text = TEXT
     yield w
     dispose(w)

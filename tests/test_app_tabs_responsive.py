@@ -14,9 +14,8 @@ import time
 import pytest
 from PySide6.QtCore import Qt, QTimer
 
-from attndesk.app.main_window import MainWindow
 from attndesk.app.state import PACKAGED
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 120000
 LIMIT_S = 0.100
@@ -53,11 +52,7 @@ def assert_smooth(qtbot, label: str, attempt) -> None:
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1400, 900)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
     yield w
     dispose(w)
 

@@ -17,18 +17,14 @@ from attndesk.app.worker import running_threads
 from attndesk.core import run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
 from attndesk.core.statistics import head_statistics
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 TIMEOUT_MS = 20000
 
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     dispose(w)
 

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent
 
-from attndesk.app import MainWindow
 from attndesk.app.state import PACKAGED
 from attndesk.core.pretrained import load_pretrained
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.statistics import layer_statistics
-from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
+from app_helpers import fresh_settings, shown_window  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000
 TEXT = "The cat sat on the mat."
@@ -27,11 +26,7 @@ def model():
 
 @pytest.fixture
 def window(qtbot, model):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
 
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None):
         w.state.text = TEXT

@@ -8,8 +8,7 @@ import random
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent
 
-from attndesk.app import MainWindow
-from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
+from app_helpers import fresh_settings, shown_window  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 30000
 MiB = 2**20
@@ -18,11 +17,7 @@ WORDS = "the cat sat on a mat because it was tired and then the dog ran far away
 
 @pytest.fixture
 def window(qtbot):
-    w = MainWindow(restore=False)
-    w.resize(1300, 850)
-    w.show()
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        pass  # the sample sentence
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     yield w
     w.close()
     w.deleteLater()

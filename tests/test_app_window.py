@@ -282,6 +282,27 @@ def test_closing_during_a_long_run_exits_cleanly(qtbot, qtlog):
     assert not any("Destroyed while thread" in rec.message for rec in qtlog.records)
 
 
+def test_quit_hides_the_window_before_waiting_for_a_busy_job(qtbot, window):
+    """A job's current step cannot be interrupted (one torch call): Quit makes the window
+    disappear at once and joins the worker behind it."""
+    import threading
+
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    def step():  # one long uninterruptible step (it never asks whether it should stop)
+        started.set()
+        release.wait(10)
+
+    window.compute.side.submit("busy", step, done=lambda _r: None, scope=None)
+    assert started.wait(10)
+    watcher = threading.Timer(0.3, lambda: (seen.append(window.isVisible()), release.set()))
+    watcher.start()
+    window.close()  # returns once the step ended
+    watcher.join()
+    assert seen == [False], "the window stayed on screen while Quit waited for the worker"
+    assert running_threads() == []
+
+
 def test_cancel_keeps_the_previous_result(qtbot, window):
     before = window.displayed_result()
     with qtbot.waitSignal(window.compute.runner.started, timeout=TIMEOUT_MS):

@@ -233,3 +233,20 @@ def test_core_imports_without_qt():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_the_toy_model_cache_keeps_what_fits_half_the_memory_budget():
+    """A toy model may be as large as the budget: the cache keeps the newest, and older ones only
+    while together they fit in half the budget (at most four)."""
+    from attndesk.core import pipeline
+
+    pipeline._models.clear()
+    small = AttentionConfig(embed_dim=64, num_heads=4, vocab_size=4096)
+    model_bytes = sum(p.numel() * p.element_size() for p in pipeline.build_model(small, torch.device("cpu")).parameters())
+    for seed in range(1, 6):
+        pipeline.build_model(small.replace(seed=seed), torch.device("cpu"))
+    assert len(pipeline._models) == 4  # all fit: the count bounds them
+    tight = small.replace(seed=99, memory_budget=3 * model_bytes)  # half of it holds one model
+    newest = pipeline.build_model(tight, torch.device("cpu"))
+    assert list(pipeline._models.values()) == [newest]
+    pipeline._models.clear()

@@ -127,6 +127,26 @@ def test_too_large_for_the_memory_budget(tiny):
         load_pretrained(tiny, memory_budget=2**20)
 
 
+def test_the_session_cache_keeps_the_models_that_fit_the_budget_together(bert_folder, tmp_path):
+    """Each folder opened stays loaded for quick switching, while the models kept fit the memory
+    budget together: the least recently used go first, the newest always stays."""
+    from attndesk.core.pretrained.loader import is_loaded
+
+    folders = []
+    for name in ("one", "two", "three"):
+        shutil.copytree(bert_folder, tmp_path / name)
+        folders.append(tmp_path / name)
+    size = read_spec(folders[0]).float32_bytes
+    budget = 2 * size + size // 2  # room for two of them
+    first = load_pretrained(folders[0], memory_budget=budget)
+    load_pretrained(folders[1], memory_budget=budget)
+    assert load_pretrained(folders[0], memory_budget=budget) is first  # cached, and now the most recent
+    load_pretrained(folders[2], memory_budget=budget)
+    assert [is_loaded(f) for f in folders] == [True, False, True]
+    load_pretrained(folders[1], memory_budget=size)  # a budget for one: only the newest is kept
+    assert [is_loaded(f) for f in folders] == [False, True, False]
+
+
 def test_nan_weights_are_refused(tiny):
     from safetensors.torch import load_file, save_file
 

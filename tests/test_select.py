@@ -129,6 +129,23 @@ def test_drop_keys_renormalises_or_records_the_hidden_mass():
         select.drop_keys(m, range(7), renormalise=True)
 
 
+def test_hiding_a_key_makes_one_copy_and_it_must_fit_the_budget_with_the_weights():
+    import tracemalloc
+
+    from attndesk.core.errors import ConfigError
+
+    m = _sink_map(heads=4, length=400)  # 2.56 MB of weights, a 2.55 MB copy
+    size = m.weights.nbytes
+    with pytest.raises(ConfigError, match="over the 4.0 MiB memory budget"):
+        select.drop_keys(m, [0], renormalise=True, budget=4 * 2**20)
+    tracemalloc.start()
+    hidden = select.drop_keys(m, [0], renormalise=True, budget=2 * size)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert hidden.weights.shape == (4, 400, 399)
+    assert peak < 1.2 * size, f"{peak / size:.2f} x the weights at peak (one copy expected)"
+
+
 def test_alibi_bias_titles_and_group_labels():
     m = _sink_map(heads=4, length=5)
     m.alibi_slopes = 2.0 ** -np.arange(1, 5)  # Press et al. for 4 heads: 1/2, 1/4, 1/8, 1/16

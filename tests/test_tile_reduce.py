@@ -31,3 +31,22 @@ def test_tile_reduce_equals_a_plain_loop(shape, factor):
     for how in ("all", "any"):
         expected = brute(masked, factor, how) if factor > 1 else masked
         np.testing.assert_array_equal(tile_reduce(masked, factor, how), expected)
+
+
+@pytest.mark.parametrize("how", ["max", "sum", "all"])
+def test_tile_reduce_of_ragged_tiles_never_copies_the_whole_input(how):
+    """A 7,050-token run's overview is 28 x 28 tiles with a short last one: reducing it must not
+    pad (copy) the whole matrix, which may take most of the memory budget."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    weights = rng.random((4, 1001, 1003)).astype(np.float32)
+    if how == "all":
+        weights = weights < 0.9
+    tracemalloc.start()
+    out = tile_reduce(weights, 8, how)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert out.shape == (4, 126, 126)
+    assert peak < 0.3 * weights.nbytes, f"{peak / weights.nbytes:.2f} x the input at peak"
+    np.testing.assert_allclose(out[..., -1, -1], brute(weights[..., -9:, -11:], 8, how)[..., -1, -1], rtol=1e-6)

@@ -135,6 +135,10 @@ class ComputeController(QObject):
     def is_busy(self) -> bool:
         return self._flight is not None and not self._flight.published
 
+    def any_job_running(self) -> bool:
+        """Whether a run or a side job is queued or running (closing then waits for it)."""
+        return self.runner.is_busy() or self.side.any_busy()
+
     def is_pending(self) -> bool:
         """Whether a run is in flight or about to start (a change waits for the next loop turn)."""
         return self._scheduled or self._dirty or self.is_busy()
@@ -409,6 +413,9 @@ class SideJobs(QObject):
     def is_busy(self, channel: str) -> bool:
         ch = self._channels.get(channel)
         return ch is not None and ch.runner.is_busy()
+
+    def any_busy(self) -> bool:
+        return any(ch.runner.is_busy() for ch in self._channels.values())
 
     def on_published(self, shown: Shown) -> None:
         for name, ch in self._channels.items():

@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         self.tokensPanel = TokensPanel(self.state)
         self.parametersPanel = ParametersPanel(self.state)
         self.heatmapPanel = HeatmapPanel()
+        self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
         self.timingPanel = TimingPanel()
         self.viewTabs = QTabWidget(objectName="viewTabs")
         self.viewTabs.setDocumentMode(True)
@@ -438,5 +439,7 @@ class MainWindow(QMainWindow):
             if self._export_dialog is not None:
                 self._export_dialog.close()
             self.status.say("stopping…")
+            if self.compute.any_job_running():
+                self.hide()  # gone at once: joining waits for the cancelled job's current step
             self._shutdown()
         super().closeEvent(event)

@@ -72,9 +72,15 @@ def build_model(config: AttentionConfig, device: torch.device) -> ToyModel:
     model = model.to(device=device, dtype=config.torch_dtype).eval().requires_grad_(False)
     with _models_lock:
         _models[key] = model
-        while len(_models) > 4:
+        # the newest model always stays; older ones while a few fit in half the memory budget
+        # (a toy model may be as large as the budget: four of those would be kept otherwise)
+        while len(_models) > 1 and (len(_models) > 4 or _cached_bytes() > config.budget_bytes // 2):
             _models.popitem(last=False)
     return model
+
+
+def _cached_bytes() -> int:
+    return sum(p.numel() * p.element_size() for m in _models.values() for p in m.parameters())
 
 
 @lru_cache(maxsize=4)

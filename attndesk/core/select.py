@@ -24,6 +24,8 @@ from typing import Literal, Sequence, Union
 
 import numpy as np
 
+from .errors import ConfigError
+from .memory import format_bytes
 from .types import MEAN, AttentionMap, Head
 
 ALL: Literal["all"] = "all"
@@ -198,7 +200,7 @@ def tile_reduce(matrix: np.ndarray, factor: int | tuple[int, int], how: str = "m
     if ignore is not None:
         matrix = np.where(ignore, fill, matrix)
     if how == "max":
-        out = _fold(matrix, fr, fc, "max", fill)
+        out = _fold(matrix, fr, fc, "max")
     else:
         out = _fold(matrix.astype(np.float64 if how == "mean" else matrix.dtype, copy=False), fr, fc, "sum")
     if ignore is None and how != "mean":
@@ -210,25 +212,23 @@ def tile_reduce(matrix: np.ndarray, factor: int | tuple[int, int], how: str = "m
     return out.astype(np.float32) if how == "mean" else out
 
 
-def _fold(a: np.ndarray, fr: int, fc: int, how: str, fill=0) -> np.ndarray:
-    """Pad the last two axes to whole tiles with ``fill`` and reduce rows, then columns (contiguous)."""
-    *lead, rows, cols = a.shape
-    out_r, out_c = -(-rows // fr), -(-cols // fc)
-    if (out_r * fr, out_c * fc) != (rows, cols):
-        pad_fill = True if how == "all" else (False if how == "any" else fill)
-        padded = np.full((*lead, out_r * fr, out_c * fc), pad_fill, dtype=a.dtype)
-        padded[..., :rows, :cols] = a
-        a = padded
+def _fold(a: np.ndarray, fr: int, fc: int, how: str) -> np.ndarray:
+    """Reduce tiles of the last two axes: rows first, then columns. A short last tile simply has
+    fewer cells to combine (as if padded with the reduction's identity). The input is never
+    copied whole: a large run's weights may take most of the memory budget."""
     combine = {"max": np.maximum, "sum": np.add, "all": np.logical_and, "any": np.logical_or}[how]
     # Element-wise over strided views, one tile axis at a time: numpy's max over a short inner axis
     # of [.., R, f, C, f] ran ~6x slower (25 ms for 8 x 512^2 at f=2, a 512-token result's overview).
-    tiles = a.reshape(*lead, out_r, fr, out_c, fc)  # [..., R*fr, C*fc] -> [..., R, fr, C, fc]
-    across = tiles[..., 0, :, :].copy()  # [..., R, C, fc]: the tile rows combined
+    across = a[..., 0::fr, :].copy()  # [..., R, cols]: row 0 of every tile
     for i in range(1, fr):
-        combine(across, tiles[..., i, :, :], out=across)
-    out = across[..., 0].copy()  # [..., R, C]: then the tile columns
+        part = a[..., i::fr, :]  # [..., R or R - 1, cols]: row i of every (long enough) tile
+        rows = across[..., :part.shape[-2], :]
+        combine(rows, part, out=rows)
+    out = across[..., 0::fc].copy()  # [..., R, C]: then the tile columns
     for j in range(1, fc):
-        combine(out, across[..., j], out=out)
+        part = across[..., j::fc]
+        cols = out[..., :part.shape[-1]]
+        combine(cols, part, out=cols)
     return out
 
 
@@ -247,11 +247,14 @@ def _tile_counts(shape: Sequence[int], fr: int, fc: int, ignore: np.ndarray | No
 # derived maps
 
 
-def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool) -> AttentionMap:
+def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool,
+              budget: int | None = None) -> AttentionMap:
     """The map without the key columns ``keys`` (e.g. a decoder's first token, its attention sink).
 
     ``renormalise`` rescales each row to sum to 1 over the keys left (the legend says so);
     otherwise rows keep their weights and ``hidden_mass`` records what went to the hidden keys.
+    The result is a copy of the weights: with ``budget`` (bytes), a ConfigError says so before
+    it is made when the weights and that copy together exceed the budget.
     """
     if map.pyramid is not None:
         raise ValueError("hiding keys needs the exact weights; this run kept only an overview")
@@ -263,12 +266,13 @@ def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool) -> A
     if keep.size == 0:
         raise ValueError("hiding every key would leave nothing to show")
     w = np.asarray(map.weights, dtype=np.float32)
-    kept = w[:, :, keep]  # [H, Lq, Lk']
+    _check_copy_fits(w, keep.size, budget)
+    kept = w[:, :, keep]  # [H, Lq, Lk']: the one copy of the weights this makes
     mass = w[:, :, hidden].sum(axis=-1, dtype=np.float64).astype(np.float32)  # [H, Lq]
     names = ", ".join(repr(map.keys[k]) for k in hidden[:3]) + (" ..." if len(hidden) > 3 else "")
     if renormalise:
-        total = kept.sum(axis=-1, keepdims=True, dtype=np.float64)
-        kept = np.where(total > 0, kept / np.maximum(total, 1e-30), 0.0).astype(np.float32)
+        total = kept.sum(axis=-1, keepdims=True, dtype=np.float64)  # [H, Lq, 1]
+        kept *= np.where(total > 0, 1.0 / np.maximum(total, 1e-30), 0.0).astype(np.float32)  # in place
         legend = (f"{names} hidden, rows renormalised over the other keys (it held "
                   f"{float(mass.mean()):.0%} of each row on average)")
     else:
@@ -279,6 +283,15 @@ def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool) -> A
         hidden_mass=None if renormalise else mass, legend=legend, exact=None,
         file_tag=f"{map.file_tag}_nokey{'-'.join(str(k) for k in hidden)}" if map.file_tag else "",
     )
+
+
+def _check_copy_fits(weights: np.ndarray, kept_keys: int, budget: int | None) -> None:
+    copy = weights.nbytes // max(1, weights.shape[-1]) * kept_keys
+    if budget is not None and weights.nbytes + copy > budget:
+        raise ConfigError(
+            f"hiding keys needs a copy of the weights ({format_bytes(copy)}); with the weights themselves "
+            f"({format_bytes(weights.nbytes)}) that is over the {format_bytes(budget)} memory budget: "
+            "raise the budget or use a shorter text")
 
 
 def alibi_bias(map: AttentionMap, head: Head) -> np.ndarray:

@@ -67,6 +67,9 @@ class Run:
         self.errors = ExceptionMonitor(self.soak.t0, lambda: self.soak.current, on_fatal=self.save)
         self.memory = MemoryWatch(self.soak.t0, lambda: self.soak.current, args.limit_mib * 2**20,
                                   self._over_limit, sampler=self.stall.sample)
+        from .holdings import HighWater
+
+        self.soak.high_water = HighWater(self.memory.rss)
         self.extra: dict = {}
         self.before = {t.ident for t in threading.enumerate()}
 
@@ -133,7 +136,8 @@ class Run:
             "memory": {"limit_mib": self.args.limit_mib, "baseline_mib": self.extra.get("baseline_mib"),
                        "peak_mib": round(mem.peak[0] / 2**20, 1), "peak_t": mem.peak[1],
                        "peak_action": mem.peak[2], "before_checks_mib": self.extra.get("memory_before_checks_mib"),
-                       "return_check": self.extra.get("return_check"), "curve": as_dicts(mem.curve)},
+                       "return_check": self.extra.get("return_check"), "curve": as_dicts(mem.curve),
+                       "high_water": soak.high_water.records},
             "threads": self.extra.get("threads", {}),
             "known_input": self.extra.get("known_input"),
             "coverage": coverage, "statuses": soak.statuses, "file_dialogs": soak.files.calls,

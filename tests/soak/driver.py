@@ -24,6 +24,7 @@ from . import checks
 from .actions import Hands
 from .controls import discover
 from .dialogs import Answerer, FileDialogs
+from .holdings import HighWater
 from .planner import Planner, Step
 from .sandbox import Sandbox
 
@@ -60,6 +61,7 @@ class Soak:
         self.restarts = 0
         self.open_times: list[tuple[float, float]] = []  # (wall, GUI-thread CPU) s to build and show the window
         self.leaks: list[str] = []  # threads still running after the window closed mid-run
+        self.high_water: HighWater | None = None  # set by the child: what memory peaks are made of
         self.planner = Planner(self)
         self._script = {a["step"]: a for a in options.replay or () if "step" in a}
         self._step = 0
@@ -238,6 +240,8 @@ class Soak:
             self.files.clear_forced()
             self._finish(index, detail)
             self._watch_status()
+            if self.high_water is not None:
+                self.high_water.check(self.main, self.now(), index)
 
     def _watch_status(self) -> None:
         if self.main is not None and len(self.statuses) < 1000:

@@ -107,6 +107,10 @@ def memory(reports: list[dict]) -> list[str]:
                 a = _action(r, point["action"])
                 out.append(f"  +{point['rss_mib'] - prev['rss_mib']:.0f} MiB to {point['rss_mib']:.0f} at "
                            f"{point['t']} s after {_short_action(a)}")
+        for mark in m.get("high_water", []):
+            out.append(f"  high-water {mark['rss_mib']:.0f} MiB at {mark['t']} s (action {mark['action']}), "
+                       "the window's largest arrays:")
+            out += [f"    {a['mib']:8.1f} MiB {a['shape']} {a['dtype']} {a['path']}" for a in mark["largest"]]
         out.append("")
     return out
 

@@ -29,6 +29,7 @@ their slope in the title. Each heatmap is a pyqtgraph ``ImageItem`` over the tok
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -190,6 +191,7 @@ class HeatmapPanel(QWidget):
         self._derive_token = 0
         self._log = self._hide_first = self._bias = False
         self._drawn: tuple | None = None  # (heads, shape) the cells show
+        self.memory_budget: Callable[[], int | None] = lambda: None  # bytes a derived copy may share with its run
         self._derived = _Derived(self)
         self._derived.done.connect(self._on_derived)
         self._build_toolbar()
@@ -456,7 +458,8 @@ class HeatmapPanel(QWidget):
         hide, bias = self._wanted(source)
         base = source.base_map
         show = ALIBI_BIAS if bias else WEIGHTS
-        build = lambda: source_for_map(base, hide_first_key=hide, show=show)  # noqa: E731
+        budget = self.memory_budget()
+        build = lambda: source_for_map(base, hide_first_key=hide, show=show, budget=budget)  # noqa: E731
         h, (lq, lk) = base.num_heads, base.shape
         if bias or h * lq * lk <= _SYNC_CELLS:
             try:

@@ -134,11 +134,12 @@ class PyramidHeatmapSource:
 
 
 def source_for_map(map: AttentionMap, max_display: int = MAX_DISPLAY, *, hide_first_key: bool = False,
-                   show: str = WEIGHTS) -> HeatmapSource:
+                   show: str = WEIGHTS, budget: int | None = None) -> HeatmapSource:
     """The heatmap source for any map (call it in a worker: it does the O(H·L·Lk) work).
 
     ``hide_first_key`` drops key 0 (a decoder's attention sink) and renormalises each row over
-    the other keys (the note says so); ``show=ALIBI_BIAS`` draws the ALiBi bias instead.
+    the other keys (the note says so), a copy that must fit ``budget`` bytes together with the
+    weights (ConfigError); ``show=ALIBI_BIAS`` draws the ALiBi bias instead.
     """
     if show == ALIBI_BIAS:
         return BiasSource(map, max_display)
@@ -147,7 +148,8 @@ def source_for_map(map: AttentionMap, max_display: int = MAX_DISPLAY, *, hide_fi
     if map.pyramid is not None:
         return PyramidHeatmapSource(map, max_display)
     if hide_first_key and map.shape[1] > 1:
-        return ExactSource(select.drop_keys(map, [0], renormalise=True), max_display, key_offset=1, base_map=map)
+        hidden = select.drop_keys(map, [0], renormalise=True, budget=budget)
+        return ExactSource(hidden, max_display, key_offset=1, base_map=map)
     return ExactSource(map, max_display)
 
 

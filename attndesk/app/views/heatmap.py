@@ -122,6 +122,10 @@ class MatrixPlot(QWidget):
         self._background = Background(self)
         self.message = QLabel("")
         self.message.setStyleSheet("color: #a33")
+        # wrapped, never wider than the plot: an export error naming a long path must not widen
+        # the plot's column (a relayout and repaint of the whole window)
+        self.message.setWordWrap(True)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.message.hide()
 
         self.left, self.bottom = TokenAxis("left"), TokenAxis("bottom")

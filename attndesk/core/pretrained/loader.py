@@ -147,14 +147,16 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
     folder, torch_device, key = _folder_and_key(path, device)
     report = progress or (lambda fraction, message: None)
     with _models_lock:
-        cached = _models.get(key)
+        cached = _models.pop(key, None)
         if cached is not None:
+            _models[key] = cached  # the most recently used is last: evicted last
             report(1.0, f"{cached.name} (cached)")
             return cached
         start = time.perf_counter()
         report(0.0, "checking the folder")
         spec = read_spec(folder, name=PACKAGED_NAME if path is None or _is_packaged(folder) else None)
-        _check_budget(spec, default_model_budget() if memory_budget is None else int(memory_budget))
+        budget = default_model_budget() if memory_budget is None else int(memory_budget)
+        _check_budget(spec, budget)
         report(0.05, "importing transformers")
         transformers = transformers_offline()
         report(0.3, "reading the tokenizer")
@@ -167,8 +169,17 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         loaded = _assemble(spec, model, tokenizer, torch_device)
         loaded.load_seconds = time.perf_counter() - start
         _models[key] = loaded
+        _evict_to(budget)
         report(1.0, f"loaded {spec.name}")
         return loaded
+
+
+def _evict_to(budget: int) -> None:
+    """Forget the least recently used models until those kept fit ``budget`` together (the newest
+    always stays). A model still in use elsewhere lives on until its user lets it go; its hooks
+    stay, so a run in flight on it is not disturbed."""
+    while len(_models) > 1 and sum(m.spec.float32_bytes for m in _models.values()) > budget:
+        del _models[next(iter(_models))]
 
 
 def _is_packaged(folder: Path) -> bool:

@@ -66,3 +66,33 @@ def test_empty_plot_refuses_export(qtbot, tmp_path):
     qtbot.addWidget(p)
     with pytest.raises(ExportError, match="nothing"):
         p.export(str(tmp_path / "a.png"))
+
+
+def test_zooming_a_matrix_plot_remakes_no_rich_text(qtbot, plot):
+    """pyqtgraph re-sets each axis label's HTML on every range change when the axis may take an
+    SI prefix: 4 axes per plot, ten plots per page, ~700 text-document events in one soak stall.
+    Token axes take no prefix, so a zoom must not touch any text document."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QApplication
+
+    plot.set_matrix(np.random.default_rng(0).random((30, 40)), row_labels=[f"q{i}" for i in range(30)])
+    qtbot.wait(50)
+
+    class Count(QObject):
+        n = 0
+
+        def eventFilter(self, receiver, event):  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.ChildAdded and isinstance(receiver, QTextDocument):
+                Count.n += 1
+            return False
+
+    counter = Count()
+    QApplication.instance().installEventFilter(counter)
+    try:
+        for i in range(1, 11):
+            plot.plot.vb.setRange(xRange=(0, 40 - i), yRange=(0, 30 - i), padding=0)
+            QApplication.processEvents()
+    finally:
+        QApplication.instance().removeEventFilter(counter)
+    assert Count.n == 0

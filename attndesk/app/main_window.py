@@ -38,6 +38,7 @@ from .session import SessionError, load_session, parse_session, save_session, se
 from .settings import SETTINGS_APP, app_settings, settings_org
 from .state import HEATMAPS_TAB, AppState, ModeId
 from .status import StatusModel
+from .styles import restyle
 from .teaching import TeachingTabs
 
 STATE_VERSION = 1
@@ -210,17 +211,21 @@ class MainWindow(QMainWindow):
         self._on_mode(state.mode)
 
     def _show_status(self) -> None:
-        status = self.status
-        self.statusLabel.setText(status.message)
-        self.statusLabel.setStyleSheet(_ERROR_STYLE if status.error else "")
-        self.statusLabel.setToolTip(status.message)
+        """The status line, colour and progress; each widget is touched only when its value changes
+        (progress arrives many times a second: a style sheet re-polishes the label, and a progress
+        bar repaints synchronously, in the same event)."""
+        status, label, bar = self.status, self.statusLabel, self.progressBar
+        if label.text() != status.message:
+            label.setText(status.message)
+            label.setToolTip(status.message)
+        restyle(label, _ERROR_STYLE if status.error else "")
         if status.busy:
-            if status.progress is None:
-                self.progressBar.setRange(0, 0)  # indeterminate until the first progress report
-            else:
-                self.progressBar.setRange(0, 1000)
-                self.progressBar.setValue(int(status.progress * 1000))
-        self.progressBar.setVisible(status.busy)
+            top = 0 if status.progress is None else 100  # indeterminate until the first progress report
+            if bar.maximum() != top:
+                bar.setRange(0, top)
+            if top and bar.value() != int(status.progress * 100):
+                bar.setValue(int(status.progress * 100))
+        bar.setVisible(status.busy)
         self.cancelButton.setVisible(status.busy)
 
     @staticmethod

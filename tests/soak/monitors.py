@@ -168,11 +168,23 @@ def describe(receiver, event) -> str:
     """"EventType -> Class(objectName)", read while the receiver is alive (its event is starting)."""
     try:
         kind = event.type().name
-        name = receiver.objectName()
+        name = receiver.objectName() or _named_ancestor(receiver)
     except (RuntimeError, AttributeError):  # a wrapper PySide6 could not match: say so, touch nothing
         return "?"
     cls = type(receiver).__name__
     return f"{kind} -> {cls}{f'({name})' if name else ''}"
+
+
+def _named_ancestor(obj, levels: int = 6) -> str:
+    """"in <name>" of the nearest named parent (an unnamed QWidget or QTextDocument says little)."""
+    parent = obj.parent() if isinstance(obj, QObject) else None
+    for _ in range(levels):
+        if parent is None:
+            return ""
+        if parent.objectName():
+            return f"in {parent.objectName()}"
+        parent = parent.parent()
+    return ""
 
 
 _FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
@@ -216,6 +228,8 @@ class StallMonitor(QObject):
         self._excl = [0.0, 0.0]  # driver time (wall, cpu) not to be counted as the app's
         self._last = (time.perf_counter(), time.thread_time(), 0.0, 0.0, 0.0)
         self._gap_events = 0
+        self._gap_costs: collections.Counter = collections.Counter()  # event kind -> CPU s in this gap
+        self._gap_kinds: collections.Counter = collections.Counter()  # event kind -> events in this gap
         self._recent: collections.deque = collections.deque(maxlen=64)
         self._samples: list[list[str]] = []
         self._excluding = 0
@@ -259,6 +273,8 @@ class StallMonitor(QObject):
             self._open = None
             self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled())
             self._gap_events = 0
+            self._gap_costs.clear()
+            self._gap_kinds.clear()
 
     # -- events (the application event filter, GUI thread) ---------------------------------------
     def install(self, app: QApplication) -> None:
@@ -271,9 +287,14 @@ class StallMonitor(QObject):
         """Close the previous event's span, open this one's; never consumes the event."""
         if self._paused:
             return False
+        wall, cpu = time.perf_counter(), time.thread_time()
         self._close_open_event()
         self._gap_events += 1
         what = describe(receiver, event)  # now: after its event the receiver may be gone (touching it crashes)
+        self._gap_kinds[what] += 1
+        # this filter's own time is the soak's, not the app's (a tab switch is ~2,000 events)
+        self._excl[0] += time.perf_counter() - wall
+        self._excl[1] += time.thread_time() - cpu
         self._open = (time.perf_counter(), time.thread_time(), self.ticks, self._excl[0], self._excl[1],
                       self._action(), what)
         return False
@@ -287,6 +308,7 @@ class StallMonitor(QObject):
             return  # the heartbeat ran since: the span is not one event's
         wall = time.perf_counter() - start - (self._excl[0] - ex_w)
         cpu = time.thread_time() - cpu0 - (self._excl[1] - ex_c)
+        self._gap_costs[what] += cpu  # up to the next event, nested ones included: a gap's breakdown
         if wall >= RECORD_S or cpu >= RECORD_S:
             stall = Stall("event", round(start - self.t0, 4), round(wall, 4), round(cpu, 4), action,
                           what, stack=self._take_samples(peek=True))
@@ -312,10 +334,21 @@ class StallMonitor(QObject):
             inside = [e for e in self._recent if e.t >= last_wall - self.t0 - 1e-3]
             worst = max(inside, key=lambda e: e.wall, default=None)
             self.gaps.append(Stall("tick", round(last_wall - self.t0, 4), round(wall, 4), round(work, 4),
-                                   self._action(), worst.what if worst else "", self._gap_events,
+                                   self._action(), worst.what if worst else self._breakdown(), self._gap_events,
                                    self._take_samples(), round(blocked, 4)))
         self._gap_events = 0
+        self._gap_costs.clear()
+        self._gap_kinds.clear()
         self._last = (now, cpu, *self._excl, scheduled)
+
+    def _breakdown(self) -> str:
+        """A gap made of many short events: the kinds that took most of its CPU."""
+        top = [(what, cpu) for what, cpu in self._gap_costs.most_common(4) if cpu >= 0.005]
+        most = "; ".join(f"{what} {cpu * 1e3:.0f} ms" for what, cpu in top)
+        if self._gap_events < 300:
+            return most
+        counts = ", ".join(f"{n} x {what}" for what, n in self._gap_kinds.most_common(4))
+        return f"{most}; of {self._gap_events} events: {counts}"
 
     def _scheduled(self) -> float:
         """Seconds the GUI thread has been on a core or runnable (its kernel schedstat), or 0."""

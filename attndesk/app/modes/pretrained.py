@@ -56,6 +56,7 @@ from ..pretrained_views import (
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
+from ..styles import restyle
 from ..tabs.generate import install_generation_tab
 from .base import Assembly, ModeBase, ModeChoice, PanelView
 
@@ -460,7 +461,7 @@ class PretrainedMode(QObject, ModeBase):
         self.summary.setText(text)
         style = _NOTICE_STYLE if run.dropped_tokens else ""
         for label in (self.summary, self.gridSummary):
-            label.setStyleSheet(style)
+            restyle(label, style)
 
     def _update_grid(self) -> None:
         """Rebuild the grid's thumbnails off the GUI thread (layers x heads x L x L to reduce)."""

@@ -45,6 +45,7 @@ from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
 
 from .long_source import source_for_map
+from ..styles import restyle
 from .heatmap_grid import Cell, HeatmapCanvas, cell_levels, masked_path
 from .heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from .token_axis import AxisLabels, label_font
@@ -191,6 +192,7 @@ class HeatmapPanel(QWidget):
         self._derive_token = 0
         self._log = self._hide_first = self._bias = False
         self._drawn: tuple | None = None  # (heads, shape) the cells show
+        self._bar_axis: tuple | None = None  # (ticks, label) the colour bar's axis shows
         self.memory_budget: Callable[[], int | None] = lambda: None  # bytes a derived copy may share with its run
         self._derived = _Derived(self)
         self._derived.done.connect(self._on_derived)
@@ -601,11 +603,13 @@ class HeatmapPanel(QWidget):
         name = "bias" if self._source.value_name == "bias" else "weight"
         if look.log:
             ticks = [(float(e), f"{10.0 ** e:g}") for e in range(int(np.ceil(lo - 1e-9)), int(np.floor(hi + 1e-9)) + 1)]
-            bar.axis.setTicks([ticks])
-            bar.axis.setLabel(f"{name} (log scale)")
+            axis = ([ticks], f"{name} (log scale)")
         else:
-            bar.axis.setTicks(None)
-            bar.axis.setLabel(f"fraction of each head's {'range' if name == 'bias' else 'max'}" if relative else name)
+            axis = (None, f"fraction of each head's {'range' if name == 'bias' else 'max'}" if relative else name)
+        if axis != self._bar_axis:  # a label is a rich-text document: remade only when it changes
+            self._bar_axis = axis
+            bar.axis.setTicks(axis[0])
+            bar.axis.setLabel(axis[1])
 
     def _update_badges(self, source: HeatmapSource) -> None:
         """The toolbar line that says what is special about this picture, and the options it allows."""
@@ -675,7 +679,7 @@ class HeatmapPanel(QWidget):
             c.highlight.setRect(QRectF(k, q, 1, 1))
             c.highlight.show()
         text = readout_text(self._source, cell.head, q, k)
-        self.readout.setStyleSheet("")
+        restyle(self.readout, "")
         self.readout.setText(text)
         self.hovered.emit(text)
         self.cellHovered.emit(cell.head, q, k)
@@ -691,7 +695,7 @@ class HeatmapPanel(QWidget):
         self.hoverLeft.emit()
 
     def _show_hint(self) -> None:
-        self.readout.setStyleSheet("color: #888;")
+        restyle(self.readout, "color: #888;")
         self.readout.setText(HINT)
 
     @Slot(object)

@@ -22,6 +22,7 @@ from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
 
 from ..results import ConfigProblem
 from ..state import WINDOW_MAX, AppState, ModeChoice, PanelView
+from ..styles import restyle
 from .variant_controls import VARIANT_FIELDS, VariantControls
 
 ERROR_STYLE = "color: #b00020;"
@@ -281,7 +282,7 @@ class ParametersPanel(QWidget):
         field = None if problem is None or heads_msg else problem.field
         for name, widget in self._field_widgets().items():
             bad = bool(heads_msg) if name == "num_heads" else name == field
-            widget.setStyleSheet(f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if bad else "")
+            restyle(widget, f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if bad else "")
         for name, label in self._field_errors.items():
             label.setText(message if name == field else "")
             label.setVisible(name == field)

@@ -49,6 +49,8 @@ class TokenAxis(pg.AxisItem):
 
     def __init__(self, orientation: str, font_px: int = 10) -> None:
         super().__init__(orientation)
+        # tokens take no SI prefix; left on, every range change re-sets the (empty) label's rich text
+        self.enableAutoSIPrefix(False)
         self._labels: list[str] = []
         self._widest = 0.0
         self._font = label_font(font_px)

@@ -132,6 +132,8 @@ class MatrixPlot(QWidget):
         self.graphics = pg.PlotWidget(axisItems={"left": self.left, "bottom": self.bottom})
         self.graphics.setBackground("w")
         self.plot = self.graphics.getPlotItem()
+        for hidden in ("top", "right"):  # as TokenAxis: no label to prefix, no rich text remade per range change
+            self.plot.getAxis(hidden).enableAutoSIPrefix(False)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.invertY(True)  # row 0 at the top, like a matrix

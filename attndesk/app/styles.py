@@ -1,0 +1,16 @@
+"""Style sheets applied only when they change.
+
+``setStyleSheet`` re-polishes the widget (and its children) and queues a relayout and repaint
+even when the sheet is the same: called on every status update, hover or parameter change, such
+calls added up to 100-170 ms of GUI-thread work in one event (soak, issue 9).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QWidget
+
+
+def restyle(widget: QWidget, sheet: str) -> None:
+    """Give ``widget`` the style sheet ``sheet`` unless it has it already."""
+    if widget.styleSheet() != sheet:
+        widget.setStyleSheet(sheet)

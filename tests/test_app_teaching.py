@@ -113,6 +113,39 @@ def test_returning_to_the_step_through_shows_its_plots_one_per_event_loop_turn(q
     assert {id(p): p.geometry() for p in drawn} == places
 
 
+def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, window):
+    """Ten plots resized in one event took 110-140 ms (a dock shown, the window resized): the
+    plots keep a fixed size, re-fitted one per event-loop turn, and only when they no longer fit
+    or the room grew by more than 8 %."""
+    from PySide6.QtWidgets import QApplication
+
+    view = window.teaching.stepThroughView
+    with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(view)
+    shown = [p for p in view.plots.values() if p.isVisible()]
+
+    def refit(width_change: int):
+        before = shown[0].size()
+        assert all(p.size() == before for p in shown)
+        window.resize(window.width() + width_change, window.height())
+        QApplication.processEvents()
+        assert sum(p.size() == before for p in shown) > len(shown) // 2, "every plot was resized in one event"
+        qtbot.waitUntil(lambda: all(p.size() == shown[0].size() != before for p in shown), timeout=5000)
+        return before, shown[0].size()
+
+    small, large = refit(+500)  # much more room: the plots grow, one per turn
+    assert large.width() > small.width()
+    window.resize(window.width() + 20, window.height())  # a little more: nothing moves
+    QApplication.processEvents()
+    qtbot.wait(50)
+    assert all(p.size() == large for p in shown)
+    _, smaller = refit(-250)  # less room: they no longer fit, so they shrink at once (one per turn)
+    assert smaller.width() < large.width()
+    strip = view.scroll.widget()
+    right = max(p.mapTo(strip, p.rect().bottomRight()).x() for p in shown)
+    assert right <= view.scroll.viewport().width()  # they fit again, without scrolling sideways
+
+
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
     tabs = window.teaching
     threads = []

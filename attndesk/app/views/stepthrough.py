@@ -12,18 +12,20 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from .heatmap import MatrixPlot, PreparedMatrix
+from .staggered import Staggered
 from .stages import (
     ALL_STAGES, EXPLAINED, PER_HEAD, SQUARE, STAGES, CellArithmetic, angle_readout, arithmetic_lines, cell_arithmetic, formula,
     kv_head_of, layer_scale, stage_images, stage_matrix_of, stages_of, variant_words,
 )
 
 PER_ROW = 5  # stages per row of the strip
+ARROW_WIDTH, SPACING = 20, 2  # px of the arrow between two stages, and of the grid's spacing
 
 
 def _stage(inter, name: str) -> np.ndarray:
@@ -48,7 +50,6 @@ class StepThroughView(QWidget):
         self._head = 0
         self._preparer = None
         self._queue: list[tuple] = []  # stages still to draw, one per event-loop turn
-        self._veiled: list[MatrixPlot] = []  # drawn plots hidden with the tab, shown again one per turn
 
         self.headSpin = QSpinBox()
         self.headSpin.setObjectName("stepHeadSpin")
@@ -66,9 +67,8 @@ class StepThroughView(QWidget):
         self.arithmeticLabel.setMinimumHeight(8 * self.arithmeticLabel.fontMetrics().lineSpacing() + 4)
         self.arithmeticLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
 
-        strip = self._build_strip()
         self.scroll = QScrollArea()
-        self.scroll.setWidget(strip)
+        self.scroll.setWidget(self._build_strip())
         self.scroll.setWidgetResizable(True)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -90,7 +90,7 @@ class StepThroughView(QWidget):
         # row 1 builds Q, K, V and the scores, the next rows turn them into weights and the output
         self._grid = QGridLayout(strip)
         self._grid.setContentsMargins(0, 0, 0, 0)
-        self._grid.setHorizontalSpacing(2)
+        self._grid.setHorizontalSpacing(SPACING)
         for name in ALL_STAGES:
             plot = MatrixPlot(name)
             plot.setObjectName(f"stage_{name}")
@@ -100,13 +100,12 @@ class StepThroughView(QWidget):
             plot.title.setWordWrap(False)
             plot.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             plot.hide()
-            # a plot hidden while the tab is away keeps its place: revealing it moves nothing else
-            policy = plot.sizePolicy()
-            policy.setRetainSizeWhenHidden(True)
-            plot.setSizePolicy(policy)
+            Staggered.keep_place(plot)
             self.plots[name] = plot
         self._arrows: list[QLabel] = []
         self._arranged: tuple[str, ...] = ()
+        self._staggered = Staggered(self, self.scroll, self._grid, lambda: [self.plots[n] for n in self._arranged],
+                                    per_row=PER_ROW, gap=ARROW_WIDTH + 2 * SPACING, minimum=QSize(160, 190))
         self._arrange(STAGES)
         self.plots["weights"].cellHovered.connect(self.hover_weight)
         self.plots["weights"].hoverLeft.connect(self.clear_hover)
@@ -137,35 +136,11 @@ class StepThroughView(QWidget):
                 arrow = QLabel("→" if col < PER_ROW - 1 else "↩")
                 arrow.setToolTip("the next stage" if col < PER_ROW - 1 else "continues on the next row")
                 arrow.setStyleSheet("font-size: 18px; color: #666")
+                arrow.setFixedWidth(ARROW_WIDTH)
                 self._grid.addWidget(arrow, row, 2 * col + 1)
                 self._arrows.append(arrow)
         self._arranged = names
-
-    # -- showing the tab ----------------------------------------------------------------------------
-    def hideEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        """Hide the drawn plots with the tab: shown together again they would all be resized and
-        painted in one event (10 plots: 130-190 ms of GUI-thread work even for 7 tokens)."""
-        super().hideEvent(event)
-        if event.spontaneous():
-            return  # the whole window was minimised: nothing to stagger
-        self._veiled += [p for p in self.plots.values() if not p.isHidden() and p not in self._veiled]
-        for plot in self._veiled:
-            plot.hide()
-
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        super().showEvent(event)
-        if self._veiled:
-            QTimer.singleShot(1, self, self._reveal_next)  # 1 ms: a zero timer runs in the same pass
-
-    def _reveal_next(self) -> None:
-        """Show one veiled plot per event-loop turn (while the tab is on screen)."""
-        if not self._veiled or not self.isVisible():
-            return
-        plot = self._veiled.pop(0)
-        if plot.objectName().removeprefix("stage_") in self._arranged:
-            plot.show()
-        if self._veiled:
-            QTimer.singleShot(1, self, self._reveal_next)
+        self._staggered.fit_now()
 
     def stages(self) -> tuple[str, ...]:
         """The stages the strip shows now, in order."""

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from attndesk.core.pretrained import GenerationStep
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from .plot_axes import without_si_prefix
 
 ALL_LAYERS = -1  # the layer combo's "every layer × head" entry
 PARTS = (("self", "decoder self-attention"), ("cross", "cross-attention (source tokens)"))
@@ -104,7 +105,7 @@ class TopTokenBars(pg.PlotWidget):
         self.item.invertY(True)
         self.item.setMouseEnabled(False, False)
         self.item.setLabel("bottom", "probability")
-        self.item.getAxis("bottom").enableAutoSIPrefix(False)
+        without_si_prefix(self.item)
         self.tokens: list[str] = []
         self.probs = np.zeros(0, np.float32)
         self._bars: pg.BarGraphItem | None = None

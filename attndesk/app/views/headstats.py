@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
 from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
 from attndesk.render.export import ExportError, atomic_write
 
+from .plot_axes import without_si_prefix
+
 # (field, header, tooltip)
 COLUMNS = (
     ("layer", "layer", "encoder layer (pretrained mode)"),
@@ -83,6 +85,7 @@ class HeadStatsView(QWidget):
         self.table.horizontalHeader().sectionClicked.connect(self._on_header_clicked)
 
         self.scatter = pg.PlotWidget()
+        without_si_prefix(self.scatter.getPlotItem())
         self.scatter.setObjectName("headStatsScatter")
         self.scatter.setBackground("w")
         self.scatter.setLabel("bottom", "mean attention distance (tokens)")
@@ -222,21 +225,21 @@ class HeadStatsView(QWidget):
         self._fit_table()
 
     def _fill_scatter(self) -> None:
-        spots, names = [], []
-        layers = 1 + max((s.layer for s in self._stats if s.layer is not None), default=0)
-        cmap = pg.colormap.get("viridis")
+        stats = [s for s in self._stats if np.isfinite(s.mean_distance) and np.isfinite(s.entropy)]
+        layers = 1 + max((s.layer for s in stats if s.layer is not None), default=0)
+        # colour by layer, early layers dark, late layers yellow: one brush per layer, not per point
+        colours = pg.colormap.get("viridis").map(np.linspace(0.0, 1.0, layers), mode="qcolor")
+        brushes = [pg.mkBrush(c) for c in colours]
+        plain = self.points.opts["brush"]
         labelled = len(self._stats) <= 16  # beyond that the names would pile up; hover/click instead
-        for s in self._stats:
-            if not (np.isfinite(s.mean_distance) and np.isfinite(s.entropy)):
-                continue
-            spot = {"pos": (s.mean_distance, s.entropy), "data": (s.layer, s.head)}
-            if s.layer is not None:  # colour by layer: early layers dark, late layers yellow
-                spot["brush"] = pg.mkBrush(cmap.map(s.layer / max(1, layers - 1), mode="qcolor"))
-            spots.append(spot)
-            if labelled:
-                names.append((f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy))
+        names = [(f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy)
+                 for s in stats] if labelled else []
         self._place_labels(names)
-        self.points.setData(spots)
+        keys = np.empty(len(stats), dtype=object)  # one (layer, head) per point (a list would become 2-D)
+        for i, s in enumerate(stats):
+            keys[i] = (s.layer, s.head)
+        self.points.setData(x=[s.mean_distance for s in stats], y=[s.entropy for s in stats], data=keys,
+                            brush=[plain if s.layer is None else brushes[s.layer] for s in stats])
 
     def _place_labels(self, names: list[tuple[str, float, float]]) -> None:
         """One text item per labelled point; items are reused (making one costs a few ms)."""

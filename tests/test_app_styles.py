@@ -1,0 +1,36 @@
+"""restyle: a style sheet is applied only when it changes (Qt re-polishes on every call)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtWidgets import QApplication, QLabel
+
+from attndesk.app.styles import restyle
+
+
+class StyleChanges(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.StyleChange:
+            self.count += 1
+        return False
+
+
+def test_the_same_style_sheet_is_not_applied_again(qtbot):
+    label = QLabel("x")
+    qtbot.addWidget(label)
+    label.show()
+    changes = StyleChanges()
+    label.installEventFilter(changes)
+    label.setStyleSheet("color: #888;")
+    label.setStyleSheet("color: #888;")
+    assert changes.count == 2  # Qt itself re-polishes for an identical sheet
+    for _ in range(5):
+        restyle(label, "color: #888;")
+    QApplication.processEvents()
+    assert changes.count == 2
+    restyle(label, "")
+    assert changes.count == 3 and label.styleSheet() == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QEvent
+from PySide6.QtCore import QCoreApplication, QEvent, QObject
 
 from attndesk.app.main_window import app_settings
 
@@ -40,3 +40,16 @@ def shown_window(qtbot, size: tuple[int, int] = (1300, 850), timeout_ms: int = 1
     with qtbot.waitSignal(w.resultDisplayed, timeout=timeout_ms):
         pass  # the first result of the sample sentence
     return w
+
+
+class EventCounter(QObject):
+    """An event filter counting events of ``kind`` (to receivers of ``receiver_type``, if given)."""
+
+    def __init__(self, kind: QEvent.Type, receiver_type: type | None = None) -> None:
+        super().__init__()
+        self.kind, self.receiver_type, self.count = kind, receiver_type, 0
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == self.kind and (self.receiver_type is None or isinstance(watched, self.receiver_type)):
+            self.count += 1
+        return False

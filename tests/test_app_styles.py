@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication, QLabel
 
+from app_helpers import EventCounter
 from attndesk.app.styles import restyle
-
-
-class StyleChanges(QObject):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.StyleChange:
-            self.count += 1
-        return False
 
 
 def test_the_same_style_sheet_is_not_applied_again(qtbot):
     label = QLabel("x")
     qtbot.addWidget(label)
     label.show()
-    changes = StyleChanges()
+    changes = EventCounter(QEvent.Type.StyleChange)
     label.installEventFilter(changes)
     label.setStyleSheet("color: #888;")
     label.setStyleSheet("color: #888;")

@@ -72,22 +72,16 @@ def test_zooming_a_matrix_plot_remakes_no_rich_text(qtbot, plot):
     """pyqtgraph re-sets each axis label's HTML on every range change when the axis may take an
     SI prefix: 4 axes per plot, ten plots per page, ~700 text-document events in one soak stall.
     Token axes take no prefix, so a zoom must not touch any text document."""
-    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtCore import QEvent
     from PySide6.QtGui import QTextDocument
     from PySide6.QtWidgets import QApplication
+
+    from app_helpers import EventCounter
 
     plot.set_matrix(np.random.default_rng(0).random((30, 40)), row_labels=[f"q{i}" for i in range(30)])
     qtbot.wait(50)
 
-    class Count(QObject):
-        n = 0
-
-        def eventFilter(self, receiver, event):  # noqa: N802 - Qt's name
-            if event.type() == QEvent.Type.ChildAdded and isinstance(receiver, QTextDocument):
-                Count.n += 1
-            return False
-
-    counter = Count()
+    counter = EventCounter(QEvent.Type.ChildAdded, QTextDocument)
     QApplication.instance().installEventFilter(counter)
     try:
         for i in range(1, 11):
@@ -95,4 +89,4 @@ def test_zooming_a_matrix_plot_remakes_no_rich_text(qtbot, plot):
             QApplication.processEvents()
     finally:
         QApplication.instance().removeEventFilter(counter)
-    assert Count.n == 0
+    assert counter.count == 0

@@ -279,8 +279,8 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
             qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
         plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]
         assert plots, view.objectName()
-        for plot in plots:
-            assert plot.exportButton.isVisibleTo(window)
+        # the plots are shown one per event-loop turn (views/paced.py)
+        qtbot.waitUntil(lambda: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
         plot = plots[0]
         png = plot.export(str(tmp_path / f"{view.objectName()}.png"))
         npy = plot.export(str(tmp_path / f"{view.objectName()}.npy"))

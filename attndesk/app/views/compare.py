@@ -33,6 +33,7 @@ from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from .kvcache_table import KVCacheTable
+from .paced import PacedHost
 
 # Pairs of more cells than this are drawn by the frame runner when one is set: a mean over 16 heads
 # of 2048^2 and its display image take longer than a GUI-thread turn (B - A alone is half a
@@ -289,8 +290,8 @@ class CompareView(QWidget):
         plots_box = QWidget()
         plots = QHBoxLayout(plots_box)
         plots.setContentsMargins(0, 0, 0, 0)
-        for plot in (self.plotA, self.plotB, self.plotDiff):
-            plots.addWidget(plot, 1)
+        for plot in (self.plotA, self.plotB, self.plotDiff):  # paced: three at once stalled 130 ms
+            plots.addWidget(PacedHost(plot), 1)
         top = QWidget()
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)

@@ -23,6 +23,7 @@ from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 from attndesk.core.rope import rope, rope_relative_scores
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from .paced import PacedHost
 from .plot_axes import without_si_prefix
 
 # PE . PE^T is [L, L] float64: at a long document's 16k tokens that would be 2 GB. Past this many
@@ -135,12 +136,13 @@ class PositionalView(QWidget):
         self.readout = QLabel(" ")
         self.readout.setObjectName("peReadout")
         self._build_rope()
+        # four plots resized or shown together stalled the window 100-160 ms: paced, one per turn
         plots = QGridLayout()
-        plots.addWidget(self.encodingPlot, 0, 0)
-        plots.addWidget(self.similarityPlot, 0, 1)
+        plots.addWidget(PacedHost(self.encodingPlot), 0, 0)
+        plots.addWidget(PacedHost(self.similarityPlot), 0, 1)
         plots.addWidget(self.ropeLabel, 1, 0, 1, 2)
-        plots.addWidget(self.ropePlot, 2, 0)
-        plots.addWidget(self.offsetPlot, 2, 1)
+        plots.addWidget(self.ropeHosts[0], 2, 0)
+        plots.addWidget(self.ropeHosts[1], 2, 1)
         for row in (0, 2):
             plots.setRowStretch(row, 1)
         layout = QVBoxLayout(self)
@@ -169,10 +171,9 @@ class PositionalView(QWidget):
         # one curve per anchor; drawn thick-to-thin so the later ones visibly lie on the first
         styles = [(6, "#9ecae1", Qt.PenStyle.SolidLine), (3, "#3182bd", Qt.PenStyle.SolidLine),
                   (1.2, "#b00020", Qt.PenStyle.SolidLine)]  # a dashed pen over thousands of points paints slowly
-        # hidden until a table is drawn, in its own event-loop turn: two more plots painted for the
-        # first time with the tab itself would stall it
-        self.ropePlot.hide()
-        self.offsetPlot.hide()
+        self.ropeHosts = (PacedHost(self.ropePlot), PacedHost(self.offsetPlot))
+        for host in self.ropeHosts:
+            host.hide()  # until a table is drawn
         self.offsetCurves = [self.offsetPlot.plot([], [], pen=pg.mkPen(color, width=width, style=style),
                                                   name=f"query at position m = {anchor}")
                              for anchor, (width, color, style) in zip(ROPE_ANCHORS, styles)]
@@ -207,8 +208,8 @@ class PositionalView(QWidget):
     def show_rope(self, table: RopeTable | None, *, note: str = "") -> None:
         """Draw RoPE's scores by position and by offset (None: clear them, ``note`` says why)."""
         self.rope = table
-        self.ropePlot.setVisible(table is not None)
-        self.offsetPlot.setVisible(table is not None)
+        for host in self.ropeHosts:
+            host.setVisible(table is not None)
         if table is None:
             self.ropePlot.clear()
             for curve in self.offsetCurves:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from attndesk.app.panels import heatmap_grid
 from attndesk.app.panels.parameters import ParametersPanel
 from attndesk.app.panels.variant_controls import UNKNOWN, kv_label
 from attndesk.app.session import session_from_json
@@ -22,6 +23,7 @@ from attndesk.core import run_attention
 from attndesk.core.alibi import alibi_bias, alibi_slopes
 from attndesk.core.config import divisors
 from attndesk.core.rope import rope_frequencies
+from attndesk.render.layout import band_outline
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from test_app_window import wait_result, window  # noqa: F401  (window: the shown MainWindow, first result drawn)
 
@@ -102,14 +104,21 @@ def test_kv_heads_that_stop_dividing_the_heads_are_explained_and_run_nothing(qtb
     assert_heatmaps_equal_core(w)
 
 
-def test_window_box_and_spin_set_the_band(qtbot, window):
+def test_window_box_and_spin_set_the_band(qtbot, window, monkeypatch):
     w, panel = window, window.parametersPanel
     v = panel.variants
     assert not v.windowSpin.isEnabled()
     shown = wait_result(qtbot, w, lambda: v.windowCheck.setChecked(True))
     assert w.state.config.window == v.windowSpin.value() == 3 and shown.map.window == 3
+    built = []
+    monkeypatch.setattr(heatmap_grid, "band_outline", lambda *a, **k: built.append(a) or band_outline(*a, **k))
     shown = wait_result(qtbot, w, lambda: v.windowSpin.setValue(2))
     assert w.state.config.window == 2
+    n = shown.map.weights.shape[-1]
+    assert built == [(n, n, 2)]  # one outline for all the heads (a path per cell stalled 120 ms at 7k tokens)
+    paths = [cell.band.path() for cell in w.heatmapPanel.canvas.active()]
+    assert len(paths) == 4 and all(p == paths[0] for p in paths)
+    assert paths[0].elementCount() == sum(len(line) for line in band_outline(n, n, 2, causal=False))
     assert_heatmaps_equal_core(w)
     weights = w.heatmapPanel.displayed_arrays()[0]
     i, j = np.indices(weights.shape)

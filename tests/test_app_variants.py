@@ -23,7 +23,7 @@ from attndesk.core import run_attention
 from attndesk.core.alibi import alibi_bias, alibi_slopes
 from attndesk.core.config import divisors
 from attndesk.core.rope import rope_frequencies
-from attndesk.render.layout import band_outline
+from attndesk.render.layout import band_edges, band_outline
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from test_app_window import wait_result, window  # noqa: F401  (window: the shown MainWindow, first result drawn)
 
@@ -111,14 +111,17 @@ def test_window_box_and_spin_set_the_band(qtbot, window, monkeypatch):
     shown = wait_result(qtbot, w, lambda: v.windowCheck.setChecked(True))
     assert w.state.config.window == v.windowSpin.value() == 3 and shown.map.window == 3
     built = []
-    monkeypatch.setattr(heatmap_grid, "band_outline", lambda *a, **k: built.append(a) or band_outline(*a, **k))
+    monkeypatch.setattr(heatmap_grid, "band_edges", lambda *a, **k: built.append(a) or band_edges(*a, **k))
     shown = wait_result(qtbot, w, lambda: v.windowSpin.setValue(2))
     assert w.state.config.window == 2
     n = shown.map.weights.shape[-1]
     assert built == [(n, n, 2)]  # one outline for all the heads (a path per cell stalled 120 ms at 7k tokens)
     paths = [cell.band.path() for cell in w.heatmapPanel.canvas.active()]
     assert len(paths) == 4 and all(p == paths[0] for p in paths)
-    assert paths[0].elementCount() == sum(len(line) for line in band_outline(n, n, 2, causal=False))
+    # the path is the band's two staircases: each starts with a move, then lines through its points
+    drawn = [(paths[0].elementAt(i).isMoveTo(), paths[0].elementAt(i).x, paths[0].elementAt(i).y)
+             for i in range(paths[0].elementCount())]
+    assert drawn == [(j == 0, x, y) for line in band_outline(n, n, 2, causal=False) for j, (x, y) in enumerate(line)]
     assert_heatmaps_equal_core(w)
     weights = w.heatmapPanel.displayed_arrays()[0]
     i, j = np.indices(weights.shape)

@@ -122,7 +122,8 @@ def test_label_step_never_lets_labels_touch():
 
 
 @pytest.mark.parametrize("rows, cols, window, causal", [(10, 10, 3, True), (10, 10, 3, False), (6, 9, 2, False),
-                                                         (12, 12, 20, False), (8, 8, 1, True)])
+                                                         (12, 12, 20, False), (8, 8, 1, True),
+                                                         (3000, 2500, 7, False), (5, 40, 30, False)])
 def test_band_outline_follows_the_window_edges(rows, cols, window, causal):
     lines = band_outline(rows, cols, window, causal=causal)
     edges = {}

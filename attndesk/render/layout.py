@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Rect:
@@ -387,28 +389,24 @@ def band_outline(rows: int, cols: int, window: int, *, causal: bool) -> list[lis
     Under a causal mask the band's right edge is the diagonal, already drawn as masked: only the
     left edge is returned then. Edges that fall outside the matrix are left out.
     """
-    lines = []
-    left = _staircase(rows, cols, lambda i: i - window + 1)  # first key each row may see
-    if left:
-        lines.append(left)
-    if not causal:
-        right = _staircase(rows, cols, lambda i: i + window)  # one past the last key
-        if right:
-            lines.append(right)
-    return lines
+    return [[(x, y) for x, y in line.tolist()] for line in band_edges(rows, cols, window, causal=causal)]
 
 
-def _staircase(rows: int, cols: int, edge) -> list[tuple[float, float]]:
-    points: list[tuple[float, float]] = []
-    for i in range(rows):
-        x = float(edge(i))
-        if not 0 < x < cols:
-            if points:
-                break  # the edge left the matrix for good (it only moves right)
-            continue
-        if points and points[-1][0] != x:
-            points.append((x, float(i)))
-        elif not points:
-            points.append((x, float(i)))
-        points.append((x, float(i + 1)))
+def band_edges(rows: int, cols: int, window: int, *, causal: bool) -> list[np.ndarray]:
+    """``band_outline`` as arrays [points, 2] of (x, y), built without a loop per row (a long
+    document's band has tens of thousands of steps, drawn in the GUI thread)."""
+    shifts = [1 - window] if causal else [1 - window, window]  # edge(i) = i + shift: first key seen, one past the last
+    return [line for line in (_staircase(rows, cols, shift) for shift in shifts) if len(line)]
+
+
+def _staircase(rows: int, cols: int, shift: int) -> np.ndarray:
+    """The rows whose edge x = i + shift lies strictly inside the matrix form one run (x grows by
+    one a row): each contributes its vertical step (x, i) -> (x, i + 1), joined by horizontal ones."""
+    first, last = max(0, 1 - shift), min(rows - 1, cols - 1 - shift)
+    if last < first:
+        return np.empty((0, 2))
+    i = np.arange(first, last + 1, dtype=np.float64)
+    points = np.empty((2 * len(i), 2))
+    points[0::2, 0] = points[1::2, 0] = i + shift
+    points[0::2, 1], points[1::2, 1] = i, i + 1
     return points

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsPathItem, QGraphicsRec
 from attndesk.core.types import Head
 from attndesk.render import colormaps
 from attndesk.render.cells import row_runs
-from attndesk.render.layout import GridLayout, GridSpec, Rect, band_outline, pack_grid
+from attndesk.render.layout import GridLayout, GridSpec, Rect, band_edges, pack_grid
 
 from .token_axis import TokenAxis, label_room
 
@@ -193,15 +193,17 @@ class HeatmapCanvas(pg.GraphicsView):
         cell.band.show()
 
     def _band_path(self, rows: int, cols: int, window: int, causal: bool, key_offset: int) -> QPainterPath:
-        """The band's path, built once for all the cells of one shape: point by point it took
-        ~120 ms for 16 heads of 7,000 tokens (issue 9's soak); a QPainterPath is shared on copy."""
+        """The band's path, built once for all the cells of one shape from arrays (point by point
+        per head it took 100+ ms at 16 heads x 7,000 or one head x 20,000 tokens: issue 9's soak)."""
         key = (rows, cols, window, causal, key_offset)
         if self._band[0] != key:
+            lines = band_edges(rows, cols + key_offset, window, causal=causal)
             path = QPainterPath()
-            for line in band_outline(rows, cols + key_offset, window, causal=causal):
-                path.moveTo(QPointF(line[0][0] - key_offset, line[0][1]))
-                for x, y in line[1:]:
-                    path.lineTo(QPointF(x - key_offset, y))
+            if lines:
+                points = np.concatenate(lines)
+                connect = np.ones(len(points), dtype=np.int32)  # connect[i]: a segment from point i to i + 1
+                connect[np.cumsum([len(line) for line in lines]) - 1] = 0  # no segment from one line to the next
+                path = pg.arrayToQPath(points[:, 0] - key_offset, points[:, 1], connect=connect, finiteCheck=False)
             self._band = (key, path)
         return self._band[1]
 
@@ -237,11 +239,13 @@ class HeatmapCanvas(pg.GraphicsView):
         """Map, title and, on the outer edges only, the token axes (an axis costs ~3 ms to paint)."""
         m = layout.map_rect(i)
         cell.vb.setGeometry(QRectF(m.x, m.y, m.w, m.h))
-        for axis, shown in ((cell.left, layout.y_labelled(i)), (cell.bottom, layout.x_labelled(i))):
+        for axis, shown, box in (
+                (cell.left, layout.y_labelled(i), QRectF(m.x - layout.spec.left_band, m.y, layout.spec.left_band, m.h)),
+                (cell.bottom, layout.x_labelled(i), QRectF(m.x, m.bottom, m.w, layout.spec.bottom_band))):
             axis.set_show_labels(shown)
             axis.setVisible(shown)
-        cell.left.setGeometry(QRectF(m.x - layout.spec.left_band, m.y, layout.spec.left_band, m.h))
-        cell.bottom.setGeometry(QRectF(m.x, m.bottom, m.w, layout.spec.bottom_band))
+            if shown:  # a hidden axis is placed when it is next shown (each move re-lays it out)
+                axis.setGeometry(box)
         self._place_title(cell, layout.title_rect(i))
 
     def _place_title(self, cell: Cell, box: Rect) -> None:

@@ -9,7 +9,9 @@ attndesk. Loaded models are cached per folder and device for the session.
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -125,6 +127,7 @@ def transformers_offline():
     """Import transformers with the hub offline and attndesk's attention registered."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    first = "transformers" not in sys.modules
     import huggingface_hub.constants as hub_constants
     import transformers
 
@@ -132,6 +135,11 @@ def transformers_offline():
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     register()
+    if first:
+        # the import leaves ~150k long-lived objects, and every full collection walked them all:
+        # ~70 ms in whichever thread allocated, the window's too. Frozen, the collector skips them
+        # (once: a model frozen later would never be collected once evicted, if it holds a cycle).
+        gc.freeze()
     return transformers
 
 

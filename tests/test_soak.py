@@ -78,8 +78,10 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
             if tabs.tabText(i) in ("Heatmaps", "Step-through", "Positions", "Head stats", "Compare"):
                 tabs.setCurrentIndex(i)
                 page = tabs.widget(i)
-                inside = [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
-                assert inside, f"no control found in the {tabs.tabText(i)!r} tab"
+                def inside(page=page):
+                    return [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
+                # a page's plots are revealed one per event-loop turn (views/paced.py)
+                assert checks.wait_until(lambda: bool(inside()), 10), f"no control found in the {tabs.tabText(i)!r} tab"
     finally:
         soak.files.uninstall()
         dispose(soak.main)

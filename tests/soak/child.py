@@ -131,6 +131,7 @@ class Run:
             "qt_warnings": {k: {"count": v[0], "first_action": v[1]} for k, v in self.errors.warnings.items()},
             "stalls": {"max_gap": list(stall.max_gap), "max_gap_cpu": list(stall.max_gap_cpu),
                        "heartbeat_ms": 5, "ticks": stall.ticks, "filter_call_us": round(stall.per_event_s * 1e6, 2),
+                       "gc_cpu_s": round(stall.gc_cpu, 3), "gc_worst": list(stall.gc_worst),
                        "gaps": as_dicts(stall.gaps + ([stall.open_gap()] if aborted and stall.open_gap() else [])),
                        "events": as_dicts(stall.events)},
             "memory": {"limit_mib": self.args.limit_mib, "baseline_mib": self.extra.get("baseline_mib"),

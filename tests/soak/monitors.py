@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import faulthandler
+import gc
 import os
 import re
 import sys
@@ -154,6 +155,7 @@ class Stall:
     events: int = 0  # events delivered during a gap
     stack: list[str] = field(default_factory=list)  # sampled GUI-thread Python stack, innermost last
     blocked: float = 0.0  # a gap's time the GUI thread was neither running nor waiting for a core (a lock, I/O)
+    gc: float = 0.0  # of ``cpu``, Python's cyclic garbage collector run in the GUI thread
 
 
 def _open_schedstat(native_id: int) -> int | None:
@@ -227,7 +229,7 @@ class StallMonitor(QObject):
         self.per_event_s = 0.0  # PySide6's cost to call this Python filter, per event (``_calibrate``)
         self._open: tuple | None = None  # the event being handled: start times, action, receiver, type
         self._excl = [0.0, 0.0]  # driver time (wall, cpu) not to be counted as the app's
-        self._last = (time.perf_counter(), time.thread_time(), 0.0, 0.0, 0.0)
+        self._last = (time.perf_counter(), time.thread_time(), 0.0, 0.0, 0.0, 0.0)
         self._gap_events = 0
         self._gap_costs: collections.Counter = collections.Counter()  # event kind -> CPU s in this gap
         self._gap_kinds: collections.Counter = collections.Counter()  # event kind -> events in this gap
@@ -236,13 +238,16 @@ class StallMonitor(QObject):
         self._excluding = 0
         self._paused = 0
         self._sched = _open_schedstat(self.gui_native)
+        self._gc_started: float | None = None
+        self.gc_cpu = 0.0  # GUI-thread CPU seconds in the cyclic garbage collector so far
+        self.gc_worst = (0.0, -1)  # (CPU seconds, generation) of the longest collection
         self._dump = tempfile.TemporaryFile()  # faulthandler writes stack samples here
         self._lock = threading.Lock()
         self._timer = QTimer(self, interval=HEARTBEAT_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self._tick)
 
     def start(self) -> None:
-        self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled())
+        self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled(), self.gc_cpu)
         self._timer.start()
 
     def stop(self) -> None:
@@ -272,7 +277,7 @@ class StallMonitor(QObject):
         finally:
             self._paused -= 1
             self._open = None
-            self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled())
+            self._last = (time.perf_counter(), time.thread_time(), *self._excl, self._scheduled(), self.gc_cpu)
             self._gap_events = 0
             self._gap_costs.clear()
             self._gap_kinds.clear()
@@ -281,6 +286,21 @@ class StallMonitor(QObject):
     def install(self, app: QApplication) -> None:
         self.per_event_s = self._calibrate(app)
         app.installEventFilter(self)
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """Time the collector's runs in the GUI thread: a full collection over millions of objects
+        is GUI-thread work of its own, inside whatever event happened to allocate."""
+        if threading.get_ident() != self.gui_ident:
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        elif self._gc_started is not None:
+            spent = time.thread_time() - self._gc_started
+            self._gc_started = None
+            self.gc_cpu += spent
+            if spent > self.gc_worst[0]:
+                self.gc_worst = (round(spent, 4), info.get("generation", -1))
 
     def _calibrate(self, app: QApplication, n: int = 4000) -> float:
         """CPU seconds PySide6 spends per event handing it to this Python filter and back, beyond
@@ -310,6 +330,8 @@ class StallMonitor(QObject):
 
     def remove(self, app: QApplication) -> None:
         app.removeEventFilter(self)
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
 
     def eventFilter(self, receiver, event) -> bool:  # noqa: N802 - Qt's name
         """Close the previous event's span, open this one's; never consumes the event."""
@@ -324,13 +346,13 @@ class StallMonitor(QObject):
         self._excl[0] += time.perf_counter() - wall + self.per_event_s
         self._excl[1] += time.thread_time() - cpu + self.per_event_s
         self._open = (time.perf_counter(), time.thread_time(), self.ticks, self._excl[0], self._excl[1],
-                      self._action(), what)
+                      self._action(), what, self.gc_cpu)
         return False
 
     def _close_open_event(self) -> None:
         if self._open is None:
             return
-        start, cpu0, ticks, ex_w, ex_c, action, what = self._open
+        start, cpu0, ticks, ex_w, ex_c, action, what, gc0 = self._open
         self._open = None
         if ticks != self.ticks:
             return  # the heartbeat ran since: the span is not one event's
@@ -339,7 +361,7 @@ class StallMonitor(QObject):
         self._gap_costs[what] += cpu  # up to the next event, nested ones included: a gap's breakdown
         if wall >= RECORD_S or cpu >= RECORD_S:
             stall = Stall("event", round(start - self.t0, 4), round(wall, 4), round(cpu, 4), action,
-                          what, stack=self._take_samples(peek=True))
+                          what, stack=self._take_samples(peek=True), gc=round(self.gc_cpu - gc0, 4))
             self.events.append(stall)
             self._recent.append(stall)
 
@@ -348,7 +370,7 @@ class StallMonitor(QObject):
         if self._paused:
             return
         now, cpu, scheduled = time.perf_counter(), time.thread_time(), self._scheduled()
-        last_wall, last_cpu, ex_w, ex_c, last_scheduled = self._last
+        last_wall, last_cpu, ex_w, ex_c, last_scheduled, last_gc = self._last
         wall = now - last_wall - (self._excl[0] - ex_w)
         work = cpu - last_cpu - (self._excl[1] - ex_c)
         # neither on a core nor waiting for one: a lock, a join, I/O (0 where the kernel has no schedstat)
@@ -363,11 +385,11 @@ class StallMonitor(QObject):
             worst = max(inside, key=lambda e: e.wall, default=None)
             self.gaps.append(Stall("tick", round(last_wall - self.t0, 4), round(wall, 4), round(work, 4),
                                    self._action(), worst.what if worst else self._breakdown(), self._gap_events,
-                                   self._take_samples(), round(blocked, 4)))
+                                   self._take_samples(), round(blocked, 4), round(self.gc_cpu - last_gc, 4)))
         self._gap_events = 0
         self._gap_costs.clear()
         self._gap_kinds.clear()
-        self._last = (now, cpu, *self._excl, scheduled)
+        self._last = (now, cpu, *self._excl, scheduled, self.gc_cpu)
 
     def _breakdown(self) -> str:
         """A gap made of many short events: the kinds that took most of its CPU."""

@@ -44,8 +44,8 @@ def failures(report: dict, stall_s: float = STALL_CPU_S) -> list[str]:
     for s in stalls.get("gaps", []) + stalls.get("events", []):
         if is_stall(s, stall_s):
             out.append(f"stall ({s['source']}) at action {s['action']}: {s['wall'] * 1e3:.0f} ms wall, "
-                       f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU, {s.get('blocked', 0) * 1e3:.0f} ms blocked "
-                       f"{s['what']}")
+                       f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU ({s.get('gc', 0) * 1e3:.0f} ms garbage collection), "
+                       f"{s.get('blocked', 0) * 1e3:.0f} ms blocked {s['what']}")
     threads = report.get("threads", {})
     if threads.get("qthreads_left") or threads.get("python_left"):
         out.append(f"threads left after close: {threads.get('qthreads_left')} {threads.get('python_left')}")
@@ -113,6 +113,7 @@ def summary_line(report: dict) -> str:
             f"{1e3 * max((g.get('blocked', 0) for g in stalls.get('gaps', [])), default=0):.0f} ms "
             f"(gaps blocked >= {BLOCKED_NOTE_S * 1e3:.0f} ms: "
             f"{sum(g.get('blocked', 0) >= BLOCKED_NOTE_S for g in stalls.get('gaps', []))}), "
+            f"longest garbage collection in the GUI thread {1e3 * (stalls.get('gc_worst') or [0])[0]:.0f} ms, "
             f"peak RSS {mem.get('peak_mib', 0):.0f} MiB")
 
 

@@ -34,15 +34,34 @@ from attndesk.core.errors import ConfigError
 from .results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from .state import AppState, ModeChoice, ModeId
 from .status import StatusModel
+from .turns import side_turns
 from .worker import JobRunner
 
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
+# side channels that never wait for a turn (app/turns.py): presenting the run itself, and small chores
+UNTURNED = frozenset({"present", "memory", "hub-cache"})
 
 
 def _cells(shown: Shown) -> int:
     return int(np.size(shown.map.weights))
+
+
+# glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), so after
+# the first large free, arrays of 1-32 MiB came from the heaps of a dozen job threads and stayed
+# there when freed: resident memory reached 3.5-4 GiB with 0.8 GB of arrays alive (issue 9's soak).
+# A fixed threshold keeps every block from 4 MiB up mapped on its own, returned the moment it is freed.
+MMAP_THRESHOLD = 4 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Fix glibc's mmap threshold (see above); False where there is no mallopt (not glibc)."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):
+        return False
 
 
 def trim_heap() -> bool:
@@ -107,6 +126,7 @@ class ComputeController(QObject):
         self._problem: ConfigProblem | None = None
         self._closed = False
         self._scheduled = False
+        map_large_blocks()
         self.runner = JobRunner(self, name="attndesk-worker")
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
@@ -386,6 +406,7 @@ class SideJobs(QObject):
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
+    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones.
     """
 
     def __init__(self, controller: ComputeController) -> None:
@@ -434,7 +455,7 @@ class SideJobs(QObject):
 
     def _channel(self, name: str) -> _Channel:
         if name not in self._channels:
-            runner = JobRunner(self, name=f"attndesk-{name}")
+            runner = JobRunner(self, name=f"attndesk-{name}", turns=None if name in UNTURNED else side_turns())
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))

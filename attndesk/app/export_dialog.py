@@ -33,6 +33,7 @@ from attndesk.render.export import ExportError, default_filename, export_figure,
 from attndesk.render.figure import figure_from_map, suggested_size
 
 from .background import Background
+from .turns import side_turns
 
 FORMATS = (
     ("png", "PNG image"),
@@ -302,14 +303,15 @@ class ExportDialog(QDialog):
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        """Export in a pool thread (a large PNG takes seconds to draw and encode): the window stays
-        live; the dialog closes once the file is written, or says why not and stays open."""
+        """Export in a pool thread, in its turn among the side jobs (a large PNG takes seconds to draw
+        and encode): the window stays live; the dialog closes once the file is written, or says
+        why not and stays open."""
         if self._background.is_busy():
             return
         self.exportButton.setEnabled(False)
         self._show_error("")
         self.setWindowTitle("Export heatmaps — exporting…")
-        self._background.start(self._job(), done=self._export_done, failed=self._export_failed,
+        self._background.start(side_turns().wrap(self._job()), done=self._export_done, failed=self._export_failed,
                                expected=(ExportError,))
 
     def _export_done(self, path: Path) -> None:

@@ -12,6 +12,7 @@ re-emits the rest as ``finished`` / ``failed`` / ``progress``. Nothing here know
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import threading
@@ -24,6 +25,8 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from attndesk.core.errors import Cancelled, ConfigError
+
+from .turns import Turns
 
 _THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
 
@@ -111,8 +114,10 @@ class _Worker(QObject):
             extra["progress"] = progress
         if "should_cancel" in accepted and "should_cancel" not in job.kwargs:
             extra["should_cancel"] = should_cancel
+        turns = self._runner._turns
         try:
-            result = job.fn(*job.args, **job.kwargs, **extra)
+            with turns.turn(job.cancel.is_set) if turns is not None else contextlib.nullcontext():
+                result = job.fn(*job.args, **job.kwargs, **extra)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message, never a crash
             if _is_cancelled(exc) or job.cancel.is_set():
                 self.cancelled.emit(job.generation)
@@ -163,8 +168,10 @@ class JobRunner(QObject):
 
     _wake = Signal()
 
-    def __init__(self, parent: QObject | None = None, name: str = "attndesk-worker") -> None:
+    def __init__(self, parent: QObject | None = None, name: str = "attndesk-worker", *,
+                 turns: "Turns | None" = None) -> None:
         super().__init__(parent)
+        self._turns = turns  # jobs wait for their turn here (shared with other runners), or not at all
         self._lock = threading.Lock()
         self._pending: _Job | None = None
         self._running: _Job | None = None

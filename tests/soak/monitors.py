@@ -256,6 +256,11 @@ class StallMonitor(QObject):
     @contextlib.contextmanager
     def excluded(self):
         """Time spent by the soak itself (discovery, logging): not the app's stall."""
+        if not self._excluding:
+            # the app's event in progress ends here: events the soak's own work sends (walking the
+            # widgets, reading the state) are the soak's, and this block is only added to the
+            # excluded time at its end (a span closed inside it would count the soak's work so far)
+            self._close_open_event()
         w, c = time.perf_counter(), time.thread_time()
         self._excluding += 1
         try:
@@ -335,8 +340,8 @@ class StallMonitor(QObject):
 
     def eventFilter(self, receiver, event) -> bool:  # noqa: N802 - Qt's name
         """Close the previous event's span, open this one's; never consumes the event."""
-        if self._paused:
-            return False
+        if self._paused or self._excluding:
+            return False  # inside the soak's own work (already excluded as a whole)
         wall, cpu = time.perf_counter(), time.thread_time()
         self._close_open_event()
         self._gap_events += 1

@@ -135,3 +135,17 @@ def test_rows_pick_the_query_and_another_head_keeps_the_step(qtbot, window):
     view = open_walk(qtbot, w, lambda: view.set_head(1))
     assert view.shown().head == 1 and view.step() == 2 and view.query() == 5
     assert view.table.selectionModel().isRowSelected(5)
+
+
+def test_a_block_too_small_for_the_memory_budget_is_refused_with_what_fits(qtbot, window):
+    w = window
+    w.state.text = " ".join(["the cat sat on the mat"] * 40)  # 240 tokens
+    w.state.set_config(num_heads=4, memory_budget=4 << 20)  # the run and an auto walk fit, 1-key blocks not
+    qtbot.waitUntil(lambda: w.displayed_result() is not None and w.displayed_result().map.weights.shape[-1] == 240,
+                    timeout=TIMEOUT_MS)
+    view = open_walk(qtbot, w)
+    assert view.shown().block >= 4 and view.shown().walk.weights.shape == (240, 240)
+    with qtbot.waitSignal(w.teaching.onlineSoftmax.failed, timeout=TIMEOUT_MS) as failed:
+        view.set_block(1)
+    assert "blocks of 1 key(s) keeps" in failed.args[0] and "over the memory budget of 4.0 MiB" in failed.args[0]
+    assert "keys fit" in failed.args[0]

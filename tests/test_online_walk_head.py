@@ -75,3 +75,37 @@ def test_head_attention_says_what_is_missing():
         head_attention(config, projected.intermediates, projected.mask, 2)
     with pytest.raises(ValueError, match="Q, K and V"):
         head_attention(config, None, None, 0)
+
+
+def _kept(walk) -> int:
+    arrays = [walk.output, walk.reference, walk.weights]
+    for s in walk.steps:
+        arrays += [s.scores, s.probs, s.block_max, s.max_after, s.rescale, s.sum_after, s.output]
+    return sum(a.nbytes for a in arrays)  # max_before / sum_before are the previous step's arrays
+
+
+@pytest.mark.parametrize("lq, lk, dv, block", [(40, 40, 8, 1), (40, 37, 16, 4), (13, 100, 4, 32), (7, 5, 3, 64)])
+def test_walk_bytes_is_what_a_walk_keeps(lq, lk, dv, block):
+    from attndesk.core.online_softmax import walk_bytes
+
+    rng = np.random.default_rng(0)
+    walk = online_softmax(rng.standard_normal((lq, lk)), rng.standard_normal((lk, dv)), block)
+    assert abs(walk_bytes(lq, lk, dv, block) - _kept(walk)) <= 0.05 * _kept(walk)
+
+
+def test_a_walk_over_the_budget_is_refused_before_it_starts_and_says_what_fits():
+    from attndesk.core.errors import ConfigError
+    from attndesk.core.online_softmax import fitting_block, walk_bytes
+
+    lq = lk = 1900
+    dv = 64
+    assert walk_bytes(lq, lk, dv, 1) > 1.7e9  # every step keeps O [Lq, dv]: the soak's 4 GiB
+    budget = 128 << 20
+    fits = fitting_block(lq, lk, dv, budget)
+    assert walk_bytes(lq, lk, dv, fits) <= budget < walk_bytes(lq, lk, dv, fits // 2)
+    scores = np.zeros((lq, lk))  # 29 MB: the walk would keep 1.8 GB more
+    with pytest.raises(ConfigError, match=rf"blocks of 1 key\(s\) keeps 1\.\d GiB \(1,900 steps .*; blocks of {fits} keys fit"):
+        online_softmax(scores, np.zeros((lk, dv)), 1, budget=budget)
+    with pytest.raises(ConfigError, match="no block size fits: shorten the text or raise the budget"):
+        online_softmax(scores, np.zeros((lk, dv)), 64, budget=1 << 20)
+    assert online_softmax(scores[:50, :50], np.zeros((50, dv)), 1, budget=budget).steps  # small ones run

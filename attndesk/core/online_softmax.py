@@ -18,6 +18,8 @@ import torch
 from .alibi import alibi_slopes, distances
 from .attention import attend
 from .config import AttentionConfig
+from .errors import ConfigError
+from .memory import format_bytes
 from .types import Intermediates
 
 EXPLANATION = """\
@@ -83,9 +85,40 @@ def _full_softmax(scores: np.ndarray) -> np.ndarray:
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def online_softmax(scores, values, block: int) -> OnlineSoftmaxWalk:
+def walk_bytes(lq: int, lk: int, dv: int, block: int) -> int:
+    """What a walk keeps (float64): per step the block's probabilities [Lq, b], four per-query
+    vectors and O [Lq, dv] (its scores are views of S); then S and the full weights [Lq, Lk], the
+    reference and the output [Lq, dv]."""
+    steps = -(-lk // block)  # the probabilities of all steps together are [Lq, Lk]
+    return 8 * lq * (steps * (4 + dv) + 3 * lk + 2 * dv)
+
+
+def fitting_block(lq: int, lk: int, dv: int, budget: int, at_least: int = 1) -> int | None:
+    """The smallest block (``at_least`` doubled, at most the whole row) whose walk fits ``budget``."""
+    block = max(1, at_least)
+    while walk_bytes(lq, lk, dv, block) > budget:
+        if block >= lk:
+            return None
+        block = min(2 * block, lk)
+    return block
+
+
+def check_walk(lq: int, lk: int, dv: int, block: int, budget: int) -> None:
+    """ConfigError naming what fits when a walk in blocks of ``block`` keys would exceed ``budget``:
+    each step keeps O [Lq, dv], so blocks of one key over 1,900 keys kept 1.8 GB (issue 9's soak)."""
+    need = walk_bytes(lq, lk, dv, block)
+    if need <= budget:
+        return
+    fits = fitting_block(lq, lk, dv, budget, block)
+    advice = f"blocks of {fits} keys fit" if fits else "no block size fits: shorten the text or raise the budget"
+    raise ConfigError(f"the walk in blocks of {block} key(s) keeps {format_bytes(need)} ({-(-lk // block):,} steps "
+                      f"x {lq:,} queries), over the memory budget of {format_bytes(budget)}; {advice}")
+
+
+def online_softmax(scores, values, block: int, *, budget: int | None = None) -> OnlineSoftmaxWalk:
     """Walk ``scores`` [Lq, Lk] (the softmax input: scaled, capped, biased, -inf where masked)
-    against ``values`` [Lk, dv] ``block`` keys at a time, as FlashAttention's inner loop does."""
+    against ``values`` [Lk, dv] ``block`` keys at a time, as FlashAttention's inner loop does.
+    With ``budget`` (bytes) a walk that would keep more is refused before it starts (``check_walk``)."""
     s = np.asarray(scores, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
     if s.ndim != 2 or v.ndim != 2 or s.shape[1] != v.shape[0]:
@@ -93,6 +126,8 @@ def online_softmax(scores, values, block: int) -> OnlineSoftmaxWalk:
     if block < 1:
         raise ValueError(f"block must be at least 1 key, got {block}")
     lq, lk = s.shape
+    if budget is not None:
+        check_walk(lq, lk, v.shape[1], block, budget)
     m = np.full(lq, -np.inf)
     total = np.zeros(lq)
     out = np.zeros((lq, v.shape[1]))
@@ -165,5 +200,5 @@ def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarr
     return HeadAttention(head, kv, scores, inter.v[kv], context[0, 0].float().numpy())
 
 
-__all__ = ["EXPLANATION", "HeadAttention", "OnlineSoftmaxWalk", "OnlineStep", "head_attention", "online_softmax",
-           "walk_head"]
+__all__ = ["EXPLANATION", "HeadAttention", "OnlineSoftmaxWalk", "OnlineStep", "check_walk", "fitting_block",
+           "head_attention", "online_softmax", "walk_bytes", "walk_head"]

@@ -14,7 +14,7 @@ from typing import Hashable
 from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.config import AttentionConfig
-from attndesk.core.online_softmax import head_attention, online_softmax
+from attndesk.core.online_softmax import fitting_block, head_attention, online_softmax
 from attndesk.core.pipeline import ProjectedText, project_text
 
 from ..compute import ComputeController
@@ -61,8 +61,10 @@ def walk_job(config: AttentionConfig, toy: ToyRun, projected: ProjectedText | No
     if projected is None:
         projected = project_text(config, toy.text, toy.key_text)
     one = head_attention(config, projected.intermediates, projected.mask, head)
-    block = auto_block(one.scores.shape[1]) if block == AUTO else block
-    walk = online_softmax(one.scores, one.values, block)
+    (lq, lk), dv, budget = one.scores.shape, one.values.shape[1], config.budget_bytes
+    if block == AUTO:  # auto: the usual block, or the smallest larger one that fits the budget
+        block = fitting_block(lq, lk, dv, budget, auto_block(lk)) or auto_block(lk)
+    walk = online_softmax(one.scores, one.values, block, budget=budget)
     result = toy.result
     shown = WalkShown(walk, head, one.kv_head, config.num_heads, block, list(result.tokens), list(result.keys),
                       one.context, config.dtype, below_last_digit(walk.output, walk.reference))

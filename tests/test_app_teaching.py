@@ -312,12 +312,13 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     import attndesk.app.views.compare as compare_view
 
     monkeypatch.setattr(compare_view, "ASYNC_DIFF_CELLS", 0)  # everything counts as large
-    threads = []
+    threads, requests = [], []
     real = compare_tab.compare_frame
 
-    def spy(*args):
+    def spy(request):
         threads.append(threading.get_ident())
-        return real(*args)
+        requests.append(request)
+        return real(request)
 
     monkeypatch.setattr(compare_tab, "compare_frame", spy)
     view = window.teaching.compareView
@@ -329,6 +330,7 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal")).toy.result
     qtbot.waitUntil(lambda: view.diff() is not None and view.diff().b is b.weights, timeout=TIMEOUT_MS)
     assert threads and all(t != threading.get_ident() for t in threads)
+    assert all(request.budget == window.state.config.budget_bytes for request in requests)
     expected = b.weights.astype(np.float64) - a.weights
     np.testing.assert_array_equal(view.diff().diff, expected)
     np.testing.assert_array_equal(view.displayed()[2], expected.mean(axis=0))  # the worker's mean
@@ -339,6 +341,21 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     window.viewTabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
+
+
+def test_lowering_the_budget_below_a_pinned_a_lets_it_go(qtbot, window):
+    view = window.teaching.compareView
+    window.viewTabs.setCurrentWidget(view)
+    wait_result(qtbot, window, lambda: window.state.update({"text": " ".join(["w"] * 400)}))
+    a = window.displayed_result().toy.result
+    assert a.weights.nbytes > 2**20
+    view.pin()
+    window.parametersPanel.memoryBudgetSpin.setValue(1)  # MiB
+    assert view.pinned_result() is a or view.pinned_result().weights is a.weights  # A is still the run on screen
+    window.recomputeAction.trigger()  # the run under the lowered budget replaces B; the old run is let go
+    qtbot.waitUntil(lambda: view.pinned_result() is None, timeout=TIMEOUT_MS)
+    assert "A was unpinned" in view.plotA.message.text()
+    qtbot.waitUntil(lambda: not window.compute.is_pending(), timeout=TIMEOUT_MS)
 
 
 def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):

@@ -298,10 +298,25 @@ def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
     monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
     big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))  # no memory of its own
     with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) would take "
-                                              r"488\.3 MiB, more than the 100\.0 MiB of free memory"):
+                                              r"278\.5 MiB, more than the 100\.0 MiB of free memory"):
         diff_arrays(big, big)
     small = diff_arrays(np.zeros((2, 3, 3)), np.ones((2, 3, 3)))
     assert small.max_abs == 1.0
+
+
+def test_a_difference_over_the_budget_says_what_fits_before_allocating(monkeypatch):
+    from attndesk.core import diff
+    from attndesk.core.compare import ComparisonError, diff_arrays
+
+    monkeypatch.setattr(diff.np, "subtract", lambda *a, **k: pytest.fail("allocated B - A"))
+    big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))
+    with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) needs "
+                                              r"278\.5 MiB in float64, more than the 96\.0 MiB memory budget; one "
+                                              r"head's would fit \(64\.8 MiB\): compare fewer heads, raise the budget"):
+        diff_arrays(big, big, budget=96 * 2**20)
+    with pytest.raises(ComparisonError, match=r"more than the 16\.0 MiB memory budget: raise the budget or compare "
+                                              r"shorter texts"):
+        diff_arrays(big, big, budget=16 * 2**20)
 
 
 @pytest.mark.parametrize("changes, field", [

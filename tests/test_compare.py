@@ -66,6 +66,27 @@ def test_diff_arrays_ignores_non_finite_in_max():
     assert d.max_abs == 0.5 and d.argmax == (0, 0)
 
 
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (4, 6, 6), (1, 9, 2), (0, 3, 3)])
+def test_the_largest_difference_slice_by_slice_is_the_whole_arrays(shape):
+    """B - A's largest |difference| is searched one head at a time (no second whole-size array);
+    it must be the first largest finite cell of the whole array, as np.argmax finds it."""
+    rng = np.random.default_rng(sum(shape))
+    a = rng.integers(0, 4, shape).astype(np.float32) / 4  # few values: ties across heads
+    b = rng.integers(0, 4, shape).astype(np.float32) / 4
+    if a.size:
+        a.flat[rng.integers(0, a.size, 3)] = -np.inf
+        b.flat[rng.integers(0, b.size, 3)] = np.inf
+    d = diff_arrays(a, b, "masked")
+    with np.errstate(invalid="ignore"):
+        whole = np.subtract(b, a, dtype=np.float64)
+    finite = np.where(np.isfinite(whole), np.abs(whole), 0.0)
+    assert np.array_equal(d.diff, whole, equal_nan=True)
+    if a.size:
+        assert d.argmax == np.unravel_index(int(np.argmax(finite)), shape) and d.max_abs == finite.max()
+    else:
+        assert d.argmax == () and d.max_abs == 0.0
+
+
 def test_teaching_scaled_vs_unscaled():
     t = teaching_comparison("scaled", CFG, TEXT)
     assert t.a.config.scaled and not t.b.config.scaled

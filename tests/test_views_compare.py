@@ -102,6 +102,41 @@ def test_a_head_that_a_lacks_is_a_message_not_an_index_error(view):
     assert np.array_equal(view.displayed()[0], a.weights[1])
 
 
+def test_a_difference_over_the_memory_budget_is_refused_a_and_b_still_drawn(view):
+    """B − A is float64 of every head: held to the memory budget as it is now (seed 778's soak:
+    A and B from a run under 2 GiB kept, the budget lowered to 96 MiB, B − A of all heads made)."""
+    config = CFG.replace(num_heads=4)
+    a, b = run_attention(config, TEXT * 8), run_attention(config.replace(seed=5), TEXT * 8)
+    need = 8 * b.weights.size  # float64 of every head, beside one head's |B - A|
+    budget = {"bytes": need}
+    view.memory_budget = lambda: budget["bytes"]
+    view.set_result(a)
+    view.pin()
+    view.set_result(b)
+    assert view.diff() is None and view.plotDiff.matrix is None
+    assert "memory budget" in view.plotDiff.message.text() and "raise the budget" in view.maxLabel.text()
+    view.set_head(2)
+    assert np.array_equal(view.displayed()[0], a.weights[2]) and np.array_equal(view.displayed()[1], b.weights[2])
+    budget["bytes"] = None  # no budget: the exact difference
+    view.refresh()
+    assert np.array_equal(view.diff().diff, b.weights.astype(np.float64) - a.weights)
+
+
+def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(view):
+    a = run_attention(CFG, TEXT)
+    view.set_result(a)
+    view.pin()
+    assert not view.fit_budget(1)  # A is B, the run on screen: nothing held beside it
+    view.set_result(run_attention(CFG.replace(seed=5), TEXT))
+    held = a.weights.nbytes + a.output.nbytes
+    assert not view.fit_budget(held) and view.pinned_result() is not None
+    assert view.fit_budget(held - 1)
+    assert view.pinned_result() is None and view.diff() is None
+    assert "A was unpinned" in view.plotA.message.text() and "memory budget" in view.plotA.message.text()
+    view.pin()  # pinning again: the note goes
+    assert view.pinned_result() is not None and view.plotA.matrix is not None
+
+
 def test_output_difference(view):
     a = run_attention(CFG, TEXT)
     b = run_attention(CFG.replace(scaled=False), TEXT)

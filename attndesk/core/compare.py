@@ -58,7 +58,7 @@ def _compare_scaled(config: AttentionConfig, text: str) -> TeachingComparison:
         f"largest weight: scaled {float(a.weights.max()):.3f}, unscaled {float(b.weights.max()):.3f}."
     )
     return TeachingComparison("scaled", TEACHING_KINDS["scaled"], a, b, "A: scaled by 1/sqrt(d_k)",
-                              "B: unscaled", diff_results(a, b), explanation)
+                              "B: unscaled", diff_results(a, b, budget=config.budget_bytes), explanation)
 
 
 def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
@@ -80,7 +80,7 @@ def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
         "and heads) on keys the mask blocks."
     )
     return TeachingComparison("masked", TEACHING_KINDS["masked"], a, b, f"A: {kind} mask", "B: no mask",
-                              diff_results(a, b), explanation)
+                              diff_results(a, b, budget=config.budget_bytes), explanation)
 
 
 def _padded_length(config: AttentionConfig, text: str) -> int:
@@ -118,7 +118,7 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
         explanation += "\n(the tutorial itself never scales by sqrt(d_k); both sides here use this run's scores)"
     return TeachingComparison(
         "tutorial", TEACHING_KINDS["tutorial"], a, b, "A: padding mask (keys, -inf)",
-        "B: tutorial's += mask * -1e5 (BUG)", diff_results(a, b), explanation, effect,
+        "B: tutorial's += mask * -1e5 (BUG)", diff_results(a, b, budget=config.budget_bytes), explanation, effect,
     )
 
 

@@ -12,7 +12,7 @@ from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
 from .kvcache import KVCacheRow
-from .memory import require_free_memory
+from .memory import format_bytes, require_free_memory
 from .pipeline import build_model
 from .result import AttentionResult
 from .tutorial import TutorialEffect
@@ -43,8 +43,57 @@ def _describe(shape: tuple[int, ...], what: str) -> str:
     return " x ".join(map(str, shape))
 
 
-def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> ResultDiff:
-    """B - A of two same-shaped arrays; a ComparisonError names both shapes otherwise."""
+# Bytes per cell while B - A is made: the float64 difference kept, and |B - A| of one slice at a time
+DIFF_BYTES_PER_CELL = 8
+
+
+def diff_bytes(shape: tuple[int, ...]) -> int:
+    """What ``diff_arrays`` allocates for arrays of ``shape``: the float64 B - A (kept) and
+    |B - A| of its largest slice (the search for the largest difference goes slice by slice)."""
+    cells = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    slice_cells = cells // shape[0] if shape and shape[0] else cells
+    return DIFF_BYTES_PER_CELL * cells + 9 * slice_cells  # one slice: float64 |B - A| and a bool mask
+
+
+def _check_diff_size(shape: tuple[int, ...], what: str, budget: int | None) -> None:
+    """ComparisonError, before anything is allocated, when B - A exceeds the memory budget or the
+    free memory; the message says what does fit."""
+    need, described = diff_bytes(shape), _describe(shape, what)
+    if budget is not None and need > budget:
+        fits = ""
+        one_head = diff_bytes((1, *shape[1:]))
+        if what == "weights" and len(shape) == 3 and one_head <= budget:
+            fits = f"; one head's would fit ({format_bytes(one_head)}): compare fewer heads, "
+        raise ComparisonError(
+            f"B - A of {what} ({described}) needs {format_bytes(need)} in float64, more than the "
+            f"{format_bytes(budget)} memory budget{fits or ': '}raise the budget or compare shorter texts")
+    try:
+        require_free_memory(need, f"B - A of {what} ({described})", "compare shorter texts or fewer heads")
+    except ConfigError as exc:
+        raise ComparisonError(str(exc)) from None
+
+
+def _largest(diff: np.ndarray) -> tuple[tuple[int, ...], float]:
+    """Index and size of the largest finite |B - A| (the first on ties), one leading slice at a
+    time so that no second whole-size array is made."""
+    if diff.size == 0:
+        return (), 0.0
+    best, where = -1.0, (0,) * diff.ndim
+    for i, part in enumerate(diff if diff.ndim > 1 else [diff]):
+        size = np.abs(part)
+        size[~np.isfinite(size)] = 0.0  # -inf - -inf (a cell masked in both) is NaN: no difference
+        flat = int(np.argmax(size))
+        if size.flat[flat] > best:
+            best = float(size.flat[flat])
+            inner = tuple(int(j) for j in np.unravel_index(flat, part.shape))
+            where = (i, *inner) if diff.ndim > 1 else inner
+    return where, best
+
+
+def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = (),
+                budget: int | None = None) -> ResultDiff:
+    """B - A of two same-shaped arrays; a ComparisonError names both shapes otherwise, or says
+    what fits when B - A exceeds ``budget`` bytes (None: only the free memory is checked)."""
     a = np.asarray(a)
     b = np.asarray(b)
     if a.shape != b.shape:
@@ -57,20 +106,11 @@ def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = ()) -> Res
         raise ComparisonError(
             f"cannot compare {what}: A is {_describe(a.shape, what)}, B is {_describe(b.shape, what)}{hint}"
         )
-    try:  # B - A and |B - A| in float64: four times float32 weights
-        require_free_memory(16 * a.size, f"B - A of {what} ({_describe(a.shape, what)})",
-                            "compare shorter texts or fewer heads")
-    except ConfigError as exc:
-        raise ComparisonError(str(exc)) from None
+    _check_diff_size(a.shape, what, budget)
     # float64 of float32 values: the subtraction is exact for weights in [0, 1]
-    with np.errstate(invalid="ignore"):  # -inf - -inf (a cell masked in both) is NaN: no difference to show
+    with np.errstate(invalid="ignore"):  # -inf - -inf is NaN, ignored by _largest
         diff = np.subtract(b, a, dtype=np.float64)
-    finite = np.where(np.isfinite(diff), np.abs(diff), 0.0)
-    if diff.size:
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(finite)), diff.shape))
-        max_abs = float(finite[idx])
-    else:
-        idx, max_abs = (), 0.0
+    idx, max_abs = _largest(diff)
     return ResultDiff(a=a, b=b, diff=diff, max_abs=max_abs, argmax=idx, what=what, notes=tuple(notes))
 
 
@@ -82,16 +122,17 @@ def _array(result: AttentionResult, what: str) -> np.ndarray:
     return getattr(result.intermediates, what)
 
 
-def diff_results(a: AttentionResult, b: AttentionResult, what: str = "weights") -> ResultDiff:
+def diff_results(a: AttentionResult, b: AttentionResult, what: str = "weights",
+                 budget: int | None = None) -> ResultDiff:
     """B - A of two results' ``what`` (weights by default). Different shapes are a ComparisonError
-    with the reason; different tokens at the same length are compared position by position and
-    said so in ``notes``."""
+    with the reason, and so is a B - A over ``budget`` bytes; different tokens at the same length
+    are compared position by position and said so in ``notes``."""
     notes = []
     if list(a.tokens) != list(b.tokens) or list(a.keys) != list(b.keys):
         first = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y), None)
         where = f" (first at position {first}: {a.tokens[first]!r} vs {b.tokens[first]!r})" if first is not None else ""
         notes.append(f"A and B have different tokens{where}: cells are compared position by position")
-    return diff_arrays(_array(a, what), _array(b, what), what, tuple(notes))
+    return diff_arrays(_array(a, what), _array(b, what), what, tuple(notes), budget)
 
 
 @dataclass
@@ -121,4 +162,5 @@ def out_projection(config: AttentionConfig, context: np.ndarray) -> np.ndarray:
     return out.float().cpu().numpy()
 
 
-__all__ = ["ComparisonError", "ResultDiff", "TeachingComparison", "diff_arrays", "diff_results", "out_projection"]
+__all__ = ["ComparisonError", "ResultDiff", "TeachingComparison", "diff_arrays", "diff_bytes", "diff_results",
+           "out_projection"]

@@ -80,8 +80,9 @@ def _compare_gqa(config: AttentionConfig, text: str) -> TeachingComparison:
         f"{config.dtype}) the cache per layer is:\n{table}\n"
         f"B keeps {mha.ratio_to(gqa):.0f}x less than A, at the same query cost."
     )
+    diff = diff_results(a, b, budget=config.budget_bytes)
     return TeachingComparison("gqa", VARIANT_KINDS["gqa"], a, b, f"A: MHA ({config.num_heads} K/V heads)",
-                              f"B: GQA ({kv} K/V heads, pooled)", diff_results(a, b), explanation, kv_cache=rows)
+                              f"B: GQA ({kv} K/V heads, pooled)", diff, explanation, kv_cache=rows)
 
 
 def _mean_distance(result: AttentionResult) -> float:
@@ -101,7 +102,7 @@ def _compare_rope(config: AttentionConfig, text: str) -> TeachingComparison:
         "of both positions leaves every score unchanged (see Positions)."
     )
     return TeachingComparison("rope", VARIANT_KINDS["rope"], a, b, "A: sinusoidal positions", "B: RoPE",
-                              diff_results(a, b), explanation)
+                              diff_results(a, b, budget=config.budget_bytes), explanation)
 
 
 def comparison_window(config: AttentionConfig, length: int) -> int:
@@ -126,7 +127,7 @@ def _compare_window(config: AttentionConfig, text: str, window: int | None = Non
         f"like L x {w}, not L^2 (a 16k-token run with window 512 computes 6% of the cells)."
     )
     return TeachingComparison("window", VARIANT_KINDS["window"], a, b, "A: global attention", f"B: window {w}",
-                              diff_results(a, b), explanation)
+                              diff_results(a, b, budget=config.budget_bytes), explanation)
 
 
 def _compare_softcap(config: AttentionConfig, text: str, cap: float | None = None) -> TeachingComparison:
@@ -143,7 +144,7 @@ def _compare_softcap(config: AttentionConfig, text: str, cap: float | None = Non
     )
     a = dataclasses.replace(a, intermediates=None)
     return TeachingComparison("softcap", VARIANT_KINDS["softcap"], a, b, "A: no soft-cap", f"B: soft-cap {c:g}",
-                              diff_results(a, b), explanation)
+                              diff_results(a, b, budget=config.budget_bytes), explanation)
 
 
 def variant_comparison(kind: str, config: AttentionConfig, text: str) -> TeachingComparison:

@@ -1,8 +1,9 @@
 """The compare tab: pin a result as A, change anything, see B − A; the one-click teaching pairs.
 
 B is the result on screen (a real model: the layer shown). Large pairs (A, B and B − A drawn
-from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are side jobs; a new result cancels a teaching pair made
-for the old settings.
+from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are
+side jobs; a new result cancels a teaching pair made for the old settings. A pinned A and B − A
+are held to the memory budget as it is now.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from attndesk.core.compare import TeachingComparison, teaching_comparison
 from ..compute import ComputeController
 from ..results import Shown
 from ..state import AppState
-from ..views.compare import CompareView, Operand, compare_frame
+from ..views.compare import CompareView, FrameRequest, Operand, compare_frame
 from .base import TabPresenter
 
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
@@ -32,6 +33,8 @@ class CompareTab(TabPresenter):
         view.set_teaching_runner(self._run_teaching)
         view.set_frame_runner(self._run_frame)
         state.view.events.target.connect(self._follow_head)
+        view.memory_budget = lambda: state.config.budget_bytes
+        state.events.config.connect(lambda config: view.fit_budget(config.budget_bytes))
 
     def show(self, shown: Shown) -> None:  # noqa: A003
         if not shown.indexable:
@@ -57,8 +60,9 @@ class CompareTab(TabPresenter):
             self.view.set_head(target)
 
     # -- side jobs ------------------------------------------------------------------------------
-    def _run_frame(self, request: tuple) -> None:
-        """A, B and B − A of a large pair (a mean over heads, the difference, three images)."""
+    def _run_frame(self, request: FrameRequest) -> None:
+        """A, B and B − A of a large pair (a mean over heads, the difference, three images); B − A
+        is held to the memory budget as it is now (A and B may come from runs under a larger one)."""
         self.compute.side.submit("compare", compare_frame, request, done=self.view.show_frame,
                                  failed=self._frame_failed, scope=None)
 

@@ -26,6 +26,7 @@ from attndesk.core.compare import (
     compare_implementations, diff_results, teaching_comparison,
 )
 from attndesk.core.errors import ConfigError
+from attndesk.core.memory import format_bytes
 from attndesk.core.result import AttentionResult
 from attndesk.core.tokenizer import PAD_ID
 from attndesk.core.types import MEAN, AttentionMap, Head
@@ -96,10 +97,25 @@ class FramePanel:
 
 
 @dataclass(frozen=True, eq=False)
-class CompareFrame:
-    """What the compare view draws for one request (a, b, labels, what, head): A, B, B − A."""
+class FrameRequest:
+    """What to draw: A and B (either may be None), their labels, ``what`` ("weights" or
+    "output"), the head (an index or MEAN), the memory ``budget`` B − A must fit (bytes; None:
+    only the free memory is checked) and what the A panel says while nothing is pinned."""
 
-    request: tuple
+    a: Operand | None
+    b: Operand | None
+    labels: tuple[str, str]
+    what: str
+    head: Head | None
+    budget: int | None = None
+    no_a: str = "pin a result as A"
+
+
+@dataclass(frozen=True, eq=False)
+class CompareFrame:
+    """What the compare view draws for one request: A, B, B − A."""
+
+    request: FrameRequest
     panels: tuple[FramePanel, FramePanel, FramePanel]
     diff: ResultDiff | None
     summary: str
@@ -132,9 +148,9 @@ def _levels(matrices: list[np.ndarray], what: str) -> tuple[float, float] | None
     return (lo, hi if hi > lo else lo + 1.0)
 
 
-def _panel(result, label: str, matrix, what: str, head, levels) -> FramePanel:
+def _panel(result, label: str, matrix, what: str, head, levels, empty: str = "") -> FramePanel:
     if result is None:
-        return FramePanel(None, f"<b>{label}</b>", "pin a result as A" if label.startswith("A") else "")
+        return FramePanel(None, f"<b>{label}</b>", empty)
     if getattr(result, what) is None:
         return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no {what} to compare")
     if matrix is None:
@@ -173,14 +189,15 @@ def _diff_panel(d: ResultDiff, b, what: str, head) -> tuple[FramePanel, str]:
     return panel, summary
 
 
-def compare_frame(request: tuple) -> CompareFrame:
-    """Everything the compare view draws for a request (a, b, labels, what, head), computed
-    anywhere (numpy only); the frame carries the request object it answers."""
-    a, b, labels, what, head = request
+def compare_frame(request: FrameRequest) -> CompareFrame:
+    """Everything the compare view draws for a request, computed anywhere (numpy only); the frame
+    carries the request object it answers. A B − A over the request's budget is not made: its
+    panel says what fits (A and B are still drawn)."""
+    a, b, labels, what, head = request.a, request.b, request.labels, request.what, request.head
     ma = None if a is None else _select(getattr(a, what), what, head)
     mb = None if b is None else _select(getattr(b, what), what, head)
     levels = _levels([m for m in (ma, mb) if m is not None], what)
-    panels = [_panel(a, labels[0], ma, what, head, levels), _panel(b, labels[1], mb, what, head, levels)]
+    panels = [_panel(a, labels[0], ma, what, head, levels, request.no_a), _panel(b, labels[1], mb, what, head, levels)]
     if a is None or b is None:
         idle = FramePanel(None, "<b>B − A</b>", "pin a result as A, then change anything" if b is not None else "")
         hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
@@ -188,7 +205,7 @@ def compare_frame(request: tuple) -> CompareFrame:
     try:
         if getattr(a, what) is None or getattr(b, what) is None:
             raise ComparisonError(f"cannot compare {what}: only one of A and B has it")
-        diff = diff_results(a, b, what)
+        diff = diff_results(a, b, what, request.budget)
     except ComparisonError as exc:
         failed = FramePanel(None, "<b>B − A</b>", str(exc))
         return CompareFrame(request, (*panels, failed), None, f"<span style='color:#a33'>{exc}</span>")
@@ -222,7 +239,10 @@ class CompareView(QWidget):
         self._a_label, self._b_label = "A (pinned)", "B (current)"
         self._head_wanted: int | None = None  # set_head before a result had that head
         self._frame_runner: Callable[[tuple], None] | None = None
-        self._pending: tuple | None = None  # the request handed to the frame runner
+        self._pending: FrameRequest | None = None  # the request handed to the frame runner
+        self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
+        # bytes B − A may take (the window's memory budget, read when a frame is asked for)
+        self.memory_budget: Callable[[], int | None] = lambda: None
         self._toy = True  # the teaching pairs apply to B
 
         self._build_controls()
@@ -324,7 +344,7 @@ class CompareView(QWidget):
         self._runner = runner
 
     def set_frame_runner(self, runner: Callable[[tuple], None] | None) -> None:
-        """``runner(request)`` computes ``compare_frame(*request)`` elsewhere (the worker) for large
+        """``runner(request)`` computes ``compare_frame(request)`` elsewhere (the worker) for large
         results and later calls ``show_frame(frame)``; None = always here."""
         self._frame_runner = runner
 
@@ -367,6 +387,7 @@ class CompareView(QWidget):
             self._a_label, self._b_label = "A (pinned)", "B (current)"
             self.explanationText.hide()
             self._a = self._pinned
+        self._drop_oversized_pin(self.memory_budget())  # A is no longer the run on screen
         self._recompute()
 
     def set_teaching_busy(self, busy: bool) -> None:
@@ -415,12 +436,36 @@ class CompareView(QWidget):
             self.maxLabel.setText("nothing to pin yet: run once first")
             return
         self._a = self._pinned = self._b
+        self._no_a = FrameRequest.no_a
         self._recompute()
         self.pinned.emit()
 
     def unpin(self) -> None:
         self._a = self._pinned = None
+        self._no_a = FrameRequest.no_a
         self._recompute()
+
+    def fit_budget(self, budget: int | None) -> bool:
+        """Let go of a pinned A larger than a (lowered) memory budget, saying so: what the view
+        keeps beside the run on screen is held to the budget like a run. True when A was dropped."""
+        if not self._drop_oversized_pin(budget):
+            return False
+        self._recompute()
+        return True
+
+    def _drop_oversized_pin(self, budget: int | None) -> bool:
+        pinned = self._pinned
+        if budget is None or pinned is None or pinned is self._b:
+            return False
+        held = sum(np.asarray(x).nbytes for x in (pinned.weights, pinned.output) if x is not None)
+        if held <= budget:
+            return False
+        if self._a is pinned:
+            self._a = None
+        self._pinned = None
+        self._no_a = (f"A was unpinned: it held {format_bytes(held)}, more than the {format_bytes(budget)} "
+                      "memory budget; pin a smaller run, or raise the budget")
+        return True
 
     def pinned_result(self):
         return self._a
@@ -504,7 +549,8 @@ class CompareView(QWidget):
     def _recompute(self) -> None:
         self._fill_heads()
         self._diff = None
-        request = (self._a, self._b, (self._a_label, self._b_label), self._what(), self.headCombo.currentData())
+        request = FrameRequest(self._a, self._b, (self._a_label, self._b_label), self._what(),
+                               self.headCombo.currentData(), self.memory_budget(), self._no_a)
         big = self._b is not None and np.size(getattr(self._b, self._what(), None)) > ASYNC_DIFF_CELLS
         if self._frame_runner is not None and big:
             self._pending = request

@@ -197,7 +197,8 @@ def compare_frame(request: FrameRequest) -> CompareFrame:
     ma = None if a is None else _select(getattr(a, what), what, head)
     mb = None if b is None else _select(getattr(b, what), what, head)
     levels = _levels([m for m in (ma, mb) if m is not None], what)
-    panels = [_panel(a, labels[0], ma, what, head, levels, request.no_a), _panel(b, labels[1], mb, what, head, levels)]
+    panels = [_panel(a, labels[0], ma, what, head, levels, request.no_a),
+              _panel(b, labels[1], mb, what, head, levels)]
     if a is None or b is None:
         idle = FramePanel(None, "<b>B − A</b>", "pin a result as A, then change anything" if b is not None else "")
         hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
@@ -238,7 +239,7 @@ class CompareView(QWidget):
         self._runner: Callable[[str, object, str], None] | None = None
         self._a_label, self._b_label = "A (pinned)", "B (current)"
         self._head_wanted: int | None = None  # set_head before a result had that head
-        self._frame_runner: Callable[[tuple], None] | None = None
+        self._frame_runner: Callable[[FrameRequest], None] | None = None
         self._pending: FrameRequest | None = None  # the request handed to the frame runner
         self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
         # bytes B − A may take (the window's memory budget, read when a frame is asked for)
@@ -343,7 +344,7 @@ class CompareView(QWidget):
         and later calls ``show_teaching``; None = run inline in the GUI thread."""
         self._runner = runner
 
-    def set_frame_runner(self, runner: Callable[[tuple], None] | None) -> None:
+    def set_frame_runner(self, runner: Callable[[FrameRequest], None] | None) -> None:
         """``runner(request)`` computes ``compare_frame(request)`` elsewhere (the worker) for large
         results and later calls ``show_frame(frame)``; None = always here."""
         self._frame_runner = runner

@@ -232,7 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
     _real_model_arguments(render)
     _model_arguments(render)
     _output_arguments(render)
+    for command in _commands():
+        command.add_parser(sub)
     return parser
+
+
+# Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
+# ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _commands() -> list:
+    import importlib
+
+    return [importlib.import_module(name) for name in _COMMAND_MODULES]
 
 
 def _input_arguments(render: argparse.ArgumentParser) -> None:
@@ -592,6 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exc.code or 0)
         if args.command in (None, "app"):
             return launch_app()
+        for command in _commands():
+            if args.command == command.NAME:
+                return int(command.run(args) or 0)
         render_command(args)
         return 0
 

@@ -22,9 +22,9 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) main.py
 
-# The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to issue 9's criteria:
+# The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability criteria:
 # 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
-# runs the same with the next seed (README "Reliability").
+# runs the same with the next seed (docs/reliability.md).
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
 

@@ -4,7 +4,7 @@ The real window (Qt offscreen, 1529 x 1100, a 1,500-word text: 1,691 tokens x 4 
 each view tab in turn; on each, the window is resized six times (wider, narrower, taller,
 shorter, both ways), as a user dragging its edge or a dock appearing would. A 5 ms heartbeat
 timer measures the longest gap between two beats in GUI-thread CPU time (``time.thread_time``)
-after each resize: the work Qt and attndesk did in one go. Issue 9's limit is 100 ms.
+after each resize: the work Qt and attndesk did in one go. The reliability limit is 100 ms.
 
 The soak measures the same kind of gap (tests/soak) with its own event filter running; this
 benchmark runs the window alone, so its figures are the window's cost without the harness.

@@ -11,7 +11,7 @@ Then the same for a drag: ``--drag`` steps the seed every 16 ms (a held arrow ke
 slider) for a second and reports how many intermediate results were shown and the time from the
 last step to its result.
 
-Targets (issue 10): median <= 100 ms at 128 tokens and <= 150 ms at 512 tokens.
+Targets: median <= 100 ms at 128 tokens and <= 150 ms at 512 tokens.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """After a large input the window gives its memory back: once the input is small again, the
-resident set returns to within a fixed allowance of what it was before (issue 9).
+resident set returns to within a fixed allowance of what it was before.
 
 A 2,048-token x 16-head run with its intermediates (the step-through), B − A, positions and
 statistics takes about 1.3 GB; the views let go of an older run when the next one is drawn, and

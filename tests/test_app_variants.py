@@ -1,4 +1,4 @@
-"""The modern-attention variants in the window (issue 11, window part a), driven through the real
+"""The modern-attention variants in the window, driven through the real
 widgets: the parameters panel's position / K/V heads / window / soft-cap controls, the heatmaps
 they shape, the step-through's variant stages and the Positions tab's RoPE row.
 

@@ -295,7 +295,7 @@ def test_core_pretrained_does_not_import_qt():
 
 def test_transformers_long_lived_objects_stay_out_of_full_collections():
     """The first import of transformers is frozen out of the collector: a full collection over its
-    ~150k objects took ~70 ms in whichever thread allocated, the window's included (issue 9)."""
+    ~150k objects took ~70 ms in whichever thread allocated, the window's included."""
     import subprocess
     import sys
 

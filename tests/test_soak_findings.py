@@ -1,4 +1,4 @@
-"""Fixes of what the random-action soak found on the rebuilt window (issue 9), one test each.
+"""Fixes of what the random-action soak found on the rebuilt window, one test each.
 
 Stalls are judged on the GUI thread's own CPU time (``time.thread_time()``), as the soak does, so
 a loaded machine does not fail them; each test failed before its fix by a wide margin.

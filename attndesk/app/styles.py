@@ -2,7 +2,7 @@
 
 ``setStyleSheet`` re-polishes the widget (and its children) and queues a relayout and repaint
 even when the sheet is the same: called on every status update, hover or parameter change, such
-calls added up to 100-170 ms of GUI-thread work in one event (soak, issue 9).
+calls added up to 100-170 ms of GUI-thread work in one event in the soak (the limit is 100 ms).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each side job (a teaching pair, B - A, head statistics, an export, ...) is sized to the memory
 budget on its own, but in the soak up to four ran at once with a run in flight and resident
-memory reached 3-4 GiB at the default 2 GiB budget (issue 9). A job waits here for its turn,
+memory reached 3-4 GiB at the default 2 GiB budget. A job waits here for its turn,
 checking its cancel flag, so a superseded job leaves the queue at once. The main run never
 waits: it is what the user asked for last.
 """

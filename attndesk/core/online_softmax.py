@@ -105,7 +105,7 @@ def fitting_block(lq: int, lk: int, dv: int, budget: int, at_least: int = 1) -> 
 
 def check_walk(lq: int, lk: int, dv: int, block: int, budget: int) -> None:
     """ConfigError naming what fits when a walk in blocks of ``block`` keys would exceed ``budget``:
-    each step keeps O [Lq, dv], so blocks of one key over 1,900 keys kept 1.9 GB (issue 9's soak)."""
+    each step keeps O [Lq, dv], so blocks of one key over 1,900 keys kept 1.9 GB (measured in the soak)."""
     need = walk_bytes(lq, lk, dv, block)
     if need <= budget:
         return

@@ -1,4 +1,5 @@
-"""The soak's verdict: the criteria of issue 9, the JSON report, and what to print on a failure."""
+"""The soak's verdict: the reliability criteria (0 exceptions, no 100 ms of GUI-thread work at once, 0 threads
+left, memory bounded and back, the known input exact), the JSON report, and what to print on a failure."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ class HeatmapCanvas(pg.GraphicsView):
 
     def _band_path(self, rows: int, cols: int, window: int, causal: bool, key_offset: int) -> QPainterPath:
         """The band's path, built once for all the cells of one shape from arrays (point by point
-        per head it took 100+ ms at 16 heads x 7,000 or one head x 20,000 tokens: issue 9's soak)."""
+        per head it took 100+ ms at 16 heads x 7,000 or one head x 20,000 tokens in the soak; the limit is 100 ms)."""
         key = (rows, cols, window, causal, key_offset)
         if self._band[0] != key:
             lines = band_edges(rows, cols + key_offset, window, causal=causal)

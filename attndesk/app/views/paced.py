@@ -3,7 +3,7 @@
 A pyqtgraph plot is a QGraphicsView: resizing it re-lays out its items and regenerates its axes,
 showing it paints all of that for the first time, ~10-30 ms a plot at the soak's window sizes.
 A page of three or four plots (Positions, Compare) resized or chosen at once took 100-190 ms of
-GUI-thread work in one turn (issue 9). ``PacedHost`` puts a cheap plain widget in the layout in
+GUI-thread work in one turn (the limit is 100 ms). ``PacedHost`` puts a cheap plain widget in the layout in
 the plot's place; the layout resizes the host, and one shared ``Pacer`` hands each host's size
 to its plot (and shows it) one host per turn. Meanwhile a plot keeps its previous size for a
 few milliseconds: clipped when the host shrank, on the host's background when it grew.

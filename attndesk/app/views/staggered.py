@@ -2,7 +2,7 @@
 
 Each plot is a QGraphicsView whose resize re-lays out its items and regenerates its axes: ten
 of them resized together (a dock shown, the window resized) or shown together (the tab chosen)
-took 110-190 ms of GUI-thread work in the soak (issue 9). ``Staggered`` therefore
+took 110-190 ms of GUI-thread work in the soak (the limit is 100 ms). ``Staggered`` therefore
 
 - gives the plots a fixed size that fills the scroll area (room kept for its scroll bars, so
   they never appear just because the plots were fitted), and re-fits them one per turn: at

@@ -1,4 +1,4 @@
-"""The README picture of the generation stepper: ``xvfb-run -a python scripts/generate_screenshot.py
+"""The user guide's picture of the generation stepper: ``xvfb-run -a python scripts/generate_screenshot.py
 [OUT.png]`` (or Qt offscreen). No decoder's weights ship with attndesk, so it builds a random-weight
 LLaMA-shaped checkpoint (4 layers x 8 heads sharing 2 K/V heads, the packaged WordPiece tokenizer):
 the words it writes are nonsense, the attention rows and probabilities are exactly the model's."""

@@ -1,9 +1,9 @@
-"""Pictures of the modern-attention variants in the real window (README "Modern attention in the window").
+"""Pictures of the modern-attention variants in the real window (docs/user-guide.md, "Modern attention in the window").
 
 ``python scripts/variant_screens.py [OUT_DIR]`` writes, from the sample sentence:
 
 - ``variants.png``: the whole window, 8 query heads sharing 2 K/V heads, a causal sliding window
-  of 4 tokens (the README picture, copied to resources/ by hand);
+  of 4 tokens (the user guide's picture, copied to resources/ by hand);
 - ``variants_panel.png``: the parameters panel with those choices;
 - ``variants_rope_steps.png``: the step-through of a RoPE + soft-cap run, one weight hovered.
 

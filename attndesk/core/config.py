@@ -80,6 +80,7 @@ class AttentionConfig:
     num_heads: int = param(4, kind=int, label="Heads", flag="--heads", low=1, window_max=_WINDOW_INT, widget="heads",
                            tip="Number of heads; must divide the embedding dim", **_ARCHITECTURE)
     hidden_dim: int = param(64, kind=int, label="Hidden dim", flag="--hidden-dim", low=1, window_max=_WINDOW_INT,
+                            acts_when=lambda values: values["num_heads"] == 1,
                             tip="Width d_k of the single head (used only when heads = 1)", **_ARCHITECTURE)
     mask: str = param("padding", kind=str, label="Mask", flag="--mask", choices=MASK_KINDS, real_model="acts",
                       tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones")
@@ -93,7 +94,7 @@ class AttentionConfig:
                           tip="Where token order enters the attention: sinusoidal (added to the embeddings), rope "
                               "(rotates Q and K), alibi (a distance penalty on the scores) or none")
     kv_heads: int | None = param(None, kind=int, label="K/V heads", flag="--kv-heads", low=1, control="divisors",
-                                 of="num_heads", none="one per query head (plain multi-head)", metavar="KV", **_VARIANT,
+                                 of="num_heads", none="one per query head, plain multi-head", metavar="KV", **_VARIANT,
                                  tip="Key/value heads shared by groups of query heads: fewer K/V heads, a smaller "
                                      "K/V cache; must divide the heads (1 = multi-query)")
     # the toy sentence has ~11 tokens, so a first window of 3 shows a clear band
@@ -111,7 +112,7 @@ class AttentionConfig:
     dropout: float = param(0.0, kind=float, label="Dropout", flag="--dropout", low=0.0, high=1.0, high_open=True,
                            step=0.05, tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)")
     training: bool = param(False, kind=bool, label="Training mode (dropout on)", flag="--train", widget="train",
-                           tip="Training mode: dropout acts")
+                           tip="Training mode: dropout acts on the weights")
     seed: int = param(0, kind=int, label="Seed", flag="--seed", low=0, high=2**63 - 1, window_max=_WINDOW_INT,
                       tip="Seed of the random weights (same seed, same model)")
     vocab_size: int = param(16384, kind=int, label="Vocabulary", flag="--vocab-size", low=3, window_max=_WINDOW_INT,
@@ -120,6 +121,7 @@ class AttentionConfig:
     bias: bool = param(True, kind=bool, label="Bias in the Linear layers", flag="--no-bias",
                        tip="The Q, K, V and output Linear layers have a bias")
     device: str = param("cpu", kind=str, label="Device", flag="--device", choices=DEVICE_NAMES,
+                        unavailable=device_availability,
                         tip="Torch device; auto picks the best available")
     dtype: str = param("float32", kind=str, label="Dtype", flag="--dtype", choices=tuple(DTYPES),
                        tip="Compute precision")
@@ -159,10 +161,10 @@ class AttentionConfig:
 
     def _values(self) -> tuple:
         """Every field's type and value (1, 1.0 and True differ: each is checked on its own)."""
-        return tuple((type(v), v) for v in (getattr(self, spec.name) for spec in FIELDS))
+        return tuple((type(v), v) for v in (getattr(self, f.name) for f in dataclasses.fields(self)))
 
     def _check_fields(self) -> None:
-        for spec in FIELDS:  # each field's own type, choices and range, as its spec declares them
+        for spec in fields_of(type(self)):  # each field's own type, choices and range, as its spec declares
             check_value(spec, getattr(self, spec.name))
 
     def _check_variants(self) -> None:

@@ -13,6 +13,7 @@ Qt-free: the panel's hints here are plain data (a label, a unit, a ``control`` k
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
@@ -54,6 +55,8 @@ class Param:
     choice_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     choice_tips: Mapping[str, str] = dataclasses.field(default_factory=dict)
     auto: Callable[[], int] | None = None  # the value None stands for, worked out (the memory budget)
+    unavailable: Callable[[], Mapping[str, str | None]] | None = None  # choice -> why not on this machine
+    acts_when: Callable[[Mapping[str, Any]], bool] | None = None  # given every field's value: does it act?
     metavar: str | None = None
     widget: str = ""  # the controls' objectName stem when it is not the field's camelCase name
     real_model: RealModel = "toy"
@@ -87,7 +90,7 @@ class Param:
     def help(self) -> str:
         """The CLI help: the tooltip with the default (or what None means)."""
         if self.kind is bool:
-            return f"{self.tip} ({'on' if self.default else 'off'} without this flag)"
+            return f"turn {'off' if self.default else 'on'}: {self.tip[:1].lower()}{self.tip[1:]}"
         if self.default is None:
             return f"{self.tip} (default: {self.none})"
         return f"{self.tip} (default {self.default})"
@@ -104,6 +107,7 @@ def param(default: Any, **spec: Any) -> Any:
     return dataclasses.field(default=default, metadata={"param": Param(**spec)})
 
 
+@functools.cache
 def fields_of(cls: type) -> tuple[Param, ...]:
     """Every ``param`` field of the dataclass ``cls``, in declaration order, name and default filled in."""
     return tuple(dataclasses.replace(f.metadata["param"], name=f.name, default=f.default)

@@ -333,7 +333,7 @@ def config_from_args(args: argparse.Namespace):
 
     flags = dict(vars(args))
     if flags.pop("positional", None) is False:
-        if "position" in args.given and args.position != "none":
+        if "position" in getattr(args, "given", ()) and args.position != "none":
             raise ConfigError(f"--no-positional contradicts --position {args.position}: give one of them")
         flags["position"] = "none"
     return state_from_flags(flags).config.validate()

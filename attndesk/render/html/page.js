@@ -150,7 +150,7 @@
   function renderGrid() {
     var d = layerData(state.layer), grid = document.getElementById("grid"), hs = heads(d), rs = ranges(d, hs);
     grid.textContent = "";
-    document.getElementById("layer-summary").textContent = layers.length > 1 ? (d.entry.title + " · " + d.entry.summary) : "";
+    document.getElementById("layer-summary").textContent = layers.length > 1 ? d.entry.summary : "";
     grid.style.setProperty("--tile", hs.length === 1 ? "420px" : d.H > 8 ? "150px" : "190px");
     hs.forEach(function (h, i) {
       var tile = el("div", "tile");

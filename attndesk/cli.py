@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("attndesk.cli_bundle", "attndesk.cli_reproduce")
 
 
 def _commands() -> list:
@@ -439,7 +439,7 @@ def _toy_page(result, amap) -> dict:
     """What the toy run's html page holds: its map, caption, parameters and file name."""
     from attndesk.render.export import default_filename
 
-    return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(),
+    return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(), "run": result,
             "name": default_filename(amap, "all", "html")}
 
 
@@ -650,4 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _guarded(run)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the importable module's main, so that command modules raising attndesk.cli.CliError meet the
+    # same class that _guarded catches (python -m runs this file as a second module, __main__)
+    from attndesk.cli import main as _main
+
+    sys.exit(_main())

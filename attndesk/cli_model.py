@@ -70,7 +70,7 @@ def model_page(run, args: argparse.Namespace) -> dict:
     """The page of a run: every (part, layer) map (``--layer``: that layer), caption, settings, file name."""
     from attndesk.render.page import pretrained_page_maps
 
-    return {"maps": pretrained_page_maps(run, args.layer), "summary": run.summary(),
+    return {"maps": pretrained_page_maps(run, args.layer), "summary": run.summary(), "run": run,
             "settings": model_settings(run, args), "name": f"attn_{run.file_tag(args.layer)}.html",
             "title": run.model_name if args.layer is None else f"{run.model_name} · layer {args.layer}"}
 

@@ -10,17 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_models import tiny_model
 
 from attndesk import __version__
 from attndesk.app.session import session_from_json
 from attndesk.cli import main
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.bundle import BUNDLE_VERSION, read_bundle
-
-try:
-    from tests.pretrained_models import build
-except ImportError:  # the tests folder on sys.path instead of the project root
-    from pretrained_models import build
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -82,7 +78,7 @@ def test_a_bundle_that_cannot_be_written_writes_nothing(qapp, capsys, tmp_path):
 
 
 def test_model_bundle_names_a_missing_model_and_reproduces_from_its_new_place(qapp, capsys, tmp_path):
-    folder = build("llama", tmp_path / "llama")
+    folder = Path(shutil.copytree(tiny_model("llama"), tmp_path / "llama"))
     bundle = tmp_path / "llama.zip"
     code, _, err = run_cli(capsys, "bundle", "--model", str(folder), "--text", "the cat sat", "--out", str(bundle))
     assert code == 0, err
@@ -96,7 +92,12 @@ def test_model_bundle_names_a_missing_model_and_reproduces_from_its_new_place(qa
     assert code == 2 and len(err) == 1 and str(folder) in err[0] and "--model" in err[0]
     code, out, err = run_cli(capsys, "reproduce", str(bundle), "--model", str(moved))
     assert code == 0 and out[-1] == "largest difference from the bundled weights: 0", err
-    other = build("llama", tmp_path / "other", seed=1)
+    other = Path(shutil.copytree(moved, tmp_path / "other"))
+    with open(other / "model.safetensors", "r+b") as fh:  # one weight byte changed
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 1]))
     code, out, err = run_cli(capsys, "reproduce", str(bundle), "--model", str(other))
     assert code == 2 and "not the bundle's" in err[0]
 

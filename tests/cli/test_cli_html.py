@@ -7,14 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_models import tiny_model
 
 from attndesk.cli import main
 from attndesk.render.page import decode_array, decode_mask, page_layers, read_page_data
-
-try:
-    from tests.pretrained_models import build
-except ImportError:  # the tests folder on sys.path instead of the project root
-    from pretrained_models import build
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -37,9 +33,8 @@ def test_toy_page_beside_its_npy(qapp, capsys, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return {name: build(name, root / name) for name in ("llama", "t5")}
+def models():
+    return {name: tiny_model(name) for name in ("llama", "t5")}
 
 
 def test_model_page_holds_every_layer_as_the_npy_files(qapp, capsys, tmp_path, models):

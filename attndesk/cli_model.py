@@ -52,27 +52,14 @@ def model_maps(run, layer: int | None) -> list:
     return maps
 
 
-def model_settings(run, args: argparse.Namespace) -> dict:
-    """The run's identity and switches, as a page's settings table shows them."""
-    from pathlib import Path
-
-    settings = {"model": run.model_name, "folder": str(Path(args.model).expanduser().resolve()),
-                "model_type": run.model_type, "family": run.family, "layers": run.num_layers,
-                "heads": run.num_heads, "scaled": run.scaled, "forced causal mask": run.causal}
-    if run.kv_heads:
-        settings["K/V heads"] = run.kv_heads
-    if args.target is not None:
-        settings["target"] = args.target
-    return settings
-
-
 def model_page(run, args: argparse.Namespace) -> dict:
     """The page of a run: every (part, layer) map (``--layer``: that layer), caption, settings, file name."""
+    from attndesk.app.bundle_save import model_settings
     from attndesk.render.page import pretrained_page_maps
 
     return {"maps": pretrained_page_maps(run, args.layer), "summary": run.summary(), "run": run,
-            "settings": model_settings(run, args), "name": f"attn_{run.file_tag(args.layer)}.html",
+            "settings": model_settings(run, args.model, args.target), "name": f"attn_{run.file_tag(args.layer)}.html",
             "title": run.model_name if args.layer is None else f"{run.model_name} · layer {args.layer}"}
 
 
-__all__ = ["TOY_ONLY", "check_model_flags", "model_maps", "model_page", "model_run", "model_settings"]
+__all__ = ["TOY_ONLY", "check_model_flags", "model_maps", "model_page", "model_run"]

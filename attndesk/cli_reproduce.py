@@ -43,13 +43,16 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
         from attndesk.core.bundle import BundleError
 
         raise BundleError("the bundle's model needs the transformers package, which is not installed here") from None
-    from attndesk.core.pretrained import load_pretrained, run_pretrained
+    from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
 
     folder = check_model(identity, model_folder)
+    spec = read_spec(folder)
+    # as the window's pretrained mode runs a state: a target only for an encoder-decoder, heads that exist
+    target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
+    ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
     model = load_pretrained(folder, memory_budget=run.get("memory_budget"))
-    result = run_pretrained(model, state.text, target=state.target_text or None, ablate=state.pretrained.ablate,
-                            scaled=state.config.scaled, causal="causal" in state.config.mask,
-                            memory_budget=run.get("memory_budget"))
+    result = run_pretrained(model, state.text, target=target, ablate=ablate, scaled=state.config.scaled,
+                            causal="causal" in state.config.mask, memory_budget=run.get("memory_budget"))
     return run_weights(result, run.get("layer")), f"the model in {folder}"
 
 

@@ -117,3 +117,27 @@ def _rewrite(source: Path, target: Path, *, manifest=None, weights=None) -> Path
                 data = buffer.getvalue()
             zout.writestr(info, data)
     return target
+
+
+def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_decoder(qapp, capsys, tmp_path):
+    from attndesk.app.bundle_save import save_bundle
+    from attndesk.app.state import AppState, ModeId
+    from attndesk.core.bundle import BundleError
+    from attndesk.core.pretrained import load_pretrained, run_pretrained
+
+    toy = AppState(text="the cat sat", key_text="le chat dort", cross=True)
+    toy.set_config(num_heads=2, embed_dim=8)
+    result = run_attention(toy.config, toy.text, key_text=toy.keys_text())
+    path = save_bundle(toy, result, tmp_path / "cross.zip", colormap="CET-L1")
+    assert read_bundle(path).texts == {"text": "the cat sat", "key_text": "le chat dort"}
+    assert run_cli(capsys, "reproduce", str(path))[0] == 0
+    folder = tiny_model("t5")
+    t5 = AppState(text="the cat sat", target_text="le chat", mode=ModeId(kind="pretrained", path=str(folder)))
+    t5.pretrained.ablate = ((1, 2),)
+    run = run_pretrained(load_pretrained(folder), t5.text, target="le chat", ablate=((1, 2),))
+    path = save_bundle(t5, run, tmp_path / "t5.zip")
+    assert len(read_bundle(path).weights) == 6  # encoder, decoder and cross, 2 layers each
+    code, out, err = run_cli(capsys, "reproduce", str(path))
+    assert code == 0 and out[-1].endswith(": 0"), err
+    with pytest.raises(BundleError, match="not the current mode"):
+        save_bundle(t5, result, tmp_path / "mixed.zip")

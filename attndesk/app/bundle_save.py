@@ -13,6 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from attndesk.core.bundle import BundleError, model_identity, run_weights, write_bundle
+from attndesk.core.pretrained import packaged_model_dir
+from attndesk.render import ensure_gui_app
+from attndesk.render.export import default_filename, figure_bytes
+from attndesk.render.figure import figure_from_map
+from attndesk.render.page import (
+    PageTooLarge,
+    page_data,
+    page_html,
+    pretrained_page_maps,
+)
 
 from .session import session_json
 from .state import AppState
@@ -35,11 +45,6 @@ def model_settings(run: Any, folder: str | os.PathLike, target: str | None) -> d
 def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str, bytes]:
     """A PNG of every map's heads, and the interactive page when the run fits one (``page``:
     ``maps``, ``summary``, ``settings``, ``name``, optional ``title``)."""
-    from attndesk.render import ensure_gui_app
-    from attndesk.render.export import default_filename, figure_bytes
-    from attndesk.render.figure import figure_from_map
-    from attndesk.render.page import PageTooLarge, page_data, page_html
-
     ensure_gui_app(headless=True)
     figures = {}
     for amap in (getattr(m, "map", m) for m in page["maps"]):
@@ -55,9 +60,6 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
 
 
 def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) -> dict[str, Any]:
-    from attndesk.render.export import default_filename
-    from attndesk.render.page import pretrained_page_maps
-
     if folder is None:
         amap = result.attention_map()
         return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(),
@@ -72,7 +74,6 @@ def save_bundle(state: AppState, result: Any, path: str | os.PathLike, *, colorm
                 layer: int | None = None, memory_budget: int | None = None) -> Path:
     """Write ``result`` (an ``AttentionResult`` of the toy model or a ``PretrainedResult``) and
     ``state`` (the session that made it) as the bundle ``path``; BundleError says why not."""
-    from attndesk.core.pretrained import packaged_model_dir
 
     pretrained = hasattr(result, "parts")
     if pretrained != (state.mode.kind == "pretrained"):

@@ -310,9 +310,9 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
     out.add_argument("--format", type=_list_of(("png", "svg", "pdf", "html"), "format"), default=["png"], metavar="FMT",
                      help="png, svg, pdf or html (one self-contained interactive page per run, every head and "
                           "layer); comma-separated for several (default png)")
-    out.add_argument("--page-precision", choices=("float16", "float32"), default="float16",
-                     help="how an html page stores the weights: float16 (within 5e-4, half the size) or float32 "
-                          "(exact) (default %(default)s)")
+    out.add_argument("--page-precision", choices=("auto", "float16", "float32"), default="auto",
+                     help="how an html page stores the weights: float32 (exact), float16 (within 5e-4, half the "
+                          "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)")
     out.add_argument("--which", type=_which, default=["all", "mean"], metavar="WHICH", help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)")
     out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map (default %(default)s); CET-L1 is a perceptual grey")
     out.add_argument("--per-head-scale", dest="shared_scale", action="store_false", help="scale each head's colours to its own range (default: one shared scale)")

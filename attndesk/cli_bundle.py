@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map of the figures (default %(default)s)")
     # what render_command's checks read: every head, exact weights, the whole matrix
     parser.set_defaults(which=["all"], weights="npy", region=None, format=["png"], shared_scale=True,
-                        vmin=None, vmax=None, size=None, dpi=96.0, page_precision="float16")
+                        vmin=None, vmax=None, size=None, dpi=96.0, page_precision="auto")
     return parser
 
 

@@ -11,8 +11,8 @@ in ``<script type="application/json" id="attndesk-data">`` (format in docs/expor
 - ``read_page_data`` / ``decode_array``: the numbers back out of a page (tests, tools).
 - ``pretrained_page_maps``: every (part, layer) of a real model's run, for ``write_page``.
 
-Weights are stored as little-endian float16 (within 5e-4 of the float32 weights: about 3 MB for
-6 layers x 12 heads x 128 tokens) or float32 (exact). A page over ``MAX_PAGE_BYTES`` is refused
+Weights are stored as little-endian float32 (exact) when that page fits, else float16 (within 5e-4
+of the float32 weights: about 3.2 MB for 6 layers x 12 heads x 128 tokens); either can be forced. A page over ``MAX_PAGE_BYTES`` is refused
 before anything is written, naming what fits.
 """
 
@@ -42,6 +42,7 @@ from .export import ExportError, atomic_write
 PAGE_FORMAT = "attndesk-page"
 PAGE_VERSION = 1
 PRECISIONS = ("float16", "float32")
+AUTO = "auto"  # float32 (exact) when that page fits, else float16
 MAX_PAGE_BYTES = 4_000_000  # 6 layers x 12 heads x 128 tokens as float16 is 3.2 MB
 _DATA_ID = "attndesk-data"
 _ASSET_ALLOWANCE = 64_000  # the inlined script and style, the template, headers (measured ~30 KB)
@@ -159,13 +160,15 @@ def _colormap_entries() -> dict[str, Any]:
 
 def page_data(maps: Sequence[AttentionMap | PageMap], summary: str = "", *, settings: Mapping[str, Any] | None = None,
               colormap: str = "viridis", shared_scale: bool = True, log_scale: bool = False,
-              precision: str = "float16", region: select.Region | None = None, title: str = "") -> dict[str, Any]:
+              precision: str = AUTO, region: select.Region | None = None, title: str = "") -> dict[str, Any]:
     """The page's JSON document. One map: its entry's fields at the top level; several: ``layers``."""
     page_maps = [_as_page_map(m) for m in maps]
     if not page_maps:
         raise ExportError("a page needs at least one map")
+    if precision == AUTO:
+        precision = choose_precision(page_maps, region)
     if precision not in PRECISIONS:
-        raise ExportError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ExportError(f"precision must be {AUTO}, {' or '.join(PRECISIONS)}, got {precision!r}")
     if colormap not in colormaps.COLORMAPS:
         raise ExportError(f"unknown colormap {colormap!r}; choose one of: {', '.join(colormaps.COLORMAPS)}")
     check_page_size(page_maps, precision, region)
@@ -207,10 +210,18 @@ def estimate_page_bytes(maps: Sequence[AttentionMap | PageMap], precision: str =
     return size
 
 
-def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = "float16",
+def choose_precision(maps: Sequence[AttentionMap | PageMap], region: select.Region | None = None,
+                     limit: int = MAX_PAGE_BYTES) -> str:
+    """"float32" (the exact weights) when such a page fits ``limit``, else "float16"."""
+    return "float32" if estimate_page_bytes(maps, "float32", region) <= limit else "float16"
+
+
+def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = AUTO,
                     region: select.Region | None = None, limit: int = MAX_PAGE_BYTES) -> None:
     """PageTooLarge naming what fits (fewer layers, fewer tokens, float16) when over ``limit``."""
     page_maps = [_as_page_map(m) for m in maps]
+    if precision == AUTO:
+        precision = choose_precision(page_maps, region, limit)
     need = estimate_page_bytes(page_maps, precision, region)
     if need <= limit:
         return
@@ -261,7 +272,7 @@ def write_page(maps: Sequence[AttentionMap | PageMap], summary: str, path: str |
     """Write the interactive page of ``maps`` to ``path`` (.html) atomically; returns the path.
 
     ``options``: ``settings`` (a mapping shown as a table), ``colormap``, ``shared_scale``,
-    ``log_scale``, ``precision`` ("float16" or "float32"), ``region``, ``title``. ExportError
+    ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``. ExportError
     (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".html":
@@ -287,6 +298,7 @@ def page_layers(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 __all__ = [
+    "AUTO",
     "MAX_PAGE_BYTES",
     "PAGE_FORMAT",
     "PAGE_VERSION",
@@ -294,6 +306,7 @@ __all__ = [
     "PageMap",
     "PageTooLarge",
     "check_page_size",
+    "choose_precision",
     "decode_array",
     "decode_mask",
     "encode_array",

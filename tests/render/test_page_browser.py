@@ -69,7 +69,7 @@ def cell_point(browser, head: int, q: int, k: int) -> tuple[float, float]:
     """The page coordinates of the centre of cell (q, k) of the head-th heatmap."""
     return tuple(browser.execute_script(
         "const r = document.querySelectorAll('#grid .map canvas')[arguments[0]].getBoundingClientRect();"
-        "const d = window.attndesk.doc, L = d.weights.shape;"
+        "const a = window.attndesk, L = a.layers[a.state.layer].weights.shape;"
         "return [r.left + (arguments[2] + 0.5) * r.width / L[2], r.top + (arguments[1] + 0.5) * r.height / L[1]];",
         head, q, k))
 
@@ -184,4 +184,28 @@ def test_six_layers_of_twelve_heads_open_in_under_a_second(browser, tmp_path):
     shown = np.array(browser.execute_script("return window.attndesk.weights(4, 7)"), dtype=np.float32)
     assert np.abs(shown - maps[4].map.weights[7].ravel()).max() <= 1e-3
     assert browser.find_elements("css selector", ".tile-title")[7].text == "L4 head 7"
+    hover_at(browser, *cell_point(browser, 7, 100, 50))
+    assert ": ≈" in browser.find_element("id", "readout").text  # float16: the read-out says it is rounded
+    assert "float16" in browser.find_element("id", "precision").text
+    assert console_errors(browser) == []
+
+
+def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page):
+    amap, path = toy_page
+    open_page(browser, path)
+    browser.find_element("xpath", "//label[contains(., 'log scale')]/input").click()
+    image = screenshot(browser)
+    figure = figure_from_map(amap, "all", colormap="viridis", log_scale=True)
+    for head, q, k in ((0, 6, 0), (2, 11, 5)):
+        x, y = cell_point(browser, head, q, k)
+        want = colormaps.map_values(figure.colour_values(head)[q, k], "viridis", *figure.scale_for(head))
+        np.testing.assert_allclose(image[int(y), int(x)], want, atol=2)
+    browser.execute_script("const s = document.querySelectorAll('#controls select')[0]; s.value = 'mean';"
+                           "s.dispatchEvent(new Event('change'))")
+    assert [t.text for t in browser.find_elements("css selector", ".tile-title")] == ["mean over 4 heads"]
+    hover_at(browser, *cell_point(browser, 0, 10, 2))
+    mean = amap.weights.mean(axis=0, dtype=np.float64)[10, 2]
+    readout = browser.find_element("id", "readout")
+    assert readout.text.startswith('mean of heads · query "t10" (10) → key "t2" (2): ')
+    assert float(readout.get_attribute("data-value")) == pytest.approx(mean, abs=1e-6)
     assert console_errors(browser) == []

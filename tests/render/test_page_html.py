@@ -40,7 +40,9 @@ def test_float32_page_holds_the_exact_weights_and_float16_within_1e3(toy, tmp_pa
     np.testing.assert_array_equal(decode_array(doc["weights"]), result.weights)
     np.testing.assert_array_equal(decode_mask(doc["mask"]), result.mask)
     assert doc["settings"]["num_heads"] == 4 and doc["view"]["colormap"] == "viridis"
-    half = read_page_data(write_page([amap], amap.summary, tmp_path / "half.html"))
+    auto = read_page_data(write_page([amap], amap.summary, tmp_path / "auto.html"))
+    assert auto["weights"]["dtype"] == "float32"  # small enough to be exact
+    half = read_page_data(write_page([amap], amap.summary, tmp_path / "half.html", precision="float16"))
     assert half["weights"]["dtype"] == "float16"
     difference = np.abs(decode_array(half["weights"]) - result.weights).max()
     assert 0 < difference <= 1e-3
@@ -68,6 +70,7 @@ def test_six_layers_of_twelve_heads_over_128_tokens_fit_in_4_mb(tmp_path):
     path = write_page(maps, "synthetic", tmp_path / "model.html")
     assert path.stat().st_size <= MAX_PAGE_BYTES
     layers = page_layers(read_page_data(path))
+    assert {entry["weights"]["dtype"] for entry in layers} == {"float16"}  # float32 would not fit
     assert [entry["layer"] for entry in layers] == list(range(6))
     for entry, pm in zip(layers, maps):
         assert np.abs(decode_array(entry["weights"]) - pm.map.weights).max() <= 1e-3

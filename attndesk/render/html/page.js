@@ -206,7 +206,8 @@
     });
     var who = head === "mean" ? "mean of heads" : headTitle(d, head);
     var text = who + ' · query "' + e.queries[q] + '" (' + (q + (e.first_query || 0)) + ') → key "' + e.keys[c] +
-      '" (' + (c + (e.first_key || 0)) + "): " + formatWeight(v) + (masked ? " (masked)" : "");
+      '" (' + (c + (e.first_key || 0)) + "): " + (e.weights.dtype === "float16" ? "≈" : "") + formatWeight(v) +
+      (masked ? " (masked)" : "");
     var out = document.getElementById("readout");
     out.textContent = text; out.className = "readout"; out.dataset.value = String(v);
     markTokens(q, c);
@@ -371,6 +372,10 @@
   function buildDetails() {
     document.getElementById("summary").textContent = doc.summary || layers[0].summary || "";
     document.getElementById("generator").textContent = doc.generator || "attndesk";
+    var half = layers.some(function (e) { return e.weights.dtype === "float16"; });
+    document.getElementById("precision").textContent = half ?
+      "The weights are stored as float16: within 0.0005 of attndesk's float32 weights (≈ in the read-out)." :
+      "The weights are stored as float32: exactly attndesk's.";
     var table = document.getElementById("settings"), rows = Object.keys(doc.settings || {});
     rows.forEach(function (key) {
       var tr = el("tr"), v = doc.settings[key];

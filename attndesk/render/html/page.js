@@ -349,6 +349,7 @@
       var part = layers[state.layer].part || "self", options = [];
       layers.forEach(function (e, i) { if ((e.part || "self") === part) options.push([String(i), "layer " + (e.layer === null || e.layer === undefined ? i : e.layer)]); });
       layerBox.textContent = "";
+      layerBox.hidden = options.length < 2;
       if (options.length < 2) return;
       layerBox.appendChild(select("Layer", options, String(state.layer), function (v) { state.layer = +v; renderGrid(); }));
       layerBox.querySelector("select").id = "layer-select";

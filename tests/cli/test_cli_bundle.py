@@ -4,6 +4,7 @@ and one clear line for a bundle that cannot be reproduced here."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -71,10 +72,20 @@ def test_newer_bundles_and_non_bundles_are_one_line(qapp, capsys, toy_bundle, tm
 
 
 def test_a_bundle_that_cannot_be_written_writes_nothing(qapp, capsys, tmp_path):
-    for out, words in ((tmp_path / "missing" / "b.zip", "does not exist"), (tmp_path / "b.txt", "ends in .zip")):
-        code, lines, err = run_cli(capsys, "bundle", "--text", "a b", "--out", str(out))
-        assert code == 2 and lines == [] and len(err) == 1 and words in err[0]
-    assert list(tmp_path.iterdir()) == []
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    # root writes through file modes: a folder of /proc takes no new file for anyone
+    unwritable = Path("/proc/attndesk-test.zip") if os.geteuid() == 0 else locked / "b.zip"
+    cases = ((tmp_path / "missing" / "b.zip", "does not exist"), (tmp_path / "b.txt", "ends in .zip"),
+             (unwritable, "cannot write"))
+    try:
+        for out, words in cases:
+            code, lines, err = run_cli(capsys, "bundle", "--text", "a b", "--heads", "2", "--embed-dim", "8",
+                                       "--out", str(out))
+            assert code == 2 and lines == [] and len(err) == 1 and words in err[0], err
+    finally:
+        locked.chmod(0o700)
+    assert [p.name for p in tmp_path.iterdir()] == ["locked"] and list(locked.iterdir()) == []
 
 
 def test_model_bundle_names_a_missing_model_and_reproduces_from_its_new_place(qapp, capsys, tmp_path):

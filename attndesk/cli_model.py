@@ -44,12 +44,9 @@ def model_run(args: argparse.Namespace, text: str):
 
 def model_maps(run, layer: int | None) -> list:
     """Every (part, layer) map to draw: all layers of every part, or one layer of each part that has it."""
-    maps = []
-    for part in run.parts():
-        count = len(run.part_weights(part))
-        for n in (range(count) if layer is None else [layer] if layer < count else []):
-            maps.append(run.layer_map(n, part=part))
-    return maps
+    from attndesk.render.page import pretrained_page_maps
+
+    return [pm.map for pm in pretrained_page_maps(run, layer)]
 
 
 def model_page(run, args: argparse.Namespace) -> dict:

@@ -25,7 +25,7 @@ if ROOT not in sys.path:
 
 
 def _running_qthreads() -> list:
-    worker = sys.modules.get("attndesk.app.worker")
+    worker = sys.modules.get("attndesk.app.jobs.worker")
     if worker is None or not hasattr(worker, "running_threads"):
         return []
     return list(worker.running_threads())

@@ -14,8 +14,8 @@ from einops import rearrange
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
-from attndesk.app.ablation_effect import ablation_effect
-from attndesk.app.tabs.generate import GENERATE_TAB, GenerationTab, full_text
+from attndesk.app.pretrained.ablation import ablation_effect
+from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.views.generate import ALL_LAYERS
 from attndesk.core.pretrained import Generator, encode, load_pretrained, run_pretrained
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)

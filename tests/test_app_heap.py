@@ -1,4 +1,4 @@
-"""The C heap gives large blocks back: a fixed mmap threshold (app/compute.py ``map_large_blocks``)."""
+"""The C heap gives large blocks back: a fixed mmap threshold (app/jobs/compute.py ``map_large_blocks``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ CHURN = """
 import sys, threading
 import numpy as np, psutil
 if sys.argv[1] == "fixed":
-    from attndesk.app.compute import map_large_blocks
+    from attndesk.app.jobs.compute import map_large_blocks
     assert map_large_blocks()
 def rss():
     return psutil.Process().memory_info().rss / 2**20

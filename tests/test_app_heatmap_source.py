@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attndesk.app.panels.long_source import source_for_map
-from attndesk.app.panels.heatmap_source import BiasSource, ExactSource, HeatmapSource
+from attndesk.app.sources.long_source import source_for_map
+from attndesk.app.sources.heatmap_source import BiasSource, ExactSource, HeatmapSource
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.select import tile_reduce
 from attndesk.core.types import MEAN, AttentionMap

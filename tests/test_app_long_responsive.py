@@ -14,7 +14,7 @@ import time
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 
-from attndesk.app.panels.long_source import PyramidHeatmapSource
+from attndesk.app.sources.long_source import PyramidHeatmapSource
 from app_helpers import fresh_settings, shown_window  # noqa: F401  (autouse fixture)
 
 TIMEOUT_MS = 60000

@@ -16,9 +16,9 @@ import pytest
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
-from attndesk.app.modes import pretrained as pretrained_mode
-from attndesk.app.modes.pretrained import GRID_TAB
-from attndesk.app.pretrained_parts import NO_CROSS_ROLLOUT
+from attndesk.app.pretrained import mode as pretrained_mode
+from attndesk.app.pretrained.mode import GRID_TAB
+from attndesk.app.pretrained.parts import NO_CROSS_ROLLOUT
 from attndesk.app.state import TOY
 from attndesk.core.pretrained import clear_cache, load_pretrained, run_pretrained
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)

@@ -13,7 +13,7 @@ import attndesk.app.tabs.headstats as headstats_tab
 import attndesk.app.tabs.implementation as implementation_tab
 from attndesk.app import MainWindow
 from attndesk.app.views.stepthrough import STAGES
-from attndesk.app.worker import running_threads
+from attndesk.app.jobs.worker import running_threads
 from attndesk.core import run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
 from attndesk.core.statistics import head_statistics
@@ -279,7 +279,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
             qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
         plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]
         assert plots, view.objectName()
-        # the plots are shown one per event-loop turn (views/paced.py)
+        # the plots are shown one per event-loop turn (views/pacing.py)
         qtbot.waitUntil(lambda: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
         plot = plots[0]
         png = plot.export(str(tmp_path / f"{view.objectName()}.png"))

@@ -1,4 +1,4 @@
-"""Side jobs take turns (app/turns.py): one computes at a time, a waiting job can be cancelled,
+"""Side jobs take turns (app/jobs/turns.py): one computes at a time, a waiting job can be cancelled,
 the main run and the unturned channels never wait."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 import pytest
 from PySide6.QtCore import QObject
 
-from attndesk.app.compute import UNTURNED, SideJobs
-from attndesk.app.turns import Turns, side_turns
-from attndesk.app.worker import JobRunner, running_threads
+from attndesk.app.jobs.compute import UNTURNED, SideJobs
+from attndesk.app.jobs.turns import Turns, side_turns
+from attndesk.app.jobs.worker import JobRunner, running_threads
 from attndesk.core.errors import Cancelled
 
 

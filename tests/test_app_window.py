@@ -12,7 +12,7 @@ from PySide6.QtCore import QElapsedTimer, QPointF, Qt, QTimer
 from attndesk.app import MainWindow
 from attndesk.app.panels.heatmap_grid import ASPECT_LIMIT
 from attndesk.core.types import MEAN
-from attndesk.app.worker import running_threads
+from attndesk.app.jobs.worker import running_threads
 from attndesk.core import run_attention
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 from PySide6.QtCore import QObject, QThread, Slot
 
-from attndesk.app.worker import JobRunner, running_threads
+from attndesk.app.jobs.worker import JobRunner, running_threads
 from attndesk.core.errors import Cancelled
 
 

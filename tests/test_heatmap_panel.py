@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QElapsedTimer, QPointF, Qt, QTimer
 
-from attndesk.app.panels.long_source import source_for_map
+from attndesk.app.sources.long_source import source_for_map
 from attndesk.app.panels.heatmaps import HeatmapPanel
 from attndesk.core.types import MEAN, AttentionMap
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from attndesk.app.panels.long_source import CellMask, PyramidHeatmapSource, source_for_map
-from attndesk.app.panels.heatmap_source import ExactSource, HeatmapSource
+from attndesk.app.sources.long_source import CellMask, PyramidHeatmapSource, source_for_map
+from attndesk.app.sources.heatmap_source import ExactSource, HeatmapSource
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.types import MEAN
 

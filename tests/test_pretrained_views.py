@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QPoint, QRectF, Qt
 from PySide6.QtGui import QColor, QImage
 
-from attndesk.app.pretrained_views import (
+from attndesk.app.pretrained.views import (
     LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_painting,
 )
 from attndesk.core.pretrained import PretrainedResult, load_pretrained, run_pretrained
@@ -197,7 +197,7 @@ def test_real_model_grid_and_export(grid, tmp_path):
 def test_export_all_weights_npy_and_csv(tmp_path):
     import csv
 
-    from attndesk.app.pretrained_views import export_all_weights
+    from attndesk.app.pretrained.views import export_all_weights
 
     result = _synthetic()
     npy = export_all_weights(result, tmp_path / "all.npy")

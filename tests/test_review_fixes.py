@@ -76,7 +76,7 @@ def test_a_finished_runs_plan_notice_has_no_time_estimate():
 
 def test_a_heatmap_panel_deleted_mid_build_stops_building(qtbot):
     # the incremental build's timer must die with the panel, not add cells to a deleted layout
-    from attndesk.app.panels.long_source import source_for_map
+    from attndesk.app.sources.long_source import source_for_map
     from attndesk.app.panels.heatmaps import HeatmapPanel
     from attndesk.core import AttentionConfig, run_attention
 

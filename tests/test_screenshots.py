@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QRectF
 
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from attndesk.app.panels.long_source import source_for_map
+from attndesk.app.sources.long_source import source_for_map
 from attndesk.core.types import AttentionMap
 from scripts.screenshot import layout_problems, open_window, png_bytes, settle, show_values
 

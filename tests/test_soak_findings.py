@@ -242,7 +242,7 @@ def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
 def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_path, monkeypatch):
     """Soak: File > Export… > All layers' weights of the pretrained mode wrote 72 heads on the GUI
     thread (0.4-0.7 s, 676 ms once); now the menu's exports are written in a pool thread."""
-    from attndesk.app.modes import pretrained as mode_module
+    from attndesk.app.pretrained import mode as mode_module
     from attndesk.app.state import PACKAGED
 
     w = MainWindow(restore=False)

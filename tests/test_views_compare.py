@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.app.views.compare import CompareView, ImplementationPanel, Operand, text_of
+from attndesk.app.results import text_of
+from attndesk.app.views.compare import CompareView, Operand
+from attndesk.app.views.implementation import ImplementationPanel
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.types import MEAN
 from attndesk.core.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax

@@ -9,7 +9,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QTabWidget, QWidget
 
 from attndesk.app.views.heatmap import MatrixPlot
-from attndesk.app.views.paced import PacedHost, pacer
+from attndesk.app.views.pacing import PacedHost, pacer
 
 
 def _settle_layout() -> None:

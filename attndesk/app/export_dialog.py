@@ -32,8 +32,8 @@ from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size
 
-from .background import Background
-from .turns import side_turns
+from .jobs.background import Background
+from .jobs.turns import side_turns
 
 FORMATS = (
     ("png", "PNG image"),

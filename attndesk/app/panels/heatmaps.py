@@ -44,10 +44,10 @@ from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
 
-from .long_source import source_for_map
+from ..sources.long_source import source_for_map
 from ..styles import restyle
 from .heatmap_grid import Cell, HeatmapCanvas, cell_levels, masked_path
-from .heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
+from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from .token_axis import AxisLabels, label_font
 
 COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))

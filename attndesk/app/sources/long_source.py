@@ -1,7 +1,7 @@
 """The heatmap panel's source for a long (memory-bounded) run, and ``source_for_map`` for any map.
 
 Qt-free (numpy + the core), so the worker thread builds it and the GUI thread only draws.
-``PyramidHeatmapSource`` has the interface of ``panels.heatmap_source.HeatmapSource`` over a
+``PyramidHeatmapSource`` has the interface of ``sources.heatmap_source.HeatmapSource`` over a
 map's ``pyramid``; ``source_for_map`` picks the right source for any ``AttentionMap``:
 
 - ``display_matrix(head)``: the tile-MAX overview at the finest pyramid level that fits

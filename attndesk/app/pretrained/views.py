@@ -36,7 +36,7 @@ from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 from attndesk.render.export import ExportError, atomic_write, write
 
-from .ablation_effect import ablation_effect
+from .ablation import ablation_effect
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")

@@ -21,7 +21,7 @@ from attndesk.core.pretrained import (
     GenerationStep, Generator, encode, load_pretrained, packaged_model_dir, read_spec,
 )
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState, ModeId
 from ..status import StatusModel

@@ -46,19 +46,19 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
-from ..ablation_effect import ablation_effect
-from ..background import Background
-from ..local_models import LocalModelsDialog
-from ..panels.long_source import source_for_map
-from ..pretrained_views import (
+from .ablation import ablation_effect
+from ..jobs.background import Background
+from .local_models import LocalModelsDialog
+from ..sources.long_source import source_for_map
+from .views import (
     LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting,
     grid_caption, grid_painting, grid_weights,
 )
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
 from ..styles import restyle
-from ..tabs.generate import install_generation_tab
-from .base import Assembly, ModeBase, ModeChoice, PanelView
+from .generate import install_generation_tab
+from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 
 GRID_TAB = "all-layers"
 GRID_TAB_TITLE = "All layers"
@@ -78,7 +78,7 @@ _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 if TYPE_CHECKING:
     TabInstaller = Callable[["PretrainedMode", Assembly], str]
 EXTRA_TABS: list["TabInstaller"] = [
-    install_generation_tab,  # the generation stepper (app/tabs/generate.py), for decoders and encoder-decoders
+    install_generation_tab,  # the generation stepper (app/pretrained/generate.py), for decoders and encoder-decoders
 ]
 
 # how a model type encodes positions, as the parameters panel names it (the toy model's choices
@@ -637,7 +637,7 @@ def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str
                    size: tuple[int, int] = (1240, 640)) -> Path:
     """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
     ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
-    from attndesk.app.modes.pretrained import write_grid_png; write_grid_png()"``."""
+    from attndesk.app.pretrained.mode import write_grid_png; write_grid_png()"``."""
     run = run_pretrained(load_pretrained(), text)
     weights, _mask, _hide, hidden = grid_weights(run, True)
     caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '

@@ -1,4 +1,4 @@
-"""What the heatmap panel draws, behind one small interface, built from an ``AttentionMap``.
+"""What the heatmap panel draws, behind one small interface, built from an ``AttentionMap`` (Qt-free).
 
 The panel never reads weights directly: it asks a source for a (possibly downsampled) matrix to
 draw and for exact values under the mouse. ``long_source.source_for_map`` picks the source for

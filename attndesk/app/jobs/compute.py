@@ -31,16 +31,16 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
 
-from .results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
-from .state import AppState, ModeChoice, ModeId
-from .status import StatusModel
+from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
+from ..state import AppState, ModeChoice, ModeId
+from ..status import StatusModel
 from .turns import side_turns
 from .worker import JobRunner
 
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
-# side channels that never wait for a turn (app/turns.py): presenting the run itself, and small chores
+# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, and small chores
 UNTURNED = frozenset({"present", "memory", "hub-cache"})
 
 

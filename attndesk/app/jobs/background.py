@@ -5,7 +5,8 @@ a pool thread; ``done(result)`` or ``failed(exc)`` (an exception of the ``expect
 called in the GUI thread, only for the newest job and only while ``owner`` still exists (a
 dialog closed during its export is never touched). Any other exception is re-raised in the GUI
 thread: a bug stays visible. The compute controller's side jobs are for work tied to a result;
-this is for a user's one-off request whose widget may go away.
+this is for a user's one-off request whose widget may go away (an export, a derived heatmap
+source), and ``forget()`` drops the answer of a job whose request was replaced.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class Background(QObject):
         self._running += 1
         self._callbacks = (done, failed, expected)
         QThreadPool.globalInstance().start(_Task(self._token, fn, self._carrier))
+
+    def forget(self) -> None:
+        """Drop the answer of the job still running, if any (what it was for has been replaced)."""
+        self._token += 1
+        self._callbacks = None
 
     def is_busy(self) -> bool:
         return self._running > 0

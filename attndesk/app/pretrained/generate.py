@@ -17,9 +17,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import (
-    GenerationStep, Generator, encode, load_pretrained, packaged_model_dir, read_spec,
-)
+from attndesk.core.pretrained import GenerationStep, Generator, encode, load_pretrained, packaged_model_dir, read_spec
 
 from ..jobs.compute import ComputeController
 from ..results import Shown

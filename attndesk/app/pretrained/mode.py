@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
@@ -46,19 +46,18 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 
-from .ablation import ablation_effect
 from ..jobs.background import Background
-from .local_models import LocalModelsDialog
-from ..sources.long_source import source_for_map
-from .views import (
-    LayerGridPainting, LayerHeadGrid, PretrainedControls, describe_run, export_all_weights, export_painting,
-    grid_caption, grid_painting, grid_weights,
-)
+from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
+from ..sources.long_source import source_for_map
 from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
 from ..styles import restyle
+from .ablation import ablation_effect
+from .controls import PretrainedControls, describe_run
 from .generate import install_generation_tab
-from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
+from .grid import LayerHeadGrid
+from .local_models import LocalModelsDialog
+from .painting import LayerGridPainting, export_all_weights, export_painting, grid_caption, grid_painting, grid_weights
 
 GRID_TAB = "all-layers"
 GRID_TAB_TITLE = "All layers"

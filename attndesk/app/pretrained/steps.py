@@ -13,6 +13,7 @@ import numpy as np
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
 from attndesk.core.types import Intermediates
 
+
 @dataclass(frozen=True)
 class StageFacts:
     """What the step-through says about the layer besides its arrays (the names it reads)."""

@@ -203,6 +203,7 @@ def test_tokenizer_ids_pad_and_unknown():
     assert all(0 <= i < 100 for i in encoded.ids)
 
 
+@pytest.mark.slow  # a fresh interpreter or a large allocation: make test, not test-fast
 def test_core_imports_without_qt():
     """attndesk.core must work where PySide6/pyqtgraph cannot even be imported."""
     script = textwrap.dedent(

@@ -96,6 +96,7 @@ def _largest_allocation(config: AttentionConfig) -> tuple[int, object]:
     return max(e.cpu_memory_usage for e in prof.events()), result
 
 
+@pytest.mark.slow  # a fresh interpreter or a large allocation: make test, not test-fast
 def test_over_budget_chooses_the_pyramid_and_never_allocates_the_full_matrix():
     heads, length = 4, 620  # long enough that even the smallest overview is under one head's matrix
     config = AttentionConfig(embed_dim=16, num_heads=heads, mask="padding", pad_to=length)

@@ -283,6 +283,7 @@ def test_encode_counts_wordpieces(model):
     assert encoded.dropped == 0
 
 
+@pytest.mark.slow  # a fresh interpreter or a large allocation: make test, not test-fast
 def test_core_pretrained_does_not_import_qt():
     import subprocess
     import sys
@@ -294,6 +295,7 @@ def test_core_pretrained_does_not_import_qt():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter or a large allocation: make test, not test-fast
 def test_transformers_long_lived_objects_stay_out_of_full_collections():
     """The first import of transformers is frozen out of the collector: a full collection over its
     ~150k objects took ~70 ms in whichever thread allocated, the window's included (issue 9)."""

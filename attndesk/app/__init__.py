@@ -1,7 +1,7 @@
 """The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results.
 
 ``attndesk.app.main_window`` assembles it (``main()`` runs it). ``MainWindow`` is also offered
-here, resolved on first use, so that importing ``attndesk.app.worker`` or ``attndesk.app.state``
+here, resolved on first use, so that importing ``attndesk.app.jobs.worker`` or ``attndesk.app.state``
 does not build the whole window.
 """
 

@@ -29,7 +29,7 @@ from attndesk.core.plan import FULL
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
-from ..panels.long_source import ZoomTile, zoom_region
+from ..sources.long_source import ZoomTile, zoom_region
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
 from ..state import ALL

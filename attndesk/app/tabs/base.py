@@ -7,7 +7,7 @@ from typing import Hashable
 
 from PySide6.QtCore import QObject
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import TeachingComparison, teaching_comparison
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
 from ..views.compare import CompareView, FrameRequest, Operand, compare_frame

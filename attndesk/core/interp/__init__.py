@@ -4,12 +4,34 @@ attribution. Pure functions returning dataclasses of numpy arrays with their lab
 ones take ``progress(fraction, message)`` and a ``cancel`` ``threading.Event`` and size their
 batches against a memory budget in bytes. Nothing here imports Qt."""
 
+from .attribution import (
+                          BASELINES,
+                          InputAttribution,
+                          attention_x_gradient,
+                          gradient_x_input,
+                          gradient_x_input_report,
+                          integrated_gradients,
+                          integrated_gradients_report,
+)
 from .patching import (
-    SITES,
-    PatchingReport,
-    PatchingResult,
-    activation_patching,
-    patch_heads,
+                          SITES,
+                          PatchingReport,
+                          PatchingResult,
+                          activation_patching,
+                          patch_heads,
 )
 
-__all__ = ["SITES", "PatchingReport", "PatchingResult", "activation_patching", "patch_heads"]
+__all__ = [
+                          "BASELINES",
+                          "SITES",
+                          "InputAttribution",
+                          "PatchingReport",
+                          "PatchingResult",
+                          "activation_patching",
+                          "attention_x_gradient",
+                          "gradient_x_input",
+                          "gradient_x_input_report",
+                          "integrated_gradients",
+                          "integrated_gradients_report",
+                          "patch_heads",
+]

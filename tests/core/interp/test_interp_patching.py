@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from pretrained_models import build, eager
+from pretrained_models import eager
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.interp import activation_patching, patch_heads
@@ -18,10 +18,6 @@ CLEAN, CORRUPT = "the cat sat on the mat", "the dog sat on the rug"
 ANSWER, WRONG = "cat", "dog"
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("interp-models")
-    return {name: build(name, root / name, seed=3) for name in ("gpt2", "llama", "t5", "bert")}
 
 
 def out_proj(ref, name: str, layer: int):

@@ -13,6 +13,11 @@ from .attribution import (
                           integrated_gradients,
                           integrated_gradients_report,
 )
+from .attribution_patching import (
+                          AttributionPatchingReport,
+                          attribution_patching,
+                          rank_correlation,
+)
 from .patching import (
                           SITES,
                           PatchingReport,
@@ -24,14 +29,17 @@ from .patching import (
 __all__ = [
                           "BASELINES",
                           "SITES",
+                          "AttributionPatchingReport",
                           "InputAttribution",
                           "PatchingReport",
                           "PatchingResult",
                           "activation_patching",
                           "attention_x_gradient",
+                          "attribution_patching",
                           "gradient_x_input",
                           "gradient_x_input_report",
                           "integrated_gradients",
                           "integrated_gradients_report",
                           "patch_heads",
+                          "rank_correlation",
 ]

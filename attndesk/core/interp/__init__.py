@@ -18,6 +18,7 @@ from .attribution_patching import (
                           attribution_patching,
                           rank_correlation,
 )
+from .flow import AttentionFlow, attention_flow
 from .patching import (
                           SITES,
                           PatchingReport,
@@ -29,11 +30,13 @@ from .patching import (
 __all__ = [
                           "BASELINES",
                           "SITES",
+                          "AttentionFlow",
                           "AttributionPatchingReport",
                           "InputAttribution",
                           "PatchingReport",
                           "PatchingResult",
                           "activation_patching",
+                          "attention_flow",
                           "attention_x_gradient",
                           "attribution_patching",
                           "gradient_x_input",

@@ -19,6 +19,13 @@ from .attribution_patching import (
                           rank_correlation,
 )
 from .flow import AttentionFlow, attention_flow
+from .lens import (
+                          DirectLogitAttribution,
+                          LogitLens,
+                          direct_logit_attribution,
+                          logit_lens,
+                          unembedding,
+)
 from .patching import (
                           SITES,
                           PatchingReport,
@@ -32,17 +39,22 @@ __all__ = [
                           "SITES",
                           "AttentionFlow",
                           "AttributionPatchingReport",
+                          "DirectLogitAttribution",
                           "InputAttribution",
+                          "LogitLens",
                           "PatchingReport",
                           "PatchingResult",
                           "activation_patching",
                           "attention_flow",
                           "attention_x_gradient",
                           "attribution_patching",
+                          "direct_logit_attribution",
                           "gradient_x_input",
                           "gradient_x_input_report",
                           "integrated_gradients",
                           "integrated_gradients_report",
+                          "logit_lens",
                           "patch_heads",
                           "rank_correlation",
+                          "unembedding",
 ]

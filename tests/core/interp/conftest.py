@@ -19,6 +19,7 @@ class Folders(dict):
         "llama-pad": ("llama", {"seed": 5, "pad_token_id": None}),
         "t5": ("t5", {"seed": 3}),
         "bert": ("bert", {"seed": 3}),
+        "gemma2": ("gemma2", {"seed": 3}),  # normalises each block's output before the residual add
     }
 
     def __init__(self, root):

@@ -137,9 +137,13 @@ def _chain(first, second):
     return both
 
 
-def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: dict) -> tuple[dict, dict]:
-    """Hooks that write the clean values into the copies of this chunk: row b of the batch gets its
-    site's slice (a head's features, or all features) at its position (or at all)."""
+def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: dict, grow: bool) -> tuple[dict, dict]:
+    """Hooks that write the clean values into the copies of this chunk: copy b gets its site's
+    slice (a head's features, or all features) at its position (or at all).
+
+    ``grow`` (decoders): the pass starts with one unpatched copy (batch row 0) and each layer's
+    block appends, as it starts, a copy of row 0 for every site of that layer, so the layers
+    below a site run once, not once per copy; copy i of the chunk is batch row 1 + i."""
     pre, post = {}, {}
     by_layer: dict[int, list[tuple[int, int | None, int | None]]] = {}
     for b, (layer, head, pos) in enumerate(rows):
@@ -147,17 +151,38 @@ def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: 
     for layer, items in by_layer.items():
         parts = layers[layer]
         clean = clean_values[(kind, layer)]
-        mask = torch.zeros((len(rows), *clean.shape[1:]), dtype=torch.bool, device=clean.device)
+        batch = 1 + items[-1][0] + 1 if grow else len(rows)
+        mask = torch.zeros((batch, *clean.shape[1:]), dtype=torch.bool, device=clean.device)
         d = parts.head_dim
         for b, head, pos in items:
             features = slice(None) if head is None else slice(head * d, (head + 1) * d)
-            mask[b, slice(None) if pos is None else pos, features] = True
+            mask[b + 1 if grow else b, slice(None) if pos is None else pos, features] = True
         module, when = _where(parts, kind)
 
         def patch(m, x, mask=mask, clean=clean):
             return torch.where(mask, clean.to(x.dtype), x.reshape(mask.shape)).reshape(x.shape)
-        (pre if when == "pre" else post)[module] = patch
+        if grow:
+            pre[parts.block] = _grow(len(items))
+        table = pre if when == "pre" else post
+        table[module] = _chain(table.get(module), patch)
     return pre, post
+
+
+def _grow(count: int):
+    def grow(m, x):
+        return torch.cat([x, x[:1].expand(count, *x.shape[1:])])
+    return grow
+
+
+def _run_chunk(model: LoadedModel, layers: list[LayerParts], site: str, chunk: list, clean_values: dict,
+               corrupt: Prompt) -> torch.Tensor:
+    """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched."""
+    grow = model.family == "decoder"
+    pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow)
+    with torch.inference_mode(), hooks(pre, post):
+        if grow:
+            return last_logits(model, corrupt.ids)[1:]
+        return last_logits(model, corrupt.ids.expand(len(chunk), -1), corrupt.decoder_ids)
 
 
 def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int = 0) -> int:
@@ -222,9 +247,7 @@ def activation_patching(
         for span in chunks(len(rows), batch):
             check_cancel(cancel)
             chunk = [rows[i] for i in span]
-            pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values)
-            with torch.inference_mode(), hooks(pre, post):
-                logits = last_logits(model, corrupt_p.ids.expand(len(chunk), -1), corrupt_p.decoder_ids)
+            logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
             values[span.start:span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)

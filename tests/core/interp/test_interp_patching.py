@@ -24,7 +24,8 @@ def out_proj(ref, name: str, layer: int):
     """The output projection of ``layer`` in the eager reference, named by hand per architecture."""
     return {"gpt2": lambda: ref.transformer.h[layer].attn.c_proj,
             "llama": lambda: ref.model.layers[layer].self_attn.o_proj,
-            "t5": lambda: ref.encoder.block[layer].layer[0].SelfAttention.o}[name]()
+            "t5": lambda: ref.encoder.block[layer].layer[0].SelfAttention.o,
+            "t5-cross": lambda: ref.decoder.block[layer].layer[1].EncDecAttention.o}[name]()
 
 
 def ids_of(model, text):
@@ -32,7 +33,7 @@ def ids_of(model, text):
 
 
 def reference_logit_diff(ref, model, name, inputs, answer, wrong, hook_module=None, hook=None):
-    extra = {"decoder_input_ids": torch.tensor([[0]])} if name == "t5" else {}
+    extra = {"decoder_input_ids": torch.tensor([[0]])} if name.startswith("t5") else {}
     handle = hook_module.register_forward_pre_hook(hook) if hook_module is not None else None
     try:
         with torch.no_grad():
@@ -115,6 +116,15 @@ def eager_site_value(ref, module, site: str, pos: int, clean, corrupt) -> torch.
         logits = ref(corrupt).logits[0, -1]
     handle.remove()
     return logits
+
+
+def test_cross_attention_heads_of_an_encoder_decoder_equal_eager_hooks(folders):
+    model = load_pretrained(folders["t5"])
+    report = activation_patching(model, CLEAN, CORRUPT, ANSWER, WRONG, part="cross")
+    answer, wrong = (model.tokenizer.convert_tokens_to_ids(t) for t in (ANSWER, WRONG))
+    values, _ = eager_head_patching(folders["t5"], "t5-cross", model, answer, wrong)
+    np.testing.assert_allclose(report.results["head"].values, values, rtol=1e-5, atol=1e-7)
+    assert report.positions == ["[PAD]"]  # T5 decodes from its start token (the pad id)
 
 
 def test_residual_attention_and_mlp_sites_equal_eager_hooks(folders):

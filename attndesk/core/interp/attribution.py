@@ -74,7 +74,7 @@ def _target_logits(model: LoadedModel, p: Prompt, embeds: torch.Tensor, target: 
 
 def _gradient(model: LoadedModel, p: Prompt, embeds: torch.Tensor, target: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(f per row [B], df/dE [B, L, E]) without touching any parameter's .grad."""
-    with torch.enable_grad():
+    with model._lock, torch.enable_grad():
         x = embeds.detach().requires_grad_(True)
         values = _target_logits(model, p, x, target)
         (grad,) = torch.autograd.grad(values.sum(), x)
@@ -163,7 +163,7 @@ def integrated_gradients_report(
         if progress is not None:
             progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
     scores = ((embeds - base)[0] * total).sum(-1).double().cpu().numpy()
-    with torch.no_grad():
+    with model._lock, torch.no_grad():
         ends = _target_logits(model, p, torch.cat([embeds, base]), target_id).double().cpu().numpy()
     delta = float(ends[0] - ends[1])
     error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-12)
@@ -191,7 +191,7 @@ def attention_x_gradient(model: LoadedModel, text: str, target: str | int, *, pa
     if part not in model.layers:
         raise ConfigError(f"{model.name} has no {part!r} attention; its parts are {', '.join(model.layers)}")
     capture = _WeightsWithGrad(model, part)
-    with torch.enable_grad(), capturing(capture):
+    with model._lock, torch.enable_grad(), capturing(capture):
         value = _target_logits(model, p, embeds.detach().requires_grad_(True), target_id)
         layers = [capture.kept[n] for n in range(model.layers[part])]
         grads = torch.autograd.grad(value.sum(), layers, allow_unused=True)

@@ -63,7 +63,7 @@ def _corrupt_with_grad(model: LoadedModel, layers: list[LayerParts], kinds: set[
             def keep(m, x, key=(kind, parts.layer)):
                 store[key] = x
             (pre if when == "pre" else post)[module] = keep
-    with torch.enable_grad(), hooks(pre, post):
+    with torch.enable_grad(), hooks(pre, post, lock=model._lock):
         value = scorer(last_logits(model, corrupt.ids, corrupt.decoder_ids)).sum()
         keys = list(store)
         grads = torch.autograd.grad(value, [store[k] for k in keys], allow_unused=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -154,21 +154,25 @@ _ARMED: ContextVar[dict | None] = ContextVar("attndesk_interp_hooks", default=No
 
 
 @contextmanager
-def hooks(pre: dict[nn.Module, Callable] | None = None, post: dict[nn.Module, Callable] | None = None) -> Iterator[None]:
+def hooks(pre: dict[nn.Module, Callable] | None = None, post: dict[nn.Module, Callable] | None = None, *,
+          lock: threading.Lock | None = None) -> Iterator[None]:
     """Forward pre-hooks ``fn(module, x) -> x | None`` (x: the first input) and forward hooks
     ``fn(module, out) -> out | None`` for the duration of the block, in this context only: a
-    forward pass of the same model in another thread is untouched."""
+    forward pass of the same model in another thread is untouched. ``lock`` (the model's, which
+    ``run_pretrained`` holds for its forward pass) is held throughout, so no hook is added or
+    removed while another thread's pass walks the modules' hooks."""
     table = {("pre", id(m)): f for m, f in (pre or {}).items()}
     table.update({("post", id(m)): f for m, f in (post or {}).items()})
-    handles = [m.register_forward_pre_hook(_pre_hook, with_kwargs=True) for m in (pre or {})]
-    handles += [m.register_forward_hook(_post_hook) for m in (post or {})]
-    token = _ARMED.set(table)
-    try:
-        yield
-    finally:
-        _ARMED.reset(token)
-        for handle in handles:
-            handle.remove()
+    with lock if lock is not None else nullcontext():
+        handles = [m.register_forward_pre_hook(_pre_hook, with_kwargs=True) for m in (pre or {})]
+        handles += [m.register_forward_hook(_post_hook) for m in (post or {})]
+        token = _ARMED.set(table)
+        try:
+            yield
+        finally:
+            _ARMED.reset(token)
+            for handle in handles:
+                handle.remove()
 
 
 def _pre_hook(module, args, kwargs):

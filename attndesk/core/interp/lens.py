@@ -93,7 +93,7 @@ def _residuals(model: LoadedModel, p: Prompt) -> tuple[list[LayerParts], torch.T
         post[parts.attention] = lambda m, x, k=(which, parts.layer): store.__setitem__(("attn",) + k, x)
         if which == part and parts.mlp is not None:
             post[parts.mlp] = lambda m, x, n=parts.layer: store.__setitem__(("mlp", n), x)
-    with torch.inference_mode(), hooks(pre, post):
+    with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         logits = last_logits(model, p.ids, p.decoder_ids)
     width = store[("resid", 0)].shape[-1]
     resid = torch.stack([store[("resid", n)].reshape(-1, width) for n in range(len(layers) + 1)]).float()

@@ -75,7 +75,7 @@ class PatchingReport:
     results: dict[str, PatchingResult] = field(default_factory=dict)
     forward_passes: int = 0
     batch_rows: int = 0
-    pass_bytes: int = 0  # estimated peak of one batched pass
+    pass_bytes: int = 0  # estimated peak of the largest pass, RESERVE included
     budget: int = 0
 
     def effects(self, site: str = "head") -> np.ndarray:
@@ -120,7 +120,7 @@ def _capture(model: LoadedModel, layers: list[LayerParts], kinds: set[str], clea
             def keep(m, x, key=key):
                 store[key] = x.detach().reshape(1, -1, x.shape[-1]).clone()  # OPT's MLP sees [B*L, E]
             (pre if when == "pre" else post)[module] = _chain((pre if when == "pre" else post).get(module), keep)
-    with torch.inference_mode(), hooks(pre, post):
+    with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         last_logits(model, clean.ids, clean.decoder_ids)
     return store
 
@@ -179,7 +179,7 @@ def _run_chunk(model: LoadedModel, layers: list[LayerParts], site: str, chunk: l
     """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched."""
     grow = model.family == "decoder"
     pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow)
-    with torch.inference_mode(), hooks(pre, post):
+    with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         if grow:
             return last_logits(model, corrupt.ids)[1:]
         return last_logits(model, corrupt.ids.expand(len(chunk), -1), corrupt.decoder_ids)
@@ -197,13 +197,31 @@ def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int =
     return rows * (per_row + 2 * vocabulary(model) * 4)
 
 
+# What a patching run allocates whatever its batch (torch's and the C library's working memory,
+# the clean run's values, the unpatched copy): measured with benchmarks/bench_interp.py as the
+# intercept of peak memory over copies per pass (about 28 MiB on a 12-layer GPT-2 shape).
+RESERVE = 32 * 2**20
+
+
+def rows_for_budget(model: LoadedModel, length: int, decoder_length: int, budget: int) -> int:
+    """Copies one pass may hold within ``budget`` bytes (0: not even one)."""
+    one = pass_bytes(model, 1, length, decoder_length)
+    return max(0, (budget - RESERVE) // one - 1)  # - 1: the unpatched copy a decoder's pass starts from
+
+
+def budget_for_rows(model: LoadedModel, rows: int, length: int, decoder_length: int = 0) -> int:
+    """The smallest budget under which a pass holds ``rows`` copies."""
+    return RESERVE + pass_bytes(model, rows + 1, length, decoder_length)
+
+
 def _batch_rows(model: LoadedModel, clean: Prompt, budget: int) -> int:
     dec = 0 if clean.decoder_ids is None else int(clean.decoder_ids.shape[1])
-    one = pass_bytes(model, 1, clean.length, dec)
-    if one > budget:
-        raise ConfigError(f"one patched forward pass of {clean.length} tokens needs about {format_bytes(one)}, over the "
+    rows = rows_for_budget(model, clean.length, dec, budget)
+    if rows < 1:
+        need = budget_for_rows(model, 1, clean.length, dec)
+        raise ConfigError(f"one patched forward pass of {clean.length} tokens needs about {format_bytes(need)}, over the "
                           f"memory budget of {format_bytes(budget)}: shorten the prompts or raise the budget")
-    return max(1, budget // one)
+    return rows
 
 
 def _part_layers(model: LoadedModel, part: str | None) -> tuple[str, list[LayerParts]]:
@@ -262,13 +280,13 @@ def activation_patching(
         report.results[site] = PatchingResult(site, part, effects, values, _AXES[site])
     report.batch_rows = min(batch, max(len(r) for _, r in plan))
     dec = 0 if clean_p.decoder_ids is None else int(clean_p.decoder_ids.shape[1])
-    report.pass_bytes = pass_bytes(model, report.batch_rows, clean_p.length, dec)
+    report.pass_bytes = budget_for_rows(model, report.batch_rows, clean_p.length, dec)
     return report
 
 
 def _endpoints(model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Prompt) -> tuple[float, float, Metric]:
     """(m_clean, m_corrupt, the metric with KL's reference set to the clean distribution)."""
-    with torch.inference_mode():
+    with model._lock, torch.inference_mode():
         clean_logits = last_logits(model, clean.ids, clean.decoder_ids)
         corrupt_logits = last_logits(model, corrupt.ids, corrupt.decoder_ids)
     if scorer.name == "kl":
@@ -286,4 +304,5 @@ def patch_heads(model: LoadedModel, clean: str, corrupt: str, answer: str | int,
     return activation_patching(model, clean, corrupt, answer, wrong, sites=("head",), **options).effects("head")
 
 
-__all__ = ["SITES", "PatchingReport", "PatchingResult", "activation_patching", "pass_bytes", "patch_heads"]
+__all__ = ["RESERVE", "SITES", "PatchingReport", "PatchingResult", "activation_patching", "budget_for_rows", "pass_bytes",
+           "patch_heads", "rows_for_budget"]

@@ -142,14 +142,30 @@ def test_residual_attention_and_mlp_sites_equal_eager_hooks(folders):
             assert report.results[site].values[layer, pos] == pytest.approx(expected, rel=1e-5, abs=1e-7), (site, layer, pos)
 
 
+def test_a_concurrent_run_of_the_same_model_is_untouched(folders):
+    from attndesk.core.pretrained import run_pretrained
+
+    model = load_pretrained(folders["gpt2"])
+    normal, effects = run_pretrained(model, CLEAN).weights, patch_heads(model, CLEAN, CORRUPT, ANSWER, WRONG)
+    found: dict = {}
+    worker = threading.Thread(target=lambda: found.update(p=patch_heads(model, CLEAN, CORRUPT, ANSWER, WRONG)))
+    worker.start()
+    try:
+        for _ in range(4):  # the hooks act in the patching thread only
+            np.testing.assert_array_equal(run_pretrained(model, CLEAN).weights, normal)
+    finally:
+        worker.join()
+    np.testing.assert_array_equal(found["p"], effects)
+
+
 def test_other_metrics_batches_progress_and_cancel(folders):
     model = load_pretrained(folders["gpt2"])
     full = activation_patching(model, CLEAN, CORRUPT, ANSWER, metric="kl", sites=("head",))
     assert full.clean_metric == pytest.approx(0.0, abs=1e-6) and full.corrupt_metric > 0
     seen = []
     # a budget of about three copies: more passes, the same numbers
-    from attndesk.core.interp.patching import pass_bytes
-    budget = pass_bytes(model, 3, len(encode(model, CLEAN).ids))
+    from attndesk.core.interp.patching import budget_for_rows
+    budget = budget_for_rows(model, 3, len(encode(model, CLEAN).ids))
     tight = activation_patching(model, CLEAN, CORRUPT, ANSWER, metric="kl", sites=("head",), memory_budget=budget,
                                 progress=lambda f, m: seen.append(f))
     assert tight.forward_passes == 3 and tight.batch_rows == 3 and seen[-1] == 1.0

@@ -14,6 +14,7 @@ from attndesk.cli_interp import add_model_arguments, heatmap, load, token_arg, w
 from attndesk.cli_progress import ProgressLine
 
 NAME = "attribute"
+STRIP = (1100, 360)  # one row of tokens: a strip, not the square a heatmap figure suggests
 METHODS = {"ig": "integrated gradients", "gxi": "gradient x input", "attn": "attention x gradient"}
 
 
@@ -59,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     name = f"attribution_{args.method}"
     files: list[tuple[str, object]] = [
         (name, (result.scores[None], [result.target], cols)),
-        (name, heatmap(result.scores[None], [result.target], cols, f"{METHODS[args.method]}: {result.target!r}",
-                       "target", "input token", "attribution")),
+        (name, (heatmap(result.scores[None], [result.target], cols, f"{METHODS[args.method]}: {result.target!r}",
+                        "target", "input token", "attribution"), STRIP)),
     ]
     if result.per_head is not None:
         layers, heads = result.per_head.shape[:2]

@@ -97,7 +97,8 @@ def heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, y:
 
 
 def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
-    """(name, figure | (matrix, rows, cols) | dict) -> PNG / CSV+NPY / JSON, all or nothing."""
+    """(name, figure | (figure, (width, height)) | (matrix, rows, cols) | dict) -> PNG / CSV+NPY / JSON,
+    all or nothing."""
     from attndesk.core.atomic import atomic_write
     from attndesk.render import ensure_gui_app, export_figure, export_weights
     from attndesk.render.export import ExportError, OutputSet
@@ -111,12 +112,13 @@ def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
             for name, item in files:
                 if isinstance(item, dict):
                     atomic_write(out.path(name), (json.dumps(item, indent=2) + "\n").encode("utf-8"))
-                elif isinstance(item, tuple):
+                elif isinstance(item, tuple) and len(item) == 3:
                     matrix, rows, cols = item
                     export_weights(matrix, rows, cols, out.path(name + ".csv"))
                     export_weights(matrix, rows, cols, out.path(name + ".npy"))
                 else:
-                    export_figure(item, out.path(name + ".png"))
+                    figure, size = item if isinstance(item, tuple) else (item, None)
+                    export_figure(figure, out.path(name + ".png"), size=size)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

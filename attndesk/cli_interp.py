@@ -62,11 +62,15 @@ def load(args: argparse.Namespace):
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-def token_arg(text: str | None) -> str | int | None:
+def token_arg(text: str) -> str | int:
     """A token flag's value: a text, or "id:N" for the token id N."""
-    if text is not None and text.startswith("id:") and text[3:].isdigit():
+    if text.startswith("id:") and text[3:].isdigit():
         return int(text[3:])
     return text
+
+
+def _optional(text: str | None) -> str | int | None:
+    return None if text is None else token_arg(text)
 
 
 def _sites(text: str) -> tuple[str, ...]:
@@ -118,7 +122,7 @@ def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
                     export_weights(matrix, rows, cols, out.path(name + ".npy"))
                 else:
                     figure, size = item if isinstance(item, tuple) else (item, None)
-                    export_figure(figure, out.path(name + ".png"), size=size)
+                    export_figure(figure, out.path(name + ".png"), size=size)  # type: ignore[arg-type]
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed
@@ -150,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
                "memory_budget": args.memory_budget}
     try:
         with ProgressLine() as progress:
-            report = activation_patching(model, args.clean, args.corrupt, token_arg(args.answer), token_arg(args.wrong),
+            report = activation_patching(model, args.clean, args.corrupt, token_arg(args.answer), _optional(args.wrong),
                                          progress=progress.update, **options)
         exact_s = time.perf_counter() - start
         approx = None if args.no_attribution else attribution_patching(
-            model, args.clean, args.corrupt, token_arg(args.answer), token_arg(args.wrong), exact=report, **options)
+            model, args.clean, args.corrupt, token_arg(args.answer), _optional(args.wrong), exact=report, **options)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     summary = {"model": model.name, "metric": report.metric, "answer": report.answer, "wrong": report.wrong,

@@ -71,7 +71,10 @@ def layer_parts(model: LoadedModel) -> dict[str, list[LayerParts]]:
         site = model.sites.get(id(module))
         if site is None:
             continue
-        block = modules[layer_path(name)[0]]
+        located = layer_path(name)
+        if located is None:  # the loader's check refuses such a model already
+            continue
+        block = modules[located[0]]
         out = _out_proj(name, module)
         width = _in_features(out)
         found.setdefault(site.part, {})[site.layer] = LayerParts(

@@ -176,7 +176,8 @@ class _WeightsWithGrad(Capture):
 
     def __init__(self, model: LoadedModel, part: str):
         super().__init__(sites=model.sites, layers=model.layers, keep_weights=False)
-        self.part, self.kept = part, {}
+        self.part = part
+        self.kept: dict[int, torch.Tensor] = {}
 
     def record(self, site, weights, mask, window, d) -> None:
         if site.part == self.part:

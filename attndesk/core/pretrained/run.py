@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..config import default_memory_budget
-from ..errors import Cancelled, ConfigError
+from ..errors import Cancelled, ConfigError, NoLMHead
 from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained
@@ -180,6 +180,8 @@ def _outcome(model: LoadedModel, out) -> tuple[np.ndarray | None, NextToken | No
     if model.family == "encoder":
         hidden = out.last_hidden_state[0]  # [L, E]
         return torch.nn.functional.normalize(hidden.mean(dim=0), dim=-1).float().cpu().numpy(), None
+    if model.headless:
+        return None, None
     return None, next_token(model, out.logits[0, -1])
 
 
@@ -312,6 +314,7 @@ def _result(model: LoadedModel, request: _Request, capture: Capture, timings: di
         target_special=array(tgt and tgt.special, np.bool_), next_token=following,
         intermediates={part: stage_intermediates(s) for part, s in capture.intermediates.items()},
         intermediates_layer=request.layer, hidden_size=model.spec.hidden_size,
+        next_token_off=str(NoLMHead(model.name, "next-token bars and the ablation's KL divergence")) if model.headless else None,
     )
 
 

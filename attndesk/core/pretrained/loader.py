@@ -10,6 +10,7 @@ attndesk. Loaded models are cached per folder and device for the session.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import sys
 import threading
@@ -30,6 +31,7 @@ from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from .sites import check_layers, discover, install_hooks, layer_path
 
 Progress = Callable[[float, str], None]
+_serials = itertools.count()  # LoadedModel.serial: unlike id(), never handed to a later model
 # learned position tables that start after the padding index (RoBERTa's 514 rows hold 512 tokens)
 _POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
 _UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and never reads them
@@ -65,6 +67,7 @@ class LoadedModel:
     load_seconds: float
     notices: list[str] = field(default_factory=list)
     headless: bool = False  # a decoder / encoder-decoder saved without its LM head: no next-token features
+    serial: int = field(default_factory=lambda: next(_serials))  # this load, for caches (id() is reused)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _hooks: list = field(default_factory=list, repr=False)
 

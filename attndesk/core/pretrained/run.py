@@ -186,12 +186,13 @@ def _outcome(model: LoadedModel, out) -> tuple[np.ndarray | None, NextToken | No
 
 
 # The unaltered run's outcome per (model, ids, target ids): toggling a what-if does not pay twice.
+# A model is keyed by its serial: an id() is handed to a new object once the old one is freed.
 _normal: OrderedDict[tuple, tuple] = OrderedDict()
 _normal_lock = threading.Lock()
 
 
 def _normal_outcome(model: LoadedModel, source: Encoded, target: Encoded | None):
-    key = (id(model), tuple(source.ids), None if target is None else tuple(target.ids))
+    key = (model.serial, tuple(source.ids), None if target is None else tuple(target.ids))
     with _normal_lock:
         if key in _normal:
             _normal.move_to_end(key)

@@ -25,8 +25,6 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.txt", "vocab.json", "spiece.model", "source.spm",
                    "sentencepiece.bpe.model")
 _HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header beyond this is a corrupt file, not a model
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-             "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 def packaged_model_dir() -> Path:

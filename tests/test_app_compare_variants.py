@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
 
 from attndesk.core import run_attention
 from attndesk.core.kvcache import CACHE_LENGTHS, kv_cache_table, window_cache_row

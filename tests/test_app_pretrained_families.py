@@ -13,7 +13,6 @@ import socket
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
 from attndesk.app.modes import pretrained as pretrained_mode

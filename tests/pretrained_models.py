@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from attndesk.core.pretrained import packaged_model_dir
+from attndesk.core.pretrained import SUPPORTED, packaged_model_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 # the packaged tokenizer's [PAD], [CLS], [SEP]: the random models' pad/bos/eos
@@ -70,7 +70,7 @@ def auto_class(config):
 
     if getattr(config, "is_encoder_decoder", False):
         return transformers.AutoModelForSeq2SeqLM
-    if config.model_type in ("bert", "modernbert", "roberta", "distilbert", "electra", "xlm-roberta"):
+    if SUPPORTED[config.model_type].family == "encoder":
         return transformers.AutoModel
     return transformers.AutoModelForCausalLM
 

@@ -70,6 +70,8 @@ class ModelSpec:
     float32_bytes: int = 0
     disk_bytes: int = 0
     tested: bool = True  # False: a model type outside attndesk's table, accepted for using the interface
+    positions: str = "learned"  # "learned", "rope", "relative bias" or "sinusoidal" (families.FamilyInfo)
+    position_offset: int = 0  # position-table rows before the first token's (RoBERTa: 2)
 
     @property
     def max_tokens(self) -> int | None:
@@ -234,7 +236,8 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     return ModelSpec(
         name=name or display_name(folder), path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
         family=info.family, parameters=params, float32_bytes=f32, disk_bytes=disk,
-        tested=str(cfg["model_type"]) in SUPPORTED, **numbers,
+        tested=str(cfg["model_type"]) in SUPPORTED, positions=info.positions, position_offset=info.position_offset,
+        **numbers,
     )
 
 

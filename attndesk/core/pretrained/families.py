@@ -18,40 +18,48 @@ Family = Literal["encoder", "decoder", "encoder-decoder"]
 FAMILIES: tuple[Family, ...] = ("encoder", "decoder", "encoder-decoder")
 
 
+Positions = Literal["learned", "rope", "relative bias", "sinusoidal"]
+
+
 @dataclass(frozen=True)
 class FamilyInfo:
     name: str  # how people call it: "Gemma 2"
     family: Family
+    positions: Positions = "learned"  # how it encodes positions, as the window's parameters panel names it
+    position_offset: int = 0  # rows of its learned position table before the first token's (RoBERTa's padding)
 
 
 # model_type (config.json) -> what it is
 SUPPORTED: dict[str, FamilyInfo] = {
     "bert": FamilyInfo("BERT", "encoder"),
-    "roberta": FamilyInfo("RoBERTa", "encoder"),
-    "xlm-roberta": FamilyInfo("XLM-RoBERTa", "encoder"),
+    "roberta": FamilyInfo("RoBERTa", "encoder", position_offset=2),
+    "xlm-roberta": FamilyInfo("XLM-RoBERTa", "encoder", position_offset=2),
     "distilbert": FamilyInfo("DistilBERT", "encoder"),
     "electra": FamilyInfo("ELECTRA", "encoder"),
-    "modernbert": FamilyInfo("ModernBERT", "encoder"),
+    "modernbert": FamilyInfo("ModernBERT", "encoder", "rope"),
     "gpt2": FamilyInfo("GPT-2", "decoder"),
-    "gpt_neox": FamilyInfo("GPT-NeoX", "decoder"),
+    "gpt_neox": FamilyInfo("GPT-NeoX", "decoder", "rope"),
     "opt": FamilyInfo("OPT", "decoder"),
-    "llama": FamilyInfo("LLaMA", "decoder"),
-    "mistral": FamilyInfo("Mistral", "decoder"),
-    "qwen2": FamilyInfo("Qwen2", "decoder"),
-    "qwen3": FamilyInfo("Qwen3", "decoder"),
-    "gemma": FamilyInfo("Gemma", "decoder"),
-    "gemma2": FamilyInfo("Gemma 2", "decoder"),
-    "gemma3_text": FamilyInfo("Gemma 3", "decoder"),
-    "phi3": FamilyInfo("Phi-3", "decoder"),
-    "olmo": FamilyInfo("OLMo", "decoder"),
-    "olmo2": FamilyInfo("OLMo 2", "decoder"),
-    "smollm3": FamilyInfo("SmolLM3", "decoder"),
-    "t5": FamilyInfo("T5", "encoder-decoder"),
-    "mt5": FamilyInfo("mT5", "encoder-decoder"),
+    "llama": FamilyInfo("LLaMA", "decoder", "rope"),
+    "mistral": FamilyInfo("Mistral", "decoder", "rope"),
+    "qwen2": FamilyInfo("Qwen2", "decoder", "rope"),
+    "qwen3": FamilyInfo("Qwen3", "decoder", "rope"),
+    "gemma": FamilyInfo("Gemma", "decoder", "rope"),
+    "gemma2": FamilyInfo("Gemma 2", "decoder", "rope"),
+    "gemma3_text": FamilyInfo("Gemma 3", "decoder", "rope"),
+    "phi3": FamilyInfo("Phi-3", "decoder", "rope"),
+    "olmo": FamilyInfo("OLMo", "decoder", "rope"),
+    "olmo2": FamilyInfo("OLMo 2", "decoder", "rope"),
+    "smollm3": FamilyInfo("SmolLM3", "decoder", "rope"),
+    "t5": FamilyInfo("T5", "encoder-decoder", "relative bias"),
+    "mt5": FamilyInfo("mT5", "encoder-decoder", "relative bias"),
     "bart": FamilyInfo("BART", "encoder-decoder"),
     "mbart": FamilyInfo("mBART", "encoder-decoder"),
-    "marian": FamilyInfo("Marian", "encoder-decoder"),
+    "marian": FamilyInfo("Marian", "encoder-decoder", "sinusoidal"),
 }
+
+# Facts of types outside the table that load through the interface (same fields as FamilyInfo's)
+_OTHER_FACTS: dict[str, dict] = {"camembert": {"position_offset": 2}}
 
 # Known to compute attention outside the interface (no weights would reach attndesk).
 BYPASSES = {
@@ -122,7 +130,7 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
                       f"supported: {supported_names()}")
     if not model_type:
         return FamilyInfo("unknown", "encoder"), "config.json has no model_type: it is not a transformers checkpoint"
-    info = FamilyInfo(model_type, infer_family(config))
+    info = FamilyInfo(model_type, infer_family(config), **_OTHER_FACTS.get(model_type, {}))
     uses = uses_interface(model_type)
     if uses is None:
         return info, f"unsupported architecture: {what} is unknown to the installed transformers; supported: {supported_names()}"
@@ -132,5 +140,5 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
     return info, None
 
 
-__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "SUPPORTED", "family_of", "infer_family",
+__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "Positions", "SUPPORTED", "family_of", "infer_family",
            "supported_names", "uses_interface"]

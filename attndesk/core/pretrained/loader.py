@@ -32,8 +32,6 @@ from .sites import check_layers, discover, install_hooks, layer_path
 
 Progress = Callable[[float, str], None]
 _serials = itertools.count()  # LoadedModel.serial: unlike id(), never handed to a later model
-# learned position tables that start after the padding index (RoBERTa's 514 rows hold 512 tokens)
-_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
 _UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and never reads them
 
 
@@ -84,7 +82,7 @@ class LoadedModel:
         """Tokens a text may have (its positions), or None where the model has no limit."""
         limits = []
         if self.spec.max_positions:
-            limits.append(self.spec.max_positions - _POSITION_OFFSET.get(self.spec.model_type, 0))
+            limits.append(self.spec.max_positions - self.spec.position_offset)  # RoBERTa's 514 rows hold 512 tokens
         tokenizer_max = getattr(self.tokenizer, "model_max_length", None)
         if isinstance(tokenizer_max, int) and 0 < tokenizer_max < 10**7:
             limits.append(tokenizer_max)

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from attndesk.core.diff import diff_arrays
 from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
-from attndesk.core.pretrained import Generator, clear_cache, load_pretrained, run_pretrained
+from attndesk.core.pretrained import Generator, clear_cache, load_pretrained, read_spec, run_pretrained
 from attndesk.core.pretrained.loader import transformers_offline
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.statistics import head_statistics
@@ -77,3 +77,22 @@ def test_a_missing_weight_other_than_the_head_is_still_refused(tmp_path):
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ConfigError, match=r"weight model\.layers\.1\.self_attn\.q_proj\.weight is missing"):
         load_pretrained(folder)
+
+
+def test_a_bare_model_of_a_type_outside_the_table_is_still_a_decoder(tmp_path):
+    """config.json names only ``GraniteModel``: transformers' auto mappings say granite is a
+    causal LM (with no masked-LM variant), so it opens as a decoder, not as an encoder."""
+    transformers = transformers_offline()
+    folder = build_bare("llama", tmp_path / "granite", model_type="granite")
+    assert read_spec(folder).family == "decoder" and not read_spec(folder).tested
+    model = load_pretrained(folder)
+    try:
+        assert model.family == "decoder" and model.headless
+        run = run_pretrained(model, TEXT)
+        assert run.mask is not None and not run.mask[0, 1]  # causal: the first token sees only itself
+        reference = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+        with torch.inference_mode():
+            out = reference(input_ids=torch.from_numpy(run.token_ids)[None], output_attentions=True)
+        np.testing.assert_allclose(run.weights, np.stack([a[0].numpy() for a in out.attentions]), atol=1e-5, rtol=0)
+    finally:
+        clear_cache(folder)

@@ -10,7 +10,9 @@ attention themselves (Falcon, BLOOM, MPT, ...) are refused. Nothing here imports
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -106,12 +108,35 @@ def uses_interface(model_type: str) -> bool | None:
         return None
 
 
+@lru_cache(maxsize=8)
+def auto_mapping_types(mapping: str) -> frozenset[str]:
+    """The model types in transformers' auto mapping ``mapping`` ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    read from its source text (no import); empty when transformers is not installed."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+        root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+        text = (root / "models" / "auto" / "modeling_auto.py").read_text(encoding="utf-8") if root else ""
+    except (ImportError, ValueError, OSError):
+        return frozenset()
+    start = text.find(f"\n{mapping} = OrderedDict(")
+    if start < 0:
+        return frozenset()
+    block = text[start: text.find("\n)\n", start)]
+    return frozenset(re.findall(r'\(\s*"([^"]+)",\s*"', block))
+
+
 def infer_family(config: dict) -> Family:
-    """encoder / decoder / encoder-decoder of a model type outside the table, from its config."""
-    if config.get("is_encoder_decoder"):
+    """encoder / decoder / encoder-decoder of a model type outside the table, from its config, or
+    from transformers' auto mappings when its architectures name only the bare base model
+    ("GraniteModel": a causal-LM type that has no masked-LM variant is a decoder)."""
+    model_type = str(config.get("model_type") or "")
+    if config.get("is_encoder_decoder") or model_type in auto_mapping_types("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):
         return "encoder-decoder"
     names = " ".join(config.get("architectures") or [])
     if config.get("is_decoder") or "CausalLM" in names or "LMHead" in names:
+        return "decoder"
+    if (model_type in auto_mapping_types("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
+            and model_type not in auto_mapping_types("MODEL_FOR_MASKED_LM_MAPPING_NAMES")):
         return "decoder"
     return "encoder"
 

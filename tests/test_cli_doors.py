@@ -158,7 +158,9 @@ def test_progress_into_a_file_is_a_few_lines(monkeypatch):
 
 def _env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    env.update(QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    # PYTHONPATH: the child runs from tmp_path, and must import this checkout's attndesk, not the one
+    # the virtual environment was installed from
+    env.update(QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     return env
 
 

@@ -16,11 +16,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attndesk.qtfix import pin_singletons
-
-# before any window or figure exists: PySide6 6.12 on Python 3.11 over-releases None (see there)
-pin_singletons()
-
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 LONG_RUN_S = 2.0  # a run planned longer than this (or memory-bounded) prints its plan and progress

@@ -7,10 +7,6 @@ does not build the whole window.
 
 from __future__ import annotations
 
-from attndesk.qtfix import pin_singletons
-
-pin_singletons()  # before any signal is emitted: see attndesk.qtfix
-
 __all__ = ["MainWindow"]
 
 

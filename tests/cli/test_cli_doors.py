@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,8 +158,17 @@ def test_progress_into_a_file_is_a_few_lines(monkeypatch):
 
 def _env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    env.update(QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    # PYTHONPATH: the child runs from tmp_path, and must import this checkout's attndesk, not the one
+    # the virtual environment was installed from
+    env.update(QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     return env
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default. A child inherits an *ignored* SIGINT
+    (``make test &`` from a script, some CI runners and agents start the suite that way), and
+    Python then never turns SIGINT into KeyboardInterrupt: the Ctrl+C this test sends was lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="sends SIGINT")
@@ -172,13 +182,16 @@ def test_ctrl_c_during_a_long_run_stops_it_and_leaves_the_folder_as_it_was(tmp_p
         [sys.executable, "-m", "attndesk", "render", "--text-file", str(text), "--which", "mean",
          "--memory-budget", "64M", "--out", str(out_dir)],
         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         first = proc.stderr.readline()  # the plan line, printed before the run starts
         assert first.startswith("attndesk: plan: 4 heads x 40,000 tokens"), first
-        time.sleep(1.0)  # well into the run
+        progress = proc.stderr.readline()  # the run's first progress line: it is under way (no sleep, no race)
+        assert re.match(r"attndesk: +\d+% ", progress) and "100%" not in progress, progress
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        err = first + progress + err
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pretrained_models import CONFIGS, build
+from pretrained_models import CONFIGS, build, build_bare
 from PySide6.QtGui import QImage
 
 from attndesk.cli import main
@@ -70,6 +70,19 @@ def test_one_layer_and_one_head(qapp, capsys, tmp_path, folders):
     assert sorted(Path(line).name for line in out) == ["attn_head2_gemma2_layer1.npy", "attn_head2_gemma2_layer1.png"]
     run = run_pretrained(load_pretrained(folders["gemma2"]), TEXT)
     np.testing.assert_allclose(np.load(tmp_path / "one" / "attn_head2_gemma2_layer1.npy"), run.weights[1, 2], atol=1e-6)
+
+
+def test_a_bare_decoder_without_its_lm_head_renders(qapp, capsys, tmp_path):
+    folder = build_bare("qwen2", tmp_path / "bare-qwen2")
+    code, out, err = run_cli(capsys, "render", "--model", str(folder), "--text", TEXT, "--layer", "1",
+                             "--which", "mean", "--weights", "npy", "--out", str(tmp_path / "figs"))
+    assert code == 0, err
+    model = load_pretrained(folder)
+    assert model.headless
+    run = run_pretrained(model, TEXT)
+    stem = run.file_tag(1)
+    assert sorted(Path(line).name for line in out) == [f"attn_mean_{stem}.npy", f"attn_mean_{stem}.png"]
+    np.testing.assert_allclose(np.load(tmp_path / "figs" / f"attn_mean_{stem}.npy"), run.weights[1].mean(0), atol=1e-6)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -3,9 +3,7 @@ anything large is allocated (sizes are checked against the memory budget and a f
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
 
 import numpy as np

@@ -24,7 +24,7 @@ def ablation_effect(run: PretrainedResult) -> str | None:
                 + top_change(run.normal_next, run.next_token))
     if run.cosine_to_normal is not None:
         return f"cosine to the normal embedding {run.cosine_to_normal:.4f}"
-    return None
+    return run.next_token_off  # a checkpoint without its LM head: why there is no KL, else None
 
 
 __all__ = ["TOP", "ablation_effect", "top_change"]

@@ -16,8 +16,10 @@ from typing import Callable
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import GenerationStep, Generator, encode, load_pretrained, packaged_model_dir, read_spec
+from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
+from attndesk.core.pretrained import (
+    GenerationStep, Generator, encode, load_pretrained, loaded_model, packaged_model_dir, read_spec,
+)
 
 from ..jobs.compute import ComputeController
 from ..results import Shown
@@ -118,12 +120,20 @@ class GenerationTab(QObject):
             self.view.set_available(False, f"{name} is an encoder: it does not generate text. Open a decoder "
                                            "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) "
                                            "with File > Open model folder…")
+        elif self._no_head() is not None:
+            self.view.set_available(False, self._no_head())
         else:
             changed = self._generator is not None and self._origin != self._current_origin()
             note = " The input changed: the next step starts over from it." if changed else ""
             self.view.set_available(True, "Step generates one token from the input text; Run N generates N, "
                                           "Esc stops." + note)
         self.view.set_pin_allowed(family in ("decoder", "encoder-decoder"), "")
+
+    def _no_head(self) -> str | None:
+        """Why the loaded model cannot generate (saved without its LM head), or None (known once loaded)."""
+        mode = self.state.mode
+        model = loaded_model(mode.path) if mode.kind == "pretrained" else None
+        return str(NoLMHead(model.name, "generation")) if model is not None and model.headless else None
 
     def _target(self) -> str | None:
         return self.state.target_text or None
@@ -201,6 +211,11 @@ class GenerationTab(QObject):
         self.status.say(f"generation: {message}")
 
     def _failed(self, message: str) -> None:
+        if NO_LM_HEAD in message:  # found at load: the tab says why it is off, nothing failed
+            self._running, self._remaining = False, 0
+            self.view.set_busy(False)
+            self.view.set_available(False, message)
+            return
         self._finish(f"generation failed: {message}")
         self.status.fail(f"generation failed: {message}")
 
@@ -237,6 +252,8 @@ class GenerationTab(QObject):
         return ids is None or [int(i) for i in shown.layers.token_ids] == ids
 
     def _on_published(self, shown: Shown) -> None:
+        if not self._running and self._no_head() is not None:  # the run loaded a model without its LM head
+            self._on_input()
         if self._pin is not None and shown.new_run and self._answers(shown):
             self._finish_pin()
 

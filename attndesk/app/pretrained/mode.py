@@ -65,8 +65,6 @@ PRETRAINED_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-sta
 _NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
 _DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
-_ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2",
-                         "smollm3", "gpt_neox", "modernbert"})
 
 # The hook for tabs other parts add to the pretrained mode (e.g. the generation stepper). Each entry
 # is called once when the mode is installed, as ``installer(mode, ui)``: it builds its view and
@@ -79,15 +77,6 @@ if TYPE_CHECKING:
 EXTRA_TABS: list["TabInstaller"] = [
     install_generation_tab,  # the generation stepper (app/pretrained/generate.py), for decoders and encoder-decoders
 ]
-
-# how a model type encodes positions, as the parameters panel names it (the toy model's choices
-# plus what only real models use)
-_OTHER_POSITIONS = {"t5": "relative bias", "mt5": "relative bias", "marian": "sinusoidal"}
-
-
-def _position_of(model_type: str) -> str:
-    return "rope" if model_type in _ROPE_TYPES else _OTHER_POSITIONS.get(model_type, "learned")
-
 
 def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
@@ -245,7 +234,7 @@ class PretrainedMode(QObject, ModeBase):
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
         fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
                  "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
-                 "position": _position_of(spec.model_type), "seed": state.config.seed,
+                 "position": spec.positions, "seed": state.config.seed,
                  "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}  # None: plain multi-head
         if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
             fixed["mask"] = "causal"

@@ -237,8 +237,3 @@ def zoom_region(source, head, q0: int, q1: int, k0: int, k1: int, max_side: int)
     array = tile_reduce(np.asarray(weights[q0:q1, k0:k1], dtype=np.float32), need)
     return ZoomTile(head, q0, k0, need, np.ascontiguousarray(array),
                     _region_masked(source.mask, q0, q1, k0, k1, need))
-
-
-def zoom_job(source, head, q0: int, q1: int, k0: int, k1: int, max_side: int):
-    """The zoom worker's job: (the request, its ZoomTile or None)."""
-    return (source, head, (q0, q1, k0, k1)), zoom_region(source, head, q0, q1, k0, k1, max_side)

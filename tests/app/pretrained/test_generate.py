@@ -12,14 +12,15 @@ import pytest
 import torch
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from einops import rearrange
-from pretrained_models import build, eager
+from pretrained_models import build, build_bare, eager
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
 from attndesk.app.pretrained.ablation import ablation_effect
 from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.views.generate import ALL_LAYERS
-from attndesk.core.pretrained import Generator, encode, load_pretrained, run_pretrained
+from attndesk.core.errors import NO_LM_HEAD
+from attndesk.core.pretrained import Generator, clear_cache, encode, load_pretrained, run_pretrained
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "the cat sat on the mat"
@@ -175,6 +176,31 @@ def test_the_tab_explains_itself_outside_a_decoder(qtbot, generate_window):
     w.state.mode = w.toy.choices()[0].id
     qtbot.waitUntil(lambda: not w.viewTabs.isTabVisible(w.viewTabs.indexOf(view)), timeout=5000)
     assert not view.stepButton.isEnabled() and "pretrained" in view.message.text()
+
+
+def test_a_checkpoint_without_its_lm_head_says_why_generation_and_kl_are_off(qtbot, tmp_path):
+    folder = build_bare("llama", tmp_path / "bare-llama")
+    w = open_generate_tab(qtbot, folder)
+    try:
+        view = stepper(w).view
+        assert w.pretrained.run().weights.shape[:2] == (2, 4)  # every layer's attention is on screen
+        assert not view.stepButton.isEnabled() and not view.runButton.isEnabled()
+        assert NO_LM_HEAD in view.message.text() and "generation off" in view.message.text()
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None
+                              and s.layers.ablate == ((0, 1),)):
+            w.pretrained.set_ablation([(0, 1)])
+        line = ablation_effect(w.pretrained.run())
+        assert NO_LM_HEAD in line and "KL divergence off" in line and line in w.pretrained.gridSummary.text()
+        clear_cache(folder)  # not loaded yet when Step is pressed: the step's load finds out, and the tab says so
+        stepper(w)._on_input()
+        assert view.stepButton.isEnabled()
+        qtbot.mouseClick(view.stepButton, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not stepper(w).is_running(), timeout=TIMEOUT_MS)
+        assert NO_LM_HEAD in view.message.text() and "generation off" in view.message.text()
+        assert not view.stepButton.isEnabled() and "failed" not in w.status_text()
+    finally:
+        dispose(w)
+        clear_cache(folder)
 
 
 def test_a_sampled_token_outside_the_top_k_gets_its_own_orange_bar(qtbot, model):

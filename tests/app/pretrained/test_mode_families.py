@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
-from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
 from attndesk.app.pretrained import mode as pretrained_mode

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
 
 from attndesk.core import run_attention
 from attndesk.core.kvcache import CACHE_LENGTHS, kv_cache_table, window_cache_row

@@ -259,3 +259,18 @@ def test_hub_cache_listing(tiny, tmp_path, monkeypatch):
     assert "outside transformers' attention interface" in falcon_entry.reason
     assert listed["org/nothing-yet"].path is None and "no snapshot" in listed["org/nothing-yet"].reason
     assert list_cached_models(tmp_path / "no-cache-here") == []
+
+
+@pytest.mark.parametrize("model_type, positions, offset", [
+    ("bert", "learned", 0), ("roberta", "learned", 2), ("camembert", "learned", 2), ("llama", "rope", 0),
+    ("modernbert", "rope", 0), ("t5", "relative bias", 0), ("marian", "sinusoidal", 0),
+])
+def test_position_facts_come_from_the_families_table(tiny, model_type, positions, offset):
+    _edit_config(tiny, model_type=model_type)
+    spec = read_spec(tiny)
+    assert (spec.positions, spec.position_offset) == (positions, offset)
+
+
+def test_a_roberta_position_table_holds_two_rows_fewer_tokens(tmp_path):
+    model = load_pretrained(build("roberta", tmp_path / "roberta"))  # 80 rows
+    assert model.max_tokens == 78

@@ -273,3 +273,21 @@ def test_sampling_is_seeded_and_cancel_keeps_the_state(models):
     seen = []
     Generator(model, "the cat").run(3, progress=lambda f, m: seen.append(f))
     assert seen == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_the_unaltered_runs_cache_never_answers_for_another_model(tmp_path, monkeypatch):
+    """Two models whose id() coincide (an id is reused once its object is freed; emulated here by
+    giving every object the same id): each altered run compares with its own model's normal run."""
+    from attndesk.core.pretrained import run as run_module
+
+    monkeypatch.setattr(run_module, "id", lambda obj: 7, raising=False)
+    first, second = (load_pretrained(build("llama", tmp_path / f"llama{seed}", seed=seed)) for seed in (1, 2))
+    try:
+        assert run_pretrained(first, TEXT, ablate=[(0, 1)]).normal_next is not None  # first's normal run is cached
+        altered = run_pretrained(second, TEXT, ablate=[(0, 1)])
+        expected = run_pretrained(second, TEXT).next_token.logprobs
+        np.testing.assert_allclose(altered.normal_next.logprobs, expected, atol=1e-6)
+        assert first.serial != second.serial
+    finally:
+        clear_cache(first.path)
+        clear_cache(second.path)

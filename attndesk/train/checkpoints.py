@@ -1,0 +1,54 @@
+"""Checkpoints of a run kept in memory within a byte budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+def state_bytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    state: dict[str, torch.Tensor]
+    loss: float | None = None
+
+
+@dataclass
+class CheckpointStore:
+    """Copies of the weights at some steps, within ``budget`` bytes.
+
+    Over the budget, every second checkpoint between the first and the newest is dropped, so
+    what is kept stays spread evenly over the run (the first and the newest always stay, even
+    when the two alone exceed the budget: the newest is what a divergence falls back on)."""
+
+    budget: int
+    items: list[Checkpoint] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return [c.step for c in self.items]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(state_bytes(c.state) for c in self.items)
+
+    def add(self, step: int, state: dict[str, torch.Tensor], loss: float | None = None) -> None:
+        copy = {name: t.detach().clone() for name, t in state.items()}
+        self.items = [c for c in self.items if c.step != step] + [Checkpoint(step, copy, loss)]
+        while self.nbytes > self.budget and len(self.items) > 2:
+            middle = self.items[1:-1]
+            self.items = [self.items[0], *middle[1::2], self.items[-1]]  # drops middle[0], middle[2], ...
+
+    def get(self, step: int) -> Checkpoint:
+        for c in self.items:
+            if c.step == step:
+                return c
+        raise KeyError(f"no checkpoint at step {step}; kept: {', '.join(map(str, self.steps)) or 'none'}")
+
+    def drop_after(self, step: int) -> None:
+        self.items = [c for c in self.items if c.step <= step]

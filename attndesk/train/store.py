@@ -1,0 +1,139 @@
+"""A trained run on disk: one folder, written all or nothing.
+
+- ``config.json``: ``format`` "attndesk-trained", ``format_version``, the attndesk and torch
+  versions, the task, seed, step, status, the full ``train_config``, the token labels (and the
+  text vocabulary for ``task="text"``), the final metrics and the thread count it ran on;
+- ``model.safetensors``: the weights after ``step`` updates;
+- ``checkpoints.safetensors``: every kept checkpoint, tensors named ``step00000250/<name>``;
+- ``history.json``: the rows of ``TrainRun.history``.
+
+A folder of another ``format_version`` is refused with one line (ConfigError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from attndesk.core.atomic import StagedFolder
+from attndesk.core.errors import ConfigError
+
+from .checkpoints import CheckpointStore
+from .config import TrainConfig
+from .model import Decoder
+from .run import TrainRun
+from .tasks import Task, Text, make_task
+
+FORMAT = "attndesk-trained"
+FORMAT_VERSION = 1
+_FILES = ("config.json", "model.safetensors", "history.json")
+
+
+def _version() -> str:
+    from attndesk import __version__
+
+    return __version__
+
+
+def run_metadata(run: TrainRun) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk_version": _version(),
+        "torch_version": torch.__version__, "threads": torch.get_num_threads(),
+        "task": run.cfg.task, "seed": run.cfg.seed, "step": run.step, "status": run.status, "message": run.message,
+        "train_config": run.cfg.to_dict(), "token_labels": run.task.token_labels(),
+        "checkpoint_steps": run.checkpoints.steps,
+    }
+    if isinstance(run.task, Text):
+        meta["text_vocab"] = run.task.vocab
+    return meta
+
+
+def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: t.detach().contiguous() for name, t in state.items()}
+
+
+def save_run(run: TrainRun, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``run`` into the folder ``path``; files of the same names are replaced together."""
+    target = Path(path).expanduser()
+    meta = run_metadata(run) | (extra or {})
+    try:
+        with StagedFolder(target) as stage:
+            save_file(_contiguous(run.model.state_dict()), str(stage.path("model.safetensors")),
+                      metadata={"format": FORMAT, "step": str(run.step)})
+            if run.checkpoints.items:
+                tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()}
+                save_file(tensors, str(stage.path("checkpoints.safetensors")), metadata={"format": FORMAT})
+            stage.path("history.json").write_text(json.dumps(run.history), encoding="utf-8")
+            stage.path("config.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the trained model to {target}: {exc.strerror or exc}") from None
+    return target
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """config.json of a trained-model folder, checked for its format; ConfigError in one line."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder of a trained model (no such folder)")
+    missing = [name for name in _FILES if not (folder / name).is_file()]
+    if missing:
+        raise ConfigError(f"{folder} is not a trained attndesk model: {', '.join(missing)} missing")
+    try:
+        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{folder / 'config.json'} cannot be read as JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ConfigError(f"{folder} is not a trained attndesk model (config.json has no format {FORMAT!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(f"{folder} is a trained model of format version {meta.get('format_version')!r} "
+                          f"(attndesk {meta.get('attndesk_version', '?')}); this attndesk reads version "
+                          f"{FORMAT_VERSION}: re-train it with this version")
+    return meta
+
+
+def _task_for(cfg: TrainConfig, meta: dict[str, Any]) -> Task:
+    if cfg.task == "text":
+        vocab = meta.get("text_vocab")
+        if not isinstance(vocab, list) or not vocab:
+            raise ConfigError("a saved text model must carry its vocabulary (text_vocab) in config.json")
+        # the vocabulary itself is a text long enough to rebuild the task without the original file
+        sep = "" if cfg.text_level == "char" else " "
+        filler = sep.join(vocab[1:]) or "?"
+        return make_task(cfg.replace(text_path=None), (filler + sep) * (cfg.seq_len + 2))
+    return make_task(cfg)
+
+
+def load_run(path: str | os.PathLike) -> TrainRun:
+    """The run saved in ``path``: its weights, history and checkpoints (ConfigError for a folder
+    that is not one, or of another format version)."""
+    folder = Path(path).expanduser()
+    meta = read_metadata(folder)
+    cfg = TrainConfig.from_dict(meta["train_config"])
+    task = _task_for(cfg, meta)
+    model = Decoder(cfg)
+    try:
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        checkpoints = CheckpointStore(cfg.checkpoint_budget)
+        if (folder / "checkpoints.safetensors").is_file():
+            _load_checkpoints(checkpoints, load_file(str(folder / "checkpoints.safetensors")))
+        history = json.loads((folder / "history.json").read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, ValueError) as exc:  # safetensors' and load_state_dict's errors
+        raise ConfigError(f"{folder} holds weights that do not fit its config.json: {str(exc).splitlines()[0]}") from None
+    run = TrainRun(cfg, task, model, step=int(meta["step"]), history=history, checkpoints=checkpoints,
+                   status=str(meta.get("status", "finished")), message=str(meta.get("message", "")))
+    return run
+
+
+def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) -> None:
+    by_step: dict[int, dict[str, torch.Tensor]] = {}
+    for key, tensor in tensors.items():
+        step, name = key.split("/", 1)
+        by_step.setdefault(int(step.removeprefix("step")), {})[name] = tensor
+    store.items = []
+    for step in sorted(by_step):
+        store.add(step, by_step[step])

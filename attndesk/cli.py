@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _input_arguments(render)
     _real_model_arguments(render)
+    from attndesk.cli_train import add_render_argument
+
+    add_render_argument(render)  # --trained PATH
     _model_arguments(render)
     _output_arguments(render)
     for command in _commands():
@@ -239,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = (
+    "attndesk.cli_train",
+)
 
 
 def _commands() -> list:
@@ -343,7 +348,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     With ``echo`` each path is printed on stdout once the set is in place."""
     text, key_text = _read_inputs(args)
     _check_output_options(args)
-    if args.model is not None:
+    if args.trained is not None:
+        from attndesk.cli_train import render_trained
+
+        maps = render_trained(args)
+    elif args.model is not None:
         maps = _model_maps(args, text)
     else:
         if args.target is not None or args.layer is not None:

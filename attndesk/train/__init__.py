@@ -15,7 +15,7 @@ from .tasks import TASKS, Batch, Task, make_task
 from .trainer import ProbeSnapshot, StepReport, Trainer, train
 
 
-def load_trained(path):  # noqa: ANN001 - str | os.PathLike
+def load_trained(path):
     """The run saved in the folder ``path`` (see ``attndesk.train.store``)."""
     from .store import load_run
 
@@ -23,6 +23,17 @@ def load_trained(path):  # noqa: ANN001 - str | os.PathLike
 
 
 __all__ = [
-    "Batch", "ProbeSnapshot", "StepReport", "TASKS", "TASK_NAMES", "TRAIN_POSITIONS", "Task", "TrainConfig",
-    "TrainRun", "Trainer", "load_trained", "make_task", "train",
+    "TASKS",
+    "TASK_NAMES",
+    "TRAIN_POSITIONS",
+    "Batch",
+    "ProbeSnapshot",
+    "StepReport",
+    "Task",
+    "TrainConfig",
+    "TrainRun",
+    "Trainer",
+    "load_trained",
+    "make_task",
+    "train",
 ]

@@ -69,7 +69,7 @@ class TrainConfig:
             if self.seq_len is None:
                 self.seq_len = length
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Raise ConfigError naming the first bad value and what would work; return self."""
         choice("task", self.task, TASK_NAMES)
         for name in ("steps", "batch_size", "layers", "heads", "embed_dim", "vocab_size", "seq_len",
@@ -116,14 +116,14 @@ class TrainConfig:
     def head_dim(self) -> int:
         return self.embed_dim // self.heads
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """From a plain dict (a saved run's config); unknown keys are a ConfigError."""
         if not isinstance(data, dict):
             raise ConfigError("a training configuration must be a mapping of field names to values")

@@ -75,7 +75,7 @@ class TrainRun:
         return {"loss": float(loss), "accuracy": self.task.accuracy(logits, batch),
                 "pattern": float(np.max(scores)), "scores": scores}
 
-    def at_checkpoint(self, step: int) -> "TrainRun":
+    def at_checkpoint(self, step: int) -> TrainRun:
         """A copy of this run with the weights of the checkpoint at ``step``."""
         model = Decoder(self.cfg)
         model.load_state_dict(self.checkpoints.get(step).state)

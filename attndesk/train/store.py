@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from attndesk.core.atomic import StagedFolder
+from attndesk.core.atomic import StagedFolder, current_umask
 from attndesk.core.errors import ConfigError
 
 from .checkpoints import CheckpointStore
@@ -57,19 +58,27 @@ def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.detach().contiguous() for name, t in state.items()}
 
 
+def write_run_files(run: TrainRun, path_of: Callable[[str], Path], extra: dict[str, Any] | None = None) -> None:
+    """Write the run's files where ``path_of(name)`` says (a staged folder's ``path``)."""
+    meta = run_metadata(run) | (extra or {})
+    save_file(_contiguous(run.model.state_dict()), str(path_of("model.safetensors")),
+              metadata={"format": FORMAT, "step": str(run.step)})
+    if run.checkpoints.items:
+        tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()}
+        save_file(tensors, str(path_of("checkpoints.safetensors")), metadata={"format": FORMAT})
+    for name in ("model.safetensors", "checkpoints.safetensors"):
+        if path_of(name).exists():  # safetensors creates its files private
+            os.chmod(path_of(name), 0o666 & ~current_umask())
+    path_of("history.json").write_text(json.dumps(run.history), encoding="utf-8")
+    path_of("config.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+
+
 def save_run(run: TrainRun, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
     """Write ``run`` into the folder ``path``; files of the same names are replaced together."""
     target = Path(path).expanduser()
-    meta = run_metadata(run) | (extra or {})
     try:
         with StagedFolder(target) as stage:
-            save_file(_contiguous(run.model.state_dict()), str(stage.path("model.safetensors")),
-                      metadata={"format": FORMAT, "step": str(run.step)})
-            if run.checkpoints.items:
-                tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()}
-                save_file(tensors, str(stage.path("checkpoints.safetensors")), metadata={"format": FORMAT})
-            stage.path("history.json").write_text(json.dumps(run.history), encoding="utf-8")
-            stage.path("config.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+            write_run_files(run, stage.path, extra)
     except OSError as exc:
         raise ConfigError(f"cannot write the trained model to {target}: {exc.strerror or exc}") from None
     return target

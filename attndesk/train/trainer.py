@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -178,4 +178,4 @@ def train(cfg: TrainConfig, *, on_step: Callable[[StepReport], None] | None = No
     return trainer.run
 
 
-__all__ = ["ProbeSnapshot", "StepReport", "Trainer", "build_model", "state_bytes", "train", "Batch"]
+__all__ = ["Batch", "ProbeSnapshot", "StepReport", "Trainer", "build_model", "state_bytes", "train"]

@@ -351,7 +351,10 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     if args.trained is not None:
         from attndesk.cli_train import render_trained
 
-        maps = render_trained(args)
+        try:
+            maps = render_trained(args)
+        except ValueError as exc:  # ConfigError: not a trained model, another format version
+            raise CliError(str(exc), EXIT_USAGE) from None
     elif args.model is not None:
         maps = _model_maps(args, text)
     else:

@@ -7,17 +7,19 @@ the task's probe input, the same figures as the toy render)."""
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
 from pathlib import Path
 
 NAME = "train"
+EXIT_USAGE = 2  # as attndesk.cli's (not imported: the CLI imports this module)
+EXIT_FAILURE = 1
 _ANIMATIONS = ("gif", "mp4", "none")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from attndesk.cli import _float, _list_of, _positive_int
     from attndesk.train.config import (
         TASK_NAMES,
         TEXT_LEVELS,
@@ -58,15 +60,51 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--level", dest="text_level", choices=TEXT_LEVELS, default=None, help="--task text: char or word tokens (default char)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, help=f"steps between checkpoints (default {d.checkpoint_every})")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
-    p.add_argument("--curves", type=_list_of(("png", "svg"), "curve format"), default=["png"], metavar="FMT", help="png and/or svg (default png)")
+    p.add_argument("--curves", type=_curve_formats, default=["png"], metavar="FMT", help="png and/or svg (default png)")
     p.add_argument("--animation", choices=_ANIMATIONS, default="gif", help="the heatmaps across checkpoints (default gif)")
     return p
 
 
-def _positive_or_zero(text: str) -> int:
-    from attndesk.cli import _non_negative_int
+def _whole(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {value}")
+    return value
 
-    return _non_negative_int(text)
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _positive_or_zero(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _curve_formats(text: str) -> list[str]:
+    formats = [part.strip().lower() for part in text.split(",") if part.strip()]
+    bad = [f for f in formats if f not in ("png", "svg")]
+    if bad or not formats:
+        raise argparse.ArgumentTypeError(f"curve formats are png and svg, got {text!r}")
+    return formats
+
+
+def _error(message: str, code: int) -> int:
+    """One line on stderr and the exit code (the CLI's convention; see attndesk.cli)."""
+    print(f"attndesk: error: {message}", file=sys.stderr)
+    return code
 
 
 _FIELDS = ("task", "seed", "steps", "batch_size", "lr", "layers", "heads", "kv_heads", "embed_dim", "position", "window",
@@ -107,18 +145,17 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     """Train, then write everything into --out together; Ctrl+C stops between steps and keeps
     what was trained so far."""
-    from attndesk.cli import EXIT_USAGE, CliError
     from attndesk.cli_progress import ProgressLine
     from attndesk.train import Trainer
 
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():
-        raise CliError(f"--out {out} is a file, not a folder: give a folder to write into", EXIT_USAGE)
+        return _error(f"--out {out} is a file, not a folder: give a folder to write into", EXIT_USAGE)
     try:
         cfg = config_from_args(args)
         trainer = Trainer(cfg)
     except (ValueError, TypeError) as exc:  # ConfigError included
-        raise CliError(str(exc), EXIT_USAGE) from None
+        return _error(str(exc), EXIT_USAGE)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
     try:
@@ -132,14 +169,17 @@ def run(args: argparse.Namespace) -> int:
     result = trainer.run
     if result.status != "finished":
         print(f"attndesk: note: {result.message}", file=sys.stderr)
-    for path in write_outputs(result, out, args.curves, args.animation):
+    try:
+        written = write_outputs(result, out, args.curves, args.animation)
+    except (OSError, ValueError) as exc:  # ExportError and ConfigError included
+        return _error(str(exc), EXIT_FAILURE)
+    for path in written:
         print(path, flush=True)
-    return 0 if result.status == "finished" else 1
+    return 0 if result.status == "finished" else EXIT_FAILURE
 
 
 def write_outputs(result, out: Path, curves: list[str], animation: str) -> list[Path]:
     """The model folder's files, the curves, the final figures and the animation, together."""
-    from attndesk.cli import CliError
     from attndesk.core.atomic import StagedFolder
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError
@@ -159,8 +199,10 @@ def write_outputs(result, out: Path, curves: list[str], animation: str) -> list[
             write_final_figures(result, stage.path)
             if animation != "none" and len(result.checkpoints.steps) > 1:
                 write_animation(result, stage.path(f"learning.{animation}"))
-    except (ExportError, OSError, ValueError) as exc:
-        raise CliError(str(exc)) from None
+    except OSError as exc:
+        if isinstance(exc, ExportError):
+            raise
+        raise ExportError(f"cannot write into {out}: {exc.strerror or exc}") from None
     return stage.committed
 
 
@@ -173,18 +215,15 @@ def add_render_argument(render: argparse.ArgumentParser) -> None:
 
 
 def render_trained(args: argparse.Namespace) -> list:
-    """The AttentionMaps ``attndesk render --trained PATH`` draws, one per layer."""
-    from attndesk.cli import EXIT_USAGE, CliError
+    """The AttentionMaps ``attndesk render --trained PATH`` draws, one per layer (ConfigError,
+    one line, for a folder that is not a trained model or flags that do not go with it)."""
+    from attndesk.core.errors import ConfigError
     from attndesk.render.training import layer_maps
     from attndesk.train import load_trained
     from attndesk.train.presets import PRESETS, load_preset
 
     if args.model is not None or args.text is not None or args.text_file is not None:
-        raise CliError("--trained draws the model on its task's probe input: drop --model, --text and --text-file",
-                       EXIT_USAGE)
-    try:
-        path = Path(args.trained).expanduser()
-        run = load_preset(args.trained) if args.trained in PRESETS and not path.exists() else load_trained(path)
-        return layer_maps(run)
-    except ValueError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise ConfigError("--trained draws the model on its task's probe input: drop --model, --text and --text-file")
+    path = Path(args.trained).expanduser()
+    run = load_preset(args.trained) if args.trained in PRESETS and not path.exists() else load_trained(path)
+    return layer_maps(run)

@@ -22,9 +22,9 @@ class Checkpoint:
 class CheckpointStore:
     """Copies of the weights at some steps, within ``budget`` bytes.
 
-    Over the budget, every second checkpoint between the first and the newest is dropped, so
-    what is kept stays spread evenly over the run (the first and the newest always stay, even
-    when the two alone exceed the budget: the newest is what a divergence falls back on)."""
+    Over the budget, the checkpoint whose neighbours lie closest together is dropped, again
+    until it fits, so what is kept stays spread evenly over the run (the first and the newest
+    always stay, even when the two alone exceed the budget)."""
 
     budget: int
     items: list[Checkpoint] = field(default_factory=list)
@@ -41,8 +41,9 @@ class CheckpointStore:
         copy = {name: t.detach().clone() for name, t in state.items()}
         self.items = [c for c in self.items if c.step != step] + [Checkpoint(step, copy, loss)]
         while self.nbytes > self.budget and len(self.items) > 2:
-            middle = self.items[1:-1]
-            self.items = [self.items[0], *middle[1::2], self.items[-1]]  # drops middle[0], middle[2], ...
+            steps = self.steps
+            spans = [steps[i + 1] - steps[i - 1] for i in range(1, len(steps) - 1)]
+            del self.items[1 + spans.index(min(spans))]
 
     def get(self, step: int) -> Checkpoint:
         for c in self.items:

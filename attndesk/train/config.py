@@ -73,8 +73,9 @@ class TrainConfig:
         """Raise ConfigError naming the first bad value and what would work; return self."""
         choice("task", self.task, TASK_NAMES)
         for name in ("steps", "batch_size", "layers", "heads", "embed_dim", "vocab_size", "seq_len",
-                     "eval_every", "checkpoint_every", "checkpoint_budget", "probe_every_ms"):
+                     "eval_every", "checkpoint_every", "checkpoint_budget"):
             whole_number(name, getattr(self, name))
+        whole_number("probe_every_ms", self.probe_every_ms, minimum=0)
         whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
         real_number("lr", self.lr, low=0.0, high=10.0)
         if self.lr <= 0:

@@ -27,15 +27,15 @@ from .config import TrainConfig
 from .run import TrainRun
 from .trainer import Trainer, train
 
-PRESET_THREADS = 2  # CPU GEMMs may sum in another order on another thread count
+PRESET_THREADS = 1  # CPU GEMMs may sum in another order on another thread count; one thread is also fastest for these small models on a busy machine
 CHECK_STEPS = 20
 
 PRESETS: dict[str, TrainConfig] = {
-    "induction": TrainConfig(task="induction", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="rope"),
-    "reverse": TrainConfig(task="reverse", seed=0, steps=1200, layers=2, heads=4, embed_dim=64, position="learned"),
+    "induction": TrainConfig(task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope"),
+    "reverse": TrainConfig(task="reverse", seed=0, steps=400, layers=2, heads=4, embed_dim=64, position="learned"),
     "previous-token": TrainConfig(task="previous-token", seed=0, steps=400, layers=1, heads=2, embed_dim=32,
                                   position="rope"),
-    "brackets": TrainConfig(task="brackets", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="learned",
+    "brackets": TrainConfig(task="brackets", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="learned",
                             mlp=True, layernorm=True),
 }
 ABOUT = {

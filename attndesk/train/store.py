@@ -14,74 +14,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from attndesk.core.atomic import StagedFolder, current_umask
 from attndesk.core.errors import ConfigError
 
 from .checkpoints import CheckpointStore
 from .config import TrainConfig
 from .model import Decoder
-from .run import TrainRun
-from .tasks import Task, Text, make_task
+from .run import FORMAT, FORMAT_VERSION, TrainRun, save_run, write_run_files
+from .tasks import Task, make_task
 
-FORMAT = "attndesk-trained"
-FORMAT_VERSION = 1
 _FILES = ("config.json", "model.safetensors", "history.json")
-
-
-def _version() -> str:
-    from attndesk import __version__
-
-    return __version__
-
-
-def run_metadata(run: TrainRun) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk_version": _version(),
-        "torch_version": torch.__version__, "threads": torch.get_num_threads(),
-        "task": run.cfg.task, "seed": run.cfg.seed, "step": run.step, "status": run.status, "message": run.message,
-        "train_config": run.cfg.to_dict(), "token_labels": run.task.token_labels(),
-        "checkpoint_steps": run.checkpoints.steps,
-    }
-    if isinstance(run.task, Text):
-        meta["text_vocab"] = run.task.vocab
-    return meta
-
-
-def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {name: t.detach().contiguous() for name, t in state.items()}
-
-
-def write_run_files(run: TrainRun, path_of: Callable[[str], Path], extra: dict[str, Any] | None = None) -> None:
-    """Write the run's files where ``path_of(name)`` says (a staged folder's ``path``)."""
-    meta = run_metadata(run) | (extra or {})
-    save_file(_contiguous(run.model.state_dict()), str(path_of("model.safetensors")),
-              metadata={"format": FORMAT, "step": str(run.step)})
-    if run.checkpoints.items:
-        tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()}
-        save_file(tensors, str(path_of("checkpoints.safetensors")), metadata={"format": FORMAT})
-    for name in ("model.safetensors", "checkpoints.safetensors"):
-        if path_of(name).exists():  # safetensors creates its files private
-            os.chmod(path_of(name), 0o666 & ~current_umask())
-    path_of("history.json").write_text(json.dumps(run.history), encoding="utf-8")
-    path_of("config.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-
-
-def save_run(run: TrainRun, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``run`` into the folder ``path``; files of the same names are replaced together."""
-    target = Path(path).expanduser()
-    try:
-        with StagedFolder(target) as stage:
-            write_run_files(run, stage.path, extra)
-    except OSError as exc:
-        raise ConfigError(f"cannot write the trained model to {target}: {exc.strerror or exc}") from None
-    return target
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -146,3 +93,6 @@ def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) 
     store.items = []
     for step in sorted(by_step):
         store.add(step, by_step[step])
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "load_run", "read_metadata", "save_run", "write_run_files"]

@@ -95,7 +95,7 @@ class Induction(Task):
     tokens from 1..V-1, n uniform in [2, (L-1)//2] per sequence, repeated to the end. Scored: every
     position inside a repeat (its token occurred n earlier), predicting the next token. The segment
     length varies, so only content (find the earlier occurrence, copy what followed) solves it.
-    Pattern ``induction``: a query in a repeat weighs the key after its token's earlier occurrence."""
+    Pattern ``induction``: a query in a repeat weighs the keys after its token's earlier occurrences."""
 
     name, pattern = "induction", "induction"
     about = "a random segment repeated to the end: continue the repeat (induction heads)"
@@ -127,12 +127,18 @@ class Induction(Task):
         return same.int().argmax(dim=1) + 1
 
     def pattern_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query t in a repeat -> every key j <= t whose previous token ids[j-1] (j-1 < t) equals
+        ids[t]: the token after each earlier occurrence (each holds the answer)."""
+        ids = batch.ids
         n = self.segment_lengths(batch)
-        b_count, length = batch.ids.shape
-        t = torch.arange(length)[None].expand(b_count, -1)
-        queries = t >= n[:, None] + 1
-        b, q = queries.nonzero(as_tuple=True)
-        return _one_hot_keys(length, b_count, q, q - n[b] + 1, b), queries
+        length = ids.shape[1]
+        t = torch.arange(length)
+        queries = t[None] >= n[:, None] + 1
+        keys = torch.zeros(ids.shape[0], length, length)
+        earlier = (t[None, :] - 1 < t[:, None]) & (t[None, :] >= 2)  # [query t, key j]: 2 <= j <= t
+        same = ids[:, None, :-1] == ids[:, :, None]  # [B, t, j-1]: ids[j-1] == ids[t]
+        keys[:, :, 1:] = (same & earlier[None, :, 1:]).float()
+        return keys, queries
 
     def token_labels(self) -> list[str]:
         return ["BOS"] + [f"t{i}" for i in range(1, self.vocab_size)]

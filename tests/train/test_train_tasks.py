@@ -147,12 +147,12 @@ def test_text_file_errors(tmp_path):
 
 
 @pytest.mark.parametrize("changes, words", [
-    (dict(task="induction", vocab_size=8, seq_len=32), "raise vocab_size to 16"),
-    (dict(task="reverse", seq_len=17), "even seq_len"),
-    (dict(task="brackets", vocab_size=4), "vocab_size >= 5"),
-    (dict(task="induction", heads=3), "heads do not divide"),
-    (dict(task="induction", kv_heads=3), "K/V heads"),
-    (dict(task="nope"), "task"),
+    ({"task": "induction", "vocab_size": 8, "seq_len": 32}, "raise vocab_size to 16"),
+    ({"task": "reverse", "seq_len": 17}, "even seq_len"),
+    ({"task": "brackets", "vocab_size": 4}, "vocab_size >= 5"),
+    ({"task": "induction", "heads": 3}, "heads do not divide"),
+    ({"task": "induction", "kv_heads": 3}, "K/V heads"),
+    ({"task": "nope"}, "task"),
 ])
 def test_shapes_a_task_cannot_use(changes, words):
     with pytest.raises(ConfigError, match=words):

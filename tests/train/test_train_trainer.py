@@ -13,7 +13,7 @@ from attndesk.core.errors import ConfigError
 from attndesk.train import TrainConfig, Trainer, train
 from attndesk.train.checkpoints import CheckpointStore, state_bytes
 
-TINY = dict(embed_dim=16, heads=2, seq_len=12, vocab_size=8, eval_every=3, checkpoint_every=2, batch_size=16)
+TINY = {"embed_dim": 16, "heads": 2, "seq_len": 12, "vocab_size": 8, "eval_every": 3, "checkpoint_every": 2, "batch_size": 16}
 
 
 def test_contract_shapes():
@@ -38,8 +38,8 @@ def test_defaults_are_the_induction_setup():
 
 
 @pytest.mark.parametrize("variant", [
-    dict(position="sinusoidal"), dict(position="learned", layernorm=True, mlp=True), dict(position="alibi", window=4),
-    dict(position="none", softcap=5.0), dict(position="rope", kv_heads=1, layers=1),
+    {"position": "sinusoidal"}, {"position": "learned", "layernorm": True, "mlp": True}, {"position": "alibi", "window": 4},
+    {"position": "none", "softcap": 5.0}, {"position": "rope", "kv_heads": 1, "layers": 1},
 ])
 def test_same_loss_curve_bit_for_bit(variant):
     cfg = TrainConfig(task="induction", seed=3, steps=5, **(TINY | variant))
@@ -55,7 +55,7 @@ def test_the_callers_rng_is_untouched():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train(TrainConfig(task="copy", steps=2, **(TINY | dict(seq_len=10))))
+    train(TrainConfig(task="copy", steps=2, **(TINY | {"seq_len": 10})))
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -146,7 +146,7 @@ def test_checkpoint_store_stays_within_its_budget():
 
 
 def test_checkpoints_and_probes_reported():
-    cfg = TrainConfig(task="reverse", steps=4, probe_every_ms=0, **(TINY | dict(seq_len=10)))
+    cfg = TrainConfig(task="reverse", steps=4, probe_every_ms=0, **(TINY | {"seq_len": 10}))
     reports = list(Trainer(cfg).steps())
     assert [r.checkpoint for r in reports] == [False, True, False, True]
     probe = reports[-1].probe
@@ -155,8 +155,8 @@ def test_checkpoints_and_probes_reported():
 
 
 @pytest.mark.parametrize("changes, words", [
-    (dict(lr=0.0), "lr"), (dict(steps=0), "steps"), (dict(position="spiral"), "position"),
-    (dict(softcap=-1.0), "softcap"), (dict(embed_dim=15, heads=3, position="rope"), "RoPE"),
+    ({"lr": 0.0}, "lr"), ({"steps": 0}, "steps"), ({"position": "spiral"}, "position"),
+    ({"softcap": -1.0}, "softcap"), ({"embed_dim": 15, "heads": 3, "position": "rope"}, "RoPE"),
 ])
 def test_bad_config_is_one_clear_line(changes, words):
     with pytest.raises((ConfigError, TypeError), match=words):

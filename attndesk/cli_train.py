@@ -59,6 +59,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--text-file", dest="text_path", default=None, metavar="PATH", help="--task text: a UTF-8 file (default: the bundled sample)")
     p.add_argument("--level", dest="text_level", choices=TEXT_LEVELS, default=None, help="--task text: char or word tokens (default char)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, help=f"steps between checkpoints (default {d.checkpoint_every})")
+    p.add_argument("--threads", type=_positive_int, default=1,
+                   help="CPU threads (default 1: these small models train fastest on one, above all on a busy machine)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
     p.add_argument("--curves", type=_curve_formats, default=["png"], metavar="FMT", help="png and/or svg (default png)")
     p.add_argument("--animation", choices=_ANIMATIONS, default="gif", help="the heatmaps across checkpoints (default gif)")
@@ -156,17 +158,14 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(cfg)
     except (ValueError, TypeError) as exc:  # ConfigError included
         return _error(str(exc), EXIT_USAGE)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
     try:
-        with ProgressLine(prefix="attndesk train") as line:
-            progress = _Progress(line, trainer.task.pattern)
-            for report in trainer.steps(stop=stop):
-                progress(report)
+        result = _train(trainer, ProgressLine)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    result = trainer.run
+        torch.set_num_threads(threads)
     if result.status != "finished":
         print(f"attndesk: note: {result.message}", file=sys.stderr)
     try:
@@ -176,6 +175,21 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(path, flush=True)
     return 0 if result.status == "finished" else EXIT_FAILURE
+
+
+def _train(trainer, progress_line):
+    """Run the trainer with a progress line; Ctrl+C sets the stop event (the step in flight ends)."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
+    try:
+        with progress_line(prefix="attndesk train") as line:
+            progress = _Progress(line, trainer.task.pattern)
+            for report in trainer.steps(stop=stop):
+                progress(report)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return trainer.run
 
 
 def write_outputs(result, out: Path, curves: list[str], animation: str) -> list[Path]:

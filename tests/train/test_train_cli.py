@@ -97,3 +97,8 @@ def test_curves_have_the_loss_drawn(qapp, tmp_path):
     image = iio.imread(write_curves(run, tmp_path / "c.png", size=(600, 400)))
     blue = (image[..., 0] == 0x1F) & (image[..., 1] == 0x77) & (image[..., 2] == 0xB4)
     assert blue.sum() > 50  # the loss curve's colour
+
+
+def test_render_a_preset_by_name(qapp, capsys, tmp_path):
+    code, lines, errors = _cli(capsys, "render", "--trained", "previous-token", "--which", "0", "--out", str(tmp_path))
+    assert code == 0 and errors == [] and lines == [str(tmp_path / "attn_head0_previous-token_layer0_step400.png")]

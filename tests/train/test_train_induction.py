@@ -1,16 +1,15 @@
-"""Training induction for real: the default configuration forms induction heads."""
+"""Training induction for real (about 10 s on a busy 2-core machine): the default configuration forms
+induction heads in its second layer."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from attndesk.train import TrainConfig, train
 
 
-@pytest.mark.slow
 def test_default_config_forms_induction_heads():
-    run = train(TrainConfig(task="induction", seed=0, steps=250, eval_every=250))
+    run = train(TrainConfig(task="induction", seed=0, steps=150, eval_every=150))
     fresh = run.task.sample(128, torch.Generator().manual_seed(31337))
     metrics = run.evaluate(fresh)
     assert metrics["accuracy"] >= 0.9

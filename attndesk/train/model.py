@@ -72,3 +72,11 @@ class Decoder(nn.Module):
         if self.ln_f is not None:
             x = self.ln_f(x)
         return self.unembed(x), weights
+
+
+def build_model(cfg: TrainConfig, seed: int | None = None) -> Decoder:
+    """A decoder with its initial weights from ``seed`` (default ``cfg.seed``), leaving the
+    caller's RNG as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed if seed is None else seed)
+        return Decoder(cfg)

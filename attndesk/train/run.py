@@ -21,7 +21,7 @@ from attndesk.core.errors import ConfigError
 
 from .checkpoints import CheckpointStore
 from .config import TrainConfig
-from .model import Decoder
+from .model import Decoder, build_model
 from .tasks import Batch, Task, Text
 
 
@@ -82,7 +82,7 @@ class TrainRun:
 
     def at_checkpoint(self, step: int) -> TrainRun:
         """A copy of this run with the weights of the checkpoint at ``step``."""
-        model = Decoder(self.cfg)
+        model = build_model(self.cfg)
         model.load_state_dict(self.checkpoints.get(step).state)
         return TrainRun(self.cfg, self.task, model, step=step, history=[r for r in self.history if r["step"] <= step],
                         status=self.status)
@@ -110,7 +110,7 @@ def run_metadata(run: TrainRun) -> dict[str, Any]:
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
         "task": run.cfg.task, "seed": run.cfg.seed, "step": run.step, "status": run.status, "message": run.message,
         "train_config": run.cfg.to_dict(), "token_labels": run.task.token_labels(),
-        "checkpoint_steps": run.checkpoints.steps,
+        "checkpoint_steps": run.checkpoints.steps, "probe_ids": run.task.probe().ids[0].tolist(),
     }
     if isinstance(run.task, Text):
         meta["text_vocab"] = run.task.vocab

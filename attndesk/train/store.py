@@ -24,7 +24,7 @@ from attndesk.core.errors import ConfigError
 
 from .checkpoints import CheckpointStore
 from .config import TrainConfig
-from .model import Decoder
+from .model import build_model
 from .run import FORMAT, FORMAT_VERSION, TrainRun, save_run, write_run_files
 from .tasks import Task, make_task
 
@@ -60,7 +60,12 @@ def _task_for(cfg: TrainConfig, meta: dict[str, Any]) -> Task:
         # the vocabulary itself is a text long enough to rebuild the task without the original file
         sep = "" if cfg.text_level == "char" else " "
         filler = sep.join(vocab[1:]) or "?"
-        return make_task(cfg.replace(text_path=None), (filler + sep) * (cfg.seq_len + 2))
+        task = make_task(cfg.replace(text_path=None), (filler + sep) * (cfg.seq_len + 2))
+        task.vocab = list(vocab)
+        probe = meta.get("probe_ids")
+        if isinstance(probe, list) and len(probe) == cfg.seq_len:
+            task.fixed_probe = torch.tensor([probe], dtype=torch.int64)  # the text the run was shown
+        return task
     return make_task(cfg)
 
 
@@ -71,7 +76,7 @@ def load_run(path: str | os.PathLike) -> TrainRun:
     meta = read_metadata(folder)
     cfg = TrainConfig.from_dict(meta["train_config"])
     task = _task_for(cfg, meta)
-    model = Decoder(cfg)
+    model = build_model(cfg)
     try:
         model.load_state_dict(load_file(str(folder / "model.safetensors")))
         checkpoints = CheckpointStore(cfg.checkpoint_budget)

@@ -308,6 +308,7 @@ class Text(Task):
     ``previous-token`` (query t weighs key t - 1), the head small text models form first."""
 
     name, pattern, about = "text", "previous-token", "predict the next character or word of a text"
+    fixed_probe: torch.Tensor | None = None  # a loaded model's probe: its own text, not the filler
 
     def __init__(self, cfg: TrainConfig, text: str | None = None):
         super().__init__(cfg)
@@ -328,6 +329,16 @@ class Text(Task):
         chunk = self.corpus[window]
         return Batch(chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous(),
                      torch.ones(batch, self.seq_len, dtype=torch.bool))
+
+    def probe(self) -> Batch:
+        if self.fixed_probe is None:
+            return super().probe()
+        ids = self.fixed_probe
+        targets = torch.zeros_like(ids)
+        targets[:, :-1] = ids[:, 1:]
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        mask[:, -1] = False
+        return Batch(ids, targets, mask)
 
     def pattern_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return PreviousToken.pattern_targets(self, batch)  # type: ignore[arg-type]

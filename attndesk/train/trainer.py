@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .checkpoints import CheckpointStore, state_bytes
 from .config import TrainConfig
-from .model import Decoder
+from .model import build_model
 from .run import TrainRun
 from .tasks import Batch, Task, make_task
 
@@ -68,13 +68,6 @@ class _Loop:
     start: float
     last_probe: float = -math.inf
     last_good: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-def build_model(cfg: TrainConfig) -> Decoder:
-    """The decoder's initial weights from ``cfg.seed``, leaving the caller's RNG as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        return Decoder(cfg)
 
 
 class Trainer:

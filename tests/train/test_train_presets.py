@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from attndesk.core.errors import ConfigError
-from attndesk.train.presets import CHECK_STEPS, PRESETS, check_prefix, list_presets, load_preset, trained_dir
+from attndesk.train.presets import (
+    CHECK_STEPS,
+    PRESETS,
+    check_prefix,
+    list_presets,
+    load_preset,
+    trained_dir,
+)
 from attndesk.train.store import read_metadata
 
 NAMES = ["induction", "reverse", "previous-token", "brackets"]

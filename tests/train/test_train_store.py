@@ -49,6 +49,8 @@ def test_text_run_round_trip(tmp_path):
     back = load_trained(tmp_path / "t")
     assert back.task.vocab == run.task.vocab
     ids = run.task.probe().ids
+    assert torch.equal(back.task.probe().ids, ids)  # the figures show the text the run was shown
+    assert back.task.labels(ids[0]) == run.task.labels(ids[0])
     assert torch.equal(back.logits(ids), run.logits(ids))
 
 

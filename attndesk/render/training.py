@@ -69,9 +69,10 @@ def _format(path: Path, allowed: Sequence[str]) -> str:
 
 
 def write_animation(run: TrainRun, path: str | os.PathLike, *, fps: float = 3.0,
-                    size: tuple[int, int] | None = None) -> Path:
-    """The heatmaps of every kept checkpoint (all heads, all layers, on the probe input), one
-    frame each, as a GIF or an MP4 (by the suffix), written atomically."""
+                    size: tuple[int, int] | None = None, max_frames: int = 40) -> Path:
+    """The heatmaps of the kept checkpoints (all heads, all layers, on the probe input), one
+    frame each (at most ``max_frames``, spread evenly, the first and last included), as a GIF
+    or an MP4 (by the suffix), written atomically."""
     import imageio.v3 as iio
 
     path = Path(path).expanduser()
@@ -79,6 +80,8 @@ def write_animation(run: TrainRun, path: str | os.PathLike, *, fps: float = 3.0,
     steps = run.checkpoints.steps
     if not steps:
         raise ExportError("the run kept no checkpoints: there is nothing to animate")
+    if len(steps) > max_frames:
+        steps = [steps[i] for i in np.linspace(0, len(steps) - 1, max_frames).round().astype(int)]
     frames = []
     for step in steps:
         figure = figure_from_map(all_heads_map(run.at_checkpoint(step)))

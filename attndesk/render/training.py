@@ -156,7 +156,7 @@ def _paint_curves(painter, rect, title: str, panels) -> None:
     height = (rect.bottom() - top) / len(panels)
     x_max = max((float(s[-1]) for _, lines in panels for _, _, s, _ in lines if len(s)), default=1.0)
     for i, (label, lines) in enumerate(panels):
-        area = QRectF(rect.left() + line * 4, top + i * height, rect.width() - line * 5, height - line * 2.5)
+        area = QRectF(rect.left() + line * 4, top + i * height + line, rect.width() - line * 5, height - line * 3.5)
         _paint_panel(painter, area, label, lines, x_max, line)
 
 
@@ -196,10 +196,12 @@ def _paint_panel(painter, area, label: str, lines, x_max: float, line: float) ->
                 for point in points:
                     painter.drawEllipse(point, 2.5, 2.5)
         legend.append((key, colour))
-    for j, (key, colour) in enumerate(legend):
+    right = area.right()
+    for key, colour in reversed(legend):  # above the panel's top right, outside the curves
         painter.setPen(QColor(colour))
-        painter.drawText(QRectF(area.right() - line * 10, area.top() + line * (0.3 + j), line * 9.5, line),
-                         Qt.AlignmentFlag.AlignRight, key)
+        width = line * (0.6 * len(key) + 1)
+        painter.drawText(QRectF(right - width, area.top() - line * 1.05, width, line), Qt.AlignmentFlag.AlignRight, key)
+        right -= width + line * 0.5
     painter.setPen(QColor("black"))
     painter.drawText(QRectF(area.left(), area.bottom() + line * 1.1, area.width(), line), Qt.AlignmentFlag.AlignCenter,
                      "step")

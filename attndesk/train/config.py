@@ -56,7 +56,7 @@ class TrainConfig:
     seq_len: int | None = None
     text_path: str | None = None
     text_level: str = "char"
-    eval_every: int = 100  # steps between measurements of accuracy and pattern scores
+    eval_every: int = 25  # steps between measurements of accuracy and pattern scores (256 sequences)
     checkpoint_every: int = 50  # steps between checkpoints kept in memory (heads form early)
     checkpoint_budget: int = 64 * 2**20  # bytes of checkpoints kept in memory
     probe_every_ms: int = 500  # a probe snapshot at most this often (callbacks)

@@ -47,13 +47,17 @@ class ProbeSnapshot:
 
 @dataclass
 class StepReport:
-    """One step: ``loss`` always; ``accuracy``, ``pattern`` (the best head's score) and
-    ``scores`` [layers, heads] on evaluation steps (else None); ``probe`` when one was due."""
+    """One step: ``loss``, ``batch_accuracy`` and ``batch_pattern`` (on the training batch,
+    before the update: free, and noisy) always; ``accuracy``, ``pattern`` (the best head's
+    score) and ``scores`` [layers, heads] on the fixed evaluation set on evaluation steps (else
+    None); ``probe`` when one was due."""
 
     step: int
     steps: int
     loss: float
     elapsed_s: float
+    batch_accuracy: float = float("nan")
+    batch_pattern: float = float("nan")
     accuracy: float | None = None
     pattern: float | None = None
     scores: np.ndarray | None = None
@@ -103,9 +107,12 @@ class Trainer:
         run, cfg = self.run, self.cfg
         batch = self.task.sample(cfg.batch_size, self.data)
         run.model.train()
-        logits, _ = run.model(batch.ids)
+        logits, weights = run.model(batch.ids)
         loss = F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
         value = float(loss.detach())
+        with torch.no_grad():
+            batch_accuracy = self.task.accuracy(logits.detach(), batch)
+            batch_pattern = float(self.task.pattern_scores(torch.stack(weights, 1).detach(), batch).max())
         if not math.isfinite(value):
             self._diverged(value, loop)
             return None
@@ -117,7 +124,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         run.step = good_step + 1
-        report = StepReport(run.step, cfg.steps, value, time.perf_counter() - loop.start)
+        report = StepReport(run.step, cfg.steps, value, time.perf_counter() - loop.start, batch_accuracy, batch_pattern)
         row = {"step": run.step, "loss": value, "time_s": report.elapsed_s}
         if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
             metrics = run.evaluate(self.eval_batch)

@@ -152,6 +152,7 @@ def test_checkpoints_and_probes_reported():
     probe = reports[-1].probe
     assert probe is not None and probe.weights.shape == (2, 2, 10, 10) and probe.labels[0] == "BOS"
     assert reports[2].scores.shape == (2, 2) and 0 <= reports[2].pattern <= 1
+    assert all(0 <= r.batch_accuracy <= 1 and 0 <= r.batch_pattern <= 1 for r in reports)
 
 
 @pytest.mark.parametrize("changes, words", [

@@ -102,3 +102,26 @@ def test_curves_have_the_loss_drawn(qapp, tmp_path):
 def test_render_a_preset_by_name(qapp, capsys, tmp_path):
     code, lines, errors = _cli(capsys, "render", "--trained", "previous-token", "--which", "0", "--out", str(tmp_path))
     assert code == 0 and errors == [] and lines == [str(tmp_path / "attn_head0_previous-token_layer0_step400.png")]
+
+
+def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from attndesk import cli_train
+
+    report_step = cli_train._Progress.__call__
+
+    def press_ctrl_c_at_step_5(self, report):  # a real SIGINT, delivered between steps 5 and 6
+        report_step(self, report)
+        if report.step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cli_train._Progress, "__call__", press_ctrl_c_at_step_5)
+    code, lines, errors = _cli(capsys, "train", "--task", "copy", "--seq-len", "8", "--steps", "1000", *FLAGS,
+                               "--animation", "none", "--out", str(tmp_path / "run"))
+    assert code == 1 and len(errors) == 1 and "stopped at step 5 of 1,000" in errors[0]
+    assert str(tmp_path / "run" / "model.safetensors") in lines
+    run = load_trained(tmp_path / "run")
+    assert run.status == "stopped" and run.step == 5 and run.history[-1]["step"] == 5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

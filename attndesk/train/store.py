@@ -26,7 +26,7 @@ from .checkpoints import CheckpointStore
 from .config import TrainConfig
 from .model import build_model
 from .run import FORMAT, FORMAT_VERSION, TrainRun, save_run, write_run_files
-from .tasks import Task, make_task
+from .tasks import Task, Text, make_task
 
 _FILES = ("config.json", "model.safetensors", "history.json")
 
@@ -60,7 +60,8 @@ def _task_for(cfg: TrainConfig, meta: dict[str, Any]) -> Task:
         # the vocabulary itself is a text long enough to rebuild the task without the original file
         sep = "" if cfg.text_level == "char" else " "
         filler = sep.join(vocab[1:]) or "?"
-        task = make_task(cfg.replace(text_path=None), (filler + sep) * (cfg.seq_len + 2))
+        task = make_task(cfg.replace(text_path=None), (filler + sep) * (int(cfg.seq_len or 0) + 2))
+        assert isinstance(task, Text)
         task.vocab = list(vocab)
         probe = meta.get("probe_ids")
         if isinstance(probe, list) and len(probe) == cfg.seq_len:
@@ -93,8 +94,8 @@ def load_run(path: str | os.PathLike) -> TrainRun:
 def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) -> None:
     by_step: dict[int, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
-        step, name = key.split("/", 1)
-        by_step.setdefault(int(step.removeprefix("step")), {})[name] = tensor
+        tag, name = key.split("/", 1)
+        by_step.setdefault(int(tag.removeprefix("step")), {})[name] = tensor
     store.items = []
     for step in sorted(by_step):
         store.add(step, by_step[step])

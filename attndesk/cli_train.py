@@ -35,7 +35,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "on the CPU for a seed). Writes into --out: the model (model.safetensors, config.json, "
                     "checkpoints, history), curves.png, each layer's final heatmaps and learning.gif; "
                     "'attndesk render --trained DIR' draws it again.",
-        epilog="examples:\n  attndesk train --task induction --layers 2 --heads 4 --steps 3000 --out ind\n"
+        epilog="examples:\n  attndesk train --task induction --layers 2 --heads 4 --steps 600 --out ind\n"
                "  attndesk train --preset reverse --out rev\n"
                "  attndesk train --task text --text-file book.txt --level word --steps 500 --out text",
         formatter_class=argparse.RawDescriptionHelpFormatter)

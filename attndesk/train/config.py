@@ -38,7 +38,7 @@ class TrainConfig:
 
     task: str = "induction"
     seed: int = 0
-    steps: int = 3000
+    steps: int = 1000  # induction heads form in about 100-150 steps (docs/train.md)
     batch_size: int = 64
     lr: float = 3e-3
     weight_decay: float = 0.01

@@ -125,3 +125,26 @@ def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, mo
     run = load_trained(tmp_path / "run")
     assert run.status == "stopped" and run.step == 5 and run.history[-1]["step"] == 5
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_a_divergent_run_says_so_and_writes_the_last_good_weights(qapp, capsys, tmp_path, monkeypatch):
+    import types
+
+    import torch.nn.functional as F
+
+    from attndesk.train import trainer as trainer_module
+
+    calls = {"n": 0}
+
+    def cross_entropy(*args, **kwargs):  # the loss of step 4 comes out NaN
+        calls["n"] += 1
+        loss = F.cross_entropy(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 4 else loss
+
+    monkeypatch.setattr(trainer_module, "F", types.SimpleNamespace(cross_entropy=cross_entropy))
+    code, lines, errors = _cli(capsys, "train", "--task", "copy", "--seq-len", "8", "--steps", "10", *FLAGS,
+                               "--out", str(tmp_path / "run"))
+    assert code == 1 and len(errors) == 1 and "loss became nan at step 4" in errors[0] and "last good" in errors[0]
+    assert str(tmp_path / "run" / "config.json") in lines
+    run = load_trained(tmp_path / "run")
+    assert run.status == "diverged" and run.step == 2

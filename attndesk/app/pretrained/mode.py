@@ -55,6 +55,7 @@ from ..styles import restyle
 from .ablation import ablation_effect
 from .controls import PretrainedControls, describe_run
 from .generate import install_generation_tab
+from .patching import install_patching_tab
 from .grid import LayerHeadGrid
 from .local_models import LocalModelsDialog
 from .painting import LayerGridPainting, export_all_weights, export_painting, grid_caption, grid_painting, grid_weights
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     TabInstaller = Callable[["PretrainedMode", Assembly], str]
 EXTRA_TABS: list["TabInstaller"] = [
     install_generation_tab,  # the generation stepper (app/pretrained/generate.py), for decoders and encoder-decoders
+    install_patching_tab,  # activation patching (app/pretrained/patching.py)
 ]
 
 def folder_mode(path: str | Path) -> ModeId:

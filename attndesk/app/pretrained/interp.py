@@ -72,6 +72,8 @@ class InterpPresenter(QObject):
 
     CHANNEL = ""
     WHAT = ""
+    TAB = ""  # the tab id: with AUTO, the tab computes on its own while it is on screen
+    AUTO = False
     _progressed = Signal(int, float, str)  # (job tag, fraction, message), from the worker thread
 
     def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: Any,
@@ -81,12 +83,26 @@ class InterpPresenter(QObject):
         self._families: dict[ModeId, str | None] = {}
         self._tags = itertools.count(1)
         self._tag = 0  # the job in flight (0: none)
+        self._asked: Any = None  # inputs_key() of the last job asked for (AUTO tabs)
         self._progressed.connect(self._on_progress)
         view.bar.runRequested.connect(self.run)
         view.bar.cancelRequested.connect(self.cancel)
         compute.cancelRequested.connect(self.cancel)
-        compute.published.connect(lambda _shown: self.update_availability())
+        compute.published.connect(lambda _shown: (self.update_availability(), self.follow()))
         state.events.mode.connect(self._on_mode)
+        state.view.events.tab.connect(lambda _tab: self.follow())
+        state.events.text.connect(lambda _text: self.follow())
+        state.events.target_text.connect(lambda _text: self.follow())
+
+    def inputs_key(self) -> Any:
+        """What the result depends on (AUTO tabs recompute when it changes while they are shown)."""
+        return None
+
+    def follow(self) -> None:
+        """An AUTO tab on screen computes when its inputs changed since the last job it asked for."""
+        if self.AUTO and self.state.view.tab == self.TAB and self.unavailable() is None \
+                and self.inputs_key() != self._asked:
+            self.run()
 
     # -- the model ---------------------------------------------------------------------------------
     def family(self) -> str | None:
@@ -135,6 +151,7 @@ class InterpPresenter(QObject):
     def _on_mode(self, _mode: ModeId) -> None:
         self.cancel(quiet=True)
         self.update_availability()
+        self.follow()
 
     # -- jobs --------------------------------------------------------------------------------------
     def request(self) -> tuple[Callable[..., Any], tuple, str] | None:
@@ -155,6 +172,7 @@ class InterpPresenter(QObject):
         if asked is None:
             return
         fn, args, message = asked
+        self._asked = self.inputs_key()
         tag = self._tag = next(self._tags)
         self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
 

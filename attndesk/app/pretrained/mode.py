@@ -55,6 +55,8 @@ from ..styles import restyle
 from .ablation import ablation_effect
 from .controls import PretrainedControls, describe_run
 from .generate import install_generation_tab
+from .attribution import install_attribution_tab
+from .logit_lens import install_logit_lens_tab
 from .patching import install_patching_tab
 from .grid import LayerHeadGrid
 from .local_models import LocalModelsDialog
@@ -78,6 +80,8 @@ if TYPE_CHECKING:
 EXTRA_TABS: list["TabInstaller"] = [
     install_generation_tab,  # the generation stepper (app/pretrained/generate.py), for decoders and encoder-decoders
     install_patching_tab,  # activation patching (app/pretrained/patching.py)
+    install_attribution_tab,  # input attributions on the token strip (app/pretrained/attribution.py)
+    install_logit_lens_tab,  # the logit lens grid (app/pretrained/logit_lens.py)
 ]
 
 def folder_mode(path: str | Path) -> ModeId:

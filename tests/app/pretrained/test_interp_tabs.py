@@ -12,8 +12,12 @@ from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fr
 from pretrained_models import build
 from PySide6.QtCore import Qt
 
+from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
+from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
-from attndesk.core.interp import patch_heads
+from attndesk.app.views.attribution import score_colors
+from attndesk.app.views.logit_lens import cell_label
+from attndesk.core.interp import gradient_x_input, integrated_gradients, logit_lens, patch_heads
 from attndesk.core.pretrained import load_pretrained
 from tests.conftest import TIMEOUT_MS
 
@@ -82,3 +86,67 @@ def test_patching_refuses_bad_input_and_computes_nothing(qtbot, gpt2_window):
     assert view.promptProblem.isVisible() and "equal token length" in view.promptProblem.text()
     qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
     assert not tab.is_running() and view.shown is None
+
+
+def test_attribution_colours_are_the_cores_scores(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    view = tab.view
+    view.stepsSpin.setValue(16)
+    view.target.set_text("mat")
+    qtbot.waitUntil(lambda: view.attribution is not None and view.attribution.steps == 16 and not tab.is_running(),
+                    timeout=TIMEOUT_MS)
+    expected = integrated_gradients(model, TEXT, "mat", steps=16)
+    np.testing.assert_allclose(view.strip.scores, expected, rtol=1e-5, atol=1e-7)
+    colours, bound = score_colors(expected)
+    assert bound == pytest.approx(np.abs(expected).max())
+    assert [c.name() for c in view.strip.colors] == [c.name() for c in colours]
+    top = int(np.argmax(expected))  # the most positive token is the reddest chip
+    assert view.strip.colors[top].red() > view.strip.colors[top].blue()
+    view.set_method("gxi")
+    qtbot.waitUntil(lambda: view.attribution.method == "gradient_x_input" and not tab.is_running(), timeout=TIMEOUT_MS)
+    np.testing.assert_allclose(view.strip.scores, gradient_x_input(model, TEXT, "mat"), rtol=1e-5, atol=1e-7)
+    view.target.set_text("xylophonists")  # several tokens: the field says so, nothing runs
+    assert not view.target.is_ok() and "tokens" in view.target.check.text() and not tab.is_running()
+    assert view.attribution.method == "gradient_x_input"
+
+
+def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.state.view.tab = LOGIT_LENS_TAB
+    tab = presenter(w, LOGIT_LENS_TAB, LogitLensTab)
+    qtbot.waitUntil(lambda: tab.view.lens is not None and not tab.is_running(), timeout=TIMEOUT_MS)
+    lens = logit_lens(model, TEXT, k=5)
+    np.testing.assert_allclose(tab.view.plot.matrix, lens.top_probs[:, :, 0], rtol=1e-5)
+    rows, cols = lens.top_probs.shape[:2]
+    assert [[tab.view.cell_text(r, c) for c in range(cols)] for r in range(rows)] == \
+        [[cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens]
+    assert tab.view.plot.row_labels == lens.labels and tab.view.plot.col_labels == lens.tokens
+
+
+def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
+    w = gpt2_window
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    tab.view.stepsSpin.setValue(4096)  # long enough to be caught running
+    assert tab.is_running() and tab.view.bar.cancelButton.isEnabled()
+    qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
+    assert not tab.is_running() and "cancelled" in tab.view.bar.message.text()
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy("attribution"), timeout=TIMEOUT_MS)
+    assert not tab.view.bar.progress.isVisible() and tab.view.bar.runButton.isEnabled()
+
+
+def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
+    w = open_window(qtbot, build("bert", tmp_path / "bert"), PATCHING_TAB)
+    try:
+        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
+                             (LOGIT_LENS_TAB, LogitLensTab)):
+            tab = presenter(w, tab_id, kind)
+            w.state.view.tab = tab_id
+            assert "encoder-only" in tab.view.info.text() and tab.view.info.isVisible()
+            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+            assert not w.compute.side.is_busy(tab.CHANNEL)
+    finally:
+        dispose(w)

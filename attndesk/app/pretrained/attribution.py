@@ -1,0 +1,104 @@
+"""The Attribution tab (pretrained decoders and encoder-decoders): the input text's tokens coloured
+by their attribution to a target token's logit after the last position, by integrated gradients
+(pad-token baseline), gradient x input or attention x gradient (``attndesk.core.interp``).
+
+While the tab is on screen it follows the window's input text, model and target: each change is
+a new side job that supersedes the one in flight. An empty target means the model's own next
+token (its top logit). A target that is several tokens or outside the vocabulary is refused next
+to the field, and nothing runs.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from attndesk.core.interp import (
+    InputAttribution, attention_x_gradient, gradient_x_input_report, integrated_gradients_report,
+)
+from attndesk.core.interp.anatomy import check_lm
+from attndesk.core.interp.inputs import last_logits, prompt
+from attndesk.core.pretrained import LoadedModel
+
+from ..jobs.compute import ComputeController
+from ..state import AppState
+from ..status import StatusModel
+from ..views.attribution import METHODS, AttributionView
+from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
+
+ATTRIBUTION_TAB = "attribution"
+
+
+def predicted_token(model: LoadedModel, text: str) -> int:
+    """The model's own next token after ``text`` (its largest logit)."""
+    import torch
+
+    check_lm(model, "an attribution of the next token")
+    p = prompt(model, text)
+    with model._lock, torch.inference_mode():
+        return int(last_logits(model, p.ids, p.decoder_ids)[0].argmax())
+
+
+def attribution_job(model: LoadedModel, text: str, target: str | int | None, method: str, steps: int, *,
+                    progress, cancel: CancelFlag) -> InputAttribution:
+    """Worker: the attribution of ``target`` (None: the predicted token) by ``method``."""
+    if target is None:
+        target = predicted_token(model, text)
+    if method == "ig":
+        return integrated_gradients_report(model, text, target, steps, progress=progress, cancel=cancel)
+    if method == "gxi":
+        return gradient_x_input_report(model, text, target)
+    return attention_x_gradient(model, text, target)
+
+
+class AttributionTab(InterpPresenter):
+    """Binds the ``AttributionView`` to the state and the compute controller (see the module doc)."""
+
+    CHANNEL = "attribution"
+    WHAT = "an attribution of a target token's logit"
+    TAB = ATTRIBUTION_TAB
+    AUTO = True
+
+    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: AttributionView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, status, view, parent)
+        view.inputsEdited.connect(self.follow)
+        self.update_availability()
+
+    def availability_changed(self, reason: str | None) -> None:
+        model = self.model() if reason is None else None
+        self.view.target.set_checker(None if model is None else token_checker(model, "target"))
+        if not self.view.target.text():
+            self.view.target.check.setText("empty: the model's own next token")
+
+    def inputs_key(self):
+        view = self.view
+        return (self.state.mode, self.state.text, view.target.text(), view.method(),
+                view.steps() if view.method() == "ig" else None)
+
+    def request(self):
+        view = self.view
+        text = view.target.text()
+        if text and not view.target.is_ok():
+            view.bar.set_message("fix the target next to its field: nothing was computed", error=True)
+            return None
+        if not self.state.text.strip():
+            view.bar.set_message("type an input text in the Input box", error=True)
+            return None
+        target = parse_token(text) if text else None
+        args = (self.state.text, target, view.method(), view.steps())
+        return attribution_job, args, dict(METHODS)[view.method()]
+
+    def show_result(self, result: InputAttribution) -> None:
+        self.view.set_attribution(result)
+
+
+def install_attribution_tab(mode, ui) -> str:
+    """The pretrained mode's hook for an extra tab (``EXTRA_TABS``): the Attribution view and presenter."""
+    view = AttributionView()
+    AttributionTab(ui.state, ui.compute, ui.status, view, parent=view)
+    ui.add_tab(ATTRIBUTION_TAB, view, "Attribution", "decoders: which input tokens raise a target token's logit "
+                                                     "(integrated gradients, gradient × input, attention × gradient)")
+    return ATTRIBUTION_TAB
+
+
+__all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "install_attribution_tab", "predicted_token"]

@@ -25,7 +25,7 @@ from attndesk.core.pretrained import LoadedModel, load_pretrained, loaded_model,
 from ..jobs.compute import ComputeController
 from ..state import AppState, ModeId
 from ..status import StatusModel
-from ..views.interp_widgets import Checker, RunBar
+from ..views.interp_widgets import Checker
 
 TOY_REASON = "{what} reads a real model's next-token logits: switch to a pretrained decoder or encoder-decoder"
 

@@ -17,8 +17,8 @@ from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
 from attndesk.app.views.attribution import score_colors
 from attndesk.app.views.logit_lens import cell_label
-from attndesk.core.interp import gradient_x_input, integrated_gradients, logit_lens, patch_heads
-from attndesk.core.pretrained import load_pretrained
+from attndesk.core.interp import attention_flow, gradient_x_input, integrated_gradients, logit_lens, patch_heads
+from attndesk.core.pretrained import load_pretrained, run_pretrained
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "the cat sat on the mat"
@@ -150,3 +150,16 @@ def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
             assert not w.compute.side.is_busy(tab.CHANNEL)
     finally:
         dispose(w)
+
+
+def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, model):
+    w = gpt2_window
+    view = w.teaching.rolloutView
+    with qtbot.waitSignal(view.queryChanged, timeout=TIMEOUT_MS):
+        w.state.view.tab = "rollout"
+    with qtbot.waitSignal(view.flowShown, timeout=TIMEOUT_MS):  # a side job of the compute controller
+        view.flowCheck.setChecked(True)
+    run = run_pretrained(model, TEXT)
+    np.testing.assert_allclose(view.flow, attention_flow(run.weights).flow, atol=1e-6)
+    assert view.flowPlot.isVisible() and view.rolloutPlot.isVisible()
+    assert not w.compute.side.is_busy("flow")

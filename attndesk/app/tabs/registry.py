@@ -47,7 +47,6 @@ if TYPE_CHECKING:  # annotations only
 
 TOY, PRETRAINED = "toy", "pretrained"
 EVERY_MODE = frozenset({TOY, PRETRAINED})
-MODEL_KINDS = ("encoder", "decoder", "encoder-decoder")
 IMPLEMENTATION_TAB = "implementation"
 
 
@@ -120,9 +119,4 @@ def spec(tab_id: str) -> TabSpec:
     raise KeyError(f"no tab {tab_id!r}")
 
 
-def tab_ids(mode_kind: str, model_kind: str | None = None) -> list[str]:
-    """The view tabs shown for a mode kind and model family, in order."""
-    return [tab.id for tab in TABS if tab.serves(mode_kind, model_kind)]
-
-
-__all__ = ["DOCK_TABS", "EVERY_MODE", "IMPLEMENTATION_TAB", "MODEL_KINDS", "TABS", "TabSpec", "spec", "tab_ids"]
+__all__ = ["DOCK_TABS", "EVERY_MODE", "IMPLEMENTATION_TAB", "PRETRAINED", "TABS", "TOY", "TabSpec", "spec"]

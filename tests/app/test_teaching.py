@@ -14,6 +14,7 @@ import attndesk.app.tabs.headstats as headstats_tab
 import attndesk.app.tabs.implementation as implementation_tab
 from attndesk.app import MainWindow
 from attndesk.app.jobs.worker import running_threads
+from attndesk.app.tabs.registry import TABS
 from attndesk.app.views.stepthrough import STAGES
 from attndesk.core import run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
@@ -51,8 +52,8 @@ def _check_stages(w, head):
 
 def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
     titles = [window.viewTabs.tabText(i) for i in range(window.viewTabs.count())]
-    ours = ["Step-through", "Positions", "Head stats", "Compare", "Rollout"]
-    assert titles[0] == "Heatmaps" and [t for t in titles if t in ours] == ours
+    assert titles == [t.title for t in TABS]  # every tab of the registry, in its order
+    assert titles[:6] == ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout"]
     assert window.timingDock.widget() is window.timingTabs
     assert window.timingTabs.indexOf(window.timingPanel) >= 0
     assert window.timingTabs.indexOf(window.tab_widget("implementation")) >= 0

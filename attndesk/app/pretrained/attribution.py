@@ -16,6 +16,7 @@ from attndesk.core.interp import (
     InputAttribution, attention_x_gradient, gradient_x_input_report, integrated_gradients_report,
 )
 from attndesk.core.interp.anatomy import check_lm
+from attndesk.core.interp.attribution import gradient_pass_bytes
 from attndesk.core.interp.inputs import last_logits, prompt
 from attndesk.core.pretrained import LoadedModel
 
@@ -26,6 +27,7 @@ from ..views.attribution import METHODS, AttributionView
 from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
 
 ATTRIBUTION_TAB = "attribution"
+IG_BATCH = 32  # integrated-gradient steps per batch at most: Cancel and the progress bar act between batches
 
 
 def predicted_token(model: LoadedModel, text: str) -> int:
@@ -38,13 +40,16 @@ def predicted_token(model: LoadedModel, text: str) -> int:
         return int(last_logits(model, p.ids, p.decoder_ids)[0].argmax())
 
 
-def attribution_job(model: LoadedModel, text: str, target: str | int | None, method: str, steps: int, *,
+def attribution_job(model: LoadedModel, text: str, target: str | int | None, method: str, steps: int, budget: int, *,
                     progress, cancel: CancelFlag) -> InputAttribution:
-    """Worker: the attribution of ``target`` (None: the predicted token) by ``method``."""
+    """Worker: the attribution of ``target`` (None: the predicted token) by ``method``; integrated
+    gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps."""
     if target is None:
         target = predicted_token(model, text)
     if method == "ig":
-        return integrated_gradients_report(model, text, target, steps, progress=progress, cancel=cancel)
+        budget = min(budget, gradient_pass_bytes(model, IG_BATCH, prompt(model, text).length))
+        return integrated_gradients_report(model, text, target, steps, memory_budget=budget, progress=progress,
+                                           cancel=cancel)
     if method == "gxi":
         return gradient_x_input_report(model, text, target)
     return attention_x_gradient(model, text, target)
@@ -73,7 +78,7 @@ class AttributionTab(InterpPresenter):
     def inputs_key(self):
         view = self.view
         return (self.state.mode, self.state.text, view.target.text(), view.method(),
-                view.steps() if view.method() == "ig" else None)
+                view.steps() if view.method() == "ig" else None, self.state.config.budget_bytes)
 
     def request(self):
         view = self.view
@@ -85,20 +90,12 @@ class AttributionTab(InterpPresenter):
             view.bar.set_message("type an input text in the Input box", error=True)
             return None
         target = parse_token(text) if text else None
-        args = (self.state.text, target, view.method(), view.steps())
+        args = (self.state.text, target, view.method(), view.steps(), self.state.config.budget_bytes)
         return attribution_job, args, dict(METHODS)[view.method()]
 
     def show_result(self, result: InputAttribution) -> None:
         self.view.set_attribution(result)
 
 
-def install_attribution_tab(mode, ui) -> str:
-    """The pretrained mode's hook for an extra tab (``EXTRA_TABS``): the Attribution view and presenter."""
-    view = AttributionView()
-    AttributionTab(ui.state, ui.compute, ui.status, view, parent=view)
-    ui.add_tab(ATTRIBUTION_TAB, view, "Attribution", "decoders: which input tokens raise a target token's logit "
-                                                     "(integrated gradients, gradient × input, attention × gradient)")
-    return ATTRIBUTION_TAB
 
-
-__all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "install_attribution_tab", "predicted_token"]
+__all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "predicted_token"]

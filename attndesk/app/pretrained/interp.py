@@ -65,6 +65,35 @@ def model_name(mode: ModeId) -> str:
     return "all-MiniLM-L6-v2" if mode.path is None else Path(mode.path).name
 
 
+_FAMILIES: dict[ModeId, str | None] = {}
+
+
+def model_family(mode: ModeId) -> str | None:
+    """The pretrained model's family ("encoder", "decoder", "encoder-decoder"), or None (toy mode, a
+    folder that cannot be read); config.json and the weights' headers, read once per folder."""
+    if mode.kind != "pretrained":
+        return None
+    if mode not in _FAMILIES:
+        try:
+            _FAMILIES[mode] = read_spec(packaged_model_dir() if mode.path is None else mode.path).family
+        except ConfigError:
+            _FAMILIES[mode] = None
+    return _FAMILIES[mode]
+
+
+def family_reason(mode: ModeId, what: str) -> str | None:
+    """Why ``what`` (a next-token feature) is off for this model's kind, or None (checked before
+    loading; a checkpoint without its LM head is found once it is loaded)."""
+    family = model_family(mode)
+    if family is None:
+        return TOY_REASON.format(what=what)
+    if family == "encoder":
+        return (f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
+                "to measure. Open a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART) with "
+                "File > Open model folder…")
+    return None
+
+
 class InterpPresenter(QObject):
     """Base of the interpretability presenters: subclasses set ``CHANNEL`` and ``WHAT`` (the feature
     named in messages), give a view with ``bar`` (a ``RunBar``) and ``set_unavailable(reason)``,
@@ -80,7 +109,6 @@ class InterpPresenter(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.state, self.compute, self.status, self.view = state, compute, status, view
-        self._families: dict[ModeId, str | None] = {}
         self._tags = itertools.count(1)
         self._tag = 0  # the job in flight (0: none)
         self._asked: Any = None  # inputs_key() of the last job asked for (AUTO tabs)
@@ -105,18 +133,6 @@ class InterpPresenter(QObject):
             self.run()
 
     # -- the model ---------------------------------------------------------------------------------
-    def family(self) -> str | None:
-        """The pretrained model's family ("encoder", "decoder", "encoder-decoder"), or None."""
-        mode = self.state.mode
-        if mode.kind != "pretrained":
-            return None
-        if mode not in self._families:  # config.json and the weights' headers, once per folder
-            try:
-                self._families[mode] = read_spec(packaged_model_dir() if mode.path is None else mode.path).family
-            except ConfigError:
-                self._families[mode] = None
-        return self._families[mode]
-
     def model(self) -> LoadedModel | None:
         """The loaded model (never loads: None until a run or a job has loaded it)."""
         mode = self.state.mode
@@ -124,13 +140,9 @@ class InterpPresenter(QObject):
 
     def unavailable(self) -> str | None:
         """Why this tab cannot compute for the current model, or None."""
-        family = self.family()
-        if family is None:
-            return TOY_REASON.format(what=self.WHAT)
-        if family == "encoder":
-            return (f"{model_name(self.state.mode)} is an encoder-only model: it predicts no next token, so "
-                    f"{self.WHAT} has nothing to measure. Open a decoder (GPT-2, LLaMA, …) or an encoder-decoder "
-                    "(T5, BART) with File > Open model folder…")
+        reason = family_reason(self.state.mode, self.WHAT)
+        if reason is not None:
+            return reason
         model = self.model()
         if model is not None:
             try:
@@ -228,4 +240,4 @@ def _job(fn: Callable[..., Any], path: str | None, *args: Any, progress: Callabl
     return fn(model, *args, progress=progress, cancel=cancel)
 
 
-__all__ = ["CancelFlag", "InterpPresenter", "model_name", "parse_token", "token_checker"]
+__all__ = ["CancelFlag", "InterpPresenter", "family_reason", "model_family", "model_name", "parse_token", "token_checker"]

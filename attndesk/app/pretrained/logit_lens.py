@@ -57,13 +57,5 @@ class LogitLensTab(InterpPresenter):
         self.view.set_lens(result)
 
 
-def install_logit_lens_tab(mode, ui) -> str:
-    """The pretrained mode's hook for an extra tab (``EXTRA_TABS``): the Logit lens view and presenter."""
-    view = LogitLensView()
-    LogitLensTab(ui.state, ui.compute, ui.status, view, parent=view)
-    ui.add_tab(LOGIT_LENS_TAB, view, "Logit lens", "decoders: each layer's residual stream read through the "
-                                                   "unembedding: top token and its probability per position")
-    return LOGIT_LENS_TAB
 
-
-__all__ = ["LOGIT_LENS_TAB", "LogitLensTab", "install_logit_lens_tab", "logit_lens_job"]
+__all__ = ["LOGIT_LENS_TAB", "LogitLensTab", "logit_lens_job"]

@@ -32,14 +32,15 @@ EXAMPLE = ("When Mary and John went to the store, John gave a drink to",
 
 
 def patching_job(model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None,
-                 metric: str, *, progress, cancel: CancelFlag) -> PatchingShown:
-    """Worker: every head and every (layer, position) of the residual stream patched, and each
-    layer's attention on both prompts (for the head the user clicks)."""
+                 metric: str, budget: int, *, progress, cancel: CancelFlag) -> PatchingShown:
+    """Worker: every head and every (layer, position) of the residual stream patched (batches sized
+    to ``budget`` bytes), and each layer's attention on both prompts (for the head the user clicks)."""
     report = activation_patching(model, clean, corrupt, answer, wrong, sites=SITES, metric=metric,
-                                 progress=progress, cancel=cancel)
+                                 memory_budget=budget, progress=progress, cancel=cancel)
     heads, resid = report.results["head"], report.results["resid"]
     progress(1.0, "the attention of both prompts")
-    clean_run, corrupt_run = run_pretrained(model, clean), run_pretrained(model, corrupt)
+    clean_run = run_pretrained(model, clean, memory_budget=budget)
+    corrupt_run = run_pretrained(model, corrupt, memory_budget=budget)
     return PatchingShown(heads.effects, resid.effects, heads.values, resid.values, report.clean_tokens,
                          report.corrupt_tokens, np.asarray(clean_run.weights), np.asarray(corrupt_run.weights),
                          report.metric, report.clean_metric, report.corrupt_metric, report.answer, report.wrong,
@@ -95,7 +96,8 @@ class PatchingTab(InterpPresenter):
             view.bar.set_message("fix the line next to its control: nothing was computed", error=True)
             return None
         wrong = parse_token(view.wrong.text()) if view.metric() == "logit_diff" else None
-        args = (view.clean(), view.corrupt(), parse_token(view.answer.text()), wrong, view.metric())
+        args = (view.clean(), view.corrupt(), parse_token(view.answer.text()), wrong, view.metric(),
+                self.state.config.budget_bytes)
         return patching_job, args, "patching every head and the residual stream"
 
     def show_result(self, result: PatchingShown) -> None:
@@ -109,13 +111,5 @@ class PatchingTab(InterpPresenter):
         self.check_inputs()
 
 
-def install_patching_tab(mode, ui) -> str:
-    """The pretrained mode's hook for an extra tab (``EXTRA_TABS``): the Patching view and presenter."""
-    view = PatchingView()
-    PatchingTab(ui.state, ui.compute, ui.status, view, parent=view)
-    ui.add_tab(PATCHING_TAB, view, "Patching", "decoders: activation patching of every head and the residual "
-                                               "stream, from a clean prompt into a corrupted one")
-    return PATCHING_TAB
 
-
-__all__ = ["PATCHING_TAB", "PatchingTab", "install_patching_tab", "patching_job"]
+__all__ = ["PATCHING_TAB", "PatchingTab", "patching_job"]

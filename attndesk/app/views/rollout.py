@@ -125,9 +125,8 @@ class RolloutView(QWidget):
         bar.addWidget(self.queryCombo)
         bar.addWidget(self.headCombo)
         bar.addSpacing(20)
-        bar.addWidget(self.flowCheck)
-        bar.addWidget(self.flowProgress)
-        bar.addWidget(self.flowStatus)
+        for widget in (self.flowCheck, self.flowProgress, self.flowStatus):
+            bar.addWidget(widget)
         bar.addStretch(1)
         plots = QHBoxLayout()
         plots.addWidget(self.rolloutPlot, 1)

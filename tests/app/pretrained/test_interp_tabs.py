@@ -52,7 +52,9 @@ def gpt2_window(qtbot, folder, model):
 
 
 def presenter(w, tab_id: str, kind):
-    return w.tab_widget(tab_id).findChild(kind)
+    found = w.tab_presenter(tab_id)
+    assert isinstance(found, kind)
+    return found
 
 
 def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
@@ -145,7 +147,9 @@ def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
                              (LOGIT_LENS_TAB, LogitLensTab)):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
-            assert "encoder-only" in tab.view.info.text() and tab.view.info.isVisible()
+            page = w.tab_page(tab_id)  # the window shows the reason instead of the view
+            assert page.currentIndex() == 1 and "encoder-only" in page.currentWidget().text()
+            assert "encoder-only" in tab.view.info.text()
             assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
             assert not w.compute.side.is_busy(tab.CHANNEL)
     finally:
@@ -154,7 +158,7 @@ def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
 
 def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, model):
     w = gpt2_window
-    view = w.teaching.rolloutView
+    view = w.tab_widget("rollout")
     with qtbot.waitSignal(view.queryChanged, timeout=TIMEOUT_MS):
         w.state.view.tab = "rollout"
     with qtbot.waitSignal(view.flowShown, timeout=TIMEOUT_MS):  # a side job of the compute controller

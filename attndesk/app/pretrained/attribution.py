@@ -72,8 +72,6 @@ class AttributionTab(InterpPresenter):
     def availability_changed(self, reason: str | None) -> None:
         model = self.model() if reason is None else None
         self.view.target.set_checker(None if model is None else token_checker(model, "target"))
-        if not self.view.target.text():
-            self.view.target.check.setText("empty: the model's own next token")
 
     def inputs_key(self):
         view = self.view

@@ -9,6 +9,8 @@ intents; the presenter (``app/pretrained/attribution.py``) computes it off the G
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from einops import rearrange
@@ -97,7 +99,7 @@ class TokenStrip(QWidget):
             painter.fillRect(rect, self.colors[i])
             painter.setPen(QPen(QColor("#d95f02") if i == self._hover else QColor("#888"), 2 if i == self._hover else 1))
             painter.drawRect(rect.adjusted(0, 0, -1, -1))
-            painter.setPen(QColor("black"))
+            painter.setPen(QColor("white") if self.colors[i].lightnessF() < 0.45 else QColor("black"))
             painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, token)
         painter.end()
 
@@ -135,7 +137,8 @@ class AttributionView(QWidget):
         self.setObjectName("attributionView")
         self.attribution: InputAttribution | None = None
         self.info = problem_label("attributionUnavailable")
-        self.target = TokenField("target", "attributionTarget", "(the model's next token)")
+        self.target = TokenField("target", "attributionTarget", "(the model's next token)",
+                                 empty_note="empty: the model's own next token (its largest logit)")
         self.methodCombo = QComboBox(objectName="attributionMethodCombo")
         for key, text in METHODS:
             self.methodCombo.addItem(text, key)
@@ -154,6 +157,7 @@ class AttributionView(QWidget):
         self.bar = RunBar("attribution", "Attribute")
         self.summary = QLabel("", objectName="attributionSummary")
         self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.strip = TokenStrip()
         self.readout = QLabel(" ", objectName="attributionReadout")
         self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
@@ -199,12 +203,12 @@ class AttributionView(QWidget):
         a = attribution
         self.strip.set_scores(a.tokens, a.scores)
         name = dict(METHODS)[{"integrated_gradients": "ig", "gradient_x_input": "gxi"}.get(a.method, "attn")]
-        parts = [f"<b>{name}</b> of logit({a.target!r}) = {a.target_logit:.4g} after the last token",
-                 f"colours: blue < 0 < red, ends at ±{self.strip.bound:.3g}; Σ scores = {float(a.scores.sum()):.4g}"]
+        parts = [f"<b>{name}</b> of logit({html.escape(repr(a.target))}) = {a.target_logit:.4g} after the last token",
+                 f"colours: blue &lt; 0 &lt; red, ends at ±{self.strip.bound:.3g}; Σ scores = {float(a.scores.sum()):.4g}"]
         if a.completeness_error is not None:
             parts.append(f"baseline {a.baseline} (logit {a.baseline_logit:.4g}), {a.steps} steps, "
                          f"completeness error {a.completeness_error:.2%}")
-        self.summary.setText(" · ".join(parts + list(a.notices)))
+        self.summary.setText(" · ".join(parts + [html.escape(n) for n in a.notices]))
         if a.per_head is not None:
             layers, heads, _ = a.per_head.shape
             self.headsPlot.set_matrix(rearrange(a.per_head, "n h k -> (n h) k"), diverging=True, col_labels=a.tokens,

@@ -36,12 +36,14 @@ def say(label: QLabel, text: str) -> None:
 class TokenField(QWidget):
     """A line edit for one token (a text such as " Mary", or ``id:N``) and the check beside it:
     green with the token's id when the tokenizer makes exactly one token of it, red with the
-    reason otherwise. ``edited(str)`` on every change."""
+    reason otherwise (an optional field, ``empty_note``, may stay empty). ``edited(str)`` on every change."""
 
     edited = Signal(str)
 
-    def __init__(self, label: str, name: str, placeholder: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, label: str, name: str, placeholder: str = "", parent: QWidget | None = None, *,
+                 empty_note: str = "") -> None:
         super().__init__(parent)
+        self._empty_note = empty_note  # an optional field: empty is fine, and this says what it means
         self.edit = QLineEdit(objectName=f"{name}Edit")
         self.edit.setPlaceholderText(placeholder)
         self.edit.setToolTip("a token as text (mind the leading space GPT-2-style tokenizers keep), or id:N")
@@ -73,6 +75,11 @@ class TokenField(QWidget):
 
     def recheck(self) -> None:
         text = self.edit.text()
+        if not text and self._empty_note:
+            self._ok = True
+            self.check.setStyleSheet(_NOTE_STYLE)
+            self.check.setText(self._empty_note)
+            return
         if self._checker is None:
             self._ok = True
             self.check.setStyleSheet(_NOTE_STYLE)

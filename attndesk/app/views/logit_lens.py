@@ -27,6 +27,11 @@ def cell_label(token: str) -> str:
     return token if len(token) <= MAX_LABEL_CHARS else token[: MAX_LABEL_CHARS - 1] + "…"
 
 
+def probability_label(p: float) -> str:
+    """0.312 -> '31%'; a random model's 3.3e-05 stays readable rather than '0%'."""
+    return f"{p:.0%}" if p >= 0.01 else f"{p:.1g}"
+
+
 class LogitLensView(QWidget):
     """API: ``k()``, ``set_lens(LogitLens | None)``, ``cell_text(row, col)`` (the token written in a
     cell, or "" where none is), ``set_unavailable(reason)``. Signal ``inputsEdited()``."""
@@ -93,7 +98,7 @@ class LogitLensView(QWidget):
             for c, top in enumerate(level):
                 text = cell_label(top[0])
                 colour = "white" if probs[r, c] < 0.6 else "black"  # readable on viridis
-                item = pg.TextItem(text, color=colour, anchor=(0.5, 0.5))
+                item = pg.TextItem(f"{text}\n{probability_label(float(probs[r, c]))}", color=colour, anchor=(0.5, 0.5))
                 item.setPos(c + 0.5, r + 0.5)
                 item.setToolTip(top[0])
                 self.plot.plot.addItem(item)
@@ -112,4 +117,4 @@ class LogitLensView(QWidget):
         self.readout.setText(f"{lens.labels[row]}, position {col} ({lens.tokens[col]!r}): {top}")
 
 
-__all__ = ["LogitLensView", "cell_label"]
+__all__ = ["LogitLensView", "cell_label", "probability_label"]

@@ -119,15 +119,16 @@ class PatchingView(QWidget):
     def _build_plots(self) -> None:
         self.summary = QLabel("", objectName="patchingSummary")
         self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.headsPlot = MatrixPlot("<b>heads</b>: patch each head's output (every position)")
         self.headsPlot.setObjectName("patchingHeadsPlot")
         self.headsPlot.setToolTip(EFFECT_TIP + "; click a head to see its attention on both prompts")
         self.positionsPlot = MatrixPlot("<b>residual stream</b>: patch one layer's input at one position")
         self.positionsPlot.setObjectName("patchingPositionsPlot")
         self.positionsPlot.setToolTip(EFFECT_TIP)
-        self.cleanAttention = MatrixPlot("clean prompt", square=True)
+        self.cleanAttention = MatrixPlot("clean prompt")
         self.cleanAttention.setObjectName("patchingCleanAttention")
-        self.corruptAttention = MatrixPlot("corrupted prompt", square=True)
+        self.corruptAttention = MatrixPlot("corrupted prompt")
         self.corruptAttention.setObjectName("patchingCorruptAttention")
         self.readout = QLabel(" ", objectName="patchingReadout")
         top = QSplitter(Qt.Orientation.Horizontal)
@@ -191,16 +192,15 @@ class PatchingView(QWidget):
             self.clear_plots()
             return
         layers, heads = shown.heads.shape
-        bound = max(1.0, float(np.nanmax(np.abs(shown.heads))), float(np.nanmax(np.abs(shown.positions))))
-        self.headsPlot.set_matrix(shown.heads, row_labels=[f"L{n}" for n in range(layers)],
-                                  col_labels=[f"H{h}" for h in range(heads)], diverging=True, levels=(-bound, bound))
-        self.positionsPlot.set_matrix(shown.positions, row_labels=[f"L{n}" for n in range(layers)],
-                                      col_labels=shown.clean_tokens, diverging=True, levels=(-bound, bound))
+        rows = [f"L{n}" for n in range(layers)]  # each plot's colours span its own ±max|effect|
+        self.headsPlot.set_matrix(shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True)
+        self.positionsPlot.set_matrix(shown.positions, row_labels=rows, col_labels=shown.clean_tokens, diverging=True)
         what = "logit(answer) − logit(wrong)" if shown.metric == "logit_diff" else "p(answer)"
         wrong = f" vs {shown.wrong!r}" if shown.wrong is not None else ""
         self.summary.setText(
             f"answer {shown.answer!r}{wrong}: {what} = {shown.clean_metric:.4g} clean, {shown.corrupt_metric:.4g} "
-            f"corrupted · colours: normalised effect (blue < 0 < red; 1 restores the clean run) · "
+            f"corrupted · colours: normalised effect, blue < 0 < red, each plot to its own ±max (1 restores the clean "
+            "run) · "
             f"{shown.passes} batched forward passes · click a head")
         best = np.unravel_index(int(np.argmax(shown.heads)), shown.heads.shape)
         self.open_head(int(best[0]), int(best[1]))
@@ -216,7 +216,7 @@ class PatchingView(QWidget):
                                             (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens,
                                              "corrupted")):
             plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys)")
-            plot.set_matrix(weights[layer, head], row_labels=tokens, col_labels=tokens, levels=(0.0, 1.0))
+            plot.set_matrix(weights[layer, head], row_labels=tokens, col_labels=tokens)  # 0 to its largest weight
 
     def _on_heads_clicked(self, event) -> None:
         hit = self.headsPlot.cell_at(event.scenePos())

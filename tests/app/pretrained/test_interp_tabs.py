@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPointF, Qt
 
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
@@ -70,9 +70,18 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     np.testing.assert_allclose(view.shown.heads, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
     assert view.positionsPlot.matrix.shape == (model.layers["self"], len(view.shown.clean_tokens))
-    view.open_head(1, 2)  # a head's attention on both prompts, side by side
-    assert view.cleanAttention.matrix.shape == view.corruptAttention.matrix.shape
-    assert not np.allclose(view.cleanAttention.matrix, view.corruptAttention.matrix)
+    view.open_head(0, 0)
+    click_cell(qtbot, view.headsPlot, 1, 2)  # a head's attention on both prompts, side by side
+    assert view.head == (1, 2) and view.headsPlot.highlighted()["cell"] == (1, 2)
+    np.testing.assert_allclose(view.cleanAttention.matrix, run_pretrained(model, CLEAN).weights[1, 2], atol=1e-6)
+    np.testing.assert_allclose(view.corruptAttention.matrix, run_pretrained(model, CORRUPT).weights[1, 2], atol=1e-6)
+
+
+def click_cell(qtbot, plot, row: int, col: int) -> None:
+    """A real mouse click on cell (row, col) of a MatrixPlot."""
+    scene = plot.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
+    point = plot.graphics.mapFromScene(scene)
+    qtbot.mouseClick(plot.graphics.viewport(), Qt.MouseButton.LeftButton, pos=point)
 
 
 def test_patching_refuses_bad_input_and_computes_nothing(qtbot, gpt2_window):

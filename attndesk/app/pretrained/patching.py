@@ -39,12 +39,15 @@ def patching_job(model: LoadedModel, clean: str, corrupt: str, answer: str | int
                                  memory_budget=budget, progress=progress, cancel=cancel)
     heads, resid = report.results["head"], report.results["resid"]
     progress(1.0, "the attention of both prompts")
-    clean_run = run_pretrained(model, clean, memory_budget=budget)
-    corrupt_run = run_pretrained(model, corrupt, memory_budget=budget)
+    try:  # each prompt's weights within the budget on their own: the effects are kept either way
+        attention = tuple(np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights)
+                          for text in (clean, corrupt))
+        note = ""
+    except ConfigError as exc:
+        attention, note = (None, None), f"the heads' attention is not shown: {exc}"
     return PatchingShown(heads.effects, resid.effects, heads.values, resid.values, report.clean_tokens,
-                         report.corrupt_tokens, np.asarray(clean_run.weights), np.asarray(corrupt_run.weights),
-                         report.metric, report.clean_metric, report.corrupt_metric, report.answer, report.wrong,
-                         report.forward_passes)
+                         report.corrupt_tokens, *attention, report.metric, report.clean_metric,
+                         report.corrupt_metric, report.answer, report.wrong, report.forward_passes, note)
 
 
 class PatchingTab(InterpPresenter):

@@ -37,14 +37,15 @@ class PatchingShown:
     position_values: np.ndarray
     clean_tokens: list[str]
     corrupt_tokens: list[str]
-    clean_attention: np.ndarray
-    corrupt_attention: np.ndarray
+    clean_attention: np.ndarray | None  # None: over the memory budget (``note`` says so)
+    corrupt_attention: np.ndarray | None
     metric: str
     clean_metric: float
     corrupt_metric: float
     answer: str
     wrong: str | None
     passes: int
+    note: str = ""
 
 
 class PatchingView(QWidget):
@@ -212,6 +213,10 @@ class PatchingView(QWidget):
             return
         self.head = (int(layer), int(head))
         self.headsPlot.highlight_cell(layer, head)
+        if shown.clean_attention is None or shown.corrupt_attention is None:
+            self.cleanAttention.clear(shown.note)
+            self.corruptAttention.clear("")
+            return
         for plot, weights, tokens, name in ((self.cleanAttention, shown.clean_attention, shown.clean_tokens, "clean"),
                                             (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens,
                                              "corrupted")):

@@ -116,11 +116,11 @@ class InterpPresenter(QObject):
         view.bar.runRequested.connect(self.run)
         view.bar.cancelRequested.connect(self.cancel)
         compute.cancelRequested.connect(self.cancel)
-        compute.published.connect(lambda _shown: (self.update_availability(), self.follow()))
+        # bound methods, not lambdas: Qt and psygnal drop them when the presenter goes
+        compute.published.connect(self._on_published)
         state.events.mode.connect(self._on_mode)
-        state.view.events.tab.connect(lambda _tab: self.follow())
-        state.events.text.connect(lambda _text: self.follow())
-        state.events.target_text.connect(lambda _text: self.follow())
+        for event in (state.view.events.tab, state.events.text, state.events.target_text):
+            event.connect(self._on_input)
 
     def inputs_key(self) -> Any:
         """What the result depends on (AUTO tabs recompute when it changes while they are shown)."""
@@ -159,6 +159,13 @@ class InterpPresenter(QObject):
 
     def availability_changed(self, reason: str | None) -> None:
         """Hook: the tab's controls follow (token checkers, a new run)."""
+
+    def _on_published(self, _shown: Any) -> None:
+        self.update_availability()  # the run may have loaded the model (its tokenizer, its LM head or none)
+        self.follow()
+
+    def _on_input(self, _value: Any) -> None:
+        self.follow()
 
     def _on_mode(self, _mode: ModeId) -> None:
         self.cancel(quiet=True)

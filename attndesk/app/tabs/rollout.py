@@ -8,6 +8,7 @@ import itertools
 from PySide6.QtCore import QObject, Signal, Slot
 
 from ..jobs.compute import ComputeController
+from ..pretrained.interp import CancelFlag
 from ..pretrained.parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
 from ..state import AppState
@@ -19,16 +20,9 @@ TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention throu
                "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab.")
 
 
-class _Flag:
-    """The core's ``cancel`` (``is_set()``) over the worker's ``should_cancel()``."""
-
-    def __init__(self, should_cancel) -> None:
-        self.is_set = should_cancel or (lambda: False)
-
-
 def flow_job(request: tuple, *, progress, should_cancel=None):
     """Side job: the attention flow of ``request`` (see ``views.rollout.flow_trace``)."""
-    return flow_trace(request, progress=progress, cancel=_Flag(should_cancel))
+    return flow_trace(request, progress=progress, cancel=CancelFlag(should_cancel))
 
 
 class RolloutTab(TabPresenter):
@@ -45,8 +39,8 @@ class RolloutTab(TabPresenter):
         self._flow_jobs = itertools.count(1)
         self._flow_job = 0
         self._flowProgressed.connect(self._on_flow_progress)
-        view.flowCheck.toggled.connect(lambda on: None if on else self.cancel_flow(""))
-        compute.cancelRequested.connect(lambda: self.cancel_flow("attention flow cancelled (tick again to compute)"))
+        view.flowCheck.toggled.connect(self._on_flow_toggled)
+        compute.cancelRequested.connect(self._on_escape)
 
     def key(self, shown: Shown):
         # every layer of a run's part: one rollout (an encoder-decoder's part is the state's choice)
@@ -79,6 +73,13 @@ class RolloutTab(TabPresenter):
         self.compute.side.submit("flow", flow_job, request, progress=progress, scope=None,
                                  done=lambda flow, job=job: self._flow_done(job, flow),
                                  failed=lambda message, job=job: self._flow_failed(job, message))
+
+    def _on_flow_toggled(self, on: bool) -> None:
+        if not on:
+            self.cancel_flow("")
+
+    def _on_escape(self) -> None:
+        self.cancel_flow("attention flow cancelled")
 
     def cancel_flow(self, message: str) -> None:
         """Stop the flow in flight (Esc, or the switch turned off)."""

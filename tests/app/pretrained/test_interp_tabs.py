@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
-from pretrained_models import build
+from pretrained_models import build, build_bare
 from PySide6.QtCore import QPointF, Qt
 
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
@@ -176,3 +176,17 @@ def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, mod
     np.testing.assert_allclose(view.flow, attention_flow(run.weights).flow, atol=1e-6)
     assert view.flowPlot.isVisible() and view.rolloutPlot.isVisible()
     assert not w.compute.side.is_busy("flow")
+
+
+def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_path):
+    w = open_window(qtbot, build_bare("gpt2", tmp_path / "bare"), ATTRIBUTION_TAB)  # the run loads it
+    try:
+        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
+                             (LOGIT_LENS_TAB, LogitLensTab)):
+            tab = presenter(w, tab_id, kind)
+            w.state.view.tab = tab_id
+            assert w.tab_page(tab_id).currentIndex() == 0  # a decoder: the view itself says why
+            assert "no LM head" in tab.view.info.text() and tab.view.info.isVisible()
+            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+    finally:
+        dispose(w)

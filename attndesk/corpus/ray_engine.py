@@ -96,7 +96,7 @@ def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], sh
         for row in ds.iter_rows():
             result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
             write_shard(out, result)
-            tracker.add(result.texts.num_rows)
+            tracker.add(result.texts.num_rows, force=True)
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled")
     finally:

@@ -76,7 +76,7 @@ def heads_summary(con, per_text: str) -> pd.DataFrame:
     numbers = METRICS + ("uniform_entropy",)
     frame["role"] = [role({k: (math.nan if pd.isna(r[k]) else float(r[k])) for k in numbers})
                      for r in frame.to_dict("records")]
-    return frame
+    return frame[list(HEAD_COLUMNS) + ["uniform_entropy", "texts"]]
 
 
 class CorpusStore:

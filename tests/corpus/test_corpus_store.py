@@ -98,3 +98,18 @@ def test_restart_replaces_an_earlier_run(models, tmp_path):
     store = analyze_corpus(TEXTS[:5], out, model=models["gpt2"], max_tokens=8, atlas_points=0, resume=False)
     assert len(store.texts) == 5 and store.atlas(0, 0).empty
     store.close()
+
+
+def test_a_half_written_shard_is_ignored_and_redone(models, bert_store, tmp_path):
+    out, cancel = tmp_path / "half", threading.Event()
+    with pytest.raises(Cancelled):
+        analyze_corpus(TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12,
+                       progress=lambda p: cancel.set() if p.done >= 3 else None, cancel=cancel)
+    # what a kill inside the second shard's write leaves: its files in a hidden staging folder
+    stage = out / "shards" / ".attndesk-staging-killed"
+    stage.mkdir()
+    for name in ("texts", "per_text", "atlas"):
+        (stage / f"{name}.parquet").write_bytes((out / "shards" / "00000" / f"{name}.parquet").read_bytes())
+    store = analyze_corpus(TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12)
+    _assert_same(store, bert_store)
+    store.close()

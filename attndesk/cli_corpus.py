@@ -57,6 +57,8 @@ def add_parser(sub) -> None:
                    help="queries and keys kept per head for the atlas (default %(default)s)")
     p.add_argument("--shard-size", type=_positive_int, default=256, metavar="N",
                    help="texts per shard, the unit a rerun resumes from (default %(default)s)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
+                   help="torch device of the pass (default %(default)s; auto picks the best available)")
     p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
 
 
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     data = args.data if args.data is not None else SAMPLE
     try:
         source = open_source(data)
-        model = _load(args.model, "cpu")
+        model = _load(args.model, args.device)
         print(_plan(args, source, model))
         with ProgressLine(prefix="corpus") as line:
             def progress(p) -> None:
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             store = analyze_corpus(data, args.out, model=model, max_tokens=args.max_tokens, engine=args.engine,
                                    workers=args.workers, resume=not args.restart, atlas_points=args.atlas_points,
                                    atlas_methods=args.atlas, shard_size=args.shard_size, ray_address=args.ray_address,
+                                   device=args.device,
                                    progress=progress, cancel=threading.Event())
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

@@ -203,11 +203,14 @@ def _load(model, device: str):
     return model
 
 
-def _manifest(model, source: Source, settings: PassSettings, shard_size: int, methods: tuple[str, ...]) -> dict:
-    arguments = asdict(settings) | {"shard_size": shard_size, "atlas_methods": list(methods)}
-    arguments["max_tokens"] = settings.max_tokens
+def _manifest(model, source: Source, settings: PassSettings, shard_size: int, methods: tuple[str, ...],
+              run: dict) -> dict:
+    """What the store records. ``arguments`` must match for a resume; ``run`` (engine, workers) is
+    recorded only: the engines give the same store, so a run may resume on another engine."""
+    arguments = asdict(settings) | {"shard_size": shard_size, "atlas_methods": list(methods),
+                                    "device": str(model.device)}
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk": __version__,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk": __version__, "run": run,
         "model": {"name": model.name, "path": str(Path(model.path).resolve()), "family": model.family,
                   "sha256": weights_hash(Path(model.path)), "layers": dict(model.layers), "heads": model.num_heads},
         "data": {"describe": source.describe, "texts": source.count, "sha256": source.fingerprint},
@@ -253,7 +256,7 @@ def analyze_corpus(texts, out, *, model=None, max_tokens: int = 128, engine: str
     loaded = _load(model, device)
     limit = loaded.max_tokens
     settings = PassSettings(min(max_tokens, limit) if limit else max_tokens, atlas_points, batch_size, seed)
-    manifest = _manifest(loaded, source, settings, shard_size, methods)
+    manifest = _manifest(loaded, source, settings, shard_size, methods, {"engine": engine, "workers": workers})
     if _prepare(out, manifest, resume):
         return open_corpus(out)
     done = finished_shards(out)

@@ -227,37 +227,59 @@ def _machine() -> str:
             f"{torch.get_num_threads()} torch threads")
 
 
+PARTS = ("speed", "atlas", "kill", "ray", "memory")
+
+
+def _minilm_model(s: dict, r: dict) -> dict:
+    """Simulation inputs for MiniLM: its measured shard time on 2 threads, doubled for an actor's one
+    thread (linear thread scaling: an upper bound), with Ray's measured start-up."""
+    shards = -(-s["texts"] // 256)
+    return {"ray_startup_s": r["ray_startup_s"], "shard_s": 2 * s["pass_s"] / shards,
+            "compaction_s": s["total_s"] - s["pass_s"], "texts": s["texts"]}
+
+
+def _report_ray(r: dict, s: dict | None) -> None:
+    print(f"ray: {r['texts']} texts, local 1 thread {r['local_1_thread_s']:.1f} s, ray 2 workers "
+          f"{r['ray_2_workers_s']:.1f} s (start-up {r['ray_startup_s']:.1f} s), same store {r['same_store']}")
+    models = [("tiny BERT", r)] + ([("MiniLM", _minilm_model(s, r))] if s else [])
+    for name, m in models:
+        print(f"simulated 100,000 texts ({name}, {m['shard_s']:.2f} s a shard): " + "; ".join(
+            f"{w} workers {t:,.0f} s ({x:.2f}x)" for w, t, x in simulate(m, 100_000)))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2000, help="texts of the speed comparison (default 2000)")
     parser.add_argument("--full", action="store_true", help="the memory run on 100,000 texts (default 20,000)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: every part on a few hundred texts")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
     args = parser.parse_args(argv)
     from pretrained_models import build
 
+    parts, quick = set(args.only.split(",")), args.quick
     work = Path(tempfile.mkdtemp(prefix="attndesk-bench-corpus-"))
     try:
         tiny = build("bert", work / "tiny-bert")
-        quick = args.quick
         print(f"machine: {_machine()}")
-        s = speed(200 if quick else args.texts, work)
-        print(f"speed (MiniLM, 64 tokens, {s['texts']} texts): eager forward with attentions {s['eager_s']:.1f} s; "
-              f"corpus pass {s['pass_s']:.1f} s ({s['pass_ratio']:.2f}x), with compaction {s['total_s']:.1f} s "
-              f"({s['total_ratio']:.2f}x), {s['texts_per_s']:.1f} texts/s")
-        a = atlas(60 if quick else 700, 500 if quick else 25000, work)
-        print(f"atlas: PCA of {a['heads']} heads x {a['points_per_head']:,} points in {a['pca_all_heads_s']:.1f} s "
-              f"(compaction with it {a['compaction_s']:.1f} s)")
-        k = kills(600 if quick else 3000, tiny, work)
-        print(f"kill -9: {k['texts']} texts, clean run {k['clean_s']:.1f} s, killed at {k['kills']} "
-              f"then resumed: same store {k['same_store']}")
-        r = ray_vs_local(512 if quick else 3000, tiny, work)
-        print(f"ray: {r['texts']} texts, local 1 thread {r['local_1_thread_s']:.1f} s, ray 2 workers "
-              f"{r['ray_2_workers_s']:.1f} s (start-up {r['ray_startup_s']:.1f} s), same store {r['same_store']}")
-        print("simulated 100,000 texts (tiny BERT): " + "; ".join(
-            f"{w} workers {t:,.0f} s ({x:.2f}x)" for w, t, x in simulate(r, 100_000)))
-        m = memory(2000 if quick else (100_000 if args.full else 20_000), tiny, work)
-        print(f"memory: {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS MiB "
-              f"per tenth of the shards and in compaction: {m['peak_rss_mib']}")
+        s = speed(200 if quick else args.texts, work) if "speed" in parts else None
+        if s:
+            print(f"speed (MiniLM, 64 tokens, {s['texts']} texts): eager forward with attentions {s['eager_s']:.1f} s; "
+                  f"corpus pass {s['pass_s']:.1f} s ({s['pass_ratio']:.2f}x), with compaction {s['total_s']:.1f} s "
+                  f"({s['total_ratio']:.2f}x), {s['texts_per_s']:.1f} texts/s")
+        if "atlas" in parts:
+            a = atlas(60 if quick else 700, 500 if quick else 25000, work)
+            print(f"atlas: PCA of {a['heads']} heads x {a['points_per_head']:,} points in {a['pca_all_heads_s']:.1f} s "
+                  f"(compaction with it {a['compaction_s']:.1f} s)")
+        if "kill" in parts:
+            k = kills(600 if quick else 3000, tiny, work)
+            print(f"kill -9: {k['texts']} texts, clean run {k['clean_s']:.1f} s, killed at {k['kills']} "
+                  f"then resumed: same store {k['same_store']}")
+        if "ray" in parts:
+            _report_ray(ray_vs_local(512 if quick else 3000, tiny, work), s)
+        if "memory" in parts:
+            m = memory(2000 if quick else (100_000 if args.full else 20_000), tiny, work)
+            print(f"memory: {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS "
+                  f"MiB per tenth of the shards and in compaction: {m['peak_rss_mib']}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

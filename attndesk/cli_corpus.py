@@ -49,7 +49,8 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local (this process) or ray (Ray Data actors; RAY_ADDRESS or --ray-address joins a cluster)")
     p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                   help="local: torch threads; ray: actors, one model each (default: all cores / 2)")
+                   help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each "
+                        "(default 2)")
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="a Ray cluster to join (else RAY_ADDRESS)")
     p.add_argument("--atlas", type=_methods, default=("pca",), metavar="METHODS",
                    help="projections of the query/key atlas: pca, umap, pca,umap or none (default pca)")

@@ -239,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
 _COMMAND_MODULES: tuple[str, ...] = (
     "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute", "attndesk.cli_train",
+    "attndesk.cli_corpus",
 )
 
 

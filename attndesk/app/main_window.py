@@ -8,7 +8,6 @@ the status bar draws ``self.status``, and modes hand over their widgets and acti
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.process import freeze_long_lived, tune_process
 
 from .jobs.compute import ComputeController, Modes
 from .export_dialog import ExportDialog
@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
     resultDisplayed = Signal(object)  # the Shown now on screen, every heatmap drawn
 
     def __init__(self, parent: QWidget | None = None, *, restore: bool = True) -> None:
+        tune_process()  # the C heap's settings, before the first large array
         super().__init__(parent)
         self.setObjectName("attndeskMainWindow")
         self.setWindowTitle("attndesk — attention, live")
@@ -102,10 +103,7 @@ class MainWindow(QMainWindow):
         if restore:
             self._restore_settings()
         self.compute.evaluate()
-        # The modules and widgets made so far live as long as the process: a full collection
-        # walking their ~250k objects takes ~270 ms, a stall at a random moment. Frozen, later
-        # collections walk only what came after.
-        gc.freeze()
+        freeze_long_lived()  # the modules and widgets made so far live as long as the process
 
     # -- construction ---------------------------------------------------------------------------
     def _build_views(self) -> None:

@@ -43,6 +43,7 @@ def _instrument(monkeypatch, w) -> Counter:
     _count(monkeypatch, calls, w.timingPanel, "show_result", "timing panel")
     _count(monkeypatch, calls, w.heatmapPanel, "set_source", "heatmap panel")
     _count(monkeypatch, calls, w.heatmapPanel, "_draw_all", "heatmap draw")
+    w.tokensPanel.queryModel.modelReset.connect(lambda: calls.update(["token table reset"]))
     return calls
 
 
@@ -64,11 +65,16 @@ def test_one_edit_validates_tokenizes_checks_memory_and_draws_each_panel_once(qt
     assert (results, panel_draws) == (1, 1)
     assert dict(calls) == {"validate": 1, "encode": 1, "check_memory": 1, "heatmap source": 1,
                            "tokens panel": 1, "timing panel": 1, "heatmap panel": 1, "heatmap draw": 1}
+    # the tokens did not change: their table is not reset (a text edit resets it once, below)
     # and what is drawn is the new seed's run, the one the core computes for it
     shown = w.compute.shown()
     expected = pipeline.run_attention(w.state.config, w.state.text)
     np.testing.assert_allclose(shown.map.weights, expected.weights, rtol=1e-5, atol=1e-6)
     assert shown.toy.result.config.seed == w.state.config.seed
+    calls.clear()
+    _edit(qtbot, w, lambda: setattr(w.state, "text", "the dog ran"))
+    assert calls["token table reset"] == 1 and calls["encode"] == 1 and calls["tokens panel"] == 1
+    assert w.tokensPanel.queryModel.rowCount() == 3
 
 
 def test_cross_attention_tokenizes_each_text_once(qtbot, monkeypatch, window):

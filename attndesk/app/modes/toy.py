@@ -13,7 +13,7 @@ from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
 
 from ..sources.long_source import source_for_map
-from ..plans import needs_explicit_run
+from ..plans import needs_explicit_run, reports_progress
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
@@ -46,6 +46,7 @@ def toy_run(config: AttentionConfig, text: str, key_text: str | None = None, *, 
         announce(prepared.plan)
     if not explicit and needs_explicit_run(prepared.plan):
         return Held(prepared.plan)
+    progress = progress if reports_progress(prepared.plan) else None
     result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
                            should_cancel=should_cancel, prepared=prepared)
     if should_cancel is not None and should_cancel():

@@ -44,6 +44,7 @@ def _instrument(monkeypatch, w) -> Counter:
     _count(monkeypatch, calls, w.heatmapPanel, "set_source", "heatmap panel")
     _count(monkeypatch, calls, w.heatmapPanel, "_draw_all", "heatmap draw")
     w.tokensPanel.queryModel.modelReset.connect(lambda: calls.update(["token table reset"]))
+    w.compute.progressed.connect(lambda *_a: calls.update(["progress report"]))
     return calls
 
 
@@ -65,7 +66,8 @@ def test_one_edit_validates_tokenizes_checks_memory_and_draws_each_panel_once(qt
     assert (results, panel_draws) == (1, 1)
     assert dict(calls) == {"validate": 1, "encode": 1, "check_memory": 1, "heatmap source": 1,
                            "tokens panel": 1, "timing panel": 1, "heatmap panel": 1, "heatmap draw": 1}
-    # the tokens did not change: their table is not reset (a text edit resets it once, below)
+    # the tokens did not change: their table is not reset (a text edit resets it once, below), and
+    # a run of a few milliseconds reports no stages to the GUI thread
     # and what is drawn is the new seed's run, the one the core computes for it
     shown = w.compute.shown()
     expected = pipeline.run_attention(w.state.config, w.state.text)
@@ -86,3 +88,13 @@ def test_cross_attention_tokenizes_each_text_once(qtbot, monkeypatch, window):
     assert calls["encode"] == 2 and calls["check_memory"] == 1 and calls["validate"] == 1
     shown = w.compute.shown()
     assert shown.keys is not None and shown.keys.tokens == WordTokenizer(w.state.config.vocab_size).split(w.state.key_text)
+
+
+def test_only_a_long_or_memory_bounded_run_reports_its_stages():
+    from attndesk.app.plans import reports_progress
+    from attndesk.core.plan import plan_run
+
+    config = AttentionConfig(embed_dim=256, num_heads=8)
+    assert not reports_progress(plan_run(config, 128))
+    assert reports_progress(plan_run(config, 4096))  # ~0.7 s at the per-cell floor
+    assert reports_progress(plan_run(config.replace(memory_budget=2**20), 128))  # blocked

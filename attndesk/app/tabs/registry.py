@@ -27,6 +27,7 @@ from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab
 from ..pretrained.mode import GRID_TAB
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
 from ..views.compare import CompareView
+from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
 from ..views.implementation import ImplementationPanel
@@ -35,6 +36,7 @@ from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from .compare import CompareTab
+from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
 from .implementation import ImplementationTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
@@ -80,6 +82,10 @@ def _generation(ui: "Assembly", view: QWidget) -> QObject:
     return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
 
 
+def _corpus(ui: "Assembly", view: QWidget) -> QObject:
+    return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, view, parent=view)
+
+
 def _grid_page() -> QWidget:
     """The All layers page: the pretrained mode fills it at install (``ui.tab_widget(GRID_TAB)``)."""
     return QWidget(objectName="pretrainedGridTab")
@@ -98,6 +104,8 @@ TABS: tuple[TabSpec, ...] = (
             _presenter(RolloutTab)),
     TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
+    TabSpec(CORPUS_TAB, "Corpus", "every head over many texts: metrics, roles, top texts and the query/key atlas "
+            "(a pretrained model; the packaged MiniLM in toy mode)", CorpusView, _corpus),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "

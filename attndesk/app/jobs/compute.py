@@ -23,8 +23,9 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -480,4 +481,4 @@ class SideJobs(QObject):
             callback(result if message is None else message)
 
 
-__all__ = ["ComputeController", "Modes", "PATIENCE_S", "SideJobs"]
+__all__ = ["PATIENCE_S", "ComputeController", "Modes", "SideJobs"]

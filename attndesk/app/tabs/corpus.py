@@ -19,10 +19,10 @@ from PySide6.QtCore import QObject, QStandardPaths
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog
 
+from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
-from attndesk.corpus import CorpusProgress, analyze_corpus, open_corpus
-from attndesk.cli_corpus import SAMPLE
+from attndesk.resources import CORPUS_SAMPLE
 
 from ..jobs.compute import ComputeController
 from ..menus import MenuRegistry
@@ -61,15 +61,16 @@ class _EitherFlag:
 
 def run_pass(data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *,
              progress, should_cancel) -> PassOutcome:
-    """Worker: the corpus pass, its ``CorpusProgress`` forwarded as (fraction, line)."""
+    """Worker: the corpus pass, its ``CorpusProgress`` forwarded as (fraction, line). The corpus
+    package's engine (pandas, pyarrow, DuckDB) is loaded here, off the GUI thread, on first use."""
     seen = [0, 0]
 
-    def report(p: CorpusProgress) -> None:
+    def report(p) -> None:
         seen[:] = [p.done, p.total]
         progress(1.0 if p.stage == "done" else p.done / max(p.total, 1), p.line())
 
     try:
-        analyze_corpus(data, out, model=model, max_tokens=max_tokens, progress=report,
+        corpus.analyze_corpus(data, out, model=model, max_tokens=max_tokens, progress=report,
                        cancel=_EitherFlag(cancel, should_cancel)).close()
     except Cancelled:
         return PassOutcome(Path(out), True, *seen)
@@ -78,7 +79,7 @@ def run_pass(data: str, out: str, model: str | None, max_tokens: int, cancel: th
 
 def open_store(path: str):
     """Worker: open a store and read its heads (the connection then lives on this channel's thread)."""
-    store = open_corpus(path)
+    store = corpus.open_corpus(path)
     store.heads  # noqa: B018 - read here, off the GUI thread
     return store
 
@@ -120,7 +121,7 @@ class CorpusTab(TabPresenter):
         menus.add("file", self.openStoreAction, "session")
         view.startRequested.connect(self.start)
         view.cancelRequested.connect(self.cancel)
-        view.sampleRequested.connect(lambda: view.sourceEdit.setText(str(SAMPLE)))
+        view.sampleRequested.connect(lambda: view.sourceEdit.setText(str(CORPUS_SAMPLE)))
         view.headSelected.connect(self.select_head)
         view.metricChanged.connect(lambda _m: self._request_head())
         view.partChanged.connect(lambda _p: self._head and self.select_head(_p, *self._head[1:]))
@@ -128,7 +129,7 @@ class CorpusTab(TabPresenter):
         state.events.mode.connect(lambda _m: self._show_model())
         self._show_model()
 
-    def show(self, shown: Shown) -> None:  # noqa: A003 - the tab does not depend on the run on screen
+    def show(self, shown: Shown) -> None:
         self._show_model()
 
     # -- the model the pass uses ----------------------------------------------------------------

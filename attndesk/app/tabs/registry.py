@@ -16,8 +16,9 @@ Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
@@ -60,7 +61,7 @@ class TabSpec:
     title: str
     tooltip: str
     view: Callable[[], QWidget]
-    presenter: Callable[["Assembly", QWidget], QObject] | None = None
+    presenter: Callable[[Assembly, QWidget], QObject] | None = None
     modes: frozenset[str] = EVERY_MODE
     model_kinds: frozenset[str] | None = None
     unavailable: Callable[[AppState], str | None] | None = None
@@ -73,16 +74,16 @@ class TabSpec:
         return self.model_kinds is None or mode_kind != PRETRAINED or model_kind in self.model_kinds
 
 
-def _presenter(cls) -> Callable[["Assembly", QWidget], QObject]:
+def _presenter(cls) -> Callable[[Assembly, QWidget], QObject]:
     """The usual presenter: ``cls(state, compute, view, parent=view)`` (it lives as long as its view)."""
     return lambda ui, view: cls(ui.state, ui.compute, view, view)
 
 
-def _generation(ui: "Assembly", view: QWidget) -> QObject:
+def _generation(ui: Assembly, view: QWidget) -> QObject:
     return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
 
 
-def _corpus(ui: "Assembly", view: QWidget) -> QObject:
+def _corpus(ui: Assembly, view: QWidget) -> QObject:
     return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, view, parent=view)
 
 

@@ -10,19 +10,45 @@ It holds no store: the presenter (``tabs/corpus.py``) hands it DataFrames and ar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget,
-    QListWidgetItem, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 
 from attndesk.corpus.metrics import METRICS
 
-from .corpus_plots import KEY_COLOUR, QUERY_COLOUR, AtlasPlot, HeadGrid, MetricHistogram, token_html
-from .headstats import _NumberItem
+if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
+    import pandas as pd
+
+from ..table_items import NumberItem
+from .plots import (
+    KEY_COLOUR,
+    QUERY_COLOUR,
+    AtlasPlot,
+    HeadGrid,
+    MetricHistogram,
+    token_html,
+)
 
 ERROR_STYLE = "color: #b00020;"
 TEXT_ID = Qt.ItemDataRole.UserRole
@@ -43,8 +69,8 @@ class CorpusView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("corpusView")
-        self._heads = pd.DataFrame()
-        self._atlas = pd.DataFrame()
+        self._heads: pd.DataFrame | None = None
+        self._atlas_points: tuple = (np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), [])
         self._texts: dict[int, str] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -186,7 +212,7 @@ class CorpusView(QWidget):
             widget.setEnabled(not running)
 
     def show_progress(self, fraction: float, message: str) -> None:
-        value = int(round(max(0.0, min(1.0, fraction)) * 1000))
+        value = round(max(0.0, min(1.0, fraction)) * 1000)
         if self.progressBar.value() != value:
             self.progressBar.setValue(value)
         self.progressLabel.setText(message)
@@ -209,7 +235,7 @@ class CorpusView(QWidget):
     # -- the store ------------------------------------------------------------------------------
     def show_store(self, heads: pd.DataFrame | None, caption: str = "") -> None:
         """A store's heads (``store.heads``), or None: nothing to show."""
-        self._heads = pd.DataFrame() if heads is None else heads.reset_index(drop=True)
+        self._heads = None if heads is None or heads.empty else heads.reset_index(drop=True)
         self.storeLabel.setText(caption)
         parts = [] if heads is None else list(dict.fromkeys(heads["part"]))
         self.partCombo.blockSignals(True)
@@ -221,15 +247,16 @@ class CorpusView(QWidget):
         self._draw_heads()
         self.show_head(None)
 
-    def part_heads(self) -> pd.DataFrame:
-        if self._heads.empty:
-            return self._heads
+    def part_heads(self) -> pd.DataFrame | None:
+        """The shown part's heads (None before a store)."""
+        if self._heads is None:
+            return None
         return self._heads[self._heads["part"] == self.part()].reset_index(drop=True)
 
     def pivot(self, column: str) -> np.ndarray:
         """``column`` of the shown part's heads as a [layers, heads] array (NaN where a head has none)."""
         heads = self.part_heads()
-        if heads.empty:
+        if heads is None or heads.empty:
             return np.zeros((0, 0))
         shape = (int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1)
         out = np.full(shape, np.nan, dtype=object if column == "role" else float)
@@ -238,7 +265,7 @@ class CorpusView(QWidget):
 
     def _draw_heads(self) -> None:
         heads = self.part_heads()
-        if heads.empty:
+        if heads is None or heads.empty:
             self.grid.set_values(np.zeros((0, 0)), np.zeros((0, 0), dtype=object))
             self.histogram.set_values(np.zeros(0), self.metric())
             return
@@ -247,21 +274,22 @@ class CorpusView(QWidget):
 
     def _fill_table(self) -> None:
         columns = ["part", "layer", "head", "role", *METRICS]
-        heads = self._heads
+        records = [] if self._heads is None else self._heads.to_dict("records")
         self.table.setSortingEnabled(False)
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setHorizontalHeaderLabels(columns)
-        self.table.setRowCount(len(heads))
-        for row, record in enumerate(heads.to_dict("records")):
+        self.table.setRowCount(len(records))
+        for row, record in enumerate(records):
             for col, name in enumerate(columns):
                 value = record[name]
                 if name in ("part", "role"):
                     item = QTableWidgetItem(str(value))
                 elif name in ("layer", "head"):
-                    item = _NumberItem(value, str(int(value)))
+                    item = NumberItem(value, str(int(value)))
                 else:
-                    item = _NumberItem(None if pd.isna(value) else value, "" if pd.isna(value) else f"{value:.3f}")
+                    missing = value is None or not np.isfinite(value)
+                    item = NumberItem(None if missing else value, "" if missing else f"{value:.3f}")
                 self.table.setItem(row, col, item)
         self.table.setSortingEnabled(True)
 
@@ -295,13 +323,13 @@ class CorpusView(QWidget):
             widget.clear()
         if detail is None:
             self.headLabel.setText("click a head in the grid or the table")
-            self.atlas.set_points(np.zeros(0), np.zeros(0), np.zeros(0, bool), lambda i: "")
+            self.set_atlas(np.zeros(0), np.zeros(0), np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), [], {})
             self.histogram.mark(None)
             return
         layer, head, metric = detail["layer"], detail["head"], detail["metric"]
         self.grid.set_current(layer, head)
         row = self.part_heads()
-        row = row[(row["layer"] == layer) & (row["head"] == head)]
+        row = row[(row["layer"] == layer) & (row["head"] == head)] if row is not None else []
         value = float(row[metric].iloc[0]) if len(row) else float("nan")
         self.histogram.mark(value)
         role = row["role"].iloc[0] if len(row) else "?"
@@ -312,19 +340,28 @@ class CorpusView(QWidget):
                 item.setData(TEXT_ID, int(record["text_id"]))
                 item.setToolTip(record["text"][:2000])
                 widget.addItem(item)
-        self._atlas, self._texts = detail["atlas"].reset_index(drop=True), detail["texts"]
-        atlas = self._atlas
-        self.atlas.set_points(atlas["x"].to_numpy(float), atlas["y"].to_numpy(float),
-                              (atlas["kind"] == "query").to_numpy(), self._describe)
+        atlas = detail["atlas"]
+        self.set_atlas(atlas["x"].to_numpy(float), atlas["y"].to_numpy(float), (atlas["kind"] == "query").to_numpy(),
+                       atlas["text_id"].to_numpy(int), atlas["position"].to_numpy(int), list(atlas["token"]),
+                       detail["texts"])
+
+    def set_atlas(self, x: np.ndarray, y: np.ndarray, is_query: np.ndarray, text_ids: np.ndarray,
+                  positions: np.ndarray, tokens: list[str], texts: dict[int, str]) -> None:
+        """The atlas of a head: one point per sampled query or key (arrays of one length)."""
+        self._atlas_points = (np.asarray(is_query, bool), np.asarray(text_ids, int), np.asarray(positions, int), tokens)
+        self._texts = texts
+        self.atlas.set_points(x, y, is_query, self._describe)
 
     def _describe(self, index: int) -> str:
-        row = self._atlas.iloc[index]
-        text = self._texts.get(int(row["text_id"]), "")
-        return token_html(str(row["kind"]), f"{row['token']} (position {int(row['position'])})", text)
+        is_query, text_ids, positions, tokens = self._atlas_points
+        kind = "query" if is_query[index] else "key"
+        text = self._texts.get(int(text_ids[index]), "")
+        return token_html(kind, f"{tokens[index]} (position {int(positions[index])})", text)
 
     def _atlas_clicked(self, index: int) -> None:
-        if index < len(self._atlas):
-            self.textOpened.emit(int(self._atlas["text_id"].iloc[index]))
+        text_ids = self._atlas_points[1]
+        if index < len(text_ids):
+            self.textOpened.emit(int(text_ids[index]))
 
 
 __all__ = ["CorpusView"]

@@ -200,4 +200,4 @@ def token_html(kind: str, token: str, text: str, limit: int = 240) -> str:
             f"<span style='color:#444'>{html.escape(context)}</span>")
 
 
-__all__ = ["AtlasPlot", "HeadGrid", "KEY_COLOUR", "MetricHistogram", "QUERY_COLOUR", "ROLE_BADGES", "token_html"]
+__all__ = ["KEY_COLOUR", "QUERY_COLOUR", "ROLE_BADGES", "AtlasPlot", "HeadGrid", "MetricHistogram", "token_html"]

@@ -103,6 +103,12 @@ def text_of(store, text_id: int) -> str:
     return str(found["text"].iloc[0])
 
 
+def _close_all(stores: list) -> None:
+    for store in stores:
+        store.close()
+    stores.clear()
+
+
 class CorpusTab(TabPresenter):
     """See the module docstring. ``store`` is the open store (None before one)."""
 
@@ -112,7 +118,7 @@ class CorpusTab(TabPresenter):
                  view: CorpusView, parent: QObject | None = None) -> None:
         super().__init__(state, compute, parent)
         self.view, self.status = view, status
-        self.store = None
+        self._stores: list = []  # the open store, closed with the view (the window's jobs are joined by then)
         self._cancel: threading.Event | None = None
         self._head: tuple[str, int, int] | None = None
         self.openStoreAction = QAction("Open &corpus store…", view, objectName="openCorpusStoreAction")
@@ -127,7 +133,13 @@ class CorpusTab(TabPresenter):
         view.partChanged.connect(lambda _p: self._head and self.select_head(_p, *self._head[1:]))
         view.textOpened.connect(self.open_text)
         state.events.mode.connect(lambda _m: self._show_model())
+        view.destroyed.connect(lambda *_a, stores=self._stores: _close_all(stores))
         self._show_model()
+
+    @property
+    def store(self):
+        """The open ``CorpusStore`` (query it only through the "corpus-query" side job), or None."""
+        return self._stores[0] if self._stores else None
 
     def show(self, shown: Shown) -> None:
         self._show_model()
@@ -202,7 +214,8 @@ class CorpusTab(TabPresenter):
                                  failed=lambda message: self.view.show_error(f"store not opened: {message}"))
 
     def _store_opened(self, store) -> None:
-        old, self.store = self.store, store
+        old = self.store
+        self._stores[:] = [store]
         if old is not None:
             self.compute.side.submit("corpus-query", old.close, scope=None, done=lambda _r: None)
         model = store.manifest.get("model", {}).get("name", "?")

@@ -131,7 +131,8 @@ def test_cancel_stops_the_job_and_start_resumes_the_store(qtbot, window, tmp_pat
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
     assert view.startButton.text() == "Start" and view.errorLabel.text() == ""
-    assert len(open_corpus(tmp_path / "store").texts) == len(TEXTS)
+    with open_corpus(tmp_path / "store") as store:
+        assert len(store.texts) == len(TEXTS)
 
 
 def test_bad_input_shows_one_line_and_keeps_the_store_on_screen(qtbot, window, tmp_path, folders):

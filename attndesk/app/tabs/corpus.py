@@ -240,7 +240,7 @@ class CorpusTab(TabPresenter):
     def _request_head(self) -> None:
         if self.store is None or self._head is None:
             return
-        self.compute.side.submit("corpus-query", head_detail, self.store, *self._head, self.view.metric(), scope=None,
+        self.compute.side.submit("corpus-query", head_detail, self.store, *self._head, self.view.current_metric(), scope=None,
                                  done=self.view.show_head, failed=self.view.show_error)
 
     # -- opening a text in the heatmaps ----------------------------------------------------------

@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
+LABEL_PX = 340  # the hover label's width: a long text wraps
 HOVER_PX = 10  # a point this close to the pointer (in screen pixels) is the one hovered or clicked
 ROLE_BADGES = {"induction": ("I", "#ffffff"), "duplicate-token": ("D", "#ffffff"), "previous-token": ("P", "#ffffff"),
                "first-token/sink": ("S", "#ffffff"), "self": ("s", "#ffffff"), "local": ("L", "#ffffff"),
@@ -31,6 +32,18 @@ def _levels(values: np.ndarray) -> tuple[float, float]:
         return 0.0, 1.0
     low, high = float(finite.min()), float(finite.max())
     return (low, high) if high > low else (low - 0.5, high + 0.5)
+
+
+def _cell_ticks(count: int) -> list[tuple[float, str]]:
+    """A tick at the middle of each cell (every n-th when there are many), labelled by its index."""
+    step = max(1, count // 16)
+    return [(i + 0.5, str(i)) for i in range(0, count, step)]
+
+
+def badge_legend() -> str:
+    """One line naming each role's badge."""
+    return " · ".join(f"<b>{text}</b> {name}" for name, (text, _c) in ROLE_BADGES.items() if name != "mixed") + \
+        " · <b>·</b> mixed"
 
 
 class HeadGrid(pg.PlotWidget):
@@ -80,6 +93,8 @@ class HeadGrid(pg.PlotWidget):
                 badge.setPos(head + 0.5, layer + 0.5)
                 self.addItem(badge)
                 self._badges.append(badge)
+        self.getAxis("bottom").setTicks([_cell_ticks(heads)])
+        self.getAxis("left").setTicks([_cell_ticks(layers)])
         self.getViewBox().setRange(QRectF(0, 0, heads, layers), padding=0.02)
 
     def set_current(self, layer: int, head: int) -> None:
@@ -146,6 +161,7 @@ class AtlasPlot(pg.PlotWidget):
         self.addItem(self.keys)
         self.label = pg.TextItem("", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888"))
         self.label.setZValue(20)
+        self.label.setTextWidth(LABEL_PX)
         self.label.hide()
         self.addItem(self.label, ignoreBounds=True)
         self._xy = np.zeros((0, 2))
@@ -182,8 +198,12 @@ class AtlasPlot(pg.PlotWidget):
         if index is None:
             self.label.hide()
             return
-        self.label.setHtml(f"<div style='max-width: 360px'>{self._describe(index)}</div>")
-        self.label.setPos(*self._xy[index])
+        self.label.setHtml(self._describe(index))
+        (left, right), (bottom, top) = self.getViewBox().viewRange()
+        x, y = self._xy[index]
+        # the label opens towards the middle of the plot, so it is never cut at an edge
+        self.label.setAnchor((1 if x > (left + right) / 2 else 0, 0 if y > (bottom + top) / 2 else 1))
+        self.label.setPos(x, y)
         self.label.show()
 
     def _clicked(self, event) -> None:
@@ -200,4 +220,4 @@ def token_html(kind: str, token: str, text: str, limit: int = 240) -> str:
             f"<span style='color:#444'>{html.escape(context)}</span>")
 
 
-__all__ = ["KEY_COLOUR", "QUERY_COLOUR", "ROLE_BADGES", "AtlasPlot", "HeadGrid", "MetricHistogram", "token_html"]
+__all__ = ["KEY_COLOUR", "QUERY_COLOUR", "ROLE_BADGES", "AtlasPlot", "HeadGrid", "MetricHistogram", "badge_legend", "token_html"]

@@ -47,6 +47,7 @@ from .plots import (
     AtlasPlot,
     HeadGrid,
     MetricHistogram,
+    badge_legend,
     token_html,
 )
 
@@ -74,7 +75,7 @@ class CorpusView(QWidget):
         self._texts: dict[int, str] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
-        layout.addLayout(self._build_controls())
+        layout.addWidget(self._build_controls())
         split = QSplitter(Qt.Orientation.Horizontal, objectName="corpusSplit")
         split.addWidget(self._build_heads_side())
         split.addWidget(self._build_head_side())
@@ -83,8 +84,10 @@ class CorpusView(QWidget):
         self.show_store(None)
 
     # -- construction ---------------------------------------------------------------------------
-    def _build_controls(self) -> QGridLayout:
-        grid = QGridLayout()
+    def _build_controls(self) -> QWidget:
+        controls = QWidget(objectName="corpusControls")
+        grid = QGridLayout(controls)  # widgets are owned by a widget as they are added
+        grid.setContentsMargins(0, 0, 0, 0)
         self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText="a .txt / .jsonl / .csv / .parquet "
                                     "file or a folder of .txt files")
         self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
@@ -109,10 +112,10 @@ class CorpusView(QWidget):
         for col, widget in enumerate((QLabel("Store"), self.storeEdit, self.storeButton, self.tokensSpin)):
             grid.addWidget(widget, 1, col)
         row = QHBoxLayout()
+        grid.addLayout(row, 2, 0, 1, 5)
         for widget in (self.startButton, self.cancelButton, self.progressBar):
             row.addWidget(widget)
         row.addWidget(self.progressLabel, 1)
-        grid.addLayout(row, 2, 0, 1, 5)
         grid.addWidget(self.modelLabel, 3, 0, 1, 5)
         grid.addWidget(self.errorLabel, 4, 0, 1, 5)
         grid.setColumnStretch(1, 1)
@@ -122,13 +125,14 @@ class CorpusView(QWidget):
         self.sampleButton.clicked.connect(self.sampleRequested)
         self.startButton.clicked.connect(self.startRequested)
         self.cancelButton.clicked.connect(self.cancelRequested)
-        return grid
+        return controls
 
     def _build_heads_side(self) -> QWidget:
         side = QWidget()
         layout = QVBoxLayout(side)
         layout.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
+        layout.addLayout(row)
         self.metricCombo = QComboBox(objectName="corpusMetric")
         self.metricCombo.addItems(list(METRICS))
         self.partCombo = QComboBox(objectName="corpusPart")
@@ -137,7 +141,6 @@ class CorpusView(QWidget):
         row.addWidget(self.metricCombo)
         row.addWidget(self.partCombo)
         row.addWidget(self.storeLabel, 1)
-        layout.addLayout(row)
         split = QSplitter(Qt.Orientation.Vertical)
         self.grid = HeadGrid()
         self.histogram = MetricHistogram()
@@ -151,6 +154,8 @@ class CorpusView(QWidget):
             split.addWidget(widget)
         split.setSizes([300, 140, 260])
         layout.addWidget(split, 1)
+        self.badgeLabel = QLabel(badge_legend(), objectName="corpusBadges", wordWrap=True)
+        layout.addWidget(self.badgeLabel)
         self.metricCombo.currentTextChanged.connect(self._metric_changed)
         self.partCombo.currentTextChanged.connect(self._part_changed)
         self.grid.cellClicked.connect(lambda layer, head: self.headSelected.emit(self.part(), layer, head))
@@ -164,15 +169,16 @@ class CorpusView(QWidget):
         self.headLabel = QLabel("click a head in the grid or the table", objectName="corpusHeadLabel")
         layout.addWidget(self.headLabel)
         lists = QHBoxLayout()
+        layout.addLayout(lists, 2)
         self.topList, self.bottomList = QListWidget(objectName="corpusTop"), QListWidget(objectName="corpusBottom")
         for title, widget in (("highest", self.topList), ("lowest", self.bottomList)):
             column = QVBoxLayout()
+            lists.addLayout(column)
             column.addWidget(QLabel(f"<b>{title}</b> (double-click: open in the heatmaps)"))
             column.addWidget(widget)
             widget.setWordWrap(True)
             widget.itemActivated.connect(lambda item: self.textOpened.emit(int(item.data(TEXT_ID))))
-            lists.addLayout(column)
-        layout.addLayout(lists, 2)
+
         self.atlasLabel = QLabel(f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
                                  f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
                                  "click: open the text)", objectName="corpusAtlasLabel")
@@ -217,7 +223,7 @@ class CorpusView(QWidget):
             self.progressBar.setValue(value)
         self.progressLabel.setText(message)
 
-    def metric(self) -> str:
+    def current_metric(self) -> str:  # not "metric": QWidget.metric is the paint device's (grab() calls it)
         return self.metricCombo.currentText()
 
     def part(self) -> str:
@@ -267,10 +273,10 @@ class CorpusView(QWidget):
         heads = self.part_heads()
         if heads is None or heads.empty:
             self.grid.set_values(np.zeros((0, 0)), np.zeros((0, 0), dtype=object))
-            self.histogram.set_values(np.zeros(0), self.metric())
+            self.histogram.set_values(np.zeros(0), self.current_metric())
             return
-        self.grid.set_values(self.pivot(self.metric()), self.pivot("role"))
-        self.histogram.set_values(heads[self.metric()].to_numpy(float), self.metric())
+        self.grid.set_values(self.pivot(self.current_metric()), self.pivot("role"))
+        self.histogram.set_values(heads[self.current_metric()].to_numpy(float), self.current_metric())
 
     def _fill_table(self) -> None:
         columns = ["part", "layer", "head", "role", *METRICS]

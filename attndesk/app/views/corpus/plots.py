@@ -12,7 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
 from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import QGraphicsRectItem
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
 LABEL_PX = 340  # the hover label's width: a long text wraps
@@ -156,6 +156,10 @@ class AtlasPlot(pg.PlotWidget):
         self.setObjectName("corpusAtlas")
         self.queries = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(QUERY_COLOUR), name="queries")
         self.keys = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(KEY_COLOUR), name="keys")
+        for item in (self.queries, self.keys):
+            # drawn once per view change into a pixmap: the hover label moving over 100,000 points
+            # then blits it instead of drawing every point again
+            item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.addLegend(offset=(8, 8))
         self.addItem(self.queries)
         self.addItem(self.keys)

@@ -174,3 +174,30 @@ def test_file_menu_reopens_a_store(qtbot, window, tmp_path, monkeypatch):
     action.trigger()
     qtbot.waitUntil(lambda: other.store is not path_before and view.errorLabel.text() == "", timeout=TIMEOUT_MS)
     assert str(other.store.path) == str(tmp_path / "store") and view.table.rowCount() == 8
+
+
+def test_the_atlas_hover_finds_the_nearest_point_in_screen_pixels(qtbot):
+    from attndesk.app.views.corpus import CorpusView
+
+    view = CorpusView()
+    qtbot.addWidget(view)
+    view.resize(1200, 800)
+    view.show()
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0, 1, 1000), rng.normal(0, 100, 1000)  # unequal scales: nearness is in pixels, not data units
+    view.set_atlas(x, y, np.arange(1000) % 2 == 0, np.arange(1000), np.zeros(1000, int), ["t"] * 1000,
+                   {i: f"text {i}" for i in range(1000)})
+    plot, box = view.atlas, view.atlas.getViewBox()
+    assert len(plot.queries.data) == len(plot.keys.data) == 500
+    for index in (0, 17, 999):
+        scene = box.mapViewToScene(QPointF(x[index], y[index]))
+        px = np.array([[box.mapViewToScene(QPointF(a, b)).x(), box.mapViewToScene(QPointF(a, b)).y()]
+                       for a, b in zip(x, y)])
+        expected = int(np.argmin(((px - [scene.x(), scene.y()]) ** 2).sum(axis=1)))
+        assert plot.nearest(scene) == expected
+        plot._hover(scene)
+        assert plot.label.isVisible() and f"text {expected}" in plot.label.textItem.toHtml()
+        with qtbot.waitSignal(view.textOpened) as opened:
+            plot._clicked(type("Click", (), {"scenePos": lambda self, s=scene: s})())
+        assert opened.args == [expected]
+    assert plot.nearest(box.mapViewToScene(QPointF(1e6, 1e6))) is None

@@ -85,7 +85,7 @@ class HeadGrid(pg.PlotWidget):
             self.removeItem(badge)
         self._badges = []
         layers, heads = self._values.shape
-        if layers * heads <= 4096:  # a badge per cell stays legible (and cheap) up to this many heads
+        if layers * heads <= 1024:  # a badge per cell stays legible (and cheap: a TextItem each) up to this many heads
             for (layer, head), role in np.ndenumerate(roles):
                 text, colour = ROLE_BADGES.get(str(role), ("?", "#ffffff"))
                 badge = pg.TextItem(text, color=colour, anchor=(0.5, 0.5))

@@ -163,7 +163,7 @@ class AtlasPlot(pg.PlotWidget):
         self.addLegend(offset=(8, 8))
         self.addItem(self.queries)
         self.addItem(self.keys)
-        self.label = pg.TextItem("", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888"))
+        self.label = pg.TextItem("", color="#111111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888"))
         self.label.setZValue(20)
         self.label.setTextWidth(LABEL_PX)
         self.label.hide()

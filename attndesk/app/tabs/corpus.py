@@ -269,6 +269,8 @@ class CorpusTab(TabPresenter):
             return
         state = self.state
         state.text = text
+        if self.store.manifest["model"].get("family") == "encoder-decoder":
+            state.target_text = text  # the pass teacher-forces the text itself through the decoder
         if state.mode != mode:
             state.mode = mode
         state.pretrained.part = part

@@ -14,8 +14,9 @@ import sys
 import threading
 from pathlib import Path
 
+from attndesk.resources import CORPUS_SAMPLE as SAMPLE
+
 NAME = "corpus"
-SAMPLE = Path(__file__).resolve().parent / "resources" / "corpus_sample.txt"
 GRID_METRICS = ("entropy", "distance", "self", "previous", "first", "previous_token_score", "duplicate_token_score",
                 "induction_score")
 

@@ -7,9 +7,22 @@ scores, a role), per-text metrics and a query/key atlas, stored as Parquet + Duc
 >>> store.heads.head()                                               # doctest: +SKIP
 
 Qt-free: a window drives it through ``progress`` (``CorpusProgress``) and ``cancel`` (an Event).
+The names below are imported on first use, so ``attndesk.corpus.metrics`` alone (a window's list
+of metrics) does not load pandas, pyarrow and DuckDB.
 """
 
-from .engine import ATLAS_POINTS, ENGINES, CorpusProgress, analyze_corpus
-from .store import CorpusStore, open_corpus
+from __future__ import annotations
 
-__all__ = ["ATLAS_POINTS", "CorpusProgress", "CorpusStore", "ENGINES", "analyze_corpus", "open_corpus"]
+import importlib
+
+_WHERE = {"ATLAS_POINTS": "engine", "CorpusProgress": "engine", "ENGINES": "engine", "analyze_corpus": "engine",
+          "CorpusStore": "store", "open_corpus": "store"}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+
+
+__all__ = ["ATLAS_POINTS", "ENGINES", "CorpusProgress", "CorpusStore", "analyze_corpus", "open_corpus"]

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -40,8 +41,9 @@ from .worker import JobRunner
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
-# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, and small chores
-UNTURNED = frozenset({"present", "memory", "hub-cache"})
+# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores, and
+# the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store queries
+UNTURNED = frozenset({"present", "memory", "hub-cache", "corpus", "corpus-query"})
 
 
 def _cells(shown: Shown) -> int:
@@ -371,13 +373,15 @@ class _Channel:
     bound: int = 0
     done: Callable[[Any], None] | None = None
     failed: Callable[[str], None] | None = None
+    progress: Callable[[float, str], None] | None = None
 
 
 class SideJobs(QObject):
     """Background work beside the main run, one thread per channel (started on first use).
 
     ``submit(channel, fn, *args, done=..., failed=..., scope="run", **kwargs)``: the newest job of a channel
-    replaces an older one; ``done(result)`` is called in the GUI thread only if the job is still
+    replaces an older one; ``progress(fraction, message)``, if given, gets the job's progress reports
+    (a ``fn`` taking ``progress`` / ``should_cancel`` keywords, see ``worker``); ``done(result)`` is called in the GUI thread only if the job is still
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
@@ -391,19 +395,20 @@ class SideJobs(QObject):
         self._closed = False
 
     def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], None],
-               failed: Callable[[str], None] | None = None, scope: str | None = "run", **kwargs: Any) -> None:
+               failed: Callable[[str], None] | None = None, scope: str | None = "run",
+               progress: Callable[[float, str], None] | None = None, **kwargs: Any) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
         ch.tag = next(self._controller._ids)
-        ch.scope, ch.done, ch.failed = scope, done, failed
+        ch.scope, ch.done, ch.failed, ch.progress = scope, done, failed, progress
         ch.bound = self._id_for(scope)
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
 
     def cancel(self, channel: str) -> None:
         ch = self._channels.get(channel)
         if ch is not None:
-            ch.done = ch.failed = None
+            ch.done = ch.failed = ch.progress = None
             ch.runner.cancel()
 
     def is_busy(self, channel: str) -> bool:
@@ -434,16 +439,21 @@ class SideJobs(QObject):
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
+            runner.progress.connect(lambda tag, fraction, message, ch=ch: self._progress(ch, tag, fraction, message))
             self._channels[name] = ch
         return self._channels[name]
+
+    def _progress(self, ch: _Channel, tag: int, fraction: float, message: str) -> None:
+        if tag == ch.tag and ch.progress is not None:
+            ch.progress(fraction, message)
 
     def _answer(self, ch: _Channel, tag: int, result: Any, message: str | None) -> None:
         if tag != ch.tag or (ch.scope is not None and ch.bound != self._id_for(ch.scope)):
             return  # an older job of the channel, or for a result no longer on screen
         callback = ch.done if message is None else ch.failed
-        ch.done = ch.failed = None
+        ch.done = ch.failed = ch.progress = None
         if callback is not None:
             callback(result if message is None else message)
 
 
-__all__ = ["ComputeController", "Modes", "PATIENCE_S", "SideJobs"]
+__all__ = ["PATIENCE_S", "ComputeController", "Modes", "SideJobs"]

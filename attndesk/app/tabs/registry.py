@@ -16,8 +16,9 @@ Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
@@ -32,6 +33,7 @@ from ..pretrained.patching import PATCHING_TAB, PatchingTab
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
 from ..views.attribution import AttributionView
 from ..views.compare import CompareView
+from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
 from ..views.implementation import ImplementationPanel
@@ -42,6 +44,7 @@ from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from .compare import CompareTab
+from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
 from .implementation import ImplementationTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
@@ -65,7 +68,7 @@ class TabSpec:
     title: str
     tooltip: str
     view: Callable[[], QWidget]
-    presenter: Callable[["Assembly", QWidget], QObject] | None = None
+    presenter: Callable[[Assembly, QWidget], QObject] | None = None
     modes: frozenset[str] = EVERY_MODE
     model_kinds: frozenset[str] | None = None
     unavailable: Callable[[AppState], str | None] | None = None
@@ -78,12 +81,12 @@ class TabSpec:
         return self.model_kinds is None or mode_kind != PRETRAINED or model_kind in self.model_kinds
 
 
-def _presenter(cls) -> Callable[["Assembly", QWidget], QObject]:
+def _presenter(cls) -> Callable[[Assembly, QWidget], QObject]:
     """The usual presenter: ``cls(state, compute, view, parent=view)`` (it lives as long as its view)."""
     return lambda ui, view: cls(ui.state, ui.compute, view, view)
 
 
-def _generation(ui: "Assembly", view: QWidget) -> QObject:
+def _generation(ui: Assembly, view: QWidget) -> QObject:
     return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
 
 
@@ -95,6 +98,10 @@ def _interp(cls) -> Callable[["Assembly", QWidget], QObject]:
 def _next_token(cls) -> Callable[[AppState], str | None]:
     """The reason a next-token tab is off for the model's kind (an encoder-only model), or None."""
     return lambda state: family_reason(state.mode, cls.WHAT) if state.mode.kind == PRETRAINED else None
+
+
+def _corpus(ui: Assembly, view: QWidget) -> QObject:
+    return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, view, parent=view)
 
 
 def _grid_page() -> QWidget:
@@ -116,6 +123,8 @@ TABS: tuple[TabSpec, ...] = (
             _presenter(RolloutTab)),
     TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
+    TabSpec(CORPUS_TAB, "Corpus", "every head over many texts: metrics, roles, top texts and the query/key atlas "
+            "(a pretrained model; the packaged MiniLM in toy mode)", CorpusView, _corpus),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "

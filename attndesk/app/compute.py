@@ -31,6 +31,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
 
+from .holdings import WindowLedger
 from .results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from .state import AppState, ModeChoice, ModeId
 from .status import StatusModel
@@ -41,7 +42,7 @@ PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
 # side channels that never wait for a turn (app/turns.py): presenting the run itself, and small chores
-UNTURNED = frozenset({"present", "memory", "hub-cache"})
+UNTURNED = frozenset({"present", "memory", "models", "hub-cache"})
 
 
 def _cells(shown: Shown) -> int:
@@ -140,6 +141,10 @@ class ComputeController(QObject):
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
         self._trim_timer.timeout.connect(lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None))
         self.side = SideJobs(self)
+        # every holding of the window against the one memory budget (app/holdings.py)
+        self.holdings = WindowLedger(state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None,
+                                                                                scope=None), self)
+        self.ledger = self.holdings.ledger
         for group in (state.events, state.view.events, state.pretrained.events):
             group.connect(self._on_state_changed)
 
@@ -329,6 +334,7 @@ class ComputeController(QObject):
             self._trim_timer.start()  # a much smaller run replaced a large one: give its memory back
         self._shown = shown
         self.status.say(done_line(shown))
+        self.holdings.hold_run(shown)
         self.side.on_published(shown)
         self.published.emit(shown)
 

@@ -141,6 +141,10 @@ class MemoryLedger:
         with self._lock:
             return _total(self._holdings + ([extra] if extra is not None else []))
 
+    def free(self) -> int | None:
+        """Bytes the budget has left beside what is held (None: no budget)."""
+        return None if self._budget is None else max(0, self._budget - self.total())
+
     # -- changes ---------------------------------------------------------------------------------
     def hold(self, owner: str, label: str, size: int | Iterable[Any], release: Release | None = None, *,
              protected: bool = False, strict: bool = True) -> Holding:
@@ -216,8 +220,12 @@ class MemoryLedger:
         candidates = sorted((h for h in self._holdings if h.release_fn is not None), key=lambda h: (h.protected, h.used))
         extra = [new] if new is not None else []
         for holding in candidates:
-            if _total(self._holdings + extra) <= self._budget:
+            total = _total(self._holdings + extra)
+            if total <= self._budget:
                 break
+            rest = [h for h in self._holdings if h is not holding]
+            if _total(rest + extra) == total:
+                continue  # it shares every block with what stays (A pinned from the run on screen): keep it
             self._holdings.remove(holding)
             holding.alive = False
             doomed.append(holding)
@@ -254,8 +262,10 @@ def arrays_of(obj: Any, depth: int = 3) -> list[Any]:
 
 
 def _collect(obj: Any, depth: int, found: list[Any], seen: set[int]) -> None:
-    if obj is None or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool)):
+    if obj is None or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type)):
         return
+    if type(obj).__module__.startswith(("torch.nn", "transformers", "PySide6")):
+        return  # a model (a holding of its own) or a widget, not an array a result keeps
     seen.add(id(obj))
     if _block(obj) is not None:
         found.append(obj)
@@ -265,6 +275,8 @@ def _collect(obj: Any, depth: int, found: list[Any], seen: set[int]) -> None:
     if isinstance(obj, dict):
         children = list(obj.values())
     elif isinstance(obj, (list, tuple)):
+        if len(obj) > 64 and isinstance(obj[0], (str, bytes, int, float)):
+            return  # token strings, ids: nothing an array could hide in
         children = list(obj)
     else:
         children = list(getattr(obj, "__dict__", {}).values())

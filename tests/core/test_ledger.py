@@ -130,3 +130,14 @@ def test_arrays_of_finds_the_arrays_a_result_keeps():
 
     found = arrays_of(Result())
     assert sorted(type(x).__name__ for x in found) == ["Tensor", "ndarray", "ndarray"]
+
+
+def test_a_holding_that_frees_nothing_is_kept():
+    ledger, owner = MemoryLedger(10 * MiB), Owner()
+    run = np.ones(8 * MiB, dtype=np.uint8)
+    ledger.hold("window", "run", [run], None, protected=True)
+    pinned = ledger.hold("compare", "pinned A", [run], lambda why: owner.reasons.setdefault("A", why))
+    owner.keep(ledger, "b", 2)
+    ledger.set_budget(4 * MiB)  # over budget, but letting A go frees nothing: only b goes
+    assert pinned in ledger.holdings() and "A" not in owner.reasons and "b" not in owner.kept
+    assert ledger.free() == 0

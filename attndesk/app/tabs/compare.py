@@ -2,8 +2,8 @@
 
 B is the result on screen (a real model: the layer shown). Large pairs (A, B and B − A drawn
 from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are
-side jobs; a new result cancels a teaching pair made for the old settings. A pinned A and B − A
-are held to the memory budget as it is now.
+side jobs; a new result cancels a teaching pair made for the old settings. A pinned A, a teaching
+pair and B − A are held in the window's memory ledger (app/holdings.py) beside the run on screen.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class CompareTab(TabPresenter):
         view.set_frame_runner(self._run_frame)
         state.view.events.target.connect(self._follow_head)
         view.memory_budget = lambda: state.config.budget_bytes
-        state.events.config.connect(lambda config: view.fit_budget(config.budget_bytes))
+        view.ledger = compute.ledger  # A, a teaching pair and B − A are held with everything else
 
     def show(self, shown: Shown) -> None:  # noqa: A003
         if not shown.indexable:

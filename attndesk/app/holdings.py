@@ -84,8 +84,9 @@ class WindowLedger(QObject):
             for model in models:
                 alive.add(id(model))
                 if id(model) not in self._models:
-                    name = getattr(model, "name", "")
-                    label = f"the {kind} {name}".rstrip() + " (cached)"
+                    count = sum(p.numel() for p in module_of(model).parameters())
+                    name = getattr(model, "name", f"of {count:,} parameters")
+                    label = f"the {kind} {name} (cached)"
                     self._models[id(model)] = self.ledger.hold(
                         "models", label, model_parts(module_of(model)),
                         lambda why, m=model, f=forget: self._forget_later(lambda: f([m])), strict=False)

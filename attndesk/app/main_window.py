@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.parametersPanel = ParametersPanel(self.state)
         self.heatmapPanel = HeatmapPanel()
         self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
+        self.heatmapPanel.ledger = self.compute.ledger
         self.timingPanel = TimingPanel()
         self.viewTabs = QTabWidget(objectName="viewTabs")
         self.viewTabs.setDocumentMode(True)

@@ -45,6 +45,10 @@ class CompareTab(TabPresenter):
             where = f"layer {shown.layer}" if shown.layer is not None else ""
             self.view.set_result(Operand.of_map(shown.map, shown.output, where))
 
+    def copies(self) -> list:
+        """None as a whole: the view holds A, a teaching pair and B − A in the ledger one by one."""
+        return []
+
     def release(self) -> None:
         self.compute.side.cancel("compare")
         self.view.release()

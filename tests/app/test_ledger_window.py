@@ -1,0 +1,109 @@
+"""The window's memory ledger, driven through the real window: a pinned A, a teaching pair and
+B − A are held beside the run on screen; lowering the budget lets go of them (least recently used
+first, saying so on the status line) and of nothing still drawn."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from tests.app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse)
+
+TIMEOUT_MS = 20000
+MiB = 2**20
+TEXT = " ".join(f"w{i % 97}" for i in range(240))  # 4 heads x 240^2 float32: 0.9 MiB of weights
+
+
+@pytest.fixture
+def window(qtbot):
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.state.update({"text": TEXT, "config": w.state.config.replace(num_heads=4)})
+    yield w
+    dispose(w)
+
+
+def labels(ledger) -> list[str]:
+    return [h.label for h in ledger.holdings()]
+
+
+def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_drawn(qtbot, window):
+    w, ledger = window, window.compute.ledger
+    view = w.teaching.compareView
+    w.viewTabs.setCurrentWidget(view)
+    messages: list[str] = []
+    w.status.events.message.connect(messages.append)
+    a = w.displayed_result().toy.result
+    view.pin()
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.state.set_config(seed=a.config.seed + 1)  # B: another model; A now costs its own bytes
+    qtbot.waitUntil(lambda: view.diff() is not None, timeout=TIMEOUT_MS)
+    view.teachButtons["scaled"].click()
+    qtbot.waitUntil(lambda: view.teaching() is not None, timeout=TIMEOUT_MS)
+    held = labels(ledger)
+    assert any(x.startswith("the run on screen") for x in held) and "pinned A" in held
+    assert any("teaching pair" in x for x in held) and "B − A and the compare pictures" in held
+    assert any(x.startswith("the toy model") for x in held)  # the model cache is held too
+    run = next(h for h in ledger.holdings() if h.label.startswith("the run on screen"))
+    assert run.nbytes >= a.weights.nbytes and ledger.total() <= ledger.budget
+
+    # room for the run on screen (its full path needs 2.3 MiB) and not for all the rest
+    budget = 3 * MiB
+    assert ledger.total() > budget
+    watched = weakref.ref(a.weights)
+    del a
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.state.set_config(memory_budget=budget)  # the budget is the config's: B runs again under it
+    qtbot.waitUntil(lambda: view.pinned_result() is None and view.teaching() is None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not w.compute.is_pending() and not w.compute.side.any_busy(), timeout=TIMEOUT_MS)
+    qtbot.wait(50)  # posted releases and lines
+    assert ledger.budget == budget and ledger.total() <= budget
+    said = [m for m in messages if "let go of" in m]
+    assert any("pinned A" in m for m in said) and any("teaching pair" in m for m in said)
+    assert "A was unpinned" in view.plotA.message.text()
+    # nothing drawn was freed under it: what is held is what is drawn
+    run = next(h for h in ledger.holdings() if h.label.startswith("the run on screen"))
+    source = w.heatmaps().source()
+    assert source is not None and run.alive and w.displayed_result().map.weights is source.base_map.weights
+    assert view.displayed()[0] is None and view.displayed()[1] is not None  # A cleared, B still drawn
+    gc.collect()
+    assert watched() is None  # A's weights were really let go, not only struck off the books
+
+
+def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
+    w, ledger = window, window.compute.ledger
+    run = next(h for h in ledger.holdings() if h.label.startswith("the run on screen"))
+    ledger.set_budget(run.nbytes + 1024)
+    view = w.teaching.compareView
+    w.viewTabs.setCurrentWidget(view)
+    view.teachButtons["masked"].click()  # two runs of the model: more than 1 KiB
+    qtbot.waitUntil(lambda: "comparison not shown" in view.maxLabel.text() or view.teaching() is not None,
+                    timeout=TIMEOUT_MS)
+    assert view.teaching() is None
+    assert "fits in the" in view.maxLabel.text() and "the run on screen" in view.maxLabel.text()
+    assert ledger.total() <= ledger.budget or all(h.release_fn is None or h.protected for h in ledger.holdings())
+
+
+def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
+    w, ledger = window, window.compute.ledger
+    tabs = w.teaching
+    w.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
+    held = next(h for h in ledger.holdings() if "step through" in h.label)
+    assert held.protected and held.nbytes > 0
+    w.viewTabs.setCurrentWidget(tabs.headStatsView)  # left: no longer protected
+    hidden = next(h for h in ledger.holdings() if "step through" in h.label)
+    assert not hidden.protected
+    protected = [h for h in ledger.holdings() if h.protected]
+    for _ in range(10):  # a byte more than is free each time: the least recently used unprotected one goes
+        if not hidden.alive:
+            break
+        ledger.reserve(ledger.free() + 1, "a test's array")
+    qtbot.wait(50)
+    assert not hidden.alive and all(h.alive for h in protected)
+    assert not any("step through" in x for x in labels(ledger))
+    assert tabs.stepThroughView.infoLabel.text() == ""  # the tab let go of its stages
+    w.viewTabs.setCurrentWidget(tabs.stepThroughView)  # shown again: drawn again, and held again
+    qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)

@@ -269,37 +269,39 @@ def _real_model_arguments(render: argparse.ArgumentParser) -> None:
                       help="with --model: only layer N (from 0; default every layer)")
 
 
-def _model_arguments(render: argparse.ArgumentParser) -> None:
-    from attndesk.core.config import MASK_KINDS, POSITIONS, AttentionConfig
-    from attndesk.core.devices import DEVICE_NAMES, DTYPES
+def _model_arguments(render: argparse.ArgumentParser, fields=None) -> None:
+    """One flag per field of the spec (``core.config.FIELDS``): its dest is the field, its default,
+    choices, type and help come from the spec. ``--no-positional`` is the old name of ``--position none``."""
+    from attndesk.core.config import FIELDS
 
-    defaults = AttentionConfig()
     model = render.add_argument_group("model parameters (as in the window's panel)")
-    model.add_argument("--embed-dim", type=_positive_int, default=defaults.embed_dim, help="embedding dimension (default %(default)s)")
-    model.add_argument("--hidden-dim", type=_positive_int, default=defaults.hidden_dim, help="hidden dim of the single-head case, --heads 1 (default %(default)s)")
-    model.add_argument("--heads", dest="num_heads", type=_positive_int, default=defaults.num_heads, help="number of heads; must divide --embed-dim (default %(default)s)")
-    model.add_argument("--mask", choices=MASK_KINDS, default=defaults.mask, help="which cells may not be attended (default %(default)s)")
-    model.add_argument("--no-scale", dest="scaled", action="store_false", help="do not divide the scores by sqrt(d_k)")
+    for spec in FIELDS if fields is None else fields:
+        if spec.kind is bool:
+            model.add_argument(spec.flag, dest=spec.dest, action=spec.cli_action(), help=spec.help())
+            continue
+        extra = {"choices": spec.choices} if spec.choices else {"type": _arg_type(spec), "metavar": spec.metavar}
+        model.add_argument(spec.flag, dest=spec.dest, default=spec.default, action=_Given, help=spec.help(), **extra)
     model.add_argument("--no-positional", dest="positional", action="store_const", const=False, default=None,
                        help="no positional encoding (the same as --position none)")
-    model.add_argument("--position", choices=POSITIONS, default=None,
-                       help="where token order enters: sinusoidal (added to the embeddings), rope (rotates Q and K), "
-                            f"alibi (a distance penalty on the scores) or none (default {defaults.position})")
-    model.add_argument("--kv-heads", type=_positive_int, default=None, metavar="KV",
-                       help="K/V heads shared by the query heads; must divide --heads (1 = multi-query; default: one per head)")
-    model.add_argument("--window", type=_positive_int, default=None, metavar="W",
-                       help="sliding window: query i sees key j only when |i - j| < W (default: global)")
-    model.add_argument("--softcap", type=_float, default=None, metavar="C",
-                       help="soft-cap the scaled scores at C tanh(s / C), e.g. 50 as Gemma 2 (default: none)")
-    model.add_argument("--dropout", type=_float, default=defaults.dropout, help="dropout on the weights, in [0, 1); acts only with --train (default %(default)s)")
-    model.add_argument("--train", dest="training", action="store_true", help="training mode (dropout active); default is eval mode")
-    model.add_argument("--seed", type=_int, default=defaults.seed, help="seed of the random model weights (default %(default)s)")
-    model.add_argument("--device", choices=DEVICE_NAMES, default=defaults.device, help="torch device; auto picks the best available (default %(default)s)")
-    model.add_argument("--dtype", choices=tuple(DTYPES), default=defaults.dtype, help="compute precision (default %(default)s)")
-    model.add_argument("--pad-to", type=_positive_int, default=None, metavar="N", help="pad the token sequence to N with [PAD]")
-    model.add_argument("--vocab-size", type=_positive_int, default=defaults.vocab_size, help="vocabulary size of the word tokenizer (default %(default)s)")
-    model.add_argument("--no-bias", dest="bias", action="store_false", help="Linear layers without bias")
-    model.add_argument("--memory-budget", type=_bytes, default=None, metavar="BYTES", help="memory the weights may take, e.g. 2G (default: derived from RAM)")
+    render.set_defaults(given=())
+
+
+class _Given(argparse.Action):
+    """Stores the value and records that the flag was given (``args.given``), so that a flag equal
+    to its default still counts (``--no-positional --position sinusoidal`` contradicts itself)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = (*getattr(namespace, "given", ()), self.dest)
+
+
+def _arg_type(spec):
+    """A field's argument type: sizes for bytes, whole numbers (positive when the field's are), numbers."""
+    if spec.unit == "bytes":
+        return _bytes
+    if spec.kind is int:
+        return _positive_int if (spec.low or 0) >= 1 else _int
+    return _float
 
 
 def _output_arguments(render: argparse.ArgumentParser) -> None:
@@ -329,9 +331,12 @@ def config_from_args(args: argparse.Namespace):
     from attndesk.app.state import state_from_flags
     from attndesk.core.errors import ConfigError
 
-    if args.positional is False and args.position not in (None, "none"):
-        raise ConfigError(f"--no-positional contradicts --position {args.position}: give one of them")
-    return state_from_flags(vars(args)).config.validate()
+    flags = dict(vars(args))
+    if flags.pop("positional", None) is False:
+        if "position" in getattr(args, "given", ()) and args.position != "none":
+            raise ConfigError(f"--no-positional contradicts --position {args.position}: give one of them")
+        flags["position"] = "none"
+    return state_from_flags(flags).config.validate()
 
 
 def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:

@@ -10,18 +10,23 @@ import argparse
 
 from attndesk.core.errors import ConfigError
 
-# flags of the toy model's panel that a real model's fixed architecture ignores: refused, not dropped
-TOY_ONLY = ("embed_dim", "hidden_dim", "num_heads", "positional", "position", "kv_heads", "window", "softcap",
-            "dropout", "training", "seed", "device", "dtype", "pad_to", "vocab_size", "bias")
+def toy_only(fields=None) -> tuple[str, ...]:
+    """The dests of the flags a real model's fixed architecture ignores (refused, not dropped): every
+    field whose spec says a real model does not act on it, and the old ``--no-positional``."""
+    from attndesk.core.config import FIELDS
+
+    return (*(spec.dest for spec in (FIELDS if fields is None else fields) if spec.real_model != "acts"), "positional")
 
 
 def check_model_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
     """ConfigError naming the first flag that has no meaning for a real model."""
-    for dest in TOY_ONLY:
+    from attndesk.core.config import FIELDS
+
+    flags = {spec.dest: spec.flag for spec in FIELDS} | {"positional": "--no-positional"}
+    for dest in toy_only():
         if getattr(args, dest) != getattr(defaults, dest):
-            flag = "--heads" if dest == "num_heads" else "--" + dest.replace("_", "-")
-            flag = {"--positional": "--no-positional", "--training": "--train", "--bias": "--no-bias"}.get(flag, flag)
-            raise ConfigError(f"{flag} sets the toy model; a real model (--model) has its own architecture: leave it out")
+            raise ConfigError(f"{flags[dest]} sets the toy model; a real model (--model) has its own architecture: "
+                              "leave it out")
     if args.key_text is not None or args.key_text_file is not None:
         raise ConfigError("--key-text is the toy model's cross-attention; an encoder-decoder's decoder text is --target")
 
@@ -52,4 +57,4 @@ def model_maps(run, layer: int | None) -> list:
     return maps
 
 
-__all__ = ["TOY_ONLY", "check_model_flags", "model_maps", "model_run"]
+__all__ = ["check_model_flags", "model_maps", "model_run", "toy_only"]

@@ -8,6 +8,9 @@ the field and the window stays as it was. Keys a file does not have take the def
 Version 1 files (attndesk before the state model: the mode as its display string, the view
 settings at top level, ``positional: bool`` in the config) are read by translating them to
 version 2 first. Saving is atomic (the renderer's ``atomic_write``).
+
+The ``config`` object's keys are the field spec's names (``core.config.FIELDS``: the config's
+dump), and ``window_problem`` refuses a value beyond what the field's control can show.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from pydantic import (
     BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, PlainValidator, model_validator,
 )
 
-from attndesk.core.config import AttentionConfig
+from attndesk.core.config import FIELDS, AttentionConfig
 from attndesk.core.types import MEAN
 
 COLORMAP_NAMES = ("viridis", "magma", "CET-L1")
@@ -105,18 +105,17 @@ Pair = Annotated[tuple[Index, Index], BeforeValidator(_tuples)]
 Region = Annotated[tuple[Pair, Pair], BeforeValidator(_tuples)]
 
 
-# What the window's controls can show: a session beyond these is refused, never clamped by a spin box
-# (the core's own limits are checked by AttentionConfig.validate()).
-WINDOW_MAX = {"embed_dim": 2**31 - 1, "hidden_dim": 2**31 - 1, "num_heads": 2**31 - 1, "seed": 2**31 - 1,
-              "pad_to": 2**31 - 1, "memory_budget": 2**50}
+# What the window's controls can show (each field's spec says): a session beyond these is refused,
+# never clamped by a spin box (the core's own limits are checked by AttentionConfig.validate()).
+WINDOW_MAX = {spec.name: spec.window_max for spec in FIELDS if spec.window_max is not None}
 
 
 def window_problem(config: AttentionConfig) -> str | None:
     """Which value the window cannot show (a QSpinBox holds 32-bit numbers), or None."""
-    for name, most in WINDOW_MAX.items():
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > most:
-            return f"{name} {value:,} is beyond what the window can show (at most {most:,})"
+    for spec in FIELDS:
+        problem = spec.window_problem(getattr(config, spec.name, None))
+        if problem is not None:
+            return problem
     return None
 
 
@@ -209,13 +208,10 @@ class AppState(EventedModel):
 
 
 def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_text: str | None = None) -> AppState:
-    """The state a command line describes (``attndesk render``): every flag whose name is a config
-    field sets it (the rest keep the core's defaults), a flag named like a view setting sets that."""
-    defaults = {**AttentionConfig().to_dict(), "positional": None}  # the old flag name, mapped by from_dict
-    # a flag left unset (None) keeps the default: --position unset is sinusoidal, --window unset global
-    config = AttentionConfig.from_dict({k: v for k, v in flags.items()
-                                        if k in defaults and (v is not None or defaults[k] is None) and
-                                        not (k == "positional" and v is None)})
+    """The state a command line describes (``attndesk render``): every flag named like a config
+    field (the spec's dest) sets it, the rest keep the core's defaults; a flag named like a view
+    setting sets that."""
+    config = AttentionConfig.from_dict({spec.name: flags[spec.name] for spec in FIELDS if spec.name in flags})
     view = {k: v for k, v in flags.items() if k in ("colormap", "shared_scale", "log_scale")}
     state = AppState(config=config, view=ViewState(**view))
     if text is not None:

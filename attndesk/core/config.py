@@ -9,17 +9,16 @@ from typing import Any
 
 import torch
 
-from .checks import boolean, choice, real_number, shown, type_name, whole_number
+from .checks import boolean, shown
 from .devices import DEVICE_NAMES, DTYPES, device_availability, available_devices
-from .errors import ConfigError, ConfigTypeError
+from .errors import ConfigError
+from .fields import Param, check_value, fields_of, param
 from .memory import check_length, check_parameters
 
 MASK_KINDS = ("none", "padding", "causal", "padding+causal")
 # where token order enters: added to the embeddings (sinusoidal), rotating Q and K (rope), a
 # distance penalty on the scores (alibi), or nowhere
 POSITIONS = ("sinusoidal", "rope", "alibi", "none")
-_WHOLE_FIELDS = ("embed_dim", "hidden_dim", "num_heads", "vocab_size")
-_FLAG_FIELDS = ("scaled", "training", "bias")
 
 
 def divisors(n: int) -> list[int]:
@@ -47,6 +46,18 @@ def default_memory_budget() -> int:
     return int(min(2 * 2**30, max(256 * 2**20, total // 8)))
 
 
+_ARCHITECTURE = dict(real_model="fixed")
+_VARIANT = dict(real_model="fixed", group="variant")
+_WINDOW_INT = 2**31 - 1  # a QSpinBox holds 32-bit numbers
+POSITION_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi", "none": "none"}
+POSITION_TIPS = {
+    "sinusoidal": "sin/cos waves added to the token embeddings (the 2017 Transformer)",
+    "rope": "rotary: Q and K of each head rotated by an angle proportional to the position (LLaMA, Mistral)",
+    "alibi": "no embedding: each head subtracts slope·|i − j| from its scores (BLOOM, MPT)",
+    "none": "no position information: the attention sees a bag of tokens",
+}
+
+
 @dataclass
 class AttentionConfig:
     """Hyper-parameters of a toy attention run. ``AttentionConfig()`` is valid as it stands.
@@ -58,26 +69,67 @@ class AttentionConfig:
     query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
     sees key j only when |i - j| < window; None = global) and a ``softcap`` C on the scaled
     scores (s -> C tanh(s / C); None = none).
+
+    Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
+    window's limits and the session keys are built from these declarations (``FIELDS``), in
+    this order (the panel's rows).
     """
 
-    embed_dim: int = 64
-    hidden_dim: int = 64
-    num_heads: int = 4
-    mask: str = "padding"
-    scaled: bool = True
-    position: str = "sinusoidal"
-    dropout: float = 0.0
-    training: bool = False  # dropout acts only in training mode
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"
-    pad_to: int | None = None
-    vocab_size: int = 16384
-    bias: bool = True
-    memory_budget: int | None = None  # bytes for the weights; None = default_memory_budget()
-    kv_heads: int | None = None  # None = num_heads (plain multi-head)
-    window: int | None = None  # tokens; None = every query sees every key
-    softcap: float | None = None  # None = no soft-capping
+    embed_dim: int = param(64, kind=int, label="Embedding dim", flag="--embed-dim", low=1, window_max=_WINDOW_INT,
+                           tip="Embedding size E of every token (split across the heads)", **_ARCHITECTURE)
+    num_heads: int = param(4, kind=int, label="Heads", flag="--heads", low=1, window_max=_WINDOW_INT, widget="heads",
+                           tip="Number of heads; must divide the embedding dim", **_ARCHITECTURE)
+    hidden_dim: int = param(64, kind=int, label="Hidden dim", flag="--hidden-dim", low=1, window_max=_WINDOW_INT,
+                            acts_when=lambda values: values["num_heads"] == 1,
+                            tip="Width d_k of the single head (used only when heads = 1)", **_ARCHITECTURE)
+    mask: str = param("padding", kind=str, label="Mask", flag="--mask", choices=MASK_KINDS, real_model="acts",
+                      tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones")
+    pad_to: int | None = param(None, kind=int, label="Pad to length", flag="--pad-to", low=1, none="no padding",
+                               control="zero", window_max=_WINDOW_INT, metavar="N",
+                               tip="Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
+    scaled: bool = param(True, kind=bool, label="Scale scores by 1/√d_k", flag="--no-scale", widget="scale",
+                         real_model="acts", tip="Divide the scores by √d_k before the softmax")
+    position: str = param("sinusoidal", kind=str, label="Position", flag="--position", choices=POSITIONS,
+                          choice_labels=POSITION_LABELS, choice_tips=POSITION_TIPS, **_VARIANT,
+                          tip="Where token order enters the attention: sinusoidal (added to the embeddings), rope "
+                              "(rotates Q and K), alibi (a distance penalty on the scores) or none")
+    kv_heads: int | None = param(None, kind=int, label="K/V heads", flag="--kv-heads", low=1, control="divisors",
+                                 of="num_heads", none="one per query head, plain multi-head", metavar="KV", **_VARIANT,
+                                 tip="Key/value heads shared by groups of query heads: fewer K/V heads, a smaller "
+                                     "K/V cache; must divide the heads (1 = multi-query)")
+    # the toy sentence has ~11 tokens, so a first window of 3 shows a clear band
+    window: int | None = param(None, kind=int, label="Window", flag="--window", low=1, none="global", unit="tokens",
+                               control="switch", suggested=3, window_max=_WINDOW_INT, metavar="W", **_VARIANT,
+                               must_be="a whole number of tokens >= 1 (1 = each query sees only itself) or None "
+                                       "for global attention",
+                               tip="Sliding window: query i sees key j only when |i − j| < W (Mistral, Gemma 2)")
+    # random toy weights give scaled scores of a few units, so a first cap of 1 visibly bends them
+    softcap: float | None = param(None, kind=float, label="Soft-cap", flag="--softcap", low=0.0, low_open=True,
+                                  high=1e6, none="no cap", control="switch", suggested=1.0, step=0.5, metavar="C",
+                                  must_be="a positive finite number (Gemma 2 uses 50) or None for no cap", **_VARIANT,
+                                  tip="Soft-cap: scaled scores s become C·tanh(s / C), bounded by ±C, before the mask "
+                                      "(Gemma 2 uses 50)")
+    dropout: float = param(0.0, kind=float, label="Dropout", flag="--dropout", low=0.0, high=1.0, high_open=True,
+                           step=0.05, tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)")
+    training: bool = param(False, kind=bool, label="Training mode (dropout on)", flag="--train", widget="train",
+                           tip="Training mode: dropout acts on the weights")
+    seed: int = param(0, kind=int, label="Seed", flag="--seed", low=0, high=2**63 - 1, window_max=_WINDOW_INT,
+                      tip="Seed of the random weights (same seed, same model)")
+    vocab_size: int = param(16384, kind=int, label="Vocabulary", flag="--vocab-size", low=3, window_max=_WINDOW_INT,
+                            must_be="at least 3 ([PAD], [UNK] and one word)",
+                            tip="Vocabulary size of the word tokenizer (rarer words become [UNK])")
+    bias: bool = param(True, kind=bool, label="Bias in the Linear layers", flag="--no-bias",
+                       tip="The Q, K, V and output Linear layers have a bias")
+    device: str = param("cpu", kind=str, label="Device", flag="--device", choices=DEVICE_NAMES,
+                        unavailable=device_availability,
+                        tip="Torch device; auto picks the best available")
+    dtype: str = param("float32", kind=str, label="Dtype", flag="--dtype", choices=tuple(DTYPES),
+                       tip="Compute precision")
+    memory_budget: int | None = param(None, kind=int, label="Memory budget", flag="--memory-budget", low=1,
+                                      none="auto", auto=default_memory_budget, unit="bytes", control="zero",
+                                      step=256, window_max=2**50, metavar="BYTES", real_model="acts",
+                                      tip="Memory the attention weights may take. Runs whose weights do not fit keep "
+                                          "a zoomable overview and recompute exact values on demand.")
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> "AttentionConfig":
@@ -85,7 +137,14 @@ class AttentionConfig:
 
         Types first (a wrong type is a ``ConfigTypeError``, also a TypeError), then ranges and
         the device, then sizes: the model's parameters and a padded length must fit in memory
-        (``memory.check_parameters``, ``memory.check_length``), checked before anything exists."""
+        (``memory.check_parameters``, ``memory.check_length``), checked before anything exists.
+
+        Checked once per set of values: the window's request, the run's plan and the run itself
+        each call validate() on the same config, and only the first one checks (a field changed
+        since is checked again; free memory and devices are read at that first check)."""
+        values = self._values()
+        if self.__dict__.get("_valid_as") == values:
+            return self
         self._check_fields()
         self._check_device()
         check_parameters(self)
@@ -97,36 +156,16 @@ class AttentionConfig:
         if self.pad_to is not None:
             check_length(self, self.pad_to, "pad_to", field="pad_to")
         self._check_variants()
+        self.__dict__["_valid_as"] = values
         return self
 
+    def _values(self) -> tuple:
+        """Every field's type and value (1, 1.0 and True differ: each is checked on its own)."""
+        return tuple((type(v), v) for v in (getattr(self, f.name) for f in dataclasses.fields(self)))
+
     def _check_fields(self) -> None:
-        for name in _WHOLE_FIELDS:
-            whole_number(name, getattr(self, name))
-        if self.vocab_size < 3:
-            raise ConfigError(f"vocab_size must be at least 3 ([PAD], [UNK] and one word), got {self.vocab_size}",
-                              field="vocab_size")
-        for name in _FLAG_FIELDS:
-            boolean(name, getattr(self, name))
-        choice("mask", self.mask, MASK_KINDS)
-        choice("dtype", self.dtype, DTYPES)
-        real_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
-        if self.pad_to is not None:
-            whole_number("pad_to", self.pad_to)
-        if self.memory_budget is not None:
-            whole_number("memory_budget", self.memory_budget)
-        choice("device", self.device, DEVICE_NAMES)
-        choice("position", self.position, POSITIONS)
-        if self.kv_heads is not None:
-            whole_number("kv_heads", self.kv_heads)
-        if isinstance(self.window, int) and not isinstance(self.window, bool) and self.window < 1:
-            raise ConfigError(f"window must be a whole number of tokens >= 1 (1 = each query sees only itself) "
-                              f"or None for global attention, got {self.window}", field="window")
-        if self.window is not None:
-            whole_number("window", self.window)
-        if self.softcap is not None and (isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float))):
-            raise ConfigTypeError(f"softcap must be a number or None, got {shown(self.softcap)} "
-                                  f"({type_name(self.softcap)})", field="softcap")
+        for spec in fields_of(type(self)):  # each field's own type, choices and range, as its spec declares
+            check_value(spec, getattr(self, spec.name))
 
     def _check_variants(self) -> None:
         """The modern-attention fields: each bad combination is named with what would work instead."""
@@ -138,9 +177,6 @@ class AttentionConfig:
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"RoPE rotates pairs of dimensions, so the head dimension must be even, "
                               f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}", field="position")
-        if self.softcap is not None and (not math.isfinite(self.softcap) or self.softcap <= 0):
-            raise ConfigError(f"softcap must be a positive finite number (Gemma 2 uses 50) or None for "
-                              f"no cap, got {self.softcap!r}", field="softcap")
 
     def check_cross_attention(self) -> None:
         """Refuse what needs ONE sequence: keys from another text have no distance to the queries.
@@ -211,6 +247,17 @@ class AttentionConfig:
         if unknown:
             raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}")
         return cls(**data)
+
+
+FIELDS: tuple[Param, ...] = fields_of(AttentionConfig)  # the field spec, in the panel's order
+
+
+def field_spec(name: str) -> Param:
+    """The spec of one ``AttentionConfig`` field (KeyError for another name)."""
+    return _BY_NAME[name]
+
+
+_BY_NAME = {spec.name: spec for spec in FIELDS}
 
 
 def _legacy_position(data: dict[str, Any]) -> dict[str, Any]:

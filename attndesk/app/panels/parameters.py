@@ -1,4 +1,7 @@
-"""Model parameters: one control per ``AttentionConfig`` field, bound to ``state.config``.
+"""Model parameters: one control per field of the spec (``core.config.FIELDS``), bound to ``state.config``.
+
+The controls, their order, labels, ranges and tooltips come from the field spec
+(``variant_controls.control_for``); nothing here lists the fields.
 
 The panel holds no values of its own: an edit writes the one field into the state, and the state's
 ``config`` / ``mode`` events redraw every control (signals blocked, so a redraw never writes back).
@@ -9,25 +12,20 @@ controls (next to the heads when it is about heads, with the valid head counts).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
-from attndesk.core.config import MASK_KINDS, AttentionConfig, default_memory_budget, divisors
-from attndesk.core.devices import DEVICE_NAMES, DTYPES, device_availability
+from attndesk.core.config import FIELDS, AttentionConfig, divisors
+from attndesk.core.fields import Param
 
 from ..results import ConfigProblem
-from ..state import WINDOW_MAX, AppState, ModeChoice, PanelView
+from ..state import AppState, ModeChoice, PanelView
 from ..styles import restyle
-from .variant_controls import VARIANT_FIELDS, VariantControls
+from .variant_controls import ControlGroup, FieldControl, control_for
 
 ERROR_STYLE = "color: #b00020;"
-MIB = 2**20
-_MASK_TIP = "padding: ignore [PAD] keys; causal: each token sees only earlier ones"
 
 
 def _error_label(name: str) -> QLabel:
@@ -36,12 +34,6 @@ def _error_label(name: str) -> QLabel:
     label.setWordWrap(True)
     label.hide()
     return label
-
-
-def _spin(name: str, minimum: int, maximum: int, tip: str, **kw) -> QSpinBox:
-    spin = QSpinBox(objectName=name, minimum=minimum, maximum=maximum, **kw)
-    spin.setToolTip(tip)
-    return spin
 
 
 def mask_with_causal(mask: str, causal: bool) -> str:
@@ -53,17 +45,19 @@ def mask_with_causal(mask: str, causal: bool) -> str:
 
 class ParametersPanel(QWidget):
     """Writes edits into ``state.config`` / ``state.mode``; ``modeChosen`` is emitted on a user
-    choice of mode (the state is already set)."""
+    choice of mode (the state is already set). ``fields`` is the spec the controls are built from
+    (the core's ``FIELDS``; a test may pass another)."""
 
     modeChosen = Signal(object)
 
-    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: AppState, parent: QWidget | None = None, *, fields: tuple[Param, ...] = FIELDS) -> None:
         super().__init__(parent)
         self.setObjectName("parametersPanel")
         self.state = state
         self._view = PanelView()
         self._choices: list[ModeChoice] = []
-        self._build()
+        self.refreshes = 0  # how many times the controls were drawn (one per state change)
+        self._build(fields)
         self._layout_form()
         self._connect()
         state.events.config.connect(lambda _c: self.refresh())
@@ -71,58 +65,30 @@ class ParametersPanel(QWidget):
         self.refresh()
 
     # -- construction ---------------------------------------------------------------------------
-    def _build(self) -> None:
+    def _build(self, fields: tuple[Param, ...]) -> None:
         self.modeCombo = QComboBox(objectName="modeCombo")
         self.modeCombo.setToolTip("Which model computes the attention")
         self.modelInfo = QLabel("", objectName="pretrainedModelInfo")  # two short lines: a wrapped label squeezes
         self.modelInfo.setToolTip("a pretrained model's architecture is fixed by its checkpoint; "
                                   "scale and the causal mask still act, heads can be ablated in the All layers tab")
-        big = WINDOW_MAX["embed_dim"]
-        self.embedDimSpin = _spin("embedDimSpin", 1, big, "Embedding size E of every token (split across the heads)")
-        self.hiddenDimSpin = _spin("hiddenDimSpin", 1, big, "Width d_k of the single head (used only when heads = 1)")
-        self.headsSpin = _spin("headsSpin", 1, WINDOW_MAX["num_heads"], "Number of heads; must divide the embedding dim")
-        self.headsError = _error_label("headsError")
-        self.maskCombo = QComboBox(objectName="maskCombo")
-        self.scaleCheck = QCheckBox("Scale scores by 1/√d_k", objectName="scaleCheck")
-        self.variants = VariantControls()  # position, K/V heads, window, soft-cap
-        self.positionCombo, self.kvHeadsCombo = self.variants.positionCombo, self.variants.kvHeadsCombo
-        self.dropoutSpin = QDoubleSpinBox(objectName="dropoutSpin", minimum=0.0, maximum=0.95, singleStep=0.05,
-                                          decimals=2)
-        self.dropoutSpin.setToolTip("Dropout on the attention weights (acts only in training mode)")
-        self.trainCheck = QCheckBox("Training mode (dropout on)", objectName="trainCheck")
-        self.seedSpin = _spin("seedSpin", 0, WINDOW_MAX["seed"], "Seed of the random weights (same seed, same model)")
-        self.padToSpin = _spin("padToSpin", 0, WINDOW_MAX["pad_to"],
-                               "Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
-        self.padToSpin.setSpecialValueText("no padding")
-        self.memoryBudgetSpin = _spin("memoryBudgetSpin", 0, WINDOW_MAX["memory_budget"] // MIB,
-                                      "Memory the attention weights may take. Runs whose weights do not fit keep a "
-                                      "zoomable overview and recompute exact values on demand.",
-                                      singleStep=256, suffix=" MiB")
-        self.memoryBudgetSpin.setSpecialValueText(f"auto ({default_memory_budget() // MIB:,} MiB)")
-        self.deviceCombo = QComboBox(objectName="deviceCombo")
-        self.dtypeCombo = QComboBox(objectName="dtypeCombo")
-        for name in DTYPES:
-            self.dtypeCombo.addItem(name, name)
-        self._fill_devices()
+        self.controls: dict[str, FieldControl] = {spec.name: control_for(spec) for spec in fields}
+        for control in self.controls.values():
+            for widget in control.widgets:
+                setattr(self, widget.objectName(), widget)  # self.embedDimSpin, self.windowCheck, ...
+        self._field_errors = {name: _error_label("headsError" if name == "num_heads" else f"{name}Error")
+                              for name in self.controls}
+        self.headsError = self._field_errors.get("num_heads") or _error_label("headsError")
+        self.variants = ControlGroup([c for c in self.controls.values() if c.spec.group == "variant"])
         self.generalError = _error_label("parametersError")
 
     def _layout_form(self) -> None:
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        rows = (("Mode", self.modeCombo), ("Model", self.modelInfo), ("Embedding dim", self.embedDimSpin),
-                ("Heads", self.headsSpin), ("", self.headsError), ("Hidden dim", self.hiddenDimSpin),
-                ("Mask", self.maskCombo), ("Pad to length", self.padToSpin), ("", self.scaleCheck),
-                *[(label, row) for label, row, _name in self.variants.rows()],
-                ("Dropout", self.dropoutSpin), ("", self.trainCheck), ("Seed", self.seedSpin),
-                ("Device", self.deviceCombo), ("Dtype", self.dtypeCombo), ("Memory budget", self.memoryBudgetSpin))
-        self._field_errors: dict[str, QLabel] = {}
-        fields = {w: name for name, w in self._field_widgets().items() if name != "num_heads"}
-        fields.update({row: name for _label, row, name in self.variants.rows()})
-        for label, widget in rows:
-            form.addRow(label, widget)
-            if widget in fields:  # a size or type refused for this field is said right under it
-                self._field_errors[fields[widget]] = _error_label(f"{fields[widget]}Error")
-                form.addRow("", self._field_errors[fields[widget]])
+        form.addRow("Mode", self.modeCombo)
+        form.addRow("Model", self.modelInfo)
+        for name, control in self.controls.items():  # the spec's order; a size or type refused is said under it
+            form.addRow("" if control.spec.kind is bool else control.spec.label, control.row)
+            form.addRow("", self._field_errors[name])
         form.setRowVisible(self.modelInfo, False)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
@@ -130,48 +96,16 @@ class ParametersPanel(QWidget):
         layout.addStretch(1)
         self._form = form
 
-    def _fill_devices(self) -> None:
-        """Every device name; unavailable ones are greyed out with the reason as tooltip."""
-        reasons = device_availability()
-        model: QStandardItemModel = self.deviceCombo.model()
-        for name in DEVICE_NAMES:
-            self.deviceCombo.addItem(name, name)
-            item = model.item(self.deviceCombo.count() - 1)
-            if reasons.get(name) is not None:
-                item.setEnabled(False)
-                item.setToolTip(f"unavailable: {reasons[name]}")
-            elif name == "auto":
-                item.setToolTip("the best available device")
-
-    def _edits(self) -> list[tuple[Any, Callable[[], dict[str, Any]]]]:
-        """(signal, the config fields the edit sets) for every control."""
-        return [
-            (self.embedDimSpin.valueChanged, lambda: {"embed_dim": self.embedDimSpin.value()}),
-            (self.hiddenDimSpin.valueChanged, lambda: {"hidden_dim": self.hiddenDimSpin.value()}),
-            (self.headsSpin.valueChanged, lambda: {"num_heads": self.headsSpin.value()}),
-            (self.maskCombo.currentIndexChanged, self._mask_edit),
-            (self.scaleCheck.toggled, lambda: {"scaled": self.scaleCheck.isChecked()}),
-            *self.variants.edits(),
-            (self.dropoutSpin.valueChanged, lambda: {"dropout": round(float(self.dropoutSpin.value()), 4)}),
-            (self.trainCheck.toggled, lambda: {"training": self.trainCheck.isChecked()}),
-            (self.seedSpin.valueChanged, lambda: {"seed": self.seedSpin.value()}),
-            (self.deviceCombo.currentIndexChanged, lambda: {"device": self.deviceCombo.currentData()}),
-            (self.dtypeCombo.currentIndexChanged, lambda: {"dtype": self.dtypeCombo.currentData()}),
-            (self.padToSpin.valueChanged, lambda: {"pad_to": self.padToSpin.value() or None}),
-            (self.memoryBudgetSpin.valueChanged, lambda: {"memory_budget": self.memoryBudgetSpin.value() * MIB or None}),
-        ]
-
     def _connect(self) -> None:
-        for signal, fields in self._edits():
-            signal.connect(lambda *_a, fields=fields: self.state.set_config(**fields()))
+        for name, control in self.controls.items():
+            edit = self._mask_edit if name == "mask" else (lambda c=control: {c.spec.name: c.value()})
+            for signal in control.signals:
+                signal.connect(lambda *_a, edit=edit: self.state.set_config(**edit()))
         self.modeCombo.currentIndexChanged.connect(self._on_mode_index)
 
     def _controls(self) -> list[QWidget]:
-        return [self.embedDimSpin, self.hiddenDimSpin, self.headsSpin, self.maskCombo, self.scaleCheck,
-                self.dropoutSpin, self.trainCheck, self.seedSpin, self.deviceCombo, self.dtypeCombo, self.padToSpin,
-                self.memoryBudgetSpin, self.modeCombo, *self.variants.widgets()]
+        return [self.modeCombo, *(w for c in self.controls.values() for w in c.widgets)]
 
-    # -- state -> controls ----------------------------------------------------------------------
     def set_choices(self, choices: list[ModeChoice]) -> None:
         """The Mode combo's entries (the modes' choices), the state's mode selected."""
         self._choices = list(choices)
@@ -184,60 +118,47 @@ class ParametersPanel(QWidget):
         self.refresh()
 
     def set_panel_view(self, view: PanelView) -> None:
-        """How the active mode wants the config shown (fixed values, mask choices, info line)."""
+        """How the active mode wants the config shown (fixed values, mask choices, info line); the
+        same view again draws nothing (the window passes it on every config change)."""
+        if view == self._view:
+            return
         self._view = view
         self.refresh()
 
     def refresh(self) -> None:
         """Draw every control from the state (and the mode's fixed values)."""
+        self.refreshes += 1
         values = {**self.state.config.to_dict(), **self._view.fixed}
+        locked = bool(self._view.fixed)  # a real model's architecture: its values, or "unknown"
         for w in self._controls():
             w.blockSignals(True)
         try:
-            self._show_values(values)
+            for name, control in self.controls.items():
+                unknown = locked and control.spec.real_model == "fixed" and name not in self._view.fixed
+                if name == "mask":
+                    self._show_mask(str(values["mask"]))
+                else:
+                    control.show(values[name], values, unknown)
             self._show_mode()
         finally:
             for w in self._controls():
                 w.blockSignals(False)
-        fixed = set(self._view.fixed)
-        for name, widget in self._field_widgets().items():
-            if name not in VARIANT_FIELDS:
-                widget.setEnabled(name not in fixed)
-        # hidden dim matters only for one head
-        self.hiddenDimSpin.setEnabled("hidden_dim" not in fixed and values["num_heads"] == 1)
+        for control in self.controls.values():
+            spec = control.spec
+            acts = spec.acts_when is None or spec.acts_when(values)  # e.g. hidden dim only for one head
+            control.set_enabled((spec.real_model == "acts" or not locked) and acts)
         self.modelInfo.setText(self._view.info)
         self._form.setRowVisible(self.modelInfo, bool(self._view.info))
-        self.maskCombo.setToolTip(self._view.mask_tip or _MASK_TIP)
+        if "mask" in self.controls:
+            self.maskCombo.setToolTip(self._view.mask_tip or self.controls["mask"].spec.tip)
 
     def _field_widgets(self) -> dict[str, QWidget]:
-        return {"embed_dim": self.embedDimSpin, "hidden_dim": self.hiddenDimSpin, "num_heads": self.headsSpin,
-                "dropout": self.dropoutSpin, "training": self.trainCheck, "seed": self.seedSpin,
-                "device": self.deviceCombo, "dtype": self.dtypeCombo, "pad_to": self.padToSpin,
-                "memory_budget": self.memoryBudgetSpin, **self.variants.framed()}
-
-    def _show_values(self, v: dict[str, Any]) -> None:
-        self.embedDimSpin.setValue(int(v["embed_dim"]))
-        self.hiddenDimSpin.setValue(int(v["hidden_dim"]))
-        self.headsSpin.setValue(int(v["num_heads"]))
-        self._show_mask(str(v["mask"]))
-        self.scaleCheck.setChecked(bool(v["scaled"]))
-        pretrained = bool(self._view.fixed)  # a real model's architecture: its values, or "unknown"
-        self.variants.show(v, set(VARIANT_FIELDS) - set(self._view.fixed) if pretrained else set(), pretrained)
-        self.dropoutSpin.setValue(float(v["dropout"]))
-        self.trainCheck.setChecked(bool(v["training"]))
-        self.seedSpin.setValue(int(v["seed"]))
-        self.deviceCombo.setCurrentIndex(max(0, self.deviceCombo.findData(v["device"])))
-        self.dtypeCombo.setCurrentIndex(max(0, self.dtypeCombo.findData(v["dtype"])))
-        self.padToSpin.setValue(int(v["pad_to"] or 0))
-        budget = v["memory_budget"]  # bytes (None = auto) shown in whole MiB, rounded up
-        self.memoryBudgetSpin.setValue(0 if not budget else max(1, -(-int(budget) // MIB)))
+        """The widget that gets the red frame when its field is refused."""
+        return {name: control.framed for name, control in self.controls.items()}
 
     def _show_mask(self, mask: str) -> None:
-        kinds = ("none", "causal") if self._view.causal_only else MASK_KINDS
-        if [self.maskCombo.itemData(i) for i in range(self.maskCombo.count())] != list(kinds):
-            self.maskCombo.clear()
-            for kind in kinds:
-                self.maskCombo.addItem(kind, kind)
+        control = self.controls["mask"]
+        control.set_choices(("none", "causal") if self._view.causal_only else control.spec.choices)
         shown = ("causal" if "causal" in mask else "none") if self._view.causal_only else mask
         self.maskCombo.setCurrentIndex(max(0, self.maskCombo.findData(shown)))
 
@@ -277,20 +198,17 @@ class ParametersPanel(QWidget):
         another field's control (red frame, the message under it), or under the form."""
         message = problem.message if problem is not None else None
         heads_msg = self.head_problem() if message else None
-        self.headsError.setText(heads_msg or "")
-        self.headsError.setVisible(bool(heads_msg))
-        field = None if problem is None or heads_msg else problem.field
+        field = "num_heads" if heads_msg else (None if problem is None else problem.field)
         for name, widget in self._field_widgets().items():
-            bad = bool(heads_msg) if name == "num_heads" else name == field
-            restyle(widget, f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if bad else "")
+            restyle(widget, f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if name == field else "")
         for name, label in self._field_errors.items():
-            label.setText(message if name == field else "")
+            label.setText((heads_msg or message or "") if name == field else "")
             label.setVisible(name == field)
-        general = None if (message is None or heads_msg or field in self._field_errors) else message
+        general = None if (message is None or field in self._field_errors) else message
         self.generalError.setText(general or "")
         self.generalError.setVisible(bool(general))
 
     def inline_error(self) -> str:
         """The message currently shown next to the controls ("" when none)."""
-        labels = [self.headsError, *self._field_errors.values(), self.generalError]
+        labels = [*self._field_errors.values(), self.generalError]
         return "\n".join(w.text() for w in labels if w.text())

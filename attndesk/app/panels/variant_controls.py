@@ -1,43 +1,34 @@
-"""The modern-attention controls of the parameters panel: position, K/V heads, window, soft-cap.
+"""The parameters panel's controls, one per field of the spec (``core.config.FIELDS``).
+
+``control_for(spec)`` picks the control from the field's declaration: a tick box for a bool, a
+combo for choices, a spin box for a number (its range the spec's, up to what the window can show),
+a tick box with a spin box for an "off or a value" field (``control="switch"``: window, soft-cap),
+a spin box whose 0 means None (``control="zero"``: pad to, memory budget) and a combo of divisors
+(``control="divisors"``: K/V heads). Each widget's objectName is the field's stem and its kind
+(``embedDimSpin``, ``windowCheck``/``windowSpin`` in ``windowRow``, ``positionCombo``).
 
 Each control shows the state's value even when the core refuses it (a session's window of 0, a
 K/V head count that no longer divides the heads after the heads changed): the panel puts the
 core's message under it and the controller computes nothing until it is fixed. A control never
-clamps a value silently. A pretrained model's architecture fixes them (``PanelView.fixed``);
+clamps a value silently. A pretrained model's architecture fixes some fields (``PanelView.fixed``);
 a field the model does not report shows "unknown" rather than the toy model's value.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QSpinBox, QWidget
 
-from attndesk.core.config import POSITIONS, divisors
+from attndesk.core.config import divisors
+from attndesk.core.fields import Param
 
-VARIANT_FIELDS = ("position", "kv_heads", "window", "softcap")
 UNKNOWN = "unknown for this model"
 INT_MIN, INT_MAX = -(2**31) + 1, 2**31 - 1
-# What a first tick of the box sets: the toy sentence has ~11 tokens, so a window of 3 shows a
-# clear band; random toy weights give scaled scores of a few units, so a cap of 1 visibly bends them
-# (Gemma 2 uses 50 on scores of a trained model)
-WINDOW_SUGGESTED, SOFTCAP_SUGGESTED = 3, 1.0
-SOFTCAP_MIN = 0.01
-
-POSITION_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi", "none": "none"}
-POSITION_TIPS = {
-    "sinusoidal": "sin/cos waves added to the token embeddings (the 2017 Transformer)",
-    "rope": "rotary: Q and K of each head rotated by an angle proportional to the position (LLaMA, Mistral)",
-    "alibi": "no embedding: each head subtracts slope·|i − j| from its scores (BLOOM, MPT)",
-    "none": "no position information: the attention sees a bag of tokens",
-}
-TIPS = {
-    "position": "Where token order enters the attention (hover an entry for what it does)",
-    "kv_heads": "Key/value heads shared by groups of query heads: fewer K/V heads, a smaller K/V cache",
-    "window": "Sliding window: query i sees key j only when |i − j| < W (Mistral, Gemma 2)",
-    "softcap": "Soft-cap: scaled scores s become C·tanh(s / C), bounded by ±C, before the mask (Gemma 2)",
-}
+MIB = 2**20
+_TOOLTIP_ROLE = 3
 
 
 def kv_label(kv: int, heads: int) -> str:
@@ -53,111 +44,183 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-class VariantControls:
-    """The widgets (``positionCombo``, ``kvHeadsCombo``, ``windowCheck``/``windowSpin`` in
-    ``windowRow``, ``softcapCheck``/``softcapSpin`` in ``softcapRow``); ``show`` draws a config,
-    ``edits`` lists (signal, fields) pairs the panel connects to the state."""
+def _scale(spec: Param) -> int:
+    return MIB if spec.unit == "bytes" else 1
 
-    def __init__(self) -> None:
-        self.positionCombo = QComboBox(objectName="positionCombo")
-        for i, name in enumerate(POSITIONS):
-            self.positionCombo.addItem(POSITION_LABELS[name], name)
-            self.positionCombo.setItemData(i, POSITION_TIPS[name], 3)  # ToolTipRole
-        self.kvHeadsCombo = QComboBox(objectName="kvHeadsCombo")
-        self.windowCheck = QCheckBox("sliding", objectName="windowCheck")
-        self.windowSpin = QSpinBox(objectName="windowSpin", minimum=1, maximum=INT_MAX, suffix=" tokens")
-        self.windowSpin.setValue(WINDOW_SUGGESTED)
-        self.softcapCheck = QCheckBox("cap", objectName="softcapCheck")
-        self.softcapSpin = QDoubleSpinBox(objectName="softcapSpin", minimum=SOFTCAP_MIN, maximum=1e6, decimals=2,
-                                          singleStep=0.5)
-        self.softcapSpin.setValue(SOFTCAP_SUGGESTED)
-        # the panel's dock is ~340 px wide: a combo as wide as its longest label and a spin
-        # box sized for "2147483647 tokens" pushed every row's right edge under the dock's border
-        self.kvHeadsCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.kvHeadsCombo.setMinimumContentsLength(12)
-        for spin in (self.windowSpin, self.softcapSpin):
-            spin.setMinimumWidth(80)
-        self.windowRow = _row("windowRow", self.windowCheck, self.windowSpin)
-        self.softcapRow = _row("softcapRow", self.softcapCheck, self.softcapSpin)
-        for name, widgets in self.by_field().items():
-            for widget in widgets:
-                widget.setToolTip(TIPS[name])
-        self._heads: int | None = None
 
-    # -- layout helpers for the panel ------------------------------------------------------------
-    def rows(self) -> list[tuple[str, QWidget, str]]:
-        """(form label, row widget, field) in the order the form shows them."""
-        return [("Position", self.positionCombo, "position"), ("K/V heads", self.kvHeadsCombo, "kv_heads"),
-                ("Window", self.windowRow, "window"), ("Soft-cap", self.softcapRow, "softcap")]
+def _suffix(spec: Param) -> str:
+    return {"bytes": " MiB", "tokens": " tokens"}.get(spec.unit, "")
 
-    def by_field(self) -> dict[str, tuple[QWidget, ...]]:
-        return {"position": (self.positionCombo,), "kv_heads": (self.kvHeadsCombo,),
-                "window": (self.windowCheck, self.windowSpin), "softcap": (self.softcapCheck, self.softcapSpin)}
 
-    def framed(self) -> dict[str, QWidget]:
-        """The widget that gets the red frame when its field is refused."""
-        return {"position": self.positionCombo, "kv_heads": self.kvHeadsCombo, "window": self.windowSpin,
-                "softcap": self.softcapSpin}
+def spin_range(spec: Param) -> tuple[float, float]:
+    """The values a number's spin box offers, in the field's unit (bytes in MiB): the spec's range,
+    up to what the window can show (an open end one step of the last decimal inside)."""
+    tick = 10.0 ** -spec.decimals if spec.kind is float else 1
+    low = spec.low if spec.low is not None else INT_MIN
+    high = min(v for v in (spec.high, spec.window_max, INT_MAX * _scale(spec)) if v is not None) / _scale(spec)
+    low, high = low + tick * spec.low_open, high - tick * spec.high_open
+    return (float(low), float(high)) if spec.kind is float else (int(low), int(high))
 
-    def widgets(self) -> list[QWidget]:
-        return [w for group in self.by_field().values() for w in group]
 
-    # -- controls -> state -----------------------------------------------------------------------
-    def edits(self) -> list[tuple[Any, Any]]:
-        return [
-            (self.positionCombo.currentIndexChanged, lambda: {"position": self.positionCombo.currentData()}),
-            (self.kvHeadsCombo.currentIndexChanged, self._kv_edit),
-            (self.windowCheck.toggled, self._window_edit),
-            (self.windowSpin.valueChanged, self._window_edit),
-            (self.softcapCheck.toggled, self._softcap_edit),
-            (self.softcapSpin.valueChanged, self._softcap_edit),
-        ]
+class FieldControl:
+    """One field's widgets: ``row`` goes into the form, ``framed`` gets the red frame when the field
+    is refused, ``signals`` fire on a user edit, ``value()`` is the field's value as shown."""
 
-    def _kv_edit(self) -> dict[str, Any]:
-        kv = self.kvHeadsCombo.currentData()
-        return {"kv_heads": None if kv == self._heads else kv}  # "= heads" follows the head count
+    def __init__(self, spec: Param) -> None:
+        self.spec = spec
+        self.widgets: tuple[QWidget, ...] = ()
+        self.signals: list[Any] = []
 
-    def _window_edit(self) -> dict[str, Any]:
-        return {"window": self.windowSpin.value() if self.windowCheck.isChecked() else None}
+    @property
+    def row(self) -> QWidget:
+        return self.widgets[0]
 
-    def _softcap_edit(self) -> dict[str, Any]:
-        return {"softcap": round(float(self.softcapSpin.value()), 4) if self.softcapCheck.isChecked() else None}
+    @property
+    def framed(self) -> QWidget:
+        return self.widgets[-1]
 
-    # -- state -> controls -----------------------------------------------------------------------
-    def show(self, values: dict[str, Any], unknown: set[str], locked: bool) -> None:
-        """Draw ``values`` (the config merged with a mode's fixed values); ``unknown`` fields show
-        "unknown"; ``locked`` (a pretrained architecture) disables every control."""
-        self._show_position(values["position"], "position" in unknown)
-        self._show_kv(values["kv_heads"], values["num_heads"], "kv_heads" in unknown)
-        self._show_window(values["window"], "window" in unknown)
-        self._show_softcap(values["softcap"], "softcap" in unknown)
-        for name, group in self.by_field().items():
-            for widget in group:
-                widget.setEnabled(not locked)
-        if not locked:
-            self.windowSpin.setEnabled(self.windowCheck.isChecked())
-            self.softcapSpin.setEnabled(self.softcapCheck.isChecked())
+    def _tip(self) -> None:
+        for widget in self.widgets:
+            widget.setToolTip(self.spec.tip)
 
-    def _show_position(self, position: Any, unknown: bool) -> None:
-        combo = self.positionCombo
-        while combo.count() > len(POSITIONS):  # an earlier model's own kind ("learned", ...)
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        raise NotImplementedError
+
+    def set_enabled(self, on: bool) -> None:
+        for widget in self.widgets:
+            widget.setEnabled(on)
+
+
+class CheckControl(FieldControl):
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        self.check = QCheckBox(spec.label, objectName=f"{spec.stem}Check")
+        self.widgets, self.signals = (self.check,), [self.check.toggled]
+        self._tip()
+
+    def value(self) -> bool:
+        return self.check.isChecked()
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        self.check.setChecked(bool(value))
+
+
+class SpinControl(FieldControl):
+    """A whole number (or, with ``control="zero"``, None shown as 0 with the spec's ``none`` text)."""
+
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        low, high = spin_range(spec)
+        zero = spec.control == "zero"
+        self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=0 if zero else low, maximum=high,
+                             singleStep=int(spec.step), suffix=_suffix(spec))
+        if zero:
+            auto = f" ({spec.auto() // _scale(spec):,}{_suffix(spec)})" if spec.auto is not None else ""
+            self.spin.setSpecialValueText(spec.none + auto)
+        self.widgets, self.signals = (self.spin,), [self.spin.valueChanged]
+        self._tip()
+
+    def value(self) -> int | None:
+        shown = self.spin.value()
+        return None if shown == 0 and self.spec.control == "zero" else shown * _scale(self.spec)
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        if value is None:
+            self.spin.setValue(0)
+        elif _scale(self.spec) > 1:  # bytes shown in whole MiB, rounded up
+            self.spin.setValue(max(1, -(-int(value) // _scale(self.spec))))
+        else:
+            self.spin.setValue(int(value))
+
+
+class FloatControl(FieldControl):
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        low, high = spin_range(spec)
+        self.spin = QDoubleSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high,
+                                   singleStep=spec.step, decimals=spec.decimals)
+        self.widgets, self.signals = (self.spin,), [self.spin.valueChanged]
+        self._tip()
+
+    def value(self) -> float:
+        return round(float(self.spin.value()), 4)
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        self.spin.setValue(float(value))
+
+
+class ComboControl(FieldControl):
+    """The spec's choices (with their labels and tips; one unavailable here is greyed out with the
+    reason). A value outside them (a real model's own kind, "learned") is shown as an extra entry."""
+
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        self.combo = QComboBox(objectName=f"{spec.stem}Combo")
+        self.widgets, self.signals = (self.combo,), [self.combo.currentIndexChanged]
+        self._tip()
+        self.set_choices(spec.choices)
+
+    def set_choices(self, choices: tuple[str, ...]) -> None:
+        """Offer ``choices`` (the mask's none/causal for a pretrained model); kept when unchanged."""
+        if [self.combo.itemData(i) for i in range(self.combo.count())] == list(choices):
+            return
+        self.combo.clear()
+        self._choices = tuple(choices)
+        reasons = self.spec.unavailable() if self.spec.unavailable is not None else {}
+        model: QStandardItemModel = self.combo.model()
+        for i, name in enumerate(choices):
+            self.combo.addItem(self.spec.choice_labels.get(name, name), name)
+            if self.spec.choice_tips.get(name):
+                self.combo.setItemData(i, self.spec.choice_tips[name], _TOOLTIP_ROLE)
+            if reasons.get(name) is not None:
+                model.item(i).setEnabled(False)
+                model.item(i).setToolTip(f"unavailable: {reasons[name]}")
+
+    def value(self) -> Any:
+        return self.combo.currentData()
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        combo = self.combo
+        while combo.count() > len(self._choices):  # an earlier model's own kind ("learned", ...)
             combo.removeItem(combo.count() - 1)
-        index = -1 if unknown else combo.findData(position)
+        index = -1 if unknown else combo.findData(value)
         if index < 0:
-            combo.addItem(UNKNOWN if unknown else str(position), None if unknown else position)
+            combo.addItem(UNKNOWN if unknown else str(value), None if unknown else value)
             index = combo.count() - 1
         combo.setCurrentIndex(index)
 
-    def _show_kv(self, kv: Any, heads: Any, unknown: bool) -> None:
-        self._heads = heads if _is_count(heads) else None
-        shown = heads if kv is None else kv
-        entries = [(kv_label(d, heads), d) for d in divisors(heads)] if self._heads else []
+
+class DivisorsControl(FieldControl):
+    """The divisors of the field ``spec.of`` (K/V heads of the heads); None = as many as that field."""
+
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        self.combo = QComboBox(objectName=f"{spec.stem}Combo")
+        # the panel's dock is ~340 px wide: a combo as wide as its longest label pushed the rows out
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(12)
+        self.widgets, self.signals = (self.combo,), [self.combo.currentIndexChanged]
+        self._tip()
+        self._whole: int | None = None
+
+    def value(self) -> int | None:
+        chosen = self.combo.currentData()
+        return None if chosen == self._whole else chosen  # "= heads" follows the head count
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        whole = values[self.spec.of]
+        self._whole = whole if _is_count(whole) else None
+        shown = whole if value is None else value
+        entries = [(kv_label(d, whole), d) for d in divisors(whole)] if self._whole else []
         if unknown:
             entries.append((UNKNOWN, None))
         elif shown not in [d for _label, d in entries]:  # a count the core refuses: shown, explained below
-            why = f"does not divide {heads} heads" if _is_count(shown) and self._heads else "invalid"
+            why = f"does not divide {whole} heads" if _is_count(shown) and self._whole else "invalid"
             entries.append((f"{shown} ({why})", shown))
-        combo = self.kvHeadsCombo
+        combo = self.combo
         if [(combo.itemText(i), combo.itemData(i)) for i in range(combo.count())] != entries:
             combo.clear()
             for label, data in entries:
@@ -165,42 +228,93 @@ class VariantControls:
         combo.setCurrentIndex(len(entries) - 1 if unknown else next(
             i for i, (_label, d) in enumerate(entries) if d == shown))
 
-    def _show_window(self, window: Any, unknown: bool) -> None:
-        whole = isinstance(window, int) and not isinstance(window, bool)
-        _show_optional(self.windowCheck, self.windowSpin, window, unknown,
-                       max(INT_MIN, min(window, INT_MAX)) if whole else None, 1, WINDOW_SUGGESTED)
 
-    def _show_softcap(self, cap: Any, unknown: bool) -> None:
-        number = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap)
-        _show_optional(self.softcapCheck, self.softcapSpin, cap, unknown, float(cap) if number else None,
-                       SOFTCAP_MIN, SOFTCAP_SUGGESTED)
+class SwitchControl(FieldControl):
+    """An "off or a value" field: ticked with the value, unticked for None, "unknown" when a model
+    does not say. The first tick sets the spec's ``suggested`` value."""
+
+    def __init__(self, spec: Param) -> None:
+        super().__init__(spec)
+        self.check = QCheckBox("on", objectName=f"{spec.stem}Check")
+        low, high = spin_range(spec)
+        if spec.kind is float:
+            self.spin = QDoubleSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high,
+                                       decimals=spec.decimals, singleStep=spec.step)
+        else:
+            self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high, suffix=_suffix(spec))
+        self.spin.setValue(spec.suggested)
+        self.spin.setMinimumWidth(80)  # sized for "2147483647 tokens" it pushed the row under the dock's border
+        self._least = low
+        box = QWidget(objectName=f"{spec.stem}Row")
+        layout = QHBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.check)
+        layout.addWidget(self.spin, 1)
+        self.widgets = (box, self.check, self.spin)
+        self.signals = [self.check.toggled, self.spin.valueChanged]
+        self._tip()
+
+    def value(self) -> Any:
+        if not self.check.isChecked():
+            return None
+        return round(float(self.spin.value()), 4) if self.spec.kind is float else self.spin.value()
+
+    def set_enabled(self, on: bool) -> None:
+        self.check.setEnabled(on)
+        self.spin.setEnabled(on and self.check.isChecked())
+
+    def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if self.spec.kind is int:
+            shown = max(INT_MIN, min(value, INT_MAX)) if number and isinstance(value, int) else None
+        else:
+            shown = float(value) if number and math.isfinite(value) else None
+        check, spin = self.check, self.spin
+        check.setChecked(value is not None and not unknown)
+        spin.setSpecialValueText("unknown" if unknown else "")
+        if unknown:
+            spin.setMinimum(0)
+            spin.setValue(0)
+            return
+        if shown is None and spin.value() < self._least:  # after an "unknown": the first tick suggests again
+            spin.setMinimum(self._least)
+            spin.setValue(self.spec.suggested)
+            return
+        # a value the core refuses (below the least) is shown as it is, never clamped
+        spin.setMinimum(min(self._least, shown) if shown is not None and value is not None else self._least)
+        if shown is not None:
+            spin.setValue(shown)
 
 
-def _show_optional(check: QCheckBox, spin, value: Any, unknown: bool, shown, least, suggested) -> None:
-    """An "off or a value" pair: ticked with the value, unticked when None, "unknown" when a model
-    does not say. A value the core refuses (below ``least``) is shown as it is, never clamped."""
-    check.setChecked(value is not None and not unknown)
-    spin.setSpecialValueText("unknown" if unknown else "")
-    if unknown:
-        spin.setMinimum(0)
-        spin.setValue(0)
-        return
-    if shown is None and spin.value() < least:  # after an "unknown": the first tick suggests a value again
-        spin.setMinimum(least)
-        spin.setValue(suggested)
-        return
-    spin.setMinimum(min(least, shown) if shown is not None and value is not None else least)
-    if shown is not None:
-        spin.setValue(shown)
+def control_for(spec: Param) -> FieldControl:
+    """The control the spec declares (``control``), else the one its type calls for."""
+    if spec.control == "divisors":
+        return DivisorsControl(spec)
+    if spec.control == "switch":
+        return SwitchControl(spec)
+    if spec.kind is bool:
+        return CheckControl(spec)
+    if spec.choices:
+        return ComboControl(spec)
+    return FloatControl(spec) if spec.kind is float else SpinControl(spec)
 
 
-def _row(name: str, check: QCheckBox, spin: QWidget) -> QWidget:
-    row = QWidget(objectName=name)
-    layout = QHBoxLayout(row)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.addWidget(check)
-    layout.addWidget(spin, 1)
-    return row
+class ControlGroup:
+    """Some fields' controls; each widget is an attribute named by its objectName (``windowSpin``)."""
+
+    def __init__(self, controls: list[FieldControl]) -> None:
+        self.controls = controls
+        self._by_name = {w.objectName(): w for c in controls for w in c.widgets}
+
+    def __getattr__(self, name: str) -> QWidget:
+        try:
+            return self.__dict__["_by_name"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def widgets(self) -> list[QWidget]:
+        """Every widget the user edits (not the rows holding them)."""
+        return [w for c in self.controls for w in (c.widgets[1:] if isinstance(c, SwitchControl) else c.widgets)]
 
 
-__all__ = ["POSITION_LABELS", "POSITION_TIPS", "TIPS", "UNKNOWN", "VARIANT_FIELDS", "VariantControls", "kv_label"]
+__all__ = ["ControlGroup", "FieldControl", "UNKNOWN", "control_for", "kv_label", "spin_range"]

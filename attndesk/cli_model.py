@@ -49,12 +49,19 @@ def model_run(args: argparse.Namespace, text: str):
 
 def model_maps(run, layer: int | None) -> list:
     """Every (part, layer) map to draw: all layers of every part, or one layer of each part that has it."""
-    maps = []
-    for part in run.parts():
-        count = len(run.part_weights(part))
-        for n in (range(count) if layer is None else [layer] if layer < count else []):
-            maps.append(run.layer_map(n, part=part))
-    return maps
+    from attndesk.render.page import pretrained_page_maps
+
+    return [pm.map for pm in pretrained_page_maps(run, layer)]
 
 
-__all__ = ["check_model_flags", "model_maps", "model_run", "toy_only"]
+def model_page(run, args: argparse.Namespace) -> dict:
+    """The page of a run: every (part, layer) map (``--layer``: that layer), caption, settings, file name."""
+    from attndesk.app.bundle_save import model_settings
+    from attndesk.render.page import pretrained_page_maps
+
+    return {"maps": pretrained_page_maps(run, args.layer), "summary": run.summary(), "run": run,
+            "settings": model_settings(run, args.model, args.target), "name": f"attn_{run.file_tag(args.layer)}.html",
+            "title": run.model_name if args.layer is None else f"{run.model_name} · layer {args.layer}"}
+
+
+__all__ = ["check_model_flags", "model_maps", "model_page", "model_run", "toy_only"]

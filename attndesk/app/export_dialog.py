@@ -31,6 +31,7 @@ from attndesk.core.errors import ConfigError
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size
+from attndesk.render.page import PageTooLarge, check_page_size, write_page
 
 from .background import Background
 from .turns import side_turns
@@ -41,6 +42,7 @@ FORMATS = (
     ("pdf", "PDF (vector, text labels)"),
     ("npy", "NumPy array (.npy, exact weights)"),
     ("csv", "CSV with token labels"),
+    ("html", "Interactive page (.html)"),
 )
 IMAGE_FORMATS = ("png", "svg", "pdf")
 
@@ -78,6 +80,9 @@ def perform_export(map: AttentionMap, which, fmt: str, path: str | os.PathLike, 
     path = Path(path).expanduser()
     if path.suffix.lower().lstrip(".") != fmt:
         raise ExportError(f"the file name {path.name!r} does not end in .{fmt}")
+    if fmt == "html":  # every head and the mean, self-contained: what the heatmaps tab shows
+        return write_page([map], map.summary, path, colormap=colormap, shared_scale=shared_scale,
+                          log_scale=log_scale, region=region)
     if fmt in IMAGE_FORMATS:
         try:
             figure = figure_from_map(map, which, colormap=colormap, shared_scale=shared_scale, region=region,
@@ -255,6 +260,11 @@ class ExportDialog(QDialog):
         elif not image and self.region() is None and kept_overview_only(self._map):
             problem = ("This run kept only an overview (the full weights exceed the memory budget): zoom into an "
                        "enlarged heatmap and export that exact region, or export an image of the overview.")
+        if not problem and fmt == "html":
+            try:
+                check_page_size([self._map], region=self.region())
+            except PageTooLarge as exc:
+                problem = str(exc)
         self._show_error(problem)
         self.exportButton.setEnabled(not problem)
 

@@ -1,0 +1,88 @@
+"""``attndesk reproduce BUNDLE``: compute a bundle's run again and report the largest difference
+from its weights (0 on the machine and versions that made it; elsewhere within a stated
+tolerance), or name what is missing here (the model folder, a version)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+NAME = "reproduce"
+# float32 attention on another machine or torch build differs by rounding: measured below 1e-6
+# for the packaged MiniLM between torch builds; 1e-5 leaves room and still catches a real change
+TOLERANCE_ELSEWHERE = 1e-5
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        NAME, help="recompute a bundle and report the largest difference from its weights",
+        description=("Read a bundle written by 'attndesk bundle' (or the window's File > Save bundle), run it again "
+                     "with the same session and model, and compare: exit 0 when the weights agree (exactly on the "
+                     f"same machine and versions, within {TOLERANCE_ELSEWHERE:g} otherwise), 1 when they differ."))
+    parser.add_argument("bundle", metavar="BUNDLE.zip", help="the bundle to reproduce")
+    parser.add_argument("--model", metavar="PATH", default=None,
+                        help="the model folder, when it is no longer where the bundle says (its weights must hash the same)")
+    return parser
+
+
+def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
+    """The bundle's arrays computed again here, and what computed them (in words)."""
+    from attndesk.app.session import session_from_json
+    from attndesk.core import run_attention
+    from attndesk.core.bundle import check_model, run_weights
+
+    state = session_from_json(bundle.session).state
+    run = bundle.manifest.get("run") or {}
+    identity = bundle.manifest.get("model") or {}
+    if identity.get("kind") != "pretrained":
+        result = run_attention(state.config, state.text, key_text=state.keys_text())
+        return run_weights(result), "the toy model"
+    try:
+        import transformers  # noqa: F401  (a real model needs it: say so rather than fail inside)
+    except ImportError:
+        from attndesk.core.bundle import BundleError
+
+        raise BundleError("the bundle's model needs the transformers package, which is not installed here") from None
+    from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
+
+    folder = check_model(identity, model_folder)
+    spec = read_spec(folder)
+    # as the window's pretrained mode runs a state: a target only for an encoder-decoder, heads that exist
+    target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
+    ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
+    model = load_pretrained(folder, memory_budget=run.get("memory_budget"))
+    result = run_pretrained(model, state.text, target=target, ablate=ablate, scaled=state.config.scaled,
+                            causal="causal" in state.config.mask, memory_budget=run.get("memory_budget"))
+    return run_weights(result, run.get("layer")), f"the model in {folder}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from attndesk.app.session import SessionError
+    from attndesk.cli import EXIT_FAILURE, EXIT_USAGE, CliError
+    from attndesk.core.bundle import (
+        BundleError,
+        largest_difference,
+        read_bundle,
+        same_environment,
+    )
+
+    try:
+        bundle = read_bundle(args.bundle)
+        recomputed, what = _recompute(bundle, args.model)
+        worst = largest_difference(bundle.weights, recomputed)
+    except SessionError as exc:
+        raise CliError(f"{args.bundle}: its session cannot be used here: {exc}", EXIT_USAGE) from None
+    except (BundleError, ValueError) as exc:  # ConfigError (a model that no longer loads) included
+        raise CliError(str(exc), EXIT_USAGE) from None
+    changes = same_environment(bundle.manifest)
+    tolerance = TOLERANCE_ELSEWHERE if changes else 0.0
+    print(f"recomputed {len(recomputed)} weight array(s) with {what}")
+    if changes:
+        print(f"made elsewhere ({'; '.join(changes)}): differences up to {tolerance:g} are rounding")
+    else:
+        print("made here, with these versions: the weights must agree exactly")
+    print(f"largest difference from the bundled weights: {worst:.3g}")
+    if worst > tolerance:
+        raise CliError(f"the recomputed weights differ from the bundle's by {worst:.3g}, over the tolerance "
+                       f"{tolerance:g}", EXIT_FAILURE)
+    return 0

@@ -1,0 +1,212 @@
+"""The interactive page in a real browser (Debian's chromium through chromium-driver and Selenium):
+it renders, hover reads the weight under the pointer, the colours are attndesk.render's, a large
+page opens in under a second, the data link downloads the weights. One browser for the module."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import time
+
+import numpy as np
+import pytest
+from page_helpers import model_page_maps, softmax_map
+
+from attndesk.render import colormaps
+from attndesk.render.figure import figure_from_map
+from attndesk.render.page import write_page
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+
+
+def _missing() -> str:
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not found: install Debian's chromium and chromium-driver "
+                "(make test does so when run as root with apt-get)")
+    return ""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if _missing():
+        pytest.skip(_missing())
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.service import Service
+
+    downloads = tmp_path_factory.mktemp("downloads")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1000", "--force-device-scale-factor=1", "--force-color-profile=srgb"):
+        options.add_argument(flag)
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    except (WebDriverException, OSError) as exc:  # a browser that cannot start here (no shared memory, a broken install)
+        pytest.skip(f"chromium could not start: {' '.join(str(exc).split())[:300]}")
+    driver.downloads = downloads
+    yield driver
+    driver.quit()
+
+
+def open_page(browser, path) -> float:
+    browser.get(path.as_uri())
+    browser.execute_script("window.scrollTo(0, 0)")
+    ready = browser.execute_script("return window.attndesk ? window.attndesk.readyMs : null")
+    assert ready is not None, "the page's script did not finish"
+    return float(ready)
+
+
+def console_errors(browser) -> list[str]:
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def cell_point(browser, head: int, q: int, k: int) -> tuple[float, float]:
+    """The page coordinates of the centre of cell (q, k) of the head-th heatmap."""
+    return tuple(browser.execute_script(
+        "const r = document.querySelectorAll('#grid .map canvas')[arguments[0]].getBoundingClientRect();"
+        "const a = window.attndesk, L = a.layers[a.state.layer].weights.shape;"
+        "return [r.left + (arguments[2] + 0.5) * r.width / L[2], r.top + (arguments[1] + 0.5) * r.height / L[1]];",
+        head, q, k))
+
+
+def hover_at(browser, x: float, y: float) -> None:
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    actions = ActionBuilder(browser)
+    actions.pointer_action.move_to_location(int(x), int(y))
+    actions.perform()
+
+
+def screenshot(browser) -> np.ndarray:
+    """The viewport as RGB uint8 [height, width, 3] (decoded by Qt, a dependency already)."""
+    from PySide6.QtGui import QImage
+
+    image = QImage.fromData(browser.get_screenshot_as_png(), "PNG").convertToFormat(QImage.Format.Format_RGB888)
+    rows = np.frombuffer(image.constBits(), dtype=np.uint8).reshape(image.height(), image.bytesPerLine())
+    return rows[:, : image.width() * 3].reshape(image.height(), image.width(), 3).copy()
+
+
+@pytest.fixture(scope="module")
+def toy_page(tmp_path_factory):
+    amap = softmax_map(4, 12, seed=3)
+    path = write_page([amap], amap.summary, tmp_path_factory.mktemp("page") / "toy.html", precision="float32")
+    return amap, path
+
+
+def test_page_renders_hover_reads_the_cell_and_colours_match(browser, toy_page):
+    amap, path = toy_page
+    open_page(browser, path)
+    assert len(browser.find_elements("css selector", "#grid .map")) == 4
+    hover_at(browser, *cell_point(browser, 2, 7, 3))
+    readout = browser.find_element("id", "readout")
+    assert float(readout.get_attribute("data-value")) == pytest.approx(float(amap.weights[2, 7, 3]), abs=1e-7)
+    assert readout.text.startswith('head 2 · query "t7" (7) → key "t3" (3): ')
+    assert f"{amap.weights[2, 7, 3]:.4f}" in readout.text
+    shown = browser.execute_script("return [...document.querySelectorAll('.hl')].filter(h => h.style.display === 'block').length")
+    assert shown == 4  # the same cell highlighted in every head
+    hover_at(browser, 5, 5)
+    image = screenshot(browser)
+    figure = figure_from_map(amap, "all", colormap="viridis")
+    lo, hi = figure.scale_for(0)
+    for head, q, k in ((0, 0, 0), (1, 5, 2), (3, 11, 11), (2, 9, 4)):
+        x, y = cell_point(browser, head, q, k)
+        want = colormaps.map_values(amap.weights[head, q, k], "viridis", lo, hi)
+        np.testing.assert_allclose(image[int(y), int(x)], want, atol=2, err_msg=f"head {head} cell {q},{k}")
+    x, y = cell_point(browser, 1, 2, 9)  # above the diagonal: masked, striped in the mask colours
+    pixel = image[int(y), int(x)].astype(int)
+    assert min(np.abs(pixel - colormaps.mask_rgb("viridis")).max(), np.abs(pixel - colormaps.hatch_rgb("viridis")).max()) <= 2
+    assert console_errors(browser) == []
+
+
+def test_per_head_scale_and_magma_use_the_figures_colours(browser, toy_page):
+    amap, path = toy_page
+    open_page(browser, path)
+    browser.find_element("xpath", "//label[contains(., 'one scale for all heads')]/input").click()
+    browser.execute_script("const s = document.querySelectorAll('#controls select')[1]; s.value = 'magma';"
+                           "s.dispatchEvent(new Event('change'))")
+    image = screenshot(browser)
+    figure = figure_from_map(amap, "all", colormap="magma", shared_scale=False)
+    for head, q, k in ((0, 3, 1), (3, 8, 8)):
+        x, y = cell_point(browser, head, q, k)
+        want = colormaps.map_values(amap.weights[head, q, k], "magma", *figure.scale_for(head))
+        np.testing.assert_allclose(image[int(y), int(x)], want, atol=2)
+    assert console_errors(browser) == []
+
+
+def test_click_enlarges_and_the_data_link_downloads_the_weights(browser, toy_page):
+    amap, path = toy_page
+    open_page(browser, path)
+    browser.find_elements("css selector", "#grid .tile")[1].click()
+    assert browser.find_element("id", "enlarged").is_displayed()
+    assert len(browser.find_elements("css selector", "#enlarged .ylabels span")) == 12
+    browser.find_element("id", "enlarged-csv").click()
+    rows = list(csv.reader(io.StringIO(_downloaded(browser, "head").read_text())))
+    assert rows[0][1:] == amap.keys
+    values = np.array([[np.float32(v) for v in row[1:]] for row in rows[1:]], dtype=np.float32)
+    np.testing.assert_array_equal(values, amap.weights[1])  # the page's float32 weights, exactly
+    browser.find_element("id", "enlarged-close").click()
+    assert not browser.find_element("id", "enlarged").is_displayed()
+    browser.find_element("id", "data-link").click()
+    table = list(csv.DictReader(io.StringIO(_downloaded(browser, "weights").read_text())))
+    assert len(table) == 4 * 12 * 12
+    got = np.array([float(r["weight"]) for r in table], dtype=np.float32).reshape(4, 12, 12)
+    np.testing.assert_array_equal(got, amap.weights)
+    assert console_errors(browser) == []
+
+
+def _downloaded(browser, kind: str):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done = [p for p in browser.downloads.iterdir() if p.suffix == ".csv"]
+        if done:
+            path = done[0]
+            moved = path.with_name(f"{kind}-{time.monotonic_ns()}.seen")
+            path.rename(moved)
+            return moved
+        time.sleep(0.05)
+    raise AssertionError("the data link downloaded nothing")
+
+
+def test_six_layers_of_twelve_heads_open_in_under_a_second(browser, tmp_path):
+    maps = model_page_maps(6, 12, 128)
+    path = write_page(maps, "synthetic model", tmp_path / "model.html")
+    assert path.stat().st_size <= 4_000_000
+    # the better of two openings: other jobs on a shared machine stretch single timings 2x and more
+    ready_ms = min(open_page(browser, path), open_page(browser, path))
+    assert ready_ms < 1000, f"the page took {ready_ms:.0f} ms to draw"
+    assert len(browser.find_elements("css selector", "#grid .map")) == 12
+    browser.execute_script("const s = document.getElementById('layer-select'); s.value = '4';"
+                           "s.dispatchEvent(new Event('change'))")
+    shown = np.array(browser.execute_script("return window.attndesk.weights(4, 7)"), dtype=np.float32)
+    assert np.abs(shown - maps[4].map.weights[7].ravel()).max() <= 1e-3
+    assert browser.find_elements("css selector", ".tile-title")[7].text == "L4 head 7"
+    hover_at(browser, *cell_point(browser, 7, 100, 50))
+    assert ": ≈" in browser.find_element("id", "readout").text  # float16: the read-out says it is rounded
+    assert "float16" in browser.find_element("id", "precision").text
+    assert console_errors(browser) == []
+
+
+def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page):
+    amap, path = toy_page
+    open_page(browser, path)
+    browser.find_element("xpath", "//label[contains(., 'log scale')]/input").click()
+    image = screenshot(browser)
+    figure = figure_from_map(amap, "all", colormap="viridis", log_scale=True)
+    for head, q, k in ((0, 6, 0), (2, 11, 5)):
+        x, y = cell_point(browser, head, q, k)
+        want = colormaps.map_values(figure.colour_values(head)[q, k], "viridis", *figure.scale_for(head))
+        np.testing.assert_allclose(image[int(y), int(x)], want, atol=2)
+    browser.execute_script("const s = document.querySelectorAll('#controls select')[0]; s.value = 'mean';"
+                           "s.dispatchEvent(new Event('change'))")
+    assert [t.text for t in browser.find_elements("css selector", ".tile-title")] == ["mean over 4 heads"]
+    hover_at(browser, *cell_point(browser, 0, 10, 2))
+    mean = amap.weights.mean(axis=0, dtype=np.float64)[10, 2]
+    readout = browser.find_element("id", "readout")
+    assert readout.text.startswith('mean of heads · query "t10" (10) → key "t2" (2): ')
+    assert float(readout.get_attribute("data-value")) == pytest.approx(mean, abs=1e-6)
+    assert console_errors(browser) == []

@@ -63,6 +63,7 @@ class RolloutView(QWidget):
         self._tracer = None
         self._pending: tuple | None = None  # (result, layers, query, head) asked of the tracer
         self.rollout: np.ndarray | None = None
+        self._traced: Trace | None = None
         self.follow: np.ndarray | None = None
         self.layersSpin = QSpinBox()
         self.layersSpin.setObjectName("rolloutLayersSpin")
@@ -172,6 +173,7 @@ class RolloutView(QWidget):
             return False
         self._pending = None
         self.rollout, self.follow = traced.rollout, traced.follow
+        self._traced = traced  # the hover reads the drawn trace's tokens: a newer result may be pending
         self.rolloutPlot.set_title(traced.rollout_title)
         self.rolloutPlot.show_prepared(traced.rollout_image, row_labels=traced.tokens, col_labels=traced.tokens)
         self.followPlot.set_title(traced.follow_title)
@@ -193,11 +195,15 @@ class RolloutView(QWidget):
 
     @Slot(int, int)
     def _hover_rollout(self, r: int, c: int) -> None:
-        t = self._result.tokens
+        if self._traced is None:
+            return
+        t = self._traced.tokens
         self.readout.setText(f'rollout: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.rollout[r, c]:.4f}')
 
     @Slot(int, int)
     def _hover_follow(self, layer: int, k: int) -> None:
-        t = self._result.tokens
-        q = self.queryCombo.currentIndex()
+        if self._traced is None:
+            return
+        t = self._traced.tokens
+        q = self._traced.request[2]  # the query the drawn trace follows
         self.readout.setText(f'layer {layer}: "{t[q]}" ({q}) → "{t[k]}" ({k}): {self.follow[layer, k]:.4f}')

@@ -67,34 +67,41 @@ class WindowLedger(QObject):
     def hold_run(self, shown: Shown) -> None:
         """The run on screen (or its new view) replaces the last one: held, protected and never
         let go while drawn; older holdings make room for it. The model caches are brought up to date."""
-        self.sync_models()
+        self.sync_models(shown)
         if self._run is not None:
             self._run.release()
         what = f"the run on screen ({shown.length:,} tokens)"
         self._run = self.ledger.hold("window", what, arrays_of(shown, RUN_DEPTH), None, protected=True, strict=False)
 
-    def sync_models(self) -> None:
-        """Hold every cached model not held yet, forget the holdings of models no longer cached;
-        the most recently used model of each cache is touched."""
+    def sync_models(self, shown: Shown | None = None) -> None:
+        """Hold every cached model not held yet, forget the holdings of models no longer cached.
+        The model the run on screen came from (the newest of its cache) is in use: protected and
+        never let go (dropping it would only load it again for the next run); the others may go."""
         caches = [("toy model", cached_models(), forget_models, lambda m: m)]
         loader = sys.modules.get("attndesk.core.pretrained.loader")
         if loader is not None:  # never imported: no checkpoint loaded
             caches.append(("model", loader.loaded_models(), loader.forget_models, lambda m: m.model))
+        using = "model" if shown is not None and shown.layers is not None else "toy model"
         alive: set[int] = set()
         for kind, models, forget, module_of in caches:
             for model in models:
                 alive.add(id(model))
-                if id(model) not in self._models:
-                    count = sum(p.numel() for p in module_of(model).parameters())
-                    name = getattr(model, "name", f"of {count:,} parameters")
-                    label = f"the {kind} {name} (cached)"
-                    self._models[id(model)] = self.ledger.hold(
-                        "models", label, model_parts(module_of(model)),
-                        lambda why, m=model, f=forget: self._forget_later(lambda: f([m])), strict=False)
-            if models:
-                self._models[id(models[-1])].touch()
+                in_use = kind == using and model is models[-1]
+                held = self._models.get(id(model))
+                if held is not None and held.alive and held.protected == in_use:
+                    continue
+                if held is not None:
+                    held.release()
+                self._models[id(model)] = self._hold_model(kind, model, module_of(model), forget, in_use)
         for key in [k for k in self._models if k not in alive]:
             self._models.pop(key).release()
+
+    def _hold_model(self, kind: str, model: Any, module: Any, forget: Callable, in_use: bool) -> Holding:
+        count = sum(p.numel() for p in module.parameters())
+        name = getattr(model, "name", f"of {count:,} parameters")
+        label = f"the {kind} {name} ({'in use' if in_use else 'cached'})"
+        release = None if in_use else (lambda why, m=model, f=forget: self._forget_later(lambda: f([m])))
+        return self.ledger.hold("models", label, model_parts(module), release, protected=in_use, strict=False)
 
     def _forget_later(self, fn: Callable[[], None]) -> None:
         """Forget a model in a job: a cache's lock may be held by a load for seconds. The doomed

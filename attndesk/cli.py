@@ -13,13 +13,8 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
-from attndesk.qtfix import pin_singletons
-
-# before any window or figure exists: PySide6 6.12 on Python 3.11 over-releases None (see there)
-pin_singletons()
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -37,7 +32,7 @@ class CliError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (no usage block) and never exits itself."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         raise CliError(f"{message} (see '{self.prog} --help')", EXIT_USAGE)
 
     def exit(self, status: int = 0, message: str | None = None):
@@ -239,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
-_COMMAND_MODULES: tuple[str, ...] = ("attndesk.cli_bundle", "attndesk.cli_reproduce")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute",
+)
 
 
 def _commands() -> list:
@@ -593,7 +590,9 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
         print(f"attndesk: {problem}; rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()
     try:
-        from attndesk.app.main_window import main as app_main  # optional: without Qt widgets, render instead
+        from attndesk.app.main_window import (
+            main as app_main,  # optional: without Qt widgets, render instead
+        )
     except ImportError as exc:
         print(f"attndesk: the window is not available ({exc}); rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()

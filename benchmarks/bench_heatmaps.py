@@ -27,7 +27,7 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from attndesk.app.panels.long_source import source_for_map  # noqa: E402
+from attndesk.app.sources.long_source import source_for_map  # noqa: E402
 from attndesk.app.panels.heatmaps import HeatmapPanel  # noqa: E402
 from attndesk.core import AttentionConfig, run_attention  # noqa: E402
 

@@ -1,4 +1,9 @@
-"""Shared test setup: Qt offscreen before any QApplication exists, and no leaked threads."""
+"""Shared test setup: Qt offscreen before any QApplication exists, no leaked threads, the one
+``TIMEOUT_MS`` and the ``window`` fixture (a shown MainWindow with its first result drawn).
+
+The tests mirror the package: ``tests/core``, ``tests/render``, ``tests/cli`` and ``tests/app/...``,
+a file named after the module it tests. ``app_helpers``, ``views_helpers`` and ``pretrained_models``
+are imported by their plain names (this folder is put on ``sys.path`` here)."""
 
 from __future__ import annotations
 
@@ -19,13 +24,19 @@ os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for _path in (ROOT, TESTS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+# The longest any test waits for one signal or condition: a bound for a loaded 2-core machine,
+# never a speed check (those measure their own times).
+TIMEOUT_MS = 120_000
 
 
 def _running_qthreads() -> list:
-    worker = sys.modules.get("attndesk.app.worker")
+    worker = sys.modules.get("attndesk.app.jobs.worker")
     if worker is None or not hasattr(worker, "running_threads"):
         return []
     return list(worker.running_threads())
@@ -44,3 +55,21 @@ def no_thread_left_running():
             return
         time.sleep(0.05)
     pytest.fail(f"test left threads running: {leaked or ''} {qthreads or ''}")
+
+
+@pytest.fixture
+def window_size() -> tuple[int, int]:
+    """The ``window`` fixture's size; a test module that needs another defines its own ``window_size``."""
+    return (1300, 850)
+
+
+@pytest.fixture
+def window(qtbot, window_size):
+    """A fresh MainWindow (no restored session), shown at ``window_size``, its first result drawn;
+    really deleted afterwards. A test needing a window set up otherwise uses a fixture of its own,
+    named for what it holds (``pretrained_window``, ``compare_window``, ...)."""
+    from app_helpers import dispose, shown_window  # Qt and the window only for the tests that use it
+
+    w = shown_window(qtbot, window_size, TIMEOUT_MS)
+    yield w
+    dispose(w)

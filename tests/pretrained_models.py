@@ -2,7 +2,8 @@
 with the packaged WordPiece tokenizer (vocabulary 30522): folders ``load_pretrained`` opens.
 
 ``CONFIGS`` holds one tiny config per architecture (width 32, 2-3 layers); ``build(name, folder)``
-writes config.json + model.safetensors + the tokenizer files. Used by the tests and the benchmark.
+writes config.json + model.safetensors + the tokenizer files; ``build_bare`` saves the bare base
+model (no LM head). Used by the tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from attndesk.core.pretrained import packaged_model_dir
+from attndesk.core.pretrained import SUPPORTED, packaged_model_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 # the packaged tokenizer's [PAD], [CLS], [SEP]: the random models' pad/bos/eos
@@ -69,7 +70,7 @@ def auto_class(config):
 
     if getattr(config, "is_encoder_decoder", False):
         return transformers.AutoModelForSeq2SeqLM
-    if config.model_type in ("bert", "modernbert", "roberta", "distilbert", "electra", "xlm-roberta"):
+    if SUPPORTED[config.model_type].family == "encoder":
         return transformers.AutoModel
     return transformers.AutoModelForCausalLM
 
@@ -85,6 +86,23 @@ def build(name: str, folder: Path, *, seed: int = 0, **changes) -> Path:
     model = auto_class(config).from_config(config)
     folder = Path(folder)
     model.save_pretrained(folder)
+    for file in TOKENIZER_FILES:
+        shutil.copy(packaged_model_dir() / file, folder / file)
+    return folder
+
+
+def build_bare(name: str, folder: Path, *, seed: int = 0, **changes) -> Path:
+    """A random ``name`` checkpoint saved as its bare base model (``LlamaModel``, ``BartModel``, ...:
+    ``AutoModel``, no LM head), untied so the head cannot come from the embeddings."""
+    import torch
+    import transformers
+
+    fields = dict(CONFIGS[name], **changes)
+    fields.setdefault("tie_word_embeddings", False)
+    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    transformers.AutoModel.from_config(config).save_pretrained(folder)
     for file in TOKENIZER_FILES:
         shutil.copy(packaged_model_dir() / file, folder / file)
     return folder

@@ -11,7 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "attndesk" / "app"
 # the heatmap widgets and the export dialog are the renderer's part of the window (its branch converts them)
-RENDER_OWNED = {"panels/heatmaps.py", "panels/heatmap_source.py", "panels/token_axis.py", "panels/long_source.py", "panels/heatmap_grid.py",
+RENDER_OWNED = {"panels/heatmaps.py", "sources/heatmap_source.py", "panels/token_axis.py", "sources/long_source.py",
+                "panels/heatmap_grid.py",
                 "views/heatmap.py", "export_dialog.py"}
 MAX_LINES = 60
 

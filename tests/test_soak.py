@@ -80,7 +80,7 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
                 page = tabs.widget(i)
                 def inside(page=page):
                     return [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
-                # a page's plots are revealed one per event-loop turn (views/paced.py)
+                # a page's plots are revealed one per event-loop turn (views/pacing.py)
                 assert checks.wait_until(lambda: bool(inside()), 10), f"no control found in the {tabs.tabText(i)!r} tab"
     finally:
         soak.files.uninstall()

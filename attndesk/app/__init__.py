@@ -1,15 +1,11 @@
 """The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results.
 
 ``attndesk.app.main_window`` assembles it (``main()`` runs it). ``MainWindow`` is also offered
-here, resolved on first use, so that importing ``attndesk.app.worker`` or ``attndesk.app.state``
+here, resolved on first use, so that importing ``attndesk.app.jobs.worker`` or ``attndesk.app.state``
 does not build the whole window.
 """
 
 from __future__ import annotations
-
-from attndesk.qtfix import pin_singletons
-
-pin_singletons()  # before any signal is emitted: see attndesk.qtfix
 
 __all__ = ["MainWindow"]
 

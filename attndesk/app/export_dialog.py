@@ -33,8 +33,8 @@ from attndesk.render.export import ExportError, default_filename, export_figure,
 from attndesk.render.figure import figure_from_map, suggested_size
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 
-from .background import Background
-from .turns import side_turns
+from .jobs.background import Background
+from .jobs.turns import side_turns
 
 FORMATS = (
     ("png", "PNG image"),

@@ -23,11 +23,11 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.errors import ConfigError
 
-from .compute import ComputeController, Modes
+from .jobs.compute import ComputeController, Modes
 from .export_dialog import ExportDialog
 from .menus import MenuRegistry
 from .modes.long import LongDocumentMode
-from .modes.pretrained import PretrainedMode
+from .pretrained.mode import PretrainedMode
 from .modes.toy import ToyMode
 from .panels.heatmaps import HeatmapPanel
 from .panels.parameters import ParametersPanel

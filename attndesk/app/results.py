@@ -25,12 +25,13 @@ from attndesk.core.plan import RunPlan
 from attndesk.core.pretrained import PretrainedResult
 from attndesk.core.result import AttentionResult
 from attndesk.core.timing import TimedRun
+from attndesk.core.tokenizer import PAD_ID
 from attndesk.core.types import AttentionMap
 
 from .state import ModeId
 
 if TYPE_CHECKING:  # annotation only: the heatmap widgets' source protocol (panels import this module)
-    from .panels.heatmap_source import HeatmapSource
+    from .sources.heatmap_source import HeatmapSource
 
 
 @dataclass(frozen=True)
@@ -170,3 +171,9 @@ def notices_of(*groups: Sequence[str]) -> tuple[str, ...]:
 
 __all__ = ["ConfigProblem", "Held", "InputProblem", "Job", "Request", "RunFacts", "Shown", "TokenRows", "ToyRun", "done_line", "format_seconds",
            "notices_of", "size_words"]
+
+
+def text_of(result: AttentionResult) -> str:
+    """The input text back from a toy result: its tokens without padding, joined by spaces
+    (the word tokenizer splits that into the same tokens; padding comes back from pad_to)."""
+    return " ".join(t for t, i in zip(result.tokens, result.token_ids) if int(i) != PAD_ID)

@@ -34,7 +34,6 @@ from pydantic import (
 from attndesk.core.config import FIELDS, AttentionConfig
 from attndesk.core.types import MEAN
 
-COLORMAP_NAMES = ("viridis", "magma", "CET-L1")
 ALL = "all"
 # Far beyond any model the window can load; a bound so that a session's 10**40 is refused in one line.
 MAX_INDEX = 1 << 20
@@ -221,14 +220,7 @@ def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_t
     return state
 
 
-def target_of(value: Any) -> Any:
-    """A head target as the state holds it: "all", "mean" (``types.MEAN``) or an int."""
-    if value in (ALL, MEAN):
-        return value
-    return int(value)
-
-
 __all__ = [
-    "ALL", "AppState", "COLORMAP_NAMES", "HEATMAPS_TAB", "ModeChoice", "ModeId", "PACKAGED", "PanelView",
-    "PretrainedState", "STEP_THROUGH_TAB", "TOY", "ViewState", "WINDOW_MAX", "state_from_flags", "target_of", "window_problem",
+    "ALL", "AppState", "HEATMAPS_TAB", "ModeChoice", "ModeId", "PACKAGED", "PanelView",
+    "PretrainedState", "STEP_THROUGH_TAB", "TOY", "ViewState", "WINDOW_MAX", "state_from_flags", "window_problem",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QTabWidget, QWidget
 
-from .compute import ComputeController
+from .jobs.compute import ComputeController
 from .state import STEP_THROUGH_TAB, AppState
 from .tabs.compare import CompareTab
 from .tabs.headstats import HeadStatsTab
@@ -16,7 +16,8 @@ from .tabs.online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
 from .tabs.positions import PositionsTab
 from .tabs.rollout import RolloutTab
 from .tabs.stepthrough import StepThroughTab
-from .views.compare import CompareView, ImplementationPanel
+from .views.compare import CompareView
+from .views.implementation import ImplementationPanel
 from .views.headstats import HeadStatsView
 from .views.online_softmax import OnlineSoftmaxView
 from .views.positional import PositionalView

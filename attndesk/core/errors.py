@@ -18,3 +18,15 @@ class ConfigTypeError(ConfigError, TypeError):
 
 class Cancelled(RuntimeError):
     """A long computation was stopped by its caller (``should_cancel`` returned True)."""
+
+
+NO_LM_HEAD = "this checkpoint has no LM head"
+
+
+class NoLMHead(ConfigError):
+    """A next-token feature (generation, the next-token distribution, an ablation's KL divergence)
+    asked of a decoder or encoder-decoder saved without its LM head (a bare base model, an
+    embedding model built on a decoder). Its attention is all there; only these features are off."""
+
+    def __init__(self, name: str, what: str = "next-token features"):
+        super().__init__(f"{what} off: {NO_LM_HEAD} ({name} is a bare base model; its attention views all work)")

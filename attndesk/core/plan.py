@@ -109,7 +109,7 @@ def _duration(seconds: float) -> str:
 def _blocked_peak(config: AttentionConfig, lq: int, lk: int, block_rows: int, stored: int) -> int:
     """Bytes alive at the peak of the blocked path: inputs, projections (kept for exact
     read-outs), context and output, two block buffers + the head-mean block, plus what is stored."""
-    e, width, h = config.embed_dim, config.num_heads * config.head_dim, config.num_heads
+    e, width = config.embed_dim, config.num_heads * config.head_dim
     item = DTYPES[config.dtype].itemsize
     small = item * ((lq + lk) * e + 2 * (lq + 2 * lk) * width + lq * width + lq * e)  # fused qkv + contiguous heads
     blocks = item * 3 * block_rows * lk + 4 * 2 * block_rows * lk  # scores, weights, head mean; float32 reductions

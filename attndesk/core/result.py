@@ -10,7 +10,7 @@ import numpy as np
 from .alibi import alibi_slopes
 from .config import AttentionConfig
 from .timing import TimedRun
-from .types import MEAN, AttentionMap, Head, Intermediates
+from .types import AttentionMap, Head, Intermediates
 
 if TYPE_CHECKING:  # only for annotations: result.py stays import-light
     from .blocked import ExactAttention

@@ -9,10 +9,6 @@ from __future__ import annotations
 import os
 import sys
 
-from attndesk.qtfix import pin_singletons
-
-pin_singletons()  # before any Qt call: see attndesk.qtfix
-
 
 def has_display() -> bool:
     """False on Linux/BSD when neither X11 nor Wayland is reachable through the environment."""

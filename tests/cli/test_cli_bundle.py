@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_models import tiny_model
+from tests.cli.cli_models import tiny_model
 
 from attndesk import __version__
 from attndesk.app.session import session_from_json

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_models import tiny_model
+from tests.cli.cli_models import tiny_model
 
 from attndesk.cli import main
 from attndesk.render.page import decode_array, decode_mask, page_layers, read_page_data

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from page_helpers import model_page_maps, softmax_map
+from tests.render.page_helpers import model_page_maps, softmax_map
 
 from attndesk.render import colormaps
 from attndesk.render.figure import figure_from_map

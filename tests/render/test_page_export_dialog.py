@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from page_helpers import softmax_map
+from tests.render.page_helpers import softmax_map
 
 from attndesk.app.export_dialog import ExportDialog, perform_export
 from attndesk.render.page import decode_array, decode_mask, read_page_data

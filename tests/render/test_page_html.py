@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from page_helpers import model_page_maps, softmax_map
+from tests.render.page_helpers import model_page_maps, softmax_map
 
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.types import AttentionMap

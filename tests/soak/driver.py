@@ -221,7 +221,8 @@ class Soak:
             try:
                 plan = self.planner.choose(step)
             except Exception as exc:  # noqa: BLE001 - e.g. a widget deleted while the tree was walked
-                plan = ("skip", "", lambda: f"(planning failed: {type(exc).__name__}: {exc})")
+                why = f"(planning failed: {type(exc).__name__}: {exc})"  # exc is unbound after the except block
+                plan = ("skip", "", lambda: why)
             if self._script and step.forced is None:
                 plan = None  # a replay does only what the report did
         if plan is None:

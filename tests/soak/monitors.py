@@ -512,7 +512,7 @@ class MemoryWatch(threading.Thread):
 
 def running_qthreads() -> list[str]:
     """attndesk's own registry of running worker QThreads (empty if the app no longer has one)."""
-    worker = sys.modules.get("attndesk.app.worker")
+    worker = sys.modules.get("attndesk.app.jobs.worker")
     running = getattr(worker, "running_threads", None)
     if running is None:
         return []

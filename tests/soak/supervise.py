@@ -79,6 +79,9 @@ def run(seed: int, seconds: float, *, report_path: str | Path | None = None, lim
         replay: str | Path | None = None) -> Outcome:
     """One soak run; ``replay`` (a report) repeats that report's actions (its seed and length)."""
     box = Sandbox.create(prepare=False)
+    # TMPDIR must exist when the child starts: a library that asks tempfile for its folder while
+    # being imported (before the child prepares the sandbox) would otherwise get /tmp, for good
+    box.tmp.mkdir(parents=True, exist_ok=True)
     inner = box.root / "report.json"
     env = {**os.environ, **box.environment(), "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}

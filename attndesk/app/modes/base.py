@@ -33,7 +33,7 @@ from ..results import Request, Shown
 from ..state import AppState, ModeChoice, ModeId, PanelView
 
 if TYPE_CHECKING:  # annotations only
-    from ..compute import ComputeController
+    from ..jobs.compute import ComputeController
     from ..menus import MenuRegistry
     from ..status import StatusModel
 

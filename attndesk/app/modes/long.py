@@ -29,7 +29,7 @@ from attndesk.core.plan import FULL
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
-from ..panels.long_source import ZoomTile, zoom_region
+from ..sources.long_source import ZoomTile, zoom_region
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
 from ..state import ALL
@@ -90,7 +90,6 @@ class LongDocumentMode(QObject, ModeBase):
         self._held = None
         self._zoom_items: dict[int, tuple] = {}  # id(view box) -> (vb, image, hatch)
         self._zoom_tile: ZoomTile | None = None
-        self._watched: set[int] = set()
         self._base_note = ""
         self._note_for = 0  # the presentation whose note _base_note is
         self.openTextAction = QAction("Open &text…", self, objectName="openTextAction",
@@ -209,8 +208,8 @@ class LongDocumentMode(QObject, ModeBase):
             return
         vb = single[1]
         vb.setMouseMode(pg.ViewBox.RectMode)  # left drag = box zoom, wheel zooms, middle drag pans
-        if id(vb) not in self._watched:
-            self._watched.add(id(vb))
+        if not getattr(vb, "_attndesk_watched", False):  # a mark on the view box: an id() is reused by a new one
+            vb._attndesk_watched = True
             vb.sigRangeChanged.connect(self._on_range)
         self._settle.start()
 

@@ -12,7 +12,7 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import plan_text, run_attention
 from attndesk.core.result import AttentionResult
 
-from ..panels.long_source import source_for_map
+from ..sources.long_source import source_for_map
 from ..plans import needs_explicit_run
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..state import STEP_THROUGH_TAB, TOY, AppState

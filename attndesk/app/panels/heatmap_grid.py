@@ -338,8 +338,4 @@ def cell_levels(lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
-def as_rect(r: QRectF) -> Rect:
-    return Rect(r.x(), r.y(), r.width(), r.height())
-
-
-__all__ = ["Cell", "ClickText", "HeatmapCanvas", "as_rect", "cell_levels", "masked_path"]
+__all__ = ["Cell", "ClickText", "HeatmapCanvas", "cell_levels", "masked_path"]

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QRectF, QRunnable, QSize, Qt, QThreadPool, QTimer, Signal, Slot
+from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
@@ -45,10 +45,11 @@ from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
 
-from .long_source import source_for_map
+from ..jobs.background import Background
+from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
+from ..sources.long_source import source_for_map
 from ..styles import restyle
 from .heatmap_grid import Cell, HeatmapCanvas, cell_levels, masked_path
-from .heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from .token_axis import AxisLabels, label_font
 
 COLORMAPS = (("viridis", "viridis"), ("magma", "magma"), ("CET-L1", "grey (CET-L1)"))
@@ -122,25 +123,6 @@ class _FootLabel(QLabel):
         painter.end()
 
 
-class _Derived(QObject):
-    """Carries a source derived in a pool thread back to the GUI thread."""
-
-    done = Signal(int, object)
-
-
-class _DeriveTask(QRunnable):
-    def __init__(self, token: int, fn, signal: _Derived) -> None:
-        super().__init__()
-        self._token, self._fn, self._signal = token, fn, signal
-
-    def run(self) -> None:
-        try:
-            result = self._fn()
-        except (ValueError, MemoryError) as exc:  # reported in the note; the base source stays
-            result = exc
-        self._signal.done.emit(self._token, result)
-
-
 class _Look:
     """Colours shared by every cell of one source: colormap, scale, hatch and rectangle."""
 
@@ -190,15 +172,13 @@ class HeatmapPanel(QWidget):
         self._labels: tuple[AxisLabels, AxisLabels] | None = None
         self._look: _Look | None = None
         self._build_token = 0
-        self._derive_token = 0
         self._log = self._hide_first = self._bias = False
         self._drawn: tuple | None = None  # (heads, shape) the cells show
         self._bar_axis: tuple | None = None  # (ticks, label) the colour bar's axis shows
         self.memory_budget: Callable[[], int | None] = lambda: None  # bytes a derived copy may share with its run
         self.ledger = MemoryLedger()  # the window's (set by it): a derived source is held there
         self._derived_held: Holding | None = None
-        self._derived = _Derived(self)
-        self._derived.done.connect(self._on_derived)
+        self._derivation = Background(self)  # a derived source built in a pool thread, newest only
         self._build_toolbar()
         self._build_body()
         self._connect()
@@ -312,7 +292,7 @@ class HeatmapPanel(QWidget):
     def set_source(self, source: HeatmapSource | None) -> None:
         """Draw a new source; keeps the view (grid / mean / head n) when it still exists."""
         self._base = source
-        self._derive_token += 1  # a derivation still running for an older source is dropped
+        self._derivation.forget()  # a derivation still running for an older source is dropped
         if source is None:
             self._build_token += 1
             self._source = None
@@ -477,16 +457,9 @@ class HeatmapPanel(QWidget):
         if self._source is None:
             self._show(source)
         self.note.setText("hiding the first token (renormalising the rows)…")
-        QThreadPool.globalInstance().start(_DeriveTask(self._derive_token, build, self._derived))
-
-    @Slot(int, object)
-    def _on_derived(self, token: int, result) -> None:
-        if token != self._derive_token:
-            return  # a newer source or option replaced this one
-        if isinstance(result, Exception):
-            self.note.setText(str(result))
-            return
-        self._show(result)
+        # ValueError, MemoryError: reported in the note; the base source stays
+        self._derivation.start(build, done=self._show, failed=lambda exc: self.note.setText(str(exc)),
+                               expected=(ValueError, MemoryError))
 
     # -- drawing ---------------------------------------------------------------------------------
     def _show(self, source: HeatmapSource) -> None:

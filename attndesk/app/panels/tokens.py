@@ -23,8 +23,6 @@ from PySide6.QtWidgets import (
 from ..results import Shown
 from ..state import AppState
 
-SAMPLE_TEXT = AppState.model_fields["text"].default
-SAMPLE_KEY_TEXT = AppState.model_fields["key_text"].default
 PAD, UNK = "[PAD]", "[UNK]"
 # Qt lays out a text box's whole text on the GUI thread when it is set: 0.5 s for 1 MiB on one
 # line, and breaking a line without spaces grows with its square (8.7 s for a 200 kB one, soak).

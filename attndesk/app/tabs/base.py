@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, QTimer
 
 from attndesk.core.ledger import Holding, arrays_of
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
 

@@ -3,7 +3,7 @@
 B is the result on screen (a real model: the layer shown). Large pairs (A, B and B − A drawn
 from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are
 side jobs; a new result cancels a teaching pair made for the old settings. A pinned A, a teaching
-pair and B − A are held in the window's memory ledger (app/holdings.py) beside the run on screen.
+pair and B − A are held in the window's memory ledger (app/jobs/holdings.py) beside the run on screen.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 from attndesk.core.compare import TeachingComparison, teaching_comparison
 from attndesk.core.ledger import LedgerError
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
 from ..views.compare import CompareView, FrameRequest, Operand, compare_frame

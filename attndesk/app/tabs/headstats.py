@@ -8,8 +8,8 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.statistics import head_statistics, layer_statistics
 
-from ..compute import ComputeController
-from ..pretrained_parts import CROSS_STATS_NOTE, part_weights
+from ..jobs.compute import ComputeController
+from ..pretrained.parts import CROSS_STATS_NOTE, part_weights
 from ..results import Shown
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
 from ..views.headstats import HeadStatsView

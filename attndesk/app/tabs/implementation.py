@@ -7,9 +7,9 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import ImplementationComparison, compare_implementations
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
-from ..views.compare import ImplementationPanel
+from ..views.implementation import ImplementationPanel
 
 
 def implementation_job(config, text: str) -> ImplementationComparison:

@@ -17,7 +17,7 @@ from attndesk.core.config import AttentionConfig
 from attndesk.core.online_softmax import fitting_block, head_attention, online_softmax
 from attndesk.core.pipeline import ProjectedText, project_text
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown, ToyRun
 from ..state import AppState
 from ..views.online_softmax import (

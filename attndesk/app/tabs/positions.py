@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer
 
-from ..compute import ComputeController
+from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
 from ..views.positional import LEARNED, POSITIONS_OFF, ROPE_OFF, PositionalView, tables

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject
 
-from ..compute import ComputeController
-from ..pretrained_parts import NO_CROSS_ROLLOUT, part_weights
+from ..jobs.compute import ComputeController
+from ..pretrained.parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
 from ..state import AppState
 from ..views.rollout import RolloutView, trace

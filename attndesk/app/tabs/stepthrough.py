@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from ..compute import ComputeController
-from ..pretrained_steps import stage_run
+from ..jobs.compute import ComputeController
+from ..pretrained.steps import stage_run
 from ..results import Shown
 from ..state import STEP_THROUGH_TAB, AppState
 from ..views.stepthrough import StepThroughView, stage_images

@@ -4,7 +4,7 @@
 - ``positional.PositionalView``: the sinusoidal encoding and its PE . PE^T similarity.
 - ``headstats.HeadStatsView``: sortable per-head statistics + entropy-vs-distance scatter.
 - ``compare.CompareView``: pin A, current B, B - A; one-click teaching comparisons.
-- ``compare.ImplementationPanel``: attndesk vs torch SDPA vs nn.MultiheadAttention timings and differences.
+- ``implementation.ImplementationPanel``: attndesk vs torch SDPA vs nn.MultiheadAttention timings and differences.
 - ``rollout.RolloutView``: pretrained mode: attention rollout across layers and "follow a token".
 - ``heatmap.MatrixPlot``: the labelled matrix every view draws with.
 

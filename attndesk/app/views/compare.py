@@ -1,11 +1,11 @@
 """Compare two results: pinned A, current B and B - A (diverging colormap centred at 0), plus the
 one-click teaching comparisons (the 2017 layer's and the modern variants': MHA vs GQA, sinusoidal
-vs RoPE, full vs a sliding window, soft-cap) with the K/V-cache table of the current shape, and the
-attndesk-vs-PyTorch implementation table.
+vs RoPE, full vs a sliding window, soft-cap) with the K/V-cache table of the current shape. The
+attndesk-vs-PyTorch implementation table is ``implementation.ImplementationPanel``.
 
 The heavy work (running the model twice, the implementation timings) lives in
 ``attndesk.core.compare`` and is Qt-free: the window should run it in its worker and hand the
-result to ``show_teaching`` / ``ImplementationPanel.set_comparison``. Without a runner set, the
+result to ``show_teaching``. Without a runner set, the
 view runs it inline (fine for the toy sizes the tests use).
 """
 
@@ -17,25 +17,35 @@ from typing import Callable
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSplitter,
-    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.compare import (
-    ComparisonError, ImplementationComparison, ResultDiff, TeachingComparison, TEACHING_KINDS,
-    compare_implementations, diff_results, teaching_comparison,
+    TEACHING_KINDS,
+    ComparisonError,
+    ResultDiff,
+    TeachingComparison,
+    diff_results,
+    teaching_comparison,
 )
 from attndesk.core.diff import diff_bytes
 from attndesk.core.errors import ConfigError
 from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
-from attndesk.core.tokenizer import PAD_ID
 from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
 
+from ..results import text_of
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from .kvcache_table import KVCacheTable
-from .paced import PacedHost
+from .pacing import PacedHost
 
 # Pairs of more cells than this are drawn by the frame runner when one is set: a mean over 16 heads
 # of 2048^2 and its display image take longer than a GUI-thread turn (B - A alone is half a
@@ -49,12 +59,6 @@ VARIANT_TIPS = {
     "window": "A: every key. B: query i sees key j only when |i − j| < W (the config's window, else a quarter of the text)",
     "softcap": "A: no cap. B: scores s become C·tanh(s/C) before the mask (the config's cap, else half the largest score)",
 }
-
-
-def text_of(result: AttentionResult) -> str:
-    """The input text back from a toy result: its tokens without padding, joined by spaces
-    (the word tokenizer splits that into the same tokens; padding comes back from pad_to)."""
-    return " ".join(t for t, i in zip(result.tokens, result.token_ids) if int(i) != PAD_ID)
 
 
 @dataclass(frozen=True, eq=False)
@@ -645,123 +649,3 @@ class CompareView(QWidget):
         text = f"({r}, {c}): " + "   ".join(parts)
         self.readout.setText(text)
         return text
-
-
-class ImplementationPanel(QWidget):
-    """The implementation comparison, for the timing panel: three timings side by side and the max
-    |difference| from attndesk of the outputs (and weights where the implementation has them).
-
-    API: ``set_comparison(ImplementationComparison)``, ``set_input(config, text)``, ``run_now()``;
-    signal ``runRequested()`` when the button is pressed (connect ``set_runner`` to run elsewhere).
-    """
-
-    runRequested = Signal()
-    HEADERS = ("implementation", "time (ms)", "× attndesk", "max |Δ output|", "max |Δ weights|")
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("implementationPanel")
-        self._config = None
-        self._text: str | None = None
-        self._runner: Callable[[object, str], None] | None = None
-        self.comparison: ImplementationComparison | None = None
-        self.runButton = QPushButton("Compare with PyTorch")
-        self.runButton.setObjectName("compareImplementationsButton")
-        self.runButton.clicked.connect(self._on_run)
-        self.table = QTableWidget(0, len(self.HEADERS))
-        self.table.setObjectName("implementationTable")
-        self.table.setHorizontalHeaderLabels(self.HEADERS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
-        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        self.notesLabel = QLabel(
-            "Runs the current settings through attndesk's attention layer, "
-            "torch.nn.functional.scaled_dot_product_attention and torch.nn.MultiheadAttention with the same "
-            "projection weights: time of each (best of 3) and how far their outputs are from attndesk's."
-        )
-        self.notesLabel.setObjectName("implementationNotes")
-        self.notesLabel.setWordWrap(True)
-        self.notesLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.notesLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        side = QVBoxLayout()
-        side.addWidget(self.runButton)
-        side.addWidget(self.notesLabel, 1)
-        side_box = QWidget()
-        side_box.setLayout(side)
-        side_box.setFixedWidth(330)
-        # side by side: the dock is short, the three rows of the table must stay visible
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(4, 2, 4, 2)
-        layout.addWidget(side_box)
-        layout.addWidget(self.table, 1)
-
-    def set_runner(self, runner: Callable[[object, str], None] | None) -> None:
-        self._runner = runner
-
-    def set_input(self, config, text: str) -> None:
-        self._config, self._text = config, text
-
-    def set_result(self, result: "AttentionResult | Operand | None", text: str | None = None, *,
-                   toy: bool | None = None) -> None:
-        """Take the input (config and text) from the current toy result (None, or ``toy`` False: a
-        real model's layer, which the comparison of the toy layer's implementations does not cover)."""
-        is_toy = isinstance(result, AttentionResult)
-        toy = is_toy if toy is None else (toy and is_toy)
-        self.runButton.setEnabled(toy)
-        self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
-        if toy:
-            self.set_input(result.config, text or text_of(result))
-        else:
-            self._config = None
-
-    def has_input(self) -> bool:
-        return self._config is not None
-
-    def set_busy(self, busy: bool, message: str = "") -> None:
-        """While the comparison runs elsewhere: the button waits, the note says what happens."""
-        self.runButton.setEnabled(not busy and self._config is not None)
-        if message:
-            self.notesLabel.setText(message)
-
-    def run_now(self, repeats: int = 3) -> ImplementationComparison | None:
-        if self._config is None:
-            self.notesLabel.setText("run once first")
-            return None
-        try:
-            comparison = compare_implementations(self._config, self._text or "", repeats=repeats)
-        except ConfigError as exc:
-            self.notesLabel.setText(str(exc))
-            return None
-        self.set_comparison(comparison)
-        return comparison
-
-    @Slot()
-    def _on_run(self) -> None:
-        self.runRequested.emit()
-        if self._runner is not None and self._config is not None:
-            self._runner(self._config, self._text or "")
-        else:
-            self.run_now()
-
-    def set_comparison(self, comparison: ImplementationComparison) -> None:
-        self.comparison = comparison
-        rows = comparison.rows()
-        base = comparison.timings.get(rows[0][0]) if rows else None
-        self.table.setRowCount(len(rows))
-
-        def fmt(v, spec):
-            return "—" if v is None else format(v, spec)
-
-        for r, (name, seconds, d_out, d_w) in enumerate(rows):
-            ratio = seconds / base if base and seconds is not None else None
-            values = (name, fmt(None if seconds is None else seconds * 1e3, ".3f"), fmt(ratio, ".2f"),
-                      fmt(d_out, ".3g"), "no weights" if d_w is None else fmt(d_w, ".3g"))
-            for c, text in enumerate(values):
-                item = QTableWidgetItem(text)
-                if c:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.table.setItem(r, c, item)
-        head = f"{comparison.length} tokens on {comparison.device}, {comparison.dtype}; best of the repeats."
-        self.notesLabel.setText(" ".join([head, *comparison.notes]))

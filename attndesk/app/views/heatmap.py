@@ -25,7 +25,7 @@ from attndesk.core.select import tile_reduce
 from attndesk.render import ExportError, HeatmapFigure, export_figure, export_weights
 from attndesk.render.colormaps import hatch_rgba
 
-from ..background import Background
+from ..jobs.background import Background
 from ..panels.token_axis import TokenAxis
 from .plot_axes import without_si_prefix
 

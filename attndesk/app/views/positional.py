@@ -23,7 +23,7 @@ from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 from attndesk.core.rope import rope, rope_relative_scores
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
-from .paced import PacedHost
+from .pacing import PacedHost
 from .plot_axes import without_si_prefix
 
 # PE . PE^T is [L, L] float64: at a long document's 16k tokens that would be 2 GB. Past this many

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from .heatmap import MatrixPlot, PreparedMatrix
-from .staggered import Staggered
+from .pacing import Staggered
 from .stages import (
     ALL_STAGES, EXPLAINED, PER_HEAD, SQUARE, STAGES, CellArithmetic, angle_readout, arithmetic_lines, cell_arithmetic, formula,
     kv_head_of, layer_scale, stage_images, stage_matrix_of, stages_of, variant_words,

@@ -13,13 +13,13 @@ from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from .families import SUPPORTED, supported_names
 from .generate import GenerationStep, Generator
 from .hub_cache import CachedModel, hub_cache_dir, list_cached_models
-from .loader import LoadedModel, clear_cache, is_loaded, load_pretrained
+from .loader import LoadedModel, clear_cache, is_loaded, load_pretrained, loaded_model
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 from .run import encode, pretrained_job, run_pretrained, sentence_embeddings
 
 __all__ = [
     "CachedModel", "GenerationStep", "Generator", "LoadedModel", "ModelSpec", "NextToken", "PACKAGED_NAME",
     "PretrainedResult", "SUPPORTED", "clear_cache", "cosine", "encode", "hub_cache_dir",
-    "is_loaded", "kl_divergence", "list_cached_models", "load_pretrained", "packaged_model_dir", "pretrained_job",
+    "is_loaded", "kl_divergence", "list_cached_models", "load_pretrained", "loaded_model", "packaged_model_dir", "pretrained_job",
     "read_spec", "run_pretrained", "sentence_embeddings", "supported_names",
 ]

@@ -25,8 +25,6 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.txt", "vocab.json", "spiece.model", "source.spm",
                    "sentencepiece.bpe.model")
 _HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header beyond this is a corrupt file, not a model
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-             "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 def packaged_model_dir() -> Path:
@@ -72,6 +70,8 @@ class ModelSpec:
     float32_bytes: int = 0
     disk_bytes: int = 0
     tested: bool = True  # False: a model type outside attndesk's table, accepted for using the interface
+    positions: str = "learned"  # "learned", "rope", "relative bias" or "sinusoidal" (families.FamilyInfo)
+    position_offset: int = 0  # position-table rows before the first token's (RoBERTa: 2)
 
     @property
     def max_tokens(self) -> int | None:
@@ -236,7 +236,8 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     return ModelSpec(
         name=name or display_name(folder), path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
         family=info.family, parameters=params, float32_bytes=f32, disk_bytes=disk,
-        tested=str(cfg["model_type"]) in SUPPORTED, **numbers,
+        tested=str(cfg["model_type"]) in SUPPORTED, positions=info.positions, position_offset=info.position_offset,
+        **numbers,
     )
 
 

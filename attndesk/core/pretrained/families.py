@@ -10,7 +10,9 @@ attention themselves (Falcon, BLOOM, MPT, ...) are refused. Nothing here imports
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -18,40 +20,48 @@ Family = Literal["encoder", "decoder", "encoder-decoder"]
 FAMILIES: tuple[Family, ...] = ("encoder", "decoder", "encoder-decoder")
 
 
+Positions = Literal["learned", "rope", "relative bias", "sinusoidal"]
+
+
 @dataclass(frozen=True)
 class FamilyInfo:
     name: str  # how people call it: "Gemma 2"
     family: Family
+    positions: Positions = "learned"  # how it encodes positions, as the window's parameters panel names it
+    position_offset: int = 0  # rows of its learned position table before the first token's (RoBERTa's padding)
 
 
 # model_type (config.json) -> what it is
 SUPPORTED: dict[str, FamilyInfo] = {
     "bert": FamilyInfo("BERT", "encoder"),
-    "roberta": FamilyInfo("RoBERTa", "encoder"),
-    "xlm-roberta": FamilyInfo("XLM-RoBERTa", "encoder"),
+    "roberta": FamilyInfo("RoBERTa", "encoder", position_offset=2),
+    "xlm-roberta": FamilyInfo("XLM-RoBERTa", "encoder", position_offset=2),
     "distilbert": FamilyInfo("DistilBERT", "encoder"),
     "electra": FamilyInfo("ELECTRA", "encoder"),
-    "modernbert": FamilyInfo("ModernBERT", "encoder"),
+    "modernbert": FamilyInfo("ModernBERT", "encoder", "rope"),
     "gpt2": FamilyInfo("GPT-2", "decoder"),
-    "gpt_neox": FamilyInfo("GPT-NeoX", "decoder"),
+    "gpt_neox": FamilyInfo("GPT-NeoX", "decoder", "rope"),
     "opt": FamilyInfo("OPT", "decoder"),
-    "llama": FamilyInfo("LLaMA", "decoder"),
-    "mistral": FamilyInfo("Mistral", "decoder"),
-    "qwen2": FamilyInfo("Qwen2", "decoder"),
-    "qwen3": FamilyInfo("Qwen3", "decoder"),
-    "gemma": FamilyInfo("Gemma", "decoder"),
-    "gemma2": FamilyInfo("Gemma 2", "decoder"),
-    "gemma3_text": FamilyInfo("Gemma 3", "decoder"),
-    "phi3": FamilyInfo("Phi-3", "decoder"),
-    "olmo": FamilyInfo("OLMo", "decoder"),
-    "olmo2": FamilyInfo("OLMo 2", "decoder"),
-    "smollm3": FamilyInfo("SmolLM3", "decoder"),
-    "t5": FamilyInfo("T5", "encoder-decoder"),
-    "mt5": FamilyInfo("mT5", "encoder-decoder"),
+    "llama": FamilyInfo("LLaMA", "decoder", "rope"),
+    "mistral": FamilyInfo("Mistral", "decoder", "rope"),
+    "qwen2": FamilyInfo("Qwen2", "decoder", "rope"),
+    "qwen3": FamilyInfo("Qwen3", "decoder", "rope"),
+    "gemma": FamilyInfo("Gemma", "decoder", "rope"),
+    "gemma2": FamilyInfo("Gemma 2", "decoder", "rope"),
+    "gemma3_text": FamilyInfo("Gemma 3", "decoder", "rope"),
+    "phi3": FamilyInfo("Phi-3", "decoder", "rope"),
+    "olmo": FamilyInfo("OLMo", "decoder", "rope"),
+    "olmo2": FamilyInfo("OLMo 2", "decoder", "rope"),
+    "smollm3": FamilyInfo("SmolLM3", "decoder", "rope"),
+    "t5": FamilyInfo("T5", "encoder-decoder", "relative bias"),
+    "mt5": FamilyInfo("mT5", "encoder-decoder", "relative bias"),
     "bart": FamilyInfo("BART", "encoder-decoder"),
     "mbart": FamilyInfo("mBART", "encoder-decoder"),
-    "marian": FamilyInfo("Marian", "encoder-decoder"),
+    "marian": FamilyInfo("Marian", "encoder-decoder", "sinusoidal"),
 }
+
+# Facts of types outside the table that load through the interface (same fields as FamilyInfo's)
+_OTHER_FACTS: dict[str, dict] = {"camembert": {"position_offset": 2}}
 
 # Known to compute attention outside the interface (no weights would reach attndesk).
 BYPASSES = {
@@ -98,12 +108,35 @@ def uses_interface(model_type: str) -> bool | None:
         return None
 
 
+@lru_cache(maxsize=8)
+def auto_mapping_types(mapping: str) -> frozenset[str]:
+    """The model types in transformers' auto mapping ``mapping`` ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    read from its source text (no import); empty when transformers is not installed."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+        root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+        text = (root / "models" / "auto" / "modeling_auto.py").read_text(encoding="utf-8") if root else ""
+    except (ImportError, ValueError, OSError):
+        return frozenset()
+    start = text.find(f"\n{mapping} = OrderedDict(")
+    if start < 0:
+        return frozenset()
+    block = text[start: text.find("\n)\n", start)]
+    return frozenset(re.findall(r'\(\s*"([^"]+)",\s*"', block))
+
+
 def infer_family(config: dict) -> Family:
-    """encoder / decoder / encoder-decoder of a model type outside the table, from its config."""
-    if config.get("is_encoder_decoder"):
+    """encoder / decoder / encoder-decoder of a model type outside the table, from its config, or
+    from transformers' auto mappings when its architectures name only the bare base model
+    ("GraniteModel": a causal-LM type that has no masked-LM variant is a decoder)."""
+    model_type = str(config.get("model_type") or "")
+    if config.get("is_encoder_decoder") or model_type in auto_mapping_types("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):
         return "encoder-decoder"
     names = " ".join(config.get("architectures") or [])
     if config.get("is_decoder") or "CausalLM" in names or "LMHead" in names:
+        return "decoder"
+    if (model_type in auto_mapping_types("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
+            and model_type not in auto_mapping_types("MODEL_FOR_MASKED_LM_MAPPING_NAMES")):
         return "decoder"
     return "encoder"
 
@@ -122,7 +155,7 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
                       f"supported: {supported_names()}")
     if not model_type:
         return FamilyInfo("unknown", "encoder"), "config.json has no model_type: it is not a transformers checkpoint"
-    info = FamilyInfo(model_type, infer_family(config))
+    info = FamilyInfo(model_type, infer_family(config), **_OTHER_FACTS.get(model_type, {}))
     uses = uses_interface(model_type)
     if uses is None:
         return info, f"unsupported architecture: {what} is unknown to the installed transformers; supported: {supported_names()}"
@@ -132,5 +165,5 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
     return info, None
 
 
-__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "SUPPORTED", "family_of", "infer_family",
+__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "Positions", "SUPPORTED", "family_of", "infer_family",
            "supported_names", "uses_interface"]

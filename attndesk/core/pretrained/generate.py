@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from ..errors import Cancelled, ConfigError
+from ..errors import Cancelled, ConfigError, NoLMHead
 from .backend import Capture, ForwardClock, capturing
 from .loader import LoadedModel
 from .result import NextToken
@@ -60,6 +60,8 @@ class Generator:
         if model.family == "encoder":
             raise ConfigError(f"{model.name} is an encoder: it does not generate text; open a decoder "
                               "(GPT-2, LLaMA, ...) or an encoder-decoder (T5, BART, Marian)")
+        if model.headless:
+            raise NoLMHead(model.name, "generation")
         if sampling not in SAMPLING:
             raise ConfigError(f"sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}")
         if not (isinstance(temperature, (int, float)) and temperature > 0 and np.isfinite(temperature)):

@@ -10,6 +10,7 @@ attndesk. Loaded models are cached per folder and device for the session.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import sys
 import threading
@@ -23,15 +24,14 @@ from torch import nn
 
 from ..checks import check_finite_tensors
 from ..devices import resolve_device
-from ..errors import ConfigError
+from ..errors import NO_LM_HEAD, ConfigError
 from ..memory import format_bytes
 from .backend import IMPLEMENTATION, Site, patch_rotary, register
 from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from .sites import check_layers, discover, install_hooks, layer_path
 
 Progress = Callable[[float, str], None]
-# learned position tables that start after the padding index (RoBERTa's 514 rows hold 512 tokens)
-_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+_serials = itertools.count()  # LoadedModel.serial: unlike id(), never handed to a later model
 _UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and never reads them
 
 
@@ -61,9 +61,11 @@ class LoadedModel:
     num_heads: int
     kv_heads: int
     linear_params: dict[str, int]  # per stack: weights of the layers' matrix products (FLOPs estimate)
-    head_params: int  # the LM head's (0 for encoders)
+    head_params: int  # the LM head's (0 for encoders and headless checkpoints)
     load_seconds: float
     notices: list[str] = field(default_factory=list)
+    headless: bool = False  # a decoder / encoder-decoder saved without its LM head: no next-token features
+    serial: int = field(default_factory=lambda: next(_serials))  # this load, for caches (id() is reused)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _hooks: list = field(default_factory=list, repr=False)
 
@@ -80,7 +82,7 @@ class LoadedModel:
         """Tokens a text may have (its positions), or None where the model has no limit."""
         limits = []
         if self.spec.max_positions:
-            limits.append(self.spec.max_positions - _POSITION_OFFSET.get(self.spec.model_type, 0))
+            limits.append(self.spec.max_positions - self.spec.position_offset)  # RoBERTa's 514 rows hold 512 tokens
         tokenizer_max = getattr(self.tokenizer, "model_max_length", None)
         if isinstance(tokenizer_max, int) and 0 < tokenizer_max < 10**7:
             limits.append(tokenizer_max)
@@ -106,6 +108,16 @@ def is_loaded(path: str | Path | None = None, *, device: str = "cpu") -> bool:
     # no lock: it is held for the whole of a load (seconds), and the window asks from the GUI
     # thread; one dict look-up is atomic, and a load in progress answers False, as it should
     return key in _models
+
+
+def loaded_model(path: str | Path | None = None, *, device: str = "cpu") -> LoadedModel | None:
+    """The model ``load_pretrained(path)`` would hand back from the cache, or None (never loads,
+    never waits for a load in progress: a window may ask from its GUI thread)."""
+    try:
+        key = _folder_and_key(path, device)[2]
+    except ConfigError:
+        return None
+    return _models.get(key)
 
 
 def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> None:
@@ -185,11 +197,12 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         report(0.3, "reading the tokenizer")
         tokenizer = _tokenizer(transformers, spec)
         report(0.4, f"reading {spec.num_layers}-layer weights")
-        model = _weights(transformers, spec).to(torch_device).eval()
+        model, headless = _weights(transformers, spec)
+        model = model.to(torch_device).eval()
         report(0.8, "checking the weights for NaN and inf")
         check_finite_tensors(dict(model.named_parameters()), spec.name)
         report(0.9, "checking that every attention layer runs through attndesk")
-        loaded = _assemble(spec, model, tokenizer, torch_device)
+        loaded = _assemble(spec, model, tokenizer, torch_device, headless)
         loaded.load_seconds = time.perf_counter() - start
         _models[key] = loaded
         _evict_to(budget)
@@ -233,7 +246,10 @@ def _tokenizer(transformers, spec: ModelSpec):
         raise ConfigError(f"{spec.name}: the tokenizer cannot be read: {_first_line(exc)}") from None
 
 
-def _weights(transformers, spec: ModelSpec) -> nn.Module:
+def _weights(transformers, spec: ModelSpec) -> tuple[nn.Module, bool]:
+    """(the model, whether its LM head was missing): a checkpoint saved without its head (a bare
+    ``LlamaModel``, an embedding model built on a decoder) runs as its base model; any other
+    missing weight is refused."""
     auto = {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
             "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.family]
     try:
@@ -247,10 +263,22 @@ def _weights(transformers, spec: ModelSpec) -> nn.Module:
     mismatched = list(info.get("mismatched_keys", ()))
     if mismatched:
         raise ConfigError(f"{spec.name}: weight {mismatched[0][0]} has a shape config.json does not imply")
-    if missing:
-        raise ConfigError(f"{spec.name}: weight {sorted(missing)[0]} is missing from the checkpoint "
-                          f"({len(missing)} tensors missing): it would run with random values")
-    return model
+    head = _head_names(model) if spec.family != "encoder" else ()
+    body = [k for k in missing if not k.startswith(head)]
+    if body:
+        raise ConfigError(f"{spec.name}: weight {sorted(body)[0]} is missing from the checkpoint "
+                          f"({len(body)} tensors missing): it would run with random values")
+    if not missing:
+        return model, False
+    base = getattr(model, "base_model", model)
+    return (base if base is not model else model), True  # the random head is dropped (or never read)
+
+
+def _head_names(model: nn.Module) -> tuple[str, ...]:
+    """Prefixes of the LM head's tensors in ``model``'s state dict (the output embedding, BART's logit bias)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = [f"{name}." for name, module in model.named_modules() if head is not None and module is head]
+    return (*names, "final_logits_bias")
 
 
 def _probe(spec: ModelSpec, module: nn.Module, tokenizer, device) -> Callable[[], object]:
@@ -267,7 +295,7 @@ def _probe(spec: ModelSpec, module: nn.Module, tokenizer, device) -> Callable[[]
     return forward
 
 
-def _assemble(spec: ModelSpec, model: nn.Module, tokenizer, device: torch.device) -> LoadedModel:
+def _assemble(spec: ModelSpec, model: nn.Module, tokenizer, device: torch.device, headless: bool = False) -> LoadedModel:
     found = discover(model, spec.family, _probe(spec, model, tokenizer, device))
     sites = {key: site for key, (site, _, _) in found.items()}
     layers = {"self": spec.num_layers}
@@ -281,10 +309,13 @@ def _assemble(spec: ModelSpec, model: nn.Module, tokenizer, device: torch.device
     notices = [] if spec.tested else [
         f"{spec.family_name} ({spec.model_type}) is not among the families attndesk was checked against; "
         "its attention runs through attndesk (checked at load)"]
+    if headless:
+        notices.append(f"{NO_LM_HEAD}: every attention view works; generation, next-token bars and "
+                       "the ablation's KL divergence are off")
     loaded = LoadedModel(
         name=spec.name, path=spec.path, spec=spec, model=model, tokenizer=tokenizer, device=device, sites=sites,
         layers=layers, num_heads=heads, kv_heads=kv_heads, linear_params=_linear_params(model, sites),
-        head_params=_head_params(model), load_seconds=0.0, notices=notices,
+        head_params=0 if headless else _head_params(model), load_seconds=0.0, notices=notices, headless=headless,
     )
     loaded._hooks = install_hooks(model, sites)
     return loaded
@@ -312,5 +343,6 @@ def _head_params(model: nn.Module) -> int:
     return int(weight.numel()) if weight is not None else 0
 
 
-__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "forget_models", "is_loaded", "load_pretrained", "loaded_models",
+__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "forget_models", "is_loaded", "load_pretrained",
+           "loaded_model", "loaded_models",
            "transformers_offline"]

@@ -56,7 +56,8 @@ class PretrainedResult(TimedRun):
     Encoders: ``embedding`` [E] is the mean over tokens of the last hidden state, unit length;
     when the run was altered (unscaled, causal, ablated) ``cosine_to_normal`` compares it with the
     unaltered run's. Decoders and encoder-decoders: ``next_token`` after the text (or target);
-    an altered run adds ``normal_next`` and ``kl_to_normal`` = KL(normal || altered).
+    an altered run adds ``normal_next`` and ``kl_to_normal`` = KL(normal || altered). A checkpoint
+    saved without its LM head has neither; ``next_token_off`` says why in one line.
     ``timings``: "embed", "layer 0" ... (or "encoder layer i" / "decoder layer i"), "pooling" or
     "next token", then "total" (seconds).
     """
@@ -94,6 +95,7 @@ class PretrainedResult(TimedRun):
     next_token: NextToken | None = None
     normal_next: NextToken | None = None
     kl_to_normal: float | None = None
+    next_token_off: str | None = None  # why a decoder's next-token features are off (no LM head), else None
     intermediates: dict[str, Intermediates] = field(default_factory=dict)  # part -> the requested layer's stages
     intermediates_layer: int | None = None
     hidden_size: int | None = None

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..config import default_memory_budget
-from ..errors import Cancelled, ConfigError
+from ..errors import Cancelled, ConfigError, NoLMHead
 from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained
@@ -180,16 +180,19 @@ def _outcome(model: LoadedModel, out) -> tuple[np.ndarray | None, NextToken | No
     if model.family == "encoder":
         hidden = out.last_hidden_state[0]  # [L, E]
         return torch.nn.functional.normalize(hidden.mean(dim=0), dim=-1).float().cpu().numpy(), None
+    if model.headless:
+        return None, None
     return None, next_token(model, out.logits[0, -1])
 
 
 # The unaltered run's outcome per (model, ids, target ids): toggling a what-if does not pay twice.
+# A model is keyed by its serial: an id() is handed to a new object once the old one is freed.
 _normal: OrderedDict[tuple, tuple] = OrderedDict()
 _normal_lock = threading.Lock()
 
 
 def _normal_outcome(model: LoadedModel, source: Encoded, target: Encoded | None):
-    key = (id(model), tuple(source.ids), None if target is None else tuple(target.ids))
+    key = (model.serial, tuple(source.ids), None if target is None else tuple(target.ids))
     with _normal_lock:
         if key in _normal:
             _normal.move_to_end(key)
@@ -312,6 +315,7 @@ def _result(model: LoadedModel, request: _Request, capture: Capture, timings: di
         target_special=array(tgt and tgt.special, np.bool_), next_token=following,
         intermediates={part: stage_intermediates(s) for part, s in capture.intermediates.items()},
         intermediates_layer=request.layer, hidden_size=model.spec.hidden_size,
+        next_token_off=str(NoLMHead(model.name, "next-token bars and the ablation's KL divergence")) if model.headless else None,
     )
 
 

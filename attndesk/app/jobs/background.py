@@ -1,0 +1,78 @@
+"""One short job of a widget (an export) in Qt's thread pool, answered in the GUI thread.
+
+``Background(owner).start(fn, done=..., failed=..., expected=(ExportError,))``: ``fn()`` runs in
+a pool thread; ``done(result)`` or ``failed(exc)`` (an exception of the ``expected`` types) is
+called in the GUI thread, only for the newest job and only while ``owner`` still exists (a
+dialog closed during its export is never touched). Any other exception is re-raised in the GUI
+thread: a bug stays visible. The compute controller's side jobs are for work tied to a result;
+this is for a user's one-off request whose widget may go away (an export, a derived heatmap
+source), and ``forget()`` drops the answer of a job whose request was replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import shiboken6
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+
+
+class _Carrier(QObject):
+    """Lives in the GUI thread, unparented: a pool thread may still hold it after the owner died."""
+
+    answered = Signal(int, object, object)  # token, result, exception
+
+
+class _Task(QRunnable):
+    def __init__(self, token: int, fn: Callable[[], Any], carrier: _Carrier) -> None:
+        super().__init__()
+        self._token, self._fn, self._carrier = token, fn, carrier
+
+    def run(self) -> None:
+        try:
+            result, error = self._fn(), None
+        except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, which decides
+            result, error = None, exc
+        self._carrier.answered.emit(self._token, result, error)
+
+
+class Background(QObject):
+    """See the module docstring."""
+
+    def __init__(self, owner: QObject) -> None:
+        super().__init__()
+        self._owner = owner
+        self._token = 0
+        self._running = 0
+        self._callbacks: tuple[Callable[[Any], None], Callable[[Exception], None], tuple] | None = None
+        self._carrier = _Carrier()
+        self._carrier.answered.connect(self._answer)
+
+    def start(self, fn: Callable[[], Any], *, done: Callable[[Any], None], failed: Callable[[Exception], None],
+              expected: tuple[type[Exception], ...] = ()) -> None:
+        self._token += 1
+        self._running += 1
+        self._callbacks = (done, failed, expected)
+        QThreadPool.globalInstance().start(_Task(self._token, fn, self._carrier))
+
+    def forget(self) -> None:
+        """Drop the answer of the job still running, if any (what it was for has been replaced)."""
+        self._token += 1
+        self._callbacks = None
+
+    def is_busy(self) -> bool:
+        return self._running > 0
+
+    @Slot(int, object, object)
+    def _answer(self, token: int, result: Any, error: Exception | None) -> None:
+        self._running -= 1
+        if token != self._token or self._callbacks is None or not shiboken6.isValid(self._owner):
+            return
+        done, failed, expected = self._callbacks
+        self._callbacks = None
+        if error is None:
+            done(result)
+        elif isinstance(error, expected):
+            failed(error)
+        else:
+            raise error

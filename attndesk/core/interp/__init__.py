@@ -1,0 +1,60 @@
+"""Interpretability on a loaded model (``load_pretrained``): activation patching and its
+first-order approximation, input attributions, attention flow, the logit lens and direct logit
+attribution. Pure functions returning dataclasses of numpy arrays with their labels; the long
+ones take ``progress(fraction, message)`` and a ``cancel`` ``threading.Event`` and size their
+batches against a memory budget in bytes. Nothing here imports Qt."""
+
+from .attribution import (
+                          BASELINES,
+                          InputAttribution,
+                          attention_x_gradient,
+                          gradient_x_input,
+                          gradient_x_input_report,
+                          integrated_gradients,
+                          integrated_gradients_report,
+)
+from .attribution_patching import (
+                          AttributionPatchingReport,
+                          attribution_patching,
+                          rank_correlation,
+)
+from .flow import AttentionFlow, attention_flow
+from .lens import (
+                          DirectLogitAttribution,
+                          LogitLens,
+                          direct_logit_attribution,
+                          logit_lens,
+                          unembedding,
+)
+from .patching import (
+                          SITES,
+                          PatchingReport,
+                          PatchingResult,
+                          activation_patching,
+                          patch_heads,
+)
+
+__all__ = [
+                          "BASELINES",
+                          "SITES",
+                          "AttentionFlow",
+                          "AttributionPatchingReport",
+                          "DirectLogitAttribution",
+                          "InputAttribution",
+                          "LogitLens",
+                          "PatchingReport",
+                          "PatchingResult",
+                          "activation_patching",
+                          "attention_flow",
+                          "attention_x_gradient",
+                          "attribution_patching",
+                          "direct_logit_attribution",
+                          "gradient_x_input",
+                          "gradient_x_input_report",
+                          "integrated_gradients",
+                          "integrated_gradients_report",
+                          "logit_lens",
+                          "patch_heads",
+                          "rank_correlation",
+                          "unembedding",
+]

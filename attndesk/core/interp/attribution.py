@@ -1,0 +1,210 @@
+"""Input attributions for a target token after the last position: gradient x input, integrated
+gradients and attention x gradient, on the function f(E) = logit(target) of the token embeddings E
+[L, E_dim] (what ``get_input_embeddings()`` gives; positions, scaling and norms stay inside the
+model).
+
+Integrated gradients (Sundararajan et al. 2017) integrate the gradient from a baseline to E with
+Gauss-Legendre nodes (captum's default method); completeness says the attributions sum to
+f(E) - f(baseline), and the relative error of that sum is reported. The default baseline is the
+pad token's embedding at every position. A zero baseline is degenerate under RMSNorm/LayerNorm:
+a norm divides by the vector's own scale, so near zero the path runs through where the model is
+ill-defined (and the sum is badly approximated); asking for it warns.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..memory import format_bytes
+from ..pretrained.backend import Capture, capturing
+from ..pretrained.loader import LoadedModel
+from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
+from .inputs import (
+    Progress,
+    Prompt,
+    check_cancel,
+    chunks,
+    last_logits,
+    prompt,
+    resolve_budget,
+    token_id,
+)
+
+BASELINES = ("pad", "zero")
+ZERO_WARNING = ("a zero embedding baseline is degenerate under RMSNorm/LayerNorm (the norm divides by the "
+                "vector's own scale): integrated gradients from it are unreliable; the pad baseline is the default")
+
+
+@dataclass
+class InputAttribution:
+    """Per-token scores (``scores`` [L]) for ``target`` after the last position, by ``method``."""
+
+    method: str
+    tokens: list[str]
+    scores: np.ndarray
+    target: str
+    target_logit: float
+    baseline: str | None = None
+    baseline_logit: float | None = None
+    completeness_error: float | None = None  # |sum(scores) - (f(x) - f(baseline))| / |f(x) - f(baseline)|
+    steps: int | None = None
+    per_head: np.ndarray | None = None  # attention x gradient: [layers, heads, L], the last query row
+    notices: list[str] = field(default_factory=list)
+
+
+def _setup(model: LoadedModel, text: str, target: str | int, method: str) -> tuple[Prompt, int, torch.Tensor]:
+    check_lm(model, f"an attribution of a target token ({method})")
+    target_id = token_id(model, target, "target")
+    p = prompt(model, text)
+    with torch.no_grad():
+        embeds = input_embeddings(model)(p.ids).detach().float()
+    return p, target_id, embeds
+
+
+def _target_logits(model: LoadedModel, p: Prompt, embeds: torch.Tensor, target: int) -> torch.Tensor:
+    """[B] logits of ``target`` after the last position, for a batch of embeddings [B, L, E]."""
+    return last_logits(model, None, p.decoder_ids, embeds=embeds)[:, target]
+
+
+def _gradient(model: LoadedModel, p: Prompt, embeds: torch.Tensor, target: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f per row [B], df/dE [B, L, E]) without touching any parameter's .grad."""
+    with model._lock, torch.enable_grad():
+        x = embeds.detach().requires_grad_(True)
+        values = _target_logits(model, p, x, target)
+        (grad,) = torch.autograd.grad(values.sum(), x)
+    return values.detach(), grad
+
+
+def gradient_x_input(model: LoadedModel, text: str, target: str | int) -> np.ndarray:
+    """[L]: sum over embedding dimensions of d logit(target at the last position) / d e_i times e_i."""
+    return gradient_x_input_report(model, text, target).scores
+
+
+def gradient_x_input_report(model: LoadedModel, text: str, target: str | int) -> InputAttribution:
+    p, target_id, embeds = _setup(model, text, target, "gradient x input")
+    value, grad = _gradient(model, p, embeds, target_id)
+    scores = (grad * embeds).sum(-1)[0].double().cpu().numpy()
+    return InputAttribution("gradient_x_input", list(p.tokens), scores, _name(model, target_id), float(value[0]))
+
+
+def _name(model: LoadedModel, token: int) -> str:
+    return str(model.tokenizer.convert_ids_to_tokens([token])[0])
+
+
+def _baseline(model: LoadedModel, embeds: torch.Tensor, baseline) -> tuple[torch.Tensor, str, list[str]]:
+    if isinstance(baseline, str):
+        if baseline not in BASELINES:
+            raise ConfigError(f"unknown baseline {baseline!r}: choose {', '.join(BASELINES)} or give an embedding array")
+        if baseline == "zero":
+            warnings.warn(ZERO_WARNING, stacklevel=3)
+            return torch.zeros_like(embeds), "zero", [ZERO_WARNING]
+        pad = getattr(model.tokenizer, "pad_token_id", None)
+        pad = getattr(model.model.config, "pad_token_id", None) if pad is None else pad
+        if pad is None:
+            raise ConfigError(f"{model.name}'s tokenizer has no pad token: give baseline='zero' or an embedding array")
+        with torch.no_grad():
+            row = input_embeddings(model)(torch.tensor([[int(pad)]], device=embeds.device)).float()
+        if not bool(row.abs().max() > 0):
+            message = (f"the pad token's embedding (id {pad}) is all zeros (a padding row): the same degenerate "
+                       "baseline as zero under RMSNorm/LayerNorm; give a custom baseline")
+            warnings.warn(message, stacklevel=3)
+            return row.expand_as(embeds).clone(), "pad", [message]
+        return row.expand_as(embeds).clone(), "pad", []
+    custom = torch.as_tensor(np.asarray(baseline, dtype=np.float32), device=embeds.device)
+    if custom.shape not in (embeds.shape[-1:], embeds.shape[1:], embeds.shape):
+        raise ConfigError(f"a custom baseline must be [{embeds.shape[-1]}] or [{embeds.shape[1]}, {embeds.shape[-1]}], "
+                          f"got {tuple(custom.shape)}")
+    return custom.expand_as(embeds).clone(), "custom", []
+
+
+def gradient_pass_bytes(model: LoadedModel, rows: int, length: int) -> int:
+    """Estimated bytes a forward+backward of ``rows`` sequences keeps: every layer's activations."""
+    e, f, h = hidden_size(model), intermediate_size(model), model.num_heads
+    layers = sum(model.layers.values())
+    per_layer = length * (16 * e + 4 * f) * 4 + 4 * h * length * length * 4
+    return rows * (layers * per_layer + 4 * length * e * 4)
+
+
+def integrated_gradients(model: LoadedModel, text: str, target: str | int, steps: int = 64, **options) -> np.ndarray:
+    """[L] integrated gradients of logit(target at the last position), pad-embedding baseline."""
+    return integrated_gradients_report(model, text, target, steps, **options).scores
+
+
+def integrated_gradients_report(
+    model: LoadedModel, text: str, target: str | int, steps: int = 64, *, baseline="pad",
+    memory_budget: int | None = None, progress: Progress | None = None, cancel: threading.Event | None = None,
+) -> InputAttribution:
+    """Integrated gradients with ``steps`` Gauss-Legendre nodes (see the module docstring);
+    ``baseline``: "pad" (default), "zero" (warns) or an embedding array [E] / [L, E]."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
+        raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
+    p, target_id, embeds = _setup(model, text, target, "integrated gradients")
+    base, base_name, notices = _baseline(model, embeds, baseline)
+    budget = resolve_budget(memory_budget)
+    one = gradient_pass_bytes(model, 1, p.length)
+    if one > budget:
+        raise ConfigError(f"one gradient pass over {p.length} tokens needs about {format_bytes(one)}, over the memory "
+                          f"budget of {format_bytes(budget)}: shorten the text or raise the budget")
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device)
+    step_weights = torch.tensor(0.5 * weights, dtype=torch.float32, device=embeds.device)
+    total = torch.zeros_like(embeds[0])
+    for span in chunks(steps, max(1, budget // one)):
+        check_cancel(cancel)
+        a = alphas[span.start:span.stop].view(-1, 1, 1)
+        _, grad = _gradient(model, p, base + a * (embeds - base), target_id)
+        total += (grad * step_weights[span.start:span.stop].view(-1, 1, 1)).sum(0)
+        if progress is not None:
+            progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
+    scores = ((embeds - base)[0] * total).sum(-1).double().cpu().numpy()
+    with model._lock, torch.no_grad():
+        ends = _target_logits(model, p, torch.cat([embeds, base]), target_id).double().cpu().numpy()
+    delta = float(ends[0] - ends[1])
+    error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-12)
+    return InputAttribution("integrated_gradients", list(p.tokens), scores, _name(model, target_id), float(ends[0]),
+                            base_name, float(ends[1]), error, steps, notices=notices)
+
+
+class _WeightsWithGrad(Capture):
+    """A capture that keeps each layer's attention weights of one part in the autograd graph."""
+
+    def __init__(self, model: LoadedModel, part: str):
+        super().__init__(sites=model.sites, layers=model.layers, keep_weights=False)
+        self.part = part
+        self.kept: dict[int, torch.Tensor] = {}
+
+    def record(self, site, weights, mask, window, d) -> None:
+        if site.part == self.part:
+            self.kept[site.layer] = weights
+
+
+def attention_x_gradient(model: LoadedModel, text: str, target: str | int, *, part: str = "self") -> InputAttribution:
+    """Each layer's and head's attention weight times its gradient, on the last query row:
+    ``per_head`` [layers, heads, L] = A[l, h, -1, j] * d logit(target) / d A[l, h, -1, j]; ``scores``
+    [L] their sum over layers and heads (for an encoder-decoder's encoder, every query row counts)."""
+    p, target_id, embeds = _setup(model, text, target, "attention x gradient")
+    if part not in model.layers:
+        raise ConfigError(f"{model.name} has no {part!r} attention; its parts are {', '.join(model.layers)}")
+    capture = _WeightsWithGrad(model, part)
+    with model._lock, torch.enable_grad(), capturing(capture):
+        value = _target_logits(model, p, embeds.detach().requires_grad_(True), target_id)
+        layers = [capture.kept[n] for n in range(model.layers[part])]
+        grads = torch.autograd.grad(value.sum(), layers, allow_unused=True)
+    products = []
+    for weights, grad in zip(layers, grads):
+        g = torch.zeros_like(weights) if grad is None else grad
+        rows = (weights * g)[0]  # [H, Lq, Lk]
+        products.append(rows[:, -1] if model.family != "encoder-decoder" or part != "self" else rows.sum(1))
+    per_head = torch.stack(products).detach().double().cpu().numpy()
+    return InputAttribution("attention_x_gradient", list(p.tokens) if part == "self" else list(p.decoder_tokens),
+                            per_head.sum((0, 1)), _name(model, target_id), float(value.detach()[0]), per_head=per_head)
+
+
+__all__ = ["BASELINES", "InputAttribution", "attention_x_gradient", "gradient_x_input", "gradient_x_input_report",
+           "integrated_gradients", "integrated_gradients_report"]

@@ -1,0 +1,124 @@
+"""Side jobs take turns (app/jobs/turns.py): one computes at a time, a waiting job can be cancelled,
+the main run and the unturned channels never wait."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+from PySide6.QtCore import QObject
+
+from attndesk.app.jobs.compute import UNTURNED, SideJobs
+from attndesk.app.jobs.turns import Turns, side_turns
+from attndesk.app.jobs.worker import JobRunner, running_threads
+from attndesk.core.errors import Cancelled
+
+
+class Overlap:
+    """Jobs that note how many of them run at once; each holds until released."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = self.ran = 0
+        self.release = threading.Event()
+
+    def job(self, should_cancel=lambda: False):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            while not self.release.is_set():
+                if should_cancel():
+                    raise Cancelled("stop")
+                time.sleep(0.005)
+            with self.lock:
+                self.ran += 1
+            return "done"
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
+    turns, order, cancel = Turns(), [], threading.Event()
+    with turns.turn():
+        def wait_then_run():
+            try:
+                with turns.turn(cancel.is_set):
+                    order.append("ran")
+            except Cancelled:
+                order.append("cancelled")
+
+        waiter = threading.Thread(target=wait_then_run)
+        waiter.start()
+        time.sleep(0.2)
+        assert turns.busy() and turns.waiting() == 1 and order == []
+        cancel.set()
+        waiter.join(2)
+    assert order == ["cancelled"] and turns.waiting() == 0 and not turns.busy()
+    done = turns.wrap(lambda: 42)
+    assert done() == 42 and not turns.busy()
+
+
+class Controller(QObject):
+    """What SideJobs asks of its controller: generation numbers and the ids on screen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ids = itertools.count(1)
+
+    def current_ids(self):
+        return 0, 0
+
+
+@pytest.fixture
+def side(qapp):
+    controller = Controller()
+    jobs = SideJobs(controller)
+    yield jobs
+    jobs.shutdown()
+    assert running_threads() == []
+
+
+def test_side_channels_compute_one_at_a_time(qtbot, side):
+    overlap, answers = Overlap(), []
+    for name in ("statistics", "teaching", "compare"):
+        side.submit(name, overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: overlap.now == 1 and side_turns().waiting() == 2, timeout=5000)
+    time.sleep(0.2)
+    assert overlap.most == 1  # the other two wait their turn
+    overlap.release.set()
+    qtbot.waitUntil(lambda: len(answers) == 3, timeout=5000)
+    assert overlap.most == 1 and answers == ["done"] * 3
+
+
+def test_unturned_channels_and_the_main_run_do_not_wait(qtbot, side, qapp):
+    assert {"present", "memory"} <= UNTURNED
+    overlap, answers = Overlap(), []
+    side.submit("statistics", overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: side_turns().busy(), timeout=5000)
+    side.submit("present", overlap.job, done=answers.append, scope=None)
+    main = JobRunner()
+    try:
+        main.submit(1, overlap.job)
+        qtbot.waitUntil(lambda: overlap.now == 3, timeout=5000)  # all three at once
+    finally:
+        overlap.release.set()
+        main.shutdown(timeout_s=5)
+    qtbot.waitUntil(lambda: len(answers) == 2, timeout=5000)
+
+
+def test_a_job_waiting_for_its_turn_is_cancelled_and_shut_down_at_once(qtbot, side):
+    overlap, answers = Overlap(), []
+    side.submit("statistics", overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: overlap.now == 1, timeout=5000)
+    side.submit("teaching", overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: side_turns().waiting() == 1, timeout=5000)
+    side.cancel("teaching")
+    qtbot.waitUntil(lambda: side_turns().waiting() == 0, timeout=2000)
+    start = time.monotonic()
+    side.shutdown()  # cancels the running one too, and joins both threads
+    assert time.monotonic() - start < 2 and running_threads() == [] and answers == []
+    assert overlap.ran == 0 and not side_turns().busy()

@@ -1,0 +1,55 @@
+"""The tokens panel: what it shows of the input text."""
+
+from __future__ import annotations
+
+import time
+
+from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
+from attndesk.app.state import AppState
+
+
+def _cpu_of(fn) -> float:
+    start = time.thread_time()
+    fn()
+    return time.thread_time() - start
+
+
+def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
+    """Soak (seed 303, action 492): File > Open text of a 200 kB file without a space (a deeply
+    nested JSON) held the GUI thread 8.7 s while Qt broke its one line for the text box; 1 MiB of
+    words took 0.6 s. Such texts run whole, and the box shows a read-only preview."""
+    state = AppState()
+    panel = TokensPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(340, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    box, note = panel.tokenInput, panel.tokenPreviewNote
+    deep = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    cpu = _cpu_of(lambda: (setattr(state, "text", deep), QTest.qWait(10)))
+    assert cpu < 0.3, f"showing the text took {cpu * 1e3:.0f} ms of GUI-thread CPU"
+    assert state.text == deep  # the whole text is what runs
+    assert box.isReadOnly() and note.isVisible() and "200,010 characters" in note.label.text()
+    shown = box.toPlainText()
+    assert shown.replace("\n", "") == deep[:PREVIEW_CHARS] and max(map(len, shown.split())) <= 1000
+    QTest.keyClick(box, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    QTest.keyClick(box, Qt.Key.Key_Delete)  # a preview cannot be edited into the text
+    assert state.text == deep
+    # Clear empties the text; the box is editable again and typing writes the state
+    QTest.mouseClick(note.clearButton, Qt.MouseButton.LeftButton)
+    assert state.text == "" and not box.isReadOnly() and not note.isVisible()
+    QTest.keyClicks(box, "the cat")
+    assert state.text == "the cat"
+    # an ordinary long text stays editable in the box
+    ordinary = "the cat sat on the mat. " * 3000
+    state.text = ordinary
+    assert box.toPlainText() == ordinary and not box.isReadOnly() and not note.isVisible()
+    # the key text box: a preview only shows its note while cross-attention is on
+    state.key_text = deep
+    assert panel.keyInput.isReadOnly() and not panel.keyPreviewNote.isVisible()
+    state.cross = True
+    assert panel.keyPreviewNote.isVisible()

@@ -1,0 +1,65 @@
+"""Attention flow against networkx's maximum flow on the same layered graph, and by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attndesk.core.errors import ConfigError
+from attndesk.core.interp import attention_flow
+from attndesk.core.rollout import attention_rollout, layer_transition
+
+
+def random_weights(layers=3, heads=2, length=5, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.random((layers, heads, length, length)) * np.tril(np.ones((length, length)))  # causal
+    return w / w.sum(-1, keepdims=True)
+
+
+def test_one_layer_flow_is_the_edge_and_rollout_is_kept():
+    w = random_weights(layers=1)
+    result = attention_flow(w)
+    np.testing.assert_allclose(result.flow, layer_transition(w[0]), atol=1e-6)
+    np.testing.assert_allclose(result.rollout, attention_rollout(w))
+
+
+def test_flow_equals_networkx_maximum_flow():
+    nx = pytest.importorskip("networkx")
+    w = random_weights()
+    seen: list[float] = []
+    result = attention_flow(w, rows=[4, 2], progress=lambda f, m: seen.append(f))
+    length = w.shape[-1]
+    graph = nx.DiGraph()
+    for layer in range(w.shape[0]):
+        a = layer_transition(w[layer])
+        for i in range(length):
+            for j in range(length):
+                if a[i, j] > 0:
+                    graph.add_edge((layer, j), (layer + 1, i), capacity=a[i, j])
+    for r, i in enumerate([4, 2]):
+        for j in range(length):
+            expected = nx.maximum_flow_value(graph, (0, j), (w.shape[0], i)) if graph.has_node((0, j)) else 0.0
+            assert result.flow[r, j] == pytest.approx(expected, abs=1e-5)
+    assert seen == [0.5, 1.0]
+    # causal: a token receives no flow from later tokens
+    assert result.flow[1, 3:].max() == 0.0
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ConfigError, match=r"\[layers, H, L, L\]"):
+        attention_flow(np.ones((2, 3, 3)))
+    with pytest.raises(ConfigError, match="rows"):
+        attention_flow(random_weights(), rows=[9])
+
+
+def test_a_models_flow_uses_its_own_attention(folders):
+    from attndesk.core.interp.flow import model_attention_flow
+    from attndesk.core.pretrained import load_pretrained, run_pretrained
+
+    model = load_pretrained(folders["gpt2"])
+    result = model_attention_flow(model, "the cat sat", rows=[0, 4])
+    run = run_pretrained(model, "the cat sat")
+    np.testing.assert_allclose(result.rollout, attention_rollout(run.weights))
+    assert result.tokens == run.tokens and result.flow.shape == (2, len(run.tokens))
+    # the first token attends only to itself in a decoder: all its flow is its own
+    assert result.flow[0, 0] == pytest.approx(1.0, abs=1e-5) and result.flow[0, 1:].max() == 0.0

@@ -22,7 +22,7 @@ import itertools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -88,7 +88,6 @@ class Holding:
     protected: bool
     used: int = 0
     alive: bool = True
-    order: int = field(default=0)
 
     def touch(self) -> None:
         """Mark as used now: let go after those used before it."""

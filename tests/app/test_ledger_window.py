@@ -8,7 +8,6 @@ import gc
 import weakref
 
 import pytest
-
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse)
 
 TIMEOUT_MS = 20000

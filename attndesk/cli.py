@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _input_arguments(render)
     _real_model_arguments(render)
+    from attndesk.cli_train import add_render_argument
+
+    add_render_argument(render)  # --trained PATH
     _model_arguments(render)
     _output_arguments(render)
     for command in _commands():
@@ -235,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute",
+    "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute", "attndesk.cli_train",
 )
 
 
@@ -350,7 +353,14 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     With ``echo`` each path is printed on stdout once the set is in place."""
     text, key_text = _read_inputs(args)
     _check_output_options(args)
-    if args.model is not None:
+    if args.trained is not None:
+        from attndesk.cli_train import render_trained
+
+        try:
+            maps, page = render_trained(args)
+        except ValueError as exc:  # ConfigError: not a trained model, another format version
+            raise CliError(str(exc), EXIT_USAGE) from None
+    elif args.model is not None:
         maps, page = _model_maps(args, text)
     else:
         if args.target is not None or args.layer is not None:

@@ -35,7 +35,7 @@ def kept(ledger) -> int:
 
 def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_drawn(qtbot, window):
     w, ledger = window, window.compute.ledger
-    view = w.teaching.compareView
+    view = w.tab_widget("compare")
     w.viewTabs.setCurrentWidget(view)
     messages: list[str] = []
     w.status.events.message.connect(messages.append)
@@ -79,10 +79,10 @@ def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_d
 def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
     w, ledger = window, window.compute.ledger
     ledger.set_budget(kept(ledger) + 1024)
-    view = w.teaching.compareView
+    view = w.tab_widget("compare")
     w.viewTabs.setCurrentWidget(view)
     failed = []
-    w.teaching.compare.failed.connect(failed.append)
+    w.tab_presenter("compare").failed.connect(failed.append)
     view.teachButtons["masked"].click()  # two runs of the model: more than 1 KiB
     assert failed and not w.compute.side.is_busy("teaching")  # refused before anything was computed
     assert view.teaching() is None and "comparison failed" in view.maxLabel.text()
@@ -92,12 +92,11 @@ def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
 
 def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
     w, ledger = window, window.compute.ledger
-    tabs = w.teaching
-    w.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
     held = next(h for h in ledger.holdings() if "step through" in h.label)
     assert held.protected and held.nbytes > 0
-    w.viewTabs.setCurrentWidget(tabs.headStatsView)  # left: no longer protected
+    w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))  # left: no longer protected
     hidden = next(h for h in ledger.holdings() if "step through" in h.label)
     assert not hidden.protected
     protected = [h for h in ledger.holdings() if h.protected]
@@ -108,8 +107,8 @@ def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
     qtbot.wait(50)
     assert not hidden.alive and all(h.alive for h in protected)
     assert not any("step through" in x for x in labels(ledger))
-    assert tabs.stepThroughView.infoLabel.text() == ""  # the tab let go of its stages
-    w.viewTabs.setCurrentWidget(tabs.stepThroughView)  # shown again: drawn again, and held again
+    assert w.tab_widget("step-through").infoLabel.text() == ""  # the tab let go of its stages
+    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))  # shown again: drawn again, and held again
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
 
 

@@ -1,0 +1,82 @@
+"""The decoder the trainer trains, built from attndesk's own ``MultiHeadAttention``.
+
+Each block: (LayerNorm) -> causal multi-head attention (rope / alibi / window / soft-cap as
+the layer does them) -> residual; then, with ``mlp``, (LayerNorm) -> 4x GELU MLP -> residual.
+Sinusoidal or learned positions are added to the token embeddings; ``none`` adds nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attndesk.core.attention import MultiHeadAttention
+from attndesk.core.masks import causal_mask
+from attndesk.core.positional import sinusoidal_encoding
+
+from .config import TrainConfig
+
+
+class Block(nn.Module):
+    """One decoder block around attndesk's attention layer."""
+
+    def __init__(self, cfg: TrainConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.attn = MultiHeadAttention(cfg.embed_dim, cfg.heads, kv_heads=cfg.kv_heads)
+        self.ln1 = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
+        self.ln2 = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm and cfg.mlp else None
+        self.mlp = None
+        if cfg.mlp:
+            self.mlp = nn.Sequential(nn.Linear(cfg.embed_dim, 4 * cfg.embed_dim), nn.GELU(),
+                                     nn.Linear(4 * cfg.embed_dim, cfg.embed_dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L])."""
+        position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"
+        h = x if self.ln1 is None else self.ln1(x)
+        out, weights = self.attn(h, mask=mask, position=position, window=self.cfg.window, softcap=self.cfg.softcap)
+        x = x + out
+        if self.mlp is not None:
+            x = x + self.mlp(x if self.ln2 is None else self.ln2(x))
+        return x, weights
+
+
+class Decoder(nn.Module):
+    """Token embedding (+ positions) -> ``layers`` blocks -> (LayerNorm) -> unembedding."""
+
+    def __init__(self, cfg: TrainConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
+        self.pos = nn.Embedding(cfg.seq_len, cfg.embed_dim) if cfg.position == "learned" else None
+        if cfg.position == "sinusoidal":
+            self.register_buffer("sinusoid", sinusoidal_encoding(cfg.seq_len, cfg.embed_dim), persistent=False)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln_f = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
+        self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab_size, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L])."""
+        length = ids.shape[-1]
+        x = self.embed(ids)
+        if self.pos is not None:
+            x = x + self.pos.weight[:length]
+        elif self.cfg.position == "sinusoidal":
+            x = x + self.sinusoid[:length]
+        mask = causal_mask(length, device=ids.device)
+        weights = []
+        for block in self.blocks:
+            x, w = block(x, mask)
+            weights.append(w)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return self.unembed(x), weights
+
+
+def build_model(cfg: TrainConfig, seed: int | None = None) -> Decoder:
+    """A decoder with its initial weights from ``seed`` (default ``cfg.seed``), leaving the
+    caller's RNG as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed if seed is None else seed)
+        return Decoder(cfg)

@@ -1,0 +1,181 @@
+"""The training loop: seeded, deterministic on the CPU, observable step by step, stoppable.
+
+``train(cfg)`` blocks and returns a ``TrainRun``. A window drives the same loop through
+``Trainer(cfg).steps(pause=, stop=)`` (a generator of ``StepReport``) or ``train(cfg,
+on_step=, pause=, stop=)`` from a worker thread: every step reports its loss; every
+``eval_every`` steps the accuracy and pattern scores on a fixed evaluation set; at most every
+``probe_every_ms`` a ``ProbeSnapshot`` (the attention on the task's fixed probe input). ``pause``
+and ``stop`` are ``threading.Event``s checked between steps, so a stop never cuts a step in half.
+Checkpoints stay in memory within ``checkpoint_budget`` bytes (``CheckpointStore``).
+
+Determinism: the weights come from ``seed`` (torch's RNG forked, so the caller's is untouched),
+the batches from a private generator seeded with ``seed``, the evaluation set from another; on
+one machine with one thread count the loss curve is the same bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .checkpoints import CheckpointStore, state_bytes
+from .config import TrainConfig
+from .model import build_model
+from .run import TrainRun
+from .tasks import Batch, Task, make_task
+
+EVAL_SEQUENCES = 256
+_EVAL_SEED_OFFSET = 1_000_003  # the evaluation set never shares the training batches' stream
+_PAUSE_POLL_S = 0.02
+
+
+@dataclass
+class ProbeSnapshot:
+    """The attention on the task's fixed probe input at one step."""
+
+    step: int
+    labels: list[str]
+    weights: np.ndarray  # float32 [layers, heads, L, L]
+
+
+@dataclass
+class StepReport:
+    """One step: ``loss``, ``batch_accuracy`` and ``batch_pattern`` (on the training batch,
+    before the update: free, and noisy) always; ``accuracy``, ``pattern`` (the best head's
+    score) and ``scores`` [layers, heads] on the fixed evaluation set on evaluation steps (else
+    None); ``probe`` when one was due."""
+
+    step: int
+    steps: int
+    loss: float
+    elapsed_s: float
+    batch_accuracy: float = float("nan")
+    batch_pattern: float = float("nan")
+    accuracy: float | None = None
+    pattern: float | None = None
+    scores: np.ndarray | None = None
+    probe: ProbeSnapshot | None = None
+    checkpoint: bool = False
+
+
+@dataclass
+class _Loop:
+    """What the loop carries from step to step."""
+
+    start: float
+    last_probe: float = -math.inf
+    last_good: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Trainer:
+    """One training run of ``cfg``; ``steps()`` advances it, ``run`` holds the result so far."""
+
+    def __init__(self, cfg: TrainConfig, *, text: str | None = None):
+        self.cfg = cfg
+        self.task: Task = make_task(cfg, text)  # validates cfg; ConfigError for a shape the task cannot use
+        model = build_model(cfg)
+        self.run = TrainRun(cfg, self.task, model, checkpoints=CheckpointStore(cfg.checkpoint_budget))
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.data = torch.Generator().manual_seed(cfg.seed)
+        self.eval_batch = self.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(cfg.seed + _EVAL_SEED_OFFSET))
+        self.probe = self.task.probe()
+
+    def steps(self, *, pause: threading.Event | None = None, stop: threading.Event | None = None) -> Iterator[StepReport]:
+        """Train to ``cfg.steps``, yielding a report per step; returns early on ``stop`` (status
+        "stopped") or a non-finite loss (status "diverged", the last good weights restored)."""
+        run, loop = self.run, _Loop(start=time.perf_counter())
+        if run.step == 0 and not run.checkpoints.steps:
+            run.checkpoints.add(0, run.model.state_dict())
+        while run.step < self.cfg.steps:
+            if _wait_while_paused(pause, stop):
+                run.status, run.message = "stopped", f"stopped at step {run.step:,} of {self.cfg.steps:,}"
+                return
+            report = self._one_step(loop)
+            if report is None:
+                return
+            yield report
+        run.status, run.message = "finished", f"trained {run.step:,} steps"
+
+    def _one_step(self, loop: _Loop) -> StepReport | None:
+        run, cfg = self.run, self.cfg
+        batch = self.task.sample(cfg.batch_size, self.data)
+        run.model.train()
+        logits, weights = run.model(batch.ids)
+        loss = F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+        value = float(loss.detach())
+        with torch.no_grad():
+            batch_accuracy = self.task.accuracy(logits.detach(), batch)
+            batch_pattern = float(self.task.pattern_scores(torch.stack(weights, 1).detach(), batch).max())
+        if not math.isfinite(value):
+            self._diverged(value, loop)
+            return None
+        loop.last_good = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
+        good_step = run.step
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        run.step = good_step + 1
+        report = StepReport(run.step, cfg.steps, value, time.perf_counter() - loop.start, batch_accuracy, batch_pattern)
+        row = {"step": run.step, "loss": value, "time_s": report.elapsed_s}
+        if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+            metrics = run.evaluate(self.eval_batch)
+            report.accuracy, report.pattern, report.scores = metrics["accuracy"], metrics["pattern"], metrics["scores"]
+            row.update(accuracy=report.accuracy, pattern=report.pattern)
+        run.history.append(row)
+        if run.step % cfg.checkpoint_every == 0 or run.step == cfg.steps:
+            run.checkpoints.add(run.step, run.model.state_dict(), loss=value)
+            report.checkpoint = True
+        now = time.perf_counter()
+        if (now - loop.last_probe) * 1000 >= cfg.probe_every_ms or run.step == cfg.steps:
+            loop.last_probe = now
+            report.probe = self.snapshot()
+        return report
+
+    def _diverged(self, value: float, loop: _Loop) -> None:
+        """A non-finite loss: the weights that gave it are bad; go back to the last good ones."""
+        run = self.run
+        bad_step = run.step
+        if loop.last_good:
+            run.model.load_state_dict(loop.last_good)
+            run.step = max(0, bad_step - 1)
+            run.history = [row for row in run.history if row["step"] <= run.step]
+            run.checkpoints.drop_after(run.step)
+        run.status = "diverged"
+        run.message = (f"the loss became {value} at step {bad_step + 1:,}: training stopped and kept the last good "
+                       f"weights (step {run.step:,}); lower the learning rate (lr {self.cfg.lr:g})")
+
+    def snapshot(self) -> ProbeSnapshot:
+        """The attention on the fixed probe input now."""
+        weights = self.run.attention(self.probe.ids)[0].numpy()
+        return ProbeSnapshot(self.run.step, self.task.labels(self.probe.ids[0]), weights)
+
+
+def _wait_while_paused(pause: threading.Event | None, stop: threading.Event | None) -> bool:
+    """Block while ``pause`` is set; True when ``stop`` is set (before or during the pause)."""
+    while pause is not None and pause.is_set() and not (stop is not None and stop.is_set()):
+        time.sleep(_PAUSE_POLL_S)
+    return stop is not None and stop.is_set()
+
+
+def train(cfg: TrainConfig, *, on_step: Callable[[StepReport], None] | None = None,
+          pause: threading.Event | None = None, stop: threading.Event | None = None,
+          text: str | None = None) -> TrainRun:
+    """Train ``cfg`` to the end (or a stop / divergence) and return the run. ``on_step`` is
+    called with every ``StepReport`` in the training thread."""
+    trainer = Trainer(cfg, text=text)
+    for report in trainer.steps(pause=pause, stop=stop):
+        if on_step is not None:
+            on_step(report)
+    return trainer.run
+
+
+__all__ = ["Batch", "ProbeSnapshot", "StepReport", "Trainer", "build_model", "state_bytes", "train"]

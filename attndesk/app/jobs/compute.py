@@ -20,7 +20,6 @@ the transport: one thread each, a newer job replacing a queued one.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.process import trim_heap
 
 from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from ..state import AppState, ModeChoice, ModeId
@@ -47,30 +47,6 @@ UNTURNED = frozenset({"present", "memory", "models", "hub-cache"})
 
 def _cells(shown: Shown) -> int:
     return int(np.size(shown.map.weights))
-
-
-# glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), so after
-# the first large free, arrays of 1-32 MiB came from the heaps of a dozen job threads and stayed
-# there when freed: resident memory reached 3.5-4 GiB with 0.8 GB of arrays alive (in the random-action soak).
-# A fixed threshold keeps every block from 4 MiB up mapped on its own, returned the moment it is freed.
-MMAP_THRESHOLD = 4 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
-
-
-def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Fix glibc's mmap threshold (see above); False where there is no mallopt (not glibc)."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):
-        return False
-
-
-def trim_heap() -> bool:
-    """Return the C heap's free pages to the system (glibc); False where there is no malloc_trim."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 class Modes:
@@ -127,7 +103,6 @@ class ComputeController(QObject):
         self._problem: ConfigProblem | None = None
         self._closed = False
         self._scheduled = False
-        map_large_blocks()
         self.runner = JobRunner(self, name="attndesk-worker")
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)

@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
             self._tabs[tab.id] = page
         self.heatmapPanel = self._views[HEATMAPS_TAB]
         self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
+        self.heatmapPanel.ledger = self.compute.ledger  # a derived source is held with everything else
         self.timingTabs = QTabWidget(objectName="timingTabs")
         self.timingTabs.setDocumentMode(True)
         self.timingTabs.addTab(self.timingPanel, "Timing")

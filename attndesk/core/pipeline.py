@@ -55,6 +55,20 @@ _models: OrderedDict[tuple, ToyModel] = OrderedDict()
 _models_lock = threading.Lock()
 
 
+def cached_models() -> list[ToyModel]:
+    """The toy models kept now, least recently used first (what a memory ledger holds)."""
+    with _models_lock:
+        return list(_models.values())
+
+
+def forget_models(models: list[nn.Module]) -> None:
+    """Stop keeping these toy models (a run that needs one again builds it anew, same weights)."""
+    doomed = {id(m) for m in models}
+    with _models_lock:
+        for key in [k for k, m in _models.items() if id(m) in doomed]:
+            del _models[key]
+
+
 def build_model(config: AttentionConfig, device: torch.device) -> ToyModel:
     """The seeded toy model for this config, cached (a few) so live tweaks of the mask or text
     do not re-initialise the weights. The same seed always gives the same weights."""

@@ -314,7 +314,8 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal")).toy.result
     qtbot.waitUntil(lambda: view.diff() is not None and view.diff().b is b.weights, timeout=TIMEOUT_MS)
     assert threads and all(t != threading.get_ident() for t in threads)
-    assert all(request.budget == window.state.config.budget_bytes for request in requests)
+    # B − A may take what the memory ledger has left beside the run, the pin and the pictures
+    assert all(0 < request.budget < window.state.config.budget_bytes for request in requests if request.a is not None)
     expected = b.weights.astype(np.float64) - a.weights
     np.testing.assert_array_equal(view.diff().diff, expected)
     np.testing.assert_array_equal(view.displayed()[2], expected.mean(axis=0))  # the worker's mean

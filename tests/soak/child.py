@@ -11,6 +11,7 @@ import argparse
 import faulthandler
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -52,6 +53,9 @@ class Run:
         self.args = args
         self.box = Sandbox(args.root)
         self.box.prepare()
+        # a library imported above (dill, through the driver's imports) asked for the temporary folder
+        # before the sandbox's existed and was given /tmp, which the write guard refuses: ask again
+        tempfile.tempdir = None
         os.chdir(self.box.cwd)
         self.violations: list[str] = []
         install_write_guard(self.box, self.violations.append)

@@ -35,6 +35,7 @@ from attndesk.core.process import trim_heap
 from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from ..state import AppState, ModeChoice, ModeId
 from ..status import StatusModel
+from .holdings import WindowLedger
 from .turns import side_turns
 from .worker import JobRunner
 
@@ -43,7 +44,7 @@ PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flig
 TRIM_DELAY_MS = 1500
 # side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores, and
 # the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store queries
-UNTURNED = frozenset({"present", "memory", "hub-cache", "corpus", "corpus-query"})
+UNTURNED = frozenset({"present", "memory", "models", "hub-cache", "corpus", "corpus-query"})
 
 
 def _cells(shown: Shown) -> int:
@@ -117,6 +118,10 @@ class ComputeController(QObject):
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
         self._trim_timer.timeout.connect(lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None))
         self.side = SideJobs(self)
+        # every holding of the window against the one memory budget (app/jobs/holdings.py)
+        self.holdings = WindowLedger(state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None,
+                                                                                scope=None), self)
+        self.ledger = self.holdings.ledger
         for group in (state.events, state.view.events, state.pretrained.events):
             group.connect(self._on_state_changed)
 
@@ -306,6 +311,7 @@ class ComputeController(QObject):
             self._trim_timer.start()  # a much smaller run replaced a large one: give its memory back
         self._shown = shown
         self.status.say(done_line(shown))
+        self.holdings.hold_run(shown)
         self.side.on_published(shown)
         self.published.emit(shown)
 

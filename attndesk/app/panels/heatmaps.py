@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core import select
+from attndesk.core.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
@@ -175,6 +176,8 @@ class HeatmapPanel(QWidget):
         self._drawn: tuple | None = None  # (heads, shape) the cells show
         self._bar_axis: tuple | None = None  # (ticks, label) the colour bar's axis shows
         self.memory_budget: Callable[[], int | None] = lambda: None  # bytes a derived copy may share with its run
+        self.ledger = MemoryLedger()  # the window's (set by it): a derived source is held there
+        self._derived_held: Holding | None = None
         self._derivation = Background(self)  # a derived source built in a pool thread, newest only
         self._build_toolbar()
         self._build_body()
@@ -293,6 +296,7 @@ class HeatmapPanel(QWidget):
         if source is None:
             self._build_token += 1
             self._source = None
+            self._hold_derived(None)
             self.canvas.show_cells(0)
             self.canvas.hide()
             self.placeholder.show()
@@ -460,6 +464,7 @@ class HeatmapPanel(QWidget):
     # -- drawing ---------------------------------------------------------------------------------
     def _show(self, source: HeatmapSource) -> None:
         self._source = source
+        self._hold_derived(source)
         self.placeholder.hide()
         self.canvas.show()
         self._labels = tuple(old if old is not None and old.tokens == list(tokens) else AxisLabels(tokens, label_font())
@@ -473,6 +478,27 @@ class HeatmapPanel(QWidget):
         self._show_hint()
         self._look = _Look(self, source)
         self._draw_all()
+
+    def _hold_derived(self, source: HeatmapSource) -> None:
+        """A source derived by a display option (the first key hidden, ALiBi's bias) is a copy of the
+        run's weights: held in the memory ledger, protected while drawn. Let go, the run's own
+        source is drawn again (the option's note says why)."""
+        held, self._derived_held = self._derived_held, None
+        if held is not None:
+            held.release()
+        if source is self._base or self._base is None:
+            return
+        cell: list[Holding] = []
+
+        def release(why: str) -> None:
+            if cell and cell[0] is self._derived_held and self._base is not None:
+                self._derived_held = None
+                self._show(self._base)
+                self.note.setText(f"shown without the display option: {why}")
+
+        cell.append(self.ledger.hold("heatmaps", "the heatmaps' derived copy", arrays_of(source, 3), release,
+                                     protected=True, strict=False))
+        self._derived_held = cell[0]
 
     def _heads_for_target(self) -> list[Head]:
         if self._source is None:

@@ -40,6 +40,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.core.ledger import Holding, arrays_of
 from attndesk.core.pretrained import (
     PACKAGED_NAME, ModelSpec, PretrainedResult, is_loaded, list_cached_models, load_pretrained, packaged_model_dir,
     pretrained_job, read_spec, run_pretrained,
@@ -257,6 +258,7 @@ class PretrainedMode(QObject, ModeBase):
         rows.addLayout(line)
         rows.addWidget(self.controls.target_row)
         self.grid = LayerHeadGrid()
+        self._painting_held: Holding | None = None  # the grid's thumbnails in the window's memory ledger
         self.gridSummary = QLabel("", objectName="pretrainedGridSummary")
         self.gridSummary.setWordWrap(True)
         self.gridScaleCombo = QComboBox(objectName="gridScaleCombo")
@@ -443,6 +445,26 @@ class PretrainedMode(QObject, ModeBase):
     def _show_painting(self, painting) -> None:
         self.grid.set_painting(painting)
         self.grid.set_ablated(self._ui.state.pretrained.ablate)  # heads toggled while it was built stay marked
+        self._hold_painting(painting)
+
+    def _hold_painting(self, painting) -> None:
+        """The grid's thumbnails (reduced from every layer's weights) are a copy the window keeps:
+        held in the memory ledger, protected while drawn; let go, the grid is cleared until the next run."""
+        held, self._painting_held = self._painting_held, None
+        if held is not None:
+            held.release()
+        if painting is None:
+            return
+        cell: list = []
+
+        def release(why: str) -> None:
+            if cell and cell[0] is self._painting_held:
+                self._painting_held = None
+                self.grid.clear()  # the ledger's line on the status line says why
+
+        cell.append(self._ui.compute.ledger.hold("pretrained", "the layer grid's thumbnails",
+                                                 arrays_of(painting, 3), release, protected=True, strict=False))
+        self._painting_held = cell[0]
 
     # -- intents ----------------------------------------------------------------------------------
     def run(self) -> PretrainedResult | None:

@@ -2,15 +2,17 @@
 
 B is the result on screen (a real model: the layer shown). Large pairs (A, B and B − A drawn
 from up to 16 x 2,048^2 weights) and the teaching pairs (two or three runs of the model) are
-side jobs; a new result cancels a teaching pair made for the old settings. A pinned A and B − A
-are held to the memory budget as it is now.
+side jobs; a new result cancels a teaching pair made for the old settings. A pinned A, a teaching
+pair and B − A are held in the window's memory ledger (app/jobs/holdings.py) beside the run on screen.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import TeachingComparison, teaching_comparison
+from attndesk.core.ledger import LedgerError
 
 from ..jobs.compute import ComputeController
 from ..results import Shown
@@ -18,6 +20,8 @@ from ..state import AppState
 from ..views.compare import CompareView, FrameRequest, Operand, compare_frame
 from .base import TabPresenter
 
+# bytes per weight cell a teaching pair keeps: A and B whole (float32), B − A and |B − A| (float64)
+TEACHING_BYTES_PER_CELL = 4 + 4 + 8 + 4
 TOO_LONG = "this run is too long to keep every weight (memory-bounded): shorten the text to compare"
 
 
@@ -34,7 +38,7 @@ class CompareTab(TabPresenter):
         view.set_frame_runner(self._run_frame)
         state.view.events.target.connect(self._follow_head)
         view.memory_budget = lambda: state.config.budget_bytes
-        state.events.config.connect(lambda config: view.fit_budget(config.budget_bytes))
+        view.ledger = compute.ledger  # A, a teaching pair and B − A are held with everything else
 
     def show(self, shown: Shown) -> None:  # noqa: A003
         if not shown.indexable:
@@ -44,6 +48,10 @@ class CompareTab(TabPresenter):
         else:  # a real model's layer: its map and output, no toy experiments
             where = f"layer {shown.layer}" if shown.layer is not None else ""
             self.view.set_result(Operand.of_map(shown.map, shown.output, where))
+
+    def copies(self) -> list:
+        """None as a whole: the view holds A, a teaching pair and B − A in the ledger one by one."""
+        return []
 
     def release(self) -> None:
         self.compute.side.cancel("compare")
@@ -71,6 +79,13 @@ class CompareTab(TabPresenter):
         self.failed.emit(message)
 
     def _run_teaching(self, kind: str, config, text: str) -> None:
+        shown = self.compute.shown()
+        cells = int(np.size(shown.map.weights)) if shown is not None else 0
+        try:  # room first: the pair is made in a worker, beside everything the window keeps
+            self.compute.ledger.reserve(TEACHING_BYTES_PER_CELL * cells, f"the teaching pair “{kind}”")
+        except LedgerError as exc:
+            self._teaching_failed(str(exc))
+            return
         self.view.set_teaching_busy(True)
         self.view.show_message(f"running the comparison “{kind}” in the background…")
         self.compute.side.submit("teaching", teaching_comparison, kind, config, text, done=self._teaching_done,

@@ -35,8 +35,9 @@ from attndesk.core.compare import (
     diff_results,
     teaching_comparison,
 )
+from attndesk.core.diff import diff_bytes
 from attndesk.core.errors import ConfigError
-from attndesk.core.memory import format_bytes
+from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
 from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
@@ -248,6 +249,14 @@ class CompareView(QWidget):
         self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
         # bytes B − A may take (the window's memory budget, read when a frame is asked for)
         self.memory_budget: Callable[[], int | None] = lambda: None
+        # what the view keeps (a pinned A, a teaching pair, B − A and its pictures) is held in the
+        # window's ledger (set by the compare tab); this one, without a budget, lets nothing go
+        self.ledger = MemoryLedger()
+        self._pin_held: Holding | None = None
+        self._teaching_held: Holding | None = None
+        self._frame_held: Holding | None = None
+        self._live = None  # B, the run on screen, while a teaching pair takes its place
+        self._notice = ""  # why something was let go, said once above the next frame
         self._toy = True  # the teaching pairs apply to B
 
         self._build_controls()
@@ -365,7 +374,12 @@ class CompareView(QWidget):
             else:
                 plot.show_prepared(panel.prepared, row_labels=panel.rows, col_labels=panel.cols)
             plot.set_title(panel.title)
-        self.maxLabel.setText(frame.summary)
+        notice, self._notice = self._notice, ""
+        self.maxLabel.setText(f"{notice}<br>{frame.summary}" if notice else frame.summary)
+        # B − A and the pictures are the view's own copies (A and B are held as the pin and the run)
+        own = [frame.diff.diff] if frame.diff is not None else []
+        self._hold("_frame_held", "B − A and the compare pictures", own + arrays_of(frame.panels, 3),
+                   self._frame_let_go, protected=True, strict=False)
         return True
 
     def is_computing(self) -> bool:
@@ -387,12 +401,9 @@ class CompareView(QWidget):
         self._toy = (result is None or toy) if teaching is None else bool(teaching) and toy
         self._show_variants(result.config if toy else None, len(result.tokens) if toy else 0)
         self.set_teaching_busy(False)
+        self._live = None
         if self._teaching is not None:
-            self._teaching = None
-            self._a_label, self._b_label = "A (pinned)", "B (current)"
-            self.explanationText.hide()
-            self._a = self._pinned
-        self._drop_oversized_pin(self.memory_budget())  # A is no longer the run on screen
+            self._end_teaching()
         self._recompute()
 
     def set_teaching_busy(self, busy: bool) -> None:
@@ -422,13 +433,46 @@ class CompareView(QWidget):
 
     def release(self) -> None:
         """Drop B, the difference and the plots (an older run's memory); A stays pinned."""
-        self._b, self._diff, self._pending = None, None, None
+        self._b, self._diff, self._pending, self._live = None, None, None, None
         if self._teaching is not None:
-            self._teaching = None
-            self._a = self._pinned
-            self.explanationText.hide()
+            self._end_teaching()
+        self._let_go("_frame_held")
         for plot in (self.plotA, self.plotB, self.plotDiff):
             plot.clear()
+
+    def _end_teaching(self) -> None:
+        """Back from a teaching pair to the pinned A and the run on screen."""
+        self._teaching = None
+        self._let_go("_teaching_held")
+        self._a_label, self._b_label = "A (pinned)", "B (current)"
+        self.explanationText.hide()
+        self._a = self._pinned
+
+    # -- holdings in the window's memory ledger ---------------------------------------------------
+    def _hold(self, slot: str, label: str, parts: list, on_release: Callable[[str], None], **options) -> None:
+        """Hold ``parts`` in the ledger as ``slot`` (replacing what was held there); when the ledger
+        lets it go, ``on_release(why)`` runs, unless the slot holds something newer by then.
+        LedgerError when it cannot fit (the slot is then empty)."""
+        self._let_go(slot)
+        cell: list[Holding] = []
+
+        def release(why: str) -> None:
+            if cell and getattr(self, slot) is cell[0]:
+                setattr(self, slot, None)
+                on_release(why)
+
+        cell.append(self.ledger.hold("compare", label, parts, release, **options))
+        setattr(self, slot, cell[0])
+
+    def _let_go(self, slot: str) -> None:
+        held = getattr(self, slot)
+        if held is not None:
+            setattr(self, slot, None)
+            held.release()
+
+    def holdings(self) -> dict[str, Holding | None]:
+        """What the view holds in the ledger now: "pin", "teaching", "frame"."""
+        return {"pin": self._pin_held, "teaching": self._teaching_held, "frame": self._frame_held}
 
     def show_unavailable(self, message: str) -> None:
         """Nothing to compare for this result (no stale B left on screen)."""
@@ -440,37 +484,45 @@ class CompareView(QWidget):
         if self._b is None:
             self.maxLabel.setText("nothing to pin yet: run once first")
             return
+        try:  # A shares its arrays with the run on screen: it costs more only once that run is replaced
+            self._hold("_pin_held", "pinned A", arrays_of(self._b), self._pin_let_go)
+        except LedgerError as exc:
+            self.maxLabel.setText(f"<span style='color:#a33'>not pinned: {exc}</span>")
+            return
         self._a = self._pinned = self._b
         self._no_a = FrameRequest.no_a
         self._recompute()
         self.pinned.emit()
 
     def unpin(self) -> None:
+        self._let_go("_pin_held")
         self._a = self._pinned = None
         self._no_a = FrameRequest.no_a
         self._recompute()
 
-    def fit_budget(self, budget: int | None) -> bool:
-        """Let go of a pinned A larger than a (lowered) memory budget, saying so: what the view
-        keeps beside the run on screen is held to the budget like a run. True when A was dropped."""
-        if not self._drop_oversized_pin(budget):
-            return False
-        self._recompute()
-        return True
-
-    def _drop_oversized_pin(self, budget: int | None) -> bool:
-        pinned = self._pinned
-        if budget is None or pinned is None or pinned is self._b:
-            return False
-        held = sum(np.asarray(x).nbytes for x in (pinned.weights, pinned.output) if x is not None)
-        if held <= budget:
-            return False
-        if self._a is pinned:
+    def _pin_let_go(self, why: str) -> None:
+        """The ledger let go of A (a newer holding needed the room, or the budget was lowered)."""
+        if self._a is self._pinned:
             self._a = None
         self._pinned = None
-        self._no_a = (f"A was unpinned: it held {format_bytes(held)}, more than the {format_bytes(budget)} "
-                      "memory budget; pin a smaller run, or raise the budget")
-        return True
+        self._no_a = f"A was unpinned: {why}; pin again, or raise the memory budget"
+        self._recompute()
+
+    def _teaching_let_go(self, why: str) -> None:
+        if self._teaching is None:
+            return
+        self._end_teaching()
+        if self._live is not None:
+            self._b, self._live = self._live, None
+        self._notice = f"the teaching pair was let go: {why}"
+        self._recompute()
+
+    def _frame_let_go(self, why: str) -> None:
+        """B − A and the three pictures were let go: nothing drawn stays without its memory."""
+        self._diff = None
+        for plot in (self.plotA, self.plotB, self.plotDiff):
+            plot.clear(f"let go: {why}")
+        self.maxLabel.setText(f"B − A and its pictures were let go ({why}); change anything to draw them again")
 
     def pinned_result(self):
         return self._a
@@ -485,7 +537,16 @@ class CompareView(QWidget):
         return self._teaching
 
     def show_teaching(self, comparison: TeachingComparison) -> None:
-        """Show a teaching pair: its A and B, B - A and its explanation (with measured numbers)."""
+        """Show a teaching pair: its A and B, B - A and its explanation (with measured numbers);
+        held in the memory ledger (one that cannot fit is not shown, saying why)."""
+        try:
+            self._hold("_teaching_held", f"the teaching pair “{comparison.title}”", arrays_of(comparison, 4),
+                       self._teaching_let_go)
+        except LedgerError as exc:
+            self.maxLabel.setText(f"<span style='color:#a33'>comparison not shown: {exc}</span>")
+            return
+        if self._teaching is None:
+            self._live = self._b
         self._teaching = comparison
         self._a, self._b = as_operand(comparison.a), as_operand(comparison.b)
         self._a_label, self._b_label = comparison.a_label, comparison.b_label
@@ -555,7 +616,7 @@ class CompareView(QWidget):
         self._fill_heads()
         self._diff = None
         request = FrameRequest(self._a, self._b, (self._a_label, self._b_label), self._what(),
-                               self.headCombo.currentData(), self.memory_budget(), self._no_a)
+                               self.headCombo.currentData(), self._diff_budget(), self._no_a)
         big = self._b is not None and np.size(getattr(self._b, self._what(), None)) > ASYNC_DIFF_CELLS
         if self._frame_runner is not None and big:
             self._pending = request
@@ -564,6 +625,19 @@ class CompareView(QWidget):
             return
         self._pending = None
         self.show_frame(compare_frame(request))
+
+    def _diff_budget(self) -> int | None:
+        """Bytes B − A may take: what the ledger can give it, after letting go of what must go
+        (without a ledger budget: ``memory_budget``)."""
+        a, b, what = self._a, self._b, self._what()
+        shape = None if a is None or b is None else np.shape(getattr(b, what, None))
+        if self.ledger.budget is None or not shape or np.shape(getattr(a, what, None)) != shape:
+            return self.memory_budget()
+        try:
+            self.ledger.reserve(diff_bytes(shape), "B − A")
+        except LedgerError:
+            pass  # compare_frame says it does not fit, and what does
+        return self.ledger.free()
 
     @Slot(int, int)
     def hover(self, r: int, c: int) -> str:

@@ -95,6 +95,7 @@ class RolloutView(QWidget):
         self._flow_asked: tuple | None = None  # the last flow request made (the flow needs no new one per query)
         self.flow: np.ndarray | None = None
         self.rollout: np.ndarray | None = None
+        self._traced: Trace | None = None
         self.follow: np.ndarray | None = None
         self.layersSpin = QSpinBox()
         self.layersSpin.setObjectName("rolloutLayersSpin")
@@ -225,6 +226,7 @@ class RolloutView(QWidget):
             return False
         self._pending = None
         self.rollout, self.follow = traced.rollout, traced.follow
+        self._traced = traced  # the hover reads the drawn trace's tokens: a newer result may be pending
         self.rolloutPlot.set_title(traced.rollout_title)
         self.rolloutPlot.show_prepared(traced.rollout_image, row_labels=traced.tokens, col_labels=traced.tokens)
         self.followPlot.set_title(traced.follow_title)
@@ -312,7 +314,9 @@ class RolloutView(QWidget):
 
     @Slot(int, int)
     def _hover_rollout(self, r: int, c: int) -> None:
-        t = self._result.tokens
+        if self._traced is None:
+            return
+        t = self._traced.tokens
         self.readout.setText(f'rollout: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.rollout[r, c]:.4f}')
 
     @Slot(int, int)
@@ -324,6 +328,8 @@ class RolloutView(QWidget):
 
     @Slot(int, int)
     def _hover_follow(self, layer: int, k: int) -> None:
-        t = self._result.tokens
-        q = self.queryCombo.currentIndex()
+        if self._traced is None:
+            return
+        t = self._traced.tokens
+        q = self._traced.request[2]  # the query the drawn trace follows
         self.readout.setText(f'layer {layer}: "{t[q]}" ({q}) → "{t[k]}" ({k}): {self.follow[layer, k]:.4f}')

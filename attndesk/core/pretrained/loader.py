@@ -135,6 +135,21 @@ def clear_cache(path: str | Path | None = None, *, everything: bool = True) -> N
                 handle.remove()
 
 
+def loaded_models() -> list[LoadedModel]:
+    """The models kept now, least recently used first (no lock: a load holds it for seconds, and a
+    copy of the values is one atomic step)."""
+    return list(_models.values())
+
+
+def forget_models(models: list[LoadedModel]) -> None:
+    """Stop keeping these models (a run that needs one again loads it anew)."""
+    doomed = {id(m) for m in models}
+    with _models_lock:
+        for key in [k for k, m in _models.items() if id(m) in doomed]:
+            for handle in _models.pop(key)._hooks:
+                handle.remove()
+
+
 def transformers_offline():
     """Import transformers with the hub offline and attndesk's attention registered."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -325,5 +340,6 @@ def _head_params(model: nn.Module) -> int:
     return int(weight.numel()) if weight is not None else 0
 
 
-__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "is_loaded", "load_pretrained", "loaded_model",
+__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "forget_models", "is_loaded", "load_pretrained",
+           "loaded_model", "loaded_models",
            "transformers_offline"]

@@ -124,17 +124,27 @@ def test_a_difference_over_the_memory_budget_is_refused_a_and_b_still_drawn(view
     assert np.array_equal(view.diff().diff, b.weights.astype(np.float64) - a.weights)
 
 
-def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(view):
+def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(qtbot, view):
+    from attndesk.core.ledger import MemoryLedger, arrays_of
+
+    view.ledger = ledger = MemoryLedger(None, post=lambda fn: fn())
     a = run_attention(CFG, TEXT)
+    run = ledger.hold("window", "the run on screen", arrays_of(a), None, protected=True)
     view.set_result(a)
     view.pin()
-    assert not view.fit_budget(1)  # A is B, the run on screen: nothing held beside it
-    view.set_result(run_attention(CFG.replace(seed=5), TEXT))
-    held = a.weights.nbytes + a.output.nbytes
-    assert not view.fit_budget(held) and view.pinned_result() is not None
-    assert view.fit_budget(held - 1)
-    assert view.pinned_result() is None and view.diff() is None
-    assert "A was unpinned" in view.plotA.message.text() and "memory budget" in view.plotA.message.text()
+    ledger.set_budget(1)  # A is B, the run on screen: letting it go would free nothing
+    assert view.pinned_result() is not None
+    b = run_attention(CFG.replace(seed=5), TEXT)
+    run.release()
+    ledger.set_budget(None)
+    ledger.hold("window", "the run on screen", arrays_of(b), None, protected=True)
+    view.set_result(b)
+    ledger.set_budget(ledger.total())
+    assert view.pinned_result() is not None
+    ledger.set_budget(ledger.total() - 1)  # A goes first (least recently used, not protected)
+    assert view.pinned_result() is None and view.holdings()["pin"] is None
+    assert "A was unpinned" in view.plotA.message.text() and "let go of pinned A" in view.plotA.message.text()
+    assert view.plotA.matrix is None  # nothing drawn from A is left
     view.pin()  # pinning again: the note goes
     assert view.pinned_result() is not None and view.plotA.matrix is not None
 

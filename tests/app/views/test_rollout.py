@@ -77,3 +77,16 @@ def test_attention_flow_beside_the_rollout(view):
     np.testing.assert_allclose(view.flow, view.rollout, atol=1e-6)
     view.set_flow_shown(False)
     assert view.flow is None and not view.flowPlot.isVisible()
+
+
+def test_hovering_while_a_shorter_result_is_traced_reads_the_drawn_trace(view):
+    view.set_result(fake_pretrained(length=5))  # traced here (no tracer): drawn
+    drawn = view.rollout.copy()
+    waiting = []
+    view.set_tracer(waiting.append)  # the next trace is computed elsewhere and has not come back
+    view.set_result(fake_pretrained(length=3, seed=1))
+    assert waiting and view.rollout.shape == (5, 5)
+    view._hover_rollout(4, 4)  # a cell of the drawn 5 x 5 rollout, beyond the new result's 3 tokens
+    assert view.readout.text() == f'rollout: "[SEP]" (4) ← input "[SEP]" (4): {drawn[4, 4]:.4f}'
+    view._hover_follow(0, 4)
+    assert '"[SEP]" (4)' in view.readout.text()

@@ -119,6 +119,10 @@ class RolloutView(QWidget):
         self.rolloutPlot.cellHovered.connect(self._hover_rollout)
         self.readout = QLabel(" ")
         self._build_flow()
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        """The controls' bar above the plots, all in ``body`` (hidden while there is nothing to trace)."""
         bar = QHBoxLayout()
         bar.addWidget(self.layersSpin)
         bar.addSpacing(20)

@@ -41,7 +41,8 @@ PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
 # side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, and small chores
-UNTURNED = frozenset({"present", "memory", "hub-cache"})
+# and training, a loop that lasts minutes (the Train tab): it would hold every other side job's turn
+UNTURNED = frozenset({"present", "memory", "hub-cache", "train"})
 
 
 def _cells(shown: Shown) -> int:
@@ -396,6 +397,7 @@ class _Channel:
     bound: int = 0
     done: Callable[[Any], None] | None = None
     failed: Callable[[str], None] | None = None
+    reported: Callable[[list], None] | None = None
 
 
 class SideJobs(QObject):
@@ -406,7 +408,9 @@ class SideJobs(QObject):
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
-    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones.
+    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones. A job that
+    streams (its ``fn`` names ``report``, see ``worker``) hands its items to ``reported(items)``
+    in the GUI thread, in batches, under the same rules as ``done``.
     """
 
     def __init__(self, controller: ComputeController) -> None:
@@ -416,12 +420,13 @@ class SideJobs(QObject):
         self._closed = False
 
     def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], None],
-               failed: Callable[[str], None] | None = None, scope: str | None = "run", **kwargs: Any) -> None:
+               failed: Callable[[str], None] | None = None, scope: str | None = "run",
+               reported: Callable[[list], None] | None = None, **kwargs: Any) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
         ch.tag = next(self._controller._ids)
-        ch.scope, ch.done, ch.failed = scope, done, failed
+        ch.scope, ch.done, ch.failed, ch.reported = scope, done, failed, reported
         ch.bound = self._id_for(scope)
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
 
@@ -459,14 +464,25 @@ class SideJobs(QObject):
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
+            runner.reportsWaiting.connect(lambda tag, ch=ch: self._hand_reports(ch, tag))
             self._channels[name] = ch
         return self._channels[name]
+
+    def _current(self, ch: _Channel, tag: int) -> bool:
+        return tag == ch.tag and (ch.scope is None or ch.bound == self._id_for(ch.scope))
+
+    def _hand_reports(self, ch: _Channel, tag: int) -> None:
+        items = ch.runner.take_reports()
+        if items and ch.reported is not None and self._current(ch, tag):
+            ch.reported(items)
 
     def _answer(self, ch: _Channel, tag: int, result: Any, message: str | None) -> None:
         if tag != ch.tag or (ch.scope is not None and ch.bound != self._id_for(ch.scope)):
             return  # an older job of the channel, or for a result no longer on screen
+        if ch.reported is not None:  # the items queued before the job ended come first
+            self._hand_reports(ch, tag)
         callback = ch.done if message is None else ch.failed
-        ch.done = ch.failed = None
+        ch.done = ch.failed = ch.reported = None
         if callback is not None:
             callback(result if message is None else message)
 

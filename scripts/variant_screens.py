@@ -48,9 +48,9 @@ def main(argv: list[str]) -> int:
     (out / "variants.png").write_bytes(png_bytes(window))
     (out / "variants_panel.png").write_bytes(png_bytes(window.parametersDock))
     show_values(window, ROPE_STEPS)
-    view = window.teaching.stepThroughView
+    view = window.tab_widget("step-through")
     window.state.view.tab = "step-through"
-    wait_drawn(window.teaching.stepThrough.shownResult)
+    wait_drawn(window.tab_presenter("step-through").shownResult)
     settle(500)
     view.hover_weight(5, 2)
     (out / "variants_rope_steps.png").write_bytes(png_bytes(view))

@@ -3,7 +3,8 @@
 It holds no state of its own: every choice is in ``self.state`` (``AppState``), the compute
 controller decides when to run and publishes ``Shown`` results, the panels and tabs bind to both,
 the status bar draws ``self.status``, and modes hand over their widgets and actions through the
-``Assembly`` methods below (``add_tab``, ``add_toolbar_widget``, …) and the menu registry.
+``Assembly`` methods below (``add_toolbar_widget``, …) and the menu registry. Every tab, its view
+and its presenter come from the tab registry (``tabs/registry.py``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt, Signal, Slot
+from PySide6.QtCore import QByteArray, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QProgressBar, QPushButton, QScrollArea, QTabWidget,
-    QWidget,
+    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QProgressBar, QPushButton, QScrollArea, QStackedWidget,
+    QTabWidget, QWidget,
 )
 
+from attndesk.core.bundle import BundleError
 from attndesk.core.errors import ConfigError
 
-from .jobs.compute import ComputeController, Modes
+from .bundle_save import save_bundle
 from .export_dialog import ExportDialog
+from .jobs.background import Background
+from .jobs.compute import ComputeController, Modes
 from .menus import MenuRegistry
 from .modes.long import LongDocumentMode
 from .pretrained.mode import PretrainedMode
@@ -39,7 +43,8 @@ from .settings import SETTINGS_APP, app_settings, settings_org
 from .state import HEATMAPS_TAB, AppState, ModeId
 from .status import StatusModel
 from .styles import restyle
-from .teaching import TeachingTabs
+from .tabs import registry
+from .tabs.registry import TabSpec
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
@@ -79,19 +84,22 @@ class MainWindow(QMainWindow):
         self.toy, self.pretrained, self.longMode = ToyMode(), PretrainedMode(self), LongDocumentMode(self)
         self.modes = Modes([self.toy, self.pretrained, self.longMode])
         self.compute = ComputeController(self.state, self.modes, self.status, self)
-        self._tabs: dict[str, QWidget] = {}
+        self._tabs: dict[str, QWidget] = {}  # tab id -> its page in viewTabs (the view, or its stack)
+        self._views: dict[str, QWidget] = {}  # tab id -> its view (view tabs and dock tabs)
+        self._presenters: dict[str, QObject] = {}
         self._drawing: Shown | None = None
         self._export_dialog: ExportDialog | None = None
+        self._bundles = Background(self)  # File > Save bundle, written in a pool thread
         self._closed = False
         self._status_widgets = 1  # permanent widgets the modes added after the status line
         self._build_views()
         self._build_docks()
         self._build_status_bar()
         self._build_actions()
-        self.teaching = TeachingTabs(self.state, self.compute, self)
-        for tab_id, (view, title, tip) in self.teaching.tabs().items():
-            self.add_tab(tab_id, view, title, tip)
-        self.timingDock.setWidget(self.teaching.timing_tabs(self.timingPanel))
+        self._build_presenters()
+        self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
+        self.state.events.config.connect(self._sync_tabs)
+        self._sync_tabs()
         for mode in self.modes:
             mode.install(self)
         self.refresh_choices()
@@ -111,13 +119,52 @@ class MainWindow(QMainWindow):
     def _build_views(self) -> None:
         self.tokensPanel = TokensPanel(self.state)
         self.parametersPanel = ParametersPanel(self.state)
-        self.heatmapPanel = HeatmapPanel()
-        self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
         self.timingPanel = TimingPanel()
         self.viewTabs = QTabWidget(objectName="viewTabs")
         self.viewTabs.setDocumentMode(True)
         self.setCentralWidget(self.viewTabs)
-        self.add_tab(HEATMAPS_TAB, self.heatmapPanel, "Heatmaps")
+        for tab in registry.TABS:
+            self._views[tab.id] = view = tab.view()
+            page = view if tab.unavailable is None else self._unavailable_page(tab, view)
+            index = self.viewTabs.addTab(page, tab.title)
+            self.viewTabs.setTabToolTip(index, tab.tooltip)
+            self._tabs[tab.id] = page
+        self.heatmapPanel = self._views[HEATMAPS_TAB]
+        self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
+        self.timingTabs = QTabWidget(objectName="timingTabs")
+        self.timingTabs.setDocumentMode(True)
+        self.timingTabs.addTab(self.timingPanel, "Timing")
+        for tab in registry.DOCK_TABS:
+            self._views[tab.id] = view = tab.view()
+            self.timingTabs.setTabToolTip(self.timingTabs.addTab(view, tab.title), tab.tooltip)
+
+    @staticmethod
+    def _unavailable_page(tab: TabSpec, view: QWidget) -> QStackedWidget:
+        """A tab that can be off: its view, or the sentence saying why it is off (``_sync_tabs``)."""
+        page = QStackedWidget(objectName=f"{tab.id}Page")
+        reason = QLabel("", objectName=f"{tab.id}Unavailable")
+        reason.setWordWrap(True)
+        reason.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        page.addWidget(view)
+        page.addWidget(reason)
+        return page
+
+    def _build_presenters(self) -> None:
+        """Each tab's presenter, once every view exists (a presenter may look up another tab's view)."""
+        for tab in registry.TABS + registry.DOCK_TABS:
+            if tab.presenter is None:
+                continue
+            self._presenters[tab.id] = presenter = tab.presenter(self, self._views[tab.id])
+            if tab.reveal:
+                view = self._views[tab.id]
+                signal = getattr(presenter, tab.reveal)
+                signal.connect(lambda *_a, v=view: self._reveal(v))
+
+    def _reveal(self, view: QWidget) -> None:
+        if self.timingTabs.indexOf(view) >= 0:
+            self.timingTabs.setCurrentWidget(view)
+        elif self.viewTabs.indexOf(view) >= 0:
+            self.viewTabs.setCurrentWidget(view)
 
     def _build_docks(self) -> None:
         params_scroll = QScrollArea()
@@ -127,7 +174,7 @@ class MainWindow(QMainWindow):
         left, bottom = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
         self.tokensDock = self._dock("Input tokens", "tokensDock", self.tokensPanel, left)
         self.parametersDock = self._dock("Model parameters", "parametersDock", params_scroll, left)
-        self.timingDock = self._dock("Timing", "timingDock", self.timingPanel, bottom)
+        self.timingDock = self._dock("Timing", "timingDock", self.timingTabs, bottom)
         self.splitDockWidget(self.tokensDock, self.parametersDock, Qt.Orientation.Vertical)
         self.resizeDocks([self.tokensDock], [340], Qt.Orientation.Horizontal)
         self.resizeDocks([self.tokensDock, self.parametersDock], [380, 470], Qt.Orientation.Vertical)
@@ -175,6 +222,9 @@ class MainWindow(QMainWindow):
         self.saveSessionAction = self._action("&Save session…", "saveSessionAction", "file", "session",
                                               QKeySequence.StandardKey.Save)
         self.exportAction = self._action("&Export heatmaps…", "exportAction", "file", "export", QKeySequence("Ctrl+E"))
+        self.saveBundleAction = self._action("Save &bundle…", "saveBundleAction", "file", "export")
+        self.saveBundleAction.setToolTip("the result on screen and the session that made it as one reproducible .zip "
+                                         "(attndesk reproduce computes it again)")
         self.quitAction = self._action("&Quit", "quitAction", "file", "quit", QKeySequence.StandardKey.Quit)
         self.recomputeAction = self._action("&Recompute now", "recomputeAction", "run", "run", QKeySequence("F5"))
         self.cancelAction = self._action("&Cancel", "cancelAction", "run", "run", QKeySequence("Esc"))
@@ -184,6 +234,7 @@ class MainWindow(QMainWindow):
         self.openSessionAction.triggered.connect(self._open_session_dialog)
         self.saveSessionAction.triggered.connect(self._save_session_dialog)
         self.exportAction.triggered.connect(lambda: self.open_export_dialog(self.state.view.target))
+        self.saveBundleAction.triggered.connect(self._save_bundle_dialog)
         self.quitAction.triggered.connect(self.close)
         self.recomputeAction.triggered.connect(lambda _checked=False: self.compute.run_now())
         self.cancelAction.triggered.connect(lambda _checked=False: self.compute.cancel())
@@ -279,18 +330,48 @@ class MainWindow(QMainWindow):
             self.compute.presented(shown.shown_id)
             self.resultDisplayed.emit(shown)
 
-    # -- the Assembly a mode gets ---------------------------------------------------------------
-    def add_tab(self, tab_id: str, widget: QWidget, title: str, tooltip: str = "") -> None:
-        index = self.viewTabs.addTab(widget, title)
-        if tooltip:
-            self.viewTabs.setTabToolTip(index, tooltip)
-        self._tabs[tab_id] = widget
+    # -- tabs: the registry's, shown in the modes and model kinds they serve ----------------------
+    def _model_kind(self, mode: ModeId) -> str | None:
+        """A pretrained model's family ("encoder", "decoder", "encoder-decoder"); None otherwise."""
+        if mode.kind != "pretrained":
+            return None
+        try:
+            return self.pretrained.spec_for(mode).family
+        except ConfigError:
+            return None
 
-    def set_tab_visible(self, tab_id: str, visible: bool) -> None:
-        index = self.viewTabs.indexOf(self._tabs[tab_id])
-        if not visible and self.state.view.tab == tab_id:
-            self.state.view.tab = HEATMAPS_TAB
-        self.viewTabs.setTabVisible(index, visible)
+    def _sync_tabs(self, *_args) -> None:
+        """Show the tabs that serve the current mode and model; an off tab's page says why."""
+        mode = self.state.mode
+        kind = self._model_kind(mode)
+        for tab in registry.TABS:
+            index = self.viewTabs.indexOf(self._tabs[tab.id])
+            visible = tab.serves(mode.kind, kind)
+            if not visible and self.state.view.tab == tab.id:
+                self.state.view.tab = HEATMAPS_TAB
+            if self.viewTabs.isTabVisible(index) != visible:
+                self.viewTabs.setTabVisible(index, visible)
+            if tab.unavailable is not None:
+                reason = tab.unavailable(self.state)
+                page = self._tabs[tab.id]
+                page.widget(1).setText(reason or "")
+                page.setCurrentIndex(0 if reason is None else 1)
+
+    def shown_tabs(self) -> list[tuple[str, str]]:
+        """(id, title) of the view tabs on show now, in order."""
+        ids = {id(page): tab_id for tab_id, page in self._tabs.items()}
+        tabs = self.viewTabs
+        return [(ids[id(tabs.widget(i))], tabs.tabText(i)) for i in range(tabs.count()) if tabs.isTabVisible(i)]
+
+    def tab_presenter(self, tab_id: str) -> QObject:
+        """A tab's presenter (KeyError for a tab the window binds itself, e.g. the heatmaps)."""
+        return self._presenters[tab_id]
+
+    def tab_page(self, tab_id: str) -> QWidget:
+        """What ``viewTabs`` holds for a tab: its view, or the stack of view and reason of a tab that can be off."""
+        return self._tabs[tab_id]
+
+    # -- the Assembly a mode gets ---------------------------------------------------------------
 
     def add_toolbar_widget(self, widget: QWidget) -> None:
         self.heatmapPanel.add_toolbar_widget(widget)
@@ -326,7 +407,8 @@ class MainWindow(QMainWindow):
         return self.status.message
 
     def tab_widget(self, tab_id: str) -> QWidget:
-        return self._tabs[tab_id]
+        """A tab's view (a view tab's or a dock tab's), for its public API."""
+        return self._views[tab_id]
 
     # -- export ---------------------------------------------------------------------------------
     @Slot(object)
@@ -351,6 +433,30 @@ class MainWindow(QMainWindow):
     def _forget_export_dialog(self, dialog: ExportDialog) -> None:
         if self._export_dialog is dialog:  # a newer dialog may already be open
             self._export_dialog = None
+
+    # -- bundles --------------------------------------------------------------------------------
+    def save_bundle_to(self, path: str | os.PathLike) -> bool:
+        """Write the result on screen (a real model's run: every layer) and the session that made it as
+        the bundle ``path`` in a pool thread; the status line says where it went or why not. False
+        when there is nothing to save."""
+        shown = self.compute.shown()
+        if shown is None or (shown.toy is None and shown.layers is None) or shown.mode != self.state.mode:
+            self.status.fail("bundle not saved: nothing computed for this mode yet: wait for a result")
+            return False
+        result = shown.toy.result if shown.toy is not None else shown.layers
+        state, colormap, budget = self.session(), self.state.view.colormap, self.state.config.memory_budget
+        name = Path(path).name
+        self.status.say(f"saving bundle {name}…")
+        self._bundles.start(lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget),
+                            done=lambda written: self.status.say(f"saved bundle {written}"),
+                            failed=lambda exc: self.status.fail(f"bundle {name} not saved: {exc}"),
+                            expected=(BundleError, OSError))
+        return True
+
+    def _save_bundle_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save bundle", "attndesk-bundle.zip", "attndesk bundles (*.zip)")
+        if path:
+            self.save_bundle_to(path if path.lower().endswith(".zip") else path + ".zip")
 
     # -- sessions -------------------------------------------------------------------------------
     def session(self) -> AppState:

@@ -412,11 +412,11 @@ def test_a_side_job_out_of_memory_is_said_in_its_tab(qtbot, window, monkeypatch)
         raise MemoryError()
 
     monkeypatch.setattr(headstats_tab, "statistics_job", broken)
-    with qtbot.waitSignal(window.teaching.headStats.failed, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(window.tab_presenter("head-stats").failed, timeout=TIMEOUT_MS):
         window.state.view.tab = "head-stats"
-    assert window.teaching.headStatsView.infoLabel.text().startswith("head statistics failed: out of memory")
+    assert window.tab_widget("head-stats").infoLabel.text().startswith("head statistics failed: out of memory")
     monkeypatch.undo()
-    with qtbot.waitSignal(window.teaching.headStats.shownStats, timeout=TIMEOUT_MS):  # the next result works
+    with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):  # the next result works
         window.parametersPanel.seedSpin.setValue(3)
 
 

@@ -30,13 +30,12 @@ def rss_mib() -> float:
 
 
 def visit_every_tab(qtbot, w) -> None:
-    t = w.teaching
-    with qtbot.waitSignal(t.stepThrough.shownResult, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
         w.state.view.tab = "step-through"  # reruns keeping every intermediate
     for tab in ("positions", "compare"):
         w.state.view.tab = tab
         qtbot.wait(1500)
-    with qtbot.waitSignal(t.headStats.shownStats, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
         w.state.view.tab = "head-stats"
     w.state.view.tab = "heatmaps"
 

@@ -14,6 +14,7 @@ import attndesk.app.tabs.headstats as headstats_tab
 import attndesk.app.tabs.implementation as implementation_tab
 from attndesk.app import MainWindow
 from attndesk.app.jobs.worker import running_threads
+from attndesk.app.tabs.registry import TABS
 from attndesk.app.views.stepthrough import STAGES
 from attndesk.core import run_attention
 from attndesk.core.compare import IMPLEMENTATIONS
@@ -33,7 +34,7 @@ def core_run(w, keep=True):
 
 
 def _check_stages(w, head):
-    view = w.teaching.stepThroughView
+    view = w.tab_widget("step-through")
     shown = w.displayed_result().toy.result
     core = core_run(w)
     assert view.result() is shown and view.head() == head
@@ -51,35 +52,33 @@ def _check_stages(w, head):
 
 def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
     titles = [window.viewTabs.tabText(i) for i in range(window.viewTabs.count())]
-    ours = ["Step-through", "Positions", "Head stats", "Compare", "Rollout"]
-    assert titles[0] == "Heatmaps" and [t for t in titles if t in ours] == ours
-    tabs = window.teaching
-    assert window.timingDock.widget() is tabs.timingTabs
-    assert tabs.timingTabs.indexOf(window.timingPanel) >= 0
-    assert tabs.timingTabs.indexOf(tabs.implementationPanel) >= 0
+    assert titles == [t.title for t in TABS]  # every tab of the registry, in its order
+    assert titles[:6] == ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout"]
+    assert window.timingDock.widget() is window.timingTabs
+    assert window.timingTabs.indexOf(window.timingPanel) >= 0
+    assert window.timingTabs.indexOf(window.tab_widget("implementation")) >= 0
 
 
 def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot, window):
-    tabs = window.teaching
     # on the heatmap tab a run keeps no intermediates and equals the core's plain run
     assert window.displayed_result().toy.result.intermediates is None
     np.testing.assert_array_equal(window.displayed_result().map.weights, core_run(window, keep=False).weights)
     # opening the step-through recomputes the input with every intermediate kept, and shows it
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
+    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(window.tab_widget("step-through"))
     assert window.displayed_result().toy.result.intermediates is not None
     _check_stages(window, 0)
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):  # drawn off the GUI thread
-        tabs.stepThroughView.headSpin.setValue(2)
+    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):  # drawn off the GUI thread
+        window.tab_widget("step-through").headSpin.setValue(2)
     _check_stages(window, 2)
     # while it is visible, a new result (causal mask) keeps them and reaches the strip
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
         wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal"))
     _check_stages(window, 2)
-    assert np.isneginf(tabs.stepThroughView.stage_matrix("masked")[0, 1])
-    a = tabs.stepThroughView.hover_weight(4, 2)
+    assert np.isneginf(window.tab_widget("step-through").stage_matrix("masked")[0, 1])
+    a = window.tab_widget("step-through").hover_weight(4, 2)
     assert a.weight == pytest.approx(float(window.displayed_result().map.weights[2, 4, 2]), rel=1e-5)
-    assert tabs.stepThroughView.plots["k"].highlighted()["row"] == (2,)
+    assert window.tab_widget("step-through").plots["k"].highlighted()["row"] == (2,)
     # back on the heatmaps, runs drop them again (they cost ~4 x the weights' memory)
     window.viewTabs.setCurrentWidget(window.heatmapPanel)
     result = wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(4))
@@ -91,7 +90,7 @@ def test_returning_to_the_step_through_shows_its_plots_one_per_event_loop_turn(q
     soak even for 7 tokens): coming back to the tab reveals them one per turn, each in its place."""
     from PySide6.QtWidgets import QApplication
 
-    view = window.teaching.stepThroughView
+    view = window.tab_widget("step-through")
     with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(view)
     drawn = [p for p in view.plots.values() if p.isVisible()]
@@ -111,7 +110,7 @@ def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, wi
     or the room grew by more than 8 %."""
     from PySide6.QtWidgets import QApplication
 
-    view = window.teaching.stepThroughView
+    view = window.tab_widget("step-through")
     with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(view)
     shown = [p for p in view.plots.values() if p.isVisible()]
@@ -139,7 +138,6 @@ def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, wi
 
 
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
-    tabs = window.teaching
     threads = []
     real = headstats_tab.statistics_job
 
@@ -148,29 +146,28 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
         return real(*args)
 
     monkeypatch.setattr(headstats_tab, "statistics_job", spy)
-    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(tabs.headStatsView)
+    with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
     assert threads and threads[0] != threading.get_ident()
     shown = window.displayed_result().map
     expected = head_statistics(shown.weights, special=list(shown.keys))
-    assert tabs.headStatsView.stats() == expected
-    assert tabs.headStatsView.table.rowCount() == shown.num_heads
+    assert window.tab_widget("head-stats").stats() == expected
+    assert window.tab_widget("head-stats").table.rowCount() == shown.num_heads
 
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
-        tabs.headStatsView.select_head(3)
-    assert window.viewTabs.currentWidget() is tabs.stepThroughView
-    assert tabs.stepThroughView.head() == 3
+    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
+        window.tab_widget("head-stats").select_head(3)
+    assert window.viewTabs.currentWidget() is window.tab_widget("step-through")
+    assert window.tab_widget("step-through").head() == 3
     assert window.heatmapPanel.view_target() == 3
     shown = window.displayed_result().map
-    np.testing.assert_array_equal(tabs.stepThroughView.plots["weights"].matrix, shown.weights[3])
-    window.viewTabs.setCurrentWidget(tabs.compareView)  # filled when shown, on the chosen head
-    assert tabs.compareView.headCombo.currentData() == 3
-    np.testing.assert_array_equal(tabs.compareView.displayed()[1], shown.weights[3])
+    np.testing.assert_array_equal(window.tab_widget("step-through").plots["weights"].matrix, shown.weights[3])
+    window.viewTabs.setCurrentWidget(window.tab_widget("compare"))  # filled when shown, on the chosen head
+    assert window.tab_widget("compare").headCombo.currentData() == 3
+    np.testing.assert_array_equal(window.tab_widget("compare").displayed()[1], shown.weights[3])
 
 
 def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
-    tabs = window.teaching
-    view = tabs.compareView
+    view = window.tab_widget("compare")
     window.viewTabs.setCurrentWidget(view)
     a = window.displayed_result().toy.result
     view.pin()
@@ -188,8 +185,7 @@ def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
 
 
 def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, window, monkeypatch):
-    tabs = window.teaching
-    view = tabs.compareView
+    view = window.tab_widget("compare")
     window.viewTabs.setCurrentWidget(view)
     threads = []
     real = compare_tab.teaching_comparison
@@ -199,7 +195,7 @@ def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, 
         return real(*args)
 
     monkeypatch.setattr(compare_tab, "teaching_comparison", spy)
-    with qtbot.waitSignal(tabs.compare.teachingShown, timeout=TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(window.tab_presenter("compare").teachingShown, timeout=TIMEOUT_MS) as blocker:
         view.teachButtons["tutorial"].click()
         assert not view.teachButtons["tutorial"].isEnabled()  # while it runs
     comparison = blocker.args[0]
@@ -225,8 +221,7 @@ def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, 
 
 
 def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(qtbot, window, monkeypatch):
-    tabs = window.teaching
-    panel = tabs.implementationPanel
+    panel = window.tab_widget("implementation")
     threads = []
     real = implementation_tab.implementation_job
 
@@ -236,11 +231,11 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
 
     monkeypatch.setattr(implementation_tab, "implementation_job", spy)
     assert panel.runButton.isEnabled()
-    with qtbot.waitSignal(tabs.implementation.shownComparison, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
+    with qtbot.waitSignal(window.tab_presenter("implementation").shownComparison, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
         panel.runButton.click()
     assert blocker.signal_triggered, (panel.notesLabel.text(), threads, window.compute.side.is_busy("implementations"))
     assert threads and threads[0] != threading.get_ident()
-    assert tabs.timingTabs.currentWidget() is panel
+    assert window.timingTabs.currentWidget() is panel
     table = panel.table
     assert table.rowCount() == 3
     names = [table.item(r, 0).text() for r in range(3)]
@@ -255,21 +250,19 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
 
 
 def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
-    tabs = window.teaching
-    window.viewTabs.setCurrentWidget(tabs.rolloutView)
-    assert "pretrained" in tabs.rolloutView.infoLabel.text()
-    assert not tabs.rolloutView.body.isVisibleTo(window)
+    window.viewTabs.setCurrentWidget(window.tab_widget("rollout"))
+    assert "pretrained" in window.tab_widget("rollout").infoLabel.text()
+    assert not window.tab_widget("rollout").body.isVisibleTo(window)
 
 
 def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
-    tabs = window.teaching
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(tabs.stepThroughView)
-    for view in (tabs.stepThroughView, tabs.positionalView, tabs.compareView):
+    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(window.tab_widget("step-through"))
+    for view in (window.tab_widget("step-through"), window.tab_widget("positions"), window.tab_widget("compare")):
         window.viewTabs.setCurrentWidget(view)
-        if view is tabs.positionalView:  # its table is a side job
-            qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
-        plots = [p for p in view.findChildren(type(tabs.positionalView.encodingPlot)) if p.matrix is not None]
+        if view is window.tab_widget("positions"):  # its table is a side job
+            qtbot.waitUntil(lambda: window.tab_widget("positions").encoding is not None, timeout=TIMEOUT_MS)
+        plots = [p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None]
         assert plots, view.objectName()
         # the plots are shown one per event-loop turn (views/pacing.py)
         qtbot.waitUntil(lambda: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
@@ -278,11 +271,11 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
         npy = plot.export(str(tmp_path / f"{view.objectName()}.npy"))
         assert (tmp_path / png).stat().st_size > 0
         np.testing.assert_array_equal(np.load(npy), plot.matrix)
-    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(tabs.headStatsView)
-    assert tabs.headStatsView.exportButton.isVisibleTo(window)
+    with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
+        window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
+    assert window.tab_widget("head-stats").exportButton.isVisibleTo(window)
     csv = (tmp_path / "stats.csv")
-    tabs.headStatsView.export_csv(str(csv))
+    window.tab_widget("head-stats").export_csv(str(csv))
     lines = csv.read_text().splitlines()
     assert len(lines) == 1 + window.displayed_result().map.num_heads and lines[0].startswith("head,entropy")
 
@@ -292,10 +285,9 @@ def test_closing_during_side_jobs_leaves_no_thread(qtbot):
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass
-    tabs = w.teaching
-    w.viewTabs.setCurrentWidget(tabs.compareView)
-    tabs.compareView.teachButtons["scaled"].click()
-    tabs.implementationPanel.runButton.click()
+    w.viewTabs.setCurrentWidget(w.tab_widget("compare"))
+    w.tab_widget("compare").teachButtons["scaled"].click()
+    w.tab_widget("implementation").runButton.click()
     dispose(w)
     assert not running_threads()  # closing joined the main and the side workers
 
@@ -313,7 +305,7 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
         return real(request)
 
     monkeypatch.setattr(compare_tab, "compare_frame", spy)
-    view = window.teaching.compareView
+    view = window.tab_widget("compare")
     window.viewTabs.setCurrentWidget(view)
     a = window.displayed_result().toy.result
     view.pin()
@@ -329,14 +321,14 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     # leaving for another tab's work and coming back asks again instead of waiting forever
     view.pin()
     assert view.is_computing()
-    window.viewTabs.setCurrentWidget(window.teaching.headStatsView)
+    window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
     window.viewTabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
 
 
 def test_lowering_the_budget_below_a_pinned_a_lets_it_go(qtbot, window):
-    view = window.teaching.compareView
+    view = window.tab_widget("compare")
     window.viewTabs.setCurrentWidget(view)
     wait_result(qtbot, window, lambda: window.state.update({"text": " ".join(["w"] * 400)}))
     a = window.displayed_result().toy.result
@@ -356,13 +348,12 @@ def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
         window.state.update({"text": text, "config": window.state.config.replace(num_heads=4, memory_budget=2_000_000)})
         window.recomputeAction.trigger()
     assert not blocker.args[0].toy.result.exact_weights  # only an overview: not indexable by token position
-    tabs = window.teaching
-    for view in (tabs.stepThroughView, tabs.headStatsView, tabs.compareView, tabs.positionalView):
+    for view in (window.tab_widget("step-through"), window.tab_widget("head-stats"), window.tab_widget("compare"), window.tab_widget("positions")):
         window.viewTabs.setCurrentWidget(view)
-    qtbot.waitUntil(lambda: "memory-bounded" in tabs.stepThroughView.infoLabel.text(), timeout=TIMEOUT_MS)
-    assert "memory-bounded" in tabs.headStatsView.infoLabel.text()
-    assert "memory-bounded" in tabs.compareView.maxLabel.text()
-    assert tabs.compareView.displayed() == (None, None, None)
-    qtbot.waitUntil(lambda: tabs.positionalView.encoding is not None, timeout=TIMEOUT_MS)
-    assert tabs.positionalView.encoding.shape == (600, 64)
+    qtbot.waitUntil(lambda: "memory-bounded" in window.tab_widget("step-through").infoLabel.text(), timeout=TIMEOUT_MS)
+    assert "memory-bounded" in window.tab_widget("head-stats").infoLabel.text()
+    assert "memory-bounded" in window.tab_widget("compare").maxLabel.text()
+    assert window.tab_widget("compare").displayed() == (None, None, None)
+    qtbot.waitUntil(lambda: window.tab_widget("positions").encoding is not None, timeout=TIMEOUT_MS)
+    assert window.tab_widget("positions").encoding.shape == (600, 64)
     assert not window.compute.side.is_busy("statistics")  # nothing was started for weights that do not exist

@@ -22,6 +22,9 @@ from PySide6.QtTest import QTest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
+from attndesk.app.state import HEATMAPS_TAB
+from attndesk.app.tabs.registry import spec
+
 from . import gestures as g
 from .controls import discover, menu_actions
 from .report import MEMORY_ALLOWANCE_MIB
@@ -71,8 +74,11 @@ def drawn_images(root) -> list[np.ndarray]:
     return out
 
 
+HEATMAPS = re.escape(spec(HEATMAPS_TAB).title)  # the heatmaps tab's title, as the tab registry declares it
+
+
 def show_tab(root, pattern: str) -> bool:
-    """Click the first tab whose title matches ``pattern`` (e.g. the heatmaps)."""
+    """Click the first tab whose title matches ``pattern`` (e.g. ``HEATMAPS``)."""
     for control in discover(root).of_kind("tabs"):
         bar: QTabBar = control.widget
         for i in range(bar.count()):
@@ -138,7 +144,7 @@ def known_input(soak, timeout_s: float = 90.0) -> dict:
     state = {"matched": 0, "worst": float("inf")}
 
     def done() -> bool:
-        show_tab(soak.main, r"heat ?map")
+        show_tab(soak.main, HEATMAPS)
         state["matched"], state["worst"] = match_heads(soak.main, expected)
         return state["matched"] == heads
 
@@ -194,7 +200,7 @@ def memory_return(soak, start_mib: float | None = None) -> dict:
         large = trimmed_rss()
     known = known_input(soak)
     visit_tabs(soak)
-    show_tab(soak.main, r"heat ?map")
+    show_tab(soak.main, HEATMAPS)
     settle(20, root=soak.main)
     with soak.excluded():
         after = trimmed_rss()

@@ -13,7 +13,6 @@ A mode is a way of computing attention (the toy model, a real model) or of worki
   returns the first ``Shown``, with its ``AttentionMap`` and heatmap source built in the worker;
 - ``panel(state)``: how the parameters panel shows the config while the mode is on (fixed
   values of a pretrained architecture, which mask choices act);
-- ``views``: the tab ids whose content it can fill (the others say why they are empty);
 - ``install(ui)``: its widgets and actions, handed to the window through ``Assembly``; after
   that it talks to the window only through the state, the compute controller, the status
   model and the menus.
@@ -46,8 +45,6 @@ class Assembly(Protocol):
     status: "StatusModel"
     menus: "MenuRegistry"
 
-    def add_tab(self, tab_id: str, widget: QWidget, title: str, tooltip: str = "") -> None: ...
-    def set_tab_visible(self, tab_id: str, visible: bool) -> None: ...
     def add_toolbar_widget(self, widget: QWidget) -> None: ...
     def add_header_widget(self, widget: QWidget) -> None: ...
     def add_status_widget(self, widget: QWidget) -> None: ...
@@ -55,12 +52,11 @@ class Assembly(Protocol):
     def drop_targets(self) -> list[QWidget]: ...
     def refresh_choices(self) -> None: ...  # the mode's ``choices()`` changed (e.g. a model folder opened)
     def heatmaps(self) -> Any: ...  # the heatmap panel's public API (zoom pictures attach to its cells)
-    def tab_widget(self, tab_id: str) -> QWidget: ...  # a tab's view, for its public API (Compare's pin())
+    def tab_widget(self, tab_id: str) -> QWidget: ...  # a tab's view (app/tabs/registry.py), for its public API
 
 
 class Mode(Protocol):
     kind: str
-    views: frozenset[str]
 
     def choices(self) -> list[ModeChoice]: ...
     def request(self, state: AppState) -> Request: ...
@@ -76,7 +72,6 @@ class ModeBase:
     """Defaults for the optional parts of ``Mode`` (a mode overrides what it has)."""
 
     kind = ""
-    views: frozenset[str] = frozenset()
 
     def choices(self) -> list[ModeChoice]:
         return []

@@ -19,7 +19,6 @@ from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
 
 INTERMEDIATES = "intermediates"
-TOY_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare", "online-softmax"})
 
 
 def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:
@@ -68,7 +67,6 @@ def check_input(state: AppState, config: AttentionConfig) -> str | None:
 
 class ToyMode(ModeBase):
     kind = "toy"
-    views = TOY_VIEWS
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]

@@ -267,21 +267,4 @@ class GenerationTab(QObject):
         self.pinned.emit(which)
 
 
-def install_generation_tab(mode, ui) -> str:
-    """The pretrained mode's hook for its extra tabs, ``installer(mode, ui) -> tab id``: adds the
-    stepper tab (shown while a pretrained model is on) and its presenter; ``ui`` is the window's
-    ``Assembly``. The presenter is the view's child: ``ui.tab_widget(GENERATE_TAB).findChild(GenerationTab)``."""
-    view = GenerateView()
-    GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
-    ui.add_tab(GENERATE_TAB, view, "Generate", "decoders: generate token by token, see each step's attention row "
-                                              "and next-token probabilities")
-
-    def follow_mode(mode: ModeId) -> None:
-        ui.set_tab_visible(GENERATE_TAB, mode.kind == "pretrained")
-
-    ui.state.events.mode.connect(follow_mode)
-    follow_mode(ui.state.mode)
-    return GENERATE_TAB
-
-
-__all__ = ["GENERATE_TAB", "GenerationTab", "Origin", "advance", "full_text", "install_generation_tab"]
+__all__ = ["GENERATE_TAB", "GenerationTab", "Origin", "advance", "full_text"]

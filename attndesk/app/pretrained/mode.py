@@ -17,8 +17,9 @@ encoder-decoders), layer by layer.
   "hide special tokens", the sink-aware switches, an encoder-decoder's part and target line, and a
   summary line; an "All layers" tab holds the ``LayerHeadGrid`` of the shown part (click: open that layer
   and head large; Ctrl+click: ablate it, self-attention heads only).
-- Other parts add their own pretrained-only tabs through ``EXTRA_TABS`` (see there): the mode
-  installs them and shows them only while a pretrained model is on.
+- Its tabs (All layers, Generate) are entries of ``app/tabs/registry.py`` that serve only the
+  pretrained mode: the window shows them while a pretrained model is on; the mode fills the All
+  layers page at install.
 - The job loads the model (cached for the session, progress in the status line), runs it and
   presents the chosen layer; another layer or hiding the special tokens is another presentation
   of the same run (no job). Ablations, scale and mask are inputs of the run.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 from PySide6.QtCore import QObject
@@ -54,29 +55,15 @@ from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
 from ..styles import restyle
 from .ablation import ablation_effect
 from .controls import PretrainedControls, describe_run
-from .generate import install_generation_tab
 from .grid import LayerHeadGrid
 from .local_models import LocalModelsDialog
 from .painting import LayerGridPainting, export_all_weights, export_painting, grid_caption, grid_painting, grid_weights
 
 GRID_TAB = "all-layers"
-GRID_TAB_TITLE = "All layers"
-PRETRAINED_VIEWS = frozenset({"heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", GRID_TAB})
 _NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
 _DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
 
-# The hook for tabs other parts add to the pretrained mode (e.g. the generation stepper). Each entry
-# is called once when the mode is installed, as ``installer(mode, ui)``: it builds its view and
-# presenter, adds them with ``ui.add_tab(tab_id, widget, title, tip)`` and returns the tab id. The
-# mode shows that tab only while a pretrained model is on, and lists it among the views it fills.
-# It reads the run through ``mode.run()`` / ``ui.compute.published`` and the model's description
-# through ``mode.spec_for(ui.state.mode)``. One entry per tab.
-if TYPE_CHECKING:
-    TabInstaller = Callable[["PretrainedMode", Assembly], str]
-EXTRA_TABS: list["TabInstaller"] = [
-    install_generation_tab,  # the generation stepper (app/pretrained/generate.py), for decoders and encoder-decoders
-]
 
 def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
@@ -168,7 +155,6 @@ class PretrainedMode(QObject, ModeBase):
     """Computes with a real model; owns its controls, its grid tab and its File menu action."""
 
     kind = "pretrained"
-    views = PRETRAINED_VIEWS
 
     def __init__(self, parent: QObject | None = None) -> None:
         QObject.__init__(self, parent)
@@ -178,7 +164,6 @@ class PretrainedMode(QObject, ModeBase):
         self._ui: Assembly | None = None
         self._run: PretrainedResult | None = None
         self._run_mode: ModeId | None = None
-        self._tab_ids: list[str] = [GRID_TAB]  # the tabs shown only in this mode (the grid, EXTRA_TABS')
         self._local: LocalModelsDialog | None = None
         self._exports = Background(self)  # File menu exports, written in a pool thread
         self._build_widgets()
@@ -248,14 +233,12 @@ class PretrainedMode(QObject, ModeBase):
     def install(self, ui: Assembly) -> None:
         self._ui = ui
         ui.add_header_widget(self.header)
-        ui.add_tab(GRID_TAB, self.gridTab, GRID_TAB_TITLE, "pretrained mode: every layer x head; click one to open it")
+        self.gridTab = ui.tab_widget(GRID_TAB)  # the registry's All layers page (app/tabs/registry.py)
+        self._build_grid_tab()
         for action in (self.openFolderAction, self.localModelsAction):
             ui.menus.add("file", action, "model")
             ui.add_action(action)
         self._bind(ui)
-        for installer in EXTRA_TABS:  # other parts' pretrained-only tabs (the hook above)
-            self._tab_ids.append(installer(self, ui))
-        self.views = PRETRAINED_VIEWS | frozenset(self._tab_ids)
         self._on_mode(ui.state.mode)
 
     # -- widgets ----------------------------------------------------------------------------------
@@ -281,8 +264,6 @@ class PretrainedMode(QObject, ModeBase):
         self.gridScaleCombo.addItem("colour shared", "shared")
         self.gridScaleCombo.setToolTip("per head: each thumbnail from 0 to its own maximum (shows every pattern); "
                                        "shared: one scale for all (compares heads)")
-        self.gridTab = QWidget(objectName="pretrainedGridTab")
-        self._build_grid_tab()
         self.openFolderAction = QAction("Open &model folder…", self, objectName="openModelFolderAction")
         self.openFolderAction.setToolTip("a local model folder: config.json, weights (safetensors or .bin), tokenizer files")
         self.localModelsAction = QAction("&Local models…", self, objectName="localModelsAction")
@@ -353,8 +334,6 @@ class PretrainedMode(QObject, ModeBase):
             self.grid.clear()
             self.controls.set_layer_kinds(None, None)
         self.header.setVisible(on)
-        for tab_id in self._tab_ids:
-            self._ui.set_tab_visible(tab_id, on)
         self._sync_controls()
 
     def _part(self) -> str:

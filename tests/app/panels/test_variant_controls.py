@@ -216,10 +216,9 @@ def test_alibi_bias_toggle_draws_each_heads_bias(qtbot, window):
 
 # -- step-through ----------------------------------------------------------------------------------
 def open_step_through(qtbot, w):
-    tabs = w.teaching
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
         w.state.view.tab = "step-through"
-    return tabs.stepThroughView
+    return w.tab_widget("step-through")
 
 
 def test_step_through_shows_rope_and_softcap_stages_equal_to_the_intermediates(qtbot, window):
@@ -277,7 +276,7 @@ def test_step_through_shows_alibi_bias_stage(qtbot, window):
 def test_positions_tab_shows_ropes_score_depends_only_on_the_offset(qtbot, window):
     w = window
     wait_result(qtbot, w, lambda: w.state.set_config(position="rope"))
-    view = w.teaching.positionalView
+    view = w.tab_widget("positions")
     w.state.view.tab = "positions"
     qtbot.waitUntil(lambda: view.rope is not None and view.table is not None, timeout=TIMEOUT_MS)
     table = view.rope
@@ -315,7 +314,7 @@ def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
     with qtbot.waitSignal(w.resultDisplayed, timeout=120000, check_params_cb=lambda r: r.length == 2048):
         w.state.update({"config": w.state.config.replace(embed_dim=128, num_heads=8, kv_heads=2, position="rope",
                                                          softcap=1.0, mask="none"), "text": text})
-    steps = w.teaching.stepThrough.shownResult
+    steps = w.tab_presenter("step-through").shownResult
 
     def switch(i, tab, drawn):
         if i:
@@ -324,8 +323,8 @@ def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
         return worst_gap(qtbot, lambda: setattr(w.state.view, "tab", tab), None if i else drawn, settle_ms=800)
 
     assert_smooth(qtbot, "switching to the step-through", lambda i: switch(i, "step-through", steps))
-    assert len(w.teaching.stepThroughView.stages()) == 14
-    view = w.teaching.positionalView
+    assert len(w.tab_widget("step-through").stages()) == 14
+    view = w.tab_widget("positions")
 
     def to_positions(_i):
         w.state.view.tab = "heatmaps"

@@ -133,7 +133,7 @@ def test_the_generated_text_is_pinned_in_compare_as_a(qtbot, generate_window, mo
     with qtbot.waitSignal(tab.pinned, timeout=TIMEOUT_MS):
         qtbot.mouseClick(tab.view.pinAButton, Qt.MouseButton.LeftButton)
     assert w.state.text == text and w.state.view.tab == "compare"
-    pinned = w.teaching.compareView.pinned_result()
+    pinned = w.tab_widget("compare").pinned_result()
     run = run_pretrained(model, text)
     assert pinned.tokens == run.tokens and len(run.tokens) == len(encode(model, TEXT).ids) + 3
     np.testing.assert_allclose(pinned.weights, run.weights[0], atol=1e-6)
@@ -145,7 +145,7 @@ def test_the_generated_text_is_pinned_in_compare_as_a(qtbot, generate_window, mo
     with qtbot.waitSignal(tab.pinned, timeout=TIMEOUT_MS, check_params_cb=lambda which: which == "B"):
         qtbot.mouseClick(tab.view.pinBButton, Qt.MouseButton.LeftButton)
     assert w.state.text == longer and w.state.view.tab == "compare"
-    compare = w.teaching.compareView
+    compare = w.tab_widget("compare")
     assert compare.pinned_result() is pinned  # A stays; B is the longer text's run
     np.testing.assert_allclose(compare.displayed()[1], run_pretrained(model, longer).weights[0].mean(0), atol=1e-6)
     assert "cannot compare" in compare.maxLabel.text()  # 2 tokens more than A: B − A says why not

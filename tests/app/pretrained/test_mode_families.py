@@ -17,7 +17,6 @@ from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fr
 from pretrained_models import build
 
 from attndesk.app import MainWindow
-from attndesk.app.pretrained import mode as pretrained_mode
 from attndesk.app.pretrained.mode import GRID_TAB
 from attndesk.app.pretrained.parts import NO_CROSS_ROLLOUT
 from attndesk.app.state import TOY
@@ -167,7 +166,7 @@ def test_rollout_says_why_not_for_cross_attention(qtbot, text_window, folders):
     wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and s.layers.target_tokens is not None
                and len(s.layers.target_tokens) > 1)
     w.state.view.tab = "rollout"
-    view = w.teaching.rolloutView
+    view = w.tab_widget("rollout")
     qtbot.waitUntil(lambda: NO_CROSS_ROLLOUT in view.infoLabel.text() or not view.body.isVisible(), timeout=TIMEOUT_MS)
     assert view.result() is None or NO_CROSS_ROLLOUT in view.infoLabel.text()
     w.state.pretrained.part = "decoder"  # the decoder's self-attention chains: rollout over the target
@@ -183,9 +182,9 @@ def test_head_statistics_follow_the_part(qtbot, text_window, folders):
     w.state.target_text = TARGET
     w.state.pretrained.part = "decoder"
     run = wait_shown(qtbot, w, lambda s: s.present_key[2] == "decoder" and len(s.layers.target_tokens) > 1).layers
-    with qtbot.waitSignal(w.teaching.headStats.shownStats, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
         w.state.view.tab = "head-stats"
-    stats = w.teaching.headStatsView._stats
+    stats = w.tab_widget("head-stats")._stats
     assert len(stats) == run.decoder_weights.shape[0] * run.decoder_weights.shape[1]
     assert stats[0].rows == len(run.target_tokens)
 
@@ -267,36 +266,15 @@ def test_loading_never_opens_a_socket(qtbot, text_window, folders, monkeypatch):
         assert any(stage in line for line in said), (stage, said)
 
 
-def test_extra_tabs_hook_adds_a_pretrained_only_tab(qtbot, folders, monkeypatch):
-    from PySide6.QtWidgets import QLabel
-
-    def install(mode, ui):
-        ui.add_tab("extra-test", QLabel("extra"), "Extra", "a pretrained-only tab")
-        return "extra-test"
-
-    monkeypatch.setattr(pretrained_mode, "EXTRA_TABS", [install])
-    w = MainWindow(restore=False)
-    try:
-        tabs, widget = w.viewTabs, w.tab_widget("extra-test")
-        assert not tabs.isTabVisible(tabs.indexOf(widget)) and "extra-test" in w.pretrained.views
-        assert w.pretrained.open_folder(folders["llama"])
-        assert tabs.isTabVisible(tabs.indexOf(widget)) and tabs.isTabVisible(tabs.indexOf(w.tab_widget(GRID_TAB)))
-        w.state.mode = TOY
-        assert not tabs.isTabVisible(tabs.indexOf(widget))
-        qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
-    finally:
-        dispose(w)
-
-
 def test_step_through_of_a_rope_decoder_shows_q_and_k_before_and_after_rotary(qtbot, text_window, folders):
     w = text_window
     model = load_pretrained(folders["llama"])
     open_model(qtbot, w, folders["llama"])
     w.pretrained.controls.layer_spin.setValue(1)
     wait_shown(qtbot, w, lambda s: s.layer == 1)
-    view = w.teaching.stepThroughView
+    view = w.tab_widget("step-through")
     view.set_head(3)
-    with qtbot.waitSignal(w.teaching.stepThrough.shownResult, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
         w.state.view.tab = "step-through"
     reference = run_pretrained(model, TEXT, layer=1).intermediates["self"]
     np.testing.assert_allclose(view.stage_matrix("weights"), reference.weights[3], atol=1e-6)
@@ -317,8 +295,8 @@ def test_step_through_of_cross_attention_explains_t5s_bias(qtbot, text_window, f
     w.state.update({"target_text": TARGET})
     w.state.pretrained.part = "cross"
     wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and len(s.layers.target_tokens) > 1)
-    view = w.teaching.stepThroughView
-    with qtbot.waitSignal(w.teaching.stepThrough.shownResult, timeout=TIMEOUT_MS):
+    view = w.tab_widget("step-through")
+    with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
         w.state.view.tab = "step-through"
     reference = run_pretrained(load_pretrained(folders["t5"]), TEXT, target=TARGET)
     np.testing.assert_allclose(view.stage_matrix("weights"), reference.cross_weights[0, view.head()], atol=1e-6)

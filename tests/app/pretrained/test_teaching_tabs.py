@@ -41,38 +41,37 @@ def pretrained_window(qtbot, model):
 
 def test_pretrained_tabs(qtbot, pretrained_window):
     w = pretrained_window
-    tabs = w.teaching
     run = w.pretrained.run()
     layers, heads = run.weights.shape[:2]
 
     # head statistics: every layer x head, from the side worker
-    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=TIMEOUT_MS):
-        w.viewTabs.setCurrentWidget(tabs.headStatsView)
-    assert tabs.headStatsView.stats() == layer_statistics(run.weights, special=list(run.tokens))
-    assert tabs.headStatsView.table.rowCount() == layers * heads
+    with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
+        w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+    assert w.tab_widget("head-stats").stats() == layer_statistics(run.weights, special=list(run.tokens))
+    assert w.tab_widget("head-stats").table.rowCount() == layers * heads
     # a row opens that layer's head large in the heatmaps
-    tabs.headStatsView.select_head(5, layer=2)
+    w.tab_widget("head-stats").select_head(5, layer=2)
     qtbot.waitUntil(lambda: w.displayed_result().layer == 2, timeout=TIMEOUT_MS)
     assert w.viewTabs.currentWidget() is w.heatmapPanel
     assert w.heatmapPanel.view_target() == 5
 
     # rollout and follow-a-token work on the whole run
-    with qtbot.waitSignal(tabs.rolloutView.queryChanged, timeout=TIMEOUT_MS):  # traced by a side job
-        w.viewTabs.setCurrentWidget(tabs.rolloutView)
-    assert tabs.rolloutView.body.isVisibleTo(w)
-    np.testing.assert_allclose(tabs.rolloutView.rollout, attention_rollout(run.weights), rtol=1e-6, atol=1e-9)
-    with qtbot.waitSignal(tabs.rolloutView.queryChanged, timeout=TIMEOUT_MS, check_params_cb=lambda q: q == 3):
-        tabs.rolloutView.set_query(3)
-    np.testing.assert_allclose(tabs.rolloutView.follow, run.weights[:, :, 3, :].mean(axis=1), rtol=1e-6)
+    with qtbot.waitSignal(w.tab_widget("rollout").queryChanged, timeout=TIMEOUT_MS):  # traced by a side job
+        w.viewTabs.setCurrentWidget(w.tab_widget("rollout"))
+    assert w.tab_widget("rollout").body.isVisibleTo(w)
+    np.testing.assert_allclose(w.tab_widget("rollout").rollout, attention_rollout(run.weights), rtol=1e-6, atol=1e-9)
+    with qtbot.waitSignal(w.tab_widget("rollout").queryChanged, timeout=TIMEOUT_MS, check_params_cb=lambda q: q == 3):
+        w.tab_widget("rollout").set_query(3)
+    np.testing.assert_allclose(w.tab_widget("rollout").follow, run.weights[:, :, 3, :].mean(axis=1), rtol=1e-6)
 
     # compare shows the displayed layer; teaching pairs and the PyTorch comparison are toy-only
-    w.viewTabs.setCurrentWidget(tabs.compareView)
-    np.testing.assert_array_equal(tabs.compareView.displayed()[1], run.weights[2, 5])  # head 5 chosen above
-    assert not any(b.isEnabled() for b in tabs.compareView.teachButtons.values())
-    assert not tabs.implementationPanel.runButton.isEnabled()
-    with qtbot.waitSignal(tabs.stepThrough.shownResult, timeout=60000):  # the real layer's stages
-        w.viewTabs.setCurrentWidget(tabs.stepThroughView)
-    np.testing.assert_allclose(tabs.stepThroughView.stage_matrix("weights"), run.weights[2, 5], atol=1e-6)
+    w.viewTabs.setCurrentWidget(w.tab_widget("compare"))
+    np.testing.assert_array_equal(w.tab_widget("compare").displayed()[1], run.weights[2, 5])  # head 5 chosen above
+    assert not any(b.isEnabled() for b in w.tab_widget("compare").teachButtons.values())
+    assert not w.tab_widget("implementation").runButton.isEnabled()
+    with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=60000):  # the real layer's stages
+        w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
+    np.testing.assert_allclose(w.tab_widget("step-through").stage_matrix("weights"), run.weights[2, 5], atol=1e-6)
 
 
 def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, window):
@@ -89,7 +88,6 @@ def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, windo
     run = w.pretrained.run()
     n = len(run.tokens)
     assert w.displayed_result().length == n - 2  # [CLS] and [SEP] hidden
-    tabs = w.teaching
-    with qtbot.waitSignal(tabs.headStats.shownStats, timeout=60000):
-        w.viewTabs.setCurrentWidget(tabs.headStatsView)
-    assert f"{n} queries × {n} keys" in tabs.headStatsView.infoLabel.text()
+    with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=60000):
+        w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+    assert f"{n} queries × {n} keys" in w.tab_widget("head-stats").infoLabel.text()

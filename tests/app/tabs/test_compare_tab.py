@@ -30,8 +30,8 @@ def compare_window(qtbot):
 
 
 def click_pair(qtbot, w, kind):
-    view = w.teaching.compareView
-    with qtbot.waitSignal(w.teaching.compare.teachingShown, timeout=TIMEOUT_MS) as blocker:
+    view = w.tab_widget("compare")
+    with qtbot.waitSignal(w.tab_presenter("compare").teachingShown, timeout=TIMEOUT_MS) as blocker:
         qtbot.mouseClick(view.teachButtons[kind], Qt.MouseButton.LeftButton)
     return blocker.args[0]
 
@@ -50,7 +50,7 @@ def check_drawn(view, t):
     ("rope", {"position": "rope"}), ("window", {"window": 2}), ("softcap", None)])
 def test_variant_pair_b_is_the_changed_config(qtbot, compare_window, kind, changed):
     w = compare_window
-    view = w.teaching.compareView
+    view = w.tab_widget("compare")
     config, text = w.state.config, w.state.text
     n = len(w.displayed_result().toy.result.tokens)
     assert view.teachButtons["window"].text() == f"full vs window {max(2, n // 4)}" and n // 4 == 2
@@ -71,7 +71,7 @@ def test_variant_pair_b_is_the_changed_config(qtbot, compare_window, kind, chang
 
 def test_mha_vs_gqa_b_is_sdpa_over_pooled_kv_heads(qtbot, compare_window):
     w = compare_window
-    view = w.teaching.compareView
+    view = w.tab_widget("compare")
     t = click_pair(qtbot, w, "gqa")
     config = w.state.config
     assert t.b.config == config.replace(kv_heads=2) and t.a.config.num_kv_heads == 4
@@ -94,7 +94,7 @@ def test_mha_vs_gqa_b_is_sdpa_over_pooled_kv_heads(qtbot, compare_window):
 
 def test_kv_cache_table_holds_kvcache_numbers(qtbot, compare_window):
     w = compare_window
-    table = w.teaching.compareView.kvCache
+    table = w.tab_widget("compare").kvCache
     config = w.state.config
     n = len(w.displayed_result().toy.result.tokens)
     want = [*kv_cache_table(config), window_cache_row(config, max(2, n // 4))]
@@ -113,5 +113,5 @@ def test_kv_cache_table_holds_kvcache_numbers(qtbot, compare_window):
         w.state.set_config(num_heads=1, embed_dim=32, hidden_dim=16, kv_heads=None)
     config = w.state.config
     assert [r.bytes for r in table.rows()][:1] == [kv_cache_table(config)[0].bytes]
-    gqa = w.teaching.compareView.teachButtons["gqa"]
+    gqa = w.tab_widget("compare").teachButtons["gqa"]
     assert not gqa.isEnabled() and "one head has nothing to share" in gqa.toolTip()

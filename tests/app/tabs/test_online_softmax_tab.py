@@ -20,8 +20,8 @@ TAB = "online-softmax"
 
 def open_walk(qtbot, w, action=None):
     """Do ``action`` (default: open the tab) and wait until the walk and its first picture are drawn."""
-    view = w.teaching.onlineSoftmaxView
-    with qtbot.waitSignals([w.teaching.onlineSoftmax.walkShown, view.stepDrawn], timeout=TIMEOUT_MS):
+    view = w.tab_widget("online-softmax")
+    with qtbot.waitSignals([w.tab_presenter("online-softmax").walkShown, view.stepDrawn], timeout=TIMEOUT_MS):
         (action or (lambda: setattr(w.state.view, "tab", TAB)))()
     return view
 
@@ -137,7 +137,7 @@ def test_a_block_too_small_for_the_memory_budget_is_refused_with_what_fits(qtbot
                     timeout=TIMEOUT_MS)
     view = open_walk(qtbot, w)
     assert view.shown().block >= 4 and view.shown().walk.weights.shape == (240, 240)
-    with qtbot.waitSignal(w.teaching.onlineSoftmax.failed, timeout=TIMEOUT_MS) as failed:
+    with qtbot.waitSignal(w.tab_presenter("online-softmax").failed, timeout=TIMEOUT_MS) as failed:
         view.set_block(1)
     assert "blocks of 1 key(s) keeps" in failed.args[0] and "over the memory budget of 4.0 MiB" in failed.args[0]
     assert "keys fit" in failed.args[0]

@@ -57,9 +57,8 @@ def assert_smooth(qtbot, label: str, attempt) -> None:
 
 def toy_tabs(w):
     """tab id -> the signal saying it drew the result on screen (None: nothing beyond the result)."""
-    t = w.teaching
-    return {"step-through": t.stepThrough.shownResult, "positions": None, "head-stats": t.headStats.shownStats,
-            "compare": None, "rollout": None, "online-softmax": t.onlineSoftmaxView.stepDrawn}
+    return {"step-through": w.tab_presenter("step-through").shownResult, "positions": None, "head-stats": w.tab_presenter("head-stats").shownStats,
+            "compare": None, "rollout": None, "online-softmax": w.tab_widget("online-softmax").stepDrawn}
 
 
 def test_every_toy_tab_at_2048_tokens_x_16_heads(qtbot, window):
@@ -88,9 +87,8 @@ def test_every_pretrained_tab_and_view_change(qtbot, window):
     text = " ".join(["the cat sat on the mat because it was tired"] * 50)  # cut at 512 tokens
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None):
         w.state.update({"text": text, "mode": PACKAGED})
-    t = w.teaching
-    tabs = {"all-layers": None, "head-stats": t.headStats.shownStats, "compare": None,
-            "rollout": t.rolloutView.queryChanged, "positions": None, "heatmaps": None}
+    tabs = {"all-layers": None, "head-stats": w.tab_presenter("head-stats").shownStats, "compare": None,
+            "rollout": w.tab_widget("rollout").queryChanged, "positions": None, "heatmaps": None}
     def switch(i: int, tab: str, drawn) -> float:
         if i:  # a retry: a tab already drawn would not draw again, so leave it and make a new run first
             w.state.view.tab = "heatmaps"

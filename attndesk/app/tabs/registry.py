@@ -1,0 +1,122 @@
+"""Every tab of the window, declared once: ``TABS`` (the central view tabs, in the order shown)
+and ``DOCK_TABS`` (the timing dock's tabs after its "Timing" page).
+
+A ``TabSpec`` says what the window needs to build and show a tab: its id (``AppState.view.tab``),
+title and tooltip, a factory for its view, a factory for its presenter (called with the window's
+``Assembly`` and the view; ``None`` when the window binds the view itself), the mode kinds it
+serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
+"decoder", "encoder-decoder"; ``None`` = all), and ``unavailable(state)``: why the tab is off
+right now (its page then shows that sentence instead of the view), or ``None``.
+
+The window (``main_window``) builds every tab from here, shows each only in the modes and model
+kinds it serves, and reaches a view by ``tab_widget(id)``, a presenter by ``tab_presenter(id)``;
+presenters that need another tab (Generate pins in Compare) go through ``ui.tab_widget(id)``.
+Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QWidget
+
+from ..panels.heatmaps import HeatmapPanel
+from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab
+from ..pretrained.mode import GRID_TAB
+from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
+from ..views.compare import CompareView
+from ..views.generate import GenerateView
+from ..views.headstats import HeadStatsView
+from ..views.implementation import ImplementationPanel
+from ..views.online_softmax import OnlineSoftmaxView
+from ..views.positional import PositionalView
+from ..views.rollout import RolloutView
+from ..views.stepthrough import StepThroughView
+from .compare import CompareTab
+from .headstats import HeadStatsTab
+from .implementation import ImplementationTab
+from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
+from .positions import PositionsTab
+from .rollout import RolloutTab
+from .stepthrough import StepThroughTab
+
+if TYPE_CHECKING:  # annotations only
+    from ..modes.base import Assembly
+
+TOY, PRETRAINED = "toy", "pretrained"
+EVERY_MODE = frozenset({TOY, PRETRAINED})
+IMPLEMENTATION_TAB = "implementation"
+
+
+@dataclass(frozen=True)
+class TabSpec:
+    """One tab (see the module docstring)."""
+
+    id: str
+    title: str
+    tooltip: str
+    view: Callable[[], QWidget]
+    presenter: Callable[["Assembly", QWidget], QObject] | None = None
+    modes: frozenset[str] = EVERY_MODE
+    model_kinds: frozenset[str] | None = None
+    unavailable: Callable[[AppState], str | None] | None = None
+    reveal: str = ""  # a presenter signal that brings the tab to the front when emitted
+
+    def serves(self, mode_kind: str, model_kind: str | None) -> bool:
+        """Whether the tab is shown for this mode kind and (pretrained) model family."""
+        if mode_kind not in self.modes:
+            return False
+        return self.model_kinds is None or mode_kind != PRETRAINED or model_kind in self.model_kinds
+
+
+def _presenter(cls) -> Callable[["Assembly", QWidget], QObject]:
+    """The usual presenter: ``cls(state, compute, view, parent=view)`` (it lives as long as its view)."""
+    return lambda ui, view: cls(ui.state, ui.compute, view, view)
+
+
+def _generation(ui: "Assembly", view: QWidget) -> QObject:
+    return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
+
+
+def _grid_page() -> QWidget:
+    """The All layers page: the pretrained mode fills it at install (``ui.tab_widget(GRID_TAB)``)."""
+    return QWidget(objectName="pretrainedGridTab")
+
+
+TABS: tuple[TabSpec, ...] = (
+    TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
+    TabSpec(STEP_THROUGH_TAB, "Step-through", "one head's computation, stage by stage", StepThroughView,
+            _presenter(StepThroughTab)),
+    TabSpec("positions", "Positions", "the sinusoidal positional encoding, and RoPE's score by relative offset",
+            PositionalView, _presenter(PositionsTab)),
+    TabSpec("head-stats", "Head stats", "entropy, distance and where each head looks", HeadStatsView,
+            _presenter(HeadStatsTab)),
+    TabSpec(COMPARE_TAB, "Compare", "pin a result, change anything, see B − A", CompareView, _presenter(CompareTab)),
+    TabSpec("rollout", "Rollout", "pretrained mode: rollout across layers, follow a token", RolloutView,
+            _presenter(RolloutTab)),
+    TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
+            OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
+    TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
+            modes=frozenset({PRETRAINED})),
+    TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "
+            "and next-token probabilities", GenerateView, _generation, modes=frozenset({PRETRAINED})),
+)
+
+DOCK_TABS: tuple[TabSpec, ...] = (
+    TabSpec(IMPLEMENTATION_TAB, "attndesk vs PyTorch", "the same attention through attndesk, "
+            "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
+            ImplementationPanel, lambda ui, view: ImplementationTab(ui.compute, view, view), reveal="started"),
+)
+
+
+def spec(tab_id: str) -> TabSpec:
+    """The spec of a tab (view or dock tab); KeyError names an unknown id."""
+    for tab in TABS + DOCK_TABS:
+        if tab.id == tab_id:
+            return tab
+    raise KeyError(f"no tab {tab_id!r}")
+
+
+__all__ = ["DOCK_TABS", "EVERY_MODE", "IMPLEMENTATION_TAB", "PRETRAINED", "TABS", "TOY", "TabSpec", "spec"]

@@ -1,0 +1,101 @@
+"""The tab registry (app/tabs/registry.py) is what the window shows: every tab of ``TABS`` in
+order with its title and tooltip, only in the modes and model kinds it serves, the dock's tabs
+after "Timing"; a tab whose spec says it is unavailable shows the reason instead of its view."""
+
+from __future__ import annotations
+
+import pytest
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from pretrained_models import build
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QLabel, QStackedWidget
+
+from attndesk.app.main_window import MainWindow
+from attndesk.app.state import TOY
+from attndesk.app.tabs import registry
+from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, TabSpec
+from tests.conftest import TIMEOUT_MS
+
+TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("registry")
+    return {name: build(name, root / name) for name in ("bert", "llama")}
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow(restore=False)
+    yield w
+    qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)  # a model load ends before the window goes
+    dispose(w)
+
+
+def expected(mode_kind: str, model_kind: str | None) -> list[tuple[str, str]]:
+    return [(t.id, t.title) for t in registry.TABS if t.serves(mode_kind, model_kind)]
+
+
+def test_the_registry_declares_each_tab_once_and_every_page_is_a_registry_tab(window):
+    ids = [t.id for t in TABS + DOCK_TABS]
+    assert len(ids) == len(set(ids)) and all(t.title and t.tooltip for t in TABS + DOCK_TABS)
+    tabs = window.viewTabs
+    assert [tabs.widget(i) for i in range(tabs.count())] == [window.tab_page(t.id) for t in TABS]
+    assert [tabs.tabText(i) for i in range(tabs.count())] == [t.title for t in TABS]
+    assert [tabs.tabToolTip(i) for i in range(tabs.count())] == [t.tooltip for t in TABS]
+    dock = window.timingTabs
+    assert [dock.tabText(i) for i in range(dock.count())] == ["Timing"] + [t.title for t in DOCK_TABS]
+    assert [dock.widget(i) for i in range(1, dock.count())] == [window.tab_widget(t.id) for t in DOCK_TABS]
+    for tab in TABS + DOCK_TABS:  # each presenter is bound to its own view
+        if tab.presenter is not None:
+            presenter = window.tab_presenter(tab.id)
+            assert getattr(presenter, "view", window.tab_widget(tab.id)) is window.tab_widget(tab.id), tab.id
+    assert window.heatmapPanel is window.tab_widget("heatmaps")
+
+
+def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, folders):
+    assert window.shown_tabs() == expected("toy", None)
+    assert [title for _id, title in window.shown_tabs()] == TOY_TABS
+    assert window.pretrained.open_folder(folders["bert"])
+    assert window.shown_tabs() == expected("pretrained", "encoder")
+    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + ["All layers", "Generate"]
+    assert window.pretrained.open_folder(folders["llama"])
+    assert window.shown_tabs() == expected("pretrained", "decoder")
+    window.state.view.tab = "all-layers"
+    assert window.viewTabs.currentWidget() is window.tab_page("all-layers")
+    window.state.mode = TOY  # a tab the mode does not serve closes: the heatmaps come back
+    assert window.shown_tabs() == expected("toy", None) and window.state.view.tab == "heatmaps"
+    assert window.viewTabs.currentWidget() is window.heatmapPanel
+
+
+def test_a_tab_serves_its_model_kinds_and_says_why_it_is_off(qtbot, folders, monkeypatch):
+    made = []
+
+    class Presenter(QObject):
+        def __init__(self, ui, view):
+            super().__init__(view)
+            self.view, self.state = view, ui.state
+            made.append(self)
+
+    reason = "open a decoder: this tab reads a causal model"
+    extra = TabSpec("extra-test", "Extra", "a decoder-only test tab", lambda: QLabel("extra content"), Presenter,
+                    modes=EVERY_MODE, model_kinds=frozenset({"decoder"}),
+                    unavailable=lambda state: None if state.mode.kind == "pretrained" else reason)
+    monkeypatch.setattr(registry, "TABS", TABS + (extra,))
+    w = MainWindow(restore=False)
+    try:
+        view, page = w.tab_widget("extra-test"), w.tab_page("extra-test")
+        assert made and made[0].view is view and w.tab_presenter("extra-test") is made[0]
+        assert isinstance(page, QStackedWidget) and w.shown_tabs()[-1] == ("extra-test", "Extra")
+        off = page.currentWidget()  # the toy mode: the reason, not the view
+        assert off is not view and isinstance(off, QLabel) and off.text() == reason
+        assert w.pretrained.open_folder(folders["bert"])  # an encoder: not served, hidden
+        assert ("extra-test", "Extra") not in w.shown_tabs()
+        assert w.pretrained.open_folder(folders["llama"])  # a decoder: shown, with its view
+        assert w.shown_tabs() == expected("pretrained", "decoder") and page.currentWidget() is view
+        w.state.mode = TOY
+        assert page.currentWidget().text() == reason
+        qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
+    finally:
+        dispose(w)

@@ -34,6 +34,7 @@ from ..views.online_softmax import OnlineSoftmaxView
 from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
+from ..views.train import TrainView
 from .compare import CompareTab
 from .headstats import HeadStatsTab
 from .implementation import ImplementationTab
@@ -41,6 +42,7 @@ from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
 from .positions import PositionsTab
 from .rollout import RolloutTab
 from .stepthrough import StepThroughTab
+from .train import TRAIN_TAB, TrainTab
 
 if TYPE_CHECKING:  # annotations only
     from ..modes.base import Assembly
@@ -98,6 +100,8 @@ TABS: tuple[TabSpec, ...] = (
             _presenter(RolloutTab)),
     TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
+    TabSpec(TRAIN_TAB, "Train", "train a small decoder on a toy task and watch its heads form, live", TrainView,
+            lambda ui, view: TrainTab(ui.compute.side, view, view)),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "

@@ -93,8 +93,11 @@ def train_job(cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None],
     report its run, then train to the end, a stop or a divergence, queueing every report."""
     trainer = Trainer(cfg)
     report(trainer.run)
-    for step_report in trainer.steps(pause=pause, stop=_StopOrCancel(stop, should_cancel)):
-        report(step_report)
+    last = None
+    for last in trainer.steps(pause=pause, stop=_StopOrCancel(stop, should_cancel)):
+        report(last)
+    if not should_cancel() and (last is None or last.probe is None or last.step != trainer.run.step):
+        report(trainer.snapshot())  # stopped or diverged: the weights kept, on the probe input
     return trainer.run
 
 
@@ -224,6 +227,8 @@ class TrainTab(QObject):
         for report in items:
             if isinstance(report, TrainRun):
                 self.run = report  # the job's first item: the run being trained
+            elif isinstance(report, ProbeSnapshot):
+                self.gathered.probe = report  # the weights a stopped or diverged run kept
             else:
                 self.gathered.add(report)
         if not self._timer.isActive():

@@ -42,7 +42,7 @@ from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
 from .positions import PositionsTab
 from .rollout import RolloutTab
 from .stepthrough import StepThroughTab
-from .train import TRAIN_TAB, TrainTab
+from .train import TRAIN_TAB, train_presenter
 
 if TYPE_CHECKING:  # annotations only
     from ..modes.base import Assembly
@@ -101,7 +101,7 @@ TABS: tuple[TabSpec, ...] = (
     TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
     TabSpec(TRAIN_TAB, "Train", "train a small decoder on a toy task and watch its heads form, live", TrainView,
-            lambda ui, view: TrainTab(ui.compute.side, view, view)),
+            train_presenter, reveal="opened"),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "

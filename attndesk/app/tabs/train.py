@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QFileDialog
 
 from attndesk.core.errors import ConfigError
 from attndesk.train import StepReport, TrainConfig, Trainer, TrainRun, make_task
-from attndesk.train.trainer import ProbeSnapshot
+from attndesk.train.presets import list_presets, load_preset
+from attndesk.train.store import load_run
+from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
+from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
 from ..jobs.compute import SideJobs
@@ -101,6 +106,26 @@ def train_job(cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None],
     return trainer.run
 
 
+@dataclass
+class Opened:
+    """A saved run read back (a shipped preset or a folder), with what the tab draws of it."""
+
+    name: str
+    run: TrainRun
+    probe: ProbeSnapshot
+    scores: np.ndarray
+
+
+def open_run(name: str, load: Callable[[], TrainRun]) -> Opened:
+    """Load a saved run, its attention on the probe input and its pattern scores per head on a
+    fresh evaluation set (the trainer's), all off the GUI thread."""
+    run = load()
+    ids = run.task.probe().ids
+    probe = ProbeSnapshot(run.step, run.task.labels(ids[0]), run.attention(ids)[0].numpy())
+    batch = run.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(run.cfg.seed + EVAL_SEED_OFFSET))
+    return Opened(name, run, probe, run.evaluate(batch)["scores"])
+
+
 def checkpoint_attention(run: TrainRun, step: int) -> tuple[int, np.ndarray]:
     """(step, attention [layers, heads, L, L]) of the checkpoint at ``step`` on the probe input."""
     return step, run.at_checkpoint(step).attention(run.task.probe().ids)[0].numpy()
@@ -113,6 +138,7 @@ class TrainTab(QObject):
     drawn = Signal()
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
+    opened = Signal(object)  # a saved run is on screen (its TrainRun)
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -130,6 +156,10 @@ class TrainTab(QObject):
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._draw)
         self._scrub = Background(self)
+        self._open = Background(self)
+        view.set_presets([(p["name"], p["about"]) for p in list_presets() if p["shipped"]])
+        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
+        view.openRequested.connect(self.open_dialog)
         view.startRequested.connect(self.start)
         view.pauseRequested.connect(self.pause)
         view.resumeRequested.connect(self.resume)
@@ -253,6 +283,43 @@ class TrainTab(QObject):
         self._timer.stop()
         self.view.show_message(f"training failed: {message}", error=True)
 
+    # -- saved runs -----------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self.view, "Open trained model (a folder saved by attndesk train)")
+        if folder:
+            self.open(folder, lambda: load_run(folder))
+
+    def open(self, name: str, load: Callable[[], TrainRun]) -> None:
+        """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
+        scores, its attention on the probe input, its checkpoints on the timeline."""
+        if self.phase != "idle":
+            self.view.show_message("stop the training run first", error=True)
+            return
+        self.view.show_message(f"opening {name}…")
+        self._open.start(lambda: open_run(name, load), done=self._opened, failed=self._open_failed,
+                         expected=(ConfigError, OSError, KeyError, ValueError))
+
+    def _opened(self, opened: Opened) -> None:
+        run, g = opened.run, Gathered()
+        for row in run.history:
+            g.steps.append(row["step"])
+            g.loss.append(row["loss"])
+            if "pattern" in row:
+                g.eval_steps.append(row["step"])
+                g.accuracy.append(row["accuracy"])
+                g.pattern.append(row["pattern"])
+        g.scores, g.probe = opened.scores, opened.probe
+        self.run, self.gathered, self.scrub_step, self.shown = run, g, None, None
+        self.view.set_settings({k: v for k, v in run.cfg.to_dict().items() if k in self.view.controls})
+        self.view.set_layers(run.cfg.layers)
+        self._draw()
+        self.view.show_message(f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
+                               f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}")
+        self.opened.emit(run)
+
+    def _open_failed(self, exc: Exception) -> None:
+        self.view.show_message(f"not opened: {exc}", error=True)
+
     # -- drawing --------------------------------------------------------------------------------
     def _draw(self) -> None:
         """Curves, scores, the timeline and (following the newest weights) the probe heatmaps."""
@@ -338,3 +405,16 @@ class TrainTab(QObject):
             self.shown = (probe.step, probe.weights, probe.labels)
             self._show_probe()
         self._draw_timeline()
+
+
+def train_presenter(ui: Any, view: TrainView) -> TrainTab:
+    """The registry's factory: the presenter, and File > Open trained model… (the window's
+    ``Assembly`` gives the menus)."""
+    from PySide6.QtGui import QAction
+
+    tab = TrainTab(ui.compute.side, view, view)
+    action = QAction("Open &trained model…", view, objectName="openTrainedAction")
+    action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
+    action.triggered.connect(lambda _checked=False: tab.open_dialog())
+    ui.menus.add("file", action, "model")
+    return tab

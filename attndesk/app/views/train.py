@@ -147,6 +147,8 @@ class TrainView(QWidget):
     timelineMoved = Signal(int)
     liveRequested = Signal()
     layerChanged = Signal(int)
+    presetRequested = Signal(str)  # a shipped preset's name
+    openRequested = Signal()  # "Open trained model…"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -192,12 +194,23 @@ class TrainView(QWidget):
                                (self.resumeButton, self.resumeRequested), (self.stopButton, self.stopRequested)):
             button.clicked.connect(lambda _c=False, s=signal: s.emit())
             buttons.addWidget(button)
+        opened = QHBoxLayout()
+        self.presetCombo = QComboBox(objectName="trainPreset")
+        self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
+        self.presetCombo.activated.connect(self._preset_chosen)
+        self.openButton = QPushButton("Open…", objectName="trainOpen")
+        self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
+        self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
+        opened.addWidget(self.presetCombo, 1)
+        opened.addWidget(self.openButton)
         self.message = QLabel(objectName="trainMessage", wordWrap=True)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         rows = 2 * len(FIELDS)
         grid.addLayout(buttons, rows, 0, 1, 2)
         grid.addWidget(self.message, rows + 1, 0, 1, 2)
-        grid.setRowStretch(rows + 2, 1)
+        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
+        grid.addLayout(opened, rows + 3, 0, 1, 2)
+        grid.setRowStretch(rows + 4, 1)
         box.setMinimumWidth(250)
         return box
 
@@ -270,6 +283,19 @@ class TrainView(QWidget):
         row.addWidget(self.liveButton)
         return row
 
+    def set_presets(self, presets: Sequence[tuple[str, str]]) -> None:
+        """The shipped presets: (name, one line about it)."""
+        self.presetCombo.clear()
+        self.presetCombo.addItem("show a shipped preset…", "")
+        for name, about in presets:
+            self.presetCombo.addItem(name, name)
+            self.presetCombo.setItemData(self.presetCombo.count() - 1, about, Qt.ItemDataRole.ToolTipRole)
+
+    def _preset_chosen(self, index: int) -> None:
+        name = self.presetCombo.itemData(index)
+        if name:
+            self.presetRequested.emit(name)
+
     # -- settings -------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """The values of every control, by ``TrainConfig`` field name."""
@@ -308,7 +334,7 @@ class TrainView(QWidget):
         self.pauseButton.setEnabled(phase == "running")
         self.resumeButton.setEnabled(phase == "paused")
         self.stopButton.setEnabled(running)
-        for widget in self.controls.values():
+        for widget in (*self.controls.values(), self.presetCombo, self.openButton):
             widget.setEnabled(not running)
 
     # -- results --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from PySide6.QtGui import QAction
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 import attndesk.train.trainer as trainer_module
@@ -18,6 +19,8 @@ from attndesk.app.state import AppState
 from attndesk.app.status import StatusModel
 from attndesk.app.tabs.train import TRAIN_TAB, TrainTab, phase_change
 from attndesk.app.views.train import TrainView
+from attndesk.train.presets import load_preset
+from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS
 
 TINY = {"task": "previous-token", "layers": 1, "heads": 2, "embed_dim": 16, "seq_len": 12, "steps": 30,
@@ -147,6 +150,26 @@ def test_a_divergent_run_stops_keeps_the_last_good_checkpoint_and_says_so(qtbot,
     np.testing.assert_array_equal(tab.shown_weights(), probe_attention(run))  # the restored weights
 
 
+def test_a_shipped_preset_opens_with_its_history_scores_and_learned_attention(qtbot, tab):
+    preset = load_preset("previous-token")
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        tab.view.presetCombo.setCurrentIndex(tab.view.presetCombo.findData("previous-token"))
+        tab.view.presetCombo.activated.emit(tab.view.presetCombo.currentIndex())
+    weights = probe_attention(preset)
+    np.testing.assert_array_equal(tab.shown_weights(), weights)
+    np.testing.assert_array_equal(tab.view.headPlots[1].matrix, weights[0, 1])
+    np.testing.assert_allclose(tab.view.scorePlot.matrix, preset.evaluate(tab_eval_batch(preset))["scores"], atol=1e-6)
+    np.testing.assert_array_equal(tab.view.lossCurve.getData()[1], [row["loss"] for row in preset.history])
+    assert tab.view.settings()["heads"] == 2 and tab.view.settings()["task"] == "previous-token"
+    assert "previous-token" in tab.view.message.text()
+
+
+def test_a_folder_that_is_not_a_saved_run_is_refused_in_one_line(qtbot, tab, tmp_path):
+    tab.open(str(tmp_path), lambda: load_run(tmp_path))
+    qtbot.waitUntil(lambda: tab.view.message.text().startswith("not opened:"), timeout=TIMEOUT_MS)
+    assert "\n" not in tab.view.message.text() and tab.run is None
+
+
 def test_phase_change_is_the_largest_rise_of_the_pattern_score():
     assert phase_change([25, 50, 75, 100], [0.1, 0.15, 0.8, 0.9]) == 75
     assert phase_change([25, 50, 75], [0.1, 0.2, 0.25]) is None  # no rise of 0.2
@@ -162,4 +185,5 @@ def test_closing_the_window_mid_training_leaves_no_thread(qtbot, paused):
     qtbot.waitUntil(lambda: len(tab.gathered.steps) >= 2, timeout=TIMEOUT_MS)
     if paused:
         tab.pause()
+        assert w.findChild(QAction, "openTrainedAction") in w.menus.actions("file")
     dispose(w)  # conftest: no thread left running

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PySide6.QtGui import QAction
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
+from PySide6.QtGui import QAction
 
 import attndesk.train.trainer as trainer_module
 from attndesk.app.jobs.compute import ComputeController, Modes

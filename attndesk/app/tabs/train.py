@@ -330,6 +330,7 @@ class TrainTab(QObject):
                               np.asarray(g.accuracy), np.asarray(g.pattern))
         if g.scores is not None and run is not None:
             self.view.show_scores(g.scores, run.task.pattern)
+            self.view.set_layer(int(np.argmax(np.max(g.scores, axis=1))))  # where the pattern forms
         self._draw_timeline()
         if self.scrub_step is None and g.probe is not None and (self.shown is None or self.shown[0] != g.probe.step):
             self.shown = (g.probe.step, g.probe.weights, g.probe.labels)

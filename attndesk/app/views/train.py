@@ -159,7 +159,9 @@ class TrainView(QWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._build_settings())
         splitter.addWidget(self._build_plots())
+        splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 1000])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(splitter, 1)
@@ -211,7 +213,8 @@ class TrainView(QWidget):
         grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
         grid.addLayout(opened, rows + 3, 0, 1, 2)
         grid.setRowStretch(rows + 4, 1)
-        box.setMinimumWidth(250)
+        box.setMinimumWidth(230)
+        box.setMaximumWidth(320)  # the plots take the rest
         return box
 
     def _build_plots(self) -> QWidget:
@@ -235,7 +238,10 @@ class TrainView(QWidget):
         for widget, stretch in ((self.lossPlot, 3), (self.metricPlot, 3), (self.scorePlot, 2)):
             curves.addWidget(widget, stretch)
         self.layerCombo = QComboBox(objectName="trainLayer")
+        self.layerCombo.setToolTip("the layer whose heads are drawn (it follows the best-scoring layer until you pick one)")
         self.layerCombo.currentIndexChanged.connect(lambda i: self.layerChanged.emit(max(i, 0)))
+        self.layerCombo.activated.connect(lambda _i: setattr(self, "layer_chosen", True))
+        self.layer_chosen = False  # the user picked a layer: stop following the best one
         self.probeCaption = QLabel("the attention on the task's probe input appears here while it trains",
                                    objectName="trainProbeCaption")
         head = QHBoxLayout()
@@ -361,7 +367,13 @@ class TrainView(QWidget):
         self.scorePlot.set_matrix(scores, row_labels=[f"L{i}" for i in range(layers)],
                                   col_labels=[f"h{i}" for i in range(heads)], levels=(0.0, 1.0), colormap="magma")
 
+    def set_layer(self, layer: int) -> None:
+        """Show ``layer`` (the presenter following the best layer), unless the user picked one."""
+        if not self.layer_chosen and layer != self.layerCombo.currentIndex():
+            self.layerCombo.setCurrentIndex(layer)
+
     def set_layers(self, layers: int) -> None:
+        self.layer_chosen = False
         if self.layerCombo.count() != layers:
             self.layerCombo.blockSignals(True)
             self.layerCombo.clear()

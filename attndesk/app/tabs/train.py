@@ -153,6 +153,7 @@ class TrainTab(QObject):
         self.draw_times: list[float] = []  # when each draw happened (perf_counter), for the figures
         self._pause, self._stop = threading.Event(), threading.Event()
         self._last_draw = -1e9
+        self._scores_drawn: np.ndarray | None = None
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._draw)
         self._scrub = Background(self)
@@ -213,6 +214,7 @@ class TrainTab(QObject):
         self.view.set_layers(cfg.layers)
         self.view.prepare_heads(cfg.heads)
         self.view.show_scores(None)
+        self._scores_drawn = None
         self._set_phase("running")
         self.view.show_message(f"training {cfg.task}: {cfg.layers} layer(s) x {cfg.heads} heads, {cfg.steps:,} steps")
         self.side.submit(CHANNEL, train_job, cfg, self._pause, self._stop, done=self._ended,
@@ -312,6 +314,8 @@ class TrainTab(QObject):
         self.run, self.gathered, self.scrub_step, self.shown = run, g, None, None
         self.view.set_settings({k: v for k, v in run.cfg.to_dict().items() if k in self.view.controls})
         self.view.set_layers(run.cfg.layers)
+        self.view.show_scores(None)  # another task's title goes
+        self._scores_drawn = None
         self._draw()
         self.view.show_message(f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
                                f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}")
@@ -328,7 +332,8 @@ class TrainTab(QObject):
         g, run = self.gathered, self.run
         self.view.show_curves(np.asarray(g.steps), np.asarray(g.loss), np.asarray(g.eval_steps),
                               np.asarray(g.accuracy), np.asarray(g.pattern))
-        if g.scores is not None and run is not None:
+        if g.scores is not None and run is not None and g.scores is not self._scores_drawn:
+            self._scores_drawn = g.scores
             self.view.show_scores(g.scores, run.task.pattern)
             self.view.set_layer(int(np.argmax(np.max(g.scores, axis=1))))  # where the pattern forms
         self._draw_timeline()

@@ -156,6 +156,7 @@ class TrainView(QWidget):
         self.controls: dict[str, QWidget] = {}
         self.problems: dict[str, QLabel] = {}
         self.headPlots: list[MatrixPlot] = []
+        self._probe_labels: list[str] = []
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._build_settings())
         splitter.addWidget(self._build_plots())
@@ -362,6 +363,8 @@ class TrainView(QWidget):
         if scores is None:
             self.scorePlot.clear("no evaluation yet")
             return
+        if self.scorePlot.update_values(scores):
+            return
         layers, heads = scores.shape
         self.scorePlot.set_title(f"{pattern} score per head (rows: layers)" if pattern else "pattern score per head")
         self.scorePlot.set_matrix(scores, row_labels=[f"L{i}" for i in range(layers)],
@@ -413,9 +416,13 @@ class TrainView(QWidget):
         after each query are hatched)."""
         heads, length = weights.shape[0], weights.shape[-1]
         future = np.triu(np.ones((length, length), dtype=bool), 1)
+        same_labels = list(labels) == self._probe_labels
         for h, plot in enumerate(self._head_plots(heads)):
+            if same_labels and plot.update_values(weights[h]):
+                continue  # the next snapshot of the same probe: only the image changes
             plot.set_title(f"head {h}")
             plot.set_matrix(weights[h], row_labels=labels, col_labels=labels, levels=(0.0, 1.0), masked=future)
+        self._probe_labels = list(labels)
         self.probeCaption.setText(caption)
 
     def show_timeline(self, steps: Sequence[int], index: int) -> None:

@@ -161,6 +161,8 @@ class TrainTab(QObject):
         view.set_presets([(p["name"], p["about"]) for p in list_presets() if p["shipped"]])
         view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
         view.openRequested.connect(self.open_dialog)
+        view.saveRequested.connect(self.save_dialog)
+        self._save = Background(self)
         view.startRequested.connect(self.start)
         view.pauseRequested.connect(self.pause)
         view.resumeRequested.connect(self.resume)
@@ -278,6 +280,7 @@ class TrainTab(QObject):
                                    error=True)
         else:
             self.view.show_message(run.message)
+        self.view.saveButton.setEnabled(True)
         self.finished.emit(run)
 
     def _failed(self, message: str) -> None:
@@ -319,7 +322,23 @@ class TrainTab(QObject):
         self._draw()
         self.view.show_message(f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
                                f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}")
+        self.view.saveButton.setEnabled(True)
         self.opened.emit(run)
+
+    def save_dialog(self) -> None:
+        folder = QFileDialog.getSaveFileName(self.view, "Save the trained model as a folder", "trained-run")[0]
+        if folder:
+            self.save(folder)
+
+    def save(self, folder: str) -> None:
+        """Write the run on screen into ``folder`` (all or nothing) in the thread pool."""
+        run = self.run
+        if run is None or self.phase != "idle":
+            return
+        self.view.show_message(f"saving to {folder}…")
+        self._save.start(lambda: run.save(folder) or folder, done=lambda f: self.view.show_message(f"saved {f}"),
+                         failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
+                         expected=(ConfigError, OSError))
 
     def _open_failed(self, exc: Exception) -> None:
         self.view.show_message(f"not opened: {exc}", error=True)

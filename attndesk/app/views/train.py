@@ -149,6 +149,7 @@ class TrainView(QWidget):
     layerChanged = Signal(int)
     presetRequested = Signal(str)  # a shipped preset's name
     openRequested = Signal()  # "Open trained model…"
+    saveRequested = Signal()  # "Save…" the run on screen
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -204,8 +205,14 @@ class TrainView(QWidget):
         self.openButton = QPushButton("Open…", objectName="trainOpen")
         self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
         self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
+        self.saveButton = QPushButton("Save…", objectName="trainSave")
+        self.saveButton.setToolTip("save the run on screen as a folder (weights, checkpoints, history), "
+                                   "as attndesk train writes it")
+        self.saveButton.setEnabled(False)
+        self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
         opened.addWidget(self.presetCombo, 1)
         opened.addWidget(self.openButton)
+        opened.addWidget(self.saveButton)
         self.message = QLabel(objectName="trainMessage", wordWrap=True)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         rows = 2 * len(FIELDS)
@@ -343,6 +350,8 @@ class TrainView(QWidget):
         self.stopButton.setEnabled(running)
         for widget in (*self.controls.values(), self.presetCombo, self.openButton):
             widget.setEnabled(not running)
+        if running:
+            self.saveButton.setEnabled(False)
 
     # -- results --------------------------------------------------------------------------------
     def show_curves(self, steps: np.ndarray, loss: np.ndarray, eval_steps: np.ndarray, accuracy: np.ndarray,

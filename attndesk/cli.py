@@ -239,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
 _COMMAND_MODULES: tuple[str, ...] = (
     "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute", "attndesk.cli_train",
+    "attndesk.cli_corpus",
 )
 
 
@@ -412,11 +413,12 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
     returns (result, the lines already printed, which its notices need not repeat)."""
     from attndesk.cli_progress import ProgressLine
     from attndesk.core import run_attention
-    from attndesk.core.pipeline import plan_text
+    from attndesk.core.pipeline import prepare_text
 
     try:
         config = config_from_args(args)
-        plan = plan_text(config, text, key_text)
+        prepared = prepare_text(config, text, key_text)  # tokenized and memory-checked once, for the run too
+        plan = prepared.plan
         _check_selection(args, plan)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
@@ -425,7 +427,7 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
         print(f"attndesk: plan: {plan.describe()}", file=sys.stderr, flush=True)
     with ProgressLine() as progress:
         try:
-            result = run_attention(config, text, key_text=key_text, plan=plan,
+            result = run_attention(config, text, key_text=key_text, prepared=prepared,
                                    progress=progress.update if long_run else None)
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None

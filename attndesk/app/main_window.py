@@ -9,7 +9,6 @@ and its presenter come from the tab registry (``tabs/registry.py``).
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.bundle import BundleError
 from attndesk.core.errors import ConfigError
+from attndesk.core.process import freeze_long_lived, tune_process
 
 from .bundle_save import save_bundle
 from .export_dialog import ExportDialog
@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
     resultDisplayed = Signal(object)  # the Shown now on screen, every heatmap drawn
 
     def __init__(self, parent: QWidget | None = None, *, restore: bool = True) -> None:
+        tune_process()  # the C heap's settings, before the first large array
         super().__init__(parent)
         self.setObjectName("attndeskMainWindow")
         self.setWindowTitle("attndesk — attention, live")
@@ -110,10 +111,7 @@ class MainWindow(QMainWindow):
         if restore:
             self._restore_settings()
         self.compute.evaluate()
-        # The modules and widgets made so far live as long as the process: a full collection
-        # walking their ~250k objects takes ~270 ms, a stall at a random moment. Frozen, later
-        # collections walk only what came after.
-        gc.freeze()
+        freeze_long_lived()  # the modules and widgets made so far live as long as the process
 
     # -- construction ---------------------------------------------------------------------------
     def _build_views(self) -> None:

@@ -14,6 +14,18 @@ LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (
 CELL_SECONDS = 5e-9
 
 
+# A run estimated shorter than this reports no stages: each report crosses to the GUI thread and
+# redraws the status line and the progress bar while the run competes for the same cores, for a
+# stage name nobody can read (a 128-token run's five stages take ~10 ms in all).
+QUIET_RUN_S = 0.1
+
+
+def reports_progress(plan: RunPlan) -> bool:
+    """Whether a run of ``plan`` should report its stages (a memory-bounded or long run)."""
+    seconds = estimated_seconds(plan)
+    return plan.kind != FULL or seconds is None or seconds >= QUIET_RUN_S
+
+
 def estimated_seconds(plan: RunPlan) -> float | None:
     """The plan's time estimate, at least ``CELL_SECONDS`` per attention cell (None on a GPU)."""
     if plan.seconds is None:

@@ -33,7 +33,7 @@ from .positional import sinusoidal_encoding
 from .pyramid import PyramidBuilder
 from .result import OVERVIEW, STAGES, AttentionResult
 from .timing import StageTimer
-from .tokenizer import PAD_ID, WordTokenizer
+from .tokenizer import PAD_ID, Tokenized, WordTokenizer
 from .types import Intermediates
 
 
@@ -118,16 +118,55 @@ def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
     return queries, keys, cross
 
 
+@dataclass(frozen=True, eq=False)
+class PreparedText:
+    """A run's texts tokenized and its plan checked against free memory (``prepare_text``):
+    handed to ``run_attention(..., prepared=...)``, the run neither tokenizes nor checks again."""
+
+    config: AttentionConfig
+    text: str
+    key_text: str | None
+    queries: Tokenized
+    keys: Tokenized
+    plan: RunPlan
+    half_storage: str | None = None
+
+    @property
+    def cross(self) -> bool:
+        return self.key_text is not None
+
+    def is_for(self, config: AttentionConfig, text: str, key_text: str | None, half_storage: str | None,
+               keep_intermediates: bool) -> bool:
+        """Whether a run of these arguments may use it as it is."""
+        if keep_intermediates and self.plan.kind == FULL and not self.plan.intermediates:
+            return False  # the full path's intermediates take more memory than was checked
+        return (self.config == config and self.half_storage == half_storage and self.text == text
+                and self.key_text == key_text)
+
+
+def prepare_text(config: AttentionConfig, text: str, key_text: str | None = None, *, plan: RunPlan | None = None,
+                 half_storage: str | None = None, keep_intermediates: bool = False) -> PreparedText:
+    """Validate, tokenize and plan a run (``plan`` when it was made for these lengths, else a new
+    one), and check the plan against free memory: everything ``run_attention`` does before it
+    computes, done once. Raises ConfigError for bad settings, empty text, or a run that cannot
+    fit in free memory even memory-bounded."""
+    queries, keys, _ = _tokenize(config, text, key_text)
+    lq, lk = len(queries.ids), len(keys.ids)
+    # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
+    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
+        plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
+    check_memory(plan, config)
+    return PreparedText(config, text, key_text, queries, keys, plan, half_storage)
+
+
 def plan_text(config: AttentionConfig, text: str, key_text: str | None = None, *,
               half_storage: str | None = None, keep_intermediates: bool = False) -> RunPlan:
     """What ``run_attention(config, text, key_text=...)`` will do, worked out before it starts
     (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first. Raises
-    ConfigError when even the memory-bounded run cannot fit in free memory."""
-    queries, keys, _ = _tokenize(config, text, key_text)
-    plan = plan_run(config, len(queries.ids), len(keys.ids), half_storage=half_storage,
-                    keep_intermediates=keep_intermediates)
-    check_memory(plan, config)
-    return plan
+    ConfigError when even the memory-bounded run cannot fit in free memory. (``prepare_text``
+    keeps the tokens too, for the run.)"""
+    return prepare_text(config, text, key_text, half_storage=half_storage, keep_intermediates=keep_intermediates).plan
 
 
 def run_attention(
@@ -140,6 +179,7 @@ def run_attention(
     should_cancel: Callable[[], bool] | None = None,
     plan: RunPlan | None = None,
     half_storage: str | None = None,
+    prepared: PreparedText | None = None,
 ) -> AttentionResult:
     """Tokenize ``text``, embed it, run the attention layer, time each stage.
 
@@ -151,11 +191,15 @@ def run_attention(
     What the run keeps follows ``plan`` (default: ``plan_run`` from ``config.budget_bytes``, see
     ``plan_text``): a run whose full weights fit returns every weight; a larger one goes through
     query blocks and returns a display pyramid with exact values on demand (or, with
-    ``half_storage="float16"``, every weight in float16 when that fits).
+    ``half_storage="float16"``, every weight in float16 when that fits). ``prepared`` (from
+    ``prepare_text`` with the same arguments) saves tokenizing and checking memory again.
     """
-    queries, keys, cross = _tokenize(config, text, key_text)
+    if prepared is None or not prepared.is_for(config, text, key_text, half_storage, keep_intermediates):
+        prepared = prepare_text(config, text, key_text, plan=plan,
+                                half_storage=half_storage, keep_intermediates=keep_intermediates)
+    queries, keys, cross, plan = prepared.queries, prepared.keys, prepared.cross, prepared.plan
     lq, lk = len(queries.ids), len(keys.ids)
-    plan = _plan_for(config, lq, lk, plan, half_storage, keep_intermediates)
+    _check_dropout(config, plan)
     device = resolve_device(config.device)
     model = build_model(config, device)
     timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
@@ -221,20 +265,13 @@ def project_text(config: AttentionConfig, text: str, key_text: str | None = None
     return ProjectedText(inter, mask, proj.scale)
 
 
-def _plan_for(config: AttentionConfig, lq: int, lk: int, plan: RunPlan | None, half_storage: str | None,
-              keep_intermediates: bool) -> RunPlan:
-    """The caller's plan when it is for this run, else a new one; refuse what cannot run."""
-    # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
-    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
-    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
-        plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
-    check_memory(plan, config)
+def _check_dropout(config: AttentionConfig, plan: RunPlan) -> None:
+    """Refuse dropout in training mode on a memory-bounded run (it needs every weight at once)."""
     if plan.blocked and config.training and config.dropout > 0:
         raise ConfigError(
             "dropout in training mode needs the whole weight matrix at once, which does not fit the "
             "memory budget here: switch to eval mode, shorten the text, or raise the budget"
         )
-    return plan
 
 
 class _PeakMemory:

@@ -117,7 +117,7 @@ def test_other_dtypes(dtype):
         (dict(embed_dim=0), "embed_dim must be a positive"),
         (dict(hidden_dim=-3), "hidden_dim must be a positive"),
         (dict(num_heads=0), "num_heads must be a positive"),
-        (dict(vocab_size=0), "vocab_size must be a positive"),
+        (dict(vocab_size=0), "vocab_size must be at least 3"),
         (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
         (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
         (dict(mask="diagonal"), "unknown mask 'diagonal'; choose one of: none, padding, causal, padding\\+causal"),
@@ -244,3 +244,26 @@ def test_the_toy_model_cache_keeps_what_fits_half_the_memory_budget():
     newest = pipeline.build_model(tight, torch.device("cpu"))
     assert list(pipeline._models.values()) == [newest]
     pipeline._models.clear()
+
+
+def test_a_prepared_text_runs_without_tokenizing_or_checking_memory_again(monkeypatch):
+    from attndesk.core import pipeline
+
+    cfg = AttentionConfig(num_heads=2, embed_dim=16)
+    plain = run_attention(cfg, TEXT, key_text="a mat")
+    prepared = pipeline.prepare_text(cfg, TEXT, "a mat")
+    calls = {"encode": 0, "check_memory": 0}
+    encode, check = WordTokenizer.encode, pipeline.check_memory
+    monkeypatch.setattr(WordTokenizer, "encode", lambda *a, **k: calls.__setitem__("encode", calls["encode"] + 1) or encode(*a, **k))
+    monkeypatch.setattr(pipeline, "check_memory",
+                        lambda *a: calls.__setitem__("check_memory", calls["check_memory"] + 1) or check(*a))
+    again = run_attention(cfg, TEXT, key_text="a mat", prepared=prepared)
+    assert calls == {"encode": 0, "check_memory": 0}
+    np.testing.assert_array_equal(again.weights, plain.weights)
+    assert again.key_tokens == plain.key_tokens == ["a", "mat"] and again.plan is prepared.plan
+    # prepared for other arguments (another text, or a full run without its intermediates): prepared again
+    other = run_attention(cfg, "the dog ran", prepared=prepared)
+    assert other.tokens == ["the", "dog", "ran"] and calls == {"encode": 1, "check_memory": 1}
+    kept = run_attention(cfg, TEXT, True, key_text="a mat", prepared=prepared)
+    assert kept.plan.intermediates and kept.intermediates is not None and calls["check_memory"] == 2
+    np.testing.assert_array_equal(kept.weights, plain.weights)

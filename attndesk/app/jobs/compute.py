@@ -20,16 +20,17 @@ the transport: one thread each, a newer job replacing a queued one.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.process import trim_heap
 
 from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from ..state import AppState, ModeChoice, ModeId
@@ -40,37 +41,14 @@ from .worker import JobRunner
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
-# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, and small chores
-# and training, a loop that lasts minutes (the Train tab): it would hold every other side job's turn
-UNTURNED = frozenset({"present", "memory", "hub-cache", "train"})
+# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores,
+# the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store
+# queries, and training (the Train tab: a loop that lasts minutes)
+UNTURNED = frozenset({"present", "memory", "hub-cache", "corpus", "corpus-query", "train"})
 
 
 def _cells(shown: Shown) -> int:
     return int(np.size(shown.map.weights))
-
-
-# glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), so after
-# the first large free, arrays of 1-32 MiB came from the heaps of a dozen job threads and stayed
-# there when freed: resident memory reached 3.5-4 GiB with 0.8 GB of arrays alive (in the random-action soak).
-# A fixed threshold keeps every block from 4 MiB up mapped on its own, returned the moment it is freed.
-MMAP_THRESHOLD = 4 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
-
-
-def map_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Fix glibc's mmap threshold (see above); False where there is no mallopt (not glibc)."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):
-        return False
-
-
-def trim_heap() -> bool:
-    """Return the C heap's free pages to the system (glibc); False where there is no malloc_trim."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 class Modes:
@@ -127,7 +105,6 @@ class ComputeController(QObject):
         self._problem: ConfigProblem | None = None
         self._closed = False
         self._scheduled = False
-        map_large_blocks()
         self.runner = JobRunner(self, name="attndesk-worker")
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
@@ -397,6 +374,7 @@ class _Channel:
     bound: int = 0
     done: Callable[[Any], None] | None = None
     failed: Callable[[str], None] | None = None
+    progress: Callable[[float, str], None] | None = None
     reported: Callable[[list], None] | None = None
 
 
@@ -404,7 +382,8 @@ class SideJobs(QObject):
     """Background work beside the main run, one thread per channel (started on first use).
 
     ``submit(channel, fn, *args, done=..., failed=..., scope="run", **kwargs)``: the newest job of a channel
-    replaces an older one; ``done(result)`` is called in the GUI thread only if the job is still
+    replaces an older one; ``progress(fraction, message)``, if given, gets the job's progress reports
+    (a ``fn`` taking ``progress`` / ``should_cancel`` keywords, see ``worker``); ``done(result)`` is called in the GUI thread only if the job is still
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
@@ -421,19 +400,20 @@ class SideJobs(QObject):
 
     def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], None],
                failed: Callable[[str], None] | None = None, scope: str | None = "run",
+               progress: Callable[[float, str], None] | None = None,
                reported: Callable[[list], None] | None = None, **kwargs: Any) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
         ch.tag = next(self._controller._ids)
-        ch.scope, ch.done, ch.failed, ch.reported = scope, done, failed, reported
+        ch.scope, ch.done, ch.failed, ch.progress, ch.reported = scope, done, failed, progress, reported
         ch.bound = self._id_for(scope)
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
 
     def cancel(self, channel: str) -> None:
         ch = self._channels.get(channel)
         if ch is not None:
-            ch.done = ch.failed = None
+            ch.done = ch.failed = ch.progress = None
             ch.runner.cancel()
 
     def is_busy(self, channel: str) -> bool:
@@ -464,9 +444,14 @@ class SideJobs(QObject):
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
+            runner.progress.connect(lambda tag, fraction, message, ch=ch: self._progress(ch, tag, fraction, message))
             runner.reportsWaiting.connect(lambda tag, ch=ch: self._hand_reports(ch, tag))
             self._channels[name] = ch
         return self._channels[name]
+
+    def _progress(self, ch: _Channel, tag: int, fraction: float, message: str) -> None:
+        if tag == ch.tag and ch.progress is not None:
+            ch.progress(fraction, message)
 
     def _current(self, ch: _Channel, tag: int) -> bool:
         return tag == ch.tag and (ch.scope is None or ch.bound == self._id_for(ch.scope))
@@ -482,9 +467,9 @@ class SideJobs(QObject):
         if ch.reported is not None:  # the items queued before the job ended come first
             self._hand_reports(ch, tag)
         callback = ch.done if message is None else ch.failed
-        ch.done = ch.failed = ch.reported = None
+        ch.done = ch.failed = ch.progress = ch.reported = None
         if callback is not None:
             callback(result if message is None else message)
 
 
-__all__ = ["ComputeController", "Modes", "PATIENCE_S", "SideJobs"]
+__all__ = ["PATIENCE_S", "ComputeController", "Modes", "SideJobs"]

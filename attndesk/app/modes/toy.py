@@ -1,7 +1,7 @@
 """The toy model: random weights over a word tokenizer, every knob of ``AttentionConfig`` live.
 
 Its job runs in the worker: plan the run (tokenizing a 1 MB text takes ~60 ms, too long for the
-GUI thread), report the plan, hold a long run that only typing asked for, else run the core and
+GUI thread; the run reuses the tokens and the plan's memory check), report the plan, hold a long run that only typing asked for, else run the core and
 build the heatmap source (the O(H L Lk) mean, maxima and overview) before handing the result over.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import Cancelled, ConfigError
-from attndesk.core.pipeline import plan_text, run_attention
+from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
 
 from ..sources.long_source import source_for_map
-from ..plans import needs_explicit_run
+from ..plans import needs_explicit_run, reports_progress
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
@@ -38,14 +38,16 @@ def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown
 
 def toy_run(config: AttentionConfig, text: str, key_text: str | None = None, *, keep_intermediates: bool = False,
             explicit: bool = True, announce=None, progress=None, should_cancel=None) -> Shown | Held:
-    """The worker's job: plan, tell the GUI the plan, then run (or hold a long run typing asked for)."""
-    plan = plan_text(config, text, key_text)
+    """The worker's job: plan, tell the GUI the plan, then run (or hold a long run typing asked for).
+    The texts are tokenized and the memory checked once, here: the run takes them from the plan."""
+    prepared = prepare_text(config, text, key_text, keep_intermediates=keep_intermediates)
     if announce is not None:
-        announce(plan)
-    if not explicit and needs_explicit_run(plan):
-        return Held(plan)
+        announce(prepared.plan)
+    if not explicit and needs_explicit_run(prepared.plan):
+        return Held(prepared.plan)
+    progress = progress if reports_progress(prepared.plan) else None
     result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
-                           should_cancel=should_cancel, plan=plan)
+                           should_cancel=should_cancel, prepared=prepared)
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
     return toy_shown(result, text, key_text)

@@ -55,10 +55,14 @@ class TokenTableModel(QAbstractTableModel):
         self._unknown: list[bool] = []
 
     def set_tokens(self, tokens: Sequence[str], ids: Sequence[int], unknown: Sequence[bool] | None = None) -> None:
+        """Show these tokens; the same tokens again (another seed, another head count) leave the
+        table as it is: no reset, no relayout, the scroll position kept."""
+        tokens, ids = list(tokens), [int(i) for i in ids]
+        unknown = list(unknown) if unknown is not None else [i == 1 for i in ids]
+        if (tokens, ids, unknown) == (self._tokens, self._ids, self._unknown):
+            return
         self.beginResetModel()
-        self._tokens = list(tokens)
-        self._ids = [int(i) for i in ids]
-        self._unknown = list(unknown) if unknown is not None else [i == 1 for i in self._ids]
+        self._tokens, self._ids, self._unknown = tokens, ids, unknown
         self.endResetModel()
 
     def rowCount(self, parent=QModelIndex()):  # noqa: N802 - Qt's name

@@ -16,26 +16,36 @@ Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from ..panels.heatmaps import HeatmapPanel
+from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab
+from ..pretrained.interp import family_reason
+from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from ..pretrained.mode import GRID_TAB
+from ..pretrained.patching import PATCHING_TAB, PatchingTab
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
+from ..views.attribution import AttributionView
 from ..views.compare import CompareView
+from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
 from ..views.implementation import ImplementationPanel
+from ..views.logit_lens import LogitLensView
 from ..views.online_softmax import OnlineSoftmaxView
+from ..views.patching import PatchingView
 from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from ..views.train import TrainView
 from .compare import CompareTab
+from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
 from .implementation import ImplementationTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
@@ -60,7 +70,7 @@ class TabSpec:
     title: str
     tooltip: str
     view: Callable[[], QWidget]
-    presenter: Callable[["Assembly", QWidget], QObject] | None = None
+    presenter: Callable[[Assembly, QWidget], QObject] | None = None
     modes: frozenset[str] = EVERY_MODE
     model_kinds: frozenset[str] | None = None
     unavailable: Callable[[AppState], str | None] | None = None
@@ -73,13 +83,27 @@ class TabSpec:
         return self.model_kinds is None or mode_kind != PRETRAINED or model_kind in self.model_kinds
 
 
-def _presenter(cls) -> Callable[["Assembly", QWidget], QObject]:
+def _presenter(cls) -> Callable[[Assembly, QWidget], QObject]:
     """The usual presenter: ``cls(state, compute, view, parent=view)`` (it lives as long as its view)."""
     return lambda ui, view: cls(ui.state, ui.compute, view, view)
 
 
-def _generation(ui: "Assembly", view: QWidget) -> QObject:
+def _generation(ui: Assembly, view: QWidget) -> QObject:
     return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
+
+
+def _interp(cls) -> Callable[["Assembly", QWidget], QObject]:
+    """An interpretability presenter (``app/pretrained/interp.py``): it also reports to the status line."""
+    return lambda ui, view: cls(ui.state, ui.compute, ui.status, view, parent=view)
+
+
+def _next_token(cls) -> Callable[[AppState], str | None]:
+    """The reason a next-token tab is off for the model's kind (an encoder-only model), or None."""
+    return lambda state: family_reason(state.mode, cls.WHAT) if state.mode.kind == PRETRAINED else None
+
+
+def _corpus(ui: Assembly, view: QWidget) -> QObject:
+    return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, view, parent=view)
 
 
 def _grid_page() -> QWidget:
@@ -96,16 +120,28 @@ TABS: tuple[TabSpec, ...] = (
     TabSpec("head-stats", "Head stats", "entropy, distance and where each head looks", HeadStatsView,
             _presenter(HeadStatsTab)),
     TabSpec(COMPARE_TAB, "Compare", "pin a result, change anything, see B − A", CompareView, _presenter(CompareTab)),
-    TabSpec("rollout", "Rollout", "pretrained mode: rollout across layers, follow a token", RolloutView,
+    TabSpec("rollout", "Rollout", "pretrained mode: rollout and attention flow across layers, follow a token",
+            RolloutView,
             _presenter(RolloutTab)),
     TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
+    TabSpec(CORPUS_TAB, "Corpus", "every head over many texts: metrics, roles, top texts and the query/key atlas "
+            "(a pretrained model; the packaged MiniLM in toy mode)", CorpusView, _corpus),
     TabSpec(TRAIN_TAB, "Train", "train a small decoder on a toy task and watch its heads form, live", TrainView,
             train_presenter, reveal="opened"),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "
             "and next-token probabilities", GenerateView, _generation, modes=frozenset({PRETRAINED})),
+    TabSpec(PATCHING_TAB, "Patching", "decoders: activation patching of every head and of the residual stream, "
+            "from a clean prompt into a corrupted one", PatchingView, _interp(PatchingTab),
+            modes=frozenset({PRETRAINED}), unavailable=_next_token(PatchingTab)),
+    TabSpec(ATTRIBUTION_TAB, "Attribution", "decoders: which input tokens raise a target token's logit "
+            "(integrated gradients, gradient × input, attention × gradient)", AttributionView,
+            _interp(AttributionTab), modes=frozenset({PRETRAINED}), unavailable=_next_token(AttributionTab)),
+    TabSpec(LOGIT_LENS_TAB, "Logit lens", "decoders: each layer's residual stream through the unembedding: top "
+            "token and its probability per position", LogitLensView, _interp(LogitLensTab),
+            modes=frozenset({PRETRAINED}), unavailable=_next_token(LogitLensTab)),
 )
 
 DOCK_TABS: tuple[TabSpec, ...] = (

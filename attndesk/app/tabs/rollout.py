@@ -1,14 +1,18 @@
-"""The rollout tab: attention rollout across the layers of a real model and "follow a token"."""
+"""The rollout tab: attention rollout across the layers of a real model, the attention flow beside
+it, and "follow a token"."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
+import itertools
+
+from PySide6.QtCore import QObject, Signal, Slot
 
 from ..jobs.compute import ComputeController
+from ..pretrained.interp import CancelFlag
 from ..pretrained.parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
 from ..state import AppState
-from ..views.rollout import RolloutView, trace
+from ..views.rollout import RolloutView, flow_trace, trace
 from .base import TabPresenter
 
 TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention through the layers of a model, "
@@ -16,15 +20,27 @@ TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention throu
                "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab.")
 
 
+def flow_job(request: tuple, *, progress, should_cancel=None):
+    """Side job: the attention flow of ``request`` (see ``views.rollout.flow_trace``)."""
+    return flow_trace(request, progress=progress, cancel=CancelFlag(should_cancel))
+
+
 class RolloutTab(TabPresenter):
     tab_id = "rollout"
+    _flowProgressed = Signal(int, float, str)  # (flow job, fraction, message), from the worker thread
 
     def __init__(self, state: AppState, compute: ComputeController, view: RolloutView,
                  parent: QObject | None = None) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         view.set_tracer(self._trace)
+        view.set_flow_tracer(self._flow)
         view.set_unavailable(TOY_MESSAGE)
+        self._flow_jobs = itertools.count(1)
+        self._flow_job = 0
+        self._flowProgressed.connect(self._on_flow_progress)
+        view.flowCheck.toggled.connect(self._on_flow_toggled)
+        compute.cancelRequested.connect(self._on_escape)
 
     def key(self, shown: Shown):
         # every layer of a run's part: one rollout (an encoder-decoder's part is the state's choice)
@@ -45,3 +61,46 @@ class RolloutTab(TabPresenter):
     def _trace(self, request: tuple) -> None:
         """Rollout and follow-a-token of a real model's run (layers x L x L products): a side job."""
         self.compute.side.submit("rollout", trace, request, done=self.view.show_trace, scope=None)
+
+    def _flow(self, request: tuple) -> None:
+        """The attention flow (L x L maximum-flow problems): a side job with progress; a newer
+        request (another run, fewer layers) supersedes it."""
+        job = self._flow_job = next(self._flow_jobs)
+
+        def progress(fraction: float, message: str = "", job: int = job) -> None:
+            self._flowProgressed.emit(job, float(fraction), str(message))
+
+        self.compute.side.submit("flow", flow_job, request, progress=progress, scope=None,
+                                 done=lambda flow, job=job: self._flow_done(job, flow),
+                                 failed=lambda message, job=job: self._flow_failed(job, message))
+
+    def _on_flow_toggled(self, on: bool) -> None:
+        if not on:
+            self.cancel_flow("")
+
+    def _on_escape(self) -> None:
+        self.cancel_flow("attention flow cancelled")
+
+    def cancel_flow(self, message: str) -> None:
+        """Stop the flow in flight (Esc, or the switch turned off)."""
+        if not self._flow_job:
+            return
+        self._flow_job = 0
+        self.compute.side.cancel("flow")
+        if self.view.flow_request() is not None:
+            self.view.flow_stopped(message)
+
+    def _flow_done(self, job: int, flow) -> None:
+        if job == self._flow_job:
+            self._flow_job = 0
+            self.view.show_flow(flow)
+
+    def _flow_failed(self, job: int, message: str) -> None:
+        if job == self._flow_job:
+            self._flow_job = 0
+            self.view.flow_stopped(f"attention flow failed: {message}")
+
+    @Slot(int, float, str)
+    def _on_flow_progress(self, job: int, fraction: float, message: str) -> None:
+        if job == self._flow_job:
+            self.view.set_flow_progress(fraction, message)

@@ -11,13 +11,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTableWidget,
-    QTableWidgetItem, QVBoxLayout, QWidget,
+    QVBoxLayout, QWidget,
 )
 
 from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
 from attndesk.render.export import ExportError, atomic_write
 
 from .plot_axes import without_si_prefix
+from .table_items import NumberItem
 
 # (field, header, tooltip)
 COLUMNS = (
@@ -32,29 +33,10 @@ COLUMNS = (
     ("first_share", "first", "share on the first token ([CLS])"),
     ("special_share", "special", "share on special tokens ([PAD], [UNK], [CLS], [SEP])"),
 )
-ROLE_SORT = Qt.ItemDataRole.UserRole
 ROLE_KEY = Qt.ItemDataRole.UserRole + 1
 
 
 MIN_SPAN = 0.01  # the scatter never shows less than this many tokens / nats across
-
-class _NumberItem(QTableWidgetItem):
-    """Shows a rounded number, sorts by the exact one."""
-
-    def __init__(self, value, text: str):
-        super().__init__(text)
-        self.setData(ROLE_SORT, float("nan") if value is None else float(value))
-        self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.setFlags(self.flags() & ~Qt.ItemFlag.ItemIsEditable)
-
-    def __lt__(self, other):  # noqa: D105 - numeric sort (NaN last)
-        a, b = self.data(ROLE_SORT), other.data(ROLE_SORT)
-        if a != a:
-            return False
-        if b != b:
-            return True
-        return a < b
-
 
 class HeadStatsView(QWidget):
     """API: ``set_result(result)`` (toy: weights [H, L, Lk]), ``set_weights(weights, tokens=None)``
@@ -198,7 +180,7 @@ class HeadStatsView(QWidget):
                     text = "" if value is None else str(value)
                 else:
                     text = "—" if value is None or value != value else f"{value:.3f}"
-                item = _NumberItem(value, text)
+                item = NumberItem(value, text)
                 item.setData(ROLE_KEY, (s.layer, s.head))
                 table.setItem(row, col, item)
         table.blockSignals(False)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NoLMHead
 from ..pretrained.loader import LoadedModel
 from ..pretrained.sites import layer_path
 
@@ -88,8 +88,8 @@ def check_lm(model: LoadedModel, what: str = "a logit metric") -> nn.Module:
         raise ConfigError(f"{model.name} is an encoder-only model: it predicts no next token, so {what} has "
                           "nothing to measure; choose a decoder or an encoder-decoder")
     head = model.model.get_output_embeddings() if hasattr(model.model, "get_output_embeddings") else None
-    if head is None or getattr(head, "weight", None) is None:
-        raise ConfigError(f"{model.name} has no LM head: {what} needs next-token logits")
+    if getattr(model, "headless", False) or head is None or getattr(head, "weight", None) is None:
+        raise NoLMHead(model.name, what)
     return head
 
 

@@ -128,6 +128,10 @@ class Capture:
         if self.clock is not None:
             self.clock.mark(site.stage())
 
+    def observe(self, site: Site, query: torch.Tensor, key: torch.Tensor) -> None:
+        """The batch's Q [B, H, Lq, d] and K [B, KV, Lk, d] as the layer attends (after any rotary
+        embedding); a subclass that samples vectors overrides it (the corpus atlas)."""
+
     def attention_io(self, site: Site, name: str, value) -> None:
         if self.wants_stages(site) and isinstance(value, torch.Tensor):
             self.intermediates.setdefault(site.part, {})[name] = _numpy(value)
@@ -219,6 +223,7 @@ def attndesk_attention(module, query, key, value, attention_mask, scaling=None, 
         return context.transpose(1, 2).contiguous(), weights
     capture.calls.append((module, site, int(query.shape[1]), int(key.shape[1])))
     capture.scales.append(scaling)
+    capture.observe(site, query, key)
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
     keep = {} if capture.wants_stages(site) else None
     context, weights = attend(query, key, value, mask=mask, bias=bias, scale=scale, softcap=softcap,

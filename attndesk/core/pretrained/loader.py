@@ -9,7 +9,6 @@ attndesk. Loaded models are cached per folder and device for the session.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import os
 import sys
@@ -26,6 +25,7 @@ from ..checks import check_finite_tensors
 from ..devices import resolve_device
 from ..errors import NO_LM_HEAD, ConfigError
 from ..memory import format_bytes
+from ..process import freeze_long_lived
 from .backend import IMPLEMENTATION, Site, patch_rotary, register
 from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from .sites import check_layers, discover, install_hooks, layer_path
@@ -148,10 +148,7 @@ def transformers_offline():
     transformers.utils.logging.disable_progress_bar()
     register()
     if first:
-        # the import leaves ~150k long-lived objects, and every full collection walked them all:
-        # ~70 ms in whichever thread allocated, the window's too. Frozen, the collector skips them
-        # (once: a model frozen later would never be collected once evicted, if it holds a cycle).
-        gc.freeze()
+        freeze_long_lived()  # the import's ~150k long-lived objects (once: not a model loaded later)
     return transformers
 
 

@@ -122,3 +122,22 @@ def test_a_job_waiting_for_its_turn_is_cancelled_and_shut_down_at_once(qtbot, si
     side.shutdown()  # cancels the running one too, and joins both threads
     assert time.monotonic() - start < 2 and running_threads() == [] and answers == []
     assert overlap.ran == 0 and not side_turns().busy()
+
+
+def test_a_side_job_forwards_its_progress_and_a_long_corpus_pass_takes_no_turn(qtbot, side):
+    assert {"corpus", "corpus-query"} <= UNTURNED  # minutes long: it must not stall the tabs' side jobs
+    reports, answers = [], []
+
+    def job(progress, should_cancel):
+        for step in range(3):
+            progress((step + 1) / 3, f"step {step + 1} of 3")
+            time.sleep(0.06)  # more than the worker's progress interval: every report crosses
+        return "done"
+
+    side.submit("corpus", job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
+    qtbot.waitUntil(lambda: answers == ["done"], timeout=5000)
+    assert reports == [(1 / 3, "step 1 of 3"), (2 / 3, "step 2 of 3"), (1.0, "step 3 of 3")]
+    side.submit("corpus", job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
+    side.cancel("corpus")  # a cancelled job's reports and answer go nowhere
+    qtbot.waitUntil(lambda: not side.is_busy("corpus"), timeout=5000)
+    assert len(reports) == 3 and answers == ["done"]

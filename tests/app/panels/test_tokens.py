@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
@@ -53,3 +55,16 @@ def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
     assert panel.keyInput.isReadOnly() and not panel.keyPreviewNote.isVisible()
     state.cross = True
     assert panel.keyPreviewNote.isVisible()
+
+
+def test_the_same_tokens_again_leave_the_table_as_it_is(qtbot):
+    from attndesk.app.panels.tokens import TokenTableModel
+
+    model = TokenTableModel()
+    resets = []
+    model.modelReset.connect(lambda: resets.append(1))
+    model.set_tokens(["the", "cat", "[PAD]"], [5, 1, 0], [False, True, False])
+    model.set_tokens(("the", "cat", "[PAD]"), np.array([5, 1, 0]), [False, True, False])  # another seed's run
+    assert len(resets) == 1 and model.rowCount() == 3 and model.kind(1) == "unk"
+    model.set_tokens(["the", "dog"], [5, 9], [False, False])
+    assert len(resets) == 2 and model.rowCount() == 2 and model.kind(1) == "word"

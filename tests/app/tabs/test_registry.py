@@ -16,7 +16,7 @@ from attndesk.app.tabs import registry
 from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, TabSpec
 from tests.conftest import TIMEOUT_MS
 
-TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax", "Train"]
+TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax", "Corpus", "Train"]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, fol
     assert [title for _id, title in window.shown_tabs()] == TOY_TABS
     assert window.pretrained.open_folder(folders["bert"])
     assert window.shown_tabs() == expected("pretrained", "encoder")
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + ["All layers", "Generate"]
+    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + ["All layers", "Generate", "Patching", "Attribution", "Logit lens"]
     assert window.pretrained.open_folder(folders["llama"])
     assert window.shown_tabs() == expected("pretrained", "decoder")
     window.state.view.tab = "all-layers"

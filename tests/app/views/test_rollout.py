@@ -9,6 +9,7 @@ import pytest
 
 from attndesk.app.views.rollout import RolloutView
 from attndesk.core import AttentionConfig, run_attention
+from attndesk.core.interp import attention_flow
 
 
 def fake_pretrained(layers=3, heads=2, length=5, seed=0):
@@ -61,3 +62,18 @@ def test_follow_a_token(view, qtbot):
 def test_toy_result_shows_a_note(view):
     view.set_result(run_attention(AttentionConfig(num_heads=2, embed_dim=8), "a b c"))
     assert view.rolloutPlot.matrix is None and "pretrained" in view.rolloutPlot.message.text()
+
+
+def test_attention_flow_beside_the_rollout(view):
+    result = fake_pretrained()
+    view.set_result(result)
+    assert view.flow is None and not view.flowPlot.isVisible()
+    view.set_flow_shown(True)  # no tracer: computed here
+    expected = attention_flow(result.weights)
+    np.testing.assert_allclose(view.flow, expected.flow, atol=1e-12)
+    np.testing.assert_allclose(view.flowPlot.matrix, expected.flow, atol=1e-12)
+    assert view.flowPlot.isVisible() and view.rolloutPlot.isVisible()
+    view.set_layers(1)  # one layer: the flow is its transition matrix, as is the rollout
+    np.testing.assert_allclose(view.flow, view.rollout, atol=1e-6)
+    view.set_flow_shown(False)
+    assert view.flow is None and not view.flowPlot.isVisible()

@@ -1,4 +1,5 @@
-"""The C heap gives large blocks back: a fixed mmap threshold (app/jobs/compute.py ``map_large_blocks``)."""
+"""Process-wide tuning (core/process.py): the C heap gives large blocks back under a fixed mmap
+threshold (``map_large_blocks``), and ``tune_process`` applies it once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ CHURN = """
 import sys, threading
 import numpy as np, psutil
 if sys.argv[1] == "fixed":
-    from attndesk.app.jobs.compute import map_large_blocks
+    from attndesk.core.process import map_large_blocks
     assert map_large_blocks()
 def rss():
     return psutil.Process().memory_info().rss / 2**20
@@ -43,3 +44,25 @@ def test_large_blocks_go_back_to_the_system_when_freed():
     assert fixed <= 8
     # glibc's own sliding threshold keeps tens of MiB of the same churn (55 MiB measured): the test can fail
     assert _retained_mib("default") > fixed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_tune_process_applies_the_settings_once(monkeypatch):
+    from attndesk.core import process
+
+    calls = []
+    monkeypatch.setattr(process, "_tuned", {})
+    monkeypatch.setattr(process, "map_large_blocks", lambda: calls.append(1) or True)
+    assert process.tune_process() == {"map_large_blocks": True}
+    assert process.tune_process() == {"map_large_blocks": True} and calls == [1]
+
+
+def test_nothing_else_sets_the_heap_or_the_collector():
+    """mallopt and gc settings live in core/process.py only: one place to read what the process runs under."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "attndesk"
+    pattern = re.compile(r"\b(mallopt|malloc_trim|gc\.(freeze|set_threshold|disable|enable))\(")
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert found == ["core/process.py"]

@@ -1,0 +1,99 @@
+"""The Attribution tab (pretrained decoders and encoder-decoders): the input text's tokens coloured
+by their attribution to a target token's logit after the last position, by integrated gradients
+(pad-token baseline), gradient x input or attention x gradient (``attndesk.core.interp``).
+
+While the tab is on screen it follows the window's input text, model and target: each change is
+a new side job that supersedes the one in flight. An empty target means the model's own next
+token (its top logit). A target that is several tokens or outside the vocabulary is refused next
+to the field, and nothing runs.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from attndesk.core.interp import (
+    InputAttribution, attention_x_gradient, gradient_x_input_report, integrated_gradients_report,
+)
+from attndesk.core.interp.anatomy import check_lm
+from attndesk.core.interp.attribution import gradient_pass_bytes
+from attndesk.core.interp.inputs import last_logits, prompt
+from attndesk.core.pretrained import LoadedModel
+
+from ..jobs.compute import ComputeController
+from ..state import AppState
+from ..status import StatusModel
+from ..views.attribution import METHODS, AttributionView
+from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
+
+ATTRIBUTION_TAB = "attribution"
+IG_BATCH = 32  # integrated-gradient steps per batch at most: Cancel and the progress bar act between batches
+
+
+def predicted_token(model: LoadedModel, text: str) -> int:
+    """The model's own next token after ``text`` (its largest logit)."""
+    import torch
+
+    check_lm(model, "an attribution of the next token")
+    p = prompt(model, text)
+    with model._lock, torch.inference_mode():
+        return int(last_logits(model, p.ids, p.decoder_ids)[0].argmax())
+
+
+def attribution_job(model: LoadedModel, text: str, target: str | int | None, method: str, steps: int, budget: int, *,
+                    progress, cancel: CancelFlag) -> InputAttribution:
+    """Worker: the attribution of ``target`` (None: the predicted token) by ``method``; integrated
+    gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps."""
+    if target is None:
+        target = predicted_token(model, text)
+    if method == "ig":
+        budget = min(budget, gradient_pass_bytes(model, IG_BATCH, prompt(model, text).length))
+        return integrated_gradients_report(model, text, target, steps, memory_budget=budget, progress=progress,
+                                           cancel=cancel)
+    if method == "gxi":
+        return gradient_x_input_report(model, text, target)
+    return attention_x_gradient(model, text, target)
+
+
+class AttributionTab(InterpPresenter):
+    """Binds the ``AttributionView`` to the state and the compute controller (see the module doc)."""
+
+    CHANNEL = "attribution"
+    WHAT = "an attribution of a target token's logit"
+    TAB = ATTRIBUTION_TAB
+    AUTO = True
+
+    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: AttributionView,
+                 parent: QObject | None = None) -> None:
+        super().__init__(state, compute, status, view, parent)
+        view.inputsEdited.connect(self.follow)
+        self.update_availability()
+
+    def availability_changed(self, reason: str | None) -> None:
+        model = self.model() if reason is None else None
+        self.view.target.set_checker(None if model is None else token_checker(model, "target"))
+
+    def inputs_key(self):
+        view = self.view
+        return (self.state.mode, self.state.text, view.target.text(), view.method(),
+                view.steps() if view.method() == "ig" else None, self.state.config.budget_bytes)
+
+    def request(self):
+        view = self.view
+        text = view.target.text()
+        if text and not view.target.is_ok():
+            view.bar.set_message("fix the target next to its field: nothing was computed", error=True)
+            return None
+        if not self.state.text.strip():
+            view.bar.set_message("type an input text in the Input box", error=True)
+            return None
+        target = parse_token(text) if text else None
+        args = (self.state.text, target, view.method(), view.steps(), self.state.config.budget_bytes)
+        return attribution_job, args, dict(METHODS)[view.method()]
+
+    def show_result(self, result: InputAttribution) -> None:
+        self.view.set_attribution(result)
+
+
+
+__all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "predicted_token"]

@@ -1,0 +1,282 @@
+"""The Corpus tab: the corpus pass (``attndesk.corpus``) over a file, a folder or the bundled sample,
+run as the "corpus" side job with progress and cancel (a cancelled pass resumes where it stopped),
+and its store read back through the "corpus-query" side job: every DuckDB query runs off the GUI
+thread, one at a time on that channel's thread, so the store's connection is never shared.
+
+The model is the pretrained mode's (its folder, or the packaged all-MiniLM-L6-v2); the toy model
+has no tokenizer or checkpoint, so in toy mode the pass uses the packaged MiniLM and says so.
+Opening a text (a listed one or an atlas point) puts it in the heatmaps at that layer and head,
+switching to the store's model when another is open.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QStandardPaths
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog
+
+from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
+from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
+from attndesk.resources import CORPUS_SAMPLE
+
+from ..jobs.compute import ComputeController
+from ..menus import MenuRegistry
+from ..pretrained.mode import folder_mode
+from ..results import Shown
+from ..state import HEATMAPS_TAB, PACKAGED, AppState
+from ..status import StatusModel
+from ..views.corpus import CorpusView
+from .base import TabPresenter
+
+CORPUS_TAB = "corpus"
+LISTED = 8  # texts listed as a head's highest and lowest
+TOY_NOTE = f"toy mode: the corpus pass uses the packaged {PACKAGED_NAME} (the toy model has no tokenizer or checkpoint)"
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What a pass job hands back: the store's folder, or how far a cancelled pass got."""
+
+    out: Path
+    cancelled: bool
+    done: int = 0
+    total: int = 0
+
+
+class _EitherFlag:
+    """A cancel flag for ``analyze_corpus``: set by the tab's Cancel or by the job machinery's own
+    cancel (a newer job, the window closing)."""
+
+    def __init__(self, event: threading.Event, should_cancel) -> None:
+        self._event, self._should_cancel = event, should_cancel
+
+    def is_set(self) -> bool:
+        return self._event.is_set() or bool(self._should_cancel())
+
+
+def run_pass(data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *,
+             progress, should_cancel) -> PassOutcome:
+    """Worker: the corpus pass, its ``CorpusProgress`` forwarded as (fraction, line). The corpus
+    package's engine (pandas, pyarrow, DuckDB) is loaded here, off the GUI thread, on first use."""
+    seen = [0, 0]
+
+    def report(p) -> None:
+        seen[:] = [p.done, p.total]
+        progress(1.0 if p.stage == "done" else p.done / max(p.total, 1), p.line())
+
+    try:
+        corpus.analyze_corpus(data, out, model=model, max_tokens=max_tokens, progress=report,
+                       cancel=_EitherFlag(cancel, should_cancel)).close()
+    except Cancelled:
+        return PassOutcome(Path(out), True, *seen)
+    return PassOutcome(Path(out), False, *seen)
+
+
+def open_store(path: str):
+    """Worker: open a store and read its heads (the connection then lives on this channel's thread)."""
+    store = corpus.open_corpus(path)
+    store.heads  # noqa: B018 - read here, off the GUI thread
+    return store
+
+
+def head_detail(store, part: str, layer: int, head: int, metric: str) -> dict:
+    """Worker: one head's highest and lowest texts by ``metric``, its atlas and the atlas' texts."""
+    top = store.top_texts(layer, head, metric, LISTED, part=part)
+    bottom = store.top_texts(layer, head, metric, LISTED, part=part, lowest=True)
+    atlas = store.atlas(layer, head, part)
+    ids = sorted(set(atlas["text_id"].astype(int)))
+    texts = store.sql("SELECT text_id, text FROM texts WHERE text_id IN (SELECT unnest(?::INTEGER[]))", [ids])
+    return {"part": part, "layer": layer, "head": head, "metric": metric, "top": top, "bottom": bottom,
+            "atlas": atlas, "texts": dict(zip(texts["text_id"].astype(int), texts["text"]))}
+
+
+def text_of(store, text_id: int) -> str:
+    """Worker: one text of the store."""
+    found = store.sql("SELECT text FROM texts WHERE text_id = ?", [int(text_id)])
+    if found.empty:
+        raise ConfigError(f"no text {text_id} in {store.path}")
+    return str(found["text"].iloc[0])
+
+
+def _close_all(stores: list) -> None:
+    for store in stores:
+        store.close()
+    stores.clear()
+
+
+class CorpusTab(TabPresenter):
+    """See the module docstring. ``store`` is the open store (None before one)."""
+
+    tab_id = CORPUS_TAB
+
+    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, menus: MenuRegistry,
+                 view: CorpusView, parent: QObject | None = None) -> None:
+        super().__init__(state, compute, parent)
+        self.view, self.status = view, status
+        self._stores: list = []  # the open store, closed with the view (the window's jobs are joined by then)
+        self._cancel: threading.Event | None = None
+        self._head: tuple[str, int, int] | None = None
+        self.openStoreAction = QAction("Open &corpus store…", view, objectName="openCorpusStoreAction")
+        self.openStoreAction.setToolTip("reopen the store of an earlier corpus pass in the Corpus tab")
+        self.openStoreAction.triggered.connect(self._open_store_dialog)
+        menus.add("file", self.openStoreAction, "session")
+        view.startRequested.connect(self.start)
+        view.cancelRequested.connect(self.cancel)
+        view.sampleRequested.connect(lambda: view.sourceEdit.setText(str(CORPUS_SAMPLE)))
+        view.headSelected.connect(self.select_head)
+        view.metricChanged.connect(lambda _m: self._request_head())
+        view.partChanged.connect(lambda _p: self._head and self.select_head(_p, *self._head[1:]))
+        view.textOpened.connect(self.open_text)
+        state.events.mode.connect(lambda _m: self._show_model())
+        view.destroyed.connect(lambda *_a, stores=self._stores: _close_all(stores))
+        self._show_model()
+
+    @property
+    def store(self):
+        """The open ``CorpusStore`` (query it only through the "corpus-query" side job), or None."""
+        return self._stores[0] if self._stores else None
+
+    def show(self, shown: Shown) -> None:
+        self._show_model()
+
+    # -- the model the pass uses ----------------------------------------------------------------
+    def pass_model(self) -> str | None:
+        """The pretrained mode's folder, None for the packaged model (also in toy mode)."""
+        mode = self.state.mode
+        return mode.path if mode.kind == "pretrained" else None
+
+    def _show_model(self) -> None:
+        if self.state.mode.kind != "pretrained":
+            self.view.modelLabel.setText(TOY_NOTE)
+        else:
+            name = PACKAGED_NAME if self.state.mode.path is None else Path(self.state.mode.path).name
+            self.view.modelLabel.setText(f"model: {name} (the pretrained mode's)")
+
+    def default_out(self, data: str) -> str:
+        model = Path(self.pass_model()).name if self.pass_model() else PACKAGED_NAME
+        root = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "corpus"
+        return str(root / f"{Path(data).stem or 'texts'}-{model}-{self.view.tokensSpin.value()}")
+
+    # -- the pass -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start (or resume) the pass over the chosen texts into the store folder."""
+        view = self.view
+        data = view.sourceEdit.text().strip()
+        if not data:
+            view.show_error("choose a file or a folder of texts (or the sample) first")
+            return
+        out = view.storeEdit.text().strip() or self.default_out(data)
+        view.storeEdit.setText(out)
+        view.show_error("")
+        self._cancel = threading.Event()
+        view.set_running(True)
+        view.show_progress(0.0, "starting: loading the model…")
+        self.compute.side.submit("corpus", run_pass, data, out, self.pass_model(), view.tokensSpin.value(),
+                                 self._cancel, scope=None, progress=view.show_progress, done=self._pass_done,
+                                 failed=self._pass_failed)
+
+    def cancel(self) -> None:
+        """Stop the pass before its next batch; finished shards stay, Resume goes on from them."""
+        if self._cancel is not None:
+            self._cancel.set()
+            self.view.show_progress(self.view.progressBar.value() / 1000, "cancelling after the current batch…")
+
+    def is_running(self) -> bool:
+        """From Start until its answer reached this tab (the job itself may have ended a moment before)."""
+        return self._cancel is not None or self.compute.side.is_busy("corpus")
+
+    def _pass_done(self, outcome: PassOutcome) -> None:
+        self._cancel = None
+        if outcome.cancelled:
+            self.view.set_running(False, resumable=True)
+            self.view.show_progress(outcome.done / max(outcome.total, 1), f"cancelled at {outcome.done:,} of "
+                                    f"{outcome.total:,} texts: Resume goes on from the last finished shard")
+            return
+        self.view.set_running(False)
+        self.view.show_progress(1.0, f"done: {outcome.out}")
+        self.open_store(outcome.out)
+
+    def _pass_failed(self, message: str) -> None:
+        self._cancel = None
+        self.view.set_running(False)
+        self.view.show_progress(0.0, "")
+        self.view.show_error(message)
+
+    # -- the store ------------------------------------------------------------------------------
+    def open_store(self, path) -> None:
+        """Open a finished store (File > Open corpus store…, or a pass that just ended)."""
+        self.compute.side.submit("corpus-query", open_store, str(path), scope=None, done=self._store_opened,
+                                 failed=lambda message: self.view.show_error(f"store not opened: {message}"))
+
+    def _store_opened(self, store) -> None:
+        old = self.store
+        self._stores[:] = [store]
+        if old is not None:
+            self.compute.side.submit("corpus-query", old.close, scope=None, done=lambda _r: None)
+        model = store.manifest.get("model", {}).get("name", "?")
+        texts = store.manifest.get("data", {}).get("texts", 0)
+        self.view.show_error("")
+        self.view.show_store(store.heads, f"{store.path.name}: {model}, {texts:,} texts")
+        self.status.say(f"opened corpus store {store.path}")
+        first = store.heads.iloc[0] if len(store.heads) else None
+        if first is not None:
+            self.select_head(self.view.part(), int(first["layer"]), int(first["head"]))
+
+    def _open_store_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self.view, "Open corpus store")
+        if path:
+            self.state.view.tab = CORPUS_TAB
+            self.open_store(path)
+
+    def select_head(self, part: str, layer: int, head: int) -> None:
+        self._head = (part, int(layer), int(head))
+        self._request_head()
+
+    def _request_head(self) -> None:
+        if self.store is None or self._head is None:
+            return
+        self.compute.side.submit("corpus-query", head_detail, self.store, *self._head, self.view.current_metric(), scope=None,
+                                 done=self.view.show_head, failed=self.view.show_error)
+
+    # -- opening a text in the heatmaps ----------------------------------------------------------
+    def open_text(self, text_id: int) -> None:
+        """The text in the heatmaps at the selected layer and head (the store's model)."""
+        if self.store is None or self._head is None:
+            return
+        head = self._head
+        self.compute.side.submit("corpus-query", text_of, self.store, int(text_id), scope=None,
+                                 done=lambda text: self._show_text(text, *head), failed=self.view.show_error)
+
+    def _store_mode(self):
+        path = Path(self.store.manifest["model"]["path"])
+        try:
+            packaged = path.resolve() == packaged_model_dir().resolve()
+        except ConfigError:
+            packaged = False
+        mode = PACKAGED if packaged else folder_mode(path)
+        return mode if mode == self.state.mode else self.compute.modes.for_id(mode).admit(mode)
+
+    def _show_text(self, text: str, part: str, layer: int, head: int) -> None:
+        try:
+            mode = self._store_mode()
+        except ConfigError as exc:
+            self.view.show_error(f"the store's model cannot be opened: {exc}")
+            return
+        state = self.state
+        state.text = text
+        if self.store.manifest["model"].get("family") == "encoder-decoder":
+            state.target_text = text  # the pass teacher-forces the text itself through the decoder
+        if state.mode != mode:
+            state.mode = mode
+        state.pretrained.part = part
+        state.pretrained.layer = int(layer)
+        state.view.target = int(head)
+        state.view.tab = HEATMAPS_TAB
+
+
+__all__ = ["CORPUS_TAB", "CorpusTab", "PassOutcome", "head_detail", "open_store", "run_pass"]

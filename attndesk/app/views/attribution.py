@@ -1,0 +1,233 @@
+"""The attribution view: the input text's tokens as a strip of chips, each coloured by how much it
+contributes to the target token's logit after the last position (integrated gradients, gradient
+x input or attention x gradient); hovering a chip gives its number. Attention x gradient also
+shows each layer's and head's share ([layers x heads, tokens]).
+
+The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.core.interp``) and reports
+intents; the presenter (``app/pretrained/attribution.py``) computes it off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pyqtgraph as pg
+from einops import rearrange
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal, Slot
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import (
+    QComboBox, QHBoxLayout, QLabel, QSizePolicy, QSpinBox, QToolTip, QVBoxLayout, QWidget,
+)
+
+from attndesk.core.interp import InputAttribution
+
+from .heatmap import DIVERGING, MatrixPlot
+from .interp_widgets import RunBar, TokenField, problem_label, say
+
+METHODS = (("ig", "integrated gradients"), ("gxi", "gradient × input"), ("attn", "attention × gradient"))
+_PAD_X, _PAD_Y, _GAP = 6, 4, 4
+
+
+def score_colors(scores: np.ndarray, colormap: str = DIVERGING) -> tuple[list[QColor], float]:
+    """One colour per score on a diverging map symmetric around 0 (white-ish = 0), and the bound
+    (the largest |score|) the ends of the map stand for."""
+    s = np.asarray(scores, dtype=np.float64)
+    bound = float(np.max(np.abs(s))) if s.size else 0.0
+    bound = bound if bound > 0 else 1.0
+    return list(pg.colormap.get(colormap).map((s / bound + 1.0) / 2.0, mode="qcolor")), bound
+
+
+class TokenStrip(QWidget):
+    """Tokens as chips, wrapped to the width, coloured by their scores; hover shows a tooltip and
+    emits ``tokenHovered(index)`` (-1 when the mouse leaves every chip)."""
+
+    tokenHovered = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("attributionStrip")
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+        self.tokens: list[str] = []
+        self.scores = np.zeros(0)
+        self.colors: list[QColor] = []
+        self.bound = 1.0
+        self._rects: list[QRect] = []
+        self._hover = -1
+
+    def set_scores(self, tokens: list[str], scores: np.ndarray) -> None:
+        self.tokens, self.scores = list(tokens), np.asarray(scores, dtype=np.float64)
+        self.colors, self.bound = score_colors(self.scores)
+        self._layout(self.width())
+        self.updateGeometry()
+        self.update()
+
+    def tooltip(self, index: int) -> str:
+        share = self.scores[index] / max(float(np.abs(self.scores).sum()), 1e-30)
+        return f"{index}: {self.tokens[index]!r}  score {self.scores[index]:+.5g}  ({share:+.1%} of Σ|score|)"
+
+    def _layout(self, width: int) -> int:
+        metrics = QFontMetrics(self.font())
+        x = y = 0
+        height = metrics.height() + 2 * _PAD_Y
+        self._rects = []
+        for token in self.tokens:
+            w = metrics.horizontalAdvance(token or " ") + 2 * _PAD_X
+            if x > 0 and x + w > max(width, 1):
+                x, y = 0, y + height + _GAP
+            self._rects.append(QRect(x, y, w, height))
+            x += w + _GAP
+        return y + height if self.tokens else height
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt's name
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt's name
+        return self._layout(width)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(400, self._layout(max(self.width(), 400)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._layout(event.size().width())
+        super().resizeEvent(event)
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        for i, (rect, token) in enumerate(zip(self._rects, self.tokens)):
+            painter.fillRect(rect, self.colors[i])
+            painter.setPen(QPen(QColor("#d95f02") if i == self._hover else QColor("#888"), 2 if i == self._hover else 1))
+            painter.drawRect(rect.adjusted(0, 0, -1, -1))
+            painter.setPen(QColor("white") if self.colors[i].lightnessF() < 0.45 else QColor("black"))
+            painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, token)
+        painter.end()
+
+    def index_at(self, point: QPoint) -> int:
+        return next((i for i, rect in enumerate(self._rects) if rect.contains(point)), -1)
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        index = self.index_at(event.position().toPoint())
+        if index != self._hover:
+            self._hover = index
+            self.update()
+            self.tokenHovered.emit(index)
+            if index >= 0:
+                QToolTip.showText(event.globalPosition().toPoint(), self.tooltip(index), self)
+            else:
+                QToolTip.hideText()
+
+    def leaveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if self._hover != -1:
+            self._hover = -1
+            self.update()
+            self.tokenHovered.emit(-1)
+        super().leaveEvent(event)
+
+
+class AttributionView(QWidget):
+    """API: ``target`` (a ``TokenField``; empty = the model's own next token), ``method()``,
+    ``steps()``, ``set_attribution(InputAttribution | None)``, ``set_unavailable(reason)``.
+    Signal ``inputsEdited()``."""
+
+    inputsEdited = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("attributionView")
+        self.attribution: InputAttribution | None = None
+        self.info = problem_label("attributionUnavailable")
+        self.target = TokenField("target", "attributionTarget", "(the model's next token)",
+                                 empty_note="empty: the model's own next token (its largest logit)")
+        self.methodCombo = QComboBox(objectName="attributionMethodCombo")
+        for key, text in METHODS:
+            self.methodCombo.addItem(text, key)
+        self.stepsSpin = QSpinBox(objectName="attributionStepsSpin")
+        self.stepsSpin.setRange(1, 4096)
+        self.stepsSpin.setValue(64)
+        self.stepsSpin.setPrefix("steps ")
+        self.stepsSpin.setToolTip("integrated gradients: Gauss-Legendre nodes from the pad-token baseline")
+        self.controls = QWidget()
+        row = QHBoxLayout(self.controls)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.target, 1)
+        row.addWidget(QLabel("method"))
+        row.addWidget(self.methodCombo)
+        row.addWidget(self.stepsSpin)
+        self.bar = RunBar("attribution", "Attribute")
+        self.summary = QLabel("", objectName="attributionSummary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.strip = TokenStrip()
+        self.readout = QLabel(" ", objectName="attributionReadout")
+        self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
+        self.headsPlot.setObjectName("attributionHeadsPlot")
+        self.headsPlot.hide()
+        layout = QVBoxLayout(self)
+        for widget in (self.info, self.controls, self.bar, self.summary, self.strip, self.readout):
+            layout.addWidget(widget)
+        layout.addWidget(self.headsPlot, 1)
+        layout.addStretch(0)
+        self.target.edited.connect(lambda _t: self.inputsEdited.emit())
+        self.target.edit.returnPressed.connect(self.bar.runRequested)
+        self.methodCombo.currentIndexChanged.connect(self._on_method)
+        self.stepsSpin.valueChanged.connect(lambda _v: self.inputsEdited.emit())
+        self.strip.tokenHovered.connect(self._hover)
+        self.headsPlot.cellHovered.connect(self._hover_head)
+
+    def method(self) -> str:
+        return self.methodCombo.currentData()
+
+    def set_method(self, key: str) -> None:
+        self.methodCombo.setCurrentIndex(self.methodCombo.findData(key))
+
+    def steps(self) -> int:
+        return self.stepsSpin.value()
+
+    def set_unavailable(self, reason: str | None) -> None:
+        say(self.info, reason or "")
+        self.controls.setEnabled(reason is None)
+
+    @Slot(int)
+    def _on_method(self, _index: int) -> None:
+        self.stepsSpin.setEnabled(self.method() == "ig")
+        self.inputsEdited.emit()
+
+    def set_attribution(self, attribution: InputAttribution | None) -> None:
+        self.attribution = attribution
+        if attribution is None:
+            self.strip.set_scores([], np.zeros(0))
+            self.summary.setText("")
+            self.headsPlot.hide()
+            return
+        a = attribution
+        self.strip.set_scores(a.tokens, a.scores)
+        name = dict(METHODS)[{"integrated_gradients": "ig", "gradient_x_input": "gxi"}.get(a.method, "attn")]
+        parts = [f"<b>{name}</b> of logit({html.escape(repr(a.target))}) = {a.target_logit:.4g} after the last token",
+                 f"colours: blue &lt; 0 &lt; red, ends at ±{self.strip.bound:.3g}; Σ scores = {float(a.scores.sum()):.4g}"]
+        if a.completeness_error is not None:
+            parts.append(f"baseline {a.baseline} (logit {a.baseline_logit:.4g}), {a.steps} steps, "
+                         f"completeness error {a.completeness_error:.2%}")
+        self.summary.setText(" · ".join(parts + [html.escape(n) for n in a.notices]))
+        if a.per_head is not None:
+            layers, heads, _ = a.per_head.shape
+            self.headsPlot.set_matrix(rearrange(a.per_head, "n h k -> (n h) k"), diverging=True, col_labels=a.tokens,
+                                      row_labels=[f"L{n} H{h}" for n in range(layers) for h in range(heads)])
+            self.headsPlot.show()
+        else:
+            self.headsPlot.hide()
+
+    @Slot(int)
+    def _hover(self, index: int) -> None:
+        self.readout.setText(self.strip.tooltip(index) if index >= 0 else " ")
+
+    @Slot(int, int)
+    def _hover_head(self, row: int, col: int) -> None:
+        a = self.attribution
+        if a is not None and a.per_head is not None:
+            heads = a.per_head.shape[1]
+            self.readout.setText(f"L{row // heads} H{row % heads} → {a.tokens[col]!r} ({col}): "
+                                 f"{a.per_head[row // heads, row % heads, col]:+.5g}")
+
+
+__all__ = ["METHODS", "AttributionView", "TokenStrip", "score_colors"]

@@ -1,0 +1,373 @@
+"""The Corpus tab's view: choose texts and a store folder, start / cancel / resume the corpus pass
+with its progress, then read the store: a layers x heads grid coloured by a metric with role
+badges, a sortable table, the metric's histogram over heads, a head's top and bottom texts and its
+query/key atlas.
+
+It holds no store: the presenter (``tabs/corpus.py``) hands it DataFrames and arrays. Signals:
+``startRequested``, ``cancelRequested``, ``headSelected(part, layer, head)``, ``metricChanged``,
+``textOpened(text_id)`` (a listed text, or an atlas point, to open in the heatmaps).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attndesk.corpus.metrics import METRICS
+
+if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
+    import pandas as pd
+
+from ..table_items import NumberItem
+from .plots import (
+    KEY_COLOUR,
+    QUERY_COLOUR,
+    AtlasPlot,
+    HeadGrid,
+    MetricHistogram,
+    badge_legend,
+    token_html,
+)
+
+ERROR_STYLE = "color: #b00020;"
+TEXT_ID = Qt.ItemDataRole.UserRole
+SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
+
+
+class CorpusView(QWidget):
+    """See the module docstring."""
+
+    startRequested = Signal()
+    cancelRequested = Signal()
+    sampleRequested = Signal()
+    headSelected = Signal(str, int, int)
+    metricChanged = Signal(str)
+    partChanged = Signal(str)
+    textOpened = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("corpusView")
+        self._heads: pd.DataFrame | None = None
+        self._atlas_points: tuple = (np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), [])
+        self._texts: dict[int, str] = {}
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self._build_controls())
+        split = QSplitter(Qt.Orientation.Horizontal, objectName="corpusSplit")
+        split.addWidget(self._build_heads_side())
+        split.addWidget(self._build_head_side())
+        split.setSizes([520, 620])
+        layout.addWidget(split, 1)
+        self.show_store(None)
+
+    # -- construction ---------------------------------------------------------------------------
+    def _build_controls(self) -> QWidget:
+        controls = QWidget(objectName="corpusControls")
+        grid = QGridLayout(controls)  # widgets are owned by a widget as they are added
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText="a .txt / .jsonl / .csv / .parquet "
+                                    "file or a folder of .txt files")
+        self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
+        self.sourceFolderButton = QPushButton("Folder…", objectName="corpusSourceFolder")
+        self.sampleButton = QPushButton("Sample", objectName="corpusSample")
+        self.sampleButton.setToolTip("the sample corpus written for attndesk (324 sentences, a third with repeats)")
+        self.storeEdit = QLineEdit(objectName="corpusStore")
+        self.storeEdit.setToolTip("the store folder: a rerun with the same texts, model and tokens resumes it")
+        self.storeButton = QPushButton("…", objectName="corpusStoreBrowse")
+        self.tokensSpin = QSpinBox(objectName="corpusMaxTokens", minimum=2, maximum=4096, value=64, prefix="tokens ")
+        self.tokensSpin.setToolTip("tokens each text keeps (special tokens included; at most the model's)")
+        self.startButton = QPushButton("Start", objectName="corpusStart")
+        self.cancelButton = QPushButton("Cancel", objectName="corpusCancel", enabled=False)
+        self.progressBar = QProgressBar(objectName="corpusProgress", minimum=0, maximum=1000, textVisible=False)
+        self.progressLabel = QLabel("", objectName="corpusProgressLabel")
+        self.modelLabel = QLabel("", objectName="corpusModel")
+        self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
+        self.errorLabel.setStyleSheet(ERROR_STYLE)
+        for col, widget in enumerate((QLabel("Texts"), self.sourceEdit, self.sourceFileButton, self.sourceFolderButton,
+                                      self.sampleButton)):
+            grid.addWidget(widget, 0, col)
+        for col, widget in enumerate((QLabel("Store"), self.storeEdit, self.storeButton, self.tokensSpin)):
+            grid.addWidget(widget, 1, col)
+        row = QHBoxLayout()
+        grid.addLayout(row, 2, 0, 1, 5)
+        for widget in (self.startButton, self.cancelButton, self.progressBar):
+            row.addWidget(widget)
+        row.addWidget(self.progressLabel, 1)
+        grid.addWidget(self.modelLabel, 3, 0, 1, 5)
+        grid.addWidget(self.errorLabel, 4, 0, 1, 5)
+        grid.setColumnStretch(1, 1)
+        self.sourceFileButton.clicked.connect(self._choose_file)
+        self.sourceFolderButton.clicked.connect(self._choose_folder)
+        self.storeButton.clicked.connect(self._choose_store)
+        self.sampleButton.clicked.connect(self.sampleRequested)
+        self.startButton.clicked.connect(self.startRequested)
+        self.cancelButton.clicked.connect(self.cancelRequested)
+        return controls
+
+    def _build_heads_side(self) -> QWidget:
+        side = QWidget()
+        layout = QVBoxLayout(side)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        layout.addLayout(row)
+        self.metricCombo = QComboBox(objectName="corpusMetric")
+        self.metricCombo.addItems(list(METRICS))
+        self.partCombo = QComboBox(objectName="corpusPart")
+        self.storeLabel = QLabel("", objectName="corpusStoreLabel")
+        row.addWidget(QLabel("colour by"))
+        row.addWidget(self.metricCombo)
+        row.addWidget(self.partCombo)
+        row.addWidget(self.storeLabel, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.grid = HeadGrid()
+        self.histogram = MetricHistogram()
+        self.table = QTableWidget(objectName="corpusTable")
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        for widget, size in ((self.grid, 300), (self.histogram, 140), (self.table, 260)):
+            split.addWidget(widget)
+        split.setSizes([300, 140, 260])
+        layout.addWidget(split, 1)
+        self.badgeLabel = QLabel(badge_legend(), objectName="corpusBadges", wordWrap=True)
+        layout.addWidget(self.badgeLabel)
+        self.metricCombo.currentTextChanged.connect(self._metric_changed)
+        self.partCombo.currentTextChanged.connect(self._part_changed)
+        self.grid.cellClicked.connect(lambda layer, head: self.headSelected.emit(self.part(), layer, head))
+        self.table.itemSelectionChanged.connect(self._row_selected)
+        return side
+
+    def _build_head_side(self) -> QWidget:
+        side = QWidget()
+        layout = QVBoxLayout(side)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.headLabel = QLabel("click a head in the grid or the table", objectName="corpusHeadLabel")
+        layout.addWidget(self.headLabel)
+        lists = QHBoxLayout()
+        layout.addLayout(lists, 2)
+        self.topList, self.bottomList = QListWidget(objectName="corpusTop"), QListWidget(objectName="corpusBottom")
+        for title, widget in (("highest", self.topList), ("lowest", self.bottomList)):
+            column = QVBoxLayout()
+            lists.addLayout(column)
+            column.addWidget(QLabel(f"<b>{title}</b> (double-click: open in the heatmaps)"))
+            column.addWidget(widget)
+            widget.setWordWrap(True)
+            widget.itemActivated.connect(lambda item: self.textOpened.emit(int(item.data(TEXT_ID))))
+
+        self.atlasLabel = QLabel(f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
+                                 f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
+                                 "click: open the text)", objectName="corpusAtlasLabel")
+        layout.addWidget(self.atlasLabel)
+        self.atlas = AtlasPlot()
+        self.atlas.pointClicked.connect(self._atlas_clicked)
+        layout.addWidget(self.atlas, 3)
+        return side
+
+    # -- controls -------------------------------------------------------------------------------
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Corpus texts", "", SOURCE_FILTER)
+        if path:
+            self.sourceEdit.setText(path)
+
+    def _choose_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "A folder of .txt files")
+        if path:
+            self.sourceEdit.setText(path)
+
+    def _choose_store(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Store folder (new, empty, or an earlier run's)")
+        if path:
+            self.storeEdit.setText(path)
+
+    def show_error(self, message: str) -> None:
+        """One line next to the controls ("" clears it)."""
+        self.errorLabel.setText(message)
+        self.errorLabel.setToolTip(message)
+
+    def set_running(self, running: bool, resumable: bool = False) -> None:
+        self.startButton.setEnabled(not running)
+        self.cancelButton.setEnabled(running)
+        self.startButton.setText("Resume" if resumable else "Start")
+        for widget in (self.sourceEdit, self.storeEdit, self.tokensSpin, self.sourceFileButton,
+                       self.sourceFolderButton, self.sampleButton, self.storeButton):
+            widget.setEnabled(not running)
+
+    def show_progress(self, fraction: float, message: str) -> None:
+        value = round(max(0.0, min(1.0, fraction)) * 1000)
+        if self.progressBar.value() != value:
+            self.progressBar.setValue(value)
+        self.progressLabel.setText(message)
+
+    def current_metric(self) -> str:  # not "metric": QWidget.metric is the paint device's (grab() calls it)
+        return self.metricCombo.currentText()
+
+    def part(self) -> str:
+        return self.partCombo.currentText() or "self"
+
+    def _metric_changed(self, metric: str) -> None:
+        self._draw_heads()
+        self.metricChanged.emit(metric)
+
+    def _part_changed(self, part: str) -> None:
+        if part:
+            self._draw_heads()
+            self.partChanged.emit(part)
+
+    # -- the store ------------------------------------------------------------------------------
+    def show_store(self, heads: pd.DataFrame | None, caption: str = "") -> None:
+        """A store's heads (``store.heads``), or None: nothing to show."""
+        self._heads = None if heads is None or heads.empty else heads.reset_index(drop=True)
+        self.storeLabel.setText(caption)
+        parts = [] if heads is None else list(dict.fromkeys(heads["part"]))
+        self.partCombo.blockSignals(True)
+        self.partCombo.clear()
+        self.partCombo.addItems(parts)
+        self.partCombo.blockSignals(False)
+        self.partCombo.setVisible(len(parts) > 1)
+        self._fill_table()
+        self._draw_heads()
+        self.show_head(None)
+
+    def part_heads(self) -> pd.DataFrame | None:
+        """The shown part's heads (None before a store)."""
+        if self._heads is None:
+            return None
+        return self._heads[self._heads["part"] == self.part()].reset_index(drop=True)
+
+    def pivot(self, column: str) -> np.ndarray:
+        """``column`` of the shown part's heads as a [layers, heads] array (NaN where a head has none)."""
+        heads = self.part_heads()
+        if heads is None or heads.empty:
+            return np.zeros((0, 0))
+        shape = (int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1)
+        out = np.full(shape, np.nan, dtype=object if column == "role" else float)
+        out[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads[column].to_numpy()
+        return out
+
+    def _draw_heads(self) -> None:
+        heads = self.part_heads()
+        if heads is None or heads.empty:
+            self.grid.set_values(np.zeros((0, 0)), np.zeros((0, 0), dtype=object))
+            self.histogram.set_values(np.zeros(0), self.current_metric())
+            return
+        self.grid.set_values(self.pivot(self.current_metric()), self.pivot("role"))
+        self.histogram.set_values(heads[self.current_metric()].to_numpy(float), self.current_metric())
+
+    def _fill_table(self) -> None:
+        columns = ["part", "layer", "head", "role", *METRICS]
+        records = [] if self._heads is None else self._heads.to_dict("records")
+        self.table.setSortingEnabled(False)
+        self.table.clear()
+        self.table.setColumnCount(len(columns))
+        self.table.setHorizontalHeaderLabels(columns)
+        self.table.setRowCount(len(records))
+        for row, record in enumerate(records):
+            for col, name in enumerate(columns):
+                value = record[name]
+                if name in ("part", "role"):
+                    item = QTableWidgetItem(str(value))
+                elif name in ("layer", "head"):
+                    item = NumberItem(value, str(int(value)))
+                else:
+                    missing = value is None or not np.isfinite(value)
+                    item = NumberItem(None if missing else value, "" if missing else f"{value:.3f}")
+                self.table.setItem(row, col, item)
+        self.table.setSortingEnabled(True)
+
+    def table_column_index(self, name: str) -> int:
+        return [self.table.horizontalHeaderItem(c).text() for c in range(self.table.columnCount())].index(name)
+
+    def table_column(self, name: str) -> list:
+        """A column of the table as shown (sorted or not): the numbers, or the text of part / role."""
+        col = self.table_column_index(name)
+        items = [self.table.item(r, col) for r in range(self.table.rowCount())]
+        return [i.text() if name in ("part", "role") else i.data(Qt.ItemDataRole.UserRole) for i in items]
+
+    def _row_selected(self) -> None:
+        rows = {i.row() for i in self.table.selectedItems()}
+        if len(rows) != 1:
+            return
+        row = rows.pop()
+        names = [self.table.horizontalHeaderItem(c).text() for c in range(self.table.columnCount())]
+        part = self.table.item(row, names.index("part")).text()
+        layer = int(self.table.item(row, names.index("layer")).data(Qt.ItemDataRole.UserRole))
+        head = int(self.table.item(row, names.index("head")).data(Qt.ItemDataRole.UserRole))
+        if part != self.part():
+            self.partCombo.setCurrentText(part)
+        self.headSelected.emit(part, layer, head)
+
+    # -- one head -------------------------------------------------------------------------------
+    def show_head(self, detail: dict | None) -> None:
+        """A head's ``detail``: part, layer, head, role, top and bottom (DataFrames of text_id, the
+        metric, text), atlas (x, y, kind, text_id, position, token) and texts (text_id -> text)."""
+        for widget in (self.topList, self.bottomList):
+            widget.clear()
+        if detail is None:
+            self.headLabel.setText("click a head in the grid or the table")
+            self.set_atlas(np.zeros(0), np.zeros(0), np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), [], {})
+            self.histogram.mark(None)
+            return
+        layer, head, metric = detail["layer"], detail["head"], detail["metric"]
+        self.grid.set_current(layer, head)
+        row = self.part_heads()
+        row = row[(row["layer"] == layer) & (row["head"] == head)] if row is not None else []
+        value = float(row[metric].iloc[0]) if len(row) else float("nan")
+        self.histogram.mark(value)
+        role = row["role"].iloc[0] if len(row) else "?"
+        self.headLabel.setText(f"<b>{detail['part']} layer {layer} head {head}</b> · {role} · {metric} {value:.3f}")
+        for widget, frame in ((self.topList, detail["top"]), (self.bottomList, detail["bottom"])):
+            for record in frame.to_dict("records"):
+                item = QListWidgetItem(f"{record[metric]:.3f}  {record['text']}")
+                item.setData(TEXT_ID, int(record["text_id"]))
+                item.setToolTip(record["text"][:2000])
+                widget.addItem(item)
+        atlas = detail["atlas"]
+        self.set_atlas(atlas["x"].to_numpy(float), atlas["y"].to_numpy(float), (atlas["kind"] == "query").to_numpy(),
+                       atlas["text_id"].to_numpy(int), atlas["position"].to_numpy(int), list(atlas["token"]),
+                       detail["texts"])
+
+    def set_atlas(self, x: np.ndarray, y: np.ndarray, is_query: np.ndarray, text_ids: np.ndarray,
+                  positions: np.ndarray, tokens: list[str], texts: dict[int, str]) -> None:
+        """The atlas of a head: one point per sampled query or key (arrays of one length)."""
+        self._atlas_points = (np.asarray(is_query, bool), np.asarray(text_ids, int), np.asarray(positions, int), tokens)
+        self._texts = texts
+        self.atlas.set_points(x, y, is_query, self._describe)
+
+    def _describe(self, index: int) -> str:
+        is_query, text_ids, positions, tokens = self._atlas_points
+        kind = "query" if is_query[index] else "key"
+        text = self._texts.get(int(text_ids[index]), "")
+        return token_html(kind, f"{tokens[index]} (position {int(positions[index])})", text)
+
+    def _atlas_clicked(self, index: int) -> None:
+        text_ids = self._atlas_points[1]
+        if index < len(text_ids):
+            self.textOpened.emit(int(text_ids[index]))
+
+
+__all__ = ["CorpusView"]

@@ -1,0 +1,248 @@
+"""The activation patching view: a clean and a corrupted prompt, an answer and a wrong token (each
+checked to be one token of the model's tokenizer), and what patching found: a layers x heads
+heatmap of each head's normalised effect, a layers x positions one of the residual stream, and a
+clicked head's attention on both prompts side by side.
+
+The view draws plain numpy (``PatchingShown``) and reports intents; the presenter
+(``app/pretrained/patching.py``) runs the core's ``activation_patching`` off the GUI thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget,
+)
+
+from .heatmap import MatrixPlot
+from .interp_widgets import RunBar, TokenField, problem_label, say
+
+METRICS = (("logit_diff", "logit difference (answer − wrong)"), ("prob", "probability of the answer"))
+EFFECT_TIP = ("normalised effect (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 = the clean run's metric "
+              "restored, 0 = no change; beyond [0, 1] is real (overshoot, or working against the answer)")
+
+
+@dataclass(frozen=True, eq=False)
+class PatchingShown:
+    """What one patching run shows: ``heads`` [layers, heads] and ``positions`` [layers, L]
+    normalised effects, the raw metric values, the tokens, and every layer's attention on both
+    prompts ([layers, H, L, L]) for the head picked."""
+
+    heads: np.ndarray
+    positions: np.ndarray
+    head_values: np.ndarray
+    position_values: np.ndarray
+    clean_tokens: list[str]
+    corrupt_tokens: list[str]
+    clean_attention: np.ndarray | None  # None: over the memory budget (``note`` says so)
+    corrupt_attention: np.ndarray | None
+    metric: str
+    clean_metric: float
+    corrupt_metric: float
+    answer: str
+    wrong: str | None
+    passes: int
+    note: str = ""
+
+
+class PatchingView(QWidget):
+    """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric()``,
+    ``set_shown(PatchingShown | None)``, ``open_head(layer, head)``, ``set_unavailable(reason)``,
+    ``set_prompt_problem(line)``. Signals ``inputsEdited()``, ``headClicked(layer, head)``."""
+
+    inputsEdited = Signal()
+    headClicked = Signal(int, int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("patchingView")
+        self.shown: PatchingShown | None = None
+        self.head: tuple[int, int] | None = None
+        self._build_controls()
+        self._build_plots()
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.info)
+        layout.addWidget(self.controls)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.splitter, 1)
+        layout.addWidget(self.readout)
+
+    def _build_controls(self) -> None:
+        self.info = problem_label("patchingUnavailable")
+        self.cleanEdit = QLineEdit(objectName="patchingCleanEdit")
+        self.cleanEdit.setPlaceholderText("e.g. When Mary and John went to the store, John gave a drink to")
+        self.corruptEdit = QLineEdit(objectName="patchingCorruptEdit")
+        self.corruptEdit.setPlaceholderText("the same prompt with the fact changed (same number of tokens)")
+        self.cleanCount, self.corruptCount = QLabel(""), QLabel("")
+        self.promptProblem = problem_label("patchingPromptProblem")
+        self.answer = TokenField("answer", "patchingAnswer", " Mary")
+        self.wrong = TokenField("wrong", "patchingWrong", " John")
+        self.metricCombo = QComboBox(objectName="patchingMetricCombo")
+        for key, text in METRICS:
+            self.metricCombo.addItem(text, key)
+        self.controls = QWidget()
+        form = QFormLayout(self.controls)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.addRow("clean", self._with(self.cleanEdit, self.cleanCount))
+        form.addRow("corrupted", self._with(self.corruptEdit, self.corruptCount))
+        form.addRow("", self.promptProblem)
+        tokens = QHBoxLayout()
+        tokens.addWidget(self.answer, 1)
+        tokens.addWidget(self.wrong, 1)
+        tokens.addWidget(QLabel("metric"))
+        tokens.addWidget(self.metricCombo)
+        form.addRow(tokens)
+        self.bar = RunBar("patching", "Patch every head")
+        self.bar.runButton.setToolTip("patch each head (and the residual stream at each layer and position) from "
+                                      "the clean run into the corrupted one")
+        for edit in (self.cleanEdit, self.corruptEdit):
+            edit.textChanged.connect(lambda _t: self.inputsEdited.emit())
+            edit.returnPressed.connect(self.bar.runRequested)
+        for field in (self.answer, self.wrong):
+            field.edited.connect(lambda _t: self.inputsEdited.emit())
+            field.edit.returnPressed.connect(self.bar.runRequested)
+        self.wrong.setVisible(True)
+        self.metricCombo.currentIndexChanged.connect(self._on_metric)
+
+    @staticmethod
+    def _with(edit: QWidget, note: QLabel) -> QWidget:
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(edit, 1)
+        row.addWidget(note)
+        return box
+
+    def _build_plots(self) -> None:
+        self.summary = QLabel("", objectName="patchingSummary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.PlainText)
+        self.headsPlot = MatrixPlot("<b>heads</b>: patch each head's output (every position)")
+        self.headsPlot.setObjectName("patchingHeadsPlot")
+        self.headsPlot.setToolTip(EFFECT_TIP + "; click a head to see its attention on both prompts")
+        self.positionsPlot = MatrixPlot("<b>residual stream</b>: patch one layer's input at one position")
+        self.positionsPlot.setObjectName("patchingPositionsPlot")
+        self.positionsPlot.setToolTip(EFFECT_TIP)
+        self.cleanAttention = MatrixPlot("clean prompt")
+        self.cleanAttention.setObjectName("patchingCleanAttention")
+        self.corruptAttention = MatrixPlot("corrupted prompt")
+        self.corruptAttention.setObjectName("patchingCorruptAttention")
+        self.readout = QLabel(" ", objectName="patchingReadout")
+        top = QSplitter(Qt.Orientation.Horizontal)
+        top.addWidget(self.headsPlot)
+        top.addWidget(self.positionsPlot)
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.cleanAttention)
+        bottom.addWidget(self.corruptAttention)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(bottom)
+        self.headsPlot.cellHovered.connect(self._hover_head)
+        self.positionsPlot.cellHovered.connect(self._hover_position)
+        self.headsPlot.graphics.scene().sigMouseClicked.connect(self._on_heads_clicked)
+        self.clear_plots()
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def clean(self) -> str:
+        return self.cleanEdit.text()
+
+    def corrupt(self) -> str:
+        return self.corruptEdit.text()
+
+    def metric(self) -> str:
+        return self.metricCombo.currentData()
+
+    def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
+        self.cleanEdit.setText(clean)
+        self.corruptEdit.setText(corrupt)
+        self.answer.set_text(answer)
+        self.wrong.set_text(wrong)
+
+    def set_counts(self, clean: int | None, corrupt: int | None) -> None:
+        """The prompts' token counts beside them (None: not known yet)."""
+        self.cleanCount.setText("" if clean is None else f"{clean} tokens")
+        self.corruptCount.setText("" if corrupt is None else f"{corrupt} tokens")
+
+    def set_prompt_problem(self, line: str) -> None:
+        say(self.promptProblem, line)
+
+    def set_unavailable(self, reason: str | None) -> None:
+        say(self.info, reason or "")
+        self.controls.setEnabled(reason is None)
+
+    @Slot(int)
+    def _on_metric(self, _index: int) -> None:
+        self.wrong.setEnabled(self.metric() == "logit_diff")
+        self.inputsEdited.emit()
+
+    # -- results -----------------------------------------------------------------------------------
+    def clear_plots(self) -> None:
+        self.headsPlot.clear()
+        self.positionsPlot.clear()
+        self.cleanAttention.clear()
+        self.corruptAttention.clear()
+
+    def set_shown(self, shown: PatchingShown | None) -> None:
+        self.shown, self.head = shown, None
+        if shown is None:
+            self.summary.setText("")
+            self.clear_plots()
+            return
+        layers, heads = shown.heads.shape
+        rows = [f"L{n}" for n in range(layers)]  # each plot's colours span its own ±max|effect|
+        self.headsPlot.set_matrix(shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True)
+        self.positionsPlot.set_matrix(shown.positions, row_labels=rows, col_labels=shown.clean_tokens, diverging=True)
+        what = "logit(answer) − logit(wrong)" if shown.metric == "logit_diff" else "p(answer)"
+        wrong = f" vs {shown.wrong!r}" if shown.wrong is not None else ""
+        self.summary.setText(
+            f"answer {shown.answer!r}{wrong}: {what} = {shown.clean_metric:.4g} clean, {shown.corrupt_metric:.4g} "
+            f"corrupted · colours: normalised effect, blue < 0 < red, each plot to its own ±max (1 restores the clean "
+            "run) · "
+            f"{shown.passes} batched forward passes · click a head")
+        best = np.unravel_index(int(np.argmax(shown.heads)), shown.heads.shape)
+        self.open_head(int(best[0]), int(best[1]))
+
+    def open_head(self, layer: int, head: int) -> None:
+        """Show head ``head`` of layer ``layer`` on both prompts side by side."""
+        shown = self.shown
+        if shown is None:
+            return
+        self.head = (int(layer), int(head))
+        self.headsPlot.highlight_cell(layer, head)
+        if shown.clean_attention is None or shown.corrupt_attention is None:
+            self.cleanAttention.clear(shown.note)
+            self.corruptAttention.clear("")
+            return
+        for plot, weights, tokens, name in ((self.cleanAttention, shown.clean_attention, shown.clean_tokens, "clean"),
+                                            (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens,
+                                             "corrupted")):
+            plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys)")
+            plot.set_matrix(weights[layer, head], row_labels=tokens, col_labels=tokens)  # 0 to its largest weight
+
+    def _on_heads_clicked(self, event) -> None:
+        hit = self.headsPlot.cell_at(event.scenePos())
+        if hit is not None:
+            self.open_head(*hit)
+            self.headClicked.emit(*hit)
+
+    @Slot(int, int)
+    def _hover_head(self, layer: int, head: int) -> None:
+        s = self.shown
+        if s is not None:
+            self.readout.setText(f"L{layer} H{head}: effect {s.heads[layer, head]:+.4f} "
+                                 f"(metric {s.head_values[layer, head]:.4g} patched)")
+
+    @Slot(int, int)
+    def _hover_position(self, layer: int, pos: int) -> None:
+        s = self.shown
+        if s is not None:
+            self.readout.setText(f"residual stream entering L{layer} at {pos} ({s.clean_tokens[pos]!r} clean, "
+                                 f"{s.corrupt_tokens[pos]!r} corrupted): effect {s.positions[layer, pos]:+.4f} "
+                                 f"(metric {s.position_values[layer, pos]:.4g} patched)")
+
+
+__all__ = ["METRICS", "PatchingShown", "PatchingView"]

@@ -1,0 +1,28 @@
+"""The corpus pass: every text of a corpus through a model with attndesk's attention, reduced to
+per-head metrics (entropy, distance, self/previous/first shares, TransformerLens' detection
+scores, a role), per-text metrics and a query/key atlas, stored as Parquet + DuckDB.
+
+>>> from attndesk.corpus import analyze_corpus, open_corpus          # doctest: +SKIP
+>>> store = analyze_corpus("texts.txt", "out/")                      # doctest: +SKIP
+>>> store.heads.head()                                               # doctest: +SKIP
+
+Qt-free: a window drives it through ``progress`` (``CorpusProgress``) and ``cancel`` (an Event).
+The names below are imported on first use, so ``attndesk.corpus.metrics`` alone (a window's list
+of metrics) does not load pandas, pyarrow and DuckDB.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {"ATLAS_POINTS": "engine", "CorpusProgress": "engine", "ENGINES": "engine", "analyze_corpus": "engine",
+          "CorpusStore": "store", "open_corpus": "store"}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+
+
+__all__ = ["ATLAS_POINTS", "ENGINES", "CorpusProgress", "CorpusStore", "analyze_corpus", "open_corpus"]

@@ -1,0 +1,281 @@
+"""``analyze_corpus``: the corpus pass, shard by shard, into a store that a rerun resumes.
+
+Texts are cut into shards of ``shard_size`` in reading order; a shard's files appear whole (a
+staged folder renamed into place) once all its texts are done, so a run killed at any point
+resumes from the last finished shard when run again with the same arguments, and gives the same
+store (the atlas sample is chosen by fixed priorities, not by arrival order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from .. import __version__
+from ..core.errors import Cancelled, ConfigError
+from .atlas import METHODS
+from .batch import PassSettings, run_shard
+from .compact import compact, remove_shards
+from .shards import finished_shards, shards, write_shard
+from .sources import Source, open_source
+from .store import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    CorpusStore,
+    open_corpus,
+    read_manifest,
+    write_manifest,
+)
+
+ENGINES = ("local", "ray")
+SHARD_SIZE = 256
+ATLAS_POINTS = 1000
+_OWN = frozenset({MANIFEST, "shards", "texts.parquet", "per_text.parquet", "heads.parquet", "heads.csv", "heads.png",
+                  "atlas.parquet", "atlas_quality.parquet", "corpus.duckdb"})
+
+
+@dataclass(frozen=True)
+class CorpusProgress:
+    """What a progress callback gets: texts done of ``total``, the rate of this run and the time left."""
+
+    done: int
+    total: int
+    texts_per_s: float
+    eta_s: float | None
+    stage: str  # "analyzing", "compacting" or "done"
+
+    def line(self) -> str:
+        eta = "" if self.eta_s is None else f", {self.eta_s:,.0f} s left"
+        return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{eta})"
+
+
+ProgressFn = Callable[[CorpusProgress], None]
+
+
+def weights_hash(folder: Path) -> str:
+    """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
+    from ..core.pretrained.checkpoint import weight_files
+
+    digest = hashlib.sha256()
+    for path in weight_files(folder):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            while chunk := fh.read(2**20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers) -> tuple:
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    for name, value, least in (("max_tokens", max_tokens, 2), ("atlas_points", atlas_points, 0),
+                               ("shard_size", shard_size, 1), ("batch_size", batch_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name} must be a whole number of at least {least}, not {value!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be a whole number of at least 1, not {workers!r}")
+    methods = tuple(atlas_methods or ())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ConfigError(f"atlas method {unknown[0]!r}: choose from {', '.join(METHODS)}")
+    return methods
+
+
+def _check_out(out: Path) -> dict | None:
+    """The existing manifest (None for a new or empty folder); refuses a file or a foreign folder."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} is a file; the corpus store is a folder: choose another --out")
+    manifest = read_manifest(out) if out.is_dir() else None
+    if manifest is None and out.is_dir():
+        foreign = [p.name for p in out.iterdir() if not p.name.startswith(".")]
+        if foreign:
+            raise ConfigError(f"{out} holds other files ({foreign[0]}, ...); choose an empty or new --out folder")
+    return manifest
+
+
+def _identity(manifest: dict) -> dict:
+    return {k: manifest[k] for k in ("format", "format_version", "attndesk", "model", "data", "arguments")}
+
+
+def _refuse_mismatch(out: Path, old: dict, new: dict) -> None:
+    for key in ("model", "data", "arguments", "attndesk", "format_version"):
+        if old.get(key) != new.get(key):
+            if key == "model":
+                what = f"another model ({old.get('model', {}).get('name')}, weights {str(old['model'].get('sha256'))[:12]})"
+            elif key == "arguments":
+                changed = sorted(k for k in set(old[key]) | set(new[key]) if old[key].get(k) != new[key].get(k))
+                what = f"other arguments ({', '.join(f'{k}={old[key].get(k)!r}' for k in changed)})"
+            else:
+                what = f"another {key} ({old.get(key)!r})" if key != "data" else "other texts"
+            raise ConfigError(f"{out} holds a corpus run with {what}; use another --out folder, the same "
+                              "arguments, or resume=False (--restart) to start over")
+
+
+def _clear(out: Path) -> None:
+    for name in _OWN:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+class Tracker:
+    """Texts done, rate and time left for the progress callback: after every finished shard, and
+    between them at most ~10 times a second."""
+
+    def __init__(self, total: int, already: int, progress: ProgressFn | None):
+        self.total, self.done, self.start_done = total, already, already
+        self.progress, self.start, self.last = progress, time.perf_counter(), 0.0
+
+    def rate(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        return (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+
+    def add(self, texts: int, stage: str = "analyzing", force: bool = False) -> None:
+        self.done += texts
+        now = time.perf_counter()
+        if self.progress is not None and (force or now - self.last >= 0.1):
+            self.last = now
+            rate = self.rate()
+            eta = (self.total - self.done) / rate if rate > 0 else None
+            self.progress(CorpusProgress(self.done, self.total, rate, eta, stage))
+
+
+class Thresholds:
+    """The run's current atlas cut-off per side: the ``points``-th smallest priority seen so far."""
+
+    def __init__(self, points: int):
+        self.points, self.best = points, {}
+
+    def add(self, atlas: pa.Table) -> None:
+        if self.points <= 0 or atlas.num_rows == 0:
+            return
+        first = atlas.filter(pa.compute.and_(pa.compute.equal(atlas["layer"], 0), pa.compute.equal(atlas["head"], 0)))
+        for part, kind, side in (("self", "key", "src"), ("cross", "key", "src"), ("decoder", "key", "tgt")):
+            rows = first.filter(pa.compute.and_(pa.compute.equal(first["part"], part), pa.compute.equal(first["kind"], kind)))
+            if rows.num_rows:
+                merged = np.concatenate([self.best.get(side, np.empty(0, np.uint64)), rows["priority"].to_numpy()])
+                self.best[side] = np.unique(merged)[: self.points]
+
+    def current(self) -> dict[str, int]:
+        return {side: int(v[-1]) for side, v in self.best.items() if len(v) >= self.points}
+
+
+def _run_local(model, source: Source, out: Path, settings: PassSettings, done: set[int], shard_size: int,
+               tracker: Tracker, cancel: threading.Event | None, workers: int | None) -> None:
+    thresholds = Thresholds(settings.atlas_points)
+    for index in sorted(done):
+        thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
+    threads = torch.get_num_threads()
+    if workers is not None:
+        torch.set_num_threads(workers)
+    try:
+        for index, first, texts in shards(source, shard_size, done):
+            result = run_shard(model, index, first, texts, settings, thresholds=thresholds.current(), cancel=cancel,
+                               on_batch=tracker.add)
+            write_shard(out, result)
+            thresholds.add(result.atlas)
+            tracker.add(0, force=True)  # every finished shard is reported
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _load(model, device: str):
+    from ..core.pretrained import load_pretrained, read_spec
+
+    if model is not None and not hasattr(model, "tokenizer"):
+        read_spec(model)  # a folder that is not a model says so before any weight is read
+        model = load_pretrained(model, device=device)
+    elif model is None:
+        model = load_pretrained(None, device=device)
+    return model
+
+
+def _manifest(model, source: Source, settings: PassSettings, shard_size: int, methods: tuple[str, ...],
+              run: dict) -> dict:
+    """What the store records. ``arguments`` must match for a resume; ``run`` (engine, workers) is
+    recorded only: the engines give the same store, so a run may resume on another engine."""
+    arguments = asdict(settings) | {"shard_size": shard_size, "atlas_methods": list(methods),
+                                    "device": str(model.device)}
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk": __version__, "run": run,
+        "model": {"name": model.name, "path": str(Path(model.path).resolve()), "family": model.family,
+                  "sha256": weights_hash(Path(model.path)), "layers": dict(model.layers), "heads": model.num_heads},
+        "data": {"describe": source.describe, "texts": source.count, "sha256": source.fingerprint},
+        "arguments": arguments, "complete": False,
+    }
+
+
+def _prepare(out: Path, manifest: dict, resume: bool) -> bool:
+    """Check ``out`` against the new run; True when it already holds this finished run."""
+    old = _check_out(out)
+    if old is not None and not resume:
+        _clear(out)
+        old = None
+    if old is not None:
+        _refuse_mismatch(out, _identity(old), _identity(manifest))
+        if old.get("complete") and (out / "corpus.duckdb").exists():
+            return True
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, manifest)
+    return False
+
+
+def analyze_corpus(texts, out, *, model=None, max_tokens: int = 128, engine: str = "local", workers: int | None = None,
+                   resume: bool = True, atlas_points: int = ATLAS_POINTS, atlas_methods=("pca",),
+                   shard_size: int = SHARD_SIZE, batch_size: int = 32, seed: int = 0, device: str = "cpu",
+                   ray_address: str | None = None, progress: ProgressFn | None = None,
+                   cancel: threading.Event | None = None) -> CorpusStore:
+    """Analyze every text's attention with ``model`` (a folder, a ``LoadedModel`` or None for the
+    packaged all-MiniLM-L6-v2) and return the store written to ``out`` (see ``store``).
+
+    ``texts``: a .txt/.jsonl/.csv/.parquet file, a folder of .txt files or a sequence of strings.
+    ``max_tokens``: tokens a text keeps (the tokenizer's, special tokens kept; at most the model's).
+    ``atlas_points``: queries and keys kept per head for the atlas (0: none), projected by
+    ``atlas_methods`` ("pca", "umap"). ``engine="ray"`` runs the shards on Ray (``ray_address`` or
+    RAY_ADDRESS, else a local Ray with ``workers`` CPUs). ``progress`` gets ``CorpusProgress``;
+    setting ``cancel`` stops at the next batch (``Cancelled``), keeping finished shards.
+    ``resume=False`` starts over in a store of an earlier run. Bad input: ``ConfigError``, nothing written.
+    """
+    methods = _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers)
+    out = Path(out).expanduser()
+    _check_out(out)
+    source = open_source(texts)
+    loaded = _load(model, device)
+    limit = loaded.max_tokens
+    settings = PassSettings(min(max_tokens, limit) if limit else max_tokens, atlas_points, batch_size, seed)
+    manifest = _manifest(loaded, source, settings, shard_size, methods, {"engine": engine, "workers": workers})
+    if _prepare(out, manifest, resume):
+        return open_corpus(out)
+    done = finished_shards(out)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), progress)
+    if engine == "ray":
+        from .ray_engine import run_ray
+
+        run_ray(loaded, source, out, settings, done, shard_size, tracker, cancel, workers, ray_address)
+    else:
+        _run_local(loaded, source, out, settings, done, shard_size, tracker, cancel, workers)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled")
+    tracker.add(0, "compacting", force=True)
+    compact(out, atlas_points=atlas_points, atlas_methods=methods, seed=seed)
+    write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    remove_shards(out)
+    tracker.add(0, "done", force=True)
+    return open_corpus(out)
+
+
+__all__ = ["ATLAS_POINTS", "CorpusProgress", "ENGINES", "SHARD_SIZE", "analyze_corpus", "finished_shards",
+           "run_shard", "shards", "weights_hash", "write_shard"]

@@ -1,0 +1,138 @@
+"""Per-text, per-head attention metrics of a padded batch, computed in torch from the weights a
+layer hands attndesk's capture, and the corpus summary and roles built from them.
+
+Row metrics (the same definitions as ``attndesk.core.statistics.head_statistics``, which the tests
+use as the reference on single texts) are means over the text's query rows; rows of padding and
+rows with no weight (every key masked) are left out, and padding keys carry no weight:
+
+- ``entropy``: -sum_j w_ij ln w_ij, nats;
+- ``distance``: sum_j w_ij |i - j|, tokens;
+- ``self``, ``first``: w_ii and w_i0;
+- ``previous``: w_i,i-1 over rows i >= 1 only (``head_statistics``' previous_share counts row 0 as 0).
+
+Detection scores are TransformerLens ``head_detector``'s ``mul`` measure with no exclusions, on the
+text's own (unpadded) attention A and detection pattern P: sum(A * P) / sum(A), where P is the
+previous-token, duplicate-token or induction pattern of the text's token ids. They need a square
+pattern, so cross-attention has none (NaN). Corpus figures: row metrics are means over all rows
+of all texts (each text weighted by its rows), detection scores are means over texts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+ROW_METRICS = ("entropy", "distance", "self", "previous", "first")
+SCORES = ("previous_token_score", "duplicate_token_score", "induction_score")
+METRICS = ROW_METRICS + SCORES
+# per text and head: the metrics, the rows averaged, and the mean ln(keys a row reached)
+PER_TEXT_VALUES = METRICS + ("uniform_entropy",)
+
+# Roles, first match wins (documented in docs/corpus.md; thresholds are shares of a row's weight,
+# or of the text's attention for the detection scores):
+ROLE_RULES: tuple[tuple[str, str, float], ...] = (
+    ("induction", "induction_score", 0.3),
+    ("duplicate-token", "duplicate_token_score", 0.3),
+    ("previous-token", "previous", 0.5),
+    ("first-token/sink", "first", 0.5),
+    ("self", "self", 0.5),
+    ("local", "distance", 1.5),  # at most 1.5 tokens away on average
+)
+BROAD_SHARE = 0.8  # entropy at least this share of a uniform row's (ln of the keys each row reached)
+
+
+def role(values: dict) -> str:
+    """The first role whose rule the head's corpus metrics meet; "broad" or "mixed" otherwise."""
+    for name, metric, threshold in ROLE_RULES:
+        value = values.get(metric)
+        if value is None or not math.isfinite(value):
+            continue
+        if (value <= threshold) if metric == "distance" else (value >= threshold):
+            return name
+    entropy, uniform = values.get("entropy"), values.get("uniform_entropy")
+    if entropy is not None and uniform and math.isfinite(entropy) and entropy >= BROAD_SHARE * uniform:
+        return "broad"
+    return "mixed"
+
+
+_DISTANCES: dict[tuple[int, int, str], torch.Tensor] = {}
+
+
+def _distance_matrix(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    key = (lq, lk, str(device))
+    if key not in _DISTANCES:
+        if len(_DISTANCES) > 64:
+            _DISTANCES.clear()
+        i = torch.arange(lq, device=device, dtype=torch.float32)[:, None]
+        _DISTANCES[key] = (i - torch.arange(lk, device=device, dtype=torch.float32)[None, :]).abs()
+    return _DISTANCES[key]
+
+
+def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per text and head, sums over the valid rows of each row metric, and the row counts."""
+    lq, lk = w.shape[-2:]
+    valid = rows.to(w.dtype)  # [B, H, Lq]
+    entropy = -torch.special.xlogy(w, w).sum(-1)
+    distance = torch.einsum("bhij,ij->bhi", w, _distance_matrix(lq, lk, w.device))
+    n = min(lq, lk)
+    self_rows = torch.zeros_like(valid)
+    self_rows[..., :n] = torch.diagonal(w, dim1=-2, dim2=-1)[..., :n]
+    prev_rows = torch.zeros_like(valid)
+    m = min(lq - 1, lk)
+    if m > 0:
+        prev_rows[..., 1 : m + 1] = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)[..., :m]
+    reached = (w > 0).sum(-1).clamp(min=1).to(w.dtype).log()
+    prev_valid = valid.clone()
+    prev_valid[..., 0] = 0
+    sums = {
+        "entropy": (entropy * valid).sum(-1), "distance": (distance * valid).sum(-1),
+        "self": (self_rows * valid).sum(-1), "first": (w[..., 0] * valid).sum(-1),
+        "previous": (prev_rows * prev_valid).sum(-1), "uniform_entropy": (reached * valid).sum(-1),
+    }
+    return {k: v.double() for k, v in sums.items()} | {"rows": valid.sum(-1).double(),
+                                                       "previous_rows": prev_valid.sum(-1).double()}
+
+
+def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TransformerLens' mul scores of each text's square attention [B, H, L, L] (padding cut out)."""
+    valid = rows.to(w.dtype)
+    a = w * valid[..., None] * keys[:, None, None, :].to(w.dtype)  # the text's own attention A
+    total = a.sum((-1, -2)).double()  # sum(A)
+    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).sum(-1).double()
+    lower = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device).tril(-1)
+    dup = ((ids[:, :, None] == ids[:, None, :]) & lower).to(w.dtype)  # [B, L, L]: tok_i == tok_j, j < i
+    duplicate = torch.einsum("bhij,bij->bh", a, dup).double()
+    induction = torch.einsum("bhij,bij->bh", a[..., 1:], dup[..., :-1]).double()  # P[i, j] = dup[i, j - 1]
+    safe = total.clamp(min=1e-300)
+    nan = torch.full_like(total, math.nan)
+    return {name: torch.where(total > 0, value / safe, nan)
+            for name, value in (("previous_token_score", prev), ("duplicate_token_score", duplicate),
+                                ("induction_score", induction))}
+
+
+def batch_metrics(weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor,
+                  ids: torch.Tensor | None) -> dict[str, np.ndarray]:
+    """Per text and head of one layer: {metric: [B, H]} plus "rows" and "previous_rows".
+
+    ``weights`` [B, H, Lq, Lk] as the model attends; ``query_mask`` [B, Lq] and ``key_mask``
+    [B, Lk] are True on real tokens; ``ids`` [B, L]: the token ids of a square (self-attention)
+    part, None for cross-attention (no detection scores).
+    """
+    w = weights.detach().float() * key_mask[:, None, None, :].to(torch.float32)
+    rows = query_mask[:, None, :] & (w.sum(-1) > 0)  # [B, H, Lq]
+    sums = _row_sums(w, rows)
+    count, prev_count = sums.pop("rows"), sums.pop("previous_rows")
+    out = {"rows": count, "previous_rows": prev_count}
+    for name, total in sums.items():
+        by = prev_count if name == "previous" else count
+        out[name] = torch.where(by > 0, total / by.clamp(min=1), torch.full_like(total, math.nan))
+    if ids is not None:
+        out.update(_scores(w, rows, key_mask, ids))
+    else:
+        out.update({name: torch.full_like(count, math.nan) for name in SCORES})
+    return {k: v.cpu().numpy() for k, v in out.items()}
+
+
+__all__ = ["BROAD_SHARE", "METRICS", "PER_TEXT_VALUES", "ROLE_RULES", "ROW_METRICS", "SCORES", "batch_metrics", "role"]

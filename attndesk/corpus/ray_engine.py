@@ -1,0 +1,106 @@
+"""The Ray engine: the same shards through the same ``run_shard``, on Ray Data actors.
+
+Each actor loads the model once (``load_pretrained`` of the same folder, so the workers must see
+that path: a shared file system on a cluster) and maps one shard a call; the shard's tables come
+back to the driver as Arrow IPC bytes and are written to the store there, exactly as the local
+engine writes them, so the store is the same. ``ray.init`` joins ``address`` or ``RAY_ADDRESS``
+when given (a cluster), else starts a local Ray with ``workers`` CPUs, shut down afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.errors import Cancelled, ConfigError
+from .batch import PassSettings, ShardResult, run_shard
+from .shards import shards, write_shard
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _table(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+class ShardActor:
+    """One model per actor; called with a batch of shards (``index``, ``first``, ``texts``)."""
+
+    def __init__(self, model_path: str, settings: dict, device: str = "cpu", threads: int = 1):
+        import torch
+
+        from ..core.pretrained import load_pretrained
+
+        torch.set_num_threads(threads)
+        self.model = load_pretrained(model_path, device=device)
+        self.settings = PassSettings(**settings)
+
+    def __call__(self, batch: dict) -> dict:
+        out: dict[str, list] = {"index": [], "texts": [], "per_text": [], "atlas": []}
+        for index, first, texts in zip(batch["index"], batch["first"], batch["texts"]):
+            result = run_shard(self.model, int(index), int(first), [str(t) for t in texts], self.settings)
+            out["index"].append(int(index))
+            for name in ("texts", "per_text", "atlas"):
+                out[name].append(_ipc(getattr(result, name)))
+        return {"index": np.array(out["index"]), **{k: np.array(v, dtype=object) for k, v in out.items() if k != "index"}}
+
+
+def _init(workers: int | None, address: str | None) -> bool:
+    """Connect to Ray; True when this call started a local Ray (to be shut down afterwards)."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers or 2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"Ray cannot start{' at ' + address if address else ''}: {str(exc).splitlines()[0]}") from None
+    return True
+
+
+def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], shard_size: int, tracker,
+            cancel: threading.Event | None, workers: int | None, address: str | None) -> None:
+    """Run every shard not in ``done`` on Ray and write each to ``out`` as it arrives."""
+    import ray
+
+    items = [{"index": i, "first": f, "texts": t} for i, f, t in shards(source, shard_size, done)]
+    if not items:
+        return
+    started = _init(workers, address)
+    try:
+        from dataclasses import asdict
+
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        ds = ds.map_batches(ShardActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers or 2), num_cpus=1,
+                            fn_constructor_kwargs={"model_path": str(model.path), "settings": asdict(settings),
+                                                   "device": str(model.device)})
+        for row in ds.iter_rows():
+            result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
+            write_shard(out, result)
+            tracker.add(result.texts.num_rows, force=True)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled")
+    finally:
+        if started:
+            ray.shutdown()
+
+
+__all__ = ["ShardActor", "run_ray"]

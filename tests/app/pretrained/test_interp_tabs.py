@@ -1,0 +1,228 @@
+"""The interpretability tabs in the real window (offscreen) on tiny random GPT-2 / BERT checkpoints:
+Patching shows the core's patch_heads array and refuses a multi-token answer without computing,
+Attribution's colours are the core's integrated gradients / gradient x input, the Logit lens grid
+writes the core's top tokens, the attention flow sits beside the rollout, Cancel leaves no job
+running, and an encoder-only model says why the tabs are off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
+from pretrained_models import build, build_bare
+from PySide6.QtCore import QPointF, Qt
+
+from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
+from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
+from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
+from attndesk.app.views.attribution import score_colors
+from attndesk.app.views.logit_lens import cell_label
+from attndesk.core.interp import attention_flow, gradient_x_input, integrated_gradients, logit_lens, patch_heads
+from attndesk.core.pretrained import load_pretrained, run_pretrained
+from tests.app.tabs.test_responsive import assert_smooth, worst_gap
+from tests.conftest import TIMEOUT_MS
+
+TEXT = "the cat sat on the mat"
+CLEAN, CORRUPT = "when mary and john went to the store john gave it to", "when mary and john went to the store mary gave it to"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build("gpt2", tmp_path_factory.mktemp("interp") / "gpt2", seed=3)
+
+
+@pytest.fixture(scope="module")
+def model(folder):
+    return load_pretrained(folder)
+
+
+def open_window(qtbot, folder, tab: str):
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
+        w.state.text = TEXT
+        assert w.pretrained.open_folder(folder)
+    w.state.view.tab = tab
+    return w
+
+
+@pytest.fixture
+def gpt2_window(qtbot, folder, model):
+    w = open_window(qtbot, folder, PATCHING_TAB)
+    yield w
+    dispose(w)
+
+
+def presenter(w, tab_id: str, kind):
+    found = w.tab_presenter(tab_id)
+    assert isinstance(found, kind)
+    return found
+
+
+def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
+    w = gpt2_window
+    tab = presenter(w, PATCHING_TAB, PatchingTab)
+    view = tab.view
+    view.set_inputs(CLEAN, CORRUPT, "mary", "john")
+    assert view.answer.is_ok() and view.wrong.is_ok() and not view.promptProblem.isVisible()
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    assert tab.is_running()
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    expected = patch_heads(model, CLEAN, CORRUPT, "mary", "john")
+    np.testing.assert_allclose(view.shown.heads, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
+    assert view.positionsPlot.matrix.shape == (model.layers["self"], len(view.shown.clean_tokens))
+    view.open_head(0, 0)
+    click_cell(qtbot, view.headsPlot, 1, 2)  # a head's attention on both prompts, side by side
+    assert view.head == (1, 2) and view.headsPlot.highlighted()["cell"] == (1, 2)
+    np.testing.assert_allclose(view.cleanAttention.matrix, run_pretrained(model, CLEAN).weights[1, 2], atol=1e-6)
+    np.testing.assert_allclose(view.corruptAttention.matrix, run_pretrained(model, CORRUPT).weights[1, 2], atol=1e-6)
+
+
+def click_cell(qtbot, plot, row: int, col: int) -> None:
+    """A real mouse click on cell (row, col) of a MatrixPlot."""
+    scene = plot.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
+    point = plot.graphics.mapFromScene(scene)
+    qtbot.mouseClick(plot.graphics.viewport(), Qt.MouseButton.LeftButton, pos=point)
+
+
+def test_patching_refuses_bad_input_and_computes_nothing(qtbot, gpt2_window):
+    w = gpt2_window
+    tab = presenter(w, PATCHING_TAB, PatchingTab)
+    view = tab.view
+    view.set_inputs(CLEAN, CORRUPT, "xylophonists", "john")
+    assert not view.answer.is_ok() and "tokens" in view.answer.check.text()
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    assert not tab.is_running() and not w.compute.side.is_busy("patching") and view.shown is None
+    view.set_inputs(CLEAN, CORRUPT + " too", "mary", "id:99999")
+    assert "outside the model's vocabulary" in view.wrong.check.text()
+    assert view.promptProblem.isVisible() and "equal token length" in view.promptProblem.text()
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    assert not tab.is_running() and view.shown is None
+
+
+def test_attribution_colours_are_the_cores_scores(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    view = tab.view
+    view.stepsSpin.setValue(16)
+    view.target.set_text("mat")
+    qtbot.waitUntil(lambda: view.attribution is not None and view.attribution.steps == 16 and not tab.is_running(),
+                    timeout=TIMEOUT_MS)
+    expected = integrated_gradients(model, TEXT, "mat", steps=16)
+    np.testing.assert_allclose(view.strip.scores, expected, rtol=1e-5, atol=1e-7)
+    colours, bound = score_colors(expected)
+    assert bound == pytest.approx(np.abs(expected).max())
+    assert [c.name() for c in view.strip.colors] == [c.name() for c in colours]
+    top = int(np.argmax(expected))  # the most positive token is the reddest chip
+    assert view.strip.colors[top].red() > view.strip.colors[top].blue()
+    view.set_method("gxi")
+    qtbot.waitUntil(lambda: view.attribution.method == "gradient_x_input" and not tab.is_running(), timeout=TIMEOUT_MS)
+    np.testing.assert_allclose(view.strip.scores, gradient_x_input(model, TEXT, "mat"), rtol=1e-5, atol=1e-7)
+    view.target.set_text("xylophonists")  # several tokens: the field says so, nothing runs
+    assert not view.target.is_ok() and "tokens" in view.target.check.text() and not tab.is_running()
+    assert view.attribution.method == "gradient_x_input"
+
+
+def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.state.view.tab = LOGIT_LENS_TAB
+    tab = presenter(w, LOGIT_LENS_TAB, LogitLensTab)
+    qtbot.waitUntil(lambda: tab.view.lens is not None and not tab.is_running(), timeout=TIMEOUT_MS)
+    lens = logit_lens(model, TEXT, k=5)
+    np.testing.assert_allclose(tab.view.plot.matrix, lens.top_probs[:, :, 0], rtol=1e-5)
+    rows, cols = lens.top_probs.shape[:2]
+    assert [[tab.view.cell_text(r, c) for c in range(cols)] for r in range(rows)] == \
+        [[cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens]
+    assert tab.view.plot.row_labels == lens.labels and tab.view.plot.col_labels == lens.tokens
+
+
+def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
+    w = gpt2_window
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    tab.view.stepsSpin.setValue(4096)  # long enough to be caught running
+    assert tab.is_running() and tab.view.bar.cancelButton.isEnabled()
+    qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
+    assert not tab.is_running() and "cancelled" in tab.view.bar.message.text()
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy("attribution"), timeout=TIMEOUT_MS)
+    assert not tab.view.bar.progress.isVisible() and tab.view.bar.runButton.isEnabled()
+
+
+def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
+    w = open_window(qtbot, build("bert", tmp_path / "bert"), PATCHING_TAB)
+    try:
+        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
+                             (LOGIT_LENS_TAB, LogitLensTab)):
+            tab = presenter(w, tab_id, kind)
+            w.state.view.tab = tab_id
+            page = w.tab_page(tab_id)  # the window shows the reason instead of the view
+            assert page.currentIndex() == 1 and "encoder-only" in page.currentWidget().text()
+            assert "encoder-only" in tab.view.info.text()
+            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+            assert not w.compute.side.is_busy(tab.CHANNEL)
+    finally:
+        dispose(w)
+
+
+def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, model):
+    w = gpt2_window
+    view = w.tab_widget("rollout")
+    with qtbot.waitSignal(view.queryChanged, timeout=TIMEOUT_MS):
+        w.state.view.tab = "rollout"
+    with qtbot.waitSignal(view.flowShown, timeout=TIMEOUT_MS):  # a side job of the compute controller
+        view.flowCheck.setChecked(True)
+    run = run_pretrained(model, TEXT)
+    np.testing.assert_allclose(view.flow, attention_flow(run.weights).flow, atol=1e-6)
+    assert view.flowPlot.isVisible() and view.rolloutPlot.isVisible()
+    assert not w.compute.side.is_busy("flow")
+
+
+def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_path):
+    w = open_window(qtbot, build_bare("gpt2", tmp_path / "bare"), ATTRIBUTION_TAB)  # the run loads it
+    try:
+        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
+                             (LOGIT_LENS_TAB, LogitLensTab)):
+            tab = presenter(w, tab_id, kind)
+            w.state.view.tab = tab_id
+            assert w.tab_page(tab_id).currentIndex() == 0  # a decoder: the view itself says why
+            assert "no LM head" in tab.view.info.text() and tab.view.info.isVisible()
+            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+    finally:
+        dispose(w)
+
+
+def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
+    w = gpt2_window
+    long_text = " ".join(["the cat sat on the mat"] * 10)  # 62 tokens: the checkpoint's 64 positions nearly full
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.new_run):
+        w.state.text = long_text
+    patching = presenter(w, PATCHING_TAB, PatchingTab)
+    patching.view.set_inputs(long_text + " john", long_text + " mary", "mary", "john")
+    lens, attribution = presenter(w, LOGIT_LENS_TAB, LogitLensTab), presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    rollout = w.tab_widget("rollout")
+
+    def run_patching():
+        w.state.view.tab = PATCHING_TAB
+        qtbot.mouseClick(patching.view.bar.runButton, Qt.MouseButton.LeftButton)
+
+    assert_smooth(qtbot, "patching", lambda i: timed(qtbot, run_patching, lambda: not patching.is_running()))
+    assert patching.view.shown is not None
+    assert_smooth(qtbot, "logit lens", lambda i: timed(qtbot, lambda: setattr(w.state.view, "tab", LOGIT_LENS_TAB),
+                                                       lambda: lens.view.lens is not None and not lens.is_running()))
+    assert_smooth(qtbot, "attribution", lambda i: timed(
+        qtbot, lambda: setattr(w.state.view, "tab", ATTRIBUTION_TAB),
+        lambda: attribution.view.attribution is not None and not attribution.is_running()))
+
+    def flow():
+        w.state.view.tab = "rollout"
+        rollout.flowCheck.setChecked(False)
+        rollout.flowCheck.setChecked(True)
+    assert_smooth(qtbot, "attention flow", lambda i: timed(qtbot, flow, lambda: rollout.flow is not None))
+    assert rollout.flow.shape == (62, 62)
+
+
+def timed(qtbot, action, done) -> float:
+    """The longest gap between 5 ms GUI-thread ticks from ``action`` until ``done()`` holds."""
+    return worst_gap(qtbot, lambda: (action(), qtbot.waitUntil(done, timeout=TIMEOUT_MS)), settle_ms=100)

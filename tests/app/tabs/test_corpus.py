@@ -1,0 +1,203 @@
+"""The Corpus tab drives the corpus pass in the window: a pass over ten texts with a tiny random BERT,
+its grid, table, top texts and atlas read back from the store, opening a text in the heatmaps,
+cancel and resume, bad input, and reopening a store from the File menu."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from pretrained_models import build
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QFileDialog
+
+from attndesk.app.main_window import MainWindow
+from attndesk.app.pretrained.mode import folder_mode
+from attndesk.app.state import HEATMAPS_TAB, TOY
+from attndesk.app.tabs.corpus import CORPUS_TAB, TOY_NOTE
+from attndesk.corpus import open_corpus
+from tests.conftest import TIMEOUT_MS
+
+TEXTS = [
+    "The cat sat on the mat.", "A dog ran in the park and the dog ran home.", "Attention weights sum to one.",
+    "Heads look back at earlier tokens.", "one two three one two three", "The sun rose over the hills.",
+    "Red green blue red green blue.", "Models read text as tokens.", "Short.", "A last line of text.",
+]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus-tab")
+    return {name: build(name, root / name) for name in ("bert", "gpt2")}
+
+
+@pytest.fixture
+def window(qtbot, folders):
+    w = MainWindow(restore=False)
+    w.resize(1300, 850)
+    w.show()
+    assert w.pretrained.open_folder(folders["bert"])
+    w.state.view.tab = CORPUS_TAB
+    yield w
+    qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
+    dispose(w)
+
+
+def corpus_file(tmp_path, lines=TEXTS, name="texts.txt"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def run_pass(qtbot, window, data, out, tokens=16):
+    tab, view = window.tab_presenter(CORPUS_TAB), window.tab_widget(CORPUS_TAB)
+    view.sourceEdit.setText(str(data))
+    view.storeEdit.setText(str(out))
+    view.tokensSpin.setValue(tokens)
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    return tab, view
+
+
+def wait_head(qtbot, tab, view, layer, head):
+    qtbot.waitUntil(lambda: view.headLabel.text().startswith(f"<b>self layer {layer} head {head}</b>")
+                    and not window_busy(tab), timeout=TIMEOUT_MS)
+
+
+def window_busy(tab) -> bool:
+    return tab.compute.side.is_busy("corpus-query")
+
+
+def click_cell(qtbot, grid, layer: int, head: int) -> None:
+    scene = grid.getViewBox().mapViewToScene(QPointF(head + 0.5, layer + 0.5))
+    qtbot.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton, pos=grid.mapFromScene(scene))
+
+
+def test_a_pass_fills_the_grid_table_texts_and_atlas_and_opens_a_text(qtbot, window, tmp_path, folders):
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path), tmp_path / "store")
+    assert view.errorLabel.text() == ""
+    qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
+    wait_head(qtbot, tab, view, 0, 0)
+    store = open_corpus(tmp_path / "store")
+    heads = store.heads
+    for metric in ("entropy", "previous"):  # the grid is the metric pivoted [layers, heads]
+        view.metricCombo.setCurrentText(metric)
+        expected = heads.pivot(index="layer", columns="head", values=metric).to_numpy()
+        np.testing.assert_array_equal(view.grid.values(), expected)
+    assert view.grid.image.image.shape == (2, 4) and len(view.grid._badges) == 8
+    view.table.sortItems(view.table_column_index("entropy"), Qt.SortOrder.DescendingOrder)
+    shown = view.table_column("entropy")
+    assert shown == sorted(heads["entropy"], reverse=True)
+    assert sorted(zip(view.table_column("layer"), view.table_column("head"))) == sorted(zip(heads["layer"], heads["head"]))
+    click_cell(qtbot, view.grid, 1, 2)  # a real click on the grid's cell
+    wait_head(qtbot, tab, view, 1, 2)
+    top = store.top_texts(1, 2, "previous", 8)
+    assert [view.topList.item(i).data(Qt.ItemDataRole.UserRole) for i in range(view.topList.count())] == list(top["text_id"])
+    bottom = store.top_texts(1, 2, "previous", 8, lowest=True)
+    assert view.bottomList.count() == len(bottom)
+    atlas = store.atlas(1, 2)
+    assert view.atlas.count() == len(atlas) > 0
+    assert len(view.atlas.queries.data) == int((atlas["kind"] == "query").sum())
+    assert len(view.atlas.keys.data) == int((atlas["kind"] == "key").sum())
+    assert view.atlas.queries.opts["brush"].color() != view.atlas.keys.opts["brush"].color()
+    item = view.topList.item(0)
+    view.topList.itemActivated.emit(item)
+    qtbot.waitUntil(lambda: window.state.view.tab == HEATMAPS_TAB, timeout=TIMEOUT_MS)
+    text = store.sql("SELECT text FROM texts WHERE text_id = ?", [int(top["text_id"].iloc[0])])["text"].iloc[0]
+    assert window.state.text == text and window.state.pretrained.layer == 1 and window.state.view.target == 2
+    assert window.viewTabs.currentWidget() is window.heatmapPanel
+    window.state.mode = TOY  # from the toy model, a text opens with the store's model
+    assert view.modelLabel.text() == TOY_NOTE and tab.pass_model() is None
+    view.atlas.pointClicked.emit(0)
+    qtbot.waitUntil(lambda: window.state.mode == folder_mode(folders["bert"]), timeout=TIMEOUT_MS)
+    assert window.state.text == store.sql("SELECT text FROM texts WHERE text_id = ?",
+                                          [int(atlas["text_id"].iloc[0])])["text"].iloc[0]
+    store.close()
+
+
+def test_cancel_stops_the_job_and_start_resumes_the_store(qtbot, window, tmp_path):
+    tab, view = window.tab_presenter(CORPUS_TAB), window.tab_widget(CORPUS_TAB)
+    view.sourceEdit.setText(str(corpus_file(tmp_path)))
+    view.storeEdit.setText(str(tmp_path / "store"))
+    view.tokensSpin.setValue(16)
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
+    assert tab.is_running() and view.cancelButton.isEnabled()
+    qtbot.mouseClick(view.cancelButton, Qt.MouseButton.LeftButton)  # before its first batch
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    assert view.startButton.text() == "Resume" and "cancelled" in view.progressLabel.text()
+    assert tab.store is None and (tmp_path / "store" / "manifest.json").exists()
+    assert not tab.compute.side.is_busy("corpus")  # the job ended (its channel's thread is joined with the window)
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)  # Resume
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
+    assert view.startButton.text() == "Start" and view.errorLabel.text() == ""
+    with open_corpus(tmp_path / "store") as store:
+        assert len(store.texts) == len(TEXTS)
+
+
+def test_bad_input_shows_one_line_and_keeps_the_store_on_screen(qtbot, window, tmp_path, folders):
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path), tmp_path / "store")
+    qtbot.waitUntil(lambda: tab.store is not None and view.table.rowCount() == 8, timeout=TIMEOUT_MS)
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "notext.csv").write_text("title,body\na,b\n", encoding="utf-8")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "image.png").write_bytes(b"\x89PNG")
+    cases = [(tmp_path / "empty.txt", tmp_path / "s1", "text"), (tmp_path / "binary.txt", tmp_path / "s2", "UTF-8"),
+             (tmp_path / "notext.csv", tmp_path / "s3", "text"), (other, tmp_path / "s4", ".txt"),
+             (tmp_path / "texts.txt", tmp_path / "store", "another model")]
+    window.state.mode = folder_mode(folders["gpt2"])  # the last case: the store is the BERT's
+    for data, out, says in cases:
+        run_pass(qtbot, window, data, out)
+        message = view.errorLabel.text()
+        assert message and "\n" not in message and "Traceback" not in message
+        assert says.lower() in message.lower(), message
+        assert view.table.rowCount() == 8 and tab.store is not None  # nothing lost
+        assert view.sourceEdit.text() == str(data)
+    window.state.mode = TOY
+
+
+def test_file_menu_reopens_a_store(qtbot, window, tmp_path, monkeypatch):
+    run_pass(qtbot, window, corpus_file(tmp_path), tmp_path / "store")
+    other = window.tab_presenter(CORPUS_TAB)
+    qtbot.waitUntil(lambda: other.store is not None, timeout=TIMEOUT_MS)
+    window.state.view.tab = HEATMAPS_TAB
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "nowhere")))
+    action = next(a for a in window.menus.actions("file") if a.objectName() == "openCorpusStoreAction")
+    action.trigger()
+    view = window.tab_widget(CORPUS_TAB)
+    qtbot.waitUntil(lambda: view.errorLabel.text().startswith("store not opened"), timeout=TIMEOUT_MS)
+    assert window.state.view.tab == CORPUS_TAB
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "store")))
+    path_before = other.store
+    action.trigger()
+    qtbot.waitUntil(lambda: other.store is not path_before and view.errorLabel.text() == "", timeout=TIMEOUT_MS)
+    assert str(other.store.path) == str(tmp_path / "store") and view.table.rowCount() == 8
+
+
+def test_the_atlas_hover_finds_the_nearest_point_in_screen_pixels(qtbot):
+    from attndesk.app.views.corpus import CorpusView
+
+    view = CorpusView()
+    qtbot.addWidget(view)
+    view.resize(1200, 800)
+    view.show()
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0, 1, 1000), rng.normal(0, 100, 1000)  # unequal scales: nearness is in pixels, not data units
+    view.set_atlas(x, y, np.arange(1000) % 2 == 0, np.arange(1000), np.zeros(1000, int), ["t"] * 1000,
+                   {i: f"text {i}" for i in range(1000)})
+    plot, box = view.atlas, view.atlas.getViewBox()
+    assert len(plot.queries.data) == len(plot.keys.data) == 500
+    for index in (0, 17, 999):
+        scene = box.mapViewToScene(QPointF(x[index], y[index]))
+        px = np.array([[box.mapViewToScene(QPointF(a, b)).x(), box.mapViewToScene(QPointF(a, b)).y()]
+                       for a, b in zip(x, y)])
+        expected = int(np.argmin(((px - [scene.x(), scene.y()]) ** 2).sum(axis=1)))
+        assert plot.nearest(scene) == expected
+        plot._hover(scene)
+        assert plot.label.isVisible() and f"text {expected}" in plot.label.textItem.toHtml()
+        with qtbot.waitSignal(view.textOpened) as opened:
+            plot._clicked(type("Click", (), {"scenePos": lambda self, s=scene: s})())
+        assert opened.args == [expected]
+    assert plot.nearest(box.mapViewToScene(QPointF(1e6, 1e6))) is None

@@ -1,0 +1,59 @@
+"""``attndesk corpus``: plan, progress, the store and its heads summary (CSV + PNG); bad input is
+one line on stderr, exit 2, and nothing written."""
+
+from __future__ import annotations
+
+import csv
+
+from conftest import TEXTS
+
+from attndesk.cli import main
+from attndesk.cli_corpus import SAMPLE
+from attndesk.corpus import open_corpus
+
+
+def test_corpus_command_writes_the_store_and_its_heads_summary(models, tmp_path, capsys):
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "store"
+    code = main(["corpus", "--model", str(models["gpt2"]), "--data", str(data), "--out", str(out),
+                 "--max-tokens", "12", "--atlas-points", "8", "--shard-size", "4"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert f"corpus: {len(TEXTS)} texts" in printed.out and "store: " in printed.out
+    assert "texts/s" in printed.err
+    with open(out / "heads.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 4 and rows[0]["role"]
+    png = (out / "heads.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width > 400 and height > 100
+    with open_corpus(out) as store:
+        assert len(store.texts) == len(TEXTS) and len(store.atlas(1, 0)) == 16
+
+
+def test_sample_corpus_is_bundled_with_repeats():
+    lines = [line for line in SAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert 250 <= len(lines) <= 1000
+    assert len(set(lines)) < len(lines)  # whole texts recur
+    assert sum("once more" in line.lower() for line in lines) > 50  # a phrase recurs within a text
+
+
+def test_bad_input_is_one_line_and_exit_2(models, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    cases = [
+        ["--data", str(empty)],
+        ["--data", str(tmp_path / "missing.csv")],
+        ["--model", str(tmp_path), "--data", str(SAMPLE)],
+        ["--atlas", "tsne"],
+        ["--max-tokens", "0"],
+    ]
+    for extra in cases:
+        out = tmp_path / "never"
+        argv = ["corpus", "--out", str(out)] + (["--model", str(models["bert"])] if "--model" not in extra else []) + extra
+        assert main(argv) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("attndesk: error:"), (extra, err)
+        assert not out.exists()

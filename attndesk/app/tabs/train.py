@@ -385,7 +385,8 @@ class TrainTab(QObject):
         latest = self.gathered.steps[-1] if self.gathered.steps else 0
         where = "newest weights" if self.scrub_step is None else f"checkpoint at step {self.scrub_step:,}"
         jump = f" · phase change at step {phase:,}" if phase is not None else ""
-        self.view.set_timeline_text(f"{len(steps)} kept · showing the {where} (step {latest:,}){jump}")
+        kept = f"{len(steps)} kept" if steps else "no checkpoints in this run"
+        self.view.set_timeline_text(f"{kept} · showing the {where} (step {latest:,}){jump}")
 
     def _show_probe(self) -> None:
         if self.shown is None:

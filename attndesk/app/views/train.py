@@ -210,7 +210,6 @@ class TrainView(QWidget):
                                    "as attndesk train writes it")
         self.saveButton.setEnabled(False)
         self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
-        opened.addWidget(self.presetCombo, 1)
         opened.addWidget(self.openButton)
         opened.addWidget(self.saveButton)
         self.message = QLabel(objectName="trainMessage", wordWrap=True)
@@ -219,8 +218,9 @@ class TrainView(QWidget):
         grid.addLayout(buttons, rows, 0, 1, 2)
         grid.addWidget(self.message, rows + 1, 0, 1, 2)
         grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
-        grid.addLayout(opened, rows + 3, 0, 1, 2)
-        grid.setRowStretch(rows + 4, 1)
+        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
+        grid.addLayout(opened, rows + 4, 0, 1, 2)
+        grid.setRowStretch(rows + 5, 1)
         box.setMinimumWidth(230)
         box.setMaximumWidth(320)  # the plots take the rest
         return box

@@ -42,9 +42,10 @@ from .worker import JobRunner
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
 TRIM_DELAY_MS = 1500
-# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores, and
-# the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store queries
-UNTURNED = frozenset({"present", "memory", "models", "hub-cache", "corpus", "corpus-query"})
+# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores,
+# the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store
+# queries, and training (the Train tab: a loop that lasts minutes)
+UNTURNED = frozenset({"present", "memory", "models", "hub-cache", "corpus", "corpus-query", "train"})
 
 
 def _cells(shown: Shown) -> int:
@@ -380,6 +381,7 @@ class _Channel:
     done: Callable[[Any], None] | None = None
     failed: Callable[[str], None] | None = None
     progress: Callable[[float, str], None] | None = None
+    reported: Callable[[list], None] | None = None
 
 
 class SideJobs(QObject):
@@ -391,7 +393,9 @@ class SideJobs(QObject):
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
-    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones.
+    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones. A job that
+    streams (its ``fn`` names ``report``, see ``worker``) hands its items to ``reported(items)``
+    in the GUI thread, in batches, under the same rules as ``done``.
     """
 
     def __init__(self, controller: ComputeController) -> None:
@@ -402,12 +406,13 @@ class SideJobs(QObject):
 
     def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], None],
                failed: Callable[[str], None] | None = None, scope: str | None = "run",
-               progress: Callable[[float, str], None] | None = None, **kwargs: Any) -> None:
+               progress: Callable[[float, str], None] | None = None,
+               reported: Callable[[list], None] | None = None, **kwargs: Any) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
         ch.tag = next(self._controller._ids)
-        ch.scope, ch.done, ch.failed, ch.progress = scope, done, failed, progress
+        ch.scope, ch.done, ch.failed, ch.progress, ch.reported = scope, done, failed, progress, reported
         ch.bound = self._id_for(scope)
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
 
@@ -446,6 +451,7 @@ class SideJobs(QObject):
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
             runner.progress.connect(lambda tag, fraction, message, ch=ch: self._progress(ch, tag, fraction, message))
+            runner.reportsWaiting.connect(lambda tag, ch=ch: self._hand_reports(ch, tag))
             self._channels[name] = ch
         return self._channels[name]
 
@@ -453,11 +459,21 @@ class SideJobs(QObject):
         if tag == ch.tag and ch.progress is not None:
             ch.progress(fraction, message)
 
+    def _current(self, ch: _Channel, tag: int) -> bool:
+        return tag == ch.tag and (ch.scope is None or ch.bound == self._id_for(ch.scope))
+
+    def _hand_reports(self, ch: _Channel, tag: int) -> None:
+        items = ch.runner.take_reports()
+        if items and ch.reported is not None and self._current(ch, tag):
+            ch.reported(items)
+
     def _answer(self, ch: _Channel, tag: int, result: Any, message: str | None) -> None:
         if tag != ch.tag or (ch.scope is not None and ch.bound != self._id_for(ch.scope)):
             return  # an older job of the channel, or for a result no longer on screen
+        if ch.reported is not None:  # the items queued before the job ended come first
+            self._hand_reports(ch, tag)
         callback = ch.done if message is None else ch.failed
-        ch.done = ch.failed = ch.progress = None
+        ch.done = ch.failed = ch.progress = ch.reported = None
         if callback is not None:
             callback(result if message is None else message)
 

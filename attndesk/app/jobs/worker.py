@@ -4,7 +4,10 @@
 ``submit(generation, fn, *args, **kwargs)`` parks the job in a one-slot mailbox (a newer request
 replaces a queued one) and wakes the worker through a queued signal. The worker calls ``fn``; if
 ``fn`` accepts ``progress`` / ``should_cancel`` keywords it gets them (the core's convention:
-``progress(fraction, message)``, ``should_cancel() -> bool``, raise ``Cancelled``).
+``progress(fraction, message)``, ``should_cancel() -> bool``, raise ``Cancelled``). A long-lived
+loop that streams results (a training run) also names ``report``: ``report(item)`` queues any
+object; the runner says ``reportsWaiting`` once per batch and ``take_reports()`` hands over
+every item queued since, in order, so a fast loop never floods the GUI thread's event queue.
 The worker's signals are connected to slots of the runner, so they are delivered in the GUI
 thread; the runner drops anything from a generation older than the latest submitted one and
 re-emits the rest as ``finished`` / ``failed`` / ``progress``. Nothing here knows about attention.
@@ -61,8 +64,8 @@ def _accepted_keywords(fn: Callable[..., Any]) -> set[str]:
         return set()
     names = {p.name for p in params}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return {"progress", "should_cancel"}
-    return names & {"progress", "should_cancel"}
+        return {"progress", "should_cancel"} | (names & {"report"})
+    return names & {"progress", "should_cancel", "report"}
 
 
 @dataclass
@@ -82,6 +85,7 @@ class _Worker(QObject):
     cancelled = Signal(int)
     progressed = Signal(int, float, str)
     began = Signal(int)
+    reported = Signal(int)  # the first item of a new batch of reports was queued
 
     def __init__(self, runner: "JobRunner") -> None:
         super().__init__()
@@ -114,6 +118,8 @@ class _Worker(QObject):
             extra["progress"] = progress
         if "should_cancel" in accepted and "should_cancel" not in job.kwargs:
             extra["should_cancel"] = should_cancel
+        if "report" in accepted and "report" not in job.kwargs:
+            extra["report"] = lambda item: self._runner._queue_report(job.generation, item, self.reported)
         turns = self._runner._turns
         try:
             with turns.turn(job.cancel.is_set) if turns is not None else contextlib.nullcontext():
@@ -165,6 +171,7 @@ class JobRunner(QObject):
     progress = Signal(int, float, str)  # generation, fraction, message
     started = Signal(int)  # generation: the worker picked it up
     cancelled = Signal(int)  # generation: stopped on request (or superseded while running)
+    reportsWaiting = Signal(int)  # generation: items queued by ``report``; fetch them with take_reports()
 
     _wake = Signal()
 
@@ -180,6 +187,7 @@ class JobRunner(QObject):
         self._thread: QThread | None = None
         self._worker: _Worker | None = None
         self._shut = False
+        self._reports: list[tuple[int, Any]] = []  # (generation, item) queued by a job's ``report``
 
     # -- public API --------------------------------------------------------------------------
     def submit(self, generation: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -211,6 +219,13 @@ class JobRunner(QObject):
     def is_busy(self) -> bool:
         with self._lock:
             return self._pending is not None or self._running is not None
+
+    def take_reports(self) -> list[Any]:
+        """Every item the current job queued with ``report`` since the last call, oldest first
+        (items of older generations are dropped)."""
+        with self._lock:
+            items, self._reports = self._reports, []
+        return [item for generation, item in items if self._fresh(generation)]
 
     @property
     def latest_generation(self) -> int:
@@ -253,6 +268,7 @@ class JobRunner(QObject):
         worker.cancelled.connect(self._on_cancelled)
         worker.progressed.connect(self._on_progress)
         worker.began.connect(self._on_began)
+        worker.reported.connect(self._on_reported)
         _THREADS.add(thread)
         self._thread, self._worker = thread, worker
         thread.start()
@@ -262,6 +278,13 @@ class JobRunner(QObject):
             job, self._pending = self._pending, None
             self._running = job
             return job
+
+    def _queue_report(self, generation: int, item: Any, signal) -> None:  # worker thread
+        with self._lock:
+            first = not self._reports or self._reports[-1][0] != generation
+            self._reports.append((generation, item))
+        if first:
+            signal.emit(generation)
 
     def _job_ended(self, job: _Job) -> None:  # worker thread
         with self._lock:
@@ -290,6 +313,11 @@ class JobRunner(QObject):
     def _on_cancelled(self, generation: int) -> None:
         if self._fresh(generation):
             self.cancelled.emit(generation)
+
+    @Slot(int)
+    def _on_reported(self, generation: int) -> None:
+        if self._fresh(generation):
+            self.reportsWaiting.emit(generation)
 
     @Slot(int, float, str)
     def _on_progress(self, generation: int, fraction: float, message: str) -> None:

@@ -43,6 +43,7 @@ from ..views.patching import PatchingView
 from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
+from ..views.train import TrainView
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
@@ -51,6 +52,7 @@ from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
 from .positions import PositionsTab
 from .rollout import RolloutTab
 from .stepthrough import StepThroughTab
+from .train import TRAIN_TAB, train_presenter
 
 if TYPE_CHECKING:  # annotations only
     from ..modes.base import Assembly
@@ -125,6 +127,8 @@ TABS: tuple[TabSpec, ...] = (
             OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
     TabSpec(CORPUS_TAB, "Corpus", "every head over many texts: metrics, roles, top texts and the query/key atlas "
             "(a pretrained model; the packaged MiniLM in toy mode)", CorpusView, _corpus),
+    TabSpec(TRAIN_TAB, "Train", "train a small decoder on a toy task and watch its heads form, live", TrainView,
+            train_presenter, reveal="opened"),
     TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
             modes=frozenset({PRETRAINED})),
     TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "

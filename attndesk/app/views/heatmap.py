@@ -223,6 +223,21 @@ class MatrixPlot(QWidget):
         self.message.hide()
         self.clear_marks()
 
+    def update_values(self, matrix) -> bool:
+        """Redraw new values of the same shape, labels, mask, levels and colours (a matrix changing
+        while a model trains): only the image is replaced. False (nothing done) when the shape
+        differs or nothing is drawn; then use ``set_matrix``."""
+        m = np.asarray(matrix)
+        if self.matrix is None or m.shape != self.matrix.shape or self.masked is None or not self.image.isVisible():
+            return False
+        hidden = self.masked | ~np.isfinite(m)
+        if not np.array_equal(hidden, self.masked):
+            return False
+        image, hidden_image, _factor = display_reduce(m, hidden)
+        self.matrix, self.image_data = m, np.where(hidden_image, self.levels[0], image)
+        self.image.setImage(self.image_data, autoLevels=False, levels=self.levels)
+        return True
+
     def clear(self, message: str = "") -> None:
         self.matrix = self.masked = self.image_data = None
         self.image.hide()

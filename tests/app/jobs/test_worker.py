@@ -188,3 +188,34 @@ def test_progress_is_throttled(qtbot, runner):
     qtbot.wait(20)
     assert 1 <= len(rec.progress) < 500
     assert rec.progress[-1][1] == 1.0
+
+
+def test_reports_stream_in_order_in_batches_with_one_signal_per_batch(qtbot, runner):
+    rec = Recorder(runner)
+    batches, signals = [], []
+    release = threading.Event()
+
+    def on_waiting(gen):
+        signals.append(gen)
+        batches.append(runner.take_reports())
+
+    runner.reportsWaiting.connect(on_waiting)
+
+    def stream(*, report):
+        for i in range(500):
+            report(i)
+            if i == 0:
+                release.wait(5)  # the first batch is taken before the rest are queued
+        return "done"
+
+    def first_batch_taken():
+        release.set()
+        return bool(batches)
+
+    with qtbot.waitSignal(runner.finished, timeout=10000):
+        runner.submit(1, stream)
+        qtbot.waitUntil(first_batch_taken, timeout=10000)
+    batches.append(runner.take_reports())  # what came after the last signal
+    assert [i for batch in batches for i in batch] == list(range(500))
+    assert len(signals) < 500 and set(signals) == {1}  # coalesced: far fewer signals than items
+    assert rec.finished == [(1, "done")] and runner.take_reports() == []

@@ -16,7 +16,7 @@ from attndesk.app.tabs import registry
 from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, TabSpec
 from tests.conftest import TIMEOUT_MS
 
-TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax", "Corpus"]
+TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax", "Corpus", "Train"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,451 @@
+"""The Train tab: trains a small decoder (``attndesk.train``) while the window draws it learning.
+
+The trainer's generator runs as a streaming side job (``SideJobs`` channel "train", which never
+waits for the other side jobs' turn): each ``StepReport`` is queued with ``report`` and reaches
+the GUI thread in batches. The presenter folds them into ``Gathered`` and draws at most every
+``DRAW_INTERVAL_MS`` (a 30,000-step run still draws a few times a second, never per step); a
+probe snapshot comes every ``PROBE_EVERY_MS``, so the heatmaps change about three times a second.
+
+Pause and Stop are the trainer's own events, checked between steps; closing the window cancels
+the job, which the stop check sees too (paused or not), so no step is cut in half and no thread
+is left. A non-finite loss ends the run with the last good weights and says so. The timeline
+slider scrubs the kept checkpoints: the attention of the checkpoint's weights on the probe input
+is computed in the thread pool (``Background``) from the checkpoint's own copy of the weights,
+so scrubbing works while the run goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog
+
+from attndesk.core.errors import ConfigError
+from attndesk.train import (
+    TASK_NAMES,
+    StepReport,
+    TrainConfig,
+    Trainer,
+    TrainRun,
+    make_task,
+)
+from attndesk.train.presets import list_presets, load_preset
+from attndesk.train.store import load_run
+from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
+from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
+
+from ..jobs.background import Background
+from ..jobs.compute import SideJobs
+from ..views.train import TrainView
+
+TRAIN_TAB = "train"
+CHANNEL = "train"
+DRAW_INTERVAL_MS = 250  # the window draws the run at most this often
+PROBE_EVERY_MS = 300  # the trainer's probe snapshots (a forward pass on one sequence)
+PHASE_JUMP = 0.2  # a rise of the best head's pattern score between two evaluations this large is a phase change
+# refusals of a field without a control of its own, shown at the control that changes it
+FIELD_CONTROL = {"vocab_size": "seq_len", "kv_heads": "heads", "window": "seq_len"}
+
+
+def phase_change(eval_steps: list[int], pattern: list[float], jump: float = PHASE_JUMP) -> int | None:
+    """The step of the evaluation after the largest rise of the pattern score, if that rise is at
+    least ``jump`` (the score is the task's best head's, in 0..1); else None."""
+    if len(pattern) < 2:
+        return None
+    rises = np.diff(np.asarray(pattern, dtype=float))
+    best = int(np.nanargmax(rises)) if np.isfinite(rises).any() else 0
+    return int(eval_steps[best + 1]) if rises[best] >= jump else None
+
+
+@dataclass
+class Gathered:
+    """What the reports of one run have said so far (GUI thread)."""
+
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    pattern: list[float] = field(default_factory=list)
+    scores: np.ndarray | None = None
+    probe: ProbeSnapshot | None = None
+    reports: int = 0
+
+    def add(self, report: StepReport) -> None:
+        self.reports += 1
+        self.steps.append(report.step)
+        self.loss.append(report.loss)
+        if report.accuracy is not None:
+            self.eval_steps.append(report.step)
+            self.accuracy.append(float(report.accuracy))
+            self.pattern.append(float(report.pattern))
+            self.scores = report.scores
+        if report.probe is not None:
+            self.probe = report.probe
+
+
+class _StopOrCancel:
+    """The trainer's ``stop``: the Stop button's event, or the job cancelled (the window closing)."""
+
+    def __init__(self, stop, should_cancel: Callable[[], bool]) -> None:
+        self._stop, self._cancelled = stop, should_cancel
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or self._cancelled()
+
+
+def train_job(cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None],
+              should_cancel: Callable[[], bool]) -> TrainRun:
+    """The side job: build the trainer (torch's optimiser takes seconds to import the first time),
+    report its run, then train to the end, a stop or a divergence, queueing every report."""
+    trainer = Trainer(cfg)
+    report(trainer.run)
+    last = None
+    for last in trainer.steps(pause=pause, stop=_StopOrCancel(stop, should_cancel)):
+        report(last)
+    if not should_cancel() and (last is None or last.probe is None or last.step != trainer.run.step):
+        report(trainer.snapshot())  # stopped or diverged: the weights kept, on the probe input
+    return trainer.run
+
+
+@dataclass
+class Opened:
+    """A saved run read back (a shipped preset or a folder), with what the tab draws of it."""
+
+    name: str
+    run: TrainRun
+    probe: ProbeSnapshot
+    scores: np.ndarray
+
+
+def open_run(name: str, load: Callable[[], TrainRun]) -> Opened:
+    """Load a saved run, its attention on the probe input and its pattern scores per head on a
+    fresh evaluation set (the trainer's), all off the GUI thread."""
+    run = load()
+    ids = run.task.probe().ids
+    probe = ProbeSnapshot(run.step, run.task.labels(ids[0]), run.attention(ids)[0].numpy())
+    batch = run.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(run.cfg.seed + EVAL_SEED_OFFSET))
+    return Opened(name, run, probe, run.evaluate(batch)["scores"])
+
+
+def checkpoint_attention(run: TrainRun, step: int) -> tuple[int, np.ndarray]:
+    """(step, attention [layers, heads, L, L]) of the checkpoint at ``step`` on the probe input."""
+    return step, run.at_checkpoint(step).attention(run.task.probe().ids)[0].numpy()
+
+
+class TrainTab(QObject):
+    """The presenter of ``TrainView`` (see the module docstring). ``drawn`` is emitted after
+    each draw; ``finished(run)`` when a run ends (finished, stopped or diverged)."""
+
+    drawn = Signal()
+    finished = Signal(object)
+    scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
+    opened = Signal(object)  # a saved run is on screen (its TrainRun)
+
+    def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.side, self.view = side, view
+        self.run: TrainRun | None = None  # the run on screen (training or ended)
+        self.gathered = Gathered()
+        self.phase = "idle"
+        self.scrub_step: int | None = None  # a checkpoint on screen instead of the newest weights
+        self.shown: tuple[int, np.ndarray, list[str]] | None = None  # (step, [layers, heads, L, L], labels)
+        self.draw_times: list[float] = []  # when each draw happened (perf_counter), for the figures
+        self._pause, self._stop = threading.Event(), threading.Event()
+        self._last_draw = -1e9
+        self._scores_drawn: np.ndarray | None = None
+        self._timer = QTimer(self, singleShot=True)
+        self._timer.timeout.connect(self._draw)
+        self._scrub = Background(self)
+        self._open = Background(self)
+        view.set_presets([(p["name"], p["about"]) for p in list_presets() if p["shipped"]])
+        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
+        view.openRequested.connect(self.open_dialog)
+        view.saveRequested.connect(self.save_dialog)
+        self._save = Background(self)
+        view.startRequested.connect(self.start)
+        view.pauseRequested.connect(self.pause)
+        view.resumeRequested.connect(self.resume)
+        view.stopRequested.connect(self.stop)
+        view.settingsEdited.connect(self._on_edited)
+        view.controls["task"].currentTextChanged.connect(self._task_defaults)
+        view.timelineMoved.connect(self._on_timeline)
+        view.liveRequested.connect(self._follow_latest)
+        view.layerChanged.connect(lambda _layer: self._show_probe())
+        self._task_defaults(view.settings()["task"])
+
+    # -- settings -------------------------------------------------------------------------------
+    def config(self) -> TrainConfig:
+        """The view's settings as a checked ``TrainConfig`` (ConfigError names the field at fault)."""
+        cfg = TrainConfig(**self.view.settings(), probe_every_ms=PROBE_EVERY_MS)
+        cfg.validate()
+        make_task(cfg)  # a shape the task cannot use (reverse with an odd length, ...)
+        return cfg
+
+    def _check(self) -> TrainConfig | None:
+        try:
+            cfg = self.config()
+        except ConfigError as exc:
+            field = getattr(exc, "field", None)
+            self.view.show_problem(FIELD_CONTROL.get(field, field), str(exc))
+            return None
+        self.view.show_problem(None, "")
+        return cfg
+
+    def _on_edited(self) -> None:
+        if self.phase == "idle":
+            self._check()
+
+    def _task_defaults(self, task: str) -> None:
+        """A new task starts from its own sequence length (reverse and copy need an even one)."""
+        if task in TASK_NAMES:
+            self.view.set_settings({"seq_len": TrainConfig(task=task).seq_len})
+
+    # -- the run --------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Start a new run of the view's settings; False (and a message at the control) if refused."""
+        if self.phase != "idle":
+            return False
+        cfg = self._check()
+        if cfg is None:
+            return False
+        self.run, self.gathered, self.scrub_step, self.shown = None, Gathered(), None, None
+        self._pause.clear()
+        self._stop.clear()
+        self._scrub.forget()
+        self.view.set_layers(cfg.layers)
+        self.view.prepare_heads(cfg.heads)
+        self.view.show_scores(None)
+        self._scores_drawn = None
+        self._set_phase("running")
+        self.view.show_message(f"training {cfg.task}: {cfg.layers} layer(s) x {cfg.heads} heads, {cfg.steps:,} steps")
+        self.side.submit(CHANNEL, train_job, cfg, self._pause, self._stop, done=self._ended,
+                         failed=self._failed, scope=None, reported=self._on_reports)
+        return True
+
+    def pause(self) -> None:
+        if self.phase == "running":
+            self._pause.set()
+            self._set_phase("paused")
+            self._draw()
+            self.view.show_message(f"paused at step {self.gathered.steps[-1] if self.gathered.steps else 0:,}")
+
+    def resume(self) -> None:
+        if self.phase == "paused":
+            self._pause.clear()
+            self._set_phase("running")
+            self.view.show_message("training")
+
+    def stop(self) -> None:
+        """End the run after the step in flight; what was trained is kept."""
+        if self.phase in ("running", "paused"):
+            self._stop.set()
+            self._pause.clear()
+            self.view.show_message("stopping after the step in flight…")
+
+    def is_training(self) -> bool:
+        return self.phase != "idle"
+
+    def shutdown(self) -> None:
+        """Stop training now (the window closes): the job ends after its step; SideJobs joins it."""
+        self._stop.set()
+        self._pause.clear()
+        self._timer.stop()
+        self.side.cancel(CHANNEL)
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.view.set_phase(phase)
+
+    def _on_reports(self, items: list) -> None:
+        for report in items:
+            if isinstance(report, TrainRun):
+                self.run = report  # the job's first item: the run being trained
+            elif isinstance(report, ProbeSnapshot):
+                self.gathered.probe = report  # the weights a stopped or diverged run kept
+            else:
+                self.gathered.add(report)
+        if not self._timer.isActive():
+            wait = DRAW_INTERVAL_MS - (time.perf_counter() - self._last_draw) * 1000
+            self._timer.start(max(0, int(wait)))
+
+    def _ended(self, run: TrainRun) -> None:
+        self.run = run
+        self._set_phase("idle")
+        self._timer.stop()
+        self._draw()
+        if run.status == "diverged":
+            kept = run.checkpoints.steps
+            self.view.show_message(f"{run.message}. The checkpoints up to step {kept[-1] if kept else 0:,} are kept.",
+                                   error=True)
+        else:
+            self.view.show_message(run.message)
+        self.view.saveButton.setEnabled(True)
+        self.finished.emit(run)
+
+    def _failed(self, message: str) -> None:
+        self._set_phase("idle")
+        self._timer.stop()
+        self.view.show_message(f"training failed: {message}", error=True)
+
+    # -- saved runs -----------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self.view, "Open trained model (a folder saved by attndesk train)")
+        if folder:
+            self.open(folder, lambda: load_run(folder))
+
+    def open(self, name: str, load: Callable[[], TrainRun]) -> None:
+        """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
+        scores, its attention on the probe input, its checkpoints on the timeline."""
+        if self.phase != "idle":
+            self.view.show_message("stop the training run first", error=True)
+            return
+        self.view.show_message(f"opening {name}…")
+        self._open.start(lambda: open_run(name, load), done=self._opened, failed=self._open_failed,
+                         expected=(ConfigError, OSError, KeyError, ValueError))
+
+    def _opened(self, opened: Opened) -> None:
+        run, g = opened.run, Gathered()
+        for row in run.history:
+            g.steps.append(row["step"])
+            g.loss.append(row["loss"])
+            if "pattern" in row:
+                g.eval_steps.append(row["step"])
+                g.accuracy.append(row["accuracy"])
+                g.pattern.append(row["pattern"])
+        g.scores, g.probe = opened.scores, opened.probe
+        self.run, self.gathered, self.scrub_step, self.shown = run, g, None, None
+        self.view.set_settings({k: v for k, v in run.cfg.to_dict().items() if k in self.view.controls})
+        self.view.set_layers(run.cfg.layers)
+        self.view.show_scores(None)  # another task's title goes
+        self._scores_drawn = None
+        self._draw()
+        self.view.show_message(f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
+                               f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}")
+        self.view.saveButton.setEnabled(True)
+        self.opened.emit(run)
+
+    def save_dialog(self) -> None:
+        folder = QFileDialog.getSaveFileName(self.view, "Save the trained model as a folder", "trained-run")[0]
+        if folder:
+            self.save(folder)
+
+    def save(self, folder: str) -> None:
+        """Write the run on screen into ``folder`` (all or nothing) in the thread pool."""
+        run = self.run
+        if run is None or self.phase != "idle":
+            return
+        self.view.show_message(f"saving to {folder}…")
+        self._save.start(lambda: run.save(folder) or folder, done=lambda f: self.view.show_message(f"saved {f}"),
+                         failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
+                         expected=(ConfigError, OSError))
+
+    def _open_failed(self, exc: Exception) -> None:
+        self.view.show_message(f"not opened: {exc}", error=True)
+
+    # -- drawing --------------------------------------------------------------------------------
+    def _draw(self) -> None:
+        """Curves, scores, the timeline and (following the newest weights) the probe heatmaps."""
+        self._last_draw = time.perf_counter()
+        self.draw_times.append(self._last_draw)
+        g, run = self.gathered, self.run
+        self.view.show_curves(np.asarray(g.steps), np.asarray(g.loss), np.asarray(g.eval_steps),
+                              np.asarray(g.accuracy), np.asarray(g.pattern))
+        if g.scores is not None and run is not None and g.scores is not self._scores_drawn:
+            self._scores_drawn = g.scores
+            self.view.show_scores(g.scores, run.task.pattern)
+            self.view.set_layer(int(np.argmax(np.max(g.scores, axis=1))))  # where the pattern forms
+        self._draw_timeline()
+        if self.scrub_step is None and g.probe is not None and (self.shown is None or self.shown[0] != g.probe.step):
+            self.shown = (g.probe.step, g.probe.weights, g.probe.labels)
+            self._show_probe()
+        self.drawn.emit()
+
+    def checkpoint_steps(self) -> list[int]:
+        """The steps of the checkpoints kept now (the store thins them out within its budget)."""
+        return list(self.run.checkpoints.steps) if self.run is not None else []
+
+    def _draw_timeline(self) -> None:
+        steps = self.checkpoint_steps()
+        phase = phase_change(self.gathered.eval_steps, self.gathered.pattern)
+        mark = None if phase is None or not steps else int(np.argmin(np.abs(np.asarray(steps) - phase)))
+        self.view.show_phase(phase, mark)
+        if self.scrub_step is not None and self.scrub_step in steps:
+            index = steps.index(self.scrub_step)
+        else:
+            index = max(len(steps) - 1, 0)
+        self.view.show_timeline(steps, index)
+        latest = self.gathered.steps[-1] if self.gathered.steps else 0
+        where = "newest weights" if self.scrub_step is None else f"checkpoint at step {self.scrub_step:,}"
+        jump = f" · phase change at step {phase:,}" if phase is not None else ""
+        kept = f"{len(steps)} kept" if steps else "no checkpoints in this run"
+        self.view.set_timeline_text(f"{kept} · showing the {where} (step {latest:,}){jump}")
+
+    def _show_probe(self) -> None:
+        if self.shown is None:
+            return
+        step, weights, labels = self.shown
+        layer = min(self.view.layer(), weights.shape[0] - 1)
+        what = "the newest weights" if self.scrub_step is None else "the checkpoint"
+        self.view.show_probe(weights[layer], labels,
+                             f"layer {layer} on the probe input at step {step:,} ({what})")
+
+    def shown_weights(self) -> np.ndarray | None:
+        """The attention the heatmaps show now, [layers, heads, L, L] (one layer drawn at a time)."""
+        return None if self.shown is None else self.shown[1]
+
+    # -- the timeline ---------------------------------------------------------------------------
+    def _on_timeline(self, index: int) -> None:
+        steps = self.checkpoint_steps()
+        if not steps or self.run is None:
+            return
+        if index >= len(steps) - 1 and self.phase != "idle":
+            self._follow_latest()
+            return
+        self.scrub_to(steps[min(index, len(steps) - 1)])
+
+    def scrub_to(self, step: int) -> None:
+        """Show the checkpoint at ``step`` (computed in the thread pool; ``scrubbed`` when drawn)."""
+        self.scrub_step = step
+        self._draw_timeline()
+        self._scrub.start(lambda run=self.run: checkpoint_attention(run, step), done=self._scrub_done,
+                          failed=self._scrub_failed, expected=(KeyError, ConfigError))
+
+    def _scrub_done(self, answer: tuple[int, np.ndarray]) -> None:
+        step, weights = answer
+        if step != self.scrub_step or self.run is None:
+            return
+        self.shown = (step, weights, self.run.task.labels(self.run.task.probe().ids[0]))
+        self._show_probe()
+        self.scrubbed.emit(step)
+
+    def _scrub_failed(self, exc: Exception) -> None:
+        self.view.show_message(f"that checkpoint is gone (the memory budget thinned it out): {exc}", error=True)
+        self._follow_latest()
+
+    def _follow_latest(self) -> None:
+        self.scrub_step = None
+        self._scrub.forget()
+        probe = self.gathered.probe
+        if probe is not None:
+            self.shown = (probe.step, probe.weights, probe.labels)
+            self._show_probe()
+        self._draw_timeline()
+
+
+def train_presenter(ui: Any, view: TrainView) -> TrainTab:
+    """The registry's factory: the presenter, and File > Open trained model… (the window's
+    ``Assembly`` gives the menus)."""
+    tab = TrainTab(ui.compute.side, view, view)
+    action = QAction("Open &trained model…", view, objectName="openTrainedAction")
+    action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
+    action.triggered.connect(lambda _checked=False: tab.open_dialog())
+    ui.menus.add("file", action, "model")
+    return tab

@@ -1,0 +1,446 @@
+"""The Train tab's widgets: the run's settings, Start / Pause / Resume / Stop, the loss and
+accuracy curves, the pattern score per head, the attention on the task's probe input, and a
+timeline of the kept checkpoints with the phase change marked.
+
+Widgets only: the presenter (``app/tabs/train.py``) reads ``settings()``, listens to the
+buttons' signals and draws through ``show_curves``, ``show_scores``, ``show_probe`` and
+``show_timeline``. A setting the task cannot use is explained next to its control
+(``show_problem``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QSpinBox,
+    QSplitter,
+    QStyle,
+    QStyleOptionSlider,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attndesk.train.config import TASK_NAMES, TRAIN_POSITIONS
+
+from .heatmap import MatrixPlot
+from .plot_axes import without_si_prefix
+
+PHASE_COLOUR = QColor(220, 40, 40)
+ERROR_STYLE = "color: #b00020;"
+MAX_HEAD_PLOTS = 16  # heads of one layer drawn side by side; more would be too small to read
+# (field, label, kind, (low, high) or choices, default, tooltip)
+FIELDS: tuple[tuple[str, str, str, Any, Any, str], ...] = (
+    ("task", "Task", "choice", TASK_NAMES, "induction", "what the model learns to predict (docs/train.md)"),
+    ("layers", "Layers", "int", (1, 8), 2, "attention blocks"),
+    ("heads", "Heads", "int", (1, 32), 4, "query heads per layer; they must divide the width"),
+    ("embed_dim", "Width", "int", (2, 1024), 64, "embed_dim: the residual stream's width"),
+    ("seq_len", "Sequence length", "int", (4, 512), 32, "tokens per training sequence"),
+    ("position", "Positions", "choice", TRAIN_POSITIONS, "rope", "where token order enters the model"),
+    ("mlp", "MLP", "bool", None, False, "a 4x GELU MLP after each attention layer"),
+    ("layernorm", "LayerNorm", "bool", None, False, "pre-LayerNorm before each sublayer"),
+    ("steps", "Steps", "int", (1, 1_000_000), 300, "optimiser steps"),
+    ("batch_size", "Batch", "int", (1, 4096), 64, "sequences per step"),
+    ("lr", "Learning rate", "float", (1e-5, 10.0), 3e-3, "AdamW's learning rate"),
+    ("seed", "Seed", "int", (0, 2**31 - 1), 0, "the same seed trains the same model, step for step"),
+    ("checkpoint_every", "Checkpoint every", "int", (1, 100_000), 25,
+     "steps between kept checkpoints (held within a memory budget: older ones are thinned out)"),
+)
+
+
+def _control(kind: str, spec: Any, default: Any) -> QWidget:
+    if kind == "choice":
+        widget = QComboBox()
+        widget.addItems(list(spec))
+        widget.setCurrentText(default)
+    elif kind == "bool":
+        widget = QCheckBox()
+        widget.setChecked(default)
+    elif kind == "float":
+        widget = QDoubleSpinBox(decimals=5, singleStep=1e-3)
+        widget.setRange(*spec)
+        widget.setValue(default)
+    else:
+        widget = QSpinBox()
+        widget.setRange(*spec)
+        widget.setValue(default)
+    return widget
+
+
+def _value(widget: QWidget) -> Any:
+    if isinstance(widget, QComboBox):
+        return widget.currentText()
+    if isinstance(widget, QCheckBox):
+        return widget.isChecked()
+    return widget.value()
+
+
+def _set_value(widget: QWidget, value: Any) -> None:
+    if isinstance(widget, QComboBox):
+        widget.setCurrentText(str(value))
+    elif isinstance(widget, QCheckBox):
+        widget.setChecked(bool(value))
+    else:
+        widget.setValue(value)
+
+
+class TimelineSlider(QSlider):
+    """A horizontal slider over the kept checkpoints with one marked position (the phase change)."""
+
+    def __init__(self) -> None:
+        super().__init__(Qt.Orientation.Horizontal)
+        self._mark: int | None = None
+        self.setTickPosition(QSlider.TickPosition.TicksBelow)
+
+    def set_mark(self, index: int | None) -> None:
+        if index != self._mark:
+            self._mark = index
+            self.update()
+
+    def mark(self) -> int | None:
+        return self._mark
+
+    def paintEvent(self, event) -> None:
+        super().paintEvent(event)
+        if self._mark is None or self.maximum() <= self.minimum():
+            return
+        option = QStyleOptionSlider()
+        self.initStyleOption(option)
+        groove: QRect = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
+                                                     QStyle.SubControl.SC_SliderGroove, self)
+        handle = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
+                                             QStyle.SubControl.SC_SliderHandle, self)
+        span = groove.width() - handle.width()
+        x = groove.left() + handle.width() // 2 + QStyle.sliderPositionFromValue(
+            self.minimum(), self.maximum(), self._mark, span)
+        painter = QPainter(self)
+        painter.setPen(QPen(PHASE_COLOUR, 3))
+        painter.drawLine(x, 0, x, self.height())
+        painter.end()
+
+
+class TrainView(QWidget):
+    """See the module docstring. Signals: ``startRequested``, ``pauseRequested``,
+    ``resumeRequested``, ``stopRequested``, ``settingsEdited``, ``timelineMoved(index)``,
+    ``liveRequested``, ``layerChanged(layer)``."""
+
+    startRequested = Signal()
+    pauseRequested = Signal()
+    resumeRequested = Signal()
+    stopRequested = Signal()
+    settingsEdited = Signal()
+    timelineMoved = Signal(int)
+    liveRequested = Signal()
+    layerChanged = Signal(int)
+    presetRequested = Signal(str)  # a shipped preset's name
+    openRequested = Signal()  # "Open trained model…"
+    saveRequested = Signal()  # "Save…" the run on screen
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("trainView")
+        self.controls: dict[str, QWidget] = {}
+        self.problems: dict[str, QLabel] = {}
+        self.headPlots: list[MatrixPlot] = []
+        self._probe_labels: list[str] = []
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self._build_settings())
+        splitter.addWidget(self._build_plots())
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 1000])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(splitter, 1)
+        layout.addLayout(self._build_timeline())
+        self.set_phase("idle")
+
+    # -- construction ---------------------------------------------------------------------------
+    def _build_settings(self) -> QWidget:
+        box = QGroupBox("Training run")
+        grid = QGridLayout(box)
+        for row, (name, label, kind, spec, default, tip) in enumerate(FIELDS):
+            widget = _control(kind, spec, default)
+            widget.setObjectName(f"train_{name}")
+            widget.setToolTip(tip)
+            problem = QLabel(objectName=f"train_{name}_problem", wordWrap=True)
+            problem.setStyleSheet(ERROR_STYLE)
+            problem.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            problem.hide()
+            grid.addWidget(QLabel(label), 2 * row, 0)
+            grid.addWidget(widget, 2 * row, 1)
+            grid.addWidget(problem, 2 * row + 1, 0, 1, 2)
+            self.controls[name], self.problems[name] = widget, problem
+            signal = getattr(widget, "currentTextChanged", None) or getattr(widget, "toggled", None) \
+                or widget.valueChanged
+            signal.connect(lambda *_a: self.settingsEdited.emit())
+        buttons = QHBoxLayout()
+        self.startButton = QPushButton("Start", objectName="trainStart")
+        self.pauseButton = QPushButton("Pause", objectName="trainPause")
+        self.resumeButton = QPushButton("Resume", objectName="trainResume")
+        self.stopButton = QPushButton("Stop", objectName="trainStop")
+        for button, signal in ((self.startButton, self.startRequested), (self.pauseButton, self.pauseRequested),
+                               (self.resumeButton, self.resumeRequested), (self.stopButton, self.stopRequested)):
+            button.clicked.connect(lambda _c=False, s=signal: s.emit())
+            buttons.addWidget(button)
+        opened = QHBoxLayout()
+        self.presetCombo = QComboBox(objectName="trainPreset")
+        self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
+        self.presetCombo.activated.connect(self._preset_chosen)
+        self.openButton = QPushButton("Open…", objectName="trainOpen")
+        self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
+        self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
+        self.saveButton = QPushButton("Save…", objectName="trainSave")
+        self.saveButton.setToolTip("save the run on screen as a folder (weights, checkpoints, history), "
+                                   "as attndesk train writes it")
+        self.saveButton.setEnabled(False)
+        self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
+        opened.addWidget(self.openButton)
+        opened.addWidget(self.saveButton)
+        self.message = QLabel(objectName="trainMessage", wordWrap=True)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        rows = 2 * len(FIELDS)
+        grid.addLayout(buttons, rows, 0, 1, 2)
+        grid.addWidget(self.message, rows + 1, 0, 1, 2)
+        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
+        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
+        grid.addLayout(opened, rows + 4, 0, 1, 2)
+        grid.setRowStretch(rows + 5, 1)
+        box.setMinimumWidth(230)
+        box.setMaximumWidth(320)  # the plots take the rest
+        return box
+
+    def _build_plots(self) -> QWidget:
+        self.lossPlot = self._curve_plot("loss", "cross-entropy")
+        self.lossCurve = self.lossPlot.plot([], [], pen=pg.mkPen("#4e79a7", width=1.5))
+        self.metricPlot = self._curve_plot("accuracy · pattern score", "")
+        self.metricPlot.setYRange(0.0, 1.0, padding=0.02)
+        self.metricPlot.addLegend(offset=(-5, 5))
+        self.accuracyCurve = self.metricPlot.plot([], [], pen=pg.mkPen("#59a14f", width=2), name="accuracy",
+                                                  symbol="o", symbolSize=4)
+        self.patternCurve = self.metricPlot.plot([], [], pen=pg.mkPen("#e15759", width=2), name="pattern score",
+                                                 symbol="o", symbolSize=4)
+        self.phaseLines = [pg.InfiniteLine(angle=90, pen=pg.mkPen(PHASE_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
+                           for _ in range(2)]
+        for plot, line in zip((self.lossPlot, self.metricPlot), self.phaseLines):
+            plot.addItem(line, ignoreBounds=True)
+            line.hide()
+        self.scorePlot = MatrixPlot("pattern score per head (rows: layers)")
+        self.scorePlot.setObjectName("trainScores")
+        curves = QHBoxLayout()
+        for widget, stretch in ((self.lossPlot, 3), (self.metricPlot, 3), (self.scorePlot, 2)):
+            curves.addWidget(widget, stretch)
+        self.layerCombo = QComboBox(objectName="trainLayer")
+        self.layerCombo.setToolTip("the layer whose heads are drawn (it follows the best-scoring layer until you pick one)")
+        self.layerCombo.currentIndexChanged.connect(lambda i: self.layerChanged.emit(max(i, 0)))
+        self.layerCombo.activated.connect(lambda _i: setattr(self, "layer_chosen", True))
+        self.layer_chosen = False  # the user picked a layer: stop following the best one
+        self.probeCaption = QLabel("the attention on the task's probe input appears here while it trains",
+                                   objectName="trainProbeCaption")
+        head = QHBoxLayout()
+        head.addWidget(QLabel("Layer"))
+        head.addWidget(self.layerCombo)
+        head.addWidget(self.probeCaption, 1)
+        self.headGrid = QGridLayout()
+        self.headGrid.setSpacing(2)
+        column = QWidget()
+        layout = QVBoxLayout(column)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(curves, 2)
+        layout.addLayout(head)
+        layout.addLayout(self.headGrid, 3)
+        return column
+
+    def _curve_plot(self, title: str, left: str) -> pg.PlotWidget:
+        plot = pg.PlotWidget(title=title)
+        plot.setBackground("w")
+        without_si_prefix(plot.getPlotItem())
+        plot.setLabel("bottom", "step")
+        if left:
+            plot.setLabel("left", left)
+        plot.setMenuEnabled(False)
+        plot.getPlotItem().setClipToView(True)
+        plot.getPlotItem().setDownsampling(auto=True, mode="peak")
+        plot.setMinimumSize(160, 120)
+        return plot
+
+    def _build_timeline(self) -> QHBoxLayout:
+        self.timeline = TimelineSlider()
+        self.timeline.setObjectName("trainTimeline")
+        self.timeline.setToolTip("the kept checkpoints: drag to see the attention at an earlier step "
+                                 "(the red line marks the phase change)")
+        self.timeline.setEnabled(False)
+        self.timeline.valueChanged.connect(self.timelineMoved)
+        self.timelineLabel = QLabel("no checkpoints yet", objectName="trainTimelineLabel")
+        self.liveButton = QPushButton("Latest", objectName="trainLive")
+        self.liveButton.setToolTip("follow the newest weights again")
+        self.liveButton.clicked.connect(lambda _c=False: self.liveRequested.emit())
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Checkpoints"))
+        row.addWidget(self.timeline, 1)
+        row.addWidget(self.timelineLabel)
+        row.addWidget(self.liveButton)
+        return row
+
+    def set_presets(self, presets: Sequence[tuple[str, str]]) -> None:
+        """The shipped presets: (name, one line about it)."""
+        self.presetCombo.clear()
+        self.presetCombo.addItem("show a shipped preset…", "")
+        for name, about in presets:
+            self.presetCombo.addItem(name, name)
+            self.presetCombo.setItemData(self.presetCombo.count() - 1, about, Qt.ItemDataRole.ToolTipRole)
+
+    def _preset_chosen(self, index: int) -> None:
+        name = self.presetCombo.itemData(index)
+        if name:
+            self.presetRequested.emit(name)
+
+    # -- settings -------------------------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """The values of every control, by ``TrainConfig`` field name."""
+        return {name: _value(widget) for name, widget in self.controls.items()}
+
+    def set_settings(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            if name in self.controls and value is not None:
+                _set_value(self.controls[name], value)
+
+    def show_problem(self, field: str | None, message: str) -> None:
+        """``message`` next to the control of ``field`` (None: under the buttons); "" clears all."""
+        for label in self.problems.values():
+            label.hide()
+        if not message:
+            return
+        label = self.problems.get(field) if field is not None else None
+        if label is None:
+            self.show_message(message, error=True)
+        else:
+            label.setText(message)
+            label.show()
+
+    def problem(self) -> str:
+        """The message shown next to a control, or "" (for tests and the status line)."""
+        return next((label.text() for label in self.problems.values() if not label.isHidden()), "")
+
+    def show_message(self, text: str, *, error: bool = False) -> None:
+        self.message.setText(text)
+        self.message.setStyleSheet(ERROR_STYLE if error else "")
+
+    def set_phase(self, phase: str) -> None:
+        """"idle", "running" or "paused": which buttons act, whether the settings can change."""
+        running = phase in ("running", "paused")
+        self.startButton.setEnabled(not running)
+        self.pauseButton.setEnabled(phase == "running")
+        self.resumeButton.setEnabled(phase == "paused")
+        self.stopButton.setEnabled(running)
+        for widget in (*self.controls.values(), self.presetCombo, self.openButton):
+            widget.setEnabled(not running)
+        if running:
+            self.saveButton.setEnabled(False)
+
+    # -- results --------------------------------------------------------------------------------
+    def show_curves(self, steps: np.ndarray, loss: np.ndarray, eval_steps: np.ndarray, accuracy: np.ndarray,
+                    pattern: np.ndarray) -> None:
+        self.lossCurve.setData(steps, loss)
+        self.accuracyCurve.setData(eval_steps, accuracy)
+        self.patternCurve.setData(eval_steps, pattern)
+
+    def show_phase(self, step: int | None, checkpoint_index: int | None) -> None:
+        """Mark the phase change at ``step`` on the curves and ``checkpoint_index`` on the timeline."""
+        for line in self.phaseLines:
+            line.setVisible(step is not None)
+            if step is not None:
+                line.setValue(step)
+        self.timeline.set_mark(checkpoint_index)
+
+    def show_scores(self, scores: np.ndarray | None, pattern: str = "") -> None:
+        if scores is None:
+            self.scorePlot.clear("no evaluation yet")
+            return
+        if self.scorePlot.update_values(scores):
+            return
+        layers, heads = scores.shape
+        self.scorePlot.set_title(f"{pattern} score per head (rows: layers)" if pattern else "pattern score per head")
+        self.scorePlot.set_matrix(scores, row_labels=[f"L{i}" for i in range(layers)],
+                                  col_labels=[f"h{i}" for i in range(heads)], levels=(0.0, 1.0), colormap="magma")
+
+    def set_layer(self, layer: int) -> None:
+        """Show ``layer`` (the presenter following the best layer), unless the user picked one."""
+        if not self.layer_chosen and layer != self.layerCombo.currentIndex():
+            self.layerCombo.setCurrentIndex(layer)
+
+    def set_layers(self, layers: int) -> None:
+        self.layer_chosen = False
+        if self.layerCombo.count() != layers:
+            self.layerCombo.blockSignals(True)
+            self.layerCombo.clear()
+            self.layerCombo.addItems([f"layer {i}" for i in range(layers)])
+            self.layerCombo.blockSignals(False)
+
+    def layer(self) -> int:
+        return max(self.layerCombo.currentIndex(), 0)
+
+    def prepare_heads(self, heads: int) -> None:
+        """Build the heatmaps of ``heads`` heads ahead of the first probe, one per event-loop turn
+        (each is a plot widget: building several at once would hold the window for a moment)."""
+        if len(self.headPlots) < min(heads, MAX_HEAD_PLOTS):
+            self._add_head_plot()
+            QTimer.singleShot(0, self, lambda: self.prepare_heads(heads))
+
+    def _add_head_plot(self) -> None:
+        plot = MatrixPlot(square=True)
+        plot.setObjectName(f"trainHead{len(self.headPlots)}")
+        plot.clear("waiting for the first probe…")
+        self.headGrid.addWidget(plot, len(self.headPlots) // 4, len(self.headPlots) % 4)
+        self.headPlots.append(plot)
+
+    def _head_plots(self, heads: int) -> list[MatrixPlot]:
+        heads = min(heads, MAX_HEAD_PLOTS)
+        while len(self.headPlots) < heads:
+            self._add_head_plot()
+        columns = min(heads, 4)
+        for i, plot in enumerate(self.headPlots):
+            if i < heads:
+                self.headGrid.addWidget(plot, i // columns, i % columns)
+            plot.setVisible(i < heads)
+        return self.headPlots[:heads]
+
+    def show_probe(self, weights: np.ndarray, labels: Sequence[str], caption: str) -> None:
+        """One layer's attention on the probe input: ``weights`` [heads, L, L] (causal: the keys
+        after each query are hatched)."""
+        heads, length = weights.shape[0], weights.shape[-1]
+        future = np.triu(np.ones((length, length), dtype=bool), 1)
+        same_labels = list(labels) == self._probe_labels
+        for h, plot in enumerate(self._head_plots(heads)):
+            if same_labels and plot.update_values(weights[h]):
+                continue  # the next snapshot of the same probe: only the image changes
+            plot.set_title(f"head {h}")
+            plot.set_matrix(weights[h], row_labels=labels, col_labels=labels, levels=(0.0, 1.0), masked=future)
+        self._probe_labels = list(labels)
+        self.probeCaption.setText(caption)
+
+    def show_timeline(self, steps: Sequence[int], index: int) -> None:
+        """The kept checkpoints' steps, the slider at ``index`` (no ``timelineMoved`` for it)."""
+        self.timeline.blockSignals(True)
+        self.timeline.setRange(0, max(len(steps) - 1, 0))
+        self.timeline.setValue(index)
+        self.timeline.blockSignals(False)
+        self.timeline.setEnabled(len(steps) > 1)
+
+    def set_timeline_text(self, text: str) -> None:
+        self.timelineLabel.setText(text)

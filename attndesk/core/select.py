@@ -47,7 +47,7 @@ def parse_which(which: object, num_heads: int) -> Which:
     if isinstance(which, str):
         text = which.strip().lower()
         if text in (ALL, MEAN):
-            return text  # type: ignore[return-value]
+            return text
         text = text.removeprefix("head").strip()
         try:
             which = int(text)
@@ -167,6 +167,13 @@ def _head(map: AttentionMap, head: Head) -> Head:
     if isinstance(head, (bool, np.bool_)) or not isinstance(head, (int, np.integer)) or not 0 <= head < map.num_heads:
         raise ValueError(f"head {head!r} does not exist: this run has heads 0..{map.num_heads - 1} (or {MEAN!r})")
     return int(head)
+
+
+def _head_index(map: AttentionMap, head: Head) -> int:
+    """``_head`` where the caller has already handled MEAN."""
+    index = _head(map, head)
+    assert isinstance(index, int), "MEAN is handled by the caller"
+    return index
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +306,7 @@ def alibi_bias(map: AttentionMap, head: Head) -> np.ndarray:
     if map.alibi_slopes is None:
         raise ValueError("this map has no ALiBi slopes")
     slopes = np.asarray(map.alibi_slopes, dtype=np.float64)
-    slope = float(slopes.mean()) if head == MEAN else float(slopes[_head(map, head)])
+    slope = float(slopes.mean()) if head == MEAN else float(slopes[_head_index(map, head)])
     lq, lk = map.shape
     distance = np.abs(np.arange(lq)[:, None] - np.arange(lk)[None, :])  # [Lq, Lk]
     return (-slope * distance).astype(np.float32)
@@ -312,7 +319,7 @@ def head_title(map: AttentionMap, head: Head) -> str:
         first = map.label(0)
         prefix = first[: -len("head 0")] if first.endswith("head 0") else ""
         return f"{prefix}mean over {map.num_heads} heads"
-    title = map.label(_head(map, head))
+    title = map.label(_head_index(map, head))
     if map.alibi_slopes is not None:
         title += f" \u00b7 m={slope_text(float(np.asarray(map.alibi_slopes)[int(head)]))}"
     return title

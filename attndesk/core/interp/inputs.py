@@ -89,8 +89,10 @@ def token_id(model: LoadedModel, token: str | int, what: str = "answer") -> int:
 def last_logits(model: LoadedModel, ids: torch.Tensor | None, decoder_ids: torch.Tensor | None = None, *,
                 embeds: torch.Tensor | None = None) -> torch.Tensor:
     """[B, V] logits after the last position for a batch of ``ids`` [B, L] (or ``embeds`` [B, L, E])."""
-    accepts = forward_parameters(type(model.model))
-    batch = int((ids if ids is not None else embeds).shape[0])
+    accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy reads the instances' __hash__
+    given = ids if ids is not None else embeds
+    assert given is not None, "ids or embeds"
+    batch = int(given.shape[0])
     kwargs: dict = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
     if "use_cache" in accepts:
         kwargs["use_cache"] = False
@@ -118,6 +120,7 @@ class Metric:
         if self.name == "prob":
             return torch.softmax(logits, dim=-1)[:, self.answer]
         logp = torch.log_softmax(logits, dim=-1)
+        assert self.reference is not None, "KL needs the clean log-probabilities"
         ref = self.reference.to(logp.dtype)
         return (ref.exp() * (ref - logp)).sum(-1)
 

@@ -276,7 +276,7 @@ def patch_rotary(module_class: type) -> bool:
             capture.pending_raw = (q, k)
         return original(q, k, *args, **kwargs)
 
-    apply_rotary_pos_emb._attndesk_wrapped = True
+    apply_rotary_pos_emb._attndesk_wrapped = True  # type: ignore[attr-defined]  # the mark that it is wrapped once
     setattr(namespace, "apply_rotary_pos_emb", apply_rotary_pos_emb)
     return True
 

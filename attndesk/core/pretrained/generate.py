@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ class Generator:
     @property
     def text(self) -> str:
         """The generated part, decoded (special tokens left out)."""
-        return self.model.tokenizer.decode(self.ids[self.prompt_length:], skip_special_tokens=True)
+        return cast(str, self.model.tokenizer.decode(self.ids[self.prompt_length:], skip_special_tokens=True))  # one sequence: one str
 
     def _end_ids(self) -> set[int]:
         cfg = getattr(self.model.model, "generation_config", None)

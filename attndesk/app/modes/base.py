@@ -72,6 +72,12 @@ class ModeBase:
     """Defaults for the optional parts of ``Mode`` (a mode overrides what it has)."""
 
     kind = ""
+    _assembly: Assembly | None = None  # the window's parts, handed over by install()
+
+    @property
+    def _ui(self) -> Assembly:
+        assert self._assembly is not None, "used before install()"
+        return self._assembly
 
     def choices(self) -> list[ModeChoice]:
         return []

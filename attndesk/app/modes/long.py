@@ -85,7 +85,7 @@ class LongDocumentMode(QObject, ModeBase):
 
     def __init__(self, parent: QObject | None = None) -> None:
         QObject.__init__(self, parent)
-        self._ui: Assembly | None = None
+        self._assembly: Assembly | None = None
         self._plan = None
         self._held = None
         self._zoom_items: dict[int, tuple] = {}  # id(view box) -> (vb, image, hatch)
@@ -108,7 +108,7 @@ class LongDocumentMode(QObject, ModeBase):
         self._settle = QTimer(self, singleShot=True, interval=ZOOM_SETTLE_MS)
 
     def install(self, ui: Assembly) -> None:
-        self._ui = ui
+        self._assembly = ui
         ui.menus.add("file", self.openTextAction, "text")
         ui.add_action(self.openTextAction)
         ui.add_status_widget(self.planLabel)

@@ -132,9 +132,9 @@ def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, wi
     assert all(p.size() == large for p in shown)
     _, smaller = refit(-250)  # less room: they no longer fit, so they shrink at once (one per turn)
     assert smaller.width() < large.width()
-    strip = view.scroll.widget()
+    strip = view.stripScroll.widget()
     right = max(p.mapTo(strip, p.rect().bottomRight()).x() for p in shown)
-    assert right <= view.scroll.viewport().width()  # they fit again, without scrolling sideways
+    assert right <= view.stripScroll.viewport().width()  # they fit again, without scrolling sideways
 
 
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):

@@ -313,7 +313,7 @@ class MatrixPlot(QWidget):
 
         def figure() -> str:
             drawn = HeatmapFigure(
-                matrices=np.where(masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
+                matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
                 query_labels=rows, key_labels=cols, colormap=colormap, diverging=colormap.startswith("CET-D"),
                 vmin=vmin, vmax=vmax, value_label="value",
             )

@@ -48,7 +48,7 @@ from .tabs.registry import TabSpec
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
-MENU_LAYOUT = {
+MENU_LAYOUT: dict[str, tuple[str, list[tuple[str, ...]]]] = {
     "file": ("&File", [("text", "session"), ("model",), ("export",), ("quit",)]),
     "run": ("&Run", [("run",)]),
     "view": ("&View", [("docks",), ("layout",)]),
@@ -272,7 +272,7 @@ class MainWindow(QMainWindow):
             top = 0 if status.progress is None else 100  # indeterminate until the first progress report
             if bar.maximum() != top:
                 bar.setRange(0, top)
-            if top and bar.value() != int(status.progress * 100):
+            if status.progress is not None and bar.value() != int(status.progress * 100):
                 bar.setValue(int(status.progress * 100))
         bar.setVisible(status.busy)
         self.cancelButton.setVisible(status.busy)

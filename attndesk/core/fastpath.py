@@ -117,7 +117,7 @@ class Block:
 class _Distances:
     """|i - j| blocks for ALiBi, cached per block shape and offset (interior blocks share one)."""
 
-    def __init__(self, dtype, device=None):
+    def __init__(self, dtype: torch.dtype, device: torch.device | str | None = None) -> None:
         # half precision keeps exact distances (bfloat16 rounds them above 256); see block_weights
         self.dtype = torch.float64 if dtype in (torch.float16, torch.bfloat16) else dtype
         self.device = device

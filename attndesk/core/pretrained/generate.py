@@ -107,12 +107,12 @@ class Generator:
             eos = getattr(self.model.model.config, "eos_token_id", None)
         return set() if eos is None else {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
-    def _forward(self, should_cancel):
+    def _forward(self, should_cancel: Callable[[], bool] | None) -> tuple[torch.Tensor, Capture]:
         """Feed the positions not yet in the cache; returns (logits of the last position, capture)."""
         model = self.model
         device = model.device
         new = torch.tensor([self.ids[self._fed:]], device=device)
-        accepts = forward_parameters(type(model.model))
+        accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy checks its unbound __hash__
         kwargs: dict = {"past_key_values": self._cache, "use_cache": True}
         if "logits_to_keep" in accepts:
             kwargs["logits_to_keep"] = 1

@@ -48,7 +48,7 @@ def onednn():
 
     Probed once against torch.addmm so a build whose op misbehaves falls back to MKL silently.
     """
-    global _onednn_op
+    global _onednn_op  # noqa: PLW0603 - probed once per process
     if _onednn_op is None:
         _onednn_op = False
         try:

@@ -32,7 +32,7 @@ def _cols_into(t: torch.Tensor, f: int, out: torch.Tensor, how: str) -> None:
     Strided elementwise passes written straight into ``out``: torch reduces a tiny last axis
     about 10x slower, and a temporary would cost a copy.
     """
-    n, lk = t.shape
+    lk = t.shape[1]
     full = lk // f * f
     body, dest = t[:, :full], out[:, : full // f]
     op = torch.maximum if how == "max" else torch.add

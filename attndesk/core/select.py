@@ -20,7 +20,7 @@ Qt-free: numpy and the core's own types only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence, Union
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from .memory import format_bytes
 from .types import MEAN, AttentionMap, Head
 
 ALL: Literal["all"] = "all"
-Which = Union[Head, Literal["all"]]
+Which = Head | Literal["all"]
 Region = tuple[tuple[int, int], tuple[int, int]]
 REDUCTIONS = ("max", "mean", "sum", "all", "any")
 
@@ -155,7 +155,7 @@ def is_causal(map: AttentionMap) -> bool:
     """Whether no query may attend to a later key (every cell above the diagonal is masked)."""
     if map.pyramid is not None:
         return bool(map.pyramid.mask_spec.causal)
-    lq, lk = map.shape
+    lk = map.shape[1]
     if map.mask is None or lk < 2:
         return False
     return not bool(np.triu(np.asarray(map.mask, dtype=bool), k=1).any())
@@ -265,7 +265,7 @@ def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool,
     """
     if map.pyramid is not None:
         raise ValueError("hiding keys needs the exact weights; this run kept only an overview")
-    lq, lk = map.shape
+    lk = map.shape[1]
     hidden = sorted({int(k) for k in keys})
     if any(not 0 <= k < lk for k in hidden):
         raise ValueError(f"keys {hidden} outside 0..{lk - 1}")

@@ -33,7 +33,7 @@ PAD, UNK = "[PAD]", "[UNK]"
 EDIT_CHARS = 100_000
 RUN_CHARS = 2_000
 PREVIEW_CHARS = 20_000
-_LONG_RUN = re.compile(r"\S{%d}" % (RUN_CHARS + 1))
+_LONG_RUN = re.compile(rf"\S{{{RUN_CHARS + 1}}}")
 _PREVIEW_RUN = re.compile(r"(\S{1000})(?=\S)")
 
 

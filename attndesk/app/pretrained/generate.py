@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable, Protocol, cast
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QWidget
 
 from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
 from attndesk.core.pretrained import (

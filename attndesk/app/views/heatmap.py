@@ -273,7 +273,7 @@ class MatrixPlot(QWidget):
         if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
-        c, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        c, r = math.floor(point.x()), math.floor(point.y())
         if 0 <= r < self._rows() and 0 <= c < self._cols():
             return r, c
         return None

@@ -194,7 +194,9 @@ def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int =
     # a block's widest moment: residual, norm, Q/K/V, context; the MLP's input to its activation
     # and that activation's temporaries (GPT-2's tanh GELU keeps ~5 of width f); scores, weights;
     # the patch's bool mask
-    per_seq = lambda n: n * (12 * e + 6 * f) * 4 + 4 * h * n * n * 4 + n * e
+    def per_seq(n: int) -> int:
+        return n * (12 * e + 6 * f) * 4 + 4 * h * n * n * 4 + n * e
+
     per_row = per_seq(length) + (per_seq(decoder_length) + 2 * h * decoder_length * length * 4 if decoder_length else 0)
     return rows * (per_row + 2 * vocabulary(model) * 4)
 

@@ -303,7 +303,9 @@ def _result(model: LoadedModel, request: _Request, capture: Capture, timings: di
     masks = {part: list(m) for part, m in capture.masks.items()}
     first_global = next((i for i, w in enumerate(windows) if not w), 0)
     mask = masks.get("self", [None] * model.num_layers)[first_global] if model.family == "decoder" or request.forced else None
-    array = (lambda values, dtype: None if values is None else np.asarray(values, dtype=dtype))
+    def array(values, dtype) -> np.ndarray | None:
+        return None if values is None else np.asarray(values, dtype=dtype)
+
     return PretrainedResult(
         model_name=model.name, tokens=source.tokens, token_ids=np.asarray(source.ids, dtype=np.int64),
         special=np.asarray(source.special, dtype=np.bool_), weights=capture.weights["self"], hidden_states=hidden_np,

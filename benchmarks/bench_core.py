@@ -44,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import attndesk  # noqa: E402  (before torch, see above)
+import attndesk  # noqa: E402, F401  (before torch, see above)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

@@ -153,8 +153,8 @@ def prepare_text(config: AttentionConfig, text: str, key_text: str | None = None
     queries, keys, _ = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
     # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
-    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
-    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
+    if (plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+            or (keep_intermediates and plan.kind == FULL and not plan.intermediates)):
         plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
     check_memory(plan, config)
     return PreparedText(config, text, key_text, queries, keys, plan, half_storage)

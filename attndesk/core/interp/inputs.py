@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -24,6 +25,12 @@ from ..pretrained.run import encode, forward_parameters
 from .anatomy import check_lm, vocabulary
 
 Progress = Callable[[float, str], None]
+
+
+class Cancel(Protocol):
+    """What a long computation polls between steps: a ``threading.Event``, or anything with ``is_set()``."""
+
+    def is_set(self) -> bool: ...
 METRICS = ("logit_diff", "prob", "kl")
 
 
@@ -147,7 +154,7 @@ def resolve_budget(memory_budget: int | None) -> int:
     return budget
 
 
-def check_cancel(cancel: threading.Event | None) -> None:
+def check_cancel(cancel: Cancel | None) -> None:
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled")
 

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QByteArray, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
@@ -127,7 +128,7 @@ class MainWindow(QMainWindow):
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)
             self._tabs[tab.id] = page
-        self.heatmapPanel = self._views[HEATMAPS_TAB]
+        self.heatmapPanel = cast(HeatmapPanel, self._views[HEATMAPS_TAB])  # the registry's heatmaps view
         self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
         self.timingTabs = QTabWidget(objectName="timingTabs")
         self.timingTabs.setDocumentMode(True)
@@ -352,7 +353,10 @@ class MainWindow(QMainWindow):
             if tab.unavailable is not None:
                 reason = tab.unavailable(self.state)
                 page = self._tabs[tab.id]
-                page.widget(1).setText(reason or "")
+                assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
+                label = page.widget(1)
+                assert isinstance(label, QLabel), "the stack's reason"
+                label.setText(reason or "")
                 page.setCurrentIndex(0 if reason is None else 1)
 
     def shown_tabs(self) -> list[tuple[str, str]]:

@@ -322,6 +322,7 @@ class RolloutView(QWidget):
 
     @Slot(int, int)
     def _hover_flow(self, r: int, c: int) -> None:
+        assert self._result is not None and self.flow is not None, "hovered only once a flow is shown"
         t = self._result.tokens
         self.readout.setText(f'flow: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.flow[r, c]:.4f} '
                              f'(rollout {self.rollout[r, c]:.4f})' if self.rollout is not None and

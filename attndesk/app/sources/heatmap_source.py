@@ -30,13 +30,13 @@ MAX_DISPLAY = 256
 WEIGHTS, ALIBI_BIAS = "weights", "alibi bias"
 
 
-@runtime_checkable
 class CellLookup(Protocol):
     """A mask read one cell at a time, ``mask[q, k]`` (a long run's, never materialised)."""
 
     def __getitem__(self, index: tuple[int, int]) -> bool: ...
 
 
+@runtime_checkable
 class HeatmapSource(Protocol):
     map: AttentionMap  # what is drawn (groups, window, layer kind, legend; what an export takes)
     base_map: AttentionMap  # the map before display options (the first key hidden, ALiBi's bias)

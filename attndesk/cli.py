@@ -15,6 +15,10 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attndesk.render.figure import HeatmapFigure
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -467,11 +471,11 @@ def _check_page(args: argparse.Namespace, page: dict) -> None:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, object]]:
+def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, HeatmapFigure]]:
     """(which, figure) for every --which, with the colour limits checked against the data."""
     from attndesk.render.figure import figure_from_map
 
-    figures = []
+    figures: list[tuple[str | int, HeatmapFigure]] = []
     for which in args.which:
         try:
             figure = figure_from_map(amap, which, colormap=args.colormap,

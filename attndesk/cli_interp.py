@@ -122,7 +122,7 @@ def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
                     export_weights(matrix, rows, cols, out.path(name + ".npy"))
                 else:
                     figure, size = item if isinstance(item, tuple) else (item, None)
-                    export_figure(figure, out.path(name + ".png"), size=size)  # type: ignore[arg-type]
+                    export_figure(figure, out.path(name + ".png"), size=size)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

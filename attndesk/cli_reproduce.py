@@ -51,9 +51,9 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
     target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
     ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
     model = load_pretrained(folder, memory_budget=run.get("memory_budget"))
-    result = run_pretrained(model, state.text, target=target, ablate=ablate, scaled=state.config.scaled,
-                            causal="causal" in state.config.mask, memory_budget=run.get("memory_budget"))
-    return run_weights(result, run.get("layer")), f"the model in {folder}"
+    pretrained = run_pretrained(model, state.text, target=target, ablate=ablate, scaled=state.config.scaled,
+                                causal="causal" in state.config.mask, memory_budget=run.get("memory_budget"))
+    return run_weights(pretrained, run.get("layer")), f"the model in {folder}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,12 +44,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import attndesk  # noqa: E402  (before torch, see above)
+import attndesk  # noqa: E402, F401  (before torch, see above)
+
+# isort: split
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from attndesk.core import MultiHeadAttention  # noqa: E402
-from attndesk.core import fastpath  # noqa: E402
+from attndesk.core import MultiHeadAttention, fastpath  # noqa: E402
 
 EMBED, HEADS, PADDED = 512, 8, 5
 IMPLS = ("attndesk", "MHA", "SDPA", "SDPA kernel", "attndesk GQA", "attndesk window")

@@ -94,7 +94,7 @@ def run_case(length: int, kind: str, repeats: int) -> dict:
         result = None
         box: dict = {}
 
-        def work() -> None:
+        def work(box: dict = box) -> None:
             box["result"] = run_attention(config, text, plan=plan)
 
         worker = threading.Thread(target=work)
@@ -143,7 +143,7 @@ def run_case(length: int, kind: str, repeats: int) -> dict:
 
 def _spawn(length: int, kind: str, repeats: int) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--case", str(length), kind, str(repeats)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"case L={length} {kind} failed:\n{done.stderr.strip()}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -213,7 +213,7 @@ def main() -> int:
     print()
     print(header)
     print("-" * len(header))
-    for label, c in cases:
+    for _label, c in cases:
         hover = "-" if c["hover_median"] is None else f"{c['hover_median'] * 1e3:.2f} ms"
         kind = c["kind"] if c["window"] is None else f"win{c['window']}"
         print(f"{c['length']:>6}  {kind:<8} {c['seconds']:>8.2f} {_gib(c['peak_rss']):>10} "
@@ -222,7 +222,7 @@ def main() -> int:
     for _, c in cases:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in c["timings"].items() if k != "total")
         print(f"L={c['length']} {c['kind']}: {c['plan']}")
-        print(f"    stages (s): {stages}; runs {['%.2f' % t for t in c['all_seconds']]}")
+        print(f"    stages (s): {stages}; runs {[f'{t:.2f}' for t in c['all_seconds']]}")
     print()
     for line in verdicts(cases, ratio):
         print(line)

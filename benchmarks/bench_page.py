@@ -24,7 +24,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from attndesk.render.page import (
+from attndesk.render.page import (  # noqa: E402 - after the path and platform are set
     MAX_PAGE_BYTES,
     PageTooLarge,
     estimate_page_bytes,

@@ -83,7 +83,7 @@ def peak_mib(fn) -> float:
 def compare(name: str, ours, eager, length: int, repeats: int) -> dict:
     text = text_of(ours.tokenizer, length)
     a = run_pretrained(ours, text)
-    w, hidden = eager_pass(eager, ours.tokenizer, text)
+    w, _hidden = eager_pass(eager, ours.tokenizer, text)
     diff = float(np.abs(a.weights - w).max())
     times = {"attndesk": [], "eager": []}
     calls = {"attndesk": lambda: run_pretrained(ours, text), "eager": lambda: eager_pass(eager, ours.tokenizer, text)}

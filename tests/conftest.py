@@ -22,7 +22,7 @@ atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
 os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
 
-import pytest
+import pytest  # noqa: E402 - after the environment the settings read is set
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)

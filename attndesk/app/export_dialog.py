@@ -243,9 +243,10 @@ class ExportDialog(QDialog):
             w.setEnabled(image)
         if image and not self._size_set:
             try:
-                w, h = suggested_size(figure_from_map(self._map, which, self._colormap, self._shared, region=self.region()))
-                self.widthSpin.setValue(w)
-                self.heightSpin.setValue(h)
+                width, height = suggested_size(
+                    figure_from_map(self._map, which, self._colormap, self._shared, region=self.region()))
+                self.widthSpin.setValue(width)
+                self.heightSpin.setValue(height)
             except (ValueError, ConfigError):
                 pass
         name = export_name(self._map, which, fmt, self.region())
@@ -307,7 +308,7 @@ class ExportDialog(QDialog):
             self._settings.setValue("export/folder", str(path.parent))
         self.exported.emit(str(path))
 
-    def _failed(self, exc: ExportError) -> None:
+    def _failed(self, exc: Exception) -> None:
         self._show_error(str(exc))
         self.failedExport.emit(str(exc))
 
@@ -329,7 +330,7 @@ class ExportDialog(QDialog):
         self._written(path)
         self.accept()
 
-    def _export_failed(self, exc: ExportError) -> None:
+    def _export_failed(self, exc: Exception) -> None:  # an ExportError (the one expected kind)
         self.setWindowTitle("Export heatmaps")
         self.exportButton.setEnabled(True)  # the choice allowed it; the file name may be fixed now
         self._failed(exc)

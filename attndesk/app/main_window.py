@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QByteArray, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
@@ -48,7 +49,7 @@ from .tabs.registry import TabSpec
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
-MENU_LAYOUT = {
+MENU_LAYOUT: dict[str, tuple[str, list[tuple[str, ...]]]] = {
     "file": ("&File", [("text", "session"), ("model",), ("export",), ("quit",)]),
     "run": ("&Run", [("run",)]),
     "view": ("&View", [("docks",), ("layout",)]),
@@ -127,7 +128,7 @@ class MainWindow(QMainWindow):
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)
             self._tabs[tab.id] = page
-        self.heatmapPanel = self._views[HEATMAPS_TAB]
+        self.heatmapPanel = cast(HeatmapPanel, self._views[HEATMAPS_TAB])  # the registry's heatmaps view
         self.heatmapPanel.memory_budget = lambda: self.state.config.budget_bytes
         self.heatmapPanel.ledger = self.compute.ledger  # a derived source is held with everything else
         self.timingTabs = QTabWidget(objectName="timingTabs")
@@ -273,7 +274,7 @@ class MainWindow(QMainWindow):
             top = 0 if status.progress is None else 100  # indeterminate until the first progress report
             if bar.maximum() != top:
                 bar.setRange(0, top)
-            if top and bar.value() != int(status.progress * 100):
+            if status.progress is not None and bar.value() != int(status.progress * 100):
                 bar.setValue(int(status.progress * 100))
         bar.setVisible(status.busy)
         self.cancelButton.setVisible(status.busy)
@@ -353,7 +354,10 @@ class MainWindow(QMainWindow):
             if tab.unavailable is not None:
                 reason = tab.unavailable(self.state)
                 page = self._tabs[tab.id]
-                page.widget(1).setText(reason or "")
+                assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
+                label = page.widget(1)
+                assert isinstance(label, QLabel), "the stack's reason"
+                label.setText(reason or "")
                 page.setCurrentIndex(0 if reason is None else 1)
 
     def shown_tabs(self) -> list[tuple[str, str]]:

@@ -164,8 +164,8 @@ def done_line(shown: Shown) -> str:
     return line
 
 
-def notices_of(*groups: Sequence[str]) -> tuple[str, ...]:
-    """Notices in order, each once."""
+def notices_of(*groups: Sequence[str | None]) -> tuple[str, ...]:
+    """Notices in order, each once (None and empty ones left out)."""
     return tuple(dict.fromkeys(n for group in groups for n in group if n))
 
 

@@ -154,7 +154,7 @@ def _fall_back_to_cpu(body: dict[str, Any]) -> list[str]:
     """A device this machine lacks becomes cpu, with a notice (the session still loads)."""
     config = body.get("config")
     device = config.get("device") if isinstance(config, dict) else None
-    if isinstance(device, str) and device_availability().get(device) is not None:
+    if isinstance(config, dict) and isinstance(device, str) and device_availability().get(device) is not None:
         body["config"] = {**config, "device": "cpu"}
         return [f"the session used device {device!r}, which is not available here; using cpu"]
     return []
@@ -196,7 +196,7 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {k: data[k] for k in ("text", "key_text", "cross", "config") if k in data}
     if "mode" in data:
         out["mode"] = _v1_mode(data["mode"], folder)
-    view = {k: data[k] for k in ("colormap", "shared_scale") if k in data}
+    view: dict[str, Any] = {k: data[k] for k in ("colormap", "shared_scale") if k in data}
     if "view" in data:
         view["target"] = data["view"]
     if all_layers is True:

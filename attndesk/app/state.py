@@ -34,7 +34,7 @@ from pydantic import (
 from attndesk.core.config import FIELDS, AttentionConfig
 from attndesk.core.types import MEAN
 
-ALL = "all"
+ALL: Literal["all"] = "all"
 # Far beyond any model the window can load; a bound so that a session's 10**40 is refused in one line.
 MAX_INDEX = 1 << 20
 # Tab ids (``view.tab``): the central tabs; modes may add their own (e.g. "all-layers").

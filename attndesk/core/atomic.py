@@ -143,6 +143,11 @@ class StagedFolder:
         self.committed = [self.target / name for name in names]
         return self.committed
 
+    def _staged(self) -> Path:
+        """The staging folder; only called while one exists (between open and commit or discard)."""
+        assert self._stage is not None, "no staging folder"
+        return self._stage
+
     def _commit_new(self) -> None:
         """The target does not exist: create its parents and rename the whole stage into place."""
         created = []
@@ -150,9 +155,10 @@ class StagedFolder:
             if not folder.exists():
                 folder.mkdir()
                 created.append(folder)
+        stage = self._staged()
         try:
-            os.chmod(self._stage, 0o777 & ~current_umask())  # mkdtemp makes it private
-            os.rename(self._stage, self.target)
+            os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it private
+            os.rename(stage, self.target)
         except BaseException:
             for folder in reversed(created):
                 try:
@@ -166,12 +172,13 @@ class StagedFolder:
         for name in names:
             if (self.target / name).is_dir():
                 raise IsADirectoryError(21, "a folder of that name exists", str(self.target / name))
+        stage = self._staged()
         aside = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX + "old-", dir=self.target))
         moved: list[tuple[str, bool]] = []  # (name, an old file was set aside)
         restored = True
         try:
             for name in names:
-                dest, new = self.target / name, self._stage / name
+                dest, new = self.target / name, stage / name
                 had_old = os.path.lexists(dest)
                 if had_old:
                     os.chmod(new, dest.stat().st_mode & 0o777)  # keep the replaced file's permissions
@@ -187,10 +194,10 @@ class StagedFolder:
 
     def _roll_back(self, moved: list[tuple[str, bool]], aside: Path) -> bool:
         """Undo the moves made so far; False if an old file could not be put back."""
-        complete = True
+        complete, stage = True, self._staged()
         for name, had_old in reversed(moved):
             dest = self.target / name
-            if not (self._stage / name).exists():  # the new file got in: take it out again
+            if not (stage / name).exists():  # the new file got in: take it out again
                 _remove(dest)
             if had_old:
                 try:

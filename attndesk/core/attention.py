@@ -71,8 +71,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, *, inplace: 
     if mask is None:
         return softmax_rows(scores)
     empty = ~mask.any(dim=-1, keepdim=True)  # small: [..., Lq or 1, 1]
-    empty = empty if bool(empty.any()) else None
-    return softmax_rows(scores, ~mask, empty, out=scores if inplace else None)
+    return softmax_rows(scores, ~mask, empty if bool(empty.any()) else None, out=scores if inplace else None)
 
 
 def _apply_dropout(weights: torch.Tensor, dropout) -> torch.Tensor:
@@ -107,6 +106,7 @@ def _rows_without_keys(mask: torch.Tensor | None, bias: torch.Tensor | None) -> 
     if bias is not None:
         finite = ~torch.isneginf(bias)
         allowed = finite if allowed is None else allowed & finite
+    assert allowed is not None  # a mask or a bias, checked above
     empty = ~allowed.any(dim=-1, keepdim=True)
     return empty if bool(empty.any()) else None
 
@@ -258,7 +258,9 @@ def _blocked_attention(
     squeeze = q.dim() == 2
     if squeeze:
         q, k, v = q[None], k[None], v[None]
-    heads, kv_heads = _heads_of(q, k)
+    shapes = _heads_of(q, k)
+    assert shapes is not None, "callers check _fast_path_ok first"
+    heads, kv_heads = shapes
     lq, lk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     lead = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
     items = math.prod(lead)
@@ -390,6 +392,9 @@ class _AttentionLayer(nn.Module):
     heads: int
     kv_heads: int
     head_dim: int
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
 
     def _fused_weights(self, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[Wq * scale; Wk; Wv] and the matching bias: one GEMM for Q, K and V."""

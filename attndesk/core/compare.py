@@ -100,11 +100,13 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
     # the point is the padding mask: a window would mask cells the tutorial's variant cannot
     cfg = config.replace(mask="padding", pad_to=_padded_length(config, text), dropout=0.0, window=None)
     a = run_attention(cfg, text, keep_intermediates=True)
+    inter = a.intermediates
+    assert inter is not None and inter.v is not None, "run with keep_intermediates"
     # The variant acts on the same scores (this run's, scaled as configured) in the run's dtype.
-    scores = torch.as_tensor(_softmax_input(a.intermediates)).to(cfg.torch_dtype)  # [H, L, L]
+    scores = torch.as_tensor(_softmax_input(inter)).to(cfg.torch_dtype)  # [H, L, L]
     effect = tutorial_effect(scores, torch.as_tensor(a.token_ids))
     weights = effect.tutorial[0].float().numpy()  # [H, L, L]
-    v = np.repeat(a.intermediates.v, cfg.num_heads // cfg.num_kv_heads, axis=0)  # [KV, L, d] -> [H, L, d]
+    v = np.repeat(inter.v, cfg.num_heads // cfg.num_kv_heads, axis=0)  # [KV, L, d] -> [H, L, d]
     context = np.einsum("hqk,hkd->hqd", weights, v)
     b = dataclasses.replace(
         a, weights=weights, output=out_projection(cfg, context), intermediates=None,
@@ -292,7 +294,9 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
     layer = model.attention
     notes = ["compared in eval mode: dropout off for all three"] if config.training and config.dropout > 0 else []
     scale = 1.0 / math.sqrt(config.head_dim) if config.scaled else 1.0
-    timings, out_diff, w_diff = {}, {}, {}
+    timings: dict[str, float] = {}
+    out_diff: dict[str, float] = {}
+    w_diff: dict[str, float | None] = {}
     with torch.inference_mode():
         was_training = layer.training
         layer.eval()

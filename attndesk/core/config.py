@@ -164,7 +164,7 @@ class AttentionConfig:
         return tuple((type(v), v) for v in (getattr(self, f.name) for f in dataclasses.fields(self)))
 
     def _check_fields(self) -> None:
-        for spec in fields_of(type(self)):  # each field's own type, choices and range, as its spec declares
+        for spec in fields_of(type(self)):  # type: ignore[arg-type]  # a class is hashable (mypy reads the instances' __hash__ = None); each field's own type, choices and range, as its spec declares
             check_value(spec, getattr(self, spec.name))
 
     def _check_variants(self) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from einops import rearrange
 
+from .attention import MultiHeadAttention
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
@@ -158,7 +159,9 @@ def out_projection(config: AttentionConfig, context: np.ndarray) -> np.ndarray:
         if config.num_heads == 1:
             out = rearrange(ctx, "1 l d -> l d")
         else:
-            out = model.attention.out_proj(rearrange(ctx, "h l d -> l (h d)"))
+            attention = model.attention
+            assert isinstance(attention, MultiHeadAttention), "more than one head"
+            out = attention.out_proj(rearrange(ctx, "h l d -> l (h d)"))
     return out.float().cpu().numpy()
 
 

@@ -48,7 +48,7 @@ def onednn():
 
     Probed once against torch.addmm so a build whose op misbehaves falls back to MKL silently.
     """
-    global _onednn_op
+    global _onednn_op  # noqa: PLW0603 - probed once per process
     if _onednn_op is None:
         _onednn_op = False
         try:
@@ -80,7 +80,7 @@ def softmax_rows(scores: torch.Tensor, blocked: torch.Tensor | None = None, empt
         scores = scores.masked_fill_(blocked, _NEG_INF) if inplace else scores.masked_fill(blocked, _NEG_INF)
     if scores.dtype in (torch.float16, torch.bfloat16):
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-        weights = out.copy_(weights) if inplace else weights
+        weights = out.copy_(weights) if out is not None else weights
     else:
         weights = torch.softmax(scores, dim=-1, out=out) if inplace else torch.softmax(scores, dim=-1)
     if empty is not None:
@@ -117,7 +117,7 @@ class Block:
 class _Distances:
     """|i - j| blocks for ALiBi, cached per block shape and offset (interior blocks share one)."""
 
-    def __init__(self, dtype, device=None):
+    def __init__(self, dtype: torch.dtype, device: torch.device | str | None = None) -> None:
         # half precision keeps exact distances (bfloat16 rounds them above 256); see block_weights
         self.dtype = torch.float64 if dtype in (torch.float16, torch.bfloat16) else dtype
         self.device = device
@@ -237,15 +237,18 @@ class DenseRule:
         """Add the window: its bias, and the rows it leaves without a key in reach."""
         q0, q1, k0, k1 = blk.q0, blk.q1, blk.k0, blk.k1
         band = self.bands(q0, q1, k0, k1)  # None when the window allows the whole block
+        window = self.window
+        assert window is not None, "only called with a window"
         if band is not None:
             band_bias = self.bands.bias(q0, q1, k0, k1, self.dtype)
+            assert band_bias is not None, "the bias is None exactly when the band is"
             blk.mask_bias = band_bias if blk.mask_bias is None else blk.mask_bias + band_bias
         if rows is not None and self.key_only:  # count each row's real keys in reach: O(b + w)
-            empty = _no_key_in_reach(rows[..., 0, :], q0, q1, k0, self.window)
+            empty = _no_key_in_reach(rows[..., 0, :], q0, q1, k0, window)
         elif rows is not None:  # the keys in reach and the mask together may leave a row none
             empty = (rows if band is None else rows | ~band).all(dim=-1, keepdim=True)
         else:  # the band alone: only queries past the last key's reach
-            empty = torch.arange(q0, q1)[:, None] >= self.lk + self.window - 1
+            empty = torch.arange(q0, q1)[:, None] >= self.lk + window - 1
         blk.empty = empty if bool(empty.any()) else None
 
 
@@ -312,10 +315,13 @@ def block_weights(q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring:
         scores.add_(blk.head(blk.bias, h))
     if blk.key_row is not None:
         scores.add_(blk.key_row[h] if blk.key_row.dim() == 2 else blk.key_row)
-    if scoring.slopes is not None and blk.dist.dtype != scores.dtype:  # half precision: round the bias
-        scores.add_((blk.dist * -scoring.slopes[h]).to(scores.dtype))  # once, as the reference does
-    elif scoring.slopes is not None:
-        scores.add_(blk.dist, alpha=-scoring.slopes[h])
+    if scoring.slopes is not None:
+        dist = blk.dist
+        assert dist is not None, "the rule sets the distances whenever there are slopes"
+        if dist.dtype != scores.dtype:  # half precision: round the bias
+            scores.add_((dist * -scoring.slopes[h]).to(scores.dtype))  # once, as the reference does
+        else:
+            scores.add_(dist, alpha=-scoring.slopes[h])
     if blk.mask_bias is not None:
         scores.add_(blk.head(blk.mask_bias, h))
     return softmax_rows(scores, None, blk.head(blk.empty, h), out=scores if out is None else out)
@@ -394,7 +400,7 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rule: Bloc
             if sink is not None:
                 with timer.stage("overview", report=False):
                     sink.end_block(blk.q0, blk.q1)
-        if whole_heads:
+        if whole_heads and weights is not None:
             with timer.stage("weighted sum", report=False):
                 _whole_head_sums(weights[n], v[n], context[n], groups)
     return context
@@ -415,6 +421,7 @@ def _weights_out(weights: torch.Tensor | None, buffer: torch.Tensor | None, n: i
     block cannot reach), or the reused buffer."""
     q0, q1, k0, k1 = blk.q0, blk.q1, blk.k0, blk.k1
     if weights is None:
+        assert buffer is not None, "a buffer is made whenever there are no weights to keep"
         return buffer[: (q1 - q0) * (k1 - k0)].view(q1 - q0, k1 - k0)
     return weights[n, h, q0:q1, k0:k1]
 
@@ -425,7 +432,7 @@ def _whole_head_sums(weights: torch.Tensor, v: torch.Tensor, context: torch.Tens
     op = onednn() if weights.dtype == torch.float32 else None
     vt = v.transpose(-1, -2).contiguous() if op is not None else None  # [KV, dv, Lk]: oneDNN wants x @ w^T
     for h in range(weights.shape[0]):
-        if vt is not None:
+        if op is not None and vt is not None:
             context[h] = op(weights[h], vt[h // groups], None, "none", [None], "")
         else:
             torch.mm(weights[h], v[h // groups], out=context[h])

@@ -94,6 +94,7 @@ def _make_band(causal: bool, window: int | None, offset: int, rows: int, cols: i
     if window is not None:
         near = diff < window if causal else diff.abs_() < window
         band = near if band is None else band & near
+    assert band is not None, "a band needs a causal mask or a window"  # else _inside() answered first
     return band
 
 
@@ -252,7 +253,7 @@ class MaskSpec:
             valid = self.key_valid.cpu().numpy()
             padded = np.zeros(cols * factor, dtype=np.bool_)
             padded[: self.lk] = valid
-            col_dead = ~padded.reshape(cols, factor).any(axis=1)  # [C]: no real key in the tile
+            col_dead = np.asarray(~padded.reshape(cols, factor).any(axis=1))  # [C]: no real key in the tile
             out |= col_dead[None, :]
         first_key = np.arange(cols) * factor  # [C]
         last_key = np.minimum(first_key + factor, self.lk) - 1

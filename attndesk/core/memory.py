@@ -139,9 +139,11 @@ def check_parameters(config: "AttentionConfig") -> None:
     fits = {}
     for name in fields:
         value, low = getattr(config, name), _SIZE_FIELDS[name][1]
-        fits[name] = largest_fitting(
-            lambda n, name=name: estimate_parameters(config.replace(**{name: n})).total, low, value, limit
-        )
+
+        def need(n: int, name: str = name) -> int:
+            return estimate_parameters(config.replace(**{name: n})).total
+
+        fits[name] = largest_fitting(need, low, value, limit)
     # blame the field that alone can fix it and is furthest over (1,000,000 where 7,664 fits)
     fixable = [f for f in fields if fits[f] >= _SIZE_FIELDS[f][1]]
     name = max(fixable or fields, key=lambda f: getattr(config, f) / max(fits[f], 1))

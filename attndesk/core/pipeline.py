@@ -30,7 +30,7 @@ from .masks import MaskSpec
 from .checks import text_argument
 from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
 from .positional import sinusoidal_encoding
-from .pyramid import PyramidBuilder
+from .pyramid import AttentionPyramid, PyramidBuilder
 from .result import OVERVIEW, STAGES, AttentionResult
 from .timing import StageTimer
 from .tokenizer import PAD_ID, Tokenized, WordTokenizer
@@ -44,7 +44,7 @@ class ToyModel(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=PAD_ID)
         if config.num_heads == 1:
-            self.attention: nn.Module = SingleHeadAttention(config.embed_dim, config.hidden_dim, bias=config.bias)
+            self.attention: SingleHeadAttention | MultiHeadAttention = SingleHeadAttention(config.embed_dim, config.hidden_dim, bias=config.bias)
         else:
             self.attention = MultiHeadAttention(config.embed_dim, config.num_heads, config.dropout, bias=config.bias,
                                                 kv_heads=config.num_kv_heads)
@@ -124,7 +124,7 @@ def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
 
     tokenizer = _tokenizer(config.vocab_size)
     queries = tokenizer.encode(text, config.pad_to)
-    keys = tokenizer.encode(key_text, config.pad_to) if cross else queries
+    keys = tokenizer.encode(key_text, config.pad_to) if key_text is not None else queries
     if not queries.ids:
         raise ConfigError("type some text to attend over: no tokens found")
     if not keys.ids:
@@ -167,8 +167,8 @@ def prepare_text(config: AttentionConfig, text: str, key_text: str | None = None
     queries, keys, _ = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
     # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
-    stale = plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
-    if stale or (keep_intermediates and plan.kind == FULL and not plan.intermediates):
+    if (plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+            or (keep_intermediates and plan.kind == FULL and not plan.intermediates)):
         plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
     check_memory(plan, config)
     return PreparedText(config, text, key_text, queries, keys, plan, half_storage)
@@ -339,7 +339,7 @@ class _Attended:
     context: torch.Tensor
     weights: np.ndarray
     mask: np.ndarray | None
-    pyramid: object = None
+    pyramid: AttentionPyramid | None = None
     exact: ExactAttention | None = None
 
 

@@ -9,6 +9,8 @@ keeping a 2048 px overview + exact on demand".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 from .config import AttentionConfig
 from .devices import DTYPES, resolve_device
@@ -79,9 +81,9 @@ class RunPlan:
         head = self.size_text
         budget = format_bytes(self.budget)
         weights = format_bytes(self.weights_bytes)
-        eta = "" if self.seconds is None or not eta else f" ({_duration(self.seconds)})"
+        eta_text = "" if self.seconds is None or not eta else f" ({_duration(self.seconds)})"
         if self.kind == FULL:
-            return f"{head}: full weights {weights} fit the {budget} budget{eta}"
+            return f"{head}: full weights {weights} fit the {budget} budget{eta_text}"
         if self.full_peak_bytes <= self.budget:
             why = f"full weights {weights} fit the {budget} budget but a blocked run was asked for"
         elif self.weights_bytes > self.budget:
@@ -91,8 +93,8 @@ class RunPlan:
         band = "" if self.window is None else f", computing only the band |i - j| < {self.window}"
         if self.kind == BLOCKED:
             return (f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)})"
-                    f" + exact on demand{band}{eta}")
-        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{band}{eta}"
+                    f" + exact on demand{band}{eta_text}")
+        line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{band}{eta_text}"
         if self.peak_bytes > self.budget:  # the projections alone outgrow the budget: say so
             line += f"; even so it needs about {format_bytes(self.peak_bytes)}, over the budget"
         return line
@@ -155,7 +157,7 @@ def plan_run(
     rate = _RATE.get(str(config.device))
     cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)  # those computed
     seconds = max(estimate.flops / rate, cells * CELL_SECONDS) if rate else None
-    common = dict(num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
+    plan = partial(RunPlan, num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
                   full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds,
                   intermediates=keep_intermediates, window=config.window)
 
@@ -163,8 +165,8 @@ def plan_run(
     if kind is None:
         kind = FULL if estimate.peak_bytes <= budget else None
     if kind == FULL:
-        return RunPlan(kind=FULL, peak_bytes=estimate.peak_bytes, storage="float32", block_rows=lq,
-                       factor=1, overview_px=max(lq, lk), **common)
+        return plan(kind=FULL, peak_bytes=estimate.peak_bytes, storage="float32", block_rows=lq,
+                       factor=1, overview_px=max(lq, lk))
 
     # a score block is at most a sixteenth of the budget, so a small budget means small blocks
     block_rows = max(1, min(lq, min(block_bytes, budget // 16) // max(1, lk * item)))
@@ -178,14 +180,15 @@ def plan_run(
             factor = max(1, _ceil_div(max(lq, lk), px))
             peak += _pyramid_bytes(h, lq, lk, factor)
             if kind == BLOCKED or peak <= budget:
-                return RunPlan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
-                               factor=factor, overview_px=min(px, max(lq, lk)), **common)
+                return plan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
+                               factor=factor, overview_px=min(px, max(lq, lk)))
 
-    return _pyramid_plan(config, lq, lk, block_rows, overview_px, common)
+    return _pyramid_plan(config, lq, lk, block_rows, overview_px, plan)
 
 
-def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, overview_px: int, common: dict) -> RunPlan:
-    """The pyramid: the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
+def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, overview_px: int,
+                  plan: Callable[..., RunPlan]) -> RunPlan:
+    """The pyramid (``plan``: RunPlan with the fields every kind shares): the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
     when even the smallest does not fit (the projections of a huge document alone are over the
     budget) shrinking it all the way would only lose detail: it just keeps the overview itself
     within a quarter of the budget."""
@@ -205,8 +208,8 @@ def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, ov
     while px > floor and (peak > budget if fits_at_all else _pyramid_bytes(h, lq, lk, factor) > budget // 4):
         px //= 2
         factor, rows, peak = sized(px)
-    return RunPlan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor,
-                   overview_px=min(px, max(lq, lk)), **common)
+    return plan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor,
+                   overview_px=min(px, max(lq, lk)))
 
 
 def check_memory(plan: RunPlan, config: AttentionConfig) -> None:

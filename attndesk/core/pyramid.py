@@ -32,7 +32,7 @@ def _cols_into(t: torch.Tensor, f: int, out: torch.Tensor, how: str) -> None:
     Strided elementwise passes written straight into ``out``: torch reduces a tiny last axis
     about 10x slower, and a temporary would cost a copy.
     """
-    n, lk = t.shape
+    lk = t.shape[1]
     full = lk // f * f
     body, dest = t[:, :full], out[:, : full // f]
     op = torch.maximum if how == "max" else torch.add
@@ -110,10 +110,12 @@ class PyramidBuilder:
                 self._mean_rows[:b, :w].copy_(weights)
                 self._mean_col0, self._mean_width = col0, w
             else:
+                assert self._mean_rows is not None, "head 0 of the block came first"
                 self._mean_rows[:b, :w].add_(weights)
 
     def end_block(self, row0: int, row1: int) -> None:
         if self.num_heads > 1:
+            assert self._mean_rows is not None, "end_block after the block's heads"
             mean = self._mean_rows[: row1 - row0, : self._mean_width].div_(self.num_heads)
             self._fold(self.num_heads, row0, mean, self._mean_col0)
         else:  # one head: its mean is itself
@@ -251,6 +253,10 @@ class AttentionPyramid:
                 return i
         return len(self.levels) - 1
 
+    def _exact(self) -> ExactAttention:
+        assert self.exact is not None, "this pyramid was finished without its exact weights"
+        return self.exact
+
     def head_max(self, head) -> float:
         """The largest weight of one head (exact: the max survives every tile)."""
         return float(self._head_max[self._index(head)])
@@ -258,19 +264,19 @@ class AttentionPyramid:
     def value(self, head, q: int, k: int) -> float:
         """The exact weight of one cell, recomputed."""
         self._index(head)
-        return self.exact.value(head, q, k)
+        return self._exact().value(head, q, k)
 
     def allowed(self, q: int, k: int) -> bool:
         return self.mask_spec.allowed(q, k)
 
     def rows(self, head, q0: int, q1: int) -> np.ndarray:
         self._index(head)
-        return self.exact.rows(head, q0, q1)
+        return self._exact().rows(head, q0, q1)
 
     def region(self, head, q0: int, q1: int, k0: int, k1: int) -> np.ndarray:
         """Exact float32 weights of queries q0..q1-1 x keys k0..k1-1 (for zoom and region export)."""
         self._index(head)
-        return self.exact.region(head, q0, q1, k0, k1)
+        return self._exact().region(head, q0, q1, k0, k1)
 
     def region_view(self, head, q0: int, q1: int, k0: int, k1: int, max_side: int = 1024) -> tuple[np.ndarray, int]:
         """A region for drawing: exact when it fits ``max_side`` px, else max-tiled from exact rows.
@@ -280,7 +286,7 @@ class AttentionPyramid:
         self._index(head)
         side = max(q1 - q0, k1 - k0)
         factor = max(1, _ceil_div(side, max_side))
-        return self.exact.region_overview(head, q0, q1, k0, k1, factor), factor
+        return self._exact().region_overview(head, q0, q1, k0, k1, factor), factor
 
     @property
     def nbytes(self) -> int:

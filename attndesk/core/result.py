@@ -87,7 +87,7 @@ class AttentionResult(TimedRun):
 
     def weight_at(self, head: Head, q: int, k: int) -> float:
         """The exact weight of query q on key k for ``head`` (an int, or MEAN over heads)."""
-        return AttentionMap.weight_at(self, head, q, k)  # the same fields: weights, exact, exact_weights
+        return AttentionMap.weight_at(self, head, q, k)  # type: ignore[arg-type]  # duck-typed: the same fields: weights, exact, exact_weights
 
     @property
     def keys(self) -> list[str]:

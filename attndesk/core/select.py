@@ -20,7 +20,7 @@ Qt-free: numpy and the core's own types only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence, Union
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from .memory import format_bytes
 from .types import MEAN, AttentionMap, Head
 
 ALL: Literal["all"] = "all"
-Which = Union[Head, Literal["all"]]
+Which = Head | Literal["all"]
 Region = tuple[tuple[int, int], tuple[int, int]]
 REDUCTIONS = ("max", "mean", "sum", "all", "any")
 
@@ -47,7 +47,7 @@ def parse_which(which: object, num_heads: int) -> Which:
     if isinstance(which, str):
         text = which.strip().lower()
         if text in (ALL, MEAN):
-            return text  # type: ignore[return-value]
+            return text
         text = text.removeprefix("head").strip()
         try:
             which = int(text)
@@ -155,7 +155,7 @@ def is_causal(map: AttentionMap) -> bool:
     """Whether no query may attend to a later key (every cell above the diagonal is masked)."""
     if map.pyramid is not None:
         return bool(map.pyramid.mask_spec.causal)
-    lq, lk = map.shape
+    lk = map.shape[1]
     if map.mask is None or lk < 2:
         return False
     return not bool(np.triu(np.asarray(map.mask, dtype=bool), k=1).any())
@@ -167,6 +167,13 @@ def _head(map: AttentionMap, head: Head) -> Head:
     if isinstance(head, (bool, np.bool_)) or not isinstance(head, (int, np.integer)) or not 0 <= head < map.num_heads:
         raise ValueError(f"head {head!r} does not exist: this run has heads 0..{map.num_heads - 1} (or {MEAN!r})")
     return int(head)
+
+
+def _head_index(map: AttentionMap, head: Head) -> int:
+    """``_head`` where the caller has already handled MEAN."""
+    index = _head(map, head)
+    assert isinstance(index, int), "MEAN is handled by the caller"
+    return index
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +265,7 @@ def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool,
     """
     if map.pyramid is not None:
         raise ValueError("hiding keys needs the exact weights; this run kept only an overview")
-    lq, lk = map.shape
+    lk = map.shape[1]
     hidden = sorted({int(k) for k in keys})
     if any(not 0 <= k < lk for k in hidden):
         raise ValueError(f"keys {hidden} outside 0..{lk - 1}")
@@ -299,7 +306,7 @@ def alibi_bias(map: AttentionMap, head: Head) -> np.ndarray:
     if map.alibi_slopes is None:
         raise ValueError("this map has no ALiBi slopes")
     slopes = np.asarray(map.alibi_slopes, dtype=np.float64)
-    slope = float(slopes.mean()) if head == MEAN else float(slopes[_head(map, head)])
+    slope = float(slopes.mean()) if head == MEAN else float(slopes[_head_index(map, head)])
     lq, lk = map.shape
     distance = np.abs(np.arange(lq)[:, None] - np.arange(lk)[None, :])  # [Lq, Lk]
     return (-slope * distance).astype(np.float32)
@@ -312,7 +319,7 @@ def head_title(map: AttentionMap, head: Head) -> str:
         first = map.label(0)
         prefix = first[: -len("head 0")] if first.endswith("head 0") else ""
         return f"{prefix}mean over {map.num_heads} heads"
-    title = map.label(_head(map, head))
+    title = map.label(_head_index(map, head))
     if map.alibi_slopes is not None:
         title += f" \u00b7 m={slope_text(float(np.asarray(map.alibi_slopes)[int(head)]))}"
     return title

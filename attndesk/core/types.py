@@ -12,7 +12,7 @@ Everything here is plain numpy and Python: safe to hand from the worker to the G
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Literal, Mapping, Union
+from typing import TYPE_CHECKING, Literal, Mapping
 
 import numpy as np
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # annotations only: types.py stays import-light
     from .pyramid import AttentionPyramid
 
 MEAN: Literal["mean"] = "mean"
-Head = Union[int, Literal["mean"]]
+Head = int | Literal["mean"]
 
 
 @dataclass(frozen=True, eq=False)

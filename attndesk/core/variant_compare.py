@@ -42,6 +42,7 @@ def _pooled_b(a: AttentionResult, config: AttentionConfig, kv: int) -> Attention
     """B = A's layer with each group's K and V heads mean-pooled into one (how MHA checkpoints
     become GQA, Ainslie et al. 2023): the same queries, only the sharing differs."""
     inter = a.intermediates
+    assert inter is not None, "A is run with keep_intermediates"
     dtype = config.torch_dtype
 
     def pool(x):  # [H, L, d] -> [KV, L, d]
@@ -132,6 +133,7 @@ def _compare_window(config: AttentionConfig, text: str, window: int | None = Non
 
 def _compare_softcap(config: AttentionConfig, text: str, cap: float | None = None) -> TeachingComparison:
     a = run_attention(config.replace(softcap=None), text, keep_intermediates=True)
+    assert a.intermediates is not None and a.intermediates.scaled is not None, "run with keep_intermediates"
     top = float(np.abs(a.intermediates.scaled).max())
     c = cap or config.softcap or max(0.1, round(top / 2, 2))  # a cap this run's scores reach
     b = run_attention(config.replace(softcap=c), text)

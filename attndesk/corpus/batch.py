@@ -101,7 +101,7 @@ class CorpusCapture(Capture):
 
 
 def _forward_kwargs(model: LoadedModel, src: tuple, tgt: tuple | None, types) -> dict:
-    accepts = forward_parameters(type(model.model))
+    accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy reads the instances' __hash__
     kwargs: dict = {"input_ids": src[0], "attention_mask": src[1].long()}
     if types is not None and "token_type_ids" in accepts:
         kwargs["token_type_ids"] = types

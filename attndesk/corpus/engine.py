@@ -157,7 +157,8 @@ class Thresholds:
     """The run's current atlas cut-off per side: the ``points``-th smallest priority seen so far."""
 
     def __init__(self, points: int):
-        self.points, self.best = points, {}
+        self.points = points
+        self.best: dict[str, np.ndarray] = {}  # side -> the smallest priorities seen, sorted
 
     def add(self, atlas: pa.Table) -> None:
         if self.points <= 0 or atlas.num_rows == 0:

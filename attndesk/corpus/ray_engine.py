@@ -88,8 +88,8 @@ def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], sh
         context.enable_progress_bars = False
         context.print_on_execution_start = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)
-        ds = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = ds.map_batches(ShardActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers or 2), num_cpus=1,
+        inputs = ray.data.from_items(items, override_num_blocks=len(items))
+        ds = inputs.map_batches(ShardActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers or 2), num_cpus=1,
                             fn_constructor_kwargs={"model_path": str(model.path), "settings": asdict(settings),
                                                    "device": str(model.device)})
         for row in ds.iter_rows():

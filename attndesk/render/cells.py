@@ -68,8 +68,8 @@ def draw_cells_image(p: QPainter, target: QRectF, values: np.ndarray, hidden: np
     rows, cols = values.shape
     scale = 2.0 if style.vector else 1.0
     t = p.transform()
-    px_w = max(1, int(math.ceil(target.width() * math.hypot(t.m11(), t.m12()) * scale)))
-    px_h = max(1, int(math.ceil(target.height() * math.hypot(t.m21(), t.m22()) * scale)))
+    px_w = max(1, math.ceil(target.width() * math.hypot(t.m11(), t.m12()) * scale))
+    px_h = max(1, math.ceil(target.height() * math.hypot(t.m21(), t.m22()) * scale))
     limit = 1024 if style.vector else 1 << 30  # vector files: 2048^2 cells stay a few MB
     fr = max(1, -(-rows // min(px_h, limit)))  # cells per tile along each axis
     fc = max(1, -(-cols // min(px_w, limit)))

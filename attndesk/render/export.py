@@ -170,7 +170,7 @@ def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
     if not writer.write(image):
         raise ExportError(f"PNG encoding failed: {writer.errorString()}")
     buffer.close()
-    return bytes(data)
+    return bytes(data.data())
 
 
 def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
@@ -194,7 +194,7 @@ def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
     finally:
         painter.end()
     buffer.close()
-    return bytes(data)
+    return bytes(data.data())
 
 
 def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
@@ -221,7 +221,7 @@ def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
     finally:
         painter.end()
     buffer.close()
-    return bytes(data)
+    return bytes(data.data())
 
 
 _RENDERERS = {"png": _png_bytes, "svg": _svg_bytes, "pdf": _pdf_bytes}

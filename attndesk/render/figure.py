@@ -110,17 +110,24 @@ class HeatmapFigure:
             hidden |= ~self.mask
         return hidden
 
+    @property
+    def _floor(self) -> float:
+        """The log scale's floor (__post_init__ fills it in from the key count when not given)."""
+        assert self.log_floor is not None
+        return self.log_floor
+
     def colour_values(self, index: int | None = None) -> np.ndarray:
         """What the colours encode: the values, or their log10 (from the floor) on a log scale."""
         values = self.matrices if index is None else self.matrices[index]
-        return colormaps.to_log(values, self.log_floor) if self.log_scale else values
+        return colormaps.to_log(values, self._floor) if self.log_scale else values
 
     def value_range(self, index: int | None = None) -> tuple[float, float]:
         """(vmin, vmax) in colour space of heatmap ``index``, or of all (the shared scale) when None."""
         lo, hi = finite_range(self.matrices if index is None else self.matrices[index])
         if self.log_scale:
-            to_log = lambda v: math.log10(max(float(v), self.log_floor))  # noqa: E731
-            lo, hi = to_log(self.log_floor), to_log(hi)
+            floor = self._floor
+            to_log = lambda v: math.log10(max(float(v), floor))  # noqa: E731
+            lo, hi = to_log(floor), to_log(hi)
             lo, hi = (to_log(self.vmin) if self.vmin is not None else lo), (to_log(self.vmax) if self.vmax is not None else hi)
         else:
             if self.diverging:

@@ -379,7 +379,7 @@ def tick_format(ticks: Sequence[float]) -> str:
         return "{:.2g}"
     if step * 10**decimals % 1 > 1e-6:  # steps like 0.25 need one more digit
         decimals += 1
-    return "{:.%df}" % decimals
+    return f"{{:.{decimals}f}}"
 
 
 def band_outline(rows: int, cols: int, window: int, *, causal: bool) -> list[list[tuple[float, float]]]:

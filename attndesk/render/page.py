@@ -87,7 +87,7 @@ def decode_array(obj: Mapping[str, Any] | list) -> np.ndarray:
     """The float32 array of an ``encode_array`` object (or of nested lists)."""
     if isinstance(obj, list):
         return np.asarray(obj, dtype=np.float32)
-    kind = {"float16": "<f2", "float32": "<f4"}.get(obj.get("dtype"))
+    kind = {"float16": "<f2", "float32": "<f4"}.get(str(obj.get("dtype")))
     if kind is None:
         raise ValueError(f"unknown dtype {obj.get('dtype')!r} in a page's weights")
     raw = base64.b64decode(obj["base64"])

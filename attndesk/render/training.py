@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,7 +215,7 @@ def write_final_figures(run: TrainRun, out_path, formats: Sequence[str] = ("png"
     for amap in layer_maps(run):
         figure = figure_from_map(amap)
         for fmt in formats:
-            written.append(write(lambda p, r, f=figure: _paint(p, r, f), out_path(f"attn_{amap.file_tag}.{fmt}"),
+            written.append(write(partial(_paint, figure=figure), out_path(f"attn_{amap.file_tag}.{fmt}"),
                                  size=suggested_size(figure), title=figure.suptitle))
     return written
 

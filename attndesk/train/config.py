@@ -93,9 +93,9 @@ class TrainConfig:
         if self.softcap is not None and not (isinstance(self.softcap, (int, float)) and not isinstance(self.softcap, bool)
                                              and math.isfinite(self.softcap) and self.softcap > 0):
             raise ConfigError(f"softcap must be a positive finite number or None, got {self.softcap!r}", field="softcap")
-        if self.seq_len < 4:
+        if self.length < 4:
             raise ConfigError(f"seq_len must be at least 4 tokens, got {self.seq_len}", field="seq_len")
-        if self.embed_dim * self.layers > 8192 or self.seq_len > 2048:
+        if self.embed_dim * self.layers > 8192 or self.length > 2048:
             raise ConfigError("this trainer is for small models: embed_dim x layers at most 8192 and seq_len at "
                               "most 2048", field="embed_dim")
         return self
@@ -112,6 +112,18 @@ class TrainConfig:
         if self.position == "rope" and (self.embed_dim // self.heads) % 2:
             raise ConfigError(f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
                               f"= {self.embed_dim // self.heads}", field="position")
+
+    @property
+    def vocab(self) -> int:
+        """``vocab_size`` as an int: the task's default is filled in on creation, validate() refuses the rest."""
+        assert self.vocab_size is not None, "an unknown task (validate() refuses it)"
+        return self.vocab_size
+
+    @property
+    def length(self) -> int:
+        """``seq_len`` as an int (as ``vocab``)."""
+        assert self.seq_len is not None, "an unknown task (validate() refuses it)"
+        return self.seq_len
 
     @property
     def head_dim(self) -> int:

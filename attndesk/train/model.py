@@ -45,16 +45,18 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """Token embedding (+ positions) -> ``layers`` blocks -> (LayerNorm) -> unembedding."""
 
+    sinusoid: torch.Tensor  # a buffer [seq_len, embed_dim], registered when position is sinusoidal
+
     def __init__(self, cfg: TrainConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
-        self.pos = nn.Embedding(cfg.seq_len, cfg.embed_dim) if cfg.position == "learned" else None
+        self.embed = nn.Embedding(cfg.vocab, cfg.embed_dim)
+        self.pos = nn.Embedding(cfg.length, cfg.embed_dim) if cfg.position == "learned" else None
         if cfg.position == "sinusoidal":
-            self.register_buffer("sinusoid", sinusoidal_encoding(cfg.seq_len, cfg.embed_dim), persistent=False)
+            self.register_buffer("sinusoid", sinusoidal_encoding(cfg.length, cfg.embed_dim), persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
-        self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab_size, bias=False)
+        self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab, bias=False)
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L])."""

@@ -44,10 +44,10 @@ class TrainRun:
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 2:
             got = f"{ids.dtype} {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise ConfigError(f"ids must be an int64 tensor [batch, length], got {got}")
-        if not 1 <= ids.shape[1] <= self.cfg.seq_len:
-            raise ConfigError(f"ids hold {ids.shape[1]} tokens; this model reads 1 to {self.cfg.seq_len}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size):
-            raise ConfigError(f"token ids must be in 0..{self.cfg.vocab_size - 1}, got {int(ids.min())}..{int(ids.max())}")
+        if not 1 <= ids.shape[1] <= self.cfg.length:
+            raise ConfigError(f"ids hold {ids.shape[1]} tokens; this model reads 1 to {self.cfg.length}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab):
+            raise ConfigError(f"token ids must be in 0..{self.cfg.vocab - 1}, got {int(ids.min())}..{int(ids.max())}")
         return ids
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,7 +49,7 @@ class Task:
     about = ""  # one line for the window and the CLI
 
     def __init__(self, cfg: TrainConfig):
-        self.vocab_size, self.seq_len = int(cfg.vocab_size), int(cfg.seq_len)
+        self.vocab_size, self.seq_len = int(cfg.vocab), int(cfg.length)
 
     def sample(self, batch: int, generator: torch.Generator) -> Batch:
         raise NotImplementedError

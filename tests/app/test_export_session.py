@@ -38,7 +38,7 @@ def export(window, target, fmt, path, size=None):
 
 
 def test_export_png_has_the_asked_size(window, tmp_path):
-    dialog, written = export(window, "all", "png", tmp_path / "grid.png", size=(640, 480, 150))
+    _dialog, written = export(window, "all", "png", tmp_path / "grid.png", size=(640, 480, 150))
     assert written == tmp_path / "grid.png"
     image = QImage(str(written))
     assert (image.width(), image.height()) == (640, 480)

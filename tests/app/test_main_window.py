@@ -249,7 +249,7 @@ def test_event_loop_stays_responsive_during_a_large_run(qtbot, window):
     # machines: a try that stalls gets another with a new seed; a real stall fails them all
     worst = []
     for attempt in range(3):
-        gap, result = largest_gap_ms(qtbot, window, lambda: (set_large(window), window.state.set_config(seed=attempt)))
+        gap, result = largest_gap_ms(qtbot, window, lambda attempt=attempt: (set_large(window), window.state.set_config(seed=attempt)))
         assert result.map.weights.shape == (16, 2048, 2048) and result.toy.result.config.seed == attempt
         worst.append(gap)
         if gap < 100:

@@ -132,9 +132,9 @@ def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, wi
     assert all(p.size() == large for p in shown)
     _, smaller = refit(-250)  # less room: they no longer fit, so they shrink at once (one per turn)
     assert smaller.width() < large.width()
-    strip = view.scroll.widget()
+    strip = view.stripScroll.widget()
     right = max(p.mapTo(strip, p.rect().bottomRight()).x() for p in shown)
-    assert right <= view.scroll.viewport().width()  # they fit again, without scrolling sideways
+    assert right <= view.stripScroll.viewport().width()  # they fit again, without scrolling sideways
 
 
 def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window, monkeypatch):
@@ -212,7 +212,7 @@ def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, 
     real_rows = ~pad
     assert (comparison.b.weights[:, real_rows][:, :, pad].sum(axis=-1) > 0.01).all()
     assert np.all(comparison.a.weights[:, real_rows][:, :, pad] == 0)
-    shown_a, shown_b, shown_diff = view.displayed()
+    shown_a, _shown_b, shown_diff = view.displayed()
     np.testing.assert_array_equal(shown_a, comparison.a.weights.mean(axis=0))
     np.testing.assert_array_equal(shown_diff, (comparison.b.weights.astype(np.float64) - comparison.a.weights).mean(axis=0))
     # the next live result replaces the teaching pair
@@ -265,7 +265,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
         plots = [p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None]
         assert plots, view.objectName()
         # the plots are shown one per event-loop turn (views/pacing.py)
-        qtbot.waitUntil(lambda: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda plots=plots: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
         plot = plots[0]
         png = plot.export(str(tmp_path / f"{view.objectName()}.png"))
         npy = plot.export(str(tmp_path / f"{view.objectName()}.npy"))

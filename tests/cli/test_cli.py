@@ -83,7 +83,7 @@ def test_npy_weights_and_text_file(qapp, capsys, tmp_path):
 )
 def test_bad_values_give_one_line_and_no_file(qapp, capsys, tmp_path, args, fragment):
     out_dir = tmp_path / "out"
-    code, out, err = run_cli(capsys, "render", "--out", str(out_dir), "--text", "a b c", *args)
+    code, _out, err = run_cli(capsys, "render", "--out", str(out_dir), "--text", "a b c", *args)
     assert code != 0
     assert len(err) == 1 and err[0].startswith("attndesk: error:") and fragment in err[0], err
     assert not out_dir.exists() or not any(out_dir.iterdir())
@@ -132,7 +132,7 @@ def _env_without_display(tmp_path: Path) -> dict[str, str]:
 def test_main_py_without_display_renders_headless(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=_env_without_display(tmp_path),
-        capture_output=True, text=True, timeout=240,
+        capture_output=True, text=True, timeout=240, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
@@ -149,7 +149,7 @@ def test_main_py_without_display_renders_headless(tmp_path):
 def test_python_dash_m_bad_value_exits_with_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "attndesk", "render", "--heads", "5", "--out", str(tmp_path / "o")],
-        cwd=tmp_path, env=_env_without_display(tmp_path), capture_output=True, text=True, timeout=240,
+        cwd=tmp_path, env=_env_without_display(tmp_path), capture_output=True, text=True, timeout=240, check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "valid head counts" in proc.stderr
@@ -180,7 +180,7 @@ def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp
     # a region is exact: equal to the full run's weights (a budget large enough to keep them)
     code, out, err = run_cli(capsys, *common, "--which", "1", "--weights", "npy", "--region", "500:520,480:510")
     assert code == 0, err
-    region = np.load([p for p in out if p.endswith(".npy")][0])
+    region = np.load(next(p for p in out if p.endswith(".npy")))
     full = run_attention(AttentionConfig(embed_dim=8, num_heads=2, mask="causal"), text)
     np.testing.assert_allclose(region, full.weights[1, 500:520, 480:510], rtol=1e-5, atol=1e-7)
 
@@ -211,7 +211,7 @@ def test_main_py_with_a_stale_display_falls_back(tmp_path):
     env = _env_without_display(tmp_path)
     env["DISPLAY"] = f":{5000 + os.getpid() % 1000}"
     proc = subprocess.run([sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "no X server answers" in proc.stdout.splitlines()[0] and "Traceback" not in proc.stderr
     assert len(list((tmp_path / "render-out").glob("*.png"))) == 2

@@ -90,12 +90,12 @@ def test_bad_input_is_one_line_and_no_folder(capsys, tmp_path, args, fragment):
 
 def test_a_png_larger_than_free_memory_says_what_fits(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
-    code, out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--out", str(tmp_path / "o"))
+    code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--out", str(tmp_path / "o"))
     assert code == 2 and len(err) == 1
     assert "a 16384x4096 PNG needs 512.0 MiB to paint and encode, more than the 100.0 MiB of free memory; " \
            "at most about 7240x1810 fits (or export SVG/PDF)" in err[0]
     # an SVG of that size is vector: no pixels to hold
-    code, out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--format", "svg",
+    code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--format", "svg",
                              "--which", "mean", "--out", str(tmp_path / "o"))
     assert code == 0, err
 
@@ -117,7 +117,7 @@ def test_a_long_run_prints_its_plan_then_progress(qapp, capsys, tmp_path):
 
 
 def test_a_short_run_prints_no_plan(qapp, capsys, tmp_path):
-    code, out, err = run_cli(capsys, "render", "--text", "a b c", "--which", "mean", "--size", "200x200",
+    code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--which", "mean", "--size", "200x200",
                              "--out", str(tmp_path))
     assert code == 0 and err == []
 
@@ -182,7 +182,7 @@ def test_ctrl_c_during_a_long_run_stops_it_and_leaves_the_folder_as_it_was(tmp_p
         [sys.executable, "-m", "attndesk", "render", "--text-file", str(text), "--which", "mean",
          "--memory-budget", "64M", "--out", str(out_dir)],
         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - no threads yet; the child must not inherit an ignored SIGINT
     )
     try:
         first = proc.stderr.readline()  # the plan line, printed before the run starts

@@ -127,7 +127,7 @@ def test_the_parameter_limit_is_the_free_memory_when_smaller(monkeypatch):
 def test_a_tiny_budget_still_allows_a_toy_model():
     # tests and benchmarks force blocked runs with budgets of a few KiB: the model itself is not refused
     AttentionConfig(memory_budget=10_000).validate()
-    with pytest.raises(ConfigError, match="fits in the 256.0 MiB allowed for a model's parameters"):
+    with pytest.raises(ConfigError, match=r"fits in the 256.0 MiB allowed for a model's parameters"):
         AttentionConfig(memory_budget=10_000, embed_dim=4096).validate()
 
 

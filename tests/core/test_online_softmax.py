@@ -71,7 +71,7 @@ def test_walk_equals_torch_softmax_and_sdpa():
 def test_head_attention_says_what_is_missing():
     config = AttentionConfig(num_heads=2)
     projected = project_text(config, TEXT)
-    with pytest.raises(IndexError, match="out of range 0..1"):
+    with pytest.raises(IndexError, match=r"out of range 0..1"):
         head_attention(config, projected.intermediates, projected.mask, 2)
     with pytest.raises(ValueError, match="Q, K and V"):
         head_attention(config, None, None, 0)

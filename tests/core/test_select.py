@@ -136,7 +136,7 @@ def test_hiding_a_key_makes_one_copy_and_it_must_fit_the_budget_with_the_weights
 
     m = _sink_map(heads=4, length=400)  # 2.56 MB of weights, a 2.55 MB copy
     size = m.weights.nbytes
-    with pytest.raises(ConfigError, match="over the 4.0 MiB memory budget"):
+    with pytest.raises(ConfigError, match=r"over the 4.0 MiB memory budget"):
         select.drop_keys(m, [0], renormalise=True, budget=4 * 2**20)
     tracemalloc.start()
     hidden = select.drop_keys(m, [0], renormalise=True, budget=2 * size)

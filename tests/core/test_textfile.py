@@ -36,7 +36,7 @@ def test_too_large_is_refused_with_the_size(tmp_path):
 def test_binary_file_is_refused_politely(tmp_path):
     path = tmp_path / "image.png"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
-    with pytest.raises(ConfigError, match="image.png looks like a binary file"):
+    with pytest.raises(ConfigError, match=r"image.png looks like a binary file"):
         read_text_file(path)
 
 

@@ -19,6 +19,8 @@ def test_joint_space_keeps_every_weight_and_matches_centroids_and_norms():
     q = rng.normal(2.0, 1.0, (40, 8))
     k = rng.normal(-1.0, 3.0, (30, 8)) + 5.0
     qj, kj, a, t = joint_space(q, k)
+    np.testing.assert_allclose(qj, a * q, rtol=1e-12)  # the documented form: (a q, k / a + t)
+    np.testing.assert_allclose(kj, k / a + t, rtol=1e-12)
     np.testing.assert_allclose(_softmax(qj, kj), _softmax(q, k), atol=1e-10)
     np.testing.assert_allclose(qj.mean(0), kj.mean(0), atol=1e-9)
     assert np.linalg.norm(qj, axis=1).mean() == pytest.approx(np.linalg.norm(kj, axis=1).mean(), rel=1e-9)

@@ -71,7 +71,7 @@ def test_bad_models_and_out_folders_are_refused(models, tmp_path):
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     (not_a_model / "notes.txt").write_text("hello")
-    with pytest.raises(ConfigError, match="config.json"):
+    with pytest.raises(ConfigError, match=r"config\.json"):
         analyze_corpus(TEXTS, tmp_path / "out1", model=not_a_model)
     assert not (tmp_path / "out1").exists()
     busy = tmp_path / "busy"

@@ -180,6 +180,6 @@ def test_a_file_name_too_long_is_a_message_not_an_oserror(tmp_path):
     target checks (pathlib's is_dir passes that errno through) instead of an ExportError."""
     from attndesk.render.export import atomic_write
 
-    with pytest.raises(ExportError, match="cannot write .*too long"):
+    with pytest.raises(ExportError, match=r"cannot write .*too long"):
         atomic_write(tmp_path / ("n" * 300 + ".png"), b"data")
     assert list(tmp_path.iterdir()) == []

@@ -46,7 +46,7 @@ def _render(folder: Path, *extra: str) -> int:
 
 def test_a_run_replaces_the_whole_set_and_keeps_other_files(qapp, capsys, old_folder):
     assert _render(old_folder) == 0
-    out, err = capsys.readouterr()
+    out, _err = capsys.readouterr()
     assert [Path(p).name for p in out.splitlines()] == sorted(NAMES)  # printed once all are in place
     assert sorted(p.name for p in old_folder.iterdir()) == sorted(NAMES + ["notes.txt"])
     assert all(not (old_folder / n).read_bytes().startswith(b"old") for n in NAMES)

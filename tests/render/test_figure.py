@@ -105,7 +105,7 @@ def test_per_head_scale_uses_each_heads_range(qapp, small_figure):
     assert small_figure.relative_colorbar
     image, geometry = paint_png(small_figure)
     rect = geometry.maps[1]
-    lo, hi = small_figure.scale_for(1)
+    _lo, hi = small_figure.scale_for(1)
     assert hi == pytest.approx(float(small_figure.matrices[1].max()))
     r, c = np.unravel_index(np.argmax(small_figure.matrices[1]), (4, 5))
     x, y = rect.left() + (c + 0.5) * rect.width() / 5, rect.top() + (r + 0.5) * rect.height() / 4
@@ -301,7 +301,7 @@ def test_grouped_heads_sit_side_by_side_under_their_kv_header(qapp):
     _, geometry = paint_png(fig, 1400, 900)
     grid = geometry.layout.grid
     assert grid.cols % 4 == 0 or 4 % grid.cols == 0
-    for g, members, header in grid.groups():
+    for g, members, _header in grid.groups():
         assert {i // 4 for i in members} == {g}
     svg = render_svg_bytes(fig, 1400, 900, 96)
     assert {"kv 0: q 0\u20133", "kv 1: q 4\u20137"} <= set(svg_texts(svg))

@@ -126,7 +126,7 @@ def test_band_outline_follows_the_window_edges(rows, cols, window, causal):
     lines = band_outline(rows, cols, window, causal=causal)
     edges = {}
     for line in lines:
-        for (x0, y0), (x1, y1) in zip(line, line[1:]):
+        for (x0, y0), (x1, y1) in itertools.pairwise(line):
             assert x0 == x1 or y0 == y1  # a staircase: vertical and horizontal steps only
             if x0 == x1:  # a vertical step spans one query row at key boundary x0
                 edges.setdefault(int(y0), set()).add(x0)

@@ -7,6 +7,7 @@ pool) and read what is drawn from the pyqtgraph ImageItems on screen, so they ne
 
 from __future__ import annotations
 
+from pathlib import Path
 import ctypes
 import gc
 import json
@@ -116,7 +117,7 @@ def _answer_file_dialog(soak) -> None:
 def expected_weights(session_path: str) -> np.ndarray:
     from attndesk.core import AttentionConfig, run_attention
 
-    data = json.loads(open(session_path, encoding="utf-8").read())
+    data = json.loads(Path(session_path).read_text(encoding="utf-8"))
     return run_attention(AttentionConfig.from_dict(data["config"]), data["text"]).weights
 
 

@@ -168,7 +168,7 @@ class Run:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    crash = open(os.path.join(args.root, "crash.txt"), "w", encoding="utf-8")
+    crash = open(os.path.join(args.root, "crash.txt"), "w", encoding="utf-8")  # noqa: SIM115 - faulthandler writes here until exit
     faulthandler.enable(crash, all_threads=True)
     run = Run(args)
     try:

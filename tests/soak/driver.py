@@ -69,7 +69,7 @@ class Soak:
         self._dialog_draws = 0
         self._deadline = 0.0
         self._loop: QEventLoop | None = None
-        self._stream = open(options.stream, "a", encoding="utf-8") if options.stream else None
+        self._stream = open(options.stream, "a", encoding="utf-8") if options.stream else None  # noqa: SIM115 - open for the whole run, flushed after every record
         self._timer = QTimer(singleShot=True)
         self._timer.timeout.connect(self._tick)
 
@@ -151,9 +151,9 @@ class Soak:
             if not name:
                 continue
             w = c.widget
-            value = {"tabs": lambda: w.tabText(w.currentIndex()), "combo": lambda: w.currentText(),
-                     "spin": lambda: w.text(), "check": lambda: w.isChecked(),
-                     "text": lambda: len(w.toPlainText())}.get(c.kind)
+            value = {"tabs": lambda w=w: w.tabText(w.currentIndex()), "combo": lambda w=w: w.currentText(),
+                     "spin": lambda w=w: w.text(), "check": lambda w=w: w.isChecked(),
+                     "text": lambda w=w: len(w.toPlainText())}.get(c.kind)
             if value is not None:
                 state[name] = value()
         state["status"] = self.status_text()[:200]

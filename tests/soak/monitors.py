@@ -241,7 +241,7 @@ class StallMonitor(QObject):
         self._gc_started: float | None = None
         self.gc_cpu = 0.0  # GUI-thread CPU seconds in the cyclic garbage collector so far
         self.gc_worst = (0.0, -1)  # (CPU seconds, generation) of the longest collection
-        self._dump = tempfile.TemporaryFile()  # faulthandler writes stack samples here
+        self._dump = tempfile.TemporaryFile()  # noqa: SIM115 - faulthandler writes stack samples here
         self._lock = threading.Lock()
         self._timer = QTimer(self, interval=HEARTBEAT_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self._tick)

@@ -6,6 +6,7 @@ Each finding lists seed and action, so it replays with ``make soak SECONDS=... S
 
 from __future__ import annotations
 
+import itertools
 import argparse
 import collections
 import json
@@ -102,7 +103,7 @@ def memory(reports: list[dict]) -> list[str]:
         back = m.get("return_check") or {}
         if back:
             out.append(f"return check: {back.get('summary')} -> {'ok' if back.get('ok') else 'FAILED'}")
-        for prev, point in zip(curve, curve[1:]):
+        for prev, point in itertools.pairwise(curve):
             if point["rss_mib"] - prev["rss_mib"] >= JUMP_MIB:
                 a = _action(r, point["action"])
                 out.append(f"  +{point['rss_mib'] - prev['rss_mib']:.0f} MiB to {point['rss_mib']:.0f} at "

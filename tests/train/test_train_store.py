@@ -68,7 +68,7 @@ def test_not_a_trained_model(tmp_path):
     with pytest.raises(ConfigError, match="no such folder"):
         load_trained(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="config.json, model.safetensors, history.json missing"):
+    with pytest.raises(ConfigError, match=r"config\.json, model\.safetensors, history\.json missing"):
         load_trained(tmp_path / "empty")
 
 

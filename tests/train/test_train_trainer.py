@@ -168,7 +168,7 @@ def test_bad_ids_are_refused():
     run = train(TrainConfig(task="induction", steps=1, **TINY))
     with pytest.raises(ConfigError, match="int64"):
         run.logits(torch.zeros(2, 4))
-    with pytest.raises(ConfigError, match="0..7"):
+    with pytest.raises(ConfigError, match=r"0\.\.7"):
         run.logits(torch.full((1, 4), 9))
     with pytest.raises(ConfigError, match="1 to 12"):
         run.attention(torch.zeros(1, 13, dtype=torch.int64))

@@ -116,6 +116,7 @@ class ComputeController(QObject):
         self._present_timer.timeout.connect(self._end_flight)
         # once the views let go of a large result (they do when the next one is drawn), the C heap
         # keeps its freed pages: malloc_trim returns them (~100 MB after a 2,048 x 16 run)
+        self.side = SideJobs(self)
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
         self._trim_timer.timeout.connect(lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None))
         self.side = SideJobs(self)
@@ -274,7 +275,7 @@ class ComputeController(QObject):
             self.side.cancel("present")  # back to what is on screen: an older request is moot
             return
         self.side.submit("present", mode.present, shown, key, scope="run",
-                         done=lambda again, base=shown: self._presented(base, again),
+                         done=lambda again: self._presented(shown, again),
                          failed=lambda message: self.status.fail(f"error: {message}"))
 
     def _presented(self, base: Shown, again: Shown) -> None:
@@ -299,9 +300,10 @@ class ComputeController(QObject):
         if not isinstance(answer, Shown):
             self._on_failed(run_id, f"the job returned {type(answer).__name__}, not a result")
             return
-        shown = answer.replace(run_id=run_id, shown_id=next(self._ids), asked=self._flight.request.needs,
-                               new_run=True)
-        self._flight.published = True
+        flight = self._flight
+        assert flight is not None, "checked by _current"
+        shown = answer.replace(run_id=run_id, shown_id=next(self._ids), asked=flight.request.needs, new_run=True)
+        flight.published = True
         self._set_busy(False)
         self._present_timer.start()
         self._publish(shown)
@@ -378,7 +380,7 @@ class _Channel:
     tag: int = 0
     scope: str | None = None  # "run" or "shown": the answer counts only for that result
     bound: int = 0
-    done: Callable[[Any], None] | None = None
+    done: Callable[[Any], object] | None = None  # what it returns is ignored
     failed: Callable[[str], None] | None = None
     progress: Callable[[float, str], None] | None = None
     reported: Callable[[list], None] | None = None
@@ -404,7 +406,7 @@ class SideJobs(QObject):
         self._channels: dict[str, _Channel] = {}
         self._closed = False
 
-    def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], None],
+    def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], object],
                failed: Callable[[str], None] | None = None, scope: str | None = "run",
                progress: Callable[[float, str], None] | None = None,
                reported: Callable[[list], None] | None = None, **kwargs: Any) -> None:
@@ -442,7 +444,7 @@ class SideJobs(QObject):
 
     def _id_for(self, scope: str | None) -> int:
         run_id, shown_id = self._controller.current_ids()
-        return {"run": run_id, "shown": shown_id}.get(scope, 0)
+        return {"run": run_id, "shown": shown_id}.get(scope or "", 0)
 
     def _channel(self, name: str) -> _Channel:
         if name not in self._channels:

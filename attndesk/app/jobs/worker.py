@@ -112,7 +112,7 @@ class _Worker(QObject):
         def should_cancel() -> bool:
             return job.cancel.is_set()
 
-        extra = {}
+        extra: dict[str, Callable[..., object]] = {}
         accepted = _accepted_keywords(job.fn)
         if "progress" in accepted and "progress" not in job.kwargs:
             extra["progress"] = progress

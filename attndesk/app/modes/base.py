@@ -49,7 +49,7 @@ class Assembly(Protocol):
     def add_header_widget(self, widget: QWidget) -> None: ...
     def add_status_widget(self, widget: QWidget) -> None: ...
     def add_action(self, action: QAction) -> None: ...
-    def drop_targets(self) -> list[QWidget]: ...
+    def drop_targets(self) -> list[tuple[QWidget, str]]: ...  # (widget, "text" or "keys")
     def refresh_choices(self) -> None: ...  # the mode's ``choices()`` changed (e.g. a model folder opened)
     def heatmaps(self) -> Any: ...  # the heatmap panel's public API (zoom pictures attach to its cells)
     def tab_widget(self, tab_id: str) -> QWidget: ...  # a tab's view (app/tabs/registry.py), for its public API
@@ -72,6 +72,12 @@ class ModeBase:
     """Defaults for the optional parts of ``Mode`` (a mode overrides what it has)."""
 
     kind = ""
+    _assembly: Assembly | None = None  # the window's parts, handed over by install()
+
+    @property
+    def _ui(self) -> Assembly:
+        assert self._assembly is not None, "used before install()"
+        return self._assembly
 
     def choices(self) -> list[ModeChoice]:
         return []

@@ -25,7 +25,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.plan import FULL
+from attndesk.core.plan import FULL, RunPlan
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
@@ -85,9 +85,9 @@ class LongDocumentMode(QObject, ModeBase):
 
     def __init__(self, parent: QObject | None = None) -> None:
         QObject.__init__(self, parent)
-        self._ui: Assembly | None = None
+        self._assembly: Assembly | None = None
         self._plan = None
-        self._held = None
+        self._held: RunPlan | None = None
         self._zoom_items: dict[int, tuple] = {}  # id(view box) -> (vb, image, hatch)
         self._zoom_tile: ZoomTile | None = None
         self._base_note = ""
@@ -108,7 +108,7 @@ class LongDocumentMode(QObject, ModeBase):
         self._settle = QTimer(self, singleShot=True, interval=ZOOM_SETTLE_MS)
 
     def install(self, ui: Assembly) -> None:
-        self._ui = ui
+        self._assembly = ui
         ui.menus.add("file", self.openTextAction, "text")
         ui.add_action(self.openTextAction)
         ui.add_status_widget(self.planLabel)
@@ -262,11 +262,11 @@ class LongDocumentMode(QObject, ModeBase):
         source = self._ui.heatmaps().source()
         if single is None or cells is None or source is None:
             return
-        vb = single[1]
+        head, vb = single[0], single[1]
         px = max(16, int(max(vb.width(), vb.height())))
-        self._ui.compute.side.submit("zoom", zoom_with_hatch, source, single[0], *cells, px,
+        self._ui.compute.side.submit("zoom", zoom_with_hatch, source, head, *cells, px,
                                      self._ui.state.view.colormap,
-                                     done=lambda answer, head=single[0]: self._on_zoom_done(head, *answer),
+                                     done=lambda answer: self._on_zoom_done(head, *answer),
                                      failed=lambda message: self._ui.status.fail(f"zoom: {message}"), scope="shown")
 
     def _on_zoom_done(self, head, tile: ZoomTile | None, hatch: np.ndarray | None) -> None:

@@ -24,7 +24,7 @@ INTERMEDIATES = "intermediates"
 def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:
     """A toy result as the window presents it (builds the heatmap source: call it in the worker)."""
     keys = None
-    if result.key_tokens is not None:
+    if result.key_tokens is not None and result.key_token_ids is not None:  # a cross-attention run has both
         keys = TokenRows(list(result.key_tokens), result.key_token_ids, result.key_unknown)
     facts = RunFacts(dict(result.timings), int(result.flops), int(result.peak_bytes), result.device,
                      result.config.dtype)

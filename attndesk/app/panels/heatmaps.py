@@ -167,7 +167,7 @@ class HeatmapPanel(QWidget):
         self.setObjectName("heatmapView")
         self._base: HeatmapSource | None = None  # as set; ``_source`` is what is drawn (maybe derived)
         self._source: HeatmapSource | None = None
-        self._target: Head = ALL
+        self._target: select.Which = ALL
         self._hover: tuple[int, int] | None = None
         self._labels: tuple[AxisLabels, AxisLabels] | None = None
         self._look: _Look | None = None
@@ -279,7 +279,9 @@ class HeatmapPanel(QWidget):
 
     def add_header_widget(self, widget: QWidget) -> None:
         """Let a mode add a full-width line (e.g. a run summary) just under the toolbar."""
-        self.layout().insertWidget(1, widget)
+        layout = self.layout()
+        assert isinstance(layout, QVBoxLayout), "built in __init__"
+        layout.insertWidget(1, widget)
 
     def source(self) -> HeatmapSource | None:
         """The source drawn now (derived from the one set when a display option asks for it)."""
@@ -308,10 +310,10 @@ class HeatmapPanel(QWidget):
             self._derive(source)
 
     # -- public API: view and appearance ---------------------------------------------------------
-    def view_target(self) -> Head:
+    def view_target(self) -> select.Which:
         return self._target
 
-    def set_view_target(self, target: Head) -> None:
+    def set_view_target(self, target: select.Which) -> None:
         if target not in (ALL, MEAN) and not isinstance(target, (int, np.integer)):
             raise ValueError(f"unknown heatmap view {target!r}")
         if isinstance(target, (int, np.integer)):
@@ -385,12 +387,13 @@ class HeatmapPanel(QWidget):
         return [(c.head, c.vb, c.image) for c in self.canvas.active()]
 
     def image_levels(self) -> list[tuple[float, float]]:
-        return [tuple(map(float, c.image.levels)) for c in self.canvas.active()]
+        return [(float(c.image.levels[0]), float(c.image.levels[1])) for c in self.canvas.active()]
 
     def is_building(self) -> bool:
         return len(self.canvas.active()) < len(self._heads_for_target())
 
-    def geometry(self) -> list[tuple[str, int, QRectF]]:
+    # shadows QWidget.geometry() (never called by Qt itself): the tests' name for the canvas's item rects
+    def geometry(self) -> list[tuple[str, int, QRectF]]:  # type: ignore[override]
         """(kind, index, rect in the canvas) of every title, map, label band, group header and the
         colour bar: the screenshot tests check that none overlaps another."""
         return self.canvas.geometry()
@@ -467,8 +470,11 @@ class HeatmapPanel(QWidget):
         self._hold_derived(source)
         self.placeholder.hide()
         self.canvas.show()
-        self._labels = tuple(old if old is not None and old.tokens == list(tokens) else AxisLabels(tokens, label_font())
-                             for old, tokens in zip(self._labels or (None, None), (source.query_labels, source.key_labels)))
+        def kept(old: AxisLabels | None, tokens) -> AxisLabels:  # the old labels when the tokens are the same
+            return old if old is not None and old.tokens == list(tokens) else AxisLabels(tokens, label_font())
+
+        old_rows, old_cols = self._labels or (None, None)
+        self._labels = (kept(old_rows, source.query_labels), kept(old_cols, source.key_labels))
         if isinstance(self._target, int) and self._target >= source.num_heads:
             self._target = ALL
         self._fill_view_combo()
@@ -500,10 +506,27 @@ class HeatmapPanel(QWidget):
                                      protected=True, strict=False))
         self._derived_held = cell[0]
 
+    @property
+    def _shown_source(self) -> HeatmapSource:
+        """The source being drawn (the drawing and hover paths run only once one is shown)."""
+        assert self._source is not None, "no source shown yet"
+        return self._source
+
+    @property
+    def _shown_look(self) -> _Look:
+        assert self._look is not None, "no source shown yet"
+        return self._look
+
+    @property
+    def _shown_labels(self) -> tuple[AxisLabels, AxisLabels]:
+        assert self._labels is not None, "no source shown yet"
+        return self._labels
+
     def _heads_for_target(self) -> list[Head]:
         if self._source is None:
             return []
-        return list(range(self._source.num_heads)) if self._target == ALL else [self._target]
+        target = self._target
+        return list(range(self._source.num_heads)) if target == ALL else [target]
 
     def _draw_all(self) -> None:
         """Give every shown head a cell (pooled cells are reused, new ones built) and place them.
@@ -515,7 +538,7 @@ class HeatmapPanel(QWidget):
         self._build_token += 1
         token = self._build_token
         heads = self._heads_for_target()
-        drawn = (tuple(heads), self._source.shape)
+        drawn = (tuple(heads), self._shown_source.shape)
         quick = len(heads) <= len(self.canvas.cells) and (
             drawn == self._drawn or max(drawn[1]) <= _QUICK_TOKENS or len(heads) == 1)
         self._drawn = drawn
@@ -550,11 +573,11 @@ class HeatmapPanel(QWidget):
 
     def _assign(self, cell: Cell, head: Head) -> None:
         """Point ``cell`` at ``head`` of the current source: title, labels, image, range."""
-        source, single = self._source, self._target != ALL
+        source, single, labels = self._shown_source, self._target != ALL, self._shown_labels
         cell.head = head
         cell.title_text = source.head_title(head)
-        cell.left.set_labels(self._labels[0])
-        cell.bottom.set_labels(self._labels[1])
+        cell.left.set_labels(labels[0])
+        cell.bottom.set_labels(labels[1])
         cell.highlight.hide()
         self._paint_cell(cell)
         L, Lk = source.shape
@@ -568,9 +591,9 @@ class HeatmapPanel(QWidget):
             cell.vb._zoom_watched = True
 
     def _paint_cell(self, cell: Cell) -> None:
-        look = self._look
+        look = self._shown_look
         cell.image.setColorMap(look.cmap)
-        cell.image.setImage(look.image(self._source.display_matrix(cell.head)), autoLevels=False,
+        cell.image.setImage(look.image(self._shown_source.display_matrix(cell.head)), autoLevels=False,
                             levels=look.levels(cell.head))
         cell.image.setRect(look.rect)
         self.canvas.set_masked(cell, look.masked, look.cmap_name)
@@ -586,20 +609,22 @@ class HeatmapPanel(QWidget):
         group = base.groups if self._target == ALL and base.groups > 1 else 1
         labels = [select.group_label(base, kv, range(kv * group, (kv + 1) * group))
                   for kv in range(base.num_heads // group)] if group > 1 else []
-        widest = (self._labels[0].widest, self._labels[1].widest)
+        axes = self._shown_labels
+        widest = (axes[0].widest, axes[1].widest)
         spec = self.canvas.spec(len(heads), source.shape, widest, group)
         self.canvas.place(spec, labels)
 
     def _update_colorbar(self) -> None:
         """One bar for every cell: the shared range, one enlarged head's own range, or (several
         heads each on its own scale) the fraction of each head's range; powers of ten when log."""
-        look, bar = self._look, self.colorBar
+        look, bar = self._shown_look, self.colorBar
         bar.setColorMap(look.cmap)
         shown = self._heads_for_target()
         relative = not look.shared and len(shown) > 1 and not look.log
         lo, hi = (0.0, 1.0) if relative else look.levels(None if look.shared or len(shown) > 1 else shown[0])
         bar.setLevels(values=(lo, hi))
-        name = "bias" if self._source.value_name == "bias" else "weight"
+        name = "bias" if self._shown_source.value_name == "bias" else "weight"
+        axis: tuple[list[list[tuple[float, str]]] | None, str]
         if look.log:
             ticks = [(float(e), f"{10.0 ** e:g}") for e in range(int(np.ceil(lo - 1e-9)), int(np.floor(hi + 1e-9)) + 1)]
             axis = ([ticks], f"{name} (log scale)")
@@ -677,7 +702,7 @@ class HeatmapPanel(QWidget):
         for c in self.canvas.active():  # the same cell in every head
             c.highlight.setRect(QRectF(k, q, 1, 1))
             c.highlight.show()
-        text = readout_text(self._source, cell.head, q, k)
+        text = readout_text(self._shown_source, cell.head, q, k)
         restyle(self.readout, "")
         self.readout.setText(text)
         self.hovered.emit(text)

@@ -23,7 +23,7 @@ from attndesk.core.fields import Param
 from ..results import ConfigProblem
 from ..state import AppState, ModeChoice, PanelView
 from ..styles import restyle
-from .variant_controls import ControlGroup, FieldControl, control_for
+from .variant_controls import ComboControl, ControlGroup, FieldControl, control_for
 
 ERROR_STYLE = "color: #b00020;"
 
@@ -49,6 +49,7 @@ class ParametersPanel(QWidget):
     (the core's ``FIELDS``; a test may pass another)."""
 
     modeChosen = Signal(object)
+    maskCombo: QComboBox  # each control's widgets become attributes by object name in _build
 
     def __init__(self, state: AppState, parent: QWidget | None = None, *, fields: tuple[Param, ...] = FIELDS) -> None:
         super().__init__(parent)
@@ -158,6 +159,7 @@ class ParametersPanel(QWidget):
 
     def _show_mask(self, mask: str) -> None:
         control = self.controls["mask"]
+        assert isinstance(control, ComboControl), "the mask is chosen in a combo box"
         control.set_choices(("none", "causal") if self._view.causal_only else control.spec.choices)
         shown = ("causal" if "causal" in mask else "none") if self._view.causal_only else mask
         self.maskCombo.setCurrentIndex(max(0, self.maskCombo.findData(shown)))

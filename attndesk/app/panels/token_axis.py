@@ -151,7 +151,7 @@ class TokenAxis(pg.AxisItem):
     def tickStrings(self, values, scale, spacing):  # noqa: N802
         out = []
         for v in values:
-            i = int(math.floor(v))
+            i = math.floor(v)
             out.append(self._labels[i] if 0 <= i < len(self._labels) else "")
         return out
 

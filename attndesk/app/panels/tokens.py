@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import numpy as np
+
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
@@ -31,7 +33,7 @@ PAD, UNK = "[PAD]", "[UNK]"
 EDIT_CHARS = 100_000
 RUN_CHARS = 2_000
 PREVIEW_CHARS = 20_000
-_LONG_RUN = re.compile(r"\S{%d}" % (RUN_CHARS + 1))
+_LONG_RUN = re.compile(rf"\S{{{RUN_CHARS + 1}}}")
 _PREVIEW_RUN = re.compile(r"(\S{1000})(?=\S)")
 
 
@@ -54,15 +56,16 @@ class TokenTableModel(QAbstractTableModel):
         self._ids: list[int] = []
         self._unknown: list[bool] = []
 
-    def set_tokens(self, tokens: Sequence[str], ids: Sequence[int], unknown: Sequence[bool] | None = None) -> None:
+    def set_tokens(self, tokens: Sequence[str], ids: Sequence[int] | np.ndarray,
+                   unknown: Sequence[bool] | None = None) -> None:
         """Show these tokens; the same tokens again (another seed, another head count) leave the
         table as it is: no reset, no relayout, the scroll position kept."""
-        tokens, ids = list(tokens), [int(i) for i in ids]
-        unknown = list(unknown) if unknown is not None else [i == 1 for i in ids]
-        if (tokens, ids, unknown) == (self._tokens, self._ids, self._unknown):
+        new_tokens, new_ids = list(tokens), [int(i) for i in ids]
+        new_unknown = list(unknown) if unknown is not None else [i == 1 for i in new_ids]
+        if (new_tokens, new_ids, new_unknown) == (self._tokens, self._ids, self._unknown):
             return
         self.beginResetModel()
-        self._tokens, self._ids, self._unknown = tokens, ids, unknown
+        self._tokens, self._ids, self._unknown = new_tokens, new_ids, new_unknown
         self.endResetModel()
 
     def rowCount(self, parent=QModelIndex()):  # noqa: N802 - Qt's name

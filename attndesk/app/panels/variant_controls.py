@@ -17,7 +17,7 @@ a field the model does not report shows "unknown" rather than the toy model's va
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QSpinBox, QWidget
@@ -115,7 +115,7 @@ class SpinControl(FieldControl):
         super().__init__(spec)
         low, high = spin_range(spec)
         zero = spec.control == "zero"
-        self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=0 if zero else low, maximum=high,
+        self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=0 if zero else int(low), maximum=int(high),
                              singleStep=int(spec.step), suffix=_suffix(spec))
         if zero:
             auto = f" ({spec.auto() // _scale(spec):,}{_suffix(spec)})" if spec.auto is not None else ""
@@ -170,7 +170,7 @@ class ComboControl(FieldControl):
         self.combo.clear()
         self._choices = tuple(choices)
         reasons = self.spec.unavailable() if self.spec.unavailable is not None else {}
-        model: QStandardItemModel = self.combo.model()
+        model = cast(QStandardItemModel, self.combo.model())  # a QComboBox's own model
         for i, name in enumerate(choices):
             self.combo.addItem(self.spec.choice_labels.get(name, name), name)
             if self.spec.choice_tips.get(name):
@@ -214,7 +214,7 @@ class DivisorsControl(FieldControl):
         whole = values[self.spec.of]
         self._whole = whole if _is_count(whole) else None
         shown = whole if value is None else value
-        entries = [(kv_label(d, whole), d) for d in divisors(whole)] if self._whole else []
+        entries: list[tuple[str, Any]] = [(kv_label(d, whole), d) for d in divisors(whole)] if self._whole else []
         if unknown:
             entries.append((UNKNOWN, None))
         elif shown not in [d for _label, d in entries]:  # a count the core refuses: shown, explained below
@@ -238,10 +238,10 @@ class SwitchControl(FieldControl):
         self.check = QCheckBox("on", objectName=f"{spec.stem}Check")
         low, high = spin_range(spec)
         if spec.kind is float:
-            self.spin = QDoubleSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high,
-                                       decimals=spec.decimals, singleStep=spec.step)
+            self.spin: QDoubleSpinBox | QSpinBox = QDoubleSpinBox(
+                objectName=f"{spec.stem}Spin", minimum=low, maximum=high, decimals=spec.decimals, singleStep=spec.step)
         else:
-            self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high, suffix=_suffix(spec))
+            self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=int(low), maximum=int(high), suffix=_suffix(spec))
         self.spin.setValue(spec.suggested)
         self.spin.setMinimumWidth(80)  # sized for "2147483647 tokens" it pushed the row under the dock's border
         self._least = low
@@ -265,6 +265,7 @@ class SwitchControl(FieldControl):
 
     def show(self, value: Any, values: Mapping[str, Any], unknown: bool) -> None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        shown: float | None
         if self.spec.kind is int:
             shown = max(INT_MIN, min(value, INT_MAX)) if number and isinstance(value, int) else None
         else:
@@ -277,13 +278,22 @@ class SwitchControl(FieldControl):
             spin.setValue(0)
             return
         if shown is None and spin.value() < self._least:  # after an "unknown": the first tick suggests again
-            spin.setMinimum(self._least)
-            spin.setValue(self.spec.suggested)
+            self._set_spin(self._least, self.spec.suggested)
             return
         # a value the core refuses (below the least) is shown as it is, never clamped
-        spin.setMinimum(min(self._least, shown) if shown is not None and value is not None else self._least)
-        if shown is not None:
-            spin.setValue(shown)
+        self._set_spin(min(self._least, shown) if shown is not None and value is not None else self._least, shown)
+
+    def _set_spin(self, minimum: float, value: float | None) -> None:
+        """The spin box's minimum, then its value (when given)."""
+        spin = self.spin
+        if isinstance(spin, QSpinBox):  # an int field: its numbers are ints
+            spin.setMinimum(int(minimum))
+            if value is not None:
+                spin.setValue(int(value))
+        else:
+            spin.setMinimum(minimum)
+            if value is not None:
+                spin.setValue(value)
 
 
 def control_for(spec: Param) -> FieldControl:

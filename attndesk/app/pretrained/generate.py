@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, cast
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QWidget
 
 from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
 from attndesk.core.pretrained import (
@@ -61,7 +60,13 @@ def advance(generator: Generator | None, origin: Origin, settings: GenerationSet
 
 def full_text(generator: Generator) -> str:
     """The prompt and the generated tokens as one text (a decoder's input for the pinned run)."""
-    return generator.model.tokenizer.decode(generator.ids, skip_special_tokens=True)
+    return cast(str, generator.model.tokenizer.decode(generator.ids, skip_special_tokens=True))  # one sequence
+
+
+class _Pins(Protocol):
+    """The Compare tab's view, as far as this tab uses it."""
+
+    def pin(self) -> None: ...
 
 
 class GenerationTab(QObject):
@@ -72,7 +77,7 @@ class GenerationTab(QObject):
     pinned = Signal(str)  # "A" or "B": the generated text's run is in Compare
 
     def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: GenerateView,
-                 compare: Callable[[], QWidget], parent: QObject | None = None) -> None:
+                 compare: Callable[[], _Pins], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.state, self.compute, self.status, self.view = state, compute, status, view
         self._compare = compare  # the Compare tab's view (public API: pin())
@@ -80,7 +85,7 @@ class GenerationTab(QObject):
         self._origin: Origin | None = None
         self._remaining = 0
         self._running = False
-        self._pin: tuple[str, list[int]] | None = None  # (which, the token ids of the text to pin)
+        self._pin: tuple[str, list[int] | None] | None = None  # (which, the token ids of the text to pin)
         self._families: dict[ModeId, str] = {}
         view.stepRequested.connect(lambda: self.run(1))
         view.runRequested.connect(self.run)
@@ -120,8 +125,8 @@ class GenerationTab(QObject):
             self.view.set_available(False, f"{name} is an encoder: it does not generate text. Open a decoder "
                                            "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) "
                                            "with File > Open model folder…")
-        elif self._no_head() is not None:
-            self.view.set_available(False, self._no_head())
+        elif (no_head := self._no_head()) is not None:
+            self.view.set_available(False, no_head)
         else:
             changed = self._generator is not None and self._origin != self._current_origin()
             note = " The input changed: the next step starts over from it." if changed else ""
@@ -232,7 +237,7 @@ class GenerationTab(QObject):
             return
         if generator.model.family != "decoder":
             # an encoder-decoder writes its target: the decoder's input after its start token: the target it started from and what it wrote
-            self.state.target_text = generator.model.tokenizer.decode(generator.ids[1:], skip_special_tokens=True)
+            self.state.target_text = cast(str, generator.model.tokenizer.decode(generator.ids[1:], skip_special_tokens=True))
             text, ids = self.state.text, None
         else:
             text = full_text(generator)
@@ -258,6 +263,7 @@ class GenerationTab(QObject):
             self._finish_pin()
 
     def _finish_pin(self) -> None:
+        assert self._pin is not None, "a pin was asked for"
         which, _ids = self._pin
         self._pin = None
         self.state.view.tab = COMPARE_TAB  # the Compare presenter shows the run on screen as B

@@ -6,7 +6,7 @@ layer x head as a small heatmap (painted by ``painting.LayerGridPainting``). Cli
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import ClassVar, Iterable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
@@ -184,7 +184,7 @@ class LayerHeadGrid(QWidget):
             self.headHovered.emit(-1, -1)
         super().leaveEvent(event)
 
-    _MOVES = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1), Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
+    _MOVES: ClassVar[dict[Qt.Key, tuple[int, int]]] = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1), Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
 
     def keyPressEvent(self, event) -> None:  # noqa: N802
         """Arrows move the highlight, Enter opens it, Space toggles ablating it."""

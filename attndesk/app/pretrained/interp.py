@@ -12,6 +12,7 @@ it; the window never waits for one.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -199,8 +200,7 @@ class InterpPresenter(QObject):
             self._progressed.emit(tag, float(fraction), str(text))
 
         self.compute.side.submit(self.CHANNEL, _job, fn, self.state.mode.path, *args, progress=progress,
-                                 done=lambda result, tag=tag: self._done(tag, result),
-                                 failed=lambda text, tag=tag: self._failed(tag, text), scope=None)
+                                 done=partial(self._done, tag), failed=partial(self._failed, tag), scope=None)
 
     @Slot()
     def cancel(self, quiet: bool = False) -> None:

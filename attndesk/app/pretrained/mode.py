@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable
+from collections.abc import Hashable
+from typing import Callable, cast
 
 import numpy as np
 from PySide6.QtCore import QObject
@@ -114,15 +115,15 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
     where = {"self": "", "decoder": " (decoder self-attention)", "cross": " (cross-attention: target × source)"}[part]
     if part == "self" and run.family == "encoder-decoder":
         where = " (encoder self-attention)"
-    notices = [f"{run.model_name} layer {layer} of {count}{where}", *run.notices, *notices]
-    notices.append(ablation_effect(run))  # family-aware: embedding cosine, or next-token KL and top 5
+    lines: list[str | None] = [f"{run.model_name} layer {layer} of {count}{where}", *run.notices, *notices]
+    lines.append(ablation_effect(run))  # family-aware: embedding cosine, or next-token KL and top 5
     facts = RunFacts(dict(run.timings), int(run.flops), int(run.peak_bytes), run.device, "float32")
     output = None  # [Lq', E]: the encoder's (or model's) layer output; a decoder part's is not kept
     if part == "self" and run.hidden_states is not None:
         output = run.hidden_states[layer + 1][keep]
     return Shown(
         mode=mode, map=amap, source=source_for_map(amap), facts=facts, queries=queries, keys=keys,
-        notices=notices_of(notices), layers=run, layer=layer, output=output,
+        notices=notices_of(lines), layers=run, layer=layer, output=output,
         present_key=(layer, bool(hide_special), part),
     )
 
@@ -162,7 +163,7 @@ class PretrainedMode(QObject, ModeBase):
         self.setObjectName("pretrainedMode")
         self._specs: dict[ModeId, ModelSpec] = {}  # mode -> what config.json says (read once)
         self._folders: list[ModeId] = []  # opened folders, in the order they were opened
-        self._ui: Assembly | None = None
+        self._assembly: Assembly | None = None
         self._run: PretrainedResult | None = None
         self._run_mode: ModeId | None = None
         self._local: LocalModelsDialog | None = None
@@ -178,10 +179,12 @@ class PretrainedMode(QObject, ModeBase):
     def _label(self, mode: ModeId) -> str:
         """"org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
         spec = self._specs.get(mode)
+        assert mode.path is not None, "a folder's mode"
         return Path(mode.path).name if spec is None else spec.name
 
     def _tip(self, mode: ModeId) -> str:
         spec = self._specs.get(mode)
+        assert mode.path is not None, "a folder's mode"
         return mode.path if spec is None else f"{spec.family_name} {spec.family} · {mode.path}"
 
     def spec_for(self, mode: ModeId):
@@ -209,8 +212,9 @@ class PretrainedMode(QObject, ModeBase):
     def present_key(self, state: AppState) -> tuple[int, bool, str]:
         return int(state.pretrained.layer), bool(state.pretrained.hide_special), state.pretrained.part
 
-    def present(self, shown: Shown, key: tuple[int, bool, str]) -> Shown:
-        layer, hide, part = key
+    def present(self, shown: Shown, key: Hashable) -> Shown:
+        layer, hide, part = cast(tuple[int, bool, str], key)  # what present_key returned
+        assert isinstance(shown.layers, PretrainedResult), "a pretrained run"
         return pretrained_shown(shown.layers, shown.mode, layer, hide, part)
 
     def panel(self, state: AppState) -> PanelView:
@@ -232,7 +236,7 @@ class PretrainedMode(QObject, ModeBase):
         return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
 
     def install(self, ui: Assembly) -> None:
-        self._ui = ui
+        self._assembly = ui
         ui.add_header_widget(self.header)
         self.gridTab = ui.tab_widget(GRID_TAB)  # the registry's All layers page (app/tabs/registry.py)
         self._build_grid_tab()
@@ -314,7 +318,7 @@ class PretrainedMode(QObject, ModeBase):
         state.pretrained.events.part.connect(self._on_part)
         state.events.target_text.connect(lambda _text: self._sync_controls())
         state.view.events.colormap.connect(lambda _name: self._update_grid())
-        state.view.events.log_scale.connect(lambda _on: (self._sync_controls(), self._update_grid()))
+        state.view.events.log_scale.connect(self._on_log_scale)
         state.view.events.hide_first_key.connect(lambda _on: self._sync_controls())
         ui.compute.published.connect(self._on_published)
 
@@ -409,7 +413,7 @@ class PretrainedMode(QObject, ModeBase):
         self._sync_controls()
         self._update_summary(shown)
         current = self.grid.current()
-        if current is not None and current[0] != shown.layer:
+        if current is not None and shown.layer is not None and current[0] != shown.layer:
             self.grid.set_current(shown.layer, current[1])
 
     def _update_summary(self, shown: Shown | None = None) -> None:
@@ -514,7 +518,7 @@ class PretrainedMode(QObject, ModeBase):
         self._specs[mode] = spec
         if mode not in self._folders:
             self._folders.append(mode)
-            if self._ui is not None:
+            if self._assembly is not None:
                 self._ui.refresh_choices()
         return mode
 
@@ -555,11 +559,17 @@ class PretrainedMode(QObject, ModeBase):
                                      failed=self._local.show_error, scope=None)
         return self._local
 
+    def _on_log_scale(self, _on: bool) -> None:
+        self._sync_controls()
+        self._update_grid()
+
     def _open_local(self, path: str) -> None:
+        local = self._local
+        assert local is not None, "the dialog asked"
         if self.open_folder(path):
-            self._local.accept()
+            local.accept()
         else:
-            self._local.show_error(self._ui.status.message)
+            local.show_error(self._ui.status.message)
 
     def _dialog_parent(self) -> QWidget | None:
         return self.header.window()

@@ -256,7 +256,7 @@ def layer_masks(result, part: str = "self") -> np.ndarray | None:
     return np.stack([full if m is None else np.asarray(m, dtype=bool) for m in masks])
 
 
-def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.ndarray, ...]:
+def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.ndarray, np.ndarray | None, bool, float | None]:
     """(weights [N, H, Lq', Lk'], masks [N, Lq', Lk'] or None, hide_special, hidden share) of one
     part of a ``PretrainedResult``; hidden special tokens are left out of both axes, rows NOT
     re-normalised."""

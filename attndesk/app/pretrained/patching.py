@@ -39,14 +39,17 @@ def patching_job(model: LoadedModel, clean: str, corrupt: str, answer: str | int
                                  memory_budget=budget, progress=progress, cancel=cancel)
     heads, resid = report.results["head"], report.results["resid"]
     progress(1.0, "the attention of both prompts")
+    clean_attention: np.ndarray | None = None
+    corrupt_attention: np.ndarray | None = None
     try:  # each prompt's weights within the budget on their own: the effects are kept either way
-        attention = tuple(np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights)
-                          for text in (clean, corrupt))
+        clean_attention, corrupt_attention = (np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights)
+                                              for text in (clean, corrupt))
         note = ""
     except ConfigError as exc:
-        attention, note = (None, None), f"the heads' attention is not shown: {exc}"
+        clean_attention = corrupt_attention = None  # one prompt over the budget: neither is shown
+        note = f"the heads' attention is not shown: {exc}"
     return PatchingShown(heads.effects, resid.effects, heads.values, resid.values, report.clean_tokens,
-                         report.corrupt_tokens, *attention, report.metric, report.clean_metric,
+                         report.corrupt_tokens, clean_attention, corrupt_attention, report.metric, report.clean_metric,
                          report.corrupt_metric, report.answer, report.wrong, report.forward_passes, note)
 
 
@@ -94,12 +97,12 @@ class PatchingTab(InterpPresenter):
 
     def request(self):
         view = self.view
-        fields = [view.answer] + ([view.wrong] if view.metric() == "logit_diff" else [])
+        fields = [view.answer] + ([view.wrong] if view.metric_name() == "logit_diff" else [])
         if not self.check_inputs() or not all(f.is_ok() for f in fields):
             view.bar.set_message("fix the line next to its control: nothing was computed", error=True)
             return None
-        wrong = parse_token(view.wrong.text()) if view.metric() == "logit_diff" else None
-        args = (view.clean(), view.corrupt(), parse_token(view.answer.text()), wrong, view.metric(),
+        wrong = parse_token(view.wrong.text()) if view.metric_name() == "logit_diff" else None
+        args = (view.clean(), view.corrupt(), parse_token(view.answer.text()), wrong, view.metric_name(),
                 self.state.config.budget_bytes)
         return patching_job, args, "patching every head and the residual stream"
 

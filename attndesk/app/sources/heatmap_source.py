@@ -30,15 +30,26 @@ MAX_DISPLAY = 256
 WEIGHTS, ALIBI_BIAS = "weights", "alibi bias"
 
 
+class CellLookup(Protocol):
+    """A mask read one cell at a time, ``mask[q, k]`` (a long run's, never materialised)."""
+
+    def __getitem__(self, index: tuple[int, int]) -> bool: ...
+
+
 @runtime_checkable
 class HeatmapSource(Protocol):
     map: AttentionMap  # what is drawn (groups, window, layer kind, legend; what an export takes)
     base_map: AttentionMap  # the map before display options (the first key hidden, ALiBi's bias)
     num_heads: int
     shape: tuple[int, int]  # (queries L, keys Lk)
-    query_labels: Sequence[str]
-    key_labels: Sequence[str]
-    mask: np.ndarray | None  # [L, Lk] bool, True = may attend; None = nothing masked
+    # read-only (properties, so a list of labels or a mask looked up cell by cell fits)
+    @property
+    def query_labels(self) -> Sequence[str]: ...
+    @property
+    def key_labels(self) -> Sequence[str]: ...
+    @property
+    def mask(self) -> np.ndarray | CellLookup | None:  # [L, Lk] bool, True = may attend; None = nothing masked
+        ...
     factor: int  # cells per displayed pixel along each axis
     key_offset: int  # token position of key column 0 (1 when the first token is hidden)
     value_name: str  # "weight", or "bias" for ALiBi's bias

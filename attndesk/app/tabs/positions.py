@@ -36,7 +36,8 @@ def table_size(shown: Shown) -> TableSize:
                          "" if config.positional else POSITIONS_OFF if config.position == "none"
                          else f" (this run's positions: {config.position}; the sinusoidal table is shown, not added)",
                          "" if config.position == "rope" else f"({ROPE_OFF}.)")
-    width = int(shown.layers.hidden_states.shape[-1]) if shown.layers is not None else 64
+    hidden = shown.layers.hidden_states if shown.layers is not None else None
+    width = int(hidden.shape[-1]) if hidden is not None else 64
     heads = max(1, shown.map.num_heads)
     return TableSize(shown.length, width, width // heads, LEARNED, "(the toy model's RoPE at this model's head width.)")
 
@@ -74,5 +75,8 @@ class PositionsTab(TabPresenter):
         pe, rope = both
         self.view.show_table(pe, note=size.note)
         note = size.rope_note if rope is not None else ODD_WIDTH.format(d=size.head_dim)
-        QTimer.singleShot(ROPE_AFTER_MS, self.view,
-                          lambda: self.view.table is pe and self.view.show_rope(rope, note=note))
+        def show_rope() -> None:  # unless another table came first
+            if self.view.table is pe:
+                self.view.show_rope(rope, note=note)
+
+        QTimer.singleShot(ROPE_AFTER_MS, self.view, show_rope)

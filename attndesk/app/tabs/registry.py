@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
@@ -89,7 +89,9 @@ def _presenter(cls) -> Callable[[Assembly, QWidget], QObject]:
 
 
 def _generation(ui: Assembly, view: QWidget) -> QObject:
-    return GenerationTab(ui.state, ui.compute, ui.status, view, lambda: ui.tab_widget(COMPARE_TAB), parent=view)
+    # the registry builds views by type (TabSpec.view); these two are the generation and Compare tabs' views
+    return GenerationTab(ui.state, ui.compute, ui.status, cast(GenerateView, view),
+                         lambda: cast(CompareView, ui.tab_widget(COMPARE_TAB)), parent=view)
 
 
 def _interp(cls) -> Callable[["Assembly", QWidget], QObject]:
@@ -147,7 +149,7 @@ TABS: tuple[TabSpec, ...] = (
 DOCK_TABS: tuple[TabSpec, ...] = (
     TabSpec(IMPLEMENTATION_TAB, "attndesk vs PyTorch", "the same attention through attndesk, "
             "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
-            ImplementationPanel, lambda ui, view: ImplementationTab(ui.compute, view, view), reveal="started"),
+            ImplementationPanel, lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view), reveal="started"),
 )
 
 

@@ -4,6 +4,7 @@ it, and "follow a token"."""
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -71,8 +72,7 @@ class RolloutTab(TabPresenter):
             self._flowProgressed.emit(job, float(fraction), str(message))
 
         self.compute.side.submit("flow", flow_job, request, progress=progress, scope=None,
-                                 done=lambda flow, job=job: self._flow_done(job, flow),
-                                 failed=lambda message, job=job: self._flow_failed(job, message))
+                                 done=partial(self._flow_done, job), failed=partial(self._flow_failed, job))
 
     def _on_flow_toggled(self, on: bool) -> None:
         if not on:

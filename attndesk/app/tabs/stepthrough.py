@@ -73,6 +73,7 @@ class StepThroughTab(TabPresenter):
     def _show_pretrained(self, shown: Shown) -> None:
         """A real model's layer: its stages come from one more forward pass keeping them (a side job)."""
         run, state = shown.layers, self.state
+        assert run is not None, "a pretrained run's layers"
         part = shown.present_key[2] if isinstance(shown.present_key, tuple) and len(shown.present_key) > 2 else "self"
         target = state.target_text if run.family == "encoder-decoder" and state.target_text.strip() else None
         self.view.show_message(f"running {run.model_name} again, keeping layer {shown.layer}'s stages…")

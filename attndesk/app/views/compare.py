@@ -36,6 +36,7 @@ from attndesk.core.compare import (
     teaching_comparison,
 )
 from attndesk.core.diff import diff_bytes
+from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import ConfigError
 from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
@@ -181,6 +182,7 @@ def _describe_cell(d: ResultDiff, b) -> str:
 
 def _diff_panel(d: ResultDiff, b, what: str, head) -> tuple[FramePanel, str]:
     shown = _select(d.diff, what, head)
+    assert shown is not None, "B - A has every head B has"
     finite = np.isfinite(shown)
     bound = float(np.abs(shown[finite]).max()) if finite.any() else 0.0
     cols = list(b.keys) if what == "weights" else [str(i) for i in range(shown.shape[1])]
@@ -202,8 +204,8 @@ def compare_frame(request: FrameRequest) -> CompareFrame:
     ma = None if a is None else _select(getattr(a, what), what, head)
     mb = None if b is None else _select(getattr(b, what), what, head)
     levels = _levels([m for m in (ma, mb) if m is not None], what)
-    panels = [_panel(a, labels[0], ma, what, head, levels, request.no_a),
-              _panel(b, labels[1], mb, what, head, levels)]
+    panels = (_panel(a, labels[0], ma, what, head, levels, request.no_a),
+              _panel(b, labels[1], mb, what, head, levels))
     if a is None or b is None:
         idle = FramePanel(None, "<b>B − A</b>", "pin a result as A, then change anything" if b is not None else "")
         hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
@@ -211,7 +213,7 @@ def compare_frame(request: FrameRequest) -> CompareFrame:
     try:
         if getattr(a, what) is None or getattr(b, what) is None:
             raise ComparisonError(f"cannot compare {what}: only one of A and B has it")
-        diff = diff_results(a, b, what, request.budget)
+        diff = diff_results(a, b, what, request.budget)  # type: ignore[arg-type]  # Operands: the fields it reads
     except ComparisonError as exc:
         failed = FramePanel(None, "<b>B − A</b>", str(exc))
         return CompareFrame(request, (*panels, failed), None, f"<span style='color:#a33'>{exc}</span>")
@@ -234,16 +236,16 @@ class CompareView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("compareView")
-        self._a = None  # what the A plot shows: the pinned result, or a teaching pair's A
-        self._pinned = None
-        self._b = None
-        self._config = None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
+        self._a: Operand | None = None  # what the A plot shows: the pinned result, or a teaching pair's A
+        self._pinned: Operand | None = None
+        self._b: Operand | None = None
+        self._config: AttentionConfig | None = None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
         self._text: str | None = None
         self._diff: ResultDiff | None = None
         self._teaching: TeachingComparison | None = None
         self._runner: Callable[[str, object, str], None] | None = None
         self._a_label, self._b_label = "A (pinned)", "B (current)"
-        self._head_wanted: int | None = None  # set_head before a result had that head
+        self._head_wanted: Head | None = None  # set_head before a result had that head
         self._frame_runner: Callable[[FrameRequest], None] | None = None
         self._pending: FrameRequest | None = None  # the request handed to the frame runner
         self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
@@ -394,12 +396,12 @@ class CompareView(QWidget):
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
         ``teaching``: whether the one-click teaching pairs (toy-model experiments) apply to it
         (default: for a toy ``AttentionResult``, not for an ``Operand`` such as a real model's layer)."""
-        toy = isinstance(result, AttentionResult)
+        toy = result if isinstance(result, AttentionResult) else None
         self._b = as_operand(result)
-        self._config = result.config if toy else None
-        self._text = (text or text_of(result)) if toy else None
-        self._toy = (result is None or toy) if teaching is None else bool(teaching) and toy
-        self._show_variants(result.config if toy else None, len(result.tokens) if toy else 0)
+        self._config = toy.config if toy is not None else None
+        self._text = (text or text_of(toy)) if toy is not None else None
+        self._toy = (result is None or toy is not None) if teaching is None else bool(teaching) and toy is not None
+        self._show_variants(toy.config if toy is not None else None, len(toy.tokens) if toy is not None else 0)
         self.set_teaching_busy(False)
         self._live = None
         if self._teaching is not None:
@@ -617,7 +619,8 @@ class CompareView(QWidget):
         self._diff = None
         request = FrameRequest(self._a, self._b, (self._a_label, self._b_label), self._what(),
                                self.headCombo.currentData(), self._diff_budget(), self._no_a)
-        big = self._b is not None and np.size(getattr(self._b, self._what(), None)) > ASYNC_DIFF_CELLS
+        drawn = getattr(self._b, self._what(), None)
+        big = drawn is not None and np.size(drawn) > ASYNC_DIFF_CELLS
         if self._frame_runner is not None and big:
             self._pending = request
             self.maxLabel.setText("computing B − A in the background…" if self._a is not None else "drawing B…")

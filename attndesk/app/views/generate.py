@@ -215,10 +215,10 @@ class GenerateView(QWidget):
         self.barsTitle.setWordWrap(True)
         # text that changes every step keeps its height: a label growing by a line would relayout
         # the splitter and both plots (~50 ms a step at 500 tokens)
-        for label, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2),
+        for fixed, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2),
                              (self.rowPlot.title, 2)):
-            label.setFixedHeight(label.fontMetrics().lineSpacing() * lines + 4)
-            label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+            fixed.setFixedHeight(fixed.fontMetrics().lineSpacing() * lines + 4)
+            fixed.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
 
     def _lay_out(self) -> None:
         controls = QGridLayout()  # two rows of four: the window stays as narrow as its other tabs let it
@@ -376,6 +376,7 @@ class GenerateView(QWidget):
     def _keys(self, step: GenerationStep, part: str) -> list[str]:
         """Key labels: the sequence up to the deciding position (self), or the source (cross)."""
         if part == "cross":
+            assert step.cross_attention is not None, "an encoder-decoder's step"
             count = step.cross_attention.shape[-1]
             return self._source if len(self._source) == count else [f"src {i}" for i in range(count)]
         sequence = self._prompt + [s.token for s in self._steps]

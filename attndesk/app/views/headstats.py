@@ -57,7 +57,9 @@ class HeadStatsView(QWidget):
         self.table.setObjectName("headStatsTable")
         self.table.setHorizontalHeaderLabels([c[1] for c in COLUMNS])
         for i, (_, _, tip) in enumerate(COLUMNS):
-            self.table.horizontalHeaderItem(i).setToolTip(tip)
+            header = self.table.horizontalHeaderItem(i)
+            assert header is not None, "the labels were just set"
+            header.setToolTip(tip)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setSortingEnabled(True)
@@ -130,7 +132,7 @@ class HeadStatsView(QWidget):
         self._fill_scatter()
         self._fit_table()
         if self._layered:
-            layers = 1 + max(s.layer for s in self._stats)
+            layers = 1 + max(s.layer for s in self._stats if s.layer is not None)
             where = f"{layers} layers × {len(self._stats) // layers} heads"
             self.scatter.setTitle(f"colour = layer: dark 0 … yellow {layers - 1}", color="#333", size="9pt")
         else:
@@ -148,9 +150,15 @@ class HeadStatsView(QWidget):
             self._fill_scatter()
         self.infoLabel.setText(text)
 
+    def _row_key(self, row: int) -> tuple[int | None, int]:
+        """(layer, head) of a table row (column 1 holds it; every row is filled)."""
+        item = self.table.item(row, 1)
+        assert item is not None, "every row is filled"
+        return item.data(ROLE_KEY)
+
     def select_head(self, head: int, layer: int | None = None) -> None:
         for row in range(self.table.rowCount()):
-            key = self.table.item(row, 1).data(ROLE_KEY)
+            key = self._row_key(row)
             if key == (layer if self._layered else None, head):
                 self.table.selectRow(row)
                 return
@@ -247,7 +255,7 @@ class HeadStatsView(QWidget):
         rows = self.table.selectionModel().selectedRows()
         if not rows:
             return
-        layer, head = self.table.item(rows[0].row(), 1).data(ROLE_KEY)
+        layer, head = self._row_key(rows[0].row())
         self.headSelected.emit(int(head))
         self.layerHeadSelected.emit(-1 if layer is None else int(layer), int(head))
 

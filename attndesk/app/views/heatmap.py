@@ -288,7 +288,7 @@ class MatrixPlot(QWidget):
         if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
-        c, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        c, r = math.floor(point.x()), math.floor(point.y())
         if 0 <= r < self._rows() and 0 <= c < self._cols():
             return r, c
         return None
@@ -328,7 +328,7 @@ class MatrixPlot(QWidget):
 
         def figure() -> str:
             drawn = HeatmapFigure(
-                matrices=np.where(masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
+                matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
                 query_labels=rows, key_labels=cols, colormap=colormap, diverging=colormap.startswith("CET-D"),
                 vmin=vmin, vmax=vmax, value_label="value",
             )

@@ -95,7 +95,7 @@ class ImplementationPanel(QWidget):
         toy = is_toy if toy is None else (toy and is_toy)
         self.runButton.setEnabled(toy)
         self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
-        if toy:
+        if toy and isinstance(result, AttentionResult):
             self.set_input(result.config, text or text_of(result))
         else:
             self._config = None

@@ -142,7 +142,7 @@ class RunBar(QWidget):
     def set_progress(self, fraction: float, message: str = "") -> None:
         if not self._busy:
             return
-        self.progress.setValue(int(round(1000 * max(0.0, min(1.0, fraction)))))
+        self.progress.setValue(round(1000 * max(0.0, min(1.0, fraction))))
         if message:
             self.set_message(message)
 

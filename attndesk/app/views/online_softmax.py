@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal, Slot
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QGraphicsRectItem, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton,
@@ -194,10 +194,10 @@ class StepTableModel(QAbstractTableModel):
         self._shown, self._step = shown, step
         self.endResetModel()
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt's name
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt's name
         return 0 if self._shown is None or parent.isValid() else len(self._shown.queries)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.HEADERS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
@@ -205,12 +205,13 @@ class StepTableModel(QAbstractTableModel):
             return self.HEADERS[section]
         return None
 
-    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+    def data(self, index: QModelIndex | QPersistentModelIndex, role=Qt.ItemDataRole.DisplayRole):
         if role != Qt.ItemDataRole.DisplayRole or self._shown is None:
             return None
         return self.cell(index.row(), index.column())
 
     def cell(self, r: int, c: int) -> str:
+        assert self._shown is not None, "asked only while a walk is shown"
         s = self._shown.walk.steps[self._step]
         if c == 0:
             return f"{r} {self._shown.queries[r]}"
@@ -459,6 +460,7 @@ class OnlineSoftmaxView(QWidget):
 
     def _request_frame(self, step: int) -> None:
         shown = self._shown
+        assert shown is not None, "stepped only while a walk is shown"
         if self._runner is not None and shown.walk.weights.size > ASYNC_STEP_CELLS:
             self._pending = (shown, step)
             self._runner(shown, step)

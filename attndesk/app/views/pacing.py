@@ -64,7 +64,7 @@ _pacer: Pacer | None = None
 
 def pacer() -> Pacer:
     """The application's pacer (made on first use, owned by the QApplication)."""
-    global _pacer
+    global _pacer  # noqa: PLW0603 - one pacer per application, made lazily
     if _pacer is None:
         _pacer = Pacer(QApplication.instance())
         _pacer.destroyed.connect(_forget)
@@ -72,7 +72,7 @@ def pacer() -> Pacer:
 
 
 def _forget() -> None:
-    global _pacer
+    global _pacer  # noqa: PLW0603 - the application's pacer is gone
     _pacer = None
 
 

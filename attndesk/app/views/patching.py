@@ -49,7 +49,7 @@ class PatchingShown:
 
 
 class PatchingView(QWidget):
-    """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric()``,
+    """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric_name()``,
     ``set_shown(PatchingShown | None)``, ``open_head(layer, head)``, ``set_unavailable(reason)``,
     ``set_prompt_problem(line)``. Signals ``inputsEdited()``, ``headClicked(layer, head)``."""
 
@@ -153,7 +153,7 @@ class PatchingView(QWidget):
     def corrupt(self) -> str:
         return self.corruptEdit.text()
 
-    def metric(self) -> str:
+    def metric_name(self) -> str:  # not metric(): that is QPaintDevice.metric(), which Qt calls with an argument
         return self.metricCombo.currentData()
 
     def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
@@ -176,7 +176,7 @@ class PatchingView(QWidget):
 
     @Slot(int)
     def _on_metric(self, _index: int) -> None:
-        self.wrong.setEnabled(self.metric() == "logit_diff")
+        self.wrong.setEnabled(self.metric_name() == "logit_diff")
         self.inputsEdited.emit()
 
     # -- results -----------------------------------------------------------------------------------

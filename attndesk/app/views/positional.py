@@ -192,7 +192,7 @@ class PositionalView(QWidget):
         if length <= 0 or dim <= 0:
             self.infoLabel.setText("type some text to see its positions")
             return
-        table = self.table if (length, dim) == self.shape else position_table(length, dim)
+        table = self.table if self.table is not None and (length, dim) == self.shape else position_table(length, dim)
         self.show_table(table, note=note)
 
     def show_message(self, text: str) -> None:
@@ -253,12 +253,14 @@ class PositionalView(QWidget):
 
     @Slot(int, int)
     def hover_similarity(self, p: int, q: int) -> str:
+        assert self.similarity is not None, "hovered only once a table is shown"
         text = f"PE({p}) · PE({q}) = {self.similarity[p, q]:.5g}   (distance {abs(p - q)})"
         self.readout.setText(text)
         return text
 
     @Slot(int, int)
     def hover_rope(self, m: int, n: int) -> str:
+        assert self.rope is not None, "hovered only once RoPE is shown"
         text = (f"R({m})q · R({n})k = {self.rope.scores[m, n]:.6g}   (offset m − n = {m - n}: the same on its "
                 "whole diagonal)")
         self.readout.setText(text)
@@ -267,6 +269,7 @@ class PositionalView(QWidget):
     @Slot(int, int)
     def hover_encoding(self, p: int, i: int) -> str:
         fn = "sin" if i % 2 == 0 else "cos"
+        assert self.shape is not None and self.encoding is not None, "hovered only once a table is shown"
         text = f"PE({p}, {i}) = {fn}({p} / 10000^({i - i % 2}/{self.shape[1]})) = {self.encoding[p, i]:.5g}"
         self.readout.setText(text)
         return text

@@ -12,6 +12,7 @@ Follow a token: one query token's attention over the keys at every layer, a laye
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import Signal, Slot
@@ -20,6 +21,9 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgre
 from attndesk.core.interp import attention_flow
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.types import MEAN
+
+if TYPE_CHECKING:
+    from attndesk.core.pretrained import PretrainedResult
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
@@ -87,7 +91,7 @@ class RolloutView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("rolloutView")
-        self._result = None
+        self._result: PretrainedResult | None = None
         self._tracer = None
         self._pending: tuple | None = None  # (result, layers, query, head) asked of the tracer
         self._flow_tracer = None
@@ -325,6 +329,7 @@ class RolloutView(QWidget):
 
     @Slot(int, int)
     def _hover_flow(self, r: int, c: int) -> None:
+        assert self._result is not None and self.flow is not None, "hovered only once a flow is shown"
         t = self._result.tokens
         self.readout.setText(f'flow: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.flow[r, c]:.4f} '
                              f'(rollout {self.rollout[r, c]:.4f})' if self.rollout is not None and

@@ -40,9 +40,15 @@ def stages_of(result) -> tuple[str, ...]:
     return tuple(name for name in ALL_STAGES if name in kept)
 
 
+def _kept(stage: np.ndarray | None) -> np.ndarray:
+    """A stage the step-through's runs always keep (they run with keep_intermediates=True)."""
+    assert stage is not None, "the run kept its intermediates"
+    return stage
+
+
 def kv_head_of(inter: Intermediates, head: int) -> int:
     """The K/V head query head ``head`` reads (grouped-query heads share them: h // (H / KV))."""
-    return head // (inter.weights.shape[0] // inter.k.shape[0])
+    return head // (_kept(inter.weights).shape[0] // _kept(inter.k).shape[0])
 
 
 def wrapped(angles: np.ndarray) -> np.ndarray:
@@ -84,7 +90,7 @@ def variant_words(result, head: int) -> str:
     inter: Intermediates = result.intermediates
     cfg = result.config
     parts = []
-    kv, heads = int(inter.k.shape[0]), int(inter.weights.shape[0])
+    kv, heads = int(_kept(inter.k).shape[0]), int(_kept(inter.weights).shape[0])
     if kv < heads:
         parts.append(f"reads K/V head {kv_head_of(inter, head)} of {kv}")
     if cfg.position != "sinusoidal":
@@ -116,7 +122,7 @@ def formula(result, name: str, head: int) -> str:
         return own[name]
     cfg = result.config
     inter: Intermediates = result.intermediates
-    d_k = int(inter.q.shape[-1])
+    d_k = int(_kept(inter.q).shape[-1])
     rope = inter.q_raw is not None
     steps = [("capped" if inter.capped is not None else "scaled")] + (["bias"] if inter.bias is not None else [])
     softmax_in = " + ".join(steps)
@@ -137,7 +143,7 @@ def formula(result, name: str, head: int) -> str:
         "masked": masked,
         "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
         "context": "C = A V",
-        "output": "C (single head: no W<sub>O</sub>)" if inter.weights.shape[0] == 1 else
+        "output": "C (single head: no W<sub>O</sub>)" if _kept(inter.weights).shape[0] == 1 else
                   "concat<sub>h</sub>(C) W<sub>O</sub> + b",
     }[name]
 
@@ -177,8 +183,8 @@ class CellArithmetic:
 def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
     """Recompute weight[head, q, k] step by step in float64 from the stored Q and K."""
     inter: Intermediates = result.intermediates
-    qv = inter.q[head, q].astype(np.float64)
-    kv = inter.k[kv_head_of(inter, head), k].astype(np.float64)
+    qv = _kept(inter.q)[head, q].astype(np.float64)
+    kv = _kept(inter.k)[kv_head_of(inter, head), k].astype(np.float64)
     dot = float(qv @ kv)
     scale = layer_scale(result)
     scaled = dot * scale
@@ -188,7 +194,7 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
         capped = float(inter.capped[head, q, k])
     bias = float(inter.bias[head, q, k]) if inter.bias is not None else None
     logit = (capped if capped is not None else scaled) + (bias or 0.0)
-    row = inter.masked[head, q].astype(np.float64)  # -inf where masked
+    row = _kept(inter.masked)[head, q].astype(np.float64)  # -inf where masked
     finite = np.isfinite(row)
     masked = not bool(finite[k])
     if finite.any():
@@ -199,7 +205,7 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
     e = 0.0 if masked else math.exp(logit - row_max)
     weight = e / row_sum if row_sum > 0 else 0.0
     return CellArithmetic(head, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
-                          float(inter.weights[head, q, k]), capped, bias, logit)
+                          float(_kept(inter.weights)[head, q, k]), capped, bias, logit)
 
 
 def arithmetic_lines(result, a: CellArithmetic) -> list[str]:
@@ -233,7 +239,7 @@ def angle_readout(result, m: int, i: int) -> str:
     d = int(result.intermediates.q.shape[-1])
     raw = float(rotation_angles(result)[m, i])
     return (f"position {m}, pair {i} (dims {i} and {i + d // 2}): θ = {m} · {ROPE_BASE:g}^(−{2 * i}/{d}) = "
-            f"{raw:.6g} rad ≡ {float(wrapped(np.float64(raw))):.6g} (mod 2π)")
+            f"{raw:.6g} rad ≡ {float(wrapped(np.asarray(raw))):.6g} (mod 2π)")
 
 
 __all__ = ["ALL_STAGES", "CellArithmetic", "EXPLAINED", "PER_HEAD", "SEQUENTIAL", "SQUARE", "STAGES", "angle_readout",

@@ -10,6 +10,7 @@ of K that produced it and spells out the arithmetic: q . k, / sqrt(d_k), cap, + 
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
@@ -46,7 +47,7 @@ class StepThroughView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("stepThroughView")
-        self._result = None
+        self._result: Any = None  # an AttentionResult, or a real model's staged layer (the same fields)
         self._head = 0
         self._preparer = None
         self._queue: list[tuple] = []  # stages still to draw, one per event-loop turn
@@ -67,18 +68,18 @@ class StepThroughView(QWidget):
         self.arithmeticLabel.setMinimumHeight(8 * self.arithmeticLabel.fontMetrics().lineSpacing() + 4)
         self.arithmeticLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
 
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(self._build_strip())
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.stripScroll = QScrollArea()
+        self.stripScroll.setWidget(self._build_strip())
+        self.stripScroll.setWidgetResizable(True)
+        self.stripScroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.stripScroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         top = QHBoxLayout()
         top.addWidget(self.headSpin)
         top.addWidget(self.infoLabel, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
-        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.stripScroll, 1)
         layout.addWidget(self.arithmeticLabel)
 
     def _build_strip(self) -> QWidget:
@@ -104,7 +105,7 @@ class StepThroughView(QWidget):
             self.plots[name] = plot
         self._arrows: list[QLabel] = []
         self._arranged: tuple[str, ...] = ()
-        self._staggered = Staggered(self, self.scroll, self._grid, lambda: [self.plots[n] for n in self._arranged],
+        self._staggered = Staggered(self, self.stripScroll, self._grid, lambda: [self.plots[n] for n in self._arranged],
                                     per_row=PER_ROW, gap=ARROW_WIDTH + 2 * SPACING, minimum=QSize(160, 190))
         self._arrange(STAGES)
         self.plots["weights"].cellHovered.connect(self.hover_weight)
@@ -164,7 +165,7 @@ class StepThroughView(QWidget):
         self._result = result
         inter = getattr(result, "intermediates", None) if result is not None else None
         # without intermediates the strip would show empty axes under the last result's shapes and formulas
-        self.scroll.setVisible(bool(inter))
+        self.stripScroll.setVisible(bool(inter))
         self.arithmeticLabel.setVisible(bool(inter))
         self.headSpin.setEnabled(bool(inter))
         if not inter:

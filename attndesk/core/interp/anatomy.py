@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, NoLMHead
-from ..pretrained.loader import LoadedModel
+from ..pretrained.loader import LoadedModel, output_embeddings, token_embeddings
 from ..pretrained.sites import layer_path
 
 _OUT_NAMES = ("o_proj", "out_proj", "c_proj", "dense", "o")
@@ -87,22 +87,23 @@ def check_lm(model: LoadedModel, what: str = "a logit metric") -> nn.Module:
     if model.family == "encoder":
         raise ConfigError(f"{model.name} is an encoder-only model: it predicts no next token, so {what} has "
                           "nothing to measure; choose a decoder or an encoder-decoder")
-    head = model.model.get_output_embeddings() if hasattr(model.model, "get_output_embeddings") else None
+    head = output_embeddings(model.model)
     if getattr(model, "headless", False) or head is None or getattr(head, "weight", None) is None:
         raise NoLMHead(model.name, what)
     return head
 
 
 def vocabulary(model: LoadedModel) -> int:
-    head = model.model.get_output_embeddings() if hasattr(model.model, "get_output_embeddings") else None
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
-    return int(model.model.get_input_embeddings().num_embeddings)
+    head = output_embeddings(model.model)
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    return int(token_embeddings(model.model).num_embeddings)
 
 
 def input_embeddings(model: LoadedModel) -> nn.Embedding:
     """The token embedding table the model reads ``input_ids`` through (the encoder's, for T5/BART)."""
-    return model.model.get_input_embeddings()
+    return token_embeddings(model.model)
 
 
 def hidden_size(model: LoadedModel) -> int:

@@ -13,7 +13,6 @@ ill-defined (and the sum is badly approximated); asking for it warns.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from ..pretrained.backend import Capture, capturing
 from ..pretrained.loader import LoadedModel
 from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
 from .inputs import (
+    Cancel,
     Progress,
     Prompt,
     check_cancel,
@@ -138,7 +138,7 @@ def integrated_gradients(model: LoadedModel, text: str, target: str | int, steps
 
 def integrated_gradients_report(
     model: LoadedModel, text: str, target: str | int, steps: int = 64, *, baseline="pad",
-    memory_budget: int | None = None, progress: Progress | None = None, cancel: threading.Event | None = None,
+    memory_budget: int | None = None, progress: Progress | None = None, cancel: Cancel | None = None,
 ) -> InputAttribution:
     """Integrated gradients with ``steps`` Gauss-Legendre nodes (see the module docstring);
     ``baseline``: "pad" (default), "zero" (warns) or an embedding array [E] / [L, E]."""

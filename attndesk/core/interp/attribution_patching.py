@@ -5,7 +5,6 @@ effects, and compared with them by Spearman's rank correlation (``agreement``)."
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +16,7 @@ from ..pretrained.loader import LoadedModel
 from .anatomy import LayerParts
 from .attribution import gradient_pass_bytes
 from .inputs import (
+    Cancel,
     Progress,
     check_cancel,
     hooks,
@@ -90,7 +90,7 @@ def attribution_patching(
     model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None = None, *,
     sites: tuple[str, ...] = ("head",), metric: str = "logit_diff", part: str | None = None, target: str | None = None,
     exact: PatchingReport | None = None, memory_budget: int | None = None, progress: Progress | None = None,
-    cancel: threading.Event | None = None,
+    cancel: Cancel | None = None,
 ) -> AttributionPatchingReport:
     """First-order patching estimates for ``sites`` (one forward + backward on the corrupted prompt,
     one forward on the clean one); with ``exact`` (``activation_patching``'s report on the same

@@ -11,14 +11,13 @@ the rollout multiplies paths, the flow is bounded by each path's narrowest edge.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..rollout import attention_rollout, layer_transition
-from .inputs import Progress, check_cancel
+from .inputs import Cancel, Progress, check_cancel
 
 
 @dataclass
@@ -50,7 +49,7 @@ def _graph(transitions: list[np.ndarray], scale: int):
 
 
 def attention_flow(weights_per_layer, *, rows: list[int] | None = None, tokens: list[str] | None = None,
-                   progress: Progress | None = None, cancel: threading.Event | None = None) -> AttentionFlow:
+                   progress: Progress | None = None, cancel: Cancel | None = None) -> AttentionFlow:
     """[layers, H, L, L] self-attention weights -> the maximum flow from every input token to each
     output token in ``rows`` (default all); cost: len(rows) * L maximum-flow problems."""
     from scipy.sparse.csgraph import maximum_flow
@@ -80,7 +79,7 @@ def attention_flow(weights_per_layer, *, rows: list[int] | None = None, tokens: 
 
 
 def model_attention_flow(model, text: str, *, rows: list[int] | None = None, memory_budget: int | None = None,
-                         progress: Progress | None = None, cancel: threading.Event | None = None) -> AttentionFlow:
+                         progress: Progress | None = None, cancel: Cancel | None = None) -> AttentionFlow:
     """Attention flow of a loaded model's self-attention (an encoder-decoder's encoder) on ``text``:
     the weights come from ``run_pretrained`` (attndesk's ``attend``)."""
     from ..pretrained.run import run_pretrained

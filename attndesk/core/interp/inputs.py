@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -24,6 +25,12 @@ from ..pretrained.run import encode, forward_parameters
 from .anatomy import check_lm, vocabulary
 
 Progress = Callable[[float, str], None]
+
+
+class Cancel(Protocol):
+    """What a long computation polls between steps: a ``threading.Event``, or anything with ``is_set()``."""
+
+    def is_set(self) -> bool: ...
 METRICS = ("logit_diff", "prob", "kl")
 
 
@@ -89,8 +96,10 @@ def token_id(model: LoadedModel, token: str | int, what: str = "answer") -> int:
 def last_logits(model: LoadedModel, ids: torch.Tensor | None, decoder_ids: torch.Tensor | None = None, *,
                 embeds: torch.Tensor | None = None) -> torch.Tensor:
     """[B, V] logits after the last position for a batch of ``ids`` [B, L] (or ``embeds`` [B, L, E])."""
-    accepts = forward_parameters(type(model.model))
-    batch = int((ids if ids is not None else embeds).shape[0])
+    accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy reads the instances' __hash__
+    given = ids if ids is not None else embeds
+    assert given is not None, "ids or embeds"
+    batch = int(given.shape[0])
     kwargs: dict = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
     if "use_cache" in accepts:
         kwargs["use_cache"] = False
@@ -118,6 +127,7 @@ class Metric:
         if self.name == "prob":
             return torch.softmax(logits, dim=-1)[:, self.answer]
         logp = torch.log_softmax(logits, dim=-1)
+        assert self.reference is not None, "KL needs the clean log-probabilities"
         ref = self.reference.to(logp.dtype)
         return (ref.exp() * (ref - logp)).sum(-1)
 
@@ -144,7 +154,7 @@ def resolve_budget(memory_budget: int | None) -> int:
     return budget
 
 
-def check_cancel(cancel: threading.Event | None) -> None:
+def check_cancel(cancel: Cancel | None) -> None:
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled")
 

@@ -18,7 +18,6 @@ passes; the batch size is set so one pass fits the memory budget.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +29,7 @@ from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
 from .anatomy import LayerParts, hidden_size, intermediate_size, layer_parts, vocabulary
 from .inputs import (
+    Cancel,
     Metric,
     Progress,
     Prompt,
@@ -194,7 +194,9 @@ def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int =
     # a block's widest moment: residual, norm, Q/K/V, context; the MLP's input to its activation
     # and that activation's temporaries (GPT-2's tanh GELU keeps ~5 of width f); scores, weights;
     # the patch's bool mask
-    per_seq = lambda n: n * (12 * e + 6 * f) * 4 + 4 * h * n * n * 4 + n * e
+    def per_seq(n: int) -> int:
+        return n * (12 * e + 6 * f) * 4 + 4 * h * n * n * 4 + n * e
+
     per_row = per_seq(length) + (per_seq(decoder_length) + 2 * h * decoder_length * length * 4 if decoder_length else 0)
     return rows * (per_row + 2 * vocabulary(model) * 4)
 
@@ -242,7 +244,7 @@ def _positions(clean: Prompt, part: str) -> list[str]:
 def activation_patching(
     model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None = None, *,
     sites: tuple[str, ...] = ("head",), metric: str = "logit_diff", part: str | None = None, target: str | None = None,
-    memory_budget: int | None = None, progress: Progress | None = None, cancel: threading.Event | None = None,
+    memory_budget: int | None = None, progress: Progress | None = None, cancel: Cancel | None = None,
 ) -> PatchingReport:
     """Patch every site of ``sites`` from the clean run into the corrupted one (see the module
     docstring); ``ConfigError`` for prompts of unequal length, a multi-token answer, an encoder..."""

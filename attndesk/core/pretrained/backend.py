@@ -265,7 +265,7 @@ def patch_rotary(module_class: type) -> bool:
     interface). The wrapper passes everything through unchanged. Returns whether there was one."""
     namespace = sys.modules.get(module_class.__module__)
     original = getattr(namespace, "apply_rotary_pos_emb", None)
-    if original is None:
+    if namespace is None or original is None:
         return False
     if getattr(original, "_attndesk_wrapped", False):
         return True
@@ -276,8 +276,8 @@ def patch_rotary(module_class: type) -> bool:
             capture.pending_raw = (q, k)
         return original(q, k, *args, **kwargs)
 
-    apply_rotary_pos_emb._attndesk_wrapped = True
-    setattr(namespace, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    apply_rotary_pos_emb._attndesk_wrapped = True  # type: ignore[attr-defined]  # the mark that it is wrapped once
+    setattr(namespace, "apply_rotary_pos_emb", apply_rotary_pos_emb)  # noqa: B010 - a module global mypy cannot see
     return True
 
 

@@ -14,6 +14,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from ..errors import ConfigError
 from .families import SUPPORTED, Family, family_of
@@ -190,7 +191,18 @@ def _first_int(cfg: dict, *keys: str) -> int | None:
     return None
 
 
-def _architecture(cfg: dict, where: Path) -> dict[str, int | None]:
+class _Architecture(TypedDict):
+    num_layers: int
+    num_heads: int
+    hidden_size: int
+    kv_heads: int
+    head_dim: int
+    decoder_layers: int
+    max_positions: int | None
+    vocab_size: int | None
+
+
+def _architecture(cfg: dict, where: Path) -> _Architecture:
     """Layer, head and width numbers under the names the families use (GPT-2's n_layer, T5's d_kv, ...)."""
     layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers")
     heads = _first_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ class Generator:
     @property
     def text(self) -> str:
         """The generated part, decoded (special tokens left out)."""
-        return self.model.tokenizer.decode(self.ids[self.prompt_length:], skip_special_tokens=True)
+        return cast(str, self.model.tokenizer.decode(self.ids[self.prompt_length:], skip_special_tokens=True))  # one sequence: one str
 
     def _end_ids(self) -> set[int]:
         cfg = getattr(self.model.model, "generation_config", None)
@@ -107,12 +107,12 @@ class Generator:
             eos = getattr(self.model.model.config, "eos_token_id", None)
         return set() if eos is None else {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
-    def _forward(self, should_cancel):
+    def _forward(self, should_cancel: Callable[[], bool] | None) -> tuple[torch.Tensor, Capture]:
         """Feed the positions not yet in the cache; returns (logits of the last position, capture)."""
         model = self.model
         device = model.device
         new = torch.tensor([self.ids[self._fed:]], device=device)
-        accepts = forward_parameters(type(model.model))
+        accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy checks its unbound __hash__
         kwargs: dict = {"past_key_values": self._cache, "use_cache": True}
         if "logits_to_keep" in accepts:
             kwargs["logits_to_keep"] = 1

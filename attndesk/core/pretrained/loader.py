@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import torch
 from torch import nn
@@ -29,6 +29,9 @@ from ..process import freeze_long_lived
 from .backend import IMPLEMENTATION, Site, patch_rotary, register
 from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from .sites import check_layers, discover, install_hooks, layer_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Progress = Callable[[float, str], None]
 _serials = itertools.count()  # LoadedModel.serial: unlike id(), never handed to a later model
@@ -53,8 +56,8 @@ class LoadedModel:
     name: str
     path: Path
     spec: ModelSpec
-    model: nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     device: torch.device
     sites: dict[int, Site]
     layers: dict[str, int]
@@ -195,7 +198,8 @@ def load_pretrained(path: str | Path | None = None, progress: Progress | None = 
         tokenizer = _tokenizer(transformers, spec)
         report(0.4, f"reading {spec.num_layers}-layer weights")
         model, headless = _weights(transformers, spec)
-        model = model.to(torch_device).eval()
+        # transformers wraps PreTrainedModel.to with functools.wraps, which mypy reads as unbound
+        model = model.to(torch_device).eval()  # type: ignore[arg-type]
         report(0.8, "checking the weights for NaN and inf")
         check_finite_tensors(dict(model.named_parameters()), spec.name)
         report(0.9, "checking that every attention layer runs through attndesk")
@@ -243,7 +247,7 @@ def _tokenizer(transformers, spec: ModelSpec):
         raise ConfigError(f"{spec.name}: the tokenizer cannot be read: {_first_line(exc)}") from None
 
 
-def _weights(transformers, spec: ModelSpec) -> tuple[nn.Module, bool]:
+def _weights(transformers, spec: ModelSpec) -> tuple[PreTrainedModel, bool]:
     """(the model, whether its LM head was missing): a checkpoint saved without its head (a bare
     ``LlamaModel``, an embedding model built on a decoder) runs as its base model; any other
     missing weight is refused."""
@@ -271,9 +275,20 @@ def _weights(transformers, spec: ModelSpec) -> tuple[nn.Module, bool]:
     return (base if base is not model else model), True  # the random head is dropped (or never read)
 
 
+def token_embeddings(model: PreTrainedModel) -> nn.Embedding:
+    """The input token table (transformers' get_input_embeddings): an Embedding in every family attndesk opens."""
+    return cast(nn.Embedding, model.get_input_embeddings())
+
+
+def output_embeddings(model: nn.Module) -> nn.Module | None:
+    """The LM head (transformers' get_output_embeddings), or None for a model without one."""
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if get is not None else None
+
+
 def _head_names(model: nn.Module) -> tuple[str, ...]:
     """Prefixes of the LM head's tensors in ``model``'s state dict (the output embedding, BART's logit bias)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = output_embeddings(model)
     names = [f"{name}." for name, module in model.named_modules() if head is not None and module is head]
     return (*names, "final_logits_bias")
 
@@ -292,7 +307,7 @@ def _probe(spec: ModelSpec, module: nn.Module, tokenizer, device) -> Callable[[]
     return forward
 
 
-def _assemble(spec: ModelSpec, model: nn.Module, tokenizer, device: torch.device, headless: bool = False) -> LoadedModel:
+def _assemble(spec: ModelSpec, model: PreTrainedModel, tokenizer, device: torch.device, headless: bool = False) -> LoadedModel:
     found = discover(model, spec.family, _probe(spec, model, tokenizer, device))
     sites = {key: site for key, (site, _, _) in found.items()}
     layers = {"self": spec.num_layers}
@@ -322,9 +337,9 @@ def _linear_params(model: nn.Module, sites: dict[int, Site]) -> dict[str, int]:
     """Per stack, the weights of every matrix product in its layers (2-D weights, embeddings aside)."""
     stacks: dict[str, str] = {}  # layer module name -> stack
     for name, module in model.named_modules():
-        site = sites.get(id(module))
-        if site is not None:
-            stacks[layer_path(name)[0]] = site.stack
+        site, located = sites.get(id(module)), layer_path(name)
+        if site is not None and located is not None:  # a site is always inside a numbered layer
+            stacks[located[0]] = site.stack
     modules = dict(model.named_modules())
     out: dict[str, int] = {}
     for layer_name, stack in stacks.items():
@@ -335,7 +350,7 @@ def _linear_params(model: nn.Module, sites: dict[int, Site]) -> dict[str, int]:
 
 
 def _head_params(model: nn.Module) -> int:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = output_embeddings(model)
     weight = getattr(head, "weight", None)
     return int(weight.numel()) if weight is not None else 0
 

@@ -13,12 +13,13 @@ from typing import Callable, Iterable
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..config import default_memory_budget
 from ..errors import Cancelled, ConfigError, NoLMHead
 from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
-from .loader import LoadedModel, is_loaded, load_pretrained
+from .loader import LoadedModel, is_loaded, load_pretrained, token_embeddings
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 
 Progress = Callable[[float, str], None]
@@ -39,7 +40,7 @@ class Encoded:
 
 
 def vocabulary_size(model: LoadedModel) -> int:
-    return int(model.model.get_input_embeddings().num_embeddings)
+    return int(token_embeddings(model.model).num_embeddings)
 
 
 def encode(model: LoadedModel, text: str, *, target: bool = False) -> Encoded:
@@ -145,14 +146,14 @@ def _plan(model: LoadedModel) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=64)
-def forward_parameters(cls: type) -> frozenset[str]:
+def forward_parameters(cls: type[nn.Module]) -> frozenset[str]:
     return frozenset(inspect.signature(cls.forward).parameters)
 
 
 def _forward(model: LoadedModel, source: Encoded, target: Encoded | None):
     """One forward pass of the whole model on one sequence (and its decoder input)."""
     device = model.device
-    accepts = forward_parameters(type(model.model))
+    accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy reads the instances' __hash__
     kwargs: dict = {"input_ids": torch.tensor([source.ids], device=device), "output_hidden_states": True}
     if model.family == "encoder" and source.type_ids is not None and "token_type_ids" in accepts:
         # segment ids are an encoder's input (BERT); a decoder handed a BERT tokenizer would add them to its tokens
@@ -302,10 +303,12 @@ def _result(model: LoadedModel, request: _Request, capture: Capture, timings: di
     masks = {part: list(m) for part, m in capture.masks.items()}
     first_global = next((i for i, w in enumerate(windows) if not w), 0)
     mask = masks.get("self", [None] * model.num_layers)[first_global] if model.family == "decoder" or request.forced else None
-    array = (lambda values, dtype: None if values is None else np.asarray(values, dtype=dtype))
+    def array(values, dtype) -> np.ndarray | None:
+        return None if values is None else np.asarray(values, dtype=dtype)
+
     return PretrainedResult(
-        model_name=model.name, tokens=source.tokens, token_ids=array(source.ids, np.int64),
-        special=array(source.special, np.bool_), weights=capture.weights["self"], hidden_states=hidden_np,
+        model_name=model.name, tokens=source.tokens, token_ids=np.asarray(source.ids, dtype=np.int64),
+        special=np.asarray(source.special, dtype=np.bool_), weights=capture.weights["self"], hidden_states=hidden_np,
         embedding=embedding, timings=timings, device=str(model.device), scaled=request.scaled,
         causal=request.forced, ablate=request.items, mask=mask, notices=_notices(model, request, capture),
         dropped_tokens=source.dropped, family=model.family, model_type=model.spec.model_type,

@@ -86,7 +86,9 @@ def install_hooks(model: nn.Module, sites: dict[int, Site]) -> list:
         site = sites.get(id(module))
         if site is None:
             continue
-        layer_name, _ = layer_path(name)
+        located = layer_path(name)
+        assert located is not None, "a site is always inside a numbered layer"
+        layer_name, _ = located
         if site.part != "cross":
             layer_sites.setdefault(layer_name, site)
         handles.append(module.register_forward_pre_hook(_io_pre(site), with_kwargs=True))

@@ -7,6 +7,7 @@ the result crosses to the GUI thread, and the heatmaps, tokens, timing and tabs 
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 
@@ -42,7 +43,7 @@ def gaps_during_run(qtbot, w, action) -> tuple[list[float], float]:
         action()
     ticks.append(time.perf_counter())  # resultDisplayed: the last interval counts too
     timer.stop()
-    return [b - a for a, b in zip(ticks, ticks[1:])], ticks[-1] - ticks[0]
+    return [b - a for a, b in itertools.pairwise(ticks)], ticks[-1] - ticks[0]
 
 
 def test_the_event_loop_never_stalls_over_100_ms_during_a_pyramid_run(qtbot, window):

@@ -213,7 +213,7 @@ def test_export_all_weights_npy_and_csv(tmp_path):
         export_all_weights(result, tmp_path / "all.txt")
     assert not (tmp_path / "all.txt").exists()
     big = _synthetic(layers=6, heads=12, length=200)
-    with pytest.raises(ExportError, match="export .npy instead"):
+    with pytest.raises(ExportError, match=r"export .npy instead"):
         export_all_weights(big, tmp_path / "big.csv")
     assert not (tmp_path / "big.csv").exists()
 

@@ -9,6 +9,7 @@ another layer's heatmap source, the grid's thumbnails) runs as side jobs, drawin
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -42,7 +43,7 @@ def worst_gap(qtbot, action, signal=None, settle_ms: int = 300) -> float:
         qtbot.wait(settle_ms)
     finally:
         timer.stop()
-    return max(b - a for a, b in zip(ticks, ticks[1:]))
+    return max(b - a for a, b in itertools.pairwise(ticks))
 
 
 def assert_smooth(qtbot, label: str, attempt) -> None:

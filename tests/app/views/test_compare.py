@@ -167,7 +167,7 @@ def test_tutorial_button_shows_the_variants_real_effect(view, qtbot, dtype):
     assert blocker.args == ["tutorial"]
     t = view.teaching()
     assert t is not None and t.kind == "tutorial"
-    a, b = t.a, t.b
+    a = t.a
     pad = a.token_ids == 0
     assert pad.any()
     view.set_head(0)
@@ -221,7 +221,7 @@ def test_implementation_panel(qtbot):
     names = [panel.table.item(r, 0).text() for r in range(3)]
     assert names == ["attndesk MultiHeadAttention", "F.scaled_dot_product_attention", "nn.MultiheadAttention"]
     assert panel.table.item(1, 4).text() == "no weights"
-    for r, (name, seconds, d_out, d_w) in enumerate(comparison.rows()):
+    for r, (_name, seconds, d_out, _d_w) in enumerate(comparison.rows()):
         assert panel.table.item(r, 1).text() == f"{seconds * 1e3:.3f}"
         assert float(panel.table.item(r, 3).text()) == pytest.approx(d_out, rel=1e-2, abs=1e-12)
         assert d_out < 1e-5

@@ -193,13 +193,13 @@ def test_step_through_hides_its_strip_without_intermediates(qtbot):
     view.show()
     config = AttentionConfig(embed_dim=16, num_heads=2)
     view.set_result(run_attention(config, "the cat sat", keep_intermediates=True))
-    assert view.scroll.isVisible() and view.headSpin.isEnabled()
+    assert view.stripScroll.isVisible() and view.headSpin.isEnabled()
     view.set_result(run_attention(config, "the cat sat"))  # no intermediates
-    assert not view.scroll.isVisible() and not view.arithmeticLabel.isVisible()
+    assert not view.stripScroll.isVisible() and not view.arithmeticLabel.isVisible()
     assert not view.headSpin.isEnabled()
     assert "intermediates" in view.infoLabel.text()
     view.set_result(run_attention(config, "the cat sat", keep_intermediates=True))
-    assert view.scroll.isVisible() and view.arithmeticLabel.isVisible()
+    assert view.stripScroll.isVisible() and view.arithmeticLabel.isVisible()
 
 
 def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):

@@ -77,7 +77,7 @@ def test_missing_shard_is_named(tiny):
     (tiny / "model.safetensors").rename(tiny / "model-00001-of-00002.safetensors")
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (tiny / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(ConfigError, match="weight shard model-00002-of-00002.safetensors missing"):
+    with pytest.raises(ConfigError, match=r"weight shard model-00002-of-00002.safetensors missing"):
         read_spec(tiny)
 
 
@@ -179,7 +179,7 @@ def test_corrupt_config(tiny):
 
 def test_garbage_weights_file(tiny):
     (tiny / "model.safetensors").write_bytes(b"\x00" * 64)
-    with pytest.raises(ConfigError, match="model.safetensors cannot be read as safetensors"):
+    with pytest.raises(ConfigError, match=r"model.safetensors cannot be read as safetensors"):
         load_pretrained(tiny)
 
 

@@ -10,6 +10,7 @@ import argparse
 
 from attndesk.core.errors import ConfigError
 
+
 def toy_only(fields=None) -> tuple[str, ...]:
     """The dests of the flags a real model's fixed architecture ignores (refused, not dropped): every
     field whose spec says a real model does not act on it, and the old ``--no-positional``."""

@@ -54,7 +54,7 @@ class ProgressLine:
             self.stream.flush()
             self._drawn = False
 
-    def __enter__(self) -> "ProgressLine":
+    def __enter__(self) -> ProgressLine:
         return self
 
     def __exit__(self, *exc) -> None:

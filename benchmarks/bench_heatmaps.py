@@ -27,15 +27,15 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from attndesk.app.sources.long_source import source_for_map  # noqa: E402
 from attndesk.app.panels.heatmaps import HeatmapPanel  # noqa: E402
+from attndesk.app.sources.long_source import source_for_map  # noqa: E402
 from attndesk.core import AttentionConfig, run_attention  # noqa: E402
 
 REPEATS = 5
 
 
 def words(n: int, seed: int) -> str:
-    vocab = "the cat sat on a mat because it was tired and then dog ran far away over hill".split()
+    vocab = ["the", "cat", "sat", "on", "a", "mat", "because", "it", "was", "tired", "and", "then", "dog", "ran", "far", "away", "over", "hill"]
     return " ".join(vocab[(i * 7 + seed * 3 + i // 5) % len(vocab)] for i in range(n))
 
 

@@ -20,10 +20,9 @@ LAYOUT = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads
 
 
 def main(out: str = "resources/generate.png", steps: int = 8) -> Path:
+    from pretrained_models import build
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
-
-    from pretrained_models import build
     from screenshot import open_window, png_bytes, settle, wait_for
 
     app = QApplication.instance() or QApplication([])

@@ -70,6 +70,7 @@ def apply(state, changes: dict) -> None:
 
 def main(out: Path, readme: bool) -> None:
     from pretrained_models import build
+
     from attndesk.app import MainWindow
 
     app = QApplication.instance() or QApplication([])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from screenshot import layout_problems, open_window, png_bytes, settle, show_values  # noqa: E402
+from screenshot import layout_problems, open_window, png_bytes, settle, show_values
 
 GQA_WINDOW = {"num_heads": 8, "kv_heads": 2, "window": 4, "mask": "causal"}
 ROPE_STEPS = {"num_heads": 4, "kv_heads": 2, "window": None, "mask": "padding", "position": "rope", "softcap": 1.0}

@@ -49,7 +49,7 @@ class EventCounter(QObject):
         super().__init__()
         self.kind, self.receiver_type, self.count = kind, receiver_type, 0
 
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched, event) -> bool:
         if event.type() == self.kind and (self.receiver_type is None or isinstance(watched, self.receiver_type)):
             self.count += 1
         return False

@@ -13,9 +13,9 @@ import contextlib
 import os
 
 import pytest
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtWidgets import QWidget
 
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from attndesk.app.tabs.registry import TABS
 from tests.soak import checks
 from tests.soak.controls import discover, menu_actions

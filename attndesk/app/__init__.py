@@ -12,7 +12,9 @@ __all__ = ["MainWindow"]
 
 def __getattr__(name: str):
     if name == "MainWindow":
-        from .main_window import MainWindow  # a lazy export, not a cycle: main_window never imports this package's names
+        from .main_window import (
+            MainWindow,  # a lazy export, not a cycle: main_window never imports this package's names
+        )
 
         return MainWindow
     raise AttributeError(f"module 'attndesk.app' has no attribute {name!r}")

@@ -18,8 +18,17 @@ from typing import cast
 from PySide6.QtCore import QByteArray, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QProgressBar, QPushButton, QScrollArea, QStackedWidget,
-    QTabWidget, QWidget,
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QStackedWidget,
+    QTabWidget,
+    QWidget,
 )
 
 from attndesk.core.bundle import BundleError
@@ -32,12 +41,12 @@ from .jobs.background import Background
 from .jobs.compute import ComputeController, Modes
 from .menus import MenuRegistry
 from .modes.long import LongDocumentMode
-from .pretrained.mode import PretrainedMode
 from .modes.toy import ToyMode
 from .panels.heatmaps import HeatmapPanel
 from .panels.parameters import ParametersPanel
 from .panels.timing import TimingPanel
 from .panels.tokens import TokensPanel
+from .pretrained.mode import PretrainedMode
 from .results import Shown
 from .session import SessionError, load_session, parse_session, save_session, session_json
 from .settings import SETTINGS_APP, app_settings, settings_org
@@ -55,7 +64,7 @@ MENU_LAYOUT: dict[str, tuple[str, list[tuple[str, ...]]]] = {
     "view": ("&View", [("docks",), ("layout",)]),
 }
 
-__all__ = ["MainWindow", "SETTINGS_APP", "app_settings", "main", "settings_org"]
+__all__ = ["SETTINGS_APP", "MainWindow", "app_settings", "main", "settings_org"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -547,7 +556,7 @@ class MainWindow(QMainWindow):
         self._closed = True
         self.compute.shutdown()  # cancels, then joins the main worker and the side jobs
 
-    def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def closeEvent(self, event) -> None:
         if not self._closed:
             self._save_settings()
             if self._export_dialog is not None:

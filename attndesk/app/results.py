@@ -16,8 +16,9 @@ says so when the result lacks it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class Shown:
 
     mode: ModeId
     map: AttentionMap
-    source: "HeatmapSource"
+    source: HeatmapSource
     facts: RunFacts
     queries: TokenRows
     keys: TokenRows | None  # None: self-attention (the keys are the queries)
@@ -84,7 +85,7 @@ class Shown:
     shown_id: int = 0
     new_run: bool = True  # False: another view of a run already shown (the timing history stays)
 
-    def replace(self, **changes) -> "Shown":
+    def replace(self, **changes) -> Shown:
         return dataclasses.replace(self, **changes)
 
     @property

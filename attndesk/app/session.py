@@ -207,5 +207,15 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["FORMAT", "Session", "SessionError", "VERSION", "describe_error", "load_session", "parse_session",
-           "save_session", "session_from_json", "session_json"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "Session",
+    "SessionError",
+    "describe_error",
+    "load_session",
+    "parse_session",
+    "save_session",
+    "session_from_json",
+    "session_json",
+]

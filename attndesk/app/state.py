@@ -23,12 +23,20 @@ dump (``session.py``). Nothing here knows about Qt widgets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Mapping, Union
+from typing import Annotated, Any, Literal
 
 from psygnal import EventedModel
 from pydantic import (
-    BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, PlainValidator, model_validator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    PlainSerializer,
+    PlainValidator,
+    model_validator,
 )
 
 from attndesk.core.config import FIELDS, AttentionConfig
@@ -55,7 +63,7 @@ class ModeId(BaseModel):
     path: str | None = None
 
     @model_validator(mode="after")
-    def _toy_has_no_folder(self) -> "ModeId":
+    def _toy_has_no_folder(self) -> ModeId:
         if self.kind == "toy" and self.path is not None:
             raise ValueError("the toy model has no model folder")
         return self
@@ -89,7 +97,7 @@ def _target(value: Any) -> Any:
     raise ValueError(f"should be 'all', 'mean' or a head number >= 0, got {value!r}")
 
 
-Target = Annotated[Union[Literal["all", "mean"], int], PlainValidator(_target)]
+Target = Annotated[Literal["all", "mean"] | int, PlainValidator(_target)]
 Index = Annotated[int, Field(ge=0, lt=MAX_INDEX)]
 
 
@@ -122,7 +130,7 @@ def window_problem(config: AttentionConfig) -> str | None:
 class ModeChoice:
     """A Mode-combo entry: the typed mode and its label."""
 
-    id: "ModeId"
+    id: ModeId
     label: str
     tooltip: str = ""
 
@@ -167,7 +175,7 @@ class PretrainedState(EventedModel):
     part: Literal["self", "decoder", "cross"] = "self"  # an encoder-decoder's view; "self" otherwise
 
     @model_validator(mode="after")
-    def _sorted_pairs(self) -> "PretrainedState":
+    def _sorted_pairs(self) -> PretrainedState:
         pairs = tuple(sorted(set(self.ablate)))
         if pairs != self.ablate:
             object.__setattr__(self, "ablate", pairs)  # one order: equal sets compare equal
@@ -198,7 +206,7 @@ class AppState(EventedModel):
         if config != self.config:
             self.config = config
 
-    def assign(self, other: "AppState") -> None:
+    def assign(self, other: AppState) -> None:
         """Become ``other`` (a loaded session): every changed field emits its event once."""
         for name in ("view", "pretrained"):
             getattr(self, name).update(getattr(other, name).model_dump(exclude={"region"}))
@@ -221,6 +229,18 @@ def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_t
 
 
 __all__ = [
-    "ALL", "AppState", "HEATMAPS_TAB", "ModeChoice", "ModeId", "PACKAGED", "PanelView",
-    "PretrainedState", "STEP_THROUGH_TAB", "TOY", "ViewState", "WINDOW_MAX", "state_from_flags", "window_problem",
+    "ALL",
+    "HEATMAPS_TAB",
+    "PACKAGED",
+    "STEP_THROUGH_TAB",
+    "TOY",
+    "WINDOW_MAX",
+    "AppState",
+    "ModeChoice",
+    "ModeId",
+    "PanelView",
+    "PretrainedState",
+    "ViewState",
+    "state_from_flags",
+    "window_problem",
 ]

@@ -16,9 +16,10 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 STAGING_PREFIX = ".attndesk-staging-"
 
@@ -104,7 +105,7 @@ class StagedFolder:
         self.committed: list[Path] = []
         self._stage: Path | None = None
 
-    def __enter__(self) -> "StagedFolder":
+    def __enter__(self) -> StagedFolder:
         if self.target.exists() and not self.target.is_dir():
             raise NotADirectoryError(20, "it is a file, not a folder", str(self.target))
         # inside the target when it exists (the moves stay on one file system), else beside it

@@ -19,8 +19,8 @@ position embedding of Q and K (``position="rope"``), ALiBi (``position="alibi"``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +31,14 @@ from .alibi import alibi_bias, alibi_slopes
 from .checks import boolean, real_number, whole_number
 from .errors import ConfigError
 from .fastpath import (
-    BLOCK_BYTES, FAST_DTYPES, DenseRule, Scoring, block_rows_for, fast_attention, onednn, softmax_rows,
+    BLOCK_BYTES,
+    FAST_DTYPES,
+    DenseRule,
+    Scoring,
+    block_rows_for,
+    fast_attention,
+    onednn,
+    softmax_rows,
 )
 from .masks import window_mask
 from .memory import require_free_memory

@@ -12,7 +12,7 @@ cells on demand with the very same block function, so hover read-outs are exact 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -5,7 +5,8 @@ arguments and the checkpoint loaders share them, so one mistake reads the same e
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 

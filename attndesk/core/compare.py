@@ -18,20 +18,19 @@ from .alibi import alibi_bias
 from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
+from .diff import ComparisonError, ResultDiff, TeachingComparison, diff_arrays, diff_results, out_projection
 from .errors import ConfigError
 from .masks import build_mask, window_mask
 from .memory import estimate_run, format_bytes, largest_fitting
 from .pipeline import build_model, run_attention
 from .positional import sinusoidal_encoding
-from .rope import rope
 from .result import AttentionResult
+from .rope import rope
 from .statistics import head_statistics
 from .tokenizer import PAD_ID, WordTokenizer
 from .tutorial import EXPLANATION as TUTORIAL_EXPLANATION
 from .tutorial import tutorial_effect
-from .diff import ComparisonError, ResultDiff, TeachingComparison, out_projection, diff_arrays, diff_results
 from .variant_compare import VARIANT_KINDS, variant_comparison
-
 
 # --- one-click teaching comparisons ---------------------------------------------------------
 
@@ -328,6 +327,15 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
 
 
 __all__ = [
-    "ComparisonError", "IMPLEMENTATIONS", "ImplementationComparison", "ResultDiff", "TEACHING_KINDS", "VARIANT_KINDS",
-    "TeachingComparison", "compare_implementations", "diff_arrays", "diff_results", "teaching_comparison",
+    "IMPLEMENTATIONS",
+    "TEACHING_KINDS",
+    "VARIANT_KINDS",
+    "ComparisonError",
+    "ImplementationComparison",
+    "ResultDiff",
+    "TeachingComparison",
+    "compare_implementations",
+    "diff_arrays",
+    "diff_results",
+    "teaching_comparison",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .checks import boolean, shown
-from .devices import DEVICE_NAMES, DTYPES, device_availability, available_devices
+from .devices import DEVICE_NAMES, DTYPES, available_devices, device_availability
 from .errors import ConfigError
 from .fields import Param, check_value, fields_of, param
 from .memory import check_length, check_parameters
@@ -132,7 +132,7 @@ class AttentionConfig:
                                           "a zoomable overview and recompute exact values on demand.")
 
     # -- validation -------------------------------------------------------------------------
-    def validate(self) -> "AttentionConfig":
+    def validate(self) -> AttentionConfig:
         """Raise ConfigError naming the first bad value and how to fix it; return self.
 
         Types first (a wrong type is a ``ConfigTypeError``, also a TypeError), then ranges and
@@ -226,7 +226,7 @@ class AttentionConfig:
     def budget_bytes(self) -> int:
         return self.memory_budget if self.memory_budget is not None else default_memory_budget()
 
-    def replace(self, **changes: Any) -> "AttentionConfig":
+    def replace(self, **changes: Any) -> AttentionConfig:
         """A copy with some fields changed (not validated: call validate())."""
         return dataclasses.replace(self, **changes)
 
@@ -234,7 +234,7 @@ class AttentionConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AttentionConfig":
+    def from_dict(cls, data: dict[str, Any]) -> AttentionConfig:
         """Build from a plain dict (e.g. a session file); unknown keys are a ConfigError.
 
         The old ``positional`` flag still loads: True is ``position="sinusoidal"``, False "none".

@@ -23,8 +23,9 @@ GOMP_SPINCOUNT=2000, set before torch loads, avoids that (attndesk/__init__ sets
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -438,5 +439,18 @@ def _whole_head_sums(weights: torch.Tensor, v: torch.Tensor, context: torch.Tens
             torch.mm(weights[h], v[h // groups], out=context[h])
 
 
-__all__ = ["BLOCK_BYTES", "Block", "BlockRule", "DenseRule", "FAST_DTYPES", "Scoring", "SpecRule",
-           "WeightsSink", "block_rows_for", "block_weights", "fast_attention", "onednn", "softmax_rows"]
+__all__ = [
+    "BLOCK_BYTES",
+    "FAST_DTYPES",
+    "Block",
+    "BlockRule",
+    "DenseRule",
+    "Scoring",
+    "SpecRule",
+    "WeightsSink",
+    "block_rows_for",
+    "block_weights",
+    "fast_attention",
+    "onednn",
+    "softmax_rows",
+]

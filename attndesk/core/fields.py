@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from .checks import boolean, choice, real_number, shown, type_name, whole_number
 from .errors import ConfigError, ConfigTypeError

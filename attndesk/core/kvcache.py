@@ -30,7 +30,7 @@ class KVCacheRow:
     bytes: dict[int, int]  # tokens -> bytes
     current: bool  # the config's own choice
 
-    def ratio_to(self, other: "KVCacheRow") -> float:
+    def ratio_to(self, other: KVCacheRow) -> float:
         return self.bytes_per_token / other.bytes_per_token
 
 

@@ -9,12 +9,13 @@ line that says how large a value does fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .devices import DTYPES
-from .masks import visible_cells
 from .errors import ConfigError
+from .masks import visible_cells
 
 if TYPE_CHECKING:  # config.py imports this module to check sizes in validate()
     from .config import AttentionConfig
@@ -60,7 +61,7 @@ def available_memory(device: str | None = None) -> int | None:
     return free
 
 
-def _device_of(config: "AttentionConfig") -> str:
+def _device_of(config: AttentionConfig) -> str:
     from .devices import resolve_device
 
     return str(resolve_device(config.device))
@@ -98,7 +99,7 @@ class ParameterEstimate:
         return "the Q/K/V/output projections", self.projections
 
 
-def estimate_parameters(config: "AttentionConfig") -> ParameterEstimate:
+def estimate_parameters(config: AttentionConfig) -> ParameterEstimate:
     """Sizes of ``ToyModel(config)`` in ``config.dtype``; arithmetic only (config fields must be
     positive ints already)."""
     item = DTYPES[config.dtype].itemsize
@@ -112,7 +113,7 @@ def estimate_parameters(config: "AttentionConfig") -> ParameterEstimate:
     return ParameterEstimate(embedding * item, projections * item, max(build, fused))
 
 
-def parameter_limit(config: "AttentionConfig") -> tuple[int, str]:
+def parameter_limit(config: AttentionConfig) -> tuple[int, str]:
     """(bytes the parameters may take, what that limit is, for a message)."""
     budget = max(config.budget_bytes, PARAMETER_FLOOR)
     free = available_memory(_device_of(config))
@@ -126,7 +127,7 @@ def parameter_limit(config: "AttentionConfig") -> tuple[int, str]:
 _SIZE_FIELDS = {"embed_dim": ("embed dim", 1), "vocab_size": ("vocab size", 3), "hidden_dim": ("hidden dim", 1)}
 
 
-def check_parameters(config: "AttentionConfig") -> None:
+def check_parameters(config: AttentionConfig) -> None:
     """ConfigError when the model's parameters do not fit (see ``parameter_limit``), naming the
     size field most over what fits and the largest value of it that fits."""
     estimate = estimate_parameters(config)
@@ -169,7 +170,7 @@ def _part_of(name: str, estimate: ParameterEstimate) -> tuple[str, int]:
 
 
 # -- tokens ----------------------------------------------------------------------------------
-def minimum_run_bytes(config: "AttentionConfig", query_len: int, key_len: int | None = None) -> int:
+def minimum_run_bytes(config: AttentionConfig, query_len: int, key_len: int | None = None) -> int:
     """What any run of these lengths allocates, whichever path it takes: the token lists, the
     embeddings and the Q/K/V projections (the blocked paths keep them all)."""
     lq, lk = query_len, query_len if key_len is None else key_len
@@ -178,7 +179,7 @@ def minimum_run_bytes(config: "AttentionConfig", query_len: int, key_len: int | 
     return int(TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * config.embed_dim + (lq + 2 * lk) * width))
 
 
-def check_length(config: "AttentionConfig", length: int, what: str, field: str | None = None) -> None:
+def check_length(config: AttentionConfig, length: int, what: str, field: str | None = None) -> None:
     """ConfigError when ``length`` tokens cannot fit in free memory on any path, saying how many
     do (e.g. for pad_to, checked before the tokenizer builds a list of that many [PAD])."""
     need = minimum_run_bytes(config, length)
@@ -205,7 +206,7 @@ class RunEstimate:
         return f"weights {format_bytes(self.weights_bytes)}, peak {format_bytes(self.peak_bytes)}"
 
 
-def estimate_run(config: "AttentionConfig", query_len: int, key_len: int | None = None, *,
+def estimate_run(config: AttentionConfig, query_len: int, key_len: int | None = None, *,
                  keep_intermediates: bool = False) -> RunEstimate:
     """Sizes of the tensors ``run_attention`` creates on its full path for these lengths (batch
     of one), counting what dropout and kept intermediates add."""

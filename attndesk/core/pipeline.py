@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 import torch
@@ -22,12 +22,12 @@ from torch import nn
 from .alibi import alibi_bias, alibi_slopes
 from .attention import MultiHeadAttention, Projections, SingleHeadAttention, _fast_path_ok, attend
 from .blocked import ExactAttention, FullSink, TeeSink, blocked_attention
+from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
 from .fastpath import Scoring, SpecRule, block_rows_for, fast_attention
 from .masks import MaskSpec
-from .checks import text_argument
 from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
 from .positional import sinusoidal_encoding
 from .pyramid import AttentionPyramid, PyramidBuilder

@@ -8,14 +8,14 @@ keeping a 2048 px overview + exact on demand".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
+from . import memory
 from .config import AttentionConfig
 from .devices import DTYPES, resolve_device
 from .errors import ConfigError
-from . import memory
 from .masks import visible_cells
 from .memory import estimate_run, format_bytes, largest_fitting
 

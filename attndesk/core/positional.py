@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import torch
 
 
@@ -30,4 +29,4 @@ def positional_similarity(encoding: torch.Tensor) -> torch.Tensor:
     return encoding @ encoding.T
 
 
-__all__ = ["sinusoidal_encoding", "positional_similarity"]
+__all__ = ["positional_similarity", "sinusoidal_encoding"]

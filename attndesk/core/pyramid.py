@@ -172,7 +172,7 @@ class PyramidBuilder:
         cols = torch.clamp(self.lk - torch.arange(_ceil_div(self.lk, f)) * f, max=f)  # [C]
         return (rows[:, None] * cols[None, :]).to(torch.float32)
 
-    def finish(self, exact: ExactAttention | None, mask: MaskSpec, *, min_side: int = 64) -> "AttentionPyramid":
+    def finish(self, exact: ExactAttention | None, mask: MaskSpec, *, min_side: int = 64) -> AttentionPyramid:
         """The finished pyramid: level 0 plus halvings down to about ``min_side`` px."""
         levels: list[PyramidLevel] = []
         maxes, sums = self.maxes.cpu(), self.sums.cpu()

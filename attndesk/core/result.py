@@ -66,9 +66,9 @@ class AttentionResult(TimedRun):
     notices: list[str] = field(default_factory=list)
     unknown: list[bool] | None = None  # [L]: the query token was outside the vocabulary
     key_unknown: list[bool] | None = None  # [Lk] for cross-attention
-    plan: "RunPlan | None" = None  # what the run kept (None: a full run made before plans existed)
-    pyramid: "AttentionPyramid | None" = None  # the overview + exact access (memory-bounded runs only)
-    exact: "ExactAttention | None" = None  # exact recomputation (memory-bounded runs only)
+    plan: RunPlan | None = None  # what the run kept (None: a full run made before plans existed)
+    pyramid: AttentionPyramid | None = None  # the overview + exact access (memory-bounded runs only)
+    exact: ExactAttention | None = None  # exact recomputation (memory-bounded runs only)
 
     @property
     def num_heads(self) -> int:

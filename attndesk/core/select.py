@@ -20,7 +20,8 @@ Qt-free: numpy and the core's own types only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -154,4 +154,4 @@ def statistics_csv(stats: Iterable[HeadStats], columns: Sequence[str] = STAT_FIE
     return buf.getvalue()
 
 
-__all__ = ["HeadStats", "STAT_FIELDS", "SPECIAL_TOKENS", "head_statistics", "layer_statistics", "statistics_csv"]
+__all__ = ["SPECIAL_TOKENS", "STAT_FIELDS", "HeadStats", "head_statistics", "layer_statistics", "statistics_csv"]

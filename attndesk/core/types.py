@@ -11,8 +11,9 @@ Everything here is plain numpy and Python: safe to hand from the worker to the G
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Intermediates:
         return tuple(f.name for f in fields(cls))
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "Intermediates":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Intermediates:
         """From a stage-name -> array mapping (unknown names are a programming error)."""
         unknown = set(arrays) - set(cls.names())
         if unknown:
@@ -99,8 +100,8 @@ class AttentionMap:
     hidden_mass: np.ndarray | None = None
     legend: str = ""
     notices: list[str] = field(default_factory=list)
-    pyramid: "AttentionPyramid | None" = None
-    exact: "ExactAttention | None" = None
+    pyramid: AttentionPyramid | None = None
+    exact: ExactAttention | None = None
 
     @property
     def num_heads(self) -> int:
@@ -140,4 +141,4 @@ class AttentionMap:
         return float(self.weights[int(head), q, k])
 
 
-__all__ = ["AttentionMap", "Head", "Intermediates", "MEAN"]
+__all__ = ["MEAN", "AttentionMap", "Head", "Intermediates"]

@@ -9,8 +9,8 @@ The attention weights never leave the layer call: ``CorpusCapture.record`` reduc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa

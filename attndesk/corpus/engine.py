@@ -12,9 +12,9 @@ import hashlib
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -278,5 +278,15 @@ def analyze_corpus(texts, out, *, model=None, max_tokens: int = 128, engine: str
     return open_corpus(out)
 
 
-__all__ = ["ATLAS_POINTS", "CorpusProgress", "ENGINES", "SHARD_SIZE", "analyze_corpus", "finished_shards",
-           "run_shard", "shards", "weights_hash", "write_shard"]
+__all__ = [
+    "ATLAS_POINTS",
+    "ENGINES",
+    "SHARD_SIZE",
+    "CorpusProgress",
+    "analyze_corpus",
+    "finished_shards",
+    "run_shard",
+    "shards",
+    "weights_hash",
+    "write_shard",
+]

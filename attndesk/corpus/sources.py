@@ -13,9 +13,9 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from ..core.errors import ConfigError
 

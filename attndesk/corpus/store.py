@@ -93,7 +93,7 @@ class CorpusStore:
     def close(self) -> None:
         self._con.close()
 
-    def __enter__(self) -> "CorpusStore":
+    def __enter__(self) -> CorpusStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -159,5 +159,13 @@ def open_corpus(out) -> CorpusStore:
     return CorpusStore(out, manifest)
 
 
-__all__ = ["CorpusStore", "FORMAT", "HEAD_COLUMNS", "MANIFEST", "heads_summary", "open_corpus", "read_manifest",
-           "write_manifest"]
+__all__ = [
+    "FORMAT",
+    "HEAD_COLUMNS",
+    "MANIFEST",
+    "CorpusStore",
+    "heads_summary",
+    "open_corpus",
+    "read_manifest",
+    "write_manifest",
+]

@@ -10,10 +10,10 @@ pyqtgraph's exporters are never used (its SVGExporter crashes on Qt >= 6.11).
 
 from __future__ import annotations
 
-from .gui import display_problem, ensure_gui_app, has_display
-from .figure import HeatmapFigure, figure_from_map, suggested_size
-from .paint import FigureGeometry, paint_figure
 from .export import ExportError, default_filename, export_figure, export_weights, write
+from .figure import HeatmapFigure, figure_from_map, suggested_size
+from .gui import display_problem, ensure_gui_app, has_display
+from .paint import FigureGeometry, paint_figure
 
 __all__ = [
     "ExportError",

@@ -8,8 +8,8 @@ matrices goes through ``attndesk.core.select.tile_reduce`` like every other redu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt

@@ -13,15 +13,14 @@ import csv
 import io
 import math
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from attndesk.core import atomic
-from attndesk.core import memory
+from attndesk.core import atomic, memory
 from attndesk.core.memory import format_bytes
-
 from attndesk.core.select import parse_which
 from attndesk.core.types import AttentionMap
 
@@ -79,7 +78,7 @@ class OutputSet(atomic.StagedFolder):
     ends normally they all move into place (``out.committed``), after an exception (an export
     error, Ctrl+C) none does and the folder is left as it was. OSError becomes ExportError."""
 
-    def __enter__(self) -> "OutputSet":
+    def __enter__(self) -> OutputSet:
         try:
             super().__enter__()
         except OSError as exc:

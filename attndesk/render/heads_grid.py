@@ -4,8 +4,8 @@ initial written in each cell. Painted with QPainter, like every attndesk figure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

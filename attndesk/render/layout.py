@@ -14,8 +14,9 @@ figure and the window's heatmap panel, so both use their space the same way and 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -39,12 +40,12 @@ class Rect:
     def center_x(self) -> float:
         return self.x + self.w / 2
 
-    def intersects(self, other: "Rect", tol: float = 0.5) -> bool:
+    def intersects(self, other: Rect, tol: float = 0.5) -> bool:
         """True when the two overlap by more than ``tol`` px both ways (touching edges do not)."""
         return (min(self.right, other.right) - max(self.x, other.x) > tol
                 and min(self.bottom, other.bottom) - max(self.y, other.y) > tol)
 
-    def contains(self, other: "Rect", tol: float = 0.5) -> bool:
+    def contains(self, other: Rect, tol: float = 0.5) -> bool:
         return (other.x >= self.x - tol and other.y >= self.y - tol
                 and other.right <= self.right + tol and other.bottom <= self.bottom + tol)
 

@@ -13,12 +13,12 @@ measures text for it and paints.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontInfo, QFontMetricsF, QPainter, QPaintEngine, QPen
+from PySide6.QtGui import QColor, QFont, QFontInfo, QFontMetricsF, QPaintEngine, QPainter, QPen
 
 from . import cells
 from .cells import FRAME_RGB, MUTED_RGB, TEXT_RGB, CellStyle, qcolor

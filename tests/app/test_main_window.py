@@ -140,10 +140,10 @@ def test_click_enlarges_a_head(qtbot, window):
         def double(self):
             return self.double_click
 
-        def scenePos(self):  # noqa: N802
+        def scenePos(self):
             return vb.mapViewToScene(QPointF(1.5, 1.5))
 
-        def isAccepted(self):  # noqa: N802
+        def isAccepted(self):
             return False
 
     panel._on_mouse_clicked(Click())
@@ -360,7 +360,7 @@ def test_a_longer_text_shows_every_row_and_column(qtbot, window):
     result = wait_result(qtbot, window, lambda: window.tokensPanel.tokenInput.setPlainText(text))
     assert window.state.text == text
     L = result.length
-    assert L == old_len + 9
+    assert old_len + 9 == L
     for _head, vb, image in window.heatmapPanel.cell_views():
         assert image.image.shape == (L, L)
         (x0, x1), (y0, y1) = vb.viewRange()

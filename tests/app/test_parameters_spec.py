@@ -9,9 +9,9 @@ import argparse
 import dataclasses
 import json
 
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
-from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from attndesk.app.panels.parameters import ParametersPanel
 from attndesk.app.session import parse_session, session_json
 from attndesk.app.state import WINDOW_MAX, AppState, PanelView

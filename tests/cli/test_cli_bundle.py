@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.cli.cli_models import tiny_model
 
 from attndesk import __version__
 from attndesk.app.session import session_from_json
 from attndesk.cli import main
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.bundle import BUNDLE_VERSION, read_bundle
+from tests.cli.cli_models import tiny_model
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:

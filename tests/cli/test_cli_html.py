@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.cli.cli_models import tiny_model
 
 from attndesk.cli import main
 from attndesk.render.page import decode_array, decode_mask, page_layers, read_page_data
+from tests.cli.cli_models import tiny_model
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:

@@ -12,7 +12,7 @@ from attndesk.core import AttentionConfig, Cancelled, ConfigError, run_attention
 from attndesk.core.blocked import ExactAttention, FullSink, MaskSpec, blocked_attention
 from attndesk.core.plan import plan_run
 
-WORDS = "the cat sat on the mat while a dog watched it from the warm kitchen door".split()
+WORDS = ["the", "cat", "sat", "on", "the", "mat", "while", "a", "dog", "watched", "it", "from", "the", "warm", "kitchen", "door"]
 
 
 def _text(n: int) -> str:

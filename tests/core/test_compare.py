@@ -8,7 +8,12 @@ import torch
 
 from attndesk.core import AttentionConfig, ConfigError, run_attention
 from attndesk.core.compare import (
-    IMPLEMENTATIONS, ComparisonError, compare_implementations, diff_arrays, diff_results, teaching_comparison,
+    IMPLEMENTATIONS,
+    ComparisonError,
+    compare_implementations,
+    diff_arrays,
+    diff_results,
+    teaching_comparison,
 )
 from attndesk.core.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax
 

@@ -19,7 +19,7 @@ from attndesk.core.attention import attend
 from attndesk.core.masks import MaskSpec
 from attndesk.core.plan import plan_run
 
-WORDS = "the cat sat on the mat while a dog watched it from the warm kitchen door".split()
+WORDS = ["the", "cat", "sat", "on", "the", "mat", "while", "a", "dog", "watched", "it", "from", "the", "warm", "kitchen", "door"]
 
 
 def _text(n: int) -> str:

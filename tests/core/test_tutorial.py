@@ -10,8 +10,14 @@ import torch
 from attndesk.core.attention import masked_softmax
 from attndesk.core.masks import padding_mask
 from attndesk.core.tutorial import (
-    EXPLANATION, create_padding_mark, float32_relative_bound, key_axis_mask, rounding_step,
-    tutorial_attention, tutorial_effect, tutorial_masked_softmax,
+    EXPLANATION,
+    create_padding_mark,
+    float32_relative_bound,
+    key_axis_mask,
+    rounding_step,
+    tutorial_attention,
+    tutorial_effect,
+    tutorial_masked_softmax,
 )
 
 IDS = torch.tensor([[5, 7, 9, 4, 0, 0], [3, 8, 0, 0, 0, 0]])  # two sequences, padded with 0

@@ -133,19 +133,17 @@ def test_a_commit_moves_everything(old_folder):
 def test_a_folder_in_place_of_a_file_is_refused_before_anything_moves(old_folder):
     (old_folder / "sub.png").mkdir()
     before = _snapshot(old_folder)
-    with pytest.raises(IsADirectoryError):
-        with StagedFolder(old_folder) as stage:
-            for name in NAMES + ["sub.png"]:
-                stage.path(name).write_bytes(b"new")
+    with pytest.raises(IsADirectoryError), StagedFolder(old_folder) as stage:
+        for name in NAMES + ["sub.png"]:
+            stage.path(name).write_bytes(b"new")
     assert _snapshot(old_folder) == before
 
 
 def test_an_output_set_into_a_file_says_so(tmp_path):
     blocker = tmp_path / "figs"
     blocker.write_text("x")
-    with pytest.raises(ExportError, match="is a file, not a folder"):
-        with OutputSet(blocker):
-            pass
+    with pytest.raises(ExportError, match="is a file, not a folder"), OutputSet(blocker):
+        pass
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ def test_figure_layout_shows_every_label_when_there_is_room_and_a_subset_otherwi
 def test_label_step_never_lets_labels_touch():
     for count, cell, line in [(100, 3.0, 12.0), (2048, 0.2, 13.0), (10, 30.0, 12.0), (7, 11.5, 12.0)]:
         step = label_step(count, cell, line)
-        assert step == 1 and cell >= line * 0.92 or step * cell >= line
+        assert (step == 1 and cell >= line * 0.92) or step * cell >= line
 
 
 @pytest.mark.parametrize("rows, cols, window, causal", [(10, 10, 3, True), (10, 10, 3, False), (6, 9, 2, False),

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
-from tests.render.page_helpers import model_page_maps, softmax_map
 
 from attndesk.render import colormaps
 from attndesk.render.figure import figure_from_map
 from attndesk.render.page import write_page
+from tests.render.page_helpers import model_page_maps, softmax_map
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 

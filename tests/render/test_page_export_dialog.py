@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from tests.render.page_helpers import softmax_map
 
 from attndesk.app.export_dialog import ExportDialog, perform_export
 from attndesk.render.page import decode_array, decode_mask, read_page_data
+from tests.render.page_helpers import softmax_map
 
 
 def test_dialog_writes_the_page_of_the_map_on_screen(qtbot, tmp_path):

@@ -6,7 +6,6 @@ import re
 
 import numpy as np
 import pytest
-from tests.render.page_helpers import model_page_maps, softmax_map
 
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.types import AttentionMap
@@ -20,6 +19,7 @@ from attndesk.render.page import (
     read_page_data,
     write_page,
 )
+from tests.render.page_helpers import model_page_maps, softmax_map
 
 
 @pytest.fixture(scope="module")

@@ -7,20 +7,20 @@ pool) and read what is drawn from the pyqtgraph ImageItems on screen, so they ne
 
 from __future__ import annotations
 
-from pathlib import Path
 import ctypes
 import gc
 import json
 import random
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import psutil
 import shiboken6
-from PySide6.QtTest import QTest
 from PySide6.QtCore import QTimer
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
 from attndesk.app.state import HEATMAPS_TAB

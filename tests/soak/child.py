@@ -44,9 +44,9 @@ class Run:
     """One soak process: monitors around a ``Soak``; ``report()`` assembles the JSON report."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from .driver import Soak, SoakOptions
         from PySide6.QtWidgets import QApplication
 
+        from .driver import Soak, SoakOptions
         from .monitors import ExceptionMonitor, MemoryWatch, StallMonitor
         from .sandbox import Sandbox, install_write_guard
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(args)
     try:
         report = run.execute()
-    except Exception:  # noqa: BLE001 - the harness itself failed: say so in the report
+    except Exception:
         import traceback
 
         report = run.report(aborted="soak harness error:\n" + traceback.format_exc())

@@ -12,8 +12,21 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
-    QAbstractButton, QAbstractItemView, QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox,
-    QGraphicsView, QLineEdit, QMenu, QPlainTextEdit, QSplitterHandle, QTabBar, QTextEdit, QWidget, QWidgetAction,
+    QAbstractButton,
+    QAbstractItemView,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QGraphicsView,
+    QLineEdit,
+    QMenu,
+    QPlainTextEdit,
+    QSplitterHandle,
+    QTabBar,
+    QTextEdit,
+    QWidget,
+    QWidgetAction,
 )
 
 # the kinds of control the soak operates (see _TYPES)

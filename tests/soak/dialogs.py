@@ -9,11 +9,20 @@ other dialog, with a path from the same pool.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import (
-    QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QLineEdit, QMenu, QMessageBox, QWidget, QWidgetAction,
+    QApplication,
+    QDialog,
+    QDialogButtonBox,
+    QDockWidget,
+    QFileDialog,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QWidget,
+    QWidgetAction,
 )
 
 from . import gestures as g

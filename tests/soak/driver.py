@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtTest import QTest
@@ -220,7 +220,7 @@ class Soak:
         with self.excluded():
             try:
                 plan = self.planner.choose(step)
-            except Exception as exc:  # noqa: BLE001 - e.g. a widget deleted while the tree was walked
+            except Exception as exc:
                 why = f"(planning failed: {type(exc).__name__}: {exc})"  # exc is unbound after the except block
                 plan = ("skip", "", lambda: why)
             if self._script and step.forced is None:

@@ -27,8 +27,8 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import psutil
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, QtMsgType, qInstallMessageHandler
@@ -338,7 +338,7 @@ class StallMonitor(QObject):
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
-    def eventFilter(self, receiver, event) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, receiver, event) -> bool:
         """Close the previous event's span, open this one's; never consumes the event."""
         if self._paused or self._excluding:
             return False  # inside the soak's own work (already excluded as a whole)

@@ -17,9 +17,9 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 SESSION_FORMAT = {"format": "attndesk-session", "version": 1}
 # the known input of the final check (small: 7 tokens, 4 heads, a causal mask)
@@ -43,9 +43,7 @@ class PoolPath:
 
 def words(count: int, seed: int = 0) -> str:
     """Deterministic English-like text of ``count`` words (sentences of 5-16 words)."""
-    vocab = ("the cat dog sat on mat attention head query key value token model layer weight softmax "
-             "a an of to in is was with for that this it by from as be are or at which we sees "
-             "reads every word looks back far near first last again only learns").split()
+    vocab = ["the", "cat", "dog", "sat", "on", "mat", "attention", "head", "query", "key", "value", "token", "model", "layer", "weight", "softmax", "a", "an", "of", "to", "in", "is", "was", "with", "for", "that", "this", "it", "by", "from", "as", "be", "are", "or", "at", "which", "we", "sees", "reads", "every", "word", "looks", "back", "far", "near", "first", "last", "again", "only", "learns"]
     rng = random.Random(seed)
     out, sentence = [], 0
     for i in range(count):
@@ -77,7 +75,7 @@ class Sandbox:
         self._saves = 0
 
     @classmethod
-    def create(cls, parent: str | None = None, *, prepare: bool = True) -> "Sandbox":
+    def create(cls, parent: str | None = None, *, prepare: bool = True) -> Sandbox:
         """A new temporary folder (its pool written now, or later by ``prepare()``)."""
         box = cls(Path(tempfile.mkdtemp(prefix="attndesk-soak-", dir=parent)))
         if prepare:

@@ -6,9 +6,9 @@ Each finding lists seed and action, so it replays with ``make soak SECONDS=... S
 
 from __future__ import annotations
 
-import itertools
 import argparse
 import collections
+import itertools
 import json
 import re
 import sys

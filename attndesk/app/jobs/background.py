@@ -11,7 +11,8 @@ source), and ``forget()`` drops the answer of a job whose request was replaced.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
@@ -31,7 +32,7 @@ class _Task(QRunnable):
     def run(self) -> None:
         try:
             result, error = self._fn(), None
-        except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, which decides
+        except Exception as exc:
             result, error = None, exc
         self._carrier.answered.emit(self._token, result, error)
 

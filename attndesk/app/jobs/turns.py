@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from attndesk.core.errors import Cancelled
 

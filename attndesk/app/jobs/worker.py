@@ -22,8 +22,9 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -31,7 +32,7 @@ from attndesk.core.errors import Cancelled, ConfigError
 
 from .turns import Turns
 
-_THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
+_THREADS: weakref.WeakSet[QThread] = weakref.WeakSet()
 
 # At most this many progress signals per second cross to the GUI thread (a blocked core may
 # report thousands of blocks; each queued signal costs the event loop a little).
@@ -87,7 +88,7 @@ class _Worker(QObject):
     began = Signal(int)
     reported = Signal(int)  # the first item of a new batch of reports was queued
 
-    def __init__(self, runner: "JobRunner") -> None:
+    def __init__(self, runner: JobRunner) -> None:
         super().__init__()
         self._runner = runner
 
@@ -124,7 +125,7 @@ class _Worker(QObject):
         try:
             with turns.turn(job.cancel.is_set) if turns is not None else contextlib.nullcontext():
                 result = job.fn(*job.args, **job.kwargs, **extra)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a message, never a crash
+        except Exception as exc:
             if _is_cancelled(exc) or job.cancel.is_set():
                 self.cancelled.emit(job.generation)
             else:
@@ -176,7 +177,7 @@ class JobRunner(QObject):
     _wake = Signal()
 
     def __init__(self, parent: QObject | None = None, name: str = "attndesk-worker", *,
-                 turns: "Turns | None" = None) -> None:
+                 turns: Turns | None = None) -> None:
         super().__init__(parent)
         self._turns = turns  # jobs wait for their turn here (shared with other runners), or not at all
         self._lock = threading.Lock()

@@ -23,7 +23,8 @@ line in ``main_window.MODES``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Hashable, Protocol
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
@@ -41,9 +42,9 @@ class Assembly(Protocol):
     """What the window offers a mode at assembly (``install``)."""
 
     state: AppState
-    compute: "ComputeController"
-    status: "StatusModel"
-    menus: "MenuRegistry"
+    compute: ComputeController
+    status: StatusModel
+    menus: MenuRegistry
 
     def add_toolbar_widget(self, widget: QWidget) -> None: ...
     def add_header_widget(self, widget: QWidget) -> None: ...

@@ -29,9 +29,9 @@ from attndesk.core.plan import FULL, RunPlan
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
-from ..sources.long_source import ZoomTile, zoom_region
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
+from ..sources.long_source import ZoomTile, zoom_region
 from ..state import ALL
 from .base import Assembly, ModeBase
 
@@ -59,12 +59,12 @@ def zoom_with_hatch(source, head, q0: int, q1: int, k0: int, k1: int, px: int,
 class _DropFilter(QObject):
     """Takes file drops on the window and the text boxes (which would paste the file's URL)."""
 
-    def __init__(self, mode: "LongDocumentMode", key_targets: set[int]) -> None:
+    def __init__(self, mode: LongDocumentMode, key_targets: set[int]) -> None:
         super().__init__(mode)
         self._mode = mode
         self._keys = key_targets
 
-    def eventFilter(self, watched, event):  # noqa: N802 - Qt's name
+    def eventFilter(self, watched, event):
         kind = event.type()
         if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove) and _dropped_path(event.mimeData()):
             event.acceptProposedAction()

@@ -12,9 +12,9 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
 
-from ..sources.long_source import source_for_map
 from ..plans import needs_explicit_run, reports_progress
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
+from ..sources.long_source import source_for_map
 from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
 

@@ -53,7 +53,7 @@ class ClickText(QGraphicsSimpleTextItem):
         self._callback = callback
         self.setCursor(Qt.CursorShape.PointingHandCursor)
 
-    def mouseClickEvent(self, ev):  # noqa: N802 - pyqtgraph's name
+    def mouseClickEvent(self, ev):
         if ev.button() == Qt.MouseButton.LeftButton:
             ev.accept()
             self._callback()
@@ -112,7 +112,7 @@ class HeatmapCanvas(pg.GraphicsView):
         self._font = title_font()
         self._metrics = QFontMetricsF(self._font)
 
-    def resizeEvent(self, ev):  # noqa: N802 - Qt's name
+    def resizeEvent(self, ev):
         super().resizeEvent(ev)
         self.resized.emit()
 

@@ -29,14 +29,22 @@ their slope in the title. Each heatmap is a pyqtgraph ``ImageItem`` over the tok
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
-    QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core import select
@@ -97,25 +105,25 @@ class _FootLabel(QLabel):
         self.setMinimumWidth(40)
         self.setTextFormat(Qt.TextFormat.PlainText)  # tokens may contain "<"
 
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+    def setText(self, text: str) -> None:
         super().setText(text)
         self.setToolTip(text.strip())
         self.updateGeometry()
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:
         hint = super().sizeHint()
         parent = self.parentWidget()
         cap = int(parent.width() * self._share) if parent is not None else hint.width()
         return QSize(min(hint.width(), max(40, cap)), hint.height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def minimumSizeHint(self) -> QSize:
         return QSize(self.minimumWidth(), super().minimumSizeHint().height())
 
     def shown_text(self) -> str:
         """The text as painted (elided to the label's width)."""
         return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
 
-    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
+    def paintEvent(self, _event) -> None:
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
         painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
@@ -126,7 +134,7 @@ class _FootLabel(QLabel):
 class _Look:
     """Colours shared by every cell of one source: colormap, scale, hatch and rectangle."""
 
-    def __init__(self, panel: "HeatmapPanel", source: HeatmapSource) -> None:
+    def __init__(self, panel: HeatmapPanel, source: HeatmapSource) -> None:
         self.cmap = pg.colormap.get(panel.colormap_name())
         self.shared = panel.shared_scale()
         self.log = panel.log_scale() and source.value_name == "weight"

@@ -8,7 +8,7 @@ a new result's heatmaps.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
@@ -61,7 +61,7 @@ class _Chart(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setFont(_small_font())
 
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def paintEvent(self, event) -> None:
         painter = QPainter(self)
         try:
             painter.fillRect(self.rect(), Qt.GlobalColor.white)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -64,7 +64,7 @@ class TokenAxis(pg.AxisItem):
             # We draw the text ourselves (rotated); pyqtgraph only draws the tick marks.
             self.setStyle(showValues=False)
 
-    def set_labels(self, labels: "Sequence[str] | AxisLabels") -> None:
+    def set_labels(self, labels: Sequence[str] | AxisLabels) -> None:
         if not isinstance(labels, AxisLabels):
             labels = AxisLabels(labels, self._font)
         if labels.texts is self._labels or (labels.widest == self._widest and labels.texts == self._labels):
@@ -85,7 +85,7 @@ class TokenAxis(pg.AxisItem):
         self.picture = None
         self.update()
 
-    def itemChange(self, change, value):  # noqa: N802 - Qt's name
+    def itemChange(self, change, value):
         """pyqtgraph sizes a hidden axis to 0 px and does not undo it when shown: refit then."""
         out = super().itemChange(change, value)
         if change == QGraphicsItem.GraphicsItemChange.ItemVisibleHasChanged and value:
@@ -142,20 +142,20 @@ class TokenAxis(pg.AxisItem):
         return QRectF(min(xs) - half, box.top(), abs(xs[1] - xs[0]) + 2 * half, min(box.height(), deepest + 4))
 
     # pyqtgraph hooks --------------------------------------------------------------------------
-    def tickValues(self, minVal, maxVal, size):  # noqa: N802 - pyqtgraph's name
+    def tickValues(self, minVal, maxVal, size):
         if not self._labels:
             return []
         ticks = self.visible_ticks(minVal, maxVal, size)
         return [(1.0, [i + 0.5 for i in ticks])]
 
-    def tickStrings(self, values, scale, spacing):  # noqa: N802
+    def tickStrings(self, values, scale, spacing):
         out = []
         for v in values:
             i = math.floor(v)
             out.append(self._labels[i] if 0 <= i < len(self._labels) else "")
         return out
 
-    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):  # noqa: N802
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
         super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
         if self.orientation != "bottom" or not self._show or not self._labels:
             return

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
@@ -68,10 +67,10 @@ class TokenTableModel(QAbstractTableModel):
         self._tokens, self._ids, self._unknown = new_tokens, new_ids, new_unknown
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()):  # noqa: N802 - Qt's name
+    def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self._tokens)
 
-    def columnCount(self, parent=QModelIndex()):  # noqa: N802
+    def columnCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else 3
 
     def kind(self, row: int) -> str:
@@ -111,7 +110,7 @@ class TokenTableModel(QAbstractTableModel):
                 return "outside the vocabulary: embedded as [UNK]"
         return None
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
             return self.HEADERS[section]
         return None
@@ -220,7 +219,7 @@ class TokensPanel(QWidget):
             setattr(self.state, name, editor.toPlainText())
 
     @staticmethod
-    def _show_text(editor: QPlainTextEdit, note: "_PreviewNote", text: str) -> None:
+    def _show_text(editor: QPlainTextEdit, note: _PreviewNote, text: str) -> None:
         preview = preview_of(text)
         editor.blockSignals(True)
         if preview is None:

@@ -17,7 +17,8 @@ a field the model does not report shows "unknown" rather than the toy model's va
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QSpinBox, QWidget
@@ -327,4 +328,4 @@ class ControlGroup:
         return [w for c in self.controls for w in (c.widgets[1:] if isinstance(c, SwitchControl) else c.widgets)]
 
 
-__all__ = ["ControlGroup", "FieldControl", "UNKNOWN", "control_for", "kv_label", "spin_range"]
+__all__ = ["UNKNOWN", "ControlGroup", "FieldControl", "control_for", "kv_label", "spin_range"]

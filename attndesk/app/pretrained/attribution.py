@@ -13,7 +13,10 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 
 from attndesk.core.interp import (
-    InputAttribution, attention_x_gradient, gradient_x_input_report, integrated_gradients_report,
+    InputAttribution,
+    attention_x_gradient,
+    gradient_x_input_report,
+    integrated_gradients_report,
 )
 from attndesk.core.interp.anatomy import check_lm
 from attndesk.core.interp.attribution import gradient_pass_bytes

@@ -9,15 +9,22 @@ step, while greedy/sample, temperature and top-k apply from the next step on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, cast
+from typing import Protocol, cast
 
 from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
 from attndesk.core.pretrained import (
-    GenerationStep, Generator, encode, load_pretrained, loaded_model, packaged_model_dir, read_spec,
+    GenerationStep,
+    Generator,
+    encode,
+    load_pretrained,
+    loaded_model,
+    packaged_model_dir,
+    read_spec,
 )
 
 from ..jobs.compute import ComputeController

@@ -6,7 +6,8 @@ layer x head as a small heatmap (painted by ``painting.LayerGridPainting``). Cli
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterable
+from collections.abc import Iterable
+from typing import ClassVar
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
@@ -51,7 +52,7 @@ class LayerHeadGrid(QWidget):
         self._source = (weights, mask, hide_special, hidden_share)
         self._rebuild()
 
-    def set_painting(self, painting: "LayerGridPainting | None") -> None:
+    def set_painting(self, painting: LayerGridPainting | None) -> None:
         """Show a painting built elsewhere (``grid_painting`` in a worker: at hundreds of tokens the
         thumbnails take longer than a GUI-thread turn may)."""
         self._source = None
@@ -134,7 +135,7 @@ class LayerHeadGrid(QWidget):
     def minimumSizeHint(self) -> QSize:
         return self._painting.preferred_size(10.0) if self._painting is not None else QSize(100, 60)
 
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt naming
+    def paintEvent(self, event) -> None:
         painter = QPainter(self)
         try:
             if self._painting is None:
@@ -152,7 +153,7 @@ class LayerHeadGrid(QWidget):
             return None
         return self._painting.hit(QRectF(self.rect()), QPointF(pos))
 
-    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         cell = self._hit(event.position())
         if cell is None or event.button() != Qt.MouseButton.LeftButton:
             return super().mousePressEvent(event)
@@ -164,7 +165,7 @@ class LayerHeadGrid(QWidget):
             self.headActivated.emit(*cell)
         event.accept()
 
-    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
         cell = self._hit(event.position())
         if cell != self._hover:
             self._hover = cell
@@ -177,7 +178,7 @@ class LayerHeadGrid(QWidget):
                                   f"{self._painting.head_max[cell]:.3f}{state}", self)
         super().mouseMoveEvent(event)
 
-    def leaveEvent(self, event) -> None:  # noqa: N802
+    def leaveEvent(self, event) -> None:
         if self._hover is not None:
             self._hover = None
             self.update()
@@ -186,7 +187,7 @@ class LayerHeadGrid(QWidget):
 
     _MOVES: ClassVar[dict[Qt.Key, tuple[int, int]]] = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1), Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
 
-    def keyPressEvent(self, event) -> None:  # noqa: N802
+    def keyPressEvent(self, event) -> None:
         """Arrows move the highlight, Enter opens it, Space toggles ablating it."""
         key = event.key()
         if self._painting is not None and key in self._MOVES:

@@ -12,9 +12,10 @@ it; the window never waits for one.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 

@@ -31,9 +31,9 @@ into it and redraw from it and from the published results.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from collections.abc import Hashable
-from typing import Callable, cast
+from typing import cast
 
 import numpy as np
 from PySide6.QtCore import QObject
@@ -43,8 +43,16 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.ledger import Holding, arrays_of
 from attndesk.core.pretrained import (
-    PACKAGED_NAME, ModelSpec, PretrainedResult, is_loaded, list_cached_models, load_pretrained, packaged_model_dir,
-    pretrained_job, read_spec, run_pretrained,
+    PACKAGED_NAME,
+    ModelSpec,
+    PretrainedResult,
+    is_loaded,
+    list_cached_models,
+    load_pretrained,
+    packaged_model_dir,
+    pretrained_job,
+    read_spec,
+    run_pretrained,
 )
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError

@@ -13,8 +13,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt

@@ -16,7 +16,8 @@ goes through ``attndesk.core.select``.
 from __future__ import annotations
 
 import math
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

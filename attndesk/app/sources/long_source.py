@@ -17,8 +17,8 @@ map's ``pyramid``; ``source_for_map`` picks the right source for any ``Attention
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

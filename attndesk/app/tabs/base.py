@@ -8,7 +8,7 @@ Let go, the tab forgets its result (``release``) and draws it again when it is s
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 from PySide6.QtCore import QObject, QTimer
 
@@ -55,7 +55,7 @@ class TabPresenter(QObject):
         self.show(shown)
         self._measure.start()
 
-    def show(self, shown: Shown) -> None:  # noqa: A003 - the presenter's one job
+    def show(self, shown: Shown) -> None:
         raise NotImplementedError
 
     def release(self) -> None:

@@ -40,7 +40,7 @@ class CompareTab(TabPresenter):
         view.memory_budget = lambda: state.config.budget_bytes
         view.ledger = compute.ledger  # A, a teaching pair and B − A are held with everything else
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         if not shown.indexable:
             self.view.show_unavailable(TOO_LONG)
         elif shown.toy is not None:

@@ -38,7 +38,7 @@ class HeadStatsTab(TabPresenter):
         # every layer of a run (of the part shown, for an encoder-decoder): one table
         return shown.run_id, self.state.pretrained.part if shown.layers is not None else None
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         note = ""
         if shown.layers is not None:  # the statistics cover the whole run, special tokens included
             part = part_weights(shown.layers, self.state.pretrained.part)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable
 
 from PySide6.QtCore import QObject, Signal
 
@@ -21,7 +21,13 @@ from ..jobs.compute import ComputeController
 from ..results import Shown, ToyRun
 from ..state import AppState
 from ..views.online_softmax import (
-    AUTO, OnlineSoftmaxView, StepFrame, WalkShown, auto_block, below_last_digit, step_frame,
+    AUTO,
+    OnlineSoftmaxView,
+    StepFrame,
+    WalkShown,
+    auto_block,
+    below_last_digit,
+    step_frame,
 )
 from .base import TabPresenter
 
@@ -95,7 +101,7 @@ class OnlineSoftmaxTab(TabPresenter):
     def key(self, shown: Shown) -> Hashable:
         return shown.run_id  # the walk depends on the run, not on how it is presented
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         if shown.toy is None:
             self._toy = None
             self.view.clear(TOY_ONLY)

@@ -54,14 +54,14 @@ class PositionsTab(TabPresenter):
         if self.view.table is not None and self.view.table.length > 512:  # PE . PE^T of thousands: MBs
             self.view.clear()
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         size = table_size(shown)
         if size.length <= 0 or size.dim <= 0:
             self.view.show_message("type some text to see its positions")
             return
         pe, rope = self.view.table, self.view.rope
         if (pe is not None and (pe.length, pe.dim) == (size.length, size.dim)
-                and (rope is not None and (rope.head_dim, rope.length) == (size.head_dim, size.length)
+                and ((rope is not None and (rope.head_dim, rope.length) == (size.head_dim, size.length))
                      or size.head_dim % 2)):
             self._draw(size, (pe, rope))
             return

@@ -94,7 +94,7 @@ def _generation(ui: Assembly, view: QWidget) -> QObject:
                          lambda: cast(CompareView, ui.tab_widget(COMPARE_TAB)), parent=view)
 
 
-def _interp(cls) -> Callable[["Assembly", QWidget], QObject]:
+def _interp(cls) -> Callable[[Assembly, QWidget], QObject]:
     """An interpretability presenter (``app/pretrained/interp.py``): it also reports to the status line."""
     return lambda ui, view: cls(ui.state, ui.compute, ui.status, view, parent=view)
 

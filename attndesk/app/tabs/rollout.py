@@ -47,7 +47,7 @@ class RolloutTab(TabPresenter):
         # every layer of a run's part: one rollout (an encoder-decoder's part is the state's choice)
         return shown.run_id, self.state.pretrained.part if shown.layers is not None else None
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         if shown.layers is None:
             self.view.set_unavailable(TOY_MESSAGE)
             return

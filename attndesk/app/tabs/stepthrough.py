@@ -48,7 +48,7 @@ class StepThroughTab(TabPresenter):
         view.drawn.connect(self.shownResult)
         state.view.events.target.connect(self._follow_head)
 
-    def show(self, shown: Shown) -> None:  # noqa: A003
+    def show(self, shown: Shown) -> None:
         if shown.layers is not None:
             self._show_pretrained(shown)
             return

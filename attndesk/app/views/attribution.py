@@ -17,7 +17,14 @@ from einops import rearrange
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (
-    QComboBox, QHBoxLayout, QLabel, QSizePolicy, QSpinBox, QToolTip, QVBoxLayout, QWidget,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSpinBox,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.interp import InputAttribution
@@ -80,20 +87,20 @@ class TokenStrip(QWidget):
             x += w + _GAP
         return y + height if self.tokens else height
 
-    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt's name
+    def hasHeightForWidth(self) -> bool:
         return True
 
-    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt's name
+    def heightForWidth(self, width: int) -> int:
         return self._layout(width)
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:
         return QSize(400, self._layout(max(self.width(), 400)))
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         self._layout(event.size().width())
         super().resizeEvent(event)
 
-    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
+    def paintEvent(self, _event) -> None:
         painter = QPainter(self)
         for i, (rect, token) in enumerate(zip(self._rects, self.tokens)):
             painter.fillRect(rect, self.colors[i])
@@ -106,7 +113,7 @@ class TokenStrip(QWidget):
     def index_at(self, point: QPoint) -> int:
         return next((i for i, rect in enumerate(self._rects) if rect.contains(point)), -1)
 
-    def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def mouseMoveEvent(self, event) -> None:
         index = self.index_at(event.position().toPoint())
         if index != self._hover:
             self._hover = index
@@ -117,7 +124,7 @@ class TokenStrip(QWidget):
             else:
                 QToolTip.hideText()
 
-    def leaveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def leaveEvent(self, event) -> None:
         if self._hover != -1:
             self._hover = -1
             self.update()

@@ -11,8 +11,8 @@ view runs it inline (fine for the toy sizes the tests use).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
@@ -35,8 +35,8 @@ from attndesk.core.compare import (
     diff_results,
     teaching_comparison,
 )
-from attndesk.core.diff import diff_bytes
 from attndesk.core.config import AttentionConfig
+from attndesk.core.diff import diff_bytes
 from attndesk.core.errors import ConfigError
 from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
@@ -77,15 +77,15 @@ class Operand:
     intermediates: None = None
 
     @classmethod
-    def of_map(cls, amap: AttentionMap, output: np.ndarray | None = None, where: str = "") -> "Operand":
+    def of_map(cls, amap: AttentionMap, output: np.ndarray | None = None, where: str = "") -> Operand:
         return cls(np.asarray(amap.weights), list(amap.queries), list(amap.keys), amap.mask, output, where)
 
     @classmethod
-    def of_result(cls, result: AttentionResult) -> "Operand":
+    def of_result(cls, result: AttentionResult) -> Operand:
         return cls(result.weights, list(result.tokens), list(result.keys), result.mask, result.output)
 
 
-def as_operand(value: "Operand | AttentionResult | None") -> Operand | None:
+def as_operand(value: Operand | AttentionResult | None) -> Operand | None:
     if value is None or isinstance(value, Operand):
         return value
     return Operand.of_result(value)
@@ -364,7 +364,7 @@ class CompareView(QWidget):
         results and later calls ``show_frame(frame)``; None = always here."""
         self._frame_runner = runner
 
-    def show_frame(self, frame: "CompareFrame") -> bool:
+    def show_frame(self, frame: CompareFrame) -> bool:
         """Draw a frame; ignored (False) when it answers a request the view no longer waits for."""
         if self._pending is not None and frame.request is not self._pending:
             return False
@@ -391,7 +391,7 @@ class CompareView(QWidget):
         """Compute and draw A, B and B - A again."""
         self._recompute()
 
-    def set_result(self, result: "AttentionResult | Operand | None", text: str | None = None, *,
+    def set_result(self, result: AttentionResult | Operand | None, text: str | None = None, *,
                    teaching: bool | None = None) -> None:
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
         ``teaching``: whether the one-click teaching pairs (toy-model experiments) apply to it

@@ -10,8 +10,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTableWidget,
-    QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
@@ -210,7 +218,7 @@ class HeadStatsView(QWidget):
         table = min(need, total * 2 // 3)
         self.splitter.setSizes([table, total - table])
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._fit_table()
 

@@ -10,15 +10,22 @@ writes the figure (PNG/SVG/PDF) or the exact numbers (NPY/CSV) through attndesk.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Signal, Slot
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
-    QFileDialog, QGraphicsRectItem, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
+    QFileDialog,
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.select import tile_reduce
@@ -194,7 +201,7 @@ class MatrixPlot(QWidget):
         prepared = prepare_matrix(matrix, colormap=colormap, diverging=diverging, levels=levels, masked=masked)
         self.show_prepared(prepared, row_labels=row_labels, col_labels=col_labels)
 
-    def show_prepared(self, prepared: "PreparedMatrix", *, row_labels: Sequence[str] | None = None,
+    def show_prepared(self, prepared: PreparedMatrix, *, row_labels: Sequence[str] | None = None,
                       col_labels: Sequence[str] | None = None) -> None:
         """Draw a matrix ``prepare_matrix`` made (elsewhere: at thousands of rows the numpy work takes
         longer than one GUI-thread turn may); only the small display image is handed to Qt here."""

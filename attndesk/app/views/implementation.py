@@ -9,7 +9,7 @@ panel runs it inline (fine for the toy sizes the tests use).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (

@@ -7,7 +7,13 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.config import AttentionConfig
@@ -97,4 +103,4 @@ class KVCacheTable(QWidget):
         self.table.setItem(r, c, item)
 
 
-__all__ = ["KVCacheTable", "WHY_GQA", "cache_rows", "model_scale_line"]
+__all__ = ["WHY_GQA", "KVCacheTable", "cache_rows", "model_scale_line"]

@@ -9,15 +9,26 @@ a ``WalkShown``. A step's picture ([Lq, Lk], the softmax over the keys read so f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QGraphicsRectItem, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton,
-    QSlider, QSplitter, QTableView, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QComboBox,
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attndesk.core.memory import format_bytes
@@ -194,13 +205,13 @@ class StepTableModel(QAbstractTableModel):
         self._shown, self._step = shown, step
         self.endResetModel()
 
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt's name
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         return 0 if self._shown is None or parent.isValid() else len(self._shown.queries)
 
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.HEADERS)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
             return self.HEADERS[section]
         return None
@@ -472,5 +483,17 @@ class OnlineSoftmaxView(QWidget):
             self.walkRequested.emit(self.head(), self.block())
 
 
-__all__ = ["AUTO", "BLOCK_SIZES", "auto_block", "below_last_digit", "OnlineSoftmaxView", "StepFrame", "WalkShown", "final_text", "memory_text",
-           "step_frame", "step_matrix", "step_text"]
+__all__ = [
+    "AUTO",
+    "BLOCK_SIZES",
+    "OnlineSoftmaxView",
+    "StepFrame",
+    "WalkShown",
+    "auto_block",
+    "below_last_digit",
+    "final_text",
+    "memory_text",
+    "step_frame",
+    "step_matrix",
+    "step_text",
+]

@@ -23,7 +23,7 @@ plot per event-loop turn, on a 1 ms single-shot timer (a zero timer runs in the 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import shiboken6
 from PySide6.QtCore import QEvent, QObject, QSize, QTimer
@@ -41,7 +41,7 @@ class Pacer(QObject):
         self._timer = QTimer(self, singleShot=True, interval=1)  # 1 ms: a zero timer runs in the same pass
         self._timer.timeout.connect(self._next)
 
-    def request(self, host: "PacedHost") -> None:
+    def request(self, host: PacedHost) -> None:
         if host not in self._queue:
             self._queue.append(host)
         if not self._timer.isActive():
@@ -90,27 +90,27 @@ class PacedHost(QWidget):
         plot.move(0, 0)
         plot.hide()  # revealed by the pacer once the host is shown
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:
         return self.plot.sizeHint()
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def minimumSizeHint(self) -> QSize:
         return self.plot.minimumSizeHint()
 
     def settled(self) -> bool:
         """The plot shows at the host's size (nothing waits in the pacer for it)."""
         return self.plot.isVisibleTo(self) and self.plot.size() == self.size()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         if self.isVisible() and self.plot.size() != self.size():
             pacer().request(self)
         super().resizeEvent(event)
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def showEvent(self, event) -> None:
         if not self.settled():
             pacer().request(self)
         super().showEvent(event)
 
-    def hideEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def hideEvent(self, event) -> None:
         if not event.spontaneous():  # the page or the host itself hidden (a minimised window keeps it)
             self.plot.hide()
         super().hideEvent(event)
@@ -168,7 +168,7 @@ class Staggered(QObject):
         for plot in self._plots():
             plot.setFixedSize(self.size)
 
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched, event) -> bool:
         kind = event.type()
         if kind == QEvent.Type.Resize and watched is self._scroll:
             self._refit()

@@ -232,7 +232,7 @@ class PositionalView(QWidget):
             f"largest difference {table.anchor_spread:.1e} (rounding). A fixed random q, k pair of width "
             f"{table.head_dim}; unlike PE · PEᵀ it is not symmetric: q and k differ. {note}".strip())
 
-    def show_table(self, table: "PositionTable", *, note: str = "") -> None:
+    def show_table(self, table: PositionTable, *, note: str = "") -> None:
         """Draw a ``position_table`` (both plots, the info line)."""
         self.table = table
         self.shape, self.encoding, self.similarity = (table.length, table.dim), table.encoding, table.similarity

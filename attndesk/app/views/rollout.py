@@ -228,7 +228,7 @@ class RolloutView(QWidget):
         layers x L x L matrices) and later calls ``show_trace``; None = here."""
         self._tracer = tracer
 
-    def show_trace(self, traced: "Trace") -> bool:
+    def show_trace(self, traced: Trace) -> bool:
         """Draw a trace; ignored (False) unless it answers the request the view waits for."""
         if traced.request is not self._pending:
             return False

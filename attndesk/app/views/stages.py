@@ -242,6 +242,24 @@ def angle_readout(result, m: int, i: int) -> str:
             f"{raw:.6g} rad ≡ {float(wrapped(np.asarray(raw))):.6g} (mod 2π)")
 
 
-__all__ = ["ALL_STAGES", "CellArithmetic", "EXPLAINED", "PER_HEAD", "SEQUENTIAL", "SQUARE", "STAGES", "angle_readout",
-           "arithmetic_lines", "cell_arithmetic", "formula", "kv_head_of", "layer_scale", "rotation_angles", "stage_images",
-           "stage_matrix_of", "stages_of", "variant_words", "wrapped"]
+__all__ = [
+    "ALL_STAGES",
+    "EXPLAINED",
+    "PER_HEAD",
+    "SEQUENTIAL",
+    "SQUARE",
+    "STAGES",
+    "CellArithmetic",
+    "angle_readout",
+    "arithmetic_lines",
+    "cell_arithmetic",
+    "formula",
+    "kv_head_of",
+    "layer_scale",
+    "rotation_angles",
+    "stage_images",
+    "stage_matrix_of",
+    "stages_of",
+    "variant_words",
+    "wrapped",
+]

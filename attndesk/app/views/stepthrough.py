@@ -15,14 +15,35 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
-    QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
 from .heatmap import MatrixPlot, PreparedMatrix
 from .pacing import Staggered
 from .stages import (
-    ALL_STAGES, EXPLAINED, PER_HEAD, SQUARE, STAGES, CellArithmetic, angle_readout, arithmetic_lines, cell_arithmetic, formula,
-    kv_head_of, layer_scale, stage_images, stage_matrix_of, stages_of, variant_words,
+    ALL_STAGES,
+    EXPLAINED,
+    PER_HEAD,
+    SQUARE,
+    STAGES,
+    CellArithmetic,
+    angle_readout,
+    arithmetic_lines,
+    cell_arithmetic,
+    formula,
+    kv_head_of,
+    layer_scale,
+    stage_images,
+    stage_matrix_of,
+    stages_of,
+    variant_words,
 )
 
 PER_ROW = 5  # stages per row of the strip
@@ -327,4 +348,4 @@ class StepThroughView(QWidget):
             plot.clear_marks()
 
 
-__all__ = ["CellArithmetic", "STAGES", "StepThroughView", "kv_head_of", "stage_images", "stage_matrix_of"]
+__all__ = ["STAGES", "CellArithmetic", "StepThroughView", "kv_head_of", "stage_images", "stage_matrix_of"]

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -287,5 +287,17 @@ def stage_intermediates(stages: Mapping[str, np.ndarray]) -> Intermediates:
     return Intermediates.from_arrays({k: v for k, v in stages.items() if k in names and v is not None})
 
 
-__all__ = ["Capture", "ForwardClock", "active", "IMPLEMENTATION", "PARTS", "Site", "attndesk_attention", "attndesk_mask",
-           "capturing", "patch_rotary", "register", "stage_intermediates"]
+__all__ = [
+    "IMPLEMENTATION",
+    "PARTS",
+    "Capture",
+    "ForwardClock",
+    "Site",
+    "active",
+    "attndesk_attention",
+    "attndesk_mask",
+    "capturing",
+    "patch_rotary",
+    "register",
+    "stage_intermediates",
+]

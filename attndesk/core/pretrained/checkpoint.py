@@ -253,5 +253,16 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     )
 
 
-__all__ = ["ModelSpec", "PACKAGED_NAME", "TOKENIZER_FILES", "WEIGHT_FILES", "packaged_model_dir", "read_config",
-           "read_spec", "refuse_remote_code", "safetensors_parameters", "tokenizer_files", "weight_files"]
+__all__ = [
+    "PACKAGED_NAME",
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "ModelSpec",
+    "packaged_model_dir",
+    "read_config",
+    "read_spec",
+    "refuse_remote_code",
+    "safetensors_parameters",
+    "tokenizer_files",
+    "weight_files",
+]

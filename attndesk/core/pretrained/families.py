@@ -165,5 +165,15 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
     return info, None
 
 
-__all__ = ["BYPASSES", "FAMILIES", "Family", "FamilyInfo", "Positions", "SUPPORTED", "family_of", "infer_family",
-           "supported_names", "uses_interface"]
+__all__ = [
+    "BYPASSES",
+    "FAMILIES",
+    "SUPPORTED",
+    "Family",
+    "FamilyInfo",
+    "Positions",
+    "family_of",
+    "infer_family",
+    "supported_names",
+    "uses_interface",
+]

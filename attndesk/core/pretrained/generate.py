@@ -12,8 +12,9 @@ A cancelled step leaves the generator as it was (the cache is dropped and rebuil
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from ..errors import Cancelled, ConfigError, NoLMHead
 from .backend import Capture, ForwardClock, capturing
 from .loader import LoadedModel
 from .result import NextToken
-from .run import ablation_heads, ablation_items, forward_parameters, encode, next_token
+from .run import ablation_heads, ablation_items, encode, forward_parameters, next_token
 
 SAMPLING = ("greedy", "sample")
 
@@ -195,4 +196,4 @@ class Generator:
         return done
 
 
-__all__ = ["GenerationStep", "Generator", "SAMPLING"]
+__all__ = ["SAMPLING", "GenerationStep", "Generator"]

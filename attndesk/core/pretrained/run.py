@@ -6,10 +6,10 @@ import inspect
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import torch

@@ -11,7 +11,7 @@ whose layers did not all call in: some attention would then bypass attndesk.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

@@ -9,13 +9,13 @@ from collections import Counter
 from functools import wraps
 
 import numpy as np
-
 from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
+from conftest import TIMEOUT_MS
+
 from attndesk.app.sources import heatmap_source, long_source
 from attndesk.core import pipeline, plan
 from attndesk.core.config import AttentionConfig
 from attndesk.core.tokenizer import WordTokenizer
-from conftest import TIMEOUT_MS
 
 
 def _count(monkeypatch, calls: Counter, owner, name: str, label: str | None = None) -> None:

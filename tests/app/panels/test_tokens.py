@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest

@@ -15,8 +15,14 @@ from pretrained_models import build
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.pretrained import (
-    Generator, checkpoint, clear_cache, list_cached_models, load_pretrained,
-    read_spec, run_pretrained, supported_names,
+    Generator,
+    checkpoint,
+    clear_cache,
+    list_cached_models,
+    load_pretrained,
+    read_spec,
+    run_pretrained,
+    supported_names,
 )
 
 

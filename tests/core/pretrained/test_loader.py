@@ -16,7 +16,14 @@ import torch
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import (
-    cosine, encode, is_loaded, load_pretrained, loader, packaged_model_dir, pretrained_job, run_pretrained,
+    cosine,
+    encode,
+    is_loaded,
+    load_pretrained,
+    loader,
+    packaged_model_dir,
+    pretrained_job,
+    run_pretrained,
     sentence_embeddings,
 )
 

@@ -128,7 +128,9 @@ def _list_of(choices: Sequence[str], what: str):
         items = [t.strip().lower() for t in text.split(",") if t.strip()]
         bad = [t for t in items if t not in choices]
         if not items or bad:
-            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad) or repr(text)}; choose from {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or repr(text)}; choose from {', '.join(choices)}"
+            )
         return list(dict.fromkeys(items))
 
     return parse
@@ -154,10 +156,13 @@ def _region(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
         q0, q1 = (int(v) for v in q.split(":"))
         k0, k1 = (int(v) for v in k.split(":"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected Q0:Q1,K0:K1 (token index ranges, end exclusive), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected Q0:Q1,K0:K1 (token index ranges, end exclusive), got {text!r}"
+        ) from None
     if q0 < 0 or k0 < 0:
         raise argparse.ArgumentTypeError(
-            f"token positions count from 0 (not from the end), so a range cannot start below 0; got {text!r}")
+            f"token positions count from 0 (not from the end), so a range cannot start below 0; got {text!r}"
+        )
     if not (q0 < q1 and k0 < k1):
         raise argparse.ArgumentTypeError(f"each range must satisfy 0 <= start < end (end exclusive), got {text!r}")
     return (q0, q1), (k0, k1)
@@ -170,8 +175,12 @@ def attach_dash_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> 
     """argparse takes a value that starts with '-' for a flag ('--region -1:2,0:2' gives "expected
     one argument"): join such a value to its option as '--region=-1:2,0:2', so that the option's
     own check explains what is wrong with it. Plain negative numbers argparse already accepts."""
-    takes_value = {opt for action in _all_actions(parser) if action.nargs is None and action.option_strings
-                   for opt in action.option_strings}
+    takes_value = {
+        opt
+        for action in _all_actions(parser)
+        if action.nargs is None and action.option_strings
+        for opt in action.option_strings
+    }
     out: list[str] = []
     argv = list(argv)
     i = 0
@@ -242,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
 # Further subcommands, each a module with ``NAME``, ``add_parser(sub)`` (adds its subparser) and
 # ``run(args) -> int`` (raises CliError / ConfigError for bad input). Adding one = one line here.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "attndesk.cli_bundle", "attndesk.cli_reproduce", "attndesk.cli_interp", "attndesk.cli_attribute", "attndesk.cli_train",
+    "attndesk.cli_bundle",
+    "attndesk.cli_reproduce",
+    "attndesk.cli_interp",
+    "attndesk.cli_attribute",
+    "attndesk.cli_train",
     "attndesk.cli_corpus",
 )
 
@@ -260,18 +273,33 @@ def _input_arguments(render: argparse.ArgumentParser) -> None:
     source.add_argument("--text-file", metavar="PATH", help="read the text from a UTF-8 file (at most 1 MiB)")
     keys = text.add_mutually_exclusive_group()
     keys.add_argument("--key-text", help="cross-attention: keys/values come from this second text")
-    keys.add_argument("--key-text-file", metavar="PATH", help="cross-attention: read the key/value text from a UTF-8 file")
+    keys.add_argument(
+        "--key-text-file", metavar="PATH", help="cross-attention: read the key/value text from a UTF-8 file"
+    )
 
 
 def _real_model_arguments(render: argparse.ArgumentParser) -> None:
     real = render.add_argument_group("a real model (instead of the toy model)")
-    real.add_argument("--model", metavar="PATH", default=None,
-                      help="a local transformers folder (config.json, weights, tokenizer): draws its own attention, "
-                           "one figure per layer; encoder-decoders also their decoder and cross-attention")
-    real.add_argument("--target", metavar="TEXT", default=None,
-                      help="with --model: an encoder-decoder's decoder text (T5, BART, Marian)")
-    real.add_argument("--layer", type=_non_negative_int, default=None, metavar="N",
-                      help="with --model: only layer N (from 0; default every layer)")
+    real.add_argument(
+        "--model",
+        metavar="PATH",
+        default=None,
+        help="a local transformers folder (config.json, weights, tokenizer): draws its own attention, "
+        "one figure per layer; encoder-decoders also their decoder and cross-attention",
+    )
+    real.add_argument(
+        "--target",
+        metavar="TEXT",
+        default=None,
+        help="with --model: an encoder-decoder's decoder text (T5, BART, Marian)",
+    )
+    real.add_argument(
+        "--layer",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --model: only layer N (from 0; default every layer)",
+    )
 
 
 def _model_arguments(render: argparse.ArgumentParser, fields=None) -> None:
@@ -286,8 +314,14 @@ def _model_arguments(render: argparse.ArgumentParser, fields=None) -> None:
             continue
         extra = {"choices": spec.choices} if spec.choices else {"type": _arg_type(spec), "metavar": spec.metavar}
         model.add_argument(spec.flag, dest=spec.dest, default=spec.default, action=_Given, help=spec.help(), **extra)
-    model.add_argument("--no-positional", dest="positional", action="store_const", const=False, default=None,
-                       help="no positional encoding (the same as --position none)")
+    model.add_argument(
+        "--no-positional",
+        dest="positional",
+        action="store_const",
+        const=False,
+        default=None,
+        help="no positional encoding (the same as --position none)",
+    )
     render.set_defaults(given=())
 
 
@@ -313,22 +347,79 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
     from attndesk.render.colormaps import COLORMAPS
 
     out = render.add_argument_group("output")
-    out.add_argument("--out", default="render-out", metavar="DIR", help="folder to write into, created if missing (default %(default)s)")
-    out.add_argument("--format", type=_list_of(("png", "svg", "pdf", "html"), "format"), default=["png"], metavar="FMT",
-                     help="png, svg, pdf or html (one self-contained interactive page per run, every head and "
-                          "layer); comma-separated for several (default png)")
-    out.add_argument("--page-precision", choices=("auto", "float16", "float32"), default="auto",
-                     help="how an html page stores the weights: float32 (exact), float16 (within 5e-4, half the "
-                          "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)")
-    out.add_argument("--which", type=_which, default=["all", "mean"], metavar="WHICH", help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)")
-    out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map (default %(default)s); CET-L1 is a perceptual grey")
-    out.add_argument("--per-head-scale", dest="shared_scale", action="store_false", help="scale each head's colours to its own range (default: one shared scale)")
+    out.add_argument(
+        "--out",
+        default="render-out",
+        metavar="DIR",
+        help="folder to write into, created if missing (default %(default)s)",
+    )
+    out.add_argument(
+        "--format",
+        type=_list_of(("png", "svg", "pdf", "html"), "format"),
+        default=["png"],
+        metavar="FMT",
+        help="png, svg, pdf or html (one self-contained interactive page per run, every head and "
+        "layer); comma-separated for several (default png)",
+    )
+    out.add_argument(
+        "--page-precision",
+        choices=("auto", "float16", "float32"),
+        default="auto",
+        help="how an html page stores the weights: float32 (exact), float16 (within 5e-4, half the "
+        "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)",
+    )
+    out.add_argument(
+        "--which",
+        type=_which,
+        default=["all", "mean"],
+        metavar="WHICH",
+        help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)",
+    )
+    out.add_argument(
+        "--colormap",
+        choices=COLORMAPS,
+        default="viridis",
+        help="colour map (default %(default)s); CET-L1 is a perceptual grey",
+    )
+    out.add_argument(
+        "--per-head-scale",
+        dest="shared_scale",
+        action="store_false",
+        help="scale each head's colours to its own range (default: one shared scale)",
+    )
     out.add_argument("--vmin", type=_float, default=None, help="weight at the bottom of the colour scale (default 0)")
-    out.add_argument("--vmax", type=_float, default=None, help="weight at the top of the colour scale (default: the largest weight); larger weights saturate, e.g. --vmax 0.05 for long causal runs")
-    out.add_argument("--size", type=_size, default=None, metavar="WxH", help="image size in pixels, e.g. 1600x1200 (default: fits the number of heads)")
-    out.add_argument("--dpi", type=_float, default=96.0, help="dots per inch: PNG metadata and the physical size of SVG/PDF; text scales with it (default %(default)g)")
-    out.add_argument("--weights", choices=("npy", "csv", "none"), default="none", help="also write the raw weights: npy (all selected heads, exact) or csv (one matrix per file, with token labels)")
-    out.add_argument("--region", type=_region, default=None, metavar="Q0:Q1,K0:K1", help="only this block of query rows Q0..Q1-1 and key columns K0..K1-1 (exact values)")
+    out.add_argument(
+        "--vmax",
+        type=_float,
+        default=None,
+        help="weight at the top of the colour scale (default: the largest weight); larger weights saturate, e.g. --vmax 0.05 for long causal runs",
+    )
+    out.add_argument(
+        "--size",
+        type=_size,
+        default=None,
+        metavar="WxH",
+        help="image size in pixels, e.g. 1600x1200 (default: fits the number of heads)",
+    )
+    out.add_argument(
+        "--dpi",
+        type=_float,
+        default=96.0,
+        help="dots per inch: PNG metadata and the physical size of SVG/PDF; text scales with it (default %(default)g)",
+    )
+    out.add_argument(
+        "--weights",
+        choices=("npy", "csv", "none"),
+        default="none",
+        help="also write the raw weights: npy (all selected heads, exact) or csv (one matrix per file, with token labels)",
+    )
+    out.add_argument(
+        "--region",
+        type=_region,
+        default=None,
+        metavar="Q0:Q1,K0:K1",
+        help="only this block of query rows Q0..Q1-1 and key columns K0..K1-1 (exact values)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +478,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
 
 def _read_inputs(args: argparse.Namespace) -> tuple[str, str | None]:
     try:
-        text = read_text_file(args.text_file) if args.text_file else (args.text if args.text is not None else sample_text())
+        text = (
+            read_text_file(args.text_file)
+            if args.text_file
+            else (args.text if args.text is not None else sample_text())
+        )
         key_text = read_text_file(args.key_text_file) if args.key_text_file else args.key_text
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
@@ -403,7 +498,9 @@ def _check_output_options(args: argparse.Namespace) -> None:
     if args.vmin is None and args.vmax is not None and args.vmax <= 0:
         raise CliError(
             f"--vmax {args.vmax:g} is at or below the bottom of the colour scale (0, the smallest weight); "
-            "give a positive --vmax, or a --vmin below it", EXIT_USAGE)
+            "give a positive --vmax, or a --vmin below it",
+            EXIT_USAGE,
+        )
     try:
         width, height, _ = check_size(args.size if args.size is not None else (100, 100), args.dpi)
         if args.size is not None and "png" in args.format:
@@ -431,8 +528,9 @@ def _compute(args: argparse.Namespace, text: str, key_text: str | None):
         print(f"attndesk: plan: {plan.describe()}", file=sys.stderr, flush=True)
     with ProgressLine() as progress:
         try:
-            result = run_attention(config, text, key_text=key_text, prepared=prepared,
-                                   progress=progress.update if long_run else None)
+            result = run_attention(
+                config, text, key_text=key_text, prepared=prepared, progress=progress.update if long_run else None
+            )
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
     return result, ({plan.describe(eta=False)} if long_run else set())
@@ -457,8 +555,13 @@ def _toy_page(result, amap) -> dict:
     """What the toy run's html page holds: its map, caption, parameters and file name."""
     from attndesk.render.export import default_filename
 
-    return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(), "run": result,
-            "name": default_filename(amap, "all", "html")}
+    return {
+        "maps": [amap],
+        "summary": amap.summary,
+        "settings": result.config.to_dict(),
+        "run": result,
+        "name": default_filename(amap, "all", "html"),
+    }
 
 
 def _check_page(args: argparse.Namespace, page: dict) -> None:
@@ -478,8 +581,9 @@ def _figures(args: argparse.Namespace, amap) -> list[tuple[str | int, HeatmapFig
     figures: list[tuple[str | int, HeatmapFigure]] = []
     for which in args.which:
         try:
-            figure = figure_from_map(amap, which, colormap=args.colormap,
-                                     shared_scale=args.shared_scale, region=args.region)
+            figure = figure_from_map(
+                amap, which, colormap=args.colormap, shared_scale=args.shared_scale, region=args.region
+            )
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         figure.vmin, figure.vmax = args.vmin, args.vmax
@@ -529,7 +633,9 @@ def _check_colour_limits(args: argparse.Namespace, figure, which) -> None:
     if args.vmin >= top:
         raise CliError(
             f"--vmin {args.vmin:g} is at or above the largest weight of --which {which} ({top:.4g}): every cell "
-            "would get the same colour; lower --vmin or give a --vmax above it", EXIT_USAGE)
+            "would get the same colour; lower --vmin or give a --vmax above it",
+            EXIT_USAGE,
+        )
 
 
 def _write_outputs(args: argparse.Namespace, drawn: list, page: dict) -> list[Path]:
@@ -574,15 +680,25 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
         heads = range(figure.matrices.shape[0]) if which == "all" else [None]
         for h in heads:
             matrix = figure.matrices[0 if h is None else h]
-            export_weights(matrix, figure.query_labels, figure.key_labels, out.path(name(which if h is None else h, "csv")))
+            export_weights(
+                matrix, figure.query_labels, figure.key_labels, out.path(name(which if h is None else h, "csv"))
+            )
 
 
 def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
     from attndesk.render.page import write_page
 
-    write_page(page["maps"], page["summary"], path, settings=page["settings"], colormap=args.colormap,
-               shared_scale=args.shared_scale, precision=args.page_precision, region=args.region,
-               title=page.get("title", ""))
+    write_page(
+        page["maps"],
+        page["summary"],
+        path,
+        settings=page["settings"],
+        colormap=args.colormap,
+        shared_scale=args.shared_scale,
+        precision=args.page_precision,
+        region=args.region,
+        title=page.get("title", ""),
+    )
 
 
 def _echo(path: Path, echo: bool) -> None:
@@ -610,7 +726,9 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
             main as app_main,  # optional: without Qt widgets, render instead
         )
     except ImportError as exc:
-        print(f"attndesk: the window is not available ({exc}); rendering the sample heatmaps headless instead", flush=True)
+        print(
+            f"attndesk: the window is not available ({exc}); rendering the sample heatmaps headless instead", flush=True
+        )
         return headless_fallback()
     return int(app_main(list(argv) if argv is not None else None) or 0)
 
@@ -668,6 +786,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     return _guarded(run)
+
 
 if __name__ == "__main__":
     # the importable module's main, so that command modules raising attndesk.cli.CliError meet the

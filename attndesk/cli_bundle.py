@@ -18,24 +18,43 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     from attndesk.render.colormaps import COLORMAPS
 
     parser = sub.add_parser(
-        NAME, help="write a reproducible bundle (.zip): session, texts, model identity, versions, weights, figures",
-        description=("Run the attention core as 'attndesk render' does and write one .zip that 'attndesk reproduce' "
-                     "can recompute and check: the session, the input texts, the model's identity (folder, config, "
-                     "weights hash), attndesk's and torch's versions, the weights as NPY and the figures."),
-        epilog=("examples:\n  attndesk bundle --text 'the cat sat' --heads 4 --mask causal --out cat.zip\n"
-                "  attndesk bundle --model ~/models/SmolLM-135M --text 'The cat sat' --out smol.zip\n"
-                "  attndesk reproduce smol.zip"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        NAME,
+        help="write a reproducible bundle (.zip): session, texts, model identity, versions, weights, figures",
+        description=(
+            "Run the attention core as 'attndesk render' does and write one .zip that 'attndesk reproduce' "
+            "can recompute and check: the session, the input texts, the model's identity (folder, config, "
+            "weights hash), attndesk's and torch's versions, the weights as NPY and the figures."
+        ),
+        epilog=(
+            "examples:\n  attndesk bundle --text 'the cat sat' --heads 4 --mask causal --out cat.zip\n"
+            "  attndesk bundle --model ~/models/SmolLM-135M --text 'The cat sat' --out smol.zip\n"
+            "  attndesk reproduce smol.zip"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cli._input_arguments(parser)
     cli._real_model_arguments(parser)
     cli._model_arguments(parser)
     out = parser.add_argument_group("output")
-    out.add_argument("--out", default="attndesk-bundle.zip", metavar="BUNDLE.zip",
-                     help="the bundle to write (default %(default)s)")
-    out.add_argument("--colormap", choices=COLORMAPS, default="viridis", help="colour map of the figures (default %(default)s)")
+    out.add_argument(
+        "--out", default="attndesk-bundle.zip", metavar="BUNDLE.zip", help="the bundle to write (default %(default)s)"
+    )
+    out.add_argument(
+        "--colormap", choices=COLORMAPS, default="viridis", help="colour map of the figures (default %(default)s)"
+    )
     # what render_command's checks read: every head, exact weights, the whole matrix
-    parser.set_defaults(which=["all"], weights="npy", region=None, format=["png"], shared_scale=True,
-                        vmin=None, vmax=None, size=None, dpi=96.0, page_precision="auto")
+    parser.set_defaults(
+        which=["all"],
+        weights="npy",
+        region=None,
+        format=["png"],
+        shared_scale=True,
+        vmin=None,
+        vmax=None,
+        size=None,
+        dpi=96.0,
+        page_precision="auto",
+    )
     return parser
 
 
@@ -87,8 +106,9 @@ def run(args: argparse.Namespace) -> int:
         page = cli._toy_page(result, result.attention_map())
     try:
         state = _state(args, text, key_text, None if args.model is None else Path(args.model).expanduser())
-        path = save_bundle(state, page["run"], out, colormap=args.colormap, layer=args.layer,
-                           memory_budget=args.memory_budget)
+        path = save_bundle(
+            state, page["run"], out, colormap=args.colormap, layer=args.layer, memory_budget=args.memory_budget
+        )
     except (BundleError, SessionError) as exc:
         raise cli.CliError(str(exc), cli.EXIT_USAGE) from None
     print(path, flush=True)

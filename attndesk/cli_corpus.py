@@ -17,8 +17,16 @@ from pathlib import Path
 from attndesk.resources import CORPUS_SAMPLE as SAMPLE
 
 NAME = "corpus"
-GRID_METRICS = ("entropy", "distance", "self", "previous", "first", "previous_token_score", "duplicate_token_score",
-                "induction_score")
+GRID_METRICS = (
+    "entropy",
+    "distance",
+    "self",
+    "previous",
+    "first",
+    "previous_token_score",
+    "duplicate_token_score",
+    "induction_score",
+)
 
 
 def _methods(value: str) -> tuple[str, ...]:
@@ -37,30 +45,74 @@ def _methods(value: str) -> tuple[str, ...]:
 def add_parser(sub) -> None:
     from attndesk.cli import _non_negative_int, _positive_int
 
-    p = sub.add_parser(NAME, help="analyze every head's attention over a corpus of texts",
-                       description="Run a corpus through a model with attndesk's attention and store per-head and "
-                                   "per-text metrics, roles and a query/key atlas (Parquet + DuckDB).")
-    p.add_argument("--model", metavar="PATH", default=None, help="a local transformers folder (default: the packaged "
-                   "all-MiniLM-L6-v2)")
-    p.add_argument("--data", metavar="FILE", default=None, help=".txt (a text a line), .jsonl or .csv or .parquet "
-                   "(a text column/field), or a folder of .txt files (default: the bundled sample corpus)")
+    p = sub.add_parser(
+        NAME,
+        help="analyze every head's attention over a corpus of texts",
+        description="Run a corpus through a model with attndesk's attention and store per-head and "
+        "per-text metrics, roles and a query/key atlas (Parquet + DuckDB).",
+    )
+    p.add_argument(
+        "--model",
+        metavar="PATH",
+        default=None,
+        help="a local transformers folder (default: the packaged all-MiniLM-L6-v2)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        default=None,
+        help=".txt (a text a line), .jsonl or .csv or .parquet "
+        "(a text column/field), or a folder of .txt files (default: the bundled sample corpus)",
+    )
     p.add_argument("--out", metavar="DIR", default="corpus-out", help="the store's folder (default %(default)s)")
-    p.add_argument("--max-tokens", type=_positive_int, default=128, metavar="N",
-                   help="tokens a text keeps, special tokens included (default %(default)s)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="local (this process) or ray (Ray Data actors; RAY_ADDRESS or --ray-address joins a cluster)")
-    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                   help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each "
-                        "(default 2)")
+    p.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=128,
+        metavar="N",
+        help="tokens a text keeps, special tokens included (default %(default)s)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local (this process) or ray (Ray Data actors; RAY_ADDRESS or --ray-address joins a cluster)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each (default 2)",
+    )
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="a Ray cluster to join (else RAY_ADDRESS)")
-    p.add_argument("--atlas", type=_methods, default=("pca",), metavar="METHODS",
-                   help="projections of the query/key atlas: pca, umap, pca,umap or none (default pca)")
-    p.add_argument("--atlas-points", type=_non_negative_int, default=1000, metavar="N",
-                   help="queries and keys kept per head for the atlas (default %(default)s)")
-    p.add_argument("--shard-size", type=_positive_int, default=256, metavar="N",
-                   help="texts per shard, the unit a rerun resumes from (default %(default)s)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
-                   help="torch device of the pass (default %(default)s; auto picks the best available)")
+    p.add_argument(
+        "--atlas",
+        type=_methods,
+        default=("pca",),
+        metavar="METHODS",
+        help="projections of the query/key atlas: pca, umap, pca,umap or none (default pca)",
+    )
+    p.add_argument(
+        "--atlas-points",
+        type=_non_negative_int,
+        default=1000,
+        metavar="N",
+        help="queries and keys kept per head for the atlas (default %(default)s)",
+    )
+    p.add_argument(
+        "--shard-size",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="texts per shard, the unit a rerun resumes from (default %(default)s)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda", "mps"),
+        default="cpu",
+        help="torch device of the pass (default %(default)s; auto picks the best available)",
+    )
     p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
 
 
@@ -69,9 +121,11 @@ def _plan(args, source, model) -> str:
     tokens = min(args.max_tokens, limit) if limit else args.max_tokens
     engine = args.engine + (f", {args.workers} workers" if args.workers else "")
     atlas = ", ".join(args.atlas) if args.atlas and args.atlas_points else "none"
-    return (f"corpus: {source.count:,} texts from {source.describe}\n"
-            f"model: {model.name} ({model.family}, {sum(model.layers.values())} attention layers x {model.num_heads} heads)\n"
-            f"max tokens {tokens}, engine {engine}, atlas {atlas} ({args.atlas_points} points per head), out {args.out}")
+    return (
+        f"corpus: {source.count:,} texts from {source.describe}\n"
+        f"model: {model.name} ({model.family}, {sum(model.layers.values())} attention layers x {model.num_heads} heads)\n"
+        f"max tokens {tokens}, engine {engine}, atlas {atlas} ({args.atlas_points} points per head), out {args.out}"
+    )
 
 
 def write_heads_png(store, path: Path) -> Path:
@@ -111,14 +165,26 @@ def run(args: argparse.Namespace) -> int:
         model = _load(args.model, args.device)
         print(_plan(args, source, model))
         with ProgressLine(prefix="corpus") as line:
+
             def progress(p) -> None:
                 line.update(p.done / max(1, p.total), p.line())
 
-            store = analyze_corpus(data, args.out, model=model, max_tokens=args.max_tokens, engine=args.engine,
-                                   workers=args.workers, resume=not args.restart, atlas_points=args.atlas_points,
-                                   atlas_methods=args.atlas, shard_size=args.shard_size, ray_address=args.ray_address,
-                                   device=args.device,
-                                   progress=progress, cancel=threading.Event())
+            store = analyze_corpus(
+                data,
+                args.out,
+                model=model,
+                max_tokens=args.max_tokens,
+                engine=args.engine,
+                workers=args.workers,
+                resume=not args.restart,
+                atlas_points=args.atlas_points,
+                atlas_methods=args.atlas,
+                shard_size=args.shard_size,
+                ray_address=args.ray_address,
+                device=args.device,
+                progress=progress,
+                cancel=threading.Event(),
+            )
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     with store:

@@ -24,30 +24,52 @@ SITE_CHOICES = ("head", "head_position", "resid", "attn", "mlp")
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="PATH", required=True, help="a local transformers checkpoint folder")
     parser.add_argument("--out", metavar="DIR", required=True, help="the folder to write into (created if missing)")
-    parser.add_argument("--memory-budget", type=int, default=None, metavar="BYTES",
-                        help="bytes one batched pass may take (default: the app's memory budget)")
+    parser.add_argument(
+        "--memory-budget",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="bytes one batched pass may take (default: the app's memory budget)",
+    )
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(NAME, help="activation patching between a clean and a corrupted prompt",
-                       description="Patch every head (and other sites) of the clean run into the corrupted one, "
-                                   "batched; the normalised effect (m_patched - m_corrupt) / (m_clean - m_corrupt) "
-                                   "and the first-order attribution-patching estimate beside it.",
-                       epilog="example:\n  attndesk patch --model ~/models/gpt2 --clean 'When Mary and John went to "
-                              "the store, John gave a drink to' --corrupt 'When Mary and John went to the store, Mary "
-                              "gave a drink to' --answer ' Mary' --wrong ' John' --out ioi",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        NAME,
+        help="activation patching between a clean and a corrupted prompt",
+        description="Patch every head (and other sites) of the clean run into the corrupted one, "
+        "batched; the normalised effect (m_patched - m_corrupt) / (m_clean - m_corrupt) "
+        "and the first-order attribution-patching estimate beside it.",
+        epilog="example:\n  attndesk patch --model ~/models/gpt2 --clean 'When Mary and John went to "
+        "the store, John gave a drink to' --corrupt 'When Mary and John went to the store, Mary "
+        "gave a drink to' --answer ' Mary' --wrong ' John' --out ioi",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_arguments(p)
     p.add_argument("--clean", required=True, metavar="TEXT", help="the prompt whose behaviour is restored")
     p.add_argument("--corrupt", required=True, metavar="TEXT", help="the prompt patched into (same token length)")
-    p.add_argument("--answer", required=True, metavar="TOK", help="the token the clean prompt predicts (one token; id:N for a token id)")
+    p.add_argument(
+        "--answer",
+        required=True,
+        metavar="TOK",
+        help="the token the clean prompt predicts (one token; id:N for a token id)",
+    )
     p.add_argument("--wrong", metavar="TOK", default=None, help="the competing token (needed by logit_diff)")
     p.add_argument("--metric", choices=("logit_diff", "prob", "kl"), default="logit_diff")
-    p.add_argument("--sites", default="head,resid,attn,mlp",
-                   help=f"comma-separated, of {', '.join(SITE_CHOICES)} (default: head,resid,attn,mlp)")
-    p.add_argument("--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text (default: its start token)")
-    p.add_argument("--part", choices=("self", "decoder", "cross"), default=None,
-                   help="which attention (default: self; an encoder-decoder's encoder)")
+    p.add_argument(
+        "--sites",
+        default="head,resid,attn,mlp",
+        help=f"comma-separated, of {', '.join(SITE_CHOICES)} (default: head,resid,attn,mlp)",
+    )
+    p.add_argument(
+        "--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text (default: its start token)"
+    )
+    p.add_argument(
+        "--part",
+        choices=("self", "decoder", "cross"),
+        default=None,
+        help="which attention (default: self; an encoder-decoder's encoder)",
+    )
     p.add_argument("--no-attribution", action="store_true", help="skip the first-order estimates")
 
 
@@ -77,8 +99,9 @@ def _sites(text: str) -> tuple[str, ...]:
     sites = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in sites if s not in SITE_CHOICES]
     if bad or not sites:
-        raise CliError(f"--sites: unknown site {bad[0] if bad else '(none)'!r}; choose from {', '.join(SITE_CHOICES)}",
-                       EXIT_USAGE)
+        raise CliError(
+            f"--sites: unknown site {bad[0] if bad else '(none)'!r}; choose from {', '.join(SITE_CHOICES)}", EXIT_USAGE
+        )
     return sites
 
 
@@ -96,8 +119,17 @@ def labels(report, site: str, num_heads: int) -> tuple[list[str], list[str], str
 def heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, y: str, x: str, value: str):
     from attndesk.render import HeatmapFigure
 
-    return HeatmapFigure(matrices=matrix[None], titles=[title], query_labels=rows, key_labels=cols, diverging=True,
-                         value_label=value, x_title=x, y_title=y, suptitle=title)
+    return HeatmapFigure(
+        matrices=matrix[None],
+        titles=[title],
+        query_labels=rows,
+        key_labels=cols,
+        diverging=True,
+        value_label=value,
+        x_title=x,
+        y_title=y,
+        suptitle=title,
+    )
 
 
 def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
@@ -134,13 +166,23 @@ def _files(args, model, report, approx) -> list[tuple[str, object]]:
         rows, cols, y, x = labels(report, site, model.num_heads)
         effects = result.effects.reshape(len(rows), len(cols))
         files.append((f"patch_{site}", (effects, rows, cols)))
-        files.append((f"patch_{site}", heatmap(effects, rows, cols, f"activation patching: {site} ({report.metric})", y, x,
-                                               "normalised effect")))
+        files.append(
+            (
+                f"patch_{site}",
+                heatmap(
+                    effects, rows, cols, f"activation patching: {site} ({report.metric})", y, x, "normalised effect"
+                ),
+            )
+        )
         if approx is not None:
             estimate = approx.estimates[site].reshape(len(rows), len(cols))
             files.append((f"attribution_{site}", (estimate, rows, cols)))
-            files.append((f"attribution_{site}", heatmap(estimate, rows, cols, f"attribution patching: {site}", y, x,
-                                                         "first-order estimate")))
+            files.append(
+                (
+                    f"attribution_{site}",
+                    heatmap(estimate, rows, cols, f"attribution patching: {site}", y, x, "first-order estimate"),
+                )
+            )
     return files
 
 
@@ -150,23 +192,51 @@ def run(args: argparse.Namespace) -> int:
     sites = _sites(args.sites)
     model = load(args)
     start = time.perf_counter()
-    options = {"sites": sites, "metric": args.metric, "part": args.part, "target": args.target,
-               "memory_budget": args.memory_budget}
+    options = {
+        "sites": sites,
+        "metric": args.metric,
+        "part": args.part,
+        "target": args.target,
+        "memory_budget": args.memory_budget,
+    }
     try:
         with ProgressLine() as progress:
-            report = activation_patching(model, args.clean, args.corrupt, token_arg(args.answer), _optional(args.wrong),
-                                         progress=progress.update, **options)
+            report = activation_patching(
+                model,
+                args.clean,
+                args.corrupt,
+                token_arg(args.answer),
+                _optional(args.wrong),
+                progress=progress.update,
+                **options,
+            )
         exact_s = time.perf_counter() - start
-        approx = None if args.no_attribution else attribution_patching(
-            model, args.clean, args.corrupt, token_arg(args.answer), _optional(args.wrong), exact=report, **options)
+        approx = (
+            None
+            if args.no_attribution
+            else attribution_patching(
+                model, args.clean, args.corrupt, token_arg(args.answer), _optional(args.wrong), exact=report, **options
+            )
+        )
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
-    summary = {"model": model.name, "metric": report.metric, "answer": report.answer, "wrong": report.wrong,
-               "clean_metric": report.clean_metric, "corrupt_metric": report.corrupt_metric,
-               "clean_tokens": report.clean_tokens, "corrupt_tokens": report.corrupt_tokens, "part": report.part,
-               "forward_passes": report.forward_passes, "batch_rows": report.batch_rows,
-               "pass_bytes_estimate": report.pass_bytes, "memory_budget": report.budget, "seconds": round(exact_s, 3),
-               "rank_correlation": None if approx is None else approx.agreement}
+    summary = {
+        "model": model.name,
+        "metric": report.metric,
+        "answer": report.answer,
+        "wrong": report.wrong,
+        "clean_metric": report.clean_metric,
+        "corrupt_metric": report.corrupt_metric,
+        "clean_tokens": report.clean_tokens,
+        "corrupt_tokens": report.corrupt_tokens,
+        "part": report.part,
+        "forward_passes": report.forward_passes,
+        "batch_rows": report.batch_rows,
+        "pass_bytes_estimate": report.pass_bytes,
+        "memory_budget": report.budget,
+        "seconds": round(exact_s, 3),
+        "rank_correlation": None if approx is None else approx.agreement,
+    }
     for path in write_all(args.out, [*_files(args, model, report, approx), ("summary.json", summary)]):
         print(path, flush=True)
     if approx is not None:

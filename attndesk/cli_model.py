@@ -26,10 +26,13 @@ def check_model_flags(args: argparse.Namespace, defaults: argparse.Namespace) ->
     flags = {spec.dest: spec.flag for spec in FIELDS} | {"positional": "--no-positional"}
     for dest in toy_only():
         if getattr(args, dest) != getattr(defaults, dest):
-            raise ConfigError(f"{flags[dest]} sets the toy model; a real model (--model) has its own architecture: "
-                              "leave it out")
+            raise ConfigError(
+                f"{flags[dest]} sets the toy model; a real model (--model) has its own architecture: leave it out"
+            )
     if args.key_text is not None or args.key_text_file is not None:
-        raise ConfigError("--key-text is the toy model's cross-attention; an encoder-decoder's decoder text is --target")
+        raise ConfigError(
+            "--key-text is the toy model's cross-attention; an encoder-decoder's decoder text is --target"
+        )
 
 
 def model_run(args: argparse.Namespace, text: str):
@@ -39,8 +42,14 @@ def model_run(args: argparse.Namespace, text: str):
     read_spec(args.model)  # config.json alone: a wrong path says so before any weight is read
     model = load_pretrained(args.model, memory_budget=args.memory_budget)
     # as in the window: a causal --mask forces a causal mask on an encoder; one text has no padding
-    run = run_pretrained(model, text, target=args.target, scaled=args.scaled, causal="causal" in args.mask,
-                         memory_budget=args.memory_budget)
+    run = run_pretrained(
+        model,
+        text,
+        target=args.target,
+        scaled=args.scaled,
+        causal="causal" in args.mask,
+        memory_budget=args.memory_budget,
+    )
     if args.layer is not None:
         most = max(len(run.part_weights(part)) for part in run.parts())
         if args.layer >= most:
@@ -60,9 +69,14 @@ def model_page(run, args: argparse.Namespace) -> dict:
     from attndesk.app.bundle_save import model_settings
     from attndesk.render.page import pretrained_page_maps
 
-    return {"maps": pretrained_page_maps(run, args.layer), "summary": run.summary(), "run": run,
-            "settings": model_settings(run, args.model, args.target), "name": f"attn_{run.file_tag(args.layer)}.html",
-            "title": run.model_name if args.layer is None else f"{run.model_name} · layer {args.layer}"}
+    return {
+        "maps": pretrained_page_maps(run, args.layer),
+        "summary": run.summary(),
+        "run": run,
+        "settings": model_settings(run, args.model, args.target),
+        "name": f"attn_{run.file_tag(args.layer)}.html",
+        "title": run.model_name if args.layer is None else f"{run.model_name} · layer {args.layer}",
+    }
 
 
 __all__ = ["check_model_flags", "model_maps", "model_page", "model_run", "toy_only"]

@@ -15,13 +15,21 @@ TOLERANCE_ELSEWHERE = 1e-5
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser(
-        NAME, help="recompute a bundle and report the largest difference from its weights",
-        description=("Read a bundle written by 'attndesk bundle' (or the window's File > Save bundle), run it again "
-                     "with the same session and model, and compare: exit 0 when the weights agree (exactly on the "
-                     f"same machine and versions, within {TOLERANCE_ELSEWHERE:g} otherwise), 1 when they differ."))
+        NAME,
+        help="recompute a bundle and report the largest difference from its weights",
+        description=(
+            "Read a bundle written by 'attndesk bundle' (or the window's File > Save bundle), run it again "
+            "with the same session and model, and compare: exit 0 when the weights agree (exactly on the "
+            f"same machine and versions, within {TOLERANCE_ELSEWHERE:g} otherwise), 1 when they differ."
+        ),
+    )
     parser.add_argument("bundle", metavar="BUNDLE.zip", help="the bundle to reproduce")
-    parser.add_argument("--model", metavar="PATH", default=None,
-                        help="the model folder, when it is no longer where the bundle says (its weights must hash the same)")
+    parser.add_argument(
+        "--model",
+        metavar="PATH",
+        default=None,
+        help="the model folder, when it is no longer where the bundle says (its weights must hash the same)",
+    )
     return parser
 
 
@@ -51,8 +59,15 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
     target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
     ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
     model = load_pretrained(folder, memory_budget=run.get("memory_budget"))
-    pretrained = run_pretrained(model, state.text, target=target, ablate=ablate, scaled=state.config.scaled,
-                                causal="causal" in state.config.mask, memory_budget=run.get("memory_budget"))
+    pretrained = run_pretrained(
+        model,
+        state.text,
+        target=target,
+        ablate=ablate,
+        scaled=state.config.scaled,
+        causal="causal" in state.config.mask,
+        memory_budget=run.get("memory_budget"),
+    )
     return run_weights(pretrained, run.get("layer")), f"the model in {folder}"
 
 
@@ -83,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         print("made here, with these versions: the weights must agree exactly")
     print(f"largest difference from the bundled weights: {worst:.3g}")
     if worst > tolerance:
-        raise CliError(f"the recomputed weights differ from the bundle's by {worst:.3g}, over the tolerance "
-                       f"{tolerance:g}", EXIT_FAILURE)
+        raise CliError(
+            f"the recomputed weights differ from the bundle's by {worst:.3g}, over the tolerance {tolerance:g}",
+            EXIT_FAILURE,
+        )
     return 0

@@ -30,20 +30,31 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
     d = TrainConfig()
     p = sub.add_parser(
-        NAME, help="train a small decoder on a toy task and write the model, curves and heatmaps",
+        NAME,
+        help="train a small decoder on a toy task and write the model, curves and heatmaps",
         description="Train a small decoder built from attndesk's attention on a seeded toy task (deterministic "
-                    "on the CPU for a seed). Writes into --out: the model (model.safetensors, config.json, "
-                    "checkpoints, history), curves.png, each layer's final heatmaps and learning.gif; "
-                    "'attndesk render --trained DIR' draws it again.",
+        "on the CPU for a seed). Writes into --out: the model (model.safetensors, config.json, "
+        "checkpoints, history), curves.png, each layer's final heatmaps and learning.gif; "
+        "'attndesk render --trained DIR' draws it again.",
         epilog="examples:\n  attndesk train --task induction --layers 2 --heads 4 --steps 600 --out ind\n"
-               "  attndesk train --preset reverse --out rev\n"
-               "  attndesk train --task text --text-file book.txt --level word --steps 500 --out text",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=tuple(PRESETS), default=None, help="start from a preset's settings (flags given override them)")
+        "  attndesk train --preset reverse --out rev\n"
+        "  attndesk train --task text --text-file book.txt --level word --steps 500 --out text",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=None,
+        help="start from a preset's settings (flags given override them)",
+    )
     p.add_argument("--task", choices=TASK_NAMES, default=None, help=f"the task (default {d.task})")
-    p.add_argument("--seed", type=_positive_or_zero, default=None, help=f"seed of the weights and the data (default {d.seed})")
+    p.add_argument(
+        "--seed", type=_positive_or_zero, default=None, help=f"seed of the weights and the data (default {d.seed})"
+    )
     p.add_argument("--steps", type=_positive_int, default=None, help=f"optimiser steps (default {d.steps})")
-    p.add_argument("--batch-size", type=_positive_int, default=None, help=f"sequences per step (default {d.batch_size})")
+    p.add_argument(
+        "--batch-size", type=_positive_int, default=None, help=f"sequences per step (default {d.batch_size})"
+    )
     p.add_argument("--lr", type=_float, default=None, help=f"AdamW learning rate (default {d.lr:g})")
     p.add_argument("--layers", type=_positive_int, default=None, help=f"decoder blocks (default {d.layers})")
     p.add_argument("--heads", type=_positive_int, default=None, help=f"query heads per layer (default {d.heads})")
@@ -52,18 +63,43 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--position", choices=TRAIN_POSITIONS, default=None, help=f"positions (default {d.position})")
     p.add_argument("--window", type=_positive_int, default=None, help="sliding window W (default: global)")
     p.add_argument("--softcap", type=_float, default=None, help="soft-cap C on the scores (default: none)")
-    p.add_argument("--mlp", action="store_const", const=True, default=None, help="an MLP in each block (default: attention only)")
+    p.add_argument(
+        "--mlp", action="store_const", const=True, default=None, help="an MLP in each block (default: attention only)"
+    )
     p.add_argument("--layernorm", action="store_const", const=True, default=None, help="pre-LayerNorm (default: off)")
     p.add_argument("--vocab-size", type=_positive_int, default=None, help="vocabulary (default: the task's)")
     p.add_argument("--seq-len", type=_positive_int, default=None, help="tokens per sequence (default: the task's)")
-    p.add_argument("--text-file", dest="text_path", default=None, metavar="PATH", help="--task text: a UTF-8 file (default: the bundled sample)")
-    p.add_argument("--level", dest="text_level", choices=TEXT_LEVELS, default=None, help="--task text: char or word tokens (default char)")
-    p.add_argument("--checkpoint-every", type=_positive_int, default=None, help=f"steps between checkpoints (default {d.checkpoint_every})")
-    p.add_argument("--threads", type=_positive_int, default=1,
-                   help="CPU threads (default 1: these small models train fastest on one, above all on a busy machine)")
+    p.add_argument(
+        "--text-file",
+        dest="text_path",
+        default=None,
+        metavar="PATH",
+        help="--task text: a UTF-8 file (default: the bundled sample)",
+    )
+    p.add_argument(
+        "--level",
+        dest="text_level",
+        choices=TEXT_LEVELS,
+        default=None,
+        help="--task text: char or word tokens (default char)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=None,
+        help=f"steps between checkpoints (default {d.checkpoint_every})",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=1,
+        help="CPU threads (default 1: these small models train fastest on one, above all on a busy machine)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
     p.add_argument("--curves", type=_curve_formats, default=["png"], metavar="FMT", help="png and/or svg (default png)")
-    p.add_argument("--animation", choices=_ANIMATIONS, default="gif", help="the heatmaps across checkpoints (default gif)")
+    p.add_argument(
+        "--animation", choices=_ANIMATIONS, default="gif", help="the heatmaps across checkpoints (default gif)"
+    )
     return p
 
 
@@ -109,8 +145,27 @@ def _error(message: str, code: int) -> int:
     return code
 
 
-_FIELDS = ("task", "seed", "steps", "batch_size", "lr", "layers", "heads", "kv_heads", "embed_dim", "position", "window",
-           "softcap", "mlp", "layernorm", "vocab_size", "seq_len", "text_path", "text_level", "checkpoint_every")
+_FIELDS = (
+    "task",
+    "seed",
+    "steps",
+    "batch_size",
+    "lr",
+    "layers",
+    "heads",
+    "kv_heads",
+    "embed_dim",
+    "position",
+    "window",
+    "softcap",
+    "mlp",
+    "layernorm",
+    "vocab_size",
+    "seq_len",
+    "text_path",
+    "text_level",
+    "checkpoint_every",
+)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -180,7 +235,11 @@ def run(args: argparse.Namespace) -> int:
 def _train(trainer, progress_line):
     """Run the trainer with a progress line; Ctrl+C sets the stop event (the step in flight ends)."""
     stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     try:
         with progress_line(prefix="attndesk train") as line:
             progress = _Progress(line, trainer.task.pattern)
@@ -222,10 +281,15 @@ def write_outputs(result, out: Path, curves: list[str], animation: str) -> list[
 
 # --- attndesk render --trained PATH ------------------------------------------------------------
 
+
 def add_render_argument(render: argparse.ArgumentParser) -> None:
-    render.add_argument("--trained", metavar="PATH", default=None,
-                        help="draw a model trained by 'attndesk train' (its folder, or a preset's name): each "
-                             "layer's heads on the task's probe input")
+    render.add_argument(
+        "--trained",
+        metavar="PATH",
+        default=None,
+        help="draw a model trained by 'attndesk train' (its folder, or a preset's name): each "
+        "layer's heads on the task's probe input",
+    )
 
 
 def render_trained(args: argparse.Namespace) -> tuple[list, dict]:
@@ -243,7 +307,11 @@ def render_trained(args: argparse.Namespace) -> tuple[list, dict]:
     path = Path(args.trained).expanduser()
     run = load_preset(args.trained) if args.trained in PRESETS and not path.exists() else load_trained(path)
     maps = layer_maps(run)
-    page = {"maps": [PageMap(amap, layer=n) for n, amap in enumerate(maps)], "summary": maps[0].summary,
-            "settings": {**run.cfg.to_dict(), "step": run.step}, "run": run,
-            "name": f"attn_trained_{run.cfg.task}_step{run.step}.html"}
+    page = {
+        "maps": [PageMap(amap, layer=n) for n, amap in enumerate(maps)],
+        "summary": maps[0].summary,
+        "settings": {**run.cfg.to_dict(), "step": run.step},
+        "run": run,
+        "name": f"attn_trained_{run.cfg.task}_step{run.step}.html",
+    }
     return maps, page

@@ -73,7 +73,7 @@ def build(length: int, seed: int = 0):
         mha.out_proj.bias.copy_(ours.out_proj.bias)
     x = torch.randn(1, length, EMBED)
     keep = torch.ones(1, length, dtype=torch.bool)
-    keep[:, length - min(PADDED, length - 1):] = False  # the last keys are padding
+    keep[:, length - min(PADDED, length - 1) :] = False  # the last keys are padding
     key_mask = keep[:, None, None, :]  # [B, 1, 1, L], True = may attend (attndesk, SDPA)
     padding = ~keep  # [B, L], True = padding (nn.MultiheadAttention's convention)
 
@@ -104,8 +104,14 @@ def build(length: int, seed: int = 0):
     def run_window():
         return ours(x, mask=key_mask, window=WINDOW)
 
-    return {"attndesk": run_ours, "MHA": run_mha, "SDPA": run_sdpa, "SDPA kernel": run_sdpa_kernel,
-            "attndesk GQA": run_gqa, "attndesk window": run_window}
+    return {
+        "attndesk": run_ours,
+        "MHA": run_mha,
+        "SDPA": run_sdpa,
+        "SDPA kernel": run_sdpa_kernel,
+        "attndesk GQA": run_gqa,
+        "attndesk window": run_window,
+    }
 
 
 def layer_flops(length: int) -> float:
@@ -174,7 +180,9 @@ def peak_memory(impl: str, length: int) -> int | None:
         return None  # Linux only
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--memory-case", impl, str(length)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     try:
         return int(proc.stdout.strip().splitlines()[-1])
@@ -220,10 +228,14 @@ def print_variants(rows: list[dict]) -> None:
         t = row["t"]
         gqa, win = t["attndesk GQA"] / t["attndesk"], t["attndesk window"] / t["attndesk"]
         worst = max(worst, gqa, win)
-        print(f"| {row['L']} | {t['attndesk'] * 1e3:.1f} | {t['attndesk GQA'] * 1e3:.1f} | {gqa:.2f}x "
-              f"| {t['attndesk window'] * 1e3:.1f} | {win:.2f}x |")
-    print(f"GQA and windowed attention not slower than full attention at the same shape: "
-          f"{'MET' if worst <= 1.0 else 'NOT MET'} (worst ratio {worst:.2f}x)")
+        print(
+            f"| {row['L']} | {t['attndesk'] * 1e3:.1f} | {t['attndesk GQA'] * 1e3:.1f} | {gqa:.2f}x "
+            f"| {t['attndesk window'] * 1e3:.1f} | {win:.2f}x |"
+        )
+    print(
+        f"GQA and windowed attention not slower than full attention at the same shape: "
+        f"{'MET' if worst <= 1.0 else 'NOT MET'} (worst ratio {worst:.2f}x)"
+    )
     print()
 
 
@@ -236,8 +248,11 @@ def cpu_times() -> tuple[float, float] | None:
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
     busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    ours = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+    ours = sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
     return busy, ours
 
 
@@ -289,15 +304,20 @@ def main(argv: list[str] | None = None) -> int:
         del calls
         rows.append({"L": length, "t": med, "diff_w": diff_w, "diff_out": diff_out})
         print(
-            f"  L={length}: " + ", ".join(f"{n} {med[n] * 1e3:.1f} ms" for n in IMPLS)
-            + f"; max|w - w_MHA| {diff_w:.1e}", flush=True,
+            f"  L={length}: "
+            + ", ".join(f"{n} {med[n] * 1e3:.1f} ms" for n in IMPLS)
+            + f"; max|w - w_MHA| {diff_w:.1e}",
+            flush=True,
         )
     if not args.no_memory:
         for row in rows:
             row["mem"] = {name: peak_memory(name, row["L"]) for name in MEMORY_IMPLS}
     # the best of a GEMM measured before and after the cases: noise only ever lowers it
-    peaks = {name: max(value, peaks_after) for name, value in peaks.items()
-             for peaks_after in [matmul_peak(repeats=5).get(name, 0.0)]}
+    peaks = {
+        name: max(value, peaks_after)
+        for name, value in peaks.items()
+        for peaks_after in [matmul_peak(repeats=5).get(name, 0.0)]
+    }
     peak = max(peaks.values())
 
     print()
@@ -316,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         mem = row.get("mem")
         mem_text = " / ".join(format_bytes(mem[n]) for n in MEMORY_IMPLS) if mem else "not measured"
         print(
-            f"| {length} | " + " | ".join(f"{t[n] * 1e3:.1f}" for n in IMPLS)
+            f"| {length} | "
+            + " | ".join(f"{t[n] * 1e3:.1f}" for n in IMPLS)
             + f" | {vs_mha:.2f}x | {vs_sdpa:.2f}x | {vs_kernel:.2f}x | {gflops:.0f} | {100 * gflops / peak:.0f}% "
             f"| {mem_text} | {row['diff_w']:.1e} |"
         )
@@ -334,13 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     print_variants(rows)
     if verdicts:
         met = all(ok_mha and ok_sdpa for _, ok_mha, ok_sdpa, *_ in verdicts)
-        print(f"Targets at L >= {TARGET_FROM} (attndesk <= {TARGET_MHA}x MHA and <= {TARGET_SDPA:g}x SDPA, "
-              "comparing whole layers): " + ("MET" if met else "NOT MET"))
+        print(
+            f"Targets at L >= {TARGET_FROM} (attndesk <= {TARGET_MHA}x MHA and <= {TARGET_SDPA:g}x SDPA, "
+            "comparing whole layers): " + ("MET" if met else "NOT MET")
+        )
         for length, ok_mha, ok_sdpa, vs_mha, vs_sdpa, vs_kernel in verdicts:
-            print(f"  L={length}: {vs_mha:.2f}x MHA ({'ok' if ok_mha else 'over'}), "
-                  f"{vs_sdpa:.2f}x SDPA layer ({'ok' if ok_sdpa else 'over'}); "
-                  f"{vs_kernel:.2f}x the bare SDPA kernel ({'also' if vs_kernel <= TARGET_SDPA else 'but not'} "
-                  f"within {TARGET_SDPA:g}x)")
+            print(
+                f"  L={length}: {vs_mha:.2f}x MHA ({'ok' if ok_mha else 'over'}), "
+                f"{vs_sdpa:.2f}x SDPA layer ({'ok' if ok_sdpa else 'over'}); "
+                f"{vs_kernel:.2f}x the bare SDPA kernel ({'also' if vs_kernel <= TARGET_SDPA else 'but not'} "
+                f"within {TARGET_SDPA:g}x)"
+            )
     else:
         print(f"No length >= {TARGET_FROM} measured: the targets were not checked.")
     others = others_cpu_share(cpu_start, time.perf_counter() - began)

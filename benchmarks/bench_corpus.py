@@ -76,13 +76,33 @@ def speed(n: int, work: Path) -> dict:
     analyze_corpus(texts, work / "speed", max_tokens=64, progress=progress)
     total = time.perf_counter() - start
     passed = marks.get("compacting", start + total) - start
-    return {"texts": n, "eager_s": base, "pass_s": passed, "total_s": total,
-            "pass_ratio": passed / base, "total_ratio": total / base, "texts_per_s": n / total}
+    return {
+        "texts": n,
+        "eager_s": base,
+        "pass_s": passed,
+        "total_s": total,
+        "pass_ratio": passed / base,
+        "total_ratio": total / base,
+        "texts_per_s": n / total,
+    }
 
 
 def _cli(data: Path, out: Path, model: Path | None, extra: tuple = ()) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "attndesk.cli", "corpus", "--data", str(data), "--out", str(out),
-            "--max-tokens", "64", "--atlas-points", "500", *extra] + (["--model", str(model)] if model else [])
+    argv = [
+        sys.executable,
+        "-m",
+        "attndesk.cli",
+        "corpus",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--max-tokens",
+        "64",
+        "--atlas-points",
+        "500",
+        *extra,
+    ] + (["--model", str(model)] if model else [])
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     log = open(out.parent / f"{out.name}.log", "ab")  # noqa: SIM115 - the child writes it; closed at exit
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -106,13 +126,19 @@ def memory(n: int, model: Path, work: Path) -> dict:
         except psutil.NoSuchProcess:
             break
         done = _shards(out)
-        phase = "compaction" if done >= total_shards or (out / "texts.parquet").exists() else f"{10 * done // total_shards}"
+        phase = (
+            "compaction" if done >= total_shards or (out / "texts.parquet").exists() else f"{10 * done // total_shards}"
+        )
         peaks[phase] = max(peaks.get(phase, 0), rss)
         time.sleep(0.2)
     assert proc.returncode == 0, proc.returncode
     seconds = time.perf_counter() - start
-    return {"texts": n, "seconds": seconds, "texts_per_s": n / seconds,
-            "peak_rss_mib": {k: round(v / 2**20) for k, v in sorted(peaks.items())}}
+    return {
+        "texts": n,
+        "seconds": seconds,
+        "texts_per_s": n / seconds,
+        "peak_rss_mib": {k: round(v / 2**20) for k, v in sorted(peaks.items())},
+    }
 
 
 def _tables(out: Path) -> dict:
@@ -125,9 +151,11 @@ def _tables(out: Path) -> dict:
 def _kill_when(proc: subprocess.Popen, out: Path, target: int | None, jitter: float) -> str:
     """SIGKILL once ``target`` shards are finished (None: once compaction has begun), plus ``jitter`` s."""
     while proc.poll() is None:
-        compacting = any(p.name.startswith(".") and p.suffix in (".part", ".parquet") for p in out.glob(".*")) \
+        compacting = (
+            any(p.name.startswith(".") and p.suffix in (".part", ".parquet") for p in out.glob(".*"))
             or (out / "texts.parquet").exists()
-        if (compacting if target is None else _shards(out) >= target):
+        )
+        if compacting if target is None else _shards(out) >= target:
             time.sleep(jitter)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -177,12 +205,21 @@ def atlas(n: int, points: int, work: Path) -> dict:
     marks: dict[str, float] = {}
     compact._projected = timed
     try:
-        analyze_corpus(corpus_texts(n, seed=3), work / "atlas", max_tokens=64, atlas_points=points,
-                       progress=lambda p: marks.setdefault(p.stage, time.perf_counter()))
+        analyze_corpus(
+            corpus_texts(n, seed=3),
+            work / "atlas",
+            max_tokens=64,
+            atlas_points=points,
+            progress=lambda p: marks.setdefault(p.stage, time.perf_counter()),
+        )
     finally:
         compact._projected = original
-    return {"heads": spent["heads"], "points_per_head": spent["points"], "pca_all_heads_s": spent["project"],
-            "compaction_s": marks["done"] - marks["compacting"]}
+    return {
+        "heads": spent["heads"],
+        "points_per_head": spent["points"],
+        "pca_all_heads_s": spent["project"],
+        "compaction_s": marks["done"] - marks["compacting"],
+    }
 
 
 def ray_vs_local(n: int, model: Path, work: Path) -> dict:
@@ -191,9 +228,16 @@ def ray_vs_local(n: int, model: Path, work: Path) -> dict:
     marks: dict[str, list] = {"local": [], "ray": []}
     for engine in ("local", "ray"):
         start = time.perf_counter()
-        analyze_corpus(texts, work / engine, model=model, max_tokens=64, atlas_points=500, engine=engine,
-                       workers=1 if engine == "local" else 2,
-                       progress=lambda p, e=engine, s=start: marks[e].append((p.stage, p.done, time.perf_counter() - s)))
+        analyze_corpus(
+            texts,
+            work / engine,
+            model=model,
+            max_tokens=64,
+            atlas_points=500,
+            engine=engine,
+            workers=1 if engine == "local" else 2,
+            progress=lambda p, e=engine, s=start: marks[e].append((p.stage, p.done, time.perf_counter() - s)),
+        )
         marks[engine].append(("end", n, time.perf_counter() - start))
     a, b = _tables(work / "local"), _tables(work / "ray")
     for name in a:
@@ -203,10 +247,18 @@ def ray_vs_local(n: int, model: Path, work: Path) -> dict:
     ray_first = next(t for stage, done, t in marks["ray"] if stage == "analyzing" and done > 0)
     ray_compacting = dict((stage, t) for stage, _, t in marks["ray"])["compacting"]
     shard_s = local["compacting"] / shards  # one shard on one thread (an actor's share)
-    return {"texts": n, "shards": shards, "local_1_thread_s": local["end"], "ray_2_workers_s": marks["ray"][-1][2],
-            "same_store": True, "shard_s": shard_s, "ray_first_shard_s": ray_first,
-            "ray_startup_s": max(0.0, ray_first - shard_s), "compaction_s": local["end"] - local["compacting"],
-            "ray_pass_s": ray_compacting}
+    return {
+        "texts": n,
+        "shards": shards,
+        "local_1_thread_s": local["end"],
+        "ray_2_workers_s": marks["ray"][-1][2],
+        "same_store": True,
+        "shard_s": shard_s,
+        "ray_first_shard_s": ray_first,
+        "ray_startup_s": max(0.0, ray_first - shard_s),
+        "compaction_s": local["end"] - local["compacting"],
+        "ray_pass_s": ray_compacting,
+    }
 
 
 def simulate(m: dict, texts: int, workers=(1, 2, 4, 8)) -> list[tuple[int, float, float]]:
@@ -222,9 +274,11 @@ def simulate(m: dict, texts: int, workers=(1, 2, 4, 8)) -> list[tuple[int, float
 
 
 def _machine() -> str:
-    return (f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), torch {torch.__version__}, "
-            f"{torch.get_num_threads()} torch threads")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} torch threads"
+    )
 
 
 PARTS = ("speed", "atlas", "kill", "ray", "memory")
@@ -234,17 +288,25 @@ def _minilm_model(s: dict, r: dict) -> dict:
     """Simulation inputs for MiniLM: its measured shard time on 2 threads, doubled for an actor's one
     thread (linear thread scaling: an upper bound), with Ray's measured start-up."""
     shards = -(-s["texts"] // 256)
-    return {"ray_startup_s": r["ray_startup_s"], "shard_s": 2 * s["pass_s"] / shards,
-            "compaction_s": s["total_s"] - s["pass_s"], "texts": s["texts"]}
+    return {
+        "ray_startup_s": r["ray_startup_s"],
+        "shard_s": 2 * s["pass_s"] / shards,
+        "compaction_s": s["total_s"] - s["pass_s"],
+        "texts": s["texts"],
+    }
 
 
 def _report_ray(r: dict, s: dict | None) -> None:
-    print(f"ray: {r['texts']} texts, local 1 thread {r['local_1_thread_s']:.1f} s, ray 2 workers "
-          f"{r['ray_2_workers_s']:.1f} s (start-up {r['ray_startup_s']:.1f} s), same store {r['same_store']}")
+    print(
+        f"ray: {r['texts']} texts, local 1 thread {r['local_1_thread_s']:.1f} s, ray 2 workers "
+        f"{r['ray_2_workers_s']:.1f} s (start-up {r['ray_startup_s']:.1f} s), same store {r['same_store']}"
+    )
     models = [("tiny BERT", r)] + ([("MiniLM", _minilm_model(s, r))] if s else [])
     for name, m in models:
-        print(f"simulated 100,000 texts ({name}, {m['shard_s']:.2f} s a shard): " + "; ".join(
-            f"{w} workers {t:,.0f} s ({x:.2f}x)" for w, t, x in simulate(m, 100_000)))
+        print(
+            f"simulated 100,000 texts ({name}, {m['shard_s']:.2f} s a shard): "
+            + "; ".join(f"{w} workers {t:,.0f} s ({x:.2f}x)" for w, t, x in simulate(m, 100_000))
+        )
 
 
 def main(argv=None) -> int:
@@ -263,23 +325,31 @@ def main(argv=None) -> int:
         print(f"machine: {_machine()}")
         s = speed(200 if quick else args.texts, work) if "speed" in parts else None
         if s:
-            print(f"speed (MiniLM, 64 tokens, {s['texts']} texts): eager forward with attentions {s['eager_s']:.1f} s; "
-                  f"corpus pass {s['pass_s']:.1f} s ({s['pass_ratio']:.2f}x), with compaction {s['total_s']:.1f} s "
-                  f"({s['total_ratio']:.2f}x), {s['texts_per_s']:.1f} texts/s")
+            print(
+                f"speed (MiniLM, 64 tokens, {s['texts']} texts): eager forward with attentions {s['eager_s']:.1f} s; "
+                f"corpus pass {s['pass_s']:.1f} s ({s['pass_ratio']:.2f}x), with compaction {s['total_s']:.1f} s "
+                f"({s['total_ratio']:.2f}x), {s['texts_per_s']:.1f} texts/s"
+            )
         if "atlas" in parts:
             a = atlas(60 if quick else 700, 500 if quick else 25000, work)
-            print(f"atlas: PCA of {a['heads']} heads x {a['points_per_head']:,} points in {a['pca_all_heads_s']:.1f} s "
-                  f"(compaction with it {a['compaction_s']:.1f} s)")
+            print(
+                f"atlas: PCA of {a['heads']} heads x {a['points_per_head']:,} points in {a['pca_all_heads_s']:.1f} s "
+                f"(compaction with it {a['compaction_s']:.1f} s)"
+            )
         if "kill" in parts:
             k = kills(600 if quick else 3000, tiny, work)
-            print(f"kill -9: {k['texts']} texts, clean run {k['clean_s']:.1f} s, killed at {k['kills']} "
-                  f"then resumed: same store {k['same_store']}")
+            print(
+                f"kill -9: {k['texts']} texts, clean run {k['clean_s']:.1f} s, killed at {k['kills']} "
+                f"then resumed: same store {k['same_store']}"
+            )
         if "ray" in parts:
             _report_ray(ray_vs_local(512 if quick else 3000, tiny, work), s)
         if "memory" in parts:
             m = memory(2000 if quick else (100_000 if args.full else 20_000), tiny, work)
-            print(f"memory: {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS "
-                  f"MiB per tenth of the shards and in compaction: {m['peak_rss_mib']}")
+            print(
+                f"memory: {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS "
+                f"MiB per tenth of the shards and in compaction: {m['peak_rss_mib']}"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -116,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     zoom_gaps = zoom(app, view, args.seconds)
     print(f"atlas of {args.points:,} points: set and first drawn in {first:,.0f} ms")
     for name, gaps in (("idle", idle), ("hovering", hover_gaps), ("zooming", zoom_gaps)):
-        print(f"{name:9s} GUI-thread gap: max {gaps.max():6.1f} ms, 99th percentile {np.percentile(gaps, 99):6.1f} ms, "
-              f"median {np.median(gaps):5.1f} ms over {len(gaps):,} ticks")
+        print(
+            f"{name:9s} GUI-thread gap: max {gaps.max():6.1f} ms, 99th percentile {np.percentile(gaps, 99):6.1f} ms, "
+            f"median {np.median(gaps):5.1f} ms over {len(gaps):,} ticks"
+        )
     print(f"hover: the label was up at {labelled:,} of the mouse moves")
     view.close()
     return 0 if max(hover_gaps.max(), zoom_gaps.max()) < 100 else 1

@@ -35,7 +35,26 @@ REPEATS = 5
 
 
 def words(n: int, seed: int) -> str:
-    vocab = ["the", "cat", "sat", "on", "a", "mat", "because", "it", "was", "tired", "and", "then", "dog", "ran", "far", "away", "over", "hill"]
+    vocab = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "because",
+        "it",
+        "was",
+        "tired",
+        "and",
+        "then",
+        "dog",
+        "ran",
+        "far",
+        "away",
+        "over",
+        "hill",
+    ]
     return " ".join(vocab[(i * 7 + seed * 3 + i // 5) % len(vocab)] for i in range(n))
 
 
@@ -77,7 +96,12 @@ def case(panel: HeatmapPanel, name: str, make) -> list[str]:
         elapsed, stall = show(panel, source)
         shows.append(elapsed)
         stalls.append(stall)
-    return [name, f"{statistics.median(builds):.1f}", f"{statistics.median(shows):.1f}", f"{statistics.median(stalls):.0f}"]
+    return [
+        name,
+        f"{statistics.median(builds):.1f}",
+        f"{statistics.median(shows):.1f}",
+        f"{statistics.median(stalls):.0f}",
+    ]
 
 
 def resize_case(panel: HeatmapPanel) -> list[str]:

@@ -60,10 +60,12 @@ def naive(model, clean: str, corrupt: str, answer: str, wrong: str) -> np.ndarra
         for p in parts:
             d = p.head_dim
             for h in range(model.num_heads):
+
                 def swap(m, x, h=h, z=saved[p.layer], d=d):
                     x = x.clone()
-                    x[..., h * d:(h + 1) * d] = z[..., h * d:(h + 1) * d]
+                    x[..., h * d : (h + 1) * d] = z[..., h * d : (h + 1) * d]
                     return x
+
                 with hooks({p.out_proj: swap}):
                     out[p.layer, h] = float(metric(last_logits(model, b.ids))[0])
     return (out - m_corrupt) / (m_clean - m_corrupt)
@@ -83,12 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     import pretrained_models
 
     with tempfile.TemporaryDirectory() as folder:
-        path = pretrained_models.build("gpt2", os.path.join(folder, "gpt2"), n_embd=64 * args.heads, n_layer=args.layers,
-                                       n_head=args.heads, n_positions=128)
+        path = pretrained_models.build(
+            "gpt2",
+            os.path.join(folder, "gpt2"),
+            n_embd=64 * args.heads,
+            n_layer=args.layers,
+            n_head=args.heads,
+            n_positions=128,
+        )
         model = load_pretrained(path)
     tokens = prompt_pair(model, CLEAN, CORRUPT)[0].length
-    print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} {platform.node()} {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(
+        f"# {datetime.datetime.now():%Y-%m-%d %H:%M} {platform.node()} {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
     print(f"# random GPT-2-shaped: {args.layers} layers x {args.heads} heads, width {64 * args.heads}; {tokens} tokens")
     patch = lambda budget=None: activation_patching(model, CLEAN, CORRUPT, "mary", "john", memory_budget=budget)  # noqa: E731
     patch()  # warm-up
@@ -100,13 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     peak_tight = peak_mib(lambda: patch(TIGHT))
     batched = statistics.median([t1, t2])
     diff = float(np.abs(first.effects("head") - reference).max())
-    print(f"batched (budget {format_bytes(default_memory_budget())}): {batched:.2f} s ({t1:.2f}, {t2:.2f}), "
-          f"{first.forward_passes} pass(es) of {first.batch_rows} copies, estimate {format_bytes(first.pass_bytes)}, "
-          f"peak +{peak:.0f} MiB")
-    print(f"batched (budget {format_bytes(TIGHT)}): {t_tight:.2f} s, {tight.forward_passes} passes of {tight.batch_rows} "
-          f"copies, estimate {format_bytes(tight.pass_bytes)}, peak +{peak_tight:.0f} MiB")
+    print(
+        f"batched (budget {format_bytes(default_memory_budget())}): {batched:.2f} s ({t1:.2f}, {t2:.2f}), "
+        f"{first.forward_passes} pass(es) of {first.batch_rows} copies, estimate {format_bytes(first.pass_bytes)}, "
+        f"peak +{peak:.0f} MiB"
+    )
+    print(
+        f"batched (budget {format_bytes(TIGHT)}): {t_tight:.2f} s, {tight.forward_passes} passes of {tight.batch_rows} "
+        f"copies, estimate {format_bytes(tight.pass_bytes)}, peak +{peak_tight:.0f} MiB"
+    )
     print(f"naive, one head per forward: {t_naive:.2f} s, {args.layers * args.heads} passes")
-    print(f"speed-up {t_naive / batched:.1f}x (tight budget {t_naive / t_tight:.1f}x); max |effect difference| {diff:.2e}")
+    print(
+        f"speed-up {t_naive / batched:.1f}x (tight budget {t_naive / t_tight:.1f}x); max |effect difference| {diff:.2e}"
+    )
     return 0
 
 

@@ -69,8 +69,14 @@ def run_case(length: int, kind: str, repeats: int) -> dict:
     from attndesk.core.memory import estimate_run
     from attndesk.core.plan import plan_run
 
-    config = AttentionConfig(embed_dim=EMBED, num_heads=HEADS, mask=MASK, pad_to=length, dtype="float32",
-                             window=WINDOW if kind == "window" else None)
+    config = AttentionConfig(
+        embed_dim=EMBED,
+        num_heads=HEADS,
+        mask=MASK,
+        pad_to=length,
+        dtype="float32",
+        window=WINDOW if kind == "window" else None,
+    )
     text = _text(length)
     plan = plan_run(config, length, force=None if kind in ("auto", "ratio", "window") else kind)
     run_attention(config.replace(pad_to=64), "warm up the kernels")  # imports, model, thread pools
@@ -86,8 +92,12 @@ def run_case(length: int, kind: str, repeats: int) -> dict:
                 start = time.perf_counter()
                 run_attention(config, text, plan=chosen)
                 into.append(time.perf_counter() - start)
-        return {"full": statistics.median(full_t), "blocked": statistics.median(blocked_t),
-                "full_all": full_t, "blocked_all": blocked_t}
+        return {
+            "full": statistics.median(full_t),
+            "blocked": statistics.median(blocked_t),
+            "full_all": full_t,
+            "blocked_all": blocked_t,
+        }
 
     times, gaps, result = [], [], None
     for _ in range(repeats):
@@ -158,25 +168,35 @@ def verdicts(cases: list, ratio: dict | None) -> list[str]:
     lines = []
     if ratio is not None:
         r = ratio["blocked"] / ratio["full"]
-        lines.append(f"blocked / full at L=4096: {r:.2f}x (medians of 5 alternating warm runs: blocked "
-                        f"{ratio['blocked']:.2f} s, full {ratio['full']:.2f} s; target <= 1.5x) "
-                        f"{'MET' if r <= 1.5 else 'MISSED'}")
+        lines.append(
+            f"blocked / full at L=4096: {r:.2f}x (medians of 5 alternating warm runs: blocked "
+            f"{ratio['blocked']:.2f} s, full {ratio['full']:.2f} s; target <= 1.5x) "
+            f"{'MET' if r <= 1.5 else 'MISSED'}"
+        )
     longest = max((c for label, c in cases if label != "window"), key=lambda c: c["length"])
     windowed = next((c for label, c in cases if label == "window"), None)
     if windowed is not None and longest["length"] == windowed["length"]:
         r = windowed["seconds"] / longest["seconds"]
-        lines.append(f"window {WINDOW} at L={windowed['length']}: {windowed['seconds']:.2f} s vs global "
-                        f"{longest['seconds']:.2f} s ({r:.2f}x; it computes {windowed['cells']:.1%} of the cells), "
-                        f"peak RSS {_gib(windowed['peak_rss'])} {'MET' if r < 0.5 else 'MISSED'} (target < 0.5x)")
+        lines.append(
+            f"window {WINDOW} at L={windowed['length']}: {windowed['seconds']:.2f} s vs global "
+            f"{longest['seconds']:.2f} s ({r:.2f}x; it computes {windowed['cells']:.1%} of the cells), "
+            f"peak RSS {_gib(windowed['peak_rss'])} {'MET' if r < 0.5 else 'MISSED'} (target < 0.5x)"
+        )
     if longest["length"] == 16384:
         rss = longest["peak_rss"]
-        lines.append(f"peak RSS at L=16384: {_gib(rss)} (target < 3 GiB; the full path needs "
-                        f"{_gib(longest['full_peak'])}) {'MET' if rss < 3 * GIB else 'MISSED'}")
+        lines.append(
+            f"peak RSS at L=16384: {_gib(rss)} (target < 3 GiB; the full path needs "
+            f"{_gib(longest['full_peak'])}) {'MET' if rss < 3 * GIB else 'MISSED'}"
+        )
         hover = longest["hover_max"]
-        lines.append(f"exact hover read-out at L=16384: median {longest['hover_median'] * 1e3:.2f} ms, "
-                        f"max {hover * 1e3:.2f} ms (target well under 1 s) {'MET' if hover < 0.1 else 'MISSED'}")
-        lines.append(f"longest stall of a 5 ms ticker beside the L=16384 run: {longest['max_gap'] * 1e3:.0f} ms "
-                        f"(the window's own event-loop test lives with the app)")
+        lines.append(
+            f"exact hover read-out at L=16384: median {longest['hover_median'] * 1e3:.2f} ms, "
+            f"max {hover * 1e3:.2f} ms (target well under 1 s) {'MET' if hover < 0.1 else 'MISSED'}"
+        )
+        lines.append(
+            f"longest stall of a 5 ms ticker beside the L=16384 run: {longest['max_gap'] * 1e3:.0f} ms "
+            f"(the window's own event-loop test lives with the app)"
+        )
     return lines
 
 
@@ -194,8 +214,10 @@ def main() -> int:
     from attndesk.core.memory import format_bytes
 
     lengths = [int(x) for x in args.lengths.split(",")]
-    print(f"attndesk long sequences: embed {EMBED}, {HEADS} heads, {MASK} mask, float32, "
-          f"memory budget {format_bytes(default_memory_budget())}, {os.cpu_count()} CPU(s)")
+    print(
+        f"attndesk long sequences: embed {EMBED}, {HEADS} heads, {MASK} mask, float32, "
+        f"memory budget {format_bytes(default_memory_budget())}, {os.cpu_count()} CPU(s)"
+    )
     cases, ratio = [], None
     for length in lengths:
         if length == 4096:
@@ -207,8 +229,10 @@ def main() -> int:
         if length == 16384:
             cases.append(("window", _spawn(length, "window", 1)))
 
-    header = (f"{'L':>6}  {'path':<8} {'total s':>8} {'peak RSS':>10} {'(startup)':>10} "
-              f"{'full path needs':>16} {'max stall':>10} {'hover':>9}")
+    header = (
+        f"{'L':>6}  {'path':<8} {'total s':>8} {'peak RSS':>10} {'(startup)':>10} "
+        f"{'full path needs':>16} {'max stall':>10} {'hover':>9}"
+    )
     # total s: one cold run in a fresh process (first touches of its memory included)
     print()
     print(header)
@@ -216,8 +240,10 @@ def main() -> int:
     for _label, c in cases:
         hover = "-" if c["hover_median"] is None else f"{c['hover_median'] * 1e3:.2f} ms"
         kind = c["kind"] if c["window"] is None else f"win{c['window']}"
-        print(f"{c['length']:>6}  {kind:<8} {c['seconds']:>8.2f} {_gib(c['peak_rss']):>10} "
-              f"{_gib(c['base_rss']):>10} {_gib(c['full_peak']):>16} {c['max_gap'] * 1e3:>7.0f} ms {hover:>9}")
+        print(
+            f"{c['length']:>6}  {kind:<8} {c['seconds']:>8.2f} {_gib(c['peak_rss']):>10} "
+            f"{_gib(c['base_rss']):>10} {_gib(c['full_peak']):>16} {c['max_gap'] * 1e3:>7.0f} ms {hover:>9}"
+        )
     print()
     for _, c in cases:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in c["timings"].items() if k != "total")

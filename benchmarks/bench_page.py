@@ -32,7 +32,33 @@ from attndesk.render.page import (  # noqa: E402 - after the path and platform a
     write_page,
 )
 
-WORDS = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", "and", "the", "dog", "watched", "from", "the", "door", "while", "rain", "fell", "on", "the", "quiet", "street", "outside"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "the",
+    "mat",
+    "because",
+    "it",
+    "was",
+    "tired",
+    "and",
+    "the",
+    "dog",
+    "watched",
+    "from",
+    "the",
+    "door",
+    "while",
+    "rain",
+    "fell",
+    "on",
+    "the",
+    "quiet",
+    "street",
+    "outside",
+]
 
 
 def minilm_maps():
@@ -66,8 +92,13 @@ def open_times(path: Path, repeat: int) -> tuple[list[float], list[float]]:
         for _ in range(repeat):
             driver.get(path.as_uri())
             opened.append(float(driver.execute_script("return window.attndesk.readyMs")))
-            switched.append(float(driver.execute_script(
-                "const t = performance.now(); window.attndesk.setLayer(5); return performance.now() - t")))
+            switched.append(
+                float(
+                    driver.execute_script(
+                        "const t = performance.now(); window.attndesk.setLayer(5); return performance.now() - t"
+                    )
+                )
+            )
         return opened, switched
     finally:
         driver.quit()
@@ -79,19 +110,25 @@ def main() -> int:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="attndesk-bench-page-"))
     try:
-        print(f"{'case':<24}{'precision':>10}{'bytes':>12}{'of 4 MB':>9}{'open median':>13}{'(min-max)':>16}{'layer switch':>14}")
+        print(
+            f"{'case':<24}{'precision':>10}{'bytes':>12}{'of 4 MB':>9}{'open median':>13}{'(min-max)':>16}{'layer switch':>14}"
+        )
         for name, maps in (("all-MiniLM-L6-v2 x128", minilm_maps()), ("synthetic 6x12x128", synthetic_maps())):
             for precision in ("float16", "float32"):
                 try:
                     path = write_page(maps, name, folder / f"{name.split()[0]}_{precision}.html", precision=precision)
                 except PageTooLarge:
                     size = estimate_page_bytes(maps, precision)
-                    print(f"{name:<24}{precision:>10}{size:>12,}{size / MAX_PAGE_BYTES:>9.2f}   refused (over the limit)")
+                    print(
+                        f"{name:<24}{precision:>10}{size:>12,}{size / MAX_PAGE_BYTES:>9.2f}   refused (over the limit)"
+                    )
                     continue
                 size = path.stat().st_size
                 opened, switched = open_times(path, args.repeat)
-                print(f"{name:<24}{precision:>10}{size:>12,}{size / MAX_PAGE_BYTES:>9.2f}{statistics.median(opened):>10.0f} ms"
-                      f"{f'({min(opened):.0f}-{max(opened):.0f})':>16}{statistics.median(switched):>11.0f} ms")
+                print(
+                    f"{name:<24}{precision:>10}{size:>12,}{size / MAX_PAGE_BYTES:>9.2f}{statistics.median(opened):>10.0f} ms"
+                    f"{f'({min(opened):.0f}-{max(opened):.0f})':>16}{statistics.median(switched):>11.0f} ms"
+                )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

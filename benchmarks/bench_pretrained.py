@@ -36,8 +36,14 @@ import torch  # noqa: E402
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained  # noqa: E402
 from attndesk.core.pretrained.loader import transformers_offline  # noqa: E402
 
-LLAMA = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
-         "num_key_value_heads": 4, "max_position_embeddings": 1024}
+LLAMA = {
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+}
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "dog"]
 
 
@@ -95,9 +101,18 @@ def compare(name: str, ours, eager, length: int, repeats: int) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = {k: (max(v) - min(v)) / med[k] for k, v in times.items()}
     peaks = {k: statistics.median(peak_mib(fn) for _ in range(3)) for k, fn in calls.items()}
-    return {"model": name, "L": length, "ours": med["attndesk"], "eager": med["eager"], "spread_ours": spread["attndesk"],
-            "spread_eager": spread["eager"], "peak_ours": peaks["attndesk"], "peak_eager": peaks["eager"],
-            "diff": diff, "weights_mib": a.weights.nbytes / 2**20}
+    return {
+        "model": name,
+        "L": length,
+        "ours": med["attndesk"],
+        "eager": med["eager"],
+        "spread_ours": spread["attndesk"],
+        "spread_eager": spread["eager"],
+        "peak_ours": peaks["attndesk"],
+        "peak_eager": peaks["eager"],
+        "diff": diff,
+        "weights_mib": a.weights.nbytes / 2**20,
+    }
 
 
 def models(which: list[str], folder: str):
@@ -118,17 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["minilm", "llama"], choices=["minilm", "llama"])
     args = parser.parse_args(argv)
     print(f"pretrained benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, cpu float32")
-    head = (f"{'model':<26} {'L':>5} {'attndesk ms':>11} {'eager ms':>9} {'ratio':>6} {'spread a/e':>11} "
-            f"{'peak attndesk':>13} {'peak eager':>10} {'max |dw|':>9}")
+    head = (
+        f"{'model':<26} {'L':>5} {'attndesk ms':>11} {'eager ms':>9} {'ratio':>6} {'spread a/e':>11} "
+        f"{'peak attndesk':>13} {'peak eager':>10} {'max |dw|':>9}"
+    )
     print(head)
     print("-" * len(head))
     with tempfile.TemporaryDirectory() as folder:
         for name, ours, eager in models(args.models, folder):
             for length in args.lengths:
                 r = compare(name, ours, eager, length, args.repeats)
-                print(f"{name:<26} {length:>5} {r['ours'] * 1e3:>11.1f} {r['eager'] * 1e3:>9.1f} "
-                      f"{r['ours'] / r['eager']:>5.2f}x {r['spread_ours']:>5.0%}/{r['spread_eager']:<5.0%} "
-                      f"{r['peak_ours']:>9.0f} MiB {r['peak_eager']:>6.0f} MiB {r['diff']:>9.1e}", flush=True)
+                print(
+                    f"{name:<26} {length:>5} {r['ours'] * 1e3:>11.1f} {r['eager'] * 1e3:>9.1f} "
+                    f"{r['ours'] / r['eager']:>5.2f}x {r['spread_ours']:>5.0%}/{r['spread_eager']:<5.0%} "
+                    f"{r['peak_ours']:>9.0f} MiB {r['peak_eager']:>6.0f} MiB {r['diff']:>9.1e}",
+                    flush=True,
+                )
             del ours, eager
     print("\nratio = attndesk / eager time (target <= 1.0x); peak = memory a pass adds (target attndesk <= eager);")
     print("max |dw| = the largest difference between the two sides' attention weights.")

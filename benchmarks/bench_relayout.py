@@ -24,7 +24,41 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 TABS = ("heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", "online-softmax")
 RESIZES = ((60, 0), (-60, 0), (0, 50), (0, -50), (200, 100), (-200, -100))
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "because", "it", "was", "tired", "and", "then", "the", "dog", "ran", "far", "away", "over", "the", "hill", "while", "birds", "sang", "softly", "in", "tall", "green", "trees", "near", "an", "old", "stone", "bridge"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "because",
+    "it",
+    "was",
+    "tired",
+    "and",
+    "then",
+    "the",
+    "dog",
+    "ran",
+    "far",
+    "away",
+    "over",
+    "the",
+    "hill",
+    "while",
+    "birds",
+    "sang",
+    "softly",
+    "in",
+    "tall",
+    "green",
+    "trees",
+    "near",
+    "an",
+    "old",
+    "stone",
+    "bridge",
+]
 LIMIT_MS = 100.0
 
 
@@ -75,8 +109,10 @@ def main() -> int:
             print(f"{tab:<16}{' '.join(f'{g:5.0f}' for g in gaps):<46}{statistics.median(gaps):8.0f}{max(gaps):7.0f}")
     finally:
         window.close()
-    print(f"all tabs: median {statistics.median(overall):.0f} ms, max {max(overall):.0f} ms "
-          f"(limit {LIMIT_MS:.0f} ms; one run, timings move ~2x between runs on a shared machine)")
+    print(
+        f"all tabs: median {statistics.median(overall):.0f} ms, max {max(overall):.0f} ms "
+        f"(limit {LIMIT_MS:.0f} ms; one run, timings move ~2x between runs on a shared machine)"
+    )
     return 0
 
 

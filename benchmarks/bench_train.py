@@ -85,8 +85,10 @@ def one_layer(steps: int) -> None:
         cfg = PRESETS["induction"].replace(layers=layers, steps=steps)
         rows, _ = _timed_run(cfg, steps)
         step, _, accuracy, best, per_layer = rows[-1]
-        print(f"| {layers} | {step:,} | {accuracy:.3f} | {best:.3f} | {', '.join(f'{v:.2f}' for v in per_layer)} |",
-              flush=True)
+        print(
+            f"| {layers} | {step:,} | {accuracy:.3f} | {best:.3f} | {', '.join(f'{v:.2f}' for v in per_layer)} |",
+            flush=True,
+        )
 
 
 def every_task() -> None:
@@ -97,11 +99,14 @@ def every_task() -> None:
         rows, train_s = _timed_run(cfg, cfg.steps)
         step, _, accuracy, best, _ = rows[-1]
         kind = "preset" if name in PRESETS else "bench only"
-        shape = (f"{cfg.layers}L {cfg.heads}H d{cfg.embed_dim} {cfg.position}"
-                 f"{' +MLP' if cfg.mlp else ''}{' +LN' if cfg.layernorm else ''} ({kind})")
+        shape = (
+            f"{cfg.layers}L {cfg.heads}H d{cfg.embed_dim} {cfg.position}"
+            f"{' +MLP' if cfg.mlp else ''}{' +LN' if cfg.layernorm else ''} ({kind})"
+        )
         pattern = Trainer(cfg.replace(steps=1)).task.pattern
-        print(f"| {cfg.task} | {shape} | {step:,} | {accuracy:.3f} | {pattern} | {best:.3f} | {train_s:.0f} |",
-              flush=True)
+        print(
+            f"| {cfg.task} | {shape} | {step:,} | {accuracy:.3f} | {pattern} | {best:.3f} | {train_s:.0f} |", flush=True
+        )
 
 
 def main() -> None:
@@ -110,8 +115,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--skip-tasks", action="store_true")
     args = parser.parse_args()
-    print(f"# bench_train: {datetime.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at the start")
+    print(
+        f"# bench_train: {datetime.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at the start"
+    )
     induction_speed(args.threads, args.max_steps)
     torch.set_num_threads(1)
     one_layer(PRESETS["induction"].steps)

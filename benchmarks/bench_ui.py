@@ -30,7 +30,41 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 EMBED, HEADS = 256, 8
 LENGTHS = (128, 512)
 TARGETS_MS = {128: 50.0, 512: 100.0}
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "because", "it", "was", "tired", "and", "then", "the", "dog", "ran", "far", "away", "over", "the", "hill", "while", "birds", "sang", "softly", "in", "tall", "green", "trees", "near", "an", "old", "stone", "bridge"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "because",
+    "it",
+    "was",
+    "tired",
+    "and",
+    "then",
+    "the",
+    "dog",
+    "ran",
+    "far",
+    "away",
+    "over",
+    "the",
+    "hill",
+    "while",
+    "birds",
+    "sang",
+    "softly",
+    "in",
+    "tall",
+    "green",
+    "trees",
+    "near",
+    "an",
+    "old",
+    "stone",
+    "bridge",
+]
 
 
 def text_of(length: int) -> str:
@@ -180,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                 drags[n] = driver.drag()
     finally:
         driver.close()
-    print(f"change -> resultDisplayed, E={EMBED}, {HEADS} heads, float32; {2 * args.repeats} changes per case, "
-          "interleaved; Qt offscreen 1400x900")
+    print(
+        f"change -> resultDisplayed, E={EMBED}, {HEADS} heads, float32; {2 * args.repeats} changes per case, "
+        "interleaved; Qt offscreen 1400x900"
+    )
     print("| tokens | median (ms) | IQR (ms) | min-max (ms) | core run, median (ms) | target (ms) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for n in LENGTHS:
@@ -189,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         core = statistics.median(compute[n])
         print(f"| {n} | {med:.0f} | {iqr:.0f} | {lo:.0f}-{hi:.0f} | {core:.1f} | {TARGETS_MS[n]:.0f} |")
     for n, (steps, results, last_ms) in drags.items():
-        print(f"drag at {n} tokens: {steps} seed steps in 1 s, {results} results shown, "
-              f"last step shown after {last_ms:.0f} ms")
+        print(
+            f"drag at {n} tokens: {steps} seed steps in 1 s, {results} results shown, "
+            f"last step shown after {last_ms:.0f} ms"
+        )
     return 0
 
 

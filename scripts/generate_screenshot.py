@@ -15,8 +15,14 @@ for path in (ROOT, ROOT / "tests", ROOT / "scripts"):
         sys.path.insert(0, str(path))
 
 TEXT = "The cat sat on the mat because it was tired."
-LAYOUT = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 64,
-          "max_position_embeddings": 512, "initializer_range": 0.25}  # wider weights: sharper rows than 0.02's
+LAYOUT = {
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "hidden_size": 64,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.25,
+}  # wider weights: sharper rows than 0.02's
 
 
 def main(out: str = "resources/generate.png", steps: int = 8) -> Path:
@@ -36,7 +42,9 @@ def main(out: str = "resources/generate.png", steps: int = 8) -> Path:
 
     tab = window.tab_widget(GENERATE_TAB).findChild(GenerationTab)
     tab.view.countSpin.setValue(steps)
-    tab.view.samplingCombo.setCurrentIndex(tab.view.samplingCombo.findData("sample"))  # the chosen bar is not always the top one
+    tab.view.samplingCombo.setCurrentIndex(
+        tab.view.samplingCombo.findData("sample")
+    )  # the chosen bar is not always the top one
     tab.view.temperatureSpin.setValue(0.8)
     tab.view.seedSpin.setValue(7)
     tab.run(steps)

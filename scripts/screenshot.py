@@ -94,7 +94,7 @@ def layout_problems(panel) -> list[str]:
     canvas = Rect(0, 0, panel.canvas.width(), panel.canvas.height())
     problems = [f"{name} {r} leaves the canvas {canvas}" for name, r in items if not canvas.contains(r, tol=1.0)]
     for i, (a, ra) in enumerate(items):
-        for b, rb in items[i + 1:]:
+        for b, rb in items[i + 1 :]:
             if ra.intersects(rb, tol=1.0):
                 problems.append(f"{a} {ra} overlaps {b} {rb}")
     problems += _missing_labels(panel, items)
@@ -143,11 +143,19 @@ def png_bytes(widget) -> bytes:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", default=str(ROOT / "resources" / "screenshot.png"),
-                        help="PNG to write (default resources/screenshot.png)")
+    parser.add_argument(
+        "out",
+        nargs="?",
+        default=str(ROOT / "resources" / "screenshot.png"),
+        help="PNG to write (default resources/screenshot.png)",
+    )
     parser.add_argument("--size", default="1400x900", help="window size WxH (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the first heatmaps (default %(default)s)")
-    parser.add_argument("--grid", default=None, metavar="PNG", help="also write the pretrained layers x heads picture here")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the first heatmaps (default %(default)s)"
+    )
+    parser.add_argument(
+        "--grid", default=None, metavar="PNG", help="also write the pretrained layers x heads picture here"
+    )
     return parser.parse_args(argv)
 
 

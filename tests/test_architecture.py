@@ -11,9 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "attndesk" / "app"
 # the heatmap widgets and the export dialog are the renderer's part of the window (its branch converts them)
-RENDER_OWNED = {"panels/heatmaps.py", "sources/heatmap_source.py", "panels/token_axis.py", "sources/long_source.py",
-                "panels/heatmap_grid.py",
-                "views/heatmap.py", "export_dialog.py"}
+RENDER_OWNED = {
+    "panels/heatmaps.py",
+    "sources/heatmap_source.py",
+    "panels/token_axis.py",
+    "sources/long_source.py",
+    "panels/heatmap_grid.py",
+    "views/heatmap.py",
+    "export_dialog.py",
+}
 MAX_LINES = 60
 
 
@@ -43,13 +49,18 @@ def test_no_attndesk_import_hides_in_a_function():
             for node in ast.walk(fn):
                 relative = isinstance(node, ast.ImportFrom) and node.level > 0
                 named = (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attndesk")) or (
-                    isinstance(node, ast.Import) and any(a.name.startswith("attndesk") for a in node.names))
+                    isinstance(node, ast.Import) and any(a.name.startswith("attndesk") for a in node.names)
+                )
                 if relative or named:
                     hidden.append(f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}")
     assert hidden == []
 
 
 def test_functions_fit_on_a_screen():
-    long = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
-            for path, tree in _app_modules() for fn in _functions(tree) if fn.end_lineno - fn.lineno + 1 > MAX_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
+        for path, tree in _app_modules()
+        for fn in _functions(tree)
+        if fn.end_lineno - fn.lineno + 1 > MAX_LINES
+    ]
     assert long == []

@@ -59,12 +59,18 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
         assert counts["tabs"] >= 2 and counts["combo"] >= 5 and counts["spin"] >= 5, counts
         assert counts["check"] >= 3 and counts["button"] >= 2 and counts["text"] >= 1, counts
         assert counts["graphics"] >= 1 and counts["table"] >= 1, counts
-        for name in ("viewTabs", "statusLabel", "tokenInput", "modeCombo", "headsSpin", "heatmapView",
-                     "timingTabs"):
+        for name in ("viewTabs", "statusLabel", "tokenInput", "modeCombo", "headsSpin", "heatmapView", "timingTabs"):
             assert isinstance(found.names.get(name), QWidget), name
         titles = [title for title, _ in menu_actions(soak.main)]
-        for wanted in ("Open session", "Save session", "Open text", "Open model folder", "Export", "Recompute",
-                       "Reset layout"):
+        for wanted in (
+            "Open session",
+            "Save session",
+            "Open text",
+            "Open model folder",
+            "Export",
+            "Recompute",
+            "Reset layout",
+        ):
             assert any(wanted.lower() in t.lower() for t in titles), (wanted, titles)
         assert found.drop_targets, "the window accepts dropped text files"
         # hidden controls are not offered: the key-text editor shows only with cross-attention
@@ -79,8 +85,10 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
             if tabs.tabText(i) in with_controls:
                 tabs.setCurrentIndex(i)
                 page = tabs.widget(i)
+
                 def inside(page=page):
                     return [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
+
                 # a page's plots are revealed one per event-loop turn (views/pacing.py)
                 assert checks.wait_until(lambda: bool(inside()), 10), f"no control found in the {tabs.tabText(i)!r} tab"
     finally:
@@ -130,10 +138,10 @@ def test_file_dialogs_are_answered_from_the_pool_static_and_not(qtbot, sandbox):
     assert not dialog.isVisible() and chosen == [str(sandbox.pool / "medium.txt")]
 
 
-def _replay(sandbox, seed: int, steps: int, *, settle: bool = True, script: list[dict] | None = None,
-            full: bool = False):
-    options = SoakOptions(seed=seed, seconds=600, settle=settle, max_actions=steps, snapshot_state=False,
-                          replay=script)
+def _replay(
+    sandbox, seed: int, steps: int, *, settle: bool = True, script: list[dict] | None = None, full: bool = False
+):
+    options = SoakOptions(seed=seed, seconds=600, settle=settle, max_actions=steps, snapshot_state=False, replay=script)
     soak = Soak(options, sandbox, make_window, excluded=contextlib.nullcontext)
     try:
         soak.open_window()
@@ -187,7 +195,9 @@ def test_a_report_replays_its_actions_at_another_pace(qtbot, sandbox, tmp_path, 
         return [(a["kind"], a["target"], tuple(a.get("answers", ()))) for a in actions if "step" in a]
 
     assert len(key(recorded)) >= 8
-    assert key(replayed) == key(recorded), "\n".join(map(str, [a for a in recorded if "step" in a] + ["--"] + [a for a in replayed if "step" in a]))
+    assert key(replayed) == key(recorded), "\n".join(
+        map(str, [a for a in recorded if "step" in a] + ["--"] + [a for a in replayed if "step" in a])
+    )
 
 
 def _soak(tmp_path, seed: int) -> None:
@@ -199,12 +209,20 @@ def _soak(tmp_path, seed: int) -> None:
     replay = replay_command(seed, SOAK_SECONDS)
     last = "\n".join(format_action(a) for a in report.get("actions", [])[-30:])
     context = f"\nreplay: {replay}\nreport: {outcome.report_path}\nlast actions:\n{last}"
-    assert not report.get("crash") and not report.get("aborted"), f"{report.get('crash') or report.get('aborted')}{context}"
-    assert report["exceptions"] == [], f"exceptions: {[p['type'] + ': ' + p['message'] for p in report['exceptions']]}{context}"
+    assert not report.get("crash") and not report.get("aborted"), (
+        f"{report.get('crash') or report.get('aborted')}{context}"
+    )
+    assert report["exceptions"] == [], (
+        f"exceptions: {[p['type'] + ': ' + p['message'] for p in report['exceptions']]}{context}"
+    )
     stalls = [s for s in report["stalls"]["gaps"] + report["stalls"]["events"] if is_stall(s)]
-    assert not stalls, (f"{len(stalls)} GUI-thread stalls (>= {STALL_CPU_S * 1e3:.0f} ms of work), worst "
-                        f"{max(stalls, key=lambda s: s['cpu'])}{context}")
-    assert not report["threads"]["qthreads_left"] and not report["threads"]["python_left"], f"{report['threads']}{context}"
+    assert not stalls, (
+        f"{len(stalls)} GUI-thread stalls (>= {STALL_CPU_S * 1e3:.0f} ms of work), worst "
+        f"{max(stalls, key=lambda s: s['cpu'])}{context}"
+    )
+    assert not report["threads"]["qthreads_left"] and not report["threads"]["python_left"], (
+        f"{report['threads']}{context}"
+    )
     assert report["memory"]["peak_mib"] < report["memory"]["limit_mib"], context
     assert report["memory"]["return_check"]["ok"], f"{report['memory']['return_check']['summary']}{context}"
     assert report["known_input"]["ok"], f"{report['known_input']['summary']}{context}"

@@ -32,9 +32,16 @@ FIGURE_SIZE = (1200, 1000)
 
 def model_settings(run: Any, folder: str | os.PathLike, target: str | None) -> dict[str, Any]:
     """A real model run's identity and switches, as a page's settings table shows them."""
-    settings = {"model": run.model_name, "folder": str(Path(folder).expanduser().resolve()),
-                "model_type": run.model_type, "family": run.family, "layers": run.num_layers,
-                "heads": run.num_heads, "scaled": run.scaled, "forced causal mask": run.causal}
+    settings = {
+        "model": run.model_name,
+        "folder": str(Path(folder).expanduser().resolve()),
+        "model_type": run.model_type,
+        "family": run.family,
+        "layers": run.num_layers,
+        "heads": run.num_heads,
+        "scaled": run.scaled,
+        "forced causal mask": run.causal,
+    }
     if run.kv_heads:
         settings["K/V heads"] = run.kv_heads
     if target is not None:
@@ -51,8 +58,9 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
         figure = figure_from_map(amap, "all", colormap=colormap)
         figures[default_filename(amap, "all", "png")] = figure_bytes(figure, "png", FIGURE_SIZE)
     try:
-        doc = page_data(page["maps"], page["summary"], settings=page["settings"], colormap=colormap,
-                        title=page.get("title", ""))
+        doc = page_data(
+            page["maps"], page["summary"], settings=page["settings"], colormap=colormap, title=page.get("title", "")
+        )
     except PageTooLarge:
         return figures  # the weights are in the bundle anyway; a page would be over its limit
     figures[page["name"]] = page_html(doc).encode("utf-8")
@@ -62,16 +70,31 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
 def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) -> dict[str, Any]:
     if folder is None:
         amap = result.attention_map()
-        return {"maps": [amap], "summary": amap.summary, "settings": result.config.to_dict(),
-                "name": default_filename(amap, "all", "html")}
+        return {
+            "maps": [amap],
+            "summary": amap.summary,
+            "settings": result.config.to_dict(),
+            "name": default_filename(amap, "all", "html"),
+        }
     target = state.target_text if state.target_text.strip() and result.decoder_weights is not None else None
-    return {"maps": pretrained_page_maps(result, layer), "summary": result.summary(),
-            "settings": model_settings(result, folder, target), "name": f"attn_{result.file_tag(layer)}.html",
-            "title": result.model_name}
+    return {
+        "maps": pretrained_page_maps(result, layer),
+        "summary": result.summary(),
+        "settings": model_settings(result, folder, target),
+        "name": f"attn_{result.file_tag(layer)}.html",
+        "title": result.model_name,
+    }
 
 
-def save_bundle(state: AppState, result: Any, path: str | os.PathLike, *, colormap: str = "viridis",
-                layer: int | None = None, memory_budget: int | None = None) -> Path:
+def save_bundle(
+    state: AppState,
+    result: Any,
+    path: str | os.PathLike,
+    *,
+    colormap: str = "viridis",
+    layer: int | None = None,
+    memory_budget: int | None = None,
+) -> Path:
     """Write ``result`` (an ``AttentionResult`` of the toy model or a ``PretrainedResult``) and
     ``state`` (the session that made it) as the bundle ``path``; BundleError says why not."""
 
@@ -88,8 +111,15 @@ def save_bundle(state: AppState, result: Any, path: str | os.PathLike, *, colorm
         texts = {"text": state.text, **({"key_text": state.key_text} if state.cross else {})}
     weights = run_weights(result, layer)
     figures = bundle_figures(_page(state, result, layer, folder), colormap)
-    return write_bundle(path, session=session_json(state), texts=texts, model=model, weights=weights,
-                        figures=figures, run={"kind": state.mode.kind, "layer": layer, "memory_budget": memory_budget})
+    return write_bundle(
+        path,
+        session=session_json(state),
+        texts=texts,
+        model=model,
+        weights=weights,
+        figures=figures,
+        run={"kind": state.mode.kind, "layer": layer, "memory_budget": memory_budget},
+    )
 
 
 __all__ = ["FIGURE_SIZE", "bundle_figures", "model_settings", "save_bundle"]

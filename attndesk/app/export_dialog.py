@@ -70,9 +70,19 @@ def weights_for(map: AttentionMap, which, region: select.Region | None = None) -
         raise ExportError(str(exc)) from None
 
 
-def perform_export(map: AttentionMap, which, fmt: str, path: str | os.PathLike, *, size=(1200, 1000), dpi: float = 96,
-                   colormap: str = "viridis", shared_scale: bool = True, log_scale: bool = False,
-                   region: select.Region | None = None) -> Path:
+def perform_export(
+    map: AttentionMap,
+    which,
+    fmt: str,
+    path: str | os.PathLike,
+    *,
+    size=(1200, 1000),
+    dpi: float = 96,
+    colormap: str = "viridis",
+    shared_scale: bool = True,
+    log_scale: bool = False,
+    region: select.Region | None = None,
+) -> Path:
     """Write one export of ``map``; raises ``ExportError`` with a readable reason.
 
     ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
@@ -81,12 +91,14 @@ def perform_export(map: AttentionMap, which, fmt: str, path: str | os.PathLike, 
     if path.suffix.lower().lstrip(".") != fmt:
         raise ExportError(f"the file name {path.name!r} does not end in .{fmt}")
     if fmt == "html":  # every head and the mean, self-contained: what the heatmaps tab shows
-        return write_page([map], map.summary, path, colormap=colormap, shared_scale=shared_scale,
-                          log_scale=log_scale, region=region)
+        return write_page(
+            [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
+        )
     if fmt in IMAGE_FORMATS:
         try:
-            figure = figure_from_map(map, which, colormap=colormap, shared_scale=shared_scale, region=region,
-                                     log_scale=log_scale)
+            figure = figure_from_map(
+                map, which, colormap=colormap, shared_scale=shared_scale, region=region, log_scale=log_scale
+            )
         except (ValueError, ConfigError) as exc:
             raise ExportError(str(exc)) from None
         return export_figure(figure, path, size=tuple(size), dpi=dpi)
@@ -114,9 +126,18 @@ class ExportDialog(QDialog):
     exported = Signal(str)  # the written path
     failedExport = Signal(str)  # the reason
 
-    def __init__(self, map: AttentionMap, target="all", colormap: str = "viridis", shared_scale: bool = True,
-                 parent: QWidget | None = None, region: select.Region | None = None, *, log_scale: bool = False,
-                 settings: QSettings | None = None) -> None:
+    def __init__(
+        self,
+        map: AttentionMap,
+        target="all",
+        colormap: str = "viridis",
+        shared_scale: bool = True,
+        parent: QWidget | None = None,
+        region: select.Region | None = None,
+        *,
+        log_scale: bool = False,
+        settings: QSettings | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
@@ -149,8 +170,10 @@ class ExportDialog(QDialog):
         self.areaCombo.addItem(whole, None)
         if region is not None:
             (q0, q1), (k0, k1) = region
-            self.areaCombo.addItem(f"zoomed region, exact: queries {q0}–{q1 - 1} × keys {k0}–{k1 - 1}",
-                                   ((int(q0), int(q1)), (int(k0), int(k1))))
+            self.areaCombo.addItem(
+                f"zoomed region, exact: queries {q0}–{q1 - 1} × keys {k0}–{k1 - 1}",
+                ((int(q0), int(q1)), (int(k0), int(k1))),
+            )
             self.areaCombo.setCurrentIndex(1)
         self.areaCombo.setEnabled(region is not None)
         self.formatCombo = QComboBox(objectName="exportFormatCombo")
@@ -169,8 +192,11 @@ class ExportDialog(QDialog):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
         rows = []
-        for widgets in ((self.targetCombo, self.headSpin), (self.widthSpin, QLabel("×"), self.heightSpin, self.dpiSpin),
-                        (self.pathEdit, browse)):
+        for widgets in (
+            (self.targetCombo, self.headSpin),
+            (self.widthSpin, QLabel("×"), self.heightSpin, self.dpiSpin),
+            (self.pathEdit, browse),
+        ):
             row = QHBoxLayout()
             for k, widget in enumerate(widgets):
                 row.addWidget(widget, 1 if k == 0 and widget in (self.targetCombo, self.pathEdit) else 0)
@@ -244,7 +270,8 @@ class ExportDialog(QDialog):
         if image and not self._size_set:
             try:
                 width, height = suggested_size(
-                    figure_from_map(self._map, which, self._colormap, self._shared, region=self.region()))
+                    figure_from_map(self._map, which, self._colormap, self._shared, region=self.region())
+                )
                 self.widthSpin.setValue(width)
                 self.heightSpin.setValue(height)
             except (ValueError, ConfigError):
@@ -259,8 +286,10 @@ class ExportDialog(QDialog):
         if fmt == "csv" and which == "all":
             problem = "A CSV holds one matrix: choose one head or the mean (or export all heads as .npy)."
         elif not image and self.region() is None and kept_overview_only(self._map):
-            problem = ("This run kept only an overview (the full weights exceed the memory budget): zoom into an "
-                       "enlarged heatmap and export that exact region, or export an image of the overview.")
+            problem = (
+                "This run kept only an overview (the full weights exceed the memory budget): zoom into an "
+                "enlarged heatmap and export that exact region, or export an image of the overview."
+            )
         if not problem and fmt == "html":
             try:
                 check_page_size([self._map], region=self.region())
@@ -288,8 +317,14 @@ class ExportDialog(QDialog):
     def _job(self):
         """The export as chosen now, as a function of nothing (it may run in another thread)."""
         map, which, fmt, path = self._map, self.which(), self.fmt(), self.pathEdit.text().strip()
-        options = dict(size=(self.widthSpin.value(), self.heightSpin.value()), dpi=self.dpiSpin.value(),
-                       colormap=self._colormap, shared_scale=self._shared, log_scale=self._log, region=self.region())
+        options = dict(
+            size=(self.widthSpin.value(), self.heightSpin.value()),
+            dpi=self.dpiSpin.value(),
+            colormap=self._colormap,
+            shared_scale=self._shared,
+            log_scale=self._log,
+            region=self.region(),
+        )
         return lambda: perform_export(map, which, fmt, path, **options)
 
     def export(self) -> Path | None:
@@ -322,8 +357,9 @@ class ExportDialog(QDialog):
         self.exportButton.setEnabled(False)
         self._show_error("")
         self.setWindowTitle("Export heatmaps — exporting…")
-        self._background.start(side_turns().wrap(self._job()), done=self._export_done, failed=self._export_failed,
-                               expected=(ExportError,))
+        self._background.start(
+            side_turns().wrap(self._job()), done=self._export_done, failed=self._export_failed, expected=(ExportError,)
+        )
 
     def _export_done(self, path: Path) -> None:
         self.setWindowTitle("Export heatmaps")

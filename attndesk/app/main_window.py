@@ -193,9 +193,11 @@ class MainWindow(QMainWindow):
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self, objectName=name)
         dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
-                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
         self.addDockWidget(area, dock)
         return dock
 
@@ -226,14 +228,18 @@ class MainWindow(QMainWindow):
         for key, (title, groups) in MENU_LAYOUT.items():
             self.menus.declare(key, title, groups)
         self.viewMenu = self.menus.menu("view")
-        self.openSessionAction = self._action("&Open session…", "openSessionAction", "file", "session",
-                                              QKeySequence.StandardKey.Open)
-        self.saveSessionAction = self._action("&Save session…", "saveSessionAction", "file", "session",
-                                              QKeySequence.StandardKey.Save)
+        self.openSessionAction = self._action(
+            "&Open session…", "openSessionAction", "file", "session", QKeySequence.StandardKey.Open
+        )
+        self.saveSessionAction = self._action(
+            "&Save session…", "saveSessionAction", "file", "session", QKeySequence.StandardKey.Save
+        )
         self.exportAction = self._action("&Export heatmaps…", "exportAction", "file", "export", QKeySequence("Ctrl+E"))
         self.saveBundleAction = self._action("Save &bundle…", "saveBundleAction", "file", "export")
-        self.saveBundleAction.setToolTip("the result on screen and the session that made it as one reproducible .zip "
-                                         "(attndesk reproduce computes it again)")
+        self.saveBundleAction.setToolTip(
+            "the result on screen and the session that made it as one reproducible .zip "
+            "(attndesk reproduce computes it again)"
+        )
         self.quitAction = self._action("&Quit", "quitAction", "file", "quit", QKeySequence.StandardKey.Quit)
         self.recomputeAction = self._action("&Recompute now", "recomputeAction", "run", "run", QKeySequence("F5"))
         self.cancelAction = self._action("&Cancel", "cancelAction", "run", "run", QKeySequence("Esc"))
@@ -291,15 +297,23 @@ class MainWindow(QMainWindow):
     @staticmethod
     def _appearance(panel: HeatmapPanel) -> dict:
         """View-state field -> the heatmap panel's setter (its getter has the name without ``set_``)."""
-        return {"colormap": panel.set_colormap_name, "shared_scale": panel.set_shared_scale,
-                "log_scale": panel.set_log_scale, "hide_first_key": panel.set_hide_first_key,
-                "alibi_bias": panel.set_show_alibi_bias}
+        return {
+            "colormap": panel.set_colormap_name,
+            "shared_scale": panel.set_shared_scale,
+            "log_scale": panel.set_log_scale,
+            "hide_first_key": panel.set_hide_first_key,
+            "alibi_bias": panel.set_show_alibi_bias,
+        }
 
     def _read_appearance(self) -> None:
         """The panel's own controls changed its look: the state follows (one event per field changed)."""
         panel = self.heatmapPanel
-        self.state.view.update({name: getattr(panel, setter.__name__.removeprefix("set_"))()
-                                for name, setter in self._appearance(panel).items()})
+        self.state.view.update(
+            {
+                name: getattr(panel, setter.__name__.removeprefix("set_"))()
+                for name, setter in self._appearance(panel).items()
+            }
+        )
 
     def _show_target(self, target) -> None:
         if target != self.heatmapPanel.view_target():
@@ -401,8 +415,13 @@ class MainWindow(QMainWindow):
     def drop_targets(self) -> list[tuple[QWidget, str]]:
         self.setAcceptDrops(True)
         tokens = self.tokensPanel
-        return [(self, "text"), (tokens.tokenInput, "text"), (tokens.tokenInput.viewport(), "text"),
-                (tokens.keyInput, "keys"), (tokens.keyInput.viewport(), "keys")]
+        return [
+            (self, "text"),
+            (tokens.tokenInput, "text"),
+            (tokens.tokenInput.viewport(), "text"),
+            (tokens.keyInput, "keys"),
+            (tokens.keyInput.viewport(), "keys"),
+        ]
 
     def heatmaps(self) -> HeatmapPanel:
         return self.heatmapPanel
@@ -431,9 +450,16 @@ class MainWindow(QMainWindow):
             self.status.fail("nothing to export yet: wait for a result")
             return None
         view = self.state.view
-        dialog = ExportDialog(amap, target=target if target is not None else "all", colormap=view.colormap,
-                              shared_scale=view.shared_scale, parent=self, region=view.region,
-                              log_scale=view.log_scale, settings=app_settings())
+        dialog = ExportDialog(
+            amap,
+            target=target if target is not None else "all",
+            colormap=view.colormap,
+            shared_scale=view.shared_scale,
+            parent=self,
+            region=view.region,
+            log_scale=view.log_scale,
+            settings=app_settings(),
+        )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
         dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))
         dialog.exported.connect(lambda path: self.status.say(f"exported {path}"))
@@ -459,10 +485,12 @@ class MainWindow(QMainWindow):
         state, colormap, budget = self.session(), self.state.view.colormap, self.state.config.memory_budget
         name = Path(path).name
         self.status.say(f"saving bundle {name}…")
-        self._bundles.start(lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget),
-                            done=lambda written: self.status.say(f"saved bundle {written}"),
-                            failed=lambda exc: self.status.fail(f"bundle {name} not saved: {exc}"),
-                            expected=(BundleError, OSError))
+        self._bundles.start(
+            lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget),
+            done=lambda written: self.status.say(f"saved bundle {written}"),
+            failed=lambda exc: self.status.fail(f"bundle {name} not saved: {exc}"),
+            expected=(BundleError, OSError),
+        )
         return True
 
     def _save_bundle_dialog(self) -> None:
@@ -512,8 +540,9 @@ class MainWindow(QMainWindow):
             self.status.say(f"opened session {Path(path).name}")
 
     def _save_session_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save session", "attndesk-session.json",
-                                              "attndesk sessions (*.json)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save session", "attndesk-session.json", "attndesk sessions (*.json)"
+        )
         if not path:
             return
         try:

@@ -84,6 +84,11 @@ def describe_plan(plan: RunPlan) -> str:
 def held_line(plan: RunPlan) -> str:
     """The status line of a held run: the action first (a narrow window cuts the end)."""
     seconds = estimated_seconds(plan)
-    why = ("over the memory budget even as an overview" if plan.peak_bytes > plan.budget
-           else f"a long run (~{eta(seconds)})" if seconds else "a long run")
+    why = (
+        "over the memory budget even as an overview"
+        if plan.peak_bytes > plan.budget
+        else f"a long run (~{eta(seconds)})"
+        if seconds
+        else "a long run"
+    )
     return f"{sizes(plan)}: {why} — press Run (F5) to start it · {describe_plan(plan)}"

@@ -158,8 +158,10 @@ def done_line(shown: Shown) -> str:
     keys = shown.keys.tokens if shown.keys is not None else shown.queries.tokens
     heads = shown.map.num_heads
     size = size_words(len(shown.queries.tokens), len(keys), shown.keys is not None)
-    line = (f"done in {format_seconds(shown.facts.total_seconds)} · {size} · {heads} head{'s' if heads != 1 else ''}"
-            f" · {shown.facts.device}")
+    line = (
+        f"done in {format_seconds(shown.facts.total_seconds)} · {size} · {heads} head{'s' if heads != 1 else ''}"
+        f" · {shown.facts.device}"
+    )
     if shown.notices:
         line += " · " + "; ".join(shown.notices)
     return line
@@ -170,8 +172,21 @@ def notices_of(*groups: Sequence[str | None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for group in groups for n in group if n))
 
 
-__all__ = ["ConfigProblem", "Held", "InputProblem", "Job", "Request", "RunFacts", "Shown", "TokenRows", "ToyRun", "done_line", "format_seconds",
-           "notices_of", "size_words"]
+__all__ = [
+    "ConfigProblem",
+    "Held",
+    "InputProblem",
+    "Job",
+    "Request",
+    "RunFacts",
+    "Shown",
+    "TokenRows",
+    "ToyRun",
+    "done_line",
+    "format_seconds",
+    "notices_of",
+    "size_words",
+]
 
 
 def text_of(result: AttentionResult) -> str:

@@ -120,7 +120,9 @@ def session_from_json(data: Any) -> Session:
     if version == 1:
         data = _from_version_1(data)
     elif version != VERSION:
-        raise SessionError(f"session version {version!r} is not supported (this attndesk reads versions 1 and {VERSION})")
+        raise SessionError(
+            f"session version {version!r} is not supported (this attndesk reads versions 1 and {VERSION})"
+        )
     body = {k: v for k, v in data.items() if k not in ("format", "version")}
     notices = _fall_back_to_cpu(body)
     try:
@@ -174,14 +176,25 @@ def _v1_mode(mode: Any, folder: Any) -> dict[str, Any] | Any:
     if mode == _V1_PACKAGED:
         return PACKAGED.model_dump()
     if isinstance(mode, str) and mode.startswith(_V1_FOLDER):
-        return ModeId(kind="pretrained", path=folder or mode[len(_V1_FOLDER):]).model_dump()
+        return ModeId(kind="pretrained", path=folder or mode[len(_V1_FOLDER) :]).model_dump()
     if isinstance(mode, str):
         raise SessionError(f"mode {mode!r} is not available in this attndesk")
     return mode  # the wrong type: validation names it
 
 
-_V1_FIELDS = {"format", "version", "text", "config", "key_text", "cross", "mode", "colormap", "shared_scale",
-              "view", "pretrained"}
+_V1_FIELDS = {
+    "format",
+    "version",
+    "text",
+    "config",
+    "key_text",
+    "cross",
+    "mode",
+    "colormap",
+    "shared_scale",
+    "view",
+    "pretrained",
+}
 
 
 def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:

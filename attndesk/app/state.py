@@ -170,7 +170,9 @@ class PretrainedState(EventedModel):
 
     layer: Index = 0
     hide_special: bool = False
-    ablate: Annotated[tuple[Pair, ...], BeforeValidator(_tuples)] = ()  # (layer, head) pairs whose output is zeroed, sorted
+    ablate: Annotated[
+        tuple[Pair, ...], BeforeValidator(_tuples)
+    ] = ()  # (layer, head) pairs whose output is zeroed, sorted
     grid_scale: Literal["per-head", "shared"] = "per-head"
     part: Literal["self", "decoder", "cross"] = "self"  # an encoder-decoder's view; "self" otherwise
 
@@ -211,7 +213,9 @@ class AppState(EventedModel):
         for name in ("view", "pretrained"):
             getattr(self, name).update(getattr(other, name).model_dump(exclude={"region"}))
         self.view.region = None
-        self.update({name: getattr(other, name) for name in ("text", "key_text", "cross", "target_text", "mode", "config")})
+        self.update(
+            {name: getattr(other, name) for name in ("text", "key_text", "cross", "target_text", "mode", "config")}
+        )
 
 
 def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_text: str | None = None) -> AppState:

@@ -151,7 +151,9 @@ def attend(
     kv_heads = k.shape[-3]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(_score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device)
+    _check_matrix_size(
+        _score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device
+    )
     with timer.stage("attention"):
         qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
         scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
@@ -178,8 +180,9 @@ def attend(
     return context, weights
 
 
-def _bias_and_mask(scores: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None, fresh: bool,
-                   keep: Keep | None) -> torch.Tensor:
+def _bias_and_mask(
+    scores: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None, fresh: bool, keep: Keep | None
+) -> torch.Tensor:
     """scores + bias, then -inf where ``mask`` is False; in place when ``fresh`` allows it."""
     if bias is not None:
         _keep(keep, "bias", torch.broadcast_to(bias, scores.shape))
@@ -199,6 +202,7 @@ def _keep(keep: Keep | None, name: str, tensor: torch.Tensor) -> None:
 
 # --- the generic entry points: any leading axes, dense masks ----------------------------------
 
+
 def _heads_of(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int] | None:
     """(H, KV) when k's head axis (-3) groups q's (KV divides H) or q has one head to broadcast."""
     hq = q.shape[-3] if q.dim() >= 3 else 1
@@ -210,8 +214,9 @@ def _heads_of(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int] | None:
     return None
 
 
-def _fast_path_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                  bias: torch.Tensor | None = None) -> bool:
+def _fast_path_ok(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, bias: torch.Tensor | None = None
+) -> bool:
     """Whether the fast path computes exactly what the reference path would, and pays off."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2 or not _no_grad_needed(q, k, v):
         return False
@@ -276,8 +281,17 @@ def _blocked_attention(
     kf = k.expand(*lead, kv_heads, lk, d).reshape(items, kv_heads, lk, d)
     vf = v.expand(*lead, kv_heads, lk, dv).reshape(items, kv_heads, lk, dv)
     scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
-    rule = DenseRule(lead, lq, lk, mask=mask, bias=bias, window=window, alibi=slopes is not None,
-                     fuse_keys=scoring.fusable, dtype=q.dtype)
+    rule = DenseRule(
+        lead,
+        lq,
+        lk,
+        mask=mask,
+        bias=bias,
+        window=window,
+        alibi=slopes is not None,
+        fuse_keys=scoring.fusable,
+        dtype=q.dtype,
+    )
     band = None if window is None else 2 * window - 1
     rows = block_rows_for(lq, lk, q.element_size(), BLOCK_BYTES if block_bytes is None else block_bytes, band)
     weights = q.new_empty(items, heads, lq, lk)
@@ -349,7 +363,9 @@ def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> Non
     """Refuse a layer whose Linear weights cannot fit in free memory, before torch allocates them."""
     item = torch.get_default_dtype().itemsize
     need = layers * (embed_dim * width + width) * item
-    require_free_memory(need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims")
+    require_free_memory(
+        need, f"the weights of {what} ({layers} Linear layers of {embed_dim:,} x {width:,})", "use smaller dims"
+    )
 
 
 def _score_shape(q: torch.Tensor, k: torch.Tensor, heads: int | None = None) -> tuple[int, ...]:
@@ -364,9 +380,12 @@ def _check_matrix_size(shape: tuple[int, ...], item: int, copies: int, what: str
     """The whole-matrix paths allocate ``copies`` [..., Lq, Lk] buffers at once: refuse one that
     cannot fit in free memory (the planner sends long runs through query blocks before this)."""
     need = math.prod(shape) * item * copies
-    require_free_memory(need, f"{what} {list(shape)} ({copies} buffers)",
-                        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)",
-                        device=str(device))
+    require_free_memory(
+        need,
+        f"{what} {list(shape)} ({copies} buffers)",
+        "shorten the sequence or use fewer heads (the toy pipeline plans long runs in blocks)",
+        device=str(device),
+    )
 
 
 def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -377,6 +396,7 @@ def _broadcast_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
 
 
 # --- the layers ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Projections:
@@ -412,11 +432,23 @@ class _AttentionLayer(nn.Module):
         return weight, bias
 
     def _can_fold(self, query, key, value) -> bool:
-        return (key is query and value is query and _no_grad_needed(query)
-                and not any(p.requires_grad and torch.is_grad_enabled() for p in self.parameters()))
+        return (
+            key is query
+            and value is query
+            and _no_grad_needed(query)
+            and not any(p.requires_grad and torch.is_grad_enabled() for p in self.parameters())
+        )
 
-    def project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scale: float,
-                rope: bool = False, fold: bool = True) -> Projections:
+    def project(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        scale: float,
+        rope: bool = False,
+        fold: bool = True,
+    ) -> Projections:
         """Q [B, H, Lq, d], K/V [B, KV, Lk, d]; self-attention inference (``fold`` and nothing
         needing a gradient) takes one GEMM with the scale folded into Q. RoPE rotates Q and K by
         their own positions 0..L-1, per head."""
@@ -447,10 +479,23 @@ class _AttentionLayer(nn.Module):
             keep.update(q=proj.q, k=proj.k, v=proj.v)
             if proj.q_raw is not None:
                 keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
-        dropout = self.dropout if getattr(self, "dropout", None) is not None and self.training and self.dropout.p > 0 else None
+        dropout = (
+            self.dropout
+            if getattr(self, "dropout", None) is not None and self.training and self.dropout.p > 0
+            else None
+        )
         context, weights = attention_core(
-            proj.q, proj.k, proj.v, _broadcast_mask(mask), scale=proj.scale, softcap=softcap,
-            alibi=position == "alibi", window=window, dropout=dropout, keep=keep, timer=timer,
+            proj.q,
+            proj.k,
+            proj.v,
+            _broadcast_mask(mask),
+            scale=proj.scale,
+            softcap=softcap,
+            alibi=position == "alibi",
+            window=window,
+            dropout=dropout,
+            keep=keep,
+            timer=timer,
         )
         with timer.stage("output projection"):
             output = self.finish(context, head_mask)
@@ -481,12 +526,32 @@ class SingleHeadAttention(_AttentionLayer):
             context = context * head_mask.to(context.dtype)[:, None, None]
         return rearrange(context, "b 1 l d -> b l d")
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, scale: float | None = None,
-                softcap: float | None = None, position: str = "none", window: int | None = None,
-                timer=NULL_TIMER, keep: Keep | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        scale: float | None = None,
+        softcap: float | None = None,
+        position: str = "none",
+        window: int | None = None,
+        timer=NULL_TIMER,
+        keep: Keep | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, embed_dim] -> (output [B, L, hidden_dim], weights [B, L, L])."""
-        output, weights = self._forward(x, x, x, mask, scale=scale, softcap=softcap, position=position,
-                                        window=window, head_mask=None, timer=timer, keep=keep)
+        output, weights = self._forward(
+            x,
+            x,
+            x,
+            mask,
+            scale=scale,
+            softcap=softcap,
+            position=position,
+            window=window,
+            head_mask=None,
+            timer=timer,
+            keep=keep,
+        )
         return output, rearrange(weights, "b 1 q k -> b q k")
 
 
@@ -499,8 +564,9 @@ class MultiHeadAttention(_AttentionLayer):
     H / KV query heads share (grouped-query attention; KV = 1 is multi-query).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 *, kv_heads: int | None = None):
+    def __init__(
+        self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, *, kv_heads: int | None = None
+    ):
         super().__init__()
         whole_number("embed_dim", embed_dim)
         whole_number("num_heads", num_heads)
@@ -552,11 +618,29 @@ class MultiHeadAttention(_AttentionLayer):
         """
         key = query if key is None else key
         value = key if value is None else value
-        return self._forward(query, key, value, mask, scale=scale, softcap=softcap, position=position,
-                             window=window, head_mask=head_mask, timer=timer, keep=keep)
+        return self._forward(
+            query,
+            key,
+            value,
+            mask,
+            scale=scale,
+            softcap=softcap,
+            position=position,
+            window=window,
+            head_mask=head_mask,
+            timer=timer,
+            keep=keep,
+        )
 
 
 __all__ = [
-    "BLOCK_BYTES", "FAST_PATH_MIN_ELEMENTS", "MultiHeadAttention", "Projections", "SingleHeadAttention",
-    "attend", "attention_core", "masked_softmax", "scaled_dot_product_attention",
+    "BLOCK_BYTES",
+    "FAST_PATH_MIN_ELEMENTS",
+    "MultiHeadAttention",
+    "Projections",
+    "SingleHeadAttention",
+    "attend",
+    "attention_core",
+    "masked_softmax",
+    "scaled_dot_product_attention",
 ]

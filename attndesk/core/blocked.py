@@ -85,8 +85,18 @@ def blocked_attention(
         raise ConfigError(f"block_rows must be at least 1, got {block_rows}")
     scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
     rule = SpecRule(mask, alibi=slopes is not None, fuse_keys=scoring.fusable, align=align, dtype=q.dtype)
-    context = fast_attention(q[None], k[None], v[None], rule, scoring, sink=sink, block_rows=min(block_rows, q.shape[1]),
-                             timer=timer, progress=progress, should_cancel=should_cancel)
+    context = fast_attention(
+        q[None],
+        k[None],
+        v[None],
+        rule,
+        scoring,
+        sink=sink,
+        block_rows=min(block_rows, q.shape[1]),
+        timer=timer,
+        progress=progress,
+        should_cancel=should_cancel,
+    )
     return context[0]
 
 
@@ -95,8 +105,17 @@ class ExactAttention:
     k [KV, Lk, d] (head h reads K head h // (H // KV)), the mask spec, the soft-cap and ALiBi
     slopes. Memory O((Lq + Lk) x E); one cell costs one row (the keys its query may see x d)."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, mask: MaskSpec, *, scale: float,
-                 softcap: float | None = None, slopes: tuple[float, ...] | None = None, block_bytes: int = 32 * 2**20):
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        mask: MaskSpec,
+        *,
+        scale: float,
+        softcap: float | None = None,
+        slopes: tuple[float, ...] | None = None,
+        block_bytes: int = 32 * 2**20,
+    ):
         self.q, self.k, self.mask, self.scale = q, k, mask, float(scale)
         self.scoring = Scoring(scale=self.scale, softcap=softcap, slopes=slopes)
         self.num_heads, self.lq, self.lk = int(q.shape[0]), int(q.shape[1]), int(k.shape[1])
@@ -124,8 +143,8 @@ class ExactAttention:
         with torch.inference_mode():
             blk = self._rule.block(0, q0, q1)
             for h in heads:
-                w = block_weights(self.q[h, q0:q1], self.k[h // self.groups, blk.k0:blk.k1], blk, h, self.scoring)
-                out[:, blk.k0:blk.k1] += w
+                w = block_weights(self.q[h, q0:q1], self.k[h // self.groups, blk.k0 : blk.k1], blk, h, self.scoring)
+                out[:, blk.k0 : blk.k1] += w
         return out / len(heads) if head == MEAN else out
 
     def value(self, head, q: int, k: int) -> float:

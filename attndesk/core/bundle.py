@@ -42,8 +42,19 @@ MANIFEST = "manifest.json"
 SESSION = "session.json"
 MAX_MANIFEST_BYTES = 16 * 2**20
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
-_TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "merges.txt",
-                    "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model", "source.spm", "target.spm")
+_TOKENIZER_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "merges.txt",
+    "vocab.json",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+)
 
 
 class BundleError(ValueError):
@@ -75,9 +86,16 @@ def environment() -> dict[str, str]:
         tf_version = transformers.__version__
     except ImportError:
         tf_version = ""
-    return {"attndesk": __version__, "torch": torch.__version__, "transformers": tf_version,
-            "numpy": np.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
+    return {
+        "attndesk": __version__,
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+    }
 
 
 def _sha256(paths: list[Path]) -> str:
@@ -91,8 +109,9 @@ def _sha256(paths: list[Path]) -> str:
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or
-                                                                   p.name.endswith(".index.json")))
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name.endswith(".index.json"))
+    )
 
 
 def model_identity(folder: str | os.PathLike, *, packaged: bool = False) -> dict[str, Any]:
@@ -104,9 +123,15 @@ def model_identity(folder: str | os.PathLike, *, packaged: bool = False) -> dict
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         config = None
-    return {"kind": "pretrained", "path": str(folder), "packaged": packaged, "config": config,
-            "weight_files": [p.name for p in weights], "weights_sha256": _sha256(weights),
-            "tokenizer_sha256": _sha256(tokenizer)}
+    return {
+        "kind": "pretrained",
+        "path": str(folder),
+        "packaged": packaged,
+        "config": config,
+        "weight_files": [p.name for p in weights],
+        "weights_sha256": _sha256(weights),
+        "tokenizer_sha256": _sha256(tokenizer),
+    }
 
 
 def check_model(identity: Mapping[str, Any], folder: str | os.PathLike | None = None) -> Path:
@@ -115,12 +140,16 @@ def check_model(identity: Mapping[str, Any], folder: str | os.PathLike | None = 
     where = Path(folder if folder is not None else identity["path"]).expanduser()
     if not (where / "config.json").is_file():
         said = "is not" if folder is None else "given with --model is not"
-        raise BundleError(f"the bundle's model folder {where} {said} on this machine (no config.json there): copy "
-                          "the model there, or give its place with --model PATH")
+        raise BundleError(
+            f"the bundle's model folder {where} {said} on this machine (no config.json there): copy "
+            "the model there, or give its place with --model PATH"
+        )
     digest = _sha256(_weight_files(where.resolve()))
     if digest != identity.get("weights_sha256"):
-        raise BundleError(f"the model in {where} is not the bundle's: its weights hash {digest[:12]}… differs from the "
-                          f"bundled {str(identity.get('weights_sha256'))[:12]}…")
+        raise BundleError(
+            f"the model in {where} is not the bundle's: its weights hash {digest[:12]}… differs from the "
+            f"bundled {str(identity.get('weights_sha256'))[:12]}…"
+        )
     return where
 
 
@@ -139,8 +168,10 @@ def run_weights(result: Any, layer: int | None = None) -> dict[str, np.ndarray]:
                 out[f"weights/{part}_layer{n}.npy"] = np.asarray(stack[n], dtype=np.float32)
         return out
     if not result.exact_weights:
-        raise BundleError("this run kept only an overview of its weights (they exceed the memory budget): a bundle "
-                          "holds exact weights, so use a shorter text or a larger memory budget")
+        raise BundleError(
+            "this run kept only an overview of its weights (they exceed the memory budget): a bundle "
+            "holds exact weights, so use a shorter text or a larger memory budget"
+        )
     return {"weights/attention.npy": np.asarray(result.weights, dtype=np.float32)}
 
 
@@ -169,9 +200,16 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 # the zip
 
 
-def write_bundle(path: str | os.PathLike, *, session: Mapping[str, Any], texts: Mapping[str, str],
-                 model: Mapping[str, Any], weights: Mapping[str, np.ndarray],
-                 figures: Mapping[str, bytes] | None = None, run: Mapping[str, Any] | None = None) -> Path:
+def write_bundle(
+    path: str | os.PathLike,
+    *,
+    session: Mapping[str, Any],
+    texts: Mapping[str, str],
+    model: Mapping[str, Any],
+    weights: Mapping[str, np.ndarray],
+    figures: Mapping[str, bytes] | None = None,
+    run: Mapping[str, Any] | None = None,
+) -> Path:
     """Write the bundle ``path`` (.zip) atomically; returns it. ``texts`` name -> text (stored as
     texts/NAME.txt), ``weights`` bundle name -> array, ``figures`` file name -> bytes,
     ``run`` what was computed beyond the session (e.g. ``{"layer": None}``)."""
@@ -180,9 +218,13 @@ def write_bundle(path: str | os.PathLike, *, session: Mapping[str, Any], texts: 
         raise BundleError(f"cannot write {path}: a bundle ends in .zip")
     figures = dict(figures or {})
     manifest = {
-        "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"), "environment": environment(),
-        "model": dict(model), "run": dict(run or {}), "texts": sorted(f"texts/{n}.txt" for n in texts),
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "model": dict(model),
+        "run": dict(run or {}),
+        "texts": sorted(f"texts/{n}.txt" for n in texts),
         "weights": [{"name": n, "shape": list(a.shape), "dtype": "float32"} for n, a in weights.items()],
         "figures": sorted(f"figures/{n}" for n in figures),
     }
@@ -221,11 +263,15 @@ def _check_manifest(manifest: Any, name: str) -> dict[str, Any]:
     version = manifest.get("version")
     made_by = str((manifest.get("environment") or {}).get("attndesk", "?"))
     if not isinstance(version, int) or version > BUNDLE_VERSION:
-        raise BundleError(f"{name} was made by attndesk {made_by} (bundle format {version!r}); this attndesk "
-                          f"{__version__} reads format {BUNDLE_VERSION}: update attndesk to reproduce it")
+        raise BundleError(
+            f"{name} was made by attndesk {made_by} (bundle format {version!r}); this attndesk "
+            f"{__version__} reads format {BUNDLE_VERSION}: update attndesk to reproduce it"
+        )
     if _version_tuple(made_by) > _version_tuple(__version__):
-        raise BundleError(f"{name} was made by attndesk {made_by}, newer than this attndesk {__version__}: "
-                          "update attndesk to reproduce it")
+        raise BundleError(
+            f"{name} was made by attndesk {made_by}, newer than this attndesk {__version__}: "
+            "update attndesk to reproduce it"
+        )
     return manifest
 
 
@@ -256,7 +302,9 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
     except (OSError, ValueError, KeyError, TypeError) as exc:  # unreadable, bad JSON / UTF-8 / npy
         if isinstance(exc, BundleError):
             raise
-        raise BundleError(f"{path.name} cannot be read as an attndesk bundle: {' '.join(str(exc).split())[:200]}") from None
+        raise BundleError(
+            f"{path.name} cannot be read as an attndesk bundle: {' '.join(str(exc).split())[:200]}"
+        ) from None
     return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])))
 
 
@@ -267,5 +315,17 @@ def same_environment(manifest: Mapping[str, Any]) -> list[str]:
     return [f"{k} {then.get(k, '?')} -> {now[k]}" for k in keys if str(then.get(k)) != str(now[k])]
 
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "Bundle", "BundleError", "check_model", "environment",
-           "largest_difference", "model_identity", "read_bundle", "run_weights", "same_environment", "write_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "Bundle",
+    "BundleError",
+    "check_model",
+    "environment",
+    "largest_difference",
+    "model_identity",
+    "read_bundle",
+    "run_weights",
+    "same_environment",
+    "write_bundle",
+]

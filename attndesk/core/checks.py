@@ -45,7 +45,9 @@ def real_number(name: str, value: Any, *, low: float, high: float, high_open: bo
     """A finite int or float (not a bool) in [low, high] (or [low, high)); else one line."""
     interval = f"[{low:g}, {high:g}{')' if high_open else ']'}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(f"{name} must be a number in {interval}, got {shown(value)} ({type_name(value)})", field=name)
+        raise ConfigTypeError(
+            f"{name} must be a number in {interval}, got {shown(value)} ({type_name(value)})", field=name
+        )
     value = float(value)
     if not math.isfinite(value) or value < low or value > high or (high_open and value == high):
         raise ConfigError(f"{name} must be in {interval}, got {value!r}", field=name)
@@ -69,7 +71,9 @@ def choice(name: str, value: Any, choices: Iterable[str]) -> str:
 def text_argument(name: str, value: Any) -> str:
     """A str to attend over; a wrong type is named (None, bytes, a number), not called empty."""
     if isinstance(value, (bytes, bytearray)):
-        raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}: decode it first (e.g. .decode('utf-8'))", field=name)
+        raise ConfigTypeError(
+            f"{name} must be a str, got {type_name(value)}: decode it first (e.g. .decode('utf-8'))", field=name
+        )
     if not isinstance(value, str):
         raise ConfigTypeError(f"{name} must be a str, got {type_name(value)}", field=name)
     return value

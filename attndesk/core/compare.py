@@ -56,8 +56,16 @@ def _compare_scaled(config: AttentionConfig, text: str) -> TeachingComparison:
         f"mean row entropy: scaled {_mean_entropy(a):.3f} nats, unscaled {_mean_entropy(b):.3f} nats; "
         f"largest weight: scaled {float(a.weights.max()):.3f}, unscaled {float(b.weights.max()):.3f}."
     )
-    return TeachingComparison("scaled", TEACHING_KINDS["scaled"], a, b, "A: scaled by 1/sqrt(d_k)",
-                              "B: unscaled", diff_results(a, b, budget=config.budget_bytes), explanation)
+    return TeachingComparison(
+        "scaled",
+        TEACHING_KINDS["scaled"],
+        a,
+        b,
+        "A: scaled by 1/sqrt(d_k)",
+        "B: unscaled",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+    )
 
 
 def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
@@ -78,8 +86,16 @@ def _compare_masked(config: AttentionConfig, text: str) -> TeachingComparison:
         f"Without the mask, a row puts {float(per_row.sum(axis=-1).mean()):.3f} of its weight (mean over rows "
         "and heads) on keys the mask blocks."
     )
-    return TeachingComparison("masked", TEACHING_KINDS["masked"], a, b, f"A: {kind} mask", "B: no mask",
-                              diff_results(a, b, budget=config.budget_bytes), explanation)
+    return TeachingComparison(
+        "masked",
+        TEACHING_KINDS["masked"],
+        a,
+        b,
+        f"A: {kind} mask",
+        "B: no mask",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+    )
 
 
 def _padded_length(config: AttentionConfig, text: str) -> int:
@@ -108,7 +124,10 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
     v = np.repeat(inter.v, cfg.num_heads // cfg.num_kv_heads, axis=0)  # [KV, L, d] -> [H, L, d]
     context = np.einsum("hqk,hkd->hqd", weights, v)
     b = dataclasses.replace(
-        a, weights=weights, output=out_projection(cfg, context), intermediates=None,
+        a,
+        weights=weights,
+        output=out_projection(cfg, context),
+        intermediates=None,
         mask=None,  # the variant masks no cell: views must not hatch its padded keys
         notices=[*a.notices, "tutorial's variant: attention_prob += mask * -1e5, mask [B, 1, L, 1]"],
     )
@@ -118,8 +137,15 @@ def _compare_tutorial(config: AttentionConfig, text: str) -> TeachingComparison:
     if not config.scaled:
         explanation += "\n(the tutorial itself never scales by sqrt(d_k); both sides here use this run's scores)"
     return TeachingComparison(
-        "tutorial", TEACHING_KINDS["tutorial"], a, b, "A: padding mask (keys, -inf)",
-        "B: tutorial's += mask * -1e5 (BUG)", diff_results(a, b, budget=config.budget_bytes), explanation, effect,
+        "tutorial",
+        TEACHING_KINDS["tutorial"],
+        a,
+        b,
+        "A: padding mask (keys, -inf)",
+        "B: tutorial's += mask * -1e5 (BUG)",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+        effect,
     )
 
 
@@ -143,6 +169,7 @@ def teaching_comparison(kind: str, config: AttentionConfig, text: str) -> Teachi
 def _check_full_size(config: AttentionConfig, length: int, bytes_per_cell: int, what: str) -> None:
     """A comparison holds whole [H, L, L] matrices (no blocked path): ConfigError when one run's
     peak plus ``bytes_per_cell`` per cell exceeds the memory budget, with the length that fits."""
+
     def need(n: int) -> int:
         return estimate_run(config, n).peak_bytes + bytes_per_cell * config.num_heads * n * n
 
@@ -242,14 +269,19 @@ def _torch_mha_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch
     """The same layer as an nn.MultiheadAttention, or the reason it cannot be one."""
     plain = config.num_kv_heads == config.num_heads and config.position in ("sinusoidal", "none")
     if config.num_heads == 1:
-        return None, ("nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
-                      "output projection, which nn.MultiheadAttention cannot express")
+        return None, (
+            "nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
+            "output projection, which nn.MultiheadAttention cannot express"
+        )
     if not plain or config.softcap is not None:
-        return None, ("nn.MultiheadAttention skipped: it has no grouped K/V heads, RoPE, ALiBi or soft-cap "
-                      "(F.scaled_dot_product_attention does this comparison)")
+        return None, (
+            "nn.MultiheadAttention skipped: it has no grouped K/V heads, RoPE, ALiBi or soft-cap "
+            "(F.scaled_dot_product_attention does this comparison)"
+        )
     length = x.shape[1]
-    mha = nn.MultiheadAttention(config.embed_dim, config.num_heads, bias=config.bias, batch_first=True,
-                                device=x.device, dtype=x.dtype).eval()
+    mha = nn.MultiheadAttention(
+        config.embed_dim, config.num_heads, bias=config.bias, batch_first=True, device=x.device, dtype=x.dtype
+    ).eval()
     # nn.MultiheadAttention always divides by sqrt(d_k): fold the wanted scale into its Q weights
     q_factor = scale * math.sqrt(config.head_dim)
     mha.in_proj_weight.copy_(torch.cat([layer.q_proj.weight * q_factor, layer.k_proj.weight, layer.v_proj.weight]))
@@ -262,7 +294,11 @@ def _torch_mha_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch
         mask = band if mask is None else mask & band
     # its bool mask means the opposite: True = may NOT attend; [L, L]
     blocked = None if mask is None else ~torch.broadcast_to(mask, (1, 1, length, length))[0, 0]
-    note = "unscaled: nn.MultiheadAttention's fixed 1/sqrt(d_k) is undone in its query weights" if not config.scaled else None
+    note = (
+        "unscaled: nn.MultiheadAttention's fixed 1/sqrt(d_k) is undone in its query weights"
+        if not config.scaled
+        else None
+    )
     return (lambda: mha(x, x, x, attn_mask=blocked, need_weights=True, average_attn_weights=False)), note
 
 
@@ -309,7 +345,9 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
             if config.softcap is not None:
                 notes.append("F.scaled_dot_product_attention skipped: it has no soft-cap")
             else:
-                out, timings[IMPLEMENTATIONS[1]] = _best_time(_sdpa_call(config, layer, x, mask, scale), repeats, device)
+                out, timings[IMPLEMENTATIONS[1]] = _best_time(
+                    _sdpa_call(config, layer, x, mask, scale), repeats, device
+                )
                 out_diff[IMPLEMENTATIONS[1]] = _max_abs(ref_out, out, notes, IMPLEMENTATIONS[1])
                 w_diff[IMPLEMENTATIONS[1]] = None
             call, note = _torch_mha_call(config, layer, x, mask, scale)
@@ -321,8 +359,13 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
         finally:
             layer.train(was_training)
     return ImplementationComparison(
-        timings=timings, max_abs_output=out_diff, max_abs_weights=w_diff, length=int(x.shape[1]),
-        device=str(device), dtype=config.dtype, notes=notes,
+        timings=timings,
+        max_abs_output=out_diff,
+        max_abs_weights=w_diff,
+        length=int(x.shape[1]),
+        device=str(device),
+        dtype=config.dtype,
+        notes=notes,
     )
 
 

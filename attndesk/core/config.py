@@ -75,61 +75,204 @@ class AttentionConfig:
     this order (the panel's rows).
     """
 
-    embed_dim: int = param(64, kind=int, label="Embedding dim", flag="--embed-dim", low=1, window_max=_WINDOW_INT,
-                           tip="Embedding size E of every token (split across the heads)", **_ARCHITECTURE)
-    num_heads: int = param(4, kind=int, label="Heads", flag="--heads", low=1, window_max=_WINDOW_INT, widget="heads",
-                           tip="Number of heads; must divide the embedding dim", **_ARCHITECTURE)
-    hidden_dim: int = param(64, kind=int, label="Hidden dim", flag="--hidden-dim", low=1, window_max=_WINDOW_INT,
-                            acts_when=lambda values: values["num_heads"] == 1,
-                            tip="Width d_k of the single head (used only when heads = 1)", **_ARCHITECTURE)
-    mask: str = param("padding", kind=str, label="Mask", flag="--mask", choices=MASK_KINDS, real_model="acts",
-                      tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones")
-    pad_to: int | None = param(None, kind=int, label="Pad to length", flag="--pad-to", low=1, none="no padding",
-                               control="zero", window_max=_WINDOW_INT, metavar="N",
-                               tip="Pad the tokens with [PAD] up to this length (shows the padding mask at work)")
-    scaled: bool = param(True, kind=bool, label="Scale scores by 1/√d_k", flag="--no-scale", widget="scale",
-                         real_model="acts", tip="Divide the scores by √d_k before the softmax")
-    position: str = param("sinusoidal", kind=str, label="Position", flag="--position", choices=POSITIONS,
-                          choice_labels=POSITION_LABELS, choice_tips=POSITION_TIPS, **_VARIANT,
-                          tip="Where token order enters the attention: sinusoidal (added to the embeddings), rope "
-                              "(rotates Q and K), alibi (a distance penalty on the scores) or none")
-    kv_heads: int | None = param(None, kind=int, label="K/V heads", flag="--kv-heads", low=1, control="divisors",
-                                 of="num_heads", none="one per query head, plain multi-head", metavar="KV", **_VARIANT,
-                                 tip="Key/value heads shared by groups of query heads: fewer K/V heads, a smaller "
-                                     "K/V cache; must divide the heads (1 = multi-query)")
+    embed_dim: int = param(
+        64,
+        kind=int,
+        label="Embedding dim",
+        flag="--embed-dim",
+        low=1,
+        window_max=_WINDOW_INT,
+        tip="Embedding size E of every token (split across the heads)",
+        **_ARCHITECTURE,
+    )
+    num_heads: int = param(
+        4,
+        kind=int,
+        label="Heads",
+        flag="--heads",
+        low=1,
+        window_max=_WINDOW_INT,
+        widget="heads",
+        tip="Number of heads; must divide the embedding dim",
+        **_ARCHITECTURE,
+    )
+    hidden_dim: int = param(
+        64,
+        kind=int,
+        label="Hidden dim",
+        flag="--hidden-dim",
+        low=1,
+        window_max=_WINDOW_INT,
+        acts_when=lambda values: values["num_heads"] == 1,
+        tip="Width d_k of the single head (used only when heads = 1)",
+        **_ARCHITECTURE,
+    )
+    mask: str = param(
+        "padding",
+        kind=str,
+        label="Mask",
+        flag="--mask",
+        choices=MASK_KINDS,
+        real_model="acts",
+        tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones",
+    )
+    pad_to: int | None = param(
+        None,
+        kind=int,
+        label="Pad to length",
+        flag="--pad-to",
+        low=1,
+        none="no padding",
+        control="zero",
+        window_max=_WINDOW_INT,
+        metavar="N",
+        tip="Pad the tokens with [PAD] up to this length (shows the padding mask at work)",
+    )
+    scaled: bool = param(
+        True,
+        kind=bool,
+        label="Scale scores by 1/√d_k",
+        flag="--no-scale",
+        widget="scale",
+        real_model="acts",
+        tip="Divide the scores by √d_k before the softmax",
+    )
+    position: str = param(
+        "sinusoidal",
+        kind=str,
+        label="Position",
+        flag="--position",
+        choices=POSITIONS,
+        choice_labels=POSITION_LABELS,
+        choice_tips=POSITION_TIPS,
+        **_VARIANT,
+        tip="Where token order enters the attention: sinusoidal (added to the embeddings), rope "
+        "(rotates Q and K), alibi (a distance penalty on the scores) or none",
+    )
+    kv_heads: int | None = param(
+        None,
+        kind=int,
+        label="K/V heads",
+        flag="--kv-heads",
+        low=1,
+        control="divisors",
+        of="num_heads",
+        none="one per query head, plain multi-head",
+        metavar="KV",
+        **_VARIANT,
+        tip="Key/value heads shared by groups of query heads: fewer K/V heads, a smaller "
+        "K/V cache; must divide the heads (1 = multi-query)",
+    )
     # the toy sentence has ~11 tokens, so a first window of 3 shows a clear band
-    window: int | None = param(None, kind=int, label="Window", flag="--window", low=1, none="global", unit="tokens",
-                               control="switch", suggested=3, window_max=_WINDOW_INT, metavar="W", **_VARIANT,
-                               must_be="a whole number of tokens >= 1 (1 = each query sees only itself) or None "
-                                       "for global attention",
-                               tip="Sliding window: query i sees key j only when |i − j| < W (Mistral, Gemma 2)")
+    window: int | None = param(
+        None,
+        kind=int,
+        label="Window",
+        flag="--window",
+        low=1,
+        none="global",
+        unit="tokens",
+        control="switch",
+        suggested=3,
+        window_max=_WINDOW_INT,
+        metavar="W",
+        **_VARIANT,
+        must_be="a whole number of tokens >= 1 (1 = each query sees only itself) or None for global attention",
+        tip="Sliding window: query i sees key j only when |i − j| < W (Mistral, Gemma 2)",
+    )
     # random toy weights give scaled scores of a few units, so a first cap of 1 visibly bends them
-    softcap: float | None = param(None, kind=float, label="Soft-cap", flag="--softcap", low=0.0, low_open=True,
-                                  high=1e6, none="no cap", control="switch", suggested=1.0, step=0.5, metavar="C",
-                                  must_be="a positive finite number (Gemma 2 uses 50) or None for no cap", **_VARIANT,
-                                  tip="Soft-cap: scaled scores s become C·tanh(s / C), bounded by ±C, before the mask "
-                                      "(Gemma 2 uses 50)")
-    dropout: float = param(0.0, kind=float, label="Dropout", flag="--dropout", low=0.0, high=1.0, high_open=True,
-                           step=0.05, tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)")
-    training: bool = param(False, kind=bool, label="Training mode (dropout on)", flag="--train", widget="train",
-                           tip="Training mode: dropout acts on the weights")
-    seed: int = param(0, kind=int, label="Seed", flag="--seed", low=0, high=2**63 - 1, window_max=_WINDOW_INT,
-                      tip="Seed of the random weights (same seed, same model)")
-    vocab_size: int = param(16384, kind=int, label="Vocabulary", flag="--vocab-size", low=3, window_max=_WINDOW_INT,
-                            must_be="at least 3 ([PAD], [UNK] and one word)",
-                            tip="Vocabulary size of the word tokenizer (rarer words become [UNK])")
-    bias: bool = param(True, kind=bool, label="Bias in the Linear layers", flag="--no-bias",
-                       tip="The Q, K, V and output Linear layers have a bias")
-    device: str = param("cpu", kind=str, label="Device", flag="--device", choices=DEVICE_NAMES,
-                        unavailable=device_availability,
-                        tip="Torch device; auto picks the best available")
-    dtype: str = param("float32", kind=str, label="Dtype", flag="--dtype", choices=tuple(DTYPES),
-                       tip="Compute precision")
-    memory_budget: int | None = param(None, kind=int, label="Memory budget", flag="--memory-budget", low=1,
-                                      none="auto", auto=default_memory_budget, unit="bytes", control="zero",
-                                      step=256, window_max=2**50, metavar="BYTES", real_model="acts",
-                                      tip="Memory the attention weights may take. Runs whose weights do not fit keep "
-                                          "a zoomable overview and recompute exact values on demand.")
+    softcap: float | None = param(
+        None,
+        kind=float,
+        label="Soft-cap",
+        flag="--softcap",
+        low=0.0,
+        low_open=True,
+        high=1e6,
+        none="no cap",
+        control="switch",
+        suggested=1.0,
+        step=0.5,
+        metavar="C",
+        must_be="a positive finite number (Gemma 2 uses 50) or None for no cap",
+        **_VARIANT,
+        tip="Soft-cap: scaled scores s become C·tanh(s / C), bounded by ±C, before the mask (Gemma 2 uses 50)",
+    )
+    dropout: float = param(
+        0.0,
+        kind=float,
+        label="Dropout",
+        flag="--dropout",
+        low=0.0,
+        high=1.0,
+        high_open=True,
+        step=0.05,
+        tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)",
+    )
+    training: bool = param(
+        False,
+        kind=bool,
+        label="Training mode (dropout on)",
+        flag="--train",
+        widget="train",
+        tip="Training mode: dropout acts on the weights",
+    )
+    seed: int = param(
+        0,
+        kind=int,
+        label="Seed",
+        flag="--seed",
+        low=0,
+        high=2**63 - 1,
+        window_max=_WINDOW_INT,
+        tip="Seed of the random weights (same seed, same model)",
+    )
+    vocab_size: int = param(
+        16384,
+        kind=int,
+        label="Vocabulary",
+        flag="--vocab-size",
+        low=3,
+        window_max=_WINDOW_INT,
+        must_be="at least 3 ([PAD], [UNK] and one word)",
+        tip="Vocabulary size of the word tokenizer (rarer words become [UNK])",
+    )
+    bias: bool = param(
+        True,
+        kind=bool,
+        label="Bias in the Linear layers",
+        flag="--no-bias",
+        tip="The Q, K, V and output Linear layers have a bias",
+    )
+    device: str = param(
+        "cpu",
+        kind=str,
+        label="Device",
+        flag="--device",
+        choices=DEVICE_NAMES,
+        unavailable=device_availability,
+        tip="Torch device; auto picks the best available",
+    )
+    dtype: str = param(
+        "float32", kind=str, label="Dtype", flag="--dtype", choices=tuple(DTYPES), tip="Compute precision"
+    )
+    memory_budget: int | None = param(
+        None,
+        kind=int,
+        label="Memory budget",
+        flag="--memory-budget",
+        low=1,
+        none="auto",
+        auto=default_memory_budget,
+        unit="bytes",
+        control="zero",
+        step=256,
+        window_max=2**50,
+        metavar="BYTES",
+        real_model="acts",
+        tip="Memory the attention weights may take. Runs whose weights do not fit keep "
+        "a zoomable overview and recompute exact values on demand.",
+    )
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> AttentionConfig:
@@ -151,7 +294,8 @@ class AttentionConfig:
         if self.embed_dim % self.num_heads:
             raise ConfigError(
                 f"{self.num_heads:,} heads do not divide embed_dim {self.embed_dim}; "
-                f"valid head counts: {_listed(divisors(self.embed_dim))}", field="num_heads"
+                f"valid head counts: {_listed(divisors(self.embed_dim))}",
+                field="num_heads",
             )
         if self.pad_to is not None:
             check_length(self, self.pad_to, "pad_to", field="pad_to")
@@ -173,10 +317,15 @@ class AttentionConfig:
             raise ConfigError(
                 f"{self.kv_heads:,} K/V heads cannot be shared evenly by {self.num_heads:,} query heads; valid "
                 f"K/V head counts: {_listed(divisors(self.num_heads))} (1 = multi-query, {self.num_heads:,} = "
-                "plain multi-head)", field="kv_heads")
+                "plain multi-head)",
+                field="kv_heads",
+            )
         if self.position == "rope" and self.head_dim % 2:
-            raise ConfigError(f"RoPE rotates pairs of dimensions, so the head dimension must be even, "
-                              f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}", field="position")
+            raise ConfigError(
+                f"RoPE rotates pairs of dimensions, so the head dimension must be even, "
+                f"got d_k = {self.head_dim}; {_even_head_dims_hint(self)}",
+                field="position",
+            )
 
     def check_cross_attention(self) -> None:
         """Refuse what needs ONE sequence: keys from another text have no distance to the queries.
@@ -186,18 +335,25 @@ class AttentionConfig:
         RoPE and sinusoidal positions are allowed: each text is encoded by its own positions.
         """
         if self.window is not None:
-            raise ConfigError("a sliding window measures the distance |i - j| within one text: "
-                              "switch cross-attention off or set the window to none (global)", field="window")
+            raise ConfigError(
+                "a sliding window measures the distance |i - j| within one text: "
+                "switch cross-attention off or set the window to none (global)",
+                field="window",
+            )
         if self.position == "alibi":
-            raise ConfigError("ALiBi penalises the distance |i - j| within one text: switch cross-attention "
-                              "off or choose another position (sinusoidal, rope or none)", field="position")
+            raise ConfigError(
+                "ALiBi penalises the distance |i - j| within one text: switch cross-attention "
+                "off or choose another position (sinusoidal, rope or none)",
+                field="position",
+            )
 
     def _check_device(self) -> None:
         reasons = device_availability()
         if self.device != "auto" and reasons[self.device] is not None:
             raise ConfigError(
                 f"device {self.device!r} is not available ({reasons[self.device]}); "
-                f"available: {', '.join(available_devices())}", field="device"
+                f"available: {', '.join(available_devices())}",
+                field="device",
             )
         if self.dtype == "float64" and self.device == "mps":
             raise ConfigError("MPS has no float64; choose float32 or bfloat16, or the cpu device", field="dtype")
@@ -268,8 +424,9 @@ def _legacy_position(data: dict[str, Any]) -> dict[str, Any]:
     flag = boolean("positional", data.pop("positional"))
     mapped = "sinusoidal" if flag else "none"
     if "position" in data and (data["position"] == "sinusoidal") != flag:
-        raise ConfigError(f"positional={flag} contradicts position={shown(data['position'])}: give position alone",
-                          field="position")
+        raise ConfigError(
+            f"positional={flag} contradicts position={shown(data['position'])}: give position alone", field="position"
+        )
     data.setdefault("position", mapped)
     return data
 
@@ -278,5 +435,7 @@ def _even_head_dims_hint(config: AttentionConfig) -> str:
     if config.num_heads == 1:
         return f"choose an even hidden_dim (got {config.hidden_dim})"
     good = [h for h in divisors(config.embed_dim) if (config.embed_dim // h) % 2 == 0 and h > 1]
-    return (f"embed_dim {config.embed_dim} / {config.num_heads} heads = {config.head_dim}; head counts giving an "
-            f"even d_k: {_listed(good) if good else 'none (make embed_dim even)'}")
+    return (
+        f"embed_dim {config.embed_dim} / {config.num_heads} heads = {config.head_dim}; head counts giving an "
+        f"even d_k: {_listed(good) if good else 'none (make embed_dim even)'}"
+    )

@@ -25,6 +25,7 @@ class ComparisonError(ValueError):
 
 # --- B - A ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ResultDiff:
     """``diff`` = B - A exactly (float64 of the stored values), cell by cell."""
@@ -67,7 +68,8 @@ def _check_diff_size(shape: tuple[int, ...], what: str, budget: int | None) -> N
             fits = f"; one head's would fit ({format_bytes(one_head)}): compare fewer heads, "
         raise ComparisonError(
             f"B - A of {what} ({described}) needs {format_bytes(need)} in float64, more than the "
-            f"{format_bytes(budget)} memory budget{fits or ': '}raise the budget or compare shorter texts")
+            f"{format_bytes(budget)} memory budget{fits or ': '}raise the budget or compare shorter texts"
+        )
     try:
         require_free_memory(need, f"B - A of {what} ({described})", "compare shorter texts or fewer heads")
     except ConfigError as exc:
@@ -91,8 +93,7 @@ def _largest(diff: np.ndarray) -> tuple[tuple[int, ...], float]:
     return where, best
 
 
-def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = (),
-                budget: int | None = None) -> ResultDiff:
+def diff_arrays(a, b, what: str = "weights", notes: tuple[str, ...] = (), budget: int | None = None) -> ResultDiff:
     """B - A of two same-shaped arrays; a ComparisonError names both shapes otherwise, or says
     what fits when B - A exceeds ``budget`` bytes (None: only the free memory is checked)."""
     a = np.asarray(a)
@@ -123,8 +124,9 @@ def _array(result: AttentionResult, what: str) -> np.ndarray:
     return getattr(result.intermediates, what)
 
 
-def diff_results(a: AttentionResult, b: AttentionResult, what: str = "weights",
-                 budget: int | None = None) -> ResultDiff:
+def diff_results(
+    a: AttentionResult, b: AttentionResult, what: str = "weights", budget: int | None = None
+) -> ResultDiff:
     """B - A of two results' ``what`` (weights by default). Different shapes are a ComparisonError
     with the reason, and so is a B - A over ``budget`` bytes; different tokens at the same length
     are compared position by position and said so in ``notes``."""
@@ -165,5 +167,12 @@ def out_projection(config: AttentionConfig, context: np.ndarray) -> np.ndarray:
     return out.float().cpu().numpy()
 
 
-__all__ = ["ComparisonError", "ResultDiff", "TeachingComparison", "diff_arrays", "diff_bytes", "diff_results",
-           "out_projection"]
+__all__ = [
+    "ComparisonError",
+    "ResultDiff",
+    "TeachingComparison",
+    "diff_arrays",
+    "diff_bytes",
+    "diff_results",
+    "out_projection",
+]

@@ -67,8 +67,13 @@ def onednn():
     return _onednn_op or None
 
 
-def softmax_rows(scores: torch.Tensor, blocked: torch.Tensor | None = None, empty: torch.Tensor | None = None,
-                 *, out: torch.Tensor | None = None) -> torch.Tensor:
+def softmax_rows(
+    scores: torch.Tensor,
+    blocked: torch.Tensor | None = None,
+    empty: torch.Tensor | None = None,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The one masked softmax: -inf where ``blocked`` (True = masked), softmax over the last axis,
     zeros on the ``empty`` rows (a query with no key left attends to nothing: never NaN).
 
@@ -155,22 +160,31 @@ class SpecRule:
     GEMM when that is exact (no soft-cap to turn -inf into -C, a positive scale); a causal or
     window band is a cached additive bias per block shape."""
 
-    def __init__(self, spec: MaskSpec, *, alibi: bool = False, fuse_keys: bool = True, align: int = 1,
-                 dtype=torch.float32):
+    def __init__(
+        self, spec: MaskSpec, *, alibi: bool = False, fuse_keys: bool = True, align: int = 1, dtype=torch.float32
+    ):
         self.spec, self.lq, self.lk, self.align = spec, spec.lq, spec.lk, align
         self.alibi, self.dtype, self.fuse_keys = alibi, dtype, fuse_keys
         self.distances = _Distances(dtype, spec.device)
         self.key_bias = None
         if spec.key_valid is not None:
-            self.key_bias = torch.zeros(spec.lk, dtype=dtype, device=spec.device).masked_fill_(~spec.key_valid, _NEG_INF)
+            self.key_bias = torch.zeros(spec.lk, dtype=dtype, device=spec.device).masked_fill_(
+                ~spec.key_valid, _NEG_INF
+            )
 
     def key_range(self, q0: int, q1: int) -> tuple[int, int]:
         return self.spec.key_range(q0, q1, self.align)
 
     def block(self, n: int, q0: int, q1: int) -> Block:
         k0, k1 = self.key_range(q0, q1)
-        blk = Block(q0, q1, k0, k1, empty=self.spec.empty_rows(q0, q1),
-                    mask_bias=self.spec.band_masks.bias(q0, q1, k0, k1, self.dtype))
+        blk = Block(
+            q0,
+            q1,
+            k0,
+            k1,
+            empty=self.spec.empty_rows(q0, q1),
+            mask_bias=self.spec.band_masks.bias(q0, q1, k0, k1, self.dtype),
+        )
         if self.key_bias is not None:
             if self.fuse_keys:
                 blk.key_bias = self.key_bias[k0:k1]
@@ -186,8 +200,19 @@ class DenseRule:
     [*lead, H, Lq, Lk] (broadcast views, never copied); item n is lead index n (row-major).
     A ``window`` W also masks |i - j| >= W, made per block (the band is never a full matrix)."""
 
-    def __init__(self, lead: tuple[int, ...], lq: int, lk: int, *, mask=None, bias=None,
-                 window: int | None = None, alibi: bool = False, fuse_keys: bool = True, dtype=torch.float32):
+    def __init__(
+        self,
+        lead: tuple[int, ...],
+        lq: int,
+        lk: int,
+        *,
+        mask=None,
+        bias=None,
+        window: int | None = None,
+        alibi: bool = False,
+        fuse_keys: bool = True,
+        dtype=torch.float32,
+    ):
         self.lead, self.lq, self.lk, self.window, self.alibi, self.dtype = lead, lq, lk, window, alibi, dtype
         self.bands = BandMasks(window=window)
         self.distances = _Distances(dtype)
@@ -297,8 +322,9 @@ class Scoring:
         return self.softcap is None and self.scale > 0 and math.isfinite(self.scale)
 
 
-def block_weights(q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring: Scoring,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
+def block_weights(
+    q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring: Scoring, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Exact weights [b, w] of one head's block: q [b, d] (rows q0..q1-1), k [w, d] (keys k0..k1-1)."""
     op = onednn() if q.dtype == torch.float32 else None
     key_bias = blk.key_bias[h] if blk.key_bias is not None and blk.key_bias.dim() == 2 else blk.key_bias
@@ -352,10 +378,20 @@ def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTE
     return max(8, min(lq, rows))
 
 
-def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rule: BlockRule, scoring: Scoring, *,
-                   block_rows: int, weights: torch.Tensor | None = None, sink: WeightsSink | None = None,
-                   timer=NULL_TIMER, progress: Callable[[int, int, int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None) -> torch.Tensor:
+def fast_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rule: BlockRule,
+    scoring: Scoring,
+    *,
+    block_rows: int,
+    weights: torch.Tensor | None = None,
+    sink: WeightsSink | None = None,
+    timer=NULL_TIMER,
+    progress: Callable[[int, int, int, int], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> torch.Tensor:
     """Exact attention of q [N, H, Lq, d] over k [N, KV, Lk, d], v [N, KV, Lk, dv] (KV divides H:
     head h reads K/V head h // (H // KV)) -> context [N, H, Lq, dv].
 
@@ -379,9 +415,9 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rule: Bloc
         for b, q0 in enumerate(range(0, lq, block_rows)):
             blk = rule.block(n, q0, min(q0 + block_rows, lq))
             if blk.k1 == blk.k0:  # no key in reach (a window past the last key): attend to nothing
-                context[n, :, blk.q0:blk.q1].zero_()
+                context[n, :, blk.q0 : blk.q1].zero_()
                 if weights is not None:
-                    weights[n, :, blk.q0:blk.q1].zero_()
+                    weights[n, :, blk.q0 : blk.q1].zero_()
                 continue
             for h in range(heads):
                 if should_cancel is not None and should_cancel():
@@ -389,10 +425,10 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rule: Bloc
                 kv = h // groups
                 with timer.stage("attention", report=False):
                     out = _weights_out(weights, buffer, n, h, blk)
-                    w = block_weights(q[n, h, blk.q0:blk.q1], k[n, kv, blk.k0:blk.k1], blk, h, scoring, out)
+                    w = block_weights(q[n, h, blk.q0 : blk.q1], k[n, kv, blk.k0 : blk.k1], blk, h, scoring, out)
                 if not whole_heads:
                     with timer.stage("weighted sum", report=False):
-                        torch.mm(w, v[n, kv, blk.k0:blk.k1], out=context[n, h, blk.q0:blk.q1])
+                        torch.mm(w, v[n, kv, blk.k0 : blk.k1], out=context[n, h, blk.q0 : blk.q1])
                 if sink is not None:
                     with timer.stage("overview", report=False):
                         sink.add(h, blk.q0, w, blk.k0)

@@ -111,8 +111,11 @@ def param(default: Any, **spec: Any) -> Any:
 @functools.cache
 def fields_of(cls: type) -> tuple[Param, ...]:
     """Every ``param`` field of the dataclass ``cls``, in declaration order, name and default filled in."""
-    return tuple(dataclasses.replace(f.metadata["param"], name=f.name, default=f.default)
-                 for f in dataclasses.fields(cls) if "param" in f.metadata)
+    return tuple(
+        dataclasses.replace(f.metadata["param"], name=f.name, default=f.default)
+        for f in dataclasses.fields(cls)
+        if "param" in f.metadata
+    )
 
 
 def check_value(p: Param, value: Any) -> None:
@@ -133,8 +136,9 @@ def _check_whole(p: Param, value: Any) -> None:
     low = int(p.low) if p.low is not None else 1
     if p.must_be and isinstance(value, int) and not isinstance(value, bool) and value < low:
         raise ConfigError(f"{p.name} must be {p.must_be}, got {value}", field=p.name)
-    whole_number(p.name, value, minimum=min(low, 1) if p.must_be else low,
-                 maximum=int(p.high) if p.high is not None else None)
+    whole_number(
+        p.name, value, minimum=min(low, 1) if p.must_be else low, maximum=int(p.high) if p.high is not None else None
+    )
 
 
 def _check_real(p: Param, value: Any) -> None:
@@ -143,10 +147,15 @@ def _check_real(p: Param, value: Any) -> None:
         real_number(p.name, value, low=low, high=high, high_open=p.high_open)
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(f"{p.name} must be a number{' or None' if p.optional else ''}, got {shown(value)} "
-                              f"({type_name(value)})", field=p.name)
-    inside = (math.isfinite(value) and (value > low if p.low_open else value >= low)
-              and (value < high if p.high_open else value <= high))
+        raise ConfigTypeError(
+            f"{p.name} must be a number{' or None' if p.optional else ''}, got {shown(value)} ({type_name(value)})",
+            field=p.name,
+        )
+    inside = (
+        math.isfinite(value)
+        and (value > low if p.low_open else value >= low)
+        and (value < high if p.high_open else value <= high)
+    )
     if not inside:
         raise ConfigError(f"{p.name} must be {p.must_be}, got {value!r}", field=p.name)
 

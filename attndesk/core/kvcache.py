@@ -42,21 +42,35 @@ def _label(kv: int, heads: int) -> str:
     return f"GQA, {kv} K/V heads ({heads // kv} queries each)"
 
 
-def kv_cache_table(config: AttentionConfig, lengths: tuple[int, ...] = CACHE_LENGTHS, *, layers: int = 1,
-                   dtype: str | None = None) -> list[KVCacheRow]:
+def kv_cache_table(
+    config: AttentionConfig, lengths: tuple[int, ...] = CACHE_LENGTHS, *, layers: int = 1, dtype: str | None = None
+) -> list[KVCacheRow]:
     """Every valid K/V head count for the config's heads and d_k, most heads first, with the
     cache at each length (``layers`` layers, batch 1, ``dtype`` default the config's)."""
     itemsize = DTYPES[dtype or config.dtype].itemsize
     rows = []
     for kv in sorted(divisors(config.num_heads), reverse=True):
         per_token = kv_cache_bytes(kv, config.head_dim, 1, layers=layers, itemsize=itemsize)
-        rows.append(KVCacheRow(kv, _label(kv, config.num_heads), per_token,
-                               {n: per_token * n for n in lengths}, kv == config.num_kv_heads))
+        rows.append(
+            KVCacheRow(
+                kv,
+                _label(kv, config.num_heads),
+                per_token,
+                {n: per_token * n for n in lengths},
+                kv == config.num_kv_heads,
+            )
+        )
     return rows
 
 
-def window_cache_row(config: AttentionConfig, window: int, lengths: tuple[int, ...] = CACHE_LENGTHS, *,
-                     layers: int = 1, dtype: str | None = None) -> KVCacheRow:
+def window_cache_row(
+    config: AttentionConfig,
+    window: int,
+    lengths: tuple[int, ...] = CACHE_LENGTHS,
+    *,
+    layers: int = 1,
+    dtype: str | None = None,
+) -> KVCacheRow:
     """The config's K/V heads under a sliding window of ``window`` keys: a decoder needs only the
     last ``window`` tokens' K and V (a rolling buffer, as Mistral keeps), so the cache stops growing."""
     if window < 1:

@@ -115,8 +115,9 @@ class MemoryLedger:
     lets go at once); ``reserve(nbytes, label)`` makes room for something about to be made.
     ``budget`` None: nothing is let go. ``say(line)`` hears what was let go (through ``post``)."""
 
-    def __init__(self, budget: int | None = None, *, say: Callable[[str], None] | None = None,
-                 post: Post | None = None) -> None:
+    def __init__(
+        self, budget: int | None = None, *, say: Callable[[str], None] | None = None, post: Post | None = None
+    ) -> None:
         self._budget = budget
         self._say = say
         self._post: Post = post or (lambda fn: fn())
@@ -145,8 +146,16 @@ class MemoryLedger:
         return None if self._budget is None else max(0, self._budget - self.total())
 
     # -- changes ---------------------------------------------------------------------------------
-    def hold(self, owner: str, label: str, size: int | Iterable[Any], release: Release | None = None, *,
-             protected: bool = False, strict: bool = True) -> Holding:
+    def hold(
+        self,
+        owner: str,
+        label: str,
+        size: int | Iterable[Any],
+        release: Release | None = None,
+        *,
+        protected: bool = False,
+        strict: bool = True,
+    ) -> Holding:
         """Register a holding of ``size`` bytes, or of the arrays/tensors in ``size``, after letting
         go of what must go for it to fit; LedgerError when it cannot fit at all (nothing is let go).
         ``strict`` False (what already exists and is drawn: the run on screen): never refused, it
@@ -203,11 +212,17 @@ class MemoryLedger:
         if floor > self._budget:
             beside = _total(kept)
             fits = max(0, self._budget - beside)
-            where = f" beside what cannot be let go ({format_bytes(beside)}: " \
-                    f"{', '.join(h.label for h in kept)})" if kept else ""
-            raise LedgerError(f"{new.label} needs {format_bytes(new.nbytes)}; at most {format_bytes(fits)} fits "
-                              f"in the {format_bytes(self._budget)} memory budget{where}: raise the budget "
-                              "or make it smaller", field="memory_budget")
+            where = (
+                f" beside what cannot be let go ({format_bytes(beside)}: {', '.join(h.label for h in kept)})"
+                if kept
+                else ""
+            )
+            raise LedgerError(
+                f"{new.label} needs {format_bytes(new.nbytes)}; at most {format_bytes(fits)} fits "
+                f"in the {format_bytes(self._budget)} memory budget{where}: raise the budget "
+                "or make it smaller",
+                field="memory_budget",
+            )
         return self._over_budget(new)
 
     def _over_budget(self, new: Holding | None) -> list[Holding]:
@@ -216,7 +231,9 @@ class MemoryLedger:
         if self._budget is None:
             return []
         doomed = []
-        candidates = sorted((h for h in self._holdings if h.release_fn is not None), key=lambda h: (h.protected, h.used))
+        candidates = sorted(
+            (h for h in self._holdings if h.release_fn is not None), key=lambda h: (h.protected, h.used)
+        )
         extra = [new] if new is not None else []
         for holding in candidates:
             total = _total(self._holdings + extra)

@@ -88,8 +88,10 @@ def _shared_bias(causal: bool, window: int | None, offset: int, rows: int, cols:
 def _make_band(causal: bool, window: int | None, offset: int, rows: int, cols: int, device) -> torch.Tensor:
     """bool [rows, cols]: True where j - i is allowed, for a block whose first query is ``offset``
     positions after its first key."""
-    diff = (torch.arange(rows, dtype=torch.int32, device=device)[:, None]
-            - torch.arange(cols, dtype=torch.int32, device=device)[None, :]) + offset  # i - j
+    diff = (
+        torch.arange(rows, dtype=torch.int32, device=device)[:, None]
+        - torch.arange(cols, dtype=torch.int32, device=device)[None, :]
+    ) + offset  # i - j
     band = diff >= 0 if causal else None
     if window is not None:
         near = diff < window if causal else diff.abs_() < window

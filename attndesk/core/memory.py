@@ -155,8 +155,10 @@ def check_parameters(config: AttentionConfig) -> None:
         line += f" ({format_bytes(estimate.total)} in all)"
     if fixable:
         raise ConfigError(f"{line}; at most {fit:,} fits in {where}", field=name)
-    raise ConfigError(f"{line}; the model does not fit in {where} even at the smallest sizes: raise the memory budget",
-                      field="memory_budget")
+    raise ConfigError(
+        f"{line}; the model does not fit in {where} even at the smallest sizes: raise the memory budget",
+        field="memory_budget",
+    )
 
 
 def _part_of(name: str, estimate: ParameterEstimate) -> tuple[str, int]:
@@ -189,7 +191,8 @@ def check_length(config: AttentionConfig, length: int, what: str, field: str | N
     fit = largest_fitting(lambda n: minimum_run_bytes(config, n), 1, length, free)
     raise ConfigError(
         f"{what} {length:,} needs at least {format_bytes(need)} for the token embeddings and projections; "
-        f"at most {fit:,} tokens fit in the {format_bytes(free)} of free memory", field=field
+        f"at most {fit:,} tokens fit in the {format_bytes(free)} of free memory",
+        field=field,
     )
 
 
@@ -206,8 +209,9 @@ class RunEstimate:
         return f"weights {format_bytes(self.weights_bytes)}, peak {format_bytes(self.peak_bytes)}"
 
 
-def estimate_run(config: AttentionConfig, query_len: int, key_len: int | None = None, *,
-                 keep_intermediates: bool = False) -> RunEstimate:
+def estimate_run(
+    config: AttentionConfig, query_len: int, key_len: int | None = None, *, keep_intermediates: bool = False
+) -> RunEstimate:
     """Sizes of the tensors ``run_attention`` creates on its full path for these lengths (batch
     of one), counting what dropout and kept intermediates add."""
     lq, lk = query_len, query_len if key_len is None else key_len
@@ -219,8 +223,11 @@ def estimate_run(config: AttentionConfig, query_len: int, key_len: int | None = 
     weights_bytes = hll * 4
     # token lists, embeddings (query and key side), q/k/v, the score buffer and the softmax
     # output, the context and the merged output, plus the bool masks (the mask, its complement)
-    peak = (TOKEN_LIST_BYTES * (lq + lk) + item * ((lq + lk) * e + lq * width + 2 * lk * kv_width + 2 * hll + 2 * lq * width)
-            + 2 * lq * lk)
+    peak = (
+        TOKEN_LIST_BYTES * (lq + lk)
+        + item * ((lq + lk) * e + lq * width + 2 * lk * kv_width + 2 * hll + 2 * lq * width)
+        + 2 * lq * lk
+    )
     if config.dtype != "float32":
         peak += weights_bytes  # the float32 copy handed back
     if config.training and config.dropout > 0:
@@ -246,4 +253,6 @@ def require_free_memory(need: int, what: str, fix: str, device: str | None = Non
         return
     free = available_memory(device)
     if free is not None and need > free:
-        raise ConfigError(f"{what} would take {format_bytes(need)}, more than the {format_bytes(free)} of free memory; {fix}")
+        raise ConfigError(
+            f"{what} would take {format_bytes(need)}, more than the {format_bytes(free)} of free memory; {fix}"
+        )

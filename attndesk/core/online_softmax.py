@@ -111,8 +111,10 @@ def check_walk(lq: int, lk: int, dv: int, block: int, budget: int) -> None:
         return
     fits = fitting_block(lq, lk, dv, budget, block)
     advice = f"blocks of {fits} keys fit" if fits else "no block size fits: shorten the text or raise the budget"
-    raise ConfigError(f"the walk in blocks of {block} key(s) keeps {format_bytes(need)} ({-(-lk // block):,} steps "
-                      f"x {lq:,} queries), over the memory budget of {format_bytes(budget)}; {advice}")
+    raise ConfigError(
+        f"the walk in blocks of {block} key(s) keeps {format_bytes(need)} ({-(-lk // block):,} steps "
+        f"x {lq:,} queries), over the memory budget of {format_bytes(budget)}; {advice}"
+    )
 
 
 def online_softmax(scores, values, block: int, *, budget: int | None = None) -> OnlineSoftmaxWalk:
@@ -148,8 +150,9 @@ def online_softmax(scores, values, block: int, *, budget: int | None = None) -> 
     weights = _full_softmax(s)
     reference = weights @ v
     diff = float(np.abs(final - reference).max()) if final.size else 0.0
-    return OnlineSoftmaxWalk(steps, final, reference, weights, diff, kept_bytes=4 * lq * (v.shape[1] + 2),
-                             weights_bytes=4 * lq * lk)
+    return OnlineSoftmaxWalk(
+        steps, final, reference, weights, diff, kept_bytes=4 * lq * (v.shape[1] + 2), weights_bytes=4 * lq * lk
+    )
 
 
 def walk_head(intermediates, head: int, block: int) -> OnlineSoftmaxWalk:
@@ -186,19 +189,38 @@ def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarr
         raise IndexError(f"head {head} out of range 0..{heads - 1}")
     kv = head // (heads // kv_heads)
     dtype = config.torch_dtype
-    q, k, v = (torch.as_tensor(x).to(dtype)[None, None] for x in (inter.q[head], inter.k[kv], inter.v[kv]))  # [1, 1, L, d]
+    q, k, v = (
+        torch.as_tensor(x).to(dtype)[None, None] for x in (inter.q[head], inter.k[kv], inter.v[kv])
+    )  # [1, 1, L, d]
     bias = None
     if config.position == "alibi":  # this head's row of alibi_bias: -slope_h |i - j|
         lq, lk = q.shape[-2], k.shape[-2]
         bias = (-float(alibi_slopes(heads)[head]) * distances(0, lq, 0, lk, dtype=torch.float64)).to(dtype)
     keep: dict = {}
     with torch.inference_mode():
-        context, _ = attend(q, k, v, mask=None if mask is None else torch.as_tensor(np.ascontiguousarray(mask)),
-                            bias=bias, scale=config.head_dim ** -0.5 if config.scaled else 1.0,
-                            softcap=config.softcap, keep=keep)
+        context, _ = attend(
+            q,
+            k,
+            v,
+            mask=None if mask is None else torch.as_tensor(np.ascontiguousarray(mask)),
+            bias=bias,
+            scale=config.head_dim**-0.5 if config.scaled else 1.0,
+            softcap=config.softcap,
+            keep=keep,
+        )
     scores = keep["masked"][0, 0].float().numpy()
     return HeadAttention(head, kv, scores, inter.v[kv], context[0, 0].float().numpy())
 
 
-__all__ = ["EXPLANATION", "HeadAttention", "OnlineSoftmaxWalk", "OnlineStep", "check_walk", "fitting_block",
-           "head_attention", "online_softmax", "walk_bytes", "walk_head"]
+__all__ = [
+    "EXPLANATION",
+    "HeadAttention",
+    "OnlineSoftmaxWalk",
+    "OnlineStep",
+    "check_walk",
+    "fitting_block",
+    "head_attention",
+    "online_softmax",
+    "walk_bytes",
+    "walk_head",
+]

@@ -44,10 +44,13 @@ class ToyModel(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=PAD_ID)
         if config.num_heads == 1:
-            self.attention: SingleHeadAttention | MultiHeadAttention = SingleHeadAttention(config.embed_dim, config.hidden_dim, bias=config.bias)
+            self.attention: SingleHeadAttention | MultiHeadAttention = SingleHeadAttention(
+                config.embed_dim, config.hidden_dim, bias=config.bias
+            )
         else:
-            self.attention = MultiHeadAttention(config.embed_dim, config.num_heads, config.dropout, bias=config.bias,
-                                                kv_heads=config.num_kv_heads)
+            self.attention = MultiHeadAttention(
+                config.embed_dim, config.num_heads, config.dropout, bias=config.bias, kv_heads=config.num_kv_heads
+            )
 
 
 _MODEL_KEYS = ("embed_dim", "hidden_dim", "num_heads", "num_kv_heads", "bias", "seed", "vocab_size", "dtype", "dropout")
@@ -149,17 +152,34 @@ class PreparedText:
     def cross(self) -> bool:
         return self.key_text is not None
 
-    def is_for(self, config: AttentionConfig, text: str, key_text: str | None, half_storage: str | None,
-               keep_intermediates: bool) -> bool:
+    def is_for(
+        self,
+        config: AttentionConfig,
+        text: str,
+        key_text: str | None,
+        half_storage: str | None,
+        keep_intermediates: bool,
+    ) -> bool:
         """Whether a run of these arguments may use it as it is."""
         if keep_intermediates and self.plan.kind == FULL and not self.plan.intermediates:
             return False  # the full path's intermediates take more memory than was checked
-        return (self.config == config and self.half_storage == half_storage and self.text == text
-                and self.key_text == key_text)
+        return (
+            self.config == config
+            and self.half_storage == half_storage
+            and self.text == text
+            and self.key_text == key_text
+        )
 
 
-def prepare_text(config: AttentionConfig, text: str, key_text: str | None = None, *, plan: RunPlan | None = None,
-                 half_storage: str | None = None, keep_intermediates: bool = False) -> PreparedText:
+def prepare_text(
+    config: AttentionConfig,
+    text: str,
+    key_text: str | None = None,
+    *,
+    plan: RunPlan | None = None,
+    half_storage: str | None = None,
+    keep_intermediates: bool = False,
+) -> PreparedText:
     """Validate, tokenize and plan a run (``plan`` when it was made for these lengths, else a new
     one), and check the plan against free memory: everything ``run_attention`` does before it
     computes, done once. Raises ConfigError for bad settings, empty text, or a run that cannot
@@ -167,15 +187,24 @@ def prepare_text(config: AttentionConfig, text: str, key_text: str | None = None
     queries, keys, _ = _tokenize(config, text, key_text)
     lq, lk = len(queries.ids), len(keys.ids)
     # a plan made for other lengths, or for a full run without the intermediates' copies, is redone
-    if (plan is None or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
-            or (keep_intermediates and plan.kind == FULL and not plan.intermediates)):
+    if (
+        plan is None
+        or (plan.lq, plan.lk, plan.num_heads) != (lq, lk, config.num_heads)
+        or (keep_intermediates and plan.kind == FULL and not plan.intermediates)
+    ):
         plan = plan_run(config, lq, lk, half_storage=half_storage, keep_intermediates=keep_intermediates)
     check_memory(plan, config)
     return PreparedText(config, text, key_text, queries, keys, plan, half_storage)
 
 
-def plan_text(config: AttentionConfig, text: str, key_text: str | None = None, *,
-              half_storage: str | None = None, keep_intermediates: bool = False) -> RunPlan:
+def plan_text(
+    config: AttentionConfig,
+    text: str,
+    key_text: str | None = None,
+    *,
+    half_storage: str | None = None,
+    keep_intermediates: bool = False,
+) -> RunPlan:
     """What ``run_attention(config, text, key_text=...)`` will do, worked out before it starts
     (tokenizing only): ``plan_text(...).describe()`` is the line the app shows first. Raises
     ConfigError when even the memory-bounded run cannot fit in free memory. (``prepare_text``
@@ -209,8 +238,9 @@ def run_attention(
     ``prepare_text`` with the same arguments) saves tokenizing and checking memory again.
     """
     if prepared is None or not prepared.is_for(config, text, key_text, half_storage, keep_intermediates):
-        prepared = prepare_text(config, text, key_text, plan=plan,
-                                half_storage=half_storage, keep_intermediates=keep_intermediates)
+        prepared = prepare_text(
+            config, text, key_text, plan=plan, half_storage=half_storage, keep_intermediates=keep_intermediates
+        )
     queries, keys, cross, plan = prepared.queries, prepared.keys, prepared.cross, prepared.plan
     lq, lk = len(queries.ids), len(keys.ids)
     _check_dropout(config, plan)
@@ -225,8 +255,13 @@ def run_attention(
         q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
         k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
         x, x_kv = _embed(model, config, q_ids, k_ids if cross else None, timer)
-        spec = MaskSpec(lq, lk, key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
-                        causal="causal" in config.mask, window=config.window)
+        spec = MaskSpec(
+            lq,
+            lk,
+            key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
+            causal="causal" in config.mask,
+            window=config.window,
+        )
         proj = _project(model, config, x, x_kv, timer, keep)
         if plan.blocked:
             kept = _attend_bounded(config, plan, proj, spec, timer, progress, should_cancel)
@@ -237,14 +272,25 @@ def run_attention(
         intermediates = _intermediates(keep, x, proj, kept, output, plan)
         output_np = _to_numpy(output[0])  # [Lq, E]
     return AttentionResult(
-        tokens=queries.tokens, token_ids=np.asarray(queries.ids, dtype=np.int64), weights=kept.weights,
-        output=output_np, timings=timer.total(), flops=plan.flops, peak_bytes=peak.measured(),
-        device=str(device), config=config, mask=kept.mask,
+        tokens=queries.tokens,
+        token_ids=np.asarray(queries.ids, dtype=np.int64),
+        weights=kept.weights,
+        output=output_np,
+        timings=timer.total(),
+        flops=plan.flops,
+        peak_bytes=peak.measured(),
+        device=str(device),
+        config=config,
+        mask=kept.mask,
         key_tokens=keys.tokens if cross else None,
         key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
-        intermediates=intermediates, notices=_notices(config, plan, queries, keys, cross, keep_intermediates),
-        unknown=list(queries.unknown), key_unknown=list(keys.unknown) if cross else None,
-        plan=plan, pyramid=kept.pyramid, exact=kept.exact,
+        intermediates=intermediates,
+        notices=_notices(config, plan, queries, keys, cross, keep_intermediates),
+        unknown=list(queries.unknown),
+        key_unknown=list(keys.unknown) if cross else None,
+        plan=plan,
+        pyramid=kept.pyramid,
+        exact=kept.exact,
     )
 
 
@@ -272,8 +318,13 @@ def project_text(config: AttentionConfig, text: str, key_text: str | None = None
         k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
         x, x_kv = _embed(model, config, q_ids, k_ids if cross else None, timer)
         proj = _project(model, config, x, x_kv, timer, keep)
-        spec = MaskSpec(len(queries.ids), len(keys.ids), causal="causal" in config.mask, window=config.window,
-                        key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None)
+        spec = MaskSpec(
+            len(queries.ids),
+            len(keys.ids),
+            causal="causal" in config.mask,
+            window=config.window,
+            key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
+        )
         mask = spec.to_numpy()
     inter = Intermediates.from_arrays({name: _to_numpy(t[0]) for name, t in keep.items()})
     return ProjectedText(inter, mask, proj.scale)
@@ -303,8 +354,9 @@ class _PeakMemory:
         return int(self.estimate)
 
 
-def _embed(model: ToyModel, config: AttentionConfig, q_ids: torch.Tensor, k_ids: torch.Tensor | None,
-           timer: StageTimer) -> tuple[torch.Tensor, torch.Tensor]:
+def _embed(
+    model: ToyModel, config: AttentionConfig, q_ids: torch.Tensor, k_ids: torch.Tensor | None, timer: StageTimer
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token embeddings [1, L, E] of the queries and (cross-attention) of the keys, each plus
     its own sinusoidal positions when the config adds them."""
     with timer.stage("embed"):
@@ -312,17 +364,21 @@ def _embed(model: ToyModel, config: AttentionConfig, q_ids: torch.Tensor, k_ids:
         x_kv = x if k_ids is None else model.embedding(k_ids)
         if config.position == "sinusoidal":
             x = x + sinusoidal_encoding(x.shape[1], config.embed_dim, dtype=x.dtype, device=x.device)
-            x_kv = x if k_ids is None else x_kv + sinusoidal_encoding(
-                x_kv.shape[1], config.embed_dim, dtype=x.dtype, device=x.device)
+            x_kv = (
+                x
+                if k_ids is None
+                else x_kv + sinusoidal_encoding(x_kv.shape[1], config.embed_dim, dtype=x.dtype, device=x.device)
+            )
     return x, x_kv
 
 
-def _project(model: ToyModel, config: AttentionConfig, x: torch.Tensor, x_kv: torch.Tensor, timer: StageTimer,
-             keep: dict | None) -> Projections:
+def _project(
+    model: ToyModel, config: AttentionConfig, x: torch.Tensor, x_kv: torch.Tensor, timer: StageTimer, keep: dict | None
+) -> Projections:
     """Q, K, V (+ RoPE) of the layer; the score scale is folded into Q unless intermediates are
     kept (then Q is kept as projected, unscaled)."""
     layer = model.attention
-    scale = config.head_dim ** -0.5 if config.scaled else 1.0
+    scale = config.head_dim**-0.5 if config.scaled else 1.0
     with timer.stage("projections"):
         proj = layer.project(x, x_kv, x_kv, scale=scale, rope=config.position == "rope", fold=keep is None)
     if keep is not None:
@@ -348,8 +404,15 @@ def _scoring(config: AttentionConfig, scale: float) -> Scoring:
     return Scoring(scale=scale, softcap=config.softcap, slopes=slopes)
 
 
-def _attend_full(model: ToyModel, config: AttentionConfig, proj: Projections, spec: MaskSpec, timer: StageTimer,
-                 keep: dict | None, should_cancel) -> _Attended:
+def _attend_full(
+    model: ToyModel,
+    config: AttentionConfig,
+    proj: Projections,
+    spec: MaskSpec,
+    timer: StageTimer,
+    keep: dict | None,
+    should_cancel,
+) -> _Attended:
     """Every weight: the fast path, or the reference where it must (intermediates, dropout,
     another device or dtype, inputs too small for blocks to pay)."""
     q, k, v = proj.q, proj.k, proj.v
@@ -360,19 +423,37 @@ def _attend_full(model: ToyModel, config: AttentionConfig, proj: Projections, sp
         band = None if config.window is None else 2 * config.window - 1
         rows = block_rows_for(spec.lq, spec.lk, q.element_size(), band=band)
         weights = q.new_empty(1, config.num_heads, spec.lq, spec.lk)
-        context = fast_attention(q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer,
-                                 should_cancel=should_cancel)
+        context = fast_attention(
+            q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer, should_cancel=should_cancel
+        )
     else:
         bias = None
         if scoring.slopes is not None:
             bias = alibi_bias(config.num_heads, spec.lq, spec.lk, dtype=q.dtype, device=q.device)
-        context, weights = attend(q, k, v, mask=spec.to_tensor(), bias=bias, scale=proj.scale,
-                                  softcap=config.softcap, dropout=dropout, keep=keep, timer=timer)
+        context, weights = attend(
+            q,
+            k,
+            v,
+            mask=spec.to_tensor(),
+            bias=bias,
+            scale=proj.scale,
+            softcap=config.softcap,
+            dropout=dropout,
+            keep=keep,
+            timer=timer,
+        )
     return _Attended(context, _to_numpy(weights[0]), spec.to_numpy())
 
 
-def _attend_bounded(config: AttentionConfig, plan: RunPlan, proj: Projections, spec: MaskSpec, timer: StageTimer,
-                    progress, should_cancel) -> _Attended:
+def _attend_bounded(
+    config: AttentionConfig,
+    plan: RunPlan,
+    proj: Projections,
+    spec: MaskSpec,
+    timer: StageTimer,
+    progress,
+    should_cancel,
+) -> _Attended:
     """The memory-bounded run: the same numbers, streamed through query blocks into ``plan``'s
     sink (a pyramid, or stored float16/32 beside a small one); exact values on demand."""
     heads = config.num_heads
@@ -380,7 +461,11 @@ def _attend_bounded(config: AttentionConfig, plan: RunPlan, proj: Projections, s
     scoring = _scoring(config, proj.scale)
     banded = spec.causal or spec.window is not None  # blocks see only some keys
     builder = PyramidBuilder(heads, spec.lq, spec.lk, plan.factor, device=q.device, banded=banded)
-    stored = None if plan.kind == PYRAMID else FullSink(heads, spec.lq, spec.lk, np.float16 if plan.storage == "float16" else np.float32)
+    stored = (
+        None
+        if plan.kind == PYRAMID
+        else FullSink(heads, spec.lq, spec.lk, np.float16 if plan.storage == "float16" else np.float32)
+    )
 
     # the blocks fill the progress between the end of the projections and of the weighted sum
     lo, hi = ((STAGES.index(name) + 1) / len(STAGES) for name in ("projections", "weighted sum"))
@@ -390,10 +475,21 @@ def _attend_bounded(config: AttentionConfig, plan: RunPlan, proj: Projections, s
             done = block * num + head + 1
             progress(lo + (hi - lo) * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
 
-    context = blocked_attention(q, k, v, spec, scale=scoring.scale, block_rows=plan.block_rows,
-                                sink=builder if stored is None else TeeSink(stored, builder),
-                                softcap=scoring.softcap, slopes=scoring.slopes, align=plan.factor,
-                                timer=timer, progress=block_done, should_cancel=should_cancel)
+    context = blocked_attention(
+        q,
+        k,
+        v,
+        spec,
+        scale=scoring.scale,
+        block_rows=plan.block_rows,
+        sink=builder if stored is None else TeeSink(stored, builder),
+        softcap=scoring.softcap,
+        slopes=scoring.slopes,
+        align=plan.factor,
+        timer=timer,
+        progress=block_done,
+        should_cancel=should_cancel,
+    )
     exact = ExactAttention(q, k, spec, scale=scoring.scale, softcap=scoring.softcap, slopes=scoring.slopes)
     with timer.stage(OVERVIEW, report=False):
         pyramid = builder.finish(exact, spec)
@@ -406,8 +502,9 @@ def _attend_bounded(config: AttentionConfig, plan: RunPlan, proj: Projections, s
     return _Attended(context[None], weights, mask, pyramid, exact)
 
 
-def _intermediates(keep: dict | None, x: torch.Tensor, proj: Projections, kept: _Attended, output: torch.Tensor,
-                   plan: RunPlan) -> Intermediates | None:
+def _intermediates(
+    keep: dict | None, x: torch.Tensor, proj: Projections, kept: _Attended, output: torch.Tensor, plan: RunPlan
+) -> Intermediates | None:
     """The kept stages without the batch axis (a bounded run keeps only the small tensors)."""
     if keep is None:
         return None

@@ -92,8 +92,10 @@ class RunPlan:
             why = f"the full path needs {format_bytes(self.full_peak_bytes)} (weights {weights}), over the {budget} budget"
         band = "" if self.window is None else f", computing only the band |i - j| < {self.window}"
         if self.kind == BLOCKED:
-            return (f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)})"
-                    f" + exact on demand{band}{eta_text}")
+            return (
+                f"{head}: {why}, keeping every weight as {self.storage} ({format_bytes(self.weights_bytes // 2)})"
+                f" + exact on demand{band}{eta_text}"
+            )
         line = f"{head}: {why}, keeping a {self.overview_px} px overview + exact on demand{band}{eta_text}"
         if self.peak_bytes > self.budget:  # the projections alone outgrow the budget: say so
             line += f"; even so it needs about {format_bytes(self.peak_bytes)}, over the budget"
@@ -157,16 +159,32 @@ def plan_run(
     rate = _RATE.get(str(config.device))
     cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)  # those computed
     seconds = max(estimate.flops / rate, cells * CELL_SECONDS) if rate else None
-    plan = partial(RunPlan, num_heads=h, lq=lq, lk=lk, budget=budget, weights_bytes=estimate.weights_bytes,
-                  full_peak_bytes=estimate.peak_bytes, flops=estimate.flops, seconds=seconds,
-                  intermediates=keep_intermediates, window=config.window)
+    plan = partial(
+        RunPlan,
+        num_heads=h,
+        lq=lq,
+        lk=lk,
+        budget=budget,
+        weights_bytes=estimate.weights_bytes,
+        full_peak_bytes=estimate.peak_bytes,
+        flops=estimate.flops,
+        seconds=seconds,
+        intermediates=keep_intermediates,
+        window=config.window,
+    )
 
     kind = force
     if kind is None:
         kind = FULL if estimate.peak_bytes <= budget else None
     if kind == FULL:
-        return plan(kind=FULL, peak_bytes=estimate.peak_bytes, storage="float32", block_rows=lq,
-                       factor=1, overview_px=max(lq, lk))
+        return plan(
+            kind=FULL,
+            peak_bytes=estimate.peak_bytes,
+            storage="float32",
+            block_rows=lq,
+            factor=1,
+            overview_px=max(lq, lk),
+        )
 
     # a score block is at most a sixteenth of the budget, so a small budget means small blocks
     block_rows = max(1, min(lq, min(block_bytes, budget // 16) // max(1, lk * item)))
@@ -180,14 +198,21 @@ def plan_run(
             factor = max(1, _ceil_div(max(lq, lk), px))
             peak += _pyramid_bytes(h, lq, lk, factor)
             if kind == BLOCKED or peak <= budget:
-                return plan(kind=BLOCKED, peak_bytes=peak, storage=storage, block_rows=block_rows,
-                               factor=factor, overview_px=min(px, max(lq, lk)))
+                return plan(
+                    kind=BLOCKED,
+                    peak_bytes=peak,
+                    storage=storage,
+                    block_rows=block_rows,
+                    factor=factor,
+                    overview_px=min(px, max(lq, lk)),
+                )
 
     return _pyramid_plan(config, lq, lk, block_rows, overview_px, plan)
 
 
-def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, overview_px: int,
-                  plan: Callable[..., RunPlan]) -> RunPlan:
+def _pyramid_plan(
+    config: AttentionConfig, lq: int, lk: int, block_rows: int, overview_px: int, plan: Callable[..., RunPlan]
+) -> RunPlan:
     """The pyramid (``plan``: RunPlan with the fields every kind shares): the largest overview (a power of two, down to MIN_OVERVIEW_PX) that fits;
     when even the smallest does not fit (the projections of a huge document alone are over the
     budget) shrinking it all the way would only lose detail: it just keeps the overview itself
@@ -208,8 +233,14 @@ def _pyramid_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, ov
     while px > floor and (peak > budget if fits_at_all else _pyramid_bytes(h, lq, lk, factor) > budget // 4):
         px //= 2
         factor, rows, peak = sized(px)
-    return plan(kind=PYRAMID, peak_bytes=peak, storage="pyramid", block_rows=min(rows, lq), factor=factor,
-                   overview_px=min(px, max(lq, lk)))
+    return plan(
+        kind=PYRAMID,
+        peak_bytes=peak,
+        storage="pyramid",
+        block_rows=min(rows, lq),
+        factor=factor,
+        overview_px=min(px, max(lq, lk)),
+    )
 
 
 def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
@@ -235,5 +266,6 @@ def check_memory(plan: RunPlan, config: AttentionConfig) -> None:
     fit = largest_fitting(peak, 1, plan.lq, free)
     tokens = "tokens" if plan.lq == plan.lk else "query tokens"
     what = f"at most {fit:,} {tokens} fit" if fit >= 1 else "not even one token fits"
-    raise ConfigError(f"{plan.size_text}: even the memory-bounded run needs about {need}, more than the {room} of "
-                      f"free memory; {what}")
+    raise ConfigError(
+        f"{plan.size_text}: even the memory-bounded run needs about {need}, more than the {room} of free memory; {what}"
+    )

@@ -80,8 +80,9 @@ class PyramidBuilder:
     """Sink for ``blocked_attention``: accumulates level-0 tile max and sum for every head and
     for the mean over heads. Memory: 2 x (H+1) x R x C float32 plus one [block, Lk] buffer."""
 
-    def __init__(self, num_heads: int, lq: int, lk: int, factor: int, *, device: torch.device | str = "cpu",
-                 banded: bool = False):
+    def __init__(
+        self, num_heads: int, lq: int, lk: int, factor: int, *, device: torch.device | str = "cpu", banded: bool = False
+    ):
         if factor < 1:
             raise ValueError(f"factor must be >= 1, got {factor}")
         self.num_heads, self.lq, self.lk, self.factor = num_heads, lq, lk, factor
@@ -159,8 +160,11 @@ class PyramidBuilder:
             if self._scratch is None or self._scratch.numel() < 2 * n * width:
                 self._scratch = torch.empty(2 * n * max(width, self.lk), dtype=torch.float32, device=w.device)
             scratch = self._scratch[: 2 * n * width].view(2, n, width)  # reused, contiguous
-            rows_max, rows_sum = _rows_max_sum(seg.reshape(n, f, width),  # [n, f, w] -> [n, w]
-                                               scratch[0], scratch[1])
+            rows_max, rows_sum = _rows_max_sum(
+                seg.reshape(n, f, width),  # [n, f, w] -> [n, w]
+                scratch[0],
+                scratch[1],
+            )
             t0 = r // f
             _cols_into(rows_max, f, maxes[index, t0 : t0 + n], "max")  # [n, C]
             _cols_into(rows_sum, f, sums[index, t0 : t0 + n], "sum")
@@ -178,8 +182,15 @@ class PyramidBuilder:
         maxes, sums = self.maxes.cpu(), self.sums.cpu()
         factor = self.factor
         while True:
-            levels.append(PyramidLevel(factor=factor, max=maxes.numpy(), sums=sums.numpy(),
-                                       counts=self.counts(factor).numpy(), all_masked=mask.tile_all_masked(factor)))
+            levels.append(
+                PyramidLevel(
+                    factor=factor,
+                    max=maxes.numpy(),
+                    sums=sums.numpy(),
+                    counts=self.counts(factor).numpy(),
+                    all_masked=mask.tile_all_masked(factor),
+                )
+            )
             if max(maxes.shape[-2:]) <= min_side:
                 break
             maxes, sums, factor = _pool2(maxes, "max"), _pool2(sums, "sum"), factor * 2
@@ -216,8 +227,9 @@ class AttentionPyramid:
     ``head`` arguments are an int in 0..H-1 or ``"mean"`` (mean over heads).
     """
 
-    def __init__(self, num_heads: int, lq: int, lk: int, levels: list[PyramidLevel],
-                 exact: ExactAttention | None, mask: MaskSpec):
+    def __init__(
+        self, num_heads: int, lq: int, lk: int, levels: list[PyramidLevel], exact: ExactAttention | None, mask: MaskSpec
+    ):
         self.num_heads, self.lq, self.lk = num_heads, lq, lk
         self.levels, self.exact, self.mask_spec = levels, exact, mask
         self._head_max = levels[0].max.reshape(num_heads + 1, -1).max(axis=1)  # [H+1]
@@ -294,6 +306,8 @@ class AttentionPyramid:
 
     def describe(self) -> str:
         lv = self.levels[0]
-        return (f"overview {lv.shape[1]} x {lv.shape[0]} px ({lv.factor} x {lv.factor} cells per pixel, "
-                f"tile max and mean), {len(self.levels)} level(s), {format_bytes(self.nbytes)}; "
-                "hover and zoom values are recomputed exactly")
+        return (
+            f"overview {lv.shape[1]} x {lv.shape[0]} px ({lv.factor} x {lv.factor} cells per pixel, "
+            f"tile max and mean), {len(self.levels)} level(s), {format_bytes(self.nbytes)}; "
+            "hover and zoom values are recomputed exactly"
+        )

@@ -99,11 +99,19 @@ class AttentionResult(TimedRun):
         cfg = self.config
         slopes = alibi_slopes(self.num_heads).astype(np.float32) if cfg.position == "alibi" else None
         return AttentionMap(
-            queries=list(self.tokens), keys=list(self.keys), weights=self.weights, mask=self.mask,
+            queries=list(self.tokens),
+            keys=list(self.keys),
+            weights=self.weights,
+            mask=self.mask,
             title="cross-attention" if self.key_tokens is not None else "self-attention",
-            summary=settings_summary(self), file_tag=file_tag(cfg, self.num_heads),
-            kv_heads=cfg.num_kv_heads, window=cfg.window, alibi_slopes=slopes,
-            notices=list(self.notices), pyramid=self.pyramid, exact=self.exact,
+            summary=settings_summary(self),
+            file_tag=file_tag(cfg, self.num_heads),
+            kv_heads=cfg.num_kv_heads,
+            window=cfg.window,
+            alibi_slopes=slopes,
+            notices=list(self.notices),
+            pyramid=self.pyramid,
+            exact=self.exact,
         )
 
 
@@ -120,8 +128,12 @@ def variant_parts(config: AttentionConfig) -> list[str]:
     return parts
 
 
-_POSITION_WORDS = {"sinusoidal": "sinusoidal positions", "rope": "RoPE", "alibi": "ALiBi",
-                   "none": "no positional encoding"}
+_POSITION_WORDS = {
+    "sinusoidal": "sinusoidal positions",
+    "rope": "RoPE",
+    "alibi": "ALiBi",
+    "none": "no positional encoding",
+}
 
 
 def settings_summary(result: AttentionResult) -> str:

@@ -29,8 +29,9 @@ def rope_angles(length: int, dim: int, *, base: float = ROPE_BASE, start: int = 
     return torch.outer(positions, rope_frequencies(dim, base))
 
 
-def rope_cos_sin(length: int, dim: int, *, dtype=torch.float32, device=None, base: float = ROPE_BASE,
-                 start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    length: int, dim: int, *, dtype=torch.float32, device=None, base: float = ROPE_BASE, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [L, d] in the rotate_half layout (each angle twice: halves, not interleaved)."""
     angles = rope_angles(length, dim, base=base, start=start)
     both = torch.cat([angles, angles], dim=-1)  # [L, d]
@@ -54,8 +55,14 @@ def rope(x: torch.Tensor, *, base: float = ROPE_BASE, start: int = 0) -> torch.T
     return apply_rope(x, cos, sin)
 
 
-def rope_relative_scores(q: np.ndarray | torch.Tensor, k: np.ndarray | torch.Tensor, offsets,
-                         *, base: float = ROPE_BASE, anchors=(0, 37, 1000)) -> np.ndarray:
+def rope_relative_scores(
+    q: np.ndarray | torch.Tensor,
+    k: np.ndarray | torch.Tensor,
+    offsets,
+    *,
+    base: float = ROPE_BASE,
+    anchors=(0, 37, 1000),
+) -> np.ndarray:
     """q . k after rotating q to position m + offset and k to position m, for each offset.
 
     Returns float64 [len(anchors), len(offsets)]: one row per absolute position m. The rows are
@@ -78,5 +85,13 @@ def rope_relative_scores(q: np.ndarray | torch.Tensor, k: np.ndarray | torch.Ten
     return torch.stack(rows).numpy()
 
 
-__all__ = ["ROPE_BASE", "apply_rope", "rope", "rope_angles", "rope_cos_sin", "rope_frequencies",
-           "rope_relative_scores", "rotate_half"]
+__all__ = [
+    "ROPE_BASE",
+    "apply_rope",
+    "rope",
+    "rope_angles",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_relative_scores",
+    "rotate_half",
+]

@@ -53,7 +53,9 @@ def parse_which(which: object, num_heads: int) -> Which:
         try:
             which = int(text)
         except ValueError:
-            raise ValueError(f"which must be 'all', 'mean' or a head number 0..{num_heads - 1}, got {which!r}") from None
+            raise ValueError(
+                f"which must be 'all', 'mean' or a head number 0..{num_heads - 1}, got {which!r}"
+            ) from None
     if isinstance(which, (bool, np.bool_)) or not isinstance(which, (int, np.integer)):
         raise ValueError(f"which must be 'all', 'mean' or a head number, got {which!r}")
     if not 0 <= int(which) < num_heads:
@@ -97,7 +99,8 @@ def weights(map: AttentionMap, head: Head, region: Region | None = None) -> np.n
             lq, lk = map.shape
             raise OverviewOnly(
                 f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory "
-                "budget): ask for an exact region, export an image, or raise the memory budget")
+                "budget): ask for an exact region, export an image, or raise the memory budget"
+            )
         (q0, q1), (k0, k1) = check_region(map, region)
         return np.asarray(map.pyramid.region(head, q0, q1, k0, k1), dtype=np.float32)
     w = np.asarray(map.weights)  # [H, Lq, Lk]
@@ -181,8 +184,14 @@ def _head_index(map: AttentionMap, head: Head) -> int:
 # tiles
 
 
-def tile_reduce(matrix: np.ndarray, factor: int | tuple[int, int], how: str = "max", *,
-                ignore: np.ndarray | None = None, empty: float = 0.0) -> np.ndarray:
+def tile_reduce(
+    matrix: np.ndarray,
+    factor: int | tuple[int, int],
+    how: str = "max",
+    *,
+    ignore: np.ndarray | None = None,
+    empty: float = 0.0,
+) -> np.ndarray:
     """Reduce the last two axes over tiles of ``factor`` (or (rows, cols)) cells.
 
     ``how``: "max" (a single sharp weight survives), "mean" (over the tile's real cells: a short
@@ -230,12 +239,12 @@ def _fold(a: np.ndarray, fr: int, fc: int, how: str) -> np.ndarray:
     across = a[..., 0::fr, :].copy()  # [..., R, cols]: row 0 of every tile
     for i in range(1, fr):
         part = a[..., i::fr, :]  # [..., R or R - 1, cols]: row i of every (long enough) tile
-        rows = across[..., :part.shape[-2], :]
+        rows = across[..., : part.shape[-2], :]
         combine(rows, part, out=rows)
     out = across[..., 0::fc].copy()  # [..., R, C]: then the tile columns
     for j in range(1, fc):
         part = across[..., j::fc]
-        cols = out[..., :part.shape[-1]]
+        cols = out[..., : part.shape[-1]]
         combine(cols, part, out=cols)
     return out
 
@@ -255,8 +264,7 @@ def _tile_counts(shape: Sequence[int], fr: int, fc: int, ignore: np.ndarray | No
 # derived maps
 
 
-def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool,
-              budget: int | None = None) -> AttentionMap:
+def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool, budget: int | None = None) -> AttentionMap:
     """The map without the key columns ``keys`` (e.g. a decoder's first token, its attention sink).
 
     ``renormalise`` rescales each row to sum to 1 over the keys left (the legend says so);
@@ -281,14 +289,20 @@ def drop_keys(map: AttentionMap, keys: Sequence[int], *, renormalise: bool,
     if renormalise:
         total = kept.sum(axis=-1, keepdims=True, dtype=np.float64)  # [H, Lq, 1]
         kept *= np.where(total > 0, 1.0 / np.maximum(total, 1e-30), 0.0).astype(np.float32)  # in place
-        legend = (f"{names} hidden, rows renormalised over the other keys (it held "
-                  f"{float(mass.mean()):.0%} of each row on average)")
+        legend = (
+            f"{names} hidden, rows renormalised over the other keys (it held "
+            f"{float(mass.mean()):.0%} of each row on average)"
+        )
     else:
         legend = f"{names} hidden, rows NOT renormalised (mean {float(mass.mean()):.0%} hidden)"
     return dataclasses.replace(
-        map, keys=[map.keys[k] for k in keep], weights=kept,
+        map,
+        keys=[map.keys[k] for k in keep],
+        weights=kept,
         mask=None if map.mask is None else np.asarray(map.mask)[:, keep],
-        hidden_mass=None if renormalise else mass, legend=legend, exact=None,
+        hidden_mass=None if renormalise else mass,
+        legend=legend,
+        exact=None,
         file_tag=f"{map.file_tag}_nokey{'-'.join(str(k) for k in hidden)}" if map.file_tag else "",
     )
 
@@ -299,7 +313,8 @@ def _check_copy_fits(weights: np.ndarray, kept_keys: int, budget: int | None) ->
         raise ConfigError(
             f"hiding keys needs a copy of the weights ({format_bytes(copy)}); with the weights themselves "
             f"({format_bytes(weights.nbytes)}) that is over the {format_bytes(budget)} memory budget: "
-            "raise the budget or use a shorter text")
+            "raise the budget or use a shorter text"
+        )
 
 
 def alibi_bias(map: AttentionMap, head: Head) -> np.ndarray:
@@ -343,7 +358,23 @@ def group_label(map: AttentionMap, kv: int, heads: Sequence[int] | None = None) 
 
 
 __all__ = [
-    "ALL", "OverviewOnly", "Region", "Which", "alibi_bias", "check_region", "drop_keys", "group_label",
-    "head_title", "heads_of", "is_causal", "mask", "mean_over_heads", "overview", "parse_which", "slope_text", "stack", "tile_reduce",
+    "ALL",
+    "OverviewOnly",
+    "Region",
+    "Which",
+    "alibi_bias",
+    "check_region",
+    "drop_keys",
+    "group_label",
+    "head_title",
+    "heads_of",
+    "is_causal",
+    "mask",
+    "mean_over_heads",
+    "overview",
+    "parse_which",
+    "slope_text",
+    "stack",
+    "tile_reduce",
     "weights",
 ]

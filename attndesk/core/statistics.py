@@ -150,7 +150,9 @@ def statistics_csv(stats: Iterable[HeadStats], columns: Sequence[str] = STAT_FIE
     writer.writerow(columns)
     for s in stats:
         row = s.as_row()
-        writer.writerow(["" if row[c] is None else (repr(row[c]) if isinstance(row[c], float) else row[c]) for c in columns])
+        writer.writerow(
+            ["" if row[c] is None else (repr(row[c]) if isinstance(row[c], float) else row[c]) for c in columns]
+        )
     return buf.getvalue()
 
 

@@ -9,8 +9,12 @@ from .errors import ConfigError
 from .memory import format_bytes
 
 MAX_TEXT_BYTES = 2**20  # 1 MiB: a long document, but still something a person reads
-_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe (FIFO)"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def read_regular(name: str, limit: int, *, wanted: str = "a text file") -> bytes:

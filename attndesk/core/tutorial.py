@@ -123,8 +123,10 @@ class TutorialEffect:
             f"  padded query rows unchanged by the variant: {'yes' if self.padded_rows_unchanged else 'no'}",
         ]
         if self.max_vs_unmasked == 0:
-            lines.append("  (0: every score here survived x - 1e5 exactly, its bits fit the grid next to 1e5 "
-                         "in this dtype, e.g. float32-stored scores in float64)")
+            lines.append(
+                "  (0: every score here survived x - 1e5 exactly, its bits fit the grid next to 1e5 "
+                "in this dtype, e.g. float32-stored scores in float64)"
+            )
         if not self.has_padding:
             lines.append("  (this input has no padding: set a pad length to see the difference)")
         return "\n".join(lines)
@@ -183,6 +185,14 @@ def float32_relative_bound() -> float:
 
 
 __all__ = [
-    "EXPLANATION", "PENALTY", "TutorialEffect", "create_padding_mark", "float32_relative_bound",
-    "key_axis_mask", "rounding_step", "tutorial_attention", "tutorial_effect", "tutorial_masked_softmax",
+    "EXPLANATION",
+    "PENALTY",
+    "TutorialEffect",
+    "create_padding_mark",
+    "float32_relative_bound",
+    "key_axis_mask",
+    "rounding_step",
+    "tutorial_attention",
+    "tutorial_effect",
+    "tutorial_masked_softmax",
 ]

@@ -51,14 +51,18 @@ def _pooled_b(a: AttentionResult, config: AttentionConfig, kv: int) -> Attention
     q = torch.as_tensor(inter.q).to(dtype)[None]
     mask = None if a.mask is None else torch.as_tensor(np.ascontiguousarray(a.mask))
     bias = None if inter.bias is None else torch.as_tensor(inter.bias).to(dtype)
-    scale = config.head_dim ** -0.5 if config.scaled else 1.0
+    scale = config.head_dim**-0.5 if config.scaled else 1.0
     with torch.inference_mode():
-        context, weights = attend(q, pool(inter.k), pool(inter.v), mask=mask, bias=bias, scale=scale,
-                                  softcap=config.softcap)
+        context, weights = attend(
+            q, pool(inter.k), pool(inter.v), mask=mask, bias=bias, scale=scale, softcap=config.softcap
+        )
     b_config = config.replace(kv_heads=kv)
     return dataclasses.replace(
-        a, weights=weights[0].float().numpy(), output=out_projection(config, context[0].float().numpy()),
-        config=b_config, intermediates=None,
+        a,
+        weights=weights[0].float().numpy(),
+        output=out_projection(config, context[0].float().numpy()),
+        config=b_config,
+        intermediates=None,
         notices=[*a.notices, f"B: A's K/V heads mean-pooled into {kv} group(s) of {config.num_heads // kv}"],
     )
 
@@ -70,8 +74,10 @@ def _compare_gqa(config: AttentionConfig, text: str) -> TeachingComparison:
     b = _pooled_b(a, a_config, kv)
     rows = kv_cache_table(config)
     mha, gqa = rows[0], next(r for r in rows if r.kv_heads == kv)
-    table = "\n".join(f"  {r.label}: " + ", ".join(f"{n // 1024}k tokens {format_bytes(b_)}" for n, b_ in r.bytes.items())
-                      for r in rows)
+    table = "\n".join(
+        f"  {r.label}: " + ", ".join(f"{n // 1024}k tokens {format_bytes(b_)}" for n, b_ in r.bytes.items())
+        for r in rows
+    )
     explanation = (
         f"A has one K and V head per query head; B shares {kv} K/V head(s) among the {config.num_heads} "
         f"query heads (heads {config.num_heads // kv} by {config.num_heads // kv} read the same keys: their "
@@ -82,8 +88,17 @@ def _compare_gqa(config: AttentionConfig, text: str) -> TeachingComparison:
         f"B keeps {mha.ratio_to(gqa):.0f}x less than A, at the same query cost."
     )
     diff = diff_results(a, b, budget=config.budget_bytes)
-    return TeachingComparison("gqa", VARIANT_KINDS["gqa"], a, b, f"A: MHA ({config.num_heads} K/V heads)",
-                              f"B: GQA ({kv} K/V heads, pooled)", diff, explanation, kv_cache=rows)
+    return TeachingComparison(
+        "gqa",
+        VARIANT_KINDS["gqa"],
+        a,
+        b,
+        f"A: MHA ({config.num_heads} K/V heads)",
+        f"B: GQA ({kv} K/V heads, pooled)",
+        diff,
+        explanation,
+        kv_cache=rows,
+    )
 
 
 def _mean_distance(result: AttentionResult) -> float:
@@ -102,8 +117,16 @@ def _compare_rope(config: AttentionConfig, text: str) -> TeachingComparison:
         "The weights are random here, so neither prefers near tokens; what RoPE guarantees is that a shift "
         "of both positions leaves every score unchanged (see Positions)."
     )
-    return TeachingComparison("rope", VARIANT_KINDS["rope"], a, b, "A: sinusoidal positions", "B: RoPE",
-                              diff_results(a, b, budget=config.budget_bytes), explanation)
+    return TeachingComparison(
+        "rope",
+        VARIANT_KINDS["rope"],
+        a,
+        b,
+        "A: sinusoidal positions",
+        "B: RoPE",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+    )
 
 
 def comparison_window(config: AttentionConfig, length: int) -> int:
@@ -127,8 +150,16 @@ def _compare_window(config: AttentionConfig, text: str, window: int | None = Non
         f"B redistributes. B computes {share:.0%} of A's cells; at long lengths the work and the memory grow "
         f"like L x {w}, not L^2 (a 16k-token run with window 512 computes 6% of the cells)."
     )
-    return TeachingComparison("window", VARIANT_KINDS["window"], a, b, "A: global attention", f"B: window {w}",
-                              diff_results(a, b, budget=config.budget_bytes), explanation)
+    return TeachingComparison(
+        "window",
+        VARIANT_KINDS["window"],
+        a,
+        b,
+        "A: global attention",
+        f"B: window {w}",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+    )
 
 
 def _compare_softcap(config: AttentionConfig, text: str, cap: float | None = None) -> TeachingComparison:
@@ -145,8 +176,16 @@ def _compare_softcap(config: AttentionConfig, text: str, cap: float | None = Non
         f"{float(a.weights.max()):.3f}, B {float(b.weights.max()):.3f}."
     )
     a = dataclasses.replace(a, intermediates=None)
-    return TeachingComparison("softcap", VARIANT_KINDS["softcap"], a, b, "A: no soft-cap", f"B: soft-cap {c:g}",
-                              diff_results(a, b, budget=config.budget_bytes), explanation)
+    return TeachingComparison(
+        "softcap",
+        VARIANT_KINDS["softcap"],
+        a,
+        b,
+        "A: no soft-cap",
+        f"B: soft-cap {c:g}",
+        diff_results(a, b, budget=config.budget_bytes),
+        explanation,
+    )
 
 
 def variant_comparison(kind: str, config: AttentionConfig, text: str) -> TeachingComparison:

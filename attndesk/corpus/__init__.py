@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import importlib
 
-_WHERE = {"ATLAS_POINTS": "engine", "CorpusProgress": "engine", "ENGINES": "engine", "analyze_corpus": "engine",
-          "CorpusStore": "store", "open_corpus": "store"}
+_WHERE = {
+    "ATLAS_POINTS": "engine",
+    "CorpusProgress": "engine",
+    "ENGINES": "engine",
+    "analyze_corpus": "engine",
+    "CorpusStore": "store",
+    "open_corpus": "store",
+}
 
 
 def __getattr__(name: str):

@@ -74,8 +74,9 @@ def umap_2d(points: np.ndarray, seed: int) -> np.ndarray:
     return np.asarray(reducer.fit_transform(points), dtype=np.float64)
 
 
-def faithfulness(q: np.ndarray, k: np.ndarray, q_xy: np.ndarray, k_xy: np.ndarray, seed: int,
-                 pairs: int = QUALITY_PAIRS) -> float:
+def faithfulness(
+    q: np.ndarray, k: np.ndarray, q_xy: np.ndarray, k_xy: np.ndarray, seed: int, pairs: int = QUALITY_PAIRS
+) -> float:
     """Pearson r of q . k and -|proj(q) - proj(k)| over random pairs (NaN when it has no spread)."""
     rng = np.random.default_rng(seed)
     i = rng.integers(0, len(q), pairs)
@@ -92,7 +93,7 @@ def project(q: np.ndarray, k: np.ndarray, method: str, seed: int) -> tuple[np.nd
     qj, kj, _, _ = joint_space(q, k)
     points = np.concatenate([qj, kj])
     xy = pca_2d(points) if method == "pca" else umap_2d(points, seed)
-    q_xy, k_xy = xy[: len(q)], xy[len(q):]
+    q_xy, k_xy = xy[: len(q)], xy[len(q) :]
     return q_xy, k_xy, faithfulness(q, k, q_xy, k_xy, seed)
 
 

@@ -133,8 +133,9 @@ class ShardResult:
     atlas: pa.Table
 
 
-def _sample(lengths: Sequence[int], text_ids: np.ndarray, side: str, settings: PassSettings,
-            threshold: int | None) -> dict[int, np.ndarray]:
+def _sample(
+    lengths: Sequence[int], text_ids: np.ndarray, side: str, settings: PassSettings, threshold: int | None
+) -> dict[int, np.ndarray]:
     """Per text index, the positions whose priority is among the shard's ``atlas_points`` smallest
     (and under ``threshold``, the run's current cut-off: a pure speed-up, the sample is the same)."""
     if settings.atlas_points <= 0:
@@ -165,19 +166,31 @@ class _Side:
         return ids, mask, (torch.tensor(b, dtype=torch.long), torch.tensor(pos, dtype=torch.long))
 
 
-def run_shard(model: LoadedModel, index: int, first_id: int, texts: Sequence[str], settings: PassSettings, *,
-              thresholds: dict[str, int] | None = None, cancel: threading.Event | None = None,
-              on_batch: Callable[[int], None] | None = None) -> ShardResult:
+def run_shard(
+    model: LoadedModel,
+    index: int,
+    first_id: int,
+    texts: Sequence[str],
+    settings: PassSettings,
+    *,
+    thresholds: dict[str, int] | None = None,
+    cancel: threading.Event | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> ShardResult:
     """Metrics and atlas sample of texts ``first_id``.. (shard ``index``); ``on_batch(texts)`` after each
     batch; ``cancel`` is checked before each batch (raises ``Cancelled``)."""
     text_ids = np.arange(first_id, first_id + len(texts), dtype=np.int64)
     src = tokenize(model, texts, settings.max_tokens)
-    sides = {"src": _Side(src.ids, _sample([len(i) for i in src.ids], text_ids, "src", settings,
-                                           (thresholds or {}).get("src")))}
+    sides = {
+        "src": _Side(
+            src.ids, _sample([len(i) for i in src.ids], text_ids, "src", settings, (thresholds or {}).get("src"))
+        )
+    }
     if model.family == "encoder-decoder":
         tgt = decoder_inputs(model, tokenize(model, texts, settings.max_tokens, target=True).ids)
-        sides["tgt"] = _Side(tgt, _sample([len(i) for i in tgt], text_ids, "tgt", settings,
-                                          (thresholds or {}).get("tgt")))
+        sides["tgt"] = _Side(
+            tgt, _sample([len(i) for i in tgt], text_ids, "tgt", settings, (thresholds or {}).get("tgt"))
+        )
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     capture = CorpusCapture(sites=model.sites, layers=model.layers, keep_weights=False)
     order = sorted(range(len(texts)), key=lambda i: (len(src.ids[i]), i))  # similar lengths pad little
@@ -191,30 +204,45 @@ def run_shard(model: LoadedModel, index: int, first_id: int, texts: Sequence[str
         tgt_batch = capture.batch.get("tgt")
         kwargs = _forward_kwargs(model, capture.batch["src"][:2], tgt_batch[:2] if tgt_batch else None, types)
         kwargs = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        capture.batch = {k: tuple(t.to(model.device) if isinstance(t, torch.Tensor) else t for t in v[:2]) + (v[2],)
-                         for k, v in capture.batch.items()}
+        capture.batch = {
+            k: tuple(t.to(model.device) if isinstance(t, torch.Tensor) else t for t in v[:2]) + (v[2],)
+            for k, v in capture.batch.items()
+        }
         with model._lock, torch.inference_mode(), capturing(capture):
             model.model(**kwargs)
         done.append(rows)
         if on_batch is not None:
             on_batch(len(rows))
-    return ShardResult(index, _texts_table(text_ids, texts, src, settings),
-                       _per_text_table(capture, done, text_ids, model.num_heads),
-                       _atlas_table(model, capture, sides, text_ids, settings.seed))
+    return ShardResult(
+        index,
+        _texts_table(text_ids, texts, src, settings),
+        _per_text_table(capture, done, text_ids, model.num_heads),
+        _atlas_table(model, capture, sides, text_ids, settings.seed),
+    )
 
 
 def _texts_table(text_ids: np.ndarray, texts: Sequence[str], src: Tokenized, settings: PassSettings) -> pa.Table:
-    return pa.table({
-        "text_id": pa.array(text_ids, pa.int64()),
-        "text": pa.array(list(texts), pa.string()),
-        "tokens": pa.array([len(i) for i in src.ids], pa.int32()),
-        "cut": pa.array([total > len(i) for total, i in zip(src.total, src.ids)], pa.bool_()),
-    })
+    return pa.table(
+        {
+            "text_id": pa.array(text_ids, pa.int64()),
+            "text": pa.array(list(texts), pa.string()),
+            "tokens": pa.array([len(i) for i in src.ids], pa.int32()),
+            "cut": pa.array([total > len(i) for total, i in zip(src.total, src.ids)], pa.bool_()),
+        }
+    )
 
 
 PER_TEXT_SCHEMA = pa.schema(
-    [("text_id", pa.int64()), ("part", pa.string()), ("layer", pa.int16()), ("head", pa.int16()),
-     ("rows", pa.int32()), ("previous_rows", pa.int32())] + [(name, pa.float32()) for name in PER_TEXT_VALUES])
+    [
+        ("text_id", pa.int64()),
+        ("part", pa.string()),
+        ("layer", pa.int16()),
+        ("head", pa.int16()),
+        ("rows", pa.int32()),
+        ("previous_rows", pa.int32()),
+    ]
+    + [(name, pa.float32()) for name in PER_TEXT_VALUES]
+)
 
 
 def _per_text_table(capture: CorpusCapture, batches: list[list[int]], text_ids: np.ndarray, heads: int) -> pa.Table:
@@ -225,7 +253,8 @@ def _per_text_table(capture: CorpusCapture, batches: list[list[int]], text_ids: 
         for name in values:
             values[name][order] = np.concatenate([chunk[name] for chunk in chunks])
         columns = {
-            "text_id": np.repeat(text_ids, heads), "part": [part] * (len(text_ids) * heads),
+            "text_id": np.repeat(text_ids, heads),
+            "part": [part] * (len(text_ids) * heads),
             "layer": np.full(len(text_ids) * heads, layer, dtype=np.int16),
             "head": np.tile(np.arange(heads, dtype=np.int16), len(text_ids)),
             "rows": values["rows"].reshape(-1).astype(np.int32),
@@ -237,13 +266,24 @@ def _per_text_table(capture: CorpusCapture, batches: list[list[int]], text_ids: 
 
 
 def atlas_schema(width: int) -> pa.Schema:
-    return pa.schema([("part", pa.string()), ("layer", pa.int16()), ("head", pa.int16()), ("kind", pa.string()),
-                      ("text_id", pa.int64()), ("position", pa.int32()), ("token", pa.string()),
-                      ("priority", pa.uint64()), ("vector", pa.list_(pa.float32(), width))])
+    return pa.schema(
+        [
+            ("part", pa.string()),
+            ("layer", pa.int16()),
+            ("head", pa.int16()),
+            ("kind", pa.string()),
+            ("text_id", pa.int64()),
+            ("position", pa.int32()),
+            ("token", pa.string()),
+            ("priority", pa.uint64()),
+            ("vector", pa.list_(pa.float32(), width)),
+        ]
+    )
 
 
-def _atlas_table(model: LoadedModel, capture: CorpusCapture, sides: dict[str, _Side], text_ids: np.ndarray,
-                 seed: int) -> pa.Table:
+def _atlas_table(
+    model: LoadedModel, capture: CorpusCapture, sides: dict[str, _Side], text_ids: np.ndarray, seed: int
+) -> pa.Table:
     tables = []
     for (part, layer, kind), chunks in sorted(capture.vectors.items()):
         side = sides[SIDES[part][0 if kind == "query" else 1]]
@@ -255,17 +295,34 @@ def _atlas_table(model: LoadedModel, capture: CorpusCapture, sides: dict[str, _S
         tokens = [model.tokenizer.convert_ids_to_tokens(side.ids[r][p]) for r, p in zip(rows, positions)]
         prio = priorities(ids, positions, SIDES[part][0 if kind == "query" else 1], seed)
         flat = pa.array(vectors.transpose(1, 0, 2).reshape(-1), pa.float32())
-        tables.append(pa.table({
-            "part": [part] * (n * heads), "layer": np.full(n * heads, layer, dtype=np.int16),
-            "head": np.repeat(np.arange(heads, dtype=np.int16), n), "kind": [kind] * (n * heads),
-            "text_id": np.tile(ids, heads), "position": np.tile(positions.astype(np.int32), heads),
-            "token": tokens * heads, "priority": np.tile(prio, heads),
-            "vector": pa.FixedSizeListArray.from_arrays(flat, width),
-        }, schema=atlas_schema(width)))
+        tables.append(
+            pa.table(
+                {
+                    "part": [part] * (n * heads),
+                    "layer": np.full(n * heads, layer, dtype=np.int16),
+                    "head": np.repeat(np.arange(heads, dtype=np.int16), n),
+                    "kind": [kind] * (n * heads),
+                    "text_id": np.tile(ids, heads),
+                    "position": np.tile(positions.astype(np.int32), heads),
+                    "token": tokens * heads,
+                    "priority": np.tile(prio, heads),
+                    "vector": pa.FixedSizeListArray.from_arrays(flat, width),
+                },
+                schema=atlas_schema(width),
+            )
+        )
     if not tables:
         return atlas_schema(1).empty_table()
     return pa.concat_tables(tables)
 
 
-__all__ = ["BATCH_SIZE", "CorpusCapture", "PassSettings", "ShardResult", "atlas_schema", "priorities", "run_shard",
-           "tokenize"]
+__all__ = [
+    "BATCH_SIZE",
+    "CorpusCapture",
+    "PassSettings",
+    "ShardResult",
+    "atlas_schema",
+    "priorities",
+    "run_shard",
+    "tokenize",
+]

@@ -17,11 +17,30 @@ from ..core.atomic import atomic_write
 from .atlas import project
 from .store import _sql_path, heads_summary
 
-ATLAS_SCHEMA = pa.schema([("part", pa.string()), ("layer", pa.int16()), ("head", pa.int16()), ("method", pa.string()),
-                          ("kind", pa.string()), ("text_id", pa.int64()), ("position", pa.int32()),
-                          ("token", pa.string()), ("x", pa.float32()), ("y", pa.float32())])
-QUALITY_SCHEMA = pa.schema([("part", pa.string()), ("layer", pa.int16()), ("head", pa.int16()),
-                            ("method", pa.string()), ("points", pa.int32()), ("correlation", pa.float64())])
+ATLAS_SCHEMA = pa.schema(
+    [
+        ("part", pa.string()),
+        ("layer", pa.int16()),
+        ("head", pa.int16()),
+        ("method", pa.string()),
+        ("kind", pa.string()),
+        ("text_id", pa.int64()),
+        ("position", pa.int32()),
+        ("token", pa.string()),
+        ("x", pa.float32()),
+        ("y", pa.float32()),
+    ]
+)
+QUALITY_SCHEMA = pa.schema(
+    [
+        ("part", pa.string()),
+        ("layer", pa.int16()),
+        ("head", pa.int16()),
+        ("method", pa.string()),
+        ("points", pa.int32()),
+        ("correlation", pa.float64()),
+    ]
+)
 _PART_ORDER = "CASE part WHEN 'self' THEN 0 WHEN 'decoder' THEN 1 ELSE 2 END"
 
 
@@ -51,9 +70,13 @@ def _glob(out: Path, table: str) -> str:
 def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> None:
     """Keep each head's ``points`` queries and keys of smallest priority, project them, write the tables."""
     sample = out / ".atlas_sample.parquet"
-    _copy(con, f"SELECT * FROM {_glob(out, 'atlas')} QUALIFY row_number() OVER (PARTITION BY part, layer, head, kind "
-               f"ORDER BY priority, text_id, position) <= {int(points)} "
-               f"ORDER BY {_PART_ORDER}, layer, head, kind, priority", sample)
+    _copy(
+        con,
+        f"SELECT * FROM {_glob(out, 'atlas')} QUALIFY row_number() OVER (PARTITION BY part, layer, head, kind "
+        f"ORDER BY priority, text_id, position) <= {int(points)} "
+        f"ORDER BY {_PART_ORDER}, layer, head, kind, priority",
+        sample,
+    )
     quality = []
     tmp = out / ".atlas.parquet.part"
     with pq.ParquetWriter(tmp, ATLAS_SCHEMA, compression="zstd") as writer:
@@ -64,8 +87,10 @@ def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> 
                 quality.append((part, layer, head, method, table.num_rows, r))
     os.replace(tmp, out / "atlas.parquet")
     names = QUALITY_SCHEMA.names
-    pq.write_table(pa.table({n: [q[i] for q in quality] for i, n in enumerate(names)}, schema=QUALITY_SCHEMA),
-                   out / ".atlas_quality.parquet.part")
+    pq.write_table(
+        pa.table({n: [q[i] for q in quality] for i, n in enumerate(names)}, schema=QUALITY_SCHEMA),
+        out / ".atlas_quality.parquet.part",
+    )
     os.replace(out / ".atlas_quality.parquet.part", out / "atlas_quality.parquet")
     sample.unlink()
 
@@ -100,13 +125,21 @@ def _projected(rows: pa.Table, part: str, layer: int, head: int, method: str, se
     order = np.concatenate([q_idx, k_idx])
     xy = np.concatenate([q_xy, k_xy])
     n = len(order)
-    table = pa.table({
-        "part": [part] * n, "layer": np.full(n, layer, np.int16), "head": np.full(n, head, np.int16),
-        "method": [method] * n, "kind": kinds[order], "text_id": rows.column("text_id").to_numpy()[order],
-        "position": rows.column("position").to_numpy()[order],
-        "token": np.asarray(rows.column("token").to_numpy(zero_copy_only=False))[order],
-        "x": xy[:, 0].astype(np.float32), "y": xy[:, 1].astype(np.float32),
-    }, schema=ATLAS_SCHEMA)
+    table = pa.table(
+        {
+            "part": [part] * n,
+            "layer": np.full(n, layer, np.int16),
+            "head": np.full(n, head, np.int16),
+            "method": [method] * n,
+            "kind": kinds[order],
+            "text_id": rows.column("text_id").to_numpy()[order],
+            "position": rows.column("position").to_numpy()[order],
+            "token": np.asarray(rows.column("token").to_numpy(zero_copy_only=False))[order],
+            "x": xy[:, 0].astype(np.float32),
+            "y": xy[:, 1].astype(np.float32),
+        },
+        schema=ATLAS_SCHEMA,
+    )
     return table, r
 
 
@@ -121,13 +154,17 @@ def _database(out: Path, with_atlas: bool) -> None:
         for table in ("texts", "per_text", "heads") + (("atlas", "atlas_quality") if with_atlas else ()):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{table}.parquet')")
         if not with_atlas:  # the views exist, empty, so queries on them answer rather than fail
-            con.execute("CREATE VIEW atlas AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                        "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::VARCHAR AS kind, NULL::BIGINT AS "
-                        "text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, NULL::FLOAT AS x, "
-                        "NULL::FLOAT AS y WHERE false")
-            con.execute("CREATE VIEW atlas_quality AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                        "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::INTEGER AS points, "
-                        "NULL::DOUBLE AS correlation WHERE false")
+            con.execute(
+                "CREATE VIEW atlas AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
+                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::VARCHAR AS kind, NULL::BIGINT AS "
+                "text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, NULL::FLOAT AS x, "
+                "NULL::FLOAT AS y WHERE false"
+            )
+            con.execute(
+                "CREATE VIEW atlas_quality AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
+                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::INTEGER AS points, "
+                "NULL::DOUBLE AS correlation WHERE false"
+            )
     finally:
         con.close()
     os.replace(tmp, out / "corpus.duckdb")
@@ -144,8 +181,11 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
     limits = threadpool_limits(1)
     try:
         _copy(con, f"SELECT * FROM {_glob(out, 'texts')} ORDER BY text_id", out / "texts.parquet")
-        _copy(con, f"SELECT * FROM {_glob(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
-              out / "per_text.parquet")
+        _copy(
+            con,
+            f"SELECT * FROM {_glob(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
+            out / "per_text.parquet",
+        )
         heads = heads_summary(con, f"read_parquet({_sql_path(out / 'per_text.parquet')})")
         heads_table = pa.Table.from_pandas(heads, preserve_index=False)
         tmp = out / ".heads.parquet.part"

@@ -41,8 +41,20 @@ from .store import (
 ENGINES = ("local", "ray")
 SHARD_SIZE = 256
 ATLAS_POINTS = 1000
-_OWN = frozenset({MANIFEST, "shards", "texts.parquet", "per_text.parquet", "heads.parquet", "heads.csv", "heads.png",
-                  "atlas.parquet", "atlas_quality.parquet", "corpus.duckdb"})
+_OWN = frozenset(
+    {
+        MANIFEST,
+        "shards",
+        "texts.parquet",
+        "per_text.parquet",
+        "heads.parquet",
+        "heads.csv",
+        "heads.png",
+        "atlas.parquet",
+        "atlas_quality.parquet",
+        "corpus.duckdb",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,12 @@ def weights_hash(folder: Path) -> str:
 def _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers) -> tuple:
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
-    for name, value, least in (("max_tokens", max_tokens, 2), ("atlas_points", atlas_points, 0),
-                               ("shard_size", shard_size, 1), ("batch_size", batch_size, 1)):
+    for name, value, least in (
+        ("max_tokens", max_tokens, 2),
+        ("atlas_points", atlas_points, 0),
+        ("shard_size", shard_size, 1),
+        ("batch_size", batch_size, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"{name} must be a whole number of at least {least}, not {value!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -118,8 +134,10 @@ def _refuse_mismatch(out: Path, old: dict, new: dict) -> None:
                 what = f"other arguments ({', '.join(f'{k}={old[key].get(k)!r}' for k in changed)})"
             else:
                 what = f"another {key} ({old.get(key)!r})" if key != "data" else "other texts"
-            raise ConfigError(f"{out} holds a corpus run with {what}; use another --out folder, the same "
-                              "arguments, or resume=False (--restart) to start over")
+            raise ConfigError(
+                f"{out} holds a corpus run with {what}; use another --out folder, the same "
+                "arguments, or resume=False (--restart) to start over"
+            )
 
 
 def _clear(out: Path) -> None:
@@ -165,7 +183,9 @@ class Thresholds:
             return
         first = atlas.filter(pa.compute.and_(pa.compute.equal(atlas["layer"], 0), pa.compute.equal(atlas["head"], 0)))
         for part, kind, side in (("self", "key", "src"), ("cross", "key", "src"), ("decoder", "key", "tgt")):
-            rows = first.filter(pa.compute.and_(pa.compute.equal(first["part"], part), pa.compute.equal(first["kind"], kind)))
+            rows = first.filter(
+                pa.compute.and_(pa.compute.equal(first["part"], part), pa.compute.equal(first["kind"], kind))
+            )
             if rows.num_rows:
                 merged = np.concatenate([self.best.get(side, np.empty(0, np.uint64)), rows["priority"].to_numpy()])
                 self.best[side] = np.unique(merged)[: self.points]
@@ -174,8 +194,17 @@ class Thresholds:
         return {side: int(v[-1]) for side, v in self.best.items() if len(v) >= self.points}
 
 
-def _run_local(model, source: Source, out: Path, settings: PassSettings, done: set[int], shard_size: int,
-               tracker: Tracker, cancel: threading.Event | None, workers: int | None) -> None:
+def _run_local(
+    model,
+    source: Source,
+    out: Path,
+    settings: PassSettings,
+    done: set[int],
+    shard_size: int,
+    tracker: Tracker,
+    cancel: threading.Event | None,
+    workers: int | None,
+) -> None:
     thresholds = Thresholds(settings.atlas_points)
     for index in sorted(done):
         thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
@@ -184,8 +213,16 @@ def _run_local(model, source: Source, out: Path, settings: PassSettings, done: s
         torch.set_num_threads(workers)
     try:
         for index, first, texts in shards(source, shard_size, done):
-            result = run_shard(model, index, first, texts, settings, thresholds=thresholds.current(), cancel=cancel,
-                               on_batch=tracker.add)
+            result = run_shard(
+                model,
+                index,
+                first,
+                texts,
+                settings,
+                thresholds=thresholds.current(),
+                cancel=cancel,
+                on_batch=tracker.add,
+            )
             write_shard(out, result)
             thresholds.add(result.atlas)
             tracker.add(0, force=True)  # every finished shard is reported
@@ -204,18 +241,32 @@ def _load(model, device: str):
     return model
 
 
-def _manifest(model, source: Source, settings: PassSettings, shard_size: int, methods: tuple[str, ...],
-              run: dict) -> dict:
+def _manifest(
+    model, source: Source, settings: PassSettings, shard_size: int, methods: tuple[str, ...], run: dict
+) -> dict:
     """What the store records. ``arguments`` must match for a resume; ``run`` (engine, workers) is
     recorded only: the engines give the same store, so a run may resume on another engine."""
-    arguments = asdict(settings) | {"shard_size": shard_size, "atlas_methods": list(methods),
-                                    "device": str(model.device)}
+    arguments = asdict(settings) | {
+        "shard_size": shard_size,
+        "atlas_methods": list(methods),
+        "device": str(model.device),
+    }
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk": __version__, "run": run,
-        "model": {"name": model.name, "path": str(Path(model.path).resolve()), "family": model.family,
-                  "sha256": weights_hash(Path(model.path)), "layers": dict(model.layers), "heads": model.num_heads},
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "attndesk": __version__,
+        "run": run,
+        "model": {
+            "name": model.name,
+            "path": str(Path(model.path).resolve()),
+            "family": model.family,
+            "sha256": weights_hash(Path(model.path)),
+            "layers": dict(model.layers),
+            "heads": model.num_heads,
+        },
         "data": {"describe": source.describe, "texts": source.count, "sha256": source.fingerprint},
-        "arguments": arguments, "complete": False,
+        "arguments": arguments,
+        "complete": False,
     }
 
 
@@ -234,11 +285,25 @@ def _prepare(out: Path, manifest: dict, resume: bool) -> bool:
     return False
 
 
-def analyze_corpus(texts, out, *, model=None, max_tokens: int = 128, engine: str = "local", workers: int | None = None,
-                   resume: bool = True, atlas_points: int = ATLAS_POINTS, atlas_methods=("pca",),
-                   shard_size: int = SHARD_SIZE, batch_size: int = 32, seed: int = 0, device: str = "cpu",
-                   ray_address: str | None = None, progress: ProgressFn | None = None,
-                   cancel: threading.Event | None = None) -> CorpusStore:
+def analyze_corpus(
+    texts,
+    out,
+    *,
+    model=None,
+    max_tokens: int = 128,
+    engine: str = "local",
+    workers: int | None = None,
+    resume: bool = True,
+    atlas_points: int = ATLAS_POINTS,
+    atlas_methods=("pca",),
+    shard_size: int = SHARD_SIZE,
+    batch_size: int = 32,
+    seed: int = 0,
+    device: str = "cpu",
+    ray_address: str | None = None,
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+) -> CorpusStore:
     """Analyze every text's attention with ``model`` (a folder, a ``LoadedModel`` or None for the
     packaged all-MiniLM-L6-v2) and return the store written to ``out`` (see ``store``).
 

@@ -87,12 +87,17 @@ def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
     prev_valid = valid.clone()
     prev_valid[..., 0] = 0
     sums = {
-        "entropy": (entropy * valid).sum(-1), "distance": (distance * valid).sum(-1),
-        "self": (self_rows * valid).sum(-1), "first": (w[..., 0] * valid).sum(-1),
-        "previous": (prev_rows * prev_valid).sum(-1), "uniform_entropy": (reached * valid).sum(-1),
+        "entropy": (entropy * valid).sum(-1),
+        "distance": (distance * valid).sum(-1),
+        "self": (self_rows * valid).sum(-1),
+        "first": (w[..., 0] * valid).sum(-1),
+        "previous": (prev_rows * prev_valid).sum(-1),
+        "uniform_entropy": (reached * valid).sum(-1),
     }
-    return {k: v.double() for k, v in sums.items()} | {"rows": valid.sum(-1).double(),
-                                                       "previous_rows": prev_valid.sum(-1).double()}
+    return {k: v.double() for k, v in sums.items()} | {
+        "rows": valid.sum(-1).double(),
+        "previous_rows": prev_valid.sum(-1).double(),
+    }
 
 
 def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -107,13 +112,19 @@ def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.
     induction = torch.einsum("bhij,bij->bh", a[..., 1:], dup[..., :-1]).double()  # P[i, j] = dup[i, j - 1]
     safe = total.clamp(min=1e-300)
     nan = torch.full_like(total, math.nan)
-    return {name: torch.where(total > 0, value / safe, nan)
-            for name, value in (("previous_token_score", prev), ("duplicate_token_score", duplicate),
-                                ("induction_score", induction))}
+    return {
+        name: torch.where(total > 0, value / safe, nan)
+        for name, value in (
+            ("previous_token_score", prev),
+            ("duplicate_token_score", duplicate),
+            ("induction_score", induction),
+        )
+    }
 
 
-def batch_metrics(weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor,
-                  ids: torch.Tensor | None) -> dict[str, np.ndarray]:
+def batch_metrics(
+    weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor, ids: torch.Tensor | None
+) -> dict[str, np.ndarray]:
     """Per text and head of one layer: {metric: [B, H]} plus "rows" and "previous_rows".
 
     ``weights`` [B, H, Lq, Lk] as the model attends; ``query_mask`` [B, Lq] and ``key_mask``

@@ -52,7 +52,10 @@ class ShardActor:
             out["index"].append(int(index))
             for name in ("texts", "per_text", "atlas"):
                 out[name].append(_ipc(getattr(result, name)))
-        return {"index": np.array(out["index"]), **{k: np.array(v, dtype=object) for k, v in out.items() if k != "index"}}
+        return {
+            "index": np.array(out["index"]),
+            **{k: np.array(v, dtype=object) for k, v in out.items() if k != "index"},
+        }
 
 
 def _init(workers: int | None, address: str | None) -> bool:
@@ -68,12 +71,24 @@ def _init(workers: int | None, address: str | None) -> bool:
         else:
             ray.init(num_cpus=workers or 2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"Ray cannot start{' at ' + address if address else ''}: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(
+            f"Ray cannot start{' at ' + address if address else ''}: {str(exc).splitlines()[0]}"
+        ) from None
     return True
 
 
-def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], shard_size: int, tracker,
-            cancel: threading.Event | None, workers: int | None, address: str | None) -> None:
+def run_ray(
+    model,
+    source,
+    out: Path,
+    settings: PassSettings,
+    done: set[int],
+    shard_size: int,
+    tracker,
+    cancel: threading.Event | None,
+    workers: int | None,
+    address: str | None,
+) -> None:
     """Run every shard not in ``done`` on Ray and write each to ``out`` as it arrives."""
     import ray
 
@@ -89,9 +104,17 @@ def run_ray(model, source, out: Path, settings: PassSettings, done: set[int], sh
         context.print_on_execution_start = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         inputs = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = inputs.map_batches(ShardActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers or 2), num_cpus=1,
-                            fn_constructor_kwargs={"model_path": str(model.path), "settings": asdict(settings),
-                                                   "device": str(model.device)})
+        ds = inputs.map_batches(
+            ShardActor,
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=workers or 2),
+            num_cpus=1,
+            fn_constructor_kwargs={
+                "model_path": str(model.path),
+                "settings": asdict(settings),
+                "device": str(model.device),
+            },
+        )
         for row in ds.iter_rows():
             result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
             write_shard(out, result)

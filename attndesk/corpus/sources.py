@@ -52,8 +52,10 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                     return
                 number += 1
                 if len(line) > MAX_TEXT_CHARS and not line.endswith("\n"):
-                    raise ConfigError(f"{path.name}: line {number} is over {MAX_TEXT_CHARS:,} characters; "
-                                      "split it into texts of at most that length")
+                    raise ConfigError(
+                        f"{path.name}: line {number} is over {MAX_TEXT_CHARS:,} characters; "
+                        "split it into texts of at most that length"
+                    )
                 if "\0" in line:
                     raise ConfigError(f"{path.name} is a binary file (NUL bytes); give UTF-8 text")
                 yield number, line.rstrip("\r\n")
@@ -76,9 +78,9 @@ def _jsonl(path: Path) -> Iterator[str]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path.name}: line {number} is not JSON ({exc.msg})") from None
         if not isinstance(record, dict) or "text" not in record:
-            raise ConfigError(f"{path.name}: line {number} has no \"text\" field")
+            raise ConfigError(f'{path.name}: line {number} has no "text" field')
         if not isinstance(record["text"], str):
-            raise ConfigError(f"{path.name}: line {number}: \"text\" is not a string")
+            raise ConfigError(f'{path.name}: line {number}: "text" is not a string')
         if record["text"].strip():
             yield record["text"]
 
@@ -89,7 +91,7 @@ def _csv(path: Path) -> Iterator[str]:
     try:
         header = next(reader, None)
         if header is None or "text" not in header:
-            raise ConfigError(f"{path.name} has no \"text\" column (columns: {', '.join(header or []) or 'none'})")
+            raise ConfigError(f'{path.name} has no "text" column (columns: {", ".join(header or []) or "none"})')
         column = header.index("text")
         for row in reader:
             if len(row) > column and row[column].strip():
@@ -107,10 +109,11 @@ def _parquet(path: Path) -> Iterator[str]:
     except (pa.ArrowException, OSError) as exc:
         raise ConfigError(f"{path.name} is not a Parquet file: {str(exc).splitlines()[0]}") from None
     if "text" not in file.schema_arrow.names:
-        raise ConfigError(f"{path.name} has no \"text\" column (columns: {', '.join(file.schema_arrow.names)})")
+        raise ConfigError(f'{path.name} has no "text" column (columns: {", ".join(file.schema_arrow.names)})')
     if not pa.types.is_string(file.schema_arrow.field("text").type) and not pa.types.is_large_string(
-            file.schema_arrow.field("text").type):
-        raise ConfigError(f"{path.name}: column \"text\" is not text")
+        file.schema_arrow.field("text").type
+    ):
+        raise ConfigError(f'{path.name}: column "text" is not text')
     for batch in file.iter_batches(columns=["text"], batch_size=1024):
         for value in batch.column(0).to_pylist():
             if value is None or not value.strip():

@@ -65,17 +65,23 @@ def heads_summary(con, per_text: str) -> pd.DataFrame:
     weighted by each text's rows (``previous`` by its rows i >= 1), scores averaged over texts."""
     row = ", ".join(
         f"sum({m} * {'previous_rows' if m == 'previous' else 'rows'}) / "
-        f"nullif(sum(CASE WHEN isnan({m}) THEN 0 ELSE {'previous_rows' if m == 'previous' else 'rows'} END), 0) AS \"{m}\""
-        for m in ROW_METRICS + ("uniform_entropy",))
-    scores = ", ".join(f"avg(CASE WHEN isnan({m}) THEN NULL ELSE {m} END) AS {m}" for m in METRICS if m not in ROW_METRICS)
-    query = (f"SELECT part, layer, head, {row}, {scores}, count(*) AS texts FROM {per_text} "
-             f"WHERE rows > 0 GROUP BY part, layer, head")
+        f'nullif(sum(CASE WHEN isnan({m}) THEN 0 ELSE {"previous_rows" if m == "previous" else "rows"} END), 0) AS "{m}"'
+        for m in ROW_METRICS + ("uniform_entropy",)
+    )
+    scores = ", ".join(
+        f"avg(CASE WHEN isnan({m}) THEN NULL ELSE {m} END) AS {m}" for m in METRICS if m not in ROW_METRICS
+    )
+    query = (
+        f"SELECT part, layer, head, {row}, {scores}, count(*) AS texts FROM {per_text} "
+        f"WHERE rows > 0 GROUP BY part, layer, head"
+    )
     frame = con.execute(query).df()
     frame["order"] = frame["part"].map(PARTS_ORDER)
     frame = frame.sort_values(["order", "layer", "head"]).drop(columns="order").reset_index(drop=True)
     numbers = METRICS + ("uniform_entropy",)
-    frame["role"] = [role({k: (math.nan if pd.isna(r[k]) else float(r[k])) for k in numbers})
-                     for r in frame.to_dict("records")]
+    frame["role"] = [
+        role({k: (math.nan if pd.isna(r[k]) else float(r[k])) for k in numbers}) for r in frame.to_dict("records")
+    ]
     return frame[list(HEAD_COLUMNS) + ["uniform_entropy", "texts"]]
 
 
@@ -106,8 +112,10 @@ class CorpusStore:
     @property
     def heads(self) -> pd.DataFrame:
         if self._heads is None:
-            self._heads = self.sql("SELECT * FROM heads ORDER BY CASE part WHEN 'self' THEN 0 WHEN 'decoder' THEN 1 "
-                                   "ELSE 2 END, layer, head")
+            self._heads = self.sql(
+                "SELECT * FROM heads ORDER BY CASE part WHEN 'self' THEN 0 WHEN 'decoder' THEN 1 "
+                "ELSE 2 END, layer, head"
+            )
         return self._heads
 
     @property
@@ -126,22 +134,29 @@ class CorpusStore:
         key = self._head(layer, head, part)
         return self.sql("SELECT * FROM per_text WHERE part = ? AND layer = ? AND head = ? ORDER BY text_id", list(key))
 
-    def top_texts(self, layer: int, head: int, metric: str, k: int = 10, *, part: str | None = None,
-                  lowest: bool = False) -> pd.DataFrame:
+    def top_texts(
+        self, layer: int, head: int, metric: str, k: int = 10, *, part: str | None = None, lowest: bool = False
+    ) -> pd.DataFrame:
         """The ``k`` texts where the head's ``metric`` is highest (``lowest``: lowest), with their text."""
         if metric not in METRICS:
             raise ConfigError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
         key = self._head(layer, head, part)
         order = "ASC" if lowest else "DESC"
-        return self.sql(f"SELECT p.text_id, p.{metric}, t.text, t.tokens FROM per_text p JOIN texts t USING (text_id) "
-                        f"WHERE p.part = ? AND p.layer = ? AND p.head = ? AND NOT isnan(p.{metric}) "
-                        f"ORDER BY p.{metric} {order}, p.text_id LIMIT ?", [*key, int(k)])
+        return self.sql(
+            f"SELECT p.text_id, p.{metric}, t.text, t.tokens FROM per_text p JOIN texts t USING (text_id) "
+            f"WHERE p.part = ? AND p.layer = ? AND p.head = ? AND NOT isnan(p.{metric}) "
+            f"ORDER BY p.{metric} {order}, p.text_id LIMIT ?",
+            [*key, int(k)],
+        )
 
     def atlas(self, layer: int, head: int, part: str | None = None, method: str = "pca") -> pd.DataFrame:
         """The projected query/key sample of one head: x, y, kind, text_id, position, token."""
         key = self._head(layer, head, part)
-        return self.sql("SELECT x, y, kind, text_id, position, token FROM atlas WHERE part = ? AND layer = ? AND "
-                        "head = ? AND method = ? ORDER BY kind DESC, text_id, position", [*key, method])
+        return self.sql(
+            "SELECT x, y, kind, text_id, position, token FROM atlas WHERE part = ? AND layer = ? AND "
+            "head = ? AND method = ? ORDER BY kind DESC, text_id, position",
+            [*key, method],
+        )
 
     @property
     def atlas_quality(self) -> pd.DataFrame:

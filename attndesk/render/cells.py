@@ -59,8 +59,9 @@ class CellStyle:
     pt: float  # device pixels per point
 
 
-def draw_cells_image(p: QPainter, target: QRectF, values: np.ndarray, hidden: np.ndarray,
-                     style: CellStyle) -> tuple[QRectF, np.ndarray]:
+def draw_cells_image(
+    p: QPainter, target: QRectF, values: np.ndarray, hidden: np.ndarray, style: CellStyle
+) -> tuple[QRectF, np.ndarray]:
     """One image, block-averaged down to the device pixels it covers (x2 for print).
 
     Returns the tile grid's rectangle (it may reach past ``target`` at a ragged edge: clipped)
@@ -157,16 +158,19 @@ def hatch_segments(rects: Sequence[QRectF], spacing: float) -> list[QLineF]:
     breaks[1:] = (c[1:] != c[:-1]) | (x_start[1:] > x_end[:-1] + 1e-6)
     first = np.flatnonzero(breaks)
     last = np.append(first[1:], len(c)) - 1
-    return [QLineF(x_start[i], c[i] - x_start[i], x_end[j], c[i] - x_end[j])
-            for i, j in zip(first.tolist(), last.tolist())]
+    return [
+        QLineF(x_start[i], c[i] - x_start[i], x_end[j], c[i] - x_end[j]) for i, j in zip(first.tolist(), last.tolist())
+    ]
 
 
 def draw_hatch(p: QPainter, target: QRectF, hidden: np.ndarray, style: CellStyle, bounds: QRectF | None = None) -> None:
     """Hatch the hidden cells of a rows x cols grid spanning ``target`` (over their mask colour)."""
     rows, cols = hidden.shape
     cw, ch = target.width() / cols, target.height() / rows
-    rects = [QRectF(target.left() + c0 * cw, target.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
-             for r0, r1, c0, c1 in row_runs(hidden)]
+    rects = [
+        QRectF(target.left() + c0 * cw, target.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
+        for r0, r1, c0, c1 in row_runs(hidden)
+    ]
     if bounds is not None:  # a tile grid may reach past the map; SVG ignores clipping, so cut here
         rects = [r for r in (rect.intersected(bounds) for rect in rects) if not r.isEmpty()]
     clip = QPainterPath()
@@ -183,7 +187,9 @@ def draw_hatch(p: QPainter, target: QRectF, hidden: np.ndarray, style: CellStyle
     p.restore()
 
 
-def draw_values(p: QPainter, target: QRectF, values: np.ndarray, hidden: np.ndarray, style: CellStyle, font: QFont) -> None:
+def draw_values(
+    p: QPainter, target: QRectF, values: np.ndarray, hidden: np.ndarray, style: CellStyle, font: QFont
+) -> None:
     """Write each unmasked cell's value, dark on light colours and light on dark ones."""
     rows, cols = values.shape
     cw, ch = target.width() / cols, target.height() / rows
@@ -196,11 +202,16 @@ def draw_values(p: QPainter, target: QRectF, values: np.ndarray, hidden: np.ndar
             if hidden[r, c]:
                 continue
             p.setPen(dark if luminance[r, c] > 140 else light)
-            p.drawText(QRectF(target.left() + c * cw, target.top() + r * ch, cw, ch), int(Qt.AlignmentFlag.AlignCenter),
-                       f"{values[r, c]:.2f}".replace("-0.00", "0.00"))
+            p.drawText(
+                QRectF(target.left() + c * cw, target.top() + r * ch, cw, ch),
+                int(Qt.AlignmentFlag.AlignCenter),
+                f"{values[r, c]:.2f}".replace("-0.00", "0.00"),
+            )
 
 
-def draw_window_band(p: QPainter, target: QRectF, rows: int, cols: int, window: int, causal: bool, width: float) -> None:
+def draw_window_band(
+    p: QPainter, target: QRectF, rows: int, cols: int, window: int, causal: bool, width: float
+) -> None:
     """Outline a sliding window's band over the map (``rows`` x ``cols`` token cells)."""
     cw, ch = target.width() / cols, target.height() / rows
     pen = QPen(qcolor(BAND_RGB), width)

@@ -18,8 +18,17 @@ from .layout import nice_ticks, tick_format
 class ColorBar:
     """Measures and draws one figure's colour bar (``units``: the painter's points and fonts)."""
 
-    def __init__(self, painter: QPainter, units, figure: HeatmapFigure, fonts, relative: bool,
-                 full_range: tuple[float, float], any_hidden: bool, vector: bool) -> None:
+    def __init__(
+        self,
+        painter: QPainter,
+        units,
+        figure: HeatmapFigure,
+        fonts,
+        relative: bool,
+        full_range: tuple[float, float],
+        any_hidden: bool,
+        vector: bool,
+    ) -> None:
         self.p, self.u, self.fig, self.fonts, self.vector = painter, units, figure, fonts, vector
         self.relative, self.any_hidden = relative, any_hidden
         self.lo, self.hi = (0.0, 1.0) if relative else full_range
@@ -29,7 +38,7 @@ class ColorBar:
         """(value in colour space, its text): round values, or powers of ten on a log scale."""
         if self.fig.log_scale:
             first, last = math.ceil(self.lo - 1e-9), math.floor(self.hi + 1e-9)
-            return [(float(e), f"{10.0 ** e:g}") for e in range(first, last + 1)] or [(self.lo, f"{10 ** self.lo:.2g}")]
+            return [(float(e), f"{10.0**e:g}") for e in range(first, last + 1)] or [(self.lo, f"{10**self.lo:.2g}")]
         values = nice_ticks(self.lo, self.hi)
         fmt = tick_format(values)
         return [(v, fmt.format(v)) for v in values]
@@ -96,8 +105,11 @@ class ColorBar:
             p.setPen(qcolor(TEXT_RGB))
             width = fm.horizontalAdvance(text)
             widest = max(widest, width)
-            p.drawText(QRectF(bar.right() + tick_len + self.u.pt(1.5), y - fm.height() / 2, width + 2, fm.height()),
-                       int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+            p.drawText(
+                QRectF(bar.right() + tick_len + self.u.pt(1.5), y - fm.height() / 2, width + 2, fm.height()),
+                int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                text,
+            )
         return widest
 
     def _draw_label(self, bar: QRectF, widest: float) -> None:
@@ -110,9 +122,11 @@ class ColorBar:
         self.p.save()
         self.p.translate(bar.right() + self.u.pt(3) + self.u.pt(6) + widest, bar.bottom())
         self.p.rotate(-90)
-        self.p.drawText(QRectF(0, 0, bar.height(), fm.height()),
-                        int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
-                        fm.elidedText(label, Qt.TextElideMode.ElideRight, bar.height()))
+        self.p.drawText(
+            QRectF(0, 0, bar.height(), fm.height()),
+            int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+            fm.elidedText(label, Qt.TextElideMode.ElideRight, bar.height()),
+        )
         self.p.restore()
 
     def _draw_mask_key(self, bar: QRectF) -> None:
@@ -124,6 +138,13 @@ class ColorBar:
         p.drawRect(swatch)
         p.setFont(self.fonts.tick)
         p.setPen(qcolor(TEXT_RGB))
-        p.drawText(QRectF(swatch.right() + self.u.pt(4), swatch.center().y() - fm.height() / 2,
-                          fm.horizontalAdvance("masked") + 4, fm.height()),
-                   int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), "masked")
+        p.drawText(
+            QRectF(
+                swatch.right() + self.u.pt(4),
+                swatch.center().y() - fm.height() / 2,
+                fm.horizontalAdvance("masked") + 4,
+                fm.height(),
+            ),
+            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+            "masked",
+        )

@@ -206,8 +206,12 @@ def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
     writer = QPdfWriter(buffer)
     writer.setResolution(round(dpi))
     # the page is exactly width x height pixels at dpi: w/dpi inches = 72*w/dpi points
-    page = QPageSize(QSizeF(width * 72.0 / dpi, height * 72.0 / dpi), QPageSize.Unit.Point, "attndesk",
-                     QPageSize.SizeMatchPolicy.ExactMatch)
+    page = QPageSize(
+        QSizeF(width * 72.0 / dpi, height * 72.0 / dpi),
+        QPageSize.Unit.Point,
+        "attndesk",
+        QPageSize.SizeMatchPolicy.ExactMatch,
+    )
     writer.setPageLayout(QPageLayout(page, QPageLayout.Orientation.Portrait, QMarginsF(0, 0, 0, 0)))
     writer.setTitle(title)
     writer.setCreator("attndesk")
@@ -249,13 +253,20 @@ def write(paint: PaintFn, path: str | os.PathLike, *, size: tuple[int, int], dpi
     return atomic_write(path, render_bytes(paint, fmt, (width, height), dpi, title))
 
 
-def export_figure(figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple[int, int] | None = None, dpi: float = 96) -> Path:
+def export_figure(
+    figure: HeatmapFigure, path: str | os.PathLike, *, size: tuple[int, int] | None = None, dpi: float = 96
+) -> Path:
     """Write ``figure`` to ``path`` as PNG, SVG or PDF (chosen by the suffix); return the path.
 
     ``size`` is (width, height) in pixels (default: suggested_size(figure)).
     """
-    return write(_figure_painter(figure), path, size=size if size is not None else suggested_size(figure), dpi=dpi,
-                 title=figure.suptitle)
+    return write(
+        _figure_painter(figure),
+        path,
+        size=size if size is not None else suggested_size(figure),
+        dpi=dpi,
+        title=figure.suptitle,
+    )
 
 
 def figure_bytes(figure: HeatmapFigure, fmt: str, size: tuple[int, int], dpi: float = 96) -> bytes:
@@ -278,7 +289,9 @@ CSV_CHUNK_CELLS = 2**18  # cells formatted at once: ~32 MiB of text buffers, wha
 
 def _check_csv(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str]) -> None:
     if matrix.ndim != 2:
-        raise ExportError(f"a CSV holds one [L, Lk] matrix, got shape {matrix.shape}; choose a head or the mean, or use .npy")
+        raise ExportError(
+            f"a CSV holds one [L, Lk] matrix, got shape {matrix.shape}; choose a head or the mean, or use .npy"
+        )
     if len(query_labels) != matrix.shape[0] or len(key_labels) != matrix.shape[1]:
         raise ExportError(
             f"{len(query_labels)} query and {len(key_labels)} key labels do not fit a {matrix.shape[0]}x{matrix.shape[1]} matrix"
@@ -315,7 +328,9 @@ def weights_csv_text(matrix: np.ndarray, query_labels: Sequence[str], key_labels
     return "".join(_csv_chunks(matrix, query_labels, key_labels))
 
 
-def export_weights(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], path: str | os.PathLike) -> Path:
+def export_weights(
+    matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], path: str | os.PathLike
+) -> Path:
     """Write raw weights: ``.npy`` (any shape, exact) or ``.csv`` (one [L, Lk] matrix with labels,
     streamed to the file a block of rows at a time)."""
     path = Path(path).expanduser()

@@ -128,7 +128,10 @@ class HeatmapFigure:
             floor = self._floor
             to_log = lambda v: math.log10(max(float(v), floor))  # noqa: E731
             lo, hi = to_log(floor), to_log(hi)
-            lo, hi = (to_log(self.vmin) if self.vmin is not None else lo), (to_log(self.vmax) if self.vmax is not None else hi)
+            lo, hi = (
+                (to_log(self.vmin) if self.vmin is not None else lo),
+                (to_log(self.vmax) if self.vmax is not None else hi),
+            )
         else:
             if self.diverging:
                 bound = max(abs(lo), abs(hi)) or 1.0
@@ -189,9 +192,16 @@ def _groups(map: AttentionMap, which: select.Which) -> tuple[int, list[str]]:
     return g, [select.group_label(map, kv, range(kv * g, (kv + 1) * g)) for kv in range(map.num_heads // g)]
 
 
-def figure_from_map(map: AttentionMap, which: select.Which = select.ALL, colormap: str = "viridis",
-                    shared_scale: bool = True, *, region: select.Region | None = None,
-                    log_scale: bool = False, show: str = "weights") -> HeatmapFigure:
+def figure_from_map(
+    map: AttentionMap,
+    which: select.Which = select.ALL,
+    colormap: str = "viridis",
+    shared_scale: bool = True,
+    *,
+    region: select.Region | None = None,
+    log_scale: bool = False,
+    show: str = "weights",
+) -> HeatmapFigure:
     """The heatmaps of one map: ``which`` = "all" (every head), "mean" (over heads) or a head index.
 
     ``region`` = ((q0, q1), (k0, k1)) restricts to those exact cells; without it a memory-bounded
@@ -225,13 +235,27 @@ def figure_from_map(map: AttentionMap, which: select.Which = select.ALL, colorma
         value_label = f"{value_label} (log scale)"
     suptitle = _suptitle(map, which)
     if region is not None:
-        suptitle += f", queries {first_query}-{first_query + len(queries) - 1} x keys {first_key}-{first_key + len(keys) - 1}"
+        suptitle += (
+            f", queries {first_query}-{first_query + len(queries) - 1} x keys {first_key}-{first_key + len(keys) - 1}"
+        )
     group, group_labels = _groups(map, which)
     return HeatmapFigure(
-        matrices=matrices, titles=[select.head_title(map, h) for h in heads], query_labels=queries,
-        key_labels=keys, mask=mask, colormap=colormap, shared_scale=shared_scale, suptitle=suptitle,
-        caption=caption, value_label=value_label, tokens_per_cell=factor, first_query=first_query,
-        first_key=first_key, log_scale=log_scale and show == "weights", group=group, group_labels=group_labels,
+        matrices=matrices,
+        titles=[select.head_title(map, h) for h in heads],
+        query_labels=queries,
+        key_labels=keys,
+        mask=mask,
+        colormap=colormap,
+        shared_scale=shared_scale,
+        suptitle=suptitle,
+        caption=caption,
+        value_label=value_label,
+        tokens_per_cell=factor,
+        first_query=first_query,
+        first_key=first_key,
+        log_scale=log_scale and show == "weights",
+        group=group,
+        group_labels=group_labels,
         window=map.window if region is None and show == "weights" else None,
         causal=select.is_causal(map) if map.window else False,
         vmax=0.0 if show == "alibi bias" else None,

@@ -45,13 +45,17 @@ def _panel(painter, grid: HeadsGrid, metric: str, x0: float, y0: float) -> None:
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     colours = map_values(values, grid.colormap, low, high if high > low else low + 1.0)
     painter.setPen(QColor(0, 0, 0))
-    painter.drawText(QRectF(x0, y0, LABEL_W + grid.heads * CELL, TITLE_H),
-                     int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), f"{metric}  [{low:.3g}, {high:.3g}]")
+    painter.drawText(
+        QRectF(x0, y0, LABEL_W + grid.heads * CELL, TITLE_H),
+        int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+        f"{metric}  [{low:.3g}, {high:.3g}]",
+    )
     for r, label in enumerate(grid.rows):
         y = y0 + TITLE_H + r * CELL
         painter.setPen(QColor(0, 0, 0))
-        painter.drawText(QRectF(x0, y, LABEL_W - 4, CELL), int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
-                         label)
+        painter.drawText(
+            QRectF(x0, y, LABEL_W - 4, CELL), int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), label
+        )
         for h in range(grid.heads):
             rect = QRectF(x0 + LABEL_W + h * CELL, y, CELL - 1, CELL - 1)
             if not np.isfinite(values[r, h]):
@@ -59,7 +63,9 @@ def _panel(painter, grid: HeadsGrid, metric: str, x0: float, y0: float) -> None:
                 continue
             red, green, blue = (int(c) for c in colours[r, h])
             painter.fillRect(rect, QColor(red, green, blue))
-            painter.setPen(QColor(255, 255, 255) if 0.299 * red + 0.587 * green + 0.114 * blue < 140 else QColor(0, 0, 0))
+            painter.setPen(
+                QColor(255, 255, 255) if 0.299 * red + 0.587 * green + 0.114 * blue < 140 else QColor(0, 0, 0)
+            )
             painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), str(grid.roles[r, h])[:1])
 
 
@@ -76,8 +82,11 @@ def heads_grid_painter(grid: HeadsGrid):
             _panel(painter, grid, metric, GAP + (i % cols) * (w + GAP), GAP + (i // cols) * (h + GAP))
         legend = "letters: role (" + ", ".join(sorted({str(r) for r in np.ravel(grid.roles)})) + ")"
         painter.setPen(QColor(60, 60, 60))
-        painter.drawText(QRectF(GAP, rect.height() - 22, rect.width() - 2 * GAP, 20),
-                         int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), legend)
+        painter.drawText(
+            QRectF(GAP, rect.height() - 22, rect.width() - 2 * GAP, 20),
+            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+            legend,
+        )
 
     return paint
 

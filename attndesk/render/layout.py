@@ -42,12 +42,18 @@ class Rect:
 
     def intersects(self, other: Rect, tol: float = 0.5) -> bool:
         """True when the two overlap by more than ``tol`` px both ways (touching edges do not)."""
-        return (min(self.right, other.right) - max(self.x, other.x) > tol
-                and min(self.bottom, other.bottom) - max(self.y, other.y) > tol)
+        return (
+            min(self.right, other.right) - max(self.x, other.x) > tol
+            and min(self.bottom, other.bottom) - max(self.y, other.y) > tol
+        )
 
     def contains(self, other: Rect, tol: float = 0.5) -> bool:
-        return (other.x >= self.x - tol and other.y >= self.y - tol
-                and other.right <= self.right + tol and other.bottom <= self.bottom + tol)
+        return (
+            other.x >= self.x - tol
+            and other.y >= self.y - tol
+            and other.right <= self.right + tol
+            and other.bottom <= self.bottom + tol
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,8 +151,9 @@ class GridLayout:
         rects = [self.map_rect(i) for i in range(self.spec.n)]
         top = self.row_tops[0]
         left = min(r.x for r in rects) - self.spec.left_band
-        bottom = max(self.map_rect(i).bottom + (self.spec.bottom_band if self.x_labelled(i) else 0.0)
-                     for i in range(self.spec.n))
+        bottom = max(
+            self.map_rect(i).bottom + (self.spec.bottom_band if self.x_labelled(i) else 0.0) for i in range(self.spec.n)
+        )
         right = max(r.right for r in rects)
         return Rect(left, top, right - left, bottom - top)
 
@@ -278,19 +285,36 @@ def label_step(count: int, cell: float, line: float) -> int:
         mag *= 100
 
 
-def _figure_once(text: FigureText, m: TextMeasure, area: Rect, cells: tuple[int, int, int], tick_pt: float,
-                 rotated: bool, x_step: int, y_step: int) -> FigureLayout | None:
+def _figure_once(
+    text: FigureText,
+    m: TextMeasure,
+    area: Rect,
+    cells: tuple[int, int, int],
+    tick_pt: float,
+    rotated: bool,
+    x_step: int,
+    y_step: int,
+) -> FigureLayout | None:
     n, rows, cols = cells
     line = m.line(tick_pt)
     pad = m.pt(3)
     offset = pad + m.pt(2.5)
     y_extent = m.widest([t for _, t in label_texts(text.query_labels, y_step, text.first_query)], tick_pt)
-    x_extent = m.widest([t for _, t in label_texts(text.key_labels, x_step, text.first_key)], tick_pt) if rotated else line
+    x_extent = (
+        m.widest([t for _, t in label_texts(text.key_labels, x_step, text.first_key)], tick_pt) if rotated else line
+    )
     spec = GridSpec(
-        n=n, cells_y=rows, cells_x=cols,
-        left_band=y_extent + offset + pad + text.axis_h, bottom_band=x_extent + offset + pad + text.axis_h,
-        title_h=text.title_h, gap_x=max(m.pt(10), line * 1.3), gap_y=m.pt(8),
-        group=text.group, group_h=text.group_h, group_gap=m.pt(8) if text.group > 1 else 0.0,
+        n=n,
+        cells_y=rows,
+        cells_x=cols,
+        left_band=y_extent + offset + pad + text.axis_h,
+        bottom_band=x_extent + offset + pad + text.axis_h,
+        title_h=text.title_h,
+        gap_x=max(m.pt(10), line * 1.3),
+        gap_y=m.pt(8),
+        group=text.group,
+        group_h=text.group_h,
+        group_gap=m.pt(8) if text.group > 1 else 0.0,
         aspect_limit=1.0 if rows == cols else 4.0,
     )
     grid = pack_grid(spec, area)
@@ -302,7 +326,9 @@ def _figure_once(text: FigureText, m: TextMeasure, area: Rect, cells: tuple[int,
     return FigureLayout(grid, tick_pt, rotated, x_step, y_step, x_extent, y_extent, offset)
 
 
-def _figure_settled(text: FigureText, m: TextMeasure, area: Rect, cells, tick_pt: float, rotated: bool) -> FigureLayout | None:
+def _figure_settled(
+    text: FigureText, m: TextMeasure, area: Rect, cells, tick_pt: float, rotated: bool
+) -> FigureLayout | None:
     """Label subsets depend on the cell size, which depends on the room the labels take:
     iterate until the shown labels are the ones that were measured."""
     x_step = y_step = 1

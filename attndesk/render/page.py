@@ -128,7 +128,8 @@ def _layer_entry(pm: PageMap, precision: str, region: select.Region | None) -> d
         lq, lk = amap.shape
         raise ExportError(
             f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory budget): "
-            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1)") from None
+            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1)"
+        ) from None
     except ValueError as exc:
         raise ExportError(str(exc)) from None
     queries, keys, q0, k0 = list(amap.queries), list(amap.keys), 0, 0
@@ -141,11 +142,22 @@ def _layer_entry(pm: PageMap, precision: str, region: select.Region | None) -> d
         allowed = ~hidden.any(axis=0)
         mask = allowed if mask is None else (mask & allowed)
     return {
-        "part": pm.part, "layer": pm.layer, "title": amap.title, "summary": amap.summary,
-        "heads": [amap.label(h) for h in range(amap.num_heads)], "queries": queries, "keys": keys,
-        "first_query": q0, "first_key": k0, "kv_heads": amap.kv_heads, "window": amap.window,
-        "layer_kind": amap.layer_kind, "legend": amap.legend, "notices": list(amap.notices),
-        "weights": encode_array(weights, precision), "mask": _encode_mask(mask),
+        "part": pm.part,
+        "layer": pm.layer,
+        "title": amap.title,
+        "summary": amap.summary,
+        "heads": [amap.label(h) for h in range(amap.num_heads)],
+        "queries": queries,
+        "keys": keys,
+        "first_query": q0,
+        "first_key": k0,
+        "kv_heads": amap.kv_heads,
+        "window": amap.window,
+        "layer_kind": amap.layer_kind,
+        "legend": amap.legend,
+        "notices": list(amap.notices),
+        "weights": encode_array(weights, precision),
+        "mask": _encode_mask(mask),
     }
 
 
@@ -153,14 +165,26 @@ def _colormap_entries() -> dict[str, Any]:
     out = {}
     for name in (*colormaps.COLORMAPS, *colormaps.DIVERGING_COLORMAPS):
         lut = colormaps.lookup_table(name)
-        out[name] = {"lut": base64.b64encode(lut.tobytes()).decode("ascii"),
-                     "mask": list(colormaps.mask_rgb(name)), "hatch": list(colormaps.hatch_rgb(name))}
+        out[name] = {
+            "lut": base64.b64encode(lut.tobytes()).decode("ascii"),
+            "mask": list(colormaps.mask_rgb(name)),
+            "hatch": list(colormaps.hatch_rgb(name)),
+        }
     return out
 
 
-def page_data(maps: Sequence[AttentionMap | PageMap], summary: str = "", *, settings: Mapping[str, Any] | None = None,
-              colormap: str = "viridis", shared_scale: bool = True, log_scale: bool = False,
-              precision: str = AUTO, region: select.Region | None = None, title: str = "") -> dict[str, Any]:
+def page_data(
+    maps: Sequence[AttentionMap | PageMap],
+    summary: str = "",
+    *,
+    settings: Mapping[str, Any] | None = None,
+    colormap: str = "viridis",
+    shared_scale: bool = True,
+    log_scale: bool = False,
+    precision: str = AUTO,
+    region: select.Region | None = None,
+    title: str = "",
+) -> dict[str, Any]:
     """The page's JSON document. One map: its entry's fields at the top level; several: ``layers``."""
     page_maps = [_as_page_map(m) for m in maps]
     if not page_maps:
@@ -174,8 +198,11 @@ def page_data(maps: Sequence[AttentionMap | PageMap], summary: str = "", *, sett
     check_page_size(page_maps, precision, region)
     entries = [_layer_entry(pm, precision, region) for pm in page_maps]
     doc: dict[str, Any] = {
-        "format": PAGE_FORMAT, "version": PAGE_VERSION, "generator": f"attndesk {__version__}",
-        "title": title or entries[0]["title"] or "attention weights", "summary": summary,
+        "format": PAGE_FORMAT,
+        "version": PAGE_VERSION,
+        "generator": f"attndesk {__version__}",
+        "title": title or entries[0]["title"] or "attention weights",
+        "summary": summary,
         "settings": {str(k): v for k, v in (settings or {}).items()},
         "view": {"colormap": colormap, "shared_scale": bool(shared_scale), "log_scale": bool(log_scale)},
         "colormaps": _colormap_entries(),
@@ -198,8 +225,9 @@ def _cells(pm: PageMap, region: select.Region | None) -> tuple[int, int, int]:
     return pm.map.num_heads, lq, lk
 
 
-def estimate_page_bytes(maps: Sequence[AttentionMap | PageMap], precision: str = "float16",
-                        region: select.Region | None = None) -> int:
+def estimate_page_bytes(
+    maps: Sequence[AttentionMap | PageMap], precision: str = "float16", region: select.Region | None = None
+) -> int:
     """An upper estimate of the page's size: base64 weights and masks, labels, the assets."""
     size = _ASSET_ALLOWANCE
     itemsize = 2 if precision == "float16" else 4
@@ -210,14 +238,19 @@ def estimate_page_bytes(maps: Sequence[AttentionMap | PageMap], precision: str =
     return size
 
 
-def choose_precision(maps: Sequence[AttentionMap | PageMap], region: select.Region | None = None,
-                     limit: int = MAX_PAGE_BYTES) -> str:
-    """"float32" (the exact weights) when such a page fits ``limit``, else "float16"."""
+def choose_precision(
+    maps: Sequence[AttentionMap | PageMap], region: select.Region | None = None, limit: int = MAX_PAGE_BYTES
+) -> str:
+    """ "float32" (the exact weights) when such a page fits ``limit``, else "float16"."""
     return "float32" if estimate_page_bytes(maps, "float32", region) <= limit else "float16"
 
 
-def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = AUTO,
-                    region: select.Region | None = None, limit: int = MAX_PAGE_BYTES) -> None:
+def check_page_size(
+    maps: Sequence[AttentionMap | PageMap],
+    precision: str = AUTO,
+    region: select.Region | None = None,
+    limit: int = MAX_PAGE_BYTES,
+) -> None:
     """PageTooLarge naming what fits (fewer layers, fewer tokens, float16) when over ``limit``."""
     page_maps = [_as_page_map(m) for m in maps]
     if precision == AUTO:
@@ -233,8 +266,11 @@ def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = AUT
     per_map = estimate_page_bytes(page_maps[:1], precision, region) - _ASSET_ALLOWANCE
     fit_maps = max(0, room // max(1, per_map))
     side = int(math.sqrt(room / (heads * itemsize * 4 / 3 + 1)))
-    what = f"{len(page_maps)} map(s) x {heads // len(page_maps)} heads x {lq}x{lk} tokens" if len(page_maps) > 1 \
+    what = (
+        f"{len(page_maps)} map(s) x {heads // len(page_maps)} heads x {lq}x{lk} tokens"
+        if len(page_maps) > 1
         else f"{heads} heads x {lq}x{lk} tokens"
+    )
     hints = [f"about {side} tokens"]
     if len(page_maps) > 1 and fit_maps >= 1:
         hints.insert(0, f"{fit_maps} layer(s) of these (--layer N)")
@@ -243,7 +279,8 @@ def check_page_size(maps: Sequence[AttentionMap | PageMap], precision: str = AUT
     raise PageTooLarge(
         f"a page of {what} as {precision} needs about {need / 1e6:.1f} MB, over the "
         f"{limit / 1e6:.1f} MB a page may hold; what fits: {' or '.join(hints)}, or an exact region "
-        "(--region, or zoom into a heatmap)")
+        "(--region, or zoom into a heatmap)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,8 +300,13 @@ def _script_json(doc: Mapping[str, Any]) -> str:
 def page_html(doc: Mapping[str, Any]) -> str:
     """The whole page for a ``page_data`` document: template, style, data and script inlined."""
     template = _asset("page.html")
-    parts = {"TITLE": html.escape(str(doc.get("title", "attention weights"))), "STYLE": _asset("page.css"),
-             "DATA": _script_json(doc), "SCRIPT": _asset("page.js"), "DATA_ID": _DATA_ID}
+    parts = {
+        "TITLE": html.escape(str(doc.get("title", "attention weights"))),
+        "STYLE": _asset("page.css"),
+        "DATA": _script_json(doc),
+        "SCRIPT": _asset("page.js"),
+        "DATA_ID": _DATA_ID,
+    }
     return re.sub(r"\{\{(TITLE|STYLE|DATA|SCRIPT|DATA_ID)\}\}", lambda m: parts[m.group(1)], template)
 
 

@@ -120,11 +120,19 @@ class _Painter:
         self.hidden = [figure.masked(i) for i in range(self.n)]
         self.any_hidden = any(h.any() for h in self.hidden)
         self.full_range = figure.value_range()
-        self.ranges = [self.full_range] * self.n if figure.shared_scale else [figure.value_range(i) for i in range(self.n)]
+        self.ranges = (
+            [self.full_range] * self.n if figure.shared_scale else [figure.value_range(i) for i in range(self.n)]
+        )
         self.relative = figure.relative_colorbar and len(set(self.ranges)) > 1
         self.margin = self.u.pt(10) * self.u.zoom
-        self.fonts = Fonts(tick=self.u.font(9), title=self.u.font(10.5, bold=True), suptitle=self.u.font(13, bold=True),
-                           caption=self.u.font(9), axis=self.u.font(9), cell=self.u.font(7.5))
+        self.fonts = Fonts(
+            tick=self.u.font(9),
+            title=self.u.font(10.5, bold=True),
+            suptitle=self.u.font(13, bold=True),
+            caption=self.u.font(9),
+            axis=self.u.font(9),
+            cell=self.u.font(7.5),
+        )
 
     def paint(self) -> FigureGeometry:
         p = self.p
@@ -135,10 +143,15 @@ class _Painter:
             p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
             p.fillRect(self.rect, QColor(255, 255, 255))
             header_h = self.draw_header()
-            bar = ColorBar(self.p, self.u, self.fig, self.fonts, self.relative, self.full_range, self.any_hidden, self.vector)
-            area = Rect(self.rect.left() + self.margin, self.rect.top() + self.margin + header_h,
-                        self.rect.width() - 2 * self.margin - bar.width(),
-                        self.rect.height() - 2 * self.margin - header_h)
+            bar = ColorBar(
+                self.p, self.u, self.fig, self.fonts, self.relative, self.full_range, self.any_hidden, self.vector
+            )
+            area = Rect(
+                self.rect.left() + self.margin,
+                self.rect.top() + self.margin + header_h,
+                self.rect.width() - 2 * self.margin - bar.width(),
+                self.rect.height() - 2 * self.margin - header_h,
+            )
             lay = choose_figure_layout(self.figure_text(), self.u, area, (self.n, self.L, self.Lk))
             self.fonts.tick = self.u.font(lay.tick_pt)
             for i in range(self.n):
@@ -156,9 +169,17 @@ class _Painter:
     def figure_text(self) -> FigureText:
         fig = self.fig
         group_h = self.u.metrics(self.fonts.axis).height() * 1.4 if fig.group > 1 else 0.0
-        return FigureText(fig.query_labels, fig.key_labels, fig.first_query, fig.first_key, self.f,
-                          title_h=self.u.metrics(self.fonts.title).height() * 1.35,
-                          axis_h=self.u.metrics(self.fonts.axis).height(), group_h=group_h, group=fig.group)
+        return FigureText(
+            fig.query_labels,
+            fig.key_labels,
+            fig.first_query,
+            fig.first_key,
+            self.f,
+            title_h=self.u.metrics(self.fonts.title).height() * 1.35,
+            axis_h=self.u.metrics(self.fonts.axis).height(),
+            group_h=group_h,
+            group=fig.group,
+        )
 
     # header ------------------------------------------------------------------------------------
     def draw_header(self) -> float:
@@ -171,8 +192,11 @@ class _Painter:
             fm = u.metrics(self.fonts.suptitle)
             p.setFont(self.fonts.suptitle)
             p.setPen(qcolor(TEXT_RGB))
-            p.drawText(QRectF(x, y, width, fm.height()), int(_LEFT_MID),
-                       fm.elidedText(self.fig.suptitle, Qt.TextElideMode.ElideRight, width))
+            p.drawText(
+                QRectF(x, y, width, fm.height()),
+                int(_LEFT_MID),
+                fm.elidedText(self.fig.suptitle, Qt.TextElideMode.ElideRight, width),
+            )
             y += fm.height() * 1.25
         if self.fig.caption:
             fm = u.metrics(self.fonts.caption)
@@ -200,8 +224,15 @@ class _Painter:
         if block_hidden.any():
             cells.draw_hatch(p, grid, block_hidden, style, bounds=target)
         if self.fig.window:
-            cells.draw_window_band(p, target, len(self.fig.query_labels), len(self.fig.key_labels),
-                                   self.fig.window, self.fig.causal, max(1.0, self.u.pt(1.2)))
+            cells.draw_window_band(
+                p,
+                target,
+                len(self.fig.query_labels),
+                len(self.fig.key_labels),
+                self.fig.window,
+                self.fig.causal,
+                max(1.0, self.u.pt(1.2)),
+            )
         if self.annotate_cells(target):
             cells.draw_values(p, target, self.fig.matrices[index], hidden, style, self.value_font(target))
         p.setBrush(Qt.BrushStyle.NoBrush)
@@ -223,8 +254,11 @@ class _Painter:
         fm = self.u.metrics(self.fonts.title)
         self.p.setFont(self.fonts.title)
         self.p.setPen(qcolor(TEXT_RGB))
-        self.p.drawText(QRectF(box.center_x - width / 2, box.y, width, box.h), int(_CENTRE),
-                        fm.elidedText(title, Qt.TextElideMode.ElideRight, width))
+        self.p.drawText(
+            QRectF(box.center_x - width / 2, box.y, width, box.h),
+            int(_CENTRE),
+            fm.elidedText(title, Qt.TextElideMode.ElideRight, width),
+        )
 
     def annotate_cells(self, target: QRectF) -> bool:
         if self.f > 1:  # tiles are not single weights
@@ -259,8 +293,11 @@ class _Painter:
                 p.setPen(self._tick_pen())
                 p.drawLine(QPointF(target.left() - tick, y), QPointF(target.left(), y))
             p.setPen(qcolor(TEXT_RGB))
-            p.drawText(QRectF(target.left() - pad - cap - tick, y - fm.height() / 2, cap, fm.height()), int(_RIGHT_MID),
-                       fm.elidedText(text, Qt.TextElideMode.ElideRight, cap))
+            p.drawText(
+                QRectF(target.left() - pad - cap - tick, y - fm.height() / 2, cap, fm.height()),
+                int(_RIGHT_MID),
+                fm.elidedText(text, Qt.TextElideMode.ElideRight, cap),
+            )
 
     def draw_x_labels(self, target: QRectF, lay: FigureLayout) -> None:
         p, fm = self.p, self.u.metrics(self.fonts.tick)
@@ -280,12 +317,15 @@ class _Painter:
             p.save()
             p.translate(x, target.bottom() + pad + tick)
             p.rotate(-90)  # reads bottom to top, ending at the axis
-            p.drawText(QRectF(-cap, -fm.height() / 2, cap, fm.height()), int(_RIGHT_MID),
-                       fm.elidedText(text, Qt.TextElideMode.ElideRight, cap))
+            p.drawText(
+                QRectF(-cap, -fm.height() / 2, cap, fm.height()),
+                int(_RIGHT_MID),
+                fm.elidedText(text, Qt.TextElideMode.ElideRight, cap),
+            )
             p.restore()
 
     def draw_axis_titles(self, lay: FigureLayout) -> None:
-        """"key tokens" under the bottom row's maps, "query tokens" left of the first column."""
+        """ "key tokens" under the bottom row's maps, "query tokens" left of the first column."""
         p, grid = self.p, lay.grid
         fm = self.u.metrics(self.fonts.axis)
         p.setFont(self.fonts.axis)
@@ -298,14 +338,20 @@ class _Painter:
         if grid.rows > 1 and self.n % grid.cols:
             right = last_row[-1].right  # an incomplete last row: centre under its own maps
         y = last_row[0].bottom + lay.label_offset + lay.x_extent + pad
-        p.drawText(QRectF(left, y, right - left, fm.height()), int(_TOP_CENTRE),
-                   fm.elidedText(self.fig.x_title + x_note, Qt.TextElideMode.ElideRight, right - left))
+        p.drawText(
+            QRectF(left, y, right - left, fm.height()),
+            int(_TOP_CENTRE),
+            fm.elidedText(self.fig.x_title + x_note, Qt.TextElideMode.ElideRight, right - left),
+        )
         top, bottom = grid.map_rect(0).y, grid.map_rect((grid.rows - 1) * grid.cols).bottom
         p.save()
         p.translate(grid.origin_x - lay.label_offset - lay.y_extent - pad - fm.height(), bottom)
         p.rotate(-90)
-        p.drawText(QRectF(0, 0, bottom - top, fm.height()), int(_TOP_CENTRE),
-                   fm.elidedText(self.fig.y_title + y_note, Qt.TextElideMode.ElideRight, bottom - top))
+        p.drawText(
+            QRectF(0, 0, bottom - top, fm.height()),
+            int(_TOP_CENTRE),
+            fm.elidedText(self.fig.y_title + y_note, Qt.TextElideMode.ElideRight, bottom - top),
+        )
         p.restore()
 
     def draw_groups(self, lay: FigureLayout) -> None:
@@ -316,7 +362,9 @@ class _Painter:
             p.setFont(self.fonts.axis)
             p.setPen(qcolor(MUTED_RGB))
             text_box = QRectF(box.x, box.y, box.w, box.h * 0.75)
-            p.drawText(text_box, int(_CENTRE), fm.elidedText(self.fig.group_labels[group], Qt.TextElideMode.ElideRight, box.w))
+            p.drawText(
+                text_box, int(_CENTRE), fm.elidedText(self.fig.group_labels[group], Qt.TextElideMode.ElideRight, box.w)
+            )
             p.setPen(QPen(qcolor(MUTED_RGB), max(0.5, self.u.pt(0.6))))
             y = box.y + box.h * 0.85
             p.drawLine(QPointF(box.x, y), QPointF(box.right, y))
@@ -327,7 +375,9 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def paint_figure(painter: QPainter, rect: QRectF, figure: HeatmapFigure, *, vector: bool | None = None) -> FigureGeometry:
+def paint_figure(
+    painter: QPainter, rect: QRectF, figure: HeatmapFigure, *, vector: bool | None = None
+) -> FigureGeometry:
     """Draw ``figure`` into ``rect`` with an active ``painter``.
 
     ``vector`` None picks vector cells for SVG/PDF/QPicture devices (within VECTOR_CELL_LIMIT)

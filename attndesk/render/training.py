@@ -42,11 +42,19 @@ def layer_maps(run: TrainRun, ids=None) -> list[AttentionMap]:
     maps = []
     for layer in range(cfg.layers):
         shape = f"{cfg.layers} layer{'s' * (cfg.layers != 1)}, {cfg.heads} heads, d {cfg.embed_dim}, {cfg.position}"
-        maps.append(AttentionMap(
-            queries=labels, keys=labels, weights=weights[layer], mask=mask,
-            title=f"{cfg.task}: layer {layer} after {run.step:,} steps",
-            summary=f"trained {cfg.task} (seed {cfg.seed}, step {run.step:,}), layer {layer}: {shape}",
-            file_tag=f"{cfg.task}_layer{layer}_step{run.step}", kv_heads=cfg.kv_heads, window=cfg.window))
+        maps.append(
+            AttentionMap(
+                queries=labels,
+                keys=labels,
+                weights=weights[layer],
+                mask=mask,
+                title=f"{cfg.task}: layer {layer} after {run.step:,} steps",
+                summary=f"trained {cfg.task} (seed {cfg.seed}, step {run.step:,}), layer {layer}: {shape}",
+                file_tag=f"{cfg.task}_layer{layer}_step{run.step}",
+                kv_heads=cfg.kv_heads,
+                window=cfg.window,
+            )
+        )
     return maps
 
 
@@ -56,10 +64,17 @@ def all_heads_map(run: TrainRun, ids=None) -> AttentionMap:
     weights = np.concatenate([m.weights for m in maps])
     labels = [f"L{layer} h{h}" for layer in range(run.cfg.layers) for h in range(run.cfg.heads)]
     first = maps[0]
-    return AttentionMap(queries=first.queries, keys=first.keys, weights=weights, mask=first.mask,
-                        title=f"{run.cfg.task} after {run.step:,} steps",
-                        summary=f"trained {run.cfg.task}, step {run.step:,}: every layer's heads",
-                        file_tag=f"{run.cfg.task}_step{run.step}", head_labels=labels, window=run.cfg.window)
+    return AttentionMap(
+        queries=first.queries,
+        keys=first.keys,
+        weights=weights,
+        mask=first.mask,
+        title=f"{run.cfg.task} after {run.step:,} steps",
+        summary=f"trained {run.cfg.task}, step {run.step:,}: every layer's heads",
+        file_tag=f"{run.cfg.task}_step{run.step}",
+        head_labels=labels,
+        window=run.cfg.window,
+    )
 
 
 def _format(path: Path, allowed: Sequence[str]) -> str:
@@ -69,8 +84,14 @@ def _format(path: Path, allowed: Sequence[str]) -> str:
     return fmt
 
 
-def write_animation(run: TrainRun, path: str | os.PathLike, *, fps: float = 3.0,
-                    size: tuple[int, int] | None = None, max_frames: int = 40) -> Path:
+def write_animation(
+    run: TrainRun,
+    path: str | os.PathLike,
+    *,
+    fps: float = 3.0,
+    size: tuple[int, int] | None = None,
+    max_frames: int = 40,
+) -> Path:
     """The heatmaps of the kept checkpoints (all heads, all layers, on the probe input), one
     frame each (at most ``max_frames``, spread evenly, the first and last included), as a GIF
     or an MP4 (by the suffix), written atomically."""
@@ -106,8 +127,15 @@ def _mp4_bytes(frames: list[np.ndarray], fps: float) -> bytes:
     with tempfile.TemporaryDirectory(prefix="attndesk-mp4-") as folder:
         target = os.path.join(folder, "out.mp4")
         height, width = frames[0].shape[:2]
-        writer = imageio_ffmpeg.write_frames(target, (width, height), fps=fps, codec="libx264",
-                                             pix_fmt_out="yuv420p", macro_block_size=16, ffmpeg_log_level="error")
+        writer = imageio_ffmpeg.write_frames(
+            target,
+            (width, height),
+            fps=fps,
+            codec="libx264",
+            pix_fmt_out="yuv420p",
+            macro_block_size=16,
+            ffmpeg_log_level="error",
+        )
         writer.send(None)
         for frame in frames:
             writer.send(np.ascontiguousarray(frame))
@@ -131,12 +159,18 @@ def write_curves(run: TrainRun, path: str | os.PathLike, *, size: tuple[int, int
     if not history:
         raise ExportError("the run has no history yet: train at least one step")
     title = f"{run.cfg.task} (seed {run.cfg.seed}): {run.step:,} steps, pattern = {run.task.pattern} score"
-    panels = [("loss", [("loss", "#1f77b4")]),
-              ("accuracy / pattern", [("accuracy", "#2ca02c"), ("pattern", "#d62728")])]
+    panels = [
+        ("loss", [("loss", "#1f77b4")]),
+        ("accuracy / pattern", [("accuracy", "#2ca02c"), ("pattern", "#d62728")]),
+    ]
 
     def paint(painter, rect) -> None:
-        _paint_curves(painter, rect, title, [(label, [(key, colour, *_series(history, key)) for key, colour in lines])
-                                            for label, lines in panels])
+        _paint_curves(
+            painter,
+            rect,
+            title,
+            [(label, [(key, colour, *_series(history, key)) for key, colour in lines]) for label, lines in panels],
+        )
 
     return write(paint, path, size=size, title=title)
 
@@ -172,19 +206,27 @@ def _paint_panel(painter, area, label: str, lines, x_max: float, line: float) ->
     fmt = tick_format(ticks)
 
     def at(x: float, y: float) -> QPointF:
-        return QPointF(area.left() + area.width() * x / max(x_max, 1.0), area.bottom() - area.height() * (y - lo) / (hi - lo))
+        return QPointF(
+            area.left() + area.width() * x / max(x_max, 1.0), area.bottom() - area.height() * (y - lo) / (hi - lo)
+        )
 
     painter.setPen(QPen(QColor("#cccccc"), 1))
     for t in ticks:
         painter.drawLine(at(0, t), at(x_max, t))
         painter.setPen(QColor("black"))
-        painter.drawText(QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
-                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, fmt.format(t))
+        painter.drawText(
+            QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
+            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+            fmt.format(t),
+        )
         painter.setPen(QPen(QColor("#cccccc"), 1))
     for t in nice_ticks(0, x_max, 6):
         painter.setPen(QColor("black"))
-        painter.drawText(QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
-                         Qt.AlignmentFlag.AlignCenter, f"{t:,.0f}")
+        painter.drawText(
+            QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
+            Qt.AlignmentFlag.AlignCenter,
+            f"{t:,.0f}",
+        )
     painter.setPen(QPen(QColor("black"), 1))
     painter.drawRect(area)
     legend = []
@@ -204,8 +246,9 @@ def _paint_panel(painter, area, label: str, lines, x_max: float, line: float) ->
         painter.drawText(QRectF(right - width, area.top() - line * 1.05, width, line), Qt.AlignmentFlag.AlignRight, key)
         right -= width + line * 0.5
     painter.setPen(QColor("black"))
-    painter.drawText(QRectF(area.left(), area.bottom() + line * 1.1, area.width(), line), Qt.AlignmentFlag.AlignCenter,
-                     "step")
+    painter.drawText(
+        QRectF(area.left(), area.bottom() + line * 1.1, area.width(), line), Qt.AlignmentFlag.AlignCenter, "step"
+    )
 
 
 def write_final_figures(run: TrainRun, out_path, formats: Sequence[str] = ("png",)) -> list[Path]:
@@ -215,8 +258,14 @@ def write_final_figures(run: TrainRun, out_path, formats: Sequence[str] = ("png"
     for amap in layer_maps(run):
         figure = figure_from_map(amap)
         for fmt in formats:
-            written.append(write(partial(_paint, figure=figure), out_path(f"attn_{amap.file_tag}.{fmt}"),
-                                 size=suggested_size(figure), title=figure.suptitle))
+            written.append(
+                write(
+                    partial(_paint, figure=figure),
+                    out_path(f"attn_{amap.file_tag}.{fmt}"),
+                    size=suggested_size(figure),
+                    title=figure.suptitle,
+                )
+            )
     return written
 
 

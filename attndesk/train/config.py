@@ -19,8 +19,13 @@ TEXT_LEVELS = ("char", "word")
 
 # the task defaults: (vocab_size, seq_len); every other field has one default for all tasks
 _TASK_SHAPES = {
-    "induction": (32, 32), "copy": (12, 18), "reverse": (12, 18), "sort": (12, 18),
-    "previous-token": (16, 24), "brackets": (8, 24), "text": (96, 32),
+    "induction": (32, 32),
+    "copy": (12, 18),
+    "reverse": (12, 18),
+    "sort": (12, 18),
+    "previous-token": (16, 24),
+    "brackets": (8, 24),
+    "text": (96, 32),
 }
 
 
@@ -72,8 +77,18 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Raise ConfigError naming the first bad value and what would work; return self."""
         choice("task", self.task, TASK_NAMES)
-        for name in ("steps", "batch_size", "layers", "heads", "embed_dim", "vocab_size", "seq_len",
-                     "eval_every", "checkpoint_every", "checkpoint_budget"):
+        for name in (
+            "steps",
+            "batch_size",
+            "layers",
+            "heads",
+            "embed_dim",
+            "vocab_size",
+            "seq_len",
+            "eval_every",
+            "checkpoint_every",
+            "checkpoint_budget",
+        ):
             whole_number(name, getattr(self, name))
         whole_number("probe_every_ms", self.probe_every_ms, minimum=0)
         whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
@@ -90,28 +105,45 @@ class TrainConfig:
         self._check_heads()
         if self.window is not None:
             whole_number("window", self.window)
-        if self.softcap is not None and not (isinstance(self.softcap, (int, float)) and not isinstance(self.softcap, bool)
-                                             and math.isfinite(self.softcap) and self.softcap > 0):
-            raise ConfigError(f"softcap must be a positive finite number or None, got {self.softcap!r}", field="softcap")
+        if self.softcap is not None and not (
+            isinstance(self.softcap, (int, float))
+            and not isinstance(self.softcap, bool)
+            and math.isfinite(self.softcap)
+            and self.softcap > 0
+        ):
+            raise ConfigError(
+                f"softcap must be a positive finite number or None, got {self.softcap!r}", field="softcap"
+            )
         if self.length < 4:
             raise ConfigError(f"seq_len must be at least 4 tokens, got {self.seq_len}", field="seq_len")
         if self.embed_dim * self.layers > 8192 or self.length > 2048:
-            raise ConfigError("this trainer is for small models: embed_dim x layers at most 8192 and seq_len at "
-                              "most 2048", field="embed_dim")
+            raise ConfigError(
+                "this trainer is for small models: embed_dim x layers at most 8192 and seq_len at most 2048",
+                field="embed_dim",
+            )
         return self
 
     def _check_heads(self) -> None:
         if self.embed_dim % self.heads:
-            raise ConfigError(f"{self.heads} heads do not divide embed_dim {self.embed_dim}; valid head counts: "
-                              f"{', '.join(map(str, divisors(self.embed_dim)[:12]))}", field="heads")
+            raise ConfigError(
+                f"{self.heads} heads do not divide embed_dim {self.embed_dim}; valid head counts: "
+                f"{', '.join(map(str, divisors(self.embed_dim)[:12]))}",
+                field="heads",
+            )
         if self.kv_heads is not None:
             whole_number("kv_heads", self.kv_heads)
             if self.heads % self.kv_heads:
-                raise ConfigError(f"{self.kv_heads} K/V heads cannot be shared evenly by {self.heads} query heads; "
-                                  f"valid: {', '.join(map(str, divisors(self.heads)))}", field="kv_heads")
+                raise ConfigError(
+                    f"{self.kv_heads} K/V heads cannot be shared evenly by {self.heads} query heads; "
+                    f"valid: {', '.join(map(str, divisors(self.heads)))}",
+                    field="kv_heads",
+                )
         if self.position == "rope" and (self.embed_dim // self.heads) % 2:
-            raise ConfigError(f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
-                              f"= {self.embed_dim // self.heads}", field="position")
+            raise ConfigError(
+                f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
+                f"= {self.embed_dim // self.heads}",
+                field="position",
+            )
 
     @property
     def vocab(self) -> int:

@@ -28,8 +28,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm and cfg.mlp else None
         self.mlp = None
         if cfg.mlp:
-            self.mlp = nn.Sequential(nn.Linear(cfg.embed_dim, 4 * cfg.embed_dim), nn.GELU(),
-                                     nn.Linear(4 * cfg.embed_dim, cfg.embed_dim))
+            self.mlp = nn.Sequential(
+                nn.Linear(cfg.embed_dim, 4 * cfg.embed_dim), nn.GELU(), nn.Linear(4 * cfg.embed_dim, cfg.embed_dim)
+            )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L])."""

@@ -33,10 +33,20 @@ CHECK_STEPS = 20
 PRESETS: dict[str, TrainConfig] = {
     "induction": TrainConfig(task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope"),
     "reverse": TrainConfig(task="reverse", seed=0, steps=400, layers=2, heads=4, embed_dim=64, position="learned"),
-    "previous-token": TrainConfig(task="previous-token", seed=0, steps=400, layers=1, heads=2, embed_dim=32,
-                                  position="rope"),
-    "brackets": TrainConfig(task="brackets", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="learned",
-                            mlp=True, layernorm=True),
+    "previous-token": TrainConfig(
+        task="previous-token", seed=0, steps=400, layers=1, heads=2, embed_dim=32, position="rope"
+    ),
+    "brackets": TrainConfig(
+        task="brackets",
+        seed=0,
+        steps=600,
+        layers=2,
+        heads=4,
+        embed_dim=64,
+        position="learned",
+        mlp=True,
+        layernorm=True,
+    ),
 }
 ABOUT = {
     "induction": "2 layers, attention only: a previous-token head feeds an induction head",
@@ -73,8 +83,16 @@ def trained_dir() -> Path:
 
 def list_presets() -> list[dict[str, object]]:
     """Every preset: name, task, steps, one line about it, and whether its trained folder ships."""
-    return [{"name": name, "task": cfg.task, "steps": cfg.steps, "about": ABOUT[name],
-             "shipped": (trained_dir() / name / "config.json").is_file()} for name, cfg in PRESETS.items()]
+    return [
+        {
+            "name": name,
+            "task": cfg.task,
+            "steps": cfg.steps,
+            "about": ABOUT[name],
+            "shipped": (trained_dir() / name / "config.json").is_file(),
+        }
+        for name, cfg in PRESETS.items()
+    ]
 
 
 def load_preset(name: str) -> TrainRun:
@@ -103,8 +121,12 @@ def train_preset(name: str) -> tuple[TrainRun, dict[str, object]]:
     """Train preset ``name`` to its steps; returns the run and the hashes to record."""
     with preset_threads():
         run = train(PRESETS[name])
-    extra = {"preset": name, "weights_sha256": weights_sha256(run.model.state_dict()),
-             "check": {"steps": CHECK_STEPS, "sha256": check_prefix(name)}, "threads": PRESET_THREADS}
+    extra = {
+        "preset": name,
+        "weights_sha256": weights_sha256(run.model.state_dict()),
+        "check": {"steps": CHECK_STEPS, "sha256": check_prefix(name)},
+        "threads": PRESET_THREADS,
+    }
     return run, extra
 
 
@@ -115,8 +137,11 @@ def _write(name: str) -> int:
     run.checkpoints.items = []  # the shipped folder holds the final weights only (under 1 MB)
     metrics = run.history[-1]
     save_run(run, trained_dir() / name, extra=extra)
-    print(f"{name}: {run.step} steps, accuracy {metrics.get('accuracy', float('nan')):.3f}, "
-          f"pattern {metrics.get('pattern', float('nan')):.3f}, {metrics['time_s']:.0f} s", flush=True)
+    print(
+        f"{name}: {run.step} steps, accuracy {metrics.get('accuracy', float('nan')):.3f}, "
+        f"pattern {metrics.get('pattern', float('nan')):.3f}, {metrics['time_s']:.0f} s",
+        flush=True,
+    )
     return 0
 
 
@@ -126,8 +151,10 @@ def _check(name: str) -> int:
     shipped = read_metadata(trained_dir() / name)["weights_sha256"]
     run, extra = train_preset(name)
     same = extra["weights_sha256"] == shipped
-    print(f"{name}: {'reproduced bit for bit' if same else 'DIFFERS from the shipped weights'} "
-          f"({run.step} steps)", flush=True)
+    print(
+        f"{name}: {'reproduced bit for bit' if same else 'DIFFERS from the shipped weights'} ({run.step} steps)",
+        flush=True,
+    )
     return 0 if same else 1
 
 

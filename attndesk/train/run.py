@@ -77,15 +77,25 @@ class TrainRun:
         logits, weights = self.forward(batch.ids)
         loss = F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
         scores = self.task.pattern_scores(weights, batch)
-        return {"loss": float(loss), "accuracy": self.task.accuracy(logits, batch),
-                "pattern": float(np.max(scores)), "scores": scores}
+        return {
+            "loss": float(loss),
+            "accuracy": self.task.accuracy(logits, batch),
+            "pattern": float(np.max(scores)),
+            "scores": scores,
+        }
 
     def at_checkpoint(self, step: int) -> TrainRun:
         """A copy of this run with the weights of the checkpoint at ``step``."""
         model = build_model(self.cfg)
         model.load_state_dict(self.checkpoints.get(step).state)
-        return TrainRun(self.cfg, self.task, model, step=step, history=[r for r in self.history if r["step"] <= step],
-                        status=self.status)
+        return TrainRun(
+            self.cfg,
+            self.task,
+            model,
+            step=step,
+            history=[r for r in self.history if r["step"] <= step],
+            status=self.status,
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the folder ``path`` (all or nothing): see ``attndesk.train.store``."""
@@ -106,11 +116,20 @@ def _version() -> str:
 
 def run_metadata(run: TrainRun) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "attndesk_version": _version(),
-        "torch_version": torch.__version__, "threads": torch.get_num_threads(),
-        "task": run.cfg.task, "seed": run.cfg.seed, "step": run.step, "status": run.status, "message": run.message,
-        "train_config": run.cfg.to_dict(), "token_labels": run.task.token_labels(),
-        "checkpoint_steps": run.checkpoints.steps, "probe_ids": run.task.probe().ids[0].tolist(),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "attndesk_version": _version(),
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "task": run.cfg.task,
+        "seed": run.cfg.seed,
+        "step": run.step,
+        "status": run.status,
+        "message": run.message,
+        "train_config": run.cfg.to_dict(),
+        "token_labels": run.task.token_labels(),
+        "checkpoint_steps": run.checkpoints.steps,
+        "probe_ids": run.task.probe().ids[0].tolist(),
     }
     if isinstance(run.task, Text):
         meta["text_vocab"] = run.task.vocab
@@ -124,10 +143,15 @@ def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def write_run_files(run: TrainRun, path_of: Callable[[str], Path], extra: dict[str, Any] | None = None) -> None:
     """Write the run's files where ``path_of(name)`` says (a staged folder's ``path``)."""
     meta = run_metadata(run) | (extra or {})
-    save_file(_contiguous(run.model.state_dict()), str(path_of("model.safetensors")),
-              metadata={"format": FORMAT, "step": str(run.step)})
+    save_file(
+        _contiguous(run.model.state_dict()),
+        str(path_of("model.safetensors")),
+        metadata={"format": FORMAT, "step": str(run.step)},
+    )
     if run.checkpoints.items:
-        tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()}
+        tensors = {
+            f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()
+        }
         save_file(tensors, str(path_of("checkpoints.safetensors")), metadata={"format": FORMAT})
     for name in ("model.safetensors", "checkpoints.safetensors"):
         if path_of(name).exists():  # safetensors creates its files private

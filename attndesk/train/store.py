@@ -46,9 +46,11 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ConfigError(f"{folder} is not a trained attndesk model (config.json has no format {FORMAT!r})")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f"{folder} is a trained model of format version {meta.get('format_version')!r} "
-                          f"(attndesk {meta.get('attndesk_version', '?')}); this attndesk reads version "
-                          f"{FORMAT_VERSION}: re-train it with this version")
+        raise ConfigError(
+            f"{folder} is a trained model of format version {meta.get('format_version')!r} "
+            f"(attndesk {meta.get('attndesk_version', '?')}); this attndesk reads version "
+            f"{FORMAT_VERSION}: re-train it with this version"
+        )
     return meta
 
 
@@ -85,9 +87,19 @@ def load_run(path: str | os.PathLike) -> TrainRun:
             _load_checkpoints(checkpoints, load_file(str(folder / "checkpoints.safetensors")))
         history = json.loads((folder / "history.json").read_text(encoding="utf-8"))
     except (OSError, RuntimeError, ValueError) as exc:  # safetensors' and load_state_dict's errors
-        raise ConfigError(f"{folder} holds weights that do not fit its config.json: {str(exc).splitlines()[0]}") from None
-    run = TrainRun(cfg, task, model, step=int(meta["step"]), history=history, checkpoints=checkpoints,
-                   status=str(meta.get("status", "finished")), message=str(meta.get("message", "")))
+        raise ConfigError(
+            f"{folder} holds weights that do not fit its config.json: {str(exc).splitlines()[0]}"
+        ) from None
+    run = TrainRun(
+        cfg,
+        task,
+        model,
+        step=int(meta["step"]),
+        history=history,
+        checkpoints=checkpoints,
+        status=str(meta.get("status", "finished")),
+        message=str(meta.get("message", "")),
+    )
     return run
 
 

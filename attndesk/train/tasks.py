@@ -107,7 +107,9 @@ class Induction(Task):
             raise ConfigError(
                 f"induction draws segments of up to (seq_len - 1) // 2 = {self.longest} distinct tokens, but "
                 f"vocab_size {self.vocab_size} has only {self.vocab_size - 1} data tokens: raise vocab_size to "
-                f"{self.longest + 1} or shorten seq_len to {2 * (self.vocab_size - 1) + 1}", field="vocab_size")
+                f"{self.longest + 1} or shorten seq_len to {2 * (self.vocab_size - 1) + 1}",
+                field="vocab_size",
+            )
 
     def sample(self, batch: int, generator: torch.Generator) -> Batch:
         length = self.seq_len
@@ -151,11 +153,16 @@ class _Transduce(Task):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         if self.seq_len % 2:
-            raise ConfigError(f"{self.name} needs an even seq_len (BOS, n tokens, SEP, n answers), got "
-                              f"{self.seq_len}: use {self.seq_len - 1} or {self.seq_len + 1}", field="seq_len")
+            raise ConfigError(
+                f"{self.name} needs an even seq_len (BOS, n tokens, SEP, n answers), got "
+                f"{self.seq_len}: use {self.seq_len - 1} or {self.seq_len + 1}",
+                field="seq_len",
+            )
         if self.vocab_size < 4:
-            raise ConfigError(f"{self.name} needs vocab_size >= 4 (BOS, SEP and two data tokens), got "
-                              f"{self.vocab_size}", field="vocab_size")
+            raise ConfigError(
+                f"{self.name} needs vocab_size >= 4 (BOS, SEP and two data tokens), got {self.vocab_size}",
+                field="vocab_size",
+            )
         self.n = (self.seq_len - 2) // 2
 
     def answer(self, x: torch.Tensor) -> torch.Tensor:
@@ -163,8 +170,10 @@ class _Transduce(Task):
 
     def sample(self, batch: int, generator: torch.Generator) -> Batch:
         x = torch.randint(2, self.vocab_size, (batch, self.n), generator=generator)
-        ids = torch.cat([torch.zeros(batch, 1, dtype=torch.int64), x, torch.ones(batch, 1, dtype=torch.int64),
-                         self.answer(x)], dim=1)
+        ids = torch.cat(
+            [torch.zeros(batch, 1, dtype=torch.int64), x, torch.ones(batch, 1, dtype=torch.int64), self.answer(x)],
+            dim=1,
+        )
         t = torch.arange(self.seq_len)[None].expand(batch, -1)
         return Batch(ids, _lm_targets(ids), (t >= self.n + 1) & (t <= 2 * self.n))
 
@@ -175,9 +184,9 @@ class _Transduce(Task):
     def pattern_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         b_count, length, n = batch.ids.shape[0], self.seq_len, self.n
         keys = torch.zeros(b_count, length, length)
-        keys[:, n + 1: 2 * n + 1, 1: n + 1] = self.source_keys(batch)
+        keys[:, n + 1 : 2 * n + 1, 1 : n + 1] = self.source_keys(batch)
         queries = torch.zeros(b_count, length, dtype=torch.bool)
-        queries[:, n + 1: 2 * n + 1] = True
+        queries[:, n + 1 : 2 * n + 1] = True
         return keys, queries
 
     def token_labels(self) -> list[str]:
@@ -196,7 +205,9 @@ class Copy(_Transduce):
 
 
 class Reverse(_Transduce):
-    __doc__ = (_Transduce.__doc__ or "") + "\n    ``y = x reversed``. Pattern ``anti-diagonal``: answer i weighs x_(n+1-i)."
+    __doc__ = (
+        _Transduce.__doc__ or ""
+    ) + "\n    ``y = x reversed``. Pattern ``anti-diagonal``: answer i weighs x_(n+1-i)."
     name, pattern, about = "reverse", "anti-diagonal", "write the tokens in reverse after SEP"
 
     def answer(self, x: torch.Tensor) -> torch.Tensor:
@@ -207,7 +218,9 @@ class Reverse(_Transduce):
 
 
 class Sort(_Transduce):
-    __doc__ = (_Transduce.__doc__ or "") + "\n    ``y = x sorted``. Pattern ``sorted-source``: answer i weighs the x equal to y_i."
+    __doc__ = (
+        _Transduce.__doc__ or ""
+    ) + "\n    ``y = x sorted``. Pattern ``sorted-source``: answer i weighs the x equal to y_i."
     name, pattern, about = "sort", "sorted-source", "write the tokens sorted after SEP"
 
     def answer(self, x: torch.Tensor) -> torch.Tensor:
@@ -215,7 +228,7 @@ class Sort(_Transduce):
 
     def source_keys(self, batch: Batch) -> torch.Tensor:
         n = self.n
-        x, y = batch.ids[:, 1: n + 1], batch.ids[:, n + 2:]
+        x, y = batch.ids[:, 1 : n + 1], batch.ids[:, n + 2 :]
         return (y[:, :, None] == x[:, None, :]).float()  # [B, answer, source]
 
 
@@ -257,8 +270,10 @@ class Brackets(Task):
         super().__init__(cfg)
         self.depth = self.vocab_size - 4
         if self.depth < 1:
-            raise ConfigError(f"brackets needs vocab_size >= 5 (BOS, '(', ')' and depths 0..V-4), got "
-                              f"{self.vocab_size}", field="vocab_size")
+            raise ConfigError(
+                f"brackets needs vocab_size >= 5 (BOS, '(', ')' and depths 0..V-4), got {self.vocab_size}",
+                field="vocab_size",
+            )
 
     def sample(self, batch: int, generator: torch.Generator) -> Batch:
         coin = torch.rand(batch, self.seq_len - 1, generator=generator) < 0.5
@@ -320,15 +335,19 @@ class Text(Task):
         index = {p: i for i, p in enumerate(self.vocab)}
         self.corpus = torch.tensor([index.get(p, 0) for p in pieces], dtype=torch.int64)
         if self.corpus.numel() < self.seq_len + 1:
-            raise ConfigError(f"the text has {self.corpus.numel():,} {self.level}s, fewer than seq_len + 1 = "
-                              f"{self.seq_len + 1}: give a longer text or a shorter seq_len", field="seq_len")
+            raise ConfigError(
+                f"the text has {self.corpus.numel():,} {self.level}s, fewer than seq_len + 1 = "
+                f"{self.seq_len + 1}: give a longer text or a shorter seq_len",
+                field="seq_len",
+            )
 
     def sample(self, batch: int, generator: torch.Generator) -> Batch:
         starts = torch.randint(0, self.corpus.numel() - self.seq_len, (batch,), generator=generator)
         window = starts[:, None] + torch.arange(self.seq_len + 1)[None]
         chunk = self.corpus[window]
-        return Batch(chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous(),
-                     torch.ones(batch, self.seq_len, dtype=torch.bool))
+        return Batch(
+            chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous(), torch.ones(batch, self.seq_len, dtype=torch.bool)
+        )
 
     def probe(self) -> Batch:
         if self.fixed_probe is None:
@@ -348,7 +367,9 @@ class Text(Task):
         return shown + [f"<{i}>" for i in range(len(shown), self.vocab_size)]
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Induction, Copy, Reverse, Sort, PreviousToken, Brackets, Text)}
+TASKS: dict[str, type[Task]] = {
+    cls.name: cls for cls in (Induction, Copy, Reverse, Sort, PreviousToken, Brackets, Text)
+}
 
 
 def make_task(cfg: TrainConfig, text: str | None = None) -> Task:

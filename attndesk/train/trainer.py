@@ -87,7 +87,9 @@ class Trainer:
         self.eval_batch = self.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(cfg.seed + _EVAL_SEED_OFFSET))
         self.probe = self.task.probe()
 
-    def steps(self, *, pause: threading.Event | None = None, stop: threading.Event | None = None) -> Iterator[StepReport]:
+    def steps(
+        self, *, pause: threading.Event | None = None, stop: threading.Event | None = None
+    ) -> Iterator[StepReport]:
         """Train to ``cfg.steps``, yielding a report per step; returns early on ``stop`` (status
         "stopped") or a non-finite loss (status "diverged", the last good weights restored)."""
         run, loop = self.run, _Loop(start=time.perf_counter())
@@ -150,8 +152,10 @@ class Trainer:
             run.history = [row for row in run.history if row["step"] <= run.step]
             run.checkpoints.drop_after(run.step)
         run.status = "diverged"
-        run.message = (f"the loss became {value} at step {bad_step + 1:,}: training stopped and kept the last good "
-                       f"weights (step {run.step:,}); lower the learning rate (lr {self.cfg.lr:g})")
+        run.message = (
+            f"the loss became {value} at step {bad_step + 1:,}: training stopped and kept the last good "
+            f"weights (step {run.step:,}); lower the learning rate (lr {self.cfg.lr:g})"
+        )
 
     def snapshot(self) -> ProbeSnapshot:
         """The attention on the fixed probe input now."""
@@ -166,9 +170,14 @@ def _wait_while_paused(pause: threading.Event | None, stop: threading.Event | No
     return stop is not None and stop.is_set()
 
 
-def train(cfg: TrainConfig, *, on_step: Callable[[StepReport], None] | None = None,
-          pause: threading.Event | None = None, stop: threading.Event | None = None,
-          text: str | None = None) -> TrainRun:
+def train(
+    cfg: TrainConfig,
+    *,
+    on_step: Callable[[StepReport], None] | None = None,
+    pause: threading.Event | None = None,
+    stop: threading.Event | None = None,
+    text: str | None = None,
+) -> TrainRun:
     """Train ``cfg`` to the end (or a stop / divergence) and return the run. ``on_step`` is
     called with every ``StepReport`` in the training thread."""
     trainer = Trainer(cfg, text=text)

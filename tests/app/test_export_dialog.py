@@ -23,8 +23,15 @@ def amap() -> AttentionMap:
     w = rng.random((4, 6, 6)).astype(np.float32)
     w /= w.sum(-1, keepdims=True)
     tokens = ["a", "b<", "c,", 'd"', "e", "f"]
-    return AttentionMap(queries=tokens, keys=tokens, weights=w, title="Layer 1", summary="hand-made",
-                        file_tag="handmade_layer1", kv_heads=2)
+    return AttentionMap(
+        queries=tokens,
+        keys=tokens,
+        weights=w,
+        title="Layer 1",
+        summary="hand-made",
+        file_tag="handmade_layer1",
+        kv_heads=2,
+    )
 
 
 def test_numbers_of_every_target_and_region(amap, tmp_path):
@@ -85,8 +92,9 @@ def _cpu_of(fn) -> float:
 @pytest.fixture
 def big_map() -> AttentionMap:
     tokens = [f"t{i}" for i in range(48)]
-    return AttentionMap(queries=tokens, keys=tokens, weights=_softmax_rows((4, 48, 48), 1), title="big",
-                        summary="", file_tag="big")
+    return AttentionMap(
+        queries=tokens, keys=tokens, weights=_softmax_rows((4, 48, 48), 1), title="big", summary="", file_tag="big"
+    )
 
 
 def _softmax_rows(shape, seed: int = 0) -> np.ndarray:

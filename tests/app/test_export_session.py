@@ -71,8 +71,9 @@ def test_export_npy_round_trips_and_csv_has_labels(window, tmp_path):
     rows = list(csv.reader(written.open(encoding="utf-8")))
     assert rows[0][1:] == result.keys
     assert [r[0] for r in rows[1:]] == result.queries
-    np.testing.assert_allclose(np.array([[float(v) for v in r[1:]] for r in rows[1:]]),
-                               result.weights.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.array([[float(v) for v in r[1:]] for r in rows[1:]]), result.weights.mean(axis=0), rtol=1e-6
+    )
 
 
 def test_default_file_name_carries_head_and_settings(window, tmp_path):
@@ -101,8 +102,9 @@ def test_failed_export_says_why_and_leaves_no_file(window, tmp_path):
 # -- sessions -----------------------------------------------------------------------------------
 def configure(w):
     w.tokensPanel.tokenInput.setPlainText("a b c d e")
-    w.state.set_config(num_heads=8, mask="causal", scaled=False, seed=7, dropout=0.1, training=True, embed_dim=32,
-                       pad_to=9)
+    w.state.set_config(
+        num_heads=8, mask="causal", scaled=False, seed=7, dropout=0.1, training=True, embed_dim=32, pad_to=9
+    )
     w.heatmapPanel.set_colormap_name("magma")
     w.heatmapPanel.set_shared_scale(False)
 
@@ -120,7 +122,9 @@ def test_session_round_trip(qtbot, window, tmp_path):
         with qtbot.waitSignal(other.resultDisplayed, timeout=TIMEOUT_MS) as blocker:
             other.load_session_from(path)
         assert other.session() == saved
-        assert other.parametersPanel.headsSpin.value() == 8 and other.tokensPanel.tokenInput.toPlainText() == "a b c d e"
+        assert (
+            other.parametersPanel.headsSpin.value() == 8 and other.tokensPanel.tokenInput.toPlainText() == "a b c d e"
+        )
         result = blocker.args[0].toy.result
         assert result.config.num_heads == 8 and result.config.mask == "causal" and result.tokens[-1] == "[PAD]"
         assert other.heatmapPanel.colormap_name() == "magma" and not other.heatmapPanel.shared_scale()
@@ -128,21 +132,24 @@ def test_session_round_trip(qtbot, window, tmp_path):
         dispose(other)
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe\x00binary", "not a text"),
-    (b'{"format": "something-else"}', "not an attndesk session"),
-    (b'{"format": "attndesk-session", "version": 99, "text": "x", "config": {}}', "version 99"),
-    (b'{"format": "attndesk-session", "version": 1, "text": "x", "config": {"num_heads": 6}}', "6 heads"),
-    (b'{"format": "attndesk-session", "version": 1, "text": "x", "config": {"nonsense": 1}}', "nonsense"),
-    (b'{"format": "attndesk-session", "version": 1, "text": 3, "config": {}}', "session field 'text'"),
-    (b'{"format": "attndesk-session", "version": 2, "config": {"num_heads": 1000000000}}', "heads"),
-    (b'{"format": "attndesk-session", "version": 2, "config": {"seed": 4294967296}}', "seed"),
-    (b'{"format": "attndesk-session", "version": 2, "view": {"target": -2}}', "view.target"),
-    (b'{"format": "attndesk-session", "version": 2, "pretrained": {"layer": 1e9}}', "pretrained.layer"),
-    (b"[" * 50000 + b"]" * 50000, "nested too deeply"),
-    (b'{"format": "attndesk-session", "version": 2, "config": {"seed": ' + b"7" * 5000 + b"}}", "digits"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe\x00binary", "not a text"),
+        (b'{"format": "something-else"}', "not an attndesk session"),
+        (b'{"format": "attndesk-session", "version": 99, "text": "x", "config": {}}', "version 99"),
+        (b'{"format": "attndesk-session", "version": 1, "text": "x", "config": {"num_heads": 6}}', "6 heads"),
+        (b'{"format": "attndesk-session", "version": 1, "text": "x", "config": {"nonsense": 1}}', "nonsense"),
+        (b'{"format": "attndesk-session", "version": 1, "text": 3, "config": {}}', "session field 'text'"),
+        (b'{"format": "attndesk-session", "version": 2, "config": {"num_heads": 1000000000}}', "heads"),
+        (b'{"format": "attndesk-session", "version": 2, "config": {"seed": 4294967296}}', "seed"),
+        (b'{"format": "attndesk-session", "version": 2, "view": {"target": -2}}', "view.target"),
+        (b'{"format": "attndesk-session", "version": 2, "pretrained": {"layer": 1e9}}', "pretrained.layer"),
+        (b"[" * 50000 + b"]" * 50000, "nested too deeply"),
+        (b'{"format": "attndesk-session", "version": 2, "config": {"seed": ' + b"7" * 5000 + b"}}", "digits"),
+    ],
+)
 def test_corrupt_session_is_rejected_and_changes_nothing(window, tmp_path, content, reason):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -168,8 +175,7 @@ def test_last_session_and_layout_are_restored_on_launch(qtbot, tmp_path):
 
 
 def test_session_from_another_machine_falls_back_to_cpu():
-    text = json.dumps({"format": "attndesk-session", "version": 1, "text": "hi",
-                       "config": {"device": "mps"}})
+    text = json.dumps({"format": "attndesk-session", "version": 1, "text": "hi", "config": {"device": "mps"}})
     from attndesk.core.devices import device_availability
 
     if device_availability()["mps"] is None:
@@ -220,9 +226,18 @@ def test_keys_missing_from_a_session_take_the_defaults_not_the_windows(qtbot, wi
 
 def test_version_1_sessions_still_load(window, tmp_path):
     # the mode as its display string, view settings at the top, positional as a bool
-    old = {"format": "attndesk-session", "version": 1, "text": "a b c", "key_text": "x y", "cross": True,
-           "mode": "Toy model", "colormap": "magma", "shared_scale": False, "view": "mean",
-           "config": {"embed_dim": 32, "num_heads": 2, "positional": False, "mask": "none"}}
+    old = {
+        "format": "attndesk-session",
+        "version": 1,
+        "text": "a b c",
+        "key_text": "x y",
+        "cross": True,
+        "mode": "Toy model",
+        "colormap": "magma",
+        "shared_scale": False,
+        "view": "mean",
+        "config": {"embed_dim": 32, "num_heads": 2, "positional": False, "mask": "none"},
+    }
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(old), encoding="utf-8")
     window.load_session_from(path)

@@ -118,8 +118,9 @@ def test_the_pretrained_grid_and_model_are_held_and_the_model_in_use_never_goes(
     w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     try:
         ledger = w.compute.ledger
-        with qtbot.waitSignal(w.resultDisplayed, timeout=4 * TIMEOUT_MS,
-                              check_params_cb=lambda r: r.layers is not None):
+        with qtbot.waitSignal(
+            w.resultDisplayed, timeout=4 * TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None
+        ):
             w.state.update({"text": "The cat sat on the mat.", "cross": False})
             w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(PACKAGED))
         w.pretrained.controls.all_layers_check.setChecked(True)

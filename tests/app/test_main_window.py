@@ -30,9 +30,28 @@ def core_weights(w) -> np.ndarray:
 
 
 def test_window_contract(window):
-    names = ["tokenInput", "embedDimSpin", "hiddenDimSpin", "headsSpin", "maskCombo", "scaleCheck",
-             "positionCombo", "kvHeadsCombo", "windowSpin", "softcapSpin", "dropoutSpin", "seedSpin", "deviceCombo", "dtypeCombo", "heatmapView",
-             "timingPanel", "modeCombo", "viewTabs", "trainCheck", "crossCheck"]
+    names = [
+        "tokenInput",
+        "embedDimSpin",
+        "hiddenDimSpin",
+        "headsSpin",
+        "maskCombo",
+        "scaleCheck",
+        "positionCombo",
+        "kvHeadsCombo",
+        "windowSpin",
+        "softcapSpin",
+        "dropoutSpin",
+        "seedSpin",
+        "deviceCombo",
+        "dtypeCombo",
+        "heatmapView",
+        "timingPanel",
+        "modeCombo",
+        "viewTabs",
+        "trainCheck",
+        "crossCheck",
+    ]
     from PySide6.QtWidgets import QWidget
 
     for name in names:
@@ -119,7 +138,9 @@ def test_hover_readout_and_highlight_in_every_head(qtbot, window):
     scene = vb.mapViewToScene(QPointF(k + 0.5, q + 0.5))
     panel._on_mouse_moved(scene)
     text = panel.readout.text()
-    expected = f'head 1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
+    expected = (
+        f'head 1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
+    )
     assert text == expected
     assert re.fullmatch(r'head \d+ · query ".*" \(\d+\) → key ".*" \(\d+\): \d\.\d{4}', text)
     assert panel.highlighted_cells() == [(q, k)] * result.num_heads
@@ -185,8 +206,11 @@ def test_masked_cells_are_hatched_not_coloured(qtbot, window):
         """Every pixel colour inside cell (q, k) of head 0, as drawn on screen."""
         top_left = vb.mapViewToScene(QPointF(k + 0.15, q + 0.15))
         bottom_right = vb.mapViewToScene(QPointF(k + 0.85, q + 0.85))
-        return {image.pixelColor(x, y).getRgb()[:3] for x in range(int(top_left.x()), int(bottom_right.x()))
-                for y in range(int(top_left.y()), int(bottom_right.y()))}
+        return {
+            image.pixelColor(x, y).getRgb()[:3]
+            for x in range(int(top_left.x()), int(bottom_right.x()))
+            for y in range(int(top_left.y()), int(bottom_right.y()))
+        }
 
     # above the diagonal: the mask colour, hatched in the hatch colour; on/below it: weights only
     hatched = {colormaps.mask_rgb("viridis"), colormaps.hatch_rgb("viridis")}
@@ -214,8 +238,9 @@ def long_text(n: int) -> str:
 
 def set_large(w):
     """2,048 tokens x 16 heads, in one change of the state (so one run)."""
-    w.state.update({"config": w.state.config.replace(embed_dim=256, num_heads=16, mask="none"),
-                    "text": long_text(2048)})
+    w.state.update(
+        {"config": w.state.config.replace(embed_dim=256, num_heads=16, mask="none"), "text": long_text(2048)}
+    )
 
 
 def largest_gap_ms(qtbot, window, change) -> tuple[float, object]:
@@ -249,7 +274,9 @@ def test_event_loop_stays_responsive_during_a_large_run(qtbot, window):
     # machines: a try that stalls gets another with a new seed; a real stall fails them all
     worst = []
     for attempt in range(3):
-        gap, result = largest_gap_ms(qtbot, window, lambda attempt=attempt: (set_large(window), window.state.set_config(seed=attempt)))
+        gap, result = largest_gap_ms(
+            qtbot, window, lambda attempt=attempt: (set_large(window), window.state.set_config(seed=attempt))
+        )
         assert result.map.weights.shape == (16, 2048, 2048) and result.toy.result.config.seed == attempt
         worst.append(gap)
         if gap < 100:
@@ -313,7 +340,9 @@ def test_grid_reflows_with_the_window_shape(qtbot, window):
     qtbot.waitUntil(lambda: panel.grid_layout().cols < wide and not panel.is_building(), timeout=5000)
     assert len(panel.displayed_arrays()) == 8
     layout = panel.grid_layout()
-    assert 1 / ASPECT_LIMIT - 1e-6 <= layout.map_w / layout.map_h <= ASPECT_LIMIT + 1e-6  # square matrix, near-square map
+    assert (
+        1 / ASPECT_LIMIT - 1e-6 <= layout.map_w / layout.map_h <= ASPECT_LIMIT + 1e-6
+    )  # square matrix, near-square map
 
 
 def test_unavailable_devices_are_greyed_with_the_reason(window):
@@ -334,8 +363,7 @@ def test_rapid_edits_end_with_the_latest(qtbot, window):
     shown = []
     window.resultDisplayed.connect(shown.append)
     spin = window.parametersPanel.headsSpin
-    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda r: r.map.num_heads == 32):
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.map.num_heads == 32):
         for heads in (2, 8, 16, 32):
             spin.setValue(heads)
     qtbot.wait(400)  # nothing else arrives later
@@ -381,8 +409,10 @@ def test_a_size_that_cannot_fit_is_said_next_to_its_control(qtbot, window):
     assert not label.isVisibleTo(window) and not panel.embedDimSpin.styleSheet()
 
 
-ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
-             "allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)")
+ALLOCATOR = (
+    "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+    "allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)"
+)
 
 
 @pytest.mark.parametrize("failure", [MemoryError(), RuntimeError(ALLOCATOR)], ids=["MemoryError", "torch allocator"])

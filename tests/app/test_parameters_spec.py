@@ -31,7 +31,7 @@ def _panel(qtbot, state: AppState | None = None, fields=FIELDS) -> ParametersPan
 def _expected_range(spec) -> tuple[float, float]:
     """What the spin box must offer, worked out from the spec alone (bytes in MiB; 0 = None)."""
     scale = 2**20 if spec.unit == "bytes" else 1
-    tick = 10.0 ** -spec.decimals if spec.kind is float else 1
+    tick = 10.0**-spec.decimals if spec.kind is float else 1
     top = min(v for v in (spec.high, spec.window_max, INT_TOP * scale) if v is not None) / scale
     low = 0 if spec.control == "zero" else spec.low + tick * spec.low_open
     return low, top - tick * spec.high_open
@@ -66,8 +66,22 @@ def test_the_panel_the_command_line_and_the_session_agree_field_by_field(qtbot):
     for spec in FIELDS:
         assert panel.controls[spec.name].value() == getattr(flags, spec.name) == spec.default == session[spec.name]
     # a non-default value travels the same way: the control shows what the flag sets and the session holds
-    parsed = build_parser().parse_args(["render", "--heads", "8", "--window", "5", "--softcap", "2.5",
-                                        "--memory-budget", "512M", "--no-bias", "--vocab-size", "99"])
+    parsed = build_parser().parse_args(
+        [
+            "render",
+            "--heads",
+            "8",
+            "--window",
+            "5",
+            "--softcap",
+            "2.5",
+            "--memory-budget",
+            "512M",
+            "--no-bias",
+            "--vocab-size",
+            "99",
+        ]
+    )
     state.config = config_from_args(parsed)
     back = parse_session(json.dumps(session_json(state))).state.config
     for spec in FIELDS:
@@ -75,9 +89,25 @@ def test_the_panel_the_command_line_and_the_session_agree_field_by_field(qtbot):
 
 
 def test_a_field_added_to_the_spec_appears_in_the_panel_the_flags_and_the_session(qtbot):
-    extra = dataclasses.make_dataclass("WithSinks", [("sinks", int, param(
-        2, kind=int, label="Sink tokens", flag="--sinks", low=0, window_max=64, tip="Keys every query always sees"))],
-        bases=(AttentionConfig,))
+    extra = dataclasses.make_dataclass(
+        "WithSinks",
+        [
+            (
+                "sinks",
+                int,
+                param(
+                    2,
+                    kind=int,
+                    label="Sink tokens",
+                    flag="--sinks",
+                    low=0,
+                    window_max=64,
+                    tip="Keys every query always sees",
+                ),
+            )
+        ],
+        bases=(AttentionConfig,),
+    )
     fields = fields_of(extra)
     state = AppState(config=extra())
     panel = _panel(qtbot, state, fields)

@@ -28,8 +28,14 @@ def _session(config: dict, **fields) -> str:
 CASES = [
     ("[" * 100_000 + "]" * 100_000, "its JSON is nested too deeply"),
     ('{"a": ' * 50_000 + "1" + "}" * 50_000, "its JSON is nested too deeply"),
-    (_session({"seed": 1}).replace('"seed": 1', '"seed": ' + "7" * 5000), "it holds a number of more than 4,300 digits"),
-    (_session({"num_heads": 10**9}), "the session's parameters are invalid: 1,000,000,000 heads do not divide embed_dim 64"),
+    (
+        _session({"seed": 1}).replace('"seed": 1', '"seed": ' + "7" * 5000),
+        "it holds a number of more than 4,300 digits",
+    ),
+    (
+        _session({"num_heads": 10**9}),
+        "the session's parameters are invalid: 1,000,000,000 heads do not divide embed_dim 64",
+    ),
     (_session({"embed_dim": 10**9}), "the session's parameters are invalid: embed dim 1,000,000,000 needs"),
     (_session({"pad_to": 10**9}), "the session's parameters are invalid: pad_to 1,000,000,000 needs at least"),
     (_session({"vocab_size": 10**9}), "vocab size 1,000,000,000 needs 238.4 GiB for the embedding table"),
@@ -99,7 +105,9 @@ def test_a_save_that_fails_midway_keeps_the_old_file(tmp_path, monkeypatch, fail
     else:
         monkeypatch.setattr(os, fail_at, fail)
     new = AppState(text="a new text that must not land half-written", config=AttentionConfig(num_heads=8))
-    with pytest.raises(SessionError, match=r"cannot save the session to .*work\.attndesk\.json: No space left on device"):
+    with pytest.raises(
+        SessionError, match=r"cannot save the session to .*work\.attndesk\.json: No space left on device"
+    ):
         save_session(new, path)
     monkeypatch.undo()
     assert path.read_bytes() == before
@@ -148,7 +156,13 @@ def test_a_pretrained_sessions_head_view_survives_the_toy_head_count():
     toy = AppState(text="the cat")  # 4 heads: no head 9
     toy.view.target = 9
     assert parse_session(json.dumps(session_json(toy))).state.view.target == "all"
-    old = {"format": "attndesk-session", "version": 1, "text": "the cat", "config": {}, "view": 9,
-           "mode": "Pretrained: all-MiniLM-L6-v2",
-           "pretrained": {"folder": None, "layer": 3, "hide_special": False, "all_layers": False, "ablate": []}}
+    old = {
+        "format": "attndesk-session",
+        "version": 1,
+        "text": "the cat",
+        "config": {},
+        "view": 9,
+        "mode": "Pretrained: all-MiniLM-L6-v2",
+        "pretrained": {"folder": None, "layer": 3, "hide_special": False, "all_layers": False, "ablate": []},
+    }
     assert parse_session(json.dumps(old)).state.view.target == 9

@@ -68,7 +68,9 @@ def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot
         window.viewTabs.setCurrentWidget(window.tab_widget("step-through"))
     assert window.displayed_result().toy.result.intermediates is not None
     _check_stages(window, 0)
-    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):  # drawn off the GUI thread
+    with qtbot.waitSignal(
+        window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS
+    ):  # drawn off the GUI thread
         window.tab_widget("step-through").headSpin.setValue(2)
     _check_stages(window, 2)
     # while it is visible, a new result (causal mask) keeps them and reaches the strip
@@ -154,7 +156,9 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
     assert window.tab_widget("head-stats").stats() == expected
     assert window.tab_widget("head-stats").table.rowCount() == shown.num_heads
 
-    with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):  # (a rerun keeping intermediates)
+    with qtbot.waitSignal(
+        window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS
+    ):  # (a rerun keeping intermediates)
         window.tab_widget("head-stats").select_head(3)
     assert window.viewTabs.currentWidget() is window.tab_widget("step-through")
     assert window.tab_widget("step-through").head() == 3
@@ -214,7 +218,9 @@ def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, 
     assert np.all(comparison.a.weights[:, real_rows][:, :, pad] == 0)
     shown_a, _shown_b, shown_diff = view.displayed()
     np.testing.assert_array_equal(shown_a, comparison.a.weights.mean(axis=0))
-    np.testing.assert_array_equal(shown_diff, (comparison.b.weights.astype(np.float64) - comparison.a.weights).mean(axis=0))
+    np.testing.assert_array_equal(
+        shown_diff, (comparison.b.weights.astype(np.float64) - comparison.a.weights).mean(axis=0)
+    )
     # the next live result replaces the teaching pair
     wait_result(qtbot, window, lambda: window.parametersPanel.seedSpin.setValue(9))
     assert view.teaching() is None and not view.explanationText.isVisibleTo(window)
@@ -231,7 +237,9 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
 
     monkeypatch.setattr(implementation_tab, "implementation_job", spy)
     assert panel.runButton.isEnabled()
-    with qtbot.waitSignal(window.tab_presenter("implementation").shownComparison, timeout=3 * TIMEOUT_MS, raising=False) as blocker:
+    with qtbot.waitSignal(
+        window.tab_presenter("implementation").shownComparison, timeout=3 * TIMEOUT_MS, raising=False
+    ) as blocker:
         panel.runButton.click()
     assert blocker.signal_triggered, (panel.notesLabel.text(), threads, window.compute.side.is_busy("implementations"))
     assert threads and threads[0] != threading.get_ident()
@@ -262,7 +270,9 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
         window.viewTabs.setCurrentWidget(view)
         if view is window.tab_widget("positions"):  # its table is a side job
             qtbot.waitUntil(lambda: window.tab_widget("positions").encoding is not None, timeout=TIMEOUT_MS)
-        plots = [p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None]
+        plots = [
+            p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None
+        ]
         assert plots, view.objectName()
         # the plots are shown one per event-loop turn (views/pacing.py)
         qtbot.waitUntil(lambda plots=plots: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
@@ -274,7 +284,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
         window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
     assert window.tab_widget("head-stats").exportButton.isVisibleTo(window)
-    csv = (tmp_path / "stats.csv")
+    csv = tmp_path / "stats.csv"
     window.tab_widget("head-stats").export_csv(str(csv))
     lines = csv.read_text().splitlines()
     assert len(lines) == 1 + window.displayed_result().map.num_heads and lines[0].startswith("head,entropy")
@@ -345,11 +355,18 @@ def test_lowering_the_budget_below_a_pinned_a_lets_it_go(qtbot, window):
 
 def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
     text = " ".join(f"w{i % 300}" for i in range(600))
-    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == 600) as blocker:
+    with qtbot.waitSignal(
+        window.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == 600
+    ) as blocker:
         window.state.update({"text": text, "config": window.state.config.replace(num_heads=4, memory_budget=2_000_000)})
         window.recomputeAction.trigger()
     assert not blocker.args[0].toy.result.exact_weights  # only an overview: not indexable by token position
-    for view in (window.tab_widget("step-through"), window.tab_widget("head-stats"), window.tab_widget("compare"), window.tab_widget("positions")):
+    for view in (
+        window.tab_widget("step-through"),
+        window.tab_widget("head-stats"),
+        window.tab_widget("compare"),
+        window.tab_widget("positions"),
+    ):
         window.viewTabs.setCurrentWidget(view)
     qtbot.waitUntil(lambda: "memory-bounded" in window.tab_widget("step-through").infoLabel.text(), timeout=TIMEOUT_MS)
     assert "memory-bounded" in window.tab_widget("head-stats").infoLabel.text()

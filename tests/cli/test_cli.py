@@ -27,16 +27,39 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 def test_render_writes_every_requested_file(qapp, capsys, tmp_path):
     code, out, err = run_cli(
-        capsys, "render", "--text", "the cat sat on the mat", "--heads", "2", "--embed-dim", "8",
-        "--mask", "causal", "--out", str(tmp_path / "figs"), "--format", "png,svg", "--which", "all,1",
-        "--size", "700x500", "--weights", "csv", "--seed", "3",
+        capsys,
+        "render",
+        "--text",
+        "the cat sat on the mat",
+        "--heads",
+        "2",
+        "--embed-dim",
+        "8",
+        "--mask",
+        "causal",
+        "--out",
+        str(tmp_path / "figs"),
+        "--format",
+        "png,svg",
+        "--which",
+        "all,1",
+        "--size",
+        "700x500",
+        "--weights",
+        "csv",
+        "--seed",
+        "3",
     )
     assert code == 0, err
     paths = [Path(line) for line in out]
     stem = "_h2_e8_causal_scaled_seed3"
     expected_names = {
-        f"attn_all{stem}.png", f"attn_all{stem}.svg", f"attn_head1{stem}.png", f"attn_head1{stem}.svg",
-        f"attn_head0{stem}.csv", f"attn_head1{stem}.csv",  # "all" writes one CSV per head
+        f"attn_all{stem}.png",
+        f"attn_all{stem}.svg",
+        f"attn_head1{stem}.png",
+        f"attn_head1{stem}.svg",
+        f"attn_head0{stem}.csv",
+        f"attn_head1{stem}.csv",  # "all" writes one CSV per head
     }
     assert {p.name for p in paths} == expected_names
     assert all(p.is_file() for p in paths)
@@ -54,8 +77,26 @@ def test_render_writes_every_requested_file(qapp, capsys, tmp_path):
 def test_npy_weights_and_text_file(qapp, capsys, tmp_path):
     text = tmp_path / "doc.txt"
     text.write_text("\ufeffIl \u00e9tait une fois, un chat.", encoding="utf-8")
-    code, out, err = run_cli(capsys, "render", "--text-file", str(text), "--which", "mean", "--weights", "npy",
-                             "--out", str(tmp_path), "--format", "pdf", "--size", "600x500", "--heads", "1", "--mask", "none")
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        "--text-file",
+        str(text),
+        "--which",
+        "mean",
+        "--weights",
+        "npy",
+        "--out",
+        str(tmp_path),
+        "--format",
+        "pdf",
+        "--size",
+        "600x500",
+        "--heads",
+        "1",
+        "--mask",
+        "none",
+    )
     assert code == 0, err
     npy = [Path(p) for p in out if p.endswith(".npy")]
     assert len(npy) == 1
@@ -113,11 +154,39 @@ def test_help_documents_every_flag(capsys):
     code, out, _ = run_cli(capsys, "render", "--help")
     assert code == 0
     text = "\n".join(out)
-    for flag in ("--text", "--text-file", "--heads", "--embed-dim", "--hidden-dim", "--mask", "--no-scale",
-                 "--no-positional", "--dropout", "--train", "--seed", "--device", "--dtype", "--pad-to",
-                 "--vocab-size", "--no-bias", "--memory-budget", "--out", "--format", "--which", "--colormap",
-                 "--per-head-scale", "--size", "--dpi", "--weights", "--region", "--key-text",
-                 "--kv-heads", "--position", "--window", "--softcap"):
+    for flag in (
+        "--text",
+        "--text-file",
+        "--heads",
+        "--embed-dim",
+        "--hidden-dim",
+        "--mask",
+        "--no-scale",
+        "--no-positional",
+        "--dropout",
+        "--train",
+        "--seed",
+        "--device",
+        "--dtype",
+        "--pad-to",
+        "--vocab-size",
+        "--no-bias",
+        "--memory-budget",
+        "--out",
+        "--format",
+        "--which",
+        "--colormap",
+        "--per-head-scale",
+        "--size",
+        "--dpi",
+        "--weights",
+        "--region",
+        "--key-text",
+        "--kv-heads",
+        "--position",
+        "--window",
+        "--softcap",
+    ):
         assert flag in text, flag
 
 
@@ -131,8 +200,13 @@ def _env_without_display(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the no-display fallback is for Linux")
 def test_main_py_without_display_renders_headless(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=_env_without_display(tmp_path),
-        capture_output=True, text=True, timeout=240, check=False,
+        [sys.executable, str(ROOT / "main.py")],
+        cwd=tmp_path,
+        env=_env_without_display(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
@@ -149,7 +223,12 @@ def test_main_py_without_display_renders_headless(tmp_path):
 def test_python_dash_m_bad_value_exits_with_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "attndesk", "render", "--heads", "5", "--out", str(tmp_path / "o")],
-        cwd=tmp_path, env=_env_without_display(tmp_path), capture_output=True, text=True, timeout=240, check=False,
+        cwd=tmp_path,
+        env=_env_without_display(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "valid head counts" in proc.stderr
@@ -168,8 +247,23 @@ def test_binary_text_file_is_refused_in_one_line(capsys, tmp_path):
 
 def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp_path):
     text = " ".join(f"w{i % 40}" for i in range(600))
-    common = ["render", "--text", text, "--heads", "2", "--embed-dim", "8", "--mask", "causal",
-              "--memory-budget", "256K", "--size", "600x500", "--out", str(tmp_path)]
+    common = [
+        "render",
+        "--text",
+        text,
+        "--heads",
+        "2",
+        "--embed-dim",
+        "8",
+        "--mask",
+        "causal",
+        "--memory-budget",
+        "256K",
+        "--size",
+        "600x500",
+        "--out",
+        str(tmp_path),
+    ]
     code, out, err = run_cli(capsys, *common, "--which", "mean")
     assert code == 0, err
     assert any("overview" in line or "budget" in line for line in err)  # the core's notice
@@ -210,8 +304,15 @@ def test_stale_display_is_detected_and_a_live_one_is_not(monkeypatch):
 def test_main_py_with_a_stale_display_falls_back(tmp_path):
     env = _env_without_display(tmp_path)
     env["DISPLAY"] = f":{5000 + os.getpid() % 1000}"
-    proc = subprocess.run([sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "main.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no X server answers" in proc.stdout.splitlines()[0] and "Traceback" not in proc.stderr
     assert len(list((tmp_path / "render-out").glob("*.png"))) == 2

@@ -29,20 +29,46 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 @pytest.fixture(scope="module")
 def toy_bundle(tmp_path_factory):
     path = tmp_path_factory.mktemp("bundle") / "cat.zip"
-    assert main(["bundle", "--text", "the cat sat on the mat", "--heads", "4", "--embed-dim", "16",
-                 "--mask", "causal", "--position", "rope", "--seed", "7", "--out", str(path)]) == 0
+    assert (
+        main(
+            [
+                "bundle",
+                "--text",
+                "the cat sat on the mat",
+                "--heads",
+                "4",
+                "--embed-dim",
+                "16",
+                "--mask",
+                "causal",
+                "--position",
+                "rope",
+                "--seed",
+                "7",
+                "--out",
+                str(path),
+            ]
+        )
+        == 0
+    )
     return path
 
 
 def test_toy_bundle_holds_session_texts_versions_weights_and_figures(qapp, toy_bundle):
     bundle = read_bundle(toy_bundle)
     state = session_from_json(bundle.session).state
-    assert (state.config.num_heads, state.config.mask, state.config.position, state.config.seed) == (4, "causal", "rope", 7)
+    assert (state.config.num_heads, state.config.mask, state.config.position, state.config.seed) == (
+        4,
+        "causal",
+        "rope",
+        7,
+    )
     assert bundle.texts == {"text": "the cat sat on the mat"} and state.text == "the cat sat on the mat"
     env = bundle.manifest["environment"]
     assert env["attndesk"] == __version__ and env["torch"]
-    expected = run_attention(AttentionConfig(num_heads=4, embed_dim=16, mask="causal", position="rope", seed=7),
-                             "the cat sat on the mat")
+    expected = run_attention(
+        AttentionConfig(num_heads=4, embed_dim=16, mask="causal", position="rope", seed=7), "the cat sat on the mat"
+    )
     np.testing.assert_array_equal(bundle.weights["weights/attention.npy"], expected.weights)
     assert {Path(f).suffix for f in bundle.figures} == {".png", ".html"}
     with zipfile.ZipFile(toy_bundle) as zf:
@@ -61,12 +87,19 @@ def test_reproduce_finds_no_difference_here_and_reports_a_changed_weight(qapp, c
 
 def test_newer_bundles_and_non_bundles_are_one_line(qapp, capsys, toy_bundle, tmp_path):
     newer_format = _rewrite(toy_bundle, tmp_path / "f.zip", manifest=lambda m: {**m, "version": BUNDLE_VERSION + 1})
-    newer_app = _rewrite(toy_bundle, tmp_path / "a.zip",
-                         manifest=lambda m: {**m, "environment": {**m["environment"], "attndesk": "99.0"}})
+    newer_app = _rewrite(
+        toy_bundle,
+        tmp_path / "a.zip",
+        manifest=lambda m: {**m, "environment": {**m["environment"], "attndesk": "99.0"}},
+    )
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip")
-    for path, words in ((newer_format, "update attndesk"), (newer_app, "newer than this attndesk"),
-                        (junk, "not a zip"), (tmp_path / "none.zip", "does not exist")):
+    for path, words in (
+        (newer_format, "update attndesk"),
+        (newer_app, "newer than this attndesk"),
+        (junk, "not a zip"),
+        (tmp_path / "none.zip", "does not exist"),
+    ):
         code, out, err = run_cli(capsys, "reproduce", str(path))
         assert code == 2 and out == [] and len(err) == 1 and words in err[0], err
 
@@ -76,12 +109,16 @@ def test_a_bundle_that_cannot_be_written_writes_nothing(qapp, capsys, tmp_path):
     locked.mkdir(mode=0o500)
     # root writes through file modes: a folder of /proc takes no new file for anyone
     unwritable = Path("/proc/attndesk-test.zip") if os.geteuid() == 0 else locked / "b.zip"
-    cases = ((tmp_path / "missing" / "b.zip", "does not exist"), (tmp_path / "b.txt", "ends in .zip"),
-             (unwritable, "cannot write"))
+    cases = (
+        (tmp_path / "missing" / "b.zip", "does not exist"),
+        (tmp_path / "b.txt", "ends in .zip"),
+        (unwritable, "cannot write"),
+    )
     try:
         for out, words in cases:
-            code, lines, err = run_cli(capsys, "bundle", "--text", "a b", "--heads", "2", "--embed-dim", "8",
-                                       "--out", str(out))
+            code, lines, err = run_cli(
+                capsys, "bundle", "--text", "a b", "--heads", "2", "--embed-dim", "8", "--out", str(out)
+            )
             assert code == 2 and lines == [] and len(err) == 1 and words in err[0], err
     finally:
         locked.chmod(0o700)

@@ -70,8 +70,10 @@ CASES = [
     (["--dropout", "1"], "dropout must be in [0, 1), got 1.0"),
     (["--seed", "1" + "0" * 30], "seed must be a whole number >= 0 and at most"),
     (["--which", "9"], "head 9 does not exist: this run has heads 0..3"),
-    (["--text", LONG_TEXT, "--memory-budget", "1M", "--region", "0:3000,0:3000"],
-     "--region 0:3000,0:3000 holds 9,000,000 cells x 4 head(s): 274.7 MiB of exact weights, over the 1.0 MiB memory budget"),
+    (
+        ["--text", LONG_TEXT, "--memory-budget", "1M", "--region", "0:3000,0:3000"],
+        "--region 0:3000,0:3000 holds 9,000,000 cells x 4 head(s): 274.7 MiB of exact weights, over the 1.0 MiB memory budget",
+    ),
 ]
 
 
@@ -92,23 +94,50 @@ def test_a_png_larger_than_free_memory_says_what_fits(capsys, tmp_path, monkeypa
     monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
     code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--out", str(tmp_path / "o"))
     assert code == 2 and len(err) == 1
-    assert "a 16384x4096 PNG needs 512.0 MiB to paint and encode, more than the 100.0 MiB of free memory; " \
-           "at most about 7240x1810 fits (or export SVG/PDF)" in err[0]
+    assert (
+        "a 16384x4096 PNG needs 512.0 MiB to paint and encode, more than the 100.0 MiB of free memory; "
+        "at most about 7240x1810 fits (or export SVG/PDF)" in err[0]
+    )
     # an SVG of that size is vector: no pixels to hold
-    code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--format", "svg",
-                             "--which", "mean", "--out", str(tmp_path / "o"))
+    code, _out, err = run_cli(
+        capsys,
+        "render",
+        "--text",
+        "a b c",
+        "--size",
+        "16384x4096",
+        "--format",
+        "svg",
+        "--which",
+        "mean",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0, err
 
 
 def test_a_long_run_prints_its_plan_then_progress(qapp, capsys, tmp_path):
-    args = ["render", "--text", LONG_TEXT, "--memory-budget", "16M", "--which", "mean", "--size", "400x300",
-            "--out", str(tmp_path / "o")]
+    args = [
+        "render",
+        "--text",
+        LONG_TEXT,
+        "--memory-budget",
+        "16M",
+        "--which",
+        "mean",
+        "--size",
+        "400x300",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     code, out, err = run_cli(capsys, *args)
     assert code == 0, err
     plan = plan_text(AttentionConfig(memory_budget=16 * 2**20), LONG_TEXT)
     assert plan.blocked
     assert err[0] == f"attndesk: plan: {plan.describe()}"  # the line the window shows
-    assert err[0].startswith("attndesk: plan: 4 heads x 3,000 tokens: full weights 137.3 MiB exceed the 16.0 MiB budget")
+    assert err[0].startswith(
+        "attndesk: plan: 4 heads x 3,000 tokens: full weights 137.3 MiB exceed the 16.0 MiB budget"
+    )
     progress = [line for line in err[1:] if "% " in line]
     assert progress and progress[-1].startswith("attndesk: 100% ") and "elapsed" in progress[-1]
     assert len(progress) <= 3  # one line every 5 s at most into a pipe, plus the last
@@ -117,8 +146,9 @@ def test_a_long_run_prints_its_plan_then_progress(qapp, capsys, tmp_path):
 
 
 def test_a_short_run_prints_no_plan(qapp, capsys, tmp_path):
-    code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--which", "mean", "--size", "200x200",
-                             "--out", str(tmp_path))
+    code, _out, err = run_cli(
+        capsys, "render", "--text", "a b c", "--which", "mean", "--size", "200x200", "--out", str(tmp_path)
+    )
     assert code == 0 and err == []
 
 
@@ -179,9 +209,25 @@ def test_ctrl_c_during_a_long_run_stops_it_and_leaves_the_folder_as_it_was(tmp_p
     text = tmp_path / "doc.txt"
     text.write_text(" ".join(f"w{i % 50}" for i in range(40_000)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attndesk", "render", "--text-file", str(text), "--which", "mean",
-         "--memory-budget", "64M", "--out", str(out_dir)],
-        cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "attndesk",
+            "render",
+            "--text-file",
+            str(text),
+            "--which",
+            "mean",
+            "--memory-budget",
+            "64M",
+            "--out",
+            str(out_dir),
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=_default_sigint,  # noqa: PLW1509 - no threads yet; the child must not inherit an ignored SIGINT
     )
     try:

@@ -20,9 +20,28 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 
 def test_toy_page_beside_its_npy(qapp, capsys, tmp_path):
-    code, out, err = run_cli(capsys, "render", "--text", "the cat sat on the mat", "--heads", "2", "--embed-dim", "8",
-                             "--mask", "causal", "--format", "html", "--weights", "npy", "--which", "all",
-                             "--page-precision", "float32", "--out", str(tmp_path))
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        "--text",
+        "the cat sat on the mat",
+        "--heads",
+        "2",
+        "--embed-dim",
+        "8",
+        "--mask",
+        "causal",
+        "--format",
+        "html",
+        "--weights",
+        "npy",
+        "--which",
+        "all",
+        "--page-precision",
+        "float32",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0, err
     names = sorted(Path(p).name for p in out)
     assert names == ["attn_all_h2_e8_causal_scaled_seed0.html", "attn_all_h2_e8_causal_scaled_seed0.npy"]
@@ -38,8 +57,22 @@ def models():
 
 
 def test_model_page_holds_every_layer_as_the_npy_files(qapp, capsys, tmp_path, models):
-    code, out, err = run_cli(capsys, "render", "--model", str(models["llama"]), "--text", "the cat sat on the mat",
-                             "--format", "html", "--weights", "npy", "--which", "all", "--out", str(tmp_path))
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        "--model",
+        str(models["llama"]),
+        "--text",
+        "the cat sat on the mat",
+        "--format",
+        "html",
+        "--weights",
+        "npy",
+        "--which",
+        "all",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0, err
     pages = [Path(p) for p in out if p.endswith(".html")]
     assert len(pages) == 1 and len(out) == 3  # one page for the run, an .npy per layer
@@ -53,8 +86,20 @@ def test_model_page_holds_every_layer_as_the_npy_files(qapp, capsys, tmp_path, m
 
 
 def test_encoder_decoder_page_has_its_three_parts(qapp, capsys, tmp_path, models):
-    code, out, err = run_cli(capsys, "render", "--model", str(models["t5"]), "--text", "the cat sat",
-                             "--target", "le chat", "--format", "html", "--out", str(tmp_path))
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        "--model",
+        str(models["t5"]),
+        "--text",
+        "the cat sat",
+        "--target",
+        "le chat",
+        "--format",
+        "html",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0, err
     layers = page_layers(read_page_data(Path(out[0])))
     assert [(e["part"], e["layer"]) for e in layers] == [(p, n) for p in ("self", "decoder", "cross") for n in (0, 1)]
@@ -64,8 +109,18 @@ def test_encoder_decoder_page_has_its_three_parts(qapp, capsys, tmp_path, models
 
 def test_a_run_too_large_for_a_page_is_refused_naming_what_fits(qapp, capsys, tmp_path):
     text = " ".join(["the cat sat on the mat"] * 100)  # 600 tokens
-    code, out, err = run_cli(capsys, "render", "--text", text, "--format", "html,png", "--page-precision", "float32",
-                             "--out", str(tmp_path / "figs"))
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        "--text",
+        text,
+        "--format",
+        "html,png",
+        "--page-precision",
+        "float32",
+        "--out",
+        str(tmp_path / "figs"),
+    )
     assert code == 2 and out == []
     errors = [line for line in err if "error" in line]
     assert errors == err[-1:] and "what fits" in err[-1] and "float16" in err[-1]

@@ -21,7 +21,12 @@ def test_screenshot_script_writes_the_window(tmp_path):
     out = tmp_path / "shot.png"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "screenshot.py"), str(out), "--size", "1000x700"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -34,15 +34,30 @@ def _config(**changes) -> AttentionConfig:
 
 CONFIG_CASES = [
     # sizes: one line with what fits, from arithmetic alone
-    (dict(embed_dim=10**9), ConfigError, "embed dim 1,000,000,000 needs 13.9 EiB for the Q/K/V/output projections "
-                                         "(24.3 EiB in all); at most 7,664 fits in the 2.0 GiB memory budget"),
+    (
+        dict(embed_dim=10**9),
+        ConfigError,
+        "embed dim 1,000,000,000 needs 13.9 EiB for the Q/K/V/output projections "
+        "(24.3 EiB in all); at most 7,664 fits in the 2.0 GiB memory budget",
+    ),
     (dict(embed_dim=10**6), ConfigError, "embed dim 1,000,000 needs 14.6 TiB"),
-    (dict(vocab_size=10**9), ConfigError, "vocab size 1,000,000,000 needs 238.4 GiB for the embedding table; "
-                                          "at most 8,388,156 fits in the 2.0 GiB memory budget"),
-    (dict(num_heads=1, hidden_dim=10**9), ConfigError, "hidden dim 1,000,000,000 needs 726.4 GiB for the Q/K/V projections; "
-                                                       "at most 2,747,806 fits"),
-    (dict(pad_to=10**8), ConfigError, "pad_to 100,000,000 needs at least 125.2 GiB for the token embeddings and "
-                                      "projections; at most 6,391,320 tokens fit in the 8.0 GiB of free memory"),
+    (
+        dict(vocab_size=10**9),
+        ConfigError,
+        "vocab size 1,000,000,000 needs 238.4 GiB for the embedding table; "
+        "at most 8,388,156 fits in the 2.0 GiB memory budget",
+    ),
+    (
+        dict(num_heads=1, hidden_dim=10**9),
+        ConfigError,
+        "hidden dim 1,000,000,000 needs 726.4 GiB for the Q/K/V projections; at most 2,747,806 fits",
+    ),
+    (
+        dict(pad_to=10**8),
+        ConfigError,
+        "pad_to 100,000,000 needs at least 125.2 GiB for the token embeddings and "
+        "projections; at most 6,391,320 tokens fit in the 8.0 GiB of free memory",
+    ),
     (dict(embed_dim=10**9, num_heads=3), ConfigError, "at most 7,664 fits"),  # the size, not 100 divisors
     (dict(num_heads=10**9), ConfigError, "1,000,000,000 heads do not divide embed_dim 64; valid head counts: 1, 2, 4"),
     # types: bools are bools, ints are not bools, numbers are finite
@@ -63,8 +78,11 @@ CONFIG_CASES = [
     (dict(dropout=math.inf), ConfigError, "dropout must be in [0, 1), got inf"),
     (dict(dropout=True), ConfigTypeError, "dropout must be a number in [0, 1), got True (bool)"),
     (dict(dropout="0.1"), ConfigTypeError, "dropout must be a number in [0, 1), got '0.1' (str)"),
-    (dict(seed=10**5000), ConfigError, "seed must be a whole number >= 0 and at most 9,223,372,036,854,775,807, "
-                                       "got a 5,001-digit number"),
+    (
+        dict(seed=10**5000),
+        ConfigError,
+        "seed must be a whole number >= 0 and at most 9,223,372,036,854,775,807, got a 5,001-digit number",
+    ),
     (dict(seed=1.5), ConfigTypeError, "seed must be a whole number >= 0"),
     (dict(pad_to=True), ConfigTypeError, "pad_to must be a positive whole number, got True (bool)"),
     (dict(pad_to=0), ConfigError, "pad_to must be a positive whole number, got 0"),
@@ -85,8 +103,9 @@ def test_bad_config_values_get_one_line(changes, kind, fragment):
     assert time.perf_counter() - start < 1.0  # arithmetic only: nothing was allocated
 
 
-@pytest.mark.parametrize("changes", [dict(memory_budget=True), dict(memory_budget=1.5), dict(memory_budget=0),
-                                     dict(memory_budget=math.inf)])
+@pytest.mark.parametrize(
+    "changes", [dict(memory_budget=True), dict(memory_budget=1.5), dict(memory_budget=0), dict(memory_budget=math.inf)]
+)
 def test_bad_memory_budgets(changes):
     with pytest.raises(ConfigError, match="memory_budget must be a positive whole number"):
         AttentionConfig(**changes).validate()
@@ -151,17 +170,33 @@ def test_texts_of_the_wrong_type_are_named(kwargs, fragment):
 LAYER_CASES = [
     (lambda: MultiHeadAttention(64, 0), ConfigError, "num_heads must be a positive whole number, got 0"),
     (lambda: MultiHeadAttention(64, -4), ConfigError, "num_heads must be a positive whole number, got -4"),
-    (lambda: MultiHeadAttention(64.0, 4), ConfigTypeError, "embed_dim must be a positive whole number, got 64.0 (float)"),
-    (lambda: MultiHeadAttention(64, True), ConfigTypeError, "num_heads must be a positive whole number, got True (bool)"),
+    (
+        lambda: MultiHeadAttention(64.0, 4),
+        ConfigTypeError,
+        "embed_dim must be a positive whole number, got 64.0 (float)",
+    ),
+    (
+        lambda: MultiHeadAttention(64, True),
+        ConfigTypeError,
+        "num_heads must be a positive whole number, got True (bool)",
+    ),
     (lambda: MultiHeadAttention(64, 6), ConfigError, "6 heads do not divide embed_dim 64"),
     (lambda: MultiHeadAttention(64, 4, dropout=1.5), ConfigError, "dropout must be in [0, 1), got 1.5"),
     (lambda: MultiHeadAttention(64, 4, dropout=math.nan), ConfigError, "dropout must be in [0, 1), got nan"),
     (lambda: MultiHeadAttention(64, 4, bias="yes"), ConfigTypeError, "bias must be true or false"),
-    (lambda: MultiHeadAttention(10**6, 4), ConfigError, "the weights of MultiHeadAttention(1,000,000, 4) (4 Linear "
-                                                        "layers of 1,000,000 x 1,000,000) would take 14.6 TiB, more "
-                                                        "than the 8.0 GiB of free memory"),
+    (
+        lambda: MultiHeadAttention(10**6, 4),
+        ConfigError,
+        "the weights of MultiHeadAttention(1,000,000, 4) (4 Linear "
+        "layers of 1,000,000 x 1,000,000) would take 14.6 TiB, more "
+        "than the 8.0 GiB of free memory",
+    ),
     (lambda: SingleHeadAttention(0, 64), ConfigError, "embed_dim must be a positive whole number, got 0"),
-    (lambda: SingleHeadAttention(64, "8"), ConfigTypeError, "hidden_dim must be a positive whole number, got '8' (str)"),
+    (
+        lambda: SingleHeadAttention(64, "8"),
+        ConfigTypeError,
+        "hidden_dim must be a positive whole number, got '8' (str)",
+    ),
     (lambda: SingleHeadAttention(64, 10**9), ConfigError, "would take 726.4 GiB, more than the 8.0 GiB of free memory"),
 ]
 
@@ -178,15 +213,25 @@ def _huge(*shape: int) -> torch.Tensor:
     return torch.zeros((1,) * len(shape)).expand(*shape)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: scaled_dot_product_attention(_huge(1, 8, 100_000, 16), _huge(1, 8, 100_000, 16), _huge(1, 8, 100_000, 16)),
-    lambda: scaled_dot_product_attention(_huge(8, 100_000, 16), _huge(8, 100_000, 16), _huge(8, 100_000, 16), dropout=0.1),
-    lambda: attend(_huge(1, 8, 100_000, 16), _huge(1, 2, 100_000, 16), _huge(1, 2, 100_000, 16)),
-    lambda: MultiHeadAttention(16, 2)(_huge(1, 100_000, 16)),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: scaled_dot_product_attention(
+            _huge(1, 8, 100_000, 16), _huge(1, 8, 100_000, 16), _huge(1, 8, 100_000, 16)
+        ),
+        lambda: scaled_dot_product_attention(
+            _huge(8, 100_000, 16), _huge(8, 100_000, 16), _huge(8, 100_000, 16), dropout=0.1
+        ),
+        lambda: attend(_huge(1, 8, 100_000, 16), _huge(1, 2, 100_000, 16), _huge(1, 2, 100_000, 16)),
+        lambda: MultiHeadAttention(16, 2)(_huge(1, 100_000, 16)),
+    ],
+)
 def test_whole_matrix_paths_refuse_what_cannot_fit(call):
-    with pytest.raises(ConfigError, match=r"the attention weights \[.*100000, 100000\] \(\d buffers\) would take .* "
-                                          r"more than the 8\.0 GiB of free memory"):
+    with pytest.raises(
+        ConfigError,
+        match=r"the attention weights \[.*100000, 100000\] \(\d buffers\) would take .* "
+        r"more than the 8\.0 GiB of free memory",
+    ):
         call()
 
 
@@ -194,8 +239,11 @@ def test_a_run_whose_full_path_exceeds_free_memory_is_refused_before_it_starts(m
     text = " ".join(["the cat sat on the mat"] * 400)  # 2,400 tokens: full peak ~ 0.4 GiB at 8 heads
     config = AttentionConfig(num_heads=8, memory_budget=64 * GIB)  # a budget larger than the machine
     monkeypatch.setattr(memory, "available_memory", lambda *device: 200 * 2**20)
-    with pytest.raises(ConfigError, match=r"8 heads x 2,400 tokens: the full run needs .* more than the 200\.0 MiB of "
-                                          r"free memory; set the memory budget below 200\.0 MiB so that it runs in blocks"):
+    with pytest.raises(
+        ConfigError,
+        match=r"8 heads x 2,400 tokens: the full run needs .* more than the 200\.0 MiB of "
+        r"free memory; set the memory budget below 200\.0 MiB so that it runs in blocks",
+    ):
         run_attention(config, text)
     # what the message suggests works
     result = run_attention(config.replace(memory_budget=100 * 2**20), text)
@@ -239,8 +287,11 @@ def test_dropout_in_training_counts_its_buffers():
 def test_comparisons_that_need_every_weight_refuse_a_text_over_the_budget():
     text = " ".join(["the cat sat on the mat"] * 100)  # 600 tokens
     config = AttentionConfig(num_heads=4, memory_budget=8 * 2**20)
-    with pytest.raises(ConfigError, match=r"the comparison with PyTorch's implementations keeps every weight of 600 "
-                                          r"tokens x 4 heads: .* over the 8\.0 MiB memory budget; at most \d+ tokens fit"):
+    with pytest.raises(
+        ConfigError,
+        match=r"the comparison with PyTorch's implementations keeps every weight of 600 "
+        r"tokens x 4 heads: .* over the 8\.0 MiB memory budget; at most \d+ tokens fit",
+    ):
         compare_implementations(config, text)
     with pytest.raises(ConfigError, match="the scaled vs unscaled comparison keeps every weight of 600 tokens"):
         teaching_comparison("scaled", config, text)
@@ -251,9 +302,15 @@ def test_comparisons_that_need_every_weight_refuse_a_text_over_the_budget():
 def test_nan_and_inf_weights_are_named():
     good = {"a": torch.ones(3), "ids": torch.arange(3)}
     check_finite_tensors(good, "model.safetensors")
-    bad = {"a": torch.ones(3), "encoder.layer.0.attention.self.query.weight": torch.tensor([[1.0, math.nan], [math.inf, 2.0]])}
-    with pytest.raises(ConfigError, match=r"model.safetensors: tensor 'encoder.layer.0.attention.self.query.weight' "
-                                          r"holds 2 NaN and infinite value\(s\) of 4; the checkpoint is damaged"):
+    bad = {
+        "a": torch.ones(3),
+        "encoder.layer.0.attention.self.query.weight": torch.tensor([[1.0, math.nan], [math.inf, 2.0]]),
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"model.safetensors: tensor 'encoder.layer.0.attention.self.query.weight' "
+        r"holds 2 NaN and infinite value\(s\) of 4; the checkpoint is damaged",
+    ):
         check_finite_tensors(bad, "model.safetensors")
 
 
@@ -267,7 +324,9 @@ def test_a_checkpoint_with_nan_weights_is_refused_naming_the_tensor(tmp_path):
     tensors = load_file(str(folder / "model.safetensors"))
     tensors["encoder.layer.0.attention.self.key.weight"][3, 1] = math.nan
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(ConfigError, match=r"tensor 'encoder.layer.0.attention.self.key.weight' holds 1 NaN value\(s\) of 1,024"):
+    with pytest.raises(
+        ConfigError, match=r"tensor 'encoder.layer.0.attention.self.key.weight' holds 1 NaN value\(s\) of 1,024"
+    ):
         load_pretrained(folder)
 
 
@@ -294,8 +353,11 @@ def test_a_difference_too_large_for_memory_is_a_comparison_error(monkeypatch):
 
     monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
     big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))  # no memory of its own
-    with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) would take "
-                                              r"278\.5 MiB, more than the 100\.0 MiB of free memory"):
+    with pytest.raises(
+        ComparisonError,
+        match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) would take "
+        r"278\.5 MiB, more than the 100\.0 MiB of free memory",
+    ):
         diff_arrays(big, big)
     small = diff_arrays(np.zeros((2, 3, 3)), np.ones((2, 3, 3)))
     assert small.max_abs == 1.0
@@ -307,21 +369,36 @@ def test_a_difference_over_the_budget_says_what_fits_before_allocating(monkeypat
 
     monkeypatch.setattr(diff.np, "subtract", lambda *a, **k: pytest.fail("allocated B - A"))
     big = np.broadcast_to(np.float32(0.5), (8, 2000, 2000))
-    with pytest.raises(ComparisonError, match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) needs "
-                                              r"278\.5 MiB in float64, more than the 96\.0 MiB memory budget; one "
-                                              r"head's would fit \(64\.8 MiB\): compare fewer heads, raise the budget"):
+    with pytest.raises(
+        ComparisonError,
+        match=r"B - A of weights \(8 head\(s\) x 2000 queries x 2000 keys\) needs "
+        r"278\.5 MiB in float64, more than the 96\.0 MiB memory budget; one "
+        r"head's would fit \(64\.8 MiB\): compare fewer heads, raise the budget",
+    ):
         diff_arrays(big, big, budget=96 * 2**20)
-    with pytest.raises(ComparisonError, match=r"more than the 16\.0 MiB memory budget: raise the budget or compare "
-                                              r"shorter texts"):
+    with pytest.raises(
+        ComparisonError,
+        match=r"more than the 16\.0 MiB memory budget: raise the budget or compare "
+        r"shorter texts",
+    ):
         diff_arrays(big, big, budget=16 * 2**20)
 
 
-@pytest.mark.parametrize("changes, field", [
-    (dict(embed_dim=10**6), "embed_dim"), (dict(vocab_size=10**9), "vocab_size"),
-    (dict(num_heads=1, hidden_dim=10**9), "hidden_dim"), (dict(pad_to=10**8), "pad_to"),
-    (dict(num_heads=6), "num_heads"), (dict(scaled="no"), "scaled"), (dict(dropout=2.0), "dropout"),
-    (dict(mask="x"), "mask"), (dict(seed=-1), "seed"), (dict(memory_budget=0), "memory_budget"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(embed_dim=10**6), "embed_dim"),
+        (dict(vocab_size=10**9), "vocab_size"),
+        (dict(num_heads=1, hidden_dim=10**9), "hidden_dim"),
+        (dict(pad_to=10**8), "pad_to"),
+        (dict(num_heads=6), "num_heads"),
+        (dict(scaled="no"), "scaled"),
+        (dict(dropout=2.0), "dropout"),
+        (dict(mask="x"), "mask"),
+        (dict(seed=-1), "seed"),
+        (dict(memory_budget=0), "memory_budget"),
+    ],
+)
 def test_the_error_names_the_field_at_fault(changes, field):
     # the window shows the message next to that field's control
     with pytest.raises(ConfigError) as info:

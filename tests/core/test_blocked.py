@@ -12,7 +12,24 @@ from attndesk.core import AttentionConfig, Cancelled, ConfigError, run_attention
 from attndesk.core.blocked import ExactAttention, FullSink, MaskSpec, blocked_attention
 from attndesk.core.plan import plan_run
 
-WORDS = ["the", "cat", "sat", "on", "the", "mat", "while", "a", "dog", "watched", "it", "from", "the", "warm", "kitchen", "door"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "the",
+    "mat",
+    "while",
+    "a",
+    "dog",
+    "watched",
+    "it",
+    "from",
+    "the",
+    "warm",
+    "kitchen",
+    "door",
+]
 
 
 def _text(n: int) -> str:
@@ -54,8 +71,9 @@ def test_blocked_equals_full_for_every_mask(mask, dtype):
 
 @pytest.mark.parametrize("heads", [1, 4])
 def test_blocked_equals_full_single_head_and_unscaled(heads):
-    config = AttentionConfig(embed_dim=16, hidden_dim=12, num_heads=heads, mask="padding+causal",
-                             scaled=False, pad_to=90, dtype="float64")
+    config = AttentionConfig(
+        embed_dim=16, hidden_dim=12, num_heads=heads, mask="padding+causal", scaled=False, pad_to=90, dtype="float64"
+    )
     text = _text(71)
     full = run_attention(config, text)
     blocked = run_attention(config, text, plan=_blocked_plan(config, 90, 90, 11, force="blocked"))

@@ -162,7 +162,9 @@ def test_implementations_agree(mask):
 
 
 def test_implementations_unscaled_float64_and_single_head():
-    c = compare_implementations(AttentionConfig(num_heads=2, embed_dim=16, scaled=False, dtype="float64"), TEXT, repeats=1)
+    c = compare_implementations(
+        AttentionConfig(num_heads=2, embed_dim=16, scaled=False, dtype="float64"), TEXT, repeats=1
+    )
     assert c.max_abs_output[IMPLEMENTATIONS[2]] < 1e-12 and c.max_abs_weights[IMPLEMENTATIONS[2]] < 1e-12
     assert any("undone" in n for n in c.notes)
     single = compare_implementations(AttentionConfig(num_heads=1, embed_dim=16, hidden_dim=8), TEXT, repeats=1)

@@ -61,8 +61,16 @@ def fast_everywhere(monkeypatch):
 
 
 MASK_SHAPES = [
-    (LQ, LK), (1, LK), (LQ, 1), (B, 1, 1, LK), (B, 1, LQ, LK), (B, H, LQ, LK), (B, H, 1, LK),
-    (1, H, LQ, LK), (H, LQ, LK), (1, 1, 1, LK),
+    (LQ, LK),
+    (1, LK),
+    (LQ, 1),
+    (B, 1, 1, LK),
+    (B, 1, LQ, LK),
+    (B, H, LQ, LK),
+    (B, H, 1, LK),
+    (1, H, LQ, LK),
+    (H, LQ, LK),
+    (1, 1, 1, LK),
 ]
 
 
@@ -164,7 +172,8 @@ def test_gradients_use_the_reference_path_and_flow(fast_everywhere):
     assert not fast_everywhere
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
     assert torch.autograd.gradcheck(
-        lambda a, b, c: scaled_dot_product_attention(a, b, c, mask[:1, ..., :5])[0], (q[:1, :1, :4], k[:1, :1, :5], v[:1, :1, :5])
+        lambda a, b, c: scaled_dot_product_attention(a, b, c, mask[:1, ..., :5])[0],
+        (q[:1, :1, :4], k[:1, :1, :5], v[:1, :1, :5]),
     )
 
 
@@ -263,8 +272,12 @@ def test_onednn_linear_agrees_with_torch_linear():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    lq=st.integers(1, 12), lk=st.integers(1, 12), heads=st.integers(1, 3), rows_per_block=st.integers(1, 5),
-    mask_kind=st.sampled_from(["none", "key", "full", "row"]), seed=st.integers(0, 2**16),
+    lq=st.integers(1, 12),
+    lk=st.integers(1, 12),
+    heads=st.integers(1, 3),
+    rows_per_block=st.integers(1, 5),
+    mask_kind=st.sampled_from(["none", "key", "full", "row"]),
+    seed=st.integers(0, 2**16),
     dtype=st.sampled_from([torch.float32, torch.float64]),
 )
 def test_property_rows_sum_to_one_or_zero(lq, lk, heads, rows_per_block, mask_kind, seed, dtype):

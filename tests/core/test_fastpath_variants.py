@@ -19,7 +19,24 @@ from attndesk.core.attention import attend
 from attndesk.core.masks import MaskSpec
 from attndesk.core.plan import plan_run
 
-WORDS = ["the", "cat", "sat", "on", "the", "mat", "while", "a", "dog", "watched", "it", "from", "the", "warm", "kitchen", "door"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "the",
+    "mat",
+    "while",
+    "a",
+    "dog",
+    "watched",
+    "it",
+    "from",
+    "the",
+    "warm",
+    "kitchen",
+    "door",
+]
 
 
 def _text(n: int) -> str:
@@ -29,14 +46,28 @@ def _text(n: int) -> str:
 def _configs():
     return st.builds(
         lambda heads, kv_pick, position, window, softcap, mask, scaled, seed: AttentionConfig(
-            embed_dim=4 * heads if heads > 1 else 8, hidden_dim=6, num_heads=heads,
-            kv_heads=[d for d in range(1, heads + 1) if heads % d == 0][kv_pick % sum(heads % d == 0 for d in range(1, heads + 1))],
-            position=position, window=window, softcap=softcap, mask=mask, scaled=scaled, seed=seed,
-            dtype="float64", pad_to=23),
-        heads=st.sampled_from([1, 2, 4, 6]), kv_pick=st.integers(0, 5),
+            embed_dim=4 * heads if heads > 1 else 8,
+            hidden_dim=6,
+            num_heads=heads,
+            kv_heads=[d for d in range(1, heads + 1) if heads % d == 0][
+                kv_pick % sum(heads % d == 0 for d in range(1, heads + 1))
+            ],
+            position=position,
+            window=window,
+            softcap=softcap,
+            mask=mask,
+            scaled=scaled,
+            seed=seed,
+            dtype="float64",
+            pad_to=23,
+        ),
+        heads=st.sampled_from([1, 2, 4, 6]),
+        kv_pick=st.integers(0, 5),
         position=st.sampled_from(["sinusoidal", "rope", "alibi", "none"]),
-        window=st.one_of(st.none(), st.integers(1, 9)), softcap=st.one_of(st.none(), st.sampled_from([0.3, 2.0, 40.0])),
-        mask=st.sampled_from(["none", "padding", "causal", "padding+causal"]), scaled=st.booleans(),
+        window=st.one_of(st.none(), st.integers(1, 9)),
+        softcap=st.one_of(st.none(), st.sampled_from([0.3, 2.0, 40.0])),
+        mask=st.sampled_from(["none", "padding", "causal", "padding+causal"]),
+        scaled=st.booleans(),
         seed=st.integers(0, 50),
     )
 
@@ -49,9 +80,14 @@ def test_every_path_gives_the_reference_numbers(config, words, block_rows, monke
     reference = run_attention(config, text)
     monkeypatch.setattr(core, "FAST_PATH_MIN_ELEMENTS", 0)
     fast = run_attention(config, text)
-    blocked = run_attention(config, text, plan=dataclasses.replace(plan_run(config, 23, force="blocked"), block_rows=block_rows))
-    bounded = run_attention(config, text, plan=dataclasses.replace(
-        plan_run(config, 23, force="pyramid", overview_px=8), block_rows=block_rows))
+    blocked = run_attention(
+        config, text, plan=dataclasses.replace(plan_run(config, 23, force="blocked"), block_rows=block_rows)
+    )
+    bounded = run_attention(
+        config,
+        text,
+        plan=dataclasses.replace(plan_run(config, 23, force="pyramid", overview_px=8), block_rows=block_rows),
+    )
     for other in (fast, blocked):
         np.testing.assert_allclose(other.weights, reference.weights, rtol=0, atol=1e-12)
         np.testing.assert_allclose(other.output, reference.output, rtol=0, atol=1e-12)
@@ -75,10 +111,18 @@ def _dense_inputs(seed: int, heads: int, kv: int, lq: int, lk: int):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 999), kv_heads=st.sampled_from([1, 2, 4]), lq=st.integers(1, 14), lk=st.integers(1, 14),
-       mask_kind=st.sampled_from(["none", "key", "row", "head", "full"]), window=st.one_of(st.none(), st.integers(1, 6)),
-       softcap=st.one_of(st.none(), st.just(0.7)), alibi=st.booleans(), bias=st.booleans(),
-       block_bytes=st.integers(1, 400))
+@given(
+    seed=st.integers(0, 999),
+    kv_heads=st.sampled_from([1, 2, 4]),
+    lq=st.integers(1, 14),
+    lk=st.integers(1, 14),
+    mask_kind=st.sampled_from(["none", "key", "row", "head", "full"]),
+    window=st.one_of(st.none(), st.integers(1, 6)),
+    softcap=st.one_of(st.none(), st.just(0.7)),
+    alibi=st.booleans(),
+    bias=st.booleans(),
+    block_bytes=st.integers(1, 400),
+)
 def test_dense_fast_path_equals_attend(seed, kv_heads, lq, lk, mask_kind, window, softcap, alibi, bias, block_bytes):
     q, k, v = _dense_inputs(seed, 4, kv_heads, lq, lk)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -92,10 +136,15 @@ def test_dense_fast_path_equals_attend(seed, kv_heads, lq, lk, mask_kind, window
     slopes = tuple(float(s) for s in alibi_slopes(4)) if alibi else None
     total = extra
     if alibi:
-        total = alibi_bias(4, lq, lk, dtype=torch.float64) if total is None else total + alibi_bias(4, lq, lk, dtype=torch.float64)
+        total = (
+            alibi_bias(4, lq, lk, dtype=torch.float64)
+            if total is None
+            else total + alibi_bias(4, lq, lk, dtype=torch.float64)
+        )
     want_ctx, want_w = attend(q, k, v, mask=full_mask, bias=total, scale=0.4, softcap=softcap)
-    ctx, w = core._blocked_attention(q, k, v, mask, 0.4, bias=extra, softcap=softcap, slopes=slopes, window=window,
-                                     block_bytes=block_bytes)
+    ctx, w = core._blocked_attention(
+        q, k, v, mask, 0.4, bias=extra, softcap=softcap, slopes=slopes, window=window, block_bytes=block_bytes
+    )
     torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)
     torch.testing.assert_close(ctx, want_ctx, rtol=0, atol=1e-12)
     assert not torch.isnan(w).any()
@@ -164,8 +213,15 @@ def test_a_real_timer_times_the_fast_path_itself(monkeypatch, variant):
 def test_bounded_runs_time_the_overview_as_a_stage():
     result = run_attention(AttentionConfig(embed_dim=16, num_heads=2, window=5, memory_budget=30_000), _text(200))
     assert result.plan.kind == "pyramid"
-    assert list(result.timings) == ["embed", "projections", "attention", "weighted sum", "output projection",
-                                    "overview", "total"]
+    assert list(result.timings) == [
+        "embed",
+        "projections",
+        "attention",
+        "weighted sum",
+        "output projection",
+        "overview",
+        "total",
+    ]
     assert result.timings["overview"] > 0
     assert result.timings["total"] == pytest.approx(sum(v for s, v in result.timings.items() if s != "total"))
 
@@ -179,8 +235,13 @@ def test_gqa_and_window_plan_less_work():
     assert windowed.seconds < 0.15 * full.seconds
 
 
-@pytest.mark.parametrize("variant", [{"position": "alibi"}, {"position": "rope", "kv_heads": 2, "window": 20,
-                                                            "softcap": 3.0, "mask": "padding+causal"}])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"position": "alibi"},
+        {"position": "rope", "kv_heads": 2, "window": 20, "softcap": 3.0, "mask": "padding+causal"},
+    ],
+)
 def test_bfloat16_long_runs_equal_the_full_run(variant):
     # the long path rounds each stage as the reference does (ALiBi's bias once, from exact distances)
     config = AttentionConfig(dtype="bfloat16", pad_to=310, **variant)

@@ -71,8 +71,9 @@ def test_every_field_has_its_flag_with_the_spec_default_choices_and_help():
     assert config_from_args(defaults) == AttentionConfig()
 
 
-@pytest.mark.parametrize("spec", [s for s in FIELDS if s.kind in (int, float) and s.low is not None],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "spec", [s for s in FIELDS if s.kind in (int, float) and s.low is not None], ids=lambda s: s.name
+)
 def test_the_command_line_refuses_a_value_below_the_spec_range(spec):
     parser = build_parser()
     low = spec.low if spec.low_open else spec.low - 1
@@ -87,9 +88,17 @@ def test_a_real_model_refuses_exactly_the_fields_it_does_not_act_on():
 
 
 def test_a_field_added_to_the_spec_gets_a_flag_and_a_config_key():
-    extra = dataclasses.make_dataclass("WithSinks", [("sinks", int, param(
-        2, kind=int, label="Sink tokens", flag="--sinks", low=0, tip="Keys every query always sees"))],
-        bases=(AttentionConfig,))
+    extra = dataclasses.make_dataclass(
+        "WithSinks",
+        [
+            (
+                "sinks",
+                int,
+                param(2, kind=int, label="Sink tokens", flag="--sinks", low=0, tip="Keys every query always sees"),
+            )
+        ],
+        bases=(AttentionConfig,),
+    )
     fields = fields_of(extra)
     assert fields[-1].name == "sinks" and fields[-1].default == 2 and fields[:-1] == FIELDS
     parser = argparse.ArgumentParser()

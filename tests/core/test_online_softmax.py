@@ -56,11 +56,13 @@ def test_walk_equals_torch_softmax_and_sdpa():
         walk = online_softmax(one.scores, one.values, block=3)
         # torch's softmax of the very scores the walk read (float64): equal to rounding
         softmax = torch.softmax(torch.from_numpy(one.scores.astype(np.float64)), -1) @ torch.from_numpy(
-            one.values.astype(np.float64))
+            one.values.astype(np.float64)
+        )
         np.testing.assert_allclose(walk.output, softmax.numpy(), rtol=0, atol=1e-14)
         # torch's fused attention from Q, K, V (float64): the same numbers, from its own scores
-        q, k, v = (torch.from_numpy(x.astype(np.float64)) for x in (inter.q[head], inter.k[one.kv_head],
-                                                                     inter.v[one.kv_head]))
+        q, k, v = (
+            torch.from_numpy(x.astype(np.float64)) for x in (inter.q[head], inter.k[one.kv_head], inter.v[one.kv_head])
+        )
         bias = alibi_bias(4, q.shape[0], dtype=torch.float64)[head]
         bias = bias.masked_fill(~torch.from_numpy(projected.mask), float("-inf"))
         sdpa = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=bias[None])[0]
@@ -104,7 +106,9 @@ def test_a_walk_over_the_budget_is_refused_before_it_starts_and_says_what_fits()
     fits = fitting_block(lq, lk, dv, budget)
     assert walk_bytes(lq, lk, dv, fits) <= budget < walk_bytes(lq, lk, dv, fits // 2)
     scores = np.zeros((lq, lk))  # 29 MB: the walk would keep 1.8 GB more
-    with pytest.raises(ConfigError, match=rf"blocks of 1 key\(s\) keeps 1\.\d GiB \(1,900 steps .*; blocks of {fits} keys fit"):
+    with pytest.raises(
+        ConfigError, match=rf"blocks of 1 key\(s\) keeps 1\.\d GiB \(1,900 steps .*; blocks of {fits} keys fit"
+    ):
         online_softmax(scores, np.zeros((lk, dv)), 1, budget=budget)
     with pytest.raises(ConfigError, match="no block size fits: shorten the text or raise the budget"):
         online_softmax(scores, np.zeros((lk, dv)), 64, budget=1 << 20)

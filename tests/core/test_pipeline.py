@@ -27,7 +27,12 @@ def test_default_config_is_valid_and_runs():
     assert result.output.shape == (n, cfg.embed_dim)
     np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=1e-5)
     assert list(result.timings) == [
-        "embed", "projections", "attention", "weighted sum", "output projection", "total",
+        "embed",
+        "projections",
+        "attention",
+        "weighted sum",
+        "output projection",
+        "total",
     ]
     assert result.timings["total"] == pytest.approx(sum(v for k, v in result.timings.items() if k != "total"))
     assert result.flops > 0 and result.peak_bytes > result.weights.nbytes
@@ -107,7 +112,9 @@ def test_dropout_in_training_mode_only():
 def test_other_dtypes(dtype):
     result = run_attention(AttentionConfig(dtype=dtype), TEXT)
     assert result.weights.dtype == np.float32
-    np.testing.assert_allclose(result.weights.sum(-1), 1.0, atol=2e-2 if dtype == "bfloat16" else 1e-6)  # weights come back as float32
+    np.testing.assert_allclose(
+        result.weights.sum(-1), 1.0, atol=2e-2 if dtype == "bfloat16" else 1e-6
+    )  # weights come back as float32
 
 
 @pytest.mark.parametrize(
@@ -236,7 +243,9 @@ def test_the_toy_model_cache_keeps_what_fits_half_the_memory_budget():
 
     pipeline._models.clear()
     small = AttentionConfig(embed_dim=64, num_heads=4, vocab_size=4096)
-    model_bytes = sum(p.numel() * p.element_size() for p in pipeline.build_model(small, torch.device("cpu")).parameters())
+    model_bytes = sum(
+        p.numel() * p.element_size() for p in pipeline.build_model(small, torch.device("cpu")).parameters()
+    )
     for seed in range(1, 6):
         pipeline.build_model(small.replace(seed=seed), torch.device("cpu"))
     assert len(pipeline._models) == 4  # all fit: the count bounds them
@@ -254,9 +263,12 @@ def test_a_prepared_text_runs_without_tokenizing_or_checking_memory_again(monkey
     prepared = pipeline.prepare_text(cfg, TEXT, "a mat")
     calls = {"encode": 0, "check_memory": 0}
     encode, check = WordTokenizer.encode, pipeline.check_memory
-    monkeypatch.setattr(WordTokenizer, "encode", lambda *a, **k: calls.__setitem__("encode", calls["encode"] + 1) or encode(*a, **k))
-    monkeypatch.setattr(pipeline, "check_memory",
-                        lambda *a: calls.__setitem__("check_memory", calls["check_memory"] + 1) or check(*a))
+    monkeypatch.setattr(
+        WordTokenizer, "encode", lambda *a, **k: calls.__setitem__("encode", calls["encode"] + 1) or encode(*a, **k)
+    )
+    monkeypatch.setattr(
+        pipeline, "check_memory", lambda *a: calls.__setitem__("check_memory", calls["check_memory"] + 1) or check(*a)
+    )
     again = run_attention(cfg, TEXT, key_text="a mat", prepared=prepared)
     assert calls == {"encode": 0, "check_memory": 0}
     np.testing.assert_array_equal(again.weights, plain.weights)

@@ -113,7 +113,9 @@ def test_over_budget_run_returns_the_overview_of_the_full_weights(mask):
     np.testing.assert_allclose(np.stack([pyramid.overview(h, "mean") for h in range(4)]), mean, atol=2e-6)
     np.testing.assert_allclose(bounded.output, full.output, atol=2e-6)
     # the overview mask is False exactly where a whole tile is masked
-    dead = ~np.pad(full.mask, ((0, f * mx.shape[1] - 301),) * 2).reshape(mx.shape[1], f, mx.shape[2], f).any(axis=(1, 3))
+    dead = ~np.pad(full.mask, ((0, f * mx.shape[1] - 301),) * 2).reshape(mx.shape[1], f, mx.shape[2], f).any(
+        axis=(1, 3)
+    )
     np.testing.assert_array_equal(bounded.mask, ~dead)
     assert bounded.num_heads == 4 and bounded.shape == (301, 301)
     assert any("exact on demand" in n for n in bounded.notices)

@@ -70,15 +70,24 @@ def _brute(m: np.ndarray, fr: int, fc: int, how: str, ignore: np.ndarray | None)
     out = np.zeros((rows, cols))
     for i in range(rows):
         for j in range(cols):
-            tile = m[i * fr:(i + 1) * fr, j * fc:(j + 1) * fc]
-            keep = np.ones(tile.shape, bool) if ignore is None else ~ignore[i * fr:(i + 1) * fr, j * fc:(j + 1) * fc]
+            tile = m[i * fr : (i + 1) * fr, j * fc : (j + 1) * fc]
+            keep = (
+                np.ones(tile.shape, bool) if ignore is None else ~ignore[i * fr : (i + 1) * fr, j * fc : (j + 1) * fc]
+            )
             vals = tile[keep]
             out[i, j] = 0.0 if vals.size == 0 else {"max": vals.max, "mean": vals.mean, "sum": vals.sum}[how]()
     return out
 
 
-@given(rows=st.integers(1, 30), cols=st.integers(1, 30), fr=st.integers(1, 7), fc=st.integers(1, 7),
-       how=st.sampled_from(["max", "mean", "sum"]), masked=st.booleans(), seed=st.integers(0, 5))
+@given(
+    rows=st.integers(1, 30),
+    cols=st.integers(1, 30),
+    fr=st.integers(1, 7),
+    fc=st.integers(1, 7),
+    how=st.sampled_from(["max", "mean", "sum"]),
+    masked=st.booleans(),
+    seed=st.integers(0, 5),
+)
 @settings(max_examples=60, deadline=None)
 def test_tile_reduce_equals_the_tile_by_tile_answer(rows, cols, fr, fc, how, masked, seed):
     rng = np.random.default_rng(seed)
@@ -96,8 +105,16 @@ def test_tile_reduce_matches_torch_pooling_and_folds_masks():
     assert select.tile_reduce(w, 1) is w
     mask = np.zeros((5, 5), dtype=bool)
     mask[:4, :4] = True
-    assert select.tile_reduce(mask, 2, "all").tolist() == [[True, True, False], [True, True, False], [False, False, False]]
-    assert select.tile_reduce(mask, 2, "any").tolist() == [[True, True, False], [True, True, False], [False, False, False]]
+    assert select.tile_reduce(mask, 2, "all").tolist() == [
+        [True, True, False],
+        [True, True, False],
+        [False, False, False],
+    ]
+    assert select.tile_reduce(mask, 2, "any").tolist() == [
+        [True, True, False],
+        [True, True, False],
+        [False, False, False],
+    ]
     assert select.tile_reduce(~mask, 2, "any")[2].all()
     with pytest.raises(ValueError):
         select.tile_reduce(w, 0)
@@ -110,8 +127,12 @@ def _sink_map(heads: int = 3, length: int = 7) -> AttentionMap:
     w = rng.random((heads, length, length))
     w[:, :, 0] += 4.0
     w /= w.sum(-1, keepdims=True)
-    return AttentionMap(queries=[f"q{i}" for i in range(length)], keys=[f"k{i}" for i in range(length)],
-                        weights=w.astype(np.float32), file_tag="sink")
+    return AttentionMap(
+        queries=[f"q{i}" for i in range(length)],
+        keys=[f"k{i}" for i in range(length)],
+        weights=w.astype(np.float32),
+        file_tag="sink",
+    )
 
 
 def test_drop_keys_renormalises_or_records_the_hidden_mass():
@@ -119,7 +140,9 @@ def test_drop_keys_renormalises_or_records_the_hidden_mass():
     renorm = select.drop_keys(m, [0], renormalise=True)
     assert renorm.keys == m.keys[1:] and renorm.weights.shape == (3, 7, 6)
     np.testing.assert_allclose(renorm.weights.sum(-1), 1.0, rtol=1e-6)
-    np.testing.assert_allclose(renorm.weights, m.weights[:, :, 1:] / m.weights[:, :, 1:].sum(-1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(
+        renorm.weights, m.weights[:, :, 1:] / m.weights[:, :, 1:].sum(-1, keepdims=True), rtol=1e-6
+    )
     assert "renormalised" in renorm.legend and renorm.file_tag == "sink_nokey0" and renorm.hidden_mass is None
     kept = select.drop_keys(m, [0], renormalise=False)
     np.testing.assert_array_equal(kept.weights, m.weights[:, :, 1:])

@@ -15,7 +15,7 @@ def brute(matrix: np.ndarray, f: int, how: str) -> np.ndarray:
     out = np.empty((*lead, math.ceil(rows / f), math.ceil(cols / f)), dtype=matrix.dtype)
     for r in range(out.shape[-2]):
         for c in range(out.shape[-1]):
-            tile = matrix[..., r * f:(r + 1) * f, c * f:(c + 1) * f]
+            tile = matrix[..., r * f : (r + 1) * f, c * f : (c + 1) * f]
             out[..., r, c] = getattr(tile, how)(axis=(-2, -1))
     return out
 
@@ -24,9 +24,12 @@ def brute(matrix: np.ndarray, f: int, how: str) -> np.ndarray:
 def test_tile_reduce_equals_a_plain_loop(shape, factor):
     rng = np.random.default_rng(sum(shape) + factor)
     weights = rng.random(shape).astype(np.float32)
-    np.testing.assert_array_equal(tile_reduce(weights, factor), brute(weights, factor, "max") if factor > 1 else weights)
-    np.testing.assert_allclose(tile_reduce(weights, factor, "sum"), brute(weights, factor, "sum") if factor > 1 else weights,
-                               rtol=1e-6)
+    np.testing.assert_array_equal(
+        tile_reduce(weights, factor), brute(weights, factor, "max") if factor > 1 else weights
+    )
+    np.testing.assert_allclose(
+        tile_reduce(weights, factor, "sum"), brute(weights, factor, "sum") if factor > 1 else weights, rtol=1e-6
+    )
     masked = rng.random(shape) < 0.7
     for how in ("all", "any"):
         expected = brute(masked, factor, how) if factor > 1 else masked

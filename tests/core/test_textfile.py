@@ -47,11 +47,14 @@ def test_undecodable_bytes_name_the_offset(tmp_path):
         read_text_file(path)
 
 
-@pytest.mark.parametrize("make, fragment", [
-    (lambda p: p, "no such file"),
-    (lambda p: (p.mkdir(), p)[1], "is a folder"),
-    (lambda p: (p.write_text(" \n\t "), p)[1], "is empty"),
-])
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda p: p, "no such file"),
+        (lambda p: (p.mkdir(), p)[1], "is a folder"),
+        (lambda p: (p.write_text(" \n\t "), p)[1], "is empty"),
+    ],
+)
 def test_missing_folder_and_empty(tmp_path, make, fragment):
     path = make(tmp_path / "doc.txt")
     with pytest.raises(ConfigError, match=fragment):

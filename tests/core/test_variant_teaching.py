@@ -20,9 +20,16 @@ TEXT = "the cat sat on the mat because it was tired and the dog barked at it"
 
 # --- online softmax ----------------------------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None)
-@given(lq=st.integers(1, 9), lk=st.integers(1, 17), block=st.integers(1, 20), seed=st.integers(0, 10**6),
-       masked=st.floats(0.0, 0.9), spread=st.sampled_from([0.1, 3.0, 60.0]))
+@given(
+    lq=st.integers(1, 9),
+    lk=st.integers(1, 17),
+    block=st.integers(1, 20),
+    seed=st.integers(0, 10**6),
+    masked=st.floats(0.0, 0.9),
+    spread=st.sampled_from([0.1, 3.0, 60.0]),
+)
 def test_online_softmax_equals_the_full_softmax(lq, lk, block, seed, masked, spread):
     rng = np.random.default_rng(seed)
     scores = rng.normal(scale=spread, size=(lq, lk))
@@ -63,8 +70,11 @@ def test_online_softmax_rescales_when_a_later_block_holds_the_max():
 
 
 def test_walk_of_a_grouped_head_uses_its_kv_head():
-    result = run_attention(AttentionConfig(num_heads=4, kv_heads=2, mask="causal", position="alibi", softcap=3.0),
-                           TEXT, keep_intermediates=True)
+    result = run_attention(
+        AttentionConfig(num_heads=4, kv_heads=2, mask="causal", position="alibi", softcap=3.0),
+        TEXT,
+        keep_intermediates=True,
+    )
     for head in range(4):
         walk = walk_head(result.intermediates, head, block=5)
         np.testing.assert_allclose(walk.weights, result.weights[head], atol=1e-6)
@@ -74,6 +84,7 @@ def test_walk_of_a_grouped_head_uses_its_kv_head():
 
 
 # --- K/V cache ---------------------------------------------------------------------------------
+
 
 def test_kv_cache_table_for_the_current_shape():
     config = AttentionConfig(embed_dim=512, num_heads=8, kv_heads=2)
@@ -87,6 +98,7 @@ def test_kv_cache_table_for_the_current_shape():
 
 
 # --- one-click comparisons ---------------------------------------------------------------------
+
 
 def test_mha_vs_gqa_pools_the_kv_heads_of_a():
     config = AttentionConfig(num_heads=4, dtype="float64", mask="padding", pad_to=18)
@@ -123,8 +135,9 @@ def test_variant_comparisons_run_a_and_b_as_configured(kind):
 
 
 def test_implementation_comparison_passes_the_variants_to_sdpa():
-    cmp = compare_implementations(AttentionConfig(num_heads=4, kv_heads=2, position="rope", window=4,
-                                                  mask="padding", pad_to=20), TEXT)
+    cmp = compare_implementations(
+        AttentionConfig(num_heads=4, kv_heads=2, position="rope", window=4, mask="padding", pad_to=20), TEXT
+    )
     assert cmp.max_abs_output["F.scaled_dot_product_attention"] < 1e-5
     assert "nn.MultiheadAttention" not in cmp.timings and any("grouped K/V" in n for n in cmp.notes)
     alibi = compare_implementations(AttentionConfig(num_heads=4, position="alibi", window=3), TEXT)
@@ -138,9 +151,12 @@ def test_implementation_comparison_passes_the_variants_to_sdpa():
 
 # --- what the window draws ---------------------------------------------------------------------
 
+
 def test_attention_map_carries_the_variant():
-    result = run_attention(AttentionConfig(num_heads=8, embed_dim=64, kv_heads=2, position="alibi", window=4,
-                                           softcap=20.0, mask="causal"), TEXT)
+    result = run_attention(
+        AttentionConfig(num_heads=8, embed_dim=64, kv_heads=2, position="alibi", window=4, softcap=20.0, mask="causal"),
+        TEXT,
+    )
     amap = result.attention_map()
     assert amap.kv_heads == 2 and amap.groups == 4 and amap.kv_head_of(5) == 1 and amap.window == 4
     np.testing.assert_allclose(amap.alibi_slopes, [2 ** (-(h + 1)) for h in range(8)])
@@ -163,12 +179,36 @@ def test_unknown_tokens_are_typed_fields():
 def test_render_takes_the_variant_flags(tmp_path, capsys):
     from attndesk.cli import main
 
-    code = main(["render", "--text", TEXT, "--heads", "8", "--embed-dim", "64", "--kv-heads", "2", "--position",
-                 "rope", "--window", "4", "--softcap", "30", "--which", "all", "--weights", "npy", "--out", str(tmp_path)])
+    code = main(
+        [
+            "render",
+            "--text",
+            TEXT,
+            "--heads",
+            "8",
+            "--embed-dim",
+            "64",
+            "--kv-heads",
+            "2",
+            "--position",
+            "rope",
+            "--window",
+            "4",
+            "--softcap",
+            "30",
+            "--which",
+            "all",
+            "--weights",
+            "npy",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     npy = [p for p in tmp_path.iterdir() if p.suffix == ".npy"]
-    want = run_attention(AttentionConfig(num_heads=8, embed_dim=64, kv_heads=2, position="rope", window=4,
-                                         softcap=30.0), TEXT).weights
+    want = run_attention(
+        AttentionConfig(num_heads=8, embed_dim=64, kv_heads=2, position="rope", window=4, softcap=30.0), TEXT
+    ).weights
     np.testing.assert_array_equal(np.load(npy[0]), want)
     capsys.readouterr()
     assert main(["render", "--kv-heads", "3", "--out", str(tmp_path)]) == 2
@@ -179,14 +219,44 @@ def test_render_takes_the_variant_flags(tmp_path, capsys):
 
 def test_reference_attend_is_what_every_stage_is_kept_from():
     # the intermediates are the reference's own stages, and they reproduce the weights
-    result = run_attention(AttentionConfig(num_heads=2, embed_dim=16, kv_heads=1, position="alibi", softcap=2.0,
-                                           window=3, mask="padding", pad_to=17, dtype="float64"), TEXT,
-                           keep_intermediates=True)
+    result = run_attention(
+        AttentionConfig(
+            num_heads=2,
+            embed_dim=16,
+            kv_heads=1,
+            position="alibi",
+            softcap=2.0,
+            window=3,
+            mask="padding",
+            pad_to=17,
+            dtype="float64",
+        ),
+        TEXT,
+        keep_intermediates=True,
+    )
     inter = result.intermediates
-    assert inter.available() == ("embeddings", "q", "k", "v", "scores", "scaled", "capped", "bias", "masked",
-                                 "weights", "context", "output")
+    assert inter.available() == (
+        "embeddings",
+        "q",
+        "k",
+        "v",
+        "scores",
+        "scaled",
+        "capped",
+        "bias",
+        "masked",
+        "weights",
+        "context",
+        "output",
+    )
     q, k, v = (torch.from_numpy(x).double() for x in (inter.q, inter.k, inter.v))
-    ctx, w = attend(q, k, v, mask=torch.from_numpy(np.ascontiguousarray(result.mask)),
-                    bias=torch.from_numpy(inter.bias).double(), softcap=2.0)
+    ctx, w = attend(
+        q,
+        k,
+        v,
+        mask=torch.from_numpy(np.ascontiguousarray(result.mask)),
+        bias=torch.from_numpy(inter.bias).double(),
+        softcap=2.0,
+    )
     np.testing.assert_allclose(w.numpy(), result.weights, atol=1e-6)
     np.testing.assert_allclose(ctx.numpy(), inter.context, atol=1e-6)

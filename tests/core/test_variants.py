@@ -22,22 +22,32 @@ TEXT = "the cat sat on the mat because it was tired and the dog barked at it"
 
 # --- config ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes,message", [
-    (dict(num_heads=8, kv_heads=3), r"3 K/V heads cannot be shared evenly by 8 query heads; valid K/V head counts: 1, 2, 4, 8"),
-    (dict(num_heads=6, embed_dim=48, kv_heads=4), r"valid K/V head counts: 1, 2, 3, 6"),
-    (dict(kv_heads=0), r"kv_heads must be a positive whole number, got 0"),
-    (dict(kv_heads=True), r"kv_heads must be a positive whole number, got True \(bool\)"),
-    (dict(num_heads=1, kv_heads=2), r"valid K/V head counts: 1"),
-    (dict(window=0), r"window must be a whole number of tokens >= 1 \(1 = each query sees only itself\) or None"),
-    (dict(window=2.5), r"window must be a positive whole number, got 2.5 \(float\)"),
-    (dict(softcap=0.0), r"softcap must be a positive finite number"),
-    (dict(softcap=-3), r"softcap must be a positive finite number"),
-    (dict(softcap=float("inf")), r"softcap must be a positive finite number"),
-    (dict(softcap=float("nan")), r"softcap must be a positive finite number"),
-    (dict(position="learned"), r"unknown position 'learned'; choose one of: sinusoidal, rope, alibi, none"),
-    (dict(position="rope", embed_dim=20, num_heads=4), r"head dimension must be even, got d_k = 5.*even d_k: 2, 5, 10"),
-    (dict(position="rope", num_heads=1, hidden_dim=7), r"choose an even hidden_dim \(got 7\)"),
-])
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (
+            dict(num_heads=8, kv_heads=3),
+            r"3 K/V heads cannot be shared evenly by 8 query heads; valid K/V head counts: 1, 2, 4, 8",
+        ),
+        (dict(num_heads=6, embed_dim=48, kv_heads=4), r"valid K/V head counts: 1, 2, 3, 6"),
+        (dict(kv_heads=0), r"kv_heads must be a positive whole number, got 0"),
+        (dict(kv_heads=True), r"kv_heads must be a positive whole number, got True \(bool\)"),
+        (dict(num_heads=1, kv_heads=2), r"valid K/V head counts: 1"),
+        (dict(window=0), r"window must be a whole number of tokens >= 1 \(1 = each query sees only itself\) or None"),
+        (dict(window=2.5), r"window must be a positive whole number, got 2.5 \(float\)"),
+        (dict(softcap=0.0), r"softcap must be a positive finite number"),
+        (dict(softcap=-3), r"softcap must be a positive finite number"),
+        (dict(softcap=float("inf")), r"softcap must be a positive finite number"),
+        (dict(softcap=float("nan")), r"softcap must be a positive finite number"),
+        (dict(position="learned"), r"unknown position 'learned'; choose one of: sinusoidal, rope, alibi, none"),
+        (
+            dict(position="rope", embed_dim=20, num_heads=4),
+            r"head dimension must be even, got d_k = 5.*even d_k: 2, 5, 10",
+        ),
+        (dict(position="rope", num_heads=1, hidden_dim=7), r"choose an even hidden_dim \(got 7\)"),
+    ],
+)
 def test_bad_variants_are_explained(changes, message):
     with pytest.raises(ConfigError, match=message):
         AttentionConfig(**changes).validate()
@@ -71,6 +81,7 @@ def test_cross_attention_refuses_distances_between_two_texts_but_takes_rope():
 
 
 # --- grouped-query heads ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kv", [1, 2, 4])
 def test_gqa_run_equals_mha_with_repeated_kv_heads_and_torch_sdpa(kv):
@@ -116,14 +127,16 @@ def test_gqa_layer_matches_sdpa_on_both_paths(fast, monkeypatch):
 
 # --- RoPE --------------------------------------------------------------------------------------
 
+
 def test_rope_equals_the_complex_rotation():
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, 40, 16, generator=gen, dtype=torch.float64)  # [H, L, d]
     got = rope(x)
     # rotate_half pairs dimension i with i + d/2: z = x_i + i x_{i+d/2} turns by m theta_i
     theta = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
-    z = torch.complex(x[..., :8], x[..., 8:]) * torch.polar(torch.ones(40, 8, dtype=torch.float64),
-                                                              torch.arange(40, dtype=torch.float64)[:, None] * theta)
+    z = torch.complex(x[..., :8], x[..., 8:]) * torch.polar(
+        torch.ones(40, 8, dtype=torch.float64), torch.arange(40, dtype=torch.float64)[:, None] * theta
+    )
     torch.testing.assert_close(got, torch.cat([z.real, z.imag], -1), rtol=0, atol=1e-12)
     torch.testing.assert_close(got.norm(dim=-1), x.norm(dim=-1))  # a rotation keeps lengths
 
@@ -151,7 +164,7 @@ def test_rope_scores_depend_only_on_the_offset():
     assert scores.shape == (4, 41)
     np.testing.assert_allclose(scores, np.broadcast_to(scores[0], scores.shape), atol=1e-9)
     assert scores[0, 20] == pytest.approx(float(q @ k))  # offset 0: no net rotation
-    assert rope_angles(3, 4)[2, 1] == pytest.approx(2 * 10000 ** -0.5)
+    assert rope_angles(3, 4)[2, 1] == pytest.approx(2 * 10000**-0.5)
 
 
 def test_rope_run_rotates_q_and_k_after_the_projection():
@@ -166,6 +179,7 @@ def test_rope_run_rotates_q_and_k_after_the_projection():
 
 # --- ALiBi -------------------------------------------------------------------------------------
 
+
 def test_alibi_slopes_follow_press_et_al_and_bloom():
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
@@ -174,7 +188,7 @@ def test_alibi_slopes_follow_press_et_al_and_bloom():
     for heads in (3, 5, 6, 12, 20):
         bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)  # [H, 1, 2]: slope * key position
         np.testing.assert_allclose(alibi_slopes(heads), bloom[:, 0, 1].double().numpy(), rtol=1e-6)
-    np.testing.assert_allclose(alibi_slopes(6), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+    np.testing.assert_allclose(alibi_slopes(6), [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3])
 
 
 def test_alibi_bias_is_the_hand_built_distance_penalty():
@@ -203,6 +217,7 @@ def test_alibi_run_equals_bloom_under_a_causal_mask():
 
 
 # --- sliding window ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mask", ["none", "padding", "causal", "padding+causal"])
 @pytest.mark.parametrize("window", [1, 3, 40])
@@ -240,6 +255,7 @@ def test_window_in_the_layer_equals_the_band_as_a_mask(monkeypatch):
 
 # --- soft-capping ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kv", [4, 2])
 def test_softcap_matches_transformers_gemma2_eager_attention(kv):
     from types import SimpleNamespace
@@ -251,8 +267,10 @@ def test_softcap_matches_transformers_gemma2_eager_attention(kv):
     inter, n = result.intermediates, len(result.tokens)
     q, k, v = (torch.from_numpy(x).double()[None] for x in (inter.q, inter.k, inter.v))
     module = SimpleNamespace(head_dim=8, num_key_value_groups=4 // kv, training=False)
-    causal = torch.zeros(n, n, dtype=torch.float64).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
-    out, weights = eager_attention_forward(module, q, k, v, causal, scaling=8 ** -0.5, softcap=1.5)
+    causal = torch.zeros(n, n, dtype=torch.float64).masked_fill(
+        ~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf")
+    )
+    out, weights = eager_attention_forward(module, q, k, v, causal, scaling=8**-0.5, softcap=1.5)
     np.testing.assert_allclose(result.weights, weights[0].numpy(), atol=1e-6)
     np.testing.assert_allclose(inter.context, out[0].transpose(0, 1).numpy(), atol=1e-6)  # theirs: [B, L, H, d]
     np.testing.assert_allclose(inter.capped, 1.5 * np.tanh(inter.scaled / 1.5), atol=1e-6)

@@ -16,8 +16,23 @@ def test_corpus_command_writes_the_store_and_its_heads_summary(models, tmp_path,
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "store"
-    code = main(["corpus", "--model", str(models["gpt2"]), "--data", str(data), "--out", str(out),
-                 "--max-tokens", "12", "--atlas-points", "8", "--shard-size", "4"])
+    code = main(
+        [
+            "corpus",
+            "--model",
+            str(models["gpt2"]),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--max-tokens",
+            "12",
+            "--atlas-points",
+            "8",
+            "--shard-size",
+            "4",
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert f"corpus: {len(TEXTS)} texts" in printed.out and "store: " in printed.out
@@ -52,7 +67,9 @@ def test_bad_input_is_one_line_and_exit_2(models, tmp_path, capsys):
     ]
     for extra in cases:
         out = tmp_path / "never"
-        argv = ["corpus", "--out", str(out)] + (["--model", str(models["bert"])] if "--model" not in extra else []) + extra
+        argv = (
+            ["corpus", "--out", str(out)] + (["--model", str(models["bert"])] if "--model" not in extra else []) + extra
+        )
         assert main(argv) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("attndesk: error:"), (extra, err)

@@ -49,9 +49,15 @@ def _bad_inputs(tmp_path) -> dict:
     with open(tmp_path / "huge.txt", "w") as fh:  # one line over the limit: refused after the limit is read
         fh.write("word " * (MAX_TEXT_CHARS // 5 + 10))
     return {
-        "empty.txt": "is empty", "blank.txt": "no non-empty text", "binary.txt": "binary",
-        "latin1.txt": "not UTF-8", "notext.jsonl": 'no "text" field', "notext.csv": 'no "text" column',
-        "notext.parquet": 'no "text" column', "huge.txt": "over 1,048,576 characters", "missing.txt": "no such file",
+        "empty.txt": "is empty",
+        "blank.txt": "no non-empty text",
+        "binary.txt": "binary",
+        "latin1.txt": "not UTF-8",
+        "notext.jsonl": 'no "text" field',
+        "notext.csv": 'no "text" column',
+        "notext.parquet": 'no "text" column',
+        "huge.txt": "over 1,048,576 characters",
+        "missing.txt": "no such file",
         "data.bin": "a .txt, .jsonl",
     }
 
@@ -87,8 +93,12 @@ def test_bad_models_and_out_folders_are_refused(models, tmp_path):
     (tmp_path / "fake" / "manifest.json").write_text('{"format": "something-else"}')
     with pytest.raises(ConfigError, match="not an attndesk corpus manifest"):
         analyze_corpus(TEXTS, tmp_path / "fake", model=models["bert"])
-    for bad, message in ((dict(max_tokens=1), "max_tokens"), (dict(engine="spark"), "engine"),
-                         (dict(atlas_methods=("tsne",)), "atlas method"), (dict(workers=0), "workers")):
+    for bad, message in (
+        (dict(max_tokens=1), "max_tokens"),
+        (dict(engine="spark"), "engine"),
+        (dict(atlas_methods=("tsne",)), "atlas method"),
+        (dict(workers=0), "workers"),
+    ):
         with pytest.raises(ConfigError, match=message):
             analyze_corpus(TEXTS, tmp_path / "out2", model=models["bert"], **bad)
     assert not (tmp_path / "out2").exists()

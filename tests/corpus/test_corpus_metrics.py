@@ -23,9 +23,11 @@ from attndesk.corpus import analyze_corpus
 from attndesk.corpus.batch import PassSettings, run_shard
 from attndesk.corpus.metrics import ROLE_RULES, role
 
-PATTERNS = {"previous_token_score": get_previous_token_head_detection_pattern,
-            "duplicate_token_score": get_duplicate_token_head_detection_pattern,
-            "induction_score": get_induction_head_detection_pattern}
+PATTERNS = {
+    "previous_token_score": get_previous_token_head_detection_pattern,
+    "duplicate_token_score": get_duplicate_token_head_detection_pattern,
+    "induction_score": get_induction_head_detection_pattern,
+}
 
 
 def _alone(model, text: str, max_tokens: int):
@@ -59,8 +61,12 @@ def test_per_text_metrics_match_reference(models, name):
                 for metric, pattern in PATTERNS.items():
                     a = torch.tensor(weights[layer, got.head], dtype=torch.float64)
                     ref = compute_head_attention_similarity_score(
-                        a, pattern(torch.tensor([ids])).double(), exclude_bos=False, exclude_current_token=False,
-                        error_measure="mul")
+                        a,
+                        pattern(torch.tensor([ids])).double(),
+                        exclude_bos=False,
+                        exclude_current_token=False,
+                        error_measure="mul",
+                    )
                     assert getattr(got, metric) == pytest.approx(ref, abs=2e-5), (metric, text_id, layer, got.head)
 
 
@@ -69,8 +75,9 @@ def test_corpus_heads_are_row_weighted_means(bert_store):
     for row in heads.itertuples():
         mine = per_text[(per_text.layer == row.layer) & (per_text["head"] == row.head)]
         assert row.entropy == pytest.approx((mine.entropy * mine.rows).sum() / mine.rows.sum(), rel=1e-5)
-        assert row.previous == pytest.approx((mine.previous * mine.previous_rows).sum() / mine.previous_rows.sum(),
-                                             rel=1e-5)
+        assert row.previous == pytest.approx(
+            (mine.previous * mine.previous_rows).sum() / mine.previous_rows.sum(), rel=1e-5
+        )
         assert row.induction_score == pytest.approx(mine.induction_score.mean(), rel=1e-5)
         assert row.role == role({k: getattr(row, k) for k in heads.columns if k not in ("part", "role")})
 
@@ -88,8 +95,17 @@ def test_encoder_decoder_parts_and_cross_has_no_detection_scores(models, tmp_pat
 
 
 def test_roles_follow_the_documented_rules():
-    base = {"entropy": 0.5, "uniform_entropy": 2.0, "distance": 3.0, "self": 0.1, "previous": 0.1, "first": 0.1,
-            "previous_token_score": 0.1, "duplicate_token_score": 0.0, "induction_score": 0.0}
+    base = {
+        "entropy": 0.5,
+        "uniform_entropy": 2.0,
+        "distance": 3.0,
+        "self": 0.1,
+        "previous": 0.1,
+        "first": 0.1,
+        "previous_token_score": 0.1,
+        "duplicate_token_score": 0.0,
+        "induction_score": 0.0,
+    }
     assert role(base) == "mixed"
     assert role(base | {"entropy": 1.9}) == "broad"
     for name, metric, threshold in ROLE_RULES:

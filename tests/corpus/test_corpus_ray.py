@@ -12,10 +12,21 @@ from attndesk.corpus import analyze_corpus
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
 def test_ray_engine_writes_the_local_store(models, bert_store, tmp_path):
     ray = pytest.importorskip("ray")
-    store = analyze_corpus(TEXTS, tmp_path / "ray", model=models["bert"], max_tokens=16, shard_size=3,
-                           atlas_points=12, engine="ray", workers=2)
+    store = analyze_corpus(
+        TEXTS,
+        tmp_path / "ray",
+        model=models["bert"],
+        max_tokens=16,
+        shard_size=3,
+        atlas_points=12,
+        engine="ray",
+        workers=2,
+    )
     assert not ray.is_initialized()  # the local Ray it started is shut down again
     for name in ("texts", "per_text", "heads", "atlas", "atlas_quality"):
-        pd.testing.assert_frame_equal(store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
-                                      bert_store.sql(f"SELECT * FROM {name} ORDER BY ALL"), obj=name)
+        pd.testing.assert_frame_equal(
+            store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
+            bert_store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
+            obj=name,
+        )
     store.close()

@@ -15,13 +15,27 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.corpus import analyze_corpus, open_corpus
 from attndesk.corpus.engine import finished_shards
 
-CONTRACT = ["part", "layer", "head", "entropy", "distance", "self", "previous", "first", "previous_token_score",
-            "duplicate_token_score", "induction_score", "role"]
+CONTRACT = [
+    "part",
+    "layer",
+    "head",
+    "entropy",
+    "distance",
+    "self",
+    "previous",
+    "first",
+    "previous_token_score",
+    "duplicate_token_score",
+    "induction_score",
+    "role",
+]
 
 
 def _tables(store) -> dict[str, pd.DataFrame]:
-    return {name: store.sql(f"SELECT * FROM {name} ORDER BY ALL") for name in
-            ("texts", "per_text", "heads", "atlas", "atlas_quality")}
+    return {
+        name: store.sql(f"SELECT * FROM {name} ORDER BY ALL")
+        for name in ("texts", "per_text", "heads", "atlas", "atlas_quality")
+    }
 
 
 def _assert_same(a, b) -> None:
@@ -62,8 +76,16 @@ def test_a_stopped_run_resumes_to_the_same_store(models, bert_store, tmp_path):
             cancel.set()
 
     with pytest.raises(Cancelled):
-        analyze_corpus(TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12,
-                       progress=progress, cancel=cancel)
+        analyze_corpus(
+            TEXTS,
+            out,
+            model=models["bert"],
+            max_tokens=16,
+            shard_size=3,
+            atlas_points=12,
+            progress=progress,
+            cancel=cancel,
+        )
     assert finished_shards(out) == {0} and not (out / "corpus.duckdb").exists()
     with pytest.raises(ConfigError, match="did not finish"):
         open_corpus(out)
@@ -71,8 +93,9 @@ def test_a_stopped_run_resumes_to_the_same_store(models, bert_store, tmp_path):
     (out / "texts.parquet").write_bytes(b"half")
     (out / ".per_text.parquet.part").write_bytes(b"half")
     seen = []
-    store = analyze_corpus(TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12,
-                           progress=seen.append)
+    store = analyze_corpus(
+        TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12, progress=seen.append
+    )
     assert seen[0].done >= 3 and seen[-1].stage == "done" and seen[-1].done == len(TEXTS)
     _assert_same(store, bert_store)
     store.close()
@@ -103,8 +126,16 @@ def test_restart_replaces_an_earlier_run(models, tmp_path):
 def test_a_half_written_shard_is_ignored_and_redone(models, bert_store, tmp_path):
     out, cancel = tmp_path / "half", threading.Event()
     with pytest.raises(Cancelled):
-        analyze_corpus(TEXTS, out, model=models["bert"], max_tokens=16, shard_size=3, atlas_points=12,
-                       progress=lambda p: cancel.set() if p.done >= 3 else None, cancel=cancel)
+        analyze_corpus(
+            TEXTS,
+            out,
+            model=models["bert"],
+            max_tokens=16,
+            shard_size=3,
+            atlas_points=12,
+            progress=lambda p: cancel.set() if p.done >= 3 else None,
+            cancel=cancel,
+        )
     # what a kill inside the second shard's write leaves: its files in a hidden staging folder
     stage = out / "shards" / ".attndesk-staging-killed"
     stage.mkdir()

@@ -20,7 +20,8 @@ from attndesk.render.figure import HeatmapFigure, figure_from_map
 def figure_from_result(result, *args, **kw):
     return figure_from_map(result.attention_map(), *args, **kw)
 
-TRICKY = [",", '"', "a,b", '""', "say \"hi\"", "line\nbreak", " pad ", "=1+1", "caf\u00e9", "[PAD]"]
+
+TRICKY = [",", '"', "a,b", '""', 'say "hi"', "line\nbreak", " pad ", "=1+1", "caf\u00e9", "[PAD]"]
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +144,15 @@ def test_default_filename_names_head_and_settings(result):
     assert default_filename(result.attention_map(), 1, "png") == "attn_head1_h2_e16_causal_scaled_seed0.png"
     assert default_filename(result.attention_map(), "mean", ".csv") == "attn_mean_h2_e16_causal_scaled_seed0.csv"
     other = run_attention(
-        AttentionConfig(embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, position="none", seed=7, dtype="float64"),
+        AttentionConfig(
+            embed_dim=8, num_heads=4, mask="padding+causal", scaled=False, position="none", seed=7, dtype="float64"
+        ),
         "a b",
     )
-    assert default_filename(other.attention_map(), "all", "pdf") == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
+    assert (
+        default_filename(other.attention_map(), "all", "pdf")
+        == "attn_all_h4_e8_padding-causal_unscaled_nopos_seed7_float64.pdf"
+    )
     with pytest.raises(ValueError):
         default_filename(result.attention_map(), 5, "png")
 

@@ -18,14 +18,20 @@ from attndesk.render.export import ExportError, OutputSet, export_figure, export
 from attndesk.render.figure import figure_from_map
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
-NAMES = ["attn_all_h4_e64_padding_scaled_seed0.png", "attn_head0_h4_e64_padding_scaled_seed0.csv",
-         "attn_head1_h4_e64_padding_scaled_seed0.csv", "attn_head2_h4_e64_padding_scaled_seed0.csv",
-         "attn_head3_h4_e64_padding_scaled_seed0.csv"]
+NAMES = [
+    "attn_all_h4_e64_padding_scaled_seed0.png",
+    "attn_head0_h4_e64_padding_scaled_seed0.csv",
+    "attn_head1_h4_e64_padding_scaled_seed0.csv",
+    "attn_head2_h4_e64_padding_scaled_seed0.csv",
+    "attn_head3_h4_e64_padding_scaled_seed0.csv",
+]
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     """Every entry under ``folder`` (hidden ones too) with its bytes."""
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(folder.rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -40,8 +46,22 @@ def old_folder(tmp_path) -> Path:
 
 
 def _render(folder: Path, *extra: str) -> int:
-    return main(["render", "--text", "the cat sat", "--which", "all", "--weights", "csv", "--size", "400x300",
-                 "--out", str(folder), *extra])
+    return main(
+        [
+            "render",
+            "--text",
+            "the cat sat",
+            "--which",
+            "all",
+            "--weights",
+            "csv",
+            "--size",
+            "400x300",
+            "--out",
+            str(folder),
+            *extra,
+        ]
+    )
 
 
 def test_a_run_replaces_the_whole_set_and_keeps_other_files(qapp, capsys, old_folder):
@@ -148,13 +168,17 @@ def test_an_output_set_into_a_file_says_so(tmp_path):
 
 @pytest.fixture
 def figure():
-    return figure_from_map(run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat").attention_map(), "all")
+    return figure_from_map(
+        run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat").attention_map(), "all"
+    )
 
 
 @pytest.mark.parametrize("step", ["fsync", "replace"])
 def test_an_export_that_fails_midway_keeps_the_old_file(qapp, tmp_path, monkeypatch, figure, step):
-    for name, write in (("f.png", lambda p: export_figure(figure, p, size=(300, 200))),
-                        ("w.csv", lambda p: export_weights(figure.matrices[0], figure.query_labels, figure.key_labels, p))):
+    for name, write in (
+        ("f.png", lambda p: export_figure(figure, p, size=(300, 200))),
+        ("w.csv", lambda p: export_weights(figure.matrices[0], figure.query_labels, figure.key_labels, p)),
+    ):
         path = tmp_path / name
         path.write_bytes(b"the previous export")
 

@@ -31,6 +31,7 @@ def render_pdf_bytes(figure, width, height, dpi):
 def figure_from_result(result, *args, **kw):
     return figure_from_map(result.attention_map(), *args, **kw)
 
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -84,7 +85,9 @@ def test_cell_pixels_are_the_colormap_of_their_weight(qapp, small_figure):
             for c in range(5):
                 x, y = rect.left() + (c + 0.5) * cw, rect.top() + (r + 0.5) * ch
                 if small_figure.mask[r, c]:
-                    expected = tuple(int(v) for v in colormaps.map_values(small_figure.matrices[i, r, c], "magma", lo, hi))
+                    expected = tuple(
+                        int(v) for v in colormaps.map_values(small_figure.matrices[i, r, c], "magma", lo, hi)
+                    )
                     assert pixel(image, x, y) == expected, (i, r, c)
                 else:
                     # the interior of a masked cell is the mask colour with hatching, nothing else
@@ -133,7 +136,9 @@ def test_large_matrix_is_block_averaged_and_stays_fast(qapp):
     length = 1024
     weights = np.zeros((1, length, length), np.float32)
     weights[0, :, : length // 2] = 1.0  # left half bright, right half dark
-    fig = HeatmapFigure(weights, ["big"], [f"t{i}" for i in range(length)], [f"t{i}" for i in range(length)], annotate=False)
+    fig = HeatmapFigure(
+        weights, ["big"], [f"t{i}" for i in range(length)], [f"t{i}" for i in range(length)], annotate=False
+    )
     image, geometry = paint_png(fig, 700, 600)
     rect = geometry.maps[0]
     assert rect.width() < length  # really downsampled
@@ -287,9 +292,19 @@ def _decoder_map():
     w = np.where(mask, w, 0.0)
     w /= w.sum(-1, keepdims=True)
     tokens = [f"w{k}" for k in range(length)]
-    return AttentionMap(queries=tokens, keys=tokens, weights=w.astype(np.float32), mask=mask, title="Layer 5",
-                        summary="a decoder layer", kv_heads=2, window=window, layer_kind="local",
-                        alibi_slopes=2.0 ** -np.arange(1, 9), file_tag="dec")
+    return AttentionMap(
+        queries=tokens,
+        keys=tokens,
+        weights=w.astype(np.float32),
+        mask=mask,
+        title="Layer 5",
+        summary="a decoder layer",
+        kv_heads=2,
+        window=window,
+        layer_kind="local",
+        alibi_slopes=2.0 ** -np.arange(1, 9),
+        file_tag="dec",
+    )
 
 
 def test_grouped_heads_sit_side_by_side_under_their_kv_header(qapp):
@@ -335,7 +350,10 @@ def test_log_scale_colours_log10_of_the_weights(qapp):
     r, c = 7, 6  # an attendable cell
     value = np.log10(max(float(m.weights[0, r, c]), 0.01))
     expected = tuple(int(v) for v in colormaps.map_values(value, "viridis", lo, hi))
-    assert pixel(image, rect.left() + (c + 0.5) * rect.width() / 10, rect.top() + (r + 0.5) * rect.height() / 10) == expected
+    assert (
+        pixel(image, rect.left() + (c + 0.5) * rect.width() / 10, rect.top() + (r + 0.5) * rect.height() / 10)
+        == expected
+    )
     assert {"0.01", "0.1"} <= set(svg_texts(render_svg_bytes(fig, 800, 800, 96)))
 
 

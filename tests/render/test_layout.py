@@ -30,14 +30,30 @@ def overlaps(layout) -> list[str]:
     return [f"{a} {ra} / {b} {rb}" for (a, ra), (b, rb) in itertools.combinations(found, 2) if ra.intersects(rb)]
 
 
-@given(n=st.integers(1, 20), width=st.integers(300, 2400), height=st.integers(250, 1600),
-       cells=st.integers(3, 300), group=st.sampled_from([1, 2, 4]))
+@given(
+    n=st.integers(1, 20),
+    width=st.integers(300, 2400),
+    height=st.integers(250, 1600),
+    cells=st.integers(3, 300),
+    group=st.sampled_from([1, 2, 4]),
+)
 @settings(max_examples=150, deadline=None)
 def test_nothing_overlaps_and_everything_stays_inside(n, width, height, cells, group):
     group = group if n % group == 0 else 1
-    spec = GridSpec(n=n, cells_y=cells, cells_x=cells, left_band=60, bottom_band=70, title_h=18, gap_x=12,
-                    gap_y=10, group=group, group_h=18 if group > 1 else 0.0, group_gap=10 if group > 1 else 0.0,
-                    aspect_limit=1.75)
+    spec = GridSpec(
+        n=n,
+        cells_y=cells,
+        cells_x=cells,
+        left_band=60,
+        bottom_band=70,
+        title_h=18,
+        gap_x=12,
+        gap_y=10,
+        group=group,
+        group_h=18 if group > 1 else 0.0,
+        group_gap=10 if group > 1 else 0.0,
+        aspect_limit=1.75,
+    )
     area = Rect(4, 4, width, height)
     layout = pack_grid(spec, area)
     if layout is None:
@@ -61,8 +77,9 @@ def test_the_row_above_an_incomplete_last_row_is_spaced_for_its_labels():
 
 
 def test_four_heads_use_the_space_they_have():
-    spec = GridSpec(n=4, cells_y=11, cells_x=11, left_band=50, bottom_band=60, title_h=18, gap_x=12, gap_y=10,
-                    aspect_limit=1.75)
+    spec = GridSpec(
+        n=4, cells_y=11, cells_x=11, left_band=50, bottom_band=60, title_h=18, gap_x=12, gap_y=10, aspect_limit=1.75
+    )
     area = Rect(0, 0, 1000, 560)
     layout = pack_grid(spec, area)
     used = sum(layout.map_rect(i).w * layout.map_rect(i).h for i in range(4))
@@ -72,8 +89,19 @@ def test_four_heads_use_the_space_they_have():
 
 
 def test_groups_stay_together_under_their_header():
-    spec = GridSpec(n=8, cells_y=9, cells_x=9, left_band=40, bottom_band=40, title_h=18, gap_x=12, gap_y=10,
-                    group=4, group_h=16, group_gap=10)
+    spec = GridSpec(
+        n=8,
+        cells_y=9,
+        cells_x=9,
+        left_band=40,
+        bottom_band=40,
+        title_h=18,
+        gap_x=12,
+        gap_y=10,
+        group=4,
+        group_h=16,
+        group_gap=10,
+    )
     layout = pack_grid(spec, Rect(0, 0, 900, 500))
     groups = layout.groups()
     for g, members, header in groups:
@@ -105,7 +133,9 @@ def test_figure_layout_shows_every_label_when_there_is_room_and_a_subset_otherwi
     assert (lay.x_step, lay.y_step) == (1, 1) and lay.tick_pt == 9.0
     assert overlaps(lay.grid) == []
     many = [f"token{i}" for i in range(600)]
-    crowded = choose_figure_layout(FigureText(many, many, 0, 0, 1, 20, 12), FakeText(), Rect(0, 0, 800, 600), (1, 600, 600))
+    crowded = choose_figure_layout(
+        FigureText(many, many, 0, 0, 1, 20, 12), FakeText(), Rect(0, 0, 800, 600), (1, 600, 600)
+    )
     assert crowded.x_step > 1 and crowded.y_step > 1 and crowded.rotated
     # neighbouring shown labels are at least a line apart
     assert crowded.grid.cell_h * crowded.y_step >= FakeText().line(crowded.tick_pt)
@@ -119,9 +149,18 @@ def test_label_step_never_lets_labels_touch():
         assert (step == 1 and cell >= line * 0.92) or step * cell >= line
 
 
-@pytest.mark.parametrize("rows, cols, window, causal", [(10, 10, 3, True), (10, 10, 3, False), (6, 9, 2, False),
-                                                         (12, 12, 20, False), (8, 8, 1, True),
-                                                         (3000, 2500, 7, False), (5, 40, 30, False)])
+@pytest.mark.parametrize(
+    "rows, cols, window, causal",
+    [
+        (10, 10, 3, True),
+        (10, 10, 3, False),
+        (6, 9, 2, False),
+        (12, 12, 20, False),
+        (8, 8, 1, True),
+        (3000, 2500, 7, False),
+        (5, 40, 30, False),
+    ],
+)
 def test_band_outline_follows_the_window_edges(rows, cols, window, causal):
     lines = band_outline(rows, cols, window, causal=causal)
     edges = {}

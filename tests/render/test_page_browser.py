@@ -23,8 +23,10 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not in
 def _missing() -> str:
     missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
     if missing:
-        return (f"{' and '.join(missing)} not found: install Debian's chromium and chromium-driver "
-                "(make test does so when run as root with apt-get)")
+        return (
+            f"{' and '.join(missing)} not found: install Debian's chromium and chromium-driver "
+            "(make test does so when run as root with apt-get)"
+        )
     return ""
 
 
@@ -38,15 +40,26 @@ def browser(tmp_path_factory):
     downloads = tmp_path_factory.mktemp("downloads")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000", "--force-device-scale-factor=1", "--force-color-profile=srgb"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--force-device-scale-factor=1",
+        "--force-color-profile=srgb",
+    ):
         options.add_argument(flag)
-    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                              "download.prompt_for_download": False})
+    options.add_experimental_option(
+        "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
+    )
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     try:
         driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
-    except (WebDriverException, OSError) as exc:  # a browser that cannot start here (no shared memory, a broken install)
+    except (
+        WebDriverException,
+        OSError,
+    ) as exc:  # a browser that cannot start here (no shared memory, a broken install)
         pytest.skip(f"chromium could not start: {' '.join(str(exc).split())[:300]}")
     driver.downloads = downloads
     yield driver
@@ -67,11 +80,16 @@ def console_errors(browser) -> list[str]:
 
 def cell_point(browser, head: int, q: int, k: int) -> tuple[float, float]:
     """The page coordinates of the centre of cell (q, k) of the head-th heatmap."""
-    return tuple(browser.execute_script(
-        "const r = document.querySelectorAll('#grid .map canvas')[arguments[0]].getBoundingClientRect();"
-        "const a = window.attndesk, L = a.layers[a.state.layer].weights.shape;"
-        "return [r.left + (arguments[2] + 0.5) * r.width / L[2], r.top + (arguments[1] + 0.5) * r.height / L[1]];",
-        head, q, k))
+    return tuple(
+        browser.execute_script(
+            "const r = document.querySelectorAll('#grid .map canvas')[arguments[0]].getBoundingClientRect();"
+            "const a = window.attndesk, L = a.layers[a.state.layer].weights.shape;"
+            "return [r.left + (arguments[2] + 0.5) * r.width / L[2], r.top + (arguments[1] + 0.5) * r.height / L[1]];",
+            head,
+            q,
+            k,
+        )
+    )
 
 
 def hover_at(browser, x: float, y: float) -> None:
@@ -107,7 +125,9 @@ def test_page_renders_hover_reads_the_cell_and_colours_match(browser, toy_page):
     assert float(readout.get_attribute("data-value")) == pytest.approx(float(amap.weights[2, 7, 3]), abs=1e-7)
     assert readout.text.startswith('head 2 · query "t7" (7) → key "t3" (3): ')
     assert f"{amap.weights[2, 7, 3]:.4f}" in readout.text
-    shown = browser.execute_script("return [...document.querySelectorAll('.hl')].filter(h => h.style.display === 'block').length")
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('.hl')].filter(h => h.style.display === 'block').length"
+    )
     assert shown == 4  # the same cell highlighted in every head
     hover_at(browser, 5, 5)
     image = screenshot(browser)
@@ -119,7 +139,10 @@ def test_page_renders_hover_reads_the_cell_and_colours_match(browser, toy_page):
         np.testing.assert_allclose(image[int(y), int(x)], want, atol=2, err_msg=f"head {head} cell {q},{k}")
     x, y = cell_point(browser, 1, 2, 9)  # above the diagonal: masked, striped in the mask colours
     pixel = image[int(y), int(x)].astype(int)
-    assert min(np.abs(pixel - colormaps.mask_rgb("viridis")).max(), np.abs(pixel - colormaps.hatch_rgb("viridis")).max()) <= 2
+    assert (
+        min(np.abs(pixel - colormaps.mask_rgb("viridis")).max(), np.abs(pixel - colormaps.hatch_rgb("viridis")).max())
+        <= 2
+    )
     assert console_errors(browser) == []
 
 
@@ -127,8 +150,10 @@ def test_per_head_scale_and_magma_use_the_figures_colours(browser, toy_page):
     amap, path = toy_page
     open_page(browser, path)
     browser.find_element("xpath", "//label[contains(., 'one scale for all heads')]/input").click()
-    browser.execute_script("const s = document.querySelectorAll('#controls select')[1]; s.value = 'magma';"
-                           "s.dispatchEvent(new Event('change'))")
+    browser.execute_script(
+        "const s = document.querySelectorAll('#controls select')[1]; s.value = 'magma';"
+        "s.dispatchEvent(new Event('change'))"
+    )
     image = screenshot(browser)
     figure = figure_from_map(amap, "all", colormap="magma", shared_scale=False)
     for head, q, k in ((0, 3, 1), (3, 8, 8)):
@@ -180,8 +205,9 @@ def test_six_layers_of_twelve_heads_open_in_under_a_second(browser, tmp_path):
     ready_ms = min(open_page(browser, path), open_page(browser, path))
     assert ready_ms < 1000, f"the page took {ready_ms:.0f} ms to draw"
     assert len(browser.find_elements("css selector", "#grid .map")) == 12
-    browser.execute_script("const s = document.getElementById('layer-select'); s.value = '4';"
-                           "s.dispatchEvent(new Event('change'))")
+    browser.execute_script(
+        "const s = document.getElementById('layer-select'); s.value = '4';s.dispatchEvent(new Event('change'))"
+    )
     shown = np.array(browser.execute_script("return window.attndesk.weights(4, 7)"), dtype=np.float32)
     assert np.abs(shown - maps[4].map.weights[7].ravel()).max() <= 1e-3
     assert browser.find_elements("css selector", ".tile-title")[7].text == "L4 head 7"
@@ -201,8 +227,10 @@ def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page
         x, y = cell_point(browser, head, q, k)
         want = colormaps.map_values(figure.colour_values(head)[q, k], "viridis", *figure.scale_for(head))
         np.testing.assert_allclose(image[int(y), int(x)], want, atol=2)
-    browser.execute_script("const s = document.querySelectorAll('#controls select')[0]; s.value = 'mean';"
-                           "s.dispatchEvent(new Event('change'))")
+    browser.execute_script(
+        "const s = document.querySelectorAll('#controls select')[0]; s.value = 'mean';"
+        "s.dispatchEvent(new Event('change'))"
+    )
     assert [t.text for t in browser.find_elements("css selector", ".tile-title")] == ["mean over 4 heads"]
     hover_at(browser, *cell_point(browser, 0, 10, 2))
     mean = amap.weights.mean(axis=0, dtype=np.float64)[10, 2]

@@ -30,8 +30,9 @@ def toy():
 
 def test_float32_page_holds_the_exact_weights_and_float16_within_1e3(toy, tmp_path):
     result, amap = toy
-    exact = write_page([amap], amap.summary, tmp_path / "exact.html", precision="float32",
-                       settings=result.config.to_dict())
+    exact = write_page(
+        [amap], amap.summary, tmp_path / "exact.html", precision="float32", settings=result.config.to_dict()
+    )
     doc = read_page_data(exact)
     assert doc["format"] == "attndesk-page" and "layers" not in doc  # one map: its fields at the top
     assert doc["queries"] == amap.queries and doc["keys"] == amap.keys
@@ -87,8 +88,9 @@ def test_refusals_write_nothing(tmp_path):
         write_page([amap], "", tmp_path / "missing" / "p.html")
     with pytest.raises(ExportError, match=r"\.html"):
         write_page([amap], "", tmp_path / "p.htm")
-    overview = AttentionMap(queries=["a", "b"], keys=["a", "b"], weights=np.zeros((1, 1, 1), np.float32),
-                            pyramid=object())
+    overview = AttentionMap(
+        queries=["a", "b"], keys=["a", "b"], weights=np.zeros((1, 1, 1), np.float32), pyramid=object()
+    )
     with pytest.raises(ExportError, match="--region"):
         write_page([overview], "", tmp_path / "o.html")
     assert list(tmp_path.iterdir()) == []

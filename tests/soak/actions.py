@@ -29,7 +29,7 @@ TEXTS: list[tuple[str, float, str]] = [
     ("unicode", 1.0, "日本語のテキスト 😀 مرحبا بالعالم e\u0301 ǅ"),
     ("specials", 1.0, "[PAD] [UNK] [CLS] the [SEP] [MASK] [PAD]"),
     ("one-long-word", 0.5, "a" * 500),
-    ("markup", 0.5, "<b>bold</b> & \"quotes\" \\ back `tick` %s {0}"),
+    ("markup", 0.5, '<b>bold</b> & "quotes" \\ back `tick` %s {0}'),
     ("words-300", 0.7, words(300, 23)),
     ("words-1500", 0.4, words(1500, 24)),
     ("words-6000", 0.15, words(6000, 25)),
@@ -84,7 +84,9 @@ class Hands:
     # -- choices --------------------------------------------------------------------------------
     def _combo(self, w: QComboBox, rng) -> str:
         model = w.model()
-        enabled = [i for i in range(w.count()) if model.flags(model.index(i, w.modelColumn())) & Qt.ItemFlag.ItemIsEnabled]
+        enabled = [
+            i for i in range(w.count()) if model.flags(model.index(i, w.modelColumn())) & Qt.ItemFlag.ItemIsEnabled
+        ]
         op = rng.choices(["popup", "key", "wheel", "type"], weights=[6, 2, 1, 1 if w.isEditable() else 0])[0]
         if op == "popup" and enabled:
             i = rng.choice(enabled)

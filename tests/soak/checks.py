@@ -157,8 +157,9 @@ def known_input(soak, timeout_s: float = 90.0) -> dict:
         amap = getattr(shown, "map", shown)  # a Shown presents an AttentionMap (older windows: a result)
         w = np.asarray(getattr(amap, "weights", np.zeros(0)))
         api["displayed_result_max_diff"] = float(np.max(np.abs(w - expected))) if w.shape == expected.shape else None
-    summary = (f"{state['matched']} of {heads} heads drawn equal to run_attention "
-               f"(closest max |diff| {state['worst']:.2e})")
+    summary = (
+        f"{state['matched']} of {heads} heads drawn equal to run_attention (closest max |diff| {state['worst']:.2e})"
+    )
     return {"ok": ok, "summary": summary, "heads": heads, "matched": state["matched"], "worst": state["worst"], **api}
 
 
@@ -207,14 +208,26 @@ def memory_return(soak, start_mib: float | None = None) -> dict:
         after = trimmed_rss()
     grew = after[1] - base[1]
     ok = known["ok"] and grew <= MEMORY_ALLOWANCE_MIB
-    summary = (f"baseline {base[1]:.0f} MiB (raw {base[0]:.0f}), with the large input {large[0]:.0f} MiB, "
-               f"small again {after[1]:.0f} MiB (raw {after[0]:.0f}): {grew:+.0f} MiB, allowance "
-               f"{MEMORY_ALLOWANCE_MIB} MiB")
+    summary = (
+        f"baseline {base[1]:.0f} MiB (raw {base[0]:.0f}), with the large input {large[0]:.0f} MiB, "
+        f"small again {after[1]:.0f} MiB (raw {after[0]:.0f}): {grew:+.0f} MiB, allowance "
+        f"{MEMORY_ALLOWANCE_MIB} MiB"
+    )
     if start_mib is not None:
-        summary += f"; {after[0] - start_mib:+.0f} MiB (raw) since the window first showed a result ({start_mib:.0f} MiB)"
-    return {"ok": ok, "summary": summary, "baseline_mib": base, "large_mib": large, "after_mib": after,
-            "growth_mib": round(grew, 1), "allowance_mib": MEMORY_ALLOWANCE_MIB, "start_mib": start_mib,
-            "known_after_large": known}
+        summary += (
+            f"; {after[0] - start_mib:+.0f} MiB (raw) since the window first showed a result ({start_mib:.0f} MiB)"
+        )
+    return {
+        "ok": ok,
+        "summary": summary,
+        "baseline_mib": base,
+        "large_mib": large,
+        "after_mib": after,
+        "growth_mib": round(grew, 1),
+        "allowance_mib": MEMORY_ALLOWANCE_MIB,
+        "start_mib": start_mib,
+        "known_after_large": known,
+    }
 
 
 def dismiss_dialogs(main, rounds: int = 20) -> None:
@@ -222,8 +235,11 @@ def dismiss_dialogs(main, rounds: int = 20) -> None:
     for _ in range(rounds):
         target = QApplication.activePopupWidget() or QApplication.activeModalWidget()
         if target is None:
-            others = [w for w in QApplication.topLevelWidgets() if w.isVisible() and w is not main
-                      and w.isWindow() and not w.parent()]
+            others = [
+                w
+                for w in QApplication.topLevelWidgets()
+                if w.isVisible() and w is not main and w.isWindow() and not w.parent()
+            ]
             if not others:
                 return
             target = others[0]

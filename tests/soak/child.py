@@ -65,12 +65,12 @@ class Run:
         if args.replay:
             replay = load(args.replay)["actions"]
         options = SoakOptions(seed=args.seed, seconds=args.seconds, stream=args.stream, replay=replay)
-        self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded,
-                         paused=self.stall.paused)
+        self.soak = Soak(options, self.box, make_window, excluded=self.stall.excluded, paused=self.stall.paused)
         self.stall.t0 = self.soak.t0
         self.errors = ExceptionMonitor(self.soak.t0, lambda: self.soak.current, on_fatal=self.save)
-        self.memory = MemoryWatch(self.soak.t0, lambda: self.soak.current, args.limit_mib * 2**20,
-                                  self._over_limit, sampler=self.stall.sample)
+        self.memory = MemoryWatch(
+            self.soak.t0, lambda: self.soak.current, args.limit_mib * 2**20, self._over_limit, sampler=self.stall.sample
+        )
         from .holdings import HighWater
 
         self.soak.high_water = HighWater(self.memory.rss)
@@ -112,40 +112,63 @@ class Run:
         from . import checks
         from .monitors import os_thread_count, python_threads, running_qthreads
 
-        checks.wait_until(lambda: not running_qthreads() and not [
-            t for t in python_threads(self.before) if "(daemon)" not in t], 10.0)
+        checks.wait_until(
+            lambda: not running_qthreads() and not [t for t in python_threads(self.before) if "(daemon)" not in t], 10.0
+        )
         left = python_threads(self.before)
-        return {"qthreads_left": running_qthreads() + self.soak.leaks,
-                "python_left": [t for t in left if "(daemon)" not in t],
-                "python_daemon_left": [t for t in left if "(daemon)" in t],
-                "os_threads_start": self.extra.get("os_threads_start"), "os_threads_end": os_thread_count()}
+        return {
+            "qthreads_left": running_qthreads() + self.soak.leaks,
+            "python_left": [t for t in left if "(daemon)" not in t],
+            "python_daemon_left": [t for t in left if "(daemon)" in t],
+            "os_threads_start": self.extra.get("os_threads_start"),
+            "os_threads_end": os_thread_count(),
+        }
 
     def report(self, aborted: str = "") -> dict:
         from .monitors import as_dicts
 
         soak, stall, mem = self.soak, self.stall, self.memory
-        coverage = {kind: {"seen": len(paths), "touched": len(paths & soak.touched),
-                           "untouched": sorted(paths - soak.touched)}
-                    for kind, paths in soak.seen.items()}
+        coverage = {
+            kind: {"seen": len(paths), "touched": len(paths & soak.touched), "untouched": sorted(paths - soak.touched)}
+            for kind, paths in soak.seen.items()
+        }
         report = {
-            "seed": self.args.seed, "seconds": self.args.seconds, "duration_s": soak.now(),
-            "aborted": aborted, "actions_count": len(soak.actions), "restarts": soak.restarts,
+            "seed": self.args.seed,
+            "seconds": self.args.seconds,
+            "duration_s": soak.now(),
+            "aborted": aborted,
+            "actions_count": len(soak.actions),
+            "restarts": soak.restarts,
             "window_open_s": soak.open_times,
             "exceptions": as_dicts(self.errors.problems),
             "qt_warnings": {k: {"count": v[0], "first_action": v[1]} for k, v in self.errors.warnings.items()},
-            "stalls": {"max_gap": list(stall.max_gap), "max_gap_cpu": list(stall.max_gap_cpu),
-                       "heartbeat_ms": 5, "ticks": stall.ticks, "filter_call_us": round(stall.per_event_s * 1e6, 2),
-                       "gc_cpu_s": round(stall.gc_cpu, 3), "gc_worst": list(stall.gc_worst),
-                       "gaps": as_dicts(stall.gaps + ([stall.open_gap()] if aborted and stall.open_gap() else [])),
-                       "events": as_dicts(stall.events)},
-            "memory": {"limit_mib": self.args.limit_mib, "baseline_mib": self.extra.get("baseline_mib"),
-                       "peak_mib": round(mem.peak[0] / 2**20, 1), "peak_t": mem.peak[1],
-                       "peak_action": mem.peak[2], "before_checks_mib": self.extra.get("memory_before_checks_mib"),
-                       "return_check": self.extra.get("return_check"), "curve": as_dicts(mem.curve),
-                       "high_water": soak.high_water.records},
+            "stalls": {
+                "max_gap": list(stall.max_gap),
+                "max_gap_cpu": list(stall.max_gap_cpu),
+                "heartbeat_ms": 5,
+                "ticks": stall.ticks,
+                "filter_call_us": round(stall.per_event_s * 1e6, 2),
+                "gc_cpu_s": round(stall.gc_cpu, 3),
+                "gc_worst": list(stall.gc_worst),
+                "gaps": as_dicts(stall.gaps + ([stall.open_gap()] if aborted and stall.open_gap() else [])),
+                "events": as_dicts(stall.events),
+            },
+            "memory": {
+                "limit_mib": self.args.limit_mib,
+                "baseline_mib": self.extra.get("baseline_mib"),
+                "peak_mib": round(mem.peak[0] / 2**20, 1),
+                "peak_t": mem.peak[1],
+                "peak_action": mem.peak[2],
+                "before_checks_mib": self.extra.get("memory_before_checks_mib"),
+                "return_check": self.extra.get("return_check"),
+                "curve": as_dicts(mem.curve),
+                "high_water": soak.high_water.records,
+            },
             "threads": self.extra.get("threads", {}),
             "known_input": self.extra.get("known_input"),
-            "coverage": coverage, "statuses": soak.statuses, "file_dialogs": soak.files.calls,
+            "coverage": coverage,
+            "statuses": soak.statuses,
+            "file_dialogs": soak.files.calls,
             "sandbox_violations": list(self.violations),
             "actions": soak.actions,
         }

@@ -34,9 +34,18 @@ KINDS = ("tabs", "check", "button", "combo", "spin", "slider", "line", "text", "
 
 
 # (Qt type, kind), most specific first: a QTabBar before any widget, a checkable button is a "check"
-_TYPES = ((QTabBar, "tabs"), (QAbstractButton, "button"), (QComboBox, "combo"), (QAbstractSpinBox, "spin"),
-          (QAbstractSlider, "slider"), (QLineEdit, "line"), ((QPlainTextEdit, QTextEdit), "text"),
-          (QAbstractItemView, "table"), (QGraphicsView, "graphics"), (QSplitterHandle, "splitter"))
+_TYPES = (
+    (QTabBar, "tabs"),
+    (QAbstractButton, "button"),
+    (QComboBox, "combo"),
+    (QAbstractSpinBox, "spin"),
+    (QAbstractSlider, "slider"),
+    (QLineEdit, "line"),
+    ((QPlainTextEdit, QTextEdit), "text"),
+    (QAbstractItemView, "table"),
+    (QGraphicsView, "graphics"),
+    (QSplitterHandle, "splitter"),
+)
 
 
 def kind_of(widget: QWidget) -> str | None:

@@ -30,8 +30,16 @@ from .actions import Hands
 from .controls import discover
 from .sandbox import PoolPath, Sandbox, choose
 
-_STATIC = ("getOpenFileName", "getOpenFileNames", "getSaveFileName", "getExistingDirectory",
-           "getOpenFileUrl", "getOpenFileUrls", "getSaveFileUrl", "getExistingDirectoryUrl")
+_STATIC = (
+    "getOpenFileName",
+    "getOpenFileNames",
+    "getSaveFileName",
+    "getExistingDirectory",
+    "getOpenFileUrl",
+    "getOpenFileUrls",
+    "getSaveFileUrl",
+    "getExistingDirectoryUrl",
+)
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str) -> str:
@@ -43,8 +51,13 @@ class FileDialogs:
     """While installed, QFileDialog.get*() return a pool path chosen with ``rng()``; each answer is
     reported to ``log(text)``. ``force(path)`` makes the next answer ``path`` (the final checks)."""
 
-    def __init__(self, sandbox: Sandbox, rng: Callable[[], random.Random], log: Callable[[str], None],
-                 answered: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        rng: Callable[[], random.Random],
+        log: Callable[[str], None],
+        answered: Callable[[str], None] | None = None,
+    ) -> None:
         self.sandbox, self._rng, self._log = sandbox, rng, log
         self._answered = answered or (lambda _path: None)
         self._saved: dict[str, object] = {}
@@ -143,8 +156,11 @@ class Answerer:
     def _menu(self, menu: QMenu, rng) -> str:
         """Keys, as a user: Esc, or highlight an item and press Return (Right opens a submenu), so
         both ``triggered`` handlers and code reading ``menu.exec()``'s answer see the choice."""
-        actions = [a for a in menu.actions() if a.isEnabled() and a.isVisible() and not a.isSeparator()
-                   and not isinstance(a, QWidgetAction)]
+        actions = [
+            a
+            for a in menu.actions()
+            if a.isEnabled() and a.isVisible() and not a.isSeparator() and not isinstance(a, QWidgetAction)
+        ]
         if not actions or rng.random() < 0.2:
             g.key(menu, Qt.Key.Key_Escape)
             return "Esc on menu"
@@ -159,8 +175,13 @@ class Answerer:
 
     def _file_dialog(self, dialog: QFileDialog, rng) -> str:
         mode = dialog.fileMode()
-        kind = "dir" if mode == QFileDialog.FileMode.Directory else \
-            "save" if dialog.acceptMode() == QFileDialog.AcceptMode.AcceptSave else "open"
+        kind = (
+            "dir"
+            if mode == QFileDialog.FileMode.Directory
+            else "save"
+            if dialog.acceptMode() == QFileDialog.AcceptMode.AcceptSave
+            else "open"
+        )
         key = id(dialog)
         self._budget[key] = self._budget.get(key, 0) + 1
         if self._budget[key] > 2:  # a path it keeps refusing: the user gives up
@@ -211,9 +232,16 @@ class Answerer:
     def _finish(self, dialog: QWidget, rng) -> str:
         box = dialog.findChild(QDialogButtonBox)
         buttons = [b for b in (box.buttons() if box else []) if b.isVisible() and b.isEnabled()]
-        accept = [b for b in buttons if box.buttonRole(b) in (QDialogButtonBox.ButtonRole.AcceptRole,
-                                                              QDialogButtonBox.ButtonRole.YesRole,
-                                                              QDialogButtonBox.ButtonRole.ApplyRole)]
+        accept = [
+            b
+            for b in buttons
+            if box.buttonRole(b)
+            in (
+                QDialogButtonBox.ButtonRole.AcceptRole,
+                QDialogButtonBox.ButtonRole.YesRole,
+                QDialogButtonBox.ButtonRole.ApplyRole,
+            )
+        ]
         r = rng.random()
         if accept and r < 0.6:
             button = rng.choice(accept)

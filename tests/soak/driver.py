@@ -43,8 +43,9 @@ class SoakOptions:
 class Soak:
     """Drives ``make_window()``'s window; ``run_random()`` then ``final_checks()``."""
 
-    def __init__(self, options: SoakOptions, sandbox: Sandbox, make_window: Callable[[], QWidget],
-                 excluded=None, paused=None) -> None:
+    def __init__(
+        self, options: SoakOptions, sandbox: Sandbox, make_window: Callable[[], QWidget], excluded=None, paused=None
+    ) -> None:
         self.options, self.sandbox, self.make_window = options, sandbox, make_window
         self.t0 = time.perf_counter()
         self.actions: list[dict] = []
@@ -105,8 +106,14 @@ class Soak:
         return round(time.perf_counter() - self.t0, 3)
 
     def log_action(self, kind: str, target: str, detail: str = "") -> int:
-        record = {"i": len(self.actions), "t": self.now(), "kind": kind, "target": target, "detail": detail,
-                  "depth": self._depth - 1 if self._depth else 0}
+        record = {
+            "i": len(self.actions),
+            "t": self.now(),
+            "kind": kind,
+            "target": target,
+            "detail": detail,
+            "depth": self._depth - 1 if self._depth else 0,
+        }
         if self.options.snapshot_state and self.main is not None and self._depth <= 1:
             record["state"] = self.state()
         self.actions.append(record)
@@ -151,9 +158,13 @@ class Soak:
             if not name:
                 continue
             w = c.widget
-            value = {"tabs": lambda w=w: w.tabText(w.currentIndex()), "combo": lambda w=w: w.currentText(),
-                     "spin": lambda w=w: w.text(), "check": lambda w=w: w.isChecked(),
-                     "text": lambda w=w: len(w.toPlainText())}.get(c.kind)
+            value = {
+                "tabs": lambda w=w: w.tabText(w.currentIndex()),
+                "combo": lambda w=w: w.currentText(),
+                "spin": lambda w=w: w.text(),
+                "check": lambda w=w: w.isChecked(),
+                "text": lambda w=w: len(w.toPlainText()),
+            }.get(c.kind)
             if value is not None:
                 state[name] = value()
         state["status"] = self.status_text()[:200]

@@ -54,14 +54,23 @@ def drag(widget: QWidget, start: QPoint, end: QPoint, button=LEFT, modifiers=NON
     QTest.mousePress(widget, button, modifiers, start)
     for i in range(1, steps + 1):
         f = i / steps
-        QTest.mouseMove(widget, QPoint(round(start.x() + (end.x() - start.x()) * f),
-                                       round(start.y() + (end.y() - start.y()) * f)))
+        QTest.mouseMove(
+            widget, QPoint(round(start.x() + (end.x() - start.x()) * f), round(start.y() + (end.y() - start.y()) * f))
+        )
     QTest.mouseRelease(widget, button, modifiers, end)
 
 
 def wheel(widget: QWidget, pos: QPoint, delta: int, modifiers=NONE) -> None:
-    event = QWheelEvent(QPointF(pos), QPointF(widget.mapToGlobal(pos)), QPoint(), QPoint(0, delta),
-                        Qt.MouseButton.NoButton, modifiers, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        QPointF(pos),
+        QPointF(widget.mapToGlobal(pos)),
+        QPoint(),
+        QPoint(0, delta),
+        Qt.MouseButton.NoButton,
+        modifiers,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, event)
 
 
@@ -76,8 +85,11 @@ def type_text(widget: QWidget, text: str) -> None:
         if ch == "\n":
             QTest.keyClick(widget, Qt.Key.Key_Return)
             continue
-        code = ord(ch.upper()) if ch.isascii() and ch.isalnum() else (
-            Qt.Key.Key_Space.value if ch == " " else Qt.Key.Key_unknown.value)
+        code = (
+            ord(ch.upper())
+            if ch.isascii() and ch.isalnum()
+            else (Qt.Key.Key_Space.value if ch == " " else Qt.Key.Key_unknown.value)
+        )
         for kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease):
             QApplication.sendEvent(widget, QKeyEvent(kind, code, NONE, ch))
 

@@ -63,8 +63,9 @@ def _children(obj, path: str):
 
 def roots(window) -> list[tuple[object, str]]:
     """The window, and the globals of every attndesk module (the model caches live there)."""
-    modules = [(vars(m), name) for name, m in list(sys.modules.items())
-               if name.startswith("attndesk") and m is not None]
+    modules = [
+        (vars(m), name) for name, m in list(sys.modules.items()) if name.startswith("attndesk") and m is not None
+    ]
     return [(window, "w")] + modules
 
 
@@ -85,8 +86,9 @@ def largest(window, count: int = 12) -> list[dict]:
             key = _storage_key(obj)
             if size >= MIN_BYTES and key not in storages:
                 storages.add(key)
-                found.append({"mib": round(size / 2**20, 1), "path": path, "shape": list(obj.shape),
-                              "dtype": str(obj.dtype)})
+                found.append(
+                    {"mib": round(size / 2**20, 1), "path": path, "shape": list(obj.shape), "dtype": str(obj.dtype)}
+                )
             continue
         queue.extend((child, child_path, depth + 1) for child, child_path in _children(obj, path))
     return sorted(found, key=lambda f: -f["mib"])[:count]
@@ -115,5 +117,6 @@ class HighWater:
         if window is None or rss < self._next:
             return
         self._next = rss + self._step
-        self.records.append({"t": round(t, 2), "action": action, "rss_mib": round(rss / 2**20, 1),
-                             "largest": largest(window)})
+        self.records.append(
+            {"t": round(t, 2), "action": action, "rss_mib": round(rss / 2**20, 1), "largest": largest(window)}
+        )

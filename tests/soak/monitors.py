@@ -70,8 +70,9 @@ class ExceptionMonitor:
         sys.stderr = LoggedTracebacks(self)
         sys.excepthook = lambda t, v, tb: self._add("exception", t, v, tb)
         threading.excepthook = lambda a: self._add("thread", a.exc_type, a.exc_value, a.exc_traceback)
-        sys.unraisablehook = lambda u: self._add("unraisable", u.exc_type, u.exc_value, u.exc_traceback,
-                                                  note=f"{u.err_msg or ''} {u.object!r}")
+        sys.unraisablehook = lambda u: self._add(
+            "unraisable", u.exc_type, u.exc_value, u.exc_traceback, note=f"{u.err_msg or ''} {u.object!r}"
+        )
         qInstallMessageHandler(self._qt_message)
 
     def uninstall(self) -> None:
@@ -82,11 +83,20 @@ class ExceptionMonitor:
 
     def _add(self, kind: str, exc_type, value, tb, note: str = "") -> None:
         text = "".join(traceback.format_exception(exc_type, value, tb)) if exc_type else note
-        problem = Problem(kind, getattr(exc_type, "__name__", str(exc_type)), f"{value}"[:2000] or note,
-                          text[-8000:], self._action(), now_s(self.t0))
+        problem = Problem(
+            kind,
+            getattr(exc_type, "__name__", str(exc_type)),
+            f"{value}"[:2000] or note,
+            text[-8000:],
+            self._action(),
+            now_s(self.t0),
+        )
         self.problems.append(problem)
-        print(f"[soak] {kind} at action {problem.action}: {problem.type}: {problem.message[:300]}",
-              file=sys.__stderr__, flush=True)
+        print(
+            f"[soak] {kind} at action {problem.action}: {problem.type}: {problem.message[:300]}",
+            file=sys.__stderr__,
+            flush=True,
+        )
 
     def _qt_message(self, mode, context, message: str) -> None:
         if mode in (QtMsgType.QtCriticalMsg, QtMsgType.QtFatalMsg):
@@ -128,13 +138,20 @@ class LoggedTracebacks:
             text = "".join(self._block)
             lines = text.rstrip().splitlines()
             frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
-            after = lines[frames[-1] + 1:] if frames else lines[1:]
+            after = lines[frames[-1] + 1 :] if frames else lines[1:]
             last = next((line for line in after if line and not line[0].isspace()), lines[-1])
             kind, _, message = last.partition(": ")
-            self.monitor.problems.append(Problem("logged-traceback", kind.strip(), message.strip()[:2000],
-                                                 text[-8000:], self._action, now_s(self.monitor.t0)))
-            print(f"[soak] logged traceback at action {self._action}: {last[:300]}", file=sys.__stderr__,
-                  flush=True)
+            self.monitor.problems.append(
+                Problem(
+                    "logged-traceback",
+                    kind.strip(),
+                    message.strip()[:2000],
+                    text[-8000:],
+                    self._action,
+                    now_s(self.monitor.t0),
+                )
+            )
+            print(f"[soak] logged traceback at action {self._action}: {last[:300]}", file=sys.__stderr__, flush=True)
         self._block = None
 
     def flush(self) -> None:
@@ -167,7 +184,7 @@ def _open_schedstat(native_id: int) -> int | None:
 
 
 def describe(receiver, event) -> str:
-    """"EventType -> Class(objectName)", read while the receiver is alive (its event is starting)."""
+    """ "EventType -> Class(objectName)", read while the receiver is alive (its event is starting)."""
     try:
         kind = event.type().name
         name = receiver.objectName() or _named_ancestor(receiver)
@@ -178,7 +195,7 @@ def describe(receiver, event) -> str:
 
 
 def _named_ancestor(obj, levels: int = 6) -> str:
-    """"in <name>" of the nearest named parent (an unnamed QWidget or QTextDocument says little)."""
+    """ "in <name>" of the nearest named parent (an unnamed QWidget or QTextDocument says little)."""
     parent = obj.parent() if isinstance(obj, QObject) else None
     for _ in range(levels):
         if parent is None:
@@ -350,8 +367,16 @@ class StallMonitor(QObject):
         # this filter's own time, and PySide6's to call it (calibrated), is the soak's, not the app's
         self._excl[0] += time.perf_counter() - wall + self.per_event_s
         self._excl[1] += time.thread_time() - cpu + self.per_event_s
-        self._open = (time.perf_counter(), time.thread_time(), self.ticks, self._excl[0], self._excl[1],
-                      self._action(), what, self.gc_cpu)
+        self._open = (
+            time.perf_counter(),
+            time.thread_time(),
+            self.ticks,
+            self._excl[0],
+            self._excl[1],
+            self._action(),
+            what,
+            self.gc_cpu,
+        )
         return False
 
     def _close_open_event(self) -> None:
@@ -365,8 +390,16 @@ class StallMonitor(QObject):
         cpu = time.thread_time() - cpu0 - (self._excl[1] - ex_c)
         self._gap_costs[what] += cpu  # up to the next event, nested ones included: a gap's breakdown
         if wall >= RECORD_S or cpu >= RECORD_S:
-            stall = Stall("event", round(start - self.t0, 4), round(wall, 4), round(cpu, 4), action,
-                          what, stack=self._take_samples(peek=True), gc=round(self.gc_cpu - gc0, 4))
+            stall = Stall(
+                "event",
+                round(start - self.t0, 4),
+                round(wall, 4),
+                round(cpu, 4),
+                action,
+                what,
+                stack=self._take_samples(peek=True),
+                gc=round(self.gc_cpu - gc0, 4),
+            )
             self.events.append(stall)
             self._recent.append(stall)
 
@@ -388,9 +421,20 @@ class StallMonitor(QObject):
         if wall >= RECORD_S or work >= RECORD_S:
             inside = [e for e in self._recent if e.t >= last_wall - self.t0 - 1e-3]
             worst = max(inside, key=lambda e: e.wall, default=None)
-            self.gaps.append(Stall("tick", round(last_wall - self.t0, 4), round(wall, 4), round(work, 4),
-                                   self._action(), worst.what if worst else self._breakdown(), self._gap_events,
-                                   self._take_samples(), round(blocked, 4), round(self.gc_cpu - last_gc, 4)))
+            self.gaps.append(
+                Stall(
+                    "tick",
+                    round(last_wall - self.t0, 4),
+                    round(wall, 4),
+                    round(work, 4),
+                    self._action(),
+                    worst.what if worst else self._breakdown(),
+                    self._gap_events,
+                    self._take_samples(),
+                    round(blocked, 4),
+                    round(self.gc_cpu - last_gc, 4),
+                )
+            )
         self._gap_events = 0
         self._gap_costs.clear()
         self._gap_kinds.clear()
@@ -421,8 +465,16 @@ class StallMonitor(QObject):
         # thread_time() only reads the calling thread: the kernel's count for the GUI thread instead
         times = {t.id: t.user_time + t.system_time for t in psutil.Process().threads()}
         cpu = times.get(self.gui_native, self._last[1]) - self._last[1]
-        return Stall("tick (still open when the run stopped)", round(self._last[0] - self.t0, 4), round(wall, 4),
-                     round(cpu, 3), self._action(), "", self._gap_events, self._take_samples(peek=True))
+        return Stall(
+            "tick (still open when the run stopped)",
+            round(self._last[0] - self.t0, 4),
+            round(wall, 4),
+            round(cpu, 3),
+            self._action(),
+            "",
+            self._gap_events,
+            self._take_samples(peek=True),
+        )
 
     # -- stack samples (called from the memory thread) ----------------------------------------------
     def sample(self, min_gap_s: float = 0.06) -> None:
@@ -477,8 +529,14 @@ class MemoryWatch(threading.Thread):
     """Samples resident memory every 20 ms (a point every 0.25 s for the curve); past ``limit`` it
     calls ``on_limit(rss)`` once (the soak stops: other engineers share this machine)."""
 
-    def __init__(self, t0: float, action: Callable[[], int], limit: int, on_limit: Callable[[int], None],
-                 sampler: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        t0: float,
+        action: Callable[[], int],
+        limit: int,
+        on_limit: Callable[[int], None],
+        sampler: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name="soak-memory-watch", daemon=True)
         self.t0, self._action, self.limit, self._on_limit, self._sampler = t0, action, limit, on_limit, sampler
         self.curve: list[MemoryPoint] = []
@@ -526,8 +584,11 @@ def running_qthreads() -> list[str]:
 
 
 def python_threads(before: set[int]) -> list[str]:
-    return [f"{t.name}{' (daemon)' if t.daemon else ''}" for t in threading.enumerate()
-            if t.ident not in before and t.is_alive() and not t.name.startswith("soak-")]
+    return [
+        f"{t.name}{' (daemon)' if t.daemon else ''}"
+        for t in threading.enumerate()
+        if t.ident not in before and t.is_alive() and not t.name.startswith("soak-")
+    ]
 
 
 def os_thread_count() -> int:

@@ -22,12 +22,36 @@ from .sandbox import choose
 
 K = Qt.Key
 CATEGORIES = {"control": 48, "graphics": 12, "key": 9, "menu": 7, "wait": 3, "context": 3, "resize": 3, "drop": 2}
-CONTROL_KINDS = {"button": 12, "check": 8, "combo": 14, "spin": 14, "tabs": 14, "text": 12, "table": 6,
-                 "line": 3, "slider": 3, "splitter": 2}
-KEYS = [(K.Key_Escape, g.NONE, 4), (K.Key_F5, g.NONE, 4), (K.Key_E, g.CTRL, 3), (K.Key_S, g.CTRL, 1),
-        (K.Key_O, g.CTRL, 1), (K.Key_O, g.CTRL | g.SHIFT, 1), (K.Key_Tab, g.NONE, 2), (K.Key_Tab, g.SHIFT, 1),
-        (K.Key_Return, g.NONE, 1), (K.Key_Space, g.NONE, 1), (K.Key_Down, g.NONE, 1), (K.Key_Up, g.NONE, 1),
-        (K.Key_PageDown, g.NONE, 1), (K.Key_Delete, g.NONE, 1), (K.Key_Z, g.CTRL, 1), (K.Key_A, g.CTRL, 1)]
+CONTROL_KINDS = {
+    "button": 12,
+    "check": 8,
+    "combo": 14,
+    "spin": 14,
+    "tabs": 14,
+    "text": 12,
+    "table": 6,
+    "line": 3,
+    "slider": 3,
+    "splitter": 2,
+}
+KEYS = [
+    (K.Key_Escape, g.NONE, 4),
+    (K.Key_F5, g.NONE, 4),
+    (K.Key_E, g.CTRL, 3),
+    (K.Key_S, g.CTRL, 1),
+    (K.Key_O, g.CTRL, 1),
+    (K.Key_O, g.CTRL | g.SHIFT, 1),
+    (K.Key_Tab, g.NONE, 2),
+    (K.Key_Tab, g.SHIFT, 1),
+    (K.Key_Return, g.NONE, 1),
+    (K.Key_Space, g.NONE, 1),
+    (K.Key_Down, g.NONE, 1),
+    (K.Key_Up, g.NONE, 1),
+    (K.Key_PageDown, g.NONE, 1),
+    (K.Key_Delete, g.NONE, 1),
+    (K.Key_Z, g.CTRL, 1),
+    (K.Key_A, g.CTRL, 1),
+]
 QUIT_WEIGHT = 0.05  # File > Quit ends the window: rare (the soak then checks its threads and reopens it)
 
 
@@ -152,8 +176,9 @@ class Planner:
 
     def _plan_drop(self, step: Step):
         targets = [c for c in self._discover().drop_targets if c.usable()]
-        target = self._pick(step, targets) if step.forced is not None else (
-            step.rng.choice(targets) if targets else None)
+        target = (
+            self._pick(step, targets) if step.forced is not None else (step.rng.choice(targets) if targets else None)
+        )
         if target is None:
             return self._missing(step) if step.forced is not None else self._plan_wait(step)
         choices = self.soak.sandbox.open_choices("drop", "text")

@@ -15,9 +15,9 @@ STALL_CPU_S = 0.100  # GUI-thread work that counts as a stall (the criterion)
 BLOCKED_NOTE_S = 0.100
 
 
-
 def is_stall(stall: dict, limit_s: float = STALL_CPU_S) -> bool:
     return stall["cpu"] >= limit_s
+
 
 MEMORY_ALLOWANCE_MIB = 200  # after a large input, RSS must come back within this of its baseline
 LAST_ACTIONS = 30
@@ -40,9 +40,11 @@ def failures(report: dict, stall_s: float = STALL_CPU_S) -> list[str]:
     stalls = report.get("stalls", {})
     for s in stalls.get("gaps", []) + stalls.get("events", []):
         if is_stall(s, stall_s):
-            out.append(f"stall ({s['source']}) at action {s['action']}: {s['wall'] * 1e3:.0f} ms wall, "
-                       f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU ({s.get('gc', 0) * 1e3:.0f} ms garbage collection), "
-                       f"{s.get('blocked', 0) * 1e3:.0f} ms blocked {s['what']}")
+            out.append(
+                f"stall ({s['source']}) at action {s['action']}: {s['wall'] * 1e3:.0f} ms wall, "
+                f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU ({s.get('gc', 0) * 1e3:.0f} ms garbage collection), "
+                f"{s.get('blocked', 0) * 1e3:.0f} ms blocked {s['what']}"
+            )
     threads = report.get("threads", {})
     if threads.get("qthreads_left") or threads.get("python_left"):
         out.append(f"threads left after close: {threads.get('qthreads_left')} {threads.get('python_left')}")
@@ -77,8 +79,7 @@ def print_failure(report: dict, report_path: str | Path | None, out=sys.stdout) 
     lines = failures(report)
     seed, seconds = report.get("seed"), report.get("seconds", 60)
     print(f"\nSOAK FAILED (seed {seed}): {len(lines)} problem(s)", file=out)
-    print(f"replay: {replay_command(seed, seconds)} (the same choices while the window keeps the same pace)",
-          file=out)
+    print(f"replay: {replay_command(seed, seconds)} (the same choices while the window keeps the same pace)", file=out)
     if report_path:
         print(f"replay these exact actions: make soak REPLAY={report_path}", file=out)
     for line in lines[:40]:
@@ -103,15 +104,17 @@ def summary_line(report: dict) -> str:
     stalls = report.get("stalls", {})
     gap = stalls.get("max_gap_cpu") or [0, 0]
     mem = report.get("memory", {})
-    return (f"seed {report.get('seed')}: {len(report.get('actions', []))} actions in "
-            f"{report.get('duration_s', 0):.0f} s, {len(report.get('exceptions', []))} exceptions, "
-            f"longest gap {1e3 * (stalls.get('max_gap') or [0])[0]:.0f} ms wall, "
-            f"most GUI-thread CPU in one gap {1e3 * gap[1]:.0f} ms, most blocked in one gap "
-            f"{1e3 * max((g.get('blocked', 0) for g in stalls.get('gaps', [])), default=0):.0f} ms "
-            f"(gaps blocked >= {BLOCKED_NOTE_S * 1e3:.0f} ms: "
-            f"{sum(g.get('blocked', 0) >= BLOCKED_NOTE_S for g in stalls.get('gaps', []))}), "
-            f"longest garbage collection in the GUI thread {1e3 * (stalls.get('gc_worst') or [0])[0]:.0f} ms, "
-            f"peak RSS {mem.get('peak_mib', 0):.0f} MiB")
+    return (
+        f"seed {report.get('seed')}: {len(report.get('actions', []))} actions in "
+        f"{report.get('duration_s', 0):.0f} s, {len(report.get('exceptions', []))} exceptions, "
+        f"longest gap {1e3 * (stalls.get('max_gap') or [0])[0]:.0f} ms wall, "
+        f"most GUI-thread CPU in one gap {1e3 * gap[1]:.0f} ms, most blocked in one gap "
+        f"{1e3 * max((g.get('blocked', 0) for g in stalls.get('gaps', [])), default=0):.0f} ms "
+        f"(gaps blocked >= {BLOCKED_NOTE_S * 1e3:.0f} ms: "
+        f"{sum(g.get('blocked', 0) >= BLOCKED_NOTE_S for g in stalls.get('gaps', []))}), "
+        f"longest garbage collection in the GUI thread {1e3 * (stalls.get('gc_worst') or [0])[0]:.0f} ms, "
+        f"peak RSS {mem.get('peak_mib', 0):.0f} MiB"
+    )
 
 
 def load(path: str | Path) -> dict:

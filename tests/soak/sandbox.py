@@ -43,7 +43,58 @@ class PoolPath:
 
 def words(count: int, seed: int = 0) -> str:
     """Deterministic English-like text of ``count`` words (sentences of 5-16 words)."""
-    vocab = ["the", "cat", "dog", "sat", "on", "mat", "attention", "head", "query", "key", "value", "token", "model", "layer", "weight", "softmax", "a", "an", "of", "to", "in", "is", "was", "with", "for", "that", "this", "it", "by", "from", "as", "be", "are", "or", "at", "which", "we", "sees", "reads", "every", "word", "looks", "back", "far", "near", "first", "last", "again", "only", "learns"]
+    vocab = [
+        "the",
+        "cat",
+        "dog",
+        "sat",
+        "on",
+        "mat",
+        "attention",
+        "head",
+        "query",
+        "key",
+        "value",
+        "token",
+        "model",
+        "layer",
+        "weight",
+        "softmax",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "is",
+        "was",
+        "with",
+        "for",
+        "that",
+        "this",
+        "it",
+        "by",
+        "from",
+        "as",
+        "be",
+        "are",
+        "or",
+        "at",
+        "which",
+        "we",
+        "sees",
+        "reads",
+        "every",
+        "word",
+        "looks",
+        "back",
+        "far",
+        "near",
+        "first",
+        "last",
+        "again",
+        "only",
+        "learns",
+    ]
     rng = random.Random(seed)
     out, sentence = [], 0
     for i in range(count):
@@ -61,8 +112,18 @@ def known_session(text: str = KNOWN_TEXT, config: dict | None = None, **fields) 
     from attndesk.core.config import AttentionConfig
 
     full = AttentionConfig(**(KNOWN_CONFIG if config is None else config)).to_dict()
-    return {**SESSION_FORMAT, "text": text, "config": full, "key_text": "", "cross": False, "mode": "Toy model",
-            "colormap": "viridis", "shared_scale": True, "view": "all", **fields}
+    return {
+        **SESSION_FORMAT,
+        "text": text,
+        "config": full,
+        "key_text": "",
+        "cross": False,
+        "mode": "Toy model",
+        "colormap": "viridis",
+        "shared_scale": True,
+        "view": "all",
+        **fields,
+    }
 
 
 class Sandbox:
@@ -90,10 +151,16 @@ class Sandbox:
     def environment(self) -> dict[str, str]:
         """What the soak process runs with: offscreen Qt, private settings, HOME and TMPDIR inside."""
         return {
-            "QT_QPA_PLATFORM": "offscreen", "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.config),
-            "XDG_CACHE_HOME": str(self.cache), "XDG_DATA_HOME": str(self.cache), "TMPDIR": str(self.tmp),
-            "ATTNDESK_SETTINGS_ORG": "attndesk-soak", "PYTHONDONTWRITEBYTECODE": "1",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "QT_QPA_PLATFORM": "offscreen",
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.config),
+            "XDG_CACHE_HOME": str(self.cache),
+            "XDG_DATA_HOME": str(self.cache),
+            "TMPDIR": str(self.tmp),
+            "ATTNDESK_SETTINGS_ORG": "attndesk-soak",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
             # importing transformers imports torch._dynamo, which makes its cache folder; a test process
             # that imported it first exports its own (/tmp/torchinductor_<user>): not the child's
             "TORCHINDUCTOR_CACHE_DIR": str(self.tmp / "torchinductor"),
@@ -112,7 +179,7 @@ class Sandbox:
 
     def absolute(self, logged: str) -> str:
         """The inverse of ``relative``: a logged path in this sandbox."""
-        return str(self.root / logged[len("<sandbox>/"):]) if logged.startswith("<sandbox>/") else logged
+        return str(self.root / logged[len("<sandbox>/") :]) if logged.startswith("<sandbox>/") else logged
 
     def allows_write(self, path: str | bytes | int) -> bool:
         if isinstance(path, int):
@@ -153,21 +220,30 @@ class Sandbox:
         docs = {
             "session-known.json": json.dumps(full),
             "session-large.json": json.dumps(known_session(words(LARGE_WORDS, 5), LARGE_CONFIG)),
-            "session-pretrained.json": json.dumps(known_session(
-                mode="Pretrained: all-MiniLM-L6-v2",
-                pretrained={"folder": None, "layer": 3, "hide_special": True, "all_layers": False,
-                            "ablate": [[0, 1]]})),
+            "session-pretrained.json": json.dumps(
+                known_session(
+                    mode="Pretrained: all-MiniLM-L6-v2",
+                    pretrained={
+                        "folder": None,
+                        "layer": 3,
+                        "hide_special": True,
+                        "all_layers": False,
+                        "ablate": [[0, 1]],
+                    },
+                )
+            ),
             "session-wrong-shape.json": json.dumps({**SESSION_FORMAT, "text": ["a"], "config": "big"}),
             "session-list.json": "[1, 2, 3]",
-            "session-out-of-range.json": json.dumps(_with_config(full, embed_dim=10**9, num_heads=10**9,
-                                                                 pad_to=10**8)),
+            "session-out-of-range.json": json.dumps(_with_config(full, embed_dim=10**9, num_heads=10**9, pad_to=10**8)),
             "session-invalid-value.json": json.dumps(_with_config(full, dropout=5.0, mask="sideways")),
-            "session-huge-int.json": json.dumps(_with_config(full, seed=123456789)).replace(
-                "123456789", "9" * 5000),
+            "session-huge-int.json": json.dumps(_with_config(full, seed=123456789)).replace("123456789", "9" * 5000),
             "session-deep.json": '{"format": "attndesk-session", "version": 1, "text": "a", "config": '
-                                 + "[" * 100_000 + "]" * 100_000 + "}",
-            "session-missing-keys.json": json.dumps({**SESSION_FORMAT, "text": "only two heads",
-                                                     "config": {"num_heads": 2}}),
+            + "[" * 100_000
+            + "]" * 100_000
+            + "}",
+            "session-missing-keys.json": json.dumps(
+                {**SESSION_FORMAT, "text": "only two heads", "config": {"num_heads": 2}}
+            ),
             "session-version-99.json": json.dumps({**full, "version": 99}),
             "session-unknown-mode.json": json.dumps({**full, "mode": "Pretrained folder: /no/such/model"}),
             "garbage.json": '{"format": "attndesk-session", "version": 1, "text": ',
@@ -179,8 +255,9 @@ class Sandbox:
         p = self.pool
         unsupported = p / "model-unsupported"
         unsupported.mkdir(exist_ok=True)
-        unsupported.joinpath("config.json").write_text(json.dumps(
-            {"model_type": "attndesk-soak-unknown", "architectures": ["NoSuchModel"], "hidden_size": 8}))
+        unsupported.joinpath("config.json").write_text(
+            json.dumps({"model_type": "attndesk-soak-unknown", "architectures": ["NoSuchModel"], "hidden_size": 8})
+        )
         p.joinpath("model-empty").mkdir(exist_ok=True)
         packaged = packaged_model_dir()
         if packaged is None:
@@ -201,17 +278,32 @@ class Sandbox:
         sessions = 3.0 if ("session" in hint or "json" in hint) else 0.5
         texts = 3.0 if ("text" in hint or "txt" in hint) else 0.5
         p = self.pool
-        choices = [PoolPath("cancel", "", 1.0), PoolPath("missing", str(p / "no-such-file.txt"), 1.0),
-                   PoolPath("folder", str(p / "a-folder"), 0.5), PoolPath("binary", str(p / "binary.bin"), 0.5),
-                   PoolPath("dev-zero", "/dev/zero", 0.3), PoolPath("empty", str(p / "empty.txt"), 0.5),
-                   PoolPath("read-only-folder", str(p / "read-only"), 0.3)]
-        for name in ("small.txt", "unicode.txt", "medium.txt", "long.txt", "one-mib.txt", "over-one-mib.txt",
-                     "latin1.txt", "blank.txt"):
+        choices = [
+            PoolPath("cancel", "", 1.0),
+            PoolPath("missing", str(p / "no-such-file.txt"), 1.0),
+            PoolPath("folder", str(p / "a-folder"), 0.5),
+            PoolPath("binary", str(p / "binary.bin"), 0.5),
+            PoolPath("dev-zero", "/dev/zero", 0.3),
+            PoolPath("empty", str(p / "empty.txt"), 0.5),
+            PoolPath("read-only-folder", str(p / "read-only"), 0.3),
+        ]
+        for name in (
+            "small.txt",
+            "unicode.txt",
+            "medium.txt",
+            "long.txt",
+            "one-mib.txt",
+            "over-one-mib.txt",
+            "latin1.txt",
+            "blank.txt",
+        ):
             good = name in ("small.txt", "unicode.txt", "medium.txt", "long.txt")
             choices.append(PoolPath(name, str(p / name), texts * (1.0 if good else 0.3)))
         for path in sorted(p.glob("*.json")) + sorted(self.out.glob("*.json")):
-            good = path.name in ("session-known.json", "session-large.json", "session-pretrained.json") \
+            good = (
+                path.name in ("session-known.json", "session-large.json", "session-pretrained.json")
                 or path.parent == self.out
+            )
             choices.append(PoolPath(self.relative(str(path)), str(path), sessions * (1.0 if good else 0.3)))
         return choices
 
@@ -221,24 +313,33 @@ class Sandbox:
         ext = match.group(1) if match else "json"
         self._saves += 1
         fresh = self.out / f"save-{self._saves}.{ext}"
-        return [PoolPath("fresh", str(fresh), 5.0), PoolPath("overwrite", str(self.out / f"existing.{ext}"), 2.0),
-                PoolPath("cancel", "", 1.0), PoolPath("is-a-folder", str(self.pool / "a-folder"), 0.5),
-                PoolPath("missing-parent", str(self.out / "no" / "such" / f"dir.{ext}"), 0.5),
-                PoolPath("read-only-folder", str(self.pool / "read-only" / f"x.{ext}"), 0.5),
-                PoolPath("proc", f"{PROC_PATH}.{ext}", 0.5),
-                PoolPath("wrong-extension", str(self.out / f"save-{self._saves}.wrong"), 0.5),
-                PoolPath("name-too-long", str(self.out / ("n" * 300 + f".{ext}")), 0.3),
-                PoolPath("unicode-name", str(self.out / f"résumé 日本 {self._saves}.{ext}"), 0.5)]
+        return [
+            PoolPath("fresh", str(fresh), 5.0),
+            PoolPath("overwrite", str(self.out / f"existing.{ext}"), 2.0),
+            PoolPath("cancel", "", 1.0),
+            PoolPath("is-a-folder", str(self.pool / "a-folder"), 0.5),
+            PoolPath("missing-parent", str(self.out / "no" / "such" / f"dir.{ext}"), 0.5),
+            PoolPath("read-only-folder", str(self.pool / "read-only" / f"x.{ext}"), 0.5),
+            PoolPath("proc", f"{PROC_PATH}.{ext}", 0.5),
+            PoolPath("wrong-extension", str(self.out / f"save-{self._saves}.wrong"), 0.5),
+            PoolPath("name-too-long", str(self.out / ("n" * 300 + f".{ext}")), 0.3),
+            PoolPath("unicode-name", str(self.out / f"résumé 日本 {self._saves}.{ext}"), 0.5),
+        ]
 
     def dir_choices(self, caption: str) -> list[PoolPath]:
         """Answers to a choose-folder dialog (model folders)."""
         p = self.pool
-        return [PoolPath("model-good", str(p / "model-good"), 3.0 if (p / "model-good").exists() else 0.0),
-                PoolPath("model-unsupported", str(p / "model-unsupported"), 1.0),
-                PoolPath("model-broken", str(p / "model-broken"), 1.0 if (p / "model-broken").exists() else 0.0),
-                PoolPath("model-empty", str(p / "model-empty"), 0.5), PoolPath("cancel", "", 1.0),
-                PoolPath("missing", str(p / "no-such-folder"), 0.5), PoolPath("a-file", str(p / "small.txt"), 0.5),
-                PoolPath("read-only-folder", str(p / "read-only"), 0.3), PoolPath("sandbox", str(self.root), 0.3)]
+        return [
+            PoolPath("model-good", str(p / "model-good"), 3.0 if (p / "model-good").exists() else 0.0),
+            PoolPath("model-unsupported", str(p / "model-unsupported"), 1.0),
+            PoolPath("model-broken", str(p / "model-broken"), 1.0 if (p / "model-broken").exists() else 0.0),
+            PoolPath("model-empty", str(p / "model-empty"), 0.5),
+            PoolPath("cancel", "", 1.0),
+            PoolPath("missing", str(p / "no-such-folder"), 0.5),
+            PoolPath("a-file", str(p / "small.txt"), 0.5),
+            PoolPath("read-only-folder", str(p / "read-only"), 0.3),
+            PoolPath("sandbox", str(self.root), 0.3),
+        ]
 
 
 def _with_config(session: dict, **values) -> dict:
@@ -263,9 +364,19 @@ def choose(rng: random.Random, choices: list[PoolPath]) -> PoolPath:
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,), "os.truncate": (0,),
-                "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,), "shutil.rmtree": (0,),
-                "shutil.copyfile": (1,), "os.utime": (0,)}
+_PATH_EVENTS = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.chmod": (0,),
+    "os.truncate": (0,),
+    "os.rename": (0, 1),
+    "os.link": (0, 1),
+    "os.symlink": (1,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "os.utime": (0,),
+}
 
 
 def install_write_guard(box: Sandbox, on_violation: Callable[[str], None]) -> None:

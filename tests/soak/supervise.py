@@ -67,28 +67,64 @@ def _crash_report(box: Sandbox, seed: int, seconds: float, why: str) -> dict:
             by_index[record["i"]] = record  # an action's end line replaces its begin line
     actions = [by_index[i] for i in sorted(by_index)]
     stacks = crash.read_text(encoding="utf-8", errors="replace")[-20000:] if crash.exists() else ""
-    report = {"seed": seed, "seconds": seconds, "crash": why, "crash_stacks": stacks, "actions": actions,
-              "duration_s": actions[-1]["t"] if actions else 0}
+    report = {
+        "seed": seed,
+        "seconds": seconds,
+        "crash": why,
+        "crash_stacks": stacks,
+        "actions": actions,
+        "duration_s": actions[-1]["t"] if actions else 0,
+    }
     report["failures"] = failures(report)
     report["passed"] = False
     return report
 
 
-def run(seed: int, seconds: float, *, report_path: str | Path | None = None, limit_mib: int = 4096,
-        keep_sandbox: bool = False, final_checks: bool = True, quiet: bool = False,
-        replay: str | Path | None = None) -> Outcome:
+def run(
+    seed: int,
+    seconds: float,
+    *,
+    report_path: str | Path | None = None,
+    limit_mib: int = 4096,
+    keep_sandbox: bool = False,
+    final_checks: bool = True,
+    quiet: bool = False,
+    replay: str | Path | None = None,
+) -> Outcome:
     """One soak run; ``replay`` (a report) repeats that report's actions (its seed and length)."""
     box = Sandbox.create(prepare=False)
     # TMPDIR must exist when the child starts: a library that asks tempfile for its folder while
     # being imported (before the child prepares the sandbox) would otherwise get /tmp, for good
     box.tmp.mkdir(parents=True, exist_ok=True)
     inner = box.root / "report.json"
-    env = {**os.environ, **box.environment(), "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    cmd = [sys.executable, "-m", "tests.soak.child", "--root", str(box.root), "--seed", str(seed),
-           "--seconds", str(seconds), "--report", str(inner), "--stream", str(box.root / "actions.jsonl"),
-           "--limit-mib", str(limit_mib)] + ([] if final_checks else ["--no-final-checks"]) \
+    env = {
+        **os.environ,
+        **box.environment(),
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
+    cmd = (
+        [
+            sys.executable,
+            "-m",
+            "tests.soak.child",
+            "--root",
+            str(box.root),
+            "--seed",
+            str(seed),
+            "--seconds",
+            str(seconds),
+            "--report",
+            str(inner),
+            "--stream",
+            str(box.root / "actions.jsonl"),
+            "--limit-mib",
+            str(limit_mib),
+        ]
+        + ([] if final_checks else ["--no-final-checks"])
         + (["--replay", str(Path(replay).resolve())] if replay else [])
+    )
     if not quiet:
         print(f"soak: seed {seed}, {seconds:g} s, sandbox {box.root}", flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
@@ -119,4 +155,3 @@ def _keep_report(report: dict, path: str | Path | None) -> Path | None:
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="attndesk-soak-report-")) / f"soak-seed{report['seed']}.json"
     return write(report, path)
-

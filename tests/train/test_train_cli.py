@@ -22,12 +22,33 @@ def _cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 def test_train_writes_model_curves_figures_and_animation(qapp, capsys, tmp_path):
     out = tmp_path / "run"
-    code, lines, errors = _cli(capsys, "train", "--task", "reverse", "--seq-len", "8", "--steps", "4", *FLAGS,
-                               "--out", str(out), "--curves", "png,svg")
+    code, lines, errors = _cli(
+        capsys,
+        "train",
+        "--task",
+        "reverse",
+        "--seq-len",
+        "8",
+        "--steps",
+        "4",
+        *FLAGS,
+        "--out",
+        str(out),
+        "--curves",
+        "png,svg",
+    )
     assert code == 0 and errors == []
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["attn_reverse_layer0_step4.png", "checkpoints.safetensors", "config.json", "curves.png",
-                     "curves.svg", "history.json", "learning.gif", "model.safetensors"]
+    assert names == [
+        "attn_reverse_layer0_step4.png",
+        "checkpoints.safetensors",
+        "config.json",
+        "curves.png",
+        "curves.svg",
+        "history.json",
+        "learning.gif",
+        "model.safetensors",
+    ]
     assert sorted(lines) == sorted(str(out / n) for n in names)
     frames = iio.imread(out / "learning.gif", index=None)
     assert frames.shape[0] == 3  # checkpoints at steps 0, 2, 4
@@ -39,14 +60,17 @@ def test_train_writes_model_curves_figures_and_animation(qapp, capsys, tmp_path)
     code, lines, errors = _cli(capsys, "render", "--trained", str(out), "--out", str(tmp_path / "fig"))
     assert code == 0 and errors == []
     assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [
-        "attn_all_reverse_layer0_step4.png", "attn_mean_reverse_layer0_step4.png"]
+        "attn_all_reverse_layer0_step4.png",
+        "attn_mean_reverse_layer0_step4.png",
+    ]
 
 
 def test_mp4_animation(qapp, tmp_path):
     from attndesk.render.training import write_animation
 
-    run = train(TrainConfig(task="copy", steps=2, seq_len=8, embed_dim=16, heads=2, layers=1, checkpoint_every=1,
-                            batch_size=4))
+    run = train(
+        TrainConfig(task="copy", steps=2, seq_len=8, embed_dim=16, heads=2, layers=1, checkpoint_every=1, batch_size=4)
+    )
     path = write_animation(run, tmp_path / "learn.mp4", size=(480, 320))
     data = path.read_bytes()
     assert data[4:8] == b"ftyp" and len(data) > 1000
@@ -61,14 +85,17 @@ def test_mp4_animation(qapp, tmp_path):
         write_animation(run, tmp_path / "learn.avi")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--task", "reverse", "--seq-len", "7"], "even seq_len"),
-    (["--task", "induction", "--heads", "3"], "heads do not divide"),
-    (["--task", "text", "--text-file", "BINARY"], "binary"),
-    (["--task", "text", "--text-file", "EMPTY"], "empty"),
-    (["--preset", "reverse", "--task", "copy"], "drop --task or --preset"),
-    (["--steps", "0"], "whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--task", "reverse", "--seq-len", "7"], "even seq_len"),
+        (["--task", "induction", "--heads", "3"], "heads do not divide"),
+        (["--task", "text", "--text-file", "BINARY"], "binary"),
+        (["--task", "text", "--text-file", "EMPTY"], "empty"),
+        (["--preset", "reverse", "--task", "copy"], "drop --task or --preset"),
+        (["--steps", "0"], "whole number >= 1"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_no_files(capsys, tmp_path, args, words):
     (tmp_path / "b.bin").write_bytes(b"\x00\x01")
     (tmp_path / "e.txt").write_text("")
@@ -92,8 +119,9 @@ def test_render_trained_refuses_another_version(capsys, tmp_path):
 def test_curves_have_the_loss_drawn(qapp, tmp_path):
     from attndesk.render.training import write_curves
 
-    run = train(TrainConfig(task="copy", steps=6, seq_len=8, embed_dim=16, heads=2, layers=1, batch_size=4,
-                            eval_every=2))
+    run = train(
+        TrainConfig(task="copy", steps=6, seq_len=8, embed_dim=16, heads=2, layers=1, batch_size=4, eval_every=2)
+    )
     image = iio.imread(write_curves(run, tmp_path / "c.png", size=(600, 400)))
     blue = (image[..., 0] == 0x1F) & (image[..., 1] == 0x77) & (image[..., 2] == 0xB4)
     assert blue.sum() > 50  # the loss curve's colour
@@ -118,8 +146,21 @@ def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, mo
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(cli_train._Progress, "__call__", press_ctrl_c_at_step_5)
-    code, lines, errors = _cli(capsys, "train", "--task", "copy", "--seq-len", "8", "--steps", "1000", *FLAGS,
-                               "--animation", "none", "--out", str(tmp_path / "run"))
+    code, lines, errors = _cli(
+        capsys,
+        "train",
+        "--task",
+        "copy",
+        "--seq-len",
+        "8",
+        "--steps",
+        "1000",
+        *FLAGS,
+        "--animation",
+        "none",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert code == 1 and len(errors) == 1 and "stopped at step 5 of 1,000" in errors[0]
     assert str(tmp_path / "run" / "model.safetensors") in lines
     run = load_trained(tmp_path / "run")
@@ -142,8 +183,9 @@ def test_a_divergent_run_says_so_and_writes_the_last_good_weights(qapp, capsys, 
         return loss * float("nan") if calls["n"] == 4 else loss
 
     monkeypatch.setattr(trainer_module, "F", types.SimpleNamespace(cross_entropy=cross_entropy))
-    code, lines, errors = _cli(capsys, "train", "--task", "copy", "--seq-len", "8", "--steps", "10", *FLAGS,
-                               "--out", str(tmp_path / "run"))
+    code, lines, errors = _cli(
+        capsys, "train", "--task", "copy", "--seq-len", "8", "--steps", "10", *FLAGS, "--out", str(tmp_path / "run")
+    )
     assert code == 1 and len(errors) == 1 and "loss became nan at step 4" in errors[0] and "last good" in errors[0]
     assert str(tmp_path / "run" / "config.json") in lines
     run = load_trained(tmp_path / "run")

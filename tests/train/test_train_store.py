@@ -11,7 +11,15 @@ from attndesk.core.errors import ConfigError
 from attndesk.train import TrainConfig, load_trained, train
 from attndesk.train.store import FORMAT_VERSION
 
-TINY = {"embed_dim": 16, "heads": 2, "seq_len": 12, "vocab_size": 8, "eval_every": 2, "checkpoint_every": 2, "batch_size": 8}
+TINY = {
+    "embed_dim": 16,
+    "heads": 2,
+    "seq_len": 12,
+    "vocab_size": 8,
+    "eval_every": 2,
+    "checkpoint_every": 2,
+    "batch_size": 8,
+}
 
 
 @pytest.fixture(scope="module")

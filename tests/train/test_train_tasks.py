@@ -38,7 +38,7 @@ def test_induction_format_and_scores():
     n = task.segment_lengths(batch)
     assert n.min() >= 2 and n.max() <= 15 and len(set(n.tolist())) > 3  # the length varies
     for b in range(64):
-        seg = ids[b, 1: 1 + n[b]]
+        seg = ids[b, 1 : 1 + n[b]]
         assert len(set(seg.tolist())) == n[b]  # distinct tokens: the earlier occurrence is unique
         assert torch.equal(ids[b, 1:], seg.repeat(32)[:31])
         scored = batch.mask[b].nonzero().flatten()
@@ -80,8 +80,11 @@ def test_transductions(name):
 
 def test_reverse_scores_the_anti_diagonal():
     task = make_task(TrainConfig(task="reverse", vocab_size=6, seq_len=8))  # n = 3
-    batch = Batch(torch.tensor([[0, 2, 3, 4, 1, 4, 3, 2]]), torch.zeros(1, 8, dtype=torch.int64),
-                  torch.zeros(1, 8, dtype=torch.bool))
+    batch = Batch(
+        torch.tensor([[0, 2, 3, 4, 1, 4, 3, 2]]),
+        torch.zeros(1, 8, dtype=torch.int64),
+        torch.zeros(1, 8, dtype=torch.bool),
+    )
     keys, queries = task.pattern_targets(batch)
     assert queries[0].nonzero().flatten().tolist() == [4, 5, 6]
     # query 4 (SEP) predicts y1 = x3 at position 3; query 6 predicts y3 = x1 at position 1
@@ -90,8 +93,11 @@ def test_reverse_scores_the_anti_diagonal():
 
 def test_sort_scores_every_equal_source():
     task = make_task(TrainConfig(task="sort", vocab_size=6, seq_len=8))
-    batch = Batch(torch.tensor([[0, 3, 2, 3, 1, 2, 3, 3]]), torch.zeros(1, 8, dtype=torch.int64),
-                  torch.zeros(1, 8, dtype=torch.bool))
+    batch = Batch(
+        torch.tensor([[0, 3, 2, 3, 1, 2, 3, 3]]),
+        torch.zeros(1, 8, dtype=torch.int64),
+        torch.zeros(1, 8, dtype=torch.bool),
+    )
     keys, _ = task.pattern_targets(batch)
     assert keys[0, 4].nonzero().flatten().tolist() == [2]  # y1 = 2 sits at x2
     assert keys[0, 5].nonzero().flatten().tolist() == [1, 3]  # y2 = 3 sits at x1 and x3
@@ -146,14 +152,17 @@ def test_text_file_errors(tmp_path):
         make_task(TrainConfig(task="text", seq_len=64), "short text")
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"task": "induction", "vocab_size": 8, "seq_len": 32}, "raise vocab_size to 16"),
-    ({"task": "reverse", "seq_len": 17}, "even seq_len"),
-    ({"task": "brackets", "vocab_size": 4}, "vocab_size >= 5"),
-    ({"task": "induction", "heads": 3}, "heads do not divide"),
-    ({"task": "induction", "kv_heads": 3}, "K/V heads"),
-    ({"task": "nope"}, "task"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"task": "induction", "vocab_size": 8, "seq_len": 32}, "raise vocab_size to 16"),
+        ({"task": "reverse", "seq_len": 17}, "even seq_len"),
+        ({"task": "brackets", "vocab_size": 4}, "vocab_size >= 5"),
+        ({"task": "induction", "heads": 3}, "heads do not divide"),
+        ({"task": "induction", "kv_heads": 3}, "K/V heads"),
+        ({"task": "nope"}, "task"),
+    ],
+)
 def test_shapes_a_task_cannot_use(changes, words):
     with pytest.raises(ConfigError, match=words):
         make_task(TrainConfig(**changes))

@@ -13,7 +13,15 @@ from attndesk.core.errors import ConfigError
 from attndesk.train import TrainConfig, Trainer, train
 from attndesk.train.checkpoints import CheckpointStore, state_bytes
 
-TINY = {"embed_dim": 16, "heads": 2, "seq_len": 12, "vocab_size": 8, "eval_every": 3, "checkpoint_every": 2, "batch_size": 16}
+TINY = {
+    "embed_dim": 16,
+    "heads": 2,
+    "seq_len": 12,
+    "vocab_size": 8,
+    "eval_every": 3,
+    "checkpoint_every": 2,
+    "batch_size": 16,
+}
 
 
 def test_contract_shapes():
@@ -37,10 +45,16 @@ def test_defaults_are_the_induction_setup():
     assert (cfg.layers, cfg.heads, cfg.embed_dim, cfg.mlp, cfg.batch_size, cfg.lr) == (2, 4, 64, False, 64, 3e-3)
 
 
-@pytest.mark.parametrize("variant", [
-    {"position": "sinusoidal"}, {"position": "learned", "layernorm": True, "mlp": True}, {"position": "alibi", "window": 4},
-    {"position": "none", "softcap": 5.0}, {"position": "rope", "kv_heads": 1, "layers": 1},
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"position": "sinusoidal"},
+        {"position": "learned", "layernorm": True, "mlp": True},
+        {"position": "alibi", "window": 4},
+        {"position": "none", "softcap": 5.0},
+        {"position": "rope", "kv_heads": 1, "layers": 1},
+    ],
+)
 def test_same_loss_curve_bit_for_bit(variant):
     cfg = TrainConfig(task="induction", seed=3, steps=5, **(TINY | variant))
     first, second = train(cfg), train(cfg)
@@ -155,10 +169,16 @@ def test_checkpoints_and_probes_reported():
     assert all(0 <= r.batch_accuracy <= 1 and 0 <= r.batch_pattern <= 1 for r in reports)
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"lr": 0.0}, "lr"), ({"steps": 0}, "steps"), ({"position": "spiral"}, "position"),
-    ({"softcap": -1.0}, "softcap"), ({"embed_dim": 15, "heads": 3, "position": "rope"}, "RoPE"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"lr": 0.0}, "lr"),
+        ({"steps": 0}, "steps"),
+        ({"position": "spiral"}, "position"),
+        ({"softcap": -1.0}, "softcap"),
+        ({"embed_dim": 15, "heads": 3, "position": "rope"}, "RoPE"),
+    ],
+)
 def test_bad_config_is_one_clear_line(changes, words):
     with pytest.raises((ConfigError, TypeError), match=words):
         Trainer(TrainConfig(task="induction", **changes))

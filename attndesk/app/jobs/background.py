@@ -49,8 +49,14 @@ class Background(QObject):
         self._carrier = _Carrier()
         self._carrier.answered.connect(self._answer)
 
-    def start(self, fn: Callable[[], Any], *, done: Callable[[Any], None], failed: Callable[[Exception], None],
-              expected: tuple[type[Exception], ...] = ()) -> None:
+    def start(
+        self,
+        fn: Callable[[], Any],
+        *,
+        done: Callable[[Any], None],
+        failed: Callable[[Exception], None],
+        expected: tuple[type[Exception], ...] = (),
+    ) -> None:
         self._token += 1
         self._running += 1
         self._callbacks = (done, failed, expected)

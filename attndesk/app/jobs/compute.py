@@ -118,11 +118,14 @@ class ComputeController(QObject):
         # keeps its freed pages: malloc_trim returns them (~100 MB after a 2,048 x 16 run)
         self.side = SideJobs(self)
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
-        self._trim_timer.timeout.connect(lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None))
+        self._trim_timer.timeout.connect(
+            lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None)
+        )
         self.side = SideJobs(self)
         # every holding of the window against the one memory budget (app/jobs/holdings.py)
-        self.holdings = WindowLedger(state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None,
-                                                                                scope=None), self)
+        self.holdings = WindowLedger(
+            state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None, scope=None), self
+        )
         self.ledger = self.holdings.ledger
         for group in (state.events, state.view.events, state.pretrained.events):
             group.connect(self._on_state_changed)
@@ -171,8 +174,12 @@ class ComputeController(QObject):
 
     def presented(self, shown_id: int) -> None:
         """The window drew the published result ``shown_id``: the run's flight ends."""
-        if self._flight is not None and self._flight.published and self._shown is not None \
-                and self._shown.shown_id == shown_id:
+        if (
+            self._flight is not None
+            and self._flight.published
+            and self._shown is not None
+            and self._shown.shown_id == shown_id
+        ):
             self._end_flight()
 
     def shutdown(self) -> None:
@@ -274,9 +281,15 @@ class ComputeController(QObject):
         if key == shown.present_key:
             self.side.cancel("present")  # back to what is on screen: an older request is moot
             return
-        self.side.submit("present", mode.present, shown, key, scope="run",
-                         done=lambda again: self._presented(shown, again),
-                         failed=lambda message: self.status.fail(f"error: {message}"))
+        self.side.submit(
+            "present",
+            mode.present,
+            shown,
+            key,
+            scope="run",
+            done=lambda again: self._presented(shown, again),
+            failed=lambda message: self.status.fail(f"error: {message}"),
+        )
 
     def _presented(self, base: Shown, again: Shown) -> None:
         again = again.replace(run_id=base.run_id, shown_id=next(self._ids), asked=base.asked, new_run=False)
@@ -406,10 +419,18 @@ class SideJobs(QObject):
         self._channels: dict[str, _Channel] = {}
         self._closed = False
 
-    def submit(self, channel: str, fn: Callable[..., Any], *args: Any, done: Callable[[Any], object],
-               failed: Callable[[str], None] | None = None, scope: str | None = "run",
-               progress: Callable[[float, str], None] | None = None,
-               reported: Callable[[list], None] | None = None, **kwargs: Any) -> None:
+    def submit(
+        self,
+        channel: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        done: Callable[[Any], object],
+        failed: Callable[[str], None] | None = None,
+        scope: str | None = "run",
+        progress: Callable[[float, str], None] | None = None,
+        reported: Callable[[list], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
@@ -433,7 +454,9 @@ class SideJobs(QObject):
 
     def on_published(self, shown: Shown) -> None:
         for name, ch in self._channels.items():
-            stale = (ch.scope == "run" and ch.bound != shown.run_id) or (ch.scope == "shown" and ch.bound != shown.shown_id)
+            stale = (ch.scope == "run" and ch.bound != shown.run_id) or (
+                ch.scope == "shown" and ch.bound != shown.shown_id
+            )
             if stale and ch.runner.is_busy():
                 self.cancel(name)
 

@@ -52,8 +52,13 @@ def model_parts(module: Any) -> list[Any]:
 class WindowLedger(QObject):
     """One ``MemoryLedger`` per window (``ledger``), with the run on screen and the model caches."""
 
-    def __init__(self, state: AppState, status: StatusModel, forget: Callable[[Callable[[], None]], None],
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        status: StatusModel,
+        forget: Callable[[Callable[[], None]], None],
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self._status = status
         self._forget = forget  # runs a forgetting job off the GUI thread (a cache's lock may be held by a load)

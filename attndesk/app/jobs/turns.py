@@ -52,9 +52,11 @@ class Turns:
 
     def wrap(self, fn: Callable[[], object]) -> Callable[[], object]:
         """``fn`` run in its turn (for a job that cannot be cancelled: an export)."""
+
         def in_turn():
             with self.turn():
                 return fn()
+
         return in_turn
 
 

@@ -154,7 +154,11 @@ def _describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if isinstance(exc, MemoryError) or any(s in text.lower() for s in _OUT_OF_MEMORY):
         wanted = re.search(r"allocate (\d+) bytes", text)
-        what = f"{int(wanted.group(1)) / 2**30:,.1f} GiB were asked for" if wanted else (text[:200] or "the allocation failed")
+        what = (
+            f"{int(wanted.group(1)) / 2**30:,.1f} GiB were asked for"
+            if wanted
+            else (text[:200] or "the allocation failed")
+        )
         return f"out of memory: {what}; try a shorter text, fewer heads or a smaller memory budget"
     if not expected:
         traceback.print_exception(exc)
@@ -176,8 +180,9 @@ class JobRunner(QObject):
 
     _wake = Signal()
 
-    def __init__(self, parent: QObject | None = None, name: str = "attndesk-worker", *,
-                 turns: Turns | None = None) -> None:
+    def __init__(
+        self, parent: QObject | None = None, name: str = "attndesk-worker", *, turns: Turns | None = None
+    ) -> None:
         super().__init__(parent)
         self._turns = turns  # jobs wait for their turn here (shared with other runners), or not at all
         self._lock = threading.Lock()

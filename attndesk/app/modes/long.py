@@ -46,8 +46,9 @@ def _dropped_path(mime) -> str | None:
     return next((url.toLocalFile() for url in mime.urls() if url.isLocalFile()), None)
 
 
-def zoom_with_hatch(source, head, q0: int, q1: int, k0: int, k1: int, px: int,
-                    colormap: str) -> tuple[ZoomTile | None, np.ndarray | None]:
+def zoom_with_hatch(
+    source, head, q0: int, q1: int, k0: int, k1: int, px: int, colormap: str
+) -> tuple[ZoomTile | None, np.ndarray | None]:
     """The zoom tile and its masked cells' hatch image, both made in the side job (the hatch of a
     large tile took 240 ms on the GUI thread, soak)."""
     tile = zoom_region(source, head, q0, q1, k0, k1, px)
@@ -92,8 +93,9 @@ class LongDocumentMode(QObject, ModeBase):
         self._zoom_tile: ZoomTile | None = None
         self._base_note = ""
         self._note_for = 0  # the presentation whose note _base_note is
-        self.openTextAction = QAction("Open &text…", self, objectName="openTextAction",
-                                      shortcut=QKeySequence("Ctrl+Shift+O"))
+        self.openTextAction = QAction(
+            "Open &text…", self, objectName="openTextAction", shortcut=QKeySequence("Ctrl+Shift+O")
+        )
         self.openTextAction.setToolTip("Open a UTF-8 text file (up to 1 MiB) as the text to attend over")
         self.planLabel = QLabel("", objectName="planLabel")
         self.planLabel.setStyleSheet("color: #555; padding: 0 6px;")
@@ -102,8 +104,10 @@ class LongDocumentMode(QObject, ModeBase):
         self.runButton.setToolTip("Start the long run that is waiting (F5)")
         self.runButton.hide()
         self.fitButton = QPushButton("Fit", objectName="zoomFitButton")
-        self.fitButton.setToolTip("Show the whole matrix again. In an enlarged heatmap: drag a box to zoom "
-                                  "in, the wheel zooms, the middle button pans.")
+        self.fitButton.setToolTip(
+            "Show the whole matrix again. In an enlarged heatmap: drag a box to zoom "
+            "in, the wheel zooms, the middle button pans."
+        )
         self.fitButton.hide()  # only for an enlarged heatmap (the grid does not zoom)
         self._settle = QTimer(self, singleShot=True, interval=ZOOM_SETTLE_MS)
 
@@ -153,8 +157,9 @@ class LongDocumentMode(QObject, ModeBase):
         else:
             self._ui.state.text = text
         where = "key/value text" if keys else "text"
-        self._ui.status.say(f"opened {os.path.basename(os.fspath(path))} as the {where}: "
-                            f"{len(text):,} characters; planning…")
+        self._ui.status.say(
+            f"opened {os.path.basename(os.fspath(path))} as the {where}: {len(text):,} characters; planning…"
+        )
         return True
 
     # -- the plan -------------------------------------------------------------------------------
@@ -264,10 +269,18 @@ class LongDocumentMode(QObject, ModeBase):
             return
         head, vb = single[0], single[1]
         px = max(16, int(max(vb.width(), vb.height())))
-        self._ui.compute.side.submit("zoom", zoom_with_hatch, source, head, *cells, px,
-                                     self._ui.state.view.colormap,
-                                     done=lambda answer: self._on_zoom_done(head, *answer),
-                                     failed=lambda message: self._ui.status.fail(f"zoom: {message}"), scope="shown")
+        self._ui.compute.side.submit(
+            "zoom",
+            zoom_with_hatch,
+            source,
+            head,
+            *cells,
+            px,
+            self._ui.state.view.colormap,
+            done=lambda answer: self._on_zoom_done(head, *answer),
+            failed=lambda message: self._ui.status.fail(f"zoom: {message}"),
+            scope="shown",
+        )
 
     def _on_zoom_done(self, head, tile: ZoomTile | None, hatch: np.ndarray | None) -> None:
         single = self._single_view()
@@ -363,4 +376,3 @@ def _alive(obj) -> bool:
     except RuntimeError:
         return False
     return True
-

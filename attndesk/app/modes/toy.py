@@ -26,18 +26,34 @@ def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown
     keys = None
     if result.key_tokens is not None and result.key_token_ids is not None:  # a cross-attention run has both
         keys = TokenRows(list(result.key_tokens), result.key_token_ids, result.key_unknown)
-    facts = RunFacts(dict(result.timings), int(result.flops), int(result.peak_bytes), result.device,
-                     result.config.dtype)
+    facts = RunFacts(
+        dict(result.timings), int(result.flops), int(result.peak_bytes), result.device, result.config.dtype
+    )
     amap = result.attention_map()
     return Shown(
-        mode=TOY, map=amap, source=source_for_map(amap), facts=facts,
-        queries=TokenRows(list(result.tokens), result.token_ids, result.unknown), keys=keys,
-        notices=notices_of(result.notices), toy=ToyRun(result, text, key_text), output=result.output,
+        mode=TOY,
+        map=amap,
+        source=source_for_map(amap),
+        facts=facts,
+        queries=TokenRows(list(result.tokens), result.token_ids, result.unknown),
+        keys=keys,
+        notices=notices_of(result.notices),
+        toy=ToyRun(result, text, key_text),
+        output=result.output,
     )
 
 
-def toy_run(config: AttentionConfig, text: str, key_text: str | None = None, *, keep_intermediates: bool = False,
-            explicit: bool = True, announce=None, progress=None, should_cancel=None) -> Shown | Held:
+def toy_run(
+    config: AttentionConfig,
+    text: str,
+    key_text: str | None = None,
+    *,
+    keep_intermediates: bool = False,
+    explicit: bool = True,
+    announce=None,
+    progress=None,
+    should_cancel=None,
+) -> Shown | Held:
     """The worker's job: plan, tell the GUI the plan, then run (or hold a long run typing asked for).
     The texts are tokenized and the memory checked once, here: the run takes them from the plan."""
     prepared = prepare_text(config, text, key_text, keep_intermediates=keep_intermediates)
@@ -46,8 +62,15 @@ def toy_run(config: AttentionConfig, text: str, key_text: str | None = None, *, 
     if not explicit and needs_explicit_run(prepared.plan):
         return Held(prepared.plan)
     progress = progress if reports_progress(prepared.plan) else None
-    result = run_attention(config, text, keep_intermediates, key_text=key_text, progress=progress,
-                           should_cancel=should_cancel, prepared=prepared)
+    result = run_attention(
+        config,
+        text,
+        keep_intermediates,
+        key_text=key_text,
+        progress=progress,
+        should_cancel=should_cancel,
+        prepared=prepared,
+    )
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
     return toy_shown(result, text, key_text)
@@ -78,7 +101,13 @@ class ToyMode(ModeBase):
         key_text = check_input(state, config)
         keep = state.view.tab == STEP_THROUGH_TAB  # the step-through shows every stage of the run on screen
         heads = "1 head" if config.num_heads == 1 else f"{config.num_heads} heads"
-        job = Job(toy_run, (config, state.text, key_text), {"keep_intermediates": keep, "explicit": False},
-                  f"computing {heads}, {config.mask} mask", announce=True)
-        return Request(key=(TOY, config, state.text, key_text), job=job,
-                       needs=frozenset({INTERMEDIATES}) if keep else frozenset())
+        job = Job(
+            toy_run,
+            (config, state.text, key_text),
+            {"keep_intermediates": keep, "explicit": False},
+            f"computing {heads}, {config.mask} mask",
+            announce=True,
+        )
+        return Request(
+            key=(TOY, config, state.text, key_text), job=job, needs=frozenset({INTERMEDIATES}) if keep else frozenset()
+        )

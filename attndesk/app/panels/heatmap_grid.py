@@ -102,8 +102,9 @@ class HeatmapCanvas(pg.GraphicsView):
         self.cells: list[Cell] = []
         self.shown = 0  # cells in use (the first ``shown`` of ``cells``)
         self.layout: GridLayout | None = None
-        self.colorBar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=pg.colormap.get("viridis"), interactive=False,
-                                        width=BAR_W)
+        self.colorBar = pg.ColorBarItem(
+            values=(0.0, 1.0), colorMap=pg.colormap.get("viridis"), interactive=False, width=BAR_W
+        )
         self.colorBar.axis.enableAutoSIPrefix(False)  # weights read 0.2, not "200 (x0.001)"
         self.colorBar.setParentItem(self.root)
         self.colorBar.hide()
@@ -212,16 +213,26 @@ class HeatmapCanvas(pg.GraphicsView):
         line = self._metrics.height()
         single = n == 1
         return GridSpec(
-            n=n, cells_y=shape[0], cells_x=shape[1], left_band=label_room(widest[0]),
-            bottom_band=label_room(widest[1]), title_h=line + 6, gap_x=0 if single else 12,
-            gap_y=10, group=group if group > 1 else 1, group_h=line + 8 if group > 1 else 0.0,
-            group_gap=10.0 if group > 1 else 0.0, aspect_limit=ASPECT_LIMIT if shape[0] == shape[1] else 4.0,
+            n=n,
+            cells_y=shape[0],
+            cells_x=shape[1],
+            left_band=label_room(widest[0]),
+            bottom_band=label_room(widest[1]),
+            title_h=line + 6,
+            gap_x=0 if single else 12,
+            gap_y=10,
+            group=group if group > 1 else 1,
+            group_h=line + 8 if group > 1 else 0.0,
+            group_gap=10.0 if group > 1 else 0.0,
+            aspect_limit=ASPECT_LIMIT if shape[0] == shape[1] else 4.0,
         )
 
     def place(self, spec: GridSpec, group_labels: list[str]) -> GridLayout | None:
         """Move every active item to its rectangle; returns the layout (None when nothing fits)."""
         size = self.size()
-        area = Rect(MARGIN, MARGIN, max(1.0, size.width() - 2 * MARGIN - BAR_ROOM), max(1.0, size.height() - 2 * MARGIN))
+        area = Rect(
+            MARGIN, MARGIN, max(1.0, size.width() - 2 * MARGIN - BAR_ROOM), max(1.0, size.height() - 2 * MARGIN)
+        )
         layout = pack_grid(spec, area) or pack_grid(spec, Rect(area.x, area.y, max(area.w, 200.0), max(area.h, 200.0)))
         self.layout = layout
         if layout is None:
@@ -240,8 +251,9 @@ class HeatmapCanvas(pg.GraphicsView):
         m = layout.map_rect(i)
         cell.vb.setGeometry(QRectF(m.x, m.y, m.w, m.h))
         for axis, shown, box in (
-                (cell.left, layout.y_labelled(i), QRectF(m.x - layout.spec.left_band, m.y, layout.spec.left_band, m.h)),
-                (cell.bottom, layout.x_labelled(i), QRectF(m.x, m.bottom, m.w, layout.spec.bottom_band))):
+            (cell.left, layout.y_labelled(i), QRectF(m.x - layout.spec.left_band, m.y, layout.spec.left_band, m.h)),
+            (cell.bottom, layout.x_labelled(i), QRectF(m.x, m.bottom, m.w, layout.spec.bottom_band)),
+        ):
             axis.set_show_labels(shown)
             axis.setVisible(shown)
             if shown:  # a hidden axis is placed when it is next shown (each move re-lays it out)
@@ -326,8 +338,9 @@ def masked_path(masked: np.ndarray | None, factor: int, shape: tuple[int, int]) 
     path = QPainterPath()
     path.setFillRule(Qt.FillRule.WindingFill)
     for r0, r1, c0, c1 in row_runs(masked):
-        path.addRect(QRectF(c0 * factor, r0 * factor, min(lk, c1 * factor) - c0 * factor,
-                            min(lq, r1 * factor) - r0 * factor))
+        path.addRect(
+            QRectF(c0 * factor, r0 * factor, min(lk, c1 * factor) - c0 * factor, min(lq, r1 * factor) - r0 * factor)
+        )
     return path
 
 

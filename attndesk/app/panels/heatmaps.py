@@ -84,8 +84,10 @@ def readout_text(source: HeatmapSource, head: Head, q: int, k: int) -> str:
     masked = source.mask is not None and not bool(source.mask[q, k])
     tail = " (masked)" if masked else ""
     what = "bias " if source.value_name == "bias" else ""
-    return (f'{who} · query "{source.query_labels[q]}" ({q}) → key "{source.key_labels[k]}" '
-            f'({k + source.key_offset}): {what}{format_weight(value)}{tail}')
+    return (
+        f'{who} · query "{source.query_labels[q]}" ({q}) → key "{source.key_labels[k]}" '
+        f"({k + source.key_offset}): {what}{format_weight(value)}{tail}"
+    )
 
 
 def format_weight(value: float) -> str:
@@ -126,8 +128,9 @@ class _FootLabel(QLabel):
     def paintEvent(self, _event) -> None:
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
-        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
-                         self.shown_text())
+        painter.drawText(
+            self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), self.shown_text()
+        )
         painter.end()
 
 
@@ -195,26 +198,32 @@ class HeatmapPanel(QWidget):
     # -- construction ----------------------------------------------------------------------------
     def _build_toolbar(self) -> None:
         self.viewCombo = QComboBox(objectName="heatmapViewCombo")
-        self.viewCombo.setToolTip("Show every head, the mean over heads, or one head enlarged "
-                                  "(click a heatmap to enlarge it)")
+        self.viewCombo.setToolTip(
+            "Show every head, the mean over heads, or one head enlarged (click a heatmap to enlarge it)"
+        )
         self.colormapCombo = QComboBox(objectName="colormapCombo")
         for name, label in COLORMAPS:
             self.colormapCombo.addItem(label, name)
         self.scaleModeCombo = QComboBox(objectName="scaleModeCombo")
         for name, label in SCALE_MODES:
             self.scaleModeCombo.addItem(label, name)
-        self.scaleModeCombo.setToolTip("Shared: one colour scale for all heads (compare heads). "
-                                       "Per head: each head from 0 to its own maximum.")
+        self.scaleModeCombo.setToolTip(
+            "Shared: one colour scale for all heads (compare heads). Per head: each head from 0 to its own maximum."
+        )
         self.displayButton = QToolButton(objectName="heatmapDisplayButton", text="Display")
         self.displayButton.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.displayButton.setToolTip("Colour and content options for decoders and ALiBi models")
         menu = QMenu(self.displayButton)
         self.logAction = menu.addAction("Log colour scale (sink-aware)")
-        self.logAction.setToolTip("Colour log10 of the weights: small weights stay visible next to a "
-                                  "decoder's first token, which takes most of each row")
+        self.logAction.setToolTip(
+            "Colour log10 of the weights: small weights stay visible next to a "
+            "decoder's first token, which takes most of each row"
+        )
         self.hideFirstAction = menu.addAction("Hide the first token (rows renormalised)")
-        self.hideFirstAction.setToolTip("Leave out key 0 (a decoder's attention sink) and renormalise each row "
-                                        "over the other keys: the weights shown are NOT the model's")
+        self.hideFirstAction.setToolTip(
+            "Leave out key 0 (a decoder's attention sink) and renormalise each row "
+            "over the other keys: the weights shown are NOT the model's"
+        )
         self.alibiAction = menu.addAction("Show ALiBi's bias instead of the weights")
         self.alibiAction.setToolTip("The bias -m·|i − j| ALiBi adds to each head's scores")
         for action in (self.logAction, self.hideFirstAction, self.alibiAction):
@@ -230,7 +239,11 @@ class HeatmapPanel(QWidget):
         self.exportButton.setToolTip("Export the heatmaps on screen (Ctrl+E)")
         self._bar = QHBoxLayout()
         self._bar.setContentsMargins(4, 2, 4, 2)
-        for label, widget in (("Show", self.viewCombo), ("Colormap", self.colormapCombo), ("Scale", self.scaleModeCombo)):
+        for label, widget in (
+            ("Show", self.viewCombo),
+            ("Colormap", self.colormapCombo),
+            ("Scale", self.scaleModeCombo),
+        ):
             self._bar.addWidget(QLabel(label))
             self._bar.addWidget(widget)
             self._bar.addSpacing(2)
@@ -469,8 +482,9 @@ class HeatmapPanel(QWidget):
             self._show(source)
         self.note.setText("hiding the first token (renormalising the rows)…")
         # ValueError, MemoryError: reported in the note; the base source stays
-        self._derivation.start(build, done=self._show, failed=lambda exc: self.note.setText(str(exc)),
-                               expected=(ValueError, MemoryError))
+        self._derivation.start(
+            build, done=self._show, failed=lambda exc: self.note.setText(str(exc)), expected=(ValueError, MemoryError)
+        )
 
     # -- drawing ---------------------------------------------------------------------------------
     def _show(self, source: HeatmapSource) -> None:
@@ -478,6 +492,7 @@ class HeatmapPanel(QWidget):
         self._hold_derived(source)
         self.placeholder.hide()
         self.canvas.show()
+
         def kept(old: AxisLabels | None, tokens) -> AxisLabels:  # the old labels when the tokens are the same
             return old if old is not None and old.tokens == list(tokens) else AxisLabels(tokens, label_font())
 
@@ -510,8 +525,11 @@ class HeatmapPanel(QWidget):
                 self._show(self._base)
                 self.note.setText(f"shown without the display option: {why}")
 
-        cell.append(self.ledger.hold("heatmaps", "the heatmaps' derived copy", arrays_of(source, 3), release,
-                                     protected=True, strict=False))
+        cell.append(
+            self.ledger.hold(
+                "heatmaps", "the heatmaps' derived copy", arrays_of(source, 3), release, protected=True, strict=False
+            )
+        )
         self._derived_held = cell[0]
 
     @property
@@ -548,7 +566,8 @@ class HeatmapPanel(QWidget):
         heads = self._heads_for_target()
         drawn = (tuple(heads), self._shown_source.shape)
         quick = len(heads) <= len(self.canvas.cells) and (
-            drawn == self._drawn or max(drawn[1]) <= _QUICK_TOKENS or len(heads) == 1)
+            drawn == self._drawn or max(drawn[1]) <= _QUICK_TOKENS or len(heads) == 1
+        )
         self._drawn = drawn
         self._update_colorbar()
         if quick:
@@ -601,8 +620,9 @@ class HeatmapPanel(QWidget):
     def _paint_cell(self, cell: Cell) -> None:
         look = self._shown_look
         cell.image.setColorMap(look.cmap)
-        cell.image.setImage(look.image(self._shown_source.display_matrix(cell.head)), autoLevels=False,
-                            levels=look.levels(cell.head))
+        cell.image.setImage(
+            look.image(self._shown_source.display_matrix(cell.head)), autoLevels=False, levels=look.levels(cell.head)
+        )
         cell.image.setRect(look.rect)
         self.canvas.set_masked(cell, look.masked, look.cmap_name)
 
@@ -615,8 +635,11 @@ class HeatmapPanel(QWidget):
         heads = self._heads_for_target()
         base = source.map
         group = base.groups if self._target == ALL and base.groups > 1 else 1
-        labels = [select.group_label(base, kv, range(kv * group, (kv + 1) * group))
-                  for kv in range(base.num_heads // group)] if group > 1 else []
+        labels = (
+            [select.group_label(base, kv, range(kv * group, (kv + 1) * group)) for kv in range(base.num_heads // group)]
+            if group > 1
+            else []
+        )
         axes = self._shown_labels
         widest = (axes[0].widest, axes[1].widest)
         spec = self.canvas.spec(len(heads), source.shape, widest, group)
@@ -634,7 +657,7 @@ class HeatmapPanel(QWidget):
         name = "bias" if self._shown_source.value_name == "bias" else "weight"
         axis: tuple[list[list[tuple[float, str]]] | None, str]
         if look.log:
-            ticks = [(float(e), f"{10.0 ** e:g}") for e in range(int(np.ceil(lo - 1e-9)), int(np.floor(hi + 1e-9)) + 1)]
+            ticks = [(float(e), f"{10.0**e:g}") for e in range(int(np.ceil(lo - 1e-9)), int(np.floor(hi + 1e-9)) + 1)]
             axis = ([ticks], f"{name} (log scale)")
         else:
             axis = (None, f"fraction of each head's {'range' if name == 'bias' else 'max'}" if relative else name)

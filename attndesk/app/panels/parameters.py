@@ -39,8 +39,9 @@ def _error_label(name: str) -> QLabel:
 def mask_with_causal(mask: str, causal: bool) -> str:
     """``mask`` with its causal part set (its padding part kept)."""
     padding = "padding" in mask
-    return {(False, False): "none", (True, False): "padding", (False, True): "causal",
-            (True, True): "padding+causal"}[(padding, causal)]
+    return {(False, False): "none", (True, False): "padding", (False, True): "causal", (True, True): "padding+causal"}[
+        (padding, causal)
+    ]
 
 
 class ParametersPanel(QWidget):
@@ -70,14 +71,17 @@ class ParametersPanel(QWidget):
         self.modeCombo = QComboBox(objectName="modeCombo")
         self.modeCombo.setToolTip("Which model computes the attention")
         self.modelInfo = QLabel("", objectName="pretrainedModelInfo")  # two short lines: a wrapped label squeezes
-        self.modelInfo.setToolTip("a pretrained model's architecture is fixed by its checkpoint; "
-                                  "scale and the causal mask still act, heads can be ablated in the All layers tab")
+        self.modelInfo.setToolTip(
+            "a pretrained model's architecture is fixed by its checkpoint; "
+            "scale and the causal mask still act, heads can be ablated in the All layers tab"
+        )
         self.controls: dict[str, FieldControl] = {spec.name: control_for(spec) for spec in fields}
         for control in self.controls.values():
             for widget in control.widgets:
                 setattr(self, widget.objectName(), widget)  # self.embedDimSpin, self.windowCheck, ...
-        self._field_errors = {name: _error_label("headsError" if name == "num_heads" else f"{name}Error")
-                              for name in self.controls}
+        self._field_errors = {
+            name: _error_label("headsError" if name == "num_heads" else f"{name}Error") for name in self.controls
+        }
         self.headsError = self._field_errors.get("num_heads") or _error_label("headsError")
         self.variants = ControlGroup([c for c in self.controls.values() if c.spec.group == "variant"])
         self.generalError = _error_label("parametersError")
@@ -189,7 +193,13 @@ class ParametersPanel(QWidget):
         """The inline message for a head count that does not divide the embedding dim."""
         config: AttentionConfig = self.state.config
         embed, heads = config.embed_dim, config.num_heads
-        if self._view.fixed or heads == 1 or not isinstance(embed, int) or not isinstance(heads, int) or embed % heads == 0:
+        if (
+            self._view.fixed
+            or heads == 1
+            or not isinstance(embed, int)
+            or not isinstance(heads, int)
+            or embed % heads == 0
+        ):
             return None
         valid = divisors(embed)
         listed = ", ".join(map(str, valid)) if len(valid) <= 16 else ", ".join(map(str, valid[:14])) + ", ..."

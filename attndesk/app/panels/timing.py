@@ -98,12 +98,18 @@ class StageBars(_Chart):
         for i, (name, value) in enumerate(zip(self.names, self.values)):
             y = rect.top() + i * row
             painter.setPen(_TEXT)
-            painter.drawText(QRectF(rect.left(), y, label_w - 4, row), int(Qt.AlignmentFlag.AlignRight
-                                                                          | Qt.AlignmentFlag.AlignVCenter), name)
+            painter.drawText(
+                QRectF(rect.left(), y, label_w - 4, row),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                name,
+            )
             length = bar_w * value / top
             painter.fillRect(QRectF(rect.left() + label_w, y + row * 0.2, length, row * 0.6), _BAR)
-            painter.drawText(QRectF(rect.left() + label_w + length + 3, y, value_w, row),
-                             int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), _ms(value))
+            painter.drawText(
+                QRectF(rect.left() + label_w + length + 3, y, value_w, row),
+                int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                _ms(value),
+            )
 
 
 class HistoryLine(_Chart):
@@ -130,8 +136,10 @@ class HistoryLine(_Chart):
         painter.setPen(QPen(_GRID, 1))
         painter.drawLine(area.bottomLeft(), area.bottomRight())
         slots = max(len(self.values), 5)
-        points = [QPointF(area.left() + area.width() * (i + 0.5) / slots, area.bottom() - area.height() * v / top)
-                  for i, v in enumerate(self.values)]
+        points = [
+            QPointF(area.left() + area.width() * (i + 0.5) / slots, area.bottom() - area.height() * v / top)
+            for i, v in enumerate(self.values)
+        ]
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         painter.setPen(QPen(_LINE, 2))
         painter.drawPolyline(points)
@@ -155,8 +163,13 @@ class TimingPanel(QWidget):
         self.memoryLabel = QLabel("–", objectName="timingMemory")
         self.deviceLabel = QLabel("–", objectName="timingDevice")
         facts = QFormLayout()
-        for label, widget in (("Total", self.totalLabel), ("FLOPs", self.flopsLabel), ("Achieved", self.rateLabel),
-                              ("Peak memory", self.memoryLabel), ("Device / dtype", self.deviceLabel)):
+        for label, widget in (
+            ("Total", self.totalLabel),
+            ("FLOPs", self.flopsLabel),
+            ("Achieved", self.rateLabel),
+            ("Peak memory", self.memoryLabel),
+            ("Device / dtype", self.deviceLabel),
+        ):
             facts.addRow(label, widget)
         facts_box = QWidget()
         facts_box.setLayout(facts)
@@ -187,6 +200,8 @@ class TimingPanel(QWidget):
         self.totalLabel.setText(format_seconds(total))
         self.flopsLabel.setText(format_flops(facts.flops))
         self.flopsLabel.setToolTip(f"{facts.flops:,} floating-point operations (estimated)")
-        self.rateLabel.setText(f"{format_flops(facts.gflops_per_second * 1e9)}/s")  # a tiny run is MFLOP/s, not "0.00 GFLOP/s"
+        self.rateLabel.setText(
+            f"{format_flops(facts.gflops_per_second * 1e9)}/s"
+        )  # a tiny run is MFLOP/s, not "0.00 GFLOP/s"
         self.memoryLabel.setText(format_bytes(facts.peak_bytes))
         self.deviceLabel.setText(f"{facts.device} / {facts.dtype}")

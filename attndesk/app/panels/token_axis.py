@@ -176,6 +176,9 @@ class TokenAxis(pg.AxisItem):
             p.save()
             p.translate(x, bounds.top() + 4)
             p.rotate(-90)  # text runs upward, ending just below the axis line
-            p.drawText(QRectF(-room, -line / 2, room, line),
-                       int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), self._labels[i])
+            p.drawText(
+                QRectF(-room, -line / 2, room, line),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                self._labels[i],
+            )
             p.restore()

@@ -55,8 +55,9 @@ class TokenTableModel(QAbstractTableModel):
         self._ids: list[int] = []
         self._unknown: list[bool] = []
 
-    def set_tokens(self, tokens: Sequence[str], ids: Sequence[int] | np.ndarray,
-                   unknown: Sequence[bool] | None = None) -> None:
+    def set_tokens(
+        self, tokens: Sequence[str], ids: Sequence[int] | np.ndarray, unknown: Sequence[bool] | None = None
+    ) -> None:
         """Show these tokens; the same tokens again (another seed, another head count) leave the
         table as it is: no reset, no relayout, the scroll position kept."""
         new_tokens, new_ids = list(tokens), [int(i) for i in ids]
@@ -74,7 +75,7 @@ class TokenTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else 3
 
     def kind(self, row: int) -> str:
-        """"pad", "unk" or "word" (what the row's colour says)."""
+        """ "pad", "unk" or "word" (what the row's colour says)."""
         if self._tokens[row] == PAD or self._ids[row] == 0:
             return "pad"
         if self._unknown[row]:
@@ -155,8 +156,10 @@ class _PreviewNote(QWidget):
     def show_for(self, text: str | None) -> None:
         """Say that a preview of ``text`` is shown (None: the box holds the text itself)."""
         if text is not None:
-            self.label.setText(f"Preview: the first {min(len(text), PREVIEW_CHARS):,} of {len(text):,} characters, "
-                               "read-only. The whole text is used; open or drop a file to replace it.")
+            self.label.setText(
+                f"Preview: the first {min(len(text), PREVIEW_CHARS):,} of {len(text):,} characters, "
+                "read-only. The whole text is used; open or drop a file to replace it."
+            )
         self.setVisible(text is not None and not self._editor.isHidden())
 
 
@@ -198,8 +201,10 @@ class TokensPanel(QWidget):
         self._show_cross(state.cross)
 
     def _lay_out(self) -> None:
-        legend = QLabel('<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
-                        '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]')
+        legend = QLabel(
+            '<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
+            '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]'
+        )
         legend.setStyleSheet("color: #555;")
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Text (queries)"))

@@ -56,7 +56,7 @@ def _suffix(spec: Param) -> str:
 def spin_range(spec: Param) -> tuple[float, float]:
     """The values a number's spin box offers, in the field's unit (bytes in MiB): the spec's range,
     up to what the window can show (an open end one step of the last decimal inside)."""
-    tick = 10.0 ** -spec.decimals if spec.kind is float else 1
+    tick = 10.0**-spec.decimals if spec.kind is float else 1
     low = spec.low if spec.low is not None else INT_MIN
     high = min(v for v in (spec.high, spec.window_max, INT_MAX * _scale(spec)) if v is not None) / _scale(spec)
     low, high = low + tick * spec.low_open, high - tick * spec.high_open
@@ -116,8 +116,13 @@ class SpinControl(FieldControl):
         super().__init__(spec)
         low, high = spin_range(spec)
         zero = spec.control == "zero"
-        self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=0 if zero else int(low), maximum=int(high),
-                             singleStep=int(spec.step), suffix=_suffix(spec))
+        self.spin = QSpinBox(
+            objectName=f"{spec.stem}Spin",
+            minimum=0 if zero else int(low),
+            maximum=int(high),
+            singleStep=int(spec.step),
+            suffix=_suffix(spec),
+        )
         if zero:
             auto = f" ({spec.auto() // _scale(spec):,}{_suffix(spec)})" if spec.auto is not None else ""
             self.spin.setSpecialValueText(spec.none + auto)
@@ -141,8 +146,9 @@ class FloatControl(FieldControl):
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
         low, high = spin_range(spec)
-        self.spin = QDoubleSpinBox(objectName=f"{spec.stem}Spin", minimum=low, maximum=high,
-                                   singleStep=spec.step, decimals=spec.decimals)
+        self.spin = QDoubleSpinBox(
+            objectName=f"{spec.stem}Spin", minimum=low, maximum=high, singleStep=spec.step, decimals=spec.decimals
+        )
         self.widgets, self.signals = (self.spin,), [self.spin.valueChanged]
         self._tip()
 
@@ -226,8 +232,9 @@ class DivisorsControl(FieldControl):
             combo.clear()
             for label, data in entries:
                 combo.addItem(label, data)
-        combo.setCurrentIndex(len(entries) - 1 if unknown else next(
-            i for i, (_label, d) in enumerate(entries) if d == shown))
+        combo.setCurrentIndex(
+            len(entries) - 1 if unknown else next(i for i, (_label, d) in enumerate(entries) if d == shown)
+        )
 
 
 class SwitchControl(FieldControl):
@@ -240,9 +247,12 @@ class SwitchControl(FieldControl):
         low, high = spin_range(spec)
         if spec.kind is float:
             self.spin: QDoubleSpinBox | QSpinBox = QDoubleSpinBox(
-                objectName=f"{spec.stem}Spin", minimum=low, maximum=high, decimals=spec.decimals, singleStep=spec.step)
+                objectName=f"{spec.stem}Spin", minimum=low, maximum=high, decimals=spec.decimals, singleStep=spec.step
+            )
         else:
-            self.spin = QSpinBox(objectName=f"{spec.stem}Spin", minimum=int(low), maximum=int(high), suffix=_suffix(spec))
+            self.spin = QSpinBox(
+                objectName=f"{spec.stem}Spin", minimum=int(low), maximum=int(high), suffix=_suffix(spec)
+            )
         self.spin.setValue(spec.suggested)
         self.spin.setMinimumWidth(80)  # sized for "2147483647 tokens" it pushed the row under the dock's border
         self._least = low

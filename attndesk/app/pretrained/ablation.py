@@ -20,8 +20,9 @@ def ablation_effect(run: PretrainedResult) -> str | None:
     if not run.altered:
         return None
     if run.kl_to_normal is not None and run.normal_next is not None and run.next_token is not None:
-        return (f"next-token KL(normal ‖ altered) {run.kl_to_normal:.4g} nats · top {TOP} before → after: "
-                + top_change(run.normal_next, run.next_token))
+        return f"next-token KL(normal ‖ altered) {run.kl_to_normal:.4g} nats · top {TOP} before → after: " + top_change(
+            run.normal_next, run.next_token
+        )
     if run.cosine_to_normal is not None:
         return f"cosine to the normal embedding {run.cosine_to_normal:.4f}"
     return run.next_token_off  # a checkpoint without its LM head: why there is no KL, else None

@@ -43,16 +43,26 @@ def predicted_token(model: LoadedModel, text: str) -> int:
         return int(last_logits(model, p.ids, p.decoder_ids)[0].argmax())
 
 
-def attribution_job(model: LoadedModel, text: str, target: str | int | None, method: str, steps: int, budget: int, *,
-                    progress, cancel: CancelFlag) -> InputAttribution:
+def attribution_job(
+    model: LoadedModel,
+    text: str,
+    target: str | int | None,
+    method: str,
+    steps: int,
+    budget: int,
+    *,
+    progress,
+    cancel: CancelFlag,
+) -> InputAttribution:
     """Worker: the attribution of ``target`` (None: the predicted token) by ``method``; integrated
     gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps."""
     if target is None:
         target = predicted_token(model, text)
     if method == "ig":
         budget = min(budget, gradient_pass_bytes(model, IG_BATCH, prompt(model, text).length))
-        return integrated_gradients_report(model, text, target, steps, memory_budget=budget, progress=progress,
-                                           cancel=cancel)
+        return integrated_gradients_report(
+            model, text, target, steps, memory_budget=budget, progress=progress, cancel=cancel
+        )
     if method == "gxi":
         return gradient_x_input_report(model, text, target)
     return attention_x_gradient(model, text, target)
@@ -66,8 +76,14 @@ class AttributionTab(InterpPresenter):
     TAB = ATTRIBUTION_TAB
     AUTO = True
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: AttributionView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        compute: ComputeController,
+        status: StatusModel,
+        view: AttributionView,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(state, compute, status, view, parent)
         view.inputsEdited.connect(self.follow)
         self.update_availability()
@@ -78,8 +94,14 @@ class AttributionTab(InterpPresenter):
 
     def inputs_key(self):
         view = self.view
-        return (self.state.mode, self.state.text, view.target.text(), view.method(),
-                view.steps() if view.method() == "ig" else None, self.state.config.budget_bytes)
+        return (
+            self.state.mode,
+            self.state.text,
+            view.target.text(),
+            view.method(),
+            view.steps() if view.method() == "ig" else None,
+            self.state.config.budget_bytes,
+        )
 
     def request(self):
         view = self.view
@@ -96,7 +118,6 @@ class AttributionTab(InterpPresenter):
 
     def show_result(self, result: InputAttribution) -> None:
         self.view.set_attribution(result)
-
 
 
 __all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "predicted_token"]

@@ -20,7 +20,9 @@ def describe_run(result) -> str:
     size = f"{result.length} tokens"
     if result.target_tokens is not None:
         size = f"{result.length} source + {len(result.target_tokens)} target tokens"
-    heads = f"{result.num_heads} heads" + (f" ({result.kv_heads} K/V)" if result.kv_heads and result.kv_heads < result.num_heads else "")
+    heads = f"{result.num_heads} heads" + (
+        f" ({result.kv_heads} K/V)" if result.kv_heads and result.kv_heads < result.num_heads else ""
+    )
     parts = [f"{result.model_name}: {size}, {result.num_layers} layers x {heads}, {result.total_seconds * 1000:.0f} ms"]
     changes = []
     if not result.scaled:
@@ -58,8 +60,14 @@ class PretrainedControls(QWidget):
         self._build()
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.part_combo, self.layer_spin, self.all_layers_check, self.hide_special_check,
-                  self.log_check, self.hide_first_check):
+        for w in (
+            self.part_combo,
+            self.layer_spin,
+            self.all_layers_check,
+            self.hide_special_check,
+            self.log_check,
+            self.hide_first_check,
+        ):
             row.addWidget(w)
         # clear_button is not in this row either: the owner puts it next to the grid, where heads are ablated
         self.layer_spin.valueChanged.connect(self._on_layer)
@@ -82,26 +90,36 @@ class PretrainedControls(QWidget):
         self.hide_special_check = QCheckBox("hide special tokens", objectName="hideSpecialCheck")
         self.hide_special_check.setToolTip(
             "leave special tokens ([CLS]/[SEP], <s>/</s>, ...) out of the heatmaps; rows are NOT re-normalised, "
-            "so they sum to less than 1")
+            "so they sum to less than 1"
+        )
         self.part_combo = QComboBox(objectName="partCombo")
         for part, label in PARTS:
             self.part_combo.addItem(label, part)
-        self.part_combo.setToolTip("an encoder-decoder has three attentions: the encoder's over the source, the "
-                                   "decoder's over the target (causal), and cross-attention: target rows, source columns")
+        self.part_combo.setToolTip(
+            "an encoder-decoder has three attentions: the encoder's over the source, the "
+            "decoder's over the target (causal), and cross-attention: target rows, source columns"
+        )
         self.log_check = QCheckBox("log colours", objectName="logScaleCheck")
-        self.log_check.setToolTip("sink-aware: colour log10 of the weights, so the small weights stay visible next to "
-                                  "the first token, which takes most of a decoder's rows")
+        self.log_check.setToolTip(
+            "sink-aware: colour log10 of the weights, so the small weights stay visible next to "
+            "the first token, which takes most of a decoder's rows"
+        )
         self.hide_first_check = QCheckBox("hide first token (renormalised)", objectName="hideFirstCheck")
-        self.hide_first_check.setToolTip("leave out key 0 (a decoder's attention sink) and renormalise each row over the "
-                                         "other keys: the weights shown are then NOT the model's (the badge says so)")
+        self.hide_first_check.setToolTip(
+            "leave out key 0 (a decoder's attention sink) and renormalise each row over the "
+            "other keys: the weights shown are then NOT the model's (the badge says so)"
+        )
         self.clear_button = QPushButton("clear ablations", objectName="clearAblationButton")
         self.clear_button.setToolTip("Ctrl+click a thumbnail in the grid to ablate a head; this restores all")
         self.clear_button.setEnabled(False)
         self.target_edit = QLineEdit(objectName="targetEdit")
-        self.target_edit.setPlaceholderText("the decoder's input, e.g. a translation of the source text "
-                                            "(empty: the decoder's start token alone)")
-        self.target_edit.setToolTip("encoder-decoders (T5, BART, Marian): the target text the decoder reads; its "
-                                    "tokens are the rows of the decoder and cross-attention views")
+        self.target_edit.setPlaceholderText(
+            "the decoder's input, e.g. a translation of the source text (empty: the decoder's start token alone)"
+        )
+        self.target_edit.setToolTip(
+            "encoder-decoders (T5, BART, Marian): the target text the decoder reads; its "
+            "tokens are the rows of the decoder and cross-attention views"
+        )
         self.target_edit.setClearButtonEnabled(True)
         # the target line and the summary are separate rows: the owner places them
         self.target_row = QWidget(objectName="targetRow")

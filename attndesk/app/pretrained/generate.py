@@ -50,16 +50,30 @@ class Origin:
     seed: int
 
 
-def advance(generator: Generator | None, origin: Origin, settings: GenerationSettings, row: tuple[int, str], *,
-            should_cancel: Callable[[], bool] | None = None) -> tuple[Generator, GenerationStep, PreparedRow]:
+def advance(
+    generator: Generator | None,
+    origin: Origin,
+    settings: GenerationSettings,
+    row: tuple[int, str],
+    *,
+    should_cancel: Callable[[], bool] | None = None,
+) -> tuple[Generator, GenerationStep, PreparedRow]:
     """The side job: (a new generator when ``generator`` is None, loaded model cached) one step,
     and its row prepared for drawing as ``row`` = (layer, part) asks. The sampling settings apply
     from this step on."""
     if generator is None:
         model = load_pretrained(origin.mode.path)
-        generator = Generator(model, origin.text, target=origin.target, sampling=settings.sampling,
-                              temperature=settings.temperature, top_k=settings.top_k, seed=origin.seed,
-                              top=TOP_TOKENS, max_new_tokens=MAX_NEW_TOKENS)
+        generator = Generator(
+            model,
+            origin.text,
+            target=origin.target,
+            sampling=settings.sampling,
+            temperature=settings.temperature,
+            top_k=settings.top_k,
+            seed=origin.seed,
+            top=TOP_TOKENS,
+            max_new_tokens=MAX_NEW_TOKENS,
+        )
     generator.sampling, generator.temperature, generator.top_k = settings.sampling, settings.temperature, settings.top_k
     step = generator.step(should_cancel=should_cancel)
     return generator, step, prepare_row(step, *row)
@@ -83,8 +97,15 @@ class GenerationTab(QObject):
     stopped = Signal()
     pinned = Signal(str)  # "A" or "B": the generated text's run is in Compare
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: GenerateView,
-                 compare: Callable[[], _Pins], parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        compute: ComputeController,
+        status: StatusModel,
+        view: GenerateView,
+        compare: Callable[[], _Pins],
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self.state, self.compute, self.status, self.view = state, compute, status, view
         self._compare = compare  # the Compare tab's view (public API: pin())
@@ -129,16 +150,20 @@ class GenerationTab(QObject):
             self.view.set_available(False, "the generation stepper needs a pretrained decoder or encoder-decoder")
         elif family == "encoder":
             name = "all-MiniLM-L6-v2" if self.state.mode.path is None else Path(self.state.mode.path).name
-            self.view.set_available(False, f"{name} is an encoder: it does not generate text. Open a decoder "
-                                           "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) "
-                                           "with File > Open model folder…")
+            self.view.set_available(
+                False,
+                f"{name} is an encoder: it does not generate text. Open a decoder "
+                "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) "
+                "with File > Open model folder…",
+            )
         elif (no_head := self._no_head()) is not None:
             self.view.set_available(False, no_head)
         else:
             changed = self._generator is not None and self._origin != self._current_origin()
             note = " The input changed: the next step starts over from it." if changed else ""
-            self.view.set_available(True, "Step generates one token from the input text; Run N generates N, "
-                                          "Esc stops." + note)
+            self.view.set_available(
+                True, "Step generates one token from the input text; Run N generates N, Esc stops." + note
+            )
         self.view.set_pin_allowed(family in ("decoder", "encoder-decoder"), "")
 
     def _no_head(self) -> str | None:
@@ -168,8 +193,17 @@ class GenerationTab(QObject):
         self._submit()
 
     def _submit(self) -> None:
-        self.compute.side.submit(CHANNEL, advance, self._generator, self._origin, self.view.settings(),
-                                 self.view.row_choice(), done=self._stepped, failed=self._failed, scope=None)
+        self.compute.side.submit(
+            CHANNEL,
+            advance,
+            self._generator,
+            self._origin,
+            self.view.settings(),
+            self.view.row_choice(),
+            done=self._stepped,
+            failed=self._failed,
+            scope=None,
+        )
 
     def stop(self) -> None:
         """Stop a running generation (Esc): the step in flight is cancelled inside its forward pass
@@ -208,14 +242,19 @@ class GenerationTab(QObject):
         self.stepShown.emit(step)
         if generator.finished:
             count = len(generator.steps)
-            self._finish(f"finished after {count} token{'s' if count != 1 else ''} (end of sequence, position limit "
-                         f"or {MAX_NEW_TOKENS} new tokens): Start over to generate again")
+            self._finish(
+                f"finished after {count} token{'s' if count != 1 else ''} (end of sequence, position limit "
+                f"or {MAX_NEW_TOKENS} new tokens): Start over to generate again"
+            )
         elif self._remaining > 0:
-            self.view.set_busy(True, f"token {len(generator.steps)}: {step.token!r}; {self._remaining} to go… (Esc stops)")
+            self.view.set_busy(
+                True, f"token {len(generator.steps)}: {step.token!r}; {self._remaining} to go… (Esc stops)"
+            )
             self._submit()
         else:
-            self._finish(f"{len(generator.steps)} tokens generated · last {step.token!r} "
-                         f"p={probability_text(step.probability)}")
+            self._finish(
+                f"{len(generator.steps)} tokens generated · last {step.token!r} p={probability_text(step.probability)}"
+            )
 
     def _finish(self, message: str) -> None:
         self._running, self._remaining = False, 0
@@ -244,7 +283,9 @@ class GenerationTab(QObject):
             return
         if generator.model.family != "decoder":
             # an encoder-decoder writes its target: the decoder's input after its start token: the target it started from and what it wrote
-            self.state.target_text = cast(str, generator.model.tokenizer.decode(generator.ids[1:], skip_special_tokens=True))
+            self.state.target_text = cast(
+                str, generator.model.tokenizer.decode(generator.ids[1:], skip_special_tokens=True)
+            )
             text, ids = self.state.text, None
         else:
             text = full_text(generator)
@@ -254,7 +295,9 @@ class GenerationTab(QObject):
         if self.state.text == text and shown is not None and self._answers(shown) and not self.compute.is_pending():
             self._finish_pin()
             return
-        self.status.say(f"running the generated text, then Compare {'pins it as A' if which == 'A' else 'shows it as B'}…")
+        self.status.say(
+            f"running the generated text, then Compare {'pins it as A' if which == 'A' else 'shows it as B'}…"
+        )
         self.state.text = text
 
     def _answers(self, shown: Shown) -> bool:

@@ -47,8 +47,14 @@ class LayerHeadGrid(QWidget):
         weights, mask, hide_special, hidden = grid_weights(result, hide_special)
         self.set_weights(weights, mask=mask, hide_special=hide_special, hidden_share=hidden)
 
-    def set_weights(self, weights: np.ndarray, *, mask: np.ndarray | None = None, hide_special: bool = False,
-                    hidden_share: float | None = None) -> None:
+    def set_weights(
+        self,
+        weights: np.ndarray,
+        *,
+        mask: np.ndarray | None = None,
+        hide_special: bool = False,
+        hidden_share: float | None = None,
+    ) -> None:
         self._source = (weights, mask, hide_special, hidden_share)
         self._rebuild()
 
@@ -80,7 +86,9 @@ class LayerHeadGrid(QWidget):
     def _rebuild(self) -> None:
         if self._source is not None:
             weights, mask, hide_special, hidden = self._source
-            self._painting = painting_of(weights, mask, self._ablated, self._colormap, self._scale, hide_special, hidden)
+            self._painting = painting_of(
+                weights, mask, self._ablated, self._colormap, self._scale, hide_special, hidden
+            )
         self._after_change()
 
     def _after_change(self) -> None:
@@ -143,8 +151,9 @@ class LayerHeadGrid(QWidget):
                 painter.setPen(QColor(120, 120, 120))
                 painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignCenter), "no pretrained run yet")
             else:
-                self._painting.paint(painter, QRectF(self.rect()), current=self._current, hover=self._hover,
-                                     hint=GRID_HINT)
+                self._painting.paint(
+                    painter, QRectF(self.rect()), current=self._current, hover=self._hover, hint=GRID_HINT
+                )
         finally:
             painter.end()
 
@@ -173,9 +182,11 @@ class LayerHeadGrid(QWidget):
             self.headHovered.emit(*(cell if cell is not None else (-1, -1)))
             if cell is not None and self._painting is not None:
                 state = " · ablated" if cell in self._ablated else ""
-                QToolTip.showText(event.globalPosition().toPoint(),
-                                  f"layer {cell[0]} · head {cell[1]} · max weight "
-                                  f"{self._painting.head_max[cell]:.3f}{state}", self)
+                QToolTip.showText(
+                    event.globalPosition().toPoint(),
+                    f"layer {cell[0]} · head {cell[1]} · max weight {self._painting.head_max[cell]:.3f}{state}",
+                    self,
+                )
         super().mouseMoveEvent(event)
 
     def leaveEvent(self, event) -> None:
@@ -185,7 +196,12 @@ class LayerHeadGrid(QWidget):
             self.headHovered.emit(-1, -1)
         super().leaveEvent(event)
 
-    _MOVES: ClassVar[dict[Qt.Key, tuple[int, int]]] = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1), Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
+    _MOVES: ClassVar[dict[Qt.Key, tuple[int, int]]] = {
+        Qt.Key.Key_Left: (0, -1),
+        Qt.Key.Key_Right: (0, 1),
+        Qt.Key.Key_Up: (-1, 0),
+        Qt.Key.Key_Down: (1, 0),
+    }
 
     def keyPressEvent(self, event) -> None:
         """Arrows move the highlight, Enter opens it, Space toggles ablating it."""

@@ -90,9 +90,11 @@ def family_reason(mode: ModeId, what: str) -> str | None:
     if family is None:
         return TOY_REASON.format(what=what)
     if family == "encoder":
-        return (f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
-                "to measure. Open a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART) with "
-                "File > Open model folder…")
+        return (
+            f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
+            "to measure. Open a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART) with "
+            "File > Open model folder…"
+        )
     return None
 
 
@@ -107,8 +109,9 @@ class InterpPresenter(QObject):
     AUTO = False
     _progressed = Signal(int, float, str)  # (job tag, fraction, message), from the worker thread
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: Any,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, status: StatusModel, view: Any, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self.state, self.compute, self.status, self.view = state, compute, status, view
         self._tags = itertools.count(1)
@@ -130,8 +133,12 @@ class InterpPresenter(QObject):
 
     def follow(self) -> None:
         """An AUTO tab on screen computes when its inputs changed since the last job it asked for."""
-        if self.AUTO and self.state.view.tab == self.TAB and self.unavailable() is None \
-                and self.inputs_key() != self._asked:
+        if (
+            self.AUTO
+            and self.state.view.tab == self.TAB
+            and self.unavailable() is None
+            and self.inputs_key() != self._asked
+        ):
             self.run()
 
     # -- the model ---------------------------------------------------------------------------------
@@ -200,8 +207,17 @@ class InterpPresenter(QObject):
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
 
-        self.compute.side.submit(self.CHANNEL, _job, fn, self.state.mode.path, *args, progress=progress,
-                                 done=partial(self._done, tag), failed=partial(self._failed, tag), scope=None)
+        self.compute.side.submit(
+            self.CHANNEL,
+            _job,
+            fn,
+            self.state.mode.path,
+            *args,
+            progress=progress,
+            done=partial(self._done, tag),
+            failed=partial(self._failed, tag),
+            scope=None,
+        )
 
     @Slot()
     def cancel(self, quiet: bool = False) -> None:
@@ -238,8 +254,13 @@ class InterpPresenter(QObject):
             self.view.bar.set_progress(fraction, message)
 
 
-def _job(fn: Callable[..., Any], path: str | None, *args: Any, progress: Callable[[float, str], None],
-         should_cancel: Callable[[], bool] | None = None) -> Any:
+def _job(
+    fn: Callable[..., Any],
+    path: str | None,
+    *args: Any,
+    progress: Callable[[float, str], None],
+    should_cancel: Callable[[], bool] | None = None,
+) -> Any:
     """In the worker: load the model (cached), then ``fn(model, *args, progress=, cancel=)``."""
     cancel = CancelFlag(should_cancel)
     model = load_pretrained(path, progress=lambda f, m: progress(0.0, m))
@@ -248,4 +269,12 @@ def _job(fn: Callable[..., Any], path: str | None, *args: Any, progress: Callabl
     return fn(model, *args, progress=progress, cancel=cancel)
 
 
-__all__ = ["CancelFlag", "InterpPresenter", "family_reason", "model_family", "model_name", "parse_token", "token_checker"]
+__all__ = [
+    "CancelFlag",
+    "InterpPresenter",
+    "family_reason",
+    "model_family",
+    "model_name",
+    "parse_token",
+    "token_checker",
+]

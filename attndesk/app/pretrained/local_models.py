@@ -40,15 +40,21 @@ def reason_text(model: CachedModel) -> str:
     """Why not, naming the repository rather than its snapshot folder (a commit hash)."""
     reason = model.reason
     if model.path is not None and reason.startswith(f"{model.path.name} "):
-        reason = model.repo_id + reason[len(model.path.name):]
+        reason = model.repo_id + reason[len(model.path.name) :]
     return reason
 
 
 def row_texts(model: CachedModel) -> list[str]:
     family = f"{model.family_name} {model.family}" if model.family else model.family_name
     supported = "yes" if model.supported else f"no: {reason_text(model)}"
-    return [model.repo_id, family, model.architecture or "?", parameters_text(model.parameters),
-            format_bytes(model.size_bytes), supported]
+    return [
+        model.repo_id,
+        family,
+        model.architecture or "?",
+        parameters_text(model.parameters),
+        format_bytes(model.size_bytes),
+        supported,
+    ]
 
 
 class LocalModelsDialog(QDialog):
@@ -109,8 +115,10 @@ class LocalModelsDialog(QDialog):
         self.message.setStyleSheet("")
         self.message.setText(
             f"{len(self._models)} model(s) in the cache, {usable} attndesk can run: double-click one to open it "
-            "(offline; never code shipped with a model)" if self._models else
-            "no models in the cache: download one with huggingface-cli, or use File > Open model folder…")
+            "(offline; never code shipped with a model)"
+            if self._models
+            else "no models in the cache: download one with huggingface-cli, or use File > Open model folder…"
+        )
         self._on_selection()
 
     def show_error(self, message: str) -> None:

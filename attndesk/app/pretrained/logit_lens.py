@@ -22,8 +22,9 @@ from .interp import CancelFlag, InterpPresenter
 LOGIT_LENS_TAB = "logit-lens"
 
 
-def logit_lens_job(model: LoadedModel, text: str, target: str | None, k: int, *, progress,
-                   cancel: CancelFlag) -> LogitLens:
+def logit_lens_job(
+    model: LoadedModel, text: str, target: str | None, k: int, *, progress, cancel: CancelFlag
+) -> LogitLens:
     """Worker: the logit lens of ``text`` (one layer's [L, V] logits at a time in the core)."""
     progress(0.0, "logit lens: one residual stream at a time")
     return logit_lens(model, text, k=k, target=target if model.family == "encoder-decoder" else None)
@@ -37,8 +38,14 @@ class LogitLensTab(InterpPresenter):
     TAB = LOGIT_LENS_TAB
     AUTO = True
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: LogitLensView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        compute: ComputeController,
+        status: StatusModel,
+        view: LogitLensView,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(state, compute, status, view, parent)
         view.inputsEdited.connect(self.follow)
         self.update_availability()
@@ -55,7 +62,6 @@ class LogitLensTab(InterpPresenter):
 
     def show_result(self, result: LogitLens) -> None:
         self.view.set_lens(result)
-
 
 
 __all__ = ["LOGIT_LENS_TAB", "LogitLensTab", "logit_lens_job"]

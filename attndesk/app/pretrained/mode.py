@@ -79,8 +79,9 @@ def folder_mode(path: str | Path) -> ModeId:
     return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
 
 
-def layer_map(run: PretrainedResult, layer: int, hide_special: bool,
-              part: str = "self") -> tuple[AttentionMap, bool, list[str]]:
+def layer_map(
+    run: PretrainedResult, layer: int, hide_special: bool, part: str = "self"
+) -> tuple[AttentionMap, bool, list[str]]:
     """(the layer's map of ``part``, whether special tokens are hidden, notices): with every token
     special, hiding them would leave nothing, so they are shown, with a notice."""
     if hide_special:
@@ -130,15 +131,34 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
     if part == "self" and run.hidden_states is not None:
         output = run.hidden_states[layer + 1][keep]
     return Shown(
-        mode=mode, map=amap, source=source_for_map(amap), facts=facts, queries=queries, keys=keys,
-        notices=notices_of(lines), layers=run, layer=layer, output=output,
+        mode=mode,
+        map=amap,
+        source=source_for_map(amap),
+        facts=facts,
+        queries=queries,
+        keys=keys,
+        notices=notices_of(lines),
+        layers=run,
+        layer=layer,
+        output=output,
         present_key=(layer, bool(hide_special), part),
     )
 
 
-def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, part: str = "self", *,
-                   target: str | None = None, scaled: bool = True, causal: bool = False, ablate=(),
-                   progress=None, should_cancel=None) -> Shown:
+def pretrained_run(
+    mode: ModeId,
+    text: str,
+    layer: int,
+    hide_special: bool,
+    part: str = "self",
+    *,
+    target: str | None = None,
+    scaled: bool = True,
+    causal: bool = False,
+    ablate=(),
+    progress=None,
+    should_cancel=None,
+) -> Shown:
     """The worker's job: load (cached) and run the model, then present the chosen layer.
 
     The first forward pass after a load pays ~0.8 s of torch's one-off set-up (kernels, thread
@@ -154,8 +174,16 @@ def pretrained_run(mode: ModeId, text: str, layer: int, hide_special: bool, part
         stage = lambda f, m: report(0.6 + 0.4 * f, m)  # noqa: E731
     else:
         stage = report
-    run = pretrained_job(mode.path, text, target=target, scaled=scaled, causal=causal, ablate=ablate, progress=stage,
-                         should_cancel=should_cancel)
+    run = pretrained_job(
+        mode.path,
+        text,
+        target=target,
+        scaled=scaled,
+        causal=causal,
+        ablate=ablate,
+        progress=stage,
+        should_cancel=should_cancel,
+    )
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
     return pretrained_shown(run, mode, layer, hide_special, part)
@@ -180,12 +208,13 @@ class PretrainedMode(QObject, ModeBase):
 
     # -- the Mode protocol ------------------------------------------------------------------------
     def choices(self) -> list[ModeChoice]:
-        packaged = ModeChoice(PACKAGED, f"Pretrained: {PACKAGED_NAME}",
-                              "the real all-MiniLM-L6-v2 encoder (6 layers x 12 heads), offline")
+        packaged = ModeChoice(
+            PACKAGED, f"Pretrained: {PACKAGED_NAME}", "the real all-MiniLM-L6-v2 encoder (6 layers x 12 heads), offline"
+        )
         return [packaged] + [ModeChoice(m, f"Pretrained: {self._label(m)}", self._tip(m)) for m in self._folders]
 
     def _label(self, mode: ModeId) -> str:
-        """"org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
+        """ "org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
         spec = self._specs.get(mode)
         assert mode.path is not None, "a folder's mode"
         return Path(mode.path).name if spec is None else spec.name
@@ -208,13 +237,19 @@ class PretrainedMode(QObject, ModeBase):
         causal, scaled = "causal" in state.config.mask, bool(state.config.scaled)
         ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
         name = PACKAGED_NAME if state.mode.path is None else Path(state.mode.path).name
-        what = f"running {name}" if is_loaded(state.mode.path) else f"loading {name} (once per session), then running it"
+        what = (
+            f"running {name}" if is_loaded(state.mode.path) else f"loading {name} (once per session), then running it"
+        )
         if state.cross:
             what += " (cross-attention is toy-model only: the key text is ignored)"
         target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
         layer, hide, part = self.present_key(state)
-        job = Job(pretrained_run, (state.mode, state.text, layer, hide, part),
-                  {"target": target, "scaled": scaled, "causal": causal, "ablate": ablate}, what)
+        job = Job(
+            pretrained_run,
+            (state.mode, state.text, layer, hide, part),
+            {"target": target, "scaled": scaled, "causal": causal, "ablate": ablate},
+            what,
+        )
         return Request(key=(state.mode, state.text, target, scaled, causal, ablate), job=job)
 
     def present_key(self, state: AppState) -> tuple[int, bool, str]:
@@ -230,15 +265,26 @@ class PretrainedMode(QObject, ModeBase):
             spec = self.spec_for(state.mode)
         except ConfigError:
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
-        fixed = {"embed_dim": spec.hidden_size, "num_heads": spec.num_heads, "hidden_dim": spec.head_dim,
-                 "dropout": 0.0, "training": False, "device": "cpu", "dtype": "float32", "pad_to": None,
-                 "position": spec.positions, "seed": state.config.seed,
-                 "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None}  # None: plain multi-head
+        fixed = {
+            "embed_dim": spec.hidden_size,
+            "num_heads": spec.num_heads,
+            "hidden_dim": spec.head_dim,
+            "dropout": 0.0,
+            "training": False,
+            "device": "cpu",
+            "dtype": "float32",
+            "pad_to": None,
+            "position": spec.positions,
+            "seed": state.config.seed,
+            "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None,
+        }  # None: plain multi-head
         if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
             fixed["mask"] = "causal"
         limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
         heads = f"{spec.num_heads} heads" + (f" ({spec.kv_heads} K/V)" if spec.kv_heads < spec.num_heads else "")
-        layers = f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
+        layers = (
+            f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
+        )
         info = f"{spec.family_name} {spec.family}\n{layers} × {heads}, d_k {spec.head_dim}\n{limit}"
         tip = _DECODER_MASK_TIP if spec.family == "decoder" else _MASK_TIP
         return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
@@ -276,10 +322,14 @@ class PretrainedMode(QObject, ModeBase):
         self.gridScaleCombo = QComboBox(objectName="gridScaleCombo")
         self.gridScaleCombo.addItem("colour per head", "per-head")
         self.gridScaleCombo.addItem("colour shared", "shared")
-        self.gridScaleCombo.setToolTip("per head: each thumbnail from 0 to its own maximum (shows every pattern); "
-                                       "shared: one scale for all (compares heads)")
+        self.gridScaleCombo.setToolTip(
+            "per head: each thumbnail from 0 to its own maximum (shows every pattern); "
+            "shared: one scale for all (compares heads)"
+        )
         self.openFolderAction = QAction("Open &model folder…", self, objectName="openModelFolderAction")
-        self.openFolderAction.setToolTip("a local model folder: config.json, weights (safetensors or .bin), tokenizer files")
+        self.openFolderAction.setToolTip(
+            "a local model folder: config.json, weights (safetensors or .bin), tokenizer files"
+        )
         self.localModelsAction = QAction("&Local models…", self, objectName="localModelsAction")
         self.localModelsAction.setToolTip("the models already in the local Hugging Face cache: open one (offline)")
 
@@ -312,7 +362,8 @@ class PretrainedMode(QObject, ModeBase):
         self.grid.headActivated.connect(self.open_head)
         self.grid.ablationChanged.connect(self.set_ablation)
         self.gridScaleCombo.currentIndexChanged.connect(
-            lambda _i: setattr(state.pretrained, "grid_scale", self.gridScaleCombo.currentData()))
+            lambda _i: setattr(state.pretrained, "grid_scale", self.gridScaleCombo.currentData())
+        )
         self.openFolderAction.triggered.connect(self._open_folder_dialog)
         self.localModelsAction.triggered.connect(self.show_local_models)
         self.exportGridAction.triggered.connect(self._export_grid_dialog)
@@ -390,12 +441,14 @@ class PretrainedMode(QObject, ModeBase):
         state = self._ui.state
         grid_on = state.view.tab == GRID_TAB
         c = self.controls
-        for widget, setter, value in ((c.layer_spin, c.layer_spin.setValue, state.pretrained.layer),
-                                      (c.hide_special_check, c.hide_special_check.setChecked, state.pretrained.hide_special),
-                                      (c.all_layers_check, c.all_layers_check.setChecked, grid_on),
-                                      (c.log_check, c.log_check.setChecked, state.view.log_scale),
-                                      (c.hide_first_check, c.hide_first_check.setChecked, state.view.hide_first_key),
-                                      (c.part_combo, c.part_combo.setCurrentIndex, c.part_combo.findData(state.pretrained.part))):
+        for widget, setter, value in (
+            (c.layer_spin, c.layer_spin.setValue, state.pretrained.layer),
+            (c.hide_special_check, c.hide_special_check.setChecked, state.pretrained.hide_special),
+            (c.all_layers_check, c.all_layers_check.setChecked, grid_on),
+            (c.log_check, c.log_check.setChecked, state.view.log_scale),
+            (c.hide_first_check, c.hide_first_check.setChecked, state.view.hide_first_key),
+            (c.part_combo, c.part_combo.setCurrentIndex, c.part_combo.findData(state.pretrained.part)),
+        ):
             widget.blockSignals(True)
             setter(value)
             widget.blockSignals(False)
@@ -450,9 +503,18 @@ class PretrainedMode(QObject, ModeBase):
             return
         state = self._ui.state
         self._ui.compute.side.submit(
-            "grid", grid_painting, self._run, hide_special=state.pretrained.hide_special,
-            colormap=state.view.colormap, scale=state.pretrained.grid_scale, ablated=state.pretrained.ablate,
-            part=self._part(), log=state.view.log_scale, done=self._show_painting, scope="run")
+            "grid",
+            grid_painting,
+            self._run,
+            hide_special=state.pretrained.hide_special,
+            colormap=state.view.colormap,
+            scale=state.pretrained.grid_scale,
+            ablated=state.pretrained.ablate,
+            part=self._part(),
+            log=state.view.log_scale,
+            done=self._show_painting,
+            scope="run",
+        )
 
     def _show_painting(self, painting) -> None:
         self.grid.set_painting(painting)
@@ -474,8 +536,16 @@ class PretrainedMode(QObject, ModeBase):
                 self._painting_held = None
                 self.grid.clear()  # the ledger's line on the status line says why
 
-        cell.append(self._ui.compute.ledger.hold("pretrained", "the layer grid's thumbnails",
-                                                 arrays_of(painting, 3), release, protected=True, strict=False))
+        cell.append(
+            self._ui.compute.ledger.hold(
+                "pretrained",
+                "the layer grid's thumbnails",
+                arrays_of(painting, 3),
+                release,
+                protected=True,
+                strict=False,
+            )
+        )
         self._painting_held = cell[0]
 
     # -- intents ----------------------------------------------------------------------------------
@@ -493,8 +563,9 @@ class PretrainedMode(QObject, ModeBase):
         """Heads (layer, head) whose output is zeroed: a new run. The window ablates self-attention
         heads (an encoder-decoder's encoder): a Ctrl+click in the decoder or cross grid is refused."""
         if pairs and self._part() != "self":
-            self._ui.status.fail("ablation acts on the encoder's self-attention heads: choose "
-                                 "“encoder self-attention” to ablate a head")
+            self._ui.status.fail(
+                "ablation acts on the encoder's self-attention heads: choose “encoder self-attention” to ablate a head"
+            )
             self.grid.set_ablated(self._ui.state.pretrained.ablate)
             return
         self._ui.state.pretrained.ablate = tuple(sorted({(int(l), int(h)) for l, h in pairs}))
@@ -549,8 +620,10 @@ class PretrainedMode(QObject, ModeBase):
         return True
 
     def _open_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self._dialog_parent(), "Open a model folder "
-                                                "(config.json, model.safetensors or pytorch_model.bin, tokenizer)")
+        path = QFileDialog.getExistingDirectory(
+            self._dialog_parent(),
+            "Open a model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)",
+        )
         if path:
             self.open_folder(path)
 
@@ -563,8 +636,9 @@ class PretrainedMode(QObject, ModeBase):
         self._local.set_busy()
         self._local.show()
         self._local.raise_()
-        self._ui.compute.side.submit("hub-cache", list_cached_models, done=self._local.set_models,
-                                     failed=self._local.show_error, scope=None)
+        self._ui.compute.side.submit(
+            "hub-cache", list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
+        )
         return self._local
 
     def _on_log_scale(self, _on: bool) -> None:
@@ -622,12 +696,14 @@ class PretrainedMode(QObject, ModeBase):
             fail(exc)
             return
         self._ui.status.say(f"exporting {Path(path).name}…")
-        self._exports.start(write, done=lambda written: self._ui.status.say(f"exported {written}"), failed=fail,
-                            expected=(ExportError,))
+        self._exports.start(
+            write, done=lambda written: self._ui.status.say(f"exported {written}"), failed=fail, expected=(ExportError,)
+        )
 
     def _export_grid_dialog(self) -> None:
-        self._export_dialog("Export the layers × heads grid", "png", "PNG (*.png);;SVG (*.svg);;PDF (*.pdf)",
-                            self._grid_writer)
+        self._export_dialog(
+            "Export the layers × heads grid", "png", "PNG (*.png);;SVG (*.svg);;PDF (*.pdf)", self._grid_writer
+        )
 
     def _export_all_dialog(self) -> None:
         self._export_dialog("Export every layer's weights", "npy", "NumPy (*.npy);;CSV (*.csv)", self._weights_writer)
@@ -640,15 +716,17 @@ class PretrainedMode(QObject, ModeBase):
 README_SENTENCE = "The animal didn't cross the street because it was too tired."
 
 
-def write_grid_png(path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE,
-                   size: tuple[int, int] = (1240, 640)) -> Path:
+def write_grid_png(
+    path: str | Path = "resources/pretrained_grid.png", text: str = README_SENTENCE, size: tuple[int, int] = (1240, 640)
+) -> Path:
     """The README's layers x heads picture (needs a QGuiApplication; offscreen is fine):
     ``QT_QPA_PLATFORM=offscreen python -c "from PySide6.QtWidgets import QApplication as A; a = A([]);
     from attndesk.app.pretrained.mode import write_grid_png; write_grid_png()"``."""
     run = run_pretrained(load_pretrained(), text)
     weights, _mask, _hide, hidden = grid_weights(run, True)
-    caption = (f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · '
-               + grid_caption("per-head", True, hidden))
+    caption = f'{run.model_name}, {run.num_layers} layers x {run.num_heads} heads, "{text}" · ' + grid_caption(
+        "per-head", True, hidden
+    )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return export_painting(LayerGridPainting(weights, caption=caption), path, size=size)
 

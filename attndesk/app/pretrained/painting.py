@@ -34,12 +34,16 @@ _CURRENT_RGB = (255, 140, 0)
 _HOVER_RGB = (40, 120, 220)
 _LOCAL_RGB = (154, 75, 0)
 LOG_FLOOR = 1e-4  # log colours: weights below this read as the floor (a decoder's sink takes ~all of a row)
-PARTS = (("self", "encoder self-attention"), ("decoder", "decoder self-attention"),
-         ("cross", "cross-attention (target × source)"))
+PARTS = (
+    ("self", "encoder self-attention"),
+    ("decoder", "decoder self-attention"),
+    ("cross", "cross-attention (target × source)"),
+)
 
 
-def weights_rgb(matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray | None = None, *,
-                log: bool = False) -> np.ndarray:
+def weights_rgb(
+    matrix: np.ndarray, colormap: str, vmax: float, mask: np.ndarray | None = None, *, log: bool = False
+) -> np.ndarray:
     """[rows, cols] weights -> uint8 [rows, cols, 3]: 0..vmax through the colormap (``log``: log10
     of the weights from LOG_FLOOR to vmax), masked cells (mask False) in the colormap's "masked"
     colour so they never read as a small weight."""
@@ -102,9 +106,19 @@ class LayerGridPainting:
     margin_bottom = 20.0
     gap = 3.0
 
-    def __init__(self, weights: np.ndarray, *, mask: np.ndarray | None = None, ablated: Iterable = (),
-                 colormap: str = "viridis", scale: str = "per-head", caption: str = "", log: bool = False,
-                 layer_notes: list[str] | None = None, head_labels: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        weights: np.ndarray,
+        *,
+        mask: np.ndarray | None = None,
+        ablated: Iterable = (),
+        colormap: str = "viridis",
+        scale: str = "per-head",
+        caption: str = "",
+        log: bool = False,
+        layer_notes: list[str] | None = None,
+        head_labels: list[str] | None = None,
+    ) -> None:
         if scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
         self.weights = _check_weights(weights)
@@ -124,9 +138,18 @@ class LayerGridPainting:
         self.head_max = self.weights.reshape(self.num_layers, self.num_heads, -1).max(axis=-1, initial=0.0)  # [N, H]
         top = float(self.head_max.max(initial=0.0))
         self.images: list[list[QImage]] = [
-            [rgb_image(weights_rgb(small[l, h], colormap, float(self.head_max[l, h]) if scale == "per-head" else top,
-                                   None if small_mask is None else small_mask[l], log=self.log))
-             for h in range(self.num_heads)]
+            [
+                rgb_image(
+                    weights_rgb(
+                        small[l, h],
+                        colormap,
+                        float(self.head_max[l, h]) if scale == "per-head" else top,
+                        None if small_mask is None else small_mask[l],
+                        log=self.log,
+                    )
+                )
+                for h in range(self.num_heads)
+            ]
             for l in range(self.num_layers)
         ]
 
@@ -161,8 +184,16 @@ class LayerGridPainting:
         return QSize(int(w), int(h))
 
     # -- drawing ----------------------------------------------------------------------------
-    def paint(self, painter: QPainter, rect: QRectF, *, current: tuple[int, int] | None = None,
-              hover: tuple[int, int] | None = None, background: bool = True, hint: str = "") -> None:
+    def paint(
+        self,
+        painter: QPainter,
+        rect: QRectF,
+        *,
+        current: tuple[int, int] | None = None,
+        hover: tuple[int, int] | None = None,
+        background: bool = True,
+        hint: str = "",
+    ) -> None:
         """Draw into ``rect``; ``hint`` (the widget's "click: open ...") follows the caption on screen only."""
         painter.save()
         if background:
@@ -174,15 +205,21 @@ class LayerGridPainting:
         size = self.cell_size(rect)
         for head in range(self.num_heads):
             r = self.cell_rect(rect, 0, head)
-            painter.drawText(QRectF(r.left(), rect.top(), size, self.margin_top - 2),
-                             int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom), self.head_labels[head])
+            painter.drawText(
+                QRectF(r.left(), rect.top(), size, self.margin_top - 2),
+                int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom),
+                self.head_labels[head],
+            )
         for layer in range(self.num_layers):
             r = self.cell_rect(rect, layer, 0)
             label = QRectF(rect.left(), r.top(), self.margin_left - 4, size)
             note = self.layer_notes[layer]
             painter.setPen(QColor(60, 60, 60))
-            painter.drawText(label, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
-                             f"L{layer}\n" if note else f"L{layer}")
+            painter.drawText(
+                label,
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                f"L{layer}\n" if note else f"L{layer}",
+            )
             if note:  # under the layer's name, in the heatmap badge's colour
                 painter.setPen(QColor(*_LOCAL_RGB))
                 painter.drawText(label, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), f"\n{note}")
@@ -215,8 +252,16 @@ class LayerGridPainting:
         painter.drawLine(r.topRight(), r.bottomLeft())
 
 
-def grid_caption(scale: str, hide_special: bool, hidden_share: float | None = None, factor: int = 1, *,
-                 log: bool = False, part: str = "self", special_names: str = "[CLS]/[SEP]") -> str:
+def grid_caption(
+    scale: str,
+    hide_special: bool,
+    hidden_share: float | None = None,
+    factor: int = 1,
+    *,
+    log: bool = False,
+    part: str = "self",
+    special_names: str = "[CLS]/[SEP]",
+) -> str:
     """The legend line under the grid: part, colour scale, special tokens, downsampling."""
     parts = [] if part == "self" else [dict(PARTS)[part]]
     parts.append("colour: each head 0..its max" if scale == "per-head" else "colour: 0..largest weight")
@@ -239,7 +284,7 @@ def part_specials(result, part: str = "self") -> tuple[np.ndarray, np.ndarray]:
 
 
 def special_names(result, part: str = "self") -> str:
-    """"[CLS]/[SEP]" or "<s>/</s>": the special tokens a part's axes hold."""
+    """ "[CLS]/[SEP]" or "<s>/</s>": the special tokens a part's axes hold."""
     tokens = (result.target_tokens or []) if part == "decoder" else result.tokens
     flags = part_specials(result, part)[1]
     names = "/".join(dict.fromkeys(tokens[i] for i in np.flatnonzero(flags)))
@@ -256,7 +301,9 @@ def layer_masks(result, part: str = "self") -> np.ndarray | None:
     return np.stack([full if m is None else np.asarray(m, dtype=bool) for m in masks])
 
 
-def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.ndarray, np.ndarray | None, bool, float | None]:
+def grid_weights(
+    result, hide_special: bool, part: str = "self"
+) -> tuple[np.ndarray, np.ndarray | None, bool, float | None]:
     """(weights [N, H, Lq', Lk'], masks [N, Lq', Lk'] or None, hide_special, hidden share) of one
     part of a ``PretrainedResult``; hidden special tokens are left out of both axes, rows NOT
     re-normalised."""
@@ -272,42 +319,73 @@ def grid_weights(result, hide_special: bool, part: str = "self") -> tuple[np.nda
     return weights, mask, hide_special, hidden
 
 
-def painting_of(weights: np.ndarray, mask, ablated, colormap: str, scale: str, hide_special: bool,
-                hidden: float | None, *, log: bool = False, part: str = "self", layer_notes=None,
-                names: str = "[CLS]/[SEP]", head_labels=None) -> LayerGridPainting:
+def painting_of(
+    weights: np.ndarray,
+    mask,
+    ablated,
+    colormap: str,
+    scale: str,
+    hide_special: bool,
+    hidden: float | None,
+    *,
+    log: bool = False,
+    part: str = "self",
+    layer_notes=None,
+    names: str = "[CLS]/[SEP]",
+    head_labels=None,
+) -> LayerGridPainting:
     weights = _check_weights(weights)
     factor = max(1, math.ceil(max(weights.shape[-2:], default=1) / THUMB_CELLS))
     caption = grid_caption(scale, hide_special, hidden, factor, log=log, part=part, special_names=names)
-    return LayerGridPainting(weights, mask=mask, ablated=ablated, colormap=colormap, scale=scale, caption=caption,
-                             log=log, layer_notes=layer_notes, head_labels=head_labels)
+    return LayerGridPainting(
+        weights,
+        mask=mask,
+        ablated=ablated,
+        colormap=colormap,
+        scale=scale,
+        caption=caption,
+        log=log,
+        layer_notes=layer_notes,
+        head_labels=head_labels,
+    )
 
 
 def layer_notes(result, part: str = "self") -> list[str]:
-    """"local" under each sliding-window layer's label (nothing when every layer is alike and global)."""
+    """ "local" under each sliding-window layer's label (nothing when every layer is alike and global)."""
     count = len(result.part_weights(part))
     kinds = [result.layer_kind(layer, part) for layer in range(count)]
     return ["local" if kind == "local" else "" for kind in kinds]
 
 
 def grid_head_labels(result) -> list[str]:
-    """"H0 · kv0" where query heads share K/V heads (the grid's columns, grouped as in the heatmaps)."""
+    """ "H0 · kv0" where query heads share K/V heads (the grid's columns, grouped as in the heatmaps)."""
     heads, kv = result.num_heads, result.kv_heads
     if not kv or kv >= heads:
         return [f"H{h}" for h in range(heads)]
     return [f"H{h} · kv{h // (heads // kv)}" for h in range(heads)]
 
 
-def grid_painting(result, *, hide_special: bool, colormap: str, scale: str, ablated=(), part: str = "self",
-                  log: bool = False) -> LayerGridPainting:
+def grid_painting(
+    result, *, hide_special: bool, colormap: str, scale: str, ablated=(), part: str = "self", log: bool = False
+) -> LayerGridPainting:
     """The whole grid of one part of a ``PretrainedResult``, ready to paint (thread-safe: numpy and
     QImage). Ablation marks belong to the self-attention part (the heads the window ablates)."""
     part = part if part in result.parts() else "self"
     weights, mask, hide_special, hidden = grid_weights(result, hide_special, part)
-    return painting_of(weights, mask, ablated if part == "self" else (), colormap, scale, hide_special, hidden,
-                       log=log, part=part, layer_notes=layer_notes(result, part), names=special_names(result, part),
-                       head_labels=grid_head_labels(result))
-
-
+    return painting_of(
+        weights,
+        mask,
+        ablated if part == "self" else (),
+        colormap,
+        scale,
+        hide_special,
+        hidden,
+        log=log,
+        part=part,
+        layer_notes=layer_notes(result, part),
+        names=special_names(result, part),
+        head_labels=grid_head_labels(result),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +406,9 @@ def part_axes(result, part: str, hide_special: bool) -> tuple[np.ndarray, np.nda
     """(query positions, key positions, query tokens, key tokens) a part shows (special tokens hidden or not)."""
     part = part if part in result.parts() else "self"
     target = list(result.target_tokens or [])
-    queries, keys = (result.tokens, result.tokens) if part == "self" else (target, target if part == "decoder" else result.tokens)
+    queries, keys = (
+        (result.tokens, result.tokens) if part == "self" else (target, target if part == "decoder" else result.tokens)
+    )
     q_special, k_special = part_specials(result, part)
     q_keep, k_keep = np.arange(len(queries)), np.arange(len(keys))
     if hide_special and (~q_special).any() and (~k_special).any():
@@ -344,7 +424,9 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False, 
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     q_keep, k_keep, queries, keys = part_axes(result, part, hide_special)
-    weights = result.part_weights(part if part in result.parts() else "self")[:, :, q_keep][..., k_keep]  # [N, H, Lq', Lk']
+    weights = result.part_weights(part if part in result.parts() else "self")[:, :, q_keep][
+        ..., k_keep
+    ]  # [N, H, Lq', Lk']
     if fmt == "npy":
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(weights, dtype=np.float32), allow_pickle=False)
@@ -367,4 +449,3 @@ def export_all_weights(result, path: str | Path, *, hide_special: bool = False, 
                 for k, key in enumerate(keys):
                     writer.writerow([layer, head, int(q_keep[q]), query, int(k_keep[k]), key, f"{row[k]:.8g}"])
     return atomic_write(path, text.getvalue().encode("utf-8"))
-

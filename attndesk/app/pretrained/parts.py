@@ -13,12 +13,16 @@ import numpy as np
 from attndesk.core.pretrained import PretrainedResult
 
 PART_NAMES = {"self": "self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
-NO_CROSS_ROLLOUT = ("Rollout does not apply to cross-attention: it multiplies each layer's square token × token "
-                    "attention into the next, and cross-attention maps target rows onto source columns (T × L), "
-                    "so there is no chain from layer to layer. Choose “encoder self-attention” or “decoder "
-                    "self-attention” in the heatmap header to trace those.")
-CROSS_STATS_NOTE = ("cross-attention: rows are target tokens, columns source tokens, so distance and the self / "
-                    "previous / next shares compare positions in two different texts (read them as alignment only)")
+NO_CROSS_ROLLOUT = (
+    "Rollout does not apply to cross-attention: it multiplies each layer's square token × token "
+    "attention into the next, and cross-attention maps target rows onto source columns (T × L), "
+    "so there is no chain from layer to layer. Choose “encoder self-attention” or “decoder "
+    "self-attention” in the heatmap header to trace those."
+)
+CROSS_STATS_NOTE = (
+    "cross-attention: rows are target tokens, columns source tokens, so distance and the self / "
+    "previous / next shares compare positions in two different texts (read them as alignment only)"
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,30 +27,69 @@ from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
 PATCHING_TAB = "patching"
 CHANNEL = "patching"
 SITES = ("head", "resid")
-EXAMPLE = ("When Mary and John went to the store, John gave a drink to",
-           "When Mary and John went to the store, Mary gave a drink to", " Mary", " John")
+EXAMPLE = (
+    "When Mary and John went to the store, John gave a drink to",
+    "When Mary and John went to the store, Mary gave a drink to",
+    " Mary",
+    " John",
+)
 
 
-def patching_job(model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None,
-                 metric: str, budget: int, *, progress, cancel: CancelFlag) -> PatchingShown:
+def patching_job(
+    model: LoadedModel,
+    clean: str,
+    corrupt: str,
+    answer: str | int,
+    wrong: str | int | None,
+    metric: str,
+    budget: int,
+    *,
+    progress,
+    cancel: CancelFlag,
+) -> PatchingShown:
     """Worker: every head and every (layer, position) of the residual stream patched (batches sized
     to ``budget`` bytes), and each layer's attention on both prompts (for the head the user clicks)."""
-    report = activation_patching(model, clean, corrupt, answer, wrong, sites=SITES, metric=metric,
-                                 memory_budget=budget, progress=progress, cancel=cancel)
+    report = activation_patching(
+        model,
+        clean,
+        corrupt,
+        answer,
+        wrong,
+        sites=SITES,
+        metric=metric,
+        memory_budget=budget,
+        progress=progress,
+        cancel=cancel,
+    )
     heads, resid = report.results["head"], report.results["resid"]
     progress(1.0, "the attention of both prompts")
     clean_attention: np.ndarray | None = None
     corrupt_attention: np.ndarray | None = None
     try:  # each prompt's weights within the budget on their own: the effects are kept either way
-        clean_attention, corrupt_attention = (np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights)
-                                              for text in (clean, corrupt))
+        clean_attention, corrupt_attention = (
+            np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights) for text in (clean, corrupt)
+        )
         note = ""
     except ConfigError as exc:
         clean_attention = corrupt_attention = None  # one prompt over the budget: neither is shown
         note = f"the heads' attention is not shown: {exc}"
-    return PatchingShown(heads.effects, resid.effects, heads.values, resid.values, report.clean_tokens,
-                         report.corrupt_tokens, clean_attention, corrupt_attention, report.metric, report.clean_metric,
-                         report.corrupt_metric, report.answer, report.wrong, report.forward_passes, note)
+    return PatchingShown(
+        heads.effects,
+        resid.effects,
+        heads.values,
+        resid.values,
+        report.clean_tokens,
+        report.corrupt_tokens,
+        clean_attention,
+        corrupt_attention,
+        report.metric,
+        report.clean_metric,
+        report.corrupt_metric,
+        report.answer,
+        report.wrong,
+        report.forward_passes,
+        note,
+    )
 
 
 class PatchingTab(InterpPresenter):
@@ -59,8 +98,14 @@ class PatchingTab(InterpPresenter):
     CHANNEL = CHANNEL
     WHAT = "activation patching (a logit metric)"
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, view: PatchingView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        compute: ComputeController,
+        status: StatusModel,
+        view: PatchingView,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(state, compute, status, view, parent)
         view.set_inputs(*EXAMPLE)
         view.inputsEdited.connect(self.check_inputs)
@@ -90,8 +135,10 @@ class PatchingTab(InterpPresenter):
         if not view.clean().strip() or not view.corrupt().strip():
             problem = "type both prompts: the clean one and the corrupted one"
         elif lengths[0] != lengths[1]:
-            problem = (f"the clean prompt is {lengths[0]} tokens and the corrupted one {lengths[1]}: patching needs "
-                       "prompts of equal token length (position i of one is patched into position i of the other)")
+            problem = (
+                f"the clean prompt is {lengths[0]} tokens and the corrupted one {lengths[1]}: patching needs "
+                "prompts of equal token length (position i of one is patched into position i of the other)"
+            )
         view.set_prompt_problem(problem)
         return not problem
 
@@ -102,8 +149,14 @@ class PatchingTab(InterpPresenter):
             view.bar.set_message("fix the line next to its control: nothing was computed", error=True)
             return None
         wrong = parse_token(view.wrong.text()) if view.metric_name() == "logit_diff" else None
-        args = (view.clean(), view.corrupt(), parse_token(view.answer.text()), wrong, view.metric_name(),
-                self.state.config.budget_bytes)
+        args = (
+            view.clean(),
+            view.corrupt(),
+            parse_token(view.answer.text()),
+            wrong,
+            view.metric_name(),
+            self.state.config.budget_bytes,
+        )
         return patching_job, args, "patching every head and the residual stream"
 
     def show_result(self, result: PatchingShown) -> None:
@@ -115,7 +168,6 @@ class PatchingTab(InterpPresenter):
         if message.startswith("the clean prompt is"):
             self.view.set_prompt_problem(message)
         self.check_inputs()
-
 
 
 __all__ = ["PATCHING_TAB", "PatchingTab", "patching_job"]

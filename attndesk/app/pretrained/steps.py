@@ -53,38 +53,65 @@ def measured_scale(inter: Intermediates) -> float:
 def stage_formulas(inter: Intermediates, layer: int, part: str, scale: float, mask: str) -> dict[str, str]:
     rope = inter.q_raw is not None
     source = "H<sub>enc</sub>" if part == "cross" else "X"  # cross-attention's keys come from the encoder
-    masked = ("soft-capped, " if inter.capped is not None else "") + ("+ position bias, " if inter.bias is not None else "")
+    masked = ("soft-capped, " if inter.capped is not None else "") + (
+        "+ position bias, " if inter.bias is not None else ""
+    )
     masked += "−∞ where masked" if mask != "none" else "no mask"
     return {
         "embeddings": "X = the embeddings" if layer == 0 else f"X = layer {layer}'s input",
         "q": "Q = RoPE(X W<sub>Q</sub>)" if rope else "Q = X W<sub>Q</sub>",
         "k": f"K = RoPE({source} W<sub>K</sub>)" if rope else f"K = {source} W<sub>K</sub>",
-        "v": f"V = {source} W<sub>V</sub>", "scores": "S = Q K<sup>T</sup>",
+        "v": f"V = {source} W<sub>V</sub>",
+        "scores": "S = Q K<sup>T</sup>",
         "scaled": f"S × {scale:.4g}",
-        "masked": masked, "weights": "A = softmax<sub>row</sub>(masked)", "context": "C = A V",
+        "masked": masked,
+        "weights": "A = softmax<sub>row</sub>(masked)",
+        "context": "C = A V",
         "output": "concat<sub>h</sub>(C) W<sub>O</sub>",
-        "q_raw": "Q before RoPE = X W<sub>Q</sub>", "k_raw": "K before RoPE = X W<sub>K</sub>",
+        "q_raw": "Q before RoPE = X W<sub>Q</sub>",
+        "k_raw": "K before RoPE = X W<sub>K</sub>",
     }
 
 
-def stage_run(path: str | Path | None, text: str, target: str | None, layer: int, part: str, *, scaled: bool = True,
-              causal: bool = False, ablate=()) -> StageRun:
+def stage_run(
+    path: str | Path | None,
+    text: str,
+    target: str | None,
+    layer: int,
+    part: str,
+    *,
+    scaled: bool = True,
+    causal: bool = False,
+    ablate=(),
+) -> StageRun:
     """Run the model (cached) once more keeping layer ``layer``'s stages, and shape ``part`` of it."""
     model = load_pretrained(packaged_model_dir() if path is None else path)
     run = run_pretrained(model, text, target=target, layer=int(layer), scaled=scaled, causal=causal, ablate=ablate)
     part = part if part in run.intermediates else "self"
     inter = run.intermediates[part]
     target_tokens = list(run.target_tokens or [])
-    tokens, keys = {"self": (run.tokens, run.tokens), "decoder": (target_tokens, target_tokens),
-                    "cross": (target_tokens, run.tokens)}[part]
+    tokens, keys = {
+        "self": (run.tokens, run.tokens),
+        "decoder": (target_tokens, target_tokens),
+        "cross": (target_tokens, run.tokens),
+    }[part]
     window = run.layer_window(layer, part)
     causal_part = part == "decoder" or (part == "self" and (run.family == "decoder" or run.causal))
     mask = ("causal" if causal_part else "none") + (f", window {window}" if window else "")
     scale = measured_scale(inter)
     position = "rotary" if inter.q_raw is not None else "the model's own"
     facts = StageFacts(scaled=run.scaled, mask=mask, position=position, window=window)
-    return StageRun(inter, list(tokens), list(keys), facts, scale,
-                    stage_formulas(inter, layer, part, scale, mask), int(layer), part, run.model_name)
+    return StageRun(
+        inter,
+        list(tokens),
+        list(keys),
+        facts,
+        scale,
+        stage_formulas(inter, layer, part, scale, mask),
+        int(layer),
+        part,
+        run.model_name,
+    )
 
 
 __all__ = ["StageFacts", "StageRun", "measured_scale", "stage_formulas", "stage_run"]

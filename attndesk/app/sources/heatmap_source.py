@@ -43,6 +43,7 @@ class HeatmapSource(Protocol):
     base_map: AttentionMap  # the map before display options (the first key hidden, ALiBi's bias)
     num_heads: int
     shape: tuple[int, int]  # (queries L, keys Lk)
+
     # read-only (properties, so a list of labels or a mask looked up cell by cell fits)
     @property
     def query_labels(self) -> Sequence[str]: ...
@@ -51,6 +52,7 @@ class HeatmapSource(Protocol):
     @property
     def mask(self) -> np.ndarray | CellLookup | None:  # [L, Lk] bool, True = may attend; None = nothing masked
         ...
+
     factor: int  # cells per displayed pixel along each axis
     key_offset: int  # token position of key column 0 (1 when the first token is hidden)
     value_name: str  # "weight", or "bias" for ALiBi's bias
@@ -80,10 +82,18 @@ class ExactSource:
 
     value_name = "weight"
 
-    def __init__(self, map: AttentionMap, max_display: int = MAX_DISPLAY, *, key_offset: int = 0,
-                 base_map: AttentionMap | None = None) -> None:
+    def __init__(
+        self,
+        map: AttentionMap,
+        max_display: int = MAX_DISPLAY,
+        *,
+        key_offset: int = 0,
+        base_map: AttentionMap | None = None,
+    ) -> None:
         if map.pyramid is not None:
-            raise ValueError("this map holds an overview: use long_source.PyramidHeatmapSource (or long_source.source_for_map)")
+            raise ValueError(
+                "this map holds an overview: use long_source.PyramidHeatmapSource (or long_source.source_for_map)"
+            )
         w = np.asarray(map.weights)
         if w.ndim != 3:
             raise ValueError(f"attention weights must be [heads, queries, keys], got shape {w.shape}")
@@ -102,7 +112,9 @@ class ExactSource:
         self._display = select.tile_reduce(w, self.factor)  # [H, L/f, Lk/f]
         self._display_mean = select.tile_reduce(self.mean, self.factor)
         masked = None if self.mask is None else ~np.asarray(self.mask)
-        self._display_mask = None if masked is None or not masked.any() else select.tile_reduce(masked, self.factor, "all")
+        self._display_mask = (
+            None if masked is None or not masked.any() else select.tile_reduce(masked, self.factor, "all")
+        )
 
     def display_matrix(self, head: Head) -> np.ndarray:
         return self._display_mean if head == MEAN else self._display[int(head)]
@@ -130,8 +142,10 @@ class ExactSource:
     def downsample_note(self) -> str:
         notes = [self.map.legend]
         if self.factor > 1:
-            notes.append(f"overview: each pixel is the max of a {self.factor}x{self.factor} tile of cells; "
-                         "hover values are exact")
+            notes.append(
+                f"overview: each pixel is the max of a {self.factor}x{self.factor} tile of cells; "
+                "hover values are exact"
+            )
         return " · ".join(n for n in notes if n)
 
 

@@ -40,8 +40,7 @@ class CellMask:
         self.dtype = np.dtype(np.bool_)
 
     def __getitem__(self, index) -> bool:
-        if not (isinstance(index, tuple) and len(index) == 2
-                and all(isinstance(i, (int, np.integer)) for i in index)):
+        if not (isinstance(index, tuple) and len(index) == 2 and all(isinstance(i, (int, np.integer)) for i in index)):
             raise TypeError("index the long-run mask one cell at a time: mask[q, k]")
         q, k = (int(i) for i in index)
         if not (0 <= q < self.spec.lq and 0 <= k < self.spec.lk):
@@ -111,8 +110,10 @@ class PyramidHeatmapSource:
         lq, lk = self.shape
         if self.factor == 1:
             return f"{lq:,} x {lk:,} cells; hover values are recomputed exactly"
-        return (f"overview of {lq:,} x {lk:,} cells: each pixel is the max of a {self.factor}x{self.factor} "
-                "tile; zoom in for exact cells, hover values are exact")
+        return (
+            f"overview of {lq:,} x {lk:,} cells: each pixel is the max of a {self.factor}x{self.factor} "
+            "tile; zoom in for exact cells, hover values are exact"
+        )
 
     # -- zoom and export ---------------------------------------------------------------------
     def region(self, head, q0: int, q1: int, k0: int, k1: int, max_side: int = 1024) -> tuple[np.ndarray, int]:
@@ -133,8 +134,14 @@ class PyramidHeatmapSource:
         return self.pyramid.region(head, q0, q1, k0, k1)
 
 
-def source_for_map(map: AttentionMap, max_display: int = MAX_DISPLAY, *, hide_first_key: bool = False,
-                   show: str = WEIGHTS, budget: int | None = None) -> HeatmapSource:
+def source_for_map(
+    map: AttentionMap,
+    max_display: int = MAX_DISPLAY,
+    *,
+    hide_first_key: bool = False,
+    show: str = WEIGHTS,
+    budget: int | None = None,
+) -> HeatmapSource:
     """The heatmap source for any map (call it in a worker: it does the O(H·L·Lk) work).
 
     ``hide_first_key`` drops key 0 (a decoder's attention sink) and renormalises each row over
@@ -231,9 +238,9 @@ def zoom_region(source, head, q0: int, q1: int, k0: int, k1: int, max_side: int)
                 dead = None
             return ZoomTile(head, r0 * f, c0 * f, f, array, dead)
         array, f = source.region(head, q0, q1, k0, k1, max_side)  # exact rows, max-tiled
-        return ZoomTile(head, q0, k0, f, np.asarray(array, dtype=np.float32),
-                        _region_masked(source.mask, q0, q1, k0, k1, f))
+        return ZoomTile(
+            head, q0, k0, f, np.asarray(array, dtype=np.float32), _region_masked(source.mask, q0, q1, k0, k1, f)
+        )
     weights = source.mean if head == MEAN else source.weights[int(head)]  # [L, Lk]
     array = tile_reduce(np.asarray(weights[q0:q1, k0:k1], dtype=np.float32), need)
-    return ZoomTile(head, q0, k0, need, np.ascontiguousarray(array),
-                    _region_masked(source.mask, q0, q1, k0, k1, need))
+    return ZoomTile(head, q0, k0, need, np.ascontiguousarray(array), _region_masked(source.mask, q0, q1, k0, k1, need))

@@ -84,9 +84,16 @@ class TabPresenter(QObject):
         # a view that keeps its (small) content has no release: counted, never let go
         releasable = type(self).release is not TabPresenter.release
         title = self.tab_id.replace("_", " ").replace("-", " ")
-        cell.append(self.compute.ledger.hold(self.tab_id or type(self).__name__, f"the {title} tab's copies",
-                                             parts, release if releasable else None, protected=self.visible(),
-                                             strict=False))
+        cell.append(
+            self.compute.ledger.hold(
+                self.tab_id or type(self).__name__,
+                f"the {title} tab's copies",
+                parts,
+                release if releasable else None,
+                protected=self.visible(),
+                strict=False,
+            )
+        )
         self._held = cell[0]
 
     def _let_go_of_copies(self) -> None:

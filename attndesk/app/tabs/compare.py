@@ -30,8 +30,9 @@ class CompareTab(TabPresenter):
     teachingShown = Signal(object)  # a TeachingComparison is on screen
     failed = Signal(str)
 
-    def __init__(self, state: AppState, compute: ComputeController, view: CompareView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: CompareView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         view.set_teaching_runner(self._run_teaching)
@@ -71,8 +72,9 @@ class CompareTab(TabPresenter):
     def _run_frame(self, request: FrameRequest) -> None:
         """A, B and B − A of a large pair (a mean over heads, the difference, three images); B − A
         is held to the memory budget as it is now (A and B may come from runs under a larger one)."""
-        self.compute.side.submit("compare", compare_frame, request, done=self.view.show_frame,
-                                 failed=self._frame_failed, scope=None)
+        self.compute.side.submit(
+            "compare", compare_frame, request, done=self.view.show_frame, failed=self._frame_failed, scope=None
+        )
 
     def _frame_failed(self, message: str) -> None:
         self.view.show_message(f"<span style='color:#a33'>B − A failed: {message}</span>")
@@ -88,8 +90,16 @@ class CompareTab(TabPresenter):
             return
         self.view.set_teaching_busy(True)
         self.view.show_message(f"running the comparison “{kind}” in the background…")
-        self.compute.side.submit("teaching", teaching_comparison, kind, config, text, done=self._teaching_done,
-                                 failed=self._teaching_failed, scope="run")
+        self.compute.side.submit(
+            "teaching",
+            teaching_comparison,
+            kind,
+            config,
+            text,
+            done=self._teaching_done,
+            failed=self._teaching_failed,
+            scope="run",
+        )
 
     def _teaching_done(self, comparison: TeachingComparison) -> None:
         self.view.set_teaching_busy(False)

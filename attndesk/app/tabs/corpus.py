@@ -59,8 +59,9 @@ class _EitherFlag:
         return self._event.is_set() or bool(self._should_cancel())
 
 
-def run_pass(data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *,
-             progress, should_cancel) -> PassOutcome:
+def run_pass(
+    data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *, progress, should_cancel
+) -> PassOutcome:
     """Worker: the corpus pass, its ``CorpusProgress`` forwarded as (fraction, line). The corpus
     package's engine (pandas, pyarrow, DuckDB) is loaded here, off the GUI thread, on first use."""
     seen = [0, 0]
@@ -70,8 +71,9 @@ def run_pass(data: str, out: str, model: str | None, max_tokens: int, cancel: th
         progress(1.0 if p.stage == "done" else p.done / max(p.total, 1), p.line())
 
     try:
-        corpus.analyze_corpus(data, out, model=model, max_tokens=max_tokens, progress=report,
-                       cancel=_EitherFlag(cancel, should_cancel)).close()
+        corpus.analyze_corpus(
+            data, out, model=model, max_tokens=max_tokens, progress=report, cancel=_EitherFlag(cancel, should_cancel)
+        ).close()
     except Cancelled:
         return PassOutcome(Path(out), True, *seen)
     return PassOutcome(Path(out), False, *seen)
@@ -91,8 +93,16 @@ def head_detail(store, part: str, layer: int, head: int, metric: str) -> dict:
     atlas = store.atlas(layer, head, part)
     ids = sorted(set(atlas["text_id"].astype(int)))
     texts = store.sql("SELECT text_id, text FROM texts WHERE text_id IN (SELECT unnest(?::INTEGER[]))", [ids])
-    return {"part": part, "layer": layer, "head": head, "metric": metric, "top": top, "bottom": bottom,
-            "atlas": atlas, "texts": dict(zip(texts["text_id"].astype(int), texts["text"]))}
+    return {
+        "part": part,
+        "layer": layer,
+        "head": head,
+        "metric": metric,
+        "top": top,
+        "bottom": bottom,
+        "atlas": atlas,
+        "texts": dict(zip(texts["text_id"].astype(int), texts["text"])),
+    }
 
 
 def text_of(store, text_id: int) -> str:
@@ -114,8 +124,15 @@ class CorpusTab(TabPresenter):
 
     tab_id = CORPUS_TAB
 
-    def __init__(self, state: AppState, compute: ComputeController, status: StatusModel, menus: MenuRegistry,
-                 view: CorpusView, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        compute: ComputeController,
+        status: StatusModel,
+        menus: MenuRegistry,
+        view: CorpusView,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view, self.status = view, status
         self._stores: list = []  # the open store, closed with the view (the window's jobs are joined by then)
@@ -176,9 +193,19 @@ class CorpusTab(TabPresenter):
         self._cancel = threading.Event()
         view.set_running(True)
         view.show_progress(0.0, "starting: loading the model…")
-        self.compute.side.submit("corpus", run_pass, data, out, self.pass_model(), view.tokensSpin.value(),
-                                 self._cancel, scope=None, progress=view.show_progress, done=self._pass_done,
-                                 failed=self._pass_failed)
+        self.compute.side.submit(
+            "corpus",
+            run_pass,
+            data,
+            out,
+            self.pass_model(),
+            view.tokensSpin.value(),
+            self._cancel,
+            scope=None,
+            progress=view.show_progress,
+            done=self._pass_done,
+            failed=self._pass_failed,
+        )
 
     def cancel(self) -> None:
         """Stop the pass before its next batch; finished shards stay, Resume goes on from them."""
@@ -194,8 +221,11 @@ class CorpusTab(TabPresenter):
         self._cancel = None
         if outcome.cancelled:
             self.view.set_running(False, resumable=True)
-            self.view.show_progress(outcome.done / max(outcome.total, 1), f"cancelled at {outcome.done:,} of "
-                                    f"{outcome.total:,} texts: Resume goes on from the last finished shard")
+            self.view.show_progress(
+                outcome.done / max(outcome.total, 1),
+                f"cancelled at {outcome.done:,} of "
+                f"{outcome.total:,} texts: Resume goes on from the last finished shard",
+            )
             return
         self.view.set_running(False)
         self.view.show_progress(1.0, f"done: {outcome.out}")
@@ -210,8 +240,14 @@ class CorpusTab(TabPresenter):
     # -- the store ------------------------------------------------------------------------------
     def open_store(self, path) -> None:
         """Open a finished store (File > Open corpus store…, or a pass that just ended)."""
-        self.compute.side.submit("corpus-query", open_store, str(path), scope=None, done=self._store_opened,
-                                 failed=lambda message: self.view.show_error(f"store not opened: {message}"))
+        self.compute.side.submit(
+            "corpus-query",
+            open_store,
+            str(path),
+            scope=None,
+            done=self._store_opened,
+            failed=lambda message: self.view.show_error(f"store not opened: {message}"),
+        )
 
     def _store_opened(self, store) -> None:
         old = self.store
@@ -240,8 +276,16 @@ class CorpusTab(TabPresenter):
     def _request_head(self) -> None:
         if self.store is None or self._head is None:
             return
-        self.compute.side.submit("corpus-query", head_detail, self.store, *self._head, self.view.current_metric(), scope=None,
-                                 done=self.view.show_head, failed=self.view.show_error)
+        self.compute.side.submit(
+            "corpus-query",
+            head_detail,
+            self.store,
+            *self._head,
+            self.view.current_metric(),
+            scope=None,
+            done=self.view.show_head,
+            failed=self.view.show_error,
+        )
 
     # -- opening a text in the heatmaps ----------------------------------------------------------
     def open_text(self, text_id: int) -> None:
@@ -249,8 +293,15 @@ class CorpusTab(TabPresenter):
         if self.store is None or self._head is None:
             return
         head = self._head
-        self.compute.side.submit("corpus-query", text_of, self.store, int(text_id), scope=None,
-                                 done=lambda text: self._show_text(text, *head), failed=self.view.show_error)
+        self.compute.side.submit(
+            "corpus-query",
+            text_of,
+            self.store,
+            int(text_id),
+            scope=None,
+            done=lambda text: self._show_text(text, *head),
+            failed=self.view.show_error,
+        )
 
     def _store_mode(self):
         path = Path(self.store.manifest["model"]["path"])

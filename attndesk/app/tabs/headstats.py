@@ -28,8 +28,9 @@ class HeadStatsTab(TabPresenter):
     shownStats = Signal()  # the table shows the statistics of the run on screen
     failed = Signal(str)
 
-    def __init__(self, state: AppState, compute: ComputeController, view: HeadStatsView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: HeadStatsView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         view.layerHeadSelected.connect(self.open_head)
@@ -52,8 +53,16 @@ class HeadStatsTab(TabPresenter):
             self.view.show_message(TOO_LONG, clear=True)
             return
         self.view.show_message(message)
-        self.compute.side.submit("statistics", statistics_job, weights, special, layered,
-                                 done=lambda stats: self._done(stats, shape, note), failed=self._failed, scope="run")
+        self.compute.side.submit(
+            "statistics",
+            statistics_job,
+            weights,
+            special,
+            layered,
+            done=lambda stats: self._done(stats, shape, note),
+            failed=self._failed,
+            scope="run",
+        )
 
     def _done(self, stats, shape, note: str = "") -> None:
         self.view.set_statistics(stats, shape)

@@ -34,11 +34,13 @@ class ImplementationTab(QObject):
             self.panel.set_busy(True)
 
     def _run(self, config, text: str) -> None:
-        self.panel.set_busy(True, "timing attndesk, F.scaled_dot_product_attention and nn.MultiheadAttention "
-                                  "in the background…")
+        self.panel.set_busy(
+            True, "timing attndesk, F.scaled_dot_product_attention and nn.MultiheadAttention in the background…"
+        )
         self.started.emit()
-        self.compute.side.submit("implementations", implementation_job, config, text, done=self._done,
-                                 failed=self._failed, scope=None)
+        self.compute.side.submit(
+            "implementations", implementation_job, config, text, done=self._done, failed=self._failed, scope=None
+        )
 
     def _done(self, comparison: ImplementationComparison) -> None:
         self.panel.set_busy(False)

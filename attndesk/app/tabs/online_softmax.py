@@ -32,8 +32,10 @@ from ..views.online_softmax import (
 from .base import TabPresenter
 
 ONLINE_SOFTMAX_TAB = "online-softmax"
-TOY_ONLY = ("The online-softmax walk follows the toy model's attention layer: switch the mode to Toy model "
-            "(a real model's kernels never form the weights either).")
+TOY_ONLY = (
+    "The online-softmax walk follows the toy model's attention layer: switch the mode to Toy model "
+    "(a real model's kernels never form the weights either)."
+)
 # the walk keeps every step of one head (scores, exponentials, the full softmax to compare: a few
 # float64 [Lq, Lk] matrices), so it stops at 2,048 x 2,048 (about 130 MB)
 MAX_WALK_CELLS = 2048 * 2048
@@ -59,8 +61,9 @@ class WalkAnswer:
     shown: WalkShown
 
 
-def walk_job(config: AttentionConfig, toy: ToyRun, projected: ProjectedText | None, head: int,
-             block: int) -> WalkAnswer:
+def walk_job(
+    config: AttentionConfig, toy: ToyRun, projected: ProjectedText | None, head: int, block: int
+) -> WalkAnswer:
     """Q, K, V of the run (once per run), ``head``'s scores through ``attend``, the walk (side job);
     ``block`` AUTO picks one for the run's length."""
     yield_cpu()
@@ -72,8 +75,18 @@ def walk_job(config: AttentionConfig, toy: ToyRun, projected: ProjectedText | No
         block = fitting_block(lq, lk, dv, budget, auto_block(lk)) or auto_block(lk)
     walk = online_softmax(one.scores, one.values, block, budget=budget)
     result = toy.result
-    shown = WalkShown(walk, head, one.kv_head, config.num_heads, block, list(result.tokens), list(result.keys),
-                      one.context, config.dtype, below_last_digit(walk.output, walk.reference))
+    shown = WalkShown(
+        walk,
+        head,
+        one.kv_head,
+        config.num_heads,
+        block,
+        list(result.tokens),
+        list(result.keys),
+        one.context,
+        config.dtype,
+        below_last_digit(walk.output, walk.reference),
+    )
     return WalkAnswer(projected, shown)
 
 
@@ -88,8 +101,9 @@ class OnlineSoftmaxTab(TabPresenter):
     walkShown = Signal(object)  # a WalkShown is on screen (its first step's picture follows)
     failed = Signal(str)
 
-    def __init__(self, state: AppState, compute: ComputeController, view: OnlineSoftmaxView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: OnlineSoftmaxView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         self._toy: ToyRun | None = None
@@ -110,8 +124,10 @@ class OnlineSoftmaxTab(TabPresenter):
         lq, lk = result.shape
         if lq * lk > MAX_WALK_CELLS:
             self._toy = None
-            self.view.clear(f"The walk shows every step of one head ({lq:,} x {lk:,} scores, kept here on purpose); "
-                            "it runs up to 2,048 x 2,048: shorten the text.")
+            self.view.clear(
+                f"The walk shows every step of one head ({lq:,} x {lk:,} scores, kept here on purpose); "
+                "it runs up to 2,048 x 2,048: shorten the text."
+            )
             return
         self._toy = shown.toy
         if self._projected is not None and self._projected[0] != shown.run_id:
@@ -137,8 +153,18 @@ class OnlineSoftmaxTab(TabPresenter):
         projected = self._projected[1] if self._projected is not None and self._projected[0] == run_id else None
         size = "blocks sized for this run" if block == AUTO else f"blocks of {block} key(s)"
         self.view.show_message(f"walking head {head} in {size} in the background…")
-        self.compute.side.submit("online", walk_job, self._toy.result.config, self._toy, projected, head, block,
-                                 done=lambda answer: self._done(run_id, answer), failed=self._failed, scope="run")
+        self.compute.side.submit(
+            "online",
+            walk_job,
+            self._toy.result.config,
+            self._toy,
+            projected,
+            head,
+            block,
+            done=lambda answer: self._done(run_id, answer),
+            failed=self._failed,
+            scope="run",
+        )
 
     def _done(self, run_id: int, answer: WalkAnswer) -> None:
         self._projected = (run_id, answer.projected)
@@ -153,8 +179,7 @@ class OnlineSoftmaxTab(TabPresenter):
         self.failed.emit(message)
 
     def _run_step(self, shown: WalkShown, step: int) -> None:
-        self.compute.side.submit("online-step", step_job, shown, step, done=self.view.show_step_frame,
-                                 scope="run")
+        self.compute.side.submit("online-step", step_job, shown, step, done=self.view.show_step_frame, scope="run")
 
     def _follow_head(self, target) -> None:
         if isinstance(target, int):

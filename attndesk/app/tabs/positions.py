@@ -32,10 +32,17 @@ class TableSize:
 def table_size(shown: Shown) -> TableSize:
     if shown.toy is not None:
         config = shown.toy.result.config
-        return TableSize(shown.length, int(config.embed_dim), int(config.head_dim),
-                         "" if config.positional else POSITIONS_OFF if config.position == "none"
-                         else f" (this run's positions: {config.position}; the sinusoidal table is shown, not added)",
-                         "" if config.position == "rope" else f"({ROPE_OFF}.)")
+        return TableSize(
+            shown.length,
+            int(config.embed_dim),
+            int(config.head_dim),
+            ""
+            if config.positional
+            else POSITIONS_OFF
+            if config.position == "none"
+            else f" (this run's positions: {config.position}; the sinusoidal table is shown, not added)",
+            "" if config.position == "rope" else f"({ROPE_OFF}.)",
+        )
     hidden = shown.layers.hidden_states if shown.layers is not None else None
     width = int(hidden.shape[-1]) if hidden is not None else 64
     heads = max(1, shown.map.num_heads)
@@ -45,8 +52,9 @@ def table_size(shown: Shown) -> TableSize:
 class PositionsTab(TabPresenter):
     tab_id = "positions"
 
-    def __init__(self, state: AppState, compute: ComputeController, view: PositionalView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: PositionalView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
 
@@ -60,14 +68,25 @@ class PositionsTab(TabPresenter):
             self.view.show_message("type some text to see its positions")
             return
         pe, rope = self.view.table, self.view.rope
-        if (pe is not None and (pe.length, pe.dim) == (size.length, size.dim)
-                and ((rope is not None and (rope.head_dim, rope.length) == (size.head_dim, size.length))
-                     or size.head_dim % 2)):
+        if (
+            pe is not None
+            and (pe.length, pe.dim) == (size.length, size.dim)
+            and (
+                (rope is not None and (rope.head_dim, rope.length) == (size.head_dim, size.length)) or size.head_dim % 2
+            )
+        ):
             self._draw(size, (pe, rope))
             return
         self.view.show_message(f"computing the tables of {size.length:,} positions × {size.dim} dims…")
-        self.compute.side.submit("positions", tables, size.length, size.dim, size.head_dim,
-                                 done=lambda both: self._draw(size, both), scope="shown")
+        self.compute.side.submit(
+            "positions",
+            tables,
+            size.length,
+            size.dim,
+            size.head_dim,
+            done=lambda both: self._draw(size, both),
+            scope="shown",
+        )
 
     def _draw(self, size: TableSize, both) -> None:
         """The sinusoidal table, then RoPE's once the first one is painted: the first paint of all
@@ -75,6 +94,7 @@ class PositionsTab(TabPresenter):
         pe, rope = both
         self.view.show_table(pe, note=size.note)
         note = size.rope_note if rope is not None else ODD_WIDTH.format(d=size.head_dim)
+
         def show_rope() -> None:  # unless another table came first
             if self.view.table is pe:
                 self.view.show_rope(rope, note=note)

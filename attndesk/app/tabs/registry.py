@@ -90,8 +90,14 @@ def _presenter(cls) -> Callable[[Assembly, QWidget], QObject]:
 
 def _generation(ui: Assembly, view: QWidget) -> QObject:
     # the registry builds views by type (TabSpec.view); these two are the generation and Compare tabs' views
-    return GenerationTab(ui.state, ui.compute, ui.status, cast(GenerateView, view),
-                         lambda: cast(CompareView, ui.tab_widget(COMPARE_TAB)), parent=view)
+    return GenerationTab(
+        ui.state,
+        ui.compute,
+        ui.status,
+        cast(GenerateView, view),
+        lambda: cast(CompareView, ui.tab_widget(COMPARE_TAB)),
+        parent=view,
+    )
 
 
 def _interp(cls) -> Callable[[Assembly, QWidget], QObject]:
@@ -115,41 +121,114 @@ def _grid_page() -> QWidget:
 
 TABS: tuple[TabSpec, ...] = (
     TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
-    TabSpec(STEP_THROUGH_TAB, "Step-through", "one head's computation, stage by stage", StepThroughView,
-            _presenter(StepThroughTab)),
-    TabSpec("positions", "Positions", "the sinusoidal positional encoding, and RoPE's score by relative offset",
-            PositionalView, _presenter(PositionsTab)),
-    TabSpec("head-stats", "Head stats", "entropy, distance and where each head looks", HeadStatsView,
-            _presenter(HeadStatsTab)),
+    TabSpec(
+        STEP_THROUGH_TAB,
+        "Step-through",
+        "one head's computation, stage by stage",
+        StepThroughView,
+        _presenter(StepThroughTab),
+    ),
+    TabSpec(
+        "positions",
+        "Positions",
+        "the sinusoidal positional encoding, and RoPE's score by relative offset",
+        PositionalView,
+        _presenter(PositionsTab),
+    ),
+    TabSpec(
+        "head-stats",
+        "Head stats",
+        "entropy, distance and where each head looks",
+        HeadStatsView,
+        _presenter(HeadStatsTab),
+    ),
     TabSpec(COMPARE_TAB, "Compare", "pin a result, change anything, see B − A", CompareView, _presenter(CompareTab)),
-    TabSpec("rollout", "Rollout", "pretrained mode: rollout and attention flow across layers, follow a token",
-            RolloutView,
-            _presenter(RolloutTab)),
-    TabSpec(ONLINE_SOFTMAX_TAB, "Online softmax", "one head's softmax block by block, as FlashAttention computes it",
-            OnlineSoftmaxView, _presenter(OnlineSoftmaxTab)),
-    TabSpec(CORPUS_TAB, "Corpus", "every head over many texts: metrics, roles, top texts and the query/key atlas "
-            "(a pretrained model; the packaged MiniLM in toy mode)", CorpusView, _corpus),
-    TabSpec(TRAIN_TAB, "Train", "train a small decoder on a toy task and watch its heads form, live", TrainView,
-            train_presenter, reveal="opened"),
-    TabSpec(GRID_TAB, "All layers", "pretrained mode: every layer x head; click one to open it", _grid_page,
-            modes=frozenset({PRETRAINED})),
-    TabSpec(GENERATE_TAB, "Generate", "decoders: generate token by token, see each step's attention row "
-            "and next-token probabilities", GenerateView, _generation, modes=frozenset({PRETRAINED})),
-    TabSpec(PATCHING_TAB, "Patching", "decoders: activation patching of every head and of the residual stream, "
-            "from a clean prompt into a corrupted one", PatchingView, _interp(PatchingTab),
-            modes=frozenset({PRETRAINED}), unavailable=_next_token(PatchingTab)),
-    TabSpec(ATTRIBUTION_TAB, "Attribution", "decoders: which input tokens raise a target token's logit "
-            "(integrated gradients, gradient × input, attention × gradient)", AttributionView,
-            _interp(AttributionTab), modes=frozenset({PRETRAINED}), unavailable=_next_token(AttributionTab)),
-    TabSpec(LOGIT_LENS_TAB, "Logit lens", "decoders: each layer's residual stream through the unembedding: top "
-            "token and its probability per position", LogitLensView, _interp(LogitLensTab),
-            modes=frozenset({PRETRAINED}), unavailable=_next_token(LogitLensTab)),
+    TabSpec(
+        "rollout",
+        "Rollout",
+        "pretrained mode: rollout and attention flow across layers, follow a token",
+        RolloutView,
+        _presenter(RolloutTab),
+    ),
+    TabSpec(
+        ONLINE_SOFTMAX_TAB,
+        "Online softmax",
+        "one head's softmax block by block, as FlashAttention computes it",
+        OnlineSoftmaxView,
+        _presenter(OnlineSoftmaxTab),
+    ),
+    TabSpec(
+        CORPUS_TAB,
+        "Corpus",
+        "every head over many texts: metrics, roles, top texts and the query/key atlas "
+        "(a pretrained model; the packaged MiniLM in toy mode)",
+        CorpusView,
+        _corpus,
+    ),
+    TabSpec(
+        TRAIN_TAB,
+        "Train",
+        "train a small decoder on a toy task and watch its heads form, live",
+        TrainView,
+        train_presenter,
+        reveal="opened",
+    ),
+    TabSpec(
+        GRID_TAB,
+        "All layers",
+        "pretrained mode: every layer x head; click one to open it",
+        _grid_page,
+        modes=frozenset({PRETRAINED}),
+    ),
+    TabSpec(
+        GENERATE_TAB,
+        "Generate",
+        "decoders: generate token by token, see each step's attention row and next-token probabilities",
+        GenerateView,
+        _generation,
+        modes=frozenset({PRETRAINED}),
+    ),
+    TabSpec(
+        PATCHING_TAB,
+        "Patching",
+        "decoders: activation patching of every head and of the residual stream, "
+        "from a clean prompt into a corrupted one",
+        PatchingView,
+        _interp(PatchingTab),
+        modes=frozenset({PRETRAINED}),
+        unavailable=_next_token(PatchingTab),
+    ),
+    TabSpec(
+        ATTRIBUTION_TAB,
+        "Attribution",
+        "decoders: which input tokens raise a target token's logit "
+        "(integrated gradients, gradient × input, attention × gradient)",
+        AttributionView,
+        _interp(AttributionTab),
+        modes=frozenset({PRETRAINED}),
+        unavailable=_next_token(AttributionTab),
+    ),
+    TabSpec(
+        LOGIT_LENS_TAB,
+        "Logit lens",
+        "decoders: each layer's residual stream through the unembedding: top token and its probability per position",
+        LogitLensView,
+        _interp(LogitLensTab),
+        modes=frozenset({PRETRAINED}),
+        unavailable=_next_token(LogitLensTab),
+    ),
 )
 
 DOCK_TABS: tuple[TabSpec, ...] = (
-    TabSpec(IMPLEMENTATION_TAB, "attndesk vs PyTorch", "the same attention through attndesk, "
-            "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
-            ImplementationPanel, lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view), reveal="started"),
+    TabSpec(
+        IMPLEMENTATION_TAB,
+        "attndesk vs PyTorch",
+        "the same attention through attndesk, "
+        "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
+        ImplementationPanel,
+        lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view),
+        reveal="started",
+    ),
 )
 
 

@@ -16,9 +16,11 @@ from ..state import AppState
 from ..views.rollout import RolloutView, flow_trace, trace
 from .base import TabPresenter
 
-TOY_MESSAGE = ("Attention rollout and “follow a token” trace attention through the layers of a model, "
-               "and the toy model has a single attention layer: there is nothing to trace. "
-               "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab.")
+TOY_MESSAGE = (
+    "Attention rollout and “follow a token” trace attention through the layers of a model, "
+    "and the toy model has a single attention layer: there is nothing to trace. "
+    "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab."
+)
 
 
 def flow_job(request: tuple, *, progress, should_cancel=None):
@@ -30,8 +32,9 @@ class RolloutTab(TabPresenter):
     tab_id = "rollout"
     _flowProgressed = Signal(int, float, str)  # (flow job, fraction, message), from the worker thread
 
-    def __init__(self, state: AppState, compute: ComputeController, view: RolloutView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: RolloutView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         view.set_tracer(self._trace)
@@ -71,8 +74,15 @@ class RolloutTab(TabPresenter):
         def progress(fraction: float, message: str = "", job: int = job) -> None:
             self._flowProgressed.emit(job, float(fraction), str(message))
 
-        self.compute.side.submit("flow", flow_job, request, progress=progress, scope=None,
-                                 done=partial(self._flow_done, job), failed=partial(self._flow_failed, job))
+        self.compute.side.submit(
+            "flow",
+            flow_job,
+            request,
+            progress=progress,
+            scope=None,
+            done=partial(self._flow_done, job),
+            failed=partial(self._flow_failed, job),
+        )
 
     def _on_flow_toggled(self, on: bool) -> None:
         if not on:

@@ -18,8 +18,10 @@ from ..views.stepthrough import StepThroughView, stage_images
 from .base import TabPresenter
 
 TOY_ONLY = "The step-through follows the toy model's single attention layer: switch the mode to Toy model."
-BOUNDED = ("This run is memory-bounded (too long to hold every score matrix at once), so the step-through "
-           "cannot show its stages: shorten the text or use fewer heads.")
+BOUNDED = (
+    "This run is memory-bounded (too long to hold every score matrix at once), so the step-through "
+    "cannot show its stages: shorten the text or use fewer heads."
+)
 
 
 def heads_of(result) -> int:
@@ -40,8 +42,9 @@ class StepThroughTab(TabPresenter):
     tab_id = STEP_THROUGH_TAB
     shownResult = Signal()  # the strip shows the result on screen, with its intermediates
 
-    def __init__(self, state: AppState, compute: ComputeController, view: StepThroughView,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: StepThroughView, parent: QObject | None = None
+    ) -> None:
         super().__init__(state, compute, parent)
         self.view = view
         view.set_preparer(self._prepare)
@@ -78,10 +81,20 @@ class StepThroughTab(TabPresenter):
         target = state.target_text if run.family == "encoder-decoder" and state.target_text.strip() else None
         self.view.show_message(f"running {run.model_name} again, keeping layer {shown.layer}'s stages…")
         self.compute.side.submit(
-            "pretrained-stages", stage_run, shown.mode.path, state.text, target, shown.layer, part,
-            scaled=run.scaled, causal=run.causal, ablate=run.ablate, scope="shown",
+            "pretrained-stages",
+            stage_run,
+            shown.mode.path,
+            state.text,
+            target,
+            shown.layer,
+            part,
+            scaled=run.scaled,
+            causal=run.causal,
+            ablate=run.ablate,
+            scope="shown",
             done=lambda staged: self._prepare(staged, min(self.view.head(), heads_of(staged) - 1)),
-            failed=lambda message: self.view.show_message(f"the stages could not be computed: {message}"))
+            failed=lambda message: self.view.show_message(f"the stages could not be computed: {message}"),
+        )
 
     def release(self) -> None:
         self.compute.side.cancel("pretrained-stages")
@@ -90,9 +103,15 @@ class StepThroughTab(TabPresenter):
 
     def _prepare(self, result, head: int) -> None:
         """The stage images of one head, made by a side job (ten matrices of up to L x L)."""
-        self.compute.side.submit("stages", stage_images, result, head, scope="shown",
-                                 done=lambda images: self._draw(result, head, images),
-                                 failed=lambda message: self.view.note(f"the stages could not be drawn: {message}"))
+        self.compute.side.submit(
+            "stages",
+            stage_images,
+            result,
+            head,
+            scope="shown",
+            done=lambda images: self._draw(result, head, images),
+            failed=lambda message: self.view.note(f"the stages could not be drawn: {message}"),
+        )
 
     def _draw(self, result, head: int, images) -> None:
         if self.view.result() is result:

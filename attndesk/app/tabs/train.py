@@ -101,8 +101,9 @@ class _StopOrCancel:
         return self._stop.is_set() or self._cancelled()
 
 
-def train_job(cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None],
-              should_cancel: Callable[[], bool]) -> TrainRun:
+def train_job(
+    cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None], should_cancel: Callable[[], bool]
+) -> TrainRun:
     """The side job: build the trainer (torch's optimiser takes seconds to import the first time),
     report its run, then train to the end, a stop or a divergence, queueing every report."""
     trainer = Trainer(cfg)
@@ -226,8 +227,17 @@ class TrainTab(QObject):
         self._scores_drawn = None
         self._set_phase("running")
         self.view.show_message(f"training {cfg.task}: {cfg.layers} layer(s) x {cfg.heads} heads, {cfg.steps:,} steps")
-        self.side.submit(CHANNEL, train_job, cfg, self._pause, self._stop, done=self._ended,
-                         failed=self._failed, scope=None, reported=self._on_reports)
+        self.side.submit(
+            CHANNEL,
+            train_job,
+            cfg,
+            self._pause,
+            self._stop,
+            done=self._ended,
+            failed=self._failed,
+            scope=None,
+            reported=self._on_reports,
+        )
         return True
 
     def pause(self) -> None:
@@ -283,8 +293,9 @@ class TrainTab(QObject):
         self._draw()
         if run.status == "diverged":
             kept = run.checkpoints.steps
-            self.view.show_message(f"{run.message}. The checkpoints up to step {kept[-1] if kept else 0:,} are kept.",
-                                   error=True)
+            self.view.show_message(
+                f"{run.message}. The checkpoints up to step {kept[-1] if kept else 0:,} are kept.", error=True
+            )
         else:
             self.view.show_message(run.message)
         self.view.saveButton.setEnabled(True)
@@ -308,8 +319,12 @@ class TrainTab(QObject):
             self.view.show_message("stop the training run first", error=True)
             return
         self.view.show_message(f"opening {name}…")
-        self._open.start(lambda: open_run(name, load), done=self._opened, failed=self._open_failed,
-                         expected=(ConfigError, OSError, KeyError, ValueError))
+        self._open.start(
+            lambda: open_run(name, load),
+            done=self._opened,
+            failed=self._open_failed,
+            expected=(ConfigError, OSError, KeyError, ValueError),
+        )
 
     def _opened(self, opened: Opened) -> None:
         run, g = opened.run, Gathered()
@@ -327,8 +342,10 @@ class TrainTab(QObject):
         self.view.show_scores(None)  # another task's title goes
         self._scores_drawn = None
         self._draw()
-        self.view.show_message(f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
-                               f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}")
+        self.view.show_message(
+            f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
+            f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}"
+        )
         self.view.saveButton.setEnabled(True)
         self.opened.emit(run)
 
@@ -343,9 +360,12 @@ class TrainTab(QObject):
         if run is None or self.phase != "idle":
             return
         self.view.show_message(f"saving to {folder}…")
-        self._save.start(lambda: run.save(folder) or folder, done=lambda f: self.view.show_message(f"saved {f}"),
-                         failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
-                         expected=(ConfigError, OSError))
+        self._save.start(
+            lambda: run.save(folder) or folder,
+            done=lambda f: self.view.show_message(f"saved {f}"),
+            failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
+            expected=(ConfigError, OSError),
+        )
 
     def _open_failed(self, exc: Exception) -> None:
         self.view.show_message(f"not opened: {exc}", error=True)
@@ -356,8 +376,13 @@ class TrainTab(QObject):
         self._last_draw = time.perf_counter()
         self.draw_times.append(self._last_draw)
         g, run = self.gathered, self.run
-        self.view.show_curves(np.asarray(g.steps), np.asarray(g.loss), np.asarray(g.eval_steps),
-                              np.asarray(g.accuracy), np.asarray(g.pattern))
+        self.view.show_curves(
+            np.asarray(g.steps),
+            np.asarray(g.loss),
+            np.asarray(g.eval_steps),
+            np.asarray(g.accuracy),
+            np.asarray(g.pattern),
+        )
         if g.scores is not None and run is not None and g.scores is not self._scores_drawn:
             self._scores_drawn = g.scores
             self.view.show_scores(g.scores, run.task.pattern)
@@ -394,8 +419,7 @@ class TrainTab(QObject):
         step, weights, labels = self.shown
         layer = min(self.view.layer(), weights.shape[0] - 1)
         what = "the newest weights" if self.scrub_step is None else "the checkpoint"
-        self.view.show_probe(weights[layer], labels,
-                             f"layer {layer} on the probe input at step {step:,} ({what})")
+        self.view.show_probe(weights[layer], labels, f"layer {layer} on the probe input at step {step:,} ({what})")
 
     def shown_weights(self) -> np.ndarray | None:
         """The attention the heatmaps show now, [layers, heads, L, L] (one layer drawn at a time)."""
@@ -415,8 +439,12 @@ class TrainTab(QObject):
         """Show the checkpoint at ``step`` (computed in the thread pool; ``scrubbed`` when drawn)."""
         self.scrub_step = step
         self._draw_timeline()
-        self._scrub.start(lambda run=self.run: checkpoint_attention(run, step), done=self._scrub_done,
-                          failed=self._scrub_failed, expected=(KeyError, ConfigError))
+        self._scrub.start(
+            lambda run=self.run: checkpoint_attention(run, step),
+            done=self._scrub_done,
+            failed=self._scrub_failed,
+            expected=(KeyError, ConfigError),
+        )
 
     def _scrub_done(self, answer: tuple[int, np.ndarray]) -> None:
         step, weights = answer

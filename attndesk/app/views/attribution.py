@@ -104,7 +104,9 @@ class TokenStrip(QWidget):
         painter = QPainter(self)
         for i, (rect, token) in enumerate(zip(self._rects, self.tokens)):
             painter.fillRect(rect, self.colors[i])
-            painter.setPen(QPen(QColor("#d95f02") if i == self._hover else QColor("#888"), 2 if i == self._hover else 1))
+            painter.setPen(
+                QPen(QColor("#d95f02") if i == self._hover else QColor("#888"), 2 if i == self._hover else 1)
+            )
             painter.drawRect(rect.adjusted(0, 0, -1, -1))
             painter.setPen(QColor("white") if self.colors[i].lightnessF() < 0.45 else QColor("black"))
             painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, token)
@@ -144,8 +146,12 @@ class AttributionView(QWidget):
         self.setObjectName("attributionView")
         self.attribution: InputAttribution | None = None
         self.info = problem_label("attributionUnavailable")
-        self.target = TokenField("target", "attributionTarget", "(the model's next token)",
-                                 empty_note="empty: the model's own next token (its largest logit)")
+        self.target = TokenField(
+            "target",
+            "attributionTarget",
+            "(the model's next token)",
+            empty_note="empty: the model's own next token (its largest logit)",
+        )
         self.methodCombo = QComboBox(objectName="attributionMethodCombo")
         for key, text in METHODS:
             self.methodCombo.addItem(text, key)
@@ -210,16 +216,24 @@ class AttributionView(QWidget):
         a = attribution
         self.strip.set_scores(a.tokens, a.scores)
         name = dict(METHODS)[{"integrated_gradients": "ig", "gradient_x_input": "gxi"}.get(a.method, "attn")]
-        parts = [f"<b>{name}</b> of logit({html.escape(repr(a.target))}) = {a.target_logit:.4g} after the last token",
-                 f"colours: blue &lt; 0 &lt; red, ends at ±{self.strip.bound:.3g}; Σ scores = {float(a.scores.sum()):.4g}"]
+        parts = [
+            f"<b>{name}</b> of logit({html.escape(repr(a.target))}) = {a.target_logit:.4g} after the last token",
+            f"colours: blue &lt; 0 &lt; red, ends at ±{self.strip.bound:.3g}; Σ scores = {float(a.scores.sum()):.4g}",
+        ]
         if a.completeness_error is not None:
-            parts.append(f"baseline {a.baseline} (logit {a.baseline_logit:.4g}), {a.steps} steps, "
-                         f"completeness error {a.completeness_error:.2%}")
+            parts.append(
+                f"baseline {a.baseline} (logit {a.baseline_logit:.4g}), {a.steps} steps, "
+                f"completeness error {a.completeness_error:.2%}"
+            )
         self.summary.setText(" · ".join(parts + [html.escape(n) for n in a.notices]))
         if a.per_head is not None:
             layers, heads, _ = a.per_head.shape
-            self.headsPlot.set_matrix(rearrange(a.per_head, "n h k -> (n h) k"), diverging=True, col_labels=a.tokens,
-                                      row_labels=[f"L{n} H{h}" for n in range(layers) for h in range(heads)])
+            self.headsPlot.set_matrix(
+                rearrange(a.per_head, "n h k -> (n h) k"),
+                diverging=True,
+                col_labels=a.tokens,
+                row_labels=[f"L{n} H{h}" for n in range(layers) for h in range(heads)],
+            )
             self.headsPlot.show()
         else:
             self.headsPlot.hide()
@@ -233,8 +247,10 @@ class AttributionView(QWidget):
         a = self.attribution
         if a is not None and a.per_head is not None:
             heads = a.per_head.shape[1]
-            self.readout.setText(f"L{row // heads} H{row % heads} → {a.tokens[col]!r} ({col}): "
-                                 f"{a.per_head[row // heads, row % heads, col]:+.5g}")
+            self.readout.setText(
+                f"L{row // heads} H{row % heads} → {a.tokens[col]!r} ({col}): "
+                f"{a.per_head[row // heads, row % heads, col]:+.5g}"
+            )
 
 
 __all__ = ["METHODS", "AttributionView", "TokenStrip", "score_colors"]

@@ -55,7 +55,7 @@ ASYNC_DIFF_CELLS = 200_000
 WHATS = (("weights", "attention weights"), ("output", "output [L × E]"))
 VARIANT_TIPS = {
     "gqa": "A: one K/V head per query head. B: A's K/V heads mean-pooled into groups (as MHA checkpoints are "
-           "converted to GQA); same queries",
+    "converted to GQA); same queries",
     "rope": "A: sinusoidal positions added to the embeddings. B: RoPE rotates Q and K instead (base 10000)",
     "window": "A: every key. B: query i sees key j only when |i − j| < W (the config's window, else a quarter of the text)",
     "softcap": "A: no cap. B: scores s become C·tanh(s/C) before the mask (the config's cap, else half the largest score)",
@@ -167,8 +167,9 @@ def _panel(result, label: str, matrix, what: str, head, levels, empty: str = "")
     shape = " × ".join(map(str, matrix.shape))
     where = f" · {result.where}" if result.where else ""
     prepared = prepare_matrix(matrix, diverging=what != "weights", masked=masked, levels=levels)
-    return FramePanel(prepared, f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>", "",
-                      list(result.tokens), cols)
+    return FramePanel(
+        prepared, f"<b>{label}</b>{where} <span style='color:#555'>[{shape}]</span>", "", list(result.tokens), cols
+    )
 
 
 def _describe_cell(d: ResultDiff, b) -> str:
@@ -189,10 +190,13 @@ def _diff_panel(d: ResultDiff, b, what: str, head) -> tuple[FramePanel, str]:
     shape = " × ".join(map(str, shown.shape))
     prepared = prepare_matrix(shown, diverging=True, levels=(-bound, bound) if bound > 0 else (-1.0, 1.0))
     notes = "".join(f"<br><i>{n}</i>" for n in d.notes)
-    summary = (f"<b>max |B − A| = {d.max_abs:.6g}</b> over all {'heads' if d.what == 'weights' else 'cells'}"
-               f"{_describe_cell(d, b)}; shown here: {bound:.6g}{notes}")
-    panel = FramePanel(prepared, f"<b>B − A</b> <span style='color:#555'>[{shape}], 0 = white</span>", "",
-                       list(b.tokens), cols)
+    summary = (
+        f"<b>max |B − A| = {d.max_abs:.6g}</b> over all {'heads' if d.what == 'weights' else 'cells'}"
+        f"{_describe_cell(d, b)}; shown here: {bound:.6g}{notes}"
+    )
+    panel = FramePanel(
+        prepared, f"<b>B − A</b> <span style='color:#555'>[{shape}], 0 = white</span>", "", list(b.tokens), cols
+    )
     return panel, summary
 
 
@@ -204,8 +208,7 @@ def compare_frame(request: FrameRequest) -> CompareFrame:
     ma = None if a is None else _select(getattr(a, what), what, head)
     mb = None if b is None else _select(getattr(b, what), what, head)
     levels = _levels([m for m in (ma, mb) if m is not None], what)
-    panels = (_panel(a, labels[0], ma, what, head, levels, request.no_a),
-              _panel(b, labels[1], mb, what, head, levels))
+    panels = (_panel(a, labels[0], ma, what, head, levels, request.no_a), _panel(b, labels[1], mb, what, head, levels))
     if a is None or b is None:
         idle = FramePanel(None, "<b>B − A</b>", "pin a result as A, then change anything" if b is not None else "")
         hint = "Pin a result as A, then change anything (mask, scale, heads, seed, text, layer, mode)."
@@ -239,7 +242,9 @@ class CompareView(QWidget):
         self._a: Operand | None = None  # what the A plot shows: the pinned result, or a teaching pair's A
         self._pinned: Operand | None = None
         self._b: Operand | None = None
-        self._config: AttentionConfig | None = None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
+        self._config: AttentionConfig | None = (
+            None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
+        )
         self._text: str | None = None
         self._diff: ResultDiff | None = None
         self._teaching: TeachingComparison | None = None
@@ -380,8 +385,14 @@ class CompareView(QWidget):
         self.maxLabel.setText(f"{notice}<br>{frame.summary}" if notice else frame.summary)
         # B − A and the pictures are the view's own copies (A and B are held as the pin and the run)
         own = [frame.diff.diff] if frame.diff is not None else []
-        self._hold("_frame_held", "B − A and the compare pictures", own + arrays_of(frame.panels, 3),
-                   self._frame_let_go, protected=True, strict=False)
+        self._hold(
+            "_frame_held",
+            "B − A and the compare pictures",
+            own + arrays_of(frame.panels, 3),
+            self._frame_let_go,
+            protected=True,
+            strict=False,
+        )
         return True
 
     def is_computing(self) -> bool:
@@ -391,8 +402,9 @@ class CompareView(QWidget):
         """Compute and draw A, B and B - A again."""
         self._recompute()
 
-    def set_result(self, result: AttentionResult | Operand | None, text: str | None = None, *,
-                   teaching: bool | None = None) -> None:
+    def set_result(
+        self, result: AttentionResult | Operand | None, text: str | None = None, *, teaching: bool | None = None
+    ) -> None:
         """The current run becomes B (a shown teaching comparison gives way to the live A/B).
         ``teaching``: whether the one-click teaching pairs (toy-model experiments) apply to it
         (default: for a toy ``AttentionResult``, not for an ``Operand`` such as a real model's layer)."""
@@ -542,8 +554,12 @@ class CompareView(QWidget):
         """Show a teaching pair: its A and B, B - A and its explanation (with measured numbers);
         held in the memory ledger (one that cannot fit is not shown, saying why)."""
         try:
-            self._hold("_teaching_held", f"the teaching pair “{comparison.title}”", arrays_of(comparison, 4),
-                       self._teaching_let_go)
+            self._hold(
+                "_teaching_held",
+                f"the teaching pair “{comparison.title}”",
+                arrays_of(comparison, 4),
+                self._teaching_let_go,
+            )
         except LedgerError as exc:
             self.maxLabel.setText(f"<span style='color:#a33'>comparison not shown: {exc}</span>")
             return
@@ -617,8 +633,15 @@ class CompareView(QWidget):
     def _recompute(self) -> None:
         self._fill_heads()
         self._diff = None
-        request = FrameRequest(self._a, self._b, (self._a_label, self._b_label), self._what(),
-                               self.headCombo.currentData(), self._diff_budget(), self._no_a)
+        request = FrameRequest(
+            self._a,
+            self._b,
+            (self._a_label, self._b_label),
+            self._what(),
+            self.headCombo.currentData(),
+            self._diff_budget(),
+            self._no_a,
+        )
         drawn = getattr(self._b, self._what(), None)
         big = drawn is not None and np.size(drawn) > ASYNC_DIFF_CELLS
         if self._frame_runner is not None and big:

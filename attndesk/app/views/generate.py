@@ -128,7 +128,9 @@ class TopTokenBars(pg.PlotWidget):
         self._bars = pg.BarGraphItem(x0=0.0, y=np.arange(len(tokens)), height=0.7, width=self.probs, brushes=brushes)
         self.item.addItem(self._bars)
         # isolated left-to-right: a right-to-left token cannot reorder its own label
-        ticks = [(i, f"\u2066{t!r}\u2069 {probability_text(float(p))}") for i, (t, p) in enumerate(zip(tokens, self.probs))]
+        ticks = [
+            (i, f"\u2066{t!r}\u2069 {probability_text(float(p))}") for i, (t, p) in enumerate(zip(tokens, self.probs))
+        ]
         self.item.getAxis("left").setTicks([ticks])
         self.item.setYRange(-0.5, max(len(tokens), 1) - 0.5, padding=0.02)
         # the longest bar near the right edge: a flat distribution's bars are still told apart
@@ -172,10 +174,19 @@ class GenerateView(QWidget):
         self.samplingCombo = QComboBox(objectName="samplingCombo")
         self.samplingCombo.addItem("greedy", "greedy")
         self.samplingCombo.addItem("sample", "sample")
-        self.samplingCombo.setToolTip("greedy: the most probable token; sample: drawn from softmax(logits / "
-                                      "temperature), from the top-k only when top-k is set, seeded")
-        self.temperatureSpin = QDoubleSpinBox(objectName="temperatureSpin", decimals=2, minimum=0.05, maximum=10.0,
-                                              singleStep=0.1, value=1.0, prefix="temperature ")
+        self.samplingCombo.setToolTip(
+            "greedy: the most probable token; sample: drawn from softmax(logits / "
+            "temperature), from the top-k only when top-k is set, seeded"
+        )
+        self.temperatureSpin = QDoubleSpinBox(
+            objectName="temperatureSpin",
+            decimals=2,
+            minimum=0.05,
+            maximum=10.0,
+            singleStep=0.1,
+            value=1.0,
+            prefix="temperature ",
+        )
         self.topKSpin = QSpinBox(objectName="topKSpin", minimum=0, maximum=100_000, value=50, prefix="top-k ")
         self.topKSpin.setSpecialValueText("top-k all")
         self.seedSpin = QSpinBox(objectName="generationSeedSpin", minimum=0, maximum=2**31 - 1, value=0, prefix="seed ")
@@ -225,16 +236,23 @@ class GenerateView(QWidget):
         self.barsTitle.setWordWrap(True)
         # text that changes every step keeps its height: a label growing by a line would relayout
         # the splitter and both plots (~50 ms a step at 500 tokens)
-        for fixed, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2),
-                             (self.rowPlot.title, 2)):
+        for fixed, lines in (
+            (self.message, 2),
+            (self.sequenceLabel, 3),
+            (self.readout, 1),
+            (self.barsTitle, 2),
+            (self.rowPlot.title, 2),
+        ):
             fixed.setFixedHeight(fixed.fontMetrics().lineSpacing() * lines + 4)
             fixed.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
 
     def _lay_out(self) -> None:
         controls = QGridLayout()  # two rows of four: the window stays as narrow as its other tabs let it
-        rows = ((self.samplingCombo, self.temperatureSpin, self.topKSpin, self.seedSpin),
-                (self.stepButton, self.countSpin, self.runButton, self.stopButton),
-                (self.restartButton, self.pinAButton, self.pinBButton))
+        rows = (
+            (self.samplingCombo, self.temperatureSpin, self.topKSpin, self.seedSpin),
+            (self.stepButton, self.countSpin, self.runButton, self.stopButton),
+            (self.restartButton, self.pinAButton, self.pinBButton),
+        )
         for row, widgets in enumerate(rows):
             for column, widget in enumerate(widgets):
                 controls.addWidget(widget, row, column)
@@ -270,8 +288,13 @@ class GenerateView(QWidget):
     # -- API -------------------------------------------------------------------------------------
     def settings(self) -> GenerationSettings:
         top_k = self.topKSpin.value()
-        return GenerationSettings(sampling=self.samplingCombo.currentData(), temperature=self.temperatureSpin.value(),
-                                  top_k=top_k or None, seed=self.seedSpin.value(), count=self.countSpin.value())
+        return GenerationSettings(
+            sampling=self.samplingCombo.currentData(),
+            temperature=self.temperatureSpin.value(),
+            top_k=top_k or None,
+            seed=self.seedSpin.value(),
+            count=self.countSpin.value(),
+        )
 
     def set_available(self, ok: bool, message: str = "") -> None:
         """Whether the current model generates (a decoder or an encoder-decoder); else why not."""
@@ -298,8 +321,13 @@ class GenerateView(QWidget):
         part = self.partCombo.currentData() if not self.partCombo.isHidden() else "self"
         return layer, part
 
-    def set_sequence(self, prompt: list[str], steps: list[GenerationStep], prepared: PreparedRow | None = None,
-                     source: list[str] | None = None) -> None:
+    def set_sequence(
+        self,
+        prompt: list[str],
+        steps: list[GenerationStep],
+        prepared: PreparedRow | None = None,
+        source: list[str] | None = None,
+    ) -> None:
         """The prompt tokens and every step so far; the newest step is selected and drawn (from
         ``prepared`` when it was made for it and the current choice). ``source``: an
         encoder-decoder's source tokens (the cross-attention's keys)."""
@@ -310,7 +338,7 @@ class GenerateView(QWidget):
         self.stepList.blockSignals(True)
         if not grown:
             self.stepList.clear()
-        for step in steps[self.stepList.count():]:
+        for step in steps[self.stepList.count() :]:
             QListWidgetItem(f"{step.index + 1}. {step.token!r}  p={probability_text(step.probability)}", self.stepList)
         self.stepList.blockSignals(False)
         self.select_step(len(steps) - 1 if steps else None)
@@ -376,12 +404,16 @@ class GenerateView(QWidget):
         self.rowPlot.show_prepared(ready.prepared, row_labels=ready.labels, col_labels=keys)
         who = "cross-attention over the source" if part == "cross" else "attention over the tokens so far"
         query = self._keys(step, "self")[-1]  # the token at the deciding position
-        self.rowPlot.set_title(f"<b>step {step.index + 1}</b>: position {step.query_position} "
-                               f"({html.escape(repr(query))}) chose "
-                               f"<b>{html.escape(repr(step.token))}</b> · {who} [{matrix.shape[0]} × {matrix.shape[1]}]")
+        self.rowPlot.set_title(
+            f"<b>step {step.index + 1}</b>: position {step.query_position} "
+            f"({html.escape(repr(query))}) chose "
+            f"<b>{html.escape(repr(step.token))}</b> · {who} [{matrix.shape[0]} × {matrix.shape[1]}]"
+        )
         self.bars.set_bars(*bars_of(step))
-        self.barsTitle.setText(f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "
-                               f"{html.escape(repr(step.token))} p={probability_text(step.probability)} · {step.seconds * 1000:.0f} ms")
+        self.barsTitle.setText(
+            f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "
+            f"{html.escape(repr(step.token))} p={probability_text(step.probability)} · {step.seconds * 1000:.0f} ms"
+        )
 
     def _keys(self, step: GenerationStep, part: str) -> list[str]:
         """Key labels: the sequence up to the deciding position (self), or the source (cross)."""
@@ -396,7 +428,7 @@ class GenerateView(QWidget):
         """The end of the prompt and every generated token (laying out hundreds of rich-text spans
         takes longer than a GUI-thread turn: the whole prompt is in the input box anyway)."""
         cut = max(0, len(self._prompt) - PROMPT_TAIL)
-        parts = ([f"<span style='color: gray;'>… {cut} tokens …</span>"] if cut else [])
+        parts = [f"<span style='color: gray;'>… {cut} tokens …</span>"] if cut else []
         parts += [html.escape(t) for t in self._prompt[cut:]]
         for step in self._steps[-GENERATED_TAIL:]:
             style = _SELECTED_STYLE if step is selected else _GENERATED_STYLE
@@ -417,8 +449,14 @@ class GenerateView(QWidget):
 
     def _update_enabled(self) -> None:
         idle = self._available and not self._busy
-        for widget in (self.stepButton, self.runButton, self.restartButton, self.countSpin, self.samplingCombo,
-                       self.seedSpin):
+        for widget in (
+            self.stepButton,
+            self.runButton,
+            self.restartButton,
+            self.countSpin,
+            self.samplingCombo,
+            self.seedSpin,
+        ):
             widget.setEnabled(idle)
         sampling = self.samplingCombo.currentData() == "sample"
         self.temperatureSpin.setEnabled(idle and sampling)
@@ -428,4 +466,14 @@ class GenerateView(QWidget):
             button.setEnabled(idle and self._pin_ok and bool(self._steps))
 
 
-__all__ = ["ALL_LAYERS", "GenerateView", "GenerationSettings", "PreparedRow", "TopTokenBars", "bars_of", "prepare_row", "probability_text", "row_matrix"]
+__all__ = [
+    "ALL_LAYERS",
+    "GenerateView",
+    "GenerationSettings",
+    "PreparedRow",
+    "TopTokenBars",
+    "bars_of",
+    "prepare_row",
+    "probability_text",
+    "row_matrix",
+]

@@ -46,6 +46,7 @@ ROLE_KEY = Qt.ItemDataRole.UserRole + 1
 
 MIN_SPAN = 0.01  # the scatter never shows less than this many tokens / nats across
 
+
 class HeadStatsView(QWidget):
     """API: ``set_result(result)`` (toy: weights [H, L, Lk]), ``set_weights(weights, tokens=None)``
     ([H, L, Lk] or [layers, H, L, Lk]), ``set_statistics(stats, shape)``, ``stats()``, ``select_head(head, layer=None)``,
@@ -230,14 +231,21 @@ class HeadStatsView(QWidget):
         brushes = [pg.mkBrush(c) for c in colours]
         plain = self.points.opts["brush"]
         labelled = len(self._stats) <= 16  # beyond that the names would pile up; hover/click instead
-        names = [(f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy)
-                 for s in stats] if labelled else []
+        names = (
+            [(f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy) for s in stats]
+            if labelled
+            else []
+        )
         self._place_labels(names)
         keys = np.empty(len(stats), dtype=object)  # one (layer, head) per point (a list would become 2-D)
         for i, s in enumerate(stats):
             keys[i] = (s.layer, s.head)
-        self.points.setData(x=[s.mean_distance for s in stats], y=[s.entropy for s in stats], data=keys,
-                            brush=[plain if s.layer is None else brushes[s.layer] for s in stats])
+        self.points.setData(
+            x=[s.mean_distance for s in stats],
+            y=[s.entropy for s in stats],
+            data=keys,
+            brush=[plain if s.layer is None else brushes[s.layer] for s in stats],
+        )
 
     def _place_labels(self, names: list[tuple[str, float, float]]) -> None:
         """One text item per labelled point; items are reused (making one costs a few ms)."""
@@ -249,7 +257,7 @@ class HeadStatsView(QWidget):
             label.setText(name)
             label.setPos(x, y)
             label.show()
-        for label in self._labels[len(names):]:
+        for label in self._labels[len(names) :]:
             label.hide()
 
     def scatter_points(self) -> np.ndarray:

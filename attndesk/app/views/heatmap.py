@@ -71,8 +71,14 @@ class PreparedMatrix:
     factor: int
 
 
-def prepare_matrix(matrix, *, colormap: str | None = None, diverging: bool = False,
-                   levels: tuple[float, float] | None = None, masked=None) -> PreparedMatrix:
+def prepare_matrix(
+    matrix,
+    *,
+    colormap: str | None = None,
+    diverging: bool = False,
+    levels: tuple[float, float] | None = None,
+    masked=None,
+) -> PreparedMatrix:
     """The numpy half of ``MatrixPlot.set_matrix`` (thread-safe): levels, display image, hatching."""
     m = np.asarray(matrix)
     if m.ndim != 2:
@@ -201,8 +207,13 @@ class MatrixPlot(QWidget):
         prepared = prepare_matrix(matrix, colormap=colormap, diverging=diverging, levels=levels, masked=masked)
         self.show_prepared(prepared, row_labels=row_labels, col_labels=col_labels)
 
-    def show_prepared(self, prepared: PreparedMatrix, *, row_labels: Sequence[str] | None = None,
-                      col_labels: Sequence[str] | None = None) -> None:
+    def show_prepared(
+        self,
+        prepared: PreparedMatrix,
+        *,
+        row_labels: Sequence[str] | None = None,
+        col_labels: Sequence[str] | None = None,
+    ) -> None:
         """Draw a matrix ``prepare_matrix`` made (elsewhere: at thousands of rows the numpy work takes
         longer than one GUI-thread turn may); only the small display image is handed to Qt here."""
         m = prepared.matrix
@@ -269,13 +280,18 @@ class MatrixPlot(QWidget):
 
     def highlighted(self) -> dict[str, tuple[int, ...] | None]:
         """Which row / column / cell is highlighted (for tests): {"row": (r,), "col": (c,), "cell": (r, c)}."""
+
         def where(item: QGraphicsRectItem, kind: str):
             if not item.isVisible():
                 return None
             r = item.rect()
             return {"row": (int(r.y()),), "col": (int(r.x()),), "cell": (int(r.y()), int(r.x()))}[kind]
 
-        return {"row": where(self.row_marks, "row"), "col": where(self.col_marks, "col"), "cell": where(self.cell_mark, "cell")}
+        return {
+            "row": where(self.row_marks, "row"),
+            "col": where(self.col_marks, "col"),
+            "cell": where(self.cell_mark, "cell"),
+        }
 
     def _rows(self) -> int:
         return 0 if self.matrix is None else self.matrix.shape[0]
@@ -335,9 +351,15 @@ class MatrixPlot(QWidget):
 
         def figure() -> str:
             drawn = HeatmapFigure(
-                matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None], titles=[title],
-                query_labels=rows, key_labels=cols, colormap=colormap, diverging=colormap.startswith("CET-D"),
-                vmin=vmin, vmax=vmax, value_label="value",
+                matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None],
+                titles=[title],
+                query_labels=rows,
+                key_labels=cols,
+                colormap=colormap,
+                diverging=colormap.startswith("CET-D"),
+                vmin=vmin,
+                vmax=vmax,
+                value_label="value",
             )
             return str(export_figure(drawn, path))
 
@@ -358,8 +380,9 @@ class MatrixPlot(QWidget):
             self._export_failed(exc)
             return
         self.exportButton.setEnabled(False)
-        self._background.start(job, done=self._export_done, failed=self._export_failed,
-                               expected=(ExportError, ValueError, OSError))
+        self._background.start(
+            job, done=self._export_done, failed=self._export_failed, expected=(ExportError, ValueError, OSError)
+        )
 
     def _export_done(self, _path: str) -> None:
         self.exportButton.setEnabled(True)

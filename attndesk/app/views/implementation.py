@@ -87,8 +87,7 @@ class ImplementationPanel(QWidget):
     def set_input(self, config, text: str) -> None:
         self._config, self._text = config, text
 
-    def set_result(self, result: object, text: str | None = None, *,
-                   toy: bool | None = None) -> None:
+    def set_result(self, result: object, text: str | None = None, *, toy: bool | None = None) -> None:
         """Take the input (config and text) from the current toy result (None, or ``toy`` False: a
         real model's layer, which the comparison of the toy layer's implementations does not cover)."""
         is_toy = isinstance(result, AttentionResult)
@@ -140,8 +139,13 @@ class ImplementationPanel(QWidget):
 
         for r, (name, seconds, d_out, d_w) in enumerate(rows):
             ratio = seconds / base if base and seconds is not None else None
-            values = (name, fmt(None if seconds is None else seconds * 1e3, ".3f"), fmt(ratio, ".2f"),
-                      fmt(d_out, ".3g"), "no weights" if d_w is None else fmt(d_w, ".3g"))
+            values = (
+                name,
+                fmt(None if seconds is None else seconds * 1e3, ".3f"),
+                fmt(ratio, ".2f"),
+                fmt(d_out, ".3g"),
+                "no weights" if d_w is None else fmt(d_w, ".3g"),
+            )
             for c, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 if c:

@@ -40,8 +40,9 @@ class TokenField(QWidget):
 
     edited = Signal(str)
 
-    def __init__(self, label: str, name: str, placeholder: str = "", parent: QWidget | None = None, *,
-                 empty_note: str = "") -> None:
+    def __init__(
+        self, label: str, name: str, placeholder: str = "", parent: QWidget | None = None, *, empty_note: str = ""
+    ) -> None:
         super().__init__(parent)
         self._empty_note = empty_note  # an optional field: empty is fine, and this says what it means
         self.edit = QLineEdit(objectName=f"{name}Edit")

@@ -39,8 +39,10 @@ def model_scale_line() -> str:
     """The same arithmetic at a real model's size (32 layers, 32 query heads of 128 dims, float16)."""
     mha = kv_cache_bytes(32, 128, 32768, layers=32, itemsize=2)
     gqa = kv_cache_bytes(8, 128, 32768, layers=32, itemsize=2)
-    return (f"At a real model's size (32 layers, 32 heads of 128 dims, float16) 32k tokens take "
-            f"{format_bytes(mha)} with MHA and {format_bytes(gqa)} with 8 K/V heads (LLaMA-3-8B's choice).")
+    return (
+        f"At a real model's size (32 layers, 32 heads of 128 dims, float16) 32k tokens take "
+        f"{format_bytes(mha)} with MHA and {format_bytes(gqa)} with 8 K/V heads (LLaMA-3-8B's choice)."
+    )
 
 
 class KVCacheTable(QWidget):
@@ -84,11 +86,17 @@ class KVCacheTable(QWidget):
             self.title.setText("<b>K/V cache per layer</b>: run the toy model to see its shape's cache")
             return
         self._rows = cache_rows(config, window)
-        self.title.setText(f"<b>K/V cache per layer</b> for this shape: {config.num_heads} query heads, "
-                           f"d_k {config.head_dim}, {config.dtype}, batch 1 (the decoder's cost; bold = this config)")
+        self.title.setText(
+            f"<b>K/V cache per layer</b> for this shape: {config.num_heads} query heads, "
+            f"d_k {config.head_dim}, {config.dtype}, batch 1 (the decoder's cost; bold = this config)"
+        )
         self.table.setRowCount(len(self._rows))
         for r, row in enumerate(self._rows):
-            values = (row.label, format_bytes(row.bytes_per_token), *(format_bytes(row.bytes[n]) for n in CACHE_LENGTHS))
+            values = (
+                row.label,
+                format_bytes(row.bytes_per_token),
+                *(format_bytes(row.bytes[n]) for n in CACHE_LENGTHS),
+            )
             for c, text in enumerate(values):
                 self._set(r, c, text, row.current)
 

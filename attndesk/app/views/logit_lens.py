@@ -62,8 +62,11 @@ class CellLabels(pg.GraphicsObject):
         for row, col, text, light in self.cells:
             centre = transform.map(QPointF(col + 0.5, row + 0.5))
             painter.setPen(QColor("white" if light else "black"))
-            painter.drawText(QRectF(centre.x() - width / 2, centre.y() - height / 2, width, height),
-                             int(Qt.AlignmentFlag.AlignCenter), text)
+            painter.drawText(
+                QRectF(centre.x() - width / 2, centre.y() - height / 2, width, height),
+                int(Qt.AlignmentFlag.AlignCenter),
+                text,
+            )
         painter.restore()
 
 
@@ -124,8 +127,10 @@ class LogitLensView(QWidget):
         probs = lens.top_probs[:, :, 0]
         self.plot.set_matrix(probs, row_labels=lens.labels, col_labels=lens.tokens, levels=(0.0, 1.0))
         rows, cols = probs.shape
-        self.plot.set_title(f"<b>logit lens</b> [{rows} residual streams × {cols} positions]: each cell's top "
-                            "next-token guess, coloured by its probability (0–1)")
+        self.plot.set_title(
+            f"<b>logit lens</b> [{rows} residual streams × {cols} positions]: each cell's top "
+            "next-token guess, coloured by its probability (0–1)"
+        )
         if rows * cols <= MAX_LABELLED_CELLS:
             self._write_cells(lens, probs)
 

@@ -44,8 +44,10 @@ PRINT_DIGITS = 8  # significant digits the outputs are printed with (the run its
 ASYNC_STEP_CELLS = 65_536  # a step picture of more cells is made by the step runner (a side job)
 LONG_CONTEXT = 32_768  # the length the memory line also quotes
 _BLOCK_PEN = QColor(230, 40, 40)
-HINT = ("Step through the keys with Next / Previous or the slider; click a row (or use the arrow keys) "
-        "to follow one query. The block read at this step is outlined in red.")
+HINT = (
+    "Step through the keys with Next / Previous or the slider; click a row (or use the arrow keys) "
+    "to follow one query. The block read at this step is outlined in red."
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,22 +137,27 @@ def step_text(shown: WalkShown, step: int, query: int) -> str:
     k0, k1 = s.keys
     keys = ", ".join(f"{shown.keys[k]!r}" for k in range(k0, min(k1, k0 + 8))) + (" …" if k1 - k0 > 8 else "")
     o_l = s.output[query] / s.sum_after[query] if s.sum_after[query] > 0 else s.output[query] * 0
-    return "\n".join([
-        f"step {step + 1} of {shown.steps}: read keys {k0}..{k1 - 1} ({keys}) of head {shown.head}"
-        f" (K/V head {shown.kv_head})",
-        f"query {query} {shown.queries[query]!r}:",
-        f"  scores of this block s    = {_vector(s.scores[query])}",
-        f"  block max                 = {_num(s.block_max[query])}"
-        + ("   (every key of this block is masked for this query: nothing changes)"
-           if np.isneginf(s.block_max[query]) else ""),
-        f"  running max m             : {_num(s.max_before[query])} -> {_num(s.max_after[query])}",
-        f"  rescale exp(m_old - m_new) = {_num(s.rescale[query])}"
-        + ("   (the max did not move)" if s.rescale[query] == 1 else "   (what was summed so far shrinks)"),
-        f"  running sum l = rescale x {_num(s.sum_before[query])} + sum exp(s - m) ({_num(s.probs[query].sum())})"
-        f" = {_num(s.sum_after[query])}",
-        f"  O = rescale x O_old + exp(s - m) V_block (unnormalised) = {_vector(s.output[query])}",
-        f"  O / l = the output over keys 0..{k1 - 1} so far = {_vector(o_l)}",
-    ])
+    return "\n".join(
+        [
+            f"step {step + 1} of {shown.steps}: read keys {k0}..{k1 - 1} ({keys}) of head {shown.head}"
+            f" (K/V head {shown.kv_head})",
+            f"query {query} {shown.queries[query]!r}:",
+            f"  scores of this block s    = {_vector(s.scores[query])}",
+            f"  block max                 = {_num(s.block_max[query])}"
+            + (
+                "   (every key of this block is masked for this query: nothing changes)"
+                if np.isneginf(s.block_max[query])
+                else ""
+            ),
+            f"  running max m             : {_num(s.max_before[query])} -> {_num(s.max_after[query])}",
+            f"  rescale exp(m_old - m_new) = {_num(s.rescale[query])}"
+            + ("   (the max did not move)" if s.rescale[query] == 1 else "   (what was summed so far shrinks)"),
+            f"  running sum l = rescale x {_num(s.sum_before[query])} + sum exp(s - m) ({_num(s.probs[query].sum())})"
+            f" = {_num(s.sum_after[query])}",
+            f"  O = rescale x O_old + exp(s - m) V_block (unnormalised) = {_vector(s.output[query])}",
+            f"  O / l = the output over keys 0..{k1 - 1} so far = {_vector(o_l)}",
+        ]
+    )
 
 
 def final_text(shown: WalkShown, query: int) -> str:
@@ -159,17 +166,22 @@ def final_text(shown: WalkShown, query: int) -> str:
     lq, dv = walk.output.shape
     online, full = _vector(walk.output[query]), _vector(walk.reference[query])
     same = "the same digits" if online == full else "a tie in the last digit's rounding"
-    agree = (f"every one of the {lq} x {dv} outputs differs by less than half its last printed digit"
-             if shown.below_last_digit else f"some of the {lq} x {dv} outputs differ in their last printed digit")
-    return "\n".join([
-        f"After the last block the output is O / l (query {query} {shown.queries[query]!r}, block {shown.block}):",
-        f"  online, block by block  {online}",
-        f"  full softmax(S) V       {full}",
-        f"  ({same}); max |online - full| over all queries and dims = {walk.max_abs_diff:.3g} (both float64):",
-        f"  {agree}.",
-        f"  the run's own output of this head ({shown.dtype}, one softmax over each whole row) differs by at most "
-        f"{shown.run_diff:.3g}: its rounding, not the method.",
-    ])
+    agree = (
+        f"every one of the {lq} x {dv} outputs differs by less than half its last printed digit"
+        if shown.below_last_digit
+        else f"some of the {lq} x {dv} outputs differ in their last printed digit"
+    )
+    return "\n".join(
+        [
+            f"After the last block the output is O / l (query {query} {shown.queries[query]!r}, block {shown.block}):",
+            f"  online, block by block  {online}",
+            f"  full softmax(S) V       {full}",
+            f"  ({same}); max |online - full| over all queries and dims = {walk.max_abs_diff:.3g} (both float64):",
+            f"  {agree}.",
+            f"  the run's own output of this head ({shown.dtype}, one softmax over each whole row) differs by at most "
+            f"{shown.run_diff:.3g}: its rounding, not the method.",
+        ]
+    )
 
 
 def memory_text(shown: WalkShown) -> str:
@@ -179,21 +191,31 @@ def memory_text(shown: WalkShown) -> str:
     dv = walk.output.shape[1]
     ratio = walk.weights_bytes / max(1, walk.kept_bytes)
     long_w, long_k = 4 * LONG_CONTEXT * LONG_CONTEXT, 4 * LONG_CONTEXT * (dv + 2)
-    return EXPLANATION + "\n".join([
-        f"For this run (float32 numbers, d = {dv}): one head's weights are {lq} x {lk} = {lq * lk:,} numbers, "
-        f"{format_bytes(walk.weights_bytes)}; all {shown.heads} heads {format_bytes(shown.heads * walk.weights_bytes)}.",
-        f"The online softmax keeps m, l and O per query: {lq} x ({dv} + 2) = {lq * (dv + 2):,} numbers, "
-        f"{format_bytes(walk.kept_bytes)} per head ({ratio:.1f}x less); both read Q, K and V anyway.",
-        f"At {LONG_CONTEXT:,} tokens one head's weights would take {format_bytes(long_w)}; m, l and O "
-        f"{format_bytes(long_k)}. Memory O(L^2) against O(L d): that is why such kernels never store them.",
-    ])
+    return EXPLANATION + "\n".join(
+        [
+            f"For this run (float32 numbers, d = {dv}): one head's weights are {lq} x {lk} = {lq * lk:,} numbers, "
+            f"{format_bytes(walk.weights_bytes)}; all {shown.heads} heads {format_bytes(shown.heads * walk.weights_bytes)}.",
+            f"The online softmax keeps m, l and O per query: {lq} x ({dv} + 2) = {lq * (dv + 2):,} numbers, "
+            f"{format_bytes(walk.kept_bytes)} per head ({ratio:.1f}x less); both read Q, K and V anyway.",
+            f"At {LONG_CONTEXT:,} tokens one head's weights would take {format_bytes(long_w)}; m, l and O "
+            f"{format_bytes(long_k)}. Memory O(L^2) against O(L d): that is why such kernels never store them.",
+        ]
+    )
 
 
 class StepTableModel(QAbstractTableModel):
     """Every query's running values at one step (rows drawn on demand: thousands of queries)."""
 
-    HEADERS = ("query", "block max", "m before", "m after", "rescale exp(m_old − m_new)", "l before", "l after",
-               "O / l so far (first dims)")
+    HEADERS = (
+        "query",
+        "block max",
+        "m before",
+        "m after",
+        "rescale exp(m_old − m_new)",
+        "l before",
+        "l after",
+        "O / l so far (first dims)",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -273,8 +295,9 @@ class OnlineSoftmaxView(QWidget):
         self.stepSlider.valueChanged.connect(self.set_step)
         # fixed sizes: what a walk says must not move the controls (a replayed click lands alike)
         self.stepLabel = QLabel("", objectName="onlineStepLabel")
-        self.stepLabel.setFixedWidth(self.stepLabel.fontMetrics().horizontalAdvance(
-            "step 2048 / 2048 · keys 2047–2047 (256 a block)"))
+        self.stepLabel.setFixedWidth(
+            self.stepLabel.fontMetrics().horizontalAdvance("step 2048 / 2048 · keys 2047–2047 (256 a block)")
+        )
         self.messageLabel = QLabel(HINT, objectName="onlineMessage")
         self.messageLabel.setWordWrap(True)
         self.messageLabel.setFixedHeight(2 * self.messageLabel.fontMetrics().lineSpacing() + 4)
@@ -403,8 +426,11 @@ class OnlineSoftmaxView(QWidget):
     def show_walk(self, shown: WalkShown) -> None:
         """Draw a walk: from its first block, or at the same step when only the head changed."""
         previous = self._shown
-        same_steps = previous is not None and previous.walk.weights.shape == shown.walk.weights.shape \
+        same_steps = (
+            previous is not None
+            and previous.walk.weights.shape == shown.walk.weights.shape
             and previous.block == shown.block
+        )
         step = self._step if same_steps else 0
         self._shown = shown
         self._query = min(self._query, len(shown.queries) - 1)
@@ -428,8 +454,9 @@ class OnlineSoftmaxView(QWidget):
         self.stepSlider.setValue(step)
         self.stepSlider.blockSignals(False)
         k0, k1 = self._shown.walk.steps[step].keys
-        self.stepLabel.setText(f"step {step + 1} / {self._shown.steps} · keys {k0}–{k1 - 1} "
-                               f"({self._shown.block} a block)")
+        self.stepLabel.setText(
+            f"step {step + 1} / {self._shown.steps} · keys {k0}–{k1 - 1} ({self._shown.block} a block)"
+        )
         self.prevButton.setEnabled(step > 0)
         self.nextButton.setEnabled(step < self._shown.steps - 1)
         self.model.set_step(self._shown, step)
@@ -461,8 +488,10 @@ class OnlineSoftmaxView(QWidget):
         s = frame.shown
         self.plot.show_prepared(frame.prepared, row_labels=s.queries, col_labels=s.keys)
         k0, k1 = s.walk.steps[frame.step].keys
-        self.plot.set_title(f"<b>head {s.head}</b>: the softmax over keys 0–{k1 - 1} read so far "
-                            f"(this block outlined; unread and masked keys hatched)")
+        self.plot.set_title(
+            f"<b>head {s.head}</b>: the softmax over keys 0–{k1 - 1} read so far "
+            f"(this block outlined; unread and masked keys hatched)"
+        )
         self._block_rect.setRect(QRectF(k0, 0, k1 - k0, len(s.queries)))
         self._block_rect.show()
         self.plot.highlight_row(self._query)

@@ -131,8 +131,17 @@ class Staggered(QObject):
     ``gap`` px after each but a last one) inside ``scroll``; ``page`` is the widget a tab shows
     and hides."""
 
-    def __init__(self, page: QWidget, scroll: QScrollArea, grid: QGridLayout, plots: Callable[[], list[QWidget]],
-                 *, per_row: int, gap: int, minimum: QSize) -> None:
+    def __init__(
+        self,
+        page: QWidget,
+        scroll: QScrollArea,
+        grid: QGridLayout,
+        plots: Callable[[], list[QWidget]],
+        *,
+        per_row: int,
+        gap: int,
+        minimum: QSize,
+    ) -> None:
         super().__init__(page)
         self._page, self._scroll, self._grid, self._plots = page, scroll, grid, plots
         self._per_row, self._gap, self._minimum = per_row, gap, minimum

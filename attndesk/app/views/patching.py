@@ -28,8 +28,10 @@ from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say
 
 METRICS = (("logit_diff", "logit difference (answer − wrong)"), ("prob", "probability of the answer"))
-EFFECT_TIP = ("normalised effect (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 = the clean run's metric "
-              "restored, 0 = no change; beyond [0, 1] is real (overshoot, or working against the answer)")
+EFFECT_TIP = (
+    "normalised effect (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 = the clean run's metric "
+    "restored, 0 = no change; beyond [0, 1] is real (overshoot, or working against the answer)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,8 +106,10 @@ class PatchingView(QWidget):
         tokens.addWidget(self.metricCombo)
         form.addRow(tokens)
         self.bar = RunBar("patching", "Patch every head")
-        self.bar.runButton.setToolTip("patch each head (and the residual stream at each layer and position) from "
-                                      "the clean run into the corrupted one")
+        self.bar.runButton.setToolTip(
+            "patch each head (and the residual stream at each layer and position) from "
+            "the clean run into the corrupted one"
+        )
         for edit in (self.cleanEdit, self.corruptEdit):
             edit.textChanged.connect(lambda _t: self.inputsEdited.emit())
             edit.returnPressed.connect(self.bar.runRequested)
@@ -201,7 +205,9 @@ class PatchingView(QWidget):
             return
         layers, heads = shown.heads.shape
         rows = [f"L{n}" for n in range(layers)]  # each plot's colours span its own ±max|effect|
-        self.headsPlot.set_matrix(shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True)
+        self.headsPlot.set_matrix(
+            shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True
+        )
         self.positionsPlot.set_matrix(shown.positions, row_labels=rows, col_labels=shown.clean_tokens, diverging=True)
         what = "logit(answer) − logit(wrong)" if shown.metric == "logit_diff" else "p(answer)"
         wrong = f" vs {shown.wrong!r}" if shown.wrong is not None else ""
@@ -209,7 +215,8 @@ class PatchingView(QWidget):
             f"answer {shown.answer!r}{wrong}: {what} = {shown.clean_metric:.4g} clean, {shown.corrupt_metric:.4g} "
             f"corrupted · colours: normalised effect, blue < 0 < red, each plot to its own ±max (1 restores the clean "
             "run) · "
-            f"{shown.passes} batched forward passes · click a head")
+            f"{shown.passes} batched forward passes · click a head"
+        )
         best = np.unravel_index(int(np.argmax(shown.heads)), shown.heads.shape)
         self.open_head(int(best[0]), int(best[1]))
 
@@ -224,9 +231,10 @@ class PatchingView(QWidget):
             self.cleanAttention.clear(shown.note)
             self.corruptAttention.clear("")
             return
-        for plot, weights, tokens, name in ((self.cleanAttention, shown.clean_attention, shown.clean_tokens, "clean"),
-                                            (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens,
-                                             "corrupted")):
+        for plot, weights, tokens, name in (
+            (self.cleanAttention, shown.clean_attention, shown.clean_tokens, "clean"),
+            (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens, "corrupted"),
+        ):
             plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys)")
             plot.set_matrix(weights[layer, head], row_labels=tokens, col_labels=tokens)  # 0 to its largest weight
 
@@ -240,16 +248,20 @@ class PatchingView(QWidget):
     def _hover_head(self, layer: int, head: int) -> None:
         s = self.shown
         if s is not None:
-            self.readout.setText(f"L{layer} H{head}: effect {s.heads[layer, head]:+.4f} "
-                                 f"(metric {s.head_values[layer, head]:.4g} patched)")
+            self.readout.setText(
+                f"L{layer} H{head}: effect {s.heads[layer, head]:+.4f} "
+                f"(metric {s.head_values[layer, head]:.4g} patched)"
+            )
 
     @Slot(int, int)
     def _hover_position(self, layer: int, pos: int) -> None:
         s = self.shown
         if s is not None:
-            self.readout.setText(f"residual stream entering L{layer} at {pos} ({s.clean_tokens[pos]!r} clean, "
-                                 f"{s.corrupt_tokens[pos]!r} corrupted): effect {s.positions[layer, pos]:+.4f} "
-                                 f"(metric {s.position_values[layer, pos]:.4g} patched)")
+            self.readout.setText(
+                f"residual stream entering L{layer} at {pos} ({s.clean_tokens[pos]!r} clean, "
+                f"{s.corrupt_tokens[pos]!r} corrupted): effect {s.positions[layer, pos]:+.4f} "
+                f"(metric {s.position_values[layer, pos]:.4g} patched)"
+            )
 
 
 __all__ = ["METRICS", "PatchingShown", "PatchingView"]

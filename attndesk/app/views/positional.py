@@ -59,9 +59,14 @@ def position_table(length: int, dim: int) -> PositionTable:
     shown = min(length, MAX_SIMILARITY)
     encoding = pe.numpy()
     similarity = positional_similarity(pe[:shown]).numpy()
-    return PositionTable(length, dim, encoding, similarity,
-                         prepare_matrix(encoding, diverging=True, levels=(-1.0, 1.0)),
-                         prepare_matrix(similarity, diverging=True))
+    return PositionTable(
+        length,
+        dim,
+        encoding,
+        similarity,
+        prepare_matrix(encoding, diverging=True, levels=(-1.0, 1.0)),
+        prepare_matrix(similarity, diverging=True),
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,14 +174,20 @@ class PositionalView(QWidget):
         self.offsetPlot.disableAutoRange()
         self.offsetPlot.addLegend(offset=(-6, 6))
         # one curve per anchor; drawn thick-to-thin so the later ones visibly lie on the first
-        styles = [(6, "#9ecae1", Qt.PenStyle.SolidLine), (3, "#3182bd", Qt.PenStyle.SolidLine),
-                  (1.2, "#b00020", Qt.PenStyle.SolidLine)]  # a dashed pen over thousands of points paints slowly
+        styles = [
+            (6, "#9ecae1", Qt.PenStyle.SolidLine),
+            (3, "#3182bd", Qt.PenStyle.SolidLine),
+            (1.2, "#b00020", Qt.PenStyle.SolidLine),
+        ]  # a dashed pen over thousands of points paints slowly
         self.ropeHosts = (PacedHost(self.ropePlot), PacedHost(self.offsetPlot))
         for host in self.ropeHosts:
             host.hide()  # until a table is drawn
-        self.offsetCurves = [self.offsetPlot.plot([], [], pen=pg.mkPen(color, width=width, style=style),
-                                                  name=f"query at position m = {anchor}")
-                             for anchor, (width, color, style) in zip(ROPE_ANCHORS, styles)]
+        self.offsetCurves = [
+            self.offsetPlot.plot(
+                [], [], pen=pg.mkPen(color, width=width, style=style), name=f"query at position m = {anchor}"
+            )
+            for anchor, (width, color, style) in zip(ROPE_ANCHORS, styles)
+        ]
 
     def set_result(self, result) -> None:
         """Follow a toy result's token count and embed_dim (the window's presenter calls
@@ -219,18 +230,24 @@ class PositionalView(QWidget):
         n = table.scores.shape[0]
         labels = [str(i) for i in range(n)]
         first = "" if n == table.length else f", first {n} of {table.length}"
-        self.ropePlot.set_title(f"<b>RoPE: R(m)q · R(n)k</b> [{n} × {n}{first}], d<sub>k</sub> = {table.head_dim}<br>"
-                                "one q, k pair rotated to every position: constant along each diagonal")
+        self.ropePlot.set_title(
+            f"<b>RoPE: R(m)q · R(n)k</b> [{n} × {n}{first}], d<sub>k</sub> = {table.head_dim}<br>"
+            "one q, k pair rotated to every position: constant along each diagonal"
+        )
         self.ropePlot.show_prepared(table.scores_image, row_labels=labels, col_labels=labels)
         for curve, row in zip(self.offsetCurves, table.by_offset):
             curve.setData(table.offsets.astype(np.float64), row)
-        self.offsetPlot.setRange(xRange=(int(table.offsets[0]), int(table.offsets[-1])),
-                                 yRange=(float(table.by_offset.min()), float(table.by_offset.max())), padding=0.05)
+        self.offsetPlot.setRange(
+            xRange=(int(table.offsets[0]), int(table.offsets[-1])),
+            yRange=(float(table.by_offset.min()), float(table.by_offset.max())),
+            padding=0.05,
+        )
         self.ropeLabel.setText(
             f"RoPE rotates q and k by angles proportional to their positions, so their score depends only on "
             f"the offset m − n: the three curves (queries at m = {', '.join(map(str, ROPE_ANCHORS))}) coincide, "
             f"largest difference {table.anchor_spread:.1e} (rounding). A fixed random q, k pair of width "
-            f"{table.head_dim}; unlike PE · PEᵀ it is not symmetric: q and k differ. {note}".strip())
+            f"{table.head_dim}; unlike PE · PEᵀ it is not symmetric: q and k differ. {note}".strip()
+        )
 
     def show_table(self, table: PositionTable, *, note: str = "") -> None:
         """Draw a ``position_table`` (both plots, the info line)."""
@@ -239,17 +256,21 @@ class PositionalView(QWidget):
         length, dim, shown = table.length, table.dim, table.similarity.shape[0]
         positions = [str(i) for i in range(length)]
         self.encodingPlot.set_title(
-            f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), PE(p, 2i+1) = cos(same)")
+            f"<b>PE</b> [{length} × {dim}]<br>PE(p, 2i) = sin(p / 10000<sup>2i/{dim}</sup>), PE(p, 2i+1) = cos(same)"
+        )
         self.encodingPlot.show_prepared(table.encoding_image, row_labels=positions)
         first = "" if shown == length else f", first {shown} of {length} positions"
         self.similarityPlot.set_title(
             f"<b>PE · PE<sup>T</sup></b> [{shown} × {shown}{first}]<br>"
-            "constant along each diagonal: depends only on the distance |p − q|")
-        self.similarityPlot.show_prepared(table.similarity_image, row_labels=positions[:shown],
-                                          col_labels=positions[:shown])
+            "constant along each diagonal: depends only on the distance |p − q|"
+        )
+        self.similarityPlot.show_prepared(
+            table.similarity_image, row_labels=positions[:shown], col_labels=positions[:shown]
+        )
         self.infoLabel.setText(
             f"{length} positions × {dim} dims: low dims oscillate fast, high dims slowly; "
-            f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}")
+            f"PE(p) · PE(p) = {self.similarity[0, 0]:.4g} for every p.{note}"
+        )
 
     @Slot(int, int)
     def hover_similarity(self, p: int, q: int) -> str:
@@ -261,8 +282,10 @@ class PositionalView(QWidget):
     @Slot(int, int)
     def hover_rope(self, m: int, n: int) -> str:
         assert self.rope is not None, "hovered only once RoPE is shown"
-        text = (f"R({m})q · R({n})k = {self.rope.scores[m, n]:.6g}   (offset m − n = {m - n}: the same on its "
-                "whole diagonal)")
+        text = (
+            f"R({m})q · R({n})k = {self.rope.scores[m, n]:.6g}   (offset m − n = {m - n}: the same on its "
+            "whole diagonal)"
+        )
         self.readout.setText(text)
         return text
 

@@ -52,9 +52,16 @@ def trace(request: tuple) -> Trace:
     mean = head in (None, MEAN)
     follow = rows.mean(axis=1, dtype=np.float64) if mean else rows[:, int(head), :]
     who = "mean over heads" if mean else f"head {head}"
-    return Trace(request, tokens, rollout, follow, prepare_matrix(rollout), prepare_matrix(follow),
-                 f"<b>attention rollout</b> through layers 0–{layers - 1} [{len(tokens)} × {len(tokens)}]",
-                 f'<b>follow "{tokens[q]}"</b> ({who}) [{follow.shape[0]} layers × {len(tokens)} keys]')
+    return Trace(
+        request,
+        tokens,
+        rollout,
+        follow,
+        prepare_matrix(rollout),
+        prepare_matrix(follow),
+        f"<b>attention rollout</b> through layers 0–{layers - 1} [{len(tokens)} × {len(tokens)}]",
+        f'<b>follow "{tokens[q]}"</b> ({who}) [{follow.shape[0]} layers × {len(tokens)} keys]',
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +81,13 @@ def flow_trace(request: tuple, *, progress=None, cancel=None) -> Flow:
     result, layers = request
     tokens = list(result.tokens)
     flow = attention_flow(np.asarray(result.weights)[:layers], tokens=tokens, progress=progress, cancel=cancel).flow
-    return Flow(request, tokens, flow, prepare_matrix(flow, levels=(0.0, 1.0)),
-                f"<b>attention flow</b> through layers 0–{layers - 1} [{len(tokens)} × {len(tokens)}]")
+    return Flow(
+        request,
+        tokens,
+        flow,
+        prepare_matrix(flow, levels=(0.0, 1.0)),
+        f"<b>attention flow</b> through layers 0–{layers - 1} [{len(tokens)} × {len(tokens)}]",
+    )
 
 
 class RolloutView(QWidget):
@@ -156,8 +168,10 @@ class RolloutView(QWidget):
 
     def _build_flow(self) -> None:
         self.flowCheck = QCheckBox("attention flow beside it", objectName="rolloutFlowCheck")
-        self.flowCheck.setToolTip("the maximum flow through the same graph the rollout multiplies (Abnar & Zuidema "
-                                  "2020): L × L maximum-flow problems, computed in the background (Esc stops)")
+        self.flowCheck.setToolTip(
+            "the maximum flow through the same graph the rollout multiplies (Abnar & Zuidema "
+            "2020): L × L maximum-flow problems, computed in the background (Esc stops)"
+        )
         self.flowCheck.toggled.connect(self.set_flow_shown)
         self.flowProgress = QProgressBar(objectName="rolloutFlowProgress")
         self.flowProgress.setRange(0, 1000)
@@ -238,8 +252,11 @@ class RolloutView(QWidget):
         self.rolloutPlot.set_title(traced.rollout_title)
         self.rolloutPlot.show_prepared(traced.rollout_image, row_labels=traced.tokens, col_labels=traced.tokens)
         self.followPlot.set_title(traced.follow_title)
-        self.followPlot.show_prepared(traced.follow_image, col_labels=traced.tokens,
-                                      row_labels=[f"layer {i}" for i in range(traced.follow.shape[0])])
+        self.followPlot.show_prepared(
+            traced.follow_image,
+            col_labels=traced.tokens,
+            row_labels=[f"layer {i}" for i in range(traced.follow.shape[0])],
+        )
         self.queryChanged.emit(traced.request[2])
         return True
 
@@ -296,8 +313,9 @@ class RolloutView(QWidget):
 
     def _request_flow(self) -> None:
         asked = (self._result, self.layersSpin.value())
-        if not self.flowCheck.isChecked() or (self._flow_asked is not None and self._flow_asked[0] is asked[0]
-                                              and self._flow_asked[1] == asked[1]):
+        if not self.flowCheck.isChecked() or (
+            self._flow_asked is not None and self._flow_asked[0] is asked[0] and self._flow_asked[1] == asked[1]
+        ):
             return
         self._flow_pending = self._flow_asked = asked
         self.flowProgress.setValue(0)
@@ -313,8 +331,12 @@ class RolloutView(QWidget):
         if self._result is None or self.queryCombo.currentIndex() < 0:
             return
         self._request_flow()
-        self._pending = (self._result, self.layersSpin.value(), self.queryCombo.currentIndex(),
-                         self.headCombo.currentData())
+        self._pending = (
+            self._result,
+            self.layersSpin.value(),
+            self.queryCombo.currentIndex(),
+            self.headCombo.currentData(),
+        )
         if self._tracer is not None:
             self._tracer(self._pending)
         else:
@@ -331,9 +353,11 @@ class RolloutView(QWidget):
     def _hover_flow(self, r: int, c: int) -> None:
         assert self._result is not None and self.flow is not None, "hovered only once a flow is shown"
         t = self._result.tokens
-        self.readout.setText(f'flow: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.flow[r, c]:.4f} '
-                             f'(rollout {self.rollout[r, c]:.4f})' if self.rollout is not None and
-                             self.rollout.shape == self.flow.shape else f'flow: {self.flow[r, c]:.4f}')
+        self.readout.setText(
+            f'flow: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.flow[r, c]:.4f} (rollout {self.rollout[r, c]:.4f})'
+            if self.rollout is not None and self.rollout.shape == self.flow.shape
+            else f"flow: {self.flow[r, c]:.4f}"
+        )
 
     @Slot(int, int)
     def _hover_follow(self, layer: int, k: int) -> None:

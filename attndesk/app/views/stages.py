@@ -23,8 +23,23 @@ from .heatmap import PreparedMatrix, prepare_matrix
 
 STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
 # every stage any run can show, in the order of the computation
-ALL_STAGES = ("embeddings", "q_raw", "k_raw", "angles", "q", "k", "v", "scores", "scaled", "capped", "bias",
-              "masked", "weights", "context", "output")
+ALL_STAGES = (
+    "embeddings",
+    "q_raw",
+    "k_raw",
+    "angles",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "scaled",
+    "capped",
+    "bias",
+    "masked",
+    "weights",
+    "context",
+    "output",
+)
 PER_HEAD = {"q_raw", "k_raw", "q", "k", "v", "scores", "scaled", "capped", "bias", "masked", "weights", "context"}
 KV_STAGES = {"k_raw", "k", "v"}  # one per K/V head; their rows are the keys
 SQUARE = {"scores", "scaled", "capped", "bias", "masked", "weights"}  # queries x keys
@@ -80,8 +95,12 @@ def stage_images(result, head: int) -> dict[str, PreparedMatrix]:
     images = {}
     for name in stages_of(result):
         levels = (-math.pi, math.pi) if name == "angles" else None
-        images[name] = prepare_matrix(stage_matrix_of(result, name, head), diverging=name not in SEQUENTIAL,
-                                      levels=levels, masked=hidden if name == "weights" else None)
+        images[name] = prepare_matrix(
+            stage_matrix_of(result, name, head),
+            diverging=name not in SEQUENTIAL,
+            levels=levels,
+            masked=hidden if name == "weights" else None,
+        )
     return images
 
 
@@ -138,13 +157,17 @@ def formula(result, name: str, head: int) -> str:
         "scores": "S = Q K<sup>T</sup>",
         "scaled": f"S / √d<sub>k</sub> = S / √{d_k}" if cfg.scaled else "S (unscaled: × 1)",
         "capped": f"C·tanh(s/C), C = {cfg.softcap:g}" if cfg.softcap else "",
-        "bias": (f"−m·|i − j|, m = {slope_of(result, head):.4g}" if cfg.position == "alibi" else
-                 "the layer's position bias") if inter.bias is not None else "",
+        "bias": (
+            f"−m·|i − j|, m = {slope_of(result, head):.4g}" if cfg.position == "alibi" else "the layer's position bias"
+        )
+        if inter.bias is not None
+        else "",
         "masked": masked,
         "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
         "context": "C = A V",
-        "output": "C (single head: no W<sub>O</sub>)" if _kept(inter.weights).shape[0] == 1 else
-                  "concat<sub>h</sub>(C) W<sub>O</sub> + b",
+        "output": "C (single head: no W<sub>O</sub>)"
+        if _kept(inter.weights).shape[0] == 1
+        else "concat<sub>h</sub>(C) W<sub>O</sub> + b",
     }[name]
 
 
@@ -153,7 +176,7 @@ EXPLAINED = {
     "q_raw": "the query projection before RoPE rotates it",
     "k_raw": "the key projection before RoPE rotates it (one per K/V head)",
     "angles": f"RoPE turns dimension pair (i, i + d/2) of position m by θ = m · {ROPE_BASE:g}^(−2i/d): "
-              "low pairs turn fast, high pairs slowly; shown wrapped to [−π, π)",
+    "low pairs turn fast, high pairs slowly; shown wrapped to [−π, π)",
     "capped": "soft-capping bounds every score to ±C smoothly (Gemma 2), before the mask",
     "bias": "ALiBi adds −slope·|i − j| to the scores: far keys are penalised, at a rate per head",
 }
@@ -204,22 +227,46 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
         row_max, row_sum = float("-inf"), 0.0
     e = 0.0 if masked else math.exp(logit - row_max)
     weight = e / row_sum if row_sum > 0 else 0.0
-    return CellArithmetic(head, q, k, dot, scale, scaled, masked, row_max, e, row_sum, weight,
-                          float(_kept(inter.weights)[head, q, k]), capped, bias, logit)
+    return CellArithmetic(
+        head,
+        q,
+        k,
+        dot,
+        scale,
+        scaled,
+        masked,
+        row_max,
+        e,
+        row_sum,
+        weight,
+        float(_kept(inter.weights)[head, q, k]),
+        capped,
+        bias,
+        logit,
+    )
 
 
 def arithmetic_lines(result, a: CellArithmetic) -> list[str]:
     """The hover read-out of one weight, one step a line."""
     tokens, keys = result.tokens, result.keys
     d_k = int(result.intermediates.q.shape[-1])
-    rotated = " (rotated Q and K: depends on the positions only through i − j)" if result.intermediates.q_raw is not None else ""
-    lines = [f'head {a.head} · query "{tokens[a.query]}" ({a.query}) → key "{keys[a.key]}" ({a.key})',
-             f"q·k = Σ of {d_k} products = {a.dot:.6g}{rotated}"]
+    rotated = (
+        " (rotated Q and K: depends on the positions only through i − j)"
+        if result.intermediates.q_raw is not None
+        else ""
+    )
+    lines = [
+        f'head {a.head} · query "{tokens[a.query]}" ({a.query}) → key "{keys[a.key]}" ({a.key})',
+        f"q·k = Σ of {d_k} products = {a.dot:.6g}{rotated}",
+    ]
     if getattr(result, "attention_scale", None) is not None:
         lines.append(f"× the layer's scale {a.scale:.6g}  → {a.scaled:.6g}")
     else:
-        lines.append(f"÷ √d_k = ÷ {math.sqrt(d_k):.4g}  → {a.scaled:.6g}" if result.config.scaled
-                     else f"unscaled → {a.scaled:.6g}")
+        lines.append(
+            f"÷ √d_k = ÷ {math.sqrt(d_k):.4g}  → {a.scaled:.6g}"
+            if result.config.scaled
+            else f"unscaled → {a.scaled:.6g}"
+        )
     cap = result.config.softcap
     if a.capped is not None:
         lines.append(f"soft-cap {cap:g}·tanh(s / {cap:g}) → {a.capped:.6g}" if cap else f"soft-capped → {a.capped:.6g}")
@@ -238,8 +285,10 @@ def angle_readout(result, m: int, i: int) -> str:
     """The hover line of the angles stage: position m, pair i, the raw angle and its turn."""
     d = int(result.intermediates.q.shape[-1])
     raw = float(rotation_angles(result)[m, i])
-    return (f"position {m}, pair {i} (dims {i} and {i + d // 2}): θ = {m} · {ROPE_BASE:g}^(−{2 * i}/{d}) = "
-            f"{raw:.6g} rad ≡ {float(wrapped(np.asarray(raw))):.6g} (mod 2π)")
+    return (
+        f"position {m}, pair {i} (dims {i} and {i + d // 2}): θ = {m} · {ROPE_BASE:g}^(−{2 * i}/{d}) = "
+        f"{raw:.6g} rad ≡ {float(wrapped(np.asarray(raw))):.6g} (mod 2π)"
+    )
 
 
 __all__ = [

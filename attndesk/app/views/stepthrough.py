@@ -126,8 +126,15 @@ class StepThroughView(QWidget):
             self.plots[name] = plot
         self._arrows: list[QLabel] = []
         self._arranged: tuple[str, ...] = ()
-        self._staggered = Staggered(self, self.stripScroll, self._grid, lambda: [self.plots[n] for n in self._arranged],
-                                    per_row=PER_ROW, gap=ARROW_WIDTH + 2 * SPACING, minimum=QSize(160, 190))
+        self._staggered = Staggered(
+            self,
+            self.stripScroll,
+            self._grid,
+            lambda: [self.plots[n] for n in self._arranged],
+            per_row=PER_ROW,
+            gap=ARROW_WIDTH + 2 * SPACING,
+            minimum=QSize(160, 190),
+        )
         self._arrange(STAGES)
         self.plots["weights"].cellHovered.connect(self.hover_weight)
         self.plots["weights"].hoverLeft.connect(self.clear_hover)
@@ -193,9 +200,11 @@ class StepThroughView(QWidget):
             self._queue = []
             for plot in self.plots.values():
                 plot.clear()
-            self.infoLabel.setText("Run once to see every step." if result is None else
-                                   "This result kept no intermediates: the step-through needs a run with "
-                                   "keep_intermediates=True.")
+            self.infoLabel.setText(
+                "Run once to see every step."
+                if result is None
+                else "This result kept no intermediates: the step-through needs a run with keep_intermediates=True."
+            )
             return
         heads = int(_stage(inter, "weights").shape[0])
         self.headSpin.blockSignals(True)

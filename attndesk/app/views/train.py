@@ -58,8 +58,14 @@ FIELDS: tuple[tuple[str, str, str, Any, Any, str], ...] = (
     ("batch_size", "Batch", "int", (1, 4096), 64, "sequences per step"),
     ("lr", "Learning rate", "float", (1e-5, 10.0), 3e-3, "AdamW's learning rate"),
     ("seed", "Seed", "int", (0, 2**31 - 1), 0, "the same seed trains the same model, step for step"),
-    ("checkpoint_every", "Checkpoint every", "int", (1, 100_000), 25,
-     "steps between kept checkpoints (held within a memory budget: older ones are thinned out)"),
+    (
+        "checkpoint_every",
+        "Checkpoint every",
+        "int",
+        (1, 100_000),
+        25,
+        "steps between kept checkpoints (held within a memory budget: older ones are thinned out)",
+    ),
 )
 
 
@@ -121,13 +127,18 @@ class TimelineSlider(QSlider):
             return
         option = QStyleOptionSlider()
         self.initStyleOption(option)
-        groove: QRect = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
-                                                     QStyle.SubControl.SC_SliderGroove, self)
-        handle = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
-                                             QStyle.SubControl.SC_SliderHandle, self)
+        groove: QRect = self.style().subControlRect(
+            QStyle.ComplexControl.CC_Slider, option, QStyle.SubControl.SC_SliderGroove, self
+        )
+        handle = self.style().subControlRect(
+            QStyle.ComplexControl.CC_Slider, option, QStyle.SubControl.SC_SliderHandle, self
+        )
         span = groove.width() - handle.width()
-        x = groove.left() + handle.width() // 2 + QStyle.sliderPositionFromValue(
-            self.minimum(), self.maximum(), self._mark, span)
+        x = (
+            groove.left()
+            + handle.width() // 2
+            + QStyle.sliderPositionFromValue(self.minimum(), self.maximum(), self._mark, span)
+        )
         painter = QPainter(self)
         painter.setPen(QPen(PHASE_COLOUR, 3))
         painter.drawLine(x, 0, x, self.height())
@@ -186,16 +197,21 @@ class TrainView(QWidget):
             grid.addWidget(widget, 2 * row, 1)
             grid.addWidget(problem, 2 * row + 1, 0, 1, 2)
             self.controls[name], self.problems[name] = widget, problem
-            signal = getattr(widget, "currentTextChanged", None) or getattr(widget, "toggled", None) \
-                or widget.valueChanged
+            signal = (
+                getattr(widget, "currentTextChanged", None) or getattr(widget, "toggled", None) or widget.valueChanged
+            )
             signal.connect(lambda *_a: self.settingsEdited.emit())
         buttons = QHBoxLayout()
         self.startButton = QPushButton("Start", objectName="trainStart")
         self.pauseButton = QPushButton("Pause", objectName="trainPause")
         self.resumeButton = QPushButton("Resume", objectName="trainResume")
         self.stopButton = QPushButton("Stop", objectName="trainStop")
-        for button, signal in ((self.startButton, self.startRequested), (self.pauseButton, self.pauseRequested),
-                               (self.resumeButton, self.resumeRequested), (self.stopButton, self.stopRequested)):
+        for button, signal in (
+            (self.startButton, self.startRequested),
+            (self.pauseButton, self.pauseRequested),
+            (self.resumeButton, self.resumeRequested),
+            (self.stopButton, self.stopRequested),
+        ):
             button.clicked.connect(lambda _c=False, s=signal: s.emit())
             buttons.addWidget(button)
         opened = QHBoxLayout()
@@ -206,8 +222,9 @@ class TrainView(QWidget):
         self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
         self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
         self.saveButton = QPushButton("Save…", objectName="trainSave")
-        self.saveButton.setToolTip("save the run on screen as a folder (weights, checkpoints, history), "
-                                   "as attndesk train writes it")
+        self.saveButton.setToolTip(
+            "save the run on screen as a folder (weights, checkpoints, history), as attndesk train writes it"
+        )
         self.saveButton.setEnabled(False)
         self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
         opened.addWidget(self.openButton)
@@ -231,12 +248,16 @@ class TrainView(QWidget):
         self.metricPlot = self._curve_plot("accuracy · pattern score", "")
         self.metricPlot.setYRange(0.0, 1.0, padding=0.02)
         self.metricPlot.addLegend(offset=(-5, 5))
-        self.accuracyCurve = self.metricPlot.plot([], [], pen=pg.mkPen("#59a14f", width=2), name="accuracy",
-                                                  symbol="o", symbolSize=4)
-        self.patternCurve = self.metricPlot.plot([], [], pen=pg.mkPen("#e15759", width=2), name="pattern score",
-                                                 symbol="o", symbolSize=4)
-        self.phaseLines = [pg.InfiniteLine(angle=90, pen=pg.mkPen(PHASE_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
-                           for _ in range(2)]
+        self.accuracyCurve = self.metricPlot.plot(
+            [], [], pen=pg.mkPen("#59a14f", width=2), name="accuracy", symbol="o", symbolSize=4
+        )
+        self.patternCurve = self.metricPlot.plot(
+            [], [], pen=pg.mkPen("#e15759", width=2), name="pattern score", symbol="o", symbolSize=4
+        )
+        self.phaseLines = [
+            pg.InfiniteLine(angle=90, pen=pg.mkPen(PHASE_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
+            for _ in range(2)
+        ]
         for plot, line in zip((self.lossPlot, self.metricPlot), self.phaseLines):
             plot.addItem(line, ignoreBounds=True)
             line.hide()
@@ -246,12 +267,15 @@ class TrainView(QWidget):
         for widget, stretch in ((self.lossPlot, 3), (self.metricPlot, 3), (self.scorePlot, 2)):
             curves.addWidget(widget, stretch)
         self.layerCombo = QComboBox(objectName="trainLayer")
-        self.layerCombo.setToolTip("the layer whose heads are drawn (it follows the best-scoring layer until you pick one)")
+        self.layerCombo.setToolTip(
+            "the layer whose heads are drawn (it follows the best-scoring layer until you pick one)"
+        )
         self.layerCombo.currentIndexChanged.connect(lambda i: self.layerChanged.emit(max(i, 0)))
         self.layerCombo.activated.connect(lambda _i: setattr(self, "layer_chosen", True))
         self.layer_chosen = False  # the user picked a layer: stop following the best one
-        self.probeCaption = QLabel("the attention on the task's probe input appears here while it trains",
-                                   objectName="trainProbeCaption")
+        self.probeCaption = QLabel(
+            "the attention on the task's probe input appears here while it trains", objectName="trainProbeCaption"
+        )
         head = QHBoxLayout()
         head.addWidget(QLabel("Layer"))
         head.addWidget(self.layerCombo)
@@ -282,8 +306,9 @@ class TrainView(QWidget):
     def _build_timeline(self) -> QHBoxLayout:
         self.timeline = TimelineSlider()
         self.timeline.setObjectName("trainTimeline")
-        self.timeline.setToolTip("the kept checkpoints: drag to see the attention at an earlier step "
-                                 "(the red line marks the phase change)")
+        self.timeline.setToolTip(
+            "the kept checkpoints: drag to see the attention at an earlier step (the red line marks the phase change)"
+        )
         self.timeline.setEnabled(False)
         self.timeline.valueChanged.connect(self.timelineMoved)
         self.timelineLabel = QLabel("no checkpoints yet", objectName="trainTimelineLabel")
@@ -342,7 +367,7 @@ class TrainView(QWidget):
         self.message.setStyleSheet(ERROR_STYLE if error else "")
 
     def set_phase(self, phase: str) -> None:
-        """"idle", "running" or "paused": which buttons act, whether the settings can change."""
+        """ "idle", "running" or "paused": which buttons act, whether the settings can change."""
         running = phase in ("running", "paused")
         self.startButton.setEnabled(not running)
         self.pauseButton.setEnabled(phase == "running")
@@ -354,8 +379,9 @@ class TrainView(QWidget):
             self.saveButton.setEnabled(False)
 
     # -- results --------------------------------------------------------------------------------
-    def show_curves(self, steps: np.ndarray, loss: np.ndarray, eval_steps: np.ndarray, accuracy: np.ndarray,
-                    pattern: np.ndarray) -> None:
+    def show_curves(
+        self, steps: np.ndarray, loss: np.ndarray, eval_steps: np.ndarray, accuracy: np.ndarray, pattern: np.ndarray
+    ) -> None:
         self.lossCurve.setData(steps, loss)
         self.accuracyCurve.setData(eval_steps, accuracy)
         self.patternCurve.setData(eval_steps, pattern)
@@ -376,8 +402,13 @@ class TrainView(QWidget):
             return
         layers, heads = scores.shape
         self.scorePlot.set_title(f"{pattern} score per head (rows: layers)" if pattern else "pattern score per head")
-        self.scorePlot.set_matrix(scores, row_labels=[f"L{i}" for i in range(layers)],
-                                  col_labels=[f"h{i}" for i in range(heads)], levels=(0.0, 1.0), colormap="magma")
+        self.scorePlot.set_matrix(
+            scores,
+            row_labels=[f"L{i}" for i in range(layers)],
+            col_labels=[f"h{i}" for i in range(heads)],
+            levels=(0.0, 1.0),
+            colormap="magma",
+        )
 
     def set_layer(self, layer: int) -> None:
         """Show ``layer`` (the presenter following the best layer), unless the user picked one."""

@@ -43,8 +43,10 @@ def _out_proj(name: str, module: nn.Module) -> nn.Module:
     for candidate in _OUT_NAMES:
         if candidate in children:
             return children[candidate]
-    raise ConfigError(f"the attention module {name} has no output projection attndesk knows "
-                      f"({', '.join(_OUT_NAMES)}): heads cannot be patched in this model")
+    raise ConfigError(
+        f"the attention module {name} has no output projection attndesk knows "
+        f"({', '.join(_OUT_NAMES)}): heads cannot be patched in this model"
+    )
 
 
 def _mlp(block: nn.Module) -> nn.Module | None:
@@ -78,15 +80,18 @@ def layer_parts(model: LoadedModel) -> dict[str, list[LayerParts]]:
         out = _out_proj(name, module)
         width = _in_features(out)
         found.setdefault(site.part, {})[site.layer] = LayerParts(
-            site.part, site.layer, module, out, block, _mlp(block), model.num_heads, width // model.num_heads)
+            site.part, site.layer, module, out, block, _mlp(block), model.num_heads, width // model.num_heads
+        )
     return {part: [layers[i] for i in sorted(layers)] for part, layers in found.items()}
 
 
 def check_lm(model: LoadedModel, what: str = "a logit metric") -> nn.Module:
     """The LM head, or a one-line ConfigError for an encoder or a model without one."""
     if model.family == "encoder":
-        raise ConfigError(f"{model.name} is an encoder-only model: it predicts no next token, so {what} has "
-                          "nothing to measure; choose a decoder or an encoder-decoder")
+        raise ConfigError(
+            f"{model.name} is an encoder-only model: it predicts no next token, so {what} has "
+            "nothing to measure; choose a decoder or an encoder-decoder"
+        )
     head = output_embeddings(model.model)
     if getattr(model, "headless", False) or head is None or getattr(head, "weight", None) is None:
         raise NoLMHead(model.name, what)
@@ -123,5 +128,12 @@ def device_of(model: LoadedModel) -> torch.device:
     return model.device
 
 
-__all__ = ["LayerParts", "check_lm", "hidden_size", "input_embeddings", "intermediate_size", "layer_parts",
-           "vocabulary"]
+__all__ = [
+    "LayerParts",
+    "check_lm",
+    "hidden_size",
+    "input_embeddings",
+    "intermediate_size",
+    "layer_parts",
+    "vocabulary",
+]

@@ -37,8 +37,10 @@ from .inputs import (
 )
 
 BASELINES = ("pad", "zero")
-ZERO_WARNING = ("a zero embedding baseline is degenerate under RMSNorm/LayerNorm (the norm divides by the "
-                "vector's own scale): integrated gradients from it are unreliable; the pad baseline is the default")
+ZERO_WARNING = (
+    "a zero embedding baseline is degenerate under RMSNorm/LayerNorm (the norm divides by the "
+    "vector's own scale): integrated gradients from it are unreliable; the pad baseline is the default"
+)
 
 
 @dataclass
@@ -100,7 +102,9 @@ def _name(model: LoadedModel, token: int) -> str:
 def _baseline(model: LoadedModel, embeds: torch.Tensor, baseline) -> tuple[torch.Tensor, str, list[str]]:
     if isinstance(baseline, str):
         if baseline not in BASELINES:
-            raise ConfigError(f"unknown baseline {baseline!r}: choose {', '.join(BASELINES)} or give an embedding array")
+            raise ConfigError(
+                f"unknown baseline {baseline!r}: choose {', '.join(BASELINES)} or give an embedding array"
+            )
         if baseline == "zero":
             warnings.warn(ZERO_WARNING, stacklevel=3)
             return torch.zeros_like(embeds), "zero", [ZERO_WARNING]
@@ -111,15 +115,19 @@ def _baseline(model: LoadedModel, embeds: torch.Tensor, baseline) -> tuple[torch
         with torch.no_grad():
             row = input_embeddings(model)(torch.tensor([[int(pad)]], device=embeds.device)).float()
         if not bool(row.abs().max() > 0):
-            message = (f"the pad token's embedding (id {pad}) is all zeros (a padding row): the same degenerate "
-                       "baseline as zero under RMSNorm/LayerNorm; give a custom baseline")
+            message = (
+                f"the pad token's embedding (id {pad}) is all zeros (a padding row): the same degenerate "
+                "baseline as zero under RMSNorm/LayerNorm; give a custom baseline"
+            )
             warnings.warn(message, stacklevel=3)
             return row.expand_as(embeds).clone(), "pad", [message]
         return row.expand_as(embeds).clone(), "pad", []
     custom = torch.as_tensor(np.asarray(baseline, dtype=np.float32), device=embeds.device)
     if custom.shape not in (embeds.shape[-1:], embeds.shape[1:], embeds.shape):
-        raise ConfigError(f"a custom baseline must be [{embeds.shape[-1]}] or [{embeds.shape[1]}, {embeds.shape[-1]}], "
-                          f"got {tuple(custom.shape)}")
+        raise ConfigError(
+            f"a custom baseline must be [{embeds.shape[-1]}] or [{embeds.shape[1]}, {embeds.shape[-1]}], "
+            f"got {tuple(custom.shape)}"
+        )
     return custom.expand_as(embeds).clone(), "custom", []
 
 
@@ -137,8 +145,15 @@ def integrated_gradients(model: LoadedModel, text: str, target: str | int, steps
 
 
 def integrated_gradients_report(
-    model: LoadedModel, text: str, target: str | int, steps: int = 64, *, baseline="pad",
-    memory_budget: int | None = None, progress: Progress | None = None, cancel: Cancel | None = None,
+    model: LoadedModel,
+    text: str,
+    target: str | int,
+    steps: int = 64,
+    *,
+    baseline="pad",
+    memory_budget: int | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
 ) -> InputAttribution:
     """Integrated gradients with ``steps`` Gauss-Legendre nodes (see the module docstring);
     ``baseline``: "pad" (default), "zero" (warns) or an embedding array [E] / [L, E]."""
@@ -149,17 +164,19 @@ def integrated_gradients_report(
     budget = resolve_budget(memory_budget)
     one = gradient_pass_bytes(model, 1, p.length)
     if one > budget:
-        raise ConfigError(f"one gradient pass over {p.length} tokens needs about {format_bytes(one)}, over the memory "
-                          f"budget of {format_bytes(budget)}: shorten the text or raise the budget")
+        raise ConfigError(
+            f"one gradient pass over {p.length} tokens needs about {format_bytes(one)}, over the memory "
+            f"budget of {format_bytes(budget)}: shorten the text or raise the budget"
+        )
     nodes, weights = np.polynomial.legendre.leggauss(steps)
     alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device)
     step_weights = torch.tensor(0.5 * weights, dtype=torch.float32, device=embeds.device)
     total = torch.zeros_like(embeds[0])
     for span in chunks(steps, max(1, budget // one)):
         check_cancel(cancel)
-        a = alphas[span.start:span.stop].view(-1, 1, 1)
+        a = alphas[span.start : span.stop].view(-1, 1, 1)
         _, grad = _gradient(model, p, base + a * (embeds - base), target_id)
-        total += (grad * step_weights[span.start:span.stop].view(-1, 1, 1)).sum(0)
+        total += (grad * step_weights[span.start : span.stop].view(-1, 1, 1)).sum(0)
         if progress is not None:
             progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
     scores = ((embeds - base)[0] * total).sum(-1).double().cpu().numpy()
@@ -167,8 +184,18 @@ def integrated_gradients_report(
         ends = _target_logits(model, p, torch.cat([embeds, base]), target_id).double().cpu().numpy()
     delta = float(ends[0] - ends[1])
     error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-12)
-    return InputAttribution("integrated_gradients", list(p.tokens), scores, _name(model, target_id), float(ends[0]),
-                            base_name, float(ends[1]), error, steps, notices=notices)
+    return InputAttribution(
+        "integrated_gradients",
+        list(p.tokens),
+        scores,
+        _name(model, target_id),
+        float(ends[0]),
+        base_name,
+        float(ends[1]),
+        error,
+        steps,
+        notices=notices,
+    )
 
 
 class _WeightsWithGrad(Capture):
@@ -202,9 +229,22 @@ def attention_x_gradient(model: LoadedModel, text: str, target: str | int, *, pa
         rows = (weights * g)[0]  # [H, Lq, Lk]
         products.append(rows[:, -1] if model.family != "encoder-decoder" or part != "self" else rows.sum(1))
     per_head = torch.stack(products).detach().double().cpu().numpy()
-    return InputAttribution("attention_x_gradient", list(p.tokens) if part == "self" else list(p.decoder_tokens),
-                            per_head.sum((0, 1)), _name(model, target_id), float(value.detach()[0]), per_head=per_head)
+    return InputAttribution(
+        "attention_x_gradient",
+        list(p.tokens) if part == "self" else list(p.decoder_tokens),
+        per_head.sum((0, 1)),
+        _name(model, target_id),
+        float(value.detach()[0]),
+        per_head=per_head,
+    )
 
 
-__all__ = ["BASELINES", "InputAttribution", "attention_x_gradient", "gradient_x_input", "gradient_x_input_report",
-           "integrated_gradients", "integrated_gradients_report"]
+__all__ = [
+    "BASELINES",
+    "InputAttribution",
+    "attention_x_gradient",
+    "gradient_x_input",
+    "gradient_x_input_report",
+    "integrated_gradients",
+    "integrated_gradients_report",
+]

@@ -52,7 +52,9 @@ class AttributionPatchingReport:
     agreement: dict[str, float] = field(default_factory=dict)
 
 
-def _corrupt_with_grad(model: LoadedModel, layers: list[LayerParts], kinds: set[str], corrupt, scorer) -> tuple[dict, dict]:
+def _corrupt_with_grad(
+    model: LoadedModel, layers: list[LayerParts], kinds: set[str], corrupt, scorer
+) -> tuple[dict, dict]:
     """The corrupted run's values at every (kind, layer) and the metric's gradient there."""
     store: dict = {}
     pre: dict = {}
@@ -63,13 +65,16 @@ def _corrupt_with_grad(model: LoadedModel, layers: list[LayerParts], kinds: set[
 
             def keep(m, x, key=(kind, parts.layer)):
                 store[key] = x
+
             (pre if when == "pre" else post)[module] = keep
     with torch.enable_grad(), hooks(pre, post, lock=model._lock):
         value = scorer(last_logits(model, corrupt.ids, corrupt.decoder_ids)).sum()
         keys = list(store)
         grads = torch.autograd.grad(value, [store[k] for k in keys], allow_unused=True)
     values = {k: store[k].detach().reshape(1, -1, store[k].shape[-1]) for k in keys}
-    gradients = {k: (torch.zeros_like(store[k]) if g is None else g).reshape(values[k].shape) for k, g in zip(keys, grads)}
+    gradients = {
+        k: (torch.zeros_like(store[k]) if g is None else g).reshape(values[k].shape) for k, g in zip(keys, grads)
+    }
     return values, gradients
 
 
@@ -87,9 +92,19 @@ def _estimate(site: str, layers: list[LayerParts], delta: dict, grad: dict) -> n
 
 
 def attribution_patching(
-    model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None = None, *,
-    sites: tuple[str, ...] = ("head",), metric: str = "logit_diff", part: str | None = None, target: str | None = None,
-    exact: PatchingReport | None = None, memory_budget: int | None = None, progress: Progress | None = None,
+    model: LoadedModel,
+    clean: str,
+    corrupt: str,
+    answer: str | int,
+    wrong: str | int | None = None,
+    *,
+    sites: tuple[str, ...] = ("head",),
+    metric: str = "logit_diff",
+    part: str | None = None,
+    target: str | None = None,
+    exact: PatchingReport | None = None,
+    memory_budget: int | None = None,
+    progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> AttributionPatchingReport:
     """First-order patching estimates for ``sites`` (one forward + backward on the corrupted prompt,
@@ -102,10 +117,14 @@ def attribution_patching(
     clean_p, corrupt_p = prompt_pair(model, clean, corrupt, target)
     part, layers = _part_layers(model, part)
     budget = resolve_budget(memory_budget)
-    need = gradient_pass_bytes(model, 1, clean_p.length + (0 if clean_p.decoder_ids is None else clean_p.decoder_ids.shape[1]))
+    need = gradient_pass_bytes(
+        model, 1, clean_p.length + (0 if clean_p.decoder_ids is None else clean_p.decoder_ids.shape[1])
+    )
     if need > budget:
-        raise ConfigError(f"a gradient pass over {clean_p.length} tokens needs about {format_bytes(need)}, over the memory "
-                          f"budget of {format_bytes(budget)}: shorten the prompts or raise the budget")
+        raise ConfigError(
+            f"a gradient pass over {clean_p.length} tokens needs about {format_bytes(need)}, over the memory "
+            f"budget of {format_bytes(budget)}: shorten the prompts or raise the budget"
+        )
     m_clean, m_corrupt, scorer = _endpoints(model, scorer, clean_p, corrupt_p)
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(f"the clean and corrupted prompts give the same {metric}: there is nothing to attribute")

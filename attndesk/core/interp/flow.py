@@ -48,8 +48,14 @@ def _graph(transitions: list[np.ndarray], scale: int):
     return csr_matrix((np.concatenate(caps), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
 
 
-def attention_flow(weights_per_layer, *, rows: list[int] | None = None, tokens: list[str] | None = None,
-                   progress: Progress | None = None, cancel: Cancel | None = None) -> AttentionFlow:
+def attention_flow(
+    weights_per_layer,
+    *,
+    rows: list[int] | None = None,
+    tokens: list[str] | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> AttentionFlow:
     """[layers, H, L, L] self-attention weights -> the maximum flow from every input token to each
     output token in ``rows`` (default all); cost: len(rows) * L maximum-flow problems."""
     from scipy.sparse.csgraph import maximum_flow
@@ -76,10 +82,15 @@ def attention_flow(weights_per_layer, *, rows: list[int] | None = None, tokens: 
     return AttentionFlow(flow, attention_rollout(w), rows, labels, w.shape[0], scale)
 
 
-
-
-def model_attention_flow(model, text: str, *, rows: list[int] | None = None, memory_budget: int | None = None,
-                         progress: Progress | None = None, cancel: Cancel | None = None) -> AttentionFlow:
+def model_attention_flow(
+    model,
+    text: str,
+    *,
+    rows: list[int] | None = None,
+    memory_budget: int | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> AttentionFlow:
     """Attention flow of a loaded model's self-attention (an encoder-decoder's encoder) on ``text``:
     the weights come from ``run_pretrained`` (attndesk's ``attend``)."""
     from ..pretrained.run import run_pretrained

@@ -31,6 +31,8 @@ class Cancel(Protocol):
     """What a long computation polls between steps: a ``threading.Event``, or anything with ``is_set()``."""
 
     def is_set(self) -> bool: ...
+
+
 METRICS = ("logit_diff", "prob", "kl")
 
 
@@ -61,16 +63,19 @@ def prompt(model: LoadedModel, text: str, target: str | None = None) -> Prompt:
     dec = [0 if start is None else int(start)]
     if target is not None:
         dec += [int(i) for i in model.tokenizer(target, add_special_tokens=False)["input_ids"]]
-    return Prompt(ids, source.tokens, torch.tensor([dec], device=model.device),
-                  tuple(model.tokenizer.convert_ids_to_tokens(dec)))
+    return Prompt(
+        ids, source.tokens, torch.tensor([dec], device=model.device), tuple(model.tokenizer.convert_ids_to_tokens(dec))
+    )
 
 
 def prompt_pair(model: LoadedModel, clean: str, corrupt: str, target: str | None = None) -> tuple[Prompt, Prompt]:
     """The clean and corrupted prompts, refused unless they have the same number of tokens."""
     a, b = prompt(model, clean, target), prompt(model, corrupt, target)
     if a.length != b.length:
-        raise ConfigError(f"the clean prompt is {a.length} tokens and the corrupted one {b.length}: patching "
-                          "needs prompts of equal token length (position i of one is patched into position i of the other)")
+        raise ConfigError(
+            f"the clean prompt is {a.length} tokens and the corrupted one {b.length}: patching "
+            "needs prompts of equal token length (position i of one is patched into position i of the other)"
+        )
     return a, b
 
 
@@ -86,15 +91,22 @@ def token_id(model: LoadedModel, token: str | int, what: str = "answer") -> int:
     ids = [int(i) for i in model.tokenizer(token, add_special_tokens=False)["input_ids"]]
     if len(ids) != 1:
         pieces = model.tokenizer.convert_ids_to_tokens(ids)
-        raise ConfigError(f"the {what} {token!r} is {len(ids)} tokens ({', '.join(map(repr, pieces))}): "
-                          "the metric needs a single token")
+        raise ConfigError(
+            f"the {what} {token!r} is {len(ids)} tokens ({', '.join(map(repr, pieces))}): "
+            "the metric needs a single token"
+        )
     if not 0 <= ids[0] < vocab:
         raise ConfigError(f"the {what} {token!r} has id {ids[0]}, outside the model's vocabulary of {vocab}")
     return ids[0]
 
 
-def last_logits(model: LoadedModel, ids: torch.Tensor | None, decoder_ids: torch.Tensor | None = None, *,
-                embeds: torch.Tensor | None = None) -> torch.Tensor:
+def last_logits(
+    model: LoadedModel,
+    ids: torch.Tensor | None,
+    decoder_ids: torch.Tensor | None = None,
+    *,
+    embeds: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[B, V] logits after the last position for a batch of ``ids`` [B, L] (or ``embeds`` [B, L, E])."""
     accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy reads the instances' __hash__
     given = ids if ids is not None else embeds
@@ -164,8 +176,12 @@ _ARMED: ContextVar[dict | None] = ContextVar("attndesk_interp_hooks", default=No
 
 
 @contextmanager
-def hooks(pre: dict[nn.Module, Callable] | None = None, post: dict[nn.Module, Callable] | None = None, *,
-          lock: threading.Lock | None = None) -> Iterator[None]:
+def hooks(
+    pre: dict[nn.Module, Callable] | None = None,
+    post: dict[nn.Module, Callable] | None = None,
+    *,
+    lock: threading.Lock | None = None,
+) -> Iterator[None]:
     """Forward pre-hooks ``fn(module, x) -> x | None`` (x: the first input) and forward hooks
     ``fn(module, out) -> out | None`` for the duration of the block, in this context only: a
     forward pass of the same model in another thread is untouched. ``lock`` (the model's, which
@@ -211,5 +227,15 @@ def chunks(total: int, size: int) -> Sequence[range]:
     return [range(i, min(total, i + size)) for i in range(0, total, max(1, size))]
 
 
-__all__ = ["METRICS", "Metric", "Prompt", "hooks", "last_logits", "make_metric", "prompt", "prompt_pair",
-           "resolve_budget", "token_id"]
+__all__ = [
+    "METRICS",
+    "Metric",
+    "Prompt",
+    "hooks",
+    "last_logits",
+    "make_metric",
+    "prompt",
+    "prompt_pair",
+    "resolve_budget",
+    "token_id",
+]

@@ -75,6 +75,7 @@ def unembedding(model: LoadedModel) -> Unembedding:
         y = project(y) if project is not None else y
         out = head(y).float()
         return out + bias.to(out.dtype) if bias is not None else out
+
     return Unembedding(_final_norm(model), after_norm, getattr(config, "final_logit_softcapping", None))
 
 
@@ -104,8 +105,10 @@ def _checked(model: LoadedModel, lens: Unembedding, resid: torch.Tensor, logits:
     with torch.inference_mode():
         mine = lens.logits(resid[-1, -1:])[0]
     if not torch.allclose(mine, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
-        raise ConfigError(f"{model.name}: its last layer's output through the final norm and the LM head does not give "
-                          "its own logits (an unembedding attndesk does not know): the logit lens is not available")
+        raise ConfigError(
+            f"{model.name}: its last layer's output through the final norm and the LM head does not give "
+            "its own logits (an unembedding attndesk does not know): the logit lens is not available"
+        )
 
 
 @dataclass
@@ -123,8 +126,9 @@ class LogitLens:
     answer_rank: np.ndarray | None = None
 
 
-def logit_lens(model: LoadedModel, text: str, *, k: int = 5, answer: str | int | None = None,
-               target: str | None = None) -> LogitLens:
+def logit_lens(
+    model: LoadedModel, text: str, *, k: int = 5, answer: str | int | None = None, target: str | None = None
+) -> LogitLens:
     """Each layer's residual stream through the final norm and the unembedding (see the module docstring)."""
     lens = unembedding(model)
     answer_id = None if answer is None else token_id(model, answer, "answer")
@@ -142,17 +146,22 @@ def logit_lens(model: LoadedModel, text: str, *, k: int = 5, answer: str | int |
             probs.append(top.values.exp().cpu().numpy())
             if answer_id is not None:
                 answer_prob.append(logp[:, answer_id].exp().cpu().numpy())
-                rank.append((logp > logp[:, answer_id:answer_id + 1]).sum(-1).cpu().numpy())
+                rank.append((logp > logp[:, answer_id : answer_id + 1]).sum(-1).cpu().numpy())
     top_ids = np.stack(ids)
     convert = model.tokenizer.convert_ids_to_tokens
     names = [[list(convert(row.tolist())) for row in level] for level in top_ids]
     tokens = list(p.decoder_tokens) if p.decoder_ids is not None else list(p.tokens)
     labels = [f"layer {n} in" for n in range(len(layers))] + ["output"]
-    return LogitLens(tokens, labels, top_ids, np.stack(probs), names,
-                     None if answer_id is None else str(convert([answer_id])[0]),
-                     None if answer_id is None else np.stack(answer_prob), None if answer_id is None else np.stack(rank))
-
-
+    return LogitLens(
+        tokens,
+        labels,
+        top_ids,
+        np.stack(probs),
+        names,
+        None if answer_id is None else str(convert([answer_id])[0]),
+        None if answer_id is None else np.stack(answer_prob),
+        None if answer_id is None else np.stack(rank),
+    )
 
 
 def frozen_norm(norm: nn.Module | None, x: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
@@ -171,11 +180,13 @@ def frozen_norm(norm: nn.Module | None, x: torch.Tensor) -> tuple[Callable[[torc
     scale = torch.sqrt((centre(x) ** 2).mean() + eps)
     with torch.inference_mode():
         actual = norm(x[None])[0].float()
-    for gain in ([torch.ones_like(x)] if weight is None else [weight.detach().float(), 1.0 + weight.detach().float()]):
+    for gain in [torch.ones_like(x)] if weight is None else [weight.detach().float(), 1.0 + weight.detach().float()]:
         if torch.allclose(centre(x) / scale * gain + bias, actual, rtol=1e-4, atol=1e-5 * float(actual.abs().max())):
             return (lambda c, g=gain: centre(c) / scale * g), bias
-    raise ConfigError(f"the final norm ({type(norm).__name__}) is neither a LayerNorm nor an RMSNorm attndesk knows: "
-                      "direct logit attribution needs its scale")
+    raise ConfigError(
+        f"the final norm ({type(norm).__name__}) is neither a LayerNorm nor an RMSNorm attndesk knows: "
+        "direct logit attribution needs its scale"
+    )
 
 
 @dataclass
@@ -208,14 +219,15 @@ def _head_outputs(parts: LayerParts, z: torch.Tensor) -> tuple[torch.Tensor, tor
     h, d = parts.heads, parts.head_dim
     blocks = torch.zeros(h, h * d, dtype=z.dtype, device=z.device)
     for head in range(h):
-        blocks[head, head * d:(head + 1) * d] = z[head * d:(head + 1) * d]
+        blocks[head, head * d : (head + 1) * d] = z[head * d : (head + 1) * d]
     with torch.inference_mode():
         bias = parts.out_proj(torch.zeros(1, h * d, dtype=z.dtype, device=z.device))[0]
         return parts.out_proj(blocks) - bias, bias
 
 
-def direct_logit_attribution(model: LoadedModel, text: str, answer: str | int, wrong: str | int | None = None, *,
-                             target: str | None = None) -> DirectLogitAttribution:
+def direct_logit_attribution(
+    model: LoadedModel, text: str, answer: str | int, wrong: str | int | None = None, *, target: str | None = None
+) -> DirectLogitAttribution:
     """Each head's direct effect on the answer's logit (see the module docstring)."""
     lens = unembedding(model)
     answer_id = token_id(model, answer, "answer")
@@ -231,15 +243,20 @@ def direct_logit_attribution(model: LoadedModel, text: str, answer: str | int, w
             out = lens.after_norm(linear(vectors.float())) - lens.after_norm(torch.zeros_like(final)[None])
         value = out[:, answer_id] - (out[:, wrong_id] if wrong_id is not None else 0.0)
         return value.double().cpu().numpy()
+
     heads, biases, parts_sum = {}, {}, resid[0, -1].clone()
     for part in [k[1] for k in store if k[0] == "z" and k[2] == 0]:
         group = layer_parts(model)[part]
-        outs = [_head_outputs(parts, store[("z", part, parts.layer)].reshape(-1, parts.heads * parts.head_dim)[-1].float())
-                for parts in group]
+        outs = [
+            _head_outputs(parts, store[("z", part, parts.layer)].reshape(-1, parts.heads * parts.head_dim)[-1].float())
+            for parts in group
+        ]
         heads[part] = np.stack([direct(o) for o, _ in outs])
         biases[part] = direct(torch.stack([b for _, b in outs]))
         parts_sum += sum(o.sum(0) + b for o, b in outs)
-    mlp_out = [store[("mlp", n)].reshape(-1, final.shape[-1])[-1].float() for n in range(len(layers)) if ("mlp", n) in store]
+    mlp_out = [
+        store[("mlp", n)].reshape(-1, final.shape[-1])[-1].float() for n in range(len(layers)) if ("mlp", n) in store
+    ]
     parts_sum += sum(mlp_out) if mlp_out else 0.0
     mlp = direct(torch.stack(mlp_out)) if mlp_out else np.zeros(0)
     with torch.inference_mode():
@@ -248,14 +265,24 @@ def direct_logit_attribution(model: LoadedModel, text: str, answer: str | int, w
     with torch.inference_mode():
         pre_cap = lens.after_norm(lens.norm(final[None]) if lens.norm is not None else final[None])[0]
     total = float(pre_cap[answer_id] - (pre_cap[wrong_id] if wrong_id is not None else 0.0))
-    result = DirectLogitAttribution(_token(model, answer_id), None if wrong_id is None else _token(model, wrong_id), heads,
-                                    biases, mlp, float(direct(resid[0, -1:])[0]),
-                                    float(direct(norm_bias[None])[0]) + constant, total, 0.0)
+    result = DirectLogitAttribution(
+        _token(model, answer_id),
+        None if wrong_id is None else _token(model, wrong_id),
+        heads,
+        biases,
+        mlp,
+        float(direct(resid[0, -1:])[0]),
+        float(direct(norm_bias[None])[0]) + constant,
+        total,
+        0.0,
+    )
     result.error = abs(result.reconstructed - total) / max(abs(total), 1e-12)
     gap = float((parts_sum - final).norm() / final.norm())
     if gap > 1e-3 or result.error > 1e-3:
-        result.notices.append(f"{model.name}'s blocks do not add their outputs straight to the residual stream "
-                              f"(the parts miss it by {gap:.1%}): these direct attributions are approximate")
+        result.notices.append(
+            f"{model.name}'s blocks do not add their outputs straight to the residual stream "
+            f"(the parts miss it by {gap:.1%}): these direct attributions are approximate"
+        )
     return result
 
 
@@ -263,5 +290,12 @@ def _token(model: LoadedModel, token: int) -> str:
     return str(model.tokenizer.convert_ids_to_tokens([token])[0])
 
 
-__all__ = ["DirectLogitAttribution", "LogitLens", "Unembedding", "direct_logit_attribution", "frozen_norm", "logit_lens",
-           "unembedding"]
+__all__ = [
+    "DirectLogitAttribution",
+    "LogitLens",
+    "Unembedding",
+    "direct_logit_attribution",
+    "frozen_norm",
+    "logit_lens",
+    "unembedding",
+]

@@ -43,8 +43,13 @@ from .inputs import (
 )
 
 SITES = ("head", "head_position", "resid", "attn", "mlp")
-_AXES = {"head": ("layer", "head"), "head_position": ("layer", "head", "position"),
-         "resid": ("layer", "position"), "attn": ("layer", "position"), "mlp": ("layer", "position")}
+_AXES = {
+    "head": ("layer", "head"),
+    "head_position": ("layer", "head", "position"),
+    "resid": ("layer", "position"),
+    "attn": ("layer", "position"),
+    "mlp": ("layer", "position"),
+}
 
 
 @dataclass
@@ -120,6 +125,7 @@ def _capture(model: LoadedModel, layers: list[LayerParts], kinds: set[str], clea
 
             def keep(m, x, key=key):
                 store[key] = x.detach().reshape(1, -1, x.shape[-1]).clone()  # OPT's MLP sees [B*L, E]
+
             (pre if when == "pre" else post)[module] = _chain((pre if when == "pre" else post).get(module), keep)
     with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         last_logits(model, clean.ids, clean.decoder_ids)
@@ -135,6 +141,7 @@ def _chain(first, second):
         out = first(m, x)
         out2 = second(m, x if out is None else out)
         return out2 if out2 is not None else out
+
     return both
 
 
@@ -163,6 +170,7 @@ def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: 
 
         def patch(m, x, mask=mask, clean=clean):
             return torch.where(mask, clean.to(x.dtype), x.reshape(mask.shape)).reshape(x.shape)
+
         if grow:
             pre[parts.block] = _grow(len(items))
         table = pre if when == "pre" else post
@@ -173,11 +181,13 @@ def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: 
 def _grow(count: int):
     def grow(m, x):
         return torch.cat([x, x[:1].expand(count, *x.shape[1:])])
+
     return grow
 
 
-def _run_chunk(model: LoadedModel, layers: list[LayerParts], site: str, chunk: list, clean_values: dict,
-               corrupt: Prompt) -> torch.Tensor:
+def _run_chunk(
+    model: LoadedModel, layers: list[LayerParts], site: str, chunk: list, clean_values: dict, corrupt: Prompt
+) -> torch.Tensor:
     """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched."""
     grow = model.family == "decoder"
     pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow)
@@ -191,6 +201,7 @@ def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int =
     """Estimated peak bytes of one batched inference pass of ``rows`` copies: a layer's live
     activations (hidden states, MLP width, Q/K/V, scores and weights), the patch masks, the logits."""
     e, f, h = hidden_size(model), intermediate_size(model), model.num_heads
+
     # a block's widest moment: residual, norm, Q/K/V, context; the MLP's input to its activation
     # and that activation's temporaries (GPT-2's tanh GELU keeps ~5 of width f); scores, weights;
     # the patch's bool mask
@@ -223,8 +234,10 @@ def _batch_rows(model: LoadedModel, clean: Prompt, budget: int) -> int:
     rows = rows_for_budget(model, clean.length, dec, budget)
     if rows < 1:
         need = budget_for_rows(model, 1, clean.length, dec)
-        raise ConfigError(f"one patched forward pass of {clean.length} tokens needs about {format_bytes(need)}, over the "
-                          f"memory budget of {format_bytes(budget)}: shorten the prompts or raise the budget")
+        raise ConfigError(
+            f"one patched forward pass of {clean.length} tokens needs about {format_bytes(need)}, over the "
+            f"memory budget of {format_bytes(budget)}: shorten the prompts or raise the budget"
+        )
     return rows
 
 
@@ -242,9 +255,19 @@ def _positions(clean: Prompt, part: str) -> list[str]:
 
 
 def activation_patching(
-    model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int | None = None, *,
-    sites: tuple[str, ...] = ("head",), metric: str = "logit_diff", part: str | None = None, target: str | None = None,
-    memory_budget: int | None = None, progress: Progress | None = None, cancel: Cancel | None = None,
+    model: LoadedModel,
+    clean: str,
+    corrupt: str,
+    answer: str | int,
+    wrong: str | int | None = None,
+    *,
+    sites: tuple[str, ...] = ("head",),
+    metric: str = "logit_diff",
+    part: str | None = None,
+    target: str | None = None,
+    memory_budget: int | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
 ) -> PatchingReport:
     """Patch every site of ``sites`` from the clean run into the corrupted one (see the module
     docstring); ``ConfigError`` for prompts of unequal length, a multi-token answer, an encoder..."""
@@ -258,11 +281,23 @@ def activation_patching(
     batch = _batch_rows(model, clean_p, budget)
     m_clean, m_corrupt, scorer = _endpoints(model, scorer, clean_p, corrupt_p)
     if abs(m_clean - m_corrupt) < 1e-9:
-        raise ConfigError(f"the clean and corrupted prompts give the same {metric} ({m_clean:.6g}): "
-                          "there is no difference for a patch to restore")
-    report = PatchingReport(model.name, part, metric, _label(model, scorer.answer),
-                            None if scorer.wrong is None else _label(model, scorer.wrong), m_clean, m_corrupt,
-                            list(clean_p.tokens), list(corrupt_p.tokens), _positions(clean_p, part), budget=budget)
+        raise ConfigError(
+            f"the clean and corrupted prompts give the same {metric} ({m_clean:.6g}): "
+            "there is no difference for a patch to restore"
+        )
+    report = PatchingReport(
+        model.name,
+        part,
+        metric,
+        _label(model, scorer.answer),
+        None if scorer.wrong is None else _label(model, scorer.wrong),
+        m_clean,
+        m_corrupt,
+        list(clean_p.tokens),
+        list(corrupt_p.tokens),
+        _positions(clean_p, part),
+        budget=budget,
+    )
     clean_values = _capture(model, layers, {_kind(s) for s in sites}, clean_p)
     length = int(next(iter(clean_values.values())).shape[1])
     plan = [(s, _rows(s, len(layers), model.num_heads, length)) for s in sites]
@@ -273,7 +308,7 @@ def activation_patching(
             check_cancel(cancel)
             chunk = [rows[i] for i in span]
             logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
-            values[span.start:span.stop] = scorer(logits).double().cpu().numpy()
+            values[span.start : span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)
             if progress is not None:
@@ -302,11 +337,22 @@ def _label(model: LoadedModel, token: int) -> str:
     return str(model.tokenizer.convert_ids_to_tokens([token])[0])
 
 
-def patch_heads(model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int, **options) -> np.ndarray:
+def patch_heads(
+    model: LoadedModel, clean: str, corrupt: str, answer: str | int, wrong: str | int, **options
+) -> np.ndarray:
     """[layers, heads] normalised effects of patching each head's clean context (the slice of the
     output projection's input, every position) into the corrupted run; metric: logit difference."""
     return activation_patching(model, clean, corrupt, answer, wrong, sites=("head",), **options).effects("head")
 
 
-__all__ = ["RESERVE", "SITES", "PatchingReport", "PatchingResult", "activation_patching", "budget_for_rows", "pass_bytes",
-           "patch_heads", "rows_for_budget"]
+__all__ = [
+    "RESERVE",
+    "SITES",
+    "PatchingReport",
+    "PatchingResult",
+    "activation_patching",
+    "budget_for_rows",
+    "pass_bytes",
+    "patch_heads",
+    "rows_for_budget",
+]

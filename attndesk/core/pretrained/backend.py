@@ -206,8 +206,19 @@ def _ablated(context: torch.Tensor, heads: tuple[int, ...]) -> torch.Tensor:
     return context
 
 
-def attndesk_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
-                       position_bias=None, sliding_window=None, **_ignored):
+def attndesk_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    softcap=None,
+    position_bias=None,
+    sliding_window=None,
+    **_ignored,
+):
     """transformers' attention interface: q [B, H, Lq, d], k/v [B, KV, Lk, d] -> ([B, Lq, H, d], weights).
 
     ``_ignored`` holds flags for other backends (output_attentions, use_cache, position_ids, ...).
@@ -226,8 +237,9 @@ def attndesk_attention(module, query, key, value, attention_mask, scaling=None, 
     capture.observe(site, query, key)
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
     keep = {} if capture.wants_stages(site) else None
-    context, weights = attend(query, key, value, mask=mask, bias=bias, scale=scale, softcap=softcap,
-                              dropout=drop, keep=keep)
+    context, weights = attend(
+        query, key, value, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=drop, keep=keep
+    )
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     capture.record(site, weights, mask, int(window) if window else None, int(query.shape[-1]))
     if keep is not None:

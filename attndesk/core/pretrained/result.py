@@ -136,8 +136,9 @@ class PretrainedResult(TimedRun):
         """[N, H, Lq, Lk] of one part: "self", "decoder" or "cross"."""
         got = {"self": self.weights, "decoder": self.decoder_weights, "cross": self.cross_weights}.get(part)
         if got is None:
-            raise ValueError(f"this run has no {part!r} attention ({self.family} model): parts are "
-                             f"{', '.join(self.parts())}")
+            raise ValueError(
+                f"this run has no {part!r} attention ({self.family} model): parts are {', '.join(self.parts())}"
+            )
         return got
 
     def parts(self) -> tuple[str, ...]:
@@ -197,8 +198,15 @@ class PretrainedResult(TimedRun):
             return target, target, t_special, t_special
         return target, self.tokens, t_special, self.special
 
-    def layer_map(self, layer: int, *, part: str = "self", hide_special: bool = False, hide_first: bool = False,
-                  renormalise: bool = False) -> AttentionMap:
+    def layer_map(
+        self,
+        layer: int,
+        *,
+        part: str = "self",
+        hide_special: bool = False,
+        hide_first: bool = False,
+        renormalise: bool = False,
+    ) -> AttentionMap:
         """One layer of one part as an ``AttentionMap`` to draw, export or inspect.
 
         ``hide_special`` drops special tokens from both axes and ``hide_first`` the first key (a
@@ -230,11 +238,19 @@ class PretrainedResult(TimedRun):
                 weights = np.divide(weights, sums, out=np.zeros_like(weights), where=sums > 0).astype(np.float32)
         notices = list(self.notices) + ([legend] if hidden_mass is not None else [])
         return AttentionMap(
-            queries=[queries[i] for i in q_keep], keys=[keys[i] for i in k_keep], weights=weights, mask=mask,
+            queries=[queries[i] for i in q_keep],
+            keys=[keys[i] for i in k_keep],
+            weights=weights,
+            mask=mask,
             title=" · ".join(p for p in (self.model_name, f"layer {layer}", PART_TITLES[part]) if p),
-            summary=self.summary(layer, len(q_keep), part=part), file_tag=self.file_tag(layer, part=part),
-            kv_heads=self.kv_heads if part != "cross" else None, window=self.layer_window(layer, part),
-            layer_kind=self.layer_kind(layer, part), hidden_mass=hidden_mass, legend=legend, notices=notices,
+            summary=self.summary(layer, len(q_keep), part=part),
+            file_tag=self.file_tag(layer, part=part),
+            kv_heads=self.kv_heads if part != "cross" else None,
+            window=self.layer_window(layer, part),
+            layer_kind=self.layer_kind(layer, part),
+            hidden_mass=hidden_mass,
+            legend=legend,
+            notices=notices,
             head_labels=[f"L{layer} head {h}" for h in range(weights.shape[0])],
         )
 
@@ -250,7 +266,10 @@ class PretrainedResult(TimedRun):
         """One caption line: model, layer, shape, mask, what was toggled."""
         parts = [self.model_name]
         if layer is not None:
-            parts.append(f"layer {layer} of {len(self.part_weights(part))}" + (f" ({PART_TITLES[part]})" if PART_TITLES[part] else ""))
+            parts.append(
+                f"layer {layer} of {len(self.part_weights(part))}"
+                + (f" ({PART_TITLES[part]})" if PART_TITLES[part] else "")
+            )
         parts.append(f"{self.length if tokens is None else tokens} tokens")
         heads = f"{self.num_heads} heads"
         if self.kv_heads and self.kv_heads < self.num_heads:

@@ -61,13 +61,15 @@ def encode(model: LoadedModel, text: str, *, target: bool = False) -> Encoded:
     total, limit = len(ids), model.max_tokens
     if limit is not None and total > limit:
         tail = 1 if special[-1] else 0  # keep the closing [SEP] / </s>
-        ids, special = ids[: limit - tail] + ids[total - tail:], special[: limit - tail] + special[total - tail:]
-        types = None if types is None else types[: limit - tail] + types[total - tail:]
+        ids, special = ids[: limit - tail] + ids[total - tail :], special[: limit - tail] + special[total - tail :]
+        types = None if types is None else types[: limit - tail] + types[total - tail :]
     vocab = vocabulary_size(model)
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
-        raise ConfigError(f"the tokenizer produced id {bad[0]}, outside the model's vocabulary of {vocab}: "
-                          "the tokenizer files do not belong to this model")
+        raise ConfigError(
+            f"the tokenizer produced id {bad[0]}, outside the model's vocabulary of {vocab}: "
+            "the tokenizer files do not belong to this model"
+        )
     return Encoded(ids, list(tok.convert_ids_to_tokens(ids)), special, types, total)
 
 
@@ -82,8 +84,10 @@ def _target(model: LoadedModel, target: str | None) -> Encoded | None:
     if model.family != "encoder-decoder":
         if target is not None:
             article = "an" if model.family[0] in "aeiou" else "a"
-            raise ConfigError(f"{model.name} is {article} {model.family} model: a target text needs an encoder-decoder "
-                              "(T5, BART, Marian); leave the target empty")
+            raise ConfigError(
+                f"{model.name} is {article} {model.family} model: a target text needs an encoder-decoder "
+                "(T5, BART, Marian); leave the target empty"
+            )
         return None
     return _start_target(model) if target is None else encode(model, target, target=True)
 
@@ -101,8 +105,10 @@ def ablation_items(model: LoadedModel, ablate: Iterable) -> tuple[tuple, ...]:
         if count is None:
             raise ConfigError(f"cannot ablate a {part!r} head: {model.name} has parts {', '.join(model.layers)}")
         if not 0 <= layer < count or not 0 <= head < model.num_heads:
-            raise ConfigError(f"cannot ablate layer {layer} head {head}: the model has layers 0..{count - 1} "
-                              f"and heads 0..{model.num_heads - 1}")
+            raise ConfigError(
+                f"cannot ablate layer {layer} head {head}: the model has layers 0..{count - 1} "
+                f"and heads 0..{model.num_heads - 1}"
+            )
         items.append((layer, head) if part == "self" else (part, layer, head))
     return tuple(sorted(set(items), key=lambda t: (len(t), tuple(map(str, t)))))
 
@@ -172,8 +178,12 @@ def next_token(model: LoadedModel, logits: torch.Tensor, k: int = TOP_K) -> Next
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     top = torch.topk(logprobs, min(k, logprobs.numel()))
     ids = top.indices.cpu().numpy().astype(np.int64)
-    return NextToken(ids=ids, tokens=list(model.tokenizer.convert_ids_to_tokens(ids.tolist())),
-                     probs=top.values.exp().cpu().numpy().astype(np.float32), logprobs=logprobs.cpu().numpy())
+    return NextToken(
+        ids=ids,
+        tokens=list(model.tokenizer.convert_ids_to_tokens(ids.tolist())),
+        probs=top.values.exp().cpu().numpy().astype(np.float32),
+        logprobs=logprobs.cpu().numpy(),
+    )
 
 
 def _outcome(model: LoadedModel, out) -> tuple[np.ndarray | None, NextToken | None]:
@@ -231,9 +241,16 @@ def run_pretrained(
     for empty text, a target for a decoder-only model, bad ablation pairs or layer, weights over
     ``memory_budget`` bytes; ``Cancelled`` when ``should_cancel`` says so.
     """
-    request = _Request(source=encode(model, text), target=_target(model, target), target_given=target is not None,
-                       items=ablation_items(model, ablate), scaled=bool(scaled), causal=bool(causal),
-                       forced=bool(causal) and model.family != "decoder", layer=layer)
+    request = _Request(
+        source=encode(model, text),
+        target=_target(model, target),
+        target_given=target is not None,
+        items=ablation_items(model, ablate),
+        scaled=bool(scaled),
+        causal=bool(causal),
+        forced=bool(causal) and model.family != "decoder",
+        layer=layer,
+    )
     if layer is not None and not 0 <= int(layer) < model.num_layers:
         raise ConfigError(f"layer {layer} out of range: the model has layers 0..{model.num_layers - 1}")
     source, tgt = request.source, request.target
@@ -241,9 +258,15 @@ def run_pretrained(
     _check_budget(model, len(source.ids), len(tgt.ids) if tgt else 0, budget)
     with model._lock, torch.inference_mode():  # one forward at a time per model: the timings stay honest
         clock = ForwardClock(_plan(model), progress, should_cancel)
-        capture = Capture(sites=model.sites, layers=model.layers, ablate=ablation_heads(request.items),
-                          force_causal=request.forced, unscaled=not scaled,
-                          keep_layer=None if layer is None else int(layer), clock=clock)
+        capture = Capture(
+            sites=model.sites,
+            layers=model.layers,
+            ablate=ablation_heads(request.items),
+            force_causal=request.forced,
+            unscaled=not scaled,
+            keep_layer=None if layer is None else int(layer),
+            clock=clock,
+        )
         with capturing(capture):
             out = _forward(model, source, tgt)
         embedding, following = _outcome(model, out)
@@ -280,8 +303,9 @@ def _notices(model: LoadedModel, request: _Request, capture: Capture) -> list[st
     notices = list(model.notices)
     for what, enc in (("input", request.source), ("target", request.target)):
         if enc is not None and enc.dropped:
-            notices.append(f"{what} had {enc.total} tokens; the model takes {model.max_tokens}, "
-                           f"so {enc.dropped} were dropped")
+            notices.append(
+                f"{what} had {enc.total} tokens; the model takes {model.max_tokens}, so {enc.dropped} were dropped"
+            )
     unk = getattr(model.tokenizer, "unk_token", None)
     unknown = sum(1 for t in request.source.tokens if unk is not None and t == unk)
     if unknown:
@@ -289,36 +313,65 @@ def _notices(model: LoadedModel, request: _Request, capture: Capture) -> list[st
     if request.target is not None and not request.target_given:
         notices.append(f"no target text: the decoder ran on its start token {request.target.tokens[0]}")
     if not request.scaled and capture.scales and all(s == 1.0 for s in capture.scales):
-        notices.append(f"{model.name} hands its attention a scale of 1 (the scaling is folded into its weights): "
-                       "unscaled changes nothing")
+        notices.append(
+            f"{model.name} hands its attention a scale of 1 (the scaling is folded into its weights): "
+            "unscaled changes nothing"
+        )
     if request.causal and model.family == "decoder":
         notices.append("a decoder is causal already: the causal toggle changes nothing")
     return notices
 
 
-def _result(model: LoadedModel, request: _Request, capture: Capture, timings: dict, hidden_np: np.ndarray,
-            embedding, following) -> PretrainedResult:
+def _result(
+    model: LoadedModel, request: _Request, capture: Capture, timings: dict, hidden_np: np.ndarray, embedding, following
+) -> PretrainedResult:
     source, tgt = request.source, request.target
     windows = capture.windows.get("self") or [None] * model.num_layers
     masks = {part: list(m) for part, m in capture.masks.items()}
     first_global = next((i for i, w in enumerate(windows) if not w), 0)
-    mask = masks.get("self", [None] * model.num_layers)[first_global] if model.family == "decoder" or request.forced else None
+    mask = (
+        masks.get("self", [None] * model.num_layers)[first_global]
+        if model.family == "decoder" or request.forced
+        else None
+    )
+
     def array(values, dtype) -> np.ndarray | None:
         return None if values is None else np.asarray(values, dtype=dtype)
 
     return PretrainedResult(
-        model_name=model.name, tokens=source.tokens, token_ids=np.asarray(source.ids, dtype=np.int64),
-        special=np.asarray(source.special, dtype=np.bool_), weights=capture.weights["self"], hidden_states=hidden_np,
-        embedding=embedding, timings=timings, device=str(model.device), scaled=request.scaled,
-        causal=request.forced, ablate=request.items, mask=mask, notices=_notices(model, request, capture),
-        dropped_tokens=source.dropped, family=model.family, model_type=model.spec.model_type,
-        kv_heads=model.kv_heads, layer_kinds=["local" if w else "global" for w in windows], window=list(windows),
-        masks=masks, decoder_weights=capture.weights.get("decoder"), cross_weights=capture.weights.get("cross"),
-        target_tokens=None if tgt is None else tgt.tokens, target_ids=array(tgt and tgt.ids, np.int64),
-        target_special=array(tgt and tgt.special, np.bool_), next_token=following,
+        model_name=model.name,
+        tokens=source.tokens,
+        token_ids=np.asarray(source.ids, dtype=np.int64),
+        special=np.asarray(source.special, dtype=np.bool_),
+        weights=capture.weights["self"],
+        hidden_states=hidden_np,
+        embedding=embedding,
+        timings=timings,
+        device=str(model.device),
+        scaled=request.scaled,
+        causal=request.forced,
+        ablate=request.items,
+        mask=mask,
+        notices=_notices(model, request, capture),
+        dropped_tokens=source.dropped,
+        family=model.family,
+        model_type=model.spec.model_type,
+        kv_heads=model.kv_heads,
+        layer_kinds=["local" if w else "global" for w in windows],
+        window=list(windows),
+        masks=masks,
+        decoder_weights=capture.weights.get("decoder"),
+        cross_weights=capture.weights.get("cross"),
+        target_tokens=None if tgt is None else tgt.tokens,
+        target_ids=array(tgt and tgt.ids, np.int64),
+        target_special=array(tgt and tgt.special, np.bool_),
+        next_token=following,
         intermediates={part: stage_intermediates(s) for part, s in capture.intermediates.items()},
-        intermediates_layer=request.layer, hidden_size=model.spec.hidden_size,
-        next_token_off=str(NoLMHead(model.name, "next-token bars and the ablation's KL divergence")) if model.headless else None,
+        intermediates_layer=request.layer,
+        hidden_size=model.spec.hidden_size,
+        next_token_off=str(NoLMHead(model.name, "next-token bars and the ablation's KL divergence"))
+        if model.headless
+        else None,
     )
 
 
@@ -342,8 +395,11 @@ def _estimates(result: PretrainedResult, model: LoadedModel, capture: Capture) -
     tokens = {"": length, "encoder": length, "decoder": target}
     linear = sum(2 * tokens.get(stack, length) * count for stack, count in model.linear_params.items())
     result.flops = int(linear + capture.flops + 2 * model.head_params)
-    kept = sum(a.nbytes for a in (result.weights, result.decoder_weights, result.cross_weights, result.hidden_states)
-               if a is not None)
+    kept = sum(
+        a.nbytes
+        for a in (result.weights, result.decoder_weights, result.cross_weights, result.hidden_states)
+        if a is not None
+    )
     widest = max(length, target)
     result.peak_bytes = int(kept + 4 * (3 * result.num_heads * widest * widest + 4 * widest * model.spec.hidden_size))
 
@@ -396,9 +452,29 @@ def pretrained_job(
     model = load_pretrained(path, load_progress if first else None)
     if should_cancel is not None and should_cancel():
         raise Cancelled("cancelled")
-    return run_pretrained(model, text, target=target, layer=layer, scaled=scaled, causal=causal, ablate=ablate,
-                          progress=run_progress, should_cancel=should_cancel)
+    return run_pretrained(
+        model,
+        text,
+        target=target,
+        layer=layer,
+        scaled=scaled,
+        causal=causal,
+        ablate=ablate,
+        progress=run_progress,
+        should_cancel=should_cancel,
+    )
 
 
-__all__ = ["Encoded", "ablation_heads", "ablation_items", "encode", "forward_parameters", "next_token", "pretrained_job", "retained_bytes", "run_pretrained",
-           "sentence_embeddings", "vocabulary_size"]
+__all__ = [
+    "Encoded",
+    "ablation_heads",
+    "ablation_items",
+    "encode",
+    "forward_parameters",
+    "next_token",
+    "pretrained_job",
+    "retained_bytes",
+    "run_pretrained",
+    "sentence_embeddings",
+    "vocabulary_size",
+]

@@ -57,8 +57,10 @@ def discover(model: nn.Module, family: Family, forward: Callable[[], object]) ->
     for module, _, heads, kv_heads in capture.calls:
         site = site_of(names.get(id(module), ""), family)
         if site is None:
-            raise ConfigError(f"an attention module ({type(module).__name__}) sits outside any numbered layer: "
-                              "attndesk cannot tell which layer it is")
+            raise ConfigError(
+                f"an attention module ({type(module).__name__}) sits outside any numbered layer: "
+                "attndesk cannot tell which layer it is"
+            )
         found[id(module)] = (site, heads, kv_heads)
     return found
 
@@ -111,6 +113,7 @@ def _io_pre(site: Site):
         capture = active()
         if capture is not None and capture.wants_stages(site):
             capture.attention_io(site, "embeddings", args[0] if args else kwargs.get("hidden_states"))
+
     return hook
 
 
@@ -119,6 +122,7 @@ def _io_post(site: Site):
         capture = active()
         if capture is not None and capture.wants_stages(site):
             capture.attention_io(site, "output", output[0] if isinstance(output, tuple) else output)
+
     return hook
 
 

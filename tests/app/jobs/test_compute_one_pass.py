@@ -64,8 +64,16 @@ def test_one_edit_validates_tokenizes_checks_memory_and_draws_each_panel_once(qt
     calls = _instrument(monkeypatch, w)
     results, panel_draws = _edit(qtbot, w, lambda: w.parametersPanel.seedSpin.setValue(w.state.config.seed + 1))
     assert (results, panel_draws) == (1, 1)
-    assert dict(calls) == {"validate": 1, "encode": 1, "check_memory": 1, "heatmap source": 1,
-                           "tokens panel": 1, "timing panel": 1, "heatmap panel": 1, "heatmap draw": 1}
+    assert dict(calls) == {
+        "validate": 1,
+        "encode": 1,
+        "check_memory": 1,
+        "heatmap source": 1,
+        "tokens panel": 1,
+        "timing panel": 1,
+        "heatmap panel": 1,
+        "heatmap draw": 1,
+    }
     # the tokens did not change: their table is not reset (a text edit resets it once, below), and
     # a run of a few milliseconds reports no stages to the GUI thread
     # and what is drawn is the new seed's run, the one the core computes for it
@@ -87,7 +95,9 @@ def test_cross_attention_tokenizes_each_text_once(qtbot, monkeypatch, window):
     _edit(qtbot, w, lambda: w.parametersPanel.seedSpin.setValue(w.state.config.seed + 1))
     assert calls["encode"] == 2 and calls["check_memory"] == 1 and calls["validate"] == 1
     shown = w.compute.shown()
-    assert shown.keys is not None and shown.keys.tokens == WordTokenizer(w.state.config.vocab_size).split(w.state.key_text)
+    assert shown.keys is not None and shown.keys.tokens == WordTokenizer(w.state.config.vocab_size).split(
+        w.state.key_text
+    )
 
 
 def test_only_a_long_or_memory_bounded_run_reports_its_stages():

@@ -44,6 +44,7 @@ class Overlap:
 def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
     turns, order, cancel = Turns(), [], threading.Event()
     with turns.turn():
+
         def wait_then_run():
             try:
                 with turns.turn(cancel.is_set):

@@ -29,7 +29,41 @@ from attndesk.render.export import ExportError
 from tests.conftest import TIMEOUT_MS
 
 MiB = 2**20
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "because", "it", "was", "tired", "and", "then", "the", "dog", "ran", "far", "away", "over", "the", "hill", "while", "birds", "sang", "softly", "in", "tall", "green", "trees", "near", "an", "old", "stone", "bridge"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "because",
+    "it",
+    "was",
+    "tired",
+    "and",
+    "then",
+    "the",
+    "dog",
+    "ran",
+    "far",
+    "away",
+    "over",
+    "the",
+    "hill",
+    "while",
+    "birds",
+    "sang",
+    "softly",
+    "in",
+    "tall",
+    "green",
+    "trees",
+    "near",
+    "an",
+    "old",
+    "stone",
+    "bridge",
+]
 
 
 def document(n_words: int, seed: int = 0) -> str:
@@ -43,7 +77,9 @@ def config_of(w) -> AttentionConfig:
 
 def long_result(qtbot, w, n_words: int, budget_mib: int = 16):
     """Set a small budget and a long text, wait for the (memory-bounded) result on screen."""
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == n_words) as blocker:
+    with qtbot.waitSignal(
+        w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == n_words
+    ) as blocker:
         w.state.update({"config": w.state.config.replace(memory_budget=budget_mib * MiB), "text": document(n_words)})
     return blocker.args[0]
 
@@ -52,8 +88,9 @@ def drop_file(target, path) -> QDropEvent:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(path))])
     pos = QPointF(10, 10)
-    enter = QDragEnterEvent(pos.toPoint(), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        pos.toPoint(), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    )
     QCoreApplication.sendEvent(target, enter)
     assert enter.isAccepted()
     drop = QDropEvent(pos, Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
@@ -71,7 +108,9 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     assert window.longMode.open_text_file(path)
     # the whole text runs; the box shows a read-only preview (Qt would lay out 1 MiB on the GUI thread)
     panel = window.tokensPanel
-    assert window.state.text == text and panel.tokenInput.isReadOnly() and text.startswith(panel.tokenInput.toPlainText())
+    assert (
+        window.state.text == text and panel.tokenInput.isReadOnly() and text.startswith(panel.tokenInput.toPlainText())
+    )
     assert panel.tokenPreviewNote.isVisible() and f"{len(text):,} characters" in panel.tokenPreviewNote.label.text()
     # the worker plans it; ~200k tokens is far too long to start unasked
     qtbot.waitUntil(lambda: window.longMode.held_plan() is not None, timeout=TIMEOUT_MS)
@@ -88,8 +127,7 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
     assert window.displayed_result() is previous
     assert elapsed < 10, f"opening and planning took {elapsed:.1f} s"
     # Run starts it; Cancel stops it within a block and the previous result stays
-    with qtbot.waitSignal(window.compute.progressed, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda f, m: "block" in m):
+    with qtbot.waitSignal(window.compute.progressed, timeout=TIMEOUT_MS, check_params_cb=lambda f, m: "block" in m):
         window.longMode.runButton.click()
     assert not window.longMode.runButton.isVisible()
     start = time.perf_counter()
@@ -183,39 +221,44 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
     assert tile.head == 1 and tile.factor < window.heatmapPanel.source().factor
     assert window.longMode.export_region() is None  # the whole matrix is in view
     vb = window.heatmapPanel.cell_views()[0][1]
-    with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda t: t.factor == 1) as blocker:
+    with qtbot.waitSignal(
+        window.longMode.zoomShown, timeout=TIMEOUT_MS, check_params_cb=lambda t: t.factor == 1
+    ) as blocker:
         vb.setRange(xRange=(700, 760), yRange=(1500, 1550), padding=0)
     tile = blocker.args[0]
     q0, k0 = tile.q0, tile.k0
     rows, cols = tile.array.shape
     assert q0 <= 1500 and k0 <= 700 and q0 + rows >= 1550 and k0 + cols >= 760
-    np.testing.assert_allclose(tile.array, full[1, q0:q0 + rows, k0:k0 + cols], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(tile.array, full[1, q0 : q0 + rows, k0 : k0 + cols], rtol=1e-5, atol=1e-8)
     np.testing.assert_array_equal(window.longMode.zoom_image(), tile.array)
     assert "exact cells" in window.heatmapPanel.note.text()
     (eq0, eq1), (ek0, ek1) = window.longMode.export_region()
     assert eq0 <= 1500 < 1550 <= eq1 and ek0 <= 700 < 760 <= ek1
     # a middle zoom draws a finer stored level (tile maxima), never coarser than the overview
-    with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda t: t.factor > 1) as blocker:
+    with qtbot.waitSignal(
+        window.longMode.zoomShown, timeout=TIMEOUT_MS, check_params_cb=lambda t: t.factor > 1
+    ) as blocker:
         window.longMode.zoom_fit()
     tile = blocker.args[0]
     assert "max of a" in window.heatmapPanel.note.text()
     window.heatmapPanel.set_view_target("all")  # back to the grid: the overview and its own note
     assert window.longMode.zoom_tile() is None and "overview" in window.heatmapPanel.note.text()
     f = tile.factor
-    block = full[1, tile.q0:tile.q0 + f, tile.k0:tile.k0 + f]
+    block = full[1, tile.q0 : tile.q0 + f, tile.k0 : tile.k0 + f]
     assert tile.array[0, 0] == pytest.approx(float(block.max()), rel=1e-5)
     # the mean over heads zooms the same way (exact cells of the mean)
     window.heatmapPanel.set_view_target("mean")
     vb = window.heatmapPanel.cell_views()[0][1]
-    with qtbot.waitSignal(window.longMode.zoomShown, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda t: t.factor == 1 and t.head == "mean") as blocker:
+    with qtbot.waitSignal(
+        window.longMode.zoomShown, timeout=TIMEOUT_MS, check_params_cb=lambda t: t.factor == 1 and t.head == "mean"
+    ) as blocker:
         vb.setRange(xRange=(10, 50), yRange=(20, 45), padding=0)
     tile = blocker.args[0]
     rows, cols = tile.array.shape
     mean = full.mean(axis=0, dtype=np.float64)
-    np.testing.assert_allclose(tile.array, mean[tile.q0:tile.q0 + rows, tile.k0:tile.k0 + cols], rtol=1e-4, atol=1e-8)
+    np.testing.assert_allclose(
+        tile.array, mean[tile.q0 : tile.q0 + rows, tile.k0 : tile.k0 + cols], rtol=1e-4, atol=1e-8
+    )
 
 
 def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):

@@ -65,9 +65,18 @@ def decoder_map(heads: int = 8, kv: int = 2, length: int = 12, window: int = 4) 
     w = np.where(mask, w, 0.0)
     w /= w.sum(-1, keepdims=True)
     tokens = [f"t{k}" for k in range(length)]
-    return AttentionMap(queries=tokens, keys=tokens, weights=w.astype(np.float32), mask=mask, title="decoder layer 3",
-                        kv_heads=kv, window=window, layer_kind="local", alibi_slopes=2.0 ** -np.arange(1, heads + 1),
-                        file_tag="dec_layer3")
+    return AttentionMap(
+        queries=tokens,
+        keys=tokens,
+        weights=w.astype(np.float32),
+        mask=mask,
+        title="decoder layer 3",
+        kv_heads=kv,
+        window=window,
+        layer_kind="local",
+        alibi_slopes=2.0 ** -np.arange(1, heads + 1),
+        file_tag="dec_layer3",
+    )
 
 
 def test_decoder_features_are_drawn_and_do_not_overlap(qtbot, sized_window):

@@ -93,8 +93,13 @@ def test_kv_heads_that_stop_dividing_the_heads_are_explained_and_run_nothing(qtb
     w, panel = window, window.parametersPanel
     wait_result(qtbot, w, lambda: panel.headsSpin.setValue(8))
     wait_result(qtbot, w, lambda: pick(panel.kvHeadsCombo, 4))
-    assert_refused(qtbot, w, lambda: panel.headsSpin.setValue(2), "kv_heads",
-                   "4 K/V heads cannot be shared evenly by 2 query heads; valid K/V head counts: 1, 2")
+    assert_refused(
+        qtbot,
+        w,
+        lambda: panel.headsSpin.setValue(2),
+        "kv_heads",
+        "4 K/V heads cannot be shared evenly by 2 query heads; valid K/V head counts: 1, 2",
+    )
     assert panel.kvHeadsCombo.currentText() == "4 (does not divide 2 heads)"  # shown, not silently changed
     assert w.state.config.kv_heads == 4
     wait_result(qtbot, w, lambda: pick(panel.kvHeadsCombo, 1))
@@ -118,8 +123,10 @@ def test_window_box_and_spin_set_the_band(qtbot, window, monkeypatch):
     paths = [cell.band.path() for cell in w.heatmapPanel.canvas.active()]
     assert len(paths) == 4 and all(p == paths[0] for p in paths)
     # the path is the band's two staircases: each starts with a move, then lines through its points
-    drawn = [(paths[0].elementAt(i).isMoveTo(), paths[0].elementAt(i).x, paths[0].elementAt(i).y)
-             for i in range(paths[0].elementCount())]
+    drawn = [
+        (paths[0].elementAt(i).isMoveTo(), paths[0].elementAt(i).x, paths[0].elementAt(i).y)
+        for i in range(paths[0].elementCount())
+    ]
     assert drawn == [(j == 0, x, y) for line in band_outline(n, n, 2, causal=False) for j, (x, y) in enumerate(line)]
     assert_heatmaps_equal_core(w)
     weights = w.heatmapPanel.displayed_arrays()[0]
@@ -133,7 +140,9 @@ def test_window_box_and_spin_set_the_band(qtbot, window, monkeypatch):
 
 def test_a_window_below_one_from_a_session_is_shown_and_explained(qtbot, window):
     w, v = window, window.parametersPanel.variants
-    assert_refused(qtbot, w, lambda: w.state.set_config(window=0), "window", "window must be a whole number of tokens >= 1")
+    assert_refused(
+        qtbot, w, lambda: w.state.set_config(window=0), "window", "window must be a whole number of tokens >= 1"
+    )
     assert v.windowCheck.isChecked() and v.windowSpin.value() == 0  # the value as it is, not clamped to 1
     wait_result(qtbot, w, lambda: v.windowSpin.setValue(4))
     assert w.state.config.window == 4 and v.windowSpin.minimum() == 1
@@ -153,8 +162,13 @@ def test_softcap_box_sets_the_cap_and_a_bad_cap_is_explained(qtbot, window):
 def test_rope_with_an_odd_head_width_is_explained_under_the_position(qtbot, window):
     w, panel = window, window.parametersPanel
     wait_result(qtbot, w, lambda: w.state.set_config(embed_dim=48, num_heads=16))  # d_k = 3
-    assert_refused(qtbot, w, lambda: pick(panel.positionCombo, "rope"), "position",
-                   "RoPE rotates pairs of dimensions, so the head dimension must be even, got d_k = 3")
+    assert_refused(
+        qtbot,
+        w,
+        lambda: pick(panel.positionCombo, "rope"),
+        "position",
+        "RoPE rotates pairs of dimensions, so the head dimension must be even, got d_k = 3",
+    )
     wait_result(qtbot, w, lambda: panel.headsSpin.setValue(8))  # d_k = 6
     assert not panel._field_errors["position"].isVisibleTo(w)
     assert_heatmaps_equal_core(w)
@@ -162,9 +176,14 @@ def test_rope_with_an_odd_head_width_is_explained_under_the_position(qtbot, wind
 
 def test_an_old_session_with_positional_false_loads_as_none(qtbot, window):
     w = window
-    session = session_from_json({"format": "attndesk-session", "version": 2, "text": "a b c d",
-                                 "config": {"embed_dim": 32, "num_heads": 2, "positional": False, "kv_heads": 1,
-                                            "window": 2}})
+    session = session_from_json(
+        {
+            "format": "attndesk-session",
+            "version": 2,
+            "text": "a b c d",
+            "config": {"embed_dim": 32, "num_heads": 2, "positional": False, "kv_heads": 1, "window": 2},
+        }
+    )
     wait_result(qtbot, w, lambda: w.apply_session(session))
     panel = w.parametersPanel
     assert panel.positionCombo.currentData() == "none" and panel.kvHeadsCombo.currentText() == "1 (multi-query)"
@@ -176,8 +195,15 @@ def test_a_pretrained_architecture_shows_its_values_fixed(qtbot):
     state = AppState()
     panel = ParametersPanel(state)
     qtbot.addWidget(panel)
-    fixed = {"embed_dim": 4096, "num_heads": 32, "hidden_dim": 128, "kv_heads": 8, "position": "rope",
-             "window": 4096, "softcap": 50.0}
+    fixed = {
+        "embed_dim": 4096,
+        "num_heads": 32,
+        "hidden_dim": 128,
+        "kv_heads": 8,
+        "position": "rope",
+        "window": 4096,
+        "softcap": 50.0,
+    }
     panel.set_panel_view(PanelView(fixed=fixed))
     v = panel.variants
     assert panel.positionCombo.currentData() == "rope" and panel.kvHeadsCombo.currentText() == kv_label(8, 32)
@@ -225,13 +251,34 @@ def test_step_through_shows_rope_and_softcap_stages_equal_to_the_intermediates(q
     w = window
     wait_result(qtbot, w, lambda: w.state.set_config(position="rope", kv_heads=2, softcap=1.0))
     view = open_step_through(qtbot, w)
-    assert view.stages() == ("embeddings", "q_raw", "k_raw", "angles", "q", "k", "v", "scores", "scaled", "capped",
-                             "masked", "weights", "context", "output")
+    assert view.stages() == (
+        "embeddings",
+        "q_raw",
+        "k_raw",
+        "angles",
+        "q",
+        "k",
+        "v",
+        "scores",
+        "scaled",
+        "capped",
+        "masked",
+        "weights",
+        "context",
+        "output",
+    )
     inter = core_run(w, keep=True).intermediates
     with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
         view.set_head(3)  # its stage images come from a side job
-    expected = {"q_raw": inter.q_raw[3], "k_raw": inter.k_raw[1], "q": inter.q[3], "k": inter.k[1],
-                "capped": inter.capped[3], "scaled": inter.scaled[3], "weights": inter.weights[3]}
+    expected = {
+        "q_raw": inter.q_raw[3],
+        "k_raw": inter.k_raw[1],
+        "q": inter.q[3],
+        "k": inter.k[1],
+        "capped": inter.capped[3],
+        "scaled": inter.scaled[3],
+        "weights": inter.weights[3],
+    }
     for name, array in expected.items():
         np.testing.assert_array_equal(view.stage_matrix(name), array, err_msg=name)
         np.testing.assert_array_equal(view.plots[name].matrix, array, err_msg=name)
@@ -267,8 +314,9 @@ def test_step_through_shows_alibi_bias_stage(qtbot, window):
     assert "+ ALiBi bias" in view.arithmeticLabel.text()
     # back to plain attention: the variant stages leave the strip
     wait_result(qtbot, w, lambda: w.state.set_config(position="sinusoidal"))
-    qtbot.waitUntil(lambda: view.stages()[:4] == ("embeddings", "q", "k", "v") and "bias" not in view.stages(),
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: view.stages()[:4] == ("embeddings", "q", "k", "v") and "bias" not in view.stages(), timeout=TIMEOUT_MS
+    )
     assert not view.plots["bias"].isVisible()
 
 
@@ -295,8 +343,9 @@ def test_positions_tab_shows_ropes_score_depends_only_on_the_offset(qtbot, windo
     assert table.anchor_spread < 1e-9 and table.by_offset.shape == (len(ROPE_ANCHORS), 2 * n - 1)
     xs, ys = view.offsetCurves[2].getData()
     np.testing.assert_array_equal(xs, np.arange(-(n - 1), n))
-    np.testing.assert_allclose(ys, [expected[o, 0] if o >= 0 else expected[0, -o] for o in range(-(n - 1), n)],
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        ys, [expected[o, 0] if o >= 0 else expected[0, -o] for o in range(-(n - 1), n)], atol=1e-9
+    )
     assert "coincide" in view.ropeLabel.text() and "not on in this run" not in view.ropeLabel.text()
     assert "offset m − n = 3" in view.hover_rope(5, 2)
     wait_result(qtbot, w, lambda: w.state.set_config(position="sinusoidal"))
@@ -312,8 +361,14 @@ def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
     w = window
     text = " ".join(f"w{i % 500}" for i in range(2048))
     with qtbot.waitSignal(w.resultDisplayed, timeout=120000, check_params_cb=lambda r: r.length == 2048):
-        w.state.update({"config": w.state.config.replace(embed_dim=128, num_heads=8, kv_heads=2, position="rope",
-                                                         softcap=1.0, mask="none"), "text": text})
+        w.state.update(
+            {
+                "config": w.state.config.replace(
+                    embed_dim=128, num_heads=8, kv_heads=2, position="rope", softcap=1.0, mask="none"
+                ),
+                "text": text,
+            }
+        )
     steps = w.tab_presenter("step-through").shownResult
 
     def switch(i, tab, drawn):
@@ -330,8 +385,14 @@ def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
         w.state.view.tab = "heatmaps"
         qtbot.wait(300)
         # the tick timer runs while waitUntil spins the event loop: the drawing of both tables is measured
-        return worst_gap(qtbot, lambda: (setattr(w.state.view, "tab", "positions"), qtbot.waitUntil(
-            lambda: view.rope is not None and view.rope.length == 2048, timeout=120000)), settle_ms=800)
+        return worst_gap(
+            qtbot,
+            lambda: (
+                setattr(w.state.view, "tab", "positions"),
+                qtbot.waitUntil(lambda: view.rope is not None and view.rope.length == 2048, timeout=120000),
+            ),
+            settle_ms=800,
+        )
 
     assert_smooth(qtbot, "switching to positions", to_positions)
     assert view.rope.scores.shape == (512, 512) and view.rope.offsets[0] == -64  # the first positions, near offsets
@@ -345,7 +406,11 @@ def test_variant_choices_survive_a_session_round_trip_and_cross_attention_refuse
     wait_result(qtbot, w, lambda: w.state.set_config(position="alibi", kv_heads=1, softcap=2.5))
     saved = session_json(w.state)
     assert {k: saved["config"][k] for k in ("position", "kv_heads", "window", "softcap")} == {
-        "position": "alibi", "kv_heads": 1, "window": None, "softcap": 2.5}
+        "position": "alibi",
+        "kv_heads": 1,
+        "window": None,
+        "softcap": 2.5,
+    }
     wait_result(qtbot, w, lambda: w.state.set_config(position="none", kv_heads=None, softcap=None))
     wait_result(qtbot, w, lambda: w.apply_session(session_from_json(saved)))
     assert panel.positionCombo.currentData() == "alibi" and panel.kvHeadsCombo.currentData() == 1

@@ -75,9 +75,10 @@ def test_greedy_steps_are_transformers_greedy_generate(qtbot, generate_window, m
     ids = encode(model, TEXT).ids
     reference = eager(folder)
     with torch.no_grad():
-        out = reference.generate(torch.tensor([ids]), max_new_tokens=6, min_new_tokens=6, do_sample=False,
-                                 pad_token_id=0)
-    expected = out[0, len(ids):].tolist()
+        out = reference.generate(
+            torch.tensor([ids]), max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0
+        )
+    expected = out[0, len(ids) :].tolist()
     assert [s.token_id for s in steps] == expected
     assert [s.token_id for s in Generator(model, TEXT).run(6)] == expected
     # the bars: the step's top 10 next-token probabilities, i.e. softmax of transformers' logits
@@ -153,8 +154,11 @@ def test_the_generated_text_is_pinned_in_compare_as_a(qtbot, generate_window, mo
 
 def test_a_decoders_ablation_reports_the_next_token_kl_and_top5(qtbot, generate_window, model):
     w = generate_window
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None
-                          and s.layers.ablate == ((0, 1), (1, 2))):
+    with qtbot.waitSignal(
+        w.resultDisplayed,
+        timeout=TIMEOUT_MS,
+        check_params_cb=lambda s: s.layers is not None and s.layers.ablate == ((0, 1), (1, 2)),
+    ):
         w.pretrained.set_ablation([(0, 1), (1, 2)])
     run = w.pretrained.run()
     normal, altered = run_pretrained(model, TEXT), run_pretrained(model, TEXT, ablate=[(0, 1), (1, 2)])
@@ -186,8 +190,11 @@ def test_a_checkpoint_without_its_lm_head_says_why_generation_and_kl_are_off(qtb
         assert w.pretrained.run().weights.shape[:2] == (2, 4)  # every layer's attention is on screen
         assert not view.stepButton.isEnabled() and not view.runButton.isEnabled()
         assert NO_LM_HEAD in view.message.text() and "generation off" in view.message.text()
-        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None
-                              and s.layers.ablate == ((0, 1),)):
+        with qtbot.waitSignal(
+            w.resultDisplayed,
+            timeout=TIMEOUT_MS,
+            check_params_cb=lambda s: s.layers is not None and s.layers.ablate == ((0, 1),),
+        ):
             w.pretrained.set_ablation([(0, 1)])
         line = ablation_effect(w.pretrained.run())
         assert NO_LM_HEAD in line and "KL divergence off" in line and line in w.pretrained.gridSummary.text()
@@ -226,8 +233,15 @@ def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
     sequence line holds every token; the event loop still never waits 100 ms."""
     from tests.app.tabs.test_responsive import LIMIT_S, TRIES, worst_gap
 
-    folder = build("llama", tmp_path / "wide", num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=4,
-                   hidden_size=64, max_position_embeddings=4096)
+    folder = build(
+        "llama",
+        tmp_path / "wide",
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        hidden_size=64,
+        max_position_embeddings=4096,
+    )
     w = open_generate_tab(qtbot, folder, " ".join(["the cat sat on the mat because it was tired"] * 50))
     try:
         tab = stepper(w)
@@ -237,7 +251,10 @@ def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
             if gaps[-1] < LIMIT_S:
                 break
         assert gaps[-1] < LIMIT_S, f"the event loop stalled {[round(g * 1e3) for g in gaps]} ms"
-        assert tab.view.shown_row().shape[0] == 192 and tab.view.shown_row().shape[1] == 502 + len(tab.generator().steps) - 1
+        assert (
+            tab.view.shown_row().shape[0] == 192
+            and tab.view.shown_row().shape[1] == 502 + len(tab.generator().steps) - 1
+        )
     finally:
         dispose(w)
 
@@ -258,8 +275,9 @@ def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
         generate(qtbot, w, 2)
         reference = run_pretrained(model, TEXT)  # the decoder ran on its start token alone
         view.select_step(0)
-        np.testing.assert_allclose(view.shown_row(), rearrange(reference.decoder_weights[:, :, 0, :], "n h k -> (n h) k"),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            view.shown_row(), rearrange(reference.decoder_weights[:, :, 0, :], "n h k -> (n h) k"), atol=1e-6
+        )
         assert not view.partCombo.isHidden()
         view.set_part("cross")
         view.set_layer(1)

@@ -26,9 +26,17 @@ def _synthetic(layers=3, heads=4, length=6, seed=0, causal=False, ablate=()):
     tokens = ["[CLS]", *(f"t{i}" for i in range(1, length - 1)), "[SEP]"]
     special = np.array([True] + [False] * (length - 2) + [True])
     return PretrainedResult(
-        model_name="synthetic", tokens=tokens, token_ids=np.arange(length), special=special, weights=w,
-        hidden_states=np.zeros((layers + 1, length, 8), np.float32), embedding=np.zeros(8, np.float32),
-        timings={"total": 0.001}, device="cpu", causal=causal, ablate=tuple(ablate),
+        model_name="synthetic",
+        tokens=tokens,
+        token_ids=np.arange(length),
+        special=special,
+        weights=w,
+        hidden_states=np.zeros((layers + 1, length, 8), np.float32),
+        embedding=np.zeros(8, np.float32),
+        timings={"total": 0.001},
+        device="cpu",
+        causal=causal,
+        ablate=tuple(ablate),
         mask=np.tril(np.ones((length, length), bool)) if causal else None,
     )
 

@@ -23,7 +23,10 @@ from tests.app.tabs.test_responsive import assert_smooth, worst_gap
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "the cat sat on the mat"
-CLEAN, CORRUPT = "when mary and john went to the store john gave it to", "when mary and john went to the store mary gave it to"
+CLEAN, CORRUPT = (
+    "when mary and john went to the store john gave it to",
+    "when mary and john went to the store mary gave it to",
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +110,10 @@ def test_attribution_colours_are_the_cores_scores(qtbot, gpt2_window, model):
     view = tab.view
     view.stepsSpin.setValue(16)
     view.target.set_text("mat")
-    qtbot.waitUntil(lambda: view.attribution is not None and view.attribution.steps == 16 and not tab.is_running(),
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: view.attribution is not None and view.attribution.steps == 16 and not tab.is_running(),
+        timeout=TIMEOUT_MS,
+    )
     expected = integrated_gradients(model, TEXT, "mat", steps=16)
     np.testing.assert_allclose(view.strip.scores, expected, rtol=1e-5, atol=1e-7)
     colours, bound = score_colors(expected)
@@ -132,8 +137,9 @@ def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
     lens = logit_lens(model, TEXT, k=5)
     np.testing.assert_allclose(tab.view.plot.matrix, lens.top_probs[:, :, 0], rtol=1e-5)
     rows, cols = lens.top_probs.shape[:2]
-    assert [[tab.view.cell_text(r, c) for c in range(cols)] for r in range(rows)] == \
-        [[cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens]
+    assert [[tab.view.cell_text(r, c) for c in range(cols)] for r in range(rows)] == [
+        [cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens
+    ]
     assert tab.view.plot.row_labels == lens.labels and tab.view.plot.col_labels == lens.tokens
 
 
@@ -153,8 +159,11 @@ def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
 def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
     w = open_window(qtbot, build("bert", tmp_path / "bert"), PATCHING_TAB)
     try:
-        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
-                             (LOGIT_LENS_TAB, LogitLensTab)):
+        for tab_id, kind in (
+            (PATCHING_TAB, PatchingTab),
+            (ATTRIBUTION_TAB, AttributionTab),
+            (LOGIT_LENS_TAB, LogitLensTab),
+        ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
             page = w.tab_page(tab_id)  # the window shows the reason instead of the view
@@ -182,8 +191,11 @@ def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, mod
 def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_path):
     w = open_window(qtbot, build_bare("gpt2", tmp_path / "bare"), ATTRIBUTION_TAB)  # the run loads it
     try:
-        for tab_id, kind in ((PATCHING_TAB, PatchingTab), (ATTRIBUTION_TAB, AttributionTab),
-                             (LOGIT_LENS_TAB, LogitLensTab)):
+        for tab_id, kind in (
+            (PATCHING_TAB, PatchingTab),
+            (ATTRIBUTION_TAB, AttributionTab),
+            (LOGIT_LENS_TAB, LogitLensTab),
+        ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
             assert w.tab_page(tab_id).currentIndex() == 0  # a decoder: the view itself says why
@@ -209,16 +221,30 @@ def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
 
     assert_smooth(qtbot, "patching", lambda i: timed(qtbot, run_patching, lambda: not patching.is_running()))
     assert patching.view.shown is not None
-    assert_smooth(qtbot, "logit lens", lambda i: timed(qtbot, lambda: setattr(w.state.view, "tab", LOGIT_LENS_TAB),
-                                                       lambda: lens.view.lens is not None and not lens.is_running()))
-    assert_smooth(qtbot, "attribution", lambda i: timed(
-        qtbot, lambda: setattr(w.state.view, "tab", ATTRIBUTION_TAB),
-        lambda: attribution.view.attribution is not None and not attribution.is_running()))
+    assert_smooth(
+        qtbot,
+        "logit lens",
+        lambda i: timed(
+            qtbot,
+            lambda: setattr(w.state.view, "tab", LOGIT_LENS_TAB),
+            lambda: lens.view.lens is not None and not lens.is_running(),
+        ),
+    )
+    assert_smooth(
+        qtbot,
+        "attribution",
+        lambda i: timed(
+            qtbot,
+            lambda: setattr(w.state.view, "tab", ATTRIBUTION_TAB),
+            lambda: attribution.view.attribution is not None and not attribution.is_running(),
+        ),
+    )
 
     def flow():
         w.state.view.tab = "rollout"
         rollout.flowCheck.setChecked(False)
         rollout.flowCheck.setChecked(True)
+
     assert_smooth(qtbot, "attention flow", lambda i: timed(qtbot, flow, lambda: rollout.flow is not None))
     assert rollout.flow.shape == (62, 62)
 

@@ -39,8 +39,9 @@ def is_pretrained(shown) -> bool:
 
 
 def wait_pretrained(qtbot, w, action, check=lambda r: True):
-    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS,
-                          check_params_cb=lambda r: is_pretrained(r) and check(r)) as blocker:
+    with qtbot.waitSignal(
+        w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: is_pretrained(r) and check(r)
+    ) as blocker:
         action()
     return blocker.args[0]
 
@@ -95,8 +96,7 @@ def test_layer_change_reslices_without_a_job(pretrained_window, reference, qtbot
     w.compute.runner.started.connect(started.append)
     run_id = w.compute.current_ids()[0]
     history = len(w.timingPanel.history_milliseconds())
-    result = wait_pretrained(qtbot, w, lambda: w.pretrained.controls.layer_spin.setValue(4),
-                             lambda r: r.layer == 4)
+    result = wait_pretrained(qtbot, w, lambda: w.pretrained.controls.layer_spin.setValue(4), lambda r: r.layer == 4)
     assert w.state.pretrained.layer == 4 and not result.new_run
     np.testing.assert_allclose(result.map.weights, reference.weights[4], atol=1e-6)
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
@@ -109,8 +109,9 @@ def test_layer_change_reslices_without_a_job(pretrained_window, reference, qtbot
 
 def test_hide_special_drops_rows_without_renormalising(pretrained_window, reference, qtbot):
     w = pretrained_window
-    result = wait_pretrained(qtbot, w, lambda: w.pretrained.controls.hide_special_check.setChecked(True),
-                             lambda r: r.present_key[1])
+    result = wait_pretrained(
+        qtbot, w, lambda: w.pretrained.controls.hide_special_check.setChecked(True), lambda r: r.present_key[1]
+    )
     expected = reference.weights[0][:, 1:-1, 1:-1]  # [CLS] first, [SEP] last
     assert "[CLS]" not in result.map.queries and "[SEP]" not in result.map.queries
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
@@ -122,8 +123,13 @@ def test_hide_special_drops_rows_without_renormalising(pretrained_window, refere
     assert sums.mean() < 0.9
     assert "NOT re-normalised" in w.heatmapPanel.note.text()
     assert result.length == len(reference.tokens) - 2
-    qtbot.waitUntil(lambda: w.pretrained.grid.painting() is not None
-                    and "rows not re-normalised" in w.pretrained.grid.painting().caption, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: (
+            w.pretrained.grid.painting() is not None
+            and "rows not re-normalised" in w.pretrained.grid.painting().caption
+        ),
+        timeout=TIMEOUT_MS,
+    )
 
 
 def test_grid_opens_a_head_and_ablation_recomputes(pretrained_window, reference, model, qtbot):
@@ -135,8 +141,9 @@ def test_grid_opens_a_head_and_ablation_recomputes(pretrained_window, reference,
     painting = grid.painting()
     assert (painting.num_layers, painting.num_heads) == (6, 12)
     centre = grid.cell_rect(2, 5).center().toPoint()
-    result = wait_pretrained(qtbot, w, lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton, pos=centre),
-                             lambda r: r.layer == 2)
+    result = wait_pretrained(
+        qtbot, w, lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton, pos=centre), lambda r: r.layer == 2
+    )
     assert w.viewTabs.currentWidget() is w.heatmapPanel and not w.pretrained.controls.all_layers()
     assert w.pretrained.controls.layer() == 2 and w.heatmapPanel.view_target() == 5
     qtbot.waitUntil(lambda: w.heatmapPanel.displayed_heads() == [5], timeout=5000)
@@ -146,9 +153,12 @@ def test_grid_opens_a_head_and_ablation_recomputes(pretrained_window, reference,
     # Ctrl+click ablates layer 1 head 3: a new run, later layers change, the cosine is shown
     w.pretrained.show_grid(True)
     centre = grid.cell_rect(1, 3).center().toPoint()
-    wait_pretrained(qtbot, w, lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton,
-                                                       Qt.KeyboardModifier.ControlModifier, pos=centre),
-                    lambda r: r.map.file_tag.endswith("_abl1"))
+    wait_pretrained(
+        qtbot,
+        w,
+        lambda: qtbot.mouseClick(grid, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier, pos=centre),
+        lambda r: r.map.file_tag.endswith("_abl1"),
+    )
     run = w.pretrained.run()
     assert run.ablate == ((1, 3),)
     expected = run_pretrained(model, TEXT, ablate=[(1, 3)])
@@ -165,13 +175,18 @@ def test_grid_opens_a_head_and_ablation_recomputes(pretrained_window, reference,
 
 def test_scale_and_causal_toggles_still_act(pretrained_window, model, qtbot):
     w = pretrained_window
-    wait_pretrained(qtbot, w, lambda: w.parametersPanel.maskCombo.setCurrentIndex(
-        w.parametersPanel.maskCombo.findData("causal")), lambda r: "_causal" in r.map.file_tag)
+    wait_pretrained(
+        qtbot,
+        w,
+        lambda: w.parametersPanel.maskCombo.setCurrentIndex(w.parametersPanel.maskCombo.findData("causal")),
+        lambda r: "_causal" in r.map.file_tag,
+    )
     run = w.pretrained.run()
     np.testing.assert_allclose(run.weights, run_pretrained(model, TEXT, causal=True).weights, atol=1e-6)
     assert np.all(np.triu(run.weights, k=1) == 0) and run.cosine_to_normal < 1
-    wait_pretrained(qtbot, w, lambda: w.parametersPanel.scaleCheck.setChecked(False),
-                    lambda r: "_unscaled" in r.map.file_tag)
+    wait_pretrained(
+        qtbot, w, lambda: w.parametersPanel.scaleCheck.setChecked(False), lambda r: "_unscaled" in r.map.file_tag
+    )
     expected = run_pretrained(model, TEXT, causal=True, scaled=False)
     np.testing.assert_allclose(w.pretrained.run().weights, expected.weights, atol=1e-6)
 
@@ -203,8 +218,9 @@ def test_an_opened_folder_becomes_a_mode(pretrained_window, tmp_path, qtbot, ref
     folder.mkdir()
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         os.symlink(packaged_model_dir() / name, folder / name)
-    result = wait_pretrained(qtbot, w, lambda: w.pretrained.open_folder(folder),
-                             lambda r: r.layers.model_name == "my-minilm")
+    result = wait_pretrained(
+        qtbot, w, lambda: w.pretrained.open_folder(folder), lambda r: r.layers.model_name == "my-minilm"
+    )
     mode = w.state.mode
     assert mode.kind == "pretrained" and mode.path == str(folder.resolve())
     assert w.parametersPanel.modeCombo.currentText() == "Pretrained: my-minilm"
@@ -216,19 +232,29 @@ def test_session_round_trip_of_the_pretrained_state(pretrained_window, qtbot, tm
     w = pretrained_window
     w.pretrained.controls.layer_spin.setValue(3)
     w.pretrained.controls.hide_special_check.setChecked(True)
-    wait_pretrained(qtbot, w, lambda: w.pretrained.set_ablation([(0, 1), (4, 11)]),
-                    lambda r: r.map.file_tag.endswith("_abl2"))
+    wait_pretrained(
+        qtbot, w, lambda: w.pretrained.set_ablation([(0, 1), (4, 11)]), lambda r: r.map.file_tag.endswith("_abl2")
+    )
     path = w.save_session_to(tmp_path / "pre.json")
     data = json.loads(path.read_text())
     assert data["mode"] == {"kind": "pretrained", "path": None}
-    assert data["pretrained"] == {"layer": 3, "hide_special": True, "ablate": [[0, 1], [4, 11]], "grid_scale": "per-head",
-                                  "part": "self"}
+    assert data["pretrained"] == {
+        "layer": 3,
+        "hide_special": True,
+        "ablate": [[0, 1], [4, 11]],
+        "grid_scale": "per-head",
+        "part": "self",
+    }
     assert data["config"]["embed_dim"] == 64 and data["config"]["num_heads"] == 4  # the toy settings survive
 
     other = MainWindow(restore=False)
     try:
-        result = wait_pretrained(qtbot, other, lambda: other.load_session_from(path),
-                                 lambda r: r.layer == 3 and r.map.file_tag.endswith("_abl2"))
+        result = wait_pretrained(
+            qtbot,
+            other,
+            lambda: other.load_session_from(path),
+            lambda r: r.layer == 3 and r.map.file_tag.endswith("_abl2"),
+        )
         assert other.state.mode == PACKAGED
         assert other.pretrained.controls.hide_special() and result.present_key == (3, True, "self")
         assert other.pretrained.ablation() == [(0, 1), (4, 11)]
@@ -241,8 +267,11 @@ def test_session_round_trip_of_the_pretrained_state(pretrained_window, qtbot, tm
 
     # an old (toy, no "pretrained" field) session still loads, and switches the window back
     old = tmp_path / "old.json"
-    old.write_text(json.dumps({"format": "attndesk-session", "version": 1, "text": "a b c",
-                               "config": {"embed_dim": 32, "num_heads": 2}}))
+    old.write_text(
+        json.dumps(
+            {"format": "attndesk-session", "version": 1, "text": "a b c", "config": {"embed_dim": 32, "num_heads": 2}}
+        )
+    )
     w.load_session_from(old)
     assert w.state.mode == TOY and w.parametersPanel.embedDimSpin.value() == 32
     bad = tmp_path / "bad.json"

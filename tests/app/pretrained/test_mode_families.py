@@ -42,16 +42,23 @@ def text_window(qtbot):
 
 
 def wait_shown(qtbot, w, check):
-    qtbot.waitUntil(lambda: (s := w.displayed_result()) is not None and s.layers is not None and check(s),
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: (s := w.displayed_result()) is not None and s.layers is not None and check(s), timeout=TIMEOUT_MS
+    )
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     return w.displayed_result()
 
 
 def open_model(qtbot, w, folder, **check):
     assert w.pretrained.open_folder(folder), w.status_text()
-    return wait_shown(qtbot, w, lambda s: s.mode.path == str(folder.resolve()) and all(
-        getattr(s, k) == v if k != "part" else s.present_key[2] == v for k, v in check.items()))
+    return wait_shown(
+        qtbot,
+        w,
+        lambda s: (
+            s.mode.path == str(folder.resolve())
+            and all(getattr(s, k) == v if k != "part" else s.present_key[2] == v for k, v in check.items())
+        ),
+    )
 
 
 def shown_weights(w) -> np.ndarray:
@@ -80,8 +87,10 @@ def test_sink_aware_options_log_colours_and_hidden_first_token(qtbot, text_windo
     controls, panel = w.pretrained.controls, w.heatmapPanel
     controls.hide_first_check.click()
     assert w.state.view.hide_first_key
-    qtbot.waitUntil(lambda: panel.source() is not None and panel.source().key_offset == 1 and not panel.is_building(),
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: panel.source() is not None and panel.source().key_offset == 1 and not panel.is_building(),
+        timeout=TIMEOUT_MS,
+    )
     rest = reference.weights[0][:, :, 1:]
     sums = rest.sum(-1, keepdims=True)
     expected = np.divide(rest, sums, out=np.zeros_like(rest), where=sums > 0)  # renormalised over keys 1..
@@ -147,7 +156,9 @@ def test_encoder_decoder_parts_and_target_text(qtbot, text_window, folders):
     w.state.target_text = longer
     assert controls.target_edit.text() == longer
     reference = run_pretrained(model, TEXT, target=longer)
-    shown = wait_shown(qtbot, w, lambda s: s.layers.target_tokens == reference.target_tokens and s.present_key[2] == "cross")
+    shown = wait_shown(
+        qtbot, w, lambda s: s.layers.target_tokens == reference.target_tokens and s.present_key[2] == "cross"
+    )
     assert shown.map.shape == (len(reference.target_tokens), reference.length)
     np.testing.assert_allclose(shown_weights(w), reference.cross_weights[0], atol=1e-6)
     # the decoder's self-attention is causal over the target
@@ -163,16 +174,22 @@ def test_rollout_says_why_not_for_cross_attention(qtbot, text_window, folders):
     open_model(qtbot, w, folders["t5"])
     w.state.update({"target_text": TARGET})
     w.state.pretrained.part = "cross"
-    wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and s.layers.target_tokens is not None
-               and len(s.layers.target_tokens) > 1)
+    wait_shown(
+        qtbot,
+        w,
+        lambda s: (
+            s.present_key[2] == "cross" and s.layers.target_tokens is not None and len(s.layers.target_tokens) > 1
+        ),
+    )
     w.state.view.tab = "rollout"
     view = w.tab_widget("rollout")
     qtbot.waitUntil(lambda: NO_CROSS_ROLLOUT in view.infoLabel.text() or not view.body.isVisible(), timeout=TIMEOUT_MS)
     assert view.result() is None or NO_CROSS_ROLLOUT in view.infoLabel.text()
     w.state.pretrained.part = "decoder"  # the decoder's self-attention chains: rollout over the target
     run = wait_shown(qtbot, w, lambda s: s.present_key[2] == "decoder").layers
-    qtbot.waitUntil(lambda: view.result() is not None and view.result().weights is run.decoder_weights,
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: view.result() is not None and view.result().weights is run.decoder_weights, timeout=TIMEOUT_MS
+    )
     assert list(view.result().tokens) == run.target_tokens
 
 
@@ -213,8 +230,10 @@ def test_local_models_lists_the_hub_cache_and_opens_one(qtbot, text_window, fold
     rows = {dialog.table.item(r, 0).text(): [dialog.table.item(r, c).text() for c in range(6)] for r in range(3)}
     assert rows["org/tiny-llama"][1] == "LLaMA decoder" and rows["org/tiny-llama"][2] == "LlamaForCausalLM"
     assert rows["org/tiny-llama"][5] == "yes" and rows["org/tiny-llama"][3].endswith("M")
-    assert rows["org/custom"][5].startswith("no: org/custom needs its own Python code") \
-        and "trust_remote_code" in rows["org/custom"][5]  # the repository, not its snapshot's hash
+    assert (
+        rows["org/custom"][5].startswith("no: org/custom needs its own Python code")
+        and "trust_remote_code" in rows["org/custom"][5]
+    )  # the repository, not its snapshot's hash
     assert "no snapshot" in rows["org/empty"][5]
     assert str(tmp_path) in dialog.where.text()
     custom = next(r for r in range(3) if dialog.table.item(r, 0).text() == "org/custom")
@@ -261,8 +280,13 @@ def test_loading_never_opens_a_socket(qtbot, text_window, folders, monkeypatch):
     shown = open_model(qtbot, w, folders["mistral"])
     assert shown.layers.family == "decoder" and attempts == []
     # every loading stage reached the status line, however quickly the previous one ended
-    for stage in ("checking the folder", "importing transformers", "reading the tokenizer", "weights",
-                  "every attention layer runs through attndesk"):
+    for stage in (
+        "checking the folder",
+        "importing transformers",
+        "reading the tokenizer",
+        "weights",
+        "every attention layer runs through attndesk",
+    ):
         assert any(stage in line for line in said), (stage, said)
 
 
@@ -285,7 +309,7 @@ def test_step_through_of_a_rope_decoder_shows_q_and_k_before_and_after_rotary(qt
     assert not np.allclose(q[1:], q_raw[1:], atol=1e-3)  # the others are
     assert view.plots["q_raw"].isVisibleTo(view) and "RoPE" in view.plots["q"].title.text()
     cell = view.hover_weight(4, 2)
-    assert abs(cell.weight - cell.stored) < 1e-5 and abs(cell.scale - 8 ** -0.5) < 1e-6
+    assert abs(cell.weight - cell.stored) < 1e-5 and abs(cell.scale - 8**-0.5) < 1e-6
     assert view.hover_weight(2, 4).masked  # causal: a later key
 
 
@@ -313,8 +337,10 @@ def test_grid_and_export_follow_the_part_and_ablation_stays_on_the_encoder(qtbot
     w.state.pretrained.part = "cross"
     run = wait_shown(qtbot, w, lambda s: s.present_key[2] == "cross" and len(s.layers.target_tokens) > 1).layers
     w.state.view.tab = GRID_TAB
-    qtbot.waitUntil(lambda: (p := w.pretrained.grid.painting()) is not None and p.weights.shape == run.cross_weights.shape,
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: (p := w.pretrained.grid.painting()) is not None and p.weights.shape == run.cross_weights.shape,
+        timeout=TIMEOUT_MS,
+    )
     np.testing.assert_array_equal(w.pretrained.grid.painting().weights, run.cross_weights)
     assert "cross-attention" in w.pretrained.grid.painting().caption
     saved = np.load(w.pretrained.export_all(tmp_path / "cross.npy"))
@@ -344,8 +370,9 @@ def test_session_keeps_the_target_text_and_part(qtbot, text_window, folders, tmp
         shown = wait_shown(qtbot, other, lambda s: s.present_key[2] == "decoder" and len(s.layers.target_tokens) > 1)
         assert other.pretrained.controls.target_edit.text() == TARGET
         assert other.pretrained.controls.part_combo.currentData() == "decoder"
-        np.testing.assert_allclose(np.stack(other.heatmapPanel.displayed_arrays()), shown.layers.decoder_weights[0],
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            np.stack(other.heatmapPanel.displayed_arrays()), shown.layers.decoder_weights[0], atol=1e-6
+        )
     finally:
         qtbot.waitUntil(lambda: not other.compute.is_busy(), timeout=TIMEOUT_MS)
         dispose(other)

@@ -22,7 +22,7 @@ def test_tile_reduce_keeps_the_max_of_every_tile(rows, cols, factor, seed):
     assert out.shape == (2, -(-rows // factor), -(-cols // factor))
     for i in range(out.shape[1]):
         for j in range(out.shape[2]):
-            tile = m[:, i * factor:(i + 1) * factor, j * factor:(j + 1) * factor]
+            tile = m[:, i * factor : (i + 1) * factor, j * factor : (j + 1) * factor]
             np.testing.assert_array_equal(out[:, i, j], tile.max(axis=(1, 2)))
 
 
@@ -78,8 +78,13 @@ def _decoder_map(rng, heads=4, length=6) -> AttentionMap:
     w[:, :, 0] += 5.0
     w = np.where(mask, w, 0.0)
     w /= w.sum(-1, keepdims=True)
-    return AttentionMap(queries=[f"t{i}" for i in range(length)], keys=[f"t{i}" for i in range(length)],
-                        weights=w.astype(np.float32), mask=mask, file_tag="dec")
+    return AttentionMap(
+        queries=[f"t{i}" for i in range(length)],
+        keys=[f"t{i}" for i in range(length)],
+        weights=w.astype(np.float32),
+        mask=mask,
+        file_tag="dec",
+    )
 
 
 def test_hiding_the_first_key_renormalises_rows_and_keeps_positions():
@@ -103,8 +108,12 @@ def test_alibi_bias_source_draws_minus_slope_times_distance():
     np.testing.assert_allclose(source.display_matrix(1), -0.25 * np.abs(i - j))
     assert source.value_at(0, 4, 1) == -1.5 and source.level_range(0) == (-2.0, 0.0)
     assert source.head_title(1) == "head 1 \u00b7 m=1/4"
-    big = AttentionMap(queries=list("x" * 600), keys=list("x" * 600), weights=np.zeros((1, 1, 1), np.float32),
-                       alibi_slopes=np.array([0.5]))
+    big = AttentionMap(
+        queries=list("x" * 600),
+        keys=list("x" * 600),
+        weights=np.zeros((1, 1, 1), np.float32),
+        alibi_slopes=np.array([0.5]),
+    )
     tiles = BiasSource(big, max_display=256)  # 3 x 3 tiles: each the largest bias in its tile
     dense = -0.5 * np.abs(np.arange(600)[:, None] - np.arange(600)[None, :])
     np.testing.assert_allclose(tiles.display_matrix(0), tile_reduce(dense, 3))

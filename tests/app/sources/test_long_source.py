@@ -16,6 +16,7 @@ from attndesk.core.types import MEAN
 def source_for_result(result, max_display=256):
     return source_for_map(result.attention_map(), max_display)
 
+
 TEXT = " ".join(["the cat sat on the mat and the dog barked at it"] * 24)  # 288 tokens
 
 

@@ -46,8 +46,7 @@ def check_drawn(view, t):
     assert view.explanationText.isVisible() and t.title in view.explanationText.toPlainText()
 
 
-@pytest.mark.parametrize("kind,changed", [
-    ("rope", {"position": "rope"}), ("window", {"window": 2}), ("softcap", None)])
+@pytest.mark.parametrize("kind,changed", [("rope", {"position": "rope"}), ("window", {"window": 2}), ("softcap", None)])
 def test_variant_pair_b_is_the_changed_config(qtbot, compare_window, kind, changed):
     w = compare_window
     view = w.tab_widget("compare")
@@ -80,9 +79,10 @@ def test_mha_vs_gqa_b_is_sdpa_over_pooled_kv_heads(qtbot, compare_window):
     q, k, v = (torch.from_numpy(x) for x in (inter.q, inter.k, inter.v))  # [4, L, 8]
     pooled_k, pooled_v = (x.reshape(2, 2, *x.shape[1:]).mean(dim=1) for x in (k, v))  # groups (0, 1), (2, 3)
     mask = torch.from_numpy(np.ascontiguousarray(a.mask))
-    out = F.scaled_dot_product_attention(q[None], pooled_k.repeat_interleave(2, 0)[None],
-                                         pooled_v.repeat_interleave(2, 0)[None], attn_mask=mask)[0]
-    scores = (q @ pooled_k.repeat_interleave(2, 0).transpose(1, 2)) * 8 ** -0.5
+    out = F.scaled_dot_product_attention(
+        q[None], pooled_k.repeat_interleave(2, 0)[None], pooled_v.repeat_interleave(2, 0)[None], attn_mask=mask
+    )[0]
+    scores = (q @ pooled_k.repeat_interleave(2, 0).transpose(1, 2)) * 8**-0.5
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
     np.testing.assert_allclose(t.b.weights, weights.numpy(), atol=1e-6)
     context = np.einsum("hqk,hkd->hqd", t.b.weights, pooled_v.repeat_interleave(2, 0).numpy())

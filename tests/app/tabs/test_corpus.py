@@ -19,9 +19,16 @@ from attndesk.corpus import open_corpus
 from tests.conftest import TIMEOUT_MS
 
 TEXTS = [
-    "The cat sat on the mat.", "A dog ran in the park and the dog ran home.", "Attention weights sum to one.",
-    "Heads look back at earlier tokens.", "one two three one two three", "The sun rose over the hills.",
-    "Red green blue red green blue.", "Models read text as tokens.", "Short.", "A last line of text.",
+    "The cat sat on the mat.",
+    "A dog ran in the park and the dog ran home.",
+    "Attention weights sum to one.",
+    "Heads look back at earlier tokens.",
+    "one two three one two three",
+    "The sun rose over the hills.",
+    "Red green blue red green blue.",
+    "Models read text as tokens.",
+    "Short.",
+    "A last line of text.",
 ]
 
 
@@ -60,8 +67,10 @@ def run_pass(qtbot, window, data, out, tokens=16):
 
 
 def wait_head(qtbot, tab, view, layer, head):
-    qtbot.waitUntil(lambda: view.headLabel.text().startswith(f"<b>self layer {layer} head {head}</b>")
-                    and not window_busy(tab), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: view.headLabel.text().startswith(f"<b>self layer {layer} head {head}</b>") and not window_busy(tab),
+        timeout=TIMEOUT_MS,
+    )
 
 
 def window_busy(tab) -> bool:
@@ -88,11 +97,15 @@ def test_a_pass_fills_the_grid_table_texts_and_atlas_and_opens_a_text(qtbot, win
     view.table.sortItems(view.table_column_index("entropy"), Qt.SortOrder.DescendingOrder)
     shown = view.table_column("entropy")
     assert shown == sorted(heads["entropy"], reverse=True)
-    assert sorted(zip(view.table_column("layer"), view.table_column("head"))) == sorted(zip(heads["layer"], heads["head"]))
+    assert sorted(zip(view.table_column("layer"), view.table_column("head"))) == sorted(
+        zip(heads["layer"], heads["head"])
+    )
     click_cell(qtbot, view.grid, 1, 2)  # a real click on the grid's cell
     wait_head(qtbot, tab, view, 1, 2)
     top = store.top_texts(1, 2, "previous", 8)
-    assert [view.topList.item(i).data(Qt.ItemDataRole.UserRole) for i in range(view.topList.count())] == list(top["text_id"])
+    assert [view.topList.item(i).data(Qt.ItemDataRole.UserRole) for i in range(view.topList.count())] == list(
+        top["text_id"]
+    )
     bottom = store.top_texts(1, 2, "previous", 8, lowest=True)
     assert view.bottomList.count() == len(bottom)
     atlas = store.atlas(1, 2)
@@ -110,8 +123,10 @@ def test_a_pass_fills_the_grid_table_texts_and_atlas_and_opens_a_text(qtbot, win
     assert view.modelLabel.text() == TOY_NOTE and tab.pass_model() is None
     view.atlas.pointClicked.emit(0)
     qtbot.waitUntil(lambda: window.state.mode == folder_mode(folders["bert"]), timeout=TIMEOUT_MS)
-    assert window.state.text == store.sql("SELECT text FROM texts WHERE text_id = ?",
-                                          [int(atlas["text_id"].iloc[0])])["text"].iloc[0]
+    assert (
+        window.state.text
+        == store.sql("SELECT text FROM texts WHERE text_id = ?", [int(atlas["text_id"].iloc[0])])["text"].iloc[0]
+    )
     store.close()
 
 
@@ -144,9 +159,13 @@ def test_bad_input_shows_one_line_and_keeps_the_store_on_screen(qtbot, window, t
     other = tmp_path / "other"
     other.mkdir()
     (other / "image.png").write_bytes(b"\x89PNG")
-    cases = [(tmp_path / "empty.txt", tmp_path / "s1", "text"), (tmp_path / "binary.txt", tmp_path / "s2", "UTF-8"),
-             (tmp_path / "notext.csv", tmp_path / "s3", "text"), (other, tmp_path / "s4", ".txt"),
-             (tmp_path / "texts.txt", tmp_path / "store", "another model")]
+    cases = [
+        (tmp_path / "empty.txt", tmp_path / "s1", "text"),
+        (tmp_path / "binary.txt", tmp_path / "s2", "UTF-8"),
+        (tmp_path / "notext.csv", tmp_path / "s3", "text"),
+        (other, tmp_path / "s4", ".txt"),
+        (tmp_path / "texts.txt", tmp_path / "store", "another model"),
+    ]
     window.state.mode = folder_mode(folders["gpt2"])  # the last case: the store is the BERT's
     for data, out, says in cases:
         run_pass(qtbot, window, data, out)
@@ -185,14 +204,22 @@ def test_the_atlas_hover_finds_the_nearest_point_in_screen_pixels(qtbot):
     view.show()
     rng = np.random.default_rng(0)
     x, y = rng.normal(0, 1, 1000), rng.normal(0, 100, 1000)  # unequal scales: nearness is in pixels, not data units
-    view.set_atlas(x, y, np.arange(1000) % 2 == 0, np.arange(1000), np.zeros(1000, int), ["t"] * 1000,
-                   {i: f"text {i}" for i in range(1000)})
+    view.set_atlas(
+        x,
+        y,
+        np.arange(1000) % 2 == 0,
+        np.arange(1000),
+        np.zeros(1000, int),
+        ["t"] * 1000,
+        {i: f"text {i}" for i in range(1000)},
+    )
     plot, box = view.atlas, view.atlas.getViewBox()
     assert len(plot.queries.data) == len(plot.keys.data) == 500
     for index in (0, 17, 999):
         scene = box.mapViewToScene(QPointF(x[index], y[index]))
-        px = np.array([[box.mapViewToScene(QPointF(a, b)).x(), box.mapViewToScene(QPointF(a, b)).y()]
-                       for a, b in zip(x, y)])
+        px = np.array(
+            [[box.mapViewToScene(QPointF(a, b)).x(), box.mapViewToScene(QPointF(a, b)).y()] for a, b in zip(x, y)]
+        )
         expected = int(np.argmin(((px - [scene.x(), scene.y()]) ** 2).sum(axis=1)))
         assert plot.nearest(scene) == expected
         plot._hover(scene)

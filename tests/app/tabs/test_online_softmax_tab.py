@@ -65,7 +65,11 @@ def test_walk_of_the_shown_head_equals_torch(qtbot, window):
         with qtbot.waitSignal(view.stepDrawn, timeout=TIMEOUT_MS):
             qtbot.mouseClick(view.nextButton, Qt.MouseButton.LeftButton)
         s = walk_shown.walk.steps[step]
-        assert view.step() == step and view.model.cell(5, 4) == f"{s.rescale[5]:.6g}" and view.model.cell(5, 6) == f"{s.sum_after[5]:.6g}"
+        assert (
+            view.step() == step
+            and view.model.cell(5, 4) == f"{s.rescale[5]:.6g}"
+            and view.model.cell(5, 6) == f"{s.sum_after[5]:.6g}"
+        )
         assert f"rescale exp(m_old - m_new) = {s.rescale[view.query()]:.6g}" in view.stepText.toPlainText()
     np.testing.assert_allclose(view.plot.matrix, run.weights[0], atol=1e-6)
     assert not view.nextButton.isEnabled() and view.plot.masked[np.triu_indices(n, 1)].all()
@@ -117,8 +121,9 @@ def test_rows_pick_the_query_and_another_head_keeps_the_step(qtbot, window):
     with qtbot.waitSignal(view.stepDrawn, timeout=TIMEOUT_MS):
         view.stepSlider.setValue(2)
     view.table.setFocus()
-    qtbot.mouseClick(view.table.viewport(), Qt.MouseButton.LeftButton,
-                     pos=view.table.visualRect(view.model.index(4, 1)).center())
+    qtbot.mouseClick(
+        view.table.viewport(), Qt.MouseButton.LeftButton, pos=view.table.visualRect(view.model.index(4, 1)).center()
+    )
     qtbot.keyClick(view.table, Qt.Key.Key_Down)
     assert view.query() == 5 and view.plot.highlighted()["row"] == (5,)
     s = view.shown().walk.steps[2]
@@ -133,8 +138,10 @@ def test_a_block_too_small_for_the_memory_budget_is_refused_with_what_fits(qtbot
     w = window
     w.state.text = " ".join(["the cat sat on the mat"] * 40)  # 240 tokens
     w.state.set_config(num_heads=4, memory_budget=4 << 20)  # the run and an auto walk fit, 1-key blocks not
-    qtbot.waitUntil(lambda: w.displayed_result() is not None and w.displayed_result().map.weights.shape[-1] == 240,
-                    timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: w.displayed_result() is not None and w.displayed_result().map.weights.shape[-1] == 240,
+        timeout=TIMEOUT_MS,
+    )
     view = open_walk(qtbot, w)
     assert view.shown().block >= 4 and view.shown().walk.weights.shape == (240, 240)
     with qtbot.waitSignal(w.tab_presenter("online-softmax").failed, timeout=TIMEOUT_MS) as failed:

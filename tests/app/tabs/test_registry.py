@@ -16,7 +16,17 @@ from attndesk.app.tabs import registry
 from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, TabSpec
 from tests.conftest import TIMEOUT_MS
 
-TOY_TABS = ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout", "Online softmax", "Corpus", "Train"]
+TOY_TABS = [
+    "Heatmaps",
+    "Step-through",
+    "Positions",
+    "Head stats",
+    "Compare",
+    "Rollout",
+    "Online softmax",
+    "Corpus",
+    "Train",
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +69,13 @@ def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, fol
     assert [title for _id, title in window.shown_tabs()] == TOY_TABS
     assert window.pretrained.open_folder(folders["bert"])
     assert window.shown_tabs() == expected("pretrained", "encoder")
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + ["All layers", "Generate", "Patching", "Attribution", "Logit lens"]
+    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + [
+        "All layers",
+        "Generate",
+        "Patching",
+        "Attribution",
+        "Logit lens",
+    ]
     assert window.pretrained.open_folder(folders["llama"])
     assert window.shown_tabs() == expected("pretrained", "decoder")
     window.state.view.tab = "all-layers"
@@ -79,9 +95,16 @@ def test_a_tab_serves_its_model_kinds_and_says_why_it_is_off(qtbot, folders, mon
             made.append(self)
 
     reason = "open a decoder: this tab reads a causal model"
-    extra = TabSpec("extra-test", "Extra", "a decoder-only test tab", lambda: QLabel("extra content"), Presenter,
-                    modes=EVERY_MODE, model_kinds=frozenset({"decoder"}),
-                    unavailable=lambda state: None if state.mode.kind == "pretrained" else reason)
+    extra = TabSpec(
+        "extra-test",
+        "Extra",
+        "a decoder-only test tab",
+        lambda: QLabel("extra content"),
+        Presenter,
+        modes=EVERY_MODE,
+        model_kinds=frozenset({"decoder"}),
+        unavailable=lambda state: None if state.mode.kind == "pretrained" else reason,
+    )
     monkeypatch.setattr(registry, "TABS", TABS + (extra,))
     w = MainWindow(restore=False)
     try:

@@ -58,8 +58,14 @@ def assert_smooth(qtbot, label: str, attempt) -> None:
 
 def toy_tabs(w):
     """tab id -> the signal saying it drew the result on screen (None: nothing beyond the result)."""
-    return {"step-through": w.tab_presenter("step-through").shownResult, "positions": None, "head-stats": w.tab_presenter("head-stats").shownStats,
-            "compare": None, "rollout": None, "online-softmax": w.tab_widget("online-softmax").stepDrawn}
+    return {
+        "step-through": w.tab_presenter("step-through").shownResult,
+        "positions": None,
+        "head-stats": w.tab_presenter("head-stats").shownStats,
+        "compare": None,
+        "rollout": None,
+        "online-softmax": w.tab_widget("online-softmax").stepDrawn,
+    }
 
 
 def test_every_toy_tab_at_2048_tokens_x_16_heads(qtbot, window):
@@ -68,6 +74,7 @@ def test_every_toy_tab_at_2048_tokens_x_16_heads(qtbot, window):
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.length == 2048):
         w.state.update({"config": w.state.config.replace(embed_dim=256, num_heads=16, mask="none"), "text": text})
     for tab, drawn in toy_tabs(w).items():
+
         def switch(i, tab=tab, drawn=drawn):
             if i:  # the tab drew this result already: leave it, come back (nothing new to wait for)
                 w.state.view.tab = "heatmaps"
@@ -88,8 +95,15 @@ def test_every_pretrained_tab_and_view_change(qtbot, window):
     text = " ".join(["the cat sat on the mat because it was tired"] * 50)  # cut at 512 tokens
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None):
         w.state.update({"text": text, "mode": PACKAGED})
-    tabs = {"all-layers": None, "head-stats": w.tab_presenter("head-stats").shownStats, "compare": None,
-            "rollout": w.tab_widget("rollout").queryChanged, "positions": None, "heatmaps": None}
+    tabs = {
+        "all-layers": None,
+        "head-stats": w.tab_presenter("head-stats").shownStats,
+        "compare": None,
+        "rollout": w.tab_widget("rollout").queryChanged,
+        "positions": None,
+        "heatmaps": None,
+    }
+
     def switch(i: int, tab: str, drawn) -> float:
         if i:  # a retry: a tab already drawn would not draw again, so leave it and make a new run first
             w.state.view.tab = "heatmaps"
@@ -99,9 +113,18 @@ def test_every_pretrained_tab_and_view_change(qtbot, window):
 
     for tab, drawn in tabs.items():
         assert_smooth(qtbot, f"switching to {tab}", lambda i, tab=tab, drawn=drawn: switch(i, tab, drawn))
-    assert_smooth(qtbot, "another layer", lambda i: worst_gap(
-        qtbot, lambda: setattr(w.state.pretrained, "layer", 1 + i), w.resultDisplayed))
-    assert_smooth(qtbot, "hiding [CLS]/[SEP]", lambda i: worst_gap(
-        qtbot, lambda: setattr(w.state.pretrained, "hide_special", not w.state.pretrained.hide_special),
-        w.resultDisplayed))
+    assert_smooth(
+        qtbot,
+        "another layer",
+        lambda i: worst_gap(qtbot, lambda: setattr(w.state.pretrained, "layer", 1 + i), w.resultDisplayed),
+    )
+    assert_smooth(
+        qtbot,
+        "hiding [CLS]/[SEP]",
+        lambda i: worst_gap(
+            qtbot,
+            lambda: setattr(w.state.pretrained, "hide_special", not w.state.pretrained.hide_special),
+            w.resultDisplayed,
+        ),
+    )
     assert w.displayed_result().layers.length == 502  # [CLS] 500 words [SEP]

@@ -27,8 +27,17 @@ from attndesk.train.presets import load_preset
 from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS
 
-TINY = {"task": "previous-token", "layers": 1, "heads": 2, "embed_dim": 16, "seq_len": 12, "steps": 30,
-        "batch_size": 8, "checkpoint_every": 10, "position": "learned"}
+TINY = {
+    "task": "previous-token",
+    "layers": 1,
+    "heads": 2,
+    "embed_dim": 16,
+    "seq_len": 12,
+    "steps": 30,
+    "batch_size": 8,
+    "checkpoint_every": 10,
+    "position": "learned",
+}
 
 
 @pytest.fixture
@@ -78,8 +87,9 @@ def test_start_trains_and_draws_the_curves_scores_and_probe_heatmaps(qtbot, tab)
 
 def tab_eval_batch(run):
     """The trainer's evaluation set (same seed stream as the trainer's)."""
-    return run.task.sample(trainer_module.EVAL_SEQUENCES,
-                           torch.Generator().manual_seed(run.cfg.seed + trainer_module._EVAL_SEED_OFFSET))
+    return run.task.sample(
+        trainer_module.EVAL_SEQUENCES, torch.Generator().manual_seed(run.cfg.seed + trainer_module._EVAL_SEED_OFFSET)
+    )
 
 
 def test_pause_holds_the_run_resume_continues_and_stop_keeps_what_was_trained(qtbot, tab):

@@ -120,8 +120,9 @@ def test_a_teaching_matrix_exports_in_the_background(qtbot, tmp_path, monkeypatc
     assert cpu < 0.1, f"the click held the GUI thread {cpu * 1e3:.0f} ms"
     assert QImage(str(target)).width() > 0 and not plot.message.isVisible()
     # a failure is said under the plot, as before
-    monkeypatch.setattr(QFileDialog, "getSaveFileName",
-                        staticmethod(lambda *a, **k: (str(tmp_path / "nope" / "m.png"), "")))
+    monkeypatch.setattr(
+        QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(tmp_path / "nope" / "m.png"), ""))
+    )
     QTest.mouseClick(plot.exportButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: plot.message.isVisible(), timeout=60_000)
     assert plot.message.text().startswith("export failed:") and plot.exportButton.isEnabled()

@@ -53,7 +53,9 @@ def test_every_stage_shows_the_core_intermediate(view):
             stage = getattr(inter, name)
             expected = stage if name in ("embeddings", "output") else stage[h]
             assert np.array_equal(view.stage_matrix(name), expected)
-            assert view.plots[name].matrix is view.stage_matrix(name) or np.array_equal(view.plots[name].matrix, expected)
+            assert view.plots[name].matrix is view.stage_matrix(name) or np.array_equal(
+                view.plots[name].matrix, expected
+            )
             shape = " × ".join(map(str, expected.shape))
             assert f"[{shape}]" in view.plots[name].title.text()
 
@@ -133,7 +135,7 @@ def test_hover_signal_from_the_weights_plot(view, qtbot):
     view.set_result(result)
     view.plots["weights"].cellHovered.emit(3, 1)
     assert view.plots["k"].highlighted()["row"] == (1,)
-    assert "query \"on\" (3)" in view.arithmeticLabel.text()
+    assert 'query "on" (3)' in view.arithmeticLabel.text()
 
 
 def test_unscaled_single_head_and_missing_intermediates(view):
@@ -161,8 +163,12 @@ def test_long_input_is_downsampled_but_exact_on_hover(view):
 
 
 def test_cross_attention_labels_keys_on_k_and_v(view):
-    result = run_attention(AttentionConfig(num_heads=2, embed_dim=8, mask="none"), "the cat sat",
-                           keep_intermediates=True, key_text="a dog ran far away")
+    result = run_attention(
+        AttentionConfig(num_heads=2, embed_dim=8, mask="none"),
+        "the cat sat",
+        keep_intermediates=True,
+        key_text="a dog ran far away",
+    )
     view.set_result(result)
     assert view.stage_matrix("k").shape == (5, 4) and view.stage_matrix("weights").shape == (3, 5)
     assert view.plots["k"].row_labels == result.key_tokens
@@ -210,8 +216,9 @@ def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
     qtbot.addWidget(view)
     view.resize(1400, 700)
     view.show()
-    result = run_attention(AttentionConfig(num_heads=2, embed_dim=16), "the cat sat on the mat " * 8,
-                           keep_intermediates=True)
+    result = run_attention(
+        AttentionConfig(num_heads=2, embed_dim=16), "the cat sat on the mat " * 8, keep_intermediates=True
+    )
     view.set_preparer(lambda r, head: view.show_stages(r, head, stage_images(r, head)))
     order: list[str] = []
     draw = stepthrough.StepThroughView._draw_stage
@@ -233,5 +240,5 @@ def test_step_through_stages_are_drawn_one_per_event_loop_turn(qtbot):
     stages = [name for name in order if name != "tick"]
     assert stages == list(STAGES)
     first = order.index(STAGES[0])
-    back_to_back = [(a, b) for a, b in zip(order[first:], order[first + 1:]) if a != "tick" and b != "tick"]
+    back_to_back = [(a, b) for a, b in zip(order[first:], order[first + 1 :]) if a != "tick" and b != "tick"]
     assert not back_to_back, f"stages drawn in one loop turn: {back_to_back} ({order})"

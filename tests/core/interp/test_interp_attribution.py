@@ -20,8 +20,6 @@ from attndesk.core.pretrained import encode, load_pretrained
 TEXT, TARGET = "the cat sat on the mat", "dog"
 
 
-
-
 def eager_function(folder, model):
     ref = eager(folder)
     ids = torch.tensor([encode(model, TEXT).ids])
@@ -30,6 +28,7 @@ def eager_function(folder, model):
 
     def f(e):
         return ref(inputs_embeds=e).logits[:, -1, target]
+
     return ref, ids, target, embeds, f
 
 
@@ -64,8 +63,9 @@ def test_integrated_gradients_complete_and_equal_captum(folders, name):
     expected = captum.sum(-1)[0].detach().numpy()
     np.testing.assert_allclose(report.scores, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
     # the same completeness error as captum's convergence delta says
-    assert report.completeness_error == pytest.approx(abs(float(delta)) / abs(report.target_logit - report.baseline_logit),
-                                                      rel=0.05, abs=1e-4)
+    assert report.completeness_error == pytest.approx(
+        abs(float(delta)) / abs(report.target_logit - report.baseline_logit), rel=0.05, abs=1e-4
+    )
 
 
 def test_a_tight_budget_and_progress_give_the_same_integral(folders):
@@ -74,8 +74,14 @@ def test_a_tight_budget_and_progress_give_the_same_integral(folders):
 
     seen: list[float] = []
     full = integrated_gradients_report(model, TEXT, TARGET, steps=16)
-    tight = integrated_gradients_report(model, TEXT, TARGET, steps=16, progress=lambda f, m: seen.append(f),
-                                        memory_budget=gradient_pass_bytes(model, 5, len(encode(model, TEXT).ids)))
+    tight = integrated_gradients_report(
+        model,
+        TEXT,
+        TARGET,
+        steps=16,
+        progress=lambda f, m: seen.append(f),
+        memory_budget=gradient_pass_bytes(model, 5, len(encode(model, TEXT).ids)),
+    )
     assert len(seen) == 4 and seen[-1] == 1.0
     np.testing.assert_allclose(tight.scores, full.scores, rtol=1e-5, atol=1e-7)
 
@@ -100,12 +106,15 @@ def test_attention_x_gradient_equals_eager_attentions_gradient(folders):
     np.testing.assert_allclose(ours.scores, expected.sum((0, 1)), rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda m: gradient_x_input(m, TEXT, 10**6), "outside the model's vocabulary"),
-    (lambda m: gradient_x_input(m, TEXT, "unbelievably"), "is 5 tokens"),
-    (lambda m: integrated_gradients(m, TEXT, TARGET, steps=0), "1 to 4096 steps"),
-    (lambda m: integrated_gradients_report(m, TEXT, TARGET, baseline=np.zeros(3)), "custom baseline"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: gradient_x_input(m, TEXT, 10**6), "outside the model's vocabulary"),
+        (lambda m: gradient_x_input(m, TEXT, "unbelievably"), "is 5 tokens"),
+        (lambda m: integrated_gradients(m, TEXT, TARGET, steps=0), "1 to 4096 steps"),
+        (lambda m: integrated_gradients_report(m, TEXT, TARGET, baseline=np.zeros(3)), "custom baseline"),
+    ],
+)
 def test_bad_input_is_one_line(folders, call, message):
     with pytest.raises(ConfigError, match=message) as info:
         call(load_pretrained(folders["gpt2"]))

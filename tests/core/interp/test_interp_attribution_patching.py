@@ -26,7 +26,9 @@ def test_head_estimates_equal_eager_autograd_and_agree_with_exact_patching(folde
     clean, corrupt = (torch.tensor([encode(model, t).ids]) for t in (CLEAN, CORRUPT))
     projections = [block.attn.c_proj for block in ref.transformer.h]
     saved: dict = {}
-    handles = [p.register_forward_pre_hook(lambda m, a, n=n: saved.__setitem__(n, a[0])) for n, p in enumerate(projections)]
+    handles = [
+        p.register_forward_pre_hook(lambda m, a, n=n: saved.__setitem__(n, a[0])) for n, p in enumerate(projections)
+    ]
     with torch.no_grad():
         ref(clean)
     z_clean = dict(saved)
@@ -35,12 +37,18 @@ def test_head_estimates_equal_eager_autograd_and_agree_with_exact_patching(folde
     for h in handles:
         h.remove()
     heads, d = model.num_heads, z_clean[0].shape[-1] // model.num_heads
-    expected = np.array([[float(((z_clean[n] - saved[n].detach()) * grads[n])[..., h * d:(h + 1) * d].sum()) for h in range(heads)]
-                         for n in range(len(projections))])
+    expected = np.array(
+        [
+            [float(((z_clean[n] - saved[n].detach()) * grads[n])[..., h * d : (h + 1) * d].sum()) for h in range(heads)]
+            for n in range(len(projections))
+        ]
+    )
     expected /= exact.clean_metric - exact.corrupt_metric
     np.testing.assert_allclose(approx.estimates["head"], expected, rtol=1e-4, atol=1e-6)
     # per position, the head estimates sum to the whole-sequence estimate (the product is linear)
-    np.testing.assert_allclose(approx.estimates["head_position"].sum(-1), approx.estimates["head"], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(
+        approx.estimates["head_position"].sum(-1), approx.estimates["head"], rtol=1e-5, atol=1e-8
+    )
     for site in sites:
         rho = spearmanr(approx.estimates[site].ravel(), exact.results[site].effects.ravel()).statistic
         assert approx.agreement[site] == pytest.approx(rho)

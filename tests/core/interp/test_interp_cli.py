@@ -23,8 +23,24 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 def test_patch_writes_the_cores_effects_and_the_attribution_beside(qapp, capsys, tmp_path, folders):
     out = tmp_path / "patch"
-    code, lines, err = run_cli(capsys, "patch", "--model", str(folders["gpt2"]), "--clean", CLEAN, "--corrupt", CORRUPT,
-                               "--answer", "cat", "--wrong", "dog", "--sites", "head,resid", "--out", str(out))
+    code, lines, err = run_cli(
+        capsys,
+        "patch",
+        "--model",
+        str(folders["gpt2"]),
+        "--clean",
+        CLEAN,
+        "--corrupt",
+        CORRUPT,
+        "--answer",
+        "cat",
+        "--wrong",
+        "dog",
+        "--sites",
+        "head,resid",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     expected = patch_heads(load_pretrained(folders["gpt2"]), CLEAN, CORRUPT, "cat", "dog")
     np.testing.assert_allclose(np.load(out / "patch_head.npy"), expected, rtol=1e-6)
@@ -36,8 +52,22 @@ def test_patch_writes_the_cores_effects_and_the_attribution_beside(qapp, capsys,
 
 def test_attribute_writes_integrated_gradients_and_its_completeness(qapp, capsys, tmp_path, folders):
     out = tmp_path / "attr"
-    code, _, err = run_cli(capsys, "attribute", "--model", str(folders["gpt2"]), "--text", CLEAN, "--target", "dog",
-                           "--method", "ig", "--steps", "16", "--out", str(out))
+    code, _, err = run_cli(
+        capsys,
+        "attribute",
+        "--model",
+        str(folders["gpt2"]),
+        "--text",
+        CLEAN,
+        "--target",
+        "dog",
+        "--method",
+        "ig",
+        "--steps",
+        "16",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     expected = integrated_gradients(load_pretrained(folders["gpt2"]), CLEAN, "dog", steps=16)
     np.testing.assert_allclose(np.load(out / "attribution_ig.npy")[0], expected, rtol=1e-6)
@@ -45,15 +75,33 @@ def test_attribute_writes_integrated_gradients_and_its_completeness(qapp, capsys
     assert summary["completeness_error"] < 0.05 and any("completeness error" in line for line in err)
 
 
-@pytest.mark.parametrize("name, args, message", [
-    ("gpt2", ["patch", "--clean", CLEAN, "--corrupt", "the dog sat on the big rug", "--answer", "cat", "--wrong", "dog"],
-     "equal token length"),
-    ("gpt2", ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "unbelievably", "--wrong", "dog"], "5 tokens"),
-    ("bert", ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--wrong", "dog"], "encoder-only"),
-    ("gpt2", ["attribute", "--text", CLEAN, "--target", "id:99999999"], "outside the model's vocabulary"),
-    ("bert", ["attribute", "--text", CLEAN, "--target", "dog"], "encoder-only"),
-    ("gpt2", ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--sites", "heads"], "unknown site"),
-])
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        (
+            "gpt2",
+            ["patch", "--clean", CLEAN, "--corrupt", "the dog sat on the big rug", "--answer", "cat", "--wrong", "dog"],
+            "equal token length",
+        ),
+        (
+            "gpt2",
+            ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "unbelievably", "--wrong", "dog"],
+            "5 tokens",
+        ),
+        (
+            "bert",
+            ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--wrong", "dog"],
+            "encoder-only",
+        ),
+        ("gpt2", ["attribute", "--text", CLEAN, "--target", "id:99999999"], "outside the model's vocabulary"),
+        ("bert", ["attribute", "--text", CLEAN, "--target", "dog"], "encoder-only"),
+        (
+            "gpt2",
+            ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--sites", "heads"],
+            "unknown site",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_nothing_written(capsys, tmp_path, folders, name, args, message):
     out = tmp_path / "never"
     code, lines, err = run_cli(capsys, args[0], "--model", str(folders[name]), *args[1:], "--out", str(out))
@@ -62,8 +110,18 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(capsys, tmp_path, fold
 
 
 def test_a_missing_model_folder_is_one_line(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "attribute", "--model", str(tmp_path / "nowhere"), "--text", "a", "--target", "b",
-                           "--out", str(tmp_path / "o"))
+    code, _, err = run_cli(
+        capsys,
+        "attribute",
+        "--model",
+        str(tmp_path / "nowhere"),
+        "--text",
+        "a",
+        "--target",
+        "b",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and len(err) == 1
 
 
@@ -76,6 +134,20 @@ def test_a_checkpoint_without_its_lm_head_is_one_line(capsys, tmp_path):
     assert weights.pop("lm_head.weight", None) is not None
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     capsys.readouterr()  # the build's own progress bar
-    code, lines, err = run_cli(capsys, "patch", "--model", str(folder), "--clean", CLEAN, "--corrupt", CORRUPT,
-                               "--answer", "cat", "--wrong", "dog", "--out", str(tmp_path / "o"))
+    code, lines, err = run_cli(
+        capsys,
+        "patch",
+        "--model",
+        str(folder),
+        "--clean",
+        CLEAN,
+        "--corrupt",
+        CORRUPT,
+        "--answer",
+        "cat",
+        "--wrong",
+        "dog",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and len(err) == 1 and "no LM head" in err[0] and not lines and not (tmp_path / "o").exists()

@@ -33,8 +33,9 @@ def test_logit_lens_equals_eager_hidden_states_through_ln_f_and_the_head(folders
         np.testing.assert_allclose(lens.top_probs[n], top.values.numpy(), rtol=1e-4)
         cat = model.tokenizer.convert_tokens_to_ids("cat")
         np.testing.assert_allclose(lens.answer_prob[n], probs[:, cat].numpy(), rtol=1e-4)
-    assert lens.labels == ["layer 0 in", "layer 1 in", "output"] and lens.top_tokens[0][0][0] == \
-        model.tokenizer.convert_ids_to_tokens(int(lens.top_ids[0, 0, 0]))
+    assert lens.labels == ["layer 0 in", "layer 1 in", "output"] and lens.top_tokens[0][0][
+        0
+    ] == model.tokenizer.convert_ids_to_tokens(int(lens.top_ids[0, 0, 0]))
 
 
 def test_direct_logit_attribution_equals_eager_head_outputs(folders):
@@ -43,8 +44,10 @@ def test_direct_logit_attribution_equals_eager_head_outputs(folders):
     ref = eager(folders["gpt2"])
     ids = torch.tensor([encode(model, TEXT).ids])
     saved: dict = {}
-    handles = [b.attn.c_proj.register_forward_pre_hook(lambda m, a, n=n: saved.__setitem__(n, a[0][0, -1]))
-               for n, b in enumerate(ref.transformer.h)]
+    handles = [
+        b.attn.c_proj.register_forward_pre_hook(lambda m, a, n=n: saved.__setitem__(n, a[0][0, -1]))
+        for n, b in enumerate(ref.transformer.h)
+    ]
     with torch.no_grad():
         final = ref(ids, output_hidden_states=True)
     for h in handles:
@@ -61,7 +64,7 @@ def test_direct_logit_attribution_equals_eager_head_outputs(folders):
         w = block.attn.c_proj.weight  # Conv1D: [in, out]
         for h in range(heads):
             with torch.no_grad():
-                out = saved[n][h * d:(h + 1) * d] @ w[h * d:(h + 1) * d]
+                out = saved[n][h * d : (h + 1) * d] @ w[h * d : (h + 1) * d]
                 expected[n, h] = float(((out - out.mean()) / std * ln.weight) @ u)
     np.testing.assert_allclose(dla.heads["self"], expected, rtol=1e-4, atol=1e-6)
     logits = final.logits[0, -1]
@@ -71,7 +74,9 @@ def test_direct_logit_attribution_equals_eager_head_outputs(folders):
 
 def _last_block_output(ref, ids):
     saved = {}
-    handle = ref.transformer.h[-1].register_forward_hook(lambda m, a, o: saved.update(x=(o[0] if isinstance(o, tuple) else o)))
+    handle = ref.transformer.h[-1].register_forward_hook(
+        lambda m, a, o: saved.update(x=(o[0] if isinstance(o, tuple) else o))
+    )
     with torch.no_grad():
         ref(ids)
     handle.remove()

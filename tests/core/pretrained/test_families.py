@@ -224,7 +224,9 @@ def _full_rows(reference, generator):
     ids = torch.tensor([generator.ids])
     with torch.inference_mode():
         if generator.model.family == "encoder-decoder":
-            out = reference(input_ids=torch.tensor([generator.source.ids]), decoder_input_ids=ids, output_attentions=True)
+            out = reference(
+                input_ids=torch.tensor([generator.source.ids]), decoder_input_ids=ids, output_attentions=True
+            )
             return out, out.decoder_attentions, out.cross_attentions
         out = reference(input_ids=ids, output_attentions=True)
         return out, out.attentions, None
@@ -241,7 +243,9 @@ def test_generation_steps_equal_a_full_forward(models, name):
     for step in steps:
         q = step.query_position
         assert step.attention.shape == (len(attentions), 4, q + 1)  # sliding-window layers too: right-aligned
-        np.testing.assert_allclose(step.attention, np.stack([a[0, :, q, : q + 1].numpy() for a in attentions]), atol=TOL)
+        np.testing.assert_allclose(
+            step.attention, np.stack([a[0, :, q, : q + 1].numpy() for a in attentions]), atol=TOL
+        )
         if cross is not None:
             np.testing.assert_allclose(step.cross_attention, np.stack([c[0, :, q].numpy() for c in cross]), atol=TOL)
         probs = torch.softmax(out.logits[0, q], -1)

@@ -55,7 +55,9 @@ def test_statistics_rollout_and_diff_work_and_ablation_says_why_no_kl(bare):
     ablated = run_pretrained(model, TEXT, ablate=[(0, 1)])
     assert ablated.altered and ablated.kl_to_normal is None and ablated.normal_next is None
     assert NO_LM_HEAD in ablated.next_token_off
-    np.testing.assert_array_equal(ablated.weights[0, 1], normal.weights[0, 1])  # the weights stay; the context is zeroed
+    np.testing.assert_array_equal(
+        ablated.weights[0, 1], normal.weights[0, 1]
+    )  # the weights stay; the context is zeroed
     assert not np.allclose(ablated.weights[1], normal.weights[1])  # a later layer sees the change
     stats = head_statistics(normal.weights[0])
     assert len(stats) == model.num_heads and all(np.isfinite(s.entropy) for s in stats)

@@ -68,8 +68,10 @@ def _reference(text: str, scale_scores: bool = True) -> tuple[list[np.ndarray], 
         p = f"encoder.layer.{n}."
         e = x.shape[-1]
         d = e // n_heads
-        q, k, v = (dense(x, p + f"attention.self.{s}").reshape(length, n_heads, d).transpose(0, 1)
-                   for s in ("query", "key", "value"))  # [H, L, d]
+        q, k, v = (
+            dense(x, p + f"attention.self.{s}").reshape(length, n_heads, d).transpose(0, 1)
+            for s in ("query", "key", "value")
+        )  # [H, L, d]
         scores = q @ k.transpose(1, 2)
         if scale_scores:
             scores = scores / math.sqrt(d)
@@ -242,8 +244,10 @@ def test_intermediates_of_one_layer(model):
 
 def test_run_memory_budget(model):
     # 40 tokens: weights 6 x 12 x 40^2 x 4 B + hidden states 7 x 40 x 384 x 4 B = 870 KiB
-    message = ("6 layers x 12 heads x 40\u00b2 tokens of attention weights take 870.0 KiB, over the memory budget of "
-               "256.0 KiB: shorten the text to about 30 tokens or raise the budget")
+    message = (
+        "6 layers x 12 heads x 40\u00b2 tokens of attention weights take 870.0 KiB, over the memory budget of "
+        "256.0 KiB: shorten the text to about 30 tokens or raise the budget"
+    )
     with pytest.raises(ConfigError, match=re.escape(message)):
         run_pretrained(model, "cat " * 38, memory_budget=256 * 1024)
     assert run_pretrained(model, "cat " * 38, memory_budget=870 * 1024).length == 40
@@ -296,9 +300,11 @@ def test_core_pretrained_does_not_import_qt():
     import subprocess
     import sys
 
-    code = ("import sys, attndesk.core.pretrained as p; "
-            "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'transformers'))]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, attndesk.core.pretrained as p; "
+        "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'transformers'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -310,16 +316,18 @@ def test_transformers_long_lived_objects_stay_out_of_full_collections():
     import subprocess
     import sys
 
-    code = ("import gc, sys\n"
-            "from attndesk.core.pretrained.loader import transformers_offline\n"
-            "before = len(gc.get_objects())\n"
-            "t = transformers_offline()\n"
-            "frozen, tracked = gc.get_freeze_count(), len(gc.get_objects())\n"
-            "assert not any(o is t.PreTrainedModel for o in gc.get_objects()), 'PreTrainedModel still tracked'\n"
-            "n = gc.get_freeze_count()\n"
-            "transformers_offline()\n"
-            "assert gc.get_freeze_count() == n, 'frozen again on a later load'\n"
-            "print(before, frozen, tracked)\n")
+    code = (
+        "import gc, sys\n"
+        "from attndesk.core.pretrained.loader import transformers_offline\n"
+        "before = len(gc.get_objects())\n"
+        "t = transformers_offline()\n"
+        "frozen, tracked = gc.get_freeze_count(), len(gc.get_objects())\n"
+        "assert not any(o is t.PreTrainedModel for o in gc.get_objects()), 'PreTrainedModel still tracked'\n"
+        "n = gc.get_freeze_count()\n"
+        "transformers_offline()\n"
+        "assert gc.get_freeze_count() == n, 'frozen again on a later load'\n"
+        "print(before, frozen, tracked)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     before, frozen, tracked = map(int, done.stdout.split())

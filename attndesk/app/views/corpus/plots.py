@@ -17,9 +17,16 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
 LABEL_PX = 340  # the hover label's width: a long text wraps
 HOVER_PX = 10  # a point this close to the pointer (in screen pixels) is the one hovered or clicked
-ROLE_BADGES = {"induction": ("I", "#ffffff"), "duplicate-token": ("D", "#ffffff"), "previous-token": ("P", "#ffffff"),
-               "first-token/sink": ("S", "#ffffff"), "self": ("s", "#ffffff"), "local": ("L", "#ffffff"),
-               "broad": ("B", "#ffffff"), "mixed": ("·", "#dddddd")}
+ROLE_BADGES = {
+    "induction": ("I", "#ffffff"),
+    "duplicate-token": ("D", "#ffffff"),
+    "previous-token": ("P", "#ffffff"),
+    "first-token/sink": ("S", "#ffffff"),
+    "self": ("s", "#ffffff"),
+    "local": ("L", "#ffffff"),
+    "broad": ("B", "#ffffff"),
+    "mixed": ("·", "#dddddd"),
+}
 
 
 def _colormap_lut() -> np.ndarray:
@@ -42,8 +49,10 @@ def _cell_ticks(count: int) -> list[tuple[float, str]]:
 
 def badge_legend() -> str:
     """One line naming each role's badge."""
-    return " · ".join(f"<b>{text}</b> {name}" for name, (text, _c) in ROLE_BADGES.items() if name != "mixed") + \
-        " · <b>·</b> mixed"
+    return (
+        " · ".join(f"<b>{text}</b> {name}" for name, (text, _c) in ROLE_BADGES.items() if name != "mixed")
+        + " · <b>·</b> mixed"
+    )
 
 
 class HeadGrid(pg.PlotWidget):
@@ -79,8 +88,9 @@ class HeadGrid(pg.PlotWidget):
     def set_values(self, values: np.ndarray, roles: np.ndarray) -> None:
         """``values`` [layers, heads]; ``roles`` the same shape (strings)."""
         self._values = np.asarray(values, dtype=float)
-        self.image.setImage(np.nan_to_num(self._values, nan=_levels(self._values)[0]), levels=_levels(self._values),
-                            autoLevels=False)
+        self.image.setImage(
+            np.nan_to_num(self._values, nan=_levels(self._values)[0]), levels=_levels(self._values), autoLevels=False
+        )
         for badge in self._badges:
             self.removeItem(badge)
         self._badges = []
@@ -163,7 +173,9 @@ class AtlasPlot(pg.PlotWidget):
         self.addLegend(offset=(8, 8))
         self.addItem(self.queries)
         self.addItem(self.keys)
-        self.label = pg.TextItem("", color="#111111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888"))
+        self.label = pg.TextItem(
+            "", color="#111111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888")
+        )
         self.label.setZValue(20)
         self.label.setTextWidth(LABEL_PX)
         self.label.hide()
@@ -220,8 +232,19 @@ def token_html(kind: str, token: str, text: str, limit: int = 240) -> str:
     """The hover label: the point's kind and token, then its text (cut at ``limit`` characters)."""
     colour = QUERY_COLOUR if kind == "query" else KEY_COLOUR
     context = text if len(text) <= limit else text[:limit] + "…"
-    return (f"<b style='color:{colour}'>{kind}</b> <b>{html.escape(token)}</b><br>"
-            f"<span style='color:#444'>{html.escape(context)}</span>")
+    return (
+        f"<b style='color:{colour}'>{kind}</b> <b>{html.escape(token)}</b><br>"
+        f"<span style='color:#444'>{html.escape(context)}</span>"
+    )
 
 
-__all__ = ["KEY_COLOUR", "QUERY_COLOUR", "ROLE_BADGES", "AtlasPlot", "HeadGrid", "MetricHistogram", "badge_legend", "token_html"]
+__all__ = [
+    "KEY_COLOUR",
+    "QUERY_COLOUR",
+    "ROLE_BADGES",
+    "AtlasPlot",
+    "HeadGrid",
+    "MetricHistogram",
+    "badge_legend",
+    "token_html",
+]

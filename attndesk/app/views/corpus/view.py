@@ -88,8 +88,10 @@ class CorpusView(QWidget):
         controls = QWidget(objectName="corpusControls")
         grid = QGridLayout(controls)  # widgets are owned by a widget as they are added
         grid.setContentsMargins(0, 0, 0, 0)
-        self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText="a .txt / .jsonl / .csv / .parquet "
-                                    "file or a folder of .txt files")
+        self.sourceEdit = QLineEdit(
+            objectName="corpusSource",
+            placeholderText="a .txt / .jsonl / .csv / .parquet file or a folder of .txt files",
+        )
         self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
         self.sourceFolderButton = QPushButton("Folder…", objectName="corpusSourceFolder")
         self.sampleButton = QPushButton("Sample", objectName="corpusSample")
@@ -106,8 +108,9 @@ class CorpusView(QWidget):
         self.modelLabel = QLabel("", objectName="corpusModel")
         self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
         self.errorLabel.setStyleSheet(ERROR_STYLE)
-        for col, widget in enumerate((QLabel("Texts"), self.sourceEdit, self.sourceFileButton, self.sourceFolderButton,
-                                      self.sampleButton)):
+        for col, widget in enumerate(
+            (QLabel("Texts"), self.sourceEdit, self.sourceFileButton, self.sourceFolderButton, self.sampleButton)
+        ):
             grid.addWidget(widget, 0, col)
         for col, widget in enumerate((QLabel("Store"), self.storeEdit, self.storeButton, self.tokensSpin)):
             grid.addWidget(widget, 1, col)
@@ -179,9 +182,12 @@ class CorpusView(QWidget):
             widget.setWordWrap(True)
             widget.itemActivated.connect(lambda item: self.textOpened.emit(int(item.data(TEXT_ID))))
 
-        self.atlasLabel = QLabel(f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
-                                 f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
-                                 "click: open the text)", objectName="corpusAtlasLabel")
+        self.atlasLabel = QLabel(
+            f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
+            f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
+            "click: open the text)",
+            objectName="corpusAtlasLabel",
+        )
         layout.addWidget(self.atlasLabel)
         self.atlas = AtlasPlot()
         self.atlas.pointClicked.connect(self._atlas_clicked)
@@ -213,8 +219,15 @@ class CorpusView(QWidget):
         self.startButton.setEnabled(not running)
         self.cancelButton.setEnabled(running)
         self.startButton.setText("Resume" if resumable else "Start")
-        for widget in (self.sourceEdit, self.storeEdit, self.tokensSpin, self.sourceFileButton,
-                       self.sourceFolderButton, self.sampleButton, self.storeButton):
+        for widget in (
+            self.sourceEdit,
+            self.storeEdit,
+            self.tokensSpin,
+            self.sourceFileButton,
+            self.sourceFolderButton,
+            self.sampleButton,
+            self.storeButton,
+        ):
             widget.setEnabled(not running)
 
     def show_progress(self, fraction: float, message: str) -> None:
@@ -347,12 +360,26 @@ class CorpusView(QWidget):
                 item.setToolTip(record["text"][:2000])
                 widget.addItem(item)
         atlas = detail["atlas"]
-        self.set_atlas(atlas["x"].to_numpy(float), atlas["y"].to_numpy(float), (atlas["kind"] == "query").to_numpy(),
-                       atlas["text_id"].to_numpy(int), atlas["position"].to_numpy(int), list(atlas["token"]),
-                       detail["texts"])
+        self.set_atlas(
+            atlas["x"].to_numpy(float),
+            atlas["y"].to_numpy(float),
+            (atlas["kind"] == "query").to_numpy(),
+            atlas["text_id"].to_numpy(int),
+            atlas["position"].to_numpy(int),
+            list(atlas["token"]),
+            detail["texts"],
+        )
 
-    def set_atlas(self, x: np.ndarray, y: np.ndarray, is_query: np.ndarray, text_ids: np.ndarray,
-                  positions: np.ndarray, tokens: list[str], texts: dict[int, str]) -> None:
+    def set_atlas(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        is_query: np.ndarray,
+        text_ids: np.ndarray,
+        positions: np.ndarray,
+        tokens: list[str],
+        texts: dict[int, str],
+    ) -> None:
         """The atlas of a head: one point per sampled query or key (arrays of one length)."""
         self._atlas_points = (np.asarray(is_query, bool), np.asarray(text_ids, int), np.asarray(positions, int), tokens)
         self._texts = texts

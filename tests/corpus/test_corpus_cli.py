@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 
-from conftest import TEXTS
-
 from attndesk.cli import main
 from attndesk.cli_corpus import SAMPLE
 from attndesk.corpus import open_corpus
+from tests.corpus.conftest import TEXTS
 
 
 def test_corpus_command_writes_the_store_and_its_heads_summary(models, tmp_path, capsys):

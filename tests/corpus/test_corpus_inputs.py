@@ -8,11 +8,11 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import TEXTS
 
 from attndesk.core.errors import ConfigError
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.sources import MAX_TEXT_CHARS, open_source
+from tests.corpus.conftest import TEXTS
 
 
 def _formats(folder) -> dict:

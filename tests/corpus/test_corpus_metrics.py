@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TEXTS
 from transformer_lens.head_detector import (
     compute_head_attention_similarity_score,
     get_duplicate_token_head_detection_pattern,
@@ -22,6 +21,7 @@ from attndesk.core.statistics import head_statistics
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.batch import PassSettings, run_shard
 from attndesk.corpus.metrics import ROLE_RULES, role
+from tests.corpus.conftest import TEXTS
 
 PATTERNS = {
     "previous_token_score": get_previous_token_head_detection_pattern,

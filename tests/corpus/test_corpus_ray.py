@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import TEXTS
 
 from attndesk.corpus import analyze_corpus
+from tests.corpus.conftest import TEXTS
 
 
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers

@@ -9,11 +9,11 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import TEXTS
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.corpus import analyze_corpus, open_corpus
 from attndesk.corpus.engine import finished_shards
+from tests.corpus.conftest import TEXTS
 
 CONTRACT = [
     "part",

@@ -10,12 +10,12 @@ from functools import wraps
 
 import numpy as np
 from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
-from conftest import TIMEOUT_MS
 
 from attndesk.app.sources import heatmap_source, long_source
 from attndesk.core import pipeline, plan
 from attndesk.core.config import AttentionConfig
 from attndesk.core.tokenizer import WordTokenizer
+from tests.conftest import TIMEOUT_MS
 
 
 def _count(monkeypatch, calls: Counter, owner, name: str, label: str | None = None) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
     QProgressBar,
@@ -75,6 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     return app.exec()
+
+
+# A tab's view larger than this scrolls inside its page instead of raising the window's minimum size
+# (the window fits 1000 x 700 with its docks, whatever the tabs hold).
+PAGE_MIN = (660, 430)
+
+
+def _fitted(view: QWidget) -> QWidget:
+    """``view``, or a frameless scroll area around it when its minimum size would set the window's."""
+    hint = view.minimumSizeHint()
+    if hint.width() <= PAGE_MIN[0] and hint.height() <= PAGE_MIN[1]:
+        return view
+    area = QScrollArea(objectName=f"{view.objectName() or 'tab'}Scroll")
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(view)
+    return area
 
 
 class MainWindow(QMainWindow):
@@ -133,7 +151,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.viewTabs)
         for tab in registry.TABS:
             self._views[tab.id] = view = tab.view()
-            page = view if tab.unavailable is None else self._unavailable_page(tab, view)
+            shown = _fitted(view)
+            page = shown if tab.unavailable is None else self._unavailable_page(tab, shown)
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)
             self._tabs[tab.id] = page
@@ -165,15 +184,14 @@ class MainWindow(QMainWindow):
                 continue
             self._presenters[tab.id] = presenter = tab.presenter(self, self._views[tab.id])
             if tab.reveal:
-                view = self._views[tab.id]
                 signal = getattr(presenter, tab.reveal)
-                signal.connect(lambda *_a, v=view: self._reveal(v))
+                signal.connect(lambda *_a, t=tab.id: self._reveal(t))
 
-    def _reveal(self, view: QWidget) -> None:
-        if self.timingTabs.indexOf(view) >= 0:
-            self.timingTabs.setCurrentWidget(view)
-        elif self.viewTabs.indexOf(view) >= 0:
-            self.viewTabs.setCurrentWidget(view)
+    def _reveal(self, tab_id: str) -> None:
+        if tab_id in self._tabs:
+            self.viewTabs.setCurrentWidget(self._tabs[tab_id])
+        else:
+            self.timingTabs.setCurrentWidget(self._views[tab_id])
 
     def _build_docks(self) -> None:
         params_scroll = QScrollArea()

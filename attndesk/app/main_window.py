@@ -78,16 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
-# A tab's view larger than this scrolls inside its page instead of raising the window's minimum size
-# (the window fits 1000 x 700 with its docks, whatever the tabs hold).
-PAGE_MIN = (660, 430)
-
-
-def _fitted(view: QWidget) -> QWidget:
-    """``view``, or a frameless scroll area around it when its minimum size would set the window's."""
-    hint = view.minimumSizeHint()
-    if hint.width() <= PAGE_MIN[0] and hint.height() <= PAGE_MIN[1]:
-        return view
+def _scrolled(view: QWidget) -> QWidget:
+    """A frameless scroll area around ``view``: a large form scrolls inside its page instead of raising
+    the window's minimum size (the window fits 1000 x 700 with its docks, whatever the tabs hold)."""
     area = QScrollArea(objectName=f"{view.objectName() or 'tab'}Scroll")
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
@@ -151,7 +144,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.viewTabs)
         for tab in registry.TABS:
             self._views[tab.id] = view = tab.view()
-            shown = _fitted(view)
+            shown = _scrolled(view) if tab.scroll else view
             page = shown if tab.unavailable is None else self._unavailable_page(tab, shown)
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)

@@ -32,6 +32,7 @@ class TabPresenter(QObject):
         self.state, self.compute = state, compute
         self._shown_key: Hashable = None
         self._held: Holding | None = None
+        self._retried: Hashable = None  # the result whose drawing was asked again after a let-go
         self._measure = QTimer(self, singleShot=True, interval=self.MEASURE_DELAY_MS)
         self._measure.timeout.connect(self.hold_copies)
         compute.published.connect(self._on_published)
@@ -78,8 +79,16 @@ class TabPresenter(QObject):
         def release(why: str) -> None:
             if cell and cell[0] is self._held:
                 self._held = None
-                self.release()
+                shown = self.compute.shown()
+                drawing = self._shown_key if shown is not None and self._shown_key == self.key(shown) else None
+                self.release()  # also cancels the tab's side jobs, those for the result on screen included
                 self._shown_key = None  # drawn again with the next result, or when the tab is shown next
+                # old copies let go while the tab on screen was already drawing the result on screen: its
+                # job was cancelled with them, so it is asked again, once per result (a copy that cannot
+                # fit beside what is protected is let go again, and then the tab waits for a new result)
+                if drawing is not None and self.visible() and self._retried != drawing:
+                    self._retried = drawing
+                    self.refresh()
 
         # a view that keeps its (small) content has no release: counted, never let go
         releasable = type(self).release is not TabPresenter.release

@@ -75,6 +75,7 @@ class TabSpec:
     model_kinds: frozenset[str] | None = None
     unavailable: Callable[[AppState], str | None] | None = None
     reveal: str = ""  # a presenter signal that brings the tab to the front when emitted
+    scroll: bool = False  # a large form: it scrolls inside its page rather than set the window's minimum size
 
     def serves(self, mode_kind: str, model_kind: str | None) -> bool:
         """Whether the tab is shown for this mode kind and (pretrained) model family."""
@@ -164,6 +165,7 @@ TABS: tuple[TabSpec, ...] = (
         "(a pretrained model; the packaged MiniLM in toy mode)",
         CorpusView,
         _corpus,
+        scroll=True,
     ),
     TabSpec(
         TRAIN_TAB,
@@ -172,6 +174,7 @@ TABS: tuple[TabSpec, ...] = (
         TrainView,
         train_presenter,
         reveal="opened",
+        scroll=True,
     ),
     TabSpec(
         GRID_TAB,
@@ -197,6 +200,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(PatchingTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(PatchingTab),
+        scroll=True,
     ),
     TabSpec(
         ATTRIBUTION_TAB,

@@ -366,7 +366,7 @@ class TrainView(QWidget):
             self.show_message(message, error=True)
         else:
             problem.setText(message)
-            label.show()
+            problem.show()
 
     def problem(self) -> str:
         """The message shown next to a control, or "" (for tests and the status line)."""

@@ -109,6 +109,7 @@ def _tuples(value: Any) -> Any:
 
 
 Pair = Annotated[tuple[Index, Index], BeforeValidator(_tuples)]
+Part = Literal["self", "decoder", "cross"]  # an encoder-decoder's attention ("self" otherwise)
 Region = Annotated[tuple[Pair, Pair], BeforeValidator(_tuples)]
 
 
@@ -174,7 +175,7 @@ class PretrainedState(EventedModel):
         tuple[Pair, ...], BeforeValidator(_tuples)
     ] = ()  # (layer, head) pairs whose output is zeroed, sorted
     grid_scale: Literal["per-head", "shared"] = "per-head"
-    part: Literal["self", "decoder", "cross"] = "self"  # an encoder-decoder's view; "self" otherwise
+    part: Part = "self"  # an encoder-decoder's view; "self" otherwise
 
     @model_validator(mode="after")
     def _sorted_pairs(self) -> PretrainedState:

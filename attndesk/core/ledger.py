@@ -18,6 +18,7 @@ through ``post`` (the window posts them to its GUI thread, since a release touch
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import weakref
@@ -52,11 +53,11 @@ def _block(obj: Any) -> tuple[int, int, Any] | None:
     except ImportError:  # pragma: no cover - torch is a dependency
         return None
     if isinstance(obj, torch.Tensor):
-        base = obj
-        while base._base is not None:  # a view lives no longer than its base: watch the base
-            base = base._base
-        storage = base.untyped_storage()
-        return storage.data_ptr() or id(base), int(storage.nbytes()), base
+        tensor = obj
+        while tensor._base is not None:  # a view lives no longer than its base: watch the base
+            tensor = tensor._base
+        storage = tensor.untyped_storage()
+        return storage.data_ptr() or id(tensor), int(storage.nbytes()), tensor
     return None
 
 
@@ -183,7 +184,7 @@ class MemoryLedger:
         with self._lock:
             self._budget = budget
             doomed = self._over_budget(None)
-        if doomed:
+        if doomed and budget is not None:  # nothing is let go without a budget
             self._let_go(doomed, f"to fit the {format_bytes(budget)} memory budget")
 
     def release_owner(self, owner: str) -> None:
@@ -255,9 +256,12 @@ class MemoryLedger:
         with self._lock:
             self.released = (self.released + [line])[-50:]
         for holding in doomed:
-            self._post(lambda h=holding: h.release_fn(line))
-        if self._say is not None:
-            self._post(lambda: self._say(line))
+            release = holding.release_fn
+            if release is not None:  # only holdings with a release are ever let go
+                self._post(functools.partial(release, line))
+        say = self._say
+        if say is not None:
+            self._post(functools.partial(say, line))
 
 
 def _total(holdings: list[Holding]) -> int:

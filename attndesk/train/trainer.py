@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from .config import TrainConfig
 from .model import build_model
 from .run import TrainRun
 from .tasks import Batch, Task, make_task
+
+if TYPE_CHECKING:  # the flag's Protocol only: importing core.interp at run time would load transformers
+    from attndesk.core.interp.inputs import Cancel
 
 EVAL_SEQUENCES = 256
 _EVAL_SEED_OFFSET = 1_000_003  # the evaluation set never shares the training batches' stream
@@ -87,9 +91,7 @@ class Trainer:
         self.eval_batch = self.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(cfg.seed + _EVAL_SEED_OFFSET))
         self.probe = self.task.probe()
 
-    def steps(
-        self, *, pause: threading.Event | None = None, stop: threading.Event | None = None
-    ) -> Iterator[StepReport]:
+    def steps(self, *, pause: threading.Event | None = None, stop: Cancel | None = None) -> Iterator[StepReport]:
         """Train to ``cfg.steps``, yielding a report per step; returns early on ``stop`` (status
         "stopped") or a non-finite loss (status "diverged", the last good weights restored)."""
         run, loop = self.run, _Loop(start=time.perf_counter())
@@ -163,7 +165,7 @@ class Trainer:
         return ProbeSnapshot(self.run.step, self.task.labels(self.probe.ids[0]), weights)
 
 
-def _wait_while_paused(pause: threading.Event | None, stop: threading.Event | None) -> bool:
+def _wait_while_paused(pause: threading.Event | None, stop: Cancel | None) -> bool:
     """Block while ``pause`` is set; True when ``stop`` is set (before or during the pause)."""
     while pause is not None and pause.is_set() and not (stop is not None and stop.is_set()):
         time.sleep(_PAUSE_POLL_S)

@@ -508,8 +508,8 @@ class HeatmapPanel(QWidget):
         self._look = _Look(self, source)
         self._draw_all()
 
-    def _hold_derived(self, source: HeatmapSource) -> None:
-        """A source derived by a display option (the first key hidden, ALiBi's bias) is a copy of the
+    def _hold_derived(self, source: HeatmapSource | None) -> None:
+        """(None: only let go of the held copy.) A source derived by a display option (the first key hidden, ALiBi's bias) is a copy of the
         run's weights: held in the memory ledger, protected while drawn. Let go, the run's own
         source is drawn again (the option's note says why)."""
         held, self._derived_held = self._derived_held, None

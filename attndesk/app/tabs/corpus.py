@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QObject, QStandardPaths
 from PySide6.QtGui import QAction
@@ -28,7 +29,7 @@ from ..jobs.compute import ComputeController
 from ..menus import MenuRegistry
 from ..pretrained.mode import folder_mode
 from ..results import Shown
-from ..state import HEATMAPS_TAB, PACKAGED, AppState
+from ..state import HEATMAPS_TAB, PACKAGED, AppState, Part
 from ..status import StatusModel
 from ..views.corpus import CorpusView
 from .base import TabPresenter
@@ -175,7 +176,8 @@ class CorpusTab(TabPresenter):
             self.view.modelLabel.setText(f"model: {name} (the pretrained mode's)")
 
     def default_out(self, data: str) -> str:
-        model = Path(self.pass_model()).name if self.pass_model() else PACKAGED_NAME
+        model_path = self.pass_model()
+        model = Path(model_path).name if model_path else PACKAGED_NAME
         root = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "corpus"
         return str(root / f"{Path(data).stem or 'texts'}-{model}-{self.view.tokensSpin.value()}")
 
@@ -324,7 +326,7 @@ class CorpusTab(TabPresenter):
             state.target_text = text  # the pass teacher-forces the text itself through the decoder
         if state.mode != mode:
             state.mode = mode
-        state.pretrained.part = part
+        state.pretrained.part = cast(Part, part)  # the store's parts are the state's (corpus/batch.py SIDES)
         state.pretrained.layer = int(layer)
         state.view.target = int(head)
         state.view.tab = HEATMAPS_TAB

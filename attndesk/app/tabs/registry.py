@@ -112,7 +112,11 @@ def _next_token(cls) -> Callable[[AppState], str | None]:
 
 
 def _corpus(ui: Assembly, view: QWidget) -> QObject:
-    return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, view, parent=view)
+    return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, cast(CorpusView, view), parent=view)
+
+
+def _train(ui: Assembly, view: QWidget) -> QObject:
+    return train_presenter(ui, cast(TrainView, view))
 
 
 def _grid_page() -> QWidget:
@@ -172,7 +176,7 @@ TABS: tuple[TabSpec, ...] = (
         "Train",
         "train a small decoder on a toy task and watch its heads form, live",
         TrainView,
-        train_presenter,
+        _train,
         reveal="opened",
         scroll=True,
     ),

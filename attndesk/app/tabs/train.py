@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QComboBox, QFileDialog
 
 from attndesk.core.errors import ConfigError
 from attndesk.train import (
@@ -45,6 +45,9 @@ from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 from ..jobs.background import Background
 from ..jobs.compute import SideJobs
 from ..views.train import TrainView
+
+if TYPE_CHECKING:
+    from attndesk.core.interp.inputs import Cancel
 
 TRAIN_TAB = "train"
 CHANNEL = "train"
@@ -84,6 +87,7 @@ class Gathered:
         self.loss.append(report.loss)
         if report.accuracy is not None:
             self.eval_steps.append(report.step)
+            assert report.pattern is not None, "an evaluation step reports accuracy and pattern together"
             self.accuracy.append(float(report.accuracy))
             self.pattern.append(float(report.pattern))
             self.scores = report.scores
@@ -94,7 +98,7 @@ class Gathered:
 class _StopOrCancel:
     """The trainer's ``stop``: the Stop button's event, or the job cancelled (the window closing)."""
 
-    def __init__(self, stop, should_cancel: Callable[[], bool]) -> None:
+    def __init__(self, stop: Cancel, should_cancel: Callable[[], bool]) -> None:
         self._stop, self._cancelled = stop, should_cancel
 
     def is_set(self) -> bool:
@@ -102,7 +106,12 @@ class _StopOrCancel:
 
 
 def train_job(
-    cfg: TrainConfig, pause, stop, *, report: Callable[[Any], None], should_cancel: Callable[[], bool]
+    cfg: TrainConfig,
+    pause: threading.Event,
+    stop: Cancel,
+    *,
+    report: Callable[[Any], None],
+    should_cancel: Callable[[], bool],
 ) -> TrainRun:
     """The side job: build the trainer (torch's optimiser takes seconds to import the first time),
     report its run, then train to the end, a stop or a divergence, queueing every report."""
@@ -166,7 +175,7 @@ class TrainTab(QObject):
         self._timer.timeout.connect(self._draw)
         self._scrub = Background(self)
         self._open = Background(self)
-        view.set_presets([(p["name"], p["about"]) for p in list_presets() if p["shipped"]])
+        view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
         view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
         view.openRequested.connect(self.open_dialog)
         view.saveRequested.connect(self.save_dialog)
@@ -176,7 +185,9 @@ class TrainTab(QObject):
         view.resumeRequested.connect(self.resume)
         view.stopRequested.connect(self.stop)
         view.settingsEdited.connect(self._on_edited)
-        view.controls["task"].currentTextChanged.connect(self._task_defaults)
+        task = view.controls["task"]
+        assert isinstance(task, QComboBox), "the task is a choice"
+        task.currentTextChanged.connect(self._task_defaults)
         view.timelineMoved.connect(self._on_timeline)
         view.liveRequested.connect(self._follow_latest)
         view.layerChanged.connect(lambda _layer: self._show_probe())
@@ -194,8 +205,8 @@ class TrainTab(QObject):
         try:
             cfg = self.config()
         except ConfigError as exc:
-            field = getattr(exc, "field", None)
-            self.view.show_problem(FIELD_CONTROL.get(field, field), str(exc))
+            field: str | None = getattr(exc, "field", None)
+            self.view.show_problem(None if field is None else FIELD_CONTROL.get(field, field), str(exc))
             return None
         self.view.show_problem(None, "")
         return cfg
@@ -360,8 +371,13 @@ class TrainTab(QObject):
         if run is None or self.phase != "idle":
             return
         self.view.show_message(f"saving to {folder}…")
+
+        def write() -> str:
+            run.save(folder)
+            return folder
+
         self._save.start(
-            lambda: run.save(folder) or folder,
+            write,
             done=lambda f: self.view.show_message(f"saved {f}"),
             failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
             expected=(ConfigError, OSError),
@@ -437,10 +453,13 @@ class TrainTab(QObject):
 
     def scrub_to(self, step: int) -> None:
         """Show the checkpoint at ``step`` (computed in the thread pool; ``scrubbed`` when drawn)."""
+        run = self.run
+        if run is None:  # nothing on screen to scrub (the timeline asks only once a run is shown)
+            return
         self.scrub_step = step
         self._draw_timeline()
         self._scrub.start(
-            lambda run=self.run: checkpoint_attention(run, step),
+            lambda: checkpoint_attention(run, step),
             done=self._scrub_done,
             failed=self._scrub_failed,
             expected=(KeyError, ConfigError),

@@ -85,6 +85,12 @@ class Operand:
         return cls(result.weights, list(result.tokens), list(result.keys), result.mask, result.output)
 
 
+def _shape(operand: Operand | None, what: str) -> tuple[int, ...]:
+    """The shape of ``operand``'s field ``what``; () where there is none."""
+    value = getattr(operand, what, None)
+    return () if value is None else np.shape(value)
+
+
 def as_operand(value: Operand | AttentionResult | None) -> Operand | None:
     if value is None or isinstance(value, Operand):
         return value
@@ -262,7 +268,7 @@ class CompareView(QWidget):
         self._pin_held: Holding | None = None
         self._teaching_held: Holding | None = None
         self._frame_held: Holding | None = None
-        self._live = None  # B, the run on screen, while a teaching pair takes its place
+        self._live: Operand | None = None  # B, the run on screen, while a teaching pair takes its place
         self._notice = ""  # why something was let go, said once above the next frame
         self._toy = True  # the teaching pairs apply to B
 
@@ -656,8 +662,8 @@ class CompareView(QWidget):
         """Bytes B − A may take: what the ledger can give it, after letting go of what must go
         (without a ledger budget: ``memory_budget``)."""
         a, b, what = self._a, self._b, self._what()
-        shape = None if a is None or b is None else np.shape(getattr(b, what, None))
-        if self.ledger.budget is None or not shape or np.shape(getattr(a, what, None)) != shape:
+        shape = None if a is None or b is None else _shape(b, what)
+        if self.ledger.budget is None or not shape or _shape(a, what) != shape:
             return self.memory_budget()
         try:
             self.ledger.reserve(diff_bytes(shape), "B − A")

@@ -346,8 +346,8 @@ class RolloutView(QWidget):
     def _hover_rollout(self, r: int, c: int) -> None:
         if self._traced is None:
             return
-        t = self._traced.tokens
-        self.readout.setText(f'rollout: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {self.rollout[r, c]:.4f}')
+        t, rollout = self._traced.tokens, self._traced.rollout  # the drawn trace's (= self.rollout)
+        self.readout.setText(f'rollout: "{t[r]}" ({r}) ← input "{t[c]}" ({c}): {rollout[r, c]:.4f}')
 
     @Slot(int, int)
     def _hover_flow(self, r: int, c: int) -> None:
@@ -363,6 +363,6 @@ class RolloutView(QWidget):
     def _hover_follow(self, layer: int, k: int) -> None:
         if self._traced is None:
             return
-        t = self._traced.tokens
+        t, follow = self._traced.tokens, self._traced.follow  # the drawn trace's (= self.follow)
         q = self._traced.request[2]  # the query the drawn trace follows
-        self.readout.setText(f'layer {layer}: "{t[q]}" ({q}) → "{t[k]}" ({k}): {self.follow[layer, k]:.4f}')
+        self.readout.setText(f'layer {layer}: "{t[q]}" ({q}) → "{t[k]}" ({k}): {follow[layer, k]:.4f}')

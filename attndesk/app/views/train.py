@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRect, Qt, QTimer, Signal
+from PySide6.QtCore import QRect, Qt, QTimer, Signal, SignalInstance
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -69,26 +69,30 @@ FIELDS: tuple[tuple[str, str, str, Any, Any, str], ...] = (
 )
 
 
-def _control(kind: str, spec: Any, default: Any) -> QWidget:
+Control = QComboBox | QCheckBox | QDoubleSpinBox | QSpinBox
+
+
+def _control(kind: str, spec: Any, default: Any) -> Control:
     if kind == "choice":
-        widget = QComboBox()
-        widget.addItems(list(spec))
-        widget.setCurrentText(default)
-    elif kind == "bool":
-        widget = QCheckBox()
-        widget.setChecked(default)
-    elif kind == "float":
-        widget = QDoubleSpinBox(decimals=5, singleStep=1e-3)
-        widget.setRange(*spec)
-        widget.setValue(default)
+        choice = QComboBox()
+        choice.addItems(list(spec))
+        choice.setCurrentText(default)
+        return choice
+    if kind == "bool":
+        check = QCheckBox()
+        check.setChecked(default)
+        return check
+    number: QDoubleSpinBox | QSpinBox
+    if kind == "float":
+        number = QDoubleSpinBox(decimals=5, singleStep=1e-3)
     else:
-        widget = QSpinBox()
-        widget.setRange(*spec)
-        widget.setValue(default)
-    return widget
+        number = QSpinBox()
+    number.setRange(*spec)
+    number.setValue(default)
+    return number
 
 
-def _value(widget: QWidget) -> Any:
+def _value(widget: Control) -> Any:
     if isinstance(widget, QComboBox):
         return widget.currentText()
     if isinstance(widget, QCheckBox):
@@ -96,13 +100,22 @@ def _value(widget: QWidget) -> Any:
     return widget.value()
 
 
-def _set_value(widget: QWidget, value: Any) -> None:
+def _set_value(widget: Control, value: Any) -> None:
     if isinstance(widget, QComboBox):
         widget.setCurrentText(str(value))
     elif isinstance(widget, QCheckBox):
         widget.setChecked(bool(value))
     else:
         widget.setValue(value)
+
+
+def _edited(widget: Control) -> SignalInstance:
+    """The signal ``widget`` sends when the user edits its value."""
+    if isinstance(widget, QComboBox):
+        return widget.currentTextChanged
+    if isinstance(widget, QCheckBox):
+        return widget.toggled
+    return widget.valueChanged
 
 
 class TimelineSlider(QSlider):
@@ -165,7 +178,7 @@ class TrainView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("trainView")
-        self.controls: dict[str, QWidget] = {}
+        self.controls: dict[str, Control] = {}
         self.problems: dict[str, QLabel] = {}
         self.headPlots: list[MatrixPlot] = []
         self._probe_labels: list[str] = []
@@ -197,10 +210,7 @@ class TrainView(QWidget):
             grid.addWidget(widget, 2 * row, 1)
             grid.addWidget(problem, 2 * row + 1, 0, 1, 2)
             self.controls[name], self.problems[name] = widget, problem
-            signal = (
-                getattr(widget, "currentTextChanged", None) or getattr(widget, "toggled", None) or widget.valueChanged
-            )
-            signal.connect(lambda *_a: self.settingsEdited.emit())
+            _edited(widget).connect(lambda *_a: self.settingsEdited.emit())
         buttons = QHBoxLayout()
         self.startButton = QPushButton("Start", objectName="trainStart")
         self.pauseButton = QPushButton("Pause", objectName="trainPause")
@@ -351,12 +361,12 @@ class TrainView(QWidget):
             label.hide()
         if not message:
             return
-        label = self.problems.get(field) if field is not None else None
-        if label is None:
+        problem = self.problems.get(field) if field is not None else None
+        if problem is None:
             self.show_message(message, error=True)
         else:
-            label.setText(message)
-            label.show()
+            problem.setText(message)
+            problem.show()
 
     def problem(self) -> str:
         """The message shown next to a control, or "" (for tests and the status line)."""

@@ -153,7 +153,7 @@ class CorpusView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        for widget, size in ((self.grid, 300), (self.histogram, 140), (self.table, 260)):
+        for widget in (self.grid, self.histogram, self.table):
             split.addWidget(widget)
         split.setSizes([300, 140, 260])
         layout.addWidget(split, 1)

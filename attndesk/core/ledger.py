@@ -170,12 +170,13 @@ class MemoryLedger:
         self._let_go(doomed, f"to make room for {holding.describe()}")
         return holding
 
-    def reserve(self, nbytes: int, for_label: str) -> None:
+    def reserve(self, nbytes: int, for_label: str, *, strict: bool = True) -> None:
         """Let go of what must go for ``nbytes`` more to fit (something about to be made, not held
-        yet); LedgerError, with nothing let go, when it cannot fit at all."""
+        yet); LedgerError, with nothing let go, when it cannot fit at all. ``strict=False`` (a run
+        already planned within the budget by itself) lets go of what can go and never refuses."""
         probe = Holding(self, "", for_label, int(nbytes), {}, None, False)
         with self._lock:
-            doomed = self._make_room(probe)
+            doomed = self._make_room(probe) if strict else self._over_budget(probe)
         self._let_go(doomed, f"to make room for {probe.describe()}")
 
     def set_budget(self, budget: int | None) -> None:

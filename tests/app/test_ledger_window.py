@@ -137,3 +137,24 @@ def test_the_pretrained_grid_and_model_are_held_and_the_model_in_use_never_goes(
         assert "let go of" in w.status.message and "the layer grid's thumbnails" in w.status.message
     finally:
         dispose(w)
+
+
+def test_a_run_makes_room_for_its_working_memory_before_it_computes(qtbot, window):
+    """The run being computed counts against the budget: the copies hidden tabs keep go first
+    (saying so), what is on screen stays."""
+    w, ledger = window, window.compute.ledger
+    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
+    qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
+    w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+    hidden = next(h for h in ledger.holdings() if "step through" in h.label)
+    assert not hidden.protected
+    ledger.set_budget(ledger.total() + MiB)  # the next run's weights alone (0.9 MiB x its copies) do not fit beside it
+    messages: list[str] = []
+    w.status.events.message.connect(messages.append)
+    plans = []
+    w.compute.planned.connect(plans.append)
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.state.text = TEXT + " and a few more words"
+    assert plans and plans[-1].peak_bytes > MiB
+    assert not hidden.alive
+    assert any("let go of" in m and "the run being computed" in m for m in messages)

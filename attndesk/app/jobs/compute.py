@@ -30,6 +30,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.plan import RunPlan
 from attndesk.core.process import trim_heap
 
 from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
@@ -365,8 +366,13 @@ class ComputeController(QObject):
 
     @Slot(int, object)
     def _on_announced(self, run_id: int, report: object) -> None:
-        if self._current(run_id):
-            self.planned.emit(report)
+        if not self._current(run_id):
+            return
+        if isinstance(report, RunPlan):
+            # the run's working memory counts against the one budget while it computes: the least
+            # recently used copies the tabs keep make room for it (what is on screen stays)
+            self.ledger.reserve(report.peak_bytes, f"the run being computed ({report.size_text})", strict=False)
+        self.planned.emit(report)
 
     @Slot()
     def _end_flight(self) -> None:

@@ -369,6 +369,13 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
         "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)",
     )
     out.add_argument(
+        "--page-overview",
+        action="store_true",
+        help="for a run too large for a page: the html page holds the overview of the whole input "
+        "(tile maxima, as the long-document view) plus the exact weights of --region (default: the "
+        "first 128 x 128 tokens), within 4 MB",
+    )
+    out.add_argument(
         "--which",
         type=_which,
         default=["all", "mean"],
@@ -568,6 +575,8 @@ def _check_page(args: argparse.Namespace, page: dict) -> None:
     """A run too large for a page is refused before any file is written, naming what fits."""
     from attndesk.render.page import PageTooLarge, check_page_size
 
+    if getattr(args, "page_overview", False):  # sized when it is built: the overview takes the room the region leaves
+        return
     try:
         check_page_size(page["maps"], args.page_precision, args.region)
     except PageTooLarge as exc:
@@ -686,19 +695,23 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
 
 
 def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
-    from attndesk.render.page import write_page
+    from attndesk.render.page import PageTooLarge, write_page
 
-    write_page(
-        page["maps"],
-        page["summary"],
-        path,
-        settings=page["settings"],
-        colormap=args.colormap,
-        shared_scale=args.shared_scale,
-        precision=args.page_precision,
-        region=args.region,
-        title=page.get("title", ""),
-    )
+    try:
+        write_page(
+            page["maps"],
+            page["summary"],
+            path,
+            settings=page["settings"],
+            colormap=args.colormap,
+            shared_scale=args.shared_scale,
+            precision=args.page_precision,
+            region=args.region,
+            title=page.get("title", ""),
+            overview=getattr(args, "page_overview", False),
+        )
+    except PageTooLarge as exc:  # an overview page's region too large to leave room: bad input
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def _echo(path: Path, echo: bool) -> None:

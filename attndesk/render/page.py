@@ -128,7 +128,8 @@ def _layer_entry(pm: PageMap, precision: str, region: select.Region | None) -> d
         lq, lk = amap.shape
         raise ExportError(
             f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory budget): "
-            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1)"
+            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1) or the "
+            "overview page of the whole input with an exact region (--page-overview)"
         ) from None
     except ValueError as exc:
         raise ExportError(str(exc)) from None
@@ -279,7 +280,8 @@ def check_page_size(
     raise PageTooLarge(
         f"a page of {what} as {precision} needs about {need / 1e6:.1f} MB, over the "
         f"{limit / 1e6:.1f} MB a page may hold; what fits: {' or '.join(hints)}, or an exact region "
-        "(--region, or zoom into a heatmap)"
+        "(--region, or zoom into a heatmap), or the overview page of the whole input with an exact "
+        'region (--page-overview; the Export dialog\'s "overview + exact view")'
     )
 
 
@@ -310,17 +312,30 @@ def page_html(doc: Mapping[str, Any]) -> str:
     return re.sub(r"\{\{(TITLE|STYLE|DATA|SCRIPT|DATA_ID)\}\}", lambda m: parts[m.group(1)], template)
 
 
-def write_page(maps: Sequence[AttentionMap | PageMap], summary: str, path: str | os.PathLike, **options: Any) -> Path:
+def write_page(
+    maps: Sequence[AttentionMap | PageMap],
+    summary: str,
+    path: str | os.PathLike,
+    *,
+    overview: bool = False,
+    **options: Any,
+) -> Path:
     """Write the interactive page of ``maps`` to ``path`` (.html) atomically; returns the path.
 
     ``options``: ``settings`` (a mapping shown as a table), ``colormap``, ``shared_scale``,
-    ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``. ExportError
-    (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written."""
+    ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``.
+    ``overview``: the overview page (``page_overview``): the whole input downsampled plus the
+    exact ``region``. ExportError (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".html":
         raise ExportError(f"cannot write {path}: an interactive page ends in .html")
-    text = page_html(page_data(maps, summary, **options))
-    return atomic_write(path, text.encode("utf-8"))
+    if overview:
+        from .page_overview import overview_page_data
+
+        doc = overview_page_data(maps, summary, **options)
+    else:
+        doc = page_data(maps, summary, **options)
+    return atomic_write(path, page_html(doc).encode("utf-8"))
 
 
 _DATA_RE = re.compile(r'<script type="application/json" id="attndesk-data">(.*?)</script>', re.DOTALL)

@@ -238,3 +238,27 @@ def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page
     assert readout.text.startswith('mean of heads · query "t10" (10) → key "t2" (2): ')
     assert float(readout.get_attribute("data-value")) == pytest.approx(mean, abs=1e-6)
     assert console_errors(browser) == []
+
+
+def test_overview_page_hover_reads_a_tile_maximum_and_the_region_stays_exact(browser, tmp_path):
+    from attndesk.core.select import tile_reduce
+
+    amap = softmax_map(2, 300, seed=5)
+    region = ((100, 140), (60, 120))
+    path = write_page([amap], amap.summary, tmp_path / "ov.html", overview=True, region=region, limit=320_000)
+    open_page(browser, path)
+    doc = browser.execute_script("return window.attndesk.doc")
+    factor = doc["overview"]["factor"]
+    assert factor == 2 and len(browser.find_elements("css selector", "#overview .map")) == 2
+    x, y = browser.execute_script(
+        "const r = document.querySelectorAll('#overview .map canvas')[1].getBoundingClientRect();"
+        "return [r.left + 40.5 * r.width / 150, r.top + 70.5 * r.height / 150];"
+    )
+    hover_at(browser, x, y)
+    readout = browser.find_element("id", "readout")
+    want = tile_reduce(amap.weights[1], factor, "max")[70, 40]
+    assert readout.get_attribute("data-kind") == "overview" and "queries 140–141 → keys 80–81" in readout.text
+    assert float(readout.get_attribute("data-value")) == pytest.approx(float(want), abs=1e-3)
+    hover_at(browser, *cell_point(browser, 0, 5, 3))
+    assert float(readout.get_attribute("data-value")) == pytest.approx(float(amap.weights[0, 105, 63]), abs=1e-7)
+    assert console_errors(browser) == []

@@ -68,10 +68,11 @@
     for (var i = 0; i < values.length; i++) { var v = values[i]; if (v < lo) lo = v; if (v > hi) hi = v; }
     return isFinite(lo) ? [lo, hi] : [0, 1];
   }
+  function keyCount(d) { return d.keys || d.Lk; }  // an overview's tiles stand for d.keys keys
   function colourRange(d, ranges) {
     var lo = Math.min.apply(null, ranges.map(function (r) { return r[0]; }));
     var hi = Math.max.apply(null, ranges.map(function (r) { return r[1]; }));
-    if (state.log) { var fl = logFloor(d.Lk); lo = Math.log10(fl); hi = Math.log10(Math.max(hi, fl)); }
+    if (state.log) { var fl = logFloor(keyCount(d)); lo = Math.log10(fl); hi = Math.log10(Math.max(hi, fl)); }
     else lo = Math.min(0, lo);
     if (!(hi > lo)) hi = lo + 1;
     return [lo, hi];
@@ -95,7 +96,7 @@
     var W = d.Lk * k, Hh = d.Lq * k, cm = lut(state.colormap), table = cm.bytes;
     canvas.width = W; canvas.height = Hh;
     var ctx = canvas.getContext("2d"), img = ctx.createImageData(W, Hh), px = img.data;
-    var floor = state.log ? logFloor(d.Lk) : null;
+    var floor = state.log ? logFloor(keyCount(d)) : null;
     for (var q = 0; q < d.Lq; q++) {
       for (var c = 0; c < d.Lk; c++) {
         var cell = q * d.Lk + c, masked = d.mask && !d.mask[cell], r, g, b;
@@ -116,7 +117,7 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
-  function mapBox(d, head, values, range) {
+  function mapBox(d, head, values, range, onHover) {
     var box = el("div", "map"), canvas = el("canvas"), hl = el("div", "hl");
     box.style.aspectRatio = d.Lk + " / " + d.Lq;
     box.dataset.head = String(head);
@@ -125,7 +126,7 @@
     box.addEventListener("mousemove", function (ev) {
       var rect = canvas.getBoundingClientRect();
       var c = Math.floor((ev.clientX - rect.left) / rect.width * d.Lk), q = Math.floor((ev.clientY - rect.top) / rect.height * d.Lq);
-      if (q >= 0 && q < d.Lq && c >= 0 && c < d.Lk) hover(head, q, c); else clearHover();
+      if (q >= 0 && q < d.Lq && c >= 0 && c < d.Lk) (onHover || hover)(head, q, c); else clearHover();
     });
     box.addEventListener("mouseleave", clearHover);
     return box;
@@ -136,8 +137,8 @@
     for (var h = 0; h < d.H; h++) out.push(h);
     return out;
   }
-  function ranges(d, hs) {
-    var raw = hs.map(function (h) { return rawRange(matrix(d, h)); });
+  function ranges(d, hs, of) {
+    var raw = hs.map(function (h) { return rawRange((of || matrix)(d, h)); });
     if (state.shared) { var r = colourRange(d, raw); return hs.map(function () { return r; }); }
     return raw.map(function (one) { return colourRange(d, [one]); });
   }
@@ -160,9 +161,71 @@
       grid.appendChild(tile);
     });
     renderBar(d, hs, rs);
+    renderOverview(d, hs);
     renderStrip(d);
     state.ranges = rs;
     state.heads = hs;
+  }
+
+  // ---- overview of the whole input (a page of a run too large for exact weights) --------------
+  function overviewData(index) {
+    var d = layerData(index), o = d.entry.overview;
+    if (!o) return null;
+    if (!d.overview) {
+      var shape = o.weights.shape;
+      d.overview = { entry: d.entry, o: o, H: shape[0] - 1, Lq: shape[1], Lk: shape[2], keys: o.cols,
+                     w: decodeWeights(o.weights) };
+      d.overview.mask = decodeMask(o.mask, shape[1] * shape[2]);
+    }
+    return d.overview;
+  }
+  function overviewMatrix(od, head) {
+    var n = od.Lq * od.Lk, i = head === "mean" ? od.H : head;
+    return od.w.subarray(i * n, (i + 1) * n);
+  }
+  function regionBox(od) {
+    var e = od.entry, o = od.o, rows = od.Lq * o.factor, cols = od.Lk * o.factor, box = el("div", "region");
+    var q0 = e.first_query || 0, k0 = e.first_key || 0;
+    box.style.top = (q0 / rows * 100) + "%"; box.style.left = (k0 / cols * 100) + "%";
+    box.style.height = (e.queries.length / rows * 100) + "%"; box.style.width = (e.keys.length / cols * 100) + "%";
+    return box;
+  }
+  function renderOverview(d, hs) {
+    var section = document.getElementById("overview"), od = overviewData(state.layer);
+    section.textContent = "";
+    section.hidden = !od;
+    if (!od) return;
+    var o = od.o, e = d.entry, q0 = e.first_query || 0, k0 = e.first_key || 0, rs = ranges(od, hs, overviewMatrix);
+    section.appendChild(el("h2", null, "The whole input: " + o.rows + " × " + o.cols + " tokens"));
+    section.appendChild(el("p", "note", "Each pixel is the largest weight of " + o.factor + " × " + o.factor +
+      " cells (the overview of the long-document pyramid). The outlined block, queries " + q0 + "–" +
+      (q0 + e.queries.length - 1) + " × keys " + k0 + "–" + (k0 + e.keys.length - 1) + ", is below with its exact weights."));
+    var grid = el("div", "ov-grid");
+    grid.style.setProperty("--tile", hs.length === 1 ? "420px" : od.H > 8 ? "150px" : "190px");
+    hs.forEach(function (h, i) {
+      var tile = el("div", "tile ov-tile"), box = mapBox(od, h, overviewMatrix(od, h), rs[i],
+        function (head, r, c) { hoverOverview(od, head, r, c); });
+      box.appendChild(regionBox(od));
+      tile.appendChild(el("div", "tile-title", headTitle(d, h)));
+      tile.appendChild(box);
+      grid.appendChild(tile);
+    });
+    section.appendChild(grid);
+  }
+  function hoverOverview(od, head, r, c) {
+    var o = od.o, f = o.factor, cell = r * od.Lk + c, v = overviewMatrix(od, head)[cell];
+    var q0 = r * f, q1 = Math.min(o.rows, q0 + f) - 1, k0 = c * f, k1 = Math.min(o.cols, k0 + f) - 1;
+    var masked = od.mask && !od.mask[cell], who = head === "mean" ? "mean of heads" : headTitle(layerData(state.layer), head);
+    document.querySelectorAll("#overview .hl").forEach(function (hl) {
+      hl.style.display = "block";
+      hl.style.left = (c / od.Lk * 100) + "%"; hl.style.top = (r / od.Lq * 100) + "%";
+      hl.style.width = (100 / od.Lk) + "%"; hl.style.height = (100 / od.Lq) + "%";
+    });
+    var out = document.getElementById("readout");
+    out.textContent = who + " · queries " + q0 + "–" + q1 + " → keys " + k0 + "–" + k1 + ": largest weight " +
+      (o.weights.dtype === "float16" ? "≈" : "") + formatWeight(v) + (masked ? " (masked)" : "");
+    out.className = "readout"; out.dataset.value = String(v); out.dataset.kind = "overview";
+    markTokens(-1, -1);
   }
 
   // ---- colour bar ------------------------------------------------------------------------------
@@ -199,7 +262,7 @@
     var d = layerData(state.layer), e = d.entry, cell = q * d.Lk + c, v = matrix(d, head)[cell];
     var masked = d.mask && !d.mask[cell];
     state.hover = { head: head, q: q, k: c, value: v };
-    document.querySelectorAll(".hl").forEach(function (hl) {
+    document.querySelectorAll("#grid .hl, #enlarged .hl").forEach(function (hl) {
       hl.style.display = "block";
       hl.style.left = (c / d.Lk * 100) + "%"; hl.style.top = (q / d.Lq * 100) + "%";
       hl.style.width = (100 / d.Lk) + "%"; hl.style.height = (100 / d.Lq) + "%";
@@ -209,7 +272,7 @@
       '" (' + (c + (e.first_key || 0)) + "): " + (e.weights.dtype === "float16" ? "≈" : "") + formatWeight(v) +
       (masked ? " (masked)" : "");
     var out = document.getElementById("readout");
-    out.textContent = text; out.className = "readout"; out.dataset.value = String(v);
+    out.textContent = text; out.className = "readout"; out.dataset.value = String(v); out.dataset.kind = "exact";
     markTokens(q, c);
   }
   function clearHover() {
@@ -217,7 +280,7 @@
     document.querySelectorAll(".hl").forEach(function (hl) { hl.style.display = "none"; });
     var out = document.getElementById("readout");
     out.textContent = "Hover a cell for its exact weight · click a heatmap to enlarge it";
-    out.className = "readout hint"; delete out.dataset.value;
+    out.className = "readout hint"; delete out.dataset.value; delete out.dataset.kind;
     markTokens(-1, -1);
   }
   function renderStrip(d) {

@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     from attndesk.cli_train import add_render_argument
 
     add_render_argument(render)  # --trained PATH
+    from attndesk.cli_store_page import add_render_arguments
+
+    add_render_arguments(render)  # --store DIR, --texts, --metric
     _model_arguments(render)
     _output_arguments(render)
     for command in _commands():
@@ -454,6 +457,8 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     before the first file is written (heads, regions); the files are written into a staging
     folder and moved into ``--out`` together, so a failure or Ctrl+C leaves ``--out`` as it was.
     With ``echo`` each path is printed on stdout once the set is in place."""
+    if getattr(args, "store", None) is not None:  # a corpus store's page
+        return _store_page(args, echo)
     text, key_text = _read_inputs(args)
     _check_output_options(args)
     if args.trained is not None:
@@ -481,6 +486,20 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     for path in written:
         _echo(path, echo)
     return written
+
+
+def _store_page(args: argparse.Namespace, echo: bool) -> list[Path]:
+    """``--store DIR``: the corpus store's page (``cli_store_page``); bad input exits 2."""
+    from attndesk.cli_store_page import render_store
+    from attndesk.render.export import ExportError
+    from attndesk.render.page import PageTooLarge
+
+    try:
+        return render_store(args, build_parser().parse_args(["render"]), echo)
+    except ValueError as exc:  # ConfigError: bad input
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except ExportError as exc:  # PageTooLarge is bad input; anything else could not be written
+        raise CliError(str(exc), EXIT_USAGE if isinstance(exc, PageTooLarge) else EXIT_FAILURE) from None
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -696,9 +715,11 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
 
 def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
     from attndesk.render.page import PageTooLarge, write_page
+    from attndesk.render.page_overview import write_overview_page
 
+    write = write_overview_page if getattr(args, "page_overview", False) else write_page
     try:
-        write_page(
+        write(
             page["maps"],
             page["summary"],
             path,
@@ -708,7 +729,6 @@ def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
             precision=args.page_precision,
             region=args.region,
             title=page.get("title", ""),
-            overview=getattr(args, "page_overview", False),
         )
     except PageTooLarge as exc:  # an overview page's region too large to leave room: bad input
         raise CliError(str(exc), EXIT_USAGE) from None

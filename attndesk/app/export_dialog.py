@@ -32,6 +32,7 @@ from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
+from attndesk.render.page_overview import write_overview_page
 
 from .jobs.background import Background
 from .jobs.turns import side_turns
@@ -98,15 +99,8 @@ def perform_export(
     if path.suffix.lower().lstrip(".") != extension(fmt):
         raise ExportError(f"the file name {path.name!r} does not end in .{extension(fmt)}")
     if fmt == "overview":  # the whole input downsampled plus the exact region (default: its start)
-        return write_page(
-            [map],
-            map.summary,
-            path,
-            colormap=colormap,
-            shared_scale=shared_scale,
-            log_scale=log_scale,
-            region=region,
-            overview=True,
+        return write_overview_page(
+            [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
         )
     if fmt == "html":  # every head and the mean, self-contained: what the heatmaps tab shows
         return write_page(

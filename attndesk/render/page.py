@@ -266,7 +266,7 @@ def check_page_size(
     room = limit - _ASSET_ALLOWANCE
     per_map = estimate_page_bytes(page_maps[:1], precision, region) - _ASSET_ALLOWANCE
     fit_maps = max(0, room // max(1, per_map))
-    side = int(math.sqrt(room / (heads * itemsize * 4 / 3 + 1)))
+    side = int(math.sqrt(max(0, room) / (heads * itemsize * 4 / 3 + 1)))
     what = (
         f"{len(page_maps)} map(s) x {heads // len(page_maps)} heads x {lq}x{lk} tokens"
         if len(page_maps) > 1
@@ -312,29 +312,21 @@ def page_html(doc: Mapping[str, Any]) -> str:
     return re.sub(r"\{\{(TITLE|STYLE|DATA|SCRIPT|DATA_ID)\}\}", lambda m: parts[m.group(1)], template)
 
 
-def write_page(
-    maps: Sequence[AttentionMap | PageMap],
-    summary: str,
-    path: str | os.PathLike,
-    *,
-    overview: bool = False,
-    **options: Any,
-) -> Path:
+def write_page(maps: Sequence[AttentionMap | PageMap], summary: str, path: str | os.PathLike, **options: Any) -> Path:
     """Write the interactive page of ``maps`` to ``path`` (.html) atomically; returns the path.
 
     ``options``: ``settings`` (a mapping shown as a table), ``colormap``, ``shared_scale``,
-    ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``.
-    ``overview``: the overview page (``page_overview``): the whole input downsampled plus the
-    exact ``region``. ExportError (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written."""
+    ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``. ExportError
+    (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written. A run too large:
+    ``page_overview.write_overview_page``."""
+    return write_document(page_data(maps, summary, **options), path)
+
+
+def write_document(doc: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Write the page of a finished document to ``path`` (.html) atomically; returns the path."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".html":
         raise ExportError(f"cannot write {path}: an interactive page ends in .html")
-    if overview:
-        from .page_overview import overview_page_data
-
-        doc = overview_page_data(maps, summary, **options)
-    else:
-        doc = page_data(maps, summary, **options)
     return atomic_write(path, page_html(doc).encode("utf-8"))
 
 
@@ -373,5 +365,6 @@ __all__ = [
     "page_layers",
     "pretrained_page_maps",
     "read_page_data",
+    "write_document",
     "write_page",
 ]

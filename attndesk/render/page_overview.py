@@ -14,7 +14,9 @@ full weights is tiled the same way (``select.tile_reduce``, "max") at a power-of
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ from .page import (
     encode_array,
     page_data,
     page_layers,
+    write_document,
 )
 
 OVERVIEW_SIDES = (2048, 1024, 512, 256, 128, 64, 32)  # the overview's larger side, in tiles, finest first
@@ -136,4 +139,19 @@ def overview_page_data(
     return doc
 
 
-__all__ = ["DEFAULT_REGION_TOKENS", "OVERVIEW_SIDES", "default_region", "overview_page_data", "overview_tiles"]
+def write_overview_page(
+    maps: Sequence[AttentionMap | PageMap], summary: str, path: str | os.PathLike, **options: Any
+) -> Path:
+    """Write the overview page of ``maps`` (``overview_page_data``'s ``options``) atomically;
+    ExportError (PageTooLarge) before anything is written."""
+    return write_document(overview_page_data(maps, summary, **options), path)
+
+
+__all__ = [
+    "DEFAULT_REGION_TOKENS",
+    "OVERVIEW_SIDES",
+    "default_region",
+    "overview_page_data",
+    "overview_tiles",
+    "write_overview_page",
+]

@@ -17,8 +17,8 @@ from attndesk.render.page import (
     decode_array,
     decode_mask,
     read_page_data,
-    write_page,
 )
+from attndesk.render.page_overview import write_overview_page
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 REGION = ((1000, 1100), (950, 1100))
@@ -38,7 +38,7 @@ def runs():
 def test_a_pyramid_runs_page_holds_its_level_and_the_exact_region(runs, tmp_path):
     full, bounded = runs
     amap = bounded.attention_map()
-    path = write_page([amap], amap.summary, tmp_path / "long.html", overview=True, region=REGION)
+    path = write_overview_page([amap], amap.summary, tmp_path / "long.html", region=REGION)
     assert path.stat().st_size <= MAX_PAGE_BYTES
     doc = read_page_data(path)
     over = doc["overview"]
@@ -59,7 +59,7 @@ def test_a_full_runs_overview_is_the_pyramid_the_core_builds(runs, tmp_path):
     amap = full.attention_map()
     with pytest.raises(PageTooLarge, match="--page-overview"):
         check_page_size([amap])
-    path = write_page([amap], amap.summary, tmp_path / "long.html", overview=True)
+    path = write_overview_page([amap], amap.summary, tmp_path / "long.html")
     assert path.stat().st_size <= MAX_PAGE_BYTES
     doc = read_page_data(path)
     over = doc["overview"]
@@ -80,7 +80,7 @@ def test_a_region_too_large_to_leave_room_is_refused(runs, tmp_path):
     _, bounded = runs
     amap = bounded.attention_map()
     with pytest.raises(PageTooLarge, match="smaller region"):
-        write_page([amap], "", tmp_path / "x.html", overview=True, region=((0, 500), (0, 500)), precision="float32")
+        write_overview_page([amap], "", tmp_path / "x.html", region=((0, 500), (0, 500)), precision="float32")
     assert not (tmp_path / "x.html").exists()
 
 

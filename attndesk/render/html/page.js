@@ -368,11 +368,107 @@
     });
   }
 
+  // ---- a corpus store: the per-head grid and the per-text table --------------------------------
+  function fmtNumber(v) { return v === null || v === undefined ? "–" : Math.abs(v) >= 100 ? v.toFixed(1) : (+v.toPrecision(4)).toString(); }
+  function corpusRange(c) {
+    var lo = Infinity, hi = -Infinity;
+    c.values[state.metric].forEach(function (row) { row.forEach(function (v) { if (v !== null) { if (v < lo) lo = v; if (v > hi) hi = v; } }); });
+    if (!isFinite(lo)) return [0, 1];
+    return hi > lo ? [lo, hi] : [lo, lo + 1];
+  }
+  function paintHeads(c) {
+    var range = corpusRange(c), table = lut(state.colormap).bytes;
+    document.querySelectorAll("#corpus .hcell").forEach(function (cell) {
+      var v = c.values[state.metric][+cell.dataset.row][+cell.dataset.head];
+      cell.classList.toggle("nan", v === null);
+      if (v === null) { cell.style.background = ""; return; }
+      var i3 = 3 * colourIndex(v, range[0], range[1], null);
+      cell.style.background = "rgb(" + table[i3] + "," + table[i3 + 1] + "," + table[i3 + 2] + ")";
+    });
+    document.getElementById("heads-range").textContent = state.metric + ": " + fmtNumber(range[0]) + " (dark) to " +
+      fmtNumber(range[1]) + " (bright); striped: no value";
+  }
+  function hoverHead(c, r, h) {
+    var v = c.values[state.metric][r][h], role = c.roles[r][h], out = document.getElementById("corpus-readout");
+    var others = c.metrics.filter(function (m) { return m !== state.metric; })
+      .map(function (m) { return m + " " + fmtNumber(c.values[m][r][h]); });
+    out.textContent = c.rows[r].label + " head " + h + ": " + state.metric + " = " + fmtNumber(v) + " · role " +
+      role + " · " + others.join(" · ");
+    out.className = "readout"; out.dataset.value = v === null ? "" : String(v); out.dataset.role = role;
+  }
+  function headsGrid(c) {
+    var grid = el("div", "heads-grid");
+    grid.style.gridTemplateColumns = "auto repeat(" + c.heads + ", 26px)";
+    grid.appendChild(el("div"));
+    for (var h = 0; h < c.heads; h++) grid.appendChild(el("div", "col-label", String(h)));
+    c.rows.forEach(function (row, r) {
+      grid.appendChild(el("div", "row-label", row.label));
+      for (var h = 0; h < c.heads; h++) {
+        var cell = el("div", "hcell");
+        cell.dataset.row = String(r); cell.dataset.head = String(h);
+        cell.addEventListener("mouseenter", hoverHead.bind(null, c, r, h));
+        grid.appendChild(cell);
+      }
+    });
+    grid.addEventListener("mouseleave", function () {
+      var out = document.getElementById("corpus-readout");
+      out.textContent = "Hover a head for its numbers and role"; out.className = "readout hint"; delete out.dataset.value;
+    });
+    return grid;
+  }
+  function textsTable(t) {
+    var wrap = el("div", "texts-wrap"), table = el("table"), head = el("tr");
+    table.id = "texts";
+    t.columns.forEach(function (name) { head.appendChild(el("th", null, name)); });
+    table.appendChild(head);
+    t.rows.forEach(function (row) {
+      var tr = el("tr");
+      row.forEach(function (v, i) {
+        var name = t.columns[i], text = name === "text" ? v : name === "cut" ? (v ? "yes" : "") :
+          typeof v === "number" && name !== "text_id" && name !== "tokens" ? fmtNumber(v) : v === null ? "–" : String(v);
+        tr.appendChild(el("td", name === "text" ? "text" : null, text));
+      });
+      table.appendChild(tr);
+    });
+    wrap.appendChild(table);
+    return wrap;
+  }
+  function renderCorpus() {
+    var c = doc.corpus, box = document.getElementById("corpus");
+    if (!c) return;
+    state.metric = c.metric;
+    box.hidden = false;
+    box.appendChild(el("h2", null, "Heads over the corpus (" + c.rows.length + " layers × " + c.heads + " heads)"));
+    var bar = el("div", "corpus-controls");
+    bar.appendChild(select("Colour by", c.metrics.map(function (m) { return [m, m]; }), state.metric,
+      function (v) { state.metric = v; paintHeads(c); }));
+    bar.lastChild.querySelector("select").id = "metric-select";
+    bar.appendChild(el("span", "role-key")).id = "heads-range";
+    box.appendChild(bar);
+    var out = el("div", "readout hint", "Hover a head for its numbers and role");
+    out.id = "corpus-readout";
+    box.appendChild(out);
+    box.appendChild(headsGrid(c));
+    paintHeads(c);
+    var t = c.texts;
+    box.appendChild(el("h2", null, "Texts" + (t.rows.length < t.total ? " (the first " + t.rows.length + " of " + t.total + ")" : " (" + t.total + ")")));
+    box.appendChild(el("p", "note", "Each metric is the mean over the text's heads; 'cut': the text had more tokens than the run kept."));
+    box.appendChild(textsTable(t));
+    if (layers.length) {
+      var texts = [];
+      layers.forEach(function (e) { if (texts.indexOf(e.text_id) < 0) texts.push(e.text_id); });
+      box.appendChild(el("h2", null, "Attention of text" + (texts.length > 1 ? "s " : " ") + texts.join(", ")));
+    }
+  }
+
   // ---- controls, summary -----------------------------------------------------------------------
   var PART_NAMES = { self: "encoder", decoder: "decoder", cross: "cross-attention" };
-  function layerIn(part, layer) {
+  function textOf(e) { return e.text_id === undefined ? null : e.text_id; }
+  function layerIn(part, layer, text) {
     var best = -1;
-    layers.forEach(function (e, i) { if ((e.part || "self") === part && (best < 0 || e.layer === layer)) best = i; });
+    layers.forEach(function (e, i) {
+      if ((e.part || "self") === part && textOf(e) === text && (best < 0 || e.layer === layer)) best = i;
+    });
     return best;
   }
   function layerName(i) {
@@ -403,14 +499,26 @@
     layers.forEach(function (e) { if (parts.indexOf(e.part || "self") < 0) parts.push(e.part || "self"); });
     if (parts.length > 1) {
       nav.appendChild(select("Part", parts.map(function (p) { return [p, PART_NAMES[p]]; }), parts[0],
-        function (v) { state.layer = layerIn(v, layers[state.layer].layer); renderLayers(); renderGrid(); }));
+        function (v) { var e = layers[state.layer]; state.layer = layerIn(v, e.layer, textOf(e)); renderLayers(); renderGrid(); }));
       nav.lastChild.querySelector("select").id = "part-select";
+    }
+    var texts = [];
+    layers.forEach(function (e) { if (textOf(e) !== null && texts.indexOf(e.text_id) < 0) texts.push(e.text_id); });
+    if (texts.length > 1) {
+      nav.appendChild(select("Text", texts.map(function (t) { return [String(t), "text " + t]; }), String(texts[0]),
+        function (v) {
+          var e = layers[state.layer], i = layerIn(e.part || "self", e.layer, +v);
+          state.layer = i >= 0 ? i : layers.findIndex(function (o) { return o.text_id === +v; });
+          renderLayers(); renderGrid();
+        }));
+      nav.lastChild.querySelector("select").id = "text-select";
     }
     var layerBox = el("span");
     nav.appendChild(layerBox);
     function renderLayers() {
       var part = layers[state.layer].part || "self", options = [];
-      layers.forEach(function (e, i) { if ((e.part || "self") === part) options.push([String(i), "layer " + (e.layer === null || e.layer === undefined ? i : e.layer)]); });
+      var text = textOf(layers[state.layer]);
+      layers.forEach(function (e, i) { if ((e.part || "self") === part && textOf(e) === text) options.push([String(i), "layer " + (e.layer === null || e.layer === undefined ? i : e.layer)]); });
       layerBox.textContent = "";
       layerBox.hidden = options.length < 2;
       if (options.length < 2) return;
@@ -434,7 +542,7 @@
       function () { return csvMatrix(state.layer, state.big); });
   }
   function buildDetails() {
-    document.getElementById("summary").textContent = doc.summary || layers[0].summary || "";
+    document.getElementById("summary").textContent = doc.summary || (layers.length ? layers[0].summary : "") || "";
     document.getElementById("generator").textContent = doc.generator || "attndesk";
     var half = layers.some(function (e) { return e.weights.dtype === "float16"; });
     document.getElementById("precision").textContent = half ?
@@ -452,10 +560,15 @@
     Object.keys(notes).forEach(function (n) { document.getElementById("notices").appendChild(el("li", null, n)); });
   }
 
-  buildControls();
+  renderCorpus();
+  if (layers.length) {
+    buildControls();
+    renderGrid();
+    clearHover();
+  } else {  // a corpus page without texts: only the corpus section and the details
+    ["controls", "layer-summary", "readout", "view", "strip"].forEach(function (id) { document.getElementById(id).hidden = true; });
+  }
   buildDetails();
-  renderGrid();
-  clearHover();
   document.getElementById("enlarged-close").addEventListener("click", closeEnlarged);
   document.getElementById("enlarged").addEventListener("click", function (ev) { if (ev.target.id === "enlarged") closeEnlarged(); });
   document.addEventListener("keydown", function (ev) { if (ev.key === "Escape" && state.big !== null) closeEnlarged(); });

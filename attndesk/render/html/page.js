@@ -211,6 +211,8 @@
       grid.appendChild(tile);
     });
     section.appendChild(grid);
+    section.appendChild(el("h2", null, "Exact weights: queries " + q0 + "–" + (q0 + e.queries.length - 1) + " × keys " +
+      k0 + "–" + (k0 + e.keys.length - 1)));
   }
   function hoverOverview(od, head, r, c) {
     var o = od.o, f = o.factor, cell = r * od.Lk + c, v = overviewMatrix(od, head)[cell];

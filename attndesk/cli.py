@@ -519,6 +519,12 @@ def _check_output_options(args: argparse.Namespace) -> None:
     """Colour limits, image size and dpi, before anything is computed."""
     from attndesk.render.export import ExportError, check_image_memory, check_size
 
+    if getattr(args, "page_overview", False) and "html" not in args.format:
+        raise CliError("--page-overview shapes the html page: add --format html", EXIT_USAGE)
+    if getattr(args, "store", None) is None and (
+        getattr(args, "texts", [0]) != [0] or getattr(args, "metric", "entropy") != "entropy"
+    ):
+        raise CliError("--texts and --metric go with --store (a corpus store's page)", EXIT_USAGE)
     if args.vmin is not None and args.vmax is not None and not args.vmin < args.vmax:
         raise CliError(f"--vmin {args.vmin:g} must be below --vmax {args.vmax:g}", EXIT_USAGE)
     if args.vmin is None and args.vmax is not None and args.vmax <= 0:

@@ -51,6 +51,11 @@ def default_region(amap: AttentionMap, tokens: int = DEFAULT_REGION_TOKENS) -> s
     return (0, min(lq, tokens)), (0, min(lk, tokens))
 
 
+def _dense_factor(lq: int, lk: int, side: int) -> int:
+    """The power-of-two tile factor that brings the larger of lq, lk to at most ``side`` tiles."""
+    return 1 << max(0, math.ceil(math.log2(max(1, -(-max(lq, lk) // side)))))
+
+
 def overview_tiles(amap: AttentionMap, side: int) -> tuple[np.ndarray, np.ndarray | None, int, int]:
     """([H+1, R, C] float32 tile maxima, index H = the mean over heads; [R, C] bool, True = some
     cell of the tile may attend, or None; the factor; the pyramid level, -1 for full weights),
@@ -60,8 +65,7 @@ def overview_tiles(amap: AttentionMap, side: int) -> tuple[np.ndarray, np.ndarra
         lv = amap.pyramid.levels[level]
         allowed = None if lv.all_masked is None else ~np.asarray(lv.all_masked, dtype=bool)
         return np.asarray(lv.max, dtype=np.float32), allowed, int(lv.factor), level
-    lq, lk = amap.shape
-    factor = 1 << max(0, math.ceil(math.log2(max(1, -(-max(lq, lk) // side)))))
+    factor = _dense_factor(*amap.shape, side)
     weights = np.asarray(amap.weights, dtype=np.float32)
     weights = np.where(np.isfinite(weights), weights, np.float32(0))
     stacked = np.concatenate([weights, select.mean_over_heads(weights)[None]])
@@ -90,7 +94,7 @@ def _overview_bytes(amap: AttentionMap, side: int, precision: str) -> int:
     if amap.pyramid is not None:
         rows, cols = amap.pyramid.levels[amap.pyramid.level_for(side)].shape
     else:
-        factor = 1 << max(0, math.ceil(math.log2(max(1, -(-max(lq, lk) // side)))))
+        factor = _dense_factor(lq, lk, side)
         rows, cols = -(-lq // factor), -(-lk // factor)
     itemsize = 2 if precision == "float16" else 4
     return 4 * -(-(amap.num_heads + 1) * rows * cols * itemsize // 3) + 4 * -(-rows * cols // 24) + 200

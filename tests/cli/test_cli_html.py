@@ -145,6 +145,10 @@ def test_an_overview_page_of_a_long_run_fits_in_4_mb(qapp, capsys, tmp_path):
     args = ["render", "--text", text, "--heads", "2", "--embed-dim", "8", "--mask", "causal", "--format", "html"]
     code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "refused"))
     assert code == 2 and "--page-overview" in err[-1]
+    for extra, said in ((["--format", "png", "--page-overview"], "--format html"), (["--texts", "3"], "--store")):
+        code, out, err = run_cli(capsys, *args, *extra, "--out", str(tmp_path / "refused"))
+        assert code == 2 and said in err[-1] and out == []
+    assert not (tmp_path / "refused").exists()
     code, out, err = run_cli(capsys, *args, "--page-overview", "--region", "600:650,560:650", "--out", str(tmp_path))
     assert code == 0, err
     (path,) = map(Path, out)

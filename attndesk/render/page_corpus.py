@@ -4,7 +4,8 @@ It holds the store's per-head statistics and roles (a layers x heads grid colour
 metric; hover reads every metric and the role), the per-text summary (tokens, whether the text
 was cut, each metric's mean over heads), and for a few chosen texts the attention heads grid of
 the interactive page (``page.page_data``), recomputed with the store's model, each text cut at
-the store's ``max_tokens`` as the corpus pass cut it. Format: a ``"corpus"`` object beside the
+the store's ``max_tokens`` as the corpus pass cut it (an encoder-decoder's decoder gets the text as its
+target, as the Corpus tab opens a text; the pass shifts it right by one). Format: a ``"corpus"`` object beside the
 page's ``"layers"`` (docs/export.md). Values come from the store's DuckDB views unchanged
 (float32 metrics as JSON numbers; NaN as null).
 """
@@ -131,7 +132,9 @@ def text_maps(store, text_ids: Sequence[int], model=None) -> list[tuple[int, lis
         text = str(found[tid]["text"])
         if found[tid]["cut"] and max_tokens:
             text = _cut(model, text, max_tokens)
-        out.append((tid, pretrained_page_maps(run_pretrained(model, text))))
+        # an encoder-decoder's pass teacher-forces the text itself through the decoder, as here
+        target = text if model.family == "encoder-decoder" else None
+        out.append((tid, pretrained_page_maps(run_pretrained(model, text, target=target))))
     return out
 
 

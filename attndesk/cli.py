@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     from attndesk.cli_train import add_render_argument
 
     add_render_argument(render)  # --trained PATH
+    from attndesk.cli_store_page import add_render_arguments
+
+    add_render_arguments(render)  # --store DIR, --texts, --metric
     _model_arguments(render)
     _output_arguments(render)
     for command in _commands():
@@ -369,6 +372,13 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
         "size) or auto: float32 when that page fits in 4 MB, else float16 (default %(default)s)",
     )
     out.add_argument(
+        "--page-overview",
+        action="store_true",
+        help="for a run too large for a page: the html page holds the overview of the whole input "
+        "(tile maxima, as the long-document view) plus the exact weights of --region (default: the "
+        "first 128 x 128 tokens), within 4 MB",
+    )
+    out.add_argument(
         "--which",
         type=_which,
         default=["all", "mean"],
@@ -447,6 +457,8 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     before the first file is written (heads, regions); the files are written into a staging
     folder and moved into ``--out`` together, so a failure or Ctrl+C leaves ``--out`` as it was.
     With ``echo`` each path is printed on stdout once the set is in place."""
+    if getattr(args, "store", None) is not None:  # a corpus store's page
+        return _store_page(args, echo)
     text, key_text = _read_inputs(args)
     _check_output_options(args)
     if args.trained is not None:
@@ -476,6 +488,20 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     return written
 
 
+def _store_page(args: argparse.Namespace, echo: bool) -> list[Path]:
+    """``--store DIR``: the corpus store's page (``cli_store_page``); bad input exits 2."""
+    from attndesk.cli_store_page import render_store
+    from attndesk.render.export import ExportError
+    from attndesk.render.page import PageTooLarge
+
+    try:
+        return render_store(args, build_parser().parse_args(["render"]), echo)
+    except ValueError as exc:  # ConfigError: bad input
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except ExportError as exc:  # PageTooLarge is bad input; anything else could not be written
+        raise CliError(str(exc), EXIT_USAGE if isinstance(exc, PageTooLarge) else EXIT_FAILURE) from None
+
+
 def _read_inputs(args: argparse.Namespace) -> tuple[str, str | None]:
     try:
         text = (
@@ -493,6 +519,12 @@ def _check_output_options(args: argparse.Namespace) -> None:
     """Colour limits, image size and dpi, before anything is computed."""
     from attndesk.render.export import ExportError, check_image_memory, check_size
 
+    if getattr(args, "page_overview", False) and "html" not in args.format:
+        raise CliError("--page-overview shapes the html page: add --format html", EXIT_USAGE)
+    if getattr(args, "store", None) is None and (
+        getattr(args, "texts", [0]) != [0] or getattr(args, "metric", "entropy") != "entropy"
+    ):
+        raise CliError("--texts and --metric go with --store (a corpus store's page)", EXIT_USAGE)
     if args.vmin is not None and args.vmax is not None and not args.vmin < args.vmax:
         raise CliError(f"--vmin {args.vmin:g} must be below --vmax {args.vmax:g}", EXIT_USAGE)
     if args.vmin is None and args.vmax is not None and args.vmax <= 0:
@@ -568,6 +600,8 @@ def _check_page(args: argparse.Namespace, page: dict) -> None:
     """A run too large for a page is refused before any file is written, naming what fits."""
     from attndesk.render.page import PageTooLarge, check_page_size
 
+    if getattr(args, "page_overview", False):  # sized when it is built: the overview takes the room the region leaves
+        return
     try:
         check_page_size(page["maps"], args.page_precision, args.region)
     except PageTooLarge as exc:
@@ -686,19 +720,24 @@ def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suff
 
 
 def _write_page(args: argparse.Namespace, page: dict, path: Path) -> None:
-    from attndesk.render.page import write_page
+    from attndesk.render.page import PageTooLarge, write_page
+    from attndesk.render.page_overview import write_overview_page
 
-    write_page(
-        page["maps"],
-        page["summary"],
-        path,
-        settings=page["settings"],
-        colormap=args.colormap,
-        shared_scale=args.shared_scale,
-        precision=args.page_precision,
-        region=args.region,
-        title=page.get("title", ""),
-    )
+    write = write_overview_page if getattr(args, "page_overview", False) else write_page
+    try:
+        write(
+            page["maps"],
+            page["summary"],
+            path,
+            settings=page["settings"],
+            colormap=args.colormap,
+            shared_scale=args.shared_scale,
+            precision=args.page_precision,
+            region=args.region,
+            title=page.get("title", ""),
+        )
+    except PageTooLarge as exc:  # an overview page's region too large to leave room: bad input
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def _echo(path: Path, echo: bool) -> None:

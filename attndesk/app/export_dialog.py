@@ -32,6 +32,7 @@ from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
+from attndesk.render.page_overview import write_overview_page
 
 from .jobs.background import Background
 from .jobs.turns import side_turns
@@ -43,8 +44,15 @@ FORMATS = (
     ("npy", "NumPy array (.npy, exact weights)"),
     ("csv", "CSV with token labels"),
     ("html", "Interactive page (.html)"),
+    ("overview", "Interactive page: overview + exact view (.html)"),
 )
 IMAGE_FORMATS = ("png", "svg", "pdf")
+_EXTENSIONS = {"overview": "html"}  # a format whose file ends otherwise than in its name
+
+
+def extension(fmt: str) -> str:
+    """The file extension of an export format ("overview" pages are .html files)."""
+    return _EXTENSIONS.get(fmt, fmt)
 
 
 def kept_overview_only(map: AttentionMap) -> bool:
@@ -88,8 +96,12 @@ def perform_export(
     ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
     a memory-bounded run's image is its labelled overview and its numbers are refused."""
     path = Path(path).expanduser()
-    if path.suffix.lower().lstrip(".") != fmt:
-        raise ExportError(f"the file name {path.name!r} does not end in .{fmt}")
+    if path.suffix.lower().lstrip(".") != extension(fmt):
+        raise ExportError(f"the file name {path.name!r} does not end in .{extension(fmt)}")
+    if fmt == "overview":  # the whole input downsampled plus the exact region (default: its start)
+        return write_overview_page(
+            [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
+        )
     if fmt == "html":  # every head and the mean, self-contained: what the heatmaps tab shows
         return write_page(
             [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
@@ -113,11 +125,13 @@ def perform_export(
 
 def export_name(map: AttentionMap, which, fmt: str, region: select.Region | None = None) -> str:
     """The default file name: what, which settings, and the region when there is one."""
-    name = default_filename(map, which, fmt)
+    name = default_filename(map, which, extension(fmt))
+    if fmt == "overview":
+        name = f"{Path(name).stem}_overview.html"
     if region is None:
         return name
     (q0, q1), (k0, k1) = region
-    return f"{Path(name).stem}_q{q0}-{q1 - 1}_k{k0}-{k1 - 1}.{fmt}"
+    return f"{Path(name).stem}_q{q0}-{q1 - 1}_k{k0}-{k1 - 1}.{extension(fmt)}"
 
 
 class ExportDialog(QDialog):
@@ -281,11 +295,11 @@ class ExportDialog(QDialog):
         if not current or not self._name_edited:
             self.pathEdit.setText(str(self._folder() / name))
         else:  # keep the user's name, fix its extension
-            self.pathEdit.setText(str(Path(current).with_suffix("." + fmt)))
+            self.pathEdit.setText(str(Path(current).with_suffix("." + extension(fmt))))
         problem = ""
         if fmt == "csv" and which == "all":
             problem = "A CSV holds one matrix: choose one head or the mean (or export all heads as .npy)."
-        elif not image and self.region() is None and kept_overview_only(self._map):
+        elif not image and fmt != "overview" and self.region() is None and kept_overview_only(self._map):
             problem = (
                 "This run kept only an overview (the full weights exceed the memory budget): zoom into an "
                 "enlarged heatmap and export that exact region, or export an image of the overview."
@@ -302,7 +316,7 @@ class ExportDialog(QDialog):
         self._name_edited = True
 
     def _browse(self) -> None:
-        fmt = self.fmt()
+        fmt = extension(self.fmt())
         path, _ = QFileDialog.getSaveFileName(self, "Export to", self.pathEdit.text(), f"{fmt.upper()} (*.{fmt})")
         if path:
             if not path.lower().endswith("." + fmt):

@@ -128,7 +128,8 @@ def _layer_entry(pm: PageMap, precision: str, region: select.Region | None) -> d
         lq, lk = amap.shape
         raise ExportError(
             f"this run kept only an overview of its {lq:,} x {lk:,} weights (they exceed the memory budget): "
-            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1)"
+            "a page holds exact weights, so export an exact region of it (--region Q0:Q1,K0:K1) or the "
+            "overview page of the whole input with an exact region (--page-overview)"
         ) from None
     except ValueError as exc:
         raise ExportError(str(exc)) from None
@@ -265,7 +266,7 @@ def check_page_size(
     room = limit - _ASSET_ALLOWANCE
     per_map = estimate_page_bytes(page_maps[:1], precision, region) - _ASSET_ALLOWANCE
     fit_maps = max(0, room // max(1, per_map))
-    side = int(math.sqrt(room / (heads * itemsize * 4 / 3 + 1)))
+    side = int(math.sqrt(max(0, room) / (heads * itemsize * 4 / 3 + 1)))
     what = (
         f"{len(page_maps)} map(s) x {heads // len(page_maps)} heads x {lq}x{lk} tokens"
         if len(page_maps) > 1
@@ -279,7 +280,8 @@ def check_page_size(
     raise PageTooLarge(
         f"a page of {what} as {precision} needs about {need / 1e6:.1f} MB, over the "
         f"{limit / 1e6:.1f} MB a page may hold; what fits: {' or '.join(hints)}, or an exact region "
-        "(--region, or zoom into a heatmap)"
+        "(--region, or zoom into a heatmap), or the overview page of the whole input with an exact "
+        'region (--page-overview; the Export dialog\'s "overview + exact view")'
     )
 
 
@@ -315,12 +317,17 @@ def write_page(maps: Sequence[AttentionMap | PageMap], summary: str, path: str |
 
     ``options``: ``settings`` (a mapping shown as a table), ``colormap``, ``shared_scale``,
     ``log_scale``, ``precision`` ("auto": float32 when it fits, else float16; or either), ``region``, ``title``. ExportError
-    (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written."""
+    (PageTooLarge for a run over ``MAX_PAGE_BYTES``) before anything is written. A run too large:
+    ``page_overview.write_overview_page``."""
+    return write_document(page_data(maps, summary, **options), path)
+
+
+def write_document(doc: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Write the page of a finished document to ``path`` (.html) atomically; returns the path."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".html":
         raise ExportError(f"cannot write {path}: an interactive page ends in .html")
-    text = page_html(page_data(maps, summary, **options))
-    return atomic_write(path, text.encode("utf-8"))
+    return atomic_write(path, page_html(doc).encode("utf-8"))
 
 
 _DATA_RE = re.compile(r'<script type="application/json" id="attndesk-data">(.*?)</script>', re.DOTALL)
@@ -358,5 +365,6 @@ __all__ = [
     "page_layers",
     "pretrained_page_maps",
     "read_page_data",
+    "write_document",
     "write_page",
 ]

@@ -138,3 +138,20 @@ def test_an_out_folder_that_cannot_be_written_is_one_line(qapp, capsys, tmp_path
         blocked.chmod(0o700)
     assert code != 0 and out == [] and len(err) == 1 and "cannot write" in err[0]
     assert not target.exists()
+
+
+def test_an_overview_page_of_a_long_run_fits_in_4_mb(qapp, capsys, tmp_path):
+    text = " ".join(["the cat sat on the mat"] * 200)  # 1,200 tokens
+    args = ["render", "--text", text, "--heads", "2", "--embed-dim", "8", "--mask", "causal", "--format", "html"]
+    code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "refused"))
+    assert code == 2 and "--page-overview" in err[-1]
+    for extra, said in ((["--format", "png", "--page-overview"], "--format html"), (["--texts", "3"], "--store")):
+        code, out, err = run_cli(capsys, *args, *extra, "--out", str(tmp_path / "refused"))
+        assert code == 2 and said in err[-1] and out == []
+    assert not (tmp_path / "refused").exists()
+    code, out, err = run_cli(capsys, *args, "--page-overview", "--region", "600:650,560:650", "--out", str(tmp_path))
+    assert code == 0, err
+    (path,) = map(Path, out)
+    assert path.name.endswith("_q600-650_k560-650.html") and path.stat().st_size <= 4_000_000
+    doc = read_page_data(path)
+    assert doc["overview"]["rows"] == 1200 and doc["first_query"] == 600 and len(doc["keys"]) == 90

@@ -238,3 +238,84 @@ def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page
     assert readout.text.startswith('mean of heads · query "t10" (10) → key "t2" (2): ')
     assert float(readout.get_attribute("data-value")) == pytest.approx(mean, abs=1e-6)
     assert console_errors(browser) == []
+
+
+def test_overview_page_hover_reads_a_tile_maximum_and_the_region_stays_exact(browser, tmp_path):
+    from attndesk.core.select import tile_reduce
+    from attndesk.render.page_overview import write_overview_page
+
+    amap = softmax_map(2, 300, seed=5)
+    region = ((100, 140), (60, 120))
+    path = write_overview_page([amap], amap.summary, tmp_path / "ov.html", region=region, limit=320_000)
+    open_page(browser, path)
+    doc = browser.execute_script("return window.attndesk.doc")
+    factor = doc["overview"]["factor"]
+    assert factor == 2 and len(browser.find_elements("css selector", "#overview .map")) == 2
+    x, y = browser.execute_script(
+        "const r = document.querySelectorAll('#overview .map canvas')[1].getBoundingClientRect();"
+        "return [r.left + 40.5 * r.width / 150, r.top + 70.5 * r.height / 150];"
+    )
+    hover_at(browser, x, y)
+    readout = browser.find_element("id", "readout")
+    want = tile_reduce(amap.weights[1], factor, "max")[70, 40]
+    assert readout.get_attribute("data-kind") == "overview" and "queries 140–141 → keys 80–81" in readout.text
+    assert float(readout.get_attribute("data-value")) == pytest.approx(float(want), abs=1e-3)
+    hover_at(browser, *cell_point(browser, 0, 5, 3))
+    assert float(readout.get_attribute("data-value")) == pytest.approx(float(amap.weights[0, 105, 63]), abs=1e-7)
+    assert console_errors(browser) == []
+
+
+@pytest.fixture(scope="module")
+def corpus_page(tmp_path_factory):
+    """The page of a tiny BERT's corpus store over four short texts, with texts 0 and 2."""
+    from attndesk.corpus import analyze_corpus
+    from attndesk.render.page import page_html
+    from attndesk.render.page_corpus import corpus_page_data
+    from tests.corpus.conftest import TEXTS
+    from tests.pretrained_models import build
+
+    root = tmp_path_factory.mktemp("corpus-page")
+    folder = build("bert", root / "bert")
+    with analyze_corpus(TEXTS[:4], root / "store", model=str(folder), max_tokens=16, atlas_points=0) as store:
+        heads = store.sql("SELECT * FROM heads ORDER BY layer, head")
+        path = root / "corpus.html"
+        path.write_text(page_html(corpus_page_data(store, [0, 2])), encoding="utf-8")
+    return heads, path
+
+
+def test_corpus_page_hover_reads_a_heads_numbers_and_role(browser, corpus_page):
+    heads, path = corpus_page
+    open_page(browser, path)
+    cells = browser.find_elements("css selector", "#corpus .hcell")
+    assert len(cells) == len(heads) == 2 * 4
+    row = heads[(heads.layer == 1) & (heads["head"] == 2)].iloc[0]
+    hover_at(
+        browser,
+        *browser.execute_script(
+            "const r = arguments[0].getBoundingClientRect(); return [r.left + 5, r.top + 5]", cells[6]
+        ),
+    )
+    readout = browser.find_element("id", "corpus-readout")
+    assert (
+        float(readout.get_attribute("data-value")) == row["entropy"]
+        and readout.get_attribute("data-role") == row["role"]
+    )
+    assert readout.text.startswith("layer 1 head 2: entropy = ") and f"role {row['role']}" in readout.text
+    browser.execute_script(
+        "const s = document.getElementById('metric-select'); s.value = 'first'; s.dispatchEvent(new Event('change'))"
+    )
+    hover_at(
+        browser,
+        *browser.execute_script(
+            "const r = arguments[0].getBoundingClientRect(); return [r.left + 5, r.top + 5]", cells[1]
+        ),
+    )
+    first = heads[(heads.layer == 0) & (heads["head"] == 1)].iloc[0]["first"]
+    assert float(readout.get_attribute("data-value")) == first
+    assert len(browser.find_elements("css selector", "#texts tr")) == 1 + 4
+    browser.execute_script(
+        "const s = document.getElementById('text-select'); s.value = '2'; s.dispatchEvent(new Event('change'))"
+    )
+    assert browser.execute_script("const a = window.attndesk; return a.layers[a.state.layer].text_id") == 2
+    assert len(browser.find_elements("css selector", "#grid .map")) == 4
+    assert console_errors(browser) == []

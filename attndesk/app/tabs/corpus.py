@@ -23,6 +23,8 @@ from PySide6.QtWidgets import QFileDialog
 from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
+from attndesk.render.page import write_document
+from attndesk.render.page_corpus import corpus_page_data
 from attndesk.resources import CORPUS_SAMPLE
 
 from ..jobs.compute import ComputeController
@@ -114,6 +116,11 @@ def text_of(store, text_id: int) -> str:
     return str(found["text"].iloc[0])
 
 
+def write_store_page(store, path: str, texts: list[int], metric: str) -> Path:
+    """Worker: the store's interactive page (``render.page_corpus``) with ``texts``' attention, at ``path``."""
+    return write_document(corpus_page_data(store, texts, metric=metric), path)
+
+
 def _close_all(stores: list) -> None:
     for store in stores:
         store.close()
@@ -143,6 +150,13 @@ class CorpusTab(TabPresenter):
         self.openStoreAction.setToolTip("reopen the store of an earlier corpus pass in the Corpus tab")
         self.openStoreAction.triggered.connect(self._open_store_dialog)
         menus.add("file", self.openStoreAction, "session")
+        self.exportPageAction = QAction("Export corpus &page (.html)…", view, objectName="exportCorpusPageAction")
+        self.exportPageAction.setToolTip(
+            "the open store as one interactive page: its heads grid and roles, its texts, the attention of text 0"
+        )
+        self.exportPageAction.setEnabled(False)  # until a store is open
+        self.exportPageAction.triggered.connect(self._export_page_dialog)
+        menus.add("file", self.exportPageAction, "export")
         view.startRequested.connect(self.start)
         view.cancelRequested.connect(self.cancel)
         view.sampleRequested.connect(lambda: view.sourceEdit.setText(str(CORPUS_SAMPLE)))
@@ -259,6 +273,7 @@ class CorpusTab(TabPresenter):
         model = store.manifest.get("model", {}).get("name", "?")
         texts = store.manifest.get("data", {}).get("texts", 0)
         self.view.show_error("")
+        self.exportPageAction.setEnabled(True)
         self.view.show_store(store.heads, f"{store.path.name}: {model}, {texts:,} texts")
         self.status.say(f"opened corpus store {store.path}")
         first = store.heads.iloc[0] if len(store.heads) else None
@@ -270,6 +285,30 @@ class CorpusTab(TabPresenter):
         if path:
             self.state.view.tab = CORPUS_TAB
             self.open_store(path)
+
+    def _export_page_dialog(self) -> None:
+        if self.store is None:
+            return
+        start = str(Path.home() / f"corpus_{self.store.path.name}.html")
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export corpus page", start, "Interactive page (*.html)")
+        if path:
+            self.export_page(path if path.lower().endswith(".html") else path + ".html")
+
+    def export_page(self, path, texts: tuple[int, ...] = (0,)) -> None:
+        """Write the open store's page (the grid coloured by the tab's metric) as a "corpus-query" side job."""
+        if self.store is None:
+            return
+        self.compute.side.submit(
+            "corpus-query",
+            write_store_page,
+            self.store,
+            str(path),
+            list(texts),
+            self.view.current_metric(),
+            scope=None,
+            done=lambda written: self.status.say(f"exported {written}"),
+            failed=lambda message: self.view.show_error(f"page not exported: {message}"),
+        )
 
     def select_head(self, part: str, layer: int, head: int) -> None:
         self._head = (part, int(layer), int(head))
@@ -332,4 +371,4 @@ class CorpusTab(TabPresenter):
         state.view.tab = HEATMAPS_TAB
 
 
-__all__ = ["CORPUS_TAB", "CorpusTab", "PassOutcome", "head_detail", "open_store", "run_pass"]
+__all__ = ["CORPUS_TAB", "CorpusTab", "PassOutcome", "head_detail", "open_store", "run_pass", "write_store_page"]

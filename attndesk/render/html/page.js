@@ -68,10 +68,11 @@
     for (var i = 0; i < values.length; i++) { var v = values[i]; if (v < lo) lo = v; if (v > hi) hi = v; }
     return isFinite(lo) ? [lo, hi] : [0, 1];
   }
+  function keyCount(d) { return d.keys || d.Lk; }  // an overview's tiles stand for d.keys keys
   function colourRange(d, ranges) {
     var lo = Math.min.apply(null, ranges.map(function (r) { return r[0]; }));
     var hi = Math.max.apply(null, ranges.map(function (r) { return r[1]; }));
-    if (state.log) { var fl = logFloor(d.Lk); lo = Math.log10(fl); hi = Math.log10(Math.max(hi, fl)); }
+    if (state.log) { var fl = logFloor(keyCount(d)); lo = Math.log10(fl); hi = Math.log10(Math.max(hi, fl)); }
     else lo = Math.min(0, lo);
     if (!(hi > lo)) hi = lo + 1;
     return [lo, hi];
@@ -95,7 +96,7 @@
     var W = d.Lk * k, Hh = d.Lq * k, cm = lut(state.colormap), table = cm.bytes;
     canvas.width = W; canvas.height = Hh;
     var ctx = canvas.getContext("2d"), img = ctx.createImageData(W, Hh), px = img.data;
-    var floor = state.log ? logFloor(d.Lk) : null;
+    var floor = state.log ? logFloor(keyCount(d)) : null;
     for (var q = 0; q < d.Lq; q++) {
       for (var c = 0; c < d.Lk; c++) {
         var cell = q * d.Lk + c, masked = d.mask && !d.mask[cell], r, g, b;
@@ -116,7 +117,7 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
-  function mapBox(d, head, values, range) {
+  function mapBox(d, head, values, range, onHover) {
     var box = el("div", "map"), canvas = el("canvas"), hl = el("div", "hl");
     box.style.aspectRatio = d.Lk + " / " + d.Lq;
     box.dataset.head = String(head);
@@ -125,7 +126,7 @@
     box.addEventListener("mousemove", function (ev) {
       var rect = canvas.getBoundingClientRect();
       var c = Math.floor((ev.clientX - rect.left) / rect.width * d.Lk), q = Math.floor((ev.clientY - rect.top) / rect.height * d.Lq);
-      if (q >= 0 && q < d.Lq && c >= 0 && c < d.Lk) hover(head, q, c); else clearHover();
+      if (q >= 0 && q < d.Lq && c >= 0 && c < d.Lk) (onHover || hover)(head, q, c); else clearHover();
     });
     box.addEventListener("mouseleave", clearHover);
     return box;
@@ -136,8 +137,8 @@
     for (var h = 0; h < d.H; h++) out.push(h);
     return out;
   }
-  function ranges(d, hs) {
-    var raw = hs.map(function (h) { return rawRange(matrix(d, h)); });
+  function ranges(d, hs, of) {
+    var raw = hs.map(function (h) { return rawRange((of || matrix)(d, h)); });
     if (state.shared) { var r = colourRange(d, raw); return hs.map(function () { return r; }); }
     return raw.map(function (one) { return colourRange(d, [one]); });
   }
@@ -160,9 +161,73 @@
       grid.appendChild(tile);
     });
     renderBar(d, hs, rs);
+    renderOverview(d, hs);
     renderStrip(d);
     state.ranges = rs;
     state.heads = hs;
+  }
+
+  // ---- overview of the whole input (a page of a run too large for exact weights) --------------
+  function overviewData(index) {
+    var d = layerData(index), o = d.entry.overview;
+    if (!o) return null;
+    if (!d.overview) {
+      var shape = o.weights.shape;
+      d.overview = { entry: d.entry, o: o, H: shape[0] - 1, Lq: shape[1], Lk: shape[2], keys: o.cols,
+                     w: decodeWeights(o.weights) };
+      d.overview.mask = decodeMask(o.mask, shape[1] * shape[2]);
+    }
+    return d.overview;
+  }
+  function overviewMatrix(od, head) {
+    var n = od.Lq * od.Lk, i = head === "mean" ? od.H : head;
+    return od.w.subarray(i * n, (i + 1) * n);
+  }
+  function regionBox(od) {
+    var e = od.entry, o = od.o, rows = od.Lq * o.factor, cols = od.Lk * o.factor, box = el("div", "region");
+    var q0 = e.first_query || 0, k0 = e.first_key || 0;
+    box.style.top = (q0 / rows * 100) + "%"; box.style.left = (k0 / cols * 100) + "%";
+    box.style.height = (e.queries.length / rows * 100) + "%"; box.style.width = (e.keys.length / cols * 100) + "%";
+    return box;
+  }
+  function renderOverview(d, hs) {
+    var section = document.getElementById("overview"), od = overviewData(state.layer);
+    section.textContent = "";
+    section.hidden = !od;
+    if (!od) return;
+    var o = od.o, e = d.entry, q0 = e.first_query || 0, k0 = e.first_key || 0, rs = ranges(od, hs, overviewMatrix);
+    section.appendChild(el("h2", null, "The whole input: " + o.rows + " × " + o.cols + " tokens"));
+    section.appendChild(el("p", "note", "Each pixel is the largest weight of " + o.factor + " × " + o.factor +
+      " cells (the overview of the long-document pyramid). The outlined block, queries " + q0 + "–" +
+      (q0 + e.queries.length - 1) + " × keys " + k0 + "–" + (k0 + e.keys.length - 1) + ", is below with its exact weights."));
+    var grid = el("div", "ov-grid");
+    grid.style.setProperty("--tile", hs.length === 1 ? "420px" : od.H > 8 ? "150px" : "190px");
+    hs.forEach(function (h, i) {
+      var tile = el("div", "tile ov-tile"), box = mapBox(od, h, overviewMatrix(od, h), rs[i],
+        function (head, r, c) { hoverOverview(od, head, r, c); });
+      box.appendChild(regionBox(od));
+      tile.appendChild(el("div", "tile-title", headTitle(d, h)));
+      tile.appendChild(box);
+      grid.appendChild(tile);
+    });
+    section.appendChild(grid);
+    section.appendChild(el("h2", null, "Exact weights: queries " + q0 + "–" + (q0 + e.queries.length - 1) + " × keys " +
+      k0 + "–" + (k0 + e.keys.length - 1)));
+  }
+  function hoverOverview(od, head, r, c) {
+    var o = od.o, f = o.factor, cell = r * od.Lk + c, v = overviewMatrix(od, head)[cell];
+    var q0 = r * f, q1 = Math.min(o.rows, q0 + f) - 1, k0 = c * f, k1 = Math.min(o.cols, k0 + f) - 1;
+    var masked = od.mask && !od.mask[cell], who = head === "mean" ? "mean of heads" : headTitle(layerData(state.layer), head);
+    document.querySelectorAll("#overview .hl").forEach(function (hl) {
+      hl.style.display = "block";
+      hl.style.left = (c / od.Lk * 100) + "%"; hl.style.top = (r / od.Lq * 100) + "%";
+      hl.style.width = (100 / od.Lk) + "%"; hl.style.height = (100 / od.Lq) + "%";
+    });
+    var out = document.getElementById("readout");
+    out.textContent = who + " · queries " + q0 + "–" + q1 + " → keys " + k0 + "–" + k1 + ": largest weight " +
+      (o.weights.dtype === "float16" ? "≈" : "") + formatWeight(v) + (masked ? " (masked)" : "");
+    out.className = "readout"; out.dataset.value = String(v); out.dataset.kind = "overview";
+    markTokens(-1, -1);
   }
 
   // ---- colour bar ------------------------------------------------------------------------------
@@ -199,7 +264,7 @@
     var d = layerData(state.layer), e = d.entry, cell = q * d.Lk + c, v = matrix(d, head)[cell];
     var masked = d.mask && !d.mask[cell];
     state.hover = { head: head, q: q, k: c, value: v };
-    document.querySelectorAll(".hl").forEach(function (hl) {
+    document.querySelectorAll("#grid .hl, #enlarged .hl").forEach(function (hl) {
       hl.style.display = "block";
       hl.style.left = (c / d.Lk * 100) + "%"; hl.style.top = (q / d.Lq * 100) + "%";
       hl.style.width = (100 / d.Lk) + "%"; hl.style.height = (100 / d.Lq) + "%";
@@ -209,7 +274,7 @@
       '" (' + (c + (e.first_key || 0)) + "): " + (e.weights.dtype === "float16" ? "≈" : "") + formatWeight(v) +
       (masked ? " (masked)" : "");
     var out = document.getElementById("readout");
-    out.textContent = text; out.className = "readout"; out.dataset.value = String(v);
+    out.textContent = text; out.className = "readout"; out.dataset.value = String(v); out.dataset.kind = "exact";
     markTokens(q, c);
   }
   function clearHover() {
@@ -217,7 +282,7 @@
     document.querySelectorAll(".hl").forEach(function (hl) { hl.style.display = "none"; });
     var out = document.getElementById("readout");
     out.textContent = "Hover a cell for its exact weight · click a heatmap to enlarge it";
-    out.className = "readout hint"; delete out.dataset.value;
+    out.className = "readout hint"; delete out.dataset.value; delete out.dataset.kind;
     markTokens(-1, -1);
   }
   function renderStrip(d) {
@@ -305,11 +370,107 @@
     });
   }
 
+  // ---- a corpus store: the per-head grid and the per-text table --------------------------------
+  function fmtNumber(v) { return v === null || v === undefined ? "–" : Math.abs(v) >= 100 ? v.toFixed(1) : (+v.toPrecision(4)).toString(); }
+  function corpusRange(c) {
+    var lo = Infinity, hi = -Infinity;
+    c.values[state.metric].forEach(function (row) { row.forEach(function (v) { if (v !== null) { if (v < lo) lo = v; if (v > hi) hi = v; } }); });
+    if (!isFinite(lo)) return [0, 1];
+    return hi > lo ? [lo, hi] : [lo, lo + 1];
+  }
+  function paintHeads(c) {
+    var range = corpusRange(c), table = lut(state.colormap).bytes;
+    document.querySelectorAll("#corpus .hcell").forEach(function (cell) {
+      var v = c.values[state.metric][+cell.dataset.row][+cell.dataset.head];
+      cell.classList.toggle("nan", v === null);
+      if (v === null) { cell.style.background = ""; return; }
+      var i3 = 3 * colourIndex(v, range[0], range[1], null);
+      cell.style.background = "rgb(" + table[i3] + "," + table[i3 + 1] + "," + table[i3 + 2] + ")";
+    });
+    document.getElementById("heads-range").textContent = state.metric + ": " + fmtNumber(range[0]) + " (dark) to " +
+      fmtNumber(range[1]) + " (bright); striped: no value";
+  }
+  function hoverHead(c, r, h) {
+    var v = c.values[state.metric][r][h], role = c.roles[r][h], out = document.getElementById("corpus-readout");
+    var others = c.metrics.filter(function (m) { return m !== state.metric; })
+      .map(function (m) { return m + " " + fmtNumber(c.values[m][r][h]); });
+    out.textContent = c.rows[r].label + " head " + h + ": " + state.metric + " = " + fmtNumber(v) + " · role " +
+      role + " · " + others.join(" · ");
+    out.className = "readout"; out.dataset.value = v === null ? "" : String(v); out.dataset.role = role;
+  }
+  function headsGrid(c) {
+    var grid = el("div", "heads-grid");
+    grid.style.gridTemplateColumns = "auto repeat(" + c.heads + ", 26px)";
+    grid.appendChild(el("div"));
+    for (var h = 0; h < c.heads; h++) grid.appendChild(el("div", "col-label", String(h)));
+    c.rows.forEach(function (row, r) {
+      grid.appendChild(el("div", "row-label", row.label));
+      for (var h = 0; h < c.heads; h++) {
+        var cell = el("div", "hcell");
+        cell.dataset.row = String(r); cell.dataset.head = String(h);
+        cell.addEventListener("mouseenter", hoverHead.bind(null, c, r, h));
+        grid.appendChild(cell);
+      }
+    });
+    grid.addEventListener("mouseleave", function () {
+      var out = document.getElementById("corpus-readout");
+      out.textContent = "Hover a head for its numbers and role"; out.className = "readout hint"; delete out.dataset.value;
+    });
+    return grid;
+  }
+  function textsTable(t) {
+    var wrap = el("div", "texts-wrap"), table = el("table"), head = el("tr");
+    table.id = "texts";
+    t.columns.forEach(function (name) { head.appendChild(el("th", null, name)); });
+    table.appendChild(head);
+    t.rows.forEach(function (row) {
+      var tr = el("tr");
+      row.forEach(function (v, i) {
+        var name = t.columns[i], text = name === "text" ? v : name === "cut" ? (v ? "yes" : "") :
+          typeof v === "number" && name !== "text_id" && name !== "tokens" ? fmtNumber(v) : v === null ? "–" : String(v);
+        tr.appendChild(el("td", name === "text" ? "text" : null, text));
+      });
+      table.appendChild(tr);
+    });
+    wrap.appendChild(table);
+    return wrap;
+  }
+  function renderCorpus() {
+    var c = doc.corpus, box = document.getElementById("corpus");
+    if (!c) return;
+    state.metric = c.metric;
+    box.hidden = false;
+    box.appendChild(el("h2", null, "Heads over the corpus (" + c.rows.length + " layers × " + c.heads + " heads)"));
+    var bar = el("div", "corpus-controls");
+    bar.appendChild(select("Colour by", c.metrics.map(function (m) { return [m, m]; }), state.metric,
+      function (v) { state.metric = v; paintHeads(c); }));
+    bar.lastChild.querySelector("select").id = "metric-select";
+    bar.appendChild(el("span", "role-key")).id = "heads-range";
+    box.appendChild(bar);
+    var out = el("div", "readout hint", "Hover a head for its numbers and role");
+    out.id = "corpus-readout";
+    box.appendChild(out);
+    box.appendChild(headsGrid(c));
+    paintHeads(c);
+    var t = c.texts;
+    box.appendChild(el("h2", null, "Texts" + (t.rows.length < t.total ? " (the first " + t.rows.length + " of " + t.total + ")" : " (" + t.total + ")")));
+    box.appendChild(el("p", "note", "Each metric is the mean over the text's heads; 'cut': the text had more tokens than the run kept."));
+    box.appendChild(textsTable(t));
+    if (layers.length) {
+      var texts = [];
+      layers.forEach(function (e) { if (texts.indexOf(e.text_id) < 0) texts.push(e.text_id); });
+      box.appendChild(el("h2", null, "Attention of text" + (texts.length > 1 ? "s " : " ") + texts.join(", ")));
+    }
+  }
+
   // ---- controls, summary -----------------------------------------------------------------------
   var PART_NAMES = { self: "encoder", decoder: "decoder", cross: "cross-attention" };
-  function layerIn(part, layer) {
+  function textOf(e) { return e.text_id === undefined ? null : e.text_id; }
+  function layerIn(part, layer, text) {
     var best = -1;
-    layers.forEach(function (e, i) { if ((e.part || "self") === part && (best < 0 || e.layer === layer)) best = i; });
+    layers.forEach(function (e, i) {
+      if ((e.part || "self") === part && textOf(e) === text && (best < 0 || e.layer === layer)) best = i;
+    });
     return best;
   }
   function layerName(i) {
@@ -340,14 +501,26 @@
     layers.forEach(function (e) { if (parts.indexOf(e.part || "self") < 0) parts.push(e.part || "self"); });
     if (parts.length > 1) {
       nav.appendChild(select("Part", parts.map(function (p) { return [p, PART_NAMES[p]]; }), parts[0],
-        function (v) { state.layer = layerIn(v, layers[state.layer].layer); renderLayers(); renderGrid(); }));
+        function (v) { var e = layers[state.layer]; state.layer = layerIn(v, e.layer, textOf(e)); renderLayers(); renderGrid(); }));
       nav.lastChild.querySelector("select").id = "part-select";
+    }
+    var texts = [];
+    layers.forEach(function (e) { if (textOf(e) !== null && texts.indexOf(e.text_id) < 0) texts.push(e.text_id); });
+    if (texts.length > 1) {
+      nav.appendChild(select("Text", texts.map(function (t) { return [String(t), "text " + t]; }), String(texts[0]),
+        function (v) {
+          var e = layers[state.layer], i = layerIn(e.part || "self", e.layer, +v);
+          state.layer = i >= 0 ? i : layers.findIndex(function (o) { return o.text_id === +v; });
+          renderLayers(); renderGrid();
+        }));
+      nav.lastChild.querySelector("select").id = "text-select";
     }
     var layerBox = el("span");
     nav.appendChild(layerBox);
     function renderLayers() {
       var part = layers[state.layer].part || "self", options = [];
-      layers.forEach(function (e, i) { if ((e.part || "self") === part) options.push([String(i), "layer " + (e.layer === null || e.layer === undefined ? i : e.layer)]); });
+      var text = textOf(layers[state.layer]);
+      layers.forEach(function (e, i) { if ((e.part || "self") === part && textOf(e) === text) options.push([String(i), "layer " + (e.layer === null || e.layer === undefined ? i : e.layer)]); });
       layerBox.textContent = "";
       layerBox.hidden = options.length < 2;
       if (options.length < 2) return;
@@ -371,7 +544,7 @@
       function () { return csvMatrix(state.layer, state.big); });
   }
   function buildDetails() {
-    document.getElementById("summary").textContent = doc.summary || layers[0].summary || "";
+    document.getElementById("summary").textContent = doc.summary || (layers.length ? layers[0].summary : "") || "";
     document.getElementById("generator").textContent = doc.generator || "attndesk";
     var half = layers.some(function (e) { return e.weights.dtype === "float16"; });
     document.getElementById("precision").textContent = half ?
@@ -389,10 +562,15 @@
     Object.keys(notes).forEach(function (n) { document.getElementById("notices").appendChild(el("li", null, n)); });
   }
 
-  buildControls();
+  renderCorpus();
+  if (layers.length) {
+    buildControls();
+    renderGrid();
+    clearHover();
+  } else {  // a corpus page without texts: only the corpus section and the details
+    ["controls", "layer-summary", "readout", "view", "strip"].forEach(function (id) { document.getElementById(id).hidden = true; });
+  }
   buildDetails();
-  renderGrid();
-  clearHover();
   document.getElementById("enlarged-close").addEventListener("click", closeEnlarged);
   document.getElementById("enlarged").addEventListener("click", function (ev) { if (ev.target.id === "enlarged") closeEnlarged(); });
   document.addEventListener("keydown", function (ev) { if (ev.key === "Escape" && state.big !== null) closeEnlarged(); });

@@ -30,7 +30,7 @@ from attndesk.core import select
 from attndesk.core.errors import ConfigError
 from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
-from attndesk.render.figure import figure_from_map, suggested_size
+from attndesk.render.figure import figure_from_map, suggested_size_of
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
 
@@ -282,10 +282,8 @@ class ExportDialog(QDialog):
         for w in (self.widthSpin, self.heightSpin, self.dpiSpin):
             w.setEnabled(image)
         if image and not self._size_set:
-            try:
-                width, height = suggested_size(
-                    figure_from_map(self._map, which, self._colormap, self._shared, region=self.region())
-                )
+            try:  # from the number of panels: building the figure here would copy every weight
+                width, height = suggested_size_of(self._map, which)
                 self.widthSpin.setValue(width)
                 self.heightSpin.setValue(height)
             except (ValueError, ConfigError):

@@ -264,7 +264,16 @@ def figure_from_map(
 
 def suggested_size(figure: HeatmapFigure) -> tuple[int, int]:
     """A pixel size (at 96 dpi) in which the figure's labels have room."""
-    n = figure.matrices.shape[0]
+    return size_for_panels(figure.matrices.shape[0])
+
+
+def suggested_size_of(map: AttentionMap, which: select.Which = select.ALL) -> tuple[int, int]:
+    """``suggested_size`` of ``figure_from_map(map, which)`` without building it (no weights read)."""
+    return size_for_panels(len(select.heads_of(map, select.parse_which(which, map.num_heads))))
+
+
+def size_for_panels(n: int) -> tuple[int, int]:
+    """A pixel size (at 96 dpi) for a figure of ``n`` heatmaps."""
     if n == 1:
         return (1100, 1000)
     if n <= 2:

@@ -131,3 +131,20 @@ def test_a_failed_background_export_keeps_the_dialog_open(qtbot, big_map, tmp_pa
         QTest.mouseClick(dialog.exportButton, Qt.MouseButton.LeftButton)
     assert "folder" in failed.args[0] or "No such" in failed.args[0]
     assert dialog.isVisible() and dialog.exportButton.isEnabled() and dialog.errorLabel.text() == failed.args[0]
+
+
+@pytest.mark.parametrize("target", ["all", "mean", 1])
+def test_opening_the_dialog_reads_no_weight(qtbot, amap, monkeypatch, target):
+    """The image size is suggested from the number of panels: opening the dialog on a long run
+    must not stack (copy) every weight in the GUI thread."""
+    from attndesk.render.figure import figure_from_map, suggested_size
+
+    expected = suggested_size(figure_from_map(amap, target))
+    read = []
+    monkeypatch.setattr(select, "stack", lambda *a, **k: read.append("stack"))
+    monkeypatch.setattr(select, "weights", lambda *a, **k: read.append("weights"))
+    dialog = ExportDialog(amap, target=target)
+    qtbot.addWidget(dialog)
+    dialog.set_format("png")
+    assert read == []
+    assert (dialog.widthSpin.value(), dialog.heightSpin.value()) == expected

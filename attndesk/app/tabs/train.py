@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
@@ -105,6 +105,14 @@ class _StopOrCancel:
         return self._stop.is_set() or self._cancelled()
 
 
+def warm_optimiser() -> int:
+    """Build and drop a one-parameter AdamW (thread pool, when the tab is first shown): torch's
+    optimiser imports ``torch._dynamo`` on first use, ~200 modules and ~1 s of CPU, which the
+    first Start would otherwise wait for. Returns the id of the thread that paid it."""
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    return threading.get_ident()
+
+
 def train_job(
     cfg: TrainConfig,
     pause: threading.Event,
@@ -113,8 +121,8 @@ def train_job(
     report: Callable[[Any], None],
     should_cancel: Callable[[], bool],
 ) -> TrainRun:
-    """The side job: build the trainer (torch's optimiser takes seconds to import the first time),
-    report its run, then train to the end, a stop or a divergence, queueing every report."""
+    """The side job: build the trainer (its optimiser's imports are warmed when the tab is first
+    shown, ``warm_optimiser``), report its run, then train to the end, a stop or a divergence, queueing every report."""
     trainer = Trainer(cfg)
     report(trainer.run)
     last = None
@@ -158,6 +166,7 @@ class TrainTab(QObject):
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
     opened = Signal(object)  # a saved run is on screen (its TrainRun)
+    warmed = Signal()  # the optimiser's first-use imports are done (in the thread pool)
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -180,6 +189,9 @@ class TrainTab(QObject):
         view.openRequested.connect(self.open_dialog)
         view.saveRequested.connect(self.save_dialog)
         self._save = Background(self)
+        self._warm = Background(self)
+        self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
+        view.installEventFilter(self)
         view.startRequested.connect(self.start)
         view.pauseRequested.connect(self.pause)
         view.resumeRequested.connect(self.resume)
@@ -192,6 +204,16 @@ class TrainTab(QObject):
         view.liveRequested.connect(self._follow_latest)
         view.layerChanged.connect(lambda _layer: self._show_probe())
         self._task_defaults(view.settings()["task"])
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.view and event.type() == QEvent.Type.Show and self.warmed_in is None:
+            self.warmed_in = 0  # asked once
+            self._warm.start(warm_optimiser, done=self._warmed, failed=lambda _exc: None)
+        return False
+
+    def _warmed(self, thread: int) -> None:
+        self.warmed_in = thread
+        self.warmed.emit()
 
     # -- settings -------------------------------------------------------------------------------
     def config(self) -> TrainConfig:

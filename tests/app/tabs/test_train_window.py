@@ -1,12 +1,16 @@
 """The Train tab in the real window: building the per-head heatmaps of a larger model never holds
-the GUI thread (they are built one per event-loop turn through ``views/pacing.py``)."""
+the GUI thread (they are built one per event-loop turn through ``views/pacing.py``), and the
+optimiser's first-use imports are paid in the thread pool, not by the first Start."""
 
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 import time
 
 import numpy as np
+import torch
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt, QTimer
 
@@ -70,3 +74,28 @@ def test_the_heatmaps_of_4_layers_x_8_heads_are_built_without_holding_the_window
     cost = cpu_per_turn(qtbot, lambda: view.layerCombo.setCurrentIndex(other), lambda: True)
     assert cost < CPU_PER_TURN_S
     np.testing.assert_array_equal(view.headPlots[3].matrix, weights[other, 3])
+
+
+def test_the_optimiser_is_warmed_off_the_gui_thread_before_the_first_start(qtbot, window, monkeypatch):
+    """torch's AdamW imports ``torch._dynamo`` on first use (~1 s of CPU): the tab pays it in the
+    thread pool when first shown, and building the run's optimiser happens in the side job."""
+    tab = window.tab_presenter(TRAIN_TAB)
+    with qtbot.waitSignal(tab.warmed, timeout=TIMEOUT_MS):
+        window.state.view.tab = TRAIN_TAB
+    gui = threading.get_ident()
+    assert tab.warmed_in not in (None, 0, gui) and "torch._dynamo" in sys.modules
+    built_in = []
+    real = torch.optim.AdamW.__init__
+
+    def recording(self, *args, **kwargs):
+        built_in.append(threading.get_ident())
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "__init__", recording)
+    tab.view.set_settings(
+        {"task": "previous-token", "layers": 1, "heads": 2, "embed_dim": 16, "seq_len": 12, "steps": 5, "batch_size": 4}
+    )
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):
+        cost = cpu_per_turn(qtbot, tab.start, lambda: tab.phase == "idle")
+    assert built_in and gui not in built_in
+    assert cost < CPU_PER_TURN_S, f"the first Start took {cost * 1e3:.0f} ms of GUI-thread CPU in one turn"

@@ -46,6 +46,21 @@ def default_memory_budget() -> int:
     return int(min(2 * 2**30, max(256 * 2**20, total // 8)))
 
 
+# the toy model's weights: random (seeded), a shipped trained preset (attndesk/resources/trained,
+# ``attndesk.train.presets.PRESETS``), or "trained": the model open in the window's Train tab
+TRAINED_PRESETS = ("induction", "reverse", "previous-token", "brackets")
+WEIGHTS = ("random", *TRAINED_PRESETS, "trained")
+WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"} | {
+    name: f"Trained: {name}" for name in TRAINED_PRESETS
+}
+WEIGHT_TIPS = {
+    "random": "random weights from the seed: every parameter below is live",
+    "induction": "2 layers trained on repeated segments: a previous-token head feeds an induction head",
+    "reverse": "2 layers trained to reverse a sequence: the anti-diagonal",
+    "previous-token": "1 layer trained to repeat the token before: each token looks one back",
+    "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",
+    "trained": "the model trained or opened in the Train tab (its button Open in views)",
+}
 _ARCHITECTURE = dict(real_model="fixed")
 _VARIANT = dict(real_model="fixed", group="variant")
 _WINDOW_INT = 2**31 - 1  # a QSpinBox holds 32-bit numbers
@@ -75,6 +90,17 @@ class AttentionConfig:
     this order (the panel's rows).
     """
 
+    weights_from: str = param(
+        "random",
+        kind=str,
+        label="Weights",
+        flag="--weights-from",
+        choices=WEIGHTS,
+        choice_labels=WEIGHT_LABELS,
+        choice_tips=WEIGHT_TIPS,
+        tip="Random weights of the shape below, or a small model attndesk trained on a toy task (its "
+        "every head on the task's probe input: the shape, text and seed below then do not act)",
+    )
     embed_dim: int = param(
         64,
         kind=int,

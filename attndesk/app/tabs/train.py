@@ -44,6 +44,7 @@ from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
 from ..jobs.compute import SideJobs
+from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
 
 if TYPE_CHECKING:
@@ -185,9 +186,14 @@ class TrainTab(QObject):
         self._scrub = Background(self)
         self._open = Background(self)
         view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
-        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
+        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
         view.openRequested.connect(self.open_dialog)
         view.saveRequested.connect(self.save_dialog)
+        view.viewsRequested.connect(self.open_in_views)
+        self.run_name = ""  # the run on screen: "" (trained here), a preset's name or a folder
+        self.preset = False  # the run on screen is a shipped preset, unchanged
+        # (name, run, preset) -> the toy mode shows that run's weights (the window's factory sets it)
+        self.views_opener: Callable[[str, TrainRun, bool], None] | None = None
         self._save = Background(self)
         self._warm = Background(self)
         self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
@@ -332,6 +338,8 @@ class TrainTab(QObject):
         else:
             self.view.show_message(run.message)
         self.view.saveButton.setEnabled(True)
+        self.view.viewsButton.setEnabled(self.views_opener is not None)
+        self.run_name, self.preset = "", False
         self.finished.emit(run)
 
     def _failed(self, message: str) -> None:
@@ -345,7 +353,7 @@ class TrainTab(QObject):
         if folder:
             self.open(folder, lambda: load_run(folder))
 
-    def open(self, name: str, load: Callable[[], TrainRun]) -> None:
+    def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
         """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
         scores, its attention on the probe input, its checkpoints on the timeline."""
         if self.phase != "idle":
@@ -354,13 +362,14 @@ class TrainTab(QObject):
         self.view.show_message(f"opening {name}…")
         self._open.start(
             lambda: open_run(name, load),
-            done=self._opened,
+            done=lambda opened: self._opened(opened, preset),
             failed=self._open_failed,
             expected=(ConfigError, OSError, KeyError, ValueError),
         )
 
-    def _opened(self, opened: Opened) -> None:
+    def _opened(self, opened: Opened, preset: bool = False) -> None:
         run, g = opened.run, Gathered()
+        self.run_name, self.preset = opened.name, preset
         for row in run.history:
             g.steps.append(row["step"])
             g.loss.append(row["loss"])
@@ -380,7 +389,16 @@ class TrainTab(QObject):
             f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}"
         )
         self.view.saveButton.setEnabled(True)
+        self.view.viewsButton.setEnabled(self.views_opener is not None)
         self.opened.emit(run)
+
+    def open_in_views(self) -> None:
+        """Show the run on screen in the toy views (its newest weights, even while scrubbing)."""
+        run = self.run
+        if run is None or self.phase != "idle" or self.views_opener is None:
+            return
+        name = self.run_name or f"the model trained here ({run.cfg.task}, seed {run.cfg.seed})"
+        self.views_opener(name, run, self.preset)
 
     def save_dialog(self) -> None:
         folder = QFileDialog.getSaveFileName(self.view, "Save the trained model as a folder", "trained-run")[0]
@@ -517,4 +535,17 @@ def train_presenter(ui: Any, view: TrainView) -> TrainTab:
     action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
     action.triggered.connect(lambda _checked=False: tab.open_dialog())
     ui.menus.add("file", action, "model")
+    tab.views_opener = lambda name, run, preset: open_in_views(ui, name, run, preset)
     return tab
+
+
+def open_in_views(ui: Any, name: str, run: TrainRun, preset: bool) -> None:
+    """The toy mode shows ``run``'s weights in the heatmaps: a shipped preset by its name (a
+    session keeps it), another run as "trained" (the toy mode holds it); one state change each."""
+    if not preset:
+        ui.toy.set_trained(name, run)
+    weights = name if preset else "trained"
+    ui.state.mode = TOY
+    ui.state.view.tab = HEATMAPS_TAB
+    ui.state.set_config(weights_from=weights)
+    ui.compute.evaluate()  # "trained" again, with another run: the state did not change

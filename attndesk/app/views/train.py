@@ -175,6 +175,7 @@ class TrainView(QWidget):
     presetRequested = Signal(str)  # a shipped preset's name
     openRequested = Signal()  # "Open trained model…"
     saveRequested = Signal()  # "Save…" the run on screen
+    viewsRequested = Signal()  # "Open in views": the run on screen becomes the toy mode's weights
     probeDrawn = Signal()  # every head of the probe on screen has its heatmap
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -228,6 +229,23 @@ class TrainView(QWidget):
         ):
             button.clicked.connect(lambda _c=False, s=signal: s.emit())
             buttons.addWidget(button)
+        opened = self._build_opened()
+        self.message = QLabel(objectName="trainMessage", wordWrap=True)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        rows = 2 * len(FIELDS)
+        grid.addLayout(buttons, rows, 0, 1, 2)
+        grid.addWidget(self.message, rows + 1, 0, 1, 2)
+        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
+        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
+        grid.addLayout(opened, rows + 4, 0, 1, 2)
+        grid.addWidget(self.viewsButton, rows + 5, 0, 1, 2)
+        grid.setRowStretch(rows + 6, 1)
+        box.setMinimumWidth(230)
+        box.setMaximumWidth(320)  # the plots take the rest
+        return box
+
+    def _build_opened(self) -> QHBoxLayout:
+        """The shipped presets, Open… / Save… and Open in views."""
         opened = QHBoxLayout()
         self.presetCombo = QComboBox(objectName="trainPreset")
         self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
@@ -241,20 +259,16 @@ class TrainView(QWidget):
         )
         self.saveButton.setEnabled(False)
         self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
+        self.viewsButton = QPushButton("Open in views", objectName="trainOpenInViews")
+        self.viewsButton.setToolTip(
+            "show this model in the toy views (heatmaps, step-through, head stats, compare before vs "
+            "after training, online softmax): Weights > Random goes back"
+        )
+        self.viewsButton.setEnabled(False)
+        self.viewsButton.clicked.connect(lambda _c=False: self.viewsRequested.emit())
         opened.addWidget(self.openButton)
         opened.addWidget(self.saveButton)
-        self.message = QLabel(objectName="trainMessage", wordWrap=True)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        rows = 2 * len(FIELDS)
-        grid.addLayout(buttons, rows, 0, 1, 2)
-        grid.addWidget(self.message, rows + 1, 0, 1, 2)
-        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
-        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
-        grid.addLayout(opened, rows + 4, 0, 1, 2)
-        grid.setRowStretch(rows + 5, 1)
-        box.setMinimumWidth(230)
-        box.setMaximumWidth(320)  # the plots take the rest
-        return box
+        return opened
 
     def _build_plots(self) -> QWidget:
         self.lossPlot = self._curve_plot("loss", "cross-entropy")
@@ -391,6 +405,7 @@ class TrainView(QWidget):
             widget.setEnabled(not running)
         if running:
             self.saveButton.setEnabled(False)
+            self.viewsButton.setEnabled(False)
 
     # -- results --------------------------------------------------------------------------------
     def show_curves(

@@ -40,7 +40,7 @@ def test_open_in_views_shows_the_trained_model_in_the_heatmaps_and_compare_befor
     assert window.state.config.weights_from == "trained" and window.state.view.tab == "heatmaps"
     expected = stacked_attention(run)
     np.testing.assert_allclose(np.stack(window.heatmapPanel.displayed_arrays()), expected, atol=1e-6)
-    np.testing.assert_array_equal(shown.map.weights, expected)
+    np.testing.assert_allclose(shown.map.weights, expected, rtol=0, atol=1e-6)
     assert shown.map.head_labels == ["L0 h0", "L0 h1"]
     assert "my-run" in window.status.message and "Random" in window.status.message
     # compare: A = the same model at its random initial weights, B = trained, same probe input

@@ -52,6 +52,14 @@ def test_open_in_views_shows_the_trained_model_in_the_heatmaps_and_compare_befor
     np.testing.assert_allclose(pair.a.weights, stacked_attention(initial), atol=1e-6)
     np.testing.assert_allclose(pair.b.weights, expected, atol=1e-6)
     assert not np.allclose(pair.a.weights, pair.b.weights, atol=0.05)  # training changed them
+    # head stats: the previous-token preset's heads put most of their weight one token back
+    stats = window.tab_presenter("head-stats")
+    with qtbot.waitSignal(stats.shownStats, timeout=TIMEOUT_MS):
+        window.state.view.tab = "head-stats"
+    shares = [s.previous_share for s in stats.view._stats]
+    rows = np.arange(1, expected.shape[-1])
+    np.testing.assert_allclose(shares, expected[:, rows, rows - 1].sum(-1) / expected.shape[-1], atol=1e-5)
+    assert max(shares) > 0.5
     # back to random weights: one choice
     shown = shown_after(qtbot, window, lambda: window.state.set_config(weights_from="random"))
     assert shown.map.head_labels is None and shown.map.num_heads == window.state.config.num_heads

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +62,16 @@ WEIGHT_TIPS = {
     "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",
     "trained": "the model trained or opened in the Train tab (its button Open in views)",
 }
-_ARCHITECTURE = dict(real_model="fixed")
-_VARIANT = dict(real_model="fixed", group="variant")
+
+
+def _random_weights(values: Mapping[str, Any]) -> bool:
+    """Whether the toy model's own shape and seed act: trained weights bring their own (panel greys them)."""
+    return values.get("weights_from", "random") == "random"
+
+
+_ARCHITECTURE: dict[str, Any] = dict(real_model="fixed", acts_when=_random_weights)
+_VARIANT: dict[str, Any] = dict(real_model="fixed", group="variant", acts_when=_random_weights)
+_TOY: dict[str, Any] = dict(acts_when=_random_weights)
 _WINDOW_INT = 2**31 - 1  # a QSpinBox holds 32-bit numbers
 POSITION_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi", "none": "none"}
 POSITION_TIPS = {
@@ -129,9 +138,9 @@ class AttentionConfig:
         flag="--hidden-dim",
         low=1,
         window_max=_WINDOW_INT,
-        acts_when=lambda values: values["num_heads"] == 1,
+        acts_when=lambda values: values["num_heads"] == 1 and _random_weights(values),
         tip="Width d_k of the single head (used only when heads = 1)",
-        **_ARCHITECTURE,
+        real_model="fixed",
     )
     mask: str = param(
         "padding",
@@ -141,6 +150,7 @@ class AttentionConfig:
         choices=MASK_KINDS,
         real_model="acts",
         tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones",
+        **_TOY,
     )
     pad_to: int | None = param(
         None,
@@ -153,6 +163,7 @@ class AttentionConfig:
         window_max=_WINDOW_INT,
         metavar="N",
         tip="Pad the tokens with [PAD] up to this length (shows the padding mask at work)",
+        **_TOY,
     )
     scaled: bool = param(
         True,
@@ -162,6 +173,7 @@ class AttentionConfig:
         widget="scale",
         real_model="acts",
         tip="Divide the scores by √d_k before the softmax",
+        **_TOY,
     )
     position: str = param(
         "sinusoidal",
@@ -234,6 +246,7 @@ class AttentionConfig:
         high_open=True,
         step=0.05,
         tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)",
+        **_TOY,
     )
     training: bool = param(
         False,
@@ -242,6 +255,7 @@ class AttentionConfig:
         flag="--train",
         widget="train",
         tip="Training mode: dropout acts on the weights",
+        **_TOY,
     )
     seed: int = param(
         0,
@@ -252,6 +266,7 @@ class AttentionConfig:
         high=2**63 - 1,
         window_max=_WINDOW_INT,
         tip="Seed of the random weights (same seed, same model)",
+        **_TOY,
     )
     vocab_size: int = param(
         16384,
@@ -262,6 +277,7 @@ class AttentionConfig:
         window_max=_WINDOW_INT,
         must_be="at least 3 ([PAD], [UNK] and one word)",
         tip="Vocabulary size of the word tokenizer (rarer words become [UNK])",
+        **_TOY,
     )
     bias: bool = param(
         True,
@@ -269,6 +285,7 @@ class AttentionConfig:
         label="Bias in the Linear layers",
         flag="--no-bias",
         tip="The Q, K, V and output Linear layers have a bias",
+        **_TOY,
     )
     device: str = param(
         "cpu",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtWidgets import QComboBox
+from PySide6.QtWidgets import QComboBox, QSpinBox
 
 from attndesk.app.modes.toy import preset_run
 from attndesk.app.tabs.online_softmax import ONLINE_SOFTMAX_TAB
@@ -104,3 +104,7 @@ def test_the_panel_offers_the_presets_and_the_induction_preset_shows_its_inducti
     initial = run.__class__(run.cfg, run.task, build_model(run.cfg))
     random = best_score(run, stacked_attention(initial))
     assert trained > 0.5 > random, (trained, random)
+    heads = window.findChild(QSpinBox, "headsSpin")
+    assert not heads.isEnabled() and combo.isEnabled()  # the preset brings its own shape
+    shown_after(qtbot, window, lambda: combo.setCurrentIndex(combo.findData("random")))
+    assert heads.isEnabled()

@@ -14,7 +14,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING
 
-from attndesk.core.config import WEIGHT_LABELS, AttentionConfig
+from attndesk.core.config import AttentionConfig
 from attndesk.core.diff import TeachingComparison, diff_results
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import prepare_text, run_attention
@@ -199,7 +199,7 @@ class ToyMode(ModeBase):
     def _trained_request(self, config: AttentionConfig) -> Request:
         """Trained weights: the text and the shape in the panel do not act (the model reads its task's tokens)."""
         run: TrainRun | None = None
-        name = WEIGHT_LABELS[config.weights_from].removeprefix("Trained: ")
+        name = f"the {config.weights_from} preset"
         if config.weights_from == "trained":
             if self.trained is None:
                 raise ConfigError(

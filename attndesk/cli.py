@@ -450,6 +450,22 @@ def config_from_args(args: argparse.Namespace):
     return state_from_flags(flags).config.validate()
 
 
+def _trained_weights(args: argparse.Namespace) -> None:
+    """``--weights-from NAME`` (a shipped trained preset) draws that preset, as ``--trained NAME`` does."""
+    weights = getattr(args, "weights_from", "random")
+    if weights in (None, "random"):
+        return
+    if weights == "trained":
+        raise CliError(
+            "--weights-from trained is the model open in the window's Train tab; here give --trained DIR "
+            "(a folder saved by attndesk train) or a preset's name",
+            EXIT_USAGE,
+        )
+    if args.trained is not None and args.trained != weights:
+        raise CliError(f"--weights-from {weights} and --trained {args.trained} name two models: give one", EXIT_USAGE)
+    args.trained = weights
+
+
 def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     """Run the core and write every requested file, all or nothing; returns the paths written.
 
@@ -461,6 +477,7 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
         return _store_page(args, echo)
     text, key_text = _read_inputs(args)
     _check_output_options(args)
+    _trained_weights(args)
     if args.trained is not None:
         from attndesk.cli_train import render_trained
 

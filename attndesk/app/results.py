@@ -32,6 +32,8 @@ from attndesk.core.types import AttentionMap
 from .state import ModeId
 
 if TYPE_CHECKING:  # annotation only: the heatmap widgets' source protocol (panels import this module)
+    from attndesk.core.diff import TeachingComparison
+
     from .sources.heatmap_source import HeatmapSource
 
 
@@ -62,6 +64,9 @@ class ToyRun:
     result: AttentionResult
     text: str
     key_text: str | None
+    # trained weights: the same input through the model's random initial weights (A) and the
+    # trained ones (B), for the compare tab's "before vs after training"
+    before_after: TeachingComparison | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +47,31 @@ def default_memory_budget() -> int:
     return int(min(2 * 2**30, max(256 * 2**20, total // 8)))
 
 
-_ARCHITECTURE = dict(real_model="fixed")
-_VARIANT = dict(real_model="fixed", group="variant")
+# the toy model's weights: random (seeded), a shipped trained preset (attndesk/resources/trained,
+# ``attndesk.train.presets.PRESETS``), or "trained": the model open in the window's Train tab
+TRAINED_PRESETS = ("induction", "reverse", "previous-token", "brackets")
+WEIGHTS = ("random", *TRAINED_PRESETS, "trained")
+WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"} | {
+    name: f"Trained: {name}" for name in TRAINED_PRESETS
+}
+WEIGHT_TIPS = {
+    "random": "random weights from the seed: every parameter below is live",
+    "induction": "2 layers trained on repeated segments: a previous-token head feeds an induction head",
+    "reverse": "2 layers trained to reverse a sequence: the anti-diagonal",
+    "previous-token": "1 layer trained to repeat the token before: each token looks one back",
+    "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",
+    "trained": "the model trained or opened in the Train tab (its button Open in views)",
+}
+
+
+def _random_weights(values: Mapping[str, Any]) -> bool:
+    """Whether the toy model's own shape and seed act: trained weights bring their own (panel greys them)."""
+    return values.get("weights_from", "random") == "random"
+
+
+_ARCHITECTURE: dict[str, Any] = dict(real_model="fixed", acts_when=_random_weights)
+_VARIANT: dict[str, Any] = dict(real_model="fixed", group="variant", acts_when=_random_weights)
+_TOY: dict[str, Any] = dict(acts_when=_random_weights)
 _WINDOW_INT = 2**31 - 1  # a QSpinBox holds 32-bit numbers
 POSITION_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi", "none": "none"}
 POSITION_TIPS = {
@@ -75,6 +99,17 @@ class AttentionConfig:
     this order (the panel's rows).
     """
 
+    weights_from: str = param(
+        "random",
+        kind=str,
+        label="Weights",
+        flag="--weights-from",
+        choices=WEIGHTS,
+        choice_labels=WEIGHT_LABELS,
+        choice_tips=WEIGHT_TIPS,
+        tip="Random weights of the shape below, or a small model attndesk trained on a toy task (its "
+        "every head on the task's probe input: the shape, text and seed below then do not act)",
+    )
     embed_dim: int = param(
         64,
         kind=int,
@@ -103,9 +138,9 @@ class AttentionConfig:
         flag="--hidden-dim",
         low=1,
         window_max=_WINDOW_INT,
-        acts_when=lambda values: values["num_heads"] == 1,
+        acts_when=lambda values: values["num_heads"] == 1 and _random_weights(values),
         tip="Width d_k of the single head (used only when heads = 1)",
-        **_ARCHITECTURE,
+        real_model="fixed",
     )
     mask: str = param(
         "padding",
@@ -115,6 +150,7 @@ class AttentionConfig:
         choices=MASK_KINDS,
         real_model="acts",
         tip="padding: ignore [PAD] keys; causal: each token sees only earlier ones",
+        **_TOY,
     )
     pad_to: int | None = param(
         None,
@@ -127,6 +163,7 @@ class AttentionConfig:
         window_max=_WINDOW_INT,
         metavar="N",
         tip="Pad the tokens with [PAD] up to this length (shows the padding mask at work)",
+        **_TOY,
     )
     scaled: bool = param(
         True,
@@ -136,6 +173,7 @@ class AttentionConfig:
         widget="scale",
         real_model="acts",
         tip="Divide the scores by √d_k before the softmax",
+        **_TOY,
     )
     position: str = param(
         "sinusoidal",
@@ -208,6 +246,7 @@ class AttentionConfig:
         high_open=True,
         step=0.05,
         tip="Dropout on the attention weights, in [0, 1) (acts only in training mode)",
+        **_TOY,
     )
     training: bool = param(
         False,
@@ -216,6 +255,7 @@ class AttentionConfig:
         flag="--train",
         widget="train",
         tip="Training mode: dropout acts on the weights",
+        **_TOY,
     )
     seed: int = param(
         0,
@@ -226,6 +266,7 @@ class AttentionConfig:
         high=2**63 - 1,
         window_max=_WINDOW_INT,
         tip="Seed of the random weights (same seed, same model)",
+        **_TOY,
     )
     vocab_size: int = param(
         16384,
@@ -236,6 +277,7 @@ class AttentionConfig:
         window_max=_WINDOW_INT,
         must_be="at least 3 ([PAD], [UNK] and one word)",
         tip="Vocabulary size of the word tokenizer (rarer words become [UNK])",
+        **_TOY,
     )
     bias: bool = param(
         True,
@@ -243,6 +285,7 @@ class AttentionConfig:
         label="Bias in the Linear layers",
         flag="--no-bias",
         tip="The Q, K, V and output Linear layers have a bias",
+        **_TOY,
     )
     device: str = param(
         "cpu",

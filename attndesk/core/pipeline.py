@@ -114,6 +114,12 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 def _tokenize(config: AttentionConfig, text: str, key_text: str | None):
     """Validate the config and texts; return (queries, keys, cross) as the tokenizer sees them."""
+    if config.weights_from != "random":
+        raise ConfigError(
+            f"this run has random weights only; the trained {config.weights_from} weights are drawn by the window's "
+            "toy mode and 'attndesk render --trained NAME'",
+            field="weights_from",
+        )
     config.validate()
     if not text_argument("text", text).strip():
         raise ConfigError("type some text to attend over: the input is empty")

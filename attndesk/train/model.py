@@ -32,11 +32,18 @@ class Block(nn.Module):
                 nn.Linear(cfg.embed_dim, 4 * cfg.embed_dim), nn.GELU(), nn.Linear(4 * cfg.embed_dim, cfg.embed_dim)
             )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L])."""
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, keep: dict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L]); ``keep`` (a dict) receives the
+        attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``)."""
         position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"
         h = x if self.ln1 is None else self.ln1(x)
-        out, weights = self.attn(h, mask=mask, position=position, window=self.cfg.window, softcap=self.cfg.softcap)
+        if keep is not None:
+            keep["embeddings"] = h
+        out, weights = self.attn(
+            h, mask=mask, position=position, window=self.cfg.window, softcap=self.cfg.softcap, keep=keep
+        )
         x = x + out
         if self.mlp is not None:
             x = x + self.mlp(x if self.ln2 is None else self.ln2(x))
@@ -59,8 +66,9 @@ class Decoder(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
         self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab, bias=False)
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L])."""
+    def forward(self, ids: torch.Tensor, keeps: list[dict] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L]);
+        ``keeps`` (one dict per layer) receive each layer's stages (``Block.forward``)."""
         length = ids.shape[-1]
         x = self.embed(ids)
         if self.pos is not None:
@@ -69,8 +77,8 @@ class Decoder(nn.Module):
             x = x + self.sinusoid[:length]
         mask = causal_mask(length, device=ids.device)
         weights = []
-        for block in self.blocks:
-            x, w = block(x, mask)
+        for i, block in enumerate(self.blocks):
+            x, w = block(x, mask, None if keeps is None else keeps[i])
             weights.append(w)
         if self.ln_f is not None:
             x = self.ln_f(x)

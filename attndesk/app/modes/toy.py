@@ -1,4 +1,6 @@
-"""The toy model: random weights over a word tokenizer, every knob of ``AttentionConfig`` live.
+"""The toy model: random weights over a word tokenizer, every knob of ``AttentionConfig`` live;
+or (``config.weights_from`` not "random") a small trained model: a shipped preset, or the model the
+Train tab hands over (``ToyMode.set_trained``), every head of every layer on its task's probe input.
 
 Its job runs in the worker: plan the run (tokenizing a 1 MB text takes ~60 ms, too long for the
 GUI thread; the run reuses the tokens and the plan's memory check), report the plan, hold a long run that only typing asked for, else run the core and
@@ -7,10 +9,18 @@ build the heatmap source (the O(H L Lk) mean, maxima and overview) before handin
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import threading
+from typing import TYPE_CHECKING
+
 from attndesk.core.config import AttentionConfig
+from attndesk.core.diff import TeachingComparison, diff_results
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
+from attndesk.train.presets import load_preset
+from attndesk.train.stages import head_labels, initial_run, trained_result
 
 from ..plans import needs_explicit_run, reports_progress
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
@@ -18,7 +28,11 @@ from ..sources.long_source import source_for_map
 from ..state import STEP_THROUGH_TAB, TOY, AppState
 from .base import ModeBase, ModeChoice
 
+if TYPE_CHECKING:
+    from attndesk.train.run import TrainRun
+
 INTERMEDIATES = "intermediates"
+_presets_lock = threading.Lock()
 
 
 def toy_shown(result: AttentionResult, text: str, key_text: str | None) -> Shown:
@@ -90,14 +104,84 @@ def check_input(state: AppState, config: AttentionConfig) -> str | None:
     return key_text
 
 
+@functools.cache
+def _preset(name: str) -> TrainRun:
+    return load_preset(name)
+
+
+def preset_run(name: str) -> TrainRun:
+    """A shipped trained preset, read once (the worker and the window's tests share it)."""
+    with _presets_lock:
+        return _preset(name)
+
+
+def before_after(before: AttentionResult, after: AttentionResult, step: int) -> TeachingComparison:
+    """The compare tab's pair for trained weights: the initial random weights (A) and the trained ones (B)."""
+    diff = diff_results(before, after)
+    explanation = (
+        "The same input through the same model twice: A with the random weights its seed gives before "
+        f"the first step, B after {step:,} steps of training. B - A is what training changed; random "
+        "heads spread their weight, trained ones concentrate it where the task needs it.\n"
+        f"largest weight: before {float(before.weights.max()):.3f}, after {float(after.weights.max()):.3f}; "
+        f"largest change {diff.max_abs:.3f}."
+    )
+    return TeachingComparison(
+        "training",
+        "before vs after training",
+        before,
+        after,
+        "A: random initial weights (step 0)",
+        f"B: trained ({step:,} steps)",
+        diff,
+        explanation,
+    )
+
+
+def trained_toy_run(weights: str, run: TrainRun | None, name: str) -> Shown:
+    """The worker's job for trained weights: every head of ``run`` (None: the preset ``weights``)
+    on its task's probe input, every stage kept, and the same input at the initial weights."""
+    run = preset_run(weights) if run is None else run
+    result = trained_result(run, weights)
+    comparison = before_after(trained_result(initial_run(run), weights), result, run.step)
+    text = " ".join(result.tokens)
+    shown = toy_shown(result, text, None)
+    cfg = run.cfg
+    amap = dataclasses.replace(
+        shown.map,
+        head_labels=head_labels(run),
+        title=f"trained {cfg.task}: every layer's heads",
+        summary=f"{name}: {cfg.layers} layer(s) x {cfg.heads} heads after {run.step:,} steps, on the "
+        f"{cfg.task} task's probe input",
+        file_tag=f"trained_{cfg.task}_step{run.step}",
+    )
+    notice = f"weights: {name} ({cfg.task}, {run.step:,} steps) on its probe input; Weights > Random goes back"
+    return dataclasses.replace(
+        shown,
+        map=amap,
+        source=source_for_map(amap),
+        notices=(notice, *shown.notices),
+        toy=ToyRun(result, text, None, comparison),
+    )
+
+
 class ToyMode(ModeBase):
     kind = "toy"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trained: tuple[str, TrainRun] | None = None  # the Train tab's model: (its name, the run)
+
+    def set_trained(self, name: str, run: TrainRun) -> None:
+        """The model ``config.weights_from == "trained"`` shows (the Train tab's "Open in views")."""
+        self.trained = (name, run)
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]
 
     def request(self, state: AppState) -> Request:
         config = state.config.validate()
+        if config.weights_from != "random":
+            return self._trained_request(config)
         key_text = check_input(state, config)
         keep = state.view.tab == STEP_THROUGH_TAB  # the step-through shows every stage of the run on screen
         heads = "1 head" if config.num_heads == 1 else f"{config.num_heads} heads"
@@ -111,3 +195,19 @@ class ToyMode(ModeBase):
         return Request(
             key=(TOY, config, state.text, key_text), job=job, needs=frozenset({INTERMEDIATES}) if keep else frozenset()
         )
+
+    def _trained_request(self, config: AttentionConfig) -> Request:
+        """Trained weights: the text and the shape in the panel do not act (the model reads its task's tokens)."""
+        run: TrainRun | None = None
+        name = f"the {config.weights_from} preset"
+        if config.weights_from == "trained":
+            if self.trained is None:
+                raise ConfigError(
+                    "no trained model yet: train one in the Train tab (or open one) and press Open in views, "
+                    "or choose Random weights",
+                    field="weights_from",
+                )
+            name, run = self.trained
+        identity = (config.weights_from,) if run is None else (config.weights_from, id(run), run.step)
+        job = Job(trained_toy_run, (config.weights_from, run, name), {}, f"computing {name}'s heads on its probe input")
+        return Request(key=(TOY, "trained", *identity), job=job, needs=frozenset({INTERMEDIATES}))

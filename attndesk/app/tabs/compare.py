@@ -44,6 +44,10 @@ class CompareTab(TabPresenter):
     def show(self, shown: Shown) -> None:
         if not shown.indexable:
             self.view.show_unavailable(TOO_LONG)
+        elif shown.toy is not None and shown.toy.before_after is not None:  # trained weights: before vs after
+            self.view.set_result(shown.toy.result, shown.toy.text, teaching=False)
+            self.view.show_teaching(shown.toy.before_after)
+            self.teachingShown.emit(shown.toy.before_after)
         elif shown.toy is not None:
             self.view.set_result(shown.toy.result, shown.toy.text)
         else:  # a real model's layer: its map and output, no toy experiments

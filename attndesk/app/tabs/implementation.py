@@ -29,7 +29,10 @@ class ImplementationTab(QObject):
 
     def _on_published(self, shown: Shown) -> None:
         toy = shown.toy
-        self.panel.set_result(toy.result if toy is not None else None, toy.text if toy is not None else None)
+        trained = toy is not None and toy.before_after is not None  # the comparison times the random toy layer
+        self.panel.set_result(
+            toy.result if toy is not None else None, toy.text if toy is not None else None, toy=not trained
+        )
         if self.compute.side.is_busy("implementations"):
             self.panel.set_busy(True)
 

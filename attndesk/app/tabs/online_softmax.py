@@ -67,6 +67,9 @@ def walk_job(
     """Q, K, V of the run (once per run), ``head``'s scores through ``attend``, the walk (side job);
     ``block`` AUTO picks one for the run's length."""
     yield_cpu()
+    inter = toy.result.intermediates
+    if projected is None and inter is not None and inter.q is not None and config.weights_from != "random":
+        projected = ProjectedText(inter, toy.result.mask, config.head_dim**-0.5)  # trained weights: the run's own Q K V
     if projected is None:
         projected = project_text(config, toy.text, toy.key_text)
     one = head_attention(config, projected.intermediates, projected.mask, head)

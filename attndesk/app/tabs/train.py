@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
@@ -44,6 +44,7 @@ from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
 from ..jobs.compute import SideJobs
+from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
 
 if TYPE_CHECKING:
@@ -105,6 +106,14 @@ class _StopOrCancel:
         return self._stop.is_set() or self._cancelled()
 
 
+def warm_optimiser() -> int:
+    """Build and drop a one-parameter AdamW (thread pool, when the tab is first shown): torch's
+    optimiser imports ``torch._dynamo`` on first use, ~200 modules and ~1 s of CPU, which the
+    first Start would otherwise wait for. Returns the id of the thread that paid it."""
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    return threading.get_ident()
+
+
 def train_job(
     cfg: TrainConfig,
     pause: threading.Event,
@@ -113,8 +122,8 @@ def train_job(
     report: Callable[[Any], None],
     should_cancel: Callable[[], bool],
 ) -> TrainRun:
-    """The side job: build the trainer (torch's optimiser takes seconds to import the first time),
-    report its run, then train to the end, a stop or a divergence, queueing every report."""
+    """The side job: build the trainer (its optimiser's imports are warmed when the tab is first
+    shown, ``warm_optimiser``), report its run, then train to the end, a stop or a divergence, queueing every report."""
     trainer = Trainer(cfg)
     report(trainer.run)
     last = None
@@ -158,6 +167,7 @@ class TrainTab(QObject):
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
     opened = Signal(object)  # a saved run is on screen (its TrainRun)
+    warmed = Signal()  # the optimiser's first-use imports are done (in the thread pool)
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -176,10 +186,18 @@ class TrainTab(QObject):
         self._scrub = Background(self)
         self._open = Background(self)
         view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
-        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name)))
+        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
         view.openRequested.connect(self.open_dialog)
         view.saveRequested.connect(self.save_dialog)
+        view.viewsRequested.connect(self.open_in_views)
+        self.run_name = ""  # the run on screen: "" (trained here), a preset's name or a folder
+        self.preset = False  # the run on screen is a shipped preset, unchanged
+        # (name, run, preset) -> the toy mode shows that run's weights (the window's factory sets it)
+        self.views_opener: Callable[[str, TrainRun, bool], None] | None = None
         self._save = Background(self)
+        self._warm = Background(self)
+        self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
+        view.installEventFilter(self)
         view.startRequested.connect(self.start)
         view.pauseRequested.connect(self.pause)
         view.resumeRequested.connect(self.resume)
@@ -192,6 +210,16 @@ class TrainTab(QObject):
         view.liveRequested.connect(self._follow_latest)
         view.layerChanged.connect(lambda _layer: self._show_probe())
         self._task_defaults(view.settings()["task"])
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.view and event.type() == QEvent.Type.Show and self.warmed_in is None:
+            self.warmed_in = 0  # asked once
+            self._warm.start(warm_optimiser, done=self._warmed, failed=lambda _exc: None)
+        return False
+
+    def _warmed(self, thread: int) -> None:
+        self.warmed_in = thread
+        self.warmed.emit()
 
     # -- settings -------------------------------------------------------------------------------
     def config(self) -> TrainConfig:
@@ -310,6 +338,8 @@ class TrainTab(QObject):
         else:
             self.view.show_message(run.message)
         self.view.saveButton.setEnabled(True)
+        self.view.viewsButton.setEnabled(self.views_opener is not None)
+        self.run_name, self.preset = "", False
         self.finished.emit(run)
 
     def _failed(self, message: str) -> None:
@@ -323,7 +353,7 @@ class TrainTab(QObject):
         if folder:
             self.open(folder, lambda: load_run(folder))
 
-    def open(self, name: str, load: Callable[[], TrainRun]) -> None:
+    def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
         """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
         scores, its attention on the probe input, its checkpoints on the timeline."""
         if self.phase != "idle":
@@ -332,13 +362,14 @@ class TrainTab(QObject):
         self.view.show_message(f"opening {name}…")
         self._open.start(
             lambda: open_run(name, load),
-            done=self._opened,
+            done=lambda opened: self._opened(opened, preset),
             failed=self._open_failed,
             expected=(ConfigError, OSError, KeyError, ValueError),
         )
 
-    def _opened(self, opened: Opened) -> None:
+    def _opened(self, opened: Opened, preset: bool = False) -> None:
         run, g = opened.run, Gathered()
+        self.run_name, self.preset = opened.name, preset
         for row in run.history:
             g.steps.append(row["step"])
             g.loss.append(row["loss"])
@@ -358,7 +389,16 @@ class TrainTab(QObject):
             f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}"
         )
         self.view.saveButton.setEnabled(True)
+        self.view.viewsButton.setEnabled(self.views_opener is not None)
         self.opened.emit(run)
+
+    def open_in_views(self) -> None:
+        """Show the run on screen in the toy views (its newest weights, even while scrubbing)."""
+        run = self.run
+        if run is None or self.phase != "idle" or self.views_opener is None:
+            return
+        name = self.run_name or f"the model trained here ({run.cfg.task}, seed {run.cfg.seed})"
+        self.views_opener(name, run, self.preset)
 
     def save_dialog(self) -> None:
         folder = QFileDialog.getSaveFileName(self.view, "Save the trained model as a folder", "trained-run")[0]
@@ -495,4 +535,17 @@ def train_presenter(ui: Any, view: TrainView) -> TrainTab:
     action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
     action.triggered.connect(lambda _checked=False: tab.open_dialog())
     ui.menus.add("file", action, "model")
+    tab.views_opener = lambda name, run, preset: open_in_views(ui, name, run, preset)
     return tab
+
+
+def open_in_views(ui: Any, name: str, run: TrainRun, preset: bool) -> None:
+    """The toy mode shows ``run``'s weights in the heatmaps: a shipped preset by its name (a
+    session keeps it), another run as "trained" (the toy mode holds it); one state change each."""
+    if not preset:
+        ui.toy.set_trained(name, run)
+    weights = name if preset else "trained"
+    ui.state.mode = TOY
+    ui.state.view.tab = HEATMAPS_TAB
+    ui.state.set_config(weights_from=weights)
+    ui.compute.evaluate()  # "trained" again, with another run: the state did not change

@@ -93,7 +93,9 @@ class ImplementationPanel(QWidget):
         is_toy = isinstance(result, AttentionResult)
         toy = is_toy if toy is None else (toy and is_toy)
         self.runButton.setEnabled(toy)
-        self.runButton.setToolTip("" if toy else "compares the toy model's attention layer: switch to Toy model")
+        self.runButton.setToolTip(
+            "" if toy else "compares the toy model's random attention layer: switch to Toy model, Random weights"
+        )
         if toy and isinstance(result, AttentionResult):
             self.set_input(result.config, text or text_of(result))
         else:

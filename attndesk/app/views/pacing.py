@@ -18,6 +18,9 @@ plot per event-loop turn, on a 1 ms single-shot timer (a zero timer runs in the 
   than ``TOLERANCE`` (a dock a few pixels narrower moves nothing). It hides the drawn plots with
   the page and shows them again one per turn (each keeps its place meanwhile: the plots retain
   their size when hidden).
+- ``Pacer.call`` (widgets built one at a time): a plot takes ~14 ms to build and as much again to
+  lay out and paint for the first time, so a page that needs eight new ones builds them one per
+  turn through the same queue (the Train tab's heatmaps of a model with many heads).
 """
 
 from __future__ import annotations
@@ -32,12 +35,23 @@ from PySide6.QtWidgets import QApplication, QGridLayout, QScrollArea, QStyle, QW
 TOLERANCE = 0.08  # Staggered: relative growth of the fitted size that is worth a re-fit
 
 
+class _Call:
+    """A job queued with ``Pacer.call``: ``fn()`` while ``owner`` lives."""
+
+    def __init__(self, owner: QObject, fn: Callable[[], None]) -> None:
+        self.owner, self.fn = owner, fn
+
+    def apply(self) -> bool:
+        self.fn()
+        return True
+
+
 class Pacer(QObject):
-    """One queue for the whole application: one host's job per event-loop turn, oldest first."""
+    """One queue for the whole application: one host's (or call's) job per event-loop turn, oldest first."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._queue: list[PacedHost] = []
+        self._queue: list[PacedHost | _Call] = []
         self._timer = QTimer(self, singleShot=True, interval=1)  # 1 ms: a zero timer runs in the same pass
         self._timer.timeout.connect(self._next)
 
@@ -47,13 +61,20 @@ class Pacer(QObject):
         if not self._timer.isActive():
             self._timer.start()
 
+    def call(self, owner: QObject, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` in a turn of its own (skipped when ``owner`` is deleted meanwhile)."""
+        self._queue.append(_Call(owner, fn))
+        if not self._timer.isActive():
+            self._timer.start()
+
     def pending(self) -> int:
         return len(self._queue)
 
     def _next(self) -> None:
         while self._queue:
-            host = self._queue.pop(0)
-            if shiboken6.isValid(host) and host.apply():  # a host closed or hidden meanwhile costs nothing: the next
+            item = self._queue.pop(0)
+            alive = shiboken6.isValid(item.owner if isinstance(item, _Call) else item)
+            if alive and item.apply():  # a host closed or hidden meanwhile costs nothing: the next
                 break
         if self._queue:
             self._timer.start()

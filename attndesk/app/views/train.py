@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRect, Qt, QTimer, Signal, SignalInstance
+from PySide6.QtCore import QRect, Qt, Signal, SignalInstance
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 from attndesk.train.config import TASK_NAMES, TRAIN_POSITIONS
 
 from .heatmap import MatrixPlot
+from .pacing import PacedHost, pacer
 from .plot_axes import without_si_prefix
 
 PHASE_COLOUR = QColor(220, 40, 40)
@@ -174,14 +175,18 @@ class TrainView(QWidget):
     presetRequested = Signal(str)  # a shipped preset's name
     openRequested = Signal()  # "Open trained model…"
     saveRequested = Signal()  # "Save…" the run on screen
+    viewsRequested = Signal()  # "Open in views": the run on screen becomes the toy mode's weights
+    probeDrawn = Signal()  # every head of the probe on screen has its heatmap
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("trainView")
         self.controls: dict[str, Control] = {}
         self.problems: dict[str, QLabel] = {}
-        self.headPlots: list[MatrixPlot] = []
-        self._probe_labels: list[str] = []
+        self.headPlots: list[MatrixPlot] = []  # built one per turn (see ``_grow``), each in a host
+        self._hosts: list[PacedHost] = []
+        self._wanted, self._growing = 0, False
+        self._probe: tuple[np.ndarray, list[str]] | None = None  # the last probe's [heads, L, L] and labels
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._build_settings())
         splitter.addWidget(self._build_plots())
@@ -224,6 +229,23 @@ class TrainView(QWidget):
         ):
             button.clicked.connect(lambda _c=False, s=signal: s.emit())
             buttons.addWidget(button)
+        opened = self._build_opened()
+        self.message = QLabel(objectName="trainMessage", wordWrap=True)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        rows = 2 * len(FIELDS)
+        grid.addLayout(buttons, rows, 0, 1, 2)
+        grid.addWidget(self.message, rows + 1, 0, 1, 2)
+        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
+        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
+        grid.addLayout(opened, rows + 4, 0, 1, 2)
+        grid.addWidget(self.viewsButton, rows + 5, 0, 1, 2)
+        grid.setRowStretch(rows + 6, 1)
+        box.setMinimumWidth(230)
+        box.setMaximumWidth(320)  # the plots take the rest
+        return box
+
+    def _build_opened(self) -> QHBoxLayout:
+        """The shipped presets, Open… / Save… and Open in views."""
         opened = QHBoxLayout()
         self.presetCombo = QComboBox(objectName="trainPreset")
         self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
@@ -237,20 +259,16 @@ class TrainView(QWidget):
         )
         self.saveButton.setEnabled(False)
         self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
+        self.viewsButton = QPushButton("Open in views", objectName="trainOpenInViews")
+        self.viewsButton.setToolTip(
+            "show this model in the toy views (heatmaps, step-through, head stats, compare before vs "
+            "after training, online softmax): Weights > Random goes back"
+        )
+        self.viewsButton.setEnabled(False)
+        self.viewsButton.clicked.connect(lambda _c=False: self.viewsRequested.emit())
         opened.addWidget(self.openButton)
         opened.addWidget(self.saveButton)
-        self.message = QLabel(objectName="trainMessage", wordWrap=True)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        rows = 2 * len(FIELDS)
-        grid.addLayout(buttons, rows, 0, 1, 2)
-        grid.addWidget(self.message, rows + 1, 0, 1, 2)
-        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
-        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
-        grid.addLayout(opened, rows + 4, 0, 1, 2)
-        grid.setRowStretch(rows + 5, 1)
-        box.setMinimumWidth(230)
-        box.setMaximumWidth(320)  # the plots take the rest
-        return box
+        return opened
 
     def _build_plots(self) -> QWidget:
         self.lossPlot = self._curve_plot("loss", "cross-entropy")
@@ -387,6 +405,7 @@ class TrainView(QWidget):
             widget.setEnabled(not running)
         if running:
             self.saveButton.setEnabled(False)
+            self.viewsButton.setEnabled(False)
 
     # -- results --------------------------------------------------------------------------------
     def show_curves(
@@ -437,43 +456,71 @@ class TrainView(QWidget):
         return max(self.layerCombo.currentIndex(), 0)
 
     def prepare_heads(self, heads: int) -> None:
-        """Build the heatmaps of ``heads`` heads ahead of the first probe, one per event-loop turn
-        (each is a plot widget: building several at once would hold the window for a moment)."""
-        if len(self.headPlots) < min(heads, MAX_HEAD_PLOTS):
-            self._add_head_plot()
-            QTimer.singleShot(0, self, lambda: self.prepare_heads(heads))
+        """Build the heatmaps of ``heads`` heads ahead of the first probe."""
+        self._wanted = min(heads, MAX_HEAD_PLOTS)
+        self._grow()
 
-    def _add_head_plot(self) -> None:
+    def _grow(self) -> None:
+        """Build the next missing heatmap in a turn of its own (``pacing.Pacer.call``): a plot takes
+        ~14 ms to build and as much to lay out and paint, so eight at once held the window
+        ~180 ms. Each sits in a ``PacedHost``: the grid resizes the cheap hosts, the pacer the plots."""
+        if len(self.headPlots) < self._wanted and not self._growing:
+            self._growing = True
+            pacer().call(self, self._grow_one)
+
+    def _grow_one(self) -> None:
+        self._growing = False
+        if len(self.headPlots) >= self._wanted:
+            return
         plot = MatrixPlot(square=True)
         plot.setObjectName(f"trainHead{len(self.headPlots)}")
         plot.clear("waiting for the first probe…")
-        self.headGrid.addWidget(plot, len(self.headPlots) // 4, len(self.headPlots) % 4)
         self.headPlots.append(plot)
+        self._hosts.append(PacedHost(plot))
+        self._arrange()
+        if self._probe is not None and len(self.headPlots) <= self._probe[0].shape[0]:
+            self._draw_head(len(self.headPlots) - 1, force=True)
+        self._grow()
+        if self.probe_drawn():
+            self.probeDrawn.emit()
 
-    def _head_plots(self, heads: int) -> list[MatrixPlot]:
-        heads = min(heads, MAX_HEAD_PLOTS)
-        while len(self.headPlots) < heads:
-            self._add_head_plot()
-        columns = min(heads, 4)
-        for i, plot in enumerate(self.headPlots):
-            if i < heads:
-                self.headGrid.addWidget(plot, i // columns, i % columns)
-            plot.setVisible(i < heads)
-        return self.headPlots[:heads]
+    def _arrange(self) -> None:
+        """The hosts of the wanted heads in rows of at most four, the others hidden."""
+        columns = max(1, min(self._wanted, 4))
+        for i, host in enumerate(self._hosts):
+            if i < self._wanted:
+                self.headGrid.addWidget(host, i // columns, i % columns)
+            host.setVisible(i < self._wanted)
+
+    def _draw_head(self, h: int, *, force: bool = False) -> None:
+        assert self._probe is not None, "a probe to draw"
+        weights, labels = self._probe
+        plot = self.headPlots[h]
+        if not force and plot.update_values(weights[h]):
+            return  # the next snapshot of the same probe: only the image changes
+        length = weights.shape[-1]
+        plot.set_title(f"head {h}")
+        future = np.triu(np.ones((length, length), dtype=bool), 1)
+        plot.set_matrix(weights[h], row_labels=labels, col_labels=labels, levels=(0.0, 1.0), masked=future)
+
+    def probe_drawn(self) -> bool:
+        """Every head of the last probe has its heatmap, drawn (the plots are built one per turn)."""
+        return self._probe is not None and len(self.headPlots) >= min(self._probe[0].shape[0], MAX_HEAD_PLOTS)
 
     def show_probe(self, weights: np.ndarray, labels: Sequence[str], caption: str) -> None:
         """One layer's attention on the probe input: ``weights`` [heads, L, L] (causal: the keys
-        after each query are hatched)."""
-        heads, length = weights.shape[0], weights.shape[-1]
-        future = np.triu(np.ones((length, length), dtype=bool), 1)
-        same_labels = list(labels) == self._probe_labels
-        for h, plot in enumerate(self._head_plots(heads)):
-            if same_labels and plot.update_values(weights[h]):
-                continue  # the next snapshot of the same probe: only the image changes
-            plot.set_title(f"head {h}")
-            plot.set_matrix(weights[h], row_labels=labels, col_labels=labels, levels=(0.0, 1.0), masked=future)
-        self._probe_labels = list(labels)
+        after each query are hatched). Heads without a heatmap yet are drawn as theirs are built
+        (``probeDrawn`` once all are)."""
+        same_labels = self._probe is not None and list(labels) == self._probe[1]
+        self._probe = (weights, list(labels))
+        self._wanted = min(weights.shape[0], MAX_HEAD_PLOTS)
+        self._arrange()
+        for h in range(min(self._wanted, len(self.headPlots))):
+            self._draw_head(h, force=not same_labels)
         self.probeCaption.setText(caption)
+        self._grow()
+        if self.probe_drawn():
+            self.probeDrawn.emit()
 
     def show_timeline(self, steps: Sequence[int], index: int) -> None:
         """The kept checkpoints' steps, the slider at ``index`` (no ``timelineMoved`` for it)."""

@@ -79,6 +79,7 @@ def test_start_trains_and_draws_the_curves_scores_and_probe_heatmaps(qtbot, tab)
     np.testing.assert_allclose(view.scorePlot.matrix, final, atol=1e-6)
     weights = probe_attention(run)  # the heatmaps show the final weights on the probe input
     np.testing.assert_array_equal(tab.shown_weights(), weights)
+    qtbot.waitUntil(view.probe_drawn, timeout=TIMEOUT_MS)  # the heatmaps are built one per turn
     for h in range(2):
         np.testing.assert_array_equal(view.headPlots[h].matrix, weights[0, h])
     assert view.startButton.isEnabled() and not view.stopButton.isEnabled()
@@ -171,6 +172,7 @@ def test_a_shipped_preset_opens_with_its_history_scores_and_learned_attention(qt
         tab.view.presetCombo.activated.emit(tab.view.presetCombo.currentIndex())
     weights = probe_attention(preset)
     np.testing.assert_array_equal(tab.shown_weights(), weights)
+    qtbot.waitUntil(tab.view.probe_drawn, timeout=TIMEOUT_MS)  # the heatmaps are built one per turn
     np.testing.assert_array_equal(tab.view.headPlots[1].matrix, weights[0, 1])
     np.testing.assert_allclose(tab.view.scorePlot.matrix, preset.evaluate(tab_eval_batch(preset))["scores"], atol=1e-6)
     np.testing.assert_array_equal(tab.view.lossCurve.getData()[1], [row["loss"] for row in preset.history])

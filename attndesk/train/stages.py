@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from attndesk.core.config import AttentionConfig
+from attndesk.core.masks import visible_cells
 from attndesk.core.result import AttentionResult
 from attndesk.core.types import Intermediates
 
@@ -74,6 +75,18 @@ def _mask(length: int, window: int | None) -> np.ndarray:
     return allowed if window is None else allowed & (i - j < window)
 
 
+def _attention_flops(cfg, length: int) -> int:
+    """The attention layers' FLOPs on ``length`` tokens (as ``core.memory.estimate_run`` counts
+    them for one layer: the Q, K, V and output projections, QK^T and weights @ V over the cells the
+    causal mask and the window leave, ~5 per cell for the softmax), summed over the layers."""
+    e, h, d = cfg.embed_dim, cfg.heads, cfg.head_dim
+    kv = (cfg.kv_heads or h) * d
+    cells = h * visible_cells(length, length, causal=True, window=cfg.window)
+    proj = 2 * length * e * h * d + 2 * 2 * length * e * kv
+    out = 2 * length * h * d * e
+    return int(cfg.layers * (proj + 2 * 2 * cells * d + 5 * cells + out))
+
+
 def trained_result(run: TrainRun, weights: str, ids: torch.Tensor | None = None) -> AttentionResult:
     """Every head of ``run``'s model on ``ids`` [1, L] (default: the task's probe input), every stage kept."""
     ids = run.task.probe().ids[:1] if ids is None else run._check_ids(ids)[:1]
@@ -91,8 +104,8 @@ def trained_result(run: TrainRun, weights: str, ids: torch.Tensor | None = None)
         weights=stages["weights"].astype(np.float32),
         output=keeps[-1]["output"][0].float().numpy(),
         timings={"attention": seconds, "total": seconds},
-        flops=0,
-        peak_bytes=0,
+        flops=_attention_flops(run.cfg, length),
+        peak_bytes=int(sum(a.nbytes for a in stages.values())),
         device="cpu",
         config=view_config(run, weights),
         mask=_mask(length, run.cfg.window),

@@ -51,3 +51,14 @@ def test_the_configs_preset_names_are_the_shipped_presets_and_the_toy_pipeline_r
     assert tuple(PRESETS) == TRAINED_PRESETS
     with pytest.raises(ConfigError, match="random weights only"):
         run_attention(AttentionConfig(weights_from="induction"), "a b c")
+
+
+def test_the_timing_panel_gets_the_attention_flops_and_the_kept_bytes(run):
+    """Counted per layer as the core counts a toy run of the same shape (GQA, window, causal)."""
+    from attndesk.core.memory import estimate_run
+
+    result = trained_result(run, "trained")
+    length = result.weights.shape[-1]
+    layer = AttentionConfig(embed_dim=16, num_heads=2, kv_heads=1, mask="causal", window=5)
+    assert result.flops == 2 * estimate_run(layer, length).flops
+    assert result.peak_bytes >= result.weights.nbytes > 0

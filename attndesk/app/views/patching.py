@@ -24,10 +24,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say
 
-METRICS = (("logit_diff", "logit difference (answer − wrong)"), ("prob", "probability of the answer"))
+METRIC_LABELS = {
+    "logit_diff": "logit difference (answer − wrong)",
+    "prob": "probability of the answer",
+    "kl": "KL(clean ‖ patched) of the next token",
+}
+METRICS = tuple((name, METRIC_LABELS[name]) for name in CORE_METRICS)  # every metric the core has, in its order
+METRIC_FORMULAS = {"logit_diff": "logit(answer) − logit(wrong)", "prob": "p(answer)", "kl": "KL(clean ‖ run)"}
 EFFECT_TIP = (
     "normalised effect (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 = the clean run's metric "
     "restored, 0 = no change; beyond [0, 1] is real (overshoot, or working against the answer)"
@@ -209,7 +217,7 @@ class PatchingView(QWidget):
             shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True
         )
         self.positionsPlot.set_matrix(shown.positions, row_labels=rows, col_labels=shown.clean_tokens, diverging=True)
-        what = "logit(answer) − logit(wrong)" if shown.metric == "logit_diff" else "p(answer)"
+        what = METRIC_FORMULAS[shown.metric]
         wrong = f" vs {shown.wrong!r}" if shown.wrong is not None else ""
         self.summary.setText(
             f"answer {shown.answer!r}{wrong}: {what} = {shown.clean_metric:.4g} clean, {shown.corrupt_metric:.4g} "

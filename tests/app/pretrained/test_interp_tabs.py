@@ -81,6 +81,23 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     np.testing.assert_allclose(view.corruptAttention.matrix, run_pretrained(model, CORRUPT).weights[1, 2], atol=1e-6)
 
 
+def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_window, model):
+    from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+
+    view = presenter(gpt2_window, PATCHING_TAB, PatchingTab).view
+    assert [view.metricCombo.itemData(i) for i in range(view.metricCombo.count())] == list(CORE_METRICS)
+    view.set_inputs(CLEAN, CORRUPT, "mary", "john")
+    view.metricCombo.setCurrentIndex(view.metricCombo.findData("kl"))
+    assert not view.wrong.isEnabled()  # KL reads the whole next-token distribution, not a wrong token
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.shown is not None and view.shown.metric == "kl", timeout=TIMEOUT_MS)
+    expected = patch_heads(model, CLEAN, CORRUPT, "mary", "john", metric="kl")
+    np.testing.assert_allclose(view.shown.heads, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
+    assert view.shown.clean_metric == pytest.approx(0.0, abs=1e-6) and view.shown.corrupt_metric > 0
+    assert "KL(clean ‖ run)" in view.summary.text()
+
+
 def click_cell(qtbot, plot, row: int, col: int) -> None:
     """A real mouse click on cell (row, col) of a MatrixPlot."""
     scene = plot.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))

@@ -1,7 +1,8 @@
 """The activation patching view: a clean and a corrupted prompt, an answer and a wrong token (each
 checked to be one token of the model's tokenizer), and what patching found: a layers x heads
-heatmap of each head's normalised effect, a layers x positions one of the residual stream, and a
-clicked head's attention on both prompts side by side.
+heatmap of each head's normalised effect (an encoder-decoder's encoder, decoder or cross-attention
+heads, picked), a layers x positions one of the residual stream, and a clicked head's attention on
+both prompts side by side. The metric choice is every metric of the core (``inputs.METRICS``).
 
 The view draws plain numpy (``PatchingShown``) and reports intents; the presenter
 (``app/pretrained/patching.py``) runs the core's ``activation_patching`` off the GUI thread.

@@ -1,6 +1,7 @@
 """The Patching tab (pretrained decoders and encoder-decoders): activation patching of every head
-and of the residual stream at every layer and position, from the clean prompt into the corrupted
-one, as a side job with progress and cancel (``attndesk.core.interp.activation_patching``).
+(an encoder-decoder's encoder, decoder and cross-attention heads) and of the residual stream at
+every layer and position, from the clean prompt into the corrupted one, as a side job with
+progress and cancel (``attndesk.core.interp.activation_patching``).
 
 Bad input is refused next to its control before anything runs, with the core's own checks
 (``prompt_pair``, ``token_id``) once the model is loaded: prompts of different token lengths,
@@ -16,12 +17,13 @@ from PySide6.QtCore import QObject
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import activation_patching
 from attndesk.core.interp.inputs import prompt
+from attndesk.core.interp.patching import PatchingReport
 from attndesk.core.pretrained import LoadedModel, run_pretrained
 
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
-from ..views.patching import PatchingShown, PatchingView
+from ..views.patching import PART_LABELS, PartHeads, PatchingShown, PatchingView
 from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
 
 PATCHING_TAB = "patching"
@@ -48,47 +50,78 @@ def patching_job(
     cancel: CancelFlag,
 ) -> PatchingShown:
     """Worker: every head and every (layer, position) of the residual stream patched (batches sized
-    to ``budget`` bytes), and each layer's attention on both prompts (for the head the user clicks)."""
-    report = activation_patching(
-        model,
-        clean,
-        corrupt,
-        answer,
-        wrong,
-        sites=SITES,
-        metric=metric,
-        memory_budget=budget,
-        progress=progress,
-        cancel=cancel,
-    )
-    heads, resid = report.results["head"], report.results["resid"]
-    progress(1.0, "the attention of both prompts")
-    clean_attention: np.ndarray | None = None
-    corrupt_attention: np.ndarray | None = None
-    try:  # each prompt's weights within the budget on their own: the effects are kept either way
-        clean_attention, corrupt_attention = (
-            np.asarray(run_pretrained(model, text, memory_budget=budget // 2).weights) for text in (clean, corrupt)
+    to ``budget`` bytes); an encoder-decoder's decoder self-attention and cross-attention heads too
+    (its decoder reads its start token alone, in the patched runs and in the attention shown: the
+    metric is its first output token's); and each part's attention on both prompts (for the head
+    the user clicks)."""
+    encoder_decoder = model.family == "encoder-decoder"
+    parts = ("self", "decoder", "cross") if encoder_decoder else ("self",)
+    reports = {}
+    for n, part in enumerate(parts):
+
+        def step(fraction: float, message: str = "", n: int = n, part: str = part) -> None:
+            where = "" if len(parts) == 1 else f"{PART_LABELS[part] if part != 'self' else 'encoder'}: "
+            progress((n + fraction) / len(parts), where + message)
+
+        reports[part] = activation_patching(
+            model,
+            clean,
+            corrupt,
+            answer,
+            wrong,
+            sites=SITES if part == "self" else ("head",),  # the residual stream: the first part's
+            metric=metric,
+            part=part,
+            memory_budget=budget,
+            progress=step,
+            cancel=cancel,
         )
-        note = ""
-    except ConfigError as exc:
-        clean_attention = corrupt_attention = None  # one prompt over the budget: neither is shown
-        note = f"the heads' attention is not shown: {exc}"
+    progress(1.0, "the attention of both prompts")
+    runs, note = _attention(model, (clean, corrupt), budget)
+    report = reports["self"]
+    resid = report.results["resid"]
     return PatchingShown(
-        heads.effects,
+        {part: _part_heads(reports[part], part, runs) for part in parts},
         resid.effects,
-        heads.values,
         resid.values,
         report.clean_tokens,
         report.corrupt_tokens,
-        clean_attention,
-        corrupt_attention,
         report.metric,
         report.clean_metric,
         report.corrupt_metric,
         report.answer,
         report.wrong,
-        report.forward_passes,
+        sum(r.forward_passes for r in reports.values()),
         note,
+        encoder_decoder,
+    )
+
+
+def _attention(model: LoadedModel, texts: tuple[str, str], budget: int) -> tuple[list, str]:
+    """Each prompt's run (every part's weights) within the budget on their own, or ([], why not):
+    the effects are kept either way."""
+    try:
+        return [run_pretrained(model, text, memory_budget=budget // 2) for text in texts], ""
+    except ConfigError as exc:  # one prompt over the budget: neither is shown
+        return [], f"the heads' attention is not shown: {exc}"
+
+
+def _part_heads(report: PatchingReport, part: str, runs: list) -> PartHeads:
+    """One part's heads, with each prompt's weights of that part and their (query, key) labels."""
+    heads = report.results["head"]
+    clean_run, corrupt_run = runs if runs else (None, None)
+    decoder = list(report.positions)  # the decoder's tokens for the decoder and cross parts
+
+    def labels(tokens: list[str]) -> tuple[list[str], list[str]]:  # (queries, keys); cross: target over source
+        return {"self": (tokens, tokens), "decoder": (decoder, decoder), "cross": (decoder, tokens)}[part]
+
+    return PartHeads(
+        heads.effects,
+        heads.values,
+        None if clean_run is None else np.asarray(clean_run.part_weights(part)),
+        None if corrupt_run is None else np.asarray(corrupt_run.part_weights(part)),
+        labels(report.clean_tokens),
+        labels(report.corrupt_tokens),
     )
 
 

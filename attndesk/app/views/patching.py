@@ -1,7 +1,8 @@
 """The activation patching view: a clean and a corrupted prompt, an answer and a wrong token (each
 checked to be one token of the model's tokenizer), and what patching found: a layers x heads
-heatmap of each head's normalised effect, a layers x positions one of the residual stream, and a
-clicked head's attention on both prompts side by side.
+heatmap of each head's normalised effect (an encoder-decoder's encoder, decoder or cross-attention
+heads, picked), a layers x positions one of the residual stream, and a clicked head's attention on
+both prompts side by side. The metric choice is every metric of the core (``inputs.METRICS``).
 
 The view draws plain numpy (``PatchingShown``) and reports intents; the presenter
 (``app/pretrained/patching.py``) runs the core's ``activation_patching`` off the GUI thread.
@@ -24,30 +25,52 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say
 
-METRICS = (("logit_diff", "logit difference (answer − wrong)"), ("prob", "probability of the answer"))
+METRIC_LABELS = {
+    "logit_diff": "logit difference (answer − wrong)",
+    "prob": "probability of the answer",
+    "kl": "KL(clean ‖ patched) of the next token",
+}
+METRICS = tuple((name, METRIC_LABELS[name]) for name in CORE_METRICS)  # every metric the core has, in its order
+METRIC_FORMULAS = {"logit_diff": "logit(answer) − logit(wrong)", "prob": "p(answer)", "kl": "KL(clean ‖ run)"}
 EFFECT_TIP = (
     "normalised effect (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 = the clean run's metric "
     "restored, 0 = no change; beyond [0, 1] is real (overshoot, or working against the answer)"
 )
 
 
+PART_LABELS = {"self": "self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
+
+
+@dataclass(frozen=True, eq=False)
+class PartHeads:
+    """One attention part's heads: ``effects`` / ``values`` [layers, heads] (normalised / raw metric),
+    each prompt's weights [layers, H, Lq, Lk] (None: over the memory budget) and their
+    (query, key) token labels."""
+
+    effects: np.ndarray
+    values: np.ndarray
+    clean_attention: np.ndarray | None
+    corrupt_attention: np.ndarray | None
+    clean_labels: tuple[list[str], list[str]]
+    corrupt_labels: tuple[list[str], list[str]]
+
+
 @dataclass(frozen=True, eq=False)
 class PatchingShown:
-    """What one patching run shows: ``heads`` [layers, heads] and ``positions`` [layers, L]
-    normalised effects, the raw metric values, the tokens, and every layer's attention on both
-    prompts ([layers, H, L, L]) for the head picked."""
+    """What one patching run shows: every attention part's heads (``parts``: "self", and an
+    encoder-decoder's "decoder" and "cross"), ``positions`` [layers, L] normalised effects of the
+    residual stream (the first part's) with their raw values, and the tokens."""
 
-    heads: np.ndarray
+    parts: dict[str, PartHeads]
     positions: np.ndarray
-    head_values: np.ndarray
     position_values: np.ndarray
     clean_tokens: list[str]
     corrupt_tokens: list[str]
-    clean_attention: np.ndarray | None  # None: over the memory budget (``note`` says so)
-    corrupt_attention: np.ndarray | None
     metric: str
     clean_metric: float
     corrupt_metric: float
@@ -55,11 +78,18 @@ class PatchingShown:
     wrong: str | None
     passes: int
     note: str = ""
+    encoder_decoder: bool = False
+
+    @property
+    def heads(self) -> np.ndarray:
+        """[layers, heads] normalised effects of the self-attention heads (an encoder-decoder's encoder)."""
+        return self.parts["self"].effects
 
 
 class PatchingView(QWidget):
     """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric_name()``,
-    ``set_shown(PatchingShown | None)``, ``open_head(layer, head)``, ``set_unavailable(reason)``,
+    ``set_shown(PatchingShown | None)``, ``set_part(part)`` (an encoder-decoder's encoder "self",
+    "decoder" or "cross" heads; ``part_heads()`` is what is drawn), ``open_head(layer, head)``, ``set_unavailable(reason)``,
     ``set_prompt_problem(line)``. Signals ``inputsEdited()``, ``headClicked(layer, head)``."""
 
     inputsEdited = Signal()
@@ -70,6 +100,7 @@ class PatchingView(QWidget):
         self.setObjectName("patchingView")
         self.shown: PatchingShown | None = None
         self.head: tuple[int, int] | None = None
+        self.part = "self"  # the attention part whose heads are drawn
         self._build_controls()
         self._build_plots()
         layout = QVBoxLayout(self)
@@ -93,6 +124,12 @@ class PatchingView(QWidget):
         self.metricCombo = QComboBox(objectName="patchingMetricCombo")
         for key, text in METRICS:
             self.metricCombo.addItem(text, key)
+        self.partCombo = QComboBox(objectName="patchingPartCombo")
+        self.partCombo.setToolTip(
+            "an encoder-decoder's heads: the encoder's, the decoder's own, or its cross-attention"
+        )
+        self.partCombo.currentIndexChanged.connect(self._on_part)
+        self.partCombo.hide()
         self.controls = QWidget()
         form = QFormLayout(self.controls)
         form.setContentsMargins(0, 0, 0, 0)
@@ -144,11 +181,16 @@ class PatchingView(QWidget):
         self.corruptAttention.setObjectName("patchingCorruptAttention")
         self.readout = QLabel(" ", objectName="patchingReadout")
         top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(self.headsPlot)
         top.addWidget(self.positionsPlot)
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.cleanAttention)
         bottom.addWidget(self.corruptAttention)
+        heads = QWidget()
+        column = QVBoxLayout(heads)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.partCombo)
+        column.addWidget(self.headsPlot, 1)
+        top.insertWidget(0, heads)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(top)
         self.splitter.addWidget(bottom)
@@ -202,41 +244,84 @@ class PatchingView(QWidget):
         if shown is None:
             self.summary.setText("")
             self.clear_plots()
+            self._fill_parts([])
             return
-        layers, heads = shown.heads.shape
-        rows = [f"L{n}" for n in range(layers)]  # each plot's colours span its own ±max|effect|
-        self.headsPlot.set_matrix(
-            shown.heads, row_labels=rows, col_labels=[f"H{h}" for h in range(heads)], diverging=True
-        )
+        self._fill_parts(list(shown.parts) if shown.encoder_decoder else [])
+        rows = [f"L{n}" for n in range(shown.positions.shape[0])]  # each plot's colours span its own ±max|effect|
         self.positionsPlot.set_matrix(shown.positions, row_labels=rows, col_labels=shown.clean_tokens, diverging=True)
-        what = "logit(answer) − logit(wrong)" if shown.metric == "logit_diff" else "p(answer)"
         wrong = f" vs {shown.wrong!r}" if shown.wrong is not None else ""
         self.summary.setText(
-            f"answer {shown.answer!r}{wrong}: {what} = {shown.clean_metric:.4g} clean, {shown.corrupt_metric:.4g} "
-            f"corrupted · colours: normalised effect, blue < 0 < red, each plot to its own ±max (1 restores the clean "
-            "run) · "
-            f"{shown.passes} batched forward passes · click a head"
+            f"answer {shown.answer!r}{wrong}: {METRIC_FORMULAS[shown.metric]} = {shown.clean_metric:.4g} clean, "
+            f"{shown.corrupt_metric:.4g} corrupted · colours: normalised effect, blue < 0 < red, each plot to its own "
+            f"±max (1 restores the clean run) · {shown.passes} batched forward passes · click a head"
         )
-        best = np.unravel_index(int(np.argmax(shown.heads)), shown.heads.shape)
+        self.set_part(self.part if self.part in shown.parts else "self")
+
+    def _fill_parts(self, parts: list[str]) -> None:
+        """The part picker: an encoder-decoder's parts (hidden for a model with one)."""
+        current = self.part
+        self.partCombo.blockSignals(True)
+        self.partCombo.clear()
+        for part in parts:
+            self.partCombo.addItem("encoder self-attention" if part == "self" else PART_LABELS[part], part)
+        self.partCombo.setCurrentIndex(max(0, self.partCombo.findData(current)))
+        self.partCombo.blockSignals(False)
+        self.partCombo.setVisible(len(parts) > 1)
+
+    def part_heads(self) -> PartHeads | None:
+        """The drawn part's heads (None before a run)."""
+        return None if self.shown is None else self.shown.parts[self.part]
+
+    def set_part(self, part: str) -> None:
+        """Draw the heads of ``part`` ("self", or an encoder-decoder's "decoder" / "cross") and open its
+        strongest head."""
+        shown = self.shown
+        self.part = part if shown is None or part in shown.parts else "self"
+        if self.partCombo.currentData() != self.part and self.partCombo.findData(self.part) >= 0:
+            self.partCombo.setCurrentIndex(self.partCombo.findData(self.part))  # calls back here
+            return
+        heads = self.part_heads()
+        if heads is None:
+            return
+        layers, count = heads.effects.shape
+        self.headsPlot.set_title(f"<b>{self._part_name()} heads</b>: patch each head's output (every position)")
+        self.headsPlot.set_matrix(
+            heads.effects,
+            row_labels=[f"L{n}" for n in range(layers)],
+            col_labels=[f"H{h}" for h in range(count)],
+            diverging=True,
+        )
+        best = np.unravel_index(int(np.argmax(heads.effects)), heads.effects.shape)
         self.open_head(int(best[0]), int(best[1]))
 
+    def _part_name(self) -> str:
+        if self.shown is None or not self.shown.encoder_decoder:
+            return "attention"
+        return "encoder self-attention" if self.part == "self" else PART_LABELS[self.part]
+
+    @Slot(int)
+    def _on_part(self, _index: int) -> None:
+        part = self.partCombo.currentData()
+        if part is not None:
+            self.set_part(part)
+
     def open_head(self, layer: int, head: int) -> None:
-        """Show head ``head`` of layer ``layer`` on both prompts side by side."""
-        shown = self.shown
-        if shown is None:
+        """Show head ``head`` of layer ``layer`` (of the drawn part) on both prompts side by side."""
+        shown, heads = self.shown, self.part_heads()
+        if shown is None or heads is None:
             return
         self.head = (int(layer), int(head))
         self.headsPlot.highlight_cell(layer, head)
-        if shown.clean_attention is None or shown.corrupt_attention is None:
+        if heads.clean_attention is None or heads.corrupt_attention is None:
             self.cleanAttention.clear(shown.note)
             self.corruptAttention.clear("")
             return
-        for plot, weights, tokens, name in (
-            (self.cleanAttention, shown.clean_attention, shown.clean_tokens, "clean"),
-            (self.corruptAttention, shown.corrupt_attention, shown.corrupt_tokens, "corrupted"),
+        for plot, weights, (queries, keys), name in (
+            (self.cleanAttention, heads.clean_attention, heads.clean_labels, "clean"),
+            (self.corruptAttention, heads.corrupt_attention, heads.corrupt_labels, "corrupted"),
         ):
             plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys)")
-            plot.set_matrix(weights[layer, head], row_labels=tokens, col_labels=tokens)  # 0 to its largest weight
+            plot.set_matrix(weights[layer, head], row_labels=queries, col_labels=keys)  # 0 to its largest weight
 
     def _on_heads_clicked(self, event) -> None:
         hit = self.headsPlot.cell_at(event.scenePos())
@@ -246,11 +331,11 @@ class PatchingView(QWidget):
 
     @Slot(int, int)
     def _hover_head(self, layer: int, head: int) -> None:
-        s = self.shown
-        if s is not None:
+        heads = self.part_heads()
+        if heads is not None:
             self.readout.setText(
-                f"L{layer} H{head}: effect {s.heads[layer, head]:+.4f} "
-                f"(metric {s.head_values[layer, head]:.4g} patched)"
+                f"{self._part_name()} L{layer} H{head}: effect {heads.effects[layer, head]:+.4f} "
+                f"(metric {heads.values[layer, head]:.4g} patched)"
             )
 
     @Slot(int, int)
@@ -264,4 +349,4 @@ class PatchingView(QWidget):
             )
 
 
-__all__ = ["METRICS", "PatchingShown", "PatchingView"]
+__all__ = ["METRICS", "PART_LABELS", "PartHeads", "PatchingShown", "PatchingView"]

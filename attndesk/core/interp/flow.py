@@ -33,9 +33,15 @@ class AttentionFlow:
     scale: int
 
 
+# Copies of the graph per ``maximum_flow`` call: one call solves many (source, sink) pairs at once
+# (see ``_flows_into``), and holds the GIL throughout, about 5 ms at 32 copies of 62 tokens x 2 layers.
+BATCH = 32
+INT32_MAX = 2**31 - 1
+
+
 def _graph(transitions: list[np.ndarray], scale: int):
     """The layered graph as a CSR matrix of int32 capacities, (layers + 1) * L nodes."""
-    from scipy.sparse import csr_matrix
+    from scipy.sparse import csr_array
 
     length = transitions[0].shape[0]
     rows, cols, caps = [], [], []
@@ -45,7 +51,43 @@ def _graph(transitions: list[np.ndarray], scale: int):
         cols.append((layer + 1) * length + i)  # ... to token i above
         caps.append(np.rint(a[i, j] * scale).astype(np.int32))
     size = (len(transitions) + 1) * length
-    return csr_matrix((np.concatenate(caps), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
+    return csr_array((np.concatenate(caps), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
+
+
+def _reaching(transitions: list[np.ndarray], sink: int) -> np.ndarray:
+    """[(layers + 1) * L] bool: the nodes with a path to token ``sink`` after the last layer."""
+    levels = [np.zeros(transitions[0].shape[0], dtype=bool) for _ in range(len(transitions) + 1)]
+    levels[-1][sink] = True
+    for layer in reversed(range(len(transitions))):
+        levels[layer] = np.asarray((transitions[layer][levels[layer + 1]] > 0).any(axis=0))
+    return np.concatenate(levels)
+
+
+def _flows_into(graph, sources: np.ndarray, sink: int) -> np.ndarray:
+    """The maximum flow from each of ``sources`` to ``sink`` (int capacities), ``BATCH`` pairs per
+    scipy call: K disjoint copies of the graph, copy k fed from a super-source at its source k and
+    drained at its sink into a super-sink. A maximum flow of the union is one of every copy (the
+    copies share no edge), so the flow on copy k's edge into the super-sink is its own maximum."""
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import maximum_flow
+
+    coo = graph.tocoo()
+    size = graph.shape[0]
+    cap = max(1, int(coo.data[coo.col == sink].sum()))  # the sink's capacity in bounds each copy's flow
+    per_call = max(1, min(BATCH, INT32_MAX // cap))  # the total flow of a call must fit int32
+    values = np.zeros(len(sources))
+    for start in range(0, len(sources), per_call):
+        chunk = sources[start : start + per_call]
+        k = len(chunk)
+        offsets = np.arange(k) * size
+        top, bottom = k * size, k * size + 1  # the super-source and the super-sink
+        rows = np.concatenate([(coo.row[None, :] + offsets[:, None]).ravel(), np.full(k, top), offsets + sink])
+        cols = np.concatenate([(coo.col[None, :] + offsets[:, None]).ravel(), offsets + chunk, np.full(k, bottom)])
+        caps = np.concatenate([np.tile(coo.data, k), np.full(2 * k, cap, dtype=np.int32)])
+        union = csr_array((caps, (rows, cols)), shape=(k * size + 2, k * size + 2))
+        flow = maximum_flow(union, top, bottom).flow.tocsr()
+        values[start : start + k] = np.asarray(flow[offsets + sink, np.full(k, bottom)]).ravel()
+    return values
 
 
 def attention_flow(
@@ -57,9 +99,8 @@ def attention_flow(
     cancel: Cancel | None = None,
 ) -> AttentionFlow:
     """[layers, H, L, L] self-attention weights -> the maximum flow from every input token to each
-    output token in ``rows`` (default all); cost: len(rows) * L maximum-flow problems."""
-    from scipy.sparse.csgraph import maximum_flow
-
+    output token in ``rows`` (default all); cost: len(rows) * L maximum-flow problems, less the
+    pairs with no path (a causal model's later tokens), solved ``BATCH`` at a time."""
     w = np.asarray(weights_per_layer, dtype=np.float64)
     if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[0] < 1:
         raise ConfigError(f"attention flow needs self-attention weights [layers, H, L, L], got shape {w.shape}")
@@ -68,14 +109,18 @@ def attention_flow(
     if any(not 0 <= r < length for r in rows):
         raise ConfigError(f"output rows must lie in 0..{length - 1}, got {rows}")
     transitions = [layer_transition(w[n]) for n in range(w.shape[0])]
-    scale = max(1, min(2**24, (2**31 - 1) // (length + 1)))
+    scale = max(1, min(2**24, INT32_MAX // (length + 1)))
     graph = _graph(transitions, scale)
     top = w.shape[0] * length
     flow = np.zeros((len(rows), length))
     for r, i in enumerate(rows):
         check_cancel(cancel)
-        for j in range(length):
-            flow[r, j] = maximum_flow(graph, j, top + i).flow_value / scale
+        keep = np.flatnonzero(_reaching(transitions, i))  # only what leads to output token i
+        index = np.full(graph.shape[0], -1)
+        index[keep] = np.arange(len(keep))
+        sources = np.flatnonzero(index[:length] >= 0)  # input tokens with a path to i; the rest give 0
+        sub = graph[keep][:, keep]
+        flow[r, sources] = _flows_into(sub, index[sources], int(index[top + i])) / scale
         if progress is not None:
             progress((r + 1) / len(rows), f"attention flow: output token {r + 1} of {len(rows)}")
     labels = list(tokens) if tokens is not None else [str(t) for t in range(length)]

@@ -17,7 +17,14 @@ from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
 from attndesk.app.views.attribution import score_colors
 from attndesk.app.views.logit_lens import cell_label
-from attndesk.core.interp import attention_flow, gradient_x_input, integrated_gradients, logit_lens, patch_heads
+from attndesk.core.interp import (
+    activation_patching,
+    attention_flow,
+    gradient_x_input,
+    integrated_gradients,
+    logit_lens,
+    patch_heads,
+)
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from tests.app.tabs.test_responsive import assert_smooth, worst_gap
 from tests.conftest import TIMEOUT_MS
@@ -74,6 +81,7 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     np.testing.assert_allclose(view.shown.heads, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
     assert view.positionsPlot.matrix.shape == (model.layers["self"], len(view.shown.clean_tokens))
+    assert view.partCombo.isHidden() and list(view.shown.parts) == ["self"]  # a decoder has one part
     view.open_head(0, 0)
     click_cell(qtbot, view.headsPlot, 1, 2)  # a head's attention on both prompts, side by side
     assert view.head == (1, 2) and view.headsPlot.highlighted()["cell"] == (1, 2)
@@ -81,11 +89,58 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     np.testing.assert_allclose(view.corruptAttention.matrix, run_pretrained(model, CORRUPT).weights[1, 2], atol=1e-6)
 
 
+def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_window, model):
+    from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+
+    view = presenter(gpt2_window, PATCHING_TAB, PatchingTab).view
+    assert [view.metricCombo.itemData(i) for i in range(view.metricCombo.count())] == list(CORE_METRICS)
+    view.set_inputs(CLEAN, CORRUPT, "mary", "john")
+    view.metricCombo.setCurrentIndex(view.metricCombo.findData("kl"))
+    assert not view.wrong.isEnabled()  # KL reads the whole next-token distribution, not a wrong token
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.shown is not None and view.shown.metric == "kl", timeout=TIMEOUT_MS)
+    expected = patch_heads(model, CLEAN, CORRUPT, "mary", "john", metric="kl")
+    np.testing.assert_allclose(view.shown.heads, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
+    assert view.shown.clean_metric == pytest.approx(0.0, abs=1e-6) and view.shown.corrupt_metric > 0
+    assert "KL(clean ‖ run)" in view.summary.text()
+
+
 def click_cell(qtbot, plot, row: int, col: int) -> None:
     """A real mouse click on cell (row, col) of a MatrixPlot."""
     scene = plot.plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
     point = plot.graphics.mapFromScene(scene)
     qtbot.mouseClick(plot.graphics.viewport(), Qt.MouseButton.LeftButton, pos=point)
+
+
+def test_an_encoder_decoders_patching_shows_its_three_parts(qtbot, tmp_path):
+    folder = build("bart", tmp_path / "bart", seed=3)
+    w = open_window(qtbot, folder, PATCHING_TAB)
+    try:
+        model = load_pretrained(folder)
+        tab = presenter(w, PATCHING_TAB, PatchingTab)
+        view = tab.view
+        view.set_inputs(CLEAN, CORRUPT, "mary", "john")
+        qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: view.shown is not None and not tab.is_running(), timeout=TIMEOUT_MS)
+        assert view.partCombo.isVisibleTo(view) and view.partCombo.count() == 3
+        runs = [run_pretrained(model, text) for text in (CLEAN, CORRUPT)]  # the decoder: its start token
+        for part in ("self", "decoder", "cross"):
+            view.partCombo.setCurrentIndex(view.partCombo.findData(part))
+            report = activation_patching(model, CLEAN, CORRUPT, "mary", "john", part=part)
+            assert view.part == part
+            np.testing.assert_allclose(view.headsPlot.matrix, report.effects("head"), rtol=1e-5, atol=1e-6)
+            click_cell(qtbot, view.headsPlot, 1, 3)
+            assert view.head == (1, 3)
+            for plot, run in zip((view.cleanAttention, view.corruptAttention), runs, strict=True):
+                np.testing.assert_allclose(plot.matrix, run.part_weights(part)[1, 3], atol=1e-6)
+            if part != "self":  # rows: the decoder's tokens; cross-attention's columns: the source's
+                assert view.cleanAttention.row_labels == report.positions
+        shape = (len(report.positions), len(report.clean_tokens))  # the last part drawn: cross, target x source
+        assert view.cleanAttention.col_labels == report.clean_tokens and view.cleanAttention.matrix.shape == shape
+        assert shape[0] != shape[1]
+    finally:
+        dispose(w)
 
 
 def test_patching_refuses_bad_input_and_computes_nothing(qtbot, gpt2_window):
@@ -240,10 +295,6 @@ def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
     )
 
 
-# Known open problem: run after the other pretrained-window test modules in one process, switching the
-# flow on beside the rollout stalls the GUI thread 120-220 ms (alone, and with this module alone, it
-# stays under 100 ms); the cause is not found yet. Kept as a test that reports it, not as a gate.
-@pytest.mark.xfail(reason="the flow switch stalls 120-220 ms after other window modules ran", strict=False)
 def test_the_window_never_stalls_while_the_flow_computes(qtbot, gpt2_window):
     w = gpt2_window
     long_text = " ".join(["the cat sat on the mat"] * 10)

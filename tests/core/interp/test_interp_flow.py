@@ -45,6 +45,23 @@ def test_flow_equals_networkx_maximum_flow():
     assert result.flow[1, 3:].max() == 0.0
 
 
+def test_batched_pairs_equal_one_maximum_flow_per_pair(monkeypatch):
+    """Several (source, sink) pairs per scipy call, in chunks, without a causal mask: each pair's
+    value is scipy's own maximum flow on the graph alone."""
+    from scipy.sparse.csgraph import maximum_flow
+
+    from attndesk.core.interp import flow as flow_module
+
+    rng = np.random.default_rng(1)
+    w = rng.random((3, 2, 9, 9)) * (rng.random((3, 1, 9, 9)) < 0.5)  # sparse, not causal
+    w = w / np.maximum(w.sum(-1, keepdims=True), 1e-12)
+    monkeypatch.setattr(flow_module, "BATCH", 4)  # 9 sources: chunks of 4, 4 and 1
+    result = attention_flow(w)
+    graph = flow_module._graph([layer_transition(w[n]) for n in range(3)], result.scale)
+    expected = [[maximum_flow(graph, j, 3 * 9 + i).flow_value / result.scale for j in range(9)] for i in range(9)]
+    np.testing.assert_array_equal(result.flow, np.array(expected))
+
+
 def test_bad_shapes_are_refused():
     with pytest.raises(ConfigError, match=r"\[layers, H, L, L\]"):
         attention_flow(np.ones((2, 3, 3)))

@@ -146,6 +146,17 @@ def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, mo
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(cli_train._Progress, "__call__", press_ctrl_c_at_step_5)
+    # as a shell starts it: an earlier test (a library's start-up) may have left SIGINT ignored
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_run(capsys, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
+def _ctrl_c_run(capsys, tmp_path) -> None:
+    import signal
+
     code, lines, errors = _cli(
         capsys,
         "train",

@@ -64,22 +64,11 @@ LIMIT_MS = 100.0
 
 def worst_gap_ms(app, seconds: float) -> float:
     """Run the event loop for ``seconds``; the most GUI-thread CPU between two 5 ms beats, in ms."""
-    from PySide6.QtCore import QEventLoop, QTimer
+    from tests.heartbeat import Heartbeat, run_event_loop
 
-    loop, last, worst = QEventLoop(), [time.thread_time()], [0.0]
-
-    def beat() -> None:
-        now = time.thread_time()
-        worst[0] = max(worst[0], now - last[0])
-        last[0] = now
-
-    heartbeat = QTimer()
-    heartbeat.timeout.connect(beat)
-    heartbeat.start(5)
-    QTimer.singleShot(int(seconds * 1000), loop.quit)
-    loop.exec()
-    heartbeat.stop()
-    return worst[0] * 1e3
+    with Heartbeat(clock=time.thread_time) as beat:
+        run_event_loop(int(seconds * 1000))
+    return beat.worst * 1e3
 
 
 def main() -> int:

@@ -103,15 +103,9 @@ class Driver:
             self._run_loop(int(max(1, (deadline - time.perf_counter()) * 1000)), until_shown=True)
 
     def _run_loop(self, ms: int, until_shown: bool = False) -> None:
-        from PySide6.QtCore import QEventLoop, QTimer
+        from tests.heartbeat import run_event_loop
 
-        loop = QEventLoop()
-        QTimer.singleShot(ms, loop.quit)
-        if until_shown:
-            self.window.resultDisplayed.connect(loop.quit)
-        loop.exec()
-        if until_shown:
-            self.window.resultDisplayed.disconnect(loop.quit)
+        run_event_loop(ms, self.window.resultDisplayed if until_shown else None)
 
     def settle(self, seconds: float = 0.3) -> None:
         """Let late work (a reflow, a slice) finish so it does not count against the next change."""

@@ -12,29 +12,6 @@ from attndesk.core import AttentionConfig, Cancelled, ConfigError, run_attention
 from attndesk.core.blocked import ExactAttention, FullSink, MaskSpec, blocked_attention
 from attndesk.core.plan import plan_run
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "the",
-    "mat",
-    "while",
-    "a",
-    "dog",
-    "watched",
-    "it",
-    "from",
-    "the",
-    "warm",
-    "kitchen",
-    "door",
-]
-
-
-def _text(n: int) -> str:
-    return " ".join(WORDS[i % len(WORDS)] for i in range(n))
-
 
 def _tols(dtype: str) -> dict:
     # float64 is exact to rounding; float32 may differ in the last bits where a block's GEMM is
@@ -48,10 +25,10 @@ def _blocked_plan(config: AttentionConfig, lq: int, lk: int, block_rows: int, **
 
 @pytest.mark.parametrize("mask", ["none", "padding", "causal", "padding+causal"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_blocked_equals_full_for_every_mask(mask, dtype):
+def test_blocked_equals_full_for_every_mask(mask, dtype, text_of):
     # 37 real tokens padded to 53: padding rows and keys, L not a multiple of any block
     config = AttentionConfig(embed_dim=24, num_heads=3, mask=mask, dtype=dtype, pad_to=53, seed=3)
-    text = _text(37)
+    text = text_of(37)
     full = run_attention(config, text)
     assert full.plan.kind == "full"
     for block_rows in (1, 7, 16, 53, 64):
@@ -70,11 +47,11 @@ def test_blocked_equals_full_for_every_mask(mask, dtype):
 
 
 @pytest.mark.parametrize("heads", [1, 4])
-def test_blocked_equals_full_single_head_and_unscaled(heads):
+def test_blocked_equals_full_single_head_and_unscaled(heads, text_of):
     config = AttentionConfig(
         embed_dim=16, hidden_dim=12, num_heads=heads, mask="padding+causal", scaled=False, pad_to=90, dtype="float64"
     )
-    text = _text(71)
+    text = text_of(71)
     full = run_attention(config, text)
     blocked = run_attention(config, text, plan=_blocked_plan(config, 90, 90, 11, force="blocked"))
     np.testing.assert_allclose(blocked.weights, full.weights, rtol=0, atol=1e-12)
@@ -82,10 +59,10 @@ def test_blocked_equals_full_single_head_and_unscaled(heads):
     assert blocked.output.shape == full.output.shape
 
 
-def test_blocked_equals_full_for_cross_attention():
+def test_blocked_equals_full_for_cross_attention(text_of):
     # pad_to=40 pads the 29 keys (padding mask on keys) and leaves the 45 queries alone
     config = AttentionConfig(embed_dim=32, num_heads=4, mask="padding", dtype="float64", pad_to=40)
-    text, keys = _text(45), _text(29)
+    text, keys = text_of(45), text_of(29)
     full = run_attention(config, text, key_text=keys)
     blocked = run_attention(config, text, key_text=keys, plan=_blocked_plan(config, 45, 40, 13, force="blocked"))
     assert blocked.weights.shape == (4, 45, 40)
@@ -126,9 +103,9 @@ def test_mask_spec_rows_equal_the_full_mask_and_tiles():
     np.testing.assert_array_equal(tiles, expected)
 
 
-def test_exact_read_outs_equal_the_full_weights():
+def test_exact_read_outs_equal_the_full_weights(text_of):
     config = AttentionConfig(embed_dim=32, num_heads=4, mask="padding+causal", pad_to=77, dtype="float64")
-    text = _text(60)
+    text = text_of(60)
     full = run_attention(config, text)
     bounded = run_attention(config.replace(memory_budget=50_000), text)
     assert bounded.plan.kind == "pyramid" and not bounded.exact_weights
@@ -152,9 +129,9 @@ def test_exact_read_outs_equal_the_full_weights():
         exact.region(0, 0, 77, 0, 77, max_cells=100)
 
 
-def test_progress_is_per_block_and_head_and_cancel_stops_within_a_block():
+def test_progress_is_per_block_and_head_and_cancel_stops_within_a_block(text_of):
     config = AttentionConfig(embed_dim=16, num_heads=2, mask="padding", pad_to=60, memory_budget=20_000)
-    text = _text(50)
+    text = text_of(50)
     before = run_attention(config, text)
     assert before.plan.kind == "pyramid"
     blocks = -(-60 // before.plan.block_rows)
@@ -191,16 +168,16 @@ def test_exact_attention_value_for_a_single_query_row():
     assert exact.shape == (3, 10, 12)
 
 
-def test_training_dropout_is_refused_on_the_bounded_path():
+def test_training_dropout_is_refused_on_the_bounded_path(text_of):
     config = AttentionConfig(embed_dim=16, num_heads=2, dropout=0.1, training=True, memory_budget=10_000)
     with pytest.raises(ConfigError, match="training mode"):
-        run_attention(config, _text(60))
+        run_attention(config, text_of(60))
 
 
-def test_bounded_intermediates_keep_only_the_small_tensors():
+def test_bounded_intermediates_keep_only_the_small_tensors(text_of):
     config = AttentionConfig(embed_dim=16, num_heads=2, mask="padding", pad_to=40)
-    full = run_attention(config, _text(30), keep_intermediates=True)
-    bounded = run_attention(config.replace(memory_budget=5_000), _text(30), keep_intermediates=True)
+    full = run_attention(config, text_of(30), keep_intermediates=True)
+    bounded = run_attention(config.replace(memory_budget=5_000), text_of(30), keep_intermediates=True)
     assert bounded.plan.kind == "pyramid"
     assert set(bounded.intermediates.available()) == {"embeddings", "q", "k", "v", "context", "output"}
     for name in ("embeddings", "q", "k", "v", "context", "output"):

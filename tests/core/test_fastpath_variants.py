@@ -19,29 +19,6 @@ from attndesk.core.attention import attend
 from attndesk.core.masks import MaskSpec
 from attndesk.core.plan import plan_run
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "the",
-    "mat",
-    "while",
-    "a",
-    "dog",
-    "watched",
-    "it",
-    "from",
-    "the",
-    "warm",
-    "kitchen",
-    "door",
-]
-
-
-def _text(n: int) -> str:
-    return " ".join(WORDS[i % len(WORDS)] for i in range(n))
-
 
 def _configs():
     return st.builds(
@@ -74,8 +51,8 @@ def _configs():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(config=_configs(), words=st.integers(1, 23), block_rows=st.integers(1, 9))
-def test_every_path_gives_the_reference_numbers(config, words, block_rows, monkeypatch):
-    text = _text(words)
+def test_every_path_gives_the_reference_numbers(config, words, block_rows, monkeypatch, text_of):
+    text = text_of(words)
     monkeypatch.setattr(core, "FAST_PATH_MIN_ELEMENTS", 10**12)
     reference = run_attention(config, text)
     monkeypatch.setattr(core, "FAST_PATH_MIN_ELEMENTS", 0)
@@ -164,11 +141,11 @@ def cells(monkeypatch):
     return seen
 
 
-def test_a_window_computes_only_its_band(cells):
+def test_a_window_computes_only_its_band(cells, text_of):
     """Count the score cells the fast path computes: O(L W), not O(L^2)."""
     length, window = 600, 16
     config = AttentionConfig(embed_dim=16, num_heads=2, mask="none", window=window, memory_budget=200_000)
-    result = run_attention(config, _text(length))
+    result = run_attention(config, text_of(length))
     assert result.plan.kind == "pyramid"
     computed = sum(cells)
     assert computed <= 2 * length * (2 * window - 1 + 2 * result.plan.block_rows + 2 * result.plan.factor)
@@ -193,7 +170,7 @@ def test_causal_blocks_skip_the_upper_triangle_and_still_write_its_zeros(cells):
 
 
 @pytest.mark.parametrize("variant", [{}, {"kv_heads": 2}, {"window": 8}, {"position": "alibi", "softcap": 5.0}])
-def test_a_real_timer_times_the_fast_path_itself(monkeypatch, variant):
+def test_a_real_timer_times_the_fast_path_itself(monkeypatch, variant, text_of):
     monkeypatch.setattr(core, "FAST_PATH_MIN_ELEMENTS", 0)
     calls = []
     real = fastpath.fast_attention
@@ -203,15 +180,15 @@ def test_a_real_timer_times_the_fast_path_itself(monkeypatch, variant):
         return real(*args, **kwargs)
 
     monkeypatch.setattr("attndesk.core.pipeline.fast_attention", counted)
-    result = run_attention(AttentionConfig(**variant), _text(40))
+    result = run_attention(AttentionConfig(**variant), text_of(40))
     assert len(calls) == 1 and calls[0] is not None and hasattr(calls[0], "seconds")
     assert list(result.timings) == ["embed", "projections", "attention", "weighted sum", "output projection", "total"]
     assert all(result.timings[s] > 0 for s in ("attention", "weighted sum"))
     assert result.timings["total"] == pytest.approx(sum(v for s, v in result.timings.items() if s != "total"))
 
 
-def test_bounded_runs_time_the_overview_as_a_stage():
-    result = run_attention(AttentionConfig(embed_dim=16, num_heads=2, window=5, memory_budget=30_000), _text(200))
+def test_bounded_runs_time_the_overview_as_a_stage(text_of):
+    result = run_attention(AttentionConfig(embed_dim=16, num_heads=2, window=5, memory_budget=30_000), text_of(200))
     assert result.plan.kind == "pyramid"
     assert list(result.timings) == [
         "embed",

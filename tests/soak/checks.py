@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 import shiboken6
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QThreadPool, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
+from attndesk.app.jobs.worker import JobRunner
 from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.tabs.registry import spec
 
@@ -44,8 +45,16 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, step_ms: int = 5
 
 
 def busy(root) -> bool:
-    """Whether ``root`` shows a progress bar (what a user reads as "still working")."""
-    return root is not None and any(bar.isVisible() for bar in root.findChildren(QProgressBar))
+    """Whether work is under way though it may use no CPU (a worker waiting on the disk): one of
+    ``root``'s job runners has a job, a pool task runs, or ``root`` shows a progress bar without a
+    fraction (what a user reads as "still working"). A bar with a fraction at rest is not work: the
+    corpus tab's stays in view between passes (counting it made every wait on that tab run to its
+    limit)."""
+    if root is None:
+        return False
+    if QThreadPool.globalInstance().activeThreadCount() or any(r.is_busy() for r in root.findChildren(JobRunner)):
+        return True
+    return any(bar.isVisible() and bar.minimum() == bar.maximum() for bar in root.findChildren(QProgressBar))
 
 
 def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:

@@ -7,15 +7,13 @@ the result crosses to the GUI thread, and the heatmaps, tokens, timing and tabs 
 
 from __future__ import annotations
 
-import itertools
 import random
-import time
 
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import Qt, QTimer
 
 from attndesk.app.sources.long_source import PyramidHeatmapSource
 from tests.conftest import TIMEOUT_MS
+from tests.heartbeat import Heartbeat
 
 MiB = 2**20
 MAX_GAP_S = 0.100  # the issue's target
@@ -66,17 +64,12 @@ def document(n_words: int, seed: int) -> str:
 
 def gaps_during_run(qtbot, w, action) -> tuple[list[float], float]:
     """Do ``action`` (a change that runs) and tick every 5 ms until it is on screen: (gaps in s, run time)."""
-    ticks: list[float] = []
-    timer = QTimer(interval=5)
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    beat = Heartbeat()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
-        ticks.append(time.perf_counter())
-        timer.start()
+        beat.start()
         action()
-    ticks.append(time.perf_counter())  # resultDisplayed: the last interval counts too
-    timer.stop()
-    return [b - a for a, b in itertools.pairwise(ticks)], ticks[-1] - ticks[0]
+    beat.stop()  # resultDisplayed: the last interval counts too
+    return beat.gaps, beat.elapsed
 
 
 def test_the_event_loop_never_stalls_over_100_ms_during_a_pyramid_run(qtbot, window):

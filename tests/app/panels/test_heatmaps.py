@@ -8,11 +8,12 @@ import time
 import numpy as np
 import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import QCoreApplication, QElapsedTimer, QEvent, QPointF, Qt, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QPointF, Qt
 
 from attndesk.app.panels.heatmaps import HeatmapPanel
 from attndesk.app.sources.long_source import source_for_map
 from attndesk.core.types import MEAN, AttentionMap
+from tests.heartbeat import Heartbeat
 
 MAX_GAP_MS = 100
 TRIES = 3  # a parallel test run can starve the GUI thread; a real stall fails every try
@@ -102,26 +103,12 @@ def test_hiding_the_first_key_of_a_big_map_is_built_off_the_gui_thread(qtbot, pa
 
 def gaps_while(qtbot, panel, action) -> float:
     """Run ``action`` (which starts drawing) and tick every 5 ms until the panel is drawn: the longest gap."""
-    clock = QElapsedTimer()
-    gaps, last = [], [0]
-
-    def tick() -> None:
-        now = clock.elapsed()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    timer = QTimer(interval=5)
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.timeout.connect(tick)
-    clock.start()
-    timer.start()
-    action()
-    panel.canvas.viewport().repaint()
-    drawn(qtbot, panel)
-    qtbot.wait(30)
-    timer.stop()
-    tick()
-    return max(gaps)
+    with Heartbeat() as beat:
+        action()
+        panel.canvas.viewport().repaint()
+        drawn(qtbot, panel)
+        qtbot.wait(30)
+    return beat.worst * 1e3
 
 
 def test_2048_tokens_x_16_heads_never_stall_the_event_loop(qtbot, panel):

@@ -20,6 +20,7 @@ from attndesk.app.session import SessionError
 from attndesk.app.state import PACKAGED, TOY
 from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
 from tests.conftest import TIMEOUT_MS
+from tests.heartbeat import Heartbeat
 
 TEXT = "The cat sat on the mat."
 
@@ -321,27 +322,19 @@ def test_first_load_runs_in_the_worker_with_progress(window, qtbot):
     be one long gap) and the status bar reports the loading."""
     import time
 
-    from PySide6.QtCore import QTimer
-
     from attndesk.core.pretrained import clear_cache, is_loaded
 
     w = window
     clear_cache()
     assert not is_loaded()
-    ticks, messages = [], []
-    timer = QTimer(interval=5)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    messages = []
     w.compute.progressed.connect(lambda _f, message: messages.append(message))
-    timer.start()
-    try:
+    with Heartbeat() as beat:
         start = time.perf_counter()
         wait_pretrained(qtbot, w, lambda: (setattr(w.state, "text", TEXT), select_mode(w, PACKAGED)))
         elapsed = time.perf_counter() - start
-    finally:
-        timer.stop()
-    gaps = np.diff(ticks)
     assert is_loaded() and any(m.startswith("loading model") for m in messages)
-    assert len(ticks) > 20 and gaps.max() < min(0.6, 0.5 * elapsed), (gaps.max(), elapsed)
+    assert len(beat.beats) > 20 and beat.worst < min(0.6, 0.5 * elapsed), (beat.worst, elapsed)
 
 
 def test_a_model_folder_deleted_during_the_session(pretrained_window, tmp_path, qtbot, reference):

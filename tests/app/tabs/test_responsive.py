@@ -9,15 +9,12 @@ another layer's heatmap source, the grid's thumbnails) runs as side jobs, drawin
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import Qt, QTimer
 
 from attndesk.app.state import PACKAGED
 from tests.conftest import TIMEOUT_MS
+from tests.heartbeat import Heartbeat
 
 LIMIT_S = 0.100
 TRIES = 3  # a parallel test run can starve the GUI thread; a real stall fails every try
@@ -29,21 +26,14 @@ def window_size() -> tuple[int, int]:
 
 
 def worst_gap(qtbot, action, signal=None, settle_ms: int = 300) -> float:
-    ticks = [time.perf_counter()]
-    timer = QTimer(interval=5)
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
-    timer.start()
-    try:
+    with Heartbeat() as beat:
         if signal is None:
             action()
         else:
             with qtbot.waitSignal(signal, timeout=TIMEOUT_MS):
                 action()
         qtbot.wait(settle_ms)
-    finally:
-        timer.stop()
-    return max(b - a for a, b in itertools.pairwise(ticks))
+    return beat.worst
 
 
 def assert_smooth(qtbot, label: str, attempt) -> None:

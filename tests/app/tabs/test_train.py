@@ -6,14 +6,12 @@ leaves no thread running (conftest checks)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
 import pytest
 import torch
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
 
 import attndesk.train.trainer as trainer_module
@@ -26,6 +24,7 @@ from attndesk.app.views.train import TrainView
 from attndesk.train.presets import load_preset
 from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS
+from tests.heartbeat import Heartbeat
 
 TINY = {
     "task": "previous-token",
@@ -230,15 +229,10 @@ def test_training_never_holds_the_window_and_redraws_the_heatmaps_twice_a_second
     qtbot.waitUntil(lambda: bool(shown), timeout=TIMEOUT_MS)
     gaps = []
     for _try in range(3):
-        ticks: list[float] = [time.perf_counter()]
         shown[:] = []
-        timer = QTimer(interval=5)
-        timer.setTimerType(Qt.TimerType.PreciseTimer)
-        timer.timeout.connect(lambda ticks=ticks: ticks.append(time.perf_counter()))
-        timer.start()
-        qtbot.wait(2000)
-        timer.stop()
-        gaps.append(max(b - a for a, b in itertools.pairwise(ticks)))
+        with Heartbeat() as beat:
+            qtbot.wait(2000)
+        gaps.append(beat.worst)
         if gaps[-1] < 0.100 and len(shown) >= 4:
             break
     with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):

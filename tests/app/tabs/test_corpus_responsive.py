@@ -1,0 +1,124 @@
+"""The Corpus tab never holds the GUI thread: a store of 6 layers x 12 heads whose texts include
+250,000-character lines, shown in narrow lists, while heads are selected, metrics switched, the
+window resized and the tab left and shown again.
+
+An application event filter takes the GUI thread's own CPU time (``time.thread_time()``) at the
+start of every event: an event's cost is the time until the next one starts, as the soak counts
+it. Before, a listed text was laid out whole (several hundred ms a paint in a narrow list) and
+the grid built a ``pg.TextItem`` per head (50 ms per metric chosen).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyqtgraph as pg
+import pytest
+from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from pretrained_models import build
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QApplication
+
+from attndesk.app.main_window import MainWindow
+from attndesk.app.tabs.corpus import CORPUS_TAB
+from attndesk.app.views.corpus.view import LIST_CHARS
+from tests.app.tabs.test_corpus import TEXTS, corpus_file, run_pass
+from tests.conftest import TIMEOUT_MS
+
+LIMIT_S = 0.050  # the window's aim per event; the soak's criterion is 100 ms
+TRIES = 3  # a loaded machine can inflate one try; a real stall fails every try
+# whole files can be texts (a folder of .txt files): ~250,000 characters each
+LONG = [" ".join(f"word{i % 97} the cat sat" for i in range(12_000 + 500 * k)) for k in range(3)]
+
+
+class EventCpu(QObject):
+    """The GUI thread's CPU time from each event's start to the next one's, the worst kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worst, self._last = (0.0, ""), None
+
+    def eventFilter(self, obj, event) -> bool:
+        now = time.thread_time()
+        if self._last is not None and now - self._last[0] > self.worst[0]:
+            self.worst = (now - self._last[0], self._last[1])
+        self._last = (now, f"{event.type().name} -> {type(obj).__name__}({obj.objectName()})")
+        return False
+
+
+def worst_event(qtbot, action, settle_ms: int = 400) -> tuple[float, str]:
+    spy = EventCpu()
+    app = QApplication.instance()
+    app.installEventFilter(spy)
+    try:
+        action()
+        qtbot.wait(settle_ms)
+    finally:
+        app.removeEventFilter(spy)
+    return spy.worst
+
+
+def assert_light(qtbot, label: str, action) -> None:
+    tries = []
+    for _ in range(TRIES):
+        tries.append(worst_event(qtbot, action))
+        if tries[-1][0] < LIMIT_S:
+            return
+    pytest.fail(f"{label}: " + ", ".join(f"{cpu * 1e3:.0f} ms in {name}" for cpu, name in tries))
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus-responsive") / "bert"
+    return build("bert", folder, num_hidden_layers=6, num_attention_heads=12, hidden_size=48)
+
+
+@pytest.fixture
+def window(qtbot, bert):
+    w = MainWindow(restore=False)
+    w.resize(1000, 700)
+    w.show()
+    assert w.pretrained.open_folder(bert)
+    w.state.view.tab = CORPUS_TAB
+    yield w
+    qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
+    dispose(w)
+
+
+def shown(view, part: str, layer: int, head: int, metric: str):
+    return lambda: (
+        view.headLabel.text().startswith(f"<b>{part} layer {layer} head {head}</b>")
+        and (f"· {metric} " in view.headLabel.text())
+    )
+
+
+def test_long_texts_heads_and_metrics_stay_light(qtbot, window, tmp_path):
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path, LONG + TEXTS), tmp_path / "store")
+    qtbot.waitUntil(lambda: tab.store is not None and view.topList.count() > 0, timeout=TIMEOUT_MS)
+    view.findChild(QObject, "corpusSplit").setSizes([760, 240])  # narrow lists: long texts wrap the most
+    texts = [view.topList.item(i).text() for i in range(view.topList.count())]
+    texts += [view.bottomList.item(i).text() for i in range(view.bottomList.count())]
+    assert max(map(len, texts)) <= LIST_CHARS + 8  # "0.123  " + the cut text + "…"
+    assert any(t.endswith("…") for t in texts)  # the long lines are listed, cut
+    assert not [i for i in view.grid.getPlotItem().items if isinstance(i, pg.TextItem)]  # badges: one item
+    assert view.grid.badges.texts().shape == (6, 12)
+
+    def select(layer: int, head: int, metric: str):
+        def action():
+            view.metricCombo.setCurrentText(metric)
+            tab.select_head("self", layer, head)
+            qtbot.waitUntil(shown(view, "self", layer, head, metric), timeout=TIMEOUT_MS)
+
+        return action
+
+    heads = iter([(5, 11, "entropy"), (3, 7, "previous"), (1, 2, "distance"), (4, 9, "self"), (2, 3, "first")] * 3)
+    assert_light(qtbot, "a head and a metric", lambda: select(*next(heads))())
+    sizes = iter([(1200, 800), (1000, 700)] * 3)
+    assert_light(qtbot, "resizing the window", lambda: window.resize(*next(sizes)))
+
+    def away_and_back():
+        window.state.view.tab = "heatmaps"
+        qtbot.wait(200)
+        window.state.view.tab = CORPUS_TAB
+
+    assert_light(qtbot, "showing the tab again", away_and_back)

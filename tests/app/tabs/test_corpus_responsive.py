@@ -16,7 +16,8 @@ import pyqtgraph as pg
 import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QPointF
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from attndesk.app.main_window import MainWindow
@@ -102,6 +103,9 @@ def test_long_texts_heads_and_metrics_stay_light(qtbot, window, tmp_path):
     assert any(t.endswith("…") for t in texts)  # the long lines are listed, cut
     assert not [i for i in view.grid.getPlotItem().items if isinstance(i, pg.TextItem)]  # badges: one item
     assert view.grid.badges.texts().shape == (6, 12)
+    scene = view.grid.getViewBox().mapViewToScene(QPointF(11.5, 5.5))
+    QTest.mouseMove(view.grid.viewport(), view.grid.mapFromScene(scene))  # the hover names the cell's role
+    qtbot.waitUntil(lambda: view.grid.badges.toolTip() == f"layer 5 head 11: {view.pivot('role')[5, 11]}")
 
     def select(layer: int, head: int, metric: str):
         def action():

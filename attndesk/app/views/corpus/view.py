@@ -56,12 +56,10 @@ ERROR_STYLE = "color: #b00020;"
 TEXT_ID = Qt.ItemDataRole.UserRole
 SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 # a listed text is cut here (its tooltip a little further): a word-wrapped list item lays out its whole
-# text on every resize and paint, ~20 ms for a 30,000-character line and several times that in a
-# narrow list; double-click opens the whole text in the heatmaps
+# text on every resize and paint: ~30 ms an event for eight 30,000-character texts, ~100 ms for
+# 250,000; double-click opens the whole text in the heatmaps
 LIST_CHARS = 300
 TIP_CHARS = 1000
-
-
 TABLE_COLUMNS = ("part", "layer", "head", "role", *METRICS)
 TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
 

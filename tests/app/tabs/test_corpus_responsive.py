@@ -25,6 +25,7 @@ from PySide6.QtWidgets import QApplication
 from attndesk.app.main_window import MainWindow
 from attndesk.app.tabs.corpus import CORPUS_TAB
 from attndesk.app.views.corpus import CorpusView
+from attndesk.app.views.corpus.plots import AtlasPlot
 from attndesk.app.views.corpus.view import LIST_CHARS
 from attndesk.corpus.metrics import METRICS
 from tests.app.tabs.test_corpus import TEXTS, corpus_file, run_pass
@@ -163,3 +164,20 @@ def test_a_large_models_table_fills_a_few_rows_per_turn(qtbot):
     assert tries[-1] < LIMIT_S, f"{', '.join(f'{t * 1e3:.0f}' for t in tries)} ms"
     assert view.table.rowCount() == 1024
     assert sorted(view.table_column("entropy")) == sorted(heads["entropy"])
+
+
+def test_the_atlas_keeps_its_points_and_zoom_for_the_same_head(qtbot):
+    """Another metric re-sends the same head's atlas: its points are not rebuilt, the zoom stays."""
+    atlas = AtlasPlot()
+    qtbot.addWidget(atlas)
+    rng = np.random.default_rng(1)
+    x, y, is_query = rng.standard_normal(500), rng.standard_normal(500), rng.random(500) < 0.5
+    atlas.set_points(x, y, is_query, lambda i: "")
+    drawn = atlas.queries.data
+    atlas.getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+    atlas.set_points(x.copy(), y.copy(), is_query.copy(), lambda i: "other")
+    assert atlas.queries.data is drawn and atlas.getViewBox().viewRange()[0] == [0, 1]
+    assert atlas._describe(0) == "other"
+    atlas.set_points(x + 1, y, is_query, lambda i: "")  # another head: drawn again, fitted again
+    assert atlas.queries.data is not drawn and atlas.getViewBox().viewRange()[0][1] > 1
+    np.testing.assert_array_equal(atlas.queries.data["x"], x[is_query] + 1)

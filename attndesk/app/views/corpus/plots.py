@@ -10,12 +10,14 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
 LABEL_PX = 340  # the hover label's width: a long text wraps
+BADGE_MIN_PX = 9  # a cell narrower than this on screen shows no badge (the letter would not fit)
+ALIGN_CENTRE = Qt.AlignmentFlag.AlignCenter
 HOVER_PX = 10  # a point this close to the pointer (in screen pixels) is the one hovered or clicked
 ROLE_BADGES = {
     "induction": ("I", "#ffffff"),
@@ -55,6 +57,63 @@ def badge_legend() -> str:
     )
 
 
+class RoleBadges(QGraphicsObject):
+    """Every cell's role initial, drawn by one item in one ``paint`` at the screen's font size.
+
+    A ``pg.TextItem`` per cell cost ~0.7 ms each to build and re-laid out its transform on every
+    paint: 72 heads took 50 ms of the GUI thread for each metric chosen. The hover names the cell's
+    layer, head and role in the tooltip.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._roles = np.zeros((0, 0), dtype=object)
+        self.setAcceptHoverEvents(True)
+        self.setZValue(5)
+
+    def set_roles(self, roles: np.ndarray) -> None:
+        roles = np.asarray(roles, dtype=object)
+        if roles.shape == self._roles.shape and bool(np.all(roles == self._roles)):
+            return  # another metric, the same roles: nothing to draw again
+        self.prepareGeometryChange()
+        self._roles = roles.copy()
+        self.update()
+
+    def texts(self) -> np.ndarray:
+        """The badge shown in each cell ([layers, heads] of one-letter strings)."""
+        out = np.empty(self._roles.shape, dtype=object)
+        for index, role in np.ndenumerate(self._roles):
+            out[index] = ROLE_BADGES.get(str(role), ("?", "#ffffff"))[0]
+        return out
+
+    def boundingRect(self) -> QRectF:
+        layers, heads = self._roles.shape
+        return QRectF(0, 0, heads, layers)
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        if not self._roles.size:
+            return
+        cell = painter.transform().map(QPointF(1, 1)) - painter.transform().map(QPointF(0, 0))
+        if min(abs(cell.x()), abs(cell.y())) < BADGE_MIN_PX:
+            return  # cells too small to hold a legible letter
+        to_device = painter.transform()
+        painter.save()
+        painter.resetTransform()
+        box = QRectF(-abs(cell.x()) / 2, -abs(cell.y()) / 2, abs(cell.x()), abs(cell.y()))
+        for (layer, head), role in np.ndenumerate(self._roles):
+            text, colour = ROLE_BADGES.get(str(role), ("?", "#ffffff"))
+            painter.setPen(QColor(colour))
+            painter.drawText(box.translated(to_device.map(QPointF(head + 0.5, layer + 0.5))), ALIGN_CENTRE, text)
+        painter.restore()
+
+    def hoverMoveEvent(self, event) -> None:
+        pos = event.pos()
+        layer, head = int(np.floor(pos.y())), int(np.floor(pos.x()))
+        rows, cols = self._roles.shape
+        inside = 0 <= layer < rows and 0 <= head < cols
+        self.setToolTip(f"layer {layer} head {head}: {self._roles[layer, head]}" if inside else "")
+
+
 class HeadGrid(pg.PlotWidget):
     """Layers (rows, layer 0 at the top) x heads (columns), coloured by one metric, each cell with its
     role's initial. ``cellClicked(layer, head)``."""
@@ -72,8 +131,10 @@ class HeadGrid(pg.PlotWidget):
         self.setLabel("bottom", "head")
         self.setLabel("left", "layer")
         self.hideButtons()
-        self._badges: list[pg.TextItem] = []
+        self.badges = RoleBadges()
+        self.addItem(self.badges, ignoreBounds=True)
         self._values = np.zeros((0, 0))
+        self._shape = (-1, -1)
         self._current = QGraphicsRectItem()
         self._current.setPen(QPen(QColor("#ff2d55"), 0))
         self._current.setZValue(10)
@@ -91,21 +152,13 @@ class HeadGrid(pg.PlotWidget):
         self.image.setImage(
             np.nan_to_num(self._values, nan=_levels(self._values)[0]), levels=_levels(self._values), autoLevels=False
         )
-        for badge in self._badges:
-            self.removeItem(badge)
-        self._badges = []
+        self.badges.set_roles(roles)
         layers, heads = self._values.shape
-        if layers * heads <= 1024:  # a badge per cell stays legible (and cheap: a TextItem each) up to this many heads
-            for (layer, head), role in np.ndenumerate(roles):
-                text, colour = ROLE_BADGES.get(str(role), ("?", "#ffffff"))
-                badge = pg.TextItem(text, color=colour, anchor=(0.5, 0.5))
-                badge.setToolTip(f"layer {layer} head {head}: {role}")
-                badge.setPos(head + 0.5, layer + 0.5)
-                self.addItem(badge)
-                self._badges.append(badge)
-        self.getAxis("bottom").setTicks([_cell_ticks(heads)])
-        self.getAxis("left").setTicks([_cell_ticks(layers)])
-        self.getViewBox().setRange(QRectF(0, 0, heads, layers), padding=0.02)
+        if (layers, heads) != self._shape:  # another metric keeps the axes: re-set, they re-lay out the plot
+            self._shape = (layers, heads)
+            self.getAxis("bottom").setTicks([_cell_ticks(heads)])
+            self.getAxis("left").setTicks([_cell_ticks(layers)])
+            self.getViewBox().setRange(QRectF(0, 0, heads, layers), padding=0.02)
 
     def set_current(self, layer: int, head: int) -> None:
         self._current.setRect(QRectF(head, layer, 1, 1))
@@ -181,13 +234,18 @@ class AtlasPlot(pg.PlotWidget):
         self.label.hide()
         self.addItem(self.label, ignoreBounds=True)
         self._xy = np.zeros((0, 2))
+        self._is_query = np.zeros(0, bool)
         self._describe = lambda i: ""
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._clicked)
 
     def set_points(self, x: np.ndarray, y: np.ndarray, is_query: np.ndarray, describe) -> None:
         x, y, is_query = np.asarray(x, float), np.asarray(y, float), np.asarray(is_query, bool)
-        self._xy, self._describe = np.column_stack([x, y]), describe
+        xy = np.column_stack([x, y])
+        same = np.array_equal(xy, self._xy) and np.array_equal(is_query, self._is_query)
+        self._xy, self._is_query, self._describe = xy, is_query, describe
+        if same:  # the same head under another metric: keep the points (~2 ms per 1,000) and the zoom
+            return
         self.queries.setData(x=x[is_query], y=y[is_query])
         self.keys.setData(x=x[~is_query], y=y[~is_query])
         self.label.hide()

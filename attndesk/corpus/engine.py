@@ -280,8 +280,11 @@ def _prepare(out: Path, manifest: dict, resume: bool) -> bool:
         _refuse_mismatch(out, _identity(old), _identity(manifest))
         if old.get("complete") and (out / "corpus.duckdb").exists():
             return True
-    out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, manifest)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_manifest(out, manifest)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the store folder {out}: {exc.strerror or exc}") from None
     return False
 
 

@@ -93,6 +93,8 @@ def test_bad_models_and_out_folders_are_refused(models, tmp_path):
     (tmp_path / "fake" / "manifest.json").write_text('{"format": "something-else"}')
     with pytest.raises(ConfigError, match="not an attndesk corpus manifest"):
         analyze_corpus(TEXTS, tmp_path / "fake", model=models["bert"])
+    with pytest.raises(ConfigError, match="cannot write the store folder /proc/self/attndesk-cannot"):
+        analyze_corpus(TEXTS, "/proc/self/attndesk-cannot-write-here", model=models["bert"])  # one line, no OSError
     for bad, message in (
         (dict(max_tokens=1), "max_tokens"),
         (dict(engine="spark"), "engine"),

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import QFileDialog
 from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
-from attndesk.render.page import write_document
+from attndesk.render.export import ExportError
+from attndesk.render.page import PageTooLarge, write_document
 from attndesk.render.page_corpus import corpus_page_data
 from attndesk.resources import CORPUS_SAMPLE
 
@@ -116,9 +117,20 @@ def text_of(store, text_id: int) -> str:
     return str(found["text"].iloc[0])
 
 
-def write_store_page(store, path: str, texts: list[int], metric: str) -> Path:
-    """Worker: the store's interactive page (``render.page_corpus``) with ``texts``' attention, at ``path``."""
-    return write_document(corpus_page_data(store, texts, metric=metric), path)
+def write_store_page(store, path: str, texts: list[int], metric: str) -> str:
+    """Worker: the store's interactive page (``render.page_corpus``) with ``texts``' attention, at
+    ``path``; the line the status bar says. Texts whose attention would not fit in a page are left
+    out (the line says so); a path that cannot be written is a one-line ``ConfigError``."""
+    try:
+        try:
+            return f"exported {write_document(corpus_page_data(store, texts, metric=metric), path)}"
+        except PageTooLarge as exc:
+            if not texts:
+                raise
+            left_out = f" (without the attention of text(s) {', '.join(map(str, texts))}: {exc})"
+            return f"exported {write_document(corpus_page_data(store, [], metric=metric), path)}{left_out}"
+    except ExportError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _close_all(stores: list) -> None:
@@ -306,7 +318,7 @@ class CorpusTab(TabPresenter):
             list(texts),
             self.view.current_metric(),
             scope=None,
-            done=lambda written: self.status.say(f"exported {written}"),
+            done=self.status.say,
             failed=lambda message: self.view.show_error(f"page not exported: {message}"),
         )
 

@@ -43,3 +43,35 @@ def test_the_file_menu_exports_the_open_stores_page(qtbot, tmp_path, monkeypatch
     finally:
         qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
         dispose(w)
+
+
+def test_the_page_job_leaves_out_what_does_not_fit_and_fails_in_one_line(monkeypatch, tmp_path):
+    """Worker side: a text whose attention would not fit is left out, saying so; a path that cannot
+    be written is a ConfigError (one line in the tab, no traceback on stderr)."""
+    import pytest
+
+    from attndesk.app.tabs import corpus as corpus_tab
+    from attndesk.core.errors import ConfigError
+    from attndesk.render.export import ExportError
+    from attndesk.render.page import PageTooLarge
+
+    asked: list[list[int]] = []
+
+    def data(store, texts, metric):
+        asked.append(list(texts))
+        if texts:
+            raise PageTooLarge("the attention of text(s) 0 as float16 needs about 50.7 MB")
+        return {"metric": metric}
+
+    monkeypatch.setattr(corpus_tab, "corpus_page_data", data)
+    monkeypatch.setattr(corpus_tab, "write_document", lambda doc, path: tmp_path / "p.html")
+    line = corpus_tab.write_store_page(None, str(tmp_path / "p.html"), [0], "entropy")
+    assert asked == [[0], []]
+    assert line.startswith(f"exported {tmp_path / 'p.html'} (without the attention of text(s) 0: the attention")
+
+    def unwritable(doc, path):
+        raise ExportError(f"cannot write {path}: the folder does not exist")
+
+    monkeypatch.setattr(corpus_tab, "write_document", unwritable)
+    with pytest.raises(ConfigError, match="cannot write"):
+        corpus_tab.write_store_page(None, str(tmp_path / "no" / "p.html"), [], "entropy")

@@ -36,6 +36,7 @@ class AttentionFlow:
 # Copies of the graph per ``maximum_flow`` call: one call solves many (source, sink) pairs at once
 # (see ``_flows_into``), and holds the GIL throughout, about 5 ms at 32 copies of 62 tokens x 2 layers.
 BATCH = 32
+BATCH_EDGES = 1 << 20  # edges per scipy call: K copies of a large graph would take gigabytes
 INT32_MAX = 2**31 - 1
 
 
@@ -74,7 +75,9 @@ def _flows_into(graph, sources: np.ndarray, sink: int) -> np.ndarray:
     coo = graph.tocoo()
     size = graph.shape[0]
     cap = max(1, int(coo.data[coo.col == sink].sum()))  # the sink's capacity in bounds each copy's flow
-    per_call = max(1, min(BATCH, INT32_MAX // cap))  # the total flow of a call must fit int32
+    # the total flow of a call must fit int32, and its copies a bounded number of edges (a 512-token
+    # encoder's graph alone has 1.6 million: one copy per call, as without batching)
+    per_call = max(1, min(BATCH, INT32_MAX // cap, BATCH_EDGES // max(1, coo.nnz)))
     values = np.zeros(len(sources))
     for start in range(0, len(sources), per_call):
         chunk = sources[start : start + per_call]

@@ -62,6 +62,30 @@ def test_batched_pairs_equal_one_maximum_flow_per_pair(monkeypatch):
     np.testing.assert_array_equal(result.flow, np.array(expected))
 
 
+def test_a_large_graph_is_not_copied_past_the_edge_bound(monkeypatch):
+    """Copies per call are bounded by edges: a graph over ``BATCH_EDGES`` goes one copy per call
+    (32 copies of a 512-token encoder's graph took gigabytes), with the same values."""
+    import scipy.sparse.csgraph as csgraph
+
+    from attndesk.core.interp import flow as flow_module
+
+    rng = np.random.default_rng(2)
+    w = rng.random((2, 2, 12, 12))
+    w /= w.sum(-1, keepdims=True)
+    batched = attention_flow(w, rows=[11]).flow
+    edges = []
+    real = csgraph.maximum_flow
+
+    def counting(graph, source, sink):
+        edges.append(graph.nnz)
+        return real(graph, source, sink)
+
+    monkeypatch.setattr(csgraph, "maximum_flow", counting)
+    monkeypatch.setattr(flow_module, "BATCH_EDGES", 300)  # what leads to token 11: 12 x 12 + 12 edges
+    np.testing.assert_array_equal(attention_flow(w, rows=[11]).flow, batched)
+    assert edges == [144 + 12 + 2] * 12  # one copy (and its two super edges) per call, for 12 sources
+
+
 def test_bad_shapes_are_refused():
     with pytest.raises(ConfigError, match=r"\[layers, H, L, L\]"):
         attention_flow(np.ones((2, 3, 3)))

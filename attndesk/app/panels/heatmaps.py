@@ -633,6 +633,8 @@ class HeatmapPanel(QWidget):
         if source is None or not self.canvas.active():
             return
         heads = self._heads_for_target()
+        if len(self.canvas.active()) > len(heads):
+            return  # fewer heads than cells shown (the target or the source changed): the new build places them
         base = source.map
         group = base.groups if self._target == ALL and base.groups > 1 else 1
         labels = (

@@ -169,3 +169,16 @@ def test_a_heatmap_panel_deleted_mid_build_stops_building(qtbot):
     panel.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     qtbot.wait(300)  # pytest-qt fails the test on any exception raised in the event loop meanwhile
+
+
+def test_a_relayout_between_a_new_source_and_its_build_places_nothing(qtbot, panel):
+    """A resize that lands after a source with fewer heads is taken but before its cells are
+    rebuilt (a soak hit it: IndexError in the layout) leaves the old cells until the build."""
+    panel.set_source(source_for_map(random_map(8, 64, seed=1)))
+    drawn(qtbot, panel)
+    assert len(panel.canvas.active()) == 8
+    panel._source = source_for_map(random_map(2, 64, seed=2))  # taken, not built yet
+    panel.canvas.resized.emit()  # what a resize does in between
+    panel.set_source(source_for_map(random_map(2, 64, seed=2)))
+    drawn(qtbot, panel)
+    assert len(panel.canvas.active()) == 2 and len(panel.displayed_arrays()) == 2

@@ -280,8 +280,10 @@ def _prepare(out: Path, manifest: dict, resume: bool) -> bool:
         _refuse_mismatch(out, _identity(old), _identity(manifest))
         if old.get("complete") and (out / "corpus.duckdb").exists():
             return True
+    if not out.parent.is_dir():  # its folder is made, never the folders above it (a mistyped path)
+        raise ConfigError(f"cannot write the store folder {out}: the folder {out.parent} does not exist")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(exist_ok=True)
         write_manifest(out, manifest)
     except OSError as exc:
         raise ConfigError(f"cannot write the store folder {out}: {exc.strerror or exc}") from None

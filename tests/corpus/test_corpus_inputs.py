@@ -93,8 +93,12 @@ def test_bad_models_and_out_folders_are_refused(models, tmp_path):
     (tmp_path / "fake" / "manifest.json").write_text('{"format": "something-else"}')
     with pytest.raises(ConfigError, match="not an attndesk corpus manifest"):
         analyze_corpus(TEXTS, tmp_path / "fake", model=models["bert"])
+    with pytest.raises(
+        ConfigError, match=r"cannot write the store folder /proc/self/x/y: the folder /proc/self/x does"
+    ):
+        analyze_corpus(TEXTS, "/proc/self/x/y", model=models["bert"])  # one line, no folder made above it
     with pytest.raises(ConfigError, match="cannot write the store folder /proc/self/attndesk-cannot"):
-        analyze_corpus(TEXTS, "/proc/self/attndesk-cannot-write-here", model=models["bert"])  # one line, no OSError
+        analyze_corpus(TEXTS, "/proc/self/attndesk-cannot-write-here", model=models["bert"])  # no OSError
     for bad, message in (
         (dict(max_tokens=1), "max_tokens"),
         (dict(engine="spark"), "engine"),

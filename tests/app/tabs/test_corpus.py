@@ -229,3 +229,18 @@ def test_the_atlas_hover_finds_the_nearest_point_in_screen_pixels(qtbot):
             plot._clicked(type("Click", (), {"scenePos": lambda self, s=scene: s})())
         assert opened.args == [expected]
     assert plot.nearest(box.mapViewToScene(QPointF(1e6, 1e6))) is None
+
+
+def test_an_empty_store_box_uses_the_apps_own_folder_made_on_first_use(qtbot, window, tmp_path, monkeypatch):
+    from PySide6.QtCore import QStandardPaths
+
+    appdata = tmp_path / "appdata"  # does not exist yet: the corpus folder is made with its parents
+    monkeypatch.setattr(QStandardPaths, "writableLocation", staticmethod(lambda _where: str(appdata)))
+    tab, view = window.tab_presenter(CORPUS_TAB), window.tab_widget(CORPUS_TAB)
+    view.sourceEdit.setText(str(corpus_file(tmp_path)))
+    view.storeEdit.setText("")
+    view.tokensSpin.setValue(16)
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
+    assert view.errorLabel.text() == "" and view.storeEdit.text().startswith(str(appdata / "corpus"))
+    assert (appdata / "corpus").is_dir() and tab.store.path.parent == appdata / "corpus"

@@ -64,7 +64,7 @@ def _reaching(transitions: list[np.ndarray], sink: int) -> np.ndarray:
     return np.concatenate(levels)
 
 
-def _flows_into(graph, sources: np.ndarray, sink: int) -> np.ndarray:
+def _flows_into(graph, sources: np.ndarray, sink: int, cancel: Cancel | None = None) -> np.ndarray:
     """The maximum flow from each of ``sources`` to ``sink`` (int capacities), ``BATCH`` pairs per
     scipy call: K disjoint copies of the graph, copy k fed from a super-source at its source k and
     drained at its sink into a super-sink. A maximum flow of the union is one of every copy (the
@@ -80,6 +80,7 @@ def _flows_into(graph, sources: np.ndarray, sink: int) -> np.ndarray:
     per_call = max(1, min(BATCH, INT32_MAX // cap, BATCH_EDGES // max(1, coo.nnz)))
     values = np.zeros(len(sources))
     for start in range(0, len(sources), per_call):
+        check_cancel(cancel)  # between calls: one row of a 512-token encoder is hundreds of calls
         chunk = sources[start : start + per_call]
         k = len(chunk)
         offsets = np.arange(k) * size
@@ -123,7 +124,7 @@ def attention_flow(
         index[keep] = np.arange(len(keep))
         sources = np.flatnonzero(index[:length] >= 0)  # input tokens with a path to i; the rest give 0
         sub = graph[keep][:, keep]
-        flow[r, sources] = _flows_into(sub, index[sources], int(index[top + i])) / scale
+        flow[r, sources] = _flows_into(sub, index[sources], int(index[top + i]), cancel) / scale
         if progress is not None:
             progress((r + 1) / len(rows), f"attention flow: output token {r + 1} of {len(rows)}")
     labels = list(tokens) if tokens is not None else [str(t) for t in range(length)]

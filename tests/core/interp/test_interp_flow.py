@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,34 @@ def test_a_large_graph_is_not_copied_past_the_edge_bound(monkeypatch):
     monkeypatch.setattr(flow_module, "BATCH_EDGES", 300)  # what leads to token 11: 12 x 12 + 12 edges
     np.testing.assert_array_equal(attention_flow(w, rows=[11]).flow, batched)
     assert edges == [144 + 12 + 2] * 12  # one copy (and its two super edges) per call, for 12 sources
+
+
+def test_cancel_is_seen_between_scipy_calls_within_one_row(monkeypatch):
+    """One output row of a large graph is many calls: a cancel lands before the next call, not
+    after the row (a 512-token row is hundreds of calls; quitting waited for it)."""
+    import scipy.sparse.csgraph as csgraph
+
+    from attndesk.core.errors import Cancelled
+    from attndesk.core.interp import flow as flow_module
+
+    rng = np.random.default_rng(3)
+    w = rng.random((2, 2, 12, 12))
+    w /= w.sum(-1, keepdims=True)
+    stop = threading.Event()
+    calls = []
+    real = csgraph.maximum_flow
+
+    def counting(graph, source, sink):
+        calls.append(1)
+        if len(calls) == 3:
+            stop.set()  # the user pressed Cancel during the third call
+        return real(graph, source, sink)
+
+    monkeypatch.setattr(csgraph, "maximum_flow", counting)
+    monkeypatch.setattr(flow_module, "BATCH_EDGES", 300)  # one copy per call: 12 calls for the row
+    with pytest.raises(Cancelled):
+        attention_flow(w, rows=[11], cancel=stop)
+    assert len(calls) == 3
 
 
 def test_bad_shapes_are_refused():

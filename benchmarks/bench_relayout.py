@@ -17,6 +17,8 @@ import statistics
 import sys
 import time
 
+from tests.words import WORDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -24,41 +26,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 TABS = ("heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", "online-softmax")
 RESIZES = ((60, 0), (-60, 0), (0, 50), (0, -50), (200, 100), (-200, -100))
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "then",
-    "the",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "over",
-    "the",
-    "hill",
-    "while",
-    "birds",
-    "sang",
-    "softly",
-    "in",
-    "tall",
-    "green",
-    "trees",
-    "near",
-    "an",
-    "old",
-    "stone",
-    "bridge",
-]
 LIMIT_MS = 100.0
 
 

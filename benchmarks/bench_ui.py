@@ -22,6 +22,8 @@ import statistics
 import sys
 import time
 
+from tests.words import WORDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -30,41 +32,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 EMBED, HEADS = 256, 8
 LENGTHS = (128, 512)
 TARGETS_MS = {128: 50.0, 512: 100.0}
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "then",
-    "the",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "over",
-    "the",
-    "hill",
-    "while",
-    "birds",
-    "sang",
-    "softly",
-    "in",
-    "tall",
-    "green",
-    "trees",
-    "near",
-    "an",
-    "old",
-    "stone",
-    "bridge",
-]
 
 
 def text_of(length: int) -> str:

@@ -27,43 +27,9 @@ from attndesk.core.pipeline import plan_text
 from attndesk.render.colormaps import hatch_rgba
 from attndesk.render.export import ExportError
 from tests.conftest import TIMEOUT_MS
+from tests.words import WORDS
 
 MiB = 2**20
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "then",
-    "the",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "over",
-    "the",
-    "hill",
-    "while",
-    "birds",
-    "sang",
-    "softly",
-    "in",
-    "tall",
-    "green",
-    "trees",
-    "near",
-    "an",
-    "old",
-    "stone",
-    "bridge",
-]
 
 
 def document(n_words: int, seed: int = 0) -> str:

@@ -14,47 +14,13 @@ from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse f
 from attndesk.app.sources.long_source import PyramidHeatmapSource
 from tests.conftest import TIMEOUT_MS
 from tests.heartbeat import Heartbeat
+from tests.words import WORDS
 
 MiB = 2**20
 MAX_GAP_S = 0.100  # the target
 # Another process (a parallel test run) can starve the GUI thread on these shared 2-core machines:
 # a try that stalls gets another with a new text; a real stall (say a 150 ms build) fails them all.
 TRIES = 3
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "then",
-    "the",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "over",
-    "the",
-    "hill",
-    "while",
-    "birds",
-    "sang",
-    "softly",
-    "in",
-    "tall",
-    "green",
-    "trees",
-    "near",
-    "an",
-    "old",
-    "stone",
-    "bridge",
-]
 
 
 def document(n_words: int, seed: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import threading
 from typing import TYPE_CHECKING
 
@@ -170,10 +171,13 @@ class ToyMode(ModeBase):
     def __init__(self) -> None:
         super().__init__()
         self.trained: tuple[str, TrainRun] | None = None  # the Train tab's model: (its name, the run)
+        self._handed = itertools.count(1)
+        self._serial = 0  # which hand-over: a run's id() can be reused once it is freed
 
     def set_trained(self, name: str, run: TrainRun) -> None:
         """The model ``config.weights_from == "trained"`` shows (the Train tab's "Open in views")."""
         self.trained = (name, run)
+        self._serial = next(self._handed)
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]
@@ -208,6 +212,6 @@ class ToyMode(ModeBase):
                     field="weights_from",
                 )
             name, run = self.trained
-        identity = (config.weights_from,) if run is None else (config.weights_from, id(run), run.step)
+        identity = (config.weights_from,) if run is None else (config.weights_from, self._serial, run.step)
         job = Job(trained_toy_run, (config.weights_from, run, name), {}, f"computing {name}'s heads on its probe input")
         return Request(key=(TOY, "trained", *identity), job=job, needs=frozenset({INTERMEDIATES}))

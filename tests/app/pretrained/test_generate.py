@@ -106,9 +106,16 @@ def test_the_row_shown_is_run_pretraineds_last_row(qtbot, generate_window, model
     assert view.shown_row().shape == (4, len(reference[0, 0]) + 1)
 
 
-def test_esc_stops_a_running_generation_and_leaves_no_job(qtbot, generate_window):
+def test_esc_stops_a_running_generation_and_leaves_no_job(qtbot, generate_window, monkeypatch):
     w = generate_window
     tab = stepper(w)
+    step = Generator.step
+
+    def paced_step(self, **kwargs):  # a tiny model on an idle machine wrote all 400 before the Esc
+        time.sleep(0.005)
+        return step(self, **kwargs)
+
+    monkeypatch.setattr(Generator, "step", paced_step)
     tab.view.countSpin.setValue(400)
     qtbot.mouseClick(tab.view.runButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(tab.view.steps()) >= 3, timeout=TIMEOUT_MS)

@@ -20,7 +20,6 @@ import numpy as np
 import psutil
 import shiboken6
 from PySide6.QtCore import QThreadPool, QTimer
-from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
 from attndesk.app.jobs.worker import JobRunner
@@ -41,7 +40,7 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, step_ms: int = 5
             return True
         if time.monotonic() >= deadline:
             return False
-        QTest.qWait(step_ms)
+        g.pump(step_ms)
 
 
 def busy(root) -> bool:
@@ -64,7 +63,7 @@ def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:
     deadline = time.monotonic() + max_s
     while time.monotonic() < deadline:
         before = sum(proc.cpu_times()[:2])
-        QTest.qWait(int(window_s * 1000))
+        g.pump(int(window_s * 1000))
         if sum(proc.cpu_times()[:2]) - before < QUIET_CPU * window_s and not busy(root):
             return True
     return False
@@ -253,7 +252,7 @@ def dismiss_dialogs(main, rounds: int = 20) -> None:
                 return
             target = others[0]
         g.key(target, g.Qt.Key.Key_Escape)
-        QTest.qWait(20)
+        g.pump(20)
         if shiboken6.isValid(target) and target.isVisible():  # a dialog deleted on close is gone
             target.close()
-        QTest.qWait(20)
+        g.pump(20)

@@ -21,6 +21,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QWidget
 
 from . import checks
+from . import gestures as g
 from .actions import Hands
 from .controls import discover
 from .dialogs import Answerer, FileDialogs
@@ -98,7 +99,7 @@ class Soak:
         self.main.deleteLater()
         with self.paused():  # deleting the widget tree now is the soak's doing: a real quit ends the process
             QApplication.sendPostedEvents(None, 52)  # QEvent.DeferredDelete
-        QTest.qWait(50)
+        g.pump(50)
         self.main = None
 
     # -- logging ------------------------------------------------------------------------------------

@@ -204,8 +204,7 @@ def load_pretrained(
         tokenizer = _tokenizer(transformers, spec)
         report(0.4, f"reading {spec.num_layers}-layer weights")
         model, headless = _weights(transformers, spec)
-        # transformers wraps PreTrainedModel.to with functools.wraps, which mypy reads as unbound
-        model = model.to(torch_device).eval()  # type: ignore[arg-type]
+        model = model.to(torch_device).eval()
         report(0.8, "checking the weights for NaN and inf")
         check_finite_tensors(dict(model.named_parameters()), spec.name)
         report(0.9, "checking that every attention layer runs through attndesk")

@@ -64,3 +64,18 @@ def test_functions_fit_on_a_screen():
         if fn.end_lineno - fn.lineno + 1 > MAX_LINES
     ]
     assert long == []
+
+
+def test_no_wait_keeps_the_gil():
+    """PySide6's ``QTest.qWait`` keeps the GIL while it waits, so the window's worker threads barely
+    run (measured: a counting thread ran at 0.5% of its speed) and a wait for them to finish runs to
+    its limit. Tests wait with ``qtbot.wait`` / ``qtbot.waitSignal``, the soak with
+    ``tests.soak.gestures.pump``: both run a ``QEventLoop``, which lets go of the GIL."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for folder in ("attndesk", "tests", "benchmarks", "scripts")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr == "qWait"
+    ]
+    assert found == []

@@ -31,7 +31,7 @@ def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
     qtbot.waitExposed(panel)
     box, note = panel.tokenInput, panel.tokenPreviewNote
     deep = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
-    cpu = _cpu_of(lambda: (setattr(state, "text", deep), QTest.qWait(10)))
+    cpu = _cpu_of(lambda: (setattr(state, "text", deep), qtbot.wait(10)))
     assert cpu < 0.3, f"showing the text took {cpu * 1e3:.0f} ms of GUI-thread CPU"
     assert state.text == deep  # the whole text is what runs
     assert box.isReadOnly() and note.isVisible() and "200,010 characters" in note.label.text()

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
-from PySide6.QtTest import QTest
 
 from attndesk.app.views.headstats import COLUMNS, HeadStatsView
 from attndesk.core import AttentionConfig, run_attention
@@ -129,7 +128,7 @@ def test_head_stats_refill_of_72_heads_is_quick(qtbot):
     qtbot.waitExposed(view)
     stats = layer_statistics(_softmax_rows((6, 12, 40, 40)))
     view.set_statistics(stats, (40, 40))
-    QTest.qWait(20)
+    qtbot.wait(20)
     cpu = _cpu_of(lambda: view.set_statistics(stats, (40, 40)))  # the second fill was the slow one
     assert cpu < 0.3, f"refilling 72 rows took {cpu * 1e3:.0f} ms of GUI-thread CPU"
     assert view.table.rowCount() == 72

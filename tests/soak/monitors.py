@@ -312,8 +312,9 @@ class StallMonitor(QObject):
 
     def _on_gc(self, phase: str, info: dict) -> None:
         """Time the collector's runs in the GUI thread: a full collection over millions of objects
-        is GUI-thread work of its own, inside whatever event happened to allocate."""
-        if threading.get_ident() != self.gui_ident:
+        is GUI-thread work of its own, inside whatever event happened to allocate. Collections in
+        the soak's own work (its ``gc.collect()`` before reading memory) are not the window's."""
+        if threading.get_ident() != self.gui_ident or self._excluding:
             return
         if phase == "start":
             self._gc_started = time.thread_time()

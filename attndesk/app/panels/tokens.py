@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..results import Shown
-from ..state import AppState
+from ..state import TOY, AppState
 
 PAD, UNK = "[PAD]", "[UNK]"
 # Qt lays out a text box's whole text on the GUI thread when it is set: 0.5 s for 1 MiB on one
@@ -163,6 +163,12 @@ class _PreviewNote(QWidget):
         self.setVisible(text is not None and not self._editor.isHidden())
 
 
+PROBE_NOTE = (
+    "Trained weights read their task's probe input, whose tokens are listed below; this text "
+    "comes back with Weights: Random."
+)
+
+
 class TokensPanel(QWidget):
     """The input texts, bound to ``state.text`` / ``state.key_text`` / ``state.cross``, and the
     tokens of the result on screen (``show_result``)."""
@@ -189,6 +195,10 @@ class TokensPanel(QWidget):
         self.summary.setWordWrap(True)
         self.tokenPreviewNote = _PreviewNote("token", self.tokenInput, lambda: setattr(self.state, "text", ""))
         self.keyPreviewNote = _PreviewNote("key", self.keyInput, lambda: setattr(self.state, "key_text", ""))
+        # trained weights run on their task's probe input: the box is greyed (its text kept for Random)
+        self.probeNote = QLabel(PROBE_NOTE, objectName="tokenProbeNote")
+        self.probeNote.setWordWrap(True)
+        self.probeNote.setStyleSheet("color: #555;")
         self._lay_out()
         self.tokenInput.textChanged.connect(lambda: self._write("text", self.tokenInput))
         self.keyInput.textChanged.connect(lambda: self._write("key_text", self.keyInput))
@@ -196,9 +206,12 @@ class TokensPanel(QWidget):
         state.events.text.connect(lambda text: self._show_text(self.tokenInput, self.tokenPreviewNote, text))
         state.events.key_text.connect(lambda text: self._show_text(self.keyInput, self.keyPreviewNote, text))
         state.events.cross.connect(self._show_cross)
+        state.events.mode.connect(self._show_source)
+        state.events.config.connect(self._show_source)
         self._show_text(self.tokenInput, self.tokenPreviewNote, state.text)
         self._show_text(self.keyInput, self.keyPreviewNote, state.key_text)
         self._show_cross(state.cross)
+        self._show_source()
 
     def _lay_out(self) -> None:
         legend = QLabel(
@@ -210,6 +223,7 @@ class TokensPanel(QWidget):
         layout.addWidget(QLabel("Text (queries)"))
         layout.addWidget(self.tokenInput)
         layout.addWidget(self.tokenPreviewNote)
+        layout.addWidget(self.probeNote)
         layout.addWidget(self.crossCheck)
         layout.addWidget(self.keyInput)
         layout.addWidget(self.keyPreviewNote)
@@ -243,6 +257,13 @@ class TokensPanel(QWidget):
         self.crossCheck.blockSignals(False)
         self.keyInput.setVisible(bool(on))
         self.keyPreviewNote.setVisible(bool(on) and self.keyInput.isReadOnly())
+
+    def _show_source(self, *_changed: object) -> None:
+        """Grey the texts while the toy mode shows trained weights: they read their task's probe input."""
+        probe = self.state.mode == TOY and self.state.config.weights_from != "random"
+        for widget in (self.tokenInput, self.crossCheck, self.keyInput):
+            widget.setEnabled(not probe)
+        self.probeNote.setVisible(probe)
 
     def show_result(self, shown: Shown) -> None:
         """List the tokens of the result on screen (query side, and the key side for cross-attention)."""

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
-from attndesk.app.state import AppState
+from attndesk.app.state import PACKAGED, TOY, AppState
 
 
 def _cpu_of(fn) -> float:
@@ -67,3 +67,23 @@ def test_the_same_tokens_again_leave_the_table_as_it_is(qtbot):
     assert len(resets) == 1 and model.rowCount() == 3 and model.kind(1) == "unk"
     model.set_tokens(["the", "dog"], [5, 9], [False, False])
     assert len(resets) == 2 and model.rowCount() == 2 and model.kind(1) == "word"
+
+
+def test_trained_weights_grey_the_texts_and_keep_them(qtbot):
+    """Trained weights run on their task's probe input: the boxes are greyed and a line says so;
+    the user's text stays, and acts again with Weights: Random or in another mode."""
+    state = AppState()
+    state.text = "my own sentence"
+    panel = TokensPanel(state)
+    qtbot.addWidget(panel)
+    assert panel.tokenInput.isEnabled() and panel.probeNote.isHidden()
+    state.set_config(weights_from="induction")
+    assert not panel.tokenInput.isEnabled() and not panel.crossCheck.isEnabled()
+    assert not panel.probeNote.isHidden() and "probe input" in panel.probeNote.text()
+    assert panel.tokenInput.toPlainText() == "my own sentence" == state.text
+    state.mode = PACKAGED  # a real model reads the text whatever the toy's weights
+    assert panel.tokenInput.isEnabled() and panel.probeNote.isHidden()
+    state.mode = TOY
+    assert not panel.tokenInput.isEnabled()
+    state.set_config(weights_from="random")
+    assert panel.tokenInput.isEnabled() and panel.crossCheck.isEnabled() and panel.probeNote.isHidden()

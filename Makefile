@@ -37,9 +37,9 @@ lint: $(STAMP)
 
 # The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability criteria:
 # 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
-# runs the same with the next seed (docs/reliability.md).
+# runs the same with the next seed (docs/reliability.md). The 15 slowest tests are listed at the end.
 test: lint browser-deps
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak"
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak" --durations=15
 
 # only the tests marked slow (Ray on a local 2-worker cluster, UMAP, fresh interpreters); make test
 # runs them too

@@ -30,32 +30,13 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from attndesk.app.panels.heatmaps import HeatmapPanel  # noqa: E402
 from attndesk.app.sources.long_source import source_for_map  # noqa: E402
 from attndesk.core import AttentionConfig, run_attention  # noqa: E402
+from tests.words import WORDS  # noqa: E402
 
 REPEATS = 5
 
 
 def words(n: int, seed: int) -> str:
-    vocab = [
-        "the",
-        "cat",
-        "sat",
-        "on",
-        "a",
-        "mat",
-        "because",
-        "it",
-        "was",
-        "tired",
-        "and",
-        "then",
-        "dog",
-        "ran",
-        "far",
-        "away",
-        "over",
-        "hill",
-    ]
-    return " ".join(vocab[(i * 7 + seed * 3 + i // 5) % len(vocab)] for i in range(n))
+    return " ".join(WORDS[(i * 7 + seed * 3 + i // 5) % len(WORDS)] for i in range(n))
 
 
 def show(panel: HeatmapPanel, source) -> tuple[float, float]:

@@ -31,34 +31,7 @@ from attndesk.render.page import (  # noqa: E402 - after the path and platform a
     pretrained_page_maps,
     write_page,
 )
-
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "the",
-    "mat",
-    "because",
-    "it",
-    "was",
-    "tired",
-    "and",
-    "the",
-    "dog",
-    "watched",
-    "from",
-    "the",
-    "door",
-    "while",
-    "rain",
-    "fell",
-    "on",
-    "the",
-    "quiet",
-    "street",
-    "outside",
-]
+from tests.words import WORDS  # noqa: E402
 
 
 def minilm_maps():

@@ -17,11 +17,11 @@ import statistics
 import sys
 import time
 
-from tests.words import WORDS
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from tests.words import WORDS  # noqa: E402 - the repository's root is on the path now
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 TABS = ("heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", "online-softmax")

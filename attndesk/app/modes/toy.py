@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import threading
 from typing import TYPE_CHECKING
 
@@ -171,13 +170,12 @@ class ToyMode(ModeBase):
     def __init__(self) -> None:
         super().__init__()
         self.trained: tuple[str, TrainRun] | None = None  # the Train tab's model: (its name, the run)
-        self._handed = itertools.count(1)
         self._serial = 0  # which hand-over: a run's id() can be reused once it is freed
 
     def set_trained(self, name: str, run: TrainRun) -> None:
         """The model ``config.weights_from == "trained"`` shows (the Train tab's "Open in views")."""
         self.trained = (name, run)
-        self._serial = next(self._handed)
+        self._serial += 1
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]

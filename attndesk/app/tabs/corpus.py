@@ -215,8 +215,9 @@ class CorpusTab(TabPresenter):
         if not data:
             view.show_error("choose a file or a folder of texts (or the sample) first")
             return
-        out = view.storeEdit.text().strip() or self.default_out(data)
-        if out == self.default_out(data):  # the app's own folder for stores is made on first use
+        default = self.default_out(data)
+        out = view.storeEdit.text().strip() or default
+        if out == default:  # the app's own folder for stores is made on first use
             Path(out).parent.mkdir(parents=True, exist_ok=True)
         view.storeEdit.setText(out)
         view.show_error("")

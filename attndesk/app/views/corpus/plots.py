@@ -57,6 +57,11 @@ def badge_legend() -> str:
     )
 
 
+def _badge(role: object) -> tuple[str, str]:
+    """A role's (letter, colour); "?" for a role without a badge."""
+    return ROLE_BADGES.get(str(role), ("?", "#ffffff"))
+
+
 class RoleBadges(QGraphicsObject):
     """Every cell's role initial, drawn by one item in one ``paint`` at the screen's font size.
 
@@ -83,7 +88,7 @@ class RoleBadges(QGraphicsObject):
         """The badge shown in each cell ([layers, heads] of one-letter strings)."""
         out = np.empty(self._roles.shape, dtype=object)
         for index, role in np.ndenumerate(self._roles):
-            out[index] = ROLE_BADGES.get(str(role), ("?", "#ffffff"))[0]
+            out[index] = _badge(role)[0]
         return out
 
     def boundingRect(self) -> QRectF:
@@ -101,7 +106,7 @@ class RoleBadges(QGraphicsObject):
         painter.resetTransform()
         box = QRectF(-abs(cell.x()) / 2, -abs(cell.y()) / 2, abs(cell.x()), abs(cell.y()))
         for (layer, head), role in np.ndenumerate(self._roles):
-            text, colour = ROLE_BADGES.get(str(role), ("?", "#ffffff"))
+            text, colour = _badge(role)
             painter.setPen(QColor(colour))
             painter.drawText(box.translated(to_device.map(QPointF(head + 0.5, layer + 0.5))), ALIGN_CENTRE, text)
         painter.restore()

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from attndesk.core.atomic import StagedFolder
 from attndesk.core.errors import ConfigError
 from attndesk.core.machine import fingerprint_differences, machine_fingerprint
 
@@ -347,8 +348,6 @@ def check_preset(name: str, *, machine: dict[str, Any] | None = None) -> PresetC
 
 
 def _write(name: str) -> int:
-    from attndesk.core.atomic import StagedFolder
-
     from .store import save_tensors, write_run_files
 
     run, prefix, extra = train_preset(name)

@@ -252,6 +252,26 @@ def test_a_full_retrain_is_compared_by_accuracy_and_pattern_within_their_toleran
     )
 
 
+def test_train_presets_writes_the_prefix_and_the_machine_that_made_it(tmp_path, monkeypatch, capsys):
+    short = PRESETS["previous-token"].replace(steps=CHECK_STEPS + 5)
+    monkeypatch.setitem(presets.PRESETS, "previous-token", short)
+    monkeypatch.setattr(presets, "trained_dir", lambda: tmp_path)
+    assert presets.main(["previous-token"]) == 0
+    folder = tmp_path / "previous-token"
+    meta = read_metadata(folder)
+    weights, losses = _recorded_prefix("previous-token", folder)
+    assert meta["machine"] == preset_machine() and meta["step"] == CHECK_STEPS + 5
+    assert meta["check"] == {"steps": CHECK_STEPS, "sha256": weights_sha256(weights)}
+    again, again_losses = presets.train_prefix("previous-token")  # the prefix alone is the full run's start
+    assert weights_sha256(again) == weights_sha256(weights) and again_losses == losses
+    assert capsys.readouterr().out.startswith(f"previous-token: {CHECK_STEPS + 5} steps, accuracy ")
+    assert presets.main(["--check", "--prefix", "previous-token"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"previous-token: the first {CHECK_STEPS} steps reproduced bit for bit "
+        "(this machine's fingerprint matches the recorded one)"
+    )
+
+
 def test_check_prefix_alone_is_refused():
     with pytest.raises(SystemExit) as exc:
         presets.main(["--prefix"])

@@ -189,6 +189,10 @@ def _max_diffs(recorded: dict[str, torch.Tensor], now: dict[str, torch.Tensor]) 
     }
 
 
+def _relative(recorded: float, now: float) -> float:
+    return abs(now - recorded) / abs(recorded) if recorded else (0.0 if now == recorded else float("inf"))
+
+
 def compare_prefix(
     cfg: TrainConfig,
     recorded: tuple[dict[str, torch.Tensor], list[float]],
@@ -215,7 +219,7 @@ def compare_prefix(
         if not abs(b - a) <= rtol * abs(a):
             problems.append(
                 f"the loss at step {step} is {b:.9g} now, {a:.9g} recorded "
-                f"(relative difference {abs(b - a) / abs(a):.3g}; tolerance {rtol:g})"
+                f"(relative difference {_relative(a, b):.3g}; tolerance {rtol:g})"
             )
             break
     return problems
@@ -235,7 +239,7 @@ def prefix_drift(
     if free:
         worst = max(diffs.get(n, 0.0) for n in free)
         words.append(f"key biases no output depends on within {worst:.2g} (tolerance {cfg.lr * len(loss0):g})")
-    rel = [abs(b - a) / abs(a) for a, b in zip(loss0, loss1, strict=False)]
+    rel = [_relative(a, b) for a, b in zip(loss0, loss1, strict=False)]
     if rel:
         step = max(range(len(rel)), key=rel.__getitem__)
         words.append(f"losses within {rel[step]:.2g} relative (step {step + 1}; tolerance {PREFIX_LOSS_RTOL:g})")

@@ -50,6 +50,7 @@ PREFIX_LOSS_RTOL = 1e-5  # each of the prefix's losses, relative
 PREFIX_WEIGHT_ATOL = 5e-4  # each weight of the prefix (the initial weights are about 0.1)
 FINAL_ACCURACY_TOL = 1e-3  # the full re-train's accuracy on the evaluation set
 FINAL_PATTERN_TOL = 1e-3  # and its best head's pattern score
+_FINAL_TOLERANCES = (("accuracy", FINAL_ACCURACY_TOL), ("pattern", FINAL_PATTERN_TOL))
 
 PRESETS: dict[str, TrainConfig] = {
     "induction": TrainConfig(task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope"),
@@ -325,7 +326,7 @@ def compare_final(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [
         f"{key} {float(now[key]):.6f} differs from the shipped {float(recorded[key]):.6f} by "
         f"{abs(float(now[key]) - float(recorded[key])):.2g}, more than {tol:g}"
-        for key, tol in (("accuracy", FINAL_ACCURACY_TOL), ("pattern", FINAL_PATTERN_TOL))
+        for key, tol in _FINAL_TOLERANCES
         if not abs(float(now[key]) - float(recorded[key])) <= tol
     ]
 
@@ -340,7 +341,9 @@ def check_preset(name: str, *, machine: dict[str, Any] | None = None) -> PresetC
     check = PresetCheck(name, f"{run.step} steps", not differs, differs)
     was, now = shipped.history[-1], run.history[-1]
     check.details = ", ".join(
-        f"{key} {float(now[key]):.6f} (shipped {float(was[key]):.6f})" for key in ("accuracy", "pattern")
+        f"{key} {float(now[key]):.6f} (shipped {float(was[key]):.6f}, difference "
+        f"{abs(float(now[key]) - float(was[key])):.2g}{'' if check.bit_for_bit else f'; tolerance {tol:g}'})"
+        for key, tol in _FINAL_TOLERANCES
     )
     if check.bit_for_bit:
         if extra["weights_sha256"] != meta["weights_sha256"]:

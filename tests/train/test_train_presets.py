@@ -40,6 +40,7 @@ from attndesk.train.presets import (
     PREFIX_WEIGHT_ATOL,
     PRESETS,
     check_prefix,
+    check_preset,
     compare_final,
     compare_prefix,
     free_tensors,
@@ -270,6 +271,15 @@ def test_train_presets_writes_the_prefix_and_the_machine_that_made_it(tmp_path, 
         f"previous-token: the first {CHECK_STEPS} steps reproduced bit for bit "
         "(this machine's fingerprint matches the recorded one)"
     )
+    same = check_preset("previous-token")  # the full re-train, as make train-presets-check runs it
+    assert same.ok and same.bit_for_bit, same.summary()
+    other = check_preset("previous-token", machine=meta["machine"] | {"cpu_capability": "ANOTHER"})
+    assert other.ok and not other.bit_for_bit, other.summary()
+    assert other.summary().startswith(
+        f"previous-token: {CHECK_STEPS + 5} steps reproduced within tolerance, not bit for bit (this machine "
+        f"differs: cpu_capability: {meta['machine']['cpu_capability']} recorded, ANOTHER here); accuracy "
+    )
+    assert f"difference 0; tolerance {FINAL_ACCURACY_TOL:g}), pattern " in other.summary()
 
 
 def test_check_prefix_alone_is_refused():

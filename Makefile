@@ -112,7 +112,9 @@ bench-train: $(STAMP)
 	nice -n 10 $(PY) benchmarks/bench_train.py
 
 # re-train the shipped presets (attndesk/resources/trained) from their seeds, on one thread;
-# make train-presets ARGS=--check (or train-presets-check) re-trains and compares bit for bit
+# make train-presets-check (or train-presets ARGS=--check) re-trains every preset and compares it
+# with the shipped one: bit for bit where this machine's fingerprint matches the one recorded in
+# the preset, else accuracy and pattern score within a tolerance (docs/train.md); each line says which
 ARGS ?=
 train-presets: $(STAMP)
 	$(PY) -m attndesk.train.presets $(ARGS)

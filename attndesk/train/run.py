@@ -140,22 +140,20 @@ def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.detach().contiguous() for name, t in state.items()}
 
 
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` to the safetensors file ``path``, readable as the umask allows
+    (safetensors creates its files private)."""
+    save_file(_contiguous(tensors), str(path), metadata={"format": FORMAT} | (metadata or {}))
+    os.chmod(path, 0o666 & ~current_umask())
+
+
 def write_run_files(run: TrainRun, path_of: Callable[[str], Path], extra: dict[str, Any] | None = None) -> None:
     """Write the run's files where ``path_of(name)`` says (a staged folder's ``path``)."""
     meta = run_metadata(run) | (extra or {})
-    save_file(
-        _contiguous(run.model.state_dict()),
-        str(path_of("model.safetensors")),
-        metadata={"format": FORMAT, "step": str(run.step)},
-    )
+    save_tensors(run.model.state_dict(), path_of("model.safetensors"), {"step": str(run.step)})
     if run.checkpoints.items:
-        tensors = {
-            f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in _contiguous(c.state).items()
-        }
-        save_file(tensors, str(path_of("checkpoints.safetensors")), metadata={"format": FORMAT})
-    for name in ("model.safetensors", "checkpoints.safetensors"):
-        if path_of(name).exists():  # safetensors creates its files private
-            os.chmod(path_of(name), 0o666 & ~current_umask())
+        tensors = {f"step{c.step:08d}/{name}": t for c in run.checkpoints.items for name, t in c.state.items()}
+        save_tensors(tensors, path_of("checkpoints.safetensors"))
     path_of("history.json").write_text(json.dumps(run.history), encoding="utf-8")
     path_of("config.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
 

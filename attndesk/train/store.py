@@ -25,7 +25,7 @@ from attndesk.core.errors import ConfigError
 from .checkpoints import CheckpointStore
 from .config import TrainConfig
 from .model import build_model
-from .run import FORMAT, FORMAT_VERSION, TrainRun, save_run, write_run_files
+from .run import FORMAT, FORMAT_VERSION, TrainRun, save_run, save_tensors, write_run_files
 from .tasks import Task, Text, make_task
 
 _FILES = ("config.json", "model.safetensors", "history.json")
@@ -113,4 +113,4 @@ def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) 
         store.add(step, by_step[step])
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "load_run", "read_metadata", "save_run", "write_run_files"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "load_run", "read_metadata", "save_run", "save_tensors", "write_run_files"]

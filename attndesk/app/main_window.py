@@ -494,10 +494,11 @@ class MainWindow(QMainWindow):
             return False
         result = shown.toy.result if shown.toy is not None else shown.layers
         state, colormap, budget = self.session(), self.state.view.colormap, self.state.config.memory_budget
+        trained = None if shown.toy is None else self.toy.trained_run(shown.toy.result.config.weights_from)
         name = Path(path).name
         self.status.say(f"saving bundle {name}…")
         self._bundles.start(
-            lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget),
+            lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget, trained=trained),
             done=lambda written: self.status.say(f"saved bundle {written}"),
             failed=lambda exc: self.status.fail(f"bundle {name} not saved: {exc}"),
             expected=(BundleError, OSError),

@@ -177,6 +177,14 @@ class ToyMode(ModeBase):
         self.trained = (name, run)
         self._serial += 1
 
+    def trained_run(self, weights: str) -> TrainRun | None:
+        """The model ``config.weights_from == weights`` shows: a preset, the Train tab's model, or None."""
+        if weights == "random":
+            return None
+        if weights == "trained":
+            return None if self.trained is None else self.trained[1]
+        return preset_run(weights)
+
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]
 

@@ -352,6 +352,7 @@ class MainWindow(QMainWindow):
     def _show(self, shown: Shown) -> None:
         """Put a published result on screen: tokens, timing (a new run only), heatmaps."""
         self.tokensPanel.show_result(shown)
+        self._on_mode(self.state.mode)  # the Train tab's model handed over again: the same state, another shape
         if shown.new_run:
             self.timingPanel.show_result(shown.facts)
         self._drawing = shown

@@ -34,7 +34,7 @@ from attndesk.train.stages import trained_result
 from attndesk.train.store import run_files
 
 from .session import session_json
-from .state import AppState
+from .state import AppState, ModeId
 
 FIGURE_SIZE = (1200, 1000)
 
@@ -56,6 +56,17 @@ def model_settings(run: Any, folder: str | os.PathLike, target: str | None) -> d
     if target is not None:
         settings["target"] = target
     return settings
+
+
+def run_settings(mode: ModeId, target_text: str, result: Any) -> dict[str, Any]:
+    """What a page's "Model and settings" table holds for ``result`` (computed in ``mode``, with
+    ``target_text`` in the target box), as the CLI's page does: a toy run's config, or a real
+    model's identity and switches."""
+    if not hasattr(result, "parts"):
+        return result.config.to_dict()
+    folder = Path(packaged_model_dir() if mode.path is None else mode.path)
+    target = target_text if target_text.strip() and result.decoder_weights is not None else None
+    return model_settings(result, folder, target)
 
 
 def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str, bytes]:
@@ -82,14 +93,13 @@ def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) 
         return {
             "maps": [amap],
             "summary": amap.summary,
-            "settings": result.config.to_dict(),
+            "settings": run_settings(state.mode, state.target_text, result),
             "name": default_filename(amap, "all", "html"),
         }
-    target = state.target_text if state.target_text.strip() and result.decoder_weights is not None else None
     return {
         "maps": pretrained_page_maps(result, layer),
         "summary": result.summary(),
-        "settings": model_settings(result, folder, target),
+        "settings": run_settings(state.mode, state.target_text, result),
         "name": f"attn_{result.file_tag(layer)}.html",
         "title": result.model_name,
     }
@@ -159,4 +169,4 @@ def save_bundle(
     )
 
 
-__all__ = ["FIGURE_SIZE", "bundle_figures", "model_settings", "save_bundle", "trained_model"]
+__all__ = ["FIGURE_SIZE", "bundle_figures", "model_settings", "run_settings", "save_bundle", "trained_model"]

@@ -36,7 +36,7 @@ from attndesk.core.bundle import BundleError
 from attndesk.core.errors import ConfigError
 from attndesk.core.process import freeze_long_lived, tune_process
 
-from .bundle_save import save_bundle
+from .bundle_save import run_settings, save_bundle
 from .export_dialog import ExportDialog
 from .jobs.background import Background
 from .jobs.compute import ComputeController, Modes
@@ -462,6 +462,11 @@ class MainWindow(QMainWindow):
             self.status.fail("nothing to export yet: wait for a result")
             return None
         view = self.state.view
+        shown = self.compute.shown()
+        result = None if shown is None else (shown.toy.result if shown.toy is not None else shown.layers)
+        page_settings = (
+            None if shown is None or result is None else run_settings(shown.mode, self.state.target_text, result)
+        )
         dialog = ExportDialog(
             amap,
             target=target if target is not None else "all",
@@ -471,6 +476,7 @@ class MainWindow(QMainWindow):
             region=view.region,
             log_scale=view.log_scale,
             settings=app_settings(),
+            page_settings=page_settings,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
         dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))

@@ -43,6 +43,8 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
     run = bundle.manifest.get("run") or {}
     identity = bundle.manifest.get("model") or {}
     if identity.get("kind") != "pretrained":
+        if state.config.weights_from != "random":
+            return _recompute_trained(bundle)
         result = run_attention(state.config, state.text, key_text=state.keys_text())
         return run_weights(result), "the toy model"
     try:
@@ -69,6 +71,29 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
         memory_budget=run.get("memory_budget"),
     )
     return run_weights(pretrained, run.get("layer")), f"the model in {folder}"
+
+
+def _recompute_trained(bundle) -> tuple[dict, str]:
+    """A trained toy model's heads on the probe input again, from the model files the bundle carries."""
+    import torch
+
+    from attndesk.core.bundle import BundleError, run_weights
+    from attndesk.core.errors import ConfigError
+    from attndesk.train.stages import trained_result
+    from attndesk.train.store import run_from_files
+
+    trained = (bundle.manifest.get("model") or {}).get("trained")
+    probe = (bundle.manifest.get("run") or {}).get("probe_ids")
+    if not trained or not bundle.model_files or not probe:
+        raise BundleError(
+            "this bundle's trained toy weights were not saved with it (an older attndesk): save the bundle again"
+        )
+    try:
+        model = run_from_files(bundle.model_files)
+    except ConfigError as exc:
+        raise BundleError(f"the bundle's trained model cannot be read: {str(exc).split(': ', 1)[-1]}") from None
+    result = trained_result(model, trained["weights"], torch.tensor([probe], dtype=torch.int64))
+    return run_weights(result), f"the bundled {trained['weights']} model ({trained['task']}, {model.step:,} steps)"
 
 
 def run(args: argparse.Namespace) -> int:

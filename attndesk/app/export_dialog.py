@@ -7,7 +7,9 @@ It only gathers choices; drawing and writing are ``attndesk.render``'s job (the 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QSettings, Signal, Slot
@@ -90,21 +92,29 @@ def perform_export(
     shared_scale: bool = True,
     log_scale: bool = False,
     region: select.Region | None = None,
+    page_settings: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write one export of ``map``; raises ``ExportError`` with a readable reason.
 
     ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
-    a memory-bounded run's image is its labelled overview and its numbers are refused."""
+    a memory-bounded run's image is its labelled overview and its numbers are refused.
+    ``page_settings``: a page's "Model and settings" table (``bundle_save.run_settings``)."""
     path = Path(path).expanduser()
     if path.suffix.lower().lstrip(".") != extension(fmt):
         raise ExportError(f"the file name {path.name!r} does not end in .{extension(fmt)}")
-    if fmt == "overview":  # the whole input downsampled plus the exact region (default: its start)
-        return write_overview_page(
-            [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
-        )
-    if fmt == "html":  # every head and the mean, self-contained: what the heatmaps tab shows
-        return write_page(
-            [map], map.summary, path, colormap=colormap, shared_scale=shared_scale, log_scale=log_scale, region=region
+    if fmt in ("html", "overview"):
+        # html: every head and the mean, self-contained (what the heatmaps tab shows); overview: the
+        # whole input downsampled plus the exact region (default: its start)
+        write = write_page if fmt == "html" else write_overview_page
+        return write(
+            [map],
+            map.summary,
+            path,
+            settings=page_settings,
+            colormap=colormap,
+            shared_scale=shared_scale,
+            log_scale=log_scale,
+            region=region,
         )
     if fmt in IMAGE_FORMATS:
         try:
@@ -135,7 +145,8 @@ def export_name(map: AttentionMap, which, fmt: str, region: select.Region | None
 
 
 class ExportDialog(QDialog):
-    """Choices for one export of ``map`` (what is on screen); ``settings`` remembers the folder."""
+    """Choices for one export of ``map`` (what is on screen); ``settings`` remembers the folder;
+    ``page_settings`` fills a page's "Model and settings" table."""
 
     exported = Signal(str)  # the written path
     failedExport = Signal(str)  # the reason
@@ -151,12 +162,13 @@ class ExportDialog(QDialog):
         *,
         log_scale: bool = False,
         settings: QSettings | None = None,
+        page_settings: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
         self.setMinimumWidth(560)
-        self._map, self._settings = map, settings
+        self._map, self._settings, self._page_settings = map, settings, dict(page_settings or {})
         self._colormap, self._shared, self._log = colormap, shared_scale, log_scale
         self._name_edited = False
         self._size_set = False
@@ -336,6 +348,7 @@ class ExportDialog(QDialog):
             shared_scale=self._shared,
             log_scale=self._log,
             region=self.region(),
+            page_settings=self._page_settings,
         )
         return lambda: perform_export(map, which, fmt, path, **options)
 

@@ -36,7 +36,7 @@ from attndesk.core.bundle import BundleError
 from attndesk.core.errors import ConfigError
 from attndesk.core.process import freeze_long_lived, tune_process
 
-from .bundle_save import save_bundle
+from .bundle_save import run_settings, save_bundle
 from .export_dialog import ExportDialog
 from .jobs.background import Background
 from .jobs.compute import ComputeController, Modes
@@ -352,6 +352,7 @@ class MainWindow(QMainWindow):
     def _show(self, shown: Shown) -> None:
         """Put a published result on screen: tokens, timing (a new run only), heatmaps."""
         self.tokensPanel.show_result(shown)
+        self._on_mode(self.state.mode)  # the Train tab's model handed over again: the same state, another shape
         if shown.new_run:
             self.timingPanel.show_result(shown.facts)
         self._drawing = shown
@@ -461,6 +462,11 @@ class MainWindow(QMainWindow):
             self.status.fail("nothing to export yet: wait for a result")
             return None
         view = self.state.view
+        shown = self.compute.shown()
+        result = None if shown is None else (shown.toy.result if shown.toy is not None else shown.layers)
+        page_settings = (
+            None if shown is None or result is None else run_settings(shown.mode, self.state.target_text, result)
+        )
         dialog = ExportDialog(
             amap,
             target=target if target is not None else "all",
@@ -470,6 +476,7 @@ class MainWindow(QMainWindow):
             region=view.region,
             log_scale=view.log_scale,
             settings=app_settings(),
+            page_settings=page_settings,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
         dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))
@@ -494,10 +501,11 @@ class MainWindow(QMainWindow):
             return False
         result = shown.toy.result if shown.toy is not None else shown.layers
         state, colormap, budget = self.session(), self.state.view.colormap, self.state.config.memory_budget
+        trained = None if shown.toy is None else self.toy.trained_run(shown.toy.result.config.weights_from)
         name = Path(path).name
         self.status.say(f"saving bundle {name}…")
         self._bundles.start(
-            lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget),
+            lambda: save_bundle(state, result, path, colormap=colormap, memory_budget=budget, trained=trained),
             done=lambda written: self.status.say(f"saved bundle {written}"),
             failed=lambda exc: self.status.fail(f"bundle {name} not saved: {exc}"),
             expected=(BundleError, OSError),

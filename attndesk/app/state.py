@@ -141,12 +141,15 @@ class PanelView:
     """How the parameters panel shows the state while a mode is on. ``fixed``: config fields shown
     with these values and disabled (a pretrained model's architecture); ``causal_only``: the mask
     combo offers none/causal and edits only the causal part (the toy model's padding choice is
-    kept for it); ``info``: a line for the "Model" row ("6 layers x 12 heads")."""
+    kept for it); ``info``: a line for the "Model" row ("6 layers x 12 heads"); ``toy_acts``: the
+    fixed values are trained toy weights' shape, and the other controls act as their spec says (a
+    real model's architecture, False, disables every control it does not use)."""
 
     fixed: dict[str, Any] = field(default_factory=dict)
     causal_only: bool = False
     mask_tip: str = ""
     info: str = ""
+    toy_acts: bool = False
 
 
 class ViewState(EventedModel):

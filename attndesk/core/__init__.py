@@ -4,19 +4,57 @@
 >>> result = run_attention(AttentionConfig(num_heads=2, embed_dim=8), "the cat sat")
 >>> result.weights.shape
 (2, 3, 3)
+
+The names below are imported on first use (PEP 562), so a module that needs only a light part of
+the core (``atomic``, ``errors``: a corpus store opened to be read) does not load torch.
 """
 
-from .attention import MultiHeadAttention, SingleHeadAttention, masked_softmax, scaled_dot_product_attention
-from .config import MASK_KINDS, POSITIONS, AttentionConfig, divisors
-from .devices import available_devices, device_availability
-from .errors import Cancelled, ConfigError, ConfigTypeError
-from .masks import causal_mask, padding_mask
-from .memory import estimate_run, format_bytes
-from .pipeline import run_attention
-from .positional import sinusoidal_encoding
-from .pretrained import PretrainedResult, load_pretrained, run_pretrained
-from .result import AttentionResult
-from .types import MEAN, AttentionMap, Head, Intermediates
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# submodule -> the names it exports here
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "attention": ("MultiHeadAttention", "SingleHeadAttention", "masked_softmax", "scaled_dot_product_attention"),
+    "config": ("MASK_KINDS", "POSITIONS", "AttentionConfig", "divisors"),
+    "devices": ("available_devices", "device_availability"),
+    "errors": ("Cancelled", "ConfigError", "ConfigTypeError"),
+    "masks": ("causal_mask", "padding_mask"),
+    "memory": ("estimate_run", "format_bytes"),
+    "pipeline": ("run_attention",),
+    "positional": ("sinusoidal_encoding",),
+    "pretrained": ("PretrainedResult", "load_pretrained", "run_pretrained"),
+    "result": ("AttentionResult",),
+    "types": ("MEAN", "AttentionMap", "Head", "Intermediates"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:  # the same names for type checkers (tests/core/test_core_exports.py keeps the lists equal)
+    from .attention import MultiHeadAttention, SingleHeadAttention, masked_softmax, scaled_dot_product_attention
+    from .config import MASK_KINDS, POSITIONS, AttentionConfig, divisors
+    from .devices import available_devices, device_availability
+    from .errors import Cancelled, ConfigError, ConfigTypeError
+    from .masks import causal_mask, padding_mask
+    from .memory import estimate_run, format_bytes
+    from .pipeline import run_attention
+    from .positional import sinusoidal_encoding
+    from .pretrained import PretrainedResult, load_pretrained, run_pretrained
+    from .result import AttentionResult
+    from .types import MEAN, AttentionMap, Head, Intermediates
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "MASK_KINDS",

@@ -4,7 +4,8 @@ A bundle holds ``manifest.json`` (format, version, the environment: attndesk, to
 transformers, numpy, Python, platform; the model's identity: folder, config.json, SHA-256 of the
 weight and tokenizer files; the list of arrays and figures), ``session.json`` (the window's
 session: every parameter), ``texts/*.txt`` (the inputs), ``weights/*.npy`` (the exact float32
-weights, ``allow_pickle=False``) and ``figures/*`` (images, the interactive page).
+weights, ``allow_pickle=False``), ``figures/*`` (images, the interactive page) and, for a model
+that exists nowhere else (a trained toy model), ``model/*`` (its files).
 
 - ``write_bundle``: the zip, written atomically (a failure leaves no partial file).
 - ``read_bundle``: manifest, session and arrays back; ``BundleError`` for a file that is not a
@@ -70,6 +71,7 @@ class Bundle:
     texts: dict[str, str] = field(default_factory=dict)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
+    model_files: dict[str, bytes] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,14 +211,17 @@ def write_bundle(
     weights: Mapping[str, np.ndarray],
     figures: Mapping[str, bytes] | None = None,
     run: Mapping[str, Any] | None = None,
+    model_files: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write the bundle ``path`` (.zip) atomically; returns it. ``texts`` name -> text (stored as
     texts/NAME.txt), ``weights`` bundle name -> array, ``figures`` file name -> bytes,
-    ``run`` what was computed beyond the session (e.g. ``{"layer": None}``)."""
+    ``run`` what was computed beyond the session (e.g. ``{"layer": None}``), ``model_files``
+    file name -> bytes of the model itself (stored as model/NAME)."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".zip":
         raise BundleError(f"cannot write {path}: a bundle ends in .zip")
     figures = dict(figures or {})
+    model_files = dict(model_files or {})
     manifest = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
@@ -227,6 +232,7 @@ def write_bundle(
         "texts": sorted(f"texts/{n}.txt" for n in texts),
         "weights": [{"name": n, "shape": list(a.shape), "dtype": "float32"} for n, a in weights.items()],
         "figures": sorted(f"figures/{n}" for n in figures),
+        "model_files": sorted(f"model/{n}" for n in model_files),
     }
 
     def write(fh) -> None:
@@ -239,6 +245,8 @@ def write_bundle(
                 zf.writestr(name, _npy_bytes(np.asarray(array, dtype=np.float32)))
             for name, data in figures.items():
                 zf.writestr(f"figures/{name}", data)
+            for name, data in model_files.items():
+                zf.writestr(f"model/{name}", data)
 
     folder = path.parent
     if not folder.is_dir():
@@ -293,6 +301,11 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
                 if entry["name"] not in names:
                     raise BundleError(f"{path.name} is incomplete: {entry['name']} is missing")
                 weights[entry["name"]] = np.load(io.BytesIO(zf.read(entry["name"])), allow_pickle=False)
+            model_files = {}
+            for name in manifest.get("model_files", []):
+                if name not in names:
+                    raise BundleError(f"{path.name} is incomplete: {name} is missing")
+                model_files[Path(name).name] = zf.read(name)
     except FileNotFoundError:
         raise BundleError(f"bundle {path} does not exist") from None
     except IsADirectoryError:
@@ -305,7 +318,7 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
         raise BundleError(
             f"{path.name} cannot be read as an attndesk bundle: {' '.join(str(exc).split())[:200]}"
         ) from None
-    return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])))
+    return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])), model_files)
 
 
 def same_environment(manifest: Mapping[str, Any]) -> list[str]:

@@ -15,14 +15,20 @@ text's own (unpadded) attention A and detection pattern P: sum(A * P) / sum(A), 
 previous-token, duplicate-token or induction pattern of the text's token ids. They need a square
 pattern, so cross-attention has none (NaN). Corpus figures: row metrics are means over all rows
 of all texts (each text weighted by its rows), detection scores are means over texts.
+
+torch is imported by the functions that compute: the names and roles alone (what a store's
+reader, the Corpus tab and the store's page need) load without it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 ROW_METRICS = ("entropy", "distance", "self", "previous", "first")
 SCORES = ("previous_token_score", "duplicate_token_score", "induction_score")
@@ -61,6 +67,8 @@ _DISTANCES: dict[tuple[int, int, str], torch.Tensor] = {}
 
 
 def _distance_matrix(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    import torch
+
     key = (lq, lk, str(device))
     if key not in _DISTANCES:
         if len(_DISTANCES) > 64:
@@ -72,6 +80,8 @@ def _distance_matrix(lq: int, lk: int, device: torch.device) -> torch.Tensor:
 
 def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per text and head, sums over the valid rows of each row metric, and the row counts."""
+    import torch
+
     lq, lk = w.shape[-2:]
     valid = rows.to(w.dtype)  # [B, H, Lq]
     entropy = -torch.special.xlogy(w, w).sum(-1)
@@ -102,6 +112,8 @@ def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """TransformerLens' mul scores of each text's square attention [B, H, L, L] (padding cut out)."""
+    import torch
+
     valid = rows.to(w.dtype)
     a = w * valid[..., None] * keys[:, None, None, :].to(w.dtype)  # the text's own attention A
     total = a.sum((-1, -2)).double()  # sum(A)
@@ -131,6 +143,8 @@ def batch_metrics(
     [B, Lk] are True on real tokens; ``ids`` [B, L]: the token ids of a square (self-attention)
     part, None for cross-attention (no detection scores).
     """
+    import torch
+
     w = weights.detach().float() * key_mask[:, None, None, :].to(torch.float32)
     rows = query_mask[:, None, :] & (w.sum(-1) > 0)  # [B, H, Lq]
     sums = _row_sums(w, rows)

@@ -12,8 +12,11 @@ A folder of another ``format_version`` is refused with one line (ConfigError).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +106,23 @@ def load_run(path: str | os.PathLike) -> TrainRun:
     return run
 
 
+def run_files(run: TrainRun) -> dict[str, bytes]:
+    """The files of ``run``'s folder without its checkpoints (the model after ``run.step`` updates),
+    by name: what a bundle carries to reproduce the run's attention."""
+    alone = dataclasses.replace(run, checkpoints=CheckpointStore(run.cfg.checkpoint_budget))
+    with tempfile.TemporaryDirectory(prefix="attndesk-run-") as tmp:
+        write_run_files(alone, lambda name: Path(tmp) / name)
+        return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
+
+
+def run_from_files(files: Mapping[str, bytes]) -> TrainRun:
+    """The run whose folder's files are ``files`` (``run_files``); ConfigError as ``load_run``."""
+    with tempfile.TemporaryDirectory(prefix="attndesk-run-") as tmp:
+        for name, data in files.items():
+            (Path(tmp) / Path(name).name).write_bytes(data)
+        return load_run(tmp)
+
+
 def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) -> None:
     by_step: dict[int, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
@@ -113,4 +133,14 @@ def _load_checkpoints(store: CheckpointStore, tensors: dict[str, torch.Tensor]) 
         store.add(step, by_step[step])
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "load_run", "read_metadata", "save_run", "save_tensors", "write_run_files"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "load_run",
+    "read_metadata",
+    "run_files",
+    "run_from_files",
+    "save_run",
+    "save_tensors",
+    "write_run_files",
+]

@@ -51,3 +51,24 @@ def test_save_bundle_says_why_not_and_writes_nothing(qtbot, window, monkeypatch,
     window.saveBundleAction.trigger()
     said = wait_status(qtbot, window, "bundle run.zip not saved")
     assert window.status.error and "\n" not in said and list(tmp_path.iterdir()) == []
+
+
+def test_a_bundle_of_trained_weights_holds_the_probe_input_and_reproduces(qtbot, window, monkeypatch, tmp_path, capsys):
+    from attndesk.app.modes.toy import preset_run
+    from attndesk.cli import main
+    from attndesk.train.stages import trained_result
+
+    with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
+        window.state.set_config(weights_from="induction")
+    answer_save_dialog(monkeypatch, tmp_path / "induction.zip")
+    window.saveBundleAction.trigger()
+    wait_status(qtbot, window, "saved bundle")
+    assert not window.status.error
+    bundle = read_bundle(tmp_path / "induction.zip")
+    expected = trained_result(preset_run("induction"), "induction")
+    np.testing.assert_array_equal(bundle.weights["weights/attention.npy"], expected.weights)
+    assert bundle.texts == {"text": " ".join(expected.tokens)} and window.state.text not in bundle.texts.values()
+    assert bundle.session["config"]["weights_from"] == "induction"
+    assert main(["reproduce", str(tmp_path / "induction.zip")]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines()[-1] == "largest difference from the bundled weights: 0"

@@ -265,3 +265,20 @@ def test_a_failing_save_keeps_the_old_file_and_the_window(window, tmp_path, monk
     assert "\n" not in str(caught.value)
     assert path.read_bytes() == before  # the old session is intact
     assert [p.name for p in tmp_path.iterdir()] == ["keep.json"]  # no temporary file left
+
+
+def test_the_windows_page_fills_model_and_settings_as_the_cli_page_does(window, tmp_path, capsys):
+    from attndesk.cli import main
+    from attndesk.render.page import read_page_data
+
+    _, written = export(window, "all", "html", tmp_path / "window.html")
+    settings = read_page_data(written)["settings"]
+    config = window.state.config
+    assert settings == config.to_dict() and settings["num_heads"] == config.num_heads
+    flags = ["--heads", str(config.num_heads), "--embed-dim", str(config.embed_dim), "--mask", config.mask]
+    assert (
+        main(["render", "--text", window.state.text, *flags, "--format", "html", "--out", str(tmp_path / "cli")]) == 0
+    )
+    capsys.readouterr()
+    (page,) = (tmp_path / "cli").glob("*.html")
+    assert read_page_data(page)["settings"] == settings

@@ -189,3 +189,40 @@ def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_dec
     assert code == 0 and out[-1].endswith(": 0"), err
     with pytest.raises(BundleError, match="not the current mode"):
         save_bundle(t5, result, tmp_path / "mixed.zip")
+
+
+def test_a_bundle_of_the_train_tabs_model_carries_it_and_an_older_one_says_why_not(qapp, capsys, tmp_path):
+    from attndesk.app.bundle_save import save_bundle
+    from attndesk.app.modes.toy import preset_run, trained_toy_run
+    from attndesk.app.state import AppState
+    from attndesk.core.bundle import BundleError
+    from attndesk.train.stages import initial_run
+
+    run = preset_run("previous-token")  # as the Train tab hands a model over: not by a preset's name
+    state = AppState()
+    state.set_config(weights_from="trained")
+    result = trained_toy_run("trained", run, "my-run").toy.result
+    path = save_bundle(state, result, tmp_path / "mine.zip", trained=run)
+    bundle = read_bundle(path)
+    assert sorted(bundle.model_files) == ["config.json", "history.json", "model.safetensors"]
+    assert bundle.texts == {"text": " ".join(result.tokens)}
+    code, out, err = run_cli(capsys, "reproduce", str(path))
+    assert code == 0 and out[-1] == "largest difference from the bundled weights: 0", err
+    # another model than the one that computed the result on screen is refused, nothing written
+    with pytest.raises(BundleError, match="changed since"):
+        save_bundle(state, result, tmp_path / "other.zip", trained=initial_run(run))
+    with pytest.raises(BundleError, match="no longer open"):
+        save_bundle(state, result, tmp_path / "other.zip")
+    assert not (tmp_path / "other.zip").exists()
+    # a bundle without its model (as older versions wrote them): one line, exit 2
+    older = tmp_path / "older.zip"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(older, "w") as zout:
+        for info in zin.infolist():
+            if info.filename == "manifest.json":
+                manifest = json.loads(zin.read(info))
+                del manifest["model"]["trained"], manifest["model_files"]
+                zout.writestr(info, json.dumps(manifest))
+            elif not info.filename.startswith("model/"):
+                zout.writestr(info, zin.read(info))
+    code, out, err = run_cli(capsys, "reproduce", str(older))
+    assert code == 2 and out == [] and len(err) == 1 and "save the bundle again" in err[0], err

@@ -4,8 +4,12 @@ arguments it records and holds a resumed run to."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -65,6 +69,33 @@ def test_tables_queries_and_reopening(bert_store):
     with pytest.raises(ConfigError, match="unknown metric"):
         again.top_texts(0, 0, "nope")
     again.close()
+
+
+READ_A_STORE = """
+import sys
+from attndesk.corpus import open_corpus
+with open_corpus(sys.argv[1]) as store:
+    rows = len(store.heads), len(store.texts), len(store.per_text(1, 3)), len(store.top_texts(1, 3, "entropy", k=2))
+    rows += (len(store.atlas(1, 3)), len(store.atlas_quality))
+print(rows, sorted(m for m in ("torch", "transformers") if m in sys.modules))
+"""
+
+
+def test_reading_a_store_needs_neither_torch_nor_transformers(bert_store):
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_A_STORE, str(bert_store.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    atlas = len(bert_store.atlas(1, 3))
+    expected = (8, len(TEXTS), len(TEXTS), 2, atlas, len(bert_store.atlas_quality))
+    assert atlas > 0 and proc.stdout.strip() == f"{expected} []"
 
 
 def test_a_stopped_run_resumes_to_the_same_store(models, bert_store, tmp_path):

@@ -25,7 +25,7 @@ from attndesk.train.stages import head_labels, initial_run, trained_result
 from ..plans import needs_explicit_run, reports_progress
 from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..sources.long_source import source_for_map
-from ..state import STEP_THROUGH_TAB, TOY, AppState
+from ..state import STEP_THROUGH_TAB, TOY, AppState, PanelView
 from .base import ModeBase, ModeChoice
 
 if TYPE_CHECKING:
@@ -164,6 +164,33 @@ def trained_toy_run(weights: str, run: TrainRun | None, name: str) -> Shown:
     )
 
 
+def trained_panel(run: TrainRun, name: str = "") -> PanelView:
+    """The parameters panel for trained weights: the shape and variants of ``run``'s model (its
+    per-layer heads and width, as a real model's panel shows them), greyed; ``name`` says which
+    model (a preset is named by the Weights choice itself)."""
+    cfg = run.cfg
+    fixed = {
+        "embed_dim": cfg.embed_dim,
+        "num_heads": cfg.heads,
+        "hidden_dim": cfg.head_dim,
+        "mask": "causal",
+        "pad_to": None,
+        "scaled": True,
+        "position": cfg.position,
+        "kv_heads": cfg.kv_heads,
+        "window": cfg.window,
+        "softcap": cfg.softcap,
+        "dropout": 0.0,
+        "training": False,
+        "seed": cfg.seed,
+        "vocab_size": max(3, cfg.vocab),
+    }
+    layers = "1 layer" if cfg.layers == 1 else f"{cfg.layers} layers"
+    trained = f"{name}: " if name else ""
+    info = f"{trained}{cfg.task}, {run.step:,} steps\n{layers} × {cfg.heads} heads, d_k {cfg.head_dim}"
+    return PanelView(fixed=fixed, info=info, toy_acts=True)
+
+
 class ToyMode(ModeBase):
     kind = "toy"
 
@@ -176,6 +203,24 @@ class ToyMode(ModeBase):
         """The model ``config.weights_from == "trained"`` shows (the Train tab's "Open in views")."""
         self.trained = (name, run)
         self._serial += 1
+
+    def trained_run(self, weights: str) -> TrainRun | None:
+        """The model ``config.weights_from == weights`` shows: a preset, the Train tab's model, or None."""
+        if weights == "random":
+            return None
+        if weights == "trained":
+            return None if self.trained is None else self.trained[1]
+        return preset_run(weights)
+
+    def panel(self, state: AppState) -> PanelView:
+        weights = state.config.weights_from
+        try:
+            run = self.trained_run(weights)
+        except ConfigError:  # a preset not shipped: the run says so
+            run = None
+        if run is None:
+            return PanelView()
+        return trained_panel(run, self.trained[0] if weights == "trained" and self.trained else "")
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]

@@ -5,7 +5,8 @@ The controls, their order, labels, ranges and tooltips come from the field spec
 
 The panel holds no values of its own: an edit writes the one field into the state, and the state's
 ``config`` / ``mode`` events redraw every control (signals blocked, so a redraw never writes back).
-The active mode's ``PanelView`` says what it shows fixed (a pretrained architecture, disabled)
+The active mode's ``PanelView`` says what it shows fixed (a pretrained architecture, disabled; the
+shape of trained toy weights)
 and which mask choices act. ``show_problem`` puts the controller's ConfigError next to the
 controls (next to the heads when it is about heads, with the valid head counts).
 """
@@ -134,7 +135,9 @@ class ParametersPanel(QWidget):
         """Draw every control from the state (and the mode's fixed values)."""
         self.refreshes += 1
         values = {**self.state.config.to_dict(), **self._view.fixed}
-        locked = bool(self._view.fixed)  # a real model's architecture: its values, or "unknown"
+        locked = (
+            bool(self._view.fixed) and not self._view.toy_acts
+        )  # a real model's architecture: its values, or "unknown"
         for w in self._controls():
             w.blockSignals(True)
         try:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QToolTip,
@@ -47,7 +48,8 @@ def score_colors(scores: np.ndarray, colormap: str = DIVERGING) -> tuple[list[QC
 
 class TokenStrip(QWidget):
     """Tokens as chips, wrapped to the width, coloured by their scores; hover shows a tooltip and
-    emits ``tokenHovered(index)`` (-1 when the mouse leaves every chip)."""
+    emits ``tokenHovered(index)`` (-1 when the mouse leaves every chip). Its height follows its
+    width (``heightForWidth``); ``TokenStripArea`` gives it that height on screen."""
 
     tokenHovered = Signal(int)
 
@@ -60,13 +62,14 @@ class TokenStrip(QWidget):
         self.scores = np.zeros(0)
         self.colors: list[QColor] = []
         self.bound = 1.0
-        self._rects: list[QRect] = []
+        self._rects: list[QRect] = []  # the chips at the strip's own width (asking a height changes nothing)
         self._hover = -1
 
     def set_scores(self, tokens: list[str], scores: np.ndarray) -> None:
         self.tokens, self.scores = list(tokens), np.asarray(scores, dtype=np.float64)
         self.colors, self.bound = score_colors(self.scores)
-        self._layout(self.width())
+        self._rects = self.chips_for(self.width())[0]
+        self._hover = -1
         self.updateGeometry()
         self.update()
 
@@ -74,30 +77,37 @@ class TokenStrip(QWidget):
         share = self.scores[index] / max(float(np.abs(self.scores).sum()), 1e-30)
         return f"{index}: {self.tokens[index]!r}  score {self.scores[index]:+.5g}  ({share:+.1%} of Σ|score|)"
 
-    def _layout(self, width: int) -> int:
+    def chips_for(self, width: int) -> tuple[list[QRect], int]:
+        """The chips' rectangles wrapped to ``width``, and the height they take."""
         metrics = QFontMetrics(self.font())
         x = y = 0
         height = metrics.height() + 2 * _PAD_Y
-        self._rects = []
+        rects = []
         for token in self.tokens:
             w = metrics.horizontalAdvance(token or " ") + 2 * _PAD_X
             if x > 0 and x + w > max(width, 1):
                 x, y = 0, y + height + _GAP
-            self._rects.append(QRect(x, y, w, height))
+            rects.append(QRect(x, y, w, height))
             x += w + _GAP
-        return y + height if self.tokens else height
+        return rects, y + height
+
+    def chip_rects(self) -> list[QRect]:
+        """Where each token's chip is drawn, in the strip's coordinates."""
+        return list(self._rects)
 
     def hasHeightForWidth(self) -> bool:
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return self._layout(width)
+        return self.chips_for(width)[1]
 
     def sizeHint(self) -> QSize:
-        return QSize(400, self._layout(max(self.width(), 400)))
+        return QSize(400, self.heightForWidth(max(self.width(), 400)))
 
     def resizeEvent(self, event) -> None:
-        self._layout(event.size().width())
+        self._rects, height = self.chips_for(event.size().width())
+        if self.minimumHeight() != height:  # a scroll area sizes its widget no lower than this
+            self.setMinimumHeight(height)
         super().resizeEvent(event)
 
     def paintEvent(self, _event) -> None:
@@ -132,6 +142,36 @@ class TokenStrip(QWidget):
             self.update()
             self.tokenHovered.emit(-1)
         super().leaveEvent(event)
+
+
+class TokenStripArea(QScrollArea):
+    """The strip as tall as its rows at the width it is given, up to ``MAX_ROWS`` rows; a longer
+    prompt scrolls inside it, so every chip is on screen or reached by scrolling."""
+
+    MAX_ROWS = 6
+
+    def __init__(self, strip: TokenStrip, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("attributionStripArea")
+        self.strip = strip
+        self.setWidget(strip)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.fit()
+
+    def fit(self) -> None:
+        """Take the height of the strip's rows at the width there is (at most MAX_ROWS rows)."""
+        row = QFontMetrics(self.strip.font()).height() + 2 * _PAD_Y
+        cap = self.MAX_ROWS * row + (self.MAX_ROWS - 1) * _GAP
+        height = min(self.strip.heightForWidth(self.viewport().width()), cap)
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit()
 
 
 class AttributionView(QWidget):
@@ -172,12 +212,13 @@ class AttributionView(QWidget):
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.strip = TokenStrip()
+        self.stripArea = TokenStripArea(self.strip)
         self.readout = QLabel(" ", objectName="attributionReadout")
         self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
         self.headsPlot.setObjectName("attributionHeadsPlot")
         self.headsPlot.hide()
         layout = QVBoxLayout(self)
-        for widget in (self.info, self.controls, self.bar, self.summary, self.strip, self.readout):
+        for widget in (self.info, self.controls, self.bar, self.summary, self.stripArea, self.readout):
             layout.addWidget(widget)
         layout.addWidget(self.headsPlot, 1)
         layout.addStretch(0)
@@ -210,11 +251,13 @@ class AttributionView(QWidget):
         self.attribution = attribution
         if attribution is None:
             self.strip.set_scores([], np.zeros(0))
+            self.stripArea.fit()
             self.summary.setText("")
             self.headsPlot.hide()
             return
         a = attribution
         self.strip.set_scores(a.tokens, a.scores)
+        self.stripArea.fit()
         name = dict(METHODS)[{"integrated_gradients": "ig", "gradient_x_input": "gxi"}.get(a.method, "attn")]
         parts = [
             f"<b>{name}</b> of logit({html.escape(repr(a.target))}) = {a.target_logit:.4g} after the last token",
@@ -253,4 +296,4 @@ class AttributionView(QWidget):
             )
 
 
-__all__ = ["METHODS", "AttributionView", "TokenStrip", "score_colors"]
+__all__ = ["METHODS", "AttributionView", "TokenStrip", "TokenStripArea", "score_colors"]

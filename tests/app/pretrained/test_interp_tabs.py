@@ -314,3 +314,63 @@ def test_the_window_never_stalls_while_the_flow_computes(qtbot, gpt2_window):
 def timed(qtbot, action, done) -> float:
     """The longest gap between 5 ms GUI-thread ticks from ``action`` until ``done()`` holds."""
     return worst_gap(qtbot, lambda: (action(), qtbot.waitUntil(done, timeout=TIMEOUT_MS)), settle_ms=100)
+
+
+def chips_on_screen(view) -> list[int]:
+    """The chips drawn wholly inside the part of the strip a person sees (clipped by its scroll
+    area's viewport and every parent)."""
+    strip = view.strip
+    visible = strip.visibleRegion()
+    return [i for i, rect in enumerate(strip.chip_rects()) if visible.contains(rect) and (visible & rect) == rect]
+
+
+def test_attribution_shows_every_token_of_the_prompt_at_any_width(qtbot, gpt2_window):
+    w = gpt2_window
+    prompt = "whenever marianne and johnathan wandered towards the supermarket johnathan offered lemonade to"
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        w.state.text = prompt
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    view = tab.view
+    view.set_method("attn")
+    qtbot.waitUntil(lambda: view.attribution is not None and not tab.is_running(), timeout=TIMEOUT_MS)
+    tokens = view.attribution.tokens
+    assert len(tokens) >= 14 and view.strip.tokens == tokens and view.headsPlot.isVisible()
+    row = view.strip.chip_rects()[0].height()
+    for size in ((1400, 900), (1000, 900), (1400, 900)):  # one row, wrapped, one row again
+        w.resize(*size)
+        qtbot.waitUntil(lambda: view.strip.width() == view.stripArea.viewport().width(), timeout=TIMEOUT_MS)
+        qtbot.wait(50)
+        rows = len({r.top() for r in view.strip.chip_rects()})
+        assert chips_on_screen(view) == list(range(len(tokens))), (size, rows)
+        assert (
+            view.stripArea.height() == rows * row + (rows - 1) * 4
+            and not view.stripArea.verticalScrollBar().isVisible()
+        )
+        assert view.stripArea.geometry().bottom() < view.readout.geometry().top()
+        if size[0] == 1000:
+            assert rows >= 2  # the narrower window wraps the chips
+        view.strip.heightForWidth(120)  # a layout asking the height at another width moves no chip
+        assert chips_on_screen(view) == list(range(len(tokens)))
+
+
+def test_a_prompt_longer_than_the_strip_scrolls_to_every_token(qtbot):
+    from attndesk.app.views.attribution import AttributionView, TokenStripArea
+    from attndesk.core.interp import InputAttribution
+
+    tokens = [f"token{i}" for i in range(300)]
+    scores = np.linspace(-1.0, 1.0, len(tokens))
+    view = AttributionView()
+    qtbot.addWidget(view)
+    view.resize(700, 700)
+    view.show()
+    view.set_attribution(InputAttribution("gradient_x_input", tokens, scores, "x", 1.0))
+    qtbot.waitUntil(lambda: view.stripArea.verticalScrollBar().isVisible(), timeout=TIMEOUT_MS)
+    rows = len({r.top() for r in view.strip.chip_rects()})
+    row = view.strip.chip_rects()[0].height()
+    assert rows > TokenStripArea.MAX_ROWS and view.stripArea.height() == TokenStripArea.MAX_ROWS * (row + 4) - 4
+    last = view.strip.chip_rects()[-1]
+    assert last.bottom() < view.strip.height() and view.strip.rect().contains(last)
+    view.stripArea.ensureVisible(last.center().x(), last.center().y(), 0, row)
+    qtbot.wait(20)
+    assert len(tokens) - 1 in chips_on_screen(view)

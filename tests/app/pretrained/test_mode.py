@@ -393,3 +393,19 @@ def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_
         assert not QImage(str(grid)).isNull()
     finally:
         dispose(w)
+
+
+def test_the_page_of_a_pretrained_head_grid_names_the_model(pretrained_window, tmp_path):
+    from attndesk.core.pretrained import packaged_model_dir
+    from attndesk.render.page import read_page_data
+
+    dialog = pretrained_window.open_export_dialog("all")
+    try:
+        dialog.set_format("html")
+        dialog.set_path(tmp_path / "layer.html")
+        written = dialog.export()
+    finally:
+        dialog.close()
+    settings = read_page_data(written)["settings"]
+    assert (settings["model"], settings["layers"], settings["heads"]) == ("all-MiniLM-L6-v2", 6, 12)
+    assert settings["folder"] == str(packaged_model_dir().resolve()) and settings["forced causal mask"] is False

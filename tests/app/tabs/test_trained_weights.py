@@ -108,3 +108,57 @@ def test_the_panel_offers_the_presets_and_the_induction_preset_shows_its_inducti
     assert not heads.isEnabled() and combo.isEnabled()  # the preset brings its own shape
     shown_after(qtbot, window, lambda: combo.setCurrentIndex(combo.findData("random")))
     assert heads.isEnabled()
+
+
+def panel_reads(window) -> dict[str, object]:
+    """What the parameters panel shows a person: the shape and variants of the model."""
+    panel = window.parametersPanel
+    return {
+        "width": panel.embedDimSpin.value(),
+        "heads": panel.headsSpin.value(),
+        "mask": panel.maskCombo.currentText(),
+        "position": panel.positionCombo.currentText(),
+        "info": panel.modelInfo.text() if panel.modelInfo.isVisible() else "",
+    }
+
+
+def test_the_panel_shows_the_shape_and_variants_of_the_trained_weights_on_screen(qtbot, window):
+    combo = window.findChild(QComboBox, "weightsFromCombo")
+    randomly = panel_reads(window)
+    assert randomly["info"] == "" and window.parametersPanel.headsSpin.isEnabled()
+    expected = {
+        "induction": (64, 4, "RoPE", "induction, 600 steps\n2 layers × 4 heads, d_k 16"),
+        "previous-token": (
+            32,
+            2,
+            "RoPE",
+            "previous-token, 400 steps\n1 layer × 2 heads, d_k 16",
+        ),
+        "reverse": (64, 4, "learned", "reverse, 400 steps\n2 layers × 4 heads, d_k 16"),
+    }
+    for name, (width, heads, position, info) in expected.items():
+        shown = shown_after(qtbot, window, lambda name=name: combo.setCurrentIndex(combo.findData(name)))
+        cfg = preset_run(name).cfg
+        assert (cfg.embed_dim, cfg.heads, shown.map.num_heads) == (width, heads, cfg.layers * heads)
+        assert panel_reads(window) == {
+            "width": width,
+            "heads": heads,
+            "mask": "causal",
+            "position": position,
+            "info": info,
+        }
+        assert not window.parametersPanel.headsSpin.isEnabled() and combo.isEnabled()
+    shown_after(qtbot, window, lambda: combo.setCurrentIndex(combo.findData("random")))
+    assert panel_reads(window) == randomly and window.parametersPanel.headsSpin.isEnabled()
+
+
+def test_the_panel_follows_the_train_tabs_model_handed_over_again(qtbot, window):
+    tab = window.tab_presenter(TRAIN_TAB)
+    for run, heads in ((preset_run("previous-token"), 2), (preset_run("induction"), 4)):
+        with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+            tab.open("my-run", lambda run=run: run)
+        shown_after(qtbot, window, tab.view.viewsButton.click)
+        assert window.state.config.weights_from == "trained"
+        reads = panel_reads(window)
+        assert (reads["heads"], reads["width"], reads["position"]) == (heads, run.cfg.embed_dim, "RoPE")
+        assert str(reads["info"]).startswith(f"my-run: {run.cfg.task}, {run.step:,} steps\n")

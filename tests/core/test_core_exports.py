@@ -1,0 +1,44 @@
+"""``attndesk.core``'s names are imported on first use: each one is its submodule's object, the
+lists for type checkers and for the run time agree, and the light parts load without torch."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attndesk.core as core
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_type_checkers_imports_are_the_lazy_names():
+    tree = ast.parse((ROOT / "attndesk" / "core" / "__init__.py").read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    imported = {
+        node.module: tuple(a.name for a in node.names) for node in block.body if isinstance(node, ast.ImportFrom)
+    }
+    assert imported == core._EXPORTS
+    assert sorted(core.__all__) == sorted(core._WHERE)
+
+
+def test_every_name_is_its_submodules_object():
+    for name, module in core._WHERE.items():
+        assert getattr(core, name) is getattr(importlib.import_module(f"attndesk.core.{module}"), name)
+    assert set(core.__all__) <= set(dir(core))
+    with pytest.raises(ImportError):
+        exec("from attndesk.core import no_such_name", {})
+
+
+def test_errors_and_atomic_writes_load_without_torch():
+    code = "import sys, attndesk.core.atomic, attndesk.core.errors; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]

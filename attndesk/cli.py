@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attndesk import set_torch_environment
+
 if TYPE_CHECKING:
     from attndesk.render.figure import HeatmapFigure
 
@@ -764,6 +766,7 @@ def _echo(path: Path, echo: bool) -> None:
 
 def launch_app(argv: Sequence[str] | None = None) -> int:
     """Open the window; without a display (or without the app), render the sample headless."""
+    set_torch_environment()  # before anything below loads torch
     from attndesk.render import display_problem, has_display
 
     if not has_display():
@@ -825,6 +828,7 @@ def _guarded(run) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attndesk`` console script and ``python -m attndesk``."""
+    set_torch_environment()  # before the commands' modules load torch
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:

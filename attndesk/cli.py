@@ -4,6 +4,10 @@
 no display needed), so heatmaps can be scripted and ``make run`` has a fallback without a
 display. Every failure the user can fix ends in one line on stderr and a non-zero exit code,
 before anything is written; the files of one command are written all-or-nothing.
+
+This module loads no torch when imported (the commands' modules are imported inside functions),
+so ``main`` and ``launch_app`` set torch's environment before it loads
+(``attndesk.set_torch_environment``).
 """
 
 from __future__ import annotations

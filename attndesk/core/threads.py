@@ -1,5 +1,5 @@
-"""How many threads torch's CPU ops use in a loop of small tensors: chosen by the work, and by
-how busy the machine is, never a fixed count.
+"""How many threads torch's CPU ops use in a loop of small tensors: chosen by the work and by
+how busy the machine is, and chosen again during long runs (a fixed count only where asked).
 
 A thread pays off only when each op has enough work to split (``WORK_PER_THREAD``): tiny ops
 gain nothing from a second thread and lose the time the threads spend meeting. And threads that

@@ -1,12 +1,21 @@
-"""attndesk: a desktop application for seeing inside transformer attention."""
+"""attndesk: a desktop application for seeing inside transformer attention.
+
+Importing attndesk changes nothing in the process: the entry points (the ``attndesk`` command,
+``python -m attndesk``, main.py) call ``set_torch_environment()`` before torch loads.
+"""
 
 import os
 
-# Large fresh tensors page-fault slowly; transparent huge pages make the [H, L, L] buffers of
-# long sequences about 10x cheaper to first touch. Read by torch's CPU allocator at import.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-# libgomp spins 300,000 rounds before an idle thread sleeps; on a shared 2-core machine that made
-# every torch call several times slower (measured: L=512 attention 6 ms -> 264 ms). Read at load.
-os.environ.setdefault("GOMP_SPINCOUNT", "2000")
-
 __version__ = "0.1.0"
+
+
+def set_torch_environment() -> None:
+    """Set the variables torch reads when it loads (only where the user has not set them); call it
+    before the first ``import torch``, as the entry points do. See docs/benchmarks.md."""
+    # Large fresh tensors page-fault slowly; transparent huge pages make the [H, L, L] buffers of
+    # long sequences much cheaper to first touch. Read by torch's CPU allocator at import.
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    # libgomp spins 300,000 rounds before an idle thread sleeps: on shared cores the spinning
+    # threads take the cores from the ones with work, and every torch call slows several times.
+    # Read when libgomp loads.
+    os.environ.setdefault("GOMP_SPINCOUNT", "2000")

@@ -4,6 +4,10 @@
 no display needed), so heatmaps can be scripted and ``make run`` has a fallback without a
 display. Every failure the user can fix ends in one line on stderr and a non-zero exit code,
 before anything is written; the files of one command are written all-or-nothing.
+
+This module loads no torch when imported (the commands' modules are imported inside functions),
+so ``main`` and ``launch_app`` set torch's environment before it loads
+(``attndesk.set_torch_environment``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from attndesk import set_torch_environment
 
 if TYPE_CHECKING:
     from attndesk.render.figure import HeatmapFigure
@@ -764,6 +770,7 @@ def _echo(path: Path, echo: bool) -> None:
 
 def launch_app(argv: Sequence[str] | None = None) -> int:
     """Open the window; without a display (or without the app), render the sample headless."""
+    set_torch_environment()  # before anything below loads torch
     from attndesk.render import display_problem, has_display
 
     if not has_display():
@@ -825,6 +832,7 @@ def _guarded(run) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attndesk`` console script and ``python -m attndesk``."""
+    set_torch_environment()  # before the commands' modules load torch
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:

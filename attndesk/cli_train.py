@@ -92,8 +92,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--threads",
         type=_positive_int,
-        default=1,
-        help="CPU threads (default 1: these small models train fastest on one, above all on a busy machine)",
+        default=None,
+        help="CPU threads (default: chosen by the model's size and how busy the machine is, checked again "
+        "during the run; give a number to repeat a run bit for bit)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
     p.add_argument("--curves", type=_curve_formats, default=["png"], metavar="FMT", help="png and/or svg (default png)")
@@ -210,17 +211,10 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--out {out} is a file, not a folder: give a folder to write into", EXIT_USAGE)
     try:
         cfg = config_from_args(args)
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, threads=args.threads or "auto")
     except (ValueError, TypeError) as exc:  # ConfigError included
         return _error(str(exc), EXIT_USAGE)
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
-        result = _train(trainer, ProgressLine)
-    finally:
-        torch.set_num_threads(threads)
+    result = _train(trainer, ProgressLine)
     if result.status != "finished":
         print(f"attndesk: note: {result.message}", file=sys.stderr)
     try:

@@ -32,7 +32,7 @@ import sys
 import time
 
 # Must precede the first torch import: the allocator reads it once (huge pages make the fresh
-# [H, L, L] buffers ~10x cheaper to fault in). attndesk/__init__ sets it too.
+# [H, L, L] buffers ~10x cheaper to fault in), as attndesk.set_torch_environment() does.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # libgomp (torch's OpenMP here) spins 300,000 rounds before an idle thread sleeps: on a shared
 # machine those spins take the core the other thread's work is waiting for, and every call slows
@@ -44,9 +44,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import attndesk  # noqa: E402, F401  (before torch, see above)
-
-# isort: split
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

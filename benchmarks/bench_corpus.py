@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from attndesk import set_torch_environment  # noqa: E402
+
+set_torch_environment()  # before torch loads: importing attndesk sets nothing
 
 import pandas as pd  # noqa: E402
 import psutil  # noqa: E402

@@ -30,6 +30,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from attndesk import set_torch_environment  # noqa: E402
+
+set_torch_environment()  # before torch loads: importing attndesk sets nothing
 
 EMBED, HEADS, MASK = 512, 8, "padding"
 WINDOW = 512

@@ -23,6 +23,9 @@ if ROOT not in sys.path:
 from tests.words import WORDS  # noqa: E402 - the repository's root is on the path now
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+from attndesk import set_torch_environment  # noqa: E402
+
+set_torch_environment()  # before torch loads: importing attndesk sets nothing
 
 TABS = ("heatmaps", "step-through", "positions", "head-stats", "compare", "rollout", "online-softmax")
 RESIZES = ((60, 0), (-60, 0), (0, 50), (0, -50), (200, 100), (-200, -100))

@@ -1,7 +1,13 @@
 """Benchmark: how fast the trainer forms induction heads, and what every task reaches.
 
     .venv/bin/python benchmarks/bench_train.py [--threads 1 2] [--max-steps 3000] [--skip-tasks]
+        [--repeat 3] [--threads-only]
 
+0. Threads, alone and shared: 300 steps of the induction preset on 1 thread, on the count
+   ``attndesk.core.threads`` chooses (``threads="auto"``) and on every core, first alone and then
+   with two CPU-burning processes beside it (started for those runs, killed after); the rows in
+   one rotation, ``--repeat`` rotations (median and range). Target: the chosen count beside two
+   busy processes within 2.5x of its time alone.
 1. Induction, the shipped preset's configuration (2 layers, attention only, d 64, 4 heads, RoPE,
    AdamW 3e-3, batch 64, seed 0): every 25 steps the model is evaluated on 256 fresh repeated
    random sequences (a stream the training never draws from); prints the training time (the
@@ -23,12 +29,24 @@ import argparse
 import datetime
 import os
 import platform
+import statistics
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 
-import torch
+from attndesk import set_torch_environment
 
-from attndesk.train import TrainConfig, Trainer
-from attndesk.train.presets import PRESETS
+set_torch_environment()  # before torch loads, as the command and the window do
+
+import torch  # noqa: E402
+
+from attndesk.core.threads import available_cores, busy_elsewhere  # noqa: E402
+from attndesk.train import TrainConfig, Trainer  # noqa: E402
+from attndesk.train.presets import PRESETS  # noqa: E402
+
+THREAD_STEPS = 300
+BUSY = 2  # CPU-burning processes beside the shared runs
 
 FRESH_SEED = 987_654_321
 EXTRA = {
@@ -109,21 +127,95 @@ def every_task() -> None:
         )
 
 
+@contextmanager
+def busy_processes(count: int):
+    """``count`` processes that each keep a core busy (a Python loop) while the block runs."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(1.0)  # running before the measured run starts
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+        for burner in burners:
+            burner.wait()
+
+
+def _steps_seconds(threads) -> tuple[float, list[int]]:
+    """Seconds for THREAD_STEPS steps of the induction preset on ``threads`` (a count or "auto"),
+    no evaluation, probe or checkpoint in between; and the count each step ran on."""
+    cfg = PRESETS["induction"].replace(
+        steps=THREAD_STEPS, eval_every=10**9, probe_every_ms=10**9, checkpoint_every=10**9
+    )
+    trainer = Trainer(cfg, threads=threads)
+    assert trainer.threads is not None
+    counts = []
+    start = time.perf_counter()
+    for _ in trainer.steps():
+        counts.append(trainer.threads.count)
+    return time.perf_counter() - start, counts
+
+
+def thread_speed(repeat: int) -> None:
+    cores = available_cores()
+    print(f"\n## Threads: {THREAD_STEPS} induction steps, alone and beside {BUSY} busy processes\n")
+    print(f"{cores} cores this process may use; other processes' load measured before each run (in cores).\n")
+    rows = [(1, 0), ("auto", 0), (cores, 0), (1, BUSY), ("auto", BUSY), (cores, BUSY)]
+    times: dict[tuple, list[float]] = {row: [] for row in rows}
+    used: dict[tuple, set[int]] = {row: set() for row in rows}
+    loads: dict[tuple, list[float]] = {row: [] for row in rows}
+    _steps_seconds(1)  # warm-up: the first steps pay one-off costs
+    for _ in range(repeat):
+        for threads, busy in rows:
+            if busy:
+                with busy_processes(busy):
+                    loads[(threads, busy)].append(busy_elsewhere())
+                    seconds, counts = _steps_seconds(threads)
+            else:
+                time.sleep(1.0)  # the burners' time out of the next load measurement
+                loads[(threads, busy)].append(busy_elsewhere())
+                seconds, counts = _steps_seconds(threads)
+            times[(threads, busy)].append(seconds)
+            used[(threads, busy)].update(counts)
+            print(f"  {threads} thread(s), {busy or 'no'} busy beside: {seconds:.1f} s", file=sys.stderr, flush=True)
+    median = {row: statistics.median(v) for row, v in times.items()}
+    print(
+        "| threads | beside | threads used | others' load | s (median) | range | vs 1 thread alone | vs itself alone |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for threads, busy in rows:
+        row = (threads, busy)
+        label = "chosen" if threads == "auto" else str(threads)
+        spread = f"{min(times[row]):.1f}-{max(times[row]):.1f}"
+        print(
+            f"| {label} | {busy or 'alone'} | {', '.join(map(str, sorted(used[row])))} | "
+            f"{statistics.median(loads[row]):.1f} | {median[row]:.1f} | {spread} | "
+            f"{median[row] / median[(1, 0)]:.2f}x | {median[row] / median[(threads, 0)]:.2f}x |",
+            flush=True,
+        )
+    target = median[("auto", BUSY)] / median[("auto", 0)]
+    print(f"\nchosen count beside {BUSY} busy processes: {target:.2f}x its time alone (target <= 2.5x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--skip-tasks", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="rotations of the threads section (default 3)")
+    parser.add_argument("--threads-only", action="store_true", help="only the threads section")
     args = parser.parse_args()
     print(
         f"# bench_train: {datetime.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at the start"
     )
-    induction_speed(args.threads, args.max_steps)
-    torch.set_num_threads(1)
-    one_layer(PRESETS["induction"].steps)
-    if not args.skip_tasks:
-        every_task()
+    thread_speed(args.repeat)
+    if not args.threads_only:
+        induction_speed(args.threads, args.max_steps)
+        torch.set_num_threads(1)
+        one_layer(PRESETS["induction"].steps)
+        if not args.skip_tasks:
+            every_task()
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 

@@ -28,6 +28,9 @@ if ROOT not in sys.path:
 from tests.words import WORDS  # noqa: E402 - the repository's root is on the path now
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+from attndesk import set_torch_environment  # noqa: E402
+
+set_torch_environment()  # before torch loads: importing attndesk sets nothing
 
 EMBED, HEADS = 256, 8
 LENGTHS = (128, 512)

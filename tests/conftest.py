@@ -30,6 +30,10 @@ for _path in (ROOT, TESTS):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from attndesk import set_torch_environment  # noqa: E402
+
+set_torch_environment()  # as the window and the command do, before any test loads torch
+
 # The longest any test waits for one signal or condition: a bound for a loaded 2-core machine,
 # never a speed check (those measure their own times).
 TIMEOUT_MS = 120_000

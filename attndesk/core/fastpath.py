@@ -17,7 +17,8 @@ block. The numbers equal ``attention.attend`` (the reference) to rounding; tests
 Its phases are timed as it runs (stages "attention" and "weighted sum", the sink's work as
 "overview"), so timing a run does not change the algorithm. Many short parallel regions suffer
 when other processes hold the cores and libgomp spins 300,000 rounds before yielding;
-GOMP_SPINCOUNT=2000, set before torch loads, avoids that (attndesk/__init__ sets it).
+GOMP_SPINCOUNT=2000, set before torch loads, avoids that (the entry points set it:
+``attndesk.set_torch_environment``).
 """
 
 from __future__ import annotations

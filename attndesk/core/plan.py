@@ -75,6 +75,13 @@ class RunPlan:
     def blocked(self) -> bool:
         return self.kind != FULL
 
+    @property
+    def block_flops(self) -> float:
+        """FLOPs per head and query block, about one op's work: what the run's thread count is
+        chosen by (``attndesk.core.threads``)."""
+        blocks = -(-self.lq // max(1, self.block_rows))
+        return self.flops / max(1, self.num_heads * blocks)
+
     def describe(self, *, eta: bool = True) -> str:
         """One line for the status bar: sizes, budget, and what will be kept; ``eta=False`` leaves out
         the time estimate (a finished run's notice: its real time is known, the estimate is FLOPs only)."""

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from .. import __version__
 from ..core.errors import Cancelled, ConfigError
+from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
 from .batch import PassSettings, run_shard
 from .compact import compact, remove_shards
@@ -208,11 +208,9 @@ def _run_local(
     thresholds = Thresholds(settings.atlas_points)
     for index in sorted(done):
         thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
-    threads = torch.get_num_threads()
-    if workers is not None:
-        torch.set_num_threads(workers)
-    try:
-        for index, first, texts in shards(source, shard_size, done):
+    threads = AdaptiveThreads(batch_work(model, settings), fixed=workers)
+    for index, first, texts in shards(source, shard_size, done):
+        with torch_threads(threads.recheck()):  # chosen again for the load before each shard
             result = run_shard(
                 model,
                 index,
@@ -223,11 +221,18 @@ def _run_local(
                 cancel=cancel,
                 on_batch=tracker.add,
             )
-            write_shard(out, result)
-            thresholds.add(result.atlas)
-            tracker.add(0, force=True)  # every finished shard is reported
-    finally:
-        torch.set_num_threads(threads)
+        write_shard(out, result)
+        thresholds.add(result.atlas)
+        tracker.add(0, force=True)  # every finished shard is reported
+
+
+def batch_work(model, settings: PassSettings) -> float:
+    """FLOPs of one of a batch's typical ops: a [hidden x hidden] projection of every token (what
+    the local engine's thread count is chosen by)."""
+    from ..core.pretrained.loader import token_embeddings
+
+    hidden = token_embeddings(model.model).embedding_dim
+    return 2.0 * settings.batch_size * settings.max_tokens * hidden * hidden
 
 
 def _load(model, device: str):

@@ -34,7 +34,10 @@ def _table(data: bytes) -> pa.Table:
 
 
 class ShardActor:
-    """One model per actor; called with a batch of shards (``index``, ``first``, ``texts``)."""
+    """One model per actor; called with a batch of shards (``index``, ``first``, ``texts``).
+    Ray gives each actor one CPU and runs as many actors as it has CPUs, so the actors already
+    fill the cores: each runs torch on ``threads`` (1), never more (more would make the actors'
+    threads wait for each other on shared cores)."""
 
     def __init__(self, model_path: str, settings: dict, device: str = "cpu", threads: int = 1):
         import torch

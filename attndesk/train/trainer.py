@@ -11,6 +11,12 @@ Checkpoints stay in memory within ``checkpoint_budget`` bytes (``CheckpointStore
 Determinism: the weights come from ``seed`` (torch's RNG forked, so the caller's is untouched),
 the batches from a private generator seeded with ``seed``, the evaluation set from another; on
 one machine with one thread count the loss curve is the same bit for bit.
+
+Threads: ``threads=None`` (the default) trains on torch's count as the caller set it (the presets
+set theirs); a number trains on that many; ``"auto"`` lets ``attndesk.core.threads`` choose by the
+model's size and the machine's load, again every ``RECHECK_STEPS`` steps (the count may then
+change during a run, and with it the last bits of the weights). The count is set around each
+step in the thread that runs it, and restored after.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from attndesk.core.threads import AdaptiveThreads, torch_threads
 
 from .checkpoints import CheckpointStore, state_bytes
 from .config import TrainConfig
@@ -38,6 +46,7 @@ if TYPE_CHECKING:  # the flag's Protocol only: importing core.interp at run time
 EVAL_SEQUENCES = 256
 _EVAL_SEED_OFFSET = 1_000_003  # the evaluation set never shares the training batches' stream
 _PAUSE_POLL_S = 0.02
+RECHECK_STEPS = 25  # steps between two choices of the thread count under threads="auto"
 
 
 @dataclass
@@ -79,9 +88,10 @@ class _Loop:
 
 
 class Trainer:
-    """One training run of ``cfg``; ``steps()`` advances it, ``run`` holds the result so far."""
+    """One training run of ``cfg``; ``steps()`` advances it, ``run`` holds the result so far.
+    ``threads``: None, a count or "auto" (see the module's docstring)."""
 
-    def __init__(self, cfg: TrainConfig, *, text: str | None = None):
+    def __init__(self, cfg: TrainConfig, *, text: str | None = None, threads: int | Literal["auto"] | None = None):
         self.cfg = cfg
         self.task: Task = make_task(cfg, text)  # validates cfg; ConfigError for a shape the task cannot use
         model = build_model(cfg)
@@ -90,6 +100,10 @@ class Trainer:
         self.data = torch.Generator().manual_seed(cfg.seed)
         self.eval_batch = self.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(cfg.seed + _EVAL_SEED_OFFSET))
         self.probe = self.task.probe()
+        self.threads = None
+        if threads is not None:
+            fixed = None if threads == "auto" else int(threads)
+            self.threads = AdaptiveThreads(step_work(self.cfg), fixed=fixed)
 
     def steps(self, *, pause: threading.Event | None = None, stop: Cancel | None = None) -> Iterator[StepReport]:
         """Train to ``cfg.steps``, yielding a report per step; returns early on ``stop`` (status
@@ -101,7 +115,10 @@ class Trainer:
             if _wait_while_paused(pause, stop):
                 run.status, run.message = "stopped", f"stopped at step {run.step:,} of {self.cfg.steps:,}"
                 return
-            report = self._one_step(loop)
+            if self.threads is not None and run.step % RECHECK_STEPS == 0:
+                self.threads.recheck()
+            with torch_threads(None if self.threads is None else self.threads.count):
+                report = self._one_step(loop)
             if report is None:
                 return
             yield report
@@ -165,6 +182,11 @@ class Trainer:
         return ProbeSnapshot(self.run.step, self.task.labels(self.probe.ids[0]), weights)
 
 
+def step_work(cfg: TrainConfig) -> float:
+    """FLOPs of one of a step's typical ops: a [d x d] projection of the whole batch."""
+    return 2.0 * cfg.batch_size * cfg.length * cfg.embed_dim * cfg.embed_dim
+
+
 def _wait_while_paused(pause: threading.Event | None, stop: Cancel | None) -> bool:
     """Block while ``pause`` is set; True when ``stop`` is set (before or during the pause)."""
     while pause is not None and pause.is_set() and not (stop is not None and stop.is_set()):
@@ -179,14 +201,25 @@ def train(
     pause: threading.Event | None = None,
     stop: threading.Event | None = None,
     text: str | None = None,
+    threads: int | Literal["auto"] | None = None,
 ) -> TrainRun:
     """Train ``cfg`` to the end (or a stop / divergence) and return the run. ``on_step`` is
     called with every ``StepReport`` in the training thread."""
-    trainer = Trainer(cfg, text=text)
+    trainer = Trainer(cfg, text=text, threads=threads)
     for report in trainer.steps(pause=pause, stop=stop):
         if on_step is not None:
             on_step(report)
     return trainer.run
 
 
-__all__ = ["Batch", "ProbeSnapshot", "StepReport", "Trainer", "build_model", "state_bytes", "train"]
+__all__ = [
+    "RECHECK_STEPS",
+    "Batch",
+    "ProbeSnapshot",
+    "StepReport",
+    "Trainer",
+    "build_model",
+    "state_bytes",
+    "step_work",
+    "train",
+]

@@ -201,3 +201,29 @@ def test_a_divergent_run_says_so_and_writes_the_last_good_weights(qapp, capsys, 
     assert str(tmp_path / "run" / "config.json") in lines
     run = load_trained(tmp_path / "run")
     assert run.status == "diverged" and run.step == 2
+
+
+@pytest.mark.parametrize(("flags", "load", "expected"), [(["--threads", "2"], 2.0, 2), ([], 2.0, 1), ([], 0.0, 2)])
+def test_train_threads_forces_the_count_else_the_load_chooses(capsys, tmp_path, monkeypatch, flags, load, expected):
+    import torch
+
+    from attndesk.core import threads
+    from attndesk.train import Trainer
+
+    seen: list[int] = []
+    one_step = Trainer._one_step
+
+    def spy(self, loop):  # the real step, noting the count it runs on
+        seen.append(torch.get_num_threads())
+        return one_step(self, loop)
+
+    monkeypatch.setattr(Trainer, "_one_step", spy)
+    monkeypatch.setattr(threads, "WORK_PER_THREAD", 1.0)  # the tiny model's steps count as large work
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda: load)
+    out = str(tmp_path / "run")
+    args = ["train", "--task", "reverse", "--steps", "2", *FLAGS, *flags, "--animation", "none", "--out", out]
+    code, _, errors = _cli(capsys, *args)
+    assert code == 0 and errors == []
+    assert seen == [expected, expected]
+    assert torch.get_num_threads() == 1

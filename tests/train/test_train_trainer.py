@@ -192,3 +192,56 @@ def test_bad_ids_are_refused():
         run.logits(torch.full((1, 4), 9))
     with pytest.raises(ConfigError, match="1 to 12"):
         run.attention(torch.zeros(1, 13, dtype=torch.int64))
+
+
+def _counts_per_step(trainer: Trainer, monkeypatch) -> list[int]:
+    """torch's thread count in force during each of the trainer's steps."""
+    seen: list[int] = []
+    one_step = Trainer._one_step
+
+    def spy(self, loop):  # the real step, noting the count it runs on
+        seen.append(torch.get_num_threads())
+        return one_step(self, loop)
+
+    monkeypatch.setattr(Trainer, "_one_step", spy)
+    for _ in trainer.steps():
+        pass
+    return seen
+
+
+def test_by_default_the_callers_thread_count_is_kept(monkeypatch):
+    assert _counts_per_step(Trainer(TrainConfig(task="induction", seed=0, steps=3, **TINY)), monkeypatch) == [1, 1, 1]
+
+
+def test_a_given_thread_count_is_used_for_every_step_then_restored(monkeypatch):
+    trainer = Trainer(TrainConfig(task="induction", seed=0, steps=3, **TINY), threads=2)
+    assert _counts_per_step(trainer, monkeypatch) == [2, 2, 2]
+    assert torch.get_num_threads() == 1
+
+
+def test_auto_threads_follow_the_load_every_recheck(monkeypatch):
+    from attndesk.core import threads
+    from attndesk.train import trainer as trainer_module
+
+    calls = [0]
+
+    def load() -> float:  # idle for the first choices, then two busy processes
+        calls[0] += 1
+        return 0.0 if calls[0] <= 2 else 2.0
+
+    monkeypatch.setattr(trainer_module, "RECHECK_STEPS", 3)
+    monkeypatch.setattr(threads, "WORK_PER_THREAD", 1.0)  # the tiny model's steps count as large work
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "busy_elsewhere", load)
+    trainer = Trainer(TrainConfig(task="induction", seed=0, steps=5, **TINY), threads="auto")
+    assert _counts_per_step(trainer, monkeypatch) == [2, 2, 2, 1, 1]
+    assert torch.get_num_threads() == 1
+
+
+def test_auto_threads_give_tiny_models_one_thread_on_an_idle_machine(monkeypatch):
+    from attndesk.core import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0.0)
+    trainer = Trainer(TrainConfig(task="induction", seed=0, steps=2, **TINY), threads="auto")
+    assert _counts_per_step(trainer, monkeypatch) == [1, 1]

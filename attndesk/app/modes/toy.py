@@ -19,6 +19,7 @@ from attndesk.core.diff import TeachingComparison, diff_results
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
+from attndesk.core.threads import choose_threads, torch_threads
 from attndesk.train.presets import load_preset
 from attndesk.train.stages import head_labels, initial_run, trained_result
 
@@ -76,15 +77,16 @@ def toy_run(
     if not explicit and needs_explicit_run(prepared.plan):
         return Held(prepared.plan)
     progress = progress if reports_progress(prepared.plan) else None
-    result = run_attention(
-        config,
-        text,
-        keep_intermediates,
-        key_text=key_text,
-        progress=progress,
-        should_cancel=should_cancel,
-        prepared=prepared,
-    )
+    with torch_threads(choose_threads(prepared.plan.block_flops)):  # this job's thread only
+        result = run_attention(
+            config,
+            text,
+            keep_intermediates,
+            key_text=key_text,
+            progress=progress,
+            should_cancel=should_cancel,
+            prepared=prepared,
+        )
     if should_cancel is not None and should_cancel():
         raise Cancelled("superseded by a newer request")
     return toy_shown(result, text, key_text)

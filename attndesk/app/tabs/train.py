@@ -124,7 +124,7 @@ def train_job(
 ) -> TrainRun:
     """The side job: build the trainer (its optimiser's imports are warmed when the tab is first
     shown, ``warm_optimiser``), report its run, then train to the end, a stop or a divergence, queueing every report."""
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, threads="auto")  # this job's thread sets its own count around each step
     report(trainer.run)
     last = None
     for last in trainer.steps(pause=pause, stop=_StopOrCancel(stop, should_cancel)):

@@ -13,6 +13,7 @@ import torch
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
+from ..threads import choose_threads, torch_threads
 from .anatomy import LayerParts
 from .attribution import gradient_pass_bytes
 from .inputs import (
@@ -34,6 +35,7 @@ from .patching import (
     _kind,
     _part_layers,
     _where,
+    pass_work,
 )
 
 
@@ -130,11 +132,12 @@ def attribution_patching(
         raise ConfigError(f"the clean and corrupted prompts give the same {metric}: there is nothing to attribute")
     kinds = {_kind(s) for s in sites}
     check_cancel(cancel)
-    clean_values = _capture(model, layers, kinds, clean_p)
-    if progress is not None:
-        progress(0.4, "attribution patching: clean run")
-    check_cancel(cancel)
-    corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
+    with torch_threads(choose_threads(pass_work(model, 1, clean_p.length))):
+        clean_values = _capture(model, layers, kinds, clean_p)
+        if progress is not None:
+            progress(0.4, "attribution patching: clean run")
+        check_cancel(cancel)
+        corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
     delta = {k: clean_values[k] - corrupt_values[k] for k in clean_values}
     report = AttributionPatchingReport(model.name, part, metric, m_clean, m_corrupt)
     for site in sites:

@@ -27,6 +27,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
+from ..threads import AdaptiveThreads, torch_threads
 from .anatomy import LayerParts, hidden_size, intermediate_size, layer_parts, vocabulary
 from .inputs import (
     Cancel,
@@ -212,6 +213,13 @@ def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int =
     return rows * (per_row + 2 * vocabulary(model) * 4)
 
 
+def pass_work(model: LoadedModel, rows: int, length: int) -> float:
+    """FLOPs of one of a pass's typical ops: a [hidden x hidden] projection of every copy's tokens
+    (what the thread count is chosen by)."""
+    e = hidden_size(model)
+    return 2.0 * rows * length * e * e
+
+
 # What a patching run allocates whatever its batch (torch's and the C library's working memory,
 # the clean run's values, the unpatched copy): measured with benchmarks/bench_interp.py as the
 # intercept of peak memory over copies per pass (about 28 MiB on a 12-layer GPT-2 shape).
@@ -302,12 +310,14 @@ def activation_patching(
     length = int(next(iter(clean_values.values())).shape[1])
     plan = [(s, _rows(s, len(layers), model.num_heads, length)) for s in sites]
     total, done = sum(len(r) for _, r in plan), 0
+    threads = AdaptiveThreads(pass_work(model, min(batch, max(len(r) for _, r in plan)), length))
     for site, rows in plan:
         values = np.empty(len(rows), dtype=np.float64)
         for span in chunks(len(rows), batch):
             check_cancel(cancel)
             chunk = [rows[i] for i in span]
-            logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
+            with torch_threads(threads.recheck()):  # chosen again for the load before each pass
+                logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
             values[span.start : span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)

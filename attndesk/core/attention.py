@@ -140,7 +140,8 @@ def attend(
 
     ``scoring`` gives the modifiers as one value instead of ``scale`` / ``softcap`` (not both):
     its ALiBi ``slopes`` add to ``bias``, its ``window`` narrows ``mask`` and its ``sinks`` [H]
-    join each head's softmax denominator (the sink's share is kept as ``sink`` [..., H, Lq, 1]).
+    join each head's softmax denominator (kept: the sink's share ``sink`` [..., H, Lq, 1] and
+    its logit ``sink_logit`` [..., H, 1, 1]).
 
     Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives each
     stage under its ``Intermediates`` name; ``timer`` times "attention" and "weighted sum". Half
@@ -181,6 +182,7 @@ def attend(
         weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias), sink=sink).to(q.dtype)
         if keep is not None and sink is not None:
             keep["sink"] = sink_share(scores, sink)
+            keep["sink_logit"] = torch.broadcast_to(sink.detach(), (*scores.shape[:-2], 1, 1))
         weights = _apply_dropout(weights, dropout)
         _keep(keep, "weights", weights)
     with timer.stage("weighted sum"):

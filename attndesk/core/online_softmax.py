@@ -204,7 +204,8 @@ def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarr
     )  # [1, 1, L, d]
     # the run's scoring, cut to this head (the mask already holds the window)
     whole = config.scoring(config.head_dim**-0.5 if config.scaled else 1.0)
-    sink = whole.sink_of(head)
+    # a run's own sink logits when it kept them (a trained model's), else the config's
+    sink = whole.sink_of(head) if inter.sink_logit is None else float(inter.sink_logit[head].item())
     scoring = dataclasses.replace(
         whole,
         slopes=None if whole.slopes is None else (whole.slopes[head],),

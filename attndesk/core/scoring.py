@@ -69,7 +69,7 @@ class Scoring:
     @property
     def learned(self) -> bool:
         """Whether a modifier needs a gradient (a sink logit being trained): the reference path only."""
-        return isinstance(self.sinks, torch.Tensor) and self.sinks.requires_grad
+        return isinstance(self.sinks, torch.Tensor) and self.sinks.requires_grad and torch.is_grad_enabled()
 
     def sink_of(self, head: int) -> float | None:
         """Head ``head``'s sink logit, or None without sinks."""

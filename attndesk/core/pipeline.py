@@ -290,7 +290,7 @@ def run_attention(
         key_tokens=keys.tokens if cross else None,
         key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
         intermediates=intermediates,
-        notices=_notices(config, plan, queries, keys, cross, keep_intermediates),
+        notices=_notices(config, plan, queries, keys, cross, keep_intermediates) + _sink_notice(config, kept),
         unknown=list(queries.unknown),
         key_unknown=list(keys.unknown) if cross else None,
         plan=plan,
@@ -500,6 +500,20 @@ def _intermediates(
             keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
     keep["output"] = output
     return Intermediates.from_arrays({name: _to_numpy(t[0]) for name, t in keep.items()})
+
+
+def _sink_notice(config: AttentionConfig, kept: _Attended) -> list[str]:
+    """Under a softmax sink rows sum to less than 1: say how much the sink took (mean over the
+    rows that have a key; a pyramid's tile maxima do not tell, so the note stays general)."""
+    if config.sink == "none":
+        return []
+    what = "learned per-head sink" if config.sink == "learned" else "off-by-one softmax"
+    if kept.pyramid is not None:
+        return [f"{what}: rows sum to less than 1, the rest of each row goes to the sink"]
+    sums = kept.weights.astype(np.float64).sum(axis=-1)  # [H, Lq]
+    rows = np.broadcast_to(True if kept.mask is None else kept.mask.any(axis=-1), sums.shape)  # rows with a key
+    share = float((1.0 - sums)[rows].mean()) if rows.any() else 1.0
+    return [f"{what}: rows sum to less than 1; the sink took {share:.1%} of the weight on average"]
 
 
 def _notices(config: AttentionConfig, plan: RunPlan, queries, keys, cross: bool, keep_intermediates: bool) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attndesk.core.errors import ConfigError
-from attndesk.train import TrainConfig, train
+from attndesk.train import TrainConfig, load_trained, train
 from attndesk.train.stages import trained_result
 
 
@@ -73,3 +73,13 @@ def test_the_step_through_of_a_trained_sink_model_shows_the_sinks_share(run):
 def test_an_unknown_sink_is_refused():
     with pytest.raises(ConfigError, match="unknown sink 'gpt'"):
         _cfg("gpt").validate()
+
+
+def test_a_saved_sink_model_loads_with_its_sinks_and_the_same_attention(run, tmp_path):
+    run.save(tmp_path / "m")
+    back = load_trained(tmp_path / "m")
+    assert back.cfg.sink == run.cfg.sink
+    for ours, theirs in zip(run.model.blocks, back.model.blocks, strict=True):
+        torch.testing.assert_close(theirs.sinks, ours.sinks, rtol=0, atol=0)
+    ids = run.task.probe().ids[:2]
+    torch.testing.assert_close(back.attention(ids), run.attention(ids), rtol=0, atol=0)

@@ -449,6 +449,9 @@ def test_sink_controls_set_the_sink_and_the_step_through_shows_its_share(qtbot, 
     a = view.hover_weight(3, 1)
     assert a.sink == 0.0 and a.weight == pytest.approx(a.stored, rel=1e-5)
     assert "the sink's exp(0" in view.arithmeticLabel.text()
+    assert f"{float(inter.sink[h][3, 0]):.6g}" in view.hover_stage("sink", 3, 0) and "the sink" in view.hover_stage(
+        "sink", 3, 0
+    )
     wait_result(qtbot, w, lambda: pick(v.sinkCombo, "off-by-one"))
     assert w.state.config.sink == "off-by-one" and not v.sinkLogitCheck.isEnabled()
     assert_heatmaps_equal_core(w)

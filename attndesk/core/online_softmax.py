@@ -4,9 +4,10 @@ FlashAttention never holds a row of weights: it walks the keys block by block, k
 query only a running maximum m, a running sum l of exp(s - m) and a partial output O. When a new
 block raises the maximum, what was summed so far was measured against the old one, so l and O
 are rescaled by exp(m_old - m_new) before the block is added. After the last block O / l is the
-attention output, equal to softmax(S) V. A softmax sink (a logit s in the denominator, no value)
-is one more key folded in first: m starts at s and l at exp(s - s) = 1, O at 0. The weights existed only one block at a time, inside
+attention output, equal to softmax(S) V: the weights existed only one block at a time, inside
 the kernel, which is why fast kernels cannot return them (and attndesk computes them on purpose).
+A softmax sink (a logit s in the denominator, no value) is one more key folded in first: m starts
+at s, l at exp(s - s) = 1 and O at 0.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class OnlineSoftmaxWalk:
 def _full_softmax(scores: np.ndarray, sink: float | None = None) -> np.ndarray:
     """Row softmax of scores with -inf masked (and a ``sink`` logit in the denominator); an
     all-masked row is zeros."""
-    top = scores.max(axis=-1, keepdims=True) if scores.shape[-1] else np.full((*scores.shape[:-1], 1), -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
     if sink is not None:
         top = np.maximum(top, sink)
     safe = np.where(np.isneginf(top), 0.0, top)

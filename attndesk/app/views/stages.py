@@ -258,7 +258,7 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
     sink = sink_logit_of(result, head)
     if finite.any() or sink is not None:
         # the maximum includes the sink, whose exp(s - max) joins the sum
-        row_max = max([float(row[finite].max())] if finite.any() else [], default=-math.inf)
+        row_max = float(row[finite].max()) if finite.any() else -math.inf
         row_max = row_max if sink is None else max(row_max, sink)
         row_sum = float(np.exp(row[finite] - row_max).sum()) + (0.0 if sink is None else math.exp(sink - row_max))
     else:  # every key masked: the core gives this query all-zero weights

@@ -361,6 +361,8 @@ def fast_attention(
     """
     items, heads, lq, _ = q.shape
     groups, lk = heads // k.shape[1], k.shape[2]
+    if scoring.sinks is not None and len(scoring.sinks) != heads:
+        raise ValueError(f"need one sink logit per query head ({heads}), got {len(scoring.sinks)}")
     context = q.new_empty(items, heads, lq, v.shape[-1])
     q, k = q.contiguous(), k.contiguous()  # rows of the fused QKV are strided: one copy, not one per block
     reach = _cells_in_reach(rule, lq, block_rows)

@@ -225,6 +225,11 @@ def test_scoring_is_given_once():
     q, k, v, _ = _qkv()
     with pytest.raises(ValueError, match="not both"):
         attend(q, k, v, scale=0.5, scoring=Scoring(0.5))
+    for wrong in ((0.0,) * 3, (0.0,) * 5):  # one logit per query head, in every path
+        with pytest.raises(ValueError, match="one sink logit per query head"):
+            attend(q, k, v, scoring=Scoring(0.5, sinks=wrong))
+        with pytest.raises(ValueError, match="one sink logit per query head"):
+            core._blocked_attention(q, k, v, None, Scoring(0.5, sinks=wrong))
     plain = attend(q, k, v, scale=0.5, softcap=2.0)
     same = attend(q, k, v, scoring=Scoring(0.5, softcap=2.0))
     torch.testing.assert_close(plain, same, rtol=0, atol=0)

@@ -130,6 +130,16 @@ CONFIGS: dict[str, dict] = {
     "olmo": {"model_type": "olmo", **_DEC},
     "olmo2": {"model_type": "olmo2", **_DEC, "num_key_value_heads": 2},
     "smollm3": {"model_type": "smollm3", **_DEC, "num_key_value_heads": 2},
+    "gpt_oss": {  # learned per-head sinks, mixture-of-experts MLPs, sliding and full layers
+        "model_type": "gpt_oss",
+        **_DEC,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "sliding_window": 3,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
     "mt5": {
         "model_type": "mt5",
         "d_model": 32,

@@ -39,9 +39,13 @@ def distances(q0: int, q1: int, k0: int, k1: int, *, dtype=torch.float32, device
 
 def alibi_bias(num_heads: int, lq: int, lk: int | None = None, *, dtype=torch.float32, device=None) -> torch.Tensor:
     """The bias [H, Lq, Lk] = -slope_h |i - j| (float64 arithmetic, then cast)."""
-    lk = lq if lk is None else lk
-    slopes = torch.as_tensor(alibi_slopes(num_heads))[:, None, None]  # [H, 1, 1]
-    return (-slopes * distances(0, lq, 0, lk, dtype=torch.float64)[None]).to(dtype=dtype, device=device)
+    return slope_bias(alibi_slopes(num_heads), lq, lq if lk is None else lk, dtype=dtype, device=device)
 
 
-__all__ = ["alibi_bias", "alibi_slopes", "distances"]
+def slope_bias(slopes, lq: int, lk: int, *, dtype=torch.float32, device=None) -> torch.Tensor:
+    """The bias [H, Lq, Lk] = -slopes[h] |i - j| of given slopes [H] (float64 arithmetic, then cast)."""
+    column = torch.as_tensor(slopes, dtype=torch.float64)[:, None, None]  # [H, 1, 1]
+    return (-column * distances(0, lq, 0, lk, dtype=torch.float64)[None]).to(dtype=dtype, device=device)
+
+
+__all__ = ["alibi_bias", "alibi_slopes", "distances", "slope_bias"]

@@ -13,7 +13,8 @@ Two exact paths compute the same numbers:
 
 The layers add what real models add around that: grouped-query K/V heads (``kv_heads``), rotary
 position embedding of Q and K (``position="rope"``), ALiBi (``position="alibi"``), a sliding
-``window`` and a ``softcap`` on the scores.
+``window``, a ``softcap`` on the scores and per-head ``sinks`` in the softmax: the score
+modifiers travel together as one ``scoring.Scoring``.
 """
 
 from __future__ import annotations
@@ -27,22 +28,14 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .alibi import alibi_bias, alibi_slopes
+from .alibi import alibi_slopes, slope_bias
 from .checks import boolean, real_number, whole_number
 from .errors import ConfigError
-from .fastpath import (
-    BLOCK_BYTES,
-    FAST_DTYPES,
-    DenseRule,
-    Scoring,
-    block_rows_for,
-    fast_attention,
-    onednn,
-    softmax_rows,
-)
+from .fastpath import BLOCK_BYTES, FAST_DTYPES, DenseRule, block_rows_for, fast_attention, onednn
 from .masks import window_mask
 from .memory import require_free_memory
 from .rope import apply_rope, rope_cos_sin
+from .scoring import Scoring, Sinks, sink_share, softmax_rows
 from .timing import NULL_TIMER
 
 Keep = dict  # stage name -> tensor, filled when a caller asks for intermediates
@@ -127,6 +120,7 @@ def attend(
     bias: torch.Tensor | None = None,
     scale: float | None = None,
     softcap: float | None = None,
+    scoring: Scoring | None = None,
     dropout: float | Callable[[torch.Tensor], torch.Tensor] | None = None,
     keep: Keep | None = None,
     timer=NULL_TIMER,
@@ -144,12 +138,28 @@ def attend(
         w = softmax(s) over keys       (a row with no key left gets zeros, never NaN)
         w = dropout(w)                 (a probability, or a module honouring its train/eval mode)
 
+    ``scoring`` gives the modifiers as one value instead of ``scale`` / ``softcap`` (not both):
+    its ALiBi ``slopes`` add to ``bias``, its ``window`` narrows ``mask`` and its ``sinks`` [H]
+    join each head's softmax denominator (kept: the sink's share ``sink`` [..., H, Lq, 1] and
+    its logit ``sink_logit`` [..., H, 1, 1]).
+
     Returns (context [..., H, Lq, d_v], weights [..., H, Lq, Lk]). ``keep`` (a dict) receives each
     stage under its ``Intermediates`` name; ``timer`` times "attention" and "weighted sum". Half
     precision takes its softmax in float32, as transformers' eager attention does.
     """
-    kv_heads = k.shape[-3]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    kv_heads, heads = k.shape[-3], q.shape[-3]
+    scoring = _scoring_at_door(q, scale, softcap, scoring)
+    scale, softcap = scoring.scale, scoring.softcap
+    lq, lk = q.shape[-2], k.shape[-2]
+    if scoring.slopes is not None:
+        alibi = slope_bias(scoring.slopes, lq, lk, dtype=q.dtype, device=q.device)
+        bias = alibi if bias is None else bias + alibi
+    if scoring.window is not None:
+        band = window_mask(lq, lk, scoring.window, device=q.device)
+        mask = band if mask is None else mask & band
+    sink = scoring.sink_column(
+        heads, torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype, q.device
+    )
     copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
     _check_matrix_size(
         _score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device
@@ -169,7 +179,10 @@ def attend(
         scores = _bias_and_mask(scores, bias, mask, fresh, keep)
         # a row whose keys were all removed attends to nothing; found from the mask and bias
         # (small, or once per call), not by another pass over the scores
-        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias)).to(q.dtype)
+        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias), sink=sink).to(q.dtype)
+        if keep is not None and sink is not None:
+            keep["sink"] = sink_share(scores, sink)
+            keep["sink_logit"] = torch.broadcast_to(sink.detach(), (*scores.shape[:-2], 1, 1))
         weights = _apply_dropout(weights, dropout)
         _keep(keep, "weights", weights)
     with timer.stage("weighted sum"):
@@ -178,6 +191,15 @@ def attend(
         context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
         _keep(keep, "context", context)
     return context, weights
+
+
+def _scoring_at_door(q: torch.Tensor, scale: float | None, softcap: float | None, scoring: Scoring | None) -> Scoring:
+    """The one Scoring of ``attend``'s keywords (``scale`` None: 1/sqrt(d)), or ``scoring`` itself."""
+    if scoring is None:
+        return Scoring.of(q.shape[-1], scale=scale, softcap=softcap)
+    if scale is not None or softcap is not None:
+        raise ValueError("give the score modifiers either as scoring= or as scale= / softcap=, not both")
+    return scoring
 
 
 def _bias_and_mask(
@@ -251,21 +273,19 @@ def _blocked_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
-    scale: float,
+    scoring: Scoring | float,
     *,
     bias: torch.Tensor | None = None,
-    softcap: float | None = None,
-    slopes: tuple[float, ...] | None = None,
-    window: int | None = None,
     block_bytes: int | None = None,
     timer=NULL_TIMER,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fast path for dense inputs: q [..., Lq, d], k [..., Lk, d], v [..., Lk, d_v] (CPU,
     float32/float64, no gradient) whose leading axes broadcast, except that k/v's head axis (-3)
     may hold KV heads grouping q's H (head h reads h // (H // KV)). ``mask`` bool and ``bias``
-    broadcastable to [..., H, Lq, Lk]; ``window`` W masks |i - j| >= W too, and each block visits
-    only the keys in its band; ``slopes`` [H] add ALiBi. Returns (context, weights) equal to the
-    reference path's. Callers check _fast_path_ok first.
+    broadcastable to [..., H, Lq, Lk]; ``scoring`` (or just a scale): a ``window`` W masks
+    |i - j| >= W too, and each block visits only the keys in its band; ``slopes`` [H] add ALiBi;
+    ``sinks`` [H] join the softmax. Returns (context, weights) equal to the reference path's.
+    Callers check _fast_path_ok first.
     """
     squeeze = q.dim() == 2
     if squeeze:
@@ -280,7 +300,8 @@ def _blocked_attention(
     qf = q.expand(*lead, heads, lq, d).reshape(items, heads, lq, d)
     kf = k.expand(*lead, kv_heads, lk, d).reshape(items, kv_heads, lk, d)
     vf = v.expand(*lead, kv_heads, lk, dv).reshape(items, kv_heads, lk, dv)
-    scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
+    scoring = scoring if isinstance(scoring, Scoring) else Scoring(scale=float(scoring))
+    window = scoring.window
     rule = DenseRule(
         lead,
         lq,
@@ -288,7 +309,7 @@ def _blocked_attention(
         mask=mask,
         bias=bias,
         window=window,
-        alibi=slopes is not None,
+        alibi=scoring.slopes is not None,
         fuse_keys=scoring.fusable,
         dtype=q.dtype,
     )
@@ -333,30 +354,22 @@ def attention_core(
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
+    scoring: Scoring,
     *,
-    scale: float,
-    softcap: float | None = None,
-    alibi: bool = False,
-    window: int | None = None,
     dropout: Callable[[torch.Tensor], torch.Tensor] | None = None,
     keep: Keep | None = None,
     timer=NULL_TIMER,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, H, Lq, d], k/v [B, KV, Lk, d] -> (context, weights): the fast path for inference on
-    the CPU, the reference ``attend`` for gradients, dropout, intermediates, other devices and
-    small inputs. ``mask`` bool broadcastable to [B, H, Lq, Lk]; ``window`` W keeps |i - j| < W;
-    ``alibi`` adds -slope_h |i - j|."""
-    heads, lq, lk = q.shape[-3], q.shape[-2], k.shape[-2]
-    if dropout is None and keep is None and _fast_path_ok(q, k, v, mask):
+    the CPU, the reference ``attend`` for gradients (a learned sink too), dropout, intermediates,
+    other devices and small inputs. ``mask`` bool broadcastable to [B, H, Lq, Lk]; ``scoring``
+    carries every score modifier."""
+    heads = q.shape[-3]
+    if dropout is None and keep is None and not scoring.learned and _fast_path_ok(q, k, v, mask):
         # the fast path fills one weights buffer (the reference path checks its own copies)
         _check_matrix_size(_score_shape(q, k, heads), q.element_size(), 1, "the attention weights", q.device)
-        slopes = tuple(float(s) for s in alibi_slopes(heads)) if alibi else None
-        return _blocked_attention(q, k, v, mask, scale, softcap=softcap, slopes=slopes, window=window, timer=timer)
-    if window is not None:
-        band = window_mask(lq, lk, window, device=q.device)
-        mask = band if mask is None else mask & band
-    bias = alibi_bias(heads, lq, lk, dtype=q.dtype, device=q.device) if alibi else None
-    return attend(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=dropout, keep=keep, timer=timer)
+        return _blocked_attention(q, k, v, mask, scoring, timer=timer)
+    return attend(q, k, v, mask=mask, scoring=scoring, dropout=dropout, keep=keep, timer=timer)
 
 
 def _check_layer_size(what: str, layers: int, embed_dim: int, width: int) -> None:
@@ -469,10 +482,11 @@ class _AttentionLayer(nn.Module):
         cos_k, sin_k = rope_cos_sin(k.shape[-2], self.head_dim, dtype=k.dtype, device=k.device)
         return Projections(apply_rope(q, cos_q, sin_q), apply_rope(k, cos_k, sin_k), v, scale, q_raw=q, k_raw=k)
 
-    def _forward(self, query, key, value, mask, *, scale, softcap, position, window, head_mask, timer, keep):
+    def _forward(self, query, key, value, mask, *, scale, softcap, position, window, sinks, head_mask, timer, keep):
         if position not in LAYER_POSITIONS:
             raise ValueError(f"a layer's position is one of {', '.join(LAYER_POSITIONS)}, got {position!r}")
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
+        slopes = alibi_slopes(self.heads) if position == "alibi" else None
         with timer.stage("projections"):
             proj = self.project(query, key, value, scale=scale, rope=position == "rope", fold=keep is None)
         if keep is not None:
@@ -484,15 +498,15 @@ class _AttentionLayer(nn.Module):
             if getattr(self, "dropout", None) is not None and self.training and self.dropout.p > 0
             else None
         )
+        scoring = Scoring.of(
+            self.head_dim, scale=proj.scale, softcap=softcap, slopes=slopes, window=window, sinks=sinks
+        )
         context, weights = attention_core(
             proj.q,
             proj.k,
             proj.v,
             _broadcast_mask(mask),
-            scale=proj.scale,
-            softcap=softcap,
-            alibi=position == "alibi",
-            window=window,
+            scoring,
             dropout=dropout,
             keep=keep,
             timer=timer,
@@ -535,6 +549,7 @@ class SingleHeadAttention(_AttentionLayer):
         softcap: float | None = None,
         position: str = "none",
         window: int | None = None,
+        sinks: Sinks | None = None,
         timer=NULL_TIMER,
         keep: Keep | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -548,6 +563,7 @@ class SingleHeadAttention(_AttentionLayer):
             softcap=softcap,
             position=position,
             window=window,
+            sinks=sinks,
             head_mask=None,
             timer=timer,
             keep=keep,
@@ -604,6 +620,7 @@ class MultiHeadAttention(_AttentionLayer):
         softcap: float | None = None,
         position: str = "none",
         window: int | None = None,
+        sinks: Sinks | None = None,
         head_mask: torch.Tensor | None = None,
         timer=NULL_TIMER,
         keep: Keep | None = None,
@@ -612,7 +629,8 @@ class MultiHeadAttention(_AttentionLayer):
 
         mask: bool broadcastable to [B, H, Lq, Lk] (or [B, Lq, Lk]), True = may attend.
         ``position`` "rope" rotates Q and K, "alibi" adds -slope_h |i - j| to the scores;
-        ``window`` W keeps |i - j| < W; ``softcap`` C caps the scores at C tanh(s / C).
+        ``window`` W keeps |i - j| < W; ``softcap`` C caps the scores at C tanh(s / C);
+        ``sinks`` [H] (floats, or a tensor such as a learned parameter) join the softmax.
         head_mask: [H] factors on each head's context before the merge (0 ablates a head).
         Returns (output [B, Lq, E], weights [B, H, Lq, Lk]).
         """
@@ -627,6 +645,7 @@ class MultiHeadAttention(_AttentionLayer):
             softcap=softcap,
             position=position,
             window=window,
+            sinks=sinks,
             head_mask=head_mask,
             timer=timer,
             keep=keep,

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
-from .fastpath import Scoring, SpecRule, WeightsSink, block_weights, fast_attention
+from .fastpath import SpecRule, WeightsSink, block_weights, fast_attention
 from .masks import MaskSpec
+from .scoring import Scoring
 from .timing import NULL_TIMER
 from .types import MEAN
 
@@ -61,11 +62,10 @@ def blocked_attention(
     v: torch.Tensor,
     mask: MaskSpec,
     *,
-    scale: float,
     block_rows: int,
+    scoring: Scoring | None = None,
+    scale: float | None = None,
     sink: WeightsSink | None = None,
-    softcap: float | None = None,
-    slopes: tuple[float, ...] | None = None,
     align: int = 1,
     timer=NULL_TIMER,
     progress: Callable[[int, int, int, int], None] | None = None,
@@ -75,16 +75,16 @@ def blocked_attention(
 
     Live memory beyond the inputs and the context is one [block_rows, keys] weights buffer,
     reused by every block (sinks must copy what they keep); a block's keys are those ``mask``
-    lets it see, widened to multiples of ``align`` (the overview's tile side). ``softcap`` and
-    ALiBi ``slopes`` [H] act as in ``attention.attend``. ``timer`` accumulates "attention",
+    lets it see, widened to multiples of ``align`` (the overview's tile side). ``scoring`` (or
+    ``scale`` alone) acts as in ``attention.attend``; the window is ``mask``'s. ``timer`` accumulates "attention",
     "weighted sum" and the sink's "overview" over all blocks. ``progress(block, blocks, head,
     heads)`` follows each head of each block; ``should_cancel`` is polled before each one and
     raises ``Cancelled`` (within one block's time of the request).
     """
     if block_rows < 1:
         raise ConfigError(f"block_rows must be at least 1, got {block_rows}")
-    scoring = Scoring(scale=float(scale), softcap=softcap, slopes=slopes)
-    rule = SpecRule(mask, alibi=slopes is not None, fuse_keys=scoring.fusable, align=align, dtype=q.dtype)
+    scoring = _scoring(mask, scoring, scale)
+    rule = SpecRule(mask, alibi=scoring.slopes is not None, fuse_keys=scoring.fusable, align=align, dtype=q.dtype)
     context = fast_attention(
         q[None],
         k[None],
@@ -100,10 +100,22 @@ def blocked_attention(
     return context[0]
 
 
+def _scoring(mask: MaskSpec, scoring: Scoring | None, scale: float | None) -> Scoring:
+    """``scoring``, or the plain one of ``scale``; its window, if any, must be the mask's."""
+    if scoring is None and scale is not None:
+        scoring = Scoring(scale=float(scale))
+    elif scoring is None or scale is not None:
+        raise ValueError("give the score modifiers as scoring= or a plain scale=, one of the two")
+    if scoring.window is not None and scoring.window != mask.window:
+        raise ValueError(f"the scoring's window {scoring.window} is not the mask's ({mask.window})")
+    return scoring
+
+
 class ExactAttention:
     """Exact weights on demand from the kept projections: q [H, Lq, d] (scale folded in or not),
-    k [KV, Lk, d] (head h reads K head h // (H // KV)), the mask spec, the soft-cap and ALiBi
-    slopes. Memory O((Lq + Lk) x E); one cell costs one row (the keys its query may see x d)."""
+    k [KV, Lk, d] (head h reads K head h // (H // KV)), the mask spec and the ``scoring`` (or a
+    plain ``scale``). Memory O((Lq + Lk) x E); one cell costs one row (the keys its query may
+    see x d)."""
 
     def __init__(
         self,
@@ -111,16 +123,18 @@ class ExactAttention:
         k: torch.Tensor,
         mask: MaskSpec,
         *,
-        scale: float,
-        softcap: float | None = None,
-        slopes: tuple[float, ...] | None = None,
+        scoring: Scoring | None = None,
+        scale: float | None = None,
         block_bytes: int = 32 * 2**20,
     ):
-        self.q, self.k, self.mask, self.scale = q, k, mask, float(scale)
-        self.scoring = Scoring(scale=self.scale, softcap=softcap, slopes=slopes)
+        self.q, self.k, self.mask = q, k, mask
+        self.scoring = _scoring(mask, scoring, scale)
+        self.scale = self.scoring.scale
         self.num_heads, self.lq, self.lk = int(q.shape[0]), int(q.shape[1]), int(k.shape[1])
         self.groups = self.num_heads // int(k.shape[0])
-        self._rule = SpecRule(mask, alibi=slopes is not None, fuse_keys=self.scoring.fusable, dtype=q.dtype)
+        self._rule = SpecRule(
+            mask, alibi=self.scoring.slopes is not None, fuse_keys=self.scoring.fusable, dtype=q.dtype
+        )
         self._block_rows = max(1, block_bytes // max(1, self.lk * 4 * self.num_heads))
 
     @property

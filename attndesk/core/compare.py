@@ -236,7 +236,8 @@ def _max_abs(ref: torch.Tensor, other: torch.Tensor, notes: list[str], name: str
 def _layer_kwargs(config: AttentionConfig, scale: float) -> dict:
     """The variant settings attndesk's layer takes per call."""
     position = config.position if config.position in ("rope", "alibi") else "none"
-    return dict(scale=scale, softcap=config.softcap, position=position, window=config.window)
+    sinks = config.scoring(scale).sinks
+    return dict(scale=scale, softcap=config.softcap, position=position, window=config.window, sinks=sinks)
 
 
 def _sdpa_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch.Tensor | None, scale: float):
@@ -273,9 +274,9 @@ def _torch_mha_call(config: AttentionConfig, layer, x: torch.Tensor, mask: torch
             "nn.MultiheadAttention skipped: the single-head layer projects to hidden_dim and has no "
             "output projection, which nn.MultiheadAttention cannot express"
         )
-    if not plain or config.softcap is not None:
+    if not plain or config.softcap is not None or config.sink != "none":
         return None, (
-            "nn.MultiheadAttention skipped: it has no grouped K/V heads, RoPE, ALiBi or soft-cap "
+            "nn.MultiheadAttention skipped: it has no grouped K/V heads, RoPE, ALiBi, soft-cap or softmax sink "
             "(F.scaled_dot_product_attention does this comparison)"
         )
     length = x.shape[1]
@@ -342,8 +343,8 @@ def compare_implementations(config: AttentionConfig, text: str, *, repeats: int 
             if config.num_heads == 1:
                 ref_w = ref_w[:, None]  # [B, L, L] -> [B, 1, L, L]
             out_diff[IMPLEMENTATIONS[0]], w_diff[IMPLEMENTATIONS[0]] = 0.0, 0.0
-            if config.softcap is not None:
-                notes.append("F.scaled_dot_product_attention skipped: it has no soft-cap")
+            if config.softcap is not None or config.sink != "none":
+                notes.append("F.scaled_dot_product_attention skipped: it has no soft-cap or softmax sink")
             else:
                 out, timings[IMPLEMENTATIONS[1]] = _best_time(
                     _sdpa_call(config, layer, x, mask, scale), repeats, device

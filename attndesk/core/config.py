@@ -10,11 +10,14 @@ from typing import Any
 
 import torch
 
+from .alibi import alibi_slopes
 from .checks import boolean, shown
 from .devices import DEVICE_NAMES, DTYPES, available_devices, device_availability
 from .errors import ConfigError
 from .fields import Param, check_value, fields_of, param
 from .memory import check_length, check_parameters
+from .scoring import Scoring
+from .sinks import SINK_KINDS, SINK_LABELS, SINK_TIPS, sink_logits
 
 MASK_KINDS = ("none", "padding", "causal", "padding+causal")
 # where token order enters: added to the embeddings (sinusoidal), rotating Q and K (rope), a
@@ -72,6 +75,13 @@ def _random_weights(values: Mapping[str, Any]) -> bool:
 _ARCHITECTURE: dict[str, Any] = dict(real_model="fixed", acts_when=_random_weights)
 _VARIANT: dict[str, Any] = dict(real_model="fixed", group="variant", acts_when=_random_weights)
 _TOY: dict[str, Any] = dict(acts_when=_random_weights)
+
+
+def _learned_sink(values: Mapping[str, Any]) -> bool:
+    """Whether the sink logit acts: random weights with learned per-head sinks."""
+    return _random_weights(values) and values.get("sink") == "learned"
+
+
 _WINDOW_INT = 2**31 - 1  # a QSpinBox holds 32-bit numbers
 POSITION_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi", "none": "none"}
 POSITION_TIPS = {
@@ -91,8 +101,9 @@ class AttentionConfig:
 
     Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
     query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
-    sees key j only when |i - j| < window; None = global) and a ``softcap`` C on the scaled
-    scores (s -> C tanh(s / C); None = none).
+    sees key j only when |i - j| < window; None = global), a ``softcap`` C on the scaled
+    scores (s -> C tanh(s / C); None = none) and a softmax ``sink`` (see ``sinks``: learned
+    per-head logits, ``sink_logit`` or drawn from the seed, or the off-by-one softmax).
 
     Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
     window's limits and the session keys are built from these declarations (``FIELDS``), in
@@ -235,6 +246,37 @@ class AttentionConfig:
         must_be="a positive finite number (Gemma 2 uses 50) or None for no cap",
         **_VARIANT,
         tip="Soft-cap: scaled scores s become C·tanh(s / C), bounded by ±C, before the mask (Gemma 2 uses 50)",
+    )
+    sink: str = param(
+        "none",
+        kind=str,
+        label="Softmax sink",
+        flag="--sink",
+        choices=SINK_KINDS,
+        choice_labels=SINK_LABELS,
+        choice_tips=SINK_TIPS,
+        **_VARIANT,
+        tip="A logit per head in the softmax's denominator that takes weight and gives no value: "
+        "learned per head (GPT-OSS) or fixed at 0 (off-by-one softmax); rows then sum to less than 1",
+    )
+    sink_logit: float | None = param(
+        None,
+        kind=float,
+        label="Sink logit",
+        flag="--sink-logit",
+        low=-100.0,
+        high=100.0,
+        none="drawn per head from the seed, N(0, 1)",
+        control="switch",
+        suggested=0.0,
+        step=0.5,
+        metavar="S",
+        must_be="a number in [-100, 100] or None (drawn per head from the seed)",
+        real_model="fixed",
+        group="variant",
+        acts_when=_learned_sink,
+        tip="The learned sink's logit s in every head (exp(s) joins each row's denominator); "
+        "None draws one per head from the seed",
     )
     dropout: float = param(
         0.0,
@@ -416,6 +458,13 @@ class AttentionConfig:
     def positional(self) -> bool:
         """Whether sinusoidal positions are added to the embeddings (the field before ``position``)."""
         return self.position == "sinusoidal"
+
+    def scoring(self, scale: float) -> Scoring:
+        """Every score modifier of this layer as one value, with ``scale`` still to apply to Q K^T
+        (1.0 when the projection folded it into Q): soft-cap, ALiBi slopes, window, sinks."""
+        slopes = tuple(float(s) for s in alibi_slopes(self.num_heads)) if self.position == "alibi" else None
+        sinks = sink_logits(self.sink, self.num_heads, value=self.sink_logit, seed=self.seed)
+        return Scoring(scale=scale, softcap=self.softcap, slopes=slopes, window=self.window, sinks=sinks)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -12,7 +12,7 @@ does not on AMD CPUs (about 2x here).
 Grouped-query heads read their group's K/V; a sliding window or a causal mask restricts each
 block to the keys it can see (O(L W) work for a window W, and the weights outside the band are
 written as zeros, never computed); ALiBi's -slope |i - j| and soft-capping are applied on the
-block. The numbers equal ``attention.attend`` (the reference) to rounding; tests check both.
+block, and a head's sink logit joins its rows' softmax denominators. The numbers equal ``attention.attend`` (the reference) to rounding; tests check both.
 
 Its phases are timed as it runs (stages "attention" and "weighted sum", the sink's work as
 "overview"), so timing a run does not change the algorithm. Many short parallel regions suffer
@@ -34,6 +34,7 @@ import torch
 from .alibi import distances
 from .errors import Cancelled
 from .masks import BandMasks, MaskSpec
+from .scoring import Scoring, softmax_rows
 from .timing import NULL_TIMER
 
 # Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
@@ -66,33 +67,6 @@ def onednn():
         except (AttributeError, RuntimeError):
             _onednn_op = False
     return _onednn_op or None
-
-
-def softmax_rows(
-    scores: torch.Tensor,
-    blocked: torch.Tensor | None = None,
-    empty: torch.Tensor | None = None,
-    *,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The one masked softmax: -inf where ``blocked`` (True = masked), softmax over the last axis,
-    zeros on the ``empty`` rows (a query with no key left attends to nothing: never NaN).
-
-    With ``out`` (the fast path's buffers; may be ``scores`` itself, row-wise safe) everything
-    happens in place; without, nothing does (safe under autograd). Half precision is softmaxed
-    in float32, as transformers' eager attention does.
-    """
-    inplace = out is not None
-    if blocked is not None:
-        scores = scores.masked_fill_(blocked, _NEG_INF) if inplace else scores.masked_fill(blocked, _NEG_INF)
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-        weights = out.copy_(weights) if out is not None else weights
-    else:
-        weights = torch.softmax(scores, dim=-1, out=out) if inplace else torch.softmax(scores, dim=-1)
-    if empty is not None:
-        weights = weights.masked_fill_(empty, 0.0) if inplace else weights.masked_fill(empty, 0.0)
-    return weights
 
 
 @dataclass
@@ -308,21 +282,6 @@ def _rows(t: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
     return t if t.shape[-2] == 1 else t[..., q0:q1, :]
 
 
-@dataclass(frozen=True)
-class Scoring:
-    """What turns Q K^T into softmax input besides the mask: ``scale``, a soft-cap C and ALiBi
-    ``slopes`` [H] (bias -slope_h |i - j|), in the reference order: scale, cap, bias, mask."""
-
-    scale: float = 1.0
-    softcap: float | None = None
-    slopes: tuple[float, ...] | None = None
-
-    @property
-    def fusable(self) -> bool:
-        """Whether a 0/-inf key bias may enter the GEMM (it must stay -inf through scale and cap)."""
-        return self.softcap is None and self.scale > 0 and math.isfinite(self.scale)
-
-
 def block_weights(
     q: torch.Tensor, k: torch.Tensor, blk: Block, h: int, scoring: Scoring, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -352,7 +311,8 @@ def block_weights(
             scores.add_(dist, alpha=-scoring.slopes[h])
     if blk.mask_bias is not None:
         scores.add_(blk.head(blk.mask_bias, h))
-    return softmax_rows(scores, None, blk.head(blk.empty, h), out=scores if out is None else out)
+    sink = scoring.sink_of(h)
+    return softmax_rows(scores, None, blk.head(blk.empty, h), out=scores if out is None else out, sink=sink)
 
 
 class WeightsSink(Protocol):
@@ -402,6 +362,8 @@ def fast_attention(
     """
     items, heads, lq, _ = q.shape
     groups, lk = heads // k.shape[1], k.shape[2]
+    if scoring.sinks is not None and len(scoring.sinks) != heads:
+        raise ValueError(f"need one sink logit per query head ({heads}), got {len(scoring.sinks)}")
     context = q.new_empty(items, heads, lq, v.shape[-1])
     q, k = q.contiguous(), k.contiguous()  # rows of the fused QKV are strided: one copy, not one per block
     reach = _cells_in_reach(rule, lq, block_rows)

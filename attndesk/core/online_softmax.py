@@ -6,16 +6,18 @@ block raises the maximum, what was summed so far was measured against the old on
 are rescaled by exp(m_old - m_new) before the block is added. After the last block O / l is the
 attention output, equal to softmax(S) V: the weights existed only one block at a time, inside
 the kernel, which is why fast kernels cannot return them (and attndesk computes them on purpose).
+A softmax sink (a logit s in the denominator, no value) is one more key folded in first: m starts
+at s, l at exp(s - s) = 1 and O at 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .alibi import alibi_slopes, distances
 from .attention import attend
 from .config import AttentionConfig
 from .errors import ConfigError
@@ -76,12 +78,15 @@ class OnlineSoftmaxWalk:
         return bool((fmt(self.output) == fmt(self.reference)).all()) if self.output.size else True
 
 
-def _full_softmax(scores: np.ndarray) -> np.ndarray:
-    """Row softmax of scores with -inf masked; an all-masked row is zeros."""
+def _full_softmax(scores: np.ndarray, sink: float | None = None) -> np.ndarray:
+    """Row softmax of scores with -inf masked (and a ``sink`` logit in the denominator); an
+    all-masked row is zeros."""
     top = scores.max(axis=-1, keepdims=True)
+    if sink is not None:
+        top = np.maximum(top, sink)
     safe = np.where(np.isneginf(top), 0.0, top)
     e = np.exp(scores - safe)
-    total = e.sum(axis=-1, keepdims=True)
+    total = e.sum(axis=-1, keepdims=True) + (0.0 if sink is None else np.exp(sink - safe))
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
@@ -117,10 +122,14 @@ def check_walk(lq: int, lk: int, dv: int, block: int, budget: int) -> None:
     )
 
 
-def online_softmax(scores, values, block: int, *, budget: int | None = None) -> OnlineSoftmaxWalk:
+def online_softmax(
+    scores, values, block: int, *, budget: int | None = None, sink: float | None = None
+) -> OnlineSoftmaxWalk:
     """Walk ``scores`` [Lq, Lk] (the softmax input: scaled, capped, biased, -inf where masked)
     against ``values`` [Lk, dv] ``block`` keys at a time, as FlashAttention's inner loop does.
-    With ``budget`` (bytes) a walk that would keep more is refused before it starts (``check_walk``)."""
+    A ``sink`` logit starts the running maximum and sum (m = sink, l = 1): it takes its share of
+    the denominator and adds nothing to O. With ``budget`` (bytes) a walk that would keep more
+    is refused before it starts (``check_walk``)."""
     s = np.asarray(scores, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
     if s.ndim != 2 or v.ndim != 2 or s.shape[1] != v.shape[0]:
@@ -130,8 +139,8 @@ def online_softmax(scores, values, block: int, *, budget: int | None = None) -> 
     lq, lk = s.shape
     if budget is not None:
         check_walk(lq, lk, v.shape[1], block, budget)
-    m = np.full(lq, -np.inf)
-    total = np.zeros(lq)
+    m = np.full(lq, -np.inf if sink is None else float(sink))
+    total = np.zeros(lq) if sink is None else np.ones(lq)
     out = np.zeros((lq, v.shape[1]))
     steps = []
     for i, k0 in enumerate(range(0, lk, block)):
@@ -147,7 +156,7 @@ def online_softmax(scores, values, block: int, *, budget: int | None = None) -> 
         steps.append(OnlineStep(i, (k0, k1), part, block_max, m, m_new, rescale, probs, total, total_new, out_new))
         m, total, out = m_new, total_new, out_new
     final = np.divide(out, total[:, None], out=np.zeros_like(out), where=total[:, None] > 0)
-    weights = _full_softmax(s)
+    weights = _full_softmax(s, sink)
     reference = weights @ v
     diff = float(np.abs(final - reference).max()) if final.size else 0.0
     return OnlineSoftmaxWalk(
@@ -170,13 +179,15 @@ def walk_head(intermediates, head: int, block: int) -> OnlineSoftmaxWalk:
 class HeadAttention:
     """One query head of a run through ``attend``: ``scores`` [Lq, Lk] its softmax input (scaled,
     capped, biased, -inf where masked), ``values`` [Lk, dv] of the K/V head it reads and
-    ``context`` [Lq, dv] = softmax(scores) V as the run computes it (in the run's dtype)."""
+    ``context`` [Lq, dv] = softmax(scores) V as the run computes it (in the run's dtype);
+    ``sink`` the head's sink logit (None without one)."""
 
     head: int
     kv_head: int
     scores: np.ndarray
     values: np.ndarray
     context: np.ndarray
+    sink: float | None = None
 
 
 def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarray | None, head: int) -> HeadAttention:
@@ -192,10 +203,16 @@ def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarr
     q, k, v = (
         torch.as_tensor(x).to(dtype)[None, None] for x in (inter.q[head], inter.k[kv], inter.v[kv])
     )  # [1, 1, L, d]
-    bias = None
-    if config.position == "alibi":  # this head's row of alibi_bias: -slope_h |i - j|
-        lq, lk = q.shape[-2], k.shape[-2]
-        bias = (-float(alibi_slopes(heads)[head]) * distances(0, lq, 0, lk, dtype=torch.float64)).to(dtype)
+    # the run's scoring, cut to this head (the mask already holds the window)
+    whole = config.scoring(config.head_dim**-0.5 if config.scaled else 1.0)
+    # a run's own sink logits when it kept them (a trained model's), else the config's
+    sink = whole.sink_of(head) if inter.sink_logit is None else float(inter.sink_logit[head].item())
+    scoring = dataclasses.replace(
+        whole,
+        slopes=None if whole.slopes is None else (whole.slopes[head],),
+        window=None,
+        sinks=None if sink is None else (sink,),
+    )
     keep: dict = {}
     with torch.inference_mode():
         context, _ = attend(
@@ -203,13 +220,11 @@ def head_attention(config: AttentionConfig, inter: Intermediates, mask: np.ndarr
             k,
             v,
             mask=None if mask is None else torch.as_tensor(np.ascontiguousarray(mask)),
-            bias=bias,
-            scale=config.head_dim**-0.5 if config.scaled else 1.0,
-            softcap=config.softcap,
+            scoring=scoring,
             keep=keep,
         )
     scores = keep["masked"][0, 0].float().numpy()
-    return HeadAttention(head, kv, scores, inter.v[kv], context[0, 0].float().numpy())
+    return HeadAttention(head, kv, scores, inter.v[kv], context[0, 0].float().numpy(), sink)
 
 
 __all__ = [

@@ -19,14 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .alibi import alibi_bias, alibi_slopes
 from .attention import MultiHeadAttention, Projections, SingleHeadAttention, _fast_path_ok, attend
 from .blocked import ExactAttention, FullSink, TeeSink, blocked_attention
 from .checks import text_argument
 from .config import AttentionConfig
 from .devices import resolve_device
 from .errors import ConfigError
-from .fastpath import Scoring, SpecRule, block_rows_for, fast_attention
+from .fastpath import SpecRule, block_rows_for, fast_attention
 from .masks import MaskSpec
 from .plan import FULL, PYRAMID, RunPlan, check_memory, plan_run
 from .positional import sinusoidal_encoding
@@ -291,7 +290,7 @@ def run_attention(
         key_tokens=keys.tokens if cross else None,
         key_token_ids=np.asarray(keys.ids, dtype=np.int64) if cross else None,
         intermediates=intermediates,
-        notices=_notices(config, plan, queries, keys, cross, keep_intermediates),
+        notices=_notices(config, plan, queries, keys, cross, keep_intermediates) + _sink_notice(config, kept),
         unknown=list(queries.unknown),
         key_unknown=list(keys.unknown) if cross else None,
         plan=plan,
@@ -405,11 +404,6 @@ class _Attended:
     exact: ExactAttention | None = None
 
 
-def _scoring(config: AttentionConfig, scale: float) -> Scoring:
-    slopes = tuple(float(s) for s in alibi_slopes(config.num_heads)) if config.position == "alibi" else None
-    return Scoring(scale=scale, softcap=config.softcap, slopes=slopes)
-
-
 def _attend_full(
     model: ToyModel,
     config: AttentionConfig,
@@ -423,7 +417,7 @@ def _attend_full(
     another device or dtype, inputs too small for blocks to pay)."""
     q, k, v = proj.q, proj.k, proj.v
     dropout = model.attention.dropout if config.training and config.dropout > 0 and config.num_heads > 1 else None
-    scoring = _scoring(config, proj.scale)
+    scoring = config.scoring(proj.scale)
     if keep is None and dropout is None and _fast_path_ok(q, k, v, None):
         rule = SpecRule(spec, alibi=scoring.slopes is not None, fuse_keys=scoring.fusable, dtype=q.dtype)
         band = None if config.window is None else 2 * config.window - 1
@@ -433,20 +427,8 @@ def _attend_full(
             q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer, should_cancel=should_cancel
         )
     else:
-        bias = None
-        if scoring.slopes is not None:
-            bias = alibi_bias(config.num_heads, spec.lq, spec.lk, dtype=q.dtype, device=q.device)
         context, weights = attend(
-            q,
-            k,
-            v,
-            mask=spec.to_tensor(),
-            bias=bias,
-            scale=proj.scale,
-            softcap=config.softcap,
-            dropout=dropout,
-            keep=keep,
-            timer=timer,
+            q, k, v, mask=spec.to_tensor(), scoring=scoring, dropout=dropout, keep=keep, timer=timer
         )
     return _Attended(context, _to_numpy(weights[0]), spec.to_numpy())
 
@@ -464,7 +446,7 @@ def _attend_bounded(
     sink (a pyramid, or stored float16/32 beside a small one); exact values on demand."""
     heads = config.num_heads
     q, k, v = (t[0].contiguous() for t in (proj.q, proj.k, proj.v))  # [H or KV, L, d], per head for the GEMMs
-    scoring = _scoring(config, proj.scale)
+    scoring = config.scoring(proj.scale)
     banded = spec.causal or spec.window is not None  # blocks see only some keys
     builder = PyramidBuilder(heads, spec.lq, spec.lk, plan.factor, device=q.device, banded=banded)
     stored = (
@@ -486,17 +468,15 @@ def _attend_bounded(
         k,
         v,
         spec,
-        scale=scoring.scale,
+        scoring=scoring,
         block_rows=plan.block_rows,
         sink=builder if stored is None else TeeSink(stored, builder),
-        softcap=scoring.softcap,
-        slopes=scoring.slopes,
         align=plan.factor,
         timer=timer,
         progress=block_done,
         should_cancel=should_cancel,
     )
-    exact = ExactAttention(q, k, spec, scale=scoring.scale, softcap=scoring.softcap, slopes=scoring.slopes)
+    exact = ExactAttention(q, k, spec, scoring=scoring)
     with timer.stage(OVERVIEW, report=False):
         pyramid = builder.finish(exact, spec)
     if stored is None:
@@ -520,6 +500,20 @@ def _intermediates(
             keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
     keep["output"] = output
     return Intermediates.from_arrays({name: _to_numpy(t[0]) for name, t in keep.items()})
+
+
+def _sink_notice(config: AttentionConfig, kept: _Attended) -> list[str]:
+    """Under a softmax sink rows sum to less than 1: say how much the sink took (mean over the
+    rows that have a key; a pyramid's tile maxima do not tell, so the note stays general)."""
+    if config.sink == "none":
+        return []
+    what = "learned per-head sink" if config.sink == "learned" else "off-by-one softmax"
+    if kept.pyramid is not None:
+        return [f"{what}: rows sum to less than 1, the rest of each row goes to the sink"]
+    sums = kept.weights.astype(np.float64).sum(axis=-1)  # [H, Lq]
+    rows = np.broadcast_to(True if kept.mask is None else kept.mask.any(axis=-1), sums.shape)  # rows with a key
+    share = float((1.0 - sums)[rows].mean()) if rows.any() else 1.0
+    return [f"{what}: rows sum to less than 1; the sink took {share:.1%} of the weight on average"]
 
 
 def _notices(config: AttentionConfig, plan: RunPlan, queries, keys, cross: bool, keep_intermediates: bool) -> list[str]:

@@ -125,6 +125,11 @@ def variant_parts(config: AttentionConfig) -> list[str]:
         parts.append(f"window {config.window}")
     if config.softcap is not None:
         parts.append(f"soft-cap {config.softcap:g}")
+    if config.sink == "learned":
+        logit = "drawn per head" if config.sink_logit is None else f"s = {config.sink_logit:g}"
+        parts.append(f"learned sinks ({logit})")
+    elif config.sink == "off-by-one":
+        parts.append("off-by-one softmax")
     return parts
 
 
@@ -167,6 +172,10 @@ def file_tag(cfg: AttentionConfig, heads: int) -> str:
         parts.append(f"win{cfg.window}")
     if cfg.softcap is not None:
         parts.append(f"cap{cfg.softcap:g}")
+    if cfg.sink != "none":
+        parts.append(
+            "ob1" if cfg.sink == "off-by-one" else "sink" + ("" if cfg.sink_logit is None else f"{cfg.sink_logit:g}")
+        )
     if cfg.dropout and cfg.training:
         parts.append(f"drop{cfg.dropout:g}")
     parts.append(f"seed{cfg.seed}")

@@ -5,7 +5,8 @@ own state forward), re-normalise every row to sum 1:  A_l = rownorm(mean_h W_l +
 The rollout multiplies these through the layers, the last layer on the left:
     R = A_L @ A_{L-1} @ ... @ A_1
 Row i of R says how much each input token contributes to token i's representation after
-the last layer.
+the last layer. Under a softmax sink the heads' rows sum to less than 1: the re-normalisation
+spreads the sink's share over the tokens in proportion (the sink itself carries no value).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Per-head summary numbers of an attention pattern: how spread, how far, and where the weight goes.
 
 Every statistic is a mean over query rows. Each row is first divided by its own sum, so the
-numbers are shares of the weight a query actually spends (rows already sum to 1 except under
-dropout, or when a view hid some keys). A row with no weight at all (a query whose keys are all
+numbers are shares of the weight a query actually spends on keys (rows already sum to 1 except
+under dropout, a softmax sink, which takes its share and gives no value, or when a view hid some
+keys). A row with no weight at all (a query whose keys are all
 masked) has no distribution: it is left out of every mean instead of counting as zero.
 """
 

@@ -34,7 +34,8 @@ class Intermediates:
     Score stages are [H, Lq, Lk]: ``scores`` = Q K^T, ``scaled`` = scores x scale,
     ``capped`` = C tanh(scaled / C) under a soft-cap, ``bias`` the additive score bias
     (ALiBi), ``masked`` = the softmax input (-inf where masked), ``weights`` after the softmax
-    (and dropout), ``context`` [H, Lq, d_v] = weights @ V, ``output`` [Lq, E] after the merge.
+    (and dropout), ``sink`` [H, Lq, 1] the share of each row a softmax sink took (``sink_logit`` [H, 1, 1] its
+    logit per head), ``context`` [H, Lq, d_v] = weights @ V, ``output`` [Lq, E] after the merge.
     Fields a run did not produce are None.
     """
 
@@ -50,6 +51,8 @@ class Intermediates:
     bias: np.ndarray | None = None
     masked: np.ndarray | None = None
     weights: np.ndarray | None = None
+    sink: np.ndarray | None = None
+    sink_logit: np.ndarray | None = None
     context: np.ndarray | None = None
     output: np.ndarray | None = None
 

@@ -51,11 +51,12 @@ def _pooled_b(a: AttentionResult, config: AttentionConfig, kv: int) -> Attention
     q = torch.as_tensor(inter.q).to(dtype)[None]
     mask = None if a.mask is None else torch.as_tensor(np.ascontiguousarray(a.mask))
     bias = None if inter.bias is None else torch.as_tensor(inter.bias).to(dtype)
-    scale = config.head_dim**-0.5 if config.scaled else 1.0
+    # A's scoring; its ALiBi bias and window are already in the kept bias and mask
+    scoring = dataclasses.replace(
+        config.scoring(config.head_dim**-0.5 if config.scaled else 1.0), slopes=None, window=None
+    )
     with torch.inference_mode():
-        context, weights = attend(
-            q, pool(inter.k), pool(inter.v), mask=mask, bias=bias, scale=scale, softcap=config.softcap
-        )
+        context, weights = attend(q, pool(inter.k), pool(inter.v), mask=mask, bias=bias, scoring=scoring)
     b_config = config.replace(kv_heads=kv)
     return dataclasses.replace(
         a,

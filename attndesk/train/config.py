@@ -10,6 +10,7 @@ from typing import Any
 from attndesk.core.checks import boolean, choice, real_number, whole_number
 from attndesk.core.config import divisors
 from attndesk.core.errors import ConfigError
+from attndesk.core.sinks import SINK_KINDS
 
 # where token order enters: added to the embeddings (sinusoidal, learned), rotating Q and K
 # (rope), a distance penalty on the scores (alibi), or nowhere (none)
@@ -36,7 +37,8 @@ class TrainConfig:
 
     Model: ``layers`` blocks of attndesk's ``MultiHeadAttention`` (``heads`` query heads,
     ``kv_heads`` K/V heads, ``embed_dim`` wide, causal, optional sliding ``window`` and
-    ``softcap``), each with an MLP when ``mlp`` and a pre-LayerNorm when ``layernorm``.
+    ``softcap``, a softmax ``sink``: "learned" per-head sink logits trained with the rest, or
+    "off-by-one", a sink fixed at 0), each with an MLP when ``mlp`` and a pre-LayerNorm when ``layernorm``.
     ``vocab_size`` / ``seq_len`` None take the task's defaults (filled in on creation).
     ``text_path`` None with ``task="text"`` trains on the bundled sample.
     """
@@ -55,6 +57,7 @@ class TrainConfig:
     position: str = "rope"
     window: int | None = None
     softcap: float | None = None
+    sink: str = "none"
     mlp: bool = False
     layernorm: bool = False
     vocab_size: int | None = None
@@ -100,6 +103,7 @@ class TrainConfig:
             real_number("grad_clip", self.grad_clip, low=0.0, high=1e6)
         choice("position", self.position, TRAIN_POSITIONS)
         choice("text_level", self.text_level, TEXT_LEVELS)
+        choice("sink", self.sink, SINK_KINDS)
         boolean("mlp", self.mlp)
         boolean("layernorm", self.layernorm)
         self._check_heads()

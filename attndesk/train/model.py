@@ -1,7 +1,7 @@
 """The decoder the trainer trains, built from attndesk's own ``MultiHeadAttention``.
 
-Each block: (LayerNorm) -> causal multi-head attention (rope / alibi / window / soft-cap as
-the layer does them) -> residual; then, with ``mlp``, (LayerNorm) -> 4x GELU MLP -> residual.
+Each block: (LayerNorm) -> causal multi-head attention (rope / alibi / window / soft-cap / a
+softmax sink as the layer does them; a learned sink is a parameter [H] of the block) -> residual; then, with ``mlp``, (LayerNorm) -> 4x GELU MLP -> residual.
 Sinusoidal or learned positions are added to the token embeddings; ``none`` adds nothing.
 """
 
@@ -13,6 +13,7 @@ from torch import nn
 from attndesk.core.attention import MultiHeadAttention
 from attndesk.core.masks import causal_mask
 from attndesk.core.positional import sinusoidal_encoding
+from attndesk.core.sinks import sink_parameter
 
 from .config import TrainConfig
 
@@ -24,6 +25,11 @@ class Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.attn = MultiHeadAttention(cfg.embed_dim, cfg.heads, kv_heads=cfg.kv_heads)
+        sinks = sink_parameter(cfg.sink, cfg.heads)
+        if isinstance(sinks, nn.Parameter):
+            self.sinks: torch.Tensor | None = sinks  # learned with the rest
+        else:  # fixed (off-by-one) or none: not in the checkpoints
+            self.register_buffer("sinks", sinks, persistent=False)
         self.ln1 = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
         self.ln2 = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm and cfg.mlp else None
         self.mlp = None
@@ -42,7 +48,13 @@ class Block(nn.Module):
         if keep is not None:
             keep["embeddings"] = h
         out, weights = self.attn(
-            h, mask=mask, position=position, window=self.cfg.window, softcap=self.cfg.softcap, keep=keep
+            h,
+            mask=mask,
+            position=position,
+            window=self.cfg.window,
+            softcap=self.cfg.softcap,
+            sinks=self.sinks,
+            keep=keep,
         )
         x = x + out
         if self.mlp is not None:

@@ -8,7 +8,7 @@ softmax, the context) are stacked the same way; the stages of one whole layer (i
 output) are kept only for a one-layer model, where they belong to every head. ``output`` is the
 last layer's attention output. The result's ``AttentionConfig`` describes the stacked heads:
 ``num_heads`` = layers x heads, each head ``embed_dim / heads`` wide, a causal mask, the model's
-position (learned positions, added to the embeddings, show as "none"), window and soft-cap.
+position (learned positions, added to the embeddings, show as "none"), window, soft-cap and sink.
 """
 
 from __future__ import annotations
@@ -26,7 +26,21 @@ from attndesk.core.types import Intermediates
 from .model import build_model
 from .run import TrainRun
 
-HEAD_STAGES = ("q_raw", "k_raw", "q", "k", "v", "scores", "scaled", "capped", "masked", "weights", "context")
+HEAD_STAGES = (
+    "q_raw",
+    "k_raw",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "scaled",
+    "capped",
+    "masked",
+    "weights",
+    "sink",
+    "sink_logit",
+    "context",
+)
 LAYER_STAGES = ("embeddings", "output")
 VIEW_POSITIONS = {"rope": "rope", "alibi": "alibi", "sinusoidal": "sinusoidal"}  # anything else: "none"
 
@@ -51,6 +65,7 @@ def view_config(run: TrainRun, weights: str) -> AttentionConfig:
         kv_heads=None if cfg.kv_heads is None else cfg.layers * cfg.kv_heads,
         window=cfg.window,
         softcap=cfg.softcap,
+        sink=cfg.sink,
         vocab_size=max(3, cfg.vocab),
         seed=cfg.seed,
         bias=True,

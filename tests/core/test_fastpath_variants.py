@@ -18,6 +18,7 @@ from attndesk.core.alibi import alibi_bias, alibi_slopes
 from attndesk.core.attention import attend
 from attndesk.core.masks import MaskSpec
 from attndesk.core.plan import plan_run
+from attndesk.core.scoring import Scoring
 
 
 def _configs():
@@ -119,9 +120,8 @@ def test_dense_fast_path_equals_attend(seed, kv_heads, lq, lk, mask_kind, window
             else total + alibi_bias(4, lq, lk, dtype=torch.float64)
         )
     want_ctx, want_w = attend(q, k, v, mask=full_mask, bias=total, scale=0.4, softcap=softcap)
-    ctx, w = core._blocked_attention(
-        q, k, v, mask, 0.4, bias=extra, softcap=softcap, slopes=slopes, window=window, block_bytes=block_bytes
-    )
+    scoring = Scoring(0.4, softcap=softcap, slopes=slopes, window=window)
+    ctx, w = core._blocked_attention(q, k, v, mask, scoring, bias=extra, block_bytes=block_bytes)
     torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)
     torch.testing.assert_close(ctx, want_ctx, rtol=0, atol=1e-12)
     assert not torch.isnan(w).any()

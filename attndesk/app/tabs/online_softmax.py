@@ -76,7 +76,7 @@ def walk_job(
     (lq, lk), dv, budget = one.scores.shape, one.values.shape[1], config.budget_bytes
     if block == AUTO:  # auto: the usual block, or the smallest larger one that fits the budget
         block = fitting_block(lq, lk, dv, budget, auto_block(lk)) or auto_block(lk)
-    walk = online_softmax(one.scores, one.values, block, budget=budget)
+    walk = online_softmax(one.scores, one.values, block, budget=budget, sink=one.sink)
     result = toy.result
     shown = WalkShown(
         walk,

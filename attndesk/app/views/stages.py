@@ -4,8 +4,9 @@ and the arithmetic of one weight.
 
 The 2017 layer's ten stages (``STAGES``) are always there. The modern variants add theirs where
 the run produced them (``stages_of``): RoPE's Q and K before the rotation and the rotation angle
-of every position and dimension pair, the soft-capped scores, ALiBi's bias. They sit where the
-core computes them: projections -> rotation -> scores -> scale -> soft-cap -> + bias -> mask.
+of every position and dimension pair, the soft-capped scores, ALiBi's bias, a softmax sink's
+share of each row. They sit where the core computes them: projections -> rotation -> scores ->
+scale -> soft-cap -> + bias -> mask -> softmax (with the sink in its denominator).
 """
 
 from __future__ import annotations
@@ -37,13 +38,28 @@ ALL_STAGES = (
     "bias",
     "masked",
     "weights",
+    "sink",
     "context",
     "output",
 )
-PER_HEAD = {"q_raw", "k_raw", "q", "k", "v", "scores", "scaled", "capped", "bias", "masked", "weights", "context"}
+PER_HEAD = {
+    "q_raw",
+    "k_raw",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "scaled",
+    "capped",
+    "bias",
+    "masked",
+    "weights",
+    "sink",
+    "context",
+}
 KV_STAGES = {"k_raw", "k", "v"}  # one per K/V head; their rows are the keys
 SQUARE = {"scores", "scaled", "capped", "bias", "masked", "weights"}  # queries x keys
-SEQUENTIAL = {"weights"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
+SEQUENTIAL = {"weights", "sink"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
 
 
 def stages_of(result) -> tuple[str, ...]:
@@ -118,7 +134,16 @@ def variant_words(result, head: int) -> str:
         parts.append(f"window {cfg.window}")
     if cfg.softcap:
         parts.append(f"soft-cap {cfg.softcap:g}")
+    logit = sink_logit_of(result, head)
+    if logit is not None:
+        parts.append(f"sink logit {logit:.4g}, mean share {float(_kept(inter.sink)[head].mean()):.3f}")
     return "".join(f" · {p}" for p in parts)
+
+
+def sink_logit_of(result, head: int) -> float | None:
+    """The softmax sink's logit of ``head`` as the run kept it, or None without a sink."""
+    kept = result.intermediates.sink_logit
+    return None if kept is None else float(np.asarray(kept[head]).reshape(-1)[0])
 
 
 def slope_of(result, head: int) -> float:
@@ -146,6 +171,10 @@ def formula(result, name: str, head: int) -> str:
     steps = [("capped" if inter.capped is not None else "scaled")] + (["bias"] if inter.bias is not None else [])
     softmax_in = " + ".join(steps)
     masked = f"{softmax_in}, −∞ where masked" if cfg.mask != "none" or cfg.window else f"no mask: = {softmax_in}"
+    sink = sink_logit_of(result, head) if inter.sink_logit is not None else None
+    softmax = "softmax<sub>row</sub>(masked)"
+    if sink is not None:
+        softmax = f"e<sup>x</sup> / (e<sup>s</sup> + Σ<sub>k</sub> e<sup>x<sub>k</sub></sup>), s = {sink:.4g}"
     return {
         "embeddings": "X = embed(tokens) + PE" if cfg.position == "sinusoidal" else "X = embed(tokens)",
         "q_raw": "Q<sub>raw</sub> = X W<sub>Q</sub> + b",
@@ -163,7 +192,10 @@ def formula(result, name: str, head: int) -> str:
         if inter.bias is not None
         else "",
         "masked": masked,
-        "weights": "A = softmax<sub>row</sub>(masked)" + (" then dropout" if cfg.training and cfg.dropout else ""),
+        "weights": f"A = {softmax}" + (" then dropout" if cfg.training and cfg.dropout else ""),
+        "sink": "e<sup>s</sup> / (e<sup>s</sup> + Σ<sub>k</sub> e<sup>x<sub>k</sub></sup>) = 1 − Σ<sub>k</sub> A"
+        if sink is not None
+        else "",
         "context": "C = A V",
         "output": "C (single head: no W<sub>O</sub>)"
         if _kept(inter.weights).shape[0] == 1
@@ -179,6 +211,8 @@ EXPLAINED = {
     "low pairs turn fast, high pairs slowly; shown wrapped to [−π, π)",
     "capped": "soft-capping bounds every score to ±C smoothly (Gemma 2), before the mask",
     "bias": "ALiBi adds −slope·|i − j| to the scores: far keys are penalised, at a rate per head",
+    "sink": "the share of each query's row the softmax sink took: it joins the denominator and gives no "
+    "value, so the row's weights sum to 1 minus this (a learned sink, or off-by-one's fixed 0)",
 }
 
 
@@ -195,12 +229,13 @@ class CellArithmetic:
     masked: bool
     row_max: float  # softmax subtracts it (it cancels)
     exp: float  # exp(logit - row_max), 0 when masked
-    row_sum: float  # sum over the row's unmasked keys of exp(logit_j - row_max)
+    row_sum: float  # sum over the row's unmasked keys of exp(logit_j - row_max), plus the sink's term
     weight: float  # exp / row_sum
     stored: float  # the core's weight for comparison
     capped: float | None = None  # C tanh(scaled / C) under a soft-cap
     bias: float | None = None  # ALiBi's -m |i - j|
     logit: float = 0.0  # what the softmax takes: capped (or scaled) + bias
+    sink: float | None = None  # the softmax sink's logit s (its term exp(s - row_max) is in row_sum)
 
 
 def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
@@ -220,9 +255,12 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
     row = _kept(inter.masked)[head, q].astype(np.float64)  # -inf where masked
     finite = np.isfinite(row)
     masked = not bool(finite[k])
-    if finite.any():
-        row_max = float(row[finite].max())
-        row_sum = float(np.exp(row[finite] - row_max).sum())
+    sink = sink_logit_of(result, head)
+    if finite.any() or sink is not None:
+        # the maximum includes the sink, whose exp(s - max) joins the sum
+        row_max = float(row[finite].max()) if finite.any() else -math.inf
+        row_max = row_max if sink is None else max(row_max, sink)
+        row_sum = float(np.exp(row[finite] - row_max).sum()) + (0.0 if sink is None else math.exp(sink - row_max))
     else:  # every key masked: the core gives this query all-zero weights
         row_max, row_sum = float("-inf"), 0.0
     e = 0.0 if masked else math.exp(logit - row_max)
@@ -243,6 +281,7 @@ def cell_arithmetic(result, head: int, q: int, k: int) -> CellArithmetic:
         capped,
         bias,
         logit,
+        sink,
     )
 
 
@@ -277,6 +316,9 @@ def arithmetic_lines(result, a: CellArithmetic) -> list[str]:
         lines.append("masked → −∞ → exp(−∞) = 0 → weight 0")
     else:
         lines.append(f"exp({a.logit:.6g} − row max {a.row_max:.6g}) = {a.exp:.6g}   (the row max cancels)")
+        if a.sink is not None:
+            share = math.exp(a.sink - a.row_max) / a.row_sum
+            lines.append(f"row sum includes the sink's exp({a.sink:.6g} − row max) (its share {share:.6g})")
         lines.append(f"÷ row sum {a.row_sum:.6g} → {a.weight:.6g}   (core's weight: {a.stored:.6g})")
     return lines
 

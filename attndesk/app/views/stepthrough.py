@@ -344,7 +344,7 @@ class StepThroughView(QWidget):
             return text
         m = self.stage_matrix(name)
         rows = self._result.keys if name in ("k_raw", "k", "v") else self._result.tokens
-        col = f'key "{self._result.keys[c]}" ({c})' if name in SQUARE else f"dim {c}"
+        col = f'key "{self._result.keys[c]}" ({c})' if name in SQUARE else "the sink" if name == "sink" else f"dim {c}"
         text = f'{name} · row "{rows[r]}" ({r}), {col}: {float(m[r, c]):.6g}'
         if name in SQUARE:
             text += "\nhover the weights for the whole arithmetic of a cell"

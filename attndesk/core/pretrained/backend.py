@@ -27,6 +27,7 @@ import torch
 
 from ..attention import attend
 from ..errors import Cancelled
+from ..scoring import Scoring
 from ..types import Intermediates
 
 IMPLEMENTATION = "attndesk"
@@ -217,10 +218,12 @@ def attndesk_attention(
     softcap=None,
     position_bias=None,
     sliding_window=None,
+    s_aux=None,
     **_ignored,
 ):
     """transformers' attention interface: q [B, H, Lq, d], k/v [B, KV, Lk, d] -> ([B, Lq, H, d], weights).
 
+    ``s_aux`` [H]: GPT-OSS's learned sink logits, one per head in the softmax's denominator.
     ``_ignored`` holds flags for other backends (output_attentions, use_cache, position_ids, ...).
     """
     capture = _ACTIVE.get()
@@ -230,16 +233,16 @@ def attndesk_attention(
     if capture is not None and capture.sites is None:  # discovering which modules attend
         capture.calls.append((module, None, int(query.shape[1]), int(key.shape[1])))
     if site is None:
-        context, weights = attend(query, key, value, mask=mask, bias=bias, scale=scaling, softcap=softcap, dropout=drop)
+        scoring = Scoring.of(query.shape[-1], scale=scaling, softcap=softcap, sinks=s_aux)
+        context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop)
         return context.transpose(1, 2).contiguous(), weights
     capture.calls.append((module, site, int(query.shape[1]), int(key.shape[1])))
     capture.scales.append(scaling)
     capture.observe(site, query, key)
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
     keep = {} if capture.wants_stages(site) else None
-    context, weights = attend(
-        query, key, value, mask=mask, bias=bias, scale=scale, softcap=softcap, dropout=drop, keep=keep
-    )
+    scoring = Scoring.of(query.shape[-1], scale=scale, softcap=softcap, sinks=s_aux)
+    context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop, keep=keep)
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     capture.record(site, weights, mask, int(window) if window else None, int(query.shape[-1]))
     if keep is not None:

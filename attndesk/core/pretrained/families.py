@@ -53,6 +53,7 @@ SUPPORTED: dict[str, FamilyInfo] = {
     "olmo": FamilyInfo("OLMo", "decoder", "rope"),
     "olmo2": FamilyInfo("OLMo 2", "decoder", "rope"),
     "smollm3": FamilyInfo("SmolLM3", "decoder", "rope"),
+    "gpt_oss": FamilyInfo("GPT-OSS", "decoder", "rope"),  # learned sinks: s_aux in the backend's Scoring
     "t5": FamilyInfo("T5", "encoder-decoder", "relative bias"),
     "mt5": FamilyInfo("mT5", "encoder-decoder", "relative bias"),
     "bart": FamilyInfo("BART", "encoder-decoder"),

@@ -427,3 +427,33 @@ def test_the_packaged_model_shows_its_kv_heads_fixed(qtbot, window):
     assert panel.kvHeadsCombo.currentText() == kv_label(12, 12) and not panel.kvHeadsCombo.isEnabled()
     assert not panel.variants.windowCheck.isEnabled() and panel.variants.windowSpin.text() == "unknown"
     assert w.state.config.kv_heads is None  # the toy settings are kept for the toy mode
+
+
+def test_sink_controls_set_the_sink_and_the_step_through_shows_its_share(qtbot, window):
+    w, v = window, window.parametersPanel.variants
+    assert not v.sinkLogitCheck.isEnabled()  # the logit acts only for a learned sink
+    wait_result(qtbot, w, lambda: pick(v.sinkCombo, "learned"))
+    assert w.state.config.sink == "learned" and v.sinkLogitCheck.isEnabled()
+    assert_heatmaps_equal_core(w)
+    shown = wait_result(qtbot, w, lambda: v.sinkLogitCheck.setChecked(True))
+    assert w.state.config.sink_logit == 0.0 == shown.toy.result.config.sink_logit
+    assert_heatmaps_equal_core(w)
+    assert any("the sink took" in n for n in shown.toy.result.notices)
+    view = open_step_through(qtbot, w)
+    assert view.stages()[-4:] == ("weights", "sink", "context", "output")
+    inter = core_run(w, keep=True).intermediates
+    h = view.head()
+    np.testing.assert_array_equal(view.plots["sink"].matrix, inter.sink[h])
+    np.testing.assert_allclose(view.plots["sink"].matrix[:, 0] + inter.weights[h].sum(-1), 1.0, atol=1e-6)
+    assert "s = 0" in view.plots["weights"].title.text()
+    a = view.hover_weight(3, 1)
+    assert a.sink == 0.0 and a.weight == pytest.approx(a.stored, rel=1e-5)
+    assert "the sink's exp(0" in view.arithmeticLabel.text()
+    assert f"{float(inter.sink[h][3, 0]):.6g}" in view.hover_stage("sink", 3, 0) and "the sink" in view.hover_stage(
+        "sink", 3, 0
+    )
+    wait_result(qtbot, w, lambda: pick(v.sinkCombo, "off-by-one"))
+    assert w.state.config.sink == "off-by-one" and not v.sinkLogitCheck.isEnabled()
+    assert_heatmaps_equal_core(w)
+    wait_result(qtbot, w, lambda: pick(v.sinkCombo, "none"))
+    qtbot.waitUntil(lambda: "sink" not in view.stages(), timeout=TIMEOUT_MS)

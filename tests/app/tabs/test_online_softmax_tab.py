@@ -148,3 +148,21 @@ def test_a_block_too_small_for_the_memory_budget_is_refused_with_what_fits(qtbot
         view.set_block(1)
     assert "blocks of 1 key(s) keeps" in failed.args[0] and "over the memory budget of 4.0 MiB" in failed.args[0]
     assert "keys fit" in failed.args[0]
+
+
+def test_the_walk_of_a_head_with_a_sink_starts_from_the_sink(qtbot, window):
+    w = window
+    w.state.set_config(mask="causal", sink="learned", sink_logit=1.5)
+    qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS).wait()
+    walk_shown = open_walk(qtbot, w).shown()
+    run = run_attention(w.state.config, w.state.text, keep_intermediates=True)
+    inter, head = run.intermediates, walk_shown.head
+    kv = head // (inter.q.shape[0] // inter.k.shape[0])
+    read = torch.from_numpy(np.concatenate([s.scores for s in walk_shown.walk.steps], axis=1))
+    column = torch.full((read.shape[0], 1), 1.5, dtype=read.dtype)  # the sink: one more column, no value
+    weights = torch.softmax(torch.cat([read, column], -1), -1)[:, :-1]
+    np.testing.assert_allclose(
+        walk_shown.walk.output, (weights @ torch.from_numpy(inter.v[kv]).double()).numpy(), atol=1e-14
+    )
+    np.testing.assert_allclose(walk_shown.walk.weights, run.weights[head], atol=1e-6)
+    assert (walk_shown.walk.steps[0].max_before == 1.5).all()

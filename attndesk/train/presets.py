@@ -149,8 +149,9 @@ def train_prefix(name: str, steps: int = CHECK_STEPS) -> tuple[dict[str, torch.T
 def free_tensors(cfg: TrainConfig, names: list[str]) -> set[str]:
     """The tensors no output depends on: the key biases of attention without RoPE or soft-cap
     (they add q.b_k to every score of a row, which the softmax removes). Their gradient is zero
-    up to rounding, which Adam scales to steps of about ``lr``, so they drift on any machine."""
-    if cfg.position == "rope" or cfg.softcap is not None:
+    up to rounding, which Adam scales to steps of about ``lr``, so they drift on any machine. A
+    sink's logit is not shifted with the row, so under a sink they are not free."""
+    if cfg.position == "rope" or cfg.softcap is not None or cfg.sink != "none":
         return set()
     return {n for n in names if n.endswith(".attn.k_proj.bias")}
 

@@ -182,6 +182,7 @@ def trained_panel(run: TrainRun, name: str = "") -> PanelView:
         "kv_heads": cfg.kv_heads,
         "window": cfg.window,
         "softcap": cfg.softcap,
+        "sink": cfg.sink,
         "dropout": 0.0,
         "training": False,
         "seed": cfg.seed,

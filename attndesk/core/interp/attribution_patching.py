@@ -34,6 +34,7 @@ from .patching import (
     _kind,
     _part_layers,
     _where,
+    gap_warning,
 )
 
 
@@ -50,6 +51,7 @@ class AttributionPatchingReport:
     estimates: dict[str, np.ndarray] = field(default_factory=dict)
     axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     agreement: dict[str, float] = field(default_factory=dict)
+    warning: str | None = None  # the gap is too small for normalised estimates (``patching.gap_warning``)
 
 
 def _corrupt_with_grad(
@@ -125,7 +127,7 @@ def attribution_patching(
             f"a gradient pass over {clean_p.length} tokens needs about {format_bytes(need)}, over the memory "
             f"budget of {format_bytes(budget)}: shorten the prompts or raise the budget"
         )
-    m_clean, m_corrupt, scorer = _endpoints(model, scorer, clean_p, corrupt_p)
+    m_clean, m_corrupt, scorer, scale = _endpoints(model, scorer, clean_p, corrupt_p)
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(f"the clean and corrupted prompts give the same {metric}: there is nothing to attribute")
     kinds = {_kind(s) for s in sites}
@@ -136,7 +138,9 @@ def attribution_patching(
     check_cancel(cancel)
     corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
     delta = {k: clean_values[k] - corrupt_values[k] for k in clean_values}
-    report = AttributionPatchingReport(model.name, part, metric, m_clean, m_corrupt)
+    report = AttributionPatchingReport(
+        model.name, part, metric, m_clean, m_corrupt, warning=gap_warning(metric, m_clean, m_corrupt, scale)
+    )
     for site in sites:
         report.estimates[site] = _estimate(site, layers, delta, grads) / (m_clean - m_corrupt)
         report.axes[site] = _AXES[site]

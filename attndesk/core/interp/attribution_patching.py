@@ -84,7 +84,7 @@ def _estimate(site: str, layers: list[LayerParts], delta: dict, grad: dict) -> n
     kind = _kind(site)
     rows = []
     for parts in layers:
-        product = (delta[(kind, parts.layer)] * grad[(kind, parts.layer)])[0]  # [L, F]
+        product = (delta[(kind, parts.layer)] * grad[(kind, parts.layer)].double())[0]  # [L, F] float64
         if kind == "z":
             per_head = product.reshape(product.shape[0], -1, parts.head_dim).sum(-1)  # [L, H]
             rows.append(per_head.sum(0) if site == "head" else per_head.T)
@@ -137,7 +137,8 @@ def attribution_patching(
         progress(0.4, "attribution patching: clean run")
     check_cancel(cancel)
     corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
-    delta = {k: clean_values[k] - corrupt_values[k] for k in clean_values}
+    # float64: the clean and corrupted activations are close where a site matters little
+    delta = {k: clean_values[k].double() - corrupt_values[k].double() for k in clean_values}
     report = AttributionPatchingReport(
         model.name, part, metric, m_clean, m_corrupt, warning=gap_warning(metric, m_clean, m_corrupt, scale)
     )

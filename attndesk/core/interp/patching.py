@@ -14,11 +14,13 @@ fully restored, 0 = no change; the raw effect m_patched - m_corrupt is kept besi
 is computed in float64 from the float32 logits, and every pass (the clean and corrupted runs'
 included) holds at least ``MIN_ROWS`` rows, padded with unpatched copies, so the effects do not
 depend on how many copies share a pass (see docs/interp.md). A gap m_clean - m_corrupt under
-``GAP_SHARE`` of the metric's scale (``metric_scale``) sets ``PatchingReport.warning``: normalising
-by it amplifies noise into large effects that mean little. Runs are batched: a batch of copies of the corrupted prompt, each
-copy with its own site patched by a forward (pre-)hook that selects, per copy, the clean value
-(``torch.where`` over a boolean mask), so every head of a 12-layer model patches in a few forward
-passes; the batch size is set so one pass fits the memory budget.
+``GAP_SHARE`` of the metric's scale (``metric_scale``) sets ``PatchingReport.warning``:
+normalising by it amplifies small changes into large effects that mean little.
+
+Runs are batched: a batch of copies of the corrupted prompt, each copy with its own site patched
+by a forward (pre-)hook that selects, per copy, the clean value (``torch.where`` over a boolean
+mask), so every head of a 12-layer model patches in a few forward passes; the batch size is set
+so one pass fits the memory budget.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class PatchingResult:
     effects: np.ndarray
     values: np.ndarray
     axes: tuple[str, ...]
-    raw_effects: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    raw_effects: np.ndarray
 
 
 @dataclass
@@ -351,7 +353,8 @@ def activation_patching(
         report.results[site] = PatchingResult(site, part, raw / (m_clean - m_corrupt), values, _AXES[site], raw)
     report.batch_rows = min(batch, max(len(r) for _, r in plan))
     dec = 0 if clean_p.decoder_ids is None else int(clean_p.decoder_ids.shape[1])
-    report.pass_bytes = budget_for_rows(model, report.batch_rows, clean_p.length, dec)
+    padded = max(report.batch_rows, min(MIN_ROWS, batch + 1) - 1)  # the rows of the largest pass, padding included
+    report.pass_bytes = budget_for_rows(model, padded, clean_p.length, dec)
     return report
 
 

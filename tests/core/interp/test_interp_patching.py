@@ -201,12 +201,14 @@ def test_other_metrics_batches_progress_and_cancel(folders):
 
 
 @pytest.fixture(scope="module")
-def gpt2_full(folders):
-    """The tiny GPT-2 and its head and residual patching with every copy in one pass, per metric."""
-    model = load_pretrained(folders["gpt2"])
-    with threads(1):
-        full = {m: _patch(model, m, None) for m in ("logit_diff", "kl")}
-    return model, full
+def full_runs(folders):
+    """name -> (model, {metric: head and residual patching with every copy in one pass, 1 thread})."""
+    runs = {}
+    for name in ("gpt2", "t5"):
+        model = load_pretrained(folders[name])
+        with threads(1):
+            runs[name] = model, {m: _patch(model, m, None) for m in ("logit_diff", "kl")}
+    return runs
 
 
 @contextmanager
@@ -220,20 +222,29 @@ def threads(count: int):
 
 
 def _patch(model, metric: str, rows: int | None):
-    budget = None if rows is None else budget_for_rows(model, rows, len(encode(model, CLEAN).ids))
+    decoder = 1 if model.family == "encoder-decoder" else 0  # T5 decodes from its start token
+    budget = None if rows is None else budget_for_rows(model, rows, len(encode(model, CLEAN).ids), decoder)
     wrong = WRONG if metric == "logit_diff" else None
     return activation_patching(
         model, CLEAN, CORRUPT, ANSWER, wrong, metric=metric, sites=("head", "resid"), memory_budget=budget
     )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.integers(1, 16), count=st.sampled_from([1, 2]), metric=st.sampled_from(["logit_diff", "kl"]))
-def test_effects_do_not_depend_on_rows_per_pass_or_threads(gpt2_full, rows, count, metric):
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["gpt2", "t5"]),
+    rows=st.integers(1, 16),
+    count=st.sampled_from([1, 2]),
+    metric=st.sampled_from(["logit_diff", "kl"]),
+)
+def test_effects_do_not_depend_on_rows_per_pass_or_threads(full_runs, name, rows, count, metric):
     """Any number of copies per pass (1 to every site in one) and 1 or 2 threads give the effects of one
     single-threaded pass within 1e-6 at a gap the report does not flag, and within 1e-6 times the gap
-    that would not be flagged over the gap measured below it (the forward's rounding over the gap)."""
-    model, full = gpt2_full
+    that would not be flagged over the gap measured below it (the forward's rounding over the gap).
+    An encoder-decoder's budget of one copy is left out: its pass of 2 rows (the copy and one of
+    padding) takes small-matrix kernels that round otherwise (docs/interp.md gives the figures)."""
+    model, full = full_runs[name]
+    rows = max(rows, 2) if model.family == "encoder-decoder" else rows
     before = torch.get_num_threads()
     with threads(count):
         assert torch.get_num_threads() == count

@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
         help="activation patching between a clean and a corrupted prompt",
         description="Patch every head (and other sites) of the clean run into the corrupted one, "
         "batched; the normalised effect (m_patched - m_corrupt) / (m_clean - m_corrupt) "
-        "and the first-order attribution-patching estimate beside it.",
+        "(patch_<site>), the raw effect m_patched - m_corrupt (patch_<site>_raw) and the "
+        "first-order attribution-patching estimate beside them. A warning on stderr says when "
+        "the clean-corrupt gap is under 1%% of the metric's scale.",
         epilog="example:\n  attndesk patch --model ~/models/gpt2 --clean 'When Mary and John went to "
         "the store, John gave a drink to' --corrupt 'When Mary and John went to the store, Mary "
         "gave a drink to' --answer ' Mary' --wrong ' John' --out ioi",
@@ -166,6 +168,7 @@ def _files(args, model, report, approx) -> list[tuple[str, object]]:
         rows, cols, y, x = labels(report, site, model.num_heads)
         effects = result.effects.reshape(len(rows), len(cols))
         files.append((f"patch_{site}", (effects, rows, cols)))
+        files.append((f"patch_{site}_raw", (result.raw_effects.reshape(len(rows), len(cols)), rows, cols)))
         files.append(
             (
                 f"patch_{site}",
@@ -227,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         "wrong": report.wrong,
         "clean_metric": report.clean_metric,
         "corrupt_metric": report.corrupt_metric,
+        "metric_scale": report.metric_scale,
+        "warning": report.warning,
         "clean_tokens": report.clean_tokens,
         "corrupt_tokens": report.corrupt_tokens,
         "part": report.part,
@@ -239,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
     }
     for path in write_all(args.out, [*_files(args, model, report, approx), ("summary.json", summary)]):
         print(path, flush=True)
+    if report.warning is not None:
+        print(f"attndesk: warning: {report.warning} (patch_<site>_raw.csv)", file=sys.stderr)
     if approx is not None:
         agreement = ", ".join(f"{site} {rho:.3f}" for site, rho in approx.agreement.items())
         print(f"attndesk: attribution patching vs exact, Spearman: {agreement}", file=sys.stderr)

@@ -79,13 +79,15 @@ def _distance_matrix(lq: int, lk: int, device: torch.device) -> torch.Tensor:
 
 
 def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per text and head, sums over the valid rows of each row metric, and the row counts."""
+    """Per text and head, sums over the valid rows of each row metric, and the row counts: each
+    row's value in float32 (a sum over keys of terms of one sign), the sums over rows in float64,
+    so a text's figures do not depend on the padding of the batch it came in."""
     import torch
 
     lq, lk = w.shape[-2:]
-    valid = rows.to(w.dtype)  # [B, H, Lq]
-    entropy = -torch.special.xlogy(w, w).sum(-1)
-    distance = torch.einsum("bhij,ij->bhi", w, _distance_matrix(lq, lk, w.device))
+    valid = rows.double()  # [B, H, Lq]
+    entropy = -torch.special.xlogy(w, w).sum(-1).double()
+    distance = torch.einsum("bhij,ij->bhi", w, _distance_matrix(lq, lk, w.device)).double()
     n = min(lq, lk)
     self_rows = torch.zeros_like(valid)
     self_rows[..., :n] = torch.diagonal(w, dim1=-2, dim2=-1)[..., :n]
@@ -93,21 +95,18 @@ def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
     m = min(lq - 1, lk)
     if m > 0:
         prev_rows[..., 1 : m + 1] = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)[..., :m]
-    reached = (w > 0).sum(-1).clamp(min=1).to(w.dtype).log()
+    reached = (w > 0).sum(-1).clamp(min=1).double().log()
     prev_valid = valid.clone()
     prev_valid[..., 0] = 0
     sums = {
         "entropy": (entropy * valid).sum(-1),
         "distance": (distance * valid).sum(-1),
         "self": (self_rows * valid).sum(-1),
-        "first": (w[..., 0] * valid).sum(-1),
+        "first": (w[..., 0].double() * valid).sum(-1),
         "previous": (prev_rows * prev_valid).sum(-1),
         "uniform_entropy": (reached * valid).sum(-1),
     }
-    return {k: v.double() for k, v in sums.items()} | {
-        "rows": valid.sum(-1).double(),
-        "previous_rows": prev_valid.sum(-1).double(),
-    }
+    return sums | {"rows": valid.sum(-1), "previous_rows": prev_valid.sum(-1)}
 
 
 def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -116,12 +115,12 @@ def _scores(w: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, ids: torch.
 
     valid = rows.to(w.dtype)
     a = w * valid[..., None] * keys[:, None, None, :].to(w.dtype)  # the text's own attention A
-    total = a.sum((-1, -2)).double()  # sum(A)
-    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).sum(-1).double()
+    total = a.sum(-1).double().sum(-1)  # sum(A): rows in float32, their sum in float64
+    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).double().sum(-1)
     lower = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device).tril(-1)
     dup = ((ids[:, :, None] == ids[:, None, :]) & lower).to(w.dtype)  # [B, L, L]: tok_i == tok_j, j < i
-    duplicate = torch.einsum("bhij,bij->bh", a, dup).double()
-    induction = torch.einsum("bhij,bij->bh", a[..., 1:], dup[..., :-1]).double()  # P[i, j] = dup[i, j - 1]
+    duplicate = torch.einsum("bhij,bij->bhi", a, dup).double().sum(-1)
+    induction = torch.einsum("bhij,bij->bhi", a[..., 1:], dup[..., :-1]).double().sum(-1)  # P[i, j] = dup[i, j - 1]
     safe = total.clamp(min=1e-300)
     nan = torch.full_like(total, math.nan)
     return {

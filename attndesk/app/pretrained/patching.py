@@ -94,6 +94,7 @@ def patching_job(
         sum(r.forward_passes for r in reports.values()),
         note,
         encoder_decoder,
+        report.warning,
     )
 
 

@@ -79,6 +79,7 @@ class PatchingShown:
     passes: int
     note: str = ""
     encoder_decoder: bool = False
+    warning: str | None = None  # the core's line when the clean-corrupt gap is too small to normalise by
 
     @property
     def heads(self) -> np.ndarray:
@@ -108,6 +109,7 @@ class PatchingView(QWidget):
         layout.addWidget(self.controls)
         layout.addWidget(self.bar)
         layout.addWidget(self.summary)
+        layout.addWidget(self.gapWarning)
         layout.addWidget(self.splitter, 1)
         layout.addWidget(self.readout)
 
@@ -169,6 +171,7 @@ class PatchingView(QWidget):
         self.summary = QLabel("", objectName="patchingSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
+        self.gapWarning = problem_label("patchingGapWarning")
         self.headsPlot = MatrixPlot("<b>heads</b>: patch each head's output (every position)")
         self.headsPlot.setObjectName("patchingHeadsPlot")
         self.headsPlot.setToolTip(EFFECT_TIP + "; click a head to see its attention on both prompts")
@@ -241,6 +244,7 @@ class PatchingView(QWidget):
 
     def set_shown(self, shown: PatchingShown | None) -> None:
         self.shown, self.head = shown, None
+        say(self.gapWarning, "" if shown is None or shown.warning is None else "warning: " + shown.warning)
         if shown is None:
             self.summary.setText("")
             self.clear_plots()
@@ -335,7 +339,7 @@ class PatchingView(QWidget):
         if heads is not None:
             self.readout.setText(
                 f"{self._part_name()} L{layer} H{head}: effect {heads.effects[layer, head]:+.4f} "
-                f"(metric {heads.values[layer, head]:.4g} patched)"
+                f"{self._raw(heads.values[layer, head])}"
             )
 
     @Slot(int, int)
@@ -345,8 +349,13 @@ class PatchingView(QWidget):
             self.readout.setText(
                 f"residual stream entering L{layer} at {pos} ({s.clean_tokens[pos]!r} clean, "
                 f"{s.corrupt_tokens[pos]!r} corrupted): effect {s.positions[layer, pos]:+.4f} "
-                f"(metric {s.position_values[layer, pos]:.4g} patched)"
+                f"{self._raw(s.position_values[layer, pos])}"
             )
+
+    def _raw(self, value: float) -> str:
+        """The raw effect m_patched - m_corrupt beside a normalised one, and the patched metric."""
+        assert self.shown is not None
+        return f"(raw {value - self.shown.corrupt_metric:+.4g}: metric {value:.4g} patched)"
 
 
 __all__ = ["METRICS", "PART_LABELS", "PartHeads", "PatchingShown", "PatchingView"]

@@ -91,7 +91,7 @@ def gradient_x_input(model: LoadedModel, text: str, target: str | int) -> np.nda
 def gradient_x_input_report(model: LoadedModel, text: str, target: str | int) -> InputAttribution:
     p, target_id, embeds = _setup(model, text, target, "gradient x input")
     value, grad = _gradient(model, p, embeds, target_id)
-    scores = (grad * embeds).sum(-1)[0].double().cpu().numpy()
+    scores = (grad.double() * embeds.double()).sum(-1)[0].cpu().numpy()
     return InputAttribution("gradient_x_input", list(p.tokens), scores, _name(model, target_id), float(value[0]))
 
 
@@ -170,16 +170,17 @@ def integrated_gradients_report(
         )
     nodes, weights = np.polynomial.legendre.leggauss(steps)
     alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device)
-    step_weights = torch.tensor(0.5 * weights, dtype=torch.float32, device=embeds.device)
-    total = torch.zeros_like(embeds[0])
+    step_weights = torch.tensor(0.5 * weights, dtype=torch.float64, device=embeds.device)
+    total = torch.zeros_like(embeds[0], dtype=torch.float64)  # the weighted sum of the steps' gradients
     for span in chunks(steps, max(1, budget // one)):
         check_cancel(cancel)
         a = alphas[span.start : span.stop].view(-1, 1, 1)
         _, grad = _gradient(model, p, base + a * (embeds - base), target_id)
-        total += (grad * step_weights[span.start : span.stop].view(-1, 1, 1)).sum(0)
+        total += (grad.double() * step_weights[span.start : span.stop].view(-1, 1, 1)).sum(0)
         if progress is not None:
             progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
-    scores = ((embeds - base)[0] * total).sum(-1).double().cpu().numpy()
+    # float64: completeness compares the scores' sum with f(x) - f(baseline), two close logits
+    scores = ((embeds.double() - base.double())[0] * total).sum(-1).cpu().numpy()
     with model._lock, torch.no_grad():
         ends = _target_logits(model, p, torch.cat([embeds, base]), target_id).double().cpu().numpy()
     delta = float(ends[0] - ends[1])
@@ -226,9 +227,9 @@ def attention_x_gradient(model: LoadedModel, text: str, target: str | int, *, pa
     products = []
     for weights, grad in zip(layers, grads):
         g = torch.zeros_like(weights) if grad is None else grad
-        rows = (weights * g)[0]  # [H, Lq, Lk]
+        rows = (weights.double() * g.double())[0]  # [H, Lq, Lk]
         products.append(rows[:, -1] if model.family != "encoder-decoder" or part != "self" else rows.sum(1))
-    per_head = torch.stack(products).detach().double().cpu().numpy()
+    per_head = torch.stack(products).detach().cpu().numpy()
     return InputAttribution(
         "attention_x_gradient",
         list(p.tokens) if part == "self" else list(p.decoder_tokens),

@@ -35,6 +35,7 @@ from .patching import (
     _kind,
     _part_layers,
     _where,
+    gap_warning,
     pass_work,
 )
 
@@ -52,6 +53,7 @@ class AttributionPatchingReport:
     estimates: dict[str, np.ndarray] = field(default_factory=dict)
     axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     agreement: dict[str, float] = field(default_factory=dict)
+    warning: str | None = None  # the gap is too small for normalised estimates (``patching.gap_warning``)
 
 
 def _corrupt_with_grad(
@@ -84,7 +86,7 @@ def _estimate(site: str, layers: list[LayerParts], delta: dict, grad: dict) -> n
     kind = _kind(site)
     rows = []
     for parts in layers:
-        product = (delta[(kind, parts.layer)] * grad[(kind, parts.layer)])[0]  # [L, F]
+        product = (delta[(kind, parts.layer)] * grad[(kind, parts.layer)].double())[0]  # [L, F] float64
         if kind == "z":
             per_head = product.reshape(product.shape[0], -1, parts.head_dim).sum(-1)  # [L, H]
             rows.append(per_head.sum(0) if site == "head" else per_head.T)
@@ -127,7 +129,7 @@ def attribution_patching(
             f"a gradient pass over {clean_p.length} tokens needs about {format_bytes(need)}, over the memory "
             f"budget of {format_bytes(budget)}: shorten the prompts or raise the budget"
         )
-    m_clean, m_corrupt, scorer = _endpoints(model, scorer, clean_p, corrupt_p)
+    m_clean, m_corrupt, scorer, scale = _endpoints(model, scorer, clean_p, corrupt_p)
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(f"the clean and corrupted prompts give the same {metric}: there is nothing to attribute")
     kinds = {_kind(s) for s in sites}
@@ -138,8 +140,11 @@ def attribution_patching(
             progress(0.4, "attribution patching: clean run")
         check_cancel(cancel)
         corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
-    delta = {k: clean_values[k] - corrupt_values[k] for k in clean_values}
-    report = AttributionPatchingReport(model.name, part, metric, m_clean, m_corrupt)
+    # float64: the clean and corrupted activations are close where a site matters little
+    delta = {k: clean_values[k].double() - corrupt_values[k].double() for k in clean_values}
+    report = AttributionPatchingReport(
+        model.name, part, metric, m_clean, m_corrupt, warning=gap_warning(metric, m_clean, m_corrupt, scale)
+    )
     for site in sites:
         report.estimates[site] = _estimate(site, layers, delta, grads) / (m_clean - m_corrupt)
         report.axes[site] = _AXES[site]

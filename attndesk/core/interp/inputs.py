@@ -125,7 +125,8 @@ def last_logits(
 @dataclass(frozen=True)
 class Metric:
     """What a patched run is scored by, after the last position: the logit difference answer - wrong,
-    the answer's probability, or KL(clean || run) (``reference``: the clean log-probabilities)."""
+    the answer's probability, or KL(clean || run) (``reference``: the clean log-probabilities,
+    float64)."""
 
     name: str
     answer: int
@@ -133,14 +134,18 @@ class Metric:
     reference: torch.Tensor | None = None
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        """[B, V] -> [B]."""
+        """[B, V] -> [B] float64: the logits are cast before any subtraction or normalisation, so
+        the metric carries no rounding of its own beyond the float32 logits' (a KL between close
+        distributions, a difference of close logits: float32 rounding there is what normalising by
+        a small gap amplifies)."""
+        logits = logits.double()
         if self.name == "logit_diff":
             return logits[:, self.answer] - logits[:, self.wrong]
         if self.name == "prob":
             return torch.softmax(logits, dim=-1)[:, self.answer]
         logp = torch.log_softmax(logits, dim=-1)
         assert self.reference is not None, "KL needs the clean log-probabilities"
-        ref = self.reference.to(logp.dtype)
+        ref = self.reference.double()
         return (ref.exp() * (ref - logp)).sum(-1)
 
 

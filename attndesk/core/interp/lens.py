@@ -240,9 +240,13 @@ def direct_logit_attribution(
 
     def direct(vectors: torch.Tensor) -> np.ndarray:  # [K, E] -> [K] contribution to the metric
         with torch.inference_mode():
-            out = lens.after_norm(linear(vectors.float())) - lens.after_norm(torch.zeros_like(final)[None])
+            out = (
+                lens.after_norm(linear(vectors.float())).double()
+                - lens.after_norm(torch.zeros_like(final)[None]).double()
+            )
+        out = out.double()  # the answer's and the wrong token's logits are close: subtract in float64
         value = out[:, answer_id] - (out[:, wrong_id] if wrong_id is not None else 0.0)
-        return value.double().cpu().numpy()
+        return value.cpu().numpy()
 
     heads, biases, parts_sum = {}, {}, resid[0, -1].clone()
     for part in [k[1] for k in store if k[0] == "z" and k[2] == 0]:
@@ -260,10 +264,10 @@ def direct_logit_attribution(
     parts_sum += sum(mlp_out) if mlp_out else 0.0
     mlp = direct(torch.stack(mlp_out)) if mlp_out else np.zeros(0)
     with torch.inference_mode():
-        zero = lens.after_norm(torch.zeros_like(final)[None])[0]
+        zero = lens.after_norm(torch.zeros_like(final)[None])[0].double()
     constant = float(zero[answer_id] - (zero[wrong_id] if wrong_id is not None else 0.0))
     with torch.inference_mode():
-        pre_cap = lens.after_norm(lens.norm(final[None]) if lens.norm is not None else final[None])[0]
+        pre_cap = lens.after_norm(lens.norm(final[None]) if lens.norm is not None else final[None])[0].double()
     total = float(pre_cap[answer_id] - (pre_cap[wrong_id] if wrong_id is not None else 0.0))
     result = DirectLogitAttribution(
         _token(model, answer_id),

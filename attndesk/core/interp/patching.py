@@ -10,10 +10,17 @@ Sites (``SITES``), each per layer of one part ("self"; an encoder-decoder also "
 - ``attn`` / ``mlp``: the attention block's / MLP's output, per position -> [layers, positions].
 
 The effect is normalised: (m_patched - m_corrupt) / (m_clean - m_corrupt), 1 = the clean metric
-fully restored, 0 = no change. Runs are batched: a batch of copies of the corrupted prompt, each
-copy with its own site patched by a forward (pre-)hook that selects, per copy, the clean value
-(``torch.where`` over a boolean mask), so every head of a 12-layer model patches in a few forward
-passes; the batch size is set so one pass fits the memory budget.
+fully restored, 0 = no change; the raw effect m_patched - m_corrupt is kept beside it. The metric
+is computed in float64 from the float32 logits, and every pass (the clean and corrupted runs'
+included) holds at least ``MIN_ROWS`` rows, padded with unpatched copies, so the effects do not
+depend on how many copies share a pass (see docs/interp.md). A gap m_clean - m_corrupt under
+``GAP_SHARE`` of the metric's scale (``metric_scale``) sets ``PatchingReport.warning``:
+normalising by it amplifies small changes into large effects that mean little.
+
+Runs are batched: a batch of copies of the corrupted prompt, each copy with its own site patched
+by a forward (pre-)hook that selects, per copy, the clean value (``torch.where`` over a boolean
+mask), so every head of a 12-layer model patches in a few forward passes; the batch size is set
+so one pass fits the memory budget.
 """
 
 from __future__ import annotations
@@ -53,15 +60,24 @@ _AXES = {
 }
 
 
+# A pass of fewer rows can take other matrix kernels (matrix-vector, small-M paths) that round
+# differently; padding every pass to this many rows keeps a copy's result the same at any batch size.
+MIN_ROWS = 4
+# Normalised effects are flagged when |m_clean - m_corrupt| is under this share of the metric's scale.
+GAP_SHARE = 0.01
+
+
 @dataclass
 class PatchingResult:
-    """One site's patching: ``effects`` normalised, ``values`` the raw metric, shaped by ``axes``."""
+    """One site's patching: ``effects`` normalised, ``values`` the patched runs' metric and
+    ``raw_effects`` = values - m_corrupt (what ``effects`` divides by the gap), shaped by ``axes``."""
 
     site: str
     part: str
     effects: np.ndarray
     values: np.ndarray
     axes: tuple[str, ...]
+    raw_effects: np.ndarray
 
 
 @dataclass
@@ -83,6 +99,8 @@ class PatchingReport:
     batch_rows: int = 0
     pass_bytes: int = 0  # estimated peak of the largest pass, RESERVE included
     budget: int = 0
+    metric_scale: float = 0.0  # what the gap is compared with (``metric_scale``)
+    warning: str | None = None  # set when the gap is too small for normalised effects to mean much
 
     def effects(self, site: str = "head") -> np.ndarray:
         return self.results[site].effects
@@ -146,13 +164,17 @@ def _chain(first, second):
     return both
 
 
-def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: dict, grow: bool) -> tuple[dict, dict]:
+def _patch_hooks(
+    layers: list[LayerParts], kind: str, rows: list, clean_values: dict, grow: bool, pad: int
+) -> tuple[dict, dict]:
     """Hooks that write the clean values into the copies of this chunk: copy b gets its site's
     slice (a head's features, or all features) at its position (or at all).
 
     ``grow`` (decoders): the pass starts with one unpatched copy (batch row 0) and each layer's
-    block appends, as it starts, a copy of row 0 for every site of that layer, so the layers
-    below a site run once, not once per copy; copy i of the chunk is batch row 1 + i."""
+    block appends, as it starts, a copy of row 0 for every site of that layer (the lowest layer
+    first ``pad`` unpatched ones), so the layers below a site run once, not once per copy; copy i
+    of the chunk is batch row 1 + pad + i. Otherwise copy i is row i and the ``pad`` rows after
+    the chunk stay unpatched."""
     pre: dict = {}
     post: dict = {}
     by_layer: dict[int, list[tuple[int, int | None, int | None]]] = {}
@@ -161,19 +183,19 @@ def _patch_hooks(layers: list[LayerParts], kind: str, rows: list, clean_values: 
     for layer, items in by_layer.items():
         parts = layers[layer]
         clean = clean_values[(kind, layer)]
-        batch = 1 + items[-1][0] + 1 if grow else len(rows)
+        batch = 1 + pad + items[-1][0] + 1 if grow else len(rows) + pad
         mask = torch.zeros((batch, *clean.shape[1:]), dtype=torch.bool, device=clean.device)
         d = parts.head_dim
         for b, head, pos in items:
             features = slice(None) if head is None else slice(head * d, (head + 1) * d)
-            mask[b + 1 if grow else b, slice(None) if pos is None else pos, features] = True
+            mask[b + 1 + pad if grow else b, slice(None) if pos is None else pos, features] = True
         module, when = _where(parts, kind)
 
         def patch(m, x, mask=mask, clean=clean):
             return torch.where(mask, clean.to(x.dtype), x.reshape(mask.shape)).reshape(x.shape)
 
         if grow:
-            pre[parts.block] = _grow(len(items))
+            pre[parts.block] = _grow(len(items) + (pad if layer == rows[0][0] else 0))
         table = pre if when == "pre" else post
         table[module] = _chain(table.get(module), patch)
     return pre, post
@@ -187,15 +209,25 @@ def _grow(count: int):
 
 
 def _run_chunk(
-    model: LoadedModel, layers: list[LayerParts], site: str, chunk: list, clean_values: dict, corrupt: Prompt
+    model: LoadedModel,
+    layers: list[LayerParts],
+    site: str,
+    chunk: list,
+    clean_values: dict,
+    corrupt: Prompt,
+    most: int,
 ) -> torch.Tensor:
-    """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched."""
+    """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched;
+    the pass padded with unpatched copies to ``MIN_ROWS`` rows (``most``: the rows the budget
+    allows, the unpatched copy ``rows_for_budget`` sets aside included)."""
     grow = model.family == "decoder"
-    pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow)
+    rows = len(chunk) + (1 if grow else 0)
+    pad = max(0, min(MIN_ROWS, most) - rows)
+    pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow, pad)
     with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         if grow:
-            return last_logits(model, corrupt.ids)[1:]
-        return last_logits(model, corrupt.ids.expand(len(chunk), -1), corrupt.decoder_ids)
+            return last_logits(model, corrupt.ids)[1 + pad :]
+        return last_logits(model, corrupt.ids.expand(len(chunk) + pad, -1), corrupt.decoder_ids)[: len(chunk)]
 
 
 def pass_bytes(model: LoadedModel, rows: int, length: int, decoder_length: int = 0) -> int:
@@ -287,7 +319,7 @@ def activation_patching(
     part, layers = _part_layers(model, part)
     budget = resolve_budget(memory_budget)
     batch = _batch_rows(model, clean_p, budget)
-    m_clean, m_corrupt, scorer = _endpoints(model, scorer, clean_p, corrupt_p)
+    m_clean, m_corrupt, scorer, scale = _endpoints(model, scorer, clean_p, corrupt_p, batch + 1)
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(
             f"the clean and corrupted prompts give the same {metric} ({m_clean:.6g}): "
@@ -305,6 +337,8 @@ def activation_patching(
         list(corrupt_p.tokens),
         _positions(clean_p, part),
         budget=budget,
+        metric_scale=scale,
+        warning=gap_warning(metric, m_clean, m_corrupt, scale),
     )
     clean_values = _capture(model, layers, {_kind(s) for s in sites}, clean_p)
     length = int(next(iter(clean_values.values())).shape[1])
@@ -317,7 +351,7 @@ def activation_patching(
             check_cancel(cancel)
             chunk = [rows[i] for i in span]
             with torch_threads(threads.recheck()):  # chosen again for the load before each pass
-                logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
+                logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p, batch + 1)
             values[span.start : span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)
@@ -325,22 +359,54 @@ def activation_patching(
                 progress(done / total, f"{site}: {done:,} of {total:,} patched runs")
         shape = tuple({"layer": len(layers), "head": model.num_heads, "position": length}[a] for a in _AXES[site])
         values = values.reshape(shape)
-        effects = (values - m_corrupt) / (m_clean - m_corrupt)
-        report.results[site] = PatchingResult(site, part, effects, values, _AXES[site])
+        raw = values - m_corrupt
+        report.results[site] = PatchingResult(site, part, raw / (m_clean - m_corrupt), values, _AXES[site], raw)
     report.batch_rows = min(batch, max(len(r) for _, r in plan))
     dec = 0 if clean_p.decoder_ids is None else int(clean_p.decoder_ids.shape[1])
-    report.pass_bytes = budget_for_rows(model, report.batch_rows, clean_p.length, dec)
+    padded = max(report.batch_rows, min(MIN_ROWS, batch + 1) - 1)  # the rows of the largest pass, padding included
+    report.pass_bytes = budget_for_rows(model, padded, clean_p.length, dec)
     return report
 
 
-def _endpoints(model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Prompt) -> tuple[float, float, Metric]:
-    """(m_clean, m_corrupt, the metric with KL's reference set to the clean distribution)."""
+def _endpoints(
+    model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Prompt, most: int = MIN_ROWS
+) -> tuple[float, float, Metric, float]:
+    """(m_clean, m_corrupt, the metric with KL's reference set to the clean distribution, the
+    metric's scale): both prompts in one pass, padded with corrupted copies to ``MIN_ROWS`` rows
+    (``most``: the rows the budget allows) like the patched passes."""
+    rows = max(2, min(MIN_ROWS, most))
+    ids = torch.cat([clean.ids, corrupt.ids.expand(rows - 1, -1)])
     with model._lock, torch.inference_mode():
-        clean_logits = last_logits(model, clean.ids, clean.decoder_ids)
-        corrupt_logits = last_logits(model, corrupt.ids, corrupt.decoder_ids)
+        logits = last_logits(model, ids, clean.decoder_ids)
+    clean_logits, corrupt_logits = logits[:1], logits[1:2]
     if scorer.name == "kl":
-        scorer = Metric("kl", scorer.answer, scorer.wrong, torch.log_softmax(clean_logits, -1))
-    return float(scorer(clean_logits)[0]), float(scorer(corrupt_logits)[0]), scorer
+        scorer = Metric("kl", scorer.answer, scorer.wrong, torch.log_softmax(clean_logits.double(), -1))
+    m_clean, m_corrupt = float(scorer(clean_logits)[0]), float(scorer(corrupt_logits)[0])
+    return m_clean, m_corrupt, scorer, metric_scale(scorer.name, clean_logits[0], m_clean, m_corrupt)
+
+
+def metric_scale(metric: str, clean_logits: torch.Tensor, m_clean: float, m_corrupt: float) -> float:
+    """What a clean-corrupt gap of ``metric`` is measured against: for the logit difference, the
+    standard deviation of the clean run's logits over the vocabulary (how far apart two tokens'
+    logits typically lie); for the answer's probability, the larger of the two probabilities; for
+    KL, one nat (a divergence is already in absolute units)."""
+    if metric == "logit_diff":
+        return float(clean_logits.double().std(correction=0))
+    if metric == "prob":
+        return max(abs(m_clean), abs(m_corrupt))
+    return 1.0
+
+
+def gap_warning(metric: str, m_clean: float, m_corrupt: float, scale: float) -> str | None:
+    """One line when |m_clean - m_corrupt| is under ``GAP_SHARE`` of ``scale``, else None."""
+    gap = abs(m_clean - m_corrupt)
+    if not gap < GAP_SHARE * scale:
+        return None
+    return (
+        f"the clean and corrupted {metric} differ by only {gap:.3g}, under {GAP_SHARE:.0%} of the metric's "
+        f"scale ({scale:.3g}): normalised effects divide by that gap and mean little; read the raw effects "
+        "(m_patched - m_corrupt)"
+    )
 
 
 def _label(model: LoadedModel, token: int) -> str:
@@ -356,12 +422,16 @@ def patch_heads(
 
 
 __all__ = [
+    "GAP_SHARE",
+    "MIN_ROWS",
     "RESERVE",
     "SITES",
     "PatchingReport",
     "PatchingResult",
     "activation_patching",
     "budget_for_rows",
+    "gap_warning",
+    "metric_scale",
     "pass_bytes",
     "patch_heads",
     "rows_for_budget",

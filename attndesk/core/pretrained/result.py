@@ -35,7 +35,7 @@ class NextToken:
     ids: np.ndarray  # [k] int64, most probable first
     tokens: list[str]
     probs: np.ndarray  # [k] float32
-    logprobs: np.ndarray  # [V] float32: log-probabilities of every vocabulary entry
+    logprobs: np.ndarray  # [V] float64: log-probabilities of every vocabulary entry (KL subtracts them)
 
     def top(self, k: int = 5) -> list[tuple[str, float]]:
         return [(t, float(p)) for t, p in zip(self.tokens[:k], self.probs[:k])]

@@ -175,7 +175,7 @@ def _forward(model: LoadedModel, source: Encoded, target: Encoded | None):
 
 def next_token(model: LoadedModel, logits: torch.Tensor, k: int = TOP_K) -> NextToken:
     """The distribution after the last position: logits [V] -> top-k and all log-probabilities."""
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = torch.log_softmax(logits.double(), dim=-1)  # float64: KL to another run subtracts these
     top = torch.topk(logprobs, min(k, logprobs.numel()))
     ids = top.indices.cpu().numpy().astype(np.int64)
     return NextToken(

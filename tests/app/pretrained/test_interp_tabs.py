@@ -87,6 +87,12 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     assert view.head == (1, 2) and view.headsPlot.highlighted()["cell"] == (1, 2)
     np.testing.assert_allclose(view.cleanAttention.matrix, run_pretrained(model, CLEAN).weights[1, 2], atol=1e-6)
     np.testing.assert_allclose(view.corruptAttention.matrix, run_pretrained(model, CORRUPT).weights[1, 2], atol=1e-6)
+    # the raw effect m_patched - m_corrupt beside the normalised one, where a person hovers a head
+    report = activation_patching(model, CLEAN, CORRUPT, "mary", "john", sites=("head",))
+    view.headsPlot.cellHovered.emit(1, 2)
+    raw = float(report.results["head"].raw_effects[1, 2])
+    assert f"effect {report.effects('head')[1, 2]:+.4f} (raw {raw:+.4g}" in view.readout.text()
+    assert view.shown.warning == report.warning and view.gapWarning.isVisible() == (report.warning is not None)
 
 
 def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_window, model):
@@ -104,6 +110,13 @@ def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_windo
     np.testing.assert_allclose(view.headsPlot.matrix, expected, rtol=1e-5, atol=1e-6)
     assert view.shown.clean_metric == pytest.approx(0.0, abs=1e-6) and view.shown.corrupt_metric > 0
     assert "KL(clean ‖ run)" in view.summary.text()
+    # the tiny random model's KL gap is a few 1e-5 nats: the tab says the normalised effects mean little
+    report = activation_patching(model, CLEAN, CORRUPT, "mary", metric="kl", sites=("head",))
+    gap = abs(report.clean_metric - report.corrupt_metric)
+    assert report.warning is not None and view.shown.warning == report.warning
+    assert view.gapWarning.isVisible() and f"{gap:.3g}" in view.gapWarning.text() and "raw" in view.gapWarning.text()
+    view.set_shown(None)
+    assert not view.gapWarning.isVisible()
 
 
 def click_cell(qtbot, plot, row: int, col: int) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attndesk.cli import main
-from attndesk.core.interp import integrated_gradients, patch_heads
+from attndesk.core.interp import activation_patching, integrated_gradients, patch_heads
 from attndesk.core.pretrained import load_pretrained
 
 CLEAN, CORRUPT = "the cat sat on the mat", "the dog sat on the rug"
@@ -48,6 +48,27 @@ def test_patch_writes_the_cores_effects_and_the_attribution_beside(qapp, capsys,
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["rank_correlation"]) == {"head", "resid"} and summary["forward_passes"] >= 2
     assert any("Spearman" in line for line in err) and str(out / "summary.json") in lines
+    # the raw effects beside the normalised ones; no warning at a gap of 6% of the logits' spread
+    report = activation_patching(load_pretrained(folders["gpt2"]), CLEAN, CORRUPT, "cat", "dog", sites=("resid",))
+    np.testing.assert_allclose(np.load(out / "patch_resid_raw.npy"), report.results["resid"].raw_effects, atol=1e-12)
+    assert (out / "patch_head_raw.csv").exists() and summary["warning"] is None
+    assert not any("warning" in line for line in err)
+
+
+def test_patch_says_on_one_line_when_the_gap_is_too_small(qapp, capsys, tmp_path, folders):
+    out = tmp_path / "kl"
+    args = ["--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--metric", "kl", "--sites", "head"]
+    code, _, err = run_cli(
+        capsys, "patch", "--model", str(folders["gpt2"]), *args, "--no-attribution", "--out", str(out)
+    )
+    assert code == 0, err
+    warnings = [line for line in err if line.startswith("attndesk: warning:")]
+    summary = json.loads((out / "summary.json").read_text())
+    gap = abs(summary["clean_metric"] - summary["corrupt_metric"])
+    assert len(warnings) == 1 and f"{gap:.3g}" in warnings[0] and "raw effects" in warnings[0]
+    assert summary["warning"] in warnings[0] and summary["metric_scale"] == 1.0
+    raw, effects = np.load(out / "patch_head_raw.npy"), np.load(out / "patch_head.npy")
+    np.testing.assert_allclose(raw, effects * (summary["clean_metric"] - summary["corrupt_metric"]), rtol=1e-9)
 
 
 def test_attribute_writes_integrated_gradients_and_its_completeness(qapp, capsys, tmp_path, folders):

@@ -19,7 +19,7 @@ EXIT_FAILURE = 1
 _ANIMATIONS = ("gif", "mp4", "none")
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def register(sub) -> argparse.ArgumentParser:
     from attndesk.train.config import (
         TASK_NAMES,
         TEXT_LEVELS,
@@ -202,7 +202,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     """Train, then write everything into --out together; Ctrl+C stops between steps and keeps
     what was trained so far."""
-    from attndesk.cli_progress import ProgressLine
+    from attndesk.cli.progress import ProgressLine
     from attndesk.train import Trainer
 
     out = Path(args.out).expanduser()

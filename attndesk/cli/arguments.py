@@ -165,7 +165,10 @@ class Given(argparse.Action):
 
 
 def arg_type(spec: Param) -> Callable[[str], Any]:
-    """A field's argument type: sizes for bytes, whole numbers (positive when the field's are), numbers."""
+    """A field's argument type: sizes for bytes, whole numbers (positive when the field's are), numbers,
+    free text (a path)."""
+    if spec.kind is str:
+        return str
     if spec.unit == "bytes":
         return byte_size
     if spec.kind is int:

@@ -8,10 +8,7 @@ from attndesk.core.memory import format_bytes
 from attndesk.core.plan import FULL, RunPlan
 
 LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (F5)
-# The core's estimate counts FLOPs only; with small heads the per-cell softmax/exp and memory
-# traffic dominate (measured on the 2-core machine: 16k tokens x 4 heads of 16 dims took ~24 s,
-# planned "about 1 s"). This floor per attention cell keeps such runs from starting on typing.
-CELL_SECONDS = 5e-9
+# The time estimate is the core's (``RunPlan.seconds``: FLOPs, with a floor per computed cell).
 
 
 # A run estimated shorter than this reports no stages: each report crosses to the GUI thread and
@@ -22,36 +19,20 @@ QUIET_RUN_S = 0.1
 
 def reports_progress(plan: RunPlan) -> bool:
     """Whether a run of ``plan`` should report its stages (a memory-bounded or long run)."""
-    seconds = estimated_seconds(plan)
-    return plan.kind != FULL or seconds is None or seconds >= QUIET_RUN_S
-
-
-def estimated_seconds(plan: RunPlan) -> float | None:
-    """The plan's time estimate, at least ``CELL_SECONDS`` per attention cell (None on a GPU)."""
-    if plan.seconds is None:
-        return None
-    return max(plan.seconds, plan.num_heads * plan.lq * plan.lk * CELL_SECONDS)
+    return plan.kind != FULL or plan.seconds is None or plan.seconds >= QUIET_RUN_S
 
 
 def needs_explicit_run(plan: RunPlan) -> bool:
     """Whether a run should wait for Run/F5 instead of starting while the user types."""
     if plan.peak_bytes > plan.budget:
         return True  # over the memory budget even with the pyramid
-    seconds = estimated_seconds(plan)
-    if seconds is None:  # a GPU: no time estimate, so hold the memory-bounded runs
+    if plan.seconds is None:  # a GPU: no time estimate, so hold the memory-bounded runs
         return plan.kind != FULL
-    return seconds > LONG_RUN_S
+    return plan.seconds > LONG_RUN_S
 
 
 def eta(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
-def duration(seconds: float) -> str:
-    """The words ``RunPlan.describe`` uses for a duration (it is replaced by ours, word for word)."""
-    if seconds < 1:
-        return "under a second"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
 
 
 def sizes(plan: RunPlan) -> str:
@@ -66,24 +47,20 @@ def short_plan(plan: RunPlan) -> str:
         kept = f"{plan.overview_px} px overview + exact on demand"
     else:
         kept = f"weights as {plan.storage} + exact on demand"
-    seconds = estimated_seconds(plan)
+    seconds = plan.seconds
     time_part = "" if seconds is None else (" · under 1 s" if seconds < 1 else f" · ~{eta(seconds)}")
     over = " · OVER BUDGET" if plan.peak_bytes > plan.budget else ""
     return f"{sizes(plan)}: {kept}{time_part}{over}"
 
 
 def describe_plan(plan: RunPlan) -> str:
-    """``plan.describe()`` with our time estimate in place of the core's FLOP-only one."""
-    text = plan.describe()
-    seconds = estimated_seconds(plan)
-    if plan.seconds is None or seconds is None:
-        return text
-    return text.replace(f" ({duration(plan.seconds)})", f" ({duration(seconds)})", 1)
+    """The plan in one line, with the core's time estimate (the window's tooltip and status line)."""
+    return plan.describe()
 
 
 def held_line(plan: RunPlan) -> str:
     """The status line of a held run: the action first (a narrow window cuts the end)."""
-    seconds = estimated_seconds(plan)
+    seconds = plan.seconds
     why = (
         "over the memory budget even as an overview"
         if plan.peak_bytes > plan.budget

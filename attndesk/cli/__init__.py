@@ -16,7 +16,7 @@ from attndesk.cli import app, attribute, bundle, corpus, patch, render, reproduc
 from attndesk.cli.app import headless_fallback, launch_app
 from attndesk.cli.arguments import attach_dash_values
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError, Command, Parser, guarded
-from attndesk.cli.render import LONG_RUN_S, config_from_args, read_text_file, render_command, sample_text
+from attndesk.cli.render import config_from_args, read_text_file, render_command, sample_text
 from attndesk.cli.render import model_arguments as _model_arguments
 
 # in the order ``attndesk --help`` lists them
@@ -56,7 +56,6 @@ __all__ = [
     "COMMANDS",
     "EXIT_FAILURE",
     "EXIT_USAGE",
-    "LONG_RUN_S",
     "CliError",
     "_model_arguments",
     "build_parser",

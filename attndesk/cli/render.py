@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from attndesk.render.figure import HeatmapFigure
 
 NAME = "render"
-LONG_RUN_S = 2.0  # a run planned longer than this (or memory-bounded) prints its plan and progress
+PLAN_LINE_S = 2.0  # a run planned longer than this (or memory-bounded) prints its plan and progress
 
 
 def sample_text() -> str:
@@ -356,7 +356,7 @@ def compute(args: argparse.Namespace, text: str, key_text: str | None):
         _check_selection(args, plan)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
-    long_run = plan.blocked or (plan.seconds or 0.0) >= LONG_RUN_S
+    long_run = plan.blocked or (plan.seconds or 0.0) >= PLAN_LINE_S
     if long_run:  # the line the window shows before a long run
         print(f"attndesk: plan: {plan.describe()}", file=sys.stderr, flush=True)
     with progress.ProgressLine() as line:

@@ -25,7 +25,7 @@ CASES = [(command, spec) for command, (_m, _c, fields) in SPECS.items() for spec
 
 
 def _actions(command: str) -> dict[str, argparse.Action]:
-    parser = command_parser(SPECS[command][0])
+    parser = command_parser(SPECS[command][0].register)
     return {a.option_strings[0]: a for a in parser._actions if a.option_strings}
 
 
@@ -68,8 +68,8 @@ def test_each_flag_is_its_field(command, spec):
 
 
 def test_no_flags_give_the_settings_defaults(tmp_path):
-    assert render.config_from_args(command_parser(render).parse_args([])) == AttentionConfig()
-    parsed = command_parser(train).parse_args(["--out", str(tmp_path)])
+    assert render.config_from_args(command_parser(render.register).parse_args([])) == AttentionConfig()
+    parsed = command_parser(train.register).parse_args(["--out", str(tmp_path)])
     assert train.config_from_args(parsed) == TrainConfig().validate()
 
 

@@ -54,7 +54,7 @@ def headless_fallback(out: str = "render-out") -> int:
     and print the folder's path."""
 
     def run() -> int:
-        args = command_parser(render).parse_args(["--out", out])
+        args = command_parser(render.register).parse_args(["--out", out])
         render.render_command(args, echo=False)
         print(Path(out).resolve(), flush=True)
         return 0

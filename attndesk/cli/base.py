@@ -44,9 +44,9 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(status)
 
 
-def command_parser(command: Command) -> argparse.ArgumentParser:
-    """``command``'s own parser, alone (its defaults: ``command_parser(c).parse_args([])``)."""
-    return command.register(Parser(prog="attndesk").add_subparsers(parser_class=Parser))
+def command_parser(register: Callable[[Any], argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """A command's own parser, alone, from its ``register`` (its defaults: ``.parse_args([])``)."""
+    return register(Parser(prog="attndesk").add_subparsers(parser_class=Parser))
 
 
 def guarded(run: Callable[[], int | None]) -> int:

@@ -70,7 +70,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
 
 def defaults() -> argparse.Namespace:
     """``attndesk render``'s flags with nothing given."""
-    return command_parser(sys.modules[__name__]).parse_args([])
+    return command_parser(register).parse_args([])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, ConfigTypeError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def shown(value: Any, limit: int = 40) -> str:
@@ -82,6 +83,8 @@ def text_argument(name: str, value: Any) -> str:
 def check_finite_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> None:
     """Refuse weights holding NaN or infinity, naming the first such tensor: a model with them
     computes NaN attention everywhere they reach, silently. Checks one tensor at a time."""
+    import torch  # here, so the field spec (and the CLI's flags built from it) load no torch
+
     for name, tensor in tensors.items():
         if not tensor.is_floating_point() or tensor.numel() == 0:
             continue

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .checks import boolean, choice, real_number, shown, type_name, whole_number
+from .checks import boolean, choice, real_number, shown, text_argument, type_name, whole_number
 from .errors import ConfigError, ConfigTypeError
 
 # How a real model (``--model``, the pretrained mode) treats a field: it acts on the real model too,
@@ -124,8 +124,10 @@ def check_value(p: Param, value: Any) -> None:
         return
     if p.kind is bool:
         boolean(p.name, value)
-    elif p.kind is str:
+    elif p.kind is str and p.choices:
         choice(p.name, value, p.choices)
+    elif p.kind is str:  # free text (a path)
+        text_argument(p.name, value)
     elif p.kind is int:
         _check_whole(p, value)
     else:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from attndesk.core.checks import boolean, choice, real_number, whole_number
 from attndesk.core.config import divisors
 from attndesk.core.errors import ConfigError
+from attndesk.core.fields import check_value, fields_of, param
 from attndesk.core.sinks import SINK_KINDS
 
 # where token order enters: added to the embeddings (sinusoidal, learned), rotating Q and K
@@ -41,33 +40,178 @@ class TrainConfig:
     "off-by-one", a sink fixed at 0), each with an MLP when ``mlp`` and a pre-LayerNorm when ``layernorm``.
     ``vocab_size`` / ``seq_len`` None take the task's defaults (filled in on creation).
     ``text_path`` None with ``task="text"`` trains on the bundled sample.
+
+    Every field is declared once with ``param`` (``core.fields``): its checks, the Train tab's
+    form (the fields with a ``label``) and ``attndesk train``'s flags (the fields with a ``flag``)
+    are built from these declarations (``TRAIN_FIELDS``).
     """
 
-    task: str = "induction"
-    seed: int = 0
-    steps: int = 1000  # induction heads form in about 100-150 steps (docs/train.md)
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 0.01
-    grad_clip: float | None = 1.0
-    layers: int = 2
-    heads: int = 4
-    kv_heads: int | None = None
-    embed_dim: int = 64
-    position: str = "rope"
-    window: int | None = None
-    softcap: float | None = None
-    sink: str = "none"
-    mlp: bool = False
-    layernorm: bool = False
-    vocab_size: int | None = None
-    seq_len: int | None = None
-    text_path: str | None = None
-    text_level: str = "char"
-    eval_every: int = 25  # steps between measurements of accuracy and pattern scores (256 sequences)
-    checkpoint_every: int = 50  # steps between checkpoints kept in memory (heads form early)
-    checkpoint_budget: int = 64 * 2**20  # bytes of checkpoints kept in memory
-    probe_every_ms: int = 500  # a probe snapshot at most this often (callbacks)
+    task: str = param(
+        "induction",
+        kind=str,
+        choices=TASK_NAMES,
+        label="Task",
+        tip="what the model learns to predict (docs/train.md)",
+        flag="--task",
+    )
+    layers: int = param(2, kind=int, low=1, window_max=8, label="Layers", tip="decoder blocks", flag="--layers")
+    heads: int = param(
+        4,
+        kind=int,
+        low=1,
+        window_max=32,
+        label="Heads",
+        tip="query heads per layer; they must divide the width",
+        flag="--heads",
+    )
+    kv_heads: int | None = param(
+        None,
+        kind=int,
+        low=1,
+        none="one per query head",
+        control="zero",
+        window_max=32,
+        label="K/V heads",
+        tip="K/V heads shared by the query heads (grouped-query attention); they must divide the heads",
+        flag="--kv-heads",
+    )
+    embed_dim: int = param(
+        64,
+        kind=int,
+        low=1,
+        window_max=1024,
+        label="Width",
+        tip="embed_dim: the residual stream's width",
+        flag="--embed-dim",
+    )
+    position: str = param(
+        "rope",
+        kind=str,
+        choices=TRAIN_POSITIONS,
+        label="Positions",
+        tip="where token order enters the model",
+        flag="--position",
+    )
+    window: int | None = param(
+        None,
+        kind=int,
+        low=1,
+        none="global",
+        control="zero",
+        window_max=2048,
+        label="Window",
+        tip="sliding window W: each query sees its last W tokens",
+        flag="--window",
+    )
+    softcap: float | None = param(
+        None,
+        kind=float,
+        low=0.0,
+        low_open=True,
+        must_be="a positive finite number",
+        none="no cap",
+        control="zero",
+        window_max=1000,
+        step=5.0,
+        decimals=1,
+        label="Soft-cap",
+        tip="soft-cap C on the scores: C·tanh(score / C)",
+        flag="--softcap",
+    )
+    sink: str = param(
+        "none",
+        kind=str,
+        choices=SINK_KINDS,
+        label="Sink",
+        tip="a softmax sink: learned per-head sink logits, or off-by-one (a sink fixed at 0); rows then sum to less than 1",
+        flag="--sink",
+    )
+    mlp: bool = param(False, kind=bool, label="MLP", tip="a 4x GELU MLP after each attention layer", flag="--mlp")
+    layernorm: bool = param(
+        False, kind=bool, label="LayerNorm", tip="pre-LayerNorm before each sublayer", flag="--layernorm"
+    )
+    vocab_size: int | None = param(
+        None, kind=int, low=1, none="the task's", label="", tip="vocabulary", flag="--vocab-size"
+    )
+    seq_len: int | None = param(
+        None,
+        kind=int,
+        low=4,
+        high=2048,
+        none="the task's",
+        window_max=512,
+        label="Sequence length",
+        tip="tokens per training sequence",
+        flag="--seq-len",
+    )
+    text_path: str | None = param(
+        None,
+        kind=str,
+        none="the bundled sample",
+        label="",
+        tip="the text task's UTF-8 file",
+        flag="--text-file",
+        metavar="PATH",
+    )
+    text_level: str = param(
+        "char",
+        kind=str,
+        choices=TEXT_LEVELS,
+        label="Text level",
+        tip="the text task's tokens: characters or words",
+        flag="--level",
+    )
+    steps: int = param(
+        1000, kind=int, low=1, window_max=1_000_000, label="Steps", tip="optimiser steps", flag="--steps"
+    )  # induction heads form in about 100-150 steps (docs/train.md)
+    batch_size: int = param(
+        64, kind=int, low=1, window_max=4096, label="Batch", tip="sequences per step", flag="--batch-size"
+    )
+    lr: float = param(
+        3e-3,
+        kind=float,
+        low=0.0,
+        low_open=True,
+        high=10.0,
+        must_be="above 0 and at most 10",
+        decimals=5,
+        step=1e-3,
+        label="Learning rate",
+        tip="AdamW's learning rate",
+        flag="--lr",
+    )
+    weight_decay: float = param(0.01, kind=float, low=0.0, high=10.0, label="", tip="AdamW's weight decay", flag="")
+    grad_clip: float | None = param(
+        1.0, kind=float, low=0.0, high=1e6, none="no clipping", label="", tip="gradient norm clip", flag=""
+    )
+    seed: int = param(
+        0,
+        kind=int,
+        low=0,
+        high=2**63 - 1,
+        window_max=2**31 - 1,
+        label="Seed",
+        tip="seed of the weights and the data: the same seed trains the same model, step for step",
+        flag="--seed",
+    )
+    eval_every: int = param(
+        25, kind=int, low=1, label="", tip="steps between measurements of accuracy and pattern scores", flag=""
+    )  # 256 sequences each
+    checkpoint_every: int = param(
+        50,
+        kind=int,
+        low=1,
+        window_max=100_000,
+        label="Checkpoint every",
+        tip="steps between kept checkpoints (held within a memory budget: older ones are thinned out)",
+        flag="--checkpoint-every",
+    )
+    checkpoint_budget: int = param(
+        64 * 2**20, kind=int, low=1, unit="bytes", label="", tip="bytes of checkpoints kept in memory", flag=""
+    )
+    probe_every_ms: int = param(
+        500, kind=int, low=0, label="", tip="a probe snapshot at most this often (callbacks)", flag=""
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.task, str) and self.task in _TASK_SHAPES:
@@ -79,50 +223,12 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Raise ConfigError naming the first bad value and what would work; return self."""
-        choice("task", self.task, TASK_NAMES)
-        for name in (
-            "steps",
-            "batch_size",
-            "layers",
-            "heads",
-            "embed_dim",
-            "vocab_size",
-            "seq_len",
-            "eval_every",
-            "checkpoint_every",
-            "checkpoint_budget",
-        ):
-            whole_number(name, getattr(self, name))
-        whole_number("probe_every_ms", self.probe_every_ms, minimum=0)
-        whole_number("seed", self.seed, minimum=0, maximum=2**63 - 1)
-        real_number("lr", self.lr, low=0.0, high=10.0)
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be above 0, got {self.lr}", field="lr")
-        real_number("weight_decay", self.weight_decay, low=0.0, high=10.0)
-        if self.grad_clip is not None:
-            real_number("grad_clip", self.grad_clip, low=0.0, high=1e6)
-        choice("position", self.position, TRAIN_POSITIONS)
-        choice("text_level", self.text_level, TEXT_LEVELS)
-        choice("sink", self.sink, SINK_KINDS)
-        boolean("mlp", self.mlp)
-        boolean("layernorm", self.layernorm)
+        for spec in TRAIN_FIELDS:
+            check_value(spec, getattr(self, spec.name))
         self._check_heads()
-        if self.window is not None:
-            whole_number("window", self.window)
-        if self.softcap is not None and not (
-            isinstance(self.softcap, (int, float))
-            and not isinstance(self.softcap, bool)
-            and math.isfinite(self.softcap)
-            and self.softcap > 0
-        ):
+        if self.embed_dim * self.layers > 8192:
             raise ConfigError(
-                f"softcap must be a positive finite number or None, got {self.softcap!r}", field="softcap"
-            )
-        if self.length < 4:
-            raise ConfigError(f"seq_len must be at least 4 tokens, got {self.seq_len}", field="seq_len")
-        if self.embed_dim * self.layers > 8192 or self.length > 2048:
-            raise ConfigError(
-                "this trainer is for small models: embed_dim x layers at most 8192 and seq_len at most 2048",
+                "this trainer is for small models: embed_dim x layers at most 8192",
                 field="embed_dim",
             )
         return self
@@ -134,14 +240,12 @@ class TrainConfig:
                 f"{', '.join(map(str, divisors(self.embed_dim)[:12]))}",
                 field="heads",
             )
-        if self.kv_heads is not None:
-            whole_number("kv_heads", self.kv_heads)
-            if self.heads % self.kv_heads:
-                raise ConfigError(
-                    f"{self.kv_heads} K/V heads cannot be shared evenly by {self.heads} query heads; "
-                    f"valid: {', '.join(map(str, divisors(self.heads)))}",
-                    field="kv_heads",
-                )
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ConfigError(
+                f"{self.kv_heads} K/V heads cannot be shared evenly by {self.heads} query heads; "
+                f"valid: {', '.join(map(str, divisors(self.heads)))}",
+                field="kv_heads",
+            )
         if self.position == "rope" and (self.embed_dim // self.heads) % 2:
             raise ConfigError(
                 f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
@@ -180,3 +284,6 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown training field(s): {', '.join(unknown)}")
         return cls(**data)
+
+
+TRAIN_FIELDS = fields_of(TrainConfig)  # the spec: every field's declaration, in order

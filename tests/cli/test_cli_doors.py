@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from attndesk.cli import main
-from attndesk.cli_progress import ProgressLine
+from attndesk.cli.progress import ProgressLine
 from attndesk.core import AttentionConfig, memory
 from attndesk.core.pipeline import plan_text
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from attndesk.cli import CliError, _model_arguments, build_parser, config_from_args
-from attndesk.cli_model import toy_only
+from attndesk.cli.render_model import toy_only
 from attndesk.core.config import FIELDS, AttentionConfig, field_spec
 from attndesk.core.errors import ConfigError
 from attndesk.core.fields import check_value, fields_of, param

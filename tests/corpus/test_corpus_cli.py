@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 from attndesk.cli import main
-from attndesk.cli_corpus import SAMPLE
+from attndesk.cli.corpus import SAMPLE
 from attndesk.corpus import open_corpus
 from tests.corpus.conftest import TEXTS
 

@@ -136,7 +136,7 @@ def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, mo
     import os
     import signal
 
-    from attndesk import cli_train
+    from attndesk.cli import train as cli_train
 
     report_step = cli_train._Progress.__call__
 

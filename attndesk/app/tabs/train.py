@@ -56,7 +56,7 @@ DRAW_INTERVAL_MS = 250  # the window draws the run at most this often
 PROBE_EVERY_MS = 300  # the trainer's probe snapshots (a forward pass on one sequence)
 PHASE_JUMP = 0.2  # a rise of the best head's pattern score between two evaluations this large is a phase change
 # refusals of a field without a control of its own, shown at the control that changes it
-FIELD_CONTROL = {"vocab_size": "seq_len", "kv_heads": "heads", "window": "seq_len"}
+FIELD_CONTROL = {"vocab_size": "seq_len"}
 
 
 def phase_change(eval_steps: list[int], pattern: list[float], jump: float = PHASE_JUMP) -> int | None:

@@ -36,8 +36,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.train.config import TASK_NAMES, TRAIN_POSITIONS
+from attndesk.core.fields import Param
+from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
+from ..panels.variant_controls import spin_range
 from .heatmap import MatrixPlot
 from .pacing import PacedHost, pacer
 from .plot_axes import without_si_prefix
@@ -45,52 +47,44 @@ from .plot_axes import without_si_prefix
 PHASE_COLOUR = QColor(220, 40, 40)
 ERROR_STYLE = "color: #b00020;"
 MAX_HEAD_PLOTS = 16  # heads of one layer drawn side by side; more would be too small to read
-# (field, label, kind, (low, high) or choices, default, tooltip)
-FIELDS: tuple[tuple[str, str, str, Any, Any, str], ...] = (
-    ("task", "Task", "choice", TASK_NAMES, "induction", "what the model learns to predict (docs/train.md)"),
-    ("layers", "Layers", "int", (1, 8), 2, "attention blocks"),
-    ("heads", "Heads", "int", (1, 32), 4, "query heads per layer; they must divide the width"),
-    ("embed_dim", "Width", "int", (2, 1024), 64, "embed_dim: the residual stream's width"),
-    ("seq_len", "Sequence length", "int", (4, 512), 32, "tokens per training sequence"),
-    ("position", "Positions", "choice", TRAIN_POSITIONS, "rope", "where token order enters the model"),
-    ("mlp", "MLP", "bool", None, False, "a 4x GELU MLP after each attention layer"),
-    ("layernorm", "LayerNorm", "bool", None, False, "pre-LayerNorm before each sublayer"),
-    ("steps", "Steps", "int", (1, 1_000_000), 300, "optimiser steps"),
-    ("batch_size", "Batch", "int", (1, 4096), 64, "sequences per step"),
-    ("lr", "Learning rate", "float", (1e-5, 10.0), 3e-3, "AdamW's learning rate"),
-    ("seed", "Seed", "int", (0, 2**31 - 1), 0, "the same seed trains the same model, step for step"),
-    (
-        "checkpoint_every",
-        "Checkpoint every",
-        "int",
-        (1, 100_000),
-        25,
-        "steps between kept checkpoints (held within a memory budget: older ones are thinned out)",
-    ),
-)
+# The form: every field of TrainConfig's spec with a label, in the spec's order (the spec gives each
+# control's kind, range, default and tooltip; a "zero" control's 0 stands for None).
+FIELDS: tuple[Param, ...] = tuple(spec for spec in TRAIN_FIELDS if spec.label)
+DEFAULTS = TrainConfig()  # the defaults with the default task's shape filled in
 
 
 Control = QComboBox | QCheckBox | QDoubleSpinBox | QSpinBox
 
 
-def _control(kind: str, spec: Any, default: Any) -> Control:
-    if kind == "choice":
+def _control(spec: Param) -> Control:
+    """The control the field's declaration calls for, showing the default config's value."""
+    default = getattr(DEFAULTS, spec.name)
+    if spec.choices:
         choice = QComboBox()
-        choice.addItems(list(spec))
+        choice.addItems(list(spec.choices))
         choice.setCurrentText(default)
         return choice
-    if kind == "bool":
+    if spec.kind is bool:
         check = QCheckBox()
         check.setChecked(default)
         return check
+    low, high = spin_range(spec)
+    low = 0 if spec.control == "zero" else low
     number: QDoubleSpinBox | QSpinBox
-    if kind == "float":
-        number = QDoubleSpinBox(decimals=5, singleStep=1e-3)
+    if spec.kind is float:
+        number = QDoubleSpinBox(decimals=spec.decimals, singleStep=spec.step)
+        number.setRange(low, high)  # after the decimals, which round the range
     else:
-        number = QSpinBox()
-    number.setRange(*spec)
-    number.setValue(default)
+        number = QSpinBox(minimum=int(low), maximum=int(high))
+    if spec.control == "zero":
+        number.setSpecialValueText(spec.none)
+    number.setValue(0 if default is None else default)
     return number
+
+
+def _zero(widget: Control) -> bool:
+    """A number control whose 0 stands for None."""
+    return isinstance(widget, (QSpinBox, QDoubleSpinBox)) and bool(widget.specialValueText())
 
 
 def _value(widget: Control) -> Any:
@@ -98,6 +92,8 @@ def _value(widget: Control) -> Any:
         return widget.currentText()
     if isinstance(widget, QCheckBox):
         return widget.isChecked()
+    if _zero(widget) and widget.value() == widget.minimum():
+        return None
     return widget.value()
 
 
@@ -107,7 +103,7 @@ def _set_value(widget: Control, value: Any) -> None:
     elif isinstance(widget, QCheckBox):
         widget.setChecked(bool(value))
     else:
-        widget.setValue(value)
+        widget.setValue(0 if value is None else value)
 
 
 def _edited(widget: Control) -> SignalInstance:
@@ -203,15 +199,16 @@ class TrainView(QWidget):
     def _build_settings(self) -> QWidget:
         box = QGroupBox("Training run")
         grid = QGridLayout(box)
-        for row, (name, label, kind, spec, default, tip) in enumerate(FIELDS):
-            widget = _control(kind, spec, default)
+        for row, spec in enumerate(FIELDS):
+            name = spec.name
+            widget = _control(spec)
             widget.setObjectName(f"train_{name}")
-            widget.setToolTip(tip)
+            widget.setToolTip(spec.tip)
             problem = QLabel(objectName=f"train_{name}_problem", wordWrap=True)
             problem.setStyleSheet(ERROR_STYLE)
             problem.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             problem.hide()
-            grid.addWidget(QLabel(label), 2 * row, 0)
+            grid.addWidget(QLabel(spec.label), 2 * row, 0)
             grid.addWidget(widget, 2 * row, 1)
             grid.addWidget(problem, 2 * row + 1, 0, 1, 2)
             self.controls[name], self.problems[name] = widget, problem
@@ -370,8 +367,9 @@ class TrainView(QWidget):
 
     def set_settings(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
-            if name in self.controls and value is not None:
-                _set_value(self.controls[name], value)
+            widget = self.controls.get(name)
+            if widget is not None and (value is not None or _zero(widget)):
+                _set_value(widget, value)
 
     def show_problem(self, field: str | None, message: str) -> None:
         """``message`` next to the control of ``field`` (None: under the buttons); "" clears all."""

@@ -14,6 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
+from attndesk.cli.arguments import non_negative_int, positive_int
+from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.resources import CORPUS_SAMPLE as SAMPLE
 
 NAME = "corpus"
@@ -30,7 +32,6 @@ GRID_METRICS = (
 
 
 def _methods(value: str) -> tuple[str, ...]:
-    from attndesk.cli import EXIT_USAGE, CliError
     from attndesk.corpus.atlas import METHODS
 
     names = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -42,8 +43,7 @@ def _methods(value: str) -> tuple[str, ...]:
     return names
 
 
-def add_parser(sub) -> None:
-    from attndesk.cli import _non_negative_int, _positive_int
+def register(sub) -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         NAME,
@@ -67,7 +67,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", default="corpus-out", help="the store's folder (default %(default)s)")
     p.add_argument(
         "--max-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=128,
         metavar="N",
         help="tokens a text keeps, special tokens included (default %(default)s)",
@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each (default 2)",
@@ -95,14 +95,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--atlas-points",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=1000,
         metavar="N",
         help="queries and keys kept per head for the atlas (default %(default)s)",
     )
     p.add_argument(
         "--shard-size",
-        type=_positive_int,
+        type=positive_int,
         default=256,
         metavar="N",
         help="texts per shard, the unit a rerun resumes from (default %(default)s)",
@@ -114,6 +114,7 @@ def add_parser(sub) -> None:
         help="torch device of the pass (default %(default)s; auto picks the best available)",
     )
     p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
+    return p
 
 
 def _plan(args, source, model) -> str:
@@ -152,8 +153,7 @@ def write_heads_png(store, path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.cli import EXIT_USAGE, CliError
-    from attndesk.cli_progress import ProgressLine
+    from attndesk.cli.progress import ProgressLine
     from attndesk.core.errors import ConfigError
     from attndesk.corpus import analyze_corpus
     from attndesk.corpus.engine import _load
@@ -195,4 +195,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["NAME", "SAMPLE", "add_parser", "run", "write_heads_png"]
+__all__ = ["NAME", "SAMPLE", "register", "run", "write_heads_png"]

@@ -2,7 +2,7 @@
 first-order attribution patching with their rank correlation, written to a folder as NPY, CSV
 (labelled) and PNG heatmaps (the project's headless rendering), plus summary.json. Bad input (a
 model that cannot be read, prompts of unequal token length, a multi-token answer, an encoder...)
-is one line on stderr, exit 2, and nothing written. Shared helpers for ``cli_attribute``."""
+is one line on stderr, exit 2, and nothing written. Shared helpers for ``cli.attribute``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attndesk.cli import EXIT_USAGE, CliError
-from attndesk.cli_progress import ProgressLine
+from attndesk.cli.base import EXIT_USAGE, CliError
+from attndesk.cli.progress import ProgressLine
 
 NAME = "patch"
 SITE_CHOICES = ("head", "head_position", "resid", "attn", "mlp")
@@ -33,7 +33,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(sub) -> None:
+def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         NAME,
         help="activation patching between a clean and a corrupted prompt",
@@ -73,6 +73,7 @@ def add_parser(sub) -> None:
         help="which attention (default: self; an encoder-decoder's encoder)",
     )
     p.add_argument("--no-attribution", action="store_true", help="skip the first-order estimates")
+    return p
 
 
 def load(args: argparse.Namespace):

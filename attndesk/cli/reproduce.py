@@ -7,13 +7,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError
+
 NAME = "reproduce"
 # float32 attention on another machine or torch build differs by rounding: measured below 1e-6
 # for the packaged MiniLM between torch builds; 1e-5 leaves room and still catches a real change
 TOLERANCE_ELSEWHERE = 1e-5
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def register(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         NAME,
         help="recompute a bundle and report the largest difference from its weights",
@@ -35,9 +37,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
     """The bundle's arrays computed again here, and what computed them (in words)."""
-    from attndesk.app.session import session_from_json
     from attndesk.core import run_attention
     from attndesk.core.bundle import check_model, run_weights
+    from attndesk.session.file import session_from_json
 
     state = session_from_json(bundle.session).state
     run = bundle.manifest.get("run") or {}
@@ -97,14 +99,13 @@ def _recompute_trained(bundle) -> tuple[dict, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.app.session import SessionError
-    from attndesk.cli import EXIT_FAILURE, EXIT_USAGE, CliError
     from attndesk.core.bundle import (
         BundleError,
         largest_difference,
         read_bundle,
         same_environment,
     )
+    from attndesk.session.file import SessionError
 
     try:
         bundle = read_bundle(args.bundle)

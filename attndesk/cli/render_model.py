@@ -66,7 +66,7 @@ def model_maps(run, layer: int | None) -> list:
 
 def model_page(run, args: argparse.Namespace) -> dict:
     """The page of a run: every (part, layer) map (``--layer``: that layer), caption, settings, file name."""
-    from attndesk.app.bundle_save import model_settings
+    from attndesk.render.bundle import model_settings
     from attndesk.render.page import pretrained_page_maps
 
     return {

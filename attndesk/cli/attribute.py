@@ -9,16 +9,16 @@ import argparse
 import sys
 import warnings
 
-from attndesk.cli import EXIT_USAGE, CliError
-from attndesk.cli_interp import add_model_arguments, heatmap, load, token_arg, write_all
-from attndesk.cli_progress import ProgressLine
+from attndesk.cli.base import EXIT_USAGE, CliError
+from attndesk.cli.patch import add_model_arguments, heatmap, load, token_arg, write_all
+from attndesk.cli.progress import ProgressLine
 
 NAME = "attribute"
 STRIP = (1100, 360)  # one row of tokens: a strip, not the square a heatmap figure suggests
 METHODS = {"ig": "integrated gradients", "gxi": "gradient x input", "attn": "attention x gradient"}
 
 
-def add_parser(sub) -> None:
+def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         NAME,
         help="input attributions for a target token (integrated gradients, ...)",
@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
         default="pad",
         help="integrated gradients' baseline embedding (zero is degenerate under LayerNorm/RMSNorm)",
     )
+    return p
 
 
 def _attribute(args, model):

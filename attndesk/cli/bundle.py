@@ -1,7 +1,7 @@
 """``attndesk bundle``: run a text through the toy model or a model folder (the flags of ``attndesk
 render``) and write one reproducible ``.zip``: the session (every parameter), the input texts, the
 model's identity, the versions, the exact weights as NPY, and the figures (a PNG of every map's
-heads and the interactive page). ``attndesk reproduce`` computes it again (``cli_reproduce``)."""
+heads and the interactive page). ``attndesk reproduce`` computes it again (``cli.reproduce``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attndesk.cli import render
+from attndesk.cli.base import EXIT_USAGE, CliError
+
 NAME = "bundle"
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from attndesk import cli
+def register(sub: Any) -> argparse.ArgumentParser:
     from attndesk.render.colormaps import COLORMAPS
 
     parser = sub.add_parser(
@@ -32,9 +34,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cli._input_arguments(parser)
-    cli._real_model_arguments(parser)
-    cli._model_arguments(parser)
+    render.input_arguments(parser)
+    render.real_model_arguments(parser)
+    render.model_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument(
         "--out", default="attndesk-bundle.zip", metavar="BUNDLE.zip", help="the bundle to write (default %(default)s)"
@@ -59,8 +61,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _check_out(path: Path) -> None:
-    from attndesk.cli import EXIT_USAGE, CliError
-
     if path.suffix.lower() != ".zip":
         raise CliError(f"--out {path}: a bundle ends in .zip", EXIT_USAGE)
     folder = path.parent
@@ -74,8 +74,8 @@ def _check_out(path: Path) -> None:
 
 def _state(args: argparse.Namespace, text: str, key_text: str | None, folder: Path | None):
     """The window's state these flags describe: the session a bundle stores."""
-    from attndesk.app.state import PACKAGED, ModeId, state_from_flags
     from attndesk.core.pretrained import packaged_model_dir
+    from attndesk.session.state import PACKAGED, ModeId, state_from_flags
 
     state = state_from_flags(vars(args), text=text, key_text=key_text)
     if folder is not None:
@@ -89,27 +89,26 @@ def _state(args: argparse.Namespace, text: str, key_text: str | None, folder: Pa
 
 def run(args: argparse.Namespace) -> int:
     """Compute, then write the bundle all at once; CliError (one line) for anything refused."""
-    from attndesk import cli
-    from attndesk.app.bundle_save import save_bundle
-    from attndesk.app.session import SessionError
     from attndesk.core.bundle import BundleError
+    from attndesk.render.bundle import save_bundle
+    from attndesk.session.file import SessionError
 
     out = Path(args.out).expanduser()
     _check_out(out)
-    text, key_text = cli._read_inputs(args)
+    text, key_text = render.read_inputs(args)
     if args.model is not None:
-        _, page = cli._model_maps(args, text)
+        _, page = render.model_maps(args, text)
     else:
         if args.target is not None or args.layer is not None:
-            raise cli.CliError("--target and --layer go with --model (a real model's folder)", cli.EXIT_USAGE)
-        result, _ = cli._compute(args, text, key_text)
-        page = cli._toy_page(result, result.attention_map())
+            raise CliError("--target and --layer go with --model (a real model's folder)", EXIT_USAGE)
+        result, _ = render.compute(args, text, key_text)
+        page = render.toy_page(result, result.attention_map())
     try:
         state = _state(args, text, key_text, None if args.model is None else Path(args.model).expanduser())
         path = save_bundle(
             state, page["run"], out, colormap=args.colormap, layer=args.layer, memory_budget=args.memory_budget
         )
     except (BundleError, SessionError) as exc:
-        raise cli.CliError(str(exc), cli.EXIT_USAGE) from None
+        raise CliError(str(exc), EXIT_USAGE) from None
     print(path, flush=True)
     return 0

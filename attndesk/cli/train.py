@@ -7,28 +7,22 @@ the task's probe input, the same figures as the toy render)."""
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from attndesk.cli.arguments import add_fields, at_least
+from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE
+
 NAME = "train"
-EXIT_USAGE = 2  # as attndesk.cli's (not imported: the CLI imports this module)
-EXIT_FAILURE = 1
 _ANIMATIONS = ("gif", "mp4", "none")
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    from attndesk.train.config import (
-        TASK_NAMES,
-        TEXT_LEVELS,
-        TRAIN_POSITIONS,
-        TrainConfig,
-    )
+def register(sub) -> argparse.ArgumentParser:
+    from attndesk.train.config import TRAIN_FIELDS
     from attndesk.train.presets import PRESETS
 
-    d = TrainConfig()
     p = sub.add_parser(
         NAME,
         help="train a small decoder on a toy task and write the model, curves and heatmaps",
@@ -47,51 +41,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
         default=None,
         help="start from a preset's settings (flags given override them)",
     )
-    p.add_argument("--task", choices=TASK_NAMES, default=None, help=f"the task (default {d.task})")
-    p.add_argument(
-        "--seed", type=_positive_or_zero, default=None, help=f"seed of the weights and the data (default {d.seed})"
-    )
-    p.add_argument("--steps", type=_positive_int, default=None, help=f"optimiser steps (default {d.steps})")
-    p.add_argument(
-        "--batch-size", type=_positive_int, default=None, help=f"sequences per step (default {d.batch_size})"
-    )
-    p.add_argument("--lr", type=_float, default=None, help=f"AdamW learning rate (default {d.lr:g})")
-    p.add_argument("--layers", type=_positive_int, default=None, help=f"decoder blocks (default {d.layers})")
-    p.add_argument("--heads", type=_positive_int, default=None, help=f"query heads per layer (default {d.heads})")
-    p.add_argument("--kv-heads", type=_positive_int, default=None, help="K/V heads (default: one per query head)")
-    p.add_argument("--embed-dim", type=_positive_int, default=None, help=f"model width (default {d.embed_dim})")
-    p.add_argument("--position", choices=TRAIN_POSITIONS, default=None, help=f"positions (default {d.position})")
-    p.add_argument("--window", type=_positive_int, default=None, help="sliding window W (default: global)")
-    p.add_argument("--softcap", type=_float, default=None, help="soft-cap C on the scores (default: none)")
-    p.add_argument(
-        "--mlp", action="store_const", const=True, default=None, help="an MLP in each block (default: attention only)"
-    )
-    p.add_argument("--layernorm", action="store_const", const=True, default=None, help="pre-LayerNorm (default: off)")
-    p.add_argument("--vocab-size", type=_positive_int, default=None, help="vocabulary (default: the task's)")
-    p.add_argument("--seq-len", type=_positive_int, default=None, help="tokens per sequence (default: the task's)")
-    p.add_argument(
-        "--text-file",
-        dest="text_path",
-        default=None,
-        metavar="PATH",
-        help="--task text: a UTF-8 file (default: the bundled sample)",
-    )
-    p.add_argument(
-        "--level",
-        dest="text_level",
-        choices=TEXT_LEVELS,
-        default=None,
-        help="--task text: char or word tokens (default char)",
-    )
-    p.add_argument(
-        "--checkpoint-every",
-        type=_positive_int,
-        default=None,
-        help=f"steps between checkpoints (default {d.checkpoint_every})",
-    )
+    add_fields(p, [spec for spec in TRAIN_FIELDS if spec.flag], unset=True)
     p.add_argument(
         "--threads",
-        type=_positive_int,
+        type=at_least(1),
         default=None,
         help="CPU threads (default: chosen by the model's size and how busy the machine is, checked again "
         "during the run; give a number to repeat a run bit for bit)",
@@ -102,34 +55,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--animation", choices=_ANIMATIONS, default="gif", help="the heatmaps across checkpoints (default gif)"
     )
     return p
-
-
-def _whole(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return _whole(text, 1)
-
-
-def _positive_or_zero(text: str) -> int:
-    return _whole(text, 0)
-
-
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
 
 
 def _curve_formats(text: str) -> list[str]:
@@ -146,37 +71,14 @@ def _error(message: str, code: int) -> int:
     return code
 
 
-_FIELDS = (
-    "task",
-    "seed",
-    "steps",
-    "batch_size",
-    "lr",
-    "layers",
-    "heads",
-    "kv_heads",
-    "embed_dim",
-    "position",
-    "window",
-    "softcap",
-    "mlp",
-    "layernorm",
-    "vocab_size",
-    "seq_len",
-    "text_path",
-    "text_level",
-    "checkpoint_every",
-)
-
-
 def config_from_args(args: argparse.Namespace):
     """The TrainConfig the flags describe (a preset's, with the flags given on top), validated."""
     from attndesk.core.errors import ConfigError
-    from attndesk.train.config import TrainConfig
+    from attndesk.train.config import TRAIN_FIELDS, TrainConfig
     from attndesk.train.presets import PRESETS
 
     base = PRESETS[args.preset].to_dict() if args.preset else {}
-    given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}
+    given = {spec.name: getattr(args, spec.name) for spec in TRAIN_FIELDS if getattr(args, spec.name, None) is not None}
     if base and given.get("task", base["task"]) != base["task"]:
         raise ConfigError(f"--preset {args.preset} trains the {base['task']} task: drop --task or --preset")
     merged = base | given
@@ -203,7 +105,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     """Train, then write everything into --out together; Ctrl+C stops between steps and keeps
     what was trained so far."""
-    from attndesk.cli_progress import ProgressLine
+    from attndesk.cli.progress import ProgressLine
     from attndesk.train import Trainer
 
     out = Path(args.out).expanduser()

@@ -39,9 +39,6 @@ class WordTokenizer:
     def split(self, text: str) -> list[str]:
         return _TOKEN_RE.findall(text.lower())
 
-    def token_for(self, token_id: int) -> str:
-        return self._words[token_id] if 0 <= token_id < len(self._words) else UNK
-
     def encode(self, text: str, pad_to: int | None = None) -> Tokenized:
         words = self.split(text)
         ids = [self._ids.get(w, UNK_ID) for w in words]

@@ -84,12 +84,6 @@ class Task:
         return (total / q[:, 0, 0].sum().clamp(min=1)).numpy()
 
 
-def _one_hot_keys(length: int, batch: int, rows: torch.Tensor, cols: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    keys = torch.zeros(batch, length, length)
-    keys[b, rows, cols] = 1.0
-    return keys
-
-
 class Induction(Task):
     """``[BOS, s_1..s_n, s_1..s_n, s_1 ...]``: BOS (token 0), then a segment of n distinct random
     tokens from 1..V-1, n uniform in [2, (L-1)//2] per sequence, repeated to the end. Scored: every

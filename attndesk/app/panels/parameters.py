@@ -222,8 +222,3 @@ class ParametersPanel(QWidget):
         general = None if (message is None or field in self._field_errors) else message
         self.generalError.setText(general or "")
         self.generalError.setVisible(bool(general))
-
-    def inline_error(self) -> str:
-        """The message currently shown next to the controls ("" when none)."""
-        labels = [*self._field_errors.values(), self.generalError]
-        return "\n".join(w.text() for w in labels if w.text())

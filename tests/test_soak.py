@@ -230,6 +230,7 @@ def _soak(tmp_path, seed: int) -> None:
     assert failures(report) == []
 
 
+@pytest.mark.perf
 @pytest.mark.timeout(1200)
 def test_soak_in_the_suite(tmp_path):
     """`make test`'s soak, the reliability criteria in full: 0 exceptions, no gap or event of 100 ms of
@@ -238,6 +239,7 @@ def test_soak_in_the_suite(tmp_path):
     _soak(tmp_path, SOAK_SEED)
 
 
+@pytest.mark.perf
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
 def test_soak_short(tmp_path):

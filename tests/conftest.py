@@ -16,10 +16,12 @@ import threading
 import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# QSettings of this run live in a private folder: never the user's, never another test run's.
+# QSettings and the app's data folder (the corpus tab's stores) of this process live in a private
+# folder: never the user's, never another test run's or another xdist worker's.
 _CONFIG_HOME = tempfile.mkdtemp(prefix="attndesk-test-config-")
 atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+os.environ["XDG_DATA_HOME"] = os.path.join(_CONFIG_HOME, "data")
 os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
 
 import pytest  # noqa: E402 - after the environment the settings read is set
@@ -37,6 +39,31 @@ set_torch_environment()  # as the window and the command do, before any test loa
 # The longest any test waits for one signal or condition: a bound for a loaded 2-core machine,
 # never a speed check (those measure their own times).
 TIMEOUT_MS = 120_000
+
+
+def _torch_threads() -> int | None:
+    """The intra-op threads of this test process: ``ATTNDESK_TEST_THREADS`` where it is set (``make
+    test-isa`` runs the numerics-sensitive tests on 1 and 2), else in one of n xdist workers its
+    share of the cores (n workers with every core each would wait for each other), else torch's own."""
+    forced = os.environ.get("ATTNDESK_TEST_THREADS")
+    if forced:
+        return int(forced)
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, cores // int(workers))
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_threads() -> int:
+    """torch's thread count for the session (``_torch_threads``); a test that needs another sets and restores it."""
+    import torch
+
+    threads = _torch_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def _running_qthreads() -> list:

@@ -4,6 +4,7 @@ import hidden inside a function, and functions short enough to read at once."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,57 @@ def test_no_wait_keeps_the_gil():
         if isinstance(node, ast.Attribute) and node.attr == "qWait"
     ]
     assert found == []
+
+
+# what reads a clock or the resident set in a test; time.monotonic stays free for the deadlines of waits
+CLOCK_ATTRIBUTES = {"perf_counter", "perf_counter_ns", "thread_time", "process_time", "memory_info"}
+CLOCK_NAMES = {"perf_counter", "thread_time", "process_time", "Heartbeat", "QElapsedTimer"}
+
+
+def _reads_clock(node: ast.AST) -> bool:
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in CLOCK_ATTRIBUTES)
+        or (
+            isinstance(n, ast.Attribute) and n.attr == "time" and isinstance(n.value, ast.Name) and n.value.id == "time"
+        )
+        or (isinstance(n, ast.Name) and n.id in CLOCK_NAMES)
+        for n in ast.walk(node)
+    )
+
+
+def _calls_any(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _marks_perf(node: ast.AST) -> bool:
+    return re.search(r"\bmark\.perf\b", ast.unparse(node)) is not None
+
+
+def test_no_clock_outside_the_perf_tier():
+    """The correctness tier (``make test``, in parallel) never reads a clock: a test that times work,
+    takes GUI-thread CPU per heartbeat gap or reads the resident set is marked ``perf`` (``make
+    test-perf``, serially). A helper that reads one taints every test that calls it, in any module."""
+    modules = {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "tests").rglob("test_*.py"))}
+    helpers = [
+        fn
+        for tree in modules.values()
+        for fn in tree.body
+        if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("test_")
+    ]
+    tainted = {fn.name for fn in helpers if _reads_clock(fn)}
+    while more := {fn.name for fn in helpers if fn.name not in tainted and _calls_any(fn, tainted)}:
+        tainted |= more
+    unmarked = [
+        f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}"
+        for path, tree in modules.items()
+        if not any(
+            isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "pytestmark" and _marks_perf(n)
+            for n in tree.body
+        )
+        for fn in tree.body
+        if isinstance(fn, ast.FunctionDef)
+        and fn.name.startswith("test_")
+        and not any(_marks_perf(d) for d in fn.decorator_list)
+        and (_reads_clock(fn) or _calls_any(fn, tainted))
+    ]
+    assert unmarked == []

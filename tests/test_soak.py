@@ -1,6 +1,6 @@
 """The random-action soak of the real window (tests/soak), and tests of the soak harness itself.
 
-``test_soak_in_the_suite`` (``make test``) and ``test_soak_short`` (marker ``soak``, ``make
+``test_soak_in_the_suite`` (``make test-perf``) and ``test_soak_short`` (marker ``soak``, ``make
 soak-short``, the next seed) run the soak for 40 s in a child process and assert the reliability criteria: no exception, no GUI-thread stall of 100 ms of work
 or more, no thread left after close, memory bounded and back near its baseline after a large
 input, and a known input drawn exactly. The other tests check the harness: it finds the window's
@@ -230,14 +230,16 @@ def _soak(tmp_path, seed: int) -> None:
     assert failures(report) == []
 
 
+@pytest.mark.perf
 @pytest.mark.timeout(1200)
 def test_soak_in_the_suite(tmp_path):
-    """`make test`'s soak, the reliability criteria in full: 0 exceptions, no gap or event of 100 ms of
+    """`make test-perf`'s soak, the reliability criteria in full: 0 exceptions, no gap or event of 100 ms of
     GUI-thread work, 0 threads left, memory under the limit and back after a large input, the
     known input exact, nothing written outside its folder."""
     _soak(tmp_path, SOAK_SEED)
 
 
+@pytest.mark.perf
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
 def test_soak_short(tmp_path):

@@ -102,6 +102,7 @@ def _softmax_rows(shape, seed: int = 0) -> np.ndarray:
     return w / w.sum(-1, keepdims=True)
 
 
+@pytest.mark.perf
 def test_the_export_dialog_writes_in_the_background(qtbot, big_map, tmp_path):
     """Soak: Export in the dialog drew and encoded the image on the GUI thread (1.6 s for a tall
     PNG). Now the click returns at once, the dialog says it is exporting, and closes when written."""

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import QElapsedTimer, QPointF, Qt, QTimer
+from PySide6.QtCore import QPointF, Qt
 
 from attndesk.app import MainWindow
 from attndesk.app.jobs.worker import running_threads
@@ -16,6 +16,7 @@ from attndesk.app.panels.heatmap_grid import ASPECT_LIMIT
 from attndesk.core import run_attention
 from attndesk.core.types import MEAN
 from tests.conftest import TIMEOUT_MS
+from tests.heartbeat import Heartbeat
 
 
 def wait_result(qtbot, w, action):
@@ -244,31 +245,17 @@ def set_large(w):
 
 
 def largest_gap_ms(qtbot, window, change) -> tuple[float, object]:
-    """Tick every 10 ms from ``change`` until its result is drawn: (longest gap in ms, the result)."""
-    gaps = []
-    clock = QElapsedTimer()
-    clock.start()
-    last = [clock.elapsed()]
-
-    def tick():
-        now = clock.elapsed()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    timer = QTimer()
-    timer.setInterval(10)
-    timer.timeout.connect(tick)
-    timer.start()
-    try:
+    """Tick every 10 ms from ``change`` until its result is drawn: (the most GUI-thread CPU between two
+    ticks in ms, the result)."""
+    with Heartbeat(interval_ms=10, clock=time.thread_time) as beat:
         with qtbot.waitSignal(window.resultDisplayed, timeout=60000) as blocker:
             change()  # the change itself runs it: no debounce, no Run needed
         qtbot.wait(30)
-    finally:
-        timer.stop()
-    assert len(gaps) > 20
-    return max(gaps), blocker.args[0]
+    assert len(beat.gaps) > 20
+    return beat.worst * 1e3, blocker.args[0]
 
 
+@pytest.mark.perf
 def test_event_loop_stays_responsive_during_a_large_run(qtbot, window):
     # another process (a parallel test run) can starve the GUI thread on the shared 2-core
     # machines: a try that stalls gets another with a new seed; a real stall fails them all
@@ -284,6 +271,7 @@ def test_event_loop_stays_responsive_during_a_large_run(qtbot, window):
     assert min(worst) < 100, f"event loop stalled for {worst} ms (tries)"
 
 
+@pytest.mark.perf
 def test_closing_during_a_long_run_exits_cleanly(qtbot, qtlog):
     w = MainWindow()
     w.show()

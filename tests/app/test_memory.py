@@ -16,6 +16,8 @@ from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse f
 
 from tests.conftest import TIMEOUT_MS
 
+pytestmark = pytest.mark.perf  # the resident set: make test-perf runs it
+
 ALLOWANCE_MIB = 256  # torch's kernel caches for the larger shapes, Qt's and Python's own heaps
 
 

@@ -77,17 +77,27 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, fragment", CASES, ids=[c[1][:50] for c in CASES])
-def test_bad_input_is_one_line_and_no_folder(capsys, tmp_path, args, fragment):
+def render_bad_input(capsys, tmp_path, args) -> tuple[int, list[str], list[str], Path]:
     args = [a(tmp_path) if callable(a) else a for a in args]
     text = [] if any(a.startswith("--text") for a in args) else ["--text", "a b c"]
     out_dir = tmp_path / "out"
-    start = time.perf_counter()
-    code, out, err = run_cli(capsys, "render", *text, "--out", str(out_dir), *args)
+    return (*run_cli(capsys, "render", *text, "--out", str(out_dir), *args), out_dir)
+
+
+@pytest.mark.parametrize("args, fragment", CASES, ids=[c[1][:50] for c in CASES])
+def test_bad_input_is_one_line_and_no_folder(capsys, tmp_path, args, fragment):
+    code, out, err, out_dir = render_bad_input(capsys, tmp_path, args)
     assert code == 2 and out == []
     assert len(err) == 1 and err[0].startswith("attndesk: error: ") and fragment in err[0], err
     assert not out_dir.exists()
-    assert time.perf_counter() - start < 20  # refused before any long work (--pad-to took 26 s before)
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("args, fragment", CASES, ids=[c[1][:50] for c in CASES])
+def test_bad_input_is_refused_before_any_long_work(capsys, tmp_path, args, fragment):
+    start = time.perf_counter()
+    code, _out, _err, _out_dir = render_bad_input(capsys, tmp_path, args)
+    assert code == 2 and time.perf_counter() - start < 20  # --pad-to took 26 s before
 
 
 def test_a_png_larger_than_free_memory_says_what_fits(capsys, tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ def _retained_mib(mode: str) -> int:
     return int(done.stdout.split()[-1])
 
 
+@pytest.mark.perf
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_large_blocks_go_back_to_the_system_when_freed():
     fixed = _retained_mib("fixed")

@@ -10,6 +10,7 @@ from tests.corpus.conftest import TEXTS
 
 
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time, on one xdist worker
 def test_ray_engine_writes_the_local_store(models, bert_store, tmp_path):
     ray = pytest.importorskip("ray")
     store = analyze_corpus(

@@ -18,6 +18,7 @@ from attndesk.render.page import write_page
 from tests.render.page_helpers import model_page_maps, softmax_map
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+pytestmark = pytest.mark.xdist_group("browser")  # one xdist worker starts the module's browser
 
 
 def _missing() -> str:
@@ -197,6 +198,7 @@ def _downloaded(browser, kind: str):
     raise AssertionError("the data link downloaded nothing")
 
 
+@pytest.mark.perf
 def test_six_layers_of_twelve_heads_open_in_under_a_second(browser, tmp_path):
     maps = model_page_maps(6, 12, 128)
     path = write_page(maps, "synthetic model", tmp_path / "model.html")

@@ -111,6 +111,7 @@ def test_unturned_channels_and_the_main_run_do_not_wait(qtbot, side, qapp):
     qtbot.waitUntil(lambda: len(answers) == 2, timeout=5000)
 
 
+@pytest.mark.perf
 def test_a_job_waiting_for_its_turn_is_cancelled_and_shut_down_at_once(qtbot, side):
     overlap, answers = Overlap(), []
     side.submit("statistics", overlap.job, done=answers.append, scope=None)

@@ -65,6 +65,7 @@ def drop_file(target, path) -> QDropEvent:
 
 
 # -- opening files --------------------------------------------------------------------------
+@pytest.mark.perf
 def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window, tmp_path):
     text = document(400_000)[: 2**20 - 100]
     path = tmp_path / "book.txt"
@@ -227,6 +228,7 @@ def test_zoom_draws_exact_cells_equal_to_the_full_weights(qtbot, window):
     )
 
 
+@pytest.mark.perf
 def test_cancel_mid_run_keeps_the_previous_result(qtbot, window):
     with qtbot.waitSignal(window.resultDisplayed, timeout=TIMEOUT_MS):
         window.state.set_config(memory_budget=16 * MiB)

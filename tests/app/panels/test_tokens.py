@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
@@ -19,6 +20,7 @@ def _cpu_of(fn) -> float:
     return time.thread_time() - start
 
 
+@pytest.mark.perf
 def test_a_text_without_spaces_or_a_huge_one_is_shown_as_a_preview(qtbot):
     """Soak (seed 303, action 492): File > Open text of a 200 kB file without a space (a deeply
     nested JSON) held the GUI thread 8.7 s while Qt broke its one line for the text box; 1 MiB of

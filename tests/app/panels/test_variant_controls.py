@@ -353,6 +353,7 @@ def test_positions_tab_shows_ropes_score_depends_only_on_the_offset(qtbot, windo
 
 
 # -- responsiveness ------------------------------------------------------------------------------
+@pytest.mark.perf
 def test_variant_stages_and_rope_tables_never_stall_the_window(qtbot, window):
     """RoPE + soft-cap + GQA at 2,048 tokens x 8 heads: the step-through's 14 stages (angles made
     from scratch) and the Positions tab's [2048, 2048] RoPE scores come from side jobs."""

@@ -235,6 +235,7 @@ def test_a_sampled_token_outside_the_top_k_gets_its_own_orange_bar(qtbot, model)
     assert brushes[-1].color().name() == "#f28e2b" and brushes[0].color().name() == "#4e79a7"
 
 
+@pytest.mark.perf
 def test_stepping_a_long_prompt_never_stalls_the_window(qtbot, tmp_path):
     """12 layers x 16 heads over a 500-token prompt: each step's row is [192, ~500] and the
     sequence line holds every token; the event loop still never waits 100 ms."""

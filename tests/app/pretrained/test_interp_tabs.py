@@ -273,6 +273,7 @@ def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_pa
         dispose(w)
 
 
+@pytest.mark.perf
 def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
     w = gpt2_window
     long_text = " ".join(["the cat sat on the mat"] * 10)  # 62 tokens: the checkpoint's 64 positions nearly full
@@ -308,6 +309,7 @@ def test_the_window_never_stalls_while_they_compute(qtbot, gpt2_window):
     )
 
 
+@pytest.mark.perf
 def test_the_window_never_stalls_while_the_flow_computes(qtbot, gpt2_window):
     w = gpt2_window
     long_text = " ".join(["the cat sat on the mat"] * 10)

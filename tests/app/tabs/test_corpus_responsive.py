@@ -133,6 +133,7 @@ def test_long_texts_heads_and_metrics_stay_light(qtbot, window, tmp_path):
     assert_light(qtbot, "showing the tab again", away_and_back)
 
 
+@pytest.mark.perf
 def test_a_large_models_table_fills_a_few_rows_per_turn(qtbot):
     """A 32 x 32 model's 1,024 heads (12,000 table items): 260 ms in one call before."""
     view = CorpusView()

@@ -10,6 +10,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt, QTimer
@@ -45,6 +46,7 @@ def untrained(layers: int, heads: int) -> TrainRun:
     return TrainRun(cfg, make_task(cfg), build_model(cfg))
 
 
+@pytest.mark.perf
 def test_the_heatmaps_of_4_layers_x_8_heads_are_built_without_holding_the_window(qtbot, window):
     window.state.view.tab = TRAIN_TAB
     tab = window.tab_presenter(TRAIN_TAB)
@@ -76,6 +78,7 @@ def test_the_heatmaps_of_4_layers_x_8_heads_are_built_without_holding_the_window
     np.testing.assert_array_equal(view.headPlots[3].matrix, weights[other, 3])
 
 
+@pytest.mark.perf
 def test_the_optimiser_is_warmed_off_the_gui_thread_before_the_first_start(qtbot, window, monkeypatch):
     """torch's AdamW imports ``torch._dynamo`` on first use (~1 s of CPU): the tab pays it in the
     thread pool when first shown, and building the run's optimiser happens in the side job."""

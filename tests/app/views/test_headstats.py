@@ -118,6 +118,7 @@ def _cpu_of(fn) -> float:
     return time.thread_time() - start
 
 
+@pytest.mark.perf
 def test_head_stats_refill_of_72_heads_is_quick(qtbot):
     """Soak: Head stats' table refilled on each result held the loop 100-150 ms for 16 heads and
     1.3 s for 6 layers x 12 heads (the columns re-fitted to their contents after every item)."""

@@ -103,6 +103,7 @@ def _cpu_of(fn) -> float:
     return time.thread_time() - start
 
 
+@pytest.mark.perf
 def test_a_teaching_matrix_exports_in_the_background(qtbot, tmp_path, monkeypatch):
     """Soak: a teaching view's ⤓ (Positions' similarity, a step-through stage) wrote its figure on
     the GUI thread: 1 s for 1,691 tokens."""

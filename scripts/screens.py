@@ -190,11 +190,19 @@ def _click(button) -> None:
         button.click()
 
 
-def _open_preset(window) -> None:
-    combo = window.tab_widget("train").presetCombo
-    if combo.count() > 1:
-        combo.setCurrentIndex(1)
-        combo.activated.emit(1)
+def _open_preset(window, seconds: float = 60.0) -> None:
+    """Open the first shipped preset and wait until its heads' heatmaps are drawn."""
+    from PySide6.QtWidgets import QApplication
+
+    view = window.tab_widget("train")
+    if view.presetCombo.count() < 2:
+        return
+    view.presetCombo.setCurrentIndex(1)
+    view.presetCombo.activated.emit(1)
+    end = time.monotonic() + seconds
+    while not view.probe_drawn() and time.monotonic() < end:
+        QApplication.processEvents()
+        time.sleep(0.02)
 
 
 # tab -> its main action (the tabs not named here show their result as soon as they open)

@@ -245,6 +245,7 @@ def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print) -> list[Shot]:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("attndesk")  # its data folder is the app's (under the temporary XDG_DATA_HOME)
     out.mkdir(parents=True, exist_ok=True)
     shots: list[Shot] = []
     with tempfile.TemporaryDirectory(prefix="attndesk-screens-") as tmp:
@@ -296,7 +297,11 @@ def _shoot(window, kind: str, size, tab: str, state: str, out: Path, status: Sta
     page, _page_axes = read_window(window, window.tab_page(tab))  # the tokens a tab lists: on its own page
     path = out / f"{kind}-{size[0]}x{size[1]}-{tab}-{state}.png"
     window.grab().save(str(path))
-    return Shot(kind, size, tab, state, path, review(tab, widgets, axes, status, tokens, page))
+    problems = review(tab, widgets, axes, status, tokens, page)
+    if window.viewTabs.currentWidget() is not window.tab_page(tab):  # another tab took the front
+        front = window.viewTabs.tabText(window.viewTabs.currentIndex())
+        problems.insert(0, Problem(tab, "viewTabs", f"the {front} tab is on screen instead"))
+    return Shot(kind, size, tab, state, path, problems)
 
 
 # -- the contact sheet -----------------------------------------------------------------------------

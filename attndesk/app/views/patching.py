@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QScrollArea,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -49,8 +50,9 @@ PART_LABELS = {"self": "self-attention", "decoder": "decoder self-attention", "c
 @dataclass(frozen=True, eq=False)
 class PartHeads:
     """One attention part's heads: ``effects`` / ``values`` [layers, heads] (normalised / raw metric),
-    each prompt's weights [layers, H, Lq, Lk] (None: over the memory budget) and their
-    (query, key) token labels."""
+    each prompt's weights [layers, H, Lq, Lk] (None: over the memory budget), their (query, key)
+    token labels, and each prompt's masked cells [layers, Lq, Lk] bool (True = the query may not
+    attend there; None: nothing masked), drawn hatched."""
 
     effects: np.ndarray
     values: np.ndarray
@@ -58,6 +60,8 @@ class PartHeads:
     corrupt_attention: np.ndarray | None
     clean_labels: tuple[list[str], list[str]]
     corrupt_labels: tuple[list[str], list[str]]
+    clean_masked: np.ndarray | None = None
+    corrupt_masked: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,17 +324,32 @@ class PatchingView(QWidget):
             self.cleanAttention.clear(shown.note)
             self.corruptAttention.clear("")
             return
-        for plot, weights, (queries, keys), name in (
-            (self.cleanAttention, heads.clean_attention, heads.clean_labels, "clean"),
-            (self.corruptAttention, heads.corrupt_attention, heads.corrupt_labels, "corrupted"),
+        for plot, weights, masked, (queries, keys), name in (
+            (self.cleanAttention, heads.clean_attention, heads.clean_masked, heads.clean_labels, "clean"),
+            (self.corruptAttention, heads.corrupt_attention, heads.corrupt_masked, heads.corrupt_labels, "corrupted"),
         ):
-            plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys)")
-            plot.set_matrix(weights[layer, head], row_labels=queries, col_labels=keys)  # 0 to its largest weight
+            hatched = " · hatched = masked" if masked is not None and masked[layer].any() else ""
+            plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys){hatched}")
+            plot.set_matrix(  # 0 to its largest weight
+                weights[layer, head],
+                row_labels=queries,
+                col_labels=keys,
+                masked=None if masked is None else masked[layer],
+            )
+
+    def reveal_attention(self) -> None:
+        """Scroll the page holding this view (if it scrolls) so the opened head's attention is in view."""
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QScrollArea):
+            parent = parent.parentWidget()
+        if parent is not None:
+            parent.ensureWidgetVisible(self.cleanAttention, 0, 0)
 
     def _on_heads_clicked(self, event) -> None:
         hit = self.headsPlot.cell_at(event.scenePos())
         if hit is not None:
             self.open_head(*hit)
+            self.reveal_attention()  # a click asks to see that head: below the plots it may be out of view
             self.headClicked.emit(*hit)
 
     @Slot(int, int)

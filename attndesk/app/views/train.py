@@ -10,13 +10,14 @@ buttons' signals and draws through ``show_curves``, ``show_scores``, ``show_prob
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRect, Qt, Signal, SignalInstance
-from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtCore import QEvent, QRect, Qt, Signal, SignalInstance
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -39,13 +40,16 @@ from PySide6.QtWidgets import (
 from attndesk.core.fields import Param
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
+from ..panels.token_axis import label_font, label_room
 from ..panels.variant_controls import spin_range
 from .heatmap import MatrixPlot
 from .pacing import PacedHost, pacer
 from .plot_axes import without_si_prefix
 
 PHASE_COLOUR = QColor(220, 40, 40)
+ACCURACY_COLOUR, PATTERN_COLOUR = "#59a14f", "#e15759"  # the metric curves, named in their plot's title
 ERROR_STYLE = "color: #b00020;"
+CURVES_HEIGHT = 260  # px: the loss, metric and score plots
 MAX_HEAD_PLOTS = 16  # heads of one layer drawn side by side; more would be too small to read
 # The form: every field of TrainConfig's spec with a label, in the spec's order (the spec gives each
 # control's kind, range, default and tooltip; a "zero" control's 0 stands for None).
@@ -192,7 +196,6 @@ class TrainView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(splitter, 1)
-        layout.addLayout(self._build_timeline())
         self.set_phase("idle")
 
     # -- construction ---------------------------------------------------------------------------
@@ -270,14 +273,19 @@ class TrainView(QWidget):
     def _build_plots(self) -> QWidget:
         self.lossPlot = self._curve_plot("loss", "cross-entropy")
         self.lossCurve = self.lossPlot.plot([], [], pen=pg.mkPen("#4e79a7", width=1.5))
-        self.metricPlot = self._curve_plot("accuracy · pattern score", "")
+        # the title, in the curves' colours, is the legend: a legend box inside the plot covered
+        # the curves where they end, at 1.0
+        self.metricPlot = self._curve_plot(
+            f"<span style='color:{ACCURACY_COLOUR}'>accuracy</span> · "
+            f"<span style='color:{PATTERN_COLOUR}'>pattern score</span>",
+            "",
+        )
         self.metricPlot.setYRange(0.0, 1.0, padding=0.02)
-        self.metricPlot.addLegend(offset=(-5, 5))
         self.accuracyCurve = self.metricPlot.plot(
-            [], [], pen=pg.mkPen("#59a14f", width=2), name="accuracy", symbol="o", symbolSize=4
+            [], [], pen=pg.mkPen(ACCURACY_COLOUR, width=2), name="accuracy", symbol="o", symbolSize=4
         )
         self.patternCurve = self.metricPlot.plot(
-            [], [], pen=pg.mkPen("#e15759", width=2), name="pattern score", symbol="o", symbolSize=4
+            [], [], pen=pg.mkPen(PATTERN_COLOUR, width=2), name="pattern score", symbol="o", symbolSize=4
         )
         self.phaseLines = [
             pg.InfiniteLine(angle=90, pen=pg.mkPen(PHASE_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
@@ -307,10 +315,16 @@ class TrainView(QWidget):
         head.addWidget(self.probeCaption, 1)
         self.headGrid = QGridLayout()
         self.headGrid.setSpacing(2)
-        column = QWidget()
+        self._columns = 0  # heads per row of the grid now (``_arrange``)
+        self._side = 0  # the least width and height of a head's heatmap with every label readable
+        self._plotsColumn = column = QWidget(objectName="trainPlots")
+        column.installEventFilter(self)  # its width decides how many heads fit in a row
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(curves, 2)
+        for widget in (self.lossPlot, self.metricPlot, self.scorePlot):
+            widget.setFixedHeight(CURVES_HEIGHT)  # the heads below take the rest of the (scrolling) page
+        layout.addLayout(curves)
+        layout.addLayout(self._build_timeline())  # above the heads: in view however tall their grid grows
         layout.addLayout(head)
         layout.addLayout(self.headGrid, 3)
         return column
@@ -421,14 +435,17 @@ class TrainView(QWidget):
                 line.setValue(step)
         self.timeline.set_mark(checkpoint_index)
 
-    def show_scores(self, scores: np.ndarray | None, pattern: str = "") -> None:
+    def show_scores(self, scores: np.ndarray | None, pattern: str = "", step: int | None = None) -> None:
+        """Pattern scores [layers, heads]; ``step``: those of the checkpoint at that step (the
+        timeline moved back), else the newest weights'."""
         if scores is None:
             self.scorePlot.clear("no evaluation yet")
             return
+        at = "" if step is None else f" at step {step:,}"
+        self.scorePlot.set_title(f"{pattern or 'pattern'} score per head{at} (rows: layers)")
         if self.scorePlot.update_values(scores):
             return
         layers, heads = scores.shape
-        self.scorePlot.set_title(f"{pattern} score per head (rows: layers)" if pattern else "pattern score per head")
         self.scorePlot.set_matrix(
             scores,
             row_labels=[f"L{i}" for i in range(layers)],
@@ -475,6 +492,8 @@ class TrainView(QWidget):
         plot.clear("waiting for the first probe…")
         self.headPlots.append(plot)
         self._hosts.append(PacedHost(plot))
+        if self._side:
+            self._fit_head(plot, self._hosts[-1])
         self._arrange()
         if self._probe is not None and len(self.headPlots) <= self._probe[0].shape[0]:
             self._draw_head(len(self.headPlots) - 1, force=True)
@@ -483,12 +502,43 @@ class TrainView(QWidget):
             self.probeDrawn.emit()
 
     def _arrange(self) -> None:
-        """The hosts of the wanted heads in rows of at most four, the others hidden."""
-        columns = max(1, min(self._wanted, 4))
+        """The hosts of the wanted heads in rows of at most four (as many as fit the width at a
+        size where every token label is drawn; the page scrolls), the others hidden."""
+        spacing = self.headGrid.spacing()
+        fit = (self._plotsColumn.width() + spacing) // (self._side + spacing) if self._side else 4
+        columns = max(1, min(self._wanted, 4, fit))
+        if columns != self._columns:
+            self._columns = columns
+            for host in self._hosts:
+                self.headGrid.removeWidget(host)
         for i, host in enumerate(self._hosts):
-            if i < self._wanted:
+            if i < self._wanted and self.headGrid.indexOf(host) < 0:
                 self.headGrid.addWidget(host, i // columns, i % columns)
             host.setVisible(i < self._wanted)
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self._plotsColumn and event.type() == QEvent.Type.Resize and self._hosts:
+            self._arrange()
+        return super().eventFilter(watched, event)
+
+    def _fit_heads(self, labels: Sequence[str]) -> None:
+        """Make each head's heatmap large enough to draw every one of ``labels`` on both axes
+        (a text line per cell, as ``TokenAxis`` spaces them), its label band included."""
+        metrics = QFontMetricsF(label_font())
+        widest = max((metrics.horizontalAdvance(t) for t in labels), default=0.0)
+        side = math.ceil(len(labels) * (metrics.height() + 1) + label_room(widest)) + 4
+        if side == self._side:
+            return
+        self._side = side
+        for plot, host in zip(self.headPlots, self._hosts, strict=True):
+            self._fit_head(plot, host)
+        self._arrange()
+
+    def _fit_head(self, plot: MatrixPlot, host: PacedHost) -> None:
+        side = max(self._side, 120)
+        plot.graphics.setMinimumSize(side, side)
+        # the host stands in for the plot in the grid: the plot's margins and title line on top
+        host.setMinimumSize(side + 4, side + plot.title.sizeHint().height() + 8)
 
     def _draw_head(self, h: int, *, force: bool = False) -> None:
         assert self._probe is not None, "a probe to draw"
@@ -511,6 +561,8 @@ class TrainView(QWidget):
         (``probeDrawn`` once all are)."""
         same_labels = self._probe is not None and list(labels) == self._probe[1]
         self._probe = (weights, list(labels))
+        if not same_labels:
+            self._fit_heads(labels)
         self._wanted = min(weights.shape[0], MAX_HEAD_PLOTS)
         self._arrange()
         for h in range(min(self._wanted, len(self.headPlots))):

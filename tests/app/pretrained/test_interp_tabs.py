@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build, build_bare
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPoint, QPointF, QRect, Qt
+from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
@@ -93,6 +94,34 @@ def test_patching_shows_patch_heads(qtbot, gpt2_window, model):
     raw = float(report.results["head"].raw_effects[1, 2])
     assert f"effect {report.effects('head')[1, 2]:+.4f} (raw {raw:+.4g}" in view.readout.text()
     assert view.shown.warning == report.warning and view.gapWarning.isVisible() == (report.warning is not None)
+
+
+def test_a_clicked_heads_attention_is_brought_into_view_with_its_masked_cells_hatched(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.resize(1280, 800)  # the page scrolls: the attention plots start below the fold
+    view = presenter(w, PATCHING_TAB, PatchingTab).view
+    view.set_inputs(CLEAN, CORRUPT, "mary", "john")
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.shown is not None and not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    scroll = view.parentWidget()
+    while not isinstance(scroll, QScrollArea):
+        scroll = scroll.parentWidget()
+    scroll.verticalScrollBar().setValue(0)
+    qtbot.waitUntil(lambda: not visible_part(view.cleanAttention.graphics, scroll.viewport()).isValid())
+    click_cell(qtbot, view.headsPlot, 1, 2)
+    for plot in (view.cleanAttention, view.corruptAttention):
+        seen = visible_part(plot.graphics, scroll.viewport())
+        assert seen.height() >= 100 and seen.width() >= 100, (seen, plot.objectName())
+        causal = np.triu(np.ones(plot.matrix.shape, dtype=bool), k=1)  # GPT-2: a query never sees a later key
+        np.testing.assert_array_equal(plot.masked, causal)
+        assert plot.overlay.isVisible() and "hatched = masked" in plot.title.text()
+    weights = run_pretrained(model, CLEAN).weights[1, 2]
+    np.testing.assert_allclose(view.cleanAttention.matrix, weights, atol=1e-6)
+
+
+def visible_part(widget, viewport) -> QRect:
+    """The part of ``widget`` a scroll area's ``viewport`` shows, in the viewport's coordinates."""
+    return QRect(widget.mapTo(viewport, QPoint(0, 0)), widget.size()).intersected(viewport.rect())
 
 
 def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_window, model):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 import torch
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
@@ -126,6 +127,46 @@ def test_the_timeline_scrubs_to_a_checkpoint_and_shows_its_own_weights(qtbot, ta
     assert "step 10" in tab.view.probeCaption.text()
     tab.view.liveButton.click()
     np.testing.assert_array_equal(tab.shown_weights(), probe_attention(run))
+
+
+def test_the_checkpoint_line_and_the_scores_per_head_follow_the_timeline(qtbot, tab):
+    run = train(qtbot, tab)
+    view = tab.view
+    assert view.timelineLabel.text() == "4 kept · showing the newest weights (step 30)"
+    with qtbot.waitSignal(tab.scrubbed, timeout=TIMEOUT_MS):
+        view.timeline.setValue(0)
+    assert view.timelineLabel.text() == "4 kept · showing the checkpoint at step 0 of 30"
+    then = run.at_checkpoint(0).evaluate(tab_eval_batch(run))["scores"]
+    np.testing.assert_allclose(view.scorePlot.matrix, then, atol=1e-6)
+    assert not np.allclose(then, run.evaluate(tab_eval_batch(run))["scores"])  # step 0 scores differ from the end
+    assert "previous-token score per head at step 0" in view.scorePlot.title.text()
+    view.liveButton.click()
+    np.testing.assert_allclose(view.scorePlot.matrix, run.evaluate(tab_eval_batch(run))["scores"], atol=1e-6)
+    assert "at step" not in view.scorePlot.title.text()
+    assert view.timelineLabel.text() == "4 kept · showing the newest weights (step 30)"
+
+
+def test_every_token_label_of_the_probe_heatmaps_is_drawn_and_no_legend_covers_a_curve(qtbot, tab):
+    view = tab.view
+    preset = load_preset("induction")  # 2 layers x 4 heads over a 32-token probe
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        view.presetCombo.setCurrentIndex(view.presetCombo.findData("induction"))
+        view.presetCombo.activated.emit(view.presetCombo.currentIndex())
+    qtbot.waitUntil(lambda: view.probe_drawn() and all(h.settled() for h in view._hosts), timeout=TIMEOUT_MS)
+    labels = preset.task.labels(preset.task.probe().ids[0])
+    hosts = [host.geometry() for host in view._hosts]
+    for i, (plot, host) in enumerate(zip(view.headPlots, hosts, strict=True)):
+        assert plot.row_labels == labels
+        rows = len(labels)
+        shown = plot.left.visible_ticks(0, rows, plot.plot.vb.height())
+        assert shown == list(range(rows)), f"head {i}: {len(shown)} of {rows} row labels drawn"
+        assert plot.bottom.visible_ticks(0, rows, plot.plot.vb.width()) == list(range(rows))
+        assert not any(host.intersects(other) for other in hosts[:i]), f"head {i}'s heatmap overlaps another"
+    # the metric plot names its curves in its title, in their colours; nothing inside covers them
+    title = view.metricPlot.getPlotItem().titleLabel.text
+    for name, curve in (("accuracy", view.accuracyCurve), ("pattern score", view.patternCurve)):
+        assert f"color:{curve.opts['pen'].color().name()}'>{name}<" in title
+    assert not [item for item in view.metricPlot.getPlotItem().scene().items() if isinstance(item, pg.LegendItem)]
 
 
 def test_a_shape_the_task_cannot_use_is_explained_next_to_its_control(qtbot, tab):

@@ -27,6 +27,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
+from ..pretrained.token_text import id_texts
 from .anatomy import LayerParts, hidden_size, intermediate_size, layer_parts, vocabulary
 from .inputs import (
     Cancel,
@@ -334,7 +335,7 @@ def _endpoints(model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Promp
 
 
 def _label(model: LoadedModel, token: int) -> str:
-    return str(model.tokenizer.convert_ids_to_tokens([token])[0])
+    return id_texts(model.tokenizer, [token])[0]
 
 
 def patch_heads(

@@ -99,6 +99,7 @@ class PretrainedResult(TimedRun):
     intermediates: dict[str, Intermediates] = field(default_factory=dict)  # part -> the requested layer's stages
     intermediates_layer: int | None = None
     hidden_size: int | None = None
+    raw_tokens: list[str] | None = None  # the tokenizer's own tokens; ``tokens`` is what a person reads
 
     # -- shape conveniences -----------------------------------------------------------------
     @property

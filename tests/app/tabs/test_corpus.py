@@ -244,3 +244,19 @@ def test_an_empty_store_box_uses_the_apps_own_folder_made_on_first_use(qtbot, wi
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
     assert view.errorLabel.text() == "" and view.storeEdit.text().startswith(str(appdata / "corpus"))
     assert (appdata / "corpus").is_dir() and tab.store.path.parent == appdata / "corpus"
+
+
+def test_the_plots_axes_read_plain_counts_and_the_atlas_is_whole(qtbot, window, tmp_path):
+    view = window.tab_widget(CORPUS_TAB)
+    plots = (view.grid, view.histogram, view.atlas)
+
+    def labels() -> list[str]:
+        return [plot.getPlotItem().getAxis(side).labelString() for plot in plots for side in ("left", "bottom")]
+
+    assert not [text for text in labels() if "(x" in text]  # the empty plots: no SI prefix on a count
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path), tmp_path / "store")
+    wait_head(qtbot, tab, view, 0, 0)
+    assert not [text for text in labels() if "(x" in text]
+    atlas = view.atlas
+    bottom = atlas.mapTo(view, atlas.rect().bottomLeft()).y()
+    assert atlas.isVisible() and bottom <= view.height(), f"the atlas ends at {bottom}, the tab at {view.height()}"

@@ -260,3 +260,14 @@ def test_the_plots_axes_read_plain_counts_and_the_atlas_is_whole(qtbot, window, 
     atlas = view.atlas
     bottom = atlas.mapTo(view, atlas.rect().bottomLeft()).y()
     assert atlas.isVisible() and bottom <= view.height(), f"the atlas ends at {bottom}, the tab at {view.height()}"
+
+
+def test_a_text_the_corpus_repeats_is_listed_once_with_its_count(qtbot, window, tmp_path):
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path, [*TEXTS, TEXTS[0]]), tmp_path / "store")
+    wait_head(qtbot, tab, view, 0, 0)
+    lines = []
+    for widget in (view.topList, view.bottomList):
+        shown = [widget.item(i).text() for i in range(widget.count())]
+        lines += [text for text in shown if TEXTS[0] in text]
+        assert len(set(shown)) == len(shown), shown
+    assert any(text.endswith("  x2") for text in lines), lines  # both copies are in one list: said once

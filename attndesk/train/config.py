@@ -118,7 +118,7 @@ class TrainConfig:
             raise ConfigError(f"seq_len must be at least 4 tokens, got {self.seq_len}", field="seq_len")
         if self.embed_dim * self.layers > 8192 or self.length > 2048:
             raise ConfigError(
-                "this trainer is for small models: embed_dim x layers at most 8192 and seq_len at most 2048",
+                "this trainer is for small models: width (embed_dim) x layers at most 8192 and seq_len at most 2048",
                 field="embed_dim",
             )
         return self
@@ -126,7 +126,7 @@ class TrainConfig:
     def _check_heads(self) -> None:
         if self.embed_dim % self.heads:
             raise ConfigError(
-                f"{self.heads} heads do not divide embed_dim {self.embed_dim}; valid head counts: "
+                f"{self.heads} heads do not divide the width (embed_dim) {self.embed_dim}; valid head counts: "
                 f"{', '.join(map(str, divisors(self.embed_dim)[:12]))}",
                 field="heads",
             )
@@ -140,7 +140,7 @@ class TrainConfig:
                 )
         if self.position == "rope" and (self.embed_dim // self.heads) % 2:
             raise ConfigError(
-                f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
+                f"RoPE needs an even head dimension; width (embed_dim) {self.embed_dim} / {self.heads} heads "
                 f"= {self.embed_dim // self.heads}",
                 field="position",
             )

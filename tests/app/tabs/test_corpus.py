@@ -140,10 +140,12 @@ def test_cancel_stops_the_job_and_start_resumes_the_store(qtbot, window, tmp_pat
     assert tab.is_running() and view.cancelButton.isEnabled()
     qtbot.mouseClick(view.cancelButton, Qt.MouseButton.LeftButton)  # before its first batch
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
-    assert view.startButton.text() == "Resume" and "cancelled" in view.progressLabel.text()
+    # no shard finished: nothing to resume from, and the line does not promise it
+    assert view.startButton.text() == "Start" and "before the first shard finished" in view.progressLabel.text()
+    assert "Resume" not in view.progressLabel.text()
     assert tab.store is None and (tmp_path / "store" / "manifest.json").exists()
     assert not tab.compute.side.is_busy("corpus")  # the job ended (its channel's thread is joined with the window)
-    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)  # Resume
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
     assert view.startButton.text() == "Start" and view.errorLabel.text() == ""

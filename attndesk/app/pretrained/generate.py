@@ -252,8 +252,10 @@ class GenerationTab(QObject):
             )
             self._submit()
         else:
+            count = len(generator.steps)
             self._finish(
-                f"{len(generator.steps)} tokens generated · last {step.token!r} p={probability_text(step.probability)}"
+                f"{count} token{'s' if count != 1 else ''} generated · last {step.token!r} "
+                f"p={probability_text(step.probability)}"
             )
 
     def _finish(self, message: str) -> None:

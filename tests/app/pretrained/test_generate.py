@@ -297,3 +297,9 @@ def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
         assert w.state.target_text == generated and w.state.text == TEXT and w.state.view.tab == "compare"
     finally:
         dispose(w)
+
+
+def test_one_generated_token_is_one_token(qtbot, generate_window):
+    generate(qtbot, generate_window, 1)
+    message = stepper(generate_window).view.message.text()
+    assert message.startswith("1 token generated · last "), message

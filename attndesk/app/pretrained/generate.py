@@ -261,7 +261,7 @@ class GenerationTab(QObject):
     def _finish(self, message: str) -> None:
         self._running, self._remaining = False, 0
         self.view.set_busy(False, message)
-        self.status.say(f"generation: {message}")
+        self.status.say(f"generation: {message}", tab=GENERATE_TAB)
 
     def _failed(self, message: str) -> None:
         if NO_LM_HEAD in message:  # found at load: the tab says why it is off, nothing failed
@@ -270,7 +270,7 @@ class GenerationTab(QObject):
             self.view.set_available(False, message)
             return
         self._finish(f"generation failed: {message}")
-        self.status.fail(f"generation failed: {message}")
+        self.status.fail(f"generation failed: {message}", tab=GENERATE_TAB)
 
     @staticmethod
     def _prompt_tokens(generator: Generator) -> list[str]:

@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt
 from attndesk.app import MainWindow
 from attndesk.app.pretrained.ablation import ablation_effect
 from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
+from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.views.generate import ALL_LAYERS
 from attndesk.core.errors import NO_LM_HEAD
 from attndesk.core.pretrained import Generator, clear_cache, encode, load_pretrained, run_pretrained
@@ -303,3 +304,12 @@ def test_one_generated_token_is_one_token(qtbot, generate_window):
     generate(qtbot, generate_window, 1)
     message = stepper(generate_window).view.message.text()
     assert message.startswith("1 token generated · last "), message
+
+
+def test_generations_status_line_leaves_with_its_tab(qtbot, generate_window):
+    w = generate_window
+    generate(qtbot, w, 1)
+    assert w.statusLabel.text().startswith("generation: 1 token generated")
+    w.state.view.tab = HEATMAPS_TAB
+    qtbot.waitUntil(lambda: w.viewTabs.currentWidget() is w.heatmapPanel, timeout=TIMEOUT_MS)
+    assert "generation" not in w.statusLabel.text()

@@ -54,7 +54,7 @@ from attndesk.core.pretrained import (
     read_spec,
     run_pretrained,
 )
-from attndesk.core.types import AttentionMap
+from attndesk.core.types import AttentionMap, head_name
 from attndesk.render.export import ExportError
 
 from ..jobs.background import Background
@@ -485,7 +485,7 @@ class PretrainedMode(QObject, ModeBase):
             return
         text = describe_run(run)
         if run.ablate:
-            text += " · ablated " + ", ".join(f"L{l}H{h}" for l, h in run.ablate)
+            text += " · ablated " + ", ".join(head_name(l, h) for l, h in run.ablate)
         self.gridSummary.setText(text)  # the grid's own caption covers hidden tokens over all layers
         state = self._ui.state
         if tuple(state.pretrained.ablate) != tuple(run.ablate):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..timing import TimedRun
-from ..types import AttentionMap, Intermediates
+from ..types import AttentionMap, Intermediates, head_name
 
 PART_TITLES = {"self": "", "decoder": "decoder self-attention", "cross": "cross-attention"}
 
@@ -252,7 +252,7 @@ class PretrainedResult(TimedRun):
             hidden_mass=hidden_mass,
             legend=legend,
             notices=notices,
-            head_labels=[f"L{layer} head {h}" for h in range(weights.shape[0])],
+            head_labels=[head_name(layer, h) for h in range(weights.shape[0])],
         )
 
     @staticmethod
@@ -280,7 +280,7 @@ class PretrainedResult(TimedRun):
             parts.append(f"width {self.width}")
         parts.append(self._mask_words(layer, part))
         parts.append("scaled" if self.scaled else "unscaled")
-        ablated = [f"L{l}H{h}" for (l, h) in self.ablate if layer is None or l == layer]
+        ablated = [head_name(l, h) for (l, h) in self.ablate if layer is None or l == layer]
         if ablated:
             parts.append("ablated " + ",".join(ablated))
         if self.cosine_to_normal is not None:

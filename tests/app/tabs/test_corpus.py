@@ -68,7 +68,7 @@ def run_pass(qtbot, window, data, out, tokens=16):
 
 def wait_head(qtbot, tab, view, layer, head):
     qtbot.waitUntil(
-        lambda: view.headLabel.text().startswith(f"<b>self layer {layer} head {head}</b>") and not window_busy(tab),
+        lambda: view.headLabel.text().startswith(f"<b>self L{layer} H{head}</b>") and not window_busy(tab),
         timeout=TIMEOUT_MS,
     )
 

@@ -14,6 +14,8 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 
+from attndesk.core.types import head_name
+
 from ..plot_axes import without_si_prefix
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
@@ -118,7 +120,7 @@ class RoleBadges(QGraphicsObject):
         layer, head = int(np.floor(pos.y())), int(np.floor(pos.x()))
         rows, cols = self._roles.shape
         inside = 0 <= layer < rows and 0 <= head < cols
-        self.setToolTip(f"layer {layer} head {head}: {self._roles[layer, head]}" if inside else "")
+        self.setToolTip(f"{head_name(layer, head)}: {self._roles[layer, head]}" if inside else "")
 
 
 class HeadGrid(pg.PlotWidget):

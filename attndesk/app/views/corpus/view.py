@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.core.types import head_name
 from attndesk.corpus.metrics import METRICS
 
 if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
@@ -388,7 +389,7 @@ class CorpusView(QWidget):
         value = float(row[metric].iloc[0]) if len(row) else float("nan")
         self.histogram.mark(value)
         role = row["role"].iloc[0] if len(row) else "?"
-        self.headLabel.setText(f"<b>{detail['part']} layer {layer} head {head}</b> · {role} · {metric} {value:.3f}")
+        self.headLabel.setText(f"<b>{detail['part']} {head_name(layer, head)}</b> · {role} · {metric} {value:.3f}")
         for widget, frame in ((self.topList, detail["top"]), (self.bottomList, detail["bottom"])):
             records = frame.to_dict("records")
             repeats = Counter(record["text"] for record in records)

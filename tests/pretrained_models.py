@@ -199,6 +199,34 @@ def build_bare(name: str, folder: Path, *, seed: int = 0, **changes) -> Path:
     return folder
 
 
+BYTE_LEVEL_TEXTS = (
+    "When Mary and John went to the store, John gave a drink to Mary.",
+    "The cat sat on the mat.\nThe dog sat on the log.",
+)
+
+
+def build_byte_level(name: str, folder: Path, *, seed: int = 0, **changes) -> Path:
+    """``build``'s checkpoint with a byte-level BPE tokenizer (GPT-2's scheme: ``Ġ`` for a space,
+    ``Ċ`` for a newline) trained on ``BYTE_LEVEL_TEXTS``, in place of the WordPiece one; the model's
+    vocabulary is the tokenizer's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    end = "<|endoftext|>"
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    bpe.train_from_iterator(
+        BYTE_LEVEL_TEXTS, trainers.BpeTrainer(vocab_size=400, special_tokens=[end], initial_alphabet=alphabet)
+    )
+    folder = build(name, folder, seed=seed, **{"vocab_size": bpe.get_vocab_size(), **changes})
+    for file in TOKENIZER_FILES:
+        (folder / file).unlink()
+    PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=end, eos_token=end, unk_token=end).save_pretrained(folder)
+    return folder
+
+
 def eager(folder: Path):
     """The same checkpoint with transformers' own eager attention (the reference)."""
     import transformers

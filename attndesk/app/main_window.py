@@ -331,6 +331,7 @@ class MainWindow(QMainWindow):
             self.heatmapPanel.set_view_target(target)
 
     def _show_tab(self, tab_id: str) -> None:
+        self.status.tab_shown(tab_id)
         widget = self._tabs.get(tab_id)
         index = self.viewTabs.indexOf(widget) if widget is not None else -1
         if index < 0 or not self.viewTabs.isTabVisible(index):

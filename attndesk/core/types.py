@@ -25,6 +25,11 @@ MEAN: Literal["mean"] = "mean"
 Head = int | Literal["mean"]
 
 
+def head_name(layer: int | None, head: int) -> str:
+    """How every view, page and export names a head: ``L1 H3`` (``H3`` where there are no layers)."""
+    return f"H{head}" if layer is None else f"L{layer} H{head}"
+
+
 @dataclass(frozen=True, eq=False)
 class Intermediates:
     """One layer's stages for one sequence (H query heads, KV key/value heads, d per head).

@@ -20,6 +20,7 @@ _WHERE = {
     "CorpusProgress": "engine",
     "ENGINES": "engine",
     "analyze_corpus": "engine",
+    "finished_shards": "shards",
     "CorpusStore": "store",
     "open_corpus": "store",
 }
@@ -31,4 +32,12 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
 
 
-__all__ = ["ATLAS_POINTS", "ENGINES", "CorpusProgress", "CorpusStore", "analyze_corpus", "open_corpus"]
+__all__ = [
+    "ATLAS_POINTS",
+    "ENGINES",
+    "CorpusProgress",
+    "CorpusStore",
+    "analyze_corpus",
+    "finished_shards",
+    "open_corpus",
+]

@@ -20,6 +20,7 @@ from ..core.errors import Cancelled
 from ..core.pretrained.backend import Capture, Site, capturing
 from ..core.pretrained.loader import LoadedModel
 from ..core.pretrained.run import forward_parameters
+from ..core.pretrained.token_text import id_texts
 from .metrics import PER_TEXT_VALUES, batch_metrics
 
 BATCH_SIZE = 32
@@ -292,7 +293,7 @@ def _atlas_table(
         vectors = np.concatenate(chunks)  # [n, H, d]
         n, heads, width = vectors.shape
         ids = text_ids[rows]
-        tokens = [model.tokenizer.convert_ids_to_tokens(side.ids[r][p]) for r, p in zip(rows, positions)]
+        tokens = id_texts(model.tokenizer, [side.ids[r][p] for r, p in zip(rows, positions)])
         prio = priorities(ids, positions, SIDES[part][0 if kind == "query" else 1], seed)
         flat = pa.array(vectors.transpose(1, 0, 2).reshape(-1), pa.float32())
         tables.append(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attndesk.core.types import AttentionMap
+from attndesk.core.types import AttentionMap, head_name
 
 from .export import ExportError, atomic_write, figure_bytes, write
 from .figure import figure_from_map, suggested_size
@@ -59,10 +59,10 @@ def layer_maps(run: TrainRun, ids=None) -> list[AttentionMap]:
 
 
 def all_heads_map(run: TrainRun, ids=None) -> AttentionMap:
-    """Every head of every layer in one map (head labels "L0 h1"): one frame of the animation."""
+    """Every head of every layer in one map (head labels "L0 H1"): one frame of the animation."""
     maps = layer_maps(run, ids)
     weights = np.concatenate([m.weights for m in maps])
-    labels = [f"L{layer} h{h}" for layer in range(run.cfg.layers) for h in range(run.cfg.heads)]
+    labels = [head_name(layer, h) for layer in range(run.cfg.layers) for h in range(run.cfg.heads)]
     first = maps[0]
     return AttentionMap(
         queries=first.queries,

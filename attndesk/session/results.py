@@ -54,6 +54,7 @@ class TokenRows:
     tokens: list[str]
     ids: np.ndarray
     unknown: list[bool] | None = None
+    raw: list[str] | None = None  # the tokenizer's own tokens where they differ in spelling from ``tokens``
 
 
 @dataclass(frozen=True, eq=False)

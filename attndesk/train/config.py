@@ -228,7 +228,7 @@ class TrainConfig:
         self._check_heads()
         if self.embed_dim * self.layers > 8192:
             raise ConfigError(
-                "this trainer is for small models: embed_dim x layers at most 8192",
+                "this trainer is for small models: width (embed_dim) x layers at most 8192",
                 field="embed_dim",
             )
         return self
@@ -236,7 +236,7 @@ class TrainConfig:
     def _check_heads(self) -> None:
         if self.embed_dim % self.heads:
             raise ConfigError(
-                f"{self.heads} heads do not divide embed_dim {self.embed_dim}; valid head counts: "
+                f"{self.heads} heads do not divide the width (embed_dim) {self.embed_dim}; valid head counts: "
                 f"{', '.join(map(str, divisors(self.embed_dim)[:12]))}",
                 field="heads",
             )
@@ -248,7 +248,7 @@ class TrainConfig:
             )
         if self.position == "rope" and (self.embed_dim // self.heads) % 2:
             raise ConfigError(
-                f"RoPE needs an even head dimension; embed_dim {self.embed_dim} / {self.heads} heads "
+                f"RoPE needs an even head dimension; width (embed_dim) {self.embed_dim} / {self.heads} heads "
                 f"= {self.embed_dim // self.heads}",
                 field="position",
             )

@@ -21,7 +21,7 @@ import torch
 from attndesk.core.config import AttentionConfig
 from attndesk.core.masks import visible_cells
 from attndesk.core.result import AttentionResult
-from attndesk.core.types import Intermediates
+from attndesk.core.types import Intermediates, head_name
 
 from .model import build_model
 from .run import TrainRun
@@ -46,8 +46,8 @@ VIEW_POSITIONS = {"rope": "rope", "alibi": "alibi", "sinusoidal": "sinusoidal"} 
 
 
 def head_labels(run: TrainRun) -> list[str]:
-    """ "L0 h0", "L0 h1", ...: the stacked heads in layer order."""
-    return [f"L{layer} h{h}" for layer in range(run.cfg.layers) for h in range(run.cfg.heads)]
+    """ "L0 H0", "L0 H1", ...: the stacked heads in layer order."""
+    return [head_name(layer, h) for layer in range(run.cfg.layers) for h in range(run.cfg.heads)]
 
 
 def view_config(run: TrainRun, weights: str) -> AttentionConfig:

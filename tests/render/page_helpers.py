@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attndesk.core.types import AttentionMap
+from attndesk.core.types import AttentionMap, head_name
 from attndesk.render.page import PageMap
 
 
@@ -33,7 +33,7 @@ def softmax_map(
         title=title,
         summary=f"{tokens} tokens · {heads} heads",
         file_tag="synthetic",
-        head_labels=None if layer is None else [f"L{layer} head {h}" for h in range(heads)],
+        head_labels=None if layer is None else [head_name(layer, h) for h in range(heads)],
     )
 
 

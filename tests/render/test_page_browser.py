@@ -212,7 +212,7 @@ def test_six_layers_of_twelve_heads_open_in_under_a_second(browser, tmp_path):
     )
     shown = np.array(browser.execute_script("return window.attndesk.weights(4, 7)"), dtype=np.float32)
     assert np.abs(shown - maps[4].map.weights[7].ravel()).max() <= 1e-3
-    assert browser.find_elements("css selector", ".tile-title")[7].text == "L4 head 7"
+    assert browser.find_elements("css selector", ".tile-title")[7].text == "L4 H7"
     hover_at(browser, *cell_point(browser, 7, 100, 50))
     assert ": ≈" in browser.find_element("id", "readout").text  # float16: the read-out says it is rounded
     assert "float16" in browser.find_element("id", "precision").text

@@ -30,7 +30,7 @@ def test_every_stacked_head_is_the_models_attention_with_its_stages(run):
     ids = run.task.probe().ids[:1]
     expected = run.attention(ids)[0].numpy().reshape(4, *result.weights.shape[-2:])
     np.testing.assert_allclose(result.weights, expected, rtol=0, atol=1e-6)  # the same layers; Q unfolded
-    assert head_labels(run) == ["L0 h0", "L0 h1", "L1 h0", "L1 h1"]
+    assert head_labels(run) == ["L0 H0", "L0 H1", "L1 H0", "L1 H1"]
     inter = result.intermediates
     assert inter.q.shape[0] == 4 and inter.k.shape[0] == 2  # one K/V head per layer, stacked
     torch.testing.assert_close(torch.softmax(torch.as_tensor(inter.masked), -1), torch.as_tensor(result.weights))

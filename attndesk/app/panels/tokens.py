@@ -54,18 +54,25 @@ class TokenTableModel(QAbstractTableModel):
         self._tokens: list[str] = []
         self._ids: list[int] = []
         self._unknown: list[bool] = []
+        self._raw: list[str] | None = None
 
     def set_tokens(
-        self, tokens: Sequence[str], ids: Sequence[int] | np.ndarray, unknown: Sequence[bool] | None = None
+        self,
+        tokens: Sequence[str],
+        ids: Sequence[int] | np.ndarray,
+        unknown: Sequence[bool] | None = None,
+        raw: Sequence[str] | None = None,
     ) -> None:
-        """Show these tokens; the same tokens again (another seed, another head count) leave the
-        table as it is: no reset, no relayout, the scroll position kept."""
+        """Show these tokens (``raw``: the tokenizer's own spelling of each, for the tooltips); the
+        same tokens again (another seed, another head count) leave the table as it is: no reset,
+        no relayout, the scroll position kept."""
         new_tokens, new_ids = list(tokens), [int(i) for i in ids]
         new_unknown = list(unknown) if unknown is not None else [i == 1 for i in new_ids]
-        if (new_tokens, new_ids, new_unknown) == (self._tokens, self._ids, self._unknown):
+        new_raw = None if raw is None else list(raw)
+        if (new_tokens, new_ids, new_unknown, new_raw) == (self._tokens, self._ids, self._unknown, self._raw):
             return
         self.beginResetModel()
-        self._tokens, self._ids, self._unknown = new_tokens, new_ids, new_unknown
+        self._tokens, self._ids, self._unknown, self._raw = new_tokens, new_ids, new_unknown, new_raw
         self.endResetModel()
 
     def rowCount(self, parent=QModelIndex()):
@@ -109,6 +116,8 @@ class TokenTableModel(QAbstractTableModel):
                 return "padding: added to reach the padded length; the padding mask hides it as a key"
             if kind == "unk":
                 return "outside the vocabulary: embedded as [UNK]"
+            if col == 1 and self._raw is not None and self._raw[row] != self._tokens[row]:
+                return f"the tokenizer's token: {self._raw[row]}"
         return None
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
@@ -268,9 +277,9 @@ class TokensPanel(QWidget):
     def show_result(self, shown: Shown) -> None:
         """List the tokens of the result on screen (query side, and the key side for cross-attention)."""
         q, k = shown.queries, shown.keys
-        self.queryModel.set_tokens(q.tokens, q.ids, q.unknown)
+        self.queryModel.set_tokens(q.tokens, q.ids, q.unknown, q.raw)
         if k is not None:
-            self.keyModel.set_tokens(k.tokens, k.ids, k.unknown)
+            self.keyModel.set_tokens(k.tokens, k.ids, k.unknown, k.raw)
         self.keyTable.setVisible(k is not None)
         self.keyTableLabel.setVisible(k is not None)
         pads = sum(1 for t in q.tokens if t == PAD)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, cast
 
 from PySide6.QtCore import QObject, Signal
@@ -32,6 +31,7 @@ from ..results import Shown
 from ..state import AppState, ModeId
 from ..status import StatusModel
 from ..views.generate import GenerateView, GenerationSettings, PreparedRow, prepare_row, probability_text
+from .interp import model_family, model_name
 
 GENERATE_TAB = "generate"
 COMPARE_TAB = "compare"
@@ -88,6 +88,17 @@ class _Pins(Protocol):
     """The Compare tab's view, as far as this tab uses it."""
 
     def pin(self) -> None: ...
+
+
+def generation_off(mode: ModeId) -> str | None:
+    """Why the Generate tab does not apply to this model (an encoder-only model) and what makes it
+    apply, or None; the window shows this sentence in place of the tab's form."""
+    if model_family(mode) != "encoder":
+        return None
+    return (
+        f"{model_name(mode)} is an encoder-only model: it does not generate text. Open a decoder "
+        "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) with File > Open model folder…"
+    )
 
 
 class GenerationTab(QObject):
@@ -149,13 +160,7 @@ class GenerationTab(QObject):
         if family is None:
             self.view.set_available(False, "the generation stepper needs a pretrained decoder or encoder-decoder")
         elif family == "encoder":
-            name = "all-MiniLM-L6-v2" if self.state.mode.path is None else Path(self.state.mode.path).name
-            self.view.set_available(
-                False,
-                f"{name} is an encoder: it does not generate text. Open a decoder "
-                "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) "
-                "with File > Open model folder…",
-            )
+            self.view.set_available(False, generation_off(self.state.mode) or "")
         elif (no_head := self._no_head()) is not None:
             self.view.set_available(False, no_head)
         else:
@@ -252,14 +257,16 @@ class GenerationTab(QObject):
             )
             self._submit()
         else:
+            count = len(generator.steps)
             self._finish(
-                f"{len(generator.steps)} tokens generated · last {step.token!r} p={probability_text(step.probability)}"
+                f"{count} token{'s' if count != 1 else ''} generated · last {step.token!r} "
+                f"p={probability_text(step.probability)}"
             )
 
     def _finish(self, message: str) -> None:
         self._running, self._remaining = False, 0
         self.view.set_busy(False, message)
-        self.status.say(f"generation: {message}")
+        self.status.say(f"generation: {message}", tab=GENERATE_TAB)
 
     def _failed(self, message: str) -> None:
         if NO_LM_HEAD in message:  # found at load: the tab says why it is off, nothing failed
@@ -268,7 +275,7 @@ class GenerationTab(QObject):
             self.view.set_available(False, message)
             return
         self._finish(f"generation failed: {message}")
-        self.status.fail(f"generation failed: {message}")
+        self.status.fail(f"generation failed: {message}", tab=GENERATE_TAB)
 
     @staticmethod
     def _prompt_tokens(generator: Generator) -> list[str]:

@@ -23,6 +23,7 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.interp.anatomy import check_lm
 from attndesk.core.interp.inputs import token_id
 from attndesk.core.pretrained import LoadedModel, load_pretrained, loaded_model, packaged_model_dir, read_spec
+from attndesk.core.pretrained.token_text import id_texts
 
 from ..jobs.compute import ComputeController
 from ..state import AppState, ModeId
@@ -58,7 +59,7 @@ def token_checker(model: LoadedModel, what: str) -> Checker:
             tid = token_id(model, parse_token(text), what)
         except ConfigError as exc:
             return False, str(exc)
-        return True, f"{model.tokenizer.convert_ids_to_tokens([tid])[0]!r} (id {tid})"
+        return True, f"{id_texts(model.tokenizer, [tid])[0]} (id {tid})"
 
     return check
 

@@ -54,7 +54,7 @@ from attndesk.core.pretrained import (
     read_spec,
     run_pretrained,
 )
-from attndesk.core.types import AttentionMap
+from attndesk.core.types import AttentionMap, head_name
 from attndesk.render.export import ExportError
 
 from ..jobs.background import Background
@@ -104,11 +104,13 @@ def _part_rows(run: PretrainedResult, part: str, hidden: bool) -> tuple[TokenRow
     tokens = run.tokens if part == "self" else (run.target_tokens or [])
     flags = run.special if part == "self" else run.target_special
     keep = np.flatnonzero(~np.asarray(flags, bool)) if hidden and flags is not None else np.arange(len(tokens))
-    queries = TokenRows([tokens[i] for i in keep], np.asarray(ids)[keep], None)
+    raw = run.raw_tokens if part == "self" else None
+    queries = TokenRows([tokens[i] for i in keep], np.asarray(ids)[keep], None, raw and [raw[i] for i in keep])
     if part != "cross":
         return queries, None, keep
     k_keep = run.visible_indices(hidden)
-    return queries, TokenRows([run.tokens[i] for i in k_keep], run.token_ids[k_keep], None), keep
+    k_raw = run.raw_tokens and [run.raw_tokens[i] for i in k_keep]
+    return queries, TokenRows([run.tokens[i] for i in k_keep], run.token_ids[k_keep], None, k_raw), keep
 
 
 def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_special: bool, part: str = "self") -> Shown:
@@ -483,7 +485,7 @@ class PretrainedMode(QObject, ModeBase):
             return
         text = describe_run(run)
         if run.ablate:
-            text += " · ablated " + ", ".join(f"L{l}H{h}" for l, h in run.ablate)
+            text += " · ablated " + ", ".join(head_name(l, h) for l, h in run.ablate)
         self.gridSummary.setText(text)  # the grid's own caption covers hidden tokens over all layers
         state = self._ui.state
         if tuple(state.pretrained.ablate) != tuple(run.ablate):

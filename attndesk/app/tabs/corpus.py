@@ -44,12 +44,14 @@ TOY_NOTE = f"toy mode: the corpus pass uses the packaged {PACKAGED_NAME} (the to
 
 @dataclass(frozen=True)
 class PassOutcome:
-    """What a pass job hands back: the store's folder, or how far a cancelled pass got."""
+    """What a pass job hands back: the store's folder, or how far a cancelled pass got (``shards``:
+    the finished shards it kept)."""
 
     out: Path
     cancelled: bool
     done: int = 0
     total: int = 0
+    shards: int = 0
 
 
 class _EitherFlag:
@@ -79,7 +81,8 @@ def run_pass(
             data, out, model=model, max_tokens=max_tokens, progress=report, cancel=_EitherFlag(cancel, should_cancel)
         ).close()
     except Cancelled:
-        return PassOutcome(Path(out), True, *seen)
+        kept = len(corpus.finished_shards(Path(out)))
+        return PassOutcome(Path(out), True, seen[0], seen[1], kept)
     return PassOutcome(Path(out), False, *seen)
 
 
@@ -251,11 +254,13 @@ class CorpusTab(TabPresenter):
     def _pass_done(self, outcome: PassOutcome) -> None:
         self._cancel = None
         if outcome.cancelled:
-            self.view.set_running(False, resumable=True)
+            self.view.set_running(False, resumable=outcome.shards > 0)
+            where = f"cancelled at {outcome.done:,} of {outcome.total:,} texts"
             self.view.show_progress(
                 outcome.done / max(outcome.total, 1),
-                f"cancelled at {outcome.done:,} of "
-                f"{outcome.total:,} texts: Resume goes on from the last finished shard",
+                f"{where}: Resume goes on from the last finished shard"
+                if outcome.shards
+                else f"{where}, before the first shard finished: Start runs the pass from the beginning",
             )
             return
         self.view.set_running(False)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QWidget
 
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
-from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab
+from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
 from ..pretrained.interp import family_reason
 from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from ..pretrained.mode import GRID_TAB
@@ -194,6 +194,7 @@ TABS: tuple[TabSpec, ...] = (
         GenerateView,
         _generation,
         modes=frozenset({PRETRAINED}),
+        unavailable=lambda state: generation_off(state.mode),
     ),
     TabSpec(
         PATCHING_TAB,

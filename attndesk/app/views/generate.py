@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.pretrained import GenerationStep
+from attndesk.core.types import head_name
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from .plot_axes import without_si_prefix
@@ -68,9 +69,9 @@ def row_matrix(step: GenerationStep, layer: int = ALL_LAYERS, part: str = "self"
         raise ValueError("this step has no cross-attention (a decoder-only model)")
     layers, heads = rows.shape[:2]
     if layer == ALL_LAYERS:
-        labels = [f"L{n} H{h}" for n in range(layers) for h in range(heads)]
+        labels = [head_name(n, h) for n in range(layers) for h in range(heads)]
         return rearrange(rows, "n h k -> (n h) k"), labels
-    return rows[int(layer)], [f"head {h}" for h in range(heads)]
+    return rows[int(layer)], [head_name(int(layer), h) for h in range(heads)]
 
 
 def bars_of(step: GenerationStep) -> tuple[list[str], np.ndarray, int]:

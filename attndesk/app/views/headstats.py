@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
+from attndesk.core.types import head_name
 from attndesk.render.export import ExportError, atomic_write
 
 from .plot_axes import without_si_prefix
@@ -231,11 +232,7 @@ class HeadStatsView(QWidget):
         brushes = [pg.mkBrush(c) for c in colours]
         plain = self.points.opts["brush"]
         labelled = len(self._stats) <= 16  # beyond that the names would pile up; hover/click instead
-        names = (
-            [(f"h{s.head}" if s.layer is None else f"L{s.layer}h{s.head}", s.mean_distance, s.entropy) for s in stats]
-            if labelled
-            else []
-        )
+        names = [(head_name(s.layer, s.head), s.mean_distance, s.entropy) for s in stats] if labelled else []
         self._place_labels(names)
         keys = np.empty(len(stats), dtype=object)  # one (layer, head) per point (a list would become 2-D)
         for i, s in enumerate(stats):

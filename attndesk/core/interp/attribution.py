@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.backend import Capture, capturing
 from ..pretrained.loader import LoadedModel
+from ..pretrained.token_text import id_texts
 from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
 from .inputs import (
     Cancel,
@@ -96,7 +97,7 @@ def gradient_x_input_report(model: LoadedModel, text: str, target: str | int) ->
 
 
 def _name(model: LoadedModel, token: int) -> str:
-    return str(model.tokenizer.convert_ids_to_tokens([token])[0])
+    return id_texts(model.tokenizer, [token])[0]
 
 
 def _baseline(model: LoadedModel, embeds: torch.Tensor, baseline) -> tuple[torch.Tensor, str, list[str]]:

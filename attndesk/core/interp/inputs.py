@@ -22,6 +22,7 @@ from ..config import default_memory_budget
 from ..errors import Cancelled, ConfigError
 from ..pretrained.loader import LoadedModel
 from ..pretrained.run import encode, forward_parameters
+from ..pretrained.token_text import id_texts
 from .anatomy import check_lm, vocabulary
 
 Progress = Callable[[float, str], None]
@@ -63,9 +64,7 @@ def prompt(model: LoadedModel, text: str, target: str | None = None) -> Prompt:
     dec = [0 if start is None else int(start)]
     if target is not None:
         dec += [int(i) for i in model.tokenizer(target, add_special_tokens=False)["input_ids"]]
-    return Prompt(
-        ids, source.tokens, torch.tensor([dec], device=model.device), tuple(model.tokenizer.convert_ids_to_tokens(dec))
-    )
+    return Prompt(ids, source.tokens, torch.tensor([dec], device=model.device), tuple(id_texts(model.tokenizer, dec)))
 
 
 def prompt_pair(model: LoadedModel, clean: str, corrupt: str, target: str | None = None) -> tuple[Prompt, Prompt]:
@@ -90,7 +89,7 @@ def token_id(model: LoadedModel, token: str | int, what: str = "answer") -> int:
         return int(token)
     ids = [int(i) for i in model.tokenizer(token, add_special_tokens=False)["input_ids"]]
     if len(ids) != 1:
-        pieces = model.tokenizer.convert_ids_to_tokens(ids)
+        pieces = id_texts(model.tokenizer, ids)
         raise ConfigError(
             f"the {what} {token!r} is {len(ids)} tokens ({', '.join(map(repr, pieces))}): "
             "the metric needs a single token"

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..pretrained.loader import LoadedModel
+from ..pretrained.token_text import id_texts
 from .anatomy import LayerParts, check_lm, layer_parts
 from .inputs import Prompt, hooks, last_logits, prompt, token_id
 
@@ -148,8 +149,7 @@ def logit_lens(
                 answer_prob.append(logp[:, answer_id].exp().cpu().numpy())
                 rank.append((logp > logp[:, answer_id : answer_id + 1]).sum(-1).cpu().numpy())
     top_ids = np.stack(ids)
-    convert = model.tokenizer.convert_ids_to_tokens
-    names = [[list(convert(row.tolist())) for row in level] for level in top_ids]
+    names = [[id_texts(model.tokenizer, row.tolist()) for row in level] for level in top_ids]
     tokens = list(p.decoder_tokens) if p.decoder_ids is not None else list(p.tokens)
     labels = [f"layer {n} in" for n in range(len(layers))] + ["output"]
     return LogitLens(
@@ -158,7 +158,7 @@ def logit_lens(
         top_ids,
         np.stack(probs),
         names,
-        None if answer_id is None else str(convert([answer_id])[0]),
+        None if answer_id is None else _token(model, answer_id),
         None if answer_id is None else np.stack(answer_prob),
         None if answer_id is None else np.stack(rank),
     )
@@ -291,7 +291,7 @@ def direct_logit_attribution(
 
 
 def _token(model: LoadedModel, token: int) -> str:
-    return str(model.tokenizer.convert_ids_to_tokens([token])[0])
+    return id_texts(model.tokenizer, [token])[0]
 
 
 __all__ = [

@@ -34,6 +34,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
+from ..pretrained.token_text import id_texts
 from ..threads import AdaptiveThreads, torch_threads
 from .anatomy import LayerParts, hidden_size, intermediate_size, layer_parts, vocabulary
 from .inputs import (
@@ -410,7 +411,7 @@ def gap_warning(metric: str, m_clean: float, m_corrupt: float, scale: float) -> 
 
 
 def _label(model: LoadedModel, token: int) -> str:
-    return str(model.tokenizer.convert_ids_to_tokens([token])[0])
+    return id_texts(model.tokenizer, [token])[0]
 
 
 def patch_heads(

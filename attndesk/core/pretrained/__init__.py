@@ -16,6 +16,7 @@ from .hub_cache import CachedModel, hub_cache_dir, list_cached_models
 from .loader import LoadedModel, clear_cache, is_loaded, load_pretrained, loaded_model
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 from .run import encode, pretrained_job, run_pretrained, sentence_embeddings
+from .token_text import id_texts, token_text, token_texts
 
 __all__ = [
     "PACKAGED_NAME",
@@ -31,6 +32,7 @@ __all__ = [
     "cosine",
     "encode",
     "hub_cache_dir",
+    "id_texts",
     "is_loaded",
     "kl_divergence",
     "list_cached_models",
@@ -42,4 +44,6 @@ __all__ = [
     "run_pretrained",
     "sentence_embeddings",
     "supported_names",
+    "token_text",
+    "token_texts",
 ]

@@ -24,6 +24,7 @@ from .backend import Capture, ForwardClock, capturing
 from .loader import LoadedModel
 from .result import NextToken
 from .run import ablation_heads, ablation_items, encode, forward_parameters, next_token
+from .token_text import id_texts
 
 SAMPLING = ("greedy", "sample")
 
@@ -115,7 +116,7 @@ class Generator:
     @property
     def tokens(self) -> list[str]:
         """The (decoder) sequence so far: prompt and generated tokens."""
-        return list(self.model.tokenizer.convert_ids_to_tokens(self.ids))
+        return id_texts(self.model.tokenizer, self.ids)
 
     @property
     def text(self) -> str:
@@ -209,7 +210,7 @@ class Generator:
         step = GenerationStep(
             index=len(self.steps),
             token_id=choice,
-            token=self.model.tokenizer.convert_ids_to_tokens([choice])[0],
+            token=id_texts(self.model.tokenizer, [choice])[0],
             probability=probability,
             distribution=distribution,
             query_position=position,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..timing import TimedRun
-from ..types import AttentionMap, Intermediates
+from ..types import AttentionMap, Intermediates, head_name
 
 PART_TITLES = {"self": "", "decoder": "decoder self-attention", "cross": "cross-attention"}
 
@@ -99,6 +99,7 @@ class PretrainedResult(TimedRun):
     intermediates: dict[str, Intermediates] = field(default_factory=dict)  # part -> the requested layer's stages
     intermediates_layer: int | None = None
     hidden_size: int | None = None
+    raw_tokens: list[str] | None = None  # the tokenizer's own tokens; ``tokens`` is what a person reads
 
     # -- shape conveniences -----------------------------------------------------------------
     @property
@@ -251,7 +252,7 @@ class PretrainedResult(TimedRun):
             hidden_mass=hidden_mass,
             legend=legend,
             notices=notices,
-            head_labels=[f"L{layer} head {h}" for h in range(weights.shape[0])],
+            head_labels=[head_name(layer, h) for h in range(weights.shape[0])],
         )
 
     @staticmethod
@@ -279,7 +280,7 @@ class PretrainedResult(TimedRun):
             parts.append(f"width {self.width}")
         parts.append(self._mask_words(layer, part))
         parts.append("scaled" if self.scaled else "unscaled")
-        ablated = [f"L{l}H{h}" for (l, h) in self.ablate if layer is None or l == layer]
+        ablated = [head_name(l, h) for (l, h) in self.ablate if layer is None or l == layer]
         if ablated:
             parts.append("ablated " + ",".join(ablated))
         if self.cosine_to_normal is not None:

@@ -21,6 +21,7 @@ from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained, token_embeddings
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
+from .token_text import id_texts, token_texts
 
 Progress = Callable[[float, str], None]
 TOP_K = 5
@@ -33,6 +34,7 @@ class Encoded:
     special: list[bool]
     type_ids: list[int] | None
     total: int  # tokens before truncation
+    raw: list[str] | None = None  # the tokenizer's own tokens (``tokens`` is what a person reads)
 
     @property
     def dropped(self) -> int:
@@ -70,14 +72,15 @@ def encode(model: LoadedModel, text: str, *, target: bool = False) -> Encoded:
             f"the tokenizer produced id {bad[0]}, outside the model's vocabulary of {vocab}: "
             "the tokenizer files do not belong to this model"
         )
-    return Encoded(ids, list(tok.convert_ids_to_tokens(ids)), special, types, total)
+    raw = list(tok.convert_ids_to_tokens(ids))
+    return Encoded(ids, token_texts(tok, raw), special, types, total, raw)
 
 
 def _start_target(model: LoadedModel) -> Encoded:
     """The decoder's start token alone: what an encoder-decoder decodes from without a target."""
     start = getattr(model.model.config, "decoder_start_token_id", None)
     start = 0 if start is None else int(start)
-    return Encoded([start], list(model.tokenizer.convert_ids_to_tokens([start])), [True], None, 1)
+    return Encoded([start], id_texts(model.tokenizer, [start]), [True], None, 1)
 
 
 def _target(model: LoadedModel, target: str | None) -> Encoded | None:
@@ -180,7 +183,7 @@ def next_token(model: LoadedModel, logits: torch.Tensor, k: int = TOP_K) -> Next
     ids = top.indices.cpu().numpy().astype(np.int64)
     return NextToken(
         ids=ids,
-        tokens=list(model.tokenizer.convert_ids_to_tokens(ids.tolist())),
+        tokens=id_texts(model.tokenizer, ids.tolist()),
         probs=top.values.exp().cpu().numpy().astype(np.float32),
         logprobs=logprobs.cpu().numpy(),
     )
@@ -341,6 +344,7 @@ def _result(
     return PretrainedResult(
         model_name=model.name,
         tokens=source.tokens,
+        raw_tokens=source.raw,
         token_ids=np.asarray(source.ids, dtype=np.int64),
         special=np.asarray(source.special, dtype=np.bool_),
         weights=capture.weights["self"],

@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt
 from attndesk.app import MainWindow
 from attndesk.app.pretrained.ablation import ablation_effect
 from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
+from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.views.generate import ALL_LAYERS
 from attndesk.core.errors import NO_LM_HEAD
 from attndesk.core.pretrained import Generator, clear_cache, encode, load_pretrained, run_pretrained
@@ -70,7 +71,7 @@ def generate(qtbot, w, count: int) -> list:
 
 def test_greedy_steps_are_transformers_greedy_generate(qtbot, generate_window, model, folder):
     w = generate_window
-    assert w.viewTabs.currentWidget() is w.tab_widget(GENERATE_TAB)
+    assert w.viewTabs.currentWidget() is w.tab_page(GENERATE_TAB)
     steps = generate(qtbot, w, 6)
     ids = encode(model, TEXT).ids
     reference = eager(folder)
@@ -185,8 +186,23 @@ def test_the_tab_explains_itself_outside_a_decoder(qtbot, generate_window):
     view = stepper(w).view
     assert view.stepButton.isEnabled()
     w.state.mode = w.toy.choices()[0].id
-    qtbot.waitUntil(lambda: not w.viewTabs.isTabVisible(w.viewTabs.indexOf(view)), timeout=5000)
+    page = w.tab_page(GENERATE_TAB)
+    qtbot.waitUntil(lambda: not w.viewTabs.isTabVisible(w.viewTabs.indexOf(page)), timeout=5000)
     assert not view.stepButton.isEnabled() and "pretrained" in view.message.text()
+
+
+def test_an_encoder_gets_the_sentence_and_the_action_not_a_greyed_form(qtbot, tmp_path):
+    w = open_generate_tab(qtbot, build("bert", tmp_path / "bert"))
+    try:
+        page = w.tab_page(GENERATE_TAB)  # the window shows the reason instead of the form, as Patching does
+        assert w.viewTabs.currentWidget() is page and page.currentIndex() == 1
+        assert (
+            "encoder-only" in page.currentWidget().text() and "File > Open model folder" in page.currentWidget().text()
+        )
+        view = stepper(w).view
+        assert not view.isVisible() and not view.stepButton.isEnabled()
+    finally:
+        dispose(w)
 
 
 def test_a_checkpoint_without_its_lm_head_says_why_generation_and_kl_are_off(qtbot, tmp_path):
@@ -298,3 +314,18 @@ def test_an_encoder_decoder_steps_with_its_cross_attention(qtbot, tmp_path):
         assert w.state.target_text == generated and w.state.text == TEXT and w.state.view.tab == "compare"
     finally:
         dispose(w)
+
+
+def test_one_generated_token_is_one_token(qtbot, generate_window):
+    generate(qtbot, generate_window, 1)
+    message = stepper(generate_window).view.message.text()
+    assert message.startswith("1 token generated · last "), message
+
+
+def test_generations_status_line_leaves_with_its_tab(qtbot, generate_window):
+    w = generate_window
+    generate(qtbot, w, 1)
+    assert w.statusLabel.text().startswith("generation: 1 token generated")
+    w.state.view.tab = HEATMAPS_TAB
+    qtbot.waitUntil(lambda: w.viewTabs.currentWidget() is w.heatmapPanel, timeout=TIMEOUT_MS)
+    assert "generation" not in w.statusLabel.text()

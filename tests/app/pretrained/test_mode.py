@@ -102,7 +102,7 @@ def test_layer_change_reslices_without_a_job(pretrained_window, reference, qtbot
     np.testing.assert_allclose(result.map.weights, reference.weights[4], atol=1e-6)
     qtbot.waitUntil(lambda: not w.heatmapPanel.is_building(), timeout=TIMEOUT_MS)
     np.testing.assert_allclose(shown(w), reference.weights[4], atol=1e-6)
-    assert w.heatmapPanel.source().head_title(3) == "L4 head 3"
+    assert w.heatmapPanel.source().head_title(3) == "L4 H3"
     qtbot.wait(300)  # longer than the debounce: a recompute would have started by now
     assert started == [] and w.compute.current_ids()[0] == run_id and not w.compute.runner.is_busy()
     assert len(w.timingPanel.history_milliseconds()) == history  # a re-slice is not a new run

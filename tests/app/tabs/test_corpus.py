@@ -68,7 +68,7 @@ def run_pass(qtbot, window, data, out, tokens=16):
 
 def wait_head(qtbot, tab, view, layer, head):
     qtbot.waitUntil(
-        lambda: view.headLabel.text().startswith(f"<b>self layer {layer} head {head}</b>") and not window_busy(tab),
+        lambda: view.headLabel.text().startswith(f"<b>self L{layer} H{head}</b>") and not window_busy(tab),
         timeout=TIMEOUT_MS,
     )
 
@@ -140,10 +140,12 @@ def test_cancel_stops_the_job_and_start_resumes_the_store(qtbot, window, tmp_pat
     assert tab.is_running() and view.cancelButton.isEnabled()
     qtbot.mouseClick(view.cancelButton, Qt.MouseButton.LeftButton)  # before its first batch
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
-    assert view.startButton.text() == "Resume" and "cancelled" in view.progressLabel.text()
+    # no shard finished: nothing to resume from, and the line does not promise it
+    assert view.startButton.text() == "Start" and "before the first shard finished" in view.progressLabel.text()
+    assert "Resume" not in view.progressLabel.text()
     assert tab.store is None and (tmp_path / "store" / "manifest.json").exists()
     assert not tab.compute.side.is_busy("corpus")  # the job ended (its channel's thread is joined with the window)
-    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)  # Resume
+    qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
     assert view.startButton.text() == "Start" and view.errorLabel.text() == ""
@@ -244,3 +246,30 @@ def test_an_empty_store_box_uses_the_apps_own_folder_made_on_first_use(qtbot, wi
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
     assert view.errorLabel.text() == "" and view.storeEdit.text().startswith(str(appdata / "corpus"))
     assert (appdata / "corpus").is_dir() and tab.store.path.parent == appdata / "corpus"
+
+
+def test_the_plots_axes_read_plain_counts_and_the_atlas_is_whole(qtbot, window, tmp_path):
+    view = window.tab_widget(CORPUS_TAB)
+    plots = (view.grid, view.histogram, view.atlas)
+
+    def labels() -> list[str]:
+        return [plot.getPlotItem().getAxis(side).labelString() for plot in plots for side in ("left", "bottom")]
+
+    assert not [text for text in labels() if "(x" in text]  # the empty plots: no SI prefix on a count
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path), tmp_path / "store")
+    wait_head(qtbot, tab, view, 0, 0)
+    assert not [text for text in labels() if "(x" in text]
+    atlas = view.atlas
+    bottom = atlas.mapTo(view, atlas.rect().bottomLeft()).y()
+    assert atlas.isVisible() and bottom <= view.height(), f"the atlas ends at {bottom}, the tab at {view.height()}"
+
+
+def test_a_text_the_corpus_repeats_is_listed_once_with_its_count(qtbot, window, tmp_path):
+    tab, view = run_pass(qtbot, window, corpus_file(tmp_path, [*TEXTS, TEXTS[0]]), tmp_path / "store")
+    wait_head(qtbot, tab, view, 0, 0)
+    lines = []
+    for widget in (view.topList, view.bottomList):
+        shown = [widget.item(i).text() for i in range(widget.count())]
+        lines += [text for text in shown if TEXTS[0] in text]
+        assert len(set(shown)) == len(shown), shown
+    assert any(text.endswith("  x2") for text in lines), lines  # both copies are in one list: said once

@@ -93,7 +93,7 @@ def window(qtbot, bert):
 
 def shown(view, part: str, layer: int, head: int, metric: str):
     return lambda: (
-        view.headLabel.text().startswith(f"<b>{part} layer {layer} head {head}</b>")
+        view.headLabel.text().startswith(f"<b>{part} L{layer} H{head}</b>")
         and (f"· {metric} " in view.headLabel.text())
     )
 
@@ -110,7 +110,7 @@ def test_long_texts_heads_and_metrics_stay_light(qtbot, window, tmp_path):
     assert view.grid.badges.texts().shape == (6, 12)
     scene = view.grid.getViewBox().mapViewToScene(QPointF(11.5, 5.5))
     QTest.mouseMove(view.grid.viewport(), view.grid.mapFromScene(scene))  # the hover names the cell's role
-    qtbot.waitUntil(lambda: view.grid.badges.toolTip() == f"layer 5 head 11: {view.pivot('role')[5, 11]}")
+    qtbot.waitUntil(lambda: view.grid.badges.toolTip() == f"L5 H11: {view.pivot('role')[5, 11]}")
 
     def select(layer: int, head: int, metric: str):
         def action():

@@ -176,7 +176,9 @@ def test_a_shape_the_task_cannot_use_is_explained_next_to_its_control(qtbot, tab
     assert view.problems["seq_len"].isVisible() and "even seq_len" in view.problems["seq_len"].text()
     assert not tab.start() and not tab.side.is_busy("train") and tab.phase == "idle"
     view.set_settings({"heads": 3})  # 3 heads do not divide 16
-    assert view.problems["heads"].isVisible() and "divide" in view.problems["heads"].text()
+    assert (
+        view.problems["heads"].isVisible() and "do not divide the width (embed_dim) 16" in view.problems["heads"].text()
+    )
     view.set_settings({"heads": 2, "seq_len": 18})
     assert view.problem() == ""
 

@@ -41,7 +41,7 @@ def test_open_in_views_shows_the_trained_model_in_the_heatmaps_and_compare_befor
     expected = stacked_attention(run)
     np.testing.assert_allclose(np.stack(window.heatmapPanel.displayed_arrays()), expected, atol=1e-6)
     np.testing.assert_allclose(shown.map.weights, expected, rtol=0, atol=1e-6)
-    assert shown.map.head_labels == ["L0 h0", "L0 h1"]
+    assert shown.map.head_labels == ["L0 H0", "L0 H1"]
     assert "my-run" in window.status.message and "Random" in window.status.message
     # compare: A = the same model at its random initial weights, B = trained, same probe input
     compare = window.tab_presenter("compare")

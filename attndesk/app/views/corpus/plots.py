@@ -14,6 +14,10 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 
+from attndesk.core.types import head_name
+
+from ..plot_axes import without_si_prefix
+
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
 LABEL_PX = 340  # the hover label's width: a long text wraps
 BADGE_MIN_PX = 9  # a cell narrower than this on screen shows no badge (the letter would not fit)
@@ -116,7 +120,7 @@ class RoleBadges(QGraphicsObject):
         layer, head = int(np.floor(pos.y())), int(np.floor(pos.x()))
         rows, cols = self._roles.shape
         inside = 0 <= layer < rows and 0 <= head < cols
-        self.setToolTip(f"layer {layer} head {head}: {self._roles[layer, head]}" if inside else "")
+        self.setToolTip(f"{head_name(layer, head)}: {self._roles[layer, head]}" if inside else "")
 
 
 class HeadGrid(pg.PlotWidget):
@@ -128,6 +132,7 @@ class HeadGrid(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent, background="w")
         self.setObjectName("corpusGrid")
+        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setLookupTable(_colormap_lut())
         self.addItem(self.image)
@@ -183,6 +188,7 @@ class MetricHistogram(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent, background="w")
         self.setObjectName("corpusHistogram")
+        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
         self.setLabel("left", "heads")
         self.hideButtons()
         self.getViewBox().setMouseEnabled(False, False)
@@ -222,6 +228,7 @@ class AtlasPlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent, background="w")
         self.setObjectName("corpusAtlas")
+        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
         self.queries = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(QUERY_COLOUR), name="queries")
         self.keys = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(KEY_COLOUR), name="keys")
         for item in (self.queries, self.keys):

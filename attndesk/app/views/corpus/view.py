@@ -10,6 +10,7 @@ It holds no store: the presenter (``tabs/corpus.py``) hands it DataFrames and ar
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.core.types import head_name
 from attndesk.corpus.metrics import METRICS
 
 if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
@@ -387,10 +389,18 @@ class CorpusView(QWidget):
         value = float(row[metric].iloc[0]) if len(row) else float("nan")
         self.histogram.mark(value)
         role = row["role"].iloc[0] if len(row) else "?"
-        self.headLabel.setText(f"<b>{detail['part']} layer {layer} head {head}</b> · {role} · {metric} {value:.3f}")
+        self.headLabel.setText(f"<b>{detail['part']} {head_name(layer, head)}</b> · {role} · {metric} {value:.3f}")
         for widget, frame in ((self.topList, detail["top"]), (self.bottomList, detail["bottom"])):
-            for record in frame.to_dict("records"):
-                item = QListWidgetItem(f"{record[metric]:.3f}  {elide(record['text'], LIST_CHARS)}")
+            records = frame.to_dict("records")
+            repeats = Counter(record["text"] for record in records)
+            listed: set[str] = set()
+            for record in records:
+                if record["text"] in listed:
+                    continue  # a text the corpus repeats is listed once, with its count
+                listed.add(record["text"])
+                count = repeats[record["text"]]
+                times = f"  x{count}" if count > 1 else ""
+                item = QListWidgetItem(f"{record[metric]:.3f}  {elide(record['text'], LIST_CHARS)}{times}")
                 item.setData(TEXT_ID, int(record["text_id"]))
                 item.setToolTip(elide(record["text"], TIP_CHARS))
                 widget.addItem(item)

@@ -19,16 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
+
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.backend import Capture, capturing
 from ..pretrained.loader import LoadedModel
 from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
 from .inputs import (
-    Cancel,
-    Progress,
     Prompt,
-    check_cancel,
     chunks,
     last_logits,
     prompt,
@@ -152,11 +151,13 @@ def integrated_gradients_report(
     *,
     baseline="pad",
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> InputAttribution:
     """Integrated gradients with ``steps`` Gauss-Legendre nodes (see the module docstring);
     ``baseline``: "pad" (default), "zero" (warns) or an embedding array [E] / [L, E]."""
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
         raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
     p, target_id, embeds = _setup(model, text, target, "integrated gradients")
@@ -173,12 +174,11 @@ def integrated_gradients_report(
     step_weights = torch.tensor(0.5 * weights, dtype=torch.float32, device=embeds.device)
     total = torch.zeros_like(embeds[0])
     for span in chunks(steps, max(1, budget // one)):
-        check_cancel(cancel)
+        ctx.check()
         a = alphas[span.start : span.stop].view(-1, 1, 1)
         _, grad = _gradient(model, p, base + a * (embeds - base), target_id)
         total += (grad * step_weights[span.start : span.stop].view(-1, 1, 1)).sum(0)
-        if progress is not None:
-            progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
+        ctx.progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
     scores = ((embeds - base)[0] * total).sum(-1).double().cpu().numpy()
     with model._lock, torch.no_grad():
         ends = _target_logits(model, p, torch.cat([embeds, base]), target_id).double().cpu().numpy()

@@ -52,6 +52,8 @@ class JobContext:
     ) -> None:
         self._progress, self._report, self._parent = progress, report, parent
         self._flag = threading.Event()
+        self._wakers: list[Callable[[], None]] = []
+        self._wakers_lock = threading.Lock()
         self._asks = [f.is_set for f in (cancel,) if f is not None] + [a for a in (should_cancel,) if a is not None]
         self.last: Progress | None = None  # the latest progress reported
 
@@ -62,8 +64,31 @@ class JobContext:
         return self._parent is not None and self._parent.cancelled
 
     def cancel(self) -> None:
-        """Ask the job to stop: its next ``check()`` raises ``Cancelled``."""
+        """Ask the job to stop: its next ``check()`` raises ``Cancelled``; ``on_cancel`` callbacks run
+        here, in the caller's thread."""
         self._flag.set()
+        with self._wakers_lock:
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
+
+    def on_cancel(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` when ``cancel()`` is called on this context or an ancestor (a thread
+        asleep on a condition wakes to look); returns the function that stops listening."""
+        chain: list[JobContext] = []
+        ctx: JobContext | None = self
+        while ctx is not None:
+            with ctx._wakers_lock:
+                ctx._wakers.append(wake)
+            chain.append(ctx)
+            ctx = ctx._parent
+
+        def stop_listening() -> None:
+            for each in chain:
+                with each._wakers_lock:
+                    each._wakers.remove(wake)
+
+        return stop_listening
 
     def check(self) -> None:
         """Raise ``Cancelled`` if the job was asked to stop."""

@@ -106,3 +106,16 @@ def test_run_attention_reports_and_stops_through_a_context():
     with pytest.raises(CoreCancelled):
         run_attention(config, text, ctx=job_context(ctx, progress=cancel_at_the_third_block))
     assert len(blocks_seen) == 3  # checked before each head of each block: stopped at the next check
+
+
+def test_on_cancel_wakes_a_listener_of_the_context_or_an_ancestor_until_it_stops_listening():
+    parent = JobContext()
+    child = JobContext(parent=parent)
+    woken = []
+    stop_listening = child.on_cancel(lambda: woken.append("woken"))
+    child.cancel()
+    parent.cancel()
+    assert woken == ["woken", "woken"]
+    stop_listening()
+    parent.cancel()
+    assert woken == ["woken", "woken"] and parent._wakers == [] and child._wakers == []

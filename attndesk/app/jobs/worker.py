@@ -73,7 +73,7 @@ class _Job:
     fn: Callable[..., Any]
     args: tuple
     kwargs: dict
-    cancel: threading.Event = field(default_factory=threading.Event)
+    ctx: JobContext = field(default_factory=JobContext)  # cancelled when superseded or dropped
 
 
 class _Worker(QObject):
@@ -111,19 +111,19 @@ class _Worker(QObject):
         def report(item: object) -> None:
             self._runner._queue_report(job.generation, item, self.reported)
 
-        ctx = JobContext(progress, report=report, cancel=job.cancel)
+        ctx = JobContext(progress, report=report, parent=job.ctx)
         extra = {"ctx": ctx} if "ctx" not in job.kwargs and _takes_context(job.fn) else {}
         turns = self._runner._turns
         try:
-            with turns.turn(job.cancel.is_set) if turns is not None else contextlib.nullcontext():
+            with turns.turn(job.ctx) if turns is not None else contextlib.nullcontext():
                 result = job.fn(*job.args, **job.kwargs, **extra)
         except Exception as exc:
-            if _is_cancelled(exc) or job.cancel.is_set():
+            if _is_cancelled(exc) or job.ctx.cancelled:
                 self.cancelled.emit(job.generation)
             else:
                 self.error.emit(job.generation, _describe(exc))
         else:
-            if job.cancel.is_set():
+            if job.ctx.cancelled:
                 self.cancelled.emit(job.generation)
             else:
                 self.done.emit(job.generation, result)
@@ -197,7 +197,7 @@ class JobRunner(QObject):
             self._latest = max(self._latest, generation)
             self._pending = _Job(generation, fn, args, kwargs)
             if self._running is not None and self._running.generation < generation:
-                self._running.cancel.set()  # its result would be dropped anyway
+                self._running.ctx.cancel()  # its result would be dropped anyway
         self._wake.emit()
 
     def cancel(self) -> None:
@@ -207,7 +207,7 @@ class JobRunner(QObject):
             self._pending = None
             running = self._running
             if running is not None:
-                running.cancel.set()
+                running.ctx.cancel()
             self._latest += 1  # whatever still arrives is stale now
         if dropped is not None:
             self.cancelled.emit(dropped.generation)

@@ -42,12 +42,12 @@ class Overlap:
 
 
 def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
-    turns, order, cancel = Turns(), [], threading.Event()
+    turns, order, ctx = Turns(), [], JobContext()
     with turns.turn():
 
         def wait_then_run():
             try:
-                with turns.turn(cancel.is_set):
+                with turns.turn(ctx):
                     order.append("ran")
             except Cancelled:
                 order.append("cancelled")
@@ -56,7 +56,7 @@ def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
         waiter.start()
         time.sleep(0.2)
         assert turns.busy() and turns.waiting() == 1 and order == []
-        cancel.set()
+        ctx.cancel()
         waiter.join(2)
     assert order == ["cancelled"] and turns.waiting() == 0 and not turns.busy()
     done = turns.wrap(lambda: 42)

@@ -445,7 +445,7 @@ def pretrained_job(
     """What the window's worker runs: load (cached; the first time reports 0..50 %), then run."""
     ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
     first = not is_loaded(path)
-    model = load_pretrained(path, ctx.scaled(0.0, 0.5, "loading model: ").progress if first else None)
+    model = load_pretrained(path, ctx=ctx.scaled(0.0, 0.5, "loading model: ") if first else ctx.quiet())
     ctx.check()
     return run_pretrained(
         model,

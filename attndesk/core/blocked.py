@@ -17,6 +17,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from attndesk.jobs import JobContext
+
 from .errors import ConfigError
 from .fastpath import SpecRule, WeightsSink, block_weights, fast_attention
 from .masks import MaskSpec
@@ -69,7 +71,7 @@ def blocked_attention(
     align: int = 1,
     timer=NULL_TIMER,
     progress: Callable[[int, int, int, int], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext | None = None,
 ) -> torch.Tensor:
     """Attention over query blocks: q [H, Lq, d], k [KV, Lk, d], v [KV, Lk, dv] -> context [H, Lq, dv].
 
@@ -78,8 +80,8 @@ def blocked_attention(
     lets it see, widened to multiples of ``align`` (the overview's tile side). ``scoring`` (or
     ``scale`` alone) acts as in ``attention.attend``; the window is ``mask``'s. ``timer`` accumulates "attention",
     "weighted sum" and the sink's "overview" over all blocks. ``progress(block, blocks, head,
-    heads)`` follows each head of each block; ``should_cancel`` is polled before each one and
-    raises ``Cancelled`` (within one block's time of the request).
+    heads)`` follows each head of each block; ``ctx.check()`` runs before each one and raises
+    ``Cancelled`` (within one block's time of the request).
     """
     if block_rows < 1:
         raise ConfigError(f"block_rows must be at least 1, got {block_rows}")
@@ -95,7 +97,7 @@ def blocked_attention(
         block_rows=min(block_rows, q.shape[1]),
         timer=timer,
         progress=progress,
-        should_cancel=should_cancel,
+        ctx=ctx,
     )
     return context[0]
 

@@ -1,5 +1,9 @@
 """Exceptions the core raises on purpose; everything else is a bug."""
 
+from __future__ import annotations
+
+from attndesk.jobs.context import Cancelled as Cancelled  # declared with the job model; raised by ``JobContext.check``
+
 
 class ConfigError(ValueError):
     """A value the user chose cannot work; the message says what to change. ``field`` names the
@@ -14,10 +18,6 @@ class ConfigError(ValueError):
 class ConfigTypeError(ConfigError, TypeError):
     """A value of the wrong type (text=None, scaled="no"): a ConfigError for callers that report
     settings, and a TypeError for callers that expect Python's usual exception for a wrong type."""
-
-
-class Cancelled(RuntimeError):
-    """A long computation was stopped by its caller (``should_cancel`` returned True)."""
 
 
 NO_LM_HEAD = "this checkpoint has no LM head"

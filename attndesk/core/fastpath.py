@@ -31,8 +31,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from attndesk.jobs import JobContext
+
 from .alibi import distances
-from .errors import Cancelled
 from .masks import BandMasks, MaskSpec
 from .scoring import Scoring, softmax_rows
 from .timing import NULL_TIMER
@@ -351,14 +352,14 @@ def fast_attention(
     sink: WeightsSink | None = None,
     timer=NULL_TIMER,
     progress: Callable[[int, int, int, int], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext | None = None,
 ) -> torch.Tensor:
     """Exact attention of q [N, H, Lq, d] over k [N, KV, Lk, d], v [N, KV, Lk, dv] (KV divides H:
     head h reads K/V head h // (H // KV)) -> context [N, H, Lq, dv].
 
     The weights go into ``weights`` [N, H, Lq, Lk] (zeros where no block reaches) or, block by
     block, to ``sink`` (N == 1; a reused buffer: sinks copy what they keep). ``progress(block, blocks, head, heads)`` follows each head of each block;
-    ``should_cancel`` is polled before each and raises ``Cancelled``.
+    ``ctx.check()`` runs before each (raises ``Cancelled``).
     """
     items, heads, lq, _ = q.shape
     groups, lk = heads // k.shape[1], k.shape[2]
@@ -383,8 +384,8 @@ def fast_attention(
                     weights[n, :, blk.q0 : blk.q1].zero_()
                 continue
             for h in range(heads):
-                if should_cancel is not None and should_cancel():
-                    raise Cancelled("cancelled")
+                if ctx is not None:
+                    ctx.check()
                 kv = h // groups
                 with timer.stage("attention", report=False):
                     out = _weights_out(weights, buffer, n, h, blk)

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from attndesk.jobs import JobContext, ProgressFn, job_context
+
 from .attention import MultiHeadAttention, Projections, SingleHeadAttention, _fast_path_ok, attend
 from .blocked import ExactAttention, FullSink, TeeSink, blocked_attention
 from .checks import text_argument
@@ -223,18 +225,19 @@ def run_attention(
     keep_intermediates: bool = False,
     *,
     key_text: str | None = None,
-    progress: Callable[[float, str], None] | None = None,
+    progress: ProgressFn | None = None,
     should_cancel: Callable[[], bool] | None = None,
     plan: RunPlan | None = None,
     half_storage: str | None = None,
     prepared: PreparedText | None = None,
+    ctx: JobContext | None = None,
 ) -> AttentionResult:
     """Tokenize ``text``, embed it, run the attention layer, time each stage.
 
     ``key_text`` makes it cross-attention: queries from ``text``, keys and values from ``key_text``.
-    ``progress(fraction, stage)`` is called after each stage (on the bounded paths after each head
-    of each query block); ``should_cancel()`` is polled between stages and blocks and raises
-    ``Cancelled``. Raises ``ConfigError`` for bad settings or empty text.
+    ``ctx.progress(fraction, stage)`` follows each stage (on the bounded paths each head of each
+    query block); ``ctx`` is checked between stages and blocks (``Cancelled``). The older
+    ``progress(fraction, stage)`` and ``should_cancel()`` keywords still work. Raises ``ConfigError`` for bad settings or empty text.
 
     What the run keeps follows ``plan`` (default: ``plan_run`` from ``config.budget_bytes``, see
     ``plan_text``): a run whose full weights fit returns every weight; a larger one goes through
@@ -251,7 +254,8 @@ def run_attention(
     _check_dropout(config, plan)
     device = resolve_device(config.device)
     model = build_model(config, device)
-    timer = StageTimer(device, plan=STAGES, progress=progress, should_cancel=should_cancel)
+    ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
+    timer = StageTimer(device, plan=STAGES, ctx=ctx)
     keep: dict | None = {} if keep_intermediates else None
     peak = _PeakMemory(device, plan.peak_bytes)
     with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -269,9 +273,9 @@ def run_attention(
         )
         proj = _project(model, config, x, x_kv, timer, keep)
         if plan.blocked:
-            kept = _attend_bounded(config, plan, proj, spec, timer, progress, should_cancel)
+            kept = _attend_bounded(config, plan, proj, spec, timer, ctx)
         else:
-            kept = _attend_full(model, config, proj, spec, timer, keep, should_cancel)
+            kept = _attend_full(model, config, proj, spec, timer, keep, ctx)
         with timer.stage("output projection"):
             output = model.attention.finish(kept.context)  # [1, Lq, E]
         intermediates = _intermediates(keep, x, proj, kept, output, plan)
@@ -411,7 +415,7 @@ def _attend_full(
     spec: MaskSpec,
     timer: StageTimer,
     keep: dict | None,
-    should_cancel,
+    ctx: JobContext,
 ) -> _Attended:
     """Every weight: the fast path, or the reference where it must (intermediates, dropout,
     another device or dtype, inputs too small for blocks to pay)."""
@@ -423,9 +427,7 @@ def _attend_full(
         band = None if config.window is None else 2 * config.window - 1
         rows = block_rows_for(spec.lq, spec.lk, q.element_size(), band=band)
         weights = q.new_empty(1, config.num_heads, spec.lq, spec.lk)
-        context = fast_attention(
-            q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer, should_cancel=should_cancel
-        )
+        context = fast_attention(q, k, v, rule, scoring, weights=weights, block_rows=rows, timer=timer, ctx=ctx)
     else:
         context, weights = attend(
             q, k, v, mask=spec.to_tensor(), scoring=scoring, dropout=dropout, keep=keep, timer=timer
@@ -439,8 +441,7 @@ def _attend_bounded(
     proj: Projections,
     spec: MaskSpec,
     timer: StageTimer,
-    progress,
-    should_cancel,
+    ctx: JobContext,
 ) -> _Attended:
     """The memory-bounded run: the same numbers, streamed through query blocks into ``plan``'s
     sink (a pyramid, or stored float16/32 beside a small one); exact values on demand."""
@@ -459,9 +460,8 @@ def _attend_bounded(
     lo, hi = ((STAGES.index(name) + 1) / len(STAGES) for name in ("projections", "weighted sum"))
 
     def block_done(block: int, blocks: int, head: int, num: int) -> None:
-        if progress is not None:
-            done = block * num + head + 1
-            progress(lo + (hi - lo) * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
+        done = block * num + head + 1
+        ctx.progress(lo + (hi - lo) * done / (blocks * num), f"block {block + 1}/{blocks}, head {head + 1}/{num}")
 
     context = blocked_attention(
         q,
@@ -474,7 +474,7 @@ def _attend_bounded(
         align=plan.factor,
         timer=timer,
         progress=block_done,
-        should_cancel=should_cancel,
+        ctx=ctx,
     )
     exact = ExactAttention(q, k, spec, scoring=scoring)
     with timer.stage(OVERVIEW, report=False):

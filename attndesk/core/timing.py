@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
+from attndesk.jobs import JobContext
+
 from .devices import synchronize
-from .errors import Cancelled
 
 
 class TimedRun:
@@ -33,8 +34,8 @@ class StageTimer:
     """Accumulates seconds per named stage, in first-seen order.
 
     ``timer.stage("scores")`` is a context manager; it synchronises the device before reading
-    the clock at both ends, checks ``should_cancel`` before the stage starts, and reports
-    ``progress`` after it ends (fractions follow ``plan``, the expected stage names).
+    the clock at both ends, checks the job's ``ctx`` before the stage starts, and reports its
+    progress after it ends (fractions follow ``plan``, the expected stage names).
     """
 
     def __init__(
@@ -42,18 +43,16 @@ class StageTimer:
         device: torch.device,
         *,
         plan: tuple[str, ...] = (),
-        progress: Callable[[float, str], None] | None = None,
-        should_cancel: Callable[[], bool] | None = None,
+        ctx: JobContext | None = None,
     ):
         self.device = device
         self.seconds: dict[str, float] = {name: 0.0 for name in plan}
         self._plan = plan
-        self._progress = progress
-        self._should_cancel = should_cancel
+        self._ctx = ctx
 
     def check_cancel(self) -> None:
-        if self._should_cancel is not None and self._should_cancel():
-            raise Cancelled("cancelled")
+        if self._ctx is not None:
+            self._ctx.check()
 
     @contextmanager
     def stage(self, name: str, *, report: bool = True) -> Iterator[None]:
@@ -65,8 +64,8 @@ class StageTimer:
         yield
         synchronize(self.device)
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-        if report and self._progress is not None and name in self._plan:
-            self._progress((self._plan.index(name) + 1) / len(self._plan), name)
+        if report and self._ctx is not None and name in self._plan:
+            self._ctx.progress((self._plan.index(name) + 1) / len(self._plan), name)
 
     def total(self) -> dict[str, float]:
         """The stage timings (planned ones first, in order) followed by their sum under "total"."""

@@ -6,7 +6,8 @@ scores, a role), per-text metrics and a query/key atlas, stored as Parquet + Duc
 >>> store = analyze_corpus("texts.txt", "out/")                      # doctest: +SKIP
 >>> store.heads.head()                                               # doctest: +SKIP
 
-Qt-free: a window drives it through ``progress`` (``CorpusProgress``) and ``cancel`` (an Event).
+Qt-free: a window drives it through a job context, ``ctx=`` (progress, cancel, and each
+``CorpusProgress`` as a report), or the older ``progress`` and ``cancel`` (an Event) keywords.
 The names below are imported on first use, so ``attndesk.corpus.metrics`` alone (a window's list
 of metrics) does not load pandas, pyarrow and DuckDB.
 """

@@ -8,7 +8,6 @@ The attention weights never leave the layer call: ``CorpusCapture.record`` reduc
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..core.errors import Cancelled
+from attndesk.jobs import JobContext
+
 from ..core.pretrained.backend import Capture, Site, capturing
 from ..core.pretrained.loader import LoadedModel
 from ..core.pretrained.run import forward_parameters
@@ -175,11 +175,11 @@ def run_shard(
     settings: PassSettings,
     *,
     thresholds: dict[str, int] | None = None,
-    cancel: threading.Event | None = None,
+    ctx: JobContext | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> ShardResult:
     """Metrics and atlas sample of texts ``first_id``.. (shard ``index``); ``on_batch(texts)`` after each
-    batch; ``cancel`` is checked before each batch (raises ``Cancelled``)."""
+    batch; ``ctx`` is checked before each batch (raises ``Cancelled``)."""
     text_ids = np.arange(first_id, first_id + len(texts), dtype=np.int64)
     src = tokenize(model, texts, settings.max_tokens)
     sides = {
@@ -197,8 +197,8 @@ def run_shard(
     order = sorted(range(len(texts)), key=lambda i: (len(src.ids[i]), i))  # similar lengths pad little
     done: list[list[int]] = []
     for start in range(0, len(order), settings.batch_size):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("cancelled")
+        if ctx is not None:
+            ctx.check()
         rows = order[start : start + settings.batch_size]
         capture.batch = {name: side.batch(rows, pad) for name, side in sides.items()}
         types = None if src.type_ids is None else _padded([src.type_ids[r] for r in rows], 0)[0]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -20,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attndesk.jobs import Cancel, JobContext, job_context
+
 from .. import __version__
-from ..core.errors import Cancelled, ConfigError
+from ..core.errors import ConfigError
 from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
 from .batch import PassSettings, run_shard
@@ -67,12 +68,13 @@ class CorpusProgress:
     eta_s: float | None
     stage: str  # "analyzing", "compacting" or "done"
 
+    @property
+    def fraction(self) -> float:
+        return 1.0 if self.stage == "done" else self.done / max(self.total, 1)
+
     def line(self) -> str:
         eta = "" if self.eta_s is None else f", {self.eta_s:,.0f} s left"
         return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{eta})"
-
-
-ProgressFn = Callable[[CorpusProgress], None]
 
 
 def weights_hash(folder: Path) -> str:
@@ -150,12 +152,12 @@ def _clear(out: Path) -> None:
 
 
 class Tracker:
-    """Texts done, rate and time left for the progress callback: after every finished shard, and
-    between them at most ~10 times a second."""
+    """Texts done, rate and time left, to the job's context (its progress line, and a
+    ``CorpusProgress`` report): after every finished shard, and between them at most ~10 times a second."""
 
-    def __init__(self, total: int, already: int, progress: ProgressFn | None):
+    def __init__(self, total: int, already: int, ctx: JobContext):
         self.total, self.done, self.start_done = total, already, already
-        self.progress, self.start, self.last = progress, time.perf_counter(), 0.0
+        self.ctx, self.start, self.last = ctx, time.perf_counter(), 0.0
 
     def rate(self) -> float:
         elapsed = time.perf_counter() - self.start
@@ -164,11 +166,13 @@ class Tracker:
     def add(self, texts: int, stage: str = "analyzing", force: bool = False) -> None:
         self.done += texts
         now = time.perf_counter()
-        if self.progress is not None and (force or now - self.last >= 0.1):
+        if force or now - self.last >= 0.1:
             self.last = now
             rate = self.rate()
             eta = (self.total - self.done) / rate if rate > 0 else None
-            self.progress(CorpusProgress(self.done, self.total, rate, eta, stage))
+            report = CorpusProgress(self.done, self.total, rate, eta, stage)
+            self.ctx.progress(report.fraction, report.line())
+            self.ctx.report(report)
 
 
 class Thresholds:
@@ -202,7 +206,6 @@ def _run_local(
     done: set[int],
     shard_size: int,
     tracker: Tracker,
-    cancel: threading.Event | None,
     workers: int | None,
 ) -> None:
     thresholds = Thresholds(settings.atlas_points)
@@ -218,7 +221,7 @@ def _run_local(
                 texts,
                 settings,
                 thresholds=thresholds.current(),
-                cancel=cancel,
+                ctx=tracker.ctx,
                 on_batch=tracker.add,
             )
         write_shard(out, result)
@@ -311,8 +314,9 @@ def analyze_corpus(
     seed: int = 0,
     device: str = "cpu",
     ray_address: str | None = None,
-    progress: ProgressFn | None = None,
-    cancel: threading.Event | None = None,
+    progress: Callable[[CorpusProgress], None] | None = None,
+    cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> CorpusStore:
     """Analyze every text's attention with ``model`` (a folder, a ``LoadedModel`` or None for the
     packaged all-MiniLM-L6-v2) and return the store written to ``out`` (see ``store``).
@@ -321,10 +325,13 @@ def analyze_corpus(
     ``max_tokens``: tokens a text keeps (the tokenizer's, special tokens kept; at most the model's).
     ``atlas_points``: queries and keys kept per head for the atlas (0: none), projected by
     ``atlas_methods`` ("pca", "umap"). ``engine="ray"`` runs the shards on Ray (``ray_address`` or
-    RAY_ADDRESS, else a local Ray with ``workers`` CPUs). ``progress`` gets ``CorpusProgress``;
-    setting ``cancel`` stops at the next batch (``Cancelled``), keeping finished shards.
+    RAY_ADDRESS, else a local Ray with ``workers`` CPUs). ``ctx`` (a ``JobContext``) gets the
+    progress as (fraction, line) and each ``CorpusProgress`` as a report; cancelling it stops at the
+    next batch (``Cancelled``), keeping finished shards. The older ``progress`` (a callback taking
+    each ``CorpusProgress``) and ``cancel`` (an Event) keywords still work.
     ``resume=False`` starts over in a store of an earlier run. Bad input: ``ConfigError``, nothing written.
     """
+    ctx = job_context(ctx, cancel=cancel, report=progress)
     methods = _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers)
     out = Path(out).expanduser()
     _check_out(out)
@@ -336,15 +343,14 @@ def analyze_corpus(
     if _prepare(out, manifest, resume):
         return open_corpus(out)
     done = finished_shards(out)
-    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), progress)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx)
     if engine == "ray":
         from .ray_engine import run_ray
 
-        run_ray(loaded, source, out, settings, done, shard_size, tracker, cancel, workers, ray_address)
+        run_ray(loaded, source, out, settings, done, shard_size, tracker, workers, ray_address)
     else:
-        _run_local(loaded, source, out, settings, done, shard_size, tracker, cancel, workers)
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("cancelled")
+        _run_local(loaded, source, out, settings, done, shard_size, tracker, workers)
+    ctx.check()
     tracker.add(0, "compacting", force=True)
     compact(out, atlas_points=atlas_points, atlas_methods=methods, seed=seed)
     write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from ..core.errors import Cancelled, ConfigError
+from ..core.errors import ConfigError
 from .batch import PassSettings, ShardResult, run_shard
 from .shards import shards, write_shard
 
@@ -88,7 +87,6 @@ def run_ray(
     done: set[int],
     shard_size: int,
     tracker,
-    cancel: threading.Event | None,
     workers: int | None,
     address: str | None,
 ) -> None:
@@ -122,8 +120,7 @@ def run_ray(
             result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
             write_shard(out, result)
             tracker.add(result.texts.num_rows, force=True)
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("cancelled")
+            tracker.ctx.check()
     finally:
         if started:
             ray.shutdown()

@@ -1,11 +1,13 @@
 """The training loop: seeded, deterministic on the CPU, observable step by step, stoppable.
 
 ``train(cfg)`` blocks and returns a ``TrainRun``. A window drives the same loop through
-``Trainer(cfg).steps(pause=, stop=)`` (a generator of ``StepReport``) or ``train(cfg,
-on_step=, pause=, stop=)`` from a worker thread: every step reports its loss; every
-``eval_every`` steps the accuracy and pattern scores on a fixed evaluation set; at most every
-``probe_every_ms`` a ``ProbeSnapshot`` (the attention on the task's fixed probe input). ``pause``
-and ``stop`` are ``threading.Event``s checked between steps, so a stop never cuts a step in half.
+``Trainer(cfg).steps(ctx, pause=)`` (a generator of ``StepReport``) or ``train(cfg, ctx=,
+pause=)`` from a worker thread: every step reports its loss; every ``eval_every`` steps the
+accuracy and pattern scores on a fixed evaluation set; at most every ``probe_every_ms`` a
+``ProbeSnapshot`` (the attention on the task's fixed probe input). ``pause`` (an Event) and the
+job context's cancel are checked between steps, so a stop never cuts a step in half; a cancelled
+context ends the run as "stopped" (no ``Cancelled``). The older ``stop=`` Event and ``on_step=``
+callback still work.
 Checkpoints stay in memory within ``checkpoint_budget`` bytes (``CheckpointStore``).
 
 Determinism: the weights come from ``seed`` (torch's RNG forked, so the caller's is untouched),
@@ -26,22 +28,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from attndesk.core.threads import AdaptiveThreads, torch_threads
+from attndesk.jobs import Cancel, JobContext, job_context
 
 from .checkpoints import CheckpointStore, state_bytes
 from .config import TrainConfig
 from .model import build_model
 from .run import TrainRun
 from .tasks import Batch, Task, make_task
-
-if TYPE_CHECKING:  # the flag's Protocol only: importing core.interp at run time would load transformers
-    from attndesk.core.interp.inputs import Cancel
 
 EVAL_SEQUENCES = 256
 _EVAL_SEED_OFFSET = 1_000_003  # the evaluation set never shares the training batches' stream
@@ -105,14 +105,18 @@ class Trainer:
             fixed = None if threads == "auto" else int(threads)
             self.threads = AdaptiveThreads(step_work(self.cfg), fixed=fixed)
 
-    def steps(self, *, pause: threading.Event | None = None, stop: Cancel | None = None) -> Iterator[StepReport]:
-        """Train to ``cfg.steps``, yielding a report per step; returns early on ``stop`` (status
-        "stopped") or a non-finite loss (status "diverged", the last good weights restored)."""
+    def steps(
+        self, ctx: JobContext | None = None, *, pause: threading.Event | None = None, stop: Cancel | None = None
+    ) -> Iterator[StepReport]:
+        """Train to ``cfg.steps``, yielding a report per step (and its progress to ``ctx``); returns
+        early when ``ctx`` (or ``stop``) is cancelled (status "stopped") or on a non-finite loss
+        (status "diverged", the last good weights restored)."""
+        ctx = job_context(ctx, cancel=stop)
         run, loop = self.run, _Loop(start=time.perf_counter())
         if run.step == 0 and not run.checkpoints.steps:
             run.checkpoints.add(0, run.model.state_dict())
         while run.step < self.cfg.steps:
-            if _wait_while_paused(pause, stop):
+            if _wait_while_paused(pause, ctx):
                 run.status, run.message = "stopped", f"stopped at step {run.step:,} of {self.cfg.steps:,}"
                 return
             if self.threads is not None and run.step % RECHECK_STEPS == 0:
@@ -121,6 +125,7 @@ class Trainer:
                 report = self._one_step(loop)
             if report is None:
                 return
+            ctx.progress(run.step / self.cfg.steps, f"step {run.step:,} of {self.cfg.steps:,}")
             yield report
         run.status, run.message = "finished", f"trained {run.step:,} steps"
 
@@ -187,11 +192,11 @@ def step_work(cfg: TrainConfig) -> float:
     return 2.0 * cfg.batch_size * cfg.length * cfg.embed_dim * cfg.embed_dim
 
 
-def _wait_while_paused(pause: threading.Event | None, stop: Cancel | None) -> bool:
-    """Block while ``pause`` is set; True when ``stop`` is set (before or during the pause)."""
-    while pause is not None and pause.is_set() and not (stop is not None and stop.is_set()):
+def _wait_while_paused(pause: threading.Event | None, ctx: JobContext) -> bool:
+    """Block while ``pause`` is set; True when ``ctx`` is cancelled (before or during the pause)."""
+    while pause is not None and pause.is_set() and not ctx.cancelled:
         time.sleep(_PAUSE_POLL_S)
-    return stop is not None and stop.is_set()
+    return ctx.cancelled
 
 
 def train(
@@ -199,16 +204,17 @@ def train(
     *,
     on_step: Callable[[StepReport], None] | None = None,
     pause: threading.Event | None = None,
-    stop: threading.Event | None = None,
+    stop: Cancel | None = None,
     text: str | None = None,
     threads: int | Literal["auto"] | None = None,
+    ctx: JobContext | None = None,
 ) -> TrainRun:
-    """Train ``cfg`` to the end (or a stop / divergence) and return the run. ``on_step`` is
-    called with every ``StepReport`` in the training thread."""
+    """Train ``cfg`` to the end (or a stop / divergence) and return the run. Every ``StepReport``
+    goes to ``ctx.report`` (or the older ``on_step``) in the training thread."""
+    ctx = job_context(ctx, cancel=stop, report=on_step)
     trainer = Trainer(cfg, text=text, threads=threads)
-    for report in trainer.steps(pause=pause, stop=stop):
-        if on_step is not None:
-            on_step(report)
+    for report in trainer.steps(ctx, pause=pause):
+        ctx.report(report)
     return trainer.run
 
 

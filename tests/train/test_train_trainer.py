@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attndesk.core.errors import ConfigError
+from attndesk.jobs import JobContext
 from attndesk.train import TrainConfig, Trainer, train
 from attndesk.train.checkpoints import CheckpointStore, state_bytes
 
@@ -94,6 +95,20 @@ def test_stop_between_steps_keeps_what_was_trained():
     reference = train(TrainConfig(task="induction", steps=3, **TINY))
     for name, tensor in reference.model.state_dict().items():
         assert torch.equal(tensor, run.model.state_dict()[name])
+
+
+def test_a_cancelled_job_context_stops_between_steps_with_reports_and_progress():
+    ctx, steps, seen = None, [], []
+
+    def on_report(report):
+        steps.append(report.step)
+        if report.step == 3:
+            ctx.cancel()  # as the window's executor would, for a newer job or the window closing
+
+    ctx = JobContext(lambda f, m: seen.append((f, m)), report=on_report)
+    run = train(TrainConfig(task="induction", steps=50, **TINY), ctx=ctx)
+    assert run.status == "stopped" and run.step == 3 and steps == [1, 2, 3]
+    assert seen == [(i / 50, f"step {i} of 50") for i in (1, 2, 3)]
 
 
 def test_pause_holds_the_loop_until_cleared():

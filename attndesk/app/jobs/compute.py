@@ -410,12 +410,12 @@ class SideJobs(QObject):
 
     ``submit(channel, fn, *args, done=..., failed=..., scope="run", **kwargs)``: the newest job of a channel
     replaces an older one; ``progress(fraction, message)``, if given, gets the job's progress reports
-    (a ``fn`` taking ``progress`` / ``should_cancel`` keywords, see ``worker``); ``done(result)`` is called in the GUI thread only if the job is still
+    (a ``fn`` taking a ``ctx``, see ``worker``); ``done(result)`` is called in the GUI thread only if the job is still
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
     Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones. A job that
-    streams (its ``fn`` names ``report``, see ``worker``) hands its items to ``reported(items)``
+    streams (its ``fn`` calls ``ctx.report``, see ``worker``) hands its items to ``reported(items)``
     in the GUI thread, in batches, under the same rules as ``done``.
     """
 

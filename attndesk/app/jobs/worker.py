@@ -3,11 +3,11 @@
 ``JobRunner`` lives in the GUI thread and owns one ``QThread`` with a ``_Worker`` moved onto it.
 ``submit(generation, fn, *args, **kwargs)`` parks the job in a one-slot mailbox (a newer request
 replaces a queued one) and wakes the worker through a queued signal. The worker calls ``fn``; if
-``fn`` accepts ``progress`` / ``should_cancel`` keywords it gets them (the core's convention:
-``progress(fraction, message)``, ``should_cancel() -> bool``, raise ``Cancelled``). A long-lived
-loop that streams results (a training run) also names ``report``: ``report(item)`` queues any
-object; the runner says ``reportsWaiting`` once per batch and ``take_reports()`` hands over
-every item queued since, in order, so a fast loop never floods the GUI thread's event queue.
+``fn`` takes a ``ctx`` keyword it gets the job's ``attndesk.jobs.JobContext``: its
+``progress(fraction, message)`` crosses to the GUI thread, it is cancelled when the job is, and
+``report(item)`` queues any object (a long-lived loop that streams results, a training run); the
+runner says ``reportsWaiting`` once per batch and ``take_reports()`` hands over every item queued
+since, in order, so a fast loop never floods the GUI thread's event queue.
 The worker's signals are connected to slots of the runner, so they are delivered in the GUI
 thread; the runner drops anything from a generation older than the latest submitted one and
 re-emits the rest as ``finished`` / ``failed`` / ``progress``. Nothing here knows about attention.
@@ -29,6 +29,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.jobs import JobContext
 
 from .turns import Turns
 
@@ -57,16 +58,13 @@ def running_threads() -> list[QThread]:
     return alive
 
 
-def _accepted_keywords(fn: Callable[..., Any]) -> set[str]:
-    """Which of progress/should_cancel ``fn`` can take (any **kwargs takes both)."""
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a ``ctx`` keyword (any **kwargs takes it)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return set()
-    names = {p.name for p in params}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return {"progress", "should_cancel"} | (names & {"report"})
-    return names & {"progress", "should_cancel", "report"}
+        return False
+    return any(p.name == "ctx" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 @dataclass
@@ -75,7 +73,7 @@ class _Job:
     fn: Callable[..., Any]
     args: tuple
     kwargs: dict
-    cancel: threading.Event = field(default_factory=threading.Event)
+    ctx: JobContext = field(default_factory=JobContext)  # cancelled when superseded or dropped
 
 
 class _Worker(QObject):
@@ -110,28 +108,22 @@ class _Worker(QObject):
                 last_emit[0], last_stage[0] = now, stage
                 self.progressed.emit(job.generation, float(fraction), str(message))
 
-        def should_cancel() -> bool:
-            return job.cancel.is_set()
+        def report(item: object) -> None:
+            self._runner._queue_report(job.generation, item, self.reported)
 
-        extra: dict[str, Callable[..., object]] = {}
-        accepted = _accepted_keywords(job.fn)
-        if "progress" in accepted and "progress" not in job.kwargs:
-            extra["progress"] = progress
-        if "should_cancel" in accepted and "should_cancel" not in job.kwargs:
-            extra["should_cancel"] = should_cancel
-        if "report" in accepted and "report" not in job.kwargs:
-            extra["report"] = lambda item: self._runner._queue_report(job.generation, item, self.reported)
+        ctx = JobContext(progress, report=report, parent=job.ctx)
+        extra = {"ctx": ctx} if "ctx" not in job.kwargs and _takes_context(job.fn) else {}
         turns = self._runner._turns
         try:
-            with turns.turn(job.cancel.is_set) if turns is not None else contextlib.nullcontext():
+            with turns.turn(job.ctx) if turns is not None else contextlib.nullcontext():
                 result = job.fn(*job.args, **job.kwargs, **extra)
         except Exception as exc:
-            if _is_cancelled(exc) or job.cancel.is_set():
+            if _is_cancelled(exc) or job.ctx.cancelled:
                 self.cancelled.emit(job.generation)
             else:
                 self.error.emit(job.generation, _describe(exc))
         else:
-            if job.cancel.is_set():
+            if job.ctx.cancelled:
                 self.cancelled.emit(job.generation)
             else:
                 self.done.emit(job.generation, result)
@@ -205,7 +197,7 @@ class JobRunner(QObject):
             self._latest = max(self._latest, generation)
             self._pending = _Job(generation, fn, args, kwargs)
             if self._running is not None and self._running.generation < generation:
-                self._running.cancel.set()  # its result would be dropped anyway
+                self._running.ctx.cancel()  # its result would be dropped anyway
         self._wake.emit()
 
     def cancel(self) -> None:
@@ -215,7 +207,7 @@ class JobRunner(QObject):
             self._pending = None
             running = self._running
             if running is not None:
-                running.cancel.set()
+                running.ctx.cancel()
             self._latest += 1  # whatever still arrives is stale now
         if dropped is not None:
             self.cancelled.emit(dropped.generation)

@@ -20,6 +20,7 @@ from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pipeline import prepare_text, run_attention
 from attndesk.core.result import AttentionResult
 from attndesk.core.threads import choose_threads, torch_threads
+from attndesk.jobs import JobContext, job_context
 from attndesk.train.presets import load_preset
 from attndesk.train.stages import head_labels, initial_run, trained_result
 
@@ -66,8 +67,7 @@ def toy_run(
     keep_intermediates: bool = False,
     explicit: bool = True,
     announce=None,
-    progress=None,
-    should_cancel=None,
+    ctx: JobContext | None = None,
 ) -> Shown | Held:
     """The worker's job: plan, tell the GUI the plan, then run (or hold a long run typing asked for).
     The texts are tokenized and the memory checked once, here: the run takes them from the plan."""
@@ -76,18 +76,18 @@ def toy_run(
         announce(prepared.plan)
     if not explicit and needs_explicit_run(prepared.plan):
         return Held(prepared.plan)
-    progress = progress if reports_progress(prepared.plan) else None
+    ctx = job_context(ctx)
+    run_ctx = ctx if reports_progress(prepared.plan) else ctx.quiet()
     with torch_threads(choose_threads(prepared.plan.block_flops)):  # this job's thread only
         result = run_attention(
             config,
             text,
             keep_intermediates,
             key_text=key_text,
-            progress=progress,
-            should_cancel=should_cancel,
             prepared=prepared,
+            ctx=run_ctx,
         )
-    if should_cancel is not None and should_cancel():
+    if ctx.cancelled:
         raise Cancelled("superseded by a newer request")
     return toy_shown(result, text, key_text)
 

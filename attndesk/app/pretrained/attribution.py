@@ -22,12 +22,13 @@ from attndesk.core.interp.anatomy import check_lm
 from attndesk.core.interp.attribution import gradient_pass_bytes
 from attndesk.core.interp.inputs import last_logits, prompt
 from attndesk.core.pretrained import LoadedModel
+from attndesk.jobs import JobContext
 
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
 from ..views.attribution import METHODS, AttributionView
-from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
+from .interp import InterpPresenter, parse_token, token_checker
 
 ATTRIBUTION_TAB = "attribution"
 IG_BATCH = 32  # integrated-gradient steps per batch at most: Cancel and the progress bar act between batches
@@ -51,8 +52,7 @@ def attribution_job(
     steps: int,
     budget: int,
     *,
-    progress,
-    cancel: CancelFlag,
+    ctx: JobContext,
 ) -> InputAttribution:
     """Worker: the attribution of ``target`` (None: the predicted token) by ``method``; integrated
     gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps."""
@@ -60,9 +60,7 @@ def attribution_job(
         target = predicted_token(model, text)
     if method == "ig":
         budget = min(budget, gradient_pass_bytes(model, IG_BATCH, prompt(model, text).length))
-        return integrated_gradients_report(
-            model, text, target, steps, memory_budget=budget, progress=progress, cancel=cancel
-        )
+        return integrated_gradients_report(model, text, target, steps, memory_budget=budget, ctx=ctx)
     if method == "gxi":
         return gradient_x_input_report(model, text, target)
     return attention_x_gradient(model, text, target)

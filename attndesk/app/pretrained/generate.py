@@ -25,6 +25,7 @@ from attndesk.core.pretrained import (
     packaged_model_dir,
     read_spec,
 )
+from attndesk.jobs import JobContext
 
 from ..jobs.compute import ComputeController
 from ..results import Shown
@@ -56,7 +57,7 @@ def advance(
     settings: GenerationSettings,
     row: tuple[int, str],
     *,
-    should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext | None = None,
 ) -> tuple[Generator, GenerationStep, PreparedRow]:
     """The side job: (a new generator when ``generator`` is None, loaded model cached) one step,
     and its row prepared for drawing as ``row`` = (layer, part) asks. The sampling settings apply
@@ -75,7 +76,7 @@ def advance(
             max_new_tokens=MAX_NEW_TOKENS,
         )
     generator.sampling, generator.temperature, generator.top_k = settings.sampling, settings.temperature, settings.top_k
-    step = generator.step(should_cancel=should_cancel)
+    step = generator.step(ctx=ctx)
     return generator, step, prepare_row(step, *row)
 
 

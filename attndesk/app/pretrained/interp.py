@@ -2,9 +2,8 @@
 whether it can be asked for next-token logits, token checks against its tokenizer, and running a
 core function as a side job of the compute controller with progress and cancel.
 
-A job is ``fn(path, *args, progress=..., should_cancel=...)``: it loads the model (cached for the
-session) in the worker thread and calls the core (``attndesk.core.interp``), whose ``cancel`` is
-given an object whose ``is_set()`` is the worker's ``should_cancel``. A new request on a tab's
+A job is ``fn(path, *args, ctx=...)``: it loads the model (cached for the session) in the worker
+thread and calls the core (``attndesk.core.interp``) with the job's context. A new request on a tab's
 channel supersedes the one in flight (the runner cancels it); Esc and the tab's Cancel button stop
 it; the window never waits for one.
 """
@@ -19,11 +18,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.core.errors import ConfigError
 from attndesk.core.interp.anatomy import check_lm
 from attndesk.core.interp.inputs import token_id
 from attndesk.core.pretrained import LoadedModel, load_pretrained, loaded_model, packaged_model_dir, read_spec
 from attndesk.core.pretrained.token_text import id_texts
+from attndesk.jobs import JobContext
 
 from ..jobs.compute import ComputeController
 from ..state import AppState, ModeId
@@ -31,16 +31,6 @@ from ..status import StatusModel
 from ..views.interp_widgets import Checker
 
 TOY_REASON = "{what} reads a real model's next-token logits: switch to a pretrained decoder or encoder-decoder"
-
-
-class CancelFlag:
-    """The core's ``cancel`` (anything with ``is_set()``) over the worker's ``should_cancel()``."""
-
-    def __init__(self, should_cancel: Callable[[], bool] | None) -> None:
-        self._ask = should_cancel or (lambda: False)
-
-    def is_set(self) -> bool:
-        return bool(self._ask())
 
 
 def parse_token(text: str) -> str | int:
@@ -259,19 +249,15 @@ def _job(
     fn: Callable[..., Any],
     path: str | None,
     *args: Any,
-    progress: Callable[[float, str], None],
-    should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext,
 ) -> Any:
-    """In the worker: load the model (cached), then ``fn(model, *args, progress=, cancel=)``."""
-    cancel = CancelFlag(should_cancel)
-    model = load_pretrained(path, progress=lambda f, m: progress(0.0, m))
-    if cancel.is_set():
-        raise Cancelled("cancelled")
-    return fn(model, *args, progress=progress, cancel=cancel)
+    """In the worker: load the model (cached), then ``fn(model, *args, ctx=ctx)``."""
+    model = load_pretrained(path, ctx=ctx.scaled(0.0, 0.0))
+    ctx.check()
+    return fn(model, *args, ctx=ctx)
 
 
 __all__ = [
-    "CancelFlag",
     "InterpPresenter",
     "family_reason",
     "model_family",

@@ -12,21 +12,20 @@ from PySide6.QtCore import QObject
 
 from attndesk.core.interp import LogitLens, logit_lens
 from attndesk.core.pretrained import LoadedModel
+from attndesk.jobs import JobContext
 
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
 from ..views.logit_lens import LogitLensView
-from .interp import CancelFlag, InterpPresenter
+from .interp import InterpPresenter
 
 LOGIT_LENS_TAB = "logit-lens"
 
 
-def logit_lens_job(
-    model: LoadedModel, text: str, target: str | None, k: int, *, progress, cancel: CancelFlag
-) -> LogitLens:
+def logit_lens_job(model: LoadedModel, text: str, target: str | None, k: int, *, ctx: JobContext) -> LogitLens:
     """Worker: the logit lens of ``text`` (one layer's [L, V] logits at a time in the core)."""
-    progress(0.0, "logit lens: one residual stream at a time")
+    ctx.progress(0.0, "logit lens: one residual stream at a time")
     return logit_lens(model, text, k=k, target=target if model.family == "encoder-decoder" else None)
 
 

@@ -55,6 +55,7 @@ from attndesk.core.pretrained import (
     run_pretrained,
 )
 from attndesk.core.types import AttentionMap, head_name
+from attndesk.jobs import JobContext, job_context
 from attndesk.render.export import ExportError
 
 from ..jobs.background import Background
@@ -158,24 +159,22 @@ def pretrained_run(
     scaled: bool = True,
     causal: bool = False,
     ablate=(),
-    progress=None,
-    should_cancel=None,
+    ctx: JobContext | None = None,
 ) -> Shown:
     """The worker's job: load (cached) and run the model, then present the chosen layer.
 
     The first forward pass after a load pays ~0.8 s of torch's one-off set-up (kernels, thread
     pool), mostly in layer 0; a throw-away pass on two words takes it, so the timings shown are
     the model's own."""
-    report = progress or (lambda fraction, message: None)
+    ctx = job_context(ctx)
+    stage = ctx
     if not is_loaded(mode.path):
-        model = load_pretrained(mode.path, lambda f, m: report(0.4 * f, f"loading model: {m}"))
-        if should_cancel is not None and should_cancel():
+        model = load_pretrained(mode.path, ctx=ctx.scaled(0.0, 0.4, "loading model: "))
+        if ctx.cancelled:
             raise Cancelled("superseded by a newer request")
-        report(0.45, "warming up (first run only)")
+        ctx.progress(0.45, "warming up (first run only)")
         run_pretrained(model, "warm up")
-        stage = lambda f, m: report(0.6 + 0.4 * f, m)  # noqa: E731
-    else:
-        stage = report
+        stage = ctx.scaled(0.6, 1.0)
     run = pretrained_job(
         mode.path,
         text,
@@ -183,10 +182,9 @@ def pretrained_run(
         scaled=scaled,
         causal=causal,
         ablate=ablate,
-        progress=stage,
-        should_cancel=should_cancel,
+        ctx=stage,
     )
-    if should_cancel is not None and should_cancel():
+    if ctx.cancelled:
         raise Cancelled("superseded by a newer request")
     return pretrained_shown(run, mode, layer, hide_special, part)
 

@@ -19,12 +19,13 @@ from attndesk.core.interp import activation_patching
 from attndesk.core.interp.inputs import prompt
 from attndesk.core.interp.patching import PatchingReport
 from attndesk.core.pretrained import LoadedModel, run_pretrained
+from attndesk.jobs import JobContext
 
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
 from ..views.patching import PART_LABELS, PartHeads, PatchingShown, PatchingView
-from .interp import CancelFlag, InterpPresenter, parse_token, token_checker
+from .interp import InterpPresenter, parse_token, token_checker
 
 PATCHING_TAB = "patching"
 CHANNEL = "patching"
@@ -46,8 +47,7 @@ def patching_job(
     metric: str,
     budget: int,
     *,
-    progress,
-    cancel: CancelFlag,
+    ctx: JobContext,
 ) -> PatchingShown:
     """Worker: every head and every (layer, position) of the residual stream patched (batches sized
     to ``budget`` bytes); an encoder-decoder's decoder self-attention and cross-attention heads too
@@ -58,11 +58,7 @@ def patching_job(
     parts = ("self", "decoder", "cross") if encoder_decoder else ("self",)
     reports = {}
     for n, part in enumerate(parts):
-
-        def step(fraction: float, message: str = "", n: int = n, part: str = part) -> None:
-            where = "" if len(parts) == 1 else f"{PART_LABELS[part] if part != 'self' else 'encoder'}: "
-            progress((n + fraction) / len(parts), where + message)
-
+        where = "" if len(parts) == 1 else f"{PART_LABELS[part] if part != 'self' else 'encoder'}: "
         reports[part] = activation_patching(
             model,
             clean,
@@ -73,10 +69,9 @@ def patching_job(
             metric=metric,
             part=part,
             memory_budget=budget,
-            progress=step,
-            cancel=cancel,
+            ctx=ctx.scaled(n / len(parts), (n + 1) / len(parts), where),
         )
-    progress(1.0, "the attention of both prompts")
+    ctx.progress(1.0, "the attention of both prompts")
     runs, note = _attention(model, (clean, corrupt), budget)
     report = reports["self"]
     resid = report.results["resid"]

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QFileDialog
 from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
+from attndesk.jobs import JobContext, job_context
 from attndesk.render.export import ExportError
 from attndesk.render.page import PageTooLarge, write_document
 from attndesk.render.page_corpus import corpus_page_data
@@ -54,31 +55,20 @@ class PassOutcome:
     shards: int = 0
 
 
-class _EitherFlag:
-    """A cancel flag for ``analyze_corpus``: set by the tab's Cancel or by the job machinery's own
-    cancel (a newer job, the window closing)."""
-
-    def __init__(self, event: threading.Event, should_cancel) -> None:
-        self._event, self._should_cancel = event, should_cancel
-
-    def is_set(self) -> bool:
-        return self._event.is_set() or bool(self._should_cancel())
-
-
 def run_pass(
-    data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *, progress, should_cancel
+    data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *, ctx: JobContext
 ) -> PassOutcome:
-    """Worker: the corpus pass, its ``CorpusProgress`` forwarded as (fraction, line). The corpus
-    package's engine (pandas, pyarrow, DuckDB) is loaded here, off the GUI thread, on first use."""
+    """Worker: the corpus pass, stopped by the tab's Cancel (``cancel``) or the job's own (a newer
+    job, the window closing); its progress goes to the job's. The corpus package's engine (pandas,
+    pyarrow, DuckDB) is loaded here, off the GUI thread, on first use."""
     seen = [0, 0]
 
-    def report(p) -> None:
+    def counts(p) -> None:
         seen[:] = [p.done, p.total]
-        progress(1.0 if p.stage == "done" else p.done / max(p.total, 1), p.line())
 
     try:
         corpus.analyze_corpus(
-            data, out, model=model, max_tokens=max_tokens, progress=report, cancel=_EitherFlag(cancel, should_cancel)
+            data, out, model=model, max_tokens=max_tokens, ctx=job_context(ctx, cancel=cancel, report=counts)
         ).close()
     except Cancelled:
         kept = len(corpus.finished_shards(Path(out)))

@@ -8,8 +8,9 @@ from functools import partial
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from attndesk.jobs import JobContext
+
 from ..jobs.compute import ComputeController
-from ..pretrained.interp import CancelFlag
 from ..pretrained.parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
 from ..state import AppState
@@ -23,9 +24,9 @@ TOY_MESSAGE = (
 )
 
 
-def flow_job(request: tuple, *, progress, should_cancel=None):
+def flow_job(request: tuple, *, ctx: JobContext | None = None):
     """Side job: the attention flow of ``request`` (see ``views.rollout.flow_trace``)."""
-    return flow_trace(request, progress=progress, cancel=CancelFlag(should_cancel))
+    return flow_trace(request, ctx=ctx)
 
 
 class RolloutTab(TabPresenter):

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
 from attndesk.core.errors import ConfigError
+from attndesk.jobs import Cancel, JobContext, job_context
 from attndesk.train import (
     TASK_NAMES,
     StepReport,
@@ -46,9 +47,6 @@ from ..jobs.background import Background
 from ..jobs.compute import SideJobs
 from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
-
-if TYPE_CHECKING:
-    from attndesk.core.interp.inputs import Cancel
 
 TRAIN_TAB = "train"
 CHANNEL = "train"
@@ -96,16 +94,6 @@ class Gathered:
             self.probe = report.probe
 
 
-class _StopOrCancel:
-    """The trainer's ``stop``: the Stop button's event, or the job cancelled (the window closing)."""
-
-    def __init__(self, stop: Cancel, should_cancel: Callable[[], bool]) -> None:
-        self._stop, self._cancelled = stop, should_cancel
-
-    def is_set(self) -> bool:
-        return self._stop.is_set() or self._cancelled()
-
-
 def warm_optimiser() -> int:
     """Build and drop a one-parameter AdamW (thread pool, when the tab is first shown): torch's
     optimiser imports ``torch._dynamo`` on first use, ~200 modules and ~1 s of CPU, which the
@@ -119,18 +107,18 @@ def train_job(
     pause: threading.Event,
     stop: Cancel,
     *,
-    report: Callable[[Any], None],
-    should_cancel: Callable[[], bool],
+    ctx: JobContext,
 ) -> TrainRun:
     """The side job: build the trainer (its optimiser's imports are warmed when the tab is first
-    shown, ``warm_optimiser``), report its run, then train to the end, a stop or a divergence, queueing every report."""
+    shown, ``warm_optimiser``), report its run, then train to the end, the Stop button (``stop``),
+    the job cancelled (the window closing) or a divergence, queueing every report."""
     trainer = Trainer(cfg, threads="auto")  # this job's thread sets its own count around each step
-    report(trainer.run)
+    ctx.report(trainer.run)
     last = None
-    for last in trainer.steps(pause=pause, stop=_StopOrCancel(stop, should_cancel)):
-        report(last)
-    if not should_cancel() and (last is None or last.probe is None or last.step != trainer.run.step):
-        report(trainer.snapshot())  # stopped or diverged: the weights kept, on the probe input
+    for last in trainer.steps(job_context(ctx, cancel=stop), pause=pause):
+        ctx.report(last)
+    if not ctx.cancelled and (last is None or last.probe is None or last.step != trainer.run.step):
+        ctx.report(trainer.snapshot())  # stopped or diverged: the weights kept, on the probe input
     return trainer.run
 
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgre
 from attndesk.core.interp import attention_flow
 from attndesk.core.rollout import attention_rollout
 from attndesk.core.types import MEAN
+from attndesk.jobs import JobContext
 
 if TYPE_CHECKING:
     from attndesk.core.pretrained import PretrainedResult
@@ -75,12 +76,12 @@ class Flow:
     title: str
 
 
-def flow_trace(request: tuple, *, progress=None, cancel=None) -> Flow:
+def flow_trace(request: tuple, *, ctx: JobContext | None = None) -> Flow:
     """``request`` = (result with weights [layers, H, L, L], layers): every output token's maximum
-    flow from every input token (numpy and scipy only, thread-safe; ``cancel.is_set()`` stops it)."""
+    flow from every input token (numpy and scipy only, thread-safe; cancelling ``ctx`` stops it)."""
     result, layers = request
     tokens = list(result.tokens)
-    flow = attention_flow(np.asarray(result.weights)[:layers], tokens=tokens, progress=progress, cancel=cancel).flow
+    flow = attention_flow(np.asarray(result.weights)[:layers], tokens=tokens, ctx=ctx).flow
     return Flow(
         request,
         tokens,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
+
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.backend import Capture, capturing
@@ -26,10 +28,7 @@ from ..pretrained.loader import LoadedModel
 from ..pretrained.token_text import id_texts
 from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
 from .inputs import (
-    Cancel,
-    Progress,
     Prompt,
-    check_cancel,
     chunks,
     last_logits,
     prompt,
@@ -153,11 +152,13 @@ def integrated_gradients_report(
     *,
     baseline="pad",
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> InputAttribution:
     """Integrated gradients with ``steps`` Gauss-Legendre nodes (see the module docstring);
     ``baseline``: "pad" (default), "zero" (warns) or an embedding array [E] / [L, E]."""
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
         raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
     p, target_id, embeds = _setup(model, text, target, "integrated gradients")
@@ -174,12 +175,11 @@ def integrated_gradients_report(
     step_weights = torch.tensor(0.5 * weights, dtype=torch.float64, device=embeds.device)
     total = torch.zeros_like(embeds[0], dtype=torch.float64)  # the weighted sum of the steps' gradients
     for span in chunks(steps, max(1, budget // one)):
-        check_cancel(cancel)
+        ctx.check()
         a = alphas[span.start : span.stop].view(-1, 1, 1)
         _, grad = _gradient(model, p, base + a * (embeds - base), target_id)
         total += (grad.double() * step_weights[span.start : span.stop].view(-1, 1, 1)).sum(0)
-        if progress is not None:
-            progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
+        ctx.progress(span.stop / steps, f"integrated gradients: {span.stop} of {steps} steps")
     # float64: completeness compares the scores' sum with f(x) - f(baseline), two close logits
     scores = ((embeds.double() - base.double())[0] * total).sum(-1).cpu().numpy()
     with model._lock, torch.no_grad():

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
+
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
@@ -17,9 +19,6 @@ from ..threads import choose_threads, torch_threads
 from .anatomy import LayerParts
 from .attribution import gradient_pass_bytes
 from .inputs import (
-    Cancel,
-    Progress,
-    check_cancel,
     hooks,
     last_logits,
     make_metric,
@@ -108,12 +107,14 @@ def attribution_patching(
     target: str | None = None,
     exact: PatchingReport | None = None,
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> AttributionPatchingReport:
     """First-order patching estimates for ``sites`` (one forward + backward on the corrupted prompt,
     one forward on the clean one); with ``exact`` (``activation_patching``'s report on the same
     inputs) the rank correlation of estimate and exact effect per site."""
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     bad = [s for s in sites if s not in SITES]
     if bad or not sites:
         raise ConfigError(f"unknown patching site {bad[0] if bad else '(none)'!r}: choose from {', '.join(SITES)}")
@@ -133,12 +134,11 @@ def attribution_patching(
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(f"the clean and corrupted prompts give the same {metric}: there is nothing to attribute")
     kinds = {_kind(s) for s in sites}
-    check_cancel(cancel)
+    ctx.check()
     with torch_threads(choose_threads(pass_work(model, 1, clean_p.length))):
         clean_values = _capture(model, layers, kinds, clean_p)
-        if progress is not None:
-            progress(0.4, "attribution patching: clean run")
-        check_cancel(cancel)
+        ctx.progress(0.4, "attribution patching: clean run")
+        ctx.check()
         corrupt_values, grads = _corrupt_with_grad(model, layers, kinds, corrupt_p, scorer)
     # float64: the clean and corrupted activations are close where a site matters little
     delta = {k: clean_values[k].double() - corrupt_values[k].double() for k in clean_values}
@@ -150,8 +150,7 @@ def attribution_patching(
         report.axes[site] = _AXES[site]
         if exact is not None and site in exact.results:
             report.agreement[site] = rank_correlation(report.estimates[site], exact.results[site].effects)
-    if progress is not None:
-        progress(1.0, "attribution patching: done")
+    ctx.progress(1.0, "attribution patching: done")
     return report
 
 

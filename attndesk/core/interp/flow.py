@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
+
 from ..errors import ConfigError
 from ..rollout import attention_rollout, layer_transition
-from .inputs import Cancel, Progress, check_cancel
 
 
 @dataclass
@@ -64,7 +65,7 @@ def _reaching(transitions: list[np.ndarray], sink: int) -> np.ndarray:
     return np.concatenate(levels)
 
 
-def _flows_into(graph, sources: np.ndarray, sink: int, cancel: Cancel | None = None) -> np.ndarray:
+def _flows_into(graph, sources: np.ndarray, sink: int, ctx: JobContext) -> np.ndarray:
     """The maximum flow from each of ``sources`` to ``sink`` (int capacities), ``BATCH`` pairs per
     scipy call: K disjoint copies of the graph, copy k fed from a super-source at its source k and
     drained at its sink into a super-sink. A maximum flow of the union is one of every copy (the
@@ -80,7 +81,7 @@ def _flows_into(graph, sources: np.ndarray, sink: int, cancel: Cancel | None = N
     per_call = max(1, min(BATCH, INT32_MAX // cap, BATCH_EDGES // max(1, coo.nnz)))
     values = np.zeros(len(sources))
     for start in range(0, len(sources), per_call):
-        check_cancel(cancel)  # between calls: one row of a 512-token encoder is hundreds of calls
+        ctx.check()  # between calls: one row of a 512-token encoder is hundreds of calls
         chunk = sources[start : start + per_call]
         k = len(chunk)
         offsets = np.arange(k) * size
@@ -99,12 +100,14 @@ def attention_flow(
     *,
     rows: list[int] | None = None,
     tokens: list[str] | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> AttentionFlow:
     """[layers, H, L, L] self-attention weights -> the maximum flow from every input token to each
     output token in ``rows`` (default all); cost: len(rows) * L maximum-flow problems, less the
     pairs with no path (a causal model's later tokens), solved ``BATCH`` at a time."""
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     w = np.asarray(weights_per_layer, dtype=np.float64)
     if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[0] < 1:
         raise ConfigError(f"attention flow needs self-attention weights [layers, H, L, L], got shape {w.shape}")
@@ -118,15 +121,14 @@ def attention_flow(
     top = w.shape[0] * length
     flow = np.zeros((len(rows), length))
     for r, i in enumerate(rows):
-        check_cancel(cancel)
+        ctx.check()
         keep = np.flatnonzero(_reaching(transitions, i))  # only what leads to output token i
         index = np.full(graph.shape[0], -1)
         index[keep] = np.arange(len(keep))
         sources = np.flatnonzero(index[:length] >= 0)  # input tokens with a path to i; the rest give 0
         sub = graph[keep][:, keep]
-        flow[r, sources] = _flows_into(sub, index[sources], int(index[top + i]), cancel) / scale
-        if progress is not None:
-            progress((r + 1) / len(rows), f"attention flow: output token {r + 1} of {len(rows)}")
+        flow[r, sources] = _flows_into(sub, index[sources], int(index[top + i]), ctx) / scale
+        ctx.progress((r + 1) / len(rows), f"attention flow: output token {r + 1} of {len(rows)}")
     labels = list(tokens) if tokens is not None else [str(t) for t in range(length)]
     return AttentionFlow(flow, attention_rollout(w), rows, labels, w.shape[0], scale)
 
@@ -137,15 +139,17 @@ def model_attention_flow(
     *,
     rows: list[int] | None = None,
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> AttentionFlow:
     """Attention flow of a loaded model's self-attention (an encoder-decoder's encoder) on ``text``:
     the weights come from ``run_pretrained`` (attndesk's ``attend``)."""
     from ..pretrained.run import run_pretrained
 
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     run = run_pretrained(model, text, memory_budget=memory_budget)
-    return attention_flow(run.weights, rows=rows, tokens=list(run.tokens), progress=progress, cancel=cancel)
+    return attention_flow(run.weights, rows=rows, tokens=list(run.tokens), ctx=ctx)
 
 
 __all__ = ["AttentionFlow", "attention_flow", "model_attention_flow"]

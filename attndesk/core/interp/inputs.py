@@ -13,26 +13,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import nn
 
 from ..config import default_memory_budget
-from ..errors import Cancelled, ConfigError
+from ..errors import ConfigError
 from ..pretrained.loader import LoadedModel
 from ..pretrained.run import encode, forward_parameters
 from ..pretrained.token_text import id_texts
 from .anatomy import check_lm, vocabulary
-
-Progress = Callable[[float, str], None]
-
-
-class Cancel(Protocol):
-    """What a long computation polls between steps: a ``threading.Event``, or anything with ``is_set()``."""
-
-    def is_set(self) -> bool: ...
-
 
 METRICS = ("logit_diff", "prob", "kl")
 
@@ -168,11 +158,6 @@ def resolve_budget(memory_budget: int | None) -> int:
     if budget <= 0:
         raise ConfigError(f"the memory budget must be positive, got {memory_budget}")
     return budget
-
-
-def check_cancel(cancel: Cancel | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("cancelled")
 
 
 # -- hooks that act only in the context that armed them ---------------------------------------------

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
+
 from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
@@ -38,11 +40,8 @@ from ..pretrained.token_text import id_texts
 from ..threads import AdaptiveThreads, torch_threads
 from .anatomy import LayerParts, hidden_size, intermediate_size, layer_parts, vocabulary
 from .inputs import (
-    Cancel,
     Metric,
-    Progress,
     Prompt,
-    check_cancel,
     chunks,
     hooks,
     last_logits,
@@ -307,11 +306,13 @@ def activation_patching(
     part: str | None = None,
     target: str | None = None,
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
+    ctx: JobContext | None = None,
 ) -> PatchingReport:
     """Patch every site of ``sites`` from the clean run into the corrupted one (see the module
     docstring); ``ConfigError`` for prompts of unequal length, a multi-token answer, an encoder..."""
+    ctx = job_context(ctx, progress=progress, cancel=cancel)
     bad = [s for s in sites if s not in SITES]
     if bad or not sites:
         raise ConfigError(f"unknown patching site {bad[0] if bad else '(none)'!r}: choose from {', '.join(SITES)}")
@@ -349,15 +350,14 @@ def activation_patching(
     for site, rows in plan:
         values = np.empty(len(rows), dtype=np.float64)
         for span in chunks(len(rows), batch):
-            check_cancel(cancel)
+            ctx.check()
             chunk = [rows[i] for i in span]
             with torch_threads(threads.recheck()):  # chosen again for the load before each pass
                 logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p, batch + 1)
             values[span.start : span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)
-            if progress is not None:
-                progress(done / total, f"{site}: {done:,} of {total:,} patched runs")
+            ctx.progress(done / total, f"{site}: {done:,} of {total:,} patched runs")
         shape = tuple({"layer": len(layers), "head": model.num_heads, "position": length}[a] for a in _AXES[site])
         values = values.reshape(shape)
         raw = values - m_corrupt

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attndesk.jobs import JobContext
+
 from ..attention import attend
-from ..errors import Cancelled
 from ..scoring import Scoring
 from ..types import Intermediates
 
 IMPLEMENTATION = "attndesk"
 PARTS = ("self", "decoder", "cross")
-Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
@@ -50,22 +50,22 @@ class Site:
 class ForwardClock:
     """Seconds per stage of one forward pass, split at the layer hooks; progress and cancel there."""
 
-    def __init__(self, plan: tuple[str, ...], progress: Progress | None, should_cancel: Callable[[], bool] | None):
+    def __init__(self, plan: tuple[str, ...], ctx: JobContext | None):
         self.plan, self.seconds = plan, {name: 0.0 for name in plan}
-        self._progress, self._cancel = progress, should_cancel
+        self._ctx = ctx
         self._last = time.perf_counter()
 
     def check_cancel(self) -> None:
-        if self._cancel is not None and self._cancel():
-            raise Cancelled("cancelled")
+        if self._ctx is not None:
+            self._ctx.check()
 
     def mark(self, stage: str) -> None:
         """The time since the previous mark was spent in ``stage``."""
         now = time.perf_counter()
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
         self._last = now
-        if self._progress is not None and stage in self.plan:
-            self._progress((self.plan.index(stage) + 1) / len(self.plan), stage)
+        if self._ctx is not None and stage in self.plan:
+            self._ctx.progress((self.plan.index(stage) + 1) / len(self.plan), stage)
         self.check_cancel()
 
     def total(self) -> dict[str, float]:

@@ -19,6 +19,8 @@ from typing import cast
 import numpy as np
 import torch
 
+from attndesk.jobs import JobContext, ProgressFn, job_context
+
 from ..errors import Cancelled, ConfigError, NoLMHead
 from .backend import Capture, ForwardClock, capturing
 from .loader import LoadedModel
@@ -132,7 +134,7 @@ class Generator:
             eos = getattr(self.model.model.config, "eos_token_id", None)
         return set() if eos is None else {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
-    def _forward(self, should_cancel: Callable[[], bool] | None) -> tuple[torch.Tensor, Capture]:
+    def _forward(self, ctx: JobContext) -> tuple[torch.Tensor, Capture]:
         """Feed the positions not yet in the cache; returns (logits of the last position, capture)."""
         model = self.model
         device = model.device
@@ -154,7 +156,7 @@ class Generator:
             keep_weights=False,
             last_row=True,
             ablate=self._ablate,
-            clock=ForwardClock((), None, should_cancel),
+            clock=ForwardClock((), ctx),
         )
         with capturing(capture):
             out = model.model(**kwargs)
@@ -182,8 +184,10 @@ class Generator:
             out[layer, :, keys - row.shape[-1] :] = row
         return out
 
-    def step(self, *, should_cancel: Callable[[], bool] | None = None) -> GenerationStep:
-        """Generate one token. Raises ConfigError once finished, Cancelled when asked to stop."""
+    def step(self, *, should_cancel: Callable[[], bool] | None = None, ctx: JobContext | None = None) -> GenerationStep:
+        """Generate one token. Raises ConfigError once finished, Cancelled when ``ctx`` (or the older
+        ``should_cancel``) asks to stop."""
+        ctx = job_context(ctx, should_cancel=should_cancel)
         if self.finished:
             raise ConfigError(
                 "generation has finished (end of sequence, position limit or max_new_tokens): start a new one"
@@ -191,7 +195,7 @@ class Generator:
         start = time.perf_counter()
         with self.model._lock, torch.inference_mode():
             try:
-                logits, capture = self._forward(should_cancel)
+                logits, capture = self._forward(ctx)
             except Cancelled:
                 self._cache, self._fed = None, 0  # some layers may hold the half-fed positions
                 raise
@@ -226,19 +230,19 @@ class Generator:
         self,
         count: int,
         *,
-        progress: Callable[[float, str], None] | None = None,
+        progress: ProgressFn | None = None,
         should_cancel: Callable[[], bool] | None = None,
+        ctx: JobContext | None = None,
     ) -> list[GenerationStep]:
         """Up to ``count`` steps (fewer once finished); progress after each."""
+        ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
         done = []
         for i in range(int(count)):
             if self.finished:
                 break
-            if should_cancel is not None and should_cancel():
-                raise Cancelled("cancelled")
-            done.append(self.step(should_cancel=should_cancel))
-            if progress is not None:
-                progress((i + 1) / count, f"token {i + 1} of {count}: {done[-1].token}")
+            ctx.check()
+            done.append(self.step(ctx=ctx))
+            ctx.progress((i + 1) / count, f"token {i + 1} of {count}: {done[-1].token}")
         return done
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from attndesk.jobs import JobContext, ProgressFn, job_context
+
 from ..checks import check_finite_tensors
 from ..devices import resolve_device
 from ..errors import NO_LM_HEAD, ConfigError
@@ -34,7 +36,6 @@ from .sites import check_layers, discover, install_hooks, layer_path
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-Progress = Callable[[float, str], None]
 _serials = itertools.count()  # LoadedModel.serial: unlike id(), never handed to a later model
 _UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and never reads them
 
@@ -173,10 +174,11 @@ def transformers_offline():
 
 def load_pretrained(
     path: str | Path | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     *,
     memory_budget: int | None = None,
     device: str = "cpu",
+    ctx: JobContext | None = None,
 ) -> LoadedModel:
     """The model in folder ``path`` (None = the packaged all-MiniLM-L6-v2), loaded once per session.
 
@@ -186,7 +188,7 @@ def load_pretrained(
     that do not fit the config, or NaN/inf weights.
     """
     folder, torch_device, key = _folder_and_key(path, device)
-    report = progress or (lambda fraction, message: None)
+    report = job_context(ctx, progress=progress).progress
     with _models_lock:
         cached = _models.pop(key, None)
         if cached is not None:

@@ -15,15 +15,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from attndesk.jobs import JobContext, ProgressFn, job_context
+
 from ..config import default_memory_budget
-from ..errors import Cancelled, ConfigError, NoLMHead
+from ..errors import ConfigError, NoLMHead
 from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained, token_embeddings
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 from .token_text import id_texts, token_texts
 
-Progress = Callable[[float, str], None]
 TOP_K = 5
 
 
@@ -230,8 +231,9 @@ def run_pretrained(
     scaled: bool = True,
     causal: bool = False,
     memory_budget: int | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext | None = None,
 ) -> PretrainedResult:
     """Run the model on ``text`` (and an encoder-decoder's decoder on ``target``), every layer's
     attention computed by attndesk.
@@ -242,8 +244,9 @@ def run_pretrained(
     Altered runs compare with the unaltered one: the embedding's cosine (encoders), or the
     next-token distribution's KL divergence (decoders, encoder-decoders). Raises ConfigError
     for empty text, a target for a decoder-only model, bad ablation pairs or layer, weights over
-    ``memory_budget`` bytes; ``Cancelled`` when ``should_cancel`` says so.
+    ``memory_budget`` bytes; ``Cancelled`` when ``ctx`` (or the older ``should_cancel``) says so.
     """
+    ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
     request = _Request(
         source=encode(model, text),
         target=_target(model, target),
@@ -260,7 +263,7 @@ def run_pretrained(
     budget = default_memory_budget() if memory_budget is None else int(memory_budget)
     _check_budget(model, len(source.ids), len(tgt.ids) if tgt else 0, budget)
     with model._lock, torch.inference_mode():  # one forward at a time per model: the timings stay honest
-        clock = ForwardClock(_plan(model), progress, should_cancel)
+        clock = ForwardClock(_plan(model), ctx)
         capture = Capture(
             sites=model.sites,
             layers=model.layers,
@@ -439,23 +442,15 @@ def pretrained_job(
     scaled: bool = True,
     causal: bool = False,
     ablate: Iterable = (),
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
     should_cancel: Callable[[], bool] | None = None,
+    ctx: JobContext | None = None,
 ) -> PretrainedResult:
     """What the window's worker runs: load (cached; the first time reports 0..50 %), then run."""
+    ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
     first = not is_loaded(path)
-
-    def load_progress(fraction: float, message: str) -> None:
-        if progress is not None:
-            progress(0.5 * fraction, f"loading model: {message}")
-
-    def run_progress(fraction: float, message: str) -> None:
-        if progress is not None:
-            progress(0.5 + 0.5 * fraction if first else fraction, message)
-
-    model = load_pretrained(path, load_progress if first else None)
-    if should_cancel is not None and should_cancel():
-        raise Cancelled("cancelled")
+    model = load_pretrained(path, ctx=ctx.scaled(0.0, 0.5, "loading model: ") if first else ctx.quiet())
+    ctx.check()
     return run_pretrained(
         model,
         text,
@@ -464,8 +459,7 @@ def pretrained_job(
         scaled=scaled,
         causal=causal,
         ablate=ablate,
-        progress=run_progress,
-        should_cancel=should_cancel,
+        ctx=ctx.scaled(0.5, 1.0) if first else ctx,
     )
 
 

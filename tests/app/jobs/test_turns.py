@@ -14,6 +14,7 @@ from attndesk.app.jobs.compute import UNTURNED, SideJobs
 from attndesk.app.jobs.turns import Turns, side_turns
 from attndesk.app.jobs.worker import JobRunner, running_threads
 from attndesk.core.errors import Cancelled
+from attndesk.jobs import JobContext
 
 
 class Overlap:
@@ -24,14 +25,13 @@ class Overlap:
         self.now = self.most = self.ran = 0
         self.release = threading.Event()
 
-    def job(self, should_cancel=lambda: False):
+    def job(self, ctx: JobContext):
         with self.lock:
             self.now += 1
             self.most = max(self.most, self.now)
         try:
             while not self.release.is_set():
-                if should_cancel():
-                    raise Cancelled("stop")
+                ctx.check()
                 time.sleep(0.005)
             with self.lock:
                 self.ran += 1
@@ -42,12 +42,12 @@ class Overlap:
 
 
 def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
-    turns, order, cancel = Turns(), [], threading.Event()
+    turns, order, ctx = Turns(), [], JobContext()
     with turns.turn():
 
         def wait_then_run():
             try:
-                with turns.turn(cancel.is_set):
+                with turns.turn(ctx):
                     order.append("ran")
             except Cancelled:
                 order.append("cancelled")
@@ -56,7 +56,7 @@ def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
         waiter.start()
         time.sleep(0.2)
         assert turns.busy() and turns.waiting() == 1 and order == []
-        cancel.set()
+        ctx.cancel()
         waiter.join(2)
     assert order == ["cancelled"] and turns.waiting() == 0 and not turns.busy()
     done = turns.wrap(lambda: 42)
@@ -130,9 +130,9 @@ def test_a_side_job_forwards_its_progress_and_a_long_corpus_pass_takes_no_turn(q
     assert {"corpus", "corpus-query"} <= UNTURNED  # minutes long: it must not stall the tabs' side jobs
     reports, answers = [], []
 
-    def job(progress, should_cancel):
+    def job(ctx):
         for step in range(3):
-            progress((step + 1) / 3, f"step {step + 1} of 3")
+            ctx.progress((step + 1) / 3, f"step {step + 1} of 3")
             time.sleep(0.06)  # more than the worker's progress interval: every report crosses
         return "done"
 

@@ -70,12 +70,12 @@ def test_result_arrives_in_gui_thread_with_its_generation(qtbot, runner):
     assert len(running_threads()) == 1
 
 
-def test_progress_and_cancel_callbacks_are_passed_only_when_accepted(qtbot, runner):
+def test_the_job_context_is_passed_only_when_accepted(qtbot, runner):
     seen = {}
 
-    def wants_both(progress, should_cancel):
-        progress(0.5, "half")
-        seen["cancel"] = should_cancel()
+    def wants_both(ctx):
+        ctx.progress(0.5, "half")
+        seen["cancel"] = ctx.cancelled
         return "ok"
 
     def wants_none(x):
@@ -98,11 +98,11 @@ def test_newer_request_replaces_queued_and_cancels_running(qtbot, runner):
     started = threading.Event()
     calls = []
 
-    def slow(tag, should_cancel):
+    def slow(tag, ctx):
         calls.append(tag)
         started.set()
         while not release.wait(0.01):
-            if should_cancel():
+            if ctx.cancelled:
                 raise Cancelled("superseded")
         return tag
 
@@ -161,9 +161,9 @@ def test_shutdown_joins_a_running_cooperative_job(qtbot, qapp):
     runner = JobRunner()
     started = threading.Event()
 
-    def spin(should_cancel):
+    def spin(ctx):
         started.set()
-        while not should_cancel():
+        while not ctx.cancelled:
             threading.Event().wait(0.005)
         raise Cancelled("stopped")
 
@@ -176,10 +176,10 @@ def test_shutdown_joins_a_running_cooperative_job(qtbot, qapp):
 
 
 def test_progress_is_throttled(qtbot, runner):
-    def chatty(progress):
+    def chatty(ctx):
         for i in range(20000):
-            progress(i / 20000, "block")
-        progress(1.0, "done")
+            ctx.progress(i / 20000, "block")
+        ctx.progress(1.0, "done")
         return "ok"
 
     rec = Recorder(runner)
@@ -201,9 +201,9 @@ def test_reports_stream_in_order_in_batches_with_one_signal_per_batch(qtbot, run
 
     runner.reportsWaiting.connect(on_waiting)
 
-    def stream(*, report):
+    def stream(*, ctx):
         for i in range(500):
-            report(i)
+            ctx.report(i)
             if i == 0:
                 release.wait(5)  # the first batch is taken before the rest are queued
         return "done"

@@ -318,6 +318,12 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="the memory run on 100,000 texts (default 20,000)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: every part on a few hundred texts")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
+    parser.add_argument(
+        "--memory-model",
+        choices=("tiny-bert", "minilm"),
+        default="tiny-bert",
+        help="the memory run's model: the tiny random BERT (default) or the packaged all-MiniLM-L6-v2",
+    )
     args = parser.parse_args(argv)
     from pretrained_models import build
 
@@ -348,9 +354,10 @@ def main(argv=None) -> int:
         if "ray" in parts:
             _report_ray(ray_vs_local(512 if quick else 3000, tiny, work), s)
         if "memory" in parts:
-            m = memory(2000 if quick else (100_000 if args.full else 20_000), tiny, work)
+            model = tiny if args.memory_model == "tiny-bert" else None
+            m = memory(2000 if quick else (100_000 if args.full else 20_000), model, work)
             print(
-                f"memory: {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS "
+                f"memory ({args.memory_model}): {m['texts']:,} texts in {m['seconds']:.0f} s ({m['texts_per_s']:.0f} texts/s), peak RSS "
                 f"MiB per tenth of the shards and in compaction: {m['peak_rss_mib']}"
             )
     finally:

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
         with ProgressLine(prefix="corpus") as line:
 
             def progress(p) -> None:
-                line.update(p.done / max(1, p.total), p.line())
+                # the time left from this run's rate: a resumed run's fraction includes texts it did not run
+                line.update(p.done / max(1, p.total), p.line(eta=False), eta_s=p.eta_s)
 
             store = analyze_corpus(
                 data,

@@ -2,7 +2,9 @@
 
 On a terminal the line is redrawn in place (``\\r``) a few times a second; into a file or a pipe
 a new line is written at most every ``every_s`` seconds, so a log of a five-minute run holds a
-few dozen lines, not thousands. The core calls ``update(fraction, stage)`` from its run loop.
+few dozen lines, not thousands. The core calls ``update(fraction, stage)`` from its run loop; a
+run that knows its time left better (a resumed one, whose earlier part took none of this
+process's time) passes it as ``eta_s``, and the line shows that one only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class ProgressLine:
         self._last = -float("inf")
         self._drawn = False  # a terminal line is open (no newline yet)
 
-    def update(self, fraction: float, stage: str = "") -> None:
+    def update(self, fraction: float, stage: str = "", *, eta_s: float | bool | None = True) -> None:
+        """``eta_s``: True estimates the time left from the fraction and the time elapsed; a number
+        is the caller's own estimate; None shows no time left."""
         now = time.monotonic()
         if now - self._last < self.every_s and fraction < 1.0:
             return
@@ -39,8 +43,10 @@ class ProgressLine:
         elapsed = now - self.start
         line = f"{self.prefix}: {min(max(fraction, 0.0), 1.0):4.0%} {stage}".rstrip()
         line += f", {_clock(elapsed)} elapsed"
-        if 0.02 < fraction < 1.0:
-            line += f", about {_clock(elapsed * (1 - fraction) / fraction)} left"
+        if eta_s is True:
+            eta_s = elapsed * (1 - fraction) / fraction if 0.02 < fraction < 1.0 else None
+        if eta_s is not None and fraction < 1.0:
+            line += f", about {_clock(eta_s)} left"
         if self.tty:
             self.stream.write("\r" + line + "\x1b[K")  # erase what a longer previous line left
             self._drawn = True

@@ -141,9 +141,13 @@ def check_model(identity: Mapping[str, Any], folder: str | os.PathLike | None = 
     its weights are not the bundled model's."""
     where = Path(folder if folder is not None else identity["path"]).expanduser()
     if not (where / "config.json").is_file():
-        said = "is not" if folder is None else "given with --model is not"
+        if folder is not None:  # the place was given: say what is wrong with it, not how to give one
+            raise BundleError(
+                f"{where}, given as the bundle's model folder, holds no config.json: give the folder "
+                "that holds the model's config.json and weights"
+            )
         raise BundleError(
-            f"the bundle's model folder {where} {said} on this machine (no config.json there): copy "
+            f"the bundle's model folder {where} is not on this machine (no config.json there): copy "
             "the model there, or give its place with --model PATH"
         )
     digest = _sha256(_weight_files(where.resolve()))

@@ -72,9 +72,10 @@ class CorpusProgress:
     def fraction(self) -> float:
         return 1.0 if self.stage == "done" else self.done / max(self.total, 1)
 
-    def line(self) -> str:
-        eta = "" if self.eta_s is None else f", {self.eta_s:,.0f} s left"
-        return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{eta})"
+    def line(self, eta: bool = True) -> str:
+        """In words; ``eta=False`` leaves the time left to a line that shows it its own way."""
+        left = "" if self.eta_s is None or not eta else f", {self.eta_s:,.0f} s left"
+        return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{left})"
 
 
 def weights_hash(folder: Path) -> str:

@@ -10,6 +10,15 @@ rows with no weight (every key masked) are left out, and padding keys carry no w
 - ``self``, ``first``: w_ii and w_i0;
 - ``previous``: w_i,i-1 over rows i >= 1 only (``head_statistics``' previous_share counts row 0 as 0).
 
+Beside them, the same figures of a uniform row over the keys each row reached (its weights above
+zero: i + 1 keys for a causal row, the text's n otherwise), the baselines the roles compare with,
+since a share alone grows as texts get shorter (a uniform row over 5 keys puts 0.2 on each):
+
+- ``uniform_entropy``: ln(keys reached);
+- ``uniform_share``: 1 / keys reached, a uniform row's weight on any key it reached (key 0, key i);
+- ``uniform_previous``: the same over rows i >= 1;
+- ``uniform_distance``: the mean |i - j| over the keys reached.
+
 Detection scores are TransformerLens ``head_detector``'s ``mul`` measure with no exclusions, on the
 text's own (unpadded) attention A and detection pattern P: sum(A * P) / sum(A), where P is the
 previous-token, duplicate-token or induction pattern of the text's token ids. They need a square
@@ -33,29 +42,52 @@ if TYPE_CHECKING:
 ROW_METRICS = ("entropy", "distance", "self", "previous", "first")
 SCORES = ("previous_token_score", "duplicate_token_score", "induction_score")
 METRICS = ROW_METRICS + SCORES
-# per text and head: the metrics, the rows averaged, and the mean ln(keys a row reached)
-PER_TEXT_VALUES = METRICS + ("uniform_entropy",)
+# a uniform row's figures over the keys each row reached: the baselines of the roles
+BASELINES = ("uniform_entropy", "uniform_share", "uniform_previous", "uniform_distance")
+# per text and head: the metrics and their baselines (means over the text's rows, like the metrics)
+PER_TEXT_VALUES = METRICS + BASELINES
+# the uniform baseline of each share of a row's weight; roles and rankings use the share less it
+SHARE_BASELINE = {"first": "uniform_share", "self": "uniform_share", "previous": "uniform_previous"}
+# row means over rows i >= 1 only (``previous_rows``); the others over all rows (``rows``)
+FROM_SECOND_ROW = ("previous", "uniform_previous")
 
-# Roles, first match wins (documented in docs/corpus.md; thresholds are shares of a row's weight,
-# or of the text's attention for the detection scores):
+# Roles, first match wins (documented in docs/corpus.md). Detection scores: at least the threshold
+# (a share of the text's attention). Shares of a row's weight: at least the threshold more than a
+# uniform row's share (``excess``). Distance: at most the threshold in tokens and at most
+# LOCAL_SHARE of a uniform row's distance.
 ROLE_RULES: tuple[tuple[str, str, float], ...] = (
     ("induction", "induction_score", 0.3),
     ("duplicate-token", "duplicate_token_score", 0.3),
     ("previous-token", "previous", 0.5),
     ("first-token/sink", "first", 0.5),
     ("self", "self", 0.5),
-    ("local", "distance", 1.5),  # at most 1.5 tokens away on average
+    ("local", "distance", 1.5),
 )
+LOCAL_SHARE = 0.5
 BROAD_SHARE = 0.8  # entropy at least this share of a uniform row's (ln of the keys each row reached)
+
+
+def excess(values: dict, metric: str) -> float:
+    """A share metric less its uniform baseline (the metric itself for one without a baseline)."""
+    value = values.get(metric)
+    value = math.nan if value is None else float(value)
+    if metric not in SHARE_BASELINE:
+        return value
+    baseline = values.get(SHARE_BASELINE[metric])
+    return value - (math.nan if baseline is None else float(baseline))
 
 
 def role(values: dict) -> str:
     """The first role whose rule the head's corpus metrics meet; "broad" or "mixed" otherwise."""
     for name, metric, threshold in ROLE_RULES:
-        value = values.get(metric)
-        if value is None or not math.isfinite(value):
+        value = excess(values, metric)
+        if not math.isfinite(value):
             continue
-        if (value <= threshold) if metric == "distance" else (value >= threshold):
+        if metric == "distance":
+            uniform = values.get("uniform_distance")
+            if value <= threshold and uniform is not None and value <= LOCAL_SHARE * uniform:
+                return name
+        elif value >= threshold:
             return name
     entropy, uniform = values.get("entropy"), values.get("uniform_entropy")
     if entropy is not None and uniform and math.isfinite(entropy) and entropy >= BROAD_SHARE * uniform:
@@ -95,7 +127,9 @@ def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
     m = min(lq - 1, lk)
     if m > 0:
         prev_rows[..., 1 : m + 1] = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)[..., :m]
-    reached = (w > 0).sum(-1).clamp(min=1).double().log()
+    on = (w > 0).float()  # the keys each row reached
+    count = on.sum(-1).clamp(min=1).double()
+    uniform_distance = torch.einsum("bhij,ij->bhi", on, _distance_matrix(lq, lk, w.device)).double() / count
     prev_valid = valid.clone()
     prev_valid[..., 0] = 0
     sums = {
@@ -104,7 +138,10 @@ def _row_sums(w: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         "self": (self_rows * valid).sum(-1),
         "first": (w[..., 0].double() * valid).sum(-1),
         "previous": (prev_rows * prev_valid).sum(-1),
-        "uniform_entropy": (reached * valid).sum(-1),
+        "uniform_entropy": (count.log() * valid).sum(-1),
+        "uniform_share": (valid / count).sum(-1),
+        "uniform_previous": (prev_valid / count).sum(-1),
+        "uniform_distance": (uniform_distance * valid).sum(-1),
     }
     return sums | {"rows": valid.sum(-1), "previous_rows": prev_valid.sum(-1)}
 
@@ -150,7 +187,7 @@ def batch_metrics(
     count, prev_count = sums.pop("rows"), sums.pop("previous_rows")
     out = {"rows": count, "previous_rows": prev_count}
     for name, total in sums.items():
-        by = prev_count if name == "previous" else count
+        by = prev_count if name in FROM_SECOND_ROW else count
         out[name] = torch.where(by > 0, total / by.clamp(min=1), torch.full_like(total, math.nan))
     if ids is not None:
         out.update(_scores(w, rows, key_mask, ids))
@@ -159,4 +196,18 @@ def batch_metrics(
     return {k: v.cpu().numpy() for k, v in out.items()}
 
 
-__all__ = ["BROAD_SHARE", "METRICS", "PER_TEXT_VALUES", "ROLE_RULES", "ROW_METRICS", "SCORES", "batch_metrics", "role"]
+__all__ = [
+    "BASELINES",
+    "BROAD_SHARE",
+    "FROM_SECOND_ROW",
+    "LOCAL_SHARE",
+    "METRICS",
+    "PER_TEXT_VALUES",
+    "ROLE_RULES",
+    "ROW_METRICS",
+    "SCORES",
+    "SHARE_BASELINE",
+    "batch_metrics",
+    "excess",
+    "role",
+]

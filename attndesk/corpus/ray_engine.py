@@ -5,12 +5,17 @@ that path: a shared file system on a cluster) and maps one shard a call; the sha
 back to the driver as Arrow IPC bytes and are written to the store there, exactly as the local
 engine writes them, so the store is the same. ``ray.init`` joins ``address`` or ``RAY_ADDRESS``
 when given (a cluster), else starts a local Ray with ``workers`` CPUs, shut down afterwards.
+
+A clean run prints nothing of Ray's own: no dashboard, no log lines from the workers, no progress
+bars, and Ray's notices about its defaults (the token authentication it enabled, the progress bars
+we turned off) are dropped by message; every other warning and error of Ray's still shows.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +24,29 @@ import pyarrow as pa
 from ..core.errors import ConfigError
 from .batch import PassSettings, ShardResult, run_shard
 from .shards import shards, write_shard
+
+# (logger, the start of a message) of Ray's notices about settings it or we chose, not about the run
+_NOTICES = (
+    ("ray._private.authentication.authentication_token_setup", "Token authentication is enabled for this Ray"),
+    ("ray.data._internal.progress", "Progress bars disabled."),
+)
+
+
+class _DropNotices(logging.Filter):
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.start)
+
+
+def _quiet_notices() -> None:
+    """Drop Ray's notices (``_NOTICES``) and nothing else of its logging; once per process."""
+    for name, start in _NOTICES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropNotices) for f in logger.filters):
+            logger.addFilter(_DropNotices(start))
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -96,6 +124,7 @@ def run_ray(
     items = [{"index": i, "first": f, "texts": t} for i, f, t in shards(source, shard_size, done)]
     if not items:
         return
+    _quiet_notices()
     started = _init(workers, address)
     try:
         from dataclasses import asdict
@@ -105,17 +134,25 @@ def run_ray(
         context.print_on_execution_start = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         inputs = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = inputs.map_batches(
-            ShardActor,
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=workers or 2),
-            num_cpus=1,
-            fn_constructor_kwargs={
-                "model_path": str(model.path),
-                "settings": asdict(settings),
-                "device": str(model.device),
-            },
-        )
+        # on the local Ray an actor that dies is not restarted (its error ends the pass): restarts
+        # serve a cluster's lost nodes, and Ray logs an error-level line for every restartable actor
+        # (Ray Data keeps its constructor arguments in the object store). Ray has no named
+        # parameter for it, so it goes as a remote argument, which Ray Data warns is deprecated.
+        restarts = {"max_restarts": 0} if started else {}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            ds = inputs.map_batches(
+                ShardActor,
+                batch_size=1,
+                compute=ray.data.ActorPoolStrategy(size=min(workers or 2, len(items))),  # no actor without a shard
+                num_cpus=1,
+                fn_constructor_kwargs={
+                    "model_path": str(model.path),
+                    "settings": asdict(settings),
+                    "device": str(model.device),
+                },
+                **restarts,
+            )
         for row in ds.iter_rows():
             result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
             write_shard(out, result)

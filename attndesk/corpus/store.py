@@ -28,10 +28,11 @@ import pandas as pd
 
 from ..core.atomic import atomic_write
 from ..core.errors import ConfigError
-from .metrics import METRICS, ROW_METRICS, role
+from .metrics import BASELINES, FROM_SECOND_ROW, METRICS, ROW_METRICS, SHARE_BASELINE, role
 
 FORMAT = "attndesk-corpus"
-FORMAT_VERSION = 1
+# 2: per text and head, the uniform baselines the roles compare with (uniform_share, ...)
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 TABLES = ("texts", "per_text", "heads", "atlas", "atlas_quality")
 HEAD_COLUMNS = ("part", "layer", "head") + METRICS + ("role",)
@@ -63,10 +64,13 @@ def _sql_path(path: Path) -> str:
 def heads_summary(con, per_text: str) -> pd.DataFrame:
     """Corpus metrics per head from per-text rows (``per_text``: a SQL table expression): row metrics
     weighted by each text's rows (``previous`` by its rows i >= 1), scores averaged over texts."""
+
+    def weight(m: str) -> str:
+        return "previous_rows" if m in FROM_SECOND_ROW else "rows"
+
     row = ", ".join(
-        f"sum({m} * {'previous_rows' if m == 'previous' else 'rows'}) / "
-        f'nullif(sum(CASE WHEN isnan({m}) THEN 0 ELSE {"previous_rows" if m == "previous" else "rows"} END), 0) AS "{m}"'
-        for m in ROW_METRICS + ("uniform_entropy",)
+        f'sum({m} * {weight(m)}) / nullif(sum(CASE WHEN isnan({m}) THEN 0 ELSE {weight(m)} END), 0) AS "{m}"'
+        for m in ROW_METRICS + BASELINES
     )
     scores = ", ".join(
         f"avg(CASE WHEN isnan({m}) THEN NULL ELSE {m} END) AS {m}" for m in METRICS if m not in ROW_METRICS
@@ -78,11 +82,11 @@ def heads_summary(con, per_text: str) -> pd.DataFrame:
     frame = con.execute(query).df()
     frame["order"] = frame["part"].map(PARTS_ORDER)
     frame = frame.sort_values(["order", "layer", "head"]).drop(columns="order").reset_index(drop=True)
-    numbers = METRICS + ("uniform_entropy",)
+    numbers = METRICS + BASELINES
     frame["role"] = [
         role({k: (math.nan if pd.isna(r[k]) else float(r[k])) for k in numbers}) for r in frame.to_dict("records")
     ]
-    return frame[list(HEAD_COLUMNS) + ["uniform_entropy", "texts"]]
+    return frame[list(HEAD_COLUMNS) + list(BASELINES) + ["texts"]]
 
 
 class CorpusStore:
@@ -137,15 +141,22 @@ class CorpusStore:
     def top_texts(
         self, layer: int, head: int, metric: str, k: int = 10, *, part: str | None = None, lowest: bool = False
     ) -> pd.DataFrame:
-        """The ``k`` texts where the head's ``metric`` is highest (``lowest``: lowest), with their text."""
+        """The ``k`` texts where the head's ``metric`` is highest (``lowest``: lowest), with their text.
+
+        A share of a row's weight (``first``, ``self``, ``previous``) is ranked by its excess over a
+        uniform row's share (column ``excess``; the baseline is in its own column): the raw share
+        would rank the shortest texts first, since a uniform row over few keys gives each a lot."""
         if metric not in METRICS:
             raise ConfigError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
         key = self._head(layer, head, part)
         order = "ASC" if lowest else "DESC"
+        base = SHARE_BASELINE.get(metric)
+        rank = f"p.{metric} - p.{base}" if base else f"p.{metric}"
+        extra = f", p.{base}, {rank} AS excess" if base else ""
         return self.sql(
-            f"SELECT p.text_id, p.{metric}, t.text, t.tokens FROM per_text p JOIN texts t USING (text_id) "
+            f"SELECT p.text_id, p.{metric}{extra}, t.text, t.tokens FROM per_text p JOIN texts t USING (text_id) "
             f"WHERE p.part = ? AND p.layer = ? AND p.head = ? AND NOT isnan(p.{metric}) "
-            f"ORDER BY p.{metric} {order}, p.text_id LIMIT ?",
+            f"ORDER BY {rank} {order}, p.text_id LIMIT ?",
             [*key, int(k)],
         )
 
@@ -169,6 +180,11 @@ def open_corpus(out) -> CorpusStore:
     manifest = read_manifest(out)
     if manifest is None:
         raise ConfigError(f"{out} is not an attndesk corpus store (no {MANIFEST})")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(
+            f"{out} is a corpus store of format version {manifest.get('format_version')!r}; this attndesk "
+            f"reads version {FORMAT_VERSION} (roles against a uniform baseline): run the corpus pass again"
+        )
     if not manifest.get("complete") or not (out / "corpus.duckdb").exists():
         raise ConfigError(f"the corpus run in {out} did not finish; run it again with the same arguments to resume")
     return CorpusStore(out, manifest)

@@ -84,17 +84,71 @@ def _format(path: Path, allowed: Sequence[str]) -> str:
     return fmt
 
 
+# the animation's frames: a share of them spread over the steps, the rest where the metrics change
+TIME_SHARE = 0.3
+BLANK_KEPT = 16  # pixels of a blank band between (or around) a frame's contents that stay
+
+
+def animation_steps(steps: Sequence[int], history: list[dict[str, Any]], frames: int) -> list[int]:
+    """At most ``frames`` of the checkpoint ``steps`` (the first and last included), placed where
+    the run changes: each checkpoint's position is a blend of its step (``TIME_SHARE``) and the
+    change so far of the loss, accuracy and pattern score (each over its range, summed as a path
+    along the measured rows), and the chosen ones lie nearest to evenly spaced positions, so a
+    phase change gets most frames and a plateau few."""
+    steps = sorted(steps)
+    if len(steps) <= frames:
+        return steps
+    rows = [r for r in history if r.get("accuracy") is not None]
+    at = np.asarray([r["step"] for r in rows], dtype=float)
+    change = np.zeros(len(rows))
+    for key in ("loss", "accuracy", "pattern"):
+        values = np.asarray([r.get(key, np.nan) for r in rows], dtype=float)
+        if len(values) > 1 and np.isfinite(values).all() and np.ptp(values) > 0:
+            change[1:] += np.abs(np.diff(values)) / np.ptp(values)
+    path = np.cumsum(change)
+    x = np.asarray(steps, dtype=float)
+    position = TIME_SHARE * (x - x[0]) / max(x[-1] - x[0], 1.0)
+    if len(rows) > 1 and path[-1] > 0:
+        position += (1 - TIME_SHARE) * np.interp(x, at, path) / path[-1]
+    else:
+        position += (1 - TIME_SHARE) * (x - x[0]) / max(x[-1] - x[0], 1.0)
+    chosen = {0, len(steps) - 1}
+    for target in np.linspace(position[0], position[-1], frames)[1:-1]:
+        order = np.argsort(np.abs(position - target), kind="stable")
+        free = [int(i) for i in order if int(i) not in chosen]
+        if free:
+            chosen.add(free[0])
+    return [steps[i] for i in sorted(chosen)]
+
+
+def _blank_bands_cut(frames: list[np.ndarray], keep: int = BLANK_KEPT) -> list[np.ndarray]:
+    """The frames with every band of rows or columns that is blank (the top-left pixel's colour)
+    in all of them cut to ``keep`` pixels: the same cut for every frame, so they stay aligned."""
+    stack = np.stack(frames)
+    content = (stack != stack[0, 0, 0]).any(-1).any(0)  # [H, W]: some frame draws here
+
+    def kept(used: np.ndarray) -> np.ndarray:
+        keep_mask = used.copy()
+        blank_runs = np.flatnonzero(np.diff(np.concatenate([[1], used.astype(int), [1]])))
+        for start, end in zip(blank_runs[::2], blank_runs[1::2]):
+            keep_mask[start : start + min(keep, end - start)] = True
+        return keep_mask
+
+    return [frame[kept(content.any(1))][:, kept(content.any(0))] for frame in frames]
+
+
 def write_animation(
     run: TrainRun,
     path: str | os.PathLike,
     *,
     fps: float = 3.0,
     size: tuple[int, int] | None = None,
-    max_frames: int = 40,
+    max_frames: int = 20,
 ) -> Path:
     """The heatmaps of the kept checkpoints (all heads, all layers, on the probe input), one
-    frame each (at most ``max_frames``, spread evenly, the first and last included), as a GIF
-    or an MP4 (by the suffix), written atomically."""
+    frame each (at most ``max_frames``, chosen by ``animation_steps``: most where the metrics
+    change), as a GIF or an MP4 (by the suffix), written atomically. Without ``size`` the frames
+    are drawn at the figure's suggested size and cut to their contents (``_blank_bands_cut``)."""
     import imageio.v3 as iio
 
     path = Path(path).expanduser()
@@ -102,15 +156,25 @@ def write_animation(
     steps = run.checkpoints.steps
     if not steps:
         raise ExportError("the run kept no checkpoints: there is nothing to animate")
-    if len(steps) > max_frames:
-        steps = [steps[i] for i in np.linspace(0, len(steps) - 1, max_frames).round().astype(int)]
     frames = []
-    for step in steps:
+    for step in animation_steps(steps, run.history, max_frames):
         figure = figure_from_map(all_heads_map(run.at_checkpoint(step)))
         figure.suptitle = f"{run.cfg.task}: step {step:,}"
+        if run.cfg.layers > 1 and figure.group == 1:  # a layer's heads side by side, a row per layer
+            figure.group = run.cfg.heads
+            figure.group_labels = [f"layer {layer}" for layer in range(run.cfg.layers)]
         width, height = size or suggested_size(figure)
-        width, height = width - width % 16, height - height % 16  # MP4's macro blocks
         frames.append(iio.imread(io.BytesIO(figure_bytes(figure, "png", (width, height))))[..., :3])
+    if size is None:  # a size the caller gave is kept as it is
+        frames = _blank_bands_cut(frames)
+    height, width = frames[0].shape[:2]
+    filled = []
+    for frame in frames:  # MP4's macro blocks: blank rows and columns added to a multiple of 16
+        out = np.empty((height + -height % 16, width + -width % 16, 3), dtype=frame.dtype)
+        out[...] = frame[0, 0]
+        out[:height, :width] = frame
+        filled.append(out)
+    frames = filled
     if fmt == "gif":
         data = iio.imwrite("<bytes>", np.stack(frames), extension=".gif", duration=1000 / fps, loop=0)
     else:

@@ -198,7 +198,7 @@ class TrainConfig:
         25, kind=int, low=1, label="", tip="steps between measurements of accuracy and pattern scores", flag=""
     )  # 256 sequences each
     checkpoint_every: int = param(
-        50,
+        10,  # the animation picks its frames among them (render.training.animation_steps)
         kind=int,
         low=1,
         window_max=100_000,

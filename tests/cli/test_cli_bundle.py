@@ -138,6 +138,9 @@ def test_model_bundle_names_a_missing_model_and_reproduces_from_its_new_place(qa
     shutil.move(folder, moved)
     code, out, err = run_cli(capsys, "reproduce", str(bundle))
     assert code == 2 and len(err) == 1 and str(folder) in err[0] and "--model" in err[0]
+    code, out, err = run_cli(capsys, "reproduce", str(bundle), "--model", str(tmp_path))  # not a model folder
+    assert code == 2 and len(err) == 1 and str(tmp_path) in err[0] and "holds no config.json" in err[0]
+    assert "--model" not in err[0]  # the place was given with --model: no advice to give it
     code, out, err = run_cli(capsys, "reproduce", str(bundle), "--model", str(moved))
     assert code == 0 and out[-1] == "largest difference from the bundled weights: 0", err
     other = Path(shutil.copytree(moved, tmp_path / "other"))

@@ -4,10 +4,15 @@ one line on stderr, exit 2, and nothing written."""
 from __future__ import annotations
 
 import csv
+import re
+import threading
+
+import pytest
 
 from attndesk.cli import main
 from attndesk.cli.corpus import SAMPLE
-from attndesk.corpus import open_corpus
+from attndesk.core.errors import Cancelled
+from attndesk.corpus import analyze_corpus, open_corpus
 from tests.corpus.conftest import TEXTS
 
 
@@ -73,3 +78,40 @@ def test_bad_input_is_one_line_and_exit_2(models, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("attndesk: error:"), (extra, err)
         assert not out.exists()
+
+
+def test_a_resumed_run_shows_one_time_left(models, tmp_path, capsys):
+    """A resumed pass starts with part of its texts done in no time of this process: the line's time
+    left is the pass's own (this run's rate), shown once, not a second estimate from the fraction."""
+    data, out, cancel = tmp_path / "texts.txt", tmp_path / "store", threading.Event()
+    data.write_text("\n".join(TEXTS * 2) + "\n", encoding="utf-8")
+
+    def stop_after_one_shard(p):
+        if p.done >= 4:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        analyze_corpus(
+            str(data),
+            out,
+            model=str(models["gpt2"]),
+            max_tokens=12,
+            atlas_points=8,
+            shard_size=4,
+            atlas_methods=("pca",),
+            progress=stop_after_one_shard,
+            cancel=cancel,
+        )
+    args = ["corpus", "--model", str(models["gpt2"]), "--data", str(data), "--out", str(out)]
+    code = main(args + ["--max-tokens", "12", "--atlas-points", "8", "--shard-size", "4"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "texts/s" in line]
+    assert lines[0].startswith("corpus:  50% analyzing: 8/16 texts (")  # the first shard of the resumed run
+    for line in lines:
+        assert line.count("left") <= 1, line
+    # the one time left is this run's: 8 texts to go at its rate
+    rate, minutes, seconds = re.search(
+        r"\(([\d.,]+) texts/s\), \d+:\d\d elapsed, about (\d+):(\d\d) left$", lines[0]
+    ).groups()
+    assert abs(int(minutes) * 60 + int(seconds) - 8 / float(rate.replace(",", ""))) <= 1.1

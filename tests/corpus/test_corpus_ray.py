@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -31,3 +36,31 @@ def test_ray_engine_writes_the_local_store(models, bert_store, tmp_path):
             obj=name,
         )
     store.close()
+
+
+@pytest.mark.slow  # ~45 s on 2 shared cores: a fresh interpreter starts Ray and two actors
+@pytest.mark.xdist_group("ray")
+def test_a_clean_ray_run_prints_only_attndesk_lines(models, tmp_path):
+    """Ray's own notices (token authentication, progress bars, restartable actors) stay out of a
+    clean run's stderr: every line there is attndesk's progress line."""
+    pytest.importorskip("ray")
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
+    args = ["--model", str(models["bert"]), "--data", str(data), "--out", str(tmp_path / "store")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attndesk", "corpus", "--engine", "ray", "--workers", "2", *args]
+        + ["--max-tokens", "16", "--shard-size", "4", "--atlas-points", "4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert lines and all(line.startswith("corpus: ") for line in lines), proc.stderr
+    assert lines[-1].startswith("corpus: 100% done: 8/8 texts")

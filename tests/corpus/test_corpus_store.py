@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -67,6 +68,16 @@ def test_tables_queries_and_reopening(bert_store):
     with pytest.raises(ConfigError, match="unknown metric"):
         again.top_texts(0, 0, "nope")
     again.close()
+
+
+def test_a_store_of_an_older_format_is_refused_in_one_line(bert_store, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(bert_store.path, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps(manifest | {"format_version": 1}))
+    with pytest.raises(ConfigError, match=r"format version 1; .* reads version 2 .* run the corpus pass again") as e:
+        open_corpus(old)
+    assert "\n" not in str(e.value)
 
 
 READ_A_STORE = """

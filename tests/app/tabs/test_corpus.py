@@ -107,6 +107,9 @@ def test_a_pass_fills_the_grid_table_texts_and_atlas_and_opens_a_text(qtbot, win
     assert [view.topList.item(i).data(Qt.ItemDataRole.UserRole) for i in range(view.topList.count())] == list(
         top["text_id"]
     )
+    # ranked by the share's excess over a uniform row's, both shown
+    first = view.topList.item(0).text()
+    assert first.startswith(f"{top['previous'].iloc[0]:.3f} ({top['excess'].iloc[0]:+.3f})  "), first
     bottom = store.top_texts(1, 2, "previous", 8, lowest=True)
     assert view.bottomList.count() == len(bottom)
     atlas = store.atlas(1, 2)

@@ -400,9 +400,14 @@ class CorpusView(QWidget):
                 listed.add(record["text"])
                 count = repeats[record["text"]]
                 times = f"  x{count}" if count > 1 else ""
-                item = QListWidgetItem(f"{record[metric]:.3f}  {elide(record['text'], LIST_CHARS)}{times}")
+                # a share is ranked by its excess over a uniform row's (store.top_texts): show both
+                shown = f"{record[metric]:.3f}" + (f" ({record['excess']:+.3f})" if "excess" in record else "")
+                item = QListWidgetItem(f"{shown}  {elide(record['text'], LIST_CHARS)}{times}")
                 item.setData(TEXT_ID, int(record["text_id"]))
-                item.setToolTip(elide(record["text"], TIP_CHARS))
+                tip = elide(record["text"], TIP_CHARS)
+                if "excess" in record:
+                    tip = f"{metric} {record[metric]:.3f}: {record['excess']:+.3f} over a uniform row's share\n{tip}"
+                item.setToolTip(tip)
                 widget.addItem(item)
         atlas = detail["atlas"]
         self.set_atlas(

@@ -53,9 +53,10 @@ def test_the_fingerprint_reads_torch_and_the_processor(monkeypatch, tmp_path):
 def test_differences_name_each_field_with_both_values():
     here = machine_fingerprint(1)
     assert fingerprint_differences(dict(here), here) == []
-    other = here | {"cpu_capability": "AVX2", "threads": 2, "kernel_env": {"MKL_CBWR": "AVX2"}}
+    capability = "DEFAULT" if here["cpu_capability"] != "DEFAULT" else "AVX2"  # another than here's
+    other = here | {"cpu_capability": capability, "threads": 2, "kernel_env": {"MKL_CBWR": "AVX2"}}
     assert fingerprint_differences(other, here) == [
-        f"cpu_capability: AVX2 recorded, {here['cpu_capability']} here",
+        f"cpu_capability: {capability} recorded, {here['cpu_capability']} here",
         f"kernel_env: {{'MKL_CBWR': 'AVX2'}} recorded, {here['kernel_env']} here",
         "threads: 2 recorded, 1 here",
     ]

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # QSettings and the app's data folder (the corpus tab's stores) of this process live in a private
@@ -104,3 +105,26 @@ def window(qtbot, window_size):
     w = shown_window(qtbot, window_size, TIMEOUT_MS)
     yield w
     dispose(w)
+
+
+class EarlierOut:
+    """An ``--out`` folder holding an earlier run's files (one a later run would write too)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir()
+        (folder / "summary.json").write_bytes(b'{"from": "an earlier run"}\n')
+        (folder / "notes.txt").write_bytes(b"mine")
+        self.before = self.contents()
+
+    def contents(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.folder.iterdir())}
+
+    def unchanged(self) -> bool:
+        """The same names with the same bytes, and nothing else."""
+        return self.contents() == self.before
+
+
+@pytest.fixture
+def earlier_out(tmp_path) -> EarlierOut:
+    return EarlierOut(tmp_path / "earlier")

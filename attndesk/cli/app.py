@@ -53,9 +53,13 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
 
 def headless_fallback(out: str = "render-out") -> int:
     """Render the sample sentence with default settings (all heads + mean, PNG) into ``out``
-    and print the folder's path."""
+    and print the folder's path. Unlike ``attndesk render`` it writes into a folder that holds
+    other files (``make screens`` keeps its pictures there): it removes only its own earlier
+    heatmaps (``attn_*.png`` directly inside), so each fallback leaves one sample's set."""
 
     def run() -> int:
+        for old in Path(out).glob("attn_*.png"):
+            old.unlink()
         args = command_parser(render.register).parse_args(["--out", out])
         render.render_command(args, echo=False)
         print(Path(out).resolve(), flush=True)

@@ -9,7 +9,7 @@ import argparse
 import sys
 import warnings
 
-from attndesk.cli.base import EXIT_USAGE, CliError
+from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.patch import add_model_arguments, heatmap, load, token_arg, write_all
 from attndesk.cli.progress import ProgressLine
 
@@ -71,6 +71,7 @@ def _attribute(args, model):
 
 
 def run(args: argparse.Namespace) -> int:
+    empty_out(args.out)
     model = load(args)
     try:
         result = _attribute(args, model)

@@ -1,5 +1,6 @@
 """What every command shares: the command protocol, the one-line error and its exit codes, the
-parser that reports a bad flag in one line, and the guard that turns any failure into one line."""
+parser that reports a bad flag in one line, the guard that turns any failure into one line, and
+the check that keeps one run's files from mixing with another's in ``--out``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 EXIT_USAGE = 2
@@ -42,6 +44,19 @@ class Parser(argparse.ArgumentParser):
         if message:
             print(message.rstrip("\n"), file=sys.stderr if status else sys.stdout)
         raise SystemExit(status)
+
+
+def empty_out(out: str | os.PathLike) -> Path:
+    """``--out`` as a path: a new folder or an empty one (hidden entries aside), as ``corpus``
+    demands; a file or a folder holding files is refused in one line (EXIT_USAGE), before any work,
+    so a run never overwrites part of another and leaves the rest beside it."""
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"--out {folder} is a file, not a folder: choose an empty or new folder", EXIT_USAGE)
+    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
+    if held:
+        raise CliError(f"--out {folder} holds other files ({held[0]}, ...); choose an empty or new folder", EXIT_USAGE)
+    return folder
 
 
 def command_parser(register: Callable[[Any], argparse.ArgumentParser]) -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attndesk.cli.base import EXIT_USAGE, CliError
+from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.progress import ProgressLine
 
 NAME = "patch"
@@ -143,8 +143,6 @@ def write_all(out_dir: str, files: list[tuple[str, object]]) -> list[Path]:
     from attndesk.render.export import ExportError, OutputSet
 
     folder = Path(out_dir).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise CliError(f"--out {folder} is a file, not a folder: give a folder to write into", EXIT_USAGE)
     ensure_gui_app(headless=True)
     try:
         with OutputSet(folder) as out:
@@ -193,6 +191,7 @@ def _files(args, model, report, approx) -> list[tuple[str, object]]:
 def run(args: argparse.Namespace) -> int:
     from attndesk.core.interp import activation_patching, attribution_patching
 
+    empty_out(args.out)
     sites = _sites(args.sites)
     model = load(args)
     start = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attndesk.cli import arguments, progress, render_model, render_store, train
-from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError, command_parser
+from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError, command_parser, empty_out
 
 if TYPE_CHECKING:
     from attndesk.render.figure import HeatmapFigure
@@ -74,6 +74,7 @@ def defaults() -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
+    empty_out(args.out)
     render_command(args)
     return 0
 

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from attndesk.cli.arguments import add_fields, at_least
-from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE
+from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, empty_out
 
 NAME = "train"
 _ANIMATIONS = ("gif", "mp4", "none")
@@ -108,9 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from attndesk.cli.progress import ProgressLine
     from attndesk.train import Trainer
 
-    out = Path(args.out).expanduser()
-    if out.exists() and not out.is_dir():
-        return _error(f"--out {out} is a file, not a folder: give a folder to write into", EXIT_USAGE)
+    out = empty_out(args.out)
     try:
         cfg = config_from_args(args)
         trainer = Trainer(cfg, threads=args.threads or "auto")

@@ -87,7 +87,7 @@ def test_npy_weights_and_text_file(qapp, capsys, tmp_path):
         "--weights",
         "npy",
         "--out",
-        str(tmp_path),
+        str(tmp_path / "out"),
         "--format",
         "pdf",
         "--size",
@@ -261,10 +261,8 @@ def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp
         "256K",
         "--size",
         "600x500",
-        "--out",
-        str(tmp_path),
     ]
-    code, out, err = run_cli(capsys, *common, "--which", "mean")
+    code, out, err = run_cli(capsys, *common, "--which", "mean", "--out", str(tmp_path / "mean"))
     assert code == 0, err
     assert any("overview" in line or "budget" in line for line in err)  # the core's notice
     assert QImage(out[0]).width() == 600
@@ -272,7 +270,18 @@ def test_over_budget_run_writes_the_overview_and_exact_regions(qapp, capsys, tmp
     code, out, err = run_cli(capsys, *common, "--which", "0", "--weights", "npy", "--out", str(tmp_path / "n"))
     assert code == 2 and len(err) == 1 and "--region" in err[0] and not (tmp_path / "n").exists()
     # a region is exact: equal to the full run's weights (a budget large enough to keep them)
-    code, out, err = run_cli(capsys, *common, "--which", "1", "--weights", "npy", "--region", "500:520,480:510")
+    code, out, err = run_cli(
+        capsys,
+        *common,
+        "--which",
+        "1",
+        "--weights",
+        "npy",
+        "--region",
+        "500:520,480:510",
+        "--out",
+        str(tmp_path / "region"),
+    )
     assert code == 0, err
     region = np.load(next(p for p in out if p.endswith(".npy")))
     full = run_attention(AttentionConfig(embed_dim=8, num_heads=2, mask="causal"), text)
@@ -316,3 +325,38 @@ def test_main_py_with_a_stale_display_falls_back(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "no X server answers" in proc.stdout.splitlines()[0] and "Traceback" not in proc.stderr
     assert len(list((tmp_path / "render-out").glob("*.png"))) == 2
+
+
+def test_render_refuses_a_folder_with_files_and_leaves_it_as_it_was(capsys, earlier_out):
+    code, out, err = run_cli(capsys, "render", "--heads", "1", "--out", str(earlier_out.folder))
+    assert code == 2 and out == [] and len(err) == 1
+    assert "holds other files" in err[0] and "choose an empty or new folder" in err[0]
+    assert earlier_out.unchanged()
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["empty", "new"])
+def test_render_writes_into_an_empty_or_new_folder(qapp, capsys, tmp_path, existing):
+    folder = tmp_path / "figs"
+    if existing:
+        folder.mkdir()
+    code, out, err = run_cli(capsys, "render", "--heads", "1", "--which", "mean", "--out", str(folder))
+    assert code == 0, err
+    assert sorted(Path(p).name for p in out) == sorted(p.name for p in folder.iterdir()) != []
+
+
+def test_headless_fallback_renders_again_beside_other_files(qapp, capsys, tmp_path):
+    """``make run`` without a display renders into the same folder every time, where ``make
+    screens`` also keeps its pictures: the fallback replaces only its own heatmaps."""
+    from attndesk.cli.app import headless_fallback
+
+    folder = tmp_path / "render-out"
+    (folder / "screens").mkdir(parents=True)
+    (folder / "screens" / "sheet.png").write_bytes(b"a picture")
+    (folder / "attn_all_h2_e8_stale.png").write_bytes(b"an older sample")
+    assert headless_fallback(str(folder)) == 0
+    first = sorted(p.name for p in folder.iterdir())
+    assert "attn_all_h2_e8_stale.png" not in first and len([n for n in first if n.startswith("attn_")]) == 2
+    assert headless_fallback(str(folder)) == 0
+    assert sorted(p.name for p in folder.iterdir()) == first
+    assert (folder / "screens" / "sheet.png").read_bytes() == b"a picture"
+    capsys.readouterr()

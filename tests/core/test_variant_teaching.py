@@ -211,9 +211,9 @@ def test_render_takes_the_variant_flags(tmp_path, capsys):
     ).weights
     np.testing.assert_array_equal(np.load(npy[0]), want)
     capsys.readouterr()
-    assert main(["render", "--kv-heads", "3", "--out", str(tmp_path)]) == 2
+    assert main(["render", "--kv-heads", "3", "--out", str(tmp_path / "other")]) == 2
     assert "valid K/V head counts: 1, 2, 4" in capsys.readouterr().err
-    assert main(["render", "--no-positional", "--position", "alibi", "--out", str(tmp_path)]) == 2
+    assert main(["render", "--no-positional", "--position", "alibi", "--out", str(tmp_path / "other")]) == 2
     assert "contradicts" in capsys.readouterr().err
 
 

@@ -64,18 +64,28 @@ def _render(folder: Path, *extra: str) -> int:
     )
 
 
-def test_a_run_replaces_the_whole_set_and_keeps_other_files(qapp, capsys, old_folder):
-    assert _render(old_folder) == 0
+def test_a_run_into_a_folder_with_files_is_refused_and_leaves_it_as_it_was(qapp, capsys, old_folder):
+    before = _snapshot(old_folder)
+    assert _render(old_folder) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "choose an empty or new folder" in err
+    assert _snapshot(old_folder) == before
+
+
+def test_a_run_into_an_empty_folder_lands_whole(qapp, capsys, tmp_path):
+    folder = tmp_path / "figs"
+    folder.mkdir()
+    assert _render(folder) == 0
     out, _err = capsys.readouterr()
     assert [Path(p).name for p in out.splitlines()] == sorted(NAMES)  # printed once all are in place
-    assert sorted(p.name for p in old_folder.iterdir()) == sorted(NAMES + ["notes.txt"])
-    assert all(not (old_folder / n).read_bytes().startswith(b"old") for n in NAMES)
-    assert (old_folder / "notes.txt").read_text() == "mine"
-    assert (old_folder / NAMES[0]).stat().st_mode & 0o777 == 0o666 & ~current_umask()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(NAMES)
+    assert (folder / NAMES[0]).stat().st_mode & 0o777 == 0o666 & ~current_umask()
 
 
 @pytest.mark.parametrize("failure", [ExportError("cannot write x.csv: No space left on device"), KeyboardInterrupt()])
-def test_a_run_that_fails_midway_leaves_the_folder_as_it_was(qapp, capsys, old_folder, monkeypatch, failure):
+def test_a_run_that_fails_midway_leaves_the_folder_as_it_was(qapp, capsys, tmp_path, monkeypatch, failure):
+    old_folder = tmp_path / "figs"
+    old_folder.mkdir()
     before = _snapshot(old_folder)
     real = export.export_weights
     calls = []

@@ -228,3 +228,23 @@ def test_train_threads_forces_the_count_else_the_load_chooses(capsys, tmp_path, 
     assert code == 0 and errors == []
     assert seen == [expected, expected]
     assert torch.get_num_threads() == base
+
+
+def test_a_folder_with_files_is_refused_before_training(capsys, earlier_out):
+    code, lines, errors = _cli(capsys, "train", "--task", "reverse", "--steps", "4", "--out", str(earlier_out.folder))
+    assert code == 2 and lines == [] and len(errors) == 1
+    assert "holds other files" in errors[0] and "choose an empty or new folder" in errors[0]
+    assert earlier_out.unchanged()
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["empty", "new"])
+def test_an_empty_or_new_folder_is_written(qapp, capsys, tmp_path, existing):
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    code, lines, errors = _cli(
+        capsys, "train", "--task", "reverse", "--seq-len", "8", "--steps", "2", *FLAGS, "--out", str(out)
+    )
+    assert code == 0 and errors == []
+    assert sorted(line.split("/")[-1] for line in lines) == sorted(p.name for p in out.iterdir())
+    assert (out / "model.safetensors").is_file()

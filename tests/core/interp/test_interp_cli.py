@@ -4,6 +4,7 @@ line on stderr, exit 2, and no folder written."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,3 +173,30 @@ def test_a_checkpoint_without_its_lm_head_is_one_line(capsys, tmp_path):
         str(tmp_path / "o"),
     )
     assert code == 2 and len(err) == 1 and "no LM head" in err[0] and not lines and not (tmp_path / "o").exists()
+
+
+RUNS = {
+    "patch": ["--clean", CLEAN, "--corrupt", CORRUPT, "--answer", "cat", "--wrong", "dog", "--sites", "head"],
+    "attribute": ["--text", CLEAN, "--target", "dog", "--method", "ig", "--steps", "4"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(RUNS))
+def test_a_folder_with_files_is_refused_and_left_as_it_was(capsys, folders, earlier_out, command):
+    out = str(earlier_out.folder)
+    code, lines, err = run_cli(capsys, command, "--model", str(folders["gpt2"]), *RUNS[command], "--out", out)
+    assert code == 2 and not lines and len(err) == 1
+    assert "holds other files" in err[0] and "choose an empty or new folder" in err[0]
+    assert earlier_out.unchanged()
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["empty", "new"])
+@pytest.mark.parametrize("command", sorted(RUNS))
+def test_an_empty_or_new_folder_is_written(qapp, capsys, tmp_path, folders, command, existing):
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    code, lines, err = run_cli(capsys, command, "--model", str(folders["gpt2"]), *RUNS[command], "--out", str(out))
+    assert code == 0, err
+    assert sorted(Path(line).name for line in lines) == sorted(p.name for p in out.iterdir())
+    assert (out / "summary.json").is_file()

@@ -285,7 +285,7 @@ class CorpusTab(TabPresenter):
         self.view.show_error("")
         self.exportPageAction.setEnabled(True)
         self.view.show_store(store.heads, f"{store.path.name}: {model}, {texts:,} texts")
-        self.status.say(f"opened corpus store {store.path}")
+        self.status.say(f"opened corpus store {store.path}", tab=CORPUS_TAB)
         first = store.heads.iloc[0] if len(store.heads) else None
         if first is not None:
             self.select_head(self.view.part(), int(first["layer"]), int(first["head"]))

@@ -199,6 +199,9 @@ def test_file_menu_reopens_a_store(qtbot, window, tmp_path, monkeypatch):
     action.trigger()
     qtbot.waitUntil(lambda: other.store is not path_before and view.errorLabel.text() == "", timeout=TIMEOUT_MS)
     assert str(other.store.path) == str(tmp_path / "store") and view.table.rowCount() == 8
+    assert window.statusLabel.text().startswith("opened corpus store")
+    window.state.view.tab = HEATMAPS_TAB  # the line describes the Corpus tab: it leaves with it
+    qtbot.waitUntil(lambda: "corpus store" not in window.statusLabel.text(), timeout=TIMEOUT_MS)
 
 
 def test_the_atlas_hover_finds_the_nearest_point_in_screen_pixels(qtbot):

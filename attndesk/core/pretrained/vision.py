@@ -261,14 +261,14 @@ def forward(model: LoadedModel, pixels: torch.Tensor, **extra):
     return model.model(**kwargs)
 
 
-def _patch_size(model: LoadedModel) -> int:
+def patch_size(model: LoadedModel) -> int:
     size = getattr(model.model.config, "patch_size", 16)
     return int(size if isinstance(size, int) else size[0])
 
 
 def _grid(model: LoadedModel, pixels: torch.Tensor) -> tuple[int, int]:
     height, width = (int(n) for n in pixels.shape[-2:])
-    p = _patch_size(model)
+    p = patch_size(model)
     if model.vision is not None and model.vision.windows:  # Swin pads to whole patches
         return -(-height // p), -(-width // p)
     return height // p, width // p
@@ -366,7 +366,7 @@ def run_image(
         hidden_size=model.spec.hidden_size,
         flops=capture.flops,
         grid=(rows, cols),
-        patch_size=_patch_size(model),
+        patch_size=patch_size(model),
         specials=len(specials),
         image=seen_image(model, pixels),
         logits=logits,
@@ -419,6 +419,7 @@ __all__ = [
     "check_image_size",
     "forward",
     "is_image_input",
+    "patch_size",
     "pixel_values",
     "read_image",
     "run_image",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from pretrained_models import VISION_CONFIGS, build, build_vision, eager_vision
+from pretrained_models import VISION_CONFIGS, build, build_vision
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.pretrained import VisionResult, clear_cache, load_pretrained, run_pretrained
@@ -18,30 +18,6 @@ from attndesk.core.pretrained.vision import pixel_values, read_image, swin_parti
 
 WEIGHT_TOL = 1e-6
 LOGIT_TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def image():
-    return np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
-
-
-@pytest.fixture(scope="module")
-def vision(tmp_path_factory):
-    """name -> (loaded model, eager reference, folder), built on first use."""
-    transformers_offline()
-    root = tmp_path_factory.mktemp("vision")
-    built: dict = {}
-
-    def get(name, **changes):
-        key = (name, tuple(sorted(changes.items())))
-        if key not in built:
-            folder = build_vision(name, root / f"{name}-{len(built)}", **changes)
-            built[key] = (load_pretrained(folder), eager_vision(folder), folder)
-        return built[key]
-
-    yield get
-    for _, _, folder in built.values():
-        clear_cache(folder)
 
 
 def eager_layers(reference, pixels: torch.Tensor, **kwargs) -> tuple[list[np.ndarray], object]:

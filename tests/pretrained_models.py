@@ -325,3 +325,22 @@ def eager_vision(folder: Path):
 
     cls = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
     return getattr(transformers, cls).from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()
+
+
+def build_two_tower(model_type: str, folder: Path, *, seed: int = 0) -> Path:
+    """A random two-tower checkpoint (``"clip"`` or ``"siglip"``: CLIPModel / SiglipModel, a text
+    and a vision tower) with its image processor: attndesk loads its vision tower."""
+    import torch
+    import transformers
+
+    tower = {**_VIT, "intermediate_size": 64}
+    text = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    config = transformers.AutoConfig.for_model(
+        model_type, vision_config=tower, text_config={**text, "vocab_size": 100, "max_position_embeddings": 16}
+    )
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    transformers.AutoModel.from_config(config).save_pretrained(folder)
+    kind = "CLIPImageProcessor" if model_type == "clip" else "SiglipImageProcessor"
+    _processor(kind, VISION_SIZE).save_pretrained(folder)
+    return folder

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from pretrained_models import VISION_CONFIGS, build, build_vision
+from pretrained_models import VISION_CONFIGS, build, build_two_tower, build_vision
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.pretrained import VisionResult, clear_cache, load_pretrained, run_pretrained
@@ -162,5 +162,27 @@ def test_text_model_refuses_an_image(tmp_path, image):
     try:
         with pytest.raises(ConfigError, match="is a text model: it reads text, not an image"):
             run_pretrained(load_pretrained(folder), image)
+    finally:
+        clear_cache(folder)
+
+
+@pytest.mark.parametrize(("model_type", "tower"), [("clip", "CLIPVisionModel"), ("siglip", "SiglipVisionModel")])
+def test_two_tower_checkpoint_runs_its_vision_tower(tmp_path, image, model_type, tower):
+    import transformers
+
+    transformers_offline()
+    folder = build_two_tower(model_type, tmp_path / model_type)
+    try:
+        model = load_pretrained(folder)
+        assert type(model.model).__name__ == tower and model.spec.family == "vision"
+        result = run_pretrained(model, image)
+        reference = getattr(transformers, tower).from_pretrained(folder, attn_implementation="eager").eval()
+        whole = transformers.AutoModel.from_pretrained(folder).eval()
+        patch = [  # the tower's weights are the checkpoint's, not fresh ones
+            next(p for n, p in m.named_parameters() if n.endswith("patch_embedding.weight")).detach().numpy()
+            for m in (model.model, whole)
+        ]
+        np.testing.assert_array_equal(*patch)
+        assert_matches_eager(model, reference, result, pixel_values(model, read_image(image)))
     finally:
         clear_cache(folder)

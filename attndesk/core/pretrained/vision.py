@@ -120,7 +120,7 @@ class VisionResult(PretrainedResult):
     grid: tuple[int, int] = (0, 0)
     patch_size: int = 0
     specials: int = 0  # tokens before the patches
-    image: np.ndarray | None = None
+    image: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 3), dtype=np.uint8))
     logits: np.ndarray | None = None
     labels: list[str] | None = None
     pooled: np.ndarray | None = None

@@ -91,8 +91,6 @@ def _check_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None
             raise CliError(
                 f"{flag} does not go with --image: the image's figures are laid out by the model", EXIT_USAGE
             )
-    if "html" in args.format:
-        raise CliError("--image writes png, svg or pdf figures; an html page is for text runs", EXIT_USAGE)
     if args.weights == "csv":
         raise CliError("--image writes its weights as npy ([layers, heads, N, N]); csv holds one matrix", EXIT_USAGE)
     if not 0.0 <= args.opacity <= 1.0:
@@ -227,6 +225,47 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     return figures, run, stem
 
 
+def _page(args: argparse.Namespace, run, figures: list[tuple[str, Any]]) -> dict:
+    """The html page: every layer's token x token maps (``--layer``: that layer) with the image and
+    its overlay figures above them; PageTooLarge (bad input) before anything is written."""
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter
+    from attndesk.render.page import (
+        AUTO,
+        MAX_PAGE_BYTES,
+        PageTooLarge,
+        check_page_size,
+        choose_precision,
+        image_entry,
+        page_data,
+        pretrained_page_maps,
+    )
+
+    pictures = [
+        (figure.title, render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi)) for _, figure in figures
+    ]
+    image = image_entry(run.grid, pictures)
+    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
+    maps = pretrained_page_maps(run, args.layer)
+    try:
+        precision = choose_precision(maps, None, room) if args.page_precision == AUTO else args.page_precision
+        check_page_size(maps, precision, None, limit=room)
+        return page_data(
+            maps,
+            run.summary(),
+            settings={"model": str(args.model), "image": str(args.image), "grid": f"{run.grid[0]} x {run.grid[1]}"},
+            colormap=args.colormap,
+            shared_scale=args.shared_scale,
+            precision=precision,
+            title=f"{run.model_name} · {Path(args.image).name}",
+            image=image,
+        )
+    except PageTooLarge as exc:
+        raise CliError(
+            f"{exc} (the image's figures take {(MAX_PAGE_BYTES - room) / 1e6:.1f} MB of it)", EXIT_USAGE
+        ) from None
+
+
 def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: bool = True) -> list[Path]:
     """Compute every figure, then write them all into --out together; returns the paths written."""
     import numpy as np
@@ -234,21 +273,25 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet, atomic_write, write
     from attndesk.render.overlays import overlay_painter
+    from attndesk.render.page import write_document
 
     try:
         figures, run, stem = image_figures(args, defaults)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
+    ensure_gui_app(headless=True)
+    page = _page(args, run, figures) if "html" in args.format else None
     for notice in run.notices:
         print(f"attndesk: note: {notice}", file=sys.stderr)
     out_dir = Path(args.out).expanduser()
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} is a file, not a folder: give a folder to write the images into", EXIT_USAGE)
-    ensure_gui_app(headless=True)
     try:
         with OutputSet(out_dir) as out:
+            if page is not None:
+                write_document(page, out.path(f"{stem}.html"))
             for name, figure in figures:
-                for fmt in args.format:
+                for fmt in (f for f in args.format if f != "html"):
                     write(
                         overlay_painter(figure),
                         out.path(f"{name}.{fmt}"),

@@ -87,7 +87,7 @@ def test_refusals_are_one_line_and_write_nothing(qapp, capsys, tmp_path, vision,
         "cannot be read as an image": ["--model", str(folder), "--image", str(broken)],
         "does not exist": ["--model", str(folder), "--image", str(tmp_path / "missing.png")],
         "no token of this image": ["--model", str(folder), "--image", str(picture), "--query", "[DIST]"],
-        "an html page is for text runs": ["--model", str(folder), "--image", str(picture), "--format", "html"],
+        "--which does not go with --image": ["--model", str(folder), "--image", str(picture), "--which", "mean"],
         "--query goes with --image": ["--model", str(folder), "--text", "a cat", "--query", "0"],
         "give it an image": ["--model", str(folder), "--text", "a cat"],
         "--opacity must lie between 0 and 1": ["--model", str(folder), "--image", str(picture), "--opacity", "2"],
@@ -106,3 +106,21 @@ def test_query_names():
     assert parse_query(None, tokens, None) is None
     with pytest.raises(ConfigError, match=r"tokens 0\.\.3"):
         parse_query("9", tokens, 0)
+
+
+def test_html_page_holds_the_maps_and_the_overlays(qapp, capsys, tmp_path, vision, picture):
+    from attndesk.render.page import decode_array, page_layers, read_page_data
+
+    model, _, folder = vision("vit")
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys, "render", "--model", str(folder), "--image", str(picture), "--format", "html", "--maps", "rollout",
+        "--out", str(out_dir),
+    )  # fmt: skip
+    assert code == 0 and len(out) == 1 and out[0].endswith(".html"), err
+    doc = read_page_data(out[0])
+    assert doc["image"]["grid"] == [4, 4] and len(doc["image"]["figures"]) == 4  # two layers, every head, the maps
+    layers = page_layers(doc)
+    expected = run_pretrained(model, picture).weights
+    assert len(layers) == 2 and layers[0]["keys"][:2] == ["[CLS]", "(0,0)"]
+    np.testing.assert_array_equal(decode_array(layers[1]["weights"]), expected[1])

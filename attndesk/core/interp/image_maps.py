@@ -47,12 +47,13 @@ from ..pretrained.vision import (
     forward,
     patch_size,
     pixel_values,
+    pooled_length,
     read_image,
-    score,
 )
 from .flow import attention_flow
 
 HEAD_FUSIONS = ("mean", "max", "min")
+IG_BATCH = 8  # integrated gradients' points per forward and backward pass
 MAPS = ("class token", "rollout", "attention flow", "gradient rollout", "attention x gradient", "integrated gradients")
 
 
@@ -169,25 +170,28 @@ def attention_gradients(model: LoadedModel, image: ImageInput, target: int | Non
     capture = VisionCapture(sites=model.sites, layers=model.layers, keep_tensors=True)
     with model._lock, torch.enable_grad(), capturing(capture):
         out = forward(model, pixels)
-        value, chosen, label = _score(model, out, target)
+        values, chosen, label = _scores(model, out, target)
+        value = values[0]
         tensors = [capture.per_layer[n] for n in range(model.num_layers)]
         grads = torch.autograd.grad(value, tensors)
     stack = lambda ts: torch.cat([t.detach() for t in ts]).double().cpu().numpy()  # noqa: E731
     return AttentionGradients(stack(tensors), stack(grads), float(value.detach()), chosen, label)
 
 
-def _score(model: LoadedModel, out, target: int | None) -> tuple[torch.Tensor, int | None, str]:
+def _scores(model: LoadedModel, out, target: int | None) -> tuple[torch.Tensor, int | None, str]:
+    """([B] the explained score of each image, the class, its label); the class is ``target``, or
+    the top class of the first image."""
     logits = getattr(out, "logits", None)
     if logits is None:
         if target is not None:
             raise ConfigError(f"{model.name} has no classifier: it explains the length of its pooled output")
-        return score(out), None, "pooled output length"
+        return pooled_length(out), None, "pooled output length"
     classes = int(logits.shape[-1])
     chosen = int(logits[0].argmax()) if target is None else int(target)
     if not 0 <= chosen < classes:
         raise ConfigError(f"class {target} out of range: {model.name} has classes 0..{classes - 1}")
     id2label = getattr(model.model.config, "id2label", None) or {}
-    return logits[0, chosen], chosen, str(id2label.get(chosen, f"LABEL_{chosen}"))
+    return logits[:, chosen], chosen, str(id2label.get(chosen, f"LABEL_{chosen}"))
 
 
 def grad_rollout_map(
@@ -237,7 +241,7 @@ def integrated_gradients_map(
     ctx: JobContext | None = None,
 ) -> PixelAttribution:
     """Integrated gradients of the score on the pixel values, from the processed black image,
-    summed per patch (the module docstring). ``steps`` Gauss-Legendre nodes, one pass each."""
+    summed per patch (the module docstring). ``steps`` Gauss-Legendre nodes, ``IG_BATCH`` per pass."""
     ctx = job_context(ctx)
     if model.vision is None:
         raise ConfigError(f"{model.name} is a text model: image maps need a vision model")
@@ -253,16 +257,18 @@ def integrated_gradients_map(
     total = torch.zeros_like(x, dtype=torch.float64)
     with model._lock:
         with torch.inference_mode():
-            value, chosen, label = _score(model, forward(model, x), target)
-            at_image = float(value)
-            at_base = float(_score(model, forward(model, x0), chosen)[0])
-        for i, (alpha, scale) in enumerate(zip(alphas, scales, strict=True)):
+            values, chosen, label = _scores(model, forward(model, torch.cat([x, x0])), target)
+            at_image, at_base = float(values[0]), float(values[1])
+        for start in range(0, len(alphas), IG_BATCH):
             ctx.check()
-            point = (x0 + float(alpha) * (x - x0)).requires_grad_(True)
+            alpha = torch.as_tensor(alphas[start : start + IG_BATCH], dtype=x.dtype, device=x.device)
+            points = (x0 + alpha[:, None, None, None] * (x - x0)).requires_grad_(True)
             with torch.enable_grad():
-                (grad,) = torch.autograd.grad(_score(model, forward(model, point), chosen)[0], point)
-            total += float(scale) * grad.double()
-            ctx.progress((i + 1) / len(alphas), f"integrated gradients: step {i + 1} of {len(alphas)}")
+                (grad,) = torch.autograd.grad(_scores(model, forward(model, points), chosen)[0].sum(), points)
+            weight = torch.as_tensor(scales[start : start + IG_BATCH], dtype=torch.float64, device=x.device)
+            total += (weight[:, None, None, None] * grad.double()).sum(dim=0, keepdim=True)
+            done = min(start + IG_BATCH, len(alphas))
+            ctx.progress(done / len(alphas), f"integrated gradients: step {done} of {len(alphas)}")
     pixels = ((x - x0).double() * total)[0].cpu().numpy()  # [C, H, W]
     difference = at_image - at_base
     error = abs(float(pixels.sum()) - difference) / max(abs(difference), 1e-12)

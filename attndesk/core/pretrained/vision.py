@@ -284,16 +284,13 @@ def outputs(out) -> tuple[np.ndarray | None, np.ndarray | None]:
     return as_np(logits), as_np(pooled)
 
 
-def score(out) -> torch.Tensor:
-    """The scalar a gradient map explains: the top logit of a classifier; for a bare tower, the
-    length of its pooled output (or of the mean last hidden state)."""
-    logits = getattr(out, "logits", None)
-    if logits is not None:
-        return logits[0].max()
+def pooled_length(out) -> torch.Tensor:
+    """[B]: the length of each image's pooled output (or of its mean last hidden state): what a
+    gradient map of a bare tower (no classes) explains."""
     pooled = getattr(out, "pooler_output", None)
     if pooled is None:
         pooled = out.last_hidden_state.mean(dim=1)
-    return pooled[0].norm()
+    return pooled.norm(dim=-1)
 
 
 def retained_bytes(model: LoadedModel, tokens: int) -> int:
@@ -421,6 +418,7 @@ __all__ = [
     "is_image_input",
     "patch_size",
     "pixel_values",
+    "pooled_length",
     "read_image",
     "run_image",
     "scatter_windows",

@@ -15,9 +15,10 @@ from typing import Any
 from attndesk.cli import arguments
 from attndesk.cli.base import EXIT_USAGE, CliError
 
-MAP_NAMES = ("class", "rollout", "flow", "grad-rollout", "chefer", "ig")
+MAP_NAMES = ("class", "probe", "rollout", "flow", "grad-rollout", "chefer", "ig")
 MAP_TITLES = {  # short: a panel's title
     "class": "query, last layer",
+    "probe": "pooling probe",
     "rollout": "rollout",
     "flow": "flow",
     "grad-rollout": "grad rollout",
@@ -131,6 +132,11 @@ def _maps(args, model, result, query: int | None) -> dict[str, Any]:
     wanted = list(MAP_NAMES) if "all" in args.maps else [m for m in MAP_NAMES if m in args.maps]
     if "none" in args.maps:
         wanted = []
+    has_probe = any(type(m).__name__.endswith("AttentionPoolingHead") for m in model.model.modules())
+    if "probe" in wanted and not has_probe:
+        if "all" not in args.maps:
+            raise CliError("--maps probe is SigLIP's attention-pooling head: this model has none", EXIT_USAGE)
+        wanted.remove("probe")
     if result.window_weights is not None:
         skipped = [m for m in wanted if m in CHAINED]
         if skipped and "all" not in args.maps:
@@ -147,6 +153,8 @@ def _maps(args, model, result, query: int | None) -> dict[str, Any]:
     for name in wanted:
         if name == "class":
             maps[name] = image_maps.head_maps(result, result.num_layers - 1, query).mean(axis=0)
+        elif name == "probe":
+            maps[name] = image_maps.probe_maps(model, result).mean(axis=0)
         elif name == "rollout":
             maps[name] = image_maps.rollout_map(result, query=query)
         elif name == "flow":

@@ -3,6 +3,8 @@ PNG/SVG, the weights as run_pretrained's; bad input is one line on stderr, exit 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -87,6 +89,7 @@ def test_refusals_are_one_line_and_write_nothing(qapp, capsys, tmp_path, vision,
         "cannot be read as an image": ["--model", str(folder), "--image", str(broken)],
         "does not exist": ["--model", str(folder), "--image", str(tmp_path / "missing.png")],
         "no token of this image": ["--model", str(folder), "--image", str(picture), "--query", "[DIST]"],
+        "this model has none": ["--model", str(folder), "--image", str(picture), "--maps", "probe"],
         "--which does not go with --image": ["--model", str(folder), "--image", str(picture), "--which", "mean"],
         "--query goes with --image": ["--model", str(folder), "--text", "a cat", "--query", "0"],
         "give it an image": ["--model", str(folder), "--text", "a cat"],
@@ -124,3 +127,15 @@ def test_html_page_holds_the_maps_and_the_overlays(qapp, capsys, tmp_path, visio
     expected = run_pretrained(model, picture).weights
     assert len(layers) == 2 and layers[0]["keys"][:2] == ["[CLS]", "(0,0)"]
     np.testing.assert_array_equal(decode_array(layers[1]["weights"]), expected[1])
+
+
+def test_siglip_draws_its_pooling_probe(qapp, capsys, tmp_path, vision, picture):
+    _, _, folder = vision("siglip_vision_model")
+    code, out, err = run_cli(
+        capsys, "render", "--model", str(folder), "--image", str(picture), "--maps", "probe,class", "--layer", "1",
+        "--format", "svg", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    maps = next(p for p in out if p.endswith("_maps.svg"))
+    text = Path(maps).read_text(encoding="utf-8")
+    assert "pooling probe" in text and "the mean over the patches" in text

@@ -23,7 +23,9 @@ S is the explained score: the top logit of a classifier (or the class ``target``
 the pooled output of a bare tower (CLIP's, SigLIP's: they have no classes).
 
 A model without a class token (SigLIP, Swin) has no class row: ``query=None`` (their default)
-uses the mean over the patch rows instead, i.e. the map of the average patch. Swin's token grid
+uses the mean over the patch rows instead, i.e. the map of the average patch; SigLIP's own answer
+to "what pools the image" is its attention-pooling head, whose probe's weights ``probe_maps``
+gives per head (that head is outside the encoder's layers, so not in the chained maps). Swin's token grid
 changes between stages (patch merging), so only ``head_maps`` (on its first stage, per window)
 and integrated gradients apply to it; the layer-chaining maps refuse it.
 """
@@ -37,6 +39,7 @@ import torch
 
 from attndesk.jobs import JobContext, job_context
 
+from ..attention import attend
 from ..errors import ConfigError
 from ..pretrained.backend import capturing
 from ..pretrained.loader import LoadedModel
@@ -83,6 +86,28 @@ def head_maps(result: VisionResult, layer: int, query: int | None = 0) -> np.nda
     _check_query(query, result.specials, result.length)
     rows = weights[:, result.specials :].mean(axis=1) if query is None else weights[:, int(query)]
     return result.patch_map(rows[:, result.specials :]).astype(np.float32)
+
+
+def probe_maps(model: LoadedModel, result: VisionResult) -> np.ndarray:
+    """[H, rows, cols]: SigLIP's attention-pooling head, each head's weights from its learned probe
+    onto the patches (what pools the image into its embedding), computed by ``attend`` from the
+    head's own projections of the last hidden state (after the tower's final layer norm)."""
+    modules = dict(model.model.named_modules())
+    pooling = next((m for m in modules.values() if type(m).__name__.endswith("AttentionPoolingHead")), None)
+    norm = next((m for name, m in modules.items() if name.endswith("post_layernorm")), None)
+    if pooling is None or norm is None or result.hidden_states is None:
+        raise ConfigError(f"{model.name} has no attention-pooling head (SigLIP's probe): use the mean patch")
+    mha = pooling.attention
+    heads, width = int(mha.num_heads), int(mha.embed_dim)
+    with torch.inference_mode():
+        hidden = norm(torch.as_tensor(result.hidden_states[-1], device=model.device))  # [N, E]
+        w_q, w_k, w_v = mha.in_proj_weight.split(width)
+        b_q, b_k, b_v = mha.in_proj_bias.split(width)
+        split = lambda t: t.reshape(1, -1, heads, width // heads).transpose(1, 2)  # noqa: E731  [1, H, L, d]
+        q = split(pooling.probe[0] @ w_q.T + b_q)
+        k, v = split(hidden @ w_k.T + b_k), split(hidden @ w_v.T + b_v)
+        _, weights = attend(q, k, v)  # [1, H, 1, N]
+    return result.patch_map(weights[0, :, 0].float().cpu().numpy())
 
 
 def _chained(result: VisionResult, what: str) -> np.ndarray:
@@ -295,5 +320,6 @@ __all__ = [
     "grad_rollout_map",
     "head_maps",
     "integrated_gradients_map",
+    "probe_maps",
     "rollout_map",
 ]

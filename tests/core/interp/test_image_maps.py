@@ -19,6 +19,7 @@ from attndesk.core.interp.image_maps import (
     grad_rollout_map,
     head_maps,
     integrated_gradients_map,
+    probe_maps,
     rollout_map,
 )
 from attndesk.core.pretrained import run_pretrained
@@ -132,6 +133,14 @@ def test_models_without_a_class_token(vision, image):
     model, _, _ = vision("siglip_vision_model")
     result = run_pretrained(model, image)
     assert default_query(result) is None
+    probe = probe_maps(model, result)  # the pooling head's probe, against nn.MultiheadAttention's own weights
+    _, reference, _ = vision("siglip_vision_model")
+    with torch.inference_mode():
+        last = reference(pixel_values=pixel_values(model, read_image(image))).last_hidden_state
+        head = reference.vision_model.head if hasattr(reference, "vision_model") else reference.head
+        expected = head.attention(head.probe, last, last, need_weights=True, average_attn_weights=False)[1]
+    np.testing.assert_allclose(probe.reshape(4, -1), expected[0, :, 0].numpy(), atol=TOL)
+    assert probe.shape == (4, *result.grid)
     grads = attention_gradients(model, image)
     assert grads.target is None and grads.label == "pooled output length"
     for got in (rollout_map(result, query=None), chefer_map(result, grads, query=None)):

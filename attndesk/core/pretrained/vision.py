@@ -293,10 +293,6 @@ def pooled_length(out) -> torch.Tensor:
     return pooled.norm(dim=-1)
 
 
-def retained_bytes(model: LoadedModel, tokens: int) -> int:
-    return 4 * model.num_layers * model.num_heads * tokens * tokens
-
-
 def run_image(
     model: LoadedModel, image: ImageInput, *, memory_budget: int | None = None, ctx: JobContext | None = None
 ) -> VisionResult:
@@ -313,10 +309,12 @@ def run_image(
     specials = special_tokens(model)
     tokens = len(specials) + rows * cols
     budget = default_memory_budget() if memory_budget is None else int(memory_budget)
-    if not info.windows and retained_bytes(model, tokens) > budget:
+    layers_kept = int(model.model.config.depths[0]) if info.windows else model.num_layers  # Swin: the dense first stage
+    need = 4 * layers_kept * model.num_heads * tokens * tokens
+    if need > budget:
         raise ConfigError(
-            f"{model.num_layers} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
-            f"{format_bytes(retained_bytes(model, tokens))}, over the memory budget of {format_bytes(budget)}: "
+            f"{layers_kept} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
+            f"{format_bytes(need)}, over the memory budget of {format_bytes(budget)}: "
             "use a smaller image size or raise the budget"
         )
     ctx.check()

@@ -148,6 +148,8 @@ def test_bad_input_gets_one_line(vision, tmp_path):
         with pytest.raises(ConfigError, match=words) as caught:
             run_pretrained(model, given)
         assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match=r"2 layers x 4 heads x 17\u00b2 tokens .* over the memory budget"):
+        run_pretrained(model, np.zeros((8, 8, 3), np.uint8), memory_budget=4 * 2 * 4 * 17 * 17 - 1)
     tiny = run_pretrained(model, np.zeros((1, 1, 3), np.uint8))  # one pixel: the processor resizes it
     assert tiny.grid == (4, 4)
     without = tmp_path / "no-processor"

@@ -194,15 +194,23 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     stem = "".join(c if c.isalnum() or c in "-._" else "-" for c in f"{run.model_name}_{Path(args.image).stem}")
     caption = f"{run.model_name} · {run.grid[0]} x {run.grid[1]} patches · query {who}"
     if run.window_weights is not None:
-        caption += " · Swin: first stage, weights within each window"
+        caption += " · Swin: first stage, weights within each window (white lines)"
     style = {"colormap": args.colormap, "vmin": args.vmin, "vmax": args.vmax, "opacity": args.opacity}
     figures = []
+    windows = run.window_weights is not None  # Swin: each layer's window partition drawn as lines
     for layer in layers:
         maps = head_maps(run, layer, query)
         figures.append(
             (
                 f"{stem}_heads_layer{layer}",
-                head_overlays(run.image, maps, title=f"layer {layer}: each head from {who}", caption=caption, **style),
+                head_overlays(
+                    run.image,
+                    maps,
+                    title=f"layer {layer}: each head from {who}",
+                    caption=caption,
+                    regions=[run.window_map(layer)] if windows else None,
+                    **style,
+                ),
             )
         )
     every = np.stack([head_maps(run, layer, query) for layer in range(run.num_layers)])
@@ -216,6 +224,7 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
                 caption=caption,
                 row_labels=[f"layer {n}" for n in range(run.num_layers)],
                 columns=every.shape[1],
+                regions=[run.window_map(n) for n in range(run.num_layers)] if windows else None,
                 **style,
             ),
         )

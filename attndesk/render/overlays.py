@@ -28,10 +28,13 @@ def blend(
     vmin: float = 0.0,
     vmax: float | None = None,
     opacity: float = OPACITY,
+    regions: np.ndarray | None = None,
 ) -> np.ndarray:
     """[h, w, 3] uint8: ``image`` [h, w, 3] uint8 with ``values`` [rows, cols] over it, each patch
     covering h // rows x w // cols pixels (a remainder at the right and bottom edges takes the
-    last patch's colour). ``vmax`` None: the map's maximum."""
+    last patch's colour). ``vmax`` None: the map's maximum. ``regions`` [rows, cols] (Swin's
+    windows): the last pixel row and column of a patch whose neighbour lies in another region
+    are drawn white, so the partition shows."""
     image = np.asarray(image, dtype=np.uint8)
     values = np.asarray(values, dtype=np.float64)
     if image.ndim != 3 or image.shape[2] != 3 or values.ndim != 2:
@@ -45,8 +48,14 @@ def blend(
     r = np.minimum(np.arange(h) // max(1, h // rows), rows - 1)
     c = np.minimum(np.arange(w) // max(1, w // cols), cols - 1)
     spread = colours[r[:, None], c[None, :]]  # [h, w, 3]
-    mixed = (1.0 - opacity) * image.astype(np.float64) + opacity * spread
-    return np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+    mixed = np.clip(np.rint((1.0 - opacity) * image.astype(np.float64) + opacity * spread), 0, 255)
+    if regions is not None:
+        where = np.asarray(regions)[r[:, None], c[None, :]]  # [h, w]: each pixel's region
+        edge = np.zeros((h, w), dtype=bool)
+        edge[:, :-1] |= where[:, :-1] != where[:, 1:]
+        edge[:-1, :] |= where[:-1, :] != where[1:, :]
+        mixed[edge] = 255.0
+    return mixed.astype(np.uint8)
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,8 @@ class OverlayFigure:
         lines = -(-len(self.panels) // self.columns)
         width = GAP + self.label_w + self.columns * (self.panel + GAP)
         height = 2 * HEAD_H + lines * (self.panel + TITLE_H + GAP) + (BAR_H + 2 * GAP + 14) + GAP
-        return max(width, 420), height
+        text = 7 * max(len(self.caption), len(self.title)) + 2 * GAP  # about 7 pixels a character
+        return max(width, 420, text), height
 
 
 def paint_overlays(painter, rect, figure: OverlayFigure) -> None:
@@ -142,9 +152,11 @@ def head_overlays(
     opacity: float = OPACITY,
     row_labels: Sequence[str] = (),
     columns: int | None = None,
+    regions: Sequence[np.ndarray] | None = None,
 ) -> OverlayFigure:
     """One figure of ``maps`` [panels..., rows, cols] (heads, or layers x heads) on one shared
-    colour scale, [0, the largest value] by default: the heatmaps' scale."""
+    colour scale, [0, the largest value] by default: the heatmaps' scale. ``regions``: one
+    [rows, cols] partition per line of heads (Swin's windows of each layer), drawn as lines."""
     maps = np.asarray(maps, dtype=np.float64)
     lines = maps.reshape(-1, *maps.shape[-2:])
     heads = maps.shape[-3] if maps.ndim >= 3 else 1
@@ -152,7 +164,18 @@ def head_overlays(
     high = float(np.nanmax(lines)) if vmax is None else float(vmax)
     high = high if high > low else low + 1.0
     panels = [
-        (f"head {i % heads}", blend(image, m, colormap=colormap, vmin=low, vmax=high, opacity=opacity))
+        (
+            f"head {i % heads}",
+            blend(
+                image,
+                m,
+                colormap=colormap,
+                vmin=low,
+                vmax=high,
+                opacity=opacity,
+                regions=None if regions is None else regions[i // heads],
+            ),
+        )
         for i, m in enumerate(lines)
     ]
     return OverlayFigure(title, panels, columns or min(heads, 8), caption, row_labels, colormap, (low, high))

@@ -34,3 +34,13 @@ def test_figures_share_one_scale_for_heads_and_own_ranges_for_maps():
     assert figure.value_range == (0.0, 0.4) and [t for t, _ in figure.panels] == ["head 0", "head 1"]
     maps = map_overlays(image, {"a": np.array([[-1.0, 1.0], [0.0, 0.5]])}, title="m")
     assert maps.value_range is None and maps.panels[1][0] == "a [-1, 1]"
+
+
+def test_regions_draw_the_partition_in_white():
+    image = np.zeros((8, 8, 3), np.uint8)
+    regions = np.array([[0, 1], [0, 1]])  # two windows side by side
+    got = blend(image, np.zeros((2, 2)), vmax=1.0, opacity=0.0, regions=regions)
+    white = np.all(got == 255, axis=-1)
+    assert white[:, 3].all() and white.sum() == 8  # the last pixel column of the left window
+    across = blend(image, np.zeros((2, 2)), vmax=1.0, opacity=0.0, regions=np.array([[0, 0], [1, 1]]))
+    assert np.all(across[3] == 255) and np.all(across[:3] == 0) and np.all(across[4:] == 0)

@@ -88,7 +88,7 @@ def _check_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None
         ("size", "--size"),
         ("page_overview", "--page-overview"),
     ):
-        if getattr(args, dest) != getattr(defaults, dest):
+        if getattr(args, dest, None) != getattr(defaults, dest, None):
             raise CliError(
                 f"{flag} does not go with --image: the image's figures are laid out by the model", EXIT_USAGE
             )
@@ -242,7 +242,7 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     return figures, run, stem
 
 
-def _page(args: argparse.Namespace, run, figures: list[tuple[str, Any]]) -> dict:
+def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]]) -> dict:
     """The html page: every layer's token x token maps (``--layer``: that layer) with the image and
     its overlay figures above them; PageTooLarge (bad input) before anything is written."""
     from attndesk.render.export import render_bytes
@@ -297,7 +297,7 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     ensure_gui_app(headless=True)
-    page = _page(args, run, figures) if "html" in args.format else None
+    page = page_document(args, run, figures) if "html" in args.format else None
     for notice in run.notices:
         print(f"attndesk: note: {notice}", file=sys.stderr)
     out_dir = Path(args.out).expanduser()
@@ -326,4 +326,12 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     return out.committed
 
 
-__all__ = ["MAP_NAMES", "add_arguments", "image_flags_given", "parse_query", "render_image"]
+__all__ = [
+    "MAP_NAMES",
+    "add_arguments",
+    "image_figures",
+    "image_flags_given",
+    "page_document",
+    "parse_query",
+    "render_image",
+]

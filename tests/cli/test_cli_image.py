@@ -139,3 +139,34 @@ def test_siglip_draws_its_pooling_probe(qapp, capsys, tmp_path, vision, picture)
     maps = next(p for p in out if p.endswith("_maps.svg"))
     text = Path(maps).read_text(encoding="utf-8")
     assert "pooling probe" in text and "the mean over the patches" in text
+
+
+def test_bundle_holds_the_image_and_reproduce_runs_it_again(qapp, capsys, tmp_path, vision, picture):
+    import json
+    import shutil
+    import zipfile
+    from io import BytesIO
+
+    from attndesk.core.bundle import read_bundle
+
+    _, _, built = vision("vit")
+    folder = tmp_path / "vit"
+    shutil.copytree(built, folder)  # the test changes the folder's processor below
+    zipped = tmp_path / "vit.zip"
+    code, out, err = run_cli(capsys, "bundle", "--model", str(folder), "--image", str(picture), "--out", str(zipped))
+    assert code == 0 and out == [str(zipped)], err
+    bundle = read_bundle(zipped)
+    with Image.open(picture) as original:
+        decoded = np.asarray(original.convert("RGB"))
+    with Image.open(BytesIO(bundle.inputs["image.png"])) as stored:
+        np.testing.assert_array_equal(np.asarray(stored), decoded)
+    assert sorted(bundle.weights) == ["weights/self_layer0.npy", "weights/self_layer1.npy"]
+    assert any(name.endswith("_all_heads.png") for name in zipfile.ZipFile(zipped).namelist())
+    code, out, err = run_cli(capsys, "reproduce", str(zipped))
+    assert code == 0 and "on the bundled image" in out[0] and out[-1].endswith(": 0"), (out, err)
+    processor = folder / "preprocessor_config.json"
+    processor.write_text(json.dumps({**json.loads(processor.read_text()), "image_mean": [0.1, 0.2, 0.3]}))
+    code, _, err = run_cli(capsys, "reproduce", str(zipped))
+    assert code == 2 and len(err) == 1 and "image processor" in err[0]
+    code, _, err = run_cli(capsys, "bundle", "--model", str(folder), "--query", "0", "--out", str(tmp_path / "x.zip"))
+    assert code == 2 and "--query goes with --image" in err[0] and not (tmp_path / "x.zip").exists()

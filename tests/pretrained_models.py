@@ -3,7 +3,9 @@ with the packaged WordPiece tokenizer (vocabulary 30522): folders ``load_pretrai
 
 ``CONFIGS`` holds one tiny config per architecture (width 32, 2-3 layers); ``build(name, folder)``
 writes config.json + model.safetensors + the tokenizer files; ``build_bare`` saves the bare base
-model (no LM head). Used by the tests and the benchmark.
+model (no LM head). ``VISION_CONFIGS`` / ``build_vision`` / ``build_two_tower`` do the same for
+the vision families, with their image processors (``eager_vision``: the eager reference). Used by
+the tests and the benchmark.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from attndesk.cli import render
-from attndesk.cli.base import EXIT_USAGE, CliError
+from attndesk.cli import render, render_image
+from attndesk.cli.base import EXIT_USAGE, CliError, command_parser
 
 NAME = "bundle"
 
@@ -30,12 +30,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
         epilog=(
             "examples:\n  attndesk bundle --text 'the cat sat' --heads 4 --mask causal --out cat.zip\n"
             "  attndesk bundle --model ~/models/SmolLM-135M --text 'The cat sat' --out smol.zip\n"
+            "  attndesk bundle --model ~/models/vit-base --image cat.png --out vit.zip\n"
             "  attndesk reproduce smol.zip"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     render.input_arguments(parser)
     render.real_model_arguments(parser)
+    render_image.add_arguments(parser)  # --image FILE: a vision model's run, its image and overlays
     render.model_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument(
@@ -87,6 +89,48 @@ def _state(args: argparse.Namespace, text: str, key_text: str | None, folder: Pa
     return state
 
 
+def _image_bundle(args: argparse.Namespace, out: Path) -> Path:
+    """A vision run as a bundle: the image (inputs/image.png, as decoded), the exact weights, the
+    overlay figures and the page (when it fits); ``attndesk reproduce`` runs the image again."""
+    import io
+
+    from attndesk.core.bundle import BundleError, model_identity, run_weights, write_bundle
+    from attndesk.core.pretrained.vision import read_image
+    from attndesk.render import ensure_gui_app
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter
+    from attndesk.render.page import page_html
+    from attndesk.session.file import SessionError, session_json
+
+    try:
+        figures, result, stem = render_image.image_figures(args, command_parser(register).parse_args([]))
+        picture = io.BytesIO()
+        read_image(args.image).save(picture, format="PNG")
+    except ValueError as exc:  # ConfigError included
+        raise CliError(str(exc), EXIT_USAGE) from None
+    ensure_gui_app(headless=True)
+    files = {f"{name}.png": render_bytes(overlay_painter(f), "png", f.size(), args.dpi) for name, f in figures}
+    try:
+        files[f"{stem}.html"] = page_html(render_image.page_document(args, result, figures)).encode("utf-8")
+    except CliError:
+        pass  # a page over its limit: the weights and figures are in the bundle anyway
+    folder = Path(args.model).expanduser()
+    try:
+        state = _state(args, render.sample_text(), None, folder)
+        return write_bundle(
+            out,
+            session=session_json(state),
+            texts={},
+            model=model_identity(folder),
+            weights=run_weights(result, args.layer),
+            figures=files,
+            run={"kind": "pretrained", "layer": args.layer, "memory_budget": args.memory_budget, "image": "image.png"},
+            inputs={"image.png": picture.getvalue()},
+        )
+    except (BundleError, SessionError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Compute, then write the bundle all at once; CliError (one line) for anything refused."""
     from attndesk.core.bundle import BundleError
@@ -95,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser()
     _check_out(out)
+    if args.image is not None:
+        print(_image_bundle(args, out), flush=True)
+        return 0
+    stray = render_image.image_flags_given(args, command_parser(register).parse_args([]))
+    if stray:
+        raise CliError(f"{stray[0]} goes with --image (a vision model over an image)", EXIT_USAGE)
     text, key_text = render.read_inputs(args)
     if args.model is not None:
         _, page = render.model_maps(args, text)

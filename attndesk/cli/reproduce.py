@@ -63,6 +63,11 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
     target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
     ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
     model = load_pretrained(folder, memory_budget=run.get("memory_budget"))
+    if run.get("image"):  # a vision run: its image, as the bundle stored it
+        pretrained = run_pretrained(
+            model, _bundled_image(bundle, str(run["image"])), memory_budget=run.get("memory_budget")
+        )
+        return run_weights(pretrained, run.get("layer")), f"the model in {folder} on the bundled image"
     pretrained = run_pretrained(
         model,
         state.text,
@@ -73,6 +78,25 @@ def _recompute(bundle, model_folder: str | None) -> tuple[dict, str]:
         memory_budget=run.get("memory_budget"),
     )
     return run_weights(pretrained, run.get("layer")), f"the model in {folder}"
+
+
+def _bundled_image(bundle, name: str):
+    """The RGB array of the bundle's input image ``name`` (inputs/NAME, a PNG)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from attndesk.core.bundle import BundleError
+
+    data = bundle.inputs.get(name)
+    if data is None:
+        raise BundleError(f"the bundle's run used the image inputs/{name}, which is not in the bundle")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except Exception as exc:  # PIL raises many kinds for a damaged file
+        raise BundleError(f"the bundle's image inputs/{name} cannot be read: {exc}") from None
 
 
 def _recompute_trained(bundle) -> tuple[dict, str]:

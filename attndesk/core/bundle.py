@@ -4,8 +4,9 @@ A bundle holds ``manifest.json`` (format, version, the environment: attndesk, to
 transformers, numpy, Python, platform; the model's identity: folder, config.json, SHA-256 of the
 weight and tokenizer files; the list of arrays and figures), ``session.json`` (the window's
 session: every parameter), ``texts/*.txt`` (the inputs), ``weights/*.npy`` (the exact float32
-weights, ``allow_pickle=False``), ``figures/*`` (images, the interactive page) and, for a model
-that exists nowhere else (a trained toy model), ``model/*`` (its files).
+weights, ``allow_pickle=False``), ``figures/*`` (images, the interactive page), ``inputs/*``
+(an input that is no text: a vision run's image, as PNG) and, for a model that exists nowhere
+else (a trained toy model), ``model/*`` (its files).
 
 - ``write_bundle``: the zip, written atomically (a failure leaves no partial file).
 - ``read_bundle``: manifest, session and arrays back; ``BundleError`` for a file that is not a
@@ -72,6 +73,7 @@ class Bundle:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
     model_files: dict[str, bytes] = field(default_factory=dict)
+    inputs: dict[str, bytes] = field(default_factory=dict)  # name -> bytes (inputs/NAME: a vision run's image)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +123,7 @@ def model_identity(folder: str | os.PathLike, *, packaged: bool = False) -> dict
     folder = Path(folder).expanduser().resolve()
     weights = _weight_files(folder)
     tokenizer = sorted(folder / n for n in _TOKENIZER_NAMES if (folder / n).is_file())
+    processor = folder / "preprocessor_config.json"  # a vision model's image processor
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -133,6 +136,7 @@ def model_identity(folder: str | os.PathLike, *, packaged: bool = False) -> dict
         "weight_files": [p.name for p in weights],
         "weights_sha256": _sha256(weights),
         "tokenizer_sha256": _sha256(tokenizer),
+        **({"processor_sha256": _sha256([processor])} if processor.is_file() else {}),
     }
 
 
@@ -156,6 +160,9 @@ def check_model(identity: Mapping[str, Any], folder: str | os.PathLike | None = 
             f"the model in {where} is not the bundle's: its weights hash {digest[:12]}… differs from the "
             f"bundled {str(identity.get('weights_sha256'))[:12]}…"
         )
+    processor = identity.get("processor_sha256")
+    if processor is not None and _sha256([where.resolve() / "preprocessor_config.json"]) != processor:
+        raise BundleError(f"the image processor in {where} is not the bundle's: its preprocessor_config.json differs")
     return where
 
 
@@ -216,16 +223,19 @@ def write_bundle(
     figures: Mapping[str, bytes] | None = None,
     run: Mapping[str, Any] | None = None,
     model_files: Mapping[str, bytes] | None = None,
+    inputs: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write the bundle ``path`` (.zip) atomically; returns it. ``texts`` name -> text (stored as
     texts/NAME.txt), ``weights`` bundle name -> array, ``figures`` file name -> bytes,
     ``run`` what was computed beyond the session (e.g. ``{"layer": None}``), ``model_files``
-    file name -> bytes of the model itself (stored as model/NAME)."""
+    file name -> bytes of the model itself (stored as model/NAME), ``inputs`` file name -> bytes of
+    an input that is no text (stored as inputs/NAME)."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".zip":
         raise BundleError(f"cannot write {path}: a bundle ends in .zip")
     figures = dict(figures or {})
     model_files = dict(model_files or {})
+    inputs = dict(inputs or {})
     manifest = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
@@ -237,6 +247,7 @@ def write_bundle(
         "weights": [{"name": n, "shape": list(a.shape), "dtype": "float32"} for n, a in weights.items()],
         "figures": sorted(f"figures/{n}" for n in figures),
         "model_files": sorted(f"model/{n}" for n in model_files),
+        **({"inputs": sorted(f"inputs/{n}" for n in inputs)} if inputs else {}),
     }
 
     def write(fh) -> None:
@@ -251,6 +262,8 @@ def write_bundle(
                 zf.writestr(f"figures/{name}", data)
             for name, data in model_files.items():
                 zf.writestr(f"model/{name}", data)
+            for name, data in inputs.items():
+                zf.writestr(f"inputs/{name}", data)
 
     folder = path.parent
     if not folder.is_dir():
@@ -310,6 +323,11 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
                 if name not in names:
                     raise BundleError(f"{path.name} is incomplete: {name} is missing")
                 model_files[Path(name).name] = zf.read(name)
+            inputs = {}
+            for name in manifest.get("inputs", []):
+                if name not in names:
+                    raise BundleError(f"{path.name} is incomplete: {name} is missing")
+                inputs[Path(name).name] = zf.read(name)
     except FileNotFoundError:
         raise BundleError(f"bundle {path} does not exist") from None
     except IsADirectoryError:
@@ -322,7 +340,7 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
         raise BundleError(
             f"{path.name} cannot be read as an attndesk bundle: {' '.join(str(exc).split())[:200]}"
         ) from None
-    return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])), model_files)
+    return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])), model_files, inputs)
 
 
 def same_environment(manifest: Mapping[str, Any]) -> list[str]:

@@ -75,15 +75,11 @@ def _prefill_keys(model, ids):
     return kvm.forward(ids, causal(kvm.layers, kvm.kv_heads, len(ids))).k
 
 
-def test_h2o_without_grace_keeps_its_prompt_forever(llama):
+def test_h2o_keeps_a_recent_half_by_default(llama):
     prompt, steps = 14, 10
-    stuck = simulate(llama, IDS[:prompt], "h2o", 8, generate=steps, recent=0, grace=False)
-    rows = stuck.keep[:, :, prompt:, :]
-    assert (rows == rows[:, :, :1]).all()  # the kept set after N decode steps is the first step's
-    assert not rows[..., prompt:].any()  # no generated key ever stays
-    graced = simulate(llama, IDS[:prompt], "h2o", 8, generate=steps)
-    assert graced.keep[:, :, -1, prompt:].sum(-1).min() >= 4  # the recent half: new keys stay
-    assert (graced.kept[:, :, prompt:] <= 8).all()
+    run = simulate(llama, IDS[:prompt], "h2o", 8, generate=steps)
+    assert (run.keep[:, :, -4:, -4:] == np.tril(np.ones((4, 4), bool))).all()  # the 4 newest stay
+    assert (run.kept[:, :, prompt:] == 8).all()
 
 
 def test_tova_and_h2o_decode_keep_at_most_the_budget(llama):

@@ -43,6 +43,7 @@ class KVModel:
     vocab: int
     max_tokens: int | None
     name: str
+    head_dim: int
 
     @property
     def groups(self) -> int:
@@ -90,6 +91,8 @@ class PretrainedKV(KVModel):
         self.layers, self.heads, self.kv_heads = loaded.num_layers, loaded.num_heads, loaded.kv_heads
         self.vocab = vocabulary_size(loaded)
         self.max_tokens = loaded.max_tokens
+        config = loaded.model.config
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
     def encode(self, text: str) -> list[int]:
         from attndesk.core.pretrained.run import encode
@@ -164,6 +167,7 @@ class TrainedKV(KVModel):
         self.kv_heads = cfg.kv_heads or cfg.heads
         self.vocab = cfg.vocab
         self.max_tokens = cfg.length
+        self.head_dim = cfg.embed_dim // cfg.heads
 
     def encode(self, text: str) -> list[int]:
         try:

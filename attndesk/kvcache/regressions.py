@@ -46,31 +46,43 @@ def sink_model(seed: int = 0, sink_weight: float = 0.95):
     model = build_model(cfg)
     generator = torch.Generator().manual_seed(seed)
     e, d = cfg.embed_dim, cfg.embed_dim // cfg.heads
-    with torch.no_grad():
-        embed = torch.randn(cfg.vocab, e, generator=generator)
-        embed[:, 0] = 0.0
-        embed[0] = 0.0
-        embed[0, 0] = 1.0  # the sink token: only dimension 0
-        model.embed.weight.copy_(embed)
-        attn = model.blocks[0].attn
-        # every query: a constant along each head's first dimension, plus a little content
-        attn.q_proj.weight.copy_(0.1 * torch.randn(e, e, generator=generator))
-        attn.q_proj.bias.zero_()
-        attn.k_proj.weight.copy_(0.3 * torch.randn(e, e, generator=generator))
-        attn.k_proj.bias.zero_()
-        attn.k_proj.weight[:, 0] = 0.0
-        logit = float(np.log(sink_weight / (1 - sink_weight) * (SINK_LENGTH - 1)))  # the sink's score
-        for head in range(cfg.heads):
-            attn.q_proj.bias[head * d] = 4.0
-            attn.q_proj.weight[head * d] = 0.0
-            attn.k_proj.weight[head * d] = 0.0
-            attn.k_proj.weight[head * d, 0] = logit * np.sqrt(d) / 4.0
-        attn.v_proj.weight.copy_(torch.randn(e, e, generator=generator))
-        attn.v_proj.weight[:, 0] = 0.0  # the sink carries nothing
-        attn.v_proj.bias.zero_()
-        attn.out_proj.weight.copy_(torch.randn(e, e, generator=generator))
-        attn.out_proj.bias.zero_()
-        model.unembed.weight.copy_(torch.randn(cfg.vocab, e, generator=generator))
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=generator)
+
+    embed = normal(cfg.vocab, e)
+    embed[:, 0] = 0.0
+    embed[0] = 0.0
+    embed[0, 0] = 1.0  # the sink token: only dimension 0
+    # every query: a constant along each head's first dimension, plus a little content
+    q_weight, k_weight = normal(e, e, scale=0.1), normal(e, e, scale=0.3)
+    q_bias = torch.zeros(e)
+    k_weight[:, 0] = 0.0
+    logit = float(np.log(sink_weight / (1 - sink_weight) * (SINK_LENGTH - 1)))  # the sink's score
+    for head in range(cfg.heads):
+        q_bias[head * d] = 4.0
+        q_weight[head * d] = 0.0
+        k_weight[head * d] = 0.0
+        k_weight[head * d, 0] = logit * np.sqrt(d) / 4.0
+    v_weight = normal(e, e)
+    v_weight[:, 0] = 0.0  # the sink carries nothing
+    attn = "blocks.0.attn."
+    state.update(
+        {
+            "embed.weight": embed,
+            attn + "q_proj.weight": q_weight,
+            attn + "q_proj.bias": q_bias,
+            attn + "k_proj.weight": k_weight,
+            attn + "k_proj.bias": torch.zeros(e),
+            attn + "v_proj.weight": v_weight,
+            attn + "v_proj.bias": torch.zeros(e),
+            attn + "out_proj.weight": normal(e, e),
+            attn + "out_proj.bias": torch.zeros(e),
+            "unembed.weight": normal(cfg.vocab, e),
+        }
+    )
+    model.load_state_dict(state)
     return TrainRun(cfg, make_task(cfg), model, status="finished", message="built by hand: a sink model")
 
 

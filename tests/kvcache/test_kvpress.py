@@ -33,6 +33,13 @@ OPTIONS = {
 SCRIPT = Path(__file__).with_name("kvpress_reference.py")
 
 
+def _float32_tie(differ: list[float], scores: np.ndarray) -> bool:
+    """The keys the two sets disagree on have scores equal to float32 precision: kvpress, scoring in
+    float32, saw a tie and broke it by torch.topk's order (unspecified); attndesk scores in float64."""
+    finite = np.abs(scores[np.isfinite(scores)])
+    return bool(np.ptp(differ) <= 2 * np.finfo(np.float32).eps * finite.max())
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -60,6 +67,7 @@ def test_keep_sets_equal_kvpress(kv_folders, request, tmp_path, family):
     theirs = json.loads(answer.read_text())
     kvm = kv_model(request.getfixturevalue(family))
     mismatches: dict[str, list] = {}
+    ties: dict[str, int] = {}
     compared = 0
     for p, ids in enumerate(prompts):
         prefill = kvm.forward(ids, causal(kvm.layers, kvm.kv_heads, len(ids)))
@@ -68,11 +76,21 @@ def test_keep_sets_equal_kvpress(kv_folders, request, tmp_path, family):
             for name, sets in theirs.items():
                 policy = POLICIES[name]
                 mine = policy.prefill_keep(views[name], budget, policy.parse(OPTIONS.get(name, {})))
+                scores = views[name].cache["scores"]
                 for layer in range(kvm.layers):
+                    differ = []
                     for head in range(kvm.kv_heads):
                         compared += 1
-                        if np.flatnonzero(mine[layer, head]).tolist() != sets[p * len(BUDGETS) + b][layer][head]:
-                            mismatches.setdefault(name, []).append((p, budget, layer, head))
+                        theirs_kept = np.zeros(len(ids), bool)
+                        theirs_kept[sets[p * len(BUDGETS) + b][layer][head]] = True
+                        differ += [scores[layer, head, j] for j in np.flatnonzero(theirs_kept != mine[layer, head])]
+                    if not differ:
+                        continue
+                    if _float32_tie(differ, scores[layer]):
+                        ties[name] = ties.get(name, 0) + 1
+                    else:
+                        mismatches.setdefault(name, []).append((p, budget, layer))
+    print(f"{family}: {compared} keep sets compared; float32 ties at the boundary: {ties or 'none'}")
     assert set(theirs) == {
         "streaming",
         "h2o",

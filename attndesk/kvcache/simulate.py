@@ -149,15 +149,15 @@ def simulate(
         model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=kvm.forward(ids[:prompt], causal(layers, kv, prompt))
     )
     keep = causal(layers, kv, total)
+    stepper = kvm.stepper()
     start = 0 if pol.kind == "stream" else prompt
     full_input = kvm.forward(ids, causal(layers, kv, given)) if pol.kind == "oracle" else None
     for t in range(start, total):
         ctx.check()
         if t >= 1 and t >= prompt and (pol.kind == "adaptive" or t >= len(ids)):
-            step = kvm.forward(ids[:t], keep[:, :, :t, :t])  # row t - 1 of the compressed run
-            view.rows[t - 1] = np.stack(step.weights)[:, :, t - 1, :t]
+            last_logits, view.rows[t - 1] = stepper.row(ids, t - 1, keep)  # row t - 1 of the compressed run
             if t >= len(ids):
-                ids.append(int(step.logits[t - 1].argmax()))
+                ids.append(int(last_logits.argmax()))
                 view.ids = ids
         keep[:, :, t, : t + 1] = _row(pol, view, keep, t, keys, opts, full_input)
         keep[:, :, t, t + 1 :] = False

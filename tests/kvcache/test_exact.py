@@ -74,3 +74,16 @@ def test_progress_and_cancel(llama):
     ctx.cancel()
     with pytest.raises(Cancelled):
         simulate(llama, IDS, "h2o", 6, generate=2, ctx=ctx)
+
+
+def test_the_cache_stepper_gives_the_full_prefix_rows(llama):
+    from attndesk.kvcache.model import CacheStepper, Stepper, kv_model
+
+    kvm = kv_model(llama)
+    run = simulate(llama, IDS, "tova", 6, prefill=12)
+    cached, plain = kvm.stepper(), Stepper(kvm)
+    assert isinstance(cached, CacheStepper)
+    for i in range(11, len(IDS)):
+        (a_logits, a_weights), (b_logits, b_weights) = cached.row(IDS, i, run.keep), plain.row(IDS, i, run.keep)
+        assert np.abs(a_logits - b_logits).max() < 1e-5 and np.abs(a_weights - b_weights).max() < 1e-6
+        assert np.array_equal(a_weights > 0, run.keep[:, :, i, : i + 1].repeat(2, axis=1))  # what it saw: the mask

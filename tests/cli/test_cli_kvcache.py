@@ -104,3 +104,19 @@ def test_a_trained_toy_model(qapp, capsys, tmp_path):
     assert code == 0, err
     table = pd.read_csv(tmp_path / "kv" / "kvcache.csv")
     assert len(table) == 2 * 27 and table.step.max() == 2  # 24 prompt rows + 3 decode steps
+
+
+def test_data_lines_and_generation(qapp, capsys, tmp_path, llama_folder):
+    data = tmp_path / "texts.txt"
+    data.write_text("the cat sat on the mat\n\nthe dog sat on the log and looked\n", encoding="utf-8")
+    code, _out, err = run_cli(
+        capsys,
+        *("kvcache", "--model", str(llama_folder), "--data", str(data), "--policies", "h2o", "--budgets", "4"),
+        *("--generate", "3", "--out", str(tmp_path / "kv")),
+    )
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "kv" / "kvcache.csv")
+    assert sorted(set(table.text)) == [0, 1]  # the empty line is skipped
+    for _, rows in table.groupby("text"):
+        assert rows.step.max() == 2 and rows.accuracy[rows.step >= 0].isna().all()  # generated: no answer given
+    assert sorted(p.name for p in (tmp_path / "kv").iterdir() if p.name.startswith("keep_")) == ["keep_h2o_4.png"]

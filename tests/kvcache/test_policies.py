@@ -165,3 +165,17 @@ def test_an_encoder_has_no_cache(tmp_path):
     bert = load_pretrained(build("bert", tmp_path / "bert"))
     with pytest.raises(ConfigError, match="is an encoder: it reads the whole text at once and keeps no KV cache"):
         simulate(bert, "the cat sat", "streaming", 4)
+
+
+def test_adakv_takes_another_policys_scores(llama):
+    run = simulate(llama, IDS, "adakv", 8, prefill=16, scorer="knorm", alpha=0.5)
+    kept = run.keep[:, :, 16, :16]  # the first decode row: 7 prompt keys per head on average, and its own
+    scores = -np.stack([np.linalg.norm(k.astype(np.float64), axis=-1) for k in _prefill_keys(llama, IDS[:16])])
+    for layer in range(2):
+        assert kept[layer].sum() == 2 * 7
+        guard = np.zeros((2, 16), bool)
+        for head in range(2):
+            guard[head, np.argsort(-scores[layer, head], kind="stable")[:3]] = True  # int(0.5 x 7) per head
+        assert (kept[layer] >= guard).all()
+        rest, dropped = scores[layer][kept[layer] & ~guard], scores[layer][~kept[layer]]
+        assert rest.min() > dropped.max()  # the layer's best scores, whichever head they are in

@@ -105,7 +105,10 @@ class CacheStepper(Stepper):
         with loaded._lock, torch.inference_mode(), capturing(capture):
             out = loaded.model(input_ids=tensor, past_key_values=self.cache, use_cache=True)
         self.cache, self.fed = out.past_key_values, i + 1
-        weights = np.stack([capture.arrays["weights"][layer][:, -1, : i + 1] for layer in range(model.layers)])
+        weights = np.zeros((model.layers, model.heads, i + 1), np.float32)
+        for layer in range(model.layers):
+            last = capture.arrays["weights"][layer][:, -1]  # a sliding-window layer's covers its last keys only
+            weights[layer, :, i + 1 - last.shape[-1] :] = last
         return _np(out.logits[0, -1]), weights
 
 
@@ -184,7 +187,8 @@ class _MaskCapture(Capture):
     def adjust(self, site, mask, lq, lk, scaling):
         mask, scale = super().adjust(site, mask, lq, lk, scaling)
         if site.part == "self":  # the keep rows of exactly the query rows fed, over every key so far
-            keep = self.head_keep[site.layer].to(mask.device if mask is not None else "cpu")
+            keep = self.head_keep[site.layer][..., -lk:]  # a sliding-window layer's cache holds its last lk keys
+            keep = keep.to(mask.device if mask is not None else "cpu")
             mask = keep if mask is None else mask & keep
         return mask, scale
 

@@ -46,7 +46,8 @@ def register(sub) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="[POLICY.]NAME=VALUE",
-        help="a policy's option (repeat); without POLICY. every listed policy must take it",
+        help="a policy's option (repeat; each policy's options: docs/kvcache.md); without POLICY. every listed "
+        "policy must take it",
     )
     p.add_argument("--out", metavar="DIR", required=True, help="an empty or new folder")
     return p

@@ -41,6 +41,7 @@ def _float32_tie(differ: list[float], scores: np.ndarray) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.reference
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_keep_sets_equal_kvpress(kv_folders, request, tmp_path, family):

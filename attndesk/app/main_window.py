@@ -56,6 +56,7 @@ from .status import StatusModel
 from .styles import restyle
 from .tabs import registry
 from .tabs.registry import TabSpec
+from .views.empty_state import EmptyStatePage
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
@@ -121,6 +122,7 @@ class MainWindow(QMainWindow):
         self._build_presenters()
         self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
         self.state.events.config.connect(self._sync_tabs)
+        self.compute.published.connect(self._sync_empty_states)
         self._sync_tabs()
         for mode in self.modes:
             mode.install(self)
@@ -159,16 +161,30 @@ class MainWindow(QMainWindow):
             self._views[tab.id] = view = tab.view()
             self.timingTabs.setTabToolTip(self.timingTabs.addTab(view, tab.title), tab.tooltip)
 
-    @staticmethod
-    def _unavailable_page(tab: TabSpec, view: QWidget) -> QStackedWidget:
-        """A tab that can be off: its view, or the sentence saying why it is off (``_sync_tabs``)."""
+    def _unavailable_page(self, tab: TabSpec, view: QWidget) -> QStackedWidget:
+        """A tab that can be off: its view, or its empty state (the sentence saying why it is off and
+        the button that makes it apply; ``_sync_empty_states``)."""
         page = QStackedWidget(objectName=f"{tab.id}Page")
-        reason = QLabel("", objectName=f"{tab.id}Unavailable")
-        reason.setWordWrap(True)
-        reason.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        off = EmptyStatePage(tab.id)
+        off.actionClicked.connect(lambda t=tab: self._empty_action(t))
         page.addWidget(view)
-        page.addWidget(reason)
+        page.addWidget(off)
         return page
+
+    def _empty_action(self, tab: TabSpec) -> None:
+        """The empty state's button: the action its tab's spec declares for the current state."""
+        assert tab.unavailable is not None, "only a tab that can be off has an empty state"
+        state = tab.unavailable(self.state)
+        if state is not None and state.act is not None:
+            state.act(self)
+
+    def empty_state(self, tab_id: str) -> EmptyStatePage | None:
+        """The empty-state page of a tab that can be off (None for one that cannot)."""
+        page = self._tabs.get(tab_id)
+        if not isinstance(page, QStackedWidget):
+            return None
+        off = page.widget(1)
+        return off if isinstance(off, EmptyStatePage) else None
 
     def _build_presenters(self) -> None:
         """Each tab's presenter, once every view exists (a presenter may look up another tab's view)."""
@@ -387,14 +403,21 @@ class MainWindow(QMainWindow):
                 self.state.view.tab = HEATMAPS_TAB
             if self.viewTabs.isTabVisible(index) != visible:
                 self.viewTabs.setTabVisible(index, visible)
-            if tab.unavailable is not None:
-                reason = tab.unavailable(self.state)
-                page = self._tabs[tab.id]
-                assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
-                label = page.widget(1)
-                assert isinstance(label, QLabel), "the stack's reason"
-                label.setText(reason or "")
-                page.setCurrentIndex(0 if reason is None else 1)
+        self._sync_empty_states()
+
+    def _sync_empty_states(self, *_args) -> None:
+        """Each tab that can be off shows its view, or its empty state while it does not apply (a run
+        may tell more: a loaded checkpoint without its LM head)."""
+        for tab in registry.TABS:
+            off = self.empty_state(tab.id)
+            if off is None or tab.unavailable is None:
+                continue
+            state = tab.unavailable(self.state)
+            if state is not None:
+                off.set_state(state.sentence, state.action if state.act is not None else "")
+            page = self._tabs[tab.id]
+            assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
+            page.setCurrentIndex(0 if state is None else 1)
 
     def shown_tabs(self) -> list[tuple[str, str]]:
         """(id, title) of the view tabs on show now, in order."""

@@ -33,8 +33,8 @@ from .base import TabPresenter
 
 ONLINE_SOFTMAX_TAB = "online-softmax"
 TOY_ONLY = (
-    "The online-softmax walk follows the toy model's attention layer: switch the mode to Toy model "
-    "(a real model's kernels never form the weights either)."
+    "The online-softmax walk follows the toy model's attention layer, block by block; "
+    "a real model's kernels never form its weights, so there is no walk to show here."
 )
 # the walk keeps every step of one head (scores, exponentials, the full softmax to compare: a few
 # float64 [Lq, Lk] matrices), so it stops at 2,048 x 2,048 (about 130 MB)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from attndesk.core.interp import InputAttribution
 
 from .heatmap import DIVERGING, MatrixPlot
-from .interp_widgets import RunBar, TokenField, problem_label, say
+from .interp_widgets import RunBar, TokenField
 
 METHODS = (("ig", "integrated gradients"), ("gxi", "gradient × input"), ("attn", "attention × gradient"))
 _PAD_X, _PAD_Y, _GAP = 6, 4, 4
@@ -176,7 +176,7 @@ class TokenStripArea(QScrollArea):
 
 class AttributionView(QWidget):
     """API: ``target`` (a ``TokenField``; empty = the model's own next token), ``method()``,
-    ``steps()``, ``set_attribution(InputAttribution | None)``, ``set_unavailable(reason)``.
+    ``steps()``, ``set_attribution(InputAttribution | None)``.
     Signal ``inputsEdited()``."""
 
     inputsEdited = Signal()
@@ -185,7 +185,6 @@ class AttributionView(QWidget):
         super().__init__(parent)
         self.setObjectName("attributionView")
         self.attribution: InputAttribution | None = None
-        self.info = problem_label("attributionUnavailable")
         self.target = TokenField(
             "target",
             "attributionTarget",
@@ -218,7 +217,7 @@ class AttributionView(QWidget):
         self.headsPlot.setObjectName("attributionHeadsPlot")
         self.headsPlot.hide()
         layout = QVBoxLayout(self)
-        for widget in (self.info, self.controls, self.bar, self.summary, self.stripArea, self.readout):
+        for widget in (self.controls, self.bar, self.summary, self.stripArea, self.readout):
             layout.addWidget(widget)
         layout.addWidget(self.headsPlot, 1)
         layout.addStretch(0)
@@ -237,10 +236,6 @@ class AttributionView(QWidget):
 
     def steps(self) -> int:
         return self.stepsSpin.value()
-
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
 
     @Slot(int)
     def _on_method(self, _index: int) -> None:

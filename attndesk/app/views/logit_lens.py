@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidge
 from attndesk.core.interp import LogitLens
 
 from .heatmap import MatrixPlot
-from .interp_widgets import RunBar, problem_label, say
+from .interp_widgets import RunBar
 
 MAX_LABELLED_CELLS = 1200  # beyond this many cells the tokens are not written in (hover still tells)
 MAX_LABEL_CHARS = 8
@@ -72,7 +72,7 @@ class CellLabels(pg.GraphicsObject):
 
 class LogitLensView(QWidget):
     """API: ``k()``, ``set_lens(LogitLens | None)``, ``cell_text(row, col)`` (the token written in a
-    cell, or "" where none is), ``set_unavailable(reason)``. Signal ``inputsEdited()``."""
+    cell, or "" where none is). Signal ``inputsEdited()``."""
 
     inputsEdited = Signal()
 
@@ -81,7 +81,6 @@ class LogitLensView(QWidget):
         self.setObjectName("logitLensView")
         self.lens: LogitLens | None = None
         self._texts: dict[tuple[int, int], str] = {}
-        self.info = problem_label("logitLensUnavailable")
         self.kSpin = QSpinBox(objectName="logitLensKSpin")
         self.kSpin.setRange(1, 20)
         self.kSpin.setValue(5)
@@ -103,7 +102,7 @@ class LogitLensView(QWidget):
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self)
-        for widget in (self.info, self.controls, self.bar):
+        for widget in (self.controls, self.bar):
             layout.addWidget(widget)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.readout)
@@ -112,10 +111,6 @@ class LogitLensView(QWidget):
 
     def k(self) -> int:
         return self.kSpin.value()
-
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
 
     def set_lens(self, lens: LogitLens | None) -> None:
         self.lens = lens

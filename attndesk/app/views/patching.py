@@ -94,7 +94,7 @@ class PatchingShown:
 class PatchingView(QWidget):
     """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric_name()``,
     ``set_shown(PatchingShown | None)``, ``set_part(part)`` (an encoder-decoder's encoder "self",
-    "decoder" or "cross" heads; ``part_heads()`` is what is drawn), ``open_head(layer, head)``, ``set_unavailable(reason)``,
+    "decoder" or "cross" heads; ``part_heads()`` is what is drawn), ``open_head(layer, head)``,
     ``set_prompt_problem(line)``. Signals ``inputsEdited()``, ``headClicked(layer, head)``."""
 
     inputsEdited = Signal()
@@ -109,7 +109,6 @@ class PatchingView(QWidget):
         self._build_controls()
         self._build_plots()
         layout = QVBoxLayout(self)
-        layout.addWidget(self.info)
         layout.addWidget(self.controls)
         layout.addWidget(self.bar)
         layout.addWidget(self.summary)
@@ -118,7 +117,6 @@ class PatchingView(QWidget):
         layout.addWidget(self.readout)
 
     def _build_controls(self) -> None:
-        self.info = problem_label("patchingUnavailable")
         self.cleanEdit = QLineEdit(objectName="patchingCleanEdit")
         self.cleanEdit.setPlaceholderText("e.g. When Mary and John went to the store, John gave a drink to")
         self.corruptEdit = QLineEdit(objectName="patchingCorruptEdit")
@@ -229,10 +227,6 @@ class PatchingView(QWidget):
 
     def set_prompt_problem(self, line: str) -> None:
         say(self.promptProblem, line)
-
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
 
     @Slot(int)
     def _on_metric(self, _index: int) -> None:

@@ -263,10 +263,11 @@ def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
         ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
-            page = w.tab_page(tab_id)  # the window shows the reason instead of the view
-            assert page.currentIndex() == 1 and "encoder-only" in page.currentWidget().text()
-            assert "encoder-only" in tab.view.info.text()
-            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+            page = w.tab_page(tab_id)  # the window shows the empty state instead of the view
+            off = w.empty_state(tab_id)
+            assert page.currentWidget() is off and "encoder-only" in off.sentence()
+            assert off.action() == "Open a model folder…" and off.button.isVisible()
+            assert not tab.view.isVisible() and not tab.view.bar.runButton.isEnabled() and not tab.is_running()
             assert not w.compute.side.is_busy(tab.CHANNEL)
     finally:
         dispose(w)
@@ -285,7 +286,7 @@ def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, mod
     assert not w.compute.side.is_busy("flow")
 
 
-def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_path):
+def test_a_model_without_its_lm_head_gets_the_empty_state(qtbot, tmp_path):
     w = open_window(qtbot, build_bare("gpt2", tmp_path / "bare"), ATTRIBUTION_TAB)  # the run loads it
     try:
         for tab_id, kind in (
@@ -295,8 +296,9 @@ def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_pa
         ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
-            assert w.tab_page(tab_id).currentIndex() == 0  # a decoder: the view itself says why
-            assert "no LM head" in tab.view.info.text() and tab.view.info.isVisible()
+            off = w.empty_state(tab_id)  # a decoder whose run found no LM head: the same empty state
+            assert w.tab_page(tab_id).currentWidget() is off and "no LM head" in off.sentence()
+            assert off.label.isVisible() and off.action() == "Open a model folder…"
             assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
     finally:
         dispose(w)

@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Signal
 from attndesk.core.config import AttentionConfig
 from attndesk.core.online_softmax import fitting_block, head_attention, online_softmax
 from attndesk.core.pipeline import ProjectedText, project_text
+from attndesk.core.types import head_name
 
 from ..jobs.compute import ComputeController
 from ..results import Shown, ToyRun
@@ -155,7 +156,7 @@ class OnlineSoftmaxTab(TabPresenter):
         run_id = self.compute.current_ids()[0]
         projected = self._projected[1] if self._projected is not None and self._projected[0] == run_id else None
         size = "blocks sized for this run" if block == AUTO else f"blocks of {block} key(s)"
-        self.view.show_message(f"walking head {head} in {size} in the background…")
+        self.view.show_message(f"walking {head_name(None, head)} in {size} in the background…")
         self.compute.side.submit(
             "online",
             walk_job,

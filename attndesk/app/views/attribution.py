@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.interp import InputAttribution
+from attndesk.core.types import head_name
 
 from .heatmap import DIVERGING, MatrixPlot
 from .interp_widgets import RunBar, TokenField
@@ -270,7 +271,7 @@ class AttributionView(QWidget):
                 rearrange(a.per_head, "n h k -> (n h) k"),
                 diverging=True,
                 col_labels=a.tokens,
-                row_labels=[f"L{n} H{h}" for n in range(layers) for h in range(heads)],
+                row_labels=[head_name(n, h) for n in range(layers) for h in range(heads)],
             )
             self.headsPlot.show()
         else:
@@ -286,7 +287,7 @@ class AttributionView(QWidget):
         if a is not None and a.per_head is not None:
             heads = a.per_head.shape[1]
             self.readout.setText(
-                f"L{row // heads} H{row % heads} → {a.tokens[col]!r} ({col}): "
+                f"{head_name(row // heads, row % heads)} → {a.tokens[col]!r} ({col}): "
                 f"{a.per_head[row // heads, row % heads, col]:+.5g}"
             )
 

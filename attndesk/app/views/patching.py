@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+from attndesk.core.types import head_name
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say
@@ -323,7 +324,9 @@ class PatchingView(QWidget):
             (self.corruptAttention, heads.corrupt_attention, heads.corrupt_masked, heads.corrupt_labels, "corrupted"),
         ):
             hatched = " · hatched = masked" if masked is not None and masked[layer].any() else ""
-            plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys){hatched}")
+            plot.set_title(
+                f"<b>{head_name(layer, head)}</b> on the {name} prompt (rows: queries, columns: keys){hatched}"
+            )
             plot.set_matrix(  # 0 to its largest weight
                 weights[layer, head],
                 row_labels=queries,
@@ -351,7 +354,7 @@ class PatchingView(QWidget):
         heads = self.part_heads()
         if heads is not None:
             self.readout.setText(
-                f"{self._part_name()} L{layer} H{head}: effect {heads.effects[layer, head]:+.4f} "
+                f"{self._part_name()} {head_name(layer, head)}: effect {heads.effects[layer, head]:+.4f} "
                 f"{self._raw(heads.values[layer, head])}"
             )
 

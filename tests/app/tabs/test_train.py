@@ -22,6 +22,7 @@ from attndesk.app.state import AppState
 from attndesk.app.status import StatusModel
 from attndesk.app.tabs.train import TRAIN_TAB, TrainTab, phase_change
 from attndesk.app.views.train import TrainView
+from attndesk.core.types import head_name
 from attndesk.train.presets import load_preset
 from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS
@@ -157,6 +158,7 @@ def test_every_token_label_of_the_probe_heatmaps_is_drawn_and_no_legend_covers_a
     hosts = [host.geometry() for host in view._hosts]
     for i, (plot, host) in enumerate(zip(view.headPlots, hosts, strict=True)):
         assert plot.row_labels == labels
+        assert plot.title.text() == head_name(view.layerCombo.currentIndex(), i)  # as every tab names a head
         rows = len(labels)
         shown = plot.left.visible_ticks(0, rows, plot.plot.vb.height())
         assert shown == list(range(rows)), f"head {i}: {len(shown)} of {rows} row labels drawn"

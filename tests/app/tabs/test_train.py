@@ -235,6 +235,21 @@ def test_a_trained_run_saves_and_opens_again_with_the_same_attention(qtbot, tab,
     assert tab.checkpoint_steps() == [0, 10, 20, 30]
 
 
+def test_save_into_a_folder_holding_other_files_is_refused_and_touches_nothing(qtbot, tab, tmp_path):
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        tab.open("previous-token", lambda: load_preset("previous-token"))
+    folder = tmp_path / "earlier"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"an earlier run's weights")
+    (folder / "notes.txt").write_text("mine")
+    tab.save(str(folder))  # refused at once, as the command line refuses a non-empty --out
+    message = tab.view.message.text()
+    assert message.startswith("not saved:") and "holds other files" in message and "\n" not in message
+    assert "choose an empty or new folder" in message and "b00020" in tab.view.message.styleSheet()
+    assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors", "notes.txt"]
+    assert (folder / "model.safetensors").read_bytes() == b"an earlier run's weights"
+
+
 def test_a_folder_that_is_not_a_saved_run_is_refused_in_one_line(qtbot, tab, tmp_path):
     tab.open(str(tmp_path), lambda: load_run(tmp_path))
     qtbot.waitUntil(lambda: tab.view.message.text().startswith("not opened:"), timeout=TIMEOUT_MS)

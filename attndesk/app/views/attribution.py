@@ -1,7 +1,10 @@
 """The attribution view: the input text's tokens as a strip of chips, each coloured by how much it
 contributes to the target token's logit after the last position (integrated gradients, gradient
-x input or attention x gradient); hovering a chip gives its number. Attention x gradient also
-shows each layer's and head's share ([layers x heads, tokens]).
+x input or attention x gradient); hovering a chip gives its number. Below it, as Inseq draws a
+text, the source tokens x targets heatmap of every step (each step's target is the text's next
+token, the last one the target above) and each step's target probability (integrated gradients
+and gradient x input, decoder-only models); attention x gradient shows each layer's and head's
+share ([layers x heads, tokens]) instead.
 
 The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.core.interp``) and reports
 intents; the presenter (``app/pretrained/attribution.py``) computes it off the GUI thread.
@@ -28,13 +31,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.interp import InputAttribution
+from attndesk.core.interp import InputAttribution, StepAttribution
 from attndesk.core.types import head_name
 
 from .heatmap import DIVERGING, MatrixPlot
 from .interp_widgets import RunBar, TokenField
 
 METHODS = (("ig", "integrated gradients"), ("gxi", "gradient × input"), ("attn", "attention × gradient"))
+PROBABILITY_ROW_PX = 96  # the per-step probability row: one row of cells, its title and the target axis
 _PAD_X, _PAD_Y, _GAP = 6, 4, 4
 
 
@@ -177,7 +181,7 @@ class TokenStripArea(QScrollArea):
 
 class AttributionView(QWidget):
     """API: ``target`` (a ``TokenField``; empty = the model's own next token), ``method()``,
-    ``steps()``, ``set_attribution(InputAttribution | None)``.
+    ``steps()``, ``set_attribution(InputAttribution | None)``, ``set_steps(StepAttribution | None, note)``.
     Signal ``inputsEdited()``."""
 
     inputsEdited = Signal()
@@ -217,9 +221,22 @@ class AttributionView(QWidget):
         self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
         self.headsPlot.setObjectName("attributionHeadsPlot")
         self.headsPlot.hide()
+        self.by_step: StepAttribution | None = None
+        self.stepsPlot = MatrixPlot("")
+        self.stepsPlot.setObjectName("attributionStepsPlot")
+        self.stepsPlot.hide()
+        self.probabilityPlot = MatrixPlot("")
+        self.probabilityPlot.setObjectName("attributionProbabilityPlot")
+        self.probabilityPlot.setFixedHeight(PROBABILITY_ROW_PX)
+        self.probabilityPlot.hide()
+        self.stepsNote = QLabel("", objectName="attributionStepsNote")
+        self.stepsNote.setWordWrap(True)
+        self.stepsNote.hide()
         layout = QVBoxLayout(self)
-        for widget in (self.controls, self.bar, self.summary, self.stripArea, self.readout):
+        for widget in (self.controls, self.bar, self.summary, self.stripArea, self.readout, self.stepsNote):
             layout.addWidget(widget)
+        layout.addWidget(self.stepsPlot, 1)
+        layout.addWidget(self.probabilityPlot)
         layout.addWidget(self.headsPlot, 1)
         layout.addStretch(0)
         self.target.edited.connect(lambda _t: self.inputsEdited.emit())
@@ -228,6 +245,8 @@ class AttributionView(QWidget):
         self.stepsSpin.valueChanged.connect(lambda _v: self.inputsEdited.emit())
         self.strip.tokenHovered.connect(self._hover)
         self.headsPlot.cellHovered.connect(self._hover_head)
+        self.stepsPlot.cellHovered.connect(self._hover_step)
+        self.probabilityPlot.cellHovered.connect(lambda _row, col: self._hover_step(-1, col))
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -250,6 +269,7 @@ class AttributionView(QWidget):
             self.stripArea.fit()
             self.summary.setText("")
             self.headsPlot.hide()
+            self.set_steps(None)
             return
         a = attribution
         self.strip.set_scores(a.tokens, a.scores)
@@ -276,6 +296,47 @@ class AttributionView(QWidget):
             self.headsPlot.show()
         else:
             self.headsPlot.hide()
+
+    def set_steps(self, by_step: StepAttribution | None, note: str = "") -> None:
+        """Draw every step of the text: source tokens (rows) x each step's target (columns), a
+        source after its step hatched, and under it each step's target probability; None hides
+        both (``note`` says why, when there is a reason to give)."""
+        self.by_step = by_step
+        self.stepsNote.setText(note)
+        self.stepsNote.setVisible(bool(note))
+        if by_step is None:
+            self.stepsPlot.hide()
+            self.probabilityPlot.hide()
+            return
+        b = by_step
+        columns = [f"{t}→{target}" for t, target in enumerate(b.targets)]
+        name = dict(METHODS)[{"integrated_gradients": "ig"}.get(b.method, "gxi")]
+        nodes = f", {b.steps} nodes" if b.steps is not None else ""
+        self.stepsPlot.set_title(
+            f"<b>step by step</b> ({name}{nodes}): each source token (row) for each step's target (column): "
+            "the text's next token, the last the target above; hatched: after the step"
+        )
+        self.stepsPlot.set_matrix(b.scores.T, diverging=True, row_labels=b.sources, col_labels=columns)
+        self.probabilityPlot.set_title("each step's target probability")
+        self.probabilityPlot.set_matrix(
+            b.probabilities[None, :], levels=(0.0, 1.0), row_labels=["p"], col_labels=columns
+        )
+        self.stepsPlot.show()
+        self.probabilityPlot.show()
+
+    @Slot(int, int)
+    def _hover_step(self, row: int, col: int) -> None:
+        """A cell of the steps heatmap (``row`` a source token) or of the probability row (row -1)."""
+        b = self.by_step
+        if b is None:
+            return
+        step = f"step {col}: p({b.targets[col]!r}) = {b.probabilities[col]:.4g}, logit {b.target_logits[col]:.4g}"
+        if row < 0:
+            self.readout.setText(step)
+        elif col < row:
+            self.readout.setText(f"{row}: {b.sources[row]!r} comes after step {col} · {step}")
+        else:
+            self.readout.setText(f"{row}: {b.sources[row]!r} → {b.targets[col]!r}: {b.scores[col, row]:+.5g} · {step}")
 
     @Slot(int)
     def _hover(self, index: int) -> None:

@@ -25,6 +25,7 @@ from attndesk.core.interp import (
     integrated_gradients,
     logit_lens,
     patch_heads,
+    step_attributions,
 )
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from tests.app.tabs.test_responsive import assert_smooth, worst_gap
@@ -224,6 +225,38 @@ def test_attribution_colours_are_the_cores_scores(qtbot, gpt2_window, model):
     view.target.set_text("xylophonists")  # several tokens: the field says so, nothing runs
     assert not view.target.is_ok() and "tokens" in view.target.check.text() and not tab.is_running()
     assert view.attribution.method == "gradient_x_input"
+
+
+def test_attribution_draws_every_step_under_the_strip_as_the_core_computes_it(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.resize(1280, 800)
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    view = tab.view
+    view.set_method("gxi")
+    view.target.set_text("mat")
+    qtbot.waitUntil(
+        lambda: view.by_step is not None and view.attribution.target == "mat" and not tab.is_running(),
+        timeout=TIMEOUT_MS,
+    )
+    expected = step_attributions(model, TEXT, "mat")
+    np.testing.assert_allclose(view.stepsPlot.matrix, expected.scores.T, rtol=1e-5, atol=1e-7)  # sources x steps
+    np.testing.assert_allclose(view.probabilityPlot.matrix[0], expected.probabilities, rtol=1e-6)
+    assert view.stepsPlot.row_labels == view.strip.tokens and view.stepsPlot.col_labels[-1].endswith("→mat")
+    # on screen below the strip, tall enough that every source row's label is drawn, the probabilities under it
+    qtbot.waitUntil(view.stepsPlot.isVisible, timeout=TIMEOUT_MS)
+    steps, probability = view.stepsPlot.geometry(), view.probabilityPlot.geometry()
+    assert view.readout.geometry().bottom() < steps.top() and steps.bottom() < probability.top()
+    assert probability.bottom() <= view.height() and not view.headsPlot.isVisible()
+    rows = len(expected.sources)
+    assert view.stepsPlot.left.visible_ticks(0, rows, view.stepsPlot.plot.vb.height()) == list(range(rows))
+    view._hover_step(1, 3)
+    assert view.readout.text().startswith(f"1: {expected.sources[1]!r} → {expected.targets[3]!r}")
+    view.set_method("attn")  # attention x gradient: its heads plot instead
+    qtbot.waitUntil(
+        lambda: view.attribution.method == "attention_x_gradient" and not tab.is_running(), timeout=TIMEOUT_MS
+    )
+    assert view.by_step is None and not view.stepsPlot.isVisible() and view.headsPlot.isVisible()
 
 
 def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):

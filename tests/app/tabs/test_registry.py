@@ -8,7 +8,7 @@ import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QFileDialog, QLabel, QStackedWidget
+from PySide6.QtWidgets import QFileDialog, QLabel, QStackedWidget, QToolButton
 
 from attndesk.app.main_window import MainWindow
 from attndesk.app.state import PACKAGED, TOY
@@ -161,3 +161,18 @@ def test_a_tab_that_does_not_apply_shows_its_sentence_and_the_action_that_makes_
     w.state.view.tab = "rollout"
     qtbot.mouseClick(rollout.button, Qt.MouseButton.LeftButton)
     assert w.state.mode == PACKAGED and w.tab_page("rollout").currentWidget() is w.tab_widget("rollout")
+
+
+def test_every_tab_title_is_whole_on_screen_at_1280_wide(qtbot, window, folders):
+    w = window
+    w.resize(1280, 800)
+    w.show()
+    assert w.pretrained.open_folder(folders["llama"])  # a decoder: every tab the registry has
+    bar = w.viewTabs.tabBar()
+    qtbot.waitUntil(lambda: bar.count() > 0 and bar.isVisible(), timeout=TIMEOUT_MS)
+    shown = [i for i in range(bar.count()) if bar.isTabVisible(i)]
+    assert len(shown) == len(TABS)
+    for i in shown:  # whole: no title elided, none beyond the bar's right edge
+        assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
+        assert bar.tabRect(i).right() <= bar.width(), bar.tabText(i)
+    assert not any(b.isVisible() for b in bar.findChildren(QToolButton))  # no scroll arrows

@@ -38,7 +38,6 @@ from .heatmap import DIVERGING, MatrixPlot
 from .interp_widgets import RunBar, TokenField
 
 METHODS = (("ig", "integrated gradients"), ("gxi", "gradient × input"), ("attn", "attention × gradient"))
-PROBABILITY_ROW_PX = 96  # the per-step probability row: one row of cells, its title and the target axis
 _PAD_X, _PAD_Y, _GAP = 6, 4, 4
 
 
@@ -49,6 +48,16 @@ def score_colors(scores: np.ndarray, colormap: str = DIVERGING) -> tuple[list[QC
     bound = float(np.max(np.abs(s))) if s.size else 0.0
     bound = bound if bound > 0 else 1.0
     return list(pg.colormap.get(colormap).map((s / bound + 1.0) / 2.0, mode="qcolor")), bound
+
+
+def step_columns(by_step: StepAttribution) -> list[str]:
+    """Each step's column label: its target and the target's probability there, e.g. ``mat 31%``
+    (``<1%`` below one percent; the hover gives the exact value)."""
+    return [f"{target} {percent(p)}" for target, p in zip(by_step.targets, by_step.probabilities, strict=True)]
+
+
+def percent(p: float) -> str:
+    return "<1%" if p < 0.005 else f"{p:.0%}"
 
 
 class TokenStrip(QWidget):
@@ -225,10 +234,6 @@ class AttributionView(QWidget):
         self.stepsPlot = MatrixPlot("")
         self.stepsPlot.setObjectName("attributionStepsPlot")
         self.stepsPlot.hide()
-        self.probabilityPlot = MatrixPlot("")
-        self.probabilityPlot.setObjectName("attributionProbabilityPlot")
-        self.probabilityPlot.setFixedHeight(PROBABILITY_ROW_PX)
-        self.probabilityPlot.hide()
         self.stepsNote = QLabel("", objectName="attributionStepsNote")
         self.stepsNote.setWordWrap(True)
         self.stepsNote.hide()
@@ -236,7 +241,6 @@ class AttributionView(QWidget):
         for widget in (self.controls, self.bar, self.summary, self.stripArea, self.readout, self.stepsNote):
             layout.addWidget(widget)
         layout.addWidget(self.stepsPlot, 1)
-        layout.addWidget(self.probabilityPlot)
         layout.addWidget(self.headsPlot, 1)
         layout.addStretch(0)
         self.target.edited.connect(lambda _t: self.inputsEdited.emit())
@@ -246,7 +250,6 @@ class AttributionView(QWidget):
         self.strip.tokenHovered.connect(self._hover)
         self.headsPlot.cellHovered.connect(self._hover_head)
         self.stepsPlot.cellHovered.connect(self._hover_step)
-        self.probabilityPlot.cellHovered.connect(lambda _row, col: self._hover_step(-1, col))
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -298,42 +301,35 @@ class AttributionView(QWidget):
             self.headsPlot.hide()
 
     def set_steps(self, by_step: StepAttribution | None, note: str = "") -> None:
-        """Draw every step of the text: source tokens (rows) x each step's target (columns), a
-        source after its step hatched, and under it each step's target probability; None hides
-        both (``note`` says why, when there is a reason to give)."""
+        """Draw every step of the text: source tokens (rows) x each step's target (columns, named
+        with the target's probability at that step, Inseq's step score), a source after its step
+        hatched; None hides it (``note`` says why, when there is a reason to give)."""
         self.by_step = by_step
         self.stepsNote.setText(note)
         self.stepsNote.setVisible(bool(note))
         if by_step is None:
             self.stepsPlot.hide()
-            self.probabilityPlot.hide()
             return
         b = by_step
-        columns = [f"{t}→{target}" for t, target in enumerate(b.targets)]
+        columns = step_columns(b)
         name = dict(METHODS)[{"integrated_gradients": "ig"}.get(b.method, "gxi")]
         nodes = f", {b.steps} nodes" if b.steps is not None else ""
         self.stepsPlot.set_title(
-            f"<b>step by step</b> ({name}{nodes}): each source token (row) for each step's target (column): "
-            "the text's next token, the last the target above; hatched: after the step"
+            f"<b>step by step</b> ({name}{nodes}): each source token (row) for each step's target "
+            "(column: the text's next token, the last the target above, with its probability at that step); "
+            "hatched: after the step"
         )
         self.stepsPlot.set_matrix(b.scores.T, diverging=True, row_labels=b.sources, col_labels=columns)
-        self.probabilityPlot.set_title("each step's target probability")
-        self.probabilityPlot.set_matrix(
-            b.probabilities[None, :], levels=(0.0, 1.0), row_labels=["p"], col_labels=columns
-        )
         self.stepsPlot.show()
-        self.probabilityPlot.show()
 
     @Slot(int, int)
     def _hover_step(self, row: int, col: int) -> None:
-        """A cell of the steps heatmap (``row`` a source token) or of the probability row (row -1)."""
+        """A cell of the steps heatmap: ``row`` a source token, ``col`` a step."""
         b = self.by_step
         if b is None:
             return
         step = f"step {col}: p({b.targets[col]!r}) = {b.probabilities[col]:.4g}, logit {b.target_logits[col]:.4g}"
-        if row < 0:
-            self.readout.setText(step)
-        elif col < row:
+        if col < row:
             self.readout.setText(f"{row}: {b.sources[row]!r} comes after step {col} · {step}")
         else:
             self.readout.setText(f"{row}: {b.sources[row]!r} → {b.targets[col]!r}: {b.scores[col, row]:+.5g} · {step}")
@@ -353,4 +349,4 @@ class AttributionView(QWidget):
             )
 
 
-__all__ = ["METHODS", "AttributionView", "TokenStrip", "TokenStripArea", "score_colors"]
+__all__ = ["METHODS", "AttributionView", "TokenStrip", "TokenStripArea", "score_colors", "step_columns"]

@@ -241,15 +241,20 @@ def test_attribution_draws_every_step_under_the_strip_as_the_core_computes_it(qt
     )
     expected = step_attributions(model, TEXT, "mat")
     np.testing.assert_allclose(view.stepsPlot.matrix, expected.scores.T, rtol=1e-5, atol=1e-7)  # sources x steps
-    np.testing.assert_allclose(view.probabilityPlot.matrix[0], expected.probabilities, rtol=1e-6)
-    assert view.stepsPlot.row_labels == view.strip.tokens and view.stepsPlot.col_labels[-1].endswith("→mat")
-    # on screen below the strip, tall enough that every source row's label is drawn, the probabilities under it
+    assert view.stepsPlot.row_labels == view.strip.tokens  # each step's target with its probability (step score)
+    assert view.stepsPlot.col_labels == [
+        f"{t} {'<1' if p < 0.005 else round(100 * p)}%" for t, p in zip(expected.targets, expected.probabilities)
+    ]
+    assert expected.targets[-1] == "mat"
+    # on screen below the strip, tall and wide enough that every source's and step's label is drawn
     qtbot.waitUntil(view.stepsPlot.isVisible, timeout=TIMEOUT_MS)
-    steps, probability = view.stepsPlot.geometry(), view.probabilityPlot.geometry()
-    assert view.readout.geometry().bottom() < steps.top() and steps.bottom() < probability.top()
-    assert probability.bottom() <= view.height() and not view.headsPlot.isVisible()
+    steps = view.stepsPlot.geometry()
+    assert view.readout.geometry().bottom() < steps.top() and steps.bottom() <= view.height()
+    assert not view.headsPlot.isVisible()
     rows = len(expected.sources)
-    assert view.stepsPlot.left.visible_ticks(0, rows, view.stepsPlot.plot.vb.height()) == list(range(rows))
+    vb = view.stepsPlot.plot.vb
+    assert view.stepsPlot.left.visible_ticks(0, rows, vb.height()) == list(range(rows))
+    assert view.stepsPlot.bottom.visible_ticks(0, rows, vb.width()) == list(range(rows))
     view._hover_step(1, 3)
     assert view.readout.text().startswith(f"1: {expected.sources[1]!r} → {expected.targets[3]!r}")
     view.set_method("attn")  # attention x gradient: its heads plot instead

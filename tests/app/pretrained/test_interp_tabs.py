@@ -11,13 +11,14 @@ import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build, build_bare
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
+from PySide6.QtGui import QFont, QFontMetricsF
 from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
 from attndesk.app.views.attribution import score_colors
-from attndesk.app.views.logit_lens import cell_label
+from attndesk.app.views.logit_lens import cell_label, wrapped
 from attndesk.core.interp import (
     activation_patching,
     attention_flow,
@@ -276,6 +277,28 @@ def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
         [cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens
     ]
     assert tab.view.plot.row_labels == lens.labels and tab.view.plot.col_labels == lens.tokens
+    # every top token whole in its cell at 1280 x 800, on more lines where it is wider than the cell
+    w.resize(1280, 800)
+    qtbot.waitUntil(lambda: tab.view.labels.cell_size()[0] > 0, timeout=TIMEOUT_MS)
+    qtbot.wait(50)
+    width = tab.view.labels.cell_size()[0]
+    metrics = QFontMetricsF(QFont())
+    for r in range(rows):
+        for c in range(cols):
+            lines = tab.view.drawn_lines(r, c)
+            assert "".join(lines) == lens.top_tokens[r][c][0], (r, c, lines)
+            assert all(metrics.horizontalAdvance(line) <= width - 8 for line in lines)
+
+
+def test_a_word_wider_than_its_cell_is_broken_not_cut(qapp):
+    metrics = QFontMetricsF(QFont())
+    word = "demonstrated"
+    lines = wrapped(word, metrics, metrics.horizontalAdvance("demon"), 4)
+    assert "".join(lines) == word and len(lines) >= 2
+    assert all(metrics.horizontalAdvance(line) <= metrics.horizontalAdvance("demon") for line in lines)
+    assert wrapped(word, metrics, 500, 1) == [word]
+    short = wrapped(word, metrics, metrics.horizontalAdvance("demon"), 1)  # one line: elided, said so
+    assert len(short) == 1 and short[0].endswith("…")
 
 
 def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):

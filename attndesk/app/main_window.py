@@ -91,6 +91,7 @@ def _scrolled(view: QWidget) -> QWidget:
 
 TAB_PADDING = "QTabBar::tab { padding: 5px 6px; }"  # the style's 12 px each side: 14 titles took 1,140 px
 TAB_FONT_SCALE = 0.95
+TIMING_DOCK_PX = 150  # the timing dock's first height, its least: the tabs keep 3/4 of an 800 px window
 
 
 def fit_tabs(tabs: QTabWidget) -> None:
@@ -231,7 +232,7 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(self.tokensDock, self.parametersDock, Qt.Orientation.Vertical)
         self.resizeDocks([self.tokensDock], [340], Qt.Orientation.Horizontal)
         self.resizeDocks([self.tokensDock, self.parametersDock], [380, 470], Qt.Orientation.Vertical)
-        self.resizeDocks([self.timingDock], [230], Qt.Orientation.Vertical)
+        self.resizeDocks([self.timingDock], [TIMING_DOCK_PX], Qt.Orientation.Vertical)
         self._default_state = self.saveState(STATE_VERSION)
 
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:

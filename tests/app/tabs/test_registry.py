@@ -8,6 +8,7 @@ import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
 from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QFileDialog, QLabel, QStackedWidget, QToolButton
 
 from attndesk.app.main_window import MainWindow
@@ -176,3 +177,7 @@ def test_every_tab_title_is_whole_on_screen_at_1280_wide(qtbot, window, folders)
         assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
         assert bar.tabRect(i).right() <= bar.width(), bar.tabText(i)
     assert not any(b.isVisible() for b in bar.findChildren(QToolButton))  # no scroll arrows
+    # the timing dock leaves the tabs most of the height, its bars one line each for a six-layer model's stages
+    assert w.timingDock.height() <= 0.2 * w.height() and w.viewTabs.height() >= 0.7 * w.height()
+    bars = w.timingPanel.bars
+    assert bars.height() / 8 >= QFontMetricsF(bars.font()).height()

@@ -157,10 +157,11 @@ screenshot: $(STAMP)
 
 # the picture review: every tab in the toy window, MiniLM and a tiny GPT-2, at 1280x800 and
 # 1920x1200, empty and after its main action, as PNGs and a contact sheet, each picture's widgets
-# checked (docs/reliability.md#the-picture-review); fails when a check does. SCREENS=folder
+# checked (docs/reliability.md#the-picture-review); fails when a check does. SCREENS=folder,
+# TABS=attribution,corpus for only those tabs
 SCREENS ?= render-out/screens
 screens: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) scripts/screens.py $(SCREENS)
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screens.py $(SCREENS) $(if $(TABS),--tabs $(TABS))
 
 clean:
 	rm -rf $(VENV) render-out .pytest_cache

@@ -4,6 +4,7 @@ empty state and after its main action, as PNGs, a contact sheet, and the checks 
 
     make screens                      # render-out/screens
     .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2]
+        [--tabs attribution,corpus]   # only these tabs (ids as in app/tabs/registry.py)
 
 Windows: ``toy`` (the sample sentence, random weights), ``minilm`` (the packaged
 all-MiniLM-L6-v2) and ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
@@ -240,8 +241,8 @@ def _open(kind: str, size: tuple[int, int], folder: Path, app):
     return window
 
 
-def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print) -> list[Shot]:
-    """Every picture of the review into ``out`` (see the module docstring)."""
+def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print, tabs: tuple[str, ...] = ()) -> list[Shot]:
+    """Every picture of the review into ``out`` (see the module docstring); ``tabs``: only these."""
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -253,7 +254,7 @@ def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print) -> list[Shot]:
             for size in sizes:
                 window = _open(kind, size, Path(tmp), app)
                 try:
-                    shots += _review_window(app, window, kind, size, out, log)
+                    shots += _review_window(app, window, kind, size, out, log, tabs)
                 finally:
                     window.close()
                     window.deleteLater()
@@ -272,10 +273,13 @@ class _Author:
         self.wrote = self.acting
 
 
-def _review_window(app, window, kind: str, size, out: Path, log) -> list[Shot]:
+def _review_window(app, window, kind: str, size, out: Path, log, only: tuple[str, ...] = ()) -> list[Shot]:
     author = _Author(window)
     shots = []
-    for tab in [t for t, _title in window.shown_tabs() if kind != "gpt2" or t in DECODER_TABS]:
+    shown = [
+        t for t, _title in window.shown_tabs() if (kind != "gpt2" or t in DECODER_TABS) and (not only or t in only)
+    ]
+    for tab in shown:
         window.state.view.tab = tab
         settle(app, window)
         for state in ("empty", "after") if tab in ACTIONS else ("shown",):
@@ -340,10 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", default=str(ROOT / "render-out" / "screens"))
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="WxH[,WxH] (default 1280x800,1920x1200)")
     parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2 (default all)")
+    parser.add_argument("--tabs", default="", help="only these tab ids, e.g. attribution,corpus (default every tab)")
     args = parser.parse_args(argv)
     windows = tuple(args.windows.split(","))
     if unknown := set(windows) - set(WINDOWS):
         print(f"screens: unknown window(s) {sorted(unknown)}; choose from {', '.join(WINDOWS)}", file=sys.stderr)
+        return 2
+    tabs = tuple(t for t in args.tabs.split(",") if t)
+    from attndesk.app.tabs.registry import TABS
+
+    if unknown := set(tabs) - {t.id for t in TABS}:
+        print(
+            f"screens: unknown tab(s) {sorted(unknown)}; choose from {', '.join(t.id for t in TABS)}", file=sys.stderr
+        )
         return 2
     # the user's settings and data folder (corpus stores) stay out of the pictures and untouched
     os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-screens")
@@ -351,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="attndesk-screens-data-") as data:
         os.environ["XDG_DATA_HOME"] = data
-        shots = render(out, args.sizes, windows)
+        shots = render(out, args.sizes, windows, tabs=tabs)
     sheet = contact_sheet(shots, out / "contact-sheet.png")
     problems = [f"{shot.caption}: {p}" for shot in shots for p in shot.problems]
     (out / "problems.txt").write_text("".join(f"{line}\n" for line in problems))

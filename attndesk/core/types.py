@@ -26,7 +26,9 @@ Head = int | Literal["mean"]
 
 
 def head_name(layer: int | None, head: int) -> str:
-    """How every view, page and export names a head: ``L1 H3`` (``H3`` where there are no layers)."""
+    """How every view, page, export and CLI table names a head for a person: ``L1 H3``, layer and head
+    counted from 0 as the window's layer and head controls count them (layer 1 is the second); ``H3``
+    alone where the run has a single attention layer (the toy model)."""
     return f"H{head}" if layer is None else f"L{layer} H{head}"
 
 
@@ -90,7 +92,7 @@ class AttentionMap:
     ``kv_heads`` < H: grouped-query heads; query head h reads K/V head h // (H // kv_heads).
     ``window``: the sliding window W (query i sees keys with |i - j| < W), None when global.
     ``hidden_mass`` [H, Lq]: the share of each row that went to keys a view hid (rows are not
-    re-normalised). ``head_labels`` default to "head 0", "head 1", ...
+    re-normalised). ``head_labels`` default to ``head_name``'s "H0", "H1", ...
     """
 
     queries: list[str]
@@ -138,7 +140,7 @@ class AttentionMap:
     def label(self, head: int) -> str:
         if self.head_labels is not None:
             return self.head_labels[int(head)]
-        return f"head {int(head)}"
+        return head_name(None, int(head))
 
     def weight_at(self, head: Head, q: int, k: int) -> float:
         """The exact weight of query q on key k for ``head`` (an int, or MEAN)."""

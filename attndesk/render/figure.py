@@ -177,7 +177,7 @@ def _suptitle(map: AttentionMap, which: select.Which) -> str:
     elif which == MEAN:
         text = f"{base}, mean over {n} heads"
     else:
-        text = f"{base}, head {which} of {n}"
+        text = f"{base}, {map.label(int(which))} of {n} heads"
     if map.layer_kind:
         window = f", window {map.window}" if map.window else ""
         text += f" ({map.layer_kind} layer{window})"

@@ -703,7 +703,7 @@ class HeatmapPanel(QWidget):
         combo.addItem("mean over heads", MEAN)
         if self._source is not None:
             for h in range(self._source.num_heads):
-                combo.addItem(f"head {h} (enlarged)", h)
+                combo.addItem(f"{self._source.map.label(h)} (enlarged)", h)
         combo.setCurrentIndex(max(0, combo.findData(self._target)))
         combo.blockSignals(False)
 

@@ -7,11 +7,13 @@ batches against a memory budget in bytes. Nothing here imports Qt."""
 from .attribution import (
     BASELINES,
     InputAttribution,
+    StepAttribution,
     attention_x_gradient,
     gradient_x_input,
     gradient_x_input_report,
     integrated_gradients,
     integrated_gradients_report,
+    step_attributions,
 )
 from .attribution_patching import (
     AttributionPatchingReport,
@@ -44,6 +46,7 @@ __all__ = [
     "LogitLens",
     "PatchingReport",
     "PatchingResult",
+    "StepAttribution",
     "activation_patching",
     "attention_flow",
     "attention_x_gradient",
@@ -56,5 +59,6 @@ __all__ = [
     "logit_lens",
     "patch_heads",
     "rank_correlation",
+    "step_attributions",
     "unembedding",
 ]

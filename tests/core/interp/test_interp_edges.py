@@ -247,7 +247,8 @@ def test_faithfulness_ends_are_exact_and_match_the_plain_runs(folders):
 
 
 def _toy(**changes) -> TrainRun:
-    cfg = TrainConfig(task="induction", seed=1, layers=1, heads=2, embed_dim=16, **changes)
+    changes = {"layers": 1, **changes}
+    cfg = TrainConfig(task="induction", seed=1, heads=2, embed_dim=16, **changes)
     cfg.validate()
     return TrainRun(cfg, make_task(cfg), build_model(cfg))
 
@@ -349,3 +350,18 @@ def test_head_to_head_edges_equal_transformer_lens_direct_path_patching(folders)
                 assert ours == pytest.approx(want, abs=2e-5 + 1e-4 * abs(want)), (head, dst, kind)
                 biggest = max(biggest, abs(want))
     assert biggest > 1e-4
+
+
+def test_eap_ig_over_the_inputs_is_complete():
+    """Every path from the embeddings runs through one of the embed node's edges, so integrated
+    gradients over the inputs give embed's edges summing to m_clean - m_corrupt (LayerNorm and
+    MLPs included), as the number of steps grows."""
+    run = _toy(mlp=True, layernorm=True, layers=2)
+    clean, corrupt = [3, 4, 5, 6, 3, 4], [7, 8, 9, 10, 3, 4]
+    gaps = []
+    for steps in (2, 24):
+        table = edge_scores(run, clean, corrupt, 5, 9, method="eap-ig", steps=steps)
+        total = table.attrs["clean_metric"] - table.attrs["corrupt_metric"]
+        gaps.append(abs(table[table.src == "embed"].score.sum() - total))
+    assert abs(total) > 1e-2
+    assert gaps[1] < 1e-5 * max(1.0, abs(total)) < gaps[0]

@@ -365,3 +365,21 @@ def test_eap_ig_over_the_inputs_is_complete():
         gaps.append(abs(table[table.src == "embed"].score.sum() - total))
     assert abs(total) > 1e-2
     assert gaps[1] < 1e-5 * max(1.0, abs(total)) < gaps[0]
+
+
+@pytest.mark.parametrize("method", ["exact", "eap-ig"])
+def test_a_cancelled_job_stops_with_cancelled(method):
+    from attndesk.jobs import Cancelled, JobContext
+
+    seen = []
+
+    def progress(fraction, message):
+        seen.append(fraction)
+        ctx.cancel()
+
+    ctx = JobContext(progress)
+    run = _toy()
+    pairs = [[3, 4, 5, 6, 3, 4]] * 40, [[7, 8, 9, 10, 3, 4]] * 40
+    with pytest.raises(Cancelled):
+        edge_scores(run, *pairs, 5, 9, method=method, memory_budget=2**25 + 2**20, ctx=ctx)  # several passes
+    assert len(seen) == 1 and seen[0] < 1

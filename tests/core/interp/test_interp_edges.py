@@ -383,3 +383,27 @@ def test_a_cancelled_job_stops_with_cancelled(method):
     with pytest.raises(Cancelled):
         edge_scores(run, *pairs, 5, 9, method=method, memory_budget=2**25 + 2**20, ctx=ctx)  # several passes
     assert len(seen) == 1 and seen[0] < 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"kv_heads": 1, "position": "alibi", "window": 3, "softcap": 5.0, "sink": "learned"},
+        {"position": "sinusoidal", "mlp": True, "layernorm": True, "layers": 2, "kv_heads": 1},
+        {"position": "learned", "sink": "off-by-one", "layers": 2},
+    ],
+)
+def test_the_toy_graph_runs_the_toy_decoder(changes):
+    """The engine's forward of a toy decoder (every variant its layers take) gives the model's own
+    logits; grouped K/V heads end their key and value edges at the group."""
+    from attndesk.core.interp.graph import Engine, Pass
+
+    run = _toy(**changes)
+    engine = Engine(run)
+    ids = torch.tensor([[3, 4, 5, 6, 3, 4], [6, 5, 4, 3, 6, 5]])
+    with torch.no_grad():
+        ours = engine.run(ids, None, Pass(engine.graph, None, torch.arange(2)))
+    torch.testing.assert_close(ours, run.logits(ids)[:, -1], atol=1e-5, rtol=1e-5)
+    graph = edge_graph(run)
+    if changes.get("kv_heads") == 1:
+        assert set(graph[graph.kind == "k"].dst) == {f"L{layer}.KV0" for layer in range(changes.get("layers", 1))}

@@ -407,3 +407,24 @@ def test_the_toy_graph_runs_the_toy_decoder(changes):
     graph = edge_graph(run)
     if changes.get("kv_heads") == 1:
         assert set(graph[graph.kind == "k"].dst) == {f"L{layer}.KV0" for layer in range(changes.get("layers", 1))}
+
+
+def test_pruning_to_connected_edges_keeps_the_faithfulness():
+    """An edge off every embed-to-logits path inside the circuit changes nothing: the pruned
+    circuit is as faithful (grouped K/V inputs feed their query heads)."""
+    from attndesk.core.interp.circuits import connected
+
+    run = _toy(mlp=True, layernorm=True, layers=2, kv_heads=1)
+    clean, corrupt = [3, 4, 5, 6, 3, 4], [7, 8, 9, 10, 3, 4]
+    table = edge_scores(run, clean, corrupt, 5, 9, method="eap")
+    edges = list(zip(table.src, table.dst, table.kind))
+    rng = np.random.default_rng(1)
+    for draw in range(3):
+        circuit = {edges[i] for i in rng.choice(len(edges), len(edges) // 3, replace=False)}
+        pruned = connected(circuit, edges)
+        assert pruned < circuit
+        assert faithfulness(run, pruned, clean, corrupt, 5, 9) == pytest.approx(
+            faithfulness(run, circuit, clean, corrupt, 5, 9), abs=1e-6
+        ), draw
+    top = find_circuit(table, top_n=10, prune=True)
+    assert len(top) <= 10 and connected(top, edges) == top

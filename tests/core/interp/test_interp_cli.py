@@ -289,3 +289,30 @@ def test_circuit_acdc_prunes_from_eap_ig_scores(qapp, capsys, tmp_path):
     document = json.loads((out / "circuit.json").read_text())
     assert document["method"] == "acdc" and document["scores"] == "eap-ig/inputs"
     assert 0 < document["edges_kept"] < document["edges_total"] == 81
+
+
+def test_circuit_connected_keeps_only_connected_edges(qapp, capsys, tmp_path):
+    import pandas as pd
+
+    from attndesk.core.interp import find_circuit, load_circuit
+
+    out = tmp_path / "connected"
+    code, _, err = run_cli(
+        capsys,
+        "circuit",
+        "--trained",
+        "induction",
+        *INDUCTION,
+        "--top-n",
+        "6",
+        "--connected",
+        "--draws",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    table = pd.read_csv(out / "edges.csv")
+    assert (
+        load_circuit(out / "circuit.json") == find_circuit(table, top_n=6, prune=True) != find_circuit(table, top_n=6)
+    )

@@ -1,5 +1,5 @@
 """Interpretability on a loaded model (``load_pretrained``): activation patching and its
-first-order approximation, input attributions, attention flow, the logit lens and direct logit
+first-order approximation, edge scores, path patching and circuits, input attributions, attention flow, the logit lens and direct logit
 attribution. Pure functions returning dataclasses of numpy arrays with their labels; the long
 ones take ``progress(fraction, message)`` and a ``cancel`` ``threading.Event`` and size their
 batches against a memory budget in bytes. Nothing here imports Qt."""
@@ -20,7 +20,10 @@ from .attribution_patching import (
     attribution_patching,
     rank_correlation,
 )
+from .circuits import faithfulness, faithfulness_curve, find_circuit, load_circuit, save_circuit
+from .edges import edge_scores, path_patching
 from .flow import AttentionFlow, attention_flow
+from .graph import edge_graph
 from .lens import (
     DirectLogitAttribution,
     LogitLens,
@@ -52,13 +55,21 @@ __all__ = [
     "attention_x_gradient",
     "attribution_patching",
     "direct_logit_attribution",
+    "edge_graph",
+    "edge_scores",
+    "faithfulness",
+    "faithfulness_curve",
+    "find_circuit",
     "gradient_x_input",
     "gradient_x_input_report",
     "integrated_gradients",
     "integrated_gradients_report",
+    "load_circuit",
     "logit_lens",
     "patch_heads",
+    "path_patching",
     "rank_correlation",
     "step_attributions",
+    "save_circuit",
     "unembedding",
 ]

@@ -69,7 +69,7 @@ __all__ = [
     "patch_heads",
     "path_patching",
     "rank_correlation",
-    "step_attributions",
     "save_circuit",
+    "step_attributions",
     "unembedding",
 ]

@@ -18,6 +18,7 @@ from .attribution_patching import (
     attribution_patching,
     rank_correlation,
 )
+from .composition import composition_scores, head_weights, ov_copying_scores, qk_positional
 from .flow import AttentionFlow, attention_flow
 from .lens import (
     DirectLogitAttribution,
@@ -33,6 +34,7 @@ from .patching import (
     activation_patching,
     patch_heads,
 )
+from .score_terms import ScoreTerms, score_terms
 
 __all__ = [
     "BASELINES",
@@ -44,17 +46,23 @@ __all__ = [
     "LogitLens",
     "PatchingReport",
     "PatchingResult",
+    "ScoreTerms",
     "activation_patching",
     "attention_flow",
     "attention_x_gradient",
     "attribution_patching",
+    "composition_scores",
     "direct_logit_attribution",
     "gradient_x_input",
     "gradient_x_input_report",
+    "head_weights",
     "integrated_gradients",
     "integrated_gradients_report",
     "logit_lens",
+    "ov_copying_scores",
     "patch_heads",
+    "qk_positional",
     "rank_correlation",
+    "score_terms",
     "unembedding",
 ]

@@ -1,5 +1,5 @@
 """Interpretability on a loaded model (``load_pretrained``): activation patching and its
-first-order approximation, input attributions, attention flow, the logit lens and direct logit
+first-order approximation, edge scores, path patching and circuits, input attributions, attention flow, the logit lens and direct logit
 attribution. Pure functions returning dataclasses of numpy arrays with their labels; the long
 ones take ``progress(fraction, message)`` and a ``cancel`` ``threading.Event`` and size their
 batches against a memory budget in bytes. Nothing here imports Qt."""
@@ -18,8 +18,11 @@ from .attribution_patching import (
     attribution_patching,
     rank_correlation,
 )
+from .circuits import faithfulness, faithfulness_curve, find_circuit, load_circuit, save_circuit
 from .composition import composition_scores, head_weights, ov_copying_scores, qk_positional
+from .edges import edge_scores, path_patching
 from .flow import AttentionFlow, attention_flow
+from .graph import edge_graph
 from .lens import (
     DirectLogitAttribution,
     LogitLens,
@@ -53,16 +56,24 @@ __all__ = [
     "attribution_patching",
     "composition_scores",
     "direct_logit_attribution",
+    "edge_graph",
+    "edge_scores",
+    "faithfulness",
+    "faithfulness_curve",
+    "find_circuit",
     "gradient_x_input",
     "gradient_x_input_report",
     "head_weights",
     "integrated_gradients",
     "integrated_gradients_report",
+    "load_circuit",
     "logit_lens",
     "ov_copying_scores",
     "patch_heads",
+    "path_patching",
     "qk_positional",
     "rank_correlation",
+    "save_circuit",
     "score_terms",
     "unembedding",
 ]

@@ -32,6 +32,7 @@ from ..pretrained.mode import GRID_TAB
 from ..pretrained.patching import PATCHING_TAB, PatchingTab
 from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
 from ..views.attribution import AttributionView
+from ..views.circuit import CircuitView
 from ..views.compare import CompareView
 from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
@@ -44,6 +45,7 @@ from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from ..views.train import TrainView
+from .circuit import CIRCUIT_TAB, CircuitTab
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
@@ -225,6 +227,17 @@ TABS: tuple[TabSpec, ...] = (
         _interp(LogitLensTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(LogitLensTab),
+    ),
+    TabSpec(
+        CIRCUIT_TAB,
+        "Circuit",
+        "which edges carry a behaviour (trained presets, decoders, encoder-decoders): edge scores, "
+        "faithfulness beside random edges, and why a head attends where it does",
+        CircuitView,
+        _interp(CircuitTab),
+        model_kinds=frozenset({"decoder", "encoder-decoder"}),
+        unavailable=lambda state: family_reason(state.mode, CircuitTab.WHAT) if state.mode.kind == PRETRAINED else None,
+        scroll=True,
     ),
 )
 

@@ -12,7 +12,7 @@ job of its own channel. Toy inputs are token ids separated by spaces.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from PySide6.QtCore import QObject
@@ -23,6 +23,8 @@ from attndesk.core.interp import edge_scores, faithfulness_curve, score_terms
 from attndesk.core.interp.circuits import default_sizes
 from attndesk.core.pretrained import load_pretrained
 from attndesk.jobs import JobContext
+from attndesk.render.export import atomic_write, render_bytes
+from attndesk.train.presets import list_presets, load_preset
 
 from ..jobs.compute import ComputeController
 from ..pretrained.interp import InterpPresenter, family_reason, parse_token
@@ -45,8 +47,6 @@ PRETRAINED_EXAMPLE = (
 
 @lru_cache(maxsize=2)
 def _preset(name: str):
-    from attndesk.train.presets import load_preset
-
     return load_preset(name)
 
 
@@ -165,8 +165,6 @@ class CircuitTab(InterpPresenter):
     def _examples(self) -> None:
         toy = self.state.mode.kind != "pretrained"
         if toy:
-            from attndesk.train.presets import list_presets
-
             self.view.set_presets([str(p["name"]) for p in list_presets()])
         else:
             self.view.set_presets(None)
@@ -206,8 +204,6 @@ class CircuitTab(InterpPresenter):
         self._submit(self.CHANNEL, circuit_job, args, "scoring every edge", self._done, self._failed)
 
     def _submit(self, channel: str, fn, args: tuple, message: str, done, failed) -> None:
-        from functools import partial
-
         tag = self._tag = next(self._tags)
         self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
 
@@ -255,8 +251,6 @@ class CircuitTab(InterpPresenter):
 
     def export_to(self, path: str) -> Path:
         """The graph as a PNG or SVG file (atomically)."""
-        from attndesk.render.export import atomic_write, render_bytes
-
         data = self.view.export(path, render_bytes)
         return atomic_write(path, data)
 

@@ -229,6 +229,18 @@ class CircuitView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="circuitView")
         self.shown: CircuitShown | None = None
+        form = self._make_inputs()
+        self._make_result()
+        terms = self._make_terms()
+        self._arrange(form, terms)
+        self.slider.valueChanged.connect(self._on_slider)
+        self.graph.edgeClicked.connect(self.show_edge)
+        self.graph.nodeClicked.connect(self._on_node)
+        self.decomposeButton.clicked.connect(self._ask_terms)
+        self.openHeat.clicked.connect(lambda: self.headOpened.emit(self.graph.selected or ""))
+        self.preset.currentTextChanged.connect(self.presetChanged)
+
+    def _make_inputs(self) -> QFormLayout:
         self.preset = QComboBox(objectName="circuitPreset")
         self.preset.setToolTip("toy mode: the trained preset the circuit is found in")
         self.cleanEdit = QLineEdit(objectName="circuitClean")
@@ -246,7 +258,7 @@ class CircuitView(QWidget):
         self.unavailableLabel = QLabel("", objectName="circuitUnavailable")
         self.unavailableLabel.setWordWrap(True)
         self.unavailableLabel.hide()
-        form = QFormLayout()
+        form = self._form = QFormLayout()
         form.addRow("Trained preset", self.preset)
         form.addRow("Clean", self.cleanEdit)
         form.addRow("Corrupt", self.corruptEdit)
@@ -259,7 +271,9 @@ class CircuitView(QWidget):
         tokens.addWidget(QLabel("method"))
         tokens.addWidget(self.methodBox)
         form.addRow("Tokens", tokens)
+        return form
 
+    def _make_result(self) -> None:
         self.graph = CircuitGraph()
         self.slider = QSlider(Qt.Orientation.Horizontal, objectName="circuitSlider")
         self.slider.setEnabled(False)
@@ -281,6 +295,7 @@ class CircuitView(QWidget):
         self.curve.setMinimumHeight(180)
         self._marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("k", style=Qt.PenStyle.DashLine))
 
+    def _make_terms(self) -> QGroupBox:
         self.layerSpin = QSpinBox(objectName="circuitLayer")
         self.headSpin = QSpinBox(objectName="circuitHead")
         self.querySpin = QSpinBox(objectName="circuitQuery")
@@ -310,7 +325,9 @@ class CircuitView(QWidget):
         inner.addLayout(cell)
         inner.addWidget(self.termsLabel)
         inner.addWidget(self.termsTable)
+        return terms
 
+    def _arrange(self, form: QFormLayout, terms: QGroupBox) -> None:
         left = QVBoxLayout()
         left.addWidget(self.graph, 3)
         sizes = QHBoxLayout()
@@ -337,13 +354,6 @@ class CircuitView(QWidget):
         outer.addWidget(self.unavailableLabel)
         outer.addLayout(body, 1)
 
-        self.slider.valueChanged.connect(self._on_slider)
-        self.graph.edgeClicked.connect(self.show_edge)
-        self.graph.nodeClicked.connect(self._on_node)
-        self.decomposeButton.clicked.connect(self._ask_terms)
-        self.openHeat.clicked.connect(lambda: self.headOpened.emit(self.graph.selected or ""))
-        self.preset.currentTextChanged.connect(self.presetChanged)
-
     # -- inputs ------------------------------------------------------------------------------------
     def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
         self.cleanEdit.setText(clean)
@@ -359,7 +369,7 @@ class CircuitView(QWidget):
             self.preset.addItems(names)
         self.preset.blockSignals(False)
         self.preset.setVisible(bool(names))
-        label = self.layout().itemAt(0).layout().labelForField(self.preset)  # type: ignore[union-attr]
+        label = self._form.labelForField(self.preset)
         if label is not None:
             label.setVisible(bool(names))
 

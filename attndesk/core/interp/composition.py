@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .score_terms import _decoder_of
 
 MODES = ("Q", "K", "V")
 
@@ -55,10 +56,8 @@ class HeadWeights:
 
 
 def _decoder(model):
-    from attndesk.train.model import Decoder
-
-    inner = model if isinstance(model, Decoder) else getattr(model, "model", None)
-    if not isinstance(inner, Decoder):
+    inner = _decoder_of(model)
+    if inner is None:
         raise ConfigError(f"weight-only views read a trained toy decoder, not a {type(model).__name__}")
     return inner
 

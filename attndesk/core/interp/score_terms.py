@@ -44,13 +44,16 @@ from torch import nn
 from attndesk.jobs import JobContext, job_context
 
 from ..alibi import alibi_slopes, slope_bias
+from ..attention import attend
 from ..errors import ConfigError
 from ..masks import causal_mask
 from ..pretrained.backend import Capture, Site, capturing
 from ..pretrained.loader import LoadedModel
+from ..pretrained.run import forward_parameters
 from ..pretrained.sites import layer_path
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
+from .inputs import prompt
 
 BIAS = "bias"
 POSITION = "position"
@@ -134,13 +137,17 @@ def score_terms(
     raise ConfigError(f"cannot decompose scores of a {type(model).__name__}: pass a trained run or a loaded model")
 
 
-def _decoder_of(model):
-    from attndesk.train.model import Decoder
+def _is_decoder(module) -> bool:
+    """A trained toy decoder (``attndesk.train.model.Decoder``), known by its parts: the core does
+    not import the trainer, which stands on it."""
+    return isinstance(module, nn.Module) and all(hasattr(module, a) for a in ("cfg", "embed", "blocks", "unembed"))
 
-    if isinstance(model, Decoder):
+
+def _decoder_of(model):
+    if _is_decoder(model):
         return model
     inner = getattr(model, "model", None)
-    return inner if isinstance(inner, Decoder) else None
+    return inner if _is_decoder(inner) else None
 
 
 def _check_position(name: str, value: int, length: int) -> int:
@@ -675,9 +682,6 @@ def _pretrained_terms(
     target: str | None,
     ctx: JobContext,
 ) -> ScoreTerms:
-    from ..pretrained.run import forward_parameters
-    from .inputs import prompt
-
     parts = ("self", "decoder", "cross") if model.family == "encoder-decoder" else ("self",)
     if part not in parts:
         raise ConfigError(f"{model.name} has attention parts {', '.join(parts)}, not {part!r}")
@@ -802,8 +806,6 @@ def _pretrained_terms(
 
 def _attend_score(q, k, mask, bias, scoring: Scoring, head, group, query, key) -> float:
     """attend's own pre-softmax score of that cell (its ``masked`` stage), in float64."""
-    from ..attention import attend
-
     keep: dict = {}
     plain = Scoring(scale=scoring.scale, softcap=scoring.softcap)
     attend(

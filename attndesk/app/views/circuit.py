@@ -64,9 +64,9 @@ class CircuitShown:
 
 # -- the graph's geometry and painting (no widget: the export paints the same) -----------------------
 def _place(name: str) -> tuple[float, float]:
-    """(column, row) of a node: the embeddings in column 0, layer l in column l + 1 (an
-    encoder-decoder's decoder after its encoder), the logits last; heads by index, K/V groups and
-    cross-attention heads below, the MLP at the bottom."""
+    """(column, row) of a node: the embeddings in column 0, layer l's heads in column l + 1 (an
+    encoder-decoder's decoder after its encoder; K/V groups just right of them, cross-attention
+    heads below), its MLP in a column of its own after them, the logits last."""
     base = name.split(".", 1)[1] if name.startswith(("enc.", "dec.", "cross.")) else name
     if base == "embed":
         return (0.0 if not name.startswith("dec.") else 0.5, 0.0)
@@ -80,8 +80,12 @@ def _place(name: str) -> tuple[float, float]:
         return (layer + 1 + offset + (1000 if part in ("dec", "cross") else 0), index + lane)
     mlp = re.match(r"^(?:(enc|dec)\.)?L(\d+)\.MLP$", name)
     if mlp:
-        return (int(mlp.group(2)) + 1 + (1000 if mlp.group(1) == "dec" else 0), math.inf)
+        return (int(mlp.group(2)) + 1.5 + (1000 if mlp.group(1) == "dec" else 0), 0.0)  # its own column
     return (0.0, 0.0)
+
+
+_KIND_OFFSET = {"q": -5.0, "k": 0.0, "v": 5.0}  # a head's query input arrives above its centre, value below
+CAPTION = "red raises the metric, blue lowers it; width by |score|; into a head: q above, k centre, v below"
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,10 @@ class GraphLayout:
         ]
         return cls(points, edges)
 
+    def ends(self, src: str, dst: str, kind: str) -> tuple[QPointF, QPointF]:
+        """An edge's two ends: a head's q, k and v inputs arrive at three heights."""
+        return self.points[src], self.points[dst] + QPointF(0.0, _KIND_OFFSET.get(kind, 0.0))
+
     def node_at(self, pos: QPointF, radius: float = 9.0) -> str | None:
         for name, point in self.points.items():
             if (point - pos).manhattanLength() <= radius * 1.4:
@@ -130,7 +138,7 @@ class GraphLayout:
     def edge_at(self, pos: QPointF, tolerance: float = 5.0) -> tuple[str, str, str] | None:
         best, found = tolerance, None
         for src, dst, kind, _ in self.edges:
-            a, b = self.points[src], self.points[dst]
+            a, b = self.ends(src, dst, kind)
             ab = b - a
             length2 = ab.x() ** 2 + ab.y() ** 2
             t = 0.0 if length2 == 0 else max(0.0, min(1.0, QPointF.dotProduct(pos - a, ab) / length2))
@@ -146,15 +154,17 @@ def paint_graph(painter: QPainter, rect: QRectF, layout: GraphLayout, selected: 
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     painter.fillRect(rect, QColor("white"))
     top = max((abs(s) for *_, s in layout.edges), default=1.0) or 1.0
-    for src, dst, _kind, score in reversed(layout.edges):  # the strongest drawn last, on top
+    for src, dst, kind, score in reversed(layout.edges):  # the strongest drawn last, on top
         share = abs(score) / top
         colour = QColor(200, 40, 40) if score > 0 else QColor(40, 80, 200)
         colour.setAlphaF(0.25 + 0.75 * share)
         painter.setPen(QPen(colour, 0.6 + 5.0 * share))
-        painter.drawLine(layout.points[src], layout.points[dst])
+        painter.drawLine(*layout.ends(src, dst, kind))
     font = painter.font()
     font.setPointSizeF(7.5)
     painter.setFont(font)
+    painter.setPen(QColor(90, 90, 90))
+    painter.drawText(rect.adjusted(6, 0, -6, -4), Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignLeft, CAPTION)
     for name, point in layout.points.items():
         painter.setPen(QPen(QColor("black"), 2.0 if name == selected else 1.0))
         painter.setBrush(QColor(255, 220, 120) if name == selected else QColor(235, 235, 235))
@@ -263,13 +273,17 @@ class CircuitView(QWidget):
         form.addRow("Clean", self.cleanEdit)
         form.addRow("Corrupt", self.corruptEdit)
         tokens = QHBoxLayout()
-        for label, widget in (("answer", self.answerEdit), ("wrong", self.wrongEdit)):
+        for label, widget in (
+            ("answer", self.answerEdit),
+            ("wrong", self.wrongEdit),
+            ("metric", self.metricBox),
+            ("method", self.methodBox),
+        ):
+            if isinstance(widget, QLineEdit):
+                widget.setMaximumWidth(160)
             tokens.addWidget(QLabel(label))
             tokens.addWidget(widget)
-        tokens.addWidget(QLabel("metric"))
-        tokens.addWidget(self.metricBox)
-        tokens.addWidget(QLabel("method"))
-        tokens.addWidget(self.methodBox)
+        tokens.addStretch(1)
         form.addRow("Tokens", tokens)
         return form
 
@@ -291,8 +305,13 @@ class CircuitView(QWidget):
         self.curve.setBackground("w")
         self.curve.setLabel("bottom", "edges in the circuit")
         self.curve.setLabel("left", "faithfulness")
-        self.curve.addLegend(offset=(10, 10))
-        self.curve.setMinimumHeight(180)
+        self.curve.setMinimumHeight(200)
+        self.curveLegend = QLabel(
+            '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
+            '<span style="color:#787878">━ random edges of the same count (mean ± sd, 10 draws)</span>',
+            objectName="circuitCurveLegend",
+        )
+        self.curveLegend.setWordWrap(True)
         self._marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("k", style=Qt.PenStyle.DashLine))
 
     def _make_terms(self) -> QGroupBox:
@@ -328,31 +347,30 @@ class CircuitView(QWidget):
         return terms
 
     def _arrange(self, form: QFormLayout, terms: QGroupBox) -> None:
-        left = QVBoxLayout()
-        left.addWidget(self.graph, 3)
+        self.graph.setMinimumHeight(320)
+        right = QVBoxLayout()
+        right.addWidget(self.curve, 1)
+        right.addWidget(self.curveLegend)
+        body = QHBoxLayout()
+        body.addWidget(self.graph, 3)
+        body.addLayout(right, 2)
         sizes = QHBoxLayout()
         sizes.addWidget(QLabel("circuit size"))
         sizes.addWidget(self.slider, 1)
-        sizes.addWidget(self.sizeLabel)
-        left.addLayout(sizes)
-        left.addWidget(self.edgeLabel)
+        sizes.addWidget(self.sizeLabel, 1)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.edgeLabel, 1)
         buttons.addWidget(self.openHeat)
-        buttons.addStretch(1)
         buttons.addWidget(self.exportPng)
         buttons.addWidget(self.exportSvg)
-        left.addLayout(buttons)
-        right = QVBoxLayout()
-        right.addWidget(self.curve, 2)
-        right.addWidget(terms, 3)
-        body = QHBoxLayout()
-        body.addLayout(left, 3)
-        body.addLayout(right, 2)
         outer = QVBoxLayout(self)
         outer.addLayout(form)
         outer.addWidget(self.bar)
         outer.addWidget(self.unavailableLabel)
         outer.addLayout(body, 1)
+        outer.addLayout(sizes)
+        outer.addLayout(buttons)
+        outer.addWidget(terms)
 
     # -- inputs ------------------------------------------------------------------------------------
     def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
@@ -395,10 +413,8 @@ class CircuitView(QWidget):
         self.curve.addItem(upper)
         self.curve.addItem(lower)
         self.curve.addItem(pg.FillBetweenItem(upper, lower, brush=(150, 150, 150, 70)))
-        self.curve.plot(sizes, mean, pen=pg.mkPen((120, 120, 120), width=2), name="random edges (mean ± sd, 10 draws)")
-        self.curve.plot(
-            sizes, curve["faithfulness"].to_numpy(dtype=float), pen=pg.mkPen((200, 40, 40), width=2), name="top |score|"
-        )
+        self.curve.plot(sizes, mean, pen=pg.mkPen((120, 120, 120), width=2))
+        self.curve.plot(sizes, curve["faithfulness"].to_numpy(dtype=float), pen=pg.mkPen((200, 40, 40), width=2))
         self.curve.addItem(self._marker)
         self.slider.blockSignals(True)
         self.slider.setRange(0, len(curve) - 1)

@@ -15,13 +15,15 @@ from __future__ import annotations
 from functools import lru_cache, partial
 from pathlib import Path
 
+import numpy as np
+import torch
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import edge_scores, faithfulness_curve, score_terms
 from attndesk.core.interp.circuits import default_sizes
-from attndesk.core.pretrained import load_pretrained
+from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
 from attndesk.render.export import atomic_write, render_bytes
 from attndesk.train.presets import list_presets, load_preset
@@ -35,6 +37,7 @@ from ..views.circuit import CircuitShown, CircuitView
 CIRCUIT_TAB = "circuit"
 CHANNEL = "circuit"
 TERMS_CHANNEL = "circuit-terms"
+HEAD_CHANNEL = "circuit-head"
 LIVE_SIZES = 200  # every circuit size up to this many edges; above, the curve's geometric sizes
 TOY_EXAMPLE = ("3 7 2 9 5 3 7 2 9", "3 7 2 9 6 3 7 2 9", "5", "6")
 PRETRAINED_EXAMPLE = (
@@ -140,6 +143,19 @@ def terms_job(source, text, layer: int, head: int, query: int, key: int, *, ctx:
     return score_terms(model, text, layer, head, query, key, ctx=ctx)
 
 
+def head_job(source, text, layer: int, head: int, *, ctx: JobContext):
+    """Worker: (weights [Lq, Lk] of that head on the clean input, its token labels, layer, head)."""
+    model = load_source(source, ctx)
+    if source[0] == "preset":
+        ids = _inputs(True, text, text, "0", None)[0]
+        weights = model.attention(torch.tensor([ids]))[0, layer, head].numpy()
+        labels = [str(i) for i in ids]
+    else:
+        run = run_pretrained(model, text, ctx=ctx)
+        weights, labels = run.part_weights("self")[layer, head], list(run.tokens)
+    return np.asarray(weights, dtype=np.float64), labels, layer, head
+
+
 class CircuitTab(InterpPresenter):
     """Binds the ``CircuitView`` to the side jobs (see the module docstring)."""
 
@@ -155,8 +171,10 @@ class CircuitTab(InterpPresenter):
         parent: QObject | None = None,
     ) -> None:
         super().__init__(state, compute, status, view, parent)
+        self._side_tags: dict[str, int] = {}
         self._examples()
         view.decomposeRequested.connect(self.decompose)
+        view.headPicked.connect(self.pick_head)
         view.headOpened.connect(self.open_head)
         view.exportPng.clicked.connect(lambda: self._ask_export("png"))
         view.exportSvg.clicked.connect(lambda: self._ask_export("svg"))
@@ -204,8 +222,14 @@ class CircuitTab(InterpPresenter):
         self._submit(self.CHANNEL, circuit_job, args, "scoring every edge", self._done, self._failed)
 
     def _submit(self, channel: str, fn, args: tuple, message: str, done, failed) -> None:
-        tag = self._tag = next(self._tags)
-        self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+        """The edge job drives the bar (``_tag``, Cancel, Esc); a head's map and a decomposition
+        run on channels of their own, each with its own tag, and say where they answer."""
+        tag = next(self._tags)
+        if channel == self.CHANNEL:
+            self._tag = tag
+            self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+        else:
+            self._side_tags[channel] = tag
 
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
@@ -217,25 +241,41 @@ class CircuitTab(InterpPresenter):
     def show_result(self, result: CircuitShown) -> None:
         self.view.set_shown(result)
 
+    def side_busy(self) -> bool:
+        return any(self._side_tags.values())
+
+    def pick_head(self, layer: int, head: int) -> None:
+        """The clicked head's attention on the clean input, for picking a cell (a side job)."""
+        args = (self.source(), self.view.cleanEdit.text(), layer, head)
+        self.view.set_terms("reading the head's attention…")
+        self._submit(HEAD_CHANNEL, head_job, args, "", self._head_done, self._side_failed(HEAD_CHANNEL))
+
+    def _head_done(self, tag: int, result) -> None:
+        if self._side_tags.get(HEAD_CHANNEL) != tag:
+            return
+        self._side_tags[HEAD_CHANNEL] = 0
+        self.view.set_head_map(*result)
+
     def decompose(self, layer: int, head: int, query: int, key: int) -> None:
         """The clean input's score of (layer, head, query, key), term by term, as a side job."""
         args = (self.source(), self.view.cleanEdit.text(), layer, head, query, key)
         self.view.set_terms("decomposing…")
-        self._submit(TERMS_CHANNEL, terms_job, args, "decomposing one score", self._terms_done, self._terms_failed)
+        self._submit(TERMS_CHANNEL, terms_job, args, "", self._terms_done, self._side_failed(TERMS_CHANNEL))
 
     def _terms_done(self, tag: int, result) -> None:
-        if tag != self._tag:
+        if self._side_tags.get(TERMS_CHANNEL) != tag:
             return
-        self._tag = 0
-        self.view.bar.set_busy(False, "")
+        self._side_tags[TERMS_CHANNEL] = 0
         self.view.set_terms(result)
 
-    def _terms_failed(self, tag: int, message: str) -> None:
-        if tag != self._tag:
-            return
-        self._tag = 0
-        self.view.bar.set_busy(False, "")
-        self.view.set_terms(message)
+    def _side_failed(self, channel: str):
+        def failed(tag: int, message: str) -> None:
+            if self._side_tags.get(channel) != tag:
+                return
+            self._side_tags[channel] = 0
+            self.view.set_terms(message)
+
+        return failed
 
     def open_head(self, node: str) -> None:
         """A head of a pretrained model in the Heatmaps tab (a preset is not what Heatmaps shows)."""
@@ -266,4 +306,4 @@ class CircuitTab(InterpPresenter):
                 self.view.bar.set_message(str(exc), error=True)
 
 
-__all__ = ["CIRCUIT_TAB", "CircuitTab", "circuit_job", "terms_job"]
+__all__ = ["CIRCUIT_TAB", "CircuitTab", "circuit_job", "head_job", "terms_job"]

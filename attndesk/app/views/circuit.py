@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
+    QGraphicsRectItem,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -233,6 +234,7 @@ class CircuitView(QWidget):
     ``headOpened(node)``, ``exportRequested(path)`` go to the presenter."""
 
     decomposeRequested = Signal(int, int, int, int)
+    headPicked = Signal(int, int)
     headOpened = Signal(str)
     presetChanged = Signal(str)
 
@@ -339,11 +341,30 @@ class CircuitView(QWidget):
             cell.addWidget(QLabel(label), 0, 2 * i)
             cell.addWidget(spin, 0, 2 * i + 1)
         cell.addWidget(self.decomposeButton, 0, 8)
-        terms = QGroupBox("Why this head attends there: the score of one cell, term by term")
+        self.headMap = pg.PlotWidget(objectName="circuitHeadMap")
+        self.headMap.setBackground("w")
+        self.headMap.setMinimumSize(220, 220)
+        self.headMap.setAspectLocked(True)
+        self.headMap.invertY(True)
+        self.headMap.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
+        self._headImage = pg.ImageItem(axisOrder="row-major")
+        self._headImage.setLookupTable(pg.colormap.get("viridis").getLookupTable())
+        self.headMap.addItem(self._headImage)
+        self._cellMark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
+        self._cellMark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
+        self._cellMark.setZValue(10)
+        self._cellMark.hide()
+        self.headMap.addItem(self._cellMark)
+        self.headMap.scene().sigMouseClicked.connect(self._on_map_click)
+        self._mapShape: tuple[int, int] | None = None
+        terms = QGroupBox("Why this head attends there: click a cell of its attention for the score, term by term")
         inner = QVBoxLayout(terms)
         inner.addLayout(cell)
         inner.addWidget(self.termsLabel)
-        inner.addWidget(self.termsTable)
+        row = QHBoxLayout()
+        row.addWidget(self.headMap, 2)
+        row.addWidget(self.termsTable, 3)
+        inner.addLayout(row)
         return terms
 
     def _arrange(self, form: QFormLayout, terms: QGroupBox) -> None:
@@ -465,7 +486,36 @@ class CircuitView(QWidget):
         if match and is_head:
             self.layerSpin.setValue(int(match.group(2)))
             self.headSpin.setValue(int(match.group(4)))
-            self.edgeLabel.setText(f"{name}: pick a query and a key, then Decompose score")
+            self.edgeLabel.setText(f"{name}: click a cell of its attention (below) for the score, term by term")
+            self.headPicked.emit(int(match.group(2)), int(match.group(4)))
+
+    def set_head_map(self, weights: np.ndarray, labels: list[str], layer: int, head: int) -> None:
+        """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across."""
+        self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
+        self._mapShape = weights.shape
+        self._cellMark.hide()
+        ticks = [(i + 0.5, text) for i, text in enumerate(labels)]
+        for axis in ("bottom", "left"):
+            self.headMap.getAxis(axis).setTicks([ticks])
+        self.headMap.setTitle(f"L{layer}.H{head} on the clean input", size="8pt")
+        self.headMap.getViewBox().autoRange(padding=0.0)
+        self.termsLabel.setText("click a cell of the head's attention (query row, key column)")
+
+    def _on_map_click(self, event) -> None:
+        if self._mapShape is None:
+            return
+        point = self._headImage.mapFromScene(event.scenePos())
+        query, key = int(point.y()), int(point.x())
+        if 0 <= query < self._mapShape[0] and 0 <= key < self._mapShape[1]:
+            self.pick_cell(query, key)
+
+    def pick_cell(self, query: int, key: int) -> None:
+        """A cell of the head's map: its score, decomposed."""
+        self._cellMark.setRect(float(key), float(query), 1.0, 1.0)
+        self._cellMark.setVisible(self._mapShape is not None)
+        self.querySpin.setValue(query)
+        self.keySpin.setValue(key)
+        self._ask_terms()
 
     def _ask_terms(self) -> None:
         self.decomposeRequested.emit(

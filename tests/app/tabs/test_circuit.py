@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
-from PySide6.QtCore import QPoint, QRectF, Qt
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.tabs import circuit as circuit_tab
 from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
@@ -72,18 +74,26 @@ def test_a_clicked_edge_shows_its_exact_effect_beside_the_estimate(qtbot, circui
     assert "eap estimate" in view.edgeLabel.text()
 
 
-def test_a_clicked_head_decomposes_a_score_as_the_core_does(qtbot, circuit_window):
+def test_a_clicked_cell_of_a_clicked_head_decomposes_its_score_as_the_core_does(qtbot, circuit_window):
     tab = _scored(qtbot, circuit_window)
     view = tab.view
     layout = GraphLayout.of(view.shown.table, view.graph.keep, QRectF(view.graph.rect()))
     point = layout.points["L1.H2"]
     qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
     assert (view.layerSpin.value(), view.headSpin.value()) == (1, 2) and view.openHeat.isEnabled()
-    view.querySpin.setValue(8)
-    view.keySpin.setValue(5)
-    qtbot.mouseClick(view.decomposeButton, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: view.termsTable.rowCount() > 0 and not tab.is_running(), timeout=TIMEOUT_MS)
-    core = score_terms(load_preset("induction"), CLEAN, 1, 2, 8, 5)
+    qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+    run = load_preset("induction")
+    expected = run.attention(torch.tensor([CLEAN]))[0, 1, 2].numpy()
+    np.testing.assert_allclose(view._headImage.image, expected, atol=1e-6)
+    # a real click on cell (query 8, key 5) of the head's map
+    circuit_window.tab_page(CIRCUIT_TAB).findChild(QScrollArea).ensureWidgetVisible(view.headMap)
+    qtbot.wait(50)
+    centre = view.headMap.getViewBox().mapViewToScene(QPointF(5.5, 8.5))
+    pos = view.headMap.mapFromScene(centre)
+    qtbot.mouseClick(view.headMap.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert (view.querySpin.value(), view.keySpin.value()) == (8, 5)
+    qtbot.waitUntil(lambda: view.termsTable.rowCount() > 0 and not tab.side_busy(), timeout=TIMEOUT_MS)
+    core = score_terms(run, CLEAN, 1, 2, 8, 5)
     assert f"score {core.score:+.6g}" in view.termsLabel.text()
     biggest = core.terms.loc[core.terms["term"].abs().idxmax()]
     assert view.termsTable.item(0, 0).text() == biggest["query_component"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
+from pretrained_models import build
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QScrollArea
@@ -32,11 +33,11 @@ def circuit_window(qtbot, monkeypatch):
     dispose(w)
 
 
-def _scored(qtbot, w, method: str = "exact") -> CircuitTab:
+def _scored(qtbot, w, method: str = "exact", preset: str | None = "induction") -> CircuitTab:
     tab = w.tab_presenter(CIRCUIT_TAB)
     assert isinstance(tab, CircuitTab)
     view = tab.view
-    assert view.preset.currentText() == "induction"
+    assert view.preset.currentText() == (preset or "") and view.preset.isVisible() == bool(preset)
     view.methodBox.setCurrentText(method)
     qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: view.shown is not None and not tab.is_running(), timeout=TIMEOUT_MS)
@@ -116,3 +117,45 @@ def test_cancel_leaves_no_job_running(qtbot, circuit_window):
     qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
     assert not tab.is_running()
     qtbot.waitUntil(lambda: not circuit_window.compute.side.is_busy(circuit_tab.CHANNEL), timeout=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    return build("gpt2", tmp_path_factory.mktemp("circuit") / "gpt2", seed=3)
+
+
+def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_folder):
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
+    try:
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
+            assert w.pretrained.open_folder(gpt2_folder)
+        w.state.view.tab = CIRCUIT_TAB
+        tab = _scored(qtbot, w, preset=None)
+        view = tab.view
+        assert set(view.shown.table["dst"]) >= {"L1.H3", "logits"}
+        layout = GraphLayout.of(view.shown.table, view.graph.keep, QRectF(view.graph.rect()))
+        point = layout.points["L1.H3"]
+        qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
+        qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+        qtbot.mouseClick(view.openHeat, Qt.MouseButton.LeftButton)
+        assert w.state.view.tab == "heatmaps"
+        assert (w.state.pretrained.layer, w.state.view.target) == (1, 3)
+    finally:
+        qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
+        dispose(w)
+
+
+@pytest.mark.perf
+def test_a_slider_move_takes_well_under_a_second(qtbot, circuit_window):
+    import time
+
+    tab = _scored(qtbot, circuit_window)
+    view = tab.view
+    worst = 0.0
+    for step in range(view.slider.maximum() + 1):
+        start = time.perf_counter()
+        view.slider.setValue(step)
+        view.graph.repaint()  # the move's whole cost: the cached row, the label and the graph drawn
+        worst = max(worst, time.perf_counter() - start)
+    assert worst < 0.2

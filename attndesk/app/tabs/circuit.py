@@ -21,8 +21,16 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.interp import edge_scores, faithfulness_curve, score_terms
+from attndesk.core.interp import (
+    composition_scores,
+    edge_scores,
+    faithfulness_curve,
+    ov_copying_scores,
+    qk_positional,
+    score_terms,
+)
 from attndesk.core.interp.circuits import default_sizes
+from attndesk.core.interp.composition import MODES
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
 from attndesk.render.export import atomic_write, render_bytes
@@ -144,16 +152,39 @@ def terms_job(source, text, layer: int, head: int, query: int, key: int, *, ctx:
 
 
 def head_job(source, text, layer: int, head: int, *, ctx: JobContext):
-    """Worker: (weights [Lq, Lk] of that head on the clean input, its token labels, layer, head)."""
+    """Worker: (weights [Lq, Lk] of that head on the clean input, its token labels, layer, head,
+    its weight-only view: a trained preset's ``weight_view``, None for a pretrained model)."""
     model = load_source(source, ctx)
     if source[0] == "preset":
         ids = _inputs(True, text, text, "0", None)[0]
         weights = model.attention(torch.tensor([ids]))[0, layer, head].numpy()
-        labels = [str(i) for i in ids]
-    else:
-        run = run_pretrained(model, text, ctx=ctx)
-        weights, labels = run.part_weights("self")[layer, head], list(run.tokens)
-    return np.asarray(weights, dtype=np.float64), labels, layer, head
+        return (
+            np.asarray(weights, dtype=np.float64),
+            [str(i) for i in ids],
+            layer,
+            head,
+            weight_view(model, layer, head),
+        )
+    run = run_pretrained(model, text, ctx=ctx)
+    return np.asarray(run.part_weights("self")[layer, head], dtype=np.float64), list(run.tokens), layer, head, None
+
+
+def weight_view(model, layer: int, head: int) -> dict:
+    """A head's weight-only numbers: its OV copying score, its positional previous-token score
+    (None without a position table) and, per composition kind, the earlier head feeding it most."""
+    view: dict = {"copying": float(ov_copying_scores(model)[layer, head])}
+    try:
+        view["previous"] = float(qk_positional(model)[1][layer, head])
+    except ConfigError:
+        view["previous"] = None
+    for mode in MODES:
+        into = composition_scores(model, mode)[:, :, layer, head]  # [L, H] from every head
+        if layer == 0:
+            view[mode] = None
+            continue
+        best = np.unravel_index(int(np.argmax(into)), into.shape)
+        view[mode] = (f"L{best[0]}.H{best[1]}", float(into[best]))
+    return view
 
 
 class CircuitTab(InterpPresenter):
@@ -306,4 +337,4 @@ class CircuitTab(InterpPresenter):
                 self.view.bar.set_message(str(exc), error=True)
 
 
-__all__ = ["CIRCUIT_TAB", "CircuitTab", "circuit_job", "head_job", "terms_job"]
+__all__ = ["CIRCUIT_TAB", "CircuitTab", "circuit_job", "head_job", "terms_job", "weight_view"]

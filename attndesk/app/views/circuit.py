@@ -173,6 +173,20 @@ def paint_graph(painter: QPainter, rect: QRectF, layout: GraphLayout, selected: 
         painter.drawText(QRectF(point.x() - 40, point.y() + 8, 80, 14), Qt.AlignmentFlag.AlignHCenter, name)
 
 
+def weight_text(name: str, view: dict | None) -> str:
+    """One line of a head's weight-only numbers (Elhage et al.; docs/interp.md)."""
+    if view is None:
+        return f"{name}: weight-only views (composition, OV copying) are computed for the trained presets"
+    parts = [f"OV copying {view['copying']:+.2f}"]
+    if view.get("previous") is not None:
+        parts.append(f"positional previous-token {view['previous']:.2f}")
+    for mode in ("Q", "K", "V"):
+        if view.get(mode) is not None:
+            source, score = view[mode]
+            parts.append(f"{mode}-composition strongest from {source} ({score:.2f})")
+    return f"{name}, from its weights alone: " + " · ".join(parts)
+
+
 class CircuitGraph(QWidget):
     """The edge graph; ``nodeClicked(name)`` and ``edgeClicked(src, dst, kind)``."""
 
@@ -357,9 +371,12 @@ class CircuitView(QWidget):
         self.headMap.addItem(self._cellMark)
         self.headMap.scene().sigMouseClicked.connect(self._on_map_click)
         self._mapShape: tuple[int, int] | None = None
+        self.weightLabel = QLabel("", objectName="circuitWeights")
+        self.weightLabel.setWordWrap(True)
         terms = QGroupBox("Why this head attends there: click a cell of its attention for the score, term by term")
         inner = QVBoxLayout(terms)
         inner.addLayout(cell)
+        inner.addWidget(self.weightLabel)
         inner.addWidget(self.termsLabel)
         row = QHBoxLayout()
         row.addWidget(self.headMap, 2)
@@ -489,8 +506,12 @@ class CircuitView(QWidget):
             self.edgeLabel.setText(f"{name}: click a cell of its attention (below) for the score, term by term")
             self.headPicked.emit(int(match.group(2)), int(match.group(4)))
 
-    def set_head_map(self, weights: np.ndarray, labels: list[str], layer: int, head: int) -> None:
-        """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across."""
+    def set_head_map(
+        self, weights: np.ndarray, labels: list[str], layer: int, head: int, weights_only: dict | None = None
+    ) -> None:
+        """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across, and
+        its weight-only numbers (a trained preset's; None for a pretrained model)."""
+        self.weightLabel.setText(weight_text(f"L{layer}.H{head}", weights_only))
         self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
         self._mapShape = weights.shape
         self._cellMark.hide()

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QScrollArea
 from attndesk.app.tabs import circuit as circuit_tab
 from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
 from attndesk.app.views.circuit import GraphLayout
-from attndesk.core.interp import edge_scores, faithfulness_curve, score_terms
+from attndesk.core.interp import composition_scores, edge_scores, faithfulness_curve, ov_copying_scores, score_terms
 from attndesk.train.presets import load_preset
 from tests.conftest import TIMEOUT_MS
 
@@ -86,6 +86,10 @@ def test_a_clicked_cell_of_a_clicked_head_decomposes_its_score_as_the_core_does(
     run = load_preset("induction")
     expected = run.attention(torch.tensor([CLEAN]))[0, 1, 2].numpy()
     np.testing.assert_allclose(view._headImage.image, expected, atol=1e-6)
+    k_comp = composition_scores(run, "K")[0, :, 1, 2]  # from each layer-0 head into L1.H2
+    strongest = int(np.argmax(k_comp))
+    assert f"K-composition strongest from L0.H{strongest} ({k_comp[strongest]:.2f})" in view.weightLabel.text()
+    assert f"OV copying {ov_copying_scores(run)[1, 2]:+.2f}" in view.weightLabel.text()
     # a real click on cell (query 8, key 5) of the head's map
     circuit_window.tab_page(CIRCUIT_TAB).findChild(QScrollArea).ensureWidgetVisible(view.headMap)
     qtbot.wait(50)
@@ -138,6 +142,7 @@ def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_f
         point = layout.points["L1.H3"]
         qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
         qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+        assert "computed for the trained presets" in view.weightLabel.text()
         qtbot.mouseClick(view.openHeat, Qt.MouseButton.LeftButton)
         assert w.state.view.tab == "heatmaps"
         assert (w.state.pretrained.layer, w.state.view.target) == (1, 3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache, partial
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ from attndesk.train.presets import list_presets, load_preset
 
 from ..jobs.compute import ComputeController
 from ..pretrained.interp import InterpPresenter, family_reason, parse_token
-from ..state import HEATMAPS_TAB, AppState
+from ..state import HEATMAPS_TAB, AppState, Part
 from ..status import StatusModel
 from ..views.circuit import CircuitShown, CircuitView
 
@@ -144,29 +145,30 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
     return CircuitShown(table, exact, curve, method, metric, str(label), toy)
 
 
-def terms_job(source, text, layer: int, head: int, query: int, key: int, *, ctx: JobContext):
+def terms_job(source, text, part: str, layer: int, head: int, query: int, key: int, *, ctx: JobContext):
     model = load_source(source, ctx)
     if source[0] == "preset":
-        text = _inputs(True, text, text, "0", None)[0]
-    return score_terms(model, text, layer, head, query, key, ctx=ctx)
+        return score_terms(model, _inputs(True, text, text, "0", None)[0], layer, head, query, key, ctx=ctx)
+    return score_terms(model, text, layer, head, query, key, part=part, ctx=ctx)
 
 
-def head_job(source, text, layer: int, head: int, *, ctx: JobContext):
+def head_job(source, text, part: str, layer: int, head: int, *, ctx: JobContext):
     """Worker: (weights [Lq, Lk] of that head on the clean input, its token labels, layer, head,
     its weight-only view: a trained preset's ``weight_view``, None for a pretrained model)."""
     model = load_source(source, ctx)
     if source[0] == "preset":
         ids = _inputs(True, text, text, "0", None)[0]
         weights = model.attention(torch.tensor([ids]))[0, layer, head].numpy()
-        return (
-            np.asarray(weights, dtype=np.float64),
-            [str(i) for i in ids],
-            layer,
-            head,
-            weight_view(model, layer, head),
-        )
-    run = run_pretrained(model, text, ctx=ctx)
-    return np.asarray(run.part_weights("self")[layer, head], dtype=np.float64), list(run.tokens), layer, head, None
+        labels = [str(i) for i in ids]
+        return np.asarray(weights, dtype=np.float64), (labels, labels), layer, head, weight_view(model, layer, head)
+    run = run_pretrained(model, text, ctx=ctx)  # an encoder-decoder's decoder reads its start token alone
+    source_tokens, target_tokens = list(run.tokens), list(run.target_tokens or [])
+    labels_of = {
+        "self": (source_tokens, source_tokens),
+        "decoder": (target_tokens, target_tokens),
+        "cross": (target_tokens, source_tokens),
+    }
+    return np.asarray(run.part_weights(part)[layer, head], dtype=np.float64), labels_of[part], layer, head, None
 
 
 def weight_view(model, layer: int, head: int) -> dict:
@@ -277,7 +279,7 @@ class CircuitTab(InterpPresenter):
 
     def pick_head(self, layer: int, head: int) -> None:
         """The clicked head's attention on the clean input, for picking a cell (a side job)."""
-        args = (self.source(), self.view.cleanEdit.text(), layer, head)
+        args = (self.source(), self.view.cleanEdit.text(), self.view.part, layer, head)
         self.view.set_terms("reading the head's attention…")
         self._submit(HEAD_CHANNEL, head_job, args, "", self._head_done, self._side_failed(HEAD_CHANNEL))
 
@@ -289,7 +291,7 @@ class CircuitTab(InterpPresenter):
 
     def decompose(self, layer: int, head: int, query: int, key: int) -> None:
         """The clean input's score of (layer, head, query, key), term by term, as a side job."""
-        args = (self.source(), self.view.cleanEdit.text(), layer, head, query, key)
+        args = (self.source(), self.view.cleanEdit.text(), self.view.part, layer, head, query, key)
         self.view.set_terms("decomposing…")
         self._submit(TERMS_CHANNEL, terms_job, args, "", self._terms_done, self._side_failed(TERMS_CHANNEL))
 
@@ -316,6 +318,7 @@ class CircuitTab(InterpPresenter):
                 f"{node}: the Heatmaps tab shows the toy model of the parameters panel, not this trained preset"
             )
             return
+        self.state.pretrained.part = cast(Part, self.view.part)
         self.state.pretrained.layer = int(layer)
         self.state.view.target = int(head)
         self.state.view.tab = HEATMAPS_TAB

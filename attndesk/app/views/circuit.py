@@ -45,6 +45,7 @@ from .interp_widgets import RunBar
 METHODS = ("exact", "eap", "eap-ig")
 METRICS = ("logit_diff", "prob", "kl")
 TOP_TERMS = 12
+_PARTS = {None: "self", "enc": "self", "dec": "decoder", "cross": "cross"}  # a node's prefix -> its part
 _NODE = re.compile(r"^(?:(enc|dec|cross)\.)?L(\d+)\.(H|KV)(\d+)$")
 
 
@@ -255,6 +256,7 @@ class CircuitView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="circuitView")
         self.shown: CircuitShown | None = None
+        self.part = "self"  # the picked head's part ("self", an encoder-decoder's "decoder" or "cross")
         form = self._make_inputs()
         self._make_result()
         terms = self._make_terms()
@@ -501,13 +503,19 @@ class CircuitView(QWidget):
         is_head = bool(match) and match.group(3) == "H"  # type: ignore[union-attr]
         self.openHeat.setEnabled(is_head)
         if match and is_head:
+            self.part = _PARTS[match.group(1)]
             self.layerSpin.setValue(int(match.group(2)))
             self.headSpin.setValue(int(match.group(4)))
             self.edgeLabel.setText(f"{name}: click a cell of its attention (below) for the score, term by term")
             self.headPicked.emit(int(match.group(2)), int(match.group(4)))
 
     def set_head_map(
-        self, weights: np.ndarray, labels: list[str], layer: int, head: int, weights_only: dict | None = None
+        self,
+        weights: np.ndarray,
+        labels: tuple[list[str], list[str]],
+        layer: int,
+        head: int,
+        weights_only: dict | None = None,
     ) -> None:
         """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across, and
         its weight-only numbers (a trained preset's; None for a pretrained model)."""
@@ -515,9 +523,8 @@ class CircuitView(QWidget):
         self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
         self._mapShape = weights.shape
         self._cellMark.hide()
-        ticks = [(i + 0.5, text) for i, text in enumerate(labels)]
-        for axis in ("bottom", "left"):
-            self.headMap.getAxis(axis).setTicks([ticks])
+        for axis, names in (("left", labels[0]), ("bottom", labels[1])):
+            self.headMap.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
         self.headMap.setTitle(f"L{layer}.H{head} on the clean input", size="8pt")
         self.headMap.getViewBox().autoRange(padding=0.0)
         self.termsLabel.setText("click a cell of the head's attention (query row, key column)")

@@ -18,6 +18,7 @@ from attndesk.app.tabs import circuit as circuit_tab
 from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
 from attndesk.app.views.circuit import GraphLayout
 from attndesk.core.interp import composition_scores, edge_scores, faithfulness_curve, ov_copying_scores, score_terms
+from attndesk.core.pretrained import load_pretrained
 from attndesk.train.presets import load_preset
 from tests.conftest import TIMEOUT_MS
 
@@ -164,3 +165,29 @@ def test_a_slider_move_takes_well_under_a_second(qtbot, circuit_window):
         view.graph.repaint()  # the move's whole cost: the cached row, the label and the graph drawn
         worst = max(worst, time.perf_counter() - start)
     assert worst < 0.2
+
+
+def test_an_encoder_decoders_cross_attention_head_decomposes_with_its_part(qtbot, monkeypatch, tmp_path):
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)
+    folder = build("t5", tmp_path / "t5", seed=3)
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
+    try:
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
+            assert w.pretrained.open_folder(folder)
+        w.state.view.tab = CIRCUIT_TAB
+        tab = _scored(qtbot, w, preset=None)
+        view = tab.view
+        layout = GraphLayout.of(view.shown.table, view.graph.keep, QRectF(view.graph.rect()))
+        point = layout.points["cross.L1.H2"]
+        qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
+        assert view.part == "cross"
+        qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+        assert view._mapShape[0] == 1  # the decoder's start token asks every source token
+        view.pick_cell(0, 3)
+        qtbot.waitUntil(lambda: view.termsTable.rowCount() > 0 and not tab.side_busy(), timeout=TIMEOUT_MS)
+        model = load_pretrained(folder)
+        core = score_terms(model, view.cleanEdit.text(), 1, 2, 0, 3, part="cross")
+        assert f"score {core.score:+.6g}" in view.termsLabel.text()
+    finally:
+        qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
+        dispose(w)

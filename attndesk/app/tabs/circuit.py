@@ -145,11 +145,11 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
     return CircuitShown(table, exact, curve, method, metric, str(label), toy)
 
 
-def terms_job(source, text, part: str, layer: int, head: int, query: int, key: int, *, ctx: JobContext):
+def terms_job(source, text, part: str, layer: int, head: int, query: int, key: int, budget: int, *, ctx: JobContext):
     model = load_source(source, ctx)
     if source[0] == "preset":
         return score_terms(model, _inputs(True, text, text, "0", None)[0], layer, head, query, key, ctx=ctx)
-    return score_terms(model, text, layer, head, query, key, part=part, ctx=ctx)
+    return score_terms(model, text, layer, head, query, key, part=part, memory_budget=budget, ctx=ctx)
 
 
 def head_job(source, text, part: str, layer: int, head: int, *, ctx: JobContext):
@@ -291,7 +291,8 @@ class CircuitTab(InterpPresenter):
 
     def decompose(self, layer: int, head: int, query: int, key: int) -> None:
         """The clean input's score of (layer, head, query, key), term by term, as a side job."""
-        args = (self.source(), self.view.cleanEdit.text(), self.view.part, layer, head, query, key)
+        text, budget = self.view.cleanEdit.text(), self.state.config.budget_bytes
+        args = (self.source(), text, self.view.part, layer, head, query, key, budget)
         self.view.set_terms("decomposing…")
         self._submit(TERMS_CHANNEL, terms_job, args, "", self._terms_done, self._side_failed(TERMS_CHANNEL))
 

@@ -53,7 +53,7 @@ from ..pretrained.run import forward_parameters
 from ..pretrained.sites import layer_path
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
-from .inputs import prompt
+from .inputs import prompt, resolve_budget
 
 BIAS = "bias"
 POSITION = "position"
@@ -116,6 +116,7 @@ def score_terms(
     *,
     part: str = "self",
     target: str | None = None,
+    memory_budget: int | None = None,
     ctx: JobContext | None = None,
 ) -> ScoreTerms:
     """Head ``head`` of layer ``layer``'s pre-softmax score of query position ``query`` for key
@@ -123,7 +124,8 @@ def score_terms(
 
     ``model``: a trained toy run or its decoder (``text_or_ids``: token ids) or a loaded
     pretrained model (``text_or_ids``: text; an encoder-decoder reads ``part`` "self" (encoder),
-    "decoder" or "cross", decoding ``target``). A masked (query, key) pair is refused."""
+    "decoder" or "cross", decoding ``target``; its float64 copy must fit ``memory_budget`` bytes,
+    default the core's budget). A masked (query, key) pair is refused."""
     ctx = job_context(ctx)
     decoder = _decoder_of(model)
     if decoder is not None:
@@ -133,7 +135,7 @@ def score_terms(
     if isinstance(model, LoadedModel):
         if not isinstance(text_or_ids, str):
             raise ConfigError(f"{model.name} reads text: pass the prompt, not token ids")
-        return _pretrained_terms(model, text_or_ids, layer, head, query, key, part, target, ctx)
+        return _pretrained_terms(model, text_or_ids, layer, head, query, key, part, target, memory_budget, ctx)
     raise ConfigError(f"cannot decompose scores of a {type(model).__name__}: pass a trained run or a loaded model")
 
 
@@ -636,8 +638,15 @@ _COPIES: dict[int, tuple[nn.Module, dict[int, Site], threading.Lock]] = {}
 _COPIES_LOCK = threading.Lock()
 
 
-def _float64_copy(model: LoadedModel) -> tuple[nn.Module, dict[int, Site], threading.Lock]:
-    """One float64 copy per model (the latest one asked for), its sites by the copy's modules."""
+def _float64_copy(model: LoadedModel, budget: int) -> tuple[nn.Module, dict[int, Site], threading.Lock]:
+    """One float64 copy per model (the latest one asked for), its sites by the copy's modules;
+    refused in one line when the copy alone would not fit the memory budget."""
+    need = 8 * sum(p.numel() for p in model.model.parameters())
+    if need > budget:
+        raise ConfigError(
+            f"the score decomposition works on a float64 copy of {model.name}: {need / 2**30:.1f} GiB, "
+            f"over the memory budget of {budget / 2**30:.1f} GiB; raise the budget or choose a smaller model"
+        )
     with _COPIES_LOCK:
         held = _COPIES.get(model.serial)
         if held is None:
@@ -680,6 +689,7 @@ def _pretrained_terms(
     key: int,
     part: str,
     target: str | None,
+    memory_budget: int | None,
     ctx: JobContext,
 ) -> ScoreTerms:
     parts = ("self", "decoder", "cross") if model.family == "encoder-decoder" else ("self",)
@@ -693,7 +703,7 @@ def _pretrained_terms(
     q_len = source_len if part == "self" else target_len
     k_len = target_len if part == "decoder" else source_len
     query, key = _check_position("query", query, q_len), _check_position("key", key, k_len)
-    twin, sites, lock = _float64_copy(model)
+    twin, sites, lock = _float64_copy(model, resolve_budget(memory_budget))
     accepts = forward_parameters(type(twin))  # type: ignore[arg-type]
 
     def inputs(batch: int) -> dict:

@@ -186,3 +186,9 @@ def test_every_family_sums_to_the_score(tmp_path, name):
         assert abs(result.terms["term"].sum() - result.decomposed) <= 1e-9 * max(1.0, abs(result.decomposed))
         reference = _float32_scores(model, part, model.layers[part] - 1, target)[1, query, key]
         assert result.score == pytest.approx(float(reference), rel=1e-4, abs=1e-5)
+
+
+def test_a_float64_copy_over_the_budget_is_refused_in_one_line(folders):
+    model = load_pretrained(folders["gpt2"])
+    with pytest.raises(ConfigError, match=r"float64 copy of .* over the memory budget"):
+        score_terms(model, TEXT, 0, 0, 1, 0, memory_budget=1024)

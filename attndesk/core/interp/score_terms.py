@@ -19,7 +19,8 @@ term); an additive bias (ALiBi, T5's relative position bias) is one row of kind 
 soft-capped score is decomposed before the cap (``decomposed`` = scale q . k + bias, ``score`` =
 C tanh(scale q . k / C) + bias, as ``attend`` orders them), and the result says so.
 
-Trained toy decoders (``attndesk.train``) are decomposed from their weights directly. A
+The toy mode's one-layer model (an ``AttentionConfig``: token embeddings, sinusoidal positions)
+and trained toy decoders (``attndesk.train``) are decomposed from their weights directly. A
 pretrained model (``load_pretrained``) is decomposed from a float64 copy through hooks: one pass
 records every component and each norm's denominators, a second, batched pass feeds each
 component alone (the others at zero, every norm at its recorded denominator) and reads the
@@ -45,8 +46,11 @@ from attndesk.jobs import JobContext, job_context
 
 from ..alibi import alibi_slopes, slope_bias
 from ..attention import attend
+from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..masks import causal_mask
+from ..pipeline import _tokenize, build_model, run_attention
+from ..positional import sinusoidal_encoding
 from ..pretrained.backend import Capture, Site, capturing
 from ..pretrained.loader import LoadedModel
 from ..pretrained.run import forward_parameters
@@ -122,11 +126,17 @@ def score_terms(
     """Head ``head`` of layer ``layer``'s pre-softmax score of query position ``query`` for key
     position ``key`` as (query component) x (key component) terms (see the module docstring).
 
-    ``model``: a trained toy run or its decoder (``text_or_ids``: token ids) or a loaded
+    ``model``: the toy mode's ``AttentionConfig`` (text; layer 0), a trained toy run or its
+    decoder (``text_or_ids``: token ids) or a loaded
     pretrained model (``text_or_ids``: text; an encoder-decoder reads ``part`` "self" (encoder),
     "decoder" or "cross", decoding ``target``; its float64 copy must fit ``memory_budget`` bytes,
     default the core's budget). A masked (query, key) pair is refused."""
     ctx = job_context(ctx)
+    if isinstance(model, AttentionConfig):
+        if not isinstance(text_or_ids, str):
+            raise ConfigError("the toy model reads text")
+        _check_index("layer", layer, 1)
+        return _toy_layer_terms(model, text_or_ids, head, query, key)
     decoder = _decoder_of(model)
     if decoder is not None:
         if isinstance(text_or_ids, str):
@@ -332,6 +342,78 @@ def _decoder_terms(decoder, ids: list[int], layer: int, head: int, query: int, k
         query=query,
         key=key,
         scale=scale,
+    )
+
+
+# -- the toy mode's one-layer model -----------------------------------------------------------------
+
+
+def _toy_layer_terms(config: AttentionConfig, text: str, head: int, query: int, key: int) -> ScoreTerms:
+    """The toy mode's model (token embeddings + sinusoidal positions, one attention layer) on
+    ``text``: components ``embed``, ``pos`` (sinusoidal positions) and ``bias``."""
+    queries, _, _ = _tokenize(config, text, None)
+    model = build_model(config, torch.device("cpu"))
+    layer = copy.deepcopy(model.attention).double()
+    head = _check_index("head", head, layer.heads)
+    length = len(queries.ids)
+    query, key = _check_position("query", query, length), _check_position("key", key, length)
+    mask = run_attention(config, text).mask
+    window = config.window
+    if (mask is not None and not bool(mask[query, key])) or (window is not None and abs(query - key) >= window):
+        raise ConfigError(f"query {query} does not see key {key} under this mask: there is no score to decompose")
+    with torch.no_grad():
+        names, parts = ["embed"], [model.embedding.weight.double()[torch.tensor(queries.ids)]]
+        if config.position == "sinusoidal":
+            names.append("pos")
+            parts.append(sinusoidal_encoding(length, config.embed_dim, dtype=torch.float64))
+        x = torch.stack(parts).sum(0)
+        stack = torch.cat([torch.stack(parts), torch.zeros_like(x)[None]])  # [N + 1, L, E]: the last the constant
+        scale = layer.head_dim**-0.5 if config.scaled else 1.0
+        rope = config.position == "rope"
+        proj = layer.project(x[None], x[None], x[None], scale=scale, rope=rope, fold=False)
+        scoring = config.scoring(proj.scale)
+        keep: dict = {}
+        attend(
+            proj.q,
+            proj.k,
+            proj.v,
+            scoring=Scoring(scale=proj.scale, softcap=scoring.softcap, slopes=scoring.slopes),
+            keep=keep,
+        )
+        d, group = layer.head_dim, head // (layer.heads // layer.kv_heads)
+
+        def side(pos: int, linear: nn.Linear, index: int) -> torch.Tensor:
+            out = stack[:, pos] @ linear.weight[index * d : (index + 1) * d].T
+            if linear.bias is not None:
+                out[-1] += linear.bias[index * d : (index + 1) * d]
+            return out
+
+        q, k = side(query, layer.q_proj, head), side(key, layer.k_proj, group)
+        rotated = None
+        if rope:
+            cos, sin = rope_cos_sin(length, d, dtype=torch.float64)
+            rotated = (apply_rope(q, cos[query], sin[query]).numpy(), apply_rope(k, cos[key], sin[key]).numpy())
+        bias = (
+            0.0
+            if scoring.slopes is None
+            else float(slope_bias(scoring.slopes, length, length, dtype=torch.float64)[head, query, key])
+        )
+    names_all = [*names, BIAS]
+    position = bias if scoring.slopes is not None else None
+    table = _frame(names_all, q.numpy(), names_all, k.numpy(), proj.scale, rotated, position, "alibi")
+    return _finish(
+        table,
+        pre_cap=float(keep["scaled"][0, head, query, key]),
+        position=bias,
+        softcap=scoring.softcap,
+        score=float(keep["masked"][0, head, query, key]),
+        components=names,
+        notes=[],
+        layer=0,
+        head=head,
+        query=query,
+        key=key,
+        scale=proj.scale,
     )
 
 

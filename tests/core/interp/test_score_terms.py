@@ -1,5 +1,5 @@
-"""score_terms: the terms sum to attend's pre-softmax score within 1e-9 (float64) for trained toy
-decoders of every variant and for the tiny pretrained families; the scores agree with the float32
+"""score_terms: the terms sum to attend's pre-softmax score within 1e-9 (float64) for the toy
+mode's one-layer model, trained toy decoders of every variant and the tiny pretrained families; the scores agree with the float32
 run and single terms with hand-computed ones from transformers' eager GPT-2."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import torch
 from pretrained_models import CONFIGS, build, eager
 
 from attndesk.core.alibi import alibi_slopes
+from attndesk.core.config import AttentionConfig
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import score_terms
+from attndesk.core.pipeline import run_attention
 from attndesk.core.pretrained import encode, load_pretrained
 from attndesk.core.pretrained.backend import Capture, capturing
 from attndesk.train import TrainConfig
@@ -192,3 +194,27 @@ def test_a_float64_copy_over_the_budget_is_refused_in_one_line(folders):
     model = load_pretrained(folders["gpt2"])
     with pytest.raises(ConfigError, match=r"float64 copy of .* over the memory budget"):
         score_terms(model, TEXT, 0, 0, 1, 0, memory_budget=1024)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"position": "rope", "num_heads": 4, "kv_heads": 2},
+        {"position": "alibi", "num_heads": 4, "softcap": 2.0},
+        {"position": "sinusoidal", "num_heads": 1, "hidden_dim": 16, "mask": "causal"},
+    ],
+)
+def test_the_toy_modes_one_layer_model_decomposes(options):
+    text = "the cat sat on the mat because it was tired"
+    config = AttentionConfig(**options)
+    result = score_terms(config, text, 0, 0, 5, 2)
+    assert abs(result.terms["term"].sum() - result.decomposed) <= 1e-9 * max(1.0, abs(result.decomposed))
+    masked = run_attention(config, text, keep_intermediates=True).intermediates.masked
+    reference = masked[5, 2] if masked.ndim == 2 else masked[0, 5, 2]
+    assert result.score == pytest.approx(float(reference), rel=1e-5, abs=1e-6)
+    assert ("pos" in result.components) == (config.position == "sinusoidal")
+    assert ("rope" in set(result.terms["kind"])) == (config.position == "rope")
+    if config.mask == "causal":
+        with pytest.raises(ConfigError, match="does not see key"):
+            score_terms(config, text, 0, 0, 2, 5)

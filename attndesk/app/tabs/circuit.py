@@ -168,7 +168,12 @@ def head_job(source, text, part: str, layer: int, head: int, *, ctx: JobContext)
         "decoder": (target_tokens, target_tokens),
         "cross": (target_tokens, source_tokens),
     }
-    return np.asarray(run.part_weights(part)[layer, head], dtype=np.float64), labels_of[part], layer, head, None
+    try:
+        weights_only: dict | str = weight_view(model, layer, head)
+    except ConfigError as exc:  # an encoder-decoder, query/key norms, another projection layout
+        weights_only = str(exc)
+    weights = np.asarray(run.part_weights(part)[layer, head], dtype=np.float64)
+    return weights, labels_of[part], layer, head, weights_only
 
 
 def weight_view(model, layer: int, head: int) -> dict:
@@ -180,7 +185,7 @@ def weight_view(model, layer: int, head: int) -> dict:
     except ConfigError:
         view["previous"] = None
     for mode in MODES:
-        into = composition_scores(model, mode)[:, :, layer, head]  # [L, H] from every head
+        into = composition_scores(model, mode, into=(layer, head))  # [L, H] from every head
         if layer == 0:
             view[mode] = None
             continue

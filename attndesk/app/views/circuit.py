@@ -174,10 +174,10 @@ def paint_graph(painter: QPainter, rect: QRectF, layout: GraphLayout, selected: 
         painter.drawText(QRectF(point.x() - 40, point.y() + 8, 80, 14), Qt.AlignmentFlag.AlignHCenter, name)
 
 
-def weight_text(name: str, view: dict | None) -> str:
-    """One line of a head's weight-only numbers (Elhage et al.; docs/interp.md)."""
-    if view is None:
-        return f"{name}: weight-only views (composition, OV copying) are computed for the trained presets"
+def weight_text(name: str, view: dict | str) -> str:
+    """One line of a head's weight-only numbers (Elhage et al.; docs/interp.md), or why there are none."""
+    if isinstance(view, str):
+        return f"{name}: no weight-only views: {view}"
     parts = [f"OV copying {view['copying']:+.2f}"]
     if view.get("previous") is not None:
         parts.append(f"positional previous-token {view['previous']:.2f}")
@@ -515,10 +515,10 @@ class CircuitView(QWidget):
         labels: tuple[list[str], list[str]],
         layer: int,
         head: int,
-        weights_only: dict | None = None,
+        weights_only: dict | str = "",
     ) -> None:
         """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across, and
-        its weight-only numbers (a trained preset's; None for a pretrained model)."""
+        its weight-only numbers (or why there are none)."""
         self.weightLabel.setText(weight_text(f"L{layer}.H{head}", weights_only))
         self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
         self._mapShape = weights.shape

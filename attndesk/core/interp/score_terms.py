@@ -488,10 +488,15 @@ def _norm_of(module: nn.Module, width: int) -> _Norm:
     probe = torch.ones(1, width, dtype=torch.float64)
     probe[:, 1::2] = -1.0
     small = 0.01
+    dtype = next((p.dtype for p in module.parameters()), torch.float64)
+
+    def apply(x: torch.Tensor) -> torch.Tensor:  # in the module's own precision
+        return module(x.to(dtype)).double()
+
     with torch.no_grad():
-        centred = bool(torch.allclose(module(probe + 3.0), module(probe), atol=1e-6))
-        up, down = module(probe).double(), module(-probe).double()
-        low = (module(small * probe).double() - module(-small * probe).double())[0]
+        centred = bool(torch.allclose(apply(probe + 3.0), apply(probe), atol=1e-6))
+        up, down = apply(probe), apply(-probe)
+        low = (apply(small * probe) - apply(-small * probe))[0]
     attribute = next(
         (
             getattr(module, a)
@@ -509,7 +514,20 @@ def _norm_of(module: nn.Module, width: int) -> _Norm:
         attribute = max(0.0, small**2 * spread * (1 - r**2) / (r**2 - small**2)) if r**2 > small**2 else 0.0
     norm = _Norm(base.weight, base.shift, centred, float(attribute))
     n = norm.centre(probe) / norm.sigma(probe)
-    return _Norm(((up - down) / (2 * n))[0], ((up + down) / 2)[0], centred, float(attribute))
+    gain, shift = ((up - down) / (2 * n))[0], ((up + down) / 2)[0]
+    return _Norm(_exact(module, "weight", gain), _exact(module, "bias", shift), centred, float(attribute))
+
+
+def _exact(module: nn.Module, name: str, probed: torch.Tensor) -> torch.Tensor:
+    """The module's own parameter (or 1 + it, Gemma's gain) in float64 where the probe found it
+    (within a float32 module's rounding): the probe's value otherwise."""
+    param = getattr(module, name, None)
+    if isinstance(param, torch.Tensor) and param.shape == probed.shape:
+        exact = param.detach().double()
+        for candidate in (exact, 1.0 + exact):
+            if torch.allclose(candidate, probed, rtol=1e-4, atol=1e-5):
+                return candidate
+    return probed
 
 
 class _Decomposer:

@@ -143,7 +143,9 @@ def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_f
         point = layout.points["L1.H3"]
         qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
         qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
-        assert "computed for the trained presets" in view.weightLabel.text()
+        k_comp = composition_scores(load_pretrained(gpt2_folder), "K")[0, :, 1, 3]
+        strongest = int(np.argmax(k_comp))
+        assert f"K-composition strongest from L0.H{strongest} ({k_comp[strongest]:.2f})" in view.weightLabel.text()
         qtbot.mouseClick(view.openHeat, Qt.MouseButton.LeftButton)
         assert w.state.view.tab == "heatmaps"
         assert (w.state.pretrained.layer, w.state.view.target) == (1, 3)
@@ -183,6 +185,7 @@ def test_an_encoder_decoders_cross_attention_head_decomposes_with_its_part(qtbot
         assert view.part == "cross"
         qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
         assert view._mapShape[0] == 1  # the decoder's start token asks every source token
+        assert "no weight-only views" in view.weightLabel.text()
         view.pick_cell(0, 3)
         qtbot.waitUntil(lambda: view.termsTable.rowCount() > 0 and not tab.side_busy(), timeout=TIMEOUT_MS)
         model = load_pretrained(folder)

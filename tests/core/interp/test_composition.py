@@ -1,14 +1,18 @@
-"""Weight-only head views against their direct formulas and TransformerLens' factored-matrix
-composition scores, with grouped K/V heads indexed by their group."""
+"""Weight-only head views against their direct formulas, TransformerLens' factored-matrix
+composition scores and transformers' eager GPT-2 / LLaMA weights, with grouped K/V heads indexed
+by their group."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from pretrained_models import eager
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import composition_scores, head_weights, ov_copying_scores, qk_positional
+from attndesk.core.interp.composition import MODES
+from attndesk.core.pretrained import load_pretrained
 from attndesk.train import TrainConfig
 from attndesk.train.model import build_model
 
@@ -41,6 +45,7 @@ def _per_head(model):
 def test_composition_scores_match_the_direct_formula(mode):
     model = _toy(position="learned", kv_heads=2)
     scores = composition_scores(model, mode)
+    np.testing.assert_array_equal(composition_scores(model, mode, into=(2, 1)), scores[:, :, 2, 1])
     heads = _per_head(model)
     for first in range(12):
         for second in range(12):
@@ -108,3 +113,64 @@ def test_positional_qk_circuit():
         qk_positional(_toy(position="rope"))
     with pytest.raises(ConfigError, match="one of Q, K, V"):
         composition_scores(model, "O")
+
+
+def _eager_heads(ref, name: str):
+    """Per head (W_Q, W_K, W_V, W_O) of transformers' eager model, its input norm's gain folded in."""
+    out = []
+    if name == "gpt2":
+        for block in ref.transformer.h:
+            w, o, g = block.attn.c_attn.weight.double(), block.attn.c_proj.weight.double(), block.ln_1.weight.double()
+            for h in range(4):
+                cols = slice(h * 8, (h + 1) * 8)
+                out.append(
+                    tuple(g[:, None] * w[:, off:][:, :32][:, cols] for off in (0, 32, 64)) + (o[cols],)  # Conv1D: x @ W
+                )
+        return out
+    for layer in ref.model.layers:
+        a, g = layer.self_attn, layer.input_layernorm.weight.double()
+        for h in range(4):
+            kv = h // 2  # 4 query heads share 2 K/V heads
+            out.append(
+                (
+                    g[:, None] * a.q_proj.weight.double()[h * 8 : (h + 1) * 8].T,
+                    g[:, None] * a.k_proj.weight.double()[kv * 8 : (kv + 1) * 8].T,
+                    g[:, None] * a.v_proj.weight.double()[kv * 8 : (kv + 1) * 8].T,
+                    a.o_proj.weight.double()[:, h * 8 : (h + 1) * 8].T,
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_pretrained_decoders_weight_views_match_transformers_weights(folders, name):
+    model = load_pretrained(folders[name])
+    ref = eager(folders[name]).double().requires_grad_(False)
+    heads = _eager_heads(ref, name)
+    for mode in MODES:
+        scores = composition_scores(model, mode)
+        for first in range(4):  # layer 0 -> layer 1
+            for second in range(4, 8):
+                _, _, wv1, wo1 = heads[first]
+                wq2, wk2, wv2, wo2 = heads[second]
+                left = wv1 @ wo1
+                right = {"Q": wq2 @ wk2.T, "K": wk2 @ wq2.T, "V": wv2 @ wo2}[mode]
+                expected = torch.linalg.norm(left @ right) / torch.linalg.norm(left) / torch.linalg.norm(right)
+                assert scores[0, first, 1, second - 4] == pytest.approx(float(expected), rel=1e-9)
+    final = ref.transformer.ln_f if name == "gpt2" else ref.model.norm
+    embed, unembed = (
+        ref.get_input_embeddings().weight.double(),
+        ref.lm_head.weight.double().T * final.weight.double()[:, None],
+    )
+    copying = ov_copying_scores(model)
+    for index, (_, _, wv, wo) in enumerate(heads):
+        values = torch.linalg.eigvals(wo @ unembed @ embed @ wv)
+        assert copying[index // 4, index % 4] == pytest.approx(float(values.sum().real / values.abs().sum()), abs=1e-9)
+    if name == "gpt2":
+        circuits, _ = qk_positional(model)
+        table = ref.transformer.wpe.weight.double()
+        wq, wk, _, _ = heads[5]
+        np.testing.assert_allclose(circuits[1, 1], (table @ wq @ wk.T @ table.T).numpy(), atol=1e-9)
+    else:
+        with pytest.raises(ConfigError, match="position table"):
+            qk_positional(model)

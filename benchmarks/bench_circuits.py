@@ -5,7 +5,8 @@
 1. The shipped induction preset (2 layers x 4 heads, attention only): 16 clean/corrupted pairs of
    ``[BOS, s_1..s_6, s_1..s_4]`` against ``[BOS, r_1..r_6, s_1..s_4]`` (the first occurrence of the
    repeated segment replaced by other tokens; answer s_5, wrong r_5). Exact edge scores; circuits
-   of at most 10% of the edges chosen by exact, EAP-IG and ACDC, each with its faithfulness, the
+   of at most 10% of the edges chosen by exact, EAP, EAP-IG (top-n by |score|, and top-n of the
+   edges on embed-to-logits paths) and ACDC, each with its faithfulness, the
    random baseline at that size (10 draws) and whether it holds the key-input edge from the
    strongest previous-token head to the strongest induction head; beside them circuits built by
    hand from the induction mechanism, to show what a circuit of that size can reach.
@@ -82,7 +83,11 @@ def circuits_on_preset(quick: bool) -> list[str]:
         f"{previous} -> {induction} (k) |",
         "|---|---:|---:|---|---|",
     ]
-    chosen = {"exact top-n": find_circuit(exact, top_n=size), "EAP-IG top-n": find_circuit(ig, top_n=size)}
+    eap = edge_scores(run, *pairs, method="eap")
+    chosen = {}
+    for name, table in (("exact", exact), ("EAP", eap), ("EAP-IG", ig)):
+        chosen[f"{name} top-n"] = find_circuit(table, top_n=size)
+        chosen[f"{name} top-n, connected"] = find_circuit(table, top_n=size, prune=True)
     if not quick:
         for tau in (0.5, 1.0, 2.0):
             start = time.perf_counter()

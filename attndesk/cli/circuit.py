@@ -49,6 +49,11 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--ig", choices=("inputs", "activations"), default="inputs", help="EAP-IG's path")
     p.add_argument("--top-n", type=int, default=None, metavar="N", help="keep the N edges of largest |score|")
     p.add_argument("--threshold", type=float, default=None, metavar="X", help="keep every edge with |score| >= X")
+    p.add_argument(
+        "--connected",
+        action="store_true",
+        help="keep only edges on a path from an embedding to the logits (--top-n then counts those)",
+    )
     p.add_argument("--tau", type=float, default=None, metavar="X", help="acdc: drop an edge moving the metric < X")
     p.add_argument("--draws", type=int, default=10, help="random edge sets per circuit size (default 10)")
     p.add_argument("--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text")
@@ -131,10 +136,10 @@ def run(args: argparse.Namespace) -> int:
                     **common,
                 )
             elif args.threshold is not None:
-                circuit = find_circuit(table, threshold=args.threshold, method="threshold")
+                circuit = find_circuit(table, threshold=args.threshold, method="threshold", prune=args.connected)
             else:
                 top = args.top_n if args.top_n is not None else max(1, round(0.1 * len(table)))
-                circuit = find_circuit(table, top_n=top)
+                circuit = find_circuit(table, top_n=top, prune=args.connected)
             curve = faithfulness_curve(model, table, *prompts, draws=args.draws, progress=progress.update, **common)
             faith = faithfulness(model, circuit, *prompts, **common)
     except ValueError as exc:  # ConfigError included

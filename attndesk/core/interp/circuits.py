@@ -180,12 +180,84 @@ def _ranked(table: pd.DataFrame) -> list[Edge]:
     return [edges[i] for i in order]
 
 
+def _group_members(edges: list[Edge]) -> dict[str, list[str]]:
+    """A grouped K/V input "L{l}.KV{g}" (any prefix) -> the query heads that read it."""
+    heads: dict[str, list[str]] = {}
+    groups: dict[str, set[str]] = {}
+    for src, dst, _ in edges:
+        for node in (src, dst):
+            stem, _, last = node.rpartition(".")
+            if last.startswith("KV"):
+                groups.setdefault(stem, set()).add(node)
+            elif last.startswith("H") and last[1:].isdigit():
+                heads.setdefault(stem, [])
+                if node not in heads[stem]:
+                    heads[stem].append(node)
+    out: dict[str, list[str]] = {}
+    for stem, kv in groups.items():
+        members = sorted(heads.get(stem, []), key=lambda n: int(n.rpartition(".H")[2]))
+        per = max(1, len(members) // max(1, len(kv)))
+        for node in kv:
+            g = int(node.rpartition(".KV")[2])
+            out[node] = members[g * per : (g + 1) * per]
+    return out
+
+
+def connected(circuit, edges: list[Edge] | None = None) -> Circuit:
+    """The circuit's edges that lie on a path from an embedding to the logits (within the
+    circuit): any other edge changes nothing (its sender reads only corrupted inputs, or its
+    receiver reaches no output). ``edges``: the whole graph's, to find grouped K/V heads' readers."""
+    circuit = set(circuit)
+    readers = _group_members(list(edges) if edges is not None else list(circuit))
+
+    def outputs(dst: str) -> list[str]:
+        return readers.get(dst, [dst])
+
+    reached = {n for e in circuit for n in e[:2] if n.rpartition(".")[2] == "embed" or n == "embed"}
+    changed = True
+    while changed:
+        changed = False
+        for src, dst, _ in circuit:
+            if src in reached:
+                for node in outputs(dst):
+                    if node not in reached:
+                        reached.add(node)
+                        changed = True
+    useful = {"logits"}
+    changed = True
+    while changed:
+        changed = False
+        for src, dst, _ in circuit:
+            if src not in useful and any(node in useful for node in outputs(dst)):
+                useful.add(src)
+                changed = True
+    return {
+        (src, dst, kind)
+        for src, dst, kind in circuit
+        if src in reached and any(node in useful for node in outputs(dst))
+    }
+
+
+def _top_connected(ranked: list[Edge], top_n: int) -> Circuit:
+    """The connected part of the longest prefix of the ranking whose connected part holds at most
+    ``top_n`` edges (one more edge may connect several at once)."""
+    lo, hi = 0, len(ranked)
+    while lo < hi:  # the connected part only grows with the prefix
+        mid = (lo + hi + 1) // 2
+        if len(connected(ranked[:mid], ranked)) <= top_n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return connected(ranked[:lo], ranked)
+
+
 def find_circuit(
     table: pd.DataFrame,
     top_n: int | None = None,
     threshold: float | None = None,
     method: str = "topn",
     *,
+    prune: bool = False,
     model=None,
     clean=None,
     corrupt=None,
@@ -202,20 +274,23 @@ def find_circuit(
     (|score| >= ``threshold``) or "acdc" (needs ``model``, ``clean``, ``corrupt``, ``answer`` and
     ``wrong`` as for ``edge_scores``, and ``threshold`` as tau, in the metric's units: receivers
     from the logits back, each edge tried from the smallest |score| up, dropped when the metric
-    moves less than tau; one forward pass per edge)."""
+    moves less than tau; one forward pass per edge). ``prune``: keep only the edges on a path from
+    an embedding to the logits (``connected``); top-n then counts those, going down the ranking
+    as far as at most n of them are connected."""
     if method not in FIND_METHODS:
         raise ConfigError(f"unknown circuit method {method!r}: choose one of {', '.join(FIND_METHODS)}")
     ranked = _ranked(table)
     if method == "topn":
         if top_n is None or isinstance(top_n, bool) or not isinstance(top_n, (int, np.integer)) or top_n < 0:
             raise ConfigError(f"top-n circuits need top_n, a whole number of edges >= 0, got {top_n!r}")
-        return set(ranked[: int(top_n)])
+        return _top_connected(ranked, int(top_n)) if prune else set(ranked[: int(top_n)])
     if threshold is None or not np.isfinite(threshold) or threshold < 0:
         raise ConfigError(f"{method} circuits need a threshold >= 0, got {threshold!r}")
     if method == "threshold":
         scores = np.abs(table["score"].to_numpy(dtype=np.float64))
         edges = _edges_of(table)
-        return {e for e, s in zip(edges, scores) if s >= threshold}
+        kept = {e for e, s in zip(edges, scores) if s >= threshold}
+        return connected(kept, edges) if prune else kept
     if model is None or clean is None or corrupt is None or answer is None:
         raise ConfigError("ACDC evaluates the model: pass model=, clean=, corrupt=, answer= (and wrong=)")
     ctx = job_context(ctx, progress=progress, cancel=cancel)
@@ -279,6 +354,7 @@ __all__ = [
     "CIRCUIT_FORMAT",
     "FIND_METHODS",
     "Circuit",
+    "connected",
     "default_sizes",
     "evaluate",
     "faithfulness",

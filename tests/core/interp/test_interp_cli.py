@@ -255,3 +255,64 @@ def test_circuit_refuses_a_non_empty_out(capsys, tmp_path):
     (tmp_path / "keep.txt").write_text("x")
     code, _, err = run_cli(capsys, "circuit", "--trained", "induction", *INDUCTION, "--out", str(tmp_path))
     assert code == 2 and "holds other files" in err[0]
+
+
+def test_circuit_on_a_pretrained_model(qapp, capsys, tmp_path, folders):
+    out = tmp_path / "gpt2"
+    args = ("--clean", CLEAN, "--corrupt", "the dog sat on the mat", "--answer", "mat", "--wrong", "cat")
+    code, _, err = run_cli(
+        capsys, "circuit", "--model", str(folders["gpt2"]), *args, "--method", "eap", "--draws", "1", "--out", str(out)
+    )
+    assert code == 0, err
+    document = json.loads((out / "circuit.json").read_text())
+    assert document["method"] == "eap" and document["edges_total"] == 110 and document["edges_kept"] == 11
+
+
+def test_circuit_acdc_prunes_from_eap_ig_scores(qapp, capsys, tmp_path):
+    out = tmp_path / "acdc"
+    code, _, err = run_cli(
+        capsys,
+        "circuit",
+        "--trained",
+        "induction",
+        *INDUCTION,
+        "--method",
+        "acdc",
+        "--tau",
+        "0.5",
+        "--draws",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    document = json.loads((out / "circuit.json").read_text())
+    assert document["method"] == "acdc" and document["scores"] == "eap-ig/inputs"
+    assert 0 < document["edges_kept"] < document["edges_total"] == 81
+
+
+def test_circuit_connected_keeps_only_connected_edges(qapp, capsys, tmp_path):
+    import pandas as pd
+
+    from attndesk.core.interp import find_circuit, load_circuit
+
+    out = tmp_path / "connected"
+    code, _, err = run_cli(
+        capsys,
+        "circuit",
+        "--trained",
+        "induction",
+        *INDUCTION,
+        "--top-n",
+        "6",
+        "--connected",
+        "--draws",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    table = pd.read_csv(out / "edges.csv")
+    assert (
+        load_circuit(out / "circuit.json") == find_circuit(table, top_n=6, prune=True) != find_circuit(table, top_n=6)
+    )

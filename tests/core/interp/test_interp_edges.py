@@ -365,3 +365,66 @@ def test_eap_ig_over_the_inputs_is_complete():
         gaps.append(abs(table[table.src == "embed"].score.sum() - total))
     assert abs(total) > 1e-2
     assert gaps[1] < 1e-5 * max(1.0, abs(total)) < gaps[0]
+
+
+@pytest.mark.parametrize("method", ["exact", "eap-ig"])
+def test_a_cancelled_job_stops_with_cancelled(method):
+    from attndesk.jobs import Cancelled, JobContext
+
+    seen = []
+
+    def progress(fraction, message):
+        seen.append(fraction)
+        ctx.cancel()
+
+    ctx = JobContext(progress)
+    run = _toy()
+    pairs = [[3, 4, 5, 6, 3, 4]] * 40, [[7, 8, 9, 10, 3, 4]] * 40
+    with pytest.raises(Cancelled):
+        edge_scores(run, *pairs, 5, 9, method=method, memory_budget=2**25 + 2**20, ctx=ctx)  # several passes
+    assert len(seen) == 1 and seen[0] < 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"kv_heads": 1, "position": "alibi", "window": 3, "softcap": 5.0, "sink": "learned"},
+        {"position": "sinusoidal", "mlp": True, "layernorm": True, "layers": 2, "kv_heads": 1},
+        {"position": "learned", "sink": "off-by-one", "layers": 2},
+    ],
+)
+def test_the_toy_graph_runs_the_toy_decoder(changes):
+    """The engine's forward of a toy decoder (every variant its layers take) gives the model's own
+    logits; grouped K/V heads end their key and value edges at the group."""
+    from attndesk.core.interp.graph import Engine, Pass
+
+    run = _toy(**changes)
+    engine = Engine(run)
+    ids = torch.tensor([[3, 4, 5, 6, 3, 4], [6, 5, 4, 3, 6, 5]])
+    with torch.no_grad():
+        ours = engine.run(ids, None, Pass(engine.graph, None, torch.arange(2)))
+    torch.testing.assert_close(ours, run.logits(ids)[:, -1], atol=1e-5, rtol=1e-5)
+    graph = edge_graph(run)
+    if changes.get("kv_heads") == 1:
+        assert set(graph[graph.kind == "k"].dst) == {f"L{layer}.KV0" for layer in range(changes.get("layers", 1))}
+
+
+def test_pruning_to_connected_edges_keeps_the_faithfulness():
+    """An edge off every embed-to-logits path inside the circuit changes nothing: the pruned
+    circuit is as faithful (grouped K/V inputs feed their query heads)."""
+    from attndesk.core.interp.circuits import connected
+
+    run = _toy(mlp=True, layernorm=True, layers=2, kv_heads=1)
+    clean, corrupt = [3, 4, 5, 6, 3, 4], [7, 8, 9, 10, 3, 4]
+    table = edge_scores(run, clean, corrupt, 5, 9, method="eap")
+    edges = list(zip(table.src, table.dst, table.kind))
+    rng = np.random.default_rng(1)
+    for draw in range(3):
+        circuit = {edges[i] for i in rng.choice(len(edges), len(edges) // 3, replace=False)}
+        pruned = connected(circuit, edges)
+        assert pruned < circuit
+        assert faithfulness(run, pruned, clean, corrupt, 5, 9) == pytest.approx(
+            faithfulness(run, circuit, clean, corrupt, 5, 9), abs=1e-6
+        ), draw
+    top = find_circuit(table, top_n=10, prune=True)
+    assert len(top) <= 10 and connected(top, edges) == top

@@ -285,6 +285,7 @@ class CircuitTab(InterpPresenter):
     def pick_head(self, layer: int, head: int) -> None:
         """The clicked head's attention on the clean input, for picking a cell (a side job)."""
         args = (self.source(), self.view.cleanEdit.text(), self.view.part, layer, head)
+        self._side_tags[TERMS_CHANNEL] = 0  # a decomposition of the previous head is not shown
         self.view.set_terms("reading the head's attention…")
         self._submit(HEAD_CHANNEL, head_job, args, "", self._head_done, self._side_failed(HEAD_CHANNEL))
 

@@ -361,6 +361,7 @@ class CircuitView(QWidget):
         self.headMap.setBackground("w")
         self.headMap.setMinimumSize(220, 220)
         self.headMap.setAspectLocked(True)
+        self.headMap.getAxis("left").setWidth(84)  # room for "i token" on every row
         self.headMap.invertY(True)
         self.headMap.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
         self._headImage = pg.ImageItem(axisOrder="row-major")
@@ -523,10 +524,14 @@ class CircuitView(QWidget):
         self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
         self._mapShape = weights.shape
         self._cellMark.hide()
-        for axis, names in (("left", labels[0]), ("bottom", labels[1])):
+        # queries as "i token" down the side; keys by position across when their names would overlap
+        rows = [f"{i} {text}" for i, text in enumerate(labels[0])]
+        columns = labels[1] if len(labels[1]) <= 8 else [str(i) for i in range(len(labels[1]))]
+        for axis, names in (("left", rows), ("bottom", columns)):
             self.headMap.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
         self.headMap.setTitle(f"L{layer}.H{head} on the clean input", size="8pt")
         self.headMap.getViewBox().autoRange(padding=0.0)
+        self.termsTable.setRowCount(0)  # the terms shown were another head's
         self.termsLabel.setText("click a cell of the head's attention (query row, key column)")
 
     def _on_map_click(self, event) -> None:

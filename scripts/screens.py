@@ -33,7 +33,7 @@ from scripts.screen_checks import Axis, Box, Problem, Status, Widget, review  # 
 
 SIZES = ((1280, 800), (1920, 1200))
 WINDOWS = ("toy", "minilm", "gpt2")
-DECODER_TABS = ("generate", "patching", "attribution", "logit-lens")  # the gpt2 window renders only these
+DECODER_TABS = ("generate", "patching", "attribution", "logit-lens", "circuit")  # the gpt2 window renders only these
 THUMB_WIDTH = 360
 
 
@@ -216,6 +216,7 @@ ACTIONS: dict[str, Callable] = {
     "patching": lambda w: _click(w.tab_widget("patching").bar.runButton),
     "attribution": lambda w: _click(w.tab_widget("attribution").bar.runButton),
     "logit-lens": lambda w: _click(w.tab_widget("logit-lens").bar.runButton),
+    "circuit": lambda w: _click(w.tab_widget("circuit").bar.runButton),
 }
 
 

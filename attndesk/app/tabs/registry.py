@@ -28,13 +28,14 @@ from PySide6.QtWidgets import QWidget
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
-from ..pretrained.interp import next_token_reason
+from ..pretrained.interp import family_reason, next_token_reason
 from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from ..pretrained.mode import GRID_TAB
 from ..pretrained.patching import PATCHING_TAB, PatchingTab
 from ..state import HEATMAPS_TAB, PACKAGED, STEP_THROUGH_TAB, AppState
 from ..state import TOY as TOY_MODE
 from ..views.attribution import AttributionView
+from ..views.circuit import CircuitView
 from ..views.compare import CompareView
 from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
@@ -47,6 +48,7 @@ from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from ..views.train import TrainView
+from .circuit import CIRCUIT_TAB, CircuitTab
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
@@ -266,6 +268,19 @@ TABS: tuple[TabSpec, ...] = (
         _interp(LogitLensTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(LogitLensTab),
+    ),
+    TabSpec(
+        CIRCUIT_TAB,
+        "Circuit",
+        "which edges carry a behaviour (trained presets, decoders, encoder-decoders): edge scores, "
+        "faithfulness beside random edges, and why a head attends where it does",
+        CircuitView,
+        _interp(CircuitTab),
+        model_kinds=frozenset({"decoder", "encoder-decoder"}),
+        unavailable=lambda state: (
+            empty(family_reason(state.mode, CircuitTab.WHAT), OPEN_MODEL) if state.mode.kind == PRETRAINED else None
+        ),
+        scroll=True,
     ),
 )
 

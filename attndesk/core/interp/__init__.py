@@ -21,6 +21,7 @@ from .attribution_patching import (
     rank_correlation,
 )
 from .circuits import faithfulness, faithfulness_curve, find_circuit, load_circuit, save_circuit
+from .composition import composition_scores, head_weights, ov_copying_scores, qk_positional
 from .edges import edge_scores, path_patching
 from .flow import AttentionFlow, attention_flow
 from .graph import edge_graph
@@ -38,6 +39,7 @@ from .patching import (
     activation_patching,
     patch_heads,
 )
+from .score_terms import ScoreTerms, score_terms
 
 __all__ = [
     "BASELINES",
@@ -49,11 +51,13 @@ __all__ = [
     "LogitLens",
     "PatchingReport",
     "PatchingResult",
+    "ScoreTerms",
     "StepAttribution",
     "activation_patching",
     "attention_flow",
     "attention_x_gradient",
     "attribution_patching",
+    "composition_scores",
     "direct_logit_attribution",
     "edge_graph",
     "edge_scores",
@@ -62,14 +66,18 @@ __all__ = [
     "find_circuit",
     "gradient_x_input",
     "gradient_x_input_report",
+    "head_weights",
     "integrated_gradients",
     "integrated_gradients_report",
     "load_circuit",
     "logit_lens",
+    "ov_copying_scores",
     "patch_heads",
     "path_patching",
+    "qk_positional",
     "rank_correlation",
     "save_circuit",
+    "score_terms",
     "step_attributions",
     "unembedding",
 ]

@@ -137,6 +137,16 @@ class Capture:
         """The batch's V [B, KV, Lk, d_v] and the layer's context [B, H, Lq, d_v] (weights @ V, before
         any ablation); a subclass that compares outputs overrides it (the KV-cache runs)."""
 
+    def attending(self, site: Site, query: torch.Tensor, key: torch.Tensor, mask, bias, scoring: Scoring) -> None:
+        """The layer's Q and K (after any rotary embedding; ``pending_raw`` still holds them before
+        it), its boolean mask and additive bias, and its ``Scoring``, just before ``attend``
+        scores them (the score decomposition reads them here)."""
+
+    def rotated(self, query: torch.Tensor, key: torch.Tensor, result, args: tuple, kwargs: dict):
+        """What the patched ``apply_rotary_pos_emb`` returns for (query, key): ``result``, the
+        modeling code's own, unless a subclass recomputes it (the score decomposition, in float64)."""
+        return result
+
     def attention_io(self, site: Site, name: str, value) -> None:
         if self.wants_stages(site) and isinstance(value, torch.Tensor):
             self.intermediates.setdefault(site.part, {})[name] = _numpy(value)
@@ -246,6 +256,7 @@ def attndesk_attention(
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
     keep = {} if capture.wants_stages(site) else None
     scoring = Scoring.of(query.shape[-1], scale=scale, softcap=softcap, sinks=s_aux)
+    capture.attending(site, query, key, mask, bias, scoring)
     context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop, keep=keep)
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     capture.record(site, weights, mask, int(window) if window else None, int(query.shape[-1]))
@@ -294,7 +305,8 @@ def patch_rotary(module_class: type) -> bool:
         capture = _ACTIVE.get()
         if capture is not None and capture.keep_layer is not None:
             capture.pending_raw = (q, k)
-        return original(q, k, *args, **kwargs)
+        result = original(q, k, *args, **kwargs)
+        return result if capture is None else capture.rotated(q, k, result, args, kwargs)
 
     apply_rotary_pos_emb._attndesk_wrapped = True  # type: ignore[attr-defined]  # the mark that it is wrapped once
     setattr(namespace, "apply_rotary_pos_emb", apply_rotary_pos_emb)  # noqa: B010 - a module global mypy cannot see

@@ -67,7 +67,7 @@ def test_the_registry_declares_each_tab_once_and_every_page_is_a_registry_tab(wi
 
 def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, folders):
     assert window.shown_tabs() == expected("toy", None)
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS
+    assert [title for _id, title in window.shown_tabs()] == [*TOY_TABS, "Circuit"]  # on the trained presets
     assert window.pretrained.open_folder(folders["bert"])
     assert window.shown_tabs() == expected("pretrained", "encoder")
     assert [title for _id, title in window.shown_tabs()] == TOY_TABS + [
@@ -76,9 +76,10 @@ def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, fol
         "Patching",
         "Attribution",
         "Logit lens",
-    ]
+    ]  # no Circuit: an encoder has no logits to trace
     assert window.pretrained.open_folder(folders["llama"])
     assert window.shown_tabs() == expected("pretrained", "decoder")
+    assert window.shown_tabs()[-1] == ("circuit", "Circuit")
     window.state.view.tab = "all-layers"
     assert window.viewTabs.currentWidget() is window.tab_page("all-layers")
     window.state.mode = TOY  # a tab the mode does not serve closes: the heatmaps come back

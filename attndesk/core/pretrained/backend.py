@@ -133,6 +133,10 @@ class Capture:
         """The batch's Q [B, H, Lq, d] and K [B, KV, Lk, d] as the layer attends (after any rotary
         embedding); a subclass that samples vectors overrides it (the corpus atlas)."""
 
+    def attended(self, site: Site, value: torch.Tensor, context: torch.Tensor) -> None:
+        """The batch's V [B, KV, Lk, d_v] and the layer's context [B, H, Lq, d_v] (weights @ V, before
+        any ablation); a subclass that compares outputs overrides it (the KV-cache runs)."""
+
     def attention_io(self, site: Site, name: str, value) -> None:
         if self.wants_stages(site) and isinstance(value, torch.Tensor):
             self.intermediates.setdefault(site.part, {})[name] = _numpy(value)
@@ -245,6 +249,7 @@ def attndesk_attention(
     context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop, keep=keep)
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     capture.record(site, weights, mask, int(window) if window else None, int(query.shape[-1]))
+    capture.attended(site, value, context)
     if keep is not None:
         raw = capture.pending_raw or (None, None)
         stages = {name: _numpy(t) for name, t in keep.items()}

@@ -71,8 +71,8 @@ def test_everything_kept_is_the_full_run(toy, needle):
 
 def test_default_budgets_curves_and_files(toy, needle, tmp_path):
     budgets = default_budgets(4096)
-    assert len(budgets) == 10 and budgets[0] == 4 and budgets[-1] == 4096 and budgets == sorted(set(budgets))
-    assert default_budgets(3) == [1, 2, 3]
+    assert len(budgets) == 10 and budgets[0] == 8 and budgets[-1] == 4096 and budgets == sorted(set(budgets))
+    assert default_budgets(7) == [1, 2, 3, 4, 5, 6, 7]
     ids, _ = needle
     seen = []
     ctx = JobContext(lambda f, m: seen.append(f))

@@ -12,14 +12,17 @@ import numpy as np
 
 from attndesk.core.fields import param
 
+from . import expected_attention, keydiff, knorm, snapkv
 from .base import Policy, View, top_keys
 
-SCORERS = ("snapkv", "knorm", "keydiff", "expected_attention")
+SCORERS: dict[str, Policy] = {m.POLICY.name: m.POLICY for m in (snapkv, knorm, keydiff, expected_attention)}
 
 
 @dataclass(frozen=True)
 class AdaKVOptions:
-    scorer: str = param("snapkv", kind=str, choices=SCORERS, label="Scorer", tip="whose key scores", flag="--scorer")
+    scorer: str = param(
+        "snapkv", kind=str, choices=tuple(SCORERS), label="Scorer", tip="whose key scores", flag="--scorer"
+    )
     alpha: float = param(
         0.2, kind=float, low=0.0, high=1.0, label="Safeguard", tip="share of the budget each head keeps", flag="--alpha"
     )
@@ -28,9 +31,7 @@ class AdaKVOptions:
 
 
 def _scorer(opts: AdaKVOptions) -> tuple[Policy, object]:
-    from .registry import POLICIES
-
-    inner = POLICIES[opts.scorer]
+    inner = SCORERS[opts.scorer]
     given = {"window": opts.window, "kernel": opts.kernel} if opts.scorer == "snapkv" else {}
     return inner, inner.parse(given)
 

@@ -100,7 +100,7 @@ class View:
     model: KVModel
     ids: list[int]
     prompt: int
-    prefill: Pass
+    prefill: Pass  # (a check before the run reads only the model, the prompt's length and the budget)
     budget: int = 0  # the run's budget (keys per K/V head)
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)  # a policy's per-run memo (scores, allocations)

@@ -69,8 +69,8 @@ class Duo(Policy):
         chosen[np.argsort(-ranking, kind="stable")[:retrieval]] = True
         kept = top_keys(scores, candidates, min(budget, stream), protected)
         kept[chosen.reshape(layers, kv)] = candidates[chosen.reshape(layers, kv)]
-        extra = view.cache.setdefault("extra", {})
-        extra["retrieval_heads"] = chosen.reshape(layers, kv)
+        # the split at the first decode step (later steps, with fewer keys to spend, retrieve with fewer heads)
+        view.cache.setdefault("extra", {}).setdefault("retrieval_heads", chosen.reshape(layers, kv))
         return kept
 
 

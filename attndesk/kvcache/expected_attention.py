@@ -46,8 +46,7 @@ class ExpectedAttention(Policy):
         if view.prompt <= opts.sinks:
             raise ConfigError(f"expected_attention keeps {opts.sinks} sinks: the prompt needs more tokens than that")
         rotary = view.model.rotary(0, 1)
-        d = view.prefill.q[0].shape[-1]
-        if rotary is not None and rotary[0].shape[-1] != d:
+        if rotary is not None and rotary[0].shape[-1] != view.model.head_dim:
             raise ConfigError("expected_attention needs a rotary embedding over the whole head (this one is partial)")
 
     def prefill_scores(self, view: View, opts: ExpectedOptions) -> np.ndarray:

@@ -43,6 +43,7 @@ class KVModel:
     vocab: int
     max_tokens: int | None
     name: str
+    head_dim: int
 
     @property
     def groups(self) -> int:
@@ -62,9 +63,53 @@ class KVModel:
         model without a rotary embedding (its Q and K are what it scores)."""
         return None
 
+    def stepper(self) -> Stepper:
+        """Row by row through one compressed run (each decode step's forward pass)."""
+        return Stepper(self)
+
     def head_masks(self, keep: np.ndarray) -> torch.Tensor:
-        """[layers, KV, N, N] -> [layers, 1, H, N, N] bool: each query head reads its K/V head's mask."""
+        """[layers, KV, Lq, Lk] -> [layers, 1, H, Lq, Lk] bool: each query head reads its K/V head's mask."""
         return torch.from_numpy(np.ascontiguousarray(keep)).repeat_interleave(self.groups, dim=1).unsqueeze(1)
+
+
+class Stepper:
+    """Row i of a compressed run whose keep rows up to i are decided: ``row(ids, i, keep)`` ->
+    (logits [V], weights [layers, H, i + 1]). This one runs the whole prefix again (the toy models);
+    a pretrained decoder's feeds only the new rows through its KV cache."""
+
+    def __init__(self, model: KVModel):
+        self.model = model
+
+    def row(self, ids: list[int], i: int, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        step = self.model.forward(ids[: i + 1], keep[:, :, : i + 1, : i + 1])
+        return step.logits[i], np.stack([w[:, i, : i + 1] for w in step.weights])
+
+
+class CacheStepper(Stepper):
+    """The rows not yet fed go through the model with its KV cache and their keep rows as masks (the
+    cache holds every key: eviction stays a mask)."""
+
+    def __init__(self, model: PretrainedKV):
+        super().__init__(model)
+        self.cache = None
+        self.fed = 0
+
+    def row(self, ids: list[int], i: int, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from attndesk.core.pretrained.backend import capturing
+
+        model = self.model
+        assert isinstance(model, PretrainedKV) and i >= self.fed, "rows are fed in order"
+        loaded = model.loaded
+        capture = _MaskCapture(loaded.sites, loaded.layers, model.head_masks(keep[:, :, self.fed : i + 1, : i + 1]))
+        tensor = torch.tensor([ids[self.fed : i + 1]], device=loaded.device)
+        with loaded._lock, torch.inference_mode(), capturing(capture):
+            out = loaded.model(input_ids=tensor, past_key_values=self.cache, use_cache=True)
+        self.cache, self.fed = out.past_key_values, i + 1
+        weights = np.zeros((model.layers, model.heads, i + 1), np.float32)
+        for layer in range(model.layers):
+            last = capture.arrays["weights"][layer][:, -1]  # a sliding-window layer's covers its last keys only
+            weights[layer, :, i + 1 - last.shape[-1] :] = last
+        return _np(out.logits[0, -1]), weights
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -90,6 +135,8 @@ class PretrainedKV(KVModel):
         self.layers, self.heads, self.kv_heads = loaded.num_layers, loaded.num_heads, loaded.kv_heads
         self.vocab = vocabulary_size(loaded)
         self.max_tokens = loaded.max_tokens
+        config = loaded.model.config
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
     def encode(self, text: str) -> list[int]:
         from attndesk.core.pretrained.run import encode
@@ -100,6 +147,9 @@ class PretrainedKV(KVModel):
         from attndesk.core.pretrained.token_text import id_texts
 
         return list(id_texts(self.loaded.tokenizer, ids))
+
+    def stepper(self) -> Stepper:
+        return CacheStepper(self)
 
     def rotary(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray] | None:
         inner = getattr(self.loaded.model, "model", None)
@@ -136,8 +186,9 @@ class _MaskCapture(Capture):
 
     def adjust(self, site, mask, lq, lk, scaling):
         mask, scale = super().adjust(site, mask, lq, lk, scaling)
-        if site.part == "self":
-            keep = self.head_keep[site.layer][..., lk - lq :, :lk].to(mask.device if mask is not None else "cpu")
+        if site.part == "self":  # the keep rows of exactly the query rows fed, over every key so far
+            keep = self.head_keep[site.layer][..., -lk:]  # a sliding-window layer's cache holds its last lk keys
+            keep = keep.to(mask.device if mask is not None else "cpu")
             mask = keep if mask is None else mask & keep
         return mask, scale
 
@@ -164,6 +215,7 @@ class TrainedKV(KVModel):
         self.kv_heads = cfg.kv_heads or cfg.heads
         self.vocab = cfg.vocab
         self.max_tokens = cfg.length
+        self.head_dim = cfg.embed_dim // cfg.heads
 
     def encode(self, text: str) -> list[int]:
         try:

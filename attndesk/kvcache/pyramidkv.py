@@ -54,7 +54,7 @@ class PyramidKV(Policy):
 
     def allocate(self, view, scores, candidates, budget, protected, opts: PyramidKVOptions) -> np.ndarray:
         budgets = layer_budgets(scores.shape[-1], budget, scores.shape[0], opts.window, opts.beta)
-        view.cache.setdefault("extra", {})["layer_budgets"] = budgets
+        view.cache.setdefault("extra", {}).setdefault("layer_budgets", budgets)  # at the first decode step
         return top_keys(scores, candidates, np.asarray(budgets)[:, None], protected)
 
 

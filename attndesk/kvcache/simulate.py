@@ -140,36 +140,24 @@ def simulate(
     take is refused. ``ctx``: progress per row and cancellation.
     """
     ctx = job_context(ctx)
-    kvm = kv_model(model)
-    pol = get_policy(policy)
-    opts = pol.parse(options)
-    ids = _input_ids(kvm, text_or_ids)
-    if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
-        raise ConfigError(f"generate is a number of decode steps (0 or more), got {generate!r}")
+    kvm, pol, opts, ids, prompt, keys = prepare(model, text_or_ids, policy, budget, generate, prefill, options)
     given = len(ids)
-    prompt = given if prefill is None else int(prefill)
-    if not 1 <= prompt <= given:
-        raise ConfigError(f"prefill is the prompt's length, 1 to {given} tokens, got {prefill}")
     total = given + generate
-    if kvm.max_tokens is not None and total > kvm.max_tokens:
-        raise ConfigError(f"{given} tokens + {generate} generated exceed the model's {kvm.max_tokens} positions")
-    keys = resolve_budget(budget, prompt)
     layers, kv = kvm.layers, kvm.kv_heads
     ctx.progress(0.0, "prefill")
     view = View(
         model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=kvm.forward(ids[:prompt], causal(layers, kv, prompt))
     )
-    pol.check(view, keys, opts)
     keep = causal(layers, kv, total)
+    stepper = kvm.stepper()
     start = 0 if pol.kind == "stream" else prompt
     full_input = kvm.forward(ids, causal(layers, kv, given)) if pol.kind == "oracle" else None
     for t in range(start, total):
         ctx.check()
         if t >= 1 and t >= prompt and (pol.kind == "adaptive" or t >= len(ids)):
-            step = kvm.forward(ids[:t], keep[:, :, :t, :t])  # row t - 1 of the compressed run
-            view.rows[t - 1] = np.stack(step.weights)[:, :, t - 1, :t]
+            last_logits, view.rows[t - 1] = stepper.row(ids, t - 1, keep)  # row t - 1 of the compressed run
             if t >= len(ids):
-                ids.append(int(step.logits[t - 1].argmax()))
+                ids.append(int(last_logits.argmax()))
                 view.ids = ids
         keep[:, :, t, : t + 1] = _row(pol, view, keep, t, keys, opts, full_input)
         keep[:, :, t, t + 1 :] = False
@@ -192,6 +180,26 @@ def simulate(
         error=output_error(compressed.context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )
+
+
+def prepare(model, text_or_ids, policy: str, budget, generate: int, prefill: int | None, options: dict):
+    """Every check of ``simulate`` before its first forward pass (the CLI runs it for every job first):
+    (adapter, policy, options, ids, prompt length, budget in keys); ConfigError in one line."""
+    kvm = kv_model(model)
+    pol = get_policy(policy)
+    opts = pol.parse(options)
+    ids = _input_ids(kvm, text_or_ids)
+    if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
+        raise ConfigError(f"generate is a number of decode steps (0 or more), got {generate!r}")
+    given = len(ids)
+    prompt = given if prefill is None else int(prefill)
+    if not 1 <= prompt <= given:
+        raise ConfigError(f"prefill is the prompt's length, 1 to {given} tokens, got {prefill}")
+    if kvm.max_tokens is not None and given + generate > kvm.max_tokens:
+        raise ConfigError(f"{given} tokens + {generate} generated exceed the model's {kvm.max_tokens} positions")
+    keys = resolve_budget(budget, prompt)
+    pol.check(View(model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=None), keys, opts)  # type: ignore[arg-type]
+    return kvm, pol, opts, ids, prompt, keys
 
 
 def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, full_input) -> np.ndarray:

@@ -131,6 +131,13 @@ class KVLabView(QWidget):
         self.rasterBox = QWidget(objectName="kvlabRasters")
         self.rasters = QGridLayout(self.rasterBox)
         self.rasters.setContentsMargins(0, 0, 0, 0)
+        self.rasterKey = QLabel(
+            "Rows: decode steps; columns: keys. A kept key is coloured by the full run's weight on it; "
+            "evicted keys (and keys not read yet) are hatched.",
+            objectName="kvlabRasterKey",
+        )
+        self.rasterKey.setWordWrap(True)
+        self.rasters.addWidget(self.rasterKey, 0, 0, 1, 4)
         self.rasterPlots: list[MatrixPlot] = []
         self.heatmap = MatrixPlot("the compressed run's weights")
         self.heatmap.setObjectName("kvlabHeatmap")
@@ -244,7 +251,7 @@ class KVLabView(QWidget):
         while len(self.rasterPlots) < kv_heads:
             plot = MatrixPlot("")
             plot.setObjectName(f"kvlabRaster{len(self.rasterPlots)}")
-            self.rasters.addWidget(plot, len(self.rasterPlots) // 2, len(self.rasterPlots) % 2)
+            self.rasters.addWidget(plot, 1 + len(self.rasterPlots) // 4, len(self.rasterPlots) % 4)
             self.rasterPlots.append(plot)
         for kv, plot in enumerate(self.rasterPlots):
             plot.setVisible(kv < kv_heads)
@@ -258,10 +265,7 @@ class KVLabView(QWidget):
                 row_labels=[f"step {r - run.prompt + 1} ({run.tokens[r]})" for r in steps],
                 col_labels=run.tokens,
             )
-            plot.set_title(
-                f"<b>L{layer + 1} K/V {kv + 1}</b>: kept keys per decode step, coloured by the full run's weight; "
-                "evicted and future keys hatched"
-            )
+            plot.set_title(f"<b>L{layer + 1} K/V {kv + 1}</b>: kept keys by step")
         keep = run.keep[layer, head // lab.groups]
         self.heatmap.set_matrix(lab.weights[layer, head], masked=~keep, row_labels=run.tokens, col_labels=run.tokens)
         self.heatmap.set_title(f"<b>L{layer + 1} H{head + 1}</b>: the compressed run's weights, evicted keys hatched")

@@ -30,6 +30,7 @@ class KVLabTab(TabPresenter):
         view.bar.runRequested.connect(self.run)
         view.sweepRequested.connect(self.sweep)
         view.bar.cancelRequested.connect(self.cancel)
+        compute.cancelRequested.connect(self._on_escape)
         view.modelCombo.currentIndexChanged.connect(lambda _i: view.clear_curves())
         self._offer_models()
 
@@ -95,6 +96,10 @@ class KVLabTab(TabPresenter):
     def cancel(self) -> None:
         self.compute.side.cancel(CHANNEL)
         self._idle("cancelled")
+
+    def _on_escape(self) -> None:
+        if self.view.bar.is_busy():
+            self.cancel()
 
     def _ran(self, lab) -> None:
         self._idle("")

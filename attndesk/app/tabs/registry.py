@@ -41,6 +41,7 @@ from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
 from ..views.implementation import ImplementationPanel
+from ..views.kvlab import KVLabView
 from ..views.logit_lens import LogitLensView
 from ..views.online_softmax import OnlineSoftmaxView
 from ..views.patching import PatchingView
@@ -53,6 +54,7 @@ from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
 from .implementation import ImplementationTab
+from .kvlab import KVLAB_TAB, KVLabTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, TOY_ONLY, OnlineSoftmaxTab
 from .positions import PositionsTab
 from .rollout import TOY_MESSAGE, RolloutTab
@@ -221,6 +223,16 @@ TABS: tuple[TabSpec, ...] = (
         TrainView,
         _train,
         reveal="opened",
+        scroll=True,
+    ),
+    TabSpec(
+        KVLAB_TAB,
+        "KV cache",
+        "decoders and the trained toys: what each KV-cache eviction policy keeps, head by head, and what it "
+        "costs against the budget (the oracle beside it); sink and retrieval heads",
+        KVLabView,
+        _presenter(KVLabTab),
+        model_kinds=frozenset({"decoder"}),
         scroll=True,
     ),
     TabSpec(

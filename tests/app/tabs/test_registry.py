@@ -27,6 +27,7 @@ TOY_TABS = [
     "Online softmax",
     "Corpus",
     "Train",
+    "KV cache",
 ]
 
 
@@ -70,7 +71,7 @@ def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, fol
     assert [title for _id, title in window.shown_tabs()] == [*TOY_TABS, "Circuit"]  # on the trained presets
     assert window.pretrained.open_folder(folders["bert"])
     assert window.shown_tabs() == expected("pretrained", "encoder")
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + [
+    assert [title for _id, title in window.shown_tabs()] == [t for t in TOY_TABS if t != "KV cache"] + [
         "All layers",
         "Generate",
         "Patching",

@@ -89,14 +89,14 @@ def _scrolled(view: QWidget) -> QWidget:
     return area
 
 
-TAB_PADDING = "QTabBar::tab { padding: 5px 6px; }"  # the style's 12 px each side: 14 titles took 1,140 px
-TAB_FONT_SCALE = 0.95
+TAB_PADDING = "QTabBar::tab { padding: 5px 3px; }"  # the style's 12 px each side: 16 titles took 1,330 px
+TAB_FONT_SCALE = 0.93
 TIMING_DOCK_PX = 150  # the timing dock's first height, its least: the tabs keep 3/4 of an 800 px window
 
 
 def fit_tabs(tabs: QTabWidget) -> None:
     """Every title on screen at once: tighter padding and a slightly smaller font, so a pretrained
-    model's 14 tabs fit the 1280-pixel window beside its docks; narrower still, titles are elided
+    decoder's 16 tabs fit the 1280-pixel window beside its docks; narrower still, titles are elided
     (the tooltip names the tab) rather than hidden behind scroll arrows."""
     bar = tabs.tabBar()
     size = bar.font().pointSizeF() * TAB_FONT_SCALE  # a style sheet's polish resets a font set with setFont

@@ -89,7 +89,7 @@ def _scrolled(view: QWidget) -> QWidget:
     return area
 
 
-TAB_PADDING = "QTabBar::tab { padding: 5px 3px; }"  # the style's 12 px each side: 16 titles took 1,330 px
+TAB_PADDING = "QTabBar::tab { padding: 5px 3px; }"  # the style gives 12 px each side
 TAB_FONT_SCALE = 0.93
 TIMING_DOCK_PX = 150  # the timing dock's first height, its least: the tabs keep 3/4 of an 800 px window
 

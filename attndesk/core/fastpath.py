@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -44,7 +44,9 @@ BLOCK_BYTES = 4 << 20
 FAST_DTYPES = (torch.float32, torch.float64)
 _NEG_INF = float("-inf")
 
-_onednn_op = None  # resolved lazily by onednn(): the op, or False where it is missing or wrong
+_onednn_op: Callable[..., torch.Tensor] | Literal[False] | None = (
+    None  # resolved lazily by onednn(): the op, or False where it is missing or wrong
+)
 
 
 def onednn():

@@ -39,7 +39,7 @@ from .scoring import Scoring, softmax_rows
 from .timing import NULL_TIMER
 
 # Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
-# a block stays in the L2/L3 caches between its GEMM and its softmax (4 MiB measured best here).
+# a block stays in the L2/L3 caches between its GEMM and its softmax (docs/benchmarks.md, long sequences).
 BLOCK_BYTES = 4 << 20
 FAST_DTYPES = (torch.float32, torch.float64)
 _NEG_INF = float("-inf")

@@ -29,8 +29,8 @@ HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storag
 # Rough sustained rates of the attention work (GFLOP/s) for the time estimate only; measured by
 # benchmarks/bench_long.py on a 2-core CPU. A GPU is much faster; we do not guess how much.
 _RATE = {"cpu": 50e9}
-# With small heads the per-cell softmax/exp and memory traffic dominate the FLOPs (16k tokens x
-# 4 heads of 16 dims took ~24 s where the FLOPs said ~1 s): at least this long per cell.
+# With small heads the per-cell softmax/exp and memory traffic dominate the FLOPs (docs/benchmarks.md,
+# long sequences): at least this long per cell.
 CELL_SECONDS = 5e-9
 
 

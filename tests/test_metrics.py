@@ -23,9 +23,7 @@ HEAVY = {"ray", "umap", "duckdb", "transformers", "selenium", "torch"}
 
 # function -> its lines, over MAX_FUNCTION_LINES (target: empty)
 LONG_FUNCTIONS = {
-    "attndesk/cli/corpus.py:register": 72,
     "attndesk/cli/patch.py:run": 62,
-    "attndesk/cli/render.py:_output_arguments": 86,
     "attndesk/cli/render_image.py:image_figures": 72,
     "attndesk/core/attention.py:attend": 80,
     "attndesk/core/fastpath.py:fast_attention": 65,

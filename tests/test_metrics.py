@@ -36,7 +36,6 @@ LONG_FUNCTIONS = {
     "attndesk/core/pretrained/vision.py:run_image": 76,
     "attndesk/kvcache/regressions.py:sink_model": 61,
     "attndesk/kvcache/simulate.py:simulate": 62,
-    "attndesk/render/figure.py:figure_from_map": 68,
     "attndesk/render/kvcache.py:write_curves": 82,
     "attndesk/render/kvcache.py:write_curves.paint": 68,
 }

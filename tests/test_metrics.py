@@ -30,7 +30,6 @@ LONG_FUNCTIONS = {
     "attndesk/core/interp/lens.py:direct_logit_attribution": 63,
     "attndesk/core/interp/patching.py:activation_patching": 73,
     "attndesk/core/pipeline.py:run_attention": 82,
-    "attndesk/core/plan.py:plan_run": 82,
     "attndesk/core/pretrained/loader.py:_vision_model": 61,
     "attndesk/core/pretrained/run.py:run_pretrained": 71,
     "attndesk/core/pretrained/vision.py:run_image": 76,

@@ -2,7 +2,9 @@
 
 - ``Head``: which weights a view means, a head index or ``MEAN`` (their mean over heads).
 - ``Intermediates``: every stage of one attention layer's computation, for the step-through
-  (the x-transformers ``Intermediates`` idea, for one batch item; numpy, float32).
+  (the x-transformers ``Intermediates`` idea, for one batch item; numpy, float32), and the
+  step-through's stage names (``BASE_STAGES``, ``SHOWN_STAGES``, ``LAYER_STAGES``, ``PER_HEAD_STAGES``,
+  ``KV_STAGES``), declared once for the window and the trainer.
 - ``AttentionMap``: one set of H heads over queries x keys, ready to draw, export or inspect,
   whatever produced it (the toy model, one layer of a real model, a cross-attention block).
 
@@ -80,6 +82,35 @@ class Intermediates:
         return tuple(name for name in self.names() if getattr(self, name) is not None)
 
 
+# The step-through's stage names, declared once (the window's step-through and the trainer's
+# stacked stages read them). The 2017 layer's ten stages, always there:
+BASE_STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
+# Every stage a run can show, in the order of the computation: the ``Intermediates`` fields, but
+# with "angles" (RoPE's rotation angle of every position and dimension pair, derived from the
+# positions) and without "sink_logit" (a number per head, shown in the sink's formula, not a matrix).
+SHOWN_STAGES = (
+    "embeddings",
+    "q_raw",
+    "k_raw",
+    "angles",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "scaled",
+    "capped",
+    "bias",
+    "masked",
+    "weights",
+    "sink",
+    "context",
+    "output",
+)
+LAYER_STAGES = ("embeddings", "output")  # one per layer, shared by its heads
+PER_HEAD_STAGES = frozenset(SHOWN_STAGES) - {*LAYER_STAGES, "angles"}  # one matrix per query head
+KV_STAGES = frozenset({"k_raw", "k", "v"})  # one per K/V head; their rows are the keys
+
+
 @dataclass(eq=False)
 class AttentionMap:
     """H heads of attention weights over ``queries`` (rows) x ``keys`` (columns), to show.
@@ -151,4 +182,14 @@ class AttentionMap:
         return float(self.weights[int(head), q, k])
 
 
-__all__ = ["MEAN", "AttentionMap", "Head", "Intermediates"]
+__all__ = [
+    "BASE_STAGES",
+    "KV_STAGES",
+    "LAYER_STAGES",
+    "MEAN",
+    "PER_HEAD_STAGES",
+    "SHOWN_STAGES",
+    "AttentionMap",
+    "Head",
+    "Intermediates",
+]

@@ -48,10 +48,10 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core import select
-from attndesk.core.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
+from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..jobs.background import Background
 from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource

@@ -38,10 +38,10 @@ from attndesk.core.compare import (
 from attndesk.core.config import AttentionConfig
 from attndesk.core.diff import diff_bytes
 from attndesk.core.errors import ConfigError
-from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
 from attndesk.core.types import MEAN, AttentionMap, Head, head_name
 from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
+from attndesk.session.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 
 from ..results import text_of
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix

@@ -250,11 +250,12 @@ def attndesk_attention(
         scoring = Scoring.of(query.shape[-1], scale=scaling, softcap=softcap, sinks=s_aux)
         context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop)
         return context.transpose(1, 2).contiguous(), weights
+    assert capture is not None  # a site is one of the capture's
     capture.calls.append((module, site, int(query.shape[1]), int(key.shape[1])))
     capture.scales.append(scaling)
     capture.observe(site, query, key)
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
-    keep = {} if capture.wants_stages(site) else None
+    keep: dict[str, torch.Tensor] | None = {} if capture.wants_stages(site) else None
     scoring = Scoring.of(query.shape[-1], scale=scale, softcap=softcap, sinks=s_aux)
     capture.attending(site, query, key, mask, bias, scoring)
     context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop, keep=keep)

@@ -125,7 +125,7 @@ def test_a_difference_over_the_memory_budget_is_refused_a_and_b_still_drawn(view
 
 
 def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(qtbot, view):
-    from attndesk.core.ledger import MemoryLedger, arrays_of
+    from attndesk.session.ledger import MemoryLedger, arrays_of
 
     view.ledger = ledger = MemoryLedger(None, post=lambda fn: fn())
     a = run_attention(CFG, TEXT)

@@ -130,7 +130,7 @@ bench-circuits: $(STAMP)
 
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
+	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag --tabs
 
 # the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
 bench-relayout: $(STAMP)

@@ -1,7 +1,8 @@
 """``attndesk circuit``: score every edge of a model's graph between a clean and a corrupted prompt,
 choose a circuit, and write the edge table (CSV and Parquet), the circuit (JSON), its faithfulness
-curve beside random edge sets (CSV and PNG) and the graph figure (PNG and SVG) into an empty
-folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
+curve beside random edge sets (CSV and PNG), the graph figure (PNG and SVG) and, with
+``--path-patching q|k|v``, the senders x receivers path-patching heatmap (CSV and PNG) into an
+empty folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
 
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def register(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--tau", type=float, default=None, metavar="X", help="acdc: drop an edge moving the metric < X")
     p.add_argument("--draws", type=int, default=10, help="random edge sets per circuit size (default 10)")
+    p.add_argument(
+        "--path-patching",
+        choices=("q", "k", "v"),
+        default=None,
+        metavar="q|k|v",
+        help="also path-patch every sender head into every later head's q, k or v input "
+        "(path_patching_<kind>.csv and .png: senders x receivers)",
+    )
     p.add_argument("--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text")
     p.add_argument("--memory-budget", type=int, default=None, metavar="BYTES", help="bytes one batched pass may take")
     p.add_argument("--out", metavar="DIR", required=True, help="a new or empty folder to write into")
@@ -100,7 +109,7 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit
+    from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit, path_patching
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
@@ -142,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
                 circuit = find_circuit(table, top_n=top, prune=args.connected)
             curve = faithfulness_curve(model, table, *prompts, draws=args.draws, progress=progress.update, **common)
             faith = faithfulness(model, circuit, *prompts, **common)
+            paths = (
+                None
+                if args.path_patching is None
+                else path_patching(model, *prompts, kind=args.path_patching, progress=progress.update, **common)
+            )
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     seconds = time.perf_counter() - start
@@ -158,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         "corrupt_metric": table.attrs["corrupt_metric"],
         "seconds": round(seconds, 3),
     }
-    for path in _write(folder, table, circuit, curve, about):
+    for path in _write(folder, table, circuit, curve, about, paths):
         print(path, flush=True)
     print(
         f"attndesk: {len(circuit):,} of {len(table):,} edges kept, faithfulness {faith:.3f} "
@@ -168,9 +182,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(folder, table, circuit, curve, about) -> list:
+def _write(folder, table, circuit, curve, about, paths=None) -> list:
+    from attndesk.cli.patch import heatmap
     from attndesk.core.interp import save_circuit
-    from attndesk.render import ensure_gui_app
+    from attndesk.render import ensure_gui_app, export_figure
     from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
     from attndesk.render.export import ExportError, OutputSet
 
@@ -187,6 +202,23 @@ def _write(folder, table, circuit, curve, about) -> list:
             write_faithfulness_curve(curve, out.path("faithfulness.png"), title=f"faithfulness ({about['metric']})")
             for ext in ("png", "svg"):
                 write_circuit_figure(table, circuit, out.path(f"graph.{ext}"), title=title)
+            if paths is not None:
+                kind = paths.attrs["kind"]
+                name = f"path_patching_{kind}"
+                paths.rename_axis("sender").to_csv(out.path(f"{name}.csv"))
+                # the figure leaves out the senders that feed no head (the last layer) and the
+                # receivers no head feeds (the first layer)
+                shown = paths.dropna(how="all").dropna(axis=1, how="all")
+                figure = heatmap(
+                    shown.to_numpy(dtype=float),
+                    list(shown.index),
+                    list(shown.columns),
+                    f"path patching into {kind} ({about['metric']}, corrupted sender into the clean run)",
+                    "sender head",
+                    f"receiver ({kind} input)",
+                    "m_patched - m_clean",
+                )
+                export_figure(figure, out.path(f"{name}.png"))
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

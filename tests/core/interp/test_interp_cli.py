@@ -236,6 +236,27 @@ def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path
     assert "6 of 81 edges kept" in err[-1]
 
 
+def test_circuit_writes_the_path_patching_heatmap(qapp, capsys, tmp_path):
+    import pandas as pd
+    from PySide6.QtGui import QImage
+
+    from attndesk.core.interp import path_patching
+    from attndesk.train.presets import load_preset
+
+    out = tmp_path / "paths"
+    args = ("--method", "eap", "--draws", "1", "--path-patching", "k", "--out", str(out))
+    code, lines, err = run_cli(capsys, "circuit", "--trained", "induction", *INDUCTION, *args)
+    assert code == 0, err
+    assert {"path_patching_k.csv", "path_patching_k.png"} <= {Path(line).name for line in lines}
+    table = pd.read_csv(out / "path_patching_k.csv", index_col="sender")
+    want = path_patching(load_preset("induction"), [0, 5, 6, 7, 8, 5, 6], [0, 9, 10, 11, 12, 5, 6], 7, 11, kind="k")
+    assert list(table.index) == list(want.index) and list(table.columns) == list(want.columns)
+    np.testing.assert_allclose(table.to_numpy(), want.to_numpy(), rtol=1e-9, atol=1e-12)  # NaN where none
+    assert np.isfinite(table.to_numpy()).any() and np.isnan(table.to_numpy()).any()
+    image = QImage(str(out / "path_patching_k.png"))
+    assert not image.isNull() and image.width() > 100
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

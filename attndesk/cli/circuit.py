@@ -171,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
         "clean_metric": table.attrs["clean_metric"],
         "corrupt_metric": table.attrs["corrupt_metric"],
         "seconds": round(seconds, 3),
+        # what the faithfulness was measured on: `attndesk reproduce` measures it again from a bundle
+        "question": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong, "target": args.target},
     }
     for path in _write(folder, table, circuit, curve, about, paths):
         print(path, flush=True)

@@ -11,6 +11,7 @@ model's files and the probe input's token ids, and its text is the probe input t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +132,12 @@ def save_bundle(
     layer: int | None = None,
     memory_budget: int | None = None,
     trained: TrainRun | None = None,
+    circuits: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write ``result`` (an ``AttentionResult`` of the toy model or a ``PretrainedResult``) and
     ``state`` (the session that made it) as the bundle ``path``; BundleError says why not.
-    ``trained``: the trained model that computed a toy result of trained weights."""
+    ``trained``: the trained model that computed a toy result of trained weights; ``circuits``: file
+    name -> an edge circuit's JSON of this model (``attndesk circuit``'s circuit.json)."""
 
     pretrained = hasattr(result, "parts")
     if pretrained != (state.mode.kind == "pretrained"):
@@ -165,6 +168,7 @@ def save_bundle(
         figures=figures,
         run=run,
         model_files=model_files,
+        circuits=circuits,
     )
 
 

@@ -337,3 +337,64 @@ def test_circuit_connected_keeps_only_connected_edges(qapp, capsys, tmp_path):
     assert (
         load_circuit(out / "circuit.json") == find_circuit(table, top_n=6, prune=True) != find_circuit(table, top_n=6)
     )
+
+
+def test_a_circuit_goes_into_a_bundle_and_reproduce_measures_it_again(qapp, capsys, tmp_path, folders):
+    from attndesk.core.bundle import read_bundle
+
+    model = str(folders["gpt2"])
+    found = tmp_path / "found"
+    args = ("--clean", CLEAN, "--corrupt", "the dog sat on the mat", "--answer", "mat", "--wrong", "cat")
+    code, _, err = run_cli(
+        capsys, "circuit", "--model", model, *args, "--method", "eap", "--draws", "1", "--out", str(found)
+    )
+    assert code == 0, err
+    document = json.loads((found / "circuit.json").read_text())
+    assert document["question"]["clean"] == CLEAN and document["question"]["wrong"] == "cat"
+    bundle = tmp_path / "b.zip"
+    code, _, err = run_cli(
+        capsys,
+        "bundle",
+        "--model",
+        model,
+        "--text",
+        CLEAN,
+        "--circuit",
+        str(found / "circuit.json"),
+        "--out",
+        str(bundle),
+    )
+    assert code == 0, err
+    assert read_bundle(bundle).circuits == {"circuit.json": (found / "circuit.json").read_bytes()}
+    code, lines, err = run_cli(capsys, "reproduce", str(bundle))
+    assert code == 0, err
+    line = next(line for line in lines if line.startswith("circuit circuit.json"))
+    assert f"faithfulness {document['faithfulness']:.6g} (bundled {document['faithfulness']:.6g})" in line
+    # a circuit whose recorded faithfulness is not what its edges give fails the check
+    document["faithfulness"] += 0.5
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(document))
+    code, _, err = run_cli(
+        capsys, "bundle", "--model", model, "--text", CLEAN, "--circuit", str(wrong), "--out", str(tmp_path / "w.zip")
+    )
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "reproduce", str(tmp_path / "w.zip"))
+    assert code == 1 and "wrong.json's faithfulness" in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"question": None}, "does not record its question"), ({"format": "x"}, "not an attndesk circuit")],
+)
+def test_a_bundle_refuses_a_circuit_it_cannot_check(capsys, tmp_path, folders, change, message):
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps({"format": "attndesk-circuit", "version": 1, "faithfulness": 1.0, "edges": [], **change})
+    )
+    out = tmp_path / "b.zip"
+    code, lines, err = run_cli(
+        capsys, "bundle", "--model", str(folders["gpt2"]), "--text", CLEAN, "--circuit", str(path), "--out", str(out)
+    )
+    assert code == 2 and lines == [] and len(err) == 1 and message in err[0] and not out.exists()
+    code, _, err = run_cli(capsys, "bundle", "--text", CLEAN, "--circuit", str(path), "--out", str(out))
+    assert code == 2 and "--circuit goes with --model" in err[0]

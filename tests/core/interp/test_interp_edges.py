@@ -260,14 +260,14 @@ def test_grouped_kv_edges_end_at_the_group(folders):
     assert set(graph[graph.kind == "q"].dst) == {f"L{layer}.H{h}" for layer in range(2) for h in range(4)}
 
 
-@pytest.mark.parametrize(("name", "kind"), [("gpt2", "v"), ("llama", "k")])
+@pytest.mark.parametrize(("name", "kind"), [("gpt2", "v"), ("llama", "k"), ("gpt_neox", "q"), ("phi3", "v")])
 def test_path_patching_equals_plain_hooks(folders, name, kind):
     model, hf = _loaded(folders, name)
     frame = path_patching(model, CLEAN, CORRUPT, ANSWER, WRONG, kind=kind)
     assert frame.loc["L1.H0"].isna().all()  # a layer's heads send to no head of their own layer
     for sender in ("L0.H0", "L0.H3"):
         for receiver in frame.columns[-2:]:
-            want = _reference(hf, name, model, sender, receiver, kind, base="clean")
+            want = _reference(hf, REFERENCE.get(name, "llama"), model, sender, receiver, kind, base="clean")
             assert frame.loc[sender, receiver] == pytest.approx(want, abs=2e-5 + 1e-4 * abs(want))
 
 

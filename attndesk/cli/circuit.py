@@ -1,6 +1,7 @@
 """``attndesk circuit``: score every edge of a model's graph between a clean and a corrupted prompt,
 choose a circuit, and write the edge table (CSV and Parquet), the circuit (JSON), its faithfulness
-curve beside random edge sets (CSV and PNG), the graph figure (PNG and SVG) and, with
+curve beside random edge sets (CSV and PNG), the graph figure (PNG and SVG), the interactive page
+of both (circuit.html) and, with
 ``--path-patching q|k|v``, the senders x receivers path-patching heatmap (CSV and PNG) into an
 empty folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
 
@@ -190,6 +191,7 @@ def _write(folder, table, circuit, curve, about, paths=None) -> list:
     from attndesk.render import ensure_gui_app, export_figure
     from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
     from attndesk.render.export import ExportError, OutputSet
+    from attndesk.render.page_circuit import write_circuit_page
 
     ensure_gui_app(headless=True)
     plain = table.copy()
@@ -204,6 +206,8 @@ def _write(folder, table, circuit, curve, about, paths=None) -> list:
             write_faithfulness_curve(curve, out.path("faithfulness.png"), title=f"faithfulness ({about['metric']})")
             for ext in ("png", "svg"):
                 write_circuit_figure(table, circuit, out.path(f"graph.{ext}"), title=title)
+            settings = {k: about[k] for k in ("model", "method", "scores", "metric", "faithfulness")}
+            write_circuit_page(table, circuit, curve, out.path("circuit.html"), title=title, settings=settings)
             if paths is not None:
                 kind = paths.attrs["kind"]
                 name = f"path_patching_{kind}"

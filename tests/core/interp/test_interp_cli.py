@@ -223,6 +223,7 @@ def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path
         "faithfulness.png",
         "graph.png",
         "graph.svg",
+        "circuit.html",
     }
     assert {p.name for p in out.iterdir()} == names
     assert sorted(lines) == sorted(str(out / n) for n in names)

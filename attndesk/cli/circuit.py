@@ -110,7 +110,10 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit, path_patching
+    from attndesk.render.page_circuit import CURVE
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
@@ -175,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
         # what the faithfulness was measured on: `attndesk reproduce` measures it again from a bundle
         "question": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong, "target": args.target},
     }
+    # what a bundle's page draws of the circuit: its edges' scores and its curve
+    kept = set(circuit)
+    about["edge_scores"] = [
+        [s, d, k, float(v)] for s, d, k, v in zip(table.src, table.dst, table.kind, table.score) if (s, d, k) in kept
+    ]
+    about["curve"] = {c: [None if np.isnan(v) else float(v) for v in curve[c]] for c in CURVE}
     for path in _write(folder, table, circuit, curve, about, paths):
         print(path, flush=True)
     print(

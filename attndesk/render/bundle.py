@@ -71,7 +71,8 @@ def run_settings(mode: ModeId, target_text: str, result: Any) -> dict[str, Any]:
 
 def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str, bytes]:
     """A PNG of every map's heads, and the interactive page when the run fits one (``page``:
-    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``)."""
+    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``, optional ``circuit``: a
+    page's circuit entry, drawn below the maps)."""
     ensure_gui_app(headless=True)
     figures = {}
     for amap in (getattr(m, "map", m) for m in page["maps"]):
@@ -83,6 +84,8 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
         )
     except PageTooLarge:
         return figures  # the weights are in the bundle anyway; a page would be over its limit
+    if page.get("circuit") is not None:
+        doc["circuit"] = page["circuit"]
     figures[page["name"]] = page_html(doc).encode("utf-8")
     return figures
 
@@ -103,6 +106,22 @@ def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) 
         "name": f"attn_{result.file_tag(layer)}.html",
         "title": result.model_name,
     }
+
+
+def _first_circuit(circuits: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """The page's circuit entry of the first bundled circuit that records its scores and curve."""
+    import json
+
+    from attndesk.render.page_circuit import circuit_section
+
+    for name in sorted(circuits):
+        try:
+            section = circuit_section(json.loads(circuits[name]))
+        except (ValueError, TypeError):
+            continue
+        if section is not None:
+            return section
+    return None
 
 
 def trained_model(result: Any, trained: TrainRun | None) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -158,7 +177,9 @@ def save_bundle(
         model = {"kind": "toy", "config": result.config.to_dict()}
         texts = {"text": state.text, **({"key_text": state.key_text} if state.cross else {})}
     weights = run_weights(result, layer)
-    figures = bundle_figures(_page(state, result, layer, folder), colormap)
+    page = _page(state, result, layer, folder)
+    page["circuit"] = _first_circuit(circuits or {})
+    figures = bundle_figures(page, colormap)
     return write_bundle(
         path,
         session=session_json(state),

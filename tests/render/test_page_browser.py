@@ -393,3 +393,22 @@ def test_the_circuit_page_draws_the_graph_and_the_curve(browser, tmp_path):
     assert browser.execute_script("return document.getElementById('random-band') !== null")
     assert not browser.find_element("id", "circuit").get_attribute("hidden")
     assert console_errors(browser) == []
+
+
+def test_a_page_of_maps_also_draws_a_bundled_circuit(browser, tmp_path):
+    from attndesk.render.page import page_data, write_document
+    from attndesk.render.page_circuit import circuit_section
+
+    doc = page_data([softmax_map(2, 4)], "maps and a circuit")
+    doc["circuit"] = circuit_section(
+        {
+            "edge_scores": [["embed", "L0.H0", "q", 0.3], ["L0.H0", "logits", "logits", -0.2]],
+            "curve": {"size": [0, 2], "faithfulness": [0.0, 1.0], "random_mean": [0.0, 1.0], "random_std": [0.0, 0.0]},
+            "edges_total": 9,
+        }
+    )
+    open_page(browser, write_document(doc, tmp_path / "both.html"))
+    assert browser.execute_script("return document.querySelectorAll('#grid .map canvas').length") == 2
+    assert browser.execute_script("return document.querySelectorAll('#circuit-graph line.edge').length") == 2
+    assert browser.find_element("css selector", "#circuit h2").text == "Circuit · 2 of 9 edges"
+    assert console_errors(browser) == []

@@ -367,6 +367,22 @@ def test_a_circuit_goes_into_a_bundle_and_reproduce_measures_it_again(qapp, caps
     )
     assert code == 0, err
     assert read_bundle(bundle).circuits == {"circuit.json": (found / "circuit.json").read_bytes()}
+    # the bundle's page draws the circuit: its edges with their scores from the edge table
+    import zipfile
+
+    import pandas as pd
+
+    from attndesk.render.page import read_page_data
+
+    with zipfile.ZipFile(bundle) as zf:
+        page = next(n for n in zf.namelist() if n.endswith(".html"))
+        (tmp_path / "page.html").write_bytes(zf.read(page))
+    drawn = read_page_data(tmp_path / "page.html")["circuit"]
+    table = pd.read_csv(found / "edges.csv").set_index(["src", "dst", "kind"])
+    assert {(e["src"], e["dst"], e["kind"]) for e in drawn["edges"]} == {tuple(e) for e in document["edges"]}
+    for e in drawn["edges"]:
+        assert e["score"] == pytest.approx(table.loc[(e["src"], e["dst"], e["kind"]), "score"], rel=1e-12)
+    assert drawn["total"] == 110 and drawn["curve"]["faithfulness"][-1] == 1.0
     code, lines, err = run_cli(capsys, "reproduce", str(bundle))
     assert code == 0, err
     line = next(line for line in lines if line.startswith("circuit circuit.json"))

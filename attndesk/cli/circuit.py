@@ -1,7 +1,9 @@
 """``attndesk circuit``: score every edge of a model's graph between a clean and a corrupted prompt,
 choose a circuit, and write the edge table (CSV and Parquet), the circuit (JSON), its faithfulness
-curve beside random edge sets (CSV and PNG) and the graph figure (PNG and SVG) into an empty
-folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
+curve beside random edge sets (CSV and PNG), the graph figure (PNG and SVG), the interactive page
+of both (circuit.html) and, with
+``--path-patching q|k|v``, the senders x receivers path-patching heatmap (CSV and PNG) into an
+empty folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
 
 from __future__ import annotations
 
@@ -56,6 +58,14 @@ def register(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--tau", type=float, default=None, metavar="X", help="acdc: drop an edge moving the metric < X")
     p.add_argument("--draws", type=int, default=10, help="random edge sets per circuit size (default 10)")
+    p.add_argument(
+        "--path-patching",
+        choices=("q", "k", "v"),
+        default=None,
+        metavar="q|k|v",
+        help="also path-patch every sender head into every later head's q, k or v input "
+        "(path_patching_<kind>.csv and .png: senders x receivers)",
+    )
     p.add_argument("--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text")
     p.add_argument("--memory-budget", type=int, default=None, metavar="BYTES", help="bytes one batched pass may take")
     p.add_argument("--out", metavar="DIR", required=True, help="a new or empty folder to write into")
@@ -100,7 +110,10 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit
+    import numpy as np
+
+    from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit, path_patching
+    from attndesk.render.page_circuit import CURVE
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
@@ -142,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
                 circuit = find_circuit(table, top_n=top, prune=args.connected)
             curve = faithfulness_curve(model, table, *prompts, draws=args.draws, progress=progress.update, **common)
             faith = faithfulness(model, circuit, *prompts, **common)
+            paths = (
+                None
+                if args.path_patching is None
+                else path_patching(model, *prompts, kind=args.path_patching, progress=progress.update, **common)
+            )
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     seconds = time.perf_counter() - start
@@ -157,8 +175,16 @@ def run(args: argparse.Namespace) -> int:
         "clean_metric": table.attrs["clean_metric"],
         "corrupt_metric": table.attrs["corrupt_metric"],
         "seconds": round(seconds, 3),
+        # what the faithfulness was measured on: `attndesk reproduce` measures it again from a bundle
+        "question": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong, "target": args.target},
     }
-    for path in _write(folder, table, circuit, curve, about):
+    # what a bundle's page draws of the circuit: its edges' scores and its curve
+    kept = set(circuit)
+    about["edge_scores"] = [
+        [s, d, k, float(v)] for s, d, k, v in zip(table.src, table.dst, table.kind, table.score) if (s, d, k) in kept
+    ]
+    about["curve"] = {c: [None if np.isnan(v) else float(v) for v in curve[c]] for c in CURVE}
+    for path in _write(folder, table, circuit, curve, about, paths):
         print(path, flush=True)
     print(
         f"attndesk: {len(circuit):,} of {len(table):,} edges kept, faithfulness {faith:.3f} "
@@ -168,11 +194,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(folder, table, circuit, curve, about) -> list:
+def _write(folder, table, circuit, curve, about, paths=None) -> list:
+    from attndesk.cli.patch import heatmap
     from attndesk.core.interp import save_circuit
-    from attndesk.render import ensure_gui_app
+    from attndesk.render import ensure_gui_app, export_figure
     from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
     from attndesk.render.export import ExportError, OutputSet
+    from attndesk.render.page_circuit import write_circuit_page
 
     ensure_gui_app(headless=True)
     plain = table.copy()
@@ -187,6 +215,25 @@ def _write(folder, table, circuit, curve, about) -> list:
             write_faithfulness_curve(curve, out.path("faithfulness.png"), title=f"faithfulness ({about['metric']})")
             for ext in ("png", "svg"):
                 write_circuit_figure(table, circuit, out.path(f"graph.{ext}"), title=title)
+            settings = {k: about[k] for k in ("model", "method", "scores", "metric", "faithfulness")}
+            write_circuit_page(table, circuit, curve, out.path("circuit.html"), title=title, settings=settings)
+            if paths is not None:
+                kind = paths.attrs["kind"]
+                name = f"path_patching_{kind}"
+                paths.rename_axis("sender").to_csv(out.path(f"{name}.csv"))
+                # the figure leaves out the senders that feed no head (the last layer) and the
+                # receivers no head feeds (the first layer)
+                shown = paths.dropna(how="all").dropna(axis=1, how="all")
+                figure = heatmap(
+                    shown.to_numpy(dtype=float),
+                    list(shown.index),
+                    list(shown.columns),
+                    f"path patching into {kind} ({about['metric']}, corrupted sender into the clean run)",
+                    "sender head",
+                    f"receiver ({kind} input)",
+                    "m_patched - m_clean",
+                )
+                export_figure(figure, out.path(f"{name}.png"))
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

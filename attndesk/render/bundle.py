@@ -11,6 +11,7 @@ model's files and the probe input's token ids, and its text is the probe input t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def run_settings(mode: ModeId, target_text: str, result: Any) -> dict[str, Any]:
 
 def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str, bytes]:
     """A PNG of every map's heads, and the interactive page when the run fits one (``page``:
-    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``)."""
+    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``, optional ``circuit``: a
+    page's circuit entry, drawn below the maps)."""
     ensure_gui_app(headless=True)
     figures = {}
     for amap in (getattr(m, "map", m) for m in page["maps"]):
@@ -82,6 +84,8 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
         )
     except PageTooLarge:
         return figures  # the weights are in the bundle anyway; a page would be over its limit
+    if page.get("circuit") is not None:
+        doc["circuit"] = page["circuit"]
     figures[page["name"]] = page_html(doc).encode("utf-8")
     return figures
 
@@ -102,6 +106,22 @@ def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) 
         "name": f"attn_{result.file_tag(layer)}.html",
         "title": result.model_name,
     }
+
+
+def _first_circuit(circuits: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """The page's circuit entry of the first bundled circuit that records its scores and curve."""
+    import json
+
+    from attndesk.render.page_circuit import circuit_section
+
+    for name in sorted(circuits):
+        try:
+            section = circuit_section(json.loads(circuits[name]))
+        except (ValueError, TypeError):
+            continue
+        if section is not None:
+            return section
+    return None
 
 
 def trained_model(result: Any, trained: TrainRun | None) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -131,10 +151,12 @@ def save_bundle(
     layer: int | None = None,
     memory_budget: int | None = None,
     trained: TrainRun | None = None,
+    circuits: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write ``result`` (an ``AttentionResult`` of the toy model or a ``PretrainedResult``) and
     ``state`` (the session that made it) as the bundle ``path``; BundleError says why not.
-    ``trained``: the trained model that computed a toy result of trained weights."""
+    ``trained``: the trained model that computed a toy result of trained weights; ``circuits``: file
+    name -> an edge circuit's JSON of this model (``attndesk circuit``'s circuit.json)."""
 
     pretrained = hasattr(result, "parts")
     if pretrained != (state.mode.kind == "pretrained"):
@@ -155,7 +177,9 @@ def save_bundle(
         model = {"kind": "toy", "config": result.config.to_dict()}
         texts = {"text": state.text, **({"key_text": state.key_text} if state.cross else {})}
     weights = run_weights(result, layer)
-    figures = bundle_figures(_page(state, result, layer, folder), colormap)
+    page = _page(state, result, layer, folder)
+    page["circuit"] = _first_circuit(circuits or {})
+    figures = bundle_figures(page, colormap)
     return write_bundle(
         path,
         session=session_json(state),
@@ -165,6 +189,7 @@ def save_bundle(
         figures=figures,
         run=run,
         model_files=model_files,
+        circuits=circuits,
     )
 
 

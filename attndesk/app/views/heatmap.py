@@ -10,7 +10,7 @@ writes the figure (PNG/SVG/PDF) or the exact numbers (NPY/CSV) through attndesk.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -192,6 +192,7 @@ class MatrixPlot(QWidget):
         # yet. Until then its holder keeps the plot's place in the layout.
         self._square = square
         self._graphics: pg.PlotWidget | None = None
+        self._when_built: list[Callable[[], object]] = []
         self._holder = _PlotHolder()
         self._holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
@@ -233,7 +234,18 @@ class MatrixPlot(QWidget):
         graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._graphics = graphics
         self._holder.hold(graphics)
+        for action in self._when_built:
+            action()
+        self._when_built.clear()
         return graphics
+
+    def when_built(self, action: Callable[[], object]) -> None:
+        """Run ``action`` (an item added to the plot, a signal of its scene connected) once the plot
+        exists: now if it does, else when it is built."""
+        if self._graphics is None:
+            self._when_built.append(action)
+        else:
+            action()
 
     def showEvent(self, event) -> None:
         self._built()

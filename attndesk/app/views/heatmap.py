@@ -120,7 +120,8 @@ def _plot_size_hint() -> QSize:
 
 class _PlotHolder(QWidget):
     """Where a MatrixPlot's plot goes: empty until the plot is built (``hold``), then filled by it.
-    It reports the plot's size hints either way, so building the plot moves nothing around it."""
+    It reports a new plot's size hint and the plot's minimum size either way, so building the plot
+    moves nothing around it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -134,7 +135,9 @@ class _PlotHolder(QWidget):
             plot.show()
 
     def sizeHint(self) -> QSize:
-        return _plot_size_hint() if self.plot is None else self.plot.sizeHint()
+        # a new plot's, built or not: a built plot's own hint follows whatever size it was given
+        # first, so a scrolled page would take the size of the moment the plot was built
+        return _plot_size_hint()
 
     def minimumSizeHint(self) -> QSize:
         if self.plot is None:

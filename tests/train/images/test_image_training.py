@@ -1,0 +1,104 @@
+"""Vision training: a short run learns, a run saves and loads as a transformers folder with its
+record, the models name their tokens and return their attention."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attndesk.core.errors import ConfigError
+from attndesk.jobs import JobContext
+from attndesk.train.images.attention import forward_with_attention, rollout_map, vision_tokens
+from attndesk.train.images.models import VisionSpec, build_model, pixel_values
+from attndesk.train.images.presets import FORMAT, load_vision_run, read_record, save_vision_run
+from attndesk.train.images.trainer import accuracy, evaluation_set, train_vision
+
+
+@pytest.fixture(scope="module")
+def short_digits_run():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train_vision(VisionSpec(task="digits", epochs=4, lr=5e-3))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_short_run_learns_the_digits(short_digits_run):
+    run = short_digits_run
+    assert [row["epoch"] for row in run.history] == [1, 2, 3, 4]
+    assert run.history[-1]["loss"] < 0.5 * run.history[0]["loss"]
+    assert run.accuracy > 0.5  # chance is 0.1
+    assert run.accuracy == pytest.approx(accuracy(run.model, run.processor, evaluation_set(run.spec)))
+
+
+def test_a_run_saves_and_loads_with_its_record(short_digits_run, tmp_path):
+    run = short_digits_run
+    folder = save_vision_run(run, tmp_path / "digits")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+        "run.json",
+    ]
+    model, processor, record = load_vision_run(folder)
+    assert record["format"] == FORMAT and record["spec"]["epochs"] == 4
+    assert record["test_accuracy"] == run.accuracy and record["split"]["test_rows"][:3] == list(
+        map(int, evaluation_set(run.spec).index[:3])
+    )
+    test = evaluation_set(run.spec)
+    np.testing.assert_array_equal(
+        pixel_values(processor, test.images[:4]).numpy(), pixel_values(run.processor, test.images[:4]).numpy()
+    )
+    assert accuracy(model, processor, test) == run.accuracy
+    assert model.config.id2label[3] == "3"
+
+
+def test_a_folder_without_a_record_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_record(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ConfigError, match="not an attndesk vision run"):
+        read_record(tmp_path)
+
+
+def test_training_stops_when_cancelled():
+    ctx = JobContext()
+    ctx.cancel()
+    run = train_vision(VisionSpec(task="shapes", epochs=2, train_images=8, test_images=8), ctx=ctx)
+    assert run.history == []
+
+
+@pytest.mark.parametrize(
+    ("arch", "registers", "first"),
+    [
+        ("vit", 0, ["[CLS]", "(0,0)"]),
+        ("dinov2", 0, ["[CLS]", "(0,0)"]),
+        ("dinov2-registers", 2, ["[CLS]", "[REG0]", "[REG1]", "(0,0)"]),
+    ],
+)
+def test_models_name_their_tokens_and_return_their_attention(arch, registers, first):
+    spec = VisionSpec(task="shapes", arch=arch, registers=registers, hidden=16, mlp=32, heads=2)
+    torch.manual_seed(0)
+    model = build_model(spec, ("a", "b"))
+    tokens = vision_tokens(model)
+    assert tokens[: len(first)] == first and tokens[-1] == "(7,7)" and len(tokens) == 1 + registers + 64
+    image = np.zeros((1, 16, 16, 3), dtype=np.uint8)
+    from attndesk.train.images.models import image_processor
+
+    seen = forward_with_attention(model, pixel_values(image_processor(spec), image))
+    assert seen.weights.shape == (2, 2, len(tokens), len(tokens)) and seen.norms.shape == (2, len(tokens))
+    np.testing.assert_allclose(seen.weights.sum(-1), 1.0, atol=1e-5)
+    assert rollout_map(model, pixel_values(image_processor(spec), image)).shape == (8, 8)
+
+
+def test_a_spec_refuses_what_it_cannot_build():
+    with pytest.raises(ConfigError, match="no image task"):
+        VisionSpec(task="text")
+    with pytest.raises(ConfigError, match="registers"):
+        VisionSpec(task="shapes", arch="vit", registers=2)
+    with pytest.raises(ConfigError, match="divide"):
+        VisionSpec(task="shapes", hidden=30, heads=4)

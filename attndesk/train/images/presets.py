@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 import attndesk
-from attndesk.core.atomic import StagedFolder
+from attndesk.core.atomic import StagedFolder, current_umask
 from attndesk.core.errors import ConfigError
 from attndesk.core.machine import fingerprint_differences
 
@@ -47,9 +48,9 @@ EVAL_TOL_IMAGES = 1  # the shipped weights on another machine: this many test im
 
 VISION_PRESETS: dict[str, VisionSpec] = {
     "digits-vit": VisionSpec(task="digits", arch="vit", epochs=30),
-    "shapes-vit": VisionSpec(task="shapes", arch="vit", epochs=30),
-    "shapes-dinov2": VisionSpec(task="shapes", arch="dinov2", epochs=30),
-    "shapes-dinov2-registers": VisionSpec(task="shapes", arch="dinov2-registers", registers=4, epochs=30),
+    "shapes-vit": VisionSpec(task="shapes", arch="vit", epochs=40),
+    "shapes-dinov2": VisionSpec(task="shapes", arch="dinov2", epochs=40),
+    "shapes-dinov2-registers": VisionSpec(task="shapes", arch="dinov2-registers", registers=4, epochs=40),
 }
 ABOUT = {
     "digits-vit": "ViT, class token, 2x2 patches, 2 layers: scikit-learn's 8x8 digits",
@@ -137,7 +138,7 @@ def run_record(run: VisionRun, name: str | None = None) -> dict[str, Any]:
         "test_accuracy": run.accuracy,
         "history": run.history,
         "weights_sha256": weights_sha256(run.model.state_dict()),
-        "threads": torch.get_num_threads(),
+        "threads": run.threads,
         "seconds": run.seconds,
         "machine": preset_machine() if name is not None else None,
         "versions": {
@@ -154,7 +155,8 @@ def save_vision_run(run: VisionRun, folder: str | Path, name: str | None = None)
     state = {k: v.detach().contiguous() for k, v in run.model.state_dict().items()}
     with StagedFolder(folder) as stage:
         run.model.config.to_json_file(stage.path("config.json"))
-        save_file(state, str(stage.path("model.safetensors")), metadata={"format": "pt"})
+        save_file(state, str(stage.path("model.safetensors")), metadata={"format": "pt"})  # transformers' own
+        os.chmod(stage.path("model.safetensors"), 0o666 & ~current_umask())  # safetensors writes it private
         run.processor.to_json_file(stage.path("preprocessor_config.json"))
         stage.path(RECORD).write_text(json.dumps(run_record(run, name), indent=1) + "\n", encoding="utf-8")
     return folder

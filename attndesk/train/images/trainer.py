@@ -24,13 +24,15 @@ from .models import VisionSpec, build_model, image_processor, pixel_values
 @dataclass
 class VisionRun:
     """A trained model, its image processor and what its training records: the spec, the split,
-    each epoch's mean loss and test accuracy (``history``), the final test accuracy, the time."""
+    each epoch's mean loss and test accuracy (``history``), the final test accuracy, the time and
+    the thread count it trained on."""
 
     spec: VisionSpec
     model: Any  # a transformers image classifier
     processor: Any
     history: list[dict[str, float]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    threads: int = 0
 
     @property
     def accuracy(self) -> float:
@@ -109,7 +111,7 @@ def train_vision(spec: VisionSpec, *, ctx: JobContext | None = None) -> VisionRu
     schedule = torch.optim.lr_scheduler.OneCycleLR(
         optimiser, max_lr=spec.lr, total_steps=spec.epochs * batches, pct_start=0.1
     )
-    run = VisionRun(spec, model, processor)
+    run = VisionRun(spec, model, processor, threads=torch.get_num_threads())
     for epoch in range(spec.epochs):
         if ctx.cancelled:
             break

@@ -25,6 +25,7 @@ os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
 os.environ["XDG_DATA_HOME"] = os.path.join(_CONFIG_HOME, "data")
 os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402 - after the environment the settings read is set
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -128,3 +129,34 @@ class EarlierOut:
 @pytest.fixture
 def earlier_out(tmp_path) -> EarlierOut:
     return EarlierOut(tmp_path / "earlier")
+
+
+@pytest.fixture(scope="session")
+def image() -> np.ndarray:
+    """A 40 x 52 random RGB picture (the tiny vision models resize it to 32 x 32)."""
+    return np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
+
+
+@pytest.fixture(scope="session")
+def vision(tmp_path_factory):
+    """vision(name, **changes) -> (loaded model, transformers' eager reference, folder): a tiny
+    random vision checkpoint (tests/pretrained_models.py VISION_CONFIGS), built on first use."""
+    from pretrained_models import build_vision, eager_vision
+
+    from attndesk.core.pretrained import clear_cache, load_pretrained
+    from attndesk.core.pretrained.loader import transformers_offline
+
+    transformers_offline()
+    root = tmp_path_factory.mktemp("vision")
+    built: dict = {}
+
+    def get(name: str, **changes):
+        key = (name, tuple(sorted(changes.items())))
+        if key not in built:
+            folder = build_vision(name, root / f"{name}-{len(built)}", **changes)
+            built[key] = (load_pretrained(folder), eager_vision(folder), folder)
+        return built[key]
+
+    yield get
+    for _, _, folder in built.values():
+        clear_cache(folder)

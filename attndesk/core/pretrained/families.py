@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-Family = Literal["encoder", "decoder", "encoder-decoder"]
-FAMILIES: tuple[Family, ...] = ("encoder", "decoder", "encoder-decoder")
+Family = Literal["encoder", "decoder", "encoder-decoder", "vision"]
+FAMILIES: tuple[Family, ...] = ("encoder", "decoder", "encoder-decoder")  # the text families
 
 
 Positions = Literal["learned", "rope", "relative bias", "sinusoidal"]
@@ -61,6 +61,52 @@ SUPPORTED: dict[str, FamilyInfo] = {
     "marian": FamilyInfo("Marian", "encoder-decoder", "sinusoidal"),
 }
 
+
+@dataclass(frozen=True)
+class VisionInfo:
+    """A vision transformer family: which tokens come before the patches, and how it is built.
+
+    ``classes``: the transformers classes accepted from config.json's ``architectures`` (the
+    first, the bare tower, is used when none is named); ``registers``: the config field counting
+    register tokens; ``tower``: the sub-config of a two-tower checkpoint (CLIP, SigLIP) whose
+    vision tower is loaded; ``windows``: Swin's windowed attention (stages of windows, no class
+    token); ``interpolate``: the forward takes ``interpolate_pos_encoding``.
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    class_token: bool = True
+    distillation: bool = False
+    registers: str | None = None
+    tower: str | None = None
+    windows: bool = False
+    interpolate: bool = True
+
+
+# model_type (config.json) -> a vision family attndesk runs on images
+VISION: dict[str, VisionInfo] = {
+    "vit": VisionInfo("ViT", ("ViTModel", "ViTForImageClassification")),
+    "deit": VisionInfo(
+        "DeiT",
+        ("DeiTModel", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher"),
+        distillation=True,
+    ),
+    "dinov2": VisionInfo("DINOv2", ("Dinov2Model", "Dinov2ForImageClassification"), interpolate=False),
+    "dinov2_with_registers": VisionInfo(
+        "DINOv2 with registers",
+        ("Dinov2WithRegistersModel", "Dinov2WithRegistersForImageClassification"),
+        registers="num_register_tokens",
+        interpolate=False,
+    ),
+    "clip_vision_model": VisionInfo("CLIP vision tower", ("CLIPVisionModel", "CLIPVisionModelWithProjection")),
+    "clip": VisionInfo("CLIP vision tower", ("CLIPVisionModel",), tower="vision_config"),
+    "siglip_vision_model": VisionInfo("SigLIP vision tower", ("SiglipVisionModel",), class_token=False),
+    "siglip": VisionInfo("SigLIP vision tower", ("SiglipVisionModel",), class_token=False, tower="vision_config"),
+    "swin": VisionInfo(
+        "Swin", ("SwinModel", "SwinForImageClassification"), class_token=False, windows=True, interpolate=False
+    ),
+}
+
 # Facts of types outside the table that load through the interface (same fields as FamilyInfo's)
 _OTHER_FACTS: dict[str, dict] = {"camembert": {"position_offset": 2}}
 
@@ -87,6 +133,7 @@ def supported_names() -> str:
     for family in FAMILIES:
         names = [info.name for info in SUPPORTED.values() if info.family == family]
         parts.append(f"{family}s: {', '.join(names)}")
+    parts.append(f"vision: {', '.join(dict.fromkeys(info.name for info in VISION.values()))}")
     return "; ".join(parts)
 
 
@@ -187,9 +234,11 @@ __all__ = [
     "BYPASSES",
     "FAMILIES",
     "SUPPORTED",
+    "VISION",
     "Family",
     "FamilyInfo",
     "Positions",
+    "VisionInfo",
     "family_of",
     "infer_family",
     "supported_names",

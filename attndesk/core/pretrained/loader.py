@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -29,8 +29,9 @@ from ..devices import resolve_device
 from ..errors import NO_LM_HEAD, ConfigError
 from ..memory import format_bytes
 from ..process import freeze_long_lived
-from .backend import IMPLEMENTATION, Site, patch_rotary, register
-from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
+from .backend import IMPLEMENTATION, Capture, Site, capturing, patch_rotary, register
+from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_config, read_spec
+from .families import VISION, VisionInfo
 from .sites import check_layers, discover, install_hooks, layer_path
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class LoadedModel:
     notices: list[str] = field(default_factory=list)
     headless: bool = False  # a decoder / encoder-decoder saved without its LM head: no next-token features
     serial: int = field(default_factory=lambda: next(_serials))  # this load, for caches (id() is reused)
+    processor: Any = None  # a vision model's image processor (its ``tokenizer`` is None)
+    vision: VisionInfo | None = None  # what a vision model's tokens are (None: a text model)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _hooks: list = field(default_factory=list, repr=False)
 
@@ -81,6 +84,10 @@ class LoadedModel:
     @property
     def num_layers(self) -> int:
         return self.layers["self"]
+
+    @property
+    def is_vision(self) -> bool:
+        return self.vision is not None
 
     @property
     def max_tokens(self) -> int | None:
@@ -202,6 +209,14 @@ def load_pretrained(
         _check_budget(spec, budget)
         report(0.05, "importing transformers")
         transformers = transformers_offline()
+        if spec.family == "vision":
+            report(0.3, "reading the image processor and the weights")
+            loaded = _vision_model(transformers, spec, torch_device)
+            loaded.load_seconds = time.perf_counter() - start
+            _models[key] = loaded
+            _evict_to(budget)
+            report(1.0, f"loaded {spec.name}")
+            return loaded
         report(0.3, "reading the tokenizer")
         tokenizer = _tokenizer(transformers, spec)
         report(0.4, f"reading {spec.num_layers}-layer weights")
@@ -375,6 +390,84 @@ def _assemble(
     )
     loaded._hooks = install_hooks(model, sites)
     return loaded
+
+
+def _image_processor(transformers, spec: ModelSpec):
+    try:
+        return transformers.AutoImageProcessor.from_pretrained(
+            str(spec.path), local_files_only=True, trust_remote_code=False
+        )
+    except Exception as exc:  # the processor classes raise their own kinds
+        raise ConfigError(f"{spec.name}: the image processor cannot be read: {_first_line(exc)}") from None
+
+
+def _vision_class(transformers, spec: ModelSpec, info: VisionInfo):
+    """The class config.json's architectures name when the family accepts it, else the bare tower."""
+    named = [a for a in read_config(spec.path).get("architectures") or [] if a in info.classes]
+    return getattr(transformers, named[0] if named else info.classes[0])
+
+
+def _vision_model(transformers, spec: ModelSpec, device: torch.device) -> LoadedModel:
+    """A vision checkpoint with its image processor; every attention layer checked to reach attndesk
+    on a forward pass over a blank image of the configured size."""
+    info = VISION[spec.model_type]
+    processor = _image_processor(transformers, spec)
+    cls = _vision_class(transformers, spec, info)
+    try:
+        model, loading = cls.from_pretrained(
+            str(spec.path),
+            attn_implementation=IMPLEMENTATION,
+            dtype=torch.float32,
+            local_files_only=True,
+            trust_remote_code=False,
+            output_loading_info=True,
+        )
+    except Exception as exc:  # safetensors and transformers raise many kinds
+        raise ConfigError(f"{spec.name}: the weights cannot be loaded: {_first_line(exc)}") from None
+    missing = [k for k in loading.get("missing_keys", ()) if not k.startswith(_UNUSED_PREFIXES)]
+    if loading.get("mismatched_keys"):
+        raise ConfigError(
+            f"{spec.name}: weight {loading['mismatched_keys'][0][0]} has a shape config.json does not imply"
+        )
+    if missing:
+        raise ConfigError(
+            f"{spec.name}: weight {sorted(missing)[0]} is missing from the checkpoint "
+            f"({len(missing)} tensors missing): it would run with random values"
+        )
+    model = model.to(device).eval()
+    check_finite_tensors(dict(model.named_parameters()), spec.name)
+    size = getattr(model.config, "image_size", 224)
+    height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    channels = int(getattr(model.config, "num_channels", 3))
+    blank = torch.zeros(1, channels, height, width, device=device)
+    capture = Capture(sites=None, keep_weights=False)
+    with capturing(capture), torch.inference_mode():
+        model(pixel_values=blank)
+    order = list(dict.fromkeys(module for module, _, _, _ in capture.calls))
+    heads = {id(module): h for module, _, h, _ in capture.calls}
+    if len(order) != spec.num_layers:
+        raise ConfigError(
+            f"{spec.name}: {len(order)} of {spec.num_layers} attention layers computed their attention through "
+            "transformers' attention interface; attndesk would miss the others, so this model is refused"
+        )
+    sites = {id(module): Site("self", n) for n, module in enumerate(order)}
+    return LoadedModel(
+        name=spec.name,
+        path=spec.path,
+        spec=spec,
+        model=model,
+        tokenizer=cast(Any, None),
+        device=device,
+        sites=sites,
+        layers={"self": spec.num_layers},
+        num_heads=heads[id(order[0])],
+        kv_heads=heads[id(order[0])],
+        linear_params=_linear_params(model, sites),
+        head_params=0,
+        load_seconds=0.0,
+        processor=processor,
+        vision=info,
+    )
 
 
 def _linear_params(model: nn.Module, sites: dict[int, Site]) -> dict[str, int]:

@@ -294,7 +294,7 @@ class PretrainedResult(TimedRun):
         if part == "cross":
             return "no mask"
         window = self.layer_window(layer, part) if layer is not None else None
-        causal = self.family != "encoder" or part == "decoder"
+        causal = self.family not in ("encoder", "vision") or part == "decoder"
         words = "causal mask (forced)" if self.causal and not causal else "causal mask" if causal else "no mask"
         return f"{words}, window {window}" if window else words
 

@@ -24,6 +24,7 @@ from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained, token_embeddings
 from .result import NextToken, PretrainedResult, cosine, kl_divergence
 from .token_text import id_texts, token_texts
+from .vision import ImageInput, is_image_input, run_image, vision_only
 
 TOP_K = 5
 
@@ -50,6 +51,8 @@ def encode(model: LoadedModel, text: str, *, target: bool = False) -> Encoded:
     """The tokenizer's ids and tokens of ``text`` (special tokens included), cut to the model's
     positions (a closing special token is kept). ``target``: tokenized as a decoder target."""
     what = "target" if target else "input"
+    if model.is_vision:
+        raise vision_only(model)
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"type some text to attend over: the {what} is empty")
     tok = model.tokenizer
@@ -223,7 +226,7 @@ def _normal_outcome(model: LoadedModel, source: Encoded, target: Encoded | None)
 
 def run_pretrained(
     model: LoadedModel,
-    text: str,
+    text: str | ImageInput,
     *,
     target: str | None = None,
     layer: int | None = None,
@@ -245,8 +248,13 @@ def run_pretrained(
     next-token distribution's KL divergence (decoders, encoder-decoders). Raises ConfigError
     for empty text, a target for a decoder-only model, bad ablation pairs or layer, weights over
     ``memory_budget`` bytes; ``Cancelled`` when ``ctx`` (or the older ``should_cancel``) says so.
+
+    A vision model takes an image instead of ``text`` (a path, a PIL image or an HxWx3 uint8
+    array) and returns a ``VisionResult`` (``vision.run_image``); the text-only options are refused.
     """
     ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
+    if model.is_vision or not isinstance(text, str):
+        return _run_vision(model, text, target, layer, ablate, scaled, causal, memory_budget, ctx)
     request = _Request(
         source=encode(model, text),
         target=_target(model, target),
@@ -287,6 +295,27 @@ def run_pretrained(
     _compare(result, normal)
     _estimates(result, model, capture)
     return result
+
+
+def _run_vision(model, image, target, layer, ablate, scaled, causal, memory_budget, ctx) -> PretrainedResult:
+    if not model.is_vision:
+        raise ConfigError(f"{model.name} is a text model: it reads text, not an image")
+    if isinstance(image, str) and not is_image_input(image):
+        raise vision_only(model)
+    asked = [
+        name
+        for name, given in (
+            ("a target", target is not None),
+            ("intermediates", layer is not None),
+            ("ablation", bool(tuple(ablate or ()))),
+            ("unscaled", not scaled),
+            ("causal", causal),
+        )
+        if given
+    ]
+    if asked:
+        raise ConfigError(f"{model.name} is a vision model: {', '.join(asked)} apply to text models only")
+    return run_image(model, image, memory_budget=memory_budget, ctx=ctx)
 
 
 @dataclass(frozen=True)

@@ -562,7 +562,23 @@
     Object.keys(notes).forEach(function (n) { document.getElementById("notices").appendChild(el("li", null, n)); });
   }
 
+  function renderImage() {  // a vision run: the image and its overlays, as the figures were written
+    var image = doc.image, box = document.getElementById("image");
+    if (!image) return;
+    box.appendChild(el("h2", null, "Image · " + image.grid[0] + " x " + image.grid[1] + " patches"));
+    (image.figures || []).forEach(function (f) {
+      var fig = el("figure"), img = el("img");
+      img.src = "data:image/png;base64," + f.png;
+      img.alt = f.title;
+      fig.appendChild(img);
+      fig.appendChild(el("figcaption", null, f.title));
+      box.appendChild(fig);
+    });
+    box.hidden = false;
+  }
+
   renderCorpus();
+  renderImage();
   if (layers.length) {
     buildControls();
     renderGrid();

@@ -1,0 +1,89 @@
+"""Sample images for vision models: the pictures attndesk ships (``attndesk/resources/images``,
+drawn by ``scripts/make_sample_images.py``) and the 8x8 handwritten digits scikit-learn ships
+(``sklearn.datasets.load_digits``: 1,797 images, offline). Every image is an HxWx3 uint8 array,
+what ``run_pretrained`` takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True, eq=False)
+class SampleImage:
+    """``name`` ("shapes", "digit 3 (#3)"), ``pixels`` [H, W, 3] uint8, ``label`` (a digit's class, or None)."""
+
+    name: str
+    pixels: np.ndarray
+    label: int | None = None
+    source: str = "attndesk"  # "attndesk" or "scikit-learn digits"
+
+
+def shipped_image_names() -> list[str]:
+    folder = resources.files("attndesk.resources").joinpath("images")
+    return sorted(p.name[: -len(".png")] for p in folder.iterdir() if p.name.endswith(".png"))
+
+
+@lru_cache(maxsize=16)
+def _shipped(name: str) -> np.ndarray:
+    from PIL import Image
+
+    where = resources.files("attndesk.resources").joinpath("images", f"{name}.png")
+    with resources.as_file(where) as path, Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    pixels.setflags(write=False)
+    return pixels
+
+
+def shipped_image(name: str) -> SampleImage:
+    names = shipped_image_names()
+    if name not in names:
+        raise ConfigError(f"no sample image {name!r}: attndesk ships {', '.join(names)}")
+    return SampleImage(name, _shipped(name))
+
+
+@lru_cache(maxsize=1)
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ConfigError(
+            "the 8x8 digits come with scikit-learn, which is not installed (pip install scikit-learn)"
+        ) from None
+    data = load_digits()
+    return np.asarray(data.images), np.asarray(data.target, dtype=np.int64)
+
+
+def digit_images(count: int = 10, *, start: int = 0) -> list[SampleImage]:
+    """``count`` of scikit-learn's 8x8 digits from index ``start`` as 8x8x3 uint8 (ink 0..16 -> 255..0:
+    dark ink on white, as written)."""
+    images, targets = _digits()
+    if not 0 <= start < len(images) or count < 1:
+        raise ConfigError(f"the digits set has images 0..{len(images) - 1}; asked for {count} from {start}")
+    out = []
+    for i in range(start, min(start + count, len(images))):
+        grey = (255.0 - images[i] * (255.0 / 16.0)).round().astype(np.uint8)
+        pixels = np.repeat(grey[:, :, None], 3, axis=2)
+        pixels.setflags(write=False)
+        out.append(SampleImage(f"digit {int(targets[i])} (#{i})", pixels, int(targets[i]), "scikit-learn digits"))
+    return out
+
+
+def sample_images(*, digits: int = 10) -> list[SampleImage]:
+    """The shipped pictures, then the first ``digits`` of scikit-learn's digits (one of each class
+    for the default 10; none when scikit-learn is missing)."""
+    images = [shipped_image(name) for name in shipped_image_names()]
+    if digits:
+        try:
+            images += digit_images(digits)
+        except ConfigError:
+            pass  # scikit-learn is optional: the shipped pictures stand alone
+    return images
+
+
+__all__ = ["SampleImage", "digit_images", "sample_images", "shipped_image", "shipped_image_names"]

@@ -1,0 +1,186 @@
+"""A vision run's maps drawn over its image: each head from a query token, every head of every
+layer, and the image maps, as one figure each (painted with QPainter, written by ``export.write``).
+
+``blend`` (numpy, no Qt) is the overlay itself: the map's value of each patch coloured by the
+colour map on [vmin, vmax] (the heatmaps' colours), spread over the patch's pixels, mixed with
+the image at ``opacity``: out = (1 - opacity) * image + opacity * colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .colormaps import map_values
+
+PANEL = 180  # pixels per panel side
+TITLE_H, GAP, BAR_H, HEAD_H = 18, 10, 14, 26
+OPACITY = 0.6
+
+
+def blend(
+    image: np.ndarray,
+    values: np.ndarray,
+    *,
+    colormap: str = "viridis",
+    vmin: float = 0.0,
+    vmax: float | None = None,
+    opacity: float = OPACITY,
+) -> np.ndarray:
+    """[h, w, 3] uint8: ``image`` [h, w, 3] uint8 with ``values`` [rows, cols] over it, each patch
+    covering h // rows x w // cols pixels (a remainder at the right and bottom edges takes the
+    last patch's colour). ``vmax`` None: the map's maximum."""
+    image = np.asarray(image, dtype=np.uint8)
+    values = np.asarray(values, dtype=np.float64)
+    if image.ndim != 3 or image.shape[2] != 3 or values.ndim != 2:
+        raise ValueError(f"blend takes an [h, w, 3] image and a [rows, cols] map, got {image.shape} and {values.shape}")
+    if not 0.0 <= opacity <= 1.0:
+        raise ValueError(f"opacity must lie in [0, 1], got {opacity}")
+    top = float(np.nanmax(values)) if vmax is None else float(vmax)
+    colours = map_values(values, colormap, float(vmin), top).astype(np.float64)  # [rows, cols, 3]
+    h, w = image.shape[:2]
+    rows, cols = values.shape
+    r = np.minimum(np.arange(h) // max(1, h // rows), rows - 1)
+    c = np.minimum(np.arange(w) // max(1, w // cols), cols - 1)
+    spread = colours[r[:, None], c[None, :]]  # [h, w, 3]
+    mixed = (1.0 - opacity) * image.astype(np.float64) + opacity * spread
+    return np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class OverlayFigure:
+    """Panels of blended pictures in a grid: ``panels`` [(title, [h, w, 3] uint8)], ``columns``
+    per line, ``row_labels`` one per line (or empty), ``caption`` under the title, and the
+    shared colour range (None: each panel has its own, said in its title)."""
+
+    title: str
+    panels: Sequence[tuple[str, np.ndarray]]
+    columns: int
+    caption: str = ""
+    row_labels: Sequence[str] = ()
+    colormap: str = "viridis"
+    value_range: tuple[float, float] | None = None
+    panel: int = PANEL
+
+    @property
+    def label_w(self) -> int:
+        return 70 if self.row_labels else 0
+
+    def size(self) -> tuple[int, int]:
+        lines = -(-len(self.panels) // self.columns)
+        width = GAP + self.label_w + self.columns * (self.panel + GAP)
+        height = 2 * HEAD_H + lines * (self.panel + TITLE_H + GAP) + (BAR_H + 2 * GAP + 14) + GAP
+        return max(width, 420), height
+
+
+def paint_overlays(painter, rect, figure: OverlayFigure) -> None:
+    """Draw ``figure`` into ``rect`` (``export.write``'s paint function)."""
+    from PySide6.QtCore import QRectF, Qt
+    from PySide6.QtGui import QColor
+
+    from .cells import rgb_image
+
+    left = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    painter.fillRect(rect, QColor(255, 255, 255))
+    painter.setPen(QColor(0, 0, 0))
+    painter.drawText(QRectF(GAP, 0, rect.width() - 2 * GAP, HEAD_H), left, figure.title)
+    painter.setPen(QColor(70, 70, 70))
+    painter.drawText(QRectF(GAP, HEAD_H, rect.width() - 2 * GAP, HEAD_H), left, figure.caption)
+    top = 2 * HEAD_H
+    for i, (title, pixels) in enumerate(figure.panels):
+        line, col = divmod(i, figure.columns)
+        x = GAP + figure.label_w + col * (figure.panel + GAP)
+        y = top + line * (figure.panel + TITLE_H + GAP)
+        painter.setPen(QColor(0, 0, 0))
+        painter.drawText(QRectF(x, y, figure.panel, TITLE_H), left, title)
+        target = QRectF(x, y + TITLE_H, figure.panel, figure.panel)
+        painter.drawImage(target, rgb_image(np.ascontiguousarray(pixels)))
+        if col == 0 and figure.row_labels:
+            painter.drawText(
+                QRectF(GAP, y + TITLE_H, figure.label_w - 6, figure.panel),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                figure.row_labels[line],
+            )
+    lines = -(-len(figure.panels) // figure.columns)
+    y = top + lines * (figure.panel + TITLE_H + GAP) + GAP
+    _colour_bar(painter, figure, QRectF(GAP, y, min(320.0, rect.width() - 2 * GAP), BAR_H))
+
+
+def _colour_bar(painter, figure: OverlayFigure, where) -> None:
+    from PySide6.QtCore import QRectF, Qt
+    from PySide6.QtGui import QColor
+
+    from .cells import rgb_image
+
+    ramp = map_values(np.linspace(0.0, 1.0, 256)[None, :].repeat(2, axis=0), figure.colormap, 0.0, 1.0)
+    painter.drawImage(where, rgb_image(np.ascontiguousarray(ramp.astype(np.uint8))))
+    if figure.value_range is None:
+        low, high = "each panel's minimum", "its maximum"
+    else:
+        low, high = f"{figure.value_range[0]:.3g}", f"{figure.value_range[1]:.3g}"
+    painter.setPen(QColor(0, 0, 0))
+    below = QRectF(where.left(), where.bottom() + 2, where.width(), 14)
+    painter.drawText(below, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop), low)
+    painter.drawText(below, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop), high)
+
+
+def overlay_painter(figure: OverlayFigure):
+    return lambda painter, rect: paint_overlays(painter, rect, figure)
+
+
+def head_overlays(
+    image: np.ndarray,
+    maps: np.ndarray,
+    *,
+    title: str,
+    caption: str = "",
+    colormap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    opacity: float = OPACITY,
+    row_labels: Sequence[str] = (),
+    columns: int | None = None,
+) -> OverlayFigure:
+    """One figure of ``maps`` [panels..., rows, cols] (heads, or layers x heads) on one shared
+    colour scale, [0, the largest value] by default: the heatmaps' scale."""
+    maps = np.asarray(maps, dtype=np.float64)
+    lines = maps.reshape(-1, *maps.shape[-2:])
+    heads = maps.shape[-3] if maps.ndim >= 3 else 1
+    low = 0.0 if vmin is None else float(vmin)
+    high = float(np.nanmax(lines)) if vmax is None else float(vmax)
+    high = high if high > low else low + 1.0
+    panels = [
+        (f"head {i % heads}", blend(image, m, colormap=colormap, vmin=low, vmax=high, opacity=opacity))
+        for i, m in enumerate(lines)
+    ]
+    return OverlayFigure(title, panels, columns or min(heads, 8), caption, row_labels, colormap, (low, high))
+
+
+def map_overlays(
+    image: np.ndarray,
+    maps: dict[str, np.ndarray],
+    *,
+    title: str,
+    caption: str = "",
+    colormap: str = "viridis",
+    opacity: float = OPACITY,
+) -> OverlayFigure:
+    """One panel per named map, each on its own range [min, max] (their units differ; integrated
+    gradients are signed), with the image alone first."""
+    panels: list[tuple[str, np.ndarray]] = [("image", np.asarray(image, dtype=np.uint8))]
+    for name, given in maps.items():
+        values = np.asarray(given, dtype=np.float64)
+        low, high = float(np.nanmin(values)), float(np.nanmax(values))
+        high = high if high > low else low + 1.0
+        panels.append(
+            (
+                f"{name} [{low:.2g}, {high:.2g}]",  # the panel's own range
+                blend(image, values, colormap=colormap, vmin=low, vmax=high, opacity=opacity),
+            )
+        )
+    return OverlayFigure(title, panels, min(len(panels), 4), caption, (), colormap, None)
+
+
+__all__ = ["OPACITY", "OverlayFigure", "blend", "head_overlays", "map_overlays", "overlay_painter", "paint_overlays"]

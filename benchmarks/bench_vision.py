@@ -8,12 +8,13 @@ DINOv2 models' patches look (registers, high-norm tokens).
    wall-clock and CPU seconds and the test accuracy reached. Target: at least 95% test accuracy
    within 3 minutes on 2 cores.
 1. Faithfulness (attndesk.core.interp.faithfulness), on the first --images test images of the
-   digits-vit and shapes-vit presets: deletion and insertion AUC (patches removed from / put back
-   onto a grey image, the normalised 0, one patch at a time, in each map's order; the score is
-   the probability of the class predicted on the whole image) and, on the shapes, the pointing
-   game against the drawn mask. Maps: the last layer's class-token attention (heads averaged),
-   the rollout's class-token row, attention flow into the class token; beside them a seeded
-   random map, and on the shapes the mask itself (what a perfect localisation ranks).
+   digits-vit and shapes-vit presets (opened by load_pretrained): deletion and insertion AUC
+   (patches removed from / put back onto a grey image, the normalised 0, one patch at a time, in
+   each map's order; the score is the probability of the class predicted on the whole image)
+   and, on the shapes, the pointing game against the drawn mask. Maps (attndesk.core.interp.
+   image_maps, explaining the predicted class): the last layer's class-token attention (heads
+   averaged), rollout, attention flow, gradient rollout, attention x gradient, integrated
+   gradients (32 steps); beside them a seeded random map, and on the shapes the mask itself.
 2. Registers (attndesk.core.interp.registers): on the shapes-dinov2-registers and shapes-dinov2
    presets, per layer and head, the mean weight a patch puts on each register, on the class
    token and on the one patch it attends to most; and the tokens whose output norm is more than
@@ -36,19 +37,36 @@ import numpy as np
 import torch
 
 from attndesk.core.interp.faithfulness import curve_auc, deletion_curve, insertion_curve, patch_mask, pointing_hit
-from attndesk.core.interp.registers import high_norm_tokens, register_shares
-from attndesk.train.images.attention import (
-    cls_attention_map,
+from attndesk.core.interp.image_maps import (
+    attention_gradients,
+    chefer_map,
     flow_map,
-    forward_with_attention,
-    patch_grid,
+    grad_rollout_map,
+    head_maps,
+    integrated_gradients_map,
     rollout_map,
 )
-from attndesk.train.images.models import pixel_values
-from attndesk.train.images.presets import VISION_PRESETS, load_vision_run, preset_folder
+from attndesk.core.interp.registers import vision_registers
+from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.core.pretrained.vision import pixel_values, read_image
+from attndesk.train.images.presets import VISION_PRESETS, preset_folder
 from attndesk.train.images.trainer import evaluation_set, predict, train_vision
 
-MAPS = {"class-token attention": cls_attention_map, "rollout": rollout_map, "attention flow": flow_map}
+IG_STEPS = 32
+
+
+def _maps(model, image) -> dict[str, np.ndarray]:
+    """Every image map of attndesk.core.interp.image_maps for one image, explaining the predicted class."""
+    result = run_pretrained(model, image)
+    gradients = attention_gradients(model, image)
+    return {
+        "class-token attention (last layer)": head_maps(result, result.weights.shape[0] - 1, query=0).mean(axis=0),
+        "rollout": rollout_map(result),
+        "attention flow": flow_map(result),
+        "gradient rollout": grad_rollout_map(result, gradients),
+        "attention x gradient": chefer_map(result, gradients),
+        "integrated gradients": integrated_gradients_map(model, image, steps=IG_STEPS).map,
+    }
 
 
 def _header() -> None:
@@ -76,67 +94,57 @@ def training_time() -> None:
 
 
 def faithfulness(name: str, images: int) -> None:
-    model, processor, _ = load_vision_run(preset_folder(name))
+    model = load_pretrained(preset_folder(name))
     data = evaluation_set(VISION_PRESETS[name])
     count = min(images, len(data))
-    pixels = pixel_values(processor, data.images[:count])
-    grid = patch_grid(model)
     rng = np.random.default_rng(0)
-    # each map: (image number, its pixels [1, C, H, W]) -> [rows, cols]
-    maps = {label: (lambda _i, one, make=make: make(model, one)) for label, make in MAPS.items()}
-    maps["random (seeded)"] = lambda _i, _one: rng.random(grid)
-    if data.masks is not None:
-        masks = data.masks
-        maps["the drawn mask"] = lambda i, _one: patch_mask(masks[i], grid)
-    rows: dict[str, dict[str, list[float]]] = {
-        k: {"deletion": [], "insertion": [], "pointing": [], "s": []} for k in maps
-    }
+    pointing = data.masks is not None
+    rows: dict[str, dict[str, list[float]]] = {}
     start = time.perf_counter()
     for i in range(count):
-        one = pixels[i : i + 1]
-        target = int(predict(model, one).argmax())
+        image = data.images[i]
+        one = pixel_values(model, read_image(image))
+        target = int(predict(model.model, one).argmax())
 
         def score(batch: np.ndarray, target: int = target) -> np.ndarray:
-            return predict(model, torch.from_numpy(batch))[:, target].numpy()
+            return predict(model.model, torch.from_numpy(batch))[:, target].numpy()
 
-        for label, make in maps.items():
-            began = time.perf_counter()
-            saliency = np.asarray(make(i, one), dtype=np.float64)
-            rows[label]["s"].append(time.perf_counter() - began)
-            rows[label]["deletion"].append(curve_auc(deletion_curve(score, one[0].numpy(), saliency)))
-            rows[label]["insertion"].append(curve_auc(insertion_curve(score, one[0].numpy(), saliency)))
+        maps = _maps(model, image)
+        grid = next(iter(maps.values())).shape
+        maps["random (seeded)"] = rng.random(grid)
+        if data.masks is not None:
+            maps["the drawn mask"] = patch_mask(data.masks[i], grid)
+        for label, saliency in maps.items():
+            row = rows.setdefault(label, {"deletion": [], "insertion": [], "pointing": []})
+            row["deletion"].append(curve_auc(deletion_curve(score, one[0].numpy(), saliency)))
+            row["insertion"].append(curve_auc(insertion_curve(score, one[0].numpy(), saliency)))
             if data.masks is not None:
-                rows[label]["pointing"].append(float(pointing_hit(saliency, data.masks[i])))
+                row["pointing"].append(float(pointing_hit(saliency, data.masks[i])))
     print(f"## Faithfulness on {name} ({count} test images, {time.perf_counter() - start:.0f} s)\n")
-    pointing = data.masks is not None
     print(
         "| map | deletion AUC (lower is better) | insertion AUC (higher is better) |"
         + (" pointing game |" if pointing else "")
-        + " ms per map |"
     )
-    print("|---|---|---|" + ("---|" if pointing else "") + "---|")
+    print("|---|---|---|" + ("---|" if pointing else ""))
     for label, values in rows.items():
         cells = [f"{np.mean(values['deletion']):.3f}", f"{np.mean(values['insertion']):.3f}"]
         if pointing:
             cells.append(f"{np.mean(values['pointing']):.2f}")
-        cells.append(f"{1000 * np.mean(values['s']):.1f}")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
     print()
 
 
 def registers(images: int) -> None:
     for name in ("shapes-dinov2-registers", "shapes-dinov2"):
-        model, processor, _ = load_vision_run(preset_folder(name))
+        model = load_pretrained(preset_folder(name))
         data = evaluation_set(VISION_PRESETS[name])
         count = min(images, len(data))
-        pixels = pixel_values(processor, data.images[:count])
         shares, outliers = [], Counter()
         for i in range(count):
-            seen = forward_with_attention(model, pixels[i : i + 1])
-            shares.append(register_shares(seen.weights, seen.tokens))
-            for layer, token, _, _ in high_norm_tokens(seen.norms, seen.tokens).outliers:
-                kind = token if token.startswith("[") else "a patch"
-                outliers[(layer, kind)] += 1
+            share, high = vision_registers(run_pretrained(model, data.images[i]))
+            shares.append(share)
+            for layer, token, _, _ in high.outliers:
+                outliers[(layer, token if token.startswith("[") else "a patch")] += 1
         names = shares[0].register_names
         reg = np.mean([s.registers for s in shares], axis=0)
         cls = np.mean([s.cls for s in shares], axis=0)

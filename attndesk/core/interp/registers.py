@@ -95,4 +95,16 @@ def high_norm_tokens(norms, tokens: list[str], *, ratio: float = HIGH_NORM_RATIO
     return HighNorm(median, ratio, outliers)
 
 
-__all__ = ["HIGH_NORM_RATIO", "HighNorm", "RegisterShares", "high_norm_tokens", "register_shares"]
+def vision_registers(result, *, top: int = 1, ratio: float = HIGH_NORM_RATIO) -> tuple[RegisterShares, HighNorm]:
+    """Both measures on one image's run of a vision model (``run_pretrained``'s ``VisionResult``:
+    its weights, token names and every layer's output hidden states)."""
+    hidden = getattr(result, "hidden_states", None)
+    if hidden is None or getattr(result, "window_weights", None) is not None:
+        raise ConfigError("registers and token norms need a vision run with one token grid and its hidden states")
+    norms = np.linalg.norm(np.asarray(hidden, dtype=np.float64)[1:], axis=-1)  # each layer's output, [layers, N]
+    return register_shares(result.weights, list(result.tokens), top=top), high_norm_tokens(
+        norms, list(result.tokens), ratio=ratio
+    )
+
+
+__all__ = ["HIGH_NORM_RATIO", "HighNorm", "RegisterShares", "high_norm_tokens", "register_shares", "vision_registers"]

@@ -5,9 +5,10 @@ Every image is an ``HxWx3`` uint8 array, the form ``run_pretrained`` and the ima
 take; a model's input is what its saved image processor makes of it, so a preset folder gives
 the same pixels to the trainer, the window and the faithfulness measures.
 
-- ``digits``: the 1,797 images of ``sklearn.datasets.load_digits`` (grey levels 0..16 scaled to
-  0..255, the grey repeated in three channels) split by ``digits_split``: a stratified split
-  drawn once from a seeded generator, ``DIGITS_TEST_PER_CLASS`` images of each class for the test.
+- ``digits``: the 1,797 images of ``sklearn.datasets.load_digits`` as the window's sample images
+  show them (``attndesk.core.images.digit_images``: dark ink on white, three channels), split by
+  ``digits_split``: a stratified split drawn once from a seeded generator,
+  ``DIGITS_TEST_PER_CLASS`` images of each class for the test.
 - ``shapes``: ``SHAPES_SIZE`` x ``SHAPES_SIZE`` images of one shape (``SHAPE_CLASSES``) in a
   random colour, size and place over a noisy background, with a few clutter pixels; the mask is
   exactly the pixels the shape was drawn on (``draw_shape`` is the one rasteriser of both).
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.images import digit_images
 
+DIGITS_COUNT = 1797  # sklearn.datasets.load_digits
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_PER_CLASS = 36  # 360 test images, 1,437 for training
 
@@ -47,13 +50,10 @@ class ImageSet:
         return len(self.labels)
 
 
-def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:  # pragma: no cover - scikit-learn is a dependency
-        raise ConfigError("the digits task needs scikit-learn (pip install scikit-learn)") from None
-    bunch = load_digits()
-    return np.asarray(bunch.images, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
+def _all_digits() -> tuple[np.ndarray, np.ndarray]:
+    """Every digit as the window's samples show it (``attndesk.core.images``): [1797, 8, 8, 3] uint8, labels."""
+    found = digit_images(DIGITS_COUNT)
+    return np.stack([d.pixels for d in found]), np.array([d.label for d in found], dtype=np.int64)
 
 
 def digits_split(labels: np.ndarray, seed: int = DIGITS_SPLIT_SEED) -> tuple[np.ndarray, np.ndarray]:
@@ -71,13 +71,12 @@ def digits_split(labels: np.ndarray, seed: int = DIGITS_SPLIT_SEED) -> tuple[np.
 
 def digits(split: str) -> ImageSet:
     """The ``"train"`` or ``"test"`` part of the digits (see ``digits_split``)."""
-    raw, labels = _digits_raw()
+    images, labels = _all_digits()
     train_rows, test_rows = digits_split(labels)
     rows = {"train": train_rows, "test": test_rows}.get(split)
     if rows is None:
         raise ConfigError(f"no digits split {split!r}; splits: train, test")
-    grey = np.rint(raw[rows] * (255.0 / 16.0)).astype(np.uint8)
-    return ImageSet(np.repeat(grey[..., None], 3, axis=-1), labels[rows], tuple(str(d) for d in range(10)), rows)
+    return ImageSet(images[rows], labels[rows], tuple(str(d) for d in range(10)), rows)
 
 
 def draw_shape(kind: str, centre: tuple[float, float], radius: float, size: int = SHAPES_SIZE) -> np.ndarray:

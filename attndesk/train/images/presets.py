@@ -153,6 +153,7 @@ def save_vision_run(run: VisionRun, folder: str | Path, name: str | None = None)
     """Write the run's folder all or nothing: the model's files and ``run.json``."""
     folder = Path(folder)
     state = {k: v.detach().contiguous() for k, v in run.model.state_dict().items()}
+    run.model.config.architectures = [type(run.model).__name__]  # what load_pretrained builds
     with StagedFolder(folder) as stage:
         run.model.config.to_json_file(stage.path("config.json"))
         save_file(state, str(stage.path("model.safetensors")), metadata={"format": "pt"})  # transformers' own

@@ -60,3 +60,30 @@ def test_bad_shapes_are_refused():
         high_norm_tokens(np.zeros((2, 6)), TOKENS)
     with pytest.raises(ConfigError, match="exceed 1"):
         high_norm_tokens(np.ones((2, 7)), TOKENS, ratio=1.0)
+
+
+def test_vision_registers_on_a_run_match_transformers_eager_attention(tmp_path):
+    torch = pytest.importorskip("torch")
+    from attndesk.core.interp.registers import vision_registers
+    from attndesk.core.pretrained import load_pretrained, run_pretrained
+    from attndesk.train.images.data import shapes
+    from attndesk.train.images.models import VisionSpec, build_model, image_processor, pixel_values
+    from attndesk.train.images.presets import save_vision_run
+    from attndesk.train.images.trainer import VisionRun
+
+    spec = VisionSpec(task="shapes", arch="dinov2-registers", registers=2, hidden=16, mlp=32, heads=2)
+    torch.manual_seed(0)
+    model = build_model(spec, ("a", "b"))
+    processor = image_processor(spec)
+    save_vision_run(VisionRun(spec, model, processor, [{"epoch": 1, "loss": 1.0, "test_accuracy": 0.5}]), tmp_path)
+    image = shapes("test", 1).images[0]
+    shares, high = vision_registers(run_pretrained(load_pretrained(tmp_path), image))
+    with torch.no_grad():  # the reference: transformers' own eager attention and hidden states
+        out = model(
+            pixel_values=pixel_values(processor, image[None]), output_attentions=True, output_hidden_states=True
+        )
+    eager = torch.stack([a[0] for a in out.attentions]).double().numpy()  # [layers, heads, N, N]
+    np.testing.assert_allclose(shares.registers, eager[:, :, 3:, 1:3].mean(axis=2), atol=1e-6)
+    np.testing.assert_allclose(shares.cls, eager[:, :, 3:, 0].mean(axis=2), atol=1e-6)
+    norms = torch.stack([h[0].norm(dim=-1) for h in out.hidden_states[1:]]).double().numpy()
+    np.testing.assert_allclose(high.median, np.median(norms[:, 3:], axis=1), rtol=1e-5)

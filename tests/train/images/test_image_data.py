@@ -33,12 +33,12 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     assert not np.array_equal(test, digits_split(labels, seed=1)[1])  # the seed decides it
 
 
-def test_digits_images_are_the_dataset_scaled_to_bytes():
+def test_digits_images_are_the_dataset_as_dark_ink_on_white():
     bunch = load_digits()
     test = digits("test")
     assert test.images.shape == (len(test), 8, 8, 3) and test.images.dtype == np.uint8
     row = int(test.index[5])
-    np.testing.assert_array_equal(test.images[5, :, :, 1], np.rint(bunch.images[row] * 255 / 16).astype(np.uint8))
+    np.testing.assert_array_equal(test.images[5, :, :, 1], np.rint(255 - bunch.images[row] * 255 / 16).astype(np.uint8))
     assert test.labels[5] == bunch.target[row]
     assert (test.images[..., 0] == test.images[..., 2]).all()
 

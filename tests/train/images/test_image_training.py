@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
-from attndesk.train.images.attention import forward_with_attention, rollout_map, vision_tokens
-from attndesk.train.images.models import VisionSpec, build_model, pixel_values
+from attndesk.train.images.data import shapes
+from attndesk.train.images.models import VisionSpec, build_model, image_processor, pixel_values
 from attndesk.train.images.presets import FORMAT, load_vision_run, read_record, save_vision_run
-from attndesk.train.images.trainer import accuracy, evaluation_set, train_vision
+from attndesk.train.images.trainer import VisionRun, accuracy, evaluation_set, train_vision
 
 
 @pytest.fixture(scope="module")
@@ -80,19 +81,20 @@ def test_training_stops_when_cancelled():
         ("dinov2-registers", 2, ["[CLS]", "[REG0]", "[REG1]", "(0,0)"]),
     ],
 )
-def test_models_name_their_tokens_and_return_their_attention(arch, registers, first):
+def test_a_saved_run_opens_in_load_pretrained_with_its_classifier(arch, registers, first, tmp_path):
     spec = VisionSpec(task="shapes", arch=arch, registers=registers, hidden=16, mlp=32, heads=2)
     torch.manual_seed(0)
     model = build_model(spec, ("a", "b"))
-    tokens = vision_tokens(model)
-    assert tokens[: len(first)] == first and tokens[-1] == "(7,7)" and len(tokens) == 1 + registers + 64
-    image = np.zeros((1, 16, 16, 3), dtype=np.uint8)
-    from attndesk.train.images.models import image_processor
-
-    seen = forward_with_attention(model, pixel_values(image_processor(spec), image))
-    assert seen.weights.shape == (2, 2, len(tokens), len(tokens)) and seen.norms.shape == (2, len(tokens))
-    np.testing.assert_allclose(seen.weights.sum(-1), 1.0, atol=1e-5)
-    assert rollout_map(model, pixel_values(image_processor(spec), image)).shape == (8, 8)
+    run = VisionRun(spec, model, image_processor(spec), [{"epoch": 1, "loss": 1.0, "test_accuracy": 0.5}])
+    save_vision_run(run, tmp_path / arch)
+    loaded = load_pretrained(tmp_path / arch)
+    image = shapes("test", 1).images[0]
+    result = run_pretrained(loaded, image)
+    assert result.tokens[: len(first)] == first and result.tokens[-1] == "(7,7)"
+    assert result.weights.shape == (2, 2, 1 + registers + 64, 1 + registers + 64)
+    assert result.labels == ["a", "b"]
+    expected = model(pixel_values=pixel_values(run.processor, image[None])).logits[0].detach().numpy()
+    np.testing.assert_allclose(result.logits, expected, atol=1e-5)
 
 
 def test_a_spec_refuses_what_it_cannot_build():

@@ -2,7 +2,7 @@
 DINOv2 models' patches look (registers, high-norm tokens).
 
     .venv/bin/python benchmarks/bench_vision.py [--images 100] [--skip-train] [--skip-faithfulness]
-        [--skip-registers]
+        [--skip-registers] [--presets digits-vit shapes-vit]
 
 0. Training time: the digits-vit preset's spec trained from its seed on 2 threads, then on 1:
    wall-clock and CPU seconds and the test accuracy reached. Target: at least 95% test accuracy
@@ -166,12 +166,15 @@ def main() -> None:
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-faithfulness", action="store_true")
     parser.add_argument("--skip-registers", action="store_true")
+    parser.add_argument(
+        "--presets", nargs="+", default=["digits-vit", "shapes-vit"], help="the presets whose maps are measured"
+    )
     args = parser.parse_args()
     _header()
     if not args.skip_train:
         training_time()
     if not args.skip_faithfulness:
-        for name in ("digits-vit", "shapes-vit"):
+        for name in args.presets:
             faithfulness(name, args.images)
     if not args.skip_registers:
         registers(args.images)

@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 import attndesk
 from attndesk.core.atomic import StagedFolder, current_umask
 from attndesk.core.errors import ConfigError
-from attndesk.core.machine import fingerprint_differences
+from attndesk.core.machine import fingerprint_differences, machine_fingerprint
 
 from ..presets import PRESET_THREADS, preset_machine, preset_threads, weights_sha256
 from .models import VisionSpec
@@ -140,7 +140,7 @@ def run_record(run: VisionRun, name: str | None = None) -> dict[str, Any]:
         "weights_sha256": weights_sha256(run.model.state_dict()),
         "threads": run.threads,
         "seconds": run.seconds,
-        "machine": preset_machine() if name is not None else None,
+        "machine": machine_fingerprint(run.threads),
         "versions": {
             "attndesk": attndesk.__version__,
             "torch": torch.__version__,

@@ -1,7 +1,7 @@
 """Benchmark: the vision presets' training time, how faithful each image map is, and where the
 DINOv2 models' patches look (registers, high-norm tokens).
 
-    .venv/bin/python benchmarks/bench_vision.py [--images 100] [--skip-train] [--skip-faithfulness]
+    .venv/bin/python benchmarks/bench_vision.py [--images 40] [--skip-train] [--skip-faithfulness]
         [--skip-registers] [--presets digits-vit shapes-vit]
 
 0. Training time: the digits-vit preset's spec trained from its seed on 2 threads, then on 1:
@@ -14,7 +14,7 @@ DINOv2 models' patches look (registers, high-norm tokens).
    and, on the shapes, the pointing game against the drawn mask. Maps (attndesk.core.interp.
    image_maps, explaining the predicted class): the last layer's class-token attention (heads
    averaged), rollout, attention flow, gradient rollout, attention x gradient, integrated
-   gradients (32 steps); beside them a seeded random map, and on the shapes the mask itself.
+   gradients (8 Gauss-Legendre steps); beside them a seeded random map, and on the shapes the mask itself.
 2. Registers (attndesk.core.interp.registers): on the shapes-dinov2-registers and shapes-dinov2
    presets, per layer and head, the mean weight a patch puts on each register, on the class
    token and on the one patch it attends to most; and the tokens whose output norm is more than
@@ -52,7 +52,7 @@ from attndesk.core.pretrained.vision import pixel_values, read_image
 from attndesk.train.images.presets import VISION_PRESETS, preset_folder
 from attndesk.train.images.trainer import evaluation_set, predict, train_vision
 
-IG_STEPS = 32
+IG_STEPS = 8  # Gauss-Legendre nodes; each is a forward and backward pass, most of the cost per image
 
 
 def _maps(model, image) -> dict[str, np.ndarray]:
@@ -65,7 +65,7 @@ def _maps(model, image) -> dict[str, np.ndarray]:
         "attention flow": flow_map(result),
         "gradient rollout": grad_rollout_map(result, gradients),
         "attention x gradient": chefer_map(result, gradients),
-        "integrated gradients": integrated_gradients_map(model, image, steps=IG_STEPS).map,
+        f"integrated gradients ({IG_STEPS} steps)": integrated_gradients_map(model, image, steps=IG_STEPS).map,
     }
 
 
@@ -162,7 +162,7 @@ def registers(images: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=100, help="test images per model (default 100)")
+    parser.add_argument("--images", type=int, default=40, help="test images per model (default 40)")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-faithfulness", action="store_true")
     parser.add_argument("--skip-registers", action="store_true")

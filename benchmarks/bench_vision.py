@@ -156,8 +156,8 @@ def registers(images: int) -> None:
             for head in range(reg.shape[1]):
                 cells = [f"{v:.3f}" for v in reg[layer, head]] + [f"{cls[layer, head]:.3f}", f"{top[layer, head]:.3f}"]
                 print(f"| {layer} | {head} | " + " | ".join(cells) + " |")
-        found = ", ".join(f"layer {layer}: {kind} in {n} images" for (layer, kind), n in sorted(outliers.items()))
-        print(f"\nTokens with norm > 2x the median patch's: {found or 'none'}\n", flush=True)
+        found = ", ".join(f"layer {layer}: {n} x {kind}" for (layer, kind), n in sorted(outliers.items()))
+        print(f"\nTokens with norm > 2x the median patch's, over the {count} images: {found or 'none'}\n", flush=True)
 
 
 def main() -> None:

@@ -102,6 +102,10 @@ def build_model(spec: VisionSpec, classes: tuple[str, ...]) -> Any:
             mlp_ratio=spec.mlp // spec.hidden, num_register_tokens=spec.registers, **common
         )
         model = Dinov2WithRegistersForImageClassification(config)
+        # transformers starts the registers at zero: identical, with no position to tell them apart,
+        # they would train as copies of one register; drawn like weights, each can learn its own role
+        with torch.no_grad():
+            model.dinov2_with_registers.embeddings.register_tokens.normal_(0.0, config.initializer_range)
     model.config._attn_implementation = "eager"  # the weights are returned, as a reference can read them
     return model
 

@@ -104,3 +104,11 @@ def test_a_spec_refuses_what_it_cannot_build():
         VisionSpec(task="shapes", arch="vit", registers=2)
     with pytest.raises(ConfigError, match="divide"):
         VisionSpec(task="shapes", hidden=30, heads=4)
+
+
+def test_registers_start_apart():
+    torch.manual_seed(0)
+    model = build_model(VisionSpec(task="shapes", arch="dinov2-registers", registers=4), ("a", "b"))
+    registers = model.dinov2_with_registers.embeddings.register_tokens[0].detach()
+    gaps = torch.cdist(registers, registers) + torch.eye(4) * 1e9
+    assert float(gaps.min()) > 0.1  # no two alike: identical registers would train as copies of one

@@ -380,6 +380,7 @@ class MainWindow(QMainWindow):
         """Show the tabs that serve the current mode and model; an off tab's page says why."""
         mode = self.state.mode
         kind = self._model_kind(mode)
+        self.tokensPanel.set_image_input(kind == "vision")
         for tab in registry.TABS:
             index = self.viewTabs.indexOf(self._tabs[tab.id])
             visible = tab.serves(mode.kind, kind)

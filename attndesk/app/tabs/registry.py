@@ -5,7 +5,7 @@ A ``TabSpec`` says what the window needs to build and show a tab: its id (``AppS
 title and tooltip, a factory for its view, a factory for its presenter (called with the window's
 ``Assembly`` and the view; ``None`` when the window binds the view itself), the mode kinds it
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
-"decoder", "encoder-decoder"; ``None`` = all), and ``unavailable(state)``: why the tab is off
+"decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: why the tab is off
 right now (its page then shows that sentence instead of the view), or ``None``.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
@@ -36,6 +36,7 @@ from ..views.compare import CompareView
 from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
+from ..views.image_view import ImageView
 from ..views.implementation import ImplementationPanel
 from ..views.logit_lens import LogitLensView
 from ..views.online_softmax import OnlineSoftmaxView
@@ -47,6 +48,7 @@ from ..views.train import TrainView
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
+from .image import IMAGE_TAB, ImageTab
 from .implementation import ImplementationTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
 from .positions import PositionsTab
@@ -126,6 +128,15 @@ def _grid_page() -> QWidget:
 
 TABS: tuple[TabSpec, ...] = (
     TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
+    TabSpec(
+        IMAGE_TAB,
+        "Image",
+        "vision models: the input image, each head's attention from a query over it, maps across layers",
+        ImageView,
+        _interp(ImageTab),
+        modes=frozenset({PRETRAINED}),
+        model_kinds=frozenset({"vision"}),
+    ),
     TabSpec(
         STEP_THROUGH_TAB,
         "Step-through",

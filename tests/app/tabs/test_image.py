@@ -1,0 +1,176 @@
+"""The Image tab in the real window (offscreen) with a tiny random ViT and a DINOv2 with registers
+(tests/pretrained_models.py): the image input replaces the text, the overlays are the run's
+weights blended over the image, a click on a patch makes it the query, the maps across layers come
+from a side job, and a bad image is one line that changes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
+from PIL import Image
+from pretrained_models import build_vision
+from PySide6.QtCore import Qt
+
+from attndesk.app.state import IMAGE_TAB, TOY
+from attndesk.core.images import SAMPLE, image_choice
+from attndesk.core.interp import image_maps
+from attndesk.core.pretrained import VisionResult, clear_cache
+from attndesk.core.pretrained.loader import transformers_offline
+from attndesk.render.overlays import blend
+from tests.conftest import TIMEOUT_MS
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    transformers_offline()
+    root = tmp_path_factory.mktemp("vision-window")
+    built = {name: build_vision(name, root / name) for name in ("vit", "dinov2_with_registers")}
+    yield built
+    for folder in built.values():
+        clear_cache(folder)
+
+
+@pytest.fixture
+def image_window(qtbot):
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    yield w
+    dispose(w)
+
+
+def open_vision(qtbot, w, folder) -> VisionResult:
+    """Open a vision folder, wait for its run, bring the Image tab up and wait for its overlays."""
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        assert w.pretrained.open_folder(folder)
+    tab = w.tab_presenter(IMAGE_TAB)
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        w.state.view.tab = IMAGE_TAB
+    run = w.displayed_result().layers
+    assert isinstance(run, VisionResult)
+    return run
+
+
+def expected_overlay(run: VisionResult, layer: int, query: int, head: int | None, opacity: float = 0.6):
+    """The overlay from the weights themselves: the query's row over the patches, per head; one
+    colour scale from 0 to the largest of the layer's heads."""
+    rows = run.weights[layer, :, query, run.specials :].reshape(-1, *run.grid).astype(np.float64)
+    shown = rows.mean(axis=0) if head is None else rows[head]
+    return blend(run.image, shown, colormap="viridis", vmin=0.0, vmax=float(rows.max()), opacity=opacity)
+
+
+def test_a_vision_folder_reads_an_image_and_its_overlays_are_the_weights(qtbot, image_window, folders):
+    w = image_window
+    run = open_vision(qtbot, w, folders["vit"])
+    assert (IMAGE_TAB, "Image") in w.shown_tabs()
+    assert w.tokensPanel.textInputBox.isHidden() and not w.tokensPanel.imageNote.isHidden()
+    name, _pixels = image_choice("")
+    assert w.state.pretrained.image == "" and name == "shapes"
+    assert (
+        run.tokens[0] == "[CLS]"
+        and run.tokens[1] == "(0,0)"
+        and run.tokens[-1] == f"({run.grid[0] - 1},{run.grid[1] - 1})"
+    )
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    assert view.sampleCombo.currentText() == "shapes" and view.queryCombo.currentText() == "[CLS]"
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 0, 0, None))
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        view.headCombo.setCurrentIndex(3)  # L0 H2
+        view.headCombo.activated.emit(3)
+    assert view.headCombo.currentText() == "L0 H2"
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 0, 0, 2))
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        w.state.pretrained.layer = 1
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 1, 0, 2))
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        view.opacitySlider.setValue(30)
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 1, 0, 2, opacity=0.3))
+
+
+def test_clicking_a_patch_makes_it_the_query(qtbot, image_window, folders):
+    w = image_window
+    run = open_vision(qtbot, w, folders["vit"])
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    rows, cols = run.grid
+    assert (rows, cols) == (4, 4)
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        qtbot.mouseClick(view.canvas, Qt.MouseButton.LeftButton, pos=view.canvas.patch_center(1, 2).toPoint())
+    query = run.specials + 1 * cols + 2
+    assert tab.query() == query and run.tokens[query] == "(1,2)"
+    assert view.queryCombo.currentText() == "patch (1,2)"
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 0, query, None))
+    assert not np.array_equal(view.canvas.pixels(), expected_overlay(run, 0, 0, None))
+
+
+def test_registers_are_named_and_chosen_as_queries(qtbot, image_window, folders):
+    w = image_window
+    run = open_vision(qtbot, w, folders["dinov2_with_registers"])
+    assert run.tokens[:4] == ["[CLS]", "[REG0]", "[REG1]", "(0,0)"]
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    labels = [view.queryCombo.itemText(i) for i in range(view.queryCombo.count())]
+    assert labels == ["[CLS]", "[REG0]", "[REG1]", "mean of the patches"]
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        view.queryCombo.setCurrentIndex(2)
+        view.queryCombo.activated.emit(2)
+    assert tab.query() == 2
+    assert np.array_equal(view.canvas.pixels(), expected_overlay(run, 0, 2, None))
+    # the heatmaps label the same tokens
+    assert list(w.displayed_result().queries.tokens[:4]) == ["[CLS]", "[REG0]", "[REG1]", "(0,0)"]
+
+
+def test_a_sample_and_a_file_are_the_input_and_a_bad_image_changes_nothing(qtbot, image_window, folders, tmp_path):
+    w = image_window
+    open_vision(qtbot, w, folders["vit"])
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    index = view.sampleCombo.findText("digit 3 (#3)")
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        view.sampleCombo.setCurrentIndex(index)
+        view.sampleCombo.activated.emit(index)
+    assert w.state.pretrained.image == SAMPLE + "digit 3 (#3)"
+    picture = tmp_path / "noise.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(picture)
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        tab.open_image(str(picture))
+    assert w.state.pretrained.image == str(picture) and view.nameLabel.text().startswith("noise.png")
+    before = w.displayed_result()
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a picture at all")
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (20000, 1)).save(wide)
+    for path, said in ((broken, "broken.png cannot be read as an image"), (wide, "20,000 x 1 pixels")):
+        tab.open_image(str(path))
+        qtbot.waitUntil(lambda said=said: said in view.messageLabel.text(), timeout=TIMEOUT_MS)
+        assert view.messageLabel.text().count("\n") == 0 and said in w.status_text()
+        assert w.state.pretrained.image == str(picture) and w.displayed_result() is before
+
+
+def test_a_text_model_given_an_image_says_so(qtbot, image_window, tmp_path):
+    w = image_window
+    assert w.state.mode == TOY
+    picture = tmp_path / "cat.png"
+    Image.new("RGB", (16, 16)).save(picture)
+    text = w.state.text
+    w.tab_presenter(IMAGE_TAB).open_image(str(picture))
+    assert "cat.png is an image: the model on screen is a text model" in w.status_text()
+    assert w.state.text == text and w.state.pretrained.image == ""
+    assert w.tokensPanel.imageNote.isHidden()
+
+
+def test_maps_across_layers_come_from_a_side_job(qtbot, image_window, folders):
+    w = image_window
+    run = open_vision(qtbot, w, folders["vit"])
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    view.mapCombo.setCurrentIndex(view.mapCombo.findData("rollout"))
+    with qtbot.waitSignal(tab.mapDrawn, timeout=TIMEOUT_MS):
+        view.computeButton.click()
+    values = image_maps.rollout_map(run, query=0).astype(np.float64)
+    low, high = values.min(), values.max()
+    assert np.array_equal(view.mapCanvas.pixels(), blend(run.image, values, vmin=low, vmax=high, opacity=0.6))
+    assert view.mapStatus.text().startswith("rollout")
+    view.mapCombo.setCurrentIndex(view.mapCombo.findData("ig"))
+    assert view.stepsSpin.isEnabled()
+    view.stepsSpin.setValue(4)
+    with qtbot.waitSignal(tab.mapDrawn, timeout=TIMEOUT_MS):
+        view.computeButton.click()
+        assert view.cancelButton.isEnabled() and not view.computeButton.isEnabled()
+    assert "integrated gradients" in view.mapStatus.text() and "4 steps" in view.mapStatus.text()
+    assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()

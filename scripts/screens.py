@@ -6,8 +6,9 @@ empty state and after its main action, as PNGs, a contact sheet, and the checks 
     .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2]
 
 Windows: ``toy`` (the sample sentence, random weights), ``minilm`` (the packaged
-all-MiniLM-L6-v2) and ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
-only a decoder serves). Each tab is rendered once per size and window. Writes ``<window>-<size>-
+all-MiniLM-L6-v2), ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
+only a decoder serves) and ``vit`` (a small random ViT: 8 x 8 patches of 8 pixels, for the Image tab and the
+heatmaps over patches). Each tab is rendered once per size and window. Writes ``<window>-<size>-
 <tab>-<state>.png``, ``contact-sheet.png`` and ``problems.txt`` (one line per problem, each naming
 the tab, the widget and what is wrong); the exit status is 1 when any check failed.
 """
@@ -31,8 +32,10 @@ for _path in (str(ROOT), str(ROOT / "tests")):
 from scripts.screen_checks import Axis, Box, Problem, Status, Widget, review  # noqa: E402
 
 SIZES = ((1280, 800), (1920, 1200))
-WINDOWS = ("toy", "minilm", "gpt2")
+WINDOWS = ("toy", "minilm", "gpt2", "vit")
 DECODER_TABS = ("generate", "patching", "attribution", "logit-lens")  # the gpt2 window renders only these
+VISION_TABS = ("image", "heatmaps", "all-layers")  # the vit window renders only these
+ONLY = {"gpt2": DECODER_TABS, "vit": VISION_TABS}
 THUMB_WIDTH = 360
 
 
@@ -215,7 +218,32 @@ ACTIONS: dict[str, Callable] = {
     "patching": lambda w: _click(w.tab_widget("patching").bar.runButton),
     "attribution": lambda w: _click(w.tab_widget("attribution").bar.runButton),
     "logit-lens": lambda w: _click(w.tab_widget("logit-lens").bar.runButton),
+    "image": lambda w: _image_action(w),
 }
+
+
+def _image_action(window) -> None:
+    """Click a patch of the image (its query) and compute the rollout map."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    view = window.tab_widget("image")
+    rows, cols = view.canvas._grid
+    if rows and cols:
+        at = view.canvas.patch_center(rows // 3, cols // 3)
+        for kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonRelease):
+            event = QMouseEvent(
+                kind,
+                QPointF(at),
+                QPointF(at),
+                Qt.MouseButton.LeftButton,
+                Qt.MouseButton.LeftButton,
+                Qt.KeyboardModifier.NoModifier,
+            )
+            QApplication.sendEvent(view.canvas, event)
+    view.mapCombo.setCurrentIndex(view.mapCombo.findData("rollout"))
+    _click(view.computeButton)
 
 
 def _open(kind: str, size: tuple[int, int], folder: Path, app):
@@ -235,6 +263,13 @@ def _open(kind: str, size: tuple[int, int], folder: Path, app):
         path = folder / "gpt2"
         if not path.exists():
             build("gpt2", path, seed=3, initializer_range=0.5)
+        window.pretrained.open_folder(path)
+    elif kind == "vit":
+        from pretrained_models import build_vision
+
+        path = folder / "vit"
+        if not path.exists():
+            build_vision("vit", path, seed=3, side=64, image_size=64, num_hidden_layers=3, initializer_range=0.3)
         window.pretrained.open_folder(path)
     settle(app, window)
     return window
@@ -275,7 +310,7 @@ class _Author:
 def _review_window(app, window, kind: str, size, out: Path, log) -> list[Shot]:
     author = _Author(window)
     shots = []
-    for tab in [t for t, _title in window.shown_tabs() if kind != "gpt2" or t in DECODER_TABS]:
+    for tab in [t for t, _title in window.shown_tabs() if kind not in ONLY or t in ONLY[kind]]:
         window.state.view.tab = tab
         settle(app, window)
         for state in ("empty", "after") if tab in ACTIONS else ("shown",):
@@ -339,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default=str(ROOT / "render-out" / "screens"))
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="WxH[,WxH] (default 1280x800,1920x1200)")
-    parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2 (default all)")
+    parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2, vit (default all)")
     args = parser.parse_args(argv)
     windows = tuple(args.windows.split(","))
     if unknown := set(windows) - set(WINDOWS):

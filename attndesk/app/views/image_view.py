@@ -60,7 +60,7 @@ class ImageCanvas(QWidget):
     def __init__(self, name: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(name)
-        self.setMinimumSize(220, 220)
+        self.setMinimumSize(200, 180)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._image: QImage | None = None
         self._pixels: np.ndarray | None = None
@@ -243,20 +243,21 @@ class ImageView(QWidget):
         maps = QHBoxLayout()
         for widget in (self.mapCombo, self.stepsSpin, self.computeButton, self.cancelButton, self.mapProgress):
             maps.addWidget(widget)
-        maps.addWidget(self.mapStatus, 1)
-        left = QVBoxLayout()
-        left.addWidget(self.canvas, 3)
-        left.addLayout(maps)
-        left.addWidget(self.mapCanvas, 2)
-        body = QHBoxLayout()
-        body.addLayout(left, 2)
-        body.addWidget(self.headsScroll, 3)
+        maps.addStretch(1)
+        right = QVBoxLayout()
+        right.addLayout(maps)
+        right.addWidget(self.mapStatus)
+        right.addWidget(self.mapCanvas, 1)
+        pictures = QHBoxLayout()
+        pictures.addWidget(self.canvas, 1)
+        pictures.addLayout(right, 1)
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(source)
         box.addWidget(self.messageLabel)
         box.addLayout(controls)
-        box.addLayout(body, 1)
+        box.addLayout(pictures, 3)
+        box.addWidget(self.headsScroll, 2)
 
     # -- setters ----------------------------------------------------------------------------------
     def set_samples(self, names: list[str], current: str) -> None:

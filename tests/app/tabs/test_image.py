@@ -5,6 +5,9 @@ from a side job, and a bad image is one line that changes nothing."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
@@ -174,3 +177,38 @@ def test_maps_across_layers_come_from_a_side_job(qtbot, image_window, folders):
         assert view.cancelButton.isEnabled() and not view.computeButton.isEnabled()
     assert "integrated gradients" in view.mapStatus.text() and "4 steps" in view.mapStatus.text()
     assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
+
+
+def test_a_vision_runs_bundle_and_page_hold_the_image_and_overlays(qtbot, image_window, folders, tmp_path, capsys):
+    import io
+
+    from attndesk.cli import main
+    from attndesk.core.bundle import read_bundle
+    from attndesk.core.images import shipped_image
+    from attndesk.render.page import read_page_data
+
+    w = image_window
+    run = open_vision(qtbot, w, folders["vit"])
+    path = tmp_path / "run.zip"
+    assert w.save_bundle_to(path)
+    qtbot.waitUntil(lambda: w.status_text().startswith("saved bundle"), timeout=TIMEOUT_MS)
+    bundle = read_bundle(path)
+    decoded = np.asarray(Image.open(io.BytesIO(bundle.inputs["image.png"])).convert("RGB"))
+    assert np.array_equal(decoded, shipped_image("shapes").pixels) and bundle.manifest["run"]["image"] == "image.png"
+    for layer in range(run.num_layers):
+        np.testing.assert_array_equal(bundle.weights[f"weights/self_layer{layer}.npy"], run.weights[layer])
+    names = {Path(name).name for name in bundle.figures}
+    assert {"heads_layer0.png", "heads_layer1.png", "all_heads.png"} <= names
+    page = next(name for name in bundle.figures if name.endswith(".html"))
+    with zipfile.ZipFile(path) as archive:
+        (tmp_path / "page.html").write_bytes(archive.read(page))
+    assert read_page_data(tmp_path / "page.html")["image"]["grid"] == [4, 4]
+    assert main(["reproduce", str(path)]) == 0, capsys.readouterr().err
+    dialog = w.open_export_dialog("all")  # the window's html export: the image and the layer's overlays
+    dialog.set_format("html")
+    dialog.set_path(tmp_path / "layer.html")
+    assert dialog.export() == tmp_path / "layer.html"
+    doc = read_page_data(tmp_path / "layer.html")
+    titles = [f["title"] for f in doc["image"]["figures"]]
+    assert doc["image"]["grid"] == [4, 4] and titles[0].startswith("layer 0: each head from [CLS]")
+    dialog.close()

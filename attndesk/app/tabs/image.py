@@ -146,6 +146,7 @@ class ImageTab(TabPresenter):
         self._query: int | None = 0
         self._patch: int | None = None  # the clicked patch's token, offered in the query list
         self._pictures: OverlayPictures | None = None
+        self._map_query = ""  # the query the map in flight explains
         self._samples = [s.name for s in sample_images()]
         view.set_colormap(state.view.colormap)
         view.sampleChosen.connect(lambda name: setattr(state.pretrained, "image", SAMPLE + name))
@@ -308,6 +309,7 @@ class ImageTab(TabPresenter):
         except ConfigError as exc:
             self._refuse(str(exc))
             return
+        self._map_query = "the mean of the patches" if self._query is None else run.tokens[self._query]
         self.view.set_map_busy(True)
         self.view.set_map_progress(0.0, "computing…")
         self.compute.side.submit(
@@ -346,7 +348,7 @@ class ImageTab(TabPresenter):
             opacity=self.view.opacity(),
         )
         self.view.mapCanvas.set_picture(picture, run.grid, None)
-        self.view.mapStatus.setText(f"{what}; colours {low:.3g} to {high:.3g}")
+        self.view.mapStatus.setText(f"{what}, from {self._map_query}; colours {low:.3g} to {high:.3g}")
         self.mapDrawn.emit()
 
     def _map_failed(self, message: str) -> None:

@@ -53,12 +53,15 @@ def open_vision(qtbot, w, folder) -> VisionResult:
     return run
 
 
-def expected_overlay(run: VisionResult, layer: int, query: int, head: int | None, opacity: float = 0.6):
+def expected_overlay(
+    run: VisionResult, layer: int, query: int, head: int | None, opacity: float = 0.6, top: float | None = None
+):
     """The overlay from the weights themselves: the query's row over the patches, per head; one
-    colour scale from 0 to the largest of the layer's heads."""
+    colour scale from 0 to the largest of the layer's heads (or ``top``)."""
     rows = run.weights[layer, :, query, run.specials :].reshape(-1, *run.grid).astype(np.float64)
     shown = rows.mean(axis=0) if head is None else rows[head]
-    return blend(run.image, shown, colormap="viridis", vmin=0.0, vmax=float(rows.max()), opacity=opacity)
+    top = float(rows.max()) if top is None else top
+    return blend(run.image, shown, colormap="viridis", vmin=0.0, vmax=top, opacity=opacity)
 
 
 def test_a_vision_folder_reads_an_image_and_its_overlays_are_the_weights(qtbot, image_window, folders):
@@ -152,7 +155,7 @@ def test_a_text_model_given_an_image_says_so(qtbot, image_window, tmp_path):
     picture = tmp_path / "cat.png"
     Image.new("RGB", (16, 16)).save(picture)
     text = w.state.text
-    w.tab_presenter(IMAGE_TAB).open_image(str(picture))
+    assert not w.longMode.open_text_file(picture)  # File > Open text, or a drop on the window
     assert "cat.png is an image: the model on screen is a text model" in w.status_text()
     assert w.state.text == text and w.state.pretrained.image == ""
     assert w.tokensPanel.imageNote.isHidden()
@@ -212,3 +215,46 @@ def test_a_vision_runs_bundle_and_page_hold_the_image_and_overlays(qtbot, image_
     titles = [f["title"] for f in doc["image"]["figures"]]
     assert doc["image"]["grid"] == [4, 4] and titles[0].startswith("layer 0: each head from [CLS]")
     dialog.close()
+
+
+def test_every_layer_and_a_cancelled_map(qtbot, image_window, folders):
+    w = image_window
+    run = open_vision(qtbot, w, folders["vit"])
+    view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+    one_layer = view.heads_picture().height()
+    with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
+        view.allLayersCheck.setChecked(True)
+    expected = run.weights[:, :, 0, run.specials :].reshape(run.num_layers, -1, *run.grid)
+    np.testing.assert_array_equal(tab.pictures().maps, expected)
+    assert view.heads_picture().height() > one_layer
+    every = expected_overlay(run, 0, 0, None, top=float(expected.max()))  # one scale over every layer
+    assert np.array_equal(view.canvas.pixels(), every)
+    view.mapCombo.setCurrentIndex(view.mapCombo.findData("ig"))
+    view.stepsSpin.setValue(1024)
+    view.computeButton.click()
+    qtbot.waitUntil(lambda: view.mapProgress.value() > 0, timeout=TIMEOUT_MS)
+    view.cancelButton.click()
+    assert view.mapStatus.text() == "cancelled" and view.computeButton.isEnabled()
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy("image-map"), timeout=TIMEOUT_MS)
+    assert view.mapCanvas.pixels() is None
+
+
+@pytest.mark.parametrize("name", ["swin", "siglip_vision_model"])
+def test_models_without_a_class_token_draw_the_mean_patch_and_swins_windows(qapp, vision, image, name):
+    from attndesk.app.tabs.image import overlay_pictures
+    from attndesk.core.pretrained import run_pretrained
+
+    model, _eager, _folder = vision(name)
+    run = run_pretrained(model, image)
+    assert image_maps.default_query(run) is None and run.specials == 0
+    pictures = overlay_pictures(run, 1, None, None, 0.5, "magma", False)
+    layer = run.layer_weights(1)  # [H, N, N]: Swin's windows scattered on the first stage's grid
+    mean_patch = layer.mean(axis=1).reshape(-1, *run.grid).astype(np.float64)  # each head, the mean query
+    regions = run.window_map(1) if name == "swin" else None
+    expected = blend(
+        run.image, mean_patch.mean(axis=0), colormap="magma", vmax=float(mean_patch.max()), opacity=0.5, regions=regions
+    )
+    assert np.array_equal(pictures.large, expected)
+    if name == "swin":  # the partition's lines are white
+        assert (pictures.large == 255).all(axis=-1).any()
+    assert pictures.grid.width() > 0 and pictures.value_range == (0.0, float(mean_patch.max()))

@@ -57,9 +57,10 @@ class ImageCanvas(QWidget):
 
     patchClicked = Signal(int, int)
 
-    def __init__(self, name: str, parent: QWidget | None = None) -> None:
+    def __init__(self, name: str, placeholder: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(name)
+        self.placeholder = placeholder  # said in the empty widget
         self.setMinimumSize(200, 180)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._image: QImage | None = None
@@ -96,6 +97,10 @@ class ImageCanvas(QWidget):
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor(250, 250, 250))
         if self._image is None:
+            painter.setPen(QColor(110, 110, 110))
+            painter.drawText(
+                self.rect(), int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.placeholder
+            )
             painter.end()
             return
         where = self.target()
@@ -178,7 +183,7 @@ class ImageView(QWidget):
         self.messageLabel.setWordWrap(True)
         self.messageLabel.setStyleSheet("color: #9a4b00;")
         self.messageLabel.hide()
-        self.canvas = ImageCanvas("imageCanvas")
+        self.canvas = ImageCanvas("imageCanvas", "the image appears here once the model has run on it")
         self.canvas.setToolTip("click a patch to see where it looks")
         self.queryCombo = QComboBox(objectName="imageQueryCombo")
         self.queryCombo.setToolTip(
@@ -218,7 +223,9 @@ class ImageView(QWidget):
         self.mapProgress.setMaximumWidth(160)
         self.mapStatus = QLabel("", objectName="imageMapStatus")
         self.mapStatus.setWordWrap(True)
-        self.mapCanvas = ImageCanvas("imageMapCanvas")
+        self.mapCanvas = ImageCanvas(
+            "imageMapCanvas", "choose a map above and press Compute: it is drawn here, over the image"
+        )
         self.mapCanvas.setToolTip("the map over the image, on its own range")
 
     def _lay_out(self) -> None:

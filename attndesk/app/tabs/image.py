@@ -187,7 +187,9 @@ class ImageTab(TabPresenter):
     def open_image(self, path: str) -> None:
         """A file as the model's input: decoded in a side job; refused in one line (nothing changes)."""
         if not self.is_vision():
-            self._refuse(f"{Path(path).name} is an image: the model on screen is a text model, it reads text")
+            self._refuse(
+                f"not opened: {Path(path).name} is an image, and the model on screen is a text model: it reads text"
+            )
             return
         self.compute.side.submit(
             "image-open",

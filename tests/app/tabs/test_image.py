@@ -156,7 +156,8 @@ def test_a_text_model_given_an_image_says_so(qtbot, image_window, tmp_path):
     Image.new("RGB", (16, 16)).save(picture)
     text = w.state.text
     assert not w.longMode.open_text_file(picture)  # File > Open text, or a drop on the window
-    assert "cat.png is an image: the model on screen is a text model" in w.status_text()
+    said = "not opened: cat.png is an image, and the model on screen is a text model: it reads text"
+    assert w.status_text() == said and w.status.error and w.tab_widget(IMAGE_TAB).messageLabel.text() == said
     assert w.state.text == text and w.state.pretrained.image == ""
     assert w.tokensPanel.imageNote.isHidden()
 

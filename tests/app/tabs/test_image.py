@@ -259,3 +259,37 @@ def test_models_without_a_class_token_draw_the_mean_patch_and_swins_windows(qapp
     if name == "swin":  # the partition's lines are white
         assert (pictures.large == 255).all(axis=-1).any()
     assert pictures.grid.width() > 0 and pictures.value_range == (0.0, float(mean_patch.max()))
+
+
+@pytest.mark.perf  # GUI-thread CPU per heartbeat gap: make test-perf runs it
+def test_the_image_tab_never_stalls_the_event_loop_at_vit_b_size(qtbot, image_window, tmp_path):
+    """12 layers x 12 heads over 14 x 14 patches (ViT-B/16's grid): switching to the tab, a click on
+    a patch and every head of every layer keep the GUI thread under 100 ms at a time."""
+    from tests.app.tabs.test_responsive import LIMIT_S, worst_gap
+
+    w = image_window
+    folder = build_vision(
+        "vit",
+        tmp_path / "vit-b-grid",
+        side=224,
+        image_size=224,
+        patch_size=16,
+        hidden_size=48,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+    )
+    try:
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            assert w.pretrained.open_folder(folder)
+        view, tab = w.tab_widget(IMAGE_TAB), w.tab_presenter(IMAGE_TAB)
+        assert w.displayed_result().layers.weights.shape == (12, 12, 197, 197)
+        gaps = {"switching to the tab": worst_gap(qtbot, lambda: setattr(w.state.view, "tab", IMAGE_TAB), tab.drawn)}
+        at = view.canvas.patch_center(7, 7).toPoint()
+        gaps["a click on a patch"] = worst_gap(
+            qtbot, lambda: qtbot.mouseClick(view.canvas, Qt.MouseButton.LeftButton, pos=at), tab.drawn
+        )
+        gaps["every layer"] = worst_gap(qtbot, lambda: view.allLayersCheck.setChecked(True), tab.drawn)
+        assert tab.pictures().maps.shape == (12, 12, 14, 14)
+        assert max(gaps.values()) < LIMIT_S, gaps
+    finally:
+        clear_cache(folder)

@@ -25,7 +25,7 @@ from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.images import SAMPLE, image_choice, sample_images
+from attndesk.core.images import DEFAULT_SAMPLE, SAMPLE, image_choice, sample_images
 from attndesk.core.interp import image_maps
 from attndesk.core.pretrained import VisionResult, load_pretrained, read_image, read_spec
 from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
@@ -166,9 +166,12 @@ class ImageTab(TabPresenter):
     # -- the input --------------------------------------------------------------------------------
     def _show_choice(self) -> None:
         choice = self.state.pretrained.image
-        current = choice[len(SAMPLE) :] if choice.startswith(SAMPLE) or not choice else ""
-        self.view.set_samples(self._samples, current or image_choice("")[0])
-        self.view.set_image_name("" if current or not choice else f"{Path(choice).name} ({choice})")
+        if choice and not choice.startswith(SAMPLE):  # a file: the list says so, the label names it
+            self.view.set_samples(self._samples, "")
+            self.view.set_image_name(f"{Path(choice).name} ({choice})")
+            return
+        self.view.set_samples(self._samples, choice[len(SAMPLE) :] or DEFAULT_SAMPLE)
+        self.view.set_image_name("")
 
     def is_vision(self) -> bool:
         mode = self.state.mode

@@ -293,3 +293,39 @@ def test_the_image_tab_never_stalls_the_event_loop_at_vit_b_size(qtbot, image_wi
         assert max(gaps.values()) < LIMIT_S, gaps
     finally:
         clear_cache(folder)
+
+
+def test_the_file_dialog_and_a_drop_open_an_image(qtbot, image_window, folders, tmp_path, monkeypatch):
+    from PySide6.QtCore import QMimeData, QPoint, QPointF, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+
+    from attndesk.app.tabs import image as image_tab
+
+    w = image_window
+    open_vision(qtbot, w, folders["vit"])
+    view = w.tab_widget(IMAGE_TAB)
+    first, second = tmp_path / "first.png", tmp_path / "second.jpg"
+    Image.new("RGB", (30, 20), (200, 30, 30)).save(first)
+    Image.new("RGB", (20, 30), (30, 30, 200)).save(second)
+    monkeypatch.setattr(
+        image_tab.QFileDialog, "getOpenFileName", staticmethod(lambda *_a: (str(first), image_tab.IMAGE_FILTER))
+    )
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        view.openButton.click()
+    assert w.state.pretrained.image == str(first)
+    assert view.sampleCombo.currentText() == "(a file)" and view.nameLabel.text().startswith("first.png")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(second))])
+    drop = QDropEvent(
+        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
+    enter = QDragEnterEvent(
+        QPoint(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
+    assert QApplication.sendEvent(view, enter) and enter.isAccepted()  # the tab takes a file
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        QApplication.sendEvent(view, drop)
+    assert w.state.pretrained.image == str(second)
+    run = w.displayed_result().layers
+    assert run.image.shape == (32, 32, 3) and (run.image[..., 2] > run.image[..., 0]).all()  # the blue one

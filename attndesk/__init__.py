@@ -1,5 +1,11 @@
 """attndesk: a desktop application for seeing inside transformer attention.
 
+Its packages, from the bottom of the stack up (docs/architecture.md): ``jobs`` (the job model),
+``core`` (the attention core, ``core.pretrained``, ``core.interp``), ``corpus`` (the corpus pass),
+``train`` (the trainer), ``kvcache`` (KV-cache eviction), ``session`` (the window's model without
+widgets), ``render`` (figures and pages), ``cli`` (the ``attndesk`` command), ``app`` (the window)
+and ``resources`` (the files it ships).
+
 Importing attndesk changes nothing in the process: the entry points (the ``attndesk`` command,
 ``python -m attndesk``, main.py) call ``set_torch_environment()`` before torch loads.
 """

@@ -10,7 +10,9 @@ returns ``Problem``s that name the tab, the widget (objectName or class) and wha
   screen), every one of them must be named;
 - ``si_prefixed``: an axis without a unit whose numbers pyqtgraph scaled by an SI prefix
   ("layer (x0.001)": a count read as thousandths);
-- ``stale_status``: a status-bar message that an action on another tab wrote, still shown.
+- ``stale_status``: a status-bar message that an action on another tab wrote, still shown;
+- ``hidden_tabs``: the tab bar's scroll arrows on screen (some tab titles are out of sight);
+- ``sideways``: a tab's page scrolling sideways (its form wider than the window gives it).
 """
 
 from __future__ import annotations
@@ -179,6 +181,29 @@ def stale_status(tab: str, status: Status) -> list[Problem]:
     return []
 
 
+TAB_ARROWS = ("ScrollLeftButton", "ScrollRightButton")  # Qt's names for a QTabBar's scroll buttons
+PAGE_SCROLL = "ViewScroll"  # the window's scroll area around a tab's large form: <view>Scroll
+H_SCROLLBAR = "qt_scrollarea_hcontainer"  # Qt's holder of a scroll area's horizontal bar
+
+
+def hidden_tabs(tab: str, widgets: Sequence[Widget]) -> list[Problem]:
+    """The tab bar shows scroll arrows: some titles are off screen until a person scrolls the bar."""
+    for w in widgets:
+        if w.name in TAB_ARROWS and w.parent >= 0:
+            bar = widgets[w.parent].name
+            return [Problem(tab, bar, "the tab bar scrolls: some tabs are hidden behind its arrows")]
+    return []
+
+
+def sideways(tab: str, widgets: Sequence[Widget]) -> list[Problem]:
+    """A tab's page (the scroll area around a large form) shows a horizontal scroll bar."""
+    return [
+        Problem(tab, widgets[w.parent].name, f"the page scrolls sideways: {w.box} holds its horizontal scroll bar")
+        for w in widgets
+        if w.name == H_SCROLLBAR and w.parent >= 0 and widgets[w.parent].name.endswith(PAGE_SCROLL)
+    ]
+
+
 def review(
     tab: str,
     widgets: Sequence[Widget],
@@ -194,6 +219,8 @@ def review(
         *missing_tokens(tab, tokens, widgets if page is None else page),
         *si_prefixed(tab, axes),
         *stale_status(tab, status),
+        *hidden_tabs(tab, widgets),
+        *sideways(tab, widgets),
     ]
 
 
@@ -204,9 +231,11 @@ __all__ = [
     "Status",
     "Widget",
     "clipped",
+    "hidden_tabs",
     "missing_tokens",
     "review",
     "si_prefixed",
+    "sideways",
     "stale_status",
     "token_text",
     "visible_boxes",

@@ -3,7 +3,8 @@ empty state and after its main action, as PNGs, a contact sheet, and the checks 
 ``scripts/screen_checks.py`` on each picture's widgets.
 
     make screens                      # render-out/screens
-    .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2]
+    .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2,vit]
+        [--tabs attribution,corpus]   # only these tabs (ids as in app/tabs/registry.py)
 
 Windows: ``toy`` (the sample sentence, random weights), ``minilm`` (the packaged
 all-MiniLM-L6-v2), ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
@@ -33,7 +34,7 @@ from scripts.screen_checks import Axis, Box, Problem, Status, Widget, review  # 
 
 SIZES = ((1280, 800), (1920, 1200))
 WINDOWS = ("toy", "minilm", "gpt2", "vit")
-DECODER_TABS = ("generate", "patching", "attribution", "logit-lens")  # the gpt2 window renders only these
+DECODER_TABS = ("generate", "patching", "attribution", "logit-lens", "circuit")  # the gpt2 window renders only these
 VISION_TABS = ("image", "heatmaps", "all-layers")  # the vit window renders only these
 ONLY = {"gpt2": DECODER_TABS, "vit": VISION_TABS}
 THUMB_WIDTH = 360
@@ -208,16 +209,31 @@ def _open_preset(window, seconds: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+def _kv_lab(window, seconds: float = 120.0) -> None:
+    """Run the KV cache tab's policy, wait for its pictures, then sweep its budgets (settled after)."""
+    from PySide6.QtWidgets import QApplication
+
+    view = window.tab_widget("kvcache")
+    _click(view.bar.runButton)
+    end = time.monotonic() + seconds
+    while view.bar.is_busy() and time.monotonic() < end:
+        QApplication.processEvents()
+        time.sleep(0.02)
+    _click(view.sweepButton)
+
+
 # tab -> its main action (the tabs not named here show their result as soon as they open)
 ACTIONS: dict[str, Callable] = {
     "compare": lambda w: _click(w.tab_widget("compare").pinButton),
     "online-softmax": lambda w: _click(w.tab_widget("online-softmax").nextButton),
     "train": _open_preset,
+    "kvcache": _kv_lab,
     "corpus": lambda w: (_click(w.tab_widget("corpus").sampleButton), _click(w.tab_widget("corpus").startButton)),
     "generate": lambda w: _click(w.tab_widget("generate").stepButton),
     "patching": lambda w: _click(w.tab_widget("patching").bar.runButton),
     "attribution": lambda w: _click(w.tab_widget("attribution").bar.runButton),
     "logit-lens": lambda w: _click(w.tab_widget("logit-lens").bar.runButton),
+    "circuit": lambda w: _click(w.tab_widget("circuit").bar.runButton),
     "image": lambda w: _image_action(w),
 }
 
@@ -275,8 +291,8 @@ def _open(kind: str, size: tuple[int, int], folder: Path, app):
     return window
 
 
-def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print) -> list[Shot]:
-    """Every picture of the review into ``out`` (see the module docstring)."""
+def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print, tabs: tuple[str, ...] = ()) -> list[Shot]:
+    """Every picture of the review into ``out`` (see the module docstring); ``tabs``: only these."""
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -288,7 +304,7 @@ def render(out: Path, sizes=SIZES, windows=WINDOWS, log=print) -> list[Shot]:
             for size in sizes:
                 window = _open(kind, size, Path(tmp), app)
                 try:
-                    shots += _review_window(app, window, kind, size, out, log)
+                    shots += _review_window(app, window, kind, size, out, log, tabs)
                 finally:
                     window.close()
                     window.deleteLater()
@@ -307,10 +323,13 @@ class _Author:
         self.wrote = self.acting
 
 
-def _review_window(app, window, kind: str, size, out: Path, log) -> list[Shot]:
+def _review_window(app, window, kind: str, size, out: Path, log, only: tuple[str, ...] = ()) -> list[Shot]:
     author = _Author(window)
     shots = []
-    for tab in [t for t, _title in window.shown_tabs() if kind not in ONLY or t in ONLY[kind]]:
+    shown = [
+        t for t, _title in window.shown_tabs() if (kind not in ONLY or t in ONLY[kind]) and (not only or t in only)
+    ]
+    for tab in shown:
         window.state.view.tab = tab
         settle(app, window)
         for state in ("empty", "after") if tab in ACTIONS else ("shown",):
@@ -375,10 +394,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", default=str(ROOT / "render-out" / "screens"))
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="WxH[,WxH] (default 1280x800,1920x1200)")
     parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2, vit (default all)")
+    parser.add_argument("--tabs", default="", help="only these tab ids, e.g. attribution,corpus (default every tab)")
     args = parser.parse_args(argv)
     windows = tuple(args.windows.split(","))
     if unknown := set(windows) - set(WINDOWS):
         print(f"screens: unknown window(s) {sorted(unknown)}; choose from {', '.join(WINDOWS)}", file=sys.stderr)
+        return 2
+    tabs = tuple(t for t in args.tabs.split(",") if t)
+    from attndesk.app.tabs.registry import TABS
+
+    if unknown := set(tabs) - {t.id for t in TABS}:
+        print(
+            f"screens: unknown tab(s) {sorted(unknown)}; choose from {', '.join(t.id for t in TABS)}", file=sys.stderr
+        )
         return 2
     # the user's settings and data folder (corpus stores) stay out of the pictures and untouched
     os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-screens")
@@ -386,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="attndesk-screens-data-") as data:
         os.environ["XDG_DATA_HOME"] = data
-        shots = render(out, args.sizes, windows)
+        shots = render(out, args.sizes, windows, tabs=tabs)
     sheet = contact_sheet(shots, out / "contact-sheet.png")
     problems = [f"{shot.caption}: {p}" for shot in shots for p in shot.problems]
     (out / "problems.txt").write_text("".join(f"{line}\n" for line in problems))

@@ -24,6 +24,9 @@ atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
 os.environ["XDG_DATA_HOME"] = os.path.join(_CONFIG_HOME, "data")
 os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-tests")
+# transformers' save_pretrained draws a progress bar on stderr when a fixture writes a tiny model
+# inside a test: it would land in the output a CLI test reads as the command's own.
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402 - after the environment the settings read is set

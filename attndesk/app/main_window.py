@@ -56,6 +56,7 @@ from .status import StatusModel
 from .styles import restyle
 from .tabs import registry
 from .tabs.registry import TabSpec
+from .views.empty_state import EmptyStatePage
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
@@ -86,6 +87,23 @@ def _scrolled(view: QWidget) -> QWidget:
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setWidget(view)
     return area
+
+
+TAB_PADDING = "QTabBar::tab { padding: 5px 3px; }"  # the style gives 12 px each side
+TAB_FONT_SCALE = 0.93
+TIMING_DOCK_PX = 150  # the timing dock's first height, its least: the tabs keep 3/4 of an 800 px window
+
+
+def fit_tabs(tabs: QTabWidget) -> None:
+    """Every title on screen at once: tighter padding and a slightly smaller font, so a pretrained
+    decoder's 16 tabs fit the 1280-pixel window beside its docks; narrower still, titles are elided
+    (the tooltip names the tab) rather than hidden behind scroll arrows."""
+    bar = tabs.tabBar()
+    size = bar.font().pointSizeF() * TAB_FONT_SCALE  # a style sheet's polish resets a font set with setFont
+    bar.setStyleSheet(f"QTabBar {{ font-size: {size:.2f}pt; }} {TAB_PADDING}")
+    bar.setUsesScrollButtons(False)
+    bar.setElideMode(Qt.TextElideMode.ElideRight)
+    bar.setExpanding(False)
 
 
 class MainWindow(QMainWindow):
@@ -121,6 +139,7 @@ class MainWindow(QMainWindow):
         self._build_presenters()
         self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
         self.state.events.config.connect(self._sync_tabs)
+        self.compute.published.connect(self._sync_empty_states)
         self._sync_tabs()
         for mode in self.modes:
             mode.install(self)
@@ -141,6 +160,7 @@ class MainWindow(QMainWindow):
         self.timingPanel = TimingPanel()
         self.viewTabs = QTabWidget(objectName="viewTabs")
         self.viewTabs.setDocumentMode(True)
+        fit_tabs(self.viewTabs)
         self.setCentralWidget(self.viewTabs)
         for tab in registry.TABS:
             self._views[tab.id] = view = tab.view()
@@ -159,16 +179,30 @@ class MainWindow(QMainWindow):
             self._views[tab.id] = view = tab.view()
             self.timingTabs.setTabToolTip(self.timingTabs.addTab(view, tab.title), tab.tooltip)
 
-    @staticmethod
-    def _unavailable_page(tab: TabSpec, view: QWidget) -> QStackedWidget:
-        """A tab that can be off: its view, or the sentence saying why it is off (``_sync_tabs``)."""
+    def _unavailable_page(self, tab: TabSpec, view: QWidget) -> QStackedWidget:
+        """A tab that can be off: its view, or its empty state (the sentence saying why it is off and
+        the button that makes it apply; ``_sync_empty_states``)."""
         page = QStackedWidget(objectName=f"{tab.id}Page")
-        reason = QLabel("", objectName=f"{tab.id}Unavailable")
-        reason.setWordWrap(True)
-        reason.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        off = EmptyStatePage(tab.id)
+        off.actionClicked.connect(lambda t=tab: self._empty_action(t))
         page.addWidget(view)
-        page.addWidget(reason)
+        page.addWidget(off)
         return page
+
+    def _empty_action(self, tab: TabSpec) -> None:
+        """The empty state's button: the action its tab's spec declares for the current state."""
+        assert tab.unavailable is not None, "only a tab that can be off has an empty state"
+        state = tab.unavailable(self.state)
+        if state is not None and state.act is not None:
+            state.act(self)
+
+    def empty_state(self, tab_id: str) -> EmptyStatePage | None:
+        """The empty-state page of a tab that can be off (None for one that cannot)."""
+        page = self._tabs.get(tab_id)
+        if not isinstance(page, QStackedWidget):
+            return None
+        off = page.widget(1)
+        return off if isinstance(off, EmptyStatePage) else None
 
     def _build_presenters(self) -> None:
         """Each tab's presenter, once every view exists (a presenter may look up another tab's view)."""
@@ -198,7 +232,7 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(self.tokensDock, self.parametersDock, Qt.Orientation.Vertical)
         self.resizeDocks([self.tokensDock], [340], Qt.Orientation.Horizontal)
         self.resizeDocks([self.tokensDock, self.parametersDock], [380, 470], Qt.Orientation.Vertical)
-        self.resizeDocks([self.timingDock], [230], Qt.Orientation.Vertical)
+        self.resizeDocks([self.timingDock], [TIMING_DOCK_PX], Qt.Orientation.Vertical)
         self._default_state = self.saveState(STATE_VERSION)
 
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
@@ -388,14 +422,21 @@ class MainWindow(QMainWindow):
                 self.state.view.tab = HEATMAPS_TAB
             if self.viewTabs.isTabVisible(index) != visible:
                 self.viewTabs.setTabVisible(index, visible)
-            if tab.unavailable is not None:
-                reason = tab.unavailable(self.state)
-                page = self._tabs[tab.id]
-                assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
-                label = page.widget(1)
-                assert isinstance(label, QLabel), "the stack's reason"
-                label.setText(reason or "")
-                page.setCurrentIndex(0 if reason is None else 1)
+        self._sync_empty_states()
+
+    def _sync_empty_states(self, *_args) -> None:
+        """Each tab that can be off shows its view, or its empty state while it does not apply (a run
+        may tell more: a loaded checkpoint without its LM head)."""
+        for tab in registry.TABS:
+            off = self.empty_state(tab.id)
+            if off is None or tab.unavailable is None:
+                continue
+            state = tab.unavailable(self.state)
+            if state is not None:
+                off.set_state(state.sentence, state.action if state.act is not None else "")
+            page = self._tabs[tab.id]
+            assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
+            page.setCurrentIndex(0 if state is None else 1)
 
     def shown_tabs(self) -> list[tuple[str, str]]:
         """(id, title) of the view tabs on show now, in order."""

@@ -51,6 +51,14 @@ class MenuRegistry:
         """The menu's actions in order (separators left out)."""
         return [a for group in self._layout[key] for s in group for a in self._actions.get((key, s), [])]
 
+    def find(self, name: str) -> QAction:
+        """The action whose objectName is ``name``, in any menu (a KeyError names an unknown one)."""
+        for (_key, _section), actions in self._actions.items():
+            for action in actions:
+                if action.objectName() == name:
+                    return action
+        raise KeyError(f"no menu action {name!r}")
+
     def _rebuild(self, key: str) -> None:
         menu = self._menus[key]
         for action in menu.actions():  # removed, never deleted (QMenu.clear deletes what it owns)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from attndesk import set_torch_environment
-from attndesk.cli import app, attribute, bundle, corpus, patch, render, reproduce, train
+from attndesk.cli import app, attribute, bundle, circuit, corpus, kvcache, patch, render, reproduce, train
 from attndesk.cli.app import headless_fallback, launch_app
 from attndesk.cli.arguments import attach_dash_values
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError, Command, Parser, guarded
@@ -21,7 +21,7 @@ from attndesk.cli.render import config_from_args, read_text_file, render_command
 from attndesk.cli.render import model_arguments as _model_arguments
 
 # in the order ``attndesk --help`` lists them
-COMMANDS: tuple[Command, ...] = (app, render, bundle, reproduce, patch, attribute, train, corpus)
+COMMANDS: tuple[Command, ...] = (app, render, bundle, reproduce, patch, attribute, circuit, train, corpus, kvcache)
 
 
 def build_parser() -> argparse.ArgumentParser:

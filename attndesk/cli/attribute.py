@@ -12,6 +12,7 @@ import warnings
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.patch import add_model_arguments, heatmap, load, token_arg, write_all
 from attndesk.cli.progress import ProgressLine
+from attndesk.core.types import head_name
 
 NAME = "attribute"
 STRIP = (1100, 360)  # one row of tokens: a strip, not the square a heatmap figure suggests
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if result.per_head is not None:
         layers, heads = result.per_head.shape[:2]
-        rows = [f"L{n}H{h}" for n in range(layers) for h in range(heads)]
+        rows = [head_name(n, h) for n in range(layers) for h in range(heads)]
         per_head = result.per_head.reshape(layers * heads, -1)
         files.append((f"{name}_per_head", (per_head, rows, cols)))
         files.append(

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from attndesk.core.atomic import occupied
+
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -51,11 +53,9 @@ def empty_out(out: str | os.PathLike) -> Path:
     demands; a file or a folder holding files is refused in one line (EXIT_USAGE), before any work,
     so a run never overwrites part of another and leaves the rest beside it."""
     folder = Path(out).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise CliError(f"--out {folder} is a file, not a folder: choose an empty or new folder", EXIT_USAGE)
-    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
-    if held:
-        raise CliError(f"--out {folder} holds other files ({held[0]}, ...); choose an empty or new folder", EXIT_USAGE)
+    problem = occupied(folder)
+    if problem is not None:
+        raise CliError(f"--out {problem}: choose an empty or new folder", EXIT_USAGE)
     return folder
 
 

@@ -44,7 +44,6 @@ def _methods(value: str) -> tuple[str, ...]:
 
 
 def register(sub) -> argparse.ArgumentParser:
-
     p = sub.add_parser(
         NAME,
         help="analyze every head's attention over a corpus of texts",
@@ -72,6 +71,13 @@ def register(sub) -> argparse.ArgumentParser:
         metavar="N",
         help="tokens a text keeps, special tokens included (default %(default)s)",
     )
+    _engine_arguments(p)
+    p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
+    return p
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    """How the pass runs: the engine and its workers, the atlas, the shards, the device."""
     p.add_argument(
         "--engine",
         choices=("local", "ray"),
@@ -113,8 +119,6 @@ def register(sub) -> argparse.ArgumentParser:
         default="cpu",
         help="torch device of the pass (default %(default)s; auto picks the best available)",
     )
-    p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
-    return p
 
 
 def _plan(args, source, model) -> str:

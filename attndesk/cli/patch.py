@@ -16,6 +16,7 @@ import numpy as np
 
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.progress import ProgressLine
+from attndesk.core.types import head_name
 
 NAME = "patch"
 SITE_CHOICES = ("head", "head_position", "resid", "attn", "mlp")
@@ -112,10 +113,10 @@ def labels(report, site: str, num_heads: int) -> tuple[list[str], list[str], str
     """(row labels, column labels, y title, x title) of a site's 2-D table (head_position: one row per layer and head)."""
     layers = report.results[site].effects.shape[0]
     if site == "head":
-        return [f"L{n}" for n in range(layers)], [f"H{h}" for h in range(num_heads)], "layer", "head"
+        return [f"L{n}" for n in range(layers)], [head_name(None, h) for h in range(num_heads)], "layer", "head"
     positions = [f"{i}:{t}" for i, t in enumerate(report.positions)]
     if site == "head_position":
-        return [f"L{n}H{h}" for n in range(layers) for h in range(num_heads)], positions, "layer, head", "position"
+        return [head_name(n, h) for n in range(layers) for h in range(num_heads)], positions, "layer, head", "position"
     return [f"L{n}" for n in range(layers)], positions, "layer", "position"
 
 

@@ -136,8 +136,7 @@ def model_arguments(render: argparse.ArgumentParser, fields=None) -> None:
 
 
 def _output_arguments(render: argparse.ArgumentParser) -> None:
-    from attndesk.render.colormaps import COLORMAPS
-
+    """Where and what to write: the folder, the formats, the html page's storage, which figures."""
     out = render.add_argument_group("output")
     out.add_argument(
         "--out",
@@ -174,6 +173,13 @@ def _output_arguments(render: argparse.ArgumentParser) -> None:
         metavar="WHICH",
         help="all (every head in a grid), mean (over heads) or a head number; comma-separated for several figures (default all,mean)",
     )
+    _look_arguments(out)
+
+
+def _look_arguments(out: argparse._ArgumentGroup) -> None:
+    """How the figures look and what else is written: colours, scale, size, raw weights, region."""
+    from attndesk.render.colormaps import COLORMAPS
+
     out.add_argument(
         "--colormap",
         choices=COLORMAPS,

@@ -5,6 +5,21 @@
 >>> result.weights.shape
 (2, 3, 3)
 
+What it holds (docs/architecture.md draws the layout):
+
+- settings: ``fields`` (the field spec, ``param``), ``config`` (``AttentionConfig``), ``checks`` and
+  ``errors`` (the core's doors and its exceptions);
+- attention: ``attention`` (``attend``, the layers), ``scoring`` (``Scoring``, the one softmax),
+  ``sinks``, ``fastpath``, ``blocked``, ``online_softmax``, ``kvcache`` (the teaching cache);
+- positions and masks: ``masks``, ``positional``, ``rope``, ``alibi``;
+- runs: ``pipeline`` (``run_attention``), ``plan``, ``memory``, ``pyramid``, ``select``, ``types``,
+  ``result``, ``timing``, ``threads``, ``devices``, ``machine``, ``process``;
+- teaching comparisons: ``compare``, ``diff``, ``variant_compare``, ``tutorial``, ``statistics``,
+  ``rollout``;
+- input and files: ``tokenizer``, ``textfile``, ``images``, ``atomic``, ``bundle``;
+- subpackages: ``pretrained`` (any local transformers checkpoint) and ``interp`` (interpretability
+  on a loaded model).
+
 The names below are imported on first use (PEP 562), so a module that needs only a light part of
 the core (``atomic``, ``errors``: a corpus store opened to be read) does not load torch.
 """

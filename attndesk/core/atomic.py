@@ -83,6 +83,18 @@ def deferred_interrupt() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def occupied(folder: str | os.PathLike) -> str | None:
+    """Why ``folder`` cannot take a new run's files, or None for a new or empty folder (hidden
+    entries aside): a file, or a folder holding files, which a new run would partly overwrite and
+    leave the rest beside it. One wording for the command line and the window: "{folder} holds
+    other files (a.png, ...)"."""
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder"
+    held = sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) if path.is_dir() else []
+    return f"{path} holds other files ({held[0]}, ...)" if held else None
+
+
 def _nearest_existing(folder: Path) -> Path:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

@@ -435,6 +435,11 @@ class _AttentionLayer(nn.Module):
     q_proj: nn.Linear
     k_proj: nn.Linear
     v_proj: nn.Linear
+    dropout: nn.Dropout | None  # set by each layer (None: no dropout)
+
+    def finish(self, context: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """context -> the layer's output (each layer merges its heads its own way)."""
+        raise NotImplementedError
 
     def _fused_weights(self, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[Wq * scale; Wk; Wv] and the matching bias: one GEMM for Q, K and V."""
@@ -493,11 +498,7 @@ class _AttentionLayer(nn.Module):
             keep.update(q=proj.q, k=proj.k, v=proj.v)
             if proj.q_raw is not None:
                 keep.update(q_raw=proj.q_raw, k_raw=proj.k_raw)
-        dropout = (
-            self.dropout
-            if getattr(self, "dropout", None) is not None and self.training and self.dropout.p > 0
-            else None
-        )
+        dropout = self.dropout if self.dropout is not None and self.training and self.dropout.p > 0 else None
         scoring = Scoring.of(
             self.head_dim, scale=proj.scale, softcap=softcap, slopes=slopes, window=window, sinks=sinks
         )

@@ -52,7 +52,15 @@ def default_memory_budget() -> int:
 
 # the toy model's weights: random (seeded), a shipped trained preset (attndesk/resources/trained,
 # ``attndesk.train.presets.PRESETS``), or "trained": the model open in the window's Train tab
-TRAINED_PRESETS = ("induction", "reverse", "previous-token", "brackets")
+TRAINED_PRESETS = (
+    "induction",
+    "reverse",
+    "previous-token",
+    "brackets",
+    "needle",
+    "needle-sink",
+    "needle-off-by-one",
+)
 WEIGHTS = ("random", *TRAINED_PRESETS, "trained")
 WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"} | {
     name: f"Trained: {name}" for name in TRAINED_PRESETS
@@ -63,6 +71,9 @@ WEIGHT_TIPS = {
     "reverse": "2 layers trained to reverse a sequence: the anti-diagonal",
     "previous-token": "1 layer trained to repeat the token before: each token looks one back",
     "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",
+    "needle": "2 layers trained to find a key's value in filler: retrieval heads in layer 2",
+    "needle-sink": "the needle model trained with a learned softmax sink per head",
+    "needle-off-by-one": "the needle model trained with an off-by-one softmax",
     "trained": "the model trained or opened in the Train tab (its button Open in views)",
 }
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -39,12 +39,14 @@ from .scoring import Scoring, softmax_rows
 from .timing import NULL_TIMER
 
 # Bytes of scores per query block: big enough that the per-call overheads vanish, small enough that
-# a block stays in the L2/L3 caches between its GEMM and its softmax (4 MiB measured best here).
+# a block stays in the L2/L3 caches between its GEMM and its softmax (docs/benchmarks.md, long sequences).
 BLOCK_BYTES = 4 << 20
 FAST_DTYPES = (torch.float32, torch.float64)
 _NEG_INF = float("-inf")
 
-_onednn_op = None  # resolved lazily by onednn(): the op, or False where it is missing or wrong
+_onednn_op: Callable[..., torch.Tensor] | Literal[False] | None = (
+    None  # resolved lazily by onednn(): the op, or False where it is missing or wrong
+)
 
 
 def onednn():

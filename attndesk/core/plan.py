@@ -29,8 +29,8 @@ HALF_STORAGE = ("float16",)  # numpy has no bfloat16: float16 is the half storag
 # Rough sustained rates of the attention work (GFLOP/s) for the time estimate only; measured by
 # benchmarks/bench_long.py on a 2-core CPU. A GPU is much faster; we do not guess how much.
 _RATE = {"cpu": 50e9}
-# With small heads the per-cell softmax/exp and memory traffic dominate the FLOPs (16k tokens x
-# 4 heads of 16 dims took ~24 s where the FLOPs said ~1 s): at least this long per cell.
+# With small heads the per-cell softmax/exp and memory traffic dominate the FLOPs (docs/benchmarks.md,
+# long sequences): at least this long per cell.
 CELL_SECONDS = 5e-9
 
 
@@ -153,19 +153,11 @@ def plan_run(
     ``keep_intermediates`` counts the stage copies the full path then keeps (see ``estimate_run``).
     """
     lk = lq if lk is None else lk
-    if lq < 1 or lk < 1:
-        raise ConfigError("a run needs at least one query and one key token")
-    if half_storage is not None and half_storage not in HALF_STORAGE:
-        raise ConfigError(f"half storage must be one of: {', '.join(HALF_STORAGE)}; got {half_storage!r}")
-    if force is not None and force not in (FULL, BLOCKED, PYRAMID):
-        raise ConfigError(f"unknown plan kind {force!r}; choose full, blocked or pyramid")
+    _check_request(lq, lk, half_storage, force)
     h = config.num_heads
     item = DTYPES[config.dtype].itemsize
     budget = config.budget_bytes
     estimate = estimate_run(config, lq, lk, keep_intermediates=keep_intermediates)
-    rate = _RATE.get(str(config.device))
-    cells = h * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)  # those computed
-    seconds = max(estimate.flops / rate, cells * CELL_SECONDS) if rate else None
     plan = partial(
         RunPlan,
         num_heads=h,
@@ -175,7 +167,7 @@ def plan_run(
         weights_bytes=estimate.weights_bytes,
         full_peak_bytes=estimate.peak_bytes,
         flops=estimate.flops,
-        seconds=seconds,
+        seconds=_seconds(config, estimate.flops, lq, lk),
         intermediates=keep_intermediates,
         window=config.window,
     )
@@ -195,26 +187,49 @@ def plan_run(
 
     # a score block is at most a sixteenth of the budget, so a small budget means small blocks
     block_rows = max(1, min(lq, min(block_bytes, budget // 16) // max(1, lk * item)))
-    if kind in (None, BLOCKED):
-        storage = half_storage or ("float32" if kind == BLOCKED else None)
-        if storage is not None:
-            stored = h * lq * lk * (2 if storage == "float16" else 4)
-            peak = _blocked_peak(config, lq, lk, block_rows, stored)
-            # a small overview is built alongside (for drawing; exact cells come from the storage)
-            px = min(overview_px, STORED_OVERVIEW_PX)
-            factor = max(1, _ceil_div(max(lq, lk), px))
-            peak += _pyramid_bytes(h, lq, lk, factor)
-            if kind == BLOCKED or peak <= budget:
-                return plan(
-                    kind=BLOCKED,
-                    peak_bytes=peak,
-                    storage=storage,
-                    block_rows=block_rows,
-                    factor=factor,
-                    overview_px=min(px, max(lq, lk)),
-                )
-
+    storage = half_storage or ("float32" if kind == BLOCKED else None)
+    if kind in (None, BLOCKED) and storage is not None:
+        blocked = _blocked_plan(config, lq, lk, block_rows, storage, overview_px, plan)
+        if kind == BLOCKED or blocked.peak_bytes <= budget:
+            return blocked
     return _pyramid_plan(config, lq, lk, block_rows, overview_px, plan)
+
+
+def _seconds(config: AttentionConfig, flops: float, lq: int, lk: int) -> float | None:
+    """The run's estimated time on its device (None where no rate is known)."""
+    rate = _RATE.get(str(config.device))
+    cells = config.num_heads * visible_cells(lq, lk, causal="causal" in config.mask, window=config.window)
+    return max(flops / rate, cells * CELL_SECONDS) if rate else None  # only the cells computed count
+
+
+def _check_request(lq: int, lk: int, half_storage: str | None, force: str | None) -> None:
+    if lq < 1 or lk < 1:
+        raise ConfigError("a run needs at least one query and one key token")
+    if half_storage is not None and half_storage not in HALF_STORAGE:
+        raise ConfigError(f"half storage must be one of: {', '.join(HALF_STORAGE)}; got {half_storage!r}")
+    if force is not None and force not in (FULL, BLOCKED, PYRAMID):
+        raise ConfigError(f"unknown plan kind {force!r}; choose full, blocked or pyramid")
+
+
+def _blocked_plan(
+    config: AttentionConfig, lq: int, lk: int, block_rows: int, storage: str, overview_px: int, plan
+) -> RunPlan:
+    """The blocked path keeping every weight in ``storage``, with a small overview to draw from."""
+    h = config.num_heads
+    stored = h * lq * lk * (2 if storage == "float16" else 4)
+    peak = _blocked_peak(config, lq, lk, block_rows, stored)
+    # a small overview is built alongside (for drawing; exact cells come from the storage)
+    px = min(overview_px, STORED_OVERVIEW_PX)
+    factor = max(1, _ceil_div(max(lq, lk), px))
+    peak += _pyramid_bytes(h, lq, lk, factor)
+    return plan(
+        kind=BLOCKED,
+        peak_bytes=peak,
+        storage=storage,
+        block_rows=block_rows,
+        factor=factor,
+        overview_px=min(px, max(lq, lk)),
+    )
 
 
 def _pyramid_plan(

@@ -14,10 +14,10 @@ import ctypes
 import gc
 import threading
 
-# glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), so after
-# the first large free, arrays of 1-32 MiB came from the heaps of a dozen job threads and stayed
-# there when freed: resident memory reached 3.5-4 GiB with 0.8 GB of arrays alive (in the random-action soak).
-# A fixed threshold keeps every block from 4 MiB up mapped on its own, returned the moment it is freed.
+# glibc raises its mmap threshold to the size of each mmapped block freed, so after the first large
+# free, mid-sized arrays come from the job threads' heaps and stay there when freed (the incident is
+# in docs/reliability.md). A fixed threshold keeps every block from 4 MiB up mapped on its own,
+# returned the moment it is freed.
 MMAP_THRESHOLD = 4 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 

@@ -19,7 +19,7 @@ zeros, never NaN, with or without a sink. ``softmax_rows`` is the one softmax of
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +48,7 @@ class Scoring:
         *,
         scale: float | None = None,
         softcap: float | None = None,
-        slopes: Sequence[float] | None = None,
+        slopes: Iterable[float] | None = None,
         window: int | None = None,
         sinks: Sinks | Sequence[float] | None = None,
     ) -> Scoring:

@@ -235,7 +235,7 @@ def _fold(a: np.ndarray, fr: int, fc: int, how: str) -> np.ndarray:
     copied whole: a large run's weights may take most of the memory budget."""
     combine = {"max": np.maximum, "sum": np.add, "all": np.logical_and, "any": np.logical_or}[how]
     # Element-wise over strided views, one tile axis at a time: numpy's max over a short inner axis
-    # of [.., R, f, C, f] ran ~6x slower (25 ms for 8 x 512^2 at f=2, a 512-token result's overview).
+    # of [.., R, f, C, f] is several times slower (docs/benchmarks.md, long sequences).
     across = a[..., 0::fr, :].copy()  # [..., R, cols]: row 0 of every tile
     for i in range(1, fr):
         part = a[..., i::fr, :]  # [..., R or R - 1, cols]: row i of every (long enough) tile

@@ -34,7 +34,6 @@ class WordTokenizer:
         words = _word_list()[: max(0, vocab_size - 2)]
         self.vocab_size = vocab_size
         self._ids = {w: i + 2 for i, w in enumerate(words)}
-        self._words = (PAD, UNK) + words
 
     def split(self, text: str) -> list[str]:
         return _TOKEN_RE.findall(text.lower())

@@ -2,7 +2,9 @@
 
 - ``Head``: which weights a view means, a head index or ``MEAN`` (their mean over heads).
 - ``Intermediates``: every stage of one attention layer's computation, for the step-through
-  (the x-transformers ``Intermediates`` idea, for one batch item; numpy, float32).
+  (the x-transformers ``Intermediates`` idea, for one batch item; numpy, float32), and the
+  step-through's stage names (``BASE_STAGES``, ``SHOWN_STAGES``, ``LAYER_STAGES``, ``PER_HEAD_STAGES``,
+  ``KV_STAGES``), declared once for the window and the trainer.
 - ``AttentionMap``: one set of H heads over queries x keys, ready to draw, export or inspect,
   whatever produced it (the toy model, one layer of a real model, a cross-attention block).
 
@@ -26,7 +28,9 @@ Head = int | Literal["mean"]
 
 
 def head_name(layer: int | None, head: int) -> str:
-    """How every view, page and export names a head: ``L1 H3`` (``H3`` where there are no layers)."""
+    """How every view, page, export and CLI table names a head for a person: ``L1 H3``, layer and head
+    counted from 0 as the window's layer and head controls count them (layer 1 is the second); ``H3``
+    alone where the run has a single attention layer (the toy model)."""
     return f"H{head}" if layer is None else f"L{layer} H{head}"
 
 
@@ -78,6 +82,35 @@ class Intermediates:
         return tuple(name for name in self.names() if getattr(self, name) is not None)
 
 
+# The step-through's stage names, declared once (the window's step-through and the trainer's
+# stacked stages read them). The 2017 layer's ten stages, always there:
+BASE_STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
+# Every stage a run can show, in the order of the computation: the ``Intermediates`` fields, but
+# with "angles" (RoPE's rotation angle of every position and dimension pair, derived from the
+# positions) and without "sink_logit" (a number per head, shown in the sink's formula, not a matrix).
+SHOWN_STAGES = (
+    "embeddings",
+    "q_raw",
+    "k_raw",
+    "angles",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "scaled",
+    "capped",
+    "bias",
+    "masked",
+    "weights",
+    "sink",
+    "context",
+    "output",
+)
+LAYER_STAGES = ("embeddings", "output")  # one per layer, shared by its heads
+PER_HEAD_STAGES = frozenset(SHOWN_STAGES) - {*LAYER_STAGES, "angles"}  # one matrix per query head
+KV_STAGES = frozenset({"k_raw", "k", "v"})  # one per K/V head; their rows are the keys
+
+
 @dataclass(eq=False)
 class AttentionMap:
     """H heads of attention weights over ``queries`` (rows) x ``keys`` (columns), to show.
@@ -90,7 +123,7 @@ class AttentionMap:
     ``kv_heads`` < H: grouped-query heads; query head h reads K/V head h // (H // kv_heads).
     ``window``: the sliding window W (query i sees keys with |i - j| < W), None when global.
     ``hidden_mass`` [H, Lq]: the share of each row that went to keys a view hid (rows are not
-    re-normalised). ``head_labels`` default to "head 0", "head 1", ...
+    re-normalised). ``head_labels`` default to ``head_name``'s "H0", "H1", ...
     """
 
     queries: list[str]
@@ -138,7 +171,7 @@ class AttentionMap:
     def label(self, head: int) -> str:
         if self.head_labels is not None:
             return self.head_labels[int(head)]
-        return f"head {int(head)}"
+        return head_name(None, int(head))
 
     def weight_at(self, head: Head, q: int, k: int) -> float:
         """The exact weight of query q on key k for ``head`` (an int, or MEAN)."""
@@ -149,4 +182,14 @@ class AttentionMap:
         return float(self.weights[int(head), q, k])
 
 
-__all__ = ["MEAN", "AttentionMap", "Head", "Intermediates"]
+__all__ = [
+    "BASE_STAGES",
+    "KV_STAGES",
+    "LAYER_STAGES",
+    "MEAN",
+    "PER_HEAD_STAGES",
+    "SHOWN_STAGES",
+    "AttentionMap",
+    "Head",
+    "Intermediates",
+]

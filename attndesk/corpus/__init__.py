@@ -6,6 +6,12 @@ scores, a role), per-text metrics and a query/key atlas, stored as Parquet + Duc
 >>> store = analyze_corpus("texts.txt", "out/")                      # doctest: +SKIP
 >>> store.heads.head()                                               # doctest: +SKIP
 
+Its modules: ``sources`` (where texts come from), ``shards`` (the files of a run in progress),
+``batch`` (one shard through the model), ``metrics`` (per-text, per-head metrics), ``engine``
+(``analyze_corpus``, the local engine), ``ray_engine`` (the same shards on Ray), ``compact``
+(finished shards into the store's tables), ``store`` (``CorpusStore``: Parquet + DuckDB) and
+``atlas`` (the query/key atlas, UMAP).
+
 Qt-free: a window drives it through a job context, ``ctx=`` (progress, cancel, and each
 ``CorpusProgress`` as a report), or the older ``progress`` and ``cancel`` (an Event) keywords.
 The names below are imported on first use, so ``attndesk.corpus.metrics`` alone (a window's list

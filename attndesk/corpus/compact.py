@@ -177,7 +177,7 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
 
     con = _connect()
     # one BLAS thread: the projections are small d x d problems, and BLAS threads spinning against
-    # torch's made each 32 x 32 eigendecomposition take ~40 ms instead of ~0.1 ms (measured)
+    # torch's slow each eigendecomposition down by orders of magnitude (docs/benchmarks.md, Threads)
     limits = threadpool_limits(1)
     try:
         _copy(con, f"SELECT * FROM {_glob(out, 'texts')} ORDER BY text_id", out / "texts.parquet")

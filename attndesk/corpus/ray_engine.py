@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -127,8 +128,6 @@ def run_ray(
     _quiet_notices()
     started = _init(workers, address)
     try:
-        from dataclasses import asdict
-
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False

@@ -4,6 +4,12 @@
 - ``layout``: where things go, pure geometry shared with the window's heatmap panel.
 - ``paint`` / ``cells`` / ``colorbar``: the QPainter drawing; ``export``: PNG/SVG/PDF/NPY/CSV files.
 - ``gui``: the QApplication a renderer needs, and display detection.
+- ``colormaps``: the colour lookup shared with the window.
+- ``page``, ``page_overview``, ``page_corpus``: self-contained ``.html`` pages of a run, of a run too
+  large for an exact page, and of a corpus store.
+- ``bundle``: a run, its session, weights and figures as one reproducible ``.zip``.
+- ``heads_grid``, ``training``, ``overlays``, ``kvcache``: figures of the corpus pass, of a training
+  run (curves, animations), of maps blended over an image, and of KV-cache runs.
 
 pyqtgraph's exporters are never used (its SVGExporter crashes on Qt >= 6.11).
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attndesk.core import select
-from attndesk.core.types import MEAN, AttentionMap
+from attndesk.core.types import MEAN, AttentionMap, Head
 
 from . import colormaps
 
@@ -177,7 +177,7 @@ def _suptitle(map: AttentionMap, which: select.Which) -> str:
     elif which == MEAN:
         text = f"{base}, mean over {n} heads"
     else:
-        text = f"{base}, head {which} of {n}"
+        text = f"{base}, {map.label(int(which))} of {n} heads"
     if map.layer_kind:
         window = f", window {map.window}" if map.window else ""
         text += f" ({map.layer_kind} layer{window})"
@@ -190,6 +190,40 @@ def _groups(map: AttentionMap, which: select.Which) -> tuple[int, list[str]]:
         return 1, []
     g = map.groups
     return g, [select.group_label(map, kv, range(kv * g, (kv + 1) * g)) for kv in range(map.num_heads // g)]
+
+
+@dataclass
+class _Cells:
+    """What a figure's cells show: the matrices, their mask and labels, and where they start."""
+
+    matrices: np.ndarray
+    mask: np.ndarray | None
+    factor: int
+    value_label: str
+    queries: list[str]
+    keys: list[str]
+    first_query: int = 0
+    first_key: int = 0
+
+
+def _cells(
+    map: AttentionMap, which: select.Which, heads: list[Head], region: select.Region | None, show: str
+) -> _Cells:
+    """The ALiBi bias, the exact weights of ``region``, or the (overview of the) whole map."""
+    queries, keys = list(map.queries), list(map.keys)
+    if show == "alibi bias":
+        matrices = np.stack([select.alibi_bias(map, h) for h in heads])
+        return _Cells(matrices, None, 1, "ALiBi bias -m\u00b7|i - j|", queries, keys)
+    if show != "weights":
+        raise ValueError(f"show must be 'weights' or 'alibi bias', got {show!r}")
+    if region is not None:
+        (q0, q1), (k0, k1) = region = select.check_region(map, region)
+        matrices = np.stack([select.weights(map, h, region) for h in heads])
+        mask = select.mask(map, region)
+        return _Cells(matrices, mask, 1, "attention weight", queries[q0:q1], keys[k0:k1], q0, k0)
+    matrices, factor = select.overview(map, which)
+    label = f"attention weight, max of each {factor}x{factor} tile" if factor > 1 else "attention weight"
+    return _Cells(matrices, select.mask(map), factor, label, queries, keys)
 
 
 def figure_from_map(
@@ -210,27 +244,12 @@ def figure_from_map(
     """
     which = select.parse_which(which, map.num_heads)
     heads = select.heads_of(map, which)
-    queries, keys = list(map.queries), list(map.keys)
+    cells = _cells(map, which, heads, region, show)
+    matrices, mask, factor, value_label = cells.matrices, cells.mask, cells.factor, cells.value_label
+    queries, keys, first_query, first_key = cells.queries, cells.keys, cells.first_query, cells.first_key
     caption = " \u00b7 ".join(t for t in (map.summary, map.legend) if t)
-    first_query = first_key = 0
-    factor = 1
-    value_label = "attention weight"
-    if show == "alibi bias":
-        matrices = np.stack([select.alibi_bias(map, h) for h in heads])
-        value_label, mask = "ALiBi bias -m\u00b7|i - j|", None
-    elif show != "weights":
-        raise ValueError(f"show must be 'weights' or 'alibi bias', got {show!r}")
-    elif region is not None:
-        (q0, q1), (k0, k1) = region = select.check_region(map, region)
-        matrices = np.stack([select.weights(map, h, region) for h in heads])
-        mask = select.mask(map, region)
-        queries, keys, first_query, first_key = queries[q0:q1], keys[k0:k1], q0, k0
-    else:
-        matrices, factor = select.overview(map, which)
-        mask = select.mask(map)
-        if factor > 1:
-            value_label = f"attention weight, max of each {factor}x{factor} tile"
-            caption += f" \u00b7 overview: {factor}x{factor} tokens per cell"
+    if factor > 1:
+        caption += f" \u00b7 overview: {factor}x{factor} tokens per cell"
     if log_scale and show == "weights":
         value_label = f"{value_label} (log scale)"
     suptitle = _suptitle(map, which)

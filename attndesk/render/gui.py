@@ -7,6 +7,7 @@ offscreen platform when there is no display, so Qt never aborts looking for an X
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 
@@ -30,8 +31,6 @@ def display_problem() -> str | None:
     number = rest.split(".")[0]
     if host not in ("", "unix") or not number.isdigit():
         return None  # a remote or unusual display: let Qt try
-    import socket
-
     path = f"/tmp/.X11-unix/X{number}"
     for address in (path, "\0" + path):  # the socket file, then Linux's abstract namespace
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

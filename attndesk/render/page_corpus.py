@@ -19,6 +19,7 @@ from typing import Any
 
 from attndesk import __version__
 from attndesk.core.errors import ConfigError
+from attndesk.core.types import head_name
 from attndesk.corpus.metrics import METRICS
 
 from . import colormaps
@@ -64,7 +65,13 @@ def heads_grid(store) -> dict[str, Any]:
         roles[r][h] = str(row["role"])
     return {
         "rows": [
-            {"part": str(p), "layer": int(n), "label": f"{'' if p == 'self' else p + ' '}layer {n}"} for p, n in keys
+            {
+                "part": str(p),
+                "layer": int(n),
+                "label": f"{'' if p == 'self' else p + ' '}layer {n}",
+                "names": [("" if p == "self" else p + " ") + head_name(int(n), h) for h in range(n_heads)],
+            }
+            for p, n in keys
         ],
         "heads": n_heads,
         "metrics": list(METRICS),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -184,8 +185,6 @@ def write_animation(
 
 def _mp4_bytes(frames: list[np.ndarray], fps: float) -> bytes:
     """H.264 MP4 through imageio-ffmpeg's bundled ffmpeg (it writes to a file, so a temporary one)."""
-    import tempfile
-
     import imageio_ffmpeg
 
     with tempfile.TemporaryDirectory(prefix="attndesk-mp4-") as folder:

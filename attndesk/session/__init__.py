@@ -6,6 +6,8 @@
 - ``results``: what a run publishes and the views draw (``Shown``);
 - ``status``: the status line's evented model;
 - ``plans``: when a toy run is long (its estimate, the rule that makes it wait for Run).
+- ``ledger``: the window's memory ledger (``MemoryLedger``): everything the window keeps beside
+  its work, held against one budget.
 
 Qt-free and window-free (import-linter's contract): ``attndesk.app`` builds widgets on it, and
 ``attndesk.cli`` reads and writes sessions through it without importing the window.

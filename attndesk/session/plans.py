@@ -13,7 +13,7 @@ LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (
 
 # A run estimated shorter than this reports no stages: each report crosses to the GUI thread and
 # redraws the status line and the progress bar while the run competes for the same cores, for a
-# stage name nobody can read (a 128-token run's five stages take ~10 ms in all).
+# stage name nobody can read.
 QUIET_RUN_S = 0.1
 
 

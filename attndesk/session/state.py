@@ -144,13 +144,16 @@ class PanelView:
     combo offers none/causal and edits only the causal part (the toy model's padding choice is
     kept for it); ``info``: a line for the "Model" row ("6 layers x 12 heads"); ``toy_acts``: the
     fixed values are trained toy weights' shape, and the other controls act as their spec says (a
-    real model's architecture, False, disables every control it does not use)."""
+    real model's architecture, False, disables every control it does not use); ``off_choices``:
+    choices of a field the mode cannot take now, greyed with the reason (field -> choice -> reason:
+    the Train tab's model before anything is trained)."""
 
     fixed: dict[str, Any] = field(default_factory=dict)
     causal_only: bool = False
     mask_tip: str = ""
     info: str = ""
     toy_acts: bool = False
+    off_choices: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class ViewState(EventedModel):

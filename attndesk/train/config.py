@@ -14,7 +14,7 @@ from attndesk.core.sinks import SINK_KINDS
 # where token order enters: added to the embeddings (sinusoidal, learned), rotating Q and K
 # (rope), a distance penalty on the scores (alibi), or nowhere (none)
 TRAIN_POSITIONS = ("sinusoidal", "rope", "alibi", "learned", "none")
-TASK_NAMES = ("induction", "copy", "reverse", "sort", "previous-token", "brackets", "text")
+TASK_NAMES = ("induction", "copy", "reverse", "sort", "previous-token", "brackets", "needle", "text")
 TEXT_LEVELS = ("char", "word")
 
 # the task defaults: (vocab_size, seq_len); every other field has one default for all tasks
@@ -25,6 +25,7 @@ _TASK_SHAPES = {
     "sort": (12, 18),
     "previous-token": (16, 24),
     "brackets": (8, 24),
+    "needle": (32, 40),
     "text": (96, 32),
 }
 

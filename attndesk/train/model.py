@@ -39,10 +39,11 @@ class Block(nn.Module):
             )
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, keep: dict | None = None
+        self, x: torch.Tensor, mask: torch.Tensor, keep: dict | None = None, head_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L]); ``keep`` (a dict) receives the
-        attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``)."""
+        attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``);
+        ``head_mask`` [H] scales each head's context (0 ablates it)."""
         position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"
         h = x if self.ln1 is None else self.ln1(x)
         if keep is not None:
@@ -54,6 +55,7 @@ class Block(nn.Module):
             window=self.cfg.window,
             softcap=self.cfg.softcap,
             sinks=self.sinks,
+            head_mask=head_mask,
             keep=keep,
         )
         x = x + out
@@ -78,9 +80,12 @@ class Decoder(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm else None
         self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab, bias=False)
 
-    def forward(self, ids: torch.Tensor, keeps: list[dict] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(
+        self, ids: torch.Tensor, keeps: list[dict] | None = None, head_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L]);
-        ``keeps`` (one dict per layer) receive each layer's stages (``Block.forward``)."""
+        ``keeps`` (one dict per layer) receive each layer's stages (``Block.forward``);
+        ``head_mask`` [layers, H] scales each head's context (0 ablates it)."""
         length = ids.shape[-1]
         x = self.embed(ids)
         if self.pos is not None:
@@ -90,7 +95,7 @@ class Decoder(nn.Module):
         mask = causal_mask(length, device=ids.device)
         weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, mask, None if keeps is None else keeps[i])
+            x, w = block(x, mask, None if keeps is None else keeps[i], None if head_mask is None else head_mask[i])
             weights.append(w)
         if self.ln_f is not None:
             x = self.ln_f(x)

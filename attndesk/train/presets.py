@@ -69,12 +69,22 @@ PRESETS: dict[str, TrainConfig] = {
         mlp=True,
         layernorm=True,
     ),
+    "needle": TrainConfig(task="needle", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="rope"),
+    "needle-sink": TrainConfig(
+        task="needle", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="rope", sink="learned"
+    ),
+    "needle-off-by-one": TrainConfig(
+        task="needle", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="rope", sink="off-by-one"
+    ),
 }
 ABOUT = {
     "induction": "2 layers, attention only: a previous-token head feeds an induction head",
     "reverse": "2 layers, attention only, learned positions: the anti-diagonal",
     "previous-token": "1 layer, 2 heads, RoPE: each token looks one back",
     "brackets": "2 layers with MLPs and LayerNorm: a head spread evenly over the prefix counts the depth",
+    "needle": "2 layers, RoPE: a key's value found in filler; layer 2's heads copy it (retrieval heads)",
+    "needle-sink": "the needle model with a learned sink logit per head (GPT-OSS's softmax sink)",
+    "needle-off-by-one": "the needle model with an off-by-one softmax (a sink fixed at 0)",
 }
 
 

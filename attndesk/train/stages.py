@@ -21,27 +21,14 @@ import torch
 from attndesk.core.config import AttentionConfig
 from attndesk.core.masks import visible_cells
 from attndesk.core.result import AttentionResult
-from attndesk.core.types import Intermediates, head_name
+from attndesk.core.types import LAYER_STAGES, Intermediates, head_name
 
 from .model import build_model
 from .run import TrainRun
 
-HEAD_STAGES = (
-    "q_raw",
-    "k_raw",
-    "q",
-    "k",
-    "v",
-    "scores",
-    "scaled",
-    "capped",
-    "masked",
-    "weights",
-    "sink",
-    "sink_logit",
-    "context",
-)
-LAYER_STAGES = ("embeddings", "output")
+# every per-head stage the layers keep, stacked along the heads; not ALiBi's bias, whose formula in
+# the step-through takes the slopes of the stacked config's heads, not of each layer's
+HEAD_STAGES = tuple(name for name in Intermediates.names() if name not in LAYER_STAGES and name != "bias")
 VIEW_POSITIONS = {"rope": "rope", "alibi": "alibi", "sinusoidal": "sinusoidal"}  # anything else: "none"
 
 

@@ -294,6 +294,79 @@ class Brackets(Task):
         return ["BOS", "(", ")"] + [f"d{i}" for i in range(self.vocab_size - 3)]
 
 
+class Needle(Task):
+    """Needle in a haystack: ``[BOS, filler.., k, v_1..v_m, filler.., SEP, k, v_1..v_m]`` with BOS 0,
+    SEP 1 (the query marker) and data tokens 2..V-1. The needle is a key ``k`` followed by its
+    value of m = ``VALUE_TOKENS`` tokens, planted at a uniform place in filler drawn uniformly
+    from the data tokens other than ``k`` (so the key occurs once in the haystack; the value's
+    tokens differ from ``k`` too). The query ``SEP k`` asks for the value; scored: the query's
+    ``k`` and v_1..v_(m-1), predicting v_1..v_m. Pattern ``needle``: answer i weighs the needle's
+    v_i, the token it must copy (what a retrieval head does)."""
+
+    name, pattern, about = "needle", "needle", "a key and its value hidden in filler: give the value when asked"
+    VALUE_TOKENS = 2
+
+    def __init__(self, cfg: TrainConfig):
+        super().__init__(cfg)
+        m = self.VALUE_TOKENS
+        if self.vocab_size < 5:
+            raise ConfigError(
+                f"needle needs vocab_size >= 5 (BOS, SEP, a key and at least two other data tokens), got "
+                f"{self.vocab_size}",
+                field="vocab_size",
+            )
+        self.haystack = self.seq_len - 3 - m  # between BOS and the query SEP, k, v_1..v_m
+        if self.haystack < 1 + m:
+            raise ConfigError(
+                f"needle needs seq_len >= {2 * m + 4} (BOS, the needle of {1 + m} tokens, SEP and the "
+                f"{1 + m}-token query), got {self.seq_len}",
+                field="seq_len",
+            )
+
+    def sample(self, batch: int, generator: torch.Generator) -> Batch:
+        m, hay, vocab = self.VALUE_TOKENS, self.haystack, self.vocab_size
+        key = torch.randint(2, vocab, (batch, 1), generator=generator)
+
+        def not_key(shape: tuple[int, ...]) -> torch.Tensor:  # uniform over the data tokens except k
+            draw = torch.randint(2, vocab - 1, shape, generator=generator)
+            return draw + (draw >= key).long()
+
+        filler, value = not_key((batch, hay)), not_key((batch, m))
+        place = torch.randint(0, hay - m, (batch, 1), generator=generator)  # the key's index in the haystack
+        index = place + torch.arange(1, m + 1)[None]
+        filler.scatter_(1, place, key)
+        filler.scatter_(1, index, value)
+        bos, sep = torch.zeros(batch, 1, dtype=torch.int64), torch.ones(batch, 1, dtype=torch.int64)
+        ids = torch.cat([bos, filler, sep, key, value], dim=1)
+        t = torch.arange(self.seq_len)[None].expand(batch, -1)
+        return Batch(ids, _lm_targets(ids), (t >= self.seq_len - 1 - m) & (t <= self.seq_len - 2))
+
+    def needle_positions(self, batch: Batch) -> torch.Tensor:
+        """[B]: the position of the planted key in ``ids`` (its value follows it)."""
+        hay = batch.ids[:, 1 : 1 + self.haystack]
+        key = batch.ids[:, self.seq_len - 1 - self.VALUE_TOKENS]
+        return (hay == key[:, None]).int().argmax(dim=1) + 1
+
+    def answer_sources(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(queries [m]: the scored positions, sources [B, m]: the needle position each one copies)."""
+        m = self.VALUE_TOKENS
+        queries = torch.arange(self.seq_len - 1 - m, self.seq_len - 1)
+        return queries, self.needle_positions(batch)[:, None] + torch.arange(1, m + 1)[None]
+
+    def pattern_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        b_count, length = batch.ids.shape
+        queries, sources = self.answer_sources(batch)
+        keys = torch.zeros(b_count, length, length)
+        rows = torch.arange(b_count)[:, None]
+        keys[rows, queries[None], sources] = 1.0
+        scored = torch.zeros(b_count, length, dtype=torch.bool)
+        scored[:, queries] = True
+        return keys, scored
+
+    def token_labels(self) -> list[str]:
+        return ["BOS", "SEP"] + [str(i) for i in range(self.vocab_size - 2)]
+
+
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -362,7 +435,7 @@ class Text(Task):
 
 
 TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (Induction, Copy, Reverse, Sort, PreviousToken, Brackets, Text)
+    cls.name: cls for cls in (Induction, Copy, Reverse, Sort, PreviousToken, Brackets, Needle, Text)
 }
 
 

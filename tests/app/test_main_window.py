@@ -139,11 +139,9 @@ def test_hover_readout_and_highlight_in_every_head(qtbot, window):
     scene = vb.mapViewToScene(QPointF(k + 0.5, q + 0.5))
     panel._on_mouse_moved(scene)
     text = panel.readout.text()
-    expected = (
-        f'head 1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
-    )
+    expected = f'H1 · query "{result.tokens[q]}" ({q}) → key "{result.keys[k]}" ({k}): {result.weights[1, q, k]:.4f}'
     assert text == expected
-    assert re.fullmatch(r'head \d+ · query ".*" \(\d+\) → key ".*" \(\d+\): \d\.\d{4}', text)
+    assert re.fullmatch(r'H\d+ · query ".*" \(\d+\) → key ".*" \(\d+\): \d\.\d{4}', text)
     assert panel.highlighted_cells() == [(q, k)] * result.num_heads
 
 

@@ -258,9 +258,10 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
 
 
 def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
-    window.viewTabs.setCurrentWidget(window.tab_widget("rollout"))
-    assert "pretrained" in window.tab_widget("rollout").infoLabel.text()
-    assert not window.tab_widget("rollout").body.isVisibleTo(window)
+    window.viewTabs.setCurrentWidget(window.tab_page("rollout"))
+    off = window.empty_state("rollout")
+    assert window.tab_page("rollout").currentWidget() is off and off.action() == "Open the packaged MiniLM"
+    assert not window.tab_widget("rollout").isVisibleTo(window)
 
 
 def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):

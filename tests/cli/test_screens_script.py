@@ -15,9 +15,11 @@ from scripts.screen_checks import (
     Status,
     Widget,
     clipped,
+    hidden_tabs,
     missing_tokens,
     review,
     si_prefixed,
+    sideways,
     stale_status,
 )
 from scripts.screens import SIZES, contact_sheet, read_window, render
@@ -50,6 +52,26 @@ def test_a_widget_inside_a_scroll_area_is_never_cut_and_the_visible_area_narrows
     assert clipped("t", widgets) == []
     cut = [*widgets[:4], Widget("below", Box(0, 270, 100, 20), 3)]  # past the form's bottom at y=280
     assert [p.widget for p in clipped("t", cut)] == ["below"]
+
+
+def test_scroll_arrows_on_the_tab_bar_and_a_page_scrolling_sideways_are_named():
+    window = Widget("window", Box(0, 0, 1280, 800), -1)
+    bar = Widget("qt_tabwidget_tabbar", Box(340, 20, 934, 24), 0)
+    arrows = [
+        Widget(name, Box(1230 + 20 * i, 20, 20, 24), 1)
+        for i, name in enumerate(("ScrollLeftButton", "ScrollRightButton"))
+    ]
+    assert [
+        (p.widget, "hidden behind its arrows" in p.what) for p in hidden_tabs("heatmaps", [window, bar, *arrows])
+    ] == [("qt_tabwidget_tabbar", True)]
+    assert hidden_tabs("heatmaps", [window, bar]) == []
+    page = Widget("corpusViewScroll", Box(340, 44, 934, 500), 0)
+    hbar = Widget("qt_scrollarea_hcontainer", Box(340, 530, 934, 14), 1)
+    assert [p.widget for p in sideways("corpus", [window, page, hbar])] == ["corpusViewScroll"]
+    table = Widget("corpusTable", Box(340, 44, 400, 300), 0)  # a table scrolling sideways inside the page is fine
+    assert (
+        sideways("corpus", [window, page, table, Widget("qt_scrollarea_hcontainer", Box(340, 330, 400, 14), 2)]) == []
+    )
 
 
 def test_a_tab_that_lists_most_tokens_must_list_all_of_them():

@@ -175,7 +175,7 @@ def test_alibi_bias_titles_and_group_labels():
     i, j = np.indices((5, 5))
     np.testing.assert_allclose(select.alibi_bias(m, 2), -0.125 * np.abs(i - j))
     np.testing.assert_allclose(select.alibi_bias(m, MEAN), -m.alibi_slopes.mean() * np.abs(i - j), rtol=1e-6)
-    assert select.head_title(m, 3) == "head 3 \u00b7 m=1/16" and select.slope_text(0.0884) == "0.0884"
+    assert select.head_title(m, 3) == "H3 \u00b7 m=1/16" and select.slope_text(0.0884) == "0.0884"
     assert select.head_title(m, MEAN) == "mean over 4 heads"
     m.head_labels = [f"L2 head {h}" for h in range(4)]
     assert select.head_title(m, MEAN) == "L2 mean over 4 heads"

@@ -216,7 +216,7 @@ def test_figure_from_result_matches_the_core(qapp):
     result = run_attention(AttentionConfig(embed_dim=16, num_heads=4, mask="causal"), "the cat sat on the mat")
     every = figure_from_result(result, "all")
     np.testing.assert_array_equal(every.matrices, result.weights)
-    assert every.titles == ["head 0", "head 1", "head 2", "head 3"]
+    assert every.titles == ["H0", "H1", "H2", "H3"]
     assert every.query_labels == result.tokens and every.key_labels == result.keys
     np.testing.assert_array_equal(every.mask, result.mask)
     mean = figure_from_result(result, "mean")
@@ -311,7 +311,7 @@ def test_grouped_heads_sit_side_by_side_under_their_kv_header(qapp):
     m = _decoder_map()
     fig = figure_from_map(m, "all")
     assert fig.group == 4 and fig.group_labels == ["kv 0: q 0\u20133", "kv 1: q 4\u20137"]
-    assert fig.titles[5] == "head 5 \u00b7 m=1/64" and fig.suptitle == "Layer 5, all 8 heads (local layer, window 3)"
+    assert fig.titles[5] == "H5 \u00b7 m=1/64" and fig.suptitle == "Layer 5, all 8 heads (local layer, window 3)"
     assert fig.window == 3 and fig.causal
     _, geometry = paint_png(fig, 1400, 900)
     grid = geometry.layout.grid

@@ -124,7 +124,7 @@ def test_page_renders_hover_reads_the_cell_and_colours_match(browser, toy_page):
     hover_at(browser, *cell_point(browser, 2, 7, 3))
     readout = browser.find_element("id", "readout")
     assert float(readout.get_attribute("data-value")) == pytest.approx(float(amap.weights[2, 7, 3]), abs=1e-7)
-    assert readout.text.startswith('head 2 · query "t7" (7) → key "t3" (3): ')
+    assert readout.text.startswith('H2 · query "t7" (7) → key "t3" (3): ')
     assert f"{amap.weights[2, 7, 3]:.4f}" in readout.text
     shown = browser.execute_script(
         "return [...document.querySelectorAll('.hl')].filter(h => h.style.display === 'block').length"
@@ -302,7 +302,7 @@ def test_corpus_page_hover_reads_a_heads_numbers_and_role(browser, corpus_page):
         float(readout.get_attribute("data-value")) == row["entropy"]
         and readout.get_attribute("data-role") == row["role"]
     )
-    assert readout.text.startswith("layer 1 head 2: entropy = ") and f"role {row['role']}" in readout.text
+    assert readout.text.startswith("L1 H2: entropy = ") and f"role {row['role']}" in readout.text
     browser.execute_script(
         "const s = document.getElementById('metric-select'); s.value = 'first'; s.dispatchEvent(new Event('change'))"
     )

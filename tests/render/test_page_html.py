@@ -36,7 +36,7 @@ def test_float32_page_holds_the_exact_weights_and_float16_within_1e3(toy, tmp_pa
     doc = read_page_data(exact)
     assert doc["format"] == "attndesk-page" and "layers" not in doc  # one map: its fields at the top
     assert doc["queries"] == amap.queries and doc["keys"] == amap.keys
-    assert doc["heads"] == [f"head {h}" for h in range(4)]
+    assert doc["heads"] == [f"H{h}" for h in range(4)]
     assert doc["weights"]["dtype"] == "float32" and doc["weights"]["shape"] == [4, 6, 6]
     np.testing.assert_array_equal(decode_array(doc["weights"]), result.weights)
     np.testing.assert_array_equal(decode_mask(doc["mask"]), result.mask)

@@ -53,7 +53,7 @@ from attndesk.train.presets import (
 )
 from attndesk.train.store import read_metadata
 
-NAMES = ["induction", "reverse", "previous-token", "brackets"]
+NAMES = ["induction", "reverse", "previous-token", "brackets", "needle", "needle-sink", "needle-off-by-one"]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -152,12 +152,37 @@ def test_text_file_errors(tmp_path):
         make_task(TrainConfig(task="text", seq_len=64), "short text")
 
 
+def test_needle_plants_one_key_and_asks_for_its_value():
+    task = make_task(TrainConfig(task="needle", vocab_size=10, seq_len=24))
+    batch = task.sample(200, _gen(4))
+    ids, m = batch.ids, task.VALUE_TOKENS
+    assert ids.shape == (200, 24) and (ids[:, 0] == 0).all() and (ids[:, 24 - m - 2] == 1).all()
+    places = []
+    for b in range(200):
+        row = ids[b].tolist()
+        hay, key, value = row[1 : 24 - m - 2], row[24 - m - 1], row[24 - m :]
+        assert 1 not in hay and 0 not in hay and hay.count(key) == 1 and key not in value
+        at = hay.index(key)
+        assert hay[at + 1 : at + 1 + m] == value  # the value follows the key in the haystack
+        places.append(at)
+        assert batch.mask[b].nonzero().flatten().tolist() == [24 - m - 1 + i for i in range(m)]
+        assert batch.targets[b, batch.mask[b]].tolist() == value
+        assert int(task.needle_positions(batch)[b]) == at + 1
+    assert min(places) == 0 and max(places) == 24 - 3 - m - m - 1  # every place in the haystack is drawn
+    keys, queries = task.pattern_targets(batch)
+    assert queries.sum(1).eq(m).all() and keys.sum(dim=(1, 2)).eq(m).all()
+    scores = task.pattern_scores(_perfect(task, batch), batch)
+    assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] < 0.2
+
+
 @pytest.mark.parametrize(
     "changes, words",
     [
         ({"task": "induction", "vocab_size": 8, "seq_len": 32}, "raise vocab_size to 16"),
         ({"task": "reverse", "seq_len": 17}, "even seq_len"),
         ({"task": "brackets", "vocab_size": 4}, "vocab_size >= 5"),
+        ({"task": "needle", "vocab_size": 4}, "vocab_size >= 5"),
+        ({"task": "needle", "seq_len": 7}, "seq_len >= 8"),
         ({"task": "induction", "heads": 3}, "heads do not divide"),
         ({"task": "induction", "kv_heads": 3}, "K/V heads"),
         ({"task": "nope"}, "task"),

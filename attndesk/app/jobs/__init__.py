@@ -5,4 +5,5 @@
   jobs tied to its result (a teaching tab's heavy work), answered in the GUI thread.
 - ``turns``: the turn-taking between the run and the side channels.
 - ``background.Background``: a widget's one-off request (an export) whose widget may go away.
+- ``holdings``: the memory ledger (``attndesk.session.ledger``) wired to the window.
 """

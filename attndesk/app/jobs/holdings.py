@@ -1,4 +1,4 @@
-"""The window's memory ledger (``attndesk.core.ledger``) wired to the window: its budget follows
+"""The window's memory ledger (``attndesk.session.ledger``) wired to the window: its budget follows
 the state's, what it lets go is said on the status line, release callbacks run in the GUI thread
 (they touch widgets; a job may make room from its worker thread), and the holdings the compute
 controller keeps itself are registered here: the run on screen (protected, never let go while
@@ -17,8 +17,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from attndesk.core.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.core.pipeline import cached_models, forget_models
+from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..results import Shown
 from ..state import AppState

@@ -225,15 +225,6 @@ class JobRunner(QObject):
             items, self._reports = self._reports, []
         return [item for generation, item in items if self._fresh(generation)]
 
-    @property
-    def latest_generation(self) -> int:
-        return self._latest
-
-    def next_generation(self) -> int:
-        """A generation newer than anything submitted or cancelled so far."""
-        with self._lock:
-            return self._latest + 1
-
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Cancel, stop the thread and join it. Returns False only if ``timeout_s`` ran out."""
         self._shut = True

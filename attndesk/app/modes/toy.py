@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from attndesk.train.run import TrainRun
 
 INTERMEDIATES = "intermediates"
+NOTHING_TRAINED = "no trained model yet: train one in the Train tab (or open one) and press Open in views"
 _presets_lock = threading.Lock()
 
 
@@ -217,13 +218,15 @@ class ToyMode(ModeBase):
 
     def panel(self, state: AppState) -> PanelView:
         weights = state.config.weights_from
+        off = {} if self.trained is not None else {"weights_from": {"trained": NOTHING_TRAINED}}
         try:
             run = self.trained_run(weights)
         except ConfigError:  # a preset not shipped: the run says so
             run = None
         if run is None:
-            return PanelView()
-        return trained_panel(run, self.trained[0] if weights == "trained" and self.trained else "")
+            return PanelView(off_choices=off)
+        view = trained_panel(run, self.trained[0] if weights == "trained" and self.trained else "")
+        return dataclasses.replace(view, off_choices=off)
 
     def choices(self) -> list[ModeChoice]:
         return [ModeChoice(TOY, "Toy model", "random weights of the chosen shape: every parameter is live")]
@@ -253,8 +256,7 @@ class ToyMode(ModeBase):
         if config.weights_from == "trained":
             if self.trained is None:
                 raise ConfigError(
-                    "no trained model yet: train one in the Train tab (or open one) and press Open in views, "
-                    "or choose Random weights",
+                    NOTHING_TRAINED + ", or choose Random weights",
                     field="weights_from",
                 )
             name, run = self.trained

@@ -48,10 +48,10 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core import select
-from attndesk.core.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.core.types import MEAN, AttentionMap, Head
 from attndesk.render import colormaps
 from attndesk.render.layout import GridLayout
+from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..jobs.background import Background
 from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
@@ -703,7 +703,7 @@ class HeatmapPanel(QWidget):
         combo.addItem("mean over heads", MEAN)
         if self._source is not None:
             for h in range(self._source.num_heads):
-                combo.addItem(f"head {h} (enlarged)", h)
+                combo.addItem(f"{self._source.map.label(h)} (enlarged)", h)
         combo.setCurrentIndex(max(0, combo.findData(self._target)))
         combo.blockSignals(False)
 

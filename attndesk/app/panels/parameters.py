@@ -151,6 +151,9 @@ class ParametersPanel(QWidget):
         finally:
             for w in self._controls():
                 w.blockSignals(False)
+        for name, control in self.controls.items():
+            if isinstance(control, ComboControl):
+                control.set_off(self._view.off_choices.get(name, {}))
         for control in self.controls.values():
             spec = control.spec
             acts = spec.acts_when is None or spec.acts_when(values)  # e.g. hidden dim only for one head

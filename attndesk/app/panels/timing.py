@@ -52,12 +52,15 @@ def _ms(value: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
+CHART_MIN_PX = 96  # eight stages (a six-layer model's) at one small-font line each
+
+
 class _Chart(QWidget):
     """A white chart area with a small font; subclasses paint their data."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumHeight(110)
+        self.setMinimumHeight(CHART_MIN_PX)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setFont(_small_font())
 
@@ -163,6 +166,8 @@ class TimingPanel(QWidget):
         self.memoryLabel = QLabel("–", objectName="timingMemory")
         self.deviceLabel = QLabel("–", objectName="timingDevice")
         facts = QFormLayout()
+        facts.setContentsMargins(0, 0, 0, 0)
+        facts.setVerticalSpacing(2)
         for label, widget in (
             ("Total", self.totalLabel),
             ("FLOPs", self.flopsLabel),

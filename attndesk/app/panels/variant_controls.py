@@ -29,7 +29,6 @@ from attndesk.core.fields import Param
 UNKNOWN = "unknown for this model"
 INT_MIN, INT_MAX = -(2**31) + 1, 2**31 - 1
 MIB = 2**20
-_TOOLTIP_ROLE = 3
 
 
 def kv_label(kv: int, heads: int) -> str:
@@ -168,6 +167,8 @@ class ComboControl(FieldControl):
         self.combo = QComboBox(objectName=f"{spec.stem}Combo")
         self.widgets, self.signals = (self.combo,), [self.combo.currentIndexChanged]
         self._tip()
+        self._choices: tuple[str, ...] = ()
+        self._off: dict[str, str] | None = None  # the greyed choices and their reasons, as drawn
         self.set_choices(spec.choices)
 
     def set_choices(self, choices: tuple[str, ...]) -> None:
@@ -176,15 +177,25 @@ class ComboControl(FieldControl):
             return
         self.combo.clear()
         self._choices = tuple(choices)
-        reasons = self.spec.unavailable() if self.spec.unavailable is not None else {}
-        model = cast(QStandardItemModel, self.combo.model())  # a QComboBox's own model
-        for i, name in enumerate(choices):
+        for name in choices:
             self.combo.addItem(self.spec.choice_labels.get(name, name), name)
-            if self.spec.choice_tips.get(name):
-                self.combo.setItemData(i, self.spec.choice_tips[name], _TOOLTIP_ROLE)
-            if reasons.get(name) is not None:
-                model.item(i).setEnabled(False)
-                model.item(i).setToolTip(f"unavailable: {reasons[name]}")
+        self._off = None
+        self.set_off({})
+
+    def set_off(self, off: Mapping[str, str]) -> None:
+        """Grey out the choices this machine lacks (the spec's ``unavailable``) and those in ``off``
+        (choice -> reason: what the mode cannot take now), each with its reason as its tooltip."""
+        lacks = self.spec.unavailable() if self.spec.unavailable is not None else {}
+        reasons = {name: why for name, why in {**lacks, **off}.items() if why is not None}
+        if reasons == self._off:
+            return
+        self._off = reasons
+        model = cast(QStandardItemModel, self.combo.model())  # a QComboBox's own model
+        for i, name in enumerate(self._choices):
+            reason = reasons.get(name)
+            model.item(i).setEnabled(reason is None)
+            tip = self.spec.choice_tips.get(name) if reason is None else f"unavailable: {reason}"
+            model.item(i).setToolTip(tip or "")
 
     def value(self) -> Any:
         return self.combo.currentData()

@@ -10,13 +10,18 @@ to the field, and nothing runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtCore import QObject
 
+from attndesk.core.errors import ConfigError
 from attndesk.core.interp import (
     InputAttribution,
+    StepAttribution,
     attention_x_gradient,
     gradient_x_input_report,
     integrated_gradients_report,
+    step_attributions,
 )
 from attndesk.core.interp.anatomy import check_lm
 from attndesk.core.interp.attribution import gradient_pass_bytes
@@ -44,6 +49,20 @@ def predicted_token(model: LoadedModel, text: str) -> int:
         return int(last_logits(model, p.ids, p.decoder_ids)[0].argmax())
 
 
+STEP_METHOD = {"ig": "integrated_gradients", "gxi": "gradient_x_input"}  # attention x gradient has its heads plot
+STEP_IG_NODES = 16  # the step-by-step heatmap's integrated gradients: a backward pass of this many rows per step
+
+
+@dataclass(frozen=True, eq=False)
+class AttributionAnswer:
+    """A job's answer: the attribution after the last token and, for a decoder-only model by
+    integrated gradients or gradient x input, every step of the text (``by_step``; else None)."""
+
+    attribution: InputAttribution
+    by_step: StepAttribution | None
+    note: str = ""  # why there is no step-by-step heatmap, when the method and model allow one
+
+
 def attribution_job(
     model: LoadedModel,
     text: str,
@@ -53,17 +72,35 @@ def attribution_job(
     budget: int,
     *,
     ctx: JobContext,
-) -> InputAttribution:
+) -> AttributionAnswer:
     """Worker: the attribution of ``target`` (None: the predicted token) by ``method``; integrated
-    gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps."""
+    gradients in batches that fit ``budget`` bytes and hold at most ``IG_BATCH`` steps; then the
+    step-by-step heatmap (integrated gradients with at most ``STEP_IG_NODES`` nodes)."""
     if target is None:
         target = predicted_token(model, text)
+    first = ctx.scaled(0.0, 0.5, "") if method in STEP_METHOD and model.family == "decoder" else ctx
     if method == "ig":
         budget = min(budget, gradient_pass_bytes(model, IG_BATCH, prompt(model, text).length))
-        return integrated_gradients_report(model, text, target, steps, memory_budget=budget, ctx=ctx)
-    if method == "gxi":
-        return gradient_x_input_report(model, text, target)
-    return attention_x_gradient(model, text, target)
+        attribution = integrated_gradients_report(model, text, target, steps, memory_budget=budget, ctx=first)
+    elif method == "gxi":
+        attribution = gradient_x_input_report(model, text, target)
+    else:
+        attribution = attention_x_gradient(model, text, target)
+    if first is ctx:
+        return AttributionAnswer(attribution, None)
+    try:
+        by_step = step_attributions(
+            model,
+            text,
+            target,
+            method=STEP_METHOD[method],
+            steps=min(steps, STEP_IG_NODES),
+            memory_budget=budget,
+            ctx=ctx.scaled(0.5, 1.0, "step by step: "),
+        )
+    except ConfigError as exc:  # over the memory budget: the attribution above still stands
+        return AttributionAnswer(attribution, None, f"no step-by-step heatmap: {exc}")
+    return AttributionAnswer(attribution, by_step)
 
 
 class AttributionTab(InterpPresenter):
@@ -114,8 +151,9 @@ class AttributionTab(InterpPresenter):
         args = (self.state.text, target, view.method(), view.steps(), self.state.config.budget_bytes)
         return attribution_job, args, dict(METHODS)[view.method()]
 
-    def show_result(self, result: InputAttribution) -> None:
-        self.view.set_attribution(result)
+    def show_result(self, result: AttributionAnswer) -> None:
+        self.view.set_attribution(result.attribution)
+        self.view.set_steps(result.by_step, result.note)
 
 
-__all__ = ["ATTRIBUTION_TAB", "AttributionTab", "attribution_job", "predicted_token"]
+__all__ = ["ATTRIBUTION_TAB", "AttributionAnswer", "AttributionTab", "attribution_job", "predicted_token"]

@@ -97,8 +97,8 @@ def generation_off(mode: ModeId) -> str | None:
     if model_family(mode) != "encoder":
         return None
     return (
-        f"{model_name(mode)} is an encoder-only model: it does not generate text. Open a decoder "
-        "(GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian) with File > Open model folder…"
+        f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs a "
+        "decoder (GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian)."
     )
 
 

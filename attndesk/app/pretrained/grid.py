@@ -14,6 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from attndesk.core.types import head_name
 from attndesk.render.colormaps import lookup_table
 
 from .painting import GRID_HINT, SCALES, LayerGridPainting, grid_weights, painting_of
@@ -184,7 +185,7 @@ class LayerHeadGrid(QWidget):
                 state = " · ablated" if cell in self._ablated else ""
                 QToolTip.showText(
                     event.globalPosition().toPoint(),
-                    f"layer {cell[0]} · head {cell[1]} · max weight {self._painting.head_max[cell]:.3f}{state}",
+                    f"{head_name(*cell)} · max weight {self._painting.head_max[cell]:.3f}{state}",
                     self,
                 )
         super().mouseMoveEvent(event)

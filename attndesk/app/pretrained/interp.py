@@ -83,15 +83,30 @@ def family_reason(mode: ModeId, what: str) -> str | None:
     if family == "encoder":
         return (
             f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
-            "to measure. Open a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART) with "
-            "File > Open model folder…"
+            "to measure. It needs a decoder (GPT-2, LLaMA, …) or an "
+            "encoder-decoder (T5, BART)."
         )
+    return None
+
+
+def next_token_reason(mode: ModeId, what: str) -> str | None:
+    """Why ``what`` (a next-token feature) does not apply to this model: an encoder-only family, or
+    a loaded checkpoint without its LM head (found once a run has loaded it; never loads); or None."""
+    reason = family_reason(mode, what)
+    if reason is not None or mode.kind != "pretrained":
+        return reason
+    model = loaded_model(mode.path)
+    if model is not None:
+        try:
+            check_lm(model, what)
+        except ConfigError as exc:
+            return str(exc)
     return None
 
 
 class InterpPresenter(QObject):
     """Base of the interpretability presenters: subclasses set ``CHANNEL`` and ``WHAT`` (the feature
-    named in messages), give a view with ``bar`` (a ``RunBar``) and ``set_unavailable(reason)``,
+    named in messages), give a view with ``bar`` (a ``RunBar``),
     and implement ``request()`` (None: nothing to run) and ``show_result(result)``."""
 
     CHANNEL = ""
@@ -139,21 +154,12 @@ class InterpPresenter(QObject):
         return loaded_model(mode.path) if mode.kind == "pretrained" else None
 
     def unavailable(self) -> str | None:
-        """Why this tab cannot compute for the current model, or None."""
-        reason = family_reason(self.state.mode, self.WHAT)
-        if reason is not None:
-            return reason
-        model = self.model()
-        if model is not None:
-            try:
-                check_lm(model, self.WHAT)
-            except ConfigError as exc:
-                return str(exc)
-        return None
+        """Why this tab cannot compute for the current model, or None (the window shows it as the
+        tab's empty state: ``tabs/registry.py``)."""
+        return next_token_reason(self.state.mode, self.WHAT)
 
     def update_availability(self) -> None:
         reason = self.unavailable()
-        self.view.set_unavailable(reason)
         self.view.bar.set_available(reason is None)
         self.availability_changed(reason)
 

@@ -42,7 +42,6 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.images import image_choice
-from attndesk.core.ledger import Holding, arrays_of
 from attndesk.core.pretrained import (
     PACKAGED_NAME,
     ModelSpec,
@@ -58,6 +57,7 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap, head_name
 from attndesk.jobs import JobContext, job_context
 from attndesk.render.export import ExportError
+from attndesk.session.ledger import Holding, arrays_of
 
 from ..jobs.background import Background
 from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView

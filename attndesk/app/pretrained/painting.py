@@ -21,6 +21,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 
 from attndesk.core.select import tile_reduce
+from attndesk.core.types import head_name
 from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 from attndesk.render.export import ExportError, atomic_write, write
@@ -127,7 +128,7 @@ class LayerGridPainting:
         self.ablated = {(int(l), int(h)) for l, h in ablated}
         self.colormap, self.scale, self.caption, self.log = colormap, scale, caption, bool(log)
         self.layer_notes = list(layer_notes or [""] * self.num_layers)
-        self.head_labels = list(head_labels or [f"H{h}" for h in range(self.num_heads)])
+        self.head_labels = list(head_labels or [head_name(None, h) for h in range(self.num_heads)])
         if any(self.layer_notes):
             self.margin_left = 48.0  # "L3" and "local" under it
         self.factor = max(1, math.ceil(max(rows, cols) / THUMB_CELLS))
@@ -361,8 +362,8 @@ def grid_head_labels(result) -> list[str]:
     """ "H0 · kv0" where query heads share K/V heads (the grid's columns, grouped as in the heatmaps)."""
     heads, kv = result.num_heads, result.kv_heads
     if not kv or kv >= heads:
-        return [f"H{h}" for h in range(heads)]
-    return [f"H{h} · kv{h // (heads // kv)}" for h in range(heads)]
+        return [head_name(None, h) for h in range(heads)]
+    return [f"{head_name(None, h)} · kv{h // (heads // kv)}" for h in range(heads)]
 
 
 def grid_painting(

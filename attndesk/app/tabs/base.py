@@ -12,7 +12,7 @@ from collections.abc import Hashable
 
 from PySide6.QtCore import QObject, QTimer
 
-from attndesk.core.ledger import Holding, arrays_of
+from attndesk.session.ledger import Holding, arrays_of
 
 from ..jobs.compute import ComputeController
 from ..results import Shown

@@ -12,7 +12,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import TeachingComparison, teaching_comparison
-from attndesk.core.ledger import LedgerError
+from attndesk.session.ledger import LedgerError
 
 from ..jobs.compute import ComputeController
 from ..results import Shown

@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Signal
 from attndesk.core.config import AttentionConfig
 from attndesk.core.online_softmax import fitting_block, head_attention, online_softmax
 from attndesk.core.pipeline import ProjectedText, project_text
+from attndesk.core.types import head_name
 
 from ..jobs.compute import ComputeController
 from ..results import Shown, ToyRun
@@ -33,8 +34,8 @@ from .base import TabPresenter
 
 ONLINE_SOFTMAX_TAB = "online-softmax"
 TOY_ONLY = (
-    "The online-softmax walk follows the toy model's attention layer: switch the mode to Toy model "
-    "(a real model's kernels never form the weights either)."
+    "The online-softmax walk follows the toy model's attention layer, block by block; "
+    "a real model's kernels never form its weights, so there is no walk to show here."
 )
 # the walk keeps every step of one head (scores, exponentials, the full softmax to compare: a few
 # float64 [Lq, Lk] matrices), so it stops at 2,048 x 2,048 (about 130 MB)
@@ -155,7 +156,7 @@ class OnlineSoftmaxTab(TabPresenter):
         run_id = self.compute.current_ids()[0]
         projected = self._projected[1] if self._projected is not None and self._projected[0] == run_id else None
         size = "blocks sized for this run" if block == AUTO else f"blocks of {block} key(s)"
-        self.view.show_message(f"walking head {head} in {size} in the background…")
+        self.view.show_message(f"walking {head_name(None, head)} in {size} in the background…")
         self.compute.side.submit(
             "online",
             walk_job,

@@ -5,8 +5,10 @@ A ``TabSpec`` says what the window needs to build and show a tab: its id (``AppS
 title and tooltip, a factory for its view, a factory for its presenter (called with the window's
 ``Assembly`` and the view; ``None`` when the window binds the view itself), the mode kinds it
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
-"decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: why the tab is off
-right now (its page then shows that sentence instead of the view), or ``None``.
+"decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
+the tab does not apply to the model or mode on screen (the sentence saying why and the action that
+makes it apply), or ``None``. The window then shows that empty state (``views/empty_state.py``) in
+place of the view; no view greys its own form for it.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
 kinds it serves, and reaches a view by ``tab_widget(id)``, a presenter by ``tab_presenter(id)``;
@@ -26,18 +28,21 @@ from PySide6.QtWidgets import QWidget
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
-from ..pretrained.interp import family_reason
+from ..pretrained.interp import family_reason, next_token_reason
 from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from ..pretrained.mode import GRID_TAB
 from ..pretrained.patching import PATCHING_TAB, PatchingTab
-from ..state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
+from ..state import HEATMAPS_TAB, PACKAGED, STEP_THROUGH_TAB, AppState
+from ..state import TOY as TOY_MODE
 from ..views.attribution import AttributionView
+from ..views.circuit import CircuitView
 from ..views.compare import CompareView
 from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
 from ..views.image_view import ImageView
 from ..views.implementation import ImplementationPanel
+from ..views.kvlab import KVLabView
 from ..views.logit_lens import LogitLensView
 from ..views.online_softmax import OnlineSoftmaxView
 from ..views.patching import PatchingView
@@ -45,14 +50,16 @@ from ..views.positional import PositionalView
 from ..views.rollout import RolloutView
 from ..views.stepthrough import StepThroughView
 from ..views.train import TrainView
+from .circuit import CIRCUIT_TAB, CircuitTab
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
 from .image import IMAGE_TAB, ImageTab
 from .implementation import ImplementationTab
-from .online_softmax import ONLINE_SOFTMAX_TAB, OnlineSoftmaxTab
+from .kvlab import KVLAB_TAB, KVLabTab
+from .online_softmax import ONLINE_SOFTMAX_TAB, TOY_ONLY, OnlineSoftmaxTab
 from .positions import PositionsTab
-from .rollout import RolloutTab
+from .rollout import TOY_MESSAGE, RolloutTab
 from .stepthrough import StepThroughTab
 from .train import TRAIN_TAB, train_presenter
 
@@ -62,6 +69,40 @@ if TYPE_CHECKING:  # annotations only
 TOY, PRETRAINED = "toy", "pretrained"
 EVERY_MODE = frozenset({TOY, PRETRAINED})
 IMPLEMENTATION_TAB = "implementation"
+
+
+@dataclass(frozen=True)
+class EmptyState:
+    """Why a tab does not apply now (one sentence) and the action that makes it apply: the button's
+    text and what it does with the window's ``Assembly`` (``""`` / ``None``: no button)."""
+
+    sentence: str
+    action: str = ""
+    act: Callable[[Assembly], None] | None = None
+
+
+def to_toy(ui: Assembly) -> None:
+    ui.state.mode = TOY_MODE
+
+
+def to_packaged(ui: Assembly) -> None:
+    ui.state.mode = PACKAGED
+
+
+def open_model_folder(ui: Assembly) -> None:
+    ui.menus.find("openModelFolderAction").trigger()
+
+
+SWITCH_TO_TOY = ("Switch to the toy model", to_toy)
+OPEN_PACKAGED = ("Open the packaged MiniLM", to_packaged)
+OPEN_MODEL = ("Open a model folder…", open_model_folder)
+
+
+def empty(sentence: str | None, action: tuple[str, Callable[[Assembly], None]] | None = None) -> EmptyState | None:
+    """``EmptyState(sentence, *action)``, or None when there is no sentence (the tab applies)."""
+    if sentence is None:
+        return None
+    return EmptyState(sentence) if action is None else EmptyState(sentence, *action)
 
 
 @dataclass(frozen=True)
@@ -75,7 +116,7 @@ class TabSpec:
     presenter: Callable[[Assembly, QWidget], QObject] | None = None
     modes: frozenset[str] = EVERY_MODE
     model_kinds: frozenset[str] | None = None
-    unavailable: Callable[[AppState], str | None] | None = None
+    unavailable: Callable[[AppState], EmptyState | None] | None = None
     reveal: str = ""  # a presenter signal that brings the tab to the front when emitted
     scroll: bool = False  # a large form: it scrolls inside its page rather than set the window's minimum size
 
@@ -108,9 +149,11 @@ def _interp(cls) -> Callable[[Assembly, QWidget], QObject]:
     return lambda ui, view: cls(ui.state, ui.compute, ui.status, view, parent=view)
 
 
-def _next_token(cls) -> Callable[[AppState], str | None]:
-    """The reason a next-token tab is off for the model's kind (an encoder-only model), or None."""
-    return lambda state: family_reason(state.mode, cls.WHAT) if state.mode.kind == PRETRAINED else None
+def _next_token(cls) -> Callable[[AppState], EmptyState | None]:
+    """A next-token tab is off for an encoder-only model or a checkpoint without its LM head."""
+    return lambda state: (
+        empty(next_token_reason(state.mode, cls.WHAT), OPEN_MODEL) if state.mode.kind == PRETRAINED else None
+    )
 
 
 def _corpus(ui: Assembly, view: QWidget) -> QObject:
@@ -165,6 +208,7 @@ TABS: tuple[TabSpec, ...] = (
         "pretrained mode: rollout and attention flow across layers, follow a token",
         RolloutView,
         _presenter(RolloutTab),
+        unavailable=lambda state: empty(TOY_MESSAGE if state.mode.kind == TOY else None, OPEN_PACKAGED),
     ),
     TabSpec(
         ONLINE_SOFTMAX_TAB,
@@ -172,6 +216,7 @@ TABS: tuple[TabSpec, ...] = (
         "one head's softmax block by block, as FlashAttention computes it",
         OnlineSoftmaxView,
         _presenter(OnlineSoftmaxTab),
+        unavailable=lambda state: empty(TOY_ONLY if state.mode.kind == PRETRAINED else None, SWITCH_TO_TOY),
     ),
     TabSpec(
         CORPUS_TAB,
@@ -192,6 +237,16 @@ TABS: tuple[TabSpec, ...] = (
         scroll=True,
     ),
     TabSpec(
+        KVLAB_TAB,
+        "KV cache",
+        "decoders and the trained toys: what each KV-cache eviction policy keeps, head by head, and what it "
+        "costs against the budget (the oracle beside it); sink and retrieval heads",
+        KVLabView,
+        _presenter(KVLabTab),
+        model_kinds=frozenset({"decoder"}),
+        scroll=True,
+    ),
+    TabSpec(
         GRID_TAB,
         "All layers",
         "pretrained mode: every layer x head; click one to open it",
@@ -205,7 +260,7 @@ TABS: tuple[TabSpec, ...] = (
         GenerateView,
         _generation,
         modes=frozenset({PRETRAINED}),
-        unavailable=lambda state: generation_off(state.mode),
+        unavailable=lambda state: empty(generation_off(state.mode), OPEN_MODEL),
     ),
     TabSpec(
         PATCHING_TAB,
@@ -237,6 +292,19 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(LogitLensTab),
     ),
+    TabSpec(
+        CIRCUIT_TAB,
+        "Circuit",
+        "which edges carry a behaviour (trained presets, decoders, encoder-decoders): edge scores, "
+        "faithfulness beside random edges, and why a head attends where it does",
+        CircuitView,
+        _interp(CircuitTab),
+        model_kinds=frozenset({"decoder", "encoder-decoder"}),
+        unavailable=lambda state: (
+            empty(family_reason(state.mode, CircuitTab.WHAT), OPEN_MODEL) if state.mode.kind == PRETRAINED else None
+        ),
+        scroll=True,
+    ),
 )
 
 DOCK_TABS: tuple[TabSpec, ...] = (
@@ -260,4 +328,15 @@ def spec(tab_id: str) -> TabSpec:
     raise KeyError(f"no tab {tab_id!r}")
 
 
-__all__ = ["DOCK_TABS", "EVERY_MODE", "IMPLEMENTATION_TAB", "PRETRAINED", "TABS", "TOY", "TabSpec", "spec"]
+__all__ = [
+    "DOCK_TABS",
+    "EVERY_MODE",
+    "IMPLEMENTATION_TAB",
+    "PRETRAINED",
+    "TABS",
+    "TOY",
+    "EmptyState",
+    "TabSpec",
+    "empty",
+    "spec",
+]

@@ -19,8 +19,7 @@ from .base import TabPresenter
 
 TOY_MESSAGE = (
     "Attention rollout and “follow a token” trace attention through the layers of a model, "
-    "and the toy model has a single attention layer: there is nothing to trace. "
-    "Switch the mode to the pretrained model (Model parameters → Mode) to use this tab."
+    "and the toy model has a single attention layer: there is nothing to trace."
 )
 
 

@@ -28,6 +28,7 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
+from attndesk.core.atomic import occupied
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
 from attndesk.train import (
@@ -404,6 +405,10 @@ class TrainTab(QObject):
         """Write the run on screen into ``folder`` (all or nothing) in the thread pool."""
         run = self.run
         if run is None or self.phase != "idle":
+            return
+        problem = occupied(folder)  # as the command line refuses a non-empty --out: nothing is touched
+        if problem is not None:
+            self.view.show_message(f"not saved: {problem}; choose an empty or new folder", error=True)
             return
         self.view.show_message(f"saving to {folder}…")
 

@@ -1,7 +1,10 @@
 """The attribution view: the input text's tokens as a strip of chips, each coloured by how much it
 contributes to the target token's logit after the last position (integrated gradients, gradient
-x input or attention x gradient); hovering a chip gives its number. Attention x gradient also
-shows each layer's and head's share ([layers x heads, tokens]).
+x input or attention x gradient); hovering a chip gives its number. Below it, as Inseq draws a
+text, the source tokens x targets heatmap of every step (each step's target is the text's next
+token, the last one the target above) and each step's target probability (integrated gradients
+and gradient x input, decoder-only models); attention x gradient shows each layer's and head's
+share ([layers x heads, tokens]) instead.
 
 The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.core.interp``) and reports
 intents; the presenter (``app/pretrained/attribution.py``) computes it off the GUI thread.
@@ -28,10 +31,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.interp import InputAttribution
+from attndesk.core.interp import InputAttribution, StepAttribution
+from attndesk.core.types import head_name
 
 from .heatmap import DIVERGING, MatrixPlot
-from .interp_widgets import RunBar, TokenField, problem_label, say
+from .interp_widgets import RunBar, TokenField
 
 METHODS = (("ig", "integrated gradients"), ("gxi", "gradient × input"), ("attn", "attention × gradient"))
 _PAD_X, _PAD_Y, _GAP = 6, 4, 4
@@ -44,6 +48,16 @@ def score_colors(scores: np.ndarray, colormap: str = DIVERGING) -> tuple[list[QC
     bound = float(np.max(np.abs(s))) if s.size else 0.0
     bound = bound if bound > 0 else 1.0
     return list(pg.colormap.get(colormap).map((s / bound + 1.0) / 2.0, mode="qcolor")), bound
+
+
+def step_columns(by_step: StepAttribution) -> list[str]:
+    """Each step's column label: its target and the target's probability there, e.g. ``mat 31%``
+    (``<1%`` below one percent; the hover gives the exact value)."""
+    return [f"{target} {percent(p)}" for target, p in zip(by_step.targets, by_step.probabilities, strict=True)]
+
+
+def percent(p: float) -> str:
+    return "<1%" if p < 0.005 else f"{p:.0%}"
 
 
 class TokenStrip(QWidget):
@@ -176,7 +190,7 @@ class TokenStripArea(QScrollArea):
 
 class AttributionView(QWidget):
     """API: ``target`` (a ``TokenField``; empty = the model's own next token), ``method()``,
-    ``steps()``, ``set_attribution(InputAttribution | None)``, ``set_unavailable(reason)``.
+    ``steps()``, ``set_attribution(InputAttribution | None)``, ``set_steps(StepAttribution | None, note)``.
     Signal ``inputsEdited()``."""
 
     inputsEdited = Signal()
@@ -185,7 +199,6 @@ class AttributionView(QWidget):
         super().__init__(parent)
         self.setObjectName("attributionView")
         self.attribution: InputAttribution | None = None
-        self.info = problem_label("attributionUnavailable")
         self.target = TokenField(
             "target",
             "attributionTarget",
@@ -217,9 +230,17 @@ class AttributionView(QWidget):
         self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
         self.headsPlot.setObjectName("attributionHeadsPlot")
         self.headsPlot.hide()
+        self.by_step: StepAttribution | None = None
+        self.stepsPlot = MatrixPlot("")
+        self.stepsPlot.setObjectName("attributionStepsPlot")
+        self.stepsPlot.hide()
+        self.stepsNote = QLabel("", objectName="attributionStepsNote")
+        self.stepsNote.setWordWrap(True)
+        self.stepsNote.hide()
         layout = QVBoxLayout(self)
-        for widget in (self.info, self.controls, self.bar, self.summary, self.stripArea, self.readout):
+        for widget in (self.controls, self.bar, self.summary, self.stripArea, self.readout, self.stepsNote):
             layout.addWidget(widget)
+        layout.addWidget(self.stepsPlot, 1)
         layout.addWidget(self.headsPlot, 1)
         layout.addStretch(0)
         self.target.edited.connect(lambda _t: self.inputsEdited.emit())
@@ -228,6 +249,7 @@ class AttributionView(QWidget):
         self.stepsSpin.valueChanged.connect(lambda _v: self.inputsEdited.emit())
         self.strip.tokenHovered.connect(self._hover)
         self.headsPlot.cellHovered.connect(self._hover_head)
+        self.stepsPlot.cellHovered.connect(self._hover_step)
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -237,10 +259,6 @@ class AttributionView(QWidget):
 
     def steps(self) -> int:
         return self.stepsSpin.value()
-
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
 
     @Slot(int)
     def _on_method(self, _index: int) -> None:
@@ -254,6 +272,7 @@ class AttributionView(QWidget):
             self.stripArea.fit()
             self.summary.setText("")
             self.headsPlot.hide()
+            self.set_steps(None)
             return
         a = attribution
         self.strip.set_scores(a.tokens, a.scores)
@@ -275,11 +294,45 @@ class AttributionView(QWidget):
                 rearrange(a.per_head, "n h k -> (n h) k"),
                 diverging=True,
                 col_labels=a.tokens,
-                row_labels=[f"L{n} H{h}" for n in range(layers) for h in range(heads)],
+                row_labels=[head_name(n, h) for n in range(layers) for h in range(heads)],
             )
             self.headsPlot.show()
         else:
             self.headsPlot.hide()
+
+    def set_steps(self, by_step: StepAttribution | None, note: str = "") -> None:
+        """Draw every step of the text: source tokens (rows) x each step's target (columns, named
+        with the target's probability at that step, Inseq's step score), a source after its step
+        hatched; None hides it (``note`` says why, when there is a reason to give)."""
+        self.by_step = by_step
+        self.stepsNote.setText(note)
+        self.stepsNote.setVisible(bool(note))
+        if by_step is None:
+            self.stepsPlot.hide()
+            return
+        b = by_step
+        columns = step_columns(b)
+        name = dict(METHODS)[{"integrated_gradients": "ig"}.get(b.method, "gxi")]
+        nodes = f", {b.steps} nodes" if b.steps is not None else ""
+        self.stepsPlot.set_title(
+            f"<b>step by step</b> ({name}{nodes}): each source token (row) for each step's target "
+            "(column: the text's next token, the last the target above, with its probability at that step); "
+            "hatched: after the step"
+        )
+        self.stepsPlot.set_matrix(b.scores.T, diverging=True, row_labels=b.sources, col_labels=columns)
+        self.stepsPlot.show()
+
+    @Slot(int, int)
+    def _hover_step(self, row: int, col: int) -> None:
+        """A cell of the steps heatmap: ``row`` a source token, ``col`` a step."""
+        b = self.by_step
+        if b is None:
+            return
+        step = f"step {col}: p({b.targets[col]!r}) = {b.probabilities[col]:.4g}, logit {b.target_logits[col]:.4g}"
+        if col < row:
+            self.readout.setText(f"{row}: {b.sources[row]!r} comes after step {col} · {step}")
+        else:
+            self.readout.setText(f"{row}: {b.sources[row]!r} → {b.targets[col]!r}: {b.scores[col, row]:+.5g} · {step}")
 
     @Slot(int)
     def _hover(self, index: int) -> None:
@@ -291,9 +344,9 @@ class AttributionView(QWidget):
         if a is not None and a.per_head is not None:
             heads = a.per_head.shape[1]
             self.readout.setText(
-                f"L{row // heads} H{row % heads} → {a.tokens[col]!r} ({col}): "
+                f"{head_name(row // heads, row % heads)} → {a.tokens[col]!r} ({col}): "
                 f"{a.per_head[row // heads, row % heads, col]:+.5g}"
             )
 
 
-__all__ = ["METHODS", "AttributionView", "TokenStrip", "TokenStripArea", "score_colors"]
+__all__ = ["METHODS", "AttributionView", "TokenStrip", "TokenStripArea", "score_colors", "step_columns"]

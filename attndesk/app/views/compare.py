@@ -38,10 +38,10 @@ from attndesk.core.compare import (
 from attndesk.core.config import AttentionConfig
 from attndesk.core.diff import diff_bytes
 from attndesk.core.errors import ConfigError
-from attndesk.core.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 from attndesk.core.result import AttentionResult
-from attndesk.core.types import MEAN, AttentionMap, Head
+from attndesk.core.types import MEAN, AttentionMap, Head, head_name
 from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
+from attndesk.session.ledger import Holding, LedgerError, MemoryLedger, arrays_of
 
 from ..results import text_of
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
@@ -167,7 +167,9 @@ def _panel(result, label: str, matrix, what: str, head, levels, empty: str = "")
         return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no {what} to compare")
     if matrix is None:
         heads = getattr(result, what).shape[0]
-        return FramePanel(None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no head {head}: it has {heads}")
+        return FramePanel(
+            None, f"<b>{label}</b>", f"{label.split(' ')[0]} has no {head_name(None, int(head))}: it has {heads} heads"
+        )
     cols = list(result.keys) if what == "weights" else [str(i) for i in range(matrix.shape[1])]
     masked = None if (what != "weights" or result.mask is None) else ~result.mask
     shape = " × ".join(map(str, matrix.shape))
@@ -183,7 +185,7 @@ def _describe_cell(d: ResultDiff, b) -> str:
         return ""
     if d.what == "weights" and len(d.argmax) == 3:
         h, q, k = d.argmax
-        return f' at head {h}, query "{b.tokens[q]}" ({q}) → key "{b.keys[k]}" ({k})'
+        return f' at {head_name(None, int(h))}, query "{b.tokens[q]}" ({q}) → key "{b.keys[k]}" ({k})'
     return f" at {d.argmax}"
 
 
@@ -628,7 +630,7 @@ class CompareView(QWidget):
         self.headCombo.clear()
         self.headCombo.addItem("mean over heads", MEAN)
         for h in range(heads):
-            self.headCombo.addItem(f"head {h}", h)
+            self.headCombo.addItem(head_name(None, h), h)
         # (A may have fewer heads: its plot says so rather than failing)
         index = self.headCombo.findData(current)
         self.headCombo.setCurrentIndex(max(0, index))

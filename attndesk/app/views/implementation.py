@@ -101,9 +101,6 @@ class ImplementationPanel(QWidget):
         else:
             self._config = None
 
-    def has_input(self) -> bool:
-        return self._config is not None
-
     def set_busy(self, busy: bool, message: str = "") -> None:
         """While the comparison runs elsewhere: the button waits, the note says what happens."""
         self.runButton.setEnabled(not busy and self._config is not None)

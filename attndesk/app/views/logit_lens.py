@@ -11,21 +11,40 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal, Slot
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from attndesk.core.interp import LogitLens
 
 from .heatmap import MatrixPlot
-from .interp_widgets import RunBar, problem_label, say
+from .interp_widgets import RunBar
 
 MAX_LABELLED_CELLS = 1200  # beyond this many cells the tokens are not written in (hover still tells)
-MAX_LABEL_CHARS = 8
+CELL_MARGIN = 4  # px of the cell left free on each side of its text
 
 
 def cell_label(token: str) -> str:
-    """A top token as written in its cell: at most ``MAX_LABEL_CHARS`` characters."""
-    return token if len(token) <= MAX_LABEL_CHARS else token[: MAX_LABEL_CHARS - 1] + "…"
+    """A top token as written in its cell (whole: ``wrapped`` breaks it into the cell's lines)."""
+    return token
+
+
+def wrapped(text: str, metrics: QFontMetricsF, width: float, lines: int) -> list[str]:
+    """``text`` in at most ``lines`` lines of ``width`` pixels: whole on one line when it fits, else
+    broken between characters, the last line elided only when even ``lines`` lines are too few."""
+    if lines < 1:
+        return []
+    if metrics.horizontalAdvance(text) <= width:
+        return [text]
+    out: list[str] = []
+    line = ""
+    for i, ch in enumerate(text):
+        if line and metrics.horizontalAdvance(line + ch) > width:
+            if len(out) == lines - 1:
+                return [*out, metrics.elidedText(text[i - len(line) :], Qt.TextElideMode.ElideRight, width)]
+            out.append(line)
+            line = ""
+        line += ch
+    return [*out, line]
 
 
 def probability_label(p: float) -> str:
@@ -40,10 +59,10 @@ class CellLabels(pg.GraphicsObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cells: list[tuple[int, int, str, bool]] = []  # (row, col, text, light)
+        self.cells: list[tuple[int, int, str, str, bool]] = []  # (row, col, token, probability, light)
         self._rect = QRectF()
 
-    def set_cells(self, cells: list[tuple[int, int, str, bool]], rows: int, cols: int) -> None:
+    def set_cells(self, cells: list[tuple[int, int, str, str, bool]], rows: int, cols: int) -> None:
         self.prepareGeometryChange()
         self.cells, self._rect = cells, QRectF(0, 0, cols, rows)
         self.update()
@@ -51,28 +70,47 @@ class CellLabels(pg.GraphicsObject):
     def boundingRect(self) -> QRectF:
         return self._rect
 
+    def token_lines(self, token: str, width: float, height: float) -> list[str]:
+        """The lines a token takes in a cell of ``width`` x ``height`` pixels (one line is kept for
+        the probability below it); [] when the cell is too small to write in."""
+        if width < 24 or height < 18:  # cells too small to write in: hover tells
+            return []
+        metrics = QFontMetricsF(QFont())  # the application's font, as paint() sets it
+        lines = int(height // metrics.lineSpacing()) - 1
+        return wrapped(token, metrics, width - 2 * CELL_MARGIN, max(lines, 1))
+
+    def cell_size(self) -> tuple[float, float]:
+        """A cell's size on screen in pixels (0, 0 before it is shown)."""
+        views = self.scene().views() if self.scene() is not None else []
+        if not views:
+            return 0.0, 0.0
+        transform = self.deviceTransform(views[0].viewportTransform())
+        unit = transform.map(QPointF(1, 1)) - transform.map(QPointF(0, 0))
+        return abs(unit.x()), abs(unit.y())
+
     def paint(self, painter: QPainter, *_args) -> None:
         transform = painter.transform()
         unit = transform.map(QPointF(1, 1)) - transform.map(QPointF(0, 0))
         width, height = abs(unit.x()), abs(unit.y())
-        if width < 24 or height < 18:  # cells too small to write in: hover tells
+        if width < 24 or height < 18:
             return
         painter.save()
         painter.resetTransform()
-        for row, col, text, light in self.cells:
+        painter.setFont(QFont())
+        for row, col, token, probability, light in self.cells:
             centre = transform.map(QPointF(col + 0.5, row + 0.5))
             painter.setPen(QColor("white" if light else "black"))
             painter.drawText(
                 QRectF(centre.x() - width / 2, centre.y() - height / 2, width, height),
                 int(Qt.AlignmentFlag.AlignCenter),
-                text,
+                "\n".join([*self.token_lines(token, width, height), probability]),
             )
         painter.restore()
 
 
 class LogitLensView(QWidget):
     """API: ``k()``, ``set_lens(LogitLens | None)``, ``cell_text(row, col)`` (the token written in a
-    cell, or "" where none is), ``set_unavailable(reason)``. Signal ``inputsEdited()``."""
+    cell, or "" where none is). Signal ``inputsEdited()``."""
 
     inputsEdited = Signal()
 
@@ -81,7 +119,6 @@ class LogitLensView(QWidget):
         self.setObjectName("logitLensView")
         self.lens: LogitLens | None = None
         self._texts: dict[tuple[int, int], str] = {}
-        self.info = problem_label("logitLensUnavailable")
         self.kSpin = QSpinBox(objectName="logitLensKSpin")
         self.kSpin.setRange(1, 20)
         self.kSpin.setValue(5)
@@ -103,7 +140,7 @@ class LogitLensView(QWidget):
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self)
-        for widget in (self.info, self.controls, self.bar):
+        for widget in (self.controls, self.bar):
             layout.addWidget(widget)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.readout)
@@ -112,10 +149,6 @@ class LogitLensView(QWidget):
 
     def k(self) -> int:
         return self.kSpin.value()
-
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
 
     def set_lens(self, lens: LogitLens | None) -> None:
         self.lens = lens
@@ -141,11 +174,15 @@ class LogitLensView(QWidget):
                 text = cell_label(top[0])
                 self._texts[(r, c)] = text
                 light = bool(probs[r, c] < 0.6)  # white on viridis's dark end, black on its light end
-                cells.append((r, c, f"{text}\n{probability_label(float(probs[r, c]))}", light))
+                cells.append((r, c, text, probability_label(float(probs[r, c])), light))
         self.labels.set_cells(cells, *probs.shape)
 
     def cell_text(self, row: int, col: int) -> str:
         return self._texts.get((int(row), int(col)), "")
+
+    def drawn_lines(self, row: int, col: int) -> list[str]:
+        """The lines of a cell's token as drawn at the plot's present size."""
+        return self.labels.token_lines(self.cell_text(row, col), *self.labels.cell_size())
 
     @Slot(int, int)
     def _hover(self, row: int, col: int) -> None:
@@ -156,4 +193,4 @@ class LogitLensView(QWidget):
         self.readout.setText(f"{lens.labels[row]}, position {col} ({lens.tokens[col]!r}): {top}")
 
 
-__all__ = ["LogitLensView", "cell_label", "probability_label"]
+__all__ = ["LogitLensView", "cell_label", "probability_label", "wrapped"]

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.memory import format_bytes
 from attndesk.core.online_softmax import EXPLANATION, OnlineSoftmaxWalk, OnlineStep
+from attndesk.core.types import head_name
 
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
@@ -139,7 +140,7 @@ def step_text(shown: WalkShown, step: int, query: int) -> str:
     o_l = s.output[query] / s.sum_after[query] if s.sum_after[query] > 0 else s.output[query] * 0
     return "\n".join(
         [
-            f"step {step + 1} of {shown.steps}: read keys {k0}..{k1 - 1} ({keys}) of head {shown.head}"
+            f"step {step + 1} of {shown.steps}: read keys {k0}..{k1 - 1} ({keys}) of {head_name(None, shown.head)}"
             f" (K/V head {shown.kv_head})",
             f"query {query} {shown.queries[query]!r}:",
             f"  scores of this block s    = {_vector(s.scores[query])}",
@@ -489,7 +490,7 @@ class OnlineSoftmaxView(QWidget):
         self.plot.show_prepared(frame.prepared, row_labels=s.queries, col_labels=s.keys)
         k0, k1 = s.walk.steps[frame.step].keys
         self.plot.set_title(
-            f"<b>head {s.head}</b>: the softmax over keys 0–{k1 - 1} read so far "
+            f"<b>{head_name(None, s.head)}</b>: the softmax over keys 0–{k1 - 1} read so far "
             f"(this block outlined; unread and masked keys hatched)"
         )
         self._block_rect.setRect(QRectF(k0, 0, k1 - k0, len(s.queries)))

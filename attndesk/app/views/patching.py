@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+from attndesk.core.types import head_name
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say
@@ -94,7 +95,7 @@ class PatchingShown:
 class PatchingView(QWidget):
     """API: ``clean()``, ``corrupt()``, ``answer``/``wrong`` (``TokenField``), ``metric_name()``,
     ``set_shown(PatchingShown | None)``, ``set_part(part)`` (an encoder-decoder's encoder "self",
-    "decoder" or "cross" heads; ``part_heads()`` is what is drawn), ``open_head(layer, head)``, ``set_unavailable(reason)``,
+    "decoder" or "cross" heads; ``part_heads()`` is what is drawn), ``open_head(layer, head)``,
     ``set_prompt_problem(line)``. Signals ``inputsEdited()``, ``headClicked(layer, head)``."""
 
     inputsEdited = Signal()
@@ -109,7 +110,6 @@ class PatchingView(QWidget):
         self._build_controls()
         self._build_plots()
         layout = QVBoxLayout(self)
-        layout.addWidget(self.info)
         layout.addWidget(self.controls)
         layout.addWidget(self.bar)
         layout.addWidget(self.summary)
@@ -118,7 +118,6 @@ class PatchingView(QWidget):
         layout.addWidget(self.readout)
 
     def _build_controls(self) -> None:
-        self.info = problem_label("patchingUnavailable")
         self.cleanEdit = QLineEdit(objectName="patchingCleanEdit")
         self.cleanEdit.setPlaceholderText("e.g. When Mary and John went to the store, John gave a drink to")
         self.corruptEdit = QLineEdit(objectName="patchingCorruptEdit")
@@ -230,10 +229,6 @@ class PatchingView(QWidget):
     def set_prompt_problem(self, line: str) -> None:
         say(self.promptProblem, line)
 
-    def set_unavailable(self, reason: str | None) -> None:
-        say(self.info, reason or "")
-        self.controls.setEnabled(reason is None)
-
     @Slot(int)
     def _on_metric(self, _index: int) -> None:
         self.wrong.setEnabled(self.metric_name() == "logit_diff")
@@ -329,7 +324,9 @@ class PatchingView(QWidget):
             (self.corruptAttention, heads.corrupt_attention, heads.corrupt_masked, heads.corrupt_labels, "corrupted"),
         ):
             hatched = " · hatched = masked" if masked is not None and masked[layer].any() else ""
-            plot.set_title(f"<b>L{layer} H{head}</b> on the {name} prompt (rows: queries, columns: keys){hatched}")
+            plot.set_title(
+                f"<b>{head_name(layer, head)}</b> on the {name} prompt (rows: queries, columns: keys){hatched}"
+            )
             plot.set_matrix(  # 0 to its largest weight
                 weights[layer, head],
                 row_labels=queries,
@@ -357,7 +354,7 @@ class PatchingView(QWidget):
         heads = self.part_heads()
         if heads is not None:
             self.readout.setText(
-                f"{self._part_name()} L{layer} H{head}: effect {heads.effects[layer, head]:+.4f} "
+                f"{self._part_name()} {head_name(layer, head)}: effect {heads.effects[layer, head]:+.4f} "
                 f"{self._raw(heads.values[layer, head])}"
             )
 

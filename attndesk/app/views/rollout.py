@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgre
 
 from attndesk.core.interp import attention_flow
 from attndesk.core.rollout import attention_rollout
-from attndesk.core.types import MEAN
+from attndesk.core.types import MEAN, head_name
 from attndesk.jobs import JobContext
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def trace(request: tuple) -> Trace:
     rows = np.asarray(result.weights)[:, :, q, :]  # [layers, H, L]
     mean = head in (None, MEAN)
     follow = rows.mean(axis=1, dtype=np.float64) if mean else rows[:, int(head), :]
-    who = "mean over heads" if mean else f"head {head}"
+    who = "mean over heads" if mean else f"{head_name(None, int(head))} of each layer"
     return Trace(
         request,
         tokens,
@@ -208,7 +208,7 @@ class RolloutView(QWidget):
         self.headCombo.clear()
         self.headCombo.addItem("mean over heads", MEAN)
         for h in range(heads):
-            self.headCombo.addItem(f"head {h}", h)
+            self.headCombo.addItem(head_name(None, h), h)
         self.headCombo.setCurrentIndex(max(0, self.headCombo.findData(head)))
         for widget in (self.layersSpin, self.queryCombo, self.headCombo):
             widget.blockSignals(False)

@@ -18,46 +18,13 @@ import numpy as np
 
 from attndesk.core.alibi import alibi_slopes
 from attndesk.core.rope import ROPE_BASE, rope_angles
-from attndesk.core.types import Intermediates
+from attndesk.core.types import BASE_STAGES, KV_STAGES, PER_HEAD_STAGES, SHOWN_STAGES, Intermediates
 
 from .heatmap import PreparedMatrix, prepare_matrix
 
-STAGES = ("embeddings", "q", "k", "v", "scores", "scaled", "masked", "weights", "context", "output")
-# every stage any run can show, in the order of the computation
-ALL_STAGES = (
-    "embeddings",
-    "q_raw",
-    "k_raw",
-    "angles",
-    "q",
-    "k",
-    "v",
-    "scores",
-    "scaled",
-    "capped",
-    "bias",
-    "masked",
-    "weights",
-    "sink",
-    "context",
-    "output",
-)
-PER_HEAD = {
-    "q_raw",
-    "k_raw",
-    "q",
-    "k",
-    "v",
-    "scores",
-    "scaled",
-    "capped",
-    "bias",
-    "masked",
-    "weights",
-    "sink",
-    "context",
-}
-KV_STAGES = {"k_raw", "k", "v"}  # one per K/V head; their rows are the keys
+STAGES = BASE_STAGES
+ALL_STAGES = SHOWN_STAGES
+PER_HEAD = PER_HEAD_STAGES
 SQUARE = {"scores", "scaled", "capped", "bias", "masked", "weights"}  # queries x keys
 SEQUENTIAL = {"weights", "sink"}  # drawn 0..max with viridis; the rest are signed (diverging, centred at 0)
 

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.fields import Param
+from attndesk.core.types import head_name
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
 from ..panels.token_axis import label_font, label_room
@@ -547,7 +548,7 @@ class TrainView(QWidget):
         if not force and plot.update_values(weights[h]):
             return  # the next snapshot of the same probe: only the image changes
         length = weights.shape[-1]
-        plot.set_title(f"head {h}")
+        plot.set_title(head_name(self.layerCombo.currentIndex(), h))
         future = np.triu(np.ones((length, length), dtype=bool), 1)
         plot.set_matrix(weights[h], row_labels=labels, col_labels=labels, levels=(0.0, 1.0), masked=future)
 

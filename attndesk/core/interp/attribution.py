@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..memory import format_bytes
 from ..pretrained.backend import Capture, capturing
 from ..pretrained.loader import LoadedModel
+from ..pretrained.run import forward_parameters
 from ..pretrained.token_text import id_texts
 from .anatomy import check_lm, hidden_size, input_embeddings, intermediate_size
 from .inputs import (
@@ -241,9 +242,116 @@ def attention_x_gradient(model: LoadedModel, text: str, target: str | int, *, pa
     )
 
 
+@dataclass
+class StepAttribution:
+    """A decoder's text read step by step, as Inseq draws it: step t predicts ``targets[t]`` after
+    the source tokens 0..t (the text's own next token, the last step the chosen target);
+    ``scores`` [T, L] is each source token's attribution to that step's target logit by ``method``
+    (NaN where a source comes after the step); ``probabilities`` [T] each target's probability at
+    its step and ``target_logits`` [T] its logit (the per-step scores)."""
+
+    method: str
+    sources: list[str]
+    targets: list[str]
+    scores: np.ndarray
+    probabilities: np.ndarray
+    target_logits: np.ndarray
+    steps: int | None = None
+
+
+STEP_METHODS = ("gradient_x_input", "integrated_gradients")
+
+
+def step_attributions(
+    model: LoadedModel,
+    text: str,
+    target: str | int | None = None,
+    *,
+    method: str = "gradient_x_input",
+    steps: int = 16,
+    baseline="pad",
+    memory_budget: int | None = None,
+    ctx: JobContext | None = None,
+) -> StepAttribution:
+    """Every step of a decoder-only model's ``text``: the attribution of each step's target (the
+    text's next token; after the last token ``target``, None = the model's own next token) to the
+    source tokens before it, by gradient x input or integrated gradients (``steps`` nodes, the
+    same baseline as ``integrated_gradients_report``). A causal model's logit at step t reads
+    tokens 0..t only, so one forward pass serves every step and each row equals the attribution
+    of that prefix alone. Cancel and progress act between steps."""
+    ctx = job_context(ctx)
+    if method not in STEP_METHODS:
+        raise ConfigError(f"step attributions take {' or '.join(STEP_METHODS)}, got {method!r}")
+    check_lm(model, "an attribution step by step")
+    if model.family != "decoder":
+        raise ConfigError(f"{model.name} is a {model.family}: the step-by-step attribution reads a decoder-only model")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
+        raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
+    p = prompt(model, text)
+    ids = p.ids[0]
+    length = p.length
+    with torch.no_grad():
+        embeds = input_embeddings(model)(p.ids).detach().float()
+    if method == "integrated_gradients":
+        base, _name_of_base, _notices = _baseline(model, embeds, baseline)
+        nodes, weights = np.polynomial.legendre.leggauss(steps)
+        alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device).view(-1, 1, 1)
+        step_weights = torch.tensor(0.5 * weights, dtype=torch.float64, device=embeds.device).view(-1, 1, 1)
+        one = gradient_pass_bytes(model, steps, length)
+        budget = resolve_budget(memory_budget)
+        if one > budget:
+            raise ConfigError(
+                f"integrated gradients of every step over {length} tokens need about {format_bytes(one)}, over "
+                f"the memory budget of {format_bytes(budget)}: lower the steps, shorten the text or raise the budget"
+            )
+        path = base + alphas * (embeds - base)  # [S, L, E]
+    else:
+        path, step_weights = embeds, torch.ones(1, 1, 1, dtype=torch.float64, device=embeds.device)
+    with model._lock, torch.no_grad():
+        logits = _all_logits(model, embeds)[0].double()  # [L, V] at the text's own embeddings
+    last = int(logits[-1].argmax()) if target is None else token_id(model, target, "target")
+    targets = [int(t) for t in ids[1:]] + [last]
+    log_probs = torch.log_softmax(logits, -1)
+    chosen = torch.tensor(targets, device=logits.device)
+    probabilities = log_probs[torch.arange(length), chosen].exp().cpu().numpy()
+    target_logits = logits[torch.arange(length), chosen].cpu().numpy()
+    scores = np.full((length, length), np.nan)
+    difference = (embeds.double() - (base.double() if method == "integrated_gradients" else 0.0))[0]
+    with model._lock, torch.enable_grad():
+        x = path.detach().requires_grad_(True)
+        along = _all_logits(model, x)  # [S, L, V]
+        for t, token in enumerate(targets):
+            ctx.check()
+            (grad,) = torch.autograd.grad(along[:, t, token].sum(), x, retain_graph=t < length - 1)
+            total = (grad.double() * step_weights).sum(0)  # [L, E]
+            scores[t, : t + 1] = (difference * total).sum(-1)[: t + 1].cpu().numpy()
+            ctx.progress((t + 1) / length, f"step {t + 1} of {length}")
+        del along
+    return StepAttribution(
+        method,
+        list(p.tokens),
+        id_texts(model.tokenizer, targets),
+        scores,
+        probabilities,
+        target_logits,
+        steps if method == "integrated_gradients" else None,
+    )
+
+
+def _all_logits(model: LoadedModel, embeds: torch.Tensor) -> torch.Tensor:
+    """[B, L, V] logits at every position for a batch of embeddings [B, L, E] (a decoder-only model)."""
+    accepts = forward_parameters(type(model.model))  # type: ignore[arg-type]  # a class is hashable
+    kwargs: dict = {"inputs_embeds": embeds}
+    if "use_cache" in accepts:
+        kwargs["use_cache"] = False
+    return model.model(**kwargs).logits.float()
+
+
 __all__ = [
     "BASELINES",
+    "STEP_METHODS",
     "InputAttribution",
+    "StepAttribution",
     "attention_x_gradient",
     "gradient_x_input",
     "gradient_x_input_report",

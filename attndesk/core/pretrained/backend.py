@@ -133,6 +133,20 @@ class Capture:
         """The batch's Q [B, H, Lq, d] and K [B, KV, Lk, d] as the layer attends (after any rotary
         embedding); a subclass that samples vectors overrides it (the corpus atlas)."""
 
+    def attended(self, site: Site, value: torch.Tensor, context: torch.Tensor) -> None:
+        """The batch's V [B, KV, Lk, d_v] and the layer's context [B, H, Lq, d_v] (weights @ V, before
+        any ablation); a subclass that compares outputs overrides it (the KV-cache runs)."""
+
+    def attending(self, site: Site, query: torch.Tensor, key: torch.Tensor, mask, bias, scoring: Scoring) -> None:
+        """The layer's Q and K (after any rotary embedding; ``pending_raw`` still holds them before
+        it), its boolean mask and additive bias, and its ``Scoring``, just before ``attend``
+        scores them (the score decomposition reads them here)."""
+
+    def rotated(self, query: torch.Tensor, key: torch.Tensor, result, args: tuple, kwargs: dict):
+        """What the patched ``apply_rotary_pos_emb`` returns for (query, key): ``result``, the
+        modeling code's own, unless a subclass recomputes it (the score decomposition, in float64)."""
+        return result
+
     def attention_io(self, site: Site, name: str, value) -> None:
         if self.wants_stages(site) and isinstance(value, torch.Tensor):
             self.intermediates.setdefault(site.part, {})[name] = _numpy(value)
@@ -236,15 +250,18 @@ def attndesk_attention(
         scoring = Scoring.of(query.shape[-1], scale=scaling, softcap=softcap, sinks=s_aux)
         context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop)
         return context.transpose(1, 2).contiguous(), weights
+    assert capture is not None  # a site is one of the capture's
     capture.calls.append((module, site, int(query.shape[1]), int(key.shape[1])))
     capture.scales.append(scaling)
     capture.observe(site, query, key)
     mask, scale = capture.adjust(site, mask, query.shape[-2], key.shape[-2], scaling)
-    keep = {} if capture.wants_stages(site) else None
+    keep: dict[str, torch.Tensor] | None = {} if capture.wants_stages(site) else None
     scoring = Scoring.of(query.shape[-1], scale=scale, softcap=softcap, sinks=s_aux)
+    capture.attending(site, query, key, mask, bias, scoring)
     context, weights = attend(query, key, value, mask=mask, bias=bias, scoring=scoring, dropout=drop, keep=keep)
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     capture.record(site, weights, mask, int(window) if window else None, int(query.shape[-1]))
+    capture.attended(site, value, context)
     if keep is not None:
         raw = capture.pending_raw or (None, None)
         stages = {name: _numpy(t) for name, t in keep.items()}
@@ -289,7 +306,8 @@ def patch_rotary(module_class: type) -> bool:
         capture = _ACTIVE.get()
         if capture is not None and capture.keep_layer is not None:
             capture.pending_raw = (q, k)
-        return original(q, k, *args, **kwargs)
+        result = original(q, k, *args, **kwargs)
+        return result if capture is None else capture.rotated(q, k, result, args, kwargs)
 
     apply_rotary_pos_emb._attndesk_wrapped = True  # type: ignore[attr-defined]  # the mark that it is wrapped once
     setattr(namespace, "apply_rotary_pos_emb", apply_rotary_pos_emb)  # noqa: B010 - a module global mypy cannot see

@@ -394,7 +394,7 @@
     var v = c.values[state.metric][r][h], role = c.roles[r][h], out = document.getElementById("corpus-readout");
     var others = c.metrics.filter(function (m) { return m !== state.metric; })
       .map(function (m) { return m + " " + fmtNumber(c.values[m][r][h]); });
-    out.textContent = c.rows[r].label + " head " + h + ": " + state.metric + " = " + fmtNumber(v) + " · role " +
+    out.textContent = c.rows[r].names[h] + ": " + state.metric + " = " + fmtNumber(v) + " · role " +
       role + " · " + others.join(" · ");
     out.className = "readout"; out.dataset.value = v === null ? "" : String(v); out.dataset.role = role;
   }

@@ -94,7 +94,7 @@ def test_decoder_features_are_drawn_and_do_not_overlap(qtbot, sized_window):
     assert panel.layerBadge.text() == "local layer \u00b7 window 4" and panel.alibiAction.isVisible()
     cell = panel.canvas.active()[0]
     assert cell.band.isVisible() and not cell.band.path().isEmpty()  # the window's edge
-    assert cell.title_text == "head 0 \u00b7 m=1/2"
+    assert cell.title_text == "H0 \u00b7 m=1/2"
     # sink-aware colours: log10 of the weights, from the floor up
     panel.set_log_scale(True)
     lo, hi = panel.image_levels()[0]

@@ -64,7 +64,7 @@ def test_intent_signals(qtbot, panel):
     panel.cellHovered.connect(lambda h, q, k: hovered.append((h, q, k)))
     vb = panel.cell_views()[3][1]
     panel._on_mouse_moved(vb.mapViewToScene(QPointF(4.5, 2.5)))
-    assert hovered == [(3, 2, 4)] and panel.readout.text().startswith("head 3 (kv 1) · query")
+    assert hovered == [(3, 2, 4)] and panel.readout.text().startswith("H3 (kv 1) · query")
     left = []
     panel.hoverLeft.connect(lambda: left.append(1))
     panel._on_mouse_moved(QPointF(-50, -50))

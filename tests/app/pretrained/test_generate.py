@@ -194,11 +194,10 @@ def test_the_tab_explains_itself_outside_a_decoder(qtbot, generate_window):
 def test_an_encoder_gets_the_sentence_and_the_action_not_a_greyed_form(qtbot, tmp_path):
     w = open_generate_tab(qtbot, build("bert", tmp_path / "bert"))
     try:
-        page = w.tab_page(GENERATE_TAB)  # the window shows the reason instead of the form, as Patching does
-        assert w.viewTabs.currentWidget() is page and page.currentIndex() == 1
-        assert (
-            "encoder-only" in page.currentWidget().text() and "File > Open model folder" in page.currentWidget().text()
-        )
+        page = w.tab_page(GENERATE_TAB)  # the window shows the empty state instead of the form, as Patching does
+        off = w.empty_state(GENERATE_TAB)
+        assert w.viewTabs.currentWidget() is page and page.currentWidget() is off
+        assert "encoder-only" in off.sentence() and off.action() == "Open a model folder…"
         view = stepper(w).view
         assert not view.isVisible() and not view.stepButton.isEnabled()
     finally:

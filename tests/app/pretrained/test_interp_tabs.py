@@ -11,13 +11,14 @@ import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build, build_bare
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
+from PySide6.QtGui import QFont, QFontMetricsF
 from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
 from attndesk.app.views.attribution import score_colors
-from attndesk.app.views.logit_lens import cell_label
+from attndesk.app.views.logit_lens import cell_label, wrapped
 from attndesk.core.interp import (
     activation_patching,
     attention_flow,
@@ -25,6 +26,7 @@ from attndesk.core.interp import (
     integrated_gradients,
     logit_lens,
     patch_heads,
+    step_attributions,
 )
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from tests.app.tabs.test_responsive import assert_smooth, worst_gap
@@ -226,6 +228,43 @@ def test_attribution_colours_are_the_cores_scores(qtbot, gpt2_window, model):
     assert view.attribution.method == "gradient_x_input"
 
 
+def test_attribution_draws_every_step_under_the_strip_as_the_core_computes_it(qtbot, gpt2_window, model):
+    w = gpt2_window
+    w.resize(1280, 800)
+    w.state.view.tab = ATTRIBUTION_TAB
+    tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
+    view = tab.view
+    view.set_method("gxi")
+    view.target.set_text("mat")
+    qtbot.waitUntil(
+        lambda: view.by_step is not None and view.attribution.target == "mat" and not tab.is_running(),
+        timeout=TIMEOUT_MS,
+    )
+    expected = step_attributions(model, TEXT, "mat")
+    np.testing.assert_allclose(view.stepsPlot.matrix, expected.scores.T, rtol=1e-5, atol=1e-7)  # sources x steps
+    assert view.stepsPlot.row_labels == view.strip.tokens  # each step's target with its probability (step score)
+    assert view.stepsPlot.col_labels == [
+        f"{t} {'<1' if p < 0.005 else round(100 * p)}%" for t, p in zip(expected.targets, expected.probabilities)
+    ]
+    assert expected.targets[-1] == "mat"
+    # on screen below the strip, tall and wide enough that every source's and step's label is drawn
+    qtbot.waitUntil(view.stepsPlot.isVisible, timeout=TIMEOUT_MS)
+    steps = view.stepsPlot.geometry()
+    assert view.readout.geometry().bottom() < steps.top() and steps.bottom() <= view.height()
+    assert not view.headsPlot.isVisible()
+    rows = len(expected.sources)
+    vb = view.stepsPlot.plot.vb
+    assert view.stepsPlot.left.visible_ticks(0, rows, vb.height()) == list(range(rows))
+    assert view.stepsPlot.bottom.visible_ticks(0, rows, vb.width()) == list(range(rows))
+    view._hover_step(1, 3)
+    assert view.readout.text().startswith(f"1: {expected.sources[1]!r} → {expected.targets[3]!r}")
+    view.set_method("attn")  # attention x gradient: its heads plot instead
+    qtbot.waitUntil(
+        lambda: view.attribution.method == "attention_x_gradient" and not tab.is_running(), timeout=TIMEOUT_MS
+    )
+    assert view.by_step is None and not view.stepsPlot.isVisible() and view.headsPlot.isVisible()
+
+
 def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
     w = gpt2_window
     w.state.view.tab = LOGIT_LENS_TAB
@@ -238,6 +277,28 @@ def test_logit_lens_grid_writes_the_cores_top_tokens(qtbot, gpt2_window, model):
         [cell_label(level[c][0]) for c in range(cols)] for level in lens.top_tokens
     ]
     assert tab.view.plot.row_labels == lens.labels and tab.view.plot.col_labels == lens.tokens
+    # every top token whole in its cell at 1280 x 800, on more lines where it is wider than the cell
+    w.resize(1280, 800)
+    qtbot.waitUntil(lambda: tab.view.labels.cell_size()[0] > 0, timeout=TIMEOUT_MS)
+    qtbot.wait(50)
+    width = tab.view.labels.cell_size()[0]
+    metrics = QFontMetricsF(QFont())
+    for r in range(rows):
+        for c in range(cols):
+            lines = tab.view.drawn_lines(r, c)
+            assert "".join(lines) == lens.top_tokens[r][c][0], (r, c, lines)
+            assert all(metrics.horizontalAdvance(line) <= width - 8 for line in lines)
+
+
+def test_a_word_wider_than_its_cell_is_broken_not_cut(qapp):
+    metrics = QFontMetricsF(QFont())
+    word = "demonstrated"
+    lines = wrapped(word, metrics, metrics.horizontalAdvance("demon"), 4)
+    assert "".join(lines) == word and len(lines) >= 2
+    assert all(metrics.horizontalAdvance(line) <= metrics.horizontalAdvance("demon") for line in lines)
+    assert wrapped(word, metrics, 500, 1) == [word]
+    short = wrapped(word, metrics, metrics.horizontalAdvance("demon"), 1)  # one line: elided, said so
+    assert len(short) == 1 and short[0].endswith("…")
 
 
 def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
@@ -263,10 +324,11 @@ def test_an_encoder_says_why_the_tabs_are_off(qtbot, tmp_path):
         ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
-            page = w.tab_page(tab_id)  # the window shows the reason instead of the view
-            assert page.currentIndex() == 1 and "encoder-only" in page.currentWidget().text()
-            assert "encoder-only" in tab.view.info.text()
-            assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
+            page = w.tab_page(tab_id)  # the window shows the empty state instead of the view
+            off = w.empty_state(tab_id)
+            assert page.currentWidget() is off and "encoder-only" in off.sentence()
+            assert off.action() == "Open a model folder…" and off.button.isVisible()
+            assert not tab.view.isVisible() and not tab.view.bar.runButton.isEnabled() and not tab.is_running()
             assert not w.compute.side.is_busy(tab.CHANNEL)
     finally:
         dispose(w)
@@ -285,7 +347,7 @@ def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, mod
     assert not w.compute.side.is_busy("flow")
 
 
-def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_path):
+def test_a_model_without_its_lm_head_gets_the_empty_state(qtbot, tmp_path):
     w = open_window(qtbot, build_bare("gpt2", tmp_path / "bare"), ATTRIBUTION_TAB)  # the run loads it
     try:
         for tab_id, kind in (
@@ -295,8 +357,9 @@ def test_a_model_without_its_lm_head_says_why_next_to_the_controls(qtbot, tmp_pa
         ):
             tab = presenter(w, tab_id, kind)
             w.state.view.tab = tab_id
-            assert w.tab_page(tab_id).currentIndex() == 0  # a decoder: the view itself says why
-            assert "no LM head" in tab.view.info.text() and tab.view.info.isVisible()
+            off = w.empty_state(tab_id)  # a decoder whose run found no LM head: the same empty state
+            assert w.tab_page(tab_id).currentWidget() is off and "no LM head" in off.sentence()
+            assert off.label.isVisible() and off.action() == "Open a model folder…"
             assert not tab.view.bar.runButton.isEnabled() and not tab.is_running()
     finally:
         dispose(w)

@@ -308,6 +308,7 @@ def test_step_through_of_a_rope_decoder_shows_q_and_k_before_and_after_rotary(qt
     np.testing.assert_allclose(q[0], q_raw[0], atol=1e-6)  # position 0 is not rotated
     assert not np.allclose(q[1:], q_raw[1:], atol=1e-3)  # the others are
     assert view.plots["q_raw"].isVisibleTo(view) and "RoPE" in view.plots["q"].title.text()
+    assert view.infoLabel.text().startswith("L1 H3 of 4 heads")  # the layer's head, named as every tab names it
     cell = view.hover_weight(4, 2)
     assert abs(cell.weight - cell.stored) < 1e-5 and abs(cell.scale - 8**-0.5) < 1e-6
     assert view.hover_weight(2, 4).masked  # causal: a later key

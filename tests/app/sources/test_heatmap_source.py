@@ -107,7 +107,7 @@ def test_alibi_bias_source_draws_minus_slope_times_distance():
     i, j = np.indices((5, 5))
     np.testing.assert_allclose(source.display_matrix(1), -0.25 * np.abs(i - j))
     assert source.value_at(0, 4, 1) == -1.5 and source.level_range(0) == (-2.0, 0.0)
-    assert source.head_title(1) == "head 1 \u00b7 m=1/4"
+    assert source.head_title(1) == "H1 \u00b7 m=1/4"
     big = AttentionMap(
         queries=list("x" * 600),
         keys=list("x" * 600),

@@ -53,7 +53,7 @@ def test_the_source_follows_the_panel_interface(runs):
     np.testing.assert_array_equal(mask, _tile_max(full.mask.astype(float), f) == 0)  # no cell may attend
     assert source.level_max(2) == pytest.approx(full.weights[2].max(), abs=2e-6)
     assert source.global_max() == pytest.approx(full.weights.max(), abs=2e-6)
-    assert source.head_title(MEAN) == "mean over 4 heads" and source.head_title(1) == "head 1"
+    assert source.head_title(MEAN) == "mean over 4 heads" and source.head_title(1) == "H1"
     assert f"{f}x{f} tile" in source.downsample_note() and "exact" in source.downsample_note()
 
 

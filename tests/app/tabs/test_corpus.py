@@ -279,3 +279,25 @@ def test_a_text_the_corpus_repeats_is_listed_once_with_its_count(qtbot, window, 
         lines += [text for text in shown if TEXTS[0] in text]
         assert len(set(shown)) == len(shown), shown
     assert any(text.endswith("  x2") for text in lines), lines  # both copies are in one list: said once
+
+
+def test_the_corpus_page_never_scrolls_sideways_at_1280_and_its_histogram_stays_readable(qtbot):
+    from attndesk.app.views.corpus.view import HISTOGRAM_MIN_PX
+
+    w = MainWindow(restore=False)
+    try:
+        w.resize(1280, 800)
+        w.show()
+        w.state.view.tab = CORPUS_TAB
+        view, page = w.tab_widget(CORPUS_TAB), w.tab_page(CORPUS_TAB)
+        long_store = "/tmp/attndesk-screens-data-zhhwafx8/attndesk/corpus/corpus_sample-all-MiniLM-L6-v2-64"
+        view.progressLabel.setText(f"done: {long_store}")  # what a finished pass says, a long path
+        view.storeLabel.setText("corpus_sample-all-MiniLM-L6-v2-64: all-MiniLM-L6-v2, 324 texts")
+        view.headLabel.setText("self L0 H0 · broad · entropy 2.763")
+        qtbot.waitUntil(lambda: view.width() > 0 and page.viewport().width() > 0, timeout=TIMEOUT_MS)
+        qtbot.wait(50)
+        assert view.width() <= page.viewport().width() and not page.horizontalScrollBar().isVisible()
+        assert view.histogram.height() >= HISTOGRAM_MIN_PX
+        qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
+    finally:
+        dispose(w)

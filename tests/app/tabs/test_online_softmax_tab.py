@@ -11,6 +11,7 @@ from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse f
 from PySide6.QtCore import Qt
 
 from attndesk.app.state import PACKAGED
+from attndesk.app.tabs.online_softmax import ONLINE_SOFTMAX_TAB
 from attndesk.app.views.online_softmax import PRINT_DIGITS
 from attndesk.core import run_attention
 from tests.conftest import TIMEOUT_MS
@@ -110,7 +111,9 @@ def test_a_real_model_gets_a_reason_not_a_stale_walk(qtbot, window):
     assert view.shown() is not None
     with qtbot.waitSignal(w.resultDisplayed, timeout=120000):
         w.state.mode = PACKAGED
-    assert view.shown() is None and "Toy model" in view.messageLabel.text()
+    off = w.empty_state(ONLINE_SOFTMAX_TAB)  # the window's empty state, not a greyed form
+    assert view.shown() is None and w.tab_page(ONLINE_SOFTMAX_TAB).currentWidget() is off
+    assert "toy model" in off.sentence() and off.action() == "Switch to the toy model"
 
 
 def test_rows_pick_the_query_and_another_head_keeps_the_step(qtbot, window):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from pretrained_models import build
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QLabel, QStackedWidget
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QFontMetricsF
+from PySide6.QtWidgets import QFileDialog, QLabel, QStackedWidget, QToolButton
 
 from attndesk.app.main_window import MainWindow
-from attndesk.app.state import TOY
+from attndesk.app.state import PACKAGED, TOY
 from attndesk.app.tabs import registry
-from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, TabSpec
+from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, EmptyState, TabSpec
 from tests.conftest import TIMEOUT_MS
 
 TOY_TABS = [
@@ -26,6 +27,7 @@ TOY_TABS = [
     "Online softmax",
     "Corpus",
     "Train",
+    "KV cache",
 ]
 
 
@@ -66,18 +68,19 @@ def test_the_registry_declares_each_tab_once_and_every_page_is_a_registry_tab(wi
 
 def test_the_window_shows_exactly_the_registrys_tabs_per_mode(qtbot, window, folders):
     assert window.shown_tabs() == expected("toy", None)
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS
+    assert [title for _id, title in window.shown_tabs()] == [*TOY_TABS, "Circuit"]  # on the trained presets
     assert window.pretrained.open_folder(folders["bert"])
     assert window.shown_tabs() == expected("pretrained", "encoder")
-    assert [title for _id, title in window.shown_tabs()] == TOY_TABS + [
+    assert [title for _id, title in window.shown_tabs()] == [t for t in TOY_TABS if t != "KV cache"] + [
         "All layers",
         "Generate",
         "Patching",
         "Attribution",
         "Logit lens",
-    ]
+    ]  # no Circuit: an encoder has no logits to trace
     assert window.pretrained.open_folder(folders["llama"])
     assert window.shown_tabs() == expected("pretrained", "decoder")
+    assert window.shown_tabs()[-1] == ("circuit", "Circuit")
     window.state.view.tab = "all-layers"
     assert window.viewTabs.currentWidget() is window.tab_page("all-layers")
     window.state.mode = TOY  # a tab the mode does not serve closes: the heatmaps come back
@@ -95,6 +98,7 @@ def test_a_tab_serves_its_model_kinds_and_says_why_it_is_off(qtbot, folders, mon
             made.append(self)
 
     reason = "open a decoder: this tab reads a causal model"
+    off_state = EmptyState(reason)
     extra = TabSpec(
         "extra-test",
         "Extra",
@@ -103,7 +107,7 @@ def test_a_tab_serves_its_model_kinds_and_says_why_it_is_off(qtbot, folders, mon
         Presenter,
         modes=EVERY_MODE,
         model_kinds=frozenset({"decoder"}),
-        unavailable=lambda state: None if state.mode.kind == "pretrained" else reason,
+        unavailable=lambda state: None if state.mode.kind == "pretrained" else off_state,
     )
     monkeypatch.setattr(registry, "TABS", TABS + (extra,))
     w = MainWindow(restore=False)
@@ -111,14 +115,71 @@ def test_a_tab_serves_its_model_kinds_and_says_why_it_is_off(qtbot, folders, mon
         view, page = w.tab_widget("extra-test"), w.tab_page("extra-test")
         assert made and made[0].view is view and w.tab_presenter("extra-test") is made[0]
         assert isinstance(page, QStackedWidget) and w.shown_tabs()[-1] == ("extra-test", "Extra")
-        off = page.currentWidget()  # the toy mode: the reason, not the view
-        assert off is not view and isinstance(off, QLabel) and off.text() == reason
+        off = page.currentWidget()  # the toy mode: the empty state, not the view
+        assert off is w.empty_state("extra-test") and off.sentence() == reason and off.action() == ""
         assert w.pretrained.open_folder(folders["bert"])  # an encoder: not served, hidden
         assert ("extra-test", "Extra") not in w.shown_tabs()
         assert w.pretrained.open_folder(folders["llama"])  # a decoder: shown, with its view
         assert w.shown_tabs() == expected("pretrained", "decoder") and page.currentWidget() is view
         w.state.mode = TOY
-        assert page.currentWidget().text() == reason
+        assert page.currentWidget() is off and off.sentence() == reason
         qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
     finally:
         dispose(w)
+
+
+def test_a_tab_that_does_not_apply_shows_its_sentence_and_the_action_that_makes_it_apply(
+    qtbot, window, folders, monkeypatch
+):
+    w = window
+    w.show()
+    rollout = w.empty_state("rollout")  # the toy model: one layer, nothing to trace
+    w.state.view.tab = "rollout"
+    assert w.tab_page("rollout").currentWidget() is rollout
+    qtbot.waitUntil(rollout.button.isVisible, timeout=TIMEOUT_MS)
+    assert "single attention layer" in rollout.sentence()
+    label = rollout.label  # the whole sentence is on screen: wrapped, never cut to one line
+    assert label.width() <= w.viewTabs.width() and label.height() >= label.heightForWidth(label.width())
+    assert w.empty_state("heatmaps") is None  # a tab that always applies has no empty state
+
+    # an encoder: the next-token tabs' button opens a model folder (the dialog answers the decoder)
+    assert w.pretrained.open_folder(folders["bert"])
+    w.state.view.tab = "patching"
+    patching = w.empty_state("patching")
+    assert w.tab_page("patching").currentWidget() is patching and "encoder-only" in patching.sentence()
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folders["llama"]))
+    qtbot.mouseClick(patching.button, Qt.MouseButton.LeftButton)
+    assert w.state.mode.path == str(folders["llama"])
+    assert w.tab_page("patching").currentIndex() == 0  # its view (in its scroll area)
+
+    # a real model: the online-softmax walk's button goes back to the toy model
+    w.state.view.tab = "online-softmax"
+    walk = w.empty_state("online-softmax")
+    assert w.tab_page("online-softmax").currentWidget() is walk and walk.action() == "Switch to the toy model"
+    assert not w.tab_widget("online-softmax").isVisible()  # no greyed form behind the sentence
+    qtbot.mouseClick(walk.button, Qt.MouseButton.LeftButton)
+    assert w.state.mode == TOY and w.tab_page("online-softmax").currentWidget() is w.tab_widget("online-softmax")
+
+    # and the rollout's button opens the packaged model
+    w.state.view.tab = "rollout"
+    qtbot.mouseClick(rollout.button, Qt.MouseButton.LeftButton)
+    assert w.state.mode == PACKAGED and w.tab_page("rollout").currentWidget() is w.tab_widget("rollout")
+
+
+def test_every_tab_title_is_whole_on_screen_at_1280_wide(qtbot, window, folders):
+    w = window
+    w.resize(1280, 800)
+    w.show()
+    assert w.pretrained.open_folder(folders["llama"])  # a decoder: every tab the registry has
+    bar = w.viewTabs.tabBar()
+    qtbot.waitUntil(lambda: bar.count() > 0 and bar.isVisible(), timeout=TIMEOUT_MS)
+    shown = [i for i in range(bar.count()) if bar.isTabVisible(i)]
+    assert len(shown) == len(TABS)
+    for i in shown:  # whole: no title elided, none beyond the bar's right edge
+        assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
+        assert bar.tabRect(i).right() <= bar.width(), bar.tabText(i)
+    assert not any(b.isVisible() for b in bar.findChildren(QToolButton))  # no scroll arrows
+    # the timing dock leaves the tabs most of the height, its bars one line each for a six-layer model's stages
+    assert w.timingDock.height() <= 0.2 * w.height() and w.viewTabs.height() >= 0.7 * w.height()
+    bars = w.timingPanel.bars
+    assert bars.height() / 8 >= QFontMetricsF(bars.font()).height()

@@ -22,6 +22,7 @@ from attndesk.app.state import AppState
 from attndesk.app.status import StatusModel
 from attndesk.app.tabs.train import TRAIN_TAB, TrainTab, phase_change
 from attndesk.app.views.train import TrainView
+from attndesk.core.types import head_name
 from attndesk.train.presets import load_preset
 from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS
@@ -157,6 +158,7 @@ def test_every_token_label_of_the_probe_heatmaps_is_drawn_and_no_legend_covers_a
     hosts = [host.geometry() for host in view._hosts]
     for i, (plot, host) in enumerate(zip(view.headPlots, hosts, strict=True)):
         assert plot.row_labels == labels
+        assert plot.title.text() == head_name(view.layerCombo.currentIndex(), i)  # as every tab names a head
         rows = len(labels)
         shown = plot.left.visible_ticks(0, rows, plot.plot.vb.height())
         assert shown == list(range(rows)), f"head {i}: {len(shown)} of {rows} row labels drawn"
@@ -231,6 +233,21 @@ def test_a_trained_run_saves_and_opens_again_with_the_same_attention(qtbot, tab,
         tab.open("run", lambda: load_run(tmp_path / "run"))
     np.testing.assert_array_equal(tab.shown_weights(), probe_attention(run))
     assert tab.checkpoint_steps() == [0, 10, 20, 30]
+
+
+def test_save_into_a_folder_holding_other_files_is_refused_and_touches_nothing(qtbot, tab, tmp_path):
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        tab.open("previous-token", lambda: load_preset("previous-token"))
+    folder = tmp_path / "earlier"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"an earlier run's weights")
+    (folder / "notes.txt").write_text("mine")
+    tab.save(str(folder))  # refused at once, as the command line refuses a non-empty --out
+    message = tab.view.message.text()
+    assert message.startswith("not saved:") and "holds other files" in message and "\n" not in message
+    assert "choose an empty or new folder" in message and "b00020" in tab.view.message.styleSheet()
+    assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors", "notes.txt"]
+    assert (folder / "model.safetensors").read_bytes() == b"an earlier run's weights"
 
 
 def test_a_folder_that_is_not_a_saved_run_is_refused_in_one_line(qtbot, tab, tmp_path):

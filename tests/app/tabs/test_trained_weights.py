@@ -30,6 +30,18 @@ def shown_after(qtbot, window, action):
     return blocker.args[0]
 
 
+def test_the_train_tabs_model_is_offered_only_once_something_is_trained(qtbot, window):
+    combo = window.parametersPanel.findChild(QComboBox, "weightsFromCombo")
+    item = combo.model().item(combo.findData("trained"))
+    assert not item.isEnabled() and "no trained model yet" in item.toolTip()  # nothing trained yet: greyed, says why
+    assert combo.model().item(combo.findData("induction")).isEnabled()  # the shipped presets are there
+    tab = window.tab_presenter(TRAIN_TAB)
+    with qtbot.waitSignal(tab.opened, timeout=TIMEOUT_MS):
+        tab.open("my-run", lambda: preset_run("previous-token"))
+    shown_after(qtbot, window, tab.view.viewsButton.click)
+    assert item.isEnabled() and "unavailable" not in item.toolTip() and combo.currentData() == "trained"
+
+
 def test_open_in_views_shows_the_trained_model_in_the_heatmaps_and_compare_before_vs_after(qtbot, window):
     run = preset_run("previous-token")  # opened as a folder would be: not by its preset name
     tab = window.tab_presenter(TRAIN_TAB)

@@ -97,7 +97,7 @@ def test_a_head_that_a_lacks_is_a_message_not_an_index_error(view):
     view.set_result(b)
     view.set_head(3)  # a slot raising here fails the test (pytest-qt captures it)
     shown_a, shown_b, shown_diff = view.displayed()
-    assert shown_a is None and "no head 3" in view.plotA.message.text()
+    assert shown_a is None and "no H3" in view.plotA.message.text()
     assert np.array_equal(shown_b, b.weights[3]) and shown_diff is None
     assert "heads back to 2" in view.maxLabel.text()  # the comparison's own message stays
     view.set_head(1)  # a head both have: A is drawn again
@@ -125,7 +125,7 @@ def test_a_difference_over_the_memory_budget_is_refused_a_and_b_still_drawn(view
 
 
 def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(qtbot, view):
-    from attndesk.core.ledger import MemoryLedger, arrays_of
+    from attndesk.session.ledger import MemoryLedger, arrays_of
 
     view.ledger = ledger = MemoryLedger(None, post=lambda fn: fn())
     a = run_attention(CFG, TEXT)

@@ -14,6 +14,7 @@ from attndesk.core.interp import (
     gradient_x_input,
     integrated_gradients,
     integrated_gradients_report,
+    step_attributions,
 )
 from attndesk.core.pretrained import encode, load_pretrained
 
@@ -124,3 +125,54 @@ def test_bad_input_is_one_line(folders, call, message):
 def test_an_encoder_has_no_target_logit(folders):
     with pytest.raises(ConfigError, match="encoder-only"):
         integrated_gradients(load_pretrained(folders["bert"]), TEXT, TARGET)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-pad"])
+def test_step_attributions_row_by_row_equal_each_prefix_by_eager_autograd_and_captum(folders, name):
+    from captum.attr import InputXGradient, IntegratedGradients
+
+    model = load_pretrained(folders[name])
+    ref = eager(folders[name])
+    ids = torch.tensor([encode(model, TEXT).ids])
+    embeds = ref.get_input_embeddings()(ids).detach()
+    length = ids.shape[1]
+    gxi = step_attributions(model, TEXT, TARGET)
+    targets = [*ids[0, 1:].tolist(), model.tokenizer.convert_tokens_to_ids(TARGET)]
+    assert (
+        gxi.scores.shape == (length, length)
+        and len(gxi.targets) == length
+        and gxi.sources == encode(model, TEXT).tokens
+    )
+    assert np.isnan(gxi.scores[np.triu_indices(length, 1)]).all()  # no source after its step
+    logits = ref(inputs_embeds=embeds).logits[0].double()
+    probs = torch.softmax(logits, -1)[torch.arange(length), targets].detach().numpy()
+    np.testing.assert_allclose(gxi.probabilities, probs, rtol=1e-5)
+    for t in (0, length // 2, length - 1):  # each step alone: the prefix 0..t and its own target
+        prefix = embeds[:, : t + 1].clone()
+
+        def f(e, t=t):
+            return ref(inputs_embeds=e).logits[:, -1, targets[t]]
+
+        expected = InputXGradient(f).attribute(prefix).sum(-1)[0].detach().numpy()
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(gxi.scores[t, : t + 1], expected, rtol=1e-4, atol=1e-5 * scale)
+    ig = step_attributions(model, TEXT, TARGET, method="integrated_gradients", steps=16)
+    t = length - 1  # the last step against captum on the whole text, the pad baseline as the report's
+    pad = model.tokenizer.pad_token_id
+    base = ref.get_input_embeddings()(torch.full_like(ids, pad)).detach()
+
+    def last(e):
+        return ref(inputs_embeds=e).logits[:, -1, targets[t]]
+
+    expected = IntegratedGradients(last).attribute(embeds, base, n_steps=16, method="gausslegendre")
+    expected = expected.sum(-1)[0].detach().numpy()
+    np.testing.assert_allclose(ig.scores[t], expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max())
+    report = integrated_gradients_report(model, TEXT, TARGET, steps=16)
+    np.testing.assert_allclose(ig.scores[t], report.scores, rtol=1e-4, atol=1e-6 * np.abs(report.scores).max())
+
+
+def test_step_attributions_refuse_what_they_cannot_read(folders):
+    with pytest.raises(ConfigError, match="decoder-only"):
+        step_attributions(load_pretrained(folders["t5"]), TEXT)
+    with pytest.raises(ConfigError, match="step attributions take"):
+        step_attributions(load_pretrained(folders["gpt2"]), TEXT, method="attention")

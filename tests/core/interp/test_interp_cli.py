@@ -200,3 +200,119 @@ def test_an_empty_or_new_folder_is_written(qapp, capsys, tmp_path, folders, comm
     assert code == 0, err
     assert sorted(Path(line).name for line in lines) == sorted(p.name for p in out.iterdir())
     assert (out / "summary.json").is_file()
+
+
+INDUCTION = ("--clean", "0 5 6 7 8 5 6", "--corrupt", "0 9 10 11 12 5 6", "--answer", "7", "--wrong", "11")
+
+
+def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path):
+    import pandas as pd
+
+    from attndesk.core.interp import load_circuit
+
+    out = tmp_path / "circuit"
+    code, lines, err = run_cli(
+        capsys, "circuit", "--trained", "induction", *INDUCTION, "--top-n", "6", "--draws", "2", "--out", str(out)
+    )
+    assert code == 0, err
+    names = {
+        "edges.csv",
+        "edges.parquet",
+        "circuit.json",
+        "faithfulness.csv",
+        "faithfulness.png",
+        "graph.png",
+        "graph.svg",
+    }
+    assert {p.name for p in out.iterdir()} == names
+    assert sorted(lines) == sorted(str(out / n) for n in names)
+    csv, parquet = pd.read_csv(out / "edges.csv"), pd.read_parquet(out / "edges.parquet")
+    pd.testing.assert_frame_equal(csv, parquet, check_exact=False, rtol=1e-12)
+    circuit = load_circuit(out / "circuit.json")
+    top = csv.reindex(csv.score.abs().sort_values(ascending=False, kind="stable").index).head(6)
+    assert circuit == set(zip(top.src, top.dst, top.kind))
+    curve = pd.read_csv(out / "faithfulness.csv")
+    assert curve.faithfulness.iloc[0] == 0.0 and curve.faithfulness.iloc[-1] == 1.0
+    assert "6 of 81 edges kept" in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--clean", "0 5 6", "--corrupt", "0 9 10 11", "--answer", "7", "--wrong", "11"), "equal token lengths"),
+        (("--clean", "0 five", "--corrupt", "0 9", "--answer", "7", "--wrong", "11"), "token ids"),
+        ((*INDUCTION, "--method", "acdc"), "needs --tau"),
+    ],
+)
+def test_circuit_bad_input_is_one_line_and_nothing_written(capsys, tmp_path, args, message):
+    out = tmp_path / "out"
+    code, lines, err = run_cli(capsys, "circuit", "--trained", "induction", *args, "--out", str(out))
+    assert code == 2 and lines == [] and len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
+def test_circuit_refuses_a_non_empty_out(capsys, tmp_path):
+    (tmp_path / "keep.txt").write_text("x")
+    code, _, err = run_cli(capsys, "circuit", "--trained", "induction", *INDUCTION, "--out", str(tmp_path))
+    assert code == 2 and "holds other files" in err[0]
+
+
+def test_circuit_on_a_pretrained_model(qapp, capsys, tmp_path, folders):
+    out = tmp_path / "gpt2"
+    args = ("--clean", CLEAN, "--corrupt", "the dog sat on the mat", "--answer", "mat", "--wrong", "cat")
+    code, _, err = run_cli(
+        capsys, "circuit", "--model", str(folders["gpt2"]), *args, "--method", "eap", "--draws", "1", "--out", str(out)
+    )
+    assert code == 0, err
+    document = json.loads((out / "circuit.json").read_text())
+    assert document["method"] == "eap" and document["edges_total"] == 110 and document["edges_kept"] == 11
+
+
+def test_circuit_acdc_prunes_from_eap_ig_scores(qapp, capsys, tmp_path):
+    out = tmp_path / "acdc"
+    code, _, err = run_cli(
+        capsys,
+        "circuit",
+        "--trained",
+        "induction",
+        *INDUCTION,
+        "--method",
+        "acdc",
+        "--tau",
+        "0.5",
+        "--draws",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    document = json.loads((out / "circuit.json").read_text())
+    assert document["method"] == "acdc" and document["scores"] == "eap-ig/inputs"
+    assert 0 < document["edges_kept"] < document["edges_total"] == 81
+
+
+def test_circuit_connected_keeps_only_connected_edges(qapp, capsys, tmp_path):
+    import pandas as pd
+
+    from attndesk.core.interp import find_circuit, load_circuit
+
+    out = tmp_path / "connected"
+    code, _, err = run_cli(
+        capsys,
+        "circuit",
+        "--trained",
+        "induction",
+        *INDUCTION,
+        "--top-n",
+        "6",
+        "--connected",
+        "--draws",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    table = pd.read_csv(out / "edges.csv")
+    assert (
+        load_circuit(out / "circuit.json") == find_circuit(table, top_n=6, prune=True) != find_circuit(table, top_n=6)
+    )

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -63,6 +64,7 @@ SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 LIST_CHARS = 300
 TIP_CHARS = 1000
 TABLE_COLUMNS = ("part", "layer", "head", "role", *METRICS)
+HISTOGRAM_MIN_PX = 120  # the histogram's bars and both axes readable when the page is short
 TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
 
 
@@ -131,7 +133,11 @@ class CorpusView(QWidget):
         self.cancelButton = QPushButton("Cancel", objectName="corpusCancel", enabled=False)
         self.progressBar = QProgressBar(objectName="corpusProgress", minimum=0, maximum=1000, textVisible=False)
         self.progressLabel = QLabel("", objectName="corpusProgressLabel")
-        self.modelLabel = QLabel("", objectName="corpusModel")
+        self.modelLabel = QLabel("", objectName="corpusModel", wordWrap=True)
+        # lines naming a store's path or a model: wrapped or cut at the page's width, never widening it
+        for label in (self.progressLabel, self.modelLabel):
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
         self.errorLabel.setStyleSheet(ERROR_STYLE)
         for col, widget in enumerate(
@@ -165,7 +171,8 @@ class CorpusView(QWidget):
         self.metricCombo = QComboBox(objectName="corpusMetric")
         self.metricCombo.addItems(list(METRICS))
         self.partCombo = QComboBox(objectName="corpusPart")
-        self.storeLabel = QLabel("", objectName="corpusStoreLabel")
+        self.storeLabel = QLabel("", objectName="corpusStoreLabel", wordWrap=True)
+        self.storeLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row.addWidget(QLabel("colour by"))
         row.addWidget(self.metricCombo)
         row.addWidget(self.partCombo)
@@ -173,6 +180,7 @@ class CorpusView(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         self.grid = HeadGrid()
         self.histogram = MetricHistogram()
+        self.histogram.setMinimumHeight(HISTOGRAM_MIN_PX)
         self.table = QTableWidget(objectName="corpusTable")
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -197,7 +205,7 @@ class CorpusView(QWidget):
         side = QWidget()
         layout = QVBoxLayout(side)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.headLabel = QLabel("click a head in the grid or the table", objectName="corpusHeadLabel")
+        self.headLabel = QLabel("click a head in the grid or the table", objectName="corpusHeadLabel", wordWrap=True)
         layout.addWidget(self.headLabel)
         lists = QHBoxLayout()
         layout.addLayout(lists, 2)
@@ -205,8 +213,9 @@ class CorpusView(QWidget):
         for title, widget in (("highest", self.topList), ("lowest", self.bottomList)):
             column = QVBoxLayout()
             lists.addLayout(column)
-            column.addWidget(QLabel(f"<b>{title}</b> (double-click: open in the heatmaps)"))
+            column.addWidget(QLabel(f"<b>{title}</b>"))
             column.addWidget(widget)
+            widget.setToolTip("double-click a text to open it in the heatmaps at this layer and head")
             widget.setWordWrap(True)
             widget.itemActivated.connect(lambda item: self.textOpened.emit(int(item.data(TEXT_ID))))
 
@@ -215,6 +224,7 @@ class CorpusView(QWidget):
             f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
             "click: open the text)",
             objectName="corpusAtlasLabel",
+            wordWrap=True,
         )
         layout.addWidget(self.atlasLabel)
         self.atlas = AtlasPlot()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.ledger import LedgerError, MemoryLedger, arrays_of
+from attndesk.session.ledger import LedgerError, MemoryLedger, arrays_of
 
 MiB = 2**20
 

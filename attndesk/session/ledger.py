@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .memory import format_bytes
+from attndesk.core.errors import ConfigError
+from attndesk.core.memory import format_bytes
 
 Release = Callable[[str], None]  # called with the reason (a line) when the ledger lets a holding go
 Post = Callable[[Callable[[], None]], None]

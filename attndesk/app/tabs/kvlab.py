@@ -1,0 +1,116 @@
+"""The KV cache tab: a policy's compressed run and a sweep of budgets, computed as side jobs
+(``attndesk.kvcache.lab``) with progress and cancel; the models are the shipped toy presets and,
+in pretrained mode, the decoder open in the window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from attndesk.kvcache.lab import lab_run, lab_sweep
+from attndesk.train.presets import list_presets
+
+from ..jobs.compute import ComputeController
+from ..pretrained.interp import model_family, model_name
+from ..results import Shown
+from ..state import AppState
+from ..views.kvlab import ORACLE, KVLabView
+from .base import TabPresenter
+
+KVLAB_TAB = "kvcache"
+CHANNEL = "kvlab"
+LAB_PRESETS = ("needle", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
+
+
+class KVLabTab(TabPresenter):
+    tab_id = KVLAB_TAB
+
+    def __init__(self, state: AppState, compute: ComputeController, view: KVLabView, parent: QObject | None = None):
+        super().__init__(state, compute, parent)
+        self.view = view
+        view.bar.runRequested.connect(self.run)
+        view.sweepRequested.connect(self.sweep)
+        view.bar.cancelRequested.connect(self.cancel)
+        compute.cancelRequested.connect(self._on_escape)
+        view.modelCombo.currentIndexChanged.connect(lambda _i: view.clear_curves())
+        self._offer_models()
+
+    def key(self, shown: Shown):
+        return self.state.mode.kind, self.state.mode.path
+
+    def show(self, shown: Shown) -> None:
+        self._offer_models()
+
+    def _offer_models(self) -> None:
+        shipped = {p["name"] for p in list_presets() if p["shipped"]}
+        models = [(f"Trained toy: {name}", ("preset", name)) for name in LAB_PRESETS if name in shipped]
+        mode = self.state.mode
+        if mode.path is not None and model_family(mode) == "decoder":
+            models.insert(0, (f"Pretrained: {model_name(mode)}", ("pretrained", str(mode.path))))
+        self.view.set_models(models)
+
+    def _busy(self, message: str) -> None:
+        self.view.bar.set_busy(True, message)
+        self.view.sweepButton.setEnabled(False)
+
+    def _idle(self, message: str, error: bool = False) -> None:
+        self.view.bar.set_busy(False)
+        self.view.bar.set_message(message, error=error)
+        self.view.sweepButton.setEnabled(True)
+
+    def run(self) -> None:
+        view = self.view
+        self._busy(f"running {view.policy()} at budget {view.budgetSpin.value()}…")
+        self.compute.side.submit(
+            CHANNEL,
+            lab_run,
+            view.source(),
+            view.textEdit.text(),
+            view.policy(),
+            view.budgetSpin.value(),
+            decode=view.decodeSpin.value(),
+            options=view.option_values(),
+            done=self._ran,
+            failed=self._failed,
+            progress=view.bar.set_progress,
+            scope=None,
+        )
+
+    def sweep(self) -> None:
+        view = self.view
+        policies = list(dict.fromkeys([view.policy(), ORACLE]))
+        self._busy(f"sweeping {' and '.join(policies)} over 10 budgets…")
+        self.compute.side.submit(
+            CHANNEL,
+            lab_sweep,
+            view.source(),
+            view.textEdit.text(),
+            policies,
+            decode=view.decodeSpin.value(),
+            options={view.policy(): view.option_values()},
+            done=self._swept,
+            failed=self._failed,
+            progress=view.bar.set_progress,
+            scope=None,
+        )
+
+    def cancel(self) -> None:
+        self.compute.side.cancel(CHANNEL)
+        self._idle("cancelled")
+
+    def _on_escape(self) -> None:
+        if self.view.bar.is_busy():
+            self.cancel()
+
+    def _ran(self, lab) -> None:
+        self._idle("")
+        self.view.show_run(lab)
+
+    def _swept(self, table) -> None:
+        self._idle(f"swept {len(table)} runs")
+        self.view.show_sweep(table)
+
+    def _failed(self, message: str) -> None:
+        self._idle(message, error=True)
+
+
+__all__ = ["KVLAB_TAB", "KVLabTab"]

@@ -1,0 +1,316 @@
+"""``attndesk kvcache``: compressed runs of KV-cache eviction policies beside the full run, over
+budgets, written as a table (CSV + Parquet: one row per text, policy, budget and query row), the
+mean KL / accuracy against the budget (PNG curves) and each run's keep raster (PNG), all or
+nothing. Bad input (a budget of 0 or larger than the input, an encoder, an option a policy does
+not take) is one line on stderr, exit 2, and nothing written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
+from attndesk.cli.progress import ProgressLine
+
+NAME = "kvcache"
+DEFAULT_POLICIES = "streaming,h2o,snapkv,tova,knorm,random,oracle"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        NAME,
+        help="KV-cache eviction policies: exact compressed runs against the full cache",
+        description="Run each policy at each budget (keys kept per K/V head: a count, or a ratio in (0, 1] of "
+        "the prompt) and compare with the full cache: KL(full || compressed) per query row, the next-token "
+        "accuracy where the input gives the next token, and which keys each row sees. Policies: "
+        "docs/kvcache.md. Without --generate the input's first --prefill tokens are the prompt (default: "
+        "half) and the rest are read as decode steps; with --generate the whole input is the prompt.",
+        epilog="example:\n  attndesk kvcache --model ~/models/gpt2 --text 'The capital of France is Paris. ...' "
+        "--policies streaming,h2o,oracle --budgets 8,16,32 --out kv\n  attndesk kvcache --trained induction "
+        "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    model = p.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", metavar="PATH", help="a local transformers decoder checkpoint folder")
+    model.add_argument("--trained", metavar="NAME", help="a trained toy model: a preset's name or a saved run's folder")
+    text = p.add_mutually_exclusive_group(required=True)
+    text.add_argument("--text", metavar="TEXT", help="the input (a toy model's: token ids separated by spaces)")
+    text.add_argument("--data", metavar="FILE", help="a text file, one input per line")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, metavar="A,B", help=f"default {DEFAULT_POLICIES}")
+    p.add_argument("--budgets", required=True, metavar="64,128", help="keys per K/V head, or ratios in (0, 1]")
+    p.add_argument("--generate", type=int, default=0, metavar="N", help="decode steps after the input (greedy)")
+    p.add_argument("--prefill", type=int, default=None, metavar="N", help="the prompt's tokens when not generating")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="[POLICY.]NAME=VALUE",
+        help="a policy's option (repeat; each policy's options: docs/kvcache.md); without POLICY. every listed "
+        "policy must take it",
+    )
+    p.add_argument("--out", metavar="DIR", required=True, help="an empty or new folder")
+    return p
+
+
+def _budgets(text: str) -> list[int | float]:
+    out: list[int | float] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            out.append(int(part))
+        except ValueError:
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise CliError(f"--budgets: {part!r} is neither a token count nor a ratio", EXIT_USAGE) from None
+    if not out:
+        raise CliError("--budgets: give at least one budget", EXIT_USAGE)
+    return out
+
+
+def _value(spec, text: str) -> Any:
+    if spec.optional and text.lower() == "none":
+        return None
+    if spec.kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise CliError(f"--option {spec.name}: {text!r} is not true or false", EXIT_USAGE)
+        return text.lower() in ("true", "1", "yes")
+    try:
+        return spec.kind(text)
+    except ValueError:
+        raise CliError(f"--option {spec.name}: {text!r} is not {spec.kind.__name__}", EXIT_USAGE) from None
+
+
+def _options(given: list[str], names: list[str]) -> dict[str, dict[str, Any]]:
+    from attndesk.kvcache import POLICIES
+
+    out: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--option {item!r}: write [POLICY.]NAME=VALUE", EXIT_USAGE)
+        policy, dot, option = key.rpartition(".")
+        targets = [policy] if dot else names
+        if dot and policy not in out:
+            raise CliError(f"--option {item!r}: {policy} is not among --policies", EXIT_USAGE)
+        for name in targets:
+            fields = {p.name: p for p in POLICIES[name].option_fields()}
+            if option not in fields:
+                takes = f"its options: {', '.join(fields)}" if fields else "it takes no options"
+                raise CliError(f"{name} takes no option {option!r}; {takes}", EXIT_USAGE)
+            out[name][option] = _value(fields[option], value)
+    for name, options in out.items():
+        try:
+            POLICIES[name].parse(options)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    return out
+
+
+def _model(args):
+    from attndesk.kvcache import kv_model
+
+    try:
+        if args.model:
+            from attndesk.core.pretrained import load_pretrained, read_spec
+
+            read_spec(args.model)
+            return kv_model(load_pretrained(args.model))
+        from attndesk.train import load_trained
+        from attndesk.train.presets import PRESETS, load_preset
+
+        if args.trained in PRESETS:
+            return kv_model(load_preset(args.trained))
+        if not Path(args.trained).expanduser().is_dir():
+            raise CliError(
+                f"--trained {args.trained}: neither a preset ({', '.join(PRESETS)}) nor a saved run's folder",
+                EXIT_USAGE,
+            )
+        return kv_model(load_trained(Path(args.trained).expanduser()))
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _inputs(args, kvm) -> list[list[int]]:
+    if args.text is not None:
+        texts = [args.text]
+    else:
+        try:
+            texts = [
+                line for line in Path(args.data).expanduser().read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"--data {args.data}: cannot read it ({exc})", EXIT_USAGE) from None
+        if not texts:
+            raise CliError(f"--data {args.data}: no line holds text", EXIT_USAGE)
+    try:
+        return [kvm.encode(text) for text in texts]
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _check(args, kvm, inputs: list[list[int]], names, budgets: list[int | float], options) -> None:
+    from attndesk.kvcache import resolve_budget
+    from attndesk.kvcache.simulate import prepare
+
+    if args.generate < 0:
+        raise CliError("--generate: give 0 or more decode steps", EXIT_USAGE)
+    for ids in inputs:
+        prompt = _prompt(args, ids)
+        if not 1 <= prompt <= len(ids):
+            raise CliError(f"--prefill {args.prefill}: the input has {len(ids)} tokens", EXIT_USAGE)
+        for budget in budgets:
+            try:
+                keys = resolve_budget(budget, prompt)
+            except ValueError as exc:
+                raise CliError(str(exc), EXIT_USAGE) from None
+            total = len(ids) + args.generate
+            if keys >= total:
+                raise CliError(
+                    f"budget {budget} keeps {keys} keys, and the input has {len(ids)} tokens + {args.generate} "
+                    "generated: that is the full run; give a smaller budget",
+                    EXIT_USAGE,
+                )
+            for name in names:
+                try:
+                    prepare(kvm, ids, name, budget, args.generate, prompt, options[name])
+                except ValueError as exc:
+                    raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _prompt(args, ids: list[int]) -> int:
+    if args.prefill is not None:
+        return args.prefill
+    return len(ids) if args.generate else max(1, len(ids) // 2)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attndesk.kvcache import POLICIES
+
+    empty_out(args.out)
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise CliError(
+            f"--policies: no policy {unknown[0] if unknown else '(none)'!r}; policies: {', '.join(POLICIES)}",
+            EXIT_USAGE,
+        )
+    budgets = _budgets(args.budgets)
+    options = _options(args.option, names)
+    kvm = _model(args)
+    inputs = _inputs(args, kvm)
+    _check(args, kvm, inputs, names, budgets, options)
+    runs = _simulate(args, kvm, inputs, names, budgets, options)
+    for path in _write(args.out, runs, kvm):
+        print(path, flush=True)
+    return 0
+
+
+def _simulate(args, kvm, inputs, names, budgets, options) -> list[tuple[int, Any]]:
+    from attndesk.jobs import plain_context
+    from attndesk.kvcache import simulate
+
+    jobs = [(t, name, budget) for t in range(len(inputs)) for name in names for budget in budgets]
+    runs = []
+    with ProgressLine() as progress:
+        ctx = plain_context(progress.update)
+        for index, (t, name, budget) in enumerate(jobs):
+            part = ctx.scaled(index / len(jobs), (index + 1) / len(jobs), f"{name} at {budget}: ")
+            try:
+                run = simulate(
+                    kvm,
+                    inputs[t],
+                    name,
+                    budget,
+                    generate=args.generate,
+                    prefill=_prompt(args, inputs[t]),
+                    ctx=part,
+                    **options[name],
+                )
+            except ValueError as exc:
+                raise CliError(str(exc), EXIT_USAGE) from None
+            runs.append((t, run))
+    return runs
+
+
+def table(runs) -> Any:
+    """One row per text, policy, budget and query row (pandas)."""
+    import numpy as np
+    import pandas as pd
+
+    frames = []
+    for text, run in runs:
+        rows = np.arange(run.rows)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "text": text,
+                    "policy": run.policy,
+                    "budget": run.budget,
+                    "row": rows,
+                    "step": rows - run.prompt,
+                    "token": run.ids,
+                    "kept": run.kept.mean((0, 1)),
+                    "kl": run.kl,
+                    "accuracy": run.correct,
+                    "agree": run.agree.astype(float),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary(frame) -> Any:
+    """Per policy and budget: the mean over the compressed rows (decode steps, and a streaming
+    policy's prompt rows past its budget) of KL, accuracy and agreement."""
+    compressed = frame[(frame.step >= 0) | (frame.row >= frame.budget)]
+    return compressed.groupby(["policy", "budget"], sort=False)[["kl", "accuracy", "agree"]].mean().reset_index()
+
+
+def _write(out_dir: str, runs, kvm) -> list[Path]:
+    from attndesk.core.atomic import atomic_write
+    from attndesk.render import ensure_gui_app
+    from attndesk.render.export import ExportError, OutputSet
+    from attndesk.render.kvcache import write_curves, write_keep_raster
+
+    frame = table(runs)
+    means = summary(frame)
+    ensure_gui_app(headless=True)
+    try:
+        with OutputSet(Path(out_dir).expanduser()) as out:
+            atomic_write(out.path("kvcache.csv"), frame.to_csv(index=False).encode("utf-8"))
+            frame.to_parquet(out.path("kvcache.parquet"), index=False)
+            atomic_write(out.path("summary.csv"), means.to_csv(index=False).encode("utf-8"))
+            for column, label, log_y in (
+                ("kl", "mean KL(full || compressed), nats", True),
+                ("accuracy", "next-token accuracy", False),
+                ("agree", "top-1 agreement with the full run", False),
+            ):
+                lines = {
+                    policy: (group.budget.to_numpy(), group[column].to_numpy())
+                    for policy, group in means.groupby("policy", sort=False)
+                }
+                write_curves(
+                    lines,
+                    out.path(f"{column}_vs_budget.png"),
+                    title=f"{kvm.name}: {label} against the budget",
+                    x_label="budget (keys per K/V head)",
+                    y_label=label,
+                    log_y=log_y,
+                )
+            for text, run in runs:
+                if text:
+                    continue  # the rasters of the first input
+                panels = [
+                    (f"layer {layer}, K/V head {head}", run.keep[layer, head])
+                    for layer in range(run.keep.shape[0])
+                    for head in range(run.keep.shape[1])
+                ]
+                write_keep_raster(
+                    panels,
+                    out.path(f"keep_{run.policy}_{run.budget}.png"),
+                    title=f"{run.policy}, budget {run.budget}: keys each query row sees",
+                )
+    except ExportError as exc:
+        raise CliError(str(exc)) from None
+    return out.committed

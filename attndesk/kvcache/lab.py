@@ -1,0 +1,122 @@
+"""What the window's KV cache tab computes, off the GUI thread: one compressed run with what its
+pictures need (``lab_run``), and a sweep of a policy and the oracle over budgets (``lab_sweep``).
+
+A model source is ``("preset", name)`` (a shipped toy preset, ``attndesk.train.presets``) or
+``("pretrained", path)`` (a decoder folder). A toy reads its token ids (an empty text: the task's
+probe input); a pretrained decoder reads text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attndesk.core.errors import ConfigError
+from attndesk.jobs import JobContext, job_context
+
+from .model import kv_model
+from .simulate import KVRun, causal, simulate
+from .sinks import SinkReport, sink_report
+from .sweep import default_budgets, sweep
+
+Source = tuple[str, str]
+
+
+def open_model(source: Source, *, ctx: JobContext | None = None):
+    """The model of ``source``: a ``TrainRun`` for a preset, a ``LoadedModel`` for a folder."""
+    kind, name = source
+    if kind == "preset":
+        from attndesk.train.presets import load_preset
+
+        return load_preset(name)
+    if kind == "pretrained":
+        from attndesk.core.pretrained import load_pretrained
+
+        return load_pretrained(name, ctx=ctx)
+    raise ConfigError(f"a model source is a preset or a pretrained folder, got {kind!r}")
+
+
+def input_ids(model, text: str) -> tuple[list[int], dict[int, int]]:
+    """(the input's ids, the answer rows {row: token} of a toy task's probe, else {})."""
+    from attndesk.train.run import TrainRun
+
+    if isinstance(model, TrainRun) and not text.strip():
+        probe = model.task.probe()
+        ids = probe.ids[0].tolist()
+        return ids, {int(r): int(probe.targets[0, r]) for r in probe.mask[0].nonzero().flatten()}
+    if not text.strip():
+        raise ConfigError("give a text to read")
+    return kv_model(model).encode(text), {}
+
+
+@dataclass(eq=False)
+class LabRun:
+    """One compressed run and the arrays the tab draws (float32 [layers, H, N, N] weights)."""
+
+    run: KVRun
+    weights: np.ndarray  # the compressed run's
+    full_weights: np.ndarray  # the full run's
+    sinks: SinkReport  # of the full run
+    retrieval: np.ndarray | None  # [layers, H]: a needle toy's retrieval scores, else None
+    answers: dict[int, int]
+    groups: int  # query heads per K/V head
+
+
+def lab_run(
+    source: Source,
+    text: str,
+    policy: str,
+    budget: int,
+    *,
+    decode: int,
+    options: dict[str, Any] | None = None,
+    ctx: JobContext | None = None,
+) -> LabRun:
+    ctx = job_context(ctx)
+    model = open_model(source, ctx=ctx.scaled(0.0, 0.0))
+    ids, answers = input_ids(model, text)
+    if not 1 <= decode < len(ids):
+        raise ConfigError(f"decode steps: 1 to {len(ids) - 1} for this input of {len(ids)} tokens, got {decode}")
+    run = simulate(model, ids, policy, budget, prefill=len(ids) - decode, ctx=ctx.scaled(0.0, 0.8), **(options or {}))
+    kvm = kv_model(model)
+    ctx.check()
+    weights = np.stack(kvm.forward(list(run.ids), run.keep).weights)
+    full = np.stack(kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, run.rows)).weights)
+    ctx.progress(0.9, "sink and retrieval scores")
+    retrieval = None
+    from attndesk.train.run import TrainRun
+    from attndesk.train.tasks import Needle
+
+    if isinstance(model, TrainRun) and isinstance(model.task, Needle):
+        from .retrieval import retrieval_scores
+
+        retrieval = retrieval_scores(model)
+    ctx.progress(1.0, "done")
+    return LabRun(run, weights, full, sink_report(full), retrieval, answers, kvm.groups)
+
+
+def lab_sweep(
+    source: Source,
+    text: str,
+    policies: list[str],
+    *,
+    decode: int,
+    options: dict[str, dict[str, Any]] | None = None,
+    ctx: JobContext | None = None,
+) -> list[dict[str, Any]]:
+    """``policies`` at the default budgets of the input (``sweep``)."""
+    ctx = job_context(ctx)
+    model = open_model(source, ctx=ctx.scaled(0.0, 0.0))
+    ids, answers = input_ids(model, text)
+    if not 1 <= decode < len(ids):
+        raise ConfigError(f"decode steps: 1 to {len(ids) - 1} for this input of {len(ids)} tokens, got {decode}")
+    prompt = len(ids) - decode
+    answers = {row: token for row, token in answers.items() if row >= prompt}  # the decode steps' answers
+    return sweep(
+        model, ids, policies, default_budgets(prompt), decode=decode, answers=answers or None, options=options, ctx=ctx
+    )
+
+
+__all__ = ["LabRun", "Source", "input_ids", "lab_run", "lab_sweep", "open_model"]

@@ -1,0 +1,98 @@
+"""The KV cache tab in the real window: Run draws each K/V head's kept keys over the decode steps
+and the compressed run's weights with the evicted keys hatched, equal to an independent
+``simulate`` of the same policy; the policy's options come from its declarations; Sweep draws the
+policy's and the oracle's curves; Cancel stops a sweep; bad input is one line."""
+
+from __future__ import annotations
+
+import numpy as np
+from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from PySide6.QtCore import Qt
+
+from attndesk.kvcache import POLICIES, simulate
+from attndesk.kvcache.model import kv_model
+from attndesk.kvcache.sweep import default_budgets, sweep
+from attndesk.train.presets import load_preset
+from tests.conftest import TIMEOUT_MS
+
+TAB = "kvcache"
+
+
+def _open(w):
+    w.state.view.tab = TAB
+    return w.tab_widget(TAB)
+
+
+def _pick_policy(view, name: str) -> None:
+    view.policyCombo.setCurrentIndex(view.policyCombo.findData(name))
+
+
+def test_run_draws_what_the_policy_keeps(qtbot, window):
+    view = _open(window)
+    assert view.modelCombo.currentData() == ("preset", "needle")
+    _pick_policy(view, "snapkv")
+    fields = [spec.name for spec in POLICIES["snapkv"].option_fields()]
+    assert list(view.options) == fields and "window" in fields  # the form follows the declarations
+    view.options["window"].setValue(6)
+    view.budgetSpin.setValue(6)
+    view.decodeSpin.setValue(3)
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.result is not None and not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    assert view.layerSpin.maximum() == 2 and view.headSpin.maximum() == 4
+    view.layerSpin.setValue(2)  # the pictures of layer 2, no recomputation
+    # the reference: the same run outside the window
+    run = load_preset("needle")
+    probe = run.task.probe().ids[0].tolist()
+    ref = simulate(run, probe, "snapkv", 6, prefill=len(probe) - 3, window=6)
+    lab = view.result
+    np.testing.assert_array_equal(lab.run.keep, ref.keep)
+    np.testing.assert_array_equal(lab.run.logits, ref.logits)
+    weights = np.stack(kv_model(run).forward(probe, ref.keep).weights)
+    layer, steps = 1, np.arange(len(probe) - 3, len(probe))
+    raster = view.rasterPlots[0]
+    np.testing.assert_array_equal(raster.masked, ~ref.keep[layer, 0][steps])
+    assert raster.masked.sum(axis=1).min() >= raster.matrix.shape[1] - 6  # at most the budget kept per step
+    np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 0][ref.keep[layer, 0]])
+    assert "retrieval score" in view.scoresLabel.text() and "first-token weight" in view.scoresLabel.text()
+    assert "budget 6" in view.summaryLabel.text()
+    view.headSpin.setValue(3)  # another head: its own picture, no recomputation
+    np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 2][ref.keep[layer, 2]])
+
+
+def test_sweep_draws_the_policy_and_the_oracle(qtbot, window):
+    view = _open(window)
+    _pick_policy(view, "streaming")
+    view.decodeSpin.setValue(2)
+    qtbot.mouseClick(view.sweepButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(view.curves) and not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    assert list(view.curves) == ["streaming", "oracle"]
+    budgets, kl, accuracy = view.curves["oracle"]
+    run = load_preset("needle")
+    probe = run.task.probe()
+    ids = probe.ids[0].tolist()
+    answers = {int(r): ids[int(r) + 1] for r in probe.mask[0].nonzero().flatten() if r >= len(ids) - 2}
+    ref = sweep(run, ids, ["oracle"], default_budgets(len(ids) - 2), decode=2, answers=answers)
+    assert budgets.tolist() == [r["budget"] for r in ref] and len(budgets) == 10
+    np.testing.assert_array_equal(kl, [r["kl_mean"] for r in ref])
+    np.testing.assert_array_equal(accuracy, [r["accuracy"] for r in ref])
+    assert len(view.klPlot.getPlotItem().listDataItems()) == 2
+    assert "swept 20 runs" in view.bar.message.text()
+
+
+def test_bad_input_is_one_line_and_cancel_stops(qtbot, window):
+    view = _open(window)
+    view.textEdit.setText("1 2 x")
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    assert "whole numbers" in view.bar.message.text() and view.result is None
+    view.textEdit.setText("")
+    qtbot.mouseClick(view.sweepButton, Qt.MouseButton.LeftButton)
+    assert view.bar.is_busy()
+    qtbot.mouseClick(view.bar.cancelButton, Qt.MouseButton.LeftButton)
+    assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
+    qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)
+    assert not view.curves
+    qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
+    window.compute.cancelRequested.emit()  # Esc
+    assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
+    qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)

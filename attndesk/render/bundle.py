@@ -124,6 +124,77 @@ def _first_circuit(circuits: Mapping[str, bytes]) -> dict[str, Any] | None:
     return None
 
 
+def vision_bundle_parts(state: AppState, run: Any, layer: int | None, colormap: str) -> dict[str, Any]:
+    """A vision run's part of a bundle: the input image as decoded (``inputs/image.png``, from the
+    state's image choice), the overlay figures (each layer's heads and every head, from the class
+    token or the mean patch) and the page with the image above the maps when it fits."""
+    import io
+
+    from attndesk.core.images import image_choice
+    from attndesk.core.interp.image_maps import default_query
+    from attndesk.core.pretrained.vision import read_image
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter, run_figures
+
+    ensure_gui_app(headless=True)
+    name, image = image_choice(state.pretrained.image)
+    picture = io.BytesIO()
+    read_image(image).save(picture, format="PNG")
+    layers = None if layer is None else [layer]
+    figures = run_figures(run, default_query(run), layers=layers, colormap=colormap)
+    files = {f"{stem}.png": render_bytes(overlay_painter(f), "png", f.size(), 96) for stem, f in figures}
+    files.update(vision_page(run, figures, layer, colormap, {"image": name}))
+    return {"figures": files, "inputs": {"image.png": picture.getvalue()}}
+
+
+def figures_entry(run: Any, figures: list) -> dict[str, Any]:
+    """A page's ``image`` entry: ``run``'s patch grid and ``figures`` [(name, OverlayFigure)] as PNGs."""
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter
+    from attndesk.render.page import image_entry
+
+    ensure_gui_app(headless=True)
+    return image_entry(
+        run.grid, [(f.title, render_bytes(overlay_painter(f), "png", f.size(), 96)) for _n, f in figures]
+    )
+
+
+def window_page_image(run: Any, layer: int, colormap: str) -> dict[str, Any]:
+    """The window's html export of a vision run's layer: the image with that layer's heads (from the
+    class token, or the mean patch) and every head of every layer, above the layer's maps."""
+    from attndesk.core.interp.image_maps import default_query
+    from attndesk.render.overlays import run_figures
+
+    return figures_entry(run, run_figures(run, default_query(run), layers=[layer], colormap=colormap))
+
+
+def vision_page(
+    run: Any, figures: list, layer: int | None, colormap: str, settings: dict[str, Any]
+) -> dict[str, bytes]:
+    """{name: html} of a vision run's page (its token x token maps, the image and ``figures``
+    [(name, OverlayFigure)] above them), or {} when it would be over the page's limit."""
+    from attndesk.render.page import MAX_PAGE_BYTES, check_page_size, choose_precision
+
+    image = figures_entry(run, figures)
+    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
+    maps = pretrained_page_maps(run, layer)
+    try:
+        precision = choose_precision(maps, None, room)
+        check_page_size(maps, precision, None, limit=room)
+        doc = page_data(
+            maps,
+            run.summary(),
+            settings={"model": run.model_name, **settings, "grid": f"{run.grid[0]} x {run.grid[1]}"},
+            colormap=colormap,
+            precision=precision,
+            title=run.model_name,
+            image=image,
+        )
+    except PageTooLarge:
+        return {}
+    return {f"attn_{run.file_tag(layer)}.html": page_html(doc).encode("utf-8")}
+
+
 def trained_model(result: Any, trained: TrainRun | None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """A trained toy run's model as a bundle records it (what it is, its files), after checking that
     ``trained`` is the model that computed ``result`` on its input; BundleError when it is not."""
@@ -168,6 +239,20 @@ def save_bundle(
         folder = Path(packaged_model_dir() if state.mode.path is None else state.mode.path)
         model = model_identity(folder, packaged=state.mode.path is None)
         texts = {"text": state.text, **({"target": state.target_text} if state.target_text else {})}
+        if getattr(result, "grid", None) is not None:  # a vision run: its image, overlays and page
+            weights = run_weights(result, layer)
+            parts = vision_bundle_parts(state, result, layer, colormap)
+            run["image"] = "image.png"
+            return write_bundle(
+                path,
+                session=session_json(state),
+                texts={},
+                model=model,
+                weights=weights,
+                figures=parts["figures"],
+                run=run,
+                inputs=parts["inputs"],
+            )
     elif result.config.weights_from != "random":  # the model read its task's probe input, not the text box
         identity, model_files = trained_model(result, trained)
         model = {"kind": "toy", "config": result.config.to_dict(), "trained": identity}
@@ -193,4 +278,15 @@ def save_bundle(
     )
 
 
-__all__ = ["FIGURE_SIZE", "bundle_figures", "model_settings", "run_settings", "save_bundle", "trained_model"]
+__all__ = [
+    "FIGURE_SIZE",
+    "bundle_figures",
+    "figures_entry",
+    "model_settings",
+    "run_settings",
+    "save_bundle",
+    "trained_model",
+    "vision_bundle_parts",
+    "vision_page",
+    "window_page_image",
+]

@@ -57,7 +57,7 @@ def test_pretrained_tabs(qtbot, pretrained_window):
 
     # rollout and follow-a-token work on the whole run
     with qtbot.waitSignal(w.tab_widget("rollout").queryChanged, timeout=TIMEOUT_MS):  # traced by a side job
-        w.viewTabs.setCurrentWidget(w.tab_widget("rollout"))
+        w.viewTabs.setCurrentWidget(w.tab_page("rollout"))  # its view in the stack beside its empty state
     assert w.tab_widget("rollout").body.isVisibleTo(w)
     np.testing.assert_allclose(w.tab_widget("rollout").rollout, attention_rollout(run.weights), rtol=1e-6, atol=1e-9)
     with qtbot.waitSignal(w.tab_widget("rollout").queryChanged, timeout=TIMEOUT_MS, check_params_cb=lambda q: q == 3):

@@ -105,9 +105,7 @@ UNLISTED_MODULES = {
     "attndesk/app/tabs": 11,
     "attndesk/app/views": 13,
     "attndesk/cli": 13,
-    "attndesk/core/interp": 4,
     "attndesk/core/pretrained": 7,
-    "attndesk/kvcache": 15,
     "attndesk/train": 6,
 }
 

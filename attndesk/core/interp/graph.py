@@ -42,7 +42,7 @@ from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
-from .anatomy import check_lm
+from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
 from .inputs import hooks, last_logits, prompt, token_id
 
 KINDS = ("q", "k", "v", "mlp", "logits")
@@ -291,7 +291,6 @@ def _t5_graph(model: LoadedModel) -> tuple[Graph, dict]:
 
 
 def _dims(model: LoadedModel, layers: int, heads: int, kv: int) -> dict[str, int]:
-    from .anatomy import hidden_size, intermediate_size, vocabulary
 
     return {
         "embed": hidden_size(model),

@@ -42,12 +42,12 @@ LONG_FUNCTIONS = {
 # class -> its lines, over MAX_CLASS_LINES (target: empty)
 LONG_CLASSES = {
     "attndesk/app/jobs/compute.py:ComputeController": 309,
-    "attndesk/app/main_window.py:MainWindow": 527,
+    "attndesk/app/main_window.py:MainWindow": 516,
     "attndesk/app/panels/heatmaps.py:HeatmapPanel": 621,
     "attndesk/app/pretrained/mode.py:PretrainedMode": 522,
     "attndesk/app/tabs/train.py:TrainTab": 374,
     "attndesk/app/views/compare.py:CompareView": 451,
-    "attndesk/app/views/corpus/view.py:CorpusView": 364,
+    "attndesk/app/views/corpus/view.py:CorpusView": 353,
     "attndesk/app/views/generate.py:GenerateView": 324,
     "attndesk/app/views/stepthrough.py:StepThroughView": 301,
     "attndesk/app/views/train.py:TrainView": 423,

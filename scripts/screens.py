@@ -3,12 +3,13 @@ empty state and after its main action, as PNGs, a contact sheet, and the checks 
 ``scripts/screen_checks.py`` on each picture's widgets.
 
     make screens                      # render-out/screens
-    .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2]
+    .venv/bin/python scripts/screens.py OUT_DIR [--sizes 1280x800,1920x1200] [--windows toy,minilm,gpt2,vit]
         [--tabs attribution,corpus]   # only these tabs (ids as in app/tabs/registry.py)
 
 Windows: ``toy`` (the sample sentence, random weights), ``minilm`` (the packaged
-all-MiniLM-L6-v2) and ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
-only a decoder serves). Each tab is rendered once per size and window. Writes ``<window>-<size>-
+all-MiniLM-L6-v2), ``gpt2`` (a tiny random GPT-2 from tests/pretrained_models.py, for the tabs
+only a decoder serves) and ``vit`` (a small random ViT: 8 x 8 patches of 8 pixels, for the Image tab and the
+heatmaps over patches). Each tab is rendered once per size and window. Writes ``<window>-<size>-
 <tab>-<state>.png``, ``contact-sheet.png`` and ``problems.txt`` (one line per problem, each naming
 the tab, the widget and what is wrong); the exit status is 1 when any check failed.
 """
@@ -32,8 +33,10 @@ for _path in (str(ROOT), str(ROOT / "tests")):
 from scripts.screen_checks import Axis, Box, Problem, Status, Widget, review  # noqa: E402
 
 SIZES = ((1280, 800), (1920, 1200))
-WINDOWS = ("toy", "minilm", "gpt2")
+WINDOWS = ("toy", "minilm", "gpt2", "vit")
 DECODER_TABS = ("generate", "patching", "attribution", "logit-lens", "circuit")  # the gpt2 window renders only these
+VISION_TABS = ("image", "heatmaps", "all-layers")  # the vit window renders only these
+ONLY = {"gpt2": DECODER_TABS, "vit": VISION_TABS}
 THUMB_WIDTH = 360
 
 
@@ -231,7 +234,32 @@ ACTIONS: dict[str, Callable] = {
     "attribution": lambda w: _click(w.tab_widget("attribution").bar.runButton),
     "logit-lens": lambda w: _click(w.tab_widget("logit-lens").bar.runButton),
     "circuit": lambda w: _click(w.tab_widget("circuit").bar.runButton),
+    "image": lambda w: _image_action(w),
 }
+
+
+def _image_action(window) -> None:
+    """Click a patch of the image (its query) and compute the rollout map."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    view = window.tab_widget("image")
+    rows, cols = view.canvas._grid
+    if rows and cols:
+        at = view.canvas.patch_center(rows // 3, cols // 3)
+        for kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonRelease):
+            event = QMouseEvent(
+                kind,
+                QPointF(at),
+                QPointF(at),
+                Qt.MouseButton.LeftButton,
+                Qt.MouseButton.LeftButton,
+                Qt.KeyboardModifier.NoModifier,
+            )
+            QApplication.sendEvent(view.canvas, event)
+    view.mapCombo.setCurrentIndex(view.mapCombo.findData("rollout"))
+    _click(view.computeButton)
 
 
 def _open(kind: str, size: tuple[int, int], folder: Path, app):
@@ -251,6 +279,13 @@ def _open(kind: str, size: tuple[int, int], folder: Path, app):
         path = folder / "gpt2"
         if not path.exists():
             build("gpt2", path, seed=3, initializer_range=0.5)
+        window.pretrained.open_folder(path)
+    elif kind == "vit":
+        from pretrained_models import build_vision
+
+        path = folder / "vit"
+        if not path.exists():
+            build_vision("vit", path, seed=3, side=64, image_size=64, num_hidden_layers=3, initializer_range=0.3)
         window.pretrained.open_folder(path)
     settle(app, window)
     return window
@@ -292,7 +327,7 @@ def _review_window(app, window, kind: str, size, out: Path, log, only: tuple[str
     author = _Author(window)
     shots = []
     shown = [
-        t for t, _title in window.shown_tabs() if (kind != "gpt2" or t in DECODER_TABS) and (not only or t in only)
+        t for t, _title in window.shown_tabs() if (kind not in ONLY or t in ONLY[kind]) and (not only or t in only)
     ]
     for tab in shown:
         window.state.view.tab = tab
@@ -358,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default=str(ROOT / "render-out" / "screens"))
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="WxH[,WxH] (default 1280x800,1920x1200)")
-    parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2 (default all)")
+    parser.add_argument("--windows", default=",".join(WINDOWS), help="of toy, minilm, gpt2, vit (default all)")
     parser.add_argument("--tabs", default="", help="only these tab ids, e.g. attribution,corpus (default every tab)")
     args = parser.parse_args(argv)
     windows = tuple(args.windows.split(","))

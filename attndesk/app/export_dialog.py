@@ -7,7 +7,7 @@ It only gathers choices; drawing and writing are ``attndesk.render``'s job (the 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +93,14 @@ def perform_export(
     log_scale: bool = False,
     region: select.Region | None = None,
     page_settings: Mapping[str, Any] | None = None,
+    page_image: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write one export of ``map``; raises ``ExportError`` with a readable reason.
 
     ``region`` ((q0, q1), (k0, k1)) exports those exact cells (an image or the numbers); without it
     a memory-bounded run's image is its labelled overview and its numbers are refused.
-    ``page_settings``: a page's "Model and settings" table (``bundle_save.run_settings``)."""
+    ``page_settings``: a page's "Model and settings" table (``bundle_save.run_settings``);
+    ``page_image``: a vision run's image and overlays above the page's maps (made when called)."""
     path = Path(path).expanduser()
     if path.suffix.lower().lstrip(".") != extension(fmt):
         raise ExportError(f"the file name {path.name!r} does not end in .{extension(fmt)}")
@@ -106,6 +108,7 @@ def perform_export(
         # html: every head and the mean, self-contained (what the heatmaps tab shows); overview: the
         # whole input downsampled plus the exact region (default: its start)
         write = write_page if fmt == "html" else write_overview_page
+        image = {"image": page_image()} if page_image is not None and fmt == "html" else {}
         return write(
             [map],
             map.summary,
@@ -115,6 +118,7 @@ def perform_export(
             shared_scale=shared_scale,
             log_scale=log_scale,
             region=region,
+            **image,
         )
     if fmt in IMAGE_FORMATS:
         try:
@@ -163,8 +167,10 @@ class ExportDialog(QDialog):
         log_scale: bool = False,
         settings: QSettings | None = None,
         page_settings: Mapping[str, Any] | None = None,
+        page_image: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__(parent)
+        self._page_image = page_image
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export heatmaps")
         self.setMinimumWidth(560)
@@ -349,6 +355,7 @@ class ExportDialog(QDialog):
             log_scale=self._log,
             region=self.region(),
             page_settings=self._page_settings,
+            page_image=self._page_image,
         )
         return lambda: perform_export(map, which, fmt, path, **options)
 

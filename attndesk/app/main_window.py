@@ -36,7 +36,7 @@ from attndesk.core.bundle import BundleError
 from attndesk.core.errors import ConfigError
 from attndesk.core.process import freeze_long_lived, tune_process
 
-from .bundle_save import run_settings, save_bundle
+from .bundle_save import run_settings, save_bundle, window_page_image
 from .export_dialog import ExportDialog
 from .jobs.background import Background
 from .jobs.compute import ComputeController, Modes
@@ -438,6 +438,7 @@ class MainWindow(QMainWindow):
         """Show the tabs that serve the current mode and model; an off tab's page says why."""
         mode = self.state.mode
         kind = self._model_kind(mode)
+        self.tokensPanel.set_image_input(kind == "vision")
         for tab in registry.TABS:
             index = self.viewTabs.indexOf(self._tabs[tab.id])
             visible = tab.serves(mode.kind, kind)
@@ -519,6 +520,10 @@ class MainWindow(QMainWindow):
         page_settings = (
             None if shown is None or result is None else run_settings(shown.mode, self.state.target_text, result)
         )
+        page_image = None
+        if shown is not None and shown.layers is not None and getattr(shown.layers, "grid", None) is not None:
+            run, layer, colormap = shown.layers, int(shown.layer or 0), view.colormap  # a vision run: its image
+            page_image = lambda: window_page_image(run, layer, colormap)  # noqa: E731
         dialog = ExportDialog(
             amap,
             target=target if target is not None else "all",
@@ -529,6 +534,7 @@ class MainWindow(QMainWindow):
             log_scale=view.log_scale,
             settings=app_settings(),
             page_settings=page_settings,
+            page_image=page_image,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # it holds the result: gone once closed
         dialog.destroyed.connect(lambda *_a, d=dialog: self._forget_export_dialog(d))

@@ -6,6 +6,7 @@ heads and the interactive page). ``attndesk reproduce`` computes it again (``cli
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
     render.real_model_arguments(parser)
     render_image.add_arguments(parser)  # --image FILE: a vision model's run, its image and overlays
     render.model_arguments(parser)
+    parser.add_argument(
+        "--circuit",
+        action="append",
+        default=[],
+        metavar="CIRCUIT.json",
+        help="an edge circuit of the --model ('attndesk circuit''s circuit.json; repeat for more): stored "
+        "in the bundle, its faithfulness measured again by 'attndesk reproduce'",
+    )
     out = parser.add_argument_group("output")
     out.add_argument(
         "--out", default="attndesk-bundle.zip", metavar="BUNDLE.zip", help="the bundle to write (default %(default)s)"
@@ -87,6 +96,35 @@ def _state(args: argparse.Namespace, text: str, key_text: str | None, folder: Pa
         if args.layer is not None:
             state.pretrained.layer = args.layer
     return state
+
+
+def _circuits(args: argparse.Namespace) -> dict[str, bytes]:
+    """The --circuit files as the bundle stores them (circuits/NAME), each checked: a circuit that
+    records the question its faithfulness was measured on, of a real model's folder."""
+    from attndesk.core.errors import ConfigError
+    from attndesk.core.interp import load_circuit
+
+    if not args.circuit:
+        return {}
+    if args.model is None:
+        raise CliError("--circuit goes with --model (the model folder the circuit was found in)", EXIT_USAGE)
+    out: dict[str, bytes] = {}
+    for given in args.circuit:
+        path = Path(given).expanduser()
+        try:
+            load_circuit(path)
+        except ConfigError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(document.get("question"), dict) or "faithfulness" not in document:
+            raise CliError(
+                f"--circuit {path}: it does not record its question and faithfulness (write it with "
+                "'attndesk circuit')",
+                EXIT_USAGE,
+            )
+        name = path.name if path.name not in out else f"{len(out)}-{path.name}"
+        out[name] = path.read_bytes()
+    return out
 
 
 def _image_bundle(args: argparse.Namespace, out: Path) -> Path:
@@ -140,12 +178,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser()
     _check_out(out)
     if args.image is not None:
+        if args.circuit:
+            raise CliError("--circuit goes with a text model's run, not --image", EXIT_USAGE)
         print(_image_bundle(args, out), flush=True)
         return 0
     stray = render_image.image_flags_given(args, command_parser(register).parse_args([]))
     if stray:
         raise CliError(f"{stray[0]} goes with --image (a vision model over an image)", EXIT_USAGE)
     text, key_text = render.read_inputs(args)
+    circuits = _circuits(args)
     if args.model is not None:
         _, page = render.model_maps(args, text)
     else:
@@ -156,7 +197,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         state = _state(args, text, key_text, None if args.model is None else Path(args.model).expanduser())
         path = save_bundle(
-            state, page["run"], out, colormap=args.colormap, layer=args.layer, memory_budget=args.memory_budget
+            state,
+            page["run"],
+            out,
+            colormap=args.colormap,
+            layer=args.layer,
+            memory_budget=args.memory_budget,
+            circuits=circuits,
         )
     except (BundleError, SessionError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

@@ -1,7 +1,9 @@
 """``attndesk circuit``: score every edge of a model's graph between a clean and a corrupted prompt,
 choose a circuit, and write the edge table (CSV and Parquet), the circuit (JSON), its faithfulness
-curve beside random edge sets (CSV and PNG) and the graph figure (PNG and SVG) into an empty
-folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
+curve beside random edge sets (CSV and PNG), the graph figure (PNG and SVG), the interactive page
+of both (circuit.html) and, with
+``--path-patching q|k|v``, the senders x receivers path-patching heatmap (CSV and PNG) into an
+empty folder, all or nothing. Bad input is one line on stderr, exit 2, and nothing written."""
 
 from __future__ import annotations
 
@@ -56,6 +58,14 @@ def register(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--tau", type=float, default=None, metavar="X", help="acdc: drop an edge moving the metric < X")
     p.add_argument("--draws", type=int, default=10, help="random edge sets per circuit size (default 10)")
+    p.add_argument(
+        "--path-patching",
+        choices=("q", "k", "v"),
+        default=None,
+        metavar="q|k|v",
+        help="also path-patch every sender head into every later head's q, k or v input "
+        "(path_patching_<kind>.csv and .png: senders x receivers)",
+    )
     p.add_argument("--target", default=None, metavar="TEXT", help="an encoder-decoder's decoder text")
     p.add_argument("--memory-budget", type=int, default=None, metavar="BYTES", help="bytes one batched pass may take")
     p.add_argument("--out", metavar="DIR", required=True, help="a new or empty folder to write into")
@@ -81,7 +91,7 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.cli.circuit_job import load_model, score_and_measure, write_outputs
+    from attndesk.cli.circuit_job import describe, load_model, score_and_measure, write_outputs
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
@@ -98,22 +108,9 @@ def run(args: argparse.Namespace) -> int:
     common = {"metric": args.metric, "target": args.target, "memory_budget": args.memory_budget}
     start = time.perf_counter()
     with ProgressLine() as progress:
-        table, circuit, curve, faith = score_and_measure(args, model, prompts, common, progress.update)
-    seconds = time.perf_counter() - start
-    name = getattr(model, "name", None) or f"trained {model.cfg.task}"
-    about = {
-        "model": name,
-        "method": args.method,
-        "scores": table.attrs["method"],
-        "metric": args.metric,
-        "edges_total": len(table),
-        "edges_kept": len(circuit),
-        "faithfulness": faith,
-        "clean_metric": table.attrs["clean_metric"],
-        "corrupt_metric": table.attrs["corrupt_metric"],
-        "seconds": round(seconds, 3),
-    }
-    for path in write_outputs(folder, table, circuit, curve, about):
+        table, circuit, curve, faith, paths = score_and_measure(args, model, prompts, common, progress.update)
+    about = describe(args, model, prompts, (table, circuit, curve, faith), time.perf_counter() - start)
+    for path in write_outputs(folder, table, circuit, curve, about, paths):
         print(path, flush=True)
     print(
         f"attndesk: {len(circuit):,} of {len(table):,} edges kept, faithfulness {faith:.3f} "

@@ -171,12 +171,11 @@ def _maps(args, model, result, query: int | None) -> dict[str, Any]:
 def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tuple[list[tuple[str, Any]], Any, str]:
     """[(file stem, OverlayFigure)], the run and the files' common stem, everything computed
     (ConfigError: one line)."""
-    import numpy as np
 
-    from attndesk.core.interp.image_maps import default_query, head_maps
+    from attndesk.core.interp.image_maps import default_query
     from attndesk.core.pretrained import load_pretrained, read_spec
     from attndesk.core.pretrained.vision import run_image
-    from attndesk.render.overlays import head_overlays, map_overlays
+    from attndesk.render.overlays import map_overlays, run_figures
 
     _check_flags(args, defaults)
     read_spec(args.model)
@@ -195,40 +194,19 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     caption = f"{run.model_name} · {run.grid[0]} x {run.grid[1]} patches · query {who}"
     if run.window_weights is not None:
         caption += " · Swin: first stage, weights within each window (white lines)"
-    style = {"colormap": args.colormap, "vmin": args.vmin, "vmax": args.vmax, "opacity": args.opacity}
-    figures = []
-    windows = run.window_weights is not None  # Swin: each layer's window partition drawn as lines
-    for layer in layers:
-        maps = head_maps(run, layer, query)
-        figures.append(
-            (
-                f"{stem}_heads_layer{layer}",
-                head_overlays(
-                    run.image,
-                    maps,
-                    title=f"layer {layer}: each head from {who}",
-                    caption=caption,
-                    regions=[run.window_map(layer)] if windows else None,
-                    **style,
-                ),
-            )
+    figures = [
+        (f"{stem}_{name}", figure)
+        for name, figure in run_figures(
+            run,
+            query,
+            layers=layers,
+            colormap=args.colormap,
+            vmin=args.vmin,
+            vmax=args.vmax,
+            opacity=args.opacity,
+            caption=caption,
         )
-    every = np.stack([head_maps(run, layer, query) for layer in range(run.num_layers)])
-    figures.append(
-        (
-            f"{stem}_all_heads",
-            head_overlays(
-                run.image,
-                every,
-                title=f"every head of every layer, from {who}",
-                caption=caption,
-                row_labels=[f"layer {n}" for n in range(run.num_layers)],
-                columns=every.shape[1],
-                regions=[run.window_map(n) for n in range(run.num_layers)] if windows else None,
-                **style,
-            ),
-        )
-    )
+    ]
     chosen = _maps(args, model, run, query)
     if chosen:
         figures.append(

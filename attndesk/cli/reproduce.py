@@ -13,6 +13,9 @@ NAME = "reproduce"
 # float32 attention on another machine or torch build differs by rounding: measured below 1e-6
 # for the packaged MiniLM between torch builds; 1e-5 leaves room and still catches a real change
 TOLERANCE_ELSEWHERE = 1e-5
+# a circuit's faithfulness is a float64 ratio of float32 runs: the same here; elsewhere rounding
+# moves both metrics, and the ratio by more where the clean and corrupted metrics are close
+CIRCUIT_TOLERANCE_ELSEWHERE = 1e-3
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
@@ -99,6 +102,41 @@ def _bundled_image(bundle, name: str):
         raise BundleError(f"the bundle's image inputs/{name} cannot be read: {exc}") from None
 
 
+def _circuits(bundle, model_folder: str | None) -> list[tuple[str, float, float]]:
+    """(name, bundled, recomputed) faithfulness of every circuit in the bundle, on its model."""
+    import json
+
+    from attndesk.core.bundle import BundleError, check_model
+
+    if not bundle.circuits:
+        return []
+    from attndesk.core.interp import faithfulness
+    from attndesk.core.pretrained import load_pretrained
+
+    folder = check_model(bundle.manifest.get("model") or {}, model_folder)
+    model = load_pretrained(folder, memory_budget=(bundle.manifest.get("run") or {}).get("memory_budget"))
+    out = []
+    for name, data in sorted(bundle.circuits.items()):
+        try:
+            document = json.loads(data)
+            question, recorded = document["question"], float(document["faithfulness"])
+            edges = {(a, b, c) for a, b, c in document["edges"]}
+        except (ValueError, KeyError, TypeError):
+            raise BundleError(f"the bundle's circuits/{name} is not a circuit with its question") from None
+        value = faithfulness(
+            model,
+            edges,
+            question["clean"],
+            question["corrupt"],
+            question["answer"],
+            question.get("wrong"),
+            metric=document.get("metric", "logit_diff"),
+            target=question.get("target"),
+        )
+        out.append((name, recorded, float(value)))
+    return out
+
+
 def _recompute_trained(bundle) -> tuple[dict, str]:
     """A trained toy model's heads on the probe input again, from the model files the bundle carries."""
     import torch
@@ -135,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         bundle = read_bundle(args.bundle)
         recomputed, what = _recompute(bundle, args.model)
         worst = largest_difference(bundle.weights, recomputed)
+        circuits = _circuits(bundle, args.model)
     except SessionError as exc:
         raise CliError(f"{args.bundle}: its session cannot be used here: {exc}", EXIT_USAGE) from None
     except (BundleError, ValueError) as exc:  # ConfigError (a model that no longer loads) included
@@ -152,4 +191,13 @@ def run(args: argparse.Namespace) -> int:
             f"the recomputed weights differ from the bundle's by {worst:.3g}, over the tolerance {tolerance:g}",
             EXIT_FAILURE,
         )
+    off = CIRCUIT_TOLERANCE_ELSEWHERE if changes else 0.0
+    for name, recorded, value in circuits:
+        print(f"circuit {name}: faithfulness {value:.6g} (bundled {recorded:.6g})")
+        if abs(value - recorded) > off:
+            raise CliError(
+                f"the circuit {name}'s faithfulness is {value:.6g} here, {recorded:.6g} in the bundle: "
+                f"over the tolerance {off:g}",
+                EXIT_FAILURE,
+            )
     return 0

@@ -5,8 +5,9 @@ transformers, numpy, Python, platform; the model's identity: folder, config.json
 weight and tokenizer files; the list of arrays and figures), ``session.json`` (the window's
 session: every parameter), ``texts/*.txt`` (the inputs), ``weights/*.npy`` (the exact float32
 weights, ``allow_pickle=False``), ``figures/*`` (images, the interactive page), ``inputs/*``
-(an input that is no text: a vision run's image, as PNG) and, for a model that exists nowhere
-else (a trained toy model), ``model/*`` (its files).
+(an input that is no text: a vision run's image, as PNG), ``circuits/*`` (edge circuits of the
+model, as ``attndesk circuit`` writes them: their edges, question and faithfulness) and, for a
+model that exists nowhere else (a trained toy model), ``model/*`` (its files).
 
 - ``write_bundle``: the zip, written atomically (a failure leaves no partial file).
 - ``read_bundle``: manifest, session and arrays back; ``BundleError`` for a file that is not a
@@ -74,6 +75,7 @@ class Bundle:
     figures: list[str] = field(default_factory=list)
     model_files: dict[str, bytes] = field(default_factory=dict)
     inputs: dict[str, bytes] = field(default_factory=dict)  # name -> bytes (inputs/NAME: a vision run's image)
+    circuits: dict[str, bytes] = field(default_factory=dict)  # name -> circuit JSON (circuits/NAME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,18 +226,21 @@ def write_bundle(
     run: Mapping[str, Any] | None = None,
     model_files: Mapping[str, bytes] | None = None,
     inputs: Mapping[str, bytes] | None = None,
+    circuits: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write the bundle ``path`` (.zip) atomically; returns it. ``texts`` name -> text (stored as
     texts/NAME.txt), ``weights`` bundle name -> array, ``figures`` file name -> bytes,
     ``run`` what was computed beyond the session (e.g. ``{"layer": None}``), ``model_files``
     file name -> bytes of the model itself (stored as model/NAME), ``inputs`` file name -> bytes of
-    an input that is no text (stored as inputs/NAME)."""
+    an input that is no text (stored as inputs/NAME), ``circuits`` file name -> a circuit's JSON
+    (stored as circuits/NAME)."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".zip":
         raise BundleError(f"cannot write {path}: a bundle ends in .zip")
     figures = dict(figures or {})
     model_files = dict(model_files or {})
     inputs = dict(inputs or {})
+    circuits = dict(circuits or {})
     manifest = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
@@ -248,6 +253,7 @@ def write_bundle(
         "figures": sorted(f"figures/{n}" for n in figures),
         "model_files": sorted(f"model/{n}" for n in model_files),
         **({"inputs": sorted(f"inputs/{n}" for n in inputs)} if inputs else {}),
+        **({"circuits": sorted(f"circuits/{n}" for n in circuits)} if circuits else {}),
     }
 
     def write(fh) -> None:
@@ -264,6 +270,8 @@ def write_bundle(
                 zf.writestr(f"model/{name}", data)
             for name, data in inputs.items():
                 zf.writestr(f"inputs/{name}", data)
+            for name, data in circuits.items():
+                zf.writestr(f"circuits/{name}", data)
 
     folder = path.parent
     if not folder.is_dir():
@@ -323,11 +331,13 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
                 if name not in names:
                     raise BundleError(f"{path.name} is incomplete: {name} is missing")
                 model_files[Path(name).name] = zf.read(name)
-            inputs = {}
-            for name in manifest.get("inputs", []):
-                if name not in names:
-                    raise BundleError(f"{path.name} is incomplete: {name} is missing")
-                inputs[Path(name).name] = zf.read(name)
+            inputs: dict[str, bytes] = {}
+            circuits: dict[str, bytes] = {}
+            for slot, store in (("inputs", inputs), ("circuits", circuits)):
+                for name in manifest.get(slot, []):
+                    if name not in names:
+                        raise BundleError(f"{path.name} is incomplete: {name} is missing")
+                    store[Path(name).name] = zf.read(name)
     except FileNotFoundError:
         raise BundleError(f"bundle {path} does not exist") from None
     except IsADirectoryError:
@@ -340,7 +350,8 @@ def read_bundle(path: str | os.PathLike) -> Bundle:
         raise BundleError(
             f"{path.name} cannot be read as an attndesk bundle: {' '.join(str(exc).split())[:200]}"
         ) from None
-    return Bundle(manifest, session, texts, weights, list(manifest.get("figures", [])), model_files, inputs)
+    figures = list(manifest.get("figures", []))
+    return Bundle(manifest, session, texts, weights, figures, model_files, inputs, circuits)
 
 
 def same_environment(manifest: Mapping[str, Any]) -> list[str]:

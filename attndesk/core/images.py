@@ -86,4 +86,31 @@ def sample_images(*, digits: int = 10) -> list[SampleImage]:
     return images
 
 
-__all__ = ["SampleImage", "digit_images", "sample_images", "shipped_image", "shipped_image_names"]
+SAMPLE = "sample:"  # an image choice naming a sample image, e.g. "sample:shapes", "sample:digit 3 (#3)"
+DEFAULT_SAMPLE = "shapes"
+
+
+def image_choice(choice: str) -> tuple[str, np.ndarray | str]:
+    """(a short name, what ``run_pretrained`` takes) of an image choice: ``"sample:NAME"`` a
+    sample image (``sample_images``), ``""`` the default one (``DEFAULT_SAMPLE``), anything else a file's path
+    (read, and refused in one line, when the model runs)."""
+    if choice and not choice.startswith(SAMPLE):
+        return choice.replace("\\", "/").rsplit("/", 1)[-1], choice
+    samples = sample_images()
+    name = choice[len(SAMPLE) :] or DEFAULT_SAMPLE
+    for sample in samples:
+        if sample.name == name:
+            return sample.name, sample.pixels
+    raise ConfigError(f"no sample image {name!r}: the samples are {', '.join(s.name for s in samples)}")
+
+
+__all__ = [
+    "DEFAULT_SAMPLE",
+    "SAMPLE",
+    "SampleImage",
+    "digit_images",
+    "image_choice",
+    "sample_images",
+    "shipped_image",
+    "shipped_image_names",
+]

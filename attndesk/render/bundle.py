@@ -11,6 +11,7 @@ model's files and the probe input's token ids, and its text is the probe input t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def run_settings(mode: ModeId, target_text: str, result: Any) -> dict[str, Any]:
 
 def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str, bytes]:
     """A PNG of every map's heads, and the interactive page when the run fits one (``page``:
-    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``)."""
+    ``maps``, ``summary``, ``settings``, ``name``, optional ``title``, optional ``circuit``: a
+    page's circuit entry, drawn below the maps)."""
     ensure_gui_app(headless=True)
     figures = {}
     for amap in (getattr(m, "map", m) for m in page["maps"]):
@@ -82,6 +84,8 @@ def bundle_figures(page: dict[str, Any], colormap: str = "viridis") -> dict[str,
         )
     except PageTooLarge:
         return figures  # the weights are in the bundle anyway; a page would be over its limit
+    if page.get("circuit") is not None:
+        doc["circuit"] = page["circuit"]
     figures[page["name"]] = page_html(doc).encode("utf-8")
     return figures
 
@@ -102,6 +106,93 @@ def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) 
         "name": f"attn_{result.file_tag(layer)}.html",
         "title": result.model_name,
     }
+
+
+def _first_circuit(circuits: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """The page's circuit entry of the first bundled circuit that records its scores and curve."""
+    import json
+
+    from attndesk.render.page_circuit import circuit_section
+
+    for name in sorted(circuits):
+        try:
+            section = circuit_section(json.loads(circuits[name]))
+        except (ValueError, TypeError):
+            continue
+        if section is not None:
+            return section
+    return None
+
+
+def vision_bundle_parts(state: AppState, run: Any, layer: int | None, colormap: str) -> dict[str, Any]:
+    """A vision run's part of a bundle: the input image as decoded (``inputs/image.png``, from the
+    state's image choice), the overlay figures (each layer's heads and every head, from the class
+    token or the mean patch) and the page with the image above the maps when it fits."""
+    import io
+
+    from attndesk.core.images import image_choice
+    from attndesk.core.interp.image_maps import default_query
+    from attndesk.core.pretrained.vision import read_image
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter, run_figures
+
+    ensure_gui_app(headless=True)
+    name, image = image_choice(state.pretrained.image)
+    picture = io.BytesIO()
+    read_image(image).save(picture, format="PNG")
+    layers = None if layer is None else [layer]
+    figures = run_figures(run, default_query(run), layers=layers, colormap=colormap)
+    files = {f"{stem}.png": render_bytes(overlay_painter(f), "png", f.size(), 96) for stem, f in figures}
+    files.update(vision_page(run, figures, layer, colormap, {"image": name}))
+    return {"figures": files, "inputs": {"image.png": picture.getvalue()}}
+
+
+def figures_entry(run: Any, figures: list) -> dict[str, Any]:
+    """A page's ``image`` entry: ``run``'s patch grid and ``figures`` [(name, OverlayFigure)] as PNGs."""
+    from attndesk.render.export import render_bytes
+    from attndesk.render.overlays import overlay_painter
+    from attndesk.render.page import image_entry
+
+    ensure_gui_app(headless=True)
+    return image_entry(
+        run.grid, [(f.title, render_bytes(overlay_painter(f), "png", f.size(), 96)) for _n, f in figures]
+    )
+
+
+def window_page_image(run: Any, layer: int, colormap: str) -> dict[str, Any]:
+    """The window's html export of a vision run's layer: the image with that layer's heads (from the
+    class token, or the mean patch) and every head of every layer, above the layer's maps."""
+    from attndesk.core.interp.image_maps import default_query
+    from attndesk.render.overlays import run_figures
+
+    return figures_entry(run, run_figures(run, default_query(run), layers=[layer], colormap=colormap))
+
+
+def vision_page(
+    run: Any, figures: list, layer: int | None, colormap: str, settings: dict[str, Any]
+) -> dict[str, bytes]:
+    """{name: html} of a vision run's page (its token x token maps, the image and ``figures``
+    [(name, OverlayFigure)] above them), or {} when it would be over the page's limit."""
+    from attndesk.render.page import MAX_PAGE_BYTES, check_page_size, choose_precision
+
+    image = figures_entry(run, figures)
+    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
+    maps = pretrained_page_maps(run, layer)
+    try:
+        precision = choose_precision(maps, None, room)
+        check_page_size(maps, precision, None, limit=room)
+        doc = page_data(
+            maps,
+            run.summary(),
+            settings={"model": run.model_name, **settings, "grid": f"{run.grid[0]} x {run.grid[1]}"},
+            colormap=colormap,
+            precision=precision,
+            title=run.model_name,
+            image=image,
+        )
+    except PageTooLarge:
+        return {}
+    return {f"attn_{run.file_tag(layer)}.html": page_html(doc).encode("utf-8")}
 
 
 def trained_model(result: Any, trained: TrainRun | None) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -131,10 +222,12 @@ def save_bundle(
     layer: int | None = None,
     memory_budget: int | None = None,
     trained: TrainRun | None = None,
+    circuits: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write ``result`` (an ``AttentionResult`` of the toy model or a ``PretrainedResult``) and
     ``state`` (the session that made it) as the bundle ``path``; BundleError says why not.
-    ``trained``: the trained model that computed a toy result of trained weights."""
+    ``trained``: the trained model that computed a toy result of trained weights; ``circuits``: file
+    name -> an edge circuit's JSON of this model (``attndesk circuit``'s circuit.json)."""
 
     pretrained = hasattr(result, "parts")
     if pretrained != (state.mode.kind == "pretrained"):
@@ -146,6 +239,20 @@ def save_bundle(
         folder = Path(packaged_model_dir() if state.mode.path is None else state.mode.path)
         model = model_identity(folder, packaged=state.mode.path is None)
         texts = {"text": state.text, **({"target": state.target_text} if state.target_text else {})}
+        if getattr(result, "grid", None) is not None:  # a vision run: its image, overlays and page
+            weights = run_weights(result, layer)
+            parts = vision_bundle_parts(state, result, layer, colormap)
+            run["image"] = "image.png"
+            return write_bundle(
+                path,
+                session=session_json(state),
+                texts={},
+                model=model,
+                weights=weights,
+                figures=parts["figures"],
+                run=run,
+                inputs=parts["inputs"],
+            )
     elif result.config.weights_from != "random":  # the model read its task's probe input, not the text box
         identity, model_files = trained_model(result, trained)
         model = {"kind": "toy", "config": result.config.to_dict(), "trained": identity}
@@ -155,7 +262,9 @@ def save_bundle(
         model = {"kind": "toy", "config": result.config.to_dict()}
         texts = {"text": state.text, **({"key_text": state.key_text} if state.cross else {})}
     weights = run_weights(result, layer)
-    figures = bundle_figures(_page(state, result, layer, folder), colormap)
+    page = _page(state, result, layer, folder)
+    page["circuit"] = _first_circuit(circuits or {})
+    figures = bundle_figures(page, colormap)
     return write_bundle(
         path,
         session=session_json(state),
@@ -165,7 +274,19 @@ def save_bundle(
         figures=figures,
         run=run,
         model_files=model_files,
+        circuits=circuits,
     )
 
 
-__all__ = ["FIGURE_SIZE", "bundle_figures", "model_settings", "run_settings", "save_bundle", "trained_model"]
+__all__ = [
+    "FIGURE_SIZE",
+    "bundle_figures",
+    "figures_entry",
+    "model_settings",
+    "run_settings",
+    "save_bundle",
+    "trained_model",
+    "vision_bundle_parts",
+    "vision_page",
+    "window_page_image",
+]

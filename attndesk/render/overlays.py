@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -181,6 +182,59 @@ def head_overlays(
     return OverlayFigure(title, panels, columns or min(heads, 8), caption, row_labels, colormap, (low, high))
 
 
+def run_figures(
+    run,
+    query: int | None,
+    *,
+    layers: Sequence[int] | None = None,
+    colormap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    opacity: float = OPACITY,
+    caption: str = "",
+) -> list[tuple[str, OverlayFigure]]:
+    """A vision run's head figures, [(name, figure)]: each of ``layers`` (default every one) as
+    ``heads_layer<L>``, then ``all_heads`` (every head of every layer, one row per layer), each
+    head from token ``query`` (None: the mean over the patches), Swin's windows drawn as lines."""
+    from attndesk.core.interp.image_maps import head_maps
+
+    who = "the mean over the patches" if query is None else run.tokens[query]
+    windows = run.window_weights is not None
+    style: dict[str, Any] = {"colormap": colormap, "vmin": vmin, "vmax": vmax, "opacity": opacity}
+    figures = []
+    for layer in range(run.num_layers) if layers is None else layers:
+        figures.append(
+            (
+                f"heads_layer{layer}",
+                head_overlays(
+                    run.image,
+                    head_maps(run, layer, query),
+                    title=f"layer {layer}: each head from {who}",
+                    caption=caption,
+                    regions=[run.window_map(layer)] if windows else None,
+                    **style,
+                ),
+            )
+        )
+    every = np.stack([head_maps(run, layer, query) for layer in range(run.num_layers)])
+    figures.append(
+        (
+            "all_heads",
+            head_overlays(
+                run.image,
+                every,
+                title=f"every head of every layer, from {who}",
+                caption=caption,
+                row_labels=[f"layer {n}" for n in range(run.num_layers)],
+                columns=every.shape[1],
+                regions=[run.window_map(n) for n in range(run.num_layers)] if windows else None,
+                **style,
+            ),
+        )
+    )
+    return figures
+
+
 def map_overlays(
     image: np.ndarray,
     maps: dict[str, np.ndarray],
@@ -206,4 +260,13 @@ def map_overlays(
     return OverlayFigure(title, panels, min(len(panels), 4), caption, (), colormap, None)
 
 
-__all__ = ["OPACITY", "OverlayFigure", "blend", "head_overlays", "map_overlays", "overlay_painter", "paint_overlays"]
+__all__ = [
+    "OPACITY",
+    "OverlayFigure",
+    "blend",
+    "head_overlays",
+    "map_overlays",
+    "overlay_painter",
+    "paint_overlays",
+    "run_figures",
+]

@@ -48,6 +48,7 @@ MAX_INDEX = 1 << 20
 # Tab ids (``view.tab``): the central tabs; modes may add their own (e.g. "all-layers").
 HEATMAPS_TAB = "heatmaps"
 STEP_THROUGH_TAB = "step-through"
+IMAGE_TAB = "image"  # a vision model's input and overlays
 
 _STRICT = ConfigDict(strict=True, extra="forbid", validate_assignment=True)
 
@@ -182,6 +183,9 @@ class PretrainedState(EventedModel):
     ] = ()  # (layer, head) pairs whose output is zeroed, sorted
     grid_scale: Literal["per-head", "shared"] = "per-head"
     part: Part = "self"  # an encoder-decoder's view; "self" otherwise
+    image: str = Field(
+        default="", max_length=4096
+    )  # a vision model's input: a file, "sample:NAME", "" = the first sample
 
     @model_validator(mode="after")
     def _sorted_pairs(self) -> PretrainedState:
@@ -242,6 +246,7 @@ def state_from_flags(flags: Mapping[str, Any], *, text: str | None = None, key_t
 __all__ = [
     "ALL",
     "HEATMAPS_TAB",
+    "IMAGE_TAB",
     "PACKAGED",
     "STEP_THROUGH_TAB",
     "TOY",

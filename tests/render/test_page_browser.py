@@ -344,3 +344,71 @@ def test_a_vision_page_shows_the_image_and_its_overlays(browser, tmp_path, qapp)
     plain = write_page([amap], "text", tmp_path / "text.html")
     open_page(browser, plain)
     assert not browser.find_element("id", "image").is_displayed()
+
+
+def test_the_circuit_page_draws_the_graph_and_the_curve(browser, tmp_path):
+    """A circuit's page: one line per circuit edge (width growing with |score|, red positive, blue
+    negative, key inputs dashed), every node, and the faithfulness curve through the curve's points
+    beside the random band."""
+    import pandas as pd
+
+    from attndesk.render.page_circuit import write_circuit_page
+
+    table = pd.DataFrame(
+        {
+            "src": ["embed", "embed", "L0.H0", "L0.H1", "L0.MLP"],
+            "dst": ["L0.H0", "L0.H1", "L1.H0", "logits", "logits"],
+            "kind": ["q", "v", "k", "logits", "logits"],
+            "score": [0.5, -2.0, 1.0, 0.1, 0.0],
+        }
+    )
+    circuit = {("embed", "L0.H1", "v"), ("L0.H0", "L1.H0", "k"), ("embed", "L0.H0", "q")}
+    curve = pd.DataFrame(
+        {
+            "size": [0, 2, 5],
+            "faithfulness": [0.0, 0.7, 1.0],
+            "random_mean": [0.0, 0.2, 1.0],
+            "random_std": [0.0, 0.1, 0.0],
+        }
+    )
+    path = write_circuit_page(
+        table, circuit, curve, tmp_path / "c.html", title="toy", settings={"metric": "logit_diff"}
+    )
+    open_page(browser, path)
+    edges = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#circuit-graph line.edge')).map(l => [l.dataset.edge,"
+        " +l.getAttribute('stroke-width'), l.getAttribute('stroke'), l.getAttribute('stroke-dasharray')])"
+    )
+    got = {e[0]: e[1:] for e in edges}
+    assert set(got) == {"embed -> L0.H1 (v)", "L0.H0 -> L1.H0 (k)", "embed -> L0.H0 (q)"}
+    widths = [got["embed -> L0.H0 (q)"][0], got["L0.H0 -> L1.H0 (k)"][0], got["embed -> L0.H1 (v)"][0]]
+    assert widths == sorted(widths) and widths[0] < widths[-1]  # |score| 0.5 < 1.0 < 2.0
+    assert got["embed -> L0.H1 (v)"][1] == "#2f5fbf" and got["L0.H0 -> L1.H0 (k)"][1] == "#c0392b"
+    assert got["L0.H0 -> L1.H0 (k)"][2] == "8 5" and got["embed -> L0.H0 (q)"][2] is None
+    assert browser.execute_script("return document.querySelectorAll('#circuit-graph g.node').length") == 6
+    points = browser.execute_script("return document.getElementById('faithfulness').getAttribute('points')")
+    assert len(points.split()) == 3
+    ys = [float(p.split(",")[1]) for p in points.split()]
+    assert ys[0] > ys[1] > ys[2]  # faithfulness rises: the points climb up the plot
+    assert browser.execute_script("return document.getElementById('random-band') !== null")
+    assert not browser.find_element("id", "circuit").get_attribute("hidden")
+    assert console_errors(browser) == []
+
+
+def test_a_page_of_maps_also_draws_a_bundled_circuit(browser, tmp_path):
+    from attndesk.render.page import page_data, write_document
+    from attndesk.render.page_circuit import circuit_section
+
+    doc = page_data([softmax_map(2, 4)], "maps and a circuit")
+    doc["circuit"] = circuit_section(
+        {
+            "edge_scores": [["embed", "L0.H0", "q", 0.3], ["L0.H0", "logits", "logits", -0.2]],
+            "curve": {"size": [0, 2], "faithfulness": [0.0, 1.0], "random_mean": [0.0, 1.0], "random_std": [0.0, 0.0]},
+            "edges_total": 9,
+        }
+    )
+    open_page(browser, write_document(doc, tmp_path / "both.html"))
+    assert browser.execute_script("return document.querySelectorAll('#grid .map canvas').length") == 2
+    assert browser.execute_script("return document.querySelectorAll('#circuit-graph line.edge').length") == 2
+    assert browser.find_element("css selector", "#circuit h2").text == "Circuit · 2 of 9 edges"
+    assert console_errors(browser) == []

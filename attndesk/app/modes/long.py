@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
@@ -26,13 +27,14 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 
 from attndesk.core.errors import ConfigError
 from attndesk.core.plan import FULL, RunPlan
+from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
 from ..sources.long_source import ZoomTile, zoom_region
-from ..state import ALL
+from ..state import ALL, IMAGE_TAB
 from .base import Assembly, ModeBase
 
 ZOOM_SETTLE_MS = 120  # the view range must rest this long before a zoom region is computed
@@ -146,7 +148,11 @@ class LongDocumentMode(QObject, ModeBase):
 
     def open_text_file(self, path: str | os.PathLike, *, keys: bool = False) -> bool:
         """Read a text file into the query text (or the key text); on a refusal say why in the
-        status line and change nothing. Returns whether the text was set."""
+        status line and change nothing. Returns whether the text was set. An image file goes to
+        the Image tab (a vision model's input; a text model refuses it there)."""
+        if Path(path).suffix.lower() in IMAGE_SUFFIXES:
+            self._ui.tab_widget(IMAGE_TAB).imageDropped.emit(os.fspath(path))  # type: ignore[attr-defined]
+            return False
         try:
             text = read_text_file(path)
         except ConfigError as exc:

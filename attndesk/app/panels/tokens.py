@@ -208,6 +208,12 @@ class TokensPanel(QWidget):
         self.probeNote = QLabel(PROBE_NOTE, objectName="tokenProbeNote")
         self.probeNote.setWordWrap(True)
         self.probeNote.setStyleSheet("color: #555;")
+        self.imageNote = QLabel(
+            "A vision model reads an image, not text: choose a sample, open a file or drop one in the Image tab.",
+            objectName="tokenImageNote",
+        )
+        self.imageNote.setWordWrap(True)
+        self.imageNote.hide()
         self._lay_out()
         self.tokenInput.textChanged.connect(lambda: self._write("text", self.tokenInput))
         self.keyInput.textChanged.connect(lambda: self._write("key_text", self.keyInput))
@@ -229,13 +235,19 @@ class TokensPanel(QWidget):
         )
         legend.setStyleSheet("color: #555;")
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Text (queries)"))
-        layout.addWidget(self.tokenInput)
-        layout.addWidget(self.tokenPreviewNote)
-        layout.addWidget(self.probeNote)
-        layout.addWidget(self.crossCheck)
-        layout.addWidget(self.keyInput)
-        layout.addWidget(self.keyPreviewNote)
+        # the text input, as one box: a vision model reads an image instead (``set_image_input``)
+        self.textInputBox = QWidget(objectName="textInputBox")
+        texts = QVBoxLayout(self.textInputBox)
+        texts.setContentsMargins(0, 0, 0, 0)
+        texts.addWidget(QLabel("Text (queries)"))
+        texts.addWidget(self.tokenInput)
+        texts.addWidget(self.tokenPreviewNote)
+        texts.addWidget(self.probeNote)
+        texts.addWidget(self.crossCheck)
+        texts.addWidget(self.keyInput)
+        texts.addWidget(self.keyPreviewNote)
+        layout.addWidget(self.textInputBox)
+        layout.addWidget(self.imageNote)
         layout.addWidget(self.summary)
         layout.addWidget(self.tokenTable, 2)
         layout.addWidget(self.keyTableLabel)
@@ -273,6 +285,11 @@ class TokensPanel(QWidget):
         for widget in (self.tokenInput, self.crossCheck, self.keyInput):
             widget.setEnabled(not probe)
         self.probeNote.setVisible(probe)
+
+    def set_image_input(self, on: bool) -> None:
+        """A vision model on: the text input gives way to a note pointing at the Image tab."""
+        self.textInputBox.setVisible(not on)
+        self.imageNote.setVisible(on)
 
     def show_result(self, shown: Shown) -> None:
         """List the tokens of the result on screen (query side, and the key side for cross-attention)."""

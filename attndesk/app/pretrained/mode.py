@@ -41,6 +41,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.core.images import image_choice
 from attndesk.core.pretrained import (
     PACKAGED_NAME,
     ModelSpec,
@@ -74,6 +75,9 @@ GRID_TAB = "all-layers"
 _NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
 _DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
+
+
+_WARM_UP_IMAGE = np.full((32, 32, 3), 128, dtype=np.uint8)  # a vision model's throw-away first pass
 
 
 def folder_mode(path: str | Path) -> ModeId:
@@ -150,7 +154,7 @@ def pretrained_shown(run: PretrainedResult, mode: ModeId, layer: int, hide_speci
 
 def pretrained_run(
     mode: ModeId,
-    text: str,
+    text: str | np.ndarray,
     layer: int,
     hide_special: bool,
     part: str = "self",
@@ -161,7 +165,8 @@ def pretrained_run(
     ablate=(),
     ctx: JobContext | None = None,
 ) -> Shown:
-    """The worker's job: load (cached) and run the model, then present the chosen layer.
+    """The worker's job: load (cached) and run the model, then present the chosen layer. ``text``
+    is a vision model's image (a file's path or an HxWx3 uint8 array) for a vision folder.
 
     The first forward pass after a load pays ~0.8 s of torch's one-off set-up (kernels, thread
     pool), mostly in layer 0; a throw-away pass on two words takes it, so the timings shown are
@@ -173,7 +178,7 @@ def pretrained_run(
         if ctx.cancelled:
             raise Cancelled("superseded by a newer request")
         ctx.progress(0.45, "warming up (first run only)")
-        run_pretrained(model, "warm up")
+        run_pretrained(model, _WARM_UP_IMAGE if model.is_vision else "warm up")
         stage = ctx.scaled(0.6, 1.0)
     run = pretrained_job(
         mode.path,
@@ -232,6 +237,8 @@ class PretrainedMode(QObject, ModeBase):
 
     def request(self, state: AppState) -> Request:
         spec = self.spec_for(state.mode)
+        if spec.family == "vision":
+            return self._image_request(state, spec)
         if not state.text.strip():
             raise InputProblem("type some text to attend over: the input is empty")
         causal, scaled = "causal" in state.config.mask, bool(state.config.scaled)
@@ -251,6 +258,20 @@ class PretrainedMode(QObject, ModeBase):
             what,
         )
         return Request(key=(state.mode, state.text, target, scaled, causal, ablate), job=job)
+
+    def _image_request(self, state: AppState, spec: ModelSpec) -> Request:
+        """A vision model reads the state's image choice (a file or a sample), not the text."""
+        try:
+            name, image = image_choice(state.pretrained.image)
+        except ConfigError as exc:
+            raise InputProblem(str(exc)) from None
+        scaled = bool(state.config.scaled)
+        what = (
+            f"running {spec.name} on {name}" if is_loaded(state.mode.path) else f"loading {spec.name}, then running it"
+        )
+        layer, hide, part = self.present_key(state)
+        job = Job(pretrained_run, (state.mode, image, layer, hide, part), {"scaled": scaled}, what)
+        return Request(key=(state.mode, "image", state.pretrained.image, scaled), job=job)
 
     def present_key(self, state: AppState) -> tuple[int, bool, str]:
         return int(state.pretrained.layer), bool(state.pretrained.hide_special), state.pretrained.part

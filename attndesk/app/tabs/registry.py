@@ -5,7 +5,7 @@ A ``TabSpec`` says what the window needs to build and show a tab: its id (``AppS
 title and tooltip, a factory for its view, a factory for its presenter (called with the window's
 ``Assembly`` and the view; ``None`` when the window binds the view itself), the mode kinds it
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
-"decoder", "encoder-decoder"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
+"decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
 the tab does not apply to the model or mode on screen (the sentence saying why and the action that
 makes it apply), or ``None``. The window then shows that empty state (``views/empty_state.py``) in
 place of the view; no view greys its own form for it.
@@ -40,6 +40,7 @@ from ..views.compare import CompareView
 from ..views.corpus import CorpusView
 from ..views.generate import GenerateView
 from ..views.headstats import HeadStatsView
+from ..views.image_view import ImageView
 from ..views.implementation import ImplementationPanel
 from ..views.kvlab import KVLabView
 from ..views.logit_lens import LogitLensView
@@ -53,6 +54,7 @@ from .circuit import CIRCUIT_TAB, CircuitTab
 from .compare import CompareTab
 from .corpus import CORPUS_TAB, CorpusTab
 from .headstats import HeadStatsTab
+from .image import IMAGE_TAB, ImageTab
 from .implementation import ImplementationTab
 from .kvlab import KVLAB_TAB, KVLabTab
 from .online_softmax import ONLINE_SOFTMAX_TAB, TOY_ONLY, OnlineSoftmaxTab
@@ -169,6 +171,15 @@ def _grid_page() -> QWidget:
 
 TABS: tuple[TabSpec, ...] = (
     TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
+    TabSpec(
+        IMAGE_TAB,
+        "Image",
+        "vision models: the input image, each head's attention from a query over it, maps across layers",
+        ImageView,
+        _interp(ImageTab),
+        modes=frozenset({PRETRAINED}),
+        model_kinds=frozenset({"vision"}),
+    ),
     TabSpec(
         STEP_THROUGH_TAB,
         "Step-through",

@@ -10,12 +10,13 @@ writes the figure (PNG/SVG/PDF) or the exact numbers (NPY/CSV) through attndesk.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Signal, Slot
+from PySide6.QtCore import QEvent, QRectF, QSize, Signal, Slot
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -40,6 +41,7 @@ MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, h
 SEQUENTIAL = "viridis"
 DIVERGING = "CET-D1"
 _ROW_PEN = QColor(255, 64, 64)
+_MIN_PLOT = (120, 120)
 
 
 def display_reduce(matrix: np.ndarray, masked: np.ndarray, max_display: int = MAX_DISPLAY):
@@ -107,6 +109,52 @@ def _auto_levels(m: np.ndarray, hidden: np.ndarray, diverging: bool) -> tuple[fl
     return (lo, hi if hi > lo else lo + 1.0)
 
 
+@cache
+def _plot_size_hint() -> QSize:
+    """A new PlotWidget's size hint (it follows the scene's rectangle, so no constant)."""
+    plot = pg.PlotWidget(enableMenu=False)
+    hint = plot.sizeHint()
+    plot.deleteLater()
+    return hint
+
+
+class _PlotHolder(QWidget):
+    """Where a MatrixPlot's plot goes: empty until the plot is built (``hold``), then filled by it.
+    It reports a new plot's size hint and the plot's minimum size either way, so building the plot
+    moves nothing around it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plot: pg.PlotWidget | None = None
+
+    def hold(self, plot: pg.PlotWidget) -> None:
+        self.plot = plot
+        plot.setParent(self)
+        plot.setGeometry(self.rect())
+        if self.isVisible():
+            plot.show()
+
+    def sizeHint(self) -> QSize:
+        # a new plot's, built or not: a built plot's own hint follows whatever size it was given
+        # first, so a scrolled page would take the size of the moment the plot was built
+        return _plot_size_hint()
+
+    def minimumSizeHint(self) -> QSize:
+        if self.plot is None:
+            return QSize(*_MIN_PLOT)
+        return self.plot.minimumSize().expandedTo(self.plot.minimumSizeHint())
+
+    def resizeEvent(self, event) -> None:
+        if self.plot is not None:
+            self.plot.setGeometry(self.rect())
+        super().resizeEvent(event)
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # the plot's minimum size changed: so did ours
+            self.updateGeometry()
+        return super().event(event)
+
+
 class MatrixPlot(QWidget):
     """A titled heatmap of one matrix. ``cellHovered(row, col)`` reports the exact cell under the
     mouse; ``hoverLeft()`` when the mouse leaves the matrix."""
@@ -142,28 +190,14 @@ class MatrixPlot(QWidget):
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.message.hide()
 
-        self.left, self.bottom = TokenAxis("left"), TokenAxis("bottom")
-        # no context menu (the export button replaces it), and none built: pyqtgraph builds a view
-        # box's menu at construction unless told not to (2 ms a plot; a window has 33 of them)
-        self.graphics = pg.PlotWidget(axisItems={"left": self.left, "bottom": self.bottom}, enableMenu=False)
-        self.graphics.setBackground("w")
-        self.plot = without_si_prefix(self.graphics.getPlotItem())
-        self.plot.hideButtons()
-        self.plot.invertY(True)  # row 0 at the top, like a matrix
-        self.plot.vb.setDefaultPadding(0.0)
-        if square:
-            self.plot.vb.setAspectLocked(True)
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.overlay = pg.ImageItem(axisOrder="row-major")
-        self.overlay.setZValue(5)
-        self.plot.addItem(self.image)
-        self.plot.addItem(self.overlay)
-        self.row_marks = self._mark_item(QColor(255, 64, 64, 60))
-        self.col_marks = self._mark_item(QColor(255, 64, 64, 60))
-        self.cell_mark = self._mark_item(None)
-        self.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
-        self.graphics.setMinimumSize(120, 120)
-        self.graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # The plot (a pyqtgraph PlotWidget, the costly part) is built when this widget is first shown
+        # or its plot is first used (``_built``): a window holds about 30 of these on tabs not shown
+        # yet. Until then its holder keeps the plot's place in the layout.
+        self._square = square
+        self._graphics: pg.PlotWidget | None = None
+        self._when_built: list[Callable[[], object]] = []
+        self._holder = _PlotHolder()
+        self._holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
@@ -173,7 +207,96 @@ class MatrixPlot(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addLayout(head)
         layout.addWidget(self.message)
-        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self._holder, 1)
+
+    def _built(self) -> pg.PlotWidget:
+        """The plot, built on first need."""
+        if self._graphics is not None:
+            return self._graphics
+        self._left, self._bottom = TokenAxis("left"), TokenAxis("bottom")
+        # no context menu (the export button replaces it), and none built: pyqtgraph builds a view
+        # box's menu at construction unless told not to (2 ms a plot; a window has 33 of them)
+        graphics = pg.PlotWidget(axisItems={"left": self._left, "bottom": self._bottom}, enableMenu=False)
+        graphics.setBackground("w")
+        self._plot = without_si_prefix(graphics.getPlotItem())
+        self._plot.hideButtons()
+        self._plot.invertY(True)  # row 0 at the top, like a matrix
+        self._plot.vb.setDefaultPadding(0.0)
+        if self._square:
+            self._plot.vb.setAspectLocked(True)
+        self._image = pg.ImageItem(axisOrder="row-major")
+        self._overlay = pg.ImageItem(axisOrder="row-major")
+        self._overlay.setZValue(5)
+        self._plot.addItem(self._image)
+        self._plot.addItem(self._overlay)
+        self._row_marks = self._mark_item(QColor(255, 64, 64, 60))
+        self._col_marks = self._mark_item(QColor(255, 64, 64, 60))
+        self._cell_mark = self._mark_item(None)
+        graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        graphics.setMinimumSize(*_MIN_PLOT)
+        graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self._graphics = graphics
+        self._holder.hold(graphics)
+        for action in self._when_built:
+            action()
+        self._when_built.clear()
+        return graphics
+
+    def when_built(self, action: Callable[[], object]) -> None:
+        """Run ``action`` (an item added to the plot, a signal of its scene connected) once the plot
+        exists: now if it does, else when it is built."""
+        if self._graphics is None:
+            self._when_built.append(action)
+        else:
+            action()
+
+    def showEvent(self, event) -> None:
+        self._built()
+        super().showEvent(event)
+
+    @property
+    def graphics(self) -> pg.PlotWidget:
+        return self._built()
+
+    @property
+    def plot(self) -> pg.PlotItem:
+        self._built()
+        return self._plot
+
+    @property
+    def image(self) -> pg.ImageItem:
+        self._built()
+        return self._image
+
+    @property
+    def overlay(self) -> pg.ImageItem:
+        self._built()
+        return self._overlay
+
+    @property
+    def left(self) -> TokenAxis:
+        self._built()
+        return self._left
+
+    @property
+    def bottom(self) -> TokenAxis:
+        self._built()
+        return self._bottom
+
+    @property
+    def row_marks(self) -> QGraphicsRectItem:
+        self._built()
+        return self._row_marks
+
+    @property
+    def col_marks(self) -> QGraphicsRectItem:
+        self._built()
+        return self._col_marks
+
+    @property
+    def cell_mark(self) -> QGraphicsRectItem:
+        self._built()
+        return self._cell_mark
 
     def _mark_item(self, fill: QColor | None) -> QGraphicsRectItem:
         item = QGraphicsRectItem(0, 0, 1, 1)
@@ -185,7 +308,7 @@ class MatrixPlot(QWidget):
             item.setBrush(fill)
         item.setZValue(10)
         item.hide()
-        self.plot.vb.addItem(item, ignoreBounds=True)
+        self._plot.vb.addItem(item, ignoreBounds=True)
         return item
 
     # -- content ---------------------------------------------------------------------------------
@@ -259,9 +382,10 @@ class MatrixPlot(QWidget):
 
     def clear(self, message: str = "") -> None:
         self.matrix = self.masked = self.image_data = None
-        self.image.hide()
-        self.overlay.hide()
-        self.clear_marks()
+        if self._graphics is not None:  # an unbuilt plot shows nothing already
+            self.image.hide()
+            self.overlay.hide()
+            self.clear_marks()
         self.message.setText(message)
         self.message.setVisible(bool(message))
 
@@ -276,6 +400,8 @@ class MatrixPlot(QWidget):
         self._mark(self.cell_mark, None if row is None or col is None else QRectF(col, row, 1, 1))
 
     def clear_marks(self) -> None:
+        if self._graphics is None:
+            return
         for item in (self.row_marks, self.col_marks, self.cell_mark):
             item.hide()
 

@@ -135,7 +135,7 @@ class LogitLensView(QWidget):
         self.plot.setObjectName("logitLensPlot")
         self.labels = CellLabels()
         self.labels.setZValue(8)
-        self.plot.plot.addItem(self.labels)
+        self.plot.when_built(lambda: self.plot.plot.addItem(self.labels))
         self.readout = QLabel(" ", objectName="logitLensReadout")
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.TextFormat.PlainText)

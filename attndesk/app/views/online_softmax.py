@@ -314,7 +314,7 @@ class OnlineSoftmaxView(QWidget):
         self._block_rect.setPen(pen)
         self._block_rect.setZValue(12)
         self._block_rect.hide()
-        self.plot.plot.vb.addItem(self._block_rect, ignoreBounds=True)
+        self.plot.when_built(lambda: self.plot.plot.vb.addItem(self._block_rect, ignoreBounds=True))
         self.model = StepTableModel()
         self.table = QTableView(objectName="onlineStepTable")
         self.table.setModel(self.model)

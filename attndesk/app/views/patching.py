@@ -202,7 +202,9 @@ class PatchingView(QWidget):
         self.splitter.addWidget(bottom)
         self.headsPlot.cellHovered.connect(self._hover_head)
         self.positionsPlot.cellHovered.connect(self._hover_position)
-        self.headsPlot.graphics.scene().sigMouseClicked.connect(self._on_heads_clicked)
+        self.headsPlot.when_built(
+            lambda: self.headsPlot.graphics.scene().sigMouseClicked.connect(self._on_heads_clicked)
+        )
         self.clear_plots()
 
     # -- inputs ------------------------------------------------------------------------------------

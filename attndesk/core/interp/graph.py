@@ -46,12 +46,26 @@ from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
 from .inputs import hooks, last_logits, prompt, token_id
 
 KINDS = ("q", "k", "v", "mlp", "logits")
-# what the edge graph covers among the pretrained model types (decoders of LLaMA's shape share
-# its module names: input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp)
-LLAMA_SHAPED = ("llama", "mistral", "qwen2")
+# what the edge graph covers among the pretrained model types: pre-norm decoders whose every
+# attention head and MLP adds its output straight to the residual stream (decoders of LLaMA's
+# shape share its module names: input_layernorm, self_attn.{q,k,v,o}_proj,
+# post_attention_layernorm, mlp), and T5's encoder-decoders
+LLAMA_SHAPED = ("llama", "mistral", "qwen2", "qwen3", "gemma", "olmo", "smollm3", "gpt_oss")
+DECODERS = ("gpt2", "gpt_neox", "opt", "phi3", *LLAMA_SHAPED)
 T5_SHAPED = ("t5", "mt5")
-COVERED = ("gpt2", *LLAMA_SHAPED, *T5_SHAPED)
-COVERED_NAMES = "GPT-2, LLaMA, Mistral, Qwen2, T5, mT5 and attndesk's trained toy decoders"
+COVERED = (*DECODERS, *T5_SHAPED)
+COVERED_NAMES = (
+    "GPT-2, GPT-NeoX, OPT, LLaMA, Mistral, Qwen2, Qwen3, Gemma, Phi-3, OLMo, SmolLM3, GPT-OSS, T5, mT5 "
+    "and attndesk's trained toy decoders"
+)
+# why the rest are not: a sender's term must reach each later reader unchanged but for that reader's norm
+NOT_COVERED_WHY = {
+    "gemma2": "its attention and MLP outputs pass through a norm before the residual sum",
+    "gemma3_text": "its attention and MLP outputs pass through a norm before the residual sum",
+    "olmo2": "its attention and MLP outputs pass through a norm before the residual sum",
+    "encoder": "its blocks normalise the residual sum itself (post-norm) or it has no decoder's logits",
+    "encoder-decoder": "only T5's encoder-decoders are laid out for edges",
+}
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,7 @@ class Site:
     receivers: list[tuple[str, str]]  # (dst, kind)
     projections: list[Projection] = field(default_factory=list)
     senders: list[Senders] = field(default_factory=list)  # those it reads, in order
+    flat: bool = False  # the norm reads the stream flattened to [B T, E] (OPT's MLP)
 
     @property
     def width(self) -> int:
@@ -169,53 +184,122 @@ def _slices(indices: list[int], width: int, offset: int = 0) -> tuple[tuple[int,
 def _check_covered(model: LoadedModel) -> str:
     kind = model.spec.model_type
     if kind not in COVERED:
+        why = NOT_COVERED_WHY.get(kind) or NOT_COVERED_WHY.get(model.spec.family, "")
         raise ConfigError(
             f"edge circuits cover {COVERED_NAMES}; {model.name} is {model.spec.family_name} ({kind}), not covered"
+            + (f": {why}" if why else "")
         )
+    if kind == "opt" and not model.model.config.do_layer_norm_before:
+        raise ConfigError(f"{model.name} is an OPT that normalises after each block (post-norm): not covered")
     check_lm(model, "an edge circuit's metric")
     return kind
 
 
-def _decoder_graph(model: LoadedModel, kind: str) -> tuple[Graph, dict]:
-    """GPT-2 and the LLaMA-shaped decoders: their senders, sites and the modules to hook."""
-    hf = model.model
+@dataclass(frozen=True)
+class _Parts:
+    """What the edge graph needs of one pre-norm decoder block. ``layout`` of the q/k/v projections:
+    ``separate`` (one module per kind), ``concat`` (one module: every query head, then every key
+    head, then every value head), ``interleaved`` (one module: head by head, its q, k and v).
+    ``parallel``: attention and MLP both read the block's input (GPT-NeoX); ``flat``: the MLP's norm
+    reads the stream as [B T, E] (OPT)."""
+
+    norm1: nn.Module
+    norm2: nn.Module
+    mlp: nn.Module
+    out: nn.Module
+    qkv: tuple[nn.Module, ...]
+    layout: str
+    head_dim: int
+    parallel: bool = False
+    flat: bool = False
+
+
+def _decoder_blocks(hf, kind: str) -> tuple[Sequence[nn.Module], nn.Module]:
     if kind == "gpt2":
-        blocks, final = hf.transformer.h, hf.transformer.ln_f
-    else:
-        blocks, final = hf.model.layers, hf.model.norm
+        return hf.transformer.h, hf.transformer.ln_f
+    if kind == "gpt_neox":
+        return hf.gpt_neox.layers, hf.gpt_neox.final_layer_norm
+    if kind == "opt":
+        return hf.model.decoder.layers, hf.model.decoder.final_layer_norm
+    return hf.model.layers, hf.model.norm
+
+
+def _decoder_parts(block, kind: str) -> _Parts:
+    if kind == "gpt2":
+        a = block.attn
+        return _Parts(block.ln_1, block.ln_2, block.mlp, a.c_proj, (a.c_attn,), "concat", a.head_dim)
+    if kind == "gpt_neox":
+        a = block.attention
+        return _Parts(
+            block.input_layernorm,
+            block.post_attention_layernorm,
+            block.mlp,
+            a.dense,
+            (a.query_key_value,),
+            "interleaved",
+            a.head_size,
+            parallel=bool(block.use_parallel_residual),
+        )
+    if kind == "opt":
+        a = block.self_attn
+        norm1, norm2 = block.self_attn_layer_norm, block.final_layer_norm
+        return _Parts(
+            norm1, norm2, block.fc2, a.out_proj, (a.q_proj, a.k_proj, a.v_proj), "separate", a.head_dim, flat=True
+        )
+    a = block.self_attn
+    norm1, norm2 = block.input_layernorm, block.post_attention_layernorm
+    if kind == "phi3":
+        return _Parts(norm1, norm2, block.mlp, a.o_proj, (a.qkv_proj,), "concat", a.head_dim)
+    return _Parts(norm1, norm2, block.mlp, a.o_proj, (a.q_proj, a.k_proj, a.v_proj), "separate", a.head_dim)
+
+
+def _qkv_projections(parts: _Parts, by_kind: dict[str, list[int]]) -> list[Projection]:
+    d = parts.head_dim
+    if parts.layout == "separate":
+        return [Projection(m, _slices(by_kind[k], d)) for m, k in zip(parts.qkv, ("q", "k", "v"))]
+    if parts.layout == "concat":
+        q_width, kv_width = len(by_kind["q"]) * d, len(by_kind["k"]) * d
+        slices = (
+            _slices(by_kind["q"], d) + _slices(by_kind["k"], d, q_width) + _slices(by_kind["v"], d, q_width + kv_width)
+        )
+        return [Projection(parts.qkv[0], slices)]
+    slices = tuple(
+        (r, slice((3 * i + j) * d, (3 * i + j + 1) * d))
+        for j, kind in enumerate(("q", "k", "v"))
+        for i, r in enumerate(by_kind[kind])
+    )
+    return [Projection(parts.qkv[0], slices)]
+
+
+def _decoder_graph(model: LoadedModel, kind: str) -> tuple[Graph, dict]:
+    """The pre-norm decoders: their senders, sites and the modules to hook."""
+    blocks, final = _decoder_blocks(model.model, kind)
     heads, kv = model.num_heads, model.kv_heads
     senders = [Senders("embed", ("embed",), "main", 0)]
     sites: list[Site] = []
     points: dict = {"embed": (blocks[0], "embed"), "z": {}, "mlp": {}}
     for layer, block in enumerate(blocks):
-        if kind == "gpt2":
-            attn, norm1, norm2, mlp = block.attn, block.ln_1, block.ln_2, block.mlp
-            out, d = attn.c_proj, attn.head_dim
-        else:
-            attn, norm1, norm2, mlp = block.self_attn, block.input_layernorm, block.post_attention_layernorm, block.mlp
-            out, d = attn.o_proj, attn.head_dim
+        parts = _decoder_parts(block, kind)
         receivers, by_kind = _attention_receivers("", layer, heads, kv)
-        if kind == "gpt2":
-            e = heads * d
-            slices = _slices(by_kind["q"], d) + _slices(by_kind["k"], d, e) + _slices(by_kind["v"], d, 2 * e)
-            projections = [Projection(attn.c_attn, slices)]
-        else:
-            projections = [
-                Projection(attn.q_proj, _slices(by_kind["q"], d)),
-                Projection(attn.k_proj, _slices(by_kind["k"], d)),
-                Projection(attn.v_proj, _slices(by_kind["v"], d)),
-            ]
-        sites.append(Site(f"L{layer}.attn", "main", 10 * layer + 1, norm1, receivers, projections))
+        projections = _qkv_projections(parts, by_kind)
+        sites.append(Site(f"L{layer}.attn", "main", 10 * layer + 1, parts.norm1, receivers, projections))
         key = f"L{layer}.heads"
         senders.append(
             Senders(
-                key, tuple(f"L{layer}.H{h}" for h in range(heads)), "main", 10 * layer + 2, _head_weight(out, heads)
+                key,
+                tuple(f"L{layer}.H{h}" for h in range(heads)),
+                "main",
+                10 * layer + 2,
+                _head_weight(parts.out, heads),
             )
         )
-        points["z"][out] = key
-        sites.append(Site(f"L{layer}.mlp", "main", 10 * layer + 3, norm2, [(f"L{layer}.MLP", "mlp")]))
+        points["z"][parts.out] = key
+        # a parallel block's MLP reads the block's input: it comes before its own layer's heads
+        order = 10 * layer + (1 if parts.parallel else 3)
+        mlp_site = Site(f"L{layer}.mlp", "main", order, parts.norm2, [(f"L{layer}.MLP", "mlp")], flat=parts.flat)
+        sites.append(mlp_site)
         senders.append(Senders(f"L{layer}.MLP", (f"L{layer}.MLP",), "main", 10 * layer + 4))
-        points["mlp"][mlp] = f"L{layer}.MLP"
+        points["mlp"][parts.mlp] = f"L{layer}.MLP"
     sites.append(Site("logits", "main", 10 * len(blocks) + 1, final, [("logits", "logits")]))
     _link(senders, sites)
     return Graph(senders, sites, _dims(model, len(blocks), heads, kv)), points
@@ -578,8 +662,16 @@ class Engine:
         for module, key in self.points["z"].items():
             pre[module] = lambda m, z, key=key: pas.heads(key, z)
         for module, key in self.points["mlp"].items():
-            post[module] = lambda m, y, key=key: pas.vector(key, y)
+            # a mixture-of-experts MLP hands back (output, router scores)
+            post[module] = lambda m, y, key=key: pas.vector(key, y[0] if isinstance(y, tuple) else y)
+        rows = int(pas.pair.shape[0])
         for site in self.graph.sites:
+            if site.flat:
+                pre[site.norm] = lambda m, x, site=site: pas.resid(site, x.reshape(rows, -1, x.shape[-1]))
+                post[site.norm] = lambda m, out, site=site: pas.normed(
+                    site, out.reshape(rows, -1, out.shape[-1])
+                ).reshape(out.shape)
+                continue
             pre[site.norm] = lambda m, x, site=site: pas.resid(site, x)
             if site.projections:
                 for p in site.projections:

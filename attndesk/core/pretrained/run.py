@@ -464,7 +464,7 @@ def sentence_embeddings(model: LoadedModel, texts: list[str]) -> np.ndarray:
 
 def pretrained_job(
     path: str | Path | None,
-    text: str,
+    text: str | ImageInput,
     *,
     target: str | None = None,
     layer: int | None = None,
@@ -475,7 +475,8 @@ def pretrained_job(
     should_cancel: Callable[[], bool] | None = None,
     ctx: JobContext | None = None,
 ) -> PretrainedResult:
-    """What the window's worker runs: load (cached; the first time reports 0..50 %), then run."""
+    """What the window's worker runs: load (cached; the first time reports 0..50 %), then run
+    (``text``: a vision model's image, as ``run_pretrained`` takes it)."""
     ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
     first = not is_loaded(path)
     model = load_pretrained(path, ctx=ctx.scaled(0.0, 0.5, "loading model: ") if first else ctx.quiet())

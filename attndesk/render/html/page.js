@@ -577,13 +577,90 @@
     box.hidden = false;
   }
 
+  var svgSpace = null;  // SVG's namespace, as the HTML parser gives it (the page names no URL)
+  function svg(tag, attrs) {
+    if (svgSpace === null) {
+      var probe = document.createElement("div");
+      probe.innerHTML = "<svg></svg>";
+      svgSpace = probe.firstChild.namespaceURI;
+    }
+    var node = document.createElementNS(svgSpace, tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    return node;
+  }
+  function renderCircuit() {  // an edge circuit: its graph and its faithfulness curve
+    var c = doc.circuit, box = document.getElementById("circuit");
+    if (!c) return;
+    box.appendChild(el("h2", null, "Circuit · " + c.edges.length + " of " + c.total + " edges"));
+    var W = 1000, H = 520, pad = 60, where = {};
+    var graph = svg("svg", { id: "circuit-graph", width: W, height: H, viewBox: "0 0 " + W + " " + H });
+    c.nodes.forEach(function (n) { where[n.name] = [pad + n.x * (W - 2 * pad), pad + n.y * (H - 2 * pad)]; });
+    var biggest = c.edges.reduce(function (m, e) { return Math.max(m, Math.abs(e.score)); }, 0) || 1;
+    var dashes = { k: "8 5", v: "2 4" }, used = {};
+    c.edges.forEach(function (e) {  // width by |score|, red positive, blue negative
+      var a = where[e.src], b = where[e.dst];
+      var line = svg("line", { x1: a[0], y1: a[1], x2: b[0], y2: b[1], "class": "edge",
+        stroke: e.score >= 0 ? "#c0392b" : "#2f5fbf", "stroke-width": (0.75 + 6 * Math.abs(e.score) / biggest).toFixed(3),
+        "stroke-opacity": 0.8 });
+      if (dashes[e.kind]) line.setAttribute("stroke-dasharray", dashes[e.kind]);
+      line.dataset.edge = e.src + " -> " + e.dst + " (" + e.kind + ")";
+      line.appendChild(svg("title")).textContent = line.dataset.edge + ": " + e.score.toPrecision(4);
+      graph.appendChild(line);
+      used[e.src] = used[e.dst] = 1;
+    });
+    c.nodes.forEach(function (n) {
+      var p = where[n.name], g = svg("g", { "class": "node" });
+      g.appendChild(svg("circle", { cx: p[0], cy: p[1], r: 5, fill: used[n.name] ? "#222" : "#bbb" }));
+      var label = g.appendChild(svg("text", { x: p[0] + 7, y: p[1] + 4, "font-size": 10, fill: used[n.name] ? "#222" : "#999" }));
+      label.textContent = n.name;
+      graph.appendChild(g);
+    });
+    box.appendChild(graph);
+    var k = c.curve, n = k.size.length, CW = 640, CH = 320, m = 50;
+    var top = Math.max.apply(null, [1].concat(k.faithfulness, k.random_mean.map(function (v, i) {
+      return v === null ? 1 : v + (k.random_std[i] || 0); })));
+    var bottom = Math.min.apply(null, [0].concat(k.faithfulness, k.random_mean.map(function (v, i) {
+      return v === null ? 0 : v - (k.random_std[i] || 0); })));
+    var most = Math.max.apply(null, k.size) || 1;
+    function X(s) { return m + (CW - 2 * m) * s / most; }
+    function Y(v) { return CH - m - (CH - 2 * m) * (v - bottom) / ((top - bottom) || 1); }
+    var plot = svg("svg", { id: "circuit-curve", width: CW, height: CH, viewBox: "0 0 " + CW + " " + CH });
+    plot.appendChild(svg("line", { x1: m, y1: CH - m, x2: CW - m, y2: CH - m, stroke: "#888" }));
+    plot.appendChild(svg("line", { x1: m, y1: m, x2: m, y2: CH - m, stroke: "#888" }));
+    [0, 1].forEach(function (v) {
+      var t = plot.appendChild(svg("text", { x: m - 8, y: Y(v) + 4, "text-anchor": "end", "font-size": 11 }));
+      t.textContent = String(v);
+    });
+    var xl = plot.appendChild(svg("text", { x: CW / 2, y: CH - 12, "text-anchor": "middle", "font-size": 12 }));
+    xl.textContent = "edges in the circuit (of " + c.total + ")";
+    var upper = [], lower = [], mean = [];
+    for (var i = 0; i < n; i++) {
+      if (k.random_mean[i] === null) continue;
+      var sd = k.random_std[i] || 0;
+      upper.push(X(k.size[i]) + "," + Y(k.random_mean[i] + sd));
+      lower.unshift(X(k.size[i]) + "," + Y(k.random_mean[i] - sd));
+      mean.push(X(k.size[i]) + "," + Y(k.random_mean[i]));
+    }
+    if (mean.length) {
+      plot.appendChild(svg("polygon", { id: "random-band", points: upper.concat(lower).join(" "), fill: "#999", "fill-opacity": 0.25 }));
+      plot.appendChild(svg("polyline", { id: "random-mean", points: mean.join(" "), fill: "none", stroke: "#777", "stroke-dasharray": "5 4" }));
+    }
+    plot.appendChild(svg("polyline", { id: "faithfulness", fill: "none", stroke: "#c0392b", "stroke-width": 2,
+      points: k.size.map(function (s, j) { return X(s) + "," + Y(k.faithfulness[j]); }).join(" ") }));
+    box.appendChild(plot);
+    box.appendChild(el("p", "hint", "faithfulness (red) beside random edge sets of the same sizes (grey: mean and one standard deviation); " +
+      "edges: width by |score|, red positive, blue negative, key inputs dashed, value inputs dotted"));
+    box.hidden = false;
+  }
+
   renderCorpus();
   renderImage();
+  renderCircuit();
   if (layers.length) {
     buildControls();
     renderGrid();
     clearHover();
-  } else {  // a corpus page without texts: only the corpus section and the details
+  } else {  // a corpus page without texts, a circuit's page: only their section and the details
     ["controls", "layer-summary", "readout", "view", "strip"].forEach(function (id) { document.getElementById(id).hidden = true; });
   }
   buildDetails();

@@ -106,7 +106,7 @@ def test_open_a_1mb_text_file_sets_the_text_and_holds_the_long_run(qtbot, window
 
 def test_binary_or_undecodable_file_is_refused_and_nothing_changes(qtbot, window, tmp_path):
     before = window.state.text
-    binary = tmp_path / "image.png"
+    binary = tmp_path / "data.bin"  # (an image's suffix goes to the Image tab: tests/app/tabs/test_image.py)
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     assert not window.longMode.open_text_file(binary)
     assert "binary" in window.status_text() and window.status_text().startswith("not opened")

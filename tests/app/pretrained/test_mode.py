@@ -245,6 +245,7 @@ def test_session_round_trip_of_the_pretrained_state(pretrained_window, qtbot, tm
         "ablate": [[0, 1], [4, 11]],
         "grid_scale": "per-head",
         "part": "self",
+        "image": "",
     }
     assert data["config"]["embed_dim"] == 64 and data["config"]["num_heads"] == 4  # the toy settings survive
 

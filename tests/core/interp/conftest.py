@@ -9,7 +9,8 @@ from pretrained_models import build
 
 
 class Folders(dict):
-    """name -> a tiny checkpoint folder, built on first use (seeds fixed: the same weights every run)."""
+    """name -> a tiny checkpoint folder, built on first use (seeds fixed: the same weights every run);
+    a name without a recipe is the ``pretrained_models.CONFIGS`` entry of that name."""
 
     RECIPES: ClassVar[dict] = {
         "gpt2": ("gpt2", {"seed": 3}),
@@ -27,7 +28,7 @@ class Folders(dict):
         self.root = root
 
     def __missing__(self, name: str):
-        kind, options = self.RECIPES[name]
+        kind, options = self.RECIPES.get(name, (name, {"seed": 3}))  # any other: CONFIGS[name], seed 3
         self[name] = build(kind, self.root / name, **options)
         return self[name]
 

@@ -223,6 +223,7 @@ def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path
         "faithfulness.png",
         "graph.png",
         "graph.svg",
+        "circuit.html",
     }
     assert {p.name for p in out.iterdir()} == names
     assert sorted(lines) == sorted(str(out / n) for n in names)
@@ -234,6 +235,27 @@ def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path
     curve = pd.read_csv(out / "faithfulness.csv")
     assert curve.faithfulness.iloc[0] == 0.0 and curve.faithfulness.iloc[-1] == 1.0
     assert "6 of 81 edges kept" in err[-1]
+
+
+def test_circuit_writes_the_path_patching_heatmap(qapp, capsys, tmp_path):
+    import pandas as pd
+    from PySide6.QtGui import QImage
+
+    from attndesk.core.interp import path_patching
+    from attndesk.train.presets import load_preset
+
+    out = tmp_path / "paths"
+    args = ("--method", "eap", "--draws", "1", "--path-patching", "k", "--out", str(out))
+    code, lines, err = run_cli(capsys, "circuit", "--trained", "induction", *INDUCTION, *args)
+    assert code == 0, err
+    assert {"path_patching_k.csv", "path_patching_k.png"} <= {Path(line).name for line in lines}
+    table = pd.read_csv(out / "path_patching_k.csv", index_col="sender")
+    want = path_patching(load_preset("induction"), [0, 5, 6, 7, 8, 5, 6], [0, 9, 10, 11, 12, 5, 6], 7, 11, kind="k")
+    assert list(table.index) == list(want.index) and list(table.columns) == list(want.columns)
+    np.testing.assert_allclose(table.to_numpy(), want.to_numpy(), rtol=1e-9, atol=1e-12)  # NaN where none
+    assert np.isfinite(table.to_numpy()).any() and np.isnan(table.to_numpy()).any()
+    image = QImage(str(out / "path_patching_k.png"))
+    assert not image.isNull() and image.width() > 100
 
 
 @pytest.mark.parametrize(
@@ -316,3 +338,80 @@ def test_circuit_connected_keeps_only_connected_edges(qapp, capsys, tmp_path):
     assert (
         load_circuit(out / "circuit.json") == find_circuit(table, top_n=6, prune=True) != find_circuit(table, top_n=6)
     )
+
+
+def test_a_circuit_goes_into_a_bundle_and_reproduce_measures_it_again(qapp, capsys, tmp_path, folders):
+    from attndesk.core.bundle import read_bundle
+
+    model = str(folders["gpt2"])
+    found = tmp_path / "found"
+    args = ("--clean", CLEAN, "--corrupt", "the dog sat on the mat", "--answer", "mat", "--wrong", "cat")
+    code, _, err = run_cli(
+        capsys, "circuit", "--model", model, *args, "--method", "eap", "--draws", "1", "--out", str(found)
+    )
+    assert code == 0, err
+    document = json.loads((found / "circuit.json").read_text())
+    assert document["question"]["clean"] == CLEAN and document["question"]["wrong"] == "cat"
+    bundle = tmp_path / "b.zip"
+    code, _, err = run_cli(
+        capsys,
+        "bundle",
+        "--model",
+        model,
+        "--text",
+        CLEAN,
+        "--circuit",
+        str(found / "circuit.json"),
+        "--out",
+        str(bundle),
+    )
+    assert code == 0, err
+    assert read_bundle(bundle).circuits == {"circuit.json": (found / "circuit.json").read_bytes()}
+    # the bundle's page draws the circuit: its edges with their scores from the edge table
+    import zipfile
+
+    import pandas as pd
+
+    from attndesk.render.page import read_page_data
+
+    with zipfile.ZipFile(bundle) as zf:
+        page = next(n for n in zf.namelist() if n.endswith(".html"))
+        (tmp_path / "page.html").write_bytes(zf.read(page))
+    drawn = read_page_data(tmp_path / "page.html")["circuit"]
+    table = pd.read_csv(found / "edges.csv").set_index(["src", "dst", "kind"])
+    assert {(e["src"], e["dst"], e["kind"]) for e in drawn["edges"]} == {tuple(e) for e in document["edges"]}
+    for e in drawn["edges"]:
+        assert e["score"] == pytest.approx(table.loc[(e["src"], e["dst"], e["kind"]), "score"], rel=1e-12)
+    assert drawn["total"] == 110 and drawn["curve"]["faithfulness"][-1] == 1.0
+    code, lines, err = run_cli(capsys, "reproduce", str(bundle))
+    assert code == 0, err
+    line = next(line for line in lines if line.startswith("circuit circuit.json"))
+    assert f"faithfulness {document['faithfulness']:.6g} (bundled {document['faithfulness']:.6g})" in line
+    # a circuit whose recorded faithfulness is not what its edges give fails the check
+    document["faithfulness"] += 0.5
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(document))
+    code, _, err = run_cli(
+        capsys, "bundle", "--model", model, "--text", CLEAN, "--circuit", str(wrong), "--out", str(tmp_path / "w.zip")
+    )
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "reproduce", str(tmp_path / "w.zip"))
+    assert code == 1 and "wrong.json's faithfulness" in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"question": None}, "does not record its question"), ({"format": "x"}, "not an attndesk circuit")],
+)
+def test_a_bundle_refuses_a_circuit_it_cannot_check(capsys, tmp_path, folders, change, message):
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps({"format": "attndesk-circuit", "version": 1, "faithfulness": 1.0, "edges": [], **change})
+    )
+    out = tmp_path / "b.zip"
+    code, lines, err = run_cli(
+        capsys, "bundle", "--model", str(folders["gpt2"]), "--text", CLEAN, "--circuit", str(path), "--out", str(out)
+    )
+    assert code == 2 and lines == [] and len(err) == 1 and message in err[0] and not out.exists()
+    code, _, err = run_cli(capsys, "bundle", "--text", CLEAN, "--circuit", str(path), "--out", str(out))
+    assert code == 2 and "--circuit goes with --model" in err[0]

@@ -1,5 +1,7 @@
 """Edge scores, path patching and circuits against plain torch forward hooks on transformers' own
-eager models (GPT-2, LLaMA with grouped K/V heads, T5 with cross-attention), and on the toy decoders."""
+eager models (GPT-2, LLaMA with grouped K/V heads, T5 with cross-attention, and every other covered
+decoder family: GPT-NeoX's parallel blocks, OPT, Phi-3's fused projection, Qwen3, Gemma, OLMo,
+SmolLM3, GPT-OSS's mixture of experts), and on the toy decoders."""
 
 from __future__ import annotations
 
@@ -43,7 +45,29 @@ def _modules(hf, family: str):
             "out": lambda p, l: blocks[l].attn.c_proj,
             "final": hf.transformer.ln_f,
         }
-    if family == "llama":
+    if family == "gpt_neox":
+        blocks = hf.gpt_neox.layers
+        return {
+            "blocks": {"": blocks},
+            "attn": lambda p, l: blocks[l].attention,
+            "norm": lambda p, l: blocks[l].input_layernorm,
+            "mlp_norm": lambda p, l: blocks[l].post_attention_layernorm,
+            "mlp": lambda p, l: blocks[l].mlp,
+            "out": lambda p, l: blocks[l].attention.dense,
+            "final": hf.gpt_neox.final_layer_norm,
+        }
+    if family == "opt":
+        blocks = hf.model.decoder.layers
+        return {
+            "blocks": {"": blocks},
+            "attn": lambda p, l: blocks[l].self_attn,
+            "norm": lambda p, l: blocks[l].self_attn_layer_norm,
+            "mlp_norm": lambda p, l: blocks[l].final_layer_norm,
+            "mlp": lambda p, l: blocks[l].fc2,
+            "out": lambda p, l: blocks[l].self_attn.out_proj,
+            "final": hf.model.decoder.final_layer_norm,
+        }
+    if family in ("llama", "phi3"):
         blocks = hf.model.layers
         return {
             "blocks": {"": blocks},
@@ -91,7 +115,10 @@ def _terms(hf, family, ids, dec_ids, src: str) -> torch.Tensor:
         handle = block.register_forward_pre_hook(keep, with_kwargs=True)
     elif node.endswith("MLP"):
         layer = int(node[1:].split(".")[0])
-        handle = m["mlp"](prefix, layer).register_forward_hook(lambda mod, a, out: _put(got, out))
+        # a mixture-of-experts MLP returns (output, router scores)
+        handle = m["mlp"](prefix, layer).register_forward_hook(
+            lambda mod, a, out: _put(got, out[0] if isinstance(out, tuple) else out)
+        )
     else:
         layer, head = (int(part[1:]) for part in node.split("."))
         out = m["out"](prefix, layer)
@@ -139,18 +166,28 @@ def _patched(hf, family, ids, dec_ids, delta, dst: str, kind: str) -> torch.Tens
     else:
         norm = m["norm"](prefix, int(node[1:].split(".")[0]))
     handles.append(norm.register_forward_pre_hook(lambda mod, a: _put(seen, a[0])))
-    if kind in ("logits", "mlp"):
-        handles.append(norm.register_forward_hook(lambda mod, a, out: mod.forward(seen["x"] + delta)))
+    if kind in ("logits", "mlp"):  # (OPT's MLP norm reads the stream flattened to [T, E])
+        handles.append(
+            norm.register_forward_hook(lambda mod, a, out: mod.forward(seen["x"] + delta.reshape(seen["x"].shape)))
+        )
     else:
         layer, index = int(node[1:].split(".")[0]), int(node.split(".")[1].lstrip("HKV"))
         attn = m["attn"](prefix, layer)
+        position = {"q": 0, "k": 1, "v": 2}[kind]
         if family == "gpt2":
             proj, d = attn.c_attn, attn.head_dim
-            offset = {"q": 0, "k": 1, "v": 2}[kind] * hf.config.n_embd
+            offset = position * hf.config.n_embd
+        elif family == "gpt_neox":  # head by head: its query, key and value
+            proj, d = attn.query_key_value, attn.head_size
+            offset = 2 * index * d + position * d
+        elif family == "phi3":  # every query head, then every key head, then every value head
+            proj, d = attn.qkv_proj, attn.head_dim
+            heads, kv = hf.config.num_attention_heads, hf.config.num_key_value_heads
+            offset = [0, heads * d, (heads + kv) * d][position]
+        elif family == "t5":
+            proj, d, offset = getattr(attn, kind), attn.key_value_proj_dim, 0
         else:
-            proj = getattr(attn, {"q": "q", "k": "k", "v": "v"}[kind] + ("_proj" if family == "llama" else ""))
-            d = attn.head_dim if family == "llama" else attn.key_value_proj_dim
-            offset = 0
+            proj, d, offset = getattr(attn, f"{kind}_proj"), attn.head_dim, 0
         cut = slice(offset + index * d, offset + (index + 1) * d)
 
         def patch(mod, a, out):
@@ -189,10 +226,18 @@ def _loaded(folders, name):
     return model, eager(folders[name])
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "t5"])
+# the model type -> how the reference reads its modules (the rest share LLaMA's names)
+REFERENCE = {"gpt2": "gpt2", "t5": "t5", "gpt_neox": "gpt_neox", "opt": "opt", "phi3": "phi3"}
+NEW_DECODERS = ["gpt_neox", "opt", "phi3", "qwen3", "gemma", "olmo", "smollm3", "gpt_oss"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gpt2", "llama", "t5", *(pytest.param(n, marks=pytest.mark.slow) for n in NEW_DECODERS[3:])] + NEW_DECODERS[:3],
+)
 def test_exact_edge_patching_equals_plain_hooks(folders, name):
     model, hf = _loaded(folders, name)
-    family = "t5" if name == "t5" else name
+    family = REFERENCE.get(name, "llama")
     table = edge_scores(model, CLEAN, CORRUPT, ANSWER, WRONG, method="exact")
     assert list(table.columns) == ["src", "dst", "kind", "score"]
     assert len(table) == len(edge_graph(model))
@@ -215,14 +260,14 @@ def test_grouped_kv_edges_end_at_the_group(folders):
     assert set(graph[graph.kind == "q"].dst) == {f"L{layer}.H{h}" for layer in range(2) for h in range(4)}
 
 
-@pytest.mark.parametrize(("name", "kind"), [("gpt2", "v"), ("llama", "k")])
+@pytest.mark.parametrize(("name", "kind"), [("gpt2", "v"), ("llama", "k"), ("gpt_neox", "q"), ("phi3", "v")])
 def test_path_patching_equals_plain_hooks(folders, name, kind):
     model, hf = _loaded(folders, name)
     frame = path_patching(model, CLEAN, CORRUPT, ANSWER, WRONG, kind=kind)
     assert frame.loc["L1.H0"].isna().all()  # a layer's heads send to no head of their own layer
     for sender in ("L0.H0", "L0.H3"):
         for receiver in frame.columns[-2:]:
-            want = _reference(hf, name, model, sender, receiver, kind, base="clean")
+            want = _reference(hf, REFERENCE.get(name, "llama"), model, sender, receiver, kind, base="clean")
             assert frame.loc[sender, receiver] == pytest.approx(want, abs=2e-5 + 1e-4 * abs(want))
 
 
@@ -298,8 +343,10 @@ def test_bad_inputs_say_one_line(folders):
         edge_scores(model, CLEAN, CORRUPT, "mat mat", WRONG)
     with pytest.raises(ConfigError, match=r"over the memory budget.*fit"):
         edge_scores(model, CLEAN, CORRUPT, ANSWER, WRONG, memory_budget=2**25)
-    with pytest.raises(ConfigError, match="not covered"):
+    with pytest.raises(ConfigError, match="not covered: its attention and MLP outputs pass through a norm"):
         edge_scores(load_pretrained(folders["gemma2"]), CLEAN, CORRUPT, ANSWER, WRONG)
+    with pytest.raises(ConfigError, match="not covered: its blocks normalise the residual sum"):
+        edge_scores(load_pretrained(folders["bert"]), CLEAN, CORRUPT, ANSWER, WRONG)
     with pytest.raises(ConfigError, match="top_n"):
         find_circuit(edge_graph(model).assign(score=0.0), method="topn")
 

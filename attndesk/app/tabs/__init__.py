@@ -2,4 +2,4 @@
 published result, runs its heavy work as side jobs of the compute controller, and turns the
 view's intents into state changes. A presenter touches only its own view.
 
-``kvlab`` presents the KV cache tab, ``circuit`` the Circuit tab."""
+``kvlab`` presents the KV cache tab, ``circuit`` the Circuit tab, ``image`` the Image tab."""

@@ -106,6 +106,50 @@ def fit_tabs(tabs: QTabWidget) -> None:
     bar.setExpanding(False)
 
 
+class EmptyStates:
+    """The tabs that can be off: each one's stack of its view and its empty state (the sentence
+    saying why it is off and the button that makes it apply), and which of the two shows."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self._window = window
+        self._stacks: dict[str, QStackedWidget] = {}  # tab id -> its stack
+
+    def stack(self, tab: TabSpec, view: QWidget) -> QStackedWidget:
+        """A tab that can be off: its view, or its empty state (``sync`` chooses)."""
+        stack = QStackedWidget(objectName=f"{tab.id}Page")
+        off = EmptyStatePage(tab.id)
+        off.actionClicked.connect(lambda t=tab: self._act(t))
+        stack.addWidget(view)
+        stack.addWidget(off)
+        self._stacks[tab.id] = stack
+        return stack
+
+    def _act(self, tab: TabSpec) -> None:
+        """The empty state's button: the action its tab's spec declares for the current state."""
+        assert tab.unavailable is not None, "only a tab that can be off has an empty state"
+        state = tab.unavailable(self._window.state)
+        if state is not None and state.act is not None:
+            state.act(self._window)
+
+    def page(self, tab_id: str) -> EmptyStatePage | None:
+        """The empty-state page of a tab that can be off (None for one that cannot)."""
+        stack = self._stacks.get(tab_id)
+        off = stack.widget(1) if stack is not None else None
+        return off if isinstance(off, EmptyStatePage) else None
+
+    def sync(self, *_args) -> None:
+        """Each tab that can be off shows its view, or its empty state while it does not apply (a run
+        may tell more: a loaded checkpoint without its LM head)."""
+        for tab in registry.TABS:
+            off, stack = self.page(tab.id), self._stacks.get(tab.id)
+            if off is None or stack is None or tab.unavailable is None:
+                continue
+            state = tab.unavailable(self._window.state)
+            if state is not None:
+                off.set_state(state.sentence, state.action if state.act is not None else "")
+            stack.setCurrentIndex(0 if state is None else 1)
+
+
 class MainWindow(QMainWindow):
     """``MainWindow()`` restores the last session and layout, then computes the first result."""
 
@@ -127,6 +171,7 @@ class MainWindow(QMainWindow):
         self._tabs: dict[str, QWidget] = {}  # tab id -> its page in viewTabs (the view, or its stack)
         self._views: dict[str, QWidget] = {}  # tab id -> its view (view tabs and dock tabs)
         self._presenters: dict[str, QObject] = {}
+        self._empty_states = EmptyStates(self)
         self._drawing: Shown | None = None
         self._export_dialog: ExportDialog | None = None
         self._bundles = Background(self)  # File > Save bundle, written in a pool thread
@@ -139,7 +184,7 @@ class MainWindow(QMainWindow):
         self._build_presenters()
         self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
         self.state.events.config.connect(self._sync_tabs)
-        self.compute.published.connect(self._sync_empty_states)
+        self.compute.published.connect(self._empty_states.sync)
         self._sync_tabs()
         for mode in self.modes:
             mode.install(self)
@@ -165,7 +210,7 @@ class MainWindow(QMainWindow):
         for tab in registry.TABS:
             self._views[tab.id] = view = tab.view()
             shown = _scrolled(view) if tab.scroll else view
-            page = shown if tab.unavailable is None else self._unavailable_page(tab, shown)
+            page = shown if tab.unavailable is None else self._empty_states.stack(tab, shown)
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)
             self._tabs[tab.id] = page
@@ -179,30 +224,9 @@ class MainWindow(QMainWindow):
             self._views[tab.id] = view = tab.view()
             self.timingTabs.setTabToolTip(self.timingTabs.addTab(view, tab.title), tab.tooltip)
 
-    def _unavailable_page(self, tab: TabSpec, view: QWidget) -> QStackedWidget:
-        """A tab that can be off: its view, or its empty state (the sentence saying why it is off and
-        the button that makes it apply; ``_sync_empty_states``)."""
-        page = QStackedWidget(objectName=f"{tab.id}Page")
-        off = EmptyStatePage(tab.id)
-        off.actionClicked.connect(lambda t=tab: self._empty_action(t))
-        page.addWidget(view)
-        page.addWidget(off)
-        return page
-
-    def _empty_action(self, tab: TabSpec) -> None:
-        """The empty state's button: the action its tab's spec declares for the current state."""
-        assert tab.unavailable is not None, "only a tab that can be off has an empty state"
-        state = tab.unavailable(self.state)
-        if state is not None and state.act is not None:
-            state.act(self)
-
     def empty_state(self, tab_id: str) -> EmptyStatePage | None:
         """The empty-state page of a tab that can be off (None for one that cannot)."""
-        page = self._tabs.get(tab_id)
-        if not isinstance(page, QStackedWidget):
-            return None
-        off = page.widget(1)
-        return off if isinstance(off, EmptyStatePage) else None
+        return self._empty_states.page(tab_id)
 
     def _build_presenters(self) -> None:
         """Each tab's presenter, once every view exists (a presenter may look up another tab's view)."""
@@ -422,21 +446,7 @@ class MainWindow(QMainWindow):
                 self.state.view.tab = HEATMAPS_TAB
             if self.viewTabs.isTabVisible(index) != visible:
                 self.viewTabs.setTabVisible(index, visible)
-        self._sync_empty_states()
-
-    def _sync_empty_states(self, *_args) -> None:
-        """Each tab that can be off shows its view, or its empty state while it does not apply (a run
-        may tell more: a loaded checkpoint without its LM head)."""
-        for tab in registry.TABS:
-            off = self.empty_state(tab.id)
-            if off is None or tab.unavailable is None:
-                continue
-            state = tab.unavailable(self.state)
-            if state is not None:
-                off.set_state(state.sentence, state.action if state.act is not None else "")
-            page = self._tabs[tab.id]
-            assert isinstance(page, QStackedWidget), "a tab that can be off has its stack"
-            page.setCurrentIndex(0 if state is None else 1)
+        self._empty_states.sync()
 
     def shown_tabs(self) -> list[tuple[str, str]]:
         """(id, title) of the view tabs on show now, in order."""

@@ -72,25 +72,6 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _model(args: argparse.Namespace):
-    from attndesk.core.errors import ConfigError
-
-    try:
-        if args.model is not None:
-            from attndesk.core.pretrained import load_pretrained, read_spec
-
-            read_spec(args.model)
-            return load_pretrained(args.model)
-        from pathlib import Path
-
-        from attndesk.train import load_trained
-        from attndesk.train.presets import PRESETS, load_preset
-
-        return load_preset(args.trained) if args.trained in PRESETS else load_trained(Path(args.trained).expanduser())
-    except (ConfigError, ValueError, OSError) as exc:
-        raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
-
-
 def _ids(text: str, flag: str) -> list[int]:
     parts = text.replace(",", " ").split()
     if not parts or not all(p.lstrip("-").isdigit() for p in parts):
@@ -110,17 +91,14 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit, path_patching
-    from attndesk.render.page_circuit import CURVE
+    from attndesk.cli.circuit_job import describe, load_model, score_and_measure, write_outputs
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
         raise CliError("--method acdc needs --tau (the metric change under which an edge is dropped)", EXIT_USAGE)
     if args.top_n is not None and args.threshold is not None:
         raise CliError("--top-n and --threshold choose the circuit two ways: give one", EXIT_USAGE)
-    model = _model(args)
+    model = load_model(args)
     toy = args.trained is not None
     cleans: list = [_ids(t, "--clean") for t in args.clean] if toy else list(args.clean)
     corrupts: list = [_ids(t, "--corrupt") for t in args.corrupt] if toy else list(args.corrupt)
@@ -129,62 +107,10 @@ def run(args: argparse.Namespace) -> int:
     prompts = (clean, corrupt, answer, wrong)
     common = {"metric": args.metric, "target": args.target, "memory_budget": args.memory_budget}
     start = time.perf_counter()
-    try:
-        with ProgressLine() as progress:
-            scoring = "eap-ig" if args.method == "acdc" else args.method
-            table = edge_scores(
-                model, *prompts, method=scoring, steps=args.steps, ig=args.ig, progress=progress.update, **common
-            )
-            if args.method == "acdc":
-                circuit = find_circuit(
-                    table,
-                    threshold=args.tau,
-                    method="acdc",
-                    model=model,
-                    clean=clean,
-                    corrupt=corrupt,
-                    answer=answer,
-                    wrong=wrong,
-                    progress=progress.update,
-                    **common,
-                )
-            elif args.threshold is not None:
-                circuit = find_circuit(table, threshold=args.threshold, method="threshold", prune=args.connected)
-            else:
-                top = args.top_n if args.top_n is not None else max(1, round(0.1 * len(table)))
-                circuit = find_circuit(table, top_n=top, prune=args.connected)
-            curve = faithfulness_curve(model, table, *prompts, draws=args.draws, progress=progress.update, **common)
-            faith = faithfulness(model, circuit, *prompts, **common)
-            paths = (
-                None
-                if args.path_patching is None
-                else path_patching(model, *prompts, kind=args.path_patching, progress=progress.update, **common)
-            )
-    except ValueError as exc:  # ConfigError included
-        raise CliError(str(exc), EXIT_USAGE) from None
-    seconds = time.perf_counter() - start
-    name = getattr(model, "name", None) or f"trained {model.cfg.task}"
-    about = {
-        "model": name,
-        "method": args.method,
-        "scores": table.attrs["method"],
-        "metric": args.metric,
-        "edges_total": len(table),
-        "edges_kept": len(circuit),
-        "faithfulness": faith,
-        "clean_metric": table.attrs["clean_metric"],
-        "corrupt_metric": table.attrs["corrupt_metric"],
-        "seconds": round(seconds, 3),
-        # what the faithfulness was measured on: `attndesk reproduce` measures it again from a bundle
-        "question": {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong, "target": args.target},
-    }
-    # what a bundle's page draws of the circuit: its edges' scores and its curve
-    kept = set(circuit)
-    about["edge_scores"] = [
-        [s, d, k, float(v)] for s, d, k, v in zip(table.src, table.dst, table.kind, table.score) if (s, d, k) in kept
-    ]
-    about["curve"] = {c: [None if np.isnan(v) else float(v) for v in curve[c]] for c in CURVE}
-    for path in _write(folder, table, circuit, curve, about, paths):
+    with ProgressLine() as progress:
+        table, circuit, curve, faith, paths = score_and_measure(args, model, prompts, common, progress.update)
+    about = describe(args, model, prompts, (table, circuit, curve, faith), time.perf_counter() - start)
+    for path in write_outputs(folder, table, circuit, curve, about, paths):
         print(path, flush=True)
     print(
         f"attndesk: {len(circuit):,} of {len(table):,} edges kept, faithfulness {faith:.3f} "
@@ -192,48 +118,3 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def _write(folder, table, circuit, curve, about, paths=None) -> list:
-    from attndesk.cli.patch import heatmap
-    from attndesk.core.interp import save_circuit
-    from attndesk.render import ensure_gui_app, export_figure
-    from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
-    from attndesk.render.export import ExportError, OutputSet
-    from attndesk.render.page_circuit import write_circuit_page
-
-    ensure_gui_app(headless=True)
-    plain = table.copy()
-    plain.attrs = {}
-    title = f"{about['model']}: {about['edges_kept']} of {about['edges_total']} edges, faithfulness {about['faithfulness']:.3f}"
-    try:
-        with OutputSet(folder) as out:
-            plain.to_csv(out.path("edges.csv"), index=False)
-            plain.to_parquet(out.path("edges.parquet"), index=False)
-            save_circuit(circuit, out.path("circuit.json"), **about)
-            curve.to_csv(out.path("faithfulness.csv"), index=False)
-            write_faithfulness_curve(curve, out.path("faithfulness.png"), title=f"faithfulness ({about['metric']})")
-            for ext in ("png", "svg"):
-                write_circuit_figure(table, circuit, out.path(f"graph.{ext}"), title=title)
-            settings = {k: about[k] for k in ("model", "method", "scores", "metric", "faithfulness")}
-            write_circuit_page(table, circuit, curve, out.path("circuit.html"), title=title, settings=settings)
-            if paths is not None:
-                kind = paths.attrs["kind"]
-                name = f"path_patching_{kind}"
-                paths.rename_axis("sender").to_csv(out.path(f"{name}.csv"))
-                # the figure leaves out the senders that feed no head (the last layer) and the
-                # receivers no head feeds (the first layer)
-                shown = paths.dropna(how="all").dropna(axis=1, how="all")
-                figure = heatmap(
-                    shown.to_numpy(dtype=float),
-                    list(shown.index),
-                    list(shown.columns),
-                    f"path patching into {kind} ({about['metric']}, corrupted sender into the clean run)",
-                    "sender head",
-                    f"receiver ({kind} input)",
-                    "m_patched - m_clean",
-                )
-                export_figure(figure, out.path(f"{name}.png"))
-    except ExportError as exc:
-        raise CliError(str(exc)) from None
-    return out.committed

@@ -5,6 +5,7 @@ tolerance), or name what is missing here (the model folder, a version)."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError
@@ -104,8 +105,6 @@ def _bundled_image(bundle, name: str):
 
 def _circuits(bundle, model_folder: str | None) -> list[tuple[str, float, float]]:
     """(name, bundled, recomputed) faithfulness of every circuit in the bundle, on its model."""
-    import json
-
     from attndesk.core.bundle import BundleError, check_model
 
     if not bundle.circuits:

@@ -18,6 +18,14 @@ K/V heads for PyramidKV, AdaKV and the DuoAttention split, which move budget bet
 ``streaming`` takes ``sinks`` (default 4): key j is visible to query i when j <= i and
 (j < sinks or i - j < budget - sinks). ``POLICIES[name].option_fields()`` lists a policy's options
 (``param`` fields: what the CLI and a form read); ``docs/kvcache.md`` defines every policy.
+
+Modules: ``base`` (what every policy shares), ``registry`` (``POLICIES``), one module per policy
+(``recency``, ``random_keys``, ``streaming``, ``h2o``, ``tova``, ``snapkv``, ``pyramidkv``, ``adakv``,
+``knorm``, ``keydiff``, ``expected_attention``, ``duo``, ``oracle``), ``model`` (the forward with
+per-head key masks), ``simulate`` (the compressed run), ``retrieval`` (retrieval-head scores),
+``sinks`` (attention sinks and massive activations), ``regressions`` (two published eviction bugs
+reproduced), and the window's KV cache tab's work: ``lab`` (one run) and ``sweep`` (every policy
+at every budget).
 """
 
 from .base import Policy, resolve_budget, top_keys

@@ -14,9 +14,14 @@ from typing import Any
 import numpy as np
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.pretrained import load_pretrained
 from attndesk.jobs import JobContext, job_context
+from attndesk.train.presets import load_preset
+from attndesk.train.run import TrainRun
+from attndesk.train.tasks import Needle
 
 from .model import kv_model
+from .retrieval import retrieval_scores
 from .simulate import KVRun, causal, simulate
 from .sinks import SinkReport, sink_report
 from .sweep import default_budgets, sweep
@@ -28,20 +33,14 @@ def open_model(source: Source, *, ctx: JobContext | None = None):
     """The model of ``source``: a ``TrainRun`` for a preset, a ``LoadedModel`` for a folder."""
     kind, name = source
     if kind == "preset":
-        from attndesk.train.presets import load_preset
-
         return load_preset(name)
     if kind == "pretrained":
-        from attndesk.core.pretrained import load_pretrained
-
         return load_pretrained(name, ctx=ctx)
     raise ConfigError(f"a model source is a preset or a pretrained folder, got {kind!r}")
 
 
 def input_ids(model, text: str) -> tuple[list[int], dict[int, int]]:
     """(the input's ids, the answer rows {row: token} of a toy task's probe, else {})."""
-    from attndesk.train.run import TrainRun
-
     if isinstance(model, TrainRun) and not text.strip():
         probe = model.task.probe()
         ids = probe.ids[0].tolist()
@@ -86,12 +85,7 @@ def lab_run(
     full = np.stack(kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, run.rows)).weights)
     ctx.progress(0.9, "sink and retrieval scores")
     retrieval = None
-    from attndesk.train.run import TrainRun
-    from attndesk.train.tasks import Needle
-
     if isinstance(model, TrainRun) and isinstance(model.task, Needle):
-        from .retrieval import retrieval_scores
-
         retrieval = retrieval_scores(model)
     ctx.progress(1.0, "done")
     return LabRun(run, weights, full, sink_report(full), retrieval, answers, kvm.groups)

@@ -24,7 +24,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
+from attndesk.core.atomic import atomic_write
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
@@ -148,12 +152,6 @@ def curves(table: Sequence[Mapping[str, Any]], metric: str) -> dict[str, tuple[n
 
 def write_table(table: Sequence[Mapping[str, Any]], csv_path, parquet_path=None) -> None:
     """The table as CSV (and Parquet), each file written whole (``core.atomic``)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    from attndesk.core.atomic import atomic_write
-
     arrow = pa.Table.from_pylist([{c: row[c] for c in COLUMNS} for row in table])
     atomic_write(csv_path, lambda fh: pacsv.write_csv(arrow, fh))
     if parquet_path is not None:

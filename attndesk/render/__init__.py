@@ -10,6 +10,8 @@
 - ``bundle``: a run, its session, weights and figures as one reproducible ``.zip``.
 - ``heads_grid``, ``training``, ``overlays``, ``kvcache``: figures of the corpus pass, of a training
   run (curves, animations), of maps blended over an image, and of KV-cache runs.
+- ``circuit``: figures of an edge circuit (the graph and its faithfulness curve); ``page_circuit``:
+  its interactive page.
 
 pyqtgraph's exporters are never used (its SVGExporter crashes on Qt >= 6.11).
 """

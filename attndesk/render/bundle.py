@@ -10,6 +10,8 @@ model's files and the probe input's token ids, and its text is the probe input t
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,16 +21,25 @@ import numpy as np
 import torch
 
 from attndesk.core.bundle import BundleError, model_identity, run_weights, write_bundle
+from attndesk.core.images import image_choice
+from attndesk.core.interp.image_maps import default_query
 from attndesk.core.pretrained import packaged_model_dir
+from attndesk.core.pretrained.vision import read_image
 from attndesk.render import ensure_gui_app
-from attndesk.render.export import default_filename, figure_bytes
+from attndesk.render.export import default_filename, figure_bytes, render_bytes
 from attndesk.render.figure import figure_from_map
+from attndesk.render.overlays import overlay_painter, run_figures
 from attndesk.render.page import (
+    MAX_PAGE_BYTES,
     PageTooLarge,
+    check_page_size,
+    choose_precision,
+    image_entry,
     page_data,
     page_html,
     pretrained_page_maps,
 )
+from attndesk.render.page_circuit import circuit_section
 from attndesk.session.file import session_json
 from attndesk.session.state import AppState, ModeId
 from attndesk.train.presets import weights_sha256
@@ -110,9 +121,6 @@ def _page(state: AppState, result: Any, layer: int | None, folder: Path | None) 
 
 def _first_circuit(circuits: Mapping[str, bytes]) -> dict[str, Any] | None:
     """The page's circuit entry of the first bundled circuit that records its scores and curve."""
-    import json
-
-    from attndesk.render.page_circuit import circuit_section
 
     for name in sorted(circuits):
         try:
@@ -128,13 +136,6 @@ def vision_bundle_parts(state: AppState, run: Any, layer: int | None, colormap: 
     """A vision run's part of a bundle: the input image as decoded (``inputs/image.png``, from the
     state's image choice), the overlay figures (each layer's heads and every head, from the class
     token or the mean patch) and the page with the image above the maps when it fits."""
-    import io
-
-    from attndesk.core.images import image_choice
-    from attndesk.core.interp.image_maps import default_query
-    from attndesk.core.pretrained.vision import read_image
-    from attndesk.render.export import render_bytes
-    from attndesk.render.overlays import overlay_painter, run_figures
 
     ensure_gui_app(headless=True)
     name, image = image_choice(state.pretrained.image)
@@ -149,9 +150,6 @@ def vision_bundle_parts(state: AppState, run: Any, layer: int | None, colormap: 
 
 def figures_entry(run: Any, figures: list) -> dict[str, Any]:
     """A page's ``image`` entry: ``run``'s patch grid and ``figures`` [(name, OverlayFigure)] as PNGs."""
-    from attndesk.render.export import render_bytes
-    from attndesk.render.overlays import overlay_painter
-    from attndesk.render.page import image_entry
 
     ensure_gui_app(headless=True)
     return image_entry(
@@ -162,8 +160,6 @@ def figures_entry(run: Any, figures: list) -> dict[str, Any]:
 def window_page_image(run: Any, layer: int, colormap: str) -> dict[str, Any]:
     """The window's html export of a vision run's layer: the image with that layer's heads (from the
     class token, or the mean patch) and every head of every layer, above the layer's maps."""
-    from attndesk.core.interp.image_maps import default_query
-    from attndesk.render.overlays import run_figures
 
     return figures_entry(run, run_figures(run, default_query(run), layers=[layer], colormap=colormap))
 
@@ -173,7 +169,6 @@ def vision_page(
 ) -> dict[str, bytes]:
     """{name: html} of a vision run's page (its token x token maps, the image and ``figures``
     [(name, OverlayFigure)] above them), or {} when it would be over the page's limit."""
-    from attndesk.render.page import MAX_PAGE_BYTES, check_page_size, choose_precision
 
     image = figures_entry(run, figures)
     room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])

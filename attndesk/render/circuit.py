@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QPen, QPolygonF
 
 from .export import write
 from .layout import nice_ticks, tick_format
@@ -49,8 +51,6 @@ def layout(nodes: Iterable[str]) -> dict[str, tuple[float, float]]:
 
 
 def _kind_dash(kind: str):
-    from PySide6.QtCore import Qt
-
     return {"k": Qt.PenStyle.DashLine, "v": Qt.PenStyle.DotLine}.get(kind, Qt.PenStyle.SolidLine)
 
 
@@ -67,9 +67,6 @@ def write_circuit_figure(
     used = set(rows["src"]) | set(rows["dst"])
 
     def paint(painter, rect) -> None:
-        from PySide6.QtCore import QPointF, QRectF, Qt
-        from PySide6.QtGui import QColor, QFont, QPen
-
         painter.fillRect(rect, QColor("white"))
         painter.setRenderHint(painter.RenderHint.Antialiasing)
         font = QFont()
@@ -108,6 +105,77 @@ def write_circuit_figure(
     return write(paint, path, size=size, title=title)
 
 
+def _curve_axis(values: np.ndarray) -> tuple[float, float, list[float], str]:
+    """(low, high, ticks, tick format) of a faithfulness axis: at least [0, 1], out to every finite value."""
+    finite = values[np.isfinite(values)]
+    lo, hi = min(0.0, float(finite.min(initial=0.0))), max(1.0, float(finite.max(initial=1.0)))
+    ticks = nice_ticks(lo, hi, 6)
+    return min(lo, ticks[0]), max(hi, ticks[-1]), ticks, tick_format(ticks)
+
+
+def _paint_curve_axes(painter, area: QRectF, at, ticks, fmt: str, lo: float, line: float) -> None:
+    """The horizontal grid with its faithfulness labels and the share-of-edges labels below."""
+    for t in ticks:
+        painter.setPen(QPen(QColor("#cccccc"), 1))
+        painter.drawLine(at(0, t), at(1, t))
+        painter.setPen(QColor("black"))
+        painter.drawText(
+            QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
+            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+            fmt.format(t),
+        )
+    for t in nice_ticks(0.0, 1.0, 6):
+        painter.drawText(
+            QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
+            Qt.AlignmentFlag.AlignCenter,
+            f"{t:.0%}",
+        )
+
+
+def _paint_curve_series(painter, at, x: np.ndarray, series: dict[str, np.ndarray], spread: np.ndarray) -> None:
+    """The random sets' band of one standard deviation, then the random mean and the circuit's curve."""
+    band = [at(u, m + s) for u, m, s in zip(x, series["random"], spread) if np.isfinite(m)]
+    band += [at(u, m - s) for u, m, s in reversed(list(zip(x, series["random"], spread))) if np.isfinite(m)]
+    if band:
+        shade = QColor("#7f7f7f")
+        shade.setAlphaF(0.25)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(shade)
+        painter.drawPolygon(QPolygonF(band))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+    for key, colour in (("random", "#7f7f7f"), ("circuit", "#d62728")):
+        points = [at(u, v) for u, v in zip(x, series[key]) if np.isfinite(v)]
+        painter.setPen(QPen(QColor(colour), 2))
+        if points:
+            painter.drawPolyline(QPolygonF(points))
+            for point in points:
+                painter.drawEllipse(point, 2.5, 2.5)
+
+
+def _paint_curve_legend(painter, area: QRectF, line: float) -> None:
+    """The plot's frame, the two series' names in their colours and the x axis's name."""
+    painter.setPen(QPen(QColor("black"), 1))
+    painter.drawRect(area)
+    painter.setPen(QColor("#d62728"))
+    painter.drawText(
+        QRectF(area.left() + line * 0.5, area.top() + line * 0.3, area.width(), line),
+        Qt.AlignmentFlag.AlignLeft,
+        "top edges by |score|",
+    )
+    painter.setPen(QColor("#7f7f7f"))
+    painter.drawText(
+        QRectF(area.left() + line * 0.5, area.top() + line * 1.3, area.width(), line),
+        Qt.AlignmentFlag.AlignLeft,
+        "random edges: mean ± std",
+    )
+    painter.setPen(QColor("black"))
+    painter.drawText(
+        QRectF(area.left(), area.bottom() + line * 1.2, area.width(), line),
+        Qt.AlignmentFlag.AlignCenter,
+        "share of edges kept",
+    )
+
+
 def write_faithfulness_curve(
     curve: pd.DataFrame, path: str | os.PathLike, *, title: str = "", size: tuple[int, int] = (1200, 800)
 ) -> Path:
@@ -119,17 +187,11 @@ def write_faithfulness_curve(
         "random": curve["random_mean"].to_numpy(dtype=float),
     }
     spread = curve["random_std"].to_numpy(dtype=float)
-    values = np.concatenate([series["circuit"], series["random"] + spread, series["random"] - spread])
-    finite = values[np.isfinite(values)]
-    lo, hi = min(0.0, float(finite.min(initial=0.0))), max(1.0, float(finite.max(initial=1.0)))
-    ticks = nice_ticks(lo, hi, 6)
-    lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
-    fmt = tick_format(ticks)
+    lo, hi, ticks, fmt = _curve_axis(
+        np.concatenate([series["circuit"], series["random"] + spread, series["random"] - spread])
+    )
 
     def paint(painter, rect) -> None:
-        from PySide6.QtCore import QPointF, QRectF, Qt
-        from PySide6.QtGui import QColor, QFont, QPen, QPolygonF
-
         painter.fillRect(rect, QColor("white"))
         painter.setRenderHint(painter.RenderHint.Antialiasing)
         font = QFont()
@@ -145,57 +207,9 @@ def write_faithfulness_curve(
         def at(u: float, v: float) -> QPointF:
             return QPointF(area.left() + area.width() * u, area.bottom() - area.height() * (v - lo) / (hi - lo))
 
-        for t in ticks:
-            painter.setPen(QPen(QColor("#cccccc"), 1))
-            painter.drawLine(at(0, t), at(1, t))
-            painter.setPen(QColor("black"))
-            painter.drawText(
-                QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
-                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                fmt.format(t),
-            )
-        for t in nice_ticks(0.0, 1.0, 6):
-            painter.drawText(
-                QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
-                Qt.AlignmentFlag.AlignCenter,
-                f"{t:.0%}",
-            )
-        band = [at(u, m + s) for u, m, s in zip(x, series["random"], spread) if np.isfinite(m)]
-        band += [at(u, m - s) for u, m, s in reversed(list(zip(x, series["random"], spread))) if np.isfinite(m)]
-        if band:
-            shade = QColor("#7f7f7f")
-            shade.setAlphaF(0.25)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(shade)
-            painter.drawPolygon(QPolygonF(band))
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-        for key, colour in (("random", "#7f7f7f"), ("circuit", "#d62728")):
-            points = [at(u, v) for u, v in zip(x, series[key]) if np.isfinite(v)]
-            painter.setPen(QPen(QColor(colour), 2))
-            if points:
-                painter.drawPolyline(QPolygonF(points))
-                for point in points:
-                    painter.drawEllipse(point, 2.5, 2.5)
-        painter.setPen(QPen(QColor("black"), 1))
-        painter.drawRect(area)
-        painter.setPen(QColor("#d62728"))
-        painter.drawText(
-            QRectF(area.left() + line * 0.5, area.top() + line * 0.3, area.width(), line),
-            Qt.AlignmentFlag.AlignLeft,
-            "top edges by |score|",
-        )
-        painter.setPen(QColor("#7f7f7f"))
-        painter.drawText(
-            QRectF(area.left() + line * 0.5, area.top() + line * 1.3, area.width(), line),
-            Qt.AlignmentFlag.AlignLeft,
-            "random edges: mean ± std",
-        )
-        painter.setPen(QColor("black"))
-        painter.drawText(
-            QRectF(area.left(), area.bottom() + line * 1.2, area.width(), line),
-            Qt.AlignmentFlag.AlignCenter,
-            "share of edges kept",
-        )
+        _paint_curve_axes(painter, area, at, ticks, fmt, lo, line)
+        _paint_curve_series(painter, at, x, series, spread)
+        _paint_curve_legend(painter, area, line)
 
     return write(paint, path, size=size, title=title)
 

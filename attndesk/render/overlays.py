@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor
 
+from attndesk.core.interp.image_maps import head_maps
+
+from .cells import rgb_image
 from .colormaps import map_values
 
 PANEL = 180  # pixels per panel side
@@ -88,10 +93,6 @@ class OverlayFigure:
 
 def paint_overlays(painter, rect, figure: OverlayFigure) -> None:
     """Draw ``figure`` into ``rect`` (``export.write``'s paint function)."""
-    from PySide6.QtCore import QRectF, Qt
-    from PySide6.QtGui import QColor
-
-    from .cells import rgb_image
 
     left = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
     painter.fillRect(rect, QColor(255, 255, 255))
@@ -120,10 +121,6 @@ def paint_overlays(painter, rect, figure: OverlayFigure) -> None:
 
 
 def _colour_bar(painter, figure: OverlayFigure, where) -> None:
-    from PySide6.QtCore import QRectF, Qt
-    from PySide6.QtGui import QColor
-
-    from .cells import rgb_image
 
     ramp = map_values(np.linspace(0.0, 1.0, 256)[None, :].repeat(2, axis=0), figure.colormap, 0.0, 1.0)
     painter.drawImage(where, rgb_image(np.ascontiguousarray(ramp.astype(np.uint8))))
@@ -196,7 +193,6 @@ def run_figures(
     """A vision run's head figures, [(name, figure)]: each of ``layers`` (default every one) as
     ``heads_layer<L>``, then ``all_heads`` (every head of every layer, one row per layer), each
     head from token ``query`` (None: the mean over the patches), Swin's windows drawn as lines."""
-    from attndesk.core.interp.image_maps import head_maps
 
     who = "the mean over the patches" if query is None else run.tokens[query]
     windows = run.window_weights is not None

@@ -4,7 +4,8 @@
 >>> run = train(TrainConfig(task="induction", seed=0))             # doctest: +SKIP
 >>> run.save("induction-run"); load_trained("induction-run").attention(ids)  # doctest: +SKIP
 
-See docs/train.md for the tasks, the presets and the figures.
+See docs/train.md for the tasks, the presets and the figures; ``images`` holds the image tasks
+and their vision models (docs/vision.md).
 """
 
 from __future__ import annotations

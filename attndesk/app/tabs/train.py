@@ -155,6 +155,16 @@ def checkpoint_attention(run: TrainRun, step: int) -> tuple[int, np.ndarray, np.
     return step, checkpoint.attention(run.task.probe().ids)[0].numpy(), head_scores(checkpoint)
 
 
+def _saver(run: TrainRun, folder: str) -> Callable[[], str]:
+    """The pool job of a save: write ``run`` into ``folder``, all or nothing, and give the folder back."""
+
+    def write() -> str:
+        run.save(folder)
+        return folder
+
+    return write
+
+
 class TrainTab(QObject):
     """The presenter of ``TrainView`` (see the module docstring). ``drawn`` is emitted after
     each draw; ``finished(run)`` when a run ends (finished, stopped or diverged)."""
@@ -412,12 +422,8 @@ class TrainTab(QObject):
             return
         self.view.show_message(f"saving to {folder}…")
 
-        def write() -> str:
-            run.save(folder)
-            return folder
-
         self._save.start(
-            write,
+            _saver(run, folder),
             done=lambda f: self.view.show_message(f"saved {f}"),
             failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
             expected=(ConfigError, OSError),

@@ -6,6 +6,10 @@
 - ``compare.CompareView``: pin A, current B, B - A; one-click teaching comparisons.
 - ``implementation.ImplementationPanel``: attndesk vs torch SDPA vs nn.MultiheadAttention timings and differences.
 - ``rollout.RolloutView``: pretrained mode: attention rollout across layers and "follow a token".
+- ``kvlab.KVLabView``: the KV cache tab: a policy's compressed run and a sweep of budgets.
+- ``circuit.CircuitView``: the Circuit tab: edge scores, a circuit's faithfulness, a head's score terms.
+- ``image_view``: the Image tab: a vision model's input image and its attention drawn over it.
+- ``empty_state.EmptyStatePage``: the page a tab shows when it does not apply to the model or mode on screen.
 - ``heatmap.MatrixPlot``: the labelled matrix every view draws with.
 
 A view never imports another view (``heatmap`` is their shared widget) nor a mode; the presenters

@@ -244,6 +244,69 @@ class CircuitGraph(QWidget):
             self.edgeClicked.emit(*edge)
 
 
+def _faithfulness_plot() -> tuple[pg.PlotWidget, QLabel]:
+    """The faithfulness curve's plot (edges kept across) and its legend."""
+    plot = pg.PlotWidget(objectName="circuitCurve")
+    plot.setBackground("w")
+    plot.setLabel("bottom", "edges in the circuit")
+    plot.setLabel("left", "faithfulness")
+    plot.setMinimumHeight(200)
+    legend = QLabel(
+        '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
+        '<span style="color:#787878">━ random edges of the same count (mean ± sd, 10 draws)</span>',
+        objectName="circuitCurveLegend",
+    )
+    legend.setWordWrap(True)
+    return plot, legend
+
+
+def _draw_faithfulness(plot: pg.PlotWidget, curve: pd.DataFrame, marker: pg.InfiniteLine) -> None:
+    """The random edge sets' mean with a band of one standard deviation, the top edges' curve, and
+    the marker of the size on show."""
+    plot.clear()
+    sizes = curve["size"].to_numpy(dtype=float)
+    mean, std = curve["random_mean"].to_numpy(dtype=float), curve["random_std"].to_numpy(dtype=float)
+    upper = pg.PlotDataItem(sizes, mean + std, pen=pg.mkPen((150, 150, 150, 0)))
+    lower = pg.PlotDataItem(sizes, mean - std, pen=pg.mkPen((150, 150, 150, 0)))
+    plot.addItem(upper)
+    plot.addItem(lower)
+    plot.addItem(pg.FillBetweenItem(upper, lower, brush=(150, 150, 150, 70)))
+    plot.plot(sizes, mean, pen=pg.mkPen((120, 120, 120), width=2))
+    plot.plot(sizes, curve["faithfulness"].to_numpy(dtype=float), pen=pg.mkPen((200, 40, 40), width=2))
+    plot.addItem(marker)
+
+
+def _head_map_plot() -> tuple[pg.PlotWidget, pg.ImageItem, QGraphicsRectItem]:
+    """The picked head's attention map: its plot (queries down), its image and the picked cell's mark."""
+    plot = pg.PlotWidget(objectName="circuitHeadMap")
+    plot.setBackground("w")
+    plot.setMinimumSize(220, 220)
+    plot.setAspectLocked(True)
+    plot.getAxis("left").setWidth(84)  # room for "i token" on every row
+    plot.invertY(True)
+    plot.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
+    image = pg.ImageItem(axisOrder="row-major")
+    image.setLookupTable(pg.colormap.get("viridis").getLookupTable())
+    plot.addItem(image)
+    mark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
+    mark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
+    mark.setZValue(10)
+    mark.hide()
+    plot.addItem(mark)
+    return plot, image, mark
+
+
+def _fill_terms(table: QTableWidget, top: pd.DataFrame) -> None:
+    """One row per score term: its query-side and key-side components, its kind, its value."""
+    table.setRowCount(len(top))
+    for r, (_, row) in enumerate(top.iterrows()):
+        for c, value in enumerate(
+            (row["query_component"], row["key_component"], str(row["kind"]), f"{row['term']:+.5g}")
+        ):
+            table.setItem(r, c, QTableWidgetItem(str(value)))
+    table.resizeColumnsToContents()
+
+
 class CircuitView(QWidget):
     """The Circuit tab (see the module docstring). ``decomposeRequested(layer, head, query, key)``,
     ``headOpened(node)``, ``exportRequested(path)`` go to the presenter."""
@@ -319,17 +382,7 @@ class CircuitView(QWidget):
         self.exportSvg = QPushButton("Export SVG…", objectName="circuitExportSvg")
         self.openHeat = QPushButton("Open head in Heatmaps", objectName="circuitOpenHead")
         self.openHeat.setEnabled(False)
-        self.curve = pg.PlotWidget(objectName="circuitCurve")
-        self.curve.setBackground("w")
-        self.curve.setLabel("bottom", "edges in the circuit")
-        self.curve.setLabel("left", "faithfulness")
-        self.curve.setMinimumHeight(200)
-        self.curveLegend = QLabel(
-            '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
-            '<span style="color:#787878">━ random edges of the same count (mean ± sd, 10 draws)</span>',
-            objectName="circuitCurveLegend",
-        )
-        self.curveLegend.setWordWrap(True)
+        self.curve, self.curveLegend = _faithfulness_plot()
         self._marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("k", style=Qt.PenStyle.DashLine))
 
     def _make_terms(self) -> QGroupBox:
@@ -357,21 +410,7 @@ class CircuitView(QWidget):
             cell.addWidget(QLabel(label), 0, 2 * i)
             cell.addWidget(spin, 0, 2 * i + 1)
         cell.addWidget(self.decomposeButton, 0, 8)
-        self.headMap = pg.PlotWidget(objectName="circuitHeadMap")
-        self.headMap.setBackground("w")
-        self.headMap.setMinimumSize(220, 220)
-        self.headMap.setAspectLocked(True)
-        self.headMap.getAxis("left").setWidth(84)  # room for "i token" on every row
-        self.headMap.invertY(True)
-        self.headMap.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
-        self._headImage = pg.ImageItem(axisOrder="row-major")
-        self._headImage.setLookupTable(pg.colormap.get("viridis").getLookupTable())
-        self.headMap.addItem(self._headImage)
-        self._cellMark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
-        self._cellMark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
-        self._cellMark.setZValue(10)
-        self._cellMark.hide()
-        self.headMap.addItem(self._cellMark)
+        self.headMap, self._headImage, self._cellMark = _head_map_plot()
         self.headMap.scene().sigMouseClicked.connect(self._on_map_click)
         self._mapShape: tuple[int, int] | None = None
         self.weightLabel = QLabel("", objectName="circuitWeights")
@@ -446,17 +485,7 @@ class CircuitView(QWidget):
     def set_shown(self, shown: CircuitShown) -> None:
         self.shown = shown
         curve = shown.curve
-        self.curve.clear()
-        sizes = curve["size"].to_numpy(dtype=float)
-        mean, std = curve["random_mean"].to_numpy(dtype=float), curve["random_std"].to_numpy(dtype=float)
-        upper = pg.PlotDataItem(sizes, mean + std, pen=pg.mkPen((150, 150, 150, 0)))
-        lower = pg.PlotDataItem(sizes, mean - std, pen=pg.mkPen((150, 150, 150, 0)))
-        self.curve.addItem(upper)
-        self.curve.addItem(lower)
-        self.curve.addItem(pg.FillBetweenItem(upper, lower, brush=(150, 150, 150, 70)))
-        self.curve.plot(sizes, mean, pen=pg.mkPen((120, 120, 120), width=2))
-        self.curve.plot(sizes, curve["faithfulness"].to_numpy(dtype=float), pen=pg.mkPen((200, 40, 40), width=2))
-        self.curve.addItem(self._marker)
+        _draw_faithfulness(self.curve, curve, self._marker)
         self.slider.blockSignals(True)
         self.slider.setRange(0, len(curve) - 1)
         self.slider.setValue(self._default_step(curve))
@@ -563,13 +592,7 @@ class CircuitView(QWidget):
             return
         table = terms.terms
         top = table.reindex(table["term"].abs().sort_values(ascending=False).index).head(TOP_TERMS)
-        self.termsTable.setRowCount(len(top))
-        for r, (_, row) in enumerate(top.iterrows()):
-            for c, value in enumerate(
-                (row["query_component"], row["key_component"], str(row["kind"]), f"{row['term']:+.5g}")
-            ):
-                self.termsTable.setItem(r, c, QTableWidgetItem(str(value)))
-        self.termsTable.resizeColumnsToContents()
+        _fill_terms(self.termsTable, top)
         where = f"layer {terms.layer} head {terms.head}, query {terms.query} → key {terms.key}"
         text = (
             f"{where}: score {terms.score:+.6g} = the sum of {len(table)} terms "

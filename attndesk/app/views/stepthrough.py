@@ -56,6 +56,12 @@ def _stage(inter, name: str) -> np.ndarray:
     return getattr(inter, name)
 
 
+def _head_label(result, head: int) -> str:
+    """``L2 H3`` for a real model's layer, ``H3`` for the toy model's single layer."""
+    layer = getattr(result, "layer", None)
+    return head_name(layer if isinstance(layer, int) else None, head)
+
+
 class StepThroughView(QWidget):
     """Per-head step-through of ``result.intermediates`` (run with keep_intermediates=True).
 
@@ -260,11 +266,6 @@ class StepThroughView(QWidget):
     def _d_k(self) -> int:
         return int(_stage(self._result.intermediates, "q").shape[-1])
 
-    def _head_name(self, head: int) -> str:
-        """``L2 H3`` for a real model's layer, ``H3`` for the toy model's single layer."""
-        layer = getattr(self._result, "layer", None)
-        return head_name(layer if isinstance(layer, int) else None, head)
-
     def _formula(self, name: str) -> str:
         return formula(self._result, name, self._head)
 
@@ -272,14 +273,14 @@ class StepThroughView(QWidget):
         """Draw the current head: the images given, else ask the preparer, else make them here."""
         result, h = self._result, self._head
         if images is None and self._preparer is not None:
-            self.infoLabel.setText(f"drawing {self._head_name(h)}…")
+            self.infoLabel.setText(f"drawing {_head_label(self._result, h)}…")
             self._preparer(result, h)
             return
         images = images if images is not None else stage_images(result, h)
         tokens, keys = list(result.tokens), list(result.keys)
         heads = int(_stage(result.intermediates, "weights").shape[0])
         self.infoLabel.setText(
-            f"{self._head_name(h)} of {heads} heads · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
+            f"{_head_label(result, h)} of {heads} heads · d_k = {self._d_k()} · {len(tokens)} tokens · mask {result.config.mask}"
             + (" · scaled" if result.config.scaled else " · unscaled")
             + variant_words(result, h)
             + (" · hatched cells = masked (−∞)" if result.config.mask != "none" or result.config.window else "")
@@ -312,7 +313,7 @@ class StepThroughView(QWidget):
         col_labels = keys if name in SQUARE else [str(i) for i in range(prepared.matrix.shape[1])]
         row_labels = keys if name in ("k_raw", "k", "v") else tokens  # K and V rows are the keys (cross-attention)
         shape = " × ".join(map(str, prepared.matrix.shape))
-        where = f" of {self._head_name(self._head)}" if name in PER_HEAD else ""  # the info line names the head too
+        where = f" of {_head_label(self._result, self._head)}" if name in PER_HEAD else ""  # named as on the info line
         plot.set_title(f"<b>{name}</b> <span style='color:#555'>[{shape}]</span><br>{self._formula(name)}")
         why = f" — {EXPLAINED[name]}" if name in EXPLAINED else ""
         plot.title.setToolTip(f"{name}{where} [{shape}]: {self._formula(name)}{why}")

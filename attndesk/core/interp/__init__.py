@@ -2,7 +2,14 @@
 first-order approximation, edge scores, path patching and circuits, input attributions, attention flow, the logit lens and direct logit
 attribution. Pure functions returning dataclasses of numpy arrays with their labels; the long
 ones take ``progress(fraction, message)`` and a ``cancel`` ``threading.Event`` and size their
-batches against a memory budget in bytes. Nothing here imports Qt."""
+batches against a memory budget in bytes. Nothing here imports Qt.
+
+Modules: ``anatomy`` (where a model's layers and heads are), ``inputs`` (prompts, answers, metrics),
+``attribution_patching`` (the first-order estimate), ``graph`` (the edge graph and its patched
+engine), ``edges`` (edge scores, path patching), ``score_terms`` (a head's score split into terms),
+``composition`` (weight-only views of a toy decoder's heads), ``image_maps`` (maps of a vision
+transformer's evidence on the patch grid), ``faithfulness`` (how faithful such a map is: deletion,
+insertion, the pointing game), ``registers`` (a vision transformer's registers and high-norm tokens)."""
 
 from .attribution import (
     BASELINES,

@@ -262,6 +262,39 @@ class StepAttribution:
 STEP_METHODS = ("gradient_x_input", "integrated_gradients")
 
 
+def _check_step_request(model: LoadedModel, method: str, steps) -> None:
+    """A step-by-step attribution reads a decoder-only LM, by a known method, in 1 to 4096 steps."""
+    if method not in STEP_METHODS:
+        raise ConfigError(f"step attributions take {' or '.join(STEP_METHODS)}, got {method!r}")
+    check_lm(model, "an attribution step by step")
+    if model.family != "decoder":
+        raise ConfigError(f"{model.name} is a {model.family}: the step-by-step attribution reads a decoder-only model")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
+        raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
+
+
+def _step_path(model: LoadedModel, method: str, embeds: torch.Tensor, baseline, steps: int, memory_budget):
+    """(the inputs the gradients are taken at [S, L, E], their quadrature weights [S, 1, 1] in
+    float64, the origin the attribution is measured from): the text's own embeddings with weight 1
+    and origin 0 for gradient x input; for integrated gradients the Gauss-Legendre nodes on the
+    straight path from the baseline, checked against the memory budget."""
+    if method != "integrated_gradients":
+        return embeds, torch.ones(1, 1, 1, dtype=torch.float64, device=embeds.device), 0.0
+    length = embeds.shape[1]
+    base, _name_of_base, _notices = _baseline(model, embeds, baseline)
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device).view(-1, 1, 1)
+    step_weights = torch.tensor(0.5 * weights, dtype=torch.float64, device=embeds.device).view(-1, 1, 1)
+    one = gradient_pass_bytes(model, steps, length)
+    budget = resolve_budget(memory_budget)
+    if one > budget:
+        raise ConfigError(
+            f"integrated gradients of every step over {length} tokens need about {format_bytes(one)}, over "
+            f"the memory budget of {format_bytes(budget)}: lower the steps, shorten the text or raise the budget"
+        )
+    return base + alphas * (embeds - base), step_weights, base.double()  # [S, L, E]
+
+
 def step_attributions(
     model: LoadedModel,
     text: str,
@@ -280,33 +313,13 @@ def step_attributions(
     tokens 0..t only, so one forward pass serves every step and each row equals the attribution
     of that prefix alone. Cancel and progress act between steps."""
     ctx = job_context(ctx)
-    if method not in STEP_METHODS:
-        raise ConfigError(f"step attributions take {' or '.join(STEP_METHODS)}, got {method!r}")
-    check_lm(model, "an attribution step by step")
-    if model.family != "decoder":
-        raise ConfigError(f"{model.name} is a {model.family}: the step-by-step attribution reads a decoder-only model")
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 4096:
-        raise ConfigError(f"integrated gradients take 1 to 4096 steps, got {steps!r}")
+    _check_step_request(model, method, steps)
     p = prompt(model, text)
     ids = p.ids[0]
     length = p.length
     with torch.no_grad():
         embeds = input_embeddings(model)(p.ids).detach().float()
-    if method == "integrated_gradients":
-        base, _name_of_base, _notices = _baseline(model, embeds, baseline)
-        nodes, weights = np.polynomial.legendre.leggauss(steps)
-        alphas = torch.tensor(0.5 * (nodes + 1.0), dtype=torch.float32, device=embeds.device).view(-1, 1, 1)
-        step_weights = torch.tensor(0.5 * weights, dtype=torch.float64, device=embeds.device).view(-1, 1, 1)
-        one = gradient_pass_bytes(model, steps, length)
-        budget = resolve_budget(memory_budget)
-        if one > budget:
-            raise ConfigError(
-                f"integrated gradients of every step over {length} tokens need about {format_bytes(one)}, over "
-                f"the memory budget of {format_bytes(budget)}: lower the steps, shorten the text or raise the budget"
-            )
-        path = base + alphas * (embeds - base)  # [S, L, E]
-    else:
-        path, step_weights = embeds, torch.ones(1, 1, 1, dtype=torch.float64, device=embeds.device)
+    path, step_weights, origin = _step_path(model, method, embeds, baseline, steps, memory_budget)
     with model._lock, torch.no_grad():
         logits = _all_logits(model, embeds)[0].double()  # [L, V] at the text's own embeddings
     last = int(logits[-1].argmax()) if target is None else token_id(model, target, "target")
@@ -316,7 +329,7 @@ def step_attributions(
     probabilities = log_probs[torch.arange(length), chosen].exp().cpu().numpy()
     target_logits = logits[torch.arange(length), chosen].cpu().numpy()
     scores = np.full((length, length), np.nan)
-    difference = (embeds.double() - (base.double() if method == "integrated_gradients" else 0.0))[0]
+    difference = (embeds.double() - origin)[0]
     with model._lock, torch.enable_grad():
         x = path.detach().requires_grad_(True)
         along = _all_logits(model, x)  # [S, L, V]

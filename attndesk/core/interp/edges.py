@@ -311,6 +311,21 @@ def edge_scores(
     return table
 
 
+def _path_ends(graph, kind: str, senders, receivers) -> tuple[list[str], list[str]]:
+    """(sender heads, receivers with a ``kind`` input): the ones asked for, checked, else all."""
+    heads = [n for s in graph.senders if s.heads for n in s.names]
+    ends = list(dict.fromkeys(dst for site in graph.sites for dst, k in site.receivers if k == kind))
+    rows_names = heads if senders is None else list(senders)
+    cols_names = ends if receivers is None else list(receivers)
+    for name in rows_names:
+        if name not in heads:
+            raise ConfigError(f"{name!r} is not a head of this model (heads: {heads[0]} ... {heads[-1]})")
+    for name in cols_names:
+        if name not in ends:
+            raise ConfigError(f"{name!r} has no {kind} input in this model")
+    return rows_names, cols_names
+
+
 def path_patching(
     model,
     clean,
@@ -339,16 +354,7 @@ def path_patching(
     setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     graph = setup.engine.graph
     index = graph.index()
-    heads = [n for s in graph.senders if s.heads for n in s.names]
-    ends = list(dict.fromkeys(dst for site in graph.sites for dst, k in site.receivers if k == kind))
-    rows_names = heads if senders is None else list(senders)
-    cols_names = ends if receivers is None else list(receivers)
-    for name in rows_names:
-        if name not in heads:
-            raise ConfigError(f"{name!r} is not a head of this model (heads: {heads[0]} ... {heads[-1]})")
-    for name in cols_names:
-        if name not in ends:
-            raise ConfigError(f"{name!r} has no {kind} input in this model")
+    rows_names, cols_names = _path_ends(graph, kind, senders, receivers)
     cells = [
         (i, j, index[(s, r, kind)])
         for i, s in enumerate(rows_names)

@@ -42,7 +42,7 @@ from ..memory import format_bytes
 from ..pretrained.loader import LoadedModel
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
-from .anatomy import check_lm
+from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
 from .inputs import hooks, last_logits, prompt, token_id
 
 KINDS = ("q", "k", "v", "mlp", "logits")
@@ -305,7 +305,32 @@ def _decoder_graph(model: LoadedModel, kind: str) -> tuple[Graph, dict]:
     return Graph(senders, sites, _dims(model, len(blocks), heads, kv)), points
 
 
+def _t5_self_attention(stack: str, layer: int, attn, heads: int, senders: list, sites: list, points: dict) -> int:
+    """A T5 stack's (``enc``/``dec``) self-attention at ``layer``: its q/k/v site and its heads as
+    senders; the head dimension."""
+    d = attn.SelfAttention.key_value_proj_dim
+    receivers, by_kind = _attention_receivers(f"{stack}.", layer, heads, heads)
+    projections = [Projection(getattr(attn.SelfAttention, k), _slices(by_kind[k], d)) for k in ("q", "k", "v")]
+    sites.append(Site(f"{stack}.L{layer}.attn", stack, 10 * layer + 1, attn.layer_norm, receivers, projections))
+    o = attn.SelfAttention.o
+    key = f"{stack}.L{layer}.heads"
+    names = tuple(f"{stack}.L{layer}.H{h}" for h in range(heads))
+    senders.append(Senders(key, names, stack, 10 * layer + 2, _head_weight(o, heads)))
+    points["z"][o] = key
+    return d
+
+
+def _t5_mlp(stack: str, layer: int, ff, order: int, senders: list, sites: list, points: dict) -> None:
+    """A T5 stack's feed-forward at ``layer``: its site (at ``order``) and its output as a sender."""
+    name = f"{stack}.L{layer}.MLP"
+    sites.append(Site(f"{stack}.L{layer}.mlp", stack, order, ff.layer_norm, [(name, "mlp")]))
+    senders.append(Senders(name, (name,), stack, order + 1))
+    points["mlp"][ff.DenseReluDense] = name
+
+
 def _t5_graph(model: LoadedModel) -> tuple[Graph, dict]:
+    """T5: the encoder's and decoder's senders and sites, the cross-attention's query read from the
+    decoder's stream and its keys and values from the encoder's final norm."""
     hf = model.model
     heads = model.num_heads
     senders = [Senders("enc.embed", ("enc.embed",), "enc", 0), Senders("dec.embed", ("dec.embed",), "dec", 0)]
@@ -315,30 +340,11 @@ def _t5_graph(model: LoadedModel) -> tuple[Graph, dict]:
     cross_slices: list[Projection] = []
     cross_receivers: list[tuple[str, str]] = []
     for layer, block in enumerate(hf.encoder.block):
-        attn, ff = block.layer[0], block.layer[1]
-        d = attn.SelfAttention.key_value_proj_dim
-        receivers, by_kind = _attention_receivers("enc.", layer, heads, heads)
-        projections = [Projection(getattr(attn.SelfAttention, k), _slices(by_kind[k], d)) for k in ("q", "k", "v")]
-        sites.append(Site(f"enc.L{layer}.attn", "enc", 10 * layer + 1, attn.layer_norm, receivers, projections))
-        key = f"enc.L{layer}.heads"
-        o = attn.SelfAttention.o
-        names = tuple(f"enc.L{layer}.H{h}" for h in range(heads))
-        senders.append(Senders(key, names, "enc", 10 * layer + 2, _head_weight(o, heads)))
-        points["z"][o] = key
-        sites.append(Site(f"enc.L{layer}.mlp", "enc", 10 * layer + 3, ff.layer_norm, [(f"enc.L{layer}.MLP", "mlp")]))
-        senders.append(Senders(f"enc.L{layer}.MLP", (f"enc.L{layer}.MLP",), "enc", 10 * layer + 4))
-        points["mlp"][ff.DenseReluDense] = f"enc.L{layer}.MLP"
+        _t5_self_attention("enc", layer, block.layer[0], heads, senders, sites, points)
+        _t5_mlp("enc", layer, block.layer[1], 10 * layer + 3, senders, sites, points)
     for layer, block in enumerate(hf.decoder.block):
         attn, cross, ff = block.layer[0], block.layer[1], block.layer[2]
-        d = attn.SelfAttention.key_value_proj_dim
-        receivers, by_kind = _attention_receivers("dec.", layer, heads, heads)
-        projections = [Projection(getattr(attn.SelfAttention, k), _slices(by_kind[k], d)) for k in ("q", "k", "v")]
-        sites.append(Site(f"dec.L{layer}.attn", "dec", 10 * layer + 1, attn.layer_norm, receivers, projections))
-        o = attn.SelfAttention.o
-        key = f"dec.L{layer}.heads"
-        names = tuple(f"dec.L{layer}.H{h}" for h in range(heads))
-        senders.append(Senders(key, names, "dec", 10 * layer + 2, _head_weight(o, heads)))
-        points["z"][o] = key
+        d = _t5_self_attention("dec", layer, attn, heads, senders, sites, points)
         # the cross-attention's query reads the decoder's stream; its keys and values the encoder's
         q_receivers, q_kind = _attention_receivers("cross.", layer, heads, heads, ("q",))
         eda = cross.EncDecAttention
@@ -361,9 +367,7 @@ def _t5_graph(model: LoadedModel) -> tuple[Graph, dict]:
         names = tuple(f"cross.L{layer}.H{h}" for h in range(heads))
         senders.append(Senders(key, names, "dec", 10 * layer + 4, _head_weight(eda.o, heads)))
         points["z"][eda.o] = key
-        sites.append(Site(f"dec.L{layer}.mlp", "dec", 10 * layer + 5, ff.layer_norm, [(f"dec.L{layer}.MLP", "mlp")]))
-        senders.append(Senders(f"dec.L{layer}.MLP", (f"dec.L{layer}.MLP",), "dec", 10 * layer + 6))
-        points["mlp"][ff.DenseReluDense] = f"dec.L{layer}.MLP"
+        _t5_mlp("dec", layer, ff, 10 * layer + 5, senders, sites, points)
     enc_end = 10 * len(hf.encoder.block) + 1
     sites.append(Site("cross.kv", "enc", enc_end, hf.encoder.final_layer_norm, cross_receivers, cross_slices))
     sites.append(
@@ -375,8 +379,6 @@ def _t5_graph(model: LoadedModel) -> tuple[Graph, dict]:
 
 
 def _dims(model: LoadedModel, layers: int, heads: int, kv: int) -> dict[str, int]:
-    from .anatomy import hidden_size, intermediate_size, vocabulary
-
     return {
         "embed": hidden_size(model),
         "mlp": intermediate_size(model),

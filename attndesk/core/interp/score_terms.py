@@ -242,61 +242,99 @@ def _finish(
 # -- trained toy decoders ------------------------------------------------------------------------
 
 
-def _decoder_terms(decoder, ids: list[int], layer: int, head: int, query: int, key: int) -> ScoreTerms:
-    m = copy.deepcopy(decoder).double().eval()
-    cfg = m.cfg
+def _project_side(v: torch.Tensor, linear: nn.Linear, index: int, d: int) -> torch.Tensor:
+    """Each component's share [N + 1, d] of head ``index``'s projection of the rows ``v`` [N + 1, E];
+    the projection's bias joins the last row, the constant's."""
+    out = v @ linear.weight[index * d : (index + 1) * d].T
+    if linear.bias is not None:
+        out[-1] += linear.bias[index * d : (index + 1) * d]
+    return out
+
+
+def _rotated(q: torch.Tensor, k: torch.Tensor, length: int, d: int, query: int, key: int) -> tuple:
+    """The per-component queries and keys rotated by RoPE at their positions (numpy)."""
+    cos, sin = rope_cos_sin(length, d, dtype=torch.float64)
+    return apply_rope(q, cos[query], sin[query]).numpy(), apply_rope(k, cos[key], sin[key]).numpy()
+
+
+def _check_decoder_cell(cfg, ids: list[int], layer: int, head: int, query: int, key: int) -> tuple[int, ...]:
+    """(layer, head, query, key) checked against a trained decoder and its input ``ids``: the query
+    must see the key."""
     layer = _check_index("layer", layer, cfg.layers)
     head = _check_index("head", head, cfg.heads)
     if not 1 <= len(ids) <= cfg.length or any(not 0 <= int(t) < cfg.vocab for t in ids):
         raise ConfigError(f"this model reads 1 to {cfg.length} token ids in 0..{cfg.vocab - 1}")
-    length = len(ids)
-    query, key = _check_position("query", query, length), _check_position("key", key, length)
+    query, key = _check_position("query", query, len(ids)), _check_position("key", key, len(ids))
     if key > query or (cfg.window is not None and query - key >= cfg.window):
         raise ConfigError(f"query {query} does not see key {key} in this causal model: there is no score to decompose")
-    ids_t = torch.as_tensor([ids], dtype=torch.int64)
+    return layer, head, query, key
+
+
+def _decoder_stream(m, ids_t: torch.Tensor, layer: int, mask, position: str):
+    """(component names, components [N + 1, L, E] with the constant last, the stream [L, E]) that a
+    trained decoder's ``layer`` reads: embeddings, each earlier head's output, each earlier MLP's."""
+    cfg, length = m.cfg, ids_t.shape[1]
+    names, parts = ["embed"], [m.embed(ids_t)[0]]
+    if m.pos is not None:
+        names.append("pos")
+        parts.append(m.pos.weight[:length])
+    elif cfg.position == "sinusoidal":
+        names.append("pos")
+        parts.append(m.sinusoid[:length])
+    constant = torch.zeros_like(parts[0])
+    x = torch.stack(parts).sum(0)
+    for index in range(layer):
+        block = m.blocks[index]
+        h = x if block.ln1 is None else block.ln1(x)
+        keep: dict = {}
+        out, _ = block.attn(
+            h[None],
+            mask=mask,
+            position=position,
+            window=cfg.window,
+            softcap=cfg.softcap,
+            sinks=block.sinks,
+            keep=keep,
+        )
+        context, proj, d = keep["context"][0], block.attn.out_proj, block.attn.head_dim
+        for hh in range(cfg.heads):
+            names.append(f"L{index}.H{hh}")
+            parts.append(context[hh] @ proj.weight[:, hh * d : (hh + 1) * d].T)
+        if proj.bias is not None:
+            constant = constant + proj.bias
+        x = x + out[0]
+        if block.mlp is not None:
+            y = block.mlp(x if block.ln2 is None else block.ln2(x))
+            names.append(f"L{index}.MLP")
+            parts.append(y)
+            x = x + y
+    stack = torch.cat([torch.stack(parts), constant[None]])  # [N + 1, L, E]
+    assert torch.allclose(stack.sum(0), x, rtol=0, atol=1e-10), "the components sum to the stream"
+    return names, stack, x
+
+
+def _fold_layer_norm(v: torch.Tensor, ln, row: torch.Tensor) -> torch.Tensor:
+    """The components ``v`` [N + 1, E] through a LayerNorm whose denominator is fixed at the stream
+    ``row``'s; its shift joins the constant (the last row)."""
+    sigma = torch.sqrt(((row - row.mean()) ** 2).mean() + ln.eps)
+    v = (v - v.mean(-1, keepdim=True)) / sigma * ln.weight
+    v[-1] += ln.bias
+    return v
+
+
+def _decoder_terms(decoder, ids: list[int], layer: int, head: int, query: int, key: int) -> ScoreTerms:
+    m = copy.deepcopy(decoder).double().eval()
+    cfg = m.cfg
+    layer, head, query, key = _check_decoder_cell(cfg, ids, layer, head, query, key)
+    length = len(ids)
+    mask = causal_mask(length)
+    position = cfg.position if cfg.position in ("rope", "alibi") else "none"
     with torch.no_grad():
-        names, parts = ["embed"], [m.embed(ids_t)[0]]
-        if m.pos is not None:
-            names.append("pos")
-            parts.append(m.pos.weight[:length])
-        elif cfg.position == "sinusoidal":
-            names.append("pos")
-            parts.append(m.sinusoid[:length])
-        constant = torch.zeros_like(parts[0])
-        mask = causal_mask(length)
-        position = cfg.position if cfg.position in ("rope", "alibi") else "none"
-        x = torch.stack(parts).sum(0)
-        for index in range(layer):
-            block = m.blocks[index]
-            h = x if block.ln1 is None else block.ln1(x)
-            keep: dict = {}
-            out, _ = block.attn(
-                h[None],
-                mask=mask,
-                position=position,
-                window=cfg.window,
-                softcap=cfg.softcap,
-                sinks=block.sinks,
-                keep=keep,
-            )
-            context, proj, d = keep["context"][0], block.attn.out_proj, block.attn.head_dim
-            for hh in range(cfg.heads):
-                names.append(f"L{index}.H{hh}")
-                parts.append(context[hh] @ proj.weight[:, hh * d : (hh + 1) * d].T)
-            if proj.bias is not None:
-                constant = constant + proj.bias
-            x = x + out[0]
-            if block.mlp is not None:
-                y = block.mlp(x if block.ln2 is None else block.ln2(x))
-                names.append(f"L{index}.MLP")
-                parts.append(y)
-                x = x + y
-        stack = torch.cat([torch.stack(parts), constant[None]])  # [N + 1, L, E]
-        assert torch.allclose(stack.sum(0), x, rtol=0, atol=1e-10), "the components sum to the stream"
+        names, stack, x = _decoder_stream(m, torch.as_tensor([ids], dtype=torch.int64), layer, mask, position)
         block = m.blocks[layer]
         attn = block.attn
         d, group = attn.head_dim, head // (attn.heads // attn.kv_heads)
-        keep = {}
+        keep: dict = {}
         h = x if block.ln1 is None else block.ln1(x)
         attn(
             h[None], mask=mask, position=position, window=cfg.window, softcap=cfg.softcap, sinks=block.sinks, keep=keep
@@ -304,23 +342,11 @@ def _decoder_terms(decoder, ids: list[int], layer: int, head: int, query: int, k
         score = float(keep["masked"][0, head, query, key])
         pre_cap = float(keep["scaled"][0, head, query, key])  # scale q . k of the real run
 
-        def side(pos: int, proj: nn.Linear, index: int) -> torch.Tensor:
-            v = stack[:, pos]  # [N + 1, E]
-            if block.ln1 is not None:
-                ln, row = block.ln1, x[pos]
-                sigma = torch.sqrt(((row - row.mean()) ** 2).mean() + ln.eps)
-                v = (v - v.mean(-1, keepdim=True)) / sigma * ln.weight
-                v[-1] += ln.bias
-            out = v @ proj.weight[index * d : (index + 1) * d].T
-            if proj.bias is not None:
-                out[-1] += proj.bias[index * d : (index + 1) * d]
-            return out
+        def side(pos: int) -> torch.Tensor:  # [N + 1, E]: the components as the layer's norm sees them
+            return stack[:, pos] if block.ln1 is None else _fold_layer_norm(stack[:, pos], block.ln1, x[pos])
 
-        q, k = side(query, attn.q_proj, head), side(key, attn.k_proj, group)
-        rotated = None
-        if position == "rope":
-            cos, sin = rope_cos_sin(length, d, dtype=torch.float64)
-            rotated = (apply_rope(q, cos[query], sin[query]).numpy(), apply_rope(k, cos[key], sin[key]).numpy())
+        q, k = _project_side(side(query), attn.q_proj, head, d), _project_side(side(key), attn.k_proj, group, d)
+        rotated = _rotated(q, k, length, d, query, key) if position == "rope" else None
         bias = 0.0
         if position == "alibi":
             bias = float(slope_bias(alibi_slopes(cfg.heads), length, length, dtype=torch.float64)[head, query, key])
@@ -348,6 +374,14 @@ def _decoder_terms(decoder, ids: list[int], layer: int, head: int, query: int, k
 # -- the toy mode's one-layer model -----------------------------------------------------------------
 
 
+def _check_toy_sees(config: AttentionConfig, text: str, query: int, key: int) -> None:
+    """The toy mode's query must see the key under its mask and window."""
+    mask = run_attention(config, text).mask
+    window = config.window
+    if (mask is not None and not bool(mask[query, key])) or (window is not None and abs(query - key) >= window):
+        raise ConfigError(f"query {query} does not see key {key} under this mask: there is no score to decompose")
+
+
 def _toy_layer_terms(config: AttentionConfig, text: str, head: int, query: int, key: int) -> ScoreTerms:
     """The toy mode's model (token embeddings + sinusoidal positions, one attention layer) on
     ``text``: components ``embed``, ``pos`` (sinusoidal positions) and ``bias``."""
@@ -357,10 +391,7 @@ def _toy_layer_terms(config: AttentionConfig, text: str, head: int, query: int, 
     head = _check_index("head", head, layer.heads)
     length = len(queries.ids)
     query, key = _check_position("query", query, length), _check_position("key", key, length)
-    mask = run_attention(config, text).mask
-    window = config.window
-    if (mask is not None and not bool(mask[query, key])) or (window is not None and abs(query - key) >= window):
-        raise ConfigError(f"query {query} does not see key {key} under this mask: there is no score to decompose")
+    _check_toy_sees(config, text, query, key)
     with torch.no_grad():
         names, parts = ["embed"], [model.embedding.weight.double()[torch.tensor(queries.ids)]]
         if config.position == "sinusoidal":
@@ -382,17 +413,11 @@ def _toy_layer_terms(config: AttentionConfig, text: str, head: int, query: int, 
         )
         d, group = layer.head_dim, head // (layer.heads // layer.kv_heads)
 
-        def side(pos: int, linear: nn.Linear, index: int) -> torch.Tensor:
-            out = stack[:, pos] @ linear.weight[index * d : (index + 1) * d].T
-            if linear.bias is not None:
-                out[-1] += linear.bias[index * d : (index + 1) * d]
-            return out
-
-        q, k = side(query, layer.q_proj, head), side(key, layer.k_proj, group)
-        rotated = None
-        if rope:
-            cos, sin = rope_cos_sin(length, d, dtype=torch.float64)
-            rotated = (apply_rope(q, cos[query], sin[query]).numpy(), apply_rope(k, cos[key], sin[key]).numpy())
+        q, k = (
+            _project_side(stack[:, query], layer.q_proj, head, d),
+            _project_side(stack[:, key], layer.k_proj, group, d),
+        )
+        rotated = _rotated(q, k, length, d, query, key) if rope else None
         bias = (
             0.0
             if scoring.slopes is None
@@ -780,18 +805,8 @@ def _in_float32(module: nn.Module) -> None:
     module.register_forward_hook(up)
 
 
-def _pretrained_terms(
-    model: LoadedModel,
-    text: str,
-    layer: int,
-    head: int,
-    query: int,
-    key: int,
-    part: str,
-    target: str | None,
-    memory_budget: int | None,
-    ctx: JobContext,
-) -> ScoreTerms:
+def _check_pretrained_cell(model: LoadedModel, text: str, layer, head, query, key, part: str, target):
+    """(the prompt, layer, head, query, key) checked against a pretrained model's attention ``part``."""
     parts = ("self", "decoder", "cross") if model.family == "encoder-decoder" else ("self",)
     if part not in parts:
         raise ConfigError(f"{model.name} has attention parts {', '.join(parts)}, not {part!r}")
@@ -803,7 +818,31 @@ def _pretrained_terms(
     q_len = source_len if part == "self" else target_len
     k_len = target_len if part == "decoder" else source_len
     query, key = _check_position("query", query, q_len), _check_position("key", key, k_len)
-    twin, sites, lock = _float64_copy(model, resolve_budget(memory_budget))
+    return p, layer, head, query, key
+
+
+@dataclass
+class _Passes:
+    """The recorded run's queries [B, H, Lq, d] and keys [B, KV, Lk, d], mask, bias and scoring; the
+    component names; and at the cell, one row per component alone then one with none, the query and
+    key (``q``, ``k``) and, where the rotation could be read apart, their pre-RoPE twins."""
+
+    q1: torch.Tensor
+    k1: torch.Tensor
+    mask: torch.Tensor | None
+    bias: torch.Tensor | None
+    scoring: Scoring
+    names: list[str]
+    group: int
+    q: torch.Tensor
+    k: torch.Tensor
+    q_unrotated: list[torch.Tensor]
+    k_unrotated: list[torch.Tensor]
+
+
+def _component_passes(model: LoadedModel, p, part: str, layer: int, head: int, query: int, key: int, budget, ctx):
+    """One recording pass on a float64 copy, then batched passes feeding each component alone."""
+    twin, sites, lock = _float64_copy(model, resolve_budget(budget))
     accepts = forward_parameters(type(twin))  # type: ignore[arg-type]
 
     def inputs(batch: int) -> dict:
@@ -835,31 +874,23 @@ def _pretrained_terms(
                 qrs.append(raw[0][:, head, query])
                 krs.append(raw[1][:, group, key])
             ctx.progress(min(1.0, (start + _BATCH) / rows.shape[0]), "one pass per component")
-    q_all, k_all = torch.cat(qs), torch.cat(ks)
-    names = list(dec.names)
+    return _Passes(q1, k1, mask, bias, scoring, list(dec.names), group, torch.cat(qs), torch.cat(ks), qrs, krs)
 
-    def contributions(t: torch.Tensor) -> np.ndarray:
-        none = t[-1]
-        return torch.cat([t[:-1] - none, none[None]]).numpy()  # each component, then the constant
 
-    # the affine check: the components and the constant rebuild the real run's query and key
-    for got, real in ((q_all, q1[0, head, query]), (k_all, k1[0, group, key])):
+def _check_affine(model: LoadedModel, q_all: torch.Tensor, k_all: torch.Tensor, q_real, k_real) -> None:
+    """The affine check: the components and the constant rebuild the real run's query and key."""
+    for got, real in ((q_all, q_real), (k_all, k_real)):
         rebuilt = (got[:-1] - got[-1]).sum(0) + got[-1]
         if not torch.allclose(rebuilt, real, rtol=0, atol=1e-9 * max(1.0, float(real.abs().max()))):
             raise ConfigError(
                 f"{model.name}'s queries and keys are not affine in the residual stream's components here: "
                 "a piece between them is not a norm, a head or an MLP"
             )
-    scale = float(scoring.scale)
-    rotated = None
-    # a component that reaches neither side (the other stack's, under cross-attention) has no term
-    q_keep = [i for i in range(len(names)) if bool((q_all[i] != q_all[-1]).any())]
-    k_keep = [i for i in range(len(names)) if bool((k_all[i] != k_all[-1]).any())]
-    if qrs:
-        q_raw, k_raw = contributions(torch.cat(qrs)), contributions(torch.cat(krs))
-        rotated = (contributions(q_all), contributions(k_all))
-    else:
-        q_raw, k_raw = contributions(q_all), contributions(k_all)
+
+
+def _cell_bias(run: _Passes, head: int, query: int, key: int) -> float:
+    """The additive position bias of the cell (0 without one); the query must see the key."""
+    mask, bias, q1, k1 = run.mask, run.bias, run.q1, run.k1
     allowed = (
         True
         if mask is None
@@ -875,8 +906,48 @@ def _pretrained_terms(
         extra = float(full[0, head, query, key])
     if not allowed or not math.isfinite(extra):
         raise ConfigError(f"query {query} does not see key {key} in this layer: there is no score to decompose")
+    return extra
+
+
+def _contributions(t: torch.Tensor) -> np.ndarray:
+    """Rows of each component alone, then of none, as each component's share, then the constant."""
+    none = t[-1]
+    return torch.cat([t[:-1] - none, none[None]]).numpy()
+
+
+def _sides(run: _Passes) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Each component's query and key at the cell, before RoPE where the rotation could be read
+    apart, and then their rotated twins (else None)."""
+    if run.q_unrotated:
+        unrotated = _contributions(torch.cat(run.q_unrotated)), _contributions(torch.cat(run.k_unrotated))
+        return *unrotated, (_contributions(run.q), _contributions(run.k))
+    return _contributions(run.q), _contributions(run.k), None
+
+
+def _pretrained_terms(
+    model: LoadedModel,
+    text: str,
+    layer: int,
+    head: int,
+    query: int,
+    key: int,
+    part: str,
+    target: str | None,
+    memory_budget: int | None,
+    ctx: JobContext,
+) -> ScoreTerms:
+    p, layer, head, query, key = _check_pretrained_cell(model, text, layer, head, query, key, part, target)
+    run = _component_passes(model, p, part, layer, head, query, key, memory_budget, ctx)
+    q1, k1, scoring, group, q_all, k_all, names = run.q1, run.k1, run.scoring, run.group, run.q, run.k, run.names
+    _check_affine(model, q_all, k_all, q1[0, head, query], k1[0, group, key])
+    scale = float(scoring.scale)
+    # a component that reaches neither side (the other stack's, under cross-attention) has no term
+    q_keep = [i for i in range(len(names)) if bool((q_all[i] != q_all[-1]).any())]
+    k_keep = [i for i in range(len(names)) if bool((k_all[i] != k_all[-1]).any())]
+    q_raw, k_raw, rotated = _sides(run)
+    extra = _cell_bias(run, head, query, key)
     raw_score = float(scale * (q1[0, head, query] @ k1[0, group, key]))
-    score = _attend_score(q1, k1, mask, bias, scoring, head, group, query, key)
+    score = _attend_score(q1, k1, run.mask, run.bias, scoring, head, group, query, key)
     name = "relative bias" if model.spec.positions == "relative bias" else POSITION
     qi, ki = [*q_keep, len(names)], [*k_keep, len(names)]
     if rotated is not None:
@@ -888,13 +959,13 @@ def _pretrained_terms(
         k_raw[ki],
         scale,
         rotated,
-        extra if bias is not None else None,
+        extra if run.bias is not None else None,
         name,
     )
     names = [n for i, n in enumerate(names) if i in set(q_keep) | set(k_keep)]
     notes = (
         []
-        if not (model.spec.positions == "rope" and not qrs)
+        if not (model.spec.positions == "rope" and not run.q_unrotated)
         else ["RoPE is inside every term (the rotation could not be read apart)"]
     )
     return _finish(

@@ -1,6 +1,7 @@
 """Image tasks for the trainer (Qt-free): scikit-learn's 8x8 digits with a fixed split and
 procedurally drawn shapes with their masks, small ViT and DINOv2 classifiers built from
-transformers' configs, their training, and the vision presets shipped as transformers folders.
+transformers' configs, their training, and the vision presets shipped as transformers folders:
+``data`` (the images), ``models`` (the classifiers), ``trainer`` and ``presets``.
 
 See docs/vision.md.
 """

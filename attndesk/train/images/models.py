@@ -21,6 +21,8 @@ import torch
 
 from attndesk.core.errors import ConfigError
 
+from .data import SHAPES_SIZE
+
 ARCHITECTURES = ("vit", "dinov2", "dinov2-registers")
 NORMALISE = 0.5  # the image processors' mean and standard deviation per channel: pixels map to [-1, 1]
 
@@ -60,8 +62,6 @@ class VisionSpec:
 
     @property
     def image_size(self) -> int:
-        from .data import SHAPES_SIZE
-
         return 8 if self.task == "digits" else SHAPES_SIZE
 
     def to_dict(self) -> dict[str, Any]:

@@ -83,6 +83,38 @@ def elide(text: str, limit: int) -> str:
     return short + "…" if len(text) > limit else short
 
 
+def _fit_width(*labels: QLabel) -> None:
+    """Lines naming a store's path or a model: wrapped or cut at the page's width, never widening it."""
+    for label in labels:
+        label.setWordWrap(True)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+
+def _text_items(frame, metric: str) -> list[QListWidgetItem]:
+    """A head's highest or lowest texts as list items, each text once with its count; the tooltip
+    holds the text, whole up to ``TIP_CHARS``."""
+    records = frame.to_dict("records")
+    repeats = Counter(record["text"] for record in records)
+    listed: set[str] = set()
+    items = []
+    for record in records:
+        if record["text"] in listed:
+            continue  # a text the corpus repeats is listed once, with its count
+        listed.add(record["text"])
+        count = repeats[record["text"]]
+        times = f"  x{count}" if count > 1 else ""
+        # a share is ranked by its excess over a uniform row's (store.top_texts): show both
+        shown = f"{record[metric]:.3f}" + (f" ({record['excess']:+.3f})" if "excess" in record else "")
+        item = QListWidgetItem(f"{shown}  {elide(record['text'], LIST_CHARS)}{times}")
+        item.setData(TEXT_ID, int(record["text_id"]))
+        tip = elide(record["text"], TIP_CHARS)
+        if "excess" in record:
+            tip = f"{metric} {record[metric]:.3f}: {record['excess']:+.3f} over a uniform row's share\n{tip}"
+        item.setToolTip(tip)
+        items.append(item)
+    return items
+
+
 class CorpusView(QWidget):
     """See the module docstring."""
 
@@ -134,10 +166,7 @@ class CorpusView(QWidget):
         self.progressBar = QProgressBar(objectName="corpusProgress", minimum=0, maximum=1000, textVisible=False)
         self.progressLabel = QLabel("", objectName="corpusProgressLabel")
         self.modelLabel = QLabel("", objectName="corpusModel", wordWrap=True)
-        # lines naming a store's path or a model: wrapped or cut at the page's width, never widening it
-        for label in (self.progressLabel, self.modelLabel):
-            label.setWordWrap(True)
-            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        _fit_width(self.progressLabel, self.modelLabel)
         self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
         self.errorLabel.setStyleSheet(ERROR_STYLE)
         for col, widget in enumerate(
@@ -172,7 +201,7 @@ class CorpusView(QWidget):
         self.metricCombo.addItems(list(METRICS))
         self.partCombo = QComboBox(objectName="corpusPart")
         self.storeLabel = QLabel("", objectName="corpusStoreLabel", wordWrap=True)
-        self.storeLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        _fit_width(self.storeLabel)
         row.addWidget(QLabel("colour by"))
         row.addWidget(self.metricCombo)
         row.addWidget(self.partCombo)
@@ -401,23 +430,7 @@ class CorpusView(QWidget):
         role = row["role"].iloc[0] if len(row) else "?"
         self.headLabel.setText(f"<b>{detail['part']} {head_name(layer, head)}</b> · {role} · {metric} {value:.3f}")
         for widget, frame in ((self.topList, detail["top"]), (self.bottomList, detail["bottom"])):
-            records = frame.to_dict("records")
-            repeats = Counter(record["text"] for record in records)
-            listed: set[str] = set()
-            for record in records:
-                if record["text"] in listed:
-                    continue  # a text the corpus repeats is listed once, with its count
-                listed.add(record["text"])
-                count = repeats[record["text"]]
-                times = f"  x{count}" if count > 1 else ""
-                # a share is ranked by its excess over a uniform row's (store.top_texts): show both
-                shown = f"{record[metric]:.3f}" + (f" ({record['excess']:+.3f})" if "excess" in record else "")
-                item = QListWidgetItem(f"{shown}  {elide(record['text'], LIST_CHARS)}{times}")
-                item.setData(TEXT_ID, int(record["text_id"]))
-                tip = elide(record["text"], TIP_CHARS)
-                if "excess" in record:
-                    tip = f"{metric} {record[metric]:.3f}: {record['excess']:+.3f} over a uniform row's share\n{tip}"
-                item.setToolTip(tip)
+            for item in _text_items(frame, metric):
                 widget.addItem(item)
         atlas = detail["atlas"]
         self.set_atlas(

@@ -7,7 +7,7 @@ DINOv2 models' patches look (registers, high-norm tokens).
 0. Training time: the digits-vit preset's spec trained from its seed on 2 threads, then on 1:
    wall-clock and CPU seconds and the test accuracy reached. Target: at least 95% test accuracy
    within 3 minutes on 2 cores.
-1. Faithfulness (attndesk.core.interp.faithfulness), on the first --images test images of the
+1. Faithfulness (attndesk.core.interp.map_faithfulness), on the first --images test images of the
    digits-vit and shapes-vit presets (opened by load_pretrained): deletion and insertion AUC
    (patches removed from / put back onto a grey image, the normalised 0, one patch at a time, in
    each map's order; the score is the probability of the class predicted on the whole image)
@@ -36,7 +36,6 @@ from collections import Counter
 import numpy as np
 import torch
 
-from attndesk.core.interp.faithfulness import curve_auc, deletion_curve, insertion_curve, patch_mask, pointing_hit
 from attndesk.core.interp.image_maps import (
     attention_gradients,
     chefer_map,
@@ -46,6 +45,7 @@ from attndesk.core.interp.image_maps import (
     integrated_gradients_map,
     rollout_map,
 )
+from attndesk.core.interp.map_faithfulness import curve_auc, deletion_curve, insertion_curve, patch_mask, pointing_hit
 from attndesk.core.interp.registers import vision_registers
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.core.pretrained.vision import pixel_values, read_image

@@ -42,3 +42,16 @@ def test_errors_and_atomic_writes_load_without_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("package", ["attndesk.core.interp", "attndesk.core.pretrained", "attndesk.kvcache"])
+def test_importing_every_submodule_keeps_the_exported_names(package):
+    """Importing a submodule sets it as its package's attribute: a submodule named like a function the
+    package exports, and not imported by the package itself (``interp.faithfulness`` was one), would
+    replace that function for everyone once some other module imported it."""
+    pkg = importlib.import_module(package)
+    exported = {name: getattr(pkg, name) for name in pkg.__all__}
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        if path.stem != "__init__":
+            importlib.import_module(f"{package}.{path.stem}")
+    assert [name for name, obj in exported.items() if getattr(pkg, name) is not obj] == []

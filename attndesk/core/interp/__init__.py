@@ -8,7 +8,7 @@ Modules: ``anatomy`` (where a model's layers and heads are), ``inputs`` (prompts
 ``attribution_patching`` (the first-order estimate), ``graph`` (the edge graph and its patched
 engine), ``edges`` (edge scores, path patching), ``score_terms`` (a head's score split into terms),
 ``composition`` (weight-only views of a toy decoder's heads), ``image_maps`` (maps of a vision
-transformer's evidence on the patch grid), ``faithfulness`` (how faithful such a map is: deletion,
+transformer's evidence on the patch grid), ``map_faithfulness`` (how faithful such a map is: deletion,
 insertion, the pointing game), ``registers`` (a vision transformer's registers and high-norm tokens)."""
 
 from .attribution import (

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.interp.faithfulness import (
+from attndesk.core.interp.map_faithfulness import (
     curve_auc,
     deletion_curve,
     insertion_curve,

@@ -53,7 +53,9 @@ def _check_stages(w, head):
 def test_teaching_tabs_exist_and_implementation_sits_in_timing_dock(window):
     titles = [window.viewTabs.tabText(i) for i in range(window.viewTabs.count())]
     assert titles == [t.title for t in TABS]  # every tab of the registry, in its order
-    assert titles[:6] == ["Heatmaps", "Step-through", "Positions", "Head stats", "Compare", "Rollout"]
+    # the Image tab (vision models only, hidden here) beside the heatmaps, then the teaching tabs
+    assert titles[:7] == ["Heatmaps", "Image", "Step-through", "Positions", "Head stats", "Compare", "Rollout"]
+    assert not window.viewTabs.isTabVisible(1)
     assert window.timingDock.widget() is window.timingTabs
     assert window.timingTabs.indexOf(window.timingPanel) >= 0
     assert window.timingTabs.indexOf(window.tab_widget("implementation")) >= 0

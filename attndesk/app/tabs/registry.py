@@ -179,6 +179,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(ImageTab),
         modes=frozenset({PRETRAINED}),
         model_kinds=frozenset({"vision"}),
+        scroll=True,
     ),
     TabSpec(
         STEP_THROUGH_TAB,

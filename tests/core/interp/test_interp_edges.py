@@ -470,8 +470,10 @@ def test_pruning_to_connected_edges_keeps_the_faithfulness():
         circuit = {edges[i] for i in rng.choice(len(edges), len(edges) // 3, replace=False)}
         pruned = connected(circuit, edges)
         assert pruned < circuit
+        # equal in exact arithmetic; the float32 forwards of the two patched graphs round apart by
+        # about 1e-6 of the clean-corrupt gap under ATen's scalar kernels (make test-isa)
         assert faithfulness(run, pruned, clean, corrupt, 5, 9) == pytest.approx(
-            faithfulness(run, circuit, clean, corrupt, 5, 9), abs=1e-6
+            faithfulness(run, circuit, clean, corrupt, 5, 9), abs=1e-5
         ), draw
     top = find_circuit(table, top_n=10, prune=True)
     assert len(top) <= 10 and connected(top, edges) == top

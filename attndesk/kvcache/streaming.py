@@ -24,12 +24,6 @@ class StreamingOptions:
     )
 
 
-def sink_window(n: int, i: int, sinks: int, budget: int) -> np.ndarray:
-    """bool [n]: the keys 0..n-1 that query i sees under the keep rule."""
-    j = np.arange(n)
-    return (j <= i) & ((j < sinks) | (i - j < budget - sinks))
-
-
 class Streaming(Policy):
     name = "streaming"
     title = "StreamingLLM"

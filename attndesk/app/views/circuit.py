@@ -512,9 +512,6 @@ class CircuitView(QWidget):
             f"{row['faithfulness']:.3f} · random {row['random_mean']:.3f} ± {row['random_std']:.3f}"
         )
 
-    def circuit_size(self) -> int:
-        return 0 if self.shown is None else int(self.shown.curve["size"].iat[self.slider.value()])
-
     def show_edge(self, src: str, dst: str, kind: str) -> None:
         if self.shown is None:
             return

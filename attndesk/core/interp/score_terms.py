@@ -103,12 +103,6 @@ class ScoreTerms:
         order = [c for c in self.components if c in table.index]
         return table.reindex(index=order, columns=[c for c in self.components if c in table.columns])
 
-    def by_side(self, side: str = "query") -> pd.Series:
-        """Each component's total on one side (``query`` or ``key``), in stream order."""
-        column = f"{side}_component"
-        totals = self.terms[self.terms["kind"] != POSITION].groupby(column)["term"].sum()
-        return totals.reindex([c for c in self.components if c in totals.index])
-
 
 def score_terms(
     model,

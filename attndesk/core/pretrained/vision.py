@@ -130,11 +130,6 @@ class VisionResult(PretrainedResult):
     window_sizes: list[int] | None = None
     shifts: list[int] | None = None
 
-    @property
-    def patch_tokens(self) -> np.ndarray:
-        """Indices of the patch tokens (after the special ones)."""
-        return np.arange(self.specials, self.specials + self.grid[0] * self.grid[1])
-
     def patch_map(self, values: np.ndarray) -> np.ndarray:
         """[..., N] over all tokens (or [..., patches]) -> [..., rows, cols] over the patch grid."""
         values = np.asarray(values)

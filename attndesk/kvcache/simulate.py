@@ -17,7 +17,8 @@ from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
 from .base import Policy, View, options_dict, resolve_budget
-from .model import KVModel, kv_model
+from .model import KVModel, Pass, kv_model
+from .model import causal_keep as causal
 
 
 @dataclass(eq=False)
@@ -94,8 +95,27 @@ def output_error(compressed: list[np.ndarray], full: list[np.ndarray]) -> np.nda
     return np.stack(out)
 
 
-def causal(layers: int, kv_heads: int, n: int) -> np.ndarray:
-    return np.broadcast_to(np.tril(np.ones((n, n), bool)), (layers, kv_heads, n, n)).copy()
+def first_pruned(keep: np.ndarray) -> int:
+    """The first row whose keep row (in any layer or K/V head) is not causal; N where none is."""
+    n = keep.shape[-1]
+    whole = (keep.sum(-1) == np.arange(1, n + 1)).all((0, 1))  # keep rows never reach past the row
+    return int(n if whole.all() else np.argmin(whole))
+
+
+def compressed_rows(kvm: KVModel, ids: list[int], keep: np.ndarray, full: Pass) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The compressed run's logits [N, V] and context per layer [H, N, d_v]: the full run's rows up to
+    the first pruned row (every row before it saw every key, in every layer, so its hidden states
+    are the full run's), the rest computed over the full run's cache with ``keep``'s rows."""
+    first = first_pruned(keep)
+    if first == len(ids):
+        return full.logits, full.context
+    resume = kvm.cache_after(full, first)
+    if resume is None:
+        compressed = kvm.forward(ids, keep)
+        return compressed.logits, compressed.context
+    rest, _ = kvm.extend(ids, keep, resume, weights=False)
+    logits = np.concatenate([full.logits[:first], rest.logits])
+    return logits, [np.concatenate([f[:, :first], c], axis=1) for f, c in zip(full.context, rest.context)]
 
 
 def get_policy(name: str) -> Policy:
@@ -145,13 +165,18 @@ def simulate(
     total = given + generate
     layers, kv = kvm.layers, kvm.kv_heads
     ctx.progress(0.0, "prefill")
-    view = View(
-        model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=kvm.forward(ids[:prompt], causal(layers, kv, prompt))
-    )
+    prefill_pass = kvm.causal_pass(ids[:prompt])
+    view = View(model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=prefill_pass)
     keep = causal(layers, kv, total)
-    stepper = kvm.stepper()
     start = 0 if pol.kind == "stream" else prompt
-    full_input = kvm.forward(ids, causal(layers, kv, given)) if pol.kind == "oracle" else None
+    whole = pol.stream_keep(view, given, keys, opts) if pol.kind == "stream" else None
+    if whole is not None:  # the stream kind's rule as one mask: its rows read nothing of the model
+        keep[:, :, :given, :given] = whole
+        start = given
+    # the prompt's rows are the prefill's (causal): decode steps go on from its cache, from the last
+    # prompt row (the first the adaptive kind reads)
+    stepper = kvm.stepper(None, 0) if pol.kind == "stream" else kvm.stepper(prefill_pass, prompt - 1)
+    full_input = kvm.causal_pass(ids) if pol.kind == "oracle" else None
     for t in range(start, total):
         ctx.check()
         if t >= 1 and t >= prompt and (pol.kind == "adaptive" or t >= len(ids)):
@@ -162,8 +187,8 @@ def simulate(
         keep[:, :, t, : t + 1] = _row(pol, view, keep, t, keys, opts, full_input)
         keep[:, :, t, t + 1 :] = False
         ctx.progress((t + 1 - start) / max(1, total - start), f"row {t + 1} of {total}")
-    compressed = kvm.forward(ids, keep)
-    full = kvm.forward(ids, causal(layers, kv, total))
+    full = kvm.causal_pass(ids)
+    logits, context = compressed_rows(kvm, ids, keep, full)
     ctx.progress(1.0, "done")
     return KVRun(
         policy=pol.name,
@@ -174,10 +199,10 @@ def simulate(
         ids=np.asarray(ids, np.int64),
         tokens=kvm.token_texts(ids),
         keep=keep,
-        logits=compressed.logits,
+        logits=logits,
         full_logits=full.logits,
-        kl=kl_rows(full.logits, compressed.logits),
-        error=output_error(compressed.context, full.context),
+        kl=kl_rows(full.logits, logits),
+        error=output_error(context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )
 
@@ -216,7 +241,7 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
         if t < full_input.logits.shape[0]:
             weights = full_input.weights
         else:  # a generated row: the full run over the tokens so far
-            weights = view.model.forward(view.ids[: t + 1], causal(layers, kv, t + 1)).weights
+            weights = view.model.causal_pass(view.ids[: t + 1]).weights
         row_weights = np.stack([w[:, t, : t + 1] for w in weights])  # [layers, H, t + 1]
         scores = row_weights.reshape(layers, kv, -1, t + 1).astype(np.float64).sum(2)
         return pol.allocate(view, scores, np.ones(scores.shape, bool), budget, None, opts)
@@ -229,4 +254,4 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
     return pol.allocate(view, scores, candidates, budget, protected, opts)
 
 
-__all__ = ["KVRun", "causal", "get_policy", "kl_rows", "output_error", "simulate"]
+__all__ = ["KVRun", "causal", "compressed_rows", "first_pruned", "get_policy", "kl_rows", "output_error", "simulate"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
@@ -79,10 +80,18 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def kl_rows(full: np.ndarray, compressed: np.ndarray) -> np.ndarray:
-    """KL(full || compressed) per row, float64 (0 exactly where the rows are equal)."""
-    p_log, q_log = _log_softmax(full), _log_softmax(compressed)
-    return np.maximum(0.0, (np.exp(p_log) * (p_log - q_log)).sum(-1))
+KL_CHUNK = 256  # rows per float64 block of the KL: [256, V] stays in cache where [N, V] would not
+
+
+def kl_rows(full: np.ndarray, compressed: np.ndarray, start: int = 0) -> np.ndarray:
+    """KL(full || compressed) per row, float64 (0 exactly where the rows are equal); rows before
+    ``start`` are given as equal (0) without reading them."""
+    out = np.zeros(full.shape[0])
+    for lo in range(start, full.shape[0], KL_CHUNK):
+        p_log = torch.log_softmax(torch.from_numpy(np.asarray(full[lo : lo + KL_CHUNK], np.float64)), -1)
+        q_log = torch.log_softmax(torch.from_numpy(np.asarray(compressed[lo : lo + KL_CHUNK], np.float64)), -1)
+        out[lo : lo + KL_CHUNK] = (p_log.exp() * (p_log - q_log)).sum(-1).clamp_min(0.0).numpy()
+    return out
 
 
 def output_error(compressed: list[np.ndarray], full: list[np.ndarray]) -> np.ndarray:
@@ -189,6 +198,7 @@ def simulate(
         ctx.progress((t + 1 - start) / max(1, total - start), f"row {t + 1} of {total}")
     full = kvm.causal_pass(ids)
     logits, context = compressed_rows(kvm, ids, keep, full)
+    first = first_pruned(keep)  # the rows before it are the full run's: KL 0
     ctx.progress(1.0, "done")
     return KVRun(
         policy=pol.name,
@@ -201,7 +211,7 @@ def simulate(
         keep=keep,
         logits=logits,
         full_logits=full.logits,
-        kl=kl_rows(full.logits, logits),
+        kl=kl_rows(full.logits, logits, first),
         error=output_error(context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )

@@ -132,6 +132,10 @@ class PretrainedResult(TimedRun):
     def is_ablated(self, layer: int, head: int) -> bool:
         return (int(layer), int(head)) in self.ablate
 
+    def token_labels(self) -> list[str] | None:
+        """What each token is, where its id does not say it (an image's patches); None: the ids do."""
+        return None
+
     # -- views of the weights ---------------------------------------------------------------
     def part_weights(self, part: str = "self") -> np.ndarray:
         """[N, H, Lq, Lk] of one part: "self", "decoder" or "cross"."""

@@ -40,6 +40,8 @@ MAX_SIDE = 16_384  # pixels: a longer side is refused before it is decoded
 MAX_ASPECT = 64  # longer side / shorter side: a shortest-edge resize would blow it up to gigabytes
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
+SPECIAL_ROLES = {"[CLS]": "class token", "[DIST]": "distillation token"}  # registers: "[REG0]"...
+
 ImageInput = Any  # str | Path | PIL.Image.Image | np.ndarray (PIL is imported only when used)
 
 
@@ -136,6 +138,18 @@ class VisionResult(PretrainedResult):
         if values.shape[-1] == self.length:
             values = values[..., self.specials :]
         return values.reshape(*values.shape[:-1], *self.grid)
+
+    def token_labels(self) -> list[str]:
+        """What each token is (the tokens have no vocabulary ids): the special tokens by role ("class
+        token", "distillation token", "register 0"), each patch by its place ("row 2, col 3")."""
+        roles = []
+        for name in self.tokens[: self.specials]:
+            if name.startswith("[REG") and name[4:-1].isdigit():
+                roles.append(f"register {name[4:-1]}")
+            else:
+                roles.append(SPECIAL_ROLES.get(name, name))
+        rows, cols = self.grid
+        return roles + [f"row {r}, col {c}" for r in range(rows) for c in range(cols)]
 
     def query_maps(self, layer: int, query: int = 0) -> np.ndarray:
         """[H, rows, cols]: where token ``query`` looks at in ``layer``, per head, on the grid."""

@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..memory import format_bytes
 from .backend import Capture, Site, capturing
 from .loader import LoadedModel
-from .result import PretrainedResult
+from .result import PretrainedResult, peak_estimate
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -354,7 +354,7 @@ def run_image(
     names = specials + [f"({r},{c})" for r in range(rows) for c in range(cols)]
     n = len(names)
     embedding = None if pooled is None else (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
-    return VisionResult(
+    result = VisionResult(
         model_name=model.name,
         tokens=names,
         token_ids=np.full(n, -1, dtype=np.int64),
@@ -378,6 +378,17 @@ def run_image(
         pooled=pooled,
         **extra,
     )
+    result.peak_bytes = vision_peak(result, model.spec.hidden_size)
+    return result
+
+
+def vision_peak(result: VisionResult, hidden_size: int) -> int:
+    """The run's peak memory, estimated as a text run's (``peak_estimate``): what it hands back, plus
+    one layer's temporaries (a Swin layer's scores are its windows', [windows, H, w*w, w*w])."""
+    windows = result.window_weights or []
+    kept = [result.weights, result.hidden_states, result.image, result.logits, result.pooled, *windows]
+    scores = max((w.size for w in windows), default=result.num_heads * result.length**2)
+    return peak_estimate(kept, scores, result.length * hidden_size)
 
 
 def _swin_layers(model: LoadedModel, layers: list[np.ndarray], grid: tuple[int, int]) -> dict:

@@ -256,6 +256,25 @@ def test_circuit_writes_the_path_patching_heatmap(qapp, capsys, tmp_path):
     assert np.isfinite(table.to_numpy()).any() and np.isnan(table.to_numpy()).any()
     image = QImage(str(out / "path_patching_k.png"))
     assert not image.isNull() and image.width() > 100
+    assert text_lines_above_the_map(out / "path_patching_k.png") == 1  # the title, once
+
+
+def text_lines_above_the_map(png: Path) -> int:
+    """How many lines of dark text a figure draws above its first heatmap: the rows above the map's
+    frame (the first row holding a third of the width in one run of one grey) grouped into runs."""
+    from PIL import Image
+
+    grey = np.asarray(Image.open(png).convert("L")).astype(int)
+    width = grey.shape[1]
+
+    def frame(row: np.ndarray) -> bool:
+        starts = np.flatnonzero(np.diff(np.r_[-1, row, -1]) != 0)  # where each run of one grey value starts
+        return bool(((np.diff(starts) >= width / 3) & (row[starts[:-1]] < 250)).any())
+
+    top = next((y for y, row in enumerate(grey) if frame(row)), None)
+    assert top is not None, f"{png.name}: no heatmap frame found"
+    inked = (grey[:top] < 140).any(axis=1)
+    return int(np.sum(inked[1:] & ~inked[:-1]) + inked[0])
 
 
 @pytest.mark.parametrize(

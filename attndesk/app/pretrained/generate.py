@@ -32,7 +32,7 @@ from ..results import Shown
 from ..state import AppState, ModeId
 from ..status import StatusModel
 from ..views.generate import GenerateView, GenerationSettings, PreparedRow, prepare_row, probability_text
-from .interp import model_family, model_name
+from .interp import image_reason, model_family, model_name
 
 GENERATE_TAB = "generate"
 COMPARE_TAB = "compare"
@@ -92,14 +92,12 @@ class _Pins(Protocol):
 
 
 def generation_off(mode: ModeId) -> str | None:
-    """Why the Generate tab does not apply to this model (an encoder-only model) and what makes it
-    apply, or None; the window shows this sentence in place of the tab's form."""
+    """Why the Generate tab does not apply to this model (an encoder-only or an image model) and what
+    makes it apply, or None; the window shows this sentence in place of the tab's form."""
+    generators = "a decoder (GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian)"
     if model_family(mode) != "encoder":
-        return None
-    return (
-        f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs a "
-        "decoder (GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian)."
-    )
+        return image_reason(mode, "generation", generators)
+    return f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs {generators}."
 
 
 class GenerationTab(QObject):

@@ -31,6 +31,7 @@ from ..status import StatusModel
 from ..views.interp_widgets import Checker
 
 TOY_REASON = "{what} reads a real model's next-token logits: switch to a pretrained decoder or encoder-decoder"
+NEXT_TOKEN_MODELS = "a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART)"
 
 
 def parse_token(text: str) -> str | int:
@@ -74,6 +75,17 @@ def model_family(mode: ModeId) -> str | None:
     return _FAMILIES[mode]
 
 
+def image_reason(mode: ModeId, what: str, needs: str = "a text model") -> str | None:
+    """Why ``what`` (a feature that reads text) does not apply to a vision model, and what does
+    apply instead; None for any other model."""
+    if model_family(mode) != "vision":
+        return None
+    return (
+        f"{model_name(mode)} is an image model and {what} reads text: open {needs} for it "
+        "(this image's attention is in the Image tab)."
+    )
+
+
 def family_reason(mode: ModeId, what: str) -> str | None:
     """Why ``what`` (a next-token feature) is off for this model's kind, or None (checked before
     loading; a checkpoint without its LM head is found once it is loaded)."""
@@ -83,10 +95,9 @@ def family_reason(mode: ModeId, what: str) -> str | None:
     if family == "encoder":
         return (
             f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
-            "to measure. It needs a decoder (GPT-2, LLaMA, …) or an "
-            "encoder-decoder (T5, BART)."
+            f"to measure. It needs {NEXT_TOKEN_MODELS}."
         )
-    return None
+    return image_reason(mode, what, NEXT_TOKEN_MODELS)
 
 
 def next_token_reason(mode: ModeId, what: str) -> str | None:
@@ -266,6 +277,7 @@ def _job(
 __all__ = [
     "InterpPresenter",
     "family_reason",
+    "image_reason",
     "model_family",
     "model_name",
     "parse_token",

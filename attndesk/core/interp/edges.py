@@ -90,6 +90,29 @@ def prepare(
     return Setup(engine, pairs, metric, values, m_clean, m_corrupt, reference, budget)
 
 
+def ready(
+    setup: Setup | None,
+    model,
+    clean,
+    corrupt,
+    answer,
+    wrong,
+    metric: str,
+    *,
+    target: str | None,
+    memory_budget: int | None,
+) -> Setup:
+    """``setup`` when a job prepared its question once (``prepare``) for several steps, after checking
+    it is of this model and metric; else the question prepared now."""
+    if setup is None:
+        return prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    if setup.engine.model is not model:
+        raise ConfigError("the prepared setup is of another model: prepare it with this one")
+    if setup.metric != metric:
+        raise ConfigError(f"the prepared setup measures {setup.metric}, not {metric}: prepare it with {metric}")
+    return setup
+
+
 def _padded(ids: torch.Tensor) -> torch.Tensor:
     """``ids`` with copies of its last row appended up to ``MIN_ROWS`` rows (so a pass's kernels
     do not depend on how many rows it holds)."""
@@ -264,6 +287,7 @@ def edge_scores(
     ig: str = "inputs",
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
@@ -276,8 +300,10 @@ def edge_scores(
     ``model``: a ``load_pretrained`` model (GPT-2, LLaMA-shaped, T5) or a trained toy run;
     ``clean`` / ``corrupt``: texts (pretrained) or token id lists (toy), or lists of them (pairs of
     one token length); ``answer`` / ``wrong``: one token (text or id) or one per pair; ``target``:
-    an encoder-decoder's decoder text. ``table.attrs`` holds the method, metric and the clean and
-    corrupted metrics (mean over pairs). Bad input raises a one-line ``ConfigError``."""
+    an encoder-decoder's decoder text; ``setup``: the same question already prepared (``prepare``),
+    so a job of several steps runs the clean and corrupted prompts once. ``table.attrs`` holds the
+    method, metric and the clean and corrupted metrics (mean over pairs). Bad input raises a
+    one-line ``ConfigError``."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     if method not in METHODS:
         raise ConfigError(f"unknown edge-scoring method {method!r}: choose one of {', '.join(METHODS)}")
@@ -285,7 +311,7 @@ def edge_scores(
         raise ConfigError(f"unknown EAP-IG variant {ig!r}: choose one of {', '.join(IG_VARIANTS)}")
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1024:
         raise ConfigError(f"EAP-IG takes 1 to 1024 steps, got {steps!r}")
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     edges = list(setup.engine.graph.index())
     if method == "exact":
         scores = _exact(setup, ctx)
@@ -339,6 +365,7 @@ def path_patching(
     receivers: list[str] | None = None,
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
@@ -347,11 +374,12 @@ def path_patching(
     m_patched - m_clean of the clean run with that sender head's term in that receiver's input taken
     from the corrupted run, every other term frozen at its clean value (NaN where the sender does
     not come before the receiver). With grouped K/V heads the key and value receivers are the groups.
-    ``attrs`` holds the metric, the kind and the clean and corrupted metrics."""
+    ``attrs`` holds the metric, the kind and the clean and corrupted metrics; ``setup`` as for
+    ``edge_scores``."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     if kind not in ("q", "k", "v"):
         raise ConfigError(f"path patching ends at a head's q, k or v input, got {kind!r}")
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     graph = setup.engine.graph
     index = graph.index()
     rows_names, cols_names = _path_ends(graph, kind, senders, receivers)
@@ -380,4 +408,14 @@ def path_patching(
     return frame
 
 
-__all__ = ["COLUMNS", "IG_VARIANTS", "METHODS", "Setup", "edge_scores", "path_patching", "prepare", "run_rows"]
+__all__ = [
+    "COLUMNS",
+    "IG_VARIANTS",
+    "METHODS",
+    "Setup",
+    "edge_scores",
+    "path_patching",
+    "prepare",
+    "ready",
+    "run_rows",
+]

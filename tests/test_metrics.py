@@ -34,7 +34,6 @@ LONG_FUNCTIONS = {
     "attndesk/core/pretrained/run.py:run_pretrained": 71,
     "attndesk/core/pretrained/vision.py:run_image": 76,
     "attndesk/kvcache/regressions.py:sink_model": 61,
-    "attndesk/kvcache/simulate.py:simulate": 62,
     "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
     "attndesk/render/kvcache.py:write_curves": 82,
     "attndesk/render/kvcache.py:write_curves.paint": 68,

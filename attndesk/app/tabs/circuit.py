@@ -128,7 +128,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
             method="exact",
             metric=metric,
             memory_budget=budget,
-        setup=setup,
+            setup=setup,
             ctx=ctx.scaled(0.3, stop, "exact: "),
         )
     total = len(table)

@@ -8,14 +8,17 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QPen, QPolygonF
 
 from .export import write
 from .layout import nice_ticks, tick_format
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 _STACKS = {"enc": 0, "": 1, "dec": 1, "cross": 1}
 _NODE = re.compile(r"^(?:(enc|dec|cross)\.)?(?:L(\d+)\.(H|KV|MLP)(\d*)|(embed))$")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
 from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
@@ -25,6 +25,9 @@ from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
 from ..atomic import atomic_write
 from ..errors import ConfigError
 from .edges import RowSpec, Setup, ready, run_rows
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 Edge = tuple[str, str, str]
 Circuit = set[Edge]
@@ -164,6 +167,8 @@ def faithfulness_curve(
     values = evaluate(setup, circuits, ctx, "faithfulness curve")
     faith = _normalise(values[2:], values[0], values[1], metric).reshape(len(sizes), 1 + draws)
     random = faith[:, 1:]
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "size": sizes,

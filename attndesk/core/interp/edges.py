@@ -21,9 +21,9 @@ Metrics are computed in float64 from float32 logits; every pass holds at least `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
 from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
@@ -33,6 +33,9 @@ from ..threads import AdaptiveThreads, torch_threads
 from .graph import Engine, Pairs, Pass, Values, budget_rows, make_pairs, metric_rows
 from .inputs import METRICS, chunks, resolve_budget
 from .patching import MIN_ROWS, RESERVE
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 METHODS = ("exact", "eap", "eap-ig")
 IG_VARIANTS = ("inputs", "activations")
@@ -274,6 +277,15 @@ def _estimates(setup: Setup, grads: dict[str, torch.Tensor]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0)
 
 
+def _check_scoring(method: str, ig: str, steps) -> None:
+    if method not in METHODS:
+        raise ConfigError(f"unknown edge-scoring method {method!r}: choose one of {', '.join(METHODS)}")
+    if ig not in IG_VARIANTS:
+        raise ConfigError(f"unknown EAP-IG variant {ig!r}: choose one of {', '.join(IG_VARIANTS)}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1024:
+        raise ConfigError(f"EAP-IG takes 1 to 1024 steps, got {steps!r}")
+
+
 def edge_scores(
     model,
     clean,
@@ -305,12 +317,7 @@ def edge_scores(
     method, metric and the clean and corrupted metrics (mean over pairs). Bad input raises a
     one-line ``ConfigError``."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
-    if method not in METHODS:
-        raise ConfigError(f"unknown edge-scoring method {method!r}: choose one of {', '.join(METHODS)}")
-    if ig not in IG_VARIANTS:
-        raise ConfigError(f"unknown EAP-IG variant {ig!r}: choose one of {', '.join(IG_VARIANTS)}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1024:
-        raise ConfigError(f"EAP-IG takes 1 to 1024 steps, got {steps!r}")
+    _check_scoring(method, ig, steps)
     setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     edges = list(setup.engine.graph.index())
     if method == "exact":
@@ -318,6 +325,8 @@ def edge_scores(
     else:
         mode = "eap" if method == "eap" else ig
         scores = _estimates(setup, _gradients(setup, steps=steps, mode=mode, ctx=ctx, label=method))
+    import pandas as pd
+
     table = pd.DataFrame(
         {
             "src": [e[0] for e in edges],
@@ -396,6 +405,8 @@ def path_patching(
     matrix = np.full((len(rows_names), len(cols_names)), np.nan)
     for (i, j, _), value in zip(cells, raw):
         matrix[i, j] = value
+    import pandas as pd
+
     frame = pd.DataFrame(
         matrix, index=pd.Index(rows_names, name="sender"), columns=pd.Index(cols_names, name="receiver")
     )

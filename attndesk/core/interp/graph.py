@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -44,6 +44,9 @@ from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
 from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
 from .inputs import hooks, last_logits, prompt, token_id
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 KINDS = ("q", "k", "v", "mlp", "logits")
 # what the edge graph covers among the pretrained model types: pre-norm decoders whose every
@@ -922,4 +925,6 @@ __all__ = [
 def edge_graph(model) -> pd.DataFrame:
     """Every edge of the model's graph as rows (src, dst, kind), in the order ``edge_scores`` gives."""
     edges = Engine(model).graph.edges()
+    import pandas as pd
+
     return pd.DataFrame(edges, columns=["src", "dst", "kind"])

@@ -43,7 +43,7 @@ from ..pretrained.loader import LoadedModel
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
 from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
-from .inputs import hooks, last_logits, prompt, token_id
+from .inputs import hooks, last_logits, metric_values, prompt, token_id
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas as pd
@@ -870,17 +870,8 @@ def metric_rows(
     name: str, logits: torch.Tensor, pairs: Pairs, pair: torch.Tensor, reference: torch.Tensor | None
 ) -> torch.Tensor:
     """[B] float64 metric of each row (its pair's answer / wrong token / clean distribution)."""
-    logits = logits.double()
-    rows = torch.arange(logits.shape[0])
-    answer = pairs.answer[pair]
-    if name == "logit_diff":
-        assert pairs.wrong is not None
-        return logits[rows, answer] - logits[rows, pairs.wrong[pair]]
-    if name == "prob":
-        return torch.softmax(logits, -1)[rows, answer]
-    assert reference is not None
-    ref = reference[pair].double()
-    return (ref.exp() * (ref - torch.log_softmax(logits, -1))).sum(-1)
+    wrong = None if pairs.wrong is None else pairs.wrong[pair]
+    return metric_values(name, logits, pairs.answer[pair], wrong, None if reference is None else reference[pair])
 
 
 def budget_rows(engine: Engine, pairs: Pairs, budget: int, pairs_per_row: int, grad: bool, reserve: int) -> int:

@@ -526,3 +526,30 @@ def test_one_prepared_setup_serves_every_step_with_the_same_numbers(monkeypatch)
         edge_scores(run, *question, metric="prob", setup=setup)
     with pytest.raises(ConfigError, match="another model"):
         edge_scores(_toy(), *question, setup=setup)
+
+
+@pytest.mark.parametrize("name", ["logit_diff", "prob", "kl"])
+def test_the_edge_metrics_are_the_patching_metrics(name):
+    """``metric_rows`` (per pair) and ``Metric`` (one answer) are one formula, checked against float64 by hand."""
+    from attndesk.core.interp.graph import Pairs, metric_rows
+    from attndesk.core.interp.inputs import Metric
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 11, generator=gen)
+    reference = torch.log_softmax(torch.randn(3, 11, generator=gen, dtype=torch.float64), -1)
+    ids = torch.zeros((3, 4), dtype=torch.long)
+    pairs = Pairs(ids, ids, None, torch.tensor([1, 4, 7]), torch.tensor([2, 5, 9]), [], [])
+    pair = torch.tensor([0, 2, 2, 1, 0])
+    rows = metric_rows(name, logits, pairs, pair, reference if name == "kl" else None)
+    x = logits.double()
+    for i, p in enumerate(pair.tolist()):
+        answer, wrong = int(pairs.answer[p]), int(pairs.wrong[p])
+        one = Metric(name, answer, wrong, reference[p] if name == "kl" else None)(logits[i : i + 1])
+        assert rows.dtype == one.dtype == torch.float64 and rows[i] == one[0]
+        logp = x[i] - torch.logsumexp(x[i], 0)
+        want = {
+            "logit_diff": x[i, answer] - x[i, wrong],
+            "prob": logp[answer].exp(),
+            "kl": (reference[p].exp() * (reference[p] - logp)).sum(),
+        }[name]
+        assert abs(float(rows[i] - want)) < 1e-12

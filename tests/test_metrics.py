@@ -35,8 +35,6 @@ LONG_FUNCTIONS = {
     "attndesk/core/pretrained/vision.py:run_image": 76,
     "attndesk/kvcache/regressions.py:sink_model": 61,
     "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
-    "attndesk/render/kvcache.py:write_curves": 82,
-    "attndesk/render/kvcache.py:write_curves.paint": 68,
 }
 
 # class -> its lines, over MAX_CLASS_LINES (target: empty)
@@ -88,9 +86,8 @@ FUNCTION_IMPORTS = {
     "attndesk/render/export.py": 8,
     "attndesk/render/gui.py": 3,
     "attndesk/render/heads_grid.py": 4,
-    "attndesk/render/kvcache.py": 4,
     "attndesk/render/page_corpus.py": 2,
-    "attndesk/render/training.py": 7,
+    "attndesk/render/training.py": 3,
     "attndesk/train/__init__.py": 1,
     "attndesk/train/presets.py": 3,
     "attndesk/train/run.py": 1,

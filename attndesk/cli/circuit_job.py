@@ -69,10 +69,12 @@ def score_and_measure(args: argparse.Namespace, model, prompts: tuple, common: d
     """(edge table, circuit, faithfulness curve, the circuit's faithfulness, the path-patching table
     of ``--path-patching`` or None), the question prepared once for every step; bad input exits 2."""
     try:
-        setup = prepare(
-            model, *prompts, common["metric"], target=common["target"], memory_budget=common["memory_budget"]
-        )
-        common = {**common, "setup": setup}
+        clean, corrupt, answer, wrong = prompts
+        metric, target, budget = common["metric"], common["target"], common["memory_budget"]
+        common = {
+            **common,
+            "setup": prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=budget),
+        }
         scoring = "eap-ig" if args.method == "acdc" else args.method
         table = edge_scores(model, *prompts, method=scoring, steps=args.steps, ig=args.ig, progress=progress, **common)
         circuit = choose_circuit(args, table, model, prompts, common, progress)

@@ -22,6 +22,7 @@ from attndesk.core.interp import (
     path_patching,
     save_circuit,
 )
+from attndesk.core.interp.edges import prepare
 from attndesk.core.pretrained import load_pretrained, read_spec
 from attndesk.render import ensure_gui_app, export_figure
 from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
@@ -67,8 +68,14 @@ def choose_circuit(args: argparse.Namespace, table: pd.DataFrame, model, prompts
 
 def score_and_measure(args: argparse.Namespace, model, prompts: tuple, common: dict, progress):
     """(edge table, circuit, faithfulness curve, the circuit's faithfulness, the path-patching table
-    of ``--path-patching`` or None); bad input exits 2."""
+    of ``--path-patching`` or None), the question prepared once for every step; bad input exits 2."""
     try:
+        clean, corrupt, answer, wrong = prompts
+        metric, target, budget = common["metric"], common["target"], common["memory_budget"]
+        common = {
+            **common,
+            "setup": prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=budget),
+        }
         scoring = "eap-ig" if args.method == "acdc" else args.method
         table = edge_scores(model, *prompts, method=scoring, steps=args.steps, ig=args.ig, progress=progress, **common)
         circuit = choose_circuit(args, table, model, prompts, common, progress)

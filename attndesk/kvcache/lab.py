@@ -22,7 +22,7 @@ from attndesk.train.tasks import Needle
 
 from .model import kv_model
 from .retrieval import retrieval_scores
-from .simulate import KVRun, causal, simulate
+from .simulate import KVRun, simulate_passes
 from .sinks import SinkReport, sink_report
 from .sweep import default_budgets, sweep
 
@@ -78,17 +78,19 @@ def lab_run(
     ids, answers = input_ids(model, text)
     if not 1 <= decode < len(ids):
         raise ConfigError(f"decode steps: 1 to {len(ids) - 1} for this input of {len(ids)} tokens, got {decode}")
-    run = simulate(model, ids, policy, budget, prefill=len(ids) - decode, ctx=ctx.scaled(0.0, 0.8), **(options or {}))
-    kvm = kv_model(model)
+    run, compressed, full_pass = simulate_passes(
+        model, ids, policy, budget, prefill=len(ids) - decode, ctx=ctx.scaled(0.0, 0.8), **(options or {})
+    )
     ctx.check()
-    weights = np.stack(kvm.forward(list(run.ids), run.keep).weights)
-    full = np.stack(kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, run.rows)).weights)
+    weights = np.stack(compressed.weights)
+    full = np.stack(full_pass.weights)
+    groups = kv_model(model).groups
     ctx.progress(0.9, "sink and retrieval scores")
     retrieval = None
     if isinstance(model, TrainRun) and isinstance(model.task, Needle):
         retrieval = retrieval_scores(model)
     ctx.progress(1.0, "done")
-    return LabRun(run, weights, full, sink_report(full), retrieval, answers, kvm.groups)
+    return LabRun(run, weights, full, sink_report(full), retrieval, answers, groups)
 
 
 def lab_sweep(

@@ -17,7 +17,7 @@ from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
 from .base import Policy, View, options_dict, resolve_budget
-from .model import KVModel, kv_model
+from .model import KVModel, Pass, kv_model
 
 
 @dataclass(eq=False)
@@ -139,6 +139,24 @@ def simulate(
     prompt). ``options``: the policy's own (``POLICIES[name].option_fields()``); one it does not
     take is refused. ``ctx``: progress per row and cancellation.
     """
+    return simulate_passes(model, text_or_ids, policy, budget, generate=generate, prefill=prefill, ctx=ctx, **options)[
+        0
+    ]
+
+
+def simulate_passes(
+    model,
+    text_or_ids,
+    policy: str = "streaming",
+    budget: int | float = 64,
+    *,
+    generate: int = 0,
+    prefill: int | None = None,
+    ctx: JobContext | None = None,
+    **options,
+) -> tuple[KVRun, Pass, Pass]:
+    """``simulate``'s run and its two last forward passes over every row (the compressed run's,
+    the full run's), for a caller that draws their weights without running them again."""
     ctx = job_context(ctx)
     kvm, pol, opts, ids, prompt, keys = prepare(model, text_or_ids, policy, budget, generate, prefill, options)
     given = len(ids)
@@ -165,7 +183,7 @@ def simulate(
     compressed = kvm.forward(ids, keep)
     full = kvm.forward(ids, causal(layers, kv, total))
     ctx.progress(1.0, "done")
-    return KVRun(
+    run = KVRun(
         policy=pol.name,
         budget=keys,
         options=options_dict(opts),
@@ -180,6 +198,7 @@ def simulate(
         error=output_error(compressed.context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )
+    return run, compressed, full
 
 
 def prepare(model, text_or_ids, policy: str, budget, generate: int, prefill: int | None, options: dict):
@@ -229,4 +248,4 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
     return pol.allocate(view, scores, candidates, budget, protected, opts)
 
 
-__all__ = ["KVRun", "causal", "get_policy", "kl_rows", "output_error", "simulate"]
+__all__ = ["KVRun", "causal", "get_policy", "kl_rows", "output_error", "simulate", "simulate_passes"]

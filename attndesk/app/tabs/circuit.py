@@ -32,6 +32,7 @@ from attndesk.core.interp import (
 )
 from attndesk.core.interp.circuits import default_sizes
 from attndesk.core.interp.composition import MODES
+from attndesk.core.interp.edges import prepare
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
 from attndesk.render.export import atomic_write, render_bytes
@@ -103,6 +104,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
     clean, corrupt, answer, wrong = _inputs(toy, clean, corrupt, answer, wrong)
     estimate = method != "exact"
     stop = 0.45 if estimate else 0.6
+    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=None, memory_budget=budget)
     table = edge_scores(
         model,
         clean,
@@ -112,6 +114,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
         method=method,
         metric=metric,
         memory_budget=budget,
+        setup=setup,
         ctx=ctx.scaled(0.0, 0.3 if estimate else stop, f"{method}: "),
     )
     exact = table
@@ -125,6 +128,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
             method="exact",
             metric=metric,
             memory_budget=budget,
+            setup=setup,
             ctx=ctx.scaled(0.3, stop, "exact: "),
         )
     total = len(table)
@@ -139,6 +143,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
         metric=metric,
         sizes=sizes,
         memory_budget=budget,
+        setup=setup,
         ctx=ctx.scaled(stop, 1.0, "faithfulness: "),
     )
     label = source[1] if toy else Path(str(source[1] or "model")).name

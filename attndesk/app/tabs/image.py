@@ -147,7 +147,7 @@ class ImageTab(TabPresenter):
         self._patch: int | None = None  # the clicked patch's token, offered in the query list
         self._pictures: OverlayPictures | None = None
         self._map_query = ""  # the query the map in flight explains
-        self._samples = [s.name for s in sample_images()]
+        self._samples: list[str] | None = None  # listed when the tab is first shown (it loads the digits)
         view.set_colormap(state.view.colormap)
         view.sampleChosen.connect(lambda name: setattr(state.pretrained, "image", SAMPLE + name))
         view.openRequested.connect(self._open_dialog)
@@ -160,11 +160,18 @@ class ImageTab(TabPresenter):
         view.cancelMapRequested.connect(self.cancel_map)
         state.view.events.colormap.connect(self._on_colormap)
         state.pretrained.events.image.connect(lambda _choice: self._show_choice())
+        state.view.events.tab.connect(lambda _tab: self._show_choice())
         state.pretrained.events.layer.connect(lambda _layer: self.redraw())
         self._show_choice()
 
     # -- the input --------------------------------------------------------------------------------
     def _show_choice(self) -> None:
+        """The sample list and the image's name, while the tab is on screen (it is shown only for a
+        vision model): a window that never shows the tab never lists the samples."""
+        if not self.visible():
+            return
+        if self._samples is None:
+            self._samples = [s.name for s in sample_images()]
         choice = self.state.pretrained.image
         if choice and not choice.startswith(SAMPLE):  # a file: the list says so, the label names it
             self.view.set_samples(self._samples, "")

@@ -61,6 +61,25 @@ def test_the_tab_shows_the_cores_edges_and_curve_and_the_slider_reads_the_cache(
         assert f"{curve['faithfulness'].iat[step]:.3f}" in view.sizeLabel.text()
 
 
+def test_the_job_prepares_its_question_once(monkeypatch):
+    """The estimate, the exact table and the curve share one prepared question (one engine), and
+    the numbers are those of the core's calls that prepare their own."""
+    from attndesk.core.interp.graph import Engine
+    from attndesk.jobs import JobContext
+
+    built = []
+    real = Engine.__init__
+    monkeypatch.setattr(Engine, "__init__", lambda self, model: built.append(model) or real(self, model))
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)  # the curve's geometric sizes: a short job
+    args = (" ".join(map(str, CLEAN)), " ".join(map(str, CORRUPT)), "5", "6", "logit_diff", "eap", 1 << 30)
+    shown = circuit_tab.circuit_job(("preset", "induction"), *args, ctx=JobContext())
+    assert len(built) == 1
+    run = load_preset("induction")
+    for got, method in ((shown.table, "eap"), (shown.exact, "exact")):
+        want = edge_scores(run, CLEAN, CORRUPT, 5, 6, method=method, memory_budget=1 << 30)
+        np.testing.assert_array_equal(got["score"].to_numpy(), want["score"].to_numpy())
+
+
 def test_a_clicked_edge_shows_its_exact_effect_beside_the_estimate(qtbot, circuit_window):
     tab = _scored(qtbot, circuit_window, "eap")
     view = tab.view

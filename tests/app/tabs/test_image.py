@@ -15,7 +15,7 @@ from PIL import Image
 from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
-from attndesk.app.state import IMAGE_TAB, TOY
+from attndesk.app.state import HEATMAPS_TAB, IMAGE_TAB, TOY
 from attndesk.core.images import SAMPLE, image_choice
 from attndesk.core.interp import image_maps
 from attndesk.core.pretrained import VisionResult, clear_cache
@@ -329,3 +329,31 @@ def test_the_file_dialog_and_a_drop_open_an_image(qtbot, image_window, folders, 
     assert w.state.pretrained.image == str(second)
     run = w.displayed_result().layers
     assert run.image.shape == (32, 32, 3) and (run.image[..., 2] > run.image[..., 0]).all()  # the blue one
+
+
+def test_the_samples_are_listed_when_the_tab_is_first_shown_and_once(qtbot, folders, monkeypatch):
+    """A window that never shows the Image tab never lists the samples (scikit-learn's digits)."""
+    from attndesk.app.tabs import image as image_tab
+
+    calls = []
+    real = image_tab.sample_images
+
+    def counting(**kwargs):
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(image_tab, "sample_images", counting)
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    try:
+        assert calls == []
+        open_vision(qtbot, w, folders["vit"])
+        view = w.tab_widget(IMAGE_TAB)
+        assert len(calls) == 1 and view.sampleCombo.findText("digit 3 (#3)") > 0
+        w.state.view.tab = HEATMAPS_TAB
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            w.state.pretrained.image = SAMPLE + "digit 3 (#3)"
+        assert view.sampleCombo.currentText() == "shapes"  # hidden: the list waits for the tab
+        w.state.view.tab = IMAGE_TAB
+        assert len(calls) == 1 and view.sampleCombo.currentText() == "digit 3 (#3)"
+    finally:
+        dispose(w)

@@ -237,17 +237,23 @@ def test_circuit_writes_the_table_circuit_curve_and_graph(qapp, capsys, tmp_path
     assert any("6 of 81 edges kept" in line for line in err)
 
 
-def test_circuit_writes_the_path_patching_heatmap(qapp, capsys, tmp_path):
+def test_circuit_writes_the_path_patching_heatmap(qapp, capsys, tmp_path, monkeypatch):
+    """... and prepares its question once for the scores, the curve, the faithfulness and the paths."""
     import pandas as pd
     from PySide6.QtGui import QImage
 
     from attndesk.core.interp import path_patching
+    from attndesk.core.interp.graph import Engine
     from attndesk.train.presets import load_preset
 
+    built = []
+    real = Engine.__init__
+    monkeypatch.setattr(Engine, "__init__", lambda self, model: built.append(model) or real(self, model))
     out = tmp_path / "paths"
     args = ("--method", "eap", "--draws", "1", "--path-patching", "k", "--out", str(out))
     code, lines, err = run_cli(capsys, "circuit", "--trained", "induction", *INDUCTION, *args)
     assert code == 0, err
+    assert len(built) == 1  # one prepare: one engine
     assert {"path_patching_k.csv", "path_patching_k.png"} <= {Path(line).name for line in lines}
     table = pd.read_csv(out / "path_patching_k.csv", index_col="sender")
     want = path_patching(load_preset("induction"), [0, 5, 6, 7, 8, 5, 6], [0, 9, 10, 11, 12, 5, 6], 7, 11, kind="k")

@@ -32,7 +32,7 @@ LONG_FUNCTIONS = {
     "attndesk/core/pipeline.py:run_attention": 82,
     "attndesk/core/pretrained/loader.py:_vision_model": 61,
     "attndesk/core/pretrained/run.py:run_pretrained": 71,
-    "attndesk/core/pretrained/vision.py:run_image": 76,
+    "attndesk/core/pretrained/vision.py:run_image": 70,
     "attndesk/kvcache/regressions.py:sink_model": 61,
     "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
 }

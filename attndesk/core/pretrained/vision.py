@@ -317,15 +317,7 @@ def run_image(
     rows, cols = _grid(model, pixels)
     specials = special_tokens(model)
     tokens = len(specials) + rows * cols
-    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
-    layers_kept = int(model.model.config.depths[0]) if info.windows else model.num_layers  # Swin: the dense first stage
-    need = 4 * layers_kept * model.num_heads * tokens * tokens
-    if need > budget:
-        raise ConfigError(
-            f"{layers_kept} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
-            f"{format_bytes(need)}, over the memory budget of {format_bytes(budget)}: "
-            "use a smaller image size or raise the budget"
-        )
+    _check_budget(model, tokens, memory_budget)
     ctx.check()
     capture = VisionCapture(sites=model.sites, layers=model.layers)
     with model._lock, torch.inference_mode(), capturing(capture):
@@ -380,6 +372,20 @@ def run_image(
     )
     result.peak_bytes = vision_peak(result, model.spec.hidden_size)
     return result
+
+
+def _check_budget(model: LoadedModel, tokens: int, memory_budget: int | None) -> None:
+    """Refuse, naming the sizes, a run whose kept attention weights exceed the memory budget."""
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    windows = model.vision is not None and model.vision.windows
+    layers_kept = int(model.model.config.depths[0]) if windows else model.num_layers  # Swin: the dense first stage
+    need = 4 * layers_kept * model.num_heads * tokens * tokens
+    if need > budget:
+        raise ConfigError(
+            f"{layers_kept} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
+            f"{format_bytes(need)}, over the memory budget of {format_bytes(budget)}: "
+            "use a smaller image size or raise the budget"
+        )
 
 
 def vision_peak(result: VisionResult, hidden_size: int) -> int:

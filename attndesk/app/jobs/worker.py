@@ -182,6 +182,7 @@ class JobRunner(QObject):
         self._running: _Job | None = None
         self._latest = 0  # newest generation submitted; older results are stale
         self._name = name
+        self.setObjectName(name)
         self._thread: QThread | None = None
         self._worker: _Worker | None = None
         self._shut = False

@@ -45,13 +45,13 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, step_ms: int = 5
 
 def busy_reasons(root) -> list[str]:
     """What makes ``root`` busy though it may use no CPU (a worker waiting on the disk): each of
-    its job runners that has a job (by thread name), the pool's running tasks, and each progress
-    bar shown without a fraction (what a user reads as "still working"). A bar with a fraction at
-    rest is not work: the corpus tab's stays in view between passes (counting it made every wait on
-    that tab run to its limit)."""
+    its job runners with a job at work (by thread name; a paused training run waits for its user:
+    no work), the pool's running tasks, and each progress bar shown without a fraction (what a
+    user reads as "still working"). A bar with a fraction at rest is not work: the corpus tab's
+    stays in view between passes (counting it made every wait on that tab run to its limit)."""
     if root is None:
         return []
-    reasons = [f"job runner {r.objectName()}" for r in root.findChildren(JobRunner) if r.is_busy()]
+    reasons = [f"job runner {r.objectName()}" for r in root.findChildren(JobRunner) if r.is_working()]
     tasks = QThreadPool.globalInstance().activeThreadCount()
     if tasks:
         reasons.append(f"{tasks} pool task(s)")

@@ -222,18 +222,21 @@ def test_reports_stream_in_order_in_batches_with_one_signal_per_batch(qtbot, run
 
 
 def test_a_job_waiting_for_its_user_is_busy_but_not_working(qtbot, runner):
-    """A paused job (``ctx.paused``) still holds the runner (closing ends it) but does no work;
-    queued work counts as work whatever the running job does."""
-    paused, release = threading.Event(), threading.Event()
+    """A paused job (``ctx.paused``) still holds the runner (closing ends it) but does no work."""
+    started, go, paused, release = (threading.Event() for _ in range(4))
 
     def waits(*, ctx):
+        started.set()
+        go.wait(5)
         with ctx.paused():
             paused.set()
             release.wait(5)
         return "resumed"
 
     runner.submit(1, waits)
-    assert runner.is_working()  # queued
+    assert started.wait(5)
+    assert runner.is_busy() and runner.is_working()  # running, not paused yet
+    go.set()
     assert paused.wait(5)
     assert runner.is_busy() and not runner.is_working()
     release.set()

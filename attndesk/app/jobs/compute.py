@@ -115,14 +115,13 @@ class ComputeController(QObject):
         self._announced.connect(self._on_announced)
         self._present_timer = QTimer(self, singleShot=True, interval=PRESENT_TIMEOUT_MS)
         self._present_timer.timeout.connect(self._end_flight)
+        self.side = SideJobs(self)
         # once the views let go of a large result (they do when the next one is drawn), the C heap
         # keeps its freed pages: malloc_trim returns them (~100 MB after a 2,048 x 16 run)
-        self.side = SideJobs(self)
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
         self._trim_timer.timeout.connect(
             lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None)
         )
-        self.side = SideJobs(self)
         # every holding of the window against the one memory budget (app/jobs/holdings.py)
         self.holdings = WindowLedger(
             state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None, scope=None), self
@@ -482,8 +481,11 @@ class SideJobs(QObject):
                 self.cancel(name)
 
     def shutdown(self) -> None:
+        """Cancel and join every channel; the window is closing, so no requester is told."""
         self._closed = True
         for ch in self._channels.values():
+            ch.busy = None
+            self._forget(ch)
             ch.runner.shutdown()
 
     def _id_for(self, scope: str | None) -> int:

@@ -163,3 +163,12 @@ def test_an_answer_that_submits_the_next_step_keeps_the_busy_state_without_a_gap
     qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
     assert steps == [1, 2, 3]
     assert log.events == [("busy", True)] * 3 + [("busy", False)]
+
+
+def test_shutdown_joins_the_jobs_and_tells_no_requester(qtbot, side):
+    """The window is closing: its widgets are not called back while it goes."""
+    log, release, started = Log(), threading.Event(), threading.Event()
+    side.submit("a", held(release, started), done=log.done, busy=log.busy, scope=None)
+    assert started.wait(TIMEOUT_MS / 1000)
+    side.shutdown()
+    assert log.events == [("busy", True)] and running_threads() == []

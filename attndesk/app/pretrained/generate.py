@@ -207,17 +207,23 @@ class GenerationTab(QObject):
             done=self._stepped,
             failed=self._failed,
             scope=None,
+            busy=self._step_busy,
         )
+
+    def _step_busy(self, busy: bool) -> None:
+        """A step's job is over however it ended (a running generation's next step resubmits
+        first): one that left the generation running stopped with no answer."""
+        if not busy and self._running:
+            self._finish(f"stopped: {self._generated()}")
 
     def stop(self) -> None:
         """Stop a running generation (Esc): the step in flight is cancelled inside its forward pass
         and leaves the generator as it was."""
         if not self._running:
             return
-        self.compute.side.cancel(CHANNEL)
         self._running, self._remaining = False, 0
-        count = len(self._generator.steps) if self._generator is not None else 0
-        self.view.set_busy(False, f"stopped: {count} token{'s' if count != 1 else ''} generated")
+        self.compute.side.cancel(CHANNEL)
+        self.view.set_busy(False, f"stopped: {self._generated()}")
         self.status.say("generation stopped")
         self.stopped.emit()
 
@@ -275,6 +281,10 @@ class GenerationTab(QObject):
             return
         self._finish(f"generation failed: {message}")
         self.status.fail(f"generation failed: {message}", tab=GENERATE_TAB)
+
+    def _generated(self) -> str:
+        count = len(self._generator.steps) if self._generator is not None else 0
+        return f"{count} token{'s' if count != 1 else ''} generated"
 
     @staticmethod
     def _prompt_tokens(generator: Generator) -> list[str]:

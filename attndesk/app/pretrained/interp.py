@@ -210,7 +210,7 @@ class InterpPresenter(QObject):
         fn, args, message = asked
         self._asked = self.inputs_key()
         tag = self._tag = next(self._tags)
-        self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+        self.view.bar.set_message(f"{message}… (Esc cancels)")
 
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
@@ -225,16 +225,22 @@ class InterpPresenter(QObject):
             done=partial(self._done, tag),
             failed=partial(self._failed, tag),
             scope=None,
+            busy=self._show_busy,
         )
+
+    def _show_busy(self, busy: bool) -> None:
+        """The channel's job in flight or over (the side jobs call it, however the job ends)."""
+        if not busy:
+            self._tag = 0
+        self.view.bar.set_busy(busy)
 
     @Slot()
     def cancel(self, quiet: bool = False) -> None:
         """Stop the job in flight, if any; what is on screen stays."""
         if not self._tag:
             return
-        self._tag = 0
-        self.compute.side.cancel(self.CHANNEL)
-        self.view.bar.set_busy(False, "" if quiet else "cancelled: the previous result (if any) is still shown")
+        self.compute.side.cancel(self.CHANNEL)  # the bar goes idle (_show_busy)
+        self.view.bar.set_message("" if quiet else "cancelled: the previous result (if any) is still shown")
 
     def is_running(self) -> bool:
         return bool(self._tag)
@@ -242,16 +248,13 @@ class InterpPresenter(QObject):
     def _done(self, tag: int, result: Any) -> None:
         if tag != self._tag:
             return
-        self._tag = 0
-        self.view.bar.set_busy(False, "")
+        self.view.bar.set_message("")
         self.update_availability()  # the job may have loaded the model: its tokenizer checks the fields now
         self.show_result(result)
 
     def _failed(self, tag: int, message: str) -> None:
         if tag != self._tag:
             return
-        self._tag = 0
-        self.view.bar.set_busy(False)
         self.view.bar.set_message(message, error=True)
         self.status.fail(f"{self.WHAT}: {message}")
         self.update_availability()  # e.g. the load found no LM head

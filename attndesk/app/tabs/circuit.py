@@ -215,6 +215,8 @@ class CircuitTab(InterpPresenter):
     ) -> None:
         super().__init__(state, compute, status, view, parent)
         self._side_tags: dict[str, int] = {}
+        # one callable per side channel (the side jobs tell one requester from another by it)
+        self._side_busy = {channel: partial(self._side_shown, channel) for channel in (TERMS_CHANNEL, HEAD_CHANNEL)}
         self._examples()
         view.decomposeRequested.connect(self.decompose)
         view.headPicked.connect(self.pick_head)
@@ -266,20 +268,34 @@ class CircuitTab(InterpPresenter):
 
     def _submit(self, channel: str, fn, args: tuple, message: str, done, failed) -> None:
         """The edge job drives the bar (``_tag``, Cancel, Esc); a head's map and a decomposition
-        run on channels of their own, each with its own tag, and say where they answer."""
+        run on channels of their own, each with its own tag, and say where they answer. The side
+        jobs clear each tag however its job ends (``busy``)."""
         tag = next(self._tags)
         if channel == self.CHANNEL:
             self._tag = tag
-            self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+            self.view.bar.set_message(f"{message}… (Esc cancels)")
+            busy = self._show_busy
         else:
             self._side_tags[channel] = tag
+            busy = self._side_busy[channel]
 
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
 
         self.compute.side.submit(
-            channel, fn, *args, progress=progress, done=partial(done, tag), failed=partial(failed, tag), scope=None
+            channel,
+            fn,
+            *args,
+            progress=progress,
+            done=partial(done, tag),
+            failed=partial(failed, tag),
+            scope=None,
+            busy=busy,
         )
+
+    def _side_shown(self, channel: str, busy: bool) -> None:
+        if not busy:
+            self._side_tags[channel] = 0
 
     def show_result(self, result: CircuitShown) -> None:
         self.view.set_shown(result)
@@ -297,7 +313,6 @@ class CircuitTab(InterpPresenter):
     def _head_done(self, tag: int, result) -> None:
         if self._side_tags.get(HEAD_CHANNEL) != tag:
             return
-        self._side_tags[HEAD_CHANNEL] = 0
         self.view.set_head_map(*result)
 
     def decompose(self, layer: int, head: int, query: int, key: int) -> None:
@@ -310,14 +325,12 @@ class CircuitTab(InterpPresenter):
     def _terms_done(self, tag: int, result) -> None:
         if self._side_tags.get(TERMS_CHANNEL) != tag:
             return
-        self._side_tags[TERMS_CHANNEL] = 0
         self.view.set_terms(result)
 
     def _side_failed(self, channel: str):
         def failed(tag: int, message: str) -> None:
             if self._side_tags.get(channel) != tag:
                 return
-            self._side_tags[channel] = 0
             self.view.set_terms(message)
 
         return failed

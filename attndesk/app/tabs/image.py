@@ -322,7 +322,6 @@ class ImageTab(TabPresenter):
             self._refuse(str(exc))
             return
         self._map_query = "the mean of the patches" if self._query is None else run.tokens[self._query]
-        self.view.set_map_busy(True)
         self.view.set_map_progress(0.0, "computing…")
         self.compute.side.submit(
             "image-map",
@@ -336,17 +335,16 @@ class ImageTab(TabPresenter):
             done=self._show_map,
             failed=self._map_failed,
             progress=self.view.set_map_progress,
+            busy=self.view.set_map_busy,  # a new run drops the map: its button comes back then too
         )
 
     def cancel_map(self) -> None:
-        self.compute.side.cancel("image-map")
-        self.view.set_map_busy(False)
+        self.compute.side.cancel("image-map")  # the map's controls go idle (set_map_busy)
         self.view.mapStatus.setText("cancelled")
 
     def _show_map(self, answer) -> None:
         values, what = answer
         run = self._run
-        self.view.set_map_busy(False)
         if run is None:
             return
         values = np.asarray(values, dtype=np.float64)
@@ -364,7 +362,6 @@ class ImageTab(TabPresenter):
         self.mapDrawn.emit()
 
     def _map_failed(self, message: str) -> None:
-        self.view.set_map_busy(False)
         self.view.mapStatus.setText(message)
 
     def release(self) -> None:

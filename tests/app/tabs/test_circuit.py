@@ -173,6 +173,31 @@ def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_f
         dispose(w)
 
 
+def test_scoring_then_a_kv_run_then_another_model_leaves_nothing_busy(qtbot, monkeypatch, gpt2_folder):
+    """Score edges, the KV cache tab's Run while it computes, then another model: every bar goes
+    idle and every side job ends (the circuit's is cancelled by the switch, the KV run answers)."""
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
+    try:
+        w.state.view.tab = CIRCUIT_TAB
+        circuit = w.tab_presenter(CIRCUIT_TAB)
+        qtbot.mouseClick(circuit.view.bar.runButton, Qt.MouseButton.LeftButton)
+        assert circuit.view.bar.is_busy()
+        w.state.view.tab = "kvcache"
+        kv = w.tab_widget("kvcache")
+        kv.decodeSpin.setValue(2)
+        qtbot.mouseClick(kv.bar.runButton, Qt.MouseButton.LeftButton)
+        assert kv.bar.is_busy() and w.compute.side.is_busy("kvlab")
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            assert w.pretrained.open_folder(gpt2_folder)
+        qtbot.waitUntil(lambda: not w.compute.side.any_busy() and not w.compute.is_busy(), timeout=TIMEOUT_MS)
+        assert not circuit.view.bar.is_busy() and not circuit.is_running()
+        assert not kv.bar.is_busy() and kv.sweepButton.isEnabled() and kv.result is not None
+    finally:
+        qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
+        dispose(w)
+
+
 @pytest.mark.perf
 def test_a_slider_move_takes_well_under_a_second(qtbot, circuit_window):
     import time

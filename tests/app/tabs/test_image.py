@@ -5,6 +5,7 @@ from a side job, and a bad image is one line that changes nothing."""
 
 from __future__ import annotations
 
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
 from attndesk.app.state import HEATMAPS_TAB, IMAGE_TAB, TOY
+from attndesk.app.tabs import image as image_tab
 from attndesk.core.images import SAMPLE, image_choice
 from attndesk.core.interp import image_maps
 from attndesk.core.pretrained import VisionResult, clear_cache
@@ -181,6 +183,31 @@ def test_maps_across_layers_come_from_a_side_job(qtbot, image_window, folders):
         assert view.cancelButton.isEnabled() and not view.computeButton.isEnabled()
     assert "integrated gradients" in view.mapStatus.text() and "4 steps" in view.mapStatus.text()
     assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
+
+
+def test_a_new_run_while_a_map_computes_gives_the_map_controls_back(qtbot, monkeypatch, image_window, folders):
+    """The map is for the run on screen: a new input drops it, and its Compute button comes back."""
+
+    def endless_map(*_args, ctx):  # computes until it is cancelled (bounded: never outlives the test)
+        for _ in range(TIMEOUT_MS // 10):
+            ctx.progress(0.5, "mapping")
+            ctx.check()
+            time.sleep(0.01)
+
+    monkeypatch.setattr(image_tab, "image_map", endless_map)
+    w = image_window
+    open_vision(qtbot, w, folders["vit"])
+    view = w.tab_widget(IMAGE_TAB)
+    view.computeButton.click()
+    qtbot.waitUntil(lambda: view.mapProgress.value() > 0, timeout=TIMEOUT_MS)
+    assert view.cancelButton.isEnabled() and not view.computeButton.isEnabled()
+    index = view.sampleCombo.findText("digit 3 (#3)")
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        view.sampleCombo.setCurrentIndex(index)
+        view.sampleCombo.activated.emit(index)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy("image-map"), timeout=TIMEOUT_MS)
+    assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
+    assert view.mapProgress.value() == 0 and view.mapCanvas.pixels() is None
 
 
 def test_a_vision_runs_bundle_and_page_hold_the_image_and_overlays(qtbot, image_window, folders, tmp_path, capsys):

@@ -41,13 +41,14 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # Two tiers (docs/reliability.md). make test: lint, then the correctness tier, every test that reads
-# no clock, on every core (pytest-xdist, at most JOBS workers; Ray's tests on one worker by their
-# xdist_group, the browser's on one). The 15 slowest tests are listed at the end.
+# no clock, on every core (pytest-xdist, at most JOBS workers, --dist load: a worker that crashes is
+# replaced and its test reported, where loadgroup's scheduler can wait forever; Ray's tests take an
+# OS file lock, one local cluster at a time). The 15 slowest tests are listed at the end.
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 # JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n < 4 ? n : 4)))
 test: lint browser-deps
-	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist loadgroup --durations=15
+	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist load --durations=15
 
 # make test-perf: the perf tier, serially and on its own: GUI-thread CPU per heartbeat gap, timings,
 # memory, and the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability

@@ -14,14 +14,18 @@ import os
 
 import pytest
 from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
 from attndesk.app.tabs.registry import TABS
+from tests.conftest import TIMEOUT_MS
 from tests.soak import checks
 from tests.soak.controls import discover, menu_actions
 from tests.soak.driver import Soak, SoakOptions
 from tests.soak.report import STALL_CPU_S, failures, format_action, is_stall, replay_command
 from tests.soak.sandbox import Sandbox
+
+TINY_TRAIN = {"task": "previous-token", "layers": 1, "heads": 2, "embed_dim": 16, "seq_len": 12, "batch_size": 8}
 
 SOAK_SECONDS = float(os.environ.get("ATTNDESK_SOAK_SECONDS", "40"))
 SOAK_SEED = int(os.environ.get("ATTNDESK_SOAK_SEED", "20240917"))
@@ -198,6 +202,29 @@ def test_a_report_replays_its_actions_at_another_pace(qtbot, sandbox, tmp_path, 
     assert key(replayed) == key(recorded), "\n".join(
         map(str, [a for a in recorded if "step" in a] + ["--"] + [a for a in replayed if "step" in a])
     )
+
+
+def test_a_paused_training_run_lets_the_window_settle(qtbot, window):
+    """A paused run waits for its user: its job holds the Train tab's runner (closing the window
+    ends it) but is no work under way, so the soak's waits end; resumed, it is work again."""
+    from attndesk.app.jobs.worker import JobRunner
+    from attndesk.app.tabs.train import TRAIN_TAB
+
+    window.state.view.tab = TRAIN_TAB
+    tab = window.tab_presenter(TRAIN_TAB)
+    tab.view.set_settings(TINY_TRAIN | {"steps": 100_000})
+    assert tab.start()
+    qtbot.waitUntil(lambda: len(tab.gathered.steps) >= 2, timeout=TIMEOUT_MS)
+    assert "job runner attndesk-train" in checks.busy_reasons(window)
+    qtbot.mouseClick(tab.view.pauseButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not checks.busy(window), timeout=TIMEOUT_MS)
+    (runner,) = [r for r in window.findChildren(JobRunner) if r.objectName() == "attndesk-train"]
+    assert runner.is_busy() and tab.phase == "paused"
+    qtbot.mouseClick(tab.view.resumeButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: runner.is_working(), timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):
+        qtbot.mouseClick(tab.view.stopButton, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not runner.is_busy(), timeout=TIMEOUT_MS)
 
 
 def _soak(tmp_path, seed: int) -> None:

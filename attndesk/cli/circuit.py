@@ -91,7 +91,7 @@ def _token(text: str | None, toy: bool, flag: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.cli.circuit_job import describe, load_model, score_and_measure, write_outputs
+    from attndesk.cli.circuit_job import describe, load_model, score_and_measure, summary_notes, write_outputs
 
     folder = empty_out(args.out)
     if args.method == "acdc" and args.tau is None:
@@ -117,4 +117,6 @@ def run(args: argparse.Namespace) -> int:
         f"({args.metric}; clean {about['clean_metric']:.4g}, corrupt {about['corrupt_metric']:.4g})",
         file=sys.stderr,
     )
+    for note in summary_notes(table, circuit, faith):
+        print(f"attndesk: {note}", file=sys.stderr)
     return 0

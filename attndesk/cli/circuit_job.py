@@ -14,6 +14,7 @@ from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.patch import heatmap
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import (
+    connected,
     edge_scores,
     faithfulness,
     faithfulness_curve,
@@ -21,6 +22,7 @@ from attndesk.core.interp import (
     path_patching,
     save_circuit,
 )
+from attndesk.core.interp.edges import prepare
 from attndesk.core.pretrained import load_pretrained, read_spec
 from attndesk.render import ensure_gui_app, export_figure
 from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
@@ -66,8 +68,14 @@ def choose_circuit(args: argparse.Namespace, table: pd.DataFrame, model, prompts
 
 def score_and_measure(args: argparse.Namespace, model, prompts: tuple, common: dict, progress):
     """(edge table, circuit, faithfulness curve, the circuit's faithfulness, the path-patching table
-    of ``--path-patching`` or None); bad input exits 2."""
+    of ``--path-patching`` or None), the question prepared once for every step; bad input exits 2."""
     try:
+        clean, corrupt, answer, wrong = prompts
+        metric, target, budget = common["metric"], common["target"], common["memory_budget"]
+        common = {
+            **common,
+            "setup": prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=budget),
+        }
         scoring = "eap-ig" if args.method == "acdc" else args.method
         table = edge_scores(model, *prompts, method=scoring, steps=args.steps, ig=args.ig, progress=progress, **common)
         circuit = choose_circuit(args, table, model, prompts, common, progress)
@@ -109,6 +117,25 @@ def describe(args: argparse.Namespace, model, prompts: tuple, found: tuple, seco
     ]
     about["curve"] = {c: [None if np.isnan(v) else float(v) for v in curve[c]] for c in CURVE}
     return about
+
+
+def summary_notes(table: pd.DataFrame, circuit, faith: float) -> list[str]:
+    """What the summary line's faithfulness needs said beside it: the kept edges that lie on no
+    path from an embedding to the logits inside the circuit (they change nothing), and what a
+    faithfulness below 0 means (a true property of the circuit, not a sign error)."""
+    on_paths = connected(circuit, list(zip(table.src, table.dst, table.kind)))
+    notes = []
+    if len(on_paths) < len(circuit):
+        notes.append(
+            f"{len(circuit) - len(on_paths):,} of the {len(circuit):,} kept edges lie on no path from the embeddings "
+            "to the logits inside the circuit, so they change nothing (--connected keeps only edges on such paths)"
+        )
+    if faith < 0:
+        notes.append(
+            "faithfulness below 0: with only these edges clean the metric ends further from the clean run than "
+            "with none, as when a head's key input is clean but its value input is not (docs/interp.md)"
+        )
+    return notes
 
 
 def write_path_patching(out: OutputSet, paths: pd.DataFrame, metric: str) -> None:

@@ -121,11 +121,12 @@ def labels(report, site: str, num_heads: int) -> tuple[list[str], list[str], str
 
 
 def heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, y: str, x: str, value: str):
+    """One diverging heatmap whose title is the figure's (drawn once, above it)."""
     from attndesk.render import HeatmapFigure
 
     return HeatmapFigure(
         matrices=matrix[None],
-        titles=[title],
+        titles=[""],
         query_labels=rows,
         key_labels=cols,
         diverging=True,

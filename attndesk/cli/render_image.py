@@ -225,40 +225,24 @@ def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]])
     its overlay figures above them; PageTooLarge (bad input) before anything is written."""
     from attndesk.render.export import render_bytes
     from attndesk.render.overlays import overlay_painter
-    from attndesk.render.page import (
-        AUTO,
-        MAX_PAGE_BYTES,
-        PageTooLarge,
-        check_page_size,
-        choose_precision,
-        image_entry,
-        page_data,
-        pretrained_page_maps,
-    )
+    from attndesk.render.page import PageTooLarge, vision_page_data
 
     pictures = [
         (figure.title, render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi)) for _, figure in figures
     ]
-    image = image_entry(run.grid, pictures)
-    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
-    maps = pretrained_page_maps(run, args.layer)
     try:
-        precision = choose_precision(maps, None, room) if args.page_precision == AUTO else args.page_precision
-        check_page_size(maps, precision, None, limit=room)
-        return page_data(
-            maps,
-            run.summary(),
-            settings={"model": str(args.model), "image": str(args.image), "grid": f"{run.grid[0]} x {run.grid[1]}"},
-            colormap=args.colormap,
-            shared_scale=args.shared_scale,
-            precision=precision,
+        return vision_page_data(
+            run,
+            pictures,
+            args.layer,
+            settings={"model": str(args.model), "image": str(args.image)},
             title=f"{run.model_name} · {Path(args.image).name}",
-            image=image,
+            colormap=args.colormap,
+            precision=args.page_precision,
+            shared_scale=args.shared_scale,
         )
     except PageTooLarge as exc:
-        raise CliError(
-            f"{exc} (the image's figures take {(MAX_PAGE_BYTES - room) / 1e6:.1f} MB of it)", EXIT_USAGE
-        ) from None
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: bool = True) -> list[Path]:

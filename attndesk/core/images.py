@@ -25,8 +25,13 @@ class SampleImage:
 
 
 def shipped_image_names() -> list[str]:
+    return list(_shipped_names())
+
+
+@lru_cache(maxsize=1)
+def _shipped_names() -> tuple[str, ...]:
     folder = resources.files("attndesk.resources").joinpath("images")
-    return sorted(p.name[: -len(".png")] for p in folder.iterdir() if p.name.endswith(".png"))
+    return tuple(sorted(p.name[: -len(".png")] for p in folder.iterdir() if p.name.endswith(".png")))
 
 
 @lru_cache(maxsize=16)
@@ -76,14 +81,20 @@ def digit_images(count: int = 10, *, start: int = 0) -> list[SampleImage]:
 
 def sample_images(*, digits: int = 10) -> list[SampleImage]:
     """The shipped pictures, then the first ``digits`` of scikit-learn's digits (one of each class
-    for the default 10; none when scikit-learn is missing)."""
-    images = [shipped_image(name) for name in shipped_image_names()]
+    for the default 10; none when scikit-learn is missing). Built once per ``digits``: the images
+    are frozen and their pixels read-only."""
+    return list(_sample_images(digits))
+
+
+@lru_cache(maxsize=4)
+def _sample_images(digits: int) -> tuple[SampleImage, ...]:
+    images = [shipped_image(name) for name in _shipped_names()]
     if digits:
         try:
             images += digit_images(digits)
         except ConfigError:
             pass  # scikit-learn is optional: the shipped pictures stand alone
-    return images
+    return tuple(images)
 
 
 SAMPLE = "sample:"  # an image choice naming a sample image, e.g. "sample:shapes", "sample:digit 3 (#3)"
@@ -93,11 +104,13 @@ DEFAULT_SAMPLE = "shapes"
 def image_choice(choice: str) -> tuple[str, np.ndarray | str]:
     """(a short name, what ``run_pretrained`` takes) of an image choice: ``"sample:NAME"`` a
     sample image (``sample_images``), ``""`` the default one (``DEFAULT_SAMPLE``), anything else a file's path
-    (read, and refused in one line, when the model runs)."""
+    (read, and refused in one line, when the model runs). A shipped picture needs no digits loaded."""
     if choice and not choice.startswith(SAMPLE):
         return choice.replace("\\", "/").rsplit("/", 1)[-1], choice
-    samples = sample_images()
     name = choice[len(SAMPLE) :] or DEFAULT_SAMPLE
+    if name in _shipped_names():
+        return name, _shipped(name)
+    samples = _sample_images(10)
     for sample in samples:
         if sample.name == name:
             return sample.name, sample.pixels

@@ -243,11 +243,20 @@ def _load(model, device: str):
     from ..core.pretrained import load_pretrained, read_spec
 
     if model is not None and not hasattr(model, "tokenizer"):
-        read_spec(model)  # a folder that is not a model says so before any weight is read
+        spec = read_spec(model)  # a folder that is not a model says so before any weight is read
+        _text_model(spec.family, Path(model).name, spec.family_name)
         model = load_pretrained(model, device=device)
     elif model is None:
         model = load_pretrained(None, device=device)
+    _text_model(model.family, model.name, model.spec.family_name)
     return model
+
+
+def _text_model(family: str, name: str, family_name: str) -> None:
+    if family == "vision":
+        raise ConfigError(
+            f"{name} is an image model ({family_name}): the corpus pass reads texts; give it a text model"
+        )
 
 
 def _manifest(

@@ -3,15 +3,17 @@ partial results, whoever runs it (the window's executor, the command line, a scr
 
 A function takes ``ctx: JobContext | None = None`` and calls ``ctx.progress(fraction, message)``,
 ``ctx.check()`` between steps (raises ``Cancelled``; ``ctx.cancelled`` reads the flag without
-raising, for a loop that ends early instead) and ``ctx.report(item)`` for a partial result. A
+raising, for a loop that ends early instead), ``ctx.report(item)`` for a partial result and
+``with ctx.paused():`` around a wait for its user (a paused training run: no work under way). A
 context made with a ``parent`` is cancelled when its parent is and forwards to the parent what it
 does not handle itself: a Stop button's flag joined to the window's job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,6 +57,7 @@ class JobContext:
         self._wakers: list[Callable[[], None]] = []
         self._wakers_lock = threading.Lock()
         self._asks = [f.is_set for f in (cancel,) if f is not None] + [a for a in (should_cancel,) if a is not None]
+        self._pauses = 0  # parts of this job inside ``paused()`` now
         self.last: Progress | None = None  # the latest progress reported
 
     @property
@@ -89,6 +92,31 @@ class JobContext:
                     each._wakers.remove(wake)
 
         return stop_listening
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The job waits for its user inside this block (a paused training run): it computes
+        nothing and may wait for ever. ``is_paused`` says so here and on every ancestor, so whoever
+        runs the job can tell a paused job from one at work."""
+        chain: list[JobContext] = []
+        ctx: JobContext | None = self
+        while ctx is not None:
+            chain.append(ctx)
+            ctx = ctx._parent
+        for each in chain:
+            with each._wakers_lock:
+                each._pauses += 1
+        try:
+            yield
+        finally:
+            for each in chain:
+                with each._wakers_lock:
+                    each._pauses -= 1
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether the job (or a part of it) waits for its user now (``paused``)."""
+        return self._pauses > 0
 
     def check(self) -> None:
         """Raise ``Cancelled`` if the job was asked to stop."""

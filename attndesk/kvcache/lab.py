@@ -22,7 +22,7 @@ from attndesk.train.tasks import Needle
 
 from .model import kv_model
 from .retrieval import AblationCheck, needle_batch, retrieval_report
-from .simulate import KVRun, causal, simulate
+from .simulate import KVRun, simulate_passes
 from .sinks import SinkReport, sink_report
 from .sweep import default_budgets, sweep
 
@@ -82,11 +82,13 @@ def lab_run(
     ids, answers = input_ids(model, text)
     if not 1 <= decode < len(ids):
         raise ConfigError(f"decode steps: 1 to {len(ids) - 1} for this input of {len(ids)} tokens, got {decode}")
-    run = simulate(model, ids, policy, budget, prefill=len(ids) - decode, ctx=ctx.scaled(0.0, 0.8), **(options or {}))
-    kvm = kv_model(model)
+    run, compressed, full_pass = simulate_passes(
+        model, ids, policy, budget, prefill=len(ids) - decode, ctx=ctx.scaled(0.0, 0.8), **(options or {})
+    )
     ctx.check()
-    weights = np.stack(kvm.forward(list(run.ids), run.keep).weights)
-    full = np.stack(kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, run.rows)).weights)
+    weights = np.stack(compressed.weights)
+    full = np.stack(full_pass.weights)
+    groups = kv_model(model).groups
     ctx.progress(0.9, "sink and retrieval scores")
     retrieval, ablation = None, None
     if isinstance(model, TrainRun) and isinstance(model.task, Needle):
@@ -94,7 +96,7 @@ def lab_run(
         report = retrieval_report(model, draws=LAB_DRAWS, batch=batch, ctx=ctx.scaled(0.9, 1.0, "retrieval heads: "))
         retrieval, ablation = report.scores, report.checks
     ctx.progress(1.0, "done")
-    return LabRun(run, weights, full, sink_report(full), retrieval, ablation, answers, kvm.groups)
+    return LabRun(run, weights, full, sink_report(full), retrieval, ablation, answers, groups)
 
 
 def lab_sweep(

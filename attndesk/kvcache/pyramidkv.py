@@ -14,14 +14,14 @@ import numpy as np
 
 from attndesk.core.fields import param
 
-from .base import Policy, View, top_keys
-from .snapkv import check_window, pooled_window_scores
+from .base import top_keys
+from .snapkv import SnapKV, SnapKVOptions
 
 
 @dataclass(frozen=True)
-class PyramidKVOptions:
-    window: int = param(64, kind=int, low=1, label="Window", tip="the prompt's last queries that vote", flag="--window")
-    kernel: int = param(5, kind=int, low=1, label="Pool", tip="the average pool's width over keys", flag="--kernel")
+class PyramidKVOptions(SnapKVOptions):
+    """SnapKV's window and pool, and the pyramid's steepness."""
+
     beta: int = param(20, kind=int, low=1, label="Beta", tip="the pyramid's steepness", flag="--beta")
 
 
@@ -39,18 +39,13 @@ def layer_budgets(prompt: int, budget: float, layers: int, window: int, beta: in
     return [round(high - layer * step) for layer in range(layers)]
 
 
-class PyramidKV(Policy):
+class PyramidKV(SnapKV):
+    """SnapKV's check and scores; its own budgets per layer."""
+
     name = "pyramidkv"
     title = "PyramidKV"
     about = "SnapKV's scores, more keys in early layers than late ones"
-    kind = "prefill"
     options = PyramidKVOptions
-
-    def check(self, view: View, budget: int, opts: PyramidKVOptions) -> None:
-        check_window(view, opts.window, self.name)
-
-    def prefill_scores(self, view: View, opts: PyramidKVOptions) -> np.ndarray:
-        return pooled_window_scores(view, opts.window, opts.kernel)
 
     def allocate(self, view, scores, candidates, budget, protected, opts: PyramidKVOptions) -> np.ndarray:
         budgets = layer_budgets(scores.shape[-1], budget, scores.shape[0], opts.window, opts.beta)

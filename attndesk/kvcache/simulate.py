@@ -111,20 +111,23 @@ def first_pruned(keep: np.ndarray) -> int:
     return int(n if whole.all() else np.argmin(whole))
 
 
-def compressed_rows(kvm: KVModel, ids: list[int], keep: np.ndarray, full: Pass) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The compressed run's logits [N, V] and context per layer [H, N, d_v]: the full run's rows up to
-    the first pruned row (every row before it saw every key, in every layer, so its hidden states
-    are the full run's), the rest computed over the full run's cache with ``keep``'s rows."""
+def compressed_pass(kvm: KVModel, ids: list[int], keep: np.ndarray, full: Pass, *, weights: bool = True) -> Pass:
+    """The compressed run over every row (logits [N, V], context [H, N, d_v] per layer, and the
+    weights [H, N, N] per layer when ``weights``): the full run's rows up to the first pruned row
+    (every row before it saw every key, in every layer, so its hidden states are the full run's),
+    the rest computed over the full run's cache with ``keep``'s rows."""
     first = first_pruned(keep)
     if first == len(ids):
-        return full.logits, full.context
+        return full
     resume = kvm.cache_after(full, first)
     if resume is None:
-        compressed = kvm.forward(ids, keep)
-        return compressed.logits, compressed.context
-    rest, _ = kvm.extend(ids, keep, resume, weights=False)
-    logits = np.concatenate([full.logits[:first], rest.logits])
-    return logits, [np.concatenate([f[:, :first], c], axis=1) for f, c in zip(full.context, rest.context)]
+        return kvm.forward(ids, keep)
+    rest, _ = kvm.extend(ids, keep, resume, weights=weights)
+    out = Pass(logits=np.concatenate([full.logits[:first], rest.logits]))
+    out.context = [np.concatenate([f[:, :first], c], axis=1) for f, c in zip(full.context, rest.context)]
+    if weights:
+        out.weights = [np.concatenate([f[:, :first], w], axis=1) for f, w in zip(full.weights, rest.weights)]
+    return out
 
 
 def get_policy(name: str) -> Policy:
@@ -168,6 +171,37 @@ def simulate(
     prompt). ``options``: the policy's own (``POLICIES[name].option_fields()``); one it does not
     take is refused. ``ctx``: progress per row and cancellation.
     """
+    return _simulate(model, text_or_ids, policy, budget, generate, prefill, ctx, options, weights=False)[0]
+
+
+def simulate_passes(
+    model,
+    text_or_ids,
+    policy: str = "streaming",
+    budget: int | float = 64,
+    *,
+    generate: int = 0,
+    prefill: int | None = None,
+    ctx: JobContext | None = None,
+    **options,
+) -> tuple[KVRun, Pass, Pass]:
+    """``simulate``'s run and its passes over every row (the compressed run's, the full run's), for a
+    caller that draws their weights without running them again."""
+    return _simulate(model, text_or_ids, policy, budget, generate, prefill, ctx, options, weights=True)
+
+
+def _simulate(
+    model,
+    text_or_ids,
+    policy: str,
+    budget: int | float,
+    generate: int,
+    prefill: int | None,
+    ctx: JobContext | None,
+    options: dict[str, Any],
+    *,
+    weights: bool,
+) -> tuple[KVRun, Pass, Pass]:
     ctx = job_context(ctx)
     kvm, pol, opts, ids, prompt, keys = prepare(model, text_or_ids, policy, budget, generate, prefill, options)
     given = len(ids)
@@ -197,10 +231,10 @@ def simulate(
         keep[:, :, t, t + 1 :] = False
         ctx.progress((t + 1 - start) / max(1, total - start), f"row {t + 1} of {total}")
     full = kvm.causal_pass(ids)
-    logits, context = compressed_rows(kvm, ids, keep, full)
+    compressed = compressed_pass(kvm, ids, keep, full, weights=weights)
     first = first_pruned(keep)  # the rows before it are the full run's: KL 0
     ctx.progress(1.0, "done")
-    return KVRun(
+    run = KVRun(
         policy=pol.name,
         budget=keys,
         options=options_dict(opts),
@@ -209,12 +243,13 @@ def simulate(
         ids=np.asarray(ids, np.int64),
         tokens=kvm.token_texts(ids),
         keep=keep,
-        logits=logits,
+        logits=compressed.logits,
         full_logits=full.logits,
-        kl=kl_rows(full.logits, logits, first),
-        error=output_error(context, full.context),
+        kl=kl_rows(full.logits, compressed.logits, first),
+        error=output_error(compressed.context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )
+    return run, compressed, full
 
 
 def prepare(model, text_or_ids, policy: str, budget, generate: int, prefill: int | None, options: dict):
@@ -264,4 +299,14 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
     return pol.allocate(view, scores, candidates, budget, protected, opts)
 
 
-__all__ = ["KVRun", "causal", "compressed_rows", "first_pruned", "get_policy", "kl_rows", "output_error", "simulate"]
+__all__ = [
+    "KVRun",
+    "causal",
+    "compressed_pass",
+    "first_pruned",
+    "get_policy",
+    "kl_rows",
+    "output_error",
+    "simulate",
+    "simulate_passes",
+]

@@ -9,7 +9,8 @@
   large for an exact page, and of a corpus store.
 - ``bundle``: a run, its session, weights and figures as one reproducible ``.zip``.
 - ``heads_grid``, ``training``, ``overlays``, ``kvcache``: figures of the corpus pass, of a training
-  run (curves, animations), of maps blended over an image, and of KV-cache runs.
+  run (curves, animations), of maps blended over an image, and of KV-cache runs; ``chart``: what
+  their line charts share (the page and title, the value grid, the x labels, a series).
 - ``circuit``: figures of an edge circuit (the graph and its faithfulness curve); ``page_circuit``:
   its interactive page.
 

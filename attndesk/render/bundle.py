@@ -30,14 +30,12 @@ from attndesk.render.export import default_filename, figure_bytes, render_bytes
 from attndesk.render.figure import figure_from_map
 from attndesk.render.overlays import overlay_painter, run_figures
 from attndesk.render.page import (
-    MAX_PAGE_BYTES,
     PageTooLarge,
-    check_page_size,
-    choose_precision,
     image_entry,
     page_data,
     page_html,
     pretrained_page_maps,
+    vision_page_data,
 )
 from attndesk.render.page_circuit import circuit_section
 from attndesk.session.file import session_json
@@ -143,18 +141,23 @@ def vision_bundle_parts(state: AppState, run: Any, layer: int | None, colormap: 
     read_image(image).save(picture, format="PNG")
     layers = None if layer is None else [layer]
     figures = run_figures(run, default_query(run), layers=layers, colormap=colormap)
-    files = {f"{stem}.png": render_bytes(overlay_painter(f), "png", f.size(), 96) for stem, f in figures}
-    files.update(vision_page(run, figures, layer, colormap, {"image": name}))
+    pngs = figure_pngs(figures)
+    files = {f"{stem}.png": png for (stem, _figure), (_title, png) in zip(figures, pngs)}
+    files.update(vision_page(run, pngs, layer, colormap, {"image": name}))
     return {"figures": files, "inputs": {"image.png": picture.getvalue()}}
+
+
+def figure_pngs(figures: list) -> list[tuple[str, bytes]]:
+    """[(title, PNG bytes)] of ``figures`` [(name, OverlayFigure)], each painted once."""
+
+    ensure_gui_app(headless=True)
+    return [(f.title, render_bytes(overlay_painter(f), "png", f.size(), 96)) for _n, f in figures]
 
 
 def figures_entry(run: Any, figures: list) -> dict[str, Any]:
     """A page's ``image`` entry: ``run``'s patch grid and ``figures`` [(name, OverlayFigure)] as PNGs."""
 
-    ensure_gui_app(headless=True)
-    return image_entry(
-        run.grid, [(f.title, render_bytes(overlay_painter(f), "png", f.size(), 96)) for _n, f in figures]
-    )
+    return image_entry(run.grid, figure_pngs(figures))
 
 
 def window_page_image(run: Any, layer: int, colormap: str) -> dict[str, Any]:
@@ -165,25 +168,19 @@ def window_page_image(run: Any, layer: int, colormap: str) -> dict[str, Any]:
 
 
 def vision_page(
-    run: Any, figures: list, layer: int | None, colormap: str, settings: dict[str, Any]
+    run: Any, pictures: list[tuple[str, bytes]], layer: int | None, colormap: str, settings: dict[str, Any]
 ) -> dict[str, bytes]:
-    """{name: html} of a vision run's page (its token x token maps, the image and ``figures``
-    [(name, OverlayFigure)] above them), or {} when it would be over the page's limit."""
+    """{name: html} of a vision run's page (its token x token maps, the image and ``pictures``
+    [(title, PNG bytes)] above them), or {} when it would be over the page's limit."""
 
-    image = figures_entry(run, figures)
-    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
-    maps = pretrained_page_maps(run, layer)
     try:
-        precision = choose_precision(maps, None, room)
-        check_page_size(maps, precision, None, limit=room)
-        doc = page_data(
-            maps,
-            run.summary(),
-            settings={"model": run.model_name, **settings, "grid": f"{run.grid[0]} x {run.grid[1]}"},
-            colormap=colormap,
-            precision=precision,
+        doc = vision_page_data(
+            run,
+            pictures,
+            layer,
+            settings={"model": run.model_name, **settings},
             title=run.model_name,
-            image=image,
+            colormap=colormap,
         )
     except PageTooLarge:
         return {}
@@ -276,6 +273,7 @@ def save_bundle(
 __all__ = [
     "FIGURE_SIZE",
     "bundle_figures",
+    "figure_pngs",
     "figures_entry",
     "model_settings",
     "run_settings",

@@ -8,14 +8,18 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QPen, QPolygonF
+from PySide6.QtGui import QColor, QPen, QPolygonF
 
+from .chart import begin_chart, paint_series, paint_value_grid, paint_x_labels
 from .export import write
 from .layout import nice_ticks, tick_format
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 _STACKS = {"enc": 0, "": 1, "dec": 1, "cross": 1}
 _NODE = re.compile(r"^(?:(enc|dec|cross)\.)?(?:L(\d+)\.(H|KV|MLP)(\d*)|(embed))$")
@@ -67,14 +71,7 @@ def write_circuit_figure(
     used = set(rows["src"]) | set(rows["dst"])
 
     def paint(painter, rect) -> None:
-        painter.fillRect(rect, QColor("white"))
-        painter.setRenderHint(painter.RenderHint.Antialiasing)
-        font = QFont()
-        font.setPixelSize(max(10, int(rect.height() / 60)))
-        painter.setFont(font)
-        line = font.pixelSize() * 1.6
-        painter.setPen(QColor("black"))
-        painter.drawText(QRectF(rect.left(), rect.top(), rect.width(), line), Qt.AlignmentFlag.AlignCenter, title)
+        line = begin_chart(painter, rect, title, font=(10, 60))
         area = QRectF(
             rect.left() + line * 3, rect.top() + line * 2, rect.width() - line * 6, rect.height() - line * 3.5
         )
@@ -113,25 +110,6 @@ def _curve_axis(values: np.ndarray) -> tuple[float, float, list[float], str]:
     return min(lo, ticks[0]), max(hi, ticks[-1]), ticks, tick_format(ticks)
 
 
-def _paint_curve_axes(painter, area: QRectF, at, ticks, fmt: str, lo: float, line: float) -> None:
-    """The horizontal grid with its faithfulness labels and the share-of-edges labels below."""
-    for t in ticks:
-        painter.setPen(QPen(QColor("#cccccc"), 1))
-        painter.drawLine(at(0, t), at(1, t))
-        painter.setPen(QColor("black"))
-        painter.drawText(
-            QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
-            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-            fmt.format(t),
-        )
-    for t in nice_ticks(0.0, 1.0, 6):
-        painter.drawText(
-            QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
-            Qt.AlignmentFlag.AlignCenter,
-            f"{t:.0%}",
-        )
-
-
 def _paint_curve_series(painter, at, x: np.ndarray, series: dict[str, np.ndarray], spread: np.ndarray) -> None:
     """The random sets' band of one standard deviation, then the random mean and the circuit's curve."""
     band = [at(u, m + s) for u, m, s in zip(x, series["random"], spread) if np.isfinite(m)]
@@ -144,12 +122,7 @@ def _paint_curve_series(painter, at, x: np.ndarray, series: dict[str, np.ndarray
         painter.drawPolygon(QPolygonF(band))
         painter.setBrush(Qt.BrushStyle.NoBrush)
     for key, colour in (("random", "#7f7f7f"), ("circuit", "#d62728")):
-        points = [at(u, v) for u, v in zip(x, series[key]) if np.isfinite(v)]
-        painter.setPen(QPen(QColor(colour), 2))
-        if points:
-            painter.drawPolyline(QPolygonF(points))
-            for point in points:
-                painter.drawEllipse(point, 2.5, 2.5)
+        paint_series(painter, [at(u, v) for u, v in zip(x, series[key]) if np.isfinite(v)], colour)
 
 
 def _paint_curve_legend(painter, area: QRectF, line: float) -> None:
@@ -192,14 +165,7 @@ def write_faithfulness_curve(
     )
 
     def paint(painter, rect) -> None:
-        painter.fillRect(rect, QColor("white"))
-        painter.setRenderHint(painter.RenderHint.Antialiasing)
-        font = QFont()
-        font.setPixelSize(max(12, int(rect.height() / 45)))
-        painter.setFont(font)
-        line = font.pixelSize() * 1.6
-        painter.setPen(QColor("black"))
-        painter.drawText(QRectF(rect.left(), rect.top(), rect.width(), line), Qt.AlignmentFlag.AlignCenter, title)
+        line = begin_chart(painter, rect, title)
         area = QRectF(
             rect.left() + line * 4, rect.top() + line * 2.5, rect.width() - line * 5, rect.height() - line * 5
         )
@@ -207,7 +173,8 @@ def write_faithfulness_curve(
         def at(u: float, v: float) -> QPointF:
             return QPointF(area.left() + area.width() * u, area.bottom() - area.height() * (v - lo) / (hi - lo))
 
-        _paint_curve_axes(painter, area, at, ticks, fmt, lo, line)
+        paint_value_grid(painter, area, at, ticks, fmt, (0.0, 1.0), line)
+        paint_x_labels(painter, area, at, nice_ticks(0.0, 1.0, 6), lambda t: f"{t:.0%}", line)
         _paint_curve_series(painter, at, x, series, spread)
         _paint_curve_legend(painter, area, line)
 

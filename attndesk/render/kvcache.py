@@ -9,7 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPen
 
+from .chart import paint_series
 from .export import write
 from .layout import nice_ticks, tick_format
 
@@ -55,9 +58,6 @@ def write_keep_raster(
     height = grid_rows * (rows * cell + pad + line) + pad + 2 * line
 
     def paint(painter, rect) -> None:
-        from PySide6.QtCore import QRectF, Qt
-        from PySide6.QtGui import QColor, QImage
-
         painter.fillRect(rect, QColor("white"))
         painter.setPen(QColor("black"))
         painter.drawText(QRectF(0, 4, rect.width(), line), Qt.AlignmentFlag.AlignCenter, title)
@@ -78,6 +78,54 @@ def write_keep_raster(
     return write(paint, path, size=(width, height), title=title)
 
 
+def _scales(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], log_y: bool):
+    """(y -> its position on the axis, x ticks, y ticks, (x0, x1), (y0, y1)): the axes' ranges
+    cover every point and their ticks (log10 of the values, floored at the smallest positive, for ``log_y``)."""
+    xs_all = np.concatenate([np.asarray(x, float) for x, _ in lines.values()]) if lines else np.zeros(1)
+    ys_all = np.concatenate([np.asarray(y, float) for _, y in lines.values()]) if lines else np.zeros(1)
+    ys_all = ys_all[np.isfinite(ys_all)]
+    floor = max(float(ys_all[ys_all > 0].min()) if (ys_all > 0).any() else 1e-6, 1e-12) if log_y else 0.0
+
+    def ty(y: np.ndarray) -> np.ndarray:
+        return np.log10(np.maximum(y, floor)) if log_y else y
+
+    y_lo = float(ty(np.asarray([ys_all.min() if len(ys_all) else 0.0]))[0])
+    y_hi = float(ty(np.asarray([ys_all.max() if len(ys_all) else 1.0]))[0])
+    y_ticks = nice_ticks(min(y_lo, 0.0) if not log_y else np.floor(y_lo), max(y_hi, y_lo + 1e-9), 5)
+    x_ticks = nice_ticks(float(xs_all.min()), float(max(xs_all.max(), xs_all.min() + 1)), 6)
+    x0, x1 = min(x_ticks[0], float(xs_all.min())), max(x_ticks[-1], float(xs_all.max()))
+    y0, y1 = min(y_ticks[0], y_lo), max(y_ticks[-1], y_hi)
+    return ty, x_ticks, y_ticks, (x0, max(x1, x0 + 1e-9)), (y0, max(y1, y0 + 1e-9))
+
+
+def _paint_axes(
+    painter, area: QRectF, at, ticks: tuple, corner: tuple[float, float, float], labels: tuple, line: float
+):
+    """The y grid and its values (``log_y``: as powers of ten), the x values, both axes' names and
+    the frame; ``corner`` (x0, x1, y0), ``labels`` (x name, y name, log_y)."""
+    (x_ticks, y_ticks), (x0, x1, y0), (x_label, y_label, log_y) = ticks, corner, labels
+    fmt = tick_format(y_ticks)
+    for t in y_ticks:
+        painter.setPen(QPen(QColor("#dddddd"), 1))
+        painter.drawLine(at(x0, t), at(x1, t))
+        painter.setPen(QColor("black"))
+        label = f"1e{t:g}" if log_y else fmt.format(t)
+        painter.drawText(QRectF(0, at(x0, t).y() - line / 2, 74, line), Qt.AlignmentFlag.AlignRight, label)
+    for t in x_ticks:
+        painter.drawText(
+            QRectF(at(t, y0).x() - 40, area.bottom() + 4, 80, line), Qt.AlignmentFlag.AlignCenter, f"{t:g}"
+        )
+    painter.drawText(
+        QRectF(area.left(), area.bottom() + line + 6, area.width(), line), Qt.AlignmentFlag.AlignCenter, x_label
+    )
+    painter.save()
+    painter.translate(14, area.center().y())
+    painter.rotate(-90)
+    painter.drawText(QRectF(-area.height() / 2, -line / 2, area.height(), line), Qt.AlignmentFlag.AlignCenter, y_label)
+    painter.restore()
+    painter.drawRect(area)
+
+
 def write_curves(
     lines: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     path: str | os.PathLike,
@@ -89,71 +137,27 @@ def write_curves(
     size: tuple[int, int] = (1000, 600),
 ) -> Path:
     """One line per name: (xs, ys); NaN points are skipped. ``log_y``: a log10 axis (values <= 0 at its floor)."""
+    ty, x_ticks, y_ticks, (x0, x1), (y0, y1) = _scales(lines, log_y)
 
     def paint(painter, rect) -> None:
-        from PySide6.QtCore import QPointF, QRectF, Qt
-        from PySide6.QtGui import QColor, QPen, QPolygonF
-
         painter.fillRect(rect, QColor("white"))
         painter.setRenderHint(painter.RenderHint.Antialiasing)
         line = 18
         painter.setPen(QColor("black"))
         painter.drawText(QRectF(0, 4, rect.width(), line), Qt.AlignmentFlag.AlignCenter, title)
         area = QRectF(80, 2 * line + 10, rect.width() - 260, rect.height() - 3 * line - 50)
-        xs_all = np.concatenate([np.asarray(x, float) for x, _ in lines.values()]) if lines else np.zeros(1)
-        ys_all = np.concatenate([np.asarray(y, float) for _, y in lines.values()]) if lines else np.zeros(1)
-        ys_all = ys_all[np.isfinite(ys_all)]
-
-        def ty(y: np.ndarray) -> np.ndarray:
-            return np.log10(np.maximum(y, floor)) if log_y else y
-
-        floor = max(float(ys_all[ys_all > 0].min()) if (ys_all > 0).any() else 1e-6, 1e-12) if log_y else 0.0
-        y_lo = float(ty(np.asarray([ys_all.min() if len(ys_all) else 0.0]))[0])
-        y_hi = float(ty(np.asarray([ys_all.max() if len(ys_all) else 1.0]))[0])
-        y_ticks = nice_ticks(min(y_lo, 0.0) if not log_y else np.floor(y_lo), max(y_hi, y_lo + 1e-9), 5)
-        x_ticks = nice_ticks(float(xs_all.min()), float(max(xs_all.max(), xs_all.min() + 1)), 6)
-        x0, x1 = min(x_ticks[0], float(xs_all.min())), max(x_ticks[-1], float(xs_all.max()))
-        y0, y1 = min(y_ticks[0], y_lo), max(y_ticks[-1], y_hi)
-        x1, y1 = max(x1, x0 + 1e-9), max(y1, y0 + 1e-9)
 
         def at(x: float, y: float) -> QPointF:
             return QPointF(
                 area.left() + area.width() * (x - x0) / (x1 - x0), area.bottom() - area.height() * (y - y0) / (y1 - y0)
             )
 
-        fmt = tick_format(y_ticks)
-        for t in y_ticks:
-            painter.setPen(QPen(QColor("#dddddd"), 1))
-            painter.drawLine(at(x0, t), at(x1, t))
-            painter.setPen(QColor("black"))
-            label = f"1e{t:g}" if log_y else fmt.format(t)
-            painter.drawText(QRectF(0, at(x0, t).y() - line / 2, 74, line), Qt.AlignmentFlag.AlignRight, label)
-        for t in x_ticks:
-            painter.drawText(
-                QRectF(at(t, y0).x() - 40, area.bottom() + 4, 80, line), Qt.AlignmentFlag.AlignCenter, f"{t:g}"
-            )
-        painter.drawText(
-            QRectF(area.left(), area.bottom() + line + 6, area.width(), line), Qt.AlignmentFlag.AlignCenter, x_label
-        )
-        painter.save()
-        painter.translate(14, area.center().y())
-        painter.rotate(-90)
-        painter.drawText(
-            QRectF(-area.height() / 2, -line / 2, area.height(), line), Qt.AlignmentFlag.AlignCenter, y_label
-        )
-        painter.restore()
-        painter.drawRect(area)
+        _paint_axes(painter, area, at, (x_ticks, y_ticks), (x0, x1, y0), (x_label, y_label, log_y), line)
         for index, (name, (xs, ys)) in enumerate(lines.items()):
-            colour = QColor(COLOURS[index % len(COLOURS)])
             x = np.asarray(xs, float)
             y = np.asarray(ys, float)
             good = np.isfinite(y)
-            points = [at(a, b) for a, b in zip(x[good], ty(y[good]))]
-            painter.setPen(QPen(colour, 2))
-            if len(points) > 1:
-                painter.drawPolyline(QPolygonF(points))
-            for p in points:
-                painter.drawEllipse(p, 2.5, 2.5)
+            paint_series(painter, [at(a, b) for a, b in zip(x[good], ty(y[good]))], COLOURS[index % len(COLOURS)])
             ly = area.top() + index * line
             painter.drawLine(QPointF(area.right() + 12, ly + line / 2), QPointF(area.right() + 36, ly + line / 2))
             painter.setPen(QColor("black"))

@@ -197,6 +197,7 @@ def run_figures(
     who = "the mean over the patches" if query is None else run.tokens[query]
     windows = run.window_weights is not None
     style: dict[str, Any] = {"colormap": colormap, "vmin": vmin, "vmax": vmax, "opacity": opacity}
+    every = np.stack([head_maps(run, layer, query) for layer in range(run.num_layers)])
     figures = []
     for layer in range(run.num_layers) if layers is None else layers:
         figures.append(
@@ -204,7 +205,7 @@ def run_figures(
                 f"heads_layer{layer}",
                 head_overlays(
                     run.image,
-                    head_maps(run, layer, query),
+                    every[layer],
                     title=f"layer {layer}: each head from {who}",
                     caption=caption,
                     regions=[run.window_map(layer)] if windows else None,
@@ -212,7 +213,6 @@ def run_figures(
                 ),
             )
         )
-    every = np.stack([head_maps(run, layer, query) for layer in range(run.num_layers)])
     figures.append(
         (
             "all_heads",

@@ -226,6 +226,41 @@ def image_entry(grid: tuple[int, int], figures: Sequence[tuple[str, bytes]]) -> 
     }
 
 
+def vision_page_data(
+    run: Any,
+    pictures: Sequence[tuple[str, bytes]],
+    layer: int | None,
+    *,
+    settings: Mapping[str, Any],
+    title: str,
+    colormap: str = "viridis",
+    precision: str = AUTO,
+    shared_scale: bool = True,
+) -> dict[str, Any]:
+    """The page of a vision run: its token x token maps (``layer``: that one, else every layer)
+    below the image's ``pictures`` [(title, PNG bytes)], in the room the pictures leave of
+    ``MAX_PAGE_BYTES`` (``AUTO``: float32 when that fits); ``settings`` gain the patch grid.
+    PageTooLarge says how much of the page the pictures take."""
+    image = image_entry(run.grid, pictures)
+    room = MAX_PAGE_BYTES - sum(len(f["png"]) for f in image["figures"])
+    maps = pretrained_page_maps(run, layer)
+    try:
+        precision = choose_precision(maps, None, room) if precision == AUTO else precision
+        check_page_size(maps, precision, None, limit=room)
+        return page_data(
+            maps,
+            run.summary(),
+            settings={**settings, "grid": f"{run.grid[0]} x {run.grid[1]}"},
+            colormap=colormap,
+            shared_scale=shared_scale,
+            precision=precision,
+            title=title,
+            image=image,
+        )
+    except PageTooLarge as exc:
+        raise PageTooLarge(f"{exc} (the image's figures take {(MAX_PAGE_BYTES - room) / 1e6:.1f} MB of it)") from None
+
+
 # ---------------------------------------------------------------------------------------------
 # size
 
@@ -377,6 +412,7 @@ __all__ = [
     "page_layers",
     "pretrained_page_maps",
     "read_page_data",
+    "vision_page_data",
     "write_document",
     "write_page",
 ]

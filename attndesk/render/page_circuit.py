@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .circuit import layout
 from .page import write_document
 from .page_corpus import _base
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 
 def _number(x: Any) -> float | None:

@@ -175,7 +175,8 @@ class _Painter:
             fig.first_query,
             fig.first_key,
             self.f,
-            title_h=self.u.metrics(self.fonts.title).height() * 1.35,
+            # no band above the maps when no map has a title (a single map named by the suptitle)
+            title_h=self.u.metrics(self.fonts.title).height() * 1.35 if any(fig.titles) or self.relative else 0.0,
             axis_h=self.u.metrics(self.fonts.axis).height(),
             group_h=group_h,
             group=fig.group,

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QPen
 
 from attndesk.core.types import AttentionMap, head_name
 
+from .chart import begin_chart, paint_series, paint_value_grid, paint_x_labels
 from .export import ExportError, atomic_write, figure_bytes, write
 from .figure import figure_from_map, suggested_size
 from .layout import nice_ticks, tick_format
@@ -239,17 +242,7 @@ def write_curves(run: TrainRun, path: str | os.PathLike, *, size: tuple[int, int
 
 
 def _paint_curves(painter, rect, title: str, panels) -> None:
-    from PySide6.QtCore import QRectF, Qt
-    from PySide6.QtGui import QColor, QFont
-
-    painter.fillRect(rect, QColor("white"))
-    painter.setRenderHint(painter.RenderHint.Antialiasing)
-    font = QFont()
-    font.setPixelSize(max(12, int(rect.height() / 45)))
-    painter.setFont(font)
-    line = font.pixelSize() * 1.6
-    painter.setPen(QColor("black"))
-    painter.drawText(QRectF(rect.left(), rect.top(), rect.width(), line), Qt.AlignmentFlag.AlignCenter, title)
+    line = begin_chart(painter, rect, title)
     top = rect.top() + line * 1.5
     height = (rect.bottom() - top) / len(panels)
     x_max = max((float(s[-1]) for _, lines in panels for _, _, s, _ in lines if len(s)), default=1.0)
@@ -259,9 +252,6 @@ def _paint_curves(painter, rect, title: str, panels) -> None:
 
 
 def _paint_panel(painter, area, label: str, lines, x_max: float, line: float) -> None:
-    from PySide6.QtCore import QPointF, QRectF, Qt
-    from PySide6.QtGui import QColor, QPen, QPolygonF
-
     values = [v for _, _, _, vs in lines for v in vs]
     lo, hi = (0.0, 1.0) if label != "loss" else (0.0, max(values, default=1.0) or 1.0)
     ticks = nice_ticks(lo, hi, 5)
@@ -273,34 +263,15 @@ def _paint_panel(painter, area, label: str, lines, x_max: float, line: float) ->
             area.left() + area.width() * x / max(x_max, 1.0), area.bottom() - area.height() * (y - lo) / (hi - lo)
         )
 
-    painter.setPen(QPen(QColor("#cccccc"), 1))
-    for t in ticks:
-        painter.drawLine(at(0, t), at(x_max, t))
-        painter.setPen(QColor("black"))
-        painter.drawText(
-            QRectF(area.left() - line * 4, at(0, t).y() - line / 2, line * 3.6, line),
-            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-            fmt.format(t),
-        )
-        painter.setPen(QPen(QColor("#cccccc"), 1))
-    for t in nice_ticks(0, x_max, 6):
-        painter.setPen(QColor("black"))
-        painter.drawText(
-            QRectF(at(t, lo).x() - line * 2, area.bottom() + line * 0.2, line * 4, line),
-            Qt.AlignmentFlag.AlignCenter,
-            f"{t:,.0f}",
-        )
+    paint_value_grid(painter, area, at, ticks, fmt, (0.0, x_max), line)
+    paint_x_labels(painter, area, at, nice_ticks(0, x_max, 6), lambda t: f"{t:,.0f}", line)
     painter.setPen(QPen(QColor("black"), 1))
     painter.drawRect(area)
     legend = []
     for key, colour, steps, vs in lines:
         if len(steps):
-            painter.setPen(QPen(QColor(colour), 2))
             points = [at(x, y) for x, y in zip(steps, vs)]
-            painter.drawPolyline(QPolygonF(points))
-            if len(points) <= 60:  # evaluation steps: few enough to mark each one
-                for point in points:
-                    painter.drawEllipse(point, 2.5, 2.5)
+            paint_series(painter, points, colour, marks=len(points) <= 60)  # evaluation steps: each marked
         legend.append((key, colour))
     right = area.right()
     for key, colour in reversed(legend):  # above the panel's top right, outside the curves

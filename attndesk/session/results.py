@@ -55,6 +55,7 @@ class TokenRows:
     ids: np.ndarray
     unknown: list[bool] | None = None
     raw: list[str] | None = None  # the tokenizer's own tokens where they differ in spelling from ``tokens``
+    labels: list[str] | None = None  # what each token is, shown in place of its id (an image's patches)
 
 
 @dataclass(frozen=True, eq=False)

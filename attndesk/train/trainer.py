@@ -193,9 +193,13 @@ def step_work(cfg: TrainConfig) -> float:
 
 
 def _wait_while_paused(pause: threading.Event | None, ctx: JobContext) -> bool:
-    """Block while ``pause`` is set; True when ``ctx`` is cancelled (before or during the pause)."""
-    while pause is not None and pause.is_set() and not ctx.cancelled:
-        time.sleep(_PAUSE_POLL_S)
+    """Block while ``pause`` is set, the job marked as waiting for its user (``ctx.paused``); True
+    when ``ctx`` is cancelled (before or during the pause)."""
+    if pause is None or not pause.is_set():
+        return ctx.cancelled
+    with ctx.paused():
+        while pause.is_set() and not ctx.cancelled:
+            time.sleep(_PAUSE_POLL_S)
     return ctx.cancelled
 
 

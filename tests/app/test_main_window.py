@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +66,19 @@ def test_window_contract(window):
     assert window.viewTabs.widget(0) is window.heatmapPanel
     assert window.displayed_result() is not None
     assert window.status_text().startswith("done in")
+
+
+def test_the_window_module_imports_neither_pandas_nor_scikit_learn():
+    """Tables are built where they are computed (pandas imported there) and the sample images are
+    listed when the Image tab is first shown: a fresh interpreter importing the window loads neither."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "QT_QPA_PLATFORM": "offscreen"}
+    code = "import sys, attndesk.app.main_window; print(sorted({'pandas', 'sklearn'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_heads_change_shows_that_many_heatmaps_equal_to_core(qtbot, window):

@@ -9,8 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attndesk.core import images
 from attndesk.core.errors import ConfigError
-from attndesk.core.images import digit_images, sample_images, shipped_image, shipped_image_names
+from attndesk.core.images import (
+    DEFAULT_SAMPLE,
+    SAMPLE,
+    digit_images,
+    image_choice,
+    sample_images,
+    shipped_image,
+    shipped_image_names,
+)
 from attndesk.core.pretrained import run_pretrained
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_sample_images.py"
@@ -54,3 +63,29 @@ def test_every_sample_runs_through_a_vision_model(vision):
     for sample in images:
         result = run_pretrained(model, sample.pixels)
         assert result.grid == (4, 4) and np.isfinite(result.weights).all()
+
+
+def test_the_samples_are_listed_once_and_a_shipped_picture_loads_no_digits(monkeypatch):
+    real = images.digit_images
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(images, "digit_images", counting)
+    images._sample_images.cache_clear()
+    try:
+        name, pixels = image_choice("")
+        assert calls == [] and name == DEFAULT_SAMPLE
+        assert pixels is shipped_image(DEFAULT_SAMPLE).pixels
+        first, second = sample_images(), sample_images()
+        assert len(calls) == 1 and [s.name for s in first] == [s.name for s in second]
+        assert all(a is b for a, b in zip(first, second)) and first is not second  # a fresh list, shared images
+        name, pixels = image_choice(SAMPLE + "digit 3 (#3)")
+        assert len(calls) == 1 and name == "digit 3 (#3)"
+        np.testing.assert_array_equal(pixels, real(1, start=3)[0].pixels)
+        with pytest.raises(ConfigError, match="no sample image 'nothing'"):
+            image_choice(SAMPLE + "nothing")
+    finally:
+        images._sample_images.cache_clear()

@@ -15,8 +15,7 @@ from tests.corpus.conftest import TEXTS
 
 
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
-@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time, on one xdist worker
-def test_ray_engine_writes_the_local_store(models, bert_store, tmp_path):
+def test_ray_engine_writes_the_local_store(one_ray_cluster, models, bert_store, tmp_path):
     ray = pytest.importorskip("ray")
     store = analyze_corpus(
         TEXTS,
@@ -39,8 +38,7 @@ def test_ray_engine_writes_the_local_store(models, bert_store, tmp_path):
 
 
 @pytest.mark.slow  # ~45 s on 2 shared cores: a fresh interpreter starts Ray and two actors
-@pytest.mark.xdist_group("ray")
-def test_a_clean_ray_run_prints_only_attndesk_lines(models, tmp_path):
+def test_a_clean_ray_run_prints_only_attndesk_lines(one_ray_cluster, models, tmp_path):
     """Ray's own notices (token authentication, progress bars, restartable actors) stay out of a
     clean run's stderr: every line there is attndesk's progress line."""
     pytest.importorskip("ray")

@@ -119,3 +119,16 @@ def test_on_cancel_wakes_a_listener_of_the_context_or_an_ancestor_until_it_stops
     stop_listening()
     parent.cancel()
     assert woken == ["woken", "woken"] and parent._wakers == [] and child._wakers == []
+
+
+def test_a_paused_part_marks_the_job_and_its_ancestors_until_it_leaves():
+    root = JobContext()
+    part = job_context(root, cancel=threading.Event()).scaled(0.0, 0.5)
+    other = root.quiet()
+    assert not root.is_paused and not part.is_paused
+    with part.paused():
+        assert part.is_paused and root.is_paused and not other.is_paused
+        with pytest.raises(RuntimeError), part.paused():
+            raise RuntimeError("left by an exception")
+        assert root.is_paused  # the outer pause still holds
+    assert not root.is_paused and not part.is_paused and root._pauses == 0

@@ -179,3 +179,15 @@ def test_adakv_takes_another_policys_scores(llama):
         assert (kept[layer] >= guard).all()
         rest, dropped = scores[layer][kept[layer] & ~guard], scores[layer][~kept[layer]]
         assert rest.min() > dropped.max()  # the layer's best scores, whichever head they are in
+
+
+def test_pyramidkv_is_snapkv_with_budgets_per_layer(toy):
+    """Its options are SnapKV's and beta; where the pyramid does not apply (every layer keeps the
+    budget) it keeps what SnapKV keeps."""
+
+    snap, pyramid = POLICIES["snapkv"].option_fields(), POLICIES["pyramidkv"].option_fields()
+    assert pyramid[: len(snap)] == snap and [p.name for p in pyramid[len(snap) :]] == ["beta"]
+    ids = toy.task.probe().ids[0].tolist()
+    assert layer_budgets(len(ids), 6, toy.cfg.layers, 4, 20) == [6] * toy.cfg.layers
+    same = [simulate(toy, ids, name, 6, window=4, kernel=3).keep for name in ("snapkv", "pyramidkv")]
+    np.testing.assert_array_equal(*same)

@@ -18,7 +18,6 @@ from attndesk.render.page import write_page
 from tests.render.page_helpers import model_page_maps, softmax_map
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-pytestmark = pytest.mark.xdist_group("browser")  # one xdist worker starts the module's browser
 
 
 def _missing() -> str:

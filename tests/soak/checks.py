@@ -43,17 +43,29 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, step_ms: int = 5
         g.pump(step_ms)
 
 
-def busy(root) -> bool:
-    """Whether work is under way though it may use no CPU (a worker waiting on the disk): one of
-    ``root``'s job runners has a job, a pool task runs, or ``root`` shows a progress bar without a
-    fraction (what a user reads as "still working"). A bar with a fraction at rest is not work: the
-    corpus tab's stays in view between passes (counting it made every wait on that tab run to its
-    limit)."""
+def busy_reasons(root) -> list[str]:
+    """What makes ``root`` busy though it may use no CPU (a worker waiting on the disk): each of
+    its job runners with a job at work (by thread name; a paused training run waits for its user:
+    no work), the pool's running tasks, and each progress bar shown without a fraction (what a
+    user reads as "still working"). A bar with a fraction at rest is not work: the corpus tab's
+    stays in view between passes (counting it made every wait on that tab run to its limit)."""
     if root is None:
-        return False
-    if QThreadPool.globalInstance().activeThreadCount() or any(r.is_busy() for r in root.findChildren(JobRunner)):
-        return True
-    return any(bar.isVisible() and bar.minimum() == bar.maximum() for bar in root.findChildren(QProgressBar))
+        return []
+    reasons = [f"job runner {r.objectName()}" for r in root.findChildren(JobRunner) if r.is_working()]
+    tasks = QThreadPool.globalInstance().activeThreadCount()
+    if tasks:
+        reasons.append(f"{tasks} pool task(s)")
+    reasons += [
+        f"progress bar {bar.objectName() or type(bar.parent()).__name__} without a fraction"
+        for bar in root.findChildren(QProgressBar)
+        if bar.isVisible() and bar.minimum() == bar.maximum()
+    ]
+    return reasons
+
+
+def busy(root) -> bool:
+    """Whether ``root`` has work under way (``busy_reasons``)."""
+    return bool(busy_reasons(root))
 
 
 def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:
@@ -192,7 +204,8 @@ def visit_tabs(soak, settle_s: float = 20.0) -> None:
             if bar.isTabEnabled(i) and bar.isTabVisible(i) and bar.isVisible():
                 soak.log_action("check", control.path, f"tab {bar.tabText(i)!r}")
                 bar.setCurrentIndex(i)
-                settle(settle_s, root=soak.main)
+                if not settle(settle_s, root=soak.main):
+                    soak.note(f"not settled in {settle_s:g} s: {', '.join(busy_reasons(soak.main)) or 'CPU'}")
 
 
 def memory_return(soak, start_mib: float | None = None) -> dict:

@@ -53,8 +53,8 @@ class Soak:
         self.current = -1
         self.main: QWidget | None = None
         self.hands = Hands(sandbox)
-        self.files = FileDialogs(sandbox, lambda: self._dialog_rng(), self._note, self._answered)
-        self.answerer = Answerer(self.hands, self.files, self._note)
+        self.files = FileDialogs(sandbox, lambda: self._dialog_rng(), self.note, self._answered)
+        self.answerer = Answerer(self.hands, self.files, self.note)
         self.excluded = excluded  # the stall monitor's context manager (soak time is not app time)
         self.paused = paused or excluded  # nothing measured at all (startup)
         self.seen: dict[str, set[str]] = {}  # kind -> control paths ever discovered
@@ -134,7 +134,7 @@ class Soak:
         record["ms"] = round((self.now() - record["t"]) * 1e3, 1)
         self._write(record)
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
         """A sub-event of the current action (a file dialog's answer)."""
         if self.actions:
             record = self.actions[self.current]

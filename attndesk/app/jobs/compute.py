@@ -115,14 +115,13 @@ class ComputeController(QObject):
         self._announced.connect(self._on_announced)
         self._present_timer = QTimer(self, singleShot=True, interval=PRESENT_TIMEOUT_MS)
         self._present_timer.timeout.connect(self._end_flight)
+        self.side = SideJobs(self)
         # once the views let go of a large result (they do when the next one is drawn), the C heap
         # keeps its freed pages: malloc_trim returns them (~100 MB after a 2,048 x 16 run)
-        self.side = SideJobs(self)
         self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
         self._trim_timer.timeout.connect(
             lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None)
         )
-        self.side = SideJobs(self)
         # every holding of the window against the one memory budget (app/jobs/holdings.py)
         self.holdings = WindowLedger(
             state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None, scope=None), self
@@ -403,6 +402,7 @@ class _Channel:
     failed: Callable[[str], None] | None = None
     progress: Callable[[float, str], None] | None = None
     reported: Callable[[list], None] | None = None
+    busy: Callable[[bool], None] | None = None  # shows the requester's job in flight; None: shown idle
 
 
 class SideJobs(QObject):
@@ -417,6 +417,13 @@ class SideJobs(QObject):
     Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones. A job that
     streams (its ``fn`` calls ``ctx.report``, see ``worker``) hands its items to ``reported(items)``
     in the GUI thread, in batches, under the same rules as ``done``.
+
+    ``busy(flag)``, if given, shows that the requester's job is in flight (a progress bar, a Cancel
+    button): ``busy(True)`` at ``submit`` and ``busy(False)`` exactly once when it is over, however
+    it ends: after ``done`` or ``failed`` returns (unless that submitted the channel's next job with
+    the same ``busy``), or at once when it is cancelled (``cancel``, a new result for a scoped job,
+    the job stopping itself), its answer is dropped as stale, or another requester's job replaces it.
+    A superseded job of the same requester hands the busy state on to the newer one.
     """
 
     def __init__(self, controller: ComputeController) -> None:
@@ -435,20 +442,27 @@ class SideJobs(QObject):
         scope: str | None = "run",
         progress: Callable[[float, str], None] | None = None,
         reported: Callable[[list], None] | None = None,
+        busy: Callable[[bool], None] | None = None,
         **kwargs: Any,
     ) -> None:
         if self._closed:
             return
         ch = self._channel(channel)
+        if ch.busy is not None and ch.busy != busy:
+            self._idle(ch)  # another requester's job replaces this one's
         ch.tag = next(self._controller._ids)
         ch.scope, ch.done, ch.failed, ch.progress, ch.reported = scope, done, failed, progress, reported
         ch.bound = self._id_for(scope)
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
+        if busy is not None:
+            ch.busy = busy
+            busy(True)
 
     def cancel(self, channel: str) -> None:
+        """Stop the channel's job: no callback but ``busy(False)`` follows."""
         ch = self._channels.get(channel)
         if ch is not None:
-            ch.done = ch.failed = ch.progress = None
+            self._forget(ch)
             ch.runner.cancel()
 
     def is_busy(self, channel: str) -> bool:
@@ -467,8 +481,11 @@ class SideJobs(QObject):
                 self.cancel(name)
 
     def shutdown(self) -> None:
+        """Cancel and join every channel; the window is closing, so no requester is told."""
         self._closed = True
         for ch in self._channels.values():
+            ch.busy = None
+            self._forget(ch)
             ch.runner.shutdown()
 
     def _id_for(self, scope: str | None) -> int:
@@ -481,6 +498,7 @@ class SideJobs(QObject):
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
+            runner.cancelled.connect(lambda tag, ch=ch: self._stopped(ch, tag))
             runner.progress.connect(lambda tag, fraction, message, ch=ch: self._progress(ch, tag, fraction, message))
             runner.reportsWaiting.connect(lambda tag, ch=ch: self._hand_reports(ch, tag))
             self._channels[name] = ch
@@ -499,14 +517,37 @@ class SideJobs(QObject):
             ch.reported(items)
 
     def _answer(self, ch: _Channel, tag: int, result: Any, message: str | None) -> None:
-        if tag != ch.tag or (ch.scope is not None and ch.bound != self._id_for(ch.scope)):
-            return  # an older job of the channel, or for a result no longer on screen
+        if tag != ch.tag:
+            return  # an older job of the channel: the newer one answers
+        if ch.scope is not None and ch.bound != self._id_for(ch.scope):
+            self._forget(ch)  # for a result no longer on screen
+            return
         if ch.reported is not None:  # the items queued before the job ended come first
             self._hand_reports(ch, tag)
         callback = ch.done if message is None else ch.failed
         ch.done = ch.failed = ch.progress = ch.reported = None
-        if callback is not None:
-            callback(result if message is None else message)
+        try:
+            if callback is not None:
+                callback(result if message is None else message)
+        finally:
+            if ch.tag == tag:  # the callback did not submit the channel's next job
+                self._idle(ch)
+
+    def _stopped(self, ch: _Channel, tag: int) -> None:
+        """The runner says the channel's job was cancelled (here, or by the job itself)."""
+        if tag == ch.tag:
+            self._forget(ch)
+
+    def _forget(self, ch: _Channel) -> None:
+        """The channel's job will not answer: drop its callbacks, show it idle."""
+        ch.done = ch.failed = ch.progress = ch.reported = None
+        self._idle(ch)
+
+    @staticmethod
+    def _idle(ch: _Channel) -> None:
+        busy, ch.busy = ch.busy, None
+        if busy is not None:
+            busy(False)
 
 
 __all__ = ["PATIENCE_S", "ComputeController", "Modes", "SideJobs"]

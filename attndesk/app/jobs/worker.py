@@ -182,6 +182,7 @@ class JobRunner(QObject):
         self._running: _Job | None = None
         self._latest = 0  # newest generation submitted; older results are stale
         self._name = name
+        self.setObjectName(name)
         self._thread: QThread | None = None
         self._worker: _Worker | None = None
         self._shut = False
@@ -215,8 +216,15 @@ class JobRunner(QObject):
             self.cancelled.emit(running.generation)
 
     def is_busy(self) -> bool:
+        """A job is queued or running (a paused one too: closing the window still ends it)."""
         with self._lock:
             return self._pending is not None or self._running is not None
+
+    def is_working(self) -> bool:
+        """A job is queued, or runs and is not waiting for its user (``JobContext.paused``: a
+        paused training run is no work under way)."""
+        with self._lock:
+            return self._pending is not None or (self._running is not None and not self._running.ctx.is_paused)
 
     def take_reports(self) -> list[Any]:
         """Every item the current job queued with ``report`` since the last call, oldest first

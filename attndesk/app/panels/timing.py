@@ -19,6 +19,7 @@ from attndesk.core.memory import format_bytes
 from ..results import RunFacts, format_seconds
 
 HISTORY = 50
+NOT_MEASURED = "not measured"  # the peak memory of a run that reports none
 _BAR = QColor("#4c72b0")
 _LINE = QColor("#dd8452")
 _TEXT = QColor("#333333")
@@ -208,5 +209,6 @@ class TimingPanel(QWidget):
         self.rateLabel.setText(
             f"{format_flops(facts.gflops_per_second * 1e9)}/s"
         )  # a tiny run is MFLOP/s, not "0.00 GFLOP/s"
-        self.memoryLabel.setText(format_bytes(facts.peak_bytes))
+        # a run that could not measure its peak says so rather than "0 B"
+        self.memoryLabel.setText(format_bytes(facts.peak_bytes) if facts.peak_bytes > 0 else NOT_MEASURED)
         self.deviceLabel.setText(f"{facts.device} / {facts.dtype}")

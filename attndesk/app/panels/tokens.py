@@ -45,9 +45,11 @@ def preview_of(text: str) -> str | None:
 
 
 class TokenTableModel(QAbstractTableModel):
-    """Index, token, id per row; virtual (no widget per token), so long texts stay fast."""
+    """Index, token, id per row (or, for tokens without ids, what each is: an image's patches);
+    virtual (no widget per token), so long texts stay fast."""
 
     HEADERS = ("#", "token", "id")
+    LABELS_HEADER = "what"  # the third column's title when it shows labels in place of ids
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -55,6 +57,7 @@ class TokenTableModel(QAbstractTableModel):
         self._ids: list[int] = []
         self._unknown: list[bool] = []
         self._raw: list[str] | None = None
+        self._labels: list[str] | None = None
 
     def set_tokens(
         self,
@@ -62,18 +65,26 @@ class TokenTableModel(QAbstractTableModel):
         ids: Sequence[int] | np.ndarray,
         unknown: Sequence[bool] | None = None,
         raw: Sequence[str] | None = None,
+        labels: Sequence[str] | None = None,
     ) -> None:
-        """Show these tokens (``raw``: the tokenizer's own spelling of each, for the tooltips); the
+        """Show these tokens (``raw``: the tokenizer's own spelling of each, for the tooltips;
+        ``labels``: what each token is, shown in place of the ids, for tokens that have none); the
         same tokens again (another seed, another head count) leave the table as it is: no reset,
         no relayout, the scroll position kept."""
         new_tokens, new_ids = list(tokens), [int(i) for i in ids]
-        new_unknown = list(unknown) if unknown is not None else [i == 1 for i in new_ids]
+        new_unknown = list(unknown) if unknown is not None else [labels is None and i == 1 for i in new_ids]
         new_raw = None if raw is None else list(raw)
-        if (new_tokens, new_ids, new_unknown, new_raw) == (self._tokens, self._ids, self._unknown, self._raw):
+        new_labels = None if labels is None else list(labels)
+        new = (new_tokens, new_ids, new_unknown, new_raw, new_labels)
+        if new == (self._tokens, self._ids, self._unknown, self._raw, self._labels):
             return
         self.beginResetModel()
-        self._tokens, self._ids, self._unknown, self._raw = new_tokens, new_ids, new_unknown, new_raw
+        self._tokens, self._ids, self._unknown, self._raw, self._labels = new
         self.endResetModel()
+
+    def has_labels(self) -> bool:
+        """Whether the third column shows what each token is rather than its id."""
+        return self._labels is not None
 
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self._tokens)
@@ -83,6 +94,8 @@ class TokenTableModel(QAbstractTableModel):
 
     def kind(self, row: int) -> str:
         """ "pad", "unk" or "word" (what the row's colour says)."""
+        if self._labels is not None:  # no vocabulary: nothing is padding or unknown
+            return "word"
         if self._tokens[row] == PAD or self._ids[row] == 0:
             return "pad"
         if self._unknown[row]:
@@ -99,6 +112,8 @@ class TokenTableModel(QAbstractTableModel):
                 return row
             if col == 1:
                 return self._tokens[row]
+            if self._labels is not None:
+                return self._labels[row]
             return self._ids[row] if kind != "unk" else f"{self._ids[row]} [UNK]"
         if role == Qt.ItemDataRole.BackgroundRole:
             if kind == "pad":
@@ -122,8 +137,23 @@ class TokenTableModel(QAbstractTableModel):
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            if section == 2 and self._labels is not None:
+                return self.LABELS_HEADER
             return self.HEADERS[section]
         return None
+
+
+ID_WIDTH = 84  # px: the id column; labels ("row 12, col 13", "distillation token") take their widest
+
+
+def _fit_third_column(view: QTableView, labels: Sequence[str] | None) -> None:
+    """The id column's width, or the widest label's (with the cell's margins)."""
+    width = ID_WIDTH
+    if labels:
+        metrics = view.fontMetrics()
+        width = max(width, max(metrics.horizontalAdvance(t) for t in labels) + 16)
+    if view.horizontalHeader().sectionSize(2) != width:
+        view.horizontalHeader().resizeSection(2, width)
 
 
 def _table(model: TokenTableModel, name: str) -> QTableView:
@@ -138,7 +168,7 @@ def _table(model: TokenTableModel, name: str) -> QTableView:
     header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
     header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
     header.resizeSection(0, 48)
-    header.resizeSection(2, 84)
+    header.resizeSection(2, ID_WIDTH)
     view.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
     view.verticalHeader().setDefaultSectionSize(20)
     return view
@@ -229,9 +259,11 @@ class TokensPanel(QWidget):
         self._show_source()
 
     def _lay_out(self) -> None:
-        legend = QLabel(
+        # the colours of padding and [UNK] rows: hidden for an image's tokens, which have neither
+        self.legend = legend = QLabel(
             '<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
-            '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]'
+            '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]',
+            objectName="tokenLegend",
         )
         legend.setStyleSheet("color: #555;")
         layout = QVBoxLayout(self)
@@ -294,9 +326,12 @@ class TokensPanel(QWidget):
     def show_result(self, shown: Shown) -> None:
         """List the tokens of the result on screen (query side, and the key side for cross-attention)."""
         q, k = shown.queries, shown.keys
-        self.queryModel.set_tokens(q.tokens, q.ids, q.unknown, q.raw)
+        self.queryModel.set_tokens(q.tokens, q.ids, q.unknown, q.raw, q.labels)
+        _fit_third_column(self.tokenTable, q.labels)
+        self.legend.setVisible(q.labels is None)
         if k is not None:
-            self.keyModel.set_tokens(k.tokens, k.ids, k.unknown, k.raw)
+            self.keyModel.set_tokens(k.tokens, k.ids, k.unknown, k.raw, k.labels)
+            _fit_third_column(self.keyTable, k.labels)
         self.keyTable.setVisible(k is not None)
         self.keyTableLabel.setVisible(k is not None)
         pads = sum(1 for t in q.tokens if t == PAD)

@@ -32,7 +32,7 @@ from ..results import Shown
 from ..state import AppState, ModeId
 from ..status import StatusModel
 from ..views.generate import GenerateView, GenerationSettings, PreparedRow, prepare_row, probability_text
-from .interp import model_family, model_name
+from .interp import image_reason, model_family, model_name
 
 GENERATE_TAB = "generate"
 COMPARE_TAB = "compare"
@@ -92,14 +92,12 @@ class _Pins(Protocol):
 
 
 def generation_off(mode: ModeId) -> str | None:
-    """Why the Generate tab does not apply to this model (an encoder-only model) and what makes it
-    apply, or None; the window shows this sentence in place of the tab's form."""
+    """Why the Generate tab does not apply to this model (an encoder-only or an image model) and what
+    makes it apply, or None; the window shows this sentence in place of the tab's form."""
+    generators = "a decoder (GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian)"
     if model_family(mode) != "encoder":
-        return None
-    return (
-        f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs a "
-        "decoder (GPT-2, LLaMA, Qwen, …) or an encoder-decoder (T5, BART, Marian)."
-    )
+        return image_reason(mode, "generation", generators)
+    return f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs {generators}."
 
 
 class GenerationTab(QObject):
@@ -209,17 +207,23 @@ class GenerationTab(QObject):
             done=self._stepped,
             failed=self._failed,
             scope=None,
+            busy=self._step_busy,
         )
+
+    def _step_busy(self, busy: bool) -> None:
+        """A step's job is over however it ended (a running generation's next step resubmits
+        first): one that left the generation running stopped with no answer."""
+        if not busy and self._running:
+            self._finish(f"stopped: {self._generated()}")
 
     def stop(self) -> None:
         """Stop a running generation (Esc): the step in flight is cancelled inside its forward pass
         and leaves the generator as it was."""
         if not self._running:
             return
-        self.compute.side.cancel(CHANNEL)
         self._running, self._remaining = False, 0
-        count = len(self._generator.steps) if self._generator is not None else 0
-        self.view.set_busy(False, f"stopped: {count} token{'s' if count != 1 else ''} generated")
+        self.compute.side.cancel(CHANNEL)
+        self.view.set_busy(False, f"stopped: {self._generated()}")
         self.status.say("generation stopped")
         self.stopped.emit()
 
@@ -277,6 +281,10 @@ class GenerationTab(QObject):
             return
         self._finish(f"generation failed: {message}")
         self.status.fail(f"generation failed: {message}", tab=GENERATE_TAB)
+
+    def _generated(self) -> str:
+        count = len(self._generator.steps) if self._generator is not None else 0
+        return f"{count} token{'s' if count != 1 else ''} generated"
 
     @staticmethod
     def _prompt_tokens(generator: Generator) -> list[str]:

@@ -31,6 +31,7 @@ from ..status import StatusModel
 from ..views.interp_widgets import Checker
 
 TOY_REASON = "{what} reads a real model's next-token logits: switch to a pretrained decoder or encoder-decoder"
+NEXT_TOKEN_MODELS = "a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART)"
 
 
 def parse_token(text: str) -> str | int:
@@ -74,6 +75,17 @@ def model_family(mode: ModeId) -> str | None:
     return _FAMILIES[mode]
 
 
+def image_reason(mode: ModeId, what: str, needs: str = "a text model") -> str | None:
+    """Why ``what`` (a feature that reads text) does not apply to a vision model, and what does
+    apply instead; None for any other model."""
+    if model_family(mode) != "vision":
+        return None
+    return (
+        f"{model_name(mode)} is an image model and {what} reads text: open {needs} for it "
+        "(this image's attention is in the Image tab)."
+    )
+
+
 def family_reason(mode: ModeId, what: str) -> str | None:
     """Why ``what`` (a next-token feature) is off for this model's kind, or None (checked before
     loading; a checkpoint without its LM head is found once it is loaded)."""
@@ -83,10 +95,9 @@ def family_reason(mode: ModeId, what: str) -> str | None:
     if family == "encoder":
         return (
             f"{model_name(mode)} is an encoder-only model: it predicts no next token, so {what} has nothing "
-            "to measure. It needs a decoder (GPT-2, LLaMA, …) or an "
-            "encoder-decoder (T5, BART)."
+            f"to measure. It needs {NEXT_TOKEN_MODELS}."
         )
-    return None
+    return image_reason(mode, what, NEXT_TOKEN_MODELS)
 
 
 def next_token_reason(mode: ModeId, what: str) -> str | None:
@@ -199,7 +210,7 @@ class InterpPresenter(QObject):
         fn, args, message = asked
         self._asked = self.inputs_key()
         tag = self._tag = next(self._tags)
-        self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+        self.view.bar.set_message(f"{message}… (Esc cancels)")
 
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
@@ -214,16 +225,22 @@ class InterpPresenter(QObject):
             done=partial(self._done, tag),
             failed=partial(self._failed, tag),
             scope=None,
+            busy=self._show_busy,
         )
+
+    def _show_busy(self, busy: bool) -> None:
+        """The channel's job in flight or over (the side jobs call it, however the job ends)."""
+        if not busy:
+            self._tag = 0
+        self.view.bar.set_busy(busy)
 
     @Slot()
     def cancel(self, quiet: bool = False) -> None:
         """Stop the job in flight, if any; what is on screen stays."""
         if not self._tag:
             return
-        self._tag = 0
-        self.compute.side.cancel(self.CHANNEL)
-        self.view.bar.set_busy(False, "" if quiet else "cancelled: the previous result (if any) is still shown")
+        self.compute.side.cancel(self.CHANNEL)  # the bar goes idle (_show_busy)
+        self.view.bar.set_message("" if quiet else "cancelled: the previous result (if any) is still shown")
 
     def is_running(self) -> bool:
         return bool(self._tag)
@@ -231,16 +248,13 @@ class InterpPresenter(QObject):
     def _done(self, tag: int, result: Any) -> None:
         if tag != self._tag:
             return
-        self._tag = 0
-        self.view.bar.set_busy(False, "")
+        self.view.bar.set_message("")
         self.update_availability()  # the job may have loaded the model: its tokenizer checks the fields now
         self.show_result(result)
 
     def _failed(self, tag: int, message: str) -> None:
         if tag != self._tag:
             return
-        self._tag = 0
-        self.view.bar.set_busy(False)
         self.view.bar.set_message(message, error=True)
         self.status.fail(f"{self.WHAT}: {message}")
         self.update_availability()  # e.g. the load found no LM head
@@ -266,6 +280,7 @@ def _job(
 __all__ = [
     "InterpPresenter",
     "family_reason",
+    "image_reason",
     "model_family",
     "model_name",
     "parse_token",

@@ -110,7 +110,14 @@ def _part_rows(run: PretrainedResult, part: str, hidden: bool) -> tuple[TokenRow
     flags = run.special if part == "self" else run.target_special
     keep = np.flatnonzero(~np.asarray(flags, bool)) if hidden and flags is not None else np.arange(len(tokens))
     raw = run.raw_tokens if part == "self" else None
-    queries = TokenRows([tokens[i] for i in keep], np.asarray(ids)[keep], None, raw and [raw[i] for i in keep])
+    labels = run.token_labels() if part == "self" else None
+    queries = TokenRows(
+        [tokens[i] for i in keep],
+        np.asarray(ids)[keep],
+        None,
+        raw and [raw[i] for i in keep],
+        labels and [labels[i] for i in keep],
+    )
     if part != "cross":
         return queries, None, keep
     k_keep = run.visible_indices(hidden)

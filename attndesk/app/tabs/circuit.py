@@ -32,6 +32,7 @@ from attndesk.core.interp import (
 )
 from attndesk.core.interp.circuits import default_sizes
 from attndesk.core.interp.composition import MODES
+from attndesk.core.interp.edges import prepare
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
 from attndesk.render.export import atomic_write, render_bytes
@@ -103,6 +104,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
     clean, corrupt, answer, wrong = _inputs(toy, clean, corrupt, answer, wrong)
     estimate = method != "exact"
     stop = 0.45 if estimate else 0.6
+    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=None, memory_budget=budget)
     table = edge_scores(
         model,
         clean,
@@ -112,6 +114,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
         method=method,
         metric=metric,
         memory_budget=budget,
+        setup=setup,
         ctx=ctx.scaled(0.0, 0.3 if estimate else stop, f"{method}: "),
     )
     exact = table
@@ -125,6 +128,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
             method="exact",
             metric=metric,
             memory_budget=budget,
+            setup=setup,
             ctx=ctx.scaled(0.3, stop, "exact: "),
         )
     total = len(table)
@@ -139,6 +143,7 @@ def circuit_job(source, clean, corrupt, answer, wrong, metric: str, method: str,
         metric=metric,
         sizes=sizes,
         memory_budget=budget,
+        setup=setup,
         ctx=ctx.scaled(stop, 1.0, "faithfulness: "),
     )
     label = source[1] if toy else Path(str(source[1] or "model")).name
@@ -210,6 +215,8 @@ class CircuitTab(InterpPresenter):
     ) -> None:
         super().__init__(state, compute, status, view, parent)
         self._side_tags: dict[str, int] = {}
+        # one callable per side channel (the side jobs tell one requester from another by it)
+        self._side_busy = {channel: partial(self._side_shown, channel) for channel in (TERMS_CHANNEL, HEAD_CHANNEL)}
         self._examples()
         view.decomposeRequested.connect(self.decompose)
         view.headPicked.connect(self.pick_head)
@@ -261,20 +268,34 @@ class CircuitTab(InterpPresenter):
 
     def _submit(self, channel: str, fn, args: tuple, message: str, done, failed) -> None:
         """The edge job drives the bar (``_tag``, Cancel, Esc); a head's map and a decomposition
-        run on channels of their own, each with its own tag, and say where they answer."""
+        run on channels of their own, each with its own tag, and say where they answer. The side
+        jobs clear each tag however its job ends (``busy``)."""
         tag = next(self._tags)
         if channel == self.CHANNEL:
             self._tag = tag
-            self.view.bar.set_busy(True, f"{message}… (Esc cancels)")
+            self.view.bar.set_message(f"{message}… (Esc cancels)")
+            busy = self._show_busy
         else:
             self._side_tags[channel] = tag
+            busy = self._side_busy[channel]
 
         def progress(fraction: float, text: str = "", tag: int = tag) -> None:
             self._progressed.emit(tag, float(fraction), str(text))
 
         self.compute.side.submit(
-            channel, fn, *args, progress=progress, done=partial(done, tag), failed=partial(failed, tag), scope=None
+            channel,
+            fn,
+            *args,
+            progress=progress,
+            done=partial(done, tag),
+            failed=partial(failed, tag),
+            scope=None,
+            busy=busy,
         )
+
+    def _side_shown(self, channel: str, busy: bool) -> None:
+        if not busy:
+            self._side_tags[channel] = 0
 
     def show_result(self, result: CircuitShown) -> None:
         self.view.set_shown(result)
@@ -292,7 +313,6 @@ class CircuitTab(InterpPresenter):
     def _head_done(self, tag: int, result) -> None:
         if self._side_tags.get(HEAD_CHANNEL) != tag:
             return
-        self._side_tags[HEAD_CHANNEL] = 0
         self.view.set_head_map(*result)
 
     def decompose(self, layer: int, head: int, query: int, key: int) -> None:
@@ -305,14 +325,12 @@ class CircuitTab(InterpPresenter):
     def _terms_done(self, tag: int, result) -> None:
         if self._side_tags.get(TERMS_CHANNEL) != tag:
             return
-        self._side_tags[TERMS_CHANNEL] = 0
         self.view.set_terms(result)
 
     def _side_failed(self, channel: str):
         def failed(tag: int, message: str) -> None:
             if self._side_tags.get(channel) != tag:
                 return
-            self._side_tags[channel] = 0
             self.view.set_terms(message)
 
         return failed

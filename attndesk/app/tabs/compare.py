@@ -65,7 +65,6 @@ class CompareTab(TabPresenter):
     def _on_published(self, shown: Shown) -> None:
         if shown.new_run:
             self.compute.side.cancel("teaching")  # a pair for the old settings would confuse
-            self.view.set_teaching_busy(False)
         super()._on_published(shown)
 
     def _follow_head(self, target) -> None:
@@ -92,7 +91,6 @@ class CompareTab(TabPresenter):
         except LedgerError as exc:
             self._teaching_failed(str(exc))
             return
-        self.view.set_teaching_busy(True)
         self.view.show_message(f"running the comparison “{kind}” in the background…")
         self.compute.side.submit(
             "teaching",
@@ -103,14 +101,13 @@ class CompareTab(TabPresenter):
             done=self._teaching_done,
             failed=self._teaching_failed,
             scope="run",
+            busy=self.view.set_teaching_busy,
         )
 
     def _teaching_done(self, comparison: TeachingComparison) -> None:
-        self.view.set_teaching_busy(False)
         self.view.show_teaching(comparison)
         self.teachingShown.emit(comparison)
 
     def _teaching_failed(self, message: str) -> None:
-        self.view.set_teaching_busy(False)
         self.view.show_message(f"<span style='color:#a33'>comparison failed: {message}</span>")
         self.failed.emit(message)

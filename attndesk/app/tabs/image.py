@@ -147,7 +147,7 @@ class ImageTab(TabPresenter):
         self._patch: int | None = None  # the clicked patch's token, offered in the query list
         self._pictures: OverlayPictures | None = None
         self._map_query = ""  # the query the map in flight explains
-        self._samples = [s.name for s in sample_images()]
+        self._samples: list[str] | None = None  # listed when the tab is first shown (it loads the digits)
         view.set_colormap(state.view.colormap)
         view.sampleChosen.connect(lambda name: setattr(state.pretrained, "image", SAMPLE + name))
         view.openRequested.connect(self._open_dialog)
@@ -160,11 +160,18 @@ class ImageTab(TabPresenter):
         view.cancelMapRequested.connect(self.cancel_map)
         state.view.events.colormap.connect(self._on_colormap)
         state.pretrained.events.image.connect(lambda _choice: self._show_choice())
+        state.view.events.tab.connect(lambda _tab: self._show_choice())
         state.pretrained.events.layer.connect(lambda _layer: self.redraw())
         self._show_choice()
 
     # -- the input --------------------------------------------------------------------------------
     def _show_choice(self) -> None:
+        """The sample list and the image's name, while the tab is on screen (it is shown only for a
+        vision model): a window that never shows the tab never lists the samples."""
+        if not self.visible():
+            return
+        if self._samples is None:
+            self._samples = [s.name for s in sample_images()]
         choice = self.state.pretrained.image
         if choice and not choice.startswith(SAMPLE):  # a file: the list says so, the label names it
             self.view.set_samples(self._samples, "")
@@ -315,7 +322,6 @@ class ImageTab(TabPresenter):
             self._refuse(str(exc))
             return
         self._map_query = "the mean of the patches" if self._query is None else run.tokens[self._query]
-        self.view.set_map_busy(True)
         self.view.set_map_progress(0.0, "computing…")
         self.compute.side.submit(
             "image-map",
@@ -329,17 +335,16 @@ class ImageTab(TabPresenter):
             done=self._show_map,
             failed=self._map_failed,
             progress=self.view.set_map_progress,
+            busy=self.view.set_map_busy,  # a new run drops the map: its button comes back then too
         )
 
     def cancel_map(self) -> None:
-        self.compute.side.cancel("image-map")
-        self.view.set_map_busy(False)
+        self.compute.side.cancel("image-map")  # the map's controls go idle (set_map_busy)
         self.view.mapStatus.setText("cancelled")
 
     def _show_map(self, answer) -> None:
         values, what = answer
         run = self._run
-        self.view.set_map_busy(False)
         if run is None:
             return
         values = np.asarray(values, dtype=np.float64)
@@ -357,7 +362,6 @@ class ImageTab(TabPresenter):
         self.mapDrawn.emit()
 
     def _map_failed(self, message: str) -> None:
-        self.view.set_map_busy(False)
         self.view.mapStatus.setText(message)
 
     def release(self) -> None:

@@ -42,11 +42,17 @@ class ImplementationTab(QObject):
         )
         self.started.emit()
         self.compute.side.submit(
-            "implementations", implementation_job, config, text, done=self._done, failed=self._failed, scope=None
+            "implementations",
+            implementation_job,
+            config,
+            text,
+            done=self._done,
+            failed=self._failed,
+            scope=None,
+            busy=self.panel.set_busy,
         )
 
     def _done(self, comparison: ImplementationComparison) -> None:
-        self.panel.set_busy(False)
         self.panel.set_comparison(comparison)
         self.shownComparison.emit(comparison)
 

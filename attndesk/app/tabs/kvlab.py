@@ -48,18 +48,14 @@ class KVLabTab(TabPresenter):
             models.insert(0, (f"Pretrained: {model_name(mode)}", ("pretrained", str(mode.path))))
         self.view.set_models(models)
 
-    def _busy(self, message: str) -> None:
-        self.view.bar.set_busy(True, message)
-        self.view.sweepButton.setEnabled(False)
-
-    def _idle(self, message: str, error: bool = False) -> None:
-        self.view.bar.set_busy(False)
-        self.view.bar.set_message(message, error=error)
-        self.view.sweepButton.setEnabled(True)
+    def _show_busy(self, busy: bool) -> None:
+        """A run or sweep in flight or over (the side jobs call it, however the job ends)."""
+        self.view.bar.set_busy(busy)
+        self.view.sweepButton.setEnabled(not busy)
 
     def run(self) -> None:
         view = self.view
-        self._busy(f"running {view.policy()} at budget {view.budgetSpin.value()}…")
+        view.bar.set_message(f"running {view.policy()} at budget {view.budgetSpin.value()}…")
         self.compute.side.submit(
             CHANNEL,
             lab_run,
@@ -73,12 +69,13 @@ class KVLabTab(TabPresenter):
             failed=self._failed,
             progress=view.bar.set_progress,
             scope=None,
+            busy=self._show_busy,
         )
 
     def sweep(self) -> None:
         view = self.view
         policies = list(dict.fromkeys([view.policy(), ORACLE]))
-        self._busy(f"sweeping {' and '.join(policies)} over 10 budgets…")
+        view.bar.set_message(f"sweeping {' and '.join(policies)} over 10 budgets…")
         self.compute.side.submit(
             CHANNEL,
             lab_sweep,
@@ -91,26 +88,27 @@ class KVLabTab(TabPresenter):
             failed=self._failed,
             progress=view.bar.set_progress,
             scope=None,
+            busy=self._show_busy,
         )
 
     def cancel(self) -> None:
-        self.compute.side.cancel(CHANNEL)
-        self._idle("cancelled")
+        self.compute.side.cancel(CHANNEL)  # the bar goes idle (_show_busy)
+        self.view.bar.set_message("cancelled")
 
     def _on_escape(self) -> None:
         if self.view.bar.is_busy():
             self.cancel()
 
     def _ran(self, lab) -> None:
-        self._idle("")
+        self.view.bar.set_message("")
         self.view.show_run(lab)
 
     def _swept(self, table) -> None:
-        self._idle(f"swept {len(table)} runs")
+        self.view.bar.set_message(f"swept {len(table)} runs")
         self.view.show_sweep(table)
 
     def _failed(self, message: str) -> None:
-        self._idle(message, error=True)
+        self.view.bar.set_message(message, error=True)
 
 
 __all__ = ["KVLAB_TAB", "KVLabTab"]

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import QWidget
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
-from ..pretrained.interp import family_reason, next_token_reason
+from ..pretrained.interp import family_reason, image_reason, next_token_reason
 from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from ..pretrained.mode import GRID_TAB
 from ..pretrained.patching import PATCHING_TAB, PatchingTab
@@ -156,6 +156,11 @@ def _next_token(cls) -> Callable[[AppState], EmptyState | None]:
     )
 
 
+def _text_only(what: str) -> Callable[[AppState], EmptyState | None]:
+    """A tab that reads text (any text model) is off for an image model; its button opens the packaged MiniLM."""
+    return lambda state: empty(image_reason(state.mode, what), OPEN_PACKAGED)
+
+
 def _corpus(ui: Assembly, view: QWidget) -> QObject:
     return CorpusTab(ui.state, ui.compute, ui.status, ui.menus, cast(CorpusView, view), parent=view)
 
@@ -187,6 +192,7 @@ TABS: tuple[TabSpec, ...] = (
         "one head's computation, stage by stage",
         StepThroughView,
         _presenter(StepThroughTab),
+        unavailable=_text_only("the step-through"),
     ),
     TabSpec(
         "positions",
@@ -226,6 +232,7 @@ TABS: tuple[TabSpec, ...] = (
         "(a pretrained model; the packaged MiniLM in toy mode)",
         CorpusView,
         _corpus,
+        unavailable=_text_only("the corpus pass"),
         scroll=True,
     ),
     TabSpec(

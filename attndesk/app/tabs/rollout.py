@@ -82,7 +82,15 @@ class RolloutTab(TabPresenter):
             scope=None,
             done=partial(self._flow_done, job),
             failed=partial(self._flow_failed, job),
+            busy=self._flow_busy,
         )
+
+    def _flow_busy(self, busy: bool) -> None:
+        """The flow job is over however it ended: one still awaited here stopped with no answer."""
+        if not busy and self._flow_job:
+            self._flow_job = 0
+            if self.view.flow_request() is not None:
+                self.view.flow_stopped("attention flow stopped")
 
     def _on_flow_toggled(self, on: bool) -> None:
         if not on:

@@ -77,6 +77,9 @@ class StepThroughTab(TabPresenter):
         """A real model's layer: its stages come from one more forward pass keeping them (a side job)."""
         run, state = shown.layers, self.state
         assert run is not None, "a pretrained run's layers"
+        if run.family == "vision":  # no text to run again; the window shows the tab's empty state
+            self.view.show_message(f"{run.model_name} reads an image: the step-through works on text tokens")
+            return
         part = shown.present_key[2] if isinstance(shown.present_key, tuple) and len(shown.present_key) > 2 else "self"
         target = state.target_text if run.family == "encoder-decoder" and state.target_text.strip() else None
         self.view.show_message(f"running {run.model_name} again, keeping layer {shown.layer}'s stages…")

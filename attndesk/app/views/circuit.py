@@ -16,9 +16,9 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPen
@@ -41,6 +41,9 @@ from PySide6.QtWidgets import (
 )
 
 from .interp_widgets import RunBar
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 METHODS = ("exact", "eap", "eap-ig")
 METRICS = ("logit_diff", "prob", "kl")

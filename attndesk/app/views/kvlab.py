@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from attndesk.core.fields import Param
 from attndesk.kvcache import POLICIES
+from attndesk.kvcache.sweep import curves
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar
@@ -301,14 +302,15 @@ class KVLabView(QWidget):
         self.shownChanged.emit()
 
     def show_sweep(self, table: list[dict]) -> None:
-        """Rows of ``kvcache.sweep``: each policy's curve replaces its earlier one."""
-        for name in dict.fromkeys(row["policy"] for row in table):
-            rows = sorted((r for r in table if r["policy"] == name), key=lambda r: r["budget"])
-            accuracy = [r["accuracy"] if np.isfinite(r["accuracy"]) else r["agree"] for r in rows]
+        """Rows of ``kvcache.sweep``: each policy's curve replaces its earlier one (its accuracy, or
+        its agreement with the full run where the input has no answers)."""
+        kl, accuracy, agree = (curves(table, metric) for metric in ("kl_mean", "accuracy", "agree"))
+        for name, (budgets, kl_mean) in kl.items():
+            correct = accuracy[name][1]
             self.curves[name] = (
-                np.array([r["budget"] for r in rows], float),
-                np.array([r["kl_mean"] for r in rows], float),
-                np.array(accuracy, float),
+                budgets.astype(float),
+                kl_mean,
+                np.where(np.isfinite(correct), correct, agree[name][1]),
             )
         self._draw_curves()
 

@@ -27,7 +27,7 @@ from .attribution_patching import (
     attribution_patching,
     rank_correlation,
 )
-from .circuits import faithfulness, faithfulness_curve, find_circuit, load_circuit, save_circuit
+from .circuits import connected, faithfulness, faithfulness_curve, find_circuit, load_circuit, save_circuit
 from .composition import composition_scores, head_weights, ov_copying_scores, qk_positional
 from .edges import edge_scores, path_patching
 from .flow import AttentionFlow, attention_flow
@@ -65,6 +65,7 @@ __all__ = [
     "attention_x_gradient",
     "attribution_patching",
     "composition_scores",
+    "connected",
     "direct_logit_attribution",
     "edge_graph",
     "edge_scores",

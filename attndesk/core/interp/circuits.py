@@ -15,16 +15,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
 from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
 
 from ..atomic import atomic_write
 from ..errors import ConfigError
-from .edges import RowSpec, Setup, prepare, run_rows
+from .edges import RowSpec, Setup, ready, run_rows
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 Edge = tuple[str, str, str]
 Circuit = set[Edge]
@@ -96,14 +99,16 @@ def faithfulness(
     *,
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
 ) -> float:
     """The circuit's normalised metric: every edge outside it corrupted, 1 = the full model, 0 =
-    every edge corrupted (see the module docstring). Same inputs as ``edge_scores``."""
+    every edge corrupted (see the module docstring). Same inputs as ``edge_scores`` (``setup``: the
+    question already prepared)."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     edges = _check_edges(setup, circuit)
     full = frozenset(setup.engine.graph.index())
     values = evaluate(setup, [full, frozenset(), edges], ctx, "faithfulness")
@@ -134,16 +139,17 @@ def faithfulness_curve(
     seed: int = 0,
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
 ) -> pd.DataFrame:
     """Per circuit size n: the faithfulness of the table's top-n edges by |score| and of ``draws``
     random edge sets of n edges (``seed``): columns size, fraction, faithfulness, random_mean,
-    random_std, random_min, random_max."""
+    random_std, random_min, random_max. ``setup``: the question already prepared (``edge_scores``)."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     metric = metric or str(table.attrs.get("metric", "logit_diff"))
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     ranked = _ranked(table)
     _check_edges(setup, ranked)
     everything = list(setup.engine.graph.index())
@@ -161,6 +167,8 @@ def faithfulness_curve(
     values = evaluate(setup, circuits, ctx, "faithfulness curve")
     faith = _normalise(values[2:], values[0], values[1], metric).reshape(len(sizes), 1 + draws)
     random = faith[:, 1:]
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "size": sizes,
@@ -266,6 +274,7 @@ def find_circuit(
     metric: str | None = None,
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
@@ -276,7 +285,7 @@ def find_circuit(
     from the logits back, each edge tried from the smallest |score| up, dropped when the metric
     moves less than tau; one forward pass per edge). ``prune``: keep only the edges on a path from
     an embedding to the logits (``connected``); top-n then counts those, going down the ranking
-    as far as at most n of them are connected."""
+    as far as at most n of them are connected. ACDC takes ``setup`` as ``edge_scores`` does."""
     if method not in FIND_METHODS:
         raise ConfigError(f"unknown circuit method {method!r}: choose one of {', '.join(FIND_METHODS)}")
     ranked = _ranked(table)
@@ -295,7 +304,7 @@ def find_circuit(
         raise ConfigError("ACDC evaluates the model: pass model=, clean=, corrupt=, answer= (and wrong=)")
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     metric = metric or str(table.attrs.get("metric", "logit_diff"))
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     return _acdc(setup, table, float(threshold), ctx)
 
 

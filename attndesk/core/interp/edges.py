@@ -21,9 +21,9 @@ Metrics are computed in float64 from float32 logits; every pass holds at least `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
 from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
@@ -33,6 +33,9 @@ from ..threads import AdaptiveThreads, torch_threads
 from .graph import Engine, Pairs, Pass, Values, budget_rows, make_pairs, metric_rows
 from .inputs import METRICS, chunks, resolve_budget
 from .patching import MIN_ROWS, RESERVE
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 METHODS = ("exact", "eap", "eap-ig")
 IG_VARIANTS = ("inputs", "activations")
@@ -88,6 +91,29 @@ def prepare(
     m_clean = metric_rows(metric, all_logits[:count], pairs, index, reference)
     m_corrupt = metric_rows(metric, all_logits[count:], pairs, index, reference)
     return Setup(engine, pairs, metric, values, m_clean, m_corrupt, reference, budget)
+
+
+def ready(
+    setup: Setup | None,
+    model,
+    clean,
+    corrupt,
+    answer,
+    wrong,
+    metric: str,
+    *,
+    target: str | None,
+    memory_budget: int | None,
+) -> Setup:
+    """``setup`` when a job prepared its question once (``prepare``) for several steps, after checking
+    it is of this model and metric; else the question prepared now."""
+    if setup is None:
+        return prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    if setup.engine.model is not model:
+        raise ConfigError("the prepared setup is of another model: prepare it with this one")
+    if setup.metric != metric:
+        raise ConfigError(f"the prepared setup measures {setup.metric}, not {metric}: prepare it with {metric}")
+    return setup
 
 
 def _padded(ids: torch.Tensor) -> torch.Tensor:
@@ -251,6 +277,15 @@ def _estimates(setup: Setup, grads: dict[str, torch.Tensor]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0)
 
 
+def _check_scoring(method: str, ig: str, steps) -> None:
+    if method not in METHODS:
+        raise ConfigError(f"unknown edge-scoring method {method!r}: choose one of {', '.join(METHODS)}")
+    if ig not in IG_VARIANTS:
+        raise ConfigError(f"unknown EAP-IG variant {ig!r}: choose one of {', '.join(IG_VARIANTS)}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1024:
+        raise ConfigError(f"EAP-IG takes 1 to 1024 steps, got {steps!r}")
+
+
 def edge_scores(
     model,
     clean,
@@ -264,6 +299,7 @@ def edge_scores(
     ig: str = "inputs",
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
@@ -276,22 +312,21 @@ def edge_scores(
     ``model``: a ``load_pretrained`` model (GPT-2, LLaMA-shaped, T5) or a trained toy run;
     ``clean`` / ``corrupt``: texts (pretrained) or token id lists (toy), or lists of them (pairs of
     one token length); ``answer`` / ``wrong``: one token (text or id) or one per pair; ``target``:
-    an encoder-decoder's decoder text. ``table.attrs`` holds the method, metric and the clean and
-    corrupted metrics (mean over pairs). Bad input raises a one-line ``ConfigError``."""
+    an encoder-decoder's decoder text; ``setup``: the same question already prepared (``prepare``),
+    so a job of several steps runs the clean and corrupted prompts once. ``table.attrs`` holds the
+    method, metric and the clean and corrupted metrics (mean over pairs). Bad input raises a
+    one-line ``ConfigError``."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
-    if method not in METHODS:
-        raise ConfigError(f"unknown edge-scoring method {method!r}: choose one of {', '.join(METHODS)}")
-    if ig not in IG_VARIANTS:
-        raise ConfigError(f"unknown EAP-IG variant {ig!r}: choose one of {', '.join(IG_VARIANTS)}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1024:
-        raise ConfigError(f"EAP-IG takes 1 to 1024 steps, got {steps!r}")
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    _check_scoring(method, ig, steps)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     edges = list(setup.engine.graph.index())
     if method == "exact":
         scores = _exact(setup, ctx)
     else:
         mode = "eap" if method == "eap" else ig
         scores = _estimates(setup, _gradients(setup, steps=steps, mode=mode, ctx=ctx, label=method))
+    import pandas as pd
+
     table = pd.DataFrame(
         {
             "src": [e[0] for e in edges],
@@ -339,6 +374,7 @@ def path_patching(
     receivers: list[str] | None = None,
     target: str | None = None,
     memory_budget: int | None = None,
+    setup: Setup | None = None,
     progress: ProgressFn | None = None,
     cancel: Cancel | None = None,
     ctx: JobContext | None = None,
@@ -347,11 +383,12 @@ def path_patching(
     m_patched - m_clean of the clean run with that sender head's term in that receiver's input taken
     from the corrupted run, every other term frozen at its clean value (NaN where the sender does
     not come before the receiver). With grouped K/V heads the key and value receivers are the groups.
-    ``attrs`` holds the metric, the kind and the clean and corrupted metrics."""
+    ``attrs`` holds the metric, the kind and the clean and corrupted metrics; ``setup`` as for
+    ``edge_scores``."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     if kind not in ("q", "k", "v"):
         raise ConfigError(f"path patching ends at a head's q, k or v input, got {kind!r}")
-    setup = prepare(model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
+    setup = ready(setup, model, clean, corrupt, answer, wrong, metric, target=target, memory_budget=memory_budget)
     graph = setup.engine.graph
     index = graph.index()
     rows_names, cols_names = _path_ends(graph, kind, senders, receivers)
@@ -368,6 +405,8 @@ def path_patching(
     matrix = np.full((len(rows_names), len(cols_names)), np.nan)
     for (i, j, _), value in zip(cells, raw):
         matrix[i, j] = value
+    import pandas as pd
+
     frame = pd.DataFrame(
         matrix, index=pd.Index(rows_names, name="sender"), columns=pd.Index(cols_names, name="receiver")
     )
@@ -380,4 +419,14 @@ def path_patching(
     return frame
 
 
-__all__ = ["COLUMNS", "IG_VARIANTS", "METHODS", "Setup", "edge_scores", "path_patching", "prepare", "run_rows"]
+__all__ = [
+    "COLUMNS",
+    "IG_VARIANTS",
+    "METHODS",
+    "Setup",
+    "edge_scores",
+    "path_patching",
+    "prepare",
+    "ready",
+    "run_rows",
+]

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -43,7 +43,10 @@ from ..pretrained.loader import LoadedModel
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
 from .anatomy import check_lm, hidden_size, intermediate_size, vocabulary
-from .inputs import hooks, last_logits, prompt, token_id
+from .inputs import hooks, last_logits, metric_values, prompt, token_id
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 KINDS = ("q", "k", "v", "mlp", "logits")
 # what the edge graph covers among the pretrained model types: pre-norm decoders whose every
@@ -867,17 +870,8 @@ def metric_rows(
     name: str, logits: torch.Tensor, pairs: Pairs, pair: torch.Tensor, reference: torch.Tensor | None
 ) -> torch.Tensor:
     """[B] float64 metric of each row (its pair's answer / wrong token / clean distribution)."""
-    logits = logits.double()
-    rows = torch.arange(logits.shape[0])
-    answer = pairs.answer[pair]
-    if name == "logit_diff":
-        assert pairs.wrong is not None
-        return logits[rows, answer] - logits[rows, pairs.wrong[pair]]
-    if name == "prob":
-        return torch.softmax(logits, -1)[rows, answer]
-    assert reference is not None
-    ref = reference[pair].double()
-    return (ref.exp() * (ref - torch.log_softmax(logits, -1))).sum(-1)
+    wrong = None if pairs.wrong is None else pairs.wrong[pair]
+    return metric_values(name, logits, pairs.answer[pair], wrong, None if reference is None else reference[pair])
 
 
 def budget_rows(engine: Engine, pairs: Pairs, budget: int, pairs_per_row: int, grad: bool, reserve: int) -> int:
@@ -922,4 +916,6 @@ __all__ = [
 def edge_graph(model) -> pd.DataFrame:
     """Every edge of the model's graph as rows (src, dst, kind), in the order ``edge_scores`` gives."""
     edges = Engine(model).graph.edges()
+    import pandas as pd
+
     return pd.DataFrame(edges, columns=["src", "dst", "kind"])

@@ -123,19 +123,32 @@ class Metric:
     reference: torch.Tensor | None = None
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        """[B, V] -> [B] float64: the logits are cast before any subtraction or normalisation, so
-        the metric carries no rounding of its own beyond the float32 logits' (a KL between close
-        distributions, a difference of close logits: float32 rounding there is what normalising by
-        a small gap amplifies)."""
-        logits = logits.double()
-        if self.name == "logit_diff":
-            return logits[:, self.answer] - logits[:, self.wrong]
-        if self.name == "prob":
-            return torch.softmax(logits, dim=-1)[:, self.answer]
-        logp = torch.log_softmax(logits, dim=-1)
-        assert self.reference is not None, "KL needs the clean log-probabilities"
-        ref = self.reference.double()
-        return (ref.exp() * (ref - logp)).sum(-1)
+        """[B, V] -> [B] float64 (``metric_values``)."""
+        return metric_values(self.name, logits, self.answer, self.wrong, self.reference)
+
+
+def metric_values(
+    name: str,
+    logits: torch.Tensor,
+    answer: int | torch.Tensor,
+    wrong: int | torch.Tensor | None = None,
+    reference: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """[B, V] -> [B] float64: metric ``name`` of each row, ``answer`` / ``wrong`` a token id or one
+    per row, ``reference`` the clean log-probabilities (KL; [V] or one row per row). The logits are
+    cast before any subtraction or normalisation, so the metric carries no rounding of its own
+    beyond the float32 logits' (a KL between close distributions, a difference of close logits:
+    float32 rounding there is what normalising by a small gap amplifies)."""
+    logits = logits.double()
+    rows = torch.arange(logits.shape[0])
+    if name == "logit_diff":
+        assert wrong is not None, "the logit difference needs a wrong token"
+        return logits[rows, answer] - logits[rows, wrong]
+    if name == "prob":
+        return torch.softmax(logits, dim=-1)[rows, answer]
+    assert reference is not None, "KL needs the clean log-probabilities"
+    ref = reference.double()
+    return (ref.exp() * (ref - torch.log_softmax(logits, dim=-1))).sum(-1)
 
 
 def make_metric(model: LoadedModel, name: str, answer: str | int, wrong: str | int | None) -> Metric:
@@ -223,6 +236,7 @@ __all__ = [
     "hooks",
     "last_logits",
     "make_metric",
+    "metric_values",
     "prompt",
     "prompt_pair",
     "resolve_budget",

@@ -36,9 +36,9 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -58,6 +58,9 @@ from ..pretrained.sites import layer_path
 from ..rope import apply_rope, rope_cos_sin
 from ..scoring import Scoring
 from .inputs import prompt, resolve_budget
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas as pd
 
 BIAS = "bias"
 POSITION = "position"
@@ -184,6 +187,8 @@ def _frame(
         np.repeat(np.asarray(q_names, dtype=object), len(k_names)),
         np.tile(np.asarray(k_names, dtype=object), len(q_names)),
     )
+    import pandas as pd
+
     frames = [pd.DataFrame({"query_component": qn, "key_component": kn, "kind": "content", "term": content.ravel()})]
     if rotated is not None:
         rope = scale * (rotated[0] @ rotated[1].T) - content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,6 +11,13 @@ from ..timing import TimedRun
 from ..types import AttentionMap, Intermediates, head_name
 
 PART_TITLES = {"self": "", "decoder": "decoder self-attention", "cross": "cross-attention"}
+
+
+def peak_estimate(kept: Iterable[np.ndarray | None], scores: int, activations: int) -> int:
+    """A run's peak memory, estimated: the arrays it hands back (``kept``) plus one layer's float32
+    temporaries, three of ``scores`` elements (the scores, their softmax and its weights) and four
+    of ``activations`` (the layer's input, queries, keys and values)."""
+    return int(sum(a.nbytes for a in kept if a is not None) + 4 * (3 * scores + 4 * activations))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -131,6 +139,10 @@ class PretrainedResult(TimedRun):
 
     def is_ablated(self, layer: int, head: int) -> bool:
         return (int(layer), int(head)) in self.ablate
+
+    def token_labels(self) -> list[str] | None:
+        """What each token is, where its id does not say it (an image's patches); None: the ids do."""
+        return None
 
     # -- views of the weights ---------------------------------------------------------------
     def part_weights(self, part: str = "self") -> np.ndarray:

@@ -22,7 +22,7 @@ from ..errors import ConfigError, NoLMHead
 from ..memory import format_bytes
 from .backend import Capture, ForwardClock, capturing, stage_intermediates
 from .loader import LoadedModel, is_loaded, load_pretrained, token_embeddings
-from .result import NextToken, PretrainedResult, cosine, kl_divergence
+from .result import NextToken, PretrainedResult, cosine, kl_divergence, peak_estimate
 from .token_text import id_texts, token_texts
 from .vision import ImageInput, is_image_input, run_image, vision_only
 
@@ -431,13 +431,9 @@ def _estimates(result: PretrainedResult, model: LoadedModel, capture: Capture) -
     tokens = {"": length, "encoder": length, "decoder": target}
     linear = sum(2 * tokens.get(stack, length) * count for stack, count in model.linear_params.items())
     result.flops = int(linear + capture.flops + 2 * model.head_params)
-    kept = sum(
-        a.nbytes
-        for a in (result.weights, result.decoder_weights, result.cross_weights, result.hidden_states)
-        if a is not None
-    )
+    kept = (result.weights, result.decoder_weights, result.cross_weights, result.hidden_states)
     widest = max(length, target)
-    result.peak_bytes = int(kept + 4 * (3 * result.num_heads * widest * widest + 4 * widest * model.spec.hidden_size))
+    result.peak_bytes = peak_estimate(kept, result.num_heads * widest * widest, widest * model.spec.hidden_size)
 
 
 def sentence_embeddings(model: LoadedModel, texts: list[str]) -> np.ndarray:

@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..memory import format_bytes
 from .backend import Capture, Site, capturing
 from .loader import LoadedModel
-from .result import PretrainedResult
+from .result import PretrainedResult, peak_estimate
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 MAX_SIDE = 16_384  # pixels: a longer side is refused before it is decoded
 MAX_ASPECT = 64  # longer side / shorter side: a shortest-edge resize would blow it up to gigabytes
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+SPECIAL_ROLES = {"[CLS]": "class token", "[DIST]": "distillation token"}  # registers: "[REG0]"...
 
 ImageInput = Any  # str | Path | PIL.Image.Image | np.ndarray (PIL is imported only when used)
 
@@ -136,6 +138,18 @@ class VisionResult(PretrainedResult):
         if values.shape[-1] == self.length:
             values = values[..., self.specials :]
         return values.reshape(*values.shape[:-1], *self.grid)
+
+    def token_labels(self) -> list[str]:
+        """What each token is (the tokens have no vocabulary ids): the special tokens by role ("class
+        token", "distillation token", "register 0"), each patch by its place ("row 2, col 3")."""
+        roles = []
+        for name in self.tokens[: self.specials]:
+            if name.startswith("[REG") and name[4:-1].isdigit():
+                roles.append(f"register {name[4:-1]}")
+            else:
+                roles.append(SPECIAL_ROLES.get(name, name))
+        rows, cols = self.grid
+        return roles + [f"row {r}, col {c}" for r in range(rows) for c in range(cols)]
 
     def query_maps(self, layer: int, query: int = 0) -> np.ndarray:
         """[H, rows, cols]: where token ``query`` looks at in ``layer``, per head, on the grid."""
@@ -303,15 +317,7 @@ def run_image(
     rows, cols = _grid(model, pixels)
     specials = special_tokens(model)
     tokens = len(specials) + rows * cols
-    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
-    layers_kept = int(model.model.config.depths[0]) if info.windows else model.num_layers  # Swin: the dense first stage
-    need = 4 * layers_kept * model.num_heads * tokens * tokens
-    if need > budget:
-        raise ConfigError(
-            f"{layers_kept} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
-            f"{format_bytes(need)}, over the memory budget of {format_bytes(budget)}: "
-            "use a smaller image size or raise the budget"
-        )
+    _check_budget(model, tokens, memory_budget)
     ctx.check()
     capture = VisionCapture(sites=model.sites, layers=model.layers)
     with model._lock, torch.inference_mode(), capturing(capture):
@@ -340,7 +346,7 @@ def run_image(
     names = specials + [f"({r},{c})" for r in range(rows) for c in range(cols)]
     n = len(names)
     embedding = None if pooled is None else (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
-    return VisionResult(
+    result = VisionResult(
         model_name=model.name,
         tokens=names,
         token_ids=np.full(n, -1, dtype=np.int64),
@@ -364,6 +370,31 @@ def run_image(
         pooled=pooled,
         **extra,
     )
+    result.peak_bytes = vision_peak(result, model.spec.hidden_size)
+    return result
+
+
+def _check_budget(model: LoadedModel, tokens: int, memory_budget: int | None) -> None:
+    """Refuse, naming the sizes, a run whose kept attention weights exceed the memory budget."""
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    windows = model.vision is not None and model.vision.windows
+    layers_kept = int(model.model.config.depths[0]) if windows else model.num_layers  # Swin: the dense first stage
+    need = 4 * layers_kept * model.num_heads * tokens * tokens
+    if need > budget:
+        raise ConfigError(
+            f"{layers_kept} layers x {model.num_heads} heads x {tokens:,}\u00b2 tokens of attention weights take "
+            f"{format_bytes(need)}, over the memory budget of {format_bytes(budget)}: "
+            "use a smaller image size or raise the budget"
+        )
+
+
+def vision_peak(result: VisionResult, hidden_size: int) -> int:
+    """The run's peak memory, estimated as a text run's (``peak_estimate``): what it hands back, plus
+    one layer's temporaries (a Swin layer's scores are its windows', [windows, H, w*w, w*w])."""
+    windows = result.window_weights or []
+    kept = [result.weights, result.hidden_states, result.image, result.logits, result.pooled, *windows]
+    scores = max((w.size for w in windows), default=result.num_heads * result.length**2)
+    return peak_estimate(kept, scores, result.length * hidden_size)
 
 
 def _swin_layers(model: LoadedModel, layers: list[np.ndarray], grid: tuple[int, int]) -> dict:

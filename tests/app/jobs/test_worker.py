@@ -219,3 +219,28 @@ def test_reports_stream_in_order_in_batches_with_one_signal_per_batch(qtbot, run
     assert [i for batch in batches for i in batch] == list(range(500))
     assert len(signals) < 500 and set(signals) == {1}  # coalesced: far fewer signals than items
     assert rec.finished == [(1, "done")] and runner.take_reports() == []
+
+
+def test_a_job_waiting_for_its_user_is_busy_but_not_working(qtbot, runner):
+    """A paused job (``ctx.paused``) still holds the runner (closing ends it) but does no work."""
+    started, go, paused, release = (threading.Event() for _ in range(4))
+
+    def waits(*, ctx):
+        started.set()
+        go.wait(5)
+        with ctx.paused():
+            paused.set()
+            release.wait(5)
+        return "resumed"
+
+    runner.submit(1, waits)
+    assert started.wait(5)
+    assert runner.is_busy() and runner.is_working()  # running, not paused yet
+    go.set()
+    assert paused.wait(5)
+    assert runner.is_busy() and not runner.is_working()
+    release.set()
+    with qtbot.waitSignal(runner.finished, timeout=5000):
+        pass
+    qtbot.waitUntil(lambda: not runner.is_busy(), timeout=5000)
+    assert not runner.is_working()

@@ -6,12 +6,14 @@ import time
 
 import numpy as np
 import pytest
-from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
 from attndesk.app.state import PACKAGED, TOY, AppState
+from attndesk.core.pretrained import run_pretrained
+from tests.conftest import TIMEOUT_MS
 
 
 def _cpu_of(fn) -> float:
@@ -89,3 +91,43 @@ def test_trained_weights_grey_the_texts_and_keep_them(qtbot):
     assert not panel.tokenInput.isEnabled()
     state.set_config(weights_from="random")
     assert panel.tokenInput.isEnabled() and panel.crossCheck.isEnabled() and panel.probeNote.isHidden()
+
+
+def _column(model, col: int) -> list:
+    return [model.data(model.index(r, col)) for r in range(model.rowCount())]
+
+
+def test_an_images_tokens_say_what_each_is_in_place_of_an_id(qtbot, vision, image):
+    """An image's tokens have no vocabulary ids: the table names the special tokens' roles and each
+    patch's row and column on the grid, never the placeholder id -1; a text model's ids come back."""
+    w = shown_window(qtbot, timeout_ms=TIMEOUT_MS)
+    try:
+        _model, _eager, folder = vision("deit")
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            assert w.pretrained.open_folder(folder)
+        run, table = w.displayed_result().layers, w.tokensPanel.queryModel
+        rows, cols = run.grid
+        assert table.headerData(2, Qt.Orientation.Horizontal) == "what" and table.rowCount() == 2 + rows * cols
+        labels = _column(table, 2)
+        assert labels[:2] == ["class token", "distillation token"] and "-1" not in map(str, labels)
+        for k in range(rows * cols):  # patch k of the grid, row by row
+            assert labels[2 + k] == f"row {k // cols}, col {k % cols}"
+            assert _column(table, 1)[2 + k] == f"({k // cols},{k % cols})"
+        widest = max(w.tokensPanel.tokenTable.fontMetrics().horizontalAdvance(t) for t in labels)
+        assert w.tokensPanel.tokenTable.horizontalHeader().sectionSize(2) > widest  # never cut
+        assert not any(table.kind(r) != "word" for r in range(table.rowCount()))  # no padding, no [UNK]
+        assert w.tokensPanel.legend.isHidden()  # nor their colours' legend
+
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            w.state.mode = PACKAGED
+        text = w.displayed_result().layers
+        assert table.headerData(2, Qt.Orientation.Horizontal) == "id" and not w.tokensPanel.legend.isHidden()
+        assert _column(table, 2)[0] == int(text.token_ids[0])
+    finally:
+        dispose(w)
+
+    registers = run_pretrained(vision("dinov2_with_registers")[0], image)
+    count = registers.specials - 1
+    assert count > 0 and registers.token_labels()[: registers.specials] == ["class token"] + [
+        f"register {i}" for i in range(count)
+    ]

@@ -61,6 +61,25 @@ def test_the_tab_shows_the_cores_edges_and_curve_and_the_slider_reads_the_cache(
         assert f"{curve['faithfulness'].iat[step]:.3f}" in view.sizeLabel.text()
 
 
+def test_the_job_prepares_its_question_once(monkeypatch):
+    """The estimate, the exact table and the curve share one prepared question (one engine), and
+    the numbers are those of the core's calls that prepare their own."""
+    from attndesk.core.interp.graph import Engine
+    from attndesk.jobs import JobContext
+
+    built = []
+    real = Engine.__init__
+    monkeypatch.setattr(Engine, "__init__", lambda self, model: built.append(model) or real(self, model))
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)  # the curve's geometric sizes: a short job
+    args = (" ".join(map(str, CLEAN)), " ".join(map(str, CORRUPT)), "5", "6", "logit_diff", "eap", 1 << 30)
+    shown = circuit_tab.circuit_job(("preset", "induction"), *args, ctx=JobContext())
+    assert len(built) == 1
+    run = load_preset("induction")
+    for got, method in ((shown.table, "eap"), (shown.exact, "exact")):
+        want = edge_scores(run, CLEAN, CORRUPT, 5, 6, method=method, memory_budget=1 << 30)
+        np.testing.assert_array_equal(got["score"].to_numpy(), want["score"].to_numpy())
+
+
 def test_a_clicked_edge_shows_its_exact_effect_beside_the_estimate(qtbot, circuit_window):
     tab = _scored(qtbot, circuit_window, "eap")
     view = tab.view
@@ -151,6 +170,31 @@ def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_f
         assert (w.state.pretrained.layer, w.state.view.target) == (1, 3)
     finally:
         qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
+        dispose(w)
+
+
+def test_scoring_then_a_kv_run_then_another_model_leaves_nothing_busy(qtbot, monkeypatch, gpt2_folder):
+    """Score edges, the KV cache tab's Run while it computes, then another model: every bar goes
+    idle and every side job ends (the circuit's is cancelled by the switch, the KV run answers)."""
+    monkeypatch.setattr(circuit_tab, "LIVE_SIZES", 0)
+    w = shown_window(qtbot, (1400, 900), TIMEOUT_MS)
+    try:
+        w.state.view.tab = CIRCUIT_TAB
+        circuit = w.tab_presenter(CIRCUIT_TAB)
+        qtbot.mouseClick(circuit.view.bar.runButton, Qt.MouseButton.LeftButton)
+        assert circuit.view.bar.is_busy()
+        w.state.view.tab = "kvcache"
+        kv = w.tab_widget("kvcache")
+        kv.decodeSpin.setValue(2)
+        qtbot.mouseClick(kv.bar.runButton, Qt.MouseButton.LeftButton)
+        assert kv.bar.is_busy() and w.compute.side.is_busy("kvlab")
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            assert w.pretrained.open_folder(gpt2_folder)
+        qtbot.waitUntil(lambda: not w.compute.side.any_busy() and not w.compute.is_busy(), timeout=TIMEOUT_MS)
+        assert not circuit.view.bar.is_busy() and not circuit.is_running()
+        assert not kv.bar.is_busy() and kv.sweepButton.isEnabled() and kv.result is not None
+    finally:
+        qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
         dispose(w)
 
 

@@ -5,6 +5,7 @@ from a side job, and a bad image is one line that changes nothing."""
 
 from __future__ import annotations
 
+import time
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from PIL import Image
 from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
-from attndesk.app.state import IMAGE_TAB, TOY
+from attndesk.app.state import HEATMAPS_TAB, IMAGE_TAB, TOY
+from attndesk.app.tabs import image as image_tab
 from attndesk.core.images import SAMPLE, image_choice
 from attndesk.core.interp import image_maps
 from attndesk.core.pretrained import VisionResult, clear_cache
@@ -183,6 +185,31 @@ def test_maps_across_layers_come_from_a_side_job(qtbot, image_window, folders):
     assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
 
 
+def test_a_new_run_while_a_map_computes_gives_the_map_controls_back(qtbot, monkeypatch, image_window, folders):
+    """The map is for the run on screen: a new input drops it, and its Compute button comes back."""
+
+    def endless_map(*_args, ctx):  # computes until it is cancelled (bounded: never outlives the test)
+        for _ in range(TIMEOUT_MS // 10):
+            ctx.progress(0.5, "mapping")
+            ctx.check()
+            time.sleep(0.01)
+
+    monkeypatch.setattr(image_tab, "image_map", endless_map)
+    w = image_window
+    open_vision(qtbot, w, folders["vit"])
+    view = w.tab_widget(IMAGE_TAB)
+    view.computeButton.click()
+    qtbot.waitUntil(lambda: view.mapProgress.value() > 0, timeout=TIMEOUT_MS)
+    assert view.cancelButton.isEnabled() and not view.computeButton.isEnabled()
+    index = view.sampleCombo.findText("digit 3 (#3)")
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        view.sampleCombo.setCurrentIndex(index)
+        view.sampleCombo.activated.emit(index)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy("image-map"), timeout=TIMEOUT_MS)
+    assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
+    assert view.mapProgress.value() == 0 and view.mapCanvas.pixels() is None
+
+
 def test_a_vision_runs_bundle_and_page_hold_the_image_and_overlays(qtbot, image_window, folders, tmp_path, capsys):
     import io
 
@@ -329,3 +356,31 @@ def test_the_file_dialog_and_a_drop_open_an_image(qtbot, image_window, folders, 
     assert w.state.pretrained.image == str(second)
     run = w.displayed_result().layers
     assert run.image.shape == (32, 32, 3) and (run.image[..., 2] > run.image[..., 0]).all()  # the blue one
+
+
+def test_the_samples_are_listed_when_the_tab_is_first_shown_and_once(qtbot, folders, monkeypatch):
+    """A window that never shows the Image tab never lists the samples (scikit-learn's digits)."""
+    from attndesk.app.tabs import image as image_tab
+
+    calls = []
+    real = image_tab.sample_images
+
+    def counting(**kwargs):
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(image_tab, "sample_images", counting)
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    try:
+        assert calls == []
+        open_vision(qtbot, w, folders["vit"])
+        view = w.tab_widget(IMAGE_TAB)
+        assert len(calls) == 1 and view.sampleCombo.findText("digit 3 (#3)") > 0
+        w.state.view.tab = HEATMAPS_TAB
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+            w.state.pretrained.image = SAMPLE + "digit 3 (#3)"
+        assert view.sampleCombo.currentText() == "shapes"  # hidden: the list waits for the tab
+        w.state.view.tab = IMAGE_TAB
+        assert len(calls) == 1 and view.sampleCombo.currentText() == "digit 3 (#3)"
+    finally:
+        dispose(w)

@@ -97,3 +97,26 @@ def test_bad_input_is_one_line_and_cancel_stops(qtbot, window):
     window.compute.cancelRequested.emit()  # Esc
     assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
     qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)
+
+
+def test_the_sweeps_curves_are_the_cores_with_agreement_where_there_is_no_answer(qtbot):
+    from attndesk.app.views.kvlab import KVLabView
+    from attndesk.kvcache.sweep import curves
+
+    nan = float("nan")
+    table = [
+        {"policy": "h2o", "budget": 8, "kl_mean": 0.1, "agree": 0.9, "accuracy": 0.5},
+        {"policy": "h2o", "budget": 4, "kl_mean": 0.3, "agree": 0.7, "accuracy": 0.25},
+        {"policy": "oracle", "budget": 8, "kl_mean": 0.05, "agree": 0.95, "accuracy": nan},
+        {"policy": "oracle", "budget": 4, "kl_mean": 0.2, "agree": 0.8, "accuracy": nan},
+    ]
+    view = KVLabView()
+    qtbot.addWidget(view)
+    view.show_sweep(table)
+    assert list(view.curves) == ["h2o", "oracle"]
+    for name, fallback in (("h2o", "accuracy"), ("oracle", "agree")):
+        budgets, kl, accuracy = view.curves[name]
+        assert budgets.tolist() == [4.0, 8.0]
+        np.testing.assert_array_equal(kl, curves(table, "kl_mean")[name][1])
+        np.testing.assert_array_equal(accuracy, curves(table, fallback)[name][1])
+    assert len(view.klPlot.getPlotItem().listDataItems()) == 2

@@ -183,3 +183,40 @@ def test_every_tab_title_is_whole_on_screen_at_1280_wide(qtbot, window, folders)
     assert w.timingDock.height() <= 0.2 * w.height() and w.viewTabs.height() >= 0.7 * w.height()
     bars = w.timingPanel.bars
     assert bars.height() / 8 >= QFontMetricsF(bars.font()).height()
+
+
+TEXT_TABS = {  # tab -> the feature its empty state names, for a vision model
+    "step-through": "the step-through",
+    "corpus": "the corpus pass",
+    "generate": "generation",
+    "patching": "activation patching",
+    "attribution": "an attribution",
+    "logit-lens": "the logit lens",
+}
+
+
+def test_a_vision_model_turns_every_text_tab_into_one_sentence_and_a_button(qtbot, window, vision, folders):
+    w = window
+    w.show()
+    _model, _eager, folder = vision("vit")
+    with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
+        assert w.pretrained.open_folder(folder)
+    shown = dict(w.shown_tabs())
+    assert set(TEXT_TABS) <= set(shown) and "image" in shown
+    for tab, what in TEXT_TABS.items():
+        w.state.view.tab = tab
+        off = w.empty_state(tab)
+        assert off is not None and w.tab_page(tab).currentWidget() is off, tab
+        assert not w.tab_widget(tab).isVisible(), tab  # no form offered behind the sentence
+        sentence = off.sentence()
+        assert sentence.startswith(f"{folder.name} is an image model and {what}") and "Image tab" in sentence, sentence
+        assert "\n" not in sentence and "Error" not in sentence and off.button.isVisible(), tab
+    assert w.empty_state("generate").action() == "Open a model folder…"
+    for tab in ("heatmaps", "image", "head-stats", "compare", "rollout"):  # what does apply to an image
+        w.state.view.tab = tab
+        assert w.empty_state(tab) is None or w.tab_page(tab).currentIndex() == 0, tab
+    # the step-through's button opens a text model, and its view comes back
+    w.state.view.tab = "step-through"
+    qtbot.mouseClick(w.empty_state("step-through").button, Qt.MouseButton.LeftButton)
+    assert w.state.mode == PACKAGED and w.tab_page("step-through").currentWidget() is w.tab_widget("step-through")
+    assert w.tab_page("corpus").currentIndex() == 0

@@ -6,6 +6,7 @@ SmolLM3, GPT-OSS's mixture of experts), and on the toy decoders."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from pretrained_models import eager
@@ -21,6 +22,8 @@ from attndesk.core.interp import (
     path_patching,
     save_circuit,
 )
+from attndesk.core.interp.edges import prepare
+from attndesk.core.interp.graph import Engine
 from attndesk.core.pretrained import load_pretrained
 from attndesk.train import TrainConfig, TrainRun, make_task
 from attndesk.train.model import build_model
@@ -477,3 +480,76 @@ def test_pruning_to_connected_edges_keeps_the_faithfulness():
         ), draw
     top = find_circuit(table, top_n=10, prune=True)
     assert len(top) <= 10 and connected(top, edges) == top
+
+
+def _counting_engines(monkeypatch) -> list:
+    """A spy on ``graph.Engine``: one entry per engine built (each ``prepare`` builds one)."""
+    built: list = []
+    real = Engine.__init__
+
+    def counting(self, model):
+        built.append(model)
+        real(self, model)
+
+    monkeypatch.setattr(Engine, "__init__", counting)
+    return built
+
+
+def test_one_prepared_setup_serves_every_step_with_the_same_numbers(monkeypatch):
+    """Scores, ACDC, the curve, a circuit's faithfulness and path patching from one ``prepare``
+    equal, bit for bit, what each computes after preparing the question itself."""
+    run = _toy(mlp=True, layernorm=True)
+    question = ([[3, 4, 5, 6, 3, 4], [6, 5, 4, 3, 6, 5]], [[7, 8, 9, 10, 3, 4], [9, 8, 7, 10, 6, 5]], [5, 4], [9, 8])
+
+    def steps(setup):
+        extra = {} if setup is None else {"setup": setup}
+        table = edge_scores(run, *question, method="eap", **extra)
+        exact = edge_scores(run, *question, method="exact", **extra)
+        acdc = find_circuit(table, threshold=1e-2, method="acdc", model=run, clean=question[0], corrupt=question[1],
+                            answer=question[2], wrong=question[3], **extra)  # fmt: skip
+        curve = faithfulness_curve(run, table, *question, draws=2, **extra)
+        faith = faithfulness(run, acdc, *question, **extra)
+        paths = path_patching(run, *question, kind="q", **extra)
+        return table, exact, acdc, curve, faith, paths
+
+    alone = steps(None)
+    built = _counting_engines(monkeypatch)
+    setup = prepare(run, *question, "logit_diff", target=None, memory_budget=None)
+    shared = steps(setup)
+    assert len(built) == 1
+    for a, b in zip(alone, shared):
+        if isinstance(a, pd.DataFrame):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        else:
+            assert a == b
+    with pytest.raises(ConfigError, match="measures logit_diff, not prob"):
+        edge_scores(run, *question, metric="prob", setup=setup)
+    with pytest.raises(ConfigError, match="another model"):
+        edge_scores(_toy(), *question, setup=setup)
+
+
+@pytest.mark.parametrize("name", ["logit_diff", "prob", "kl"])
+def test_the_edge_metrics_are_the_patching_metrics(name):
+    """``metric_rows`` (per pair) and ``Metric`` (one answer) are one formula, checked against float64 by hand."""
+    from attndesk.core.interp.graph import Pairs, metric_rows
+    from attndesk.core.interp.inputs import Metric
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 11, generator=gen)
+    reference = torch.log_softmax(torch.randn(3, 11, generator=gen, dtype=torch.float64), -1)
+    ids = torch.zeros((3, 4), dtype=torch.long)
+    pairs = Pairs(ids, ids, None, torch.tensor([1, 4, 7]), torch.tensor([2, 5, 9]), [], [])
+    pair = torch.tensor([0, 2, 2, 1, 0])
+    rows = metric_rows(name, logits, pairs, pair, reference if name == "kl" else None)
+    x = logits.double()
+    for i, p in enumerate(pair.tolist()):
+        answer, wrong = int(pairs.answer[p]), int(pairs.wrong[p])
+        one = Metric(name, answer, wrong, reference[p] if name == "kl" else None)(logits[i : i + 1])
+        assert rows.dtype == one.dtype == torch.float64 and rows[i] == one[0]
+        logp = x[i] - torch.logsumexp(x[i], 0)
+        want = {
+            "logit_diff": x[i, answer] - x[i, wrong],
+            "prob": logp[answer].exp(),
+            "kl": (reference[p].exp() * (reference[p] - logp)).sum(),
+        }[name]
+        assert abs(float(rows[i] - want)) < 1e-12

@@ -1,0 +1,174 @@
+"""SideJobs' busy contract: a requester's ``busy(True)`` at submit is followed by exactly one
+``busy(False)`` however its job ends (answered, failed, superseded by another requester,
+cancelled, stopped by itself, dropped as stale for a result no longer on screen), and a job of the
+same requester that replaces or follows it hands the busy state on without a gap."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtCore import QObject
+
+from attndesk.app.jobs.compute import SideJobs
+from attndesk.app.jobs.worker import running_threads
+from attndesk.core.errors import Cancelled
+from tests.conftest import TIMEOUT_MS
+
+
+class Controller(QObject):
+    """What SideJobs asks of its controller: generation numbers and the ids of the run on screen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ids = itertools.count(1)
+        self.ids = (1, 1)
+
+    def current_ids(self):
+        return self.ids
+
+
+@pytest.fixture
+def controller(qapp):
+    return Controller()
+
+
+@pytest.fixture
+def side(controller):
+    jobs = SideJobs(controller)
+    yield jobs
+    jobs.shutdown()
+    assert running_threads() == []
+
+
+class Log:
+    """What one requester is told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def busy(self, flag: bool) -> None:
+        self.events.append(("busy", flag))
+
+    def done(self, result) -> None:
+        self.events.append(("done", result))
+
+    def failed(self, message: str) -> None:
+        self.events.append(("failed", message))
+
+    def over(self) -> bool:
+        return self.events[-1:] == [("busy", False)]
+
+
+def held(release: threading.Event, started: threading.Event | None = None, result="held"):
+    """A job that runs until ``release`` (or its cancel)."""
+
+    def job(*, ctx):
+        if started is not None:
+            started.set()
+        while not release.is_set():
+            ctx.check()
+            time.sleep(0.005)
+        return result
+
+    return job
+
+
+def test_an_answer_or_a_failure_comes_before_the_one_busy_false(qtbot, side):
+    log = Log()
+    side.submit("a", lambda: 7, done=log.done, failed=log.failed, busy=log.busy, scope=None)
+    qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
+    assert log.events == [("busy", True), ("done", 7), ("busy", False)]
+
+    def boom():
+        raise RuntimeError("no")
+
+    bad = Log()
+    side.submit("a", boom, done=bad.done, failed=bad.failed, busy=bad.busy, scope=None)
+    qtbot.waitUntil(bad.over, timeout=TIMEOUT_MS)
+    assert bad.events == [("busy", True), ("failed", "RuntimeError: no"), ("busy", False)]
+
+
+def test_the_same_requesters_newer_job_keeps_the_busy_state_until_it_answers(qtbot, side):
+    log, release, started = Log(), threading.Event(), threading.Event()
+    side.submit("a", held(release, started, "first"), done=log.done, busy=log.busy, scope=None)
+    assert started.wait(TIMEOUT_MS / 1000)
+    side.submit("a", lambda: "second", done=log.done, busy=log.busy, scope=None)
+    qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not side.is_busy("a"), timeout=TIMEOUT_MS)
+    assert log.events == [("busy", True), ("busy", True), ("done", "second"), ("busy", False)]
+
+
+def test_another_requesters_job_on_the_channel_ends_the_first_ones_busy_state(qtbot, side):
+    first, second, release = Log(), Log(), threading.Event()
+    side.submit("a", held(release), done=first.done, busy=first.busy, scope=None)
+    side.submit("a", lambda: 2, done=second.done, busy=second.busy, scope=None)
+    assert first.events == [("busy", True), ("busy", False)]  # at once: its answer will never come
+    qtbot.waitUntil(second.over, timeout=TIMEOUT_MS)
+    assert second.events == [("busy", True), ("done", 2), ("busy", False)]
+
+
+def test_cancel_ends_the_busy_state_at_once_and_the_job_gives_no_answer(qtbot, side):
+    log, release, started = Log(), threading.Event(), threading.Event()
+    side.submit("a", held(release, started), done=log.done, failed=log.failed, busy=log.busy, scope=None)
+    assert started.wait(TIMEOUT_MS / 1000)
+    side.cancel("a")
+    assert log.events == [("busy", True), ("busy", False)]
+    qtbot.waitUntil(lambda: not side.is_busy("a"), timeout=TIMEOUT_MS)
+    assert log.events == [("busy", True), ("busy", False)]
+
+
+def test_a_job_that_stops_itself_ends_the_busy_state(qtbot, side):
+    """A job may raise Cancelled though nobody cancelled it (a part of it stopped): it has no
+    answer, and its requester must not wait for one."""
+
+    def stops():
+        raise Cancelled("a part of it was stopped")
+
+    log = Log()
+    side.submit("a", stops, done=log.done, failed=log.failed, busy=log.busy, scope=None)
+    qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
+    assert log.events == [("busy", True), ("busy", False)]
+
+
+def test_a_scoped_job_ends_its_busy_state_when_a_new_run_replaces_its_result(qtbot, side, controller):
+    # running when the new run is published: cancelled then
+    log, release, started = Log(), threading.Event(), threading.Event()
+    side.submit("a", held(release, started), done=log.done, busy=log.busy, scope="run")
+    assert started.wait(TIMEOUT_MS / 1000)
+    controller.ids = (2, 2)
+    side.on_published(SimpleNamespace(run_id=2, shown_id=2))
+    assert log.events == [("busy", True), ("busy", False)]
+    qtbot.waitUntil(lambda: not side.is_busy("a"), timeout=TIMEOUT_MS)
+    # finished before the new run came: its answer, stale once it arrives, is dropped
+    stale = Log()
+    side.submit("b", lambda: "old", done=stale.done, busy=stale.busy, scope="run")
+    controller.ids = (3, 3)  # the new run is on screen before the answer is delivered
+    qtbot.waitUntil(stale.over, timeout=TIMEOUT_MS)
+    assert stale.events == [("busy", True), ("busy", False)]
+
+
+def test_an_answer_that_submits_the_next_step_keeps_the_busy_state_without_a_gap(qtbot, side):
+    log, steps = Log(), []
+
+    def stepped(result):
+        steps.append(result)
+        if result < 3:
+            side.submit("a", lambda n=result + 1: n, done=stepped, busy=log.busy, scope=None)
+
+    side.submit("a", lambda: 1, done=stepped, busy=log.busy, scope=None)
+    qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
+    assert steps == [1, 2, 3]
+    assert log.events == [("busy", True)] * 3 + [("busy", False)]
+
+
+def test_shutdown_joins_the_jobs_and_tells_no_requester(qtbot, side):
+    """The window is closing: its widgets are not called back while it goes."""
+    log, release, started = Log(), threading.Event(), threading.Event()
+    side.submit("a", held(release, started), done=log.done, busy=log.busy, scope=None)
+    assert started.wait(TIMEOUT_MS / 1000)
+    side.shutdown()
+    assert log.events == [("busy", True)] and running_threads() == []

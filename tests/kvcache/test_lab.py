@@ -1,0 +1,36 @@
+"""The KV cache tab's jobs: a lab run draws the weights of simulate's own passes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attndesk.kvcache.lab import input_ids, lab_run, open_model
+from attndesk.kvcache.model import kv_model
+from attndesk.kvcache.simulate import causal, simulate
+
+SOURCE = ("preset", "induction")
+
+
+def test_a_lab_run_runs_no_forward_pass_beyond_simulates(monkeypatch):
+    model = open_model(SOURCE)
+    kvm = kv_model(model)
+    passes = []
+    real = type(kvm).forward
+
+    def counting(self, ids, keep):
+        passes.append(len(ids))
+        return real(self, ids, keep)
+
+    monkeypatch.setattr(type(kvm), "forward", counting)
+    ids, _ = input_ids(model, "")
+    simulate(model, ids, "h2o", 6, prefill=len(ids) - 3)
+    alone = len(passes)
+    passes.clear()
+    lab = lab_run(SOURCE, "", "h2o", 6, decode=3)
+    assert len(passes) == alone
+    monkeypatch.setattr(type(kvm), "forward", real)
+    run = lab.run
+    assert run.prompt == len(ids) - 3 and not run.keep.all()
+    np.testing.assert_array_equal(lab.weights, np.stack(kvm.forward(list(run.ids), run.keep).weights))
+    full = kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, len(run.ids)))
+    np.testing.assert_array_equal(lab.full_weights, np.stack(full.weights))

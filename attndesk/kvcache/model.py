@@ -98,8 +98,11 @@ class KVModel:
         return None
 
     def stepper(self, base: Pass | None = None, start: int = 0) -> Stepper:
-        """Row by row through one compressed run whose rows before ``start`` are ``base``'s (causal)."""
-        return Stepper(self, self.cache_after(base, start))
+        """Row by row through one compressed run whose rows before ``start`` are ``base``'s (causal);
+        where the cache cannot be cut there, from an empty cache (a pretrained model's sliding-window
+        layers keep their own window), else each row runs its whole prefix."""
+        resume = self.cache_after(base, start)
+        return Stepper(self, self.cache_after(None, 0) if resume is None else resume)
 
     def head_masks(self, keep: np.ndarray) -> torch.Tensor:
         """[layers, KV, Lq, Lk] -> [layers, 1, H, Lq, Lk] bool: each query head reads its K/V head's mask."""

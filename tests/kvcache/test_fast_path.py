@@ -19,7 +19,7 @@ IDS = [(11 * i + 5) % 29000 + 1000 for i in range(20)]
 OPTIONS = {"snapkv": {"window": 4}, "pyramidkv": {"window": 4}, "adakv": {"window": 4}}
 
 
-class _StepByStep(CausalMemo):
+class StepByStep(CausalMemo):
     """No cache to go on from: the stepper re-runs each prefix and the compressed run is one
     forward pass over every row with the keep mask (the engine before ``Resume``)."""
 
@@ -51,7 +51,7 @@ def test_the_fast_path_equals_the_step_by_step_path(request, monkeypatch, which,
     generate = 0 if which == "rope_toy" else 2  # the toy's 24 positions: 20 read, rows 13.. as decode steps
     fast = simulate(model, ids, name, 6, generate=generate, prefill=13, **opts)
     monkeypatch.setitem(POLICIES, name, _row_by_row(name))
-    slow = simulate(_StepByStep(kv_model(model)), ids, name, 6, generate=generate, prefill=13, **opts)
+    slow = simulate(StepByStep(kv_model(model)), ids, name, 6, generate=generate, prefill=13, **opts)
     assert first_pruned(fast.keep) < fast.rows - 1  # the fast path computes rows of its own
     assert np.array_equal(fast.keep, slow.keep) and np.array_equal(fast.ids, slow.ids)
     assert np.array_equal(fast.full_logits, slow.full_logits)

@@ -28,17 +28,18 @@ def register(sub) -> argparse.ArgumentParser:
         "half) and the rest are read as decode steps; with --generate the whole input is the prompt.",
         epilog="example:\n  attndesk kvcache --model ~/models/gpt2 --text 'The capital of France is Paris. ...' "
         "--policies streaming,h2o,oracle --budgets 8,16,32 --out kv\n  attndesk kvcache --trained induction "
-        "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv",
+        "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv\n"
+        "  attndesk kvcache --trained needle --retrieval 1,2,3,4 --out heads",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--model", metavar="PATH", help="a local transformers decoder checkpoint folder")
     model.add_argument("--trained", metavar="NAME", help="a trained toy model: a preset's name or a saved run's folder")
-    text = p.add_mutually_exclusive_group(required=True)
+    text = p.add_mutually_exclusive_group()
     text.add_argument("--text", metavar="TEXT", help="the input (a toy model's: token ids separated by spaces)")
     text.add_argument("--data", metavar="FILE", help="a text file, one input per line")
     p.add_argument("--policies", default=DEFAULT_POLICIES, metavar="A,B", help=f"default {DEFAULT_POLICIES}")
-    p.add_argument("--budgets", required=True, metavar="64,128", help="keys per K/V head, or ratios in (0, 1]")
+    p.add_argument("--budgets", metavar="64,128", help="keys per K/V head, or ratios in (0, 1]")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="decode steps after the input (greedy)")
     p.add_argument("--prefill", type=int, default=None, metavar="N", help="the prompt's tokens when not generating")
     p.add_argument(
@@ -48,6 +49,16 @@ def register(sub) -> argparse.ArgumentParser:
         metavar="[POLICY.]NAME=VALUE",
         help="a policy's option (repeat; each policy's options: docs/kvcache.md); without POLICY. every listed "
         "policy must take it",
+    )
+    p.add_argument(
+        "--retrieval",
+        metavar="K,K",
+        help="with a needle-trained toy (--trained): each head's retrieval score (Wu et al. 2024) and the causal "
+        "check at each k: the top-k retrieval heads ablated against k random other heads (retrieval.csv, "
+        "ablation.csv); without --text/--data the check alone",
+    )
+    p.add_argument(
+        "--draws", type=int, default=10, metavar="N", help="random head sets ablated per k in --retrieval (default 10)"
     )
     p.add_argument("--out", metavar="DIR", required=True, help="an empty or new folder")
     return p
@@ -195,15 +206,51 @@ def run(args: argparse.Namespace) -> int:
             f"--policies: no policy {unknown[0] if unknown else '(none)'!r}; policies: {', '.join(POLICIES)}",
             EXIT_USAGE,
         )
-    budgets = _budgets(args.budgets)
+    reading = args.text is not None or args.data is not None
+    if not reading and args.retrieval is None:
+        raise CliError(
+            "give the input (--text or --data) and --budgets, or --retrieval K for the check alone", EXIT_USAGE
+        )
+    if reading and args.budgets is None:
+        raise CliError("--budgets: give the budgets to run the input at", EXIT_USAGE)
+    ks = _ks(args.retrieval) if args.retrieval is not None else None
+    budgets = _budgets(args.budgets) if reading else []
     options = _options(args.option, names)
     kvm = _model(args)
-    inputs = _inputs(args, kvm)
+    report = _retrieval(args, kvm, ks) if ks is not None else None  # its refusals before any run
+    inputs = _inputs(args, kvm) if reading else []
     _check(args, kvm, inputs, names, budgets, options)
     runs = _simulate(args, kvm, inputs, names, budgets, options)
-    for path in _write(args.out, runs, kvm):
+    for path in _write(args.out, runs, kvm, report):
         print(path, flush=True)
     return 0
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(f"--retrieval: {text!r} is not a list of head counts such as 1,2,4", EXIT_USAGE) from None
+    if not ks:
+        raise CliError("--retrieval: give at least one head count", EXIT_USAGE)
+    return ks
+
+
+def _retrieval(args, kvm, ks: list[int]):
+    """The retrieval heads' scores and causal check of a needle-trained toy."""
+    from attndesk.jobs import plain_context
+    from attndesk.kvcache.model import TrainedKV
+    from attndesk.kvcache.retrieval import retrieval_report
+
+    if args.draws < 1:
+        raise CliError("--draws: give at least 1 random draw", EXIT_USAGE)
+    if not isinstance(kvm, TrainedKV):
+        raise CliError("--retrieval reads the toy needle task: give a needle-trained toy with --trained", EXIT_USAGE)
+    with ProgressLine() as progress:
+        try:
+            return retrieval_report(kvm.run, ks, draws=args.draws, ctx=plain_context(progress.update))
+        except ValueError as exc:
+            raise CliError(f"--retrieval: {exc}", EXIT_USAGE) from None
 
 
 def _simulate(args, kvm, inputs, names, budgets, options) -> list[tuple[int, Any]]:
@@ -267,50 +314,58 @@ def summary(frame) -> Any:
     return compressed.groupby(["policy", "budget"], sort=False)[["kl", "accuracy", "agree"]].mean().reset_index()
 
 
-def _write(out_dir: str, runs, kvm) -> list[Path]:
+def _write(out_dir: str, runs, kvm, report=None) -> list[Path]:
+    import pandas as pd
+
     from attndesk.core.atomic import atomic_write
     from attndesk.render import ensure_gui_app
     from attndesk.render.export import ExportError, OutputSet
     from attndesk.render.kvcache import write_curves, write_keep_raster
 
-    frame = table(runs)
-    means = summary(frame)
     ensure_gui_app(headless=True)
     try:
         with OutputSet(Path(out_dir).expanduser()) as out:
-            atomic_write(out.path("kvcache.csv"), frame.to_csv(index=False).encode("utf-8"))
-            frame.to_parquet(out.path("kvcache.parquet"), index=False)
-            atomic_write(out.path("summary.csv"), means.to_csv(index=False).encode("utf-8"))
-            for column, label, log_y in (
-                ("kl", "mean KL(full || compressed), nats", True),
-                ("accuracy", "next-token accuracy", False),
-                ("agree", "top-1 agreement with the full run", False),
-            ):
-                lines = {
-                    policy: (group.budget.to_numpy(), group[column].to_numpy())
-                    for policy, group in means.groupby("policy", sort=False)
-                }
-                write_curves(
-                    lines,
-                    out.path(f"{column}_vs_budget.png"),
-                    title=f"{kvm.name}: {label} against the budget",
-                    x_label="budget (keys per K/V head)",
-                    y_label=label,
-                    log_y=log_y,
-                )
-            for text, run in runs:
-                if text:
-                    continue  # the rasters of the first input
-                panels = [
-                    (f"layer {layer}, K/V head {head}", run.keep[layer, head])
-                    for layer in range(run.keep.shape[0])
-                    for head in range(run.keep.shape[1])
-                ]
-                write_keep_raster(
-                    panels,
-                    out.path(f"keep_{run.policy}_{run.budget}.png"),
-                    title=f"{run.policy}, budget {run.budget}: keys each query row sees",
-                )
+            if report is not None:
+                scores = pd.DataFrame(report.score_rows()).to_csv(index=False)
+                atomic_write(out.path("retrieval.csv"), scores.encode("utf-8"))
+                checks = pd.DataFrame([check.row() for check in report.checks]).to_csv(index=False)
+                atomic_write(out.path("ablation.csv"), checks.encode("utf-8"))
+            if runs:
+                frame = table(runs)
+                means = summary(frame)
+                atomic_write(out.path("kvcache.csv"), frame.to_csv(index=False).encode("utf-8"))
+                frame.to_parquet(out.path("kvcache.parquet"), index=False)
+                atomic_write(out.path("summary.csv"), means.to_csv(index=False).encode("utf-8"))
+                for column, label, log_y in (
+                    ("kl", "mean KL(full || compressed), nats", True),
+                    ("accuracy", "next-token accuracy", False),
+                    ("agree", "top-1 agreement with the full run", False),
+                ):
+                    lines = {
+                        policy: (group.budget.to_numpy(), group[column].to_numpy())
+                        for policy, group in means.groupby("policy", sort=False)
+                    }
+                    write_curves(
+                        lines,
+                        out.path(f"{column}_vs_budget.png"),
+                        title=f"{kvm.name}: {label} against the budget",
+                        x_label="budget (keys per K/V head)",
+                        y_label=label,
+                        log_y=log_y,
+                    )
+                for text, run in runs:
+                    if text:
+                        continue  # the rasters of the first input
+                    panels = [
+                        (f"layer {layer}, K/V head {head}", run.keep[layer, head])
+                        for layer in range(run.keep.shape[0])
+                        for head in range(run.keep.shape[1])
+                    ]
+                    write_keep_raster(
+                        panels,
+                        out.path(f"keep_{run.policy}_{run.budget}.png"),
+                        title=f"{run.policy}, budget {run.budget}: keys each query row sees",
+                    )
     except ExportError as exc:
         raise CliError(str(exc)) from None
     return out.committed

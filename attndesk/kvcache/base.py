@@ -196,6 +196,12 @@ class Policy:
         """bool [layers, KV, t + 1]: keys of row t kept before any scored one."""
         return None
 
+    def stream_keep(self, view: View, n: int, budget: int, opts: Any) -> np.ndarray | None:
+        """bool [layers, KV, n, n]: the stream kind's keep rows 0..n-1 at once, where its rule has a
+        closed form (equal to the rows ``row_scores`` and ``row_protected`` give one by one); None:
+        row by row."""
+        return None
+
 
 def options_dict(opts: Any) -> dict[str, Any]:
     return dataclasses.asdict(opts)

@@ -44,7 +44,14 @@ class Duo(Policy):
         return max(1, budget // 4) if opts.window is None else opts.window
 
     def head_scores(self, view: View, window: int, opts: DuoOptions) -> np.ndarray:
-        """[layers, KV]: the prompt rows' mean weight outside sinks + window (the retrieval share)."""
+        """[layers, KV]: the prompt rows' mean weight outside sinks + window (the retrieval share;
+        once per run and window: every decode row's allocation reads it)."""
+        key = ("duo_head_scores", window)
+        if key not in view.cache:
+            view.cache[key] = self._head_scores(view, window, opts)
+        return view.cache[key]
+
+    def _head_scores(self, view: View, window: int, opts: DuoOptions) -> np.ndarray:
         p = view.prompt
         i, j = np.arange(p)[:, None], np.arange(p)[None, :]
         outside = (j <= i) & (j >= opts.sinks) & (i - j >= window)

@@ -21,12 +21,14 @@ from attndesk.train.run import TrainRun
 from attndesk.train.tasks import Needle
 
 from .model import kv_model
-from .retrieval import retrieval_scores
+from .retrieval import AblationCheck, needle_batch, retrieval_report
 from .simulate import KVRun, simulate_passes
 from .sinks import SinkReport, sink_report
 from .sweep import default_budgets, sweep
 
 Source = tuple[str, str]
+LAB_SEQUENCES = 64  # the tab's retrieval check: fewer sequences and draws than the CLI's, to stay interactive
+LAB_DRAWS = 5
 
 
 def open_model(source: Source, *, ctx: JobContext | None = None):
@@ -59,6 +61,8 @@ class LabRun:
     full_weights: np.ndarray  # the full run's
     sinks: SinkReport  # of the full run
     retrieval: np.ndarray | None  # [layers, H]: a needle toy's retrieval scores, else None
+    ablation: tuple[AblationCheck, ...] | None  # a needle toy's causal check at k = 1 .. heads per layer
+    # (on LAB_SEQUENCES sequences, LAB_DRAWS random draws)
     answers: dict[int, int]
     groups: int  # query heads per K/V head
 
@@ -86,11 +90,13 @@ def lab_run(
     full = np.stack(full_pass.weights)
     groups = kv_model(model).groups
     ctx.progress(0.9, "sink and retrieval scores")
-    retrieval = None
+    retrieval, ablation = None, None
     if isinstance(model, TrainRun) and isinstance(model.task, Needle):
-        retrieval = retrieval_scores(model)
+        batch = needle_batch(model, LAB_SEQUENCES)
+        report = retrieval_report(model, draws=LAB_DRAWS, batch=batch, ctx=ctx.scaled(0.9, 1.0, "retrieval heads: "))
+        retrieval, ablation = report.scores, report.checks
     ctx.progress(1.0, "done")
-    return LabRun(run, weights, full, sink_report(full), retrieval, answers, groups)
+    return LabRun(run, weights, full, sink_report(full), retrieval, ablation, answers, groups)
 
 
 def lab_sweep(

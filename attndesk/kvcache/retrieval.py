@@ -30,6 +30,8 @@ from attndesk.train.tasks import Batch, Needle
 from .sinks import toy_activations
 
 SEQUENCES = 256  # fresh needle sequences per measurement
+TOP_DROP = 50.0  # the check passes when the top-k heads ablated cost at least this many points
+RANDOM_DROP = 5.0  # ... and k random other heads ablated cost at most this many (mean over the draws)
 DATA_SEED = 33_000  # their seed: none of the trainer's batches (seed-driven) nor its evaluation set
 RANDOM_DRAWS = 10
 
@@ -88,6 +90,26 @@ class AblationCheck:
         """The mean drop over the random draws."""
         return self.full - float(np.mean(self.random_ablated))
 
+    @property
+    def passed(self) -> bool:
+        """The top-k heads ablated cost at least ``TOP_DROP`` points, k random others at most ``RANDOM_DROP``."""
+        return self.top_drop >= TOP_DROP and self.random_drop <= RANDOM_DROP
+
+    def row(self) -> dict[str, object]:
+        """One row of a table (points of needle accuracy)."""
+        return {
+            "k": self.k,
+            "top_heads": " ".join(f"L{layer + 1}H{head + 1}" for layer, head in self.top_heads),
+            "full": self.full,
+            "top_ablated": self.top_ablated,
+            "top_drop": self.top_drop,
+            "random_ablated_mean": float(np.mean(self.random_ablated)),
+            "random_drop": self.random_drop,
+            "random_drop_worst": self.full - min(self.random_ablated),
+            "draws": len(self.random_ablated),
+            "passed": self.passed,
+        }
+
     def summary(self) -> str:
         heads = ", ".join(f"L{layer + 1} H{head + 1}" for layer, head in self.top_heads)
         return (
@@ -111,15 +133,17 @@ def ablation_check(
     draws: int = RANDOM_DRAWS,
     seed: int = 0,
     batch: Batch | None = None,
+    scores: np.ndarray | None = None,
     ctx: JobContext | None = None,
 ) -> AblationCheck:
-    """Ablate the top-k retrieval heads, then k random heads among the others ``draws`` times."""
+    """Ablate the top-k retrieval heads, then k random heads among the others ``draws`` times
+    (``scores``: ``retrieval_scores`` of ``batch``, when already computed)."""
     ctx = job_context(ctx)
     total = run.cfg.layers * run.cfg.heads
     if not 1 <= k < total:
         raise ConfigError(f"k must be 1 to {total - 1} (the model has {total} heads), got {k}")
     batch = needle_batch(run) if batch is None else batch
-    scores = retrieval_scores(run, batch)
+    scores = retrieval_scores(run, batch) if scores is None else scores
     best = top_heads(scores, k)
     full = 100 * needle_accuracy(run, batch)
     ctx.progress(1 / (draws + 2), "full model")
@@ -137,11 +161,57 @@ def ablation_check(
     return AblationCheck(k, best, full, ablated, tuple(picks), tuple(accuracies))
 
 
+@dataclass(frozen=True)
+class RetrievalReport:
+    """A needle model's retrieval scores [layers, heads] and the causal check at each k."""
+
+    scores: np.ndarray
+    checks: tuple[AblationCheck, ...]
+
+    def score_rows(self) -> list[dict[str, object]]:
+        return [
+            {"layer": layer + 1, "head": head + 1, "retrieval_score": float(self.scores[layer, head])}
+            for layer in range(self.scores.shape[0])
+            for head in range(self.scores.shape[1])
+        ]
+
+
+def retrieval_report(
+    run: TrainRun,
+    ks: list[int] | tuple[int, ...] | None = None,
+    *,
+    draws: int = RANDOM_DRAWS,
+    seed: int = 0,
+    batch: Batch | None = None,
+    ctx: JobContext | None = None,
+) -> RetrievalReport:
+    """The scores and ``ablation_check`` at each k (default 1 .. heads per layer) on one batch of
+    fresh needle sequences (default ``needle_batch``)."""
+    ctx = job_context(ctx)
+    needle_task(run)
+    ks = tuple(range(1, run.cfg.heads + 1)) if ks is None else tuple(ks)
+    total = run.cfg.layers * run.cfg.heads
+    bad = [k for k in ks if not 1 <= k < total]
+    if bad or not ks:
+        raise ConfigError(f"k must be 1 to {total - 1} (the model has {total} heads), got {bad[0] if bad else 'none'}")
+    batch = needle_batch(run) if batch is None else batch
+    scores = retrieval_scores(run, batch)
+    checks = []
+    for i, k in enumerate(ks):
+        part = ctx.scaled(i / len(ks), (i + 1) / len(ks), f"k={k}: ")
+        checks.append(ablation_check(run, k, draws=draws, seed=seed, batch=batch, scores=scores, ctx=part))
+    return RetrievalReport(scores, tuple(checks))
+
+
 __all__ = [
+    "RANDOM_DROP",
+    "TOP_DROP",
     "AblationCheck",
+    "RetrievalReport",
     "ablation_check",
     "needle_accuracy",
     "needle_batch",
+    "retrieval_report",
     "retrieval_scores",
     "top_heads",
 ]

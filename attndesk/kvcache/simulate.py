@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
 from .base import Policy, View, options_dict, resolve_budget
 from .model import KVModel, Pass, kv_model
+from .model import causal_keep as causal
 
 
 @dataclass(eq=False)
@@ -78,10 +80,18 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def kl_rows(full: np.ndarray, compressed: np.ndarray) -> np.ndarray:
-    """KL(full || compressed) per row, float64 (0 exactly where the rows are equal)."""
-    p_log, q_log = _log_softmax(full), _log_softmax(compressed)
-    return np.maximum(0.0, (np.exp(p_log) * (p_log - q_log)).sum(-1))
+KL_CHUNK = 256  # rows per float64 block of the KL: [256, V] stays in cache where [N, V] would not
+
+
+def kl_rows(full: np.ndarray, compressed: np.ndarray, start: int = 0) -> np.ndarray:
+    """KL(full || compressed) per row, float64 (0 exactly where the rows are equal); rows before
+    ``start`` are given as equal (0) without reading them."""
+    out = np.zeros(full.shape[0])
+    for lo in range(start, full.shape[0], KL_CHUNK):
+        p_log = torch.log_softmax(torch.from_numpy(np.asarray(full[lo : lo + KL_CHUNK], np.float64)), -1)
+        q_log = torch.log_softmax(torch.from_numpy(np.asarray(compressed[lo : lo + KL_CHUNK], np.float64)), -1)
+        out[lo : lo + KL_CHUNK] = (p_log.exp() * (p_log - q_log)).sum(-1).clamp_min(0.0).numpy()
+    return out
 
 
 def output_error(compressed: list[np.ndarray], full: list[np.ndarray]) -> np.ndarray:
@@ -94,8 +104,30 @@ def output_error(compressed: list[np.ndarray], full: list[np.ndarray]) -> np.nda
     return np.stack(out)
 
 
-def causal(layers: int, kv_heads: int, n: int) -> np.ndarray:
-    return np.broadcast_to(np.tril(np.ones((n, n), bool)), (layers, kv_heads, n, n)).copy()
+def first_pruned(keep: np.ndarray) -> int:
+    """The first row whose keep row (in any layer or K/V head) is not causal; N where none is."""
+    n = keep.shape[-1]
+    whole = (keep.sum(-1) == np.arange(1, n + 1)).all((0, 1))  # keep rows never reach past the row
+    return int(n if whole.all() else np.argmin(whole))
+
+
+def compressed_pass(kvm: KVModel, ids: list[int], keep: np.ndarray, full: Pass, *, weights: bool = True) -> Pass:
+    """The compressed run over every row (logits [N, V], context [H, N, d_v] per layer, and the
+    weights [H, N, N] per layer when ``weights``): the full run's rows up to the first pruned row
+    (every row before it saw every key, in every layer, so its hidden states are the full run's),
+    the rest computed over the full run's cache with ``keep``'s rows."""
+    first = first_pruned(keep)
+    if first == len(ids):
+        return full
+    resume = kvm.cache_after(full, first)
+    if resume is None:
+        return kvm.forward(ids, keep)
+    rest, _ = kvm.extend(ids, keep, resume, weights=weights)
+    out = Pass(logits=np.concatenate([full.logits[:first], rest.logits]))
+    out.context = [np.concatenate([f[:, :first], c], axis=1) for f, c in zip(full.context, rest.context)]
+    if weights:
+        out.weights = [np.concatenate([f[:, :first], w], axis=1) for f, w in zip(full.weights, rest.weights)]
+    return out
 
 
 def get_policy(name: str) -> Policy:
@@ -139,9 +171,7 @@ def simulate(
     prompt). ``options``: the policy's own (``POLICIES[name].option_fields()``); one it does not
     take is refused. ``ctx``: progress per row and cancellation.
     """
-    return simulate_passes(model, text_or_ids, policy, budget, generate=generate, prefill=prefill, ctx=ctx, **options)[
-        0
-    ]
+    return _simulate(model, text_or_ids, policy, budget, generate, prefill, ctx, options, weights=False)[0]
 
 
 def simulate_passes(
@@ -155,21 +185,41 @@ def simulate_passes(
     ctx: JobContext | None = None,
     **options,
 ) -> tuple[KVRun, Pass, Pass]:
-    """``simulate``'s run and its two last forward passes over every row (the compressed run's,
-    the full run's), for a caller that draws their weights without running them again."""
+    """``simulate``'s run and its passes over every row (the compressed run's, the full run's), for a
+    caller that draws their weights without running them again."""
+    return _simulate(model, text_or_ids, policy, budget, generate, prefill, ctx, options, weights=True)
+
+
+def _simulate(
+    model,
+    text_or_ids,
+    policy: str,
+    budget: int | float,
+    generate: int,
+    prefill: int | None,
+    ctx: JobContext | None,
+    options: dict[str, Any],
+    *,
+    weights: bool,
+) -> tuple[KVRun, Pass, Pass]:
     ctx = job_context(ctx)
     kvm, pol, opts, ids, prompt, keys = prepare(model, text_or_ids, policy, budget, generate, prefill, options)
     given = len(ids)
     total = given + generate
     layers, kv = kvm.layers, kvm.kv_heads
     ctx.progress(0.0, "prefill")
-    view = View(
-        model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=kvm.forward(ids[:prompt], causal(layers, kv, prompt))
-    )
+    prefill_pass = kvm.causal_pass(ids[:prompt])
+    view = View(model=kvm, ids=ids, prompt=prompt, budget=keys, prefill=prefill_pass)
     keep = causal(layers, kv, total)
-    stepper = kvm.stepper()
     start = 0 if pol.kind == "stream" else prompt
-    full_input = kvm.forward(ids, causal(layers, kv, given)) if pol.kind == "oracle" else None
+    whole = pol.stream_keep(view, given, keys, opts) if pol.kind == "stream" else None
+    if whole is not None:  # the stream kind's rule as one mask: its rows read nothing of the model
+        keep[:, :, :given, :given] = whole
+        start = given
+    # the prompt's rows are the prefill's (causal): decode steps go on from its cache, from the last
+    # prompt row (the first the adaptive kind reads)
+    stepper = kvm.stepper(None, 0) if pol.kind == "stream" else kvm.stepper(prefill_pass, prompt - 1)
+    full_input = kvm.causal_pass(ids) if pol.kind == "oracle" else None
     for t in range(start, total):
         ctx.check()
         if t >= 1 and t >= prompt and (pol.kind == "adaptive" or t >= len(ids)):
@@ -180,8 +230,9 @@ def simulate_passes(
         keep[:, :, t, : t + 1] = _row(pol, view, keep, t, keys, opts, full_input)
         keep[:, :, t, t + 1 :] = False
         ctx.progress((t + 1 - start) / max(1, total - start), f"row {t + 1} of {total}")
-    compressed = kvm.forward(ids, keep)
-    full = kvm.forward(ids, causal(layers, kv, total))
+    full = kvm.causal_pass(ids)
+    compressed = compressed_pass(kvm, ids, keep, full, weights=weights)
+    first = first_pruned(keep)  # the rows before it are the full run's: KL 0
     ctx.progress(1.0, "done")
     run = KVRun(
         policy=pol.name,
@@ -194,7 +245,7 @@ def simulate_passes(
         keep=keep,
         logits=compressed.logits,
         full_logits=full.logits,
-        kl=kl_rows(full.logits, compressed.logits),
+        kl=kl_rows(full.logits, compressed.logits, first),
         error=output_error(compressed.context, full.context),
         extra=dict(view.cache.get("extra", {})),
     )
@@ -235,7 +286,7 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
         if t < full_input.logits.shape[0]:
             weights = full_input.weights
         else:  # a generated row: the full run over the tokens so far
-            weights = view.model.forward(view.ids[: t + 1], causal(layers, kv, t + 1)).weights
+            weights = view.model.causal_pass(view.ids[: t + 1]).weights
         row_weights = np.stack([w[:, t, : t + 1] for w in weights])  # [layers, H, t + 1]
         scores = row_weights.reshape(layers, kv, -1, t + 1).astype(np.float64).sum(2)
         return pol.allocate(view, scores, np.ones(scores.shape, bool), budget, None, opts)
@@ -248,4 +299,14 @@ def _row(pol: Policy, view: View, keep: np.ndarray, t: int, budget: int, opts, f
     return pol.allocate(view, scores, candidates, budget, protected, opts)
 
 
-__all__ = ["KVRun", "causal", "get_policy", "kl_rows", "output_error", "simulate", "simulate_passes"]
+__all__ = [
+    "KVRun",
+    "causal",
+    "compressed_pass",
+    "first_pruned",
+    "get_policy",
+    "kl_rows",
+    "output_error",
+    "simulate",
+    "simulate_passes",
+]

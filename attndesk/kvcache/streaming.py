@@ -24,6 +24,13 @@ class StreamingOptions:
     )
 
 
+def window_keep(view: View, n: int, window: int, sinks: int) -> np.ndarray:
+    """bool [layers, KV, n, n]: key j visible to row i when j <= i and (j < sinks or i - j < window)."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    rows = (j <= i) & ((j < sinks) | (i - j < window))
+    return np.broadcast_to(rows, (view.layers, view.kv_heads, n, n)).copy()
+
+
 class Streaming(Policy):
     name = "streaming"
     title = "StreamingLLM"
@@ -43,6 +50,9 @@ class Streaming(Policy):
 
     def row_protected(self, view: View, t: int, budget: int, opts: StreamingOptions) -> np.ndarray:
         return np.broadcast_to(np.arange(t + 1) < opts.sinks, (view.layers, view.kv_heads, t + 1))
+
+    def stream_keep(self, view: View, n: int, budget: int, opts: StreamingOptions) -> np.ndarray:
+        return window_keep(view, n, budget - opts.sinks, opts.sinks)
 
     def prefill_scores(self, view: View, opts: StreamingOptions) -> np.ndarray:
         return self.row_scores(view, view.prompt - 1, opts)

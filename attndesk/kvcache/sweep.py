@@ -32,40 +32,12 @@ from attndesk.core.atomic import atomic_write
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
-from .model import KVModel, Pass, kv_model
-from .simulate import KVRun, _input_ids, causal, get_policy, simulate
+from .model import CausalMemo, kv_model
+from .simulate import KVRun, _input_ids, get_policy, simulate
 
 DECODE_ROWS = 32  # the input's last tokens read as decode steps
 BUDGETS = 10  # budgets in a default sweep
 COLUMNS = ("policy", "budget", "kl_mean", "kl_max", "agree", "correct", "accuracy", "kept", "seconds")
-
-
-class _CausalMemo(KVModel):
-    """A model whose causal passes are computed once per token sequence: every run of a sweep reads
-    the same prefill and the same full run, so only the compressed passes are new."""
-
-    def __init__(self, inner: KVModel):
-        self.inner = inner
-        self.name, self.layers, self.heads = inner.name, inner.layers, inner.heads
-        self.kv_heads, self.vocab, self.max_tokens = inner.kv_heads, inner.vocab, inner.max_tokens
-        self.passes: dict[tuple[int, ...], Pass] = {}
-
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text)
-
-    def token_texts(self, ids: list[int]) -> list[str]:
-        return self.inner.token_texts(ids)
-
-    def rotary(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray] | None:
-        return self.inner.rotary(start, length)
-
-    def forward(self, ids: list[int], keep: np.ndarray) -> Pass:
-        if not np.array_equal(keep, causal(self.layers, self.kv_heads, len(ids))):
-            return self.inner.forward(ids, keep)
-        key = tuple(ids)
-        if key not in self.passes:
-            self.passes[key] = self.inner.forward(ids, keep)
-        return self.passes[key]
 
 
 def default_budgets(prompt: int, count: int = BUDGETS, smallest: int = 8) -> list[int]:
@@ -113,7 +85,7 @@ def sweep(
     by its name; ``answers``: {row: the token that row must predict}. ``ctx``: progress over the
     runs, cancellation between rows of a run."""
     ctx = job_context(ctx)
-    kvm: KVModel = _CausalMemo(kv_model(model))
+    kvm = model if isinstance(model, CausalMemo) else CausalMemo(kv_model(model))
     ids = _input_ids(kvm, text_or_ids)
     if not 1 <= decode < len(ids):
         raise ConfigError(f"decode reads the input's last tokens as decode steps: 1 to {len(ids) - 1}, got {decode}")

@@ -120,3 +120,49 @@ def test_data_lines_and_generation(qapp, capsys, tmp_path, llama_folder):
     for _, rows in table.groupby("text"):
         assert rows.step.max() == 2 and rows.accuracy[rows.step >= 0].isna().all()  # generated: no answer given
     assert sorted(p.name for p in (tmp_path / "kv").iterdir() if p.name.startswith("keep_")) == ["keep_h2o_4.png"]
+
+
+def test_the_retrieval_check_alone(capsys, tmp_path):
+    from attndesk.kvcache.retrieval import retrieval_scores
+    from attndesk.train.presets import load_preset
+
+    out_dir = tmp_path / "heads"
+    code, out, err = run_cli(
+        capsys, "kvcache", "--trained", "needle", "--retrieval", "1,4", "--draws", "1", "--out", str(out_dir)
+    )
+    assert code == 0, err
+    assert sorted(out) == sorted(str(out_dir / n) for n in ("retrieval.csv", "ablation.csv"))
+    scores = pd.read_csv(out_dir / "retrieval.csv")
+    want = retrieval_scores(load_preset("needle"))
+    assert len(scores) == want.size
+    np.testing.assert_allclose(scores.retrieval_score, want.ravel(), rtol=1e-12)
+    checks = pd.read_csv(out_dir / "ablation.csv")
+    assert checks.k.tolist() == [1, 4] and (checks.draws == 1).all()
+    best = scores.sort_values("retrieval_score", ascending=False, kind="stable").iloc[0]
+    assert checks.top_heads[0] == f"L{int(best['layer'])}H{int(best['head'])}"
+    np.testing.assert_allclose(checks.top_drop, checks.full - checks.top_ablated)
+    assert (checks.passed == ((checks.top_drop >= 50) & (checks.random_drop <= 5))).all()
+
+
+RETRIEVAL_CASES = [
+    (("--trained", "induction", "--retrieval", "1"), "--retrieval: retrieval scores read the needle task"),
+    (("--trained", "needle", "--retrieval", "8"), "k must be 1 to 7"),
+    (("--trained", "needle", "--retrieval", "two"), "is not a list of head counts"),
+    (("--trained", "needle", "--retrieval", "1", "--draws", "0"), "--draws: give at least 1"),
+    (("--trained", "needle"), "or --retrieval K for the check alone"),
+    (("--trained", "needle", "--text", "1 2 3"), "--budgets: give the budgets"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", RETRIEVAL_CASES, ids=[c[1][:30] for c in RETRIEVAL_CASES])
+def test_retrieval_refusals(capsys, tmp_path, args, fragment):
+    code, out, err = run_cli(capsys, "kvcache", *args, "--out", str(tmp_path / "kv"))
+    assert code == 2 and out == [] and len(err) == 1 and fragment in err[0], err
+    assert not (tmp_path / "kv").exists()
+
+
+def test_retrieval_refuses_a_pretrained_model(capsys, tmp_path, llama_folder):
+    code, _out, err = run_cli(
+        capsys, "kvcache", "--model", str(llama_folder), "--retrieval", "1", "--out", str(tmp_path / "kv")
+    )
+    assert code == 2 and len(err) == 1 and "give a needle-trained toy with --trained" in err[0], err

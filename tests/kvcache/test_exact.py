@@ -76,14 +76,18 @@ def test_progress_and_cancel(llama):
         simulate(llama, IDS, "h2o", 6, generate=2, ctx=ctx)
 
 
-def test_the_cache_stepper_gives_the_full_prefix_rows(llama):
-    from attndesk.kvcache.model import CacheStepper, Stepper, kv_model
+@pytest.mark.parametrize("which", ["llama", "toy"])
+def test_the_cache_stepper_gives_the_full_prefix_rows(request, which):
+    from attndesk.kvcache.model import Stepper, kv_model
 
-    kvm = kv_model(llama)
-    run = simulate(llama, IDS, "tova", 6, prefill=12)
-    cached, plain = kvm.stepper(), Stepper(kvm)
-    assert isinstance(cached, CacheStepper)
-    for i in range(11, len(IDS)):
-        (a_logits, a_weights), (b_logits, b_weights) = cached.row(IDS, i, run.keep), plain.row(IDS, i, run.keep)
+    model = request.getfixturevalue(which)
+    ids = IDS if which == "llama" else [i % 30 + 1 for i in IDS]
+    kvm = kv_model(model)
+    run = simulate(model, ids, "tova", 6, prefill=12)
+    cached, plain = kvm.stepper(kvm.causal_pass(ids[:12]), 11), Stepper(kvm)
+    assert cached.resume is not None and plain.resume is None
+    for i in range(11, len(ids)):
+        (a_logits, a_weights), (b_logits, b_weights) = cached.row(ids, i, run.keep), plain.row(ids, i, run.keep)
         assert np.abs(a_logits - b_logits).max() < 1e-5 and np.abs(a_weights - b_weights).max() < 1e-6
-        assert np.array_equal(a_weights > 0, run.keep[:, :, i, : i + 1].repeat(2, axis=1))  # what it saw: the mask
+        groups = kvm.heads // kvm.kv_heads
+        assert np.array_equal(a_weights > 0, run.keep[:, :, i, : i + 1].repeat(groups, axis=1))  # the mask it saw

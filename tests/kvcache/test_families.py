@@ -1,7 +1,8 @@
 """Every decoder family attndesk runs goes through the compressed run: the keep masks enter each
 family's attention (StreamingLLM's rule holds and changes the output; a sliding-window layer's own
 window masks on top, and its KV cache holds only its last keys) and budget = everything is the full
-run bit for bit."""
+run bit for bit; H2O's run through the cache equals its run row by row (a sliding-window or hybrid
+cache, which cannot be cut at a row, takes whole passes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pretrained_models import CONFIGS, build
 
 from attndesk.core.pretrained import SUPPORTED, load_pretrained
 from attndesk.core.pretrained.loader import transformers_offline
-from attndesk.kvcache import simulate
+from attndesk.kvcache import kv_model, simulate
+from tests.kvcache.test_fast_path import StepByStep
 
 DECODERS = [name for name in CONFIGS if SUPPORTED[CONFIGS[name]["model_type"]].family == "decoder"]
 IDS = [(13 * i + 7) % 29000 + 1000 for i in range(14)]
@@ -28,3 +30,7 @@ def test_every_decoder_family(tmp_path, name):
     assert run.kl[6:].max() > 0 and (run.kl[:6] == 0).all()
     full = simulate(model, IDS, "h2o", 100, generate=2)
     assert np.array_equal(full.logits, full.full_logits) and (full.kl == 0).all()
+    fast = simulate(model, IDS, "h2o", 5, generate=2, prefill=9)
+    slow = simulate(StepByStep(kv_model(model)), IDS, "h2o", 5, generate=2, prefill=9)
+    assert np.array_equal(fast.keep, slow.keep) and np.array_equal(fast.ids, slow.ids)
+    assert np.abs(fast.logits - slow.logits).max() < 1e-5 and fast.kl[9:].max() > 0

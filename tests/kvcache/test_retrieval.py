@@ -8,16 +8,52 @@ import pytest
 import torch
 
 from attndesk.core.errors import ConfigError
-from attndesk.kvcache.retrieval import ablation_check, needle_accuracy, needle_batch, retrieval_scores, top_heads
+from attndesk.kvcache.retrieval import (
+    ablation_check,
+    needle_accuracy,
+    needle_batch,
+    retrieval_report,
+    retrieval_scores,
+    top_heads,
+)
 from attndesk.train import TrainConfig
 from attndesk.train.model import build_model
 from attndesk.train.run import TrainRun
 from attndesk.train.tasks import make_task
 
 
-def _run(task: str = "needle", seed: int = 1) -> TrainRun:
-    cfg = TrainConfig(task=task, layers=2, heads=2, embed_dim=16, seq_len=16, vocab_size=8, seed=seed).validate()
-    return TrainRun(cfg, make_task(cfg), build_model(cfg))
+def _run(task: str = "needle", seed: int = 1, **extra) -> TrainRun:
+    given = dict(task=task, layers=2, heads=2, embed_dim=16, seq_len=16, vocab_size=8, seed=seed) | extra
+    cfg = TrainConfig(**given)
+    return TrainRun(cfg.validate(), make_task(cfg), build_model(cfg))
+
+
+def _accuracy_by_hand(run: TrainRun, batch, ablate) -> float:
+    """Needle accuracy with the heads ``ablate`` removed, block by block: each head's context from the
+    attention layer, the ablated ones set to 0, then the merge, the output projection, the residual
+    and the MLP (not ``head_mask``: the check's own path)."""
+    model = run.model
+    model.eval()
+    ids = batch.ids
+    b, n = ids.shape
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    with torch.no_grad():
+        x = model.embed(ids)
+        for layer, block in enumerate(model.blocks):
+            h = x if block.ln1 is None else block.ln1(x)
+            keep: dict = {}
+            block.attn(h, mask=causal, position="rope", sinks=block.sinks, keep=keep)
+            context = keep["context"].clone()  # [B, H, L, d]
+            for where, head in ablate:
+                if where == layer:
+                    context[:, head] = 0
+            x = x + block.attn.out_proj(context.transpose(1, 2).reshape(b, n, -1))
+            if block.mlp is not None:
+                x = x + block.mlp(x if block.ln2 is None else block.ln2(x))
+        if model.ln_f is not None:
+            x = model.ln_f(x)
+        logits = model.unembed(x)
+    return float((logits.argmax(-1) == batch.targets)[batch.mask].double().mean())
 
 
 def _loop_scores(run: TrainRun, ids: torch.Tensor) -> np.ndarray:
@@ -74,6 +110,29 @@ def test_ablation_zeroes_the_heads_context():
     torch.testing.assert_close(logits, by_hand, rtol=1e-5, atol=1e-5)
     want = float((by_hand.argmax(-1) == batch.targets)[batch.mask].double().mean())
     assert needle_accuracy(run, batch, [(1, 0)]) == pytest.approx(want)
+
+
+def test_the_check_reports_the_accuracy_of_the_heads_it_ablates():
+    from attndesk.train.presets import load_preset
+
+    run = load_preset("needle")  # trained: it answers, and ablating heads moves its accuracy
+    batch = needle_batch(run, 32, seed=5)
+    report = retrieval_report(run, [1, 4], draws=3, seed=7, batch=batch)
+    np.testing.assert_allclose(report.scores, retrieval_scores(run, batch))
+    assert [c.k for c in report.checks] == [1, 4]
+    accuracies = set()
+    for k, check in zip((1, 4), report.checks, strict=True):
+        assert check.top_heads == top_heads(retrieval_scores(run, batch), k)
+        assert 100 * _accuracy_by_hand(run, batch, ()) == pytest.approx(check.full, abs=1e-9)
+        assert 100 * _accuracy_by_hand(run, batch, check.top_heads) == pytest.approx(check.top_ablated, abs=1e-9)
+        for heads, accuracy in zip(check.random_heads, check.random_ablated, strict=True):
+            assert len(set(heads)) == k and not set(heads) & set(check.top_heads)
+            assert 100 * _accuracy_by_hand(run, batch, heads) == pytest.approx(accuracy, abs=1e-9)
+        row = check.row()
+        assert row["top_drop"] == pytest.approx(check.full - check.top_ablated)
+        assert row["passed"] == (check.top_drop >= 50 and check.random_drop <= 5)
+        accuracies |= {check.full, check.top_ablated, *check.random_ablated}
+    assert len(accuracies) >= 3  # ablation moves the accuracy: the comparison has teeth
 
 
 def test_top_heads_and_refusals():

@@ -100,3 +100,14 @@ def test_refusals(toy, needle):
     ctx.cancel()
     with pytest.raises(Cancelled):
         sweep(toy, ids, ["streaming"], [4], decode=4, ctx=ctx)
+
+
+def test_a_rope_policy_inside_a_sweep():
+    """ExpectedAttention reads the model's rotary embedding and head size through the sweep's memo."""
+    from attndesk.train.presets import load_preset
+
+    run = load_preset("needle")
+    ids = run.task.probe().ids[0].tolist()
+    (row,) = sweep(run, ids, ["expected_attention"], [8], decode=4)
+    alone = simulate(run, ids, "expected_attention", 8, prefill=len(ids) - 4)
+    assert row["kl_mean"] == pytest.approx(float(alone.kl[len(ids) - 4 :].mean()), abs=1e-12)

@@ -293,6 +293,11 @@ class KVLabView(QWidget):
             words.append(f"softmax sink share {sinks.softmax_sink[layer, head]:.3f}")
         if lab.retrieval is not None:
             words.append(f"retrieval score {lab.retrieval[layer, head]:.3f} (needle task)")
+        if lab.ablation:
+            words.append(
+                "needle accuracy lost with the top-k retrieval heads vs k random others ablated: "
+                + ", ".join(f"k={c.k} {c.top_drop:.0f} vs {c.random_drop:.0f} points" for c in lab.ablation)
+            )
         self.scoresLabel.setText(" · ".join(words))
         self.shownChanged.emit()
 

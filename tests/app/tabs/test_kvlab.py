@@ -54,6 +54,7 @@ def test_run_draws_what_the_policy_keeps(qtbot, window):
     assert raster.masked.sum(axis=1).min() >= raster.matrix.shape[1] - 6  # at most the budget kept per step
     np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 0][ref.keep[layer, 0]])
     assert "retrieval score" in view.scoresLabel.text() and "first-token weight" in view.scoresLabel.text()
+    assert [c.k for c in lab.ablation] == [1, 2, 3, 4] and "top-k retrieval heads" in view.scoresLabel.text()
     assert "budget 6" in view.summaryLabel.text()
     view.headSpin.setValue(3)  # another head: its own picture, no recomputation
     np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 2][ref.keep[layer, 2]])

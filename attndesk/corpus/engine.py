@@ -70,6 +70,7 @@ class CorpusProgress:
     texts_per_s: float
     eta_s: float | None
     stage: str  # "analyzing", "compacting" or "done"
+    unit: str = "texts"  # what is counted: "texts", or "images" for an image pass
 
     @property
     def fraction(self) -> float:
@@ -78,7 +79,7 @@ class CorpusProgress:
     def line(self, eta: bool = True) -> str:
         """In words; ``eta=False`` leaves the time left to a line that shows it its own way."""
         left = "" if self.eta_s is None or not eta else f", {self.eta_s:,.0f} s left"
-        return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{left})"
+        return f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({self.texts_per_s:,.1f} {self.unit}/s{left})"
 
 
 def weights_hash(folder: Path) -> str:
@@ -159,8 +160,8 @@ class Tracker:
     """Texts done, rate and time left, to the job's context (its progress line, and a
     ``CorpusProgress`` report): after every finished shard, and between them at most ~10 times a second."""
 
-    def __init__(self, total: int, already: int, ctx: JobContext):
-        self.total, self.done, self.start_done = total, already, already
+    def __init__(self, total: int, already: int, ctx: JobContext, unit: str = "texts"):
+        self.total, self.done, self.start_done, self.unit = total, already, already, unit
         self.ctx, self.start, self.last = ctx, time.perf_counter(), 0.0
 
     def rate(self) -> float:
@@ -174,7 +175,7 @@ class Tracker:
             self.last = now
             rate = self.rate()
             eta = (self.total - self.done) / rate if rate > 0 else None
-            report = CorpusProgress(self.done, self.total, rate, eta, stage)
+            report = CorpusProgress(self.done, self.total, rate, eta, stage, self.unit)
             self.ctx.progress(report.fraction, report.line())
             self.ctx.report(report)
 
@@ -402,7 +403,7 @@ def analyze_corpus(
     if _prepare(out, manifest, resume):
         return open_corpus(out)
     done = finished_shards(out)
-    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, "images" if images else "texts")
     if engine == "ray":
         from .ray_engine import run_ray
 

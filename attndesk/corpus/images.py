@@ -133,6 +133,7 @@ def run_image_shard(
             "text": pa.array(names, pa.string()),
             "tokens": pa.array(tokens, pa.int32()),
             "cut": pa.array([False] * len(items), pa.bool_()),
+            "source": pa.array([str(item) for item in items], pa.string()),  # a path or "sample:NAME"
         }
     )
     per_image = pa.concat_tables(tables) if tables else PER_IMAGE_SCHEMA.empty_table()

@@ -15,7 +15,7 @@ Layout of ``out/``::
     corpus.duckdb          views texts, per_text, heads, atlas, atlas_quality over the Parquet files
 
 An image pass (manifest ``kind`` "images") writes the same files: ``texts`` names each image
-(``tokens``: special tokens and patches), ``per_text`` holds the per-image metrics of
+(``tokens``: special tokens and patches; ``source``: its path or "sample:NAME"), ``per_text`` holds the per-image metrics of
 ``image_metrics`` (with ``distance_rows`` and ``sink_token``), ``heads`` their summary, and the
 atlas tables are empty.
 

@@ -140,6 +140,11 @@ def test_corpus_over_a_folder_of_images(vision, tmp_path, capsys):
     assert (out / "heads.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open_corpus(out) as store:
         assert list(store.texts.text) == ["p0.png", "p1.png", "p2.png"] and store.images
+    # the interactive page draws texts' attention: an image store's is refused in one line
+    page = tmp_path / "page"
+    assert main(["render", "--store", str(out), "--format", "html", "--out", str(page)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is an image pass's store" in err[0] and not page.exists()
 
 
 def test_image_and_text_flags_are_refused_across_kinds(models, vision, tmp_path, capsys):

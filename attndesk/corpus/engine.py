@@ -264,6 +264,11 @@ def _load(model, device: str, *, images: bool = False):
             raise ConfigError("the corpus pass over images needs a vision model: give --model a vision folder")
         model = load_pretrained(None, device=device)
     _check_kind(model.family, model.name, model.spec.family_name, images)
+    if images and model.vision is not None and model.vision.windows:
+        raise ConfigError(
+            f"{model.name} is a {model.spec.family_name} model: it attends inside windows, so distances, class and "
+            "sink shares over the whole image do not apply; the image pass needs a ViT, DeiT, DINOv2, CLIP or SigLIP"
+        )
     return model
 
 

@@ -199,6 +199,9 @@ def test_bad_image_folders_are_one_line_and_write_nothing(vision, tmp_path):
         assert "\n" not in str(caught.value)
     with pytest.raises(ConfigError, match="folder of images, not texts"):
         analyze_corpus(["a text"], tmp_path / "out", model=folder)
+    _swin, _eager, swin = vision("swin")
+    with pytest.raises(ConfigError, match="is a Swin model: it attends inside windows"):
+        analyze_corpus(None, tmp_path / "out", model=swin)
     assert not (tmp_path / "out").exists()
 
 

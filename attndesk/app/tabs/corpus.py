@@ -38,6 +38,7 @@ from ..results import Shown
 from ..state import HEATMAPS_TAB, IMAGE_TAB, PACKAGED, AppState, Part
 from ..status import StatusModel
 from ..views.corpus import CorpusView
+from ..views.corpus.view import set_images
 from .base import TabPresenter
 
 CORPUS_TAB = "corpus"
@@ -196,7 +197,7 @@ class CorpusTab(TabPresenter):
 
     def _show_model(self) -> None:
         images = self.images()
-        self.view.set_images(images)
+        set_images(self.view, images)
         if self.state.mode.kind != "pretrained":
             self.view.modelLabel.setText(TOY_NOTE)
         else:

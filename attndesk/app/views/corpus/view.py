@@ -121,6 +121,34 @@ def _text_items(frame, metric: str) -> list[QListWidgetItem]:
     return items
 
 
+def set_images(view: CorpusView, images: bool) -> None:
+    """The form for an image pass (a vision model: a folder of images, no tokens to cut) or a text
+    pass. What was typed stays."""
+    view.sourceLabel.setText("Images" if images else "Texts")
+    view.sourceEdit.setPlaceholderText(IMAGE_PLACEHOLDER if images else TEXT_PLACEHOLDER)
+    view.sourceFileButton.setVisible(not images)
+    view.tokensSpin.setVisible(not images)
+    view.sampleButton.setToolTip(
+        "attndesk's sample images (the shipped pictures and scikit-learn's digits)"
+        if images
+        else "the sample corpus written for attndesk (324 sentences, a third with repeats)"
+    )
+
+
+def store_kind(view: CorpusView, images: bool) -> tuple[str, ...]:
+    """The metrics, badges and atlas of a text store or an image store (no atlas); its table's columns."""
+    metrics = list(IMAGE_METRICS if images else METRICS)
+    if [view.metricCombo.itemText(i) for i in range(view.metricCombo.count())] != metrics:
+        view.metricCombo.blockSignals(True)
+        view.metricCombo.clear()
+        view.metricCombo.addItems(metrics)
+        view.metricCombo.blockSignals(False)
+    view.badgeLabel.setText(badge_legend(IMAGE_ROLES if images else TEXT_ROLES))
+    view.atlas.setVisible(not images)
+    view.atlasLabel.setVisible(not images)
+    return IMAGE_TABLE_COLUMNS if images else TABLE_COLUMNS
+
+
 class CorpusView(QWidget):
     """See the module docstring."""
 
@@ -273,8 +301,7 @@ class CorpusView(QWidget):
             self.sourceEdit.setText(path)
 
     def _choose_folder(self) -> None:
-        what = "A folder of images" if self.sourceLabel.text() == "Images" else "A folder of .txt files"
-        path = QFileDialog.getExistingDirectory(self, what)
+        path = QFileDialog.getExistingDirectory(self, f"A folder of {self.sourceLabel.text().lower()}")
         if path:
             self.sourceEdit.setText(path)
 
@@ -282,19 +309,6 @@ class CorpusView(QWidget):
         path = QFileDialog.getExistingDirectory(self, "Store folder (new, empty, or an earlier run's)")
         if path:
             self.storeEdit.setText(path)
-
-    def set_images(self, images: bool) -> None:
-        """The form for an image pass (a vision model: a folder of images, no tokens to cut) or a
-        text pass. What was typed stays."""
-        self.sourceLabel.setText("Images" if images else "Texts")
-        self.sourceEdit.setPlaceholderText(IMAGE_PLACEHOLDER if images else TEXT_PLACEHOLDER)
-        self.sourceFileButton.setVisible(not images)
-        self.tokensSpin.setVisible(not images)
-        self.sampleButton.setToolTip(
-            "attndesk's sample images (the shipped pictures and scikit-learn's digits)"
-            if images
-            else "the sample corpus written for attndesk (324 sentences, a third with repeats)"
-        )
 
     def show_error(self, message: str) -> None:
         """One line next to the controls ("" clears it)."""
@@ -339,19 +353,9 @@ class CorpusView(QWidget):
 
     # -- the store ------------------------------------------------------------------------------
     def show_store(self, heads: pd.DataFrame | None, caption: str = "", *, images: bool = False) -> None:
-        """A store's heads (``store.heads``), or None: nothing to show. ``images``: an image pass's
-        store (its metrics and roles; no atlas)."""
+        """A store's heads (``store.heads``), or None; ``images``: an image pass's store (``store_kind``)."""
         self._heads = None if heads is None or heads.empty else heads.reset_index(drop=True)
-        self._columns = IMAGE_TABLE_COLUMNS if images else TABLE_COLUMNS
-        metrics = list(IMAGE_METRICS if images else METRICS)
-        if [self.metricCombo.itemText(i) for i in range(self.metricCombo.count())] != metrics:
-            self.metricCombo.blockSignals(True)
-            self.metricCombo.clear()
-            self.metricCombo.addItems(metrics)
-            self.metricCombo.blockSignals(False)
-        self.badgeLabel.setText(badge_legend(IMAGE_ROLES if images else TEXT_ROLES))
-        self.atlas.setVisible(not images)
-        self.atlasLabel.setVisible(not images)
+        self._columns = store_kind(self, images)
         self.storeLabel.setText(caption)
         parts = [] if heads is None else list(dict.fromkeys(heads["part"]))
         self.partCombo.blockSignals(True)
@@ -500,4 +504,4 @@ class CorpusView(QWidget):
             self.textOpened.emit(int(text_ids[index]))
 
 
-__all__ = ["CorpusView"]
+__all__ = ["CorpusView", "set_images", "store_kind"]

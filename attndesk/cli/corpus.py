@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
                 line.update(p.done / max(1, p.total), p.line(eta=False), eta_s=p.eta_s)
 
             store = analyze_corpus(
-                data,
+                source if images else data,  # an image folder is checked once (each file decoded)
                 args.out,
                 model=model,
                 max_tokens=args.max_tokens,

@@ -283,7 +283,10 @@ def _check_kind(family: str, name: str, family_name: str, images: bool) -> None:
 
 
 def open_image_source(data, model) -> Source:
-    """An image pass's source: a folder of images, or the sample images for None; texts refused."""
+    """An image pass's source: a folder of images, the sample images for None, or a ``Source``
+    already opened (the CLI's, which printed its plan: each image is decoded once); texts refused."""
+    if isinstance(data, Source):
+        return data
     if data is not None and not isinstance(data, (str, os.PathLike)):
         name = getattr(model, "name", None) or Path(model).name
         raise ConfigError(f"{name} is an image model: the corpus pass gives it a folder of images, not texts")

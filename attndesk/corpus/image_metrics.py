@@ -139,14 +139,14 @@ def image_heads_summary(con, per_image: str):
         for m in PER_IMAGE_VALUES
     )
     frame = con.execute(
-        f"SELECT part, layer, head, {means}, count(*) AS texts FROM {per_image} WHERE rows > 0 "
+        f"SELECT part, layer, head, {means}, count(*) AS images FROM {per_image} WHERE rows > 0 "
         "GROUP BY part, layer, head ORDER BY layer, head"
     ).df()
     frame["role"] = [
         image_role({k: (math.nan if pd.isna(r[k]) else float(r[k])) for k in PER_IMAGE_VALUES})
         for r in frame.to_dict("records")
     ]
-    return frame[["part", "layer", "head", *IMAGE_METRICS, "role", *IMAGE_BASELINES, "texts"]]
+    return frame[["part", "layer", "head", *IMAGE_METRICS, "role", *IMAGE_BASELINES, "images"]]
 
 
 __all__ = [

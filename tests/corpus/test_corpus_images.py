@@ -105,7 +105,7 @@ def test_every_metric_equals_an_independent_computation_from_eager_weights(visio
     for metric in IMAGE_METRICS:  # every image has the same rows: the corpus figure is their mean
         np.testing.assert_allclose(heads[metric].to_numpy(np.float64), means[metric], rtol=1e-5, atol=2e-6)
     assert set(heads.role) <= {"register/sink", "global/class", "local", "broad", "mixed"}
-    assert store.atlas(0, 0).empty and store.images
+    assert store.atlas(0, 0).empty and store.images and (heads["images"] == len(texts)).all()
     store.close()
 
 

@@ -1,5 +1,6 @@
 """``attndesk corpus``: every text of a corpus through a model, reduced to per-head metrics, roles,
-per-text metrics and a query/key atlas in a Parquet + DuckDB store (``attndesk.corpus``).
+per-text metrics and a query/key atlas in a Parquet + DuckDB store (``attndesk.corpus``); with a
+vision model, every image of ``--images FOLDER`` (default: the sample images), per-image metrics.
 
 Prints the plan, progress on stderr and the store's path; writes heads.csv and heads.png (a
 panel per metric, a cell per head) beside the store's tables. Without ``--data`` it reads the
@@ -19,6 +20,10 @@ from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.resources import CORPUS_SAMPLE as SAMPLE
 
 NAME = "corpus"
+MAX_TOKENS = 128
+ATLAS_POINTS = 1000
+# what a text pass reads and an image pass refuses (an image has no tokens to cut, its pass no atlas)
+TEXT_ONLY = {"data": "--data", "max_tokens": "--max-tokens", "atlas": "--atlas", "atlas_points": "--atlas-points"}
 GRID_METRICS = (
     "entropy",
     "distance",
@@ -46,9 +51,10 @@ def _methods(value: str) -> tuple[str, ...]:
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         NAME,
-        help="analyze every head's attention over a corpus of texts",
+        help="analyze every head's attention over a corpus of texts or a folder of images",
         description="Run a corpus through a model with attndesk's attention and store per-head and "
-        "per-text metrics, roles and a query/key atlas (Parquet + DuckDB).",
+        "per-text metrics, roles and a query/key atlas (Parquet + DuckDB); a vision model runs over "
+        "a folder of images (--images).",
     )
     p.add_argument(
         "--model",
@@ -63,13 +69,19 @@ def register(sub) -> argparse.ArgumentParser:
         help=".txt (a text a line), .jsonl or .csv or .parquet "
         "(a text column/field), or a folder of .txt files (default: the bundled sample corpus)",
     )
+    p.add_argument(
+        "--images",
+        metavar="FOLDER",
+        default=None,
+        help="with a vision model: a folder of images (png, jpg; default: attndesk's sample images)",
+    )
     p.add_argument("--out", metavar="DIR", default="corpus-out", help="the store's folder (default %(default)s)")
     p.add_argument(
         "--max-tokens",
         type=positive_int,
-        default=128,
+        default=None,
         metavar="N",
-        help="tokens a text keeps, special tokens included (default %(default)s)",
+        help=f"tokens a text keeps, special tokens included (default {MAX_TOKENS})",
     )
     _engine_arguments(p)
     p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
@@ -95,16 +107,16 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--atlas",
         type=_methods,
-        default=("pca",),
+        default=None,
         metavar="METHODS",
         help="projections of the query/key atlas: pca, umap, pca,umap or none (default pca)",
     )
     p.add_argument(
         "--atlas-points",
         type=non_negative_int,
-        default=1000,
+        default=None,
         metavar="N",
-        help="queries and keys kept per head for the atlas (default %(default)s)",
+        help=f"queries and keys kept per head for the atlas (default {ATLAS_POINTS})",
     )
     p.add_argument(
         "--shard-size",
@@ -122,6 +134,15 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args, source, model) -> str:
+    if model.family == "vision":
+        engine = args.engine + (f", {args.workers} workers" if args.workers else "")
+        lines = [
+            f"corpus: {source.count:,} images from {source.describe}",
+            *source.skipped,
+            f"model: {model.name} ({model.spec.family_name}, {model.num_layers} layers x {model.num_heads} heads)",
+            f"engine {engine}, out {args.out}",
+        ]
+        return "\n".join(lines)
     limit = model.max_tokens
     tokens = min(args.max_tokens, limit) if limit else args.max_tokens
     engine = args.engine + (f", {args.workers} workers" if args.workers else "")
@@ -141,32 +162,59 @@ def write_heads_png(store, path: Path) -> Path:
     from attndesk.render.heads_grid import HeadsGrid, heads_grid_painter
 
     heads = store.heads
+    metrics = store.metrics if store.images else GRID_METRICS
     keys = list(dict.fromkeys(zip(heads.part, heads.layer)))
     n_heads = int(heads["head"].max()) + 1
     index = {key: i for i, key in enumerate(keys)}
-    values = {m: np.full((len(keys), n_heads), np.nan) for m in GRID_METRICS}
+    values = {m: np.full((len(keys), n_heads), np.nan) for m in metrics}
     roles = np.full((len(keys), n_heads), "", dtype=object)
     for row in heads.itertuples():
         r = index[(row.part, row.layer)]
-        for m in GRID_METRICS:
+        for m in metrics:
             values[m][r, row.head] = getattr(row, m)
         roles[r, row.head] = row.role
-    grid = HeadsGrid(GRID_METRICS, [f"{p} {layer}" for p, layer in keys], n_heads, values, roles)
+    grid = HeadsGrid(tuple(metrics), [f"{p} {layer}" for p, layer in keys], n_heads, values, roles)
     ensure_gui_app(headless=True)
     return write(heads_grid_painter(grid), path, size=grid.size())
+
+
+def _inputs(args: argparse.Namespace, images: bool):
+    """What the pass reads: an image folder (None: the samples) for a vision model, else the texts
+    (default: the bundled sample corpus); the flags of the other kind refused in one line. Fills in
+    the text pass's defaults."""
+    if images:
+        given = [flag for name, flag in TEXT_ONLY.items() if getattr(args, name) is not None]
+        if given:
+            raise CliError(
+                f"{given[0]} does not apply to an image model: the corpus pass over images reads --images "
+                "FOLDER (no tokens to cut, no atlas)",
+                EXIT_USAGE,
+            )
+        args.max_tokens, args.atlas, args.atlas_points = MAX_TOKENS, (), 0
+        return args.images
+    if args.images is not None:
+        raise CliError(
+            "--images needs a vision model (--model FOLDER of a ViT, DINOv2, ...); texts go in --data", EXIT_USAGE
+        )
+    args.max_tokens = MAX_TOKENS if args.max_tokens is None else args.max_tokens
+    args.atlas = ("pca",) if args.atlas is None else args.atlas
+    args.atlas_points = ATLAS_POINTS if args.atlas_points is None else args.atlas_points
+    return args.data if args.data is not None else SAMPLE
 
 
 def run(args: argparse.Namespace) -> int:
     from attndesk.cli.progress import ProgressLine
     from attndesk.core.errors import ConfigError
     from attndesk.corpus import analyze_corpus
-    from attndesk.corpus.engine import _load
+    from attndesk.corpus.engine import _load, is_vision
+    from attndesk.corpus.images import open_images
     from attndesk.corpus.sources import open_source
 
-    data = args.data if args.data is not None else SAMPLE
     try:
-        source = open_source(data)
-        model = _load(args.model, args.device)
+        images = is_vision(args.model)
+        data = _inputs(args, images)
+        source = open_images(data) if images else open_source(data)
+        model = _load(args.model, args.device, images=images)
         print(_plan(args, source, model))
         with ProgressLine(prefix="corpus") as line:
 
@@ -175,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
                 line.update(p.done / max(1, p.total), p.line(eta=False), eta_s=p.eta_s)
 
             store = analyze_corpus(
-                data,
+                source if images else data,  # an image folder is checked once (each file decoded)
                 args.out,
                 model=model,
                 max_tokens=args.max_tokens,

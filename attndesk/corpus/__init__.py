@@ -9,8 +9,10 @@ scores, a role), per-text metrics and a query/key atlas, stored as Parquet + Duc
 Its modules: ``sources`` (where texts come from), ``shards`` (the files of a run in progress),
 ``batch`` (one shard through the model), ``metrics`` (per-text, per-head metrics), ``engine``
 (``analyze_corpus``, the local engine), ``ray_engine`` (the same shards on Ray), ``compact``
-(finished shards into the store's tables), ``store`` (``CorpusStore``: Parquet + DuckDB) and
-``atlas`` (the query/key atlas, UMAP).
+(finished shards into the store's tables), ``store`` (``CorpusStore``: Parquet + DuckDB),
+``atlas`` (the query/key atlas, UMAP), and for a vision model ``images`` (a folder of images or
+the sample images; one shard of them through ``run_image``) and ``image_metrics`` (per-image,
+per-head metrics, their summary and roles).
 
 Qt-free: a window drives it through a job context, ``ctx=`` (progress, cancel, and each
 ``CorpusProgress`` as a report), or the older ``progress`` and ``cancel`` (an Event) keywords.

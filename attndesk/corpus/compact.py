@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ..core.atomic import atomic_write
 from .atlas import project
+from .image_metrics import image_heads_summary
 from .store import _sql_path, heads_summary
 
 ATLAS_SCHEMA = pa.schema(
@@ -170,9 +171,10 @@ def _database(out: Path, with_atlas: bool) -> None:
     os.replace(tmp, out / "corpus.duckdb")
 
 
-def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], seed: int) -> None:
+def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], seed: int, images: bool = False) -> None:
     """Merge ``out/shards`` into the store's tables and database (the shards stay until the caller
-    marks the run complete; a kill here is resumed by compacting again)."""
+    marks the run complete; a kill here is resumed by compacting again). ``images``: an image
+    pass's per-image rows, summarised by ``image_heads_summary``."""
     from threadpoolctl import threadpool_limits
 
     con = _connect()
@@ -186,7 +188,8 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
             f"SELECT * FROM {_glob(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
             out / "per_text.parquet",
         )
-        heads = heads_summary(con, f"read_parquet({_sql_path(out / 'per_text.parquet')})")
+        summary = image_heads_summary if images else heads_summary
+        heads = summary(con, f"read_parquet({_sql_path(out / 'per_text.parquet')})")
         heads_table = pa.Table.from_pandas(heads, preserve_index=False)
         tmp = out / ".heads.parquet.part"
         pq.write_table(heads_table, tmp)

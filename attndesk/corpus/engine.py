@@ -9,6 +9,7 @@ store (the atlas sample is chosen by fixed priorities, not by arrival order).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -23,10 +24,12 @@ from attndesk.jobs import Cancel, JobContext, job_context
 
 from .. import __version__
 from ..core.errors import ConfigError
+from ..core.pretrained.checkpoint import read_spec
 from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
 from .batch import PassSettings, run_shard
 from .compact import compact, remove_shards
+from .images import open_images, run_image_shard
 from .shards import finished_shards, shards, write_shard
 from .sources import Source, open_source
 from .store import (
@@ -67,6 +70,7 @@ class CorpusProgress:
     texts_per_s: float
     eta_s: float | None
     stage: str  # "analyzing", "compacting" or "done"
+    unit: str = "texts"  # what is counted: "texts", or "images" for an image pass
 
     @property
     def fraction(self) -> float:
@@ -75,7 +79,7 @@ class CorpusProgress:
     def line(self, eta: bool = True) -> str:
         """In words; ``eta=False`` leaves the time left to a line that shows it its own way."""
         left = "" if self.eta_s is None or not eta else f", {self.eta_s:,.0f} s left"
-        return f"{self.stage}: {self.done:,}/{self.total:,} texts ({self.texts_per_s:,.1f} texts/s{left})"
+        return f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({self.texts_per_s:,.1f} {self.unit}/s{left})"
 
 
 def weights_hash(folder: Path) -> str:
@@ -124,7 +128,7 @@ def _check_out(out: Path) -> dict | None:
 
 
 def _identity(manifest: dict) -> dict:
-    return {k: manifest[k] for k in ("format", "format_version", "attndesk", "model", "data", "arguments")}
+    return {k: manifest.get(k) for k in ("format", "format_version", "attndesk", "model", "data", "arguments")}
 
 
 def _refuse_mismatch(out: Path, old: dict, new: dict) -> None:
@@ -156,8 +160,8 @@ class Tracker:
     """Texts done, rate and time left, to the job's context (its progress line, and a
     ``CorpusProgress`` report): after every finished shard, and between them at most ~10 times a second."""
 
-    def __init__(self, total: int, already: int, ctx: JobContext):
-        self.total, self.done, self.start_done = total, already, already
+    def __init__(self, total: int, already: int, ctx: JobContext, unit: str = "texts"):
+        self.total, self.done, self.start_done, self.unit = total, already, already, unit
         self.ctx, self.start, self.last = ctx, time.perf_counter(), 0.0
 
     def rate(self) -> float:
@@ -171,7 +175,7 @@ class Tracker:
             self.last = now
             rate = self.rate()
             eta = (self.total - self.done) / rate if rate > 0 else None
-            report = CorpusProgress(self.done, self.total, rate, eta, stage)
+            report = CorpusProgress(self.done, self.total, rate, eta, stage, self.unit)
             self.ctx.progress(report.fraction, report.line())
             self.ctx.report(report)
 
@@ -213,9 +217,10 @@ def _run_local(
     for index in sorted(done):
         thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
     threads = AdaptiveThreads(batch_work(model, settings), fixed=workers)
+    run = run_image_shard if model.family == "vision" else run_shard
     for index, first, texts in shards(source, shard_size, done):
         with torch_threads(threads.recheck()):  # chosen again for the load before each shard
-            result = run_shard(
+            result = run(
                 model,
                 index,
                 first,
@@ -235,28 +240,79 @@ def batch_work(model, settings: PassSettings) -> float:
     the local engine's thread count is chosen by)."""
     from ..core.pretrained.loader import token_embeddings
 
+    if model.family == "vision":  # one image of the configured size at a time
+        config = model.model.config
+        size, patch = getattr(config, "image_size", 224), getattr(config, "patch_size", 16)
+        side = (size if isinstance(size, int) else size[0]) // (patch if isinstance(patch, int) else patch[0])
+        hidden = model.spec.hidden_size
+        return 2.0 * (side * side + 1) * hidden * hidden
     hidden = token_embeddings(model.model).embedding_dim
     return 2.0 * settings.batch_size * settings.max_tokens * hidden * hidden
 
 
-def _load(model, device: str):
+def _load(model, device: str, *, images: bool = False):
+    """The loaded model (a folder is checked before any weight is read); a vision model for an
+    image pass (``images``), a text model otherwise."""
     from ..core.pretrained import load_pretrained, read_spec
 
     if model is not None and not hasattr(model, "tokenizer"):
         spec = read_spec(model)  # a folder that is not a model says so before any weight is read
-        _text_model(spec.family, Path(model).name, spec.family_name)
+        _check_kind(spec.family, Path(model).name, spec.family_name, images)
         model = load_pretrained(model, device=device)
     elif model is None:
+        if images:
+            raise ConfigError("the corpus pass over images needs a vision model: give --model a vision folder")
         model = load_pretrained(None, device=device)
-    _text_model(model.family, model.name, model.spec.family_name)
+    _check_kind(model.family, model.name, model.spec.family_name, images)
+    if images and model.vision is not None and model.vision.windows:
+        raise ConfigError(
+            f"{model.name} is a {model.spec.family_name} model: it attends inside windows, so distances, class and "
+            "sink shares over the whole image do not apply; the image pass needs a ViT, DeiT, DINOv2, CLIP or SigLIP"
+        )
     return model
 
 
-def _text_model(family: str, name: str, family_name: str) -> None:
-    if family == "vision":
+def _check_kind(family: str, name: str, family_name: str, images: bool) -> None:
+    if family == "vision" and not images:
         raise ConfigError(
-            f"{name} is an image model ({family_name}): the corpus pass reads texts; give it a text model"
+            f"{name} is an image model ({family_name}): the corpus pass gives it a folder of images "
+            "(--images), not texts"
         )
+    if family != "vision" and images:
+        raise ConfigError(f"{name} is a text model ({family_name}): the corpus pass over images needs a vision model")
+
+
+def open_image_source(data, model) -> Source:
+    """An image pass's source: a folder of images, the sample images for None, or a ``Source``
+    already opened (the CLI's, which printed its plan: each image is decoded once); texts refused."""
+    if isinstance(data, Source):
+        return data
+    if data is not None and not isinstance(data, (str, os.PathLike)):
+        name = getattr(model, "name", None) or Path(model).name
+        raise ConfigError(f"{name} is an image model: the corpus pass gives it a folder of images, not texts")
+    return open_images(data)
+
+
+def is_vision(model) -> bool:
+    """Whether ``model`` (a folder, a loaded model or None) is a vision model; a folder that is
+    not a model answers False (the load that follows says what is wrong with it)."""
+    if model is None:
+        return False
+    if hasattr(model, "family"):
+        return model.family == "vision"
+    try:
+        return read_spec(model).family == "vision"
+    except ConfigError:
+        return False
+
+
+def _settings(model, max_tokens: int, atlas_points: int, batch_size: int, seed: int) -> PassSettings:
+    """What a shard needs: ``max_tokens`` capped at the model's positions; for a vision model no
+    tokens to cut (0) and no atlas (an image pass keeps none)."""
+    if model.family == "vision":
+        return PassSettings(0, 0, batch_size, seed)
+    limit = model.max_tokens
+    return PassSettings(min(max_tokens, limit) if limit else max_tokens, atlas_points, batch_size, seed)
 
 
 def _manifest(
@@ -272,6 +328,7 @@ def _manifest(
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "kind": "images" if model.family == "vision" else "texts",
         "attndesk": __version__,
         "run": run,
         "model": {
@@ -340,20 +397,21 @@ def analyze_corpus(
     next batch (``Cancelled``), keeping finished shards. The older ``progress`` (a callback taking
     each ``CorpusProgress``) and ``cancel`` (an Event) keywords still work.
     ``resume=False`` starts over in a store of an earlier run. Bad input: ``ConfigError``, nothing written.
+    A vision model reads a folder of images as ``texts`` (None: the sample images; see ``images``).
     """
     ctx = job_context(ctx, cancel=cancel, report=progress)
     methods = _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers)
     out = Path(out).expanduser()
     _check_out(out)
-    source = open_source(texts)
-    loaded = _load(model, device)
-    limit = loaded.max_tokens
-    settings = PassSettings(min(max_tokens, limit) if limit else max_tokens, atlas_points, batch_size, seed)
+    images = is_vision(model)
+    source = open_image_source(texts, model) if images else open_source(texts)
+    loaded = _load(model, device, images=images)
+    settings, methods = _settings(loaded, max_tokens, atlas_points, batch_size, seed), () if images else methods
     manifest = _manifest(loaded, source, settings, shard_size, methods, {"engine": engine, "workers": workers})
     if _prepare(out, manifest, resume):
         return open_corpus(out)
     done = finished_shards(out)
-    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, "images" if images else "texts")
     if engine == "ray":
         from .ray_engine import run_ray
 
@@ -362,7 +420,7 @@ def analyze_corpus(
         _run_local(loaded, source, out, settings, done, shard_size, tracker, workers)
     ctx.check()
     tracker.add(0, "compacting", force=True)
-    compact(out, atlas_points=atlas_points, atlas_methods=methods, seed=seed)
+    compact(out, atlas_points=settings.atlas_points, atlas_methods=methods, seed=seed, images=images)
     write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     remove_shards(out)
     tracker.add(0, "done", force=True)

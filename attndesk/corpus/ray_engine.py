@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ..core.errors import ConfigError
 from .batch import PassSettings, ShardResult, run_shard
+from .images import run_image_shard
 from .shards import shards, write_shard
 
 # (logger, the start of a message) of Ray's notices about settings it or we chose, not about the run
@@ -79,7 +80,8 @@ class ShardActor:
     def __call__(self, batch: dict) -> dict:
         out: dict[str, list] = {"index": [], "texts": [], "per_text": [], "atlas": []}
         for index, first, texts in zip(batch["index"], batch["first"], batch["texts"]):
-            result = run_shard(self.model, int(index), int(first), [str(t) for t in texts], self.settings)
+            run = run_image_shard if self.model.family == "vision" else run_shard
+            result = run(self.model, int(index), int(first), [str(t) for t in texts], self.settings)
             out["index"].append(int(index))
             for name in ("texts", "per_text", "atlas"):
                 out[name].append(_ipc(getattr(result, name)))

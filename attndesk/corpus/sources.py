@@ -27,12 +27,14 @@ _CHUNK = 2**20
 @dataclass(frozen=True)
 class Source:
     """A checked corpus: ``count`` texts, ``fingerprint`` (sha256 of its content), ``texts()``
-    yields them again (each time from the start), ``describe`` names it for the plan."""
+    yields them again (each time from the start), ``describe`` names it for the plan, ``skipped``
+    says what was left out (an image folder's files that are not images)."""
 
     describe: str
     count: int
     fingerprint: str
     texts: Callable[[], Iterator[str]]
+    skipped: tuple[str, ...] = ()  # one line a kind of input left out (an image folder's unreadable files)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

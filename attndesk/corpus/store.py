@@ -14,6 +14,11 @@ Layout of ``out/``::
     atlas_quality.parquet  per head and method, the correlation of -distance in the projection with q.k
     corpus.duckdb          views texts, per_text, heads, atlas, atlas_quality over the Parquet files
 
+An image pass (manifest ``kind`` "images") writes the same files: ``texts`` names each image
+(``tokens``: special tokens and patches; ``source``: its path or "sample:NAME"), ``per_text`` holds the per-image metrics of
+``image_metrics`` (with ``distance_rows`` and ``sink_token``), ``heads`` their summary, and the
+atlas tables are empty.
+
 Every file is written atomically (``attndesk.core.atomic``); ``open_corpus`` reopens the store with
 a read-only DuckDB connection (no data is read until asked).
 """
@@ -28,6 +33,7 @@ import pandas as pd
 
 from ..core.atomic import atomic_write
 from ..core.errors import ConfigError
+from .image_metrics import IMAGE_METRICS, IMAGE_SHARE_BASELINE
 from .metrics import BASELINES, FROM_SECOND_ROW, METRICS, ROW_METRICS, SHARE_BASELINE, role
 
 FORMAT = "attndesk-corpus"
@@ -96,6 +102,7 @@ class CorpusStore:
         import duckdb
 
         self.path, self.manifest = Path(out), manifest
+        self.images = manifest.get("kind") == "images"  # an image pass: per-image metrics (image_metrics)
         self._con = duckdb.connect(str(self.path / "corpus.duckdb"), read_only=True)
         self._con.execute(f"SET file_search_path = {_sql_path(self.path)}")
         self._heads: pd.DataFrame | None = None
@@ -123,6 +130,16 @@ class CorpusStore:
         return self._heads
 
     @property
+    def metrics(self) -> tuple[str, ...]:
+        """The store's per-head metrics: the text pass's or the image pass's."""
+        return IMAGE_METRICS if self.images else METRICS
+
+    @property
+    def share_baselines(self) -> dict[str, str]:
+        """Each share metric's uniform baseline column (what ``top_texts`` ranks its excess over)."""
+        return IMAGE_SHARE_BASELINE if self.images else SHARE_BASELINE
+
+    @property
     def texts(self) -> pd.DataFrame:
         return self.sql("SELECT * FROM texts ORDER BY text_id")
 
@@ -141,16 +158,17 @@ class CorpusStore:
     def top_texts(
         self, layer: int, head: int, metric: str, k: int = 10, *, part: str | None = None, lowest: bool = False
     ) -> pd.DataFrame:
-        """The ``k`` texts where the head's ``metric`` is highest (``lowest``: lowest), with their text.
+        """The ``k`` texts (an image pass: images, ``text`` their names) where the head's ``metric``
+        is highest (``lowest``: lowest), with their text.
 
         A share of a row's weight (``first``, ``self``, ``previous``) is ranked by its excess over a
         uniform row's share (column ``excess``; the baseline is in its own column): the raw share
         would rank the shortest texts first, since a uniform row over few keys gives each a lot."""
-        if metric not in METRICS:
-            raise ConfigError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        if metric not in self.metrics:
+            raise ConfigError(f"unknown metric {metric!r}; choose one of {', '.join(self.metrics)}")
         key = self._head(layer, head, part)
         order = "ASC" if lowest else "DESC"
-        base = SHARE_BASELINE.get(metric)
+        base = self.share_baselines.get(metric)
         rank = f"p.{metric} - p.{base}" if base else f"p.{metric}"
         extra = f", p.{base}, {rank} AS excess" if base else ""
         return self.sql(

@@ -212,6 +212,11 @@ def corpus_page_data(
 ) -> dict[str, Any]:
     """The page document of a corpus store (``corpus.open_corpus``): the heads grid coloured by
     ``metric``, the per-text table, and the heads grid of every text in ``texts``."""
+    if getattr(store, "images", False):
+        raise ConfigError(
+            f"{store.path} is an image pass's store: the corpus page draws texts' attention; its heads are "
+            "in heads.csv and heads.png"
+        )
     if metric not in METRICS:
         raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     if colormap not in colormaps.COLORMAPS:

@@ -115,3 +115,54 @@ def test_a_resumed_run_shows_one_time_left(models, tmp_path, capsys):
         r"\(([\d.,]+) texts/s\), \d+:\d\d elapsed, about (\d+):(\d\d) left$", lines[0]
     ).groups()
     assert abs(int(minutes) * 60 + int(seconds) - 8 / float(rate.replace(",", ""))) <= 1.1
+
+
+def test_corpus_over_a_folder_of_images(vision, tmp_path, capsys):
+    import numpy as np
+    from PIL import Image
+
+    _model, _eager, model = vision("dinov2_with_registers")
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / f"p{i}.png")
+    (images / "notes.txt").write_text("not an image", encoding="utf-8")
+    out = tmp_path / "store"
+    code = main(["corpus", "--model", str(model), "--images", str(images), "--out", str(out), "--shard-size", "2"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "corpus: 3 images from" in printed.out and "skipped 1 file: notes.txt (not an image)" in printed.out
+    assert "images/s" in printed.err and "roles: " in printed.out
+    with open(out / "heads.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 4 and {"spatial_distance", "class_share", "sink_share", "entropy"} <= set(rows[0])
+    assert (out / "heads.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open_corpus(out) as store:
+        assert list(store.texts.text) == ["p0.png", "p1.png", "p2.png"] and store.images
+    # the interactive page draws texts' attention: an image store's is refused in one line
+    page = tmp_path / "page"
+    assert main(["render", "--store", str(out), "--format", "html", "--out", str(page)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is an image pass's store" in err[0] and not page.exists()
+
+
+def test_image_and_text_flags_are_refused_across_kinds(models, vision, tmp_path, capsys):
+    _model, _eager, vit = vision("vit")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "photo.png").write_text("not a picture", encoding="utf-8")
+    cases = {
+        ("--model", str(vit), "--images", str(fake)): "holds no readable image (png, jpg) (skipped 1 file: photo.png",
+        ("--model", str(vit), "--images", str(tmp_path / "none")): "none: no such folder",
+        ("--model", str(vit), "--data", str(SAMPLE)): "--data does not apply to an image model",
+        ("--model", str(vit), "--max-tokens", "8"): "--max-tokens does not apply to an image model",
+        ("--model", str(vit), "--atlas", "pca"): "--atlas does not apply to an image model",
+        ("--model", str(models["bert"]), "--images", str(fake)): "--images needs a vision model",
+    }
+    for extra, message in cases.items():
+        out = tmp_path / "never"
+        assert main(["corpus", "--out", str(out), *extra]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (extra, err)
+        assert not out.exists()

@@ -110,9 +110,11 @@ def test_bad_models_and_out_folders_are_refused(models, tmp_path):
     assert not (tmp_path / "out2").exists()
 
 
-def test_an_image_model_is_refused_in_one_line(vision, tmp_path):
+def test_texts_for_an_image_model_are_refused_in_one_line(vision, tmp_path):
     model, _eager, folder = vision("vit")
     for given in (folder, model):  # a folder before its weights are read, and a loaded model
-        with pytest.raises(ConfigError, match=r"is an image model \(ViT\): the corpus pass reads texts"):
+        with pytest.raises(
+            ConfigError, match=r"is an image model: the corpus pass gives it a folder of images, not texts"
+        ):
             analyze_corpus(TEXTS, tmp_path / "out", model=given)
     assert not (tmp_path / "out").exists()

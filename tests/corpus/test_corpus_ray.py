@@ -62,3 +62,26 @@ def test_a_clean_ray_run_prints_only_attndesk_lines(one_ray_cluster, models, tmp
     lines = proc.stderr.splitlines()
     assert lines and all(line.startswith("corpus: ") for line in lines), proc.stderr
     assert lines[-1].startswith("corpus: 100% done: 8/8 texts")
+
+
+@pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
+def test_ray_engine_writes_the_local_image_store(one_ray_cluster, vision, tmp_path):
+    ray = pytest.importorskip("ray")
+    import numpy as np
+    from PIL import Image
+
+    _model, _eager, folder = vision("deit")
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(4)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / f"p{i}.png")
+    local = analyze_corpus(str(images), tmp_path / "local", model=folder, shard_size=2)
+    store = analyze_corpus(str(images), tmp_path / "ray", model=folder, shard_size=2, engine="ray", workers=2)
+    assert not ray.is_initialized()
+    for name in ("texts", "per_text", "heads"):
+        pd.testing.assert_frame_equal(
+            store.sql(f"SELECT * FROM {name} ORDER BY ALL"), local.sql(f"SELECT * FROM {name} ORDER BY ALL"), obj=name
+        )
+    store.close()
+    local.close()

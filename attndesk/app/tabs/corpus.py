@@ -4,9 +4,10 @@ and its store read back through the "corpus-query" side job: every DuckDB query 
 thread, one at a time on that channel's thread, so the store's connection is never shared.
 
 The model is the pretrained mode's (its folder, or the packaged all-MiniLM-L6-v2); the toy model
-has no tokenizer or checkpoint, so in toy mode the pass uses the packaged MiniLM and says so.
+has no tokenizer or checkpoint, so in toy mode the pass uses the packaged MiniLM and says so. A
+vision model runs the image pass (a folder of images, or the sample images when none is given).
 Opening a text (a listed one or an atlas point) puts it in the heatmaps at that layer and head,
-switching to the store's model when another is open.
+an image in the Image tab, switching to the store's model when another is open.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from attndesk.resources import CORPUS_SAMPLE
 
 from ..jobs.compute import ComputeController
 from ..menus import MenuRegistry
+from ..pretrained.interp import model_family
 from ..pretrained.mode import folder_mode
 from ..results import Shown
-from ..state import HEATMAPS_TAB, PACKAGED, AppState, Part
+from ..state import HEATMAPS_TAB, IMAGE_TAB, PACKAGED, AppState, Part
 from ..status import StatusModel
 from ..views.corpus import CorpusView
+from ..views.corpus.view import set_images
 from .base import TabPresenter
 
 CORPUS_TAB = "corpus"
@@ -56,7 +59,7 @@ class PassOutcome:
 
 
 def run_pass(
-    data: str, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *, ctx: JobContext
+    data: str | None, out: str, model: str | None, max_tokens: int, cancel: threading.Event, *, ctx: JobContext
 ) -> PassOutcome:
     """Worker: the corpus pass, stopped by the tab's Cancel (``cancel``) or the job's own (a newer
     job, the window closing); its progress goes to the job's. The corpus package's engine (pandas,
@@ -103,11 +106,12 @@ def head_detail(store, part: str, layer: int, head: int, metric: str) -> dict:
 
 
 def text_of(store, text_id: int) -> str:
-    """Worker: one text of the store."""
-    found = store.sql("SELECT text FROM texts WHERE text_id = ?", [int(text_id)])
+    """Worker: one text of the store (an image store: the image, its path or "sample:NAME")."""
+    column = "source" if store.images else "text"
+    found = store.sql(f"SELECT {column} FROM texts WHERE text_id = ?", [int(text_id)])
     if found.empty:
         raise ConfigError(f"no text {text_id} in {store.path}")
-    return str(found["text"].iloc[0])
+    return str(found[column].iloc[0])
 
 
 def write_store_page(store, path: str, texts: list[int], metric: str) -> str:
@@ -164,7 +168,7 @@ class CorpusTab(TabPresenter):
         menus.add("file", self.exportPageAction, "export")
         view.startRequested.connect(self.start)
         view.cancelRequested.connect(self.cancel)
-        view.sampleRequested.connect(lambda: view.sourceEdit.setText(str(CORPUS_SAMPLE)))
+        view.sampleRequested.connect(lambda: view.sourceEdit.setText("" if self.images() else str(CORPUS_SAMPLE)))
         view.headSelected.connect(self.select_head)
         view.metricChanged.connect(lambda _m: self._request_head())
         view.partChanged.connect(lambda _p: self._head and self.select_head(_p, *self._head[1:]))
@@ -187,17 +191,26 @@ class CorpusTab(TabPresenter):
         mode = self.state.mode
         return mode.path if mode.kind == "pretrained" else None
 
+    def images(self) -> bool:
+        """Whether the pass reads images: the pretrained mode has a vision model open."""
+        return model_family(self.state.mode) == "vision"
+
     def _show_model(self) -> None:
+        images = self.images()
+        set_images(self.view, images)
         if self.state.mode.kind != "pretrained":
             self.view.modelLabel.setText(TOY_NOTE)
         else:
             name = PACKAGED_NAME if self.state.mode.path is None else Path(self.state.mode.path).name
-            self.view.modelLabel.setText(f"model: {name} (the pretrained mode's)")
+            what = " over a folder of images (left empty: the sample images)" if images else ""
+            self.view.modelLabel.setText(f"model: {name} (the pretrained mode's){what}")
 
     def default_out(self, data: str) -> str:
         model_path = self.pass_model()
         model = Path(model_path).name if model_path else PACKAGED_NAME
         root = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "corpus"
+        if self.images():
+            return str(root / f"{Path(data).name or 'sample-images'}-{model}-images")
         return str(root / f"{Path(data).stem or 'texts'}-{model}-{self.view.tokensSpin.value()}")
 
     # -- the pass -------------------------------------------------------------------------------
@@ -205,7 +218,8 @@ class CorpusTab(TabPresenter):
         """Start (or resume) the pass over the chosen texts into the store folder."""
         view = self.view
         data = view.sourceEdit.text().strip()
-        if not data:
+        images = self.images()
+        if not data and not images:  # an image pass left empty reads the sample images
             view.show_error("choose a file or a folder of texts (or the sample) first")
             return
         default = self.default_out(data)
@@ -220,7 +234,7 @@ class CorpusTab(TabPresenter):
         self.compute.side.submit(
             "corpus",
             run_pass,
-            data,
+            data or None,
             out,
             self.pass_model(),
             view.tokensSpin.value(),
@@ -245,7 +259,7 @@ class CorpusTab(TabPresenter):
         self._cancel = None
         if outcome.cancelled:
             self.view.set_running(False, resumable=outcome.shards > 0)
-            where = f"cancelled at {outcome.done:,} of {outcome.total:,} texts"
+            where = f"cancelled at {outcome.done:,} of {outcome.total:,} {'images' if self.images() else 'texts'}"
             self.view.show_progress(
                 outcome.done / max(outcome.total, 1),
                 f"{where}: Resume goes on from the last finished shard"
@@ -283,8 +297,9 @@ class CorpusTab(TabPresenter):
         model = store.manifest.get("model", {}).get("name", "?")
         texts = store.manifest.get("data", {}).get("texts", 0)
         self.view.show_error("")
-        self.exportPageAction.setEnabled(True)
-        self.view.show_store(store.heads, f"{store.path.name}: {model}, {texts:,} texts")
+        self.exportPageAction.setEnabled(not store.images)  # the page draws texts' attention
+        unit = "images" if store.images else "texts"
+        self.view.show_store(store.heads, f"{store.path.name}: {model}, {texts:,} {unit}", images=store.images)
         self.status.say(f"opened corpus store {store.path}", tab=CORPUS_TAB)
         first = store.heads.iloc[0] if len(store.heads) else None
         if first is not None:
@@ -370,6 +385,14 @@ class CorpusTab(TabPresenter):
             self.view.show_error(f"the store's model cannot be opened: {exc}")
             return
         state = self.state
+        if self.store.images:  # an image: the Image tab shows it at that layer and head
+            if state.mode != mode:
+                state.mode = mode
+            state.pretrained.image = text
+            state.pretrained.layer = int(layer)
+            state.view.target = int(head)
+            state.view.tab = IMAGE_TAB
+            return
         state.text = text
         if self.store.manifest["model"].get("family") == "encoder-decoder":
             state.target_text = text  # the pass teacher-forces the text itself through the decoder

@@ -228,11 +228,10 @@ TABS: tuple[TabSpec, ...] = (
     TabSpec(
         CORPUS_TAB,
         "Corpus",
-        "every head over many texts: metrics, roles, top texts and the query/key atlas "
-        "(a pretrained model; the packaged MiniLM in toy mode)",
+        "every head over many texts (a vision model: a folder of images): metrics, roles, top texts "
+        "and the query/key atlas (a pretrained model; the packaged MiniLM in toy mode)",
         CorpusView,
         _corpus,
-        unavailable=_text_only("the corpus pass"),
         scroll=True,
     ),
     TabSpec(

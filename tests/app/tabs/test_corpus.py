@@ -301,3 +301,49 @@ def test_the_corpus_page_never_scrolls_sideways_at_1280_and_its_histogram_stays_
         qtbot.waitUntil(lambda: not w.compute.is_busy(), timeout=TIMEOUT_MS)
     finally:
         dispose(w)
+
+
+def test_a_vision_model_runs_the_image_pass_and_opens_an_image_in_the_image_tab(qtbot, window, vision, tmp_path):
+    from PIL import Image
+
+    from attndesk.app.state import IMAGE_TAB
+    from attndesk.corpus.image_metrics import IMAGE_METRICS
+
+    _model, _eager, folder = vision("dinov2_with_registers")
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / f"p{i}.png")
+    assert window.pretrained.open_folder(folder)
+    window.state.view.tab = CORPUS_TAB
+    view = window.tab_widget(CORPUS_TAB)
+    assert window.empty_state(CORPUS_TAB) is None and view.isVisible()
+    assert view.sourceLabel.text() == "Images" and not view.tokensSpin.isVisible()
+    assert not view.sourceFileButton.isVisible() and "images" in view.modelLabel.text()
+    # a folder without a readable image: one line, nothing written
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "photo.png").write_text("not a picture", encoding="utf-8")
+    tab, view = run_pass(qtbot, window, fake, tmp_path / "never")
+    assert "holds no readable image" in view.errorLabel.text() and "\n" not in view.errorLabel.text()
+    assert not (tmp_path / "never").exists()
+    tab, view = run_pass(qtbot, window, images, tmp_path / "store")
+    assert view.errorLabel.text() == ""
+    qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)
+    wait_head(qtbot, tab, view, 0, 0)
+    assert [view.metricCombo.itemText(i) for i in range(view.metricCombo.count())] == list(IMAGE_METRICS)
+    assert not view.atlas.isVisible() and "register/sink" in view.badgeLabel.text()
+    with open_corpus(tmp_path / "store") as store:
+        heads = store.heads
+    for metric in ("sink_share", "spatial_distance"):
+        view.metricCombo.setCurrentText(metric)
+        expected = heads.pivot(index="layer", columns="head", values=metric).to_numpy()
+        np.testing.assert_array_equal(view.grid.values(), expected)
+    assert view.grid.badges.texts().shape == (2, 4)
+    qtbot.waitUntil(lambda: view.topList.count() == 3, timeout=TIMEOUT_MS)
+    item = view.topList.item(0)
+    assert item.text().split("  ")[-1] in {"p0.png", "p1.png", "p2.png"}
+    view.topList.itemActivated.emit(item)
+    qtbot.waitUntil(lambda: window.state.view.tab == IMAGE_TAB, timeout=TIMEOUT_MS)
+    assert window.state.pretrained.image == str(images / item.text().split("  ")[-1])

@@ -187,7 +187,6 @@ def test_every_tab_title_is_whole_on_screen_at_1280_wide(qtbot, window, folders)
 
 TEXT_TABS = {  # tab -> the feature its empty state names, for a vision model
     "step-through": "the step-through",
-    "corpus": "the corpus pass",
     "generate": "generation",
     "patching": "activation patching",
     "attribution": "an attribution",
@@ -212,11 +211,11 @@ def test_a_vision_model_turns_every_text_tab_into_one_sentence_and_a_button(qtbo
         assert sentence.startswith(f"{folder.name} is an image model and {what}") and "Image tab" in sentence, sentence
         assert "\n" not in sentence and "Error" not in sentence and off.button.isVisible(), tab
     assert w.empty_state("generate").action() == "Open a model folder…"
-    for tab in ("heatmaps", "image", "head-stats", "compare", "rollout"):  # what does apply to an image
+    for tab in ("heatmaps", "image", "head-stats", "compare", "rollout", "corpus"):  # what does apply to an image
         w.state.view.tab = tab
         assert w.empty_state(tab) is None or w.tab_page(tab).currentIndex() == 0, tab
     # the step-through's button opens a text model, and its view comes back
     w.state.view.tab = "step-through"
     qtbot.mouseClick(w.empty_state("step-through").button, Qt.MouseButton.LeftButton)
     assert w.state.mode == PACKAGED and w.tab_page("step-through").currentWidget() is w.tab_widget("step-through")
-    assert w.tab_page("corpus").currentIndex() == 0
+    assert w.empty_state("corpus") is None  # the corpus pass applies to text and image models alike

@@ -31,6 +31,8 @@ ROLE_BADGES = {
     "self": ("s", "#ffffff"),
     "local": ("L", "#ffffff"),
     "broad": ("B", "#ffffff"),
+    "register/sink": ("R", "#ffffff"),  # an image pass's roles (corpus/image_metrics.py)
+    "global/class": ("G", "#ffffff"),
     "mixed": ("·", "#dddddd"),
 }
 
@@ -53,11 +55,12 @@ def _cell_ticks(count: int) -> list[tuple[float, str]]:
     return [(i + 0.5, str(i)) for i in range(0, count, step)]
 
 
-def badge_legend() -> str:
-    """One line naming each role's badge."""
+def badge_legend(roles=None) -> str:
+    """One line naming each role's badge (``roles``: the role names a store's pass gives, in order;
+    None: every badge)."""
+    names = list(ROLE_BADGES) if roles is None else list(roles)
     return (
-        " · ".join(f"<b>{text}</b> {name}" for name, (text, _c) in ROLE_BADGES.items() if name != "mixed")
-        + " · <b>·</b> mixed"
+        " · ".join(f"<b>{ROLE_BADGES[name][0]}</b> {name}" for name in names if name != "mixed") + " · <b>·</b> mixed"
     )
 
 

@@ -1,7 +1,7 @@
-"""The Corpus tab's view: choose texts and a store folder, start / cancel / resume the corpus pass
-with its progress, then read the store: a layers x heads grid coloured by a metric with role
-badges, a sortable table, the metric's histogram over heads, a head's top and bottom texts and its
-query/key atlas.
+"""The Corpus tab's view: choose texts (a vision model: a folder of images) and a store folder,
+start / cancel / resume the corpus pass with its progress, then read the store: a layers x heads
+grid coloured by a metric with role badges, a sortable table, the metric's histogram over heads, a
+head's top and bottom texts (images) and its query/key atlas (a text store's only).
 
 It holds no store: the presenter (``tabs/corpus.py``) hands it DataFrames and arrays. Signals:
 ``startRequested``, ``cancelRequested``, ``headSelected(part, layer, head)``, ``metricChanged``,
@@ -38,7 +38,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.core.types import head_name
-from attndesk.corpus.metrics import METRICS
+from attndesk.corpus.image_metrics import IMAGE_METRICS, IMAGE_ROLE_RULES
+from attndesk.corpus.metrics import METRICS, ROLE_RULES
 
 if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
     import pandas as pd
@@ -64,6 +65,11 @@ SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 LIST_CHARS = 300
 TIP_CHARS = 1000
 TABLE_COLUMNS = ("part", "layer", "head", "role", *METRICS)
+IMAGE_TABLE_COLUMNS = ("part", "layer", "head", "role", *IMAGE_METRICS)
+TEXT_ROLES = (*(name for name, _m, _t in ROLE_RULES), "broad", "mixed")
+IMAGE_ROLES = (*(name for name, _m, _t in IMAGE_ROLE_RULES), "broad", "mixed")
+TEXT_PLACEHOLDER = "a .txt / .jsonl / .csv / .parquet file or a folder of .txt files"
+IMAGE_PLACEHOLDER = "a folder of images (png, jpg); left empty: attndesk's sample images"
 HISTOGRAM_MIN_PX = 120  # the histogram's bars and both axes readable when the page is short
 TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
 
@@ -115,6 +121,34 @@ def _text_items(frame, metric: str) -> list[QListWidgetItem]:
     return items
 
 
+def set_images(view: CorpusView, images: bool) -> None:
+    """The form for an image pass (a vision model: a folder of images, no tokens to cut) or a text
+    pass. What was typed stays."""
+    view.sourceLabel.setText("Images" if images else "Texts")
+    view.sourceEdit.setPlaceholderText(IMAGE_PLACEHOLDER if images else TEXT_PLACEHOLDER)
+    view.sourceFileButton.setVisible(not images)
+    view.tokensSpin.setVisible(not images)
+    view.sampleButton.setToolTip(
+        "attndesk's sample images (the shipped pictures and scikit-learn's digits)"
+        if images
+        else "the sample corpus written for attndesk (324 sentences, a third with repeats)"
+    )
+
+
+def store_kind(view: CorpusView, images: bool) -> tuple[str, ...]:
+    """The metrics, badges and atlas of a text store or an image store (no atlas); its table's columns."""
+    metrics = list(IMAGE_METRICS if images else METRICS)
+    if [view.metricCombo.itemText(i) for i in range(view.metricCombo.count())] != metrics:
+        view.metricCombo.blockSignals(True)
+        view.metricCombo.clear()
+        view.metricCombo.addItems(metrics)
+        view.metricCombo.blockSignals(False)
+    view.badgeLabel.setText(badge_legend(IMAGE_ROLES if images else TEXT_ROLES))
+    view.atlas.setVisible(not images)
+    view.atlasLabel.setVisible(not images)
+    return IMAGE_TABLE_COLUMNS if images else TABLE_COLUMNS
+
+
 class CorpusView(QWidget):
     """See the module docstring."""
 
@@ -132,6 +166,7 @@ class CorpusView(QWidget):
         self._heads: pd.DataFrame | None = None
         self._atlas_points: tuple = (np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), [])
         self._texts: dict[int, str] = {}
+        self._columns: tuple[str, ...] = TABLE_COLUMNS
         self._table_fill = 0  # the table's fill in progress (a newer one abandons the older)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -148,10 +183,8 @@ class CorpusView(QWidget):
         controls = QWidget(objectName="corpusControls")
         grid = QGridLayout(controls)  # widgets are owned by a widget as they are added
         grid.setContentsMargins(0, 0, 0, 0)
-        self.sourceEdit = QLineEdit(
-            objectName="corpusSource",
-            placeholderText="a .txt / .jsonl / .csv / .parquet file or a folder of .txt files",
-        )
+        self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText=TEXT_PLACEHOLDER)
+        self.sourceLabel = QLabel("Texts", objectName="corpusSourceLabel")
         self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
         self.sourceFolderButton = QPushButton("Folder…", objectName="corpusSourceFolder")
         self.sampleButton = QPushButton("Sample", objectName="corpusSample")
@@ -170,7 +203,7 @@ class CorpusView(QWidget):
         self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
         self.errorLabel.setStyleSheet(ERROR_STYLE)
         for col, widget in enumerate(
-            (QLabel("Texts"), self.sourceEdit, self.sourceFileButton, self.sourceFolderButton, self.sampleButton)
+            (self.sourceLabel, self.sourceEdit, self.sourceFileButton, self.sourceFolderButton, self.sampleButton)
         ):
             grid.addWidget(widget, 0, col)
         for col, widget in enumerate((QLabel("Store"), self.storeEdit, self.storeButton, self.tokensSpin)):
@@ -222,7 +255,7 @@ class CorpusView(QWidget):
             split.addWidget(widget)
         split.setSizes([300, 140, 260])
         layout.addWidget(split, 1)
-        self.badgeLabel = QLabel(badge_legend(), objectName="corpusBadges", wordWrap=True)
+        self.badgeLabel = QLabel(badge_legend(TEXT_ROLES), objectName="corpusBadges", wordWrap=True)
         layout.addWidget(self.badgeLabel)
         self.metricCombo.currentTextChanged.connect(self._metric_changed)
         self.partCombo.currentTextChanged.connect(self._part_changed)
@@ -268,7 +301,7 @@ class CorpusView(QWidget):
             self.sourceEdit.setText(path)
 
     def _choose_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "A folder of .txt files")
+        path = QFileDialog.getExistingDirectory(self, f"A folder of {self.sourceLabel.text().lower()}")
         if path:
             self.sourceEdit.setText(path)
 
@@ -319,9 +352,10 @@ class CorpusView(QWidget):
             self.partChanged.emit(part)
 
     # -- the store ------------------------------------------------------------------------------
-    def show_store(self, heads: pd.DataFrame | None, caption: str = "") -> None:
-        """A store's heads (``store.heads``), or None: nothing to show."""
+    def show_store(self, heads: pd.DataFrame | None, caption: str = "", *, images: bool = False) -> None:
+        """A store's heads (``store.heads``), or None; ``images``: an image pass's store (``store_kind``)."""
         self._heads = None if heads is None or heads.empty else heads.reset_index(drop=True)
+        self._columns = store_kind(self, images)
         self.storeLabel.setText(caption)
         parts = [] if heads is None else list(dict.fromkeys(heads["part"]))
         self.partCombo.blockSignals(True)
@@ -367,8 +401,8 @@ class CorpusView(QWidget):
         # fitted to the contents once, at the end: while fitted, each item set re-measured its column
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.setRowCount(0)  # before the labels: the header fits its columns to no rows
-        self.table.setColumnCount(len(TABLE_COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(TABLE_COLUMNS))
+        self.table.setColumnCount(len(self._columns))
+        self.table.setHorizontalHeaderLabels(list(self._columns))
         self.table.setRowCount(len(records))
         self._fill_rows(records, 0, self._table_fill)
 
@@ -376,7 +410,7 @@ class CorpusView(QWidget):
         if fill != self._table_fill:
             return  # another store's table replaced this one
         for row in range(start, min(start + TABLE_ROWS, len(records))):
-            for col, name in enumerate(TABLE_COLUMNS):
+            for col, name in enumerate(self._columns):
                 self.table.setItem(row, col, _table_item(name, records[row][name]))
         if start + TABLE_ROWS < len(records):
             pacer().call(self, lambda: self._fill_rows(records, start + TABLE_ROWS, fill))
@@ -470,4 +504,4 @@ class CorpusView(QWidget):
             self.textOpened.emit(int(text_ids[index]))
 
 
-__all__ = ["CorpusView"]
+__all__ = ["CorpusView", "set_images", "store_kind"]

@@ -30,6 +30,15 @@ def fresh_settings():
     settings.sync()
 
 
+def open_tab(w, view) -> None:
+    """Bring the tab showing ``view`` to the front: its page, which for a tab that can be off is the
+    stack holding the view beside its reason (``MainWindow.tab_page``)."""
+    from attndesk.app.tabs.registry import TABS
+
+    page = next((w.tab_page(t.id) for t in TABS if w.tab_widget(t.id) is view), view)
+    w.viewTabs.setCurrentWidget(page)
+
+
 def shown_window(qtbot, size: tuple[int, int] = (1300, 850), timeout_ms: int = 120000):
     """A fresh MainWindow (no restored session) of ``size``, shown, with its first result drawn."""
     from attndesk.app.main_window import MainWindow

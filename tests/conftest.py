@@ -8,6 +8,7 @@ are imported by their plain names (this folder is put on ``sys.path`` here)."""
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shutil
 import sys
@@ -76,6 +77,52 @@ def _running_qthreads() -> list:
     if worker is None or not hasattr(worker, "running_threads"):
         return []
     return list(worker.running_threads())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Python's cyclic garbage collector is paused while a test runs and runs between tests.
+
+    A shown window that only a reference cycle keeps alive is deleted, C++ object and all, by
+    whichever collection finds it; one that starts inside Qt's painting (a Python paint method
+    allocates) deletes the view being painted and crashes the process (measured: a window with two
+    plots, freed by a collection inside processEvents, segfaults in QGraphicsView::paintEvent).
+    Between tests no event is being processed. The perf tier's tests (resident set, soak) keep the
+    collector's own timing."""
+    if item.get_closest_marker("perf") or item.get_closest_marker("soak"):
+        return (yield)
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.enable()
+        gc.collect(1)  # the young generations now; the old one as Python's thresholds say
+
+
+@pytest.fixture
+def qtbot(qtbot):
+    """pytest-qt's ``qtbot`` whose ``addWidget`` also keeps the widget alive until the test ends
+    (pytest-qt holds a weak reference only, so a widget the test no longer names was left to the
+    garbage collector) and then deletes it at once, after pytest-qt has closed it."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    kept: list = []
+    add_widget = qtbot.addWidget
+
+    def keep(widget, *, before_close_func=None):
+        kept.append(widget)
+        add_widget(widget, before_close_func=before_close_func)
+
+    qtbot.addWidget = keep
+    yield qtbot
+    for widget in kept:
+        try:
+            widget.close()
+            widget.deleteLater()
+        except RuntimeError:
+            pass  # already deleted by its test
+    kept.clear()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture(autouse=True)

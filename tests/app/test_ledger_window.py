@@ -8,7 +8,7 @@ import gc
 import weakref
 
 import pytest
-from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse)
+from app_helpers import dispose, fresh_settings, open_tab, shown_window  # noqa: F401  (fresh_settings: autouse)
 
 TIMEOUT_MS = 20000
 MiB = 2**20
@@ -36,7 +36,7 @@ def kept(ledger) -> int:
 def test_lowering_the_budget_lets_go_of_a_and_the_teaching_pair_not_of_what_is_drawn(qtbot, window):
     w, ledger = window, window.compute.ledger
     view = w.tab_widget("compare")
-    w.viewTabs.setCurrentWidget(view)
+    open_tab(w, view)
     messages: list[str] = []
     w.status.events.message.connect(messages.append)
     a = w.displayed_result().toy.result
@@ -80,7 +80,7 @@ def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
     w, ledger = window, window.compute.ledger
     ledger.set_budget(kept(ledger) + 1024)
     view = w.tab_widget("compare")
-    w.viewTabs.setCurrentWidget(view)
+    open_tab(w, view)
     failed = []
     w.tab_presenter("compare").failed.connect(failed.append)
     view.teachButtons["masked"].click()  # two runs of the model: more than 1 KiB
@@ -92,11 +92,11 @@ def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
 
 def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
     w, ledger = window, window.compute.ledger
-    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
+    w.viewTabs.setCurrentWidget(w.tab_page("step-through"))
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
     held = next(h for h in ledger.holdings() if "step through" in h.label)
     assert held.protected and held.nbytes > 0
-    w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))  # left: no longer protected
+    w.viewTabs.setCurrentWidget(w.tab_page("head-stats"))  # left: no longer protected
     hidden = next(h for h in ledger.holdings() if "step through" in h.label)
     assert not hidden.protected
     protected = [h for h in ledger.holdings() if h.protected]
@@ -108,7 +108,7 @@ def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
     assert not hidden.alive and all(h.alive for h in protected)
     assert not any("step through" in x for x in labels(ledger))
     assert w.tab_widget("step-through").infoLabel.text() == ""  # the tab let go of its stages
-    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))  # shown again: drawn again, and held again
+    w.viewTabs.setCurrentWidget(w.tab_page("step-through"))  # shown again: drawn again, and held again
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
 
 
@@ -143,9 +143,9 @@ def test_a_run_makes_room_for_its_working_memory_before_it_computes(qtbot, windo
     """The run being computed counts against the budget: the copies hidden tabs keep go first
     (saying so), what is on screen stays."""
     w, ledger = window, window.compute.ledger
-    w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
+    w.viewTabs.setCurrentWidget(w.tab_page("step-through"))
     qtbot.waitUntil(lambda: any("step through" in x for x in labels(ledger)), timeout=TIMEOUT_MS)
-    w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+    w.viewTabs.setCurrentWidget(w.tab_page("head-stats"))
     hidden = next(h for h in ledger.holdings() if "step through" in h.label)
     assert not hidden.protected
     ledger.set_budget(ledger.total() + MiB)  # the next run's weights alone (0.9 MiB x its copies) do not fit beside it

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
+from app_helpers import dispose, fresh_settings, open_tab  # noqa: F401  (fresh_settings: autouse fixture)
 
 import attndesk.app.tabs.compare as compare_tab
 import attndesk.app.tabs.headstats as headstats_tab
@@ -67,7 +67,7 @@ def test_step_through_shows_the_core_intermediates_of_the_displayed_result(qtbot
     np.testing.assert_array_equal(window.displayed_result().map.weights, core_run(window, keep=False).weights)
     # opening the step-through recomputes the input with every intermediate kept, and shows it
     with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(window.tab_widget("step-through"))
+        window.viewTabs.setCurrentWidget(window.tab_page("step-through"))
     assert window.displayed_result().toy.result.intermediates is not None
     _check_stages(window, 0)
     with qtbot.waitSignal(
@@ -96,13 +96,13 @@ def test_returning_to_the_step_through_shows_its_plots_one_per_event_loop_turn(q
 
     view = window.tab_widget("step-through")
     with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(view)
+        open_tab(window, view)
     QApplication.processEvents()  # the strip's last relayout may still be posted when the last stage is drawn
     drawn = [p for p in view.plots.values() if p.isVisible()]
     places = {id(p): p.geometry() for p in drawn}
     assert len(drawn) >= 8
     window.viewTabs.setCurrentWidget(window.heatmapPanel)
-    window.viewTabs.setCurrentWidget(view)
+    open_tab(window, view)
     QApplication.processEvents()
     assert sum(p.isVisible() for p in drawn) < len(drawn) // 2, "every plot came back in one event"
     qtbot.waitUntil(lambda: all(p.isVisible() for p in drawn), timeout=5000)
@@ -117,7 +117,7 @@ def test_step_through_plots_refit_one_per_turn_when_the_window_resizes(qtbot, wi
 
     view = window.tab_widget("step-through")
     with qtbot.waitSignal(view.drawn, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(view)
+        open_tab(window, view)
     shown = [p for p in view.plots.values() if p.isVisible()]
 
     def refit(width_change: int):
@@ -152,7 +152,7 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
 
     monkeypatch.setattr(headstats_tab, "statistics_job", spy)
     with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
+        window.viewTabs.setCurrentWidget(window.tab_page("head-stats"))
     assert threads and threads[0] != threading.get_ident()
     shown = window.displayed_result().map
     expected = head_statistics(shown.weights, special=list(shown.keys))
@@ -163,19 +163,20 @@ def test_head_stats_come_from_the_worker_and_a_row_opens_that_head(qtbot, window
         window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS
     ):  # (a rerun keeping intermediates)
         window.tab_widget("head-stats").select_head(3)
-    assert window.viewTabs.currentWidget() is window.tab_widget("step-through")
+    assert window.viewTabs.currentWidget() is window.tab_page("step-through")
+    assert window.tab_page("step-through").currentWidget() is window.tab_widget("step-through")
     assert window.tab_widget("step-through").head() == 3
     assert window.heatmapPanel.view_target() == 3
     shown = window.displayed_result().map
     np.testing.assert_array_equal(window.tab_widget("step-through").plots["weights"].matrix, shown.weights[3])
-    window.viewTabs.setCurrentWidget(window.tab_widget("compare"))  # filled when shown, on the chosen head
+    window.viewTabs.setCurrentWidget(window.tab_page("compare"))  # filled when shown, on the chosen head
     assert window.tab_widget("compare").headCombo.currentData() == 3
     np.testing.assert_array_equal(window.tab_widget("compare").displayed()[1], shown.weights[3])
 
 
 def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
     view = window.tab_widget("compare")
-    window.viewTabs.setCurrentWidget(view)
+    open_tab(window, view)
     a = window.displayed_result().toy.result
     view.pin()
     b = wait_result(qtbot, window, lambda: window.parametersPanel.maskCombo.setCurrentText("causal")).toy.result
@@ -193,7 +194,7 @@ def test_compare_pin_then_change_mask_shows_exact_difference(qtbot, window):
 
 def test_tutorial_comparison_runs_in_the_side_worker_and_explains_itself(qtbot, window, monkeypatch):
     view = window.tab_widget("compare")
-    window.viewTabs.setCurrentWidget(view)
+    open_tab(window, view)
     threads = []
     real = compare_tab.teaching_comparison
 
@@ -269,9 +270,9 @@ def test_rollout_tab_explains_it_needs_the_pretrained_model(window):
 
 def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.tab_presenter("step-through").shownResult, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(window.tab_widget("step-through"))
+        window.viewTabs.setCurrentWidget(window.tab_page("step-through"))
     for view in (window.tab_widget("step-through"), window.tab_widget("positions"), window.tab_widget("compare")):
-        window.viewTabs.setCurrentWidget(view)
+        open_tab(window, view)
         if view is window.tab_widget("positions"):  # its table is a side job
             qtbot.waitUntil(lambda: window.tab_widget("positions").encoding is not None, timeout=TIMEOUT_MS)
         plots = [
@@ -286,7 +287,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
         assert (tmp_path / png).stat().st_size > 0
         np.testing.assert_array_equal(np.load(npy), plot.matrix)
     with qtbot.waitSignal(window.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
-        window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
+        window.viewTabs.setCurrentWidget(window.tab_page("head-stats"))
     assert window.tab_widget("head-stats").exportButton.isVisibleTo(window)
     csv = tmp_path / "stats.csv"
     window.tab_widget("head-stats").export_csv(str(csv))
@@ -299,7 +300,7 @@ def test_closing_during_side_jobs_leaves_no_thread(qtbot):
     w.show()
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         pass
-    w.viewTabs.setCurrentWidget(w.tab_widget("compare"))
+    w.viewTabs.setCurrentWidget(w.tab_page("compare"))
     w.tab_widget("compare").teachButtons["scaled"].click()
     w.tab_widget("implementation").runButton.click()
     dispose(w)
@@ -320,7 +321,7 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
 
     monkeypatch.setattr(compare_tab, "compare_frame", spy)
     view = window.tab_widget("compare")
-    window.viewTabs.setCurrentWidget(view)
+    open_tab(window, view)
     a = window.displayed_result().toy.result
     view.pin()
     qtbot.waitUntil(lambda: view.diff() is not None, timeout=TIMEOUT_MS)
@@ -336,15 +337,15 @@ def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch
     # leaving for another tab's work and coming back asks again instead of waiting forever
     view.pin()
     assert view.is_computing()
-    window.viewTabs.setCurrentWidget(window.tab_widget("head-stats"))
-    window.viewTabs.setCurrentWidget(view)
+    window.viewTabs.setCurrentWidget(window.tab_page("head-stats"))
+    open_tab(window, view)
     qtbot.waitUntil(lambda: view.diff() is not None and not view.is_computing(), timeout=TIMEOUT_MS)
     assert view.diff().max_abs == 0.0
 
 
 def test_lowering_the_budget_below_a_pinned_a_lets_it_go(qtbot, window):
     view = window.tab_widget("compare")
-    window.viewTabs.setCurrentWidget(view)
+    open_tab(window, view)
     wait_result(qtbot, window, lambda: window.state.update({"text": " ".join(["w"] * 400)}))
     a = window.displayed_result().toy.result
     assert a.weights.nbytes > 2**20
@@ -371,7 +372,7 @@ def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
         window.tab_widget("compare"),
         window.tab_widget("positions"),
     ):
-        window.viewTabs.setCurrentWidget(view)
+        open_tab(window, view)
     qtbot.waitUntil(lambda: "memory-bounded" in window.tab_widget("step-through").infoLabel.text(), timeout=TIMEOUT_MS)
     assert "memory-bounded" in window.tab_widget("head-stats").infoLabel.text()
     assert "memory-bounded" in window.tab_widget("compare").maxLabel.text()

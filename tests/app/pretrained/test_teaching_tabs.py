@@ -46,7 +46,7 @@ def test_pretrained_tabs(qtbot, pretrained_window):
 
     # head statistics: every layer x head, from the side worker
     with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
-        w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+        w.viewTabs.setCurrentWidget(w.tab_page("head-stats"))
     assert w.tab_widget("head-stats").stats() == layer_statistics(run.weights, special=list(run.tokens))
     assert w.tab_widget("head-stats").table.rowCount() == layers * heads
     # a row opens that layer's head large in the heatmaps
@@ -65,12 +65,12 @@ def test_pretrained_tabs(qtbot, pretrained_window):
     np.testing.assert_allclose(w.tab_widget("rollout").follow, run.weights[:, :, 3, :].mean(axis=1), rtol=1e-6)
 
     # compare shows the displayed layer; teaching pairs and the PyTorch comparison are toy-only
-    w.viewTabs.setCurrentWidget(w.tab_widget("compare"))
+    w.viewTabs.setCurrentWidget(w.tab_page("compare"))
     np.testing.assert_array_equal(w.tab_widget("compare").displayed()[1], run.weights[2, 5])  # head 5 chosen above
     assert not any(b.isEnabled() for b in w.tab_widget("compare").teachButtons.values())
     assert not w.tab_widget("implementation").runButton.isEnabled()
     with qtbot.waitSignal(w.tab_presenter("step-through").shownResult, timeout=60000):  # the real layer's stages
-        w.viewTabs.setCurrentWidget(w.tab_widget("step-through"))
+        w.viewTabs.setCurrentWidget(w.tab_page("step-through"))
     np.testing.assert_allclose(w.tab_widget("step-through").stage_matrix("weights"), run.weights[2, 5], atol=1e-6)
 
 
@@ -89,5 +89,5 @@ def test_pretrained_statistics_caption_counts_the_tokens_they_cover(qtbot, windo
     n = len(run.tokens)
     assert w.displayed_result().length == n - 2  # [CLS] and [SEP] hidden
     with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=60000):
-        w.viewTabs.setCurrentWidget(w.tab_widget("head-stats"))
+        w.viewTabs.setCurrentWidget(w.tab_page("head-stats"))
     assert f"{n} queries × {n} keys" in w.tab_widget("head-stats").infoLabel.text()

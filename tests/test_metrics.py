@@ -59,7 +59,7 @@ FUNCTION_IMPORTS = {
     "attndesk/cli/attribute.py": 1,
     "attndesk/cli/bundle.py": 13,  # main's --circuit (_circuits): to move to a cli job module next
     "attndesk/cli/corpus.py": 4,
-    "attndesk/cli/kvcache.py": 14,
+    "attndesk/cli/kvcache.py": 15,  # kvcache and pandas load torch and pyarrow: lazy, so `attndesk --help` stays quick
     "attndesk/cli/patch.py": 5,
     "attndesk/cli/render.py": 23,
     "attndesk/cli/render_image.py": 15,
@@ -79,7 +79,7 @@ FUNCTION_IMPORTS = {
     "attndesk/corpus/engine.py": 4,
     "attndesk/corpus/ray_engine.py": 1,
     "attndesk/corpus/sources.py": 2,
-    "attndesk/kvcache/model.py": 8,
+    "attndesk/kvcache/model.py": 6,
     "attndesk/kvcache/regressions.py": 3,
     "attndesk/kvcache/simulate.py": 1,
     "attndesk/render/colormaps.py": 1,

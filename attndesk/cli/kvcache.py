@@ -12,6 +12,7 @@ from typing import Any
 
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.progress import ProgressLine
+from attndesk.jobs import plain_context
 
 NAME = "kvcache"
 DEFAULT_POLICIES = "streaming,h2o,snapkv,tova,knorm,random,oracle"
@@ -238,7 +239,6 @@ def _ks(text: str) -> list[int]:
 
 def _retrieval(args, kvm, ks: list[int]):
     """The retrieval heads' scores and causal check of a needle-trained toy."""
-    from attndesk.jobs import plain_context
     from attndesk.kvcache.model import TrainedKV
     from attndesk.kvcache.retrieval import retrieval_report
 
@@ -254,7 +254,6 @@ def _retrieval(args, kvm, ks: list[int]):
 
 
 def _simulate(args, kvm, inputs, names, budgets, options) -> list[tuple[int, Any]]:
-    from attndesk.jobs import plain_context
     from attndesk.kvcache import simulate
 
     jobs = [(t, name, budget) for t in range(len(inputs)) for name in names for budget in budgets]

@@ -28,8 +28,11 @@ import numpy as np
 import torch
 from einops import rearrange
 
+from attndesk.core.attention import attend
 from attndesk.core.errors import ConfigError
 from attndesk.core.pretrained.backend import Capture
+from attndesk.core.rope import apply_rope, rope_cos_sin
+from attndesk.core.scoring import Scoring
 
 
 @dataclass
@@ -327,7 +330,6 @@ class TrainedKV(KVModel):
     def rotary(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray] | None:
         if self.run.cfg.position != "rope":
             return None
-        from attndesk.core.rope import rope_cos_sin
 
         cos, sin = rope_cos_sin(length, self.run.cfg.embed_dim // self.heads, dtype=torch.float64, start=start)
         return cos.numpy(), sin.numpy()
@@ -373,9 +375,6 @@ class TrainedKV(KVModel):
     def extend(self, ids: list[int], keep: np.ndarray, resume: Resume, *, weights: bool = True) -> tuple[Pass, Resume]:
         """The blocks of ``forward`` for the new rows only: their Q against the cached keys and
         their own (RoPE by their positions), through the reference ``attend``."""
-        from attndesk.core.attention import attend
-        from attndesk.core.rope import apply_rope, rope_cos_sin
-        from attndesk.core.scoring import Scoring
 
         decoder = self.run.model
         decoder.eval()

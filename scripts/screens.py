@@ -35,7 +35,7 @@ from scripts.screen_checks import Axis, Box, Problem, Status, Widget, review  # 
 SIZES = ((1280, 800), (1920, 1200))
 WINDOWS = ("toy", "minilm", "gpt2", "vit")
 DECODER_TABS = ("generate", "patching", "attribution", "logit-lens", "circuit")  # the gpt2 window renders only these
-VISION_TABS = ("image", "heatmaps", "all-layers")  # the vit window renders only these
+VISION_TABS = ("image", "heatmaps", "all-layers", "corpus")  # the vit window renders only these
 ONLY = {"gpt2": DECODER_TABS, "vit": VISION_TABS}
 THUMB_WIDTH = 360
 

@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from .metrics import excess, role
+
 IMAGE_METRICS = ("entropy", "spatial_distance", "class_share", "sink_share")
 IMAGE_BASELINES = ("uniform_entropy", "uniform_share", "uniform_sink", "uniform_distance")
 PER_IMAGE_VALUES = IMAGE_METRICS + IMAGE_BASELINES
@@ -47,30 +49,19 @@ IMAGE_BROAD_SHARE = 0.8  # entropy at least this share of a uniform row's
 
 def image_excess(values: dict, metric: str) -> float:
     """A share less its uniform baseline (the metric itself for one without a baseline)."""
-    value = values.get(metric)
-    value = math.nan if value is None else float(value)
-    if metric not in IMAGE_SHARE_BASELINE:
-        return value
-    baseline = values.get(IMAGE_SHARE_BASELINE[metric])
-    return value - (math.nan if baseline is None else float(baseline))
+    return excess(values, metric, IMAGE_SHARE_BASELINE)
 
 
 def image_role(values: dict) -> str:
     """The first role whose rule the head's corpus metrics meet; "broad" or "mixed" otherwise."""
-    for name, metric, threshold in IMAGE_ROLE_RULES:
-        value = image_excess(values, metric)
-        if not math.isfinite(value):
-            continue
-        if metric == "spatial_distance":
-            uniform = values.get("uniform_distance")
-            if value <= threshold and uniform is not None and value <= IMAGE_LOCAL_SHARE * uniform:
-                return name
-        elif value >= threshold:
-            return name
-    entropy, uniform = values.get("entropy"), values.get("uniform_entropy")
-    if entropy is not None and uniform and math.isfinite(entropy) and entropy >= IMAGE_BROAD_SHARE * uniform:
-        return "broad"
-    return "mixed"
+    return role(
+        values,
+        IMAGE_ROLE_RULES,
+        baselines=IMAGE_SHARE_BASELINE,
+        distance="spatial_distance",
+        local_share=IMAGE_LOCAL_SHARE,
+        broad_share=IMAGE_BROAD_SHARE,
+    )
 
 
 def patch_distances(grid: tuple[int, int]) -> np.ndarray:

@@ -67,30 +67,41 @@ LOCAL_SHARE = 0.5
 BROAD_SHARE = 0.8  # entropy at least this share of a uniform row's (ln of the keys each row reached)
 
 
-def excess(values: dict, metric: str) -> float:
-    """A share metric less its uniform baseline (the metric itself for one without a baseline)."""
+def excess(values: dict, metric: str, baselines: dict | None = None) -> float:
+    """A share metric less its uniform baseline (the metric itself for one without a baseline);
+    ``baselines``: metric -> its baseline's column (default the text pass's ``SHARE_BASELINE``)."""
+    baselines = SHARE_BASELINE if baselines is None else baselines
     value = values.get(metric)
     value = math.nan if value is None else float(value)
-    if metric not in SHARE_BASELINE:
+    if metric not in baselines:
         return value
-    baseline = values.get(SHARE_BASELINE[metric])
+    baseline = values.get(baselines[metric])
     return value - (math.nan if baseline is None else float(baseline))
 
 
-def role(values: dict) -> str:
-    """The first role whose rule the head's corpus metrics meet; "broad" or "mixed" otherwise."""
-    for name, metric, threshold in ROLE_RULES:
-        value = excess(values, metric)
+def role(
+    values: dict,
+    rules: tuple = ROLE_RULES,
+    *,
+    baselines: dict | None = None,
+    distance: str = "distance",
+    local_share: float = LOCAL_SHARE,
+    broad_share: float = BROAD_SHARE,
+) -> str:
+    """The first role whose rule the head's corpus metrics meet; "broad" or "mixed" otherwise.
+    The defaults are the text pass's; the image pass gives its rules, baselines and distance column."""
+    for name, metric, threshold in rules:
+        value = excess(values, metric, baselines)
         if not math.isfinite(value):
             continue
-        if metric == "distance":
+        if metric == distance:
             uniform = values.get("uniform_distance")
-            if value <= threshold and uniform is not None and value <= LOCAL_SHARE * uniform:
+            if value <= threshold and uniform is not None and value <= local_share * uniform:
                 return name
         elif value >= threshold:
             return name
     entropy, uniform = values.get("entropy"), values.get("uniform_entropy")
-    if entropy is not None and uniform and math.isfinite(entropy) and entropy >= BROAD_SHARE * uniform:
+    if entropy is not None and uniform and math.isfinite(entropy) and entropy >= broad_share * uniform:
         return "broad"
     return "mixed"
 

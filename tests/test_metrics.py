@@ -62,7 +62,7 @@ FUNCTION_IMPORTS = {
     "attndesk/core/config.py": 1,
     "attndesk/core/images.py": 2,
     "attndesk/core/interp/attribution_patching.py": 1,
-    "attndesk/core/interp/flow.py": 4,
+    "attndesk/core/interp/flow.py": 3,
     "attndesk/core/interp/image_maps.py": 1,
     "attndesk/core/memory.py": 2,
     "attndesk/core/pretrained/loader.py": 2,
@@ -75,15 +75,11 @@ FUNCTION_IMPORTS = {
     "attndesk/kvcache/regressions.py": 3,
     "attndesk/kvcache/simulate.py": 1,
     "attndesk/render/colormaps.py": 1,
-    "attndesk/render/export.py": 8,
+    "attndesk/render/export.py": 7,
     "attndesk/render/gui.py": 3,
     "attndesk/render/heads_grid.py": 4,
     "attndesk/render/page_corpus.py": 2,
-    "attndesk/render/training.py": 3,
-    "attndesk/train/__init__.py": 1,
-    "attndesk/train/presets.py": 3,
-    "attndesk/train/run.py": 1,
-    "attndesk/train/tasks.py": 1,
+    "attndesk/render/training.py": 2,
 }
 
 # package -> how many of its modules and subpackages its docstring does not name (target: empty)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from .config import TASK_NAMES, TRAIN_POSITIONS, TrainConfig
 from .run import TrainRun
+from .store import load_run
 from .tasks import TASKS, Batch, Task, make_task
 from .trainer import ProbeSnapshot, StepReport, Trainer, train
 
 
 def load_trained(path):
     """The run saved in the folder ``path`` (see ``attndesk.train.store``)."""
-    from .store import load_run
 
     return load_run(path)
 

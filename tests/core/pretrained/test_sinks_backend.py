@@ -11,7 +11,6 @@ from torch import nn
 from attndesk.core.pretrained.backend import attndesk_attention
 
 
-
 class _Layer(nn.Module):
     """What both attention functions read from a GPT-OSS attention module."""
 

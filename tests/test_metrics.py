@@ -89,8 +89,6 @@ UNLISTED_MODULES = {
     "attndesk/app/pretrained": 4,
     "attndesk/app/tabs": 11,
     "attndesk/app/views": 13,
-    "attndesk/core/pretrained": 7,
-    "attndesk/train": 6,
 }
 
 

@@ -6,6 +6,12 @@
 
 See docs/train.md for the tasks, the presets and the figures; ``images`` holds the image tasks
 and their vision models (docs/vision.md).
+
+Modules: ``config`` (``TrainConfig``), ``tasks`` (the seeded batch generators), ``model`` (the
+decoder, built from attndesk's own attention), ``trainer`` (the loop), ``run`` (``TrainRun``: a
+model with its task, history and checkpoints), ``checkpoints`` (kept in memory within a budget),
+``store`` (a run on disk, all or nothing), ``stages`` (a trained model's attention as the toy
+views' result) and ``presets`` (the shipped trained models).
 """
 
 from __future__ import annotations

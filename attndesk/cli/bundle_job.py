@@ -20,8 +20,6 @@ from attndesk.core.pretrained import packaged_model_dir
 from attndesk.core.pretrained.vision import read_image
 from attndesk.render import ensure_gui_app
 from attndesk.render.bundle import save_bundle
-from attndesk.render.export import render_bytes
-from attndesk.render.overlays import overlay_painter
 from attndesk.render.page import page_html
 from attndesk.session.file import SessionError, session_json
 from attndesk.session.state import PACKAGED, ModeId, state_from_flags
@@ -87,9 +85,10 @@ def _image_bundle(args: argparse.Namespace, defaults: argparse.Namespace, out: P
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     ensure_gui_app(headless=True)
-    files = {f"{name}.png": render_bytes(overlay_painter(f), "png", f.size(), args.dpi) for name, f in figures}
+    pngs = render_image.figure_pngs(args, figures)
+    files = {f"{name}.png": png for name, png in pngs.items()}
     try:
-        files[f"{stem}.html"] = page_html(render_image.page_document(args, result, figures)).encode("utf-8")
+        files[f"{stem}.html"] = page_html(render_image.page_document(args, result, figures, pngs)).encode("utf-8")
     except CliError:
         pass  # a page over its limit: the weights and figures are in the bundle anyway
     folder = Path(args.model).expanduser()

@@ -23,7 +23,7 @@ from attndesk.core.interp.image_maps import default_query
 from attndesk.core.pretrained import load_pretrained, read_spec
 from attndesk.core.pretrained.vision import run_image
 from attndesk.render import ensure_gui_app
-from attndesk.render.export import ExportError, OutputSet, atomic_write, render_bytes, write
+from attndesk.render.export import ExportError, OutputSet, atomic_write, check_image_memory, render_bytes, write
 from attndesk.render.overlays import map_overlays, overlay_painter, run_figures
 from attndesk.render.page import PageTooLarge, vision_page_data, write_document
 
@@ -165,12 +165,21 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     return figures, run, stem
 
 
-def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]]) -> dict:
+def figure_pngs(args: argparse.Namespace, figures: list[tuple[str, Any]]) -> dict[str, bytes]:
+    """Each overlay figure painted once as PNG, by its file stem: the PNG files, the page's pictures
+    and a bundle's figures are these bytes."""
+    pngs = {}
+    for name, figure in figures:
+        check_image_memory(*figure.size())
+        pngs[name] = render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi, figure.title)
+    return pngs
+
+
+def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]], pngs: dict[str, bytes]) -> dict:
     """The html page: every layer's token x token maps (``--layer``: that layer) with the image and
-    its overlay figures above them; PageTooLarge (bad input) before anything is written."""
-    pictures = [
-        (figure.title, render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi)) for _, figure in figures
-    ]
+    its overlay figures (``pngs``: ``figure_pngs``) above them; PageTooLarge (bad input) before
+    anything is written."""
+    pictures = [(figure.title, pngs[name]) for name, figure in figures]
     try:
         return vision_page_data(
             run,
@@ -193,7 +202,8 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     ensure_gui_app(headless=True)
-    page = page_document(args, run, figures) if "html" in args.format else None
+    pngs = figure_pngs(args, figures) if {"png", "html"} & set(args.format) else {}
+    page = page_document(args, run, figures, pngs) if "html" in args.format else None
     for notice in run.notices:
         print(f"attndesk: note: {notice}", file=sys.stderr)
     out_dir = Path(args.out).expanduser()
@@ -204,7 +214,9 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
             if page is not None:
                 write_document(page, out.path(f"{stem}.html"))
             for name, figure in figures:
-                for fmt in (f for f in args.format if f != "html"):
+                if "png" in args.format:
+                    atomic_write(out.path(f"{name}.png"), pngs[name])
+                for fmt in (f for f in args.format if f not in ("html", "png")):
                     write(
                         overlay_painter(figure),
                         out.path(f"{name}.{fmt}"),
@@ -222,4 +234,4 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     return out.committed
 
 
-__all__ = ["image_figures", "page_document", "parse_query", "render_image"]
+__all__ = ["figure_pngs", "image_figures", "page_document", "parse_query", "render_image"]

@@ -41,7 +41,6 @@ LONG_FUNCTIONS = {
 LONG_CLASSES = {
     "attndesk/app/jobs/compute.py:ComputeController": 308,
     "attndesk/app/main_window.py:MainWindow": 522,  # main's Image tab merge: +6, to split next
-    "attndesk/app/pretrained/mode.py:PretrainedMode": 538,  # main's Image tab merge: +16, to split next
     "attndesk/app/tabs/train.py:TrainTab": 374,
     "attndesk/app/views/compare.py:CompareView": 451,
     "attndesk/app/views/corpus/view.py:CorpusView": 353,

@@ -40,7 +40,6 @@ LONG_FUNCTIONS = {
 # class -> its lines, over MAX_CLASS_LINES (target: empty)
 LONG_CLASSES = {
     "attndesk/app/jobs/compute.py:ComputeController": 308,
-    "attndesk/app/main_window.py:MainWindow": 522,  # main's Image tab merge: +6, to split next
     "attndesk/app/tabs/train.py:TrainTab": 374,
     "attndesk/app/views/compare.py:CompareView": 451,
     "attndesk/app/views/corpus/view.py:CorpusView": 353,
@@ -94,7 +93,7 @@ FUNCTION_IMPORTS = {
 
 # package -> how many of its modules and subpackages its docstring does not name (target: empty)
 UNLISTED_MODULES = {
-    "attndesk/app": 14,
+    "attndesk/app": 8,
     "attndesk/app/pretrained": 4,
     "attndesk/app/tabs": 11,
     "attndesk/app/views": 13,

@@ -43,7 +43,6 @@ LONG_CLASSES = {
     "attndesk/app/tabs/train.py:TrainTab": 374,
     "attndesk/app/views/compare.py:CompareView": 451,
     "attndesk/app/views/corpus/view.py:CorpusView": 353,
-    "attndesk/app/views/heatmap.py:MatrixPlot": 364,  # main's lazy-plot merge (i29-speed): to split next
     "attndesk/app/views/generate.py:GenerateView": 324,
     "attndesk/app/views/stepthrough.py:StepThroughView": 301,
     "attndesk/app/views/train.py:TrainView": 423,

@@ -43,7 +43,6 @@ LONG_CLASSES = {
     "attndesk/app/tabs/train.py:TrainTab": 374,
     "attndesk/app/views/compare.py:CompareView": 451,
     "attndesk/app/views/corpus/view.py:CorpusView": 353,
-    "attndesk/app/views/train.py:TrainView": 423,
     "attndesk/core/config.py:AttentionConfig": 402,
 }
 

@@ -41,7 +41,6 @@ LONG_FUNCTIONS = {
 LONG_CLASSES = {
     "attndesk/app/jobs/compute.py:ComputeController": 308,
     "attndesk/app/tabs/train.py:TrainTab": 374,
-    "attndesk/app/views/compare.py:CompareView": 451,
     "attndesk/core/config.py:AttentionConfig": 402,
 }
 

@@ -23,17 +23,13 @@ HEAVY = {"ray", "umap", "duckdb", "transformers", "selenium", "torch", "pandas"}
 
 # function -> its lines, over MAX_FUNCTION_LINES (target: empty)
 LONG_FUNCTIONS = {
-    "attndesk/cli/patch.py:run": 62,
     "attndesk/core/bundle.py:write_bundle": 65,  # main's bundle/circuit merges after this list was cut: to split next
     "attndesk/core/attention.py:attend": 80,
     "attndesk/core/fastpath.py:fast_attention": 65,
-    "attndesk/core/interp/lens.py:direct_logit_attribution": 63,
     "attndesk/core/interp/patching.py:activation_patching": 73,
     "attndesk/core/pipeline.py:run_attention": 82,
-    "attndesk/core/pretrained/loader.py:_vision_model": 61,
     "attndesk/core/pretrained/run.py:run_pretrained": 71,
     "attndesk/core/pretrained/vision.py:run_image": 70,
-    "attndesk/kvcache/regressions.py:sink_model": 61,
     "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
 }
 

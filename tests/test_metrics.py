@@ -25,7 +25,6 @@ HEAVY = {"ray", "umap", "duckdb", "transformers", "selenium", "torch", "pandas"}
 LONG_FUNCTIONS = {
     "attndesk/core/bundle.py:write_bundle": 65,  # main's bundle/circuit merges after this list was cut: to split next
     "attndesk/core/attention.py:attend": 80,
-    "attndesk/core/interp/patching.py:activation_patching": 73,
     "attndesk/core/pipeline.py:run_attention": 82,
     "attndesk/core/pretrained/run.py:run_pretrained": 71,
     "attndesk/core/pretrained/vision.py:run_image": 70,

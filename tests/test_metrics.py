@@ -26,8 +26,6 @@ LONG_FUNCTIONS = {
     "attndesk/core/bundle.py:write_bundle": 65,  # main's bundle/circuit merges after this list was cut: to split next
     "attndesk/core/attention.py:attend": 80,
     "attndesk/core/pipeline.py:run_attention": 82,
-    "attndesk/core/pretrained/run.py:run_pretrained": 71,
-    "attndesk/core/pretrained/vision.py:run_image": 70,
     "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
 }
 

@@ -190,30 +190,6 @@ def _files(args, model, report, approx) -> list[tuple[str, object]]:
     return files
 
 
-def _summary(model: str, report, approx, seconds: float) -> dict:
-    """summary.json: the model, the metric and its clean and corrupt values, the passes and the
-    memory they took, the exact run's seconds and attribution patching's rank correlation."""
-    return {
-        "model": model,
-        "metric": report.metric,
-        "answer": report.answer,
-        "wrong": report.wrong,
-        "clean_metric": report.clean_metric,
-        "corrupt_metric": report.corrupt_metric,
-        "metric_scale": report.metric_scale,
-        "warning": report.warning,
-        "clean_tokens": report.clean_tokens,
-        "corrupt_tokens": report.corrupt_tokens,
-        "part": report.part,
-        "forward_passes": report.forward_passes,
-        "batch_rows": report.batch_rows,
-        "pass_bytes_estimate": report.pass_bytes,
-        "memory_budget": report.budget,
-        "seconds": round(seconds, 3),
-        "rank_correlation": None if approx is None else approx.agreement,
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     from attndesk.core.interp import activation_patching, attribution_patching
 
@@ -249,7 +225,25 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
-    summary = _summary(model.name, report, approx, exact_s)
+    summary = {
+        "model": model.name,
+        "metric": report.metric,
+        "answer": report.answer,
+        "wrong": report.wrong,
+        "clean_metric": report.clean_metric,
+        "corrupt_metric": report.corrupt_metric,
+        "metric_scale": report.metric_scale,
+        "warning": report.warning,
+        "clean_tokens": report.clean_tokens,
+        "corrupt_tokens": report.corrupt_tokens,
+        "part": report.part,
+        "forward_passes": report.forward_passes,
+        "batch_rows": report.batch_rows,
+        "pass_bytes_estimate": report.pass_bytes,
+        "memory_budget": report.budget,
+        "seconds": round(exact_s, 3),
+        "rank_correlation": None if approx is None else approx.agreement,
+    }
     for path in write_all(args.out, [*_files(args, model, report, approx), ("summary.json", summary)]):
         print(path, flush=True)
     if report.warning is not None:

@@ -24,10 +24,8 @@ HEAVY = {"ray", "umap", "duckdb", "transformers", "selenium", "torch", "pandas"}
 # function -> its lines, over MAX_FUNCTION_LINES (target: empty)
 LONG_FUNCTIONS = {
     "attndesk/cli/patch.py:run": 62,
-    "attndesk/core/bundle.py:write_bundle": 65,  # main's bundle/circuit merges after this list was cut: to split next
     "attndesk/core/attention.py:attend": 80,
     "attndesk/core/pipeline.py:run_attention": 82,
-    "attndesk/render/bundle.py:save_bundle": 63,  # main's bundle/circuit merges after this list was cut: to split next
 }
 
 # class -> its lines, over MAX_CLASS_LINES (target: empty)

@@ -1,6 +1,10 @@
 """The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results.
 
-``attndesk.app.main_window`` assembles it (``main()`` runs it). ``MainWindow`` is also offered
+``attndesk.app.main_window`` assembles it (``main()`` runs it) from its parts: ``window_tabs`` (the
+registry's tabs, their views, presenters and empty states), ``window_docks``, ``window_menus`` (the
+menus and the window's own actions), ``window_status`` (the status bar), ``window_sessions``
+(session files and the settings kept between launches) and ``window_export`` (the export
+dialog). ``MainWindow`` is also offered
 here, resolved on first use, so that importing ``attndesk.app.jobs.worker`` or ``attndesk.app.state``
 does not build the whole window.
 """

@@ -215,6 +215,33 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 # the zip
 
 
+def _manifest(
+    model: Mapping[str, Any],
+    run: Mapping[str, Any] | None,
+    texts: Mapping[str, str],
+    weights: Mapping[str, np.ndarray],
+    files: Mapping[str, Mapping[str, bytes]],
+    inputs: Mapping[str, bytes],
+    circuits: Mapping[str, bytes],
+) -> dict[str, Any]:
+    """The bundle's manifest: its format and version, when and where it was made, the model, the
+    run, and the name of every member (``files``: "figures" and "model_files", name -> bytes)."""
+    return {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "model": dict(model),
+        "run": dict(run or {}),
+        "texts": sorted(f"texts/{n}.txt" for n in texts),
+        "weights": [{"name": n, "shape": list(a.shape), "dtype": "float32"} for n, a in weights.items()],
+        "figures": sorted(f"figures/{n}" for n in files["figures"]),
+        "model_files": sorted(f"model/{n}" for n in files["model_files"]),
+        **({"inputs": sorted(f"inputs/{n}" for n in inputs)} if inputs else {}),
+        **({"circuits": sorted(f"circuits/{n}" for n in circuits)} if circuits else {}),
+    }
+
+
 def write_bundle(
     path: str | os.PathLike,
     *,
@@ -241,20 +268,7 @@ def write_bundle(
     model_files = dict(model_files or {})
     inputs = dict(inputs or {})
     circuits = dict(circuits or {})
-    manifest = {
-        "format": BUNDLE_FORMAT,
-        "version": BUNDLE_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "environment": environment(),
-        "model": dict(model),
-        "run": dict(run or {}),
-        "texts": sorted(f"texts/{n}.txt" for n in texts),
-        "weights": [{"name": n, "shape": list(a.shape), "dtype": "float32"} for n, a in weights.items()],
-        "figures": sorted(f"figures/{n}" for n in figures),
-        "model_files": sorted(f"model/{n}" for n in model_files),
-        **({"inputs": sorted(f"inputs/{n}" for n in inputs)} if inputs else {}),
-        **({"circuits": sorted(f"circuits/{n}" for n in circuits)} if circuits else {}),
-    }
+    manifest = _manifest(model, run, texts, weights, {"figures": figures, "model_files": model_files}, inputs, circuits)
 
     def write(fh) -> None:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:

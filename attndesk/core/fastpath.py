@@ -342,6 +342,29 @@ def block_rows_for(lq: int, width: int, item: int, block_bytes: int = BLOCK_BYTE
     return max(8, min(lq, rows))
 
 
+def _prepare_weights(
+    weights: torch.Tensor | None, q: torch.Tensor, rule: BlockRule, block_rows: int, lk: int
+) -> tuple[bool, torch.Tensor | None]:
+    """(whether the weighted sums are one GEMM per head at the end, the block buffer the weights
+    go to when no ``weights`` array is kept); ``weights`` zeroed where no block reaches."""
+    lq = q.shape[2]
+    reach = _cells_in_reach(rule, lq, block_rows)
+    # one weighted-sum GEMM per head at the end, unless most of each row is out of reach: then a
+    # GEMM per block over its keys (fewer parallel regions vs less work over zeros)
+    whole_heads = weights is not None and reach > 0.5 * lq * lk
+    if weights is not None and reach < lq * lk:
+        weights.zero_()  # one pass, so the blocks write only the cells they can reach
+    buffer = None if weights is not None else q.new_empty(block_rows * lk)
+    return whole_heads, buffer
+
+
+def _attend_to_nothing(context: torch.Tensor, weights: torch.Tensor | None, n: int, blk) -> None:
+    """A block of queries with no key in reach: zero context (and weights), never NaN."""
+    context[n, :, blk.q0 : blk.q1].zero_()
+    if weights is not None:
+        weights[n, :, blk.q0 : blk.q1].zero_()
+
+
 def fast_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -369,21 +392,13 @@ def fast_attention(
         raise ValueError(f"need one sink logit per query head ({heads}), got {len(scoring.sinks)}")
     context = q.new_empty(items, heads, lq, v.shape[-1])
     q, k = q.contiguous(), k.contiguous()  # rows of the fused QKV are strided: one copy, not one per block
-    reach = _cells_in_reach(rule, lq, block_rows)
-    # one weighted-sum GEMM per head at the end, unless most of each row is out of reach: then a
-    # GEMM per block over its keys (fewer parallel regions vs less work over zeros)
-    whole_heads = weights is not None and reach > 0.5 * lq * lk
-    if weights is not None and reach < lq * lk:
-        weights.zero_()  # one pass, so the blocks write only the cells they can reach
-    buffer = None if weights is not None else q.new_empty(block_rows * lk)
+    whole_heads, buffer = _prepare_weights(weights, q, rule, block_rows, lk)
     blocks = -(-lq // block_rows)
     for n in range(items):
         for b, q0 in enumerate(range(0, lq, block_rows)):
             blk = rule.block(n, q0, min(q0 + block_rows, lq))
             if blk.k1 == blk.k0:  # no key in reach (a window past the last key): attend to nothing
-                context[n, :, blk.q0 : blk.q1].zero_()
-                if weights is not None:
-                    weights[n, :, blk.q0 : blk.q1].zero_()
+                _attend_to_nothing(context, weights, n, blk)
                 continue
             for h in range(heads):
                 if ctx is not None:

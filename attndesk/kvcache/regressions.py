@@ -23,6 +23,46 @@ from .simulate import KVRun, simulate
 SINK_VOCAB, SINK_LENGTH = 64, 96
 
 
+def _sink_weights(vocab: int, embed_dim: int, heads: int, seed: int, sink_weight: float) -> dict[str, torch.Tensor]:
+    """The sink model's weights (one layer, ``heads`` heads, drawn from ``seed``): token 0 is the
+    sink, every query's constant part aims at it with the score that gives it ``sink_weight``."""
+    generator = torch.Generator().manual_seed(seed)
+    e, d = embed_dim, embed_dim // heads
+
+    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=generator)
+
+    embed = normal(vocab, e)
+    embed[:, 0] = 0.0
+    embed[0] = 0.0
+    embed[0, 0] = 1.0  # the sink token: only dimension 0
+    # every query: a constant along each head's first dimension, plus a little content
+    q_weight, k_weight = normal(e, e, scale=0.1), normal(e, e, scale=0.3)
+    q_bias = torch.zeros(e)
+    k_weight[:, 0] = 0.0
+    logit = float(np.log(sink_weight / (1 - sink_weight) * (SINK_LENGTH - 1)))  # the sink's score
+    for head in range(heads):
+        q_bias[head * d] = 4.0
+        q_weight[head * d] = 0.0
+        k_weight[head * d] = 0.0
+        k_weight[head * d, 0] = logit * np.sqrt(d) / 4.0
+    v_weight = normal(e, e)
+    v_weight[:, 0] = 0.0  # the sink carries nothing
+    attn = "blocks.0.attn."
+    return {
+        "embed.weight": embed,
+        attn + "q_proj.weight": q_weight,
+        attn + "q_proj.bias": q_bias,
+        attn + "k_proj.weight": k_weight,
+        attn + "k_proj.bias": torch.zeros(e),
+        attn + "v_proj.weight": v_weight,
+        attn + "v_proj.bias": torch.zeros(e),
+        attn + "out_proj.weight": normal(e, e),
+        attn + "out_proj.bias": torch.zeros(e),
+        "unembed.weight": normal(vocab, e),
+    }
+
+
 def sink_model(seed: int = 0, sink_weight: float = 0.95):
     """A one-layer toy decoder (``TrainRun``, 2 heads, no positions) whose last query puts about
     ``sink_weight`` of its weight on token 0 at the start (more for earlier queries, which see fewer
@@ -44,44 +84,8 @@ def sink_model(seed: int = 0, sink_weight: float = 0.95):
         seed=seed,
     )
     model = build_model(cfg)
-    generator = torch.Generator().manual_seed(seed)
-    e, d = cfg.embed_dim, cfg.embed_dim // cfg.heads
     state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-
-    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return scale * torch.randn(*shape, generator=generator)
-
-    embed = normal(cfg.vocab, e)
-    embed[:, 0] = 0.0
-    embed[0] = 0.0
-    embed[0, 0] = 1.0  # the sink token: only dimension 0
-    # every query: a constant along each head's first dimension, plus a little content
-    q_weight, k_weight = normal(e, e, scale=0.1), normal(e, e, scale=0.3)
-    q_bias = torch.zeros(e)
-    k_weight[:, 0] = 0.0
-    logit = float(np.log(sink_weight / (1 - sink_weight) * (SINK_LENGTH - 1)))  # the sink's score
-    for head in range(cfg.heads):
-        q_bias[head * d] = 4.0
-        q_weight[head * d] = 0.0
-        k_weight[head * d] = 0.0
-        k_weight[head * d, 0] = logit * np.sqrt(d) / 4.0
-    v_weight = normal(e, e)
-    v_weight[:, 0] = 0.0  # the sink carries nothing
-    attn = "blocks.0.attn."
-    state.update(
-        {
-            "embed.weight": embed,
-            attn + "q_proj.weight": q_weight,
-            attn + "q_proj.bias": q_bias,
-            attn + "k_proj.weight": k_weight,
-            attn + "k_proj.bias": torch.zeros(e),
-            attn + "v_proj.weight": v_weight,
-            attn + "v_proj.bias": torch.zeros(e),
-            attn + "out_proj.weight": normal(e, e),
-            attn + "out_proj.bias": torch.zeros(e),
-            "unembed.weight": normal(cfg.vocab, e),
-        }
-    )
+    state.update(_sink_weights(cfg.vocab, cfg.embed_dim, cfg.heads, seed, sink_weight))
     model.load_state_dict(state)
     return TrainRun(cfg, make_task(cfg), model, status="finished", message="built by hand: a sink model")
 

@@ -205,6 +205,31 @@ def trained_model(result: Any, trained: TrainRun | None) -> tuple[dict[str, Any]
     return identity, run_files(trained)
 
 
+def _save_vision_bundle(
+    state: AppState,
+    result: Any,
+    path: str | os.PathLike,
+    model: dict[str, Any],
+    run: dict[str, Any],
+    layer: int | None,
+    colormap: str,
+) -> Path:
+    """A vision run's bundle: its weights, the image (an input), the overlays and the page."""
+    weights = run_weights(result, layer)
+    parts = vision_bundle_parts(state, result, layer, colormap)
+    run["image"] = "image.png"
+    return write_bundle(
+        path,
+        session=session_json(state),
+        texts={},
+        model=model,
+        weights=weights,
+        figures=parts["figures"],
+        run=run,
+        inputs=parts["inputs"],
+    )
+
+
 def save_bundle(
     state: AppState,
     result: Any,
@@ -232,19 +257,7 @@ def save_bundle(
         model = model_identity(folder, packaged=state.mode.path is None)
         texts = {"text": state.text, **({"target": state.target_text} if state.target_text else {})}
         if getattr(result, "grid", None) is not None:  # a vision run: its image, overlays and page
-            weights = run_weights(result, layer)
-            parts = vision_bundle_parts(state, result, layer, colormap)
-            run["image"] = "image.png"
-            return write_bundle(
-                path,
-                session=session_json(state),
-                texts={},
-                model=model,
-                weights=weights,
-                figures=parts["figures"],
-                run=run,
-                inputs=parts["inputs"],
-            )
+            return _save_vision_bundle(state, result, path, model, run, layer, colormap)
     elif result.config.weights_from != "random":  # the model read its task's probe input, not the text box
         identity, model_files = trained_model(result, trained)
         model = {"kind": "toy", "config": result.config.to_dict(), "trained": identity}

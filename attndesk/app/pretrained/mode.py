@@ -31,14 +31,13 @@ into it and redraw from it and from the published results.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 from PySide6.QtCore import QObject
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QWidget
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.images import image_choice
@@ -49,39 +48,29 @@ from attndesk.core.pretrained import (
     is_loaded,
     list_cached_models,
     load_pretrained,
-    packaged_model_dir,
     pretrained_job,
-    read_spec,
     run_pretrained,
 )
-from attndesk.core.types import AttentionMap, head_name
+from attndesk.core.types import AttentionMap
 from attndesk.jobs import JobContext, job_context
-from attndesk.render.export import ExportError
-from attndesk.session.ledger import Holding, arrays_of
 
-from ..jobs.background import Background
 from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..sources.long_source import source_for_map
-from ..state import HEATMAPS_TAB, PACKAGED, AppState, ModeId
-from ..styles import restyle
+from ..state import HEATMAPS_TAB, AppState, ModeId
 from .ablation import ablation_effect
-from .controls import PretrainedControls, describe_run
-from .grid import LayerHeadGrid
+from .exports import PretrainedExports
+from .folders import FolderBrowser, ModelFolders, folder_mode
 from .local_models import LocalModelsDialog
-from .painting import LayerGridPainting, export_all_weights, export_painting, grid_caption, grid_painting, grid_weights
+from .painting import LayerGridPainting, export_painting, grid_caption, grid_painting, grid_weights
+from .widgets import PretrainedWidgets
 
 GRID_TAB = "all-layers"
-_NOTICE_STYLE = "color: #9a4b00;"
 _MASK_TIP = "pretrained model: 'causal' forces a causal mask in every layer (one text has no padding to mask)"
 _DECODER_MASK_TIP = "a decoder is causal in every layer (and windowed where its layers are local): its mask is its own"
 
 
 _WARM_UP_IMAGE = np.full((32, 32, 3), 128, dtype=np.uint8)  # a vision model's throw-away first pass
-
-
-def folder_mode(path: str | Path) -> ModeId:
-    return ModeId(kind="pretrained", path=str(Path(path).expanduser().resolve()))
 
 
 def layer_map(
@@ -201,6 +190,65 @@ def pretrained_run(
     return pretrained_shown(run, mode, layer, hide_special, part)
 
 
+def text_request(state: AppState, spec: ModelSpec, key: tuple[int, bool, str]) -> Request:
+    """The run of a text model: the state's text (and an encoder-decoder's target), ablations, scale, mask."""
+    if not state.text.strip():
+        raise InputProblem("type some text to attend over: the input is empty")
+    causal, scaled = "causal" in state.config.mask, bool(state.config.scaled)
+    ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
+    name = PACKAGED_NAME if state.mode.path is None else Path(state.mode.path).name
+    what = f"running {name}" if is_loaded(state.mode.path) else f"loading {name} (once per session), then running it"
+    if state.cross:
+        what += " (cross-attention is toy-model only: the key text is ignored)"
+    target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
+    layer, hide, part = key
+    job = Job(
+        pretrained_run,
+        (state.mode, state.text, layer, hide, part),
+        {"target": target, "scaled": scaled, "causal": causal, "ablate": ablate},
+        what,
+    )
+    return Request(key=(state.mode, state.text, target, scaled, causal, ablate), job=job)
+
+
+def image_request(state: AppState, spec: ModelSpec, key: tuple[int, bool, str]) -> Request:
+    """A vision model reads the state's image choice (a file or a sample), not the text."""
+    try:
+        name, image = image_choice(state.pretrained.image)
+    except ConfigError as exc:
+        raise InputProblem(str(exc)) from None
+    scaled = bool(state.config.scaled)
+    what = f"running {spec.name} on {name}" if is_loaded(state.mode.path) else f"loading {spec.name}, then running it"
+    layer, hide, part = key
+    job = Job(pretrained_run, (state.mode, image, layer, hide, part), {"scaled": scaled}, what)
+    return Request(key=(state.mode, "image", state.pretrained.image, scaled), job=job)
+
+
+def panel_view(spec: ModelSpec, seed: int) -> PanelView:
+    """The parameters panel for a model: its fixed architecture read-only, a "Model" info row."""
+    fixed = {
+        "embed_dim": spec.hidden_size,
+        "num_heads": spec.num_heads,
+        "hidden_dim": spec.head_dim,
+        "dropout": 0.0,
+        "training": False,
+        "device": "cpu",
+        "dtype": "float32",
+        "pad_to": None,
+        "position": spec.positions,
+        "seed": seed,
+        "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None,
+    }  # None: plain multi-head
+    if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
+        fixed["mask"] = "causal"
+    limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
+    heads = f"{spec.num_heads} heads" + (f" ({spec.kv_heads} K/V)" if spec.kv_heads < spec.num_heads else "")
+    layers = f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
+    info = f"{spec.family_name} {spec.family}\n{layers} × {heads}, d_k {spec.head_dim}\n{limit}"
+    tip = _DECODER_MASK_TIP if spec.family == "decoder" else _MASK_TIP
+    return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
+
+
 class PretrainedMode(QObject, ModeBase):
     """Computes with a real model; owns its controls, its grid tab and its File menu action."""
 
@@ -209,76 +257,38 @@ class PretrainedMode(QObject, ModeBase):
     def __init__(self, parent: QObject | None = None) -> None:
         QObject.__init__(self, parent)
         self.setObjectName("pretrainedMode")
-        self._specs: dict[ModeId, ModelSpec] = {}  # mode -> what config.json says (read once)
-        self._folders: list[ModeId] = []  # opened folders, in the order they were opened
         self._assembly: Assembly | None = None
         self._run: PretrainedResult | None = None
         self._run_mode: ModeId | None = None
         self._local: LocalModelsDialog | None = None
-        self._exports = Background(self)  # File menu exports, written in a pool thread
+        self.folders = ModelFolders(self._choices_changed)
+        self.browser = FolderBrowser(self.folders, lambda: self._ui, self._dialog_parent)
         self._build_widgets()
+        self.exports = PretrainedExports(
+            self,
+            self.grid,
+            self.run,
+            lambda: (self._ui.state.pretrained.hide_special, self._part()),
+            lambda: self._ui.status,
+            self._dialog_parent,
+        )
 
     # -- the Mode protocol ------------------------------------------------------------------------
     def choices(self) -> list[ModeChoice]:
-        packaged = ModeChoice(
-            PACKAGED, f"Pretrained: {PACKAGED_NAME}", "the real all-MiniLM-L6-v2 encoder (6 layers x 12 heads), offline"
-        )
-        return [packaged] + [ModeChoice(m, f"Pretrained: {self._label(m)}", self._tip(m)) for m in self._folders]
+        return self.folders.choices()
 
-    def _label(self, mode: ModeId) -> str:
-        """ "org/name" of a hub snapshot (not its hash), the folder's name otherwise."""
-        spec = self._specs.get(mode)
-        assert mode.path is not None, "a folder's mode"
-        return Path(mode.path).name if spec is None else spec.name
+    def _choices_changed(self) -> None:
+        if self._assembly is not None:
+            self._ui.refresh_choices()
 
-    def _tip(self, mode: ModeId) -> str:
-        spec = self._specs.get(mode)
-        assert mode.path is not None, "a folder's mode"
-        return mode.path if spec is None else f"{spec.family_name} {spec.family} · {mode.path}"
-
-    def spec_for(self, mode: ModeId):
+    def spec_for(self, mode: ModeId) -> ModelSpec:
         """The mode's ModelSpec (config.json, read once); ConfigError says what is wrong."""
-        if mode not in self._specs:
-            self._specs[mode] = read_spec(packaged_model_dir() if mode.path is None else mode.path)
-        return self._specs[mode]
+        return self.folders.spec_for(mode)
 
     def request(self, state: AppState) -> Request:
         spec = self.spec_for(state.mode)
-        if spec.family == "vision":
-            return self._image_request(state, spec)
-        if not state.text.strip():
-            raise InputProblem("type some text to attend over: the input is empty")
-        causal, scaled = "causal" in state.config.mask, bool(state.config.scaled)
-        ablate = tuple((l, h) for l, h in state.pretrained.ablate if l < spec.num_layers and h < spec.num_heads)
-        name = PACKAGED_NAME if state.mode.path is None else Path(state.mode.path).name
-        what = (
-            f"running {name}" if is_loaded(state.mode.path) else f"loading {name} (once per session), then running it"
-        )
-        if state.cross:
-            what += " (cross-attention is toy-model only: the key text is ignored)"
-        target = state.target_text if spec.family == "encoder-decoder" and state.target_text.strip() else None
-        layer, hide, part = self.present_key(state)
-        job = Job(
-            pretrained_run,
-            (state.mode, state.text, layer, hide, part),
-            {"target": target, "scaled": scaled, "causal": causal, "ablate": ablate},
-            what,
-        )
-        return Request(key=(state.mode, state.text, target, scaled, causal, ablate), job=job)
-
-    def _image_request(self, state: AppState, spec: ModelSpec) -> Request:
-        """A vision model reads the state's image choice (a file or a sample), not the text."""
-        try:
-            name, image = image_choice(state.pretrained.image)
-        except ConfigError as exc:
-            raise InputProblem(str(exc)) from None
-        scaled = bool(state.config.scaled)
-        what = (
-            f"running {spec.name} on {name}" if is_loaded(state.mode.path) else f"loading {spec.name}, then running it"
-        )
-        layer, hide, part = self.present_key(state)
-        job = Job(pretrained_run, (state.mode, image, layer, hide, part), {"scaled": scaled}, what)
-        return Request(key=(state.mode, "image", state.pretrained.image, scaled), job=job)
+        key = self.present_key(state)
+        return image_request(state, spec, key) if spec.family == "vision" else text_request(state, spec, key)
 
     def present_key(self, state: AppState) -> tuple[int, bool, str]:
         return int(state.pretrained.layer), bool(state.pretrained.hide_special), state.pretrained.part
@@ -293,29 +303,7 @@ class PretrainedMode(QObject, ModeBase):
             spec = self.spec_for(state.mode)
         except ConfigError:
             return PanelView(causal_only=True, mask_tip=_MASK_TIP)
-        fixed = {
-            "embed_dim": spec.hidden_size,
-            "num_heads": spec.num_heads,
-            "hidden_dim": spec.head_dim,
-            "dropout": 0.0,
-            "training": False,
-            "device": "cpu",
-            "dtype": "float32",
-            "pad_to": None,
-            "position": spec.positions,
-            "seed": state.config.seed,
-            "kv_heads": spec.kv_heads if spec.kv_heads < spec.num_heads else None,
-        }  # None: plain multi-head
-        if spec.family == "decoder":  # causal in every layer by construction: say so, not the toy's mask
-            fixed["mask"] = "causal"
-        limit = f"max {spec.max_positions} tokens (more are cut)" if spec.max_positions else "no fixed token limit"
-        heads = f"{spec.num_heads} heads" + (f" ({spec.kv_heads} K/V)" if spec.kv_heads < spec.num_heads else "")
-        layers = (
-            f"{spec.num_layers}+{spec.decoder_layers} layers" if spec.decoder_layers else f"{spec.num_layers} layers"
-        )
-        info = f"{spec.family_name} {spec.family}\n{layers} × {heads}, d_k {spec.head_dim}\n{limit}"
-        tip = _DECODER_MASK_TIP if spec.family == "decoder" else _MASK_TIP
-        return PanelView(fixed=fixed, causal_only=True, mask_tip=tip, info=info)
+        return panel_view(spec, state.config.seed)
 
     def install(self, ui: Assembly) -> None:
         self._assembly = ui
@@ -330,52 +318,15 @@ class PretrainedMode(QObject, ModeBase):
 
     # -- widgets ----------------------------------------------------------------------------------
     def _build_widgets(self) -> None:
-        self.controls = PretrainedControls()
-        self.controls.all_layers_check.setToolTip("show every layer x head in the All layers tab; click one to open it")
-        self.summary = self.controls.summary
-        self.header = QWidget(objectName="pretrainedHeader")
-        rows = QVBoxLayout(self.header)
-        rows.setContentsMargins(4, 0, 4, 0)
-        rows.setSpacing(2)
-        line = QHBoxLayout()
-        line.addWidget(self.controls)
-        line.addSpacing(12)
-        line.addWidget(self.summary, 1)
-        rows.addLayout(line)
-        rows.addWidget(self.controls.target_row)
-        self.grid = LayerHeadGrid()
-        self._painting_held: Holding | None = None  # the grid's thumbnails in the window's memory ledger
-        self.gridSummary = QLabel("", objectName="pretrainedGridSummary")
-        self.gridSummary.setWordWrap(True)
-        self.gridScaleCombo = QComboBox(objectName="gridScaleCombo")
-        self.gridScaleCombo.addItem("colour per head", "per-head")
-        self.gridScaleCombo.addItem("colour shared", "shared")
-        self.gridScaleCombo.setToolTip(
-            "per head: each thumbnail from 0 to its own maximum (shows every pattern); "
-            "shared: one scale for all (compares heads)"
-        )
-        self.openFolderAction = QAction("Open &model folder…", self, objectName="openModelFolderAction")
-        self.openFolderAction.setToolTip(
-            "a local model folder: config.json, weights (safetensors or .bin), tokenizer files"
-        )
-        self.localModelsAction = QAction("&Local models…", self, objectName="localModelsAction")
-        self.localModelsAction.setToolTip("the models already in the local Hugging Face cache: open one (offline)")
+        w = self.widgets = PretrainedWidgets(self)
+        self.controls, self.summary, self.header, self.grid = w.controls, w.summary, w.header, w.grid
+        self.gridSummary, self.gridScaleCombo = w.gridSummary, w.gridScaleCombo
+        self.openFolderAction, self.localModelsAction = w.openFolderAction, w.localModelsAction
 
     def _build_grid_tab(self) -> None:
-        self.gridExportButton = QPushButton("Export…", objectName="pretrainedGridExportButton")
-        menu = QMenu(self.gridExportButton)
-        self.exportGridAction = menu.addAction("Grid image (PNG, SVG or PDF)…")
-        self.exportAllAction = menu.addAction("All layers' weights (.npy or .csv)…")
-        self.gridExportButton.setMenu(menu)
-        top = QHBoxLayout()
-        top.addWidget(self.gridSummary, 1)
-        top.addWidget(self.controls.clear_button)  # ablating happens here (Ctrl+click), so does undoing it
-        top.addWidget(self.gridScaleCombo)
-        top.addWidget(self.gridExportButton)
-        box = QVBoxLayout(self.gridTab)
-        box.setContentsMargins(4, 4, 4, 4)
-        box.addLayout(top)
-        box.addWidget(self.grid, 1)
+        self.widgets.build_grid_page(self.gridTab)
+        self.gridExportButton = self.widgets.gridExportButton
+        self.exportGridAction, self.exportAllAction = self.widgets.exportGridAction, self.widgets.exportAllAction
 
     def _bind(self, ui: Assembly) -> None:
         state = ui.state
@@ -392,10 +343,10 @@ class PretrainedMode(QObject, ModeBase):
         self.gridScaleCombo.currentIndexChanged.connect(
             lambda _i: setattr(state.pretrained, "grid_scale", self.gridScaleCombo.currentData())
         )
-        self.openFolderAction.triggered.connect(self._open_folder_dialog)
+        self.openFolderAction.triggered.connect(self.browser.open_folder_dialog)
         self.localModelsAction.triggered.connect(self.show_local_models)
-        self.exportGridAction.triggered.connect(self._export_grid_dialog)
-        self.exportAllAction.triggered.connect(self._export_all_dialog)
+        self.exportGridAction.triggered.connect(self.exports.export_grid_dialog)
+        self.exportAllAction.triggered.connect(self.exports.export_all_dialog)
         state.events.mode.connect(self._on_mode)
         state.view.events.tab.connect(self._on_tab)
         state.pretrained.events.layer.connect(lambda _layer: self._sync_controls())
@@ -467,28 +418,7 @@ class PretrainedMode(QObject, ModeBase):
 
     def _sync_controls(self) -> None:
         state = self._ui.state
-        grid_on = state.view.tab == GRID_TAB
-        c = self.controls
-        for widget, setter, value in (
-            (c.layer_spin, c.layer_spin.setValue, state.pretrained.layer),
-            (c.hide_special_check, c.hide_special_check.setChecked, state.pretrained.hide_special),
-            (c.all_layers_check, c.all_layers_check.setChecked, grid_on),
-            (c.log_check, c.log_check.setChecked, state.view.log_scale),
-            (c.hide_first_check, c.hide_first_check.setChecked, state.view.hide_first_key),
-            (c.part_combo, c.part_combo.setCurrentIndex, c.part_combo.findData(state.pretrained.part)),
-        ):
-            widget.blockSignals(True)
-            setter(value)
-            widget.blockSignals(False)
-        c.refresh_layer_label()  # the suffix follows a layer set without the spin's signal
-        if c.target_edit.text() != state.target_text:  # never while typing: the cursor would jump
-            c.target_edit.setText(state.target_text)
-        c.layer_spin.setEnabled(not grid_on)
-        c.clear_button.setEnabled(bool(state.pretrained.ablate))
-        self.grid.set_ablated(state.pretrained.ablate)
-        self.gridScaleCombo.blockSignals(True)
-        self.gridScaleCombo.setCurrentIndex(self.gridScaleCombo.findData(state.pretrained.grid_scale))
-        self.gridScaleCombo.blockSignals(False)
+        self.widgets.sync(state, state.view.tab == GRID_TAB)
 
     def _on_published(self, shown: Shown) -> None:
         if shown.layers is None or shown.mode.kind != self.kind:
@@ -506,24 +436,9 @@ class PretrainedMode(QObject, ModeBase):
             self.grid.set_current(shown.layer, current[1])
 
     def _update_summary(self, shown: Shown | None = None) -> None:
-        run = self._run
-        if run is None:
-            return
-        text = describe_run(run)
-        if run.ablate:
-            text += " · ablated " + ", ".join(head_name(l, h) for l, h in run.ablate)
-        self.gridSummary.setText(text)  # the grid's own caption covers hidden tokens over all layers
-        state = self._ui.state
-        if tuple(state.pretrained.ablate) != tuple(run.ablate):
-            n = len(state.pretrained.ablate)
-            text += f" · recomputing with {n} head{'s' if n != 1 else ''} ablated…"
-        shown = shown or self._ui.compute.shown()
-        if shown is not None and shown.layers is run and shown.map.hidden_mass is not None:
-            text += " · " + shown.map.legend  # this layer's hidden share
-        self.summary.setText(text)
-        style = _NOTICE_STYLE if run.dropped_tokens else ""
-        for label in (self.summary, self.gridSummary):
-            restyle(label, style)
+        if self._run is not None:
+            shown = shown or self._ui.compute.shown()
+            self.widgets.show_summary(self._run, self._ui.state.pretrained.ablate, shown)
 
     def _update_grid(self) -> None:
         """Rebuild the grid's thumbnails off the GUI thread (layers x heads x L x L to reduce)."""
@@ -544,37 +459,8 @@ class PretrainedMode(QObject, ModeBase):
             scope="run",
         )
 
-    def _show_painting(self, painting) -> None:
-        self.grid.set_painting(painting)
-        self.grid.set_ablated(self._ui.state.pretrained.ablate)  # heads toggled while it was built stay marked
-        self._hold_painting(painting)
-
-    def _hold_painting(self, painting) -> None:
-        """The grid's thumbnails (reduced from every layer's weights) are a copy the window keeps:
-        held in the memory ledger, protected while drawn; let go, the grid is cleared until the next run."""
-        held, self._painting_held = self._painting_held, None
-        if held is not None:
-            held.release()
-        if painting is None:
-            return
-        cell: list = []
-
-        def release(why: str) -> None:
-            if cell and cell[0] is self._painting_held:
-                self._painting_held = None
-                self.grid.clear()  # the ledger's line on the status line says why
-
-        cell.append(
-            self._ui.compute.ledger.hold(
-                "pretrained",
-                "the layer grid's thumbnails",
-                arrays_of(painting, 3),
-                release,
-                protected=True,
-                strict=False,
-            )
-        )
-        self._painting_held = cell[0]
+    def _show_painting(self, painting: LayerGridPainting | None) -> None:
+        self.widgets.show_painting(painting, self._ui.state.pretrained.ablate, self._ui.compute.ledger)
 
     # -- intents ----------------------------------------------------------------------------------
     def run(self) -> PretrainedResult | None:
@@ -612,58 +498,21 @@ class PretrainedMode(QObject, ModeBase):
 
     # -- model folders ----------------------------------------------------------------------------
     def add_folder(self, path: str | Path) -> ModeId:
-        """Check a model folder (config.json and the files' presence) and list it as a mode; returns
-        the mode. Raises ConfigError (nothing changes)."""
-        folder = Path(path).expanduser()
-        spec = read_spec(folder)
-        try:
-            if folder.resolve() == packaged_model_dir().resolve():
-                return PACKAGED
-        except ConfigError:
-            pass
-        mode = folder_mode(folder)
-        self._specs[mode] = spec
-        if mode not in self._folders:
-            self._folders.append(mode)
-            if self._assembly is not None:
-                self._ui.refresh_choices()
-        return mode
+        """Check a model folder and list it as a mode; returns the mode. Raises ConfigError (nothing changes)."""
+        return self.folders.add_folder(path)
 
     def admit(self, mode: ModeId) -> ModeId:
         """A session's mode: its folder is checked again (and listed), the packaged model must exist."""
-        if mode.path is not None:
-            return self.add_folder(mode.path)
-        self.spec_for(mode)
-        return mode
+        return self.folders.admit(mode)
 
     def open_folder(self, path: str | Path) -> bool:
         """File > Open model folder: on success switch to it; on failure one status line."""
-        try:
-            mode = self.add_folder(path)
-        except ConfigError as exc:
-            self._ui.status.fail(f"not a usable model folder: {exc}")
-            return False
-        self._ui.state.mode = mode
-        self._ui.status.say(f"model folder {Path(path).name}: loading in the background…")
-        return True
-
-    def _open_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(
-            self._dialog_parent(),
-            "Open a model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)",
-        )
-        if path:
-            self.open_folder(path)
+        return self.browser.open_folder(path)
 
     def show_local_models(self) -> LocalModelsDialog:
         """File > Local models…: the hub cache, listed by a side job (config and weight headers of
         every cached model); choosing a supported one opens it like a folder."""
-        if self._local is None:
-            self._local = LocalModelsDialog(self._dialog_parent())
-            self._local.modelChosen.connect(self._open_local)
-        self._local.set_busy()
-        self._local.show()
-        self._local.raise_()
+        self._local = self.browser.local_models_dialog()
         self._ui.compute.side.submit(
             "hub-cache", list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
         )
@@ -673,72 +522,24 @@ class PretrainedMode(QObject, ModeBase):
         self._sync_controls()
         self._update_grid()
 
-    def _open_local(self, path: str) -> None:
-        local = self._local
-        assert local is not None, "the dialog asked"
-        if self.open_folder(path):
-            local.accept()
-        else:
-            local.show_error(self._ui.status.message)
-
     def _dialog_parent(self) -> QWidget | None:
         return self.header.window()
 
-    # -- export -----------------------------------------------------------------------------------
+    # -- export (``exports``) ---------------------------------------------------------------------
     def export_grid(self, path: str | Path, size: tuple[int, int] | None = None) -> Path:
         """The layers x heads grid as PNG/SVG/PDF; ExportError says why not."""
-        return self._grid_writer(path, size)()
+        return self.exports.export_grid(path, size)
 
     def export_all(self, path: str | Path) -> Path:
         """Every layer's weights as .npy ([layers, heads, L, L]) or .csv; ExportError says why not."""
-        return self._weights_writer(path)()
-
-    # A writer captures what to write in the GUI thread (ExportError: nothing to export) and writes
-    # it when called, in a pool thread from the menus: 72 heads of 512 tokens are 0.4-0.7 s of work.
-    def _grid_writer(self, path: str | Path, size: tuple[int, int] | None = None) -> Callable[[], Path]:
-        painting = self.grid.painting()
-        if painting is None:
-            raise ExportError("nothing to export yet: wait for a pretrained result")
-        return lambda: export_painting(painting, path, size=size)
-
-    def _weights_writer(self, path: str | Path) -> Callable[[], Path]:
-        run = self._run
-        if run is None:
-            raise ExportError("nothing to export yet: wait for a pretrained result")
-        hide, part = self._ui.state.pretrained.hide_special, self._part()
-        return lambda: export_all_weights(run, path, hide_special=hide, part=part)
+        return self.exports.export_all(path)
 
     def default_name(self, ext: str) -> str:
-        tag = self._run.file_tag(None, part=self._part()) if self._run is not None else "pretrained"
-        hidden = "_nospecial" if self._ui.state.pretrained.hide_special else ""
-        return f"attn_{tag}{hidden}.{ext}"
-
-    def _export_dialog(self, title: str, ext: str, filters: str, writer: Callable[[str], Callable[[], Path]]) -> None:
-        path, _ = QFileDialog.getSaveFileName(self._dialog_parent(), title, self.default_name(ext), filters)
-        if not path:
-            return
-        fail = lambda exc: self._ui.status.fail(f"export failed: {exc}")  # noqa: E731
-        try:
-            write = writer(path)
-        except ExportError as exc:
-            fail(exc)
-            return
-        self._ui.status.say(f"exporting {Path(path).name}…")
-        self._exports.start(
-            write, done=lambda written: self._ui.status.say(f"exported {written}"), failed=fail, expected=(ExportError,)
-        )
-
-    def _export_grid_dialog(self) -> None:
-        self._export_dialog(
-            "Export the layers × heads grid", "png", "PNG (*.png);;SVG (*.svg);;PDF (*.pdf)", self._grid_writer
-        )
-
-    def _export_all_dialog(self) -> None:
-        self._export_dialog("Export every layer's weights", "npy", "NumPy (*.npy);;CSV (*.csv)", self._weights_writer)
+        return self.exports.default_name(ext)
 
     def exporting(self) -> bool:
         """Whether an export from the File menu is being written."""
-        return self._exports.is_busy()
+        return self.exports.exporting()
 
 
 README_SENTENCE = "The animal didn't cross the street because it was too tired."

@@ -232,64 +232,25 @@ def compare_frame(request: FrameRequest) -> CompareFrame:
     return CompareFrame(request, (*panels, panel), diff, summary)
 
 
-class CompareView(QWidget):
-    """API: ``set_result(result, text=None)`` (the current run = B: a toy ``AttentionResult`` or an
-    ``Operand``), ``pin()`` (A := B),
-    ``unpin()``, ``show_teaching(TeachingComparison)``, ``run_teaching(kind)``, ``set_head(h)``;
-    ``diff()`` the ResultDiff shown (None when none), ``displayed()`` the three matrices drawn.
-    Signals: ``teachingRequested(str kind)`` (always emitted on a teaching button; connect
-    ``set_teaching_runner`` to run it elsewhere), ``pinned()``.
-    """
+class CompareWidgets:
+    """The compare view's widgets, laid out on ``view``: the bar (pin, what, head), the teaching
+    buttons, the A, B and B − A plots, the read-out, the explanation and the K/V cache table.
+    The view connects them."""
 
-    teachingRequested = Signal(str)
-    pinned = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("compareView")
-        self._a: Operand | None = None  # what the A plot shows: the pinned result, or a teaching pair's A
-        self._pinned: Operand | None = None
-        self._b: Operand | None = None
-        self._config: AttentionConfig | None = (
-            None  # B's toy config: what the teaching pairs rerun (None: not a toy run)
-        )
-        self._text: str | None = None
-        self._diff: ResultDiff | None = None
-        self._teaching: TeachingComparison | None = None
-        self._runner: Callable[[str, object, str], None] | None = None
-        self._a_label, self._b_label = "A (pinned)", "B (current)"
-        self._head_wanted: Head | None = None  # set_head before a result had that head
-        self._frame_runner: Callable[[FrameRequest], None] | None = None
-        self._pending: FrameRequest | None = None  # the request handed to the frame runner
-        self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
-        # bytes B − A may take (the window's memory budget, read when a frame is asked for)
-        self.memory_budget: Callable[[], int | None] = lambda: None
-        # what the view keeps (a pinned A, a teaching pair, B − A and its pictures) is held in the
-        # window's ledger (set by the compare tab); this one, without a budget, lets nothing go
-        self.ledger = MemoryLedger()
-        self._pin_held: Holding | None = None
-        self._teaching_held: Holding | None = None
-        self._frame_held: Holding | None = None
-        self._live: Operand | None = None  # B, the run on screen, while a teaching pair takes its place
-        self._notice = ""  # why something was let go, said once above the next frame
-        self._toy = True  # the teaching pairs apply to B
-
+    def __init__(self, view: QWidget) -> None:
         self._build_controls()
         self._build_plots()
-        self._lay_out()
+        self._lay_out(view)
 
     def _build_controls(self) -> None:
         self.pinButton = QPushButton("Pin current as A")
         self.pinButton.setObjectName("pinButton")
-        self.pinButton.clicked.connect(self.pin)
         self.headCombo = QComboBox()
         self.headCombo.setObjectName("compareHeadCombo")
-        self.headCombo.currentIndexChanged.connect(self._recompute)
         self.whatCombo = QComboBox()
         self.whatCombo.setObjectName("compareWhatCombo")
         for key, label in WHATS:
             self.whatCombo.addItem(label, key)
-        self.whatCombo.currentIndexChanged.connect(self._recompute)
         self.teachButtons: dict[str, QPushButton] = {}
         self._teach_row = self._teach_buttons("One click:", TEACHING_KINDS)
         # the modern variants' pairs: A is the current settings without the variant, B with it
@@ -301,7 +262,6 @@ class CompareView(QWidget):
         for kind, label in kinds.items():
             button = QPushButton(label)
             button.setObjectName(f"teach_{kind}")
-            button.clicked.connect(lambda _=False, k=kind: self._on_teach(k))
             self.teachButtons[kind] = button
             row.addWidget(button)
         row.addStretch(1)
@@ -313,7 +273,6 @@ class CompareView(QWidget):
         self.plotDiff = MatrixPlot("B − A")
         for name, plot in (("compareA", self.plotA), ("compareB", self.plotB), ("compareDiff", self.plotDiff)):
             plot.setObjectName(name)
-            plot.cellHovered.connect(self.hover)
         self.maxLabel = QLabel("Pin a result as A, then change anything.")
         self.maxLabel.setObjectName("maxDiffLabel")
         self.maxLabel.setWordWrap(True)
@@ -328,7 +287,7 @@ class CompareView(QWidget):
         self.explanationText.hide()
         self.kvCache = KVCacheTable()
 
-    def _lay_out(self) -> None:
+    def _lay_out(self, view: QWidget) -> None:
         teach = self._teach_row
         bar = QHBoxLayout()
         bar.addWidget(self.pinButton)
@@ -359,12 +318,162 @@ class CompareView(QWidget):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(view)
         layout.addLayout(bar)
         layout.addLayout(teach)
         layout.addLayout(self._variant_row)
         layout.addWidget(self.maxLabel)
         layout.addWidget(self.splitter, 1)
+
+    def set_teach_buttons(self, toy: bool, busy: bool, single: bool) -> None:
+        """The teaching buttons act for a toy run that is not busy (GQA needs 2 or more heads)."""
+        for kind, button in self.teachButtons.items():
+            unusable = kind == "gqa" and single
+            button.setEnabled(toy and not busy and not unusable)
+            if not toy:
+                button.setToolTip("toy model only: switch the mode to Toy model")
+            elif unusable:
+                button.setToolTip("one head has nothing to share: choose 2 or more heads to compare MHA with GQA")
+            else:
+                button.setToolTip(VARIANT_TIPS.get(kind, ""))
+
+    def show_variants(self, config, length: int) -> None:
+        """The window pair's W in its label, and the K/V cache of this shape (None: not a toy run)."""
+        window = comparison_window(config, length) if config is not None else None
+        label = f"full vs window {window}" if window is not None else VARIANT_KINDS["window"]
+        self.teachButtons["window"].setText(label)
+        self.kvCache.set_config(config, window)
+
+    def show_explanation(self, text: str) -> None:
+        """A teaching pair's explanation, with room to read it; the weights shown (no signal)."""
+        self.explanationText.setPlainText(text)
+        self.explanationText.show()
+        total = max(1, sum(self.splitter.sizes()))
+        self.splitter.setSizes([total * 11 // 20, total * 9 // 20])  # room to read it
+        index = self.whatCombo.findData("weights")
+        self.whatCombo.blockSignals(True)
+        self.whatCombo.setCurrentIndex(index)
+        self.whatCombo.blockSignals(False)
+
+    def fill_heads(self, heads: int, current: Head | None, weights: bool) -> None:
+        """The head choices (the mean, then each of ``heads``), ``current`` kept where it exists."""
+        self.headCombo.blockSignals(True)
+        self.headCombo.clear()
+        self.headCombo.addItem("mean over heads", MEAN)
+        for h in range(heads):
+            self.headCombo.addItem(head_name(None, h), h)
+        # (A may have fewer heads: its plot says so rather than failing)
+        index = self.headCombo.findData(current)
+        self.headCombo.setCurrentIndex(max(0, index))
+        self.headCombo.blockSignals(False)
+        self.headCombo.setEnabled(weights)
+
+    def hover(self, r: int, c: int) -> str:
+        parts = []
+        for name, plot in (("A", self.plotA), ("B", self.plotB), ("B − A", self.plotDiff)):
+            plot.highlight_cell(r, c)
+            if plot.matrix is not None and r < plot.matrix.shape[0] and c < plot.matrix.shape[1]:
+                parts.append(f"{name} = {plot.matrix[r, c]:.6g}")
+        text = f"({r}, {c}): " + "   ".join(parts)
+        self.readout.setText(text)
+        return text
+
+
+class CompareHoldings:
+    """What the compare view keeps, held in the window's memory ledger (``ledger()``) in three
+    slots: "pin" (the pinned A), "teaching" (a teaching pair) and "frame" (B − A and the pictures)."""
+
+    def __init__(self, ledger: Callable[[], MemoryLedger]) -> None:
+        self._ledger = ledger
+        self.slots: dict[str, Holding | None] = {"pin": None, "teaching": None, "frame": None}
+
+    def hold(self, slot: str, label: str, parts: list, on_release: Callable[[str], None], **options) -> None:
+        """Hold ``parts`` in the ledger as ``slot`` (replacing what was held there); when the ledger
+        lets it go, ``on_release(why)`` runs, unless the slot holds something newer by then.
+        LedgerError when it cannot fit (the slot is then empty)."""
+        self.let_go(slot)
+        cell: list[Holding] = []
+
+        def release(why: str) -> None:
+            if cell and self.slots[slot] is cell[0]:
+                self.slots[slot] = None
+                on_release(why)
+
+        cell.append(self._ledger().hold("compare", label, parts, release, **options))
+        self.slots[slot] = cell[0]
+
+    def let_go(self, slot: str) -> None:
+        held = self.slots[slot]
+        if held is not None:
+            self.slots[slot] = None
+            held.release()
+
+    def diff_budget(self, a: Operand | None, b: Operand | None, what: str, memory_budget: int | None) -> int | None:
+        """Bytes B − A may take: what the ledger can give it, after letting go of what must go
+        (without a ledger budget: ``memory_budget``)."""
+        ledger = self._ledger()
+        shape = None if a is None or b is None else _shape(b, what)
+        if ledger.budget is None or not shape or _shape(a, what) != shape:
+            return memory_budget
+        try:
+            ledger.reserve(diff_bytes(shape), "B − A")
+        except LedgerError:
+            pass  # compare_frame says it does not fit, and what does
+        return ledger.free()
+
+
+class CompareView(QWidget):
+    """API: ``set_result(result, text=None)`` (the current run = B: a toy ``AttentionResult`` or an
+    ``Operand``), ``pin()`` (A := B), ``unpin()``, ``show_teaching(TeachingComparison)``,
+    ``run_teaching(kind)``, ``set_head(h)``; ``diff()`` the ResultDiff shown, ``displayed()`` the matrices drawn.
+    Signals: ``teachingRequested(str kind)`` (always emitted on a teaching button; connect
+    ``set_teaching_runner`` to run it elsewhere), ``pinned()``.
+    """
+
+    teachingRequested = Signal(str)
+    pinned = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("compareView")
+        self._a: Operand | None = None  # what the A plot shows: the pinned result, or a teaching pair's A
+        self._pinned: Operand | None = None
+        self._b: Operand | None = None
+        # B's toy config: what the teaching pairs rerun (None: not a toy run)
+        self._config: AttentionConfig | None = None
+        self._text: str | None = None
+        self._diff: ResultDiff | None = None
+        self._teaching: TeachingComparison | None = None
+        self._runner: Callable[[str, object, str], None] | None = None
+        self._a_label, self._b_label = "A (pinned)", "B (current)"
+        self._head_wanted: Head | None = None  # set_head before a result had that head
+        self._frame_runner: Callable[[FrameRequest], None] | None = None
+        self._pending: FrameRequest | None = None  # the request handed to the frame runner
+        self._no_a = FrameRequest.no_a  # what the A panel says while nothing is pinned
+        # bytes B − A may take (the window's memory budget, read when a frame is asked for)
+        self.memory_budget: Callable[[], int | None] = lambda: None
+        # what the view keeps (a pinned A, a teaching pair, B − A and its pictures) is held in the
+        # window's ledger (set by the compare tab); this one, without a budget, lets nothing go
+        self.ledger = MemoryLedger()
+        self._held = CompareHoldings(lambda: self.ledger)
+        self._live: Operand | None = None  # B, the run on screen, while a teaching pair takes its place
+        self._notice = ""  # why something was let go, said once above the next frame
+        self._toy = True  # the teaching pairs apply to B
+        self._build()
+
+    def _build(self) -> None:
+        w = self.widgets = CompareWidgets(self)
+        self.pinButton, self.headCombo, self.whatCombo = w.pinButton, w.headCombo, w.whatCombo
+        self.teachButtons, self.plotA, self.plotB, self.plotDiff = w.teachButtons, w.plotA, w.plotB, w.plotDiff
+        self.maxLabel, self.readout, self.explanationText = w.maxLabel, w.readout, w.explanationText
+        self.kvCache, self.splitter = w.kvCache, w.splitter
+        self.pinButton.clicked.connect(self.pin)
+        self.headCombo.currentIndexChanged.connect(self._recompute)
+        self.whatCombo.currentIndexChanged.connect(self._recompute)
+        for kind, button in self.teachButtons.items():
+            button.clicked.connect(lambda _=False, k=kind: self._on_teach(k))
+        for plot in (self.plotA, self.plotB, self.plotDiff):
+            plot.cellHovered.connect(self.hover)
 
     # -- API -------------------------------------------------------------------------------------
     def set_teaching_runner(self, runner: Callable[[str, object, str], None] | None) -> None:
@@ -393,8 +502,8 @@ class CompareView(QWidget):
         self.maxLabel.setText(f"{notice}<br>{frame.summary}" if notice else frame.summary)
         # B − A and the pictures are the view's own copies (A and B are held as the pin and the run)
         own = [frame.diff.diff] if frame.diff is not None else []
-        self._hold(
-            "_frame_held",
+        self._held.hold(
+            "frame",
             "B − A and the compare pictures",
             own + arrays_of(frame.panels, 3),
             self._frame_let_go,
@@ -421,7 +530,7 @@ class CompareView(QWidget):
         self._config = toy.config if toy is not None else None
         self._text = (text or text_of(toy)) if toy is not None else None
         self._toy = (result is None or toy is not None) if teaching is None else bool(teaching) and toy is not None
-        self._show_variants(toy.config if toy is not None else None, len(toy.tokens) if toy is not None else 0)
+        self.widgets.show_variants(toy.config if toy is not None else None, len(toy.tokens) if toy is not None else 0)
         self.set_teaching_busy(False)
         self._live = None
         if self._teaching is not None:
@@ -432,22 +541,7 @@ class CompareView(QWidget):
         """While a teaching pair computes its buttons wait; they act only for the toy model (and a
         variant pair only where it can differ: GQA needs 2 or more heads)."""
         single = self._config is not None and self._config.num_heads == 1
-        for kind, button in self.teachButtons.items():
-            unusable = kind == "gqa" and single
-            button.setEnabled(self._toy and not busy and not unusable)
-            if not self._toy:
-                button.setToolTip("toy model only: switch the mode to Toy model")
-            elif unusable:
-                button.setToolTip("one head has nothing to share: choose 2 or more heads to compare MHA with GQA")
-            else:
-                button.setToolTip(VARIANT_TIPS.get(kind, ""))
-
-    def _show_variants(self, config, length: int) -> None:
-        """The window pair's W in its label, and the K/V cache of this shape (None: not a toy run)."""
-        window = comparison_window(config, length) if config is not None else None
-        label = f"full vs window {window}" if window is not None else VARIANT_KINDS["window"]
-        self.teachButtons["window"].setText(label)
-        self.kvCache.set_config(config, window)
+        self.widgets.set_teach_buttons(self._toy, busy, single)
 
     def show_message(self, html: str) -> None:
         """A line above the plots (what runs in the background, what failed)."""
@@ -458,43 +552,22 @@ class CompareView(QWidget):
         self._b, self._diff, self._pending, self._live = None, None, None, None
         if self._teaching is not None:
             self._end_teaching()
-        self._let_go("_frame_held")
+        self._held.let_go("frame")
         for plot in (self.plotA, self.plotB, self.plotDiff):
             plot.clear()
 
     def _end_teaching(self) -> None:
         """Back from a teaching pair to the pinned A and the run on screen."""
         self._teaching = None
-        self._let_go("_teaching_held")
+        self._held.let_go("teaching")
         self._a_label, self._b_label = "A (pinned)", "B (current)"
         self.explanationText.hide()
         self._a = self._pinned
 
-    # -- holdings in the window's memory ledger ---------------------------------------------------
-    def _hold(self, slot: str, label: str, parts: list, on_release: Callable[[str], None], **options) -> None:
-        """Hold ``parts`` in the ledger as ``slot`` (replacing what was held there); when the ledger
-        lets it go, ``on_release(why)`` runs, unless the slot holds something newer by then.
-        LedgerError when it cannot fit (the slot is then empty)."""
-        self._let_go(slot)
-        cell: list[Holding] = []
-
-        def release(why: str) -> None:
-            if cell and getattr(self, slot) is cell[0]:
-                setattr(self, slot, None)
-                on_release(why)
-
-        cell.append(self.ledger.hold("compare", label, parts, release, **options))
-        setattr(self, slot, cell[0])
-
-    def _let_go(self, slot: str) -> None:
-        held = getattr(self, slot)
-        if held is not None:
-            setattr(self, slot, None)
-            held.release()
-
+    # -- holdings in the window's memory ledger (``CompareHoldings``) -----------------------------
     def holdings(self) -> dict[str, Holding | None]:
         """What the view holds in the ledger now: "pin", "teaching", "frame"."""
-        return {"pin": self._pin_held, "teaching": self._teaching_held, "frame": self._frame_held}
+        return dict(self._held.slots)
 
     def show_unavailable(self, message: str) -> None:
         """Nothing to compare for this result (no stale B left on screen)."""
@@ -507,7 +580,7 @@ class CompareView(QWidget):
             self.maxLabel.setText("nothing to pin yet: run once first")
             return
         try:  # A shares its arrays with the run on screen: it costs more only once that run is replaced
-            self._hold("_pin_held", "pinned A", arrays_of(self._b), self._pin_let_go)
+            self._held.hold("pin", "pinned A", arrays_of(self._b), self._pin_let_go)
         except LedgerError as exc:
             self.maxLabel.setText(f"<span style='color:#a33'>not pinned: {exc}</span>")
             return
@@ -517,7 +590,7 @@ class CompareView(QWidget):
         self.pinned.emit()
 
     def unpin(self) -> None:
-        self._let_go("_pin_held")
+        self._held.let_go("pin")
         self._a = self._pinned = None
         self._no_a = FrameRequest.no_a
         self._recompute()
@@ -562,8 +635,8 @@ class CompareView(QWidget):
         """Show a teaching pair: its A and B, B - A and its explanation (with measured numbers);
         held in the memory ledger (one that cannot fit is not shown, saying why)."""
         try:
-            self._hold(
-                "_teaching_held",
+            self._held.hold(
+                "teaching",
                 f"the teaching pair “{comparison.title}”",
                 arrays_of(comparison, 4),
                 self._teaching_let_go,
@@ -576,14 +649,7 @@ class CompareView(QWidget):
         self._teaching = comparison
         self._a, self._b = as_operand(comparison.a), as_operand(comparison.b)
         self._a_label, self._b_label = comparison.a_label, comparison.b_label
-        self.explanationText.setPlainText(f"{comparison.title}\n\n{comparison.explanation}")
-        self.explanationText.show()
-        total = max(1, sum(self.splitter.sizes()))
-        self.splitter.setSizes([total * 11 // 20, total * 9 // 20])  # room to read it
-        index = self.whatCombo.findData("weights")
-        self.whatCombo.blockSignals(True)
-        self.whatCombo.setCurrentIndex(index)
-        self.whatCombo.blockSignals(False)
+        self.widgets.show_explanation(f"{comparison.title}\n\n{comparison.explanation}")
         self._recompute()
 
     def run_teaching(self, kind: str) -> TeachingComparison | None:
@@ -626,16 +692,7 @@ class CompareView(QWidget):
         current = self.headCombo.currentData()
         if self._head_wanted is not None and (self._head_wanted == MEAN or self._head_wanted < heads):
             current, self._head_wanted = self._head_wanted, None
-        self.headCombo.blockSignals(True)
-        self.headCombo.clear()
-        self.headCombo.addItem("mean over heads", MEAN)
-        for h in range(heads):
-            self.headCombo.addItem(head_name(None, h), h)
-        # (A may have fewer heads: its plot says so rather than failing)
-        index = self.headCombo.findData(current)
-        self.headCombo.setCurrentIndex(max(0, index))
-        self.headCombo.blockSignals(False)
-        self.headCombo.setEnabled(self._what() == "weights")
+        self.widgets.fill_heads(heads, current, self._what() == "weights")
 
     @Slot()
     def _recompute(self) -> None:
@@ -647,7 +704,7 @@ class CompareView(QWidget):
             (self._a_label, self._b_label),
             self._what(),
             self.headCombo.currentData(),
-            self._diff_budget(),
+            self._held.diff_budget(self._a, self._b, self._what(), self.memory_budget()),
             self._no_a,
         )
         drawn = getattr(self._b, self._what(), None)
@@ -660,26 +717,7 @@ class CompareView(QWidget):
         self._pending = None
         self.show_frame(compare_frame(request))
 
-    def _diff_budget(self) -> int | None:
-        """Bytes B − A may take: what the ledger can give it, after letting go of what must go
-        (without a ledger budget: ``memory_budget``)."""
-        a, b, what = self._a, self._b, self._what()
-        shape = None if a is None or b is None else _shape(b, what)
-        if self.ledger.budget is None or not shape or _shape(a, what) != shape:
-            return self.memory_budget()
-        try:
-            self.ledger.reserve(diff_bytes(shape), "B − A")
-        except LedgerError:
-            pass  # compare_frame says it does not fit, and what does
-        return self.ledger.free()
-
     @Slot(int, int)
     def hover(self, r: int, c: int) -> str:
-        parts = []
-        for name, plot in (("A", self.plotA), ("B", self.plotB), ("B − A", self.plotDiff)):
-            plot.highlight_cell(r, c)
-            if plot.matrix is not None and r < plot.matrix.shape[0] and c < plot.matrix.shape[1]:
-                parts.append(f"{name} = {plot.matrix[r, c]:.6g}")
-        text = f"({r}, {c}): " + "   ".join(parts)
-        self.readout.setText(text)
-        return text
+        """Cell (r, c) highlighted in A, B and B − A, their values read out (the line returned)."""
+        return self.widgets.hover(r, c)

@@ -141,6 +141,63 @@ class TopTokenBars(pg.PlotWidget):
         self.set_bars([], np.zeros(0), None)
 
 
+def _fix_lines(label: QLabel, lines: int) -> None:
+    """Keep ``label`` ``lines`` lines high, its text at the top left."""
+    label.setFixedHeight(label.fontMetrics().lineSpacing() * lines + 4)
+    label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+
+
+def _sequence_html(prompt: list[str], steps: list[GenerationStep], selected: GenerationStep | None) -> str:
+    """The end of the prompt and the last generated tokens (``selected`` marked), as rich text."""
+    cut = max(0, len(prompt) - PROMPT_TAIL)
+    parts = [f"<span style='color: gray;'>… {cut} tokens …</span>"] if cut else []
+    parts += [html.escape(t) for t in prompt[cut:]]
+    for step in steps[-GENERATED_TAIL:]:
+        style = _SELECTED_STYLE if step is selected else _GENERATED_STYLE
+        parts.append(f"<span style='{style}'>{html.escape(step.token)}</span>")
+    return " ".join(parts)
+
+
+def _row_title(step: GenerationStep, query: str, part: str, shape: tuple[int, ...]) -> str:
+    who = "cross-attention over the source" if part == "cross" else "attention over the tokens so far"
+    return (
+        f"<b>step {step.index + 1}</b>: position {step.query_position} "
+        f"({html.escape(repr(query))}) chose "
+        f"<b>{html.escape(repr(step.token))}</b> · {who} [{shape[0]} × {shape[1]}]"
+    )
+
+
+def _bars_title(step: GenerationStep) -> str:
+    return (
+        f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "
+        f"{html.escape(repr(step.token))} p={probability_text(step.probability)} · {step.seconds * 1000:.0f} ms"
+    )
+
+
+def _grid(*rows: tuple[QWidget, ...]) -> QGridLayout:
+    """``rows`` of widgets, one grid row each."""
+    grid = QGridLayout()
+    for row, widgets in enumerate(rows):
+        for column, widget in enumerate(widgets):
+            grid.addWidget(widget, row, column)
+    return grid
+
+
+def _column(top: QHBoxLayout | QWidget, main: QWidget, under: QWidget | None = None) -> QWidget:
+    """A pane: ``top`` (a line of controls or a title), ``main`` (stretched), then ``under``, no margins."""
+    pane = QWidget()
+    column = QVBoxLayout(pane)
+    column.setContentsMargins(0, 0, 0, 0)
+    if isinstance(top, QHBoxLayout):
+        column.addLayout(top)
+    else:
+        column.addWidget(top)
+    column.addWidget(main, 1)
+    if under is not None:
+        column.addWidget(under)
+    return pane
+
+
 class GenerateView(QWidget):
     """API: ``settings()``, ``set_available(ok, message)``, ``set_busy(busy, message)``,
     ``set_pin_allowed(ok, reason)``, ``set_sequence(prompt_tokens, steps)`` (selects the newest step), ``select_step(i)``,
@@ -237,42 +294,23 @@ class GenerateView(QWidget):
         self.barsTitle.setWordWrap(True)
         # text that changes every step keeps its height: a label growing by a line would relayout
         # the splitter and both plots (~50 ms a step at 500 tokens)
-        for fixed, lines in (
-            (self.message, 2),
-            (self.sequenceLabel, 3),
-            (self.readout, 1),
-            (self.barsTitle, 2),
-            (self.rowPlot.title, 2),
-        ):
-            fixed.setFixedHeight(fixed.fontMetrics().lineSpacing() * lines + 4)
-            fixed.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        for fixed, lines in ((self.message, 2), (self.sequenceLabel, 3), (self.readout, 1), (self.barsTitle, 2)):
+            _fix_lines(fixed, lines)
+        _fix_lines(self.rowPlot.title, 2)
 
     def _lay_out(self) -> None:
-        controls = QGridLayout()  # two rows of four: the window stays as narrow as its other tabs let it
-        rows = (
+        controls = _grid(  # two rows of four: the window stays as narrow as its other tabs let it
             (self.samplingCombo, self.temperatureSpin, self.topKSpin, self.seedSpin),
             (self.stepButton, self.countSpin, self.runButton, self.stopButton),
             (self.restartButton, self.pinAButton, self.pinBButton),
         )
-        for row, widgets in enumerate(rows):
-            for column, widget in enumerate(widgets):
-                controls.addWidget(widget, row, column)
-        picture = QWidget()
-        left = QVBoxLayout(picture)
-        left.setContentsMargins(0, 0, 0, 0)
         choose = QHBoxLayout()
         choose.addWidget(QLabel("show"))
         choose.addWidget(self.layerCombo)
         choose.addWidget(self.partCombo)
         choose.addStretch(1)
-        left.addLayout(choose)
-        left.addWidget(self.rowPlot, 1)
-        left.addWidget(self.readout)
-        bars = QWidget()
-        right = QVBoxLayout(bars)
-        right.setContentsMargins(0, 0, 0, 0)
-        right.addWidget(self.barsTitle)
-        right.addWidget(self.bars, 1)
+        picture = _column(choose, self.rowPlot, self.readout)
+        bars = _column(self.barsTitle, self.bars)
         split = QSplitter(Qt.Orientation.Horizontal, objectName="generateSplitter")
         split.addWidget(self.stepList)
         split.addWidget(picture)
@@ -403,18 +441,10 @@ class GenerateView(QWidget):
             ready = prepare_row(step, layer, part)  # another step or layer: one layer's rows, or a few hundred
         matrix, keys = ready.prepared.matrix, self._keys(step, part)
         self.rowPlot.show_prepared(ready.prepared, row_labels=ready.labels, col_labels=keys)
-        who = "cross-attention over the source" if part == "cross" else "attention over the tokens so far"
         query = self._keys(step, "self")[-1]  # the token at the deciding position
-        self.rowPlot.set_title(
-            f"<b>step {step.index + 1}</b>: position {step.query_position} "
-            f"({html.escape(repr(query))}) chose "
-            f"<b>{html.escape(repr(step.token))}</b> · {who} [{matrix.shape[0]} × {matrix.shape[1]}]"
-        )
+        self.rowPlot.set_title(_row_title(step, query, part, matrix.shape))
         self.bars.set_bars(*bars_of(step))
-        self.barsTitle.setText(
-            f"<b>next-token probabilities</b> (top {len(step.distribution.tokens)}) · chose "
-            f"{html.escape(repr(step.token))} p={probability_text(step.probability)} · {step.seconds * 1000:.0f} ms"
-        )
+        self.barsTitle.setText(_bars_title(step))
 
     def _keys(self, step: GenerationStep, part: str) -> list[str]:
         """Key labels: the sequence up to the deciding position (self), or the source (cross)."""
@@ -428,13 +458,7 @@ class GenerateView(QWidget):
     def _show_sequence(self, selected: GenerationStep | None) -> None:
         """The end of the prompt and every generated token (laying out hundreds of rich-text spans
         takes longer than a GUI-thread turn: the whole prompt is in the input box anyway)."""
-        cut = max(0, len(self._prompt) - PROMPT_TAIL)
-        parts = [f"<span style='color: gray;'>… {cut} tokens …</span>"] if cut else []
-        parts += [html.escape(t) for t in self._prompt[cut:]]
-        for step in self._steps[-GENERATED_TAIL:]:
-            style = _SELECTED_STYLE if step is selected else _GENERATED_STYLE
-            parts.append(f"<span style='{style}'>{html.escape(step.token)}</span>")
-        self.sequenceLabel.setText(" ".join(parts))
+        self.sequenceLabel.setText(_sequence_html(self._prompt, self._steps, selected))
 
     @Slot(int)
     def _on_row(self, row: int) -> None:

@@ -155,6 +155,113 @@ class _PlotHolder(QWidget):
         return super().event(event)
 
 
+@dataclass
+class _PlotItems:
+    """The items of a built plot."""
+
+    graphics: pg.PlotWidget
+    plot: pg.PlotItem
+    image: pg.ImageItem
+    overlay: pg.ImageItem
+    left: TokenAxis
+    bottom: TokenAxis
+    row_marks: QGraphicsRectItem
+    col_marks: QGraphicsRectItem
+    cell_mark: QGraphicsRectItem
+
+
+def _build_plot(square: bool) -> _PlotItems:
+    """A matrix plot: token axes, row 0 at the top, the image, its hatch overlay and the marks."""
+    left, bottom = TokenAxis("left"), TokenAxis("bottom")
+    # no context menu (the export button replaces it), and none built: pyqtgraph builds a view
+    # box's menu at construction unless told not to (2 ms a plot; a window has 33 of them)
+    graphics = pg.PlotWidget(axisItems={"left": left, "bottom": bottom}, enableMenu=False)
+    graphics.setBackground("w")
+    plot = without_si_prefix(graphics.getPlotItem())
+    plot.hideButtons()
+    plot.invertY(True)  # row 0 at the top, like a matrix
+    plot.vb.setDefaultPadding(0.0)
+    if square:
+        plot.vb.setAspectLocked(True)
+    image = pg.ImageItem(axisOrder="row-major")
+    overlay = pg.ImageItem(axisOrder="row-major")
+    overlay.setZValue(5)
+    plot.addItem(image)
+    plot.addItem(overlay)
+    marks = [_mark_item(plot, fill) for fill in (QColor(255, 64, 64, 60), QColor(255, 64, 64, 60), None)]
+    graphics.setMinimumSize(*_MIN_PLOT)
+    graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+    return _PlotItems(graphics, plot, image, overlay, left, bottom, *marks)
+
+
+def _message_label() -> QLabel:
+    """The plot's message line (an export's failure): wrapped, never wider than the plot, since an
+    export error naming a long path must not widen the plot's column (a relayout and repaint of
+    the whole window)."""
+    message = QLabel("")
+    message.setStyleSheet("color: #a33")
+    message.setWordWrap(True)
+    message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    message.hide()
+    return message
+
+
+def _mark_item(plot: pg.PlotItem, fill: QColor | None) -> QGraphicsRectItem:
+    item = QGraphicsRectItem(0, 0, 1, 1)
+    pen = QPen(_ROW_PEN)
+    pen.setWidth(2)
+    pen.setCosmetic(True)
+    item.setPen(pen)
+    if fill is not None:
+        item.setBrush(fill)
+    item.setZValue(10)
+    item.hide()
+    plot.vb.addItem(item, ignoreBounds=True)
+    return item
+
+
+def _marked(item: QGraphicsRectItem, kind: str) -> tuple[int, ...] | None:
+    """The row (r,), column (c,) or cell (r, c) a mark shows, or None when it is hidden."""
+    if not item.isVisible():
+        return None
+    r = item.rect()
+    return {"row": (int(r.y()),), "col": (int(r.x()),), "cell": (int(r.y()), int(r.x()))}[kind]
+
+
+def export_job(
+    path: str,
+    matrix: np.ndarray,
+    masked: np.ndarray | None,
+    labels: tuple[list[str], list[str]],
+    title: str,
+    colormap: str,
+    levels: tuple[float, float],
+) -> Callable[[], str]:
+    """The export of ``matrix`` to ``path`` as a function of nothing (it may run in a pool thread):
+    .npy/.csv the exact numbers, else a figure (masked cells blank)."""
+    rows, cols = labels
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    if suffix in ("npy", "csv"):
+        return lambda: str(export_weights(matrix, rows, cols, path))
+    vmin, vmax = levels
+
+    def figure() -> str:
+        drawn = HeatmapFigure(
+            matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None],
+            titles=[title],
+            query_labels=rows,
+            key_labels=cols,
+            colormap=colormap,
+            diverging=colormap.startswith("CET-D"),
+            vmin=vmin,
+            vmax=vmax,
+            value_label="value",
+        )
+        return str(export_figure(drawn, path))
+
+    return figure
+
+
 class MatrixPlot(QWidget):
     """A titled heatmap of one matrix. ``cellHovered(row, col)`` reports the exact cell under the
     mouse; ``hoverLeft()`` when the mouse leaves the matrix."""
@@ -182,13 +289,7 @@ class MatrixPlot(QWidget):
         self.exportButton.setToolTip("Export this matrix: PNG/SVG/PDF figure or NPY/CSV numbers")
         self.exportButton.clicked.connect(self._on_export_clicked)
         self._background = Background(self)
-        self.message = QLabel("")
-        self.message.setStyleSheet("color: #a33")
-        # wrapped, never wider than the plot: an export error naming a long path must not widen
-        # the plot's column (a relayout and repaint of the whole window)
-        self.message.setWordWrap(True)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.message.hide()
+        self.message = _message_label()
 
         # The plot (a pyqtgraph PlotWidget, the costly part) is built when this widget is first shown
         # or its plot is first used (``_built``): a window holds about 30 of these on tabs not shown
@@ -213,34 +314,14 @@ class MatrixPlot(QWidget):
         """The plot, built on first need."""
         if self._graphics is not None:
             return self._graphics
-        self._left, self._bottom = TokenAxis("left"), TokenAxis("bottom")
-        # no context menu (the export button replaces it), and none built: pyqtgraph builds a view
-        # box's menu at construction unless told not to (2 ms a plot; a window has 33 of them)
-        graphics = pg.PlotWidget(axisItems={"left": self._left, "bottom": self._bottom}, enableMenu=False)
-        graphics.setBackground("w")
-        self._plot = without_si_prefix(graphics.getPlotItem())
-        self._plot.hideButtons()
-        self._plot.invertY(True)  # row 0 at the top, like a matrix
-        self._plot.vb.setDefaultPadding(0.0)
-        if self._square:
-            self._plot.vb.setAspectLocked(True)
-        self._image = pg.ImageItem(axisOrder="row-major")
-        self._overlay = pg.ImageItem(axisOrder="row-major")
-        self._overlay.setZValue(5)
-        self._plot.addItem(self._image)
-        self._plot.addItem(self._overlay)
-        self._row_marks = self._mark_item(QColor(255, 64, 64, 60))
-        self._col_marks = self._mark_item(QColor(255, 64, 64, 60))
-        self._cell_mark = self._mark_item(None)
-        graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
-        graphics.setMinimumSize(*_MIN_PLOT)
-        graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self._graphics = graphics
-        self._holder.hold(graphics)
+        items = self._items = _build_plot(self._square)
+        items.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._graphics = items.graphics
+        self._holder.hold(items.graphics)
         for action in self._when_built:
             action()
         self._when_built.clear()
-        return graphics
+        return items.graphics
 
     def when_built(self, action: Callable[[], object]) -> None:
         """Run ``action`` (an item added to the plot, a signal of its scene connected) once the plot
@@ -261,55 +342,42 @@ class MatrixPlot(QWidget):
     @property
     def plot(self) -> pg.PlotItem:
         self._built()
-        return self._plot
+        return self._items.plot
 
     @property
     def image(self) -> pg.ImageItem:
         self._built()
-        return self._image
+        return self._items.image
 
     @property
     def overlay(self) -> pg.ImageItem:
         self._built()
-        return self._overlay
+        return self._items.overlay
 
     @property
     def left(self) -> TokenAxis:
         self._built()
-        return self._left
+        return self._items.left
 
     @property
     def bottom(self) -> TokenAxis:
         self._built()
-        return self._bottom
+        return self._items.bottom
 
     @property
     def row_marks(self) -> QGraphicsRectItem:
         self._built()
-        return self._row_marks
+        return self._items.row_marks
 
     @property
     def col_marks(self) -> QGraphicsRectItem:
         self._built()
-        return self._col_marks
+        return self._items.col_marks
 
     @property
     def cell_mark(self) -> QGraphicsRectItem:
         self._built()
-        return self._cell_mark
-
-    def _mark_item(self, fill: QColor | None) -> QGraphicsRectItem:
-        item = QGraphicsRectItem(0, 0, 1, 1)
-        pen = QPen(_ROW_PEN)
-        pen.setWidth(2)
-        pen.setCosmetic(True)
-        item.setPen(pen)
-        if fill is not None:
-            item.setBrush(fill)
-        item.setZValue(10)
-        item.hide()
-        self._plot.vb.addItem(item, ignoreBounds=True)
-        return item
+        return self._items.cell_mark
 
     # -- content ---------------------------------------------------------------------------------
     def set_title(self, html: str) -> None:
@@ -391,10 +459,10 @@ class MatrixPlot(QWidget):
 
     # -- highlights ------------------------------------------------------------------------------
     def highlight_row(self, row: int | None) -> None:
-        self._mark(self.row_marks, None if row is None else QRectF(0, row, self._cols(), 1))
+        self._mark(self.row_marks, None if row is None else QRectF(0, row, self._shape()[1], 1))
 
     def highlight_col(self, col: int | None) -> None:
-        self._mark(self.col_marks, None if col is None else QRectF(col, 0, 1, self._rows()))
+        self._mark(self.col_marks, None if col is None else QRectF(col, 0, 1, self._shape()[0]))
 
     def highlight_cell(self, row: int | None, col: int | None = None) -> None:
         self._mark(self.cell_mark, None if row is None or col is None else QRectF(col, row, 1, 1))
@@ -407,24 +475,14 @@ class MatrixPlot(QWidget):
 
     def highlighted(self) -> dict[str, tuple[int, ...] | None]:
         """Which row / column / cell is highlighted (for tests): {"row": (r,), "col": (c,), "cell": (r, c)}."""
-
-        def where(item: QGraphicsRectItem, kind: str):
-            if not item.isVisible():
-                return None
-            r = item.rect()
-            return {"row": (int(r.y()),), "col": (int(r.x()),), "cell": (int(r.y()), int(r.x()))}[kind]
-
         return {
-            "row": where(self.row_marks, "row"),
-            "col": where(self.col_marks, "col"),
-            "cell": where(self.cell_mark, "cell"),
+            "row": _marked(self.row_marks, "row"),
+            "col": _marked(self.col_marks, "col"),
+            "cell": _marked(self.cell_mark, "cell"),
         }
 
-    def _rows(self) -> int:
-        return 0 if self.matrix is None else self.matrix.shape[0]
-
-    def _cols(self) -> int:
-        return 0 if self.matrix is None else self.matrix.shape[1]
+    def _shape(self) -> tuple[int, int]:
+        return (0, 0) if self.matrix is None else self.matrix.shape
 
     def _mark(self, item: QGraphicsRectItem, rect: QRectF | None) -> None:
         if rect is None or self.matrix is None:
@@ -439,7 +497,8 @@ class MatrixPlot(QWidget):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
         c, r = math.floor(point.x()), math.floor(point.y())
-        if 0 <= r < self._rows() and 0 <= c < self._cols():
+        rows, cols = self._shape()
+        if 0 <= r < rows and 0 <= c < cols:
             return r, c
         return None
 
@@ -470,27 +529,8 @@ class MatrixPlot(QWidget):
         """The export of what is shown now, as a function of nothing (it may run in a pool thread)."""
         if self.matrix is None:
             raise ExportError("nothing to export yet")
-        matrix, masked, rows, cols = self.matrix, self.masked, self.row_labels, self.col_labels
-        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
-        if suffix in ("npy", "csv"):
-            return lambda: str(export_weights(matrix, rows, cols, path))
-        title, colormap, (vmin, vmax) = self.plain_title(), self.colormap_name, self.levels
-
-        def figure() -> str:
-            drawn = HeatmapFigure(
-                matrices=np.where(False if masked is None else masked, np.nan, matrix.astype(np.float64))[None],
-                titles=[title],
-                query_labels=rows,
-                key_labels=cols,
-                colormap=colormap,
-                diverging=colormap.startswith("CET-D"),
-                vmin=vmin,
-                vmax=vmax,
-                value_label="value",
-            )
-            return str(export_figure(drawn, path))
-
-        return figure
+        labels = (self.row_labels, self.col_labels)
+        return export_job(path, self.matrix, self.masked, labels, self.plain_title(), self.colormap_name, self.levels)
 
     @Slot()
     def _on_export_clicked(self) -> None:

@@ -62,6 +62,32 @@ def _head_label(result, head: int) -> str:
     return head_name(layer if isinstance(layer, int) else None, head)
 
 
+def _stage_plot(name: str) -> MatrixPlot:
+    """The plot of one stage, hidden until a result has it."""
+    plot = MatrixPlot(name)
+    plot.setObjectName(f"stage_{name}")
+    plot.setMinimumSize(160, 190)
+    # no word wrap: a wrapping title makes the scroll area size the strip by height-for-width,
+    # which stacks the plots' full size hints and pushes the second row off screen
+    plot.title.setWordWrap(False)
+    plot.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    plot.hide()
+    Staggered.keep_place(plot)
+    return plot
+
+
+def _arithmetic_label() -> QLabel:
+    """The line under the strip that spells out a hovered weight's arithmetic."""
+    label = QLabel("Hover a cell of the weights to see how it is computed.")
+    label.setObjectName("stepArithmeticLabel")
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setStyleSheet("font-family: monospace")
+    # every line of a weight's arithmetic (up to 8 with a soft-cap, a bias and dropout) stays readable
+    label.setMinimumHeight(8 * label.fontMetrics().lineSpacing() + 4)
+    label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+    return label
+
+
 class StepThroughView(QWidget):
     """Per-head step-through of ``result.intermediates`` (run with keep_intermediates=True).
 
@@ -89,13 +115,7 @@ class StepThroughView(QWidget):
         self.infoLabel = QLabel("Run once to see every step.")
         self.infoLabel.setObjectName("stepInfoLabel")
         self.infoLabel.setWordWrap(True)
-        self.arithmeticLabel = QLabel("Hover a cell of the weights to see how it is computed.")
-        self.arithmeticLabel.setObjectName("stepArithmeticLabel")
-        self.arithmeticLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.arithmeticLabel.setStyleSheet("font-family: monospace")
-        # every line of a weight's arithmetic (up to 8 with a soft-cap, a bias and dropout) stays readable
-        self.arithmeticLabel.setMinimumHeight(8 * self.arithmeticLabel.fontMetrics().lineSpacing() + 4)
-        self.arithmeticLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.arithmeticLabel = _arithmetic_label()
 
         self.stripScroll = QScrollArea()
         self.stripScroll.setWidget(self._build_strip())
@@ -122,16 +142,7 @@ class StepThroughView(QWidget):
         self._grid.setContentsMargins(0, 0, 0, 0)
         self._grid.setHorizontalSpacing(SPACING)
         for name in ALL_STAGES:
-            plot = MatrixPlot(name)
-            plot.setObjectName(f"stage_{name}")
-            plot.setMinimumSize(160, 190)
-            # no word wrap: a wrapping title makes the scroll area size the strip by height-for-width,
-            # which stacks the plots' full size hints and pushes the second row off screen
-            plot.title.setWordWrap(False)
-            plot.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-            plot.hide()
-            Staggered.keep_place(plot)
-            self.plots[name] = plot
+            self.plots[name] = _stage_plot(name)
         self._arrows: list[QLabel] = []
         self._arranged: tuple[str, ...] = ()
         self._staggered = Staggered(

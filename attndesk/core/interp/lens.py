@@ -280,14 +280,19 @@ def direct_logit_attribution(
         total,
         0.0,
     )
+    _flag_approximate(result, total, float((parts_sum - final).norm() / final.norm()), model.name)
+    return result
+
+
+def _flag_approximate(result: DirectLogitAttribution, total: float, gap: float, name: str) -> None:
+    """Set ``result.error`` (how far the parts' sum is from ``total``); where it, or ``gap`` (how far
+    the parts miss the residual stream), is over 0.1%, a notice says the attributions are approximate."""
     result.error = abs(result.reconstructed - total) / max(abs(total), 1e-12)
-    gap = float((parts_sum - final).norm() / final.norm())
     if gap > 1e-3 or result.error > 1e-3:
         result.notices.append(
-            f"{model.name}'s blocks do not add their outputs straight to the residual stream "
+            f"{name}'s blocks do not add their outputs straight to the residual stream "
             f"(the parts miss it by {gap:.1%}): these direct attributions are approximate"
         )
-    return result
 
 
 def _token(model: LoadedModel, token: int) -> str:

@@ -294,6 +294,42 @@ def _positions(clean: Prompt, part: str) -> list[str]:
     return list(clean.decoder_tokens) if part in ("decoder", "cross") else list(clean.tokens)
 
 
+def _check_sites(sites: tuple[str, ...]) -> None:
+    bad = [s for s in sites if s not in SITES]
+    if bad or not sites:
+        raise ConfigError(f"unknown patching site {bad[0] if bad else '(none)'!r}: choose from {', '.join(SITES)}")
+
+
+def _new_report(
+    model: LoadedModel,
+    part: str,
+    metric: str,
+    scorer,
+    values: tuple[float, float, float],
+    prompts: tuple,
+    budget: int,
+) -> PatchingReport:
+    """The report before any patch: the model, the metric's clean and corrupt ``values`` (and its
+    scale), the prompts' tokens and positions, the memory budget."""
+    m_clean, m_corrupt, scale = values
+    clean_p, corrupt_p = prompts
+    return PatchingReport(
+        model.name,
+        part,
+        metric,
+        _label(model, scorer.answer),
+        None if scorer.wrong is None else _label(model, scorer.wrong),
+        m_clean,
+        m_corrupt,
+        list(clean_p.tokens),
+        list(corrupt_p.tokens),
+        _positions(clean_p, part),
+        budget=budget,
+        metric_scale=scale,
+        warning=gap_warning(metric, m_clean, m_corrupt, scale),
+    )
+
+
 def activation_patching(
     model: LoadedModel,
     clean: str,
@@ -313,9 +349,7 @@ def activation_patching(
     """Patch every site of ``sites`` from the clean run into the corrupted one (see the module
     docstring); ``ConfigError`` for prompts of unequal length, a multi-token answer, an encoder..."""
     ctx = job_context(ctx, progress=progress, cancel=cancel)
-    bad = [s for s in sites if s not in SITES]
-    if bad or not sites:
-        raise ConfigError(f"unknown patching site {bad[0] if bad else '(none)'!r}: choose from {', '.join(SITES)}")
+    _check_sites(sites)
     scorer = make_metric(model, metric, answer, wrong)
     clean_p, corrupt_p = prompt_pair(model, clean, corrupt, target)
     part, layers = _part_layers(model, part)
@@ -327,21 +361,7 @@ def activation_patching(
             f"the clean and corrupted prompts give the same {metric} ({m_clean:.6g}): "
             "there is no difference for a patch to restore"
         )
-    report = PatchingReport(
-        model.name,
-        part,
-        metric,
-        _label(model, scorer.answer),
-        None if scorer.wrong is None else _label(model, scorer.wrong),
-        m_clean,
-        m_corrupt,
-        list(clean_p.tokens),
-        list(corrupt_p.tokens),
-        _positions(clean_p, part),
-        budget=budget,
-        metric_scale=scale,
-        warning=gap_warning(metric, m_clean, m_corrupt, scale),
-    )
+    report = _new_report(model, part, metric, scorer, (m_clean, m_corrupt, scale), (clean_p, corrupt_p), budget)
     clean_values = _capture(model, layers, {_kind(s) for s in sites}, clean_p)
     length = int(next(iter(clean_values.values())).shape[1])
     plan = [(s, _rows(s, len(layers), model.num_heads, length)) for s in sites]

@@ -407,6 +407,21 @@ def _vision_class(transformers, spec: ModelSpec, info: VisionInfo):
     return getattr(transformers, named[0] if named else info.classes[0])
 
 
+def _check_vision_loading(spec: ModelSpec, loading: dict) -> None:
+    """Refuse a vision checkpoint whose weights do not match config.json's shapes, or that lacks
+    weights the model uses (it would run with random values)."""
+    missing = [k for k in loading.get("missing_keys", ()) if not k.startswith(_UNUSED_PREFIXES)]
+    if loading.get("mismatched_keys"):
+        raise ConfigError(
+            f"{spec.name}: weight {loading['mismatched_keys'][0][0]} has a shape config.json does not imply"
+        )
+    if missing:
+        raise ConfigError(
+            f"{spec.name}: weight {sorted(missing)[0]} is missing from the checkpoint "
+            f"({len(missing)} tensors missing): it would run with random values"
+        )
+
+
 def _vision_model(transformers, spec: ModelSpec, device: torch.device) -> LoadedModel:
     """A vision checkpoint with its image processor; every attention layer checked to reach attndesk
     on a forward pass over a blank image of the configured size."""
@@ -424,16 +439,7 @@ def _vision_model(transformers, spec: ModelSpec, device: torch.device) -> Loaded
         )
     except Exception as exc:  # safetensors and transformers raise many kinds
         raise ConfigError(f"{spec.name}: the weights cannot be loaded: {_first_line(exc)}") from None
-    missing = [k for k in loading.get("missing_keys", ()) if not k.startswith(_UNUSED_PREFIXES)]
-    if loading.get("mismatched_keys"):
-        raise ConfigError(
-            f"{spec.name}: weight {loading['mismatched_keys'][0][0]} has a shape config.json does not imply"
-        )
-    if missing:
-        raise ConfigError(
-            f"{spec.name}: weight {sorted(missing)[0]} is missing from the checkpoint "
-            f"({len(missing)} tensors missing): it would run with random values"
-        )
+    _check_vision_loading(spec, loading)
     model = model.to(device).eval()
     check_finite_tensors(dict(model.named_parameters()), spec.name)
     size = getattr(model.config, "image_size", 224)

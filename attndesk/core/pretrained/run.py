@@ -224,6 +224,26 @@ def _normal_outcome(model: LoadedModel, source: Encoded, target: Encoded | None)
     return found
 
 
+def _text_request(
+    model: LoadedModel, text: str, target: str | None, layer: int | None, ablate: Iterable, scaled: bool, causal: bool
+) -> _Request:
+    """The run asked for: the encoded text and target, the ablations, the switches and the kept
+    layer; ConfigError for a layer the model does not have (and whatever encoding refuses)."""
+    request = _Request(
+        source=encode(model, text),
+        target=_target(model, target),
+        target_given=target is not None,
+        items=ablation_items(model, ablate),
+        scaled=bool(scaled),
+        causal=bool(causal),
+        forced=bool(causal) and model.family != "decoder",
+        layer=layer,
+    )
+    if layer is not None and not 0 <= int(layer) < model.num_layers:
+        raise ConfigError(f"layer {layer} out of range: the model has layers 0..{model.num_layers - 1}")
+    return request
+
+
 def run_pretrained(
     model: LoadedModel,
     text: str | ImageInput,
@@ -255,18 +275,7 @@ def run_pretrained(
     ctx = job_context(ctx, progress=progress, should_cancel=should_cancel)
     if model.is_vision or not isinstance(text, str):
         return _run_vision(model, text, target, layer, ablate, scaled, causal, memory_budget, ctx)
-    request = _Request(
-        source=encode(model, text),
-        target=_target(model, target),
-        target_given=target is not None,
-        items=ablation_items(model, ablate),
-        scaled=bool(scaled),
-        causal=bool(causal),
-        forced=bool(causal) and model.family != "decoder",
-        layer=layer,
-    )
-    if layer is not None and not 0 <= int(layer) < model.num_layers:
-        raise ConfigError(f"layer {layer} out of range: the model has layers 0..{model.num_layers - 1}")
+    request = _text_request(model, text, target, layer, ablate, scaled, causal)
     source, tgt = request.source, request.target
     budget = default_memory_budget() if memory_budget is None else int(memory_budget)
     _check_budget(model, len(source.ids), len(tgt.ids) if tgt else 0, budget)

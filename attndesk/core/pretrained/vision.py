@@ -302,6 +302,37 @@ def pooled_length(out) -> torch.Tensor:
     return pooled.norm(dim=-1)
 
 
+def _class_labels(model: LoadedModel, logits) -> list[str] | None:
+    """The classifier's label of each logit (``LABEL_i`` where the config names none); None without logits."""
+    if logits is None:
+        return None
+    id2label = getattr(model.model.config, "id2label", None) or {}
+    return [str(id2label.get(i, f"LABEL_{i}")) for i in range(len(logits))]
+
+
+def _layers_weights(
+    model: LoadedModel, layers: list, out, grid: tuple[int, int], specials: int
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
+    """(weights [layers, H, N, N], hidden states or None, what a windowed model adds) from the
+    captured layers; ConfigError when the tokens are not ``specials`` plus the patch grid."""
+    rows, cols = grid
+    assert model.vision is not None, "a vision model"
+    if model.vision.windows:
+        extra = _swin_layers(model, layers, grid)
+        weights = np.stack([scatter_windows(layers[n], extra["partitions"][n], rows * cols) for n in extra["first"]])
+        del extra["first"]
+        return weights, None, extra
+    weights = np.concatenate(layers, axis=0)  # each [1, H, N, N]
+    tokens = specials + rows * cols
+    if weights.shape[-1] != tokens:
+        raise ConfigError(
+            f"{model.name} attended over {weights.shape[-1]} tokens where {specials} special tokens and "
+            f"a {rows} x {cols} patch grid make {tokens}: its token layout is not the one attndesk knows"
+        )
+    hidden = torch.stack([h[0] for h in out.hidden_states]).float().cpu().numpy()
+    return weights, hidden, {}
+
+
 def run_image(
     model: LoadedModel, image: ImageInput, *, memory_budget: int | None = None, ctx: JobContext | None = None
 ) -> VisionResult:
@@ -325,24 +356,8 @@ def run_image(
     ctx.progress(0.9, "collecting the weights")
     logits, pooled = outputs(out)
     layers = [capture.per_layer[n] for n in range(model.num_layers)]
-    labels = None
-    if logits is not None:
-        id2label = getattr(model.model.config, "id2label", None) or {}
-        labels = [str(id2label.get(i, f"LABEL_{i}")) for i in range(len(logits))]
-    extra: dict = {}
-    if info.windows:
-        extra = _swin_layers(model, layers, (rows, cols))
-        weights = np.stack([scatter_windows(layers[n], extra["partitions"][n], rows * cols) for n in extra["first"]])
-        del extra["first"]
-        hidden = None
-    else:
-        weights = np.concatenate(layers, axis=0)  # each [1, H, N, N]
-        if weights.shape[-1] != tokens:
-            raise ConfigError(
-                f"{model.name} attended over {weights.shape[-1]} tokens where {len(specials)} special tokens and "
-                f"a {rows} x {cols} patch grid make {tokens}: its token layout is not the one attndesk knows"
-            )
-        hidden = torch.stack([h[0] for h in out.hidden_states]).float().cpu().numpy()
+    labels = _class_labels(model, logits)
+    weights, hidden, extra = _layers_weights(model, layers, out, (rows, cols), len(specials))
     names = specials + [f"({r},{c})" for r in range(rows) for c in range(cols)]
     n = len(names)
     embedding = None if pooled is None else (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)

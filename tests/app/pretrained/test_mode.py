@@ -364,7 +364,7 @@ def test_a_model_folder_deleted_during_the_session(pretrained_window, tmp_path, 
 def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_path, monkeypatch):
     """Soak: File > Export… > All layers' weights of the pretrained mode wrote 72 heads on the GUI
     thread (0.4-0.7 s, 676 ms once); now the menu's exports are written in a pool thread."""
-    from attndesk.app.pretrained import mode as mode_module
+    from attndesk.app.pretrained import exports as exports_module
     from attndesk.app.state import PACKAGED
 
     w = MainWindow(restore=False)
@@ -374,23 +374,23 @@ def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_
         with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda s: s.layers is not None):
             w.state.mode = PACKAGED
         threads = []
-        real = mode_module.export_all_weights
+        real = exports_module.export_all_weights
 
         def recording(*args, **kwargs):
             threads.append(threading.current_thread() is threading.main_thread())
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(mode_module, "export_all_weights", recording)
+        monkeypatch.setattr(exports_module, "export_all_weights", recording)
         target = tmp_path / "all.npy"
         monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), "")))
-        w.pretrained._export_all_dialog()
+        w.pretrained.exports.export_all_dialog()
         qtbot.waitUntil(lambda: not w.pretrained.exporting(), timeout=TIMEOUT_MS)
         assert threads == [False], "the weights were written on the GUI thread"
         np.testing.assert_array_equal(np.load(target), w.pretrained.run().weights)
         assert f"exported {target}" in w.status_text()
         grid = tmp_path / "grid.png"
         monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(grid), "")))
-        w.pretrained._export_grid_dialog()
+        w.pretrained.exports.export_grid_dialog()
         qtbot.waitUntil(lambda: not w.pretrained.exporting(), timeout=TIMEOUT_MS)
         assert not QImage(str(grid)).isNull()
     finally:

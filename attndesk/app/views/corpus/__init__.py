@@ -1,4 +1,4 @@
-"""The Corpus tab's view (``view``) and its plots (``plots``)."""
+"""The Corpus tab's view (``view``), its run controls (``controls``) and its plots (``plots``)."""
 
 from .view import CorpusView
 

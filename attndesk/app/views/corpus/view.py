@@ -18,18 +18,11 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QFileDialog,
-    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
-    QPushButton,
-    QSizePolicy,
-    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -46,6 +39,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
 
 from ..pacing import pacer
 from ..table_items import NumberItem
+from .controls import TEXT_PLACEHOLDER, CorpusControls, fit_width
 from .plots import (
     KEY_COLOUR,
     QUERY_COLOUR,
@@ -56,9 +50,7 @@ from .plots import (
     token_html,
 )
 
-ERROR_STYLE = "color: #b00020;"
 TEXT_ID = Qt.ItemDataRole.UserRole
-SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 # a listed text is cut here (its tooltip a little further): a word-wrapped list item lays out its whole
 # text on every resize and paint: ~30 ms an event for eight 30,000-character texts, ~100 ms for
 # 250,000; double-click opens the whole text in the heatmaps
@@ -68,7 +60,6 @@ TABLE_COLUMNS = ("part", "layer", "head", "role", *METRICS)
 IMAGE_TABLE_COLUMNS = ("part", "layer", "head", "role", *IMAGE_METRICS)
 TEXT_ROLES = (*(name for name, _m, _t in ROLE_RULES), "broad", "mixed")
 IMAGE_ROLES = (*(name for name, _m, _t in IMAGE_ROLE_RULES), "broad", "mixed")
-TEXT_PLACEHOLDER = "a .txt / .jsonl / .csv / .parquet file or a folder of .txt files"
 IMAGE_PLACEHOLDER = "a folder of images (png, jpg); left empty: attndesk's sample images"
 HISTOGRAM_MIN_PX = 120  # the histogram's bars and both axes readable when the page is short
 TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
@@ -87,13 +78,6 @@ def elide(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters with an ellipsis (newlines shown as spaces)."""
     short = " ".join(text[:limit].split())
     return short + "…" if len(text) > limit else short
-
-
-def _fit_width(*labels: QLabel) -> None:
-    """Lines naming a store's path or a model: wrapped or cut at the page's width, never widening it."""
-    for label in labels:
-        label.setWordWrap(True)
-        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
 
 def _text_items(frame, metric: str) -> list[QListWidgetItem]:
@@ -180,49 +164,21 @@ class CorpusView(QWidget):
 
     # -- construction ---------------------------------------------------------------------------
     def _build_controls(self) -> QWidget:
-        controls = QWidget(objectName="corpusControls")
-        grid = QGridLayout(controls)  # widgets are owned by a widget as they are added
-        grid.setContentsMargins(0, 0, 0, 0)
-        self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText=TEXT_PLACEHOLDER)
-        self.sourceLabel = QLabel("Texts", objectName="corpusSourceLabel")
-        self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
-        self.sourceFolderButton = QPushButton("Folder…", objectName="corpusSourceFolder")
-        self.sampleButton = QPushButton("Sample", objectName="corpusSample")
-        self.sampleButton.setToolTip("the sample corpus written for attndesk (324 sentences, a third with repeats)")
-        self.storeEdit = QLineEdit(objectName="corpusStore")
-        self.storeEdit.setToolTip("the store folder: a rerun with the same texts, model and tokens resumes it")
-        self.storeButton = QPushButton("…", objectName="corpusStoreBrowse")
-        self.tokensSpin = QSpinBox(objectName="corpusMaxTokens", minimum=2, maximum=4096, value=64, prefix="tokens ")
-        self.tokensSpin.setToolTip("tokens each text keeps (special tokens included; at most the model's)")
-        self.startButton = QPushButton("Start", objectName="corpusStart")
-        self.cancelButton = QPushButton("Cancel", objectName="corpusCancel", enabled=False)
-        self.progressBar = QProgressBar(objectName="corpusProgress", minimum=0, maximum=1000, textVisible=False)
-        self.progressLabel = QLabel("", objectName="corpusProgressLabel")
-        self.modelLabel = QLabel("", objectName="corpusModel", wordWrap=True)
-        _fit_width(self.progressLabel, self.modelLabel)
-        self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
-        self.errorLabel.setStyleSheet(ERROR_STYLE)
-        for col, widget in enumerate(
-            (self.sourceLabel, self.sourceEdit, self.sourceFileButton, self.sourceFolderButton, self.sampleButton)
-        ):
-            grid.addWidget(widget, 0, col)
-        for col, widget in enumerate((QLabel("Store"), self.storeEdit, self.storeButton, self.tokensSpin)):
-            grid.addWidget(widget, 1, col)
-        row = QHBoxLayout()
-        grid.addLayout(row, 2, 0, 1, 5)
-        for widget in (self.startButton, self.cancelButton, self.progressBar):
-            row.addWidget(widget)
-        row.addWidget(self.progressLabel, 1)
-        grid.addWidget(self.modelLabel, 3, 0, 1, 5)
-        grid.addWidget(self.errorLabel, 4, 0, 1, 5)
-        grid.setColumnStretch(1, 1)
-        self.sourceFileButton.clicked.connect(self._choose_file)
-        self.sourceFolderButton.clicked.connect(self._choose_folder)
-        self.storeButton.clicked.connect(self._choose_store)
-        self.sampleButton.clicked.connect(self.sampleRequested)
-        self.startButton.clicked.connect(self.startRequested)
-        self.cancelButton.clicked.connect(self.cancelRequested)
-        return controls
+        c = self.controls = CorpusControls()
+        self.sourceEdit, self.sourceLabel, self.storeEdit, self.tokensSpin = (
+            c.sourceEdit,
+            c.sourceLabel,
+            c.storeEdit,
+            c.tokensSpin,
+        )
+        self.sourceFileButton, self.sourceFolderButton = c.sourceFileButton, c.sourceFolderButton
+        self.sampleButton, self.storeButton, self.startButton = c.sampleButton, c.storeButton, c.startButton
+        self.cancelButton, self.progressBar, self.progressLabel = c.cancelButton, c.progressBar, c.progressLabel
+        self.modelLabel, self.errorLabel = c.modelLabel, c.errorLabel
+        c.startRequested.connect(self.startRequested)
+        c.cancelRequested.connect(self.cancelRequested)
+        c.sampleRequested.connect(self.sampleRequested)
+        return c
 
     def _build_heads_side(self) -> QWidget:
         side = QWidget()
@@ -234,7 +190,7 @@ class CorpusView(QWidget):
         self.metricCombo.addItems(list(METRICS))
         self.partCombo = QComboBox(objectName="corpusPart")
         self.storeLabel = QLabel("", objectName="corpusStoreLabel", wordWrap=True)
-        _fit_width(self.storeLabel)
+        fit_width(self.storeLabel)
         row.addWidget(QLabel("colour by"))
         row.addWidget(self.metricCombo)
         row.addWidget(self.partCombo)
@@ -294,47 +250,16 @@ class CorpusView(QWidget):
         layout.addWidget(self.atlas, 3)
         return side
 
-    # -- controls -------------------------------------------------------------------------------
-    def _choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Corpus texts", "", SOURCE_FILTER)
-        if path:
-            self.sourceEdit.setText(path)
-
-    def _choose_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, f"A folder of {self.sourceLabel.text().lower()}")
-        if path:
-            self.sourceEdit.setText(path)
-
-    def _choose_store(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Store folder (new, empty, or an earlier run's)")
-        if path:
-            self.storeEdit.setText(path)
-
+    # -- controls (``controls``) --------------------------------------------------------------
     def show_error(self, message: str) -> None:
         """One line next to the controls ("" clears it)."""
-        self.errorLabel.setText(message)
-        self.errorLabel.setToolTip(message)
+        self.controls.show_error(message)
 
     def set_running(self, running: bool, resumable: bool = False) -> None:
-        self.startButton.setEnabled(not running)
-        self.cancelButton.setEnabled(running)
-        self.startButton.setText("Resume" if resumable else "Start")
-        for widget in (
-            self.sourceEdit,
-            self.storeEdit,
-            self.tokensSpin,
-            self.sourceFileButton,
-            self.sourceFolderButton,
-            self.sampleButton,
-            self.storeButton,
-        ):
-            widget.setEnabled(not running)
+        self.controls.set_running(running, resumable)
 
     def show_progress(self, fraction: float, message: str) -> None:
-        value = round(max(0.0, min(1.0, fraction)) * 1000)
-        if self.progressBar.value() != value:
-            self.progressBar.setValue(value)
-        self.progressLabel.setText(message)
+        self.controls.show_progress(fraction, message)
 
     def current_metric(self) -> str:  # not "metric": QWidget.metric is the paint device's (grab() calls it)
         return self.metricCombo.currentText()

@@ -1,6 +1,7 @@
-"""The Train tab's widgets: the run's settings, Start / Pause / Resume / Stop, the loss and
-accuracy curves, the pattern score per head, the attention on the task's probe input, and a
-timeline of the kept checkpoints with the phase change marked.
+"""The Train tab's view: the form (``form``: the run's settings, Start / Pause / Resume / Stop,
+the trained models), the curves (``curves``: loss, accuracy, pattern score, the score per head),
+the attention on the task's probe input, and a timeline of the kept checkpoints with the phase
+change marked.
 
 Widgets only: the presenter (``app/tabs/train.py``) reads ``settings()``, listens to the
 buttons' signals and draws through ``show_curves``, ``show_scores``, ``show_probe`` and
@@ -15,21 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QRect, Qt, Signal, SignalInstance
-from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
+from PySide6.QtCore import QEvent, QRect, Qt, Signal
+from PySide6.QtGui import QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QGridLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QSizePolicy,
     QSlider,
-    QSpinBox,
     QSplitter,
     QStyle,
     QStyleOptionSlider,
@@ -37,87 +32,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.fields import Param
 from attndesk.core.types import head_name
-from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
-from ..panels.token_axis import label_font, label_room
-from ..panels.variant_controls import spin_range
-from .heatmap import MatrixPlot
-from .pacing import PacedHost, pacer
-from .plot_axes import without_si_prefix
+from ...panels.token_axis import label_font, label_room
+from ..heatmap import MatrixPlot
+from ..pacing import PacedHost, pacer
+from .curves import PHASE_COLOUR, TrainCurves
+from .form import TrainForm
 
-PHASE_COLOUR = QColor(220, 40, 40)
-ACCURACY_COLOUR, PATTERN_COLOUR = "#59a14f", "#e15759"  # the metric curves, named in their plot's title
-ERROR_STYLE = "color: #b00020;"
-CURVES_HEIGHT = 260  # px: the loss, metric and score plots
 MAX_HEAD_PLOTS = 16  # heads of one layer drawn side by side; more would be too small to read
-# The form: every field of TrainConfig's spec with a label, in the spec's order (the spec gives each
-# control's kind, range, default and tooltip; a "zero" control's 0 stands for None).
-FIELDS: tuple[Param, ...] = tuple(spec for spec in TRAIN_FIELDS if spec.label)
-DEFAULTS = TrainConfig()  # the defaults with the default task's shape filled in
-
-
-Control = QComboBox | QCheckBox | QDoubleSpinBox | QSpinBox
-
-
-def _control(spec: Param) -> Control:
-    """The control the field's declaration calls for, showing the default config's value."""
-    default = getattr(DEFAULTS, spec.name)
-    if spec.choices:
-        choice = QComboBox()
-        choice.addItems(list(spec.choices))
-        choice.setCurrentText(default)
-        return choice
-    if spec.kind is bool:
-        check = QCheckBox()
-        check.setChecked(default)
-        return check
-    low, high = spin_range(spec)
-    low = 0 if spec.control == "zero" else low
-    number: QDoubleSpinBox | QSpinBox
-    if spec.kind is float:
-        number = QDoubleSpinBox(decimals=spec.decimals, singleStep=spec.step)
-        number.setRange(low, high)  # after the decimals, which round the range
-    else:
-        number = QSpinBox(minimum=int(low), maximum=int(high))
-    if spec.control == "zero":
-        number.setSpecialValueText(spec.none)
-    number.setValue(0 if default is None else default)
-    return number
-
-
-def _zero(widget: Control) -> bool:
-    """A number control whose 0 stands for None."""
-    return isinstance(widget, (QSpinBox, QDoubleSpinBox)) and bool(widget.specialValueText())
-
-
-def _value(widget: Control) -> Any:
-    if isinstance(widget, QComboBox):
-        return widget.currentText()
-    if isinstance(widget, QCheckBox):
-        return widget.isChecked()
-    if _zero(widget) and widget.value() == widget.minimum():
-        return None
-    return widget.value()
-
-
-def _set_value(widget: Control, value: Any) -> None:
-    if isinstance(widget, QComboBox):
-        widget.setCurrentText(str(value))
-    elif isinstance(widget, QCheckBox):
-        widget.setChecked(bool(value))
-    else:
-        widget.setValue(0 if value is None else value)
-
-
-def _edited(widget: Control) -> SignalInstance:
-    """The signal ``widget`` sends when the user edits its value."""
-    if isinstance(widget, QComboBox):
-        return widget.currentTextChanged
-    if isinstance(widget, QCheckBox):
-        return widget.toggled
-    return widget.valueChanged
 
 
 class TimelineSlider(QSlider):
@@ -182,8 +105,6 @@ class TrainView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("trainView")
-        self.controls: dict[str, Control] = {}
-        self.problems: dict[str, QLabel] = {}
         self.headPlots: list[MatrixPlot] = []  # built one per turn (see ``_grow``), each in a host
         self._hosts: list[PacedHost] = []
         self._wanted, self._growing = 0, False
@@ -201,105 +122,31 @@ class TrainView(QWidget):
 
     # -- construction ---------------------------------------------------------------------------
     def _build_settings(self) -> QWidget:
-        box = QGroupBox("Training run")
-        grid = QGridLayout(box)
-        for row, spec in enumerate(FIELDS):
-            name = spec.name
-            widget = _control(spec)
-            widget.setObjectName(f"train_{name}")
-            widget.setToolTip(spec.tip)
-            problem = QLabel(objectName=f"train_{name}_problem", wordWrap=True)
-            problem.setStyleSheet(ERROR_STYLE)
-            problem.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-            problem.hide()
-            grid.addWidget(QLabel(spec.label), 2 * row, 0)
-            grid.addWidget(widget, 2 * row, 1)
-            grid.addWidget(problem, 2 * row + 1, 0, 1, 2)
-            self.controls[name], self.problems[name] = widget, problem
-            _edited(widget).connect(lambda *_a: self.settingsEdited.emit())
-        buttons = QHBoxLayout()
-        self.startButton = QPushButton("Start", objectName="trainStart")
-        self.pauseButton = QPushButton("Pause", objectName="trainPause")
-        self.resumeButton = QPushButton("Resume", objectName="trainResume")
-        self.stopButton = QPushButton("Stop", objectName="trainStop")
-        for button, signal in (
-            (self.startButton, self.startRequested),
-            (self.pauseButton, self.pauseRequested),
-            (self.resumeButton, self.resumeRequested),
-            (self.stopButton, self.stopRequested),
+        form = self.form = TrainForm()
+        self.controls, self.problems, self.message = form.controls, form.problems, form.message
+        self.startButton, self.pauseButton = form.startButton, form.pauseButton
+        self.resumeButton, self.stopButton = form.resumeButton, form.stopButton
+        self.presetCombo, self.openButton = form.presetCombo, form.openButton
+        self.saveButton, self.viewsButton = form.saveButton, form.viewsButton
+        for mine, theirs in (
+            (self.startRequested, form.startRequested),
+            (self.pauseRequested, form.pauseRequested),
+            (self.resumeRequested, form.resumeRequested),
+            (self.stopRequested, form.stopRequested),
+            (self.settingsEdited, form.settingsEdited),
+            (self.presetRequested, form.presetRequested),
+            (self.openRequested, form.openRequested),
+            (self.saveRequested, form.saveRequested),
+            (self.viewsRequested, form.viewsRequested),
         ):
-            button.clicked.connect(lambda _c=False, s=signal: s.emit())
-            buttons.addWidget(button)
-        opened = self._build_opened()
-        self.message = QLabel(objectName="trainMessage", wordWrap=True)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        rows = 2 * len(FIELDS)
-        grid.addLayout(buttons, rows, 0, 1, 2)
-        grid.addWidget(self.message, rows + 1, 0, 1, 2)
-        grid.addWidget(QLabel("Trained models"), rows + 2, 0, 1, 2)
-        grid.addWidget(self.presetCombo, rows + 3, 0, 1, 2)
-        grid.addLayout(opened, rows + 4, 0, 1, 2)
-        grid.addWidget(self.viewsButton, rows + 5, 0, 1, 2)
-        grid.setRowStretch(rows + 6, 1)
-        box.setMinimumWidth(230)
-        box.setMaximumWidth(320)  # the plots take the rest
-        return box
-
-    def _build_opened(self) -> QHBoxLayout:
-        """The shipped presets, Open… / Save… and Open in views."""
-        opened = QHBoxLayout()
-        self.presetCombo = QComboBox(objectName="trainPreset")
-        self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
-        self.presetCombo.activated.connect(self._preset_chosen)
-        self.openButton = QPushButton("Open…", objectName="trainOpen")
-        self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
-        self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
-        self.saveButton = QPushButton("Save…", objectName="trainSave")
-        self.saveButton.setToolTip(
-            "save the run on screen as a folder (weights, checkpoints, history), as attndesk train writes it"
-        )
-        self.saveButton.setEnabled(False)
-        self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
-        self.viewsButton = QPushButton("Open in views", objectName="trainOpenInViews")
-        self.viewsButton.setToolTip(
-            "show this model in the toy views (heatmaps, step-through, head stats, compare before vs "
-            "after training, online softmax): Weights > Random goes back"
-        )
-        self.viewsButton.setEnabled(False)
-        self.viewsButton.clicked.connect(lambda _c=False: self.viewsRequested.emit())
-        opened.addWidget(self.openButton)
-        opened.addWidget(self.saveButton)
-        return opened
+            theirs.connect(mine)
+        return form
 
     def _build_plots(self) -> QWidget:
-        self.lossPlot = self._curve_plot("loss", "cross-entropy")
-        self.lossCurve = self.lossPlot.plot([], [], pen=pg.mkPen("#4e79a7", width=1.5))
-        # the title, in the curves' colours, is the legend: a legend box inside the plot covered
-        # the curves where they end, at 1.0
-        self.metricPlot = self._curve_plot(
-            f"<span style='color:{ACCURACY_COLOUR}'>accuracy</span> · "
-            f"<span style='color:{PATTERN_COLOUR}'>pattern score</span>",
-            "",
-        )
-        self.metricPlot.setYRange(0.0, 1.0, padding=0.02)
-        self.accuracyCurve = self.metricPlot.plot(
-            [], [], pen=pg.mkPen(ACCURACY_COLOUR, width=2), name="accuracy", symbol="o", symbolSize=4
-        )
-        self.patternCurve = self.metricPlot.plot(
-            [], [], pen=pg.mkPen(PATTERN_COLOUR, width=2), name="pattern score", symbol="o", symbolSize=4
-        )
-        self.phaseLines = [
-            pg.InfiniteLine(angle=90, pen=pg.mkPen(PHASE_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
-            for _ in range(2)
-        ]
-        for plot, line in zip((self.lossPlot, self.metricPlot), self.phaseLines):
-            plot.addItem(line, ignoreBounds=True)
-            line.hide()
-        self.scorePlot = MatrixPlot("pattern score per head (rows: layers)")
-        self.scorePlot.setObjectName("trainScores")
-        curves = QHBoxLayout()
-        for widget, stretch in ((self.lossPlot, 3), (self.metricPlot, 3), (self.scorePlot, 2)):
-            curves.addWidget(widget, stretch)
+        curves = self.curves = TrainCurves()
+        self.lossPlot, self.lossCurve, self.metricPlot = curves.lossPlot, curves.lossCurve, curves.metricPlot
+        self.accuracyCurve, self.patternCurve = curves.accuracyCurve, curves.patternCurve
+        self.phaseLines, self.scorePlot = curves.phaseLines, curves.scorePlot
         self.layerCombo = QComboBox(objectName="trainLayer")
         self.layerCombo.setToolTip(
             "the layer whose heads are drawn (it follows the best-scoring layer until you pick one)"
@@ -322,26 +169,11 @@ class TrainView(QWidget):
         column.installEventFilter(self)  # its width decides how many heads fit in a row
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
-        for widget in (self.lossPlot, self.metricPlot, self.scorePlot):
-            widget.setFixedHeight(CURVES_HEIGHT)  # the heads below take the rest of the (scrolling) page
-        layout.addLayout(curves)
+        layout.addLayout(curves.row)
         layout.addLayout(self._build_timeline())  # above the heads: in view however tall their grid grows
         layout.addLayout(head)
         layout.addLayout(self.headGrid, 3)
         return column
-
-    def _curve_plot(self, title: str, left: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget(title=title)
-        plot.setBackground("w")
-        without_si_prefix(plot.getPlotItem())
-        plot.setLabel("bottom", "step")
-        if left:
-            plot.setLabel("left", left)
-        plot.setMenuEnabled(False)
-        plot.getPlotItem().setClipToView(True)
-        plot.getPlotItem().setDownsampling(auto=True, mode="peak")
-        plot.setMinimumSize(160, 120)
-        return plot
 
     def _build_timeline(self) -> QHBoxLayout:
         self.timeline = TimelineSlider()
@@ -364,96 +196,46 @@ class TrainView(QWidget):
 
     def set_presets(self, presets: Sequence[tuple[str, str]]) -> None:
         """The shipped presets: (name, one line about it)."""
-        self.presetCombo.clear()
-        self.presetCombo.addItem("show a shipped preset…", "")
-        for name, about in presets:
-            self.presetCombo.addItem(name, name)
-            self.presetCombo.setItemData(self.presetCombo.count() - 1, about, Qt.ItemDataRole.ToolTipRole)
+        self.form.set_presets(presets)
 
-    def _preset_chosen(self, index: int) -> None:
-        name = self.presetCombo.itemData(index)
-        if name:
-            self.presetRequested.emit(name)
-
-    # -- settings -------------------------------------------------------------------------------
+    # -- settings (``form``) -----------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """The values of every control, by ``TrainConfig`` field name."""
-        return {name: _value(widget) for name, widget in self.controls.items()}
+        return self.form.settings()
 
     def set_settings(self, values: dict[str, Any]) -> None:
-        for name, value in values.items():
-            widget = self.controls.get(name)
-            if widget is not None and (value is not None or _zero(widget)):
-                _set_value(widget, value)
+        self.form.set_settings(values)
 
     def show_problem(self, field: str | None, message: str) -> None:
         """``message`` next to the control of ``field`` (None: under the buttons); "" clears all."""
-        for label in self.problems.values():
-            label.hide()
-        if not message:
-            return
-        problem = self.problems.get(field) if field is not None else None
-        if problem is None:
-            self.show_message(message, error=True)
-        else:
-            problem.setText(message)
-            problem.show()
+        self.form.show_problem(field, message)
 
     def problem(self) -> str:
         """The message shown next to a control, or "" (for tests and the status line)."""
-        return next((label.text() for label in self.problems.values() if not label.isHidden()), "")
+        return self.form.problem()
 
     def show_message(self, text: str, *, error: bool = False) -> None:
-        self.message.setText(text)
-        self.message.setStyleSheet(ERROR_STYLE if error else "")
+        self.form.show_message(text, error=error)
 
     def set_phase(self, phase: str) -> None:
         """ "idle", "running" or "paused": which buttons act, whether the settings can change."""
-        running = phase in ("running", "paused")
-        self.startButton.setEnabled(not running)
-        self.pauseButton.setEnabled(phase == "running")
-        self.resumeButton.setEnabled(phase == "paused")
-        self.stopButton.setEnabled(running)
-        for widget in (*self.controls.values(), self.presetCombo, self.openButton):
-            widget.setEnabled(not running)
-        if running:
-            self.saveButton.setEnabled(False)
-            self.viewsButton.setEnabled(False)
+        self.form.set_phase(phase)
 
     # -- results --------------------------------------------------------------------------------
     def show_curves(
         self, steps: np.ndarray, loss: np.ndarray, eval_steps: np.ndarray, accuracy: np.ndarray, pattern: np.ndarray
     ) -> None:
-        self.lossCurve.setData(steps, loss)
-        self.accuracyCurve.setData(eval_steps, accuracy)
-        self.patternCurve.setData(eval_steps, pattern)
+        self.curves.show_curves(steps, loss, eval_steps, accuracy, pattern)
 
     def show_phase(self, step: int | None, checkpoint_index: int | None) -> None:
         """Mark the phase change at ``step`` on the curves and ``checkpoint_index`` on the timeline."""
-        for line in self.phaseLines:
-            line.setVisible(step is not None)
-            if step is not None:
-                line.setValue(step)
+        self.curves.show_phase(step)
         self.timeline.set_mark(checkpoint_index)
 
     def show_scores(self, scores: np.ndarray | None, pattern: str = "", step: int | None = None) -> None:
         """Pattern scores [layers, heads]; ``step``: those of the checkpoint at that step (the
         timeline moved back), else the newest weights'."""
-        if scores is None:
-            self.scorePlot.clear("no evaluation yet")
-            return
-        at = "" if step is None else f" at step {step:,}"
-        self.scorePlot.set_title(f"{pattern or 'pattern'} score per head{at} (rows: layers)")
-        if self.scorePlot.update_values(scores):
-            return
-        layers, heads = scores.shape
-        self.scorePlot.set_matrix(
-            scores,
-            row_labels=[f"L{i}" for i in range(layers)],
-            col_labels=[f"h{i}" for i in range(heads)],
-            levels=(0.0, 1.0),
-            colormap="magma",
-        )
+        self.curves.show_scores(scores, pattern, step)
 
     def set_layer(self, layer: int) -> None:
         """Show ``layer`` (the presenter following the best layer), unless the user picked one."""

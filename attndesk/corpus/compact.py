@@ -144,31 +144,42 @@ def _projected(rows: pa.Table, part: str, layer: int, head: int, method: str, se
     return table, r
 
 
-def _database(out: Path, with_atlas: bool) -> None:
+def write_database(out: Path, name: str, views: tuple[str, ...], empty: dict[str, str] | None = None) -> None:
+    """DuckDB file ``name`` in ``out`` with one view per table of ``views`` over its Parquet file
+    (named relative to the store, so the folder may move) and, from ``empty``, views that exist
+    with no rows ({view: a query of typed NULLs}), so queries on them answer rather than fail;
+    written beside its place and renamed into it."""
     import duckdb
 
-    tmp = out / ".corpus.duckdb.part"
+    tmp = out / f".{name}.part"
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
     try:
         con.execute(f"SET file_search_path = {_sql_path(out)}")  # views name their files relative to the store
-        for table in ("texts", "per_text", "heads") + (("atlas", "atlas_quality") if with_atlas else ()):
+        for table in views:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{table}.parquet')")
-        if not with_atlas:  # the views exist, empty, so queries on them answer rather than fail
-            con.execute(
-                "CREATE VIEW atlas AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::VARCHAR AS kind, NULL::BIGINT AS "
-                "text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, NULL::FLOAT AS x, "
-                "NULL::FLOAT AS y WHERE false"
-            )
-            con.execute(
-                "CREATE VIEW atlas_quality AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::INTEGER AS points, "
-                "NULL::DOUBLE AS correlation WHERE false"
-            )
+        for table, query in (empty or {}).items():
+            con.execute(f"CREATE VIEW {table} AS {query} WHERE false")
     finally:
         con.close()
-    os.replace(tmp, out / "corpus.duckdb")
+    os.replace(tmp, out / name)
+
+
+_EMPTY_ATLAS = {
+    "atlas": "SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, NULL::SMALLINT AS head, NULL::VARCHAR AS "
+    "method, NULL::VARCHAR AS kind, NULL::BIGINT AS text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, "
+    "NULL::FLOAT AS x, NULL::FLOAT AS y",
+    "atlas_quality": "SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, NULL::SMALLINT AS head, "
+    "NULL::VARCHAR AS method, NULL::INTEGER AS points, NULL::DOUBLE AS correlation",
+}
+
+
+def _database(out: Path, with_atlas: bool) -> None:
+    tables = ("texts", "per_text", "heads")
+    if with_atlas:
+        write_database(out, "corpus.duckdb", tables + ("atlas", "atlas_quality"))
+    else:
+        write_database(out, "corpus.duckdb", tables, _EMPTY_ATLAS)
 
 
 def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], seed: int, images: bool = False) -> None:
@@ -207,4 +218,4 @@ def remove_shards(out: Path) -> None:
     shutil.rmtree(out / "shards", ignore_errors=True)
 
 
-__all__ = ["ATLAS_SCHEMA", "QUALITY_SCHEMA", "compact", "remove_shards"]
+__all__ = ["ATLAS_SCHEMA", "QUALITY_SCHEMA", "compact", "remove_shards", "write_database"]

@@ -130,7 +130,7 @@ class StoreKind:
 CORPUS = StoreKind(FORMAT, "corpus.duckdb", _OWN, "corpus run")
 
 
-def _check_out(out: Path, kind: StoreKind = CORPUS) -> dict | None:
+def check_out(out: Path, kind: StoreKind = CORPUS) -> dict | None:
     """The existing manifest (None for a new or empty folder); refuses a file or a foreign folder."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} is a file; the store is a folder: choose another --out")
@@ -258,9 +258,7 @@ class CorpusWork:
     tables: tuple[str, ...] = ("texts", "per_text", "atlas")
 
     def load(self):
-        from ..core.pretrained import load_pretrained
-
-        return load_pretrained(self.model_path, device=self.device)
+        return _load(self.model_path, self.device, images=self.images)
 
     def run(self, model, index, first, texts, *, ctx=None, on_batch=None) -> ShardResult:
         run = run_image_shard if self.images else run_shard
@@ -450,7 +448,7 @@ def _manifest(
 
 def _prepare(out: Path, manifest: dict, resume: bool, kind: StoreKind = CORPUS) -> bool:
     """Check ``out`` against the new run; True when it already holds this finished run."""
-    old = _check_out(out, kind)
+    old = check_out(out, kind)
     if old is not None and not resume:
         _clear(out, kind.files)
         old = None
@@ -505,7 +503,7 @@ def analyze_corpus(
     ctx = job_context(ctx, cancel=cancel, report=progress)
     methods = _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers)
     out = Path(out).expanduser()
-    _check_out(out)
+    check_out(out)
     images = is_vision(model)
     source = open_image_source(texts, model) if images else open_source(texts)
     loaded = _load(model, device, images=images)
@@ -545,6 +543,7 @@ __all__ = [
     "ShardWork",
     "StoreKind",
     "analyze_corpus",
+    "check_out",
     "finished_shards",
     "run_local",
     "run_pass",

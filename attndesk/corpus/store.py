@@ -65,7 +65,7 @@ def write_manifest(out: Path, manifest: dict) -> None:
     atomic_write(Path(out) / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _sql_path(path: Path) -> str:
+def sql_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
@@ -106,7 +106,7 @@ class ParquetStore:
 
         self.path, self.manifest = Path(out), manifest
         self._con = duckdb.connect(str(self.path / database), read_only=True)
-        self._con.execute(f"SET file_search_path = {_sql_path(self.path)}")
+        self._con.execute(f"SET file_search_path = {sql_path(self.path)}")
 
     def close(self) -> None:
         self._con.close()
@@ -231,5 +231,6 @@ __all__ = [
     "heads_summary",
     "open_corpus",
     "read_manifest",
+    "sql_path",
     "write_manifest",
 ]

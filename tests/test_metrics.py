@@ -77,7 +77,6 @@ FUNCTION_IMPORTS = {
     "attndesk/core/pretrained/vision.py": 1,
     "attndesk/corpus/compact.py": 1,
     "attndesk/corpus/engine.py": 4,
-    "attndesk/corpus/ray_engine.py": 1,
     "attndesk/corpus/sources.py": 2,
     "attndesk/kvcache/model.py": 6,
     "attndesk/kvcache/regressions.py": 3,
@@ -101,7 +100,7 @@ UNLISTED_MODULES = {
     "attndesk/app/pretrained": 4,
     "attndesk/app/tabs": 11,
     "attndesk/app/views": 13,
-    "attndesk/cli": 13,
+    "attndesk/cli": 11,
     "attndesk/core/pretrained": 7,
     "attndesk/train": 6,
 }

@@ -2,8 +2,8 @@
 
 One module per command under one protocol (``base.Command``: ``NAME``, ``register(subparsers)``,
 ``run(args) -> int``), the shared argument types in ``arguments``, and here only the dispatch.
-Adding a command: its module (``circuit``, say, with its heavy work in ``circuit_job``) and one
-entry in ``COMMANDS``. The names this package exported when it was one module (``main``,
+Adding a command: its module (``circuit``, say, with its heavy work in ``circuit_job``; ``kvcache``
+with its sweep over a corpus in ``kvcache_corpus``) and one entry in ``COMMANDS``. The names this package exported when it was one module (``main``,
 ``build_parser``, ``config_from_args``, ...) are re-exported here.
 """
 

@@ -89,7 +89,12 @@ def register(sub) -> argparse.ArgumentParser:
         required=True,
         help="an empty or new folder; with --corpus the store (a rerun with the same arguments resumes it)",
     )
-    corpus = p.add_argument_group("with --corpus")
+    _corpus_arguments(p.add_argument_group("with --corpus"))
+    return p
+
+
+def _corpus_arguments(corpus) -> None:
+    """The sweep over a corpus's flags: its decode rows and tokens, the engine, shards, restart."""
     corpus.add_argument(
         "--decode",
         type=positive_int,
@@ -109,7 +114,6 @@ def register(sub) -> argparse.ArgumentParser:
         help="texts per shard, the unit a rerun resumes from (default 16)",
     )
     corpus.add_argument("--restart", action="store_true", help="start over instead of resuming the store in --out")
-    return p
 
 
 def _budgets(text: str) -> list[int | float]:

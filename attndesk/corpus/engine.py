@@ -31,7 +31,7 @@ from .atlas import METHODS
 from .batch import PassSettings, ShardResult, run_shard
 from .compact import compact, remove_shards
 from .images import open_images, run_image_shard
-from .shards import Shard, ShardTables, finished_shards, shards, write_shard
+from .shards import Shard, finished_shards, shards, write_shard
 from .sources import Source, open_source
 from .store import (
     FORMAT,
@@ -219,13 +219,19 @@ class Thresholds:
 
 
 class ShardWork(Protocol):
-    """What a pass does to one shard, the same on every engine: ``run`` it on a loaded model (the
-        local engine's, or a Ray actor's from ``load``) into the tables named ``tables``; ``written``
-        hears of each shard the local engine has written, ``begin`` of those written before it starts
-    (a resumed run's). A Ray actor gets the work pickled, so it
-        names its model (a folder, a preset) rather than holding it."""
+    """What a pass does, the same on every engine: ``run`` a shard on a loaded model (the local
+    engine's, or a Ray actor's from ``load``) into the tables named ``tables``, then ``finish`` the
+    store from the finished shards (compaction). ``begin`` hears of the shards written before the
+    local engine starts (a resumed run's) and ``written`` of each it writes. ``kind``: the store it
+    writes; ``unit``: what its progress counts; ``flops(model)``: one op's work, which the local
+    engine's thread count is chosen by. A Ray actor gets the work pickled, so it names its model
+    (a folder, a preset) rather than holding it."""
 
     tables: tuple[str, ...]
+    kind: StoreKind
+
+    @property
+    def unit(self) -> str: ...
 
     def load(self) -> Any: ...
 
@@ -244,18 +250,29 @@ class ShardWork(Protocol):
 
     def written(self, result: Shard) -> None: ...
 
+    def flops(self, model: Any) -> float: ...
+
+    def finish(self, out: Path) -> None: ...
+
 
 @dataclass
 class CorpusWork:
-    """The corpus pass's shard: ``run_shard`` (texts) or ``run_image_shard`` (images). ``thresholds``
-    (the local engine's atlas cut-offs so far) lets a shard skip points that cannot make the sample."""
+    """The corpus pass: ``run_shard`` (texts) or ``run_image_shard`` (images) a shard, ``compact``
+    at the end. The local engine keeps the atlas cut-offs so far (``thresholds``, from ``begin``),
+    so a shard skips points that cannot make the sample."""
 
     model_path: str
     device: str
     settings: PassSettings
     images: bool
+    atlas_methods: tuple[str, ...]
     thresholds: Thresholds | None = None
     tables: tuple[str, ...] = ("texts", "per_text", "atlas")
+    kind: StoreKind = CORPUS
+
+    @property
+    def unit(self) -> str:
+        return "images" if self.images else "texts"
 
     def load(self):
         return _load(self.model_path, self.device, images=self.images)
@@ -266,14 +283,20 @@ class CorpusWork:
         return run(model, index, first, texts, self.settings, thresholds=current, ctx=ctx, on_batch=on_batch)
 
     def begin(self, out: Path, done: set[int]) -> None:
+        self.thresholds = Thresholds(self.settings.atlas_points)
         for index in sorted(done):
-            self.written(
-                ShardTables(index, {"atlas": pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet")})
-            )
+            self.thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
 
     def written(self, result: Shard) -> None:
         if self.thresholds is not None:
             self.thresholds.add(result.tables()["atlas"])
+
+    def flops(self, model) -> float:
+        return batch_work(model, self.settings)
+
+    def finish(self, out: Path) -> None:
+        points, seed = self.settings.atlas_points, self.settings.seed
+        compact(out, atlas_points=points, atlas_methods=self.atlas_methods, seed=seed, images=self.images)
 
 
 def run_local(
@@ -302,35 +325,31 @@ def run_pass(
     source: Source,
     out: Path,
     manifest: dict,
-    kind: StoreKind,
     *,
     resume: bool,
     engine: str,
     shard_size: int,
     workers: int | None,
     ray_address: str | None,
-    flops: float,
-    finish: Callable[[], None],
     ctx: JobContext,
-    unit: str = "texts",
 ) -> None:
     """A pass into store ``out``: check it against ``manifest`` (a finished run of the same is
-    kept as it is), run the shards not yet finished on ``engine``, then ``finish`` (compaction),
-    mark the store complete and remove the shards. ``flops``: one op's work, which the local
-    engine's thread count is chosen by."""
-    if _prepare(out, manifest, resume, kind):
+    kept as it is), run the shards not yet finished on ``engine``, then the work's ``finish``,
+    mark the store complete and remove the shards."""
+    if _prepare(out, manifest, resume, work.kind):
         return
     done = finished_shards(out)
-    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, unit)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, work.unit)
     if engine == "ray":
         from .ray_engine import run_ray
 
         run_ray(work, source, out, done, shard_size, tracker, workers, ray_address)
     else:
-        run_local(work, model, source, out, done, shard_size, tracker, AdaptiveThreads(flops, fixed=workers))
+        threads = AdaptiveThreads(work.flops(model), fixed=workers)
+        run_local(work, model, source, out, done, shard_size, tracker, threads)
     ctx.check()
     tracker.add(0, "compacting", force=True)
-    finish()
+    work.finish(out)
     write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     remove_shards(out)
     tracker.add(0, "done", force=True)
@@ -509,26 +528,19 @@ def analyze_corpus(
     loaded = _load(model, device, images=images)
     settings, methods = _settings(loaded, max_tokens, atlas_points, batch_size, seed), () if images else methods
     manifest = _manifest(loaded, source, settings, shard_size, methods, {"engine": engine, "workers": workers})
-    thresholds = Thresholds(settings.atlas_points) if engine == "local" else None
-    work = CorpusWork(str(loaded.path), str(loaded.device), settings, images, thresholds)
+    work = CorpusWork(str(loaded.path), str(loaded.device), settings, images, methods)
     run_pass(
         work,
         loaded,
         source,
         out,
         manifest,
-        CORPUS,
         resume=resume,
         engine=engine,
         shard_size=shard_size,
         workers=workers,
         ray_address=ray_address,
-        flops=batch_work(loaded, settings),
-        finish=lambda: compact(
-            out, atlas_points=settings.atlas_points, atlas_methods=methods, seed=seed, images=images
-        ),
         ctx=ctx,
-        unit="images" if images else "texts",
     )
     return open_corpus(out)
 

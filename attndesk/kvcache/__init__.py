@@ -25,7 +25,8 @@ Modules: ``base`` (what every policy shares), ``registry`` (``POLICIES``), one m
 per-head key masks), ``simulate`` (the compressed run), ``retrieval`` (retrieval-head scores),
 ``sinks`` (attention sinks and massive activations), ``regressions`` (two published eviction bugs
 reproduced), and the window's KV cache tab's work: ``lab`` (one run) and ``sweep`` (every policy
-at every budget).
+at every budget); over a corpus, ``corpus_sweep`` (every text x policy x budget on the corpus pass's
+engines) and ``sweep_store`` (its Parquet + DuckDB store and curves).
 """
 
 from .base import Policy, resolve_budget, top_keys

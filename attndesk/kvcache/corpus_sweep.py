@@ -126,9 +126,18 @@ class SweepWork:
     max_tokens: int
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     tables: tuple[str, ...] = ("texts", "rows")
+    kind: StoreKind = KIND
+    unit: str = "texts"
 
     def load(self) -> CausalMemo:
         return self.ref.load()
+
+    def flops(self, model: KVModel) -> float:
+        """A [width x width] projection of a text's every token."""
+        return 2.0 * self.max_tokens * (model.heads * model.head_dim) ** 2
+
+    def finish(self, out: Path) -> None:
+        compact_sweep(out, self.policies)
 
     def begin(self, out: Path, done: set[int]) -> None:
         """Nothing carries from one shard to the next."""
@@ -361,21 +370,17 @@ def sweep_corpus(
     work = SweepWork(ref, tuple(policies), tuple(budgets), decode, max_tokens, chosen)
     _check_on(kvm, source, work)
     manifest = _manifest(kvm, ref, source, work, shard_size, {"engine": engine, "workers": workers})
-    flops = 2.0 * max_tokens * (kvm.heads * kvm.head_dim) ** 2
     run_pass(
         work,
         kvm,
         source,
         out,
         manifest,
-        KIND,
         resume=resume,
         engine=engine,
         shard_size=shard_size,
         workers=workers,
         ray_address=ray_address,
-        flops=flops,
-        finish=lambda: compact_sweep(out, work.policies),
         ctx=ctx,
     )
     return open_kv_sweep(out)

@@ -175,7 +175,10 @@ class SweepWork:
 
     def _text(self, kvm: CausalMemo, text_id: int, text: str, rows: list[dict], ctx: JobContext) -> dict:
         """One text's runs appended to ``rows``; its row of the texts table."""
-        ids = kvm.encode(text)
+        try:
+            ids = kvm.encode(text)
+        except ConfigError as exc:  # a toy's text that is not its token ids: the pass stops, finished shards kept
+            raise ConfigError(f"text {text_id}: {exc}") from None
         limit = min(self.max_tokens, kvm.max_tokens or self.max_tokens)
         cut, ids = len(ids) > limit, ids[:limit]
         decode = min(self.decode, len(ids) - 1)

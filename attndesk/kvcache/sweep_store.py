@@ -100,7 +100,10 @@ class KVSweepStore(ParquetStore):
 def open_kv_sweep(out) -> KVSweepStore:
     """Reopen a finished sweep store (ConfigError if ``out`` is not one, or its run did not finish)."""
     out = Path(out).expanduser()
-    manifest = read_manifest(out, FORMAT) if out.is_dir() else None
+    try:
+        manifest = read_manifest(out, FORMAT) if out.is_dir() else None
+    except ConfigError:  # a corpus pass's store, or a manifest of something else
+        raise ConfigError(f"{out} is not an attndesk KV-cache sweep store (its {MANIFEST} is another kind's)") from None
     if manifest is None:
         raise ConfigError(f"{out} is not an attndesk KV-cache sweep store (no {MANIFEST})")
     if manifest.get("format_version") != FORMAT_VERSION:

@@ -159,13 +159,16 @@ def test_a_pretrained_decoder_agrees_without_answers(kv_folders, tmp_path):
         ({"budgets": [4]}, "must exceed the sinks"),
         ({"engine": "spark"}, "choose one of local, ray"),
         ({"decode": 0}, "decode must be"),
+        ({"texts": ["1 2 3 4 5 6 7 8 9 10 11 12", "1 2 x"], "budgets": [6]}, "text 1: a trained toy model reads"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(texts, tmp_path, changes, words):
-    arguments = {"trained": "needle", "policies": POLICIES, "budgets": BUDGETS} | changes
+    arguments = {"texts": texts, "trained": "needle", "policies": POLICIES, "budgets": BUDGETS} | changes
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")) as info:
-        sweep_corpus(texts, tmp_path / "s", **arguments)
-    assert "\n" not in str(info.value) and not (tmp_path / "s").exists()
+        sweep_corpus(arguments.pop("texts"), tmp_path / "s", **arguments)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "s").exists() or "text 1" in str(info.value)  # a bad text mid-pass: its shard is not written
+    assert not (tmp_path / "s" / "shards").exists()
 
 
 def test_an_encoder_and_a_corpus_store_are_refused(store, tmp_path):
@@ -178,6 +181,8 @@ def test_an_encoder_and_a_corpus_store_are_refused(store, tmp_path):
     (tmp_path / "c" / "manifest.json").write_text(json.dumps({"format": "attndesk-corpus"}))
     with pytest.raises(ConfigError, match="not an attndesk kvsweep manifest"):
         sweep_corpus(["1 2 3"], tmp_path / "c", trained="needle", policies=["oracle"], budgets=[2])
+    with pytest.raises(ConfigError, match="not an attndesk KV-cache sweep store"):
+        open_kv_sweep(tmp_path / "c")
 
 
 def test_the_command_writes_the_store_and_its_curves(texts, store, tmp_path, capsys):

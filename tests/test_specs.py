@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox
 
 from attndesk.app.panels.variant_controls import spin_range
 from attndesk.app.views.train import TrainView
-from attndesk.cli import main, render, train
+from attndesk.cli import main, render, render_job, train, train_job
 from attndesk.cli.base import command_parser
 from attndesk.core.config import FIELDS, AttentionConfig
 from attndesk.core.errors import ConfigError
@@ -68,9 +68,9 @@ def test_each_flag_is_its_field(command, spec):
 
 
 def test_no_flags_give_the_settings_defaults(tmp_path):
-    assert render.config_from_args(command_parser(render.register).parse_args([])) == AttentionConfig()
+    assert render_job.config_from_args(command_parser(render.register).parse_args([])) == AttentionConfig()
     parsed = command_parser(train.register).parse_args(["--out", str(tmp_path)])
-    assert train.config_from_args(parsed) == TrainConfig().validate()
+    assert train_job.config_from_args(parsed) == TrainConfig().validate()
 
 
 @pytest.mark.parametrize(

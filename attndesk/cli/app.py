@@ -60,8 +60,10 @@ def headless_fallback(out: str = "render-out") -> int:
     def run() -> int:
         for old in Path(out).glob("attn_*.png"):
             old.unlink()
+        from attndesk.cli import render_job
+
         args = command_parser(render.register).parse_args(["--out", out])
-        render.render_command(args, echo=False)
+        render_job.render_command(args, render.defaults(), echo=False)
         print(Path(out).resolve(), flush=True)
         return 0
 

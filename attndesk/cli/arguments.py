@@ -253,3 +253,15 @@ def add_fields(group: Any, fields: Iterable[Param], *, unset: bool = False) -> N
             group.add_argument(spec.flag, dest=spec.dest, default=None, help=spec.help(), **extra)
         else:
             group.add_argument(spec.flag, dest=spec.dest, default=spec.default, action=Given, help=spec.help(), **extra)
+
+
+def token_arg(text: str) -> str | int:
+    """A token flag's value: a text, or "id:N" for the token id N."""
+    if text.startswith("id:") and text[3:].isdigit():
+        return int(text[3:])
+    return text
+
+
+def optional_token(text: str | None) -> str | int | None:
+    """``token_arg`` of a flag that may be absent."""
+    return None if text is None else token_arg(text)

@@ -6,16 +6,11 @@ Bad input is one line on stderr, exit 2, and nothing written."""
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 
-from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
-from attndesk.cli.patch import add_model_arguments, heatmap, load, token_arg, write_all
-from attndesk.cli.progress import ProgressLine
-from attndesk.core.types import head_name
+from attndesk.cli.base import empty_out
+from attndesk.cli.patch import add_model_arguments
 
 NAME = "attribute"
-STRIP = (1100, 360)  # one row of tokens: a strip, not the square a heatmap figure suggests
 METHODS = {"ig": "integrated gradients", "gxi": "gradient x input", "attn": "attention x gradient"}
 
 
@@ -47,87 +42,8 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _attribute(args, model):
-    from attndesk.core.interp import (
-        attention_x_gradient,
-        gradient_x_input_report,
-        integrated_gradients_report,
-    )
-
-    if args.method == "gxi":
-        return gradient_x_input_report(model, args.text, token_arg(args.target))
-    if args.method == "attn":
-        return attention_x_gradient(model, args.text, token_arg(args.target))
-    with ProgressLine() as progress, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the notice is printed below, once
-        return integrated_gradients_report(
-            model,
-            args.text,
-            token_arg(args.target),
-            args.steps,
-            baseline=args.baseline,
-            memory_budget=args.memory_budget,
-            progress=progress.update,
-        )
-
-
 def run(args: argparse.Namespace) -> int:
+    from attndesk.cli import interp_job
+
     empty_out(args.out)
-    model = load(args)
-    try:
-        result = _attribute(args, model)
-    except ValueError as exc:  # ConfigError included
-        raise CliError(str(exc), EXIT_USAGE) from None
-    cols = [f"{i}:{t}" for i, t in enumerate(result.tokens)]
-    name = f"attribution_{args.method}"
-    files: list[tuple[str, object]] = [
-        (name, (result.scores[None], [result.target], cols)),
-        (
-            name,
-            (
-                heatmap(
-                    result.scores[None],
-                    [result.target],
-                    cols,
-                    f"{METHODS[args.method]}: {result.target!r}",
-                    "target",
-                    "input token",
-                    "attribution",
-                ),
-                STRIP,
-            ),
-        ),
-    ]
-    if result.per_head is not None:
-        layers, heads = result.per_head.shape[:2]
-        rows = [head_name(n, h) for n in range(layers) for h in range(heads)]
-        per_head = result.per_head.reshape(layers * heads, -1)
-        files.append((f"{name}_per_head", (per_head, rows, cols)))
-        files.append(
-            (
-                f"{name}_per_head",
-                heatmap(
-                    per_head, rows, cols, "attention x gradient per head", "layer, head", "input token", "attribution"
-                ),
-            )
-        )
-    summary = {
-        "model": model.name,
-        "method": result.method,
-        "target": result.target,
-        "tokens": result.tokens,
-        "scores": result.scores.tolist(),
-        "target_logit": result.target_logit,
-        "baseline": result.baseline,
-        "baseline_logit": result.baseline_logit,
-        "completeness_error": result.completeness_error,
-        "steps": result.steps,
-        "notices": result.notices,
-    }
-    for path in write_all(args.out, [*files, ("summary.json", summary)]):
-        print(path, flush=True)
-    for notice in result.notices:
-        print(f"attndesk: note: {notice}", file=sys.stderr)
-    if result.completeness_error is not None:
-        print(f"attndesk: completeness error {result.completeness_error:.2%} at {result.steps} steps", file=sys.stderr)
-    return 0
+    return interp_job.attribute_command(args, METHODS[args.method])

@@ -11,8 +11,8 @@ import argparse
 import sys
 import time
 
+from attndesk.cli.arguments import token_arg
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
-from attndesk.cli.patch import token_arg
 from attndesk.cli.progress import ProgressLine
 
 NAME = "circuit"

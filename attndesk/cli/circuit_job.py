@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from attndesk.cli.base import EXIT_USAGE, CliError
-from attndesk.cli.patch import heatmap
+from attndesk.cli.interp_job import heatmap
 from attndesk.core.errors import ConfigError
 from attndesk.core.interp import (
     connected,

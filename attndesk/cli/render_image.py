@@ -12,69 +12,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attndesk.cli import arguments
+import numpy as np
+
+from attndesk.cli import render_model
 from attndesk.cli.base import EXIT_USAGE, CliError
-
-MAP_NAMES = ("class", "probe", "rollout", "flow", "grad-rollout", "chefer", "ig")
-MAP_TITLES = {  # short: a panel's title
-    "class": "query, last layer",
-    "probe": "pooling probe",
-    "rollout": "rollout",
-    "flow": "flow",
-    "grad-rollout": "grad rollout",
-    "chefer": "attn x grad",
-    "ig": "int. gradients",
-}
-CHAINED = ("rollout", "flow", "grad-rollout", "chefer")  # chain the layers: not for Swin
-
-
-def add_arguments(render: argparse.ArgumentParser) -> None:
-    image = render.add_argument_group("an image (with --model: a vision model)")
-    image.add_argument(
-        "--image",
-        metavar="FILE",
-        default=None,
-        help="with --model (ViT, DeiT, DINOv2, CLIP, SigLIP, Swin): draw its attention over this PNG/JPEG "
-        "instead of heatmaps of a text",
-    )
-    image.add_argument(
-        "--query",
-        default=None,
-        metavar="TOKEN",
-        help="with --image: the query token whose attention is drawn: a number, [CLS], [DIST], [REG0] or "
-        "(row,col) (default: [CLS], or the mean over the patches for a model without a class token)",
-    )
-    image.add_argument(
-        "--maps",
-        type=arguments.list_of((*MAP_NAMES, "all", "none"), "map"),
-        default=["all"],
-        metavar="LIST",
-        help="with --image: the image maps to draw: " + ", ".join(MAP_NAMES) + ", all or none (default all)",
-    )
-    image.add_argument(
-        "--opacity",
-        type=arguments.real,
-        default=0.6,
-        help="with --image: how much of the colour covers the image, 0 to 1 (default %(default)g)",
-    )
-    image.add_argument(
-        "--ig-steps",
-        type=arguments.positive_int,
-        default=32,
-        metavar="N",
-        help="with --image: integrated gradients' steps (one forward and backward pass each; default %(default)s)",
-    )
-
-
-def image_flags_given(args: argparse.Namespace, defaults: argparse.Namespace) -> list[str]:
-    """The --image-only flags given without --image."""
-    names = {"query": "--query", "maps": "--maps", "opacity": "--opacity", "ig_steps": "--ig-steps"}
-    return [flag for dest, flag in names.items() if getattr(args, dest) != getattr(defaults, dest)]
+from attndesk.cli.render_flags import CHAINED, MAP_NAMES, MAP_TITLES
+from attndesk.core.errors import ConfigError
+from attndesk.core.interp import image_maps
+from attndesk.core.interp.image_maps import default_query
+from attndesk.core.pretrained import load_pretrained, read_spec
+from attndesk.core.pretrained.vision import run_image
+from attndesk.render import ensure_gui_app
+from attndesk.render.export import ExportError, OutputSet, atomic_write, check_image_memory, render_bytes, write
+from attndesk.render.overlays import map_overlays, overlay_painter, run_figures
+from attndesk.render.page import PageTooLarge, vision_page_data, write_document
 
 
 def _check_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
-    from attndesk.cli import render_model
-
     if args.model is None:
         raise CliError(
             "--image goes with --model: a vision model's folder (ViT, DeiT, DINOv2, CLIP, SigLIP, Swin)", EXIT_USAGE
@@ -104,8 +58,6 @@ def _check_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None
 
 def parse_query(query: str | None, tokens: list[str], default: int | None) -> int | None:
     """A token index from --query: a number or a token's name ("[CLS]", "(2,3)", "(2, 3)")."""
-    from attndesk.core.errors import ConfigError
-
     if query is None:
         return default
     text = query.strip().replace(" ", "")
@@ -127,8 +79,6 @@ def parse_query(query: str | None, tokens: list[str], default: int | None) -> in
 
 
 def _maps(args, model, result, query: int | None) -> dict[str, Any]:
-    from attndesk.core.interp import image_maps
-
     wanted = list(MAP_NAMES) if "all" in args.maps else [m for m in MAP_NAMES if m in args.maps]
     if "none" in args.maps:
         wanted = []
@@ -171,11 +121,6 @@ def _maps(args, model, result, query: int | None) -> dict[str, Any]:
 def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tuple[list[tuple[str, Any]], Any, str]:
     """[(file stem, OverlayFigure)], the run and the files' common stem, everything computed
     (ConfigError: one line)."""
-
-    from attndesk.core.interp.image_maps import default_query
-    from attndesk.core.pretrained import load_pretrained, read_spec
-    from attndesk.core.pretrained.vision import run_image
-    from attndesk.render.overlays import map_overlays, run_figures
 
     _check_flags(args, defaults)
     read_spec(args.model)
@@ -220,16 +165,21 @@ def image_figures(args: argparse.Namespace, defaults: argparse.Namespace) -> tup
     return figures, run, stem
 
 
-def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]]) -> dict:
-    """The html page: every layer's token x token maps (``--layer``: that layer) with the image and
-    its overlay figures above them; PageTooLarge (bad input) before anything is written."""
-    from attndesk.render.export import render_bytes
-    from attndesk.render.overlays import overlay_painter
-    from attndesk.render.page import PageTooLarge, vision_page_data
+def figure_pngs(args: argparse.Namespace, figures: list[tuple[str, Any]]) -> dict[str, bytes]:
+    """Each overlay figure painted once as PNG, by its file stem: the PNG files, the page's pictures
+    and a bundle's figures are these bytes."""
+    pngs = {}
+    for name, figure in figures:
+        check_image_memory(*figure.size())
+        pngs[name] = render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi, figure.title)
+    return pngs
 
-    pictures = [
-        (figure.title, render_bytes(overlay_painter(figure), "png", figure.size(), args.dpi)) for _, figure in figures
-    ]
+
+def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]], pngs: dict[str, bytes]) -> dict:
+    """The html page: every layer's token x token maps (``--layer``: that layer) with the image and
+    its overlay figures (``pngs``: ``figure_pngs``) above them; PageTooLarge (bad input) before
+    anything is written."""
+    pictures = [(figure.title, pngs[name]) for name, figure in figures]
     try:
         return vision_page_data(
             run,
@@ -247,19 +197,13 @@ def page_document(args: argparse.Namespace, run, figures: list[tuple[str, Any]])
 
 def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: bool = True) -> list[Path]:
     """Compute every figure, then write them all into --out together; returns the paths written."""
-    import numpy as np
-
-    from attndesk.render import ensure_gui_app
-    from attndesk.render.export import ExportError, OutputSet, atomic_write, write
-    from attndesk.render.overlays import overlay_painter
-    from attndesk.render.page import write_document
-
     try:
         figures, run, stem = image_figures(args, defaults)
     except ValueError as exc:  # ConfigError included
         raise CliError(str(exc), EXIT_USAGE) from None
     ensure_gui_app(headless=True)
-    page = page_document(args, run, figures) if "html" in args.format else None
+    pngs = figure_pngs(args, figures) if {"png", "html"} & set(args.format) else {}
+    page = page_document(args, run, figures, pngs) if "html" in args.format else None
     for notice in run.notices:
         print(f"attndesk: note: {notice}", file=sys.stderr)
     out_dir = Path(args.out).expanduser()
@@ -270,7 +214,9 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
             if page is not None:
                 write_document(page, out.path(f"{stem}.html"))
             for name, figure in figures:
-                for fmt in (f for f in args.format if f != "html"):
+                if "png" in args.format:
+                    atomic_write(out.path(f"{name}.png"), pngs[name])
+                for fmt in (f for f in args.format if f not in ("html", "png")):
                     write(
                         overlay_painter(figure),
                         out.path(f"{name}.{fmt}"),
@@ -288,12 +234,4 @@ def render_image(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     return out.committed
 
 
-__all__ = [
-    "MAP_NAMES",
-    "add_arguments",
-    "image_figures",
-    "image_flags_given",
-    "page_document",
-    "parse_query",
-    "render_image",
-]
+__all__ = ["figure_pngs", "image_figures", "page_document", "parse_query", "render_image"]

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import argparse
 
+from attndesk.core.config import FIELDS
 from attndesk.core.errors import ConfigError
+from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
+from attndesk.render.bundle import model_settings
+from attndesk.render.page import pretrained_page_maps
 
 
 def toy_only(fields=None) -> tuple[str, ...]:
     """The dests of the flags a real model's fixed architecture ignores (refused, not dropped): every
     field whose spec says a real model does not act on it, and the old ``--no-positional``."""
-    from attndesk.core.config import FIELDS
-
     return (*(spec.dest for spec in (FIELDS if fields is None else fields) if spec.real_model != "acts"), "positional")
 
 
 def check_model_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
     """ConfigError naming the first flag that has no meaning for a real model."""
-    from attndesk.core.config import FIELDS
-
     flags = {spec.dest: spec.flag for spec in FIELDS} | {"positional": "--no-positional"}
     for dest in toy_only():
         if getattr(args, dest) != getattr(defaults, dest):
@@ -37,8 +37,6 @@ def check_model_flags(args: argparse.Namespace, defaults: argparse.Namespace) ->
 
 def model_run(args: argparse.Namespace, text: str):
     """Load the folder and run it (ConfigError: an unusable folder, a target for a decoder, ...)."""
-    from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
-
     read_spec(args.model)  # config.json alone: a wrong path says so before any weight is read
     model = load_pretrained(args.model, memory_budget=args.memory_budget)
     # as in the window: a causal --mask forces a causal mask on an encoder; one text has no padding
@@ -59,16 +57,11 @@ def model_run(args: argparse.Namespace, text: str):
 
 def model_maps(run, layer: int | None) -> list:
     """Every (part, layer) map to draw: all layers of every part, or one layer of each part that has it."""
-    from attndesk.render.page import pretrained_page_maps
-
     return [pm.map for pm in pretrained_page_maps(run, layer)]
 
 
 def model_page(run, args: argparse.Namespace) -> dict:
     """The page of a run: every (part, layer) map (``--layer``: that layer), caption, settings, file name."""
-    from attndesk.render.bundle import model_settings
-    from attndesk.render.page import pretrained_page_maps
-
     return {
         "maps": pretrained_page_maps(run, args.layer),
         "summary": run.summary(),

@@ -11,45 +11,9 @@ import sys
 from pathlib import Path
 
 from attndesk.core.errors import ConfigError
-
-
-def _texts(value: str) -> list[int]:
-    if value.strip().lower() == "none":
-        return []
-    try:
-        ids = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        ids = []
-    if not ids or min(ids) < 0:
-        raise argparse.ArgumentTypeError(f"{value!r}: give text ids from 0, comma-separated (e.g. 0,3), or none")
-    return list(dict.fromkeys(ids))
-
-
-def add_render_arguments(render: argparse.ArgumentParser) -> None:
-    """--store, --texts, --metric on ``attndesk render``."""
-    from attndesk.corpus.metrics import METRICS
-
-    group = render.add_argument_group("a corpus store (instead of a text)")
-    group.add_argument(
-        "--store",
-        metavar="DIR",
-        default=None,
-        help="a corpus store (the --out folder of attndesk corpus): with --format html, one page of "
-        "its per-head statistics and roles, its texts, and the attention of --texts",
-    )
-    group.add_argument(
-        "--texts",
-        type=_texts,
-        default=[0],
-        metavar="IDS",
-        help="with --store: the texts whose attention the page shows, e.g. 0,3, or none (default 0)",
-    )
-    group.add_argument(
-        "--metric",
-        choices=METRICS,
-        default="entropy",
-        help="with --store: the metric that colours the heads grid at first (default %(default)s)",
-    )
+from attndesk.corpus import open_corpus
+from attndesk.render.page import write_document
+from attndesk.render.page_corpus import corpus_page_data
 
 
 def _check(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
@@ -74,10 +38,6 @@ def render_store(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     """Write the store's page into --out (atomic); returns [its path]. ``defaults``: the render
     parser's defaults, to refuse the flags that do not go with a store. ConfigError for bad input,
     ExportError (PageTooLarge: the texts do not fit) before anything is written."""
-    from attndesk.corpus import open_corpus
-    from attndesk.render.page import write_document
-    from attndesk.render.page_corpus import corpus_page_data
-
     _check(args, defaults)
     with open_corpus(args.store) as store:
         doc = corpus_page_data(
@@ -100,4 +60,4 @@ def render_store(args: argparse.Namespace, defaults: argparse.Namespace, echo: b
     return [path]
 
 
-__all__ = ["add_render_arguments", "render_store"]
+__all__ = ["render_store"]

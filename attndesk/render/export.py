@@ -26,6 +26,7 @@ from attndesk.core.types import AttentionMap
 
 from .figure import HeatmapFigure, suggested_size
 from .gui import ensure_gui_app
+from .paint import paint_figure
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 WEIGHT_FORMATS = ("npy", "csv")
@@ -275,7 +276,6 @@ def figure_bytes(figure: HeatmapFigure, fmt: str, size: tuple[int, int], dpi: fl
 
 
 def _figure_painter(figure: HeatmapFigure) -> PaintFn:
-    from .paint import paint_figure
 
     return lambda painter, rect: paint_figure(painter, rect, figure)
 

@@ -22,6 +22,7 @@ from .chart import begin_chart, paint_series, paint_value_grid, paint_x_labels
 from .export import ExportError, atomic_write, figure_bytes, write
 from .figure import figure_from_map, suggested_size
 from .layout import nice_ticks, tick_format
+from .paint import paint_figure
 
 if TYPE_CHECKING:
     from attndesk.train.run import TrainRun
@@ -304,6 +305,5 @@ def write_final_figures(run: TrainRun, out_path, formats: Sequence[str] = ("png"
 
 
 def _paint(painter, rect, figure) -> None:
-    from .paint import paint_figure
 
     paint_figure(painter, rect, figure)

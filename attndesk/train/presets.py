@@ -39,6 +39,7 @@ from attndesk.core.machine import fingerprint_differences, machine_fingerprint
 
 from .config import TrainConfig
 from .run import TrainRun
+from .store import load_run, read_metadata, save_tensors, write_run_files
 from .trainer import Trainer
 
 PRESET_THREADS = 1  # CPU GEMMs may sum in another order on another thread count; one thread is also fastest for these small models on a busy machine
@@ -129,7 +130,6 @@ def list_presets() -> list[dict[str, object]]:
 
 def load_preset(name: str) -> TrainRun:
     """The shipped trained model of preset ``name`` (ConfigError: unknown or not shipped)."""
-    from .store import load_run
 
     if name not in PRESETS:
         raise ConfigError(f"no preset {name!r}; presets: {', '.join(PRESETS)}")
@@ -288,7 +288,6 @@ class PresetCheck:
 
 
 def _recorded(name: str) -> tuple[dict[str, Any], TrainRun]:
-    from .store import read_metadata
 
     return read_metadata(trained_dir() / name), load_preset(name)
 
@@ -366,7 +365,6 @@ def check_preset(name: str, *, machine: dict[str, Any] | None = None) -> PresetC
 
 
 def _write(name: str) -> int:
-    from .store import save_tensors, write_run_files
 
     run, prefix, extra = train_preset(name)
     run.checkpoints.items = []  # the shipped folder holds the final weights and the prefix only (under 1 MB)

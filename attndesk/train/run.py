@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from attndesk import __version__
 from attndesk.core.atomic import StagedFolder, current_umask
 from attndesk.core.attention import FAST_PATH_MIN_ELEMENTS
 from attndesk.core.errors import ConfigError
@@ -109,7 +110,6 @@ FORMAT_VERSION = 1
 
 
 def _version() -> str:
-    from attndesk import __version__
 
     return __version__
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from attndesk.core.errors import ConfigError
+from attndesk.core.textfile import read_text_file
 
 from .config import TrainConfig
 
@@ -396,7 +397,6 @@ def sample_text() -> str:
 def read_training_text(path: str | None) -> str:
     """The text of ``path`` (the core's reader: binary, empty, huge and non-UTF-8 files are a
     ConfigError with one line) or the bundled sample."""
-    from attndesk.core.textfile import read_text_file
 
     return sample_text() if path is None else read_text_file(path)
 

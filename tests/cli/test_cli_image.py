@@ -129,6 +129,36 @@ def test_html_page_holds_the_maps_and_the_overlays(qapp, capsys, tmp_path, visio
     np.testing.assert_array_equal(decode_array(layers[1]["weights"]), expected[1])
 
 
+def test_a_page_and_pngs_paint_each_figure_once(qapp, capsys, tmp_path, vision, picture, monkeypatch):
+    """--format html,png: the PNG files and the page's pictures are the same bytes, painted once."""
+    import base64
+
+    from attndesk.cli import render_image
+    from attndesk.render import export
+    from attndesk.render.page import read_page_data
+
+    _, _, folder = vision("vit")
+    painted = []
+    real = render_image.render_bytes
+
+    def counting(*args, **kwargs):
+        painted.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render_image, "render_bytes", counting)
+    monkeypatch.setattr(export, "render_bytes", counting)  # what export.write paints with
+    code, out, err = run_cli(
+        capsys, "render", "--model", str(folder), "--image", str(picture), "--format", "html,png", "--maps", "rollout",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    pngs = sorted(p for p in out if p.endswith(".png"))
+    page = next(p for p in out if p.endswith(".html"))
+    assert painted == ["png"] * len(pngs) == ["png"] * 4  # two layers, every head, the maps
+    pictures = sorted(base64.b64decode(f["png"]) for f in read_page_data(page)["image"]["figures"])
+    assert pictures == sorted(Path(p).read_bytes() for p in pngs)
+
+
 def test_siglip_draws_its_pooling_probe(qapp, capsys, tmp_path, vision, picture):
     _, _, folder = vision("siglip_vision_model")
     code, out, err = run_cli(

@@ -15,7 +15,7 @@ def test_a_head_is_named_by_layer_and_head():
 def test_the_toy_models_heads_and_the_cli_tables_use_the_same_name():
     import numpy as np
 
-    from attndesk.cli.patch import labels
+    from attndesk.cli.interp_job import labels
     from attndesk.core.types import AttentionMap
 
     tokens = ["a", "b"]

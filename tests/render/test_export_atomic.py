@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attndesk.cli import main
+from attndesk.cli import main, render_job
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.core.atomic import STAGING_PREFIX, StagedFolder, current_umask
 from attndesk.render import export
@@ -96,7 +96,7 @@ def test_a_run_that_fails_midway_leaves_the_folder_as_it_was(qapp, capsys, tmp_p
             raise failure
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(export, "export_weights", third_file_fails)
+    monkeypatch.setattr(render_job, "export_weights", third_file_fails)  # what the command calls
     code = _render(old_folder)
     out, err = capsys.readouterr()
     assert len(calls) == 3  # two CSVs and the PNG were written (into the staging folder) first
@@ -110,7 +110,7 @@ def test_a_failing_run_into_a_new_folder_creates_nothing(qapp, capsys, tmp_path,
     def broken(*args, **kwargs):
         raise ExportError("cannot write: No space left on device")
 
-    monkeypatch.setattr(export, "export_weights", broken)
+    monkeypatch.setattr(render_job, "export_weights", broken)
     assert _render(tmp_path / "a" / "b" / "figs") == 1
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its parents
 

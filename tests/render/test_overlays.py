@@ -120,4 +120,4 @@ def test_a_vision_page_over_the_limit_is_refused_in_one_line_or_left_out(vision,
         dpi=96, layer=None, page_precision="auto", model="m", image="x.png", colormap="viridis", shared_scale=True
     )
     with pytest.raises(CliError, match=r"^a page of .* \(the image's figures take 0\.0 MB of it\)$"):
-        page_document(args, run, [])
+        page_document(args, run, [], {})

@@ -136,16 +136,16 @@ def test_ctrl_c_stops_between_steps_and_keeps_the_run(qapp, capsys, tmp_path, mo
     import os
     import signal
 
-    from attndesk.cli import train as cli_train
+    from attndesk.cli import train_job as cli_train_job
 
-    report_step = cli_train._Progress.__call__
+    report_step = cli_train_job._Progress.__call__
 
     def press_ctrl_c_at_step_5(self, report):  # a real SIGINT, delivered between steps 5 and 6
         report_step(self, report)
         if report.step == 5:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(cli_train._Progress, "__call__", press_ctrl_c_at_step_5)
+    monkeypatch.setattr(cli_train_job._Progress, "__call__", press_ctrl_c_at_step_5)
     # as a shell starts it: an earlier test (a library's start-up) may have left SIGINT ignored
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

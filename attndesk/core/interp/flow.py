@@ -18,6 +18,7 @@ import numpy as np
 from attndesk.jobs import Cancel, JobContext, ProgressFn, job_context
 
 from ..errors import ConfigError
+from ..pretrained.run import run_pretrained
 from ..rollout import attention_rollout, layer_transition
 
 
@@ -145,7 +146,6 @@ def model_attention_flow(
 ) -> AttentionFlow:
     """Attention flow of a loaded model's self-attention (an encoder-decoder's encoder) on ``text``:
     the weights come from ``run_pretrained`` (attndesk's ``attend``)."""
-    from ..pretrained.run import run_pretrained
 
     ctx = job_context(ctx, progress=progress, cancel=cancel)
     run = run_pretrained(model, text, memory_budget=memory_budget)

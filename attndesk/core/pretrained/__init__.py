@@ -10,6 +10,13 @@ encoder-decoders (T5, BART, Marian), offline. Every attention weight is computed
 
 Vision checkpoints (ViT, DeiT, DINOv2, CLIP's and SigLIP's vision towers, Swin) take an image
 instead: ``run_pretrained(load_pretrained(folder), "cat.png")`` returns a ``VisionResult``.
+
+Modules: ``families`` (which model types run, and as what), ``checkpoint`` (a folder checked
+before anything heavy runs), ``loader`` (``load_pretrained``), ``backend`` (``attend`` as
+transformers' attention implementation), ``sites`` (which module is which attention layer),
+``run`` (``run_pretrained``: every layer's attention), ``vision`` (an image's run), ``generate``
+(the generation stepper), ``token_text`` (the text a person reads for a raw token) and
+``hub_cache`` (the models already in the local Hugging Face cache).
 """
 
 from .checkpoint import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec

@@ -10,8 +10,6 @@ from torch import nn
 
 from attndesk.core.pretrained.backend import attndesk_attention
 
-gpt_oss = pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss")
-
 
 class _Layer(nn.Module):
     """What both attention functions read from a GPT-OSS attention module."""
@@ -34,8 +32,14 @@ def test_sinks_equal_transformers_gpt_oss_eager(masked):
     if masked:  # a causal float mask, as transformers builds it
         mask = torch.full((9, 9), float("-inf")).triu(1)[None, None].expand(2, 1, 9, 9)
     with torch.no_grad():
-        want_out, want_w = gpt_oss.eager_attention_forward(module, q, k, v, mask, scaling=0.35)
+        want_out, want_w = _gpt_oss().eager_attention_forward(module, q, k, v, mask, scaling=0.35)
         out, w = attndesk_attention(module, q, k, v, mask, scaling=0.35, s_aux=module.sinks)
     torch.testing.assert_close(w, want_w, rtol=0, atol=1e-6)
     torch.testing.assert_close(out, want_out, rtol=0, atol=1e-6)
     assert (w.sum(-1) < 1).all()
+
+
+def _gpt_oss():
+    """transformers' GPT-OSS modelling module, imported by the test that runs (not at collection,
+    where every worker would pay for it)."""
+    return pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss")

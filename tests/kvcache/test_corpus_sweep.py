@@ -240,3 +240,14 @@ def test_the_ray_engine_writes_the_local_store(store, texts, tmp_path):
     assert json.loads((tmp_path / "ray" / "manifest.json").read_text())["run"]["engine"] == "ray"
     _same(on_ray, store)
     on_ray.close()
+
+
+def test_the_commands_help_names_the_sweeps_defaults():
+    from attndesk.cli import kvcache
+    from attndesk.cli.base import command_parser
+    from attndesk.kvcache.corpus_sweep import MAX_TOKENS, SHARD_SIZE
+    from attndesk.kvcache.sweep import DECODE_ROWS
+
+    helps = {a.dest: a.help for a in command_parser(kvcache.register)._actions}
+    assert f"default {DECODE_ROWS}" in helps["decode"] and f"default {MAX_TOKENS}" in helps["max_tokens"]
+    assert f"default {SHARD_SIZE}" in helps["shard_size"]

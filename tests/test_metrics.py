@@ -51,7 +51,6 @@ FUNCTION_IMPORTS = {
     "attndesk/core/pretrained/vision.py": 1,
     "attndesk/corpus/compact.py": 1,
     "attndesk/corpus/engine.py": 4,
-    "attndesk/corpus/ray_engine.py": 1,
     "attndesk/corpus/sources.py": 2,
     "attndesk/kvcache/model.py": 6,
     "attndesk/kvcache/regressions.py": 3,

@@ -120,6 +120,26 @@ def region(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
 _DASH_VALUE = re.compile(r"-([\d.]|nan|inf)", re.IGNORECASE)  # "-1:2,0:2", "-.5", "-inf": a value, not a flag
 
 
+def engine_arguments(p: argparse.ArgumentParser, *, default: str | None = "local") -> None:
+    """The corpus engines' flags (``attndesk corpus``, ``attndesk kvcache --corpus``): --engine,
+    --workers, --ray-address. ``default=None`` leaves --engine unset when not given (a command
+    that refuses it without its corpus)."""
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default=default,
+        help="local (this process) or ray (Ray Data actors; RAY_ADDRESS or --ray-address joins a cluster)",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each (default 2)",
+    )
+    p.add_argument("--ray-address", default=None, metavar="ADDR", help="a Ray cluster to join (else RAY_ADDRESS)")
+
+
 def attach_dash_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
     """argparse takes a value that starts with '-' for a flag ('--region -1:2,0:2' gives "expected
     one argument"): join such a value to its option as '--region=-1:2,0:2', so that the option's

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from attndesk.cli.arguments import non_negative_int, positive_int
+from attndesk.cli.arguments import engine_arguments, non_negative_int, positive_int
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.resources import CORPUS_SAMPLE as SAMPLE
 
@@ -90,20 +90,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 def _engine_arguments(p: argparse.ArgumentParser) -> None:
     """How the pass runs: the engine and its workers, the atlas, the shards, the device."""
-    p.add_argument(
-        "--engine",
-        choices=("local", "ray"),
-        default="local",
-        help="local (this process) or ray (Ray Data actors; RAY_ADDRESS or --ray-address joins a cluster)",
-    )
-    p.add_argument(
-        "--workers",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="local: torch threads (default: torch's own); ray: actors, one model and one CPU each (default 2)",
-    )
-    p.add_argument("--ray-address", default=None, metavar="ADDR", help="a Ray cluster to join (else RAY_ADDRESS)")
+    engine_arguments(p)
     p.add_argument(
         "--atlas",
         type=_methods,

@@ -1,8 +1,10 @@
 """``attndesk kvcache``: compressed runs of KV-cache eviction policies beside the full run, over
 budgets, written as a table (CSV + Parquet: one row per text, policy, budget and query row), the
 mean KL / accuracy against the budget (PNG curves) and each run's keep raster (PNG), all or
-nothing. Bad input (a budget of 0 or larger than the input, an encoder, an option a policy does
-not take) is one line on stderr, exit 2, and nothing written."""
+nothing. With ``--corpus`` the sweep over a corpus (``kvcache_corpus``): one row per text, policy
+and budget in a Parquet + DuckDB store on the corpus pass's engines, resumed when run again. Bad
+input (a budget of 0 or larger than the input, an encoder, an option a policy does not take) is
+one line on stderr, exit 2, and nothing written."""
 
 from __future__ import annotations
 
@@ -10,12 +12,23 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from attndesk.cli.arguments import at_least, engine_arguments, positive_int
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.progress import ProgressLine
 from attndesk.jobs import plain_context
 
 NAME = "kvcache"
 DEFAULT_POLICIES = "streaming,h2o,snapkv,tova,knorm,random,oracle"
+# the sweep over a corpus's flags: refused without --corpus
+CORPUS_ONLY = {
+    "decode": "--decode",
+    "max_tokens": "--max-tokens",
+    "engine": "--engine",
+    "workers": "--workers",
+    "ray_address": "--ray-address",
+    "shard_size": "--shard-size",
+    "restart": "--restart",
+}
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -30,7 +43,9 @@ def register(sub) -> argparse.ArgumentParser:
         epilog="example:\n  attndesk kvcache --model ~/models/gpt2 --text 'The capital of France is Paris. ...' "
         "--policies streaming,h2o,oracle --budgets 8,16,32 --out kv\n  attndesk kvcache --trained induction "
         "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv\n"
-        "  attndesk kvcache --trained needle --retrieval 1,2,3,4 --out heads",
+        "  attndesk kvcache --trained needle --retrieval 1,2,3,4 --out heads\n"
+        "  attndesk kvcache --model ~/models/gpt2 --corpus texts.jsonl --policies streaming,h2o,oracle "
+        "--budgets 16,32,64 --engine ray --out kv-store",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = p.add_mutually_exclusive_group(required=True)
@@ -39,6 +54,13 @@ def register(sub) -> argparse.ArgumentParser:
     text = p.add_mutually_exclusive_group()
     text.add_argument("--text", metavar="TEXT", help="the input (a toy model's: token ids separated by spaces)")
     text.add_argument("--data", metavar="FILE", help="a text file, one input per line")
+    text.add_argument(
+        "--corpus",
+        metavar="FILE|FOLDER",
+        help="a corpus (the corpus pass's inputs: .txt a text a line, .jsonl, .csv or .parquet with a text "
+        "field, a folder of .txt files): every text x policy x budget into the store --out (Parquet + DuckDB, "
+        "curves with the spread over texts), on --engine; a rerun with the same arguments resumes it",
+    )
     p.add_argument("--policies", default=DEFAULT_POLICIES, metavar="A,B", help=f"default {DEFAULT_POLICIES}")
     p.add_argument("--budgets", metavar="64,128", help="keys per K/V head, or ratios in (0, 1]")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="decode steps after the input (greedy)")
@@ -61,8 +83,37 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--draws", type=int, default=10, metavar="N", help="random head sets ablated per k in --retrieval (default 10)"
     )
-    p.add_argument("--out", metavar="DIR", required=True, help="an empty or new folder")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        required=True,
+        help="an empty or new folder; with --corpus the store (a rerun with the same arguments resumes it)",
+    )
+    _corpus_arguments(p.add_argument_group("with --corpus"))
     return p
+
+
+def _corpus_arguments(corpus) -> None:
+    """The sweep over a corpus's flags: its decode rows and tokens, the engine, shards, restart."""
+    corpus.add_argument(
+        "--decode",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="a text's last N tokens read as decode steps (default 32; a shorter text: all but its first)",
+    )
+    corpus.add_argument(
+        "--max-tokens", type=at_least(2), default=None, metavar="N", help="tokens a text keeps (default 256)"
+    )
+    engine_arguments(corpus, default=None)
+    corpus.add_argument(
+        "--shard-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="texts per shard, the unit a rerun resumes from (default 16)",
+    )
+    corpus.add_argument("--restart", action="store_true", help="start over instead of resuming the store in --out")
 
 
 def _budgets(text: str) -> list[int | float]:
@@ -199,7 +250,11 @@ def _prompt(args, ids: list[int]) -> int:
 def run(args: argparse.Namespace) -> int:
     from attndesk.kvcache import POLICIES
 
-    empty_out(args.out)
+    given = [flag for name, flag in CORPUS_ONLY.items() if getattr(args, name) not in (None, False)]
+    if args.corpus is None and given:
+        raise CliError(f"{given[0]} applies to a sweep over a corpus: give --corpus", EXIT_USAGE)
+    if args.corpus is None:
+        empty_out(args.out)
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
@@ -207,6 +262,10 @@ def run(args: argparse.Namespace) -> int:
             f"--policies: no policy {unknown[0] if unknown else '(none)'!r}; policies: {', '.join(POLICIES)}",
             EXIT_USAGE,
         )
+    if args.corpus is not None:
+        from attndesk.cli.kvcache_corpus import run_corpus
+
+        return run_corpus(args, names, _budgets(args.budgets or ""), _options(args.option, names))
     reading = args.text is not None or args.data is not None
     if not reading and args.retrieval is None:
         raise CliError(

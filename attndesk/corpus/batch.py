@@ -133,6 +133,9 @@ class ShardResult:
     per_text: pa.Table
     atlas: pa.Table
 
+    def tables(self) -> dict[str, pa.Table]:
+        return {"texts": self.texts, "per_text": self.per_text, "atlas": self.atlas}
+
 
 def _sample(
     lengths: Sequence[int], text_ids: np.ndarray, side: str, settings: PassSettings, threshold: int | None

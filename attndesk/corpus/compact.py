@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ..core.atomic import atomic_write
 from .atlas import project
 from .image_metrics import image_heads_summary
-from .store import _sql_path, heads_summary
+from .store import heads_summary, sql_path
 
 ATLAS_SCHEMA = pa.schema(
     [
@@ -45,7 +45,7 @@ QUALITY_SCHEMA = pa.schema(
 _PART_ORDER = "CASE part WHEN 'self' THEN 0 WHEN 'decoder' THEN 1 ELSE 2 END"
 
 
-def _connect(memory_limit: str = "1GB"):
+def connect(memory_limit: str = "1GB"):
     import duckdb
 
     con = duckdb.connect()
@@ -54,26 +54,26 @@ def _connect(memory_limit: str = "1GB"):
     return con
 
 
-def _copy(con, query: str, target: Path) -> None:
+def copy_query(con, query: str, target: Path) -> None:
     """The query's rows as Parquet file ``target``, written beside it and renamed into place."""
     tmp = target.with_name(f".{target.name}.part")
-    con.execute(f"COPY ({query}) TO {_sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)")
+    con.execute(f"COPY ({query}) TO {sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)")
     os.replace(tmp, target)
 
 
-def _glob(out: Path, table: str) -> str:
+def shard_files(out: Path, table: str) -> str:
     """read_parquet of the finished shards' files only: a kill can leave a hidden staging folder
     beside them, which a glob would read too."""
     folders = sorted(p for p in (out / "shards").iterdir() if p.is_dir() and p.name.isdigit())
-    return "read_parquet([" + ", ".join(_sql_path(p / f"{table}.parquet") for p in folders) + "])"
+    return "read_parquet([" + ", ".join(sql_path(p / f"{table}.parquet") for p in folders) + "])"
 
 
 def _atlas(con, out: Path, points: int, methods: tuple[str, ...], seed: int) -> None:
     """Keep each head's ``points`` queries and keys of smallest priority, project them, write the tables."""
     sample = out / ".atlas_sample.parquet"
-    _copy(
+    copy_query(
         con,
-        f"SELECT * FROM {_glob(out, 'atlas')} QUALIFY row_number() OVER (PARTITION BY part, layer, head, kind "
+        f"SELECT * FROM {shard_files(out, 'atlas')} QUALIFY row_number() OVER (PARTITION BY part, layer, head, kind "
         f"ORDER BY priority, text_id, position) <= {int(points)} "
         f"ORDER BY {_PART_ORDER}, layer, head, kind, priority",
         sample,
@@ -144,31 +144,42 @@ def _projected(rows: pa.Table, part: str, layer: int, head: int, method: str, se
     return table, r
 
 
-def _database(out: Path, with_atlas: bool) -> None:
+def write_database(out: Path, name: str, views: tuple[str, ...], empty: dict[str, str] | None = None) -> None:
+    """DuckDB file ``name`` in ``out`` with one view per table of ``views`` over its Parquet file
+    (named relative to the store, so the folder may move) and, from ``empty``, views that exist
+    with no rows ({view: a query of typed NULLs}), so queries on them answer rather than fail;
+    written beside its place and renamed into it."""
     import duckdb
 
-    tmp = out / ".corpus.duckdb.part"
+    tmp = out / f".{name}.part"
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
     try:
-        con.execute(f"SET file_search_path = {_sql_path(out)}")  # views name their files relative to the store
-        for table in ("texts", "per_text", "heads") + (("atlas", "atlas_quality") if with_atlas else ()):
+        con.execute(f"SET file_search_path = {sql_path(out)}")  # views name their files relative to the store
+        for table in views:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{table}.parquet')")
-        if not with_atlas:  # the views exist, empty, so queries on them answer rather than fail
-            con.execute(
-                "CREATE VIEW atlas AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::VARCHAR AS kind, NULL::BIGINT AS "
-                "text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, NULL::FLOAT AS x, "
-                "NULL::FLOAT AS y WHERE false"
-            )
-            con.execute(
-                "CREATE VIEW atlas_quality AS SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, "
-                "NULL::SMALLINT AS head, NULL::VARCHAR AS method, NULL::INTEGER AS points, "
-                "NULL::DOUBLE AS correlation WHERE false"
-            )
+        for table, query in (empty or {}).items():
+            con.execute(f"CREATE VIEW {table} AS {query} WHERE false")
     finally:
         con.close()
-    os.replace(tmp, out / "corpus.duckdb")
+    os.replace(tmp, out / name)
+
+
+_EMPTY_ATLAS = {
+    "atlas": "SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, NULL::SMALLINT AS head, NULL::VARCHAR AS "
+    "method, NULL::VARCHAR AS kind, NULL::BIGINT AS text_id, NULL::INTEGER AS position, NULL::VARCHAR AS token, "
+    "NULL::FLOAT AS x, NULL::FLOAT AS y",
+    "atlas_quality": "SELECT NULL::VARCHAR AS part, NULL::SMALLINT AS layer, NULL::SMALLINT AS head, "
+    "NULL::VARCHAR AS method, NULL::INTEGER AS points, NULL::DOUBLE AS correlation",
+}
+
+
+def _database(out: Path, with_atlas: bool) -> None:
+    tables = ("texts", "per_text", "heads")
+    if with_atlas:
+        write_database(out, "corpus.duckdb", tables + ("atlas", "atlas_quality"))
+    else:
+        write_database(out, "corpus.duckdb", tables, _EMPTY_ATLAS)
 
 
 def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], seed: int, images: bool = False) -> None:
@@ -177,19 +188,19 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
     pass's per-image rows, summarised by ``image_heads_summary``."""
     from threadpoolctl import threadpool_limits
 
-    con = _connect()
+    con = connect()
     # one BLAS thread: the projections are small d x d problems, and BLAS threads spinning against
     # torch's slow each eigendecomposition down by orders of magnitude (docs/benchmarks.md, Threads)
     limits = threadpool_limits(1)
     try:
-        _copy(con, f"SELECT * FROM {_glob(out, 'texts')} ORDER BY text_id", out / "texts.parquet")
-        _copy(
+        copy_query(con, f"SELECT * FROM {shard_files(out, 'texts')} ORDER BY text_id", out / "texts.parquet")
+        copy_query(
             con,
-            f"SELECT * FROM {_glob(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
+            f"SELECT * FROM {shard_files(out, 'per_text')} ORDER BY {_PART_ORDER}, layer, head, text_id",
             out / "per_text.parquet",
         )
         summary = image_heads_summary if images else heads_summary
-        heads = summary(con, f"read_parquet({_sql_path(out / 'per_text.parquet')})")
+        heads = summary(con, f"read_parquet({sql_path(out / 'per_text.parquet')})")
         heads_table = pa.Table.from_pandas(heads, preserve_index=False)
         tmp = out / ".heads.parquet.part"
         pq.write_table(heads_table, tmp)
@@ -207,4 +218,13 @@ def remove_shards(out: Path) -> None:
     shutil.rmtree(out / "shards", ignore_errors=True)
 
 
-__all__ = ["ATLAS_SCHEMA", "QUALITY_SCHEMA", "compact", "remove_shards"]
+__all__ = [
+    "ATLAS_SCHEMA",
+    "QUALITY_SCHEMA",
+    "compact",
+    "connect",
+    "copy_query",
+    "remove_shards",
+    "shard_files",
+    "write_database",
+]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -27,10 +28,10 @@ from ..core.errors import ConfigError
 from ..core.pretrained.checkpoint import read_spec
 from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
-from .batch import PassSettings, run_shard
+from .batch import PassSettings, ShardResult, run_shard
 from .compact import compact, remove_shards
 from .images import open_images, run_image_shard
-from .shards import finished_shards, shards, write_shard
+from .shards import Shard, finished_shards, shards, write_shard
 from .sources import Source, open_source
 from .store import (
     FORMAT,
@@ -115,11 +116,25 @@ def _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size
     return methods
 
 
-def _check_out(out: Path) -> dict | None:
+@dataclass(frozen=True)
+class StoreKind:
+    """What kind of store a pass writes: its manifest's ``format``, its DuckDB file, the files it
+    owns (cleared by a restart) and its name in messages."""
+
+    format: str
+    database: str
+    files: frozenset[str]
+    noun: str
+
+
+CORPUS = StoreKind(FORMAT, "corpus.duckdb", _OWN, "corpus run")
+
+
+def check_out(out: Path, kind: StoreKind = CORPUS) -> dict | None:
     """The existing manifest (None for a new or empty folder); refuses a file or a foreign folder."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file; the corpus store is a folder: choose another --out")
-    manifest = read_manifest(out) if out.is_dir() else None
+        raise ConfigError(f"{out} is a file; the store is a folder: choose another --out")
+    manifest = read_manifest(out, kind.format) if out.is_dir() else None
     if manifest is None and out.is_dir():
         foreign = [p.name for p in out.iterdir() if not p.name.startswith(".")]
         if foreign:
@@ -131,7 +146,7 @@ def _identity(manifest: dict) -> dict:
     return {k: manifest.get(k) for k in ("format", "format_version", "attndesk", "model", "data", "arguments")}
 
 
-def _refuse_mismatch(out: Path, old: dict, new: dict) -> None:
+def _refuse_mismatch(out: Path, old: dict, new: dict, noun: str = CORPUS.noun) -> None:
     for key in ("model", "data", "arguments", "attndesk", "format_version"):
         if old.get(key) != new.get(key):
             if key == "model":
@@ -142,13 +157,13 @@ def _refuse_mismatch(out: Path, old: dict, new: dict) -> None:
             else:
                 what = f"another {key} ({old.get(key)!r})" if key != "data" else "other texts"
             raise ConfigError(
-                f"{out} holds a corpus run with {what}; use another --out folder, the same "
+                f"{out} holds a {noun} with {what}; use another --out folder, the same "
                 "arguments, or resume=False (--restart) to start over"
             )
 
 
-def _clear(out: Path) -> None:
-    for name in _OWN:
+def _clear(out: Path, files: frozenset[str] = _OWN) -> None:
+    for name in files:
         path = out / name
         if path.is_dir():
             shutil.rmtree(path)
@@ -203,36 +218,141 @@ class Thresholds:
         return {side: int(v[-1]) for side, v in self.best.items() if len(v) >= self.points}
 
 
-def _run_local(
+class ShardWork(Protocol):
+    """What a pass does, the same on every engine: ``run`` a shard on a loaded model (the local
+    engine's, or a Ray actor's from ``load``) into the tables named ``tables``, then ``finish`` the
+    store from the finished shards (compaction). ``begin`` hears of the shards written before the
+    local engine starts (a resumed run's) and ``written`` of each it writes. ``kind``: the store it
+    writes; ``unit``: what its progress counts; ``flops(model)``: one op's work, which the local
+    engine's thread count is chosen by. A Ray actor gets the work pickled, so it names its model
+    (a folder, a preset) rather than holding it."""
+
+    tables: tuple[str, ...]
+    kind: StoreKind
+
+    @property
+    def unit(self) -> str: ...
+
+    def load(self) -> Any: ...
+
+    def run(
+        self,
+        model: Any,
+        index: int,
+        first: int,
+        texts: list[str],
+        *,
+        ctx: JobContext | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> Shard: ...
+
+    def begin(self, out: Path, done: set[int]) -> None: ...
+
+    def written(self, result: Shard) -> None: ...
+
+    def flops(self, model: Any) -> float: ...
+
+    def finish(self, out: Path) -> None: ...
+
+
+@dataclass
+class CorpusWork:
+    """The corpus pass: ``run_shard`` (texts) or ``run_image_shard`` (images) a shard, ``compact``
+    at the end. The local engine keeps the atlas cut-offs so far (``thresholds``, from ``begin``),
+    so a shard skips points that cannot make the sample."""
+
+    model_path: str
+    device: str
+    settings: PassSettings
+    images: bool
+    atlas_methods: tuple[str, ...]
+    thresholds: Thresholds | None = None
+    tables: tuple[str, ...] = ("texts", "per_text", "atlas")
+    kind: StoreKind = CORPUS
+
+    @property
+    def unit(self) -> str:
+        return "images" if self.images else "texts"
+
+    def load(self):
+        return _load(self.model_path, self.device, images=self.images)
+
+    def run(self, model, index, first, texts, *, ctx=None, on_batch=None) -> ShardResult:
+        run = run_image_shard if self.images else run_shard
+        current = self.thresholds.current() if self.thresholds is not None else None
+        return run(model, index, first, texts, self.settings, thresholds=current, ctx=ctx, on_batch=on_batch)
+
+    def begin(self, out: Path, done: set[int]) -> None:
+        self.thresholds = Thresholds(self.settings.atlas_points)
+        for index in sorted(done):
+            self.thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
+
+    def written(self, result: Shard) -> None:
+        if self.thresholds is not None:
+            self.thresholds.add(result.tables()["atlas"])
+
+    def flops(self, model) -> float:
+        return batch_work(model, self.settings)
+
+    def finish(self, out: Path) -> None:
+        points, seed = self.settings.atlas_points, self.settings.seed
+        compact(out, atlas_points=points, atlas_methods=self.atlas_methods, seed=seed, images=self.images)
+
+
+def run_local(
+    work: ShardWork,
     model,
     source: Source,
     out: Path,
-    settings: PassSettings,
     done: set[int],
     shard_size: int,
     tracker: Tracker,
-    workers: int | None,
+    threads: AdaptiveThreads,
 ) -> None:
-    thresholds = Thresholds(settings.atlas_points)
-    for index in sorted(done):
-        thresholds.add(pq.read_table(out / "shards" / f"{index:05d}" / "atlas.parquet"))
-    threads = AdaptiveThreads(batch_work(model, settings), fixed=workers)
-    run = run_image_shard if model.family == "vision" else run_shard
+    """Every shard not in ``done``, in this process, each written as it finishes."""
+    work.begin(out, done)
     for index, first, texts in shards(source, shard_size, done):
         with torch_threads(threads.recheck()):  # chosen again for the load before each shard
-            result = run(
-                model,
-                index,
-                first,
-                texts,
-                settings,
-                thresholds=thresholds.current(),
-                ctx=tracker.ctx,
-                on_batch=tracker.add,
-            )
+            result = work.run(model, index, first, texts, ctx=tracker.ctx, on_batch=tracker.add)
         write_shard(out, result)
-        thresholds.add(result.atlas)
+        work.written(result)
         tracker.add(0, force=True)  # every finished shard is reported
+
+
+def run_pass(
+    work: ShardWork,
+    model,
+    source: Source,
+    out: Path,
+    manifest: dict,
+    *,
+    resume: bool,
+    engine: str,
+    shard_size: int,
+    workers: int | None,
+    ray_address: str | None,
+    ctx: JobContext,
+) -> None:
+    """A pass into store ``out``: check it against ``manifest`` (a finished run of the same is
+    kept as it is), run the shards not yet finished on ``engine``, then the work's ``finish``,
+    mark the store complete and remove the shards."""
+    if _prepare(out, manifest, resume, work.kind):
+        return
+    done = finished_shards(out)
+    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, work.unit)
+    if engine == "ray":
+        from .ray_engine import run_ray
+
+        run_ray(work, source, out, done, shard_size, tracker, workers, ray_address)
+    else:
+        threads = AdaptiveThreads(work.flops(model), fixed=workers)
+        run_local(work, model, source, out, done, shard_size, tracker, threads)
+    ctx.check()
+    tracker.add(0, "compacting", force=True)
+    work.finish(out)
+    write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    remove_shards(out)
+    tracker.add(0, "done", force=True)
 
 
 def batch_work(model, settings: PassSettings) -> float:
@@ -345,15 +465,15 @@ def _manifest(
     }
 
 
-def _prepare(out: Path, manifest: dict, resume: bool) -> bool:
+def _prepare(out: Path, manifest: dict, resume: bool, kind: StoreKind = CORPUS) -> bool:
     """Check ``out`` against the new run; True when it already holds this finished run."""
-    old = _check_out(out)
+    old = check_out(out, kind)
     if old is not None and not resume:
-        _clear(out)
+        _clear(out, kind.files)
         old = None
     if old is not None:
-        _refuse_mismatch(out, _identity(old), _identity(manifest))
-        if old.get("complete") and (out / "corpus.duckdb").exists():
+        _refuse_mismatch(out, _identity(old), _identity(manifest), kind.noun)
+        if old.get("complete") and (out / kind.database).exists():
             return True
     if not out.parent.is_dir():  # its folder is made, never the folders above it (a mistyped path)
         raise ConfigError(f"cannot write the store folder {out}: the folder {out.parent} does not exist")
@@ -402,38 +522,43 @@ def analyze_corpus(
     ctx = job_context(ctx, cancel=cancel, report=progress)
     methods = _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers)
     out = Path(out).expanduser()
-    _check_out(out)
+    check_out(out)
     images = is_vision(model)
     source = open_image_source(texts, model) if images else open_source(texts)
     loaded = _load(model, device, images=images)
     settings, methods = _settings(loaded, max_tokens, atlas_points, batch_size, seed), () if images else methods
     manifest = _manifest(loaded, source, settings, shard_size, methods, {"engine": engine, "workers": workers})
-    if _prepare(out, manifest, resume):
-        return open_corpus(out)
-    done = finished_shards(out)
-    tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, "images" if images else "texts")
-    if engine == "ray":
-        from .ray_engine import run_ray
-
-        run_ray(loaded, source, out, settings, done, shard_size, tracker, workers, ray_address)
-    else:
-        _run_local(loaded, source, out, settings, done, shard_size, tracker, workers)
-    ctx.check()
-    tracker.add(0, "compacting", force=True)
-    compact(out, atlas_points=settings.atlas_points, atlas_methods=methods, seed=seed, images=images)
-    write_manifest(out, manifest | {"complete": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    remove_shards(out)
-    tracker.add(0, "done", force=True)
+    work = CorpusWork(str(loaded.path), str(loaded.device), settings, images, methods)
+    run_pass(
+        work,
+        loaded,
+        source,
+        out,
+        manifest,
+        resume=resume,
+        engine=engine,
+        shard_size=shard_size,
+        workers=workers,
+        ray_address=ray_address,
+        ctx=ctx,
+    )
     return open_corpus(out)
 
 
 __all__ = [
     "ATLAS_POINTS",
+    "CORPUS",
     "ENGINES",
     "SHARD_SIZE",
     "CorpusProgress",
+    "CorpusWork",
+    "ShardWork",
+    "StoreKind",
     "analyze_corpus",
+    "check_out",
     "finished_shards",
+    "run_local",
+    "run_pass",
     "run_shard",
     "shards",
     "weights_hash",

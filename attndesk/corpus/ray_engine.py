@@ -1,9 +1,10 @@
-"""The Ray engine: the same shards through the same ``run_shard``, on Ray Data actors.
+"""The Ray engine: the same shards through the same work (``engine.ShardWork``: the corpus pass's
+``run_shard``, the KV-cache sweep's), on Ray Data actors.
 
-Each actor loads the model once (``load_pretrained`` of the same folder, so the workers must see
-that path: a shared file system on a cluster) and maps one shard a call; the shard's tables come
-back to the driver as Arrow IPC bytes and are written to the store there, exactly as the local
-engine writes them, so the store is the same. ``ray.init`` joins ``address`` or ``RAY_ADDRESS``
+Each actor loads the model once (the work's ``load``: the same folder or preset, so the workers
+must see that path: a shared file system on a cluster) and maps one shard a call; the shard's
+tables come back to the driver as Arrow IPC bytes and are written to the store there, exactly as
+the local engine writes them, so the store is the same. ``ray.init`` joins ``address`` or ``RAY_ADDRESS``
 when given (a cluster), else starts a local Ray with ``workers`` CPUs, shut down afterwards.
 
 A clean run prints nothing of Ray's own: no dashboard, no log lines from the workers, no progress
@@ -16,16 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.errors import ConfigError
-from .batch import PassSettings, ShardResult, run_shard
-from .images import run_image_shard
-from .shards import shards, write_shard
+from .shards import ShardTables, shards, write_shard
 
 # (logger, the start of a message) of Ray's notices about settings it or we chose, not about the run
 _NOTICES = (
@@ -63,28 +61,25 @@ def _table(data: bytes) -> pa.Table:
 
 
 class ShardActor:
-    """One model per actor; called with a batch of shards (``index``, ``first``, ``texts``).
-    Ray gives each actor one CPU and runs as many actors as it has CPUs, so the actors already
-    fill the cores: each runs torch on ``threads`` (1), never more (more would make the actors'
-    threads wait for each other on shared cores)."""
+    """One model per actor (``work.load()``); called with a batch of shards (``index``, ``first``,
+    ``texts``). Ray gives each actor one CPU and runs as many actors as it has CPUs, so the actors
+    already fill the cores: each runs torch on ``threads`` (1), never more (more would make the
+    actors' threads wait for each other on shared cores)."""
 
-    def __init__(self, model_path: str, settings: dict, device: str = "cpu", threads: int = 1):
+    def __init__(self, work, threads: int = 1):
         import torch
 
-        from ..core.pretrained import load_pretrained
-
         torch.set_num_threads(threads)
-        self.model = load_pretrained(model_path, device=device)
-        self.settings = PassSettings(**settings)
+        self.work = work
+        self.model = work.load()
 
     def __call__(self, batch: dict) -> dict:
-        out: dict[str, list] = {"index": [], "texts": [], "per_text": [], "atlas": []}
+        out: dict[str, list] = {"index": [], **{name: [] for name in self.work.tables}}
         for index, first, texts in zip(batch["index"], batch["first"], batch["texts"]):
-            run = run_image_shard if self.model.family == "vision" else run_shard
-            result = run(self.model, int(index), int(first), [str(t) for t in texts], self.settings)
+            result = self.work.run(self.model, int(index), int(first), [str(t) for t in texts])
             out["index"].append(int(index))
-            for name in ("texts", "per_text", "atlas"):
-                out[name].append(_ipc(getattr(result, name)))
+            for name, table in result.tables().items():
+                out[name].append(_ipc(table))
         return {
             "index": np.array(out["index"]),
             **{k: np.array(v, dtype=object) for k, v in out.items() if k != "index"},
@@ -111,10 +106,9 @@ def _init(workers: int | None, address: str | None) -> bool:
 
 
 def run_ray(
-    model,
+    work,
     source,
     out: Path,
-    settings: PassSettings,
     done: set[int],
     shard_size: int,
     tracker,
@@ -124,9 +118,11 @@ def run_ray(
     """Run every shard not in ``done`` on Ray and write each to ``out`` as it arrives."""
     import ray
 
-    items = [{"index": i, "first": f, "texts": t} for i, f, t in shards(source, shard_size, done)]
-    if not items:
+    parts = list(shards(source, shard_size, done))
+    if not parts:
         return
+    items = [{"index": i, "first": f, "texts": t} for i, f, t in parts]
+    counts = {i: len(t) for i, _, t in parts}
     _quiet_notices()
     started = _init(workers, address)
     try:
@@ -147,17 +143,13 @@ def run_ray(
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(size=min(workers or 2, len(items))),  # no actor without a shard
                 num_cpus=1,
-                fn_constructor_kwargs={
-                    "model_path": str(model.path),
-                    "settings": asdict(settings),
-                    "device": str(model.device),
-                },
+                fn_constructor_kwargs={"work": work},
                 **restarts,
             )
         for row in ds.iter_rows():
-            result = ShardResult(int(row["index"]), _table(row["texts"]), _table(row["per_text"]), _table(row["atlas"]))
-            write_shard(out, result)
-            tracker.add(result.texts.num_rows, force=True)
+            index = int(row["index"])
+            write_shard(out, ShardTables(index, {name: _table(row[name]) for name in work.tables}))
+            tracker.add(counts[index], force=True)
             tracker.ctx.check()
     finally:
         if started:

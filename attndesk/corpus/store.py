@@ -45,17 +45,19 @@ HEAD_COLUMNS = ("part", "layer", "head") + METRICS + ("role",)
 PARTS_ORDER = {"self": 0, "decoder": 1, "cross": 2}
 
 
-def read_manifest(out: Path) -> dict | None:
-    """The manifest of store ``out``; None when there is none; ConfigError for a foreign file."""
+def read_manifest(out: Path, format: str = FORMAT) -> dict | None:
+    """The manifest of store ``out`` (a store of ``format``); None when there is none; ConfigError
+    for a foreign file or a store of another kind."""
     path = Path(out) / MANIFEST
     if not path.exists():
         return None
+    what = "corpus" if format == FORMAT else format.removeprefix("attndesk-")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise ConfigError(f"{path} is not an attndesk corpus manifest; choose another --out folder") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ConfigError(f"{path} is not an attndesk corpus manifest; choose another --out folder")
+        raise ConfigError(f"{path} is not an attndesk {what} manifest; choose another --out folder") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != format:
+        raise ConfigError(f"{path} is not an attndesk {what} manifest; choose another --out folder")
     return manifest
 
 
@@ -63,7 +65,7 @@ def write_manifest(out: Path, manifest: dict) -> None:
     atomic_write(Path(out) / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _sql_path(path: Path) -> str:
+def sql_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
@@ -95,30 +97,42 @@ def heads_summary(con, per_text: str) -> pd.DataFrame:
     return frame[list(HEAD_COLUMNS) + list(BASELINES) + ["texts"]]
 
 
-class CorpusStore:
-    """A finished corpus analysis: tables as pandas DataFrames (``.heads``, ``.texts``, ...) and SQL."""
+class ParquetStore:
+    """A finished store: its manifest and a read-only DuckDB connection to its ``database`` of views
+    over the store's Parquet files (no data is read until asked)."""
 
-    def __init__(self, out: Path, manifest: dict):
+    def __init__(self, out: Path, manifest: dict, database: str):
         import duckdb
 
         self.path, self.manifest = Path(out), manifest
-        self.images = manifest.get("kind") == "images"  # an image pass: per-image metrics (image_metrics)
-        self._con = duckdb.connect(str(self.path / "corpus.duckdb"), read_only=True)
-        self._con.execute(f"SET file_search_path = {_sql_path(self.path)}")
-        self._heads: pd.DataFrame | None = None
+        self._con = duckdb.connect(str(self.path / database), read_only=True)
+        self._con.execute(f"SET file_search_path = {sql_path(self.path)}")
 
     def close(self) -> None:
         self._con.close()
 
-    def __enter__(self) -> CorpusStore:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def sql(self, query: str, params: list | None = None) -> pd.DataFrame:
-        """Any SQL over the views texts, per_text, heads, atlas, atlas_quality."""
+        """Any SQL over the store's views."""
         return self._con.execute(query, params or []).df()
+
+
+class CorpusStore(ParquetStore):
+    """A finished corpus analysis: tables as pandas DataFrames (``.heads``, ``.texts``, ...) and SQL
+    (``sql``: over the views texts, per_text, heads, atlas, atlas_quality)."""
+
+    def __init__(self, out: Path, manifest: dict):
+        super().__init__(out, manifest, "corpus.duckdb")
+        self.images = manifest.get("kind") == "images"  # an image pass: per-image metrics (image_metrics)
+        self._heads: pd.DataFrame | None = None
+
+    def __enter__(self) -> CorpusStore:
+        return self
 
     @property
     def heads(self) -> pd.DataFrame:
@@ -213,8 +227,10 @@ __all__ = [
     "HEAD_COLUMNS",
     "MANIFEST",
     "CorpusStore",
+    "ParquetStore",
     "heads_summary",
     "open_corpus",
     "read_manifest",
+    "sql_path",
     "write_manifest",
 ]

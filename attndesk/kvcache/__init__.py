@@ -25,12 +25,37 @@ Modules: ``base`` (what every policy shares), ``registry`` (``POLICIES``), one m
 per-head key masks), ``simulate`` (the compressed run), ``retrieval`` (retrieval-head scores),
 ``sinks`` (attention sinks and massive activations), ``regressions`` (two published eviction bugs
 reproduced), and the window's KV cache tab's work: ``lab`` (one run) and ``sweep`` (every policy
-at every budget).
+at every budget); over a corpus, ``corpus_sweep`` (every text x policy x budget on the corpus pass's
+engines) and ``sweep_store`` (its Parquet + DuckDB store and curves).
 """
+
+import importlib
 
 from .base import Policy, resolve_budget, top_keys
 from .model import KVModel, kv_model
 from .registry import POLICIES
 from .simulate import KVRun, simulate
 
-__all__ = ["POLICIES", "KVModel", "KVRun", "Policy", "kv_model", "resolve_budget", "simulate", "top_keys"]
+# loaded on first use: the sweep over a corpus and its store read pandas, pyarrow and DuckDB
+_LAZY = {"sweep_corpus": "corpus_sweep", "KVSweepStore": "sweep_store", "open_kv_sweep": "sweep_store"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+
+
+__all__ = [
+    "POLICIES",
+    "KVModel",
+    "KVRun",
+    "KVSweepStore",
+    "Policy",
+    "kv_model",
+    "open_kv_sweep",
+    "resolve_budget",
+    "simulate",
+    "sweep_corpus",
+    "top_keys",
+]

@@ -1,5 +1,6 @@
 """What the window's KV cache tab computes, off the GUI thread: one compressed run with what its
-pictures need (``lab_run``), and a sweep of a policy and the oracle over budgets (``lab_sweep``).
+pictures need (``lab_run``), a sweep of a policy and the oracle over budgets (``lab_sweep``), and
+the curves of a sweep over a corpus read from its store (``corpus_curves``).
 
 A model source is ``("preset", name)`` (a shipped toy preset, ``attndesk.train.presets``) or
 ``("pretrained", path)`` (a decoder folder). A toy reads its token ids (an empty text: the task's
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from attndesk import kvcache
 from attndesk.core.errors import ConfigError
 from attndesk.core.pretrained import load_pretrained
 from attndesk.jobs import JobContext, job_context
@@ -121,4 +123,29 @@ def lab_sweep(
     )
 
 
-__all__ = ["LabRun", "Source", "input_ids", "lab_run", "lab_sweep", "open_model"]
+@dataclass
+class CorpusCurves:
+    """A sweep store's curves over its texts: per policy the mean KL and the accuracy (``metric``:
+    "accuracy" where the texts have task answers, else "agree", agreement with the full run), each a
+    ``sweep_store.Curve`` whose band spans the texts' first to third quartile."""
+
+    model: str
+    texts: int
+    metric: str
+    kl: dict[str, Any]
+    accuracy: dict[str, Any]
+
+
+def corpus_curves(path, *, ctx: JobContext | None = None) -> CorpusCurves:
+    """Read the curves of the sweep store ``path`` (one small DuckDB query; ConfigError if it is not one)."""
+    job_context(ctx).check()
+    with kvcache.open_kv_sweep(path) as store:
+        kl = store.curves("kl_mean", "quartiles")
+        accuracy = store.curves("accuracy", "quartiles")
+        metric = "accuracy" if any(c.texts.any() for c in accuracy.values()) else "agree"
+        if metric == "agree":
+            accuracy = store.curves("agree", "quartiles")
+        return CorpusCurves(store.manifest["model"]["name"], int(store.manifest["data"]["texts"]), metric, kl, accuracy)
+
+
+__all__ = ["CorpusCurves", "LabRun", "Source", "corpus_curves", "input_ids", "lab_run", "lab_sweep", "open_model"]

@@ -13,6 +13,8 @@ Each (policy, budget) gives one row, measured over the decode rows (rows P .. N-
 - ``accuracy``: with ``answers`` ({row: token}, e.g. the needle task's answer steps), the share of
   those rows answered right (NaN without);
 - ``kept``: keys visible to a decode row, averaged over layers, K/V heads and rows;
+- ``error``: the attention-output error (``KVRun.error``: each head's ||compressed - full|| / ||full||
+  of its context row), averaged over layers, heads and rows (float64);
 - ``seconds``: the run's CPU time in this process (``time.process_time``, so other processes on a
   shared machine do not count).
 """
@@ -37,7 +39,7 @@ from .simulate import KVRun, _input_ids, get_policy, simulate
 
 DECODE_ROWS = 32  # the input's last tokens read as decode steps
 BUDGETS = 10  # budgets in a default sweep
-COLUMNS = ("policy", "budget", "kl_mean", "kl_max", "agree", "correct", "accuracy", "kept", "seconds")
+COLUMNS = ("policy", "budget", "kl_mean", "kl_max", "agree", "correct", "accuracy", "kept", "error", "seconds")
 
 
 def default_budgets(prompt: int, count: int = BUDGETS, smallest: int = 8) -> list[int]:
@@ -66,6 +68,7 @@ def measure(run: KVRun, answers: Mapping[int, int] | None = None) -> dict[str, f
         "correct": float(np.nanmean(correct)) if np.isfinite(correct).any() else float("nan"),
         "accuracy": accuracy,
         "kept": float(run.kept[:, :, rows].mean()),
+        "error": float(run.error[:, :, rows].mean()),
     }
 
 

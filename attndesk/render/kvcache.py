@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QImage, QPen
+from PySide6.QtGui import QColor, QImage, QPen, QPolygonF
 
 from .chart import paint_series
 from .export import write
@@ -78,11 +78,13 @@ def write_keep_raster(
     return write(paint, path, size=(width, height), title=title)
 
 
-def _scales(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], log_y: bool):
+def _scales(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], log_y: bool, extra: Sequence = ()):
     """(y -> its position on the axis, x ticks, y ticks, (x0, x1), (y0, y1)): the axes' ranges
-    cover every point and their ticks (log10 of the values, floored at the smallest positive, for ``log_y``)."""
+    cover every point (and the values ``extra``) and their ticks (log10 of the values, floored at
+    the smallest positive, for ``log_y``)."""
     xs_all = np.concatenate([np.asarray(x, float) for x, _ in lines.values()]) if lines else np.zeros(1)
     ys_all = np.concatenate([np.asarray(y, float) for _, y in lines.values()]) if lines else np.zeros(1)
+    ys_all = np.concatenate([ys_all, *(np.asarray(e, float).reshape(-1) for e in extra)])
     ys_all = ys_all[np.isfinite(ys_all)]
     floor = max(float(ys_all[ys_all > 0].min()) if (ys_all > 0).any() else 1e-6, 1e-12) if log_y else 0.0
 
@@ -126,6 +128,22 @@ def _paint_axes(
     painter.drawRect(area)
 
 
+def _paint_band(painter, band, at, ty, colour: str) -> None:
+    """The area between ``low`` and ``high`` over ``xs`` (points with a NaN left out), translucent."""
+    xs, low, high = (np.asarray(v, float) for v in band)
+    good = np.isfinite(low) & np.isfinite(high)
+    if good.sum() < 2:
+        return
+    upper = [at(a, b) for a, b in zip(xs[good], ty(high[good]))]
+    lower = [at(a, b) for a, b in zip(xs[good][::-1], ty(low[good][::-1]))]
+    fill = QColor(colour)
+    fill.setAlpha(50)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(fill)
+    painter.drawPolygon(QPolygonF(upper + lower))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+
+
 def write_curves(
     lines: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     path: str | os.PathLike,
@@ -135,9 +153,13 @@ def write_curves(
     y_label: str,
     log_y: bool = False,
     size: tuple[int, int] = (1000, 600),
+    bands: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]] | None = None,
 ) -> Path:
-    """One line per name: (xs, ys); NaN points are skipped. ``log_y``: a log10 axis (values <= 0 at its floor)."""
-    ty, x_ticks, y_ticks, (x0, x1), (y0, y1) = _scales(lines, log_y)
+    """One line per name: (xs, ys); NaN points are skipped. ``log_y``: a log10 axis (values <= 0 at its floor).
+    ``bands``: per name, (xs, low, high) shaded in the line's colour behind it (a spread over texts)."""
+    bands = bands or {}
+    extra = [v for _, lo, hi in bands.values() for v in (lo, hi)]
+    ty, x_ticks, y_ticks, (x0, x1), (y0, y1) = _scales(lines, log_y, extra)
 
     def paint(painter, rect) -> None:
         painter.fillRect(rect, QColor("white"))
@@ -153,6 +175,9 @@ def write_curves(
             )
 
         _paint_axes(painter, area, at, (x_ticks, y_ticks), (x0, x1, y0), (x_label, y_label, log_y), line)
+        for index, name in enumerate(lines):
+            if name in bands:
+                _paint_band(painter, bands[name], at, ty, COLOURS[index % len(COLOURS)])
         for index, (name, (xs, ys)) in enumerate(lines.items()):
             x = np.asarray(xs, float)
             y = np.asarray(ys, float)

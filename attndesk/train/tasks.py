@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -61,6 +62,11 @@ class Task:
     def labels(self, ids: torch.Tensor) -> list[str]:
         names = self.token_labels()
         return [names[int(i)] for i in ids]
+
+    def answer_rows(self, ids: Sequence[int]) -> list[int] | None:
+        """The rows a sequence of this task's layout is scored at (each predicts an answer token),
+        or None where the task does not mark its answers by place or ``ids`` is not of its layout."""
+        return None
 
     def probe(self) -> Batch:
         """One fixed sequence (the same for every seed): the input of probe snapshots and figures."""
@@ -171,6 +177,12 @@ class _Transduce(Task):
         )
         t = torch.arange(self.seq_len)[None].expand(batch, -1)
         return Batch(ids, _lm_targets(ids), (t >= self.n + 1) & (t <= 2 * self.n))
+
+    def answer_rows(self, ids: Sequence[int]) -> list[int] | None:
+        n = self.n
+        if len(ids) != self.seq_len or ids[0] != 0 or ids[n + 1] != 1:
+            return None
+        return list(range(n + 1, 2 * n + 1))
 
     def source_keys(self, batch: Batch) -> torch.Tensor:
         """[B, n, n]: 1 where x_k (key position k + 1) is the source of answer i."""
@@ -341,6 +353,12 @@ class Needle(Task):
         ids = torch.cat([bos, filler, sep, key, value], dim=1)
         t = torch.arange(self.seq_len)[None].expand(batch, -1)
         return Batch(ids, _lm_targets(ids), (t >= self.seq_len - 1 - m) & (t <= self.seq_len - 2))
+
+    def answer_rows(self, ids: Sequence[int]) -> list[int] | None:
+        m = self.VALUE_TOKENS
+        if len(ids) != self.seq_len or ids[0] != 0 or ids[self.seq_len - 2 - m] != 1:
+            return None
+        return list(range(self.seq_len - 1 - m, self.seq_len - 1))
 
     def needle_positions(self, batch: Batch) -> torch.Tensor:
         """[B]: the position of the planted key in ``ids`` (its value follows it)."""

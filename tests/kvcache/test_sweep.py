@@ -61,12 +61,13 @@ def test_rows_summarise_their_runs(toy, needle):
             float(np.mean([run.logits[r].argmax() == t for r, t in answers.items()]))
         )
         assert row["kept"] <= row["budget"] and np.isfinite(row["seconds"]) and row["seconds"] >= 0
+        assert row["error"] == pytest.approx(float(run.error[:, :, rows].mean()), rel=1e-12)
 
 
 def test_everything_kept_is_the_full_run(toy, needle):
     ids, _ = needle
     (row,) = sweep(toy, ids, ["h2o"], [len(ids)], decode=4)
-    assert row["kl_max"] == 0.0 and row["agree"] == 1.0 and np.isnan(row["accuracy"])
+    assert row["kl_max"] == 0.0 and row["agree"] == 1.0 and np.isnan(row["accuracy"]) and row["error"] == 0.0
 
 
 def test_default_budgets_curves_and_files(toy, needle, tmp_path):

@@ -23,3 +23,19 @@ def test_figures_are_pngs(qapp, tmp_path):
     for path in (raster, curves):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "r.png"]
+
+
+def test_a_band_is_shaded_in_its_line_colour(qapp, tmp_path):
+    import imageio.v3 as iio
+
+    line = {"a": ([1, 2, 3], [0.2, 0.5, 0.8])}
+    band = {"a": ([1, 2, 3], [0.1, 0.3, 0.6], [0.4, 0.7, 0.9])}
+    plain = iio.imread(write_curves(line, tmp_path / "p.png", title="t", x_label="b", y_label="v"))[..., :3]
+    shaded = iio.imread(write_curves(line, tmp_path / "s.png", title="t", x_label="b", y_label="v", bands=band))
+    # the first colour (#1f77b4) at alpha 50/255 over white
+    tint = np.array([255 - (255 - c) * 50 / 255 for c in (0x1F, 0x77, 0xB4)])
+
+    def tinted(image: np.ndarray) -> int:
+        return int((np.abs(image[..., :3].astype(float) - tint).max(-1) <= 2).sum())
+
+    assert tinted(plain) < 200 and tinted(shaded) > 100 * tinted(plain) + 10_000  # the plain: anti-aliased edges

@@ -197,3 +197,14 @@ def test_probe_is_fixed_across_seeds():
     a = make_task(TrainConfig(task="induction", seed=0)).probe().ids
     b = make_task(TrainConfig(task="induction", seed=5)).probe().ids
     assert torch.equal(a, b) and a.shape == (1, 32)
+
+
+@pytest.mark.parametrize("name", ["needle", "copy", "reverse", "sort"])
+def test_answer_rows_are_the_scored_rows_of_the_layout(name):
+    task = make_task(TrainConfig(task=name, vocab_size=12, seq_len=24))
+    batch = task.sample(5, torch.Generator().manual_seed(3))
+    for ids, mask in zip(batch.ids.tolist(), batch.mask):
+        assert task.answer_rows(ids) == mask.nonzero().flatten().tolist()
+        assert task.answer_rows(ids[:-1]) is None  # another length
+        assert task.answer_rows([5] + ids[1:]) is None  # no BOS
+    assert make_task(TrainConfig(task="induction")).answer_rows([0] * 10) is None  # not marked by place

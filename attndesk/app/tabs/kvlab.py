@@ -1,12 +1,13 @@
 """The KV cache tab: a policy's compressed run and a sweep of budgets, computed as side jobs
 (``attndesk.kvcache.lab``) with progress and cancel; the models are the shipped toy presets and,
-in pretrained mode, the decoder open in the window."""
+in pretrained mode, the decoder open in the window. A sweep store over a corpus (``attndesk
+kvcache --corpus``) opens its curves over the texts, read in a side job."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject
 
-from attndesk.kvcache.lab import lab_run, lab_sweep
+from attndesk.kvcache.lab import corpus_curves, lab_run, lab_sweep
 from attndesk.train.presets import list_presets
 
 from ..jobs.compute import ComputeController
@@ -29,6 +30,7 @@ class KVLabTab(TabPresenter):
         self.view = view
         view.bar.runRequested.connect(self.run)
         view.sweepRequested.connect(self.sweep)
+        view.storeRequested.connect(self.open_store)
         view.bar.cancelRequested.connect(self.cancel)
         compute.cancelRequested.connect(self._on_escape)
         view.modelCombo.currentIndexChanged.connect(lambda _i: view.clear_curves())
@@ -52,6 +54,7 @@ class KVLabTab(TabPresenter):
         """A run or sweep in flight or over (the side jobs call it, however the job ends)."""
         self.view.bar.set_busy(busy)
         self.view.sweepButton.setEnabled(not busy)
+        self.view.storeButton.setEnabled(not busy)
 
     def run(self) -> None:
         view = self.view
@@ -91,6 +94,19 @@ class KVLabTab(TabPresenter):
             busy=self._show_busy,
         )
 
+    def open_store(self, path: str) -> None:
+        """The curves of the sweep store ``path`` (a folder) over its texts."""
+        self.view.bar.set_message(f"reading {path}…")
+        self.compute.side.submit(
+            CHANNEL,
+            corpus_curves,
+            path,
+            done=self._opened,
+            failed=self._failed,
+            scope=None,
+            busy=self._show_busy,
+        )
+
     def cancel(self) -> None:
         self.compute.side.cancel(CHANNEL)  # the bar goes idle (_show_busy)
         self.view.bar.set_message("cancelled")
@@ -106,6 +122,10 @@ class KVLabTab(TabPresenter):
     def _swept(self, table) -> None:
         self.view.bar.set_message(f"swept {len(table)} runs")
         self.view.show_sweep(table)
+
+    def _opened(self, found) -> None:
+        self.view.bar.set_message(f"{len(found.kl)} policies over {found.texts} texts")
+        self.view.show_corpus(found)
 
     def _failed(self, message: str) -> None:
         self.view.bar.set_message(message, error=True)

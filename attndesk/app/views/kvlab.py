@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGridLayout,
     QHBoxLayout,
@@ -81,6 +82,7 @@ def control_value(control: QWidget) -> Any:
 
 class KVLabView(QWidget):
     sweepRequested = Signal()
+    storeRequested = Signal(str)  # a sweep store's folder, to draw its curves over the corpus
     shownChanged = Signal()  # the layer or head picked for the pictures
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -94,11 +96,14 @@ class KVLabView(QWidget):
         layout.addWidget(self.scoresLabel)
         layout.addLayout(self._pictures_layout(), 1)
         self.curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # policy: budgets, KL, accuracy
+        # a corpus sweep's bands over its texts: policy: budgets, (KL low, high), (accuracy low, high)
+        self.bands: dict[str, tuple[np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
         self.result: Any = None
         self.policyCombo.currentIndexChanged.connect(self._build_options)
         self.layerSpin.valueChanged.connect(self._redraw)
         self.headSpin.valueChanged.connect(self._redraw)
         self.sweepButton.clicked.connect(self.sweepRequested)
+        self.storeButton.clicked.connect(self._ask_store)
         self._build_options()
 
     def _build_controls(self) -> None:
@@ -125,9 +130,15 @@ class KVLabView(QWidget):
         self.sweepButton.setToolTip(
             "this policy and the oracle at 10 budgets: mean KL(full ‖ compressed) and accuracy against the budget"
         )
+        self.storeButton = QPushButton("Open corpus sweep…", objectName="kvlabStoreButton")
+        self.storeButton.setToolTip(
+            "the curves of a sweep over a corpus (attndesk kvcache --corpus): each policy's mean over the texts, "
+            "with a band from their first to their third quartile"
+        )
         bar_row = self.bar.layout()
         assert isinstance(bar_row, QHBoxLayout)
         bar_row.insertWidget(1, self.sweepButton)
+        bar_row.insertWidget(2, self.storeButton)
 
     def _picks_layout(self) -> QHBoxLayout:
         picks = QFormLayout()
@@ -301,9 +312,32 @@ class KVLabView(QWidget):
         self.scoresLabel.setText(" · ".join(words))
         self.shownChanged.emit()
 
+    def _ask_store(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a KV-cache sweep over a corpus")
+        if folder:
+            self.storeRequested.emit(folder)
+
+    def show_corpus(self, found) -> None:
+        """A ``kvcache.lab.CorpusCurves``: every policy's mean over the texts and its band (the
+        texts' quartiles), in place of the curves on screen."""
+        self.curves, self.bands = {}, {}
+        for name, kl in found.kl.items():
+            accuracy = found.accuracy[name]
+            self.curves[name] = (kl.budgets, kl.mean, accuracy.mean)
+            self.bands[name] = (kl.budgets, (kl.low, kl.high), (accuracy.low, accuracy.high))
+        what = "task answer accuracy" if found.metric == "accuracy" else "agreement with the full run"
+        self.summaryLabel.setText(
+            f"sweep over {found.texts} texts with {found.model}: mean KL and {what} by policy; each band spans "
+            "the texts' first to third quartile"
+        )
+        self._draw_curves()
+
     def show_sweep(self, table: list[dict]) -> None:
         """Rows of ``kvcache.sweep``: each policy's curve replaces its earlier one (its accuracy, or
-        its agreement with the full run where the input has no answers)."""
+        its agreement with the full run where the input has no answers); a corpus's curves on
+        screen are cleared first."""
+        if self.bands:
+            self.curves, self.bands = {}, {}
         kl, accuracy, agree = (curves(table, metric) for metric in ("kl_mean", "accuracy", "agree"))
         for name, (budgets, kl_mean) in kl.items():
             correct = accuracy[name][1]
@@ -315,7 +349,7 @@ class KVLabView(QWidget):
         self._draw_curves()
 
     def clear_curves(self) -> None:
-        self.curves = {}
+        self.curves, self.bands = {}, {}
         self._draw_curves()
 
     def _draw_curves(self) -> None:
@@ -328,6 +362,13 @@ class KVLabView(QWidget):
                 if oracle:
                     pen.setStyle(pg.QtCore.Qt.PenStyle.DashLine)
                 plot.plot(values[0], values[column], pen=pen, symbol="o", symbolSize=5, name=name)
+                if name in self.bands:
+                    budgets, *spans = self.bands[name]
+                    low, high = spans[column - 1]
+                    colour = pg.mkColor("k" if oracle else _COLOURS[i % len(_COLOURS)])
+                    colour.setAlpha(45)
+                    edges = [pg.PlotDataItem(budgets, edge, pen=None) for edge in (low, high)]
+                    plot.addItem(pg.FillBetweenItem(*edges, brush=colour))
 
 
 __all__ = ["KVLabView", "control_value", "option_control"]

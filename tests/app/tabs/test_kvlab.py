@@ -120,3 +120,37 @@ def test_the_sweeps_curves_are_the_cores_with_agreement_where_there_is_no_answer
         np.testing.assert_array_equal(kl, curves(table, "kl_mean")[name][1])
         np.testing.assert_array_equal(accuracy, curves(table, fallback)[name][1])
     assert len(view.klPlot.getPlotItem().listDataItems()) == 2
+
+
+def test_a_corpus_sweep_store_opens_as_curves_with_bands(qtbot, window, tmp_path):
+    import pyqtgraph as pg
+    import torch
+
+    from attndesk.kvcache.corpus_sweep import sweep_corpus
+
+    run = load_preset("needle")
+    batch = run.task.sample(3, torch.Generator().manual_seed(5))
+    texts = [" ".join(map(str, r.tolist())) for r in batch.ids]
+    store = sweep_corpus(texts, tmp_path / "s", trained="needle", policies=["streaming", "oracle"], budgets=[6, 12])
+    view = _open(window)
+    window.tab_presenter(TAB).open_store(str(tmp_path / "s"))
+    qtbot.waitUntil(lambda: bool(view.curves) and not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    assert list(view.curves) == ["streaming", "oracle"] and "3 texts" in view.summaryLabel.text()
+    for name in ("streaming", "oracle"):
+        kl, accuracy = store.curves("kl_mean", "quartiles")[name], store.curves("accuracy", "quartiles")[name]
+        budgets, mean_kl, mean_accuracy = view.curves[name]
+        assert budgets.tolist() == [6.0, 12.0]
+        np.testing.assert_array_equal(mean_kl, kl.mean)
+        np.testing.assert_array_equal(mean_accuracy, accuracy.mean)
+        _, (low, high), _ = view.bands[name]
+        np.testing.assert_array_equal(low, kl.low)
+        np.testing.assert_array_equal(high, kl.high)
+    fills = [i for i in view.klPlot.getPlotItem().items if isinstance(i, pg.FillBetweenItem)]
+    assert len(fills) == 2
+    store.close()
+    window.tab_presenter(TAB).open_store(str(tmp_path))  # not a store: one line, the curves stay
+    qtbot.waitUntil(lambda: not view.bar.is_busy(), timeout=TIMEOUT_MS)
+    assert "not an attndesk KV-cache sweep store" in view.bar.message.text() and list(view.curves) == [
+        "streaming",
+        "oracle",
+    ]

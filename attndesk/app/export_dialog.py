@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core import select
 from attndesk.core.errors import ConfigError
 from attndesk.core.types import AttentionMap
@@ -191,13 +192,13 @@ class ExportDialog(QDialog):
 
     def _build_controls(self, region) -> None:
         num_heads = self._map.num_heads
-        self.targetCombo = QComboBox(objectName="exportTargetCombo")
+        self.targetCombo = named(QComboBox(), "exportTargetCombo")
         self.targetCombo.addItem(f"all {num_heads} heads (grid)", "all")
         self.targetCombo.addItem("mean over heads", "mean")
         self.targetCombo.addItem("one head", "head")
-        self.headSpin = QSpinBox(objectName="exportHeadSpin", minimum=0, maximum=max(0, num_heads - 1))
+        self.headSpin = named(QSpinBox(), "exportHeadSpin", minimum=0, maximum=max(0, num_heads - 1))
         # the whole matrix, or the exact cells zoomed into (long runs keep only an overview)
-        self.areaCombo = QComboBox(objectName="exportAreaCombo")
+        self.areaCombo = named(QComboBox(), "exportAreaCombo")
         whole = "whole matrix (overview: max of each tile)" if kept_overview_only(self._map) else "whole matrix"
         self.areaCombo.addItem(whole, None)
         if region is not None:
@@ -208,14 +209,14 @@ class ExportDialog(QDialog):
             )
             self.areaCombo.setCurrentIndex(1)
         self.areaCombo.setEnabled(region is not None)
-        self.formatCombo = QComboBox(objectName="exportFormatCombo")
+        self.formatCombo = named(QComboBox(), "exportFormatCombo")
         for fmt, label in FORMATS:
             self.formatCombo.addItem(label, fmt)
-        self.widthSpin = QSpinBox(objectName="exportWidthSpin", minimum=16, maximum=16384, value=1200, suffix=" px")
-        self.heightSpin = QSpinBox(objectName="exportHeightSpin", minimum=16, maximum=16384, value=1000, suffix=" px")
-        self.dpiSpin = QSpinBox(objectName="exportDpiSpin", minimum=10, maximum=2400, value=96, suffix=" dpi")
-        self.pathEdit = QLineEdit(objectName="exportPathEdit")
-        self.errorLabel = QLabel("", objectName="exportError")
+        self.widthSpin = named(QSpinBox(), "exportWidthSpin", minimum=16, maximum=16384, value=1200, suffix=" px")
+        self.heightSpin = named(QSpinBox(), "exportHeightSpin", minimum=16, maximum=16384, value=1000, suffix=" px")
+        self.dpiSpin = named(QSpinBox(), "exportDpiSpin", minimum=10, maximum=2400, value=96, suffix=" dpi")
+        self.pathEdit = named(QLineEdit(), "exportPathEdit")
+        self.errorLabel = named(QLabel(""), "exportError")
         self.errorLabel.setStyleSheet("color: #b00020;")
         self.errorLabel.setWordWrap(True)
         self.errorLabel.hide()

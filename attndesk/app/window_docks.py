@@ -6,11 +6,13 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QScrollArea, QWidget
 
+from attndesk.app.named import named
+
 TIMING_DOCK_PX = 150  # the timing dock's first height, its least: the tabs keep 3/4 of an 800 px window
 
 
 def _dock(window: QMainWindow, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
-    dock = QDockWidget(title, window, objectName=name)
+    dock = named(QDockWidget(title, window), name)
     dock.setWidget(widget)
     dock.setFeatures(
         QDockWidget.DockWidgetFeature.DockWidgetMovable

@@ -8,6 +8,8 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget
 
+from attndesk.app.named import named
+
 from .menus import MenuRegistry
 
 MENU_LAYOUT: dict[str, tuple[str, list[tuple[str, ...]]]] = {
@@ -46,7 +48,7 @@ class WindowActions:
         self.resetLayoutAction = self._action("Reset &layout", "resetLayoutAction", "view", "layout")
 
     def _action(self, text: str, name: str, menu: str, section: str, shortcut=None) -> QAction:
-        action = QAction(text, self._owner, objectName=name)
+        action = named(QAction(text, self._owner), name)
         if shortcut is not None:
             action.setShortcut(shortcut)
         self._menus.add(menu, action, section)

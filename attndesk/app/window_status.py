@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar, QWidget
 
+from attndesk.app.named import named
+
 from .status import StatusModel
 from .styles import restyle
 
@@ -16,15 +18,15 @@ class StatusLine:
 
     def __init__(self, bar: QStatusBar, status: StatusModel) -> None:
         self._bar, self._status = bar, status
-        self.statusLabel = QLabel("ready", objectName="statusLabel")
+        self.statusLabel = named(QLabel("ready"), "statusLabel")
         # a long status line (a long run's plan) is cut, whole in the tooltip: never widens the window
         self.statusLabel.setMinimumWidth(80)
-        self.progressBar = QProgressBar(objectName="progressBar")
+        self.progressBar = named(QProgressBar(), "progressBar")
         self.progressBar.setMaximumWidth(180)
         self.progressBar.setRange(0, 1000)
         self.progressBar.setTextVisible(False)
         self.progressBar.hide()
-        self.cancelButton = QPushButton("Cancel", objectName="cancelButton")
+        self.cancelButton = named(QPushButton("Cancel"), "cancelButton")
         self.cancelButton.setToolTip("Stop waiting for the running computation (Esc)")
         self.cancelButton.hide()
         bar.addWidget(self.statusLabel, 1)

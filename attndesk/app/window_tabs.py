@@ -7,6 +7,8 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QFrame, QScrollArea, QStackedWidget, QTabWidget, QWidget
 
+from attndesk.app.named import named
+
 from .modes.base import Assembly
 from .state import HEATMAPS_TAB, ModeId
 from .tabs import registry
@@ -20,7 +22,7 @@ TAB_FONT_SCALE = 0.93
 def _scrolled(view: QWidget) -> QWidget:
     """A frameless scroll area around ``view``: a large form scrolls inside its page instead of raising
     the window's minimum size (the window fits 1000 x 700 with its docks, whatever the tabs hold)."""
-    area = QScrollArea(objectName=f"{view.objectName() or 'tab'}Scroll")
+    area = named(QScrollArea(), f"{view.objectName() or 'tab'}Scroll")
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setWidget(view)
@@ -49,7 +51,7 @@ class EmptyStates:
 
     def stack(self, tab: TabSpec, view: QWidget) -> QStackedWidget:
         """A tab that can be off: its view, or its empty state (``sync`` chooses)."""
-        stack = QStackedWidget(objectName=f"{tab.id}Page")
+        stack = named(QStackedWidget(), f"{tab.id}Page")
         off = EmptyStatePage(tab.id)
         off.actionClicked.connect(lambda t=tab: self._act(t))
         stack.addWidget(view)
@@ -93,7 +95,7 @@ class WindowTabs:
         self.views: dict[str, QWidget] = {}  # tab id -> its view (view tabs and dock tabs)
         self.presenters: dict[str, QObject] = {}
         self.empty_states = EmptyStates(ui)
-        self.viewTabs = QTabWidget(objectName="viewTabs")
+        self.viewTabs = named(QTabWidget(), "viewTabs")
         self.viewTabs.setDocumentMode(True)
         fit_tabs(self.viewTabs)
         for tab in registry.TABS:
@@ -103,7 +105,7 @@ class WindowTabs:
             index = self.viewTabs.addTab(page, tab.title)
             self.viewTabs.setTabToolTip(index, tab.tooltip)
             self.pages[tab.id] = page
-        self.timingTabs = QTabWidget(objectName="timingTabs")
+        self.timingTabs = named(QTabWidget(), "timingTabs")
         self.timingTabs.setDocumentMode(True)
         self.timingTabs.addTab(first, "Timing")
         for tab in registry.DOCK_TABS:

@@ -25,6 +25,7 @@ from PySide6.QtCore import QEvent, QObject, QRectF, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 
+from attndesk.app.named import named
 from attndesk.core.errors import ConfigError
 from attndesk.core.plan import FULL, RunPlan
 from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
@@ -95,17 +96,17 @@ class LongDocumentMode(QObject, ModeBase):
         self._zoom_tile: ZoomTile | None = None
         self._base_note = ""
         self._note_for = 0  # the presentation whose note _base_note is
-        self.openTextAction = QAction(
-            "Open &text…", self, objectName="openTextAction", shortcut=QKeySequence("Ctrl+Shift+O")
+        self.openTextAction = named(
+            QAction("Open &text…", self), "openTextAction", shortcut=QKeySequence("Ctrl+Shift+O")
         )
         self.openTextAction.setToolTip("Open a UTF-8 text file (up to 1 MiB) as the text to attend over")
-        self.planLabel = QLabel("", objectName="planLabel")
+        self.planLabel = named(QLabel(""), "planLabel")
         self.planLabel.setStyleSheet("color: #555; padding: 0 6px;")
         self.planLabel.hide()
-        self.runButton = QPushButton("Run (F5)", objectName="runButton")
+        self.runButton = named(QPushButton("Run (F5)"), "runButton")
         self.runButton.setToolTip("Start the long run that is waiting (F5)")
         self.runButton.hide()
-        self.fitButton = QPushButton("Fit", objectName="zoomFitButton")
+        self.fitButton = named(QPushButton("Fit"), "zoomFitButton")
         self.fitButton.setToolTip(
             "Show the whole matrix again. In an enlarged heatmap: drag a box to zoom "
             "in, the wheel zooms, the middle button pans."
@@ -131,7 +132,7 @@ class LongDocumentMode(QObject, ModeBase):
         ui.compute.planned.connect(self._on_planned)
         ui.compute.held.connect(self._on_held)
         ui.compute.busyChanged.connect(self._on_busy)
-        ui.state.events.mode.connect(lambda mode: mode.kind == "toy" or self.planLabel.hide())
+        ui.state.events.mode.connect(lambda mode: None if mode.kind == "toy" else self.planLabel.hide())
         panel = ui.heatmaps()
         panel.shown.connect(self._attach_views)
         panel.viewChanged.connect(lambda _t: self._attach_views())

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core import select
 from attndesk.core.types import MEAN, Head
 
@@ -113,14 +114,14 @@ class HeatmapParts:
         layout.addLayout(foot)
 
     def _build_toolbar(self) -> None:
-        self.viewCombo = QComboBox(objectName="heatmapViewCombo")
+        self.viewCombo = named(QComboBox(), "heatmapViewCombo")
         self.viewCombo.setToolTip(
             "Show every head, the mean over heads, or one head enlarged (click a heatmap to enlarge it)"
         )
-        self.colormapCombo = QComboBox(objectName="colormapCombo")
+        self.colormapCombo = named(QComboBox(), "colormapCombo")
         for name, label in COLORMAPS:
             self.colormapCombo.addItem(label, name)
-        self.scaleModeCombo = QComboBox(objectName="scaleModeCombo")
+        self.scaleModeCombo = named(QComboBox(), "scaleModeCombo")
         for name, label in SCALE_MODES:
             self.scaleModeCombo.addItem(label, name)
         self.scaleModeCombo.setToolTip(
@@ -132,14 +133,14 @@ class HeatmapParts:
         self.layerBadge.setStyleSheet("color: #9a4b00; font-weight: bold;")
         self.layerBadge.setMinimumWidth(0)
         self.layerBadge.hide()
-        self.exportButton = QPushButton("Export…", objectName="heatmapExportButton")
+        self.exportButton = named(QPushButton("Export…"), "heatmapExportButton")
         self.exportButton.setToolTip("Export the heatmaps on screen (Ctrl+E)")
         self.bar = QHBoxLayout()
         self.extra = QHBoxLayout()  # modes add controls here (e.g. a layer selector)
         self._lay_out_toolbar()
 
     def _build_display_menu(self) -> None:
-        self.displayButton = QToolButton(objectName="heatmapDisplayButton", text="Display")
+        self.displayButton = named(QToolButton(), "heatmapDisplayButton", text="Display")
         self.displayButton.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.displayButton.setToolTip("Colour and content options for decoders and ALiBi models")
         menu = QMenu(self.displayButton)

@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.config import FIELDS, AttentionConfig, divisors
 from attndesk.core.fields import Param
 
@@ -30,7 +31,7 @@ ERROR_STYLE = "color: #b00020;"
 
 
 def _error_label(name: str) -> QLabel:
-    label = QLabel("", objectName=name)
+    label = named(QLabel(""), name)
     label.setStyleSheet(ERROR_STYLE)
     label.setWordWrap(True)
     label.hide()
@@ -69,9 +70,9 @@ class ParametersPanel(QWidget):
 
     # -- construction ---------------------------------------------------------------------------
     def _build(self, fields: tuple[Param, ...]) -> None:
-        self.modeCombo = QComboBox(objectName="modeCombo")
+        self.modeCombo = named(QComboBox(), "modeCombo")
         self.modeCombo.setToolTip("Which model computes the attention")
-        self.modelInfo = QLabel("", objectName="pretrainedModelInfo")  # two short lines: a wrapped label squeezes
+        self.modelInfo = named(QLabel(""), "pretrainedModelInfo")  # two short lines: a wrapped label squeezes
         self.modelInfo.setToolTip(
             "a pretrained model's architecture is fixed by its checkpoint; "
             "scale and the causal mask still act, heads can be ablated in the All layers tab"

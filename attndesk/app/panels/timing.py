@@ -14,6 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.memory import format_bytes
 
 from ..results import RunFacts, format_seconds
@@ -161,11 +162,11 @@ class TimingPanel(QWidget):
         self.bars.setObjectName("timingBars")
         self.history = HistoryLine()
         self.history.setObjectName("timingHistory")
-        self.totalLabel = QLabel("–", objectName="timingTotal")
-        self.flopsLabel = QLabel("–", objectName="timingFlops")
-        self.rateLabel = QLabel("–", objectName="timingRate")
-        self.memoryLabel = QLabel("–", objectName="timingMemory")
-        self.deviceLabel = QLabel("–", objectName="timingDevice")
+        self.totalLabel = named(QLabel("–"), "timingTotal")
+        self.flopsLabel = named(QLabel("–"), "timingFlops")
+        self.rateLabel = named(QLabel("–"), "timingRate")
+        self.memoryLabel = named(QLabel("–"), "timingMemory")
+        self.deviceLabel = named(QLabel("–"), "timingDevice")
         facts = QFormLayout()
         facts.setContentsMargins(0, 0, 0, 0)
         facts.setVerticalSpacing(2)

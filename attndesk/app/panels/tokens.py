@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
+
 from ..results import Shown
 from ..state import TOY, AppState
 
@@ -157,7 +159,7 @@ def _fit_third_column(view: QTableView, labels: Sequence[str] | None) -> None:
 
 
 def _table(model: TokenTableModel, name: str) -> QTableView:
-    view = QTableView(objectName=name)
+    view = named(QTableView(), name)
     view.setModel(model)
     view.verticalHeader().hide()
     view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -178,12 +180,13 @@ class _PreviewNote(QWidget):
     """Under a text box that shows a preview: what is shown, and Clear (to type another text)."""
 
     def __init__(self, prefix: str, editor: QPlainTextEdit, clear) -> None:
-        super().__init__(objectName=f"{prefix}PreviewNote")
+        super().__init__()
+        self.setObjectName(f"{prefix}PreviewNote")
         self._editor = editor
-        self.label = QLabel("", objectName=f"{prefix}PreviewLabel")
+        self.label = named(QLabel(""), f"{prefix}PreviewLabel")
         self.label.setWordWrap(True)
         self.label.setStyleSheet("color: #555;")
-        self.clearButton = QPushButton("Clear", objectName=f"{prefix}ClearButton")
+        self.clearButton = named(QPushButton("Clear"), f"{prefix}ClearButton")
         self.clearButton.setToolTip("Empty this text to type or paste another")
         self.clearButton.clicked.connect(lambda _checked=False: clear())
         row = QHBoxLayout(self)
@@ -216,11 +219,11 @@ class TokensPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("tokensPanel")
         self.state = state
-        self.tokenInput = QPlainTextEdit(objectName="tokenInput")
+        self.tokenInput = named(QPlainTextEdit(), "tokenInput")
         self.tokenInput.setPlaceholderText("Type the text to attend over…")
         self.tokenInput.setMaximumHeight(90)
-        self.crossCheck = QCheckBox("Cross-attention (keys/values from a 2nd text)", objectName="crossCheck")
-        self.keyInput = QPlainTextEdit(objectName="keyInput")
+        self.crossCheck = named(QCheckBox("Cross-attention (keys/values from a 2nd text)"), "crossCheck")
+        self.keyInput = named(QPlainTextEdit(), "keyInput")
         self.keyInput.setPlaceholderText("Text for the keys and values…")
         self.keyInput.setMaximumHeight(80)
         self.queryModel = TokenTableModel(self)
@@ -230,17 +233,19 @@ class TokensPanel(QWidget):
         self.keyTableLabel = QLabel("Key tokens")
         self.keyTable.setVisible(False)
         self.keyTableLabel.setVisible(False)
-        self.summary = QLabel("", objectName="tokenSummary")
+        self.summary = named(QLabel(""), "tokenSummary")
         self.summary.setWordWrap(True)
         self.tokenPreviewNote = _PreviewNote("token", self.tokenInput, lambda: setattr(self.state, "text", ""))
         self.keyPreviewNote = _PreviewNote("key", self.keyInput, lambda: setattr(self.state, "key_text", ""))
         # trained weights run on their task's probe input: the box is greyed (its text kept for Random)
-        self.probeNote = QLabel(PROBE_NOTE, objectName="tokenProbeNote")
+        self.probeNote = named(QLabel(PROBE_NOTE), "tokenProbeNote")
         self.probeNote.setWordWrap(True)
         self.probeNote.setStyleSheet("color: #555;")
-        self.imageNote = QLabel(
-            "A vision model reads an image, not text: choose a sample, open a file or drop one in the Image tab.",
-            objectName="tokenImageNote",
+        self.imageNote = named(
+            QLabel(
+                "A vision model reads an image, not text: choose a sample, open a file or drop one in the Image tab."
+            ),
+            "tokenImageNote",
         )
         self.imageNote.setWordWrap(True)
         self.imageNote.hide()
@@ -260,15 +265,17 @@ class TokensPanel(QWidget):
 
     def _lay_out(self) -> None:
         # the colours of padding and [UNK] rows: hidden for an image's tokens, which have neither
-        self.legend = legend = QLabel(
-            '<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
-            '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]',
-            objectName="tokenLegend",
+        self.legend = legend = named(
+            QLabel(
+                '<span style="background:#e4e4e4">&nbsp;[PAD]&nbsp;</span> padding &nbsp; '
+                '<span style="background:#fff1c2">&nbsp;word&nbsp;</span> unknown → [UNK]'
+            ),
+            "tokenLegend",
         )
         legend.setStyleSheet("color: #555;")
         layout = QVBoxLayout(self)
         # the text input, as one box: a vision model reads an image instead (``set_image_input``)
-        self.textInputBox = QWidget(objectName="textInputBox")
+        self.textInputBox = named(QWidget(), "textInputBox")
         texts = QVBoxLayout(self.textInputBox)
         texts.setContentsMargins(0, 0, 0, 0)
         texts.addWidget(QLabel("Text (queries)"))

@@ -23,6 +23,7 @@ from typing import Any, cast
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QSpinBox, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.config import divisors
 from attndesk.core.fields import Param
 
@@ -97,7 +98,7 @@ class FieldControl:
 class CheckControl(FieldControl):
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
-        self.check = QCheckBox(spec.label, objectName=f"{spec.stem}Check")
+        self.check = named(QCheckBox(spec.label), f"{spec.stem}Check")
         self.widgets, self.signals = (self.check,), [self.check.toggled]
         self._tip()
 
@@ -115,8 +116,9 @@ class SpinControl(FieldControl):
         super().__init__(spec)
         low, high = spin_range(spec)
         zero = spec.control == "zero"
-        self.spin = QSpinBox(
-            objectName=f"{spec.stem}Spin",
+        self.spin = named(
+            QSpinBox(),
+            f"{spec.stem}Spin",
             minimum=0 if zero else int(low),
             maximum=int(high),
             singleStep=int(spec.step),
@@ -145,8 +147,13 @@ class FloatControl(FieldControl):
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
         low, high = spin_range(spec)
-        self.spin = QDoubleSpinBox(
-            objectName=f"{spec.stem}Spin", minimum=low, maximum=high, singleStep=spec.step, decimals=spec.decimals
+        self.spin = named(
+            QDoubleSpinBox(),
+            f"{spec.stem}Spin",
+            minimum=low,
+            maximum=high,
+            singleStep=spec.step,
+            decimals=spec.decimals,
         )
         self.widgets, self.signals = (self.spin,), [self.spin.valueChanged]
         self._tip()
@@ -164,7 +171,7 @@ class ComboControl(FieldControl):
 
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
-        self.combo = QComboBox(objectName=f"{spec.stem}Combo")
+        self.combo = named(QComboBox(), f"{spec.stem}Combo")
         self.widgets, self.signals = (self.combo,), [self.combo.currentIndexChanged]
         self._tip()
         self._choices: tuple[str, ...] = ()
@@ -216,7 +223,7 @@ class DivisorsControl(FieldControl):
 
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
-        self.combo = QComboBox(objectName=f"{spec.stem}Combo")
+        self.combo = named(QComboBox(), f"{spec.stem}Combo")
         # the panel's dock is ~340 px wide: a combo as wide as its longest label pushed the rows out
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setMinimumContentsLength(12)
@@ -254,20 +261,23 @@ class SwitchControl(FieldControl):
 
     def __init__(self, spec: Param) -> None:
         super().__init__(spec)
-        self.check = QCheckBox("on", objectName=f"{spec.stem}Check")
+        self.check = named(QCheckBox("on"), f"{spec.stem}Check")
         low, high = spin_range(spec)
         if spec.kind is float:
-            self.spin: QDoubleSpinBox | QSpinBox = QDoubleSpinBox(
-                objectName=f"{spec.stem}Spin", minimum=low, maximum=high, decimals=spec.decimals, singleStep=spec.step
+            self.spin: QDoubleSpinBox | QSpinBox = named(
+                QDoubleSpinBox(),
+                f"{spec.stem}Spin",
+                minimum=low,
+                maximum=high,
+                decimals=spec.decimals,
+                singleStep=spec.step,
             )
         else:
-            self.spin = QSpinBox(
-                objectName=f"{spec.stem}Spin", minimum=int(low), maximum=int(high), suffix=_suffix(spec)
-            )
+            self.spin = named(QSpinBox(), f"{spec.stem}Spin", minimum=int(low), maximum=int(high), suffix=_suffix(spec))
         self.spin.setValue(spec.suggested)
         self.spin.setMinimumWidth(80)  # sized for "2147483647 tokens" it pushed the row under the dock's border
         self._least = low
-        box = QWidget(objectName=f"{spec.stem}Row")
+        box = named(QWidget(), f"{spec.stem}Row")
         layout = QHBoxLayout(box)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.check)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
 
+from attndesk.app.named import named
+
 from .ablation import ablation_effect
 from .painting import PARTS
 
@@ -81,38 +83,38 @@ class PretrainedControls(QWidget):
         self.set_family("encoder")
 
     def _build(self) -> None:
-        self.layer_spin = QSpinBox(objectName="layerSpin")
+        self.layer_spin = named(QSpinBox(), "layerSpin")
         self.layer_spin.setRange(0, 0)
         self.layer_spin.setPrefix("layer ")
         self.layer_spin.setToolTip("which layer's attention the heatmaps show (0 = first)")
-        self.all_layers_check = QCheckBox("all layers", objectName="allLayersCheck")
+        self.all_layers_check = named(QCheckBox("all layers"), "allLayersCheck")
         self.all_layers_check.setToolTip("show every layer x head as thumbnails; click one to open it")
-        self.hide_special_check = QCheckBox("hide special tokens", objectName="hideSpecialCheck")
+        self.hide_special_check = named(QCheckBox("hide special tokens"), "hideSpecialCheck")
         self.hide_special_check.setToolTip(
             "leave special tokens ([CLS]/[SEP], <s>/</s>, ...) out of the heatmaps; rows are NOT re-normalised, "
             "so they sum to less than 1"
         )
-        self.part_combo = QComboBox(objectName="partCombo")
+        self.part_combo = named(QComboBox(), "partCombo")
         for part, label in PARTS:
             self.part_combo.addItem(label, part)
         self.part_combo.setToolTip(
             "an encoder-decoder has three attentions: the encoder's over the source, the "
             "decoder's over the target (causal), and cross-attention: target rows, source columns"
         )
-        self.log_check = QCheckBox("log colours", objectName="logScaleCheck")
+        self.log_check = named(QCheckBox("log colours"), "logScaleCheck")
         self.log_check.setToolTip(
             "sink-aware: colour log10 of the weights, so the small weights stay visible next to "
             "the first token, which takes most of a decoder's rows"
         )
-        self.hide_first_check = QCheckBox("hide first token (renormalised)", objectName="hideFirstCheck")
+        self.hide_first_check = named(QCheckBox("hide first token (renormalised)"), "hideFirstCheck")
         self.hide_first_check.setToolTip(
             "leave out key 0 (a decoder's attention sink) and renormalise each row over the "
             "other keys: the weights shown are then NOT the model's (the badge says so)"
         )
-        self.clear_button = QPushButton("clear ablations", objectName="clearAblationButton")
+        self.clear_button = named(QPushButton("clear ablations"), "clearAblationButton")
         self.clear_button.setToolTip("Ctrl+click a thumbnail in the grid to ablate a head; this restores all")
         self.clear_button.setEnabled(False)
-        self.target_edit = QLineEdit(objectName="targetEdit")
+        self.target_edit = named(QLineEdit(), "targetEdit")
         self.target_edit.setPlaceholderText(
             "the decoder's input, e.g. a translation of the source text (empty: the decoder's start token alone)"
         )
@@ -122,12 +124,12 @@ class PretrainedControls(QWidget):
         )
         self.target_edit.setClearButtonEnabled(True)
         # the target line and the summary are separate rows: the owner places them
-        self.target_row = QWidget(objectName="targetRow")
+        self.target_row = named(QWidget(), "targetRow")
         line = QHBoxLayout(self.target_row)
         line.setContentsMargins(0, 0, 0, 0)
         line.addWidget(QLabel("Target text:"))
         line.addWidget(self.target_edit, 1)
-        self.summary = QLabel(objectName="pretrainedSummary")
+        self.summary = named(QLabel(), "pretrainedSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 

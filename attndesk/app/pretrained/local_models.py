@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.memory import format_bytes
 from attndesk.core.pretrained import CachedModel, hub_cache_dir
 
@@ -68,9 +69,9 @@ class LocalModelsDialog(QDialog):
         self.setWindowTitle("Local models (Hugging Face cache)")
         self.resize(980, 420)
         self._models: list[CachedModel] = []
-        self.where = QLabel(objectName="localModelsFolder")
+        self.where = named(QLabel(), "localModelsFolder")
         self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = QTableWidget(0, len(COLUMNS), objectName="localModelsTable")
+        self.table = named(QTableWidget(0, len(COLUMNS)), "localModelsTable")
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -80,7 +81,7 @@ class LocalModelsDialog(QDialog):
         for column in range(len(COLUMNS) - 1):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
-        self.message = QLabel(objectName="localModelsMessage")
+        self.message = named(QLabel(), "localModelsMessage")
         self.message.setWordWrap(True)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Close)
         self.openButton = self.buttons.button(QDialogButtonBox.StandardButton.Open)

@@ -8,10 +8,11 @@ the memory ledger, protected while drawn; let go, the grid is cleared until the 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QSignalBlocker
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.pretrained import PretrainedResult
 from attndesk.core.types import head_name
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
@@ -38,24 +39,24 @@ class PretrainedWidgets:
         self.header = self._build_header()
         self.grid = LayerHeadGrid()
         self._painting_held: Holding | None = None  # the grid's thumbnails in the window's memory ledger
-        self.gridSummary = QLabel("", objectName="pretrainedGridSummary")
+        self.gridSummary = named(QLabel(""), "pretrainedGridSummary")
         self.gridSummary.setWordWrap(True)
-        self.gridScaleCombo = QComboBox(objectName="gridScaleCombo")
+        self.gridScaleCombo = named(QComboBox(), "gridScaleCombo")
         self.gridScaleCombo.addItem("colour per head", "per-head")
         self.gridScaleCombo.addItem("colour shared", "shared")
         self.gridScaleCombo.setToolTip(
             "per head: each thumbnail from 0 to its own maximum (shows every pattern); "
             "shared: one scale for all (compares heads)"
         )
-        self.openFolderAction = QAction("Open &model folder…", owner, objectName="openModelFolderAction")
+        self.openFolderAction = named(QAction("Open &model folder…", owner), "openModelFolderAction")
         self.openFolderAction.setToolTip(
             "a local model folder: config.json, weights (safetensors or .bin), tokenizer files"
         )
-        self.localModelsAction = QAction("&Local models…", owner, objectName="localModelsAction")
+        self.localModelsAction = named(QAction("&Local models…", owner), "localModelsAction")
         self.localModelsAction.setToolTip("the models already in the local Hugging Face cache: open one (offline)")
 
     def _build_header(self) -> QWidget:
-        header = QWidget(objectName="pretrainedHeader")
+        header = named(QWidget(), "pretrainedHeader")
         rows = QVBoxLayout(header)
         rows.setContentsMargins(4, 0, 4, 0)
         rows.setSpacing(2)
@@ -68,7 +69,7 @@ class PretrainedWidgets:
         return header
 
     def build_grid_page(self, page: QWidget) -> None:
-        self.gridExportButton = QPushButton("Export…", objectName="pretrainedGridExportButton")
+        self.gridExportButton = named(QPushButton("Export…"), "pretrainedGridExportButton")
         menu = QMenu(self.gridExportButton)
         self.exportGridAction = menu.addAction("Grid image (PNG, SVG or PDF)…")
         self.exportAllAction = menu.addAction("All layers' weights (.npy or .csv)…")
@@ -86,17 +87,18 @@ class PretrainedWidgets:
     def sync(self, state: AppState, grid_on: bool) -> None:
         """Every control from the state (no signal is sent back)."""
         c = self.controls
-        for widget, setter, value in (
-            (c.layer_spin, c.layer_spin.setValue, state.pretrained.layer),
-            (c.hide_special_check, c.hide_special_check.setChecked, state.pretrained.hide_special),
-            (c.all_layers_check, c.all_layers_check.setChecked, grid_on),
-            (c.log_check, c.log_check.setChecked, state.view.log_scale),
-            (c.hide_first_check, c.hide_first_check.setChecked, state.view.hide_first_key),
-            (c.part_combo, c.part_combo.setCurrentIndex, c.part_combo.findData(state.pretrained.part)),
+        with QSignalBlocker(c.layer_spin):
+            c.layer_spin.setValue(state.pretrained.layer)
+        for check, on in (
+            (c.hide_special_check, state.pretrained.hide_special),
+            (c.all_layers_check, grid_on),
+            (c.log_check, state.view.log_scale),
+            (c.hide_first_check, state.view.hide_first_key),
         ):
-            widget.blockSignals(True)
-            setter(value)
-            widget.blockSignals(False)
+            with QSignalBlocker(check):
+                check.setChecked(on)
+        with QSignalBlocker(c.part_combo):
+            c.part_combo.setCurrentIndex(c.part_combo.findData(state.pretrained.part))
         c.refresh_layer_label()  # the suffix follows a layer set without the spin's signal
         if c.target_edit.text() != state.target_text:  # never while typing: the cursor would jump
             c.target_edit.setText(state.target_text)

@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
+from attndesk.app.named import named
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
 from attndesk.jobs import JobContext, job_context
@@ -155,11 +156,11 @@ class CorpusTab(TabPresenter):
         self._stores: list = []  # the open store, closed with the view (the window's jobs are joined by then)
         self._cancel: threading.Event | None = None
         self._head: tuple[str, int, int] | None = None
-        self.openStoreAction = QAction("Open &corpus store…", view, objectName="openCorpusStoreAction")
+        self.openStoreAction = named(QAction("Open &corpus store…", view), "openCorpusStoreAction")
         self.openStoreAction.setToolTip("reopen the store of an earlier corpus pass in the Corpus tab")
         self.openStoreAction.triggered.connect(self._open_store_dialog)
         menus.add("file", self.openStoreAction, "session")
-        self.exportPageAction = QAction("Export corpus &page (.html)…", view, objectName="exportCorpusPageAction")
+        self.exportPageAction = named(QAction("Export corpus &page (.html)…", view), "exportCorpusPageAction")
         self.exportPageAction.setToolTip(
             "the open store as one interactive page: its heads grid and roles, its texts, the attention of text 0"
         )

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, cast
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
+from attndesk.app.named import named
+
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
@@ -171,7 +173,7 @@ def _train(ui: Assembly, view: QWidget) -> QObject:
 
 def _grid_page() -> QWidget:
     """The All layers page: the pretrained mode fills it at install (``ui.tab_widget(GRID_TAB)``)."""
-    return QWidget(objectName="pretrainedGridTab")
+    return named(QWidget(), "pretrainedGridTab")
 
 
 TABS: tuple[TabSpec, ...] = (

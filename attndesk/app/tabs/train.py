@@ -28,6 +28,7 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
+from attndesk.app.named import named
 from attndesk.core.atomic import occupied
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
@@ -545,7 +546,7 @@ def train_presenter(ui: Any, view: TrainView) -> TrainTab:
     """The registry's factory: the presenter, and File > Open trained model… (the window's
     ``Assembly`` gives the menus)."""
     tab = TrainTab(ui.compute.side, view, view)
-    action = QAction("Open &trained model…", view, objectName="openTrainedAction")
+    action = named(QAction("Open &trained model…", view), "openTrainedAction")
     action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
     action.triggered.connect(lambda _checked=False: tab.open_dialog())
     ui.menus.add("file", action, "model")

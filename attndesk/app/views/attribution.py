@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.interp import InputAttribution, StepAttribution
 from attndesk.core.types import head_name
 
@@ -205,10 +206,10 @@ class AttributionView(QWidget):
             "(the model's next token)",
             empty_note="empty: the model's own next token (its largest logit)",
         )
-        self.methodCombo = QComboBox(objectName="attributionMethodCombo")
+        self.methodCombo = named(QComboBox(), "attributionMethodCombo")
         for key, text in METHODS:
             self.methodCombo.addItem(text, key)
-        self.stepsSpin = QSpinBox(objectName="attributionStepsSpin")
+        self.stepsSpin = named(QSpinBox(), "attributionStepsSpin")
         self.stepsSpin.setRange(1, 4096)
         self.stepsSpin.setValue(64)
         self.stepsSpin.setPrefix("steps ")
@@ -221,12 +222,12 @@ class AttributionView(QWidget):
         row.addWidget(self.methodCombo)
         row.addWidget(self.stepsSpin)
         self.bar = RunBar("attribution", "Attribute")
-        self.summary = QLabel("", objectName="attributionSummary")
+        self.summary = named(QLabel(""), "attributionSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.strip = TokenStrip()
         self.stripArea = TokenStripArea(self.strip)
-        self.readout = QLabel(" ", objectName="attributionReadout")
+        self.readout = named(QLabel(" "), "attributionReadout")
         self.headsPlot = MatrixPlot("<b>attention × gradient</b> per layer and head (last query row)")
         self.headsPlot.setObjectName("attributionHeadsPlot")
         self.headsPlot.hide()
@@ -234,7 +235,7 @@ class AttributionView(QWidget):
         self.stepsPlot = MatrixPlot("")
         self.stepsPlot.setObjectName("attributionStepsPlot")
         self.stepsPlot.hide()
-        self.stepsNote = QLabel("", objectName="attributionStepsNote")
+        self.stepsNote = named(QLabel(""), "attributionStepsNote")
         self.stepsNote.setWordWrap(True)
         self.stepsNote.hide()
         layout = QVBoxLayout(self)

@@ -40,6 +40,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
+
 from .interp_widgets import RunBar
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
@@ -198,7 +200,8 @@ class CircuitGraph(QWidget):
     edgeClicked = Signal(str, str, str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent, objectName="circuitGraph")
+        super().__init__(parent)
+        self.setObjectName("circuitGraph")
         self.setMinimumSize(420, 260)
         self.table: pd.DataFrame | None = None
         self.keep = 0
@@ -254,10 +257,12 @@ def _faithfulness_plot() -> tuple[pg.PlotWidget, QLabel]:
     plot.setLabel("bottom", "edges in the circuit")
     plot.setLabel("left", "faithfulness")
     plot.setMinimumHeight(200)
-    legend = QLabel(
-        '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
-        '<span style="color:#787878">━ random edges of the same count (mean ± sd, 10 draws)</span>',
-        objectName="circuitCurveLegend",
+    legend = named(
+        QLabel(
+            '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
+            '<span style="color:#787878">━ random edges of the same count (mean ± sd, 10 draws)</span>'
+        ),
+        "circuitCurveLegend",
     )
     legend.setWordWrap(True)
     return plot, legend
@@ -320,7 +325,8 @@ class CircuitView(QWidget):
     presetChanged = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent, objectName="circuitView")
+        super().__init__(parent)
+        self.setObjectName("circuitView")
         self.shown: CircuitShown | None = None
         self.part = "self"  # the picked head's part ("self", an encoder-decoder's "decoder" or "cross")
         form = self._make_inputs()
@@ -335,21 +341,21 @@ class CircuitView(QWidget):
         self.preset.currentTextChanged.connect(self.presetChanged)
 
     def _make_inputs(self) -> QFormLayout:
-        self.preset = QComboBox(objectName="circuitPreset")
+        self.preset = named(QComboBox(), "circuitPreset")
         self.preset.setToolTip("toy mode: the trained preset the circuit is found in")
-        self.cleanEdit = QLineEdit(objectName="circuitClean")
-        self.corruptEdit = QLineEdit(objectName="circuitCorrupt")
-        self.answerEdit = QLineEdit(objectName="circuitAnswer")
-        self.wrongEdit = QLineEdit(objectName="circuitWrong")
-        self.metricBox = QComboBox(objectName="circuitMetric")
+        self.cleanEdit = named(QLineEdit(), "circuitClean")
+        self.corruptEdit = named(QLineEdit(), "circuitCorrupt")
+        self.answerEdit = named(QLineEdit(), "circuitAnswer")
+        self.wrongEdit = named(QLineEdit(), "circuitWrong")
+        self.metricBox = named(QComboBox(), "circuitMetric")
         self.metricBox.addItems(METRICS)
-        self.methodBox = QComboBox(objectName="circuitMethod")
+        self.methodBox = named(QComboBox(), "circuitMethod")
         self.methodBox.addItems(METHODS)
         self.methodBox.setToolTip(
             "exact: one patched run per edge; eap: one gradient pass; eap-ig: integrated gradients"
         )
         self.bar = RunBar("circuit", "Score edges")
-        self.unavailableLabel = QLabel("", objectName="circuitUnavailable")
+        self.unavailableLabel = named(QLabel(""), "circuitUnavailable")
         self.unavailableLabel.setWordWrap(True)
         self.unavailableLabel.hide()
         form = self._form = QFormLayout()
@@ -373,35 +379,35 @@ class CircuitView(QWidget):
 
     def _make_result(self) -> None:
         self.graph = CircuitGraph()
-        self.slider = QSlider(Qt.Orientation.Horizontal, objectName="circuitSlider")
+        self.slider = named(QSlider(Qt.Orientation.Horizontal), "circuitSlider")
         self.slider.setEnabled(False)
         self.slider.setToolTip("circuit size: the edges with the largest |score|")
-        self.sizeLabel = QLabel("", objectName="circuitSize")
-        self.edgeLabel = QLabel(
-            "click an edge for its exact effect, a head to decompose its scores", objectName="circuitEdge"
+        self.sizeLabel = named(QLabel(""), "circuitSize")
+        self.edgeLabel = named(
+            QLabel("click an edge for its exact effect, a head to decompose its scores"), "circuitEdge"
         )
         self.edgeLabel.setWordWrap(True)
-        self.exportPng = QPushButton("Export PNG…", objectName="circuitExportPng")
-        self.exportSvg = QPushButton("Export SVG…", objectName="circuitExportSvg")
-        self.openHeat = QPushButton("Open head in Heatmaps", objectName="circuitOpenHead")
+        self.exportPng = named(QPushButton("Export PNG…"), "circuitExportPng")
+        self.exportSvg = named(QPushButton("Export SVG…"), "circuitExportSvg")
+        self.openHeat = named(QPushButton("Open head in Heatmaps"), "circuitOpenHead")
         self.openHeat.setEnabled(False)
         self.curve, self.curveLegend = _faithfulness_plot()
         self._marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("k", style=Qt.PenStyle.DashLine))
 
     def _make_terms(self) -> QGroupBox:
-        self.layerSpin = QSpinBox(objectName="circuitLayer")
-        self.headSpin = QSpinBox(objectName="circuitHead")
-        self.querySpin = QSpinBox(objectName="circuitQuery")
-        self.keySpin = QSpinBox(objectName="circuitKey")
+        self.layerSpin = named(QSpinBox(), "circuitLayer")
+        self.headSpin = named(QSpinBox(), "circuitHead")
+        self.querySpin = named(QSpinBox(), "circuitQuery")
+        self.keySpin = named(QSpinBox(), "circuitKey")
         for spin in (self.layerSpin, self.headSpin, self.querySpin, self.keySpin):
             spin.setRange(0, 4095)
-        self.decomposeButton = QPushButton("Decompose score", objectName="circuitDecompose")
+        self.decomposeButton = named(QPushButton("Decompose score"), "circuitDecompose")
         self.decomposeButton.setToolTip(
             "the clean input's score of this cell as (query component) x (key component) terms"
         )
-        self.termsLabel = QLabel("", objectName="circuitTermsLabel")
+        self.termsLabel = named(QLabel(""), "circuitTermsLabel")
         self.termsLabel.setWordWrap(True)
-        self.termsTable = QTableWidget(0, 4, objectName="circuitTerms")
+        self.termsTable = named(QTableWidget(0, 4), "circuitTerms")
         self.termsTable.setHorizontalHeaderLabels(["query component", "key component", "kind", "term"])
         self.termsTable.verticalHeader().hide()
         self.termsTable.setMinimumHeight(160)
@@ -416,7 +422,7 @@ class CircuitView(QWidget):
         self.headMap, self._headImage, self._cellMark = _head_map_plot()
         self.headMap.scene().sigMouseClicked.connect(self._on_map_click)
         self._mapShape: tuple[int, int] | None = None
-        self.weightLabel = QLabel("", objectName="circuitWeights")
+        self.weightLabel = named(QLabel(""), "circuitWeights")
         self.weightLabel.setWordWrap(True)
         terms = QGroupBox("Why this head attends there: click a cell of its attention for the score, term by term")
         inner = QVBoxLayout(terms)

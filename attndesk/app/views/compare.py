@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.compare import (
     TEACHING_KINDS,
     ComparisonError,
@@ -309,7 +310,7 @@ class CompareWidgets:
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("compareSplitter")
         self.splitter.addWidget(top)
-        bottom = QSplitter(Qt.Orientation.Horizontal, objectName="compareBottomSplitter")
+        bottom = named(QSplitter(Qt.Orientation.Horizontal), "compareBottomSplitter")
         bottom.addWidget(self.explanationText)
         bottom.addWidget(self.kvCache)
         bottom.setStretchFactor(0, 3)

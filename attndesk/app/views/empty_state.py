@@ -12,6 +12,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
+
 MAX_TEXT_WIDTH = 560  # a sentence a person reads at a glance: a short column, not the tab's width
 
 
@@ -24,14 +26,14 @@ class EmptyStatePage(QWidget):
     def __init__(self, name: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(f"{name}EmptyPage")
-        self.label = QLabel("", objectName=f"{name}Empty")
+        self.label = named(QLabel(""), f"{name}Empty")
         self.label.setWordWrap(True)
         self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.label.setMaximumWidth(MAX_TEXT_WIDTH)
         # expanding up to MAX_TEXT_WIDTH: a wrapped label centred by its alignment alone takes its
         # one-line hint's width and a single line's height, cutting the sentence
         self.label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
-        self.button = QPushButton("", objectName=f"{name}EmptyAction")
+        self.button = named(QPushButton(""), f"{name}EmptyAction")
         self.button.clicked.connect(self.actionClicked)
         self.button.hide()
         row = QHBoxLayout()

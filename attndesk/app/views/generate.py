@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.pretrained import GenerationStep
 from attndesk.core.types import head_name
 
@@ -229,15 +230,16 @@ class GenerateView(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build_controls(self) -> None:
-        self.samplingCombo = QComboBox(objectName="samplingCombo")
+        self.samplingCombo = named(QComboBox(), "samplingCombo")
         self.samplingCombo.addItem("greedy", "greedy")
         self.samplingCombo.addItem("sample", "sample")
         self.samplingCombo.setToolTip(
             "greedy: the most probable token; sample: drawn from softmax(logits / "
             "temperature), from the top-k only when top-k is set, seeded"
         )
-        self.temperatureSpin = QDoubleSpinBox(
-            objectName="temperatureSpin",
+        self.temperatureSpin = named(
+            QDoubleSpinBox(),
+            "temperatureSpin",
             decimals=2,
             minimum=0.05,
             maximum=10.0,
@@ -245,19 +247,19 @@ class GenerateView(QWidget):
             value=1.0,
             prefix="temperature ",
         )
-        self.topKSpin = QSpinBox(objectName="topKSpin", minimum=0, maximum=100_000, value=50, prefix="top-k ")
+        self.topKSpin = named(QSpinBox(), "topKSpin", minimum=0, maximum=100_000, value=50, prefix="top-k ")
         self.topKSpin.setSpecialValueText("top-k all")
-        self.seedSpin = QSpinBox(objectName="generationSeedSpin", minimum=0, maximum=2**31 - 1, value=0, prefix="seed ")
-        self.countSpin = QSpinBox(objectName="generationCountSpin", minimum=1, maximum=1000, value=10, prefix="N = ")
-        self.stepButton = QPushButton("Step", objectName="generateStepButton")
+        self.seedSpin = named(QSpinBox(), "generationSeedSpin", minimum=0, maximum=2**31 - 1, value=0, prefix="seed ")
+        self.countSpin = named(QSpinBox(), "generationCountSpin", minimum=1, maximum=1000, value=10, prefix="N = ")
+        self.stepButton = named(QPushButton("Step"), "generateStepButton")
         self.stepButton.setToolTip("generate one token (computed in the background)")
-        self.runButton = QPushButton("Run N", objectName="generateRunButton")
+        self.runButton = named(QPushButton("Run N"), "generateRunButton")
         self.runButton.setToolTip("generate N tokens, one step at a time; Esc stops")
-        self.stopButton = QPushButton("Stop (Esc)", objectName="generateStopButton")
-        self.restartButton = QPushButton("Start over", objectName="generateRestartButton")
+        self.stopButton = named(QPushButton("Stop (Esc)"), "generateStopButton")
+        self.restartButton = named(QPushButton("Start over"), "generateRestartButton")
         self.restartButton.setToolTip("forget the generated tokens; the next step starts from the input text")
-        self.pinAButton = QPushButton("Compare: pin as A", objectName="generatePinAButton")
-        self.pinBButton = QPushButton("Compare: show as B", objectName="generatePinBButton")
+        self.pinAButton = named(QPushButton("Compare: pin as A"), "generatePinAButton")
+        self.pinBButton = named(QPushButton("Compare: show as B"), "generatePinBButton")
         for button in (self.pinAButton, self.pinBButton):
             button.setToolTip(_PIN_TIP)
         self.samplingCombo.currentIndexChanged.connect(lambda _i: self._update_enabled())
@@ -269,28 +271,28 @@ class GenerateView(QWidget):
         self.pinBButton.clicked.connect(lambda: self.pinRequested.emit("B"))
 
     def _build_results(self) -> None:
-        self.message = QLabel("", objectName="generateMessage")
+        self.message = named(QLabel(""), "generateMessage")
         self.message.setWordWrap(True)
-        self.sequenceLabel = QLabel("", objectName="generateSequence")
+        self.sequenceLabel = named(QLabel(""), "generateSequence")
         self.sequenceLabel.setWordWrap(True)
         self.sequenceLabel.setTextFormat(Qt.TextFormat.RichText)
         self.sequenceLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.stepList = QListWidget(objectName="generateStepList")
+        self.stepList = named(QListWidget(), "generateStepList")
         self.stepList.setMaximumWidth(220)
         self.stepList.currentRowChanged.connect(self._on_row)
-        self.layerCombo = QComboBox(objectName="generateLayerCombo")
+        self.layerCombo = named(QComboBox(), "generateLayerCombo")
         self.layerCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.layerCombo.currentIndexChanged.connect(lambda _i: self._draw())
-        self.partCombo = QComboBox(objectName="generatePartCombo")
+        self.partCombo = named(QComboBox(), "generatePartCombo")
         for key, label in PARTS:
             self.partCombo.addItem(label, key)
         self.partCombo.currentIndexChanged.connect(lambda _i: self._draw())
         self.rowPlot = MatrixPlot("attention row of the deciding position")
         self.rowPlot.setObjectName("generateRowPlot")
         self.rowPlot.cellHovered.connect(self._hover)
-        self.readout = QLabel(" ", objectName="generateReadout")
+        self.readout = named(QLabel(" "), "generateReadout")
         self.bars = TopTokenBars()
-        self.barsTitle = QLabel("<b>next-token probabilities</b>", objectName="generateBarsTitle")
+        self.barsTitle = named(QLabel("<b>next-token probabilities</b>"), "generateBarsTitle")
         self.barsTitle.setWordWrap(True)
         # text that changes every step keeps its height: a label growing by a line would relayout
         # the splitter and both plots (~50 ms a step at 500 tokens)
@@ -311,7 +313,7 @@ class GenerateView(QWidget):
         choose.addStretch(1)
         picture = _column(choose, self.rowPlot, self.readout)
         bars = _column(self.barsTitle, self.bars)
-        split = QSplitter(Qt.Orientation.Horizontal, objectName="generateSplitter")
+        split = named(QSplitter(Qt.Orientation.Horizontal), "generateSplitter")
         split.addWidget(self.stepList)
         split.addWidget(picture)
         split.addWidget(bars)

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import COLORMAPS
 
@@ -173,55 +174,55 @@ class ImageView(QWidget):
         self.stepsSpin.setEnabled(False)
 
     def _build(self) -> None:
-        self.sampleCombo = QComboBox(objectName="imageSampleCombo")
+        self.sampleCombo = named(QComboBox(), "imageSampleCombo")
         self.sampleCombo.setToolTip("the sample images attndesk ships, and scikit-learn's 8x8 digits")
-        self.openButton = QPushButton("Open image…", objectName="openImageButton")
+        self.openButton = named(QPushButton("Open image…"), "openImageButton")
         self.openButton.setToolTip("a PNG or JPEG file (or drop one on this tab)")
-        self.nameLabel = QLabel("", objectName="imageNameLabel")
+        self.nameLabel = named(QLabel(""), "imageNameLabel")
         self.nameLabel.setWordWrap(True)
-        self.messageLabel = QLabel("", objectName="imageMessageLabel")
+        self.messageLabel = named(QLabel(""), "imageMessageLabel")
         self.messageLabel.setWordWrap(True)
         self.messageLabel.setStyleSheet("color: #9a4b00;")
         self.messageLabel.hide()
         self.canvas = ImageCanvas("imageCanvas", "the image appears here once the model has run on it")
         self.canvas.setToolTip("click a patch to see where it looks")
-        self.queryCombo = QComboBox(objectName="imageQueryCombo")
+        self.queryCombo = named(QComboBox(), "imageQueryCombo")
         self.queryCombo.setToolTip(
             "the token whose attention is drawn: a special token, or a patch clicked on the image"
         )
-        self.headCombo = QComboBox(objectName="imageHeadCombo")
+        self.headCombo = named(QComboBox(), "imageHeadCombo")
         self.headCombo.setToolTip("the head drawn large (the grid below has them all)")
-        self.opacitySlider = QSlider(Qt.Orientation.Horizontal, objectName="imageOpacitySlider")
+        self.opacitySlider = named(QSlider(Qt.Orientation.Horizontal), "imageOpacitySlider")
         self.opacitySlider.setRange(0, 100)
         self.opacitySlider.setValue(60)
         self.opacitySlider.setMaximumWidth(140)
         self.opacitySlider.setToolTip("how much of the colour covers the image")
-        self.colormapCombo = QComboBox(objectName="imageColormapCombo")
+        self.colormapCombo = named(QComboBox(), "imageColormapCombo")
         self.colormapCombo.addItems(list(COLORMAPS))
         self.colormapCombo.setToolTip("the colour map (the heatmaps' too)")
-        self.allLayersCheck = QCheckBox("every layer", objectName="imageAllLayersCheck")
+        self.allLayersCheck = named(QCheckBox("every layer"), "imageAllLayersCheck")
         self.allLayersCheck.setToolTip("the grid below: every head of every layer (else of the layer shown)")
-        self.scaleLabel = QLabel("", objectName="imageScaleLabel")
-        self.headsLabel = QLabel(objectName="imageHeadsLabel")
+        self.scaleLabel = named(QLabel(""), "imageScaleLabel")
+        self.headsLabel = named(QLabel(), "imageHeadsLabel")
         self.headsLabel.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        self.headsScroll = QScrollArea(objectName="imageHeadsScroll")
+        self.headsScroll = named(QScrollArea(), "imageHeadsScroll")
         self.headsScroll.setWidget(self.headsLabel)
         self.headsScroll.setWidgetResizable(True)
-        self.mapCombo = QComboBox(objectName="imageMapCombo")
+        self.mapCombo = named(QComboBox(), "imageMapCombo")
         for label, key in IMAGE_MAPS:
             self.mapCombo.addItem(label, key)
         self.mapCombo.setToolTip("a map across the layers (gradient maps explain the top class, or the pooled output)")
-        self.stepsSpin = QSpinBox(objectName="imageStepsSpin")
+        self.stepsSpin = named(QSpinBox(), "imageStepsSpin")
         self.stepsSpin.setRange(1, 1024)
         self.stepsSpin.setValue(32)
         self.stepsSpin.setPrefix("steps ")
         self.stepsSpin.setToolTip("integrated gradients' steps: more are slower and closer to complete")
-        self.computeButton = QPushButton("Compute", objectName="computeImageMapButton")
-        self.cancelButton = QPushButton("Cancel", objectName="cancelImageMapButton")
-        self.mapProgress = QProgressBar(objectName="imageMapProgress")
+        self.computeButton = named(QPushButton("Compute"), "computeImageMapButton")
+        self.cancelButton = named(QPushButton("Cancel"), "cancelImageMapButton")
+        self.mapProgress = named(QProgressBar(), "imageMapProgress")
         self.mapProgress.setRange(0, 1000)
         self.mapProgress.setMaximumWidth(160)
-        self.mapStatus = QLabel("", objectName="imageMapStatus")
+        self.mapStatus = named(QLabel(""), "imageMapStatus")
         self.mapStatus.setWordWrap(True)
         self.mapCanvas = ImageCanvas(
             "imageMapCanvas", "choose a map above and press Compute: it is drawn here, over the image"
@@ -229,7 +230,7 @@ class ImageView(QWidget):
         self.mapCanvas.setToolTip("the map over the image, on its own range")
 
     def _lay_out(self) -> None:
-        source = QWidget(objectName="imageInputRow")
+        source = named(QWidget(), "imageInputRow")
         row = QHBoxLayout(source)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(QLabel("Image:"))
@@ -248,8 +249,8 @@ class ImageView(QWidget):
         controls.addWidget(self.allLayersCheck)
         controls.addWidget(self.scaleLabel, 1)
         maps = QHBoxLayout()
-        for widget in (self.mapCombo, self.stepsSpin, self.computeButton, self.cancelButton, self.mapProgress):
-            maps.addWidget(widget)
+        for item in (self.mapCombo, self.stepsSpin, self.computeButton, self.cancelButton, self.mapProgress):
+            maps.addWidget(item)
         maps.addStretch(1)
         right = QVBoxLayout()
         right.addLayout(maps)

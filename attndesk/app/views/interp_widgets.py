@@ -13,6 +13,8 @@ from collections.abc import Callable
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QWidget
 
+from attndesk.app.named import named
+
 Checker = Callable[[str], tuple[bool, str]]
 _OK_STYLE = "color: #276227;"
 _BAD_STYLE = "color: #b00020;"
@@ -21,7 +23,7 @@ _NOTE_STYLE = "color: #555;"
 
 def problem_label(name: str) -> QLabel:
     """A red, wrapping one-line message placed next to the control it is about (hidden when empty)."""
-    label = QLabel("", objectName=name)
+    label = named(QLabel(""), name)
     label.setStyleSheet(_BAD_STYLE)
     label.setWordWrap(True)
     label.hide()
@@ -45,11 +47,11 @@ class TokenField(QWidget):
     ) -> None:
         super().__init__(parent)
         self._empty_note = empty_note  # an optional field: empty is fine, and this says what it means
-        self.edit = QLineEdit(objectName=f"{name}Edit")
+        self.edit = named(QLineEdit(), f"{name}Edit")
         self.edit.setPlaceholderText(placeholder)
         self.edit.setToolTip("a token as text (mind the leading space GPT-2-style tokenizers keep), or id:N")
         self.edit.setMaximumWidth(160)
-        self.check = QLabel("", objectName=f"{name}Check")
+        self.check = named(QLabel(""), f"{name}Check")
         self.check.setWordWrap(True)
         self._checker: Checker | None = None
         self._ok = False
@@ -107,15 +109,15 @@ class RunBar(QWidget):
 
     def __init__(self, name: str, run_text: str = "Run", parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.runButton = QPushButton(run_text, objectName=f"{name}RunButton")
-        self.cancelButton = QPushButton("Cancel", objectName=f"{name}CancelButton")
+        self.runButton = named(QPushButton(run_text), f"{name}RunButton")
+        self.cancelButton = named(QPushButton("Cancel"), f"{name}CancelButton")
         self.cancelButton.setToolTip("stop the computation (Esc)")
         self.cancelButton.setEnabled(False)
-        self.progress = QProgressBar(objectName=f"{name}Progress")
+        self.progress = named(QProgressBar(), f"{name}Progress")
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(220)
         self.progress.hide()
-        self.message = QLabel("", objectName=f"{name}Message")
+        self.message = named(QLabel(""), f"{name}Message")
         self.message.setWordWrap(True)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)

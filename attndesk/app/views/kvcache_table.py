@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.config import AttentionConfig
 from attndesk.core.kvcache import CACHE_LENGTHS, KVCacheRow, kv_cache_bytes, kv_cache_table, window_cache_row
 from attndesk.core.memory import format_bytes
@@ -56,14 +57,14 @@ class KVCacheTable(QWidget):
         self.setObjectName("kvCacheTable")
         self._rows: list[KVCacheRow] = []
         self.title = QLabel("<b>K/V cache per layer</b>")
-        self.table = QTableWidget(0, len(self.HEADERS), objectName="kvCacheGrid")
+        self.table = named(QTableWidget(0, len(self.HEADERS)), "kvCacheGrid")
         self.table.setHorizontalHeaderLabels(self.HEADERS)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.whyLabel = QLabel(WHY_GQA + "\n" + model_scale_line(), objectName="kvCacheWhy")
+        self.whyLabel = named(QLabel(WHY_GQA + "\n" + model_scale_line()), "kvCacheWhy")
         self.whyLabel.setWordWrap(True)
         self.whyLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout = QVBoxLayout(self)

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.fields import Param
 from attndesk.kvcache import POLICIES
 from attndesk.kvcache.sweep import curves
@@ -107,30 +108,30 @@ class KVLabView(QWidget):
         self._build_options()
 
     def _build_controls(self) -> None:
-        self.modelCombo = QComboBox(objectName="kvlabModel")
+        self.modelCombo = named(QComboBox(), "kvlabModel")
         self.modelCombo.setToolTip("a shipped toy preset, or the pretrained decoder open in the window")
-        self.policyCombo = QComboBox(objectName="kvlabPolicy")
+        self.policyCombo = named(QComboBox(), "kvlabPolicy")
         for name, policy in POLICIES.items():
             self.policyCombo.addItem(policy.title, name)
             self.policyCombo.setItemData(self.policyCombo.count() - 1, policy.about, 3)  # the item's tooltip
-        self.budgetSpin = QSpinBox(objectName="kvlabBudget", minimum=1, maximum=1_000_000, value=8)
+        self.budgetSpin = named(QSpinBox(), "kvlabBudget", minimum=1, maximum=1_000_000, value=8)
         self.budgetSpin.setToolTip("keys each K/V head keeps (on average for PyramidKV, AdaKV and DuoAttention)")
-        self.decodeSpin = QSpinBox(objectName="kvlabDecode", minimum=1, maximum=4096, value=4)
+        self.decodeSpin = named(QSpinBox(), "kvlabDecode", minimum=1, maximum=4096, value=4)
         self.decodeSpin.setToolTip("the input's last tokens read as decode steps; the rest is the prompt")
-        self.textEdit = QLineEdit(objectName="kvlabText")
+        self.textEdit = named(QLineEdit(), "kvlabText")
         self.textEdit.setPlaceholderText("a toy preset reads its probe input when empty; a decoder reads text")
-        self.layerSpin = QSpinBox(objectName="kvlabLayer", minimum=1, maximum=1)
-        self.headSpin = QSpinBox(objectName="kvlabHead", minimum=1, maximum=1)
-        self.optionsBox = QWidget(objectName="kvlabOptions")
+        self.layerSpin = named(QSpinBox(), "kvlabLayer", minimum=1, maximum=1)
+        self.headSpin = named(QSpinBox(), "kvlabHead", minimum=1, maximum=1)
+        self.optionsBox = named(QWidget(), "kvlabOptions")
         self.optionsForm = QFormLayout(self.optionsBox)
         self.optionsForm.setContentsMargins(0, 0, 0, 0)
         self.options: dict[str, QWidget] = {}
         self.bar = RunBar("kvlab", "Run")
-        self.sweepButton = QPushButton("Sweep budgets", objectName="kvlabSweepButton")
+        self.sweepButton = named(QPushButton("Sweep budgets"), "kvlabSweepButton")
         self.sweepButton.setToolTip(
             "this policy and the oracle at 10 budgets: mean KL(full ‖ compressed) and accuracy against the budget"
         )
-        self.storeButton = QPushButton("Open corpus sweep…", objectName="kvlabStoreButton")
+        self.storeButton = named(QPushButton("Open corpus sweep…"), "kvlabStoreButton")
         self.storeButton.setToolTip(
             "the curves of a sweep over a corpus (attndesk kvcache --corpus): each policy's mean over the texts, "
             "with a band from their first to their third quartile"
@@ -160,13 +161,15 @@ class KVLabView(QWidget):
         return top
 
     def _build_pictures(self) -> None:
-        self.rasterBox = QWidget(objectName="kvlabRasters")
+        self.rasterBox = named(QWidget(), "kvlabRasters")
         self.rasters = QGridLayout(self.rasterBox)
         self.rasters.setContentsMargins(0, 0, 0, 0)
-        self.rasterKey = QLabel(
-            "Rows: decode steps; columns: keys. A kept key is coloured by the full run's weight on it; "
-            "evicted keys (and keys not read yet) are hatched.",
-            objectName="kvlabRasterKey",
+        self.rasterKey = named(
+            QLabel(
+                "Rows: decode steps; columns: keys. A kept key is coloured by the full run's weight on it; "
+                "evicted keys (and keys not read yet) are hatched."
+            ),
+            "kvlabRasterKey",
         )
         self.rasterKey.setWordWrap(True)
         self.rasters.addWidget(self.rasterKey, 0, 0, 1, 4)
@@ -175,11 +178,11 @@ class KVLabView(QWidget):
         self.heatmap.setObjectName("kvlabHeatmap")
         self.klPlot = self._curve_plot("kvlabKL", "mean KL, nats")
         self.accuracyPlot = self._curve_plot("kvlabAccuracy", "accuracy")
-        self.scoresLabel = QLabel(
-            "Run: one policy at one budget. Sweep budgets: its curves beside the oracle's.", objectName="kvlabScores"
+        self.scoresLabel = named(
+            QLabel("Run: one policy at one budget. Sweep budgets: its curves beside the oracle's."), "kvlabScores"
         )
         self.scoresLabel.setWordWrap(True)
-        self.summaryLabel = QLabel("", objectName="kvlabSummary")
+        self.summaryLabel = named(QLabel(""), "kvlabSummary")
         self.summaryLabel.setWordWrap(True)
 
     def _pictures_layout(self) -> QGridLayout:

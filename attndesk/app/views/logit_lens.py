@@ -14,6 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.interp import LogitLens
 
 from .heatmap import MatrixPlot
@@ -119,7 +120,7 @@ class LogitLensView(QWidget):
         self.setObjectName("logitLensView")
         self.lens: LogitLens | None = None
         self._texts: dict[tuple[int, int], str] = {}
-        self.kSpin = QSpinBox(objectName="logitLensKSpin")
+        self.kSpin = named(QSpinBox(), "logitLensKSpin")
         self.kSpin.setRange(1, 20)
         self.kSpin.setValue(5)
         self.kSpin.setPrefix("top ")
@@ -136,7 +137,7 @@ class LogitLensView(QWidget):
         self.labels = CellLabels()
         self.labels.setZValue(8)
         self.plot.when_built(lambda: self.plot.plot.addItem(self.labels))
-        self.readout = QLabel(" ", objectName="logitLensReadout")
+        self.readout = named(QLabel(" "), "logitLensReadout")
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self)

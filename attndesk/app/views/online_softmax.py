@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.memory import format_bytes
 from attndesk.core.online_softmax import EXPLANATION, OnlineSoftmaxWalk, OnlineStep
 from attndesk.core.types import head_name
@@ -278,28 +279,28 @@ class OnlineSoftmaxView(QWidget):
         self._lay_out()
 
     def _build_controls(self) -> None:
-        self.headCombo = QComboBox(objectName="onlineHeadCombo")
+        self.headCombo = named(QComboBox(), "onlineHeadCombo")
         self.headCombo.setToolTip("the query head whose weights are walked (its K/V head in brackets)")
-        self.blockCombo = QComboBox(objectName="onlineBlockCombo")
+        self.blockCombo = named(QComboBox(), "onlineBlockCombo")
         self.blockCombo.setToolTip("keys per block: FlashAttention reads K and V in tiles of 64 or 128 keys")
         self.blockCombo.addItem(f"auto (≤ {MAX_AUTO_STEPS} steps)", AUTO)
         for b in BLOCK_SIZES:
             self.blockCombo.addItem(f"{b} key{'s' if b > 1 else ''}", b)
         self.headCombo.currentIndexChanged.connect(self._on_walk_choice)
         self.blockCombo.currentIndexChanged.connect(self._on_walk_choice)
-        self.prevButton = QPushButton("◀ Previous block", objectName="onlinePrev")
-        self.nextButton = QPushButton("Next block ▶", objectName="onlineNext")
+        self.prevButton = named(QPushButton("◀ Previous block"), "onlinePrev")
+        self.nextButton = named(QPushButton("Next block ▶"), "onlineNext")
         self.prevButton.clicked.connect(lambda: self.set_step(self._step - 1))
         self.nextButton.clicked.connect(lambda: self.set_step(self._step + 1))
-        self.stepSlider = QSlider(Qt.Orientation.Horizontal, objectName="onlineStepSlider")
+        self.stepSlider = named(QSlider(Qt.Orientation.Horizontal), "onlineStepSlider")
         self.stepSlider.setRange(0, 0)
         self.stepSlider.valueChanged.connect(self.set_step)
         # fixed sizes: what a walk says must not move the controls (a replayed click lands alike)
-        self.stepLabel = QLabel("", objectName="onlineStepLabel")
+        self.stepLabel = named(QLabel(""), "onlineStepLabel")
         self.stepLabel.setFixedWidth(
             self.stepLabel.fontMetrics().horizontalAdvance("step 2048 / 2048 · keys 2047–2047 (256 a block)")
         )
-        self.messageLabel = QLabel(HINT, objectName="onlineMessage")
+        self.messageLabel = named(QLabel(HINT), "onlineMessage")
         self.messageLabel.setWordWrap(True)
         self.messageLabel.setFixedHeight(2 * self.messageLabel.fontMetrics().lineSpacing() + 4)
 
@@ -316,7 +317,7 @@ class OnlineSoftmaxView(QWidget):
         self._block_rect.hide()
         self.plot.when_built(lambda: self.plot.plot.vb.addItem(self._block_rect, ignoreBounds=True))
         self.model = StepTableModel()
-        self.table = QTableView(objectName="onlineStepTable")
+        self.table = named(QTableView(), "onlineStepTable")
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -331,7 +332,7 @@ class OnlineSoftmaxView(QWidget):
 
     @staticmethod
     def _text_box(name: str) -> QPlainTextEdit:
-        box = QPlainTextEdit(objectName=name)
+        box = named(QPlainTextEdit(), name)
         box.setReadOnly(True)
         box.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         box.setStyleSheet("font-family: monospace")
@@ -349,7 +350,7 @@ class OnlineSoftmaxView(QWidget):
         steps.addWidget(self.prevButton)
         steps.addWidget(self.stepSlider, 1)
         steps.addWidget(self.nextButton)
-        top = QSplitter(Qt.Orientation.Horizontal, objectName="onlineTopSplitter")
+        top = named(QSplitter(Qt.Orientation.Horizontal), "onlineTopSplitter")
         top.addWidget(self.plot)
         top.addWidget(self.table)
         top.setStretchFactor(0, 2)
@@ -357,7 +358,7 @@ class OnlineSoftmaxView(QWidget):
         texts = QSplitter(Qt.Orientation.Horizontal)
         texts.addWidget(self.stepText)
         texts.addWidget(self.finalText)
-        body = QSplitter(Qt.Orientation.Vertical, objectName="onlineSplitter")
+        body = named(QSplitter(Qt.Orientation.Vertical), "onlineSplitter")
         body.addWidget(top)
         body.addWidget(texts)
         body.setStretchFactor(0, 1)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.interp.inputs import METRICS as CORE_METRICS
 from attndesk.core.types import head_name
 
@@ -118,18 +119,18 @@ class PatchingView(QWidget):
         layout.addWidget(self.readout)
 
     def _build_controls(self) -> None:
-        self.cleanEdit = QLineEdit(objectName="patchingCleanEdit")
+        self.cleanEdit = named(QLineEdit(), "patchingCleanEdit")
         self.cleanEdit.setPlaceholderText("e.g. When Mary and John went to the store, John gave a drink to")
-        self.corruptEdit = QLineEdit(objectName="patchingCorruptEdit")
+        self.corruptEdit = named(QLineEdit(), "patchingCorruptEdit")
         self.corruptEdit.setPlaceholderText("the same prompt with the fact changed (same number of tokens)")
         self.cleanCount, self.corruptCount = QLabel(""), QLabel("")
         self.promptProblem = problem_label("patchingPromptProblem")
         self.answer = TokenField("answer", "patchingAnswer", " Mary")
         self.wrong = TokenField("wrong", "patchingWrong", " John")
-        self.metricCombo = QComboBox(objectName="patchingMetricCombo")
+        self.metricCombo = named(QComboBox(), "patchingMetricCombo")
         for key, text in METRICS:
             self.metricCombo.addItem(text, key)
-        self.partCombo = QComboBox(objectName="patchingPartCombo")
+        self.partCombo = named(QComboBox(), "patchingPartCombo")
         self.partCombo.setToolTip(
             "an encoder-decoder's heads: the encoder's, the decoder's own, or its cross-attention"
         )
@@ -171,7 +172,7 @@ class PatchingView(QWidget):
         return box
 
     def _build_plots(self) -> None:
-        self.summary = QLabel("", objectName="patchingSummary")
+        self.summary = named(QLabel(""), "patchingSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.gapWarning = problem_label("patchingGapWarning")
@@ -185,7 +186,7 @@ class PatchingView(QWidget):
         self.cleanAttention.setObjectName("patchingCleanAttention")
         self.corruptAttention = MatrixPlot("corrupted prompt")
         self.corruptAttention.setObjectName("patchingCorruptAttention")
-        self.readout = QLabel(" ", objectName="patchingReadout")
+        self.readout = named(QLabel(" "), "patchingReadout")
         top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.positionsPlot)
         bottom = QSplitter(Qt.Orientation.Horizontal)

@@ -19,6 +19,7 @@ import torch
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
+from attndesk.app.named import named
 from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 from attndesk.core.rope import rope, rope_relative_scores
 
@@ -157,7 +158,7 @@ class PositionalView(QWidget):
 
     def _build_rope(self) -> None:
         self.rope: RopeTable | None = None
-        self.ropeLabel = QLabel("", objectName="ropeInfoLabel")
+        self.ropeLabel = named(QLabel(""), "ropeInfoLabel")
         self.ropeLabel.setWordWrap(True)
         self.ropePlot = MatrixPlot("RoPE: R(m)q · R(n)k")
         self.ropePlot.setObjectName("ropeScoresPlot")

@@ -26,6 +26,8 @@ from attndesk.jobs import JobContext
 if TYPE_CHECKING:
     from attndesk.core.pretrained import PretrainedResult
 
+from attndesk.app.named import named
+
 from .heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 
 
@@ -168,17 +170,17 @@ class RolloutView(QWidget):
         layout.addStretch(0)
 
     def _build_flow(self) -> None:
-        self.flowCheck = QCheckBox("attention flow beside it", objectName="rolloutFlowCheck")
+        self.flowCheck = named(QCheckBox("attention flow beside it"), "rolloutFlowCheck")
         self.flowCheck.setToolTip(
             "the maximum flow through the same graph the rollout multiplies (Abnar & Zuidema "
             "2020): L × L maximum-flow problems, computed in the background (Esc stops)"
         )
         self.flowCheck.toggled.connect(self.set_flow_shown)
-        self.flowProgress = QProgressBar(objectName="rolloutFlowProgress")
+        self.flowProgress = named(QProgressBar(), "rolloutFlowProgress")
         self.flowProgress.setRange(0, 1000)
         self.flowProgress.setMaximumWidth(160)
         self.flowProgress.hide()
-        self.flowStatus = QLabel("", objectName="rolloutFlowStatus")
+        self.flowStatus = named(QLabel(""), "rolloutFlowStatus")
         self.flowPlot = MatrixPlot("attention flow")
         self.flowPlot.setObjectName("flowPlot")
         self.flowPlot.cellHovered.connect(self._hover_flow)

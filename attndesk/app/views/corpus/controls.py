@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
+
 ERROR_STYLE = "color: #b00020;"
 SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 TEXT_PLACEHOLDER = "a .txt / .jsonl / .csv / .parquet file or a folder of .txt files"
@@ -37,27 +39,28 @@ class CorpusControls(QWidget):
     sampleRequested = Signal()
 
     def __init__(self) -> None:
-        super().__init__(objectName="corpusControls")
+        super().__init__()
+        self.setObjectName("corpusControls")
         grid = QGridLayout(self)  # widgets are owned by a widget as they are added
         grid.setContentsMargins(0, 0, 0, 0)
-        self.sourceEdit = QLineEdit(objectName="corpusSource", placeholderText=TEXT_PLACEHOLDER)
-        self.sourceLabel = QLabel("Texts", objectName="corpusSourceLabel")
-        self.sourceFileButton = QPushButton("File…", objectName="corpusSourceFile")
-        self.sourceFolderButton = QPushButton("Folder…", objectName="corpusSourceFolder")
-        self.sampleButton = QPushButton("Sample", objectName="corpusSample")
+        self.sourceEdit = named(QLineEdit(), "corpusSource", placeholderText=TEXT_PLACEHOLDER)
+        self.sourceLabel = named(QLabel("Texts"), "corpusSourceLabel")
+        self.sourceFileButton = named(QPushButton("File…"), "corpusSourceFile")
+        self.sourceFolderButton = named(QPushButton("Folder…"), "corpusSourceFolder")
+        self.sampleButton = named(QPushButton("Sample"), "corpusSample")
         self.sampleButton.setToolTip("the sample corpus written for attndesk (324 sentences, a third with repeats)")
-        self.storeEdit = QLineEdit(objectName="corpusStore")
+        self.storeEdit = named(QLineEdit(), "corpusStore")
         self.storeEdit.setToolTip("the store folder: a rerun with the same texts, model and tokens resumes it")
-        self.storeButton = QPushButton("…", objectName="corpusStoreBrowse")
-        self.tokensSpin = QSpinBox(objectName="corpusMaxTokens", minimum=2, maximum=4096, value=64, prefix="tokens ")
+        self.storeButton = named(QPushButton("…"), "corpusStoreBrowse")
+        self.tokensSpin = named(QSpinBox(), "corpusMaxTokens", minimum=2, maximum=4096, value=64, prefix="tokens ")
         self.tokensSpin.setToolTip("tokens each text keeps (special tokens included; at most the model's)")
-        self.startButton = QPushButton("Start", objectName="corpusStart")
-        self.cancelButton = QPushButton("Cancel", objectName="corpusCancel", enabled=False)
-        self.progressBar = QProgressBar(objectName="corpusProgress", minimum=0, maximum=1000, textVisible=False)
-        self.progressLabel = QLabel("", objectName="corpusProgressLabel")
-        self.modelLabel = QLabel("", objectName="corpusModel", wordWrap=True)
+        self.startButton = named(QPushButton("Start"), "corpusStart")
+        self.cancelButton = named(QPushButton("Cancel"), "corpusCancel", enabled=False)
+        self.progressBar = named(QProgressBar(), "corpusProgress", minimum=0, maximum=1000, textVisible=False)
+        self.progressLabel = named(QLabel(""), "corpusProgressLabel")
+        self.modelLabel = named(QLabel(""), "corpusModel", wordWrap=True)
         fit_width(self.progressLabel, self.modelLabel)
-        self.errorLabel = QLabel("", objectName="corpusError", wordWrap=True)
+        self.errorLabel = named(QLabel(""), "corpusError", wordWrap=True)
         self.errorLabel.setStyleSheet(ERROR_STYLE)
         for col, widget in enumerate(
             (self.sourceLabel, self.sourceEdit, self.sourceFileButton, self.sourceFolderButton, self.sampleButton)

@@ -37,6 +37,8 @@ from attndesk.corpus.metrics import METRICS, ROLE_RULES
 if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
     import pandas as pd
 
+from attndesk.app.named import named
+
 from ..pacing import pacer
 from ..table_items import NumberItem
 from .controls import TEXT_PLACEHOLDER, CorpusControls, fit_width
@@ -63,6 +65,13 @@ IMAGE_ROLES = (*(name for name, _m, _t in IMAGE_ROLE_RULES), "broad", "mixed")
 IMAGE_PLACEHOLDER = "a folder of images (png, jpg); left empty: attndesk's sample images"
 HISTOGRAM_MIN_PX = 120  # the histogram's bars and both axes readable when the page is short
 TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
+
+
+def _cell(table: QTableWidget, row: int, col: int) -> QTableWidgetItem:
+    item = table.item(row, col)
+    if item is None:  # every cell of a filled row has its item
+        raise LookupError(f"the heads table has no cell at row {row}, column {col}")
+    return item
 
 
 def _table_item(name: str, value) -> QTableWidgetItem:
@@ -155,7 +164,7 @@ class CorpusView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self._build_controls())
-        split = QSplitter(Qt.Orientation.Horizontal, objectName="corpusSplit")
+        split = named(QSplitter(Qt.Orientation.Horizontal), "corpusSplit")
         split.addWidget(self._build_heads_side())
         split.addWidget(self._build_head_side())
         split.setSizes([520, 620])
@@ -186,10 +195,10 @@ class CorpusView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         layout.addLayout(row)
-        self.metricCombo = QComboBox(objectName="corpusMetric")
+        self.metricCombo = named(QComboBox(), "corpusMetric")
         self.metricCombo.addItems(list(METRICS))
-        self.partCombo = QComboBox(objectName="corpusPart")
-        self.storeLabel = QLabel("", objectName="corpusStoreLabel", wordWrap=True)
+        self.partCombo = named(QComboBox(), "corpusPart")
+        self.storeLabel = named(QLabel(""), "corpusStoreLabel", wordWrap=True)
         fit_width(self.storeLabel)
         row.addWidget(QLabel("colour by"))
         row.addWidget(self.metricCombo)
@@ -199,7 +208,7 @@ class CorpusView(QWidget):
         self.grid = HeadGrid()
         self.histogram = MetricHistogram()
         self.histogram.setMinimumHeight(HISTOGRAM_MIN_PX)
-        self.table = QTableWidget(objectName="corpusTable")
+        self.table = named(QTableWidget(), "corpusTable")
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -211,7 +220,7 @@ class CorpusView(QWidget):
             split.addWidget(widget)
         split.setSizes([300, 140, 260])
         layout.addWidget(split, 1)
-        self.badgeLabel = QLabel(badge_legend(TEXT_ROLES), objectName="corpusBadges", wordWrap=True)
+        self.badgeLabel = named(QLabel(badge_legend(TEXT_ROLES)), "corpusBadges", wordWrap=True)
         layout.addWidget(self.badgeLabel)
         self.metricCombo.currentTextChanged.connect(self._metric_changed)
         self.partCombo.currentTextChanged.connect(self._part_changed)
@@ -223,11 +232,11 @@ class CorpusView(QWidget):
         side = QWidget()
         layout = QVBoxLayout(side)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.headLabel = QLabel("click a head in the grid or the table", objectName="corpusHeadLabel", wordWrap=True)
+        self.headLabel = named(QLabel("click a head in the grid or the table"), "corpusHeadLabel", wordWrap=True)
         layout.addWidget(self.headLabel)
         lists = QHBoxLayout()
         layout.addLayout(lists, 2)
-        self.topList, self.bottomList = QListWidget(objectName="corpusTop"), QListWidget(objectName="corpusBottom")
+        self.topList, self.bottomList = named(QListWidget(), "corpusTop"), named(QListWidget(), "corpusBottom")
         for title, widget in (("highest", self.topList), ("lowest", self.bottomList)):
             column = QVBoxLayout()
             lists.addLayout(column)
@@ -237,11 +246,13 @@ class CorpusView(QWidget):
             widget.setWordWrap(True)
             widget.itemActivated.connect(lambda item: self.textOpened.emit(int(item.data(TEXT_ID))))
 
-        self.atlasLabel = QLabel(
-            f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
-            f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
-            "click: open the text)",
-            objectName="corpusAtlasLabel",
+        self.atlasLabel = named(
+            QLabel(
+                f"atlas: <span style='color:{QUERY_COLOUR}'>queries</span> and "
+                f"<span style='color:{KEY_COLOUR}'>keys</span> (hover: token and text; "
+                "click: open the text)"
+            ),
+            "corpusAtlasLabel",
             wordWrap=True,
         )
         layout.addWidget(self.atlasLabel)
@@ -348,12 +359,12 @@ class CorpusView(QWidget):
         return self.table.isSortingEnabled()
 
     def table_column_index(self, name: str) -> int:
-        return [self.table.horizontalHeaderItem(c).text() for c in range(self.table.columnCount())].index(name)
+        return self._columns.index(name)  # the header's texts, in their order
 
     def table_column(self, name: str) -> list:
         """A column of the table as shown (sorted or not): the numbers, or the text of part / role."""
         col = self.table_column_index(name)
-        items = [self.table.item(r, col) for r in range(self.table.rowCount())]
+        items = [_cell(self.table, r, col) for r in range(self.table.rowCount())]
         return [i.text() if name in ("part", "role") else i.data(Qt.ItemDataRole.UserRole) for i in items]
 
     def _row_selected(self) -> None:
@@ -361,10 +372,9 @@ class CorpusView(QWidget):
         if len(rows) != 1:
             return
         row = rows.pop()
-        names = [self.table.horizontalHeaderItem(c).text() for c in range(self.table.columnCount())]
-        part = self.table.item(row, names.index("part")).text()
-        layer = int(self.table.item(row, names.index("layer")).data(Qt.ItemDataRole.UserRole))
-        head = int(self.table.item(row, names.index("head")).data(Qt.ItemDataRole.UserRole))
+        part = _cell(self.table, row, self.table_column_index("part")).text()
+        layer = int(_cell(self.table, row, self.table_column_index("layer")).data(Qt.ItemDataRole.UserRole))
+        head = int(_cell(self.table, row, self.table_column_index("head")).data(Qt.ItemDataRole.UserRole))
         if part != self.part():
             self.partCombo.setCurrentText(part)
         self.headSelected.emit(part, layer, head)
@@ -382,11 +392,12 @@ class CorpusView(QWidget):
             return
         layer, head, metric = detail["layer"], detail["head"], detail["metric"]
         self.grid.set_current(layer, head)
-        row = self.part_heads()
-        row = row[(row["layer"] == layer) & (row["head"] == head)] if row is not None else []
-        value = float(row[metric].iloc[0]) if len(row) else float("nan")
+        heads = self.part_heads()
+        row = None if heads is None else heads[(heads["layer"] == layer) & (heads["head"] == head)]
+        found = row is not None and len(row) > 0
+        value = float(row[metric].iloc[0]) if found and row is not None else float("nan")
         self.histogram.mark(value)
-        role = row["role"].iloc[0] if len(row) else "?"
+        role = row["role"].iloc[0] if found and row is not None else "?"
         self.headLabel.setText(f"<b>{detail['part']} {head_name(layer, head)}</b> · {role} · {metric} {value:.3f}")
         for widget, frame in ((self.topList, detail["top"]), (self.bottomList, detail["bottom"])):
             for item in _text_items(frame, metric):

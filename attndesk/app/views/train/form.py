@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
 )
 
+from attndesk.app.named import named
 from attndesk.core.fields import Param
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
@@ -116,7 +117,7 @@ class TrainForm(QGroupBox):
             self._add_field(grid, row, spec)
         buttons = self._build_buttons()
         opened = self._build_opened()
-        self.message = QLabel(objectName="trainMessage", wordWrap=True)
+        self.message = named(QLabel(), "trainMessage", wordWrap=True)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         rows = 2 * len(FIELDS)
         grid.addLayout(buttons, rows, 0, 1, 2)
@@ -134,7 +135,7 @@ class TrainForm(QGroupBox):
         widget = _control(spec)
         widget.setObjectName(f"train_{name}")
         widget.setToolTip(spec.tip)
-        problem = QLabel(objectName=f"train_{name}_problem", wordWrap=True)
+        problem = named(QLabel(), f"train_{name}_problem", wordWrap=True)
         problem.setStyleSheet(ERROR_STYLE)
         problem.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         problem.hide()
@@ -146,10 +147,10 @@ class TrainForm(QGroupBox):
 
     def _build_buttons(self) -> QHBoxLayout:
         buttons = QHBoxLayout()
-        self.startButton = QPushButton("Start", objectName="trainStart")
-        self.pauseButton = QPushButton("Pause", objectName="trainPause")
-        self.resumeButton = QPushButton("Resume", objectName="trainResume")
-        self.stopButton = QPushButton("Stop", objectName="trainStop")
+        self.startButton = named(QPushButton("Start"), "trainStart")
+        self.pauseButton = named(QPushButton("Pause"), "trainPause")
+        self.resumeButton = named(QPushButton("Resume"), "trainResume")
+        self.stopButton = named(QPushButton("Stop"), "trainStop")
         for button, signal in (
             (self.startButton, self.startRequested),
             (self.pauseButton, self.pauseRequested),
@@ -163,19 +164,19 @@ class TrainForm(QGroupBox):
     def _build_opened(self) -> QHBoxLayout:
         """The shipped presets, Open… / Save… and Open in views."""
         opened = QHBoxLayout()
-        self.presetCombo = QComboBox(objectName="trainPreset")
+        self.presetCombo = named(QComboBox(), "trainPreset")
         self.presetCombo.setToolTip("small models this trainer trained, shipped with attndesk: their learned attention")
         self.presetCombo.activated.connect(self._preset_chosen)
-        self.openButton = QPushButton("Open…", objectName="trainOpen")
+        self.openButton = named(QPushButton("Open…"), "trainOpen")
         self.openButton.setToolTip("open a run saved by attndesk train (a folder)")
         self.openButton.clicked.connect(lambda _c=False: self.openRequested.emit())
-        self.saveButton = QPushButton("Save…", objectName="trainSave")
+        self.saveButton = named(QPushButton("Save…"), "trainSave")
         self.saveButton.setToolTip(
             "save the run on screen as a folder (weights, checkpoints, history), as attndesk train writes it"
         )
         self.saveButton.setEnabled(False)
         self.saveButton.clicked.connect(lambda _c=False: self.saveRequested.emit())
-        self.viewsButton = QPushButton("Open in views", objectName="trainOpenInViews")
+        self.viewsButton = named(QPushButton("Open in views"), "trainOpenInViews")
         self.viewsButton.setToolTip(
             "show this model in the toy views (heatmaps, step-through, head stats, compare before vs "
             "after training, online softmax): Weights > Random goes back"

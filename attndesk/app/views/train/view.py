@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.named import named
 from attndesk.core.types import head_name
 
 from ...panels.token_axis import label_font, label_room
@@ -147,15 +148,15 @@ class TrainView(QWidget):
         self.lossPlot, self.lossCurve, self.metricPlot = curves.lossPlot, curves.lossCurve, curves.metricPlot
         self.accuracyCurve, self.patternCurve = curves.accuracyCurve, curves.patternCurve
         self.phaseLines, self.scorePlot = curves.phaseLines, curves.scorePlot
-        self.layerCombo = QComboBox(objectName="trainLayer")
+        self.layerCombo = named(QComboBox(), "trainLayer")
         self.layerCombo.setToolTip(
             "the layer whose heads are drawn (it follows the best-scoring layer until you pick one)"
         )
         self.layerCombo.currentIndexChanged.connect(lambda i: self.layerChanged.emit(max(i, 0)))
         self.layerCombo.activated.connect(lambda _i: setattr(self, "layer_chosen", True))
         self.layer_chosen = False  # the user picked a layer: stop following the best one
-        self.probeCaption = QLabel(
-            "the attention on the task's probe input appears here while it trains", objectName="trainProbeCaption"
+        self.probeCaption = named(
+            QLabel("the attention on the task's probe input appears here while it trains"), "trainProbeCaption"
         )
         head = QHBoxLayout()
         head.addWidget(QLabel("Layer"))
@@ -165,7 +166,7 @@ class TrainView(QWidget):
         self.headGrid.setSpacing(2)
         self._columns = 0  # heads per row of the grid now (``_arrange``)
         self._side = 0  # the least width and height of a head's heatmap with every label readable
-        self._plotsColumn = column = QWidget(objectName="trainPlots")
+        self._plotsColumn = column = named(QWidget(), "trainPlots")
         column.installEventFilter(self)  # its width decides how many heads fit in a row
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -183,8 +184,8 @@ class TrainView(QWidget):
         )
         self.timeline.setEnabled(False)
         self.timeline.valueChanged.connect(self.timelineMoved)
-        self.timelineLabel = QLabel("no checkpoints yet", objectName="trainTimelineLabel")
-        self.liveButton = QPushButton("Latest", objectName="trainLive")
+        self.timelineLabel = named(QLabel("no checkpoints yet"), "trainTimelineLabel")
+        self.liveButton = named(QPushButton("Latest"), "trainLive")
         self.liveButton.setToolTip("follow the newest weights again")
         self.liveButton.clicked.connect(lambda _c=False: self.liveRequested.emit())
         row = QHBoxLayout()

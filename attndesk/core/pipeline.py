@@ -9,6 +9,7 @@ into a display pyramid with exact values on demand.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import threading
@@ -69,6 +70,7 @@ class _Held:
     last_used: tuple | None = None
     prefetch_thread: threading.Thread | None = None
     prefetching: bool = False  # the prefetch thread is drawing a model now
+    closing: bool = False  # the interpreter exits: draw nothing more
 
 
 _held = _Held()
@@ -184,6 +186,8 @@ def prefetch_neighbours(config: AttentionConfig) -> None:
             return
     seeds = [s for s in (config.seed + 1, config.seed - 1) if 0 <= s <= 2**63 - 1]
     with _prefetch_lock:
+        if _held.closing:
+            return
         _prefetch_queue[:] = [(config.replace(seed=s), device) for s in seeds]
         if _held.prefetch_thread is None:
             _held.prefetch_thread = threading.Thread(target=_prefetch_loop, name="toy-model-prefetch", daemon=True)
@@ -197,6 +201,18 @@ def prefetch_idle(timeout: float) -> bool:
         return _prefetch_lock.wait_for(lambda: not _prefetch_queue and not _held.prefetching, timeout=timeout)
 
 
+@atexit.register
+def _stop_prefetch() -> None:
+    """At exit: drop what is queued and let a draw under way finish (a thread inside torch while
+    the interpreter tears torch down aborts the process)."""
+    with _prefetch_lock:
+        _prefetch_queue.clear()
+        thread, _held.closing = _held.prefetch_thread, True
+        _prefetch_lock.notify_all()
+    if thread is not None:
+        thread.join(10.0)
+
+
 def _prefetch_loop() -> None:
     """Draw what ``prefetch_neighbours`` queued; end after a second with nothing to do."""
     try:
@@ -207,7 +223,8 @@ def _prefetch_loop() -> None:
         with _prefetch_lock:
             _held.prefetching = False
             _prefetch_lock.notify_all()
-            if not _prefetch_lock.wait_for(lambda: bool(_prefetch_queue), timeout=1.0):
+            _prefetch_lock.wait_for(lambda: bool(_prefetch_queue) or _held.closing, timeout=1.0)
+            if _held.closing or not _prefetch_queue:
                 _held.prefetch_thread = None  # under the lock: a new request starts a new thread
                 return
             config, device = _prefetch_queue.pop(0)

@@ -395,3 +395,24 @@ def test_a_model_being_drawn_is_waited_for_not_drawn_twice(monkeypatch):
     assert not first.is_alive() and not second.is_alive()
     assert draws == [8] and len(got) == 2 and got[0] is got[1]
     pipeline._models.clear()
+
+
+@pytest.mark.slow
+def test_the_interpreter_exits_cleanly_while_a_prefetch_draws():
+    """Exiting at once after asking for a prefetch of large models: the draw under way finishes
+    before torch is torn down (a thread inside torch then aborts the process)."""
+    script = textwrap.dedent(
+        """
+        from attndesk.core import AttentionConfig, run_attention
+        from attndesk.core import pipeline
+        config = AttentionConfig(embed_dim=512, num_heads=8, vocab_size=65536)
+        run_attention(config, 'exit while drawing')
+        pipeline.prefetch_neighbours(config)
+        with pipeline._prefetch_lock:
+            assert pipeline._prefetch_lock.wait_for(lambda: pipeline._held.prefetching, timeout=60)
+        print('ok')
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok" and "terminate" not in done.stderr

@@ -57,6 +57,7 @@ from .styles import restyle
 from .tabs import registry
 from .tabs.registry import TabSpec
 from .views.empty_state import EmptyStatePage
+from .warmup import TabWarmup
 
 STATE_VERSION = 1
 _ERROR_STYLE = "color: #b00020;"
@@ -185,6 +186,8 @@ class MainWindow(QMainWindow):
         self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
         self.state.events.config.connect(self._sync_tabs)
         self.compute.published.connect(self._empty_states.sync)
+        self.tabWarmup = TabWarmup(self.viewTabs)  # the pages not shown yet, warmed after the first result
+        self.resultDisplayed.connect(lambda _shown: self.tabWarmup.start())
         self._sync_tabs()
         for mode in self.modes:
             mode.install(self)

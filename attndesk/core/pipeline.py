@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -175,8 +174,8 @@ _prefetch_queue: list[tuple[AttentionConfig, torch.device]] = []
 
 
 def prefetch_neighbours(config: AttentionConfig) -> None:
-    """Draw the models of the next and the previous seed (the same shape) on a background thread
-    of low priority, so stepping the seed finds its weights drawn. A newer call replaces what an
+    """Draw the models of the next and the previous seed (the same shape) on a background thread,
+    so stepping the seed finds its weights drawn. A newer call replaces what an
     older one has not begun; nothing is drawn where two more models of this size would not stay in
     the cache beside the one in use (``_evict``)."""
     device = resolve_device(config.device)
@@ -214,11 +213,8 @@ def _stop_prefetch() -> None:
 
 
 def _prefetch_loop() -> None:
-    """Draw what ``prefetch_neighbours`` queued; end after a second with nothing to do."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # Linux: this thread only
-    except (AttributeError, OSError):
-        pass
+    """Draw what ``prefetch_neighbours`` queued; end after a second with nothing to do. (Not at a
+    lower priority: a run may wait for the model this thread draws.)"""
     while True:
         with _prefetch_lock:
             _held.prefetching = False

@@ -10,6 +10,10 @@ took for the run (the result's own "total"), so what the window adds is visible,
 thread's own CPU time (``time.thread_time``) from the change to the display: what the window's
 thread did, which a loaded machine's descheduling does not inflate.
 
+The window draws the weights of the seeds beside the one on screen while it idles, so a seed
+stepped by one finds its model drawn; a seed jumped by 37 (``JUMP``) draws its weights during the
+change, and its median is given too.
+
 Then the same for a drag: ``--drag`` steps the seed every 16 ms (a held arrow key or a dragged
 slider) for a second and reports how many intermediate results were shown and the time from the
 last step to its result.
@@ -44,6 +48,7 @@ set_torch_environment()  # before torch loads: importing attndesk sets nothing
 EMBED, HEADS = 256, 8
 LENGTHS = (128, 512)
 TARGETS_MS = {128: 30.0, 512: 60.0}
+JUMP, JUMPS = 37, 6  # a seed change the window did not see coming: not the next or the previous seed
 TAB_TOKENS, TAB_HEADS = 1500, 16
 TAB_LIMIT_MS = 100.0
 TAB_TRIES = 3
@@ -104,12 +109,12 @@ class Driver:
             self.wait_for(len(self.shown) + 1)
             self.settle()
 
-    def one_change(self) -> tuple[float, float, float]:
-        """Step the seed; (ms from the change to the display, ms the core took, ms of GUI-thread CPU
-        from the change to the display)."""
+    def one_change(self, step: int = 1) -> tuple[float, float, float]:
+        """Step the seed by ``step``; (ms from the change to the display, ms the core took, ms of
+        GUI-thread CPU from the change to the display)."""
         before = len(self.shown)
         start, cpu = time.perf_counter(), time.thread_time()
-        self.seed.setValue((self.seed.value() + 1) % 1000)
+        self.seed.setValue((self.seed.value() + step) % 1000)
         self.wait_for(before + 1)
         cpu = time.thread_time() - cpu
         at, shown = self.shown[-1]
@@ -224,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                     latency[n].append(ms)
                     compute[n].append(core_ms)
                     gui_cpu[n].append(cpu_ms)
+        jumps: dict[int, list[float]] = {n: [] for n in LENGTHS}
+        for _ in range(JUMPS):
+            for n in LENGTHS:
+                driver.set_case(n)
+                jumps[n].append(driver.one_change(JUMP)[0])
         drags = {}
         if args.drag:
             for n in LENGTHS:
@@ -248,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {n} | {med:.0f} | {iqr:.0f} | {lo:.0f}-{hi:.0f} | {core:.1f} | {cpu:.1f} "
             f"| {med / TARGETS_MS[n]:.2f} | {TARGETS_MS[n]:.0f} |"
+        )
+    for n in LENGTHS:
+        med, iqr, lo, hi = spread(jumps[n])
+        print(
+            f"seed jumped by {JUMP} at {n} tokens (no neighbour of a seed shown: its weights drawn during the "
+            f"change), {JUMPS} changes: median {med:.0f} ms, IQR {iqr:.0f}, {lo:.0f}-{hi:.0f} ms"
         )
     for n, (steps, results, last_ms) in drags.items():
         print(

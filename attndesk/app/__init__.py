@@ -11,8 +11,9 @@ does not build the whole window.
 Beside them: ``tabs`` (the registry and each tab's presenter), ``views`` and ``panels`` (the
 widgets), ``modes`` (toy and long; ``pretrained`` is the pretrained mode with what only it uses),
 ``sources`` (what a heatmap shows, without widgets), ``jobs`` (everything off the GUI thread),
-``export_dialog``, ``menus``, ``settings``, ``styles`` (style sheets set only when they change) and
-``named`` (a widget's name and Qt properties, typed). ``state``, ``status``, ``plans``,
+``export_dialog``, ``menus``, ``settings``, ``styles`` (style sheets set only when they change),
+``warmup`` (the tab pages not shown yet, prepared while the window idles) and ``named`` (a
+widget's name and Qt properties, typed). ``state``, ``status``, ``plans``,
 ``results``, ``session`` and ``bundle_save`` are the old paths of ``attndesk.session`` and
 ``attndesk.render.bundle``, re-exported.
 """

@@ -44,6 +44,7 @@ from .settings import SETTINGS_APP, app_settings, settings_org
 from .state import HEATMAPS_TAB, AppState, ModeId
 from .status import StatusModel
 from .views.empty_state import EmptyStatePage
+from .warmup import TabWarmup
 from .window_docks import build_docks
 from .window_export import ExportDialogs
 from .window_menus import WindowActions
@@ -116,6 +117,8 @@ class MainWindow(QMainWindow):
         self.state.events.mode.connect(self._sync_tabs)  # before the modes': a mode may open a tab it serves
         self.state.events.config.connect(self._sync_tabs)
         self.compute.published.connect(self.tabs.empty_states.sync)
+        self.tabWarmup = TabWarmup(self.viewTabs)  # the pages not shown yet, warmed after the first result
+        self.resultDisplayed.connect(lambda _shown: self.tabWarmup.start())
         self._sync_tabs()
         for mode in self.modes:
             mode.install(self)

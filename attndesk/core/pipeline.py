@@ -9,6 +9,8 @@ into a display pyramid with exact values on demand.
 
 from __future__ import annotations
 
+import atexit
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -57,6 +59,20 @@ class ToyModel(nn.Module):
 _MODEL_KEYS = ("embed_dim", "hidden_dim", "num_heads", "num_kv_heads", "bias", "seed", "vocab_size", "dtype", "dropout")
 _models: OrderedDict[tuple, ToyModel] = OrderedDict()
 _models_lock = threading.Lock()
+_drawing: dict[tuple, threading.Event] = {}  # keys whose weights a thread is drawing now
+
+
+class _Held:
+    """The cache's mutable marks: the model a run asked for last (a prefetch never evicts it) and
+    the prefetch thread."""
+
+    last_used: tuple | None = None
+    prefetch_thread: threading.Thread | None = None
+    prefetching: bool = False  # the prefetch thread is drawing a model now
+    closing: bool = False  # the interpreter exits: draw nothing more
+
+
+_held = _Held()
 
 
 def cached_models() -> list[ToyModel]:
@@ -73,32 +89,158 @@ def forget_models(models: list[nn.Module]) -> None:
             del _models[key]
 
 
-def build_model(config: AttentionConfig, device: torch.device) -> ToyModel:
-    """The seeded toy model for this config, cached (a few) so live tweaks of the mask or text
-    do not re-initialise the weights. The same seed always gives the same weights."""
-    key = tuple(getattr(config, k) for k in _MODEL_KEYS) + (str(device),)
-    with _models_lock:
-        if key in _models:
-            _models.move_to_end(key)
-            return _models[key]
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(config.seed)
+def draw_model(config: AttentionConfig) -> ToyModel:
+    """``ToyModel(config)`` as built after ``torch.manual_seed(config.seed)``, float32 on the CPU,
+    bit for bit, but drawn from a generator of its own: torch's global generator is neither read
+    nor moved, so a background thread may draw while a run uses it. The modules are made without
+    storage and drawn in the order their constructors would draw (nn.Embedding's and nn.Linear's
+    own initialisation)."""
+    with torch.device("meta"):
         model = ToyModel(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
-    model = model.to(device=device, dtype=config.torch_dtype).eval().requires_grad_(False)
-    with _models_lock:
-        _models[key] = model
-        # the newest model always stays; older ones while a few fit in half the memory budget
-        # (a toy model may be as large as the budget: four of those would be kept otherwise)
-        while len(_models) > 1 and (len(_models) > 4 or _cached_bytes() > config.budget_bytes // 2):
-            _models.popitem(last=False)
+    model = model.to_empty(device="cpu")
+    generator = torch.Generator().manual_seed(config.seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, generator=generator)
+                if module.padding_idx is not None:
+                    module.weight[module.padding_idx].zero_()
+            elif isinstance(module, nn.Linear):
+                nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
+                if module.bias is not None:
+                    bound = 1 / math.sqrt(module.in_features) if module.in_features > 0 else 0.0
+                    nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+            elif next(module.parameters(recurse=False), None) is not None:
+                raise TypeError(f"draw_model does not know how {type(module).__name__} initialises its parameters")
     return model
 
 
+def _model_key(config: AttentionConfig, device: torch.device) -> tuple:
+    return tuple(getattr(config, k) for k in _MODEL_KEYS) + (str(device),)
+
+
+def build_model(config: AttentionConfig, device: torch.device) -> ToyModel:
+    """The seeded toy model for this config, cached (a few) so live tweaks of the mask or text
+    do not re-initialise the weights. The same seed always gives the same weights. A model a
+    prefetch (``prefetch_neighbours``) is drawing now is waited for, not drawn twice."""
+    key = _model_key(config, device)
+    with _models_lock:
+        _held.last_used = key
+    model = _cached_or_drawn(key, config, device)
+    with _models_lock:
+        if key in _models:
+            _models.move_to_end(key)
+    return model
+
+
+def _cached_or_drawn(key: tuple, config: AttentionConfig, device: torch.device) -> ToyModel:
+    """The cached model of ``key``, else one drawn here (or by the thread drawing it now) and cached."""
+    while True:
+        with _models_lock:
+            if key in _models:
+                return _models[key]
+            drawing = _drawing.get(key)
+            if drawing is None:
+                drawing = _drawing[key] = threading.Event()
+                break
+        drawing.wait(60.0)  # another thread draws it: take its model (or draw it, should that fail)
+    try:
+        model = draw_model(config).to(device=device, dtype=config.torch_dtype).eval().requires_grad_(False)
+        with _models_lock:
+            _models[key] = model
+            _evict(config.budget_bytes, keep=key)
+    finally:
+        with _models_lock:
+            del _drawing[key]
+        drawing.set()
+    return model
+
+
+def _evict(budget_bytes: int, keep: tuple) -> None:
+    """Drop the least recently used models, never ``keep`` (just drawn) nor the last one a run used,
+    while more than four are kept or they fill more than half the memory budget (a toy model may
+    be as large as the budget: four of those would be kept otherwise). Holds ``_models_lock``."""
+    while len(_models) > 4 or _cached_bytes() > budget_bytes // 2:
+        victims = [k for k in _models if k not in (keep, _held.last_used)]
+        if not victims:
+            if keep == _held.last_used or _held.last_used not in _models:
+                return
+            victims = [keep]  # a prefetched model that does not fit beside the one in use
+        del _models[victims[0]]
+
+
+_prefetch_lock = threading.Condition()
+_prefetch_queue: list[tuple[AttentionConfig, torch.device]] = []
+
+
+def prefetch_neighbours(config: AttentionConfig) -> None:
+    """Draw the models of the next and the previous seed (the same shape) on a background thread,
+    so stepping the seed finds its weights drawn. A newer call replaces what an
+    older one has not begun; nothing is drawn where two more models of this size would not stay in
+    the cache beside the one in use (``_evict``)."""
+    device = resolve_device(config.device)
+    with _models_lock:
+        model = _models.get(_model_key(config, device))
+        if model is None or 3 * _bytes_of(model) > config.budget_bytes // 2:
+            return
+    seeds = [s for s in (config.seed + 1, config.seed - 1) if 0 <= s <= 2**63 - 1]
+    with _prefetch_lock:
+        if _held.closing:
+            return
+        _prefetch_queue[:] = [(config.replace(seed=s), device) for s in seeds]
+        if _held.prefetch_thread is None:
+            _held.prefetch_thread = threading.Thread(target=_prefetch_loop, name="toy-model-prefetch", daemon=True)
+            _held.prefetch_thread.start()
+        _prefetch_lock.notify()
+
+
+def prefetch_idle(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until the prefetch thread has drawn what was asked of it."""
+    with _prefetch_lock:
+        return _prefetch_lock.wait_for(lambda: not _prefetch_queue and not _held.prefetching, timeout=timeout)
+
+
+@atexit.register
+def _stop_prefetch() -> None:
+    """At exit: drop what is queued and let a draw under way finish (a thread inside torch while
+    the interpreter tears torch down aborts the process)."""
+    with _prefetch_lock:
+        _prefetch_queue.clear()
+        thread, _held.closing = _held.prefetch_thread, True
+        _prefetch_lock.notify_all()
+    if thread is not None:
+        thread.join(10.0)
+
+
+def _prefetch_loop() -> None:
+    """Draw what ``prefetch_neighbours`` queued; end after a second with nothing to do. (Not at a
+    lower priority: a run may wait for the model this thread draws.)"""
+    while True:
+        with _prefetch_lock:
+            _held.prefetching = False
+            _prefetch_lock.notify_all()
+            _prefetch_lock.wait_for(lambda: bool(_prefetch_queue) or _held.closing, timeout=1.0)
+            if _held.closing or not _prefetch_queue:
+                _held.prefetch_thread = None  # under the lock: a new request starts a new thread
+                return
+            config, device = _prefetch_queue.pop(0)
+            _held.prefetching = True
+        key = _model_key(config, device)
+        with _models_lock:
+            if key in _models or key in _drawing:
+                continue
+        try:
+            _cached_or_drawn(key, config, device)
+        except Exception:  # a prefetch that fails leaves the draw to the run that needs it
+            continue
+
+
+def _bytes_of(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def _cached_bytes() -> int:
-    return sum(p.numel() * p.element_size() for m in _models.values() for p in m.parameters())
+    return sum(_bytes_of(m) for m in _models.values())
 
 
 @lru_cache(maxsize=4)

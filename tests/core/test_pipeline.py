@@ -279,3 +279,140 @@ def test_a_prepared_text_runs_without_tokenizing_or_checking_memory_again(monkey
     kept = run_attention(cfg, TEXT, True, key_text="a mat", prepared=prepared)
     assert kept.plan.intermediates and kept.intermediates is not None and calls["check_memory"] == 2
     np.testing.assert_array_equal(kept.weights, plain.weights)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"num_heads": 1, "hidden_dim": 32},
+        {"bias": False},
+        {"num_heads": 4, "kv_heads": 2},
+        {"dtype": "float64"},
+    ],
+)
+def test_draw_model_gives_the_weights_of_the_seeded_construction_bit_for_bit(changes):
+    """The cache's draw (a generator of its own, modules made without storage) against the plain
+    construction after torch.manual_seed: every parameter equal, torch's global generator untouched."""
+    from attndesk.core import pipeline
+
+    config = AttentionConfig(embed_dim=32, vocab_size=700, seed=41, **changes)
+    before = torch.get_rng_state()
+    drawn = pipeline.draw_model(config).to(dtype=config.torch_dtype).state_dict()
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(config.seed)
+    reference = pipeline.ToyModel(config).to(dtype=config.torch_dtype).state_dict()
+    assert drawn.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert torch.equal(drawn[name], tensor), name
+    assert torch.count_nonzero(drawn["embedding.weight"][0]) == 0  # the padding row
+
+
+def test_a_prefetched_neighbour_seed_runs_exactly_as_a_fresh_draw(monkeypatch):
+    """After a run, the seeds beside it are drawn in the background; the next seed's run takes that
+    model (no draw of its own) and its numbers equal a run on a freshly drawn model."""
+    from attndesk.core import pipeline
+
+    config = AttentionConfig(embed_dim=32, num_heads=4, vocab_size=900, seed=20)
+    pipeline._models.clear()
+    run_attention(config, TEXT)
+    pipeline.prefetch_neighbours(config)
+    assert pipeline.prefetch_idle(30.0)
+    assert len(pipeline.cached_models()) == 3
+    for seed in (19, 21):
+        kept = pipeline._models[pipeline._model_key(config.replace(seed=seed), torch.device("cpu"))]
+        fresh = pipeline.draw_model(config.replace(seed=seed)).state_dict()
+        assert all(torch.equal(kept.state_dict()[k], v) for k, v in fresh.items())
+
+    def no_draw(config):
+        raise AssertionError("the prefetched model was drawn again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pipeline, "draw_model", no_draw)
+        prefetched = run_attention(config.replace(seed=21), TEXT)
+    pipeline._models.clear()
+    fresh = run_attention(config.replace(seed=21), TEXT)
+    assert np.array_equal(prefetched.weights, fresh.weights)
+    assert np.array_equal(prefetched.output, fresh.output)
+    pipeline._models.clear()
+
+
+def test_no_prefetch_where_the_neighbours_would_crowd_out_the_model_in_use():
+    """Three models of this size do not fit in half the budget: nothing is drawn in the background,
+    and the model in use stays."""
+    from attndesk.core import pipeline
+
+    config = AttentionConfig(embed_dim=32, num_heads=4, vocab_size=900, seed=5)
+    pipeline._models.clear()
+    model = pipeline.build_model(config, torch.device("cpu"))
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    pipeline.prefetch_neighbours(config.replace(memory_budget=5 * model_bytes))  # half: 2.5 models
+    assert pipeline.prefetch_idle(30.0)
+    assert pipeline.cached_models() == [model]
+    pipeline._models.clear()
+
+
+def test_a_model_being_drawn_is_waited_for_not_drawn_twice(monkeypatch):
+    """Two threads asking for one model at once: one draws, the other takes its model."""
+    import threading
+
+    from attndesk.core import pipeline
+
+    config = AttentionConfig(embed_dim=32, num_heads=4, vocab_size=900, seed=8)
+    pipeline._models.clear()
+    drawing, release, draws = threading.Event(), threading.Event(), []
+    plain = pipeline.draw_model
+
+    def slow_draw(config):
+        draws.append(config.seed)
+        drawing.set()
+        assert release.wait(30.0)
+        return plain(config)
+
+    class Watched(dict):
+        """The models being drawn; ``asked`` once the second thread found its model among them."""
+
+        asked = threading.Event()
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            if found is not None and threading.current_thread() is second:
+                self.asked.set()
+            return found
+
+    monkeypatch.setattr(pipeline, "draw_model", slow_draw)
+    monkeypatch.setattr(pipeline, "_drawing", Watched())
+    got: list = []
+    first = threading.Thread(target=lambda: got.append(pipeline.build_model(config, torch.device("cpu"))))
+    first.start()
+    assert drawing.wait(30.0)
+    second = threading.Thread(target=lambda: got.append(pipeline.build_model(config, torch.device("cpu"))))
+    second.start()
+    assert Watched.asked.wait(30.0)  # the second asks while the first still draws
+    release.set()
+    first.join(30.0)
+    second.join(30.0)
+    assert not first.is_alive() and not second.is_alive()
+    assert draws == [8] and len(got) == 2 and got[0] is got[1]
+    pipeline._models.clear()
+
+
+@pytest.mark.slow
+def test_the_interpreter_exits_cleanly_while_a_prefetch_draws():
+    """Exiting at once after asking for a prefetch of large models: the draw under way finishes
+    before torch is torn down (a thread inside torch then aborts the process)."""
+    script = textwrap.dedent(
+        """
+        from attndesk.core import AttentionConfig, run_attention
+        from attndesk.core import pipeline
+        config = AttentionConfig(embed_dim=512, num_heads=8, vocab_size=65536)
+        run_attention(config, 'exit while drawing')
+        pipeline.prefetch_neighbours(config)
+        with pipeline._prefetch_lock:
+            assert pipeline._prefetch_lock.wait_for(lambda: pipeline._held.prefetching, timeout=60)
+        print('ok')
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok" and "terminate" not in done.stderr

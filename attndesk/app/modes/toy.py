@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from attndesk.core.config import AttentionConfig
 from attndesk.core.diff import TeachingComparison, diff_results
 from attndesk.core.errors import Cancelled, ConfigError
-from attndesk.core.pipeline import prepare_text, run_attention
+from attndesk.core.pipeline import prefetch_neighbours, prepare_text, run_attention
 from attndesk.core.result import AttentionResult
 from attndesk.core.threads import choose_threads, torch_threads
 from attndesk.jobs import JobContext, job_context
@@ -90,6 +90,7 @@ def toy_run(
         )
     if ctx.cancelled:
         raise Cancelled("superseded by a newer request")
+    prefetch_neighbours(config)  # a seed stepped by one finds its weights drawn
     return toy_shown(result, text, key_text)
 
 

@@ -45,7 +45,7 @@ PRECISIONS = ("float16", "float32")
 AUTO = "auto"  # float32 (exact) when that page fits, else float16
 MAX_PAGE_BYTES = 4_000_000  # 6 layers x 12 heads x 128 tokens as float16 is 3.2 MB
 _DATA_ID = "attndesk-data"
-_ASSET_ALLOWANCE = 64_000  # the inlined script and style, the template, headers (measured ~30 KB)
+_ASSET_ALLOWANCE = 64_000  # the inlined script and style, the template, headers (about half of it)
 
 
 class PageTooLarge(ExportError):

@@ -22,11 +22,11 @@ from ..sources.heatmap_source import HeatmapSource
 from .heatmap_grid import Cell, HeatmapCanvas, cell_levels, masked_path
 from .token_axis import AxisLabels, label_font
 
-# A new cell takes ~5 ms (up to ~35 ms when the CPUs are busy), and the view repaints after every
-# slice: a slice adds cells until this much time has passed (so mostly one), keeping each
-# event-loop turn well under the 100 ms the window may stall.
+# The view repaints after every slice: a slice adds cells until this much time has passed (so
+# mostly one), keeping each event-loop turn well under the 100 ms the window may stall (a cell's
+# cost: docs/benchmarks.md, "Figures behind the window's constants").
 SLICE_S = 0.004
-# Up to this many tokens per axis a result is drawn in one event-loop turn (8 heads ~20 ms).
+# Up to this many tokens per axis a result is drawn in one event-loop turn.
 QUICK_TOKENS = 512
 
 

@@ -27,10 +27,9 @@ from ..results import Shown
 from ..state import TOY, AppState
 
 PAD, UNK = "[PAD]", "[UNK]"
-# Qt lays out a text box's whole text on the GUI thread when it is set: 0.5 s for 1 MiB on one
-# line, and breaking a line without spaces grows with its square (8.7 s for a 200 kB one, soak).
-# Longer texts, or texts with a longer unbroken run, are shown as a read-only preview (the whole
-# text is still what runs).
+# Qt lays out a text box's whole text on the GUI thread when it is set, and breaking a line without
+# spaces grows with its square (docs/benchmarks.md). Longer texts, or texts with a longer unbroken
+# run, are shown as a read-only preview (the whole text is still what runs).
 EDIT_CHARS = 100_000
 RUN_CHARS = 2_000
 PREVIEW_CHARS = 20_000

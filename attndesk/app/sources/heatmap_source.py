@@ -25,8 +25,8 @@ from attndesk.core import select
 from attndesk.core.types import MEAN, AttentionMap, Head
 
 # Beyond this many cells per axis the overview is downsampled (max of each tile, so a single
-# sharp weight survives); a 2048-token run would otherwise mean 16 x 4M-pixel images, and
-# colouring 16 x 512^2 pixels alone takes the GUI thread ~170 ms.
+# sharp weight survives); a 2048-token run would otherwise mean 16 x 4M-pixel images, whose
+# colouring alone would hold the GUI thread (docs/benchmarks.md).
 MAX_DISPLAY = 256
 WEIGHTS, ALIBI_BIAS = "weights", "alibi bias"
 

@@ -299,7 +299,7 @@ class CompareWidgets:
         plots_box = QWidget()
         plots = QHBoxLayout(plots_box)
         plots.setContentsMargins(0, 0, 0, 0)
-        for plot in (self.plotA, self.plotB, self.plotDiff):  # paced: three at once stalled 130 ms
+        for plot in (self.plotA, self.plotB, self.plotDiff):  # paced: three at once stall the window
             plots.addWidget(PacedHost(plot), 1)
         top = QWidget()
         top_layout = QVBoxLayout(top)

@@ -87,7 +87,7 @@ class HeadStatsView(QWidget):
         self.scatter.setTitle("one point per head", color="#333", size="9pt")
         self.scatter.setMenuEnabled(False)
         # heads that all attend alike (uniform rows, one token) put every point on one spot: the
-        # auto range is then ~1e-15 wide and the wheel zoomed it to a singular, NaN range (soak, seed 777)
+        # auto range is then nearly zero wide, and the wheel would zoom it to a singular, NaN range
         self.scatter.getPlotItem().vb.setLimits(minXRange=MIN_SPAN, minYRange=MIN_SPAN)
         self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
         self.points.sigClicked.connect(self._on_point_clicked)
@@ -182,8 +182,7 @@ class HeadStatsView(QWidget):
     def _fill_table(self) -> None:
         table = self.table
         header = table.horizontalHeader()
-        # fitted once at the end: fitting to contents on each new item re-measures every row (O(n²):
-        # 1.3 s for 6 layers x 12 heads)
+        # fitted once at the end: fitting to contents on each new item re-measures every row (O(n²))
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         table.setSortingEnabled(False)
         table.blockSignals(True)

@@ -37,7 +37,7 @@ ROPE_OFF = "RoPE is not on in this run: shown for comparison, with the run's hea
 ROPE_ANCHORS = (0, 37, 1000)  # query positions of the three curves: far apart, one curve
 ROPE_PAIR_SEED = 0
 # the offset plot's -64..64, where the curve is readable (thousands of points in three thick pens
-# made every repaint of the tab ~50 ms slower), and the score matrix's first 512 positions
+# slow every repaint of the tab), and the score matrix's first 512 positions
 OFFSETS_SHOWN, ROPE_POSITIONS = 64, 512
 LEARNED = " (the pretrained model learns its positions: this sinusoidal table is the toy model's, for comparison)"
 
@@ -142,7 +142,7 @@ class PositionalView(QWidget):
         self.readout = QLabel(" ")
         self.readout.setObjectName("peReadout")
         self._build_rope()
-        # four plots resized or shown together stalled the window 100-160 ms: paced, one per turn
+        # four plots resized or shown together stall the window: paced, one per turn
         plots = QGridLayout()
         plots.addWidget(PacedHost(self.encodingPlot), 0, 0)
         plots.addWidget(PacedHost(self.similarityPlot), 0, 1)
@@ -171,7 +171,7 @@ class PositionalView(QWidget):
         self.offsetPlot.setLabel("bottom", "offset m − n (query position − key position)")
         self.offsetPlot.setLabel("left", "R(m)q · R(n)k")
         # no grid and fixed ranges (set per table): grid lines and auto ranging over thousands of
-        # offsets doubled the tab's repaint (~30 -> ~70 ms at 2,048 tokens)
+        # offsets double the tab's repaint
         self.offsetPlot.disableAutoRange()
         self.offsetPlot.addLegend(offset=(-6, 6))
         # one curve per anchor; drawn thick-to-thin so the later ones visibly lie on the first

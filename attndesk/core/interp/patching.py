@@ -253,8 +253,8 @@ def pass_work(model: LoadedModel, rows: int, length: int) -> float:
 
 
 # What a patching run allocates whatever its batch (torch's and the C library's working memory,
-# the clean run's values, the unpatched copy): measured with benchmarks/bench_interp.py as the
-# intercept of peak memory over copies per pass (about 28 MiB on a 12-layer GPT-2 shape).
+# the clean run's values, the unpatched copy): the intercept of peak memory over copies per pass
+# that benchmarks/bench_interp.py measures (docs/benchmarks.md), with room to spare.
 RESERVE = 32 * 2**20
 
 

@@ -259,7 +259,7 @@ class AtlasPlot(pg.PlotWidget):
         xy = np.column_stack([x, y])
         same = np.array_equal(xy, self._xy) and np.array_equal(is_query, self._is_query)
         self._xy, self._is_query, self._describe = xy, is_query, describe
-        if same:  # the same head under another metric: keep the points (~2 ms per 1,000) and the zoom
+        if same:  # the same head under another metric: keep the points and the zoom
             return
         self.queries.setData(x=x[is_query], y=y[is_query])
         self.keys.setData(x=x[~is_query], y=y[~is_query])

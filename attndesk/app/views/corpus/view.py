@@ -54,8 +54,7 @@ from .plots import (
 
 TEXT_ID = Qt.ItemDataRole.UserRole
 # a listed text is cut here (its tooltip a little further): a word-wrapped list item lays out its whole
-# text on every resize and paint: ~30 ms an event for eight 30,000-character texts, ~100 ms for
-# 250,000; double-click opens the whole text in the heatmaps
+# text on every resize and paint (docs/benchmarks.md); double-click opens the whole text in the heatmaps
 LIST_CHARS = 300
 TIP_CHARS = 1000
 TABLE_COLUMNS = ("part", "layer", "head", "role", *METRICS)
@@ -64,7 +63,7 @@ TEXT_ROLES = (*(name for name, _m, _t in ROLE_RULES), "broad", "mixed")
 IMAGE_ROLES = (*(name for name, _m, _t in IMAGE_ROLE_RULES), "broad", "mixed")
 IMAGE_PLACEHOLDER = "a folder of images (png, jpg); left empty: attndesk's sample images"
 HISTOGRAM_MIN_PX = 120  # the histogram's bars and both axes readable when the page is short
-TABLE_ROWS = 64  # heads added to the table per event-loop turn (~12 items a row, ~10 ms a turn)
+TABLE_ROWS = 64  # heads added to the table per event-loop turn (a turn well under the 100 ms limit)
 
 
 def _cell(table: QTableWidget, row: int, col: int) -> QTableWidgetItem:
@@ -214,7 +213,7 @@ class CorpusView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        # a column's width from the rows on screen and TABLE_ROWS others (all of them measured 1,024 heads twice a paint)
+        # a column's width from the rows on screen and TABLE_ROWS others, not from every row at each paint
         self.table.horizontalHeader().setResizeContentsPrecision(TABLE_ROWS)
         for widget in (self.grid, self.histogram, self.table):
             split.addWidget(widget)

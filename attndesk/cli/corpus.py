@@ -11,9 +11,7 @@ nothing written.
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
-from pathlib import Path
+from collections.abc import Callable
 
 from attndesk.cli.arguments import engine_arguments, non_negative_int, positive_int
 from attndesk.cli.base import EXIT_USAGE, CliError
@@ -24,31 +22,26 @@ MAX_TOKENS = 128
 ATLAS_POINTS = 1000
 # what a text pass reads and an image pass refuses (an image has no tokens to cut, its pass no atlas)
 TEXT_ONLY = {"data": "--data", "max_tokens": "--max-tokens", "atlas": "--atlas", "atlas_points": "--atlas-points"}
-GRID_METRICS = (
-    "entropy",
-    "distance",
-    "self",
-    "previous",
-    "first",
-    "previous_token_score",
-    "duplicate_token_score",
-    "induction_score",
-)
 
 
-def _methods(value: str) -> tuple[str, ...]:
-    from attndesk.corpus.atlas import METHODS
+def _methods(methods: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """--atlas's type: some of ``methods`` (the atlas's projections), comma-separated, or none."""
 
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
-    if names == ("none",):
-        return ()
-    bad = [n for n in names if n not in METHODS]
-    if bad or not names:
-        raise CliError(f"--atlas {value!r}: give pca, umap, pca,umap or none", EXIT_USAGE)
-    return names
+    def parse(value: str) -> tuple[str, ...]:
+        names = tuple(v.strip() for v in value.split(",") if v.strip())
+        if names == ("none",):
+            return ()
+        bad = [n for n in names if n not in methods]
+        if bad or not names:
+            raise CliError(f"--atlas {value!r}: give pca, umap, pca,umap or none", EXIT_USAGE)
+        return names
+
+    return parse
 
 
 def register(sub) -> argparse.ArgumentParser:
+    from attndesk.corpus.atlas import METHODS
+
     p = sub.add_parser(
         NAME,
         help="analyze every head's attention over a corpus of texts or a folder of images",
@@ -83,17 +76,17 @@ def register(sub) -> argparse.ArgumentParser:
         metavar="N",
         help=f"tokens a text keeps, special tokens included (default {MAX_TOKENS})",
     )
-    _engine_arguments(p)
+    _engine_arguments(p, METHODS)
     p.add_argument("--restart", action="store_true", help="start over instead of resuming the run in --out")
     return p
 
 
-def _engine_arguments(p: argparse.ArgumentParser) -> None:
+def _engine_arguments(p: argparse.ArgumentParser, atlas_methods: tuple[str, ...]) -> None:
     """How the pass runs: the engine and its workers, the atlas, the shards, the device."""
     engine_arguments(p)
     p.add_argument(
         "--atlas",
-        type=_methods,
+        type=_methods(atlas_methods),
         default=None,
         metavar="METHODS",
         help="projections of the query/key atlas: pca, umap, pca,umap or none (default pca)",
@@ -118,51 +111,6 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
         default="cpu",
         help="torch device of the pass (default %(default)s; auto picks the best available)",
     )
-
-
-def _plan(args, source, model) -> str:
-    if model.family == "vision":
-        engine = args.engine + (f", {args.workers} workers" if args.workers else "")
-        lines = [
-            f"corpus: {source.count:,} images from {source.describe}",
-            *source.skipped,
-            f"model: {model.name} ({model.spec.family_name}, {model.num_layers} layers x {model.num_heads} heads)",
-            f"engine {engine}, out {args.out}",
-        ]
-        return "\n".join(lines)
-    limit = model.max_tokens
-    tokens = min(args.max_tokens, limit) if limit else args.max_tokens
-    engine = args.engine + (f", {args.workers} workers" if args.workers else "")
-    atlas = ", ".join(args.atlas) if args.atlas and args.atlas_points else "none"
-    return (
-        f"corpus: {source.count:,} texts from {source.describe}\n"
-        f"model: {model.name} ({model.family}, {sum(model.layers.values())} attention layers x {model.num_heads} heads)\n"
-        f"max tokens {tokens}, engine {engine}, atlas {atlas} ({args.atlas_points} points per head), out {args.out}"
-    )
-
-
-def write_heads_png(store, path: Path) -> Path:
-    """The heads grid (``attndesk.render.heads_grid``) of a store, as PNG."""
-    import numpy as np
-
-    from attndesk.render import ensure_gui_app, write
-    from attndesk.render.heads_grid import HeadsGrid, heads_grid_painter
-
-    heads = store.heads
-    metrics = store.metrics if store.images else GRID_METRICS
-    keys = list(dict.fromkeys(zip(heads.part, heads.layer)))
-    n_heads = int(heads["head"].max()) + 1
-    index = {key: i for i, key in enumerate(keys)}
-    values = {m: np.full((len(keys), n_heads), np.nan) for m in metrics}
-    roles = np.full((len(keys), n_heads), "", dtype=object)
-    for row in heads.itertuples():
-        r = index[(row.part, row.layer)]
-        for m in metrics:
-            values[m][r, row.head] = getattr(row, m)
-        roles[r, row.head] = row.role
-    grid = HeadsGrid(tuple(metrics), [f"{p} {layer}" for p, layer in keys], n_heads, values, roles)
-    ensure_gui_app(headless=True)
-    return write(heads_grid_painter(grid), path, size=grid.size())
 
 
 def _inputs(args: argparse.Namespace, images: bool):
@@ -190,49 +138,9 @@ def _inputs(args: argparse.Namespace, images: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from attndesk.cli.progress import ProgressLine
-    from attndesk.core.errors import ConfigError
-    from attndesk.corpus import analyze_corpus
-    from attndesk.corpus.engine import _load, is_vision
-    from attndesk.corpus.images import open_images
-    from attndesk.corpus.sources import open_source
+    from attndesk.cli import corpus_job
 
-    try:
-        images = is_vision(args.model)
-        data = _inputs(args, images)
-        source = open_images(data) if images else open_source(data)
-        model = _load(args.model, args.device, images=images)
-        print(_plan(args, source, model))
-        with ProgressLine(prefix="corpus") as line:
-
-            def progress(p) -> None:
-                # the time left from this run's rate: a resumed run's fraction includes texts it did not run
-                line.update(p.done / max(1, p.total), p.line(eta=False), eta_s=p.eta_s)
-
-            store = analyze_corpus(
-                source if images else data,  # an image folder is checked once (each file decoded)
-                args.out,
-                model=model,
-                max_tokens=args.max_tokens,
-                engine=args.engine,
-                workers=args.workers,
-                resume=not args.restart,
-                atlas_points=args.atlas_points,
-                atlas_methods=args.atlas,
-                shard_size=args.shard_size,
-                ray_address=args.ray_address,
-                device=args.device,
-                progress=progress,
-                cancel=threading.Event(),
-            )
-    except ConfigError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    with store:
-        png = write_heads_png(store, store.path / "heads.png")
-        counts = store.heads.role.value_counts()
-        print("roles: " + ", ".join(f"{role} {n}" for role, n in counts.items()))
-        print(f"store: {store.path.resolve()} (heads.csv, {png.name}, corpus.duckdb)", file=sys.stdout)
-    return 0
+    return corpus_job.corpus_command(args, _inputs)
 
 
-__all__ = ["NAME", "SAMPLE", "register", "run", "write_heads_png"]
+__all__ = ["NAME", "SAMPLE", "register", "run"]

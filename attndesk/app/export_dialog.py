@@ -31,13 +31,13 @@ from PySide6.QtWidgets import (
 from attndesk.core import select
 from attndesk.core.errors import ConfigError
 from attndesk.core.types import AttentionMap
+from attndesk.jobs.executor import executor
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size_of
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
 
 from .jobs.background import Background
-from .jobs.turns import side_turns
 
 FORMATS = (
     ("png", "PNG image"),
@@ -390,7 +390,7 @@ class ExportDialog(QDialog):
         self._show_error("")
         self.setWindowTitle("Export heatmaps — exporting…")
         self._background.start(
-            side_turns().wrap(self._job()), done=self._export_done, failed=self._export_failed, expected=(ExportError,)
+            executor().in_turn(self._job()), done=self._export_done, failed=self._export_failed, expected=(ExportError,)
         )
 
     def _export_done(self, path: Path) -> None:

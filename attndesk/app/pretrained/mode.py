@@ -60,6 +60,7 @@ from attndesk.render.export import ExportError
 from attndesk.session.ledger import Holding, arrays_of
 
 from ..jobs.background import Background
+from ..jobs.channels import GRID, HUB_CACHE
 from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..sources.long_source import source_for_map
@@ -531,7 +532,7 @@ class PretrainedMode(QObject, ModeBase):
             return
         state = self._ui.state
         self._ui.compute.side.submit(
-            "grid",
+            GRID,
             grid_painting,
             self._run,
             hide_special=state.pretrained.hide_special,
@@ -665,7 +666,7 @@ class PretrainedMode(QObject, ModeBase):
         self._local.show()
         self._local.raise_()
         self._ui.compute.side.submit(
-            "hub-cache", list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
+            HUB_CACHE, list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
         )
         return self._local
 

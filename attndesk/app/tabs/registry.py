@@ -7,7 +7,7 @@ title and tooltip, a factory for its view, a factory for its presenter (called w
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
 "decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
 the tab does not apply to the model or mode on screen (the sentence saying why and the action that
-makes it apply), or ``None``. The window then shows that empty state (``views/empty_state.py``) in
+makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``views/empty_state.py``) in
 place of the view; no view greys its own form for it.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
@@ -25,6 +25,36 @@ from typing import TYPE_CHECKING, cast
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
+from attndesk.jobs.executor import Channel
+
+from ..jobs.channels import (
+    ATTRIBUTION,
+    CIRCUIT,
+    CIRCUIT_HEAD,
+    CIRCUIT_TERMS,
+    COMPARE,
+    CORPUS,
+    CORPUS_QUERY,
+    FLOW,
+    GENERATE,
+    GRID,
+    IMAGE_MAP,
+    IMAGE_OPEN,
+    IMAGE_OVERLAYS,
+    IMPLEMENTATIONS,
+    KVLAB,
+    LOGIT_LENS,
+    ONLINE,
+    ONLINE_STEP,
+    PATCHING,
+    POSITIONS,
+    PRETRAINED_STAGES,
+    ROLLOUT,
+    STAGES,
+    STATISTICS,
+    TEACHING,
+    TRAIN,
+)
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
@@ -119,6 +149,7 @@ class TabSpec:
     unavailable: Callable[[AppState], EmptyState | None] | None = None
     reveal: str = ""  # a presenter signal that brings the tab to the front when emitted
     scroll: bool = False  # a large form: it scrolls inside its page rather than set the window's minimum size
+    channels: tuple[Channel, ...] = ()  # its background jobs' channels (declared in jobs/channels.py)
 
     def serves(self, mode_kind: str, model_kind: str | None) -> bool:
         """Whether the tab is shown for this mode kind and (pretrained) model family."""
@@ -185,6 +216,7 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         model_kinds=frozenset({"vision"}),
         scroll=True,
+        channels=(IMAGE_OPEN, IMAGE_OVERLAYS, IMAGE_MAP),
     ),
     TabSpec(
         STEP_THROUGH_TAB,
@@ -193,6 +225,7 @@ TABS: tuple[TabSpec, ...] = (
         StepThroughView,
         _presenter(StepThroughTab),
         unavailable=_text_only("the step-through"),
+        channels=(STAGES, PRETRAINED_STAGES),
     ),
     TabSpec(
         "positions",
@@ -200,6 +233,7 @@ TABS: tuple[TabSpec, ...] = (
         "the sinusoidal positional encoding, and RoPE's score by relative offset",
         PositionalView,
         _presenter(PositionsTab),
+        channels=(POSITIONS,),
     ),
     TabSpec(
         "head-stats",
@@ -207,8 +241,16 @@ TABS: tuple[TabSpec, ...] = (
         "entropy, distance and where each head looks",
         HeadStatsView,
         _presenter(HeadStatsTab),
+        channels=(STATISTICS,),
     ),
-    TabSpec(COMPARE_TAB, "Compare", "pin a result, change anything, see B − A", CompareView, _presenter(CompareTab)),
+    TabSpec(
+        COMPARE_TAB,
+        "Compare",
+        "pin a result, change anything, see B − A",
+        CompareView,
+        _presenter(CompareTab),
+        channels=(COMPARE, TEACHING),
+    ),
     TabSpec(
         "rollout",
         "Rollout",
@@ -216,6 +258,7 @@ TABS: tuple[TabSpec, ...] = (
         RolloutView,
         _presenter(RolloutTab),
         unavailable=lambda state: empty(TOY_MESSAGE if state.mode.kind == TOY else None, OPEN_PACKAGED),
+        channels=(ROLLOUT, FLOW),
     ),
     TabSpec(
         ONLINE_SOFTMAX_TAB,
@@ -224,6 +267,7 @@ TABS: tuple[TabSpec, ...] = (
         OnlineSoftmaxView,
         _presenter(OnlineSoftmaxTab),
         unavailable=lambda state: empty(TOY_ONLY if state.mode.kind == PRETRAINED else None, SWITCH_TO_TOY),
+        channels=(ONLINE, ONLINE_STEP),
     ),
     TabSpec(
         CORPUS_TAB,
@@ -233,6 +277,7 @@ TABS: tuple[TabSpec, ...] = (
         CorpusView,
         _corpus,
         scroll=True,
+        channels=(CORPUS, CORPUS_QUERY),
     ),
     TabSpec(
         TRAIN_TAB,
@@ -242,6 +287,7 @@ TABS: tuple[TabSpec, ...] = (
         _train,
         reveal="opened",
         scroll=True,
+        channels=(TRAIN,),
     ),
     TabSpec(
         KVLAB_TAB,
@@ -252,6 +298,7 @@ TABS: tuple[TabSpec, ...] = (
         _presenter(KVLabTab),
         model_kinds=frozenset({"decoder"}),
         scroll=True,
+        channels=(KVLAB,),
     ),
     TabSpec(
         GRID_TAB,
@@ -259,6 +306,7 @@ TABS: tuple[TabSpec, ...] = (
         "pretrained mode: every layer x head; click one to open it",
         _grid_page,
         modes=frozenset({PRETRAINED}),
+        channels=(GRID,),
     ),
     TabSpec(
         GENERATE_TAB,
@@ -268,6 +316,7 @@ TABS: tuple[TabSpec, ...] = (
         _generation,
         modes=frozenset({PRETRAINED}),
         unavailable=lambda state: empty(generation_off(state.mode), OPEN_MODEL),
+        channels=(GENERATE,),
     ),
     TabSpec(
         PATCHING_TAB,
@@ -279,6 +328,7 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(PatchingTab),
         scroll=True,
+        channels=(PATCHING,),
     ),
     TabSpec(
         ATTRIBUTION_TAB,
@@ -289,6 +339,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(AttributionTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(AttributionTab),
+        channels=(ATTRIBUTION,),
     ),
     TabSpec(
         LOGIT_LENS_TAB,
@@ -298,6 +349,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(LogitLensTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(LogitLensTab),
+        channels=(LOGIT_LENS,),
     ),
     TabSpec(
         CIRCUIT_TAB,
@@ -311,6 +363,7 @@ TABS: tuple[TabSpec, ...] = (
             empty(family_reason(state.mode, CircuitTab.WHAT), OPEN_MODEL) if state.mode.kind == PRETRAINED else None
         ),
         scroll=True,
+        channels=(CIRCUIT, CIRCUIT_TERMS, CIRCUIT_HEAD),
     ),
 )
 
@@ -323,6 +376,7 @@ DOCK_TABS: tuple[TabSpec, ...] = (
         ImplementationPanel,
         lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view),
         reveal="started",
+        channels=(IMPLEMENTATIONS,),
     ),
 )
 

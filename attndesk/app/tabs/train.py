@@ -45,12 +45,12 @@ from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
 from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
+from ..jobs.channels import TRAIN
 from ..jobs.compute import SideJobs
 from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
 
 TRAIN_TAB = "train"
-CHANNEL = "train"
 DRAW_INTERVAL_MS = 250  # the window draws the run at most this often
 PROBE_EVERY_MS = 300  # the trainer's probe snapshots (a forward pass on one sequence)
 PHASE_JUMP = 0.2  # a rise of the best head's pattern score between two evaluations this large is a phase change
@@ -273,7 +273,7 @@ class TrainTab(QObject):
         self._set_phase("running")
         self.view.show_message(f"training {cfg.task}: {cfg.layers} layer(s) x {cfg.heads} heads, {cfg.steps:,} steps")
         self.side.submit(
-            CHANNEL,
+            TRAIN,
             train_job,
             cfg,
             self._pause,
@@ -313,7 +313,7 @@ class TrainTab(QObject):
         self._stop.set()
         self._pause.clear()
         self._timer.stop()
-        self.side.cancel(CHANNEL)
+        self.side.cancel(TRAIN)
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase

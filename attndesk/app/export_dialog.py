@@ -31,13 +31,13 @@ from PySide6.QtWidgets import (
 from attndesk.core import select
 from attndesk.core.errors import ConfigError
 from attndesk.core.types import AttentionMap
-from attndesk.jobs.executor import executor
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size_of
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
 
 from .jobs.background import Background
+from .jobs.channels import EXPORT
 
 FORMATS = (
     ("png", "PNG image"),
@@ -178,7 +178,7 @@ class ExportDialog(QDialog):
         self._colormap, self._shared, self._log = colormap, shared_scale, log_scale
         self._name_edited = False
         self._size_set = False
-        self._background = Background(self)
+        self._background = Background(self, EXPORT)
         self._build_controls(region)
         self._build_layout()
         self.set_target(target)
@@ -389,9 +389,7 @@ class ExportDialog(QDialog):
         self.exportButton.setEnabled(False)
         self._show_error("")
         self.setWindowTitle("Export heatmaps — exporting…")
-        self._background.start(
-            executor().in_turn(self._job()), done=self._export_done, failed=self._export_failed, expected=(ExportError,)
-        )
+        self._background.start(self._job(), done=self._export_done, failed=self._export_failed, expected=(ExportError,))
 
     def _export_done(self, path: Path) -> None:
         self.setWindowTitle("Export heatmaps")

@@ -39,6 +39,7 @@ from attndesk.core.process import freeze_long_lived, tune_process
 from .bundle_save import run_settings, save_bundle, window_page_image
 from .export_dialog import ExportDialog
 from .jobs.background import Background
+from .jobs.channels import FILES
 from .jobs.compute import ComputeController, Modes
 from .menus import MenuRegistry
 from .modes.long import LongDocumentMode
@@ -174,7 +175,7 @@ class MainWindow(QMainWindow):
         self._empty_states = EmptyStates(self)
         self._drawing: Shown | None = None
         self._export_dialog: ExportDialog | None = None
-        self._bundles = Background(self)  # File > Save bundle, written in a pool thread
+        self._bundles = Background(self, FILES)  # File > Save bundle, written off the GUI thread
         self._closed = False
         self._status_widgets = 1  # permanent widgets the modes added after the status line
         self._build_views()

@@ -11,22 +11,23 @@ and the turn rule. Qt-free: whoever submits a job wraps its own delivery (the wi
   from; a job that waits for the turn holds no thread and leaves at once when its lane is
   cancelled. Channels that must not wait (the run, presenting it, the corpus pass, training,
   small chores) are declared with ``takes_turn=False``.
-- Threads: a worker starts when a job is ready and no worker is free, and stays until the last
-  lane closes (then every worker is joined). The turn rule bounds how many run at once: the
+- A transient lane (a widget's one-off requests: nothing tells them when the widget goes away)
+  counts as open only while it has a job.
+- Threads: a worker starts when a job is ready and no worker is free, and stays until no lane is
+  open (the last to close joins every worker). The turn rule bounds how many run at once: the
   unturned lanes' jobs and one turned job. Nothing polls: workers sleep on one condition.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .context import Cancelled, JobContext
+from .context import JobContext
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class Job:
 class Lane:
     """One open use of a channel (see the module docstring); made by ``Executor.open``."""
 
-    def __init__(self, executor: Executor, channel: Channel) -> None:
-        self.channel = channel
+    def __init__(self, executor: Executor, channel: Channel, transient: bool) -> None:
+        self.channel, self.transient = channel, transient
         self._executor = executor
         self.pending: Job | None = None
         self.running: Job | None = None
@@ -94,23 +95,26 @@ class Executor:
         self._lanes: list[Lane] = []
         self._ready: deque[tuple[Lane, Job]] = deque()
         self._workers: list[threading.Thread] = []
+        self._leaving: list[threading.Thread] = []  # told to leave: no lane is open
         self._free = 0  # workers with nothing to do
         self._turn_held = False
-        self._outside_waiting = 0  # threads waiting in ``turn()``
         self._orders = itertools.count(1)
         self._numbers = itertools.count(1)
 
     # -- lanes -----------------------------------------------------------------------------------
-    def open(self, channel: Channel) -> Lane:
-        lane = Lane(self, channel)
-        with self._cond:
-            self._lanes.append(lane)
+    def open(self, channel: Channel, *, transient: bool = False) -> Lane:
+        lane = Lane(self, channel, transient)
+        if not transient:
+            with self._cond:
+                self._lanes.append(lane)
         return lane
 
     def _submit(self, lane: Lane, job: Job) -> Job | None:
         with self._cond:
             if lane.closed:
                 raise RuntimeError(f"the {lane.channel.name} lane has been closed")
+            if lane not in self._lanes:  # a transient lane opens again
+                self._lanes.append(lane)
             replaced, lane.pending = lane.pending, job
             lane.order = next(self._orders)
             running = lane.running
@@ -123,7 +127,8 @@ class Executor:
         with self._cond:
             dropped, lane.pending = lane.pending, None
             running = lane.running
-            self._cond.notify_all()  # ``turn()`` waiters count the queue
+            if lane.transient and running is None:
+                self._drop(lane)
         if running is not None:
             running.ctx.cancel()
         return dropped, running
@@ -134,70 +139,46 @@ class Executor:
             lane.closed = True
             if not self._cond.wait_for(lambda: lane.running is None, timeout_s):
                 return False
-            if lane in self._lanes:
-                self._lanes.remove(lane)
-            if self._lanes:
-                return True
-            workers, self._workers = self._workers, []
-            self._cond.notify_all()  # no lane left: idle workers leave
-        for worker in workers:
+            self._drop(lane)
+            leaving = [] if self._lanes else list(self._leaving)
+        for worker in leaving:
             worker.join()
         return True
 
-    # -- the turn ----------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def turn(self, ctx: JobContext | None = None) -> Iterator[None]:
-        """Hold the side jobs' turn in the calling thread (a job run elsewhere: an export in a
-        widget's pool thread); leaves with ``Cancelled`` if ``ctx`` is cancelled while waiting."""
-        with self._cond:
-            self._outside_waiting += 1
-            stop_listening = ctx.on_cancel(self._wake) if ctx is not None else None
-            try:
-                while self._turn_held:
-                    if ctx is not None and ctx.cancelled:
-                        raise Cancelled("cancelled while waiting for its turn")
-                    self._cond.wait()
-                self._turn_held = True
-            finally:
-                self._outside_waiting -= 1
-                if stop_listening is not None:
-                    stop_listening()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._turn_held = False
-                self._dispatch()
-                self._cond.notify_all()
-
-    def in_turn(self, fn: Callable[[], object]) -> Callable[[], object]:
-        """``fn`` run in its turn (for a job that cannot be cancelled: an export)."""
-
-        def run():
-            with self.turn():
-                return fn()
-
-        return run
-
-    def _wake(self) -> None:
-        with self._cond:
+    def _drop(self, lane: Lane) -> None:
+        """``lane`` is no longer open; with no lane left, the workers leave (under the lock)."""
+        if lane in self._lanes:
+            self._lanes.remove(lane)
+        if not self._lanes:
+            self._leaving += self._workers
+            self._workers = []
             self._cond.notify_all()
 
+    # -- what is going on --------------------------------------------------------------------------
     def turn_busy(self) -> bool:
         """A job holds the side jobs' turn now."""
         with self._cond:
             return self._turn_held
 
     def waiting(self) -> int:
-        """Jobs waiting for the turn now (queued on a turned lane, or in ``turn()``)."""
+        """Jobs queued on a lane that takes turns, waiting for the turn (or their lane's older job)."""
         with self._cond:
-            queued = sum(1 for lane in self._lanes if lane.channel.takes_turn and lane.pending and lane.running is None)
-            return queued + self._outside_waiting
+            return sum(1 for lane in self._lanes if lane.channel.takes_turn and lane.pending and lane.running is None)
+
+    def working(self) -> list[str]:
+        """The channel names of the lanes with a job queued or at work (a paused job is no work)."""
+        with self._cond:
+            return [
+                lane.channel.name
+                for lane in self._lanes
+                if lane.pending is not None or (lane.running is not None and not lane.running.ctx.is_paused)
+            ]
 
     def threads(self) -> list[threading.Thread]:
-        """The workers still alive."""
+        """The workers still alive (those leaving too, until they have left)."""
         with self._cond:
-            return [w for w in self._workers if w.is_alive()]
+            self._leaving = [w for w in self._leaving if w.is_alive()]
+            return [w for w in self._workers + self._leaving if w.is_alive()]
 
     # -- scheduling (under the condition's lock) ----------------------------------------------------
     def _dispatch(self) -> None:
@@ -241,6 +222,8 @@ class Executor:
                 if job.holds_turn:
                     self._turn_held = False
                 self._free += 1
+                if lane.transient and lane.pending is None:
+                    self._drop(lane)
                 self._dispatch()
 
 

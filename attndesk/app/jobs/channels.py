@@ -19,10 +19,13 @@ MEMORY = Channel("memory", takes_turn=False)  # handing freed memory back to the
 MODELS = Channel("models", takes_turn=False)  # forgetting cached models the ledger let go of
 HUB_CACHE = Channel("hub-cache", takes_turn=False)  # listing the local Hugging Face cache
 ZOOM = Channel("zoom")  # a long run's zoomed-in detail
-WINDOW = (RUN, PRESENT, MEMORY, MODELS, HUB_CACHE, ZOOM)
+EXPORT = Channel("export")  # the export dialog's figures (``Background``): it takes the turn, as side jobs do
+FILES = Channel("files", takes_turn=False)  # a widget's file work (``Background``): bundles, exports of one view
+WINDOW = (RUN, PRESENT, MEMORY, MODELS, HUB_CACHE, ZOOM, EXPORT, FILES)
 
 # the tabs' (each listed on its TabSpec)
 GRID = Channel("grid")  # the All layers tab's thumbnails, painted for the pretrained mode
+DERIVED = Channel("derived", takes_turn=False)  # the heatmaps' derived source (``Background``)
 IMAGE_OPEN = Channel("image-open")
 IMAGE_OVERLAYS = Channel("image-overlays")
 IMAGE_MAP = Channel("image-map")
@@ -39,6 +42,7 @@ ONLINE_STEP = Channel("online-step")
 CORPUS = Channel("corpus", takes_turn=False)
 CORPUS_QUERY = Channel("corpus-query", takes_turn=False)
 TRAIN = Channel("train", takes_turn=False)
+CHECKPOINTS = Channel("checkpoints", takes_turn=False)  # the Train tab's runs and checkpoints (``Background``)
 KVLAB = Channel("kvlab")
 GENERATE = Channel("generate")
 PATCHING = Channel("patching")

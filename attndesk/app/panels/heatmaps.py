@@ -54,6 +54,7 @@ from attndesk.render.layout import GridLayout
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..jobs.background import Background
+from ..jobs.channels import DERIVED
 from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from ..sources.long_source import source_for_map
 from ..styles import restyle
@@ -189,7 +190,7 @@ class HeatmapPanel(QWidget):
         self.memory_budget: Callable[[], int | None] = lambda: None  # bytes a derived copy may share with its run
         self.ledger = MemoryLedger()  # the window's (set by it): a derived source is held there
         self._derived_held: Holding | None = None
-        self._derivation = Background(self)  # a derived source built in a pool thread, newest only
+        self._derivation = Background(self, DERIVED)  # a derived source built off the GUI thread, newest only
         self._build_toolbar()
         self._build_body()
         self._connect()

@@ -60,7 +60,7 @@ from attndesk.render.export import ExportError
 from attndesk.session.ledger import Holding, arrays_of
 
 from ..jobs.background import Background
-from ..jobs.channels import GRID, HUB_CACHE
+from ..jobs.channels import FILES, GRID, HUB_CACHE
 from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..sources.long_source import source_for_map
@@ -216,7 +216,7 @@ class PretrainedMode(QObject, ModeBase):
         self._run: PretrainedResult | None = None
         self._run_mode: ModeId | None = None
         self._local: LocalModelsDialog | None = None
-        self._exports = Background(self)  # File menu exports, written in a pool thread
+        self._exports = Background(self, FILES)  # File menu exports, written off the GUI thread
         self._build_widgets()
 
     # -- the Mode protocol ------------------------------------------------------------------------

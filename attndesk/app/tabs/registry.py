@@ -29,12 +29,14 @@ from attndesk.jobs.executor import Channel
 
 from ..jobs.channels import (
     ATTRIBUTION,
+    CHECKPOINTS,
     CIRCUIT,
     CIRCUIT_HEAD,
     CIRCUIT_TERMS,
     COMPARE,
     CORPUS,
     CORPUS_QUERY,
+    DERIVED,
     FLOW,
     GENERATE,
     GRID,
@@ -206,7 +208,7 @@ def _grid_page() -> QWidget:
 
 
 TABS: tuple[TabSpec, ...] = (
-    TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
+    TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel, channels=(DERIVED,)),
     TabSpec(
         IMAGE_TAB,
         "Image",
@@ -287,7 +289,7 @@ TABS: tuple[TabSpec, ...] = (
         _train,
         reveal="opened",
         scroll=True,
-        channels=(TRAIN,),
+        channels=(TRAIN, CHECKPOINTS),
     ),
     TabSpec(
         KVLAB_TAB,

@@ -45,7 +45,7 @@ from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
 from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
-from ..jobs.channels import TRAIN
+from ..jobs.channels import CHECKPOINTS, TRAIN
 from ..jobs.compute import SideJobs
 from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
@@ -189,8 +189,8 @@ class TrainTab(QObject):
         self._scores_drawn: np.ndarray | None = None
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._draw)
-        self._scrub = Background(self)
-        self._open = Background(self)
+        self._scrub = Background(self, CHECKPOINTS)
+        self._open = Background(self, CHECKPOINTS)
         view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
         view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
         view.openRequested.connect(self.open_dialog)
@@ -200,8 +200,8 @@ class TrainTab(QObject):
         self.preset = False  # the run on screen is a shipped preset, unchanged
         # (name, run, preset) -> the toy mode shows that run's weights (the window's factory sets it)
         self.views_opener: Callable[[str, TrainRun, bool], None] | None = None
-        self._save = Background(self)
-        self._warm = Background(self)
+        self._save = Background(self, CHECKPOINTS)
+        self._warm = Background(self, CHECKPOINTS)
         self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
         view.installEventFilter(self)
         view.startRequested.connect(self.start)

@@ -34,6 +34,7 @@ from attndesk.render import ExportError, HeatmapFigure, export_figure, export_we
 from attndesk.render.colormaps import hatch_rgba
 
 from ..jobs.background import Background
+from ..jobs.channels import FILES
 from ..panels.token_axis import TokenAxis
 from .plot_axes import without_si_prefix
 
@@ -181,7 +182,7 @@ class MatrixPlot(QWidget):
         self.exportButton.setText("⤓")
         self.exportButton.setToolTip("Export this matrix: PNG/SVG/PDF figure or NPY/CSV numbers")
         self.exportButton.clicked.connect(self._on_export_clicked)
-        self._background = Background(self)
+        self._background = Background(self, FILES)
         self.message = QLabel("")
         self.message.setStyleSheet("color: #a33")
         # wrapped, never wider than the plot: an export error naming a long path must not widen

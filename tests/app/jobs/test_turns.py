@@ -14,9 +14,8 @@ from PySide6.QtCore import QObject
 from attndesk.app.jobs.channels import COMPARE, CORPUS, CORPUS_QUERY, MEMORY, PRESENT, STATISTICS, TEACHING
 from attndesk.app.jobs.compute import SideJobs
 from attndesk.app.jobs.worker import JobRunner, running_threads
-from attndesk.core.errors import Cancelled
 from attndesk.jobs import JobContext
-from attndesk.jobs.executor import Executor, executor
+from attndesk.jobs.executor import executor
 
 
 class Overlap:
@@ -41,28 +40,6 @@ class Overlap:
         finally:
             with self.lock:
                 self.now -= 1
-
-
-def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
-    turns, order, ctx = Executor(), [], JobContext()
-    with turns.turn():
-
-        def wait_then_run():
-            try:
-                with turns.turn(ctx):
-                    order.append("ran")
-            except Cancelled:
-                order.append("cancelled")
-
-        waiter = threading.Thread(target=wait_then_run)
-        waiter.start()
-        time.sleep(0.2)
-        assert turns.turn_busy() and turns.waiting() == 1 and order == []
-        ctx.cancel()
-        waiter.join(2)
-    assert order == ["cancelled"] and turns.waiting() == 0 and not turns.turn_busy()
-    done = turns.in_turn(lambda: 42)
-    assert done() == 42 and not turns.turn_busy()
 
 
 class Controller(QObject):

@@ -381,7 +381,7 @@ class ExportDialog(QDialog):
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        """Export in a pool thread, in its turn among the side jobs (a large PNG takes seconds to draw
+        """Export off the GUI thread, in its turn among the side jobs (a large PNG takes seconds to draw
         and encode): the window stays live; the dialog closes once the file is written, or says
         why not and stays open."""
         if self._background.is_busy():

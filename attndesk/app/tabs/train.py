@@ -10,7 +10,7 @@ Pause and Stop are the trainer's own events, checked between steps; closing the 
 the job, which the stop check sees too (paused or not), so no step is cut in half and no thread
 is left. A non-finite loss ends the run with the last good weights and says so. The timeline
 slider scrubs the kept checkpoints: the attention of the checkpoint's weights on the probe input
-is computed in the thread pool (``Background``) from the checkpoint's own copy of the weights,
+is computed off the GUI thread (``Background``) from the checkpoint's own copy of the weights,
 so scrubbing works while the run goes on.
 """
 
@@ -96,7 +96,7 @@ class Gathered:
 
 
 def warm_optimiser() -> int:
-    """Build and drop a one-parameter AdamW (thread pool, when the tab is first shown): torch's
+    """Build and drop a one-parameter AdamW (off the GUI thread, when the tab is first shown): torch's
     optimiser imports ``torch._dynamo`` on first use, ~200 modules and ~1 s of CPU, which the
     first Start would otherwise wait for. Returns the id of the thread that paid it."""
     torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
@@ -173,7 +173,7 @@ class TrainTab(QObject):
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
     opened = Signal(object)  # a saved run is on screen (its TrainRun)
-    warmed = Signal()  # the optimiser's first-use imports are done (in the thread pool)
+    warmed = Signal()  # the optimiser's first-use imports are done (off the GUI thread)
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -360,7 +360,7 @@ class TrainTab(QObject):
             self.open(folder, lambda: load_run(folder))
 
     def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
-        """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
+        """Show a saved run (``load()`` runs off the GUI thread): curves from its history, its
         scores, its attention on the probe input, its checkpoints on the timeline."""
         if self.phase != "idle":
             self.view.show_message("stop the training run first", error=True)
@@ -412,7 +412,7 @@ class TrainTab(QObject):
             self.save(folder)
 
     def save(self, folder: str) -> None:
-        """Write the run on screen into ``folder`` (all or nothing) in the thread pool."""
+        """Write the run on screen into ``folder`` (all or nothing) off the GUI thread."""
         run = self.run
         if run is None or self.phase != "idle":
             return
@@ -501,7 +501,7 @@ class TrainTab(QObject):
         self.scrub_to(steps[min(index, len(steps) - 1)])
 
     def scrub_to(self, step: int) -> None:
-        """Show the checkpoint at ``step`` (computed in the thread pool; ``scrubbed`` when drawn)."""
+        """Show the checkpoint at ``step`` (computed off the GUI thread; ``scrubbed`` when drawn)."""
         run = self.run
         if run is None:  # nothing on screen to scrub (the timeline asks only once a run is shown)
             return

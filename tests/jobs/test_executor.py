@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from attndesk.jobs import JobContext
+from attndesk.jobs import executor as executor_module
 from attndesk.jobs.executor import Channel, Executor, Job
 
 WAIT_S = 5
@@ -124,3 +125,19 @@ def test_closing_waits_for_the_running_job_and_the_last_lane_joins_the_workers(p
     rec.release.set()
     assert first.close(WAIT_S) and len(executor.threads()) == 2  # the other lane is still open
     assert second.close(WAIT_S) and executor.threads() == []
+
+
+def test_an_idle_worker_leaves_though_a_lane_stays_open(pool, monkeypatch):
+    """A lane nobody closes (a window a test forgot) keeps no thread once its jobs are done."""
+    monkeypatch.setattr(executor_module, "IDLE_S", 0.05)
+    executor, _ = pool
+    done = threading.Event()
+    lane = open_lane(pool, Channel("a", takes_turn=False))
+    lane.submit(Job(done.set))
+    assert done.wait(WAIT_S)
+    for worker in executor.threads():
+        worker.join(WAIT_S)
+    assert executor.threads() == [] and not lane.is_busy()
+    again = threading.Event()
+    lane.submit(Job(again.set))  # a new job starts a worker again
+    assert again.wait(WAIT_S)

@@ -371,6 +371,13 @@ class ComputeController(QObject):
             self.busyChanged.emit(busy)
 
 
+def _declared(channel: Channel) -> Channel:
+    """A channel must be a declaration (a name would silently match nothing)."""
+    if not isinstance(channel, Channel):
+        raise TypeError(f"not a Channel (declare it in app/jobs/channels.py): {channel!r}")
+    return channel
+
+
 @dataclass
 class _Channel:
     runner: JobRunner
@@ -426,7 +433,7 @@ class SideJobs(QObject):
     ) -> None:
         if self._closed:
             return
-        ch = self._channel(channel)
+        ch = self._channel(_declared(channel))
         if ch.busy is not None and ch.busy != busy:
             self._idle(ch)  # another requester's job replaces this one's
         ch.tag = next(self._controller._ids)
@@ -439,13 +446,13 @@ class SideJobs(QObject):
 
     def cancel(self, channel: Channel) -> None:
         """Stop the channel's job: no callback but ``busy(False)`` follows."""
-        ch = self._channels.get(channel)
+        ch = self._channels.get(_declared(channel))
         if ch is not None:
             self._forget(ch)
             ch.runner.cancel()
 
     def is_busy(self, channel: Channel) -> bool:
-        ch = self._channels.get(channel)
+        ch = self._channels.get(_declared(channel))
         return ch is not None and ch.runner.is_busy()
 
     def any_busy(self) -> bool:

@@ -175,3 +175,10 @@ def test_shutdown_joins_the_jobs_and_tells_no_requester(qtbot, side):
     assert started.wait(TIMEOUT_MS / 1000)
     side.shutdown()
     assert log.events == [("busy", True)] and running_threads() == []
+
+
+def test_a_channel_is_a_declaration_not_a_name(side):
+    """A name would match no lane: ``is_busy("a")`` would say False for ever, whatever runs."""
+    for ask in (side.is_busy, side.cancel):
+        with pytest.raises(TypeError, match="declare it"):
+            ask("a")

@@ -13,10 +13,9 @@ and the turn rule. Qt-free: whoever submits a job wraps its own delivery (the wi
   small chores) are declared with ``takes_turn=False``.
 - A transient lane (a widget's one-off requests: nothing tells them when the widget goes away)
   counts as open only while it has a job.
-- Threads: a worker starts when a job is ready and no worker is free; it leaves when no lane is
-  open (the last to close joins every worker) or after ``IDLE_S`` with nothing to do. The turn
-  rule bounds how many run at once: the unturned lanes' jobs and one turned job. Nothing polls:
-  workers sleep on one condition until a job is ready.
+- Threads: a worker starts when a job is ready and no worker is free, and stays until no lane is
+  open; the last lane to close joins every worker. The turn rule bounds how many run at once: the unturned lanes' jobs and one
+  turned job. Nothing polls: workers sleep on one condition until a job is ready.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .context import JobContext
-
-IDLE_S = 2.0  # a worker with nothing to do this long leaves
 
 
 @dataclass(frozen=True)
@@ -208,9 +205,8 @@ class Executor:
         with self._cond:
             while True:
                 while not self._ready and me in self._workers:
-                    if not self._cond.wait(IDLE_S) and not self._ready and me in self._workers:
-                        self._workers.remove(me)  # idle this long: a later job starts a worker again
-                if not self._ready:  # the last lane closed, or idle
+                    self._cond.wait()
+                if not self._ready:  # the last lane closed
                     self._free -= 1
                     return
                 lane, job = self._ready.popleft()

@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from attndesk.jobs import JobContext
-from attndesk.jobs import executor as executor_module
 from attndesk.jobs.executor import Channel, Executor, Job
 
 WAIT_S = 5
@@ -127,17 +126,14 @@ def test_closing_waits_for_the_running_job_and_the_last_lane_joins_the_workers(p
     assert second.close(WAIT_S) and executor.threads() == []
 
 
-def test_an_idle_worker_leaves_though_a_lane_stays_open(pool, monkeypatch):
-    """A lane nobody closes (a window a test forgot) keeps no thread once its jobs are done."""
-    monkeypatch.setattr(executor_module, "IDLE_S", 0.05)
-    executor, _ = pool
-    done = threading.Event()
-    lane = open_lane(pool, Channel("a", takes_turn=False))
-    lane.submit(Job(done.set))
-    assert done.wait(WAIT_S)
-    for worker in executor.threads():
-        worker.join(WAIT_S)
-    assert executor.threads() == [] and not lane.is_busy()
-    again = threading.Event()
-    lane.submit(Job(again.set))  # a new job starts a worker again
-    assert again.wait(WAIT_S)
+def test_workers_are_kept_and_reused_while_a_lane_is_open(pool):
+    """One after another, jobs of several lanes run on the same worker (no thread per channel)."""
+    ran_on = []
+    for name in "abc":
+        done = threading.Event()
+        lane = open_lane(pool, Channel(name))
+        lane.submit(Job(lambda d=done: (ran_on.append(threading.current_thread()), d.set())))
+        assert done.wait(WAIT_S)
+        with lane._executor._cond:  # the worker is free again once its lane is
+            assert lane._executor._cond.wait_for(lambda lane=lane: lane.running is None, WAIT_S)
+    assert len(ran_on) == 3 and len(set(ran_on)) == 1

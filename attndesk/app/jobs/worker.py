@@ -26,7 +26,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.jobs import JobContext
-from attndesk.jobs.executor import Channel, Executor, Job, executor
+from attndesk.jobs.executor import Channel, Executor, Job, Lane, executor
 
 from .channels import RUN
 
@@ -106,7 +106,9 @@ class JobRunner(QObject):
         super().__init__(parent)
         self.channel = channel
         self.setObjectName(f"attndesk-{channel.name}")
-        self._lane = (on or executor()).open(channel)
+        self._executor = on or executor()
+        self._lane: Lane | None = None  # opened by the first submit: a runner never used holds nothing
+        self._shut = False
         self._latest = 0  # newest generation submitted; older results are stale
         self._lock = threading.Lock()
         self._reports: list[tuple[int, Any]] = []  # (generation, item) queued by a job's ``report``
@@ -123,11 +125,15 @@ class JobRunner(QObject):
         ctx = JobContext()  # cancelled when superseded or dropped
         job = Job(lambda: self._work(generation, ctx, fn, args, kwargs), ctx, tag=generation)
         self._latest = max(self._latest, generation)
+        if self._shut:
+            raise RuntimeError("the job runner has been shut down")
+        if self._lane is None:
+            self._lane = self._executor.open(self.channel)
         self._lane.submit(job)
 
     def cancel(self) -> None:
         """Drop the queued job, ask the running one to stop, and stop waiting for either."""
-        dropped, running = self._lane.cancel()
+        dropped, running = self._lane.cancel() if self._lane is not None else (None, None)
         self._latest += 1  # whatever still arrives is stale now
         for job in (dropped, running):
             if job is not None:
@@ -135,12 +141,12 @@ class JobRunner(QObject):
 
     def is_busy(self) -> bool:
         """A job is queued or running (a paused one too: closing the window still ends it)."""
-        return self._lane.is_busy()
+        return self._lane is not None and self._lane.is_busy()
 
     def is_working(self) -> bool:
         """A job is queued, or runs and is not waiting for its user (``JobContext.paused``: a
         paused training run is no work under way)."""
-        return self._lane.is_working()
+        return self._lane is not None and self._lane.is_working()
 
     def take_reports(self) -> list[Any]:
         """Every item the current job queued with ``report`` since the last call, oldest first
@@ -152,8 +158,9 @@ class JobRunner(QObject):
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Cancel, wait for the running job and close the lane. Returns False only if
         ``timeout_s`` ran out."""
+        self._shut = True
         self.cancel()
-        return self._lane.close(timeout_s)
+        return self._lane is None or self._lane.close(timeout_s)
 
     # -- internals ----------------------------------------------------------------------------
     def _work(self, generation: int, job_ctx: JobContext, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:

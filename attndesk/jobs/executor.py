@@ -14,8 +14,9 @@ and the turn rule. Qt-free: whoever submits a job wraps its own delivery (the wi
 - A transient lane (a widget's one-off requests: nothing tells them when the widget goes away)
   counts as open only while it has a job.
 - Threads: a worker starts when a job is ready and no worker is free, and stays until no lane is
-  open; the last lane to close joins every worker. The turn rule bounds how many run at once: the unturned lanes' jobs and one
-  turned job. Nothing polls: workers sleep on one condition until a job is ready.
+  open; the last lane to close joins every worker. The turn rule bounds how many run at once:
+  the unturned lanes' jobs and one turned job. Nothing polls: workers sleep on one condition
+  until a job is ready.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Lane:
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Cancel, then wait for the running job to end; the last lane to close joins the
-        workers. False only if ``timeout_s`` ran out."""
+        workers. False only if ``timeout_s`` ran out (the lane then closes when the job ends)."""
         return self._executor._close(self, timeout_s)
 
     def is_busy(self) -> bool:
@@ -138,6 +139,7 @@ class Executor:
         with self._cond:
             lane.closed = True
             if not self._cond.wait_for(lambda: lane.running is None, timeout_s):
+                lane.transient = True  # no longer open once its job has ended
                 return False
             self._drop(lane)
             leaving = [] if self._lanes else list(self._leaving)

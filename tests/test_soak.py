@@ -215,7 +215,7 @@ def test_a_paused_training_run_lets_the_window_settle(qtbot, window):
     tab.view.set_settings(TINY_TRAIN | {"steps": 100_000})
     assert tab.start()
     qtbot.waitUntil(lambda: len(tab.gathered.steps) >= 2, timeout=TIMEOUT_MS)
-    assert "job runner attndesk-train" in checks.busy_reasons(window)
+    assert "job train" in checks.busy_reasons(window)
     qtbot.mouseClick(tab.view.pauseButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not checks.busy(window), timeout=TIMEOUT_MS)
     (runner,) = [r for r in window.findChildren(JobRunner) if r.objectName() == "attndesk-train"]

@@ -38,7 +38,7 @@ from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
 
 from .jobs.background import Background
-from .jobs.turns import side_turns
+from .jobs.channels import EXPORT
 
 FORMATS = (
     ("png", "PNG image"),
@@ -179,7 +179,7 @@ class ExportDialog(QDialog):
         self._colormap, self._shared, self._log = colormap, shared_scale, log_scale
         self._name_edited = False
         self._size_set = False
-        self._background = Background(self)
+        self._background = Background(self, EXPORT)
         self._build_controls(region)
         self._build_layout()
         self.set_target(target)
@@ -382,7 +382,7 @@ class ExportDialog(QDialog):
 
     @Slot()
     def _on_export_clicked(self) -> None:
-        """Export in a pool thread, in its turn among the side jobs (a large PNG takes seconds to draw
+        """Export off the GUI thread, in its turn among the side jobs (a large PNG takes seconds to draw
         and encode): the window stays live; the dialog closes once the file is written, or says
         why not and stays open."""
         if self._background.is_busy():
@@ -390,9 +390,7 @@ class ExportDialog(QDialog):
         self.exportButton.setEnabled(False)
         self._show_error("")
         self.setWindowTitle("Export heatmaps — exporting…")
-        self._background.start(
-            side_turns().wrap(self._job()), done=self._export_done, failed=self._export_failed, expected=(ExportError,)
-        )
+        self._background.start(self._job(), done=self._export_done, failed=self._export_failed, expected=(ExportError,))
 
     def _export_done(self, path: Path) -> None:
         self.setWindowTitle("Export heatmaps")

@@ -30,6 +30,7 @@ from attndesk.core.process import freeze_long_lived, tune_process
 from .bundle_save import save_bundle
 from .export_dialog import ExportDialog
 from .jobs.background import Background
+from .jobs.channels import FILES
 from .jobs.compute import ComputeController, Modes
 from .menus import MenuRegistry
 from .modes.long import LongDocumentMode
@@ -106,7 +107,7 @@ class MainWindow(QMainWindow):
         self.compute = ComputeController(self.state, self.modes, self.status, self)
         self._drawing: Shown | None = None
         self.exportDialogs = ExportDialogs(self, self.state, self.status)
-        self._bundles = Background(self)  # File > Save bundle, written in a pool thread
+        self._bundles = Background(self, FILES)  # File > Save bundle, written off the GUI thread
         self._closed = False
         self.files = SessionFiles(self, self.state, lambda mode: self.modes.for_id(mode).admit(mode), self.status)
         self._build_views()

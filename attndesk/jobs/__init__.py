@@ -3,7 +3,9 @@
 ``JobContext``: ``progress(fraction, message)``, ``cancelled`` / ``check()`` (raises ``Cancelled``)
 and ``report(item)`` for partial results. ``job_context`` is the one door that turns the older
 keywords (``progress=``, ``cancel=``, ``should_cancel=``, ``stop=``) into a context; ``plain_context``
-is a context for scripts and tests, optionally with a one-line progress printer.
+is a context for scripts and tests, optionally with a one-line progress printer (all in ``context``).
+``executor``: the one executor that runs the window's background jobs (``Channel`` declarations,
+a latest-wins slot per lane, the side jobs' turn).
 """
 
 from .context import (

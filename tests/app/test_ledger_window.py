@@ -10,6 +10,8 @@ import weakref
 import pytest
 from app_helpers import dispose, fresh_settings, open_tab, shown_window  # noqa: F401  (fresh_settings: autouse)
 
+from attndesk.app.jobs import channels
+
 TIMEOUT_MS = 20000
 MiB = 2**20
 TEXT = " ".join(f"w{i % 97}" for i in range(240))  # 4 heads x 240^2 float32: 0.9 MiB of weights
@@ -84,7 +86,7 @@ def test_a_holding_that_cannot_fit_is_refused_saying_what_fits(qtbot, window):
     failed = []
     w.tab_presenter("compare").failed.connect(failed.append)
     view.teachButtons["masked"].click()  # two runs of the model: more than 1 KiB
-    assert failed and not w.compute.side.is_busy("teaching")  # refused before anything was computed
+    assert failed and not w.compute.side.is_busy(channels.TEACHING)  # refused before anything was computed
     assert view.teaching() is None and "comparison failed" in view.maxLabel.text()
     assert "fits in the" in view.maxLabel.text() and "the run on screen" in view.maxLabel.text()
     assert ledger.total() <= ledger.budget or all(h.release_fn is None or h.protected for h in ledger.holdings())

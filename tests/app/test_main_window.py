@@ -19,6 +19,7 @@ from attndesk.app.jobs.worker import running_threads
 from attndesk.app.panels.heatmap_grid import ASPECT_LIMIT
 from attndesk.core import run_attention
 from attndesk.core.types import MEAN
+from attndesk.jobs.executor import Channel
 from tests.conftest import TIMEOUT_MS
 from tests.heartbeat import Heartbeat
 
@@ -311,7 +312,7 @@ def test_quit_hides_the_window_before_waiting_for_a_busy_job(qtbot, window):
         started.set()
         release.wait(10)
 
-    window.compute.side.submit("busy", step, done=lambda _r: None, scope=None)
+    window.compute.side.submit(Channel("busy"), step, done=lambda _r: None, scope=None)
     assert started.wait(10)
     watcher = threading.Timer(0.3, lambda: (seen.append(window.isVisible()), release.set()))
     watcher.start()

@@ -13,6 +13,7 @@ import attndesk.app.tabs.compare as compare_tab
 import attndesk.app.tabs.headstats as headstats_tab
 import attndesk.app.tabs.implementation as implementation_tab
 from attndesk.app import MainWindow
+from attndesk.app.jobs import channels
 from attndesk.app.jobs.worker import running_threads
 from attndesk.app.tabs.registry import TABS
 from attndesk.app.views.stepthrough import STAGES
@@ -245,7 +246,11 @@ def test_implementation_comparison_runs_in_the_worker_and_fills_the_timing_dock(
         window.tab_presenter("implementation").shownComparison, timeout=3 * TIMEOUT_MS, raising=False
     ) as blocker:
         panel.runButton.click()
-    assert blocker.signal_triggered, (panel.notesLabel.text(), threads, window.compute.side.is_busy("implementations"))
+    assert blocker.signal_triggered, (
+        panel.notesLabel.text(),
+        threads,
+        window.compute.side.is_busy(channels.IMPLEMENTATIONS),
+    )
     assert threads and threads[0] != threading.get_ident()
     assert window.timingTabs.currentWidget() is panel
     table = panel.table
@@ -379,4 +384,4 @@ def test_memory_bounded_runs_say_what_the_tabs_cannot_show(qtbot, window):
     assert window.tab_widget("compare").displayed() == (None, None, None)
     qtbot.waitUntil(lambda: window.tab_widget("positions").encoding is not None, timeout=TIMEOUT_MS)
     assert window.tab_widget("positions").encoding.shape == (600, 64)
-    assert not window.compute.side.is_busy("statistics")  # nothing was started for weights that do not exist
+    assert not window.compute.side.is_busy(channels.STATISTICS)  # nothing was started for weights that do not exist

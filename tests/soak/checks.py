@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 import shiboken6
-from PySide6.QtCore import QThreadPool, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
-from attndesk.app.jobs.worker import JobRunner
 from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.tabs.registry import spec
+from attndesk.jobs.executor import executor
 
 from . import gestures as g
 from .controls import discover, menu_actions
@@ -44,17 +44,14 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, step_ms: int = 5
 
 
 def busy_reasons(root) -> list[str]:
-    """What makes ``root`` busy though it may use no CPU (a worker waiting on the disk): each of
-    its job runners with a job at work (by thread name; a paused training run waits for its user:
-    no work), the pool's running tasks, and each progress bar shown without a fraction (what a
+    """What makes ``root`` busy though it may use no CPU (a worker waiting on the disk): each
+    channel of the one executor with a job queued or at work (a paused training run waits for its
+    user: no work), and each progress bar shown without a fraction (what a
     user reads as "still working"). A bar with a fraction at rest is not work: the corpus tab's
     stays in view between passes (counting it made every wait on that tab run to its limit)."""
     if root is None:
         return []
-    reasons = [f"job runner {r.objectName()}" for r in root.findChildren(JobRunner) if r.is_working()]
-    tasks = QThreadPool.globalInstance().activeThreadCount()
-    if tasks:
-        reasons.append(f"{tasks} pool task(s)")
+    reasons = [f"job {name}" for name in executor().working()]
     reasons += [
         f"progress bar {bar.objectName() or type(bar.parent()).__name__} without a fraction"
         for bar in root.findChildren(QProgressBar)

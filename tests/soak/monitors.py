@@ -570,18 +570,12 @@ class MemoryWatch(threading.Thread):
 
 
 def running_qthreads() -> list[str]:
-    """attndesk's own registry of running worker QThreads (empty if the app no longer has one)."""
+    """The names of attndesk's running worker threads (empty if the app no longer has the registry)."""
     worker = sys.modules.get("attndesk.app.jobs.worker")
     running = getattr(worker, "running_threads", None)
     if running is None:
         return []
-    out = []
-    for thread in running():
-        try:
-            out.append(thread.objectName() or type(thread).__name__)
-        except RuntimeError:
-            pass
-    return out
+    return [thread.name for thread in running()]
 
 
 def python_threads(before: set[int]) -> list[str]:

@@ -15,7 +15,8 @@ Staleness has one rule here: every run and every presentation takes the next num
 counter (``run_id`` / ``shown_id``), and a result, a plan or a side job's answer is used only
 while its number is still the current one. ``SideJobs`` gives views their background work
 (statistics, B - A, teaching pairs, zoom pictures) under the same rule. The ``JobRunner``s stay
-the transport: one thread each, a newer job replacing a queued one.
+the transport: lanes of the one executor (``attndesk.jobs.executor``), a newer job replacing a
+queued one.
 """
 
 from __future__ import annotations
@@ -26,31 +27,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.core.errors import ConfigError
-from attndesk.core.plan import RunPlan
-from attndesk.core.process import trim_heap
+from attndesk.jobs.executor import Channel
 
 from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from ..state import AppState, ModeChoice, ModeId
 from ..status import StatusModel
+from . import channels
 from .holdings import WindowLedger
-from .turns import side_turns
 from .worker import JobRunner
 
 PATIENCE_S = 0.3  # a run in flight this long is not an "intermediate result": a newer request replaces it
 PRESENT_TIMEOUT_MS = 3000  # a result nobody acknowledges as drawn ends its flight anyway
-TRIM_DELAY_MS = 1500
-# side channels that never wait for a turn (app/jobs/turns.py): presenting the run itself, small chores,
-# the corpus pass (minutes long: holding a turn it would stall every other tab's side job) with its store
-# queries, and training (the Train tab: a loop that lasts minutes)
-UNTURNED = frozenset({"present", "memory", "models", "hub-cache", "corpus", "corpus-query", "train"})
-
-
-def _cells(shown: Shown) -> int:
-    return int(np.size(shown.map.weights))
 
 
 class Modes:
@@ -107,7 +97,7 @@ class ComputeController(QObject):
         self._problem: ConfigProblem | None = None
         self._closed = False
         self._scheduled = False
-        self.runner = JobRunner(self, name="attndesk-worker")
+        self.runner = JobRunner(self, channels.RUN)
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
         self.runner.cancelled.connect(self._on_cancelled)
@@ -116,15 +106,9 @@ class ComputeController(QObject):
         self._present_timer = QTimer(self, singleShot=True, interval=PRESENT_TIMEOUT_MS)
         self._present_timer.timeout.connect(self._end_flight)
         self.side = SideJobs(self)
-        # once the views let go of a large result (they do when the next one is drawn), the C heap
-        # keeps its freed pages: malloc_trim returns them (~100 MB after a 2,048 x 16 run)
-        self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
-        self._trim_timer.timeout.connect(
-            lambda: self.side.submit("memory", trim_heap, done=lambda _r: None, scope=None)
-        )
         # every holding of the window against the one memory budget (app/jobs/holdings.py)
         self.holdings = WindowLedger(
-            state, status, lambda fn: self.side.submit("models", fn, done=lambda _r: None, scope=None), self
+            state, status, lambda channel, fn: self.side.submit(channel, fn, done=lambda _r: None, scope=None), self
         )
         self.ledger = self.holdings.ledger
         for group in (state.events, state.view.events, state.pretrained.events):
@@ -187,7 +171,7 @@ class ComputeController(QObject):
             return
         self._closed = True
         self._present_timer.stop()
-        self._trim_timer.stop()
+        self.holdings.shutdown()
         self.runner.shutdown()
         self.side.shutdown()
         for mode in self.modes:
@@ -279,10 +263,10 @@ class ComputeController(QObject):
         mode = self.modes.for_id(shown.mode)
         key = mode.present_key(self.state)
         if key == shown.present_key:
-            self.side.cancel("present")  # back to what is on screen: an older request is moot
+            self.side.cancel(channels.PRESENT)  # back to what is on screen: an older request is moot
             return
         self.side.submit(
-            "present",
+            channels.PRESENT,
             mode.present,
             shown,
             key,
@@ -323,8 +307,6 @@ class ComputeController(QObject):
         self._represent_if_needed()  # e.g. the layer changed while it ran
 
     def _publish(self, shown: Shown) -> None:
-        if self._shown is not None and shown.new_run and _cells(shown) * 4 < _cells(self._shown):
-            self._trim_timer.start()  # a much smaller run replaced a large one: give its memory back
         self._shown = shown
         self.status.say(done_line(shown))
         self.holdings.hold_run(shown)
@@ -367,10 +349,7 @@ class ComputeController(QObject):
     def _on_announced(self, run_id: int, report: object) -> None:
         if not self._current(run_id):
             return
-        if isinstance(report, RunPlan):
-            # the run's working memory counts against the one budget while it computes: the least
-            # recently used copies the tabs keep make room for it (what is on screen stays)
-            self.ledger.reserve(report.peak_bytes, f"the run being computed ({report.size_text})", strict=False)
+        self.holdings.reserve_plan(report)
         self.planned.emit(report)
 
     @Slot()
@@ -392,6 +371,13 @@ class ComputeController(QObject):
             self.busyChanged.emit(busy)
 
 
+def _declared(channel: Channel) -> Channel:
+    """A channel must be a declaration (a name would silently match nothing)."""
+    if not isinstance(channel, Channel):
+        raise TypeError(f"not a Channel (declare it in app/jobs/channels.py): {channel!r}")
+    return channel
+
+
 @dataclass
 class _Channel:
     runner: JobRunner
@@ -406,7 +392,7 @@ class _Channel:
 
 
 class SideJobs(QObject):
-    """Background work beside the main run, one thread per channel (started on first use).
+    """Background work beside the main run, one lane per channel on the one executor (opened on first use).
 
     ``submit(channel, fn, *args, done=..., failed=..., scope="run", **kwargs)``: the newest job of a channel
     replaces an older one; ``progress(fraction, message)``, if given, gets the job's progress reports
@@ -414,9 +400,9 @@ class SideJobs(QObject):
     the channel's newest and, with ``scope`` "run" (or "shown"), the result it was asked for is
     still the one on screen. A new run cancels the "run"-scoped jobs, any new presentation the
     "shown"-scoped ones; ``scope=None`` jobs (a timing comparison) are never cancelled by results.
-    Channels compute one at a time (``turns.side_turns``), but for ``UNTURNED`` ones. A job that
-    streams (its ``fn`` calls ``ctx.report``, see ``worker``) hands its items to ``reported(items)``
-    in the GUI thread, in batches, under the same rules as ``done``.
+    Channels that take turns compute one at a time (``attndesk.jobs.executor``; ``channels.py``
+    declares which). A job that streams (its ``fn`` calls ``ctx.report``, see ``worker``) hands its
+    items to ``reported(items)`` in the GUI thread, in batches, under the same rules as ``done``.
 
     ``busy(flag)``, if given, shows that the requester's job is in flight (a progress bar, a Cancel
     button): ``busy(True)`` at ``submit`` and ``busy(False)`` exactly once when it is over, however
@@ -429,12 +415,12 @@ class SideJobs(QObject):
     def __init__(self, controller: ComputeController) -> None:
         super().__init__(controller)
         self._controller = controller
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[Channel, _Channel] = {}
         self._closed = False
 
     def submit(
         self,
-        channel: str,
+        channel: Channel,
         fn: Callable[..., Any],
         *args: Any,
         done: Callable[[Any], object],
@@ -447,7 +433,7 @@ class SideJobs(QObject):
     ) -> None:
         if self._closed:
             return
-        ch = self._channel(channel)
+        ch = self._channel(_declared(channel))
         if ch.busy is not None and ch.busy != busy:
             self._idle(ch)  # another requester's job replaces this one's
         ch.tag = next(self._controller._ids)
@@ -458,27 +444,27 @@ class SideJobs(QObject):
             ch.busy = busy
             busy(True)
 
-    def cancel(self, channel: str) -> None:
+    def cancel(self, channel: Channel) -> None:
         """Stop the channel's job: no callback but ``busy(False)`` follows."""
-        ch = self._channels.get(channel)
+        ch = self._channels.get(_declared(channel))
         if ch is not None:
             self._forget(ch)
             ch.runner.cancel()
 
-    def is_busy(self, channel: str) -> bool:
-        ch = self._channels.get(channel)
+    def is_busy(self, channel: Channel) -> bool:
+        ch = self._channels.get(_declared(channel))
         return ch is not None and ch.runner.is_busy()
 
     def any_busy(self) -> bool:
         return any(ch.runner.is_busy() for ch in self._channels.values())
 
     def on_published(self, shown: Shown) -> None:
-        for name, ch in self._channels.items():
+        for channel, ch in self._channels.items():
             stale = (ch.scope == "run" and ch.bound != shown.run_id) or (
                 ch.scope == "shown" and ch.bound != shown.shown_id
             )
             if stale and ch.runner.is_busy():
-                self.cancel(name)
+                self.cancel(channel)
 
     def shutdown(self) -> None:
         """Cancel and join every channel; the window is closing, so no requester is told."""
@@ -492,17 +478,17 @@ class SideJobs(QObject):
         run_id, shown_id = self._controller.current_ids()
         return {"run": run_id, "shown": shown_id}.get(scope or "", 0)
 
-    def _channel(self, name: str) -> _Channel:
-        if name not in self._channels:
-            runner = JobRunner(self, name=f"attndesk-{name}", turns=None if name in UNTURNED else side_turns())
+    def _channel(self, channel: Channel) -> _Channel:
+        if channel not in self._channels:
+            runner = JobRunner(self, channel)
             ch = _Channel(runner)
             runner.finished.connect(lambda tag, result, ch=ch: self._answer(ch, tag, result, None))
             runner.failed.connect(lambda tag, message, ch=ch: self._answer(ch, tag, None, message))
             runner.cancelled.connect(lambda tag, ch=ch: self._stopped(ch, tag))
             runner.progress.connect(lambda tag, fraction, message, ch=ch: self._progress(ch, tag, fraction, message))
             runner.reportsWaiting.connect(lambda tag, ch=ch: self._hand_reports(ch, tag))
-            self._channels[name] = ch
-        return self._channels[name]
+            self._channels[channel] = ch
+        return self._channels[channel]
 
     def _progress(self, ch: _Channel, tag: int, fraction: float, message: str) -> None:
         if tag == ch.tag and ch.progress is not None:

@@ -2,8 +2,9 @@
 the state's, what it lets go is said on the status line, release callbacks run in the GUI thread
 (they touch widgets; a job may make room from its worker thread), and the holdings the compute
 controller keeps itself are registered here: the run on screen (protected, never let go while
-drawn) and the model caches (the toy models and the loaded checkpoints, sized by their
-parameters and buffers).
+drawn), the run being computed (its plan's peak) and the model caches (the toy models and the
+loaded checkpoints, sized by their parameters and buffers). A much smaller run replacing a large
+one hands the freed heap back to the system (``trim_heap``, a chore off the GUI thread).
 
 The views register their own holdings (a pinned A, a teaching pair, B − A, derived heatmaps)
 through ``ComputeController.ledger``.
@@ -15,17 +16,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+import numpy as np
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from attndesk.core.pipeline import cached_models, forget_models
+from attndesk.core.plan import RunPlan
+from attndesk.core.process import trim_heap
+from attndesk.jobs.executor import Channel
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..results import Shown
 from ..state import AppState
 from ..status import StatusModel
+from .channels import MEMORY, MODELS
 
 LET_GO = " · let go of "
 RUN_DEPTH = 5  # Shown -> layers -> result -> intermediates -> stage -> array
+TRIM_DELAY_MS = 1500
 
 
 class GuiPost(QObject):
@@ -56,22 +63,41 @@ class WindowLedger(QObject):
         self,
         state: AppState,
         status: StatusModel,
-        forget: Callable[[Callable[[], None]], None],
+        chore: Callable[[Channel, Callable[[], object]], None],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self._status = status
-        self._forget = forget  # runs a forgetting job off the GUI thread (a cache's lock may be held by a load)
+        self._chore = chore  # runs a job off the GUI thread (a cache's lock may be held by a load)
         self._poster = GuiPost(self)
         self.ledger = MemoryLedger(state.config.budget_bytes, say=self._say, post=self._poster.post)
         self._run: Holding | None = None
         self._models: dict[int, Holding] = {}  # id(model) -> its holding
         self._doomed: list[Callable[[], None]] = []
         state.events.config.connect(lambda config: self.ledger.set_budget(config.budget_bytes))
+        self._cells = 0  # the size of the run on screen
+        # once the views let go of a large result (they do when the next one is drawn), the C heap
+        # keeps its freed pages: malloc_trim returns them
+        self._trim_timer = QTimer(self, singleShot=True, interval=TRIM_DELAY_MS)
+        self._trim_timer.timeout.connect(lambda: self._chore(MEMORY, trim_heap))
+
+    def shutdown(self) -> None:
+        self._trim_timer.stop()
+
+    def reserve_plan(self, plan: object) -> None:
+        """The run being computed announced its plan: its working memory counts against the one
+        budget while it computes; the least recently used copies the tabs keep make room for it
+        (what is on screen stays)."""
+        if isinstance(plan, RunPlan):
+            self.ledger.reserve(plan.peak_bytes, f"the run being computed ({plan.size_text})", strict=False)
 
     def hold_run(self, shown: Shown) -> None:
         """The run on screen (or its new view) replaces the last one: held, protected and never
         let go while drawn; older holdings make room for it. The model caches are brought up to date."""
+        cells = int(np.size(shown.map.weights))
+        if shown.new_run and cells * 4 < self._cells:
+            self._trim_timer.start()  # a much smaller run replaced a large one: give its memory back
+        self._cells = cells
         self.sync_models(shown)
         if self._run is not None:
             self._run.release()
@@ -112,7 +138,7 @@ class WindowLedger(QObject):
         """Forget a model in a job: a cache's lock may be held by a load for seconds. The doomed
         wait in a list, since a newer job of the channel replaces a queued one."""
         self._doomed.append(fn)
-        self._forget(self._forget_doomed)
+        self._chore(MODELS, self._forget_doomed)
 
     def _forget_doomed(self) -> None:
         while self._doomed:

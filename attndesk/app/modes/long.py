@@ -32,6 +32,7 @@ from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
 from attndesk.core.textfile import read_text_file
 from attndesk.render.colormaps import hatch_rgba
 
+from ..jobs.channels import ZOOM
 from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
 from ..results import Held
 from ..sources.long_source import ZoomTile, zoom_region
@@ -277,7 +278,7 @@ class LongDocumentMode(QObject, ModeBase):
         head, vb = single[0], single[1]
         px = max(16, int(max(vb.width(), vb.height())))
         self._ui.compute.side.submit(
-            "zoom",
+            ZOOM,
             zoom_with_hatch,
             source,
             head,

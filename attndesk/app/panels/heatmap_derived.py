@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 
 from ..jobs.background import Background
+from ..jobs.channels import DERIVED
 from ..sources.heatmap_source import ALIBI_BIAS, WEIGHTS, HeatmapSource
 from ..sources.long_source import source_for_map
 
@@ -38,7 +39,7 @@ class DerivedSources:
         self._ledger, self._budget = ledger, budget
         self.hide_first = self.bias = False
         self._held: Holding | None = None
-        self._derivation = Background(owner)  # a derived source built in a pool thread, newest only
+        self._derivation = Background(owner, DERIVED)  # a derived source built off the GUI thread, newest only
 
     def wanted(self, source: HeatmapSource) -> tuple[bool, bool]:
         """(hide the first key, show the ALiBi bias) as the options ask and the map allows."""

@@ -29,6 +29,7 @@ from attndesk.core.interp.inputs import last_logits, prompt
 from attndesk.core.pretrained import LoadedModel
 from attndesk.jobs import JobContext
 
+from ..jobs.channels import ATTRIBUTION
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
@@ -106,7 +107,7 @@ def attribution_job(
 class AttributionTab(InterpPresenter):
     """Binds the ``AttributionView`` to the state and the compute controller (see the module doc)."""
 
-    CHANNEL = "attribution"
+    CHANNEL = ATTRIBUTION
     WHAT = "an attribution of a target token's logit"
     TAB = ATTRIBUTION_TAB
     AUTO = True

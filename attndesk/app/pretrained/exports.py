@@ -16,6 +16,7 @@ from attndesk.core.pretrained import PretrainedResult
 from attndesk.render.export import ExportError
 
 from ..jobs.background import Background
+from ..jobs.channels import FILES
 from ..status import StatusModel
 from .grid import LayerHeadGrid
 from .painting import export_all_weights, export_painting
@@ -37,7 +38,7 @@ class PretrainedExports:
         parent: Callable[[], QWidget | None],
     ) -> None:
         self._grid, self._run, self._options, self._status, self._parent = grid, run, options, status, parent
-        self._exports = Background(owner)  # File menu exports, written in a pool thread
+        self._exports = Background(owner, FILES)  # File menu exports, written off the GUI thread
 
     def export_grid(self, path: str | Path, size: tuple[int, int] | None = None) -> Path:
         """The layers x heads grid as PNG/SVG/PDF; ExportError says why not."""

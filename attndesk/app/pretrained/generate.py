@@ -27,6 +27,7 @@ from attndesk.core.pretrained import (
 )
 from attndesk.jobs import JobContext
 
+from ..jobs.channels import GENERATE
 from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState, ModeId
@@ -36,7 +37,6 @@ from .interp import image_reason, model_family, model_name
 
 GENERATE_TAB = "generate"
 COMPARE_TAB = "compare"
-CHANNEL = "generate"
 TOP_TOKENS = 10  # bars in the next-token chart
 MAX_NEW_TOKENS = 512  # each step keeps its rows (layers x heads x tokens): a bound on the memory they take
 
@@ -198,7 +198,7 @@ class GenerationTab(QObject):
 
     def _submit(self) -> None:
         self.compute.side.submit(
-            CHANNEL,
+            GENERATE,
             advance,
             self._generator,
             self._origin,
@@ -222,7 +222,7 @@ class GenerationTab(QObject):
         if not self._running:
             return
         self._running, self._remaining = False, 0
-        self.compute.side.cancel(CHANNEL)
+        self.compute.side.cancel(GENERATE)
         self.view.set_busy(False, f"stopped: {self._generated()}")
         self.status.say("generation stopped")
         self.stopped.emit()

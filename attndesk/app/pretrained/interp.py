@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -24,6 +24,7 @@ from attndesk.core.interp.inputs import token_id
 from attndesk.core.pretrained import LoadedModel, load_pretrained, loaded_model, packaged_model_dir, read_spec
 from attndesk.core.pretrained.token_text import id_texts
 from attndesk.jobs import JobContext
+from attndesk.jobs.executor import Channel
 
 from ..jobs.compute import ComputeController
 from ..state import AppState, ModeId
@@ -120,7 +121,7 @@ class InterpPresenter(QObject):
     named in messages), give a view with ``bar`` (a ``RunBar``),
     and implement ``request()`` (None: nothing to run) and ``show_result(result)``."""
 
-    CHANNEL = ""
+    CHANNEL: ClassVar[Channel]
     WHAT = ""
     TAB = ""  # the tab id: with AUTO, the tab computes on its own while it is on screen
     AUTO = False

@@ -14,6 +14,7 @@ from attndesk.core.interp import LogitLens, logit_lens
 from attndesk.core.pretrained import LoadedModel
 from attndesk.jobs import JobContext
 
+from ..jobs.channels import LOGIT_LENS
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
@@ -32,7 +33,7 @@ def logit_lens_job(model: LoadedModel, text: str, target: str | None, k: int, *,
 class LogitLensTab(InterpPresenter):
     """Binds the ``LogitLensView`` to the state and the compute controller (see the module doc)."""
 
-    CHANNEL = "logit-lens"
+    CHANNEL = LOGIT_LENS
     WHAT = "the logit lens"
     TAB = LOGIT_LENS_TAB
     AUTO = True

@@ -54,6 +54,7 @@ from attndesk.core.pretrained import (
 from attndesk.core.types import AttentionMap
 from attndesk.jobs import JobContext, job_context
 
+from ..jobs.channels import GRID, HUB_CACHE
 from ..modes.base import Assembly, ModeBase, ModeChoice, PanelView
 from ..results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from ..sources.long_source import source_for_map
@@ -446,7 +447,7 @@ class PretrainedMode(QObject, ModeBase):
             return
         state = self._ui.state
         self._ui.compute.side.submit(
-            "grid",
+            GRID,
             grid_painting,
             self._run,
             hide_special=state.pretrained.hide_special,
@@ -514,7 +515,7 @@ class PretrainedMode(QObject, ModeBase):
         every cached model); choosing a supported one opens it like a folder."""
         self._local = self.browser.local_models_dialog()
         self._ui.compute.side.submit(
-            "hub-cache", list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
+            HUB_CACHE, list_cached_models, done=self._local.set_models, failed=self._local.show_error, scope=None
         )
         return self._local
 

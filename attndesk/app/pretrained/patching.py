@@ -21,6 +21,7 @@ from attndesk.core.interp.patching import PatchingReport
 from attndesk.core.pretrained import LoadedModel, run_pretrained
 from attndesk.jobs import JobContext
 
+from ..jobs.channels import PATCHING
 from ..jobs.compute import ComputeController
 from ..state import AppState
 from ..status import StatusModel
@@ -28,7 +29,6 @@ from ..views.patching import PART_LABELS, PartHeads, PatchingShown, PatchingView
 from .interp import InterpPresenter, parse_token, token_checker
 
 PATCHING_TAB = "patching"
-CHANNEL = "patching"
 SITES = ("head", "resid")
 EXAMPLE = (
     "When Mary and John went to the store, John gave a drink to",
@@ -138,7 +138,7 @@ def _masked(run, part: str) -> np.ndarray | None:
 class PatchingTab(InterpPresenter):
     """Binds the ``PatchingView`` to the compute controller (see the module docstring)."""
 
-    CHANNEL = CHANNEL
+    CHANNEL = PATCHING
     WHAT = "activation patching (a logit metric)"
 
     def __init__(

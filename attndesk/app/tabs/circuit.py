@@ -35,9 +35,11 @@ from attndesk.core.interp.composition import MODES
 from attndesk.core.interp.edges import prepare
 from attndesk.core.pretrained import load_pretrained, run_pretrained
 from attndesk.jobs import JobContext
+from attndesk.jobs.executor import Channel
 from attndesk.render.export import atomic_write, render_bytes
 from attndesk.train.presets import list_presets, load_preset
 
+from ..jobs.channels import CIRCUIT, CIRCUIT_HEAD, CIRCUIT_TERMS
 from ..jobs.compute import ComputeController
 from ..pretrained.interp import InterpPresenter, family_reason, parse_token
 from ..state import HEATMAPS_TAB, AppState, Part
@@ -45,9 +47,6 @@ from ..status import StatusModel
 from ..views.circuit import CircuitShown, CircuitView
 
 CIRCUIT_TAB = "circuit"
-CHANNEL = "circuit"
-TERMS_CHANNEL = "circuit-terms"
-HEAD_CHANNEL = "circuit-head"
 LIVE_SIZES = 200  # every circuit size up to this many edges; above, the curve's geometric sizes
 TOY_EXAMPLE = ("3 7 2 9 5 3 7 2 9", "3 7 2 9 6 3 7 2 9", "5", "6")
 PRETRAINED_EXAMPLE = (
@@ -202,7 +201,7 @@ def weight_view(model, layer: int, head: int) -> dict:
 class CircuitTab(InterpPresenter):
     """Binds the ``CircuitView`` to the side jobs (see the module docstring)."""
 
-    CHANNEL = CHANNEL
+    CHANNEL = CIRCUIT
     WHAT = "circuit discovery (a logit metric)"
 
     def __init__(
@@ -214,9 +213,9 @@ class CircuitTab(InterpPresenter):
         parent: QObject | None = None,
     ) -> None:
         super().__init__(state, compute, status, view, parent)
-        self._side_tags: dict[str, int] = {}
+        self._side_tags: dict[Channel, int] = {}
         # one callable per side channel (the side jobs tell one requester from another by it)
-        self._side_busy = {channel: partial(self._side_shown, channel) for channel in (TERMS_CHANNEL, HEAD_CHANNEL)}
+        self._side_busy = {channel: partial(self._side_shown, channel) for channel in (CIRCUIT_TERMS, CIRCUIT_HEAD)}
         self._examples()
         view.decomposeRequested.connect(self.decompose)
         view.headPicked.connect(self.pick_head)
@@ -266,7 +265,7 @@ class CircuitTab(InterpPresenter):
         )
         self._submit(self.CHANNEL, circuit_job, args, "scoring every edge", self._done, self._failed)
 
-    def _submit(self, channel: str, fn, args: tuple, message: str, done, failed) -> None:
+    def _submit(self, channel: Channel, fn, args: tuple, message: str, done, failed) -> None:
         """The edge job drives the bar (``_tag``, Cancel, Esc); a head's map and a decomposition
         run on channels of their own, each with its own tag, and say where they answer. The side
         jobs clear each tag however its job ends (``busy``)."""
@@ -293,7 +292,7 @@ class CircuitTab(InterpPresenter):
             busy=busy,
         )
 
-    def _side_shown(self, channel: str, busy: bool) -> None:
+    def _side_shown(self, channel: Channel, busy: bool) -> None:
         if not busy:
             self._side_tags[channel] = 0
 
@@ -306,12 +305,12 @@ class CircuitTab(InterpPresenter):
     def pick_head(self, layer: int, head: int) -> None:
         """The clicked head's attention on the clean input, for picking a cell (a side job)."""
         args = (self.source(), self.view.cleanEdit.text(), self.view.part, layer, head)
-        self._side_tags[TERMS_CHANNEL] = 0  # a decomposition of the previous head is not shown
+        self._side_tags[CIRCUIT_TERMS] = 0  # a decomposition of the previous head is not shown
         self.view.set_terms("reading the head's attention…")
-        self._submit(HEAD_CHANNEL, head_job, args, "", self._head_done, self._side_failed(HEAD_CHANNEL))
+        self._submit(CIRCUIT_HEAD, head_job, args, "", self._head_done, self._side_failed(CIRCUIT_HEAD))
 
     def _head_done(self, tag: int, result) -> None:
-        if self._side_tags.get(HEAD_CHANNEL) != tag:
+        if self._side_tags.get(CIRCUIT_HEAD) != tag:
             return
         self.view.set_head_map(*result)
 
@@ -320,14 +319,14 @@ class CircuitTab(InterpPresenter):
         text, budget = self.view.cleanEdit.text(), self.state.config.budget_bytes
         args = (self.source(), text, self.view.part, layer, head, query, key, budget)
         self.view.set_terms("decomposing…")
-        self._submit(TERMS_CHANNEL, terms_job, args, "", self._terms_done, self._side_failed(TERMS_CHANNEL))
+        self._submit(CIRCUIT_TERMS, terms_job, args, "", self._terms_done, self._side_failed(CIRCUIT_TERMS))
 
     def _terms_done(self, tag: int, result) -> None:
-        if self._side_tags.get(TERMS_CHANNEL) != tag:
+        if self._side_tags.get(CIRCUIT_TERMS) != tag:
             return
         self.view.set_terms(result)
 
-    def _side_failed(self, channel: str):
+    def _side_failed(self, channel: Channel):
         def failed(tag: int, message: str) -> None:
             if self._side_tags.get(channel) != tag:
                 return

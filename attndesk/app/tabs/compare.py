@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, Signal
 from attndesk.core.compare import TeachingComparison, teaching_comparison
 from attndesk.session.ledger import LedgerError
 
+from ..jobs.channels import COMPARE, TEACHING
 from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
@@ -59,12 +60,12 @@ class CompareTab(TabPresenter):
         return []
 
     def release(self) -> None:
-        self.compute.side.cancel("compare")
+        self.compute.side.cancel(COMPARE)
         self.view.release()
 
     def _on_published(self, shown: Shown) -> None:
         if shown.new_run:
-            self.compute.side.cancel("teaching")  # a pair for the old settings would confuse
+            self.compute.side.cancel(TEACHING)  # a pair for the old settings would confuse
         super()._on_published(shown)
 
     def _follow_head(self, target) -> None:
@@ -76,7 +77,7 @@ class CompareTab(TabPresenter):
         """A, B and B − A of a large pair (a mean over heads, the difference, three images); B − A
         is held to the memory budget as it is now (A and B may come from runs under a larger one)."""
         self.compute.side.submit(
-            "compare", compare_frame, request, done=self.view.show_frame, failed=self._frame_failed, scope=None
+            COMPARE, compare_frame, request, done=self.view.show_frame, failed=self._frame_failed, scope=None
         )
 
     def _frame_failed(self, message: str) -> None:
@@ -93,7 +94,7 @@ class CompareTab(TabPresenter):
             return
         self.view.show_message(f"running the comparison “{kind}” in the background…")
         self.compute.side.submit(
-            "teaching",
+            TEACHING,
             teaching_comparison,
             kind,
             config,

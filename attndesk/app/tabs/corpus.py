@@ -31,6 +31,7 @@ from attndesk.render.page import PageTooLarge, write_document
 from attndesk.render.page_corpus import corpus_page_data
 from attndesk.resources import CORPUS_SAMPLE
 
+from ..jobs.channels import CORPUS, CORPUS_QUERY
 from ..jobs.compute import ComputeController
 from ..menus import MenuRegistry
 from ..pretrained.interp import model_family
@@ -233,7 +234,7 @@ class CorpusTab(TabPresenter):
         view.set_running(True)
         view.show_progress(0.0, "starting: loading the model…")
         self.compute.side.submit(
-            "corpus",
+            CORPUS,
             run_pass,
             data or None,
             out,
@@ -254,7 +255,7 @@ class CorpusTab(TabPresenter):
 
     def is_running(self) -> bool:
         """From Start until its answer reached this tab (the job itself may have ended a moment before)."""
-        return self._cancel is not None or self.compute.side.is_busy("corpus")
+        return self._cancel is not None or self.compute.side.is_busy(CORPUS)
 
     def _pass_done(self, outcome: PassOutcome) -> None:
         self._cancel = None
@@ -282,7 +283,7 @@ class CorpusTab(TabPresenter):
     def open_store(self, path) -> None:
         """Open a finished store (File > Open corpus store…, or a pass that just ended)."""
         self.compute.side.submit(
-            "corpus-query",
+            CORPUS_QUERY,
             open_store,
             str(path),
             scope=None,
@@ -294,7 +295,7 @@ class CorpusTab(TabPresenter):
         old = self.store
         self._stores[:] = [store]
         if old is not None:
-            self.compute.side.submit("corpus-query", old.close, scope=None, done=lambda _r: None)
+            self.compute.side.submit(CORPUS_QUERY, old.close, scope=None, done=lambda _r: None)
         model = store.manifest.get("model", {}).get("name", "?")
         texts = store.manifest.get("data", {}).get("texts", 0)
         self.view.show_error("")
@@ -325,7 +326,7 @@ class CorpusTab(TabPresenter):
         if self.store is None:
             return
         self.compute.side.submit(
-            "corpus-query",
+            CORPUS_QUERY,
             write_store_page,
             self.store,
             str(path),
@@ -344,7 +345,7 @@ class CorpusTab(TabPresenter):
         if self.store is None or self._head is None:
             return
         self.compute.side.submit(
-            "corpus-query",
+            CORPUS_QUERY,
             head_detail,
             self.store,
             *self._head,
@@ -361,7 +362,7 @@ class CorpusTab(TabPresenter):
             return
         head = self._head
         self.compute.side.submit(
-            "corpus-query",
+            CORPUS_QUERY,
             text_of,
             self.store,
             int(text_id),

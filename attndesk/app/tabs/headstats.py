@@ -8,6 +8,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.statistics import head_statistics, layer_statistics
 
+from ..jobs.channels import STATISTICS
 from ..jobs.compute import ComputeController
 from ..pretrained.parts import CROSS_STATS_NOTE, part_weights
 from ..results import Shown
@@ -54,7 +55,7 @@ class HeadStatsTab(TabPresenter):
             return
         self.view.show_message(message)
         self.compute.side.submit(
-            "statistics",
+            STATISTICS,
             statistics_job,
             weights,
             special,

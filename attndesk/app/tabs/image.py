@@ -33,6 +33,7 @@ from attndesk.core.types import head_name
 from attndesk.jobs import JobContext
 from attndesk.render.overlays import blend, head_overlays, paint_overlays
 
+from ..jobs.channels import IMAGE_MAP, IMAGE_OPEN, IMAGE_OVERLAYS
 from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import IMAGE_TAB, AppState
@@ -202,7 +203,7 @@ class ImageTab(TabPresenter):
             )
             return
         self.compute.side.submit(
-            "image-open",
+            IMAGE_OPEN,
             read_image,
             path,
             done=lambda _image: self._opened(path),
@@ -279,7 +280,7 @@ class ImageTab(TabPresenter):
         layer = max(0, min(int(self.state.pretrained.layer), len(run.weights) - 1))
         self.view.set_heads(run.weights.shape[1], layer)
         self.compute.side.submit(
-            "image-overlays",
+            IMAGE_OVERLAYS,
             overlay_pictures,
             run,
             layer,
@@ -324,7 +325,7 @@ class ImageTab(TabPresenter):
         self._map_query = "the mean of the patches" if self._query is None else run.tokens[self._query]
         self.view.set_map_progress(0.0, "computing…")
         self.compute.side.submit(
-            "image-map",
+            IMAGE_MAP,
             image_map,
             self.state.mode.path,
             image,
@@ -339,7 +340,7 @@ class ImageTab(TabPresenter):
         )
 
     def cancel_map(self) -> None:
-        self.compute.side.cancel("image-map")  # the map's controls go idle (set_map_busy)
+        self.compute.side.cancel(IMAGE_MAP)  # the map's controls go idle (set_map_busy)
         self.view.mapStatus.setText("cancelled")
 
     def _show_map(self, answer) -> None:
@@ -365,7 +366,7 @@ class ImageTab(TabPresenter):
         self.view.mapStatus.setText(message)
 
     def release(self) -> None:
-        self.compute.side.cancel("image-overlays")
+        self.compute.side.cancel(IMAGE_OVERLAYS)
         self._pictures = None
         self.view.canvas.set_picture(None, (0, 0), None)
         self.view.set_heads_picture(None)

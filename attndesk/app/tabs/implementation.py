@@ -7,6 +7,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import ImplementationComparison, compare_implementations
 
+from ..jobs.channels import IMPLEMENTATIONS
 from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..views.implementation import ImplementationPanel
@@ -33,7 +34,7 @@ class ImplementationTab(QObject):
         self.panel.set_result(
             toy.result if toy is not None else None, toy.text if toy is not None else None, toy=not trained
         )
-        if self.compute.side.is_busy("implementations"):
+        if self.compute.side.is_busy(IMPLEMENTATIONS):
             self.panel.set_busy(True)
 
     def _run(self, config, text: str) -> None:
@@ -42,7 +43,7 @@ class ImplementationTab(QObject):
         )
         self.started.emit()
         self.compute.side.submit(
-            "implementations",
+            IMPLEMENTATIONS,
             implementation_job,
             config,
             text,

@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject
 from attndesk.kvcache.lab import corpus_curves, lab_run, lab_sweep
 from attndesk.train.presets import list_presets
 
+from ..jobs.channels import KVLAB
 from ..jobs.compute import ComputeController
 from ..pretrained.interp import model_family, model_name
 from ..results import Shown
@@ -18,7 +19,6 @@ from ..views.kvlab import ORACLE, KVLabView
 from .base import TabPresenter
 
 KVLAB_TAB = "kvcache"
-CHANNEL = "kvlab"
 LAB_PRESETS = ("needle", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
 
 
@@ -60,7 +60,7 @@ class KVLabTab(TabPresenter):
         view = self.view
         view.bar.set_message(f"running {view.policy()} at budget {view.budgetSpin.value()}…")
         self.compute.side.submit(
-            CHANNEL,
+            KVLAB,
             lab_run,
             view.source(),
             view.textEdit.text(),
@@ -80,7 +80,7 @@ class KVLabTab(TabPresenter):
         policies = list(dict.fromkeys([view.policy(), ORACLE]))
         view.bar.set_message(f"sweeping {' and '.join(policies)} over 10 budgets…")
         self.compute.side.submit(
-            CHANNEL,
+            KVLAB,
             lab_sweep,
             view.source(),
             view.textEdit.text(),
@@ -98,7 +98,7 @@ class KVLabTab(TabPresenter):
         """The curves of the sweep store ``path`` (a folder) over its texts."""
         self.view.bar.set_message(f"reading {path}…")
         self.compute.side.submit(
-            CHANNEL,
+            KVLAB,
             corpus_curves,
             path,
             done=self._opened,
@@ -108,7 +108,7 @@ class KVLabTab(TabPresenter):
         )
 
     def cancel(self) -> None:
-        self.compute.side.cancel(CHANNEL)  # the bar goes idle (_show_busy)
+        self.compute.side.cancel(KVLAB)  # the bar goes idle (_show_busy)
         self.view.bar.set_message("cancelled")
 
     def _on_escape(self) -> None:

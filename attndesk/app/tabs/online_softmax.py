@@ -18,6 +18,7 @@ from attndesk.core.online_softmax import fitting_block, head_attention, online_s
 from attndesk.core.pipeline import ProjectedText, project_text
 from attndesk.core.types import head_name
 
+from ..jobs.channels import ONLINE, ONLINE_STEP
 from ..jobs.compute import ComputeController
 from ..results import Shown, ToyRun
 from ..state import AppState
@@ -144,7 +145,7 @@ class OnlineSoftmaxTab(TabPresenter):
         self._walk(self.view.head(), self.view.block())
 
     def release(self) -> None:
-        for channel in ("online", "online-step"):
+        for channel in (ONLINE, ONLINE_STEP):
             self.compute.side.cancel(channel)
         self._toy, self._projected = None, None
         self.view.clear()
@@ -158,7 +159,7 @@ class OnlineSoftmaxTab(TabPresenter):
         size = "blocks sized for this run" if block == AUTO else f"blocks of {block} key(s)"
         self.view.show_message(f"walking {head_name(None, head)} in {size} in the background…")
         self.compute.side.submit(
-            "online",
+            ONLINE,
             walk_job,
             self._toy.result.config,
             self._toy,
@@ -183,7 +184,7 @@ class OnlineSoftmaxTab(TabPresenter):
         self.failed.emit(message)
 
     def _run_step(self, shown: WalkShown, step: int) -> None:
-        self.compute.side.submit("online-step", step_job, shown, step, done=self.view.show_step_frame, scope="run")
+        self.compute.side.submit(ONLINE_STEP, step_job, shown, step, done=self.view.show_step_frame, scope="run")
 
     def _follow_head(self, target) -> None:
         if isinstance(target, int):

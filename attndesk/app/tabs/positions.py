@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer
 
+from ..jobs.channels import POSITIONS
 from ..jobs.compute import ComputeController
 from ..results import Shown
 from ..state import AppState
@@ -79,7 +80,7 @@ class PositionsTab(TabPresenter):
             return
         self.view.show_message(f"computing the tables of {size.length:,} positions × {size.dim} dims…")
         self.compute.side.submit(
-            "positions",
+            POSITIONS,
             tables,
             size.length,
             size.dim,

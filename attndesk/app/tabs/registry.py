@@ -7,7 +7,7 @@ title and tooltip, a factory for its view, a factory for its presenter (called w
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
 "decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
 the tab does not apply to the model or mode on screen (the sentence saying why and the action that
-makes it apply), or ``None``. The window then shows that empty state (``views/empty_state.py``) in
+makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``views/empty_state.py``) in
 place of the view; no view greys its own form for it.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
@@ -26,7 +26,38 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from attndesk.app.named import named
+from attndesk.jobs.executor import Channel
 
+from ..jobs.channels import (
+    ATTRIBUTION,
+    CHECKPOINTS,
+    CIRCUIT,
+    CIRCUIT_HEAD,
+    CIRCUIT_TERMS,
+    COMPARE,
+    CORPUS,
+    CORPUS_QUERY,
+    DERIVED,
+    FLOW,
+    GENERATE,
+    GRID,
+    IMAGE_MAP,
+    IMAGE_OPEN,
+    IMAGE_OVERLAYS,
+    IMPLEMENTATIONS,
+    KVLAB,
+    LOGIT_LENS,
+    ONLINE,
+    ONLINE_STEP,
+    PATCHING,
+    POSITIONS,
+    PRETRAINED_STAGES,
+    ROLLOUT,
+    STAGES,
+    STATISTICS,
+    TEACHING,
+    TRAIN,
+)
 from ..panels.heatmaps import HeatmapPanel
 from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
@@ -121,6 +152,7 @@ class TabSpec:
     unavailable: Callable[[AppState], EmptyState | None] | None = None
     reveal: str = ""  # a presenter signal that brings the tab to the front when emitted
     scroll: bool = False  # a large form: it scrolls inside its page rather than set the window's minimum size
+    channels: tuple[Channel, ...] = ()  # its background jobs' channels (declared in jobs/channels.py)
 
     def serves(self, mode_kind: str, model_kind: str | None) -> bool:
         """Whether the tab is shown for this mode kind and (pretrained) model family."""
@@ -177,7 +209,7 @@ def _grid_page() -> QWidget:
 
 
 TABS: tuple[TabSpec, ...] = (
-    TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel),
+    TabSpec(HEATMAPS_TAB, "Heatmaps", "every head's attention weights", HeatmapPanel, channels=(DERIVED,)),
     TabSpec(
         IMAGE_TAB,
         "Image",
@@ -187,6 +219,7 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         model_kinds=frozenset({"vision"}),
         scroll=True,
+        channels=(IMAGE_OPEN, IMAGE_OVERLAYS, IMAGE_MAP),
     ),
     TabSpec(
         STEP_THROUGH_TAB,
@@ -195,6 +228,7 @@ TABS: tuple[TabSpec, ...] = (
         StepThroughView,
         _presenter(StepThroughTab),
         unavailable=_text_only("the step-through"),
+        channels=(STAGES, PRETRAINED_STAGES),
     ),
     TabSpec(
         "positions",
@@ -202,6 +236,7 @@ TABS: tuple[TabSpec, ...] = (
         "the sinusoidal positional encoding, and RoPE's score by relative offset",
         PositionalView,
         _presenter(PositionsTab),
+        channels=(POSITIONS,),
     ),
     TabSpec(
         "head-stats",
@@ -209,8 +244,16 @@ TABS: tuple[TabSpec, ...] = (
         "entropy, distance and where each head looks",
         HeadStatsView,
         _presenter(HeadStatsTab),
+        channels=(STATISTICS,),
     ),
-    TabSpec(COMPARE_TAB, "Compare", "pin a result, change anything, see B − A", CompareView, _presenter(CompareTab)),
+    TabSpec(
+        COMPARE_TAB,
+        "Compare",
+        "pin a result, change anything, see B − A",
+        CompareView,
+        _presenter(CompareTab),
+        channels=(COMPARE, TEACHING),
+    ),
     TabSpec(
         "rollout",
         "Rollout",
@@ -218,6 +261,7 @@ TABS: tuple[TabSpec, ...] = (
         RolloutView,
         _presenter(RolloutTab),
         unavailable=lambda state: empty(TOY_MESSAGE if state.mode.kind == TOY else None, OPEN_PACKAGED),
+        channels=(ROLLOUT, FLOW),
     ),
     TabSpec(
         ONLINE_SOFTMAX_TAB,
@@ -226,6 +270,7 @@ TABS: tuple[TabSpec, ...] = (
         OnlineSoftmaxView,
         _presenter(OnlineSoftmaxTab),
         unavailable=lambda state: empty(TOY_ONLY if state.mode.kind == PRETRAINED else None, SWITCH_TO_TOY),
+        channels=(ONLINE, ONLINE_STEP),
     ),
     TabSpec(
         CORPUS_TAB,
@@ -235,6 +280,7 @@ TABS: tuple[TabSpec, ...] = (
         CorpusView,
         _corpus,
         scroll=True,
+        channels=(CORPUS, CORPUS_QUERY),
     ),
     TabSpec(
         TRAIN_TAB,
@@ -244,6 +290,7 @@ TABS: tuple[TabSpec, ...] = (
         _train,
         reveal="opened",
         scroll=True,
+        channels=(TRAIN, CHECKPOINTS),
     ),
     TabSpec(
         KVLAB_TAB,
@@ -254,6 +301,7 @@ TABS: tuple[TabSpec, ...] = (
         _presenter(KVLabTab),
         model_kinds=frozenset({"decoder"}),
         scroll=True,
+        channels=(KVLAB,),
     ),
     TabSpec(
         GRID_TAB,
@@ -261,6 +309,7 @@ TABS: tuple[TabSpec, ...] = (
         "pretrained mode: every layer x head; click one to open it",
         _grid_page,
         modes=frozenset({PRETRAINED}),
+        channels=(GRID,),
     ),
     TabSpec(
         GENERATE_TAB,
@@ -270,6 +319,7 @@ TABS: tuple[TabSpec, ...] = (
         _generation,
         modes=frozenset({PRETRAINED}),
         unavailable=lambda state: empty(generation_off(state.mode), OPEN_MODEL),
+        channels=(GENERATE,),
     ),
     TabSpec(
         PATCHING_TAB,
@@ -281,6 +331,7 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(PatchingTab),
         scroll=True,
+        channels=(PATCHING,),
     ),
     TabSpec(
         ATTRIBUTION_TAB,
@@ -291,6 +342,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(AttributionTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(AttributionTab),
+        channels=(ATTRIBUTION,),
     ),
     TabSpec(
         LOGIT_LENS_TAB,
@@ -300,6 +352,7 @@ TABS: tuple[TabSpec, ...] = (
         _interp(LogitLensTab),
         modes=frozenset({PRETRAINED}),
         unavailable=_next_token(LogitLensTab),
+        channels=(LOGIT_LENS,),
     ),
     TabSpec(
         CIRCUIT_TAB,
@@ -313,6 +366,7 @@ TABS: tuple[TabSpec, ...] = (
             empty(family_reason(state.mode, CircuitTab.WHAT), OPEN_MODEL) if state.mode.kind == PRETRAINED else None
         ),
         scroll=True,
+        channels=(CIRCUIT, CIRCUIT_TERMS, CIRCUIT_HEAD),
     ),
 )
 
@@ -325,6 +379,7 @@ DOCK_TABS: tuple[TabSpec, ...] = (
         ImplementationPanel,
         lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view),
         reveal="started",
+        channels=(IMPLEMENTATIONS,),
     ),
 )
 

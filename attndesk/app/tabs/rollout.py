@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from attndesk.jobs import JobContext
 
+from ..jobs.channels import FLOW, ROLLOUT
 from ..jobs.compute import ComputeController
 from ..pretrained.parts import NO_CROSS_ROLLOUT, part_weights
 from ..results import Shown
@@ -64,7 +65,7 @@ class RolloutTab(TabPresenter):
 
     def _trace(self, request: tuple) -> None:
         """Rollout and follow-a-token of a real model's run (layers x L x L products): a side job."""
-        self.compute.side.submit("rollout", trace, request, done=self.view.show_trace, scope=None)
+        self.compute.side.submit(ROLLOUT, trace, request, done=self.view.show_trace, scope=None)
 
     def _flow(self, request: tuple) -> None:
         """The attention flow (L x L maximum-flow problems): a side job with progress; a newer
@@ -75,7 +76,7 @@ class RolloutTab(TabPresenter):
             self._flowProgressed.emit(job, float(fraction), str(message))
 
         self.compute.side.submit(
-            "flow",
+            FLOW,
             flow_job,
             request,
             progress=progress,
@@ -104,7 +105,7 @@ class RolloutTab(TabPresenter):
         if not self._flow_job:
             return
         self._flow_job = 0
-        self.compute.side.cancel("flow")
+        self.compute.side.cancel(FLOW)
         if self.view.flow_request() is not None:
             self.view.flow_stopped(message)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
+from ..jobs.channels import PRETRAINED_STAGES, STAGES
 from ..jobs.compute import ComputeController
 from ..pretrained.steps import stage_run
 from ..results import Shown
@@ -84,7 +85,7 @@ class StepThroughTab(TabPresenter):
         target = state.target_text if run.family == "encoder-decoder" and state.target_text.strip() else None
         self.view.show_message(f"running {run.model_name} again, keeping layer {shown.layer}'s stages…")
         self.compute.side.submit(
-            "pretrained-stages",
+            PRETRAINED_STAGES,
             stage_run,
             shown.mode.path,
             state.text,
@@ -100,14 +101,14 @@ class StepThroughTab(TabPresenter):
         )
 
     def release(self) -> None:
-        self.compute.side.cancel("pretrained-stages")
-        self.compute.side.cancel("stages")
+        self.compute.side.cancel(PRETRAINED_STAGES)
+        self.compute.side.cancel(STAGES)
         self.view.show_message("")  # every stage of the old run (about four times its weights) is dropped
 
     def _prepare(self, result, head: int) -> None:
         """The stage images of one head, made by a side job (ten matrices of up to L x L)."""
         self.compute.side.submit(
-            "stages",
+            STAGES,
             stage_images,
             result,
             head,

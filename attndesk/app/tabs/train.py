@@ -10,7 +10,7 @@ Pause and Stop are the trainer's own events, checked between steps; closing the 
 the job, which the stop check sees too (paused or not), so no step is cut in half and no thread
 is left. A non-finite loss ends the run with the last good weights and says so. The timeline
 slider scrubs the kept checkpoints: the attention of the checkpoint's weights on the probe input
-is computed in the thread pool (``Background``) from the checkpoint's own copy of the weights,
+is computed off the GUI thread (``Background``) from the checkpoint's own copy of the weights,
 so scrubbing works while the run goes on.
 """
 
@@ -46,12 +46,12 @@ from attndesk.train.trainer import _EVAL_SEED_OFFSET as EVAL_SEED_OFFSET
 from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ..jobs.background import Background
+from ..jobs.channels import CHECKPOINTS, TRAIN
 from ..jobs.compute import SideJobs
 from ..state import HEATMAPS_TAB, TOY
 from ..views.train import TrainView
 
 TRAIN_TAB = "train"
-CHANNEL = "train"
 DRAW_INTERVAL_MS = 250  # the window draws the run at most this often
 PROBE_EVERY_MS = 300  # the trainer's probe snapshots (a forward pass on one sequence)
 PHASE_JUMP = 0.2  # a rise of the best head's pattern score between two evaluations this large is a phase change
@@ -97,7 +97,7 @@ class Gathered:
 
 
 def warm_optimiser() -> int:
-    """Build and drop a one-parameter AdamW (thread pool, when the tab is first shown): torch's
+    """Build and drop a one-parameter AdamW (off the GUI thread, when the tab is first shown): torch's
     optimiser imports ``torch._dynamo`` on first use, ~200 modules and ~1 s of CPU, which the
     first Start would otherwise wait for. Returns the id of the thread that paid it."""
     torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
@@ -174,7 +174,7 @@ class TrainTab(QObject):
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
     opened = Signal(object)  # a saved run is on screen (its TrainRun)
-    warmed = Signal()  # the optimiser's first-use imports are done (in the thread pool)
+    warmed = Signal()  # the optimiser's first-use imports are done (off the GUI thread)
 
     def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -190,8 +190,8 @@ class TrainTab(QObject):
         self._scores_drawn: np.ndarray | None = None
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._draw)
-        self._scrub = Background(self)
-        self._open = Background(self)
+        self._scrub = Background(self, CHECKPOINTS)
+        self._open = Background(self, CHECKPOINTS)
         view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
         view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
         view.openRequested.connect(self.open_dialog)
@@ -201,8 +201,8 @@ class TrainTab(QObject):
         self.preset = False  # the run on screen is a shipped preset, unchanged
         # (name, run, preset) -> the toy mode shows that run's weights (the window's factory sets it)
         self.views_opener: Callable[[str, TrainRun, bool], None] | None = None
-        self._save = Background(self)
-        self._warm = Background(self)
+        self._save = Background(self, CHECKPOINTS)
+        self._warm = Background(self, CHECKPOINTS)
         self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
         view.installEventFilter(self)
         view.startRequested.connect(self.start)
@@ -274,7 +274,7 @@ class TrainTab(QObject):
         self._set_phase("running")
         self.view.show_message(f"training {cfg.task}: {cfg.layers} layer(s) x {cfg.heads} heads, {cfg.steps:,} steps")
         self.side.submit(
-            CHANNEL,
+            TRAIN,
             train_job,
             cfg,
             self._pause,
@@ -314,7 +314,7 @@ class TrainTab(QObject):
         self._stop.set()
         self._pause.clear()
         self._timer.stop()
-        self.side.cancel(CHANNEL)
+        self.side.cancel(TRAIN)
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -361,7 +361,7 @@ class TrainTab(QObject):
             self.open(folder, lambda: load_run(folder))
 
     def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
-        """Show a saved run (``load()`` runs in the thread pool): curves from its history, its
+        """Show a saved run (``load()`` runs off the GUI thread): curves from its history, its
         scores, its attention on the probe input, its checkpoints on the timeline."""
         if self.phase != "idle":
             self.view.show_message("stop the training run first", error=True)
@@ -413,7 +413,7 @@ class TrainTab(QObject):
             self.save(folder)
 
     def save(self, folder: str) -> None:
-        """Write the run on screen into ``folder`` (all or nothing) in the thread pool."""
+        """Write the run on screen into ``folder`` (all or nothing) off the GUI thread."""
         run = self.run
         if run is None or self.phase != "idle":
             return
@@ -502,7 +502,7 @@ class TrainTab(QObject):
         self.scrub_to(steps[min(index, len(steps) - 1)])
 
     def scrub_to(self, step: int) -> None:
-        """Show the checkpoint at ``step`` (computed in the thread pool; ``scrubbed`` when drawn)."""
+        """Show the checkpoint at ``step`` (computed off the GUI thread; ``scrubbed`` when drawn)."""
         run = self.run
         if run is None:  # nothing on screen to scrub (the timeline asks only once a run is shown)
             return

@@ -34,6 +34,7 @@ from attndesk.render import ExportError, HeatmapFigure, export_figure, export_we
 from attndesk.render.colormaps import hatch_rgba
 
 from ..jobs.background import Background
+from ..jobs.channels import FILES
 from ..panels.token_axis import TokenAxis
 from .plot_axes import without_si_prefix
 
@@ -288,7 +289,7 @@ class MatrixPlot(QWidget):
         self.exportButton.setText("⤓")
         self.exportButton.setToolTip("Export this matrix: PNG/SVG/PDF figure or NPY/CSV numbers")
         self.exportButton.clicked.connect(self._on_export_clicked)
-        self._background = Background(self)
+        self._background = Background(self, FILES)
         self.message = _message_label()
 
         # The plot (a pyqtgraph PlotWidget, the costly part) is built when this widget is first shown

@@ -1,5 +1,6 @@
-"""Side jobs take turns (app/jobs/turns.py): one computes at a time, a waiting job can be cancelled,
-the main run and the unturned channels never wait."""
+"""Side jobs take turns on the one executor (attndesk/jobs/executor.py): one computes at a time and a
+waiting one holds no thread, a waiting job can be cancelled, the main run and the channels declared
+``takes_turn=False`` never wait."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import time
 import pytest
 from PySide6.QtCore import QObject
 
-from attndesk.app.jobs.compute import UNTURNED, SideJobs
-from attndesk.app.jobs.turns import Turns, side_turns
+from attndesk.app.jobs.channels import COMPARE, CORPUS, CORPUS_QUERY, MEMORY, PRESENT, STATISTICS, TEACHING
+from attndesk.app.jobs.compute import SideJobs
 from attndesk.app.jobs.worker import JobRunner, running_threads
-from attndesk.core.errors import Cancelled
 from attndesk.jobs import JobContext
+from attndesk.jobs.executor import executor
 
 
 class Overlap:
@@ -41,28 +42,6 @@ class Overlap:
                 self.now -= 1
 
 
-def test_one_turn_at_a_time_and_a_waiting_job_leaves_when_cancelled():
-    turns, order, ctx = Turns(), [], JobContext()
-    with turns.turn():
-
-        def wait_then_run():
-            try:
-                with turns.turn(ctx):
-                    order.append("ran")
-            except Cancelled:
-                order.append("cancelled")
-
-        waiter = threading.Thread(target=wait_then_run)
-        waiter.start()
-        time.sleep(0.2)
-        assert turns.busy() and turns.waiting() == 1 and order == []
-        ctx.cancel()
-        waiter.join(2)
-    assert order == ["cancelled"] and turns.waiting() == 0 and not turns.busy()
-    done = turns.wrap(lambda: 42)
-    assert done() == 42 and not turns.busy()
-
-
 class Controller(QObject):
     """What SideJobs asks of its controller: generation numbers and the ids on screen."""
 
@@ -85,22 +64,23 @@ def side(qapp):
 
 def test_side_channels_compute_one_at_a_time(qtbot, side):
     overlap, answers = Overlap(), []
-    for name in ("statistics", "teaching", "compare"):
-        side.submit(name, overlap.job, done=answers.append, scope=None)
-    qtbot.waitUntil(lambda: overlap.now == 1 and side_turns().waiting() == 2, timeout=5000)
+    for channel in (STATISTICS, TEACHING, COMPARE):
+        side.submit(channel, overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: overlap.now == 1 and executor().waiting() == 2, timeout=5000)
     time.sleep(0.2)
-    assert overlap.most == 1  # the other two wait their turn
+    assert overlap.most == 1  # the other two wait their turn...
+    assert len(running_threads()) == 1  # ...and hold no thread while they wait
     overlap.release.set()
     qtbot.waitUntil(lambda: len(answers) == 3, timeout=5000)
     assert overlap.most == 1 and answers == ["done"] * 3
 
 
 def test_unturned_channels_and_the_main_run_do_not_wait(qtbot, side, qapp):
-    assert {"present", "memory"} <= UNTURNED
+    assert not PRESENT.takes_turn and not MEMORY.takes_turn
     overlap, answers = Overlap(), []
-    side.submit("statistics", overlap.job, done=answers.append, scope=None)
-    qtbot.waitUntil(lambda: side_turns().busy(), timeout=5000)
-    side.submit("present", overlap.job, done=answers.append, scope=None)
+    side.submit(STATISTICS, overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: executor().turn_busy(), timeout=5000)
+    side.submit(PRESENT, overlap.job, done=answers.append, scope=None)
     main = JobRunner()
     try:
         main.submit(1, overlap.job)
@@ -114,20 +94,20 @@ def test_unturned_channels_and_the_main_run_do_not_wait(qtbot, side, qapp):
 @pytest.mark.perf
 def test_a_job_waiting_for_its_turn_is_cancelled_and_shut_down_at_once(qtbot, side):
     overlap, answers = Overlap(), []
-    side.submit("statistics", overlap.job, done=answers.append, scope=None)
+    side.submit(STATISTICS, overlap.job, done=answers.append, scope=None)
     qtbot.waitUntil(lambda: overlap.now == 1, timeout=5000)
-    side.submit("teaching", overlap.job, done=answers.append, scope=None)
-    qtbot.waitUntil(lambda: side_turns().waiting() == 1, timeout=5000)
-    side.cancel("teaching")
-    qtbot.waitUntil(lambda: side_turns().waiting() == 0, timeout=2000)
+    side.submit(TEACHING, overlap.job, done=answers.append, scope=None)
+    qtbot.waitUntil(lambda: executor().waiting() == 1, timeout=5000)
+    side.cancel(TEACHING)
+    qtbot.waitUntil(lambda: executor().waiting() == 0, timeout=2000)
     start = time.monotonic()
     side.shutdown()  # cancels the running one too, and joins both threads
     assert time.monotonic() - start < 2 and running_threads() == [] and answers == []
-    assert overlap.ran == 0 and not side_turns().busy()
+    assert overlap.ran == 0 and not executor().turn_busy()
 
 
 def test_a_side_job_forwards_its_progress_and_a_long_corpus_pass_takes_no_turn(qtbot, side):
-    assert {"corpus", "corpus-query"} <= UNTURNED  # minutes long: it must not stall the tabs' side jobs
+    assert not CORPUS.takes_turn and not CORPUS_QUERY.takes_turn  # minutes long: it must not stall the tabs' side jobs
     reports, answers = [], []
 
     def job(ctx):
@@ -136,10 +116,10 @@ def test_a_side_job_forwards_its_progress_and_a_long_corpus_pass_takes_no_turn(q
             time.sleep(0.06)  # more than the worker's progress interval: every report crosses
         return "done"
 
-    side.submit("corpus", job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
+    side.submit(CORPUS, job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
     qtbot.waitUntil(lambda: answers == ["done"], timeout=5000)
     assert reports == [(1 / 3, "step 1 of 3"), (2 / 3, "step 2 of 3"), (1.0, "step 3 of 3")]
-    side.submit("corpus", job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
-    side.cancel("corpus")  # a cancelled job's reports and answer go nowhere
-    qtbot.waitUntil(lambda: not side.is_busy("corpus"), timeout=5000)
+    side.submit(CORPUS, job, done=answers.append, scope=None, progress=lambda f, m: reports.append((f, m)))
+    side.cancel(CORPUS)  # a cancelled job's reports and answer go nowhere
+    qtbot.waitUntil(lambda: not side.is_busy(CORPUS), timeout=5000)
     assert len(reports) == 3 and answers == ["done"]

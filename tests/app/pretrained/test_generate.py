@@ -16,6 +16,7 @@ from pretrained_models import build, build_bare, eager
 from PySide6.QtCore import Qt
 
 from attndesk.app import MainWindow
+from attndesk.app.jobs import channels
 from attndesk.app.pretrained.ablation import ablation_effect
 from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.state import HEATMAPS_TAB
@@ -123,12 +124,12 @@ def test_esc_stops_a_running_generation_and_leaves_no_job(qtbot, generate_window
     w.activateWindow()
     qtbot.keyClick(tab.view.stepList, Qt.Key.Key_Escape)  # the window's Esc (Run > Cancel)
     assert not tab.is_running() and tab.view.stopButton.isEnabled() is False
-    qtbot.waitUntil(lambda: not w.compute.side.is_busy("generate"), timeout=5000)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy(channels.GENERATE), timeout=5000)
     count = len(tab.view.steps())
     assert count < 400 and len(tab.generator().steps) <= count + 1  # at most the step that was finishing
     time.sleep(0.3)
     qtbot.wait(50)
-    assert len(tab.view.steps()) == count and not w.compute.side.is_busy("generate")
+    assert len(tab.view.steps()) == count and not w.compute.side.is_busy(channels.GENERATE)
     assert tab.view.stepButton.isEnabled() and "stopped" in tab.view.message.text()
     generate(qtbot, w, 1)  # the generator goes on from where it stopped
     assert len(tab.view.steps()) == len(tab.generator().steps) > count - 1

@@ -14,6 +14,7 @@ from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QFont, QFontMetricsF
 from PySide6.QtWidgets import QScrollArea
 
+from attndesk.app.jobs import channels
 from attndesk.app.pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
 from attndesk.app.pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.pretrained.patching import PATCHING_TAB, PatchingTab
@@ -194,7 +195,7 @@ def test_patching_refuses_bad_input_and_computes_nothing(qtbot, gpt2_window):
     view.set_inputs(CLEAN, CORRUPT, "xylophonists", "john")
     assert not view.answer.is_ok() and "tokens" in view.answer.check.text()
     qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
-    assert not tab.is_running() and not w.compute.side.is_busy("patching") and view.shown is None
+    assert not tab.is_running() and not w.compute.side.is_busy(channels.PATCHING) and view.shown is None
     view.set_inputs(CLEAN, CORRUPT + " too", "mary", "id:99999")
     assert "outside the model's vocabulary" in view.wrong.check.text()
     assert view.promptProblem.isVisible() and "equal token length" in view.promptProblem.text()
@@ -310,7 +311,7 @@ def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
     assert tab.is_running() and tab.view.bar.cancelButton.isEnabled()
     qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
     assert not tab.is_running() and "cancelled" in tab.view.bar.message.text()
-    qtbot.waitUntil(lambda: not w.compute.side.is_busy("attribution"), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy(channels.ATTRIBUTION), timeout=TIMEOUT_MS)
     assert not tab.view.bar.progress.isVisible() and tab.view.bar.runButton.isEnabled()
 
 
@@ -344,7 +345,7 @@ def test_attention_flow_beside_the_rollout_in_the_window(qtbot, gpt2_window, mod
     run = run_pretrained(model, TEXT)
     np.testing.assert_allclose(view.flow, attention_flow(run.weights).flow, atol=1e-6)
     assert view.flowPlot.isVisible() and view.rolloutPlot.isVisible()
-    assert not w.compute.side.is_busy("flow")
+    assert not w.compute.side.is_busy(channels.FLOW)
 
 
 def test_a_model_without_its_lm_head_gets_the_empty_state(qtbot, tmp_path):

@@ -14,6 +14,7 @@ from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QScrollArea
 
+from attndesk.app.jobs.channels import CIRCUIT, KVLAB
 from attndesk.app.tabs import circuit as circuit_tab
 from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
 from attndesk.app.views.circuit import GraphLayout
@@ -55,7 +56,7 @@ def test_the_tab_shows_the_cores_edges_and_curve_and_the_slider_reads_the_cache(
     np.testing.assert_allclose(view.shown.curve["faithfulness"], curve["faithfulness"], atol=1e-9)
     for step in (0, len(sizes) - 1, 2):
         view.slider.setValue(step)
-        assert not circuit_window.compute.side.is_busy(circuit_tab.CHANNEL)  # a move computes nothing
+        assert not circuit_window.compute.side.is_busy(CIRCUIT)  # a move computes nothing
         assert view.graph.keep == sizes[step]
         assert f"top {sizes[step]} of {len(table)} edges" in view.sizeLabel.text()
         assert f"{curve['faithfulness'].iat[step]:.3f}" in view.sizeLabel.text()
@@ -140,7 +141,7 @@ def test_cancel_leaves_no_job_running(qtbot, circuit_window):
     assert tab.is_running()
     qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
     assert not tab.is_running()
-    qtbot.waitUntil(lambda: not circuit_window.compute.side.is_busy(circuit_tab.CHANNEL), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not circuit_window.compute.side.is_busy(CIRCUIT), timeout=TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ def test_scoring_then_a_kv_run_then_another_model_leaves_nothing_busy(qtbot, mon
         kv = w.tab_widget("kvcache")
         kv.decodeSpin.setValue(2)
         qtbot.mouseClick(kv.bar.runButton, Qt.MouseButton.LeftButton)
-        assert kv.bar.is_busy() and w.compute.side.is_busy("kvlab")
+        assert kv.bar.is_busy() and w.compute.side.is_busy(KVLAB)
         with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
             assert w.pretrained.open_folder(gpt2_folder)
         qtbot.waitUntil(lambda: not w.compute.side.any_busy() and not w.compute.is_busy(), timeout=TIMEOUT_MS)

@@ -11,6 +11,7 @@ from pretrained_models import build
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QFileDialog
 
+from attndesk.app.jobs.channels import CORPUS, CORPUS_QUERY
 from attndesk.app.main_window import MainWindow
 from attndesk.app.pretrained.mode import folder_mode
 from attndesk.app.state import HEATMAPS_TAB, TOY
@@ -74,7 +75,7 @@ def wait_head(qtbot, tab, view, layer, head):
 
 
 def window_busy(tab) -> bool:
-    return tab.compute.side.is_busy("corpus-query")
+    return tab.compute.side.is_busy(CORPUS_QUERY)
 
 
 def click_cell(qtbot, grid, layer: int, head: int) -> None:
@@ -147,7 +148,7 @@ def test_cancel_stops_the_job_and_start_resumes_the_store(qtbot, window, tmp_pat
     assert view.startButton.text() == "Start" and "before the first shard finished" in view.progressLabel.text()
     assert "Resume" not in view.progressLabel.text()
     assert tab.store is None and (tmp_path / "store" / "manifest.json").exists()
-    assert not tab.compute.side.is_busy("corpus")  # the job ended (its channel's thread is joined with the window)
+    assert not tab.compute.side.is_busy(CORPUS)  # the job ended (its channel's thread is joined with the window)
     qtbot.mouseClick(view.startButton, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: tab.store is not None, timeout=TIMEOUT_MS)

@@ -7,6 +7,7 @@ from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: 
 from pretrained_models import build
 from PySide6.QtWidgets import QFileDialog
 
+from attndesk.app.jobs.channels import CORPUS_QUERY
 from attndesk.app.main_window import MainWindow
 from attndesk.app.tabs.corpus import CORPUS_TAB
 from attndesk.render.page import read_page_data
@@ -34,7 +35,7 @@ def test_the_file_menu_exports_the_open_stores_page(qtbot, tmp_path, monkeypatch
         monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(tmp_path / "page"), "")))
         action.trigger()
         page = tmp_path / "page.html"
-        qtbot.waitUntil(lambda: page.exists() and not tab.compute.side.is_busy("corpus-query"), timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: page.exists() and not tab.compute.side.is_busy(CORPUS_QUERY), timeout=TIMEOUT_MS)
         doc = read_page_data(page)
         assert doc["corpus"]["metric"] == "first" and [e["text_id"] for e in doc["layers"]] == [0, 0]
         grid = doc["corpus"]["values"]["first"]

@@ -16,6 +16,7 @@ from PIL import Image
 from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
+from attndesk.app.jobs.channels import IMAGE_MAP
 from attndesk.app.state import HEATMAPS_TAB, IMAGE_TAB, TOY
 from attndesk.app.tabs import image as image_tab
 from attndesk.core.images import SAMPLE, image_choice
@@ -205,7 +206,7 @@ def test_a_new_run_while_a_map_computes_gives_the_map_controls_back(qtbot, monke
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         view.sampleCombo.setCurrentIndex(index)
         view.sampleCombo.activated.emit(index)
-    qtbot.waitUntil(lambda: not w.compute.side.is_busy("image-map"), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy(IMAGE_MAP), timeout=TIMEOUT_MS)
     assert view.computeButton.isEnabled() and not view.cancelButton.isEnabled()
     assert view.mapProgress.value() == 0 and view.mapCanvas.pixels() is None
 
@@ -263,7 +264,7 @@ def test_every_layer_and_a_cancelled_map(qtbot, image_window, folders):
     qtbot.waitUntil(lambda: view.mapProgress.value() > 0, timeout=TIMEOUT_MS)
     view.cancelButton.click()
     assert view.mapStatus.text() == "cancelled" and view.computeButton.isEnabled()
-    qtbot.waitUntil(lambda: not w.compute.side.is_busy("image-map"), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not w.compute.side.is_busy(IMAGE_MAP), timeout=TIMEOUT_MS)
     assert view.mapCanvas.pixels() is None
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import Qt
 
+from attndesk.app.jobs.channels import KVLAB
 from attndesk.kvcache import POLICIES, simulate
 from attndesk.kvcache.model import kv_model
 from attndesk.kvcache.sweep import default_budgets, sweep
@@ -91,12 +92,12 @@ def test_bad_input_is_one_line_and_cancel_stops(qtbot, window):
     assert view.bar.is_busy()
     qtbot.mouseClick(view.bar.cancelButton, Qt.MouseButton.LeftButton)
     assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
-    qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.compute.side.is_busy(KVLAB), timeout=TIMEOUT_MS)
     assert not view.curves
     qtbot.mouseClick(view.bar.runButton, Qt.MouseButton.LeftButton)
     window.compute.cancelRequested.emit()  # Esc
     assert not view.bar.is_busy() and view.bar.message.text() == "cancelled"
-    qtbot.waitUntil(lambda: not window.compute.side.is_busy("kvlab"), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.compute.side.is_busy(KVLAB), timeout=TIMEOUT_MS)
 
 
 def test_the_sweeps_curves_are_the_cores_with_agreement_where_there_is_no_answer(qtbot):

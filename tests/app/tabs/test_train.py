@@ -16,6 +16,7 @@ from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fr
 from PySide6.QtGui import QAction
 
 import attndesk.train.trainer as trainer_module
+from attndesk.app.jobs.channels import TRAIN
 from attndesk.app.jobs.compute import ComputeController, Modes
 from attndesk.app.modes.toy import ToyMode
 from attndesk.app.state import AppState
@@ -176,7 +177,7 @@ def test_a_shape_the_task_cannot_use_is_explained_next_to_its_control(qtbot, tab
     view.set_settings({"task": "reverse"})
     view.set_settings({"seq_len": 17})
     assert view.problems["seq_len"].isVisible() and "even seq_len" in view.problems["seq_len"].text()
-    assert not tab.start() and not tab.side.is_busy("train") and tab.phase == "idle"
+    assert not tab.start() and not tab.side.is_busy(TRAIN) and tab.phase == "idle"
     view.set_settings({"heads": 3})  # 3 heads do not divide 16
     assert (
         view.problems["heads"].isVisible() and "do not divide the width (embed_dim) 16" in view.problems["heads"].text()

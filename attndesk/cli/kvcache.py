@@ -55,11 +55,21 @@ def register(sub) -> argparse.ArgumentParser:
         "--retrieval",
         metavar="K,K",
         help="with a needle-trained toy (--trained): each head's retrieval score (Wu et al. 2024) and the causal "
-        "check at each k: the top-k retrieval heads ablated against k random other heads (retrieval.csv, "
+        "check at each k: the top-k retrieval heads masked against k random non-retrieval heads (retrieval.csv, "
         "ablation.csv); without --text/--data the check alone",
     )
     p.add_argument(
-        "--draws", type=int, default=10, metavar="N", help="random head sets ablated per k in --retrieval (default 10)"
+        "--draws",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random head sets masked per k in --retrieval (default 20; every set when there are at most N)",
+    )
+    p.add_argument(
+        "--mask-rows",
+        default="decode",
+        metavar="ROWS",
+        help="where --retrieval masks a head: decode (the answer steps, as Wu et al.; default) or all rows",
     )
     p.add_argument("--out", metavar="DIR", required=True, help="an empty or new folder")
     return p
@@ -240,15 +250,18 @@ def _ks(text: str) -> list[int]:
 def _retrieval(args, kvm, ks: list[int]):
     """The retrieval heads' scores and causal check of a needle-trained toy."""
     from attndesk.kvcache.model import TrainedKV
-    from attndesk.kvcache.retrieval import retrieval_report
+    from attndesk.kvcache.retrieval import RANDOM_DRAWS, ROWS, retrieval_report
 
-    if args.draws < 1:
+    draws = RANDOM_DRAWS if args.draws is None else args.draws
+    if draws < 1:
         raise CliError("--draws: give at least 1 random draw", EXIT_USAGE)
+    if args.mask_rows not in ROWS:
+        raise CliError(f"--mask-rows: one of {', '.join(ROWS)}, got {args.mask_rows!r}", EXIT_USAGE)
     if not isinstance(kvm, TrainedKV):
         raise CliError("--retrieval reads the toy needle task: give a needle-trained toy with --trained", EXIT_USAGE)
     with ProgressLine() as progress:
         try:
-            return retrieval_report(kvm.run, ks, draws=args.draws, ctx=plain_context(progress.update))
+            return retrieval_report(kvm.run, ks, draws=draws, rows=args.mask_rows, ctx=plain_context(progress.update))
         except ValueError as exc:
             raise CliError(f"--retrieval: {exc}", EXIT_USAGE) from None
 

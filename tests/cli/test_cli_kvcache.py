@@ -149,6 +149,7 @@ RETRIEVAL_CASES = [
     (("--trained", "needle", "--retrieval", "8"), "k must be 1 to 7"),
     (("--trained", "needle", "--retrieval", "two"), "is not a list of head counts"),
     (("--trained", "needle", "--retrieval", "1", "--draws", "0"), "--draws: give at least 1"),
+    (("--trained", "needle", "--retrieval", "1", "--mask-rows", "prefill"), "--mask-rows: one of decode, all"),
     (("--trained", "needle"), "or --retrieval K for the check alone"),
     (("--trained", "needle", "--text", "1 2 3"), "--budgets: give the budgets"),
 ]

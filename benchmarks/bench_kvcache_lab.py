@@ -11,7 +11,8 @@ the sink variants' first-token weight.
    other processes of a shared machine do not count); prints the points reached, the CPU seconds
    and the curves' rows.
 2. Retrieval heads: the ``needle`` preset's retrieval scores and the causal check for k = 1 .. 4
-   (top-k retrieval heads ablated vs k random other heads, 10 draws).
+   (top-k retrieval heads masked vs k random non-retrieval heads, as Wu et al. mask them: the
+   query zeroed on the answer steps; 20 draws or every set).
 3. Sinks: first-token weight per layer (mean over heads) and the softmax sink's share, for the
    ``needle``, ``needle-sink`` (learned sink logits) and ``needle-off-by-one`` presets, on 256
    fresh needle sequences.

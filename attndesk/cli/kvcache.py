@@ -30,12 +30,16 @@ def register(sub) -> argparse.ArgumentParser:
         epilog="example:\n  attndesk kvcache --model ~/models/gpt2 --text 'The capital of France is Paris. ...' "
         "--policies streaming,h2o,oracle --budgets 8,16,32 --out kv\n  attndesk kvcache --trained induction "
         "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv\n"
-        "  attndesk kvcache --trained needle --retrieval 1,2,3,4 --out heads",
+        "  attndesk kvcache --retrieval 1,2,3,4 --out heads  (the needle-deep preset)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    model = p.add_mutually_exclusive_group(required=True)
+    model = p.add_mutually_exclusive_group()
     model.add_argument("--model", metavar="PATH", help="a local transformers decoder checkpoint folder")
-    model.add_argument("--trained", metavar="NAME", help="a trained toy model: a preset's name or a saved run's folder")
+    model.add_argument(
+        "--trained",
+        metavar="NAME",
+        help="a trained toy model: a preset's name or a saved run's folder (--retrieval alone: needle-deep)",
+    )
     text = p.add_mutually_exclusive_group()
     text.add_argument("--text", metavar="TEXT", help="the input (a toy model's: token ids separated by spaces)")
     text.add_argument("--data", metavar="FILE", help="a text file, one input per line")
@@ -218,6 +222,12 @@ def run(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     reading = args.text is not None or args.data is not None
+    if args.model is None and args.trained is None:
+        if reading or args.retrieval is None:
+            raise CliError("give the model: --model PATH or --trained NAME", EXIT_USAGE)
+        from attndesk.kvcache.retrieval import RETRIEVAL_PRESET
+
+        args.trained = RETRIEVAL_PRESET  # the retrieval check alone: the preset made for it
     if not reading and args.retrieval is None:
         raise CliError(
             "give the input (--text or --data) and --budgets, or --retrieval K for the check alone", EXIT_USAGE

@@ -40,6 +40,7 @@ DATA_SEED = 33_000  # their seed: none of the trainer's batches (seed-driven) no
 RANDOM_DRAWS = 20
 RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: a head scoring above this is a retrieval head
 ROWS = ("decode", "all")  # where a masked head's query is zeroed: the answer steps, or every row
+RETRIEVAL_PRESET = "needle-deep"  # the check's default model: the trained preset that meets its figure
 
 
 def needle_task(run: TrainRun) -> Needle:
@@ -254,6 +255,7 @@ def retrieval_report(
 
 __all__ = [
     "RANDOM_DROP",
+    "RETRIEVAL_PRESET",
     "RETRIEVAL_THRESHOLD",
     "ROWS",
     "TOP_DROP",

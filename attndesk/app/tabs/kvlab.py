@@ -18,7 +18,7 @@ from .base import TabPresenter
 
 KVLAB_TAB = "kvcache"
 CHANNEL = "kvlab"
-LAB_PRESETS = ("needle", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
+LAB_PRESETS = ("needle", "needle-deep", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
 
 
 class KVLabTab(TabPresenter):

@@ -10,8 +10,10 @@ the sink variants' first-token weight.
    sweep stops once ``--limit`` seconds of this process's CPU time are spent (``process_time``: the
    other processes of a shared machine do not count); prints the points reached, the CPU seconds
    and the curves' rows.
-2. Retrieval heads: the ``needle`` preset's retrieval scores and the causal check for k = 1 .. 4
-   (top-k retrieval heads ablated vs k random other heads, 10 draws).
+2. Retrieval heads: the retrieval scores and the causal check for k = 1 .. 4 of the check's preset
+   (``RETRIEVAL_PRESET``, ``needle-deep``) and of ``needle`` (top-k retrieval heads masked vs k random
+   non-retrieval heads, as Wu et al. mask them: the query zeroed on the answer steps; 20 draws or
+   every set).
 3. Sinks: first-token weight per layer (mean over heads) and the softmax sink's share, for the
    ``needle``, ``needle-sink`` (learned sink logits) and ``needle-off-by-one`` presets, on 256
    fresh needle sequences.
@@ -98,15 +100,17 @@ def _sweep(label: str, model, ids: list[int], limit: float) -> None:
 
 
 def _retrieval() -> None:
-    from attndesk.kvcache.retrieval import ablation_check, retrieval_scores
+    from attndesk.kvcache.retrieval import RETRIEVAL_PRESET, ablation_check, retrieval_scores
     from attndesk.train.presets import load_preset
 
-    run = load_preset("needle")
-    print("### Retrieval heads (needle preset)\n")
-    print("scores [layer, head]:", np.array2string(retrieval_scores(run), precision=3), "\n")
-    for k in range(1, run.cfg.heads + 1):
-        print(f"- k={k}: {ablation_check(run, k).summary()}")
-    print()
+    for name in (RETRIEVAL_PRESET, "needle"):
+        run = load_preset(name)
+        print(f"### Retrieval heads ({name} preset)\n")
+        print("scores [layer, head]:", np.array2string(retrieval_scores(run), precision=3), "\n")
+        for k in range(1, run.cfg.heads + 1):
+            check = ablation_check(run, k)
+            print(f"- k={k}: {check.summary()}{' (met)' if check.passed else ''}")
+        print()
 
 
 def _sinks() -> None:

@@ -43,14 +43,18 @@ def register(sub) -> argparse.ArgumentParser:
         epilog="example:\n  attndesk kvcache --model ~/models/gpt2 --text 'The capital of France is Paris. ...' "
         "--policies streaming,h2o,oracle --budgets 8,16,32 --out kv\n  attndesk kvcache --trained induction "
         "--text '1 5 9 3 1 5 9' --policies streaming --budgets 4 --option streaming.sinks=0 --out kv\n"
-        "  attndesk kvcache --trained needle --retrieval 1,2,3,4 --out heads\n"
+        "  attndesk kvcache --retrieval 1,2,3,4 --out heads  (the needle-deep preset)\n"
         "  attndesk kvcache --model ~/models/gpt2 --corpus texts.jsonl --policies streaming,h2o,oracle "
         "--budgets 16,32,64 --engine ray --out kv-store",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    model = p.add_mutually_exclusive_group(required=True)
+    model = p.add_mutually_exclusive_group()
     model.add_argument("--model", metavar="PATH", help="a local transformers decoder checkpoint folder")
-    model.add_argument("--trained", metavar="NAME", help="a trained toy model: a preset's name or a saved run's folder")
+    model.add_argument(
+        "--trained",
+        metavar="NAME",
+        help="a trained toy model: a preset's name or a saved run's folder (--retrieval alone: needle-deep)",
+    )
     text = p.add_mutually_exclusive_group()
     text.add_argument("--text", metavar="TEXT", help="the input (a toy model's: token ids separated by spaces)")
     text.add_argument("--data", metavar="FILE", help="a text file, one input per line")
@@ -73,16 +77,7 @@ def register(sub) -> argparse.ArgumentParser:
         help="a policy's option (repeat; each policy's options: docs/kvcache.md); without POLICY. every listed "
         "policy must take it",
     )
-    p.add_argument(
-        "--retrieval",
-        metavar="K,K",
-        help="with a needle-trained toy (--trained): each head's retrieval score (Wu et al. 2024) and the causal "
-        "check at each k: the top-k retrieval heads ablated against k random other heads (retrieval.csv, "
-        "ablation.csv); without --text/--data the check alone",
-    )
-    p.add_argument(
-        "--draws", type=int, default=10, metavar="N", help="random head sets ablated per k in --retrieval (default 10)"
-    )
+    _retrieval_arguments(p)
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -91,6 +86,30 @@ def register(sub) -> argparse.ArgumentParser:
     )
     _corpus_arguments(p.add_argument_group("with --corpus"))
     return p
+
+
+def _retrieval_arguments(p: argparse.ArgumentParser) -> None:
+    """--retrieval and how its causal check masks heads."""
+    p.add_argument(
+        "--retrieval",
+        metavar="K,K",
+        help="with a needle-trained toy (--trained): each head's retrieval score (Wu et al. 2024) and the causal "
+        "check at each k: the top-k retrieval heads masked against k random non-retrieval heads (retrieval.csv, "
+        "ablation.csv); without --text/--data the check alone",
+    )
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random head sets masked per k in --retrieval (default 20; every set when there are at most N)",
+    )
+    p.add_argument(
+        "--mask-rows",
+        default="decode",
+        metavar="ROWS",
+        help="where --retrieval masks a head: decode (the answer steps, as Wu et al.; default) or all rows",
+    )
 
 
 def _corpus_arguments(corpus) -> None:
@@ -267,6 +286,12 @@ def run(args: argparse.Namespace) -> int:
 
         return run_corpus(args, names, _budgets(args.budgets or ""), _options(args.option, names))
     reading = args.text is not None or args.data is not None
+    if args.model is None and args.trained is None:
+        if reading or args.retrieval is None:
+            raise CliError("give the model: --model PATH or --trained NAME", EXIT_USAGE)
+        from attndesk.kvcache.retrieval import RETRIEVAL_PRESET
+
+        args.trained = RETRIEVAL_PRESET  # the retrieval check alone: the preset made for it
     if not reading and args.retrieval is None:
         raise CliError(
             "give the input (--text or --data) and --budgets, or --retrieval K for the check alone", EXIT_USAGE
@@ -299,15 +324,18 @@ def _ks(text: str) -> list[int]:
 def _retrieval(args, kvm, ks: list[int]):
     """The retrieval heads' scores and causal check of a needle-trained toy."""
     from attndesk.kvcache.model import TrainedKV
-    from attndesk.kvcache.retrieval import retrieval_report
+    from attndesk.kvcache.retrieval import RANDOM_DRAWS, ROWS, retrieval_report
 
-    if args.draws < 1:
+    draws = RANDOM_DRAWS if args.draws is None else args.draws
+    if draws < 1:
         raise CliError("--draws: give at least 1 random draw", EXIT_USAGE)
+    if args.mask_rows not in ROWS:
+        raise CliError(f"--mask-rows: one of {', '.join(ROWS)}, got {args.mask_rows!r}", EXIT_USAGE)
     if not isinstance(kvm, TrainedKV):
         raise CliError("--retrieval reads the toy needle task: give a needle-trained toy with --trained", EXIT_USAGE)
     with ProgressLine() as progress:
         try:
-            return retrieval_report(kvm.run, ks, draws=args.draws, ctx=plain_context(progress.update))
+            return retrieval_report(kvm.run, ks, draws=draws, rows=args.mask_rows, ctx=plain_context(progress.update))
         except ValueError as exc:
             raise CliError(f"--retrieval: {exc}", EXIT_USAGE) from None
 

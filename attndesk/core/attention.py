@@ -487,13 +487,31 @@ class _AttentionLayer(nn.Module):
         cos_k, sin_k = rope_cos_sin(k.shape[-2], self.head_dim, dtype=k.dtype, device=k.device)
         return Projections(apply_rope(q, cos_q, sin_q), apply_rope(k, cos_k, sin_k), v, scale, q_raw=q, k_raw=k)
 
-    def _forward(self, query, key, value, mask, *, scale, softcap, position, window, sinks, head_mask, timer, keep):
+    def _forward(
+        self,
+        query,
+        key,
+        value,
+        mask,
+        *,
+        scale,
+        softcap,
+        position,
+        window,
+        sinks,
+        head_mask,
+        timer,
+        keep,
+        query_mask=None,
+    ):
         if position not in LAYER_POSITIONS:
             raise ValueError(f"a layer's position is one of {', '.join(LAYER_POSITIONS)}, got {position!r}")
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         slopes = alibi_slopes(self.heads) if position == "alibi" else None
         with timer.stage("projections"):
             proj = self.project(query, key, value, scale=scale, rope=position == "rope", fold=keep is None)
+        if query_mask is not None:  # [H, Lq] -> [H, Lq, 1]: scales each head's query rows
+            proj.q = proj.q * query_mask.to(proj.q.dtype)[:, :, None]
         if keep is not None:
             keep.update(q=proj.q, k=proj.k, v=proj.v)
             if proj.q_raw is not None:
@@ -623,6 +641,7 @@ class MultiHeadAttention(_AttentionLayer):
         window: int | None = None,
         sinks: Sinks | None = None,
         head_mask: torch.Tensor | None = None,
+        query_mask: torch.Tensor | None = None,
         timer=NULL_TIMER,
         keep: Keep | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -633,6 +652,8 @@ class MultiHeadAttention(_AttentionLayer):
         ``window`` W keeps |i - j| < W; ``softcap`` C caps the scores at C tanh(s / C);
         ``sinks`` [H] (floats, or a tensor such as a learned parameter) join the softmax.
         head_mask: [H] factors on each head's context before the merge (0 ablates a head).
+        query_mask: [H, Lq] factors on each head's query rows (0 zeroes a row's query, so the head
+        scores its visible keys by the positional terms alone: uniform weights without ALiBi).
         Returns (output [B, Lq, E], weights [B, H, Lq, Lk]).
         """
         key = query if key is None else key
@@ -650,6 +671,7 @@ class MultiHeadAttention(_AttentionLayer):
             head_mask=head_mask,
             timer=timer,
             keep=keep,
+            query_mask=query_mask,
         )
 
 

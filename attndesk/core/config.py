@@ -60,6 +60,7 @@ TRAINED_PRESETS = (
     "needle",
     "needle-sink",
     "needle-off-by-one",
+    "needle-deep",
 )
 WEIGHTS = ("random", *TRAINED_PRESETS, "trained")
 WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"} | {
@@ -74,6 +75,7 @@ WEIGHT_TIPS = {
     "needle": "2 layers trained to find a key's value in filler: retrieval heads in layer 2",
     "needle-sink": "the needle model trained with a learned softmax sink per head",
     "needle-off-by-one": "the needle model trained with an off-by-one softmax",
+    "needle-deep": "4 layers with MLPs trained on the needle task: retrieval heads in layer 2",
     "trained": "the model trained or opened in the Train tab (its button Open in views)",
 }
 

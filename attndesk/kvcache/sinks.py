@@ -140,11 +140,15 @@ def sink_report(
 
 
 def toy_activations(
-    model: torch.nn.Module, ids: torch.Tensor, head_mask: torch.Tensor | None = None
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    head_mask: torch.Tensor | None = None,
+    query_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The trainer's decoder on ``ids`` [B, L] (no length limit with RoPE, ALiBi or no positions):
     (logits [B, L, V], weights [B, N, H, L, L], residual stream [B, N + 1, L, E]: the embeddings
-    with positions, then each block's output), in eval mode without gradients."""
+    with positions, then each block's output), in eval mode without gradients; ``head_mask`` and
+    ``query_mask`` as ``Decoder.forward`` takes them."""
     stream: list[torch.Tensor] = []
     blocks = list(model.blocks)  # type: ignore[arg-type]
     hooks = [blocks[0].register_forward_pre_hook(lambda _m, args: stream.append(args[0].detach()))]
@@ -152,7 +156,7 @@ def toy_activations(
     model.eval()
     try:
         with torch.no_grad():
-            logits, weights = model(ids, head_mask=head_mask)
+            logits, weights = model(ids, head_mask=head_mask, query_mask=query_mask)
     finally:
         for hook in hooks:
             hook.remove()

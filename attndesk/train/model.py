@@ -39,11 +39,17 @@ class Block(nn.Module):
             )
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, keep: dict | None = None, head_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        keep: dict | None = None,
+        head_mask: torch.Tensor | None = None,
+        query_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L]); ``keep`` (a dict) receives the
         attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``);
-        ``head_mask`` [H] scales each head's context (0 ablates it)."""
+        ``head_mask`` [H] scales each head's context (0 ablates it), ``query_mask`` [H, L] each
+        head's query rows (0: the row weighs its keys uniformly)."""
         position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"
         h = x if self.ln1 is None else self.ln1(x)
         if keep is not None:
@@ -56,6 +62,7 @@ class Block(nn.Module):
             softcap=self.cfg.softcap,
             sinks=self.sinks,
             head_mask=head_mask,
+            query_mask=query_mask,
             keep=keep,
         )
         x = x + out
@@ -81,11 +88,16 @@ class Decoder(nn.Module):
         self.unembed = nn.Linear(cfg.embed_dim, cfg.vocab, bias=False)
 
     def forward(
-        self, ids: torch.Tensor, keeps: list[dict] | None = None, head_mask: torch.Tensor | None = None
+        self,
+        ids: torch.Tensor,
+        keeps: list[dict] | None = None,
+        head_mask: torch.Tensor | None = None,
+        query_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """ids int64 [B, L] (L <= seq_len) -> (logits [B, L, vocab], per-layer weights [B, H, L, L]);
         ``keeps`` (one dict per layer) receive each layer's stages (``Block.forward``);
-        ``head_mask`` [layers, H] scales each head's context (0 ablates it)."""
+        ``head_mask`` [layers, H] scales each head's context (0 ablates it), ``query_mask``
+        [layers, H, L] each head's query rows (0 zeroes the row's query: uniform weights)."""
         length = ids.shape[-1]
         x = self.embed(ids)
         if self.pos is not None:
@@ -95,7 +107,9 @@ class Decoder(nn.Module):
         mask = causal_mask(length, device=ids.device)
         weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, mask, None if keeps is None else keeps[i], None if head_mask is None else head_mask[i])
+            keep = None if keeps is None else keeps[i]
+            heads = None if head_mask is None else head_mask[i]
+            x, w = block(x, mask, keep, heads, None if query_mask is None else query_mask[i])
             weights.append(w)
         if self.ln_f is not None:
             x = self.ln_f(x)

@@ -77,6 +77,17 @@ PRESETS: dict[str, TrainConfig] = {
     "needle-off-by-one": TrainConfig(
         task="needle", seed=0, steps=1500, layers=2, heads=4, embed_dim=64, position="rope", sink="off-by-one"
     ),
+    "needle-deep": TrainConfig(
+        task="needle",
+        seed=0,
+        steps=1500,
+        layers=4,
+        heads=4,
+        embed_dim=64,
+        position="rope",
+        mlp=True,
+        layernorm=True,
+    ),
 }
 ABOUT = {
     "induction": "2 layers, attention only: a previous-token head feeds an induction head",
@@ -86,6 +97,7 @@ ABOUT = {
     "needle": "2 layers, RoPE: a key's value found in filler; layer 2's heads copy it (retrieval heads)",
     "needle-sink": "the needle model with a learned sink logit per head (GPT-OSS's softmax sink)",
     "needle-off-by-one": "the needle model with an off-by-one softmax (a sink fixed at 0)",
+    "needle-deep": "4 layers with MLPs and LayerNorm: layer 2's heads copy the value (the retrieval check's model)",
 }
 
 

@@ -144,12 +144,26 @@ def test_the_retrieval_check_alone(capsys, tmp_path):
     assert (checks.passed == ((checks.top_drop >= 50) & (checks.random_drop <= 5))).all()
 
 
+def test_the_retrieval_check_defaults_to_its_preset(capsys, tmp_path):
+    from attndesk.kvcache.retrieval import RETRIEVAL_PRESET
+    from attndesk.train.presets import PRESETS
+
+    out_dir = tmp_path / "heads"
+    code, _out, err = run_cli(capsys, "kvcache", "--retrieval", "1", "--draws", "1", "--out", str(out_dir))
+    assert code == 0, err
+    cfg = PRESETS[RETRIEVAL_PRESET]
+    assert len(pd.read_csv(out_dir / "retrieval.csv")) == cfg.layers * cfg.heads == 16
+
+
 RETRIEVAL_CASES = [
     (("--trained", "induction", "--retrieval", "1"), "--retrieval: retrieval scores read the needle task"),
     (("--trained", "needle", "--retrieval", "8"), "k must be 1 to 7"),
     (("--trained", "needle", "--retrieval", "two"), "is not a list of head counts"),
     (("--trained", "needle", "--retrieval", "1", "--draws", "0"), "--draws: give at least 1"),
+    (("--trained", "needle", "--retrieval", "1", "--mask-rows", "prefill"), "--mask-rows: one of decode, all"),
     (("--trained", "needle"), "or --retrieval K for the check alone"),
+    (("--text", "1 2 3", "--budgets", "2"), "give the model: --model PATH or --trained NAME"),
+    ((), "give the model: --model PATH or --trained NAME"),
     (("--trained", "needle", "--text", "1 2 3"), "--budgets: give the budgets"),
 ]
 

@@ -195,3 +195,28 @@ def test_head_mask_ablates_a_head():
     context = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v
     context[:, 1] = 0
     torch.testing.assert_close(out_ablated, mha.out_proj(rearrange(context, "b h l d -> b l (h d)")))
+
+
+@pytest.mark.parametrize("position", ["none", "rope"])
+def test_query_mask_zeroes_a_heads_query_rows(position):
+    """A zeroed query row scores every visible key 0 (RoPE rotates a zero to zero): uniform weights
+    over the causal prefix, the context the mean of the values; other rows and heads unchanged."""
+    torch.manual_seed(10)
+    mha = MultiHeadAttention(8, 2).double().eval()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    out_all, weights_all = mha(x, mask=causal, position=position)
+    out_same, _ = mha(x, mask=causal, position=position, query_mask=torch.ones(2, 5))
+    torch.testing.assert_close(out_all, out_same)
+    factors = torch.ones(2, 5)
+    factors[1, 3:] = 0.0  # head 1, rows 3 and 4
+    out, weights = mha(x, mask=causal, position=position, query_mask=factors)
+    want = weights_all.clone()
+    want[:, 1, 3] = torch.tensor([1 / 4] * 4 + [0.0], dtype=torch.float64)
+    want[:, 1, 4] = 1 / 5
+    torch.testing.assert_close(weights, want)
+    v = rearrange(mha.v_proj(x), "b l (h d) -> b h l d", h=2)
+    context = weights_all @ v
+    context[:, 1, 3] = v[:, 1, :4].mean(dim=1)
+    context[:, 1, 4] = v[:, 1].mean(dim=1)
+    torch.testing.assert_close(out, mha.out_proj(rearrange(context, "b h l d -> b l (h d)")))

@@ -53,8 +53,20 @@ from attndesk.train.presets import (
 )
 from attndesk.train.store import read_metadata
 
-NAMES = ["induction", "reverse", "previous-token", "brackets", "needle", "needle-sink", "needle-off-by-one"]
+NAMES = [
+    "induction",
+    "reverse",
+    "previous-token",
+    "brackets",
+    "needle",
+    "needle-sink",
+    "needle-off-by-one",
+    "needle-deep",
+]
 ROOT = Path(__file__).resolve().parents[2]
+# a preset's folder stays under 1 MiB, but for needle-deep: 4 layers with MLPs are 0.8 MB of weights,
+# shipped twice (the final ones and the prefix's)
+FOLDER_BYTES = {"needle-deep": 2 * 2**20}
 
 
 def _recorded_prefix(name: str, folder: Path | None = None) -> tuple[dict[str, torch.Tensor], list[float]]:
@@ -71,7 +83,7 @@ def test_every_preset_is_listed_and_shipped():
 @pytest.mark.parametrize("name", NAMES)
 def test_a_shipped_preset_solves_its_task(name):
     folder = trained_dir() / name
-    assert sum(p.stat().st_size for p in folder.iterdir()) < 2**20
+    assert sum(p.stat().st_size for p in folder.iterdir()) < FOLDER_BYTES.get(name, 2**20)
     run = load_preset(name)
     assert run.step == PRESETS[name].steps and run.status == "finished"
     fresh = run.task.sample(64, torch.Generator().manual_seed(777))  # sequences it never saw in training

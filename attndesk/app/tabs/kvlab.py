@@ -19,7 +19,7 @@ from ..views.kvlab import ORACLE, KVLabView
 from .base import TabPresenter
 
 KVLAB_TAB = "kvcache"
-LAB_PRESETS = ("needle", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
+LAB_PRESETS = ("needle", "needle-deep", "needle-sink", "needle-off-by-one", "induction")  # first: the lab's default
 
 
 class KVLabTab(TabPresenter):

@@ -12,7 +12,8 @@ thread did, which a loaded machine's descheduling does not inflate.
 
 The window draws the weights of the seeds beside the one on screen while it idles, so a seed
 stepped by one finds its model drawn; a seed jumped by 37 (``JUMP``) draws its weights during the
-change, and its median is given too.
+change, and its median is given too, as is the median of a change that keeps the weights (the
+scaling by sqrt(d_k) toggled).
 
 Then the same for a drag: ``--drag`` steps the seed every 16 ms (a held arrow key or a dragged
 slider) for a second and reports how many intermediate results were shown and the time from the
@@ -63,7 +64,7 @@ class Driver:
     """The real window and a way to wait for its next displayed result."""
 
     def __init__(self) -> None:
-        from PySide6.QtWidgets import QApplication, QPlainTextEdit, QSpinBox
+        from PySide6.QtWidgets import QApplication, QCheckBox, QPlainTextEdit, QSpinBox
 
         os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-bench")
         self.app = QApplication.instance() or QApplication([])
@@ -76,6 +77,7 @@ class Driver:
         self.embed = self.window.findChild(QSpinBox, "embedDimSpin")
         self.heads = self.window.findChild(QSpinBox, "headsSpin")
         self.text = self.window.findChild(QPlainTextEdit, "tokenInput")
+        self.scale = self.window.findChild(QCheckBox, "scaleCheck")
         self.shown: list[tuple[float, object]] = []
         self.window.resultDisplayed.connect(lambda r: self.shown.append((time.perf_counter(), r)))
         self.wait_for(1)
@@ -109,12 +111,15 @@ class Driver:
             self.wait_for(len(self.shown) + 1)
             self.settle()
 
-    def one_change(self, step: int = 1) -> tuple[float, float, float]:
-        """Step the seed by ``step``; (ms from the change to the display, ms the core took, ms of
-        GUI-thread CPU from the change to the display)."""
+    def one_change(self, step: int = 1, toggle_scale: bool = False) -> tuple[float, float, float]:
+        """Step the seed by ``step`` (or toggle the scaling, which keeps the weights); (ms from the
+        change to the display, ms the core took, ms of GUI-thread CPU from the change to the display)."""
         before = len(self.shown)
         start, cpu = time.perf_counter(), time.thread_time()
-        self.seed.setValue((self.seed.value() + step) % 1000)
+        if toggle_scale:
+            self.scale.toggle()
+        else:
+            self.seed.setValue((self.seed.value() + step) % 1000)
         self.wait_for(before + 1)
         cpu = time.thread_time() - cpu
         at, shown = self.shown[-1]
@@ -230,10 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                     compute[n].append(core_ms)
                     gui_cpu[n].append(cpu_ms)
         jumps: dict[int, list[float]] = {n: [] for n in LENGTHS}
+        toggles: dict[int, list[float]] = {n: [] for n in LENGTHS}
         for _ in range(JUMPS):
             for n in LENGTHS:
                 driver.set_case(n)
                 jumps[n].append(driver.one_change(JUMP)[0])
+                toggles[n].append(driver.one_change(toggle_scale=True)[0])
         drags = {}
         if args.drag:
             for n in LENGTHS:
@@ -264,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"seed jumped by {JUMP} at {n} tokens (no neighbour of a seed shown: its weights drawn during the "
             f"change), {JUMPS} changes: median {med:.0f} ms, IQR {iqr:.0f}, {lo:.0f}-{hi:.0f} ms"
+        )
+    for n in LENGTHS:
+        med, iqr, lo, hi = spread(toggles[n])
+        print(
+            f"scaling toggled at {n} tokens (the weights kept), {JUMPS} changes: median {med:.0f} ms, "
+            f"IQR {iqr:.0f}, {lo:.0f}-{hi:.0f} ms"
         )
     for n, (steps, results, last_ms) in drags.items():
         print(

@@ -38,7 +38,6 @@ LONG_CLASSES = {
 # module -> how many imports inside its functions break the pattern (target: empty)
 FUNCTION_IMPORTS = {
     "attndesk/cli/app.py": 3,  # the launcher: the window only after the display is checked; the fallback's render
-    "attndesk/cli/kvcache.py": 15,  # kvcache and pandas load torch and pyarrow: lazy, so `attndesk --help` stays quick
     "attndesk/core/config.py": 1,
     "attndesk/core/images.py": 2,
     "attndesk/core/interp/attribution_patching.py": 1,

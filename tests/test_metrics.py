@@ -25,7 +25,6 @@ HEAVY = {"ray", "umap", "duckdb", "transformers", "selenium", "torch", "pandas"}
 
 # function -> its lines, over MAX_FUNCTION_LINES (target: empty)
 LONG_FUNCTIONS = {
-    "attndesk/core/attention.py:attend": 80,
     "attndesk/core/pipeline.py:run_attention": 82,
 }
 

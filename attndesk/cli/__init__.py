@@ -7,9 +7,9 @@ imports its job module, which holds the work: ``app`` (the window, or the headle
 ``render`` (flags in ``render_flags``; work in ``render_job`` with ``render_model``,
 ``render_store``, ``render_image`` and ``train_job``), ``bundle`` (``bundle_job``), ``reproduce``
 (``reproduce_job``), ``patch`` and ``attribute`` (``interp_job``), ``circuit`` (``circuit_job``),
-``train`` (``train_job``), ``corpus`` (``corpus_job``) and ``kvcache`` (``kvcache_corpus``: its
-sweep over a corpus). Adding a command: its module, its job module and one entry in
-``COMMANDS``. The names this package exported when it was one module (``main``,
+``train`` (``train_job``), ``corpus`` (``corpus_job``) and ``kvcache`` (``kvcache_job``; its
+sweep over a corpus in ``kvcache_corpus``). Adding a command: its module, its job module and
+one entry in ``COMMANDS``. The names this package exported when it was one module (``main``,
 ``build_parser``, ``config_from_args``, ...) are re-exported here (``__main__``: ``python -m``).
 """
 

@@ -147,9 +147,68 @@ def attend(
     stage under its ``Intermediates`` name; ``timer`` times "attention" and "weighted sum". Half
     precision takes its softmax in float32, as transformers' eager attention does.
     """
-    kv_heads, heads = k.shape[-3], q.shape[-3]
+    kv_heads = k.shape[-3]
     scoring = _scoring_at_door(q, scale, softcap, scoring)
     scale, softcap = scoring.scale, scoring.softcap
+    bias, mask, sink = _modifiers(q, k, scoring, bias, mask)
+    _check_stages_fit(q, k, softcap is not None, bias is not None, dropout is not None)
+    with timer.stage("attention"):
+        scores = _raw_scores(q, k, kv_heads)  # [..., H, Lq, Lk]
+        _keep(keep, "scores", scores)
+        # in place on the fresh score buffer unless a kept stage or a gradient needs the earlier values
+        fresh = keep is None and _no_grad_needed(q, k)
+        scores = scores.mul_(scale) if fresh else scores * scale
+        _keep(keep, "scaled", scores)
+        scores = _capped(scores, softcap, keep)
+        scores = _bias_and_mask(scores, bias, mask, fresh, keep)
+        # a row whose keys were all removed attends to nothing; found from the mask and bias
+        # (small, or once per call), not by another pass over the scores
+        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias), sink=sink).to(q.dtype)
+        _keep_sink(keep, scores, sink)
+        weights = _apply_dropout(weights, dropout)
+        _keep(keep, "weights", weights)
+    with timer.stage("weighted sum"):
+        context = _weighted_sum(weights, v, kv_heads)  # [..., H, Lq, d_v]
+        _keep(keep, "context", context)
+    return context, weights
+
+
+def _check_stages_fit(q: torch.Tensor, k: torch.Tensor, capped: bool, biased: bool, dropped: bool) -> None:
+    """Refuse a run whose score buffers, one per stage, would not fit in free memory."""
+    copies = 4 + capped + biased + dropped * 2  # each stage is a new buffer
+    _check_matrix_size(
+        _score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device
+    )
+
+
+def _capped(scores: torch.Tensor, softcap: float | None, keep: Keep | None) -> torch.Tensor:
+    """``softcap * tanh(scores / softcap)`` when soft-capping is on (kept as "capped")."""
+    if softcap is None:
+        return scores
+    scores = torch.tanh(scores / softcap) * softcap
+    _keep(keep, "capped", scores)
+    return scores
+
+
+def _keep_sink(keep: Keep | None, scores: torch.Tensor, sink: torch.Tensor | None) -> None:
+    """The sink's share of each row and its logit, for the step-through."""
+    if keep is not None and sink is not None:
+        keep["sink"] = sink_share(scores, sink)
+        keep["sink_logit"] = torch.broadcast_to(sink.detach(), (*scores.shape[:-2], 1, 1))
+
+
+def _weighted_sum(weights: torch.Tensor, v: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """The weights times each query head's K/V group's values, [..., H, Lq, d_v]."""
+    wg = rearrange(weights, "... (kv g) q k -> ... kv g q k", kv=kv_heads)
+    context = torch.matmul(wg, v.unsqueeze(-3))  # [..., KV, G, Lq, d_v]
+    return rearrange(context, "... kv g q d -> ... (kv g) q d")
+
+
+def _modifiers(
+    q: torch.Tensor, k: torch.Tensor, scoring: Scoring, bias: torch.Tensor | None, mask: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(bias, mask, sink) with ``scoring``'s own modifiers in: its ALiBi slopes added to the bias,
+    its window narrowing the mask, its per-head sinks as a column in the softmax's dtype."""
     lq, lk = q.shape[-2], k.shape[-2]
     if scoring.slopes is not None:
         alibi = slope_bias(scoring.slopes, lq, lk, dtype=q.dtype, device=q.device)
@@ -157,40 +216,15 @@ def attend(
     if scoring.window is not None:
         band = window_mask(lq, lk, scoring.window, device=q.device)
         mask = band if mask is None else mask & band
-    sink = scoring.sink_column(
-        heads, torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype, q.device
-    )
-    copies = 4 + (softcap is not None) + (bias is not None) + (dropout is not None) * 2  # each stage is a new buffer
-    _check_matrix_size(
-        _score_shape(q, k, q.shape[-3]), max(q.element_size(), 4), copies, "the attention weights", q.device
-    )
-    with timer.stage("attention"):
-        qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
-        scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
-        scores = rearrange(scores, "... kv g q k -> ... (kv g) q k")  # [..., H, Lq, Lk]
-        _keep(keep, "scores", scores)
-        # in place on the fresh score buffer unless a kept stage or a gradient needs the earlier values
-        fresh = keep is None and _no_grad_needed(q, k)
-        scores = scores.mul_(scale) if fresh else scores * scale
-        _keep(keep, "scaled", scores)
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
-            _keep(keep, "capped", scores)
-        scores = _bias_and_mask(scores, bias, mask, fresh, keep)
-        # a row whose keys were all removed attends to nothing; found from the mask and bias
-        # (small, or once per call), not by another pass over the scores
-        weights = softmax_rows(scores, empty=_rows_without_keys(mask, bias), sink=sink).to(q.dtype)
-        if keep is not None and sink is not None:
-            keep["sink"] = sink_share(scores, sink)
-            keep["sink_logit"] = torch.broadcast_to(sink.detach(), (*scores.shape[:-2], 1, 1))
-        weights = _apply_dropout(weights, dropout)
-        _keep(keep, "weights", weights)
-    with timer.stage("weighted sum"):
-        wg = rearrange(weights, "... (kv g) q k -> ... kv g q k", kv=kv_heads)
-        context = torch.matmul(wg, v.unsqueeze(-3))  # [..., KV, G, Lq, d_v]
-        context = rearrange(context, "... kv g q d -> ... (kv g) q d")  # [..., H, Lq, d_v]
-        _keep(keep, "context", context)
-    return context, weights
+    softmax_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    return bias, mask, scoring.sink_column(q.shape[-3], softmax_dtype, q.device)
+
+
+def _raw_scores(q: torch.Tensor, k: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """Q K^T of every query head against its K/V group's keys, [..., H, Lq, Lk]."""
+    qg = _group_queries(q, kv_heads)  # [..., KV, G, Lq, d]
+    scores = torch.matmul(qg, k.unsqueeze(-3).transpose(-2, -1))  # [..., KV, G, Lq, Lk]
+    return rearrange(scores, "... kv g q k -> ... (kv g) q k")
 
 
 def _scoring_at_door(q: torch.Tensor, scale: float | None, softcap: float | None, scoring: Scoring | None) -> Scoring:

@@ -406,13 +406,7 @@ def run_attention(
         q_ids = torch.tensor([queries.ids], device=device)  # [1, Lq]
         k_ids = torch.tensor([keys.ids], device=device) if cross else q_ids
         x, x_kv = _embed(model, config, q_ids, k_ids if cross else None, timer)
-        spec = MaskSpec(
-            lq,
-            lk,
-            key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
-            causal="causal" in config.mask,
-            window=config.window,
-        )
+        spec = _mask_spec(config, lq, lk, k_ids)
         proj = _project(model, config, x, x_kv, timer, keep)
         if plan.blocked:
             kept = _attend_bounded(config, plan, proj, spec, timer, ctx)
@@ -422,15 +416,42 @@ def run_attention(
             output = model.attention.finish(kept.context)  # [1, Lq, E]
         intermediates = _intermediates(keep, x, proj, kept, output, plan)
         output_np = _to_numpy(output[0])  # [Lq, E]
+    return _result(config, prepared, kept, output_np, intermediates, timer.total(), peak.measured(), str(device))
+
+
+def _mask_spec(config: AttentionConfig, lq: int, lk: int, k_ids: torch.Tensor) -> MaskSpec:
+    """The keys each query may see: padding (from the key ids), causal and the window, as the config says."""
+    return MaskSpec(
+        lq,
+        lk,
+        key_valid=(k_ids[0] != PAD_ID) if "padding" in config.mask else None,
+        causal="causal" in config.mask,
+        window=config.window,
+    )
+
+
+def _result(
+    config: AttentionConfig,
+    prepared: PreparedText,
+    kept: _Attended,
+    output_np: np.ndarray,
+    intermediates: Intermediates | None,
+    timings: dict[str, float],
+    peak_bytes: int,
+    device: str,
+) -> AttentionResult:
+    """The run's ``AttentionResult``: its tokens, weights (or pyramid), output, timings, plan, notices."""
+    queries, keys, cross, plan = prepared.queries, prepared.keys, prepared.cross, prepared.plan
+    keep_intermediates = intermediates is not None
     return AttentionResult(
         tokens=queries.tokens,
         token_ids=np.asarray(queries.ids, dtype=np.int64),
         weights=kept.weights,
         output=output_np,
-        timings=timer.total(),
+        timings=timings,
         flops=plan.flops,
-        peak_bytes=peak.measured(),
-        device=str(device),
+        peak_bytes=peak_bytes,
+        device=device,
         config=config,
         mask=kept.mask,
         key_tokens=keys.tokens if cross else None,

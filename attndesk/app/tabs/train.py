@@ -191,19 +191,14 @@ class TrainTab(QObject):
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._draw)
         self._scrub = Background(self, CHECKPOINTS)
-        self._open = Background(self, CHECKPOINTS)
         view.set_presets([(str(p["name"]), str(p["about"])) for p in list_presets() if p["shipped"]])
-        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
-        view.openRequested.connect(self.open_dialog)
-        view.saveRequested.connect(self.save_dialog)
-        view.viewsRequested.connect(self.open_in_views)
         self.run_name = ""  # the run on screen: "" (trained here), a preset's name or a folder
         self.preset = False  # the run on screen is a shipped preset, unchanged
         # (name, run, preset) -> the toy mode shows that run's weights (the window's factory sets it)
         self.views_opener: Callable[[str, TrainRun, bool], None] | None = None
-        self._save = Background(self, CHECKPOINTS)
         self._warm = Background(self, CHECKPOINTS)
         self.warmed_in: int | None = None  # the thread that imported the optimiser's modules
+        self.files = TrainFiles(self)
         view.installEventFilter(self)
         view.startRequested.connect(self.start)
         view.pauseRequested.connect(self.pause)
@@ -354,84 +349,15 @@ class TrainTab(QObject):
         self._timer.stop()
         self.view.show_message(f"training failed: {message}", error=True)
 
-    # -- saved runs -----------------------------------------------------------------------------
-    def open_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self.view, "Open trained model (a folder saved by attndesk train)")
-        if folder:
-            self.open(folder, lambda: load_run(folder))
-
+    # -- saved runs (TrainFiles) ----------------------------------------------------------------
     def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
-        """Show a saved run (``load()`` runs off the GUI thread): curves from its history, its
-        scores, its attention on the probe input, its checkpoints on the timeline."""
-        if self.phase != "idle":
-            self.view.show_message("stop the training run first", error=True)
-            return
-        self.view.show_message(f"opening {name}…")
-        self._open.start(
-            lambda: open_run(name, load),
-            done=lambda opened: self._opened(opened, preset),
-            failed=self._open_failed,
-            expected=(ConfigError, OSError, KeyError, ValueError),
-        )
+        self.files.open(name, load, preset=preset)
 
-    def _opened(self, opened: Opened, preset: bool = False) -> None:
-        run, g = opened.run, Gathered()
-        self.run_name, self.preset = opened.name, preset
-        for row in run.history:
-            g.steps.append(row["step"])
-            g.loss.append(row["loss"])
-            if "pattern" in row:
-                g.eval_steps.append(row["step"])
-                g.accuracy.append(row["accuracy"])
-                g.pattern.append(row["pattern"])
-        g.scores, g.probe = opened.scores, opened.probe
-        self.run, self.gathered, self.scrub_step, self.shown = run, g, None, None
-        self.view.set_settings({k: v for k, v in run.cfg.to_dict().items() if k in self.view.controls})
-        self.view.set_layers(run.cfg.layers)
-        self.view.show_scores(None)  # another task's title goes
-        self._scores_drawn = None
-        self._draw()
-        self.view.show_message(
-            f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
-            f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}"
-        )
-        self.view.saveButton.setEnabled(True)
-        self.view.viewsButton.setEnabled(self.views_opener is not None)
-        self.opened.emit(run)
-
-    def open_in_views(self) -> None:
-        """Show the run on screen in the toy views (its newest weights, even while scrubbing)."""
-        run = self.run
-        if run is None or self.phase != "idle" or self.views_opener is None:
-            return
-        name = self.run_name or f"the model trained here ({run.cfg.task}, seed {run.cfg.seed})"
-        self.views_opener(name, run, self.preset)
-
-    def save_dialog(self) -> None:
-        folder = QFileDialog.getSaveFileName(self.view, "Save the trained model as a folder", "trained-run")[0]
-        if folder:
-            self.save(folder)
+    def open_dialog(self) -> None:
+        self.files.open_dialog()
 
     def save(self, folder: str) -> None:
-        """Write the run on screen into ``folder`` (all or nothing) off the GUI thread."""
-        run = self.run
-        if run is None or self.phase != "idle":
-            return
-        problem = occupied(folder)  # as the command line refuses a non-empty --out: nothing is touched
-        if problem is not None:
-            self.view.show_message(f"not saved: {problem}; choose an empty or new folder", error=True)
-            return
-        self.view.show_message(f"saving to {folder}…")
-
-        self._save.start(
-            _saver(run, folder),
-            done=lambda f: self.view.show_message(f"saved {f}"),
-            failed=lambda exc: self.view.show_message(f"not saved: {exc}", error=True),
-            expected=(ConfigError, OSError),
-        )
-
-    def _open_failed(self, exc: Exception) -> None:
-        self.view.show_message(f"not opened: {exc}", error=True)
+        self.files.save(folder)
 
     # -- drawing --------------------------------------------------------------------------------
     def _draw(self) -> None:
@@ -540,6 +466,101 @@ class TrainTab(QObject):
             self._scores_drawn = g.scores
             self.view.show_scores(g.scores, self.run.task.pattern)
         self._draw_timeline()
+
+
+class TrainFiles:
+    """The Train tab's saved runs: a folder or a preset opened off the GUI thread, the run on screen
+    saved (all or nothing), and shown in the toy views."""
+
+    def __init__(self, tab: TrainTab) -> None:
+        self.tab = tab
+        self._open = Background(tab, CHECKPOINTS)
+        self._save = Background(tab, CHECKPOINTS)
+        view = tab.view
+        view.presetRequested.connect(lambda name: self.open(name, lambda: load_preset(name), preset=True))
+        view.openRequested.connect(self.open_dialog)
+        view.saveRequested.connect(self.save_dialog)
+        view.viewsRequested.connect(self.open_in_views)
+
+    def open_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self.tab.view, "Open trained model (a folder saved by attndesk train)"
+        )
+        if folder:
+            self.open(folder, lambda: load_run(folder))
+
+    def open(self, name: str, load: Callable[[], TrainRun], *, preset: bool = False) -> None:
+        """Show a saved run (``load()`` runs off the GUI thread): curves from its history, its
+        scores, its attention on the probe input, its checkpoints on the timeline."""
+        if self.tab.phase != "idle":
+            self.tab.view.show_message("stop the training run first", error=True)
+            return
+        self.tab.view.show_message(f"opening {name}…")
+        self._open.start(
+            lambda: open_run(name, load),
+            done=lambda opened: self._opened(opened, preset),
+            failed=self._open_failed,
+            expected=(ConfigError, OSError, KeyError, ValueError),
+        )
+
+    def _opened(self, opened: Opened, preset: bool = False) -> None:
+        tab, run, g = self.tab, opened.run, Gathered()
+        tab.run_name, tab.preset = opened.name, preset
+        for row in run.history:
+            g.steps.append(row["step"])
+            g.loss.append(row["loss"])
+            if "pattern" in row:
+                g.eval_steps.append(row["step"])
+                g.accuracy.append(row["accuracy"])
+                g.pattern.append(row["pattern"])
+        g.scores, g.probe = opened.scores, opened.probe
+        tab.run, tab.gathered, tab.scrub_step, tab.shown = run, g, None, None
+        tab.view.set_settings({k: v for k, v in run.cfg.to_dict().items() if k in tab.view.controls})
+        tab.view.set_layers(run.cfg.layers)
+        tab.view.show_scores(None)  # another task's title goes
+        tab._scores_drawn = None
+        tab._draw()
+        self.tab.view.show_message(
+            f"{opened.name}: {run.cfg.task}, {run.step:,} steps ({run.status}); "
+            f"best {run.task.pattern} score {float(np.max(opened.scores)):.2f}"
+        )
+        self.tab.view.saveButton.setEnabled(True)
+        self.tab.view.viewsButton.setEnabled(self.tab.views_opener is not None)
+        tab.opened.emit(run)
+
+    def open_in_views(self) -> None:
+        """Show the run on screen in the toy views (its newest weights, even while scrubbing)."""
+        run = self.tab.run
+        if run is None or self.tab.phase != "idle" or self.tab.views_opener is None:
+            return
+        name = self.tab.run_name or f"the model trained here ({run.cfg.task}, seed {run.cfg.seed})"
+        self.tab.views_opener(name, run, self.tab.preset)
+
+    def save_dialog(self) -> None:
+        folder = QFileDialog.getSaveFileName(self.tab.view, "Save the trained model as a folder", "trained-run")[0]
+        if folder:
+            self.save(folder)
+
+    def save(self, folder: str) -> None:
+        """Write the run on screen into ``folder`` (all or nothing) off the GUI thread."""
+        run = self.tab.run
+        if run is None or self.tab.phase != "idle":
+            return
+        problem = occupied(folder)  # as the command line refuses a non-empty --out: nothing is touched
+        if problem is not None:
+            self.tab.view.show_message(f"not saved: {problem}; choose an empty or new folder", error=True)
+            return
+        self.tab.view.show_message(f"saving to {folder}…")
+
+        self._save.start(
+            _saver(run, folder),
+            done=lambda f: self.tab.view.show_message(f"saved {f}"),
+            failed=lambda exc: self.tab.view.show_message(f"not saved: {exc}", error=True),
+            expected=(ConfigError, OSError),
+        )
+
+    def _open_failed(self, exc: Exception) -> None:
+        self.tab.view.show_message(f"not opened: {exc}", error=True)
 
 
 def train_presenter(ui: Any, view: TrainView) -> TrainTab:

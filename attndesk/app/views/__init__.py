@@ -14,4 +14,10 @@
 
 A view never imports another view (``heatmap`` is their shared widget) nor a mode; the presenters
 in ``app/tabs`` connect them to the window's state and results.
+
+Also: ``generate`` (the generation stepper), ``patching``, ``attribution`` and ``logit_lens``
+(the interpretability views, with ``interp_widgets``), ``online_softmax``, ``corpus`` and
+``train`` (packages: view, controls or form, plots or curves); what they share: ``stages`` (what the
+step-through shows, without widgets), ``pacing`` (pages of plots painted a piece per turn),
+``plot_axes``, ``table_items`` and ``kvcache_table``.
 """

@@ -56,16 +56,18 @@ def option_control(spec: Param) -> QWidget:
         control = combo
     elif spec.kind is int:
         spin = QSpinBox()
-        spin.setRange(int(spec.low if spec.low is not None else 0), int(spec.high if spec.high is not None else 10**6))
-        spin.setValue(int(default))
+        low = int(spec.low if spec.low is not None else 0) - spec.optional  # one below: None, by its name
+        spin.setRange(low, int(spec.high if spec.high is not None else 10**6))
+        spin.setValue(low if default is None else int(default))
         control = spin
     else:
         dspin = QDoubleSpinBox(decimals=3, singleStep=0.05)
-        dspin.setRange(
-            float(spec.low if spec.low is not None else 0.0), float(spec.high if spec.high is not None else 1e6)
-        )
-        dspin.setValue(float(default))
+        low_f = float(spec.low if spec.low is not None else 0.0) - 0.001 * spec.optional
+        dspin.setRange(low_f, float(spec.high if spec.high is not None else 1e6))
+        dspin.setValue(low_f if default is None else float(default))
         control = dspin
+    if spec.optional and isinstance(control, (QSpinBox, QDoubleSpinBox)):
+        control.setSpecialValueText(spec.none)  # the lowest value reads as what None means
     control.setObjectName(f"kvlabOption_{spec.name}")
     control.setToolTip(spec.tip)
     return control
@@ -77,7 +79,8 @@ def control_value(control: QWidget) -> Any:
     if isinstance(control, QComboBox):
         return control.currentText()
     if isinstance(control, (QSpinBox, QDoubleSpinBox)):
-        return control.value()
+        at_none = bool(control.specialValueText()) and control.value() == control.minimum()
+        return None if at_none else control.value()
     raise TypeError(type(control).__name__)
 
 

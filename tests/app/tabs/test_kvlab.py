@@ -155,3 +155,22 @@ def test_a_corpus_sweep_store_opens_as_curves_with_bands(qtbot, window, tmp_path
         "streaming",
         "oracle",
     ]
+
+
+def test_every_policys_options_show_their_defaults_and_read_back(qtbot):
+    """Each policy's option controls, built from its declarations, read back the declared defaults;
+    an option whose None has a meaning (H2O's recent window: half the budget) shows that name."""
+    from attndesk.app.views.kvlab import KVLabView, control_value
+
+    view = KVLabView()
+    qtbot.addWidget(view)
+    for index, (name, policy) in enumerate(POLICIES.items()):
+        view.policyCombo.setCurrentIndex(index)
+        for spec in policy.option_fields():
+            control = view.options[spec.name]
+            assert control_value(control) == spec.default, (name, spec.name)
+            if spec.default is None:
+                assert spec.none and control.text() == spec.none, (name, spec.name)
+    view.policyCombo.setCurrentIndex(list(POLICIES).index("h2o"))
+    view.options["recent"].setValue(3)
+    assert control_value(view.options["recent"]) == 3

@@ -61,6 +61,30 @@ def read_manifest(out: Path, format: str = FORMAT) -> dict | None:
     return manifest
 
 
+def finished_manifest(
+    out: Path, format: str, version: int, database: str, *, kind: str, rerun: str, unfinished: str
+) -> dict:
+    """The manifest of the finished store of ``format`` at ``out``; ConfigError, in one line naming
+    ``kind`` ("corpus store", ...), for a folder that is no such store, a store of another format
+    version (``rerun`` says what to run again) or a run that did not finish (``unfinished`` names it)."""
+    try:
+        manifest = read_manifest(out, format) if out.is_dir() else None
+    except ConfigError:
+        if format == FORMAT:
+            raise
+        raise ConfigError(f"{out} is not an attndesk {kind} (its {MANIFEST} is another kind's)") from None
+    if manifest is None:
+        raise ConfigError(f"{out} is not an attndesk {kind} (no {MANIFEST})")
+    if manifest.get("format_version") != version:
+        raise ConfigError(
+            f"{out} is a {kind} of format version {manifest.get('format_version')!r}; this attndesk reads "
+            f"version {version}{rerun}"
+        )
+    if not manifest.get("complete") or not (out / database).exists():
+        raise ConfigError(f"{unfinished} in {out} did not finish; run it again with the same arguments to resume")
+    return manifest
+
+
 def write_manifest(out: Path, manifest: dict) -> None:
     atomic_write(Path(out) / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
 
@@ -209,16 +233,15 @@ class CorpusStore(ParquetStore):
 def open_corpus(out) -> CorpusStore:
     """Reopen a finished store (ConfigError if ``out`` is not one, or its run did not finish)."""
     out = Path(out).expanduser()
-    manifest = read_manifest(out)
-    if manifest is None:
-        raise ConfigError(f"{out} is not an attndesk corpus store (no {MANIFEST})")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(
-            f"{out} is a corpus store of format version {manifest.get('format_version')!r}; this attndesk "
-            f"reads version {FORMAT_VERSION} (roles against a uniform baseline): run the corpus pass again"
-        )
-    if not manifest.get("complete") or not (out / "corpus.duckdb").exists():
-        raise ConfigError(f"the corpus run in {out} did not finish; run it again with the same arguments to resume")
+    manifest = finished_manifest(
+        out,
+        FORMAT,
+        FORMAT_VERSION,
+        "corpus.duckdb",
+        kind="corpus store",
+        rerun=" (roles against a uniform baseline): run the corpus pass again",
+        unfinished="the corpus run",
+    )
     return CorpusStore(out, manifest)
 
 
@@ -228,6 +251,7 @@ __all__ = [
     "MANIFEST",
     "CorpusStore",
     "ParquetStore",
+    "finished_manifest",
     "heads_summary",
     "open_corpus",
     "read_manifest",

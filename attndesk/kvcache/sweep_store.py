@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from attndesk.core.errors import ConfigError
-from attndesk.corpus.store import MANIFEST, ParquetStore, read_manifest
+from attndesk.corpus.store import ParquetStore, finished_manifest
 
 from .sweep import COLUMNS
 
@@ -100,19 +100,15 @@ class KVSweepStore(ParquetStore):
 def open_kv_sweep(out) -> KVSweepStore:
     """Reopen a finished sweep store (ConfigError if ``out`` is not one, or its run did not finish)."""
     out = Path(out).expanduser()
-    try:
-        manifest = read_manifest(out, FORMAT) if out.is_dir() else None
-    except ConfigError:  # a corpus pass's store, or a manifest of something else
-        raise ConfigError(f"{out} is not an attndesk KV-cache sweep store (its {MANIFEST} is another kind's)") from None
-    if manifest is None:
-        raise ConfigError(f"{out} is not an attndesk KV-cache sweep store (no {MANIFEST})")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(
-            f"{out} is a sweep store of format version {manifest.get('format_version')!r}; this attndesk reads "
-            f"version {FORMAT_VERSION}: run the sweep again"
-        )
-    if not manifest.get("complete") or not (out / DATABASE).exists():
-        raise ConfigError(f"the sweep in {out} did not finish; run it again with the same arguments to resume")
+    manifest = finished_manifest(
+        out,
+        FORMAT,
+        FORMAT_VERSION,
+        DATABASE,
+        kind="KV-cache sweep store",
+        rerun=": run the sweep again",
+        unfinished="the sweep",
+    )
     return KVSweepStore(out, manifest)
 
 

@@ -187,8 +187,11 @@ def test_click_enlarges_and_the_data_link_downloads_the_weights(browser, toy_pag
 def _downloaded(browser, kind: str):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        done = [p for p in browser.downloads.iterdir() if p.suffix == ".csv"]
-        if done:
+        files = list(browser.downloads.iterdir())
+        # Chromium reserves the final name with an empty file while it writes "*.crdownload"
+        writing = any(p.suffix == ".crdownload" for p in files)
+        done = [p for p in files if p.suffix == ".csv" and p.stat().st_size > 0]
+        if done and not writing:
             path = done[0]
             moved = path.with_name(f"{kind}-{time.monotonic_ns()}.seen")
             path.rename(moved)

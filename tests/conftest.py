@@ -192,8 +192,8 @@ def vision(tmp_path_factory):
     random vision checkpoint (tests/pretrained_models.py VISION_CONFIGS), built on first use."""
     from pretrained_models import build_vision, eager_vision
 
-    from attndesk.core.pretrained import clear_cache, load_pretrained
-    from attndesk.core.pretrained.loader import transformers_offline
+    from attndesk.models import clear_cache, load_pretrained
+    from attndesk.models.loader import transformers_offline
 
     transformers_offline()
     root = tmp_path_factory.mktemp("vision")

@@ -1,4 +1,4 @@
-"""Shared by the core tests: ``text_of(n)``, a text of ``n`` words (the blocked, bounded and fast
+"""Shared by the attention tests: ``text_of(n)``, a text of ``n`` words (the blocked, bounded and fast
 paths are compared over it), from the word list every long-text test uses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Edge circuits (attndesk.core.interp.edges / circuits): faithfulness, agreement and speed.
+"""Edge circuits (attndesk.interp.edges / circuits): faithfulness, agreement and speed.
 
     .venv/bin/python benchmarks/bench_circuits.py [--pairs 64] [--steps 300] [--quick]
 
@@ -34,11 +34,11 @@ sys.path[:0] = [ROOT]
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from attndesk.core.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit  # noqa: E402
-from attndesk.core.interp.attribution_patching import rank_correlation  # noqa: E402
-from attndesk.core.interp.edges import prepare, run_rows  # noqa: E402
-from attndesk.core.threads import torch_threads  # noqa: E402
+from attndesk.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit  # noqa: E402
+from attndesk.interp.attribution_patching import rank_correlation  # noqa: E402
+from attndesk.interp.edges import prepare, run_rows  # noqa: E402
 from attndesk.jobs import JobContext  # noqa: E402
+from attndesk.system.threads import torch_threads  # noqa: E402
 from attndesk.train import TrainConfig, train  # noqa: E402
 from attndesk.train.presets import load_preset  # noqa: E402
 

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.bundle import BundleError
-from attndesk.core.errors import ConfigError
-from attndesk.core.process import freeze_long_lived, tune_process
+from attndesk.errors import ConfigError
+from attndesk.session.bundle import BundleError
+from attndesk.system.process import freeze_long_lived, tune_process
 
 from .bundle_save import save_bundle
 from .export_dialog import ExportDialog

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.atomic import atomic_write
+from attndesk.files.atomic import atomic_write
+
 from .atlas import project
 from .image_metrics import image_heads_summary
 from .store import heads_summary, sql_path

@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attndesk.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
+from attndesk.models.checkpoint import read_spec
+from attndesk.system.threads import AdaptiveThreads, torch_threads
 
 from .. import __version__
-from ..core.errors import ConfigError
-from ..core.pretrained.checkpoint import read_spec
-from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
 from .batch import PassSettings, ShardResult, run_shard
 from .compact import compact, remove_shards
@@ -85,7 +85,7 @@ class CorpusProgress:
 
 def weights_hash(folder: Path) -> str:
     """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
-    from ..core.pretrained.checkpoint import weight_files
+    from attndesk.models.checkpoint import weight_files
 
     digest = hashlib.sha256()
     for path in weight_files(folder):
@@ -358,7 +358,7 @@ def run_pass(
 def batch_work(model, settings: PassSettings) -> float:
     """FLOPs of one of a batch's typical ops: a [hidden x hidden] projection of every token (what
     the local engine's thread count is chosen by)."""
-    from ..core.pretrained.loader import token_embeddings
+    from attndesk.models.loader import token_embeddings
 
     if model.family == "vision":  # one image of the configured size at a time
         config = model.model.config
@@ -373,7 +373,7 @@ def batch_work(model, settings: PassSettings) -> float:
 def _load(model, device: str, *, images: bool = False):
     """The loaded model (a folder is checked before any weight is read); a vision model for an
     image pass (``images``), a text model otherwise."""
-    from ..core.pretrained import load_pretrained, read_spec
+    from attndesk.models import load_pretrained, read_spec
 
     if model is not None and not hasattr(model, "tokenizer"):
         spec = read_spec(model)  # a folder that is not a model says so before any weight is read

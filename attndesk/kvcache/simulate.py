@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 
 from .base import Policy, View, options_dict, resolve_budget

@@ -19,10 +19,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from attndesk.core import atomic, memory
-from attndesk.core.memory import format_bytes
-from attndesk.core.select import parse_which
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.files import atomic
+from attndesk.runs.select import parse_which
+from attndesk.system import free_memory
+from attndesk.system.free_memory import format_bytes
 
 from .figure import HeatmapFigure, suggested_size
 from .gui import ensure_gui_app
@@ -135,7 +136,7 @@ def check_image_memory(width: int, height: int) -> None:
     """A PNG is painted into a width x height RGB32 image and encoded in memory (up to about as
     large again): ExportError when that cannot fit in free memory, with the size that does."""
     need = width * height * 4 * 2
-    free = memory.available_memory()
+    free = free_memory.available_memory()
     if free is None or need <= free:
         return
     shrink = math.sqrt(free / need)

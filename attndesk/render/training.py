@@ -16,7 +16,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPen
 
-from attndesk.core.types import AttentionMap, head_name
+from attndesk.attention.types import AttentionMap, head_name
 
 from .chart import begin_chart, paint_series, paint_value_grid, paint_x_labels
 from .export import ExportError, atomic_write, figure_bytes, write

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attndesk.core.attention import MultiHeadAttention
-from attndesk.core.masks import causal_mask
-from attndesk.core.positional import sinusoidal_encoding
-from attndesk.core.sinks import sink_parameter
+from attndesk.attention.kernel import MultiHeadAttention
+from attndesk.attention.masks import causal_mask
+from attndesk.attention.positional import sinusoidal_encoding
+from attndesk.attention.sinks import sink_parameter
 
 from .config import TrainConfig
 
@@ -47,7 +47,7 @@ class Block(nn.Module):
         query_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L]); ``keep`` (a dict) receives the
-        attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``);
+        attention layer's input as ``embeddings`` and every stage of the layer (``attention.kernel``);
         ``head_mask`` [H] scales each head's context (0 ablates it), ``query_mask`` [H, L] each
         head's query rows (0: the row weighs its keys uniformly)."""
         position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"

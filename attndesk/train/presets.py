@@ -4,7 +4,7 @@ Each preset is a ``TrainConfig`` with a seed; ``make train-presets`` re-trains t
 ``PRESET_THREADS`` threads and writes the folders. Each shipped ``config.json`` records the hash
 of the final weights, the hash of the weights after the first ``CHECK_STEPS`` steps (the prefix,
 whose weights ship as ``prefix.safetensors``; its losses are the first rows of ``history.json``)
-and the fingerprint of the machine that trained it (``attndesk.core.machine``).
+and the fingerprint of the machine that trained it (``attndesk.system.machine``).
 
 Reproducible means: on a machine whose fingerprint matches the recorded one, re-training gives
 the same bits (the hashes); on any other machine kernels may round differently, so the re-trained
@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from attndesk.core.atomic import StagedFolder
-from attndesk.core.errors import ConfigError
-from attndesk.core.machine import fingerprint_differences, machine_fingerprint
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import StagedFolder
+from attndesk.system.machine import fingerprint_differences, machine_fingerprint
 
 from .config import TrainConfig
 from .run import TrainRun

@@ -16,8 +16,8 @@ from attndesk.app.panels.parameters import ParametersPanel
 from attndesk.app.session import parse_session, session_json
 from attndesk.app.state import WINDOW_MAX, AppState, PanelView
 from attndesk.cli import _model_arguments, build_parser, config_from_args
-from attndesk.core.config import FIELDS, AttentionConfig
-from attndesk.core.fields import fields_of, param
+from attndesk.runs.config import FIELDS, AttentionConfig
+from attndesk.runs.fields import fields_of, param
 
 INT_TOP = 2**31 - 1
 

@@ -13,12 +13,13 @@ from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse f
 
 from attndesk.app.session import SessionError, load_session, parse_session, save_session
 from attndesk.app.state import AppState
-from attndesk.core import AttentionConfig, memory
+from attndesk.core import AttentionConfig
+from attndesk.system import free_memory
 
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda *device: 8 * 2**30)
+    monkeypatch.setattr(free_memory, "available_memory", lambda *device: 8 * 2**30)
 
 
 def _session(config: dict, **fields) -> str:

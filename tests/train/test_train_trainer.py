@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext
 from attndesk.train import TrainConfig, Trainer, train
 from attndesk.train.checkpoints import CheckpointStore, state_bytes
@@ -75,7 +75,7 @@ def test_the_callers_rng_is_untouched():
 
 
 def test_the_decoder_uses_attndesks_attention():
-    from attndesk.core.attention import MultiHeadAttention
+    from attndesk.attention.kernel import MultiHeadAttention
 
     trainer = Trainer(TrainConfig(task="induction", steps=1, **TINY))
     layers = [m for m in trainer.run.model.modules() if isinstance(m, MultiHeadAttention)]
@@ -239,7 +239,7 @@ def test_a_given_thread_count_is_used_for_every_step_then_restored(monkeypatch):
 
 
 def test_auto_threads_follow_the_load_every_recheck(monkeypatch):
-    from attndesk.core import threads
+    from attndesk.system import threads
     from attndesk.train import trainer as trainer_module
 
     calls = [0]
@@ -259,7 +259,7 @@ def test_auto_threads_follow_the_load_every_recheck(monkeypatch):
 
 
 def test_auto_threads_give_tiny_models_one_thread_on_an_idle_machine(monkeypatch):
-    from attndesk.core import threads
+    from attndesk.system import threads
 
     monkeypatch.setattr(threads, "available_cores", lambda: 8)
     monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0.0)

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attndesk.app.named import named
-from attndesk.core.memory import format_bytes
+from attndesk.system.free_memory import format_bytes
 
 from ..results import RunFacts, format_seconds
 

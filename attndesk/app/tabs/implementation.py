@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.compare import ImplementationComparison, compare_implementations
+from attndesk.teaching.compare import ImplementationComparison, compare_implementations
 
 from ..jobs.channels import IMPLEMENTATIONS
 from ..jobs.compute import ComputeController

@@ -29,8 +29,8 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
 from attndesk.app.named import named
-from attndesk.core.atomic import occupied
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import occupied
 from attndesk.jobs import Cancel, JobContext, job_context
 from attndesk.train import (
     TASK_NAMES,

@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.named import named
-from attndesk.core.interp import InputAttribution, StepAttribution
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.interp import InputAttribution, StepAttribution
 
 from .heatmap import DIVERGING, MatrixPlot
 from .interp_widgets import RunBar, TokenField

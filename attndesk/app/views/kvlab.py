@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.named import named
-from attndesk.core.fields import Param
 from attndesk.kvcache import POLICIES
 from attndesk.kvcache.sweep import curves
+from attndesk.runs.fields import Param
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from attndesk.app.named import named
-from attndesk.core.interp import LogitLens
+from attndesk.interp import LogitLens
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar

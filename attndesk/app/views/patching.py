@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.named import named
-from attndesk.core.interp.inputs import METRICS as CORE_METRICS
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.interp.inputs import METRICS as CORE_METRICS
 
 from .heatmap import MatrixPlot
 from .interp_widgets import RunBar, TokenField, problem_label, say

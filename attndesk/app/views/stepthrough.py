@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 
 from .heatmap import MatrixPlot, PreparedMatrix
 from .pacing import Staggered

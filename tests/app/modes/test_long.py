@@ -23,9 +23,9 @@ from attndesk.app.panels.heatmaps import format_weight
 from attndesk.app.plans import describe_plan, needs_explicit_run
 from attndesk.app.results import Held
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.pipeline import plan_text
 from attndesk.render.colormaps import hatch_rgba
 from attndesk.render.export import ExportError
+from attndesk.runs.pipeline import plan_text
 from tests.conftest import TIMEOUT_MS
 from tests.words import WORDS
 

@@ -8,8 +8,8 @@ from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fr
 
 from attndesk.app.panels.timing import NOT_MEASURED, TimingPanel
 from attndesk.app.results import RunFacts
-from attndesk.core.memory import format_bytes
-from attndesk.core.pretrained import run_pretrained
+from attndesk.models import run_pretrained
+from attndesk.system.free_memory import format_bytes
 from tests.conftest import TIMEOUT_MS
 
 

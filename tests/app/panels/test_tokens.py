@@ -12,7 +12,7 @@ from PySide6.QtTest import QTest
 
 from attndesk.app.panels.tokens import PREVIEW_CHARS, TokensPanel
 from attndesk.app.state import PACKAGED, TOY, AppState
-from attndesk.core.pretrained import run_pretrained
+from attndesk.models import run_pretrained
 from tests.conftest import TIMEOUT_MS
 
 

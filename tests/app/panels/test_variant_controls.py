@@ -20,11 +20,11 @@ from attndesk.app.session import session_from_json
 from attndesk.app.state import AppState, PanelView
 from attndesk.app.views.positional import ROPE_ANCHORS, rope_pair
 from attndesk.app.views.stages import wrapped
+from attndesk.attention.alibi import alibi_bias, alibi_slopes
+from attndesk.attention.rope import rope_frequencies
 from attndesk.core import run_attention
-from attndesk.core.alibi import alibi_bias, alibi_slopes
-from attndesk.core.config import divisors
-from attndesk.core.rope import rope_frequencies
 from attndesk.render.layout import band_edges, band_outline
+from attndesk.runs.config import divisors
 from tests.app.test_main_window import wait_result
 from tests.conftest import TIMEOUT_MS
 

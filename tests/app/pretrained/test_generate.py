@@ -21,8 +21,8 @@ from attndesk.app.pretrained.ablation import ablation_effect
 from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.views.generate import ALL_LAYERS
-from attndesk.core.errors import NO_LM_HEAD
-from attndesk.core.pretrained import Generator, clear_cache, encode, load_pretrained, run_pretrained
+from attndesk.errors import NO_LM_HEAD
+from attndesk.models import Generator, clear_cache, encode, load_pretrained, run_pretrained
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "the cat sat on the mat"

@@ -20,7 +20,7 @@ from attndesk.app import MainWindow
 from attndesk.app.pretrained.mode import GRID_TAB
 from attndesk.app.pretrained.parts import NO_CROSS_ROLLOUT
 from attndesk.app.state import TOY
-from attndesk.core.pretrained import clear_cache, load_pretrained, run_pretrained
+from attndesk.models import clear_cache, load_pretrained, run_pretrained
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "The cat sat on the mat."

@@ -11,9 +11,9 @@ from app_helpers import fresh_settings, shown_window  # noqa: F401  (fresh_setti
 from PySide6.QtCore import QCoreApplication, QEvent
 
 from attndesk.app.state import PACKAGED
-from attndesk.core.pretrained import load_pretrained
-from attndesk.core.rollout import attention_rollout
-from attndesk.core.statistics import layer_statistics
+from attndesk.models import load_pretrained
+from attndesk.teaching.rollout import attention_rollout
+from attndesk.teaching.statistics import layer_statistics
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "The cat sat on the mat."

@@ -52,7 +52,7 @@ def test_the_page_job_leaves_out_what_does_not_fit_and_fails_in_one_line(monkeyp
     import pytest
 
     from attndesk.app.tabs import corpus as corpus_tab
-    from attndesk.core.errors import ConfigError
+    from attndesk.errors import ConfigError
     from attndesk.render.export import ExportError
     from attndesk.render.page import PageTooLarge
 

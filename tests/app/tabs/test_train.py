@@ -23,7 +23,7 @@ from attndesk.app.state import AppState
 from attndesk.app.status import StatusModel
 from attndesk.app.tabs.train import TRAIN_TAB, TrainTab, phase_change
 from attndesk.app.views.train import TrainView
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 from attndesk.train.presets import load_preset
 from attndesk.train.store import load_run
 from tests.conftest import TIMEOUT_MS

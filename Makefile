@@ -49,6 +49,7 @@ setup: $(STAMP)
 
 # rewrite requirements.lock from what pip would install now (after a change of pyproject's dependencies)
 lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) scripts/lock.py
 
 run: $(STAMP)

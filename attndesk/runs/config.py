@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 
 from attndesk.attention.alibi import alibi_slopes
@@ -43,8 +44,6 @@ def _listed(values: list[int], most: int = 16) -> str:
 def default_memory_budget() -> int:
     """Bytes the attention weights may take: an eighth of RAM, at most 2 GiB, at least 256 MiB."""
     try:
-        import psutil
-
         total = psutil.virtual_memory().total
     except Exception:  # psutil missing or sandboxed: assume a small machine
         total = 8 * 2**30

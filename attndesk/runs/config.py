@@ -106,22 +106,8 @@ POSITION_TIPS = {
 
 
 @dataclass
-class AttentionConfig:
-    """Hyper-parameters of a toy attention run. ``AttentionConfig()`` is valid as it stands.
-
-    ``num_heads == 1`` is the single-head case (three Linear layers into ``hidden_dim``);
-    more heads use the 4-Linear multi-head layer with ``embed_dim // num_heads`` per head.
-
-    Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
-    query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
-    sees key j only when |i - j| < window; None = global), a ``softcap`` C on the scaled
-    scores (s -> C tanh(s / C); None = none) and a softmax ``sink`` (see ``sinks``: learned
-    per-head logits, ``sink_logit`` or drawn from the seed, or the off-by-one softmax).
-
-    Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
-    window's limits and the session keys are built from these declarations (``FIELDS``), in
-    this order (the panel's rows).
-    """
+class _Shape:
+    """The toy model's weights and shape (the panel's first rows)."""
 
     weights_from: str = param(
         "random",
@@ -166,6 +152,12 @@ class AttentionConfig:
         tip="Width d_k of the single head (used only when heads = 1)",
         real_model="fixed",
     )
+
+
+@dataclass
+class _Scores(_Shape):
+    """Which keys each query sees, and whether its scores are scaled by 1/sqrt(d_k)."""
+
     mask: str = param(
         "padding",
         kind=str,
@@ -199,6 +191,12 @@ class AttentionConfig:
         tip="Divide the scores by √d_k before the softmax",
         **_TOY,
     )
+
+
+@dataclass
+class _Variants(_Scores):
+    """The modern variants: positions, grouped K/V heads, a sliding window, a soft-cap, a softmax sink."""
+
     position: str = param(
         "sinusoidal",
         kind=str,
@@ -291,6 +289,12 @@ class AttentionConfig:
         tip="The learned sink's logit s in every head (exp(s) joins each row's denominator); "
         "None draws one per head from the seed",
     )
+
+
+@dataclass
+class _Run(_Variants):
+    """The run: dropout, the seed, the vocabulary, the bias, the device, the dtype and the memory budget."""
+
     dropout: float = param(
         0.0,
         kind=float,
@@ -371,6 +375,26 @@ class AttentionConfig:
         tip="Memory the attention weights may take. Runs whose weights do not fit keep "
         "a zoomable overview and recompute exact values on demand.",
     )
+
+
+@dataclass
+class AttentionConfig(_Run):
+    """Hyper-parameters of a toy attention run. ``AttentionConfig()`` is valid as it stands.
+
+    ``num_heads == 1`` is the single-head case (three Linear layers into ``hidden_dim``);
+    more heads use the 4-Linear multi-head layer with ``embed_dim // num_heads`` per head.
+
+    Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
+    query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
+    sees key j only when |i - j| < window; None = global), a ``softcap`` C on the scaled
+    scores (s -> C tanh(s / C); None = none) and a softmax ``sink`` (see ``sinks``: learned
+    per-head logits, ``sink_logit`` or drawn from the seed, or the off-by-one softmax).
+
+    Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
+    window's limits and the session keys are built from these declarations (``FIELDS``), in
+    this order (the panel's rows). The declarations stand in four groups, the bases this class
+    extends in order: ``_Shape``, ``_Scores``, ``_Variants`` and ``_Run``.
+    """
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> AttentionConfig:

@@ -54,6 +54,7 @@ def default_memory_budget() -> int:
 # ``attndesk.train.presets.PRESETS``), or "trained": the model open in the window's Train tab
 TRAINED_PRESETS = (
     "induction",
+    "induction-sparse",
     "reverse",
     "previous-token",
     "brackets",
@@ -69,6 +70,7 @@ WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"
 WEIGHT_TIPS = {
     "random": "random weights from the seed: every parameter below is live",
     "induction": "2 layers trained on repeated segments: a previous-token head feeds an induction head",
+    "induction-sparse": "the induction model trained with a penalty on each head's weights: one previous-token head feeds one induction head",
     "reverse": "2 layers trained to reverse a sequence: the anti-diagonal",
     "previous-token": "1 layer trained to repeat the token before: each token looks one back",
     "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",

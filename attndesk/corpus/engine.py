@@ -8,7 +8,6 @@ store (the atlas sample is chosen by fixed priorities, not by arrival order).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import time
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 from attndesk.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
 from attndesk.models import load_pretrained
-from attndesk.models.checkpoint import read_spec, weight_files
+from attndesk.models.checkpoint import read_spec, weights_hash
 from attndesk.models.loader import token_embeddings
 from attndesk.system.threads import AdaptiveThreads, torch_threads
 
@@ -84,18 +83,6 @@ class CorpusProgress:
         """In words; ``eta=False`` leaves the time left to a line that shows it its own way."""
         left = "" if self.eta_s is None or not eta else f", {self.eta_s:,.0f} s left"
         return f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({self.texts_per_s:,.1f} {self.unit}/s{left})"
-
-
-def weights_hash(folder: Path) -> str:
-    """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
-
-    digest = hashlib.sha256()
-    for path in weight_files(folder):
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            while chunk := fh.read(2**20):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers) -> tuple:

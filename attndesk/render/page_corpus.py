@@ -19,10 +19,10 @@ from typing import Any
 
 from attndesk import __version__
 from attndesk.attention.types import head_name
-from attndesk.corpus.engine import weights_hash
 from attndesk.corpus.metrics import METRICS
 from attndesk.errors import ConfigError
 from attndesk.models import load_pretrained, run_pretrained
+from attndesk.models.checkpoint import weights_hash
 
 from . import colormaps
 from .export import ExportError

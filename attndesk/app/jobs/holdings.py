@@ -24,10 +24,10 @@ from attndesk.core.plan import RunPlan
 from attndesk.core.process import trim_heap
 from attndesk.jobs.executor import Channel
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
+from attndesk.session.results import Shown
+from attndesk.session.state import AppState
+from attndesk.session.status import StatusModel
 
-from ..results import Shown
-from ..state import AppState
-from ..status import StatusModel
 from .channels import MEMORY, MODELS
 
 LET_GO = " · let go of "

@@ -21,13 +21,13 @@ from attndesk.core.pipeline import prefetch_neighbours, prepare_text, run_attent
 from attndesk.core.result import AttentionResult
 from attndesk.core.threads import choose_threads, torch_threads
 from attndesk.jobs import JobContext, job_context
+from attndesk.session.plans import needs_explicit_run, reports_progress
+from attndesk.session.results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
+from attndesk.session.state import STEP_THROUGH_TAB, TOY, AppState, PanelView
 from attndesk.train.presets import load_preset
 from attndesk.train.stages import head_labels, initial_run, trained_result
 
-from ..plans import needs_explicit_run, reports_progress
-from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..sources.long_source import source_for_map
-from ..state import STEP_THROUGH_TAB, TOY, AppState, PanelView
 from .base import ModeBase, ModeChoice
 
 if TYPE_CHECKING:

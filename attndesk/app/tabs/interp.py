@@ -30,6 +30,7 @@ from attndesk.session.status import StatusModel
 
 from ..jobs.compute import ComputeController
 from ..widgets.interp import Checker
+from .presenter import TabPresenter
 
 TOY_REASON = "{what} reads a real model's next-token logits: switch to a pretrained decoder or encoder-decoder"
 NEXT_TOKEN_MODELS = "a decoder (GPT-2, LLaMA, …) or an encoder-decoder (T5, BART)"
@@ -116,22 +117,20 @@ def next_token_reason(mode: ModeId, what: str) -> str | None:
     return None
 
 
-class InterpPresenter(QObject):
-    """Base of the interpretability presenters: subclasses set ``CHANNEL`` and ``WHAT`` (the feature
-    named in messages), give a view with ``bar`` (a ``RunBar``),
-    and implement ``request()`` (None: nothing to run) and ``show_result(result)``."""
+class InterpPresenter(TabPresenter):
+    """A presenter that computes on request (the interpretability tabs): subclasses set ``CHANNEL``
+    and ``WHAT`` (the feature named in messages), give a view with ``bar`` (a ``RunBar``), and implement ``request()`` (None: nothing to run) and ``show_result(result)``."""
 
     CHANNEL: ClassVar[Channel]
     WHAT = ""
-    TAB = ""  # the tab id: with AUTO, the tab computes on its own while it is on screen
-    AUTO = False
+    AUTO = False  # with AUTO, the tab computes on its own while it is on screen (``tab_id``)
     _progressed = Signal(int, float, str)  # (job tag, fraction, message), from the worker thread
 
     def __init__(
         self, state: AppState, compute: ComputeController, status: StatusModel, view: Any, parent: QObject | None = None
     ) -> None:
-        super().__init__(parent)
-        self.state, self.compute, self.status, self.view = state, compute, status, view
+        super().__init__(state, compute, view, parent)
+        self.status = status
         self._tags = itertools.count(1)
         self._tag = 0  # the job in flight (0: none)
         self._asked: Any = None  # inputs_key() of the last job asked for (AUTO tabs)
@@ -139,8 +138,8 @@ class InterpPresenter(QObject):
         view.bar.runRequested.connect(self.run)
         view.bar.cancelRequested.connect(self.cancel)
         compute.cancelRequested.connect(self.cancel)
-        # bound methods, not lambdas: Qt and psygnal drop them when the presenter goes
-        compute.published.connect(self._on_published)
+        # bound methods, not lambdas: Qt and psygnal drop them when the presenter goes (the base
+        # connects the published result to ``_on_published``)
         state.events.mode.connect(self._on_mode)
         for event in (state.view.events.tab, state.events.text, state.events.target_text):
             event.connect(self._on_input)
@@ -151,12 +150,7 @@ class InterpPresenter(QObject):
 
     def follow(self) -> None:
         """An AUTO tab on screen computes when its inputs changed since the last job it asked for."""
-        if (
-            self.AUTO
-            and self.state.view.tab == self.TAB
-            and self.unavailable() is None
-            and self.inputs_key() != self._asked
-        ):
+        if self.AUTO and self.visible() and self.unavailable() is None and self.inputs_key() != self._asked:
             self.run()
 
     # -- the model ---------------------------------------------------------------------------------

@@ -1,35 +1,41 @@
-"""What every tab presenter shares: it refreshes its view when its tab is on screen and the
-result changed, once per result (``key``), and it follows the shown head.
+"""The one base of every tab presenter: it binds one view to the window's state and the published
+result. A presenter that draws each result implements ``show(shown)``: the base refreshes the view
+when its tab is on screen and the result changed, once per result (``key``). A presenter that
+computes on request instead (a Run button: ``tabs/interp.py``'s ``InterpPresenter``, the Train,
+Generate and timing tabs) leaves ``show`` alone and answers its view's signals.
 
-What a view keeps (its derived copies: stage images, statistics, encodings, pictures) is held in
-the window's memory ledger as one holding per tab, measured when the view is drawn and again when
+What a view keeps (its derived copies: stage images, statistics, encodings, pictures) it declares
+itself: ``view.holdings()`` (the ``Holds`` protocol of ``app/widgets/holdings.py``). The base holds it
+in the window's memory ledger as one holding per tab, asked when the view is drawn and again when
 the tab is left: protected while the tab is on screen, a candidate to let go once it is hidden.
 Let go, the tab forgets its result (``release``) and draws it again when it is shown next."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 
-from attndesk.session.ledger import Holding, arrays_of
+from attndesk.session.ledger import Holding
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState
 
 from ..jobs.compute import ComputeController
+from ..widgets.holdings import Holds
 
 
 class TabPresenter(QObject):
-    """Subclasses set ``tab_id`` and implement ``show(shown)``; ``key(shown)`` says when a result is
-    new for the view (default: each presentation; statistics of a whole run use its ``run_id``)."""
+    """Subclasses set ``tab_id``; one that draws each result implements ``show(shown)``, and
+    ``key(shown)`` says when a result is new for the view (default: each presentation; statistics
+    of a whole run use its ``run_id``)."""
 
     tab_id = ""
-    VIEW_DEPTH = 4  # view -> plot -> image item -> array
-    MEASURE_DELAY_MS = 500  # views draw in side jobs: measure once they have
+    MEASURE_DELAY_MS = 500  # views draw in side jobs: ask what they hold once they have
 
-    def __init__(self, state: AppState, compute: ComputeController, parent: QObject | None = None) -> None:
+    def __init__(self, state: AppState, compute: ComputeController, view: Any, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.state, self.compute = state, compute
+        self.state, self.compute, self.view = state, compute, view
         self._shown_key: Hashable = None
         self._held: Holding | None = None
         self._retried: Hashable = None  # the result whose drawing was asked again after a let-go
@@ -47,7 +53,7 @@ class TabPresenter(QObject):
     def refresh(self, force: bool = False) -> None:
         """Bring the view up to date with the result on screen (once per ``key``)."""
         shown = self.compute.shown()
-        if shown is None or not self.visible():
+        if shown is None or not self.visible() or not self.draws():
             return
         key = self.key(shown)
         if key == self._shown_key and not force:
@@ -57,16 +63,20 @@ class TabPresenter(QObject):
         self._measure.start()
 
     def show(self, shown: Shown) -> None:
-        raise NotImplementedError
+        """Draw ``shown`` in the view (a presenter that draws each result overrides it)."""
+
+    def draws(self) -> bool:
+        """Whether this presenter draws each result (``show``), or computes on request only."""
+        return type(self).show is not TabPresenter.show
 
     def release(self) -> None:
         """Let go of an older result the view still holds (a new run came while the tab was hidden),
         so its memory is freed; the tab redraws when shown. Views with small content keep it."""
 
     def copies(self) -> list:
-        """The arrays the view keeps now (what its holding counts)."""
-        view = getattr(self, "view", None)
-        return [] if view is None else arrays_of(view, self.VIEW_DEPTH)
+        """The arrays the view keeps now, as it declares them (what its holding counts)."""
+        view: Holds = self.view
+        return view.holdings()
 
     def hold_copies(self) -> None:
         """(Re)measure what the view keeps and hold it in the ledger: protected while on screen."""

@@ -377,7 +377,7 @@ DOCK_TABS: tuple[TabSpec, ...] = (
         "the same attention through attndesk, "
         "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
         ImplementationPanel,
-        lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view),
+        _presenter(ImplementationTab),
         reveal="started",
         channels=(IMPLEMENTATIONS,),
     ),

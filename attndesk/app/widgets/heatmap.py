@@ -35,6 +35,7 @@ from attndesk.render.colormaps import hatch_rgba
 
 from ..jobs.background import Background
 from ..jobs.channels import FILES
+from .holdings import held_by
 from .plot_axes import without_si_prefix
 from .token_axis import TokenAxis
 
@@ -169,6 +170,11 @@ class _PlotItems:
     row_marks: QGraphicsRectItem
     col_marks: QGraphicsRectItem
     cell_mark: QGraphicsRectItem
+
+    def holdings(self) -> list:
+        """What the image items draw from: pyqtgraph keeps each image and a render buffer."""
+        items = (self.image, self.overlay)
+        return [a for item in items for a in (item.image, getattr(item, "_processingBuffer", None)) if a is not None]
 
 
 def _build_plot(square: bool) -> _PlotItems:
@@ -323,6 +329,9 @@ class MatrixPlot(QWidget):
             action()
         self._when_built.clear()
         return items.graphics
+
+    def holdings(self) -> list:  # widgets/holdings.py: the matrix, its mask, the display image, the plot's images
+        return held_by(self.matrix, self.masked, self.image_data, self._items if self._graphics is not None else None)
 
     def when_built(self, action: Callable[[], object]) -> None:
         """Run ``action`` (an item added to the plot, a signal of its scene connected) once the plot

@@ -109,7 +109,7 @@ class AttributionTab(InterpPresenter):
 
     CHANNEL = ATTRIBUTION
     WHAT = "an attribution of a target token's logit"
-    TAB = ATTRIBUTION_TAB
+    tab_id = ATTRIBUTION_TAB
     AUTO = True
 
     def __init__(

@@ -201,6 +201,7 @@ def weight_view(model, layer: int, head: int) -> dict:
 class CircuitTab(InterpPresenter):
     """Binds the ``CircuitView`` to the side jobs (see the module docstring)."""
 
+    tab_id = CIRCUIT_TAB
     CHANNEL = CIRCUIT
     WHAT = "circuit discovery (a logit metric)"
 

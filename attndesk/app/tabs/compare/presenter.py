@@ -34,8 +34,7 @@ class CompareTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: CompareView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         view.set_teaching_runner(self._run_teaching)
         view.set_frame_runner(self._run_frame)
         state.view.events.target.connect(self._follow_head)

@@ -566,7 +566,7 @@ class CompareView(QWidget):
         self._a = self._pinned
 
     # -- holdings in the window's memory ledger (``CompareHoldings``) -----------------------------
-    def holdings(self) -> dict[str, Holding | None]:
+    def ledger_holdings(self) -> dict[str, Holding | None]:
         """What the view holds in the ledger now: "pin", "teaching", "frame"."""
         return dict(self._held.slots)
 

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 
 from attndesk.core.types import head_name
 
+from ...widgets.holdings import held_by
 from ...widgets.plot_axes import without_si_prefix
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
@@ -155,6 +156,10 @@ class HeadGrid(pg.PlotWidget):
         self.addItem(self._current)
         self.scene().sigMouseClicked.connect(self._clicked)
 
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the values it colours."""
+        return held_by(self._values)
+
     def values(self) -> np.ndarray:
         """The [layers, heads] array the image shows (NaN: no value)."""
         return self._values
@@ -201,6 +206,10 @@ class MetricHistogram(pg.PlotWidget):
         self.addItem(self.bars)
         self.addItem(self.marker)
         self.counts = np.zeros(0, dtype=int)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): its counts."""
+        return held_by(self.counts)
 
     def set_values(self, values: np.ndarray, metric: str) -> None:
         finite = np.asarray(values, dtype=float)
@@ -253,6 +262,10 @@ class AtlasPlot(pg.PlotWidget):
         self._describe = lambda i: ""
         self.scene().sigMouseMoved.connect(self._hover)
         self.scene().sigMouseClicked.connect(self._clicked)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): its points."""
+        return held_by(self._xy, self._is_query)
 
     def set_points(self, x: np.ndarray, y: np.ndarray, is_query: np.ndarray, describe) -> None:
         x, y, is_query = np.asarray(x, float), np.asarray(y, float), np.asarray(is_query, bool)

@@ -152,8 +152,8 @@ class CorpusTab(TabPresenter):
         view: CorpusView,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view, self.status = view, status
+        super().__init__(state, compute, view, parent)
+        self.status = status
         self._stores: list = []  # the open store, closed with the view (the window's jobs are joined by then)
         self._cancel: threading.Event | None = None
         self._head: tuple[str, int, int] | None = None

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported when a store arrives
 
 from attndesk.app.widgets.named import named
 
+from ...widgets.holdings import held_by
 from ...widgets.pacing import pacer
 from ...widgets.table_items import NumberItem
 from .controls import TEXT_PLACEHOLDER, CorpusControls, fit_width
@@ -171,6 +172,10 @@ class CorpusView(QWidget):
         self.show_store(None)
 
     # -- construction ---------------------------------------------------------------------------
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the atlas's points and its plots (the head table is a DataFrame: pandas' own)."""
+        return held_by(self._atlas_points, self.grid, self.histogram, self.atlas)
+
     def _build_controls(self) -> QWidget:
         c = self.controls = CorpusControls()
         self.sourceEdit, self.sourceLabel, self.storeEdit, self.tokensSpin = (

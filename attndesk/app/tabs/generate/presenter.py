@@ -33,6 +33,7 @@ from attndesk.session.status import StatusModel
 from ...jobs.channels import GENERATE
 from ...jobs.compute import ComputeController
 from ..interp import image_reason, model_family, model_name
+from ..presenter import TabPresenter
 from .view import GenerateView, GenerationSettings, PreparedRow, prepare_row, probability_text
 
 GENERATE_TAB = "generate"
@@ -100,9 +101,10 @@ def generation_off(mode: ModeId) -> str | None:
     return f"{model_name(mode)} is an encoder-only model: it does not generate text. Generation needs {generators}."
 
 
-class GenerationTab(QObject):
+class GenerationTab(TabPresenter):
     """Binds the ``GenerateView`` to the state and runs its steps (see the module docstring)."""
 
+    tab_id = GENERATE_TAB
     stepShown = Signal(object)  # a GenerationStep is on screen
     stopped = Signal()
     pinned = Signal(str)  # "A" or "B": the generated text's run is in Compare
@@ -116,8 +118,8 @@ class GenerationTab(QObject):
         compare: Callable[[], _Pins],
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(parent)
-        self.state, self.compute, self.status, self.view = state, compute, status, view
+        super().__init__(state, compute, view, parent)
+        self.status = status
         self._compare = compare  # the Compare tab's view (public API: pin())
         self._generator: Generator | None = None
         self._origin: Origin | None = None
@@ -131,7 +133,6 @@ class GenerationTab(QObject):
         view.restartRequested.connect(self.restart)
         view.pinRequested.connect(self.pin)
         compute.cancelRequested.connect(self.stop)
-        compute.published.connect(self._on_published)
         state.events.mode.connect(lambda _m: self._on_mode())
         state.events.text.connect(lambda _t: self._on_input())
         self._on_input()

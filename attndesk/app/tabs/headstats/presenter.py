@@ -32,8 +32,7 @@ class HeadStatsTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: HeadStatsView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         view.layerHeadSelected.connect(self.open_head)
 
     def key(self, shown: Shown):

@@ -26,6 +26,7 @@ from attndesk.core.statistics import HeadStats, head_statistics, layer_statistic
 from attndesk.core.types import head_name
 from attndesk.render.export import ExportError, atomic_write
 
+from ...widgets.holdings import held_by
 from ...widgets.plot_axes import without_si_prefix
 from ...widgets.table_items import NumberItem
 
@@ -118,6 +119,10 @@ class HeadStatsView(QWidget):
         layout.addWidget(self.splitter, 1)
 
     # -- API -------------------------------------------------------------------------------------
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the statistics it lists."""
+        return held_by(self._stats)
+
     def stats(self) -> list[HeadStats]:
         return list(self._stats)
 

@@ -141,8 +141,8 @@ class ImageTab(TabPresenter):
         view: ImageView,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.status, self.view = status, view
+        super().__init__(state, compute, view, parent)
+        self.status = status
         self._run: VisionResult | None = None
         self._query: int | None = 0
         self._patch: int | None = None  # the clicked patch's token, offered in the query list

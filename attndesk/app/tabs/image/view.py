@@ -42,6 +42,8 @@ from attndesk.app.widgets.named import named
 from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import COLORMAPS
 
+from ...widgets.holdings import held_by
+
 # name shown -> the map's id (app/tabs/image.py computes each)
 IMAGE_MAPS = (
     ("rollout", "rollout"),
@@ -69,6 +71,10 @@ class ImageCanvas(QWidget):
         self._grid = (0, 0)
         self._marked: tuple[int, int] | None = None
         self.setCursor(Qt.CursorShape.PointingHandCursor)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): its pixels."""
+        return held_by(self._pixels)
 
     def set_picture(self, pixels: np.ndarray | None, grid: tuple[int, int], marked: tuple[int, int] | None) -> None:
         self._pixels = None if pixels is None else np.ascontiguousarray(pixels, dtype=np.uint8)
@@ -172,6 +178,10 @@ class ImageView(QWidget):
         )
         self.set_map_busy(False)
         self.stepsSpin.setEnabled(False)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the image and the map drawn over it."""
+        return held_by(self.canvas, self.mapCanvas)
 
     def _build(self) -> None:
         self.sampleCombo = named(QComboBox(), "imageSampleCombo")

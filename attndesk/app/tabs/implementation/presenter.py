@@ -7,9 +7,11 @@ from PySide6.QtCore import QObject, Signal
 
 from attndesk.core.compare import ImplementationComparison, compare_implementations
 from attndesk.session.results import Shown
+from attndesk.session.state import AppState
 
 from ...jobs.channels import IMPLEMENTATIONS
 from ...jobs.compute import ComputeController
+from ..presenter import TabPresenter
 from .view import ImplementationPanel
 
 
@@ -17,16 +19,18 @@ def implementation_job(config, text: str) -> ImplementationComparison:
     return compare_implementations(config, text, repeats=3)
 
 
-class ImplementationTab(QObject):
+class ImplementationTab(TabPresenter):
+    tab_id = "implementation"
     shownComparison = Signal(object)  # an ImplementationComparison is in the table
     failed = Signal(str)
     started = Signal()  # the comparison was asked for (the dock shows its tab)
 
-    def __init__(self, compute: ComputeController, panel: ImplementationPanel, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.compute, self.panel = compute, panel
+    def __init__(
+        self, state: AppState, compute: ComputeController, panel: ImplementationPanel, parent: QObject | None = None
+    ) -> None:
+        super().__init__(state, compute, panel, parent)
+        self.panel = panel
         panel.set_runner(self._run)
-        compute.published.connect(self._on_published)
 
     def _on_published(self, shown: Shown) -> None:
         toy = shown.toy

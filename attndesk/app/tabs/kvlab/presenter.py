@@ -26,8 +26,7 @@ class KVLabTab(TabPresenter):
     tab_id = KVLAB_TAB
 
     def __init__(self, state: AppState, compute: ComputeController, view: KVLabView, parent: QObject | None = None):
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         view.bar.runRequested.connect(self.run)
         view.sweepRequested.connect(self.sweep)
         view.storeRequested.connect(self.open_store)

@@ -35,6 +35,7 @@ from attndesk.kvcache import POLICIES
 from attndesk.kvcache.sweep import curves
 
 from ...widgets.heatmap import MatrixPlot
+from ...widgets.holdings import held_by
 from ...widgets.interp import RunBar
 from ...widgets.plot_axes import without_si_prefix
 
@@ -109,6 +110,10 @@ class KVLabView(QWidget):
         self.sweepButton.clicked.connect(self.sweepRequested)
         self.storeButton.clicked.connect(self._ask_store)
         self._build_options()
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the lab's run, its curves and its plots."""
+        return held_by(self.result, self.curves, self.bands, self.heatmap, *self.rasterPlots)
 
     def _build_controls(self) -> None:
         self.modelCombo = named(QComboBox(), "kvlabModel")

@@ -35,7 +35,7 @@ class LogitLensTab(InterpPresenter):
 
     CHANNEL = LOGIT_LENS
     WHAT = "the logit lens"
-    TAB = LOGIT_LENS_TAB
+    tab_id = LOGIT_LENS_TAB
     AUTO = True
 
     def __init__(

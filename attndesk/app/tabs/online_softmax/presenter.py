@@ -109,8 +109,7 @@ class OnlineSoftmaxTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: OnlineSoftmaxView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         self._toy: ToyRun | None = None
         self._projected: tuple[int, ProjectedText] | None = None  # (run_id, Q K V of that run)
         view.walkRequested.connect(self._walk)

@@ -37,6 +37,7 @@ from attndesk.core.online_softmax import EXPLANATION, OnlineSoftmaxWalk, OnlineS
 from attndesk.core.types import head_name
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from ...widgets.holdings import held_by
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BLOCK = 4
@@ -277,6 +278,10 @@ class OnlineSoftmaxView(QWidget):
         self._build_controls()
         self._build_body()
         self._lay_out()
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the walk it shows and its plot."""
+        return held_by(self._shown, self._pending, self.plot)
 
     def _build_controls(self) -> None:
         self.headCombo = named(QComboBox(), "onlineHeadCombo")

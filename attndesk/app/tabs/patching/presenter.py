@@ -138,6 +138,7 @@ def _masked(run, part: str) -> np.ndarray | None:
 class PatchingTab(InterpPresenter):
     """Binds the ``PatchingView`` to the compute controller (see the module docstring)."""
 
+    tab_id = PATCHING_TAB
     CHANNEL = PATCHING
     WHAT = "activation patching (a logit metric)"
 

@@ -57,8 +57,7 @@ class PositionsTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: PositionalView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
 
     def release(self) -> None:
         if self.view.table is not None and self.view.table.length > 512:  # PE . PE^T of thousands: MBs

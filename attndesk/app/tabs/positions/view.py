@@ -24,6 +24,7 @@ from attndesk.core.positional import positional_similarity, sinusoidal_encoding
 from attndesk.core.rope import rope, rope_relative_scores
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from ...widgets.holdings import held_by
 from ...widgets.pacing import PacedHost
 from ...widgets.plot_axes import without_si_prefix
 
@@ -155,6 +156,12 @@ class PositionalView(QWidget):
         layout.addWidget(self.infoLabel)
         layout.addLayout(plots, 1)
         layout.addWidget(self.readout)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the encodings, their tables and their plots."""
+        return held_by(
+            self.encoding, self.similarity, self.table, self.rope, self.encodingPlot, self.similarityPlot, self.ropePlot
+        )
 
     def _build_rope(self) -> None:
         self.rope: RopeTable | None = None

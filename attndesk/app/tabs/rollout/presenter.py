@@ -36,8 +36,7 @@ class RolloutTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: RolloutView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         view.set_tracer(self._trace)
         view.set_flow_tracer(self._flow)
         view.set_unavailable(TOY_MESSAGE)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 from attndesk.app.widgets.named import named
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from ...widgets.holdings import held_by
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +140,21 @@ class RolloutView(QWidget):
         self.readout = QLabel(" ")
         self._build_flow()
         self._lay_out()
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the run it reads, its rollout, flow and trace, and their plots."""
+        return held_by(
+            self._result,
+            self.rollout,
+            self.flow,
+            self.follow,
+            self._traced,
+            self._pending,
+            self._flow_pending,
+            self.rolloutPlot,
+            self.followPlot,
+            self.flowPlot,
+        )
 
     def _lay_out(self) -> None:
         """The controls' bar above the plots, all in ``body`` (hidden while there is nothing to trace)."""

@@ -47,8 +47,7 @@ class StepThroughTab(TabPresenter):
     def __init__(
         self, state: AppState, compute: ComputeController, view: StepThroughView, parent: QObject | None = None
     ) -> None:
-        super().__init__(state, compute, parent)
-        self.view = view
+        super().__init__(state, compute, view, parent)
         view.set_preparer(self._prepare)
         view.drawn.connect(self.shownResult)
         state.view.events.target.connect(self._follow_head)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from attndesk.core.types import head_name
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix
+from ...widgets.holdings import held_by
 from ...widgets.pacing import Staggered
 from ...widgets.stages import (
     ALL_STAGES,
@@ -130,6 +131,10 @@ class StepThroughView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.stripScroll, 1)
         layout.addWidget(self.arithmeticLabel)
+
+    def holdings(self) -> list:
+        """What this view keeps (``widgets/holdings.py``): the result it steps through, the stages still to draw and their plots."""
+        return held_by(self._result, self._queue, *self.plots.values())
 
     def _build_strip(self) -> QWidget:
         """A MatrixPlot with its title and hover read-out for every stage any run can show; a result

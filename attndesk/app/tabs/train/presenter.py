@@ -32,7 +32,7 @@ from attndesk.app.widgets.named import named
 from attndesk.core.atomic import occupied
 from attndesk.core.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
-from attndesk.session.state import HEATMAPS_TAB, TOY
+from attndesk.session.state import HEATMAPS_TAB, TOY, AppState
 from attndesk.train import (
     TASK_NAMES,
     StepReport,
@@ -48,8 +48,9 @@ from attndesk.train.trainer import EVAL_SEQUENCES, ProbeSnapshot
 
 from ...jobs.background import Background
 from ...jobs.channels import CHECKPOINTS, TRAIN
-from ...jobs.compute import SideJobs
-from . import TrainView
+from ...jobs.compute import ComputeController
+from ..presenter import TabPresenter
+from .view import TrainView
 
 TRAIN_TAB = "train"
 DRAW_INTERVAL_MS = 250  # the window draws the run at most this often
@@ -166,19 +167,22 @@ def _saver(run: TrainRun, folder: str) -> Callable[[], str]:
     return write
 
 
-class TrainTab(QObject):
+class TrainTab(TabPresenter):
     """The presenter of ``TrainView`` (see the module docstring). ``drawn`` is emitted after
     each draw; ``finished(run)`` when a run ends (finished, stopped or diverged)."""
 
+    tab_id = TRAIN_TAB
     drawn = Signal()
     finished = Signal(object)
     scrubbed = Signal(int)  # a checkpoint's attention is on screen (its step)
     opened = Signal(object)  # a saved run is on screen (its TrainRun)
     warmed = Signal()  # the optimiser's first-use imports are done (off the GUI thread)
 
-    def __init__(self, side: SideJobs, view: TrainView, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.side, self.view = side, view
+    def __init__(
+        self, state: AppState, compute: ComputeController, view: TrainView, parent: QObject | None = None
+    ) -> None:
+        super().__init__(state, compute, view, parent)
+        self.side = compute.side
         self.run: TrainRun | None = None  # the run on screen (training or ended)
         self.gathered = Gathered()
         self.phase = "idle"
@@ -365,13 +369,7 @@ class TrainTab(QObject):
         self._last_draw = time.perf_counter()
         self.draw_times.append(self._last_draw)
         g, run = self.gathered, self.run
-        self.view.show_curves(
-            np.asarray(g.steps),
-            np.asarray(g.loss),
-            np.asarray(g.eval_steps),
-            np.asarray(g.accuracy),
-            np.asarray(g.pattern),
-        )
+        self.view.show_curves(*(np.asarray(a) for a in (g.steps, g.loss, g.eval_steps, g.accuracy, g.pattern)))
         if g.scores is not None and run is not None and g.scores is not self._scores_drawn:
             self._scores_drawn = g.scores
             self.view.show_scores(g.scores, run.task.pattern)
@@ -566,7 +564,7 @@ class TrainFiles:
 def train_presenter(ui: Any, view: TrainView) -> TrainTab:
     """The registry's factory: the presenter, and File > Open trained model… (the window's
     ``Assembly`` gives the menus)."""
-    tab = TrainTab(ui.compute.side, view, view)
+    tab = TrainTab(ui.state, ui.compute, view, view)
     action = named(QAction("Open &trained model…", view), "openTrainedAction")
     action.setToolTip("a folder saved by attndesk train: its curves, scores, heatmaps and checkpoints")
     action.triggered.connect(lambda _checked=False: tab.open_dialog())

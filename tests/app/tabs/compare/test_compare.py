@@ -142,7 +142,7 @@ def test_a_pinned_result_over_a_lowered_budget_is_let_go_saying_so(qtbot, view):
     ledger.set_budget(ledger.total())
     assert view.pinned_result() is not None
     ledger.set_budget(ledger.total() - 1)  # A goes first (least recently used, not protected)
-    assert view.pinned_result() is None and view.holdings()["pin"] is None
+    assert view.pinned_result() is None and view.ledger_holdings()["pin"] is None
     assert "A was unpinned" in view.plotA.message.text() and "let go of pinned A" in view.plotA.message.text()
     assert view.plotA.matrix is None  # nothing drawn from A is left
     view.pin()  # pinning again: the note goes

@@ -44,12 +44,13 @@ TINY = {
 
 @pytest.fixture
 def tab(qtbot):
-    compute = ComputeController(AppState(), Modes([ToyMode()]), StatusModel())
+    state = AppState()
+    compute = ComputeController(state, Modes([ToyMode()]), StatusModel())
     view = TrainView()
     qtbot.addWidget(view)
     view.resize(1200, 800)
     view.show()
-    presenter = TrainTab(compute.side, view)
+    presenter = TrainTab(state, compute, view)
     view.set_settings(TINY)
     yield presenter
     presenter.shutdown()

@@ -93,7 +93,7 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
                 def inside(page=page):
                     return [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
 
-                # a page's plots are revealed one per event-loop turn (views/pacing.py)
+                # a page's plots are revealed one per event-loop turn (widgets/pacing.py)
                 assert checks.wait_until(lambda: bool(inside()), 10), f"no control found in the {tabs.tabText(i)!r} tab"
     finally:
         soak.files.uninstall()

@@ -284,7 +284,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
             p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None
         ]
         assert plots, view.objectName()
-        # the plots are shown one per event-loop turn (views/pacing.py)
+        # the plots are shown one per event-loop turn (widgets/pacing.py)
         qtbot.waitUntil(lambda plots=plots: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
         plot = plots[0]
         png = plot.export(str(tmp_path / f"{view.objectName()}.png"))

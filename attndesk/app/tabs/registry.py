@@ -7,13 +7,13 @@ title and tooltip, a factory for its view, a factory for its presenter (called w
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
 "decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
 the tab does not apply to the model or mode on screen (the sentence saying why and the action that
-makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``views/empty_state.py``) in
+makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``window/empty_state.py``) in
 place of the view; no view greys its own form for it.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
 kinds it serves, and reaches a view by ``tab_widget(id)``, a presenter by ``tab_presenter(id)``;
 presenters that need another tab (Generate pins in Compare) go through ``ui.tab_widget(id)``.
-Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry below.
+Adding a tab: a folder ``app/tabs/<name>/`` with its view and presenter, and one entry below.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _generation(ui: Assembly, view: QWidget) -> QObject:
 
 
 def _interp(cls) -> Callable[[Assembly, QWidget], QObject]:
-    """An interpretability presenter (``app/pretrained/interp.py``): it also reports to the status line."""
+    """An interpretability presenter (``app/tabs/interp.py``): it also reports to the status line."""
     return lambda ui, view: cls(ui.state, ui.compute, ui.status, view, parent=view)
 
 

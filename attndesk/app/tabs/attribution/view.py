@@ -7,7 +7,7 @@ and gradient x input, decoder-only models); attention x gradient shows each laye
 share ([layers x heads, tokens]) instead.
 
 The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.core.interp``) and reports
-intents; the presenter (``app/pretrained/attribution.py``) computes it off the GUI thread.
+intents; the presenter (``presenter``) computes it off the GUI thread.
 """
 
 from __future__ import annotations

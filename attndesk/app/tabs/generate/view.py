@@ -3,7 +3,7 @@ chose, the top-k next-token probabilities it chose from, and the attention row o
 that chose it — every layer and head, or one layer's heads.
 
 The view only draws ``GenerationStep``s (plain numpy) and reports intents; the presenter
-(``app/pretrained/generate.py``) runs the steps off the GUI thread.
+(``presenter``) runs the steps off the GUI thread.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ positions, each cell coloured by the probability of its top token and labelled w
 hovering a cell lists its top k.
 
 The view draws a ``LogitLens`` (plain numpy, from ``attndesk.core.interp``); the presenter
-(``app/pretrained/logit_lens.py``) computes it off the GUI thread.
+(``presenter``) computes it off the GUI thread.
 """
 
 from __future__ import annotations

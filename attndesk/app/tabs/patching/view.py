@@ -5,7 +5,7 @@ heads, picked), a layers x positions one of the residual stream, and a clicked h
 both prompts side by side. The metric choice is every metric of the core (``inputs.METRICS``).
 
 The view draws plain numpy (``PatchingShown``) and reports intents; the presenter
-(``app/pretrained/patching.py``) runs the core's ``activation_patching`` off the GUI thread.
+(``presenter``) runs the core's ``activation_patching`` off the GUI thread.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ TOY_MESSAGE = (
 
 
 def flow_job(request: tuple, *, ctx: JobContext | None = None):
-    """Side job: the attention flow of ``request`` (see ``views.rollout.flow_trace``)."""
+    """Side job: the attention flow of ``request`` (see ``view.flow_trace``)."""
     return flow_trace(request, ctx=ctx)
 
 

@@ -1,4 +1,4 @@
-"""The Train tab (app/tabs/train.py, app/views/train.py) with real widgets and a real trainer on a
+"""The Train tab (app/tabs/train/) with real widgets and a real trainer on a
 tiny model: Start trains and draws, Pause / Resume / Stop act between steps, the timeline shows a
 checkpoint's own weights, a shape the task cannot use is explained at its control, a divergent
 run keeps its last good checkpoint and says so, and closing the window mid-run (paused, too)

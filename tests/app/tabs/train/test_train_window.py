@@ -1,5 +1,5 @@
 """The Train tab in the real window: building the per-head heatmaps of a larger model never holds
-the GUI thread (they are built one per event-loop turn through ``views/pacing.py``), and the
+the GUI thread (they are built one per event-loop turn through ``widgets/pacing.py``), and the
 optimiser's first-use imports are paid in the thread pool, not by the first Start."""
 
 from __future__ import annotations

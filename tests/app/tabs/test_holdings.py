@@ -100,3 +100,31 @@ def test_each_tab_holds_what_its_view_declares(qtbot, window, tab):
     presenter.hold_copies()  # asked again now: the holding is the declaration, counted once per block
     held = next(h for h in ledger.holdings() if h.label == label)
     assert held.nbytes == MemoryLedger().hold("test", "declared", view.holdings()).nbytes
+
+
+def test_a_real_models_tabs_hold_what_their_views_declare(qtbot):
+    """Rollout and head statistics on the packaged MiniLM (its whole run, every layer)."""
+    from attndesk.session.state import PACKAGED
+
+    w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
+    try:
+        ledger = w.compute.ledger
+        with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS, check_params_cb=lambda r: r.layers is not None):
+            w.state.update({"text": " ".join(["the cat sat on the mat."] * 30), "cross": False})
+            w.parametersPanel.modeCombo.setCurrentIndex(w.parametersPanel.mode_index(PACKAGED))
+        rollout = w.tab_widget("rollout")
+        open_tab(w, rollout)
+        qtbot.waitUntil(
+            lambda: any(h.label == "the rollout tab's copies" for h in ledger.holdings()), timeout=TIMEOUT_MS
+        )
+        qtbot.waitUntil(lambda: not w.compute.side.any_busy(), timeout=TIMEOUT_MS)
+        assert undeclared(rollout) == [] and any(a.nbytes >= LARGE for a in rollout.holdings())
+        w.tab_presenter("rollout").hold_copies()
+        held = next(h for h in ledger.holdings() if h.label == "the rollout tab's copies")
+        assert held.nbytes == MemoryLedger().hold("test", "declared", rollout.holdings()).nbytes
+        stats = w.tab_widget("head-stats")  # statistics of every head: numbers, no large array
+        with qtbot.waitSignal(w.tab_presenter("head-stats").shownStats, timeout=TIMEOUT_MS):
+            open_tab(w, stats)
+        assert undeclared(stats) == []
+    finally:
+        dispose(w)

@@ -71,7 +71,7 @@ test-perf: $(STAMP) browser-deps
 # The numerics-sensitive tests under torch's other CPU kernels and thread counts: ATEN_CPU_CAPABILITY
 # default (no vector kernels) and avx2 (a processor without AVX-512), each on 1 and 2 threads
 # (ATTNDESK_TEST_THREADS, tests/conftest.py). Slow-marked tests (fresh interpreters) are left out.
-ISA_TESTS ?= tests/core tests/train tests/corpus/test_corpus_metrics.py
+ISA_TESTS ?= tests/core tests/attention tests/runs tests/teaching tests/system tests/files tests/models tests/interp tests/train tests/corpus/test_corpus_metrics.py
 test-isa: $(STAMP)
 	@for isa in default avx2; do for threads in 1 2; do \
 		echo "== ATEN_CPU_CAPABILITY=$$isa, $$threads thread(s)"; \
@@ -104,7 +104,7 @@ browser-deps:
 # the quick tier while working: the core, the renderer and the heatmap sources, no window and
 # nothing marked slow (under 2 minutes on 2 cores; make test runs everything)
 test-fast: $(STAMP)
-	$(PYTEST) -m "not perf and not soak and not slow" tests/core tests/render tests/app/sources
+	$(PYTEST) -m "not perf and not soak and not slow" tests/core tests/attention tests/runs tests/teaching tests/system tests/files tests/models tests/interp tests/render tests/app/sources
 
 # a seeded random-action soak of the real window, offscreen, in a temporary folder:
 # make soak SECONDS=600 SEED=7 (no SEED: a new one, printed); a failure prints how to replay it,

@@ -1,10 +1,15 @@
 """attndesk: a desktop application for seeing inside transformer attention.
 
-Its packages, from the bottom of the stack up (docs/architecture.md): ``jobs`` (the job model),
-``core`` (the attention core, ``core.pretrained``, ``core.interp``), ``corpus`` (the corpus pass),
-``train`` (the trainer), ``kvcache`` (KV-cache eviction), ``session`` (the window's model without
-widgets), ``render`` (figures and pages), ``cli`` (the ``attndesk`` command), ``app`` (the window)
-and ``resources`` (the files it ships).
+Its packages and modules, from the bottom of the stack up (docs/architecture.md draws it): ``jobs``
+(the job model), ``errors`` (the exceptions raised on purpose), ``checks`` (the checks at every
+door), ``system`` (devices, free memory, threads, timing, process tuning), ``files`` (atomic writes,
+text files), ``attention`` (the exact kernel and its variants), ``runs`` (settings, plans, the toy
+model's run and its result), ``models`` (local checkpoints) and ``teaching`` (the teaching
+comparisons), ``interp`` (interpretability), ``corpus`` (the corpus pass) and ``train`` (the
+trainer), ``kvcache`` (KV-cache eviction), ``session`` (the window's model without widgets),
+``render`` (figures and pages), and at the top ``cli`` (the ``attndesk`` command), ``app`` (the
+window) and ``core`` (the public Python API: its names and the older paths of moved modules);
+``resources`` holds the files it ships.
 
 Importing attndesk changes nothing in the process: the entry points (the ``attndesk`` command,
 ``python -m attndesk``, main.py) call ``set_torch_environment()`` before torch loads.

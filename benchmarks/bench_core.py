@@ -47,7 +47,8 @@ if ROOT not in sys.path:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from attndesk.core import MultiHeadAttention, fastpath  # noqa: E402
+from attndesk.attention import fastpath  # noqa: E402
+from attndesk.core import MultiHeadAttention  # noqa: E402
 
 EMBED, HEADS, PADDED = 512, 8, 5
 IMPLS = ("attndesk", "MHA", "SDPA", "SDPA kernel", "attndesk GQA", "attndesk window")

@@ -51,7 +51,7 @@ def eager_baseline(texts: list[str], max_tokens: int) -> float:
     """Seconds for transformers' eager forward with output_attentions=True, batches of 32."""
     import transformers
 
-    from attndesk.core.pretrained import packaged_model_dir
+    from attndesk.models import packaged_model_dir
 
     folder = packaged_model_dir()
     tok = transformers.AutoTokenizer.from_pretrained(folder)

@@ -1,4 +1,4 @@
-"""Activation patching of every head, batched (attndesk.core.interp) vs a naive loop, side by side.
+"""Activation patching of every head, batched (attndesk.interp) vs a naive loop, side by side.
 
     .venv/bin/python benchmarks/bench_interp.py [--layers 12] [--heads 12] [--tokens 20]
 
@@ -28,18 +28,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.dirname(os.path.abspath(__file__))]
-os.environ.setdefault("GOMP_SPINCOUNT", "2000")  # before torch loads: see attndesk/core/attention.py
+os.environ.setdefault("GOMP_SPINCOUNT", "2000")  # before torch loads: see attndesk/attention/kernel.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_pretrained import peak_mib  # noqa: E402
 
-from attndesk.core.config import default_memory_budget  # noqa: E402
-from attndesk.core.interp import activation_patching  # noqa: E402
-from attndesk.core.interp.anatomy import layer_parts  # noqa: E402
-from attndesk.core.interp.inputs import hooks, last_logits, make_metric, prompt_pair  # noqa: E402
-from attndesk.core.memory import format_bytes  # noqa: E402
-from attndesk.core.pretrained import load_pretrained  # noqa: E402
+from attndesk.interp import activation_patching  # noqa: E402
+from attndesk.interp.anatomy import layer_parts  # noqa: E402
+from attndesk.interp.inputs import hooks, last_logits, make_metric, prompt_pair  # noqa: E402
+from attndesk.models import load_pretrained  # noqa: E402
+from attndesk.runs.config import default_memory_budget  # noqa: E402
+from attndesk.system.free_memory import format_bytes  # noqa: E402
 
 CLEAN = "when mary and john went to the big store , john gave a drink to the girl named"
 CORRUPT = "when mary and john went to the big store , mary gave a drink to the girl named"

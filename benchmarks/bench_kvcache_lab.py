@@ -53,7 +53,7 @@ def _header() -> None:
 
 def _llama(folder: Path, tokens: int):
     sys.path.insert(0, str(ROOT))
-    from attndesk.core.pretrained import load_pretrained
+    from attndesk.models import load_pretrained
     from tests.pretrained_models import build
 
     build(

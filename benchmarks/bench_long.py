@@ -44,7 +44,7 @@ def _text(length: int) -> str:
     """About 90% real words, the rest padding (pad_to = length), so the padding mask matters."""
     import numpy as np
 
-    from attndesk.core.tokenizer import WordTokenizer
+    from attndesk.runs.tokenizer import WordTokenizer
 
     words = WordTokenizer(16384).split(" ".join(_vocab_sample()))
     rng = np.random.default_rng(length)
@@ -67,10 +67,10 @@ def run_case(length: int, kind: str, repeats: int) -> dict:
     import numpy as np
     import torch
 
+    from attndesk.attention.masks import visible_cells
     from attndesk.core import AttentionConfig, run_attention
-    from attndesk.core.masks import visible_cells
-    from attndesk.core.memory import estimate_run
-    from attndesk.core.plan import plan_run
+    from attndesk.runs.memory import estimate_run
+    from attndesk.runs.plan import plan_run
 
     config = AttentionConfig(
         embed_dim=EMBED,
@@ -213,8 +213,8 @@ def main() -> int:
         print(json.dumps(run_case(length, kind, repeats)))
         return 0
 
-    from attndesk.core.config import default_memory_budget
-    from attndesk.core.memory import format_bytes
+    from attndesk.runs.config import default_memory_budget
+    from attndesk.system.free_memory import format_bytes
 
     lengths = [int(x) for x in args.lengths.split(",")]
     print(

@@ -35,7 +35,7 @@ from tests.words import WORDS  # noqa: E402
 
 
 def minilm_maps():
-    from attndesk.core.pretrained import load_pretrained, run_pretrained
+    from attndesk.models import load_pretrained, run_pretrained
 
     random.seed(1)
     text = " ".join(random.choice(WORDS) for _ in range(126))

@@ -28,13 +28,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-os.environ.setdefault("GOMP_SPINCOUNT", "2000")  # before torch loads: see attndesk/core/attention.py
+os.environ.setdefault("GOMP_SPINCOUNT", "2000")  # before torch loads: see attndesk/attention/kernel.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained  # noqa: E402
-from attndesk.core.pretrained.loader import transformers_offline  # noqa: E402
+from attndesk.models import load_pretrained, packaged_model_dir, run_pretrained  # noqa: E402
+from attndesk.models.loader import transformers_offline  # noqa: E402
 
 LLAMA = {
     "hidden_size": 768,

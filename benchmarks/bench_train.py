@@ -4,7 +4,7 @@
         [--repeat 3] [--threads-only]
 
 0. Threads, alone and shared: 300 steps of the induction preset on 1 thread, on the count
-   ``attndesk.core.threads`` chooses (``threads="auto"``) and on every core, first alone and then
+   ``attndesk.system.threads`` chooses (``threads="auto"``) and on every core, first alone and then
    with two CPU-burning processes beside it (started for those runs, killed after); the rows in
    one rotation, ``--repeat`` rotations (median and range). Target: the chosen count beside two
    busy processes within 2.5x of its time alone.
@@ -41,7 +41,7 @@ set_torch_environment()  # before torch loads, as the command and the window do
 
 import torch  # noqa: E402
 
-from attndesk.core.threads import available_cores, busy_elsewhere  # noqa: E402
+from attndesk.system.threads import available_cores, busy_elsewhere  # noqa: E402
 from attndesk.train import TrainConfig, Trainer  # noqa: E402
 from attndesk.train.presets import PRESETS  # noqa: E402
 

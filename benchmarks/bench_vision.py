@@ -7,15 +7,15 @@ DINOv2 models' patches look (registers, high-norm tokens).
 0. Training time: the digits-vit preset's spec trained from its seed on 2 threads, then on 1:
    wall-clock and CPU seconds and the test accuracy reached. Target: at least 95% test accuracy
    within 3 minutes on 2 cores.
-1. Faithfulness (attndesk.core.interp.map_faithfulness), on the first --images test images of the
+1. Faithfulness (attndesk.interp.map_faithfulness), on the first --images test images of the
    digits-vit and shapes-vit presets (opened by load_pretrained): deletion and insertion AUC
    (patches removed from / put back onto a grey image, the normalised 0, one patch at a time, in
    each map's order; the score is the probability of the class predicted on the whole image)
-   and, on the shapes, the pointing game against the drawn mask. Maps (attndesk.core.interp.
+   and, on the shapes, the pointing game against the drawn mask. Maps (attndesk.interp.
    image_maps, explaining the predicted class): the last layer's class-token attention (heads
    averaged), rollout, attention flow, gradient rollout, attention x gradient, integrated
    gradients (8 Gauss-Legendre steps); beside them a seeded random map, and on the shapes the mask itself.
-2. Registers (attndesk.core.interp.registers): on the shapes-dinov2-registers and shapes-dinov2
+2. Registers (attndesk.interp.registers): on the shapes-dinov2-registers and shapes-dinov2
    presets, per layer and head, the mean weight a patch puts on each register, on the class
    token and on the one patch it attends to most; and the tokens whose output norm is more than
    twice the layer's median patch norm, counted over the images.
@@ -36,7 +36,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from attndesk.core.interp.image_maps import (
+from attndesk.interp.image_maps import (
     attention_gradients,
     chefer_map,
     flow_map,
@@ -45,10 +45,10 @@ from attndesk.core.interp.image_maps import (
     integrated_gradients_map,
     rollout_map,
 )
-from attndesk.core.interp.map_faithfulness import curve_auc, deletion_curve, insertion_curve, patch_mask, pointing_hit
-from attndesk.core.interp.registers import vision_registers
-from attndesk.core.pretrained import load_pretrained, run_pretrained
-from attndesk.core.pretrained.vision import pixel_values, read_image
+from attndesk.interp.map_faithfulness import curve_auc, deletion_curve, insertion_curve, patch_mask, pointing_hit
+from attndesk.interp.registers import vision_registers
+from attndesk.models import load_pretrained, run_pretrained
+from attndesk.models.vision import pixel_values, read_image
 from attndesk.train.images.presets import VISION_PRESETS, preset_folder
 from attndesk.train.images.trainer import evaluation_set, predict, train_vision
 
@@ -56,7 +56,7 @@ IG_STEPS = 8  # Gauss-Legendre nodes; each is a forward and backward pass, most 
 
 
 def _maps(model, image) -> dict[str, np.ndarray]:
-    """Every image map of attndesk.core.interp.image_maps for one image, explaining the predicted class."""
+    """Every image map of attndesk.interp.image_maps for one image, explaining the predicted class."""
     result = run_pretrained(model, image)
     gradients = attention_gradients(model, image)
     return {

@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from pretrained_models import build
 
-    from attndesk.core.pretrained import load_pretrained
-    from attndesk.core.pretrained.loader import transformers_offline
     from attndesk.kvcache.regressions import h2o_grace, sink_collapse
+    from attndesk.models import load_pretrained
+    from attndesk.models.loader import transformers_offline
     from attndesk.render.kvcache import write_curves, write_keep_raster
 
     out = Path((argv or sys.argv[1:] or [str(ROOT / "docs")])[0])

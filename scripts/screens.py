@@ -270,7 +270,7 @@ def _open(kind: str, size: tuple[int, int], folder: Path, app):
     window.show()
     settle(app, window)
     if kind == "minilm":
-        from attndesk.core.pretrained import packaged_model_dir
+        from attndesk.models import packaged_model_dir
 
         window.pretrained.open_folder(packaged_model_dir())
     elif kind == "gpt2":

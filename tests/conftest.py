@@ -1,7 +1,7 @@
 """Shared test setup: Qt offscreen before any QApplication exists, no leaked threads, the one
 ``TIMEOUT_MS`` and the ``window`` fixture (a shown MainWindow with its first result drawn).
 
-The tests mirror the package: ``tests/core``, ``tests/render``, ``tests/cli`` and ``tests/app/...``,
+The tests mirror the package: ``tests/attention``, ``tests/runs``, ``tests/render``, ``tests/cli`` and ``tests/app/...``,
 a file named after the module it tests. ``app_helpers``, ``views_helpers`` and ``pretrained_models``
 are imported by their plain names (this folder is put on ``sys.path`` here)."""
 
@@ -192,8 +192,8 @@ def vision(tmp_path_factory):
     random vision checkpoint (tests/pretrained_models.py VISION_CONFIGS), built on first use."""
     from pretrained_models import build_vision, eager_vision
 
-    from attndesk.core.pretrained import clear_cache, load_pretrained
-    from attndesk.core.pretrained.loader import transformers_offline
+    from attndesk.models import clear_cache, load_pretrained
+    from attndesk.models.loader import transformers_offline
 
     transformers_offline()
     root = tmp_path_factory.mktemp("vision")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from attndesk.core.pretrained import SUPPORTED, packaged_model_dir
+from attndesk.models import SUPPORTED, packaged_model_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 # the packaged tokenizer's [PAD], [CLS], [SEP]: the random models' pad/bos/eos

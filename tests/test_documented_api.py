@@ -82,7 +82,7 @@ def test_the_docs_show_the_public_api() -> None:
     modules = {module for _, module, _ in IMPORTS}
     assert {
         "attndesk.core",
-        "attndesk.core.pretrained",
+        "attndesk.models",
         "attndesk.corpus",
         "attndesk.train",
         "attndesk.kvcache",

@@ -1,4 +1,4 @@
-"""Every settings spec (``core.fields.param``) against what is built from it, field by field: the
+"""Every settings spec (``runs.fields.param``) against what is built from it, field by field: the
 command's flags (default, choices, help, and a refusal of what the spec excludes: one line, exit
 2, nothing written), the settings' own checks, and the Train tab's form (control, range, default,
 tooltip). The parameters panel built from ``AttentionConfig``'s spec: tests/app/test_parameters_spec.py."""
@@ -14,9 +14,9 @@ from attndesk.app.docks.variant_controls import spin_range
 from attndesk.app.tabs.train import TrainView
 from attndesk.cli import main, render, render_job, train, train_job
 from attndesk.cli.base import command_parser
-from attndesk.core.config import FIELDS, AttentionConfig
-from attndesk.core.errors import ConfigError
-from attndesk.core.fields import Param, check_value
+from attndesk.errors import ConfigError
+from attndesk.runs.config import FIELDS, AttentionConfig
+from attndesk.runs.fields import Param, check_value
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
 # command, the settings it builds, its spec

@@ -1,5 +1,5 @@
 """The commands' shared argument types (each raises argparse.ArgumentTypeError, which the parser
-reports in one line) and ``add_fields``: a settings spec's fields (``core.fields.param``) as flags."""
+reports in one line) and ``add_fields``: a settings spec's fields (``runs.fields.param``) as flags."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.fields import Param, check_value
+from attndesk.errors import ConfigError
+from attndesk.runs.fields import Param, check_value
 
 
 def positive_int(text: str) -> int:

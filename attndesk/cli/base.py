@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from attndesk.core.atomic import occupied
+from attndesk.files.atomic import occupied
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

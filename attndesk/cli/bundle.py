@@ -15,8 +15,8 @@ NAME = "bundle"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
-    from attndesk.core.config import FIELDS
     from attndesk.render.colormaps import COLORMAPS
+    from attndesk.runs.config import FIELDS
 
     parser = sub.add_parser(
         NAME,

@@ -13,14 +13,14 @@ from pathlib import Path
 from attndesk.cli import render_image, render_job
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.render_flags import image_flags_given
-from attndesk.core.bundle import BundleError, model_identity, run_weights, write_bundle
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import load_circuit
-from attndesk.core.pretrained import packaged_model_dir
-from attndesk.core.pretrained.vision import read_image
+from attndesk.errors import ConfigError
+from attndesk.interp import load_circuit
+from attndesk.models import packaged_model_dir
+from attndesk.models.vision import read_image
 from attndesk.render import ensure_gui_app
 from attndesk.render.bundle import save_bundle
 from attndesk.render.page import page_html
+from attndesk.session.bundle import BundleError, model_identity, run_weights, write_bundle
 from attndesk.session.file import SessionError, session_json
 from attndesk.session.state import PACKAGED, ModeId, state_from_flags
 

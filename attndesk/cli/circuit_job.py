@@ -12,8 +12,8 @@ import pandas as pd
 
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.interp_job import heatmap
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import (
+from attndesk.errors import ConfigError
+from attndesk.interp import (
     connected,
     edge_scores,
     faithfulness,
@@ -22,8 +22,8 @@ from attndesk.core.interp import (
     path_patching,
     save_circuit,
 )
-from attndesk.core.interp.edges import prepare
-from attndesk.core.pretrained import load_pretrained, read_spec
+from attndesk.interp.edges import prepare
+from attndesk.models import load_pretrained, read_spec
 from attndesk.render import ensure_gui_app, export_figure
 from attndesk.render.circuit import write_circuit_figure, write_faithfulness_curve
 from attndesk.render.export import ExportError, OutputSet

@@ -15,11 +15,11 @@ import numpy as np
 
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.progress import ProgressLine
-from attndesk.core.errors import ConfigError
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.engine import _load, is_vision
 from attndesk.corpus.images import open_images
 from attndesk.corpus.sources import open_source
+from attndesk.errors import ConfigError
 from attndesk.render import ensure_gui_app, write
 from attndesk.render.heads_grid import HeadsGrid, heads_grid_painter
 

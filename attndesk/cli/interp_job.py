@@ -14,19 +14,19 @@ from pathlib import Path
 
 import numpy as np
 
+from attndesk.attention.types import head_name
 from attndesk.cli.arguments import optional_token, token_arg
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.progress import ProgressLine
-from attndesk.core.atomic import atomic_write
-from attndesk.core.interp import (
+from attndesk.files.atomic import atomic_write
+from attndesk.interp import (
     activation_patching,
     attention_x_gradient,
     attribution_patching,
     gradient_x_input_report,
     integrated_gradients_report,
 )
-from attndesk.core.pretrained import load_pretrained, read_spec
-from attndesk.core.types import head_name
+from attndesk.models import load_pretrained, read_spec
 from attndesk.render import HeatmapFigure, ensure_gui_app, export_figure, export_weights
 from attndesk.render.export import ExportError, OutputSet
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.progress import ProgressLine
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs import plain_context
 from attndesk.kvcache.corpus_sweep import MAX_TOKENS, SHARD_SIZE, sweep_corpus
 from attndesk.kvcache.sweep import DECODE_ROWS

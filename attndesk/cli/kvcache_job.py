@@ -15,13 +15,13 @@ import pandas as pd
 from attndesk.cli.base import EXIT_USAGE, CliError, empty_out
 from attndesk.cli.kvcache_corpus import run_corpus
 from attndesk.cli.progress import ProgressLine
-from attndesk.core.atomic import atomic_write
-from attndesk.core.pretrained import load_pretrained, read_spec
+from attndesk.files.atomic import atomic_write
 from attndesk.jobs import plain_context
 from attndesk.kvcache import POLICIES, kv_model, resolve_budget, simulate
 from attndesk.kvcache.model import TrainedKV
 from attndesk.kvcache.retrieval import RANDOM_DRAWS, RETRIEVAL_PRESET, ROWS, retrieval_report
 from attndesk.kvcache.simulate import prepare
+from attndesk.models import load_pretrained, read_spec
 from attndesk.render import ensure_gui_app
 from attndesk.render.export import ExportError, OutputSet
 from attndesk.render.kvcache import write_curves, write_keep_raster

@@ -19,9 +19,9 @@ NAME = "render"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
-    from attndesk.core.config import FIELDS
     from attndesk.corpus.metrics import METRICS
     from attndesk.render.colormaps import COLORMAPS
+    from attndesk.runs.config import FIELDS
 
     render = sub.add_parser(
         NAME,

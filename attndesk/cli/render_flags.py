@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from attndesk.cli import arguments
 
 if TYPE_CHECKING:
-    from attndesk.core.fields import Param
+    from attndesk.runs.fields import Param
 
 
 def input_arguments(render: argparse.ArgumentParser) -> None:
@@ -156,7 +156,7 @@ def store_arguments(render: argparse.ArgumentParser, metrics: Sequence[str]) -> 
 
 
 def model_arguments(render: argparse.ArgumentParser, fields: Sequence[Param]) -> None:
-    """One flag per field of the spec (``core.config.FIELDS``), by ``arguments.add_fields``.
+    """One flag per field of the spec (``runs.config.FIELDS``), by ``arguments.add_fields``.
     ``--no-positional`` is the old name of ``--position none``."""
     model = render.add_argument_group("model parameters (as in the window's panel)")
     arguments.add_fields(model, fields)

@@ -17,11 +17,11 @@ import numpy as np
 from attndesk.cli import render_model
 from attndesk.cli.base import EXIT_USAGE, CliError
 from attndesk.cli.render_flags import CHAINED, MAP_NAMES, MAP_TITLES
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import image_maps
-from attndesk.core.interp.image_maps import default_query
-from attndesk.core.pretrained import load_pretrained, read_spec
-from attndesk.core.pretrained.vision import run_image
+from attndesk.errors import ConfigError
+from attndesk.interp import image_maps
+from attndesk.interp.image_maps import default_query
+from attndesk.models import load_pretrained, read_spec
+from attndesk.models.vision import run_image
 from attndesk.render import ensure_gui_app
 from attndesk.render.export import ExportError, OutputSet, atomic_write, check_image_memory, render_bytes, write
 from attndesk.render.overlays import map_overlays, overlay_painter, run_figures

@@ -12,12 +12,8 @@ from pathlib import Path
 from attndesk.cli import progress, render_image, render_model, render_store, train_job
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError
 from attndesk.cli.render_flags import image_flags_given
-from attndesk.core import run_attention
-from attndesk.core.errors import ConfigError
-from attndesk.core.memory import format_bytes
-from attndesk.core.pipeline import prepare_text
-from attndesk.core.select import parse_which
-from attndesk.core.textfile import read_text_file
+from attndesk.errors import ConfigError
+from attndesk.files.textfile import read_text_file
 from attndesk.render import ensure_gui_app
 from attndesk.render.export import (
     ExportError,
@@ -31,7 +27,10 @@ from attndesk.render.export import (
 from attndesk.render.figure import HeatmapFigure, figure_from_map, finite_range
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
+from attndesk.runs.pipeline import prepare_text, run_attention
+from attndesk.runs.select import parse_which
 from attndesk.session.state import AppState, state_from_flags
+from attndesk.system.free_memory import format_bytes
 
 PLAN_LINE_S = 2.0  # a run planned longer than this (or memory-bounded) prints its plan and progress
 
@@ -294,7 +293,7 @@ def _write_outputs(args: argparse.Namespace, drawn: list, page: dict) -> list[Pa
 
 
 def _write_figure_files(args: argparse.Namespace, amap, which, figure, out, suffix: str) -> None:
-    """The files of one --which; the numbers are the figure's matrices, which core.select chose."""
+    """The files of one --which; the numbers are the figure's matrices, which runs.select chose."""
 
     def name(tag, ext: str) -> str:
         return default_filename(amap, tag, ext).removesuffix(f".{ext}") + suffix + f".{ext}"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from attndesk.core.config import FIELDS
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
+from attndesk.errors import ConfigError
+from attndesk.models import load_pretrained, read_spec, run_pretrained
 from attndesk.render.bundle import model_settings
 from attndesk.render.page import pretrained_page_maps
+from attndesk.runs.config import FIELDS
 
 
 def toy_only(fields=None) -> tuple[str, ...]:

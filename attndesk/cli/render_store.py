@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attndesk.core.errors import ConfigError
 from attndesk.corpus import open_corpus
+from attndesk.errors import ConfigError
 from attndesk.render.page import write_document
 from attndesk.render.page_corpus import corpus_page_data
 

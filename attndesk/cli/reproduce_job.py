@@ -14,8 +14,11 @@ import torch
 from PIL import Image
 
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE, CliError
-from attndesk.core import run_attention
-from attndesk.core.bundle import (
+from attndesk.errors import ConfigError
+from attndesk.interp import faithfulness
+from attndesk.models import load_pretrained, read_spec, run_pretrained
+from attndesk.runs.pipeline import run_attention
+from attndesk.session.bundle import (
     BundleError,
     check_model,
     largest_difference,
@@ -23,9 +26,6 @@ from attndesk.core.bundle import (
     run_weights,
     same_environment,
 )
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import faithfulness
-from attndesk.core.pretrained import load_pretrained, read_spec, run_pretrained
 from attndesk.session.file import SessionError, session_from_json
 from attndesk.train.stages import trained_result
 from attndesk.train.store import run_from_files

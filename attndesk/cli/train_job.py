@@ -14,8 +14,8 @@ from pathlib import Path
 
 from attndesk.cli.base import EXIT_FAILURE, EXIT_USAGE
 from attndesk.cli.progress import ProgressLine
-from attndesk.core.atomic import StagedFolder
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import StagedFolder
 from attndesk.render import ensure_gui_app
 from attndesk.render.export import ExportError
 from attndesk.render.page import PageMap

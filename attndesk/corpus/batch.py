@@ -16,11 +16,11 @@ import pyarrow as pa
 import torch
 
 from attndesk.jobs import JobContext
+from attndesk.models.backend import Capture, Site, capturing
+from attndesk.models.loader import LoadedModel
+from attndesk.models.run import forward_parameters
+from attndesk.models.token_text import id_texts
 
-from ..core.pretrained.backend import Capture, Site, capturing
-from ..core.pretrained.loader import LoadedModel
-from ..core.pretrained.run import forward_parameters
-from ..core.pretrained.token_text import id_texts
 from .metrics import PER_TEXT_VALUES, batch_metrics
 
 BATCH_SIZE = 32

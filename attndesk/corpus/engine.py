@@ -21,16 +21,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attndesk.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
+from attndesk.models import load_pretrained
+from attndesk.models.checkpoint import read_spec, weight_files
+from attndesk.models.loader import token_embeddings
+from attndesk.system.threads import AdaptiveThreads, torch_threads
 
 from .. import __version__
-from ..core.errors import ConfigError
-from ..core.pretrained.checkpoint import read_spec
-from ..core.threads import AdaptiveThreads, torch_threads
 from .atlas import METHODS
 from .batch import PassSettings, ShardResult, run_shard
 from .compact import compact, remove_shards
 from .images import open_images, run_image_shard
+from .ray_engine import run_ray
 from .shards import Shard, finished_shards, shards, write_shard
 from .sources import Source, open_source
 from .store import (
@@ -85,7 +88,6 @@ class CorpusProgress:
 
 def weights_hash(folder: Path) -> str:
     """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
-    from ..core.pretrained.checkpoint import weight_files
 
     digest = hashlib.sha256()
     for path in weight_files(folder):
@@ -341,8 +343,6 @@ def run_pass(
     done = finished_shards(out)
     tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, work.unit)
     if engine == "ray":
-        from .ray_engine import run_ray
-
         run_ray(work, source, out, done, shard_size, tracker, workers, ray_address)
     else:
         threads = AdaptiveThreads(work.flops(model), fixed=workers)
@@ -358,7 +358,6 @@ def run_pass(
 def batch_work(model, settings: PassSettings) -> float:
     """FLOPs of one of a batch's typical ops: a [hidden x hidden] projection of every token (what
     the local engine's thread count is chosen by)."""
-    from ..core.pretrained.loader import token_embeddings
 
     if model.family == "vision":  # one image of the configured size at a time
         config = model.model.config
@@ -373,7 +372,6 @@ def batch_work(model, settings: PassSettings) -> float:
 def _load(model, device: str, *, images: bool = False):
     """The loaded model (a folder is checked before any weight is read); a vision model for an
     image pass (``images``), a text model otherwise."""
-    from ..core.pretrained import load_pretrained, read_spec
 
     if model is not None and not hasattr(model, "tokenizer"):
         spec = read_spec(model)  # a folder that is not a model says so before any weight is read

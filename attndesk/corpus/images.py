@@ -1,7 +1,7 @@
 """The corpus pass over images: where they come from and one shard of them through a vision model.
 
 An image corpus is a folder of images (``IMAGE_SUFFIXES``, not its subfolders) or, with no folder,
-attndesk's sample images (``attndesk.core.images.sample_images``). Every file is decoded once
+attndesk's sample images (``attndesk.models.images.sample_images``). Every file is decoded once
 before anything runs: a file that does not decode or is not an image is skipped and named in
 ``Source.skipped`` (one line), a folder without a single readable image is refused. A source's
 items are strings, a file's path or ``"sample:NAME"``, so the shards, the resume and the Ray
@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext
+from attndesk.models.images import SAMPLE, image_choice, sample_images
+from attndesk.models.vision import IMAGE_SUFFIXES, read_image, run_image
 
-from ..core.errors import ConfigError
-from ..core.images import SAMPLE, image_choice, sample_images
-from ..core.pretrained.vision import IMAGE_SUFFIXES, read_image, run_image
 from .batch import PassSettings, ShardResult, atlas_schema
 from .image_metrics import PER_IMAGE_VALUES, layer_metrics
 from .sources import Source

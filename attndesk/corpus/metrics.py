@@ -1,7 +1,7 @@
 """Per-text, per-head attention metrics of a padded batch, computed in torch from the weights a
 layer hands attndesk's capture, and the corpus summary and roles built from them.
 
-Row metrics (the same definitions as ``attndesk.core.statistics.head_statistics``, which the tests
+Row metrics (the same definitions as ``attndesk.teaching.statistics.head_statistics``, which the tests
 use as the reference on single texts) are means over the text's query rows; rows of padding and
 rows with no weight (every key masked) are left out, and padding keys carry no weight:
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..core.errors import ConfigError
+from attndesk.errors import ConfigError
+
 from .shards import ShardTables, shards, write_shard
 
 # (logger, the start of a message) of Ray's notices about settings it or we chose, not about the run

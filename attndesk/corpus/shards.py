@@ -16,7 +16,8 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.atomic import StagedFolder
+from attndesk.files.atomic import StagedFolder
+
 from .sources import Source
 
 

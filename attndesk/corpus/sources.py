@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from attndesk.errors import ConfigError
 
 MAX_TEXT_CHARS = 2**20  # a text (a line, a field, a file) longer than this is refused
 SUFFIXES = (".txt", ".jsonl", ".csv", ".parquet")

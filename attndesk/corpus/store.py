@@ -19,7 +19,7 @@ An image pass (manifest ``kind`` "images") writes the same files: ``texts`` name
 ``image_metrics`` (with ``distance_rows`` and ``sink_token``), ``heads`` their summary, and the
 atlas tables are empty.
 
-Every file is written atomically (``attndesk.core.atomic``); ``open_corpus`` reopens the store with
+Every file is written atomically (``attndesk.files.atomic``); ``open_corpus`` reopens the store with
 a read-only DuckDB connection (no data is read until asked).
 """
 
@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.atomic import atomic_write
-from ..core.errors import ConfigError
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import atomic_write
+
 from .image_metrics import IMAGE_METRICS, IMAGE_SHARE_BASELINE
 from .metrics import BASELINES, FROM_SECOND_ROW, METRICS, ROW_METRICS, SHARE_BASELINE, role
 

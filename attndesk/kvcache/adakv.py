@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.fields import param
+from attndesk.runs.fields import param
 
 from . import expected_attention, keydiff, knorm, snapkv
 from .base import Policy, View, top_keys

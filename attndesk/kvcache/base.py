@@ -37,8 +37,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.fields import Param, check_value, fields_of
+from attndesk.errors import ConfigError
+from attndesk.runs.fields import Param, check_value, fields_of
 
 from .model import KVModel, Pass
 

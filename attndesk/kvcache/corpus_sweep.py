@@ -27,14 +27,14 @@ from typing import Any
 import pyarrow as pa
 
 from attndesk import __version__
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import load_pretrained, read_spec
 from attndesk.corpus.compact import connect, copy_query, shard_files, write_database
 from attndesk.corpus.engine import ENGINES, StoreKind, check_out, run_pass, weights_hash
 from attndesk.corpus.shards import Shard, ShardTables
 from attndesk.corpus.sources import Source, open_source
 from attndesk.corpus.store import MANIFEST, sql_path
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
+from attndesk.models import load_pretrained, read_spec
 from attndesk.train import load_trained
 from attndesk.train.presets import PRESETS, trained_dir
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.fields import param
+from attndesk.runs.fields import param
 
 from .base import Policy, View, group_mean, top_keys
 

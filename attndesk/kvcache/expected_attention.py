@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.fields import param
+from attndesk.errors import ConfigError
+from attndesk.runs.fields import param
 
 from .base import Policy, View
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from attndesk import kvcache
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import load_pretrained
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
+from attndesk.models import load_pretrained
 from attndesk.train.presets import load_preset
 from attndesk.train.run import TrainRun
 from attndesk.train.tasks import Needle

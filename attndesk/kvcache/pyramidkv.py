@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.fields import param
+from attndesk.runs.fields import param
 
 from .base import top_keys
 from .snapkv import SnapKV, SnapKVOptions

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attndesk.core.fields import param
+from attndesk.runs.fields import param
 
 from .base import Policy, View
 

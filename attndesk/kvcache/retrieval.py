@@ -26,7 +26,7 @@ from math import comb
 import numpy as np
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
 from attndesk.train.run import TrainRun
 from attndesk.train.tasks import Batch, Needle

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 
 SINK_THRESHOLD = 0.3  # mean first-token weight from which a head counts as a sink head
 SECONDARY_SINKS = 3  # keys listed per head

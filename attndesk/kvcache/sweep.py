@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from attndesk.core.atomic import atomic_write
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import atomic_write
 from attndesk.jobs import JobContext, job_context
 
 from .model import CausalMemo, kv_model
@@ -126,7 +126,7 @@ def curves(table: Sequence[Mapping[str, Any]], metric: str) -> dict[str, tuple[n
 
 
 def write_table(table: Sequence[Mapping[str, Any]], csv_path, parquet_path=None) -> None:
-    """The table as CSV (and Parquet), each file written whole (``core.atomic``)."""
+    """The table as CSV (and Parquet), each file written whole (``files.atomic``)."""
     arrow = pa.Table.from_pylist([{c: row[c] for c in COLUMNS} for row in table])
     atomic_write(csv_path, lambda fh: pacsv.write_csv(arrow, fh))
     if parquet_path is not None:

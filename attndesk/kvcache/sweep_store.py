@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from attndesk.core.errors import ConfigError
 from attndesk.corpus.store import ParquetStore, finished_manifest
+from attndesk.errors import ConfigError
 
 from .sweep import COLUMNS
 

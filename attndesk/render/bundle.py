@@ -1,5 +1,5 @@
 """File > Save bundle, and ``attndesk bundle``: a run and the state that made it as one reproducible
-``.zip`` (``attndesk.core.bundle``): the session, the input texts, the model's identity, the
+``.zip`` (``attndesk.session.bundle``): the session, the input texts, the model's identity, the
 versions, the exact weights and the figures (a PNG of every map's heads, the interactive page).
 
 The window calls ``save_bundle(self.state, shown.toy.result if shown.toy else shown.layers, path)``
@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attndesk.core.bundle import BundleError, model_identity, run_weights, write_bundle
-from attndesk.core.images import image_choice
-from attndesk.core.interp.image_maps import default_query
-from attndesk.core.pretrained import packaged_model_dir
-from attndesk.core.pretrained.vision import read_image
+from attndesk.interp.image_maps import default_query
+from attndesk.models import packaged_model_dir
+from attndesk.models.images import image_choice
+from attndesk.models.vision import read_image
 from attndesk.render import ensure_gui_app
 from attndesk.render.export import default_filename, figure_bytes, render_bytes
 from attndesk.render.figure import figure_from_map
@@ -38,6 +37,7 @@ from attndesk.render.page import (
     vision_page_data,
 )
 from attndesk.render.page_circuit import circuit_section
+from attndesk.session.bundle import BundleError, model_identity, run_weights, write_bundle
 from attndesk.session.file import session_json
 from attndesk.session.state import AppState, ModeId
 from attndesk.train.presets import weights_sha256

@@ -2,7 +2,7 @@
 where masked, with values written in, and a sliding window's band outlined.
 
 Used by ``paint.paint_figure`` for every device (PNG, SVG, PDF, the window); the tiling of large
-matrices goes through ``attndesk.core.select.tile_reduce`` like every other reduction.
+matrices goes through ``attndesk.runs.select.tile_reduce`` like every other reduction.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPainterPath, QPen
 
-from attndesk.core.select import tile_reduce
+from attndesk.runs.select import tile_reduce
 
 from . import colormaps
 from .layout import band_outline

@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRect, QRectF, QSize, QSizeF
+from PySide6.QtGui import QImage, QImageWriter, QPageLayout, QPageSize, QPainter, QPdfWriter
 
-from attndesk.core import atomic, memory
-from attndesk.core.memory import format_bytes
-from attndesk.core.select import parse_which
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.files import atomic
+from attndesk.runs.select import parse_which
+from attndesk.system import free_memory
+from attndesk.system.free_memory import format_bytes
 
 from .figure import HeatmapFigure, suggested_size
 from .gui import ensure_gui_app
@@ -135,7 +138,7 @@ def check_image_memory(width: int, height: int) -> None:
     """A PNG is painted into a width x height RGB32 image and encoded in memory (up to about as
     large again): ExportError when that cannot fit in free memory, with the size that does."""
     need = width * height * 4 * 2
-    free = memory.available_memory()
+    free = free_memory.available_memory()
     if free is None or need <= free:
         return
     shrink = math.sqrt(free / need)
@@ -150,9 +153,6 @@ PaintFn = Callable[[Any, Any], Any]  # paint(painter: QPainter, rect: QRectF), o
 
 
 def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF
-    from PySide6.QtGui import QImage, QImageWriter, QPainter
-
     image = QImage(width, height, QImage.Format.Format_RGB32)
     dots_per_meter = round(dpi / 0.0254)
     image.setDotsPerMeterX(dots_per_meter)  # becomes the PNG pHYs chunk
@@ -174,8 +174,6 @@ def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
 
 
 def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRect, QRectF, QSize
-    from PySide6.QtGui import QPainter
     from PySide6.QtSvg import QSvgGenerator
 
     data = QByteArray()
@@ -198,9 +196,6 @@ def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
 
 
 def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRectF, QSizeF
-    from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
-
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -276,7 +271,6 @@ def figure_bytes(figure: HeatmapFigure, fmt: str, size: tuple[int, int], dpi: fl
 
 
 def _figure_painter(figure: HeatmapFigure) -> PaintFn:
-
     return lambda painter, rect: paint_figure(painter, rect, figure)
 
 

@@ -3,7 +3,7 @@
 ``paint.paint_figure`` draws a ``HeatmapFigure`` onto any QPainter device (the window, PNG, SVG,
 PDF); ``layout`` decides where things go. This module is plain data: which matrices, labels,
 mask, colour scale, K/V groups and window band; ``figure_from_map`` fills it from a map through
-``attndesk.core.select`` (the one place that picks heads, regions and tiles).
+``attndesk.runs.select`` (the one place that picks heads, regions and tiles).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attndesk.core import select
-from attndesk.core.types import MEAN, AttentionMap, Head
+from attndesk.attention.types import MEAN, AttentionMap, Head
+from attndesk.runs import select
 
 from . import colormaps
 

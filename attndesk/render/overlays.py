@@ -16,7 +16,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor
 
-from attndesk.core.interp.image_maps import head_maps
+from attndesk.interp.image_maps import head_maps
 
 from .cells import rgb_image
 from .colormaps import map_values

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from attndesk import __version__
-from attndesk.core import select
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.runs import select
 
 from . import colormaps
 from .export import ExportError, atomic_write

@@ -2,7 +2,7 @@
 
 It holds, per map, the overview of the whole input (the long-document pyramid: every head's
 tile maxima of f x f cells, so one sharp weight is never averaged away, and the mean over heads as
-its last index, as ``core.pyramid.PyramidLevel.max`` keeps them) and the exact weights of one
+its last index, as ``runs.pyramid.PyramidLevel.max`` keeps them) and the exact weights of one
 region (``--region``, or the window's zoomed view). The region is the page's ordinary weights
 (hover, enlarge, CSV read exact numbers); the overview is drawn above them with the region
 outlined. Format: an ``"overview"`` object in each layer entry (docs/export.md).
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from attndesk.core import select
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.runs import select
 
 from .export import ExportError
 from .page import (

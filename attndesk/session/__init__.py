@@ -6,6 +6,7 @@
 - ``results``: what a run publishes and the views draw (``Shown``);
 - ``status``: the status line's evented model;
 - ``plans``: when a toy run is long (its estimate, the rule that makes it wait for Run).
+- ``bundle``: a run and its state as one reproducible ``.zip`` (written, read, checked);
 - ``ledger``: the window's memory ledger (``MemoryLedger``): everything the window keeps beside
   its work, held against one budget.
 

@@ -9,7 +9,7 @@ Version 1 files (attndesk before the state model: the mode as its display string
 settings at top level, ``positional: bool`` in the config) are read by translating them to
 version 2 first. Saving is atomic (the renderer's ``atomic_write``).
 
-The ``config`` object's keys are the field spec's names (``core.config.FIELDS``: the config's
+The ``config`` object's keys are the field spec's names (``runs.config.FIELDS``: the config's
 dump), and ``window_problem`` refuses a value beyond what the field's control can show.
 """
 
@@ -24,10 +24,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from attndesk.core.atomic import atomic_write
-from attndesk.core.devices import device_availability
-from attndesk.core.errors import ConfigError
-from attndesk.core.textfile import read_regular
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import atomic_write
+from attndesk.files.textfile import read_regular
+from attndesk.system.devices import device_availability
 
 from .state import ALL, PACKAGED, TOY, AppState, ModeId, window_problem
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.memory import format_bytes
+from attndesk.errors import ConfigError
+from attndesk.system.free_memory import format_bytes
 
 Release = Callable[[str], None]  # called with the reason (a line) when the ledger lets a holding go
 Post = Callable[[Callable[[], None]], None]

@@ -4,8 +4,8 @@ document mode shows the plan."""
 
 from __future__ import annotations
 
-from attndesk.core.memory import format_bytes
-from attndesk.core.plan import FULL, RunPlan
+from attndesk.runs.plan import FULL, RunPlan
+from attndesk.system.free_memory import format_bytes
 
 LONG_RUN_S = 5.0  # a run estimated longer than this waits for an explicit Run (F5)
 # The time estimate is the core's (``RunPlan.seconds``: FLOPs, with a floor per computed cell).

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attndesk.core.plan import RunPlan
-from attndesk.core.pretrained import PretrainedResult
-from attndesk.core.result import AttentionResult
-from attndesk.core.timing import TimedRun
-from attndesk.core.tokenizer import PAD_ID
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.models import PretrainedResult
+from attndesk.runs.plan import RunPlan
+from attndesk.runs.result import AttentionResult
+from attndesk.runs.tokenizer import PAD_ID
+from attndesk.system.timing import TimedRun
 
 from .state import ModeId
 
 if TYPE_CHECKING:  # annotation only: the heatmap widgets' source protocol (panels import this module)
     from attndesk.app.sources.heatmap_source import HeatmapSource
-    from attndesk.core.diff import TeachingComparison
+    from attndesk.teaching.diff import TeachingComparison
 
 
 @dataclass(frozen=True)

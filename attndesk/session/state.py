@@ -39,8 +39,8 @@ from pydantic import (
     model_validator,
 )
 
-from attndesk.core.config import FIELDS, AttentionConfig
-from attndesk.core.types import MEAN
+from attndesk.attention.types import MEAN
+from attndesk.runs.config import FIELDS, AttentionConfig
 
 ALL: Literal["all"] = "all"
 # Far beyond any model the window can load; a bound so that a session's 10**40 is refused in one line.

@@ -6,10 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from attndesk.core.config import divisors
-from attndesk.core.errors import ConfigError
-from attndesk.core.fields import check_value, fields_of, param
-from attndesk.core.sinks import SINK_KINDS
+from attndesk.attention.sinks import SINK_KINDS
+from attndesk.errors import ConfigError
+from attndesk.runs.config import divisors
+from attndesk.runs.fields import check_value, fields_of, param
 
 # where token order enters: added to the embeddings (sinusoidal, learned), rotating Q and K
 # (rope), a distance penalty on the scores (alibi), or nowhere (none)
@@ -42,7 +42,7 @@ class TrainConfig:
     ``vocab_size`` / ``seq_len`` None take the task's defaults (filled in on creation).
     ``text_path`` None with ``task="text"`` trains on the bundled sample.
 
-    Every field is declared once with ``param`` (``core.fields``): its checks, the Train tab's
+    Every field is declared once with ``param`` (``runs.fields``): its checks, the Train tab's
     form (the fields with a ``label``) and ``attndesk train``'s flags (the fields with a ``flag``)
     are built from these declarations (``TRAIN_FIELDS``).
     """
@@ -182,6 +182,15 @@ class TrainConfig:
         flag="--lr",
     )
     weight_decay: float = param(0.01, kind=float, low=0.0, high=10.0, label="", tip="AdamW's weight decay", flag="")
+    head_l1: float = param(
+        0.0,
+        kind=float,
+        low=0.0,
+        high=10.0,
+        label="",
+        tip="weight of a group-lasso penalty on each head's value and output weights (head sparsity)",
+        flag="",
+    )  # loss + head_l1 * head_norms(model) (model.head_norms); 0 trains on the loss alone
     grad_clip: float | None = param(
         1.0, kind=float, low=0.0, high=1e6, none="no clipping", label="", tip="gradient norm clip", flag=""
     )

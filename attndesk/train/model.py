@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attndesk.core.attention import MultiHeadAttention
-from attndesk.core.masks import causal_mask
-from attndesk.core.positional import sinusoidal_encoding
-from attndesk.core.sinks import sink_parameter
+from attndesk.attention.kernel import MultiHeadAttention
+from attndesk.attention.masks import causal_mask
+from attndesk.attention.positional import sinusoidal_encoding
+from attndesk.attention.sinks import sink_parameter
 
 from .config import TrainConfig
 
@@ -47,7 +47,7 @@ class Block(nn.Module):
         query_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, L, E] -> (x [B, L, E], weights [B, H, L, L]); ``keep`` (a dict) receives the
-        attention layer's input as ``embeddings`` and every stage of the layer (``core.attention``);
+        attention layer's input as ``embeddings`` and every stage of the layer (``attention.kernel``);
         ``head_mask`` [H] scales each head's context (0 ablates it), ``query_mask`` [H, L] each
         head's query rows (0: the row weighs its keys uniformly)."""
         position = self.cfg.position if self.cfg.position in ("rope", "alibi") else "none"
@@ -114,6 +114,24 @@ class Decoder(nn.Module):
         if self.ln_f is not None:
             x = self.ln_f(x)
         return self.unembed(x), weights
+
+
+def head_norms(model: Decoder) -> torch.Tensor:
+    """The group-lasso penalty on heads: the sum over every layer of each K/V head's value weights'
+    norm (its rows of ``v_proj``, bias included) and each query head's output weights' norm (its
+    columns of ``out_proj``). A group's norm has its kink at the group's zero, so the penalty
+    drives whole heads to zero rather than single weights (group lasso, Yuan and Lin 2006); both
+    ends of the head's OV path are held, so neither can grow to make up for the other shrinking."""
+    total = torch.zeros(())
+    for attn in (m for m in model.modules() if isinstance(m, MultiHeadAttention)):
+        d = attn.head_dim
+        value = attn.v_proj.weight.reshape(attn.kv_heads, d, -1)
+        if attn.v_proj.bias is not None:
+            value = torch.cat([value, attn.v_proj.bias.reshape(attn.kv_heads, d, 1)], dim=-1)
+        output = attn.out_proj.weight.reshape(attn.embed_dim, attn.num_heads, d)
+        total = total + torch.linalg.vector_norm(value, dim=(1, 2)).sum()
+        total = total + torch.linalg.vector_norm(output, dim=(0, 2)).sum()
+    return total
 
 
 def build_model(cfg: TrainConfig, seed: int | None = None) -> Decoder:

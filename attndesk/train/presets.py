@@ -4,7 +4,7 @@ Each preset is a ``TrainConfig`` with a seed; ``make train-presets`` re-trains t
 ``PRESET_THREADS`` threads and writes the folders. Each shipped ``config.json`` records the hash
 of the final weights, the hash of the weights after the first ``CHECK_STEPS`` steps (the prefix,
 whose weights ship as ``prefix.safetensors``; its losses are the first rows of ``history.json``)
-and the fingerprint of the machine that trained it (``attndesk.core.machine``).
+and the fingerprint of the machine that trained it (``attndesk.system.machine``).
 
 Reproducible means: on a machine whose fingerprint matches the recorded one, re-training gives
 the same bits (the hashes); on any other machine kernels may round differently, so the re-trained
@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from attndesk.core.atomic import StagedFolder
-from attndesk.core.errors import ConfigError
-from attndesk.core.machine import fingerprint_differences, machine_fingerprint
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import StagedFolder
+from attndesk.system.machine import fingerprint_differences, machine_fingerprint
 
 from .config import TrainConfig
 from .run import TrainRun
@@ -55,6 +55,9 @@ _FINAL_TOLERANCES = (("accuracy", FINAL_ACCURACY_TOL), ("pattern", FINAL_PATTERN
 
 PRESETS: dict[str, TrainConfig] = {
     "induction": TrainConfig(task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope"),
+    "induction-sparse": TrainConfig(
+        task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope", head_l1=0.03
+    ),
     "reverse": TrainConfig(task="reverse", seed=0, steps=400, layers=2, heads=4, embed_dim=64, position="learned"),
     "previous-token": TrainConfig(
         task="previous-token", seed=0, steps=400, layers=1, heads=2, embed_dim=32, position="rope"
@@ -91,6 +94,7 @@ PRESETS: dict[str, TrainConfig] = {
 }
 ABOUT = {
     "induction": "2 layers, attention only: a previous-token head feeds an induction head",
+    "induction-sparse": "the induction model trained with a penalty on each head's weights: one head pair does the work",
     "reverse": "2 layers, attention only, learned positions: the anti-diagonal",
     "previous-token": "1 layer, 2 heads, RoPE: each token looks one back",
     "brackets": "2 layers with MLPs and LayerNorm: a head spread evenly over the prefix counts the depth",

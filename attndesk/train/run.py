@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from attndesk import __version__
-from attndesk.core.atomic import StagedFolder, current_umask
-from attndesk.core.attention import FAST_PATH_MIN_ELEMENTS
-from attndesk.core.errors import ConfigError
+from attndesk.attention.kernel import FAST_PATH_MIN_ELEMENTS
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import StagedFolder, current_umask
 
 from .checkpoints import CheckpointStore
 from .config import TrainConfig

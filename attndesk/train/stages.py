@@ -18,10 +18,10 @@ import time
 import numpy as np
 import torch
 
-from attndesk.core.config import AttentionConfig
-from attndesk.core.masks import visible_cells
-from attndesk.core.result import AttentionResult
-from attndesk.core.types import LAYER_STAGES, Intermediates, head_name
+from attndesk.attention.masks import visible_cells
+from attndesk.attention.types import LAYER_STAGES, Intermediates, head_name
+from attndesk.runs.config import AttentionConfig
+from attndesk.runs.result import AttentionResult
 
 from .model import build_model
 from .run import TrainRun
@@ -78,7 +78,7 @@ def _mask(length: int, window: int | None) -> np.ndarray:
 
 
 def _attention_flops(cfg, length: int) -> int:
-    """The attention layers' FLOPs on ``length`` tokens (as ``core.memory.estimate_run`` counts
+    """The attention layers' FLOPs on ``length`` tokens (as ``runs.memory.estimate_run`` counts
     them for one layer: the Q, K, V and output projections, QK^T and weights @ V over the cells the
     causal mask and the window leave, ~5 per cell for the softmax), summed over the layers."""
     e, h, d = cfg.embed_dim, cfg.heads, cfg.head_dim

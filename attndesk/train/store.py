@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 
 from .checkpoints import CheckpointStore
 from .config import TrainConfig

@@ -21,8 +21,8 @@ from importlib import resources
 import numpy as np
 import torch
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.textfile import read_text_file
+from attndesk.errors import ConfigError
+from attndesk.files.textfile import read_text_file
 
 from .config import TrainConfig
 

@@ -15,7 +15,7 @@ the batches from a private generator seeded with ``seed``, the evaluation set fr
 one machine with one thread count the loss curve is the same bit for bit.
 
 Threads: ``threads=None`` (the default) trains on torch's count as the caller set it (the presets
-set theirs); a number trains on that many; ``"auto"`` lets ``attndesk.core.threads`` choose by the
+set theirs); a number trains on that many; ``"auto"`` lets ``attndesk.system.threads`` choose by the
 model's size and the machine's load, again every ``RECHECK_STEPS`` steps (the count may then
 change during a run, and with it the last bits of the weights). The count is set around each
 step in the thread that runs it, and restored after.
@@ -34,12 +34,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attndesk.core.threads import AdaptiveThreads, torch_threads
 from attndesk.jobs import Cancel, JobContext, job_context
+from attndesk.system.threads import AdaptiveThreads, torch_threads
 
 from .checkpoints import CheckpointStore, state_bytes
 from .config import TrainConfig
-from .model import build_model
+from .model import build_model, head_norms
 from .run import TrainRun
 from .tasks import Batch, Task, make_task
 
@@ -145,7 +145,8 @@ class Trainer:
         loop.last_good = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
         good_step = run.step
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective = loss + cfg.head_l1 * head_norms(run.model) if cfg.head_l1 else loss
+        objective.backward()
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
         self.optimizer.step()

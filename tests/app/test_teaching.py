@@ -18,8 +18,8 @@ from attndesk.app.jobs.worker import running_threads
 from attndesk.app.tabs.registry import TABS
 from attndesk.app.tabs.stepthrough.view import STAGES
 from attndesk.core import run_attention
-from attndesk.core.compare import IMPLEMENTATIONS
-from attndesk.core.statistics import head_statistics
+from attndesk.teaching.compare import IMPLEMENTATIONS
+from attndesk.teaching.statistics import head_statistics
 from tests.conftest import TIMEOUT_MS
 
 

@@ -14,7 +14,7 @@ from PySide6.QtGui import QImage
 
 from attndesk.cli import main, read_text_file
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.textfile import MAX_TEXT_BYTES
+from attndesk.files.textfile import MAX_TEXT_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 

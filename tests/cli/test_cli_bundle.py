@@ -15,7 +15,7 @@ import pytest
 from attndesk import __version__
 from attndesk.cli import main
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.bundle import BUNDLE_VERSION, read_bundle
+from attndesk.session.bundle import BUNDLE_VERSION, read_bundle
 from attndesk.session.file import session_from_json
 from tests.cli.cli_models import tiny_model
 
@@ -171,9 +171,9 @@ def _rewrite(source: Path, target: Path, *, manifest=None, weights=None) -> Path
 
 
 def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_decoder(qapp, capsys, tmp_path):
-    from attndesk.core.bundle import BundleError
-    from attndesk.core.pretrained import load_pretrained, run_pretrained
+    from attndesk.models import load_pretrained, run_pretrained
     from attndesk.render.bundle import save_bundle
+    from attndesk.session.bundle import BundleError
     from attndesk.session.state import AppState, ModeId
 
     toy = AppState(text="the cat sat", key_text="le chat dort", cross=True)
@@ -196,8 +196,8 @@ def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_dec
 
 def test_a_bundle_of_the_train_tabs_model_carries_it_and_an_older_one_says_why_not(qapp, capsys, tmp_path):
     from attndesk.app.modes.toy import preset_run, trained_toy_run
-    from attndesk.core.bundle import BundleError
     from attndesk.render.bundle import save_bundle
+    from attndesk.session.bundle import BundleError
     from attndesk.session.state import AppState
     from attndesk.train.stages import initial_run
 

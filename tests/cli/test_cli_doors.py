@@ -17,8 +17,9 @@ import pytest
 
 from attndesk.cli import main
 from attndesk.cli.progress import ProgressLine
-from attndesk.core import AttentionConfig, memory
-from attndesk.core.pipeline import plan_text
+from attndesk.core import AttentionConfig
+from attndesk.runs.pipeline import plan_text
+from attndesk.system import free_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 FREE = 8 * 2**30
@@ -26,7 +27,7 @@ FREE = 8 * 2**30
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda *device: FREE)
+    monkeypatch.setattr(free_memory, "available_memory", lambda *device: FREE)
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -101,7 +102,7 @@ def test_bad_input_is_refused_before_any_long_work(capsys, tmp_path, args, fragm
 
 
 def test_a_png_larger_than_free_memory_says_what_fits(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda *device: 100 * 2**20)
+    monkeypatch.setattr(free_memory, "available_memory", lambda *device: 100 * 2**20)
     code, _out, err = run_cli(capsys, "render", "--text", "a b c", "--size", "16384x4096", "--out", str(tmp_path / "o"))
     assert code == 2 and len(err) == 1
     assert (

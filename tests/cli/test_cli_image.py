@@ -12,8 +12,8 @@ from PySide6.QtGui import QImage
 
 from attndesk.cli import main
 from attndesk.cli.render_image import parse_query
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import run_pretrained
+from attndesk.errors import ConfigError
+from attndesk.models import run_pretrained
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
@@ -177,7 +177,7 @@ def test_bundle_holds_the_image_and_reproduce_runs_it_again(qapp, capsys, tmp_pa
     import zipfile
     from io import BytesIO
 
-    from attndesk.core.bundle import read_bundle
+    from attndesk.session.bundle import read_bundle
 
     _, _, built = vision("vit")
     folder = tmp_path / "vit"

@@ -9,7 +9,7 @@ import pytest
 from pretrained_models import build
 
 from attndesk.cli import main
-from attndesk.core.pretrained.loader import transformers_offline
+from attndesk.models.loader import transformers_offline
 
 TEXT = "the cat sat on the mat and the dog sat on the log while the bird sang in the tree"
 
@@ -27,7 +27,7 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str], list[str]]:
 
 
 def test_writes_the_table_the_curves_and_the_rasters(qapp, capsys, tmp_path, llama_folder):
-    from attndesk.core.pretrained import encode, load_pretrained
+    from attndesk.models import encode, load_pretrained
 
     rows = len(encode(load_pretrained(llama_folder), TEXT).ids)
     prompt = rows // 2  # without --generate, half the input is the prompt

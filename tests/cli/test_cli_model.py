@@ -12,7 +12,7 @@ from pretrained_models import CONFIGS, build, build_bare
 from PySide6.QtGui import QImage
 
 from attndesk.cli import main
-from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.models import load_pretrained, run_pretrained
 
 TEXT = "the cat sat on the mat"
 

@@ -11,8 +11,8 @@ import pytest
 
 from attndesk.cli import main
 from attndesk.cli.corpus import SAMPLE
-from attndesk.core.errors import Cancelled
 from attndesk.corpus import analyze_corpus, open_corpus
+from attndesk.errors import Cancelled
 from tests.corpus.conftest import TEXTS
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attndesk.core import threads
 from attndesk.corpus import analyze_corpus, engine
+from attndesk.system import threads
 from tests.corpus.conftest import TEXTS
 
 

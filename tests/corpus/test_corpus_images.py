@@ -13,10 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.corpus import analyze_corpus, finished_shards, open_corpus
 from attndesk.corpus.image_metrics import IMAGE_METRICS, image_role, layer_metrics
 from attndesk.corpus.images import open_images
+from attndesk.errors import Cancelled, ConfigError
 
 # family -> (class token, distillation token, registers), read from the model cards, not attndesk
 LAYOUT = {
@@ -221,7 +221,7 @@ def test_unreadable_files_are_skipped_and_named_in_one_line(image_folder, tmp_pa
 
 
 def test_without_a_folder_the_pass_reads_the_sample_images(vision, tmp_path):
-    from attndesk.core.images import sample_images
+    from attndesk.models.images import sample_images
 
     _model, _eager, folder = vision("siglip_vision_model")
     store = analyze_corpus(None, tmp_path / "samples", model=folder)

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from attndesk.core.errors import ConfigError
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.sources import MAX_TEXT_CHARS, open_source
+from attndesk.errors import ConfigError
 from tests.corpus.conftest import TEXTS
 
 

@@ -16,11 +16,11 @@ from transformer_lens.head_detector import (
     get_previous_token_head_detection_pattern,
 )
 
-from attndesk.core.pretrained import load_pretrained, run_pretrained
-from attndesk.core.statistics import head_statistics
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.batch import PassSettings, run_shard
 from attndesk.corpus.metrics import ROLE_RULES, SHARE_BASELINE, batch_metrics, role
+from attndesk.models import load_pretrained, run_pretrained
+from attndesk.teaching.statistics import head_statistics
 from tests.corpus.conftest import TEXTS
 
 PATTERNS = {

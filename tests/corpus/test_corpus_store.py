@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attndesk.core.errors import Cancelled, ConfigError
 from attndesk.corpus import analyze_corpus, open_corpus
 from attndesk.corpus.engine import finished_shards
+from attndesk.errors import Cancelled, ConfigError
 from tests.corpus.conftest import TEXTS
 
 CONTRACT = [

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.errors import Cancelled as CoreCancelled
+from attndesk.errors import Cancelled as CoreCancelled
 from attndesk.jobs import Cancelled, JobContext, Progress, job_context, plain_context
 
 

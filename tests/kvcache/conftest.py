@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pretrained_models import build
 
-from attndesk.core.pretrained import load_pretrained
-from attndesk.core.pretrained.loader import transformers_offline
+from attndesk.models import load_pretrained
+from attndesk.models.loader import transformers_offline
 
 POSITIONS = 128
 

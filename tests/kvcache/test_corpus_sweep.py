@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attndesk.cli import main
-from attndesk.core.errors import ConfigError
 from attndesk.corpus.shards import finished_shards
+from attndesk.errors import ConfigError
 from attndesk.jobs import Cancelled, JobContext
 from attndesk.kvcache.corpus_sweep import sweep_corpus
 from attndesk.kvcache.sweep import sweep

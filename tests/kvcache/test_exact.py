@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import Cancelled
+from attndesk.errors import Cancelled
 from attndesk.jobs import JobContext
 from attndesk.kvcache import POLICIES, simulate
 

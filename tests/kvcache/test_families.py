@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from pretrained_models import CONFIGS, build
 
-from attndesk.core.pretrained import SUPPORTED, load_pretrained
-from attndesk.core.pretrained.loader import transformers_offline
 from attndesk.kvcache import kv_model, simulate
+from attndesk.models import SUPPORTED, load_pretrained
+from attndesk.models.loader import transformers_offline
 from tests.kvcache.test_fast_path import StepByStep
 
 DECODERS = [name for name in CONFIGS if SUPPORTED[CONFIGS[name]["model_type"]].family == "decoder"]

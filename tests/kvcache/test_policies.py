@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.kvcache import POLICIES, simulate, top_keys
 from attndesk.kvcache.base import resolve_budget
 from attndesk.kvcache.pyramidkv import layer_budgets
@@ -160,7 +160,7 @@ def test_refusals_are_one_line(llama, tmp_path):
 def test_an_encoder_has_no_cache(tmp_path):
     from pretrained_models import build
 
-    from attndesk.core.pretrained import load_pretrained
+    from attndesk.models import load_pretrained
 
     bert = load_pretrained(build("bert", tmp_path / "bert"))
     with pytest.raises(ConfigError, match="is an encoder: it reads the whole text at once and keeps no KV cache"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.kvcache.retrieval import (
     RETRIEVAL_PRESET,
     RETRIEVAL_THRESHOLD,

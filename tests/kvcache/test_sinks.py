@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.kvcache.sinks import massive_activations, sink_report, toy_activations
 from attndesk.train import TrainConfig
 from attndesk.train.model import build_model

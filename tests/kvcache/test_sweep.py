@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs import Cancelled, JobContext
 from attndesk.kvcache.simulate import simulate
 from attndesk.kvcache.sweep import COLUMNS, curves, default_budgets, sweep, write_table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attndesk.core.types import AttentionMap, head_name
+from attndesk.attention.types import AttentionMap, head_name
 from attndesk.render.page import PageMap
 
 

@@ -133,7 +133,7 @@ def test_a_failing_rename_keeps_the_old_file_and_removes_the_temp(tmp_path, monk
 
 
 def test_written_files_have_ordinary_permissions(tmp_path):
-    from attndesk.core.atomic import current_umask as _umask
+    from attndesk.files.atomic import current_umask as _umask
 
     path = export_weights(np.ones((2, 2), np.float32), ["a", "b"], ["a", "b"], tmp_path / "w.csv")
     # like any newly created file (the temp file alone would be private, 0600)

@@ -12,7 +12,7 @@ import pytest
 
 from attndesk.cli import main, render_job
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.atomic import STAGING_PREFIX, StagedFolder, current_umask
+from attndesk.files.atomic import STAGING_PREFIX, StagedFolder, current_umask
 from attndesk.render import export
 from attndesk.render.export import ExportError, OutputSet, export_figure, export_weights
 from attndesk.render.figure import figure_from_map

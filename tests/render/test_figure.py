@@ -281,7 +281,7 @@ def test_fixed_vmax_saturates_larger_weights(qapp, small_figure):
 
 
 def _decoder_map():
-    from attndesk.core.types import AttentionMap
+    from attndesk.attention.types import AttentionMap
 
     rng = np.random.default_rng(5)
     length, window = 10, 3
@@ -358,7 +358,7 @@ def test_log_scale_colours_log10_of_the_weights(qapp):
 
 
 def test_alibi_bias_figure_and_a_hidden_first_token(qapp):
-    from attndesk.core import select
+    from attndesk.runs import select
 
     m = _decoder_map()
     bias = figure_from_map(m, "all", show="alibi bias")

@@ -47,8 +47,8 @@ def test_regions_draw_the_partition_in_white():
 
 
 def test_a_runs_figures_compute_each_layers_maps_once(vision, image, monkeypatch):
-    from attndesk.core.interp import image_maps
-    from attndesk.core.pretrained import run_pretrained
+    from attndesk.interp import image_maps
+    from attndesk.models import run_pretrained
     from attndesk.render import overlays
 
     run = run_pretrained(vision("vit")[0], image)
@@ -77,8 +77,8 @@ def test_a_vision_bundle_paints_each_overlay_figure_once(vision, image, monkeypa
     """The bundle's PNGs and its page's pictures are the same bytes, each figure painted once."""
     import base64
 
-    from attndesk.core.interp.image_maps import default_query
-    from attndesk.core.pretrained import run_pretrained
+    from attndesk.interp.image_maps import default_query
+    from attndesk.models import run_pretrained
     from attndesk.render import bundle
     from attndesk.render.overlays import run_figures
     from attndesk.render.page import page_layers, read_page_data
@@ -109,7 +109,7 @@ def test_a_vision_page_over_the_limit_is_refused_in_one_line_or_left_out(vision,
 
     from attndesk.cli.base import CliError
     from attndesk.cli.render_image import page_document
-    from attndesk.core.pretrained import run_pretrained
+    from attndesk.models import run_pretrained
     from attndesk.render import bundle, page
 
     run = run_pretrained(vision("vit")[0], image)

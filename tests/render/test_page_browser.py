@@ -245,8 +245,8 @@ def test_mean_and_log_scale_use_the_figures_values_and_colours(browser, toy_page
 
 
 def test_overview_page_hover_reads_a_tile_maximum_and_the_region_stays_exact(browser, tmp_path):
-    from attndesk.core.select import tile_reduce
     from attndesk.render.page_overview import write_overview_page
+    from attndesk.runs.select import tile_reduce
 
     amap = softmax_map(2, 300, seed=5)
     region = ((100, 140), (60, 120))

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
+from attndesk.attention.types import AttentionMap
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.types import AttentionMap
 from attndesk.render.export import ExportError
 from attndesk.render.page import (
     MAX_PAGE_BYTES,

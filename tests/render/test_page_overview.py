@@ -9,7 +9,6 @@ import torch
 
 from attndesk.app.window.export_dialog import ExportDialog
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.pyramid import PyramidBuilder
 from attndesk.render.page import (
     MAX_PAGE_BYTES,
     PageTooLarge,
@@ -19,6 +18,7 @@ from attndesk.render.page import (
     read_page_data,
 )
 from attndesk.render.page_overview import write_overview_page
+from attndesk.runs.pyramid import PyramidBuilder
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 REGION = ((1000, 1100), (950, 1100))

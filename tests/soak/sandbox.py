@@ -109,7 +109,7 @@ def words(count: int, seed: int = 0) -> str:
 
 def known_session(text: str = KNOWN_TEXT, config: dict | None = None, **fields) -> dict:
     """A complete session document (every config field written, so nothing is left to the window)."""
-    from attndesk.core.config import AttentionConfig
+    from attndesk.runs.config import AttentionConfig
 
     full = AttentionConfig(**(KNOWN_CONFIG if config is None else config)).to_dict()
     return {

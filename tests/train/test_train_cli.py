@@ -207,7 +207,7 @@ def test_a_divergent_run_says_so_and_writes_the_last_good_weights(qapp, capsys, 
 def test_train_threads_forces_the_count_else_the_load_chooses(capsys, tmp_path, monkeypatch, flags, load, expected):
     import torch
 
-    from attndesk.core import threads
+    from attndesk.system import threads
     from attndesk.train import Trainer
 
     seen: list[int] = []

@@ -29,8 +29,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.machine import KERNEL_ENV, fingerprint_differences, machine_fingerprint
+from attndesk.errors import ConfigError
+from attndesk.system.machine import KERNEL_ENV, fingerprint_differences, machine_fingerprint
 from attndesk.train import presets
 from attndesk.train.presets import (
     CHECK_STEPS,
@@ -55,6 +55,7 @@ from attndesk.train.store import read_metadata
 
 NAMES = [
     "induction",
+    "induction-sparse",
     "reverse",
     "previous-token",
     "brackets",

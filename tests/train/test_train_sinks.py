@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.train import TrainConfig, load_trained, train
 from attndesk.train.stages import trained_result
 

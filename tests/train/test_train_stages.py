@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.config import TRAINED_PRESETS, AttentionConfig
-from attndesk.core.errors import ConfigError
-from attndesk.core.pipeline import run_attention
+from attndesk.errors import ConfigError
+from attndesk.runs.config import TRAINED_PRESETS, AttentionConfig
+from attndesk.runs.pipeline import run_attention
 from attndesk.train import TrainConfig, train
 from attndesk.train.presets import PRESETS
 from attndesk.train.stages import head_labels, initial_run, trained_result
@@ -55,7 +55,7 @@ def test_the_configs_preset_names_are_the_shipped_presets_and_the_toy_pipeline_r
 
 def test_the_timing_panel_gets_the_attention_flops_and_the_kept_bytes(run):
     """Counted per layer as the core counts a toy run of the same shape (GQA, window, causal)."""
-    from attndesk.core.memory import estimate_run
+    from attndesk.runs.memory import estimate_run
 
     result = trained_result(run, "trained")
     length = result.weights.shape[-1]

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.train import TrainConfig, load_trained, train
 from attndesk.train.store import FORMAT_VERSION
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.train import TrainConfig, make_task
 from attndesk.train.tasks import Batch
 

@@ -19,8 +19,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.config import FIELDS, AttentionConfig, divisors
-from attndesk.core.fields import Param
+from attndesk.runs.config import FIELDS, AttentionConfig, divisors
+from attndesk.runs.fields import Param
 from attndesk.session.results import ConfigProblem
 from attndesk.session.state import AppState, ModeChoice, PanelView
 

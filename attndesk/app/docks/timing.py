@@ -15,8 +15,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.memory import format_bytes
 from attndesk.session.results import RunFacts, format_seconds
+from attndesk.system.free_memory import format_bytes
 
 HISTORY = 50
 NOT_MEASURED = "not measured"  # the peak memory of a run that reports none

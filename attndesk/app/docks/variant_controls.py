@@ -24,8 +24,8 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QSpinBox, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.config import divisors
-from attndesk.core.fields import Param
+from attndesk.runs.config import divisors
+from attndesk.runs.fields import Param
 
 UNKNOWN = "unknown for this model"
 INT_MIN, INT_MAX = -(2**31) + 1, 2**31 - 1

@@ -29,7 +29,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.jobs.executor import Channel
 from attndesk.session.results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
 from attndesk.session.state import AppState, ModeChoice, ModeId

@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from attndesk.core.pipeline import cached_models, forget_models
-from attndesk.core.plan import RunPlan
-from attndesk.core.process import trim_heap
 from attndesk.jobs.executor import Channel
+from attndesk.runs.pipeline import cached_models, forget_models
+from attndesk.runs.plan import RunPlan
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState
 from attndesk.session.status import StatusModel
+from attndesk.system.process import trim_heap
 
 from .channels import MEMORY, MODELS
 
@@ -109,7 +109,7 @@ class WindowLedger(QObject):
         The model the run on screen came from (the newest of its cache) is in use: protected and
         never let go (dropping it would only load it again for the next run); the others may go."""
         caches = [("toy model", cached_models(), forget_models, lambda m: m)]
-        loader = sys.modules.get("attndesk.core.pretrained.loader")
+        loader = sys.modules.get("attndesk.models.loader")
         if loader is not None:  # never imported: no checkpoint loaded
             caches.append(("model", loader.loaded_models(), loader.forget_models, lambda m: m.model))
         using = "model" if shown is not None and shown.layers is not None else "toy model"

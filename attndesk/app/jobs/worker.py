@@ -24,7 +24,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from attndesk.core.errors import Cancelled, ConfigError
+from attndesk.errors import Cancelled, ConfigError
 from attndesk.jobs import JobContext
 from attndesk.jobs.executor import Channel, Executor, Job, Lane, executor
 

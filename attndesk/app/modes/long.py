@@ -26,11 +26,11 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 
 from attndesk.app.widgets.named import named
-from attndesk.core.errors import ConfigError
-from attndesk.core.plan import FULL, RunPlan
-from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
-from attndesk.core.textfile import read_text_file
+from attndesk.errors import ConfigError
+from attndesk.files.textfile import read_text_file
+from attndesk.models.vision import IMAGE_SUFFIXES
 from attndesk.render.colormaps import hatch_rgba
+from attndesk.runs.plan import FULL, RunPlan
 from attndesk.session.plans import describe_plan, held_line, needs_explicit_run, short_plan
 from attndesk.session.results import Held
 from attndesk.session.state import ALL, IMAGE_TAB

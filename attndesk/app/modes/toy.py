@@ -14,16 +14,16 @@ import functools
 import threading
 from typing import TYPE_CHECKING
 
-from attndesk.core.config import AttentionConfig
-from attndesk.core.diff import TeachingComparison, diff_results
-from attndesk.core.errors import Cancelled, ConfigError
-from attndesk.core.pipeline import prefetch_neighbours, prepare_text, run_attention
-from attndesk.core.result import AttentionResult
-from attndesk.core.threads import choose_threads, torch_threads
+from attndesk.errors import Cancelled, ConfigError
 from attndesk.jobs import JobContext, job_context
+from attndesk.runs.config import AttentionConfig
+from attndesk.runs.pipeline import prefetch_neighbours, prepare_text, run_attention
+from attndesk.runs.result import AttentionResult
 from attndesk.session.plans import needs_explicit_run, reports_progress
 from attndesk.session.results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from attndesk.session.state import STEP_THROUGH_TAB, TOY, AppState, PanelView
+from attndesk.system.threads import choose_threads, torch_threads
+from attndesk.teaching.diff import TeachingComparison, diff_results
 from attndesk.train.presets import load_preset
 from attndesk.train.stages import head_labels, initial_run, trained_result
 

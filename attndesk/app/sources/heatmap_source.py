@@ -21,8 +21,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from attndesk.core import select
-from attndesk.core.types import MEAN, AttentionMap, Head
+from attndesk.attention.types import MEAN, AttentionMap, Head
+from attndesk.runs import select
 
 # Beyond this many cells per axis the overview is downsampled (max of each tile, so a single
 # sharp weight survives); a 2048-token run would otherwise mean 16 x 4M-pixel images, whose

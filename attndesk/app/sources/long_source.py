@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core import select
-from attndesk.core.blocked import MaskSpec
-from attndesk.core.select import tile_reduce
-from attndesk.core.types import MEAN, AttentionMap
+from attndesk.attention.blocked import MaskSpec
+from attndesk.attention.types import MEAN, AttentionMap
+from attndesk.runs import select
+from attndesk.runs.select import tile_reduce
 
 from .heatmap_source import ALIBI_BIAS, MAX_DISPLAY, WEIGHTS, BiasSource, ExactSource, HeatmapSource
 

@@ -18,13 +18,13 @@ from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp.anatomy import check_lm
-from attndesk.core.interp.inputs import token_id
-from attndesk.core.pretrained import LoadedModel, load_pretrained, loaded_model, packaged_model_dir, read_spec
-from attndesk.core.pretrained.token_text import id_texts
+from attndesk.errors import ConfigError
+from attndesk.interp.anatomy import check_lm
+from attndesk.interp.inputs import token_id
 from attndesk.jobs import JobContext
 from attndesk.jobs.executor import Channel
+from attndesk.models import LoadedModel, load_pretrained, loaded_model, packaged_model_dir, read_spec
+from attndesk.models.token_text import id_texts
 from attndesk.session.state import AppState, ModeId
 from attndesk.session.status import StatusModel
 

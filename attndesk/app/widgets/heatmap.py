@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.select import tile_reduce
 from attndesk.render import ExportError, HeatmapFigure, export_figure, export_weights
 from attndesk.render.colormaps import hatch_rgba
+from attndesk.runs.select import tile_reduce
 
 from ..jobs.background import Background
 from ..jobs.channels import FILES

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.alibi import alibi_slopes
-from attndesk.core.rope import ROPE_BASE, rope_angles
-from attndesk.core.types import BASE_STAGES, KV_STAGES, PER_HEAD_STAGES, SHOWN_STAGES, Intermediates
+from attndesk.attention.alibi import alibi_slopes
+from attndesk.attention.rope import ROPE_BASE, rope_angles
+from attndesk.attention.types import BASE_STAGES, KV_STAGES, PER_HEAD_STAGES, SHOWN_STAGES, Intermediates
 
 from .heatmap import PreparedMatrix, prepare_matrix
 

@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
 from attndesk.render.bundle import run_settings, window_page_image
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState

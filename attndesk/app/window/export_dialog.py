@@ -29,13 +29,13 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core import select
-from attndesk.core.errors import ConfigError
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
+from attndesk.errors import ConfigError
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
 from attndesk.render.figure import figure_from_map, suggested_size_of
 from attndesk.render.page import PageTooLarge, check_page_size, write_page
 from attndesk.render.page_overview import write_overview_page
+from attndesk.runs import select
 
 from ..jobs.background import Background
 from ..jobs.channels import EXPORT

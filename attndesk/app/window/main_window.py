@@ -23,13 +23,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.bundle import BundleError
-from attndesk.core.errors import ConfigError
-from attndesk.core.process import freeze_long_lived, tune_process
+from attndesk.errors import ConfigError
 from attndesk.render.bundle import save_bundle
+from attndesk.session.bundle import BundleError
 from attndesk.session.results import Shown
 from attndesk.session.state import HEATMAPS_TAB, AppState, ModeId
 from attndesk.session.status import StatusModel
+from attndesk.system.process import freeze_long_lived, tune_process
 
 from ..docks.parameters import ParametersPanel
 from ..docks.timing import TimingPanel

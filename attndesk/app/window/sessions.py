@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.session.file import Session, SessionError, load_session, parse_session, save_session, session_json
 from attndesk.session.state import AppState, ModeId
 from attndesk.session.status import StatusModel

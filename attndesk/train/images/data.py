@@ -6,7 +6,7 @@ take; a model's input is what its saved image processor makes of it, so a preset
 the same pixels to the trainer, the window and the faithfulness measures.
 
 - ``digits``: the 1,797 images of ``sklearn.datasets.load_digits`` as the window's sample images
-  show them (``attndesk.core.images.digit_images``: dark ink on white, three channels), split by
+  show them (``attndesk.models.images.digit_images``: dark ink on white, three channels), split by
   ``digits_split``: a stratified split drawn once from a seeded generator,
   ``DIGITS_TEST_PER_CLASS`` images of each class for the test.
 - ``shapes``: ``SHAPES_SIZE`` x ``SHAPES_SIZE`` images of one shape (``SHAPE_CLASSES``) in a
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.images import digit_images
+from attndesk.errors import ConfigError
+from attndesk.models.images import digit_images
 
 DIGITS_COUNT = 1797  # sklearn.datasets.load_digits
 DIGITS_SPLIT_SEED = 0
@@ -51,7 +51,7 @@ class ImageSet:
 
 
 def _all_digits() -> tuple[np.ndarray, np.ndarray]:
-    """Every digit as the window's samples show it (``attndesk.core.images``): [1797, 8, 8, 3] uint8, labels."""
+    """Every digit as the window's samples show it (``attndesk.models.images``): [1797, 8, 8, 3] uint8, labels."""
     found = digit_images(DIGITS_COUNT)
     return np.stack([d.pixels for d in found]), np.array([d.label for d in found], dtype=np.int64)
 

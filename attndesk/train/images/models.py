@@ -1,6 +1,6 @@
 """The vision models the image tasks train (Qt-free): transformers' own classes built from
 configs, so a trained model is an ordinary transformers folder (config, weights, image
-processor) that ``attndesk.core.pretrained.load_pretrained`` opens like a downloaded one.
+processor) that ``attndesk.models.load_pretrained`` opens like a downloaded one.
 
 - ``"vit"``: ``ViTForImageClassification`` (a class token, the class token's state classifies);
 - ``"dinov2"``: ``Dinov2ForImageClassification`` (class token and the mean of the patches);
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 
 from .data import SHAPES_SIZE
 

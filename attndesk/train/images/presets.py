@@ -2,7 +2,7 @@
 ``attndesk/resources/vision/<name>/``, each an ordinary transformers folder (``config.json``,
 ``model.safetensors``, ``preprocessor_config.json``) with ``run.json``, the run's record: the
 spec, the split, each epoch's loss and test accuracy, the hash of the weights, the thread count,
-the time it took and the fingerprint of the machine that trained it (``attndesk.core.machine``).
+the time it took and the fingerprint of the machine that trained it (``attndesk.system.machine``).
 
 Reproducible means what it means for the text presets (``attndesk.train.presets``): where this
 machine's fingerprint matches the recorded one, re-training gives the same weights (the hash);
@@ -30,9 +30,9 @@ import torch
 from safetensors.torch import save_file
 
 import attndesk
-from attndesk.core.atomic import StagedFolder, current_umask
-from attndesk.core.errors import ConfigError
-from attndesk.core.machine import fingerprint_differences, machine_fingerprint
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import StagedFolder, current_umask
+from attndesk.system.machine import fingerprint_differences, machine_fingerprint
 
 from ..presets import PRESET_THREADS, preset_machine, preset_threads, weights_sha256
 from .models import VisionSpec

@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QW
 
 from attndesk.app.docks.parameters import ParametersPanel
 from attndesk.cli import _model_arguments, build_parser, config_from_args
-from attndesk.core.config import FIELDS, AttentionConfig
-from attndesk.core.fields import fields_of, param
+from attndesk.runs.config import FIELDS, AttentionConfig
+from attndesk.runs.fields import fields_of, param
 from attndesk.session.file import parse_session, session_json
 from attndesk.session.state import WINDOW_MAX, AppState, PanelView
 

@@ -7,9 +7,9 @@ import pytest
 from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 
 from attndesk.app.docks.timing import NOT_MEASURED, TimingPanel
-from attndesk.core.memory import format_bytes
-from attndesk.core.pretrained import run_pretrained
+from attndesk.models import run_pretrained
 from attndesk.session.results import RunFacts
+from attndesk.system.free_memory import format_bytes
 from tests.conftest import TIMEOUT_MS
 
 

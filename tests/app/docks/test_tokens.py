@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from attndesk.app.docks.tokens import PREVIEW_CHARS, TokensPanel
-from attndesk.core.pretrained import run_pretrained
+from attndesk.models import run_pretrained
 from attndesk.session.state import PACKAGED, TOY, AppState
 from tests.conftest import TIMEOUT_MS
 

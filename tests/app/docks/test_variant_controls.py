@@ -18,11 +18,11 @@ from attndesk.app.docks.variant_controls import UNKNOWN, kv_label
 from attndesk.app.tabs.heatmaps import grid as heatmap_grid
 from attndesk.app.tabs.positions.view import ROPE_ANCHORS, rope_pair
 from attndesk.app.widgets.stages import wrapped
+from attndesk.attention.alibi import alibi_bias, alibi_slopes
+from attndesk.attention.rope import rope_frequencies
 from attndesk.core import run_attention
-from attndesk.core.alibi import alibi_bias, alibi_slopes
-from attndesk.core.config import divisors
-from attndesk.core.rope import rope_frequencies
 from attndesk.render.layout import band_edges, band_outline
+from attndesk.runs.config import divisors
 from attndesk.session.file import session_from_json
 from attndesk.session.state import AppState, PanelView
 from tests.app.window.test_main_window import wait_result

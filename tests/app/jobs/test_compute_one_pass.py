@@ -12,9 +12,9 @@ import numpy as np
 from app_helpers import fresh_settings  # noqa: F401  (autouse fixture)
 
 from attndesk.app.sources import heatmap_source, long_source
-from attndesk.core import pipeline, plan
-from attndesk.core.config import AttentionConfig
-from attndesk.core.tokenizer import WordTokenizer
+from attndesk.runs import pipeline, plan
+from attndesk.runs.config import AttentionConfig
+from attndesk.runs.tokenizer import WordTokenizer
 from tests.conftest import TIMEOUT_MS
 
 
@@ -101,7 +101,7 @@ def test_cross_attention_tokenizes_each_text_once(qtbot, monkeypatch, window):
 
 
 def test_only_a_long_or_memory_bounded_run_reports_its_stages():
-    from attndesk.core.plan import plan_run
+    from attndesk.runs.plan import plan_run
     from attndesk.session.plans import reports_progress
 
     config = AttentionConfig(embed_dim=256, num_heads=8)

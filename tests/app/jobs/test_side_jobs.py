@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject
 
 from attndesk.app.jobs.compute import SideJobs
 from attndesk.app.jobs.worker import running_threads
-from attndesk.core.errors import Cancelled
+from attndesk.errors import Cancelled
 from attndesk.jobs.executor import Channel
 from tests.conftest import TIMEOUT_MS
 

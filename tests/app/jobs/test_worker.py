@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QObject, QThread, Slot
 
 from attndesk.app.jobs.worker import JobRunner, running_threads
-from attndesk.core.errors import Cancelled
+from attndesk.errors import Cancelled
 
 
 class Recorder(QObject):

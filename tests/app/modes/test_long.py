@@ -21,9 +21,9 @@ from attndesk.app.modes.toy import toy_run
 from attndesk.app.tabs.heatmaps.view import format_weight
 from attndesk.app.window.export_dialog import perform_export
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.pipeline import plan_text
 from attndesk.render.colormaps import hatch_rgba
 from attndesk.render.export import ExportError
+from attndesk.runs.pipeline import plan_text
 from attndesk.session.plans import describe_plan, needs_explicit_run
 from attndesk.session.results import Held
 from tests.conftest import TIMEOUT_MS

@@ -28,8 +28,8 @@ def test_a_toy_run_takes_threads_by_its_work_then_restores_the_count(monkeypatch
     import torch
 
     from attndesk.app.modes import toy
-    from attndesk.core import threads
-    from attndesk.core.config import AttentionConfig
+    from attndesk.runs.config import AttentionConfig
+    from attndesk.system import threads
 
     seen: list[int] = []
     run_attention = toy.run_attention

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from attndesk.app.sources.heatmap_source import BiasSource, ExactSource, HeatmapSource
 from attndesk.app.sources.long_source import source_for_map
+from attndesk.attention.types import MEAN, AttentionMap
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.select import tile_reduce
-from attndesk.core.types import MEAN, AttentionMap
+from attndesk.runs.select import tile_reduce
 
 
 @given(rows=st.integers(1, 40), cols=st.integers(1, 40), factor=st.integers(1, 9), seed=st.integers(0, 10))

@@ -9,8 +9,8 @@ import pytest
 
 from attndesk.app.sources.heatmap_source import ExactSource, HeatmapSource
 from attndesk.app.sources.long_source import CellMask, PyramidHeatmapSource, source_for_map
+from attndesk.attention.types import MEAN
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.types import MEAN
 
 
 def source_for_result(result, max_display=256):

@@ -20,7 +20,7 @@ from attndesk.app.tabs.attribution.view import score_colors
 from attndesk.app.tabs.logit_lens.presenter import LOGIT_LENS_TAB, LogitLensTab
 from attndesk.app.tabs.logit_lens.view import cell_label, wrapped
 from attndesk.app.tabs.patching.presenter import PATCHING_TAB, PatchingTab
-from attndesk.core.interp import (
+from attndesk.interp import (
     activation_patching,
     attention_flow,
     gradient_x_input,
@@ -29,7 +29,7 @@ from attndesk.core.interp import (
     patch_heads,
     step_attributions,
 )
-from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.models import load_pretrained, run_pretrained
 from tests.app.tabs.test_responsive import assert_smooth, worst_gap
 from tests.conftest import TIMEOUT_MS
 
@@ -128,7 +128,7 @@ def visible_part(widget, viewport) -> QRect:
 
 
 def test_patching_offers_every_core_metric_and_kl_is_the_cores(qtbot, gpt2_window, model):
-    from attndesk.core.interp.inputs import METRICS as CORE_METRICS
+    from attndesk.interp.inputs import METRICS as CORE_METRICS
 
     view = presenter(gpt2_window, PATCHING_TAB, PatchingTab).view
     assert [view.metricCombo.itemData(i) for i in range(view.metricCombo.count())] == list(CORE_METRICS)
@@ -464,7 +464,7 @@ def test_attribution_shows_every_token_of_the_prompt_at_any_width(qtbot, gpt2_wi
 
 def test_a_prompt_longer_than_the_strip_scrolls_to_every_token(qtbot):
     from attndesk.app.tabs.attribution.view import AttributionView, TokenStripArea
-    from attndesk.core.interp import InputAttribution
+    from attndesk.interp import InputAttribution
 
     tokens = [f"token{i}" for i in range(300)]
     scores = np.linspace(-1.0, 1.0, len(tokens))

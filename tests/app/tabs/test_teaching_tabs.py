@@ -10,10 +10,10 @@ import pytest
 from app_helpers import fresh_settings, shown_window  # noqa: F401  (fresh_settings: autouse fixture)
 from PySide6.QtCore import QCoreApplication, QEvent
 
-from attndesk.core.pretrained import load_pretrained
-from attndesk.core.rollout import attention_rollout
-from attndesk.core.statistics import layer_statistics
+from attndesk.models import load_pretrained
 from attndesk.session.state import PACKAGED
+from attndesk.teaching.rollout import attention_rollout
+from attndesk.teaching.statistics import layer_statistics
 from tests.conftest import TIMEOUT_MS
 
 TEXT = "The cat sat on the mat."

@@ -12,9 +12,9 @@ from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
 
 from attndesk.app.window.export_dialog import ExportDialog, perform_export, weights_for
-from attndesk.core import select
-from attndesk.core.types import MEAN, AttentionMap
+from attndesk.attention.types import MEAN, AttentionMap
 from attndesk.render.export import ExportError
+from attndesk.runs import select
 
 
 @pytest.fixture

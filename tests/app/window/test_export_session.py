@@ -176,7 +176,7 @@ def test_last_session_and_layout_are_restored_on_launch(qtbot, tmp_path):
 
 def test_session_from_another_machine_falls_back_to_cpu():
     text = json.dumps({"format": "attndesk-session", "version": 1, "text": "hi", "config": {"device": "mps"}})
-    from attndesk.core.devices import device_availability
+    from attndesk.system.devices import device_availability
 
     if device_availability()["mps"] is None:
         pytest.skip("this machine has MPS")

@@ -17,8 +17,8 @@ from PySide6.QtCore import QPointF, Qt
 from attndesk.app import MainWindow
 from attndesk.app.jobs.worker import running_threads
 from attndesk.app.tabs.heatmaps.grid import ASPECT_LIMIT
+from attndesk.attention.types import MEAN
 from attndesk.core import run_attention
-from attndesk.core.types import MEAN
 from attndesk.jobs.executor import Channel
 from tests.conftest import TIMEOUT_MS
 from tests.heartbeat import Heartbeat
@@ -350,7 +350,7 @@ def test_grid_reflows_with_the_window_shape(qtbot, window):
 
 
 def test_unavailable_devices_are_greyed_with_the_reason(window):
-    from attndesk.core.devices import device_availability
+    from attndesk.system.devices import device_availability
 
     combo = window.parametersPanel.deviceCombo
     model = combo.model()

@@ -11,14 +11,15 @@ import os
 import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
-from attndesk.core import AttentionConfig, memory
+from attndesk.core import AttentionConfig
 from attndesk.session.file import SessionError, load_session, parse_session, save_session
 from attndesk.session.state import AppState
+from attndesk.system import free_memory
 
 
 @pytest.fixture(autouse=True)
 def fixed_free_memory(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda *device: 8 * 2**30)
+    monkeypatch.setattr(free_memory, "available_memory", lambda *device: 8 * 2**30)
 
 
 def _session(config: dict, **fields) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
 from attndesk.train.images.data import (
     DIGITS_TEST_PER_CLASS,
     SHAPE_CLASSES,

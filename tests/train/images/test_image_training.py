@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext
+from attndesk.models import load_pretrained, run_pretrained
 from attndesk.train.images.data import shapes
 from attndesk.train.images.models import VisionSpec, build_model, image_processor, pixel_values
 from attndesk.train.images.presets import FORMAT, load_vision_run, read_record, save_vision_run

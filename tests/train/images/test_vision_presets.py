@@ -8,8 +8,8 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.machine import machine_fingerprint
+from attndesk.errors import ConfigError
+from attndesk.system.machine import machine_fingerprint
 from attndesk.train.images.data import digits_split
 from attndesk.train.images.presets import (
     EVAL_TOL_IMAGES,

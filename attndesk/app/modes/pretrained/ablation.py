@@ -4,7 +4,7 @@ encoder-decoder's next-token distribution (KL divergence and the top 5 before an
 
 from __future__ import annotations
 
-from attndesk.core.pretrained import NextToken, PretrainedResult
+from attndesk.models import NextToken, PretrainedResult
 
 TOP = 5
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from attndesk.core.pretrained import PretrainedResult
+from attndesk.models import PretrainedResult
 from attndesk.render.export import ExportError
 from attndesk.session.status import StatusModel
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.pretrained import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
+from attndesk.errors import ConfigError
+from attndesk.models import PACKAGED_NAME, ModelSpec, packaged_model_dir, read_spec
 from attndesk.session.state import PACKAGED, ModeChoice, ModeId
 
 from ..base import Assembly

@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 from attndesk.render.colormaps import lookup_table
 
 from .painting import GRID_HINT, SCALES, LayerGridPainting, grid_weights, painting_of

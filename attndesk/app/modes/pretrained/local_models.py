@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.memory import format_bytes
-from attndesk.core.pretrained import CachedModel, hub_cache_dir
+from attndesk.models import CachedModel, hub_cache_dir
+from attndesk.system.free_memory import format_bytes
 
 COLUMNS = ("Model", "Family", "Architecture", "Parameters", "Size", "Supported")
 _REFUSED = QColor(176, 0, 32)

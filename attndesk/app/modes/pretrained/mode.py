@@ -39,9 +39,10 @@ import numpy as np
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
-from attndesk.core.errors import Cancelled, ConfigError
-from attndesk.core.images import image_choice
-from attndesk.core.pretrained import (
+from attndesk.attention.types import AttentionMap
+from attndesk.errors import Cancelled, ConfigError
+from attndesk.jobs import JobContext, job_context
+from attndesk.models import (
     PACKAGED_NAME,
     ModelSpec,
     PretrainedResult,
@@ -51,8 +52,7 @@ from attndesk.core.pretrained import (
     pretrained_job,
     run_pretrained,
 )
-from attndesk.core.types import AttentionMap
-from attndesk.jobs import JobContext, job_context
+from attndesk.models.images import image_choice
 from attndesk.session.results import InputProblem, Job, Request, RunFacts, Shown, TokenRows, notices_of
 from attndesk.session.state import HEATMAPS_TAB, AppState, ModeId
 

@@ -20,11 +20,11 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 
-from attndesk.core.select import tile_reduce
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 from attndesk.render.cells import rgb_image
 from attndesk.render.colormaps import lookup_table, mask_rgb, value_indices
 from attndesk.render.export import ExportError, atomic_write, write
+from attndesk.runs.select import tile_reduce
 
 THUMB_CELLS = 64  # a thumbnail shows at most this many cells per axis (max of each tile)
 SCALES = ("per-head", "shared")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attndesk.core.pretrained import PretrainedResult
+from attndesk.models import PretrainedResult
 
 PART_NAMES = {"self": "self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
 NO_CROSS_ROLLOUT = (

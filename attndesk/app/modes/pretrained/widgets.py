@@ -13,8 +13,8 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.pretrained import PretrainedResult
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.models import PretrainedResult
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import (
+from attndesk.errors import ConfigError
+from attndesk.interp import (
     InputAttribution,
     StepAttribution,
     attention_x_gradient,
@@ -23,11 +23,11 @@ from attndesk.core.interp import (
     integrated_gradients_report,
     step_attributions,
 )
-from attndesk.core.interp.anatomy import check_lm
-from attndesk.core.interp.attribution import gradient_pass_bytes
-from attndesk.core.interp.inputs import last_logits, prompt
-from attndesk.core.pretrained import LoadedModel
+from attndesk.interp.anatomy import check_lm
+from attndesk.interp.attribution import gradient_pass_bytes
+from attndesk.interp.inputs import last_logits, prompt
 from attndesk.jobs import JobContext
+from attndesk.models import LoadedModel
 from attndesk.session.state import AppState
 from attndesk.session.status import StatusModel
 

@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.interp import InputAttribution, StepAttribution
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.interp import InputAttribution, StepAttribution
 
 from ...widgets.heatmap import DIVERGING, MatrixPlot
 from ...widgets.interp import RunBar, TokenField

@@ -21,8 +21,8 @@ import torch
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import (
+from attndesk.errors import ConfigError
+from attndesk.interp import (
     composition_scores,
     edge_scores,
     faithfulness_curve,
@@ -30,12 +30,12 @@ from attndesk.core.interp import (
     qk_positional,
     score_terms,
 )
-from attndesk.core.interp.circuits import default_sizes
-from attndesk.core.interp.composition import MODES
-from attndesk.core.interp.edges import prepare
-from attndesk.core.pretrained import load_pretrained, run_pretrained
+from attndesk.interp.circuits import default_sizes
+from attndesk.interp.composition import MODES
+from attndesk.interp.edges import prepare
 from attndesk.jobs import JobContext
 from attndesk.jobs.executor import Channel
+from attndesk.models import load_pretrained, run_pretrained
 from attndesk.render.export import atomic_write, render_bytes
 from attndesk.session.state import HEATMAPS_TAB, AppState, Part
 from attndesk.session.status import StatusModel

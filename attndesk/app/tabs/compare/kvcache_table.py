@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.config import AttentionConfig
-from attndesk.core.kvcache import CACHE_LENGTHS, KVCacheRow, kv_cache_bytes, kv_cache_table, window_cache_row
-from attndesk.core.memory import format_bytes
+from attndesk.runs.config import AttentionConfig
+from attndesk.system.free_memory import format_bytes
+from attndesk.teaching.kv_cost import CACHE_LENGTHS, KVCacheRow, kv_cache_bytes, kv_cache_table, window_cache_row
 
 WHY_GQA = (
     "Why GQA exists: a decoder keeps K and V of every past token and reads all of them for each new "

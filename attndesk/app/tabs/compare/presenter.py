@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.compare import TeachingComparison, teaching_comparison
 from attndesk.session.ledger import LedgerError
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState
+from attndesk.teaching.compare import TeachingComparison, teaching_comparison
 
 from ...jobs.channels import COMPARE, TEACHING
 from ...jobs.compute import ComputeController

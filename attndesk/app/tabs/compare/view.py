@@ -28,7 +28,13 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.compare import (
+from attndesk.attention.types import MEAN, AttentionMap, Head, head_name
+from attndesk.errors import ConfigError
+from attndesk.runs.config import AttentionConfig
+from attndesk.runs.result import AttentionResult
+from attndesk.session.ledger import Holding, LedgerError, MemoryLedger, arrays_of
+from attndesk.session.results import text_of
+from attndesk.teaching.compare import (
     TEACHING_KINDS,
     ComparisonError,
     ResultDiff,
@@ -36,14 +42,8 @@ from attndesk.core.compare import (
     diff_results,
     teaching_comparison,
 )
-from attndesk.core.config import AttentionConfig
-from attndesk.core.diff import diff_bytes
-from attndesk.core.errors import ConfigError
-from attndesk.core.result import AttentionResult
-from attndesk.core.types import MEAN, AttentionMap, Head, head_name
-from attndesk.core.variant_compare import VARIANT_KINDS, comparison_window
-from attndesk.session.ledger import Holding, LedgerError, MemoryLedger, arrays_of
-from attndesk.session.results import text_of
+from attndesk.teaching.diff import diff_bytes
+from attndesk.teaching.variant_compare import VARIANT_KINDS, comparison_window
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from ...widgets.pacing import PacedHost

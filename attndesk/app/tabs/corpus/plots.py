@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 
 from ...widgets.holdings import held_by
 from ...widgets.plot_axes import without_si_prefix

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import QFileDialog
 
 from attndesk import corpus  # its names load on first use (attndesk/corpus/__init__.py)
 from attndesk.app.widgets.named import named
-from attndesk.core.errors import Cancelled, ConfigError
-from attndesk.core.pretrained import PACKAGED_NAME, packaged_model_dir
+from attndesk.errors import Cancelled, ConfigError
 from attndesk.jobs import JobContext, job_context
+from attndesk.models import PACKAGED_NAME, packaged_model_dir
 from attndesk.render.export import ExportError
 from attndesk.render.page import PageTooLarge, write_document
 from attndesk.render.page_corpus import corpus_page_data

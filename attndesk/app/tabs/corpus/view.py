@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 from attndesk.corpus.image_metrics import IMAGE_METRICS, IMAGE_ROLE_RULES
 from attndesk.corpus.metrics import METRICS, ROLE_RULES
 

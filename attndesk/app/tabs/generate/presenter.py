@@ -15,8 +15,9 @@ from typing import Protocol, cast
 
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.errors import NO_LM_HEAD, ConfigError, NoLMHead
-from attndesk.core.pretrained import (
+from attndesk.errors import NO_LM_HEAD, ConfigError, NoLMHead
+from attndesk.jobs import JobContext
+from attndesk.models import (
     GenerationStep,
     Generator,
     encode,
@@ -25,7 +26,6 @@ from attndesk.core.pretrained import (
     packaged_model_dir,
     read_spec,
 )
-from attndesk.jobs import JobContext
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState, ModeId
 from attndesk.session.status import StatusModel

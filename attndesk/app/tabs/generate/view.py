@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.pretrained import GenerationStep
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.models import GenerationStep
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from ...widgets.plot_axes import without_si_prefix

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.statistics import head_statistics, layer_statistics
 from attndesk.session.results import Shown
 from attndesk.session.state import HEATMAPS_TAB, STEP_THROUGH_TAB, AppState
+from attndesk.teaching.statistics import head_statistics, layer_statistics
 
 from ...jobs.channels import STATISTICS
 from ...jobs.compute import ComputeController

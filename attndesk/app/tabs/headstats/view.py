@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 from attndesk.render.export import ExportError, atomic_write
+from attndesk.teaching.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
 
 from ...widgets.holdings import held_by
 from ...widgets.plot_axes import without_si_prefix

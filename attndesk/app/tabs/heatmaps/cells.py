@@ -14,9 +14,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, QTimer
 
-from attndesk.core import select
-from attndesk.core.types import MEAN, Head
+from attndesk.attention.types import MEAN, Head
 from attndesk.render import colormaps
+from attndesk.runs import select
 
 from ...sources.heatmap_source import HeatmapSource
 from ...widgets.token_axis import AxisLabels, label_font

@@ -18,7 +18,7 @@ from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
-from attndesk.core.types import Head
+from attndesk.attention.types import Head
 from attndesk.render import colormaps
 from attndesk.render.cells import row_runs
 from attndesk.render.layout import GridLayout, GridSpec, Rect, band_edges, pack_grid

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core import select
-from attndesk.core.types import MEAN, Head
+from attndesk.attention.types import MEAN, Head
+from attndesk.runs import select
 
 from ...sources.heatmap_source import HeatmapSource
 from .grid import HeatmapCanvas

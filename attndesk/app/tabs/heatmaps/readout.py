@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, SignalInstance
 
-from attndesk.core.types import MEAN, Head
+from attndesk.attention.types import MEAN, Head
 
 from ...sources.heatmap_source import HeatmapSource
 from ...widgets.styles import restyle

@@ -40,9 +40,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from attndesk.core import select
-from attndesk.core.types import MEAN, AttentionMap, Head
+from attndesk.attention.types import MEAN, AttentionMap, Head
 from attndesk.render.layout import GridLayout
+from attndesk.runs import select
 from attndesk.session.ledger import MemoryLedger
 
 from ...sources.heatmap_source import HeatmapSource

@@ -24,13 +24,13 @@ from PySide6.QtCore import QObject, QRectF, Signal
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QFileDialog
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.images import DEFAULT_SAMPLE, SAMPLE, image_choice, sample_images
-from attndesk.core.interp import image_maps
-from attndesk.core.pretrained import VisionResult, load_pretrained, read_image, read_spec
-from attndesk.core.pretrained.vision import IMAGE_SUFFIXES
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.errors import ConfigError
+from attndesk.interp import image_maps
 from attndesk.jobs import JobContext
+from attndesk.models import VisionResult, load_pretrained, read_image, read_spec
+from attndesk.models.images import DEFAULT_SAMPLE, SAMPLE, image_choice, sample_images
+from attndesk.models.vision import IMAGE_SUFFIXES
 from attndesk.render.overlays import blend, head_overlays, paint_overlays
 from attndesk.session.results import Shown
 from attndesk.session.state import IMAGE_TAB, AppState

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.compare import ImplementationComparison, compare_implementations
 from attndesk.session.results import Shown
 from attndesk.session.state import AppState
+from attndesk.teaching.compare import ImplementationComparison, compare_implementations
 
 from ...jobs.channels import IMPLEMENTATIONS
 from ...jobs.compute import ComputeController

@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.compare import ImplementationComparison, compare_implementations
-from attndesk.core.errors import ConfigError
-from attndesk.core.result import AttentionResult
+from attndesk.errors import ConfigError
+from attndesk.runs.result import AttentionResult
 from attndesk.session.results import text_of
+from attndesk.teaching.compare import ImplementationComparison, compare_implementations
 
 
 class ImplementationPanel(QWidget):

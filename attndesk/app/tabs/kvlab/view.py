@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.fields import Param
 from attndesk.kvcache import POLICIES
 from attndesk.kvcache.sweep import curves
+from attndesk.runs.fields import Param
 
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.holdings import held_by

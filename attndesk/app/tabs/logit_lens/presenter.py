@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject
 
-from attndesk.core.interp import LogitLens, logit_lens
-from attndesk.core.pretrained import LoadedModel
+from attndesk.interp import LogitLens, logit_lens
 from attndesk.jobs import JobContext
+from attndesk.models import LoadedModel
 from attndesk.session.state import AppState
 from attndesk.session.status import StatusModel
 

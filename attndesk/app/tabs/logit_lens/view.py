@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.interp import LogitLens
+from attndesk.interp import LogitLens
 
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.interp import RunBar

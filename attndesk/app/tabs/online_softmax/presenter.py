@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from attndesk.core.config import AttentionConfig
-from attndesk.core.online_softmax import fitting_block, head_attention, online_softmax
-from attndesk.core.pipeline import ProjectedText, project_text
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.runs.config import AttentionConfig
+from attndesk.runs.pipeline import ProjectedText, project_text
 from attndesk.session.results import Shown, ToyRun
 from attndesk.session.state import AppState
+from attndesk.teaching.online_softmax import fitting_block, head_attention, online_softmax
 
 from ...jobs.channels import ONLINE, ONLINE_STEP
 from ...jobs.compute import ComputeController

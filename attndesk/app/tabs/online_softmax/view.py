@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.memory import format_bytes
-from attndesk.core.online_softmax import EXPLANATION, OnlineSoftmaxWalk, OnlineStep
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.system.free_memory import format_bytes
+from attndesk.teaching.online_softmax import EXPLANATION, OnlineSoftmaxWalk, OnlineStep
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from ...widgets.holdings import held_by

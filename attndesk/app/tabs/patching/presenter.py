@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject
 
-from attndesk.core.errors import ConfigError
-from attndesk.core.interp import activation_patching
-from attndesk.core.interp.inputs import prompt
-from attndesk.core.interp.patching import PatchingReport
-from attndesk.core.pretrained import LoadedModel, run_pretrained
+from attndesk.errors import ConfigError
+from attndesk.interp import activation_patching
+from attndesk.interp.inputs import prompt
+from attndesk.interp.patching import PatchingReport
 from attndesk.jobs import JobContext
+from attndesk.models import LoadedModel, run_pretrained
 from attndesk.session.state import AppState
 from attndesk.session.status import StatusModel
 

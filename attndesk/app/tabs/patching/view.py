@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.interp.inputs import METRICS as CORE_METRICS
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
+from attndesk.interp.inputs import METRICS as CORE_METRICS
 
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.interp import RunBar, TokenField, problem_label, say

@@ -20,8 +20,8 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from attndesk.app.widgets.named import named
-from attndesk.core.positional import positional_similarity, sinusoidal_encoding
-from attndesk.core.rope import rope, rope_relative_scores
+from attndesk.attention.positional import positional_similarity, sinusoidal_encoding
+from attndesk.attention.rope import rope, rope_relative_scores
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from ...widgets.holdings import held_by

@@ -18,13 +18,13 @@ import numpy as np
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QSpinBox, QVBoxLayout, QWidget
 
-from attndesk.core.interp import attention_flow
-from attndesk.core.rollout import attention_rollout
-from attndesk.core.types import MEAN, head_name
+from attndesk.attention.types import MEAN, head_name
+from attndesk.interp import attention_flow
 from attndesk.jobs import JobContext
+from attndesk.teaching.rollout import attention_rollout
 
 if TYPE_CHECKING:
-    from attndesk.core.pretrained import PretrainedResult
+    from attndesk.models import PretrainedResult
 
 from attndesk.app.widgets.named import named
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
-from attndesk.core.types import Intermediates
+from attndesk.attention.types import Intermediates
+from attndesk.models import load_pretrained, packaged_model_dir, run_pretrained
 
 
 @dataclass(frozen=True)

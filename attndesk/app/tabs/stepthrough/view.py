@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix
 from ...widgets.holdings import held_by

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.fields import Param
+from attndesk.runs.fields import Param
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
 from ...docks.variant_controls import spin_range

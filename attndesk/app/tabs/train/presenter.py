@@ -29,8 +29,8 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
 from attndesk.app.widgets.named import named
-from attndesk.core.atomic import occupied
-from attndesk.core.errors import ConfigError
+from attndesk.errors import ConfigError
+from attndesk.files.atomic import occupied
 from attndesk.jobs import Cancel, JobContext, job_context
 from attndesk.session.state import HEATMAPS_TAB, TOY, AppState
 from attndesk.train import (

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
-from attndesk.core.types import head_name
+from attndesk.attention.types import head_name
 
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.pacing import PacedHost, pacer

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QImage
 from attndesk.app.modes.pretrained.controls import PretrainedControls, describe_run
 from attndesk.app.modes.pretrained.grid import LayerHeadGrid
 from attndesk.app.modes.pretrained.painting import LayerGridPainting, export_painting
-from attndesk.core.pretrained import PretrainedResult, load_pretrained, run_pretrained
+from attndesk.models import PretrainedResult, load_pretrained, run_pretrained
 from attndesk.render.colormaps import lookup_table, mask_rgb
 from attndesk.render.export import ExportError
 

@@ -16,7 +16,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
 from attndesk.app import MainWindow
-from attndesk.core.pretrained import load_pretrained, packaged_model_dir, run_pretrained
+from attndesk.models import load_pretrained, packaged_model_dir, run_pretrained
 from attndesk.session.file import SessionError
 from attndesk.session.state import PACKAGED, TOY
 from tests.conftest import TIMEOUT_MS
@@ -324,7 +324,7 @@ def test_first_load_runs_in_the_worker_with_progress(window, qtbot):
     be one long gap) and the status bar reports the loading."""
     import time
 
-    from attndesk.core.pretrained import clear_cache, is_loaded
+    from attndesk.models import clear_cache, is_loaded
 
     w = window
     clear_cache()
@@ -342,7 +342,7 @@ def test_first_load_runs_in_the_worker_with_progress(window, qtbot):
 def test_a_model_folder_deleted_during_the_session(pretrained_window, tmp_path, qtbot, reference):
     import shutil
 
-    from attndesk.core.pretrained import clear_cache
+    from attndesk.models import clear_cache
 
     w = pretrained_window
     folder = tmp_path / "gone-soon"
@@ -398,7 +398,7 @@ def test_pretrained_file_menu_exports_are_written_off_the_gui_thread(qtbot, tmp_
 
 
 def test_the_page_of_a_pretrained_head_grid_names_the_model(pretrained_window, tmp_path):
-    from attndesk.core.pretrained import packaged_model_dir
+    from attndesk.models import packaged_model_dir
     from attndesk.render.page import read_page_data
 
     dialog = pretrained_window.open_export_dialog("all")

@@ -19,7 +19,7 @@ from pretrained_models import build
 from attndesk.app import MainWindow
 from attndesk.app.modes.pretrained.mode import GRID_TAB
 from attndesk.app.modes.pretrained.parts import NO_CROSS_ROLLOUT
-from attndesk.core.pretrained import clear_cache, load_pretrained, run_pretrained
+from attndesk.models import clear_cache, load_pretrained, run_pretrained
 from attndesk.session.state import TOY
 from tests.conftest import TIMEOUT_MS
 

@@ -15,11 +15,11 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.jobs.channels import CIRCUIT, KVLAB
-from attndesk.app.tabs.circuit import presenter as circuit_tab
-from attndesk.app.tabs.circuit.presenter import CIRCUIT_TAB, CircuitTab
+from attndesk.app.tabs import circuit as circuit_tab
+from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
 from attndesk.app.tabs.circuit.view import GraphLayout
-from attndesk.core.interp import composition_scores, edge_scores, faithfulness_curve, ov_copying_scores, score_terms
-from attndesk.core.pretrained import load_pretrained
+from attndesk.interp import composition_scores, edge_scores, faithfulness_curve, ov_copying_scores, score_terms
+from attndesk.models import load_pretrained
 from attndesk.train.presets import load_preset
 from tests.conftest import TIMEOUT_MS
 
@@ -65,7 +65,7 @@ def test_the_tab_shows_the_cores_edges_and_curve_and_the_slider_reads_the_cache(
 def test_the_job_prepares_its_question_once(monkeypatch):
     """The estimate, the exact table and the curve share one prepared question (one engine), and
     the numbers are those of the core's calls that prepare their own."""
-    from attndesk.core.interp.graph import Engine
+    from attndesk.interp.graph import Engine
     from attndesk.jobs import JobContext
 
     built = []

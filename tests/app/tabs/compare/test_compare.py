@@ -9,11 +9,11 @@ from views_helpers import cell_pixel, close_rgb
 
 from attndesk.app.tabs.compare.view import CompareView, Operand
 from attndesk.app.tabs.implementation.view import ImplementationPanel
+from attndesk.attention.types import MEAN
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax
-from attndesk.core.types import MEAN
 from attndesk.render import colormaps
 from attndesk.session.results import text_of
+from attndesk.teaching.tutorial import create_padding_mark, float32_relative_bound, tutorial_masked_softmax
 
 TEXT = "the cat sat on the mat"
 CFG = AttentionConfig(num_heads=2, embed_dim=8, mask="causal")

@@ -1,7 +1,7 @@
 """Compare's one-click modern-variant pairs and its K/V-cache table, in the real main window: each
 button runs A and B in a side job with only that difference, B equals the core's run of the changed
 config (GQA: torch's SDPA over A's pooled K/V heads), the plots draw B and B − A, and the table holds
-``core.kvcache``'s numbers for the current shape."""
+``teaching.kv_cost``'s numbers for the current shape."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from app_helpers import dispose, fresh_settings, shown_window  # noqa: F401  (fr
 from PySide6.QtCore import Qt
 
 from attndesk.core import run_attention
-from attndesk.core.kvcache import CACHE_LENGTHS, kv_cache_table, window_cache_row
-from attndesk.core.memory import format_bytes
+from attndesk.system.free_memory import format_bytes
+from attndesk.teaching.kv_cost import CACHE_LENGTHS, kv_cache_table, window_cache_row
 from tests.conftest import TIMEOUT_MS
 
 

@@ -20,8 +20,8 @@ from attndesk.app.jobs import channels
 from attndesk.app.modes.pretrained.ablation import ablation_effect
 from attndesk.app.tabs.generate.presenter import GENERATE_TAB, GenerationTab, full_text
 from attndesk.app.tabs.generate.view import ALL_LAYERS
-from attndesk.core.errors import NO_LM_HEAD
-from attndesk.core.pretrained import Generator, clear_cache, encode, load_pretrained, run_pretrained
+from attndesk.errors import NO_LM_HEAD
+from attndesk.models import Generator, clear_cache, encode, load_pretrained, run_pretrained
 from attndesk.session.state import HEATMAPS_TAB
 from tests.conftest import TIMEOUT_MS
 

@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt
 
 from attndesk.app.tabs.headstats.view import COLUMNS, HeadStatsView
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.statistics import head_statistics, layer_statistics
 from attndesk.render import ExportError
+from attndesk.teaching.statistics import head_statistics, layer_statistics
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_rows_start_in_layer_head_order(view):
 
 
 def test_statistics_computed_elsewhere(view):
-    from attndesk.core.statistics import layer_statistics
+    from attndesk.teaching.statistics import layer_statistics
 
     stats = layer_statistics(np.stack([hand_made(), hand_made()]))
     view.set_statistics(stats, (4, 4))

@@ -12,7 +12,7 @@ from app_helpers import dispose, fresh_settings  # noqa: F401  (fresh_settings: 
 from PySide6.QtCore import QRectF
 
 from attndesk.app.sources.long_source import source_for_map
-from attndesk.core.types import AttentionMap
+from attndesk.attention.types import AttentionMap
 from scripts.screenshot import layout_problems, open_window, png_bytes, settle, show_values
 
 SIZES = [(1400, 900), (1000, 700)]

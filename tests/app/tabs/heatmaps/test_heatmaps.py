@@ -12,7 +12,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QPointF, Qt
 
 from attndesk.app.sources.long_source import source_for_map
 from attndesk.app.tabs.heatmaps.view import HeatmapPanel
-from attndesk.core.types import MEAN, AttentionMap
+from attndesk.attention.types import MEAN, AttentionMap
 from tests.heartbeat import Heartbeat
 
 MAX_GAP_MS = 100

@@ -17,11 +17,11 @@ from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
 from attndesk.app.jobs.channels import IMAGE_MAP
-from attndesk.app.tabs.image import presenter as image_tab
-from attndesk.core.images import SAMPLE, image_choice
-from attndesk.core.interp import image_maps
-from attndesk.core.pretrained import VisionResult, clear_cache
-from attndesk.core.pretrained.loader import transformers_offline
+from attndesk.app.tabs import image as image_tab
+from attndesk.interp import image_maps
+from attndesk.models import VisionResult, clear_cache
+from attndesk.models.images import SAMPLE, image_choice
+from attndesk.models.loader import transformers_offline
 from attndesk.render.overlays import blend
 from attndesk.session.state import HEATMAPS_TAB, IMAGE_TAB, TOY
 from tests.conftest import TIMEOUT_MS
@@ -215,9 +215,9 @@ def test_a_vision_runs_bundle_and_page_hold_the_image_and_overlays(qtbot, image_
     import io
 
     from attndesk.cli import main
-    from attndesk.core.bundle import read_bundle
-    from attndesk.core.images import shipped_image
+    from attndesk.models.images import shipped_image
     from attndesk.render.page import read_page_data
+    from attndesk.session.bundle import read_bundle
 
     w = image_window
     run = open_vision(qtbot, w, folders["vit"])
@@ -270,8 +270,8 @@ def test_every_layer_and_a_cancelled_map(qtbot, image_window, folders):
 
 @pytest.mark.parametrize("name", ["swin", "siglip_vision_model"])
 def test_models_without_a_class_token_draw_the_mean_patch_and_swins_windows(qapp, vision, image, name):
-    from attndesk.app.tabs.image.presenter import overlay_pictures
-    from attndesk.core.pretrained import run_pretrained
+    from attndesk.app.tabs.image import overlay_pictures
+    from attndesk.models import run_pretrained
 
     model, _eager, _folder = vision(name)
     run = run_pretrained(model, image)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attndesk.app.tabs.positions.view import PositionalView
+from attndesk.attention.positional import sinusoidal_encoding
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.positional import sinusoidal_encoding
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from attndesk.app.tabs.rollout.view import RolloutView
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.interp import attention_flow
+from attndesk.interp import attention_flow
 
 
 def fake_pretrained(layers=3, heads=2, length=5, seed=0):

@@ -14,10 +14,10 @@ from views_helpers import cell_pixel, close_rgb
 
 from attndesk.app.tabs.stepthrough import view as stepthrough
 from attndesk.app.tabs.stepthrough.view import STAGES, StepThroughView, stage_images
+from attndesk.attention.positional import sinusoidal_encoding
 from attndesk.core import AttentionConfig, run_attention
-from attndesk.core.pipeline import build_model
-from attndesk.core.positional import sinusoidal_encoding
 from attndesk.render import colormaps
+from attndesk.runs.pipeline import build_model
 
 TEXT = "the cat sat on the mat"
 CFG = AttentionConfig(num_heads=2, embed_dim=8, mask="padding+causal", pad_to=8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
-from attndesk.app import main_window
+from attndesk.app.window import main_window
 from attndesk.runs.pipeline import run_attention
 from attndesk.session.bundle import read_bundle
 from tests.conftest import TIMEOUT_MS

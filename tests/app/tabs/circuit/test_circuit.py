@@ -15,8 +15,8 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QScrollArea
 
 from attndesk.app.jobs.channels import CIRCUIT, KVLAB
-from attndesk.app.tabs import circuit as circuit_tab
-from attndesk.app.tabs.circuit import CIRCUIT_TAB, CircuitTab
+from attndesk.app.tabs.circuit import presenter as circuit_tab
+from attndesk.app.tabs.circuit.presenter import CIRCUIT_TAB, CircuitTab
 from attndesk.app.tabs.circuit.view import GraphLayout
 from attndesk.interp import composition_scores, edge_scores, faithfulness_curve, ov_copying_scores, score_terms
 from attndesk.models import load_pretrained

@@ -51,7 +51,7 @@ def test_the_page_job_leaves_out_what_does_not_fit_and_fails_in_one_line(monkeyp
     be written is a ConfigError (one line in the tab, no traceback on stderr)."""
     import pytest
 
-    from attndesk.app.tabs import corpus as corpus_tab
+    from attndesk.app.tabs.corpus import presenter as corpus_tab
     from attndesk.errors import ConfigError
     from attndesk.render.export import ExportError
     from attndesk.render.page import PageTooLarge

@@ -17,7 +17,7 @@ from pretrained_models import build_vision
 from PySide6.QtCore import Qt
 
 from attndesk.app.jobs.channels import IMAGE_MAP
-from attndesk.app.tabs import image as image_tab
+from attndesk.app.tabs.image import presenter as image_tab
 from attndesk.interp import image_maps
 from attndesk.models import VisionResult, clear_cache
 from attndesk.models.images import SAMPLE, image_choice
@@ -270,7 +270,7 @@ def test_every_layer_and_a_cancelled_map(qtbot, image_window, folders):
 
 @pytest.mark.parametrize("name", ["swin", "siglip_vision_model"])
 def test_models_without_a_class_token_draw_the_mean_patch_and_swins_windows(qapp, vision, image, name):
-    from attndesk.app.tabs.image import overlay_pictures
+    from attndesk.app.tabs.image.presenter import overlay_pictures
     from attndesk.models import run_pretrained
 
     model, _eager, _folder = vision(name)

@@ -19,7 +19,8 @@ import attndesk.train.trainer as trainer_module
 from attndesk.app.jobs.channels import TRAIN
 from attndesk.app.jobs.compute import ComputeController, Modes
 from attndesk.app.modes.toy import ToyMode
-from attndesk.app.tabs.train import TRAIN_TAB, TrainTab, TrainView, phase_change
+from attndesk.app.tabs.train import TrainView
+from attndesk.app.tabs.train.presenter import TRAIN_TAB, TrainTab, phase_change
 from attndesk.attention.types import head_name
 from attndesk.session.state import AppState
 from attndesk.session.status import StatusModel

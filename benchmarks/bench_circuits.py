@@ -2,17 +2,22 @@
 
     .venv/bin/python benchmarks/bench_circuits.py [--pairs 64] [--steps 300] [--quick]
 
-1. The shipped induction preset (2 layers x 4 heads, attention only): 16 clean/corrupted pairs of
-   ``[BOS, s_1..s_6, s_1..s_4]`` against ``[BOS, r_1..r_6, s_1..s_4]`` (the first occurrence of the
-   repeated segment replaced by other tokens; answer s_5, wrong r_5). Exact edge scores; circuits
-   of at most 10% of the edges chosen by exact, EAP, EAP-IG (top-n by |score|, and top-n of the
-   edges on embed-to-logits paths) and ACDC, each with its faithfulness, the
-   random baseline at that size (10 draws) and whether it holds the key-input edge from the
-   strongest previous-token head to the strongest induction head; beside them circuits built by
-   hand from the induction mechanism, to show what a circuit of that size can reach.
-2. EAP and EAP-IG (5 steps, both variants) against exact over every edge: Spearman, on the preset
-   and on a 4-layer x 8-head induction model trained here (``--steps``; seed 0); beside it the
-   Spearman with exact removal (each edge alone corrupted in the clean run).
+1. The shipped induction presets (2 layers x 4 heads, attention only): ``induction-sparse`` (the
+   figure's model: trained with a group-lasso penalty on heads, ``head_l1``, so one head pair does
+   the work) and ``induction`` (induction spread over every head, for comparison). 16
+   clean/corrupted pairs of ``[BOS, s_1..s_6, s_1..s_4]`` against ``[BOS, r_1..r_6, s_1..s_4]``
+   (the first occurrence of the repeated segment replaced by other tokens; answer s_5, wrong r_5).
+   Each preset's accuracy and its heads' previous-token and induction scores (the head detector of
+   ``attndesk.corpus.metrics``) with each head's OV weight norm; circuits of at most 10% of the
+   edges chosen by exact, EAP, EAP-IG (top-n by |score|, and top-n of the edges on
+   embed-to-logits paths) and ACDC, each with its faithfulness, the random baseline at that size
+   (10 draws) and whether it holds the key-input edge from the strongest previous-token head to
+   the strongest induction head; beside them circuits built by hand from the induction mechanism.
+2. EAP and EAP-IG (5 steps, both variants) against exact over every edge: Spearman, on models of
+   four tasks (induction, reverse, copy, needle; presets and models trained here, 2 x 4 and
+   4 x 8), against exact patching in both directions: clean-into-corrupt (the table's own scores),
+   and removal (each edge alone corrupted in the clean run, the direction EAP-IG's reference code
+   patches), signed and by |score|, and against the mean of the two directions.
 3. Time on the 4 x 8 model: EAP-IG over ``--pairs`` prompt pairs (target under 60 s), exact edge
    patching of every edge (8 pairs), and one plain forward per edge and pair as the baseline
    (the median of 50 single-prompt forwards at the better of 1 and 2 threads, times the runs).
@@ -34,6 +39,7 @@ sys.path[:0] = [ROOT]
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from attndesk.corpus.metrics import batch_metrics  # noqa: E402
 from attndesk.interp import edge_scores, faithfulness, faithfulness_curve, find_circuit  # noqa: E402
 from attndesk.interp.attribution_patching import rank_correlation  # noqa: E402
 from attndesk.interp.edges import prepare, run_rows  # noqa: E402
@@ -65,19 +71,44 @@ def strongest_heads(run, clean) -> tuple[str, str]:
     return f"L0.H{int(previous.argmax())}", f"L1.H{int(np.argmax(scores[1]))}"
 
 
-def circuits_on_preset(quick: bool) -> list[str]:
-    run = load_preset("induction")
+def head_table(run, clean) -> list[str]:
+    """Each head's previous-token and induction score on the pairs' clean prompts (the corpus
+    head detector, TransformerLens' mul measure) and the norms of its value and output weights."""
+    ids = torch.tensor(clean)
+    weights = run.attention(ids)  # [B, layers, H, L, L]
+    full = torch.ones(ids.shape, dtype=torch.bool)
+    lines = ["| head | previous-token score | induction score | norm of V rows, O columns |", "|---|---:|---:|---|"]
+    for layer in range(run.cfg.layers):
+        scores = batch_metrics(weights[:, layer], full, full, ids)
+        attn = run.model.blocks[layer].attn
+        d = attn.head_dim
+        for h in range(run.cfg.heads):
+            v = float(attn.v_proj.weight[h * d : (h + 1) * d].detach().norm())
+            o = float(attn.out_proj.weight[:, h * d : (h + 1) * d].detach().norm())
+            lines.append(
+                f"| L{layer}.H{h} | {np.nanmean(scores['previous_token_score'][:, h]):.3f} | "
+                f"{np.nanmean(scores['induction_score'][:, h]):.3f} | {v:.2f}, {o:.2f} |"
+            )
+    return lines
+
+
+def circuits_on_preset(name: str, quick: bool) -> list[str]:
+    run = load_preset(name)
     pairs = induction_pairs(run.cfg.vocab, 16, seed=0)
     exact = edge_scores(run, *pairs, method="exact")
     ig = edge_scores(run, *pairs, method="eap-ig", steps=5)
     size = int(0.1 * len(exact))
     previous, induction = strongest_heads(run, pairs[0])
     key_edge = (previous, induction, "k")
+    metrics = run.evaluate(run.task.sample(256, torch.Generator().manual_seed(0)))
     lines = [
-        f"### 1. Induction preset: circuits of at most 10% of the edges ({size} of {len(exact)})",
+        f"### 1. Preset {name}: circuits of at most 10% of the edges ({size} of {len(exact)})",
         "",
-        f"16 pairs; clean logit difference {exact.attrs['clean_metric']:.3f}, corrupted "
+        f"Accuracy {metrics['accuracy']:.3f}, best induction pattern score {metrics['pattern']:.3f} (256 "
+        f"sequences of the task); 16 pairs; clean logit difference {exact.attrs['clean_metric']:.3f}, corrupted "
         f"{exact.attrs['corrupt_metric']:.3f}; strongest previous-token head {previous}, induction head {induction}.",
+        "",
+        *head_table(run, pairs[0]),
         "",
         "| circuit | edges | faithfulness | random at that size: mean ± std (min, max) | holds "
         f"{previous} -> {induction} (k) |",
@@ -85,9 +116,9 @@ def circuits_on_preset(quick: bool) -> list[str]:
     ]
     eap = edge_scores(run, *pairs, method="eap")
     chosen = {}
-    for name, table in (("exact", exact), ("EAP", eap), ("EAP-IG", ig)):
-        chosen[f"{name} top-n"] = find_circuit(table, top_n=size)
-        chosen[f"{name} top-n, connected"] = find_circuit(table, top_n=size, prune=True)
+    for label, table in (("exact", exact), ("EAP", eap), ("EAP-IG", ig)):
+        chosen[f"{label} top-n"] = find_circuit(table, top_n=size)
+        chosen[f"{label} top-n, connected"] = find_circuit(table, top_n=size, prune=True)
     if not quick:
         for tau in (0.5, 1.0, 2.0):
             start = time.perf_counter()
@@ -112,13 +143,13 @@ def circuits_on_preset(quick: bool) -> list[str]:
             circuit |= {(head, "logits", "logits"), ("embed", head, "v")} | {(p, head, "k") for p in senders}
         circuit |= {("embed", p, "v") for p in senders}
         chosen[f"by hand: {len(heads)} induction head(s), {len(senders)} previous-token head(s)"] = circuit
-    for name, circuit in chosen.items():
+    for label, circuit in chosen.items():
         n = len(circuit)
         curve = faithfulness_curve(run, exact, *pairs, sizes=[n], draws=10)
         value = faithfulness(run, circuit, *pairs)
         row = curve.iloc[0]
         lines.append(
-            f"| {name} | {n} | {value:.3f} | {row.random_mean:.3f} ± {row.random_std:.3f} "
+            f"| {label} | {n} | {value:.3f} | {row.random_mean:.3f} ± {row.random_std:.3f} "
             f"({row.random_min:.3f}, {row.random_max:.3f}) | {'yes' if key_edge in circuit else 'no'} |"
         )
     curve = faithfulness_curve(run, exact, *pairs, draws=10)
@@ -133,33 +164,86 @@ def circuits_on_preset(quick: bool) -> list[str]:
         lines.append(
             f"| {row.size} | {row.fraction:.1%} | {row.faithfulness:.3f} | {row.random_mean:.3f} ± {row.random_std:.3f} |"
         )
-    return [*lines, "", *agreement("induction preset (2 x 4)", run, pairs)]
+    return [*lines, ""]
+
+
+def transduce_pairs(run, count: int, seed: int, done: int = 3):
+    """Copy / reverse: ``[BOS, x_1..x_n, SEP, y_1..y_done]`` (the answer's first ``done`` tokens
+    written) against the same with the source of y_(done+1) replaced; answer that source, wrong
+    its replacement."""
+    n, vocab = run.task.n, run.cfg.vocab
+    rng = np.random.default_rng(seed)
+    clean, corrupt, answer, wrong = [], [], [], []
+    for _ in range(count):
+        x = [int(t) for t in rng.integers(2, vocab, n)]
+        y = x[::-1] if run.cfg.task == "reverse" else x
+        source = n - 1 - done if run.cfg.task == "reverse" else done
+        other = int(rng.choice([t for t in range(2, vocab) if t != x[source]]))
+        changed = [*x[:source], other, *x[source + 1 :]]
+        clean.append([0, *x, 1, *y[:done]])
+        corrupt.append([0, *changed, 1, *y[:done]])
+        answer.append(x[source])
+        wrong.append(other)
+    return clean, corrupt, answer, wrong
+
+
+def needle_pairs(run, count: int, seed: int):
+    """Needle: the task's sequences up to the query ``SEP k`` against the same with the needle's
+    v_1 replaced; answer v_1, wrong its replacement."""
+    task, vocab = run.task, run.cfg.vocab
+    batch = task.sample(count, torch.Generator().manual_seed(seed))
+    where = task.needle_positions(batch)
+    rng = np.random.default_rng(seed)
+    clean, corrupt, answer, wrong = [], [], [], []
+    for i in range(count):
+        ids = [int(t) for t in batch.ids[i, : run.cfg.length - task.VALUE_TOKENS]]
+        k = int(where[i])
+        other = int(rng.choice([t for t in range(2, vocab) if t not in (ids[k], ids[k + 1])]))
+        clean.append(ids)
+        corrupt.append([*ids[: k + 1], other, *ids[k + 2 :]])
+        answer.append(ids[k + 1])
+        wrong.append(other)
+    return clean, corrupt, answer, wrong
+
+
+def task_pairs(run, count: int, seed: int):
+    if run.cfg.task == "induction":
+        return induction_pairs(run.cfg.vocab, count, seed)
+    if run.cfg.task == "needle":
+        return needle_pairs(run, count, seed)
+    return transduce_pairs(run, count, seed)
+
+
+AGREEMENT_HEADER = [
+    "| model | edges | exact (s) | estimate | clean-into-corrupt | by abs | removal | by abs | mean of both | time (s) |",
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+]
 
 
 def agreement(name: str, run, pairs) -> list[str]:
+    """Rows of the agreement table: Spearman of each estimate with exact clean-into-corrupt
+    patching (signed, and |estimate| with |exact|), with exact removal (the same sign convention:
+    m_clean - m(the edge corrupted); and by abs) and with the mean of the two directions."""
     start = time.perf_counter()
-    exact = edge_scores(run, *pairs, method="exact")
+    exact = edge_scores(run, *pairs, method="exact").score.to_numpy()
     exact_s = time.perf_counter() - start
-    lines = [
-        f"Agreement with exact over every edge ({len(exact)} edges, {len(pairs[0])} pairs; exact took {exact_s:.1f} s), {name}:",
-        "",
-    ]
     removal = removal_scores(run, pairs)
-    lines += [
-        "| estimate | Spearman with exact | with exact removal | time (s) |",
-        "|---|---:|---:|---:|",
-        f"| exact removal (corrupt-into-clean) | {rank_correlation(removal, exact.score):.3f} | 1 | |",
+    both = 0.5 * (exact + removal)
+    lines = [
+        f"| {name} | {len(exact):,} | {exact_s:.1f} | exact removal | {rank_correlation(removal, exact):.3f} | "
+        f"{rank_correlation(np.abs(removal), np.abs(exact)):.3f} | 1 | 1 | | |"
     ]
     for method, options in (("eap", {}), ("eap-ig", {"ig": "inputs"}), ("eap-ig", {"ig": "activations"})):
         start = time.perf_counter()
-        table = edge_scores(run, *pairs, method=method, steps=5, **options)
+        score = edge_scores(run, *pairs, method=method, steps=5, **options).score.to_numpy()
         seconds = time.perf_counter() - start
-        label = method if not options else f"{method} ({options['ig']}, 5 steps)"
+        label = "EAP" if not options else f"EAP-IG, {options['ig']}"
         lines.append(
-            f"| {label} | {rank_correlation(table.score, exact.score):.3f} | "
-            f"{rank_correlation(table.score, removal):.3f} | {seconds:.2f} |"
+            f"| {name} | | | {label} | {rank_correlation(score, exact):.3f} | "
+            f"{rank_correlation(np.abs(score), np.abs(exact)):.3f} | {rank_correlation(score, removal):.3f} | "
+            f"{rank_correlation(np.abs(score), np.abs(removal)):.3f} | {rank_correlation(score, both):.3f} | {seconds:.2f} |"
         )
-    return [*lines, ""]
+    return lines
 
 
 def removal_scores(run, pairs) -> np.ndarray:
@@ -173,8 +257,8 @@ def removal_scores(run, pairs) -> np.ndarray:
     return (setup.m_clean.numpy()[None, :] - values.reshape(len(edges), count)).mean(axis=1)
 
 
-def trained_4x8(steps: int):
-    cfg = TrainConfig(task="induction", seed=0, steps=steps, layers=4, heads=8, embed_dim=64, position="rope")
+def trained(task: str, steps: int, layers: int = 4, heads: int = 8, position: str = "rope"):
+    cfg = TrainConfig(task=task, seed=0, steps=steps, layers=layers, heads=heads, embed_dim=64, position=position)
     start = time.perf_counter()
     run = train(cfg, threads=1)
     metrics = run.evaluate(run.task.sample(256, torch.Generator().manual_seed(0)))
@@ -228,17 +312,32 @@ def main() -> None:
         f"# bench_circuits, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}\n"
     )
-    for line in circuits_on_preset(args.quick):
-        print(line, flush=True)
-    run, train_s, metrics = trained_4x8(args.steps)
-    print(
-        f"### 2. The 4 x 8 model: {args.steps} induction steps in {train_s:.0f} s, accuracy {metrics['accuracy']:.3f}, "
-        f"best induction score {metrics['pattern']:.3f}\n",
-        flush=True,
-    )
-    pairs = induction_pairs(run.cfg.vocab, 8 if args.quick else 16, seed=0)
-    for line in agreement("4 x 8 model", run, pairs):
-        print(line, flush=True)
+    for name in ("induction-sparse", "induction"):
+        for line in circuits_on_preset(name, args.quick):
+            print(line, flush=True)
+    count = 8 if args.quick else 16
+    models = []
+    for name in ("induction", "induction-sparse", "reverse", "needle"):
+        models.append((f"preset {name} (2 x 4)", load_preset(name)))
+    notes = []
+    for task, steps, layers, heads, position in (
+        ("copy", 400, 2, 4, "learned"),
+        ("induction", args.steps, 4, 8, "rope"),
+        ("reverse", 400, 4, 8, "learned"),
+    ):
+        run, train_s, metrics = trained(task, steps, layers, heads, position)
+        name = f"{task}, {layers} x {heads}, trained here"
+        notes.append(
+            f"{name}: {steps} steps ({position}) in {train_s:.0f} s, accuracy {metrics['accuracy']:.3f}, "
+            f"pattern {metrics['pattern']:.3f}"
+        )
+        models.append((name, run))
+    print(f"### 2. Agreement with exact over every edge (Spearman; {count} pairs)", "", *AGREEMENT_HEADER, sep="\n")
+    for name, run in models:
+        for line in agreement(name, run, task_pairs(run, count, seed=0)):
+            print(line, flush=True)
+    print("", *notes, "", sep="\n", flush=True)
+    run = next(r for n, r in models if n.startswith("induction, 4 x 8"))
     for line in speed(run, 8 if args.quick else args.pairs):
         print(line, flush=True)
 

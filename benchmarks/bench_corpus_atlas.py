@@ -20,7 +20,7 @@ from PySide6.QtCore import QPoint, QPointF, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from attndesk.app.views.corpus import CorpusView
+from attndesk.app.tabs.corpus import CorpusView
 
 TICK_MS, MOVE_MS, ZOOM_MS = 5, 16, 30
 

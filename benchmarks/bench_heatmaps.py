@@ -30,8 +30,8 @@ set_torch_environment()  # before torch loads: importing attndesk sets nothing
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from attndesk.app.panels.heatmaps import HeatmapPanel  # noqa: E402
 from attndesk.app.sources.long_source import source_for_map  # noqa: E402
+from attndesk.app.tabs.heatmaps.view import HeatmapPanel  # noqa: E402
 from attndesk.core import AttentionConfig, run_attention  # noqa: E402
 from tests.words import WORDS  # noqa: E402
 

@@ -45,7 +45,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    from attndesk.app.main_window import MainWindow
+    from attndesk.app.window.main_window import MainWindow
 
     window = MainWindow(restore=False)
     window.resize(1529, 1100)

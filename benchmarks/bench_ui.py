@@ -68,7 +68,7 @@ class Driver:
 
         os.environ.setdefault("ATTNDESK_SETTINGS_ORG", "attndesk-bench")
         self.app = QApplication.instance() or QApplication([])
-        from attndesk.app.main_window import MainWindow
+        from attndesk.app.window.main_window import MainWindow
 
         self.window = MainWindow(restore=False)
         self.window.resize(1400, 900)

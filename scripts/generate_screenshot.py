@@ -38,7 +38,7 @@ def main(out: str = "resources/generate.png", steps: int = 8) -> Path:
     if not wait_for(window, lambda: window.pretrained.open_folder(folder)):
         raise RuntimeError(f"the model did not run: {window.status_text()}")
     window.state.view.tab = "generate"
-    from attndesk.app.pretrained.generate import GENERATE_TAB, GenerationTab
+    from attndesk.app.tabs.generate.presenter import GENERATE_TAB, GenerationTab
 
     tab = window.tab_widget(GENERATE_TAB).findChild(GenerationTab)
     tab.view.countSpin.setValue(steps)

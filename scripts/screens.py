@@ -164,7 +164,7 @@ def read_window(window, root=None) -> tuple[list[Widget], list[Axis]]:
 
 # -- driving the window --------------------------------------------------------------------------
 def busy(window) -> bool:
-    from attndesk.app.views.interp_widgets import RunBar
+    from attndesk.app.widgets.interp import RunBar
 
     if window.compute.is_busy() or window.heatmapPanel.is_building() or window.status.busy:
         return True

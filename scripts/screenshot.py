@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _write(Path(args.out), data)
         if args.grid:
-            from attndesk.app.pretrained.mode import write_grid_png
+            from attndesk.app.modes.pretrained.mode import write_grid_png
 
             write_grid_png(args.grid)
     except (OSError, ExportError) as exc:

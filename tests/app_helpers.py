@@ -7,7 +7,7 @@ import gc
 import pytest
 from PySide6.QtCore import QCoreApplication, QEvent, QObject
 
-from attndesk.app.main_window import app_settings
+from attndesk.app.window.main_window import app_settings
 
 
 def dispose(w) -> None:
@@ -41,7 +41,7 @@ def open_tab(w, view) -> None:
 
 def shown_window(qtbot, size: tuple[int, int] = (1300, 850), timeout_ms: int = 120000):
     """A fresh MainWindow (no restored session) of ``size``, shown, with its first result drawn."""
-    from attndesk.app.main_window import MainWindow
+    from attndesk.app.window.main_window import MainWindow
 
     w = MainWindow(restore=False)
     w.resize(*size)

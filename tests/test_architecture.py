@@ -13,13 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "attndesk" / "app"
 # the heatmap widgets and the export dialog are the renderer's part of the window (its branch converts them)
 RENDER_OWNED = {
-    "panels/heatmaps.py",
+    "tabs/heatmaps/view.py",
     "sources/heatmap_source.py",
-    "panels/token_axis.py",
+    "widgets/token_axis.py",
     "sources/long_source.py",
-    "panels/heatmap_grid.py",
-    "views/heatmap.py",
-    "export_dialog.py",
+    "tabs/heatmaps/grid.py",
+    "widgets/heatmap.py",
+    "window/export_dialog.py",
 }
 MAX_LINES = 60
 

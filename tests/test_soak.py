@@ -42,7 +42,7 @@ def sandbox(tmp_path, monkeypatch):
 
 
 def make_window():
-    from attndesk.app.main_window import MainWindow
+    from attndesk.app.window.main_window import MainWindow
 
     return MainWindow()
 
@@ -93,7 +93,7 @@ def test_discovery_finds_the_windows_controls_by_type(qtbot, sandbox):
                 def inside(page=page):
                     return [c for c in discover(soak.main).controls if page.isAncestorOf(c.widget)]
 
-                # a page's plots are revealed one per event-loop turn (views/pacing.py)
+                # a page's plots are revealed one per event-loop turn (widgets/pacing.py)
                 assert checks.wait_until(lambda: bool(inside()), 10), f"no control found in the {tabs.tabText(i)!r} tab"
     finally:
         soak.files.uninstall()
@@ -162,7 +162,7 @@ def _replay(
 @pytest.mark.qt_no_exception_capture  # the soak counts the app's exceptions; here only the actions matter
 def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
     first = _replay(sandbox, seed=5, steps=10)
-    from attndesk.app.main_window import app_settings
+    from attndesk.app.window.main_window import app_settings
 
     settings = app_settings()
     settings.clear()  # the second window must not restore the first one's session
@@ -185,7 +185,7 @@ def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
 def test_a_report_replays_its_actions_at_another_pace(qtbot, sandbox, tmp_path, monkeypatch):
     """Recorded fast (no waiting for the window), replayed waiting for it: the same targets, the
     same file answers, in the same order."""
-    from attndesk.app.main_window import app_settings
+    from attndesk.app.window.main_window import app_settings
 
     recorded = _replay(sandbox, seed=9, steps=10, settle=False, full=True)
     app_settings().clear()
@@ -208,7 +208,7 @@ def test_a_paused_training_run_lets_the_window_settle(qtbot, window):
     """A paused run waits for its user: its job holds the Train tab's runner (closing the window
     ends it) but is no work under way, so the soak's waits end; resumed, it is work again."""
     from attndesk.app.jobs.worker import JobRunner
-    from attndesk.app.tabs.train import TRAIN_TAB
+    from attndesk.app.tabs.train.presenter import TRAIN_TAB
 
     window.state.view.tab = TRAIN_TAB
     tab = window.tab_presenter(TRAIN_TAB)

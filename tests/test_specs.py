@@ -10,8 +10,8 @@ import argparse
 import pytest
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox
 
-from attndesk.app.panels.variant_controls import spin_range
-from attndesk.app.views.train import TrainView
+from attndesk.app.docks.variant_controls import spin_range
+from attndesk.app.tabs.train import TrainView
 from attndesk.cli import main, render, render_job, train, train_job
 from attndesk.cli.base import command_parser
 from attndesk.errors import ConfigError

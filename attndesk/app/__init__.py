@@ -1,21 +1,19 @@
-"""The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results.
+"""The attndesk desktop window (PySide6 + pyqtgraph), a thin view over ``attndesk.core`` results,
+grouped by feature.
 
-``attndesk.app.main_window`` assembles it (``main()`` runs it) from its parts: ``window_tabs`` (the
-registry's tabs, their views, presenters and empty states), ``window_docks``, ``window_menus`` (the
-menus and the window's own actions), ``window_status`` (the status bar), ``window_sessions``
-(session files and the settings kept between launches) and ``window_export`` (the export
-dialog). ``MainWindow`` is also offered
-here, resolved on first use, so that importing ``attndesk.app.jobs.worker`` or ``attndesk.app.state``
-does not build the whole window.
+- ``window``: the window (``window.main_window`` assembles it and ``main()`` runs it) and its parts:
+  tab pages, docks, actions, status bar, sessions, export dialog, warmup.
+- ``tabs``: one folder per tab, its view and presenter together, the registry (``TabSpec``) and
+  the one presenter base.
+- ``widgets``: what tabs, docks and the window share (``MatrixPlot``, axes, pacing, menus, ...).
+- ``docks``: tokens, parameters, timing.
+- ``modes``: toy, long and the pretrained mode (``modes.pretrained``, with what only it uses).
+- ``sources``: what a heatmap shows, without widgets; ``jobs``: the Qt bridge of the job model and
+  the memory ledger wired to the window; ``settings``: what outlives a session (QSettings).
 
-Beside them: ``tabs`` (the registry and each tab's presenter), ``views`` and ``panels`` (the
-widgets), ``modes`` (toy and long; ``pretrained`` is the pretrained mode with what only it uses),
-``sources`` (what a heatmap shows, without widgets), ``jobs`` (everything off the GUI thread),
-``export_dialog``, ``menus``, ``settings``, ``styles`` (style sheets set only when they change),
-``warmup`` (the tab pages not shown yet, prepared while the window idles) and ``named`` (a
-widget's name and Qt properties, typed). ``state``, ``status``, ``plans``,
-``results``, ``session`` and ``bundle_save`` are the old paths of ``attndesk.session`` and
-``attndesk.render.bundle``, re-exported.
+``MainWindow`` is also offered here, resolved on first use, so that importing
+``attndesk.app.jobs.worker`` does not build the whole window. The window's Qt-free model (state,
+session files, results, status, plans) is ``attndesk.session``.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ __all__ = ["MainWindow"]
 
 def __getattr__(name: str):
     if name == "MainWindow":
-        from .main_window import (
+        from .window.main_window import (
             MainWindow,  # a lazy export, not a cycle: main_window never imports this package's names
         )
 

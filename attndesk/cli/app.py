@@ -40,7 +40,7 @@ def launch_app(argv: Sequence[str] | None = None) -> int:
         print(f"attndesk: {problem}; rendering the sample heatmaps headless instead", flush=True)
         return headless_fallback()
     try:
-        from attndesk.app.main_window import (
+        from attndesk.app.window.main_window import (
             main as app_main,  # optional: without Qt widgets, render instead
         )
     except ImportError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from threadpoolctl import threadpool_limits
 
 from attndesk.files.atomic import atomic_write
 
@@ -187,7 +188,6 @@ def compact(out: Path, *, atlas_points: int, atlas_methods: tuple[str, ...], see
     """Merge ``out/shards`` into the store's tables and database (the shards stay until the caller
     marks the run complete; a kill here is resumed by compacting again). ``images``: an image
     pass's per-image rows, summarised by ``image_heads_summary``."""
-    from threadpoolctl import threadpool_limits
 
     con = connect()
     # one BLAS thread: the projections are small d x d problems, and BLAS threads spinning against

@@ -8,7 +8,6 @@ store (the atlas sample is chosen by fixed priorities, not by arrival order).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import time
@@ -23,7 +22,9 @@ import pyarrow.parquet as pq
 
 from attndesk.errors import ConfigError
 from attndesk.jobs import Cancel, JobContext, job_context
-from attndesk.models.checkpoint import read_spec
+from attndesk.models import load_pretrained
+from attndesk.models.checkpoint import read_spec, weights_hash
+from attndesk.models.loader import token_embeddings
 from attndesk.system.threads import AdaptiveThreads, torch_threads
 
 from .. import __version__
@@ -31,6 +32,7 @@ from .atlas import METHODS
 from .batch import PassSettings, ShardResult, run_shard
 from .compact import compact, remove_shards
 from .images import open_images, run_image_shard
+from .ray_engine import run_ray
 from .shards import Shard, finished_shards, shards, write_shard
 from .sources import Source, open_source
 from .store import (
@@ -81,19 +83,6 @@ class CorpusProgress:
         """In words; ``eta=False`` leaves the time left to a line that shows it its own way."""
         left = "" if self.eta_s is None or not eta else f", {self.eta_s:,.0f} s left"
         return f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({self.texts_per_s:,.1f} {self.unit}/s{left})"
-
-
-def weights_hash(folder: Path) -> str:
-    """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
-    from attndesk.models.checkpoint import weight_files
-
-    digest = hashlib.sha256()
-    for path in weight_files(folder):
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            while chunk := fh.read(2**20):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_arguments(max_tokens, engine, atlas_points, atlas_methods, shard_size, batch_size, workers) -> tuple:
@@ -341,8 +330,6 @@ def run_pass(
     done = finished_shards(out)
     tracker = Tracker(source.count, min(source.count, len(done) * shard_size), ctx, work.unit)
     if engine == "ray":
-        from .ray_engine import run_ray
-
         run_ray(work, source, out, done, shard_size, tracker, workers, ray_address)
     else:
         threads = AdaptiveThreads(work.flops(model), fixed=workers)
@@ -358,7 +345,6 @@ def run_pass(
 def batch_work(model, settings: PassSettings) -> float:
     """FLOPs of one of a batch's typical ops: a [hidden x hidden] projection of every token (what
     the local engine's thread count is chosen by)."""
-    from attndesk.models.loader import token_embeddings
 
     if model.family == "vision":  # one image of the configured size at a time
         config = model.model.config
@@ -373,7 +359,6 @@ def batch_work(model, settings: PassSettings) -> float:
 def _load(model, device: str, *, images: bool = False):
     """The loaded model (a folder is checked before any weight is read); a vision model for an
     image pass (``images``), a text model otherwise."""
-    from attndesk.models import load_pretrained, read_spec
 
     if model is not None and not hasattr(model, "tokenizer"):
         spec = read_spec(model)  # a folder that is not a model says so before any weight is read

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 
 from attndesk.attention.kernel import attend
 from attndesk.errors import ConfigError
@@ -273,7 +274,6 @@ def integrated_gradients_map(
     if not 1 <= int(steps) <= 1024:
         raise ConfigError(f"integrated gradients take 1 to 1024 steps, got {steps}")
     picture = read_image(image)
-    from PIL import Image
 
     x = pixel_values(model, picture).detach()
     x0 = pixel_values(model, Image.new("RGB", picture.size)).detach()

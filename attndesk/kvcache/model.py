@@ -32,7 +32,11 @@ from attndesk.attention.kernel import attend
 from attndesk.attention.rope import apply_rope, rope_cos_sin
 from attndesk.attention.scoring import Scoring
 from attndesk.errors import ConfigError
-from attndesk.models.backend import Capture
+from attndesk.models.backend import Capture, capturing
+from attndesk.models.loader import LoadedModel
+from attndesk.models.run import encode, vocabulary_size
+from attndesk.models.token_text import id_texts
+from attndesk.train.run import TrainRun
 
 
 @dataclass
@@ -194,7 +198,6 @@ class PretrainedKV(KVModel):
             )
         if loaded.headless:
             raise ConfigError(f"{loaded.name} has no LM head: a compressed run compares next-token logits")
-        from attndesk.models.run import vocabulary_size
 
         self.loaded = loaded
         self.name = loaded.name
@@ -205,13 +208,9 @@ class PretrainedKV(KVModel):
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
     def encode(self, text: str) -> list[int]:
-        from attndesk.models.run import encode
-
         return encode(self.loaded, text).ids
 
     def token_texts(self, ids: list[int]) -> list[str]:
-        from attndesk.models.token_text import id_texts
-
         return list(id_texts(self.loaded.tokenizer, ids))
 
     def rotary(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -233,7 +232,6 @@ class PretrainedKV(KVModel):
 
     def _run(self, ids: list[int], keep: np.ndarray, resume: Resume | None, *, cache: bool, weights: bool = True):
         """Rows ``resume.rows``.. (all without a resume) through the model with their keep rows."""
-        from attndesk.models.backend import capturing
 
         model = self.loaded
         start = 0 if resume is None else resume.rows
@@ -421,8 +419,6 @@ def kv_model(model) -> KVModel:
     """The adapter of a ``LoadedModel`` or a ``TrainRun`` (a ``KVModel`` passes through)."""
     if isinstance(model, KVModel):
         return model
-    from attndesk.models.loader import LoadedModel
-    from attndesk.train.run import TrainRun
 
     if isinstance(model, LoadedModel):
         return PretrainedKV(model)

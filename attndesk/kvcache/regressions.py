@@ -18,6 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attndesk.train import TrainConfig, make_task
+from attndesk.train.model import build_model
+from attndesk.train.run import TrainRun
+
 from .simulate import KVRun, simulate
 
 SINK_VOCAB, SINK_LENGTH = 64, 96
@@ -67,9 +71,6 @@ def sink_model(seed: int = 0, sink_weight: float = 0.95):
     """A one-layer toy decoder (``TrainRun``, 2 heads, no positions) whose last query puts about
     ``sink_weight`` of its weight on token 0 at the start (more for earlier queries, which see fewer
     keys) and spreads the rest over the content keys."""
-    from attndesk.train import TrainConfig, make_task
-    from attndesk.train.model import build_model
-    from attndesk.train.run import TrainRun
 
     cfg = TrainConfig(
         task="induction",

@@ -20,6 +20,7 @@ from attndesk.jobs import JobContext, job_context
 from .base import Policy, View, options_dict, resolve_budget
 from .model import KVModel, Pass, kv_model
 from .model import causal_keep as causal
+from .registry import POLICIES
 
 
 @dataclass(eq=False)
@@ -131,8 +132,6 @@ def compressed_pass(kvm: KVModel, ids: list[int], keep: np.ndarray, full: Pass, 
 
 
 def get_policy(name: str) -> Policy:
-    from .registry import POLICIES
-
     if name not in POLICIES:
         raise ConfigError(f"no KV-cache policy {name!r}; policies: {', '.join(POLICIES)}")
     return POLICIES[name]

@@ -8,6 +8,7 @@ whose one line names the culprit: the missing file, the architecture, the remote
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -343,6 +344,17 @@ def _vision_spec(folder: Path, cfg: dict, name: str | None) -> ModelSpec:
     )
 
 
+def weights_hash(folder: Path) -> str:
+    """sha256 of the model's weight files (names and bytes), read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    for path in weight_files(folder):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            while chunk := fh.read(2**20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 __all__ = [
     "PACKAGED_NAME",
     "PROCESSOR_FILE",
@@ -357,4 +369,5 @@ __all__ = [
     "tokenizer_files",
     "vision_config",
     "weight_files",
+    "weights_hash",
 ]

@@ -10,6 +10,7 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
+from PIL import Image
 
 from attndesk.errors import ConfigError
 
@@ -36,8 +37,6 @@ def _shipped_names() -> tuple[str, ...]:
 
 @lru_cache(maxsize=16)
 def _shipped(name: str) -> np.ndarray:
-    from PIL import Image
-
     where = resources.files("attndesk.resources").joinpath("images", f"{name}.png")
     with resources.as_file(where) as path, Image.open(path) as image:
         pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)

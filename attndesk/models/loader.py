@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import huggingface_hub.constants as hub_constants
+import psutil
 import torch
 from torch import nn
 
@@ -44,8 +46,6 @@ _UNUSED_PREFIXES = ("pooler.",)  # encoder poolers: attndesk mean-pools and neve
 def default_model_budget() -> int:
     """Bytes a loaded model's float32 weights may take: half the machine's RAM."""
     try:
-        import psutil
-
         return int(psutil.virtual_memory().total // 2)
     except Exception:  # psutil missing or sandboxed: assume a small machine
         return 4 * 2**30
@@ -167,7 +167,6 @@ def transformers_offline():
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     first = "transformers" not in sys.modules
-    import huggingface_hub.constants as hub_constants
     import transformers
 
     hub_constants.HF_HUB_OFFLINE = True  # in case the hub was imported before the variable was set

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext, job_context
@@ -85,7 +86,6 @@ def check_image_size(width: int, height: int, what: str = "the image") -> None:
 def read_image(image: ImageInput) -> PILImage.Image:
     """An RGB PIL image from a path, a PIL image or an HxWx3 uint8 array; ConfigError (one line)
     for anything else, a file that does not decode, or a size outside ``check_image_size``."""
-    from PIL import Image
 
     if isinstance(image, (str, Path)):
         path = Path(image).expanduser()

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRect, QRectF, QSize, QSizeF
+from PySide6.QtGui import QImage, QImageWriter, QPageLayout, QPageSize, QPainter, QPdfWriter
 
 from attndesk.attention.types import AttentionMap
 from attndesk.files import atomic
@@ -151,9 +153,6 @@ PaintFn = Callable[[Any, Any], Any]  # paint(painter: QPainter, rect: QRectF), o
 
 
 def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF
-    from PySide6.QtGui import QImage, QImageWriter, QPainter
-
     image = QImage(width, height, QImage.Format.Format_RGB32)
     dots_per_meter = round(dpi / 0.0254)
     image.setDotsPerMeterX(dots_per_meter)  # becomes the PNG pHYs chunk
@@ -175,8 +174,6 @@ def _png_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
 
 
 def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRect, QRectF, QSize
-    from PySide6.QtGui import QPainter
     from PySide6.QtSvg import QSvgGenerator
 
     data = QByteArray()
@@ -199,9 +196,6 @@ def _svg_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) 
 
 
 def _pdf_bytes(paint: PaintFn, width: int, height: int, dpi: float, title: str) -> bytes:
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRectF, QSizeF
-    from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
-
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -277,7 +271,6 @@ def figure_bytes(figure: HeatmapFigure, fmt: str, size: tuple[int, int], dpi: fl
 
 
 def _figure_painter(figure: HeatmapFigure) -> PaintFn:
-
     return lambda painter, rect: paint_figure(painter, rect, figure)
 
 

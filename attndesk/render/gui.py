@@ -10,6 +10,9 @@ import os
 import socket
 import sys
 
+from PySide6.QtCore import QCoreApplication
+from PySide6.QtGui import QGuiApplication
+
 
 def has_display() -> bool:
     """False on Linux/BSD when neither X11 nor Wayland is reachable through the environment."""
@@ -52,8 +55,6 @@ def ensure_gui_app(*, headless: bool = False):
     application exists, so Qt never aborts looking for an X server. An explicit
     QT_QPA_PLATFORM set by the user is respected.
     """
-    from PySide6.QtCore import QCoreApplication
-    from PySide6.QtGui import QGuiApplication
 
     app = QCoreApplication.instance()
     if app is not None:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor
 
 from .colormaps import map_values
 
@@ -37,9 +39,6 @@ class HeadsGrid:
 
 
 def _panel(painter, grid: HeadsGrid, metric: str, x0: float, y0: float) -> None:
-    from PySide6.QtCore import QRectF, Qt
-    from PySide6.QtGui import QColor
-
     values = grid.values[metric]
     finite = values[np.isfinite(values)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -73,9 +72,6 @@ def heads_grid_painter(grid: HeadsGrid):
     """``paint(painter, rect)`` for ``attndesk.render.write``."""
 
     def paint(painter, rect) -> None:
-        from PySide6.QtCore import QRectF, Qt
-        from PySide6.QtGui import QColor
-
         w, h = grid.panel_size()
         cols = min(COLUMNS, len(grid.metrics))
         for i, metric in enumerate(grid.metrics):

@@ -21,6 +21,8 @@ from attndesk import __version__
 from attndesk.attention.types import head_name
 from attndesk.corpus.metrics import METRICS
 from attndesk.errors import ConfigError
+from attndesk.models import load_pretrained, run_pretrained
+from attndesk.models.checkpoint import weights_hash
 
 from . import colormaps
 from .export import ExportError
@@ -113,8 +115,6 @@ def text_maps(store, text_ids: Sequence[int], model=None) -> list[tuple[int, lis
 
     ``model``: a ``LoadedModel`` or folder (default: the store's own, whose weights must still be
     the ones the store was computed with). ConfigError for an unknown text or changed weights."""
-    from attndesk.corpus.engine import weights_hash
-    from attndesk.models import load_pretrained, run_pretrained
 
     if not text_ids:
         return []

@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import imageio_ffmpeg
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPen
@@ -189,7 +190,6 @@ def write_animation(
 
 def _mp4_bytes(frames: list[np.ndarray], fps: float) -> bytes:
     """H.264 MP4 through imageio-ffmpeg's bundled ffmpeg (it writes to a file, so a temporary one)."""
-    import imageio_ffmpeg
 
     with tempfile.TemporaryDirectory(prefix="attndesk-mp4-") as folder:
         target = os.path.join(folder, "out.mp4")
@@ -305,5 +305,4 @@ def write_final_figures(run: TrainRun, out_path, formats: Sequence[str] = ("png"
 
 
 def _paint(painter, rect, figure) -> None:
-
     paint_figure(painter, rect, figure)

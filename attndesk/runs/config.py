@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 
 from attndesk.attention.alibi import alibi_slopes
@@ -43,8 +44,6 @@ def _listed(values: list[int], most: int = 16) -> str:
 def default_memory_budget() -> int:
     """Bytes the attention weights may take: an eighth of RAM, at most 2 GiB, at least 256 MiB."""
     try:
-        import psutil
-
         total = psutil.virtual_memory().total
     except Exception:  # psutil missing or sandboxed: assume a small machine
         total = 8 * 2**30
@@ -55,6 +54,7 @@ def default_memory_budget() -> int:
 # ``attndesk.train.presets.PRESETS``), or "trained": the model open in the window's Train tab
 TRAINED_PRESETS = (
     "induction",
+    "induction-sparse",
     "reverse",
     "previous-token",
     "brackets",
@@ -70,6 +70,7 @@ WEIGHT_LABELS = {"random": "Random", "trained": "Trained: the Train tab's model"
 WEIGHT_TIPS = {
     "random": "random weights from the seed: every parameter below is live",
     "induction": "2 layers trained on repeated segments: a previous-token head feeds an induction head",
+    "induction-sparse": "the induction model trained with a penalty on each head's weights: one previous-token head feeds one induction head",
     "reverse": "2 layers trained to reverse a sequence: the anti-diagonal",
     "previous-token": "1 layer trained to repeat the token before: each token looks one back",
     "brackets": "2 layers trained on bracket depth: a head spread evenly over the prefix",
@@ -107,22 +108,8 @@ POSITION_TIPS = {
 
 
 @dataclass
-class AttentionConfig:
-    """Hyper-parameters of a toy attention run. ``AttentionConfig()`` is valid as it stands.
-
-    ``num_heads == 1`` is the single-head case (three Linear layers into ``hidden_dim``);
-    more heads use the 4-Linear multi-head layer with ``embed_dim // num_heads`` per head.
-
-    Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
-    query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
-    sees key j only when |i - j| < window; None = global), a ``softcap`` C on the scaled
-    scores (s -> C tanh(s / C); None = none) and a softmax ``sink`` (see ``sinks``: learned
-    per-head logits, ``sink_logit`` or drawn from the seed, or the off-by-one softmax).
-
-    Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
-    window's limits and the session keys are built from these declarations (``FIELDS``), in
-    this order (the panel's rows).
-    """
+class _Shape:
+    """The toy model's weights and shape (the panel's first rows)."""
 
     weights_from: str = param(
         "random",
@@ -167,6 +154,12 @@ class AttentionConfig:
         tip="Width d_k of the single head (used only when heads = 1)",
         real_model="fixed",
     )
+
+
+@dataclass
+class _Scores(_Shape):
+    """Which keys each query sees, and whether its scores are scaled by 1/sqrt(d_k)."""
+
     mask: str = param(
         "padding",
         kind=str,
@@ -200,6 +193,12 @@ class AttentionConfig:
         tip="Divide the scores by √d_k before the softmax",
         **_TOY,
     )
+
+
+@dataclass
+class _Variants(_Scores):
+    """The modern variants: positions, grouped K/V heads, a sliding window, a soft-cap, a softmax sink."""
+
     position: str = param(
         "sinusoidal",
         kind=str,
@@ -292,6 +291,12 @@ class AttentionConfig:
         tip="The learned sink's logit s in every head (exp(s) joins each row's denominator); "
         "None draws one per head from the seed",
     )
+
+
+@dataclass
+class _Run(_Variants):
+    """The run: dropout, the seed, the vocabulary, the bias, the device, the dtype and the memory budget."""
+
     dropout: float = param(
         0.0,
         kind=float,
@@ -372,6 +377,26 @@ class AttentionConfig:
         tip="Memory the attention weights may take. Runs whose weights do not fit keep "
         "a zoomable overview and recompute exact values on demand.",
     )
+
+
+@dataclass
+class AttentionConfig(_Run):
+    """Hyper-parameters of a toy attention run. ``AttentionConfig()`` is valid as it stands.
+
+    ``num_heads == 1`` is the single-head case (three Linear layers into ``hidden_dim``);
+    more heads use the 4-Linear multi-head layer with ``embed_dim // num_heads`` per head.
+
+    Modern variants: ``kv_heads`` K/V heads shared by groups of query heads (None = one per
+    query head; 1 = multi-query), ``position`` (see POSITIONS), a sliding ``window`` (query i
+    sees key j only when |i - j| < window; None = global), a ``softcap`` C on the scaled
+    scores (s -> C tanh(s / C); None = none) and a softmax ``sink`` (see ``sinks``: learned
+    per-head logits, ``sink_logit`` or drawn from the seed, or the off-by-one softmax).
+
+    Each field is declared with its spec (``fields.param``): the panel, the CLI flags, the
+    window's limits and the session keys are built from these declarations (``FIELDS``), in
+    this order (the panel's rows). The declarations stand in four groups, the bases this class
+    extends in order: ``_Shape``, ``_Scores``, ``_Variants`` and ``_Run``.
+    """
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> AttentionConfig:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from attndesk.attention.masks import visible_cells
 from attndesk.errors import ConfigError
 from attndesk.system import free_memory
-from attndesk.system.devices import DTYPES
+from attndesk.system.devices import DTYPES, resolve_device
 from attndesk.system.free_memory import format_bytes
 
 if TYPE_CHECKING:  # config.py imports this module to check sizes in validate()
@@ -31,8 +31,6 @@ TOKEN_LIST_BYTES = 32
 
 
 def _device_of(config: AttentionConfig) -> str:
-    from attndesk.system.devices import resolve_device
-
     return str(resolve_device(config.device))
 
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import psutil
+
 from attndesk.errors import ConfigError
 
 # Below this a size is not worth reading /proc/meminfo for (validate() runs on every edit).
@@ -25,8 +27,6 @@ def available_memory(device: str | None = None) -> int | None:
     device the smaller of that and the GPU's free memory (models are built in RAM, then moved).
     None when it cannot be read (then only the memory budget is checked)."""
     try:
-        import psutil
-
         free = int(psutil.virtual_memory().available)
     except Exception:  # psutil missing or sandboxed
         free = None

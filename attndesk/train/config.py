@@ -182,6 +182,15 @@ class TrainConfig:
         flag="--lr",
     )
     weight_decay: float = param(0.01, kind=float, low=0.0, high=10.0, label="", tip="AdamW's weight decay", flag="")
+    head_l1: float = param(
+        0.0,
+        kind=float,
+        low=0.0,
+        high=10.0,
+        label="",
+        tip="weight of a group-lasso penalty on each head's value and output weights (head sparsity)",
+        flag="",
+    )  # loss + head_l1 * head_norms(model) (model.head_norms); 0 trains on the loss alone
     grad_clip: float | None = param(
         1.0, kind=float, low=0.0, high=1e6, none="no clipping", label="", tip="gradient norm clip", flag=""
     )

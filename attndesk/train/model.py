@@ -116,6 +116,24 @@ class Decoder(nn.Module):
         return self.unembed(x), weights
 
 
+def head_norms(model: Decoder) -> torch.Tensor:
+    """The group-lasso penalty on heads: the sum over every layer of each K/V head's value weights'
+    norm (its rows of ``v_proj``, bias included) and each query head's output weights' norm (its
+    columns of ``out_proj``). A group's norm has its kink at the group's zero, so the penalty
+    drives whole heads to zero rather than single weights (group lasso, Yuan and Lin 2006); both
+    ends of the head's OV path are held, so neither can grow to make up for the other shrinking."""
+    total = torch.zeros(())
+    for attn in (m for m in model.modules() if isinstance(m, MultiHeadAttention)):
+        d = attn.head_dim
+        value = attn.v_proj.weight.reshape(attn.kv_heads, d, -1)
+        if attn.v_proj.bias is not None:
+            value = torch.cat([value, attn.v_proj.bias.reshape(attn.kv_heads, d, 1)], dim=-1)
+        output = attn.out_proj.weight.reshape(attn.embed_dim, attn.num_heads, d)
+        total = total + torch.linalg.vector_norm(value, dim=(1, 2)).sum()
+        total = total + torch.linalg.vector_norm(output, dim=(0, 2)).sum()
+    return total
+
+
 def build_model(cfg: TrainConfig, seed: int | None = None) -> Decoder:
     """A decoder with its initial weights from ``seed`` (default ``cfg.seed``), leaving the
     caller's RNG as it was."""

@@ -55,6 +55,9 @@ _FINAL_TOLERANCES = (("accuracy", FINAL_ACCURACY_TOL), ("pattern", FINAL_PATTERN
 
 PRESETS: dict[str, TrainConfig] = {
     "induction": TrainConfig(task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope"),
+    "induction-sparse": TrainConfig(
+        task="induction", seed=0, steps=600, layers=2, heads=4, embed_dim=64, position="rope", head_l1=0.03
+    ),
     "reverse": TrainConfig(task="reverse", seed=0, steps=400, layers=2, heads=4, embed_dim=64, position="learned"),
     "previous-token": TrainConfig(
         task="previous-token", seed=0, steps=400, layers=1, heads=2, embed_dim=32, position="rope"
@@ -91,6 +94,7 @@ PRESETS: dict[str, TrainConfig] = {
 }
 ABOUT = {
     "induction": "2 layers, attention only: a previous-token head feeds an induction head",
+    "induction-sparse": "the induction model trained with a penalty on each head's weights: one head pair does the work",
     "reverse": "2 layers, attention only, learned positions: the anti-diagonal",
     "previous-token": "1 layer, 2 heads, RoPE: each token looks one back",
     "brackets": "2 layers with MLPs and LayerNorm: a head spread evenly over the prefix counts the depth",

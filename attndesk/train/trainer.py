@@ -39,7 +39,7 @@ from attndesk.system.threads import AdaptiveThreads, torch_threads
 
 from .checkpoints import CheckpointStore, state_bytes
 from .config import TrainConfig
-from .model import build_model
+from .model import build_model, head_norms
 from .run import TrainRun
 from .tasks import Batch, Task, make_task
 
@@ -145,7 +145,8 @@ class Trainer:
         loop.last_good = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
         good_step = run.step
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective = loss + cfg.head_l1 * head_norms(run.model) if cfg.head_l1 else loss
+        objective.backward()
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
         self.optimizer.step()

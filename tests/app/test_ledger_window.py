@@ -115,7 +115,7 @@ def test_hidden_tabs_copies_are_held_and_let_go_first(qtbot, window):
 
 
 def test_the_pretrained_grid_and_model_are_held_and_the_model_in_use_never_goes(qtbot):
-    from attndesk.app.state import PACKAGED
+    from attndesk.session.state import PACKAGED
 
     w = shown_window(qtbot, (1300, 850), TIMEOUT_MS)
     try:

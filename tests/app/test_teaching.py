@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from app_helpers import dispose, fresh_settings, open_tab  # noqa: F401  (fresh_settings: autouse fixture)
 
-import attndesk.app.tabs.compare as compare_tab
-import attndesk.app.tabs.headstats as headstats_tab
-import attndesk.app.tabs.implementation as implementation_tab
+import attndesk.app.tabs.compare.presenter as compare_tab
+import attndesk.app.tabs.headstats.presenter as headstats_tab
+import attndesk.app.tabs.implementation.presenter as implementation_tab
 from attndesk.app import MainWindow
 from attndesk.app.jobs import channels
 from attndesk.app.jobs.worker import running_threads
 from attndesk.app.tabs.registry import TABS
-from attndesk.app.views.stepthrough import STAGES
+from attndesk.app.tabs.stepthrough.view import STAGES
 from attndesk.core import run_attention
 from attndesk.teaching.compare import IMPLEMENTATIONS
 from attndesk.teaching.statistics import head_statistics
@@ -284,7 +284,7 @@ def test_every_view_exports_figures_numbers_and_csv(qtbot, window, tmp_path):
             p for p in view.findChildren(type(window.tab_widget("positions").encodingPlot)) if p.matrix is not None
         ]
         assert plots, view.objectName()
-        # the plots are shown one per event-loop turn (views/pacing.py)
+        # the plots are shown one per event-loop turn (widgets/pacing.py)
         qtbot.waitUntil(lambda plots=plots: all(p.exportButton.isVisibleTo(window) for p in plots), timeout=TIMEOUT_MS)
         plot = plots[0]
         png = plot.export(str(tmp_path / f"{view.objectName()}.png"))
@@ -313,7 +313,7 @@ def test_closing_during_side_jobs_leaves_no_thread(qtbot):
 
 
 def test_large_differences_are_computed_in_the_worker(qtbot, window, monkeypatch):
-    import attndesk.app.views.compare as compare_view
+    import attndesk.app.tabs.compare.view as compare_view
 
     monkeypatch.setattr(compare_view, "ASYNC_DIFF_CELLS", 0)  # everything counts as large
     threads, requests = [], []

@@ -3,7 +3,7 @@ step-through and the trainer's stacked stages."""
 
 from __future__ import annotations
 
-from attndesk.app.views import stages as view_stages
+from attndesk.app.widgets import stages as view_stages
 from attndesk.attention.types import BASE_STAGES, KV_STAGES, LAYER_STAGES, PER_HEAD_STAGES, SHOWN_STAGES, Intermediates
 from attndesk.train import stages as train_stages
 

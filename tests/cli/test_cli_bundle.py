@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from attndesk import __version__
-from attndesk.app.session import session_from_json
 from attndesk.cli import main
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.session.bundle import BUNDLE_VERSION, read_bundle
+from attndesk.session.file import session_from_json
 from tests.cli.cli_models import tiny_model
 
 
@@ -171,10 +171,10 @@ def _rewrite(source: Path, target: Path, *, manifest=None, weights=None) -> Path
 
 
 def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_decoder(qapp, capsys, tmp_path):
-    from attndesk.app.bundle_save import save_bundle
-    from attndesk.app.state import AppState, ModeId
     from attndesk.models import load_pretrained, run_pretrained
+    from attndesk.render.bundle import save_bundle
     from attndesk.session.bundle import BundleError
+    from attndesk.session.state import AppState, ModeId
 
     toy = AppState(text="the cat sat", key_text="le chat dort", cross=True)
     toy.set_config(num_heads=2, embed_dim=8)
@@ -195,10 +195,10 @@ def test_the_windows_save_bundle_reproduces_a_cross_attention_and_an_encoder_dec
 
 
 def test_a_bundle_of_the_train_tabs_model_carries_it_and_an_older_one_says_why_not(qapp, capsys, tmp_path):
-    from attndesk.app.bundle_save import save_bundle
     from attndesk.app.modes.toy import preset_run, trained_toy_run
-    from attndesk.app.state import AppState
+    from attndesk.render.bundle import save_bundle
     from attndesk.session.bundle import BundleError
+    from attndesk.session.state import AppState
     from attndesk.train.stages import initial_run
 
     run = preset_run("previous-token")  # as the Train tab hands a model over: not by a preset's name

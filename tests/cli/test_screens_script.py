@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 from PySide6.QtWidgets import QLabel, QScrollArea, QWidget
 
-from attndesk.app.views.plot_axes import without_si_prefix
+from attndesk.app.widgets.plot_axes import without_si_prefix
 from scripts.screen_checks import (
     Axis,
     Box,

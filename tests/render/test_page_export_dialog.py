@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attndesk.app.export_dialog import ExportDialog, perform_export
+from attndesk.app.window.export_dialog import ExportDialog, perform_export
 from attndesk.render.page import decode_array, decode_mask, read_page_data
 from tests.render.page_helpers import softmax_map
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attndesk.app.export_dialog import ExportDialog
+from attndesk.app.window.export_dialog import ExportDialog
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render.page import (
     MAX_PAGE_BYTES,

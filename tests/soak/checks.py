@@ -22,9 +22,9 @@ import shiboken6
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsView, QProgressBar, QTabBar
 
-from attndesk.app.state import HEATMAPS_TAB
 from attndesk.app.tabs.registry import spec
 from attndesk.jobs.executor import executor
+from attndesk.session.state import HEATMAPS_TAB
 
 from . import gestures as g
 from .controls import discover, menu_actions

@@ -22,7 +22,7 @@ LIMIT_EXIT = 3
 
 def make_window():
     """The one place that names the application window."""
-    from attndesk.app.main_window import MainWindow
+    from attndesk.app.window.main_window import MainWindow
 
     return MainWindow()
 

@@ -55,6 +55,7 @@ from attndesk.train.store import read_metadata
 
 NAMES = [
     "induction",
+    "induction-sparse",
     "reverse",
     "previous-token",
     "brackets",

@@ -13,6 +13,7 @@ from attndesk.errors import ConfigError
 from attndesk.jobs import JobContext
 from attndesk.train import TrainConfig, Trainer, train
 from attndesk.train.checkpoints import CheckpointStore, state_bytes
+from attndesk.train.model import build_model, head_norms
 
 TINY = {
     "embed_dim": 16,
@@ -265,3 +266,36 @@ def test_auto_threads_give_tiny_models_one_thread_on_an_idle_machine(monkeypatch
     monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0.0)
     trainer = Trainer(TrainConfig(task="induction", seed=0, steps=2, **TINY), threads="auto")
     assert _counts_per_step(trainer, monkeypatch) == [1, 1]
+
+
+def _head_norms_by_hand(model) -> float:
+    """Each K/V head's value rows (bias included) and each query head's output columns, one norm each."""
+    total = 0.0
+    for block in model.blocks:
+        attn = block.attn
+        d = attn.head_dim
+        for g in range(attn.kv_heads):
+            rows = slice(g * d, (g + 1) * d)
+            w, b = attn.v_proj.weight[rows].detach().double(), attn.v_proj.bias[rows].detach().double()
+            total += float(((w**2).sum() + (b**2).sum()).sqrt())
+        for h in range(attn.num_heads):
+            total += float((attn.out_proj.weight[:, h * d : (h + 1) * d].detach().double() ** 2).sum().sqrt())
+    return total
+
+
+@pytest.mark.parametrize("kv_heads", [None, 1])
+def test_the_head_penalty_is_one_norm_per_head(kv_heads):
+    cfg = TrainConfig(task="induction", seed=2, kv_heads=kv_heads, **TINY)
+    model = build_model(cfg)
+    assert float(head_norms(model).detach()) == pytest.approx(_head_norms_by_hand(model), rel=1e-6)
+
+
+def test_the_head_penalty_shrinks_the_heads_and_is_left_out_of_the_reported_loss():
+    quiet = TINY | {"eval_every": 100, "checkpoint_every": 100}
+    plain, penalised = (
+        train(TrainConfig(task="induction", seed=0, steps=8, head_l1=c, **quiet), threads=1) for c in (0.0, 0.2)
+    )
+    # the same first batch on the same initial weights: the reported loss is the cross-entropy alone
+    assert penalised.history[0]["loss"] == plain.history[0]["loss"]
+    assert penalised.history[1]["loss"] != plain.history[1]["loss"]  # the penalty entered the update
+    assert _head_norms_by_hand(penalised.model) < 0.9 * _head_norms_by_hand(plain.model)

@@ -31,10 +31,10 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from attndesk.errors import ConfigError
 from attndesk.jobs.executor import Channel
+from attndesk.session.results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
+from attndesk.session.state import AppState, ModeChoice, ModeId
+from attndesk.session.status import StatusModel
 
-from ..results import ConfigProblem, Held, InputProblem, Request, Shown, done_line
-from ..state import AppState, ModeChoice, ModeId
-from ..status import StatusModel
 from . import channels
 from .holdings import WindowLedger
 from .worker import JobRunner

@@ -23,11 +23,11 @@ from attndesk.jobs.executor import Channel
 from attndesk.runs.pipeline import cached_models, forget_models
 from attndesk.runs.plan import RunPlan
 from attndesk.session.ledger import Holding, MemoryLedger, arrays_of
+from attndesk.session.results import Shown
+from attndesk.session.state import AppState
+from attndesk.session.status import StatusModel
 from attndesk.system.process import trim_heap
 
-from ..results import Shown
-from ..state import AppState
-from ..status import StatusModel
 from .channels import MEMORY, MODELS
 
 LET_GO = " · let go of "

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from ..results import Request, Shown
-from ..state import AppState, ModeChoice, ModeId, PanelView
+from attndesk.session.results import Request, Shown
+from attndesk.session.state import AppState, ModeChoice, ModeId, PanelView
 
 if TYPE_CHECKING:  # annotations only
+    from attndesk.session.status import StatusModel
+
     from ..jobs.compute import ComputeController
-    from ..menus import MenuRegistry
-    from ..status import StatusModel
+    from ..widgets.menus import MenuRegistry
 
 
 class Assembly(Protocol):

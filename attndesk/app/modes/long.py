@@ -25,18 +25,18 @@ from PySide6.QtCore import QEvent, QObject, QRectF, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
 
-from attndesk.app.named import named
+from attndesk.app.widgets.named import named
 from attndesk.errors import ConfigError
 from attndesk.files.textfile import read_text_file
 from attndesk.models.vision import IMAGE_SUFFIXES
 from attndesk.render.colormaps import hatch_rgba
 from attndesk.runs.plan import FULL, RunPlan
+from attndesk.session.plans import describe_plan, held_line, needs_explicit_run, short_plan
+from attndesk.session.results import Held
+from attndesk.session.state import ALL, IMAGE_TAB
 
 from ..jobs.channels import ZOOM
-from ..plans import describe_plan, held_line, needs_explicit_run, short_plan
-from ..results import Held
 from ..sources.long_source import ZoomTile, zoom_region
-from ..state import ALL, IMAGE_TAB
 from .base import Assembly, ModeBase
 
 ZOOM_SETTLE_MS = 120  # the view range must rest this long before a zoom region is computed

@@ -19,15 +19,15 @@ from attndesk.jobs import JobContext, job_context
 from attndesk.runs.config import AttentionConfig
 from attndesk.runs.pipeline import prefetch_neighbours, prepare_text, run_attention
 from attndesk.runs.result import AttentionResult
+from attndesk.session.plans import needs_explicit_run, reports_progress
+from attndesk.session.results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
+from attndesk.session.state import STEP_THROUGH_TAB, TOY, AppState, PanelView
 from attndesk.system.threads import choose_threads, torch_threads
 from attndesk.teaching.diff import TeachingComparison, diff_results
 from attndesk.train.presets import load_preset
 from attndesk.train.stages import head_labels, initial_run, trained_result
 
-from ..plans import needs_explicit_run, reports_progress
-from ..results import Held, InputProblem, Job, Request, RunFacts, Shown, TokenRows, ToyRun, notices_of
 from ..sources.long_source import source_for_map
-from ..state import STEP_THROUGH_TAB, TOY, AppState, PanelView
 from .base import ModeBase, ModeChoice
 
 if TYPE_CHECKING:

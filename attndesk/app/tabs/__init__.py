@@ -1,11 +1,15 @@
-"""Presenters of the teaching tabs: each binds one view (``app/views``) to the state and the
-published result, runs its heavy work as side jobs of the compute controller, and turns the
-view's intents into state changes. A presenter touches only its own view.
+"""Every tab of the window, one folder per tab holding its view (``view``) and its presenter
+(``presenter``), and what they all share.
 
-``kvlab`` presents the KV cache tab, ``circuit`` the Circuit tab, ``image`` the Image tab.
+``registry`` declares every tab once (``TabSpec``, ``TABS``, ``DOCK_TABS``); ``presenter`` is the one
+presenter base (``TabPresenter``: refresh when shown, the view's holdings in the memory ledger);
+``interp`` what the next-token tabs share (``InterpPresenter``: a job on request with progress and
+cancel; why a model does not apply).
 
-``base`` is what every presenter shares and ``registry`` declares every tab once. The teaching
-tabs: ``stepthrough``, ``positions``, ``headstats``, ``compare``, ``implementation`` (the timing
-dock's attndesk vs PyTorch), ``rollout``, ``online_softmax``; and ``corpus`` (the corpus pass) and
-``train`` (the trainer).
+The tabs: ``heatmaps`` (the heatmap panel), ``stepthrough``, ``positions``, ``headstats``,
+``compare``, ``rollout``, ``online_softmax``, ``implementation`` (the timing dock's attndesk vs
+PyTorch), ``kvlab`` (the KV cache tab), ``circuit``, ``image`` (a vision model's input), ``corpus``
+(the corpus pass), ``train`` (the trainer), ``generate`` (the generation stepper), and the
+interpretability tabs of a real model: ``patching``, ``attribution``, ``logit_lens``. A tab never
+imports another tab's folder: what two tabs share is in ``app/widgets``.
 """

@@ -7,13 +7,13 @@ title and tooltip, a factory for its view, a factory for its presenter (called w
 serves ("toy", "pretrained"), the model kinds it serves (a pretrained model's family: "encoder",
 "decoder", "encoder-decoder", "vision"; ``None`` = all), and ``unavailable(state)``: an ``EmptyState`` while
 the tab does not apply to the model or mode on screen (the sentence saying why and the action that
-makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``views/empty_state.py``) in
+makes it apply), or ``None``; ``channels`` lists its background jobs' channels (``jobs/channels.py``). The window then shows that empty state (``window/empty_state.py``) in
 place of the view; no view greys its own form for it.
 
 The window (``main_window``) builds every tab from here, shows each only in the modes and model
 kinds it serves, and reaches a view by ``tab_widget(id)``, a presenter by ``tab_presenter(id)``;
 presenters that need another tab (Generate pins in Compare) go through ``ui.tab_widget(id)``.
-Adding a tab: a view (``app/views``), a presenter (``app/tabs``) and one entry below.
+Adding a tab: a folder ``app/tabs/<name>/`` with its view and presenter, and one entry below.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, cast
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
-from attndesk.app.named import named
+from attndesk.app.widgets.named import named
 from attndesk.jobs.executor import Channel
+from attndesk.session.state import HEATMAPS_TAB, PACKAGED, STEP_THROUGH_TAB, AppState
+from attndesk.session.state import TOY as TOY_MODE
 
 from ..jobs.channels import (
     ATTRIBUTION,
@@ -58,43 +60,41 @@ from ..jobs.channels import (
     TEACHING,
     TRAIN,
 )
-from ..panels.heatmaps import HeatmapPanel
-from ..pretrained.attribution import ATTRIBUTION_TAB, AttributionTab
-from ..pretrained.generate import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
-from ..pretrained.interp import family_reason, image_reason, next_token_reason
-from ..pretrained.logit_lens import LOGIT_LENS_TAB, LogitLensTab
-from ..pretrained.mode import GRID_TAB
-from ..pretrained.patching import PATCHING_TAB, PatchingTab
-from ..state import HEATMAPS_TAB, PACKAGED, STEP_THROUGH_TAB, AppState
-from ..state import TOY as TOY_MODE
-from ..views.attribution import AttributionView
-from ..views.circuit import CircuitView
-from ..views.compare import CompareView
-from ..views.corpus import CorpusView
-from ..views.generate import GenerateView
-from ..views.headstats import HeadStatsView
-from ..views.image_view import ImageView
-from ..views.implementation import ImplementationPanel
-from ..views.kvlab import KVLabView
-from ..views.logit_lens import LogitLensView
-from ..views.online_softmax import OnlineSoftmaxView
-from ..views.patching import PatchingView
-from ..views.positional import PositionalView
-from ..views.rollout import RolloutView
-from ..views.stepthrough import StepThroughView
-from ..views.train import TrainView
-from .circuit import CIRCUIT_TAB, CircuitTab
-from .compare import CompareTab
-from .corpus import CORPUS_TAB, CorpusTab
-from .headstats import HeadStatsTab
-from .image import IMAGE_TAB, ImageTab
-from .implementation import ImplementationTab
-from .kvlab import KVLAB_TAB, KVLabTab
-from .online_softmax import ONLINE_SOFTMAX_TAB, TOY_ONLY, OnlineSoftmaxTab
-from .positions import PositionsTab
-from .rollout import TOY_MESSAGE, RolloutTab
-from .stepthrough import StepThroughTab
-from .train import TRAIN_TAB, train_presenter
+from ..modes.pretrained.mode import GRID_TAB
+from .attribution.presenter import ATTRIBUTION_TAB, AttributionTab
+from .attribution.view import AttributionView
+from .circuit.presenter import CIRCUIT_TAB, CircuitTab
+from .circuit.view import CircuitView
+from .compare.presenter import CompareTab
+from .compare.view import CompareView
+from .corpus import CorpusView
+from .corpus.presenter import CORPUS_TAB, CorpusTab
+from .generate.presenter import COMPARE_TAB, GENERATE_TAB, GenerationTab, generation_off
+from .generate.view import GenerateView
+from .headstats.presenter import HeadStatsTab
+from .headstats.view import HeadStatsView
+from .heatmaps.view import HeatmapPanel
+from .image.presenter import IMAGE_TAB, ImageTab
+from .image.view import ImageView
+from .implementation.presenter import ImplementationTab
+from .implementation.view import ImplementationPanel
+from .interp import family_reason, image_reason, next_token_reason
+from .kvlab.presenter import KVLAB_TAB, KVLabTab
+from .kvlab.view import KVLabView
+from .logit_lens.presenter import LOGIT_LENS_TAB, LogitLensTab
+from .logit_lens.view import LogitLensView
+from .online_softmax.presenter import ONLINE_SOFTMAX_TAB, TOY_ONLY, OnlineSoftmaxTab
+from .online_softmax.view import OnlineSoftmaxView
+from .patching.presenter import PATCHING_TAB, PatchingTab
+from .patching.view import PatchingView
+from .positions.presenter import PositionsTab
+from .positions.view import PositionalView
+from .rollout.presenter import TOY_MESSAGE, RolloutTab
+from .rollout.view import RolloutView
+from .stepthrough.presenter import StepThroughTab
+from .stepthrough.view import StepThroughView
+from .train import TrainView
+from .train.presenter import TRAIN_TAB, train_presenter
 
 if TYPE_CHECKING:  # annotations only
     from ..modes.base import Assembly
@@ -179,7 +179,7 @@ def _generation(ui: Assembly, view: QWidget) -> QObject:
 
 
 def _interp(cls) -> Callable[[Assembly, QWidget], QObject]:
-    """An interpretability presenter (``app/pretrained/interp.py``): it also reports to the status line."""
+    """An interpretability presenter (``app/tabs/interp.py``): it also reports to the status line."""
     return lambda ui, view: cls(ui.state, ui.compute, ui.status, view, parent=view)
 
 
@@ -377,7 +377,7 @@ DOCK_TABS: tuple[TabSpec, ...] = (
         "the same attention through attndesk, "
         "F.scaled_dot_product_attention and nn.MultiheadAttention: timings and max differences",
         ImplementationPanel,
-        lambda ui, view: ImplementationTab(ui.compute, cast(ImplementationPanel, view), view),
+        _presenter(ImplementationTab),
         reveal="started",
         channels=(IMPLEMENTATIONS,),
     ),

@@ -101,8 +101,8 @@ def test_cross_attention_tokenizes_each_text_once(qtbot, monkeypatch, window):
 
 
 def test_only_a_long_or_memory_bounded_run_reports_its_stages():
-    from attndesk.app.plans import reports_progress
     from attndesk.runs.plan import plan_run
+    from attndesk.session.plans import reports_progress
 
     config = AttentionConfig(embed_dim=256, num_heads=8)
     assert not reports_progress(plan_run(config, 128))

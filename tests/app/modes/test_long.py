@@ -16,16 +16,16 @@ from PySide6.QtCore import QCoreApplication, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
 from attndesk.app import MainWindow
-from attndesk.app.export_dialog import perform_export
 from attndesk.app.modes import long as long_mode
 from attndesk.app.modes.toy import toy_run
-from attndesk.app.panels.heatmaps import format_weight
-from attndesk.app.plans import describe_plan, needs_explicit_run
-from attndesk.app.results import Held
+from attndesk.app.tabs.heatmaps.view import format_weight
+from attndesk.app.window.export_dialog import perform_export
 from attndesk.core import AttentionConfig, run_attention
 from attndesk.render.colormaps import hatch_rgba
 from attndesk.render.export import ExportError
 from attndesk.runs.pipeline import plan_text
+from attndesk.session.plans import describe_plan, needs_explicit_run
+from attndesk.session.results import Held
 from tests.conftest import TIMEOUT_MS
 from tests.words import WORDS
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attndesk.app.modes.toy import ToyMode, preset_run
-from attndesk.app.state import AppState
+from attndesk.session.state import AppState
 
 
 def test_each_hand_over_is_a_new_request_and_a_preset_keeps_its_key():

@@ -60,7 +60,7 @@ def test_large_result_overview_keeps_a_spike_and_values_stay_exact():
 
 
 def test_token_axis_thins_labels_when_crowded(qapp):
-    from attndesk.app.panels.token_axis import TokenAxis, elide
+    from attndesk.app.widgets.token_axis import TokenAxis, elide
 
     axis = TokenAxis("left")
     axis.set_labels([f"t{i}" for i in range(100)])

@@ -11,10 +11,10 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QFileDialog, QLabel, QStackedWidget, QToolButton
 
-from attndesk.app.main_window import MainWindow
-from attndesk.app.state import PACKAGED, TOY
 from attndesk.app.tabs import registry
 from attndesk.app.tabs.registry import DOCK_TABS, EVERY_MODE, TABS, EmptyState, TabSpec
+from attndesk.app.window.main_window import MainWindow
+from attndesk.session.state import PACKAGED, TOY
 from tests.conftest import TIMEOUT_MS
 
 TOY_TABS = [

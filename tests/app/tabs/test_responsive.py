@@ -15,7 +15,7 @@ import time
 import pytest
 from app_helpers import fresh_settings  # noqa: F401  (fresh_settings: autouse fixture)
 
-from attndesk.app.state import PACKAGED
+from attndesk.session.state import PACKAGED
 from tests.conftest import TIMEOUT_MS
 from tests.heartbeat import Heartbeat
 

@@ -1,0 +1,1 @@
+"""The Attribution tab (a real model): its view (``view``) and presenter (``presenter``)."""

@@ -1,0 +1,2 @@
+"""The Generate tab (a decoder writes token by token): its view (``view``) and presenter
+(``presenter``)."""

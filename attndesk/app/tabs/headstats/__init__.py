@@ -1,0 +1,1 @@
+"""The head statistics tab: its view (``view``) and presenter (``presenter``)."""

@@ -1,0 +1,2 @@
+"""The Image tab (a vision model's input and its maps): its view (``view``) and presenter
+(``presenter``)."""

@@ -1,0 +1,1 @@
+"""The timing dock's attndesk vs PyTorch tab: its view (``view``) and presenter (``presenter``)."""

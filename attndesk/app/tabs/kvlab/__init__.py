@@ -1,0 +1,1 @@
+"""The KV cache tab: its view (``view``) and presenter (``presenter``)."""

@@ -1,0 +1,1 @@
+"""The Logit lens tab (a real model): its view (``view``) and presenter (``presenter``)."""

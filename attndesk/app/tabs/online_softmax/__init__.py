@@ -1,0 +1,1 @@
+"""The online softmax tab: its view (``view``) and presenter (``presenter``)."""

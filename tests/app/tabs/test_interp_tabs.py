@@ -307,7 +307,7 @@ def test_cancel_stops_the_job_and_leaves_no_thread_running(qtbot, gpt2_window):
     w.state.view.tab = ATTRIBUTION_TAB
     tab = presenter(w, ATTRIBUTION_TAB, AttributionTab)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT_MS)
-    tab.view.stepsSpin.setValue(4096)  # long enough to be caught running
+    tab.view.stepsSpin.setValue(512)  # more than the 64 shown: a new job, still running at the click
     assert tab.is_running() and tab.view.bar.cancelButton.isEnabled()
     qtbot.mouseClick(tab.view.bar.cancelButton, Qt.MouseButton.LeftButton)
     assert not tab.is_running() and "cancelled" in tab.view.bar.message.text()

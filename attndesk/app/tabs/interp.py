@@ -143,6 +143,9 @@ class InterpPresenter(TabPresenter):
         state.events.mode.connect(self._on_mode)
         for event in (state.view.events.tab, state.events.text, state.events.target_text):
             event.connect(self._on_input)
+        if self.AUTO:  # an AUTO tab follows its own inputs too, and shows at once whether it applies
+            view.inputsEdited.connect(self.follow)
+            self.update_availability()
 
     def inputs_key(self) -> Any:
         """What the result depends on (AUTO tabs recompute when it changes while they are shown)."""

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject
-
 from attndesk.errors import ConfigError
 from attndesk.interp import (
     InputAttribution,
@@ -28,13 +26,10 @@ from attndesk.interp.attribution import gradient_pass_bytes
 from attndesk.interp.inputs import last_logits, prompt
 from attndesk.jobs import JobContext
 from attndesk.models import LoadedModel
-from attndesk.session.state import AppState
-from attndesk.session.status import StatusModel
 
 from ...jobs.channels import ATTRIBUTION
-from ...jobs.compute import ComputeController
 from ..interp import InterpPresenter, parse_token, token_checker
-from .view import METHODS, AttributionView
+from .view import METHODS
 
 ATTRIBUTION_TAB = "attribution"
 IG_BATCH = 32  # integrated-gradient steps per batch at most: Cancel and the progress bar act between batches
@@ -111,18 +106,6 @@ class AttributionTab(InterpPresenter):
     WHAT = "an attribution of a target token's logit"
     tab_id = ATTRIBUTION_TAB
     AUTO = True
-
-    def __init__(
-        self,
-        state: AppState,
-        compute: ComputeController,
-        status: StatusModel,
-        view: AttributionView,
-        parent: QObject | None = None,
-    ) -> None:
-        super().__init__(state, compute, status, view, parent)
-        view.inputsEdited.connect(self.follow)
-        self.update_availability()
 
     def availability_changed(self, reason: str | None) -> None:
         model = self.model() if reason is None else None

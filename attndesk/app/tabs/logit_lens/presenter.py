@@ -8,18 +8,12 @@ is the decoder's input), model and k: each change is a new side job superseding 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
-
 from attndesk.interp import LogitLens, logit_lens
 from attndesk.jobs import JobContext
 from attndesk.models import LoadedModel
-from attndesk.session.state import AppState
-from attndesk.session.status import StatusModel
 
 from ...jobs.channels import LOGIT_LENS
-from ...jobs.compute import ComputeController
 from ..interp import InterpPresenter
-from .view import LogitLensView
 
 LOGIT_LENS_TAB = "logit-lens"
 
@@ -37,18 +31,6 @@ class LogitLensTab(InterpPresenter):
     WHAT = "the logit lens"
     tab_id = LOGIT_LENS_TAB
     AUTO = True
-
-    def __init__(
-        self,
-        state: AppState,
-        compute: ComputeController,
-        status: StatusModel,
-        view: LogitLensView,
-        parent: QObject | None = None,
-    ) -> None:
-        super().__init__(state, compute, status, view, parent)
-        view.inputsEdited.connect(self.follow)
-        self.update_availability()
 
     def inputs_key(self):
         return self.state.mode, self.state.text, self.state.target_text, self.view.k()

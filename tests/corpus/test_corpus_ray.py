@@ -10,37 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attndesk.corpus import analyze_corpus
+from attndesk.corpus import analyze_corpus, open_corpus
 from tests.corpus.conftest import TEXTS
 
 
-@pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
-def test_ray_engine_writes_the_local_store(one_ray_cluster, models, bert_store, tmp_path):
-    ray = pytest.importorskip("ray")
-    store = analyze_corpus(
-        TEXTS,
-        tmp_path / "ray",
-        model=models["bert"],
-        max_tokens=16,
-        shard_size=3,
-        atlas_points=12,
-        engine="ray",
-        workers=2,
-    )
-    assert not ray.is_initialized()  # the local Ray it started is shut down again
-    for name in ("texts", "per_text", "heads", "atlas", "atlas_quality"):
-        pd.testing.assert_frame_equal(
-            store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
-            bert_store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
-            obj=name,
-        )
-    store.close()
-
-
 @pytest.mark.slow  # ~45 s on 2 shared cores: a fresh interpreter starts Ray and two actors
-def test_a_clean_ray_run_prints_only_attndesk_lines(one_ray_cluster, models, tmp_path):
-    """Ray's own notices (token authentication, progress bars, restartable actors) stay out of a
-    clean run's stderr: every line there is attndesk's progress line."""
+def test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines(one_ray_cluster, models, bert_store, tmp_path):
+    """`attndesk corpus --engine ray` in a fresh interpreter writes the store the local engine
+    writes, and Ray's own notices (token authentication, progress bars, restartable actors) stay
+    out of its stderr: every line there is attndesk's progress line."""
     pytest.importorskip("ray")
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -50,7 +28,7 @@ def test_a_clean_ray_run_prints_only_attndesk_lines(one_ray_cluster, models, tmp
     args = ["--model", str(models["bert"]), "--data", str(data), "--out", str(tmp_path / "store")]
     proc = subprocess.run(
         [sys.executable, "-m", "attndesk", "corpus", "--engine", "ray", "--workers", "2", *args]
-        + ["--max-tokens", "16", "--shard-size", "4", "--atlas-points", "4"],
+        + ["--max-tokens", "16", "--shard-size", "3", "--atlas-points", "12"],  # bert_store's settings
         capture_output=True,
         text=True,
         env=env,
@@ -62,6 +40,14 @@ def test_a_clean_ray_run_prints_only_attndesk_lines(one_ray_cluster, models, tmp
     lines = proc.stderr.splitlines()
     assert lines and all(line.startswith("corpus: ") for line in lines), proc.stderr
     assert lines[-1].startswith("corpus: 100% done: 8/8 texts")
+    store = open_corpus(tmp_path / "store")
+    for name in ("texts", "per_text", "heads", "atlas", "atlas_quality"):
+        pd.testing.assert_frame_equal(
+            store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
+            bert_store.sql(f"SELECT * FROM {name} ORDER BY ALL"),
+            obj=name,
+        )
+    store.close()
 
 
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers

@@ -1,4 +1,4 @@
-"""Model parameters: one control per field of the spec (``core.config.FIELDS``), bound to ``state.config``.
+"""Model parameters: one control per field of the spec (``runs.config.FIELDS``), bound to ``state.config``.
 
 The controls, their order, labels, ranges and tooltips come from the field spec
 (``variant_controls.control_for``); nothing here lists the fields.

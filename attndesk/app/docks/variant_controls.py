@@ -1,4 +1,4 @@
-"""The parameters panel's controls, one per field of the spec (``core.config.FIELDS``).
+"""The parameters panel's controls, one per field of the spec (``runs.config.FIELDS``).
 
 ``control_for(spec)`` picks the control from the field's declaration: a tick box for a bool, a
 combo for choices, a spin box for a number (its range the spec's, up to what the window can show),

@@ -1,7 +1,7 @@
 """File > Local models…: the models already in the local Hugging Face cache, to open offline.
 
 ``LocalModelsDialog`` (objectName ``localModelsDialog``) only draws what it is given: a list of
-``CachedModel`` (``core.pretrained.hub_cache``), listed by its owner in a side job (every cached
+``CachedModel`` (``models.hub_cache``), listed by its owner in a side job (every cached
 model's config.json and weight headers are read). One row per model: name, family, architecture,
 parameters, size on disk, and whether attndesk runs it (else why not, in red). Double-click or
 "Open" on a supported row emits ``modelChosen(path)``; an unsupported row says why and emits nothing.

@@ -1,6 +1,6 @@
 """The compare view's K/V-cache table: what each K/V head count (MHA, GQA, MQA), and a sliding
 window, would keep for a decoder at 4k / 32k / 128k tokens for the current shape — the reason
-grouped-query attention exists. Pure arithmetic (``core.kvcache``): cheap enough for the GUI thread."""
+grouped-query attention exists. Pure arithmetic (``teaching.kv_cost``): cheap enough for the GUI thread."""
 
 from __future__ import annotations
 

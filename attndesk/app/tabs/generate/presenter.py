@@ -2,7 +2,7 @@
 each step a side job of the compute controller (never the GUI thread), and the generated text
 pinned in Compare through the state (it becomes the input text; its run is Compare's B, or A).
 
-The generator (``core.pretrained.Generator``) keeps the model's KV cache between steps; it
+The generator (``models.Generator``) keeps the model's KV cache between steps; it
 belongs to the prompt it started from: a new model, input text or seed starts over at the next
 step, while greedy/sample, temperature and top-k apply from the next step on.
 """

@@ -1,6 +1,6 @@
 """The Image tab: a vision model's input and its attention over the image.
 
-- The input: a sample image (``core/images.py``), a file from the dialog, or a file dropped on
+- The input: a sample image (``models/images.py``), a file from the dialog, or a file dropped on
   the tab or the window, written into ``state.pretrained.image`` (a new run). A file is decoded
   in a side job first: one that does not decode, or is too large, is one line on the tab and on
   the status line, and the image on screen stays. A text model given an image says so the same way.

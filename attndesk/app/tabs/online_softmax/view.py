@@ -2,7 +2,7 @@
 inner loop does (running max m, running sum l, partial output O rescaled by exp(m_old − m_new)),
 and the proof that O / l after the last block is softmax(S) V to the last printed digit.
 
-The walk itself (``core.online_softmax``) is computed by the presenter's side job; this view draws
+The walk itself (``teaching.online_softmax``) is computed by the presenter's side job; this view draws
 a ``WalkShown``. A step's picture ([Lq, Lk], the softmax over the keys read so far) is made by
 ``step_frame``: here for small walks, by the step runner (a side job) for large ones.
 """

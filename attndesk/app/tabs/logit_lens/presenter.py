@@ -1,5 +1,5 @@
 """The Logit lens tab (pretrained decoders and encoder-decoders): each layer's residual stream put
-through the final norm and the unembedding (``attndesk.core.interp.logit_lens``), a grid of
+through the final norm and the unembedding (``attndesk.interp.logit_lens``), a grid of
 layers x positions with each cell's top token and its probability.
 
 While the tab is on screen it follows the window's input text (an encoder-decoder's target text

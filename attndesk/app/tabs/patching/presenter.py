@@ -1,7 +1,7 @@
 """The Patching tab (pretrained decoders and encoder-decoders): activation patching of every head
 (an encoder-decoder's encoder, decoder and cross-attention heads) and of the residual stream at
 every layer and position, from the clean prompt into the corrupted one, as a side job with
-progress and cancel (``attndesk.core.interp.activation_patching``).
+progress and cancel (``attndesk.interp.activation_patching``).
 
 Bad input is refused next to its control before anything runs, with the core's own checks
 (``prompt_pair``, ``token_id``) once the model is loaded: prompts of different token lengths,

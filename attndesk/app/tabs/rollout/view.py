@@ -3,7 +3,7 @@ token" through the layers.
 
 Rollout (Abnar & Zuidema, 2020; attndesk.core.rollout): heads averaged, identity added for the
 residual stream, rows re-normalised, multiplied through the layers. Attention flow (the same
-paper; attndesk.core.interp.attention_flow): the maximum flow through the same layered graph,
+paper; attndesk.interp.attention_flow): the maximum flow through the same layered graph,
 bounded by each path's narrowest edge instead of the product; it costs L x L maximum-flow
 problems, so it is computed on request (the "attention flow" switch), elsewhere, with progress.
 Follow a token: one query token's attention over the keys at every layer, a layers x keys heatmap.

@@ -10,7 +10,7 @@ any map:
 
 Build sources in the worker thread: the constructor does the O(H·L·Lk) work (mean, maxima,
 overview), so the GUI thread only hands ready arrays to pyqtgraph. Every selection and tiling
-goes through ``attndesk.core.select``.
+goes through ``attndesk.runs.select``.
 """
 
 from __future__ import annotations

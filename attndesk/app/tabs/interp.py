@@ -3,7 +3,7 @@ whether it can be asked for next-token logits, token checks against its tokenize
 core function as a side job of the compute controller with progress and cancel.
 
 A job is ``fn(path, *args, ctx=...)``: it loads the model (cached for the session) in the worker
-thread and calls the core (``attndesk.core.interp``) with the job's context. A new request on a tab's
+thread and calls the core (``attndesk.interp``) with the job's context. A new request on a tab's
 channel supersedes the one in flight (the runner cancels it); Esc and the tab's Cancel button stop
 it; the window never waits for one.
 """

@@ -1,6 +1,6 @@
 """The Attribution tab (pretrained decoders and encoder-decoders): the input text's tokens coloured
 by their attribution to a target token's logit after the last position, by integrated gradients
-(pad-token baseline), gradient x input or attention x gradient (``attndesk.core.interp``).
+(pad-token baseline), gradient x input or attention x gradient (``attndesk.interp``).
 
 While the tab is on screen it follows the window's input text, model and target: each change is
 a new side job that supersedes the one in flight. An empty target means the model's own next

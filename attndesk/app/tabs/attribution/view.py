@@ -6,7 +6,7 @@ token, the last one the target above) and each step's target probability (integr
 and gradient x input, decoder-only models); attention x gradient shows each layer's and head's
 share ([layers x heads, tokens]) instead.
 
-The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.core.interp``) and reports
+The view draws an ``InputAttribution`` (plain numpy, from ``attndesk.interp``) and reports
 intents; the presenter (``presenter``) computes it off the GUI thread.
 """
 

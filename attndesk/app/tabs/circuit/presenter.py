@@ -1,6 +1,6 @@
 """The Circuit tab: edge scores, a circuit's faithfulness beside random edge sets, and a head's
 score decomposition, for a trained toy preset (toy mode) or the pretrained decoder or
-encoder-decoder on (``attndesk.core.interp``: ``edge_scores``, ``faithfulness_curve``,
+encoder-decoder on (``attndesk.interp``: ``edge_scores``, ``faithfulness_curve``,
 ``score_terms``).
 
 Everything runs off the GUI thread as side jobs with progress and cancel (the Score edges bar,

@@ -4,7 +4,7 @@ vs RoPE, full vs a sliding window, soft-cap) with the K/V-cache table of the cur
 attndesk-vs-PyTorch implementation table is ``implementation.ImplementationPanel``.
 
 The heavy work (running the model twice, the implementation timings) lives in
-``attndesk.core.compare`` and is Qt-free: the window should run it in its worker and hand the
+``attndesk.teaching.compare`` and is Qt-free: the window should run it in its worker and hand the
 result to ``show_teaching``. Without a runner set, the
 view runs it inline (fine for the toy sizes the tests use).
 """

@@ -2,7 +2,7 @@
 ``torch.nn.functional.scaled_dot_product_attention`` and ``torch.nn.MultiheadAttention`` with the
 same projection weights, timed side by side, with how far their outputs are from attndesk's.
 
-The work (``attndesk.core.compare.compare_implementations``) is Qt-free: the window runs it in its
+The work (``attndesk.teaching.compare.compare_implementations``) is Qt-free: the window runs it in its
 worker and hands the result to ``ImplementationPanel.set_comparison``. Without a runner set, the
 panel runs it inline (fine for the toy sizes the tests use).
 """

@@ -2,7 +2,7 @@
 positions, each cell coloured by the probability of its top token and labelled with that token;
 hovering a cell lists its top k.
 
-The view draws a ``LogitLens`` (plain numpy, from ``attndesk.core.interp``); the presenter
+The view draws a ``LogitLens`` (plain numpy, from ``attndesk.interp``); the presenter
 (``presenter``) computes it off the GUI thread.
 """
 

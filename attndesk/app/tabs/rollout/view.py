@@ -1,7 +1,7 @@
 """Pretrained mode: attention rollout across layers, the attention flow beside it, and "follow a
 token" through the layers.
 
-Rollout (Abnar & Zuidema, 2020; attndesk.core.rollout): heads averaged, identity added for the
+Rollout (Abnar & Zuidema, 2020; attndesk.teaching.rollout): heads averaged, identity added for the
 residual stream, rows re-normalised, multiplied through the layers. Attention flow (the same
 paper; attndesk.interp.attention_flow): the maximum flow through the same layered graph,
 bounded by each path's narrowest edge instead of the product; it costs L x L maximum-flow

@@ -18,24 +18,15 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
+from attndesk.app.widgets.interp import problem_label
 from attndesk.app.widgets.named import named
 from attndesk.runs.config import FIELDS, AttentionConfig, divisors
 from attndesk.runs.fields import Param
 from attndesk.session.results import ConfigProblem
 from attndesk.session.state import AppState, ModeChoice, PanelView
 
-from ..widgets.styles import restyle
+from ..widgets.styles import ERROR_COLOR, restyle
 from .variant_controls import ComboControl, ControlGroup, FieldControl, control_for
-
-ERROR_STYLE = "color: #b00020;"
-
-
-def _error_label(name: str) -> QLabel:
-    label = named(QLabel(""), name)
-    label.setStyleSheet(ERROR_STYLE)
-    label.setWordWrap(True)
-    label.hide()
-    return label
 
 
 def mask_with_causal(mask: str, causal: bool) -> str:
@@ -82,11 +73,11 @@ class ParametersPanel(QWidget):
             for widget in control.widgets:
                 setattr(self, widget.objectName(), widget)  # self.embedDimSpin, self.windowCheck, ...
         self._field_errors = {
-            name: _error_label("headsError" if name == "num_heads" else f"{name}Error") for name in self.controls
+            name: problem_label("headsError" if name == "num_heads" else f"{name}Error") for name in self.controls
         }
-        self.headsError = self._field_errors.get("num_heads") or _error_label("headsError")
+        self.headsError = self._field_errors.get("num_heads") or problem_label("headsError")
         self.variants = ControlGroup([c for c in self.controls.values() if c.spec.group == "variant"])
-        self.generalError = _error_label("parametersError")
+        self.generalError = problem_label("parametersError")
 
     def _layout_form(self) -> None:
         form = QFormLayout()
@@ -219,7 +210,7 @@ class ParametersPanel(QWidget):
         heads_msg = self.head_problem() if message else None
         field = "num_heads" if heads_msg else (None if problem is None else problem.field)
         for name, widget in self._field_widgets().items():
-            restyle(widget, f"{type(widget).__name__} {{ border: 1px solid #b00020; }}" if name == field else "")
+            restyle(widget, f"{type(widget).__name__} {{ border: 1px solid {ERROR_COLOR}; }}" if name == field else "")
         for name, label in self._field_errors.items():
             label.setText((heads_msg or message or "") if name == field else "")
             label.setVisible(name == field)

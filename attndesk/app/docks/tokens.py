@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import NOTE_STYLE
 from attndesk.session.results import Shown
 from attndesk.session.state import TOY, AppState
 
@@ -183,7 +184,7 @@ class _PreviewNote(QWidget):
         self._editor = editor
         self.label = named(QLabel(""), f"{prefix}PreviewLabel")
         self.label.setWordWrap(True)
-        self.label.setStyleSheet("color: #555;")
+        self.label.setStyleSheet(NOTE_STYLE)
         self.clearButton = named(QPushButton("Clear"), f"{prefix}ClearButton")
         self.clearButton.setToolTip("Empty this text to type or paste another")
         self.clearButton.clicked.connect(lambda _checked=False: clear())
@@ -238,7 +239,7 @@ class TokensPanel(QWidget):
         # trained weights run on their task's probe input: the box is greyed (its text kept for Random)
         self.probeNote = named(QLabel(PROBE_NOTE), "tokenProbeNote")
         self.probeNote.setWordWrap(True)
-        self.probeNote.setStyleSheet("color: #555;")
+        self.probeNote.setStyleSheet(NOTE_STYLE)
         self.imageNote = named(
             QLabel(
                 "A vision model reads an image, not text: choose a sample, open a file or drop one in the Image tab."
@@ -270,7 +271,7 @@ class TokensPanel(QWidget):
             ),
             "tokenLegend",
         )
-        legend.setStyleSheet("color: #555;")
+        legend.setStyleSheet(NOTE_STYLE)
         layout = QVBoxLayout(self)
         # the text input, as one box: a vision model reads an image instead (``set_image_input``)
         self.textInputBox = named(QWidget(), "textInputBox")

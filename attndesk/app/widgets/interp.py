@@ -14,17 +14,16 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QWidget
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import ERROR_STYLE, NOTE_STYLE
 
 Checker = Callable[[str], tuple[bool, str]]
 _OK_STYLE = "color: #276227;"
-_BAD_STYLE = "color: #b00020;"
-_NOTE_STYLE = "color: #555;"
 
 
 def problem_label(name: str) -> QLabel:
     """A red, wrapping one-line message placed next to the control it is about (hidden when empty)."""
     label = named(QLabel(""), name)
-    label.setStyleSheet(_BAD_STYLE)
+    label.setStyleSheet(ERROR_STYLE)
     label.setWordWrap(True)
     label.hide()
     return label
@@ -80,19 +79,19 @@ class TokenField(QWidget):
         text = self.edit.text()
         if not text and self._empty_note:
             self._ok = True
-            self.check.setStyleSheet(_NOTE_STYLE)
+            self.check.setStyleSheet(NOTE_STYLE)
             self.check.setText(self._empty_note)
             return
         if self._checker is None:
             self._ok = True
-            self.check.setStyleSheet(_NOTE_STYLE)
+            self.check.setStyleSheet(NOTE_STYLE)
             self.check.setText("checked against the tokenizer once the model is loaded" if text else "")
             return
         if not text:
             self._ok, line = False, "type a token"
         else:
             self._ok, line = self._checker(text)
-        self.check.setStyleSheet(_OK_STYLE if self._ok else _BAD_STYLE)
+        self.check.setStyleSheet(_OK_STYLE if self._ok else ERROR_STYLE)
         self.check.setText(("✓ " if self._ok else "✗ ") + line)
 
     @Slot(str)
@@ -150,7 +149,7 @@ class RunBar(QWidget):
             self.set_message(message)
 
     def set_message(self, text: str, *, error: bool = False) -> None:
-        self.message.setStyleSheet(_BAD_STYLE if error else "")
+        self.message.setStyleSheet(ERROR_STYLE if error else "")
         self.message.setText(text)
 
     def is_busy(self) -> bool:

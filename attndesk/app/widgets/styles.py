@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QWidget
 
+ERROR_COLOR = "#b00020"  # what went wrong: messages, the border of the control they name
+ERROR_STYLE = f"color: {ERROR_COLOR};"
+NOTE_STYLE = "color: #555;"  # a quiet note beside a control
+
 
 def restyle(widget: QWidget, sheet: str) -> None:
     """Give ``widget`` the style sheet ``sheet`` unless it has it already."""

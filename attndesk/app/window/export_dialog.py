@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import ERROR_STYLE
 from attndesk.attention.types import AttentionMap
 from attndesk.errors import ConfigError
 from attndesk.render.export import ExportError, default_filename, export_figure, export_weights
@@ -217,7 +218,7 @@ class ExportDialog(QDialog):
         self.dpiSpin = named(QSpinBox(), "exportDpiSpin", minimum=10, maximum=2400, value=96, suffix=" dpi")
         self.pathEdit = named(QLineEdit(), "exportPathEdit")
         self.errorLabel = named(QLabel(""), "exportError")
-        self.errorLabel.setStyleSheet("color: #b00020;")
+        self.errorLabel.setStyleSheet(ERROR_STYLE)
         self.errorLabel.setWordWrap(True)
         self.errorLabel.hide()
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar, QWidget
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import ERROR_STYLE
 from attndesk.session.status import StatusModel
 
 from ..widgets.styles import restyle
-
-_ERROR_STYLE = "color: #b00020;"
 
 
 class StatusLine:
@@ -47,7 +46,7 @@ class StatusLine:
         if label.text() != status.message:
             label.setText(status.message)
             label.setToolTip(status.message)
-        restyle(label, _ERROR_STYLE if status.error else "")
+        restyle(label, ERROR_STYLE if status.error else "")
         if status.busy:
             top = 0 if status.progress is None else 100  # indeterminate until the first progress report
             if bar.maximum() != top:

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import ERROR_STYLE
 
-ERROR_STYLE = "color: #b00020;"
 SOURCE_FILTER = "Texts (*.txt *.jsonl *.csv *.parquet);;All files (*)"
 TEXT_PLACEHOLDER = "a .txt / .jsonl / .csv / .parquet file or a folder of .txt files"
 

@@ -23,12 +23,12 @@ from PySide6.QtWidgets import (
 )
 
 from attndesk.app.widgets.named import named
+from attndesk.app.widgets.styles import ERROR_STYLE
 from attndesk.runs.fields import Param
 from attndesk.train.config import TRAIN_FIELDS, TrainConfig
 
 from ...docks.variant_controls import spin_range
 
-ERROR_STYLE = "color: #b00020;"
 FIELDS: tuple[Param, ...] = tuple(spec for spec in TRAIN_FIELDS if spec.label)
 DEFAULTS = TrainConfig()  # the defaults with the default task's shape filled in
 

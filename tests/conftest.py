@@ -146,6 +146,16 @@ def window_size() -> tuple[int, int]:
 
 
 @pytest.fixture
+def ray_turn():
+    """Ray's tests start a local cluster each: one at a time across the xdist workers, by an OS file
+    lock that a worker's death releases (two clusters on two shared cores time out). Hold it
+    (``with ray_turn:``) around the Ray run only, so a test's other work never makes another wait."""
+    from filelock import FileLock
+
+    return FileLock(os.path.join(tempfile.gettempdir(), "attndesk-tests-ray.lock"))
+
+
+@pytest.fixture
 def window(qtbot, window_size):
     """A fresh MainWindow (no restored session), shown at ``window_size``, its first result drawn;
     really deleted afterwards. A test needing a window set up otherwise uses a fixture of its own,

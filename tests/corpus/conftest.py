@@ -26,18 +26,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture
-def one_ray_cluster():
-    """Ray's tests start a local cluster each: one at a time across the xdist workers, by an OS file
-    lock that a worker's death releases (two clusters on two shared cores time out)."""
-    import tempfile
-
-    from filelock import FileLock
-
-    with FileLock(os.path.join(tempfile.gettempdir(), "attndesk-tests-ray.lock")):
-        yield
-
-
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> dict:
     """name -> folder of a tiny random checkpoint (built once per session)."""

@@ -15,7 +15,7 @@ from tests.corpus.conftest import TEXTS
 
 
 @pytest.mark.slow  # ~45 s on 2 shared cores: a fresh interpreter starts Ray and two actors
-def test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines(one_ray_cluster, models, bert_store, tmp_path):
+def test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines(ray_turn, models, bert_store, tmp_path):
     """`attndesk corpus --engine ray` in a fresh interpreter writes the store the local engine
     writes, and Ray's own notices (token authentication, progress bars, restartable actors) stay
     out of its stderr: every line there is attndesk's progress line."""
@@ -26,16 +26,17 @@ def test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines(one_ray
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(HOME=str(tmp_path), PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
     args = ["--model", str(models["bert"]), "--data", str(data), "--out", str(tmp_path / "store")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "attndesk", "corpus", "--engine", "ray", "--workers", "2", *args]
-        + ["--max-tokens", "16", "--shard-size", "3", "--atlas-points", "12"],  # bert_store's settings
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        check=False,
-    )
+    with ray_turn:
+        proc = subprocess.run(
+            [sys.executable, "-m", "attndesk", "corpus", "--engine", "ray", "--workers", "2", *args]
+            + ["--max-tokens", "16", "--shard-size", "3", "--atlas-points", "12"],  # bert_store's settings
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+            check=False,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     assert lines and all(line.startswith("corpus: ") for line in lines), proc.stderr
@@ -51,7 +52,7 @@ def test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines(one_ray
 
 
 @pytest.mark.slow  # ~40 s on 2 shared cores: starting Ray and two actors that import torch and transformers
-def test_ray_engine_writes_the_local_image_store(one_ray_cluster, vision, tmp_path):
+def test_ray_engine_writes_the_local_image_store(ray_turn, vision, tmp_path):
     ray = pytest.importorskip("ray")
     import numpy as np
     from PIL import Image
@@ -63,7 +64,8 @@ def test_ray_engine_writes_the_local_image_store(one_ray_cluster, vision, tmp_pa
     for i in range(4):
         Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / f"p{i}.png")
     local = analyze_corpus(str(images), tmp_path / "local", model=folder, shard_size=2)
-    store = analyze_corpus(str(images), tmp_path / "ray", model=folder, shard_size=2, engine="ray", workers=2)
+    with ray_turn:
+        store = analyze_corpus(str(images), tmp_path / "ray", model=folder, shard_size=2, engine="ray", workers=2)
     assert not ray.is_initialized()
     for name in ("texts", "per_text", "heads"):
         pd.testing.assert_frame_equal(

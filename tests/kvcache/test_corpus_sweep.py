@@ -19,7 +19,6 @@ from attndesk.kvcache.corpus_sweep import sweep_corpus
 from attndesk.kvcache.sweep import sweep
 from attndesk.kvcache.sweep_store import open_kv_sweep
 from attndesk.train.presets import load_preset
-from tests.corpus.conftest import one_ray_cluster  # noqa: F401  (the fixture: one Ray cluster at a time)
 
 POLICIES = ["streaming", "h2o", "oracle"]
 BUDGETS = [6, 12, 0.5]
@@ -222,20 +221,20 @@ def test_the_command_refuses_in_one_line(texts, tmp_path, capsys, extra, words):
 
 
 @pytest.mark.slow  # ~30 s on 2 shared cores: Ray and two actors that import torch start
-@pytest.mark.usefixtures("one_ray_cluster")
-def test_the_ray_engine_writes_the_local_store(store, texts, tmp_path):
+def test_the_ray_engine_writes_the_local_store(ray_turn, store, texts, tmp_path):
     ray = pytest.importorskip("ray")
-    on_ray = sweep_corpus(
-        texts,
-        tmp_path / "ray",
-        trained="needle",
-        policies=POLICIES,
-        budgets=BUDGETS,
-        decode=DECODE,
-        shard_size=2,
-        engine="ray",
-        workers=2,
-    )
+    with ray_turn:
+        on_ray = sweep_corpus(
+            texts,
+            tmp_path / "ray",
+            trained="needle",
+            policies=POLICIES,
+            budgets=BUDGETS,
+            decode=DECODE,
+            shard_size=2,
+            engine="ray",
+            workers=2,
+        )
     assert not ray.is_initialized()  # the local Ray it started is shut down again
     assert json.loads((tmp_path / "ray" / "manifest.json").read_text())["run"]["engine"] == "ray"
     _same(on_ray, store)

@@ -76,8 +76,10 @@ lint: $(INSTALLED)
 # Two tiers (docs/reliability.md). make test: lint (beside setup's byte-compiling and the tests;
 # its report follows theirs, and either failing fails make test), then the
 # correctness tier, every test that reads no clock, on every core (pytest-xdist, at most JOBS
-# workers, --dist load: a worker that crashes is replaced and its test reported, where loadgroup's
-# scheduler can wait forever; Ray's tests take an OS file lock, one local cluster at a time).
+# workers, --dist worksteal: each worker starts on its half of the collection, so a module's
+# fixtures are built once, and one that runs out takes half of the other's queue; a worker that
+# crashes is replaced and its test reported, where loadgroup's scheduler can wait forever; Ray's
+# tests take an OS file lock around their Ray runs, one local cluster at a time).
 # The 15 slowest tests are listed at the end.
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 # JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
@@ -86,7 +88,7 @@ test: $(INSTALLED) browser-deps
 	@echo "make test: lint (ruff, ruff format, mypy) runs beside the tests; its report follows theirs"
 	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & linting=$$!; \
 	$(MAKE) --no-print-directory $(STAMP) && \
-	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist load --durations=15; tested=$$?; \
+	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist worksteal --durations=15; tested=$$?; \
 	wait $$linting; linted=$$?; echo "== lint"; cat $(VENV)/lint.log; \
 	[ $$linted -eq 0 ] || echo "make test: lint failed (above)"; \
 	[ $$tested -eq 0 ] && [ $$linted -eq 0 ]

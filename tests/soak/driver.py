@@ -211,7 +211,7 @@ class Soak:
             self._timer.start(50)
             return
         if self.options.settle and self._depth == 0:
-            checks.settle(20.0, window_s=0.6, root=self.main)  # the replay test: each step starts idle
+            checks.settle(20.0, window_s=0.3, root=self.main)  # the replay test: each step starts idle
         i, seed = self._step, self.options.seed
         step = Step(i, random.Random(f"{seed}/{i}"), random.Random(f"{seed}/{i}/op"), self._script.get(i))
         self._step += 1

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QHBoxLayout
 
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.lazy_plot import LazyPlot
+from ...widgets.named import named
 from ...widgets.plot_axes import without_si_prefix
 
 PHASE_COLOUR = QColor(220, 40, 40)
@@ -46,8 +47,8 @@ class TrainCurves:
     def __init__(self) -> None:
         self._curves: tuple[np.ndarray, ...] | None = None  # steps, loss, eval steps, accuracy, pattern
         self._phase: int | None = None
-        self.lossHolder = LazyPlot(self._build_loss, minimum=CURVES_MINIMUM)
-        self.metricHolder = LazyPlot(self._build_metric, minimum=CURVES_MINIMUM)
+        self.lossHolder = named(LazyPlot(self._build_loss, minimum=CURVES_MINIMUM), "trainLossHolder")
+        self.metricHolder = named(LazyPlot(self._build_metric, minimum=CURVES_MINIMUM), "trainMetricHolder")
         for holder in (self.lossHolder, self.metricHolder):
             holder.when_built(self._draw)
         self.scorePlot = MatrixPlot("pattern score per head (rows: layers)")

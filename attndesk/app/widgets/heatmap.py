@@ -256,7 +256,7 @@ class MatrixPlot(QWidget):
         # yet. Until then its holder keeps the plot's place in the layout.
         self._square = square
         self._graphics: pg.PlotWidget | None = None
-        self._holder = LazyPlot(self._make_plot, minimum=_MIN_PLOT)
+        self._holder = LazyPlot(self._make_plot, minimum=_MIN_PLOT, steady_hint=True)
 
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)

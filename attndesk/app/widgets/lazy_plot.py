@@ -8,8 +8,12 @@ view's items in it). The plot is built on the holder's first show, on the first 
 ``plot``, or by ``warm_steps`` (``window/warmup.py``) while the window is idle. What a view draws
 into a plot not built yet it keeps, and draws from ``when_built``.
 
-The holder reports a new plot's size hint and the plot's minimum size, built or not, so building
-the plot moves nothing around it.
+Until the plot is built the holder reports a new plot's size hint and the plot's minimum size, so
+building it moves nothing around it. Once built, the size hint is the plot's own by default: a
+PlotWidget's hint follows the size it was last given, and pages that scroll (their height for their
+width) were laid out with that; ``steady_hint`` keeps a new plot's hint instead (``MatrixPlot``:
+a page of heatmaps scrolled while its plots are built would otherwise take their sizes of that
+moment).
 """
 
 from __future__ import annotations
@@ -34,18 +38,21 @@ def _fresh_hints() -> tuple[QSize, QSize]:
 
 class LazyPlot(QWidget):
     """Where a plot goes: empty until ``build()`` made it (first show, or first ``plot``), then
-    filled by it. ``minimum`` is the plot's minimum size (given to the plot once built)."""
+    filled by it. ``minimum`` is the plot's minimum size (given to the plot once built);
+    ``steady_hint``: see the module docstring."""
 
     def __init__(
         self,
         build: Callable[[], pg.PlotWidget],
         *,
         minimum: tuple[int, int] = (0, 0),
+        steady_hint: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self._build = build
         self._minimum = QSize(*minimum)
+        self._steady_hint = steady_hint
         self._plot: pg.PlotWidget | None = None
         self._when_built: list[Callable[[], object]] = []
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -70,6 +77,14 @@ class LazyPlot(QWidget):
                 action()
         return self._plot
 
+    def getPlotItem(self) -> pg.PlotItem:
+        """The plot's PlotItem (the plot built on first use)."""
+        return self.plot.getPlotItem()
+
+    def getViewBox(self) -> pg.ViewBox:
+        """The plot's ViewBox (the plot built on first use)."""
+        return self.plot.getViewBox()
+
     def when_built(self, action: Callable[[], object]) -> None:
         """Run ``action`` (draw what the view keeps, connect a signal of the plot's scene) once the
         plot exists: now if it does, else right after it is built."""
@@ -79,9 +94,9 @@ class LazyPlot(QWidget):
             action()
 
     def sizeHint(self) -> QSize:
-        # a new plot's, built or not: a built plot's own hint follows whatever size it was given
-        # first, so a scrolled page would take the size of the moment the plot was built
-        return _fresh_hints()[0]
+        if self._plot is None or self._steady_hint:
+            return _fresh_hints()[0]
+        return self._plot.sizeHint()
 
     def minimumSizeHint(self) -> QSize:
         if self._plot is None:

@@ -9,11 +9,12 @@ view's items in it). The plot is built on the holder's first show, on the first 
 into a plot not built yet it keeps, and draws from ``when_built``.
 
 Until the plot is built the holder reports a new plot's size hint and the plot's minimum size, so
-building it moves nothing around it. Once built, the size hint is the plot's own by default: a
-PlotWidget's hint follows the size it was last given, and pages that scroll (their height for their
-width) were laid out with that; ``steady_hint`` keeps a new plot's hint instead (``MatrixPlot``:
-a page of heatmaps scrolled while its plots are built would otherwise take their sizes of that
-moment).
+building it moves nothing around it. Once built, the size hint is the plot's own by default, as a
+PlotWidget in the layout gave it: its hint follows the size it last had, and a layout reads it again
+when the plot is shown or hidden (or its minimum size changes), not at each resize. A page that
+scrolls by its height for its width (Corpus) settles on the same sizes that way.
+``steady_hint`` keeps a new plot's hint instead (``MatrixPlot``: a page of heatmaps scrolled
+while its plots are built would otherwise take their sizes of that moment).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class LazyPlot(QWidget):
         self._steady_hint = steady_hint
         self._plot: pg.PlotWidget | None = None
         self._when_built: list[Callable[[], object]] = []
+        self._reported_minimum = self.minimumSizeHint()
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
     @property
@@ -113,7 +115,10 @@ class LazyPlot(QWidget):
         super().resizeEvent(event)
 
     def event(self, event) -> bool:
-        if event.type() == QEvent.Type.LayoutRequest:  # the plot's minimum size changed: so did ours
+        # the plot's minimum size changed: so did ours. Nothing else: a layout reads a plot's size
+        # hint again when it is shown or hidden, not at each resize (see the module docstring)
+        if event.type() == QEvent.Type.LayoutRequest and self.minimumSizeHint() != self._reported_minimum:
+            self._reported_minimum = self.minimumSizeHint()
             self.updateGeometry()
         return super().event(event)
 

@@ -147,10 +147,11 @@ class TopTokenBars(LazyPlot):
             self._frame()
 
     def _frame(self) -> None:
-        """The bars, their labels and the ranges, into the built plot."""
+        """The bars, their labels and the ranges, into the built plot (none before the first bars)."""
+        if self._bars is None:
+            return
         item = self.item
-        if self._bars is not None:
-            item.addItem(self._bars)
+        item.addItem(self._bars)
         item.getAxis("left").setTicks([self._ticks])
         item.setYRange(-0.5, max(len(self.tokens), 1) - 0.5, padding=0.02)
         # the longest bar near the right edge: a flat distribution's bars are still told apart

@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QRectF, QSize, Signal, Slot
+from PySide6.QtCore import QRectF, Signal, Slot
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -36,6 +35,7 @@ from attndesk.runs.select import tile_reduce
 from ..jobs.background import Background
 from ..jobs.channels import FILES
 from .holdings import held_by
+from .lazy_plot import LazyPlot
 from .plot_axes import without_si_prefix
 from .token_axis import TokenAxis
 
@@ -111,52 +111,6 @@ def _auto_levels(m: np.ndarray, hidden: np.ndarray, diverging: bool) -> tuple[fl
     return (lo, hi if hi > lo else lo + 1.0)
 
 
-@cache
-def _plot_size_hint() -> QSize:
-    """A new PlotWidget's size hint (it follows the scene's rectangle, so no constant)."""
-    plot = pg.PlotWidget(enableMenu=False)
-    hint = plot.sizeHint()
-    plot.deleteLater()
-    return hint
-
-
-class _PlotHolder(QWidget):
-    """Where a MatrixPlot's plot goes: empty until the plot is built (``hold``), then filled by it.
-    It reports a new plot's size hint and the plot's minimum size either way, so building the plot
-    moves nothing around it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.plot: pg.PlotWidget | None = None
-
-    def hold(self, plot: pg.PlotWidget) -> None:
-        self.plot = plot
-        plot.setParent(self)
-        plot.setGeometry(self.rect())
-        if self.isVisible():
-            plot.show()
-
-    def sizeHint(self) -> QSize:
-        # a new plot's, built or not: a built plot's own hint follows whatever size it was given
-        # first, so a scrolled page would take the size of the moment the plot was built
-        return _plot_size_hint()
-
-    def minimumSizeHint(self) -> QSize:
-        if self.plot is None:
-            return QSize(*_MIN_PLOT)
-        return self.plot.minimumSize().expandedTo(self.plot.minimumSizeHint())
-
-    def resizeEvent(self, event) -> None:
-        if self.plot is not None:
-            self.plot.setGeometry(self.rect())
-        super().resizeEvent(event)
-
-    def event(self, event) -> bool:
-        if event.type() == QEvent.Type.LayoutRequest:  # the plot's minimum size changed: so did ours
-            self.updateGeometry()
-        return super().event(event)
-
-
 @dataclass
 class _PlotItems:
     """The items of a built plot."""
@@ -196,7 +150,6 @@ def _build_plot(square: bool) -> _PlotItems:
     plot.addItem(image)
     plot.addItem(overlay)
     marks = [_mark_item(plot, fill) for fill in (QColor(255, 64, 64, 60), QColor(255, 64, 64, 60), None)]
-    graphics.setMinimumSize(*_MIN_PLOT)
     graphics.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
     return _PlotItems(graphics, plot, image, overlay, left, bottom, *marks)
 
@@ -303,9 +256,7 @@ class MatrixPlot(QWidget):
         # yet. Until then its holder keeps the plot's place in the layout.
         self._square = square
         self._graphics: pg.PlotWidget | None = None
-        self._when_built: list[Callable[[], object]] = []
-        self._holder = _PlotHolder()
-        self._holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self._holder = LazyPlot(self._make_plot, minimum=_MIN_PLOT, steady_hint=True)
 
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
@@ -317,18 +268,15 @@ class MatrixPlot(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(self._holder, 1)
 
-    def _built(self) -> pg.PlotWidget:
-        """The plot, built on first need."""
-        if self._graphics is not None:
-            return self._graphics
+    def _make_plot(self) -> pg.PlotWidget:
         items = self._items = _build_plot(self._square)
         items.graphics.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self._graphics = items.graphics
-        self._holder.hold(items.graphics)
-        for action in self._when_built:
-            action()
-        self._when_built.clear()
         return items.graphics
+
+    def _built(self) -> pg.PlotWidget:
+        """The plot, built on first need."""
+        return self._holder.plot
 
     def holdings(self) -> list:  # widgets/holdings.py: the matrix, its mask, the display image, the plot's images
         return held_by(self.matrix, self.masked, self.image_data, self._items if self._graphics is not None else None)
@@ -336,14 +284,7 @@ class MatrixPlot(QWidget):
     def when_built(self, action: Callable[[], object]) -> None:
         """Run ``action`` (an item added to the plot, a signal of its scene connected) once the plot
         exists: now if it does, else when it is built."""
-        if self._graphics is None:
-            self._when_built.append(action)
-        else:
-            action()
-
-    def showEvent(self, event) -> None:
-        self._built()
-        super().showEvent(event)
+        self._holder.when_built(action)
 
     @property
     def graphics(self) -> pg.PlotWidget:

@@ -1,8 +1,9 @@
 """Tab pages warmed while the window is idle, so that the first switch to a tab costs the GUI
 thread no more than later ones.
 
-A page not shown yet holds plots that are built on first show (``MatrixPlot``) and has never been
-polished, laid out or painted: on its first switch all of that happens at once. ``TabWarmup``
+A page not shown yet holds plots that are built on first show (``widgets/lazy_plot.py``'s
+``LazyPlot``, every ``MatrixPlot``'s plot among them) and has never been polished, laid out or
+painted: on its first switch all of that happens at once. ``TabWarmup``
 does it beforehand, one page per turn of the event loop, a while after the window's first result:
 it builds the page's plots and renders the page once offscreen (``QWidget.grab``) at the size it
 will be shown. Pages already shown, and tabs not offered in the current mode, are left alone.
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QTabWidget, QWidget
 
-from attndesk.app.widgets.heatmap import MatrixPlot
+from attndesk.app.widgets.lazy_plot import LazyPlot
 
 _DONE = object()
 
@@ -23,9 +24,10 @@ _DONE = object()
 def warm_steps(page: QWidget, size) -> Iterator[None]:
     """Warm ``page`` a piece at a time (one plot built per step, then one render at ``size``, a QSize),
     without showing it: each ``next`` does one piece."""
-    for plot in page.findChildren(MatrixPlot):
-        plot.graphics  # noqa: B018 - the property builds the plot
-        yield
+    for holder in page.findChildren(LazyPlot):
+        if not holder.built:
+            holder.plot  # noqa: B018 - the property builds the plot
+            yield
     if page.size() != size:
         page.resize(size)
     page.grab()

@@ -1,6 +1,6 @@
-"""TabWarmup: the pages of a tab widget not shown yet get their plots built and are rendered once
-at the shown page's size while the window idles, without being shown; pages on show, or of tabs
-not offered, are left alone. In the real window the Train tab's page is warm before its first switch."""
+"""TabWarmup: the pages of a tab widget not shown yet get their plots (every ``LazyPlot``) built
+and are rendered once at the shown page's size while the window idles, without being shown; pages
+on show, or of tabs not offered, are left alone. In the real window the Train tab's page is warm before its first switch."""
 
 from __future__ import annotations
 
@@ -77,8 +77,10 @@ def test_the_window_warms_the_train_tab_before_its_first_switch(qtbot):
     try:
         view = w.tab_widget("train")
         assert view.scorePlot._graphics is None  # built on first need
+        assert not view.curves.lossHolder.built and not view.curves.metricHolder.built
         qtbot.waitUntil(lambda: w.tabWarmup.done, timeout=TIMEOUT_MS)
         assert view.scorePlot._graphics is not None
+        assert view.curves.lossHolder.built and view.curves.metricHolder.built  # the plain plots too
         assert not view.isVisible()
         w.state.view.tab = "train"
         assert view.isVisible()

@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 from attndesk.app.widgets.named import named
 
 from ...widgets.interp import RunBar
+from ...widgets.lazy_plot import LazyPlot
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas as pd
@@ -250,13 +251,16 @@ class CircuitGraph(QWidget):
             self.edgeClicked.emit(*edge)
 
 
-def _faithfulness_plot() -> tuple[pg.PlotWidget, QLabel]:
-    """The faithfulness curve's plot (edges kept across) and its legend."""
+def _faithfulness_plot() -> pg.PlotWidget:
+    """The faithfulness curve's plot (edges kept across)."""
     plot = pg.PlotWidget(objectName="circuitCurve")
     plot.setBackground("w")
     plot.setLabel("bottom", "edges in the circuit")
     plot.setLabel("left", "faithfulness")
-    plot.setMinimumHeight(200)
+    return plot
+
+
+def _faithfulness_legend() -> QLabel:
     legend = named(
         QLabel(
             '<span style="color:#c82828">━ the top edges by |score|</span> &nbsp; '
@@ -265,7 +269,7 @@ def _faithfulness_plot() -> tuple[pg.PlotWidget, QLabel]:
         "circuitCurveLegend",
     )
     legend.setWordWrap(True)
-    return plot, legend
+    return legend
 
 
 def _draw_faithfulness(plot: pg.PlotWidget, curve: pd.DataFrame, marker: pg.InfiniteLine) -> None:
@@ -284,24 +288,29 @@ def _draw_faithfulness(plot: pg.PlotWidget, curve: pd.DataFrame, marker: pg.Infi
     plot.addItem(marker)
 
 
-def _head_map_plot() -> tuple[pg.PlotWidget, pg.ImageItem, QGraphicsRectItem]:
-    """The picked head's attention map: its plot (queries down), its image and the picked cell's mark."""
+def _head_map_plot(image: pg.ImageItem, mark: QGraphicsRectItem) -> pg.PlotWidget:
+    """The picked head's attention map's plot (queries down) holding its ``image`` and the picked
+    cell's ``mark``."""
     plot = pg.PlotWidget(objectName="circuitHeadMap")
     plot.setBackground("w")
-    plot.setMinimumSize(220, 220)
     plot.setAspectLocked(True)
     plot.getAxis("left").setWidth(84)  # room for "i token" on every row
     plot.invertY(True)
     plot.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
+    plot.addItem(image)
+    plot.addItem(mark)
+    return plot
+
+
+def _head_map_items() -> tuple[pg.ImageItem, QGraphicsRectItem]:
+    """The head map's image and the picked cell's mark (they live before their plot is built)."""
     image = pg.ImageItem(axisOrder="row-major")
     image.setLookupTable(pg.colormap.get("viridis").getLookupTable())
-    plot.addItem(image)
     mark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
     mark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
     mark.setZValue(10)
     mark.hide()
-    plot.addItem(mark)
-    return plot, image, mark
+    return image, mark
 
 
 def _fill_terms(table: QTableWidget, top: pd.DataFrame) -> None:
@@ -391,7 +400,10 @@ class CircuitView(QWidget):
         self.exportSvg = named(QPushButton("Export SVG…"), "circuitExportSvg")
         self.openHeat = named(QPushButton("Open head in Heatmaps"), "circuitOpenHead")
         self.openHeat.setEnabled(False)
-        self.curve, self.curveLegend = _faithfulness_plot()
+        # the plots are built on first show (``LazyPlot``) and draw what is on show then
+        self.curveHolder = named(LazyPlot(_faithfulness_plot, minimum=(0, 200)), "circuitCurveHolder")
+        self.curveHolder.when_built(self._draw_curve)
+        self.curveLegend = _faithfulness_legend()
         self._marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("k", style=Qt.PenStyle.DashLine))
 
     def _make_terms(self) -> QGroupBox:
@@ -419,9 +431,14 @@ class CircuitView(QWidget):
             cell.addWidget(QLabel(label), 0, 2 * i)
             cell.addWidget(spin, 0, 2 * i + 1)
         cell.addWidget(self.decomposeButton, 0, 8)
-        self.headMap, self._headImage, self._cellMark = _head_map_plot()
-        self.headMap.scene().sigMouseClicked.connect(self._on_map_click)
+        self._headImage, self._cellMark = _head_map_items()
+        self.headMapHolder = named(
+            LazyPlot(self._build_head_map, minimum=(220, 220)),
+            "circuitHeadMapHolder",
+        )
+        self.headMapHolder.when_built(self._frame_head_map)
         self._mapShape: tuple[int, int] | None = None
+        self._mapLabels: tuple[list[str], list[str], str] | None = None  # rows, columns, title
         self.weightLabel = named(QLabel(""), "circuitWeights")
         self.weightLabel.setWordWrap(True)
         terms = QGroupBox("Why this head attends there: click a cell of its attention for the score, term by term")
@@ -430,7 +447,7 @@ class CircuitView(QWidget):
         inner.addWidget(self.weightLabel)
         inner.addWidget(self.termsLabel)
         row = QHBoxLayout()
-        row.addWidget(self.headMap, 2)
+        row.addWidget(self.headMapHolder, 2)
         row.addWidget(self.termsTable, 3)
         inner.addLayout(row)
         return terms
@@ -438,7 +455,7 @@ class CircuitView(QWidget):
     def _arrange(self, form: QFormLayout, terms: QGroupBox) -> None:
         self.graph.setMinimumHeight(320)
         right = QVBoxLayout()
-        right.addWidget(self.curve, 1)
+        right.addWidget(self.curveHolder, 1)
         right.addWidget(self.curveLegend)
         body = QHBoxLayout()
         body.addWidget(self.graph, 3)
@@ -460,6 +477,36 @@ class CircuitView(QWidget):
         outer.addLayout(sizes)
         outer.addLayout(buttons)
         outer.addWidget(terms)
+
+    @property
+    def curve(self) -> pg.PlotWidget:
+        """The faithfulness curve's plot (built on first use)."""
+        return self.curveHolder.plot
+
+    @property
+    def headMap(self) -> pg.PlotWidget:
+        """The picked head's attention map's plot (built on first use)."""
+        return self.headMapHolder.plot
+
+    def _build_head_map(self) -> pg.PlotWidget:
+        plot = _head_map_plot(self._headImage, self._cellMark)
+        plot.scene().sigMouseClicked.connect(self._on_map_click)
+        return plot
+
+    def _draw_curve(self) -> None:
+        """The faithfulness curve on show, if its plot is built (else once it is)."""
+        if self.shown is not None and self.curveHolder.built:
+            _draw_faithfulness(self.curve, self.shown.curve, self._marker)
+
+    def _frame_head_map(self) -> None:
+        """The head map's axes and title, and its range over the image, if its plot is built."""
+        if self._mapLabels is None or not self.headMapHolder.built:
+            return
+        rows, columns, title = self._mapLabels
+        for axis, names in (("left", rows), ("bottom", columns)):
+            self.headMap.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
+        self.headMap.setTitle(title, size="8pt")
+        self.headMap.getViewBox().autoRange(padding=0.0)
 
     # -- inputs ------------------------------------------------------------------------------------
     def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
@@ -494,7 +541,7 @@ class CircuitView(QWidget):
     def set_shown(self, shown: CircuitShown) -> None:
         self.shown = shown
         curve = shown.curve
-        _draw_faithfulness(self.curve, curve, self._marker)
+        self._draw_curve()
         self.slider.blockSignals(True)
         self.slider.setRange(0, len(curve) - 1)
         self.slider.setValue(self._default_step(curve))
@@ -562,10 +609,8 @@ class CircuitView(QWidget):
         # queries as "i token" down the side; keys by position across when their names would overlap
         rows = [f"{i} {text}" for i, text in enumerate(labels[0])]
         columns = labels[1] if len(labels[1]) <= 8 else [str(i) for i in range(len(labels[1]))]
-        for axis, names in (("left", rows), ("bottom", columns)):
-            self.headMap.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
-        self.headMap.setTitle(f"L{layer}.H{head} on the clean input", size="8pt")
-        self.headMap.getViewBox().autoRange(padding=0.0)
+        self._mapLabels = (rows, columns, f"L{layer}.H{head} on the clean input")
+        self._frame_head_map()
         self.termsTable.setRowCount(0)  # the terms shown were another head's
         self.termsLabel.setText("click a cell of the head's attention (query row, key column)")
 

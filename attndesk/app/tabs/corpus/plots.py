@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsRectItem
 from attndesk.attention.types import head_name
 
 from ...widgets.holdings import held_by
+from ...widgets.lazy_plot import LazyPlot
 from ...widgets.plot_axes import without_si_prefix
 
 QUERY_COLOUR, KEY_COLOUR = "#e4572e", "#2e86ab"
@@ -127,34 +128,42 @@ class RoleBadges(QGraphicsObject):
         self.setToolTip(f"{head_name(layer, head)}: {self._roles[layer, head]}" if inside else "")
 
 
-class HeadGrid(pg.PlotWidget):
+class HeadGrid(LazyPlot):
     """Layers (rows, layer 0 at the top) x heads (columns), coloured by one metric, each cell with its
-    role's initial. ``cellClicked(layer, head)``."""
+    role's initial. ``cellClicked(layer, head)``. Its plot is built on first show (``LazyPlot``):
+    the items exist before and are drawn into it then."""
 
     cellClicked = Signal(int, int)
 
     def __init__(self, parent=None) -> None:
-        super().__init__(parent, background="w")
-        self.setObjectName("corpusGrid")
-        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
+        super().__init__(self._build_grid, parent=parent)
+        self.setObjectName("corpusGridHolder")
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setLookupTable(_colormap_lut())
-        self.addItem(self.image)
-        self.getViewBox().invertY(True)
-        self.getViewBox().setMouseEnabled(False, False)
-        self.setLabel("bottom", "head")
-        self.setLabel("left", "layer")
-        self.hideButtons()
         self.badges = RoleBadges()
-        self.addItem(self.badges, ignoreBounds=True)
         self._values = np.zeros((0, 0))
         self._shape = (-1, -1)
         self._current = QGraphicsRectItem()
         self._current.setPen(QPen(QColor("#ff2d55"), 0))
         self._current.setZValue(10)
         self._current.hide()
-        self.addItem(self._current)
-        self.scene().sigMouseClicked.connect(self._clicked)
+        self._given = False  # values were set (the plot's axes and range follow them)
+        self.when_built(lambda: self._frame() if self._given else None)
+
+    def _build_grid(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget(background="w")
+        plot.setObjectName("corpusGrid")
+        without_si_prefix(plot.getPlotItem())  # counts and positions take no SI prefix
+        plot.addItem(self.image)
+        plot.getViewBox().invertY(True)
+        plot.getViewBox().setMouseEnabled(False, False)
+        plot.setLabel("bottom", "head")
+        plot.setLabel("left", "layer")
+        plot.hideButtons()
+        plot.addItem(self.badges, ignoreBounds=True)
+        plot.addItem(self._current)
+        plot.scene().sigMouseClicked.connect(self._clicked)
+        return plot
 
     def holdings(self) -> list:
         """What this view keeps (``widgets/holdings.py``): the values it colours."""
@@ -166,17 +175,20 @@ class HeadGrid(pg.PlotWidget):
 
     def set_values(self, values: np.ndarray, roles: np.ndarray) -> None:
         """``values`` [layers, heads]; ``roles`` the same shape (strings)."""
-        self._values = np.asarray(values, dtype=float)
+        self._values, self._given = np.asarray(values, dtype=float), True
         self.image.setImage(
             np.nan_to_num(self._values, nan=_levels(self._values)[0]), levels=_levels(self._values), autoLevels=False
         )
         self.badges.set_roles(roles)
-        layers, heads = self._values.shape
-        if (layers, heads) != self._shape:  # another metric keeps the axes: re-set, they re-lay out the plot
-            self._shape = (layers, heads)
-            self.getAxis("bottom").setTicks([_cell_ticks(heads)])
-            self.getAxis("left").setTicks([_cell_ticks(layers)])
-            self.getViewBox().setRange(QRectF(0, 0, heads, layers), padding=0.02)
+        if self._values.shape != self._shape and self.built:  # another metric keeps the axes
+            self._frame()
+
+    def _frame(self) -> None:
+        """The axes' ticks and the range for the values' shape (re-set, they re-lay out the plot)."""
+        layers, heads = self._shape = self._values.shape
+        self.plot.getAxis("bottom").setTicks([_cell_ticks(heads)])
+        self.plot.getAxis("left").setTicks([_cell_ticks(layers)])
+        self.plot.getViewBox().setRange(QRectF(0, 0, heads, layers), padding=0.02)
 
     def set_current(self, layer: int, head: int) -> None:
         self._current.setRect(QRectF(head, layer, 1, 1))
@@ -190,22 +202,30 @@ class HeadGrid(pg.PlotWidget):
             self.cellClicked.emit(layer, head)
 
 
-class MetricHistogram(pg.PlotWidget):
-    """One metric over every head, with a line at the selected head's value."""
+class MetricHistogram(LazyPlot):
+    """One metric over every head, with a line at the selected head's value (its plot built on
+    first show, the items before)."""
 
     def __init__(self, parent=None) -> None:
-        super().__init__(parent, background="w")
-        self.setObjectName("corpusHistogram")
-        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
-        self.setLabel("left", "heads")
-        self.hideButtons()
-        self.getViewBox().setMouseEnabled(False, False)
+        super().__init__(self._build_histogram, parent=parent)
+        self.setObjectName("corpusHistogramHolder")
         self.bars = pg.PlotDataItem(stepMode="center", fillLevel=0, brush=(46, 134, 171, 150), pen="#2e86ab")
         self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff2d55", width=2))
         self.marker.hide()
-        self.addItem(self.bars)
-        self.addItem(self.marker)
         self.counts = np.zeros(0, dtype=int)
+        self._metric = ""
+        self.when_built(lambda: self.plot.setLabel("bottom", self._metric))
+
+    def _build_histogram(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget(background="w")
+        plot.setObjectName("corpusHistogram")
+        without_si_prefix(plot.getPlotItem())  # counts and positions take no SI prefix
+        plot.setLabel("left", "heads")
+        plot.hideButtons()
+        plot.getViewBox().setMouseEnabled(False, False)
+        plot.addItem(self.bars)
+        plot.addItem(self.marker)
+        return plot
 
     def holdings(self) -> list:
         """What this view keeps (``widgets/holdings.py``): its counts."""
@@ -214,7 +234,9 @@ class MetricHistogram(pg.PlotWidget):
     def set_values(self, values: np.ndarray, metric: str) -> None:
         finite = np.asarray(values, dtype=float)
         finite = finite[np.isfinite(finite)]
-        self.setLabel("bottom", metric)
+        self._metric = metric
+        if self.built:
+            self.plot.setLabel("bottom", metric)
         if finite.size == 0:
             self.counts = np.zeros(0, dtype=int)
             self.bars.setData([0, 1], [0])
@@ -231,37 +253,44 @@ class MetricHistogram(pg.PlotWidget):
             self.marker.show()
 
 
-class AtlasPlot(pg.PlotWidget):
+class AtlasPlot(LazyPlot):
     """A head's queries and keys in two colours. ``set_points(x, y, is_query, describe)``; hovering
-    shows ``describe(i)`` next to the nearest point, clicking emits ``pointClicked(i)``."""
+    shows ``describe(i)`` next to the nearest point, clicking emits ``pointClicked(i)``. Its plot
+    is built on first show, the items before."""
 
     pointClicked = Signal(int)
 
     def __init__(self, parent=None) -> None:
-        super().__init__(parent, background="w")
-        self.setObjectName("corpusAtlas")
-        without_si_prefix(self.getPlotItem())  # counts and positions take no SI prefix
+        super().__init__(self._build_atlas, parent=parent)
+        self.setObjectName("corpusAtlasHolder")
         self.queries = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(QUERY_COLOUR), name="queries")
         self.keys = pg.ScatterPlotItem(pxMode=True, size=5, pen=None, brush=pg.mkBrush(KEY_COLOUR), name="keys")
         for item in (self.queries, self.keys):
             # drawn once per view change into a pixmap: the hover label moving over 100,000 points
             # then blits it instead of drawing every point again
             item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self.addLegend(offset=(8, 8))
-        self.addItem(self.queries)
-        self.addItem(self.keys)
         self.label = pg.TextItem(
             "", color="#111111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 230), border=pg.mkPen("#888")
         )
         self.label.setZValue(20)
         self.label.setTextWidth(LABEL_PX)
         self.label.hide()
-        self.addItem(self.label, ignoreBounds=True)
         self._xy = np.zeros((0, 2))
         self._is_query = np.zeros(0, bool)
         self._describe = lambda i: ""
-        self.scene().sigMouseMoved.connect(self._hover)
-        self.scene().sigMouseClicked.connect(self._clicked)
+        self.when_built(lambda: self.getViewBox().autoRange() if len(self._xy) else None)
+
+    def _build_atlas(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget(background="w")
+        plot.setObjectName("corpusAtlas")
+        without_si_prefix(plot.getPlotItem())  # counts and positions take no SI prefix
+        plot.addLegend(offset=(8, 8))
+        plot.addItem(self.queries)
+        plot.addItem(self.keys)
+        plot.addItem(self.label, ignoreBounds=True)
+        plot.scene().sigMouseMoved.connect(self._hover)
+        plot.scene().sigMouseClicked.connect(self._clicked)
+        return plot
 
     def holdings(self) -> list:
         """What this view keeps (``widgets/holdings.py``): its points."""
@@ -277,16 +306,17 @@ class AtlasPlot(pg.PlotWidget):
         self.queries.setData(x=x[is_query], y=y[is_query])
         self.keys.setData(x=x[~is_query], y=y[~is_query])
         self.label.hide()
-        self.getViewBox().autoRange()
+        if self.built:  # a plot built later fits its points as it is built
+            self.getViewBox().autoRange()
 
     def count(self) -> int:
         return len(self._xy)
 
     def nearest(self, scene_pos: QPointF) -> int | None:
         """The point within ``HOVER_PX`` screen pixels of ``scene_pos``, or None (numpy over all points)."""
-        if not len(self._xy) or not self.plotItem.vb.sceneBoundingRect().contains(scene_pos):
-            return None
         vb = self.getViewBox()
+        if not len(self._xy) or not vb.sceneBoundingRect().contains(scene_pos):
+            return None
         at = vb.mapSceneToView(scene_pos)
         px, py = vb.viewPixelSize()
         if not (px > 0 and py > 0):

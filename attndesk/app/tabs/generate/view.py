@@ -35,6 +35,7 @@ from attndesk.attention.types import head_name
 from attndesk.models import GenerationStep
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
+from ...widgets.lazy_plot import LazyPlot
 from ...widgets.plot_axes import without_si_prefix
 
 ALL_LAYERS = -1  # the layer combo's "every layer × head" entry
@@ -103,40 +104,58 @@ def prepare_row(step: GenerationStep, layer: int = ALL_LAYERS, part: str = "self
     return PreparedRow((step.index, layer, part), labels, prepared)
 
 
-class TopTokenBars(pg.PlotWidget):
+class TopTokenBars(LazyPlot):
     """Horizontal bars of the top-k next-token probabilities, most probable on top; the chosen
-    token's bar is orange."""
+    token's bar is orange. Its plot is built on first show; the bars drawn before wait for it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("topTokenBars")
-        self.setBackground("w")
-        self.item = self.getPlotItem()
-        self.item.setMenuEnabled(False)
-        self.item.hideButtons()
-        self.item.invertY(True)
-        self.item.setMouseEnabled(False, False)
-        self.item.setLabel("bottom", "probability")
-        without_si_prefix(self.item)
+        super().__init__(self._build_bars_plot, parent=parent)
+        self.setObjectName("topTokenBarsHolder")
         self.tokens: list[str] = []
         self.probs = np.zeros(0, np.float32)
         self._bars: pg.BarGraphItem | None = None
+        self._ticks: list[tuple[int, str]] = []
+        self.when_built(self._frame)
+
+    def _build_bars_plot(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget(objectName="topTokenBars", enableMenu=False)
+        plot.setBackground("w")
+        item = plot.getPlotItem()
+        item.hideButtons()
+        item.invertY(True)
+        item.setMouseEnabled(False, False)
+        item.setLabel("bottom", "probability")
+        without_si_prefix(item)
+        return plot
+
+    @property
+    def item(self) -> pg.PlotItem:
+        """The plot's PlotItem (the plot built on first use)."""
+        return self.plot.getPlotItem()
 
     def set_bars(self, tokens: list[str], probs: np.ndarray, chosen: int | None) -> None:
         self.tokens, self.probs = list(tokens), np.asarray(probs, np.float32)
-        if self._bars is not None:
+        if self._bars is not None and self.built:
             self.item.removeItem(self._bars)
         brushes = [pg.mkBrush("#f28e2b" if i == chosen else "#4e79a7") for i in range(len(tokens))]
         self._bars = pg.BarGraphItem(x0=0.0, y=np.arange(len(tokens)), height=0.7, width=self.probs, brushes=brushes)
-        self.item.addItem(self._bars)
         # isolated left-to-right: a right-to-left token cannot reorder its own label
-        ticks = [
+        self._ticks = [
             (i, f"\u2066{t!r}\u2069 {probability_text(float(p))}") for i, (t, p) in enumerate(zip(tokens, self.probs))
         ]
-        self.item.getAxis("left").setTicks([ticks])
-        self.item.setYRange(-0.5, max(len(tokens), 1) - 0.5, padding=0.02)
+        if self.built:
+            self._frame()
+
+    def _frame(self) -> None:
+        """The bars, their labels and the ranges, into the built plot (none before the first bars)."""
+        if self._bars is None:
+            return
+        item = self.item
+        item.addItem(self._bars)
+        item.getAxis("left").setTicks([self._ticks])
+        item.setYRange(-0.5, max(len(self.tokens), 1) - 0.5, padding=0.02)
         # the longest bar near the right edge: a flat distribution's bars are still told apart
-        self.item.setXRange(0.0, float(self.probs.max(initial=0.0)) * 1.1 or 1.0, padding=0.0)
+        item.setXRange(0.0, float(self.probs.max(initial=0.0)) * 1.1 or 1.0, padding=0.0)
 
     def clear_bars(self) -> None:
         self.set_bars([], np.zeros(0), None)

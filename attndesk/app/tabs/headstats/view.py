@@ -22,11 +22,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attndesk.app.widgets.named import named
 from attndesk.attention.types import head_name
 from attndesk.render.export import ExportError, atomic_write
 from attndesk.teaching.statistics import HeadStats, head_statistics, layer_statistics, statistics_csv
 
 from ...widgets.holdings import held_by
+from ...widgets.lazy_plot import LazyPlot
 from ...widgets.plot_axes import without_si_prefix
 from ...widgets.table_items import NumberItem
 
@@ -79,22 +81,11 @@ class HeadStatsView(QWidget):
         self.table.itemSelectionChanged.connect(self._on_selection)
         self.table.horizontalHeader().sectionClicked.connect(self._on_header_clicked)
 
-        self.scatter = pg.PlotWidget()
-        without_si_prefix(self.scatter.getPlotItem())
-        self.scatter.setObjectName("headStatsScatter")
-        self.scatter.setBackground("w")
-        self.scatter.setLabel("bottom", "mean attention distance (tokens)")
-        self.scatter.setLabel("left", "mean row entropy (nats)")
-        self.scatter.setTitle("one point per head", color="#333", size="9pt")
-        self.scatter.setMenuEnabled(False)
-        # heads that all attend alike (uniform rows, one token) put every point on one spot: the
-        # auto range is then nearly zero wide, and the wheel would zoom it to a singular, NaN range
-        self.scatter.getPlotItem().vb.setLimits(minXRange=MIN_SPAN, minYRange=MIN_SPAN)
-        self.points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
-        self.points.sigClicked.connect(self._on_point_clicked)
-        self.points.setToolTip("click a point to select its head")
-        self.scatter.addItem(self.points)
+        # the scatter is built on first show; what it shows is drawn from ``_stats`` then
+        self.scatterHolder = named(LazyPlot(self._build_scatter), "headStatsScatterHolder")
+        self.scatterHolder.when_built(self._fill_scatter)
         self._labels: list[pg.TextItem] = []
+        self._title = "one point per head"  # the scatter's
 
         self.exportButton = QPushButton("Export CSV…")
         self.exportButton.setObjectName("headStatsExportButton")
@@ -110,13 +101,40 @@ class HeadStatsView(QWidget):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("headStatsSplitter")
         self.splitter.addWidget(self.table)
-        self.splitter.addWidget(self.scatter)
+        self.splitter.addWidget(self.scatterHolder)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.splitter, 1)
+
+    def _build_scatter(self) -> pg.PlotWidget:
+        scatter = pg.PlotWidget(enableMenu=False)
+        without_si_prefix(scatter.getPlotItem())
+        scatter.setObjectName("headStatsScatter")
+        scatter.setBackground("w")
+        scatter.setLabel("bottom", "mean attention distance (tokens)")
+        scatter.setLabel("left", "mean row entropy (nats)")
+        # heads that all attend alike (uniform rows, one token) put every point on one spot: the
+        # auto range is then nearly zero wide, and the wheel would zoom it to a singular, NaN range
+        scatter.getPlotItem().vb.setLimits(minXRange=MIN_SPAN, minYRange=MIN_SPAN)
+        points = self._points = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#234"), brush=pg.mkBrush(60, 110, 200, 180))
+        points.sigClicked.connect(self._on_point_clicked)
+        points.setToolTip("click a point to select its head")
+        scatter.addItem(points)
+        return scatter
+
+    @property
+    def scatter(self) -> pg.PlotWidget:
+        """The scatter plot (built on first use)."""
+        return self.scatterHolder.plot
+
+    @property
+    def points(self) -> pg.ScatterPlotItem:
+        """The scatter's points (its plot built on first use)."""
+        self.scatterHolder.plot  # noqa: B018 - the property builds the plot
+        return self._points
 
     # -- API -------------------------------------------------------------------------------------
     def holdings(self) -> list:
@@ -144,15 +162,15 @@ class HeadStatsView(QWidget):
         self._stats = list(stats)
         self._layered = any(s.layer is not None for s in self._stats)
         self._fill_table()
-        self._fill_scatter()
         self._fit_table()
         if self._layered:
             layers = 1 + max(s.layer for s in self._stats if s.layer is not None)
             where = f"{layers} layers × {len(self._stats) // layers} heads"
-            self.scatter.setTitle(f"colour = layer: dark 0 … yellow {layers - 1}", color="#333", size="9pt")
+            self._title = f"colour = layer: dark 0 … yellow {layers - 1}"
         else:
             where = f"{len(self._stats)} heads"
-            self.scatter.setTitle("one point per head", color="#333", size="9pt")
+            self._title = "one point per head"
+        self._draw_scatter()
         self.infoLabel.setText(
             f"{where}, {shape[0]} queries × {shape[1]} keys. Click a column to sort, a row to open the head."
         )
@@ -162,7 +180,7 @@ class HeadStatsView(QWidget):
         if clear:
             self._stats = []
             self._fill_table()
-            self._fill_scatter()
+            self._draw_scatter()
         self.infoLabel.setText(text)
 
     def _row_key(self, row: int) -> tuple[int | None, int]:
@@ -228,7 +246,13 @@ class HeadStatsView(QWidget):
         super().resizeEvent(event)
         self._fit_table()
 
+    def _draw_scatter(self) -> None:
+        """Draw ``_stats`` into the scatter if it is built (else it draws them once built)."""
+        if self.scatterHolder.built:
+            self._fill_scatter()
+
     def _fill_scatter(self) -> None:
+        self.scatter.setTitle(self._title, color="#333", size="9pt")
         stats = [s for s in self._stats if np.isfinite(s.mean_distance) and np.isfinite(s.entropy)]
         layers = 1 + max((s.layer for s in stats if s.layer is not None), default=0)
         # colour by layer, early layers dark, late layers yellow: one brush per layer, not per point

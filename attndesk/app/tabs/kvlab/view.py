@@ -37,6 +37,7 @@ from attndesk.runs.fields import Param
 from ...widgets.heatmap import MatrixPlot
 from ...widgets.holdings import held_by
 from ...widgets.interp import RunBar
+from ...widgets.lazy_plot import LazyPlot
 from ...widgets.plot_axes import without_si_prefix
 
 ORACLE = "oracle"
@@ -184,8 +185,15 @@ class KVLabView(QWidget):
         self.rasterPlots: list[MatrixPlot] = []
         self.heatmap = MatrixPlot("the compressed run's weights")
         self.heatmap.setObjectName("kvlabHeatmap")
-        self.klPlot = self._curve_plot("kvlabKL", "mean KL, nats")
-        self.accuracyPlot = self._curve_plot("kvlabAccuracy", "accuracy")
+        # the curves' plots, built on first show: what is drawn before is kept (``curves``, ``bands``)
+        self.klHolder = named(
+            LazyPlot(lambda: self._curve_plot("kvlabKL", "mean KL, nats"), minimum=(0, 220)), "kvlabKLHolder"
+        )
+        self.accuracyHolder = named(
+            LazyPlot(lambda: self._curve_plot("kvlabAccuracy", "accuracy"), minimum=(0, 220)), "kvlabAccuracyHolder"
+        )
+        self.klHolder.when_built(lambda: self._draw_curve(self.klHolder.plot, 1))
+        self.accuracyHolder.when_built(lambda: self._draw_curve(self.accuracyHolder.plot, 2))
         self.scoresLabel = named(
             QLabel("Run: one policy at one budget. Sweep budgets: its curves beside the oracle's."), "kvlabScores"
         )
@@ -197,18 +205,25 @@ class KVLabView(QWidget):
         pictures = QGridLayout()
         pictures.addWidget(self.rasterBox, 0, 0)
         pictures.addWidget(self.heatmap, 0, 1)
-        pictures.addWidget(self.klPlot, 1, 0)
-        pictures.addWidget(self.accuracyPlot, 1, 1)
+        pictures.addWidget(self.klHolder, 1, 0)
+        pictures.addWidget(self.accuracyHolder, 1, 1)
         pictures.setRowStretch(0, 3)
         pictures.setRowStretch(1, 2)
         pictures.setColumnStretch(0, 3)
         pictures.setColumnStretch(1, 2)
         return pictures
 
+    @property
+    def klPlot(self) -> pg.PlotWidget:
+        return self.klHolder.plot
+
+    @property
+    def accuracyPlot(self) -> pg.PlotWidget:
+        return self.accuracyHolder.plot
+
     @staticmethod
     def _curve_plot(name: str, label: str) -> pg.PlotWidget:
         plot = pg.PlotWidget(objectName=name)
-        plot.setMinimumHeight(220)
         without_si_prefix(plot.getPlotItem())
         plot.setLogMode(x=True, y=False)
         plot.setLabel("bottom", "budget (keys per K/V head)")
@@ -364,22 +379,28 @@ class KVLabView(QWidget):
         self._draw_curves()
 
     def _draw_curves(self) -> None:
-        for plot, column in ((self.klPlot, 1), (self.accuracyPlot, 2)):
-            plot.clear()
-            plot.getPlotItem().legend.clear()
-            for i, (name, values) in enumerate(self.curves.items()):
-                oracle = name == ORACLE
-                pen = pg.mkPen("k" if oracle else _COLOURS[i % len(_COLOURS)], width=2.5 if oracle else 1.5)
-                if oracle:
-                    pen.setStyle(pg.QtCore.Qt.PenStyle.DashLine)
-                plot.plot(values[0], values[column], pen=pen, symbol="o", symbolSize=5, name=name)
-                if name in self.bands:
-                    budgets, *spans = self.bands[name]
-                    low, high = spans[column - 1]
-                    colour = pg.mkColor("k" if oracle else _COLOURS[i % len(_COLOURS)])
-                    colour.setAlpha(45)
-                    edges = [pg.PlotDataItem(budgets, edge, pen=None) for edge in (low, high)]
-                    plot.addItem(pg.FillBetweenItem(*edges, brush=colour))
+        """Draw ``curves`` (and ``bands``) into the plots built (the others draw them once built)."""
+        for holder, column in ((self.klHolder, 1), (self.accuracyHolder, 2)):
+            if holder.built:
+                self._draw_curve(holder.plot, column)
+
+    def _draw_curve(self, plot: pg.PlotWidget, column: int) -> None:
+        """Column 1 (KL) or 2 (accuracy) of ``curves`` and its bands, in place of ``plot``'s."""
+        plot.clear()
+        plot.getPlotItem().legend.clear()
+        for i, (name, values) in enumerate(self.curves.items()):
+            oracle = name == ORACLE
+            pen = pg.mkPen("k" if oracle else _COLOURS[i % len(_COLOURS)], width=2.5 if oracle else 1.5)
+            if oracle:
+                pen.setStyle(pg.QtCore.Qt.PenStyle.DashLine)
+            plot.plot(values[0], values[column], pen=pen, symbol="o", symbolSize=5, name=name)
+            if name in self.bands:
+                budgets, *spans = self.bands[name]
+                low, high = spans[column - 1]
+                colour = pg.mkColor("k" if oracle else _COLOURS[i % len(_COLOURS)])
+                colour.setAlpha(45)
+                edges = [pg.PlotDataItem(budgets, edge, pen=None) for edge in (low, high)]
+                plot.addItem(pg.FillBetweenItem(*edges, brush=colour))
 
 
 __all__ = ["KVLabView", "control_value", "option_control"]

@@ -25,6 +25,7 @@ from attndesk.attention.rope import rope, rope_relative_scores
 
 from ...widgets.heatmap import MatrixPlot, PreparedMatrix, prepare_matrix
 from ...widgets.holdings import held_by
+from ...widgets.lazy_plot import LazyPlot
 from ...widgets.pacing import PacedHost
 from ...widgets.plot_axes import without_si_prefix
 
@@ -170,32 +171,63 @@ class PositionalView(QWidget):
         self.ropePlot = MatrixPlot("RoPE: R(m)q · R(n)k")
         self.ropePlot.setObjectName("ropeScoresPlot")
         self.ropePlot.cellHovered.connect(self.hover_rope)
-        self.offsetPlot = pg.PlotWidget()
-        without_si_prefix(self.offsetPlot.getPlotItem())
-        self.offsetPlot.setObjectName("ropeOffsetPlot")
-        self.offsetPlot.setBackground("w")
-        self.offsetPlot.setMinimumHeight(160)
-        self.offsetPlot.setLabel("bottom", "offset m − n (query position − key position)")
-        self.offsetPlot.setLabel("left", "R(m)q · R(n)k")
+        # built on first show; it draws the table on show (``rope``) then
+        self.offsetHolder = named(LazyPlot(self._build_offsets, minimum=(0, 160)), "ropeOffsetPlotHolder")
+        self.offsetHolder.when_built(self._draw_offsets)
+        self.ropeHosts = (PacedHost(self.ropePlot), PacedHost(self.offsetHolder))
+        for host in self.ropeHosts:
+            host.hide()  # until a table is drawn
+
+    def _build_offsets(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget()
+        without_si_prefix(plot.getPlotItem())
+        plot.setObjectName("ropeOffsetPlot")
+        plot.setBackground("w")
+        plot.setLabel("bottom", "offset m − n (query position − key position)")
+        plot.setLabel("left", "R(m)q · R(n)k")
         # no grid and fixed ranges (set per table): grid lines and auto ranging over thousands of
         # offsets double the tab's repaint
-        self.offsetPlot.disableAutoRange()
-        self.offsetPlot.addLegend(offset=(-6, 6))
+        plot.disableAutoRange()
+        plot.addLegend(offset=(-6, 6))
         # one curve per anchor; drawn thick-to-thin so the later ones visibly lie on the first
         styles = [
             (6, "#9ecae1", Qt.PenStyle.SolidLine),
             (3, "#3182bd", Qt.PenStyle.SolidLine),
             (1.2, "#b00020", Qt.PenStyle.SolidLine),
         ]  # a dashed pen over thousands of points paints slowly
-        self.ropeHosts = (PacedHost(self.ropePlot), PacedHost(self.offsetPlot))
-        for host in self.ropeHosts:
-            host.hide()  # until a table is drawn
-        self.offsetCurves = [
-            self.offsetPlot.plot(
-                [], [], pen=pg.mkPen(color, width=width, style=style), name=f"query at position m = {anchor}"
-            )
+        self._offsetCurves = [
+            plot.plot([], [], pen=pg.mkPen(color, width=width, style=style), name=f"query at position m = {anchor}")
             for anchor, (width, color, style) in zip(ROPE_ANCHORS, styles)
         ]
+        return plot
+
+    @property
+    def offsetPlot(self) -> pg.PlotWidget:
+        """RoPE's score by offset (built on first use)."""
+        return self.offsetHolder.plot
+
+    @property
+    def offsetCurves(self) -> list[pg.PlotDataItem]:
+        """Its curves, one per anchor (the plot built on first use)."""
+        self.offsetHolder.plot  # noqa: B018 - the property builds the plot
+        return self._offsetCurves
+
+    def _draw_offsets(self) -> None:
+        """RoPE's score by offset of the table on show (``rope``), if the plot is built (else once it is)."""
+        if not self.offsetHolder.built:
+            return
+        table = self.rope
+        if table is None:
+            for curve in self.offsetCurves:
+                curve.setData([], [])
+            return
+        for curve, row in zip(self.offsetCurves, table.by_offset):
+            curve.setData(table.offsets.astype(np.float64), row)
+        self.offsetPlot.setRange(
+            xRange=(int(table.offsets[0]), int(table.offsets[-1])),
+            yRange=(float(table.by_offset.min()), float(table.by_offset.max())),
+            padding=0.05,
+        )
 
     def set_result(self, result) -> None:
         """Follow a toy result's token count and embed_dim (the window's presenter calls
@@ -231,8 +263,7 @@ class PositionalView(QWidget):
             host.setVisible(table is not None)
         if table is None:
             self.ropePlot.clear()
-            for curve in self.offsetCurves:
-                curve.setData([], [])
+            self._draw_offsets()
             self.ropeLabel.setText(note)
             return
         n = table.scores.shape[0]
@@ -243,13 +274,7 @@ class PositionalView(QWidget):
             "one q, k pair rotated to every position: constant along each diagonal"
         )
         self.ropePlot.show_prepared(table.scores_image, row_labels=labels, col_labels=labels)
-        for curve, row in zip(self.offsetCurves, table.by_offset):
-            curve.setData(table.offsets.astype(np.float64), row)
-        self.offsetPlot.setRange(
-            xRange=(int(table.offsets[0]), int(table.offsets[-1])),
-            yRange=(float(table.by_offset.min()), float(table.by_offset.max())),
-            padding=0.05,
-        )
+        self._draw_offsets()
         self.ropeLabel.setText(
             f"RoPE rotates q and k by angles proportional to their positions, so their score depends only on "
             f"the offset m − n: the three curves (queries at m = {', '.join(map(str, ROPE_ANCHORS))}) coincide, "

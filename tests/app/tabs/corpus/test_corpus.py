@@ -80,7 +80,7 @@ def window_busy(tab) -> bool:
 
 def click_cell(qtbot, grid, layer: int, head: int) -> None:
     scene = grid.getViewBox().mapViewToScene(QPointF(head + 0.5, layer + 0.5))
-    qtbot.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton, pos=grid.mapFromScene(scene))
+    qtbot.mouseClick(grid.plot.viewport(), Qt.MouseButton.LeftButton, pos=grid.plot.mapFromScene(scene))
 
 
 def test_a_pass_fills_the_grid_table_texts_and_atlas_and_opens_a_text(qtbot, window, tmp_path, folders):

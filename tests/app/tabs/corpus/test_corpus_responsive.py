@@ -109,7 +109,7 @@ def test_long_texts_heads_and_metrics_stay_light(qtbot, window, tmp_path):
     assert not [i for i in view.grid.getPlotItem().items if isinstance(i, pg.TextItem)]  # badges: one item
     assert view.grid.badges.texts().shape == (6, 12)
     scene = view.grid.getViewBox().mapViewToScene(QPointF(11.5, 5.5))
-    QTest.mouseMove(view.grid.viewport(), view.grid.mapFromScene(scene))  # the hover names the cell's role
+    QTest.mouseMove(view.grid.plot.viewport(), view.grid.plot.mapFromScene(scene))  # the hover names the cell's role
     qtbot.waitUntil(lambda: view.grid.badges.toolTip() == f"L5 H11: {view.pivot('role')[5, 11]}")
 
     def select(layer: int, head: int, metric: str):

@@ -47,11 +47,14 @@ def test_a_new_window_builds_only_the_plots_of_the_tab_it_shows(qtbot):
         assert not train.curves.lossHolder.built and not train.curves.metricHolder.built
         w.state.view.tab = "train"
         assert train.curves.lossHolder.built and train.curves.metricHolder.built
-        np.testing.assert_array_equal(train.lossCurve.getData()[1], loss)
-        np.testing.assert_array_equal(train.accuracyCurve.getData()[0], evals)
-        np.testing.assert_array_equal(train.patternCurve.getData()[1], pattern)
-        assert [line.value() for line in train.phaseLines if line.isVisible()] == [20, 20]
-        assert train.lossPlot.isVisible() and train.metricPlot.getPlotItem().titleLabel.text.count("span") == 4
+        np.testing.assert_array_equal(train.curves.lossCurve.getData()[1], loss)
+        np.testing.assert_array_equal(train.curves.accuracyCurve.getData()[0], evals)
+        np.testing.assert_array_equal(train.curves.patternCurve.getData()[1], pattern)
+        assert [line.value() for line in train.curves.phaseLines if line.isVisible()] == [20, 20]
+        assert (
+            train.curves.lossPlot.isVisible()
+            and train.curves.metricPlot.getPlotItem().titleLabel.text.count("span") == 4
+        )
     finally:
         qtbot.waitUntil(lambda: not w.compute.any_job_running(), timeout=TIMEOUT_MS)
         dispose(w)
@@ -102,8 +105,8 @@ def test_what_a_view_draws_before_its_plot_is_built_is_drawn_once_it_is(qtbot):
     assert positions.offsetPlot.getViewBox().viewRange()[0][0] < table.offsets[0] + 1
     assert circuit.headMap.getAxis("left")._tickLevels[0][0] == (0.5, "0 a")
     assert circuit.headMap.getPlotItem().titleLabel.text == "L1.H2 on the clean input"
-    assert circuit._headImage in circuit.headMap.getPlotItem().items
-    np.testing.assert_array_equal(circuit._headImage.image, weights[1])
+    assert circuit.headMapHolder.image in circuit.headMap.getPlotItem().items
+    np.testing.assert_array_equal(circuit.headMapHolder.image.image, weights[1])
     assert bars._bars in bars.getPlotItem().items
     assert "'a'" in bars.getPlotItem().getAxis("left")._tickLevels[0][0][1]
     assert grid.image in grid.getPlotItem().items and grid.getViewBox().viewRange()[0][1] > 2.9

@@ -288,29 +288,68 @@ def _draw_faithfulness(plot: pg.PlotWidget, curve: pd.DataFrame, marker: pg.Infi
     plot.addItem(marker)
 
 
-def _head_map_plot(image: pg.ImageItem, mark: QGraphicsRectItem) -> pg.PlotWidget:
-    """The picked head's attention map's plot (queries down) holding its ``image`` and the picked
-    cell's ``mark``."""
-    plot = pg.PlotWidget(objectName="circuitHeadMap")
-    plot.setBackground("w")
-    plot.setAspectLocked(True)
-    plot.getAxis("left").setWidth(84)  # room for "i token" on every row
-    plot.invertY(True)
-    plot.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
-    plot.addItem(image)
-    plot.addItem(mark)
-    return plot
+class HeadMap(LazyPlot):
+    """The picked head's attention map (queries down, keys across), its plot built on first show:
+    its image and the picked cell's mark live before it. A click on a cell emits ``cellClicked``
+    (query, key)."""
 
+    cellClicked = Signal(int, int)
 
-def _head_map_items() -> tuple[pg.ImageItem, QGraphicsRectItem]:
-    """The head map's image and the picked cell's mark (they live before their plot is built)."""
-    image = pg.ImageItem(axisOrder="row-major")
-    image.setLookupTable(pg.colormap.get("viridis").getLookupTable())
-    mark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
-    mark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
-    mark.setZValue(10)
-    mark.hide()
-    return image, mark
+    def __init__(self) -> None:
+        super().__init__(self._build_map, minimum=(220, 220))
+        self.setObjectName("circuitHeadMapHolder")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image.setLookupTable(pg.colormap.get("viridis").getLookupTable())
+        self.mark = QGraphicsRectItem(0.0, 0.0, 1.0, 1.0)
+        self.mark.setPen(pg.mkPen((230, 30, 30), width=2, cosmetic=True))
+        self.mark.setZValue(10)
+        self.mark.hide()
+        self.shape: tuple[int, int] | None = None
+        self._labels: tuple[list[str], list[str], str] | None = None  # rows, columns, title
+        self.when_built(self._frame)
+
+    def _build_map(self) -> pg.PlotWidget:
+        plot = pg.PlotWidget(objectName="circuitHeadMap")
+        plot.setBackground("w")
+        plot.setAspectLocked(True)
+        plot.getAxis("left").setWidth(84)  # room for "i token" on every row
+        plot.invertY(True)
+        plot.setToolTip("the head's attention on the clean input: click a cell to decompose its score")
+        plot.addItem(self.image)
+        plot.addItem(self.mark)
+        plot.scene().sigMouseClicked.connect(self._on_click)
+        return plot
+
+    def show_map(self, weights: np.ndarray, rows: list[str], columns: list[str], title: str) -> None:
+        """``weights`` [Lq, Lk] with its row and column names and its title; no cell picked."""
+        self.image.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
+        self.shape = weights.shape
+        self.mark.hide()
+        self._labels = (rows, columns, title)
+        if self.built:
+            self._frame()
+
+    def mark_cell(self, query: int, key: int) -> None:
+        self.mark.setRect(float(key), float(query), 1.0, 1.0)
+        self.mark.setVisible(self.shape is not None)
+
+    def _frame(self) -> None:
+        """The axes' names and the title, and the range over the image."""
+        if self._labels is None:
+            return
+        rows, columns, title = self._labels
+        for axis, names in (("left", rows), ("bottom", columns)):
+            self.plot.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
+        self.plot.setTitle(title, size="8pt")
+        self.plot.getViewBox().autoRange(padding=0.0)
+
+    def _on_click(self, event) -> None:
+        if self.shape is None:
+            return
+        point = self.image.mapFromScene(event.scenePos())
+        query, key = int(point.y()), int(point.x())
+        if 0 <= query < self.shape[0] and 0 <= key < self.shape[1]:
+            self.cellClicked.emit(query, key)
 
 
 def _fill_terms(table: QTableWidget, top: pd.DataFrame) -> None:
@@ -431,14 +470,8 @@ class CircuitView(QWidget):
             cell.addWidget(QLabel(label), 0, 2 * i)
             cell.addWidget(spin, 0, 2 * i + 1)
         cell.addWidget(self.decomposeButton, 0, 8)
-        self._headImage, self._cellMark = _head_map_items()
-        self.headMapHolder = named(
-            LazyPlot(self._build_head_map, minimum=(220, 220)),
-            "circuitHeadMapHolder",
-        )
-        self.headMapHolder.when_built(self._frame_head_map)
-        self._mapShape: tuple[int, int] | None = None
-        self._mapLabels: tuple[list[str], list[str], str] | None = None  # rows, columns, title
+        self.headMapHolder = HeadMap()
+        self.headMapHolder.cellClicked.connect(self.pick_cell)
         self.weightLabel = named(QLabel(""), "circuitWeights")
         self.weightLabel.setWordWrap(True)
         terms = QGroupBox("Why this head attends there: click a cell of its attention for the score, term by term")
@@ -488,25 +521,10 @@ class CircuitView(QWidget):
         """The picked head's attention map's plot (built on first use)."""
         return self.headMapHolder.plot
 
-    def _build_head_map(self) -> pg.PlotWidget:
-        plot = _head_map_plot(self._headImage, self._cellMark)
-        plot.scene().sigMouseClicked.connect(self._on_map_click)
-        return plot
-
     def _draw_curve(self) -> None:
         """The faithfulness curve on show, if its plot is built (else once it is)."""
         if self.shown is not None and self.curveHolder.built:
             _draw_faithfulness(self.curve, self.shown.curve, self._marker)
-
-    def _frame_head_map(self) -> None:
-        """The head map's axes and title, and its range over the image, if its plot is built."""
-        if self._mapLabels is None or not self.headMapHolder.built:
-            return
-        rows, columns, title = self._mapLabels
-        for axis, names in (("left", rows), ("bottom", columns)):
-            self.headMap.getAxis(axis).setTicks([[(i + 0.5, text) for i, text in enumerate(names)]])
-        self.headMap.setTitle(title, size="8pt")
-        self.headMap.getViewBox().autoRange(padding=0.0)
 
     # -- inputs ------------------------------------------------------------------------------------
     def set_inputs(self, clean: str, corrupt: str, answer: str, wrong: str) -> None:
@@ -603,29 +621,16 @@ class CircuitView(QWidget):
         """The picked head's attention [Lq, Lk] on the clean input, queries down, keys across, and
         its weight-only numbers (or why there are none)."""
         self.weightLabel.setText(weight_text(f"L{layer}.H{head}", weights_only))
-        self._headImage.setImage(np.asarray(weights, dtype=np.float64), levels=(0.0, 1.0))
-        self._mapShape = weights.shape
-        self._cellMark.hide()
         # queries as "i token" down the side; keys by position across when their names would overlap
         rows = [f"{i} {text}" for i, text in enumerate(labels[0])]
         columns = labels[1] if len(labels[1]) <= 8 else [str(i) for i in range(len(labels[1]))]
-        self._mapLabels = (rows, columns, f"L{layer}.H{head} on the clean input")
-        self._frame_head_map()
+        self.headMapHolder.show_map(weights, rows, columns, f"L{layer}.H{head} on the clean input")
         self.termsTable.setRowCount(0)  # the terms shown were another head's
         self.termsLabel.setText("click a cell of the head's attention (query row, key column)")
 
-    def _on_map_click(self, event) -> None:
-        if self._mapShape is None:
-            return
-        point = self._headImage.mapFromScene(event.scenePos())
-        query, key = int(point.y()), int(point.x())
-        if 0 <= query < self._mapShape[0] and 0 <= key < self._mapShape[1]:
-            self.pick_cell(query, key)
-
     def pick_cell(self, query: int, key: int) -> None:
         """A cell of the head's map: its score, decomposed."""
-        self._cellMark.setRect(float(key), float(query), 1.0, 1.0)
-        self._cellMark.setVisible(self._mapShape is not None)
+        self.headMapHolder.mark_cell(query, key)
         self.querySpin.setValue(query)
         self.keySpin.setValue(key)
         self._ask_terms()

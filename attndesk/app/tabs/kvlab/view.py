@@ -192,8 +192,8 @@ class KVLabView(QWidget):
         self.accuracyHolder = named(
             LazyPlot(lambda: self._curve_plot("kvlabAccuracy", "accuracy"), minimum=(0, 220)), "kvlabAccuracyHolder"
         )
-        self.klHolder.when_built(lambda: self._draw_curve(self.klHolder.plot, 1))
-        self.accuracyHolder.when_built(lambda: self._draw_curve(self.accuracyHolder.plot, 2))
+        self.klHolder.when_built(lambda: _draw_curve(self.klHolder.plot, 1, self.curves, self.bands))
+        self.accuracyHolder.when_built(lambda: _draw_curve(self.accuracyHolder.plot, 2, self.curves, self.bands))
         self.scoresLabel = named(
             QLabel("Run: one policy at one budget. Sweep budgets: its curves beside the oracle's."), "kvlabScores"
         )
@@ -212,14 +212,6 @@ class KVLabView(QWidget):
         pictures.setColumnStretch(0, 3)
         pictures.setColumnStretch(1, 2)
         return pictures
-
-    @property
-    def klPlot(self) -> pg.PlotWidget:
-        return self.klHolder.plot
-
-    @property
-    def accuracyPlot(self) -> pg.PlotWidget:
-        return self.accuracyHolder.plot
 
     @staticmethod
     def _curve_plot(name: str, label: str) -> pg.PlotWidget:
@@ -382,25 +374,27 @@ class KVLabView(QWidget):
         """Draw ``curves`` (and ``bands``) into the plots built (the others draw them once built)."""
         for holder, column in ((self.klHolder, 1), (self.accuracyHolder, 2)):
             if holder.built:
-                self._draw_curve(holder.plot, column)
+                _draw_curve(holder.plot, column, self.curves, self.bands)
 
-    def _draw_curve(self, plot: pg.PlotWidget, column: int) -> None:
-        """Column 1 (KL) or 2 (accuracy) of ``curves`` and its bands, in place of ``plot``'s."""
-        plot.clear()
-        plot.getPlotItem().legend.clear()
-        for i, (name, values) in enumerate(self.curves.items()):
-            oracle = name == ORACLE
-            pen = pg.mkPen("k" if oracle else _COLOURS[i % len(_COLOURS)], width=2.5 if oracle else 1.5)
-            if oracle:
-                pen.setStyle(pg.QtCore.Qt.PenStyle.DashLine)
-            plot.plot(values[0], values[column], pen=pen, symbol="o", symbolSize=5, name=name)
-            if name in self.bands:
-                budgets, *spans = self.bands[name]
-                low, high = spans[column - 1]
-                colour = pg.mkColor("k" if oracle else _COLOURS[i % len(_COLOURS)])
-                colour.setAlpha(45)
-                edges = [pg.PlotDataItem(budgets, edge, pen=None) for edge in (low, high)]
-                plot.addItem(pg.FillBetweenItem(*edges, brush=colour))
+
+def _draw_curve(plot: pg.PlotWidget, column: int, curves: dict, bands: dict) -> None:
+    """Column 1 (KL) or 2 (accuracy) of ``curves`` (name -> budgets, KL, accuracy) and its ``bands``,
+    in place of ``plot``'s."""
+    plot.clear()
+    plot.getPlotItem().legend.clear()
+    for i, (name, values) in enumerate(curves.items()):
+        oracle = name == ORACLE
+        pen = pg.mkPen("k" if oracle else _COLOURS[i % len(_COLOURS)], width=2.5 if oracle else 1.5)
+        if oracle:
+            pen.setStyle(pg.QtCore.Qt.PenStyle.DashLine)
+        plot.plot(values[0], values[column], pen=pen, symbol="o", symbolSize=5, name=name)
+        if name in bands:
+            budgets, *spans = bands[name]
+            low, high = spans[column - 1]
+            colour = pg.mkColor("k" if oracle else _COLOURS[i % len(_COLOURS)])
+            colour.setAlpha(45)
+            edges = [pg.PlotDataItem(budgets, edge, pen=None) for edge in (low, high)]
+            plot.addItem(pg.FillBetweenItem(*edges, brush=colour))
 
 
 __all__ = ["KVLabView", "control_value", "option_control"]

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRect, Qt, Signal
 from PySide6.QtGui import QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import (
@@ -174,31 +173,6 @@ class TrainView(QWidget):
         layout.addLayout(head)
         layout.addLayout(self.headGrid, 3)
         return column
-
-    # the curves' plots and items, built on first use (``TrainCurves``)
-    @property
-    def lossPlot(self) -> pg.PlotWidget:
-        return self.curves.lossPlot
-
-    @property
-    def metricPlot(self) -> pg.PlotWidget:
-        return self.curves.metricPlot
-
-    @property
-    def lossCurve(self) -> pg.PlotDataItem:
-        return self.curves.lossCurve
-
-    @property
-    def accuracyCurve(self) -> pg.PlotDataItem:
-        return self.curves.accuracyCurve
-
-    @property
-    def patternCurve(self) -> pg.PlotDataItem:
-        return self.curves.patternCurve
-
-    @property
-    def phaseLines(self) -> list[pg.InfiniteLine]:
-        return self.curves.phaseLines
 
     def _build_timeline(self) -> QHBoxLayout:
         self.timeline = TimelineSlider()

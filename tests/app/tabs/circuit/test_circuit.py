@@ -103,10 +103,10 @@ def test_a_clicked_cell_of_a_clicked_head_decomposes_its_score_as_the_core_does(
     point = layout.points["L1.H2"]
     qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
     assert (view.layerSpin.value(), view.headSpin.value()) == (1, 2) and view.openHeat.isEnabled()
-    qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: view.headMapHolder.shape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
     run = load_preset("induction")
     expected = run.attention(torch.tensor([CLEAN]))[0, 1, 2].numpy()
-    np.testing.assert_allclose(view._headImage.image, expected, atol=1e-6)
+    np.testing.assert_allclose(view.headMapHolder.image.image, expected, atol=1e-6)
     k_comp = composition_scores(run, "K")[0, :, 1, 2]  # from each layer-0 head into L1.H2
     strongest = int(np.argmax(k_comp))
     assert f"K-composition strongest from L0.H{strongest} ({k_comp[strongest]:.2f})" in view.weightLabel.text()
@@ -162,7 +162,7 @@ def test_a_pretrained_decoders_head_opens_in_heatmaps(qtbot, monkeypatch, gpt2_f
         layout = GraphLayout.of(view.shown.table, view.graph.keep, QRectF(view.graph.rect()))
         point = layout.points["L1.H3"]
         qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
-        qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: view.headMapHolder.shape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
         k_comp = composition_scores(load_pretrained(gpt2_folder), "K")[0, :, 1, 3]
         strongest = int(np.argmax(k_comp))
         assert f"K-composition strongest from L0.H{strongest} ({k_comp[strongest]:.2f})" in view.weightLabel.text()
@@ -228,8 +228,8 @@ def test_an_encoder_decoders_cross_attention_head_decomposes_with_its_part(qtbot
         point = layout.points["cross.L1.H2"]
         qtbot.mouseClick(view.graph, Qt.MouseButton.LeftButton, pos=QPoint(round(point.x()), round(point.y())))
         assert view.part == "cross"
-        qtbot.waitUntil(lambda: view._mapShape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
-        assert view._mapShape[0] == 1  # the decoder's start token asks every source token
+        qtbot.waitUntil(lambda: view.headMapHolder.shape is not None and not tab.side_busy(), timeout=TIMEOUT_MS)
+        assert view.headMapHolder.shape[0] == 1  # the decoder's start token asks every source token
         assert "no weight-only views" in view.weightLabel.text()
         view.pick_cell(0, 3)
         qtbot.waitUntil(lambda: view.termsTable.rowCount() > 0 and not tab.side_busy(), timeout=TIMEOUT_MS)

@@ -77,7 +77,7 @@ def test_sweep_draws_the_policy_and_the_oracle(qtbot, window):
     assert budgets.tolist() == [r["budget"] for r in ref] and len(budgets) == 10
     np.testing.assert_array_equal(kl, [r["kl_mean"] for r in ref])
     np.testing.assert_array_equal(accuracy, [r["accuracy"] for r in ref])
-    assert len(view.klPlot.getPlotItem().listDataItems()) == 2
+    assert len(view.klHolder.plot.getPlotItem().listDataItems()) == 2
     assert "swept 20 runs" in view.bar.message.text()
 
 
@@ -120,7 +120,7 @@ def test_the_sweeps_curves_are_the_cores_with_agreement_where_there_is_no_answer
         assert budgets.tolist() == [4.0, 8.0]
         np.testing.assert_array_equal(kl, curves(table, "kl_mean")[name][1])
         np.testing.assert_array_equal(accuracy, curves(table, fallback)[name][1])
-    assert len(view.klPlot.getPlotItem().listDataItems()) == 2
+    assert len(view.klHolder.plot.getPlotItem().listDataItems()) == 2
 
 
 def test_a_corpus_sweep_store_opens_as_curves_with_bands(qtbot, window, tmp_path):
@@ -146,7 +146,7 @@ def test_a_corpus_sweep_store_opens_as_curves_with_bands(qtbot, window, tmp_path
         _, (low, high), _ = view.bands[name]
         np.testing.assert_array_equal(low, kl.low)
         np.testing.assert_array_equal(high, kl.high)
-    fills = [i for i in view.klPlot.getPlotItem().items if isinstance(i, pg.FillBetweenItem)]
+    fills = [i for i in view.klHolder.plot.getPlotItem().items if isinstance(i, pg.FillBetweenItem)]
     assert len(fills) == 2
     store.close()
     window.tab_presenter(TAB).open_store(str(tmp_path))  # not a store: one line, the curves stay

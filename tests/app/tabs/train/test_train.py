@@ -72,10 +72,10 @@ def test_start_trains_and_draws_the_curves_scores_and_probe_heatmaps(qtbot, tab)
     run = train(qtbot, tab)
     view = tab.view
     assert run.status == "finished" and run.step == 30 and tab.gathered.reports == 30
-    steps, loss = view.lossCurve.getData()
+    steps, loss = view.curves.lossCurve.getData()
     np.testing.assert_array_equal(steps, np.arange(1, 31))
     np.testing.assert_array_equal(loss, [row["loss"] for row in run.history])
-    eval_steps, pattern = view.patternCurve.getData()
+    eval_steps, pattern = view.curves.patternCurve.getData()
     np.testing.assert_array_equal(eval_steps, [25, 30])
     np.testing.assert_allclose(pattern, [row["pattern"] for row in run.history if "pattern" in row])
     final = run.evaluate(tab_eval_batch(run))["scores"]
@@ -167,10 +167,12 @@ def test_every_token_label_of_the_probe_heatmaps_is_drawn_and_no_legend_covers_a
         assert plot.bottom.visible_ticks(0, rows, plot.plot.vb.width()) == list(range(rows))
         assert not any(host.intersects(other) for other in hosts[:i]), f"head {i}'s heatmap overlaps another"
     # the metric plot names its curves in its title, in their colours; nothing inside covers them
-    title = view.metricPlot.getPlotItem().titleLabel.text
-    for name, curve in (("accuracy", view.accuracyCurve), ("pattern score", view.patternCurve)):
+    title = view.curves.metricPlot.getPlotItem().titleLabel.text
+    for name, curve in (("accuracy", view.curves.accuracyCurve), ("pattern score", view.curves.patternCurve)):
         assert f"color:{curve.opts['pen'].color().name()}'>{name}<" in title
-    assert not [item for item in view.metricPlot.getPlotItem().scene().items() if isinstance(item, pg.LegendItem)]
+    assert not [
+        item for item in view.curves.metricPlot.getPlotItem().scene().items() if isinstance(item, pg.LegendItem)
+    ]
 
 
 def test_a_shape_the_task_cannot_use_is_explained_next_to_its_control(qtbot, tab):
@@ -221,7 +223,7 @@ def test_a_shipped_preset_opens_with_its_history_scores_and_learned_attention(qt
     qtbot.waitUntil(tab.view.probe_drawn, timeout=TIMEOUT_MS)  # the heatmaps are built one per turn
     np.testing.assert_array_equal(tab.view.headPlots[1].matrix, weights[0, 1])
     np.testing.assert_allclose(tab.view.scorePlot.matrix, preset.evaluate(tab_eval_batch(preset))["scores"], atol=1e-6)
-    np.testing.assert_array_equal(tab.view.lossCurve.getData()[1], [row["loss"] for row in preset.history])
+    np.testing.assert_array_equal(tab.view.curves.lossCurve.getData()[1], [row["loss"] for row in preset.history])
     assert tab.view.settings()["heads"] == 2 and tab.view.settings()["task"] == "previous-token"
     assert "previous-token" in tab.view.message.text()
 

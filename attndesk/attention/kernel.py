@@ -42,7 +42,11 @@ from .scoring import Scoring, Sinks, sink_share, softmax_rows
 Keep = dict  # stage name -> tensor, filled when a caller asks for intermediates
 
 # The fast path pays a few Python-level calls per head and block: below this many score entries
-# ([..., Lq, Lk] in total) the whole-tensor reference path is quicker.
+# ([..., Lq, Lk] in total) the whole-tensor reference path is quicker. It also needs each head's
+# [Lq, Lk] to be large, from an eighth of this (256 x 256): a batch of many short sequences loops
+# over every one of them (256 sequences x 4 heads of 40 x 40 took 10x the reference path's CPU,
+# docs/benchmarks.md), so it stays on the reference path until its scores reach 32x this, where
+# the reference path's few whole copies of them would cost more memory than the fast path's one.
 FAST_PATH_MIN_ELEMENTS = 1 << 19  # e.g. 8 heads x 256 x 256
 LAYER_POSITIONS = ("none", "rope", "alibi")  # what a layer itself does about positions
 
@@ -300,7 +304,10 @@ def _fast_path_ok(
                 return False
     except RuntimeError:
         return False
-    return math.prod(lead) * heads[0] * lq * lk >= FAST_PATH_MIN_ELEMENTS
+    total = math.prod(lead) * heads[0] * lq * lk
+    if total < FAST_PATH_MIN_ELEMENTS:
+        return False
+    return lq * lk >= FAST_PATH_MIN_ELEMENTS // 8 or total >= 32 * FAST_PATH_MIN_ELEMENTS
 
 
 def _blocked_attention(

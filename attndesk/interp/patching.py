@@ -12,8 +12,9 @@ Sites (``SITES``), each per layer of one part ("self"; an encoder-decoder also "
 The effect is normalised: (m_patched - m_corrupt) / (m_clean - m_corrupt), 1 = the clean metric
 fully restored, 0 = no change; the raw effect m_patched - m_corrupt is kept beside it. The metric
 is computed in float64 from the float32 logits, and every pass (the clean and corrupted runs'
-included) holds at least ``MIN_ROWS`` rows, padded with unpatched copies, so the effects do not
-depend on how many copies share a pass (see docs/interp.md). A gap m_clean - m_corrupt under
+included) holds at least ``MIN_ROWS`` rows, padded with unpatched copies (a decoder's pass starts
+from ``MIN_ROWS`` of them), so the effects do not depend on how many copies share a pass (see
+docs/interp.md). A gap m_clean - m_corrupt under
 ``GAP_SHARE`` of the metric's scale (``metric_scale``) sets ``PatchingReport.warning``:
 normalising by it amplifies small changes into large effects that mean little.
 
@@ -52,7 +53,9 @@ _AXES = {
 
 
 # A pass of fewer rows can take other matrix kernels (matrix-vector, small-M paths) that round
-# differently; padding every pass to this many rows keeps a copy's result the same at any batch size.
+# differently; padding every pass to this many rows keeps a copy's result the same at any batch size
+# (docs/interp.md: the processors measured). The memory budget must hold a pass of this many rows
+# beside one copy.
 MIN_ROWS = 4
 # Normalised effects are flagged when |m_clean - m_corrupt| is under this share of the metric's scale.
 GAP_SHARE = 0.01
@@ -161,10 +164,11 @@ def _patch_hooks(
     """Hooks that write the clean values into the copies of this chunk: copy b gets its site's
     slice (a head's features, or all features) at its position (or at all).
 
-    ``grow`` (decoders): the pass starts with one unpatched copy (batch row 0) and each layer's
-    block appends, as it starts, a copy of row 0 for every site of that layer (the lowest layer
-    first ``pad`` unpatched ones), so the layers below a site run once, not once per copy; copy i
-    of the chunk is batch row 1 + pad + i. Otherwise copy i is row i and the ``pad`` rows after
+    ``grow`` (decoders): the pass starts from one unpatched copy, the first block makes it
+    ``MIN_ROWS`` as it starts, and each layer's block appends, as it starts, a copy of row 0 for
+    every site of that layer, so the layers below a site run on those rows only, not once per copy
+    (and on as many rows in every pass: their rounding is the same whatever the chunk); copy i of
+    the chunk is batch row ``MIN_ROWS`` + i. Otherwise copy i is row i and the ``pad`` rows after
     the chunk stay unpatched."""
     pre: dict = {}
     post: dict = {}
@@ -174,21 +178,24 @@ def _patch_hooks(
     for layer, items in by_layer.items():
         parts = layers[layer]
         clean = clean_values[(kind, layer)]
-        batch = 1 + pad + items[-1][0] + 1 if grow else len(rows) + pad
+        batch = MIN_ROWS + items[-1][0] + 1 if grow else len(rows) + pad
         mask = torch.zeros((batch, *clean.shape[1:]), dtype=torch.bool, device=clean.device)
         d = parts.head_dim
         for b, head, pos in items:
             features = slice(None) if head is None else slice(head * d, (head + 1) * d)
-            mask[b + 1 + pad if grow else b, slice(None) if pos is None else pos, features] = True
+            mask[MIN_ROWS + b if grow else b, slice(None) if pos is None else pos, features] = True
         module, when = _where(parts, kind)
 
         def patch(m, x, mask=mask, clean=clean):
             return torch.where(mask, clean.to(x.dtype), x.reshape(mask.shape)).reshape(x.shape)
 
-        if grow:
-            pre[parts.block] = _grow(len(items) + (pad if layer == rows[0][0] else 0))
         table = pre if when == "pre" else post
         table[module] = _chain(table.get(module), patch)
+    if grow:
+        for layer in {0, *by_layer}:
+            count = len(by_layer.get(layer, ())) + (MIN_ROWS - 1 if layer == 0 else 0)
+            block = layers[layer].block  # the copies first, then a patch of the block's input
+            pre[block] = _chain(_grow(count), pre[block]) if block in pre else _grow(count)
     return pre, post
 
 
@@ -206,18 +213,16 @@ def _run_chunk(
     chunk: list,
     clean_values: dict,
     corrupt: Prompt,
-    most: int,
 ) -> torch.Tensor:
-    """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched;
-    the pass padded with unpatched copies to ``MIN_ROWS`` rows (``most``: the rows the budget
-    allows, the unpatched copy ``rows_for_budget`` sets aside included)."""
+    """[len(chunk), V] last logits of the corrupted prompt, copy i with chunk[i]'s site patched; a
+    decoder's pass starts from ``MIN_ROWS`` unpatched copies, an encoder-decoder's is padded with
+    unpatched copies to ``MIN_ROWS`` rows."""
     grow = model.family == "decoder"
-    rows = len(chunk) + (1 if grow else 0)
-    pad = max(0, min(MIN_ROWS, most) - rows)
+    pad = 0 if grow else max(0, MIN_ROWS - len(chunk))
     pre, post = _patch_hooks(layers, _kind(site), chunk, clean_values, grow, pad)
     with torch.inference_mode(), hooks(pre, post, lock=model._lock):
         if grow:
-            return last_logits(model, corrupt.ids)[1 + pad :]
+            return last_logits(model, corrupt.ids)[MIN_ROWS:]
         return last_logits(model, corrupt.ids.expand(len(chunk) + pad, -1), corrupt.decoder_ids)[: len(chunk)]
 
 
@@ -250,14 +255,15 @@ RESERVE = 32 * 2**20
 
 
 def rows_for_budget(model: LoadedModel, length: int, decoder_length: int, budget: int) -> int:
-    """Copies one pass may hold within ``budget`` bytes (0: not even one)."""
+    """Copies one pass may hold within ``budget`` bytes (0: not even one), beside the ``MIN_ROWS``
+    unpatched copies a decoder's pass starts from (an encoder-decoder's pads to as many)."""
     one = pass_bytes(model, 1, length, decoder_length)
-    return max(0, (budget - RESERVE) // one - 1)  # - 1: the unpatched copy a decoder's pass starts from
+    return max(0, (budget - RESERVE) // one - MIN_ROWS)
 
 
 def budget_for_rows(model: LoadedModel, rows: int, length: int, decoder_length: int = 0) -> int:
     """The smallest budget under which a pass holds ``rows`` copies."""
-    return RESERVE + pass_bytes(model, rows + 1, length, decoder_length)
+    return RESERVE + pass_bytes(model, rows + MIN_ROWS, length, decoder_length)
 
 
 def _batch_rows(model: LoadedModel, clean: Prompt, budget: int) -> int:
@@ -266,8 +272,9 @@ def _batch_rows(model: LoadedModel, clean: Prompt, budget: int) -> int:
     if rows < 1:
         need = budget_for_rows(model, 1, clean.length, dec)
         raise ConfigError(
-            f"one patched forward pass of {clean.length} tokens needs about {format_bytes(need)}, over the "
-            f"memory budget of {format_bytes(budget)}: shorten the prompts or raise the budget"
+            f"one patched forward pass of {clean.length} tokens ({MIN_ROWS + 1} rows, the fewest a pass holds) needs "
+            f"about {format_bytes(need)}, over the memory budget of {format_bytes(budget)}: shorten the prompts "
+            "or raise the budget"
         )
     return rows
 
@@ -346,7 +353,7 @@ def activation_patching(
     part, layers = _part_layers(model, part)
     budget = resolve_budget(memory_budget)
     batch = _batch_rows(model, clean_p, budget)
-    m_clean, m_corrupt, scorer, scale = _endpoints(model, scorer, clean_p, corrupt_p, batch + 1)
+    m_clean, m_corrupt, scorer, scale = _endpoints(model, scorer, clean_p, corrupt_p)
     if abs(m_clean - m_corrupt) < 1e-9:
         raise ConfigError(
             f"the clean and corrupted prompts give the same {metric} ({m_clean:.6g}): "
@@ -364,7 +371,7 @@ def activation_patching(
             ctx.check()
             chunk = [rows[i] for i in span]
             with torch_threads(threads.recheck()):  # chosen again for the load before each pass
-                logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p, batch + 1)
+                logits = _run_chunk(model, layers, site, chunk, clean_values, corrupt_p)
             values[span.start : span.stop] = scorer(logits).double().cpu().numpy()
             report.forward_passes += 1
             done += len(chunk)
@@ -375,19 +382,17 @@ def activation_patching(
         report.results[site] = PatchingResult(site, part, raw / (m_clean - m_corrupt), values, _AXES[site], raw)
     report.batch_rows = min(batch, max(len(r) for _, r in plan))
     dec = 0 if clean_p.decoder_ids is None else int(clean_p.decoder_ids.shape[1])
-    padded = max(report.batch_rows, min(MIN_ROWS, batch + 1) - 1)  # the rows of the largest pass, padding included
-    report.pass_bytes = budget_for_rows(model, padded, clean_p.length, dec)
+    report.pass_bytes = budget_for_rows(model, report.batch_rows, clean_p.length, dec)
     return report
 
 
 def _endpoints(
-    model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Prompt, most: int = MIN_ROWS
+    model: LoadedModel, scorer: Metric, clean: Prompt, corrupt: Prompt
 ) -> tuple[float, float, Metric, float]:
     """(m_clean, m_corrupt, the metric with KL's reference set to the clean distribution, the
     metric's scale): both prompts in one pass, padded with corrupted copies to ``MIN_ROWS`` rows
-    (``most``: the rows the budget allows) like the patched passes."""
-    rows = max(2, min(MIN_ROWS, most))
-    ids = torch.cat([clean.ids, corrupt.ids.expand(rows - 1, -1)])
+    like the patched passes."""
+    ids = torch.cat([clean.ids, corrupt.ids.expand(MIN_ROWS - 1, -1)])
     with model._lock, torch.inference_mode():
         logits = last_logits(model, ids, clean.decoder_ids)
     clean_logits, corrupt_logits = logits[:1], logits[1:2]

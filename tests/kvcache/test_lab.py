@@ -31,6 +31,9 @@ def test_a_lab_run_runs_no_forward_pass_beyond_simulates(monkeypatch):
     monkeypatch.setattr(type(kvm), "forward", real)
     run = lab.run
     assert run.prompt == len(ids) - 3 and not run.keep.all()
-    np.testing.assert_array_equal(lab.weights, np.stack(kvm.forward(list(run.ids), run.keep).weights))
+    # rows after the first pruned one come from a pass of those rows over the full run's cache, the
+    # reference's from one pass of every row: float32 kernels of other shapes can round them otherwise
+    # (docs/kvcache-lab.md: up to 2.3e-6 on an AMD EPYC with AVX2; bitwise equal on an Intel Xeon)
+    np.testing.assert_allclose(lab.weights, np.stack(kvm.forward(list(run.ids), run.keep).weights), rtol=0, atol=1e-5)
     full = kvm.forward(list(run.ids), causal(kvm.layers, kvm.kv_heads, len(run.ids)))
     np.testing.assert_array_equal(lab.full_weights, np.stack(full.weights))

@@ -53,12 +53,16 @@ def test_run_draws_what_the_policy_keeps(qtbot, window):
     raster = view.rasterPlots[0]
     np.testing.assert_array_equal(raster.masked, ~ref.keep[layer, 0][steps])
     assert raster.masked.sum(axis=1).min() >= raster.matrix.shape[1] - 6  # at most the budget kept per step
-    np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 0][ref.keep[layer, 0]])
+    # the window draws simulate's passes, the reference is one pass of every row: float32 kernels of
+    # other shapes can round the weights otherwise (docs/kvcache-lab.md)
+    drawn = view.heatmap.matrix[~view.heatmap.masked]
+    np.testing.assert_allclose(drawn, weights[layer, 0][ref.keep[layer, 0]], rtol=0, atol=1e-5)
     assert "retrieval score" in view.scoresLabel.text() and "first-token weight" in view.scoresLabel.text()
     assert [c.k for c in lab.ablation] == [1, 2, 3, 4] and "top-k retrieval heads" in view.scoresLabel.text()
     assert "budget 6" in view.summaryLabel.text()
     view.headSpin.setValue(3)  # another head: its own picture, no recomputation
-    np.testing.assert_allclose(view.heatmap.matrix[~view.heatmap.masked], weights[layer, 2][ref.keep[layer, 2]])
+    drawn = view.heatmap.matrix[~view.heatmap.masked]
+    np.testing.assert_allclose(drawn, weights[layer, 2][ref.keep[layer, 2]], rtol=0, atol=1e-5)
 
 
 def test_sweep_draws_the_policy_and_the_oracle(qtbot, window):

@@ -103,10 +103,13 @@ lint: $(INSTALLED)
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 # JOBS: the cores, at most 4 (a worker holds up to ~2 GB: the 2,048-token window tests)
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n < 4 ? n : 4)))
-test: $(INSTALLED) browser-deps
-	@echo "make test: lint (ruff, ruff format, mypy) runs beside the tests; its report follows theirs"
-	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & linting=$$!; \
-	$(MAKE) --no-print-directory $(STAMP) && \
+# Chromium's packages (browser-deps: about 45 s where they are missing) install beside the venv.
+test:
+	@$(MAKE) --no-print-directory browser-deps & browser=$$!; \
+	$(MAKE) --no-print-directory $(INSTALLED) || { wait $$browser; exit 1; }; \
+	echo "make test: lint (ruff, ruff format, mypy) runs beside the tests; its report follows theirs"; \
+	$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & linting=$$!; \
+	$(MAKE) --no-print-directory $(STAMP) && wait $$browser && \
 	$(PYTEST) -m "not perf and not soak and not reference" -n $(JOBS) --dist worksteal --durations=15; tested=$$?; \
 	wait $$linting; linted=$$?; echo "== lint"; cat $(VENV)/lint.log; \
 	[ $$linted -eq 0 ] || echo "make test: lint failed (above)"; \

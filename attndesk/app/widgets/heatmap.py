@@ -42,6 +42,10 @@ from .token_axis import TokenAxis
 MAX_DISPLAY = 256  # cells per axis drawn; beyond it the image is an overview, hover stays exact
 SEQUENTIAL = "viridis"
 DIVERGING = "CET-D1"
+SCORES = "magma"  # scores in 0..1 beside weights (the Train tab's head scores)
+# the colour maps the views draw with: pyqtgraph reads each from a file on its first use, inside
+# the turn that draws it, so the window's warm-up reads them beforehand
+COLORMAPS = (SEQUENTIAL, DIVERGING, SCORES)
 _ROW_PEN = QColor(255, 64, 64)
 _MIN_PLOT = (120, 120)
 

@@ -6,16 +6,20 @@ A page not shown yet holds plots that are built on first show (``widgets/lazy_pl
 painted: on its first switch all of that happens at once. ``TabWarmup``
 does it beforehand, one page per turn of the event loop, a while after the window's first result:
 it builds the page's plots and renders the page once offscreen (``QWidget.grab``) at the size it
-will be shown. Pages already shown, and tabs not offered in the current mode, are left alone.
+will be shown. Pages already shown are left alone; a tab the current mode does not offer is
+warmed once a mode offers it. First it reads the views' colour maps (``COLORMAPS``), which
+pyqtgraph loads from files on first use (15-30 ms in the turn that first draws one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pyqtgraph as pg
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QTabWidget, QWidget
 
+from attndesk.app.widgets.heatmap import COLORMAPS
 from attndesk.app.widgets.lazy_plot import LazyPlot
 
 _DONE = object()
@@ -33,6 +37,13 @@ def warm_steps(page: QWidget, size) -> Iterator[None]:
     page.grab()
 
 
+def colormap_steps() -> Iterator[None]:
+    """Read each of ``COLORMAPS`` into pyqtgraph's cache, one per step."""
+    for name in COLORMAPS:
+        pg.colormap.get(name)
+        yield
+
+
 class TabWarmup(QObject):
     """Warms ``tabs``' pages not shown yet (see the module docstring); ``finished`` once every page
     was warmed or shown."""
@@ -43,6 +54,7 @@ class TabWarmup(QObject):
         super().__init__(tabs)
         self._tabs, self._delay_ms, self._pace_ms = tabs, delay_ms, pace_ms
         self._pending: list[QWidget] | None = None  # None: not started
+        self._unoffered: list[QWidget] = []  # pages whose tab the mode hid when their turn came
         self._page: QWidget | None = None  # the page being warmed now
         self._steps: Iterator[None] | None = None  # its warming, a piece per turn
         self._timer = QTimer(self, singleShot=True)
@@ -62,6 +74,7 @@ class TabWarmup(QObject):
         tabs = self._tabs
         pages = (tabs.widget(i) for i in range(tabs.count()))
         self._pending = [page for page in pages if page is not None and id(page) not in self._seen]
+        self._steps = colormap_steps()
         self._timer.start(self._delay_ms)
 
     def _shown(self, index: int) -> None:
@@ -72,6 +85,14 @@ class TabWarmup(QObject):
             self._pending.remove(page)
         if page is self._page:
             self._page, self._steps = None, None
+        if page in self._unoffered:
+            self._unoffered.remove(page)
+        offered = [p for p in self._unoffered if self._tabs.isTabVisible(self._tabs.indexOf(p))]
+        if offered:  # a mode offers them now (a tab switch follows a mode's change): warm them after all
+            self._unoffered = [p for p in self._unoffered if p not in offered]
+            self._pending = [*(self._pending or []), *offered]
+            if not self._timer.isActive():
+                self._timer.start(self._pace_ms)
 
     def _step(self) -> None:
         """One piece of warming (a plot built, a page rendered); come back ``pace_ms`` later."""
@@ -90,7 +111,9 @@ class TabWarmup(QObject):
         while pending:
             page = pending.pop(0)
             index = tabs.indexOf(page)
-            if index >= 0 and tabs.isTabVisible(index) and not page.isVisible():
+            if index >= 0 and not tabs.isTabVisible(index):
+                self._unoffered.append(page)
+            elif index >= 0 and not page.isVisible():
                 current = tabs.currentWidget()
                 self._page = page
                 return warm_steps(page, current.size() if current is not None else tabs.size())

@@ -86,3 +86,30 @@ def test_the_window_warms_the_train_tab_before_its_first_switch(qtbot):
         assert view.isVisible()
     finally:
         dispose(w)
+
+
+def test_a_tab_offered_later_is_warmed_then(qtbot, tabs):
+    """A page whose tab the mode hid when its turn came is warmed once a mode offers it (the next
+    tab switch finds it offered), without being shown."""
+    warmup = TabWarmup(tabs, delay_ms=0, pace_ms=0)
+    with qtbot.waitSignal(warmup.finished, timeout=TIMEOUT_MS):
+        warmup.start()
+    assert built(tabs.widget(2)) == [False]
+    tabs.setTabVisible(2, True)  # the mode now offers it
+    with qtbot.waitSignal(warmup.finished, timeout=TIMEOUT_MS):
+        tabs.setCurrentIndex(1)
+    assert built(tabs.widget(2)) == [True] and not tabs.widget(2).isVisible() and warmup.done
+
+
+def test_the_views_colour_maps_are_read_before_any_page(qtbot, tabs, monkeypatch):
+    """pyqtgraph reads a colour map from a file on its first use: the warm-up reads every map the
+    views draw with (``COLORMAPS``) first, into pyqtgraph's cache."""
+    import pyqtgraph as pg
+
+    from attndesk.app.widgets.heatmap import COLORMAPS
+
+    monkeypatch.setattr(pg.colormap, "_mapCache", {})
+    warmup = TabWarmup(tabs, delay_ms=0, pace_ms=0)
+    with qtbot.waitSignal(warmup.finished, timeout=TIMEOUT_MS):
+        warmup.start()
+    assert set(COLORMAPS) <= set(pg.colormap._mapCache)

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHBoxLayout
 
-from ...widgets.heatmap import MatrixPlot
+from ...widgets.heatmap import SCORES, MatrixPlot
 from ...widgets.lazy_plot import LazyPlot
 from ...widgets.named import named
 from ...widgets.plot_axes import without_si_prefix
@@ -153,7 +153,7 @@ class TrainCurves:
             row_labels=[f"L{i}" for i in range(layers)],
             col_labels=[f"h{i}" for i in range(heads)],
             levels=(0.0, 1.0),
-            colormap="magma",
+            colormap=SCORES,
         )
 
 

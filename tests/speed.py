@@ -1,0 +1,68 @@
+"""This processor's pace at the GUI thread's kind of work, against the machine the perf tier's
+GUI-thread CPU bounds were set on (docs/reliability.md, "CPU bounds on a slower processor").
+
+The bounds (a soak's stall, the CPU of one event-loop turn) were measured on an Intel Xeon with
+AVX-512. The same work takes longer on a slower core: on a 2-core AMD EPYC (AVX2) the perf tier
+failed two of them by 30-50% while every view did what it did on the Xeon. A bound is therefore
+scaled by ``slowness()``: the best of several runs of a fixed workload of the GUI thread's kind
+(Python calls, attribute and dict traffic, small numpy arrays: what pyqtgraph and the views do)
+in this thread's CPU time, over ``REFERENCE_S``, never below 1. Measured when it is asked, not
+once per process: on a shared host the same core's pace moves (the best of 7 runs was 28 ms in one
+process and 45-50 ms in four others within a minute), and a bound must follow the pace the
+measurement ran at. Qt-free: the soak's verdict uses it in the test process."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+# The workload's best CPU time on the reference machine: its best on the AMD EPYC, 2026-12-07 (28 ms),
+# over the ratio of bench-ui's seed-step medians there and on the Xeon (34 against 24 ms at 128
+# tokens, 76 against 46 ms at 512: 1.5 on average). The Xeon itself is no longer at hand.
+REFERENCE_S = 0.0185
+RUNS = 7
+
+
+class _Item:
+    """A stand-in for a view item: a few attributes, a method that reads them."""
+
+    __slots__ = ("data", "h", "w", "x", "y")
+
+    def __init__(self, x: float, y: float, w: float, h: float) -> None:
+        self.x, self.y, self.w, self.h = x, y, w, h
+        self.data = {"x": x, "y": y}
+
+    def rect(self) -> tuple[float, float, float, float]:
+        return self.x, self.y, self.x + self.w, self.y + self.h
+
+
+def workload() -> float:
+    """One run (a checksum, so nothing is optimised away)."""
+    total = 0.0
+    for _ in range(4):
+        items = [_Item(i * 1.5, i * 0.5, 3.0, 2.0) for i in range(3000)]
+        for item in items:
+            left, top, right, bottom = item.rect()
+            total += (right - left) * (bottom - top) + item.data["x"]
+        labels = {f"L{i} H{i % 12}": i for i in range(3000)}
+        total += sum(len(k) for k in sorted(labels, key=labels.__getitem__))
+        for i in range(400):
+            a = np.arange(i % 50 + 8, dtype=np.float64)
+            total += float(np.clip(a * 0.5 - 1.0, 0.0, None).sum())
+    return total
+
+
+def slowness() -> float:
+    """This processor's workload time over ``REFERENCE_S`` (the best of ``RUNS``), at least 1."""
+    best = float("inf")
+    for _ in range(RUNS):
+        start = time.thread_time()
+        workload()
+        best = min(best, time.thread_time() - start)
+    return max(1.0, best / REFERENCE_S)
+
+
+def scaled(bound_s: float) -> float:
+    """A GUI-thread CPU bound set on the reference machine, for this one."""
+    return bound_s * slowness()

@@ -14,9 +14,9 @@ fully restored, 0 = no change; the raw effect m_patched - m_corrupt is kept besi
 is computed in float64 from the float32 logits, and every pass (the clean and corrupted runs'
 included) holds at least ``MIN_ROWS`` rows, padded with unpatched copies (a decoder's pass starts
 from ``MIN_ROWS`` of them), so the effects do not depend on how many copies share a pass (see
-docs/interp.md). A gap m_clean - m_corrupt under
-``GAP_SHARE`` of the metric's scale (``metric_scale``) sets ``PatchingReport.warning``:
-normalising by it amplifies small changes into large effects that mean little.
+docs/interp.md). A gap m_clean - m_corrupt under ``GAP_SHARE`` of the metric's scale
+(``metric_scale``) sets ``PatchingReport.warning``: normalising by it amplifies small changes into
+large effects that mean little.
 
 Runs are batched: a batch of copies of the corrupted prompt, each copy with its own site patched
 by a forward (pre-)hook that selects, per copy, the clean value (``torch.where`` over a boolean

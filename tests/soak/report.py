@@ -19,6 +19,12 @@ def is_stall(stall: dict, limit_s: float = STALL_CPU_S) -> bool:
     return stall["cpu"] >= limit_s
 
 
+def stall_limit(report: dict) -> float:
+    """The stall bound ``report`` is judged by: ``STALL_CPU_S`` on the reference machine, times the
+    slowness the supervisor sampled while the run went (tests/speed.py), where it recorded one."""
+    return float((report.get("pace") or {}).get("stall_limit_s", STALL_CPU_S))
+
+
 MEMORY_ALLOWANCE_MIB = 200  # after a large input, RSS must come back within this of its baseline
 LAST_ACTIONS = 30
 
@@ -27,9 +33,10 @@ def replay_command(seed: int, seconds: float) -> str:
     return f"make soak SECONDS={seconds:g} SEED={seed}"
 
 
-def failures(report: dict, stall_s: float = STALL_CPU_S) -> list[str]:
+def failures(report: dict, stall_s: float | None = None) -> list[str]:
     """Every criterion the run missed, one line each (empty: passed); a stall is ``stall_s`` or more
-    of GUI-thread CPU in one gap or event."""
+    of GUI-thread CPU in one gap or event (default: ``stall_limit(report)``)."""
+    stall_s = stall_limit(report) if stall_s is None else stall_s
     out = []
     if report.get("crash"):
         out.append(f"the soak process died: {report['crash']}")
@@ -42,7 +49,8 @@ def failures(report: dict, stall_s: float = STALL_CPU_S) -> list[str]:
         if is_stall(s, stall_s):
             out.append(
                 f"stall ({s['source']}) at action {s['action']}: {s['wall'] * 1e3:.0f} ms wall, "
-                f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU ({s.get('gc', 0) * 1e3:.0f} ms garbage collection), "
+                f"{s['cpu'] * 1e3:.0f} ms GUI-thread CPU (limit {stall_s * 1e3:.0f} ms; "
+                f"{s.get('gc', 0) * 1e3:.0f} ms garbage collection), "
                 f"{s.get('blocked', 0) * 1e3:.0f} ms blocked {s['what']}"
             )
     threads = report.get("threads", {})
@@ -64,7 +72,8 @@ def first_failure_action(report: dict) -> int | None:
     marks = [p["action"] for p in report.get("exceptions", [])]
     if not marks:
         stalls = report.get("stalls", {})
-        marks = [s["action"] for s in stalls.get("gaps", []) + stalls.get("events", []) if is_stall(s)]
+        limit = stall_limit(report)
+        marks = [s["action"] for s in stalls.get("gaps", []) + stalls.get("events", []) if is_stall(s, limit)]
     return min(marks) if marks else None
 
 
@@ -113,7 +122,7 @@ def summary_line(report: dict) -> str:
         f"(gaps blocked >= {BLOCKED_NOTE_S * 1e3:.0f} ms: "
         f"{sum(g.get('blocked', 0) >= BLOCKED_NOTE_S for g in stalls.get('gaps', []))}), "
         f"longest garbage collection in the GUI thread {1e3 * (stalls.get('gc_worst') or [0])[0]:.0f} ms, "
-        f"peak RSS {mem.get('peak_mib', 0):.0f} MiB"
+        f"peak RSS {mem.get('peak_mib', 0):.0f} MiB, stall limit {stall_limit(report) * 1e3:.0f} ms"
     )
 
 

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 
-from .report import format_action, is_stall, load
+from .report import format_action, is_stall, load, stall_limit
 
 JUMP_MIB = 150  # an RSS rise this large between two curve points (0.25 s) is listed with its action
 
@@ -73,7 +73,7 @@ def stalls(reports: list[dict]) -> list[str]:
     groups: dict[str, list] = collections.defaultdict(list)
     for r in reports:
         for s in r.get("stalls", {}).get("gaps", []):
-            if is_stall(s):
+            if is_stall(s, stall_limit(r)):
                 where = _where(s)
                 key = (
                     f"Qt C++ code during {s.get('what') or 'an unknown event'}"
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = [load(path) for path in args.reports]
     for title, lines in (
         ("EXCEPTIONS", exceptions(reports)),
-        ("STALLS (>= 100 ms GUI-thread CPU or blocked)", stalls(reports)),
+        ("STALLS (GUI-thread CPU at or over each report's stall limit)", stalls(reports)),
         ("MEMORY", memory(reports)),
         ("THREADS, KNOWN INPUT, STATUS ERRORS, COVERAGE", misc(reports)),
     ):

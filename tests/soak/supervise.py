@@ -4,6 +4,11 @@ in-suite test.
 A child process keeps the soak's memory, threads and Qt state apart from whatever started it, and
 lets a crash (a segfault in Qt, the memory limit) be reported with the seed and the last actions:
 the child streams one JSON line per action and faulthandler's dump to the sandbox as it goes.
+
+The verdict is the supervisor's: a stall is ``STALL_CPU_S`` of GUI-thread work on the reference
+machine, so the bound scales by this processor's slowness, sampled by a thread of the supervisor
+while the child runs (the host's pace moves within minutes; a reading after the run once judged
+a stall that came while the host ran slower). ``make soak`` and the perf tier judge alike.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from pathlib import Path
 
 import psutil
 
-from .report import failures, print_failure, summary_line, write
+from tests.speed import PaceSampler
+
+from .report import STALL_CPU_S, failures, print_failure, summary_line, write
 from .sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,16 +134,22 @@ def run(
     )
     if not quiet:
         print(f"soak: seed {seed}, {seconds:g} s, sandbox {box.root}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    killed = _watch(proc, limit_mib, timeout_s=seconds + 900)
+    with PaceSampler() as pace:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        killed = _watch(proc, limit_mib, timeout_s=seconds + 900)
     if inner.exists():
         report = json.loads(inner.read_text(encoding="utf-8"))
         if killed or proc.returncode not in (0, 1, 3):
             report["crash"] = killed or f"exit status {proc.returncode}"
-            report["failures"] = failures(report)
-            report["passed"] = False
     else:
         report = _crash_report(box, seed, seconds, killed or f"exit status {proc.returncode} before any report")
+    report["pace"] = {
+        "slowness": round(pace.median, 3),
+        "samples": len(pace.samples),
+        "stall_limit_s": round(STALL_CPU_S * pace.median, 4),
+    }
+    report["failures"] = failures(report)
+    report["passed"] = not report["failures"]
     kept = _keep_report(report, report_path)
     if not report["passed"]:
         print_failure(report, kept)

@@ -78,6 +78,27 @@ def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:
     return False
 
 
+def busy_threads(root, window_s: float = 1.0) -> str:
+    """What keeps the process from going quiet, for a note: each thread's CPU over ``window_s``
+    of the event loop (by its Python name where it has one), and the active timers under ``root``
+    (a timer that fires on and on keeps the GUI thread working with no job to show for it)."""
+    import threading
+
+    proc = psutil.Process()
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    before = {t.id: t.user_time + t.system_time for t in proc.threads()}
+    g.pump(int(window_s * 1000))
+    used = sorted(((t.user_time + t.system_time - before.get(t.id, 0.0), t.id) for t in proc.threads()), reverse=True)
+    threads = ", ".join(f"{names.get(tid, f'thread {tid}')} {cpu / window_s:.0%}" for cpu, tid in used[:3] if cpu > 0)
+    timers = []
+    if root is not None:
+        for timer in root.findChildren(QTimer):
+            if timer.isActive() and not timer.isSingleShot():
+                owner = timer.parent()
+                timers.append(f"{type(owner).__name__}.{timer.objectName() or 'timer'} every {timer.interval()} ms")
+    return f"CPU by thread: {threads or 'none'}; repeating timers: {', '.join(timers[:6]) or 'none'}"
+
+
 def drawn_images(root) -> list[np.ndarray]:
     """The arrays of every visible pyqtgraph ImageItem in ``root``'s visible graphics views."""
     import pyqtgraph as pg
@@ -202,7 +223,8 @@ def visit_tabs(soak, settle_s: float = 20.0) -> None:
                 soak.log_action("check", control.path, f"tab {bar.tabText(i)!r}")
                 bar.setCurrentIndex(i)
                 if not settle(settle_s, root=soak.main):
-                    soak.note(f"not settled in {settle_s:g} s: {', '.join(busy_reasons(soak.main)) or 'CPU'}")
+                    reasons = ", ".join(busy_reasons(soak.main)) or busy_threads(soak.main)
+                    soak.note(f"not settled in {settle_s:g} s: {reasons}")
 
 
 def memory_return(soak, start_mib: float | None = None) -> dict:

@@ -71,6 +71,13 @@ class Run:
         self.memory = MemoryWatch(
             self.soak.t0, lambda: self.soak.current, args.limit_mib * 2**20, self._over_limit, sampler=self.stall.sample
         )
+        # the soak's machine has limit_mib of memory, as a container's control group would give it:
+        # the window plans and refuses within what is left of it (with the memory budget raised, a
+        # larger machine's free memory would admit a model past the soak's limit)
+        from attndesk.system import free_memory
+
+        limit = args.limit_mib * 2**20
+        free_memory.cgroup_headroom = lambda: max(0, limit - self.memory.rss())
         from .holdings import HighWater
 
         self.soak.high_water = HighWater(self.memory.rss)

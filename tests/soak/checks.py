@@ -65,29 +65,50 @@ def busy(root) -> bool:
     return bool(busy_reasons(root))
 
 
+_OWN_CPU: list[Callable[[], float]] = []  # the soak's own monitors' CPU seconds so far, when counted
+
+
+def count_own_cpu(own_cpu: Callable[[], float]) -> None:
+    """What ``settle`` leaves out of the process's CPU: the soak's own monitors' seconds so far
+    (its heartbeat ticks every few ms in the GUI thread; the memory thread samples every 20 ms)."""
+    _OWN_CPU[:] = [own_cpu]
+
+
+def own_cpu() -> float:
+    return _OWN_CPU[0]() if _OWN_CPU else 0.0
+
+
+def app_cpu() -> float:
+    """The process's CPU seconds (every thread) less the soak's own."""
+    return sum(psutil.Process().cpu_times()[:2]) - own_cpu()
+
+
 def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:
-    """Run the event loop until the whole process (every thread) used almost no CPU for
-    ``window_s`` and ``root`` shows no progress bar (a worker waiting on the disk uses no CPU)."""
-    proc = psutil.Process()
+    """Run the event loop until the app (every thread, less the soak's own monitors) used almost
+    no CPU for ``window_s`` and ``root`` shows no progress bar (a worker waiting on the disk uses
+    no CPU)."""
     deadline = time.monotonic() + max_s
     while time.monotonic() < deadline:
-        before = sum(proc.cpu_times()[:2])
+        before = app_cpu()
         g.pump(int(window_s * 1000))
-        if sum(proc.cpu_times()[:2]) - before < QUIET_CPU * window_s and not busy(root):
+        if app_cpu() - before < QUIET_CPU * window_s and not busy(root):
             return True
     return False
 
 
 def busy_threads(root, window_s: float = 1.0) -> str:
     """What keeps the process from going quiet, for a note: each thread's CPU over ``window_s``
-    of the event loop (by its Python name where it has one), and the active timers under ``root``
+    of the event loop (by its Python name where it has one; the soak's own share beside it), and
+    the active timers under ``root``
     (a timer that fires on and on keeps the GUI thread working with no job to show for it)."""
     import threading
 
     proc = psutil.Process()
     names = {t.native_id: t.name for t in threading.enumerate()}
     before = {t.id: t.user_time + t.system_time for t in proc.threads()}
+    own = own_cpu()
     g.pump(int(window_s * 1000))
+    own = own_cpu() - own
     used = sorted(((t.user_time + t.system_time - before.get(t.id, 0.0), t.id) for t in proc.threads()), reverse=True)
     threads = ", ".join(f"{names.get(tid, f'thread {tid}')} {cpu / window_s:.0%}" for cpu, tid in used[:3] if cpu > 0)
     timers = []
@@ -96,7 +117,10 @@ def busy_threads(root, window_s: float = 1.0) -> str:
             if timer.isActive() and not timer.isSingleShot():
                 owner = timer.parent()
                 timers.append(f"{type(owner).__name__}.{timer.objectName() or 'timer'} every {timer.interval()} ms")
-    return f"CPU by thread: {threads or 'none'}; repeating timers: {', '.join(timers[:6]) or 'none'}"
+    return (
+        f"CPU by thread: {threads or 'none'} (the soak's own monitors {own / window_s:.0%}); "
+        f"repeating timers: {', '.join(timers[:6]) or 'none'}"
+    )
 
 
 def drawn_images(root) -> list[np.ndarray]:

@@ -9,12 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformer_lens.head_detector import (
-    compute_head_attention_similarity_score,
-    get_duplicate_token_head_detection_pattern,
-    get_induction_head_detection_pattern,
-    get_previous_token_head_detection_pattern,
-)
 
 from attndesk.corpus import analyze_corpus
 from attndesk.corpus.batch import PassSettings, run_shard
@@ -23,10 +17,12 @@ from attndesk.models import load_pretrained, run_pretrained
 from attndesk.teaching.statistics import head_statistics
 from tests.corpus.conftest import TEXTS
 
+# TransformerLens' head detector (its patterns and score), imported by the test that uses it: the
+# package takes about 3 s to import, and every test worker collects this module
 PATTERNS = {
-    "previous_token_score": get_previous_token_head_detection_pattern,
-    "duplicate_token_score": get_duplicate_token_head_detection_pattern,
-    "induction_score": get_induction_head_detection_pattern,
+    "previous_token_score": "get_previous_token_head_detection_pattern",
+    "duplicate_token_score": "get_duplicate_token_head_detection_pattern",
+    "induction_score": "get_induction_head_detection_pattern",
 }
 
 
@@ -41,6 +37,8 @@ def _alone(model, text: str, max_tokens: int):
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_per_text_metrics_match_reference(models, name):
+    from transformer_lens import head_detector
+
     model = load_pretrained(models[name])
     result = run_shard(model, 0, 0, TEXTS, PassSettings(max_tokens=16, atlas_points=0, batch_size=3))
     table = result.per_text.to_pandas()
@@ -68,9 +66,10 @@ def test_per_text_metrics_match_reference(models, name):
                 assert got.uniform_previous == pytest.approx((1 / reached[1:]).mean(), rel=1e-6)
                 assert got.uniform_entropy == pytest.approx(np.log(reached).mean(), rel=1e-6)
                 assert got.uniform_distance == pytest.approx(np.mean(distance), rel=1e-6)
-                for metric, pattern in PATTERNS.items():
+                for metric, pattern_name in PATTERNS.items():
+                    pattern = getattr(head_detector, pattern_name)
                     a = torch.tensor(weights[layer, got.head], dtype=torch.float64)
-                    ref = compute_head_attention_similarity_score(
+                    ref = head_detector.compute_head_attention_similarity_score(
                         a,
                         pattern(torch.tensor([ids])).double(),
                         exclude_bos=False,

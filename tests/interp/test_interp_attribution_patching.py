@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from pretrained_models import eager
-from scipy.stats import spearmanr
 
 from attndesk.interp import activation_patching, attribution_patching
 from attndesk.models import encode, load_pretrained
@@ -17,6 +16,8 @@ CLEAN, CORRUPT = "the cat sat on the mat", "the dog sat on the rug"
 
 
 def test_head_estimates_equal_eager_autograd_and_agree_with_exact_patching(folders):
+    from scipy.stats import spearmanr  # here, not at collection (every test worker collects this module)
+
     model = load_pretrained(folders["gpt2"])
     sites = ("head", "head_position", "attn")
     exact = activation_patching(model, CLEAN, CORRUPT, "cat", "dog", sites=sites)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 from attndesk.errors import ConfigError
 from attndesk.train.images.data import (
@@ -21,8 +20,8 @@ from attndesk.train.images.models import VisionSpec
 from attndesk.train.images.trainer import split_record
 
 
-def test_digits_split_is_fixed_stratified_and_disjoint():
-    labels = load_digits().target
+def test_digits_split_is_fixed_stratified_and_disjoint(sklearn_digits):
+    labels = sklearn_digits.target
     train, test = digits_split(labels)
     again_train, again_test = digits_split(labels)
     np.testing.assert_array_equal(test, again_test)
@@ -33,8 +32,8 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     assert not np.array_equal(test, digits_split(labels, seed=1)[1])  # the seed decides it
 
 
-def test_digits_images_are_the_dataset_as_dark_ink_on_white():
-    bunch = load_digits()
+def test_digits_images_are_the_dataset_as_dark_ink_on_white(sklearn_digits):
+    bunch = sklearn_digits
     test = digits("test")
     assert test.images.shape == (len(test), 8, 8, 3) and test.images.dtype == np.uint8
     row = int(test.index[5])
@@ -43,9 +42,9 @@ def test_digits_images_are_the_dataset_as_dark_ink_on_white():
     assert (test.images[..., 0] == test.images[..., 2]).all()
 
 
-def test_the_run_records_the_split():
+def test_the_run_records_the_split(sklearn_digits):
     record = split_record(VisionSpec(task="digits"))
-    assert record["test_rows"] == [int(r) for r in digits_split(load_digits().target)[1]]
+    assert record["test_rows"] == [int(r) for r in digits_split(sklearn_digits.target)[1]]
     assert record["train_images"] == 1797 - 360
     shapes_record = split_record(VisionSpec(task="shapes", train_images=100, epochs=3, test_images=50))
     assert shapes_record["train_images"] == 300 and shapes_record["test_images"] == 50

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sklearn.datasets import load_digits
 
 from attndesk.errors import ConfigError
 from attndesk.system.machine import machine_fingerprint
@@ -30,7 +29,7 @@ def test_a_preset_evaluates_to_its_recorded_accuracy(name):
 
 
 @pytest.mark.parametrize("name", list(VISION_PRESETS))
-def test_a_preset_records_its_run(name):
+def test_a_preset_records_its_run(name, sklearn_digits):
     folder = preset_folder(name)
     assert all((folder / file).is_file() for file in MODEL_FILES)
     record = read_record(folder)
@@ -41,7 +40,7 @@ def test_a_preset_records_its_run(name):
     assert set(record["machine"]) == set(machine_fingerprint())
     assert record["threads"] == 1 and record["seconds"]["cpu"] > 0
     if spec.task == "digits":
-        assert record["split"]["test_rows"] == digits_split(load_digits().target)[1].tolist()
+        assert record["split"]["test_rows"] == digits_split(sklearn_digits.target)[1].tolist()
     else:
         assert record["split"]["seed"] == spec.seed and record["split"]["test_images"] == spec.test_images
 

@@ -114,7 +114,22 @@ def check_parameters(config: AttentionConfig) -> None:
         fits[name] = largest_fitting(need, low, value, limit)
     # blame the field that alone can fix it and is furthest over (1,000,000 where 7,664 fits)
     fixable = [f for f in fields if fits[f] >= _SIZE_FIELDS[f][1]]
-    name = max(fixable or fields, key=lambda f: getattr(config, f) / max(fits[f], 1))
+    candidates = fixable or fields
+
+    def over(f: str) -> float:
+        return getattr(config, f) / max(fits[f], 1)
+
+    # The table grows with the vocabulary and the embed dim alike, so both can be as far over (a
+    # fit is a whole number: an embed dim of 64 where 24 fits is 64/25 to 64/24 over, as far as
+    # a vocabulary 2.61 times what fits); then the one furthest above its default is named (33
+    # million words, not the default embed dim of 64).
+    furthest = max(candidates, key=over)
+    least = getattr(config, furthest) / (fits[furthest] + 1)
+    defaults = type(config)()
+    name = max(
+        (f for f in candidates if over(f) >= least),
+        key=lambda f: getattr(config, f) / max(getattr(defaults, f), 1),
+    )
     label, value, fit = _SIZE_FIELDS[name][0], getattr(config, name), fits[name]
     part, size = _part_of(name, estimate)
     line = f"{label} {value:,} needs {format_bytes(size)} for {part}"

@@ -152,6 +152,21 @@ def test_the_parameter_limit_is_the_free_memory_when_smaller(monkeypatch):
         _config(embed_dim=4096).validate()
 
 
+def test_a_vocabulary_as_far_over_as_the_embed_dim_is_the_one_named(monkeypatch):
+    """The embedding table grows with both: 32,898,547 words at the default embed dim of 64 are as
+    far over 3 GiB as the embed dim is, and the message names the vocabulary (the value a person
+    raised), with the largest that fits."""
+    monkeypatch.setattr(free_memory, "available_memory", lambda *device: 3 * GIB)
+    with pytest.raises(ConfigError) as info:
+        AttentionConfig(vocab_size=32_898_547, memory_budget=2**50).validate()
+    assert info.value.field == "vocab_size"
+    assert str(info.value).startswith("vocab size 32,898,547 needs 7.8 GiB for the embedding table; at most ")
+    fit = int(str(info.value).split("at most ")[1].split()[0].replace(",", ""))
+    AttentionConfig(vocab_size=fit, memory_budget=2**50).validate()
+    with pytest.raises(ConfigError):
+        AttentionConfig(vocab_size=fit + 1, memory_budget=2**50).validate()
+
+
 def test_a_tiny_budget_still_allows_a_toy_model():
     # tests and benchmarks force blocked runs with budgets of a few KiB: the model itself is not refused
     AttentionConfig(memory_budget=10_000).validate()

@@ -27,6 +27,7 @@ WINDOW = (RUN, PRESENT, MEMORY, MODELS, HUB_CACHE, ZOOM, EXPORT, FILES)
 GRID = Channel("grid")  # the All layers tab's thumbnails, painted for the pretrained mode
 DERIVED = Channel("derived", takes_turn=False)  # the heatmaps' derived source (``Background``)
 IMAGE_OPEN = Channel("image-open")
+IMAGE_SAMPLES = Channel("image-samples")  # the sample list: reading the digits imports scikit-learn (1 s)
 IMAGE_OVERLAYS = Channel("image-overlays")
 IMAGE_MAP = Channel("image-map")
 STAGES = Channel("stages")

@@ -46,6 +46,7 @@ from ..jobs.channels import (
     IMAGE_MAP,
     IMAGE_OPEN,
     IMAGE_OVERLAYS,
+    IMAGE_SAMPLES,
     IMPLEMENTATIONS,
     KVLAB,
     LOGIT_LENS,
@@ -219,7 +220,7 @@ TABS: tuple[TabSpec, ...] = (
         modes=frozenset({PRETRAINED}),
         model_kinds=frozenset({"vision"}),
         scroll=True,
-        channels=(IMAGE_OPEN, IMAGE_OVERLAYS, IMAGE_MAP),
+        channels=(IMAGE_OPEN, IMAGE_SAMPLES, IMAGE_OVERLAYS, IMAGE_MAP),
     ),
     TabSpec(
         STEP_THROUGH_TAB,

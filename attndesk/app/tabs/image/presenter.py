@@ -36,7 +36,7 @@ from attndesk.session.results import Shown
 from attndesk.session.state import IMAGE_TAB, AppState
 from attndesk.session.status import StatusModel
 
-from ...jobs.channels import IMAGE_MAP, IMAGE_OPEN, IMAGE_OVERLAYS
+from ...jobs.channels import IMAGE_MAP, IMAGE_OPEN, IMAGE_OVERLAYS, IMAGE_SAMPLES
 from ...jobs.compute import ComputeController
 from ..presenter import TabPresenter
 from .view import ImageView
@@ -128,6 +128,11 @@ def image_map(folder: str | None, image, run: VisionResult, which: str, query: i
     raise ConfigError(f"no image map {which!r}")
 
 
+def sample_names(*, ctx: JobContext | None = None) -> list[str]:
+    """Side job: the sample images' names (the shipped pictures, then the digits)."""
+    return [s.name for s in sample_images()]
+
+
 class ImageTab(TabPresenter):
     tab_id = IMAGE_TAB
     drawn = Signal()  # the overlays of the current choice are on screen (tests wait for it)
@@ -148,7 +153,8 @@ class ImageTab(TabPresenter):
         self._patch: int | None = None  # the clicked patch's token, offered in the query list
         self._pictures: OverlayPictures | None = None
         self._map_query = ""  # the query the map in flight explains
-        self._samples: list[str] | None = None  # listed when the tab is first shown (it loads the digits)
+        self._samples: list[str] | None = None  # listed in a side job when the tab is first shown
+        self._listing = False  # that job is under way
         view.set_colormap(state.view.colormap)
         view.sampleChosen.connect(lambda name: setattr(state.pretrained, "image", SAMPLE + name))
         view.openRequested.connect(self._open_dialog)
@@ -168,18 +174,49 @@ class ImageTab(TabPresenter):
     # -- the input --------------------------------------------------------------------------------
     def _show_choice(self) -> None:
         """The sample list and the image's name, while the tab is on screen (it is shown only for a
-        vision model): a window that never shows the tab never lists the samples."""
+        vision model): a window that never shows the tab never lists the samples. The list is made
+        in a side job the first time (the digits come from scikit-learn, whose import takes a
+        second of the GUI thread otherwise); the image's name shows meanwhile."""
         if not self.visible():
             return
         if self._samples is None:
-            self._samples = [s.name for s in sample_images()]
+            if not self._listing:
+                self._listing = True
+                self.compute.side.submit(
+                    IMAGE_SAMPLES,
+                    sample_names,
+                    done=self._listed,
+                    failed=self._not_listed,
+                    scope=None,
+                )
+            self.view.set_image_name(self._choice_name())
+            return
         choice = self.state.pretrained.image
         if choice and not choice.startswith(SAMPLE):  # a file: the list says so, the label names it
             self.view.set_samples(self._samples, "")
-            self.view.set_image_name(f"{Path(choice).name} ({choice})")
+            self.view.set_image_name(self._choice_name())
             return
         self.view.set_samples(self._samples, choice[len(SAMPLE) :] or DEFAULT_SAMPLE)
         self.view.set_image_name("")
+
+    @property
+    def listed(self) -> bool:
+        """The sample list is in (it is made when the tab is first shown)."""
+        return self._samples is not None
+
+    def _listed(self, names: list[str]) -> None:
+        self._samples, self._listing = names, False
+        self._show_choice()
+
+    def _not_listed(self, message: str) -> None:
+        self.status.fail(f"the sample images could not be listed: {message}")
+        self._listed([])
+
+    def _choice_name(self) -> str:
+        choice = self.state.pretrained.image
+        if choice and not choice.startswith(SAMPLE):
+            return f"{Path(choice).name} ({choice})"
+        return choice[len(SAMPLE) :] or DEFAULT_SAMPLE
 
     def is_vision(self) -> bool:
         mode = self.state.mode

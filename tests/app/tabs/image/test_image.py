@@ -5,6 +5,7 @@ from a side job, and a bad image is one line that changes nothing."""
 
 from __future__ import annotations
 
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -45,12 +46,14 @@ def image_window(qtbot):
 
 
 def open_vision(qtbot, w, folder) -> VisionResult:
-    """Open a vision folder, wait for its run, bring the Image tab up and wait for its overlays."""
+    """Open a vision folder, wait for its run, bring the Image tab up and wait for its overlays and
+    its sample list."""
     with qtbot.waitSignal(w.resultDisplayed, timeout=TIMEOUT_MS):
         assert w.pretrained.open_folder(folder)
     tab = w.tab_presenter(IMAGE_TAB)
     with qtbot.waitSignal(tab.drawn, timeout=TIMEOUT_MS):
         w.state.view.tab = IMAGE_TAB
+    qtbot.waitUntil(lambda: tab.listed, timeout=TIMEOUT_MS)
     run = w.displayed_result().layers
     assert isinstance(run, VisionResult)
     return run
@@ -360,14 +363,18 @@ def test_the_file_dialog_and_a_drop_open_an_image(qtbot, image_window, folders, 
 
 
 def test_the_samples_are_listed_when_the_tab_is_first_shown_and_once(qtbot, folders, monkeypatch):
-    """A window that never shows the Image tab never lists the samples (scikit-learn's digits)."""
+    """A window that never shows the Image tab never lists the samples (scikit-learn's digits); the
+    first show lists them in a side job, not in the GUI thread (scikit-learn's import takes a
+    second there)."""
     from attndesk.app.tabs.image import presenter as image_tab
 
-    calls = []
+    calls, threads = [], []
     real = image_tab.sample_images
+    gui = threading.get_ident()
 
     def counting(**kwargs):
         calls.append(kwargs)
+        threads.append(threading.get_ident() != gui)  # a side job's thread, not the GUI thread
         return real(**kwargs)
 
     monkeypatch.setattr(image_tab, "sample_images", counting)
@@ -375,6 +382,7 @@ def test_the_samples_are_listed_when_the_tab_is_first_shown_and_once(qtbot, fold
     try:
         assert calls == []
         open_vision(qtbot, w, folders["vit"])
+        assert calls == [{}] and threads == [True]
         view = w.tab_widget(IMAGE_TAB)
         assert len(calls) == 1 and view.sampleCombo.findText("digit 3 (#3)") > 0
         w.state.view.tab = HEATMAPS_TAB

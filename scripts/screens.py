@@ -165,8 +165,11 @@ def read_window(window, root=None) -> tuple[list[Widget], list[Axis]]:
 # -- driving the window --------------------------------------------------------------------------
 def busy(window) -> bool:
     from attndesk.app.widgets.interp import RunBar
+    from attndesk.jobs.executor import executor
 
     if window.compute.is_busy() or window.heatmapPanel.is_building() or window.status.busy:
+        return True
+    if executor().working():  # any channel's job queued or at work (a tab's side jobs among them)
         return True
     if any(bar.is_busy() for bar in window.findChildren(RunBar)):
         return True

@@ -21,5 +21,5 @@ def test_every_channel_is_listed_once_by_the_window_or_one_tab():
 
 def test_the_unturned_channels_are_the_run_its_chores_and_the_jobs_of_minutes():
     unturned = {c.name for c in DECLARED if not c.takes_turn}
-    chores = {"present", "memory", "models", "hub-cache", "files", "derived", "checkpoints"}
+    chores = {"present", "memory", "models", "hub-cache", "files", "derived", "checkpoints", "image-samples"}
     assert unturned == {"run", "corpus", "corpus-query", "train"} | chores

@@ -99,8 +99,8 @@ def settle(max_s: float, window_s: float = 0.4, root=None) -> bool:
 def busy_threads(root, window_s: float = 1.0) -> str:
     """What keeps the process from going quiet, for a note: each thread's CPU over ``window_s``
     of the event loop (by its Python name where it has one; the soak's own share beside it), and
-    the active timers under ``root``
-    (a timer that fires on and on keeps the GUI thread working with no job to show for it)."""
+    the active timers under ``root`` (a timer that fires on and on keeps the GUI thread working
+    with no job to show for it)."""
     import threading
 
     proc = psutil.Process()

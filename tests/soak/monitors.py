@@ -446,7 +446,7 @@ class StallMonitor(QObject):
     def own_cpu(self) -> float:
         """GUI-thread CPU seconds this monitor and the soak's excluded work have used so far: the
         heartbeat's ticks (every HEARTBEAT_MS), the event filter's bodies and PySide6's calls into it.
-        Not the app's: on a slower processor they alone came to 6-7% of a core at rest."""
+        Not the app's: ``checks.settle`` leaves it out (docs/reliability.md)."""
         return self.tick_cpu + self._excl[1]
 
     def _breakdown(self) -> str:

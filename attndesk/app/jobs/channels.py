@@ -27,7 +27,7 @@ WINDOW = (RUN, PRESENT, MEMORY, MODELS, HUB_CACHE, ZOOM, EXPORT, FILES)
 GRID = Channel("grid")  # the All layers tab's thumbnails, painted for the pretrained mode
 DERIVED = Channel("derived", takes_turn=False)  # the heatmaps' derived source (``Background``)
 IMAGE_OPEN = Channel("image-open")
-# the sample list, a chore beside the tab's pictures (reading the digits imports scikit-learn: 1 s)
+# the sample list, a chore beside the tab's pictures (reading the digits imports scikit-learn)
 IMAGE_SAMPLES = Channel("image-samples", takes_turn=False)
 IMAGE_OVERLAYS = Channel("image-overlays")
 IMAGE_MAP = Channel("image-map")

@@ -134,7 +134,8 @@ test-isa: $(STAMP)
 
 # The comparisons with reference libraries that need their own virtualenv (kvpress 0.5.5 needs
 # transformers < 5.3): the test builds it from PyPI into ~/.cache/attndesk on its first run (about
-# 3 minutes) and skips, saying why, where it cannot.
+# 3 minutes) and skips, saying why, where it cannot; or their own interpreters (umap-learn
+# compiling its kernels afresh, against attndesk's UMAP from numba's cache).
 test-reference: $(STAMP)
 	$(PYTEST) -m "reference" --durations=5
 

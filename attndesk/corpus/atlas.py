@@ -66,9 +66,34 @@ def pca_2d(points: np.ndarray) -> np.ndarray:
     return xy
 
 
+# umap-learn's numba functions that a fit of the atlas's sample compiles (module, name): none is
+# declared cached, so every process compiled them again (docs/corpus.md)
+_UMAP_KERNELS = (
+    ("umap.umap_", "fast_knn_indices"),
+    ("umap.umap_", "smooth_knn_dist"),
+    ("umap.umap_", "compute_membership_strengths"),
+    ("umap.layouts", "_nb_optimize_layout_euclidean_single_epoch"),
+    ("umap.layouts", "clip"),
+    ("umap.distances", "euclidean"),
+)
+
+
+def _cached_kernels() -> None:
+    """Keep umap-learn's kernels in numba's cache, compiled as umap-learn declares them (parallel
+    where it says so: a serial ``smooth_knn_dist`` sums its mean in another order, and the layout
+    would differ). A kernel already compiled in this process is left as it is."""
+    import importlib
+
+    for module, name in _UMAP_KERNELS:
+        kernel = getattr(importlib.import_module(module), name, None)
+        if kernel is not None and not kernel.signatures and hasattr(kernel, "enable_caching"):
+            kernel.enable_caching()
+
+
 def umap_2d(points: np.ndarray, seed: int) -> np.ndarray:
     import umap
 
+    _cached_kernels()
     neighbours = max(2, min(15, len(points) - 1))
     reducer = umap.UMAP(n_components=2, n_neighbors=neighbours, random_state=seed, n_jobs=1, init="random")
     return np.asarray(reducer.fit_transform(points), dtype=np.float64)

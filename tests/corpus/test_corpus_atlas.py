@@ -3,6 +3,10 @@ seeded, and the store's atlas is the sample the run drew."""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -50,21 +54,51 @@ def test_faithfulness_is_one_when_distance_follows_the_score():
     assert faithfulness(q, k, q_xy, np.c_[10 + b, np.zeros(40)], seed=0) == pytest.approx(-1.0, abs=1e-12)
 
 
-@pytest.mark.slow  # ~30 s: umap-learn's numba compilation on first use
-def test_umap_is_seeded():
+@pytest.mark.slow  # ~30 s where numba's cache is empty (a new venv): umap-learn compiles on first use
+def test_umap_is_seeded_and_its_kernels_are_kept_in_numbas_cache():
+    from numba.core.caching import FunctionCache
+
+    from attndesk.corpus import atlas
+
     rng = np.random.default_rng(3)
     q, k = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
     a = project(q, k, "umap", seed=7)
     b = project(q, k, "umap", seed=7)
     np.testing.assert_array_equal(a[0], b[0])
     assert np.isfinite(a[2])
+    for module, name in atlas._UMAP_KERNELS:  # compiled to the cache, or loaded from it
+        assert isinstance(getattr(importlib.import_module(module), name)._cache, FunctionCache), name
 
 
-def test_store_atlas_has_the_contract_columns_and_bounded_points(bert_store):
-    atlas = bert_store.atlas(1, 2)
-    assert list(atlas.columns) == ["x", "y", "kind", "text_id", "position", "token"]
-    assert (atlas.kind == "query").sum() == 12 and (atlas.kind == "key").sum() == 12
-    texts = bert_store.texts.set_index("text_id")
-    assert (atlas.position < texts.loc[atlas.text_id, "tokens"].to_numpy()).all()
-    quality = bert_store.atlas_quality
-    assert len(quality) == len(bert_store.heads) and quality.correlation.between(-1, 1).all()
+_UMAP = """
+import sys, numpy as np
+points = np.load(sys.argv[2])
+if sys.argv[1] == "stock":
+    import umap
+    reducer = umap.UMAP(n_components=2, n_neighbors=15, random_state=7, n_jobs=1, init="random")
+    xy = reducer.fit_transform(points)
+else:
+    from attndesk.corpus.atlas import umap_2d
+    xy = umap_2d(points, seed=7)
+np.save(sys.argv[3], xy)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.reference
+def test_umap_equals_umap_learns_own_in_a_fresh_interpreter(tmp_path):
+    """attndesk keeps umap-learn's kernels in numba's cache: its projection, in an interpreter that
+    loads them from there, equals bit for bit stock umap-learn's, which compiles its own, at the
+    atlas's default sample of 1,000 queries and 1,000 keys of a 16-wide head."""
+    rng = np.random.default_rng(11)
+    q, k = rng.normal(size=(1000, 16)), rng.normal(1.0, 2.0, size=(1000, 16))
+    np.save(tmp_path / "points.npy", np.concatenate(joint_space(q, k)[:2]))
+    np.save(tmp_path / "few.npy", rng.normal(size=(40, 4)))
+
+    def run(kind: str, points: str) -> np.ndarray:
+        out = tmp_path / f"{kind}-{points}"
+        subprocess.run([sys.executable, "-c", _UMAP, kind, str(tmp_path / points), str(out)], check=True, timeout=900)
+        return np.load(out.with_suffix(".npy"))
+
+    run("attndesk", "few.npy")  # fills numba's cache where it is empty
+    np.testing.assert_array_equal(run("attndesk", "points.npy"), run("stock", "points.npy"))

@@ -116,8 +116,9 @@ test:
 	[ $$tested -eq 0 ] && [ $$linted -eq 0 ]
 
 # make test-perf: the perf tier, serially and on its own: GUI-thread CPU per heartbeat gap, timings,
-# memory, and the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability
-# criteria; make soak-short runs the same soak with the next seed.
+# memory, the 40 s soak (tests/test_soak.py::test_soak_in_the_suite) held to the reliability
+# criteria, and the soak harness's replays (quiet CPU before each step); make soak-short runs the
+# same soak with the next seed.
 test-perf: $(STAMP) browser-deps
 	$(PYTEST) -m "perf and not soak" --durations=15
 

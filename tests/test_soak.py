@@ -159,6 +159,8 @@ def _replay(
     return [(a["kind"], a["target"], a["detail"], tuple(a.get("notes", ()))) for a in soak.actions]
 
 
+# perf: before each step the replay waits for the process's CPU to go quiet (a clock and CPU times)
+@pytest.mark.perf
 @pytest.mark.slow  # ~25 s: three windows, each step waits until the app is idle
 @pytest.mark.qt_no_exception_capture  # the soak counts the app's exceptions; here only the actions matter
 def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
@@ -182,6 +184,7 @@ def test_a_seed_replays_the_same_actions(qtbot, sandbox, tmp_path, monkeypatch):
     assert other[:5] != first[:5]
 
 
+@pytest.mark.perf  # the replay waits for quiet CPU at each step, as above
 @pytest.mark.slow  # ~15 s: two windows, the replay waits until the app is idle at each step
 @pytest.mark.qt_no_exception_capture
 def test_a_report_replays_its_actions_at_another_pace(qtbot, sandbox, tmp_path, monkeypatch):

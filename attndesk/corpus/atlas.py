@@ -22,6 +22,8 @@ between q . k and minus their distance in the projection (1: nearer always means
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 METHODS = ("pca", "umap")
@@ -82,8 +84,6 @@ def _cached_kernels() -> None:
     """Keep umap-learn's kernels in numba's cache, compiled as umap-learn declares them (parallel
     where it says so: a serial ``smooth_knn_dist`` sums its mean in another order, and the layout
     would differ). A kernel already compiled in this process is left as it is."""
-    import importlib
-
     for module, name in _UMAP_KERNELS:
         kernel = getattr(importlib.import_module(module), name, None)
         if kernel is not None and not kernel.signatures and hasattr(kernel, "enable_caching"):

@@ -94,3 +94,13 @@ def test_umap_is_seeded_and_equals_umap_learns_own(tmp_path):
 
     run("attndesk", "few.npy")  # fills numba's cache where it is empty
     np.testing.assert_array_equal(run("attndesk", "raw.npy"), run("stock", "joint.npy"))
+
+
+def test_store_atlas_has_the_contract_columns_and_bounded_points(bert_store):
+    atlas = bert_store.atlas(1, 2)
+    assert list(atlas.columns) == ["x", "y", "kind", "text_id", "position", "token"]
+    assert (atlas.kind == "query").sum() == 12 and (atlas.kind == "key").sum() == 12
+    texts = bert_store.texts.set_index("text_id")
+    assert (atlas.position < texts.loc[atlas.text_id, "tokens"].to_numpy()).all()
+    quality = bert_store.atlas_quality
+    assert len(quality) == len(bert_store.heads) and quality.correlation.between(-1, 1).all()

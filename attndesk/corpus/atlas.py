@@ -22,6 +22,7 @@ between q . k and minus their distance in the projection (1: nearer always means
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import numpy as np
@@ -80,6 +81,7 @@ _UMAP_KERNELS = (
 )
 
 
+@functools.cache  # once per process: a kernel loaded from the cache keeps no signatures of its own
 def _cached_kernels() -> None:
     """Keep umap-learn's kernels in numba's cache, compiled as umap-learn declares them (parallel
     where it says so: a serial ``smooth_knn_dist`` sums its mean in another order, and the layout
